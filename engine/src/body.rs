@@ -1,0 +1,191 @@
+//! The body of a records entry: bincode 2.0.1 with an explicit configuration.
+//!
+//! ```text
+//! EntryHead { topic: String, partition: i32, record_count: u32 }
+//! Record × record_count
+//! ```
+//! All integers are bincode varints (zig-zag for signed), little endian.
+//! The configuration is part of the format; `tests/format_golden.rs` pins it.
+//!
+//! # Invariants
+//! - A decoded entry has a legal topic, a non-negative partition, at least one
+//!   record, and strictly increasing non-negative offsets. Anything else is
+//!   `CorruptionKind::Decode` or `OffsetOrder`, never a panic.
+//! - The record count is checked against the bytes left before any
+//!   allocation sized by it.
+
+use bincode::config::{Configuration, LittleEndian, Limit, Varint};
+use bincode::{Decode, Encode};
+
+use crate::error::CorruptionKind;
+use crate::record::{validate_topic, Record, TopicPartition};
+
+/// Largest encoded entry body the format allows (sum of its chunks).
+pub const ENTRY_BODY_BYTES_MAX: usize = 32 << 20;
+/// Bound on what one bincode decode may claim (bytes read plus container
+/// memory). Checked by bincode before it allocates.
+const DECODE_LIMIT_BYTES: usize = 64 << 20;
+/// The smallest encoding of one record (offset, timestamp type, timestamp,
+/// key tag, value tag, header count: one byte each).
+const RECORD_ENCODED_BYTES_MIN: usize = 6;
+
+type Config = Configuration<LittleEndian, Varint, Limit<DECODE_LIMIT_BYTES>>;
+
+/// The bincode configuration of format version 1. Do not change.
+pub const CONFIG: Config = bincode::config::standard()
+    .with_little_endian()
+    .with_variable_int_encoding()
+    .with_limit::<DECODE_LIMIT_BYTES>();
+
+/// Do not change field order.
+#[derive(Encode, Decode)]
+struct EntryHead {
+    topic: String,
+    partition: i32,
+    record_count: u32,
+}
+
+/// Encode one entry body.
+pub fn encode_entry(tp: &TopicPartition, records: &[Record]) -> Vec<u8> {
+    assert!(!records.is_empty(), "an entry holds at least one record");
+    assert!(records.len() <= u32::MAX as usize);
+    let head = EntryHead {
+        topic: tp.topic.clone(),
+        partition: tp.partition,
+        record_count: records.len() as u32,
+    };
+    let payload: u64 = records.iter().map(Record::payload_bytes).sum();
+    let mut out = Vec::with_capacity(payload as usize + records.len() * 16 + 64);
+    // Writing into a Vec cannot fail.
+    bincode::encode_into_std_write(&head, &mut out, CONFIG).expect("encode to Vec");
+    for r in records {
+        bincode::encode_into_std_write(r, &mut out, CONFIG).expect("encode to Vec");
+    }
+    out
+}
+
+/// A decoded entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub tp: TopicPartition,
+    pub records: Vec<Record>,
+}
+
+fn decode_err(e: impl std::fmt::Display) -> CorruptionKind {
+    CorruptionKind::Decode {
+        detail: e.to_string(),
+    }
+}
+
+/// Decode and check one entry body. Never panics.
+pub fn decode_entry(bytes: &[u8]) -> Result<Entry, CorruptionKind> {
+    if bytes.len() > ENTRY_BODY_BYTES_MAX {
+        return Err(CorruptionKind::LengthTooLarge {
+            length: bytes.len() as u64,
+            max: ENTRY_BODY_BYTES_MAX as u64,
+        });
+    }
+    let (head, mut pos): (EntryHead, usize) =
+        bincode::decode_from_slice(bytes, CONFIG).map_err(decode_err)?;
+    validate_topic(&head.topic).map_err(decode_err)?;
+    if head.partition < 0 {
+        return Err(decode_err(format!("negative partition {}", head.partition)));
+    }
+    let count = head.record_count as usize;
+    if count == 0 {
+        return Err(decode_err("entry with no records"));
+    }
+    let left = bytes.len() - pos;
+    if count > left / RECORD_ENCODED_BYTES_MIN {
+        return Err(decode_err(format!(
+            "record count {count} cannot fit in {left} bytes"
+        )));
+    }
+    let mut records = Vec::with_capacity(count);
+    let mut previous: Option<i64> = None;
+    for i in 0..count {
+        let (r, used): (Record, usize) =
+            bincode::decode_from_slice(&bytes[pos..], CONFIG).map_err(|e| {
+                decode_err(format!("record {i} of {count}: {e}"))
+            })?;
+        pos += used;
+        if r.offset < 0 {
+            return Err(CorruptionKind::OffsetOrder {
+                detail: format!("negative offset {}", r.offset),
+            });
+        }
+        if let Some(p) = previous {
+            if r.offset <= p {
+                return Err(CorruptionKind::OffsetOrder {
+                    detail: format!("offset {} follows {}", r.offset, p),
+                });
+            }
+        }
+        previous = Some(r.offset);
+        records.push(r);
+    }
+    if pos != bytes.len() {
+        return Err(CorruptionKind::TrailingBytes {
+            expected: pos as u64,
+            actual: bytes.len() as u64,
+        });
+    }
+    Ok(Entry {
+        tp: TopicPartition::new(head.topic, head.partition),
+        records,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{Header, TimestampType};
+
+    fn sample() -> Vec<Record> {
+        vec![
+            Record {
+                offset: 5,
+                timestamp_type: TimestampType::CreateTime,
+                timestamp_ms: 1_700_000_000_000,
+                key: Some(b"k".to_vec()),
+                value: None,
+                headers: vec![Header {
+                    name: "h".into(),
+                    value: None,
+                }],
+            },
+            Record::with_value(9, vec![0u8, 255]),
+        ]
+    }
+
+    #[test]
+    fn round_trip() {
+        let tp = TopicPartition::new("t.x", 3);
+        let b = encode_entry(&tp, &sample());
+        let e = decode_entry(&b).unwrap();
+        assert_eq!(e.tp, tp);
+        assert_eq!(e.records, sample());
+    }
+
+    #[test]
+    fn rejects_trailing_and_truncated() {
+        let tp = TopicPartition::new("t", 0);
+        let mut b = encode_entry(&tp, &sample());
+        for n in 0..b.len() {
+            assert!(decode_entry(&b[..n]).is_err());
+        }
+        b.push(0);
+        assert!(decode_entry(&b).is_err());
+    }
+
+    #[test]
+    fn huge_count_refused() {
+        let head = EntryHead {
+            topic: "t".into(),
+            partition: 0,
+            record_count: u32::MAX,
+        };
+        let b = bincode::encode_to_vec(&head, CONFIG).unwrap();
+        assert!(decode_entry(&b).is_err());
+    }
+}

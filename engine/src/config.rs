@@ -1,0 +1,111 @@
+//! Engine configuration.
+
+use std::path::{Path, PathBuf};
+
+use crate::body::ENTRY_BODY_BYTES_MAX;
+use crate::error::InvalidInput;
+use crate::frame::FRAME_BODY_BYTES_MAX;
+
+/// What recovery does with a torn last entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RecoveryMode {
+    /// Any damage, even a torn tail, refuses the open.
+    Strict,
+    /// A torn last entry (incomplete final write) is truncated and reported;
+    /// anything else still refuses the open.
+    #[default]
+    TolerateTail,
+}
+
+/// Hard cap on `record_bytes_max`: a record must fit in one entry body.
+pub const RECORD_BYTES_MAX_LIMIT: u64 = 16 << 20;
+
+/// How an engine is opened.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// The data directory. The engine keeps `cairn.lock` and `sled/` in it.
+    pub path: PathBuf,
+    pub recovery_mode: RecoveryMode,
+    /// Largest record payload (key + value + headers) accepted. Default 8 MiB.
+    pub record_bytes_max: u64,
+    /// Target payload size of one entry; larger batches become several
+    /// entries, so reads stay fine-grained. Default 1 MiB.
+    pub entry_bytes_target: usize,
+    /// Largest frame body (one sled value). Default 64 KiB.
+    pub frame_body_bytes_max: usize,
+    /// sled's page cache. sled's own default (1 GiB) is far too large.
+    pub cache_capacity_bytes: u64,
+    /// Move the recovery checkpoint forward after this many bytes of frames,
+    /// which bounds the work of recovery after a crash.
+    pub checkpoint_interval_bytes: u64,
+}
+
+impl EngineConfig {
+    pub fn new(path: impl AsRef<Path>) -> Self {
+        EngineConfig {
+            path: path.as_ref().to_path_buf(),
+            recovery_mode: RecoveryMode::default(),
+            record_bytes_max: 8 << 20,
+            entry_bytes_target: 1 << 20,
+            frame_body_bytes_max: 64 << 10,
+            cache_capacity_bytes: 64 << 20,
+            checkpoint_interval_bytes: 64 << 20,
+        }
+    }
+
+    pub fn recovery_mode(mut self, mode: RecoveryMode) -> Self {
+        self.recovery_mode = mode;
+        self
+    }
+
+    pub fn record_bytes_max(mut self, n: u64) -> Self {
+        self.record_bytes_max = n;
+        self
+    }
+
+    pub fn frame_body_bytes_max(mut self, n: usize) -> Self {
+        self.frame_body_bytes_max = n;
+        self
+    }
+
+    pub fn entry_bytes_target(mut self, n: usize) -> Self {
+        self.entry_bytes_target = n;
+        self
+    }
+
+    pub fn checkpoint_interval_bytes(mut self, n: u64) -> Self {
+        self.checkpoint_interval_bytes = n;
+        self
+    }
+
+    pub(crate) fn sled_path(&self) -> PathBuf {
+        self.path.join("sled")
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), InvalidInput> {
+        let bad = |s: String| Err(InvalidInput::Config(s));
+        if self.record_bytes_max == 0 || self.record_bytes_max > RECORD_BYTES_MAX_LIMIT {
+            return bad(format!(
+                "record_bytes_max {} must be in 1..={RECORD_BYTES_MAX_LIMIT}",
+                self.record_bytes_max
+            ));
+        }
+        if self.frame_body_bytes_max < 1024 || self.frame_body_bytes_max > FRAME_BODY_BYTES_MAX {
+            return bad(format!(
+                "frame_body_bytes_max {} must be in 1024..={FRAME_BODY_BYTES_MAX}",
+                self.frame_body_bytes_max
+            ));
+        }
+        if self.entry_bytes_target == 0 || self.entry_bytes_target > ENTRY_BODY_BYTES_MAX / 4 {
+            return bad(format!(
+                "entry_bytes_target {} must be in 1..={}",
+                self.entry_bytes_target,
+                ENTRY_BODY_BYTES_MAX / 4
+            ));
+        }
+        if self.cache_capacity_bytes < (1 << 20) {
+            return bad("cache_capacity_bytes must be at least 1 MiB".into());
+        }
+        Ok(())
+    }
+}

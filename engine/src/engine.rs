@@ -1,0 +1,562 @@
+//! The engine: append with group commit, durable offsets, statistics, close.
+//!
+//! # Invariants
+//! - `append` returns `Ok` only after the frames it wrote, their index
+//!   entries and partition summaries are on stable storage (sled flush, then
+//!   fdatasync of sled's data file).
+//! - The offsets an `append` reports are taken from a snapshot made *before*
+//!   the fsync that covered them started: what is reported durable is durable.
+//! - Per partition, stored offsets strictly increase; records at or below the
+//!   partition's next offset are dropped as duplicates, never rewritten.
+//! - After a failed write or fsync the engine is poisoned: every later write
+//!   returns `Error::Poisoned`; the fsync is never retried.
+//! - Lock order: `write` before `commit`; the sync leader never holds both.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::body::{encode_entry, ENTRY_BODY_BYTES_MAX};
+use crate::config::EngineConfig;
+use crate::error::{Error, Result};
+use crate::frame::{self, FrameKind};
+use crate::index::IndexEntry;
+use crate::keys;
+use crate::lock::DirLock;
+use crate::meta;
+use crate::offsets::{DurableOffsets, PartitionSummary};
+use crate::record::{validate_batch, Record, RecordBatch, TopicPartition};
+use crate::recovery::{self, RecoveryReport};
+use crate::sync::DurableSync;
+
+/// sled segment size. Large enough that a consolidated leaf of 64 KiB
+/// frames stays below sled's blob threshold (segment / 4). Fixed at creation.
+const SLED_SEGMENT_BYTES: usize = 8 << 20;
+
+/// Failpoint: after the frames are written to sled, before the fsync.
+pub const FAILPOINT_AFTER_WRITE: &str = "wal::append::after_write";
+/// Failpoint: after the fsync, before `append` returns.
+pub const FAILPOINT_AFTER_SYNC: &str = "wal::append::after_sync";
+
+/// The durable write-ahead record log. `Send + Sync`: share it with `Arc`.
+pub struct Engine {
+    pub(crate) cfg: EngineConfig,
+    pub(crate) db: sled::Db,
+    pub(crate) tree: sled::Tree,
+    pub(crate) write: Mutex<WriteState>,
+    commit: Mutex<CommitState>,
+    commit_cv: Condvar,
+    syncer: Mutex<DurableSync>,
+    counters: Counters,
+    closed: AtomicBool,
+    recovery: RecoveryReport,
+    _lock: DirLock,
+}
+
+/// State owned by the writer lock.
+#[derive(Debug)]
+pub(crate) struct WriteState {
+    pub next_lsn: u64,
+    /// Number of sled batches applied; the group-commit ticket.
+    pub seq: u64,
+    /// Summaries including writes not yet durable.
+    pub partitions: BTreeMap<TopicPartition, PartitionSummary>,
+    pub bytes_since_checkpoint: u64,
+    pub checkpoint_lsn: u64,
+}
+
+#[derive(Debug)]
+struct CommitState {
+    synced_seq: u64,
+    syncing: bool,
+    poisoned: Option<(&'static str, String)>,
+    durable: Arc<DurableView>,
+}
+
+/// What the last completed fsync made durable.
+#[derive(Debug, Default)]
+pub(crate) struct DurableView {
+    pub partitions: BTreeMap<TopicPartition, PartitionSummary>,
+    pub lsn: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    appends: AtomicU64,
+    entries: AtomicU64,
+    frames: AtomicU64,
+    frame_bytes: AtomicU64,
+    records_appended: AtomicU64,
+    records_duplicate: AtomicU64,
+    fsyncs: AtomicU64,
+    fsync_nanos: AtomicU64,
+}
+
+/// Counters and per-partition figures.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Calls to `append` that wrote or waited.
+    pub appends: u64,
+    pub entries: u64,
+    pub frames: u64,
+    pub frame_bytes: u64,
+    pub records_appended: u64,
+    pub records_duplicate: u64,
+    /// Completed durable syncs (flush + fdatasync). Fewer than `appends`
+    /// when group commit shared them.
+    pub fsyncs: u64,
+    pub fsync_nanos_total: u64,
+    pub next_lsn: u64,
+    pub durable_lsn: u64,
+    pub partitions: Vec<PartitionInfo>,
+}
+
+/// What the store durably holds for one partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionInfo {
+    pub tp: TopicPartition,
+    pub first_offset: i64,
+    pub next_offset: i64,
+    pub record_count: u64,
+    pub payload_bytes: u64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding an engine lock leaves state unknown: propagate it.
+    m.lock().expect("engine lock poisoned by an earlier panic")
+}
+
+pub(crate) fn store_err(op: &'static str) -> impl FnOnce(sled::Error) -> Error {
+    move |source| Error::Store { op, source }
+}
+
+impl Engine {
+    /// Open (creating if needed) the store at `cfg.path` and recover it.
+    pub fn open(cfg: EngineConfig) -> Result<Engine> {
+        cfg.validate()?;
+        let io = |op, e| Error::Io {
+            op,
+            path: cfg.path.clone(),
+            source: e,
+        };
+        std::fs::create_dir_all(&cfg.path).map_err(|e| io("create data directory", e))?;
+        let lock = DirLock::acquire(&cfg.path)?;
+        let db = open_sled(&cfg)?;
+        let tree = db.open_tree("cairn").map_err(store_err("open tree"))?;
+        let mut syncer = DurableSync::open(&cfg.sled_path()).map_err(|e| Error::Io {
+            op: "open data file for fdatasync",
+            path: cfg.sled_path(),
+            source: e,
+        })?;
+        let (state, report) = recovery::recover(&cfg, &db, &tree, &mut syncer)?;
+        let durable = DurableView {
+            partitions: state.partitions.clone(),
+            lsn: state.next_lsn - 1,
+        };
+        tracing::info!(
+            path = %cfg.path.display(),
+            frames_checked = report.frames_checked,
+            records = report.records_checked,
+            truncated = report.truncated.is_some(),
+            duration_ms = report.duration.as_millis() as u64,
+            "store recovered"
+        );
+        Ok(Engine {
+            cfg,
+            db,
+            tree,
+            write: Mutex::new(state),
+            commit: Mutex::new(CommitState {
+                synced_seq: 0,
+                syncing: false,
+                poisoned: None,
+                durable: Arc::new(durable),
+            }),
+            commit_cv: Condvar::new(),
+            syncer: Mutex::new(syncer),
+            counters: Counters::default(),
+            closed: AtomicBool::new(false),
+            recovery: report,
+            _lock: lock,
+        })
+    }
+
+    /// The configuration the engine was opened with.
+    pub fn config(&self) -> &EngineConfig {
+        &self.cfg
+    }
+
+    /// What recovery found and did when this engine opened.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.recovery
+    }
+
+    fn check_usable(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        if let Some((op, reason)) = &lock(&self.commit).poisoned {
+            return Err(Error::Poisoned {
+                op,
+                reason: reason.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// True once a write or fsync has failed.
+    pub fn is_poisoned(&self) -> bool {
+        lock(&self.commit).poisoned.is_some()
+    }
+
+    fn poison(&self, op: &'static str, reason: String) -> Error {
+        tracing::error!(op, %reason, "engine poisoned; no further writes, reopen to recover");
+        let mut c = lock(&self.commit);
+        if c.poisoned.is_none() {
+            c.poisoned = Some((op, reason.clone()));
+        }
+        self.commit_cv.notify_all();
+        Error::Poisoned { op, reason }
+    }
+
+    /// Append batches and return once they are durable.
+    ///
+    /// Records at or below a partition's stored next offset are dropped and
+    /// counted as duplicates. Invalid input is refused before anything is
+    /// written. Concurrent callers share fsyncs (group commit).
+    pub fn append(&self, batches: &[RecordBatch]) -> Result<DurableOffsets> {
+        self.check_usable()?;
+        for b in batches {
+            validate_batch(b, self.cfg.record_bytes_max)?;
+        }
+        let mut touched = BTreeSet::new();
+        let (seq, appended, duplicates) = {
+            let mut w = lock(&self.write);
+            self.check_usable()?;
+            let mut batch = sled::Batch::default();
+            let mut updated: BTreeMap<TopicPartition, PartitionSummary> = BTreeMap::new();
+            let mut next_lsn = w.next_lsn;
+            let (mut appended, mut duplicates, mut frames, mut frame_bytes, mut entries) =
+                (0u64, 0u64, 0u64, 0u64, 0u64);
+            for b in batches {
+                touched.insert(b.tp.clone());
+                let current = updated.get(&b.tp).or_else(|| w.partitions.get(&b.tp)).copied();
+                let next = current.map_or(i64::MIN, |s| s.next_offset);
+                let start = b.records.partition_point(|r| r.offset < next);
+                duplicates += start as u64;
+                let fresh = &b.records[start..];
+                if fresh.is_empty() {
+                    continue;
+                }
+                let mut summary = current.unwrap_or(PartitionSummary {
+                    first_offset: fresh[0].offset,
+                    next_offset: fresh[0].offset,
+                    record_count: 0,
+                    payload_bytes: 0,
+                    next_offset_floor: 0,
+                });
+                for group in split_entries(fresh, self.cfg.entry_bytes_target) {
+                    let body = encode_entry(&b.tp, group);
+                    assert!(body.len() <= ENTRY_BODY_BYTES_MAX, "validated records exceed an entry");
+                    let first_lsn = next_lsn;
+                    let chunk_max = self.cfg.frame_body_bytes_max;
+                    let n = frame::chunk_count(body.len(), chunk_max);
+                    for (i, (flags, chunk)) in frame::chunks(&body, chunk_max).enumerate() {
+                        let lsn = first_lsn + i as u64;
+                        let f = frame::encode(lsn, FrameKind::Records, flags, chunk);
+                        frame_bytes += f.len() as u64;
+                        batch.insert(&keys::wal_key(lsn), f);
+                    }
+                    next_lsn += n;
+                    frames += n;
+                    entries += 1;
+                    let ie = IndexEntry::describe(first_lsn, n as u32, group);
+                    let (k, v) = ie.encode(&b.tp);
+                    batch.insert(k, v);
+                    summary.next_offset = ie.last_offset + 1;
+                    summary.record_count += ie.record_count as u64;
+                    summary.payload_bytes += ie.payload_bytes;
+                    appended += group.len() as u64;
+                }
+                updated.insert(b.tp.clone(), summary);
+            }
+            if !updated.is_empty() {
+                for (tp, s) in &updated {
+                    let (k, v) = s.encode(tp);
+                    batch.insert(k, v);
+                }
+                let mut new_checkpoint = None;
+                if w.bytes_since_checkpoint + frame_bytes >= self.cfg.checkpoint_interval_bytes {
+                    // Everything up to the last durable LSN was fsynced, so
+                    // recovery after a crash need not look before it.
+                    let durable_lsn = lock(&self.commit).durable.lsn;
+                    if durable_lsn > w.checkpoint_lsn {
+                        batch.insert(keys::META_CHECKPOINT, meta::encode_checkpoint(durable_lsn));
+                        new_checkpoint = Some(durable_lsn);
+                    }
+                }
+                if let Err(e) = self.tree.apply_batch(batch) {
+                    return Err(self.poison("write", e.to_string()));
+                }
+                w.next_lsn = next_lsn;
+                w.seq += 1;
+                w.partitions.extend(updated);
+                w.bytes_since_checkpoint += frame_bytes;
+                if let Some(c) = new_checkpoint {
+                    w.checkpoint_lsn = c;
+                    w.bytes_since_checkpoint = frame_bytes;
+                }
+                self.counters.entries.fetch_add(entries, Ordering::Relaxed);
+                self.counters.frames.fetch_add(frames, Ordering::Relaxed);
+                self.counters.frame_bytes.fetch_add(frame_bytes, Ordering::Relaxed);
+            }
+            self.counters.appends.fetch_add(1, Ordering::Relaxed);
+            self.counters.records_appended.fetch_add(appended, Ordering::Relaxed);
+            self.counters.records_duplicate.fetch_add(duplicates, Ordering::Relaxed);
+            // Even an append that wrote nothing waits for the sync covering
+            // the writes before it: its "duplicates" may not be durable yet.
+            (w.seq, appended, duplicates)
+        };
+        fail::fail_point!(FAILPOINT_AFTER_WRITE, |arg| failpoint_action(arg));
+        let view = self.wait_durable(seq)?;
+        fail::fail_point!(FAILPOINT_AFTER_SYNC, |arg| failpoint_action(arg));
+        let offsets = touched
+            .into_iter()
+            .filter_map(|tp| view.partitions.get(&tp).map(|s| (tp, s.next_offset)))
+            .collect();
+        Ok(DurableOffsets {
+            offsets,
+            appended_records: appended,
+            duplicate_records: duplicates,
+        })
+    }
+
+    /// Wait until write ticket `seq` is durable, leading the sync if nobody is.
+    fn wait_durable(&self, seq: u64) -> Result<Arc<DurableView>> {
+        let mut c = lock(&self.commit);
+        loop {
+            if let Some((op, reason)) = &c.poisoned {
+                return Err(Error::Poisoned {
+                    op,
+                    reason: reason.clone(),
+                });
+            }
+            if c.synced_seq >= seq {
+                return Ok(c.durable.clone());
+            }
+            if c.syncing {
+                c = self.commit_cv.wait(c).expect("engine lock poisoned");
+                continue;
+            }
+            c.syncing = true;
+            drop(c);
+            // Snapshot before syncing: everything in it is covered by the sync.
+            let (target, view) = {
+                let w = lock(&self.write);
+                (
+                    w.seq,
+                    DurableView {
+                        partitions: w.partitions.clone(),
+                        lsn: w.next_lsn - 1,
+                    },
+                )
+            };
+            let t0 = Instant::now();
+            let res = lock(&self.syncer).sync(&self.db);
+            let nanos = t0.elapsed().as_nanos() as u64;
+            tracing::trace!(fsync_us = nanos / 1000, target, "sync");
+            c = lock(&self.commit);
+            c.syncing = false;
+            match res {
+                Ok(()) => {
+                    self.counters.fsyncs.fetch_add(1, Ordering::Relaxed);
+                    self.counters.fsync_nanos.fetch_add(nanos, Ordering::Relaxed);
+                    assert!(target >= c.synced_seq, "durable sequence went backwards");
+                    assert!(view.lsn >= c.durable.lsn, "durable lsn went backwards");
+                    c.synced_seq = target;
+                    c.durable = Arc::new(view);
+                    self.commit_cv.notify_all();
+                }
+                Err(e) => {
+                    let reason = format!("{} on {}", e, lock(&self.syncer).data_path().display());
+                    tracing::error!(%reason, "fsync failed; engine poisoned, never retried");
+                    c.poisoned = Some(("fsync", reason));
+                    self.commit_cv.notify_all();
+                }
+            }
+        }
+    }
+
+    /// Make every write so far durable (a no-op if it already is).
+    pub fn sync(&self) -> Result<()> {
+        self.check_usable()?;
+        let seq = lock(&self.write).seq;
+        self.wait_durable(seq).map(|_| ())
+    }
+
+    /// Durable next offset of every partition in the store.
+    pub fn durable_offsets(&self) -> BTreeMap<TopicPartition, i64> {
+        lock(&self.commit)
+            .durable
+            .partitions
+            .iter()
+            .map(|(tp, s)| (tp.clone(), s.next_offset))
+            .collect()
+    }
+
+    /// Durable next offset of one partition, if it has ever been written.
+    pub fn durable_offset(&self, tp: &TopicPartition) -> Option<i64> {
+        lock(&self.commit).durable.partitions.get(tp).map(|s| s.next_offset)
+    }
+
+    pub(crate) fn durable_view(&self) -> Arc<DurableView> {
+        lock(&self.commit).durable.clone()
+    }
+
+    /// Per-partition figures for what is durable.
+    pub fn partitions(&self) -> Vec<PartitionInfo> {
+        self.durable_view()
+            .partitions
+            .iter()
+            .map(|(tp, s)| PartitionInfo {
+                tp: tp.clone(),
+                first_offset: s.first_offset,
+                next_offset: s.next_offset,
+                record_count: s.record_count,
+                payload_bytes: s.payload_bytes,
+            })
+            .collect()
+    }
+
+    /// Counters and per-partition figures.
+    pub fn stats(&self) -> EngineStats {
+        let c = &self.counters;
+        let next_lsn = lock(&self.write).next_lsn;
+        let durable_lsn = self.durable_view().lsn;
+        EngineStats {
+            appends: c.appends.load(Ordering::Relaxed),
+            entries: c.entries.load(Ordering::Relaxed),
+            frames: c.frames.load(Ordering::Relaxed),
+            frame_bytes: c.frame_bytes.load(Ordering::Relaxed),
+            records_appended: c.records_appended.load(Ordering::Relaxed),
+            records_duplicate: c.records_duplicate.load(Ordering::Relaxed),
+            fsyncs: c.fsyncs.load(Ordering::Relaxed),
+            fsync_nanos_total: c.fsync_nanos.load(Ordering::Relaxed),
+            next_lsn,
+            durable_lsn,
+            partitions: self.partitions(),
+        }
+    }
+
+    /// Bytes sled uses on disk.
+    pub fn size_on_disk(&self) -> Result<u64> {
+        self.db.size_on_disk().map_err(store_err("size_on_disk"))
+    }
+
+    /// Sync, move the checkpoint to the end of the log, and close. The next
+    /// open then verifies nothing but frames written after this point.
+    pub fn close(self) -> Result<()> {
+        self.sync()?;
+        let lsn = {
+            let w = lock(&self.write);
+            w.next_lsn - 1
+        };
+        self.tree
+            .insert(keys::META_CHECKPOINT, meta::encode_checkpoint(lsn))
+            .map_err(store_err("write checkpoint"))?;
+        {
+            let mut w = lock(&self.write);
+            w.seq += 1;
+            w.checkpoint_lsn = lsn;
+        }
+        self.sync()?;
+        self.closed.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Write a sled batch outside `append` (retention) and wait for it to be durable.
+    pub(crate) fn apply_and_sync(&self, w: &mut WriteState, batch: sled::Batch) -> Result<u64> {
+        if let Err(e) = self.tree.apply_batch(batch) {
+            return Err(self.poison("write", e.to_string()));
+        }
+        w.seq += 1;
+        Ok(w.seq)
+    }
+
+    pub(crate) fn wait_seq(&self, seq: u64) -> Result<()> {
+        self.wait_durable(seq).map(|_| ())
+    }
+
+    pub(crate) fn lock_write(&self) -> Result<MutexGuard<'_, WriteState>> {
+        self.check_usable()?;
+        Ok(lock(&self.write))
+    }
+}
+
+// Used only when the `fail` crate's failpoints are compiled in.
+#[allow(dead_code)]
+/// `return(abort)` on a failpoint aborts the process: the crash tests use it to
+/// die at an exact point. Any other argument returns an I/O error.
+fn failpoint_action(arg: Option<String>) -> Result<DurableOffsets> {
+    if arg.as_deref() == Some("abort") {
+        std::process::abort();
+    }
+    Err(Error::Io {
+        op: "failpoint",
+        path: Default::default(),
+        source: std::io::Error::other(arg.unwrap_or_default()),
+    })
+}
+
+/// Split records into groups of about `target` payload bytes (at least one record each).
+fn split_entries(records: &[Record], target: usize) -> impl Iterator<Item = &[Record]> {
+    let mut rest = records;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let mut bytes = 0u64;
+        let mut n = 0;
+        for r in rest {
+            bytes += r.payload_bytes() + 32;
+            n += 1;
+            if bytes >= target as u64 {
+                break;
+            }
+        }
+        let (group, tail) = rest.split_at(n);
+        rest = tail;
+        Some(group)
+    })
+}
+
+fn open_sled(cfg: &EngineConfig) -> Result<sled::Db> {
+    let sled_cfg = sled::Config::new()
+        .path(cfg.sled_path())
+        .cache_capacity(cfg.cache_capacity_bytes)
+        .segment_size(SLED_SEGMENT_BYTES)
+        // The engine decides when to sync; sled's 500 ms flusher would only
+        // add unplanned fsyncs.
+        .flush_every_ms(None);
+    // We hold cairn.lock, so a sled lock conflict can only be our own
+    // previous engine's I/O threads still releasing the file. Give them a
+    // bounded moment.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match sled_cfg.open() {
+            Ok(db) => return Ok(db),
+            Err(sled::Error::Io(e))
+                if e.to_string().contains("could not acquire lock") && Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(source) => {
+                return Err(Error::Store {
+                    op: "open sled",
+                    source,
+                })
+            }
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! The engine's one error type.
+//!
+//! Every variant names what failed and where. Corruption carries a typed
+//! [`CorruptionKind`] and a [`Location`], so tests and operators can match on
+//! it instead of parsing text.
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// Result alias used throughout the engine.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything the engine can fail with.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A file-system call failed.
+    #[error("i/o error during {op} on {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// sled reported an error.
+    #[error("sled error during {op}: {source}")]
+    Store {
+        op: &'static str,
+        #[source]
+        source: sled::Error,
+    },
+    /// Stored bytes failed a check. Never skipped silently.
+    #[error("corruption at {location}: {kind}")]
+    Corruption {
+        location: Location,
+        kind: CorruptionKind,
+    },
+    /// A durability step failed earlier. The engine refuses all writes; close
+    /// it and open it again to recover from what is on disk.
+    #[error("engine is poisoned after a failed {op} ({reason}); it never retries an fsync: reopen to recover")]
+    Poisoned { op: &'static str, reason: String },
+    /// The caller passed something the engine will not write. Nothing was written.
+    #[error("invalid input: {0}")]
+    InvalidInput(#[from] InvalidInput),
+    /// The store was written by a format this build does not read.
+    #[error("unsupported format version {found} in {path} (this build reads version {supported})")]
+    UnsupportedFormat {
+        path: PathBuf,
+        found: u32,
+        supported: u32,
+    },
+    /// Another process (or another engine in this process) holds the store.
+    #[error("store {path} is locked by {holder}; stop that process first")]
+    Locked { path: PathBuf, holder: String },
+    /// The engine was closed.
+    #[error("engine is closed")]
+    Closed,
+}
+
+impl Error {
+    /// Build a corruption error.
+    pub fn corruption(location: Location, kind: CorruptionKind) -> Self {
+        Error::Corruption { location, kind }
+    }
+
+    /// True when the error reports damaged stored bytes.
+    pub fn is_corruption(&self) -> bool {
+        matches!(self, Error::Corruption { .. })
+    }
+
+    /// A stable short code for metrics and logs.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::Io { .. } => "io",
+            Error::Store { .. } => "store",
+            Error::Corruption { .. } => "corruption",
+            Error::Poisoned { .. } => "poisoned",
+            Error::InvalidInput(_) => "invalid_input",
+            Error::UnsupportedFormat { .. } => "unsupported_format",
+            Error::Locked { .. } => "locked",
+            Error::Closed => "closed",
+        }
+    }
+}
+
+/// Where a corruption was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Location {
+    /// A write-ahead-log frame, by its LSN (the sled key).
+    Wal { lsn: u64 },
+    /// A read-index entry, by topic, partition and the first offset it covers.
+    Index {
+        topic: String,
+        partition: i32,
+        first_offset: i64,
+    },
+    /// A per-partition summary.
+    Partition { topic: String, partition: i32 },
+    /// A metadata key.
+    Meta { key: &'static str },
+    /// A key that does not belong to any known key space.
+    Key { key_hex: String },
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Location::Wal { lsn } => write!(f, "wal lsn {lsn}"),
+            Location::Index {
+                topic,
+                partition,
+                first_offset,
+            } => write!(f, "index {topic}/{partition}@{first_offset}"),
+            Location::Partition { topic, partition } => {
+                write!(f, "partition summary {topic}/{partition}")
+            }
+            Location::Meta { key } => write!(f, "meta key {key}"),
+            Location::Key { key_hex } => write!(f, "key {key_hex}"),
+        }
+    }
+}
+
+/// What exactly is wrong with stored bytes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CorruptionKind {
+    #[error("bad magic {found:02x?}")]
+    BadMagic { found: [u8; 4] },
+    #[error("unsupported frame version {found}")]
+    UnsupportedVersion { found: u8 },
+    #[error("unknown frame kind {found}")]
+    UnknownKind { found: u8 },
+    #[error("unknown flag bits {found:#06x}")]
+    UnknownFlags { found: u16 },
+    #[error("truncated: need {expected} bytes, found {actual}")]
+    Truncated { expected: u64, actual: u64 },
+    #[error("{actual} trailing bytes after the declared length {expected}")]
+    TrailingBytes { expected: u64, actual: u64 },
+    #[error("length {length} exceeds the maximum {max}")]
+    LengthTooLarge { length: u64, max: u64 },
+    #[error("checksum mismatch: stored {expected:#010x}, computed {actual:#010x}")]
+    Checksum { expected: u32, actual: u32 },
+    #[error("lsn gap: expected {expected}, found {found}")]
+    LsnGap { expected: u64, found: u64 },
+    #[error("bad chunk sequence: {detail}")]
+    BadChunkSequence { detail: String },
+    #[error("body does not decode: {detail}")]
+    Decode { detail: String },
+    #[error("offsets out of order: {detail}")]
+    OffsetOrder { detail: String },
+    #[error("index does not match the log: {detail}")]
+    IndexMismatch { detail: String },
+    #[error("frame referenced by the index is missing")]
+    MissingFrame,
+    #[error("bad key: {detail}")]
+    BadKey { detail: String },
+    #[error("metadata missing or invalid: {detail}")]
+    BadMeta { detail: String },
+    #[error("partition summary does not match the log: {detail}")]
+    SummaryMismatch { detail: String },
+}
+
+/// Input the engine refuses. Nothing is written when one is returned.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidInput {
+    #[error("topic name {topic:?} is invalid: {reason}")]
+    Topic { topic: String, reason: &'static str },
+    #[error("partition {partition} of topic {topic:?} is negative")]
+    NegativePartition { topic: String, partition: i32 },
+    #[error("record at {topic}/{partition}@{offset} has a negative offset")]
+    NegativeOffset {
+        topic: String,
+        partition: i32,
+        offset: i64,
+    },
+    #[error("offsets in a batch for {topic}/{partition} are not increasing: {previous} then {offset}")]
+    OffsetsNotIncreasing {
+        topic: String,
+        partition: i32,
+        previous: i64,
+        offset: i64,
+    },
+    #[error("record {topic}/{partition}@{offset} is {size_bytes} bytes, over record_bytes_max {max_bytes}")]
+    RecordTooLarge {
+        topic: String,
+        partition: i32,
+        offset: i64,
+        size_bytes: u64,
+        max_bytes: u64,
+    },
+    #[error("configuration: {0}")]
+    Config(String),
+}

@@ -1,0 +1,66 @@
+//! cairn-engine: a durable, checksummed write-ahead record log in sled.
+//!
+//! Callers hand it batches of records that carry their source offsets. It
+//! writes each batch as CRC-protected frames, together with a read index and
+//! per-partition summaries, in one atomic sled batch; then it flushes sled
+//! and fdatasyncs sled's data file (sled's own flush is not an fsync), and
+//! only then reports the new durable next offsets. Concurrent appends share
+//! one fsync (group commit).
+//!
+//! ```no_run
+//! use cairn_engine::{Engine, EngineConfig, Record, RecordBatch, TopicPartition};
+//! let engine = Engine::open(EngineConfig::new("/tmp/archive"))?;
+//! let tp = TopicPartition::new("orders", 0);
+//! let durable = engine.append(&[RecordBatch {
+//!     tp: tp.clone(),
+//!     records: vec![Record::with_value(0, "hello")],
+//! }])?;
+//! assert_eq!(durable.get(&tp), Some(1)); // commit 1 to Kafka
+//! for r in engine.read(&tp, 0)? {
+//!     println!("{:?}", r?);
+//! }
+//! engine.close()?;
+//! # Ok::<(), cairn_engine::Error>(())
+//! ```
+//!
+//! # Invariants
+//! - What `append` reports durable is on stable storage.
+//! - Stored offsets strictly increase per partition; nothing is stored twice.
+//! - Corruption is returned as a typed error with its location, never
+//!   skipped; only a torn last entry may be truncated, by recovery.
+//! - After a failed fsync the engine is poisoned and never retries.
+//!
+//! The on-disk format is specified in `docs/FORMAT.md`.
+
+#![forbid(unsafe_code)]
+
+pub mod body;
+pub mod config;
+mod engine;
+mod entry;
+pub mod error;
+pub mod frame;
+pub mod index;
+pub mod keys;
+mod lock;
+pub mod meta;
+pub mod offsets;
+mod reader;
+pub mod record;
+mod recovery;
+mod retention;
+mod sync;
+mod verify;
+
+pub use config::{EngineConfig, RecoveryMode, RECORD_BYTES_MAX_LIMIT};
+pub use engine::{
+    Engine, EngineStats, PartitionInfo, FAILPOINT_AFTER_SYNC, FAILPOINT_AFTER_WRITE,
+};
+pub use error::{CorruptionKind, Error, InvalidInput, Location, Result};
+pub use offsets::DurableOffsets;
+pub use reader::RecordIter;
+pub use record::{validate_topic, Header, Record, RecordBatch, TimestampType, TopicPartition};
+pub use recovery::{RecoveryReport, TruncatedTail};
+pub use retention::TruncateReport;
+pub use sync::FAILPOINT_FLUSH_ERR;
+pub use verify::{verify_store, Problem, VerifyReport, PROBLEMS_LISTED_MAX};

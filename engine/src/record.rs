@@ -1,0 +1,211 @@
+//! The records the engine stores, and the checks every batch passes before a
+//! single byte is written.
+//!
+//! Field order of the `Encode`/`Decode` types here is part of the on-disk
+//! format (docs/FORMAT.md). Do not change field order.
+
+use bincode::{Decode, Encode};
+
+use crate::error::InvalidInput;
+
+/// A Kafka topic-partition.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TopicPartition {
+    pub topic: String,
+    pub partition: i32,
+}
+
+impl TopicPartition {
+    pub fn new(topic: impl Into<String>, partition: i32) -> Self {
+        TopicPartition {
+            topic: topic.into(),
+            partition,
+        }
+    }
+}
+
+impl std::fmt::Display for TopicPartition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.topic, self.partition)
+    }
+}
+
+/// Kafka's timestamp types. Do not reorder: the discriminant is stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Encode, Decode)]
+pub enum TimestampType {
+    NotAvailable,
+    CreateTime,
+    LogAppendTime,
+}
+
+/// One record header. Kafka header values may be null. Do not change field order.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Encode, Decode)]
+pub struct Header {
+    pub name: String,
+    pub value: Option<Vec<u8>>,
+}
+
+/// One record with its source offset. Do not change field order.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Encode, Decode)]
+pub struct Record {
+    pub offset: i64,
+    pub timestamp_type: TimestampType,
+    pub timestamp_ms: i64,
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+    pub headers: Vec<Header>,
+}
+
+impl Record {
+    /// A record with only a value, for tests and examples.
+    pub fn with_value(offset: i64, value: impl Into<Vec<u8>>) -> Self {
+        Record {
+            offset,
+            timestamp_type: TimestampType::CreateTime,
+            timestamp_ms: 0,
+            key: None,
+            value: Some(value.into()),
+            headers: Vec::new(),
+        }
+    }
+
+    /// Payload bytes: key, value, header names and header values. This is
+    /// what `record_bytes_max` limits and what the statistics count.
+    pub fn payload_bytes(&self) -> u64 {
+        let kv = self.key.as_ref().map_or(0, Vec::len) + self.value.as_ref().map_or(0, Vec::len);
+        let headers: usize = self
+            .headers
+            .iter()
+            .map(|h| h.name.len() + h.value.as_ref().map_or(0, Vec::len))
+            .sum();
+        (kv + headers) as u64
+    }
+}
+
+/// Records of one topic-partition, in strictly increasing offset order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordBatch {
+    pub tp: TopicPartition,
+    pub records: Vec<Record>,
+}
+
+/// Kafka's longest legal topic name.
+pub const TOPIC_NAME_BYTES_MAX: usize = 249;
+
+/// Check a topic name against Kafka's rules: 1 to 249 characters of
+/// `[a-zA-Z0-9._-]`, and not `.` or `..`.
+pub fn validate_topic(topic: &str) -> Result<(), InvalidInput> {
+    let bad = |reason| {
+        Err(InvalidInput::Topic {
+            topic: topic.to_owned(),
+            reason,
+        })
+    };
+    if topic.is_empty() {
+        return bad("empty");
+    }
+    if topic.len() > TOPIC_NAME_BYTES_MAX {
+        return bad("longer than 249 characters");
+    }
+    if topic == "." || topic == ".." {
+        return bad("'.' and '..' are reserved");
+    }
+    if !topic
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+    {
+        return bad("only [a-zA-Z0-9._-] is allowed");
+    }
+    Ok(())
+}
+
+/// Validate one batch: topic, partition, offsets and record sizes.
+pub(crate) fn validate_batch(batch: &RecordBatch, record_bytes_max: u64) -> Result<(), InvalidInput> {
+    let tp = &batch.tp;
+    validate_topic(&tp.topic)?;
+    if tp.partition < 0 {
+        return Err(InvalidInput::NegativePartition {
+            topic: tp.topic.clone(),
+            partition: tp.partition,
+        });
+    }
+    let mut previous: Option<i64> = None;
+    for r in &batch.records {
+        if r.offset < 0 {
+            return Err(InvalidInput::NegativeOffset {
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+                offset: r.offset,
+            });
+        }
+        if let Some(p) = previous {
+            if r.offset <= p {
+                return Err(InvalidInput::OffsetsNotIncreasing {
+                    topic: tp.topic.clone(),
+                    partition: tp.partition,
+                    previous: p,
+                    offset: r.offset,
+                });
+            }
+        }
+        previous = Some(r.offset);
+        let size_bytes = r.payload_bytes();
+        if size_bytes > record_bytes_max {
+            return Err(InvalidInput::RecordTooLarge {
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+                offset: r.offset,
+                size_bytes,
+                max_bytes: record_bytes_max,
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_rules() {
+        assert!(validate_topic("orders.v1_x-y").is_ok());
+        assert!(validate_topic(&"a".repeat(249)).is_ok());
+        assert!(validate_topic(&"a".repeat(250)).is_err());
+        assert!(validate_topic("").is_err());
+        assert!(validate_topic("..").is_err());
+        assert!(validate_topic("has space").is_err());
+        assert!(validate_topic("ünï").is_err());
+    }
+
+    #[test]
+    fn batch_rules() {
+        let tp = TopicPartition::new("t", 0);
+        let ok = RecordBatch {
+            tp: tp.clone(),
+            records: vec![Record::with_value(0, "a"), Record::with_value(5, "b")],
+        };
+        assert!(validate_batch(&ok, 10).is_ok());
+        let dup = RecordBatch {
+            tp: tp.clone(),
+            records: vec![Record::with_value(3, "a"), Record::with_value(3, "b")],
+        };
+        assert!(matches!(
+            validate_batch(&dup, 10),
+            Err(InvalidInput::OffsetsNotIncreasing { .. })
+        ));
+        let big = RecordBatch {
+            tp: tp.clone(),
+            records: vec![Record::with_value(0, vec![0u8; 11])],
+        };
+        assert!(matches!(
+            validate_batch(&big, 10),
+            Err(InvalidInput::RecordTooLarge { size_bytes: 11, .. })
+        ));
+        let neg = RecordBatch {
+            tp: TopicPartition::new("t", -1),
+            records: vec![],
+        };
+        assert!(validate_batch(&neg, 10).is_err());
+    }
+}

@@ -1,0 +1,453 @@
+//! Recovery on open: O(tail), not O(archive).
+//!
+//! 1. Check the store format; refuse an unknown version.
+//! 2. Load the checkpoint LSN and the partition summaries.
+//! 3. Verify every frame after the checkpoint (CRC, LSN continuity, chunk
+//!    sequence, body), and confirm or rebuild its index entry and summary.
+//! 4. A torn last entry (its final frame truncated, or its chunk sequence cut
+//!    off at the end of the log) is truncated under `TolerateTail` and
+//!    refused under `Strict`. Anything else is `Corruption` with its LSN.
+//! 5. Move the checkpoint to the end of the log and sync.
+//!
+//! # Invariants
+//! - Frames at or below the checkpoint were made durable by a completed
+//!   fsync (or verified by an earlier recovery), so they are not re-read.
+//! - The checkpoint always sits on an entry boundary.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use crate::body::decode_entry;
+use crate::config::{EngineConfig, RecoveryMode};
+use crate::engine::{store_err, WriteState};
+use crate::entry::{Assembler, Fed};
+use crate::error::{CorruptionKind, Error, Location, Result};
+use crate::frame::{self, FrameKind, FLAG_MORE};
+use crate::index::IndexEntry;
+use crate::keys;
+use crate::meta;
+use crate::offsets::PartitionSummary;
+use crate::record::TopicPartition;
+use crate::sync::DurableSync;
+
+/// What recovery found and did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// True when the store was created by this open.
+    pub created: bool,
+    /// The checkpoint recovery started from.
+    pub checkpoint_lsn: u64,
+    pub frames_checked: u64,
+    pub entries_checked: u64,
+    pub records_checked: u64,
+    /// The torn tail that was removed, if any.
+    pub truncated: Option<TruncatedTail>,
+    pub index_entries_repaired: u64,
+    pub partitions_repaired: u64,
+    pub next_lsn: u64,
+    pub duration: Duration,
+}
+
+/// A torn last entry removed by recovery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TruncatedTail {
+    pub first_lsn: u64,
+    pub frames: u64,
+    pub reason: CorruptionKind,
+}
+
+fn corrupt(lsn: u64, kind: CorruptionKind) -> Error {
+    Error::corruption(Location::Wal { lsn }, kind)
+}
+
+fn meta_err((location, kind): (Location, CorruptionKind)) -> Error {
+    Error::corruption(location, kind)
+}
+
+pub(crate) fn recover(
+    cfg: &EngineConfig,
+    db: &sled::Db,
+    tree: &sled::Tree,
+    syncer: &mut DurableSync,
+) -> Result<(WriteState, RecoveryReport)> {
+    let t0 = Instant::now();
+    let created = check_format(cfg, db, tree, syncer)?;
+    let checkpoint = match tree.get(keys::META_CHECKPOINT).map_err(store_err("read checkpoint"))? {
+        Some(v) => meta::decode_checkpoint(&v).map_err(meta_err)?,
+        None => {
+            return Err(Error::corruption(
+                Location::Meta { key: "checkpoint" },
+                CorruptionKind::BadMeta {
+                    detail: "checkpoint missing".into(),
+                },
+            ))
+        }
+    };
+    let mut partitions = load_summaries(tree)?;
+    let mut report = RecoveryReport {
+        created,
+        checkpoint_lsn: checkpoint,
+        frames_checked: 0,
+        entries_checked: 0,
+        records_checked: 0,
+        truncated: None,
+        index_entries_repaired: 0,
+        partitions_repaired: 0,
+        next_lsn: 0,
+        duration: Duration::ZERO,
+    };
+    let mut repairs = sled::Batch::default();
+    let mut dirty: BTreeSet<TopicPartition> = BTreeSet::new();
+    let mut torn: Option<(u64, CorruptionKind)> = None;
+
+    let mut expected = expected_after_checkpoint(tree, checkpoint)?;
+    let mut asm = Assembler::default();
+    let mut iter = tree
+        .range(keys::wal_key(checkpoint.saturating_add(1))..=keys::wal_key(u64::MAX))
+        .peekable();
+    while let Some(item) = iter.next() {
+        let (k, v) = item.map_err(store_err("scan log tail"))?;
+        let lsn = keys::parse_wal_key(&k).map_err(|kind| {
+            Error::corruption(
+                Location::Key {
+                    key_hex: hex(&k),
+                },
+                kind,
+            )
+        })?;
+        if lsn != expected {
+            return Err(corrupt(
+                lsn,
+                CorruptionKind::LsnGap {
+                    expected,
+                    found: lsn,
+                },
+            ));
+        }
+        report.frames_checked += 1;
+        let is_last = iter.peek().is_none();
+        let f = match frame::decode(lsn, &v) {
+            Ok(f) => f,
+            Err(kind @ CorruptionKind::Truncated { .. }) if is_last => {
+                torn = Some((asm.in_progress().unwrap_or(lsn), kind));
+                break;
+            }
+            Err(kind) => return Err(corrupt(lsn, kind)),
+        };
+        match f.kind {
+            FrameKind::Tombstone => {
+                if asm.in_progress().is_some() {
+                    return Err(corrupt(
+                        lsn,
+                        CorruptionKind::BadChunkSequence {
+                            detail: "tombstone inside an entry".into(),
+                        },
+                    ));
+                }
+                expected = lsn.saturating_add(f.span().map_err(|k| corrupt(lsn, k))?);
+            }
+            FrameKind::Records => {
+                expected = lsn + 1;
+                if let Fed::Complete {
+                    first_lsn,
+                    chunks,
+                    body,
+                } = asm.feed(lsn, &f).map_err(|k| corrupt(lsn, k))?
+                {
+                    let entry = decode_entry(&body).map_err(|k| corrupt(first_lsn, k))?;
+                    report.entries_checked += 1;
+                    report.records_checked += entry.records.len() as u64;
+                    let described = IndexEntry::describe(first_lsn, chunks, &entry.records);
+                    confirm_index(tree, &entry.tp, &described, &mut repairs, &mut report)?;
+                    let next = described.last_offset + 1;
+                    match partitions.get(&entry.tp) {
+                        Some(s) if s.next_offset >= next => {}
+                        _ => {
+                            dirty.insert(entry.tp.clone());
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if torn.is_none() {
+        if let Some(first_lsn) = asm.in_progress() {
+            torn = Some((
+                first_lsn,
+                CorruptionKind::BadChunkSequence {
+                    detail: "last entry ends without its final chunk".into(),
+                },
+            ));
+        }
+    }
+    let mut next_lsn = expected;
+    if let Some((first_lsn, reason)) = torn {
+        if cfg.recovery_mode == RecoveryMode::Strict {
+            return Err(corrupt(first_lsn, reason));
+        }
+        let frames = truncate_tail(tree, first_lsn, &partitions, &mut repairs, &mut dirty)?;
+        tracing::warn!(first_lsn, frames, %reason, "truncated a torn tail entry");
+        report.truncated = Some(TruncatedTail {
+            first_lsn,
+            frames,
+            reason,
+        });
+        next_lsn = first_lsn;
+    }
+    // Apply index repairs before recomputing summaries from the index.
+    let truncated = report.truncated.is_some();
+    repairs.insert(keys::META_CHECKPOINT, meta::encode_checkpoint(next_lsn - 1));
+    tree.apply_batch(repairs).map_err(store_err("write recovery repairs"))?;
+    if !dirty.is_empty() {
+        let mut batch = sled::Batch::default();
+        for tp in &dirty {
+            let old = partitions.get(tp).copied();
+            let s = recompute_summary(tree, tp, old, truncated)?;
+            let (k, v) = s.encode(tp);
+            batch.insert(k, v);
+            partitions.insert(tp.clone(), s);
+            report.partitions_repaired += 1;
+        }
+        tree.apply_batch(batch).map_err(store_err("write summaries"))?;
+    }
+    check_no_dangling_index(tree, &partitions, next_lsn)?;
+    syncer.sync(db).map_err(|e| Error::Io {
+        op: "sync after recovery",
+        path: cfg.sled_path(),
+        source: e,
+    })?;
+    report.next_lsn = next_lsn;
+    report.duration = t0.elapsed();
+    let state = WriteState {
+        next_lsn,
+        seq: 0,
+        partitions,
+        bytes_since_checkpoint: 0,
+        checkpoint_lsn: next_lsn - 1,
+    };
+    Ok((state, report))
+}
+
+/// Returns true when the store was created now.
+fn check_format(
+    cfg: &EngineConfig,
+    db: &sled::Db,
+    tree: &sled::Tree,
+    syncer: &mut DurableSync,
+) -> Result<bool> {
+    match tree.get(keys::META_FORMAT).map_err(store_err("read format"))? {
+        Some(v) => {
+            let found = meta::decode_format(&v).map_err(meta_err)?;
+            if found != meta::FORMAT_VERSION {
+                return Err(Error::UnsupportedFormat {
+                    path: cfg.path.clone(),
+                    found,
+                    supported: meta::FORMAT_VERSION,
+                });
+            }
+            Ok(false)
+        }
+        None if tree.is_empty() => {
+            let mut b = sled::Batch::default();
+            b.insert(keys::META_FORMAT, meta::encode_format(meta::FORMAT_VERSION));
+            b.insert(keys::META_CHECKPOINT, meta::encode_checkpoint(0));
+            tree.apply_batch(b).map_err(store_err("initialise store"))?;
+            syncer.sync(db).map_err(|e| Error::Io {
+                op: "sync new store",
+                path: cfg.sled_path(),
+                source: e,
+            })?;
+            Ok(true)
+        }
+        None => Err(Error::corruption(
+            Location::Meta { key: "format" },
+            CorruptionKind::BadMeta {
+                detail: "format key missing from a non-empty store".into(),
+            },
+        )),
+    }
+}
+
+pub(crate) fn load_summaries(tree: &sled::Tree) -> Result<BTreeMap<TopicPartition, PartitionSummary>> {
+    let mut out = BTreeMap::new();
+    for item in tree.scan_prefix([keys::PREFIX_PARTITION]) {
+        let (k, v) = item.map_err(store_err("scan partitions"))?;
+        let (tp, s) = PartitionSummary::decode(&k, &v).map_err(|kind| {
+            let location = match keys::parse_partition_key(&k) {
+                Ok(tp) => Location::Partition {
+                    topic: tp.topic,
+                    partition: tp.partition,
+                },
+                Err(_) => Location::Key { key_hex: hex(&k) },
+            };
+            Error::corruption(location, kind)
+        })?;
+        out.insert(tp, s);
+    }
+    Ok(out)
+}
+
+/// The LSN the first frame after the checkpoint must have.
+fn expected_after_checkpoint(tree: &sled::Tree, checkpoint: u64) -> Result<u64> {
+    if checkpoint == 0 {
+        return Ok(1);
+    }
+    let prev = tree
+        .get_lt(keys::wal_key(checkpoint + 1))
+        .map_err(store_err("read checkpoint frame"))?;
+    let bad = |detail: String| {
+        Err(Error::corruption(
+            Location::Meta { key: "checkpoint" },
+            CorruptionKind::BadMeta { detail },
+        ))
+    };
+    let Some((k, v)) = prev else {
+        return bad(format!("checkpoint {checkpoint} but no frame at or before it"));
+    };
+    let Ok(lsn) = keys::parse_wal_key(&k) else {
+        return bad(format!("checkpoint {checkpoint} but no frame at or before it"));
+    };
+    let f = frame::decode(lsn, &v).map_err(|k| corrupt(lsn, k))?;
+    if f.flags & FLAG_MORE != 0 {
+        return Err(corrupt(
+            lsn,
+            CorruptionKind::BadChunkSequence {
+                detail: format!("checkpoint {checkpoint} falls inside an entry"),
+            },
+        ));
+    }
+    let next = lsn.saturating_add(f.span().map_err(|k| corrupt(lsn, k))?);
+    if next <= checkpoint {
+        return Err(corrupt(
+            next,
+            CorruptionKind::LsnGap {
+                expected: next,
+                found: checkpoint + 1,
+            },
+        ));
+    }
+    Ok(next)
+}
+
+fn confirm_index(
+    tree: &sled::Tree,
+    tp: &TopicPartition,
+    described: &IndexEntry,
+    repairs: &mut sled::Batch,
+    report: &mut RecoveryReport,
+) -> Result<()> {
+    let (k, v) = described.encode(tp);
+    let stored = tree.get(&k).map_err(store_err("read index"))?;
+    let ok = match &stored {
+        Some(s) => matches!(IndexEntry::decode(&k, s), Ok((_, e)) if e == *described),
+        None => false,
+    };
+    if !ok {
+        tracing::warn!(%tp, lsn = described.lsn, "rebuilding index entry from the log");
+        repairs.insert(k, v);
+        report.index_entries_repaired += 1;
+    }
+    Ok(())
+}
+
+/// Remove every frame from `first_lsn` on, and the index entries that point there.
+fn truncate_tail(
+    tree: &sled::Tree,
+    first_lsn: u64,
+    partitions: &BTreeMap<TopicPartition, PartitionSummary>,
+    repairs: &mut sled::Batch,
+    dirty: &mut BTreeSet<TopicPartition>,
+) -> Result<u64> {
+    let mut frames = 0;
+    for item in tree.range(keys::wal_key(first_lsn)..=keys::wal_key(u64::MAX)) {
+        let (k, _) = item.map_err(store_err("scan torn tail"))?;
+        repairs.remove(k);
+        frames += 1;
+    }
+    for tp in partitions.keys() {
+        for item in tree.scan_prefix(keys::index_prefix(tp)).rev() {
+            let (k, v) = item.map_err(store_err("scan index"))?;
+            match IndexEntry::decode(&k, &v) {
+                Ok((_, e)) if e.lsn >= first_lsn => {
+                    repairs.remove(k);
+                    dirty.insert(tp.clone());
+                }
+                Ok(_) => break,
+                Err(kind) => return Err(index_corruption(&k, kind)),
+            }
+        }
+    }
+    Ok(frames)
+}
+
+pub(crate) fn index_corruption(key: &[u8], kind: CorruptionKind) -> Error {
+    let location = match keys::parse_index_key(key) {
+        Ok((tp, first_offset)) => Location::Index {
+            topic: tp.topic,
+            partition: tp.partition,
+            first_offset,
+        },
+        Err(_) => Location::Key { key_hex: hex(key) },
+    };
+    Error::corruption(location, kind)
+}
+
+/// Rebuild one partition's summary from its index entries.
+fn recompute_summary(
+    tree: &sled::Tree,
+    tp: &TopicPartition,
+    old: Option<PartitionSummary>,
+    truncated: bool,
+) -> Result<PartitionSummary> {
+    let floor = old.map_or(0, |s| s.next_offset_floor);
+    let mut s = PartitionSummary {
+        first_offset: 0,
+        next_offset: floor,
+        record_count: 0,
+        payload_bytes: 0,
+        next_offset_floor: floor,
+    };
+    let mut first = None;
+    for item in tree.scan_prefix(keys::index_prefix(tp)) {
+        let (k, v) = item.map_err(store_err("scan index"))?;
+        let (_, e) = IndexEntry::decode(&k, &v).map_err(|kind| index_corruption(&k, kind))?;
+        first.get_or_insert(e.first_offset);
+        s.next_offset = s.next_offset.max(e.last_offset + 1);
+        s.record_count += e.record_count as u64;
+        s.payload_bytes += e.payload_bytes;
+    }
+    if !truncated {
+        // The summary was behind the log: never move it backwards.
+        if let Some(o) = old {
+            s.next_offset = s.next_offset.max(o.next_offset);
+        }
+    }
+    s.first_offset = first.unwrap_or(s.next_offset);
+    Ok(s)
+}
+
+fn check_no_dangling_index(
+    tree: &sled::Tree,
+    partitions: &BTreeMap<TopicPartition, PartitionSummary>,
+    next_lsn: u64,
+) -> Result<()> {
+    for tp in partitions.keys() {
+        if let Some(item) = tree.scan_prefix(keys::index_prefix(tp)).next_back() {
+            let (k, v) = item.map_err(store_err("scan index"))?;
+            let (_, e) = IndexEntry::decode(&k, &v).map_err(|kind| index_corruption(&k, kind))?;
+            if e.lsn + e.chunks as u64 > next_lsn {
+                return Err(index_corruption(
+                    &k,
+                    CorruptionKind::IndexMismatch {
+                        detail: format!("points at lsn {} beyond the log end {next_lsn}", e.lsn),
+                    },
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,106 @@
+//! Making sled's writes durable.
+//!
+//! sled 0.34.7's `flush()` writes its buffers and calls `sync_file_range`,
+//! never `fsync`/`fdatasync` (spacejam/sled#1452). That survives a process
+//! crash but not power loss: the drive cache is not flushed and the file size
+//! is not persisted. So after every `flush()` this module:
+//!
+//! 1. fsyncs any file in `sled/blobs/` it has not synced yet, then the
+//!    `blobs` directory (sled writes blobs with a plain `write_all`);
+//! 2. `fdatasync`s `sled/db` through a handle opened once at start.
+//!
+//! # Invariants
+//! - A failure here is never retried: the caller poisons the engine.
+
+use std::collections::HashSet;
+use std::ffi::OsString;
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// Failpoint: make the next sync fail as an I/O error would.
+pub const FAILPOINT_FLUSH_ERR: &str = "wal::flush::err";
+
+#[derive(Debug)]
+pub struct DurableSync {
+    data_file: File,
+    data_path: PathBuf,
+    blobs_dir: PathBuf,
+    synced_blobs: HashSet<OsString>,
+}
+
+impl DurableSync {
+    pub fn open(sled_dir: &Path) -> io::Result<Self> {
+        let data_path = sled_dir.join("db");
+        let data_file = File::open(&data_path)?;
+        let blobs_dir = sled_dir.join("blobs");
+        let mut s = DurableSync {
+            data_file,
+            data_path,
+            blobs_dir,
+            synced_blobs: HashSet::new(),
+        };
+        // Files sled created before we got here: sync them and their directories.
+        s.sync_blobs(true)?;
+        sync_dir(sled_dir)?;
+        if let Some(parent) = sled_dir.parent() {
+            sync_dir(parent)?;
+        }
+        Ok(s)
+    }
+
+    pub fn data_path(&self) -> &Path {
+        &self.data_path
+    }
+
+    /// Flush sled and make everything it wrote durable.
+    pub fn sync(&mut self, db: &sled::Db) -> io::Result<()> {
+        fail::fail_point!(FAILPOINT_FLUSH_ERR, |_| Err(io::Error::other(
+            "injected failure at wal::flush::err"
+        )));
+        db.flush().map_err(sled_to_io)?;
+        self.sync_blobs(false)?;
+        self.data_file.sync_data()
+    }
+
+    fn sync_blobs(&mut self, force_dir: bool) -> io::Result<()> {
+        let entries = match std::fs::read_dir(&self.blobs_dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let mut present = HashSet::new();
+        let mut new_files = false;
+        for entry in entries {
+            let entry = entry?;
+            let name = entry.file_name();
+            if !self.synced_blobs.contains(&name) {
+                match File::open(entry.path()) {
+                    Ok(f) => f.sync_all()?,
+                    // sled may delete a blob it no longer needs at any time.
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(e),
+                }
+                new_files = true;
+            }
+            present.insert(name);
+        }
+        self.synced_blobs = present;
+        if new_files || force_dir {
+            sync_dir(&self.blobs_dir)?;
+        }
+        Ok(())
+    }
+}
+
+/// fsync a directory so that the entries created in it are durable.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+fn sled_to_io(e: sled::Error) -> io::Error {
+    match e {
+        sled::Error::Io(e) => e,
+        other => io::Error::other(other.to_string()),
+    }
+}
