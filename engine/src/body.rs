@@ -14,7 +14,7 @@
 //! - The record count is checked against the bytes left before any
 //!   allocation sized by it.
 
-use bincode::config::{Configuration, LittleEndian, Limit, Varint};
+use bincode::config::{Configuration, Limit, LittleEndian, Varint};
 use bincode::{Decode, Encode};
 
 use crate::error::CorruptionKind;
@@ -104,10 +104,8 @@ pub fn decode_entry(bytes: &[u8]) -> Result<Entry, CorruptionKind> {
     let mut records = Vec::with_capacity(count);
     let mut previous: Option<i64> = None;
     for i in 0..count {
-        let (r, used): (Record, usize) =
-            bincode::decode_from_slice(&bytes[pos..], CONFIG).map_err(|e| {
-                decode_err(format!("record {i} of {count}: {e}"))
-            })?;
+        let (r, used): (Record, usize) = bincode::decode_from_slice(&bytes[pos..], CONFIG)
+            .map_err(|e| decode_err(format!("record {i} of {count}: {e}")))?;
         pos += used;
         if r.offset < 0 {
             return Err(CorruptionKind::OffsetOrder {

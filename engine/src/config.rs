@@ -9,13 +9,18 @@ use crate::frame::FRAME_BODY_BYTES_MAX;
 /// What recovery does with a torn last entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RecoveryMode {
-    /// Any damage, even a torn tail, refuses the open.
+    /// Verify the whole store on open (O(archive)); any damage, even a torn
+    /// tail, refuses the open.
     Strict,
     /// A torn last entry (incomplete final write) is truncated and reported;
-    /// anything else still refuses the open.
+    /// anything else in the tail still refuses the open. Open is O(tail).
     #[default]
     TolerateTail,
 }
+
+/// sled segment size. Large enough that a consolidated leaf of 64 KiB
+/// frames stays below sled's blob threshold (segment / 4). Fixed at creation.
+pub const SLED_SEGMENT_BYTES: usize = 8 << 20;
 
 /// Hard cap on `record_bytes_max`: a record must fit in one entry body.
 pub const RECORD_BYTES_MAX_LIMIT: u64 = 16 << 20;
@@ -78,8 +83,22 @@ impl EngineConfig {
         self
     }
 
-    pub(crate) fn sled_path(&self) -> PathBuf {
+    /// Where sled's files live: `<path>/sled`.
+    pub fn sled_path(&self) -> PathBuf {
         self.path.join("sled")
+    }
+
+    /// The sled configuration for this store. Tools that open the sled tree
+    /// directly (tests, fuzzers) must use it: sled refuses a different
+    /// segment size.
+    pub fn sled_config(&self) -> sled::Config {
+        sled::Config::new()
+            .path(self.sled_path())
+            .cache_capacity(self.cache_capacity_bytes)
+            .segment_size(SLED_SEGMENT_BYTES)
+            // The engine decides when to sync; sled's 500 ms flusher would
+            // only add unplanned fsyncs.
+            .flush_every_ms(None)
     }
 
     pub(crate) fn validate(&self) -> Result<(), InvalidInput> {

@@ -30,10 +30,6 @@ use crate::record::{validate_batch, Record, RecordBatch, TopicPartition};
 use crate::recovery::{self, RecoveryReport};
 use crate::sync::DurableSync;
 
-/// sled segment size. Large enough that a consolidated leaf of 64 KiB
-/// frames stays below sled's blob threshold (segment / 4). Fixed at creation.
-const SLED_SEGMENT_BYTES: usize = 8 << 20;
-
 /// Failpoint: after the frames are written to sled, before the fsync.
 pub const FAILPOINT_AFTER_WRITE: &str = "wal::append::after_write";
 /// Failpoint: after the fsync, before `append` returns.
@@ -241,7 +237,10 @@ impl Engine {
                 (0u64, 0u64, 0u64, 0u64, 0u64);
             for b in batches {
                 touched.insert(b.tp.clone());
-                let current = updated.get(&b.tp).or_else(|| w.partitions.get(&b.tp)).copied();
+                let current = updated
+                    .get(&b.tp)
+                    .or_else(|| w.partitions.get(&b.tp))
+                    .copied();
                 let next = current.map_or(i64::MIN, |s| s.next_offset);
                 let start = b.records.partition_point(|r| r.offset < next);
                 duplicates += start as u64;
@@ -256,9 +255,16 @@ impl Engine {
                     payload_bytes: 0,
                     next_offset_floor: 0,
                 });
+                if summary.record_count == 0 {
+                    // Empty (new, or emptied by retention): it starts here now.
+                    summary.first_offset = fresh[0].offset;
+                }
                 for group in split_entries(fresh, self.cfg.entry_bytes_target) {
                     let body = encode_entry(&b.tp, group);
-                    assert!(body.len() <= ENTRY_BODY_BYTES_MAX, "validated records exceed an entry");
+                    assert!(
+                        body.len() <= ENTRY_BODY_BYTES_MAX,
+                        "validated records exceed an entry"
+                    );
                     let first_lsn = next_lsn;
                     let chunk_max = self.cfg.frame_body_bytes_max;
                     let n = frame::chunk_count(body.len(), chunk_max);
@@ -309,18 +315,24 @@ impl Engine {
                 }
                 self.counters.entries.fetch_add(entries, Ordering::Relaxed);
                 self.counters.frames.fetch_add(frames, Ordering::Relaxed);
-                self.counters.frame_bytes.fetch_add(frame_bytes, Ordering::Relaxed);
+                self.counters
+                    .frame_bytes
+                    .fetch_add(frame_bytes, Ordering::Relaxed);
             }
             self.counters.appends.fetch_add(1, Ordering::Relaxed);
-            self.counters.records_appended.fetch_add(appended, Ordering::Relaxed);
-            self.counters.records_duplicate.fetch_add(duplicates, Ordering::Relaxed);
+            self.counters
+                .records_appended
+                .fetch_add(appended, Ordering::Relaxed);
+            self.counters
+                .records_duplicate
+                .fetch_add(duplicates, Ordering::Relaxed);
             // Even an append that wrote nothing waits for the sync covering
             // the writes before it: its "duplicates" may not be durable yet.
             (w.seq, appended, duplicates)
         };
-        fail::fail_point!(FAILPOINT_AFTER_WRITE, |arg| failpoint_action(arg));
+        fail::fail_point!(FAILPOINT_AFTER_WRITE, failpoint_action);
         let view = self.wait_durable(seq)?;
-        fail::fail_point!(FAILPOINT_AFTER_SYNC, |arg| failpoint_action(arg));
+        fail::fail_point!(FAILPOINT_AFTER_SYNC, failpoint_action);
         let offsets = touched
             .into_iter()
             .filter_map(|tp| view.partitions.get(&tp).map(|s| (tp, s.next_offset)))
@@ -371,7 +383,9 @@ impl Engine {
             match res {
                 Ok(()) => {
                     self.counters.fsyncs.fetch_add(1, Ordering::Relaxed);
-                    self.counters.fsync_nanos.fetch_add(nanos, Ordering::Relaxed);
+                    self.counters
+                        .fsync_nanos
+                        .fetch_add(nanos, Ordering::Relaxed);
                     assert!(target >= c.synced_seq, "durable sequence went backwards");
                     assert!(view.lsn >= c.durable.lsn, "durable lsn went backwards");
                     c.synced_seq = target;
@@ -407,7 +421,11 @@ impl Engine {
 
     /// Durable next offset of one partition, if it has ever been written.
     pub fn durable_offset(&self, tp: &TopicPartition) -> Option<i64> {
-        lock(&self.commit).durable.partitions.get(tp).map(|s| s.next_offset)
+        lock(&self.commit)
+            .durable
+            .partitions
+            .get(tp)
+            .map(|s| s.next_offset)
     }
 
     pub(crate) fn durable_view(&self) -> Arc<DurableView> {
@@ -532,13 +550,7 @@ fn split_entries(records: &[Record], target: usize) -> impl Iterator<Item = &[Re
 }
 
 fn open_sled(cfg: &EngineConfig) -> Result<sled::Db> {
-    let sled_cfg = sled::Config::new()
-        .path(cfg.sled_path())
-        .cache_capacity(cfg.cache_capacity_bytes)
-        .segment_size(SLED_SEGMENT_BYTES)
-        // The engine decides when to sync; sled's 500 ms flusher would only
-        // add unplanned fsyncs.
-        .flush_every_ms(None);
+    let sled_cfg = cfg.sled_config();
     // We hold cairn.lock, so a sled lock conflict can only be our own
     // previous engine's I/O threads still releasing the file. Give them a
     // bounded moment.
@@ -547,7 +559,8 @@ fn open_sled(cfg: &EngineConfig) -> Result<sled::Db> {
         match sled_cfg.open() {
             Ok(db) => return Ok(db),
             Err(sled::Error::Io(e))
-                if e.to_string().contains("could not acquire lock") && Instant::now() < deadline =>
+                if e.to_string().contains("could not acquire lock")
+                    && Instant::now() < deadline =>
             {
                 std::thread::sleep(Duration::from_millis(10));
             }

@@ -126,7 +126,10 @@ pub fn read_entry(tree: &sled::Tree, tp: &TopicPartition, idx: &IndexEntry) -> R
                 return Err(corrupt(
                     lsn,
                     CorruptionKind::IndexMismatch {
-                        detail: format!("entry continues past the {} chunks the index names", idx.chunks),
+                        detail: format!(
+                            "entry continues past the {} chunks the index names",
+                            idx.chunks
+                        ),
                     },
                 ))
             }
@@ -136,7 +139,10 @@ pub fn read_entry(tree: &sled::Tree, tp: &TopicPartition, idx: &IndexEntry) -> R
                     return Err(corrupt(
                         lsn,
                         CorruptionKind::IndexMismatch {
-                            detail: format!("entry ends after {chunks} chunks, index says {}", idx.chunks),
+                            detail: format!(
+                                "entry ends after {chunks} chunks, index says {}",
+                                idx.chunks
+                            ),
                         },
                     ));
                 }

@@ -175,7 +175,9 @@ pub enum InvalidInput {
         partition: i32,
         offset: i64,
     },
-    #[error("offsets in a batch for {topic}/{partition} are not increasing: {previous} then {offset}")]
+    #[error(
+        "offsets in a batch for {topic}/{partition} are not increasing: {previous} then {offset}"
+    )]
     OffsetsNotIncreasing {
         topic: String,
         partition: i32,

@@ -87,7 +87,10 @@ fn crc(lsn: u64, header12: &[u8], body: &[u8]) -> u32 {
 
 /// Encode a frame for `lsn`, appending to `out`.
 pub fn encode_into(lsn: u64, kind: FrameKind, flags: u16, body: &[u8], out: &mut Vec<u8>) {
-    assert!(body.len() <= FRAME_BODY_BYTES_MAX, "frame body over the format maximum");
+    assert!(
+        body.len() <= FRAME_BODY_BYTES_MAX,
+        "frame body over the format maximum"
+    );
     assert_eq!(flags & !FLAGS_KNOWN, 0, "unknown frame flags");
     let mut header = [0u8; FRAME_HEADER_BYTES];
     header[0..4].copy_from_slice(&FRAME_MAGIC);
@@ -226,7 +229,10 @@ mod tests {
     #[test]
     fn bound_to_lsn() {
         let f = encode(7, FrameKind::Records, 0, b"x");
-        assert!(matches!(decode(8, &f), Err(CorruptionKind::Checksum { .. })));
+        assert!(matches!(
+            decode(8, &f),
+            Err(CorruptionKind::Checksum { .. })
+        ));
     }
 
     #[test]

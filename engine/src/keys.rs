@@ -56,7 +56,9 @@ fn push_tp(out: &mut Vec<u8>, tp: &TopicPartition) {
 }
 
 fn parse_tp(bytes: &[u8]) -> Result<(TopicPartition, &[u8]), CorruptionKind> {
-    let (&len, rest) = bytes.split_first().ok_or_else(|| bad_key("missing topic length"))?;
+    let (&len, rest) = bytes
+        .split_first()
+        .ok_or_else(|| bad_key("missing topic length"))?;
     let len = len as usize;
     if rest.len() < len + 4 {
         return Err(bad_key("key shorter than its topic"));

@@ -51,7 +51,8 @@ impl DirLock {
             Err(TryLockError::Error(e)) => return Err(io("lock", e)),
         }
         file.set_len(0).map_err(|e| io("truncate lock file", e))?;
-        file.seek(SeekFrom::Start(0)).map_err(|e| io("seek lock file", e))?;
+        file.seek(SeekFrom::Start(0))
+            .map_err(|e| io("seek lock file", e))?;
         writeln!(file, "{}", std::process::id()).map_err(|e| io("write lock file", e))?;
         Ok(DirLock { _file: file })
     }

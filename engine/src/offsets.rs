@@ -56,7 +56,10 @@ impl PartitionSummary {
             payload_bytes: f.u64(),
             next_offset_floor: f.i64(),
         };
-        if s.first_offset < 0 || s.next_offset < s.first_offset || s.next_offset_floor > s.next_offset {
+        if s.first_offset < 0
+            || s.next_offset < s.first_offset
+            || s.next_offset_floor > s.next_offset
+        {
             return Err(CorruptionKind::SummaryMismatch {
                 detail: format!("impossible summary {s:?}"),
             });

@@ -45,7 +45,8 @@ impl Engine {
                 .map_err(store_err("seek index"))?
             {
                 if k.starts_with(&prefix) {
-                    let (_, e) = IndexEntry::decode(&k, &v).map_err(|kind| index_corruption(&k, kind))?;
+                    let (_, e) =
+                        IndexEntry::decode(&k, &v).map_err(|kind| index_corruption(&k, kind))?;
                     if e.last_offset >= from {
                         next_key = k.to_vec();
                     }
@@ -109,7 +110,13 @@ impl RecordIter {
                 Ok(entry) => entry,
                 // Retention may delete an entry between the index read and
                 // the frame read; only then is a missing frame not corruption.
-                Err(err) if self.tree.get(&k).map_err(store_err("recheck index"))?.is_none() => {
+                Err(err)
+                    if self
+                        .tree
+                        .get(&k)
+                        .map_err(store_err("recheck index"))?
+                        .is_none() =>
+                {
                     let _ = err;
                     continue;
                 }
@@ -117,8 +124,12 @@ impl RecordIter {
             };
             self.next_key = keys::index_key(&self.tp, e.last_offset.saturating_add(1));
             let (from, end) = (self.from, self.end);
-            self.buf
-                .extend(entry.records.into_iter().filter(|r| r.offset >= from && r.offset < end));
+            self.buf.extend(
+                entry
+                    .records
+                    .into_iter()
+                    .filter(|r| r.offset >= from && r.offset < end),
+            );
         }
         Ok(())
     }

@@ -120,7 +120,10 @@ pub fn validate_topic(topic: &str) -> Result<(), InvalidInput> {
 }
 
 /// Validate one batch: topic, partition, offsets and record sizes.
-pub(crate) fn validate_batch(batch: &RecordBatch, record_bytes_max: u64) -> Result<(), InvalidInput> {
+pub(crate) fn validate_batch(
+    batch: &RecordBatch,
+    record_bytes_max: u64,
+) -> Result<(), InvalidInput> {
     let tp = &batch.tp;
     validate_topic(&tp.topic)?;
     if tp.partition < 0 {

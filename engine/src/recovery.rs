@@ -7,7 +7,8 @@
 //! 4. A torn last entry (its final frame truncated, or its chunk sequence cut
 //!    off at the end of the log) is truncated under `TolerateTail` and
 //!    refused under `Strict`. Anything else is `Corruption` with its LSN.
-//! 5. Move the checkpoint to the end of the log and sync.
+//! 5. Under `Strict`, first verify the whole store (O(archive)).
+//! 6. Move the checkpoint to the end of the log and sync.
 //!
 //! # Invariants
 //! - Frames at or below the checkpoint were made durable by a completed
@@ -72,7 +73,18 @@ pub(crate) fn recover(
 ) -> Result<(WriteState, RecoveryReport)> {
     let t0 = Instant::now();
     let created = check_format(cfg, db, tree, syncer)?;
-    let checkpoint = match tree.get(keys::META_CHECKPOINT).map_err(store_err("read checkpoint"))? {
+    if cfg.recovery_mode == RecoveryMode::Strict {
+        // Strict mode trades O(tail) for a full check: any damage anywhere
+        // refuses the open, located by its first problem.
+        let v = crate::verify::verify_tree(tree)?;
+        if let Some(p) = v.problems.into_iter().next() {
+            return Err(Error::corruption(p.location, p.kind));
+        }
+    }
+    let checkpoint = match tree
+        .get(keys::META_CHECKPOINT)
+        .map_err(store_err("read checkpoint"))?
+    {
         Some(v) => meta::decode_checkpoint(&v).map_err(meta_err)?,
         None => {
             return Err(Error::corruption(
@@ -107,14 +119,8 @@ pub(crate) fn recover(
         .peekable();
     while let Some(item) = iter.next() {
         let (k, v) = item.map_err(store_err("scan log tail"))?;
-        let lsn = keys::parse_wal_key(&k).map_err(|kind| {
-            Error::corruption(
-                Location::Key {
-                    key_hex: hex(&k),
-                },
-                kind,
-            )
-        })?;
+        let lsn = keys::parse_wal_key(&k)
+            .map_err(|kind| Error::corruption(Location::Key { key_hex: hex(&k) }, kind))?;
         if lsn != expected {
             return Err(corrupt(
                 lsn,
@@ -197,7 +203,8 @@ pub(crate) fn recover(
     // Apply index repairs before recomputing summaries from the index.
     let truncated = report.truncated.is_some();
     repairs.insert(keys::META_CHECKPOINT, meta::encode_checkpoint(next_lsn - 1));
-    tree.apply_batch(repairs).map_err(store_err("write recovery repairs"))?;
+    tree.apply_batch(repairs)
+        .map_err(store_err("write recovery repairs"))?;
     if !dirty.is_empty() {
         let mut batch = sled::Batch::default();
         for tp in &dirty {
@@ -208,7 +215,8 @@ pub(crate) fn recover(
             partitions.insert(tp.clone(), s);
             report.partitions_repaired += 1;
         }
-        tree.apply_batch(batch).map_err(store_err("write summaries"))?;
+        tree.apply_batch(batch)
+            .map_err(store_err("write summaries"))?;
     }
     check_no_dangling_index(tree, &partitions, next_lsn)?;
     syncer.sync(db).map_err(|e| Error::Io {
@@ -235,7 +243,10 @@ fn check_format(
     tree: &sled::Tree,
     syncer: &mut DurableSync,
 ) -> Result<bool> {
-    match tree.get(keys::META_FORMAT).map_err(store_err("read format"))? {
+    match tree
+        .get(keys::META_FORMAT)
+        .map_err(store_err("read format"))?
+    {
         Some(v) => {
             let found = meta::decode_format(&v).map_err(meta_err)?;
             if found != meta::FORMAT_VERSION {
@@ -268,7 +279,9 @@ fn check_format(
     }
 }
 
-pub(crate) fn load_summaries(tree: &sled::Tree) -> Result<BTreeMap<TopicPartition, PartitionSummary>> {
+pub(crate) fn load_summaries(
+    tree: &sled::Tree,
+) -> Result<BTreeMap<TopicPartition, PartitionSummary>> {
     let mut out = BTreeMap::new();
     for item in tree.scan_prefix([keys::PREFIX_PARTITION]) {
         let (k, v) = item.map_err(store_err("scan partitions"))?;
@@ -302,10 +315,14 @@ fn expected_after_checkpoint(tree: &sled::Tree, checkpoint: u64) -> Result<u64> 
         ))
     };
     let Some((k, v)) = prev else {
-        return bad(format!("checkpoint {checkpoint} but no frame at or before it"));
+        return bad(format!(
+            "checkpoint {checkpoint} but no frame at or before it"
+        ));
     };
     let Ok(lsn) = keys::parse_wal_key(&k) else {
-        return bad(format!("checkpoint {checkpoint} but no frame at or before it"));
+        return bad(format!(
+            "checkpoint {checkpoint} but no frame at or before it"
+        ));
     };
     let f = frame::decode(lsn, &v).map_err(|k| corrupt(lsn, k))?;
     if f.flags & FLAG_MORE != 0 {

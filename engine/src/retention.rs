@@ -41,7 +41,8 @@ impl Engine {
             let mut new_first = None;
             for item in self.tree.scan_prefix(keys::index_prefix(tp)) {
                 let (k, v) = item.map_err(store_err("scan index"))?;
-                let (_, e) = IndexEntry::decode(&k, &v).map_err(|kind| index_corruption(&k, kind))?;
+                let (_, e) =
+                    IndexEntry::decode(&k, &v).map_err(|kind| index_corruption(&k, kind))?;
                 if e.last_offset >= offset {
                     new_first = Some(e.first_offset);
                     break;
@@ -98,7 +99,8 @@ impl Engine {
         let Ok(l) = keys::parse_wal_key(&k) else {
             return Ok(None);
         };
-        let f = frame::decode(l, &v).map_err(|kind| Error::corruption(Location::Wal { lsn: l }, kind))?;
+        let f = frame::decode(l, &v)
+            .map_err(|kind| Error::corruption(Location::Wal { lsn: l }, kind))?;
         if f.kind != FrameKind::Tombstone {
             return Ok(None);
         }

@@ -91,12 +91,7 @@ pub fn verify_store(cfg: &EngineConfig) -> Result<VerifyReport> {
         });
     }
     let _lock = DirLock::acquire(&cfg.path)?;
-    let db = sled::Config::new()
-        .path(cfg.sled_path())
-        .cache_capacity(cfg.cache_capacity_bytes)
-        .flush_every_ms(None)
-        .open()
-        .map_err(store_err("open sled"))?;
+    let db = cfg.sled_config().open().map_err(store_err("open sled"))?;
     let tree = db.open_tree("cairn").map_err(store_err("open tree"))?;
     verify_tree(&tree)
 }
@@ -109,7 +104,7 @@ struct PartitionTotals {
     payload_bytes: u64,
 }
 
-fn verify_tree(tree: &sled::Tree) -> Result<VerifyReport> {
+pub(crate) fn verify_tree(tree: &sled::Tree) -> Result<VerifyReport> {
     let mut r = VerifyReport::default();
     verify_meta(tree, &mut r)?;
     let mut entries = verify_log(tree, &mut r)?;
@@ -127,7 +122,10 @@ fn verify_tree(tree: &sled::Tree) -> Result<VerifyReport> {
 }
 
 fn verify_meta(tree: &sled::Tree, r: &mut VerifyReport) -> Result<()> {
-    match tree.get(keys::META_FORMAT).map_err(store_err("read format"))? {
+    match tree
+        .get(keys::META_FORMAT)
+        .map_err(store_err("read format"))?
+    {
         None => r.add(
             Location::Meta { key: "format" },
             CorruptionKind::BadMeta {
@@ -139,13 +137,19 @@ fn verify_meta(tree: &sled::Tree, r: &mut VerifyReport) -> Result<()> {
             Ok(found) if found != meta::FORMAT_VERSION => r.add(
                 Location::Meta { key: "format" },
                 CorruptionKind::BadMeta {
-                    detail: format!("format version {found}, this build reads {}", meta::FORMAT_VERSION),
+                    detail: format!(
+                        "format version {found}, this build reads {}",
+                        meta::FORMAT_VERSION
+                    ),
                 },
             ),
             Ok(_) => {}
         },
     }
-    match tree.get(keys::META_CHECKPOINT).map_err(store_err("read checkpoint"))? {
+    match tree
+        .get(keys::META_CHECKPOINT)
+        .map_err(store_err("read checkpoint"))?
+    {
         None => r.add(
             Location::Meta { key: "checkpoint" },
             CorruptionKind::BadMeta {
@@ -173,7 +177,12 @@ fn verify_meta(tree: &sled::Tree, r: &mut VerifyReport) -> Result<()> {
         let (k, _) = item.map_err(store_err("scan keys"))?;
         if !matches!(
             k.first(),
-            Some(&keys::PREFIX_META | &keys::PREFIX_WAL | &keys::PREFIX_INDEX | &keys::PREFIX_PARTITION)
+            Some(
+                &keys::PREFIX_META
+                    | &keys::PREFIX_WAL
+                    | &keys::PREFIX_INDEX
+                    | &keys::PREFIX_PARTITION
+            )
         ) {
             r.add(
                 Location::Key { key_hex: hex(&k) },
@@ -205,7 +214,13 @@ fn verify_log(tree: &sled::Tree, r: &mut VerifyReport) -> Result<Entries> {
         let at = Location::Wal { lsn };
         r.frames += 1;
         if lsn != expected {
-            r.add(at.clone(), CorruptionKind::LsnGap { expected, found: lsn });
+            r.add(
+                at.clone(),
+                CorruptionKind::LsnGap {
+                    expected,
+                    found: lsn,
+                },
+            );
             asm.reset();
         }
         expected = lsn.saturating_add(1);

@@ -8,7 +8,10 @@ use cairn_engine::index::IndexEntry;
 use cairn_engine::offsets::PartitionSummary;
 use cairn_engine::{Header, Record, TimestampType, TopicPartition};
 
-const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/frame_v1_lsn1.bin");
+const FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/frame_v1_lsn1.bin"
+);
 
 fn known() -> (TopicPartition, Vec<Record>) {
     let tp = TopicPartition::new("orders", 2);
@@ -72,7 +75,10 @@ fn header_fields_at_documented_offsets() {
     h.update(&1u64.to_le_bytes());
     h.update(&golden[0..12]);
     h.update(&golden[16..]);
-    assert_eq!(u32::from_le_bytes(golden[12..16].try_into().unwrap()), h.finalize());
+    assert_eq!(
+        u32::from_le_bytes(golden[12..16].try_into().unwrap()),
+        h.finalize()
+    );
     // Body starts with the topic as a varint length and bytes.
     assert_eq!(golden[16], 6);
     assert_eq!(&golden[17..23], b"orders");
@@ -105,8 +111,14 @@ fn small_values_are_pinned() {
     let (k, v) = s.encode(&tp);
     assert_eq!(k, b"P\x01t\x00\x00\x00\x01");
     assert_eq!(v.len(), 44);
-    assert_eq!(cairn_engine::keys::wal_key(258), *b"W\x00\x00\x00\x00\x00\x00\x01\x02");
-    assert_eq!(cairn_engine::meta::encode_format(1)[..8], *b"CRNM\x01\x00\x00\x00");
+    assert_eq!(
+        cairn_engine::keys::wal_key(258),
+        *b"W\x00\x00\x00\x00\x00\x00\x01\x02"
+    );
+    assert_eq!(
+        cairn_engine::meta::encode_format(1)[..8],
+        *b"CRNM\x01\x00\x00\x00"
+    );
 }
 
 #[test]

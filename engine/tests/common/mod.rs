@@ -43,9 +43,37 @@ pub fn record(tp: &TopicPartition, offset: i64, value_len: usize) -> Record {
     }
 }
 
-pub fn batch(tp: &TopicPartition, offsets: impl IntoIterator<Item = i64>, value_len: usize) -> RecordBatch {
+pub fn batch(
+    tp: &TopicPartition,
+    offsets: impl IntoIterator<Item = i64>,
+    value_len: usize,
+) -> RecordBatch {
     RecordBatch {
         tp: tp.clone(),
-        records: offsets.into_iter().map(|o| record(tp, o, value_len)).collect(),
+        records: offsets
+            .into_iter()
+            .map(|o| record(tp, o, value_len))
+            .collect(),
     }
+}
+
+/// Open the store's sled tree directly, bypassing the engine, to damage it.
+/// The engine must be closed or dropped first.
+pub fn with_raw_tree<T>(dir: &std::path::Path, f: impl FnOnce(&sled::Tree) -> T) -> T {
+    let db = cairn_engine::EngineConfig::new(dir)
+        .sled_config()
+        .open()
+        .expect("open sled directly");
+    let tree = db.open_tree("cairn").unwrap();
+    let out = f(&tree);
+    db.flush().unwrap();
+    out
+}
+
+pub fn wal_key(lsn: u64) -> [u8; 9] {
+    cairn_engine::keys::wal_key(lsn)
+}
+
+pub fn read_all(engine: &cairn_engine::Engine, tp: &TopicPartition) -> Vec<Record> {
+    engine.read(tp, 0).unwrap().map(|r| r.unwrap()).collect()
 }

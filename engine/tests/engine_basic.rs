@@ -1,0 +1,215 @@
+//! The engine's public behaviour: append, durable offsets, reads, dedup,
+//! bad input, locking, reopen, time lookup, retention.
+
+mod common;
+
+use cairn_engine::{
+    Engine, EngineConfig, Error, InvalidInput, Record, RecordBatch, TopicPartition,
+};
+use common::{batch, read_all, record};
+
+fn open(dir: &std::path::Path) -> Engine {
+    Engine::open(EngineConfig::new(dir)).unwrap()
+}
+
+#[test]
+fn append_read_and_durable_offsets() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = open(dir.path());
+    let tp = TopicPartition::new("t", 0);
+    let d = e.append(&[batch(&tp, 0..10, 50)]).unwrap();
+    assert_eq!(d.get(&tp), Some(10));
+    assert_eq!(d.appended_records, 10);
+    assert_eq!(e.durable_offset(&tp), Some(10));
+    let got = read_all(&e, &tp);
+    assert_eq!(got, batch(&tp, 0..10, 50).records);
+    let from5: Vec<i64> = e.read(&tp, 5).unwrap().map(|r| r.unwrap().offset).collect();
+    assert_eq!(from5, (5..10).collect::<Vec<_>>());
+    assert_eq!(e.read(&tp, 10).unwrap().count(), 0);
+    assert_eq!(
+        e.read(&TopicPartition::new("none", 0), 0).unwrap().count(),
+        0
+    );
+    let p = &e.partitions()[0];
+    assert_eq!((p.first_offset, p.next_offset, p.record_count), (0, 10, 10));
+    assert!(e.verify().unwrap().is_clean());
+    e.close().unwrap();
+}
+
+#[test]
+fn duplicates_are_dropped_and_gaps_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = open(dir.path());
+    let tp = TopicPartition::new("t", 1);
+    e.append(&[batch(&tp, [0, 1, 5, 9], 10)]).unwrap();
+    let d = e.append(&[batch(&tp, [1, 5, 9, 10, 12], 10)]).unwrap();
+    assert_eq!((d.appended_records, d.duplicate_records), (2, 3));
+    assert_eq!(d.get(&tp), Some(13));
+    let offs: Vec<i64> = read_all(&e, &tp).iter().map(|r| r.offset).collect();
+    assert_eq!(offs, vec![0, 1, 5, 9, 10, 12]);
+    let d = e.append(&[batch(&tp, [3, 4], 10)]).unwrap();
+    assert_eq!((d.appended_records, d.duplicate_records), (0, 2));
+    assert_eq!(e.stats().records_duplicate, 5);
+}
+
+#[test]
+fn bad_input_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = EngineConfig::new(dir.path()).record_bytes_max(100);
+    let e = Engine::open(cfg).unwrap();
+    let tp = TopicPartition::new("t", 0);
+    let good = batch(&tp, 0..3, 10);
+    type Case = (RecordBatch, fn(&InvalidInput) -> bool);
+    let cases: Vec<Case> = vec![
+        (batch(&tp, [1], 101), |e| {
+            matches!(e, InvalidInput::RecordTooLarge { .. })
+        }),
+        (batch(&TopicPartition::new("bad topic", 0), [0], 1), |e| {
+            matches!(e, InvalidInput::Topic { .. })
+        }),
+        (batch(&TopicPartition::new("t", -1), [0], 1), |e| {
+            matches!(e, InvalidInput::NegativePartition { .. })
+        }),
+        (batch(&tp, [-1], 1), |e| {
+            matches!(e, InvalidInput::NegativeOffset { .. })
+        }),
+        (batch(&tp, [3, 2], 1), |e| {
+            matches!(e, InvalidInput::OffsetsNotIncreasing { .. })
+        }),
+    ];
+    for (bad, is) in cases {
+        // A good batch in the same call must not be written either.
+        match e.append(&[good.clone(), bad]) {
+            Err(Error::InvalidInput(i)) => assert!(is(&i), "wrong error {i}"),
+            other => panic!("expected InvalidInput, got {other:?}"),
+        }
+    }
+    assert!(e.partitions().is_empty());
+    assert_eq!(e.stats().frames, 0);
+    assert!(Engine::open(EngineConfig::new(dir.path().join("x")).record_bytes_max(0)).is_err());
+}
+
+#[test]
+fn second_open_is_refused_with_holder() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = open(dir.path());
+    match Engine::open(EngineConfig::new(dir.path())) {
+        Err(Error::Locked { holder, .. }) => {
+            assert!(holder.contains(&std::process::id().to_string()))
+        }
+        Err(other) => panic!("expected Locked, got {other}"),
+        Ok(_) => panic!("expected Locked, got an engine"),
+    }
+    drop(e);
+    open(dir.path());
+}
+
+#[test]
+fn reopen_keeps_everything_and_clean_close_skips_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let tps: Vec<_> = (0..3).map(|p| TopicPartition::new("orders", p)).collect();
+    {
+        let e = open(dir.path());
+        for round in 0..5 {
+            let batches: Vec<_> = tps
+                .iter()
+                .map(|tp| batch(tp, round * 10..round * 10 + 10, 30))
+                .collect();
+            e.append(&batches).unwrap();
+        }
+        e.close().unwrap();
+    }
+    let e = open(dir.path());
+    assert_eq!(
+        e.recovery_report().frames_checked,
+        0,
+        "clean close leaves no tail"
+    );
+    for tp in &tps {
+        assert_eq!(e.durable_offset(tp), Some(50));
+        assert_eq!(read_all(&e, tp), batch(tp, 0..50, 30).records);
+    }
+    drop(e); // no close: like a crash
+    let e = open(dir.path());
+    assert_eq!(e.durable_offset(&tps[2]), Some(50));
+    assert!(e.verify().unwrap().is_clean());
+}
+
+#[test]
+fn large_records_are_chunked_and_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = EngineConfig::new(dir.path()).frame_body_bytes_max(4096);
+    let tp = TopicPartition::new("big", 0);
+    let big = Record::with_value(
+        7,
+        (0..300_000u32).map(|i| (i % 251) as u8).collect::<Vec<_>>(),
+    );
+    {
+        let e = Engine::open(cfg.clone()).unwrap();
+        e.append(&[RecordBatch {
+            tp: tp.clone(),
+            records: vec![record(&tp, 1, 10), big.clone(), record(&tp, 9, 10)],
+        }])
+        .unwrap();
+        assert!(e.stats().frames > 70, "300 KB in 4 KiB frames");
+    }
+    let e = Engine::open(cfg).unwrap();
+    let got = read_all(&e, &tp);
+    assert_eq!(got[1], big);
+    assert_eq!(got.len(), 3);
+    assert!(e.verify().unwrap().is_clean());
+}
+
+#[test]
+fn offset_for_time_finds_earliest_at_or_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = open(dir.path());
+    let tp = TopicPartition::new("t", 0);
+    // record() stamps offset o with 1_700_000_000_000 + 10 * o.
+    for chunk in 0..5 {
+        e.append(&[batch(&tp, chunk * 20..chunk * 20 + 20, 10)])
+            .unwrap();
+    }
+    let base = 1_700_000_000_000;
+    assert_eq!(e.offset_for_time(&tp, base).unwrap(), Some(0));
+    assert_eq!(e.offset_for_time(&tp, base + 255).unwrap(), Some(26));
+    assert_eq!(e.offset_for_time(&tp, base + 990).unwrap(), Some(99));
+    assert_eq!(e.offset_for_time(&tp, base + 991).unwrap(), None);
+}
+
+#[test]
+fn truncate_before_deletes_whole_entries_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let tp = TopicPartition::new("t", 0);
+    let other = TopicPartition::new("t", 1);
+    {
+        let e = open(dir.path());
+        for i in 0..6 {
+            e.append(&[batch(&tp, i * 10..i * 10 + 10, 10), batch(&other, [i], 5)])
+                .unwrap();
+        }
+        let r = e.truncate_before(&tp, 25).unwrap();
+        assert_eq!((r.entries_deleted, r.records_deleted), (2, 20));
+        assert_eq!(read_all(&e, &tp).first().unwrap().offset, 20);
+        let r = e.truncate_before(&tp, 1000).unwrap();
+        assert_eq!(r.entries_deleted, 4);
+        assert_eq!(
+            e.durable_offset(&tp),
+            Some(60),
+            "next offset never moves back"
+        );
+        assert!(read_all(&e, &tp).is_empty());
+        assert_eq!(read_all(&e, &other).len(), 6);
+        let v = e.verify().unwrap();
+        assert!(v.is_clean(), "{:?}", v.problems);
+        assert!(v.tombstones >= 1);
+        // Appends continue past the old next offset only.
+        let d = e.append(&[batch(&tp, [59, 60], 10)]).unwrap();
+        assert_eq!((d.appended_records, d.duplicate_records), (1, 1));
+    }
+    let e = open(dir.path());
+    assert_eq!(e.durable_offset(&tp), Some(61));
+    let p = e.partitions().into_iter().find(|p| p.tp == tp).unwrap();
+    assert_eq!((p.first_offset, p.record_count), (60, 1));
+    assert!(e.verify().unwrap().is_clean());
+}

@@ -1,0 +1,108 @@
+//! Proves the engine fdatasyncs sled's data file before an append returns.
+//!
+//! The test re-runs itself under `strace -f -y` as a child that performs
+//! appends between marker writes, then checks that between every
+//! `APPEND_START i` and `APPEND_END i` there is an `fdatasync` on `sled/db`.
+//! sled's own flush only calls `sync_file_range`, which is not durable.
+
+mod common;
+
+use std::process::Command;
+
+use cairn_engine::{Engine, EngineConfig, TopicPartition};
+
+const CHILD_ENV: &str = "CAIRN_STRACE_CHILD_DIR";
+const APPENDS: usize = 5;
+
+#[test]
+fn strace_child() {
+    let Ok(dir) = std::env::var(CHILD_ENV) else {
+        return; // only does work when run as the child
+    };
+    let e = Engine::open(EngineConfig::new(&dir)).unwrap();
+    let tp = TopicPartition::new("s", 0);
+    for i in 0..APPENDS {
+        mark(&format!("APPEND_START {i}\n"));
+        e.append(&[common::batch(&tp, [i as i64], 100)]).unwrap();
+        mark(&format!("APPEND_END {i}\n"));
+    }
+}
+
+#[test]
+fn every_append_fdatasyncs_the_data_file() {
+    if Command::new("strace").arg("-V").output().is_err() {
+        assert!(
+            std::env::var("CI").is_err(),
+            "strace is required in CI (.ci/run installs it)"
+        );
+        eprintln!("SKIPPED: strace not installed (apt-get install strace)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("trace.txt");
+    let data = dir.path().join("data");
+    let status = Command::new("strace")
+        .args([
+            "-f",
+            "-y",
+            "-e",
+            "trace=fdatasync,fsync,sync_file_range,write",
+            "-o",
+        ])
+        .arg(&trace)
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", "strace_child", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, &data)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let mut inside: Option<usize> = None;
+    let mut synced = false;
+    let mut seen = 0;
+    let mut sync_file_range = 0;
+    for line in text.lines() {
+        if let Some(i) = marker(line, "APPEND_START") {
+            inside = Some(i);
+            synced = false;
+        } else if let Some(i) = marker(line, "APPEND_END") {
+            assert_eq!(inside, Some(i));
+            assert!(
+                synced,
+                "append {i} returned without an fdatasync of sled/db:\n{text}"
+            );
+            inside = None;
+            seen += 1;
+        } else if inside.is_some()
+            && line.contains("fdatasync(")
+            && line.contains("/sled/db>")
+            && line.ends_with("= 0")
+        {
+            synced = true;
+        }
+        if line.contains("sync_file_range(") {
+            sync_file_range += 1;
+        }
+    }
+    assert_eq!(seen, APPENDS, "markers missing:\n{text}");
+    eprintln!("{APPENDS} appends, each with fdatasync on sled/db; sled's own sync_file_range calls: {sync_file_range}");
+}
+
+/// One write(2) syscall per marker (stderr is unbuffered, and formatting
+/// would split it into several).
+fn mark(s: &str) {
+    use std::io::Write;
+    std::io::stderr().write_all(s.as_bytes()).unwrap();
+}
+
+fn marker(line: &str, tag: &str) -> Option<usize> {
+    if !line.contains("write(2") {
+        return None;
+    }
+    let at = line.find(tag)?;
+    let rest = &line[at + tag.len() + 1..];
+    rest.split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}

@@ -1,0 +1,108 @@
+//! A torn last entry is truncated under TolerateTail and refused under Strict.
+
+mod common;
+
+use cairn_engine::{
+    CorruptionKind, Engine, EngineConfig, Error, Location, RecoveryMode, TopicPartition,
+};
+use common::{batch, read_all, wal_key, with_raw_tree};
+
+fn crashed_store(
+    frame_body_bytes_max: usize,
+    value_len: usize,
+) -> (tempfile::TempDir, TopicPartition, u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let tp = TopicPartition::new("torn", 0);
+    let e = Engine::open(EngineConfig::new(dir.path()).frame_body_bytes_max(frame_body_bytes_max))
+        .unwrap();
+    e.append(&[batch(&tp, 0..10, 20)]).unwrap();
+    e.append(&[batch(&tp, 10..20, value_len)]).unwrap();
+    let last = e.stats().next_lsn - 1;
+    drop(e); // crash: no close, so the whole log is tail
+    (dir, tp, last)
+}
+
+fn opens(dir: &std::path::Path, mode: RecoveryMode) -> Result<Engine, Error> {
+    Engine::open(
+        EngineConfig::new(dir)
+            .frame_body_bytes_max(1024)
+            .recovery_mode(mode),
+    )
+}
+
+#[test]
+fn torn_last_frame_truncated_or_refused() {
+    let (dir, tp, last) = crashed_store(64 << 10, 20);
+    assert_eq!(last, 2);
+    with_raw_tree(dir.path(), |t| {
+        let v = t.get(wal_key(2)).unwrap().unwrap();
+        t.insert(wal_key(2), &v[..v.len() / 2]).unwrap();
+    });
+    match opens(dir.path(), RecoveryMode::Strict) {
+        Err(Error::Corruption {
+            location: Location::Wal { lsn: 2 },
+            kind: CorruptionKind::Truncated { .. },
+        }) => {}
+        Err(other) => panic!("strict must refuse at lsn 2, got {other}"),
+        Ok(_) => panic!("strict must refuse at lsn 2"),
+    }
+    let e = opens(dir.path(), RecoveryMode::TolerateTail).unwrap();
+    let t = e
+        .recovery_report()
+        .truncated
+        .clone()
+        .expect("tail truncated");
+    assert_eq!((t.first_lsn, t.frames), (2, 1));
+    assert_eq!(
+        e.durable_offset(&tp),
+        Some(10),
+        "offset rolled back to the intact entry"
+    );
+    assert_eq!(read_all(&e, &tp).len(), 10);
+    let v = e.verify().unwrap();
+    assert!(v.is_clean(), "{:?}", v.problems);
+    // Kafka redelivers 10..20; they are written again, exactly once.
+    let d = e.append(&[batch(&tp, 10..20, 20)]).unwrap();
+    assert_eq!((d.appended_records, d.get(&tp)), (10, Some(20)));
+    assert_eq!(read_all(&e, &tp), batch(&tp, 0..20, 20).records);
+}
+
+#[test]
+fn entry_cut_off_between_chunks_is_torn() {
+    // The second entry spans several 1 KiB frames; drop its last one.
+    let (dir, tp, last) = crashed_store(1024, 600);
+    assert!(last >= 4, "entry is chunked");
+    with_raw_tree(dir.path(), |t| t.remove(wal_key(last)).unwrap());
+    match opens(dir.path(), RecoveryMode::Strict) {
+        Err(Error::Corruption {
+            kind: CorruptionKind::BadChunkSequence { .. },
+            ..
+        }) => {}
+        Err(other) => panic!("strict must refuse, got {other}"),
+        Ok(_) => panic!("strict must refuse"),
+    }
+    let e = opens(dir.path(), RecoveryMode::TolerateTail).unwrap();
+    let t = e.recovery_report().truncated.clone().unwrap();
+    assert_eq!(t.first_lsn, 2);
+    assert_eq!(t.frames, last - 2);
+    assert_eq!(e.durable_offset(&tp), Some(10));
+    assert!(e.verify().unwrap().is_clean());
+}
+
+#[test]
+fn bit_flip_in_last_frame_is_corruption_not_torn() {
+    let (dir, _, _) = crashed_store(64 << 10, 20);
+    with_raw_tree(dir.path(), |t| {
+        let mut v = t.get(wal_key(2)).unwrap().unwrap().to_vec();
+        v[25] ^= 4;
+        t.insert(wal_key(2), v).unwrap();
+    });
+    match opens(dir.path(), RecoveryMode::TolerateTail) {
+        Err(Error::Corruption {
+            location: Location::Wal { lsn: 2 },
+            kind: CorruptionKind::Checksum { .. },
+        }) => {}
+        Err(other) => panic!("a complete frame with a bad CRC is corruption, got {other}"),
+        Ok(_) => panic!("a complete frame with a bad CRC is corruption"),
+    }
+}
