@@ -1,0 +1,108 @@
+//! Engine figures with their baselines, measured in the same run:
+//! append+fsync p50 for 1 and 1000 records of 100 B against raw sled
+//! `insert(one value)` + `flush` (not durable) and + `fdatasync` (durable),
+//! records/s at 1000-record batches, and open time of 1M vs 1k records.
+//!
+//! `cargo run --release -p cairn-bench --bin engine-figures [-- iterations]`
+
+use std::time::{Duration, Instant};
+
+use cairn_engine::{Engine, EngineConfig, Record, RecordBatch, TopicPartition};
+use hdrhistogram::Histogram;
+
+fn records(tp: &TopicPartition, start: i64, n: usize) -> RecordBatch {
+    RecordBatch {
+        tp: tp.clone(),
+        records: (0..n as i64).map(|i| Record::with_value(start + i, vec![b'x'; 100])).collect(),
+    }
+}
+
+fn us(d: Duration) -> u64 {
+    d.as_micros() as u64
+}
+
+fn engine_p50(batch: usize, iters: usize) -> (Histogram<u64>, Duration) {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let tp = TopicPartition::new("b", 0);
+    let mut h = Histogram::<u64>::new(3).unwrap();
+    let t0 = Instant::now();
+    for i in 0..iters {
+        let b = records(&tp, (i * batch) as i64, batch);
+        let t = Instant::now();
+        e.append(&[b]).unwrap();
+        h.record(us(t.elapsed()).max(1)).unwrap();
+    }
+    (h, t0.elapsed())
+}
+
+fn sled_p50(batch: usize, iters: usize, fdatasync: bool) -> (Histogram<u64>, Duration) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sled::Config::new().path(dir.path()).flush_every_ms(None).cache_capacity(64 << 20).open().unwrap();
+    let f = std::fs::File::open(dir.path().join("db")).unwrap();
+    let value = vec![b'x'; batch * 100];
+    let mut h = Histogram::<u64>::new(3).unwrap();
+    let t0 = Instant::now();
+    for i in 0..iters as u64 {
+        let t = Instant::now();
+        db.insert(i.to_be_bytes(), value.as_slice()).unwrap();
+        db.flush().unwrap();
+        if fdatasync {
+            f.sync_data().unwrap();
+        }
+        h.record(us(t.elapsed()).max(1)).unwrap();
+    }
+    (h, t0.elapsed())
+}
+
+fn open_time(n_records: usize, clean: bool) -> (Duration, u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let tps: Vec<_> = (0..4).map(|p| TopicPartition::new("o", p)).collect();
+    {
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        let per = n_records / tps.len();
+        let mut o = 0;
+        while o < per {
+            let n = 1000.min(per - o);
+            let batches: Vec<_> = tps.iter().map(|tp| records(tp, o as i64, n)).collect();
+            e.append(&batches).unwrap();
+            o += n;
+        }
+        if clean {
+            e.close().unwrap();
+        }
+    }
+    let t = Instant::now();
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let d = t.elapsed();
+    (d, e.recovery_report().frames_checked)
+}
+
+fn main() {
+    let iters: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(500);
+    println!("iterations per case: {iters}; 100-byte records; all in one run");
+    for batch in [1usize, 1000] {
+        let (e, et) = engine_p50(batch, iters);
+        let (s, st) = sled_p50(batch, iters, false);
+        let (sd, sdt) = sled_p50(batch, iters, true);
+        let rps = |d: Duration| (iters * batch) as f64 / d.as_secs_f64();
+        println!(
+            "batch {batch:>4}: engine append+fsync p50 {} us p99 {} us | raw sled insert+flush p50 {} us | raw sled insert+flush+fdatasync p50 {} us",
+            e.value_at_quantile(0.5), e.value_at_quantile(0.99), s.value_at_quantile(0.5), sd.value_at_quantile(0.5)
+        );
+        println!(
+            "            ratio engine/sled-flush {:.2}x, engine/sled-flush+fdatasync {:.2}x; records/s engine {:.0}, sled {:.0}, sled+fdatasync {:.0} ({:.0}% / {:.0}%)",
+            e.value_at_quantile(0.5) as f64 / s.value_at_quantile(0.5) as f64,
+            e.value_at_quantile(0.5) as f64 / sd.value_at_quantile(0.5) as f64,
+            rps(et), rps(st), rps(sdt), 100.0 * rps(et) / rps(st), 100.0 * rps(et) / rps(sdt)
+        );
+    }
+    for (n, clean) in [(1_000, true), (1_000_000, true), (1_000, false), (1_000_000, false)] {
+        let (d, frames) = open_time(n, clean);
+        println!(
+            "open after {} of {n:>9} records: {:>8.2} ms, frames checked {frames}",
+            if clean { "clean close" } else { "crash      " },
+            d.as_secs_f64() * 1e3
+        );
+    }
+}

@@ -1,0 +1,122 @@
+//! `cairn export`: stream archived records out, losslessly.
+//!
+//! jsonl: one object per record, `{"topic","partition","offset","timestamp",
+//! "timestamp_type","key","value","headers"}`; key and value are standard
+//! padded base64 or null; headers are `[name, base64-or-null]` pairs.
+//! raw: the values, newline-delimited, like `kcat -C`.
+
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+use cairn_engine::{Record, TimestampType, TopicPartition};
+use serde::Serialize;
+
+use crate::error::{ConnectorError, Result};
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum Format {
+    Jsonl,
+    Raw,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ExportArgs {
+    #[command(flatten)]
+    pub data: super::DataArg,
+    /// Only this topic.
+    #[arg(long)]
+    pub topic: Option<String>,
+    /// Only this partition.
+    #[arg(long)]
+    pub partition: Option<i32>,
+    /// First offset to export (inclusive).
+    #[arg(long, default_value_t = 0)]
+    pub from: i64,
+    /// Stop before this offset (exclusive).
+    #[arg(long)]
+    pub to: Option<i64>,
+    #[arg(long, value_enum, default_value_t = Format::Jsonl)]
+    pub format: Format,
+    /// Write here instead of stdout.
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+}
+
+#[derive(Serialize)]
+struct Line<'a> {
+    topic: &'a str,
+    partition: i32,
+    offset: i64,
+    timestamp: i64,
+    timestamp_type: &'static str,
+    key: Option<String>,
+    value: Option<String>,
+    headers: Vec<(&'a str, Option<String>)>,
+}
+
+fn b64(v: &Option<Vec<u8>>) -> Option<String> {
+    v.as_ref().map(|b| STANDARD.encode(b))
+}
+
+fn line<'a>(tp: &'a TopicPartition, r: &'a Record) -> Line<'a> {
+    Line {
+        topic: &tp.topic,
+        partition: tp.partition,
+        offset: r.offset,
+        timestamp: r.timestamp_ms,
+        timestamp_type: match r.timestamp_type {
+            TimestampType::NotAvailable => "none",
+            TimestampType::CreateTime => "create",
+            TimestampType::LogAppendTime => "log-append",
+        },
+        key: b64(&r.key),
+        value: b64(&r.value),
+        headers: r.headers.iter().map(|h| (h.name.as_str(), b64(&h.value))).collect(),
+    }
+}
+
+pub async fn run(args: ExportArgs) -> Result<ExitCode> {
+    let engine = super::open_archive(&args.data.data)?;
+    let io_err = |path: PathBuf| move |source| ConnectorError::Io { path, source };
+    let sink: Box<dyn Write> = match &args.output {
+        Some(p) => Box::new(std::fs::File::create(p).map_err(io_err(p.clone()))?),
+        None => Box::new(std::io::stdout().lock()),
+    };
+    let out_path = args.output.clone().unwrap_or_else(|| PathBuf::from("<stdout>"));
+    let mut out = BufWriter::with_capacity(1 << 20, sink);
+    let mut count = 0u64;
+    for p in engine.partitions() {
+        if args.topic.as_ref().is_some_and(|t| *t != p.tp.topic) || args.partition.is_some_and(|n| n != p.tp.partition) {
+            continue;
+        }
+        for r in engine.read(&p.tp, args.from)? {
+            let r = r?;
+            if args.to.is_some_and(|to| r.offset >= to) {
+                break;
+            }
+            let res = match args.format {
+                Format::Jsonl => serde_json::to_writer(&mut out, &line(&p.tp, &r))
+                    .map_err(std::io::Error::other)
+                    .and_then(|_| out.write_all(b"\n")),
+                Format::Raw => out
+                    .write_all(r.value.as_deref().unwrap_or_default())
+                    .and_then(|_| out.write_all(b"\n")),
+            };
+            match res {
+                Ok(()) => count += 1,
+                // A closed pipe (`| head`) ends the export quietly.
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),
+                Err(e) => return Err(io_err(out_path)(e)),
+            }
+        }
+    }
+    match out.flush() {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => return Err(io_err(out_path)(e)),
+        _ => {}
+    }
+    tracing::info!(records = count, "export done");
+    Ok(ExitCode::SUCCESS)
+}

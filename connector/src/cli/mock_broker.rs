@@ -1,0 +1,50 @@
+//! `cairn mock-broker`: librdkafka's in-process mock cluster, for users
+//! without Kafka, and for the tests and benches.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use rdkafka::mocking::MockCluster;
+
+use crate::error::{ConnectorError, Result};
+
+#[derive(Debug, clap::Args)]
+pub struct MockBrokerArgs {
+    /// Number of brokers.
+    #[arg(long, default_value_t = 1)]
+    pub brokers: i32,
+    /// Topic to create, as name:partitions (repeatable).
+    #[arg(long = "topic", value_parser = parse_topic)]
+    pub topics: Vec<(String, i32)>,
+}
+
+fn parse_topic(s: &str) -> std::result::Result<(String, i32), String> {
+    let (name, n) = s.split_once(':').ok_or_else(|| format!("{s:?}: expected name:partitions"))?;
+    cairn_engine::validate_topic(name).map_err(|e| e.to_string())?;
+    let n: i32 = n.parse().map_err(|_| format!("{s:?}: partitions must be a number"))?;
+    if !(1..=10_000).contains(&n) {
+        return Err(format!("{s:?}: partitions must be 1..=10000"));
+    }
+    Ok((name.to_owned(), n))
+}
+
+pub async fn run(args: MockBrokerArgs) -> Result<ExitCode> {
+    if !(1..=16).contains(&args.brokers) {
+        return Err(ConnectorError::Config(format!("--brokers {}: must be 1..=16", args.brokers)));
+    }
+    let cluster = MockCluster::new(args.brokers).map_err(ConnectorError::kafka("start mock cluster"))?;
+    for (name, partitions) in &args.topics {
+        cluster
+            .create_topic(name, *partitions, 1)
+            .map_err(ConnectorError::kafka("create topic"))?;
+    }
+    // The first stdout line is the contract: tests and scripts read it.
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "bootstrap.servers={}", cluster.bootstrap_servers()).ok();
+    out.flush().ok();
+    drop(out);
+    tracing::info!(brokers = args.brokers, topics = ?args.topics, "mock cluster up; SIGINT or SIGTERM stops it");
+    super::run::wait_for_signal().await;
+    drop(cluster);
+    Ok(ExitCode::SUCCESS)
+}

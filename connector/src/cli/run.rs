@@ -1,0 +1,149 @@
+//! `cairn run`: the archive process.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use cairn_engine::{Engine, EngineConfig};
+
+use crate::config::{parse_kv, CommitPolicy, FileConfig, OnOffsetOutOfRange, OnOversize, RunConfig};
+use crate::consumer::{run_pipeline, PipelineOptions};
+use crate::error::{ConnectorError, Result};
+use crate::task::ArchiveSink;
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Kafka bootstrap servers, host:port[,host:port].
+    #[arg(long, short = 'b')]
+    pub brokers: Option<String>,
+    /// Consumer group id.
+    #[arg(long, short = 'g')]
+    pub group: Option<String>,
+    /// Topics to archive, comma-separated.
+    #[arg(long, short = 't', value_delimiter = ',')]
+    pub topics: Vec<String>,
+    /// The archive's data directory (created if missing).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// every-put: commit after each put's fsync; interval:<ms>: commit durable offsets periodically.
+    #[arg(long)]
+    pub commit: Option<CommitPolicy>,
+    /// Most records in one put.
+    #[arg(long)]
+    pub batch_records_max: Option<usize>,
+    /// Most payload bytes held between poll and put (the backpressure bound).
+    #[arg(long)]
+    pub batch_bytes_max: Option<usize>,
+    /// Longest a polled record waits before its put.
+    #[arg(long)]
+    pub linger_ms: Option<u64>,
+    /// Largest record accepted (key + value + headers).
+    #[arg(long)]
+    pub record_bytes_max: Option<u64>,
+    /// What to do with a record over --record-bytes-max.
+    #[arg(long, value_enum)]
+    pub on_oversize: Option<OnOversize>,
+    /// What to do when the archive's offset has aged out of Kafka's retention.
+    #[arg(long, value_enum)]
+    pub on_offset_out_of_range: Option<OnOffsetOutOfRange>,
+    /// Where to start partitions neither the archive nor Kafka has an offset for.
+    #[arg(long)]
+    pub auto_offset_reset: Option<String>,
+    /// How long to wait for the brokers before giving up.
+    #[arg(long)]
+    pub connect_timeout_ms: Option<u64>,
+    /// librdkafka property, as with kcat (repeatable).
+    #[arg(short = 'X', value_parser = parse_kv, value_name = "KEY=VALUE")]
+    pub kafka: Vec<(String, String)>,
+    /// TOML file with the same keys as these flags; flags win.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+}
+
+impl RunArgs {
+    pub fn into_config(self) -> Result<RunConfig> {
+        let file = match &self.config {
+            Some(p) => FileConfig::load(p)?,
+            None => FileConfig::default(),
+        };
+        let missing = |what: &str, flag: &str| ConnectorError::Config(format!("{what}: missing (use {flag} or set it in --config)"));
+        let brokers = self.brokers.or(file.brokers).ok_or_else(|| missing("brokers", "--brokers"))?;
+        let group = self.group.or(file.group).ok_or_else(|| missing("group", "--group"))?;
+        let topics = if self.topics.is_empty() { file.topics.unwrap_or_default() } else { self.topics };
+        let data = self.data.or(file.data).ok_or_else(|| missing("data", "--data"))?;
+        let mut c = RunConfig::new(brokers, group, topics, data);
+        let commit = match (self.commit, file.commit) {
+            (Some(c), _) => Some(c),
+            (None, Some(s)) => Some(s.parse().map_err(ConnectorError::Config)?),
+            (None, None) => None,
+        };
+        if let Some(v) = commit {
+            c.commit = v;
+        }
+        macro_rules! take {
+            ($field:ident) => {
+                if let Some(v) = self.$field.or(file.$field) {
+                    c.$field = v;
+                }
+            };
+        }
+        take!(batch_records_max);
+        take!(batch_bytes_max);
+        take!(linger_ms);
+        take!(record_bytes_max);
+        take!(on_oversize);
+        take!(on_offset_out_of_range);
+        take!(auto_offset_reset);
+        take!(connect_timeout_ms);
+        let mut kafka: BTreeMap<String, String> = file.kafka.unwrap_or_default();
+        kafka.extend(self.kafka);
+        c.kafka = kafka;
+        c.validate()?;
+        Ok(c)
+    }
+}
+
+pub async fn run(args: RunArgs) -> Result<ExitCode> {
+    let cfg = args.into_config()?;
+    let engine_cfg = EngineConfig::new(&cfg.data).record_bytes_max(cfg.record_bytes_max);
+    let engine = Arc::new(Engine::open(engine_cfg)?);
+    let r = engine.recovery_report();
+    tracing::info!(data = %cfg.data.display(), frames_checked = r.frames_checked, truncated = r.truncated.is_some(), "archive open");
+    let stop = Arc::new(AtomicBool::new(false));
+    let signal_stop = stop.clone();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("signal received: draining, fsyncing, committing, closing");
+        signal_stop.store(true, Ordering::Relaxed);
+    });
+    let opts = PipelineOptions {
+        stop,
+        ..Default::default()
+    };
+    let sink = Box::new(ArchiveSink::new(engine));
+    let report = tokio::task::spawn_blocking(move || run_pipeline(&cfg, sink, opts))
+        .await
+        .map_err(|e| ConnectorError::Sink(format!("pipeline thread: {e}")))??;
+    let h = &report.put_to_commit_us;
+    tracing::info!(
+        records = report.stats.records_written,
+        duplicates = report.stats.records_duplicate,
+        puts = report.stats.puts,
+        commits = report.stats.commits,
+        put_to_commit_p50_us = h.value_at_quantile(0.5),
+        put_to_commit_p99_us = h.value_at_quantile(0.99),
+        "stopped cleanly"
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// SIGINT or SIGTERM.
+pub async fn wait_for_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("install SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

@@ -1,0 +1,137 @@
+//! `cairn status`: per partition, what the archive holds, and with
+//! `--brokers` Kafka's committed offset, high watermark and lag.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+use serde::Serialize;
+
+use crate::error::{ConnectorError, Result};
+
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub data: super::DataArg,
+    /// Also ask Kafka for committed offsets and watermarks.
+    #[arg(long, requires = "group")]
+    pub brokers: Option<String>,
+    /// The consumer group whose committed offsets to show.
+    #[arg(long)]
+    pub group: Option<String>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct Row {
+    topic: String,
+    partition: i32,
+    first_offset: i64,
+    durable_next_offset: i64,
+    records: u64,
+    bytes: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kafka_committed: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    high_watermark: Option<i64>,
+    /// high watermark − committed offset
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lag: Option<i64>,
+    /// high watermark − durable next offset: what the archive has yet to store
+    #[serde(skip_serializing_if = "Option::is_none")]
+    archive_lag: Option<i64>,
+}
+
+pub async fn run(args: StatusArgs) -> Result<ExitCode> {
+    let engine = super::open_archive(&args.data.data)?;
+    let mut rows: Vec<Row> = engine
+        .partitions()
+        .into_iter()
+        .map(|p| Row {
+            topic: p.tp.topic,
+            partition: p.tp.partition,
+            first_offset: p.first_offset,
+            durable_next_offset: p.next_offset,
+            records: p.record_count,
+            bytes: p.payload_bytes,
+            kafka_committed: None,
+            high_watermark: None,
+            lag: None,
+            archive_lag: None,
+        })
+        .collect();
+    drop(engine);
+    if let (Some(brokers), Some(group)) = (&args.brokers, &args.group) {
+        kafka_view(brokers, group, &mut rows)?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&rows).expect("json"));
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<30} {:>5} {:>12} {:>12} {:>10} {:>12} {:>12} {:>12} {:>8} {:>8}",
+        "topic", "part", "first", "durable", "records", "bytes", "committed", "high", "lag", "arch-lag"
+    );
+    let opt = |v: Option<i64>| v.map_or("-".to_owned(), |v| v.to_string());
+    for r in &rows {
+        println!(
+            "{:<30} {:>5} {:>12} {:>12} {:>10} {:>12} {:>12} {:>12} {:>8} {:>8}",
+            r.topic,
+            r.partition,
+            r.first_offset,
+            r.durable_next_offset,
+            r.records,
+            r.bytes,
+            opt(r.kafka_committed),
+            opt(r.high_watermark),
+            opt(r.lag),
+            opt(r.archive_lag)
+        );
+    }
+    if rows.is_empty() {
+        println!("(archive is empty)");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn kafka_view(brokers: &str, group: &str, rows: &mut [Row]) -> Result<()> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .map_err(ConnectorError::kafka("create client"))?;
+    let timeout = Duration::from_secs(10);
+    consumer.fetch_metadata(None, timeout).map_err(|e| ConnectorError::BrokerUnreachable {
+        brokers: brokers.to_owned(),
+        waited_ms: 10_000,
+        detail: e.to_string(),
+    })?;
+    let mut tpl = TopicPartitionList::new();
+    for r in rows.iter() {
+        tpl.add_partition(&r.topic, r.partition);
+    }
+    {
+        // Drop the returned list before the consumer: otherwise the drop hangs.
+        let committed = consumer.committed_offsets(tpl, timeout).map_err(ConnectorError::kafka("committed offsets"))?;
+        for r in rows.iter_mut() {
+            if let Some(e) = committed.find_partition(&r.topic, r.partition) {
+                if let Offset::Offset(o) = e.offset() {
+                    r.kafka_committed = Some(o);
+                }
+            }
+        }
+    }
+    for r in rows.iter_mut() {
+        if let Ok((_, high)) = consumer.fetch_watermarks(&r.topic, r.partition, timeout) {
+            r.high_watermark = Some(high);
+            r.archive_lag = Some(high - r.durable_next_offset);
+            r.lag = r.kafka_committed.map(|c| high - c);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,220 @@
+//! `cairn run` configuration: flags, an optional TOML file with the same
+//! keys (flags win), and checks that name the bad setting.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::error::{ConnectorError, Result};
+
+/// When durable offsets are committed to Kafka.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitPolicy {
+    /// After every put's fsync, commit at once (synchronously).
+    EveryPut,
+    /// Commit the durable offsets every N ms.
+    Interval(Duration),
+}
+
+impl FromStr for CommitPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "every-put" {
+            return Ok(CommitPolicy::EveryPut);
+        }
+        if let Some(ms) = s.strip_prefix("interval:") {
+            let ms: u64 = ms
+                .parse()
+                .map_err(|_| format!("commit policy {s:?}: interval must be a whole number of ms"))?;
+            if ms == 0 || ms > 3_600_000 {
+                return Err(format!("commit policy {s:?}: interval must be 1..=3600000 ms"));
+            }
+            return Ok(CommitPolicy::Interval(Duration::from_millis(ms)));
+        }
+        Err(format!("commit policy {s:?}: expected every-put or interval:<ms>"))
+    }
+}
+
+/// What to do with a record over the size limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnOversize {
+    /// Stop with an error naming the record; nothing after it is committed.
+    Fail,
+    /// Log the record's coordinates, count it, and go on.
+    Skip,
+}
+
+/// What to do when the archive's resume offset has aged out of Kafka.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnOffsetOutOfRange {
+    /// Stop with an error naming the partition and the missing range.
+    Fail,
+    /// Log the gap loudly and resume from Kafka's earliest offset.
+    Earliest,
+}
+
+/// Everything `cairn run` needs.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    pub brokers: String,
+    pub group: String,
+    pub topics: Vec<String>,
+    pub data: PathBuf,
+    pub commit: CommitPolicy,
+    pub batch_records_max: usize,
+    pub batch_bytes_max: usize,
+    pub linger_ms: u64,
+    pub record_bytes_max: u64,
+    pub on_oversize: OnOversize,
+    pub on_offset_out_of_range: OnOffsetOutOfRange,
+    /// `earliest` or `latest`, for partitions neither the archive nor Kafka has an offset for.
+    pub auto_offset_reset: String,
+    /// How long to wait for the brokers before giving up.
+    pub connect_timeout_ms: u64,
+    /// librdkafka properties passed through (`-X key=value`).
+    pub kafka: BTreeMap<String, String>,
+}
+
+impl RunConfig {
+    pub fn new(brokers: impl Into<String>, group: impl Into<String>, topics: Vec<String>, data: PathBuf) -> Self {
+        RunConfig {
+            brokers: brokers.into(),
+            group: group.into(),
+            topics,
+            data,
+            commit: CommitPolicy::EveryPut,
+            batch_records_max: 10_000,
+            batch_bytes_max: 8 << 20,
+            linger_ms: 5,
+            record_bytes_max: 8 << 20,
+            on_oversize: OnOversize::Fail,
+            on_offset_out_of_range: OnOffsetOutOfRange::Fail,
+            auto_offset_reset: "earliest".into(),
+            connect_timeout_ms: 10_000,
+            kafka: BTreeMap::new(),
+        }
+    }
+
+    /// Check every setting; the error names the one that is wrong.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |s: String| Err(ConnectorError::Config(s));
+        if self.brokers.trim().is_empty() {
+            return bad("brokers: empty (use --brokers host:port[,host:port])".into());
+        }
+        if self.group.trim().is_empty() {
+            return bad("group: empty (use --group NAME)".into());
+        }
+        if self.topics.is_empty() {
+            return bad("topics: none given (use --topics t1,t2)".into());
+        }
+        for t in &self.topics {
+            if let Err(e) = cairn_engine::validate_topic(t) {
+                return bad(format!("topics: {e}"));
+            }
+        }
+        if self.batch_records_max == 0 || self.batch_records_max > 1_000_000 {
+            return bad(format!("batch-records-max {}: must be 1..=1000000", self.batch_records_max));
+        }
+        if self.batch_bytes_max < 1024 || self.batch_bytes_max > 256 << 20 {
+            return bad(format!("batch-bytes-max {}: must be 1024..=268435456", self.batch_bytes_max));
+        }
+        if self.linger_ms > 60_000 {
+            return bad(format!("linger-ms {}: must be at most 60000", self.linger_ms));
+        }
+        if self.record_bytes_max == 0 || self.record_bytes_max > cairn_engine::RECORD_BYTES_MAX_LIMIT {
+            return bad(format!(
+                "record-bytes-max {}: must be 1..={}",
+                self.record_bytes_max,
+                cairn_engine::RECORD_BYTES_MAX_LIMIT
+            ));
+        }
+        if !matches!(self.auto_offset_reset.as_str(), "earliest" | "latest") {
+            return bad(format!("auto-offset-reset {:?}: must be earliest or latest", self.auto_offset_reset));
+        }
+        for key in ["enable.auto.commit", "enable.auto.offset.store", "group.id", "bootstrap.servers"] {
+            if self.kafka.contains_key(key) {
+                return bad(format!("-X {key}: cairn manages this property itself"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The TOML file: the same keys as the flags, all optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct FileConfig {
+    pub brokers: Option<String>,
+    pub group: Option<String>,
+    pub topics: Option<Vec<String>>,
+    pub data: Option<PathBuf>,
+    pub commit: Option<String>,
+    pub batch_records_max: Option<usize>,
+    pub batch_bytes_max: Option<usize>,
+    pub linger_ms: Option<u64>,
+    pub record_bytes_max: Option<u64>,
+    pub on_oversize: Option<OnOversize>,
+    pub on_offset_out_of_range: Option<OnOffsetOutOfRange>,
+    pub auto_offset_reset: Option<String>,
+    pub connect_timeout_ms: Option<u64>,
+    /// librdkafka properties, like `-X`.
+    pub kafka: Option<BTreeMap<String, String>>,
+}
+
+impl FileConfig {
+    pub fn load(path: &std::path::Path) -> Result<FileConfig> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConnectorError::Config(format!("{}: {e}", path.display())))?;
+        toml::from_str(&text).map_err(|e| ConnectorError::Config(format!("{}: {e}", path.display())))
+    }
+}
+
+/// Parse `key=value` for `-X`.
+pub fn parse_kv(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_owned(), v.to_owned())),
+        _ => Err(format!("{s:?}: expected key=value")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commit_policy_parses() {
+        assert_eq!("every-put".parse::<CommitPolicy>().unwrap(), CommitPolicy::EveryPut);
+        assert_eq!(
+            "interval:100".parse::<CommitPolicy>().unwrap(),
+            CommitPolicy::Interval(Duration::from_millis(100))
+        );
+        assert!("interval:".parse::<CommitPolicy>().is_err());
+        assert!("interval:0".parse::<CommitPolicy>().is_err());
+        assert!("sometimes".parse::<CommitPolicy>().is_err());
+    }
+
+    #[test]
+    fn validation_names_the_setting() {
+        let ok = RunConfig::new("b:1", "g", vec!["t".into()], "d".into());
+        assert!(ok.validate().is_ok());
+        let mut c = ok.clone();
+        c.topics = vec!["bad topic".into()];
+        assert!(c.validate().unwrap_err().to_string().contains("topics"));
+        let mut c = ok.clone();
+        c.kafka.insert("enable.auto.commit".into(), "true".into());
+        assert!(c.validate().unwrap_err().to_string().contains("enable.auto.commit"));
+        let mut c = ok;
+        c.batch_records_max = 0;
+        assert!(c.validate().unwrap_err().to_string().contains("batch-records-max"));
+    }
+
+    #[test]
+    fn file_config_rejects_unknown_keys() {
+        assert!(toml::from_str::<FileConfig>("brokers = \"x\"\ncommit = \"every-put\"").is_ok());
+        assert!(toml::from_str::<FileConfig>("brokerz = \"x\"").is_err());
+    }
+}

@@ -1,0 +1,60 @@
+//! The connector's one error type. Every variant names the setting, broker,
+//! topic or record it is about, in one line.
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectorError {
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    #[error("cannot reach Kafka at {brokers} after {waited_ms} ms: {detail}")]
+    BrokerUnreachable {
+        brokers: String,
+        waited_ms: u64,
+        detail: String,
+    },
+    #[error("topic {topic:?} does not exist on {brokers}")]
+    UnknownTopic { topic: String, brokers: String },
+    #[error("record {topic}/{partition}@{offset} is {size_bytes} bytes, over the limit of {max_bytes} (use --on-oversize skip to skip such records)")]
+    OversizeRecord {
+        topic: String,
+        partition: i32,
+        offset: i64,
+        size_bytes: u64,
+        max_bytes: u64,
+    },
+    #[error("stored offset {stored} of {topic}/{partition} is older than Kafka's earliest {earliest}: records {stored}..{earliest} aged out of retention (set --on-offset-out-of-range earliest to skip them)")]
+    OffsetAgedOut {
+        topic: String,
+        partition: i32,
+        stored: i64,
+        earliest: i64,
+    },
+    #[error("kafka error during {op}: {source}")]
+    Kafka {
+        op: &'static str,
+        #[source]
+        source: rdkafka::error::KafkaError,
+    },
+    #[error(transparent)]
+    Engine(#[from] cairn_engine::Error),
+    #[error("sink failed: {0}")]
+    Sink(String),
+    #[error("i/o error on {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("pipeline stopped by a simulated crash (test hook)")]
+    SimulatedCrash,
+}
+
+impl ConnectorError {
+    pub fn kafka(op: &'static str) -> impl FnOnce(rdkafka::error::KafkaError) -> Self {
+        move |source| ConnectorError::Kafka { op, source }
+    }
+}
+
+pub type Result<T, E = ConnectorError> = std::result::Result<T, E>;

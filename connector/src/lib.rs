@@ -1,0 +1,22 @@
+//! cairn-connector: the commit-after-durable Kafka consumer loop, the
+//! `SinkTask` trait it drives, and the `cairn` command-line tool.
+//!
+//! # Invariants
+//! - The offset committed to Kafka never passes what the sink reported
+//!   durable (asserted in `commit.rs`).
+//! - A fatal sink error (a poisoned engine) stops the loop with nothing more
+//!   committed.
+
+pub mod cli;
+pub mod commit;
+pub mod config;
+pub mod consumer;
+pub mod convert;
+pub mod error;
+pub mod rebalance;
+pub mod task;
+
+pub use config::{CommitPolicy, OnOffsetOutOfRange, OnOversize, RunConfig};
+pub use consumer::{run_pipeline, PipelineOptions, RunReport, RunStats};
+pub use error::{ConnectorError, Result};
+pub use task::{ArchiveSink, PutOutcome, SinkTask, TaskError};

@@ -1,0 +1,140 @@
+//! The Kafka Connect sink contract, in Rust, and the archive sink on the engine.
+//!
+//! The consumer loop (`consumer.rs`) drives a [`SinkTask`]:
+//!
+//! 1. **`open(partitions)`** runs after every assignment, before the first
+//!    fetch. It returns the offset to resume each partition from, if the sink
+//!    owns it; the loop rewinds the consumer there ("rewind on open"). A
+//!    partition the sink does not know resumes from Kafka's committed offset,
+//!    and failing that from `auto.offset.reset`.
+//! 2. **`put(batches)`** writes records, or buffers them. It returns what the
+//!    sink now reports durable; a sink that buffers reports less.
+//! 3. **`pre_commit(consumed)`** runs before every commit: on the commit
+//!    policy's schedule, on revoke and on stop. It returns the offsets that
+//!    are safe to commit (durable ones), never more than what `put` reported
+//!    durable; an empty map opts out. The loop asserts this.
+//! 4. **`close(partitions)`** runs after revoked partitions were committed
+//!    (or, for lost partitions, without any commit).
+//!
+//! A retriable error from `put` redelivers the same batch; any other error
+//! stops the loop without committing.
+//!
+//! # Invariants
+//! - Offsets are "next offset to read" (last + 1), as Kafka commits them.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use cairn_engine::{Engine, RecordBatch, TopicPartition};
+
+/// What a sink can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum TaskError {
+    /// Try the same batch again later.
+    #[error("retriable: {0}")]
+    Retriable(String),
+    /// Stop the task; commit nothing more.
+    #[error("fatal: {0}")]
+    Fatal(String),
+}
+
+/// The result of a `put`.
+#[derive(Debug, Default, Clone)]
+pub struct PutOutcome {
+    /// Per partition, the next offset the sink reports durable after this put.
+    pub durable: BTreeMap<TopicPartition, i64>,
+    pub records_written: u64,
+    pub records_duplicate: u64,
+}
+
+/// A sink driven by cairn's commit-after-durable consumer loop.
+pub trait SinkTask: Send {
+    /// Partitions were assigned. Return the offsets to resume from.
+    fn open(&mut self, partitions: &[TopicPartition]) -> Result<BTreeMap<TopicPartition, i64>, TaskError>;
+    /// Write records (one batch per partition, offsets increasing).
+    fn put(&mut self, batches: &[RecordBatch]) -> Result<PutOutcome, TaskError>;
+    /// Offsets safe to commit for the partitions consumed so far.
+    fn pre_commit(
+        &mut self,
+        consumed: &BTreeMap<TopicPartition, i64>,
+    ) -> Result<BTreeMap<TopicPartition, i64>, TaskError>;
+    /// Partitions were revoked (after their commit) or lost (without one).
+    fn close(&mut self, partitions: &[TopicPartition]) -> Result<(), TaskError>;
+    /// The loop is stopping cleanly, after its final commit.
+    fn stop(&mut self) -> Result<(), TaskError> {
+        Ok(())
+    }
+}
+
+/// The archive: a sink on the cairn engine. The archive, not Kafka, is the
+/// source of truth for where each partition resumes.
+pub struct ArchiveSink {
+    engine: Option<Arc<Engine>>,
+}
+
+impl ArchiveSink {
+    pub fn new(engine: Arc<Engine>) -> Self {
+        ArchiveSink { engine: Some(engine) }
+    }
+
+    pub fn engine(&self) -> Option<&Arc<Engine>> {
+        self.engine.as_ref()
+    }
+
+    fn eng(&self) -> Result<&Arc<Engine>, TaskError> {
+        self.engine.as_ref().ok_or_else(|| TaskError::Fatal("archive already stopped".into()))
+    }
+}
+
+fn engine_error(e: cairn_engine::Error) -> TaskError {
+    // A poisoned engine, corruption or bad input cannot be fixed by retrying.
+    TaskError::Fatal(e.to_string())
+}
+
+impl SinkTask for ArchiveSink {
+    fn open(&mut self, partitions: &[TopicPartition]) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+        let e = self.eng()?;
+        Ok(partitions
+            .iter()
+            .filter_map(|tp| e.durable_offset(tp).map(|o| (tp.clone(), o)))
+            .collect())
+    }
+
+    fn put(&mut self, batches: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
+        let d = self.eng()?.append(batches).map_err(engine_error)?;
+        Ok(PutOutcome {
+            durable: d.offsets,
+            records_written: d.appended_records,
+            records_duplicate: d.duplicate_records,
+        })
+    }
+
+    fn pre_commit(
+        &mut self,
+        consumed: &BTreeMap<TopicPartition, i64>,
+    ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+        let e = self.eng()?;
+        if e.is_poisoned() {
+            return Err(TaskError::Fatal("engine poisoned: committing nothing".into()));
+        }
+        let durable = e.durable_offsets();
+        Ok(consumed
+            .keys()
+            .filter_map(|tp| durable.get(tp).map(|&o| (tp.clone(), o)))
+            .collect())
+    }
+
+    fn close(&mut self, _partitions: &[TopicPartition]) -> Result<(), TaskError> {
+        Ok(())
+    }
+
+    fn stop(&mut self) -> Result<(), TaskError> {
+        if let Some(e) = self.engine.take() {
+            match Arc::try_unwrap(e) {
+                Ok(e) => e.close().map_err(engine_error)?,
+                Err(e) => e.sync().map_err(engine_error)?,
+            }
+        }
+        Ok(())
+    }
+}
