@@ -45,7 +45,10 @@ impl CommitTracker {
     }
 
     /// Assert the invariant and return only offsets that move a partition's commit.
-    pub fn check_committable(&self, offsets: &BTreeMap<TopicPartition, i64>) -> BTreeMap<TopicPartition, i64> {
+    pub fn check_committable(
+        &self,
+        offsets: &BTreeMap<TopicPartition, i64>,
+    ) -> BTreeMap<TopicPartition, i64> {
         let mut out = BTreeMap::new();
         for (tp, &o) in offsets {
             let durable = self.durable_reported.get(tp).copied();
@@ -63,7 +66,9 @@ impl CommitTracker {
     pub fn record_commit(&mut self, offsets: &BTreeMap<TopicPartition, i64>) {
         let now = Instant::now();
         for t in self.uncommitted_puts.drain(..) {
-            let _ = self.put_to_commit_us.record((now - t).as_micros().max(1) as u64);
+            let _ = self
+                .put_to_commit_us
+                .record((now - t).as_micros().max(1) as u64);
         }
         for (tp, &o) in offsets {
             self.committed.insert(tp.clone(), o);

@@ -26,15 +26,19 @@ impl FromStr for CommitPolicy {
             return Ok(CommitPolicy::EveryPut);
         }
         if let Some(ms) = s.strip_prefix("interval:") {
-            let ms: u64 = ms
-                .parse()
-                .map_err(|_| format!("commit policy {s:?}: interval must be a whole number of ms"))?;
+            let ms: u64 = ms.parse().map_err(|_| {
+                format!("commit policy {s:?}: interval must be a whole number of ms")
+            })?;
             if ms == 0 || ms > 3_600_000 {
-                return Err(format!("commit policy {s:?}: interval must be 1..=3600000 ms"));
+                return Err(format!(
+                    "commit policy {s:?}: interval must be 1..=3600000 ms"
+                ));
             }
             return Ok(CommitPolicy::Interval(Duration::from_millis(ms)));
         }
-        Err(format!("commit policy {s:?}: expected every-put or interval:<ms>"))
+        Err(format!(
+            "commit policy {s:?}: expected every-put or interval:<ms>"
+        ))
     }
 }
 
@@ -81,7 +85,12 @@ pub struct RunConfig {
 }
 
 impl RunConfig {
-    pub fn new(brokers: impl Into<String>, group: impl Into<String>, topics: Vec<String>, data: PathBuf) -> Self {
+    pub fn new(
+        brokers: impl Into<String>,
+        group: impl Into<String>,
+        topics: Vec<String>,
+        data: PathBuf,
+    ) -> Self {
         RunConfig {
             brokers: brokers.into(),
             group: group.into(),
@@ -118,15 +127,26 @@ impl RunConfig {
             }
         }
         if self.batch_records_max == 0 || self.batch_records_max > 1_000_000 {
-            return bad(format!("batch-records-max {}: must be 1..=1000000", self.batch_records_max));
+            return bad(format!(
+                "batch-records-max {}: must be 1..=1000000",
+                self.batch_records_max
+            ));
         }
         if self.batch_bytes_max < 1024 || self.batch_bytes_max > 256 << 20 {
-            return bad(format!("batch-bytes-max {}: must be 1024..=268435456", self.batch_bytes_max));
+            return bad(format!(
+                "batch-bytes-max {}: must be 1024..=268435456",
+                self.batch_bytes_max
+            ));
         }
         if self.linger_ms > 60_000 {
-            return bad(format!("linger-ms {}: must be at most 60000", self.linger_ms));
+            return bad(format!(
+                "linger-ms {}: must be at most 60000",
+                self.linger_ms
+            ));
         }
-        if self.record_bytes_max == 0 || self.record_bytes_max > cairn_engine::RECORD_BYTES_MAX_LIMIT {
+        if self.record_bytes_max == 0
+            || self.record_bytes_max > cairn_engine::RECORD_BYTES_MAX_LIMIT
+        {
             return bad(format!(
                 "record-bytes-max {}: must be 1..={}",
                 self.record_bytes_max,
@@ -134,9 +154,17 @@ impl RunConfig {
             ));
         }
         if !matches!(self.auto_offset_reset.as_str(), "earliest" | "latest") {
-            return bad(format!("auto-offset-reset {:?}: must be earliest or latest", self.auto_offset_reset));
+            return bad(format!(
+                "auto-offset-reset {:?}: must be earliest or latest",
+                self.auto_offset_reset
+            ));
         }
-        for key in ["enable.auto.commit", "enable.auto.offset.store", "group.id", "bootstrap.servers"] {
+        for key in [
+            "enable.auto.commit",
+            "enable.auto.offset.store",
+            "group.id",
+            "bootstrap.servers",
+        ] {
             if self.kafka.contains_key(key) {
                 return bad(format!("-X {key}: cairn manages this property itself"));
             }
@@ -168,8 +196,10 @@ pub struct FileConfig {
 
 impl FileConfig {
     pub fn load(path: &std::path::Path) -> Result<FileConfig> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConnectorError::Config(format!("{}: {e}", path.display())))?;
-        toml::from_str(&text).map_err(|e| ConnectorError::Config(format!("{}: {e}", path.display())))
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConnectorError::Config(format!("{}: {e}", path.display())))?;
+        toml::from_str(&text)
+            .map_err(|e| ConnectorError::Config(format!("{}: {e}", path.display())))
     }
 }
 
@@ -187,7 +217,10 @@ mod tests {
 
     #[test]
     fn commit_policy_parses() {
-        assert_eq!("every-put".parse::<CommitPolicy>().unwrap(), CommitPolicy::EveryPut);
+        assert_eq!(
+            "every-put".parse::<CommitPolicy>().unwrap(),
+            CommitPolicy::EveryPut
+        );
         assert_eq!(
             "interval:100".parse::<CommitPolicy>().unwrap(),
             CommitPolicy::Interval(Duration::from_millis(100))
@@ -206,10 +239,18 @@ mod tests {
         assert!(c.validate().unwrap_err().to_string().contains("topics"));
         let mut c = ok.clone();
         c.kafka.insert("enable.auto.commit".into(), "true".into());
-        assert!(c.validate().unwrap_err().to_string().contains("enable.auto.commit"));
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("enable.auto.commit"));
         let mut c = ok;
         c.batch_records_max = 0;
-        assert!(c.validate().unwrap_err().to_string().contains("batch-records-max"));
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("batch-records-max"));
     }
 
     #[test]

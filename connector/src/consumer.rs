@@ -53,7 +53,8 @@ pub struct RunReport {
 }
 
 /// Observes every successful commit: (offsets committed, what puts reported durable).
-pub type CommitObserver = Box<dyn FnMut(&BTreeMap<TopicPartition, i64>, &BTreeMap<TopicPartition, i64>) + Send>;
+pub type CommitObserver =
+    Box<dyn FnMut(&BTreeMap<TopicPartition, i64>, &BTreeMap<TopicPartition, i64>) + Send>;
 /// Decides, after each commit, whether the run is complete.
 pub type DonePredicate = Box<dyn FnMut(&BTreeMap<TopicPartition, i64>) -> bool + Send>;
 
@@ -121,7 +122,10 @@ impl Shared {
         for tp in tps {
             let records = self.pending.remove(&tp).unwrap_or_default();
             self.pending_records -= records.len();
-            self.pending_bytes -= records.iter().map(|r| r.payload_bytes() as usize).sum::<usize>();
+            self.pending_bytes -= records
+                .iter()
+                .map(|r| r.payload_bytes() as usize)
+                .sum::<usize>();
             batches.push(RecordBatch { tp, records });
         }
         if self.pending.is_empty() {
@@ -160,7 +164,11 @@ impl Shared {
                 tracing::warn!(%msg, "put failed (retriable); redelivering the batch");
                 for b in batches.into_iter().rev() {
                     self.pending_records += b.records.len();
-                    self.pending_bytes += b.records.iter().map(|r| r.payload_bytes() as usize).sum::<usize>();
+                    self.pending_bytes += b
+                        .records
+                        .iter()
+                        .map(|r| r.payload_bytes() as usize)
+                        .sum::<usize>();
                     self.pending.insert(b.tp, b.records);
                 }
                 self.pending_since.get_or_insert_with(Instant::now);
@@ -200,7 +208,11 @@ impl Shared {
         let t0 = Instant::now();
         match consumer.commit(&tpl, CommitMode::Sync) {
             Ok(()) => {
-                tracing::debug!(partitions = offsets.len(), commit_us = t0.elapsed().as_micros() as u64, "commit");
+                tracing::debug!(
+                    partitions = offsets.len(),
+                    commit_us = t0.elapsed().as_micros() as u64,
+                    "commit"
+                );
                 self.tracker.record_commit(&offsets);
                 self.stats.commits += 1;
                 if let Some(f) = self.on_commit.as_mut() {
@@ -267,7 +279,11 @@ pub fn preflight<C: Consumer<SinkContext>>(consumer: &C, cfg: &RunConfig) -> Res
 }
 
 /// Run the loop until stopped, done, a fatal error, or a simulated crash.
-pub fn run_pipeline(cfg: &RunConfig, sink: Box<dyn SinkTask>, opts: PipelineOptions) -> Result<RunReport> {
+pub fn run_pipeline(
+    cfg: &RunConfig,
+    sink: Box<dyn SinkTask>,
+    opts: PipelineOptions,
+) -> Result<RunReport> {
     cfg.validate()?;
     let shared = Arc::new(Mutex::new(Shared {
         sink,
@@ -289,39 +305,72 @@ pub fn run_pipeline(cfg: &RunConfig, sink: Box<dyn SinkTask>, opts: PipelineOpti
         finished: false,
     }));
     let consumer: BaseConsumer<SinkContext> = client_config(cfg)
-        .create_with_context(SinkContext { shared: shared.clone() })
+        .create_with_context(SinkContext {
+            shared: shared.clone(),
+        })
         .map_err(|e| ConnectorError::Config(format!("kafka client: {e}")))?;
     preflight(&consumer, cfg)?;
     let topics: Vec<&str> = cfg.topics.iter().map(String::as_str).collect();
-    consumer.subscribe(&topics).map_err(ConnectorError::kafka("subscribe"))?;
+    consumer
+        .subscribe(&topics)
+        .map_err(ConnectorError::kafka("subscribe"))?;
     let result = consume(&consumer, &shared, cfg, &opts.stop);
-    let mut s = shared.lock().expect("shared state");
-    match result {
-        Ok(()) => {
-            // Clean stop: drain, fsync, commit synchronously, close.
-            s.put_pending(&consumer, None)?;
-            s.commit(&consumer, None)?;
-            let assigned: Vec<TopicPartition> = s.assigned.iter().cloned().collect();
-            s.sink.close(&assigned).map_err(|e| ConnectorError::Sink(e.to_string()))?;
-            s.sink.stop().map_err(|e| ConnectorError::Sink(e.to_string()))?;
+    let outcome = {
+        let mut s = shared.lock().expect("shared state");
+        match result {
+            Ok(()) => finish(&mut s, &consumer).map(|()| RunReport {
+                stats: s.stats.clone(),
+                put_to_commit_us: s.tracker.put_to_commit_us.clone(),
+                committed: s.tracker.committed.clone(),
+            }),
+            Err(e) => {
+                // Crash or fatal error: commit nothing more, not even on the
+                // revoke that closing the consumer triggers.
+                s.crashed = true;
+                Err(e)
+            }
         }
-        Err(e) => {
-            // Crash or fatal error: commit nothing more, even on the revoke
-            // that dropping the consumer triggers.
-            s.crashed = true;
-            drop(s);
-            drop(consumer);
-            return Err(e);
-        }
-    }
-    let report = RunReport {
-        stats: s.stats.clone(),
-        put_to_commit_us: s.tracker.put_to_commit_us.clone(),
-        committed: s.tracker.committed.clone(),
     };
-    drop(s);
+    if let Err(e) = &outcome {
+        shared.lock().expect("shared state").crashed = true;
+        tracing::error!(error = %e, "pipeline stopped");
+    }
+    // The shared lock is free here: closing serves a final revoke callback.
+    close(consumer);
+    outcome
+}
+
+/// Clean stop: drain, fsync, commit synchronously, close the sink.
+fn finish(s: &mut Shared, consumer: &BaseConsumer<SinkContext>) -> Result<()> {
+    s.put_pending(consumer, None)?;
+    s.commit(consumer, None)?;
+    let assigned: Vec<TopicPartition> = s.assigned.iter().cloned().collect();
+    s.sink
+        .close(&assigned)
+        .map_err(|e| ConnectorError::Sink(e.to_string()))?;
+    s.sink
+        .stop()
+        .map_err(|e| ConnectorError::Sink(e.to_string()))?;
+    // Nothing is left to commit on the revoke that closing triggers.
+    s.crashed = true;
+    Ok(())
+}
+
+/// Leave the group and close, serving the final revoke here rather than in
+/// `Drop` (where librdkafka's destroy can wait forever on a close that was
+/// never driven).
+fn close(consumer: BaseConsumer<SinkContext>) {
+    consumer.unsubscribe();
+    match consumer.close_queue() {
+        Ok(()) => {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !consumer.closed() && Instant::now() < deadline {
+                consumer.poll(Duration::from_millis(100));
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "consumer close failed"),
+    }
     drop(consumer);
-    Ok(report)
 }
 
 fn consume(
@@ -354,8 +403,14 @@ fn consume(
                 tracing::warn!(error = %e, "consumer error");
                 if let rdkafka::error::KafkaError::MessageConsumption(code) = &e {
                     use rdkafka::types::RDKafkaErrorCode as C;
-                    if matches!(code, C::UnknownTopicOrPartition | C::UnknownTopic | C::TopicAuthorizationFailed) {
-                        return Err(ConnectorError::Kafka { op: "consume", source: e });
+                    if matches!(
+                        code,
+                        C::UnknownTopicOrPartition | C::UnknownTopic | C::TopicAuthorizationFailed
+                    ) {
+                        return Err(ConnectorError::Kafka {
+                            op: "consume",
+                            source: e,
+                        });
                     }
                 }
             }
@@ -393,7 +448,8 @@ fn consume(
                 }
             }
         }
-        let full = s.pending_records >= cfg.batch_records_max || s.pending_bytes >= cfg.batch_bytes_max;
+        let full =
+            s.pending_records >= cfg.batch_records_max || s.pending_bytes >= cfg.batch_bytes_max;
         let lingered = s.pending_since.is_some_and(|t| t.elapsed() >= linger);
         if full || lingered {
             s.put_pending(consumer, None)?;

@@ -33,7 +33,10 @@ pub struct SinkContext {
 impl ClientContext for SinkContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
         match level {
-            RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical | RDKafkaLogLevel::Error => {
+            RDKafkaLogLevel::Emerg
+            | RDKafkaLogLevel::Alert
+            | RDKafkaLogLevel::Critical
+            | RDKafkaLogLevel::Error => {
                 tracing::error!(target: "librdkafka", fac, "{log_message}")
             }
             RDKafkaLogLevel::Warning => tracing::warn!(target: "librdkafka", fac, "{log_message}"),
@@ -59,14 +62,25 @@ impl ConsumerContext for SinkContext {
         match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
                 self.on_assign(c, tpl);
-                let r = if cooperative { c.incremental_assign(tpl) } else { c.assign(tpl) };
+                let r = if cooperative {
+                    c.incremental_assign(tpl)
+                } else {
+                    c.assign(tpl)
+                };
                 if let Err(e) = r {
-                    self.fail(ConnectorError::Kafka { op: "assign", source: e });
+                    self.fail(ConnectorError::Kafka {
+                        op: "assign",
+                        source: e,
+                    });
                 }
             }
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
                 self.on_revoke(c, tpl);
-                let r = if cooperative { c.incremental_unassign(tpl) } else { c.unassign() };
+                let r = if cooperative {
+                    c.incremental_unassign(tpl)
+                } else {
+                    c.unassign()
+                };
                 if let Err(e) = r {
                     tracing::warn!(error = %e, "unassign failed");
                 }
@@ -80,7 +94,10 @@ impl ConsumerContext for SinkContext {
 }
 
 /// Kafka's committed offsets for the partitions in `tpl` (empty on error).
-fn kafka_committed(c: &BaseConsumer<SinkContext>, tpl: &TopicPartitionList) -> std::collections::BTreeMap<TopicPartition, i64> {
+fn kafka_committed(
+    c: &BaseConsumer<SinkContext>,
+    tpl: &TopicPartitionList,
+) -> std::collections::BTreeMap<TopicPartition, i64> {
     let mut out = std::collections::BTreeMap::new();
     match c.committed_offsets(tpl.clone(), Duration::from_secs(10)) {
         Ok(got) => {
@@ -109,7 +126,8 @@ impl SinkContext {
         let resume = match s.sink.open(&tps) {
             Ok(r) => r,
             Err(e) => {
-                s.fatal.get_or_insert(ConnectorError::Sink(format!("open: {e}")));
+                s.fatal
+                    .get_or_insert(ConnectorError::Sink(format!("open: {e}")));
                 return;
             }
         };
@@ -156,10 +174,17 @@ impl SinkContext {
                         tracing::warn!(%tp, stored, high, "archive is ahead of Kafka's high watermark (topic recreated?)");
                     }
                 }
-                Err(e) => tracing::warn!(%tp, error = %e, "could not read watermarks to check retention"),
+                Err(e) => {
+                    tracing::warn!(%tp, error = %e, "could not read watermarks to check retention")
+                }
             }
-            if let Err(e) = tpl.set_partition_offset(&tp.topic, tp.partition, Offset::Offset(offset)) {
-                s.fatal.get_or_insert(ConnectorError::Kafka { op: "set assignment offset", source: e });
+            if let Err(e) =
+                tpl.set_partition_offset(&tp.topic, tp.partition, Offset::Offset(offset))
+            {
+                s.fatal.get_or_insert(ConnectorError::Kafka {
+                    op: "set assignment offset",
+                    source: e,
+                });
             }
             s.consumed.insert(tp.clone(), offset);
             tracing::info!(%tp, offset, "resuming from the archive's durable offset");
@@ -173,7 +198,11 @@ impl SinkContext {
         let _span = tracing::info_span!("revoke", partitions = tps.len(), lost).entered();
         let revoked: BTreeSet<TopicPartition> = tps.iter().cloned().collect();
         if lost || s.crashed || s.fatal.is_some() {
-            tracing::warn!(lost, crashed = s.crashed, "partitions gone without a commit");
+            tracing::warn!(
+                lost,
+                crashed = s.crashed,
+                "partitions gone without a commit"
+            );
             s.drop_pending(&revoked);
         } else {
             // Finish: put what is buffered, then commit durable offsets synchronously.
@@ -184,7 +213,8 @@ impl SinkContext {
             }
         }
         if let Err(e) = s.sink.close(&tps) {
-            s.fatal.get_or_insert(ConnectorError::Sink(format!("close: {e}")));
+            s.fatal
+                .get_or_insert(ConnectorError::Sink(format!("close: {e}")));
         }
         for tp in &tps {
             s.assigned.remove(tp);

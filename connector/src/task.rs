@@ -50,7 +50,10 @@ pub struct PutOutcome {
 /// A sink driven by cairn's commit-after-durable consumer loop.
 pub trait SinkTask: Send {
     /// Partitions were assigned. Return the offsets to resume from.
-    fn open(&mut self, partitions: &[TopicPartition]) -> Result<BTreeMap<TopicPartition, i64>, TaskError>;
+    fn open(
+        &mut self,
+        partitions: &[TopicPartition],
+    ) -> Result<BTreeMap<TopicPartition, i64>, TaskError>;
     /// Write records (one batch per partition, offsets increasing).
     fn put(&mut self, batches: &[RecordBatch]) -> Result<PutOutcome, TaskError>;
     /// Offsets safe to commit for the partitions consumed so far.
@@ -74,7 +77,9 @@ pub struct ArchiveSink {
 
 impl ArchiveSink {
     pub fn new(engine: Arc<Engine>) -> Self {
-        ArchiveSink { engine: Some(engine) }
+        ArchiveSink {
+            engine: Some(engine),
+        }
     }
 
     pub fn engine(&self) -> Option<&Arc<Engine>> {
@@ -82,7 +87,9 @@ impl ArchiveSink {
     }
 
     fn eng(&self) -> Result<&Arc<Engine>, TaskError> {
-        self.engine.as_ref().ok_or_else(|| TaskError::Fatal("archive already stopped".into()))
+        self.engine
+            .as_ref()
+            .ok_or_else(|| TaskError::Fatal("archive already stopped".into()))
     }
 }
 
@@ -92,7 +99,10 @@ fn engine_error(e: cairn_engine::Error) -> TaskError {
 }
 
 impl SinkTask for ArchiveSink {
-    fn open(&mut self, partitions: &[TopicPartition]) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+    fn open(
+        &mut self,
+        partitions: &[TopicPartition],
+    ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
         let e = self.eng()?;
         Ok(partitions
             .iter()
@@ -115,7 +125,9 @@ impl SinkTask for ArchiveSink {
     ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
         let e = self.eng()?;
         if e.is_poisoned() {
-            return Err(TaskError::Fatal("engine poisoned: committing nothing".into()));
+            return Err(TaskError::Fatal(
+                "engine poisoned: committing nothing".into(),
+            ));
         }
         let durable = e.durable_offsets();
         Ok(consumed

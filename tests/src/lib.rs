@@ -1,1 +1,88 @@
+//! Shared helpers for the end-to-end tests: a Kafka to test against (the
+//! in-process mock cluster, or a real broker from `CAIRN_TEST_BROKERS`).
 
+use std::time::Duration;
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::mocking::MockCluster;
+
+/// A Kafka with one fresh topic.
+pub struct TestKafka {
+    pub brokers: String,
+    pub topic: String,
+    _mock: Option<MockCluster<'static, rdkafka::producer::DefaultProducerContext>>,
+}
+
+impl TestKafka {
+    /// A fresh topic with `partitions` partitions on the mock cluster, or on
+    /// the real broker named by `CAIRN_TEST_BROKERS`.
+    pub fn new(name: &str, partitions: i32) -> TestKafka {
+        match std::env::var("CAIRN_TEST_BROKERS") {
+            Ok(brokers) => {
+                let topic = format!("{name}-{}-{}", std::process::id(), unique());
+                let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+                    .set("bootstrap.servers", &brokers)
+                    .create()
+                    .expect("admin client");
+                let rt = tokio_free_block_on(admin.create_topics(
+                    &[NewTopic::new(
+                        &topic,
+                        partitions,
+                        TopicReplication::Fixed(1),
+                    )],
+                    &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+                ));
+                rt.expect("create topic");
+                TestKafka {
+                    brokers,
+                    topic,
+                    _mock: None,
+                }
+            }
+            Err(_) => {
+                let mock = MockCluster::new(1).expect("mock cluster");
+                mock.create_topic(name, partitions, 1)
+                    .expect("create topic");
+                TestKafka {
+                    brokers: mock.bootstrap_servers(),
+                    topic: name.to_owned(),
+                    _mock: Some(mock),
+                }
+            }
+        }
+    }
+
+    /// The mock cluster, for error injection (None against a real broker).
+    pub fn mock(&self) -> Option<&MockCluster<'static, rdkafka::producer::DefaultProducerContext>> {
+        self._mock.as_ref()
+    }
+}
+
+fn unique() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Drive a future to completion on this thread (rdkafka's admin futures
+/// are completed by librdkafka's own threads).
+fn tokio_free_block_on<F: std::future::Future>(f: F) -> F::Output {
+    use std::task::{Context, Poll};
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    let mut f = std::pin::pin!(f);
+    loop {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::yield_now();
+    }
+}
+
+/// Session settings that let a restarted member rejoin quickly.
+pub fn fast_group(cfg: &mut cairn_connector::RunConfig) {
+    cfg.kafka.insert("session.timeout.ms".into(), "6000".into());
+    cfg.kafka
+        .insert("heartbeat.interval.ms".into(), "500".into());
+}

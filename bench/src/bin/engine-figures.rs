@@ -13,7 +13,9 @@ use hdrhistogram::Histogram;
 fn records(tp: &TopicPartition, start: i64, n: usize) -> RecordBatch {
     RecordBatch {
         tp: tp.clone(),
-        records: (0..n as i64).map(|i| Record::with_value(start + i, vec![b'x'; 100])).collect(),
+        records: (0..n as i64)
+            .map(|i| Record::with_value(start + i, vec![b'x'; 100]))
+            .collect(),
     }
 }
 
@@ -38,7 +40,12 @@ fn engine_p50(batch: usize, iters: usize) -> (Histogram<u64>, Duration) {
 
 fn sled_p50(batch: usize, iters: usize, fdatasync: bool) -> (Histogram<u64>, Duration) {
     let dir = tempfile::tempdir().unwrap();
-    let db = sled::Config::new().path(dir.path()).flush_every_ms(None).cache_capacity(64 << 20).open().unwrap();
+    let db = sled::Config::new()
+        .path(dir.path())
+        .flush_every_ms(None)
+        .cache_capacity(64 << 20)
+        .open()
+        .unwrap();
     let f = std::fs::File::open(dir.path().join("db")).unwrap();
     let value = vec![b'x'; batch * 100];
     let mut h = Histogram::<u64>::new(3).unwrap();
@@ -79,7 +86,10 @@ fn open_time(n_records: usize, clean: bool) -> (Duration, u64) {
 }
 
 fn main() {
-    let iters: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(500);
+    let iters: usize = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(500);
     println!("iterations per case: {iters}; 100-byte records; all in one run");
     for batch in [1usize, 1000] {
         let (e, et) = engine_p50(batch, iters);
@@ -97,7 +107,12 @@ fn main() {
             rps(et), rps(st), rps(sdt), 100.0 * rps(et) / rps(st), 100.0 * rps(et) / rps(sdt)
         );
     }
-    for (n, clean) in [(1_000, true), (1_000_000, true), (1_000, false), (1_000_000, false)] {
+    for (n, clean) in [
+        (1_000, true),
+        (1_000_000, true),
+        (1_000, false),
+        (1_000_000, false),
+    ] {
         let (d, frames) = open_time(n, clean);
         println!(
             "open after {} of {n:>9} records: {:>8.2} ms, frames checked {frames}",

@@ -48,18 +48,27 @@ pub fn demo_record(i: u64) -> (i32, Record) {
         value.push(b'a' + ((i as usize + value.len()) % 26) as u8);
     }
     let mut headers = vec![
-        Header { name: "seq".into(), value: Some(i.to_string().into_bytes()) },
-        Header { name: "source".into(), value: Some(b"cairn-demo".to_vec()) },
+        Header {
+            name: "seq".into(),
+            value: Some(i.to_string().into_bytes()),
+        },
+        Header {
+            name: "source".into(),
+            value: Some(b"cairn-demo".to_vec()),
+        },
     ];
-    if i % 10 == 0 {
-        headers.push(Header { name: "nullable".into(), value: None });
+    if i.is_multiple_of(10) {
+        headers.push(Header {
+            name: "nullable".into(),
+            value: None,
+        });
     }
     let record = Record {
         offset: (i / DEMO_PARTITIONS as u64) as i64,
         timestamp_type: TimestampType::CreateTime,
         timestamp_ms: TIMESTAMP_BASE_MS + i as i64,
-        key: (i % 25 != 0).then(|| format!("user-{}", i % 1000).into_bytes()),
-        value: (i % 50 != 0).then_some(value),
+        key: (!i.is_multiple_of(25)).then(|| format!("user-{}", i % 1000).into_bytes()),
+        value: (!i.is_multiple_of(50)).then_some(value),
         headers,
     };
     (partition, record)
@@ -77,7 +86,10 @@ pub fn produce(brokers: &str, topic: &str, range: std::ops::Range<u64>) -> Resul
         let (partition, r) = demo_record(i);
         let mut headers = OwnedHeaders::new();
         for h in &r.headers {
-            headers = headers.insert(KHeader { key: &h.name, value: h.value.as_deref() });
+            headers = headers.insert(KHeader {
+                key: &h.name,
+                value: h.value.as_deref(),
+            });
         }
         let mut rec: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic)
             .partition(partition)
@@ -94,8 +106,14 @@ pub fn produce(brokers: &str, topic: &str, range: std::ops::Range<u64>) -> Resul
             match producer.send(rec) {
                 Ok(()) => break,
                 Err((e, back)) => {
-                    if !matches!(e.rdkafka_error_code(), Some(rdkafka::types::RDKafkaErrorCode::QueueFull)) {
-                        return Err(ConnectorError::Kafka { op: "produce", source: e });
+                    if !matches!(
+                        e.rdkafka_error_code(),
+                        Some(rdkafka::types::RDKafkaErrorCode::QueueFull)
+                    ) {
+                        return Err(ConnectorError::Kafka {
+                            op: "produce",
+                            source: e,
+                        });
                     }
                     rec = back;
                     producer.poll(Duration::from_millis(10));
@@ -103,7 +121,9 @@ pub fn produce(brokers: &str, topic: &str, range: std::ops::Range<u64>) -> Resul
             }
         }
     }
-    producer.flush(Duration::from_secs(60)).map_err(ConnectorError::kafka("flush producer"))?;
+    producer
+        .flush(Duration::from_secs(60))
+        .map_err(ConnectorError::kafka("flush producer"))?;
     Ok(())
 }
 
@@ -111,7 +131,9 @@ pub fn produce(brokers: &str, topic: &str, range: std::ops::Range<u64>) -> Resul
 pub fn check_archive(engine: &Engine, topic: &str, n: u64) -> std::result::Result<(), String> {
     let mut expected: BTreeMap<i32, u64> = BTreeMap::new();
     for i in 0..n {
-        *expected.entry((i % DEMO_PARTITIONS as u64) as i32).or_default() += 1;
+        *expected
+            .entry((i % DEMO_PARTITIONS as u64) as i32)
+            .or_default() += 1;
     }
     for (p, count) in expected {
         let tp = TopicPartition::new(topic, p);
@@ -121,10 +143,16 @@ pub fn check_archive(engine: &Engine, topic: &str, n: u64) -> std::result::Resul
             let i = r.offset as u64 * DEMO_PARTITIONS as u64 + p as u64;
             let (_, want) = demo_record(i);
             if r != want {
-                return Err(format!("{tp}@{}: archived {r:?}, produced {want:?}", r.offset));
+                return Err(format!(
+                    "{tp}@{}: archived {r:?}, produced {want:?}",
+                    r.offset
+                ));
             }
             if r.offset as u64 != seen {
-                return Err(format!("{tp}: expected offset {seen}, found {} (loss or duplicate)", r.offset));
+                return Err(format!(
+                    "{tp}: expected offset {seen}, found {} (loss or duplicate)",
+                    r.offset
+                ));
             }
             seen += 1;
         }
@@ -136,7 +164,12 @@ pub fn check_archive(engine: &Engine, topic: &str, n: u64) -> std::result::Resul
 }
 
 /// Kafka's committed offsets for `group` on the demo topic.
-pub fn committed(brokers: &str, group: &str, topic: &str, partitions: i32) -> Result<BTreeMap<i32, i64>> {
+pub fn committed(
+    brokers: &str,
+    group: &str,
+    topic: &str,
+    partitions: i32,
+) -> Result<BTreeMap<i32, i64>> {
     let c: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("group.id", group)
@@ -148,10 +181,21 @@ pub fn committed(brokers: &str, group: &str, topic: &str, partitions: i32) -> Re
         tpl.add_partition(topic, p);
     }
     let out = {
-        let got = c.committed_offsets(tpl, Duration::from_secs(10)).map_err(ConnectorError::kafka("committed offsets"))?;
+        let got = c
+            .committed_offsets(tpl, Duration::from_secs(10))
+            .map_err(ConnectorError::kafka("committed offsets"))?;
         got.elements()
             .iter()
-            .map(|e| (e.partition(), if let Offset::Offset(o) = e.offset() { o } else { 0 }))
+            .map(|e| {
+                (
+                    e.partition(),
+                    if let Offset::Offset(o) = e.offset() {
+                        o
+                    } else {
+                        0
+                    },
+                )
+            })
             .collect()
         // `got` is dropped here, before the consumer: otherwise the drop hangs.
     };
@@ -163,7 +207,8 @@ fn demo_config(brokers: &str, data: PathBuf) -> RunConfig {
     cfg.commit = CommitPolicy::EveryPut;
     cfg.batch_records_max = 5_000;
     cfg.kafka.insert("session.timeout.ms".into(), "6000".into());
-    cfg.kafka.insert("heartbeat.interval.ms".into(), "500".into());
+    cfg.kafka
+        .insert("heartbeat.interval.ms".into(), "500".into());
     cfg
 }
 
@@ -171,15 +216,24 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode> {
     let n = args.records;
     if n == 0 || n > 290_000 {
         // The mock cluster keeps only the newest 100k records (5 MiB) per partition.
-        return Err(ConnectorError::Config(format!("--records {n}: must be 1..=290000 (the mock cluster keeps 100k records per partition)")));
+        return Err(ConnectorError::Config(format!(
+            "--records {n}: must be 1..=290000 (the mock cluster keeps 100k records per partition)"
+        )));
     }
-    let data = args.data.unwrap_or_else(|| std::env::temp_dir().join(format!("cairn-demo-{}", std::process::id())));
+    let data = args
+        .data
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("cairn-demo-{}", std::process::id())));
     if data.exists() {
-        std::fs::remove_dir_all(&data).map_err(|source| ConnectorError::Io { path: data.clone(), source })?;
+        std::fs::remove_dir_all(&data).map_err(|source| ConnectorError::Io {
+            path: data.clone(),
+            source,
+        })?;
     }
     let t_start = Instant::now();
     let cluster = MockCluster::new(1).map_err(ConnectorError::kafka("start mock cluster"))?;
-    cluster.create_topic(DEMO_TOPIC, DEMO_PARTITIONS, 1).map_err(ConnectorError::kafka("create topic"))?;
+    cluster
+        .create_topic(DEMO_TOPIC, DEMO_PARTITIONS, 1)
+        .map_err(ConnectorError::kafka("create topic"))?;
     let brokers = cluster.bootstrap_servers();
     println!("cairn demo: embedded Kafka (librdkafka mock cluster) at {brokers}");
     let t = Instant::now();
@@ -190,15 +244,24 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode> {
     let cfg = demo_config(&brokers, data.clone());
     let crash_at = n * 2 / 5;
     let engine = Arc::new(Engine::open(EngineConfig::new(&data))?);
-    let opts = PipelineOptions { crash_after_records: Some(crash_at.max(1)), ..Default::default() };
+    let opts = PipelineOptions {
+        crash_after_records: Some(crash_at.max(1)),
+        ..Default::default()
+    };
     let cfg1 = cfg.clone();
     let sink = Box::new(ArchiveSink::new(engine));
     let t1 = Instant::now();
-    let crashed = tokio::task::spawn_blocking(move || run_pipeline(&cfg1, sink, opts)).await.map_err(|e| ConnectorError::Sink(e.to_string()))?;
+    let crashed = tokio::task::spawn_blocking(move || run_pipeline(&cfg1, sink, opts))
+        .await
+        .map_err(|e| ConnectorError::Sink(e.to_string()))?;
     match crashed {
         Err(ConnectorError::SimulatedCrash) => {}
         Err(e) => return Err(e),
-        Ok(_) => return Err(ConnectorError::Sink("demo: the simulated crash did not happen".into())),
+        Ok(_) => {
+            return Err(ConnectorError::Sink(
+                "demo: the simulated crash did not happen".into(),
+            ))
+        }
     }
     let kafka_committed = committed(&brokers, &cfg.group, DEMO_TOPIC, DEMO_PARTITIONS)?;
 
@@ -227,13 +290,17 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode> {
         want.insert(TopicPartition::new(DEMO_TOPIC, p), r.offset + 1);
     }
     let opts = PipelineOptions {
-        done: Some(Box::new(move |committed| want.iter().all(|(tp, o)| committed.get(tp) == Some(o)))),
+        done: Some(Box::new(move |committed| {
+            want.iter().all(|(tp, o)| committed.get(tp) == Some(o))
+        })),
         ..Default::default()
     };
     let cfg2 = cfg.clone();
     let sink = Box::new(ArchiveSink::new(engine));
     let t2 = Instant::now();
-    let report: RunReport = tokio::task::spawn_blocking(move || run_pipeline(&cfg2, sink, opts)).await.map_err(|e| ConnectorError::Sink(e.to_string()))??;
+    let report: RunReport = tokio::task::spawn_blocking(move || run_pipeline(&cfg2, sink, opts))
+        .await
+        .map_err(|e| ConnectorError::Sink(e.to_string()))??;
     let run2_secs = t2.elapsed().as_secs_f64();
     let rate_secs = report
         .stats
@@ -244,13 +311,19 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode> {
     // Verify.
     let engine = Engine::open(EngineConfig::new(&data))?;
     let v = engine.verify()?;
-    check_archive(&engine, DEMO_TOPIC, n).map_err(|e| ConnectorError::Sink(format!("demo verification failed: {e}")))?;
+    check_archive(&engine, DEMO_TOPIC, n)
+        .map_err(|e| ConnectorError::Sink(format!("demo verification failed: {e}")))?;
     let final_committed = committed(&brokers, &cfg.group, DEMO_TOPIC, DEMO_PARTITIONS)?;
     let durable = engine.durable_offsets();
     for (p, c) in &final_committed {
-        let d = durable.get(&TopicPartition::new(DEMO_TOPIC, *p)).copied().unwrap_or(0);
+        let d = durable
+            .get(&TopicPartition::new(DEMO_TOPIC, *p))
+            .copied()
+            .unwrap_or(0);
         if *c > d {
-            return Err(ConnectorError::Sink(format!("BUG: partition {p} committed {c} above durable {d}")));
+            return Err(ConnectorError::Sink(format!(
+                "BUG: partition {p} committed {c} above durable {d}"
+            )));
         }
     }
     let h = &report.put_to_commit_us;

@@ -74,7 +74,11 @@ fn line<'a>(tp: &'a TopicPartition, r: &'a Record) -> Line<'a> {
         },
         key: b64(&r.key),
         value: b64(&r.value),
-        headers: r.headers.iter().map(|h| (h.name.as_str(), b64(&h.value))).collect(),
+        headers: r
+            .headers
+            .iter()
+            .map(|h| (h.name.as_str(), b64(&h.value)))
+            .collect(),
     }
 }
 
@@ -85,11 +89,16 @@ pub async fn run(args: ExportArgs) -> Result<ExitCode> {
         Some(p) => Box::new(std::fs::File::create(p).map_err(io_err(p.clone()))?),
         None => Box::new(std::io::stdout().lock()),
     };
-    let out_path = args.output.clone().unwrap_or_else(|| PathBuf::from("<stdout>"));
+    let out_path = args
+        .output
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("<stdout>"));
     let mut out = BufWriter::with_capacity(1 << 20, sink);
     let mut count = 0u64;
     for p in engine.partitions() {
-        if args.topic.as_ref().is_some_and(|t| *t != p.tp.topic) || args.partition.is_some_and(|n| n != p.tp.partition) {
+        if args.topic.as_ref().is_some_and(|t| *t != p.tp.topic)
+            || args.partition.is_some_and(|n| n != p.tp.partition)
+        {
             continue;
         }
         for r in engine.read(&p.tp, args.from)? {
@@ -108,7 +117,9 @@ pub async fn run(args: ExportArgs) -> Result<ExitCode> {
             match res {
                 Ok(()) => count += 1,
                 // A closed pipe (`| head`) ends the export quietly.
-                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                    return Ok(ExitCode::SUCCESS)
+                }
                 Err(e) => return Err(io_err(out_path)(e)),
             }
         }

@@ -19,9 +19,13 @@ pub struct MockBrokerArgs {
 }
 
 fn parse_topic(s: &str) -> std::result::Result<(String, i32), String> {
-    let (name, n) = s.split_once(':').ok_or_else(|| format!("{s:?}: expected name:partitions"))?;
+    let (name, n) = s
+        .split_once(':')
+        .ok_or_else(|| format!("{s:?}: expected name:partitions"))?;
     cairn_engine::validate_topic(name).map_err(|e| e.to_string())?;
-    let n: i32 = n.parse().map_err(|_| format!("{s:?}: partitions must be a number"))?;
+    let n: i32 = n
+        .parse()
+        .map_err(|_| format!("{s:?}: partitions must be a number"))?;
     if !(1..=10_000).contains(&n) {
         return Err(format!("{s:?}: partitions must be 1..=10000"));
     }
@@ -30,9 +34,13 @@ fn parse_topic(s: &str) -> std::result::Result<(String, i32), String> {
 
 pub async fn run(args: MockBrokerArgs) -> Result<ExitCode> {
     if !(1..=16).contains(&args.brokers) {
-        return Err(ConnectorError::Config(format!("--brokers {}: must be 1..=16", args.brokers)));
+        return Err(ConnectorError::Config(format!(
+            "--brokers {}: must be 1..=16",
+            args.brokers
+        )));
     }
-    let cluster = MockCluster::new(args.brokers).map_err(ConnectorError::kafka("start mock cluster"))?;
+    let cluster =
+        MockCluster::new(args.brokers).map_err(ConnectorError::kafka("start mock cluster"))?;
     for (name, partitions) in &args.topics {
         cluster
             .create_topic(name, *partitions, 1)

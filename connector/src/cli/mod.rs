@@ -61,5 +61,7 @@ pub fn open_archive(data: &std::path::Path) -> crate::Result<cairn_engine::Engin
             data.display()
         )));
     }
-    Ok(cairn_engine::Engine::open(cairn_engine::EngineConfig::new(data))?)
+    Ok(cairn_engine::Engine::open(
+        cairn_engine::EngineConfig::new(data),
+    )?)
 }

@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use cairn_engine::{Engine, EngineConfig};
 
-use crate::config::{parse_kv, CommitPolicy, FileConfig, OnOffsetOutOfRange, OnOversize, RunConfig};
+use crate::config::{
+    parse_kv, CommitPolicy, FileConfig, OnOffsetOutOfRange, OnOversize, RunConfig,
+};
 use crate::consumer::{run_pipeline, PipelineOptions};
 use crate::error::{ConnectorError, Result};
 use crate::task::ArchiveSink;
@@ -68,11 +70,28 @@ impl RunArgs {
             Some(p) => FileConfig::load(p)?,
             None => FileConfig::default(),
         };
-        let missing = |what: &str, flag: &str| ConnectorError::Config(format!("{what}: missing (use {flag} or set it in --config)"));
-        let brokers = self.brokers.or(file.brokers).ok_or_else(|| missing("brokers", "--brokers"))?;
-        let group = self.group.or(file.group).ok_or_else(|| missing("group", "--group"))?;
-        let topics = if self.topics.is_empty() { file.topics.unwrap_or_default() } else { self.topics };
-        let data = self.data.or(file.data).ok_or_else(|| missing("data", "--data"))?;
+        let missing = |what: &str, flag: &str| {
+            ConnectorError::Config(format!(
+                "{what}: missing (use {flag} or set it in --config)"
+            ))
+        };
+        let brokers = self
+            .brokers
+            .or(file.brokers)
+            .ok_or_else(|| missing("brokers", "--brokers"))?;
+        let group = self
+            .group
+            .or(file.group)
+            .ok_or_else(|| missing("group", "--group"))?;
+        let topics = if self.topics.is_empty() {
+            file.topics.unwrap_or_default()
+        } else {
+            self.topics
+        };
+        let data = self
+            .data
+            .or(file.data)
+            .ok_or_else(|| missing("data", "--data"))?;
         let mut c = RunConfig::new(brokers, group, topics, data);
         let commit = match (self.commit, file.commit) {
             (Some(c), _) => Some(c),
@@ -141,7 +160,8 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
 
 /// SIGINT or SIGTERM.
 pub async fn wait_for_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("install SIGTERM handler");
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("install SIGTERM handler");
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}

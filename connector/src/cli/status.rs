@@ -74,7 +74,16 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
     }
     println!(
         "{:<30} {:>5} {:>12} {:>12} {:>10} {:>12} {:>12} {:>12} {:>8} {:>8}",
-        "topic", "part", "first", "durable", "records", "bytes", "committed", "high", "lag", "arch-lag"
+        "topic",
+        "part",
+        "first",
+        "durable",
+        "records",
+        "bytes",
+        "committed",
+        "high",
+        "lag",
+        "arch-lag"
     );
     let opt = |v: Option<i64>| v.map_or("-".to_owned(), |v| v.to_string());
     for r in &rows {
@@ -106,18 +115,22 @@ fn kafka_view(brokers: &str, group: &str, rows: &mut [Row]) -> Result<()> {
         .create()
         .map_err(ConnectorError::kafka("create client"))?;
     let timeout = Duration::from_secs(10);
-    consumer.fetch_metadata(None, timeout).map_err(|e| ConnectorError::BrokerUnreachable {
-        brokers: brokers.to_owned(),
-        waited_ms: 10_000,
-        detail: e.to_string(),
-    })?;
+    consumer
+        .fetch_metadata(None, timeout)
+        .map_err(|e| ConnectorError::BrokerUnreachable {
+            brokers: brokers.to_owned(),
+            waited_ms: 10_000,
+            detail: e.to_string(),
+        })?;
     let mut tpl = TopicPartitionList::new();
     for r in rows.iter() {
         tpl.add_partition(&r.topic, r.partition);
     }
     {
         // Drop the returned list before the consumer: otherwise the drop hangs.
-        let committed = consumer.committed_offsets(tpl, timeout).map_err(ConnectorError::kafka("committed offsets"))?;
+        let committed = consumer
+            .committed_offsets(tpl, timeout)
+            .map_err(ConnectorError::kafka("committed offsets"))?;
         for r in rows.iter_mut() {
             if let Some(e) = committed.find_partition(&r.topic, r.partition) {
                 if let Offset::Offset(o) = e.offset() {

@@ -1,0 +1,168 @@
+//! End to end, in-process: the real consumer loop against Kafka (the mock
+//! cluster, or `CAIRN_TEST_BROKERS`), archiving into a real engine.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use cairn_connector::cli::demo::{check_archive, committed, demo_record, produce};
+use cairn_connector::{
+    run_pipeline, ArchiveSink, CommitPolicy, ConnectorError, PipelineOptions, RunConfig, RunReport,
+};
+use cairn_engine::{Engine, EngineConfig, TopicPartition};
+use cairn_tests::{fast_group, TestKafka};
+
+fn expected_next(topic: &str, n: u64) -> BTreeMap<TopicPartition, i64> {
+    let mut want = BTreeMap::new();
+    for i in 0..n {
+        let (p, r) = demo_record(i);
+        want.insert(TopicPartition::new(topic, p), r.offset + 1);
+    }
+    want
+}
+
+fn config(k: &TestKafka, group: &str, data: &std::path::Path) -> RunConfig {
+    let mut cfg = RunConfig::new(&k.brokers, group, vec![k.topic.clone()], data.to_path_buf());
+    cfg.batch_records_max = 2_000;
+    fast_group(&mut cfg);
+    cfg
+}
+
+/// Run until every produced record is committed.
+fn run_to_end(cfg: &RunConfig, n: u64, observe: bool) -> RunReport {
+    let engine = Arc::new(Engine::open(EngineConfig::new(&cfg.data)).unwrap());
+    let want = expected_next(&cfg.topics[0], n);
+    let mut opts = PipelineOptions {
+        done: Some(Box::new(move |c| {
+            want.iter().all(|(tp, o)| c.get(tp) == Some(o))
+        })),
+        ..Default::default()
+    };
+    if observe {
+        opts.on_commit = Some(Box::new(|committed, durable| {
+            for (tp, o) in committed {
+                assert!(
+                    *o <= durable[tp],
+                    "committed {tp}@{o} above durable {}",
+                    durable[tp]
+                );
+            }
+        }));
+    }
+    run_pipeline(cfg, Box::new(ArchiveSink::new(engine)), opts).unwrap()
+}
+
+fn durable(data: &std::path::Path) -> BTreeMap<TopicPartition, i64> {
+    Engine::open(EngineConfig::new(data))
+        .unwrap()
+        .durable_offsets()
+}
+
+#[test]
+fn end_to_end_50k_exact_and_committed_equals_durable() {
+    let k = TestKafka::new("e2e", 3);
+    let n = 50_000;
+    produce(&k.brokers, &k.topic, 0..n).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&k, "e2e-group", dir.path());
+    let report = run_to_end(&cfg, n, true);
+    assert_eq!(report.stats.records_written, n);
+    assert_eq!(report.stats.records_duplicate, 0);
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    check_archive(&engine, &k.topic, n).unwrap();
+    assert!(engine.verify().unwrap().is_clean());
+    let durable = engine.durable_offsets();
+    drop(engine);
+    let kafka = committed(&k.brokers, "e2e-group", &k.topic, 3).unwrap();
+    for (tp, d) in durable {
+        assert_eq!(
+            kafka[&tp.partition], d,
+            "{tp}: Kafka committed != durable after a clean stop"
+        );
+    }
+}
+
+#[test]
+fn restart_without_commit_resumes_at_the_durable_offset() {
+    let k = TestKafka::new("restart", 3);
+    let n = 30_000;
+    produce(&k.brokers, &k.topic, 0..n).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&k, "restart-group", dir.path());
+    let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
+    let opts = PipelineOptions {
+        crash_after_records: Some(10_000),
+        ..Default::default()
+    };
+    let err = run_pipeline(&cfg, Box::new(ArchiveSink::new(engine)), opts).unwrap_err();
+    assert!(matches!(err, ConnectorError::SimulatedCrash), "{err}");
+    let d = durable(dir.path());
+    let kafka = committed(&k.brokers, "restart-group", &k.topic, 3).unwrap();
+    let (d_sum, k_sum): (i64, i64) = (d.values().sum(), kafka.values().sum());
+    assert!(d_sum >= 10_000);
+    assert!(
+        k_sum < d_sum,
+        "the crash must leave durable-but-uncommitted records ({k_sum} vs {d_sum})"
+    );
+    for (tp, o) in &d {
+        assert!(kafka[&tp.partition] <= *o);
+    }
+    let report = run_to_end(&cfg, n, true);
+    // Had the consumer started from Kafka's older offset, the engine would
+    // have dropped redelivered records as duplicates.
+    assert_eq!(
+        report.stats.records_duplicate, 0,
+        "consumer did not resume at the durable offset"
+    );
+    assert_eq!(report.stats.records_written as i64, n as i64 - d_sum);
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    check_archive(&engine, &k.topic, n).unwrap();
+}
+
+#[test]
+fn commit_failures_lose_nothing_and_catch_up() {
+    let k = TestKafka::new("commitfail", 3);
+    let Some(mock) = k.mock() else {
+        eprintln!("SKIPPED: error injection needs the mock cluster");
+        return;
+    };
+    let n = 20_000;
+    produce(&k.brokers, &k.topic, 0..n).unwrap();
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+    mock.request_errors(
+        RDKafkaApiKey::OffsetCommit,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS; 6],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&k, "commitfail-group", dir.path());
+    cfg.batch_records_max = 1_000;
+    cfg.commit = CommitPolicy::EveryPut;
+    let observed = Arc::new(Mutex::new(0u64));
+    let obs = observed.clone();
+    let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
+    let want = expected_next(&k.topic, n);
+    let opts = PipelineOptions {
+        done: Some(Box::new(move |c| {
+            want.iter().all(|(tp, o)| c.get(tp) == Some(o))
+        })),
+        on_commit: Some(Box::new(move |committed, durable| {
+            for (tp, o) in committed {
+                assert!(*o <= durable[tp]);
+            }
+            *obs.lock().unwrap() += 1;
+        })),
+        ..Default::default()
+    };
+    let report = run_pipeline(&cfg, Box::new(ArchiveSink::new(engine)), opts).unwrap();
+    assert!(
+        report.stats.commit_failures >= 1,
+        "errors were injected: {:?}",
+        report.stats
+    );
+    assert!(*observed.lock().unwrap() >= 1);
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    check_archive(&engine, &k.topic, n).unwrap();
+    let kafka = committed(&k.brokers, "commitfail-group", &k.topic, 3).unwrap();
+    for (tp, d) in engine.durable_offsets() {
+        assert_eq!(kafka[&tp.partition], d, "commits caught up");
+    }
+}
