@@ -363,14 +363,24 @@ fn close(consumer: BaseConsumer<SinkContext>) {
     consumer.unsubscribe();
     match consumer.close_queue() {
         Ok(()) => {
-            let deadline = Instant::now() + Duration::from_secs(30);
+            let deadline = Instant::now() + Duration::from_secs(10);
             while !consumer.closed() && Instant::now() < deadline {
                 consumer.poll(Duration::from_millis(100));
             }
         }
         Err(e) => tracing::warn!(error = %e, "consumer close failed"),
     }
-    drop(consumer);
+    if consumer.closed() {
+        drop(consumer);
+    } else {
+        // Seen under load with the mock cluster: the close never completes,
+        // and dropping would then block forever inside rd_kafka_destroy.
+        // Everything durable is committed or safely uncommitted by now, so
+        // leak the handle rather than hang the process. Known issue, see
+        // the connector issue's closing note.
+        tracing::warn!("consumer did not close within 10 s; abandoning the handle");
+        std::mem::forget(consumer);
+    }
 }
 
 fn consume(
