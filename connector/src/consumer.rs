@@ -85,11 +85,18 @@ pub(crate) struct Shared {
     pub tracker: CommitTracker,
     pub stats: RunStats,
     pub fatal: Option<ConnectorError>,
-    pub crashed: bool,
+    /// Set once the run is over (clean stop, crash or fatal error): the
+    /// revoke that closing the consumer triggers must commit nothing.
+    pub commits_closed: bool,
     crash_after_records: Option<u64>,
     on_commit: Option<CommitObserver>,
     done: Option<DonePredicate>,
     finished: bool,
+}
+
+/// Payload bytes of buffered records, as `pending_bytes` counts them.
+fn payload_bytes(records: &[Record]) -> usize {
+    records.iter().map(|r| r.payload_bytes() as usize).sum()
 }
 
 impl Shared {
@@ -97,7 +104,7 @@ impl Shared {
         for tp in tps {
             if let Some(v) = self.pending.remove(tp) {
                 self.pending_records -= v.len();
-                self.pending_bytes -= v.iter().map(|r| r.payload_bytes() as usize).sum::<usize>();
+                self.pending_bytes -= payload_bytes(&v);
             }
         }
     }
@@ -122,10 +129,7 @@ impl Shared {
         for tp in tps {
             let records = self.pending.remove(&tp).unwrap_or_default();
             self.pending_records -= records.len();
-            self.pending_bytes -= records
-                .iter()
-                .map(|r| r.payload_bytes() as usize)
-                .sum::<usize>();
+            self.pending_bytes -= payload_bytes(&records);
             batches.push(RecordBatch { tp, records });
         }
         if self.pending.is_empty() {
@@ -151,7 +155,7 @@ impl Shared {
                 if let Some(n) = self.crash_after_records {
                     if self.stats.records_written >= n {
                         // Durable but not committed: exactly the crash window.
-                        self.crashed = true;
+                        self.commits_closed = true;
                         return Err(ConnectorError::SimulatedCrash);
                     }
                 }
@@ -164,11 +168,7 @@ impl Shared {
                 tracing::warn!(%msg, "put failed (retriable); redelivering the batch");
                 for b in batches.into_iter().rev() {
                     self.pending_records += b.records.len();
-                    self.pending_bytes += b
-                        .records
-                        .iter()
-                        .map(|r| r.payload_bytes() as usize)
-                        .sum::<usize>();
+                    self.pending_bytes += payload_bytes(&b.records);
                     self.pending.insert(b.tp, b.records);
                 }
                 self.pending_since.get_or_insert_with(Instant::now);
@@ -298,7 +298,7 @@ pub fn run_pipeline(
         tracker: CommitTracker::default(),
         stats: RunStats::default(),
         fatal: None,
-        crashed: false,
+        commits_closed: false,
         crash_after_records: opts.crash_after_records,
         on_commit: opts.on_commit,
         done: opts.done,
@@ -317,22 +317,21 @@ pub fn run_pipeline(
     let result = consume(&consumer, &shared, cfg, &opts.stop);
     let outcome = {
         let mut s = shared.lock().expect("shared state");
-        match result {
+        let outcome = match result {
             Ok(()) => finish(&mut s, &consumer).map(|()| RunReport {
                 stats: s.stats.clone(),
                 put_to_commit_us: s.tracker.put_to_commit_us.clone(),
                 committed: s.tracker.committed.clone(),
             }),
-            Err(e) => {
-                // Crash or fatal error: commit nothing more, not even on the
-                // revoke that closing the consumer triggers.
-                s.crashed = true;
-                Err(e)
-            }
-        }
+            Err(e) => Err(e),
+        };
+        // After a clean finish everything durable is committed; after a crash
+        // or a fatal error nothing more may be. Either way the revoke that
+        // closing the consumer triggers commits nothing.
+        s.commits_closed = true;
+        outcome
     };
     if let Err(e) = &outcome {
-        shared.lock().expect("shared state").crashed = true;
         tracing::error!(error = %e, "pipeline stopped");
     }
     // The shared lock is free here: closing serves a final revoke callback.
@@ -351,8 +350,6 @@ fn finish(s: &mut Shared, consumer: &BaseConsumer<SinkContext>) -> Result<()> {
     s.sink
         .stop()
         .map_err(|e| ConnectorError::Sink(e.to_string()))?;
-    // Nothing is left to commit on the revoke that closing triggers.
-    s.crashed = true;
     Ok(())
 }
 

@@ -197,10 +197,10 @@ impl SinkContext {
         let mut s = self.shared.lock().expect("shared state");
         let _span = tracing::info_span!("revoke", partitions = tps.len(), lost).entered();
         let revoked: BTreeSet<TopicPartition> = tps.iter().cloned().collect();
-        if lost || s.crashed || s.fatal.is_some() {
+        if lost || s.commits_closed || s.fatal.is_some() {
             tracing::warn!(
                 lost,
-                crashed = s.crashed,
+                commits_closed = s.commits_closed,
                 "partitions gone without a commit"
             );
             s.drop_pending(&revoked);
