@@ -37,14 +37,35 @@ impl Default for CommitTracker {
 
 impl CommitTracker {
     pub fn record_put(&mut self, started: Instant, durable: &BTreeMap<TopicPartition, i64>) {
+        self.note_durable(durable);
+        self.uncommitted_puts.push(started);
+    }
+
+    /// An assignment: the sink's `open` reported these offsets durable, and
+    /// Kafka had these committed. A partition that resumes fully archived
+    /// gets no put, yet its durable offset may still be committed.
+    pub fn record_open(
+        &mut self,
+        durable: &BTreeMap<TopicPartition, i64>,
+        kafka_committed: &BTreeMap<TopicPartition, i64>,
+    ) {
+        self.note_durable(durable);
+        for (tp, &o) in kafka_committed {
+            let e = self.committed.entry(tp.clone()).or_insert(o);
+            *e = (*e).max(o);
+        }
+    }
+
+    fn note_durable(&mut self, durable: &BTreeMap<TopicPartition, i64>) {
         for (tp, &o) in durable {
             let e = self.durable_reported.entry(tp.clone()).or_insert(o);
             *e = (*e).max(o);
         }
-        self.uncommitted_puts.push(started);
     }
 
-    /// Assert the invariant and return only offsets that move a partition's commit.
+    /// Assert the invariant and return only offsets that move a partition's
+    /// commit forward. A commit never moves back: another instance of the
+    /// group may have committed past this store's durable offset.
     pub fn check_committable(
         &self,
         offsets: &BTreeMap<TopicPartition, i64>,
@@ -56,7 +77,7 @@ impl CommitTracker {
                 durable.is_some_and(|d| o <= d),
                 "BUG: would commit {tp}@{o} above the durable offset {durable:?}"
             );
-            if self.committed.get(tp) != Some(&o) {
+            if self.committed.get(tp).is_none_or(|&c| o > c) {
                 out.insert(tp.clone(), o);
             }
         }
@@ -109,5 +130,23 @@ mod tests {
         t.record_commit(&c);
         assert_eq!(t.put_to_commit_us.len(), 1);
         assert!(t.check_committable(&BTreeMap::from([(tp, 5)])).is_empty());
+    }
+
+    #[test]
+    fn resumed_partitions_commit_their_durable_offset_but_never_backwards() {
+        let mut t = CommitTracker::default();
+        let done = TopicPartition::new("t", 0);
+        let behind = TopicPartition::new("t", 1);
+        t.record_open(
+            &BTreeMap::from([(done.clone(), 100), (behind.clone(), 40)]),
+            &BTreeMap::from([(done.clone(), 90), (behind.clone(), 60)]),
+        );
+        // Fully archived: no put comes, but 100 is durable and may be committed.
+        let c = t.check_committable(&BTreeMap::from([(done.clone(), 100)]));
+        assert_eq!(c, BTreeMap::from([(done, 100)]));
+        // Another instance committed 60; this store's 40 must not move it back.
+        assert!(t
+            .check_committable(&BTreeMap::from([(behind, 40)]))
+            .is_empty());
     }
 }

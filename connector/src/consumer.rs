@@ -92,6 +92,9 @@ pub(crate) struct Shared {
     on_commit: Option<CommitObserver>,
     done: Option<DonePredicate>,
     finished: bool,
+    /// An assignment brought durable offsets Kafka may not have yet: commit
+    /// them without waiting for a put (a fully archived partition gets none).
+    pub commit_after_assign: bool,
 }
 
 /// Payload bytes of buffered records, as `pending_bytes` counts them.
@@ -303,6 +306,7 @@ pub fn run_pipeline(
         on_commit: opts.on_commit,
         done: opts.done,
         finished: false,
+        commit_after_assign: false,
     }));
     let consumer: BaseConsumer<SinkContext> = client_config(cfg)
         .create_with_context(SinkContext {
@@ -370,11 +374,10 @@ fn close(consumer: BaseConsumer<SinkContext>) {
     if consumer.closed() {
         drop(consumer);
     } else {
-        // Seen under load with the mock cluster: the close never completes,
-        // and dropping would then block forever inside rd_kafka_destroy.
-        // Everything durable is committed or safely uncommitted by now, so
-        // leak the handle rather than hang the process. Known issue, see
-        // the connector issue's closing note.
+        // If a rebalance callback panicked (an invariant assertion), the
+        // close never completes and dropping would block forever inside
+        // rd_kafka_destroy. Leak the handle rather than hang the process:
+        // nothing more is committed either way.
         tracing::warn!("consumer did not close within 10 s; abandoning the handle");
         std::mem::forget(consumer);
     }
@@ -461,11 +464,13 @@ fn consume(
         if full || lingered {
             s.put_pending(consumer, None)?;
         }
-        if let CommitPolicy::Interval(every) = cfg.commit {
-            if last_commit.elapsed() >= every {
-                s.commit(consumer, None)?;
-                last_commit = Instant::now();
-            }
+        let interval_due = match cfg.commit {
+            CommitPolicy::Interval(every) => last_commit.elapsed() >= every,
+            CommitPolicy::EveryPut => false,
+        };
+        if interval_due || std::mem::take(&mut s.commit_after_assign) {
+            s.commit(consumer, None)?;
+            last_commit = Instant::now();
         }
         if s.finished {
             return Ok(());

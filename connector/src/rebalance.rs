@@ -137,6 +137,8 @@ impl SinkContext {
         // the stores holds every record once. Alone, committed <= durable
         // always holds, and this is the archive's own offset.
         let kafka = kafka_committed(c, tpl);
+        s.tracker.record_open(&resume, &kafka);
+        s.commit_after_assign = true;
         for tp in &tps {
             s.assigned.insert(tp.clone());
             let stored = match (resume.get(tp).copied(), kafka.get(tp).copied()) {

@@ -82,8 +82,6 @@ fn end_to_end_50k_exact_and_committed_equals_durable() {
 }
 
 #[test]
-#[ignore = "hangs intermittently under CI load: the crashed run's consumer close never completes \
-            (rd_kafka_destroy hang, issue 3 note); run with --ignored"]
 fn restart_without_commit_resumes_at_the_durable_offset() {
     let k = TestKafka::new("restart", 3);
     let n = 30_000;
