@@ -13,6 +13,7 @@ pub mod config;
 pub mod consumer;
 pub mod convert;
 pub mod error;
+pub mod offsets;
 pub mod rebalance;
 pub mod task;
 

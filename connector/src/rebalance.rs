@@ -25,6 +25,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use crate::config::OnOffsetOutOfRange;
 use crate::consumer::Shared;
 use crate::error::ConnectorError;
+use crate::offsets::committed_offsets;
 
 pub struct SinkContext {
     pub(crate) shared: Arc<Mutex<Shared>>,
@@ -93,25 +94,6 @@ impl ConsumerContext for SinkContext {
     }
 }
 
-/// Kafka's committed offsets for the partitions in `tpl` (empty on error).
-fn kafka_committed(
-    c: &BaseConsumer<SinkContext>,
-    tpl: &TopicPartitionList,
-) -> std::collections::BTreeMap<TopicPartition, i64> {
-    let mut out = std::collections::BTreeMap::new();
-    match c.committed_offsets(tpl.clone(), Duration::from_secs(10)) {
-        Ok(got) => {
-            for e in got.elements() {
-                if let Offset::Offset(o) = e.offset() {
-                    out.insert(TopicPartition::new(e.topic(), e.partition()), o);
-                }
-            }
-        }
-        Err(e) => tracing::warn!(error = %e, "could not read committed offsets during assignment"),
-    }
-    out
-}
-
 impl SinkContext {
     fn fail(&self, e: ConnectorError) {
         let mut s = self.shared.lock().expect("shared state");
@@ -136,7 +118,10 @@ impl SinkContext {
         // store's offset. Resume from the later of the two, so the union of
         // the stores holds every record once. Alone, committed <= durable
         // always holds, and this is the archive's own offset.
-        let kafka = kafka_committed(c, tpl);
+        let kafka = committed_offsets(c, &tps, Duration::from_secs(10)).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "could not read committed offsets during assignment");
+            Default::default()
+        });
         s.tracker.record_open(&resume, &kafka);
         s.commit_after_assign = true;
         for tp in &tps {

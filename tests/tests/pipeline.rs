@@ -4,21 +4,12 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use cairn_connector::cli::demo::{check_archive, committed, demo_record, produce};
+use cairn_connector::cli::demo::{check_archive, committed, demo_next_offsets, produce};
 use cairn_connector::{
     run_pipeline, ArchiveSink, CommitPolicy, ConnectorError, PipelineOptions, RunConfig, RunReport,
 };
 use cairn_engine::{Engine, EngineConfig, TopicPartition};
 use cairn_tests::{fast_group, TestKafka};
-
-fn expected_next(topic: &str, n: u64) -> BTreeMap<TopicPartition, i64> {
-    let mut want = BTreeMap::new();
-    for i in 0..n {
-        let (p, r) = demo_record(i);
-        want.insert(TopicPartition::new(topic, p), r.offset + 1);
-    }
-    want
-}
 
 fn config(k: &TestKafka, group: &str, data: &std::path::Path) -> RunConfig {
     let mut cfg = RunConfig::new(&k.brokers, group, vec![k.topic.clone()], data.to_path_buf());
@@ -30,7 +21,7 @@ fn config(k: &TestKafka, group: &str, data: &std::path::Path) -> RunConfig {
 /// Run until every produced record is committed.
 fn run_to_end(cfg: &RunConfig, n: u64, observe: bool) -> RunReport {
     let engine = Arc::new(Engine::open(EngineConfig::new(&cfg.data)).unwrap());
-    let want = expected_next(&cfg.topics[0], n);
+    let want = demo_next_offsets(&cfg.topics[0], n);
     let mut opts = PipelineOptions {
         done: Some(Box::new(move |c| {
             want.iter().all(|(tp, o)| c.get(tp) == Some(o))
@@ -139,7 +130,7 @@ fn commit_failures_lose_nothing_and_catch_up() {
     let observed = Arc::new(Mutex::new(0u64));
     let obs = observed.clone();
     let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
-    let want = expected_next(&k.topic, n);
+    let want = demo_next_offsets(&k.topic, n);
     let opts = PipelineOptions {
         done: Some(Box::new(move |c| {
             want.iter().all(|(tp, o)| c.get(tp) == Some(o))

@@ -15,15 +15,14 @@ use std::time::{Duration, Instant};
 
 use cairn_engine::{Engine, EngineConfig, Header, Record, TimestampType, TopicPartition};
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header as KHeader, OwnedHeaders};
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use rdkafka::{Offset, TopicPartitionList};
 
 use crate::config::{CommitPolicy, RunConfig};
 use crate::consumer::{run_pipeline, PipelineOptions, RunReport};
 use crate::error::{ConnectorError, Result};
+use crate::offsets::{committed_offsets, group_client};
 use crate::task::ArchiveSink;
 
 pub const DEMO_TOPIC: &str = "cairn-demo";
@@ -101,7 +100,6 @@ pub fn produce(brokers: &str, topic: &str, range: std::ops::Range<u64>) -> Resul
         if let Some(v) = &r.value {
             rec = rec.payload(v.as_slice());
         }
-        let mut rec = rec;
         loop {
             match producer.send(rec) {
                 Ok(()) => break,
@@ -128,15 +126,24 @@ pub fn produce(brokers: &str, topic: &str, range: std::ops::Range<u64>) -> Resul
 }
 
 /// Check that the archive holds exactly demo records 0..n: returns a description of the first difference.
+/// Where each partition ends after demo records `0..n`: its next offset,
+/// which is also its record count (offsets start at 0 on a fresh topic).
+/// Partitions that get no record are absent.
+pub fn demo_next_offsets(topic: &str, n: u64) -> BTreeMap<TopicPartition, i64> {
+    let parts = DEMO_PARTITIONS as u64;
+    (0..parts.min(n))
+        .map(|p| {
+            (
+                TopicPartition::new(topic, p as i32),
+                ((n - p).div_ceil(parts)) as i64,
+            )
+        })
+        .collect()
+}
+
 pub fn check_archive(engine: &Engine, topic: &str, n: u64) -> std::result::Result<(), String> {
-    let mut expected: BTreeMap<i32, u64> = BTreeMap::new();
-    for i in 0..n {
-        *expected
-            .entry((i % DEMO_PARTITIONS as u64) as i32)
-            .or_default() += 1;
-    }
-    for (p, count) in expected {
-        let tp = TopicPartition::new(topic, p);
+    for (tp, count) in demo_next_offsets(topic, n) {
+        let (p, count) = (tp.partition, count as u64);
         let mut seen = 0u64;
         for r in engine.read(&tp, 0).map_err(|e| e.to_string())? {
             let r = r.map_err(|e| e.to_string())?;
@@ -163,43 +170,24 @@ pub fn check_archive(engine: &Engine, topic: &str, n: u64) -> std::result::Resul
     Ok(())
 }
 
-/// Kafka's committed offsets for `group` on the demo topic.
+/// Kafka's committed offsets for `group` on the demo topic, per partition
+/// (0 where nothing is committed).
 pub fn committed(
     brokers: &str,
     group: &str,
     topic: &str,
     partitions: i32,
 ) -> Result<BTreeMap<i32, i64>> {
-    let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .create()
-        .map_err(ConnectorError::kafka("create client"))?;
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..partitions {
-        tpl.add_partition(topic, p);
-    }
-    let out = {
-        let got = c
-            .committed_offsets(tpl, Duration::from_secs(10))
-            .map_err(ConnectorError::kafka("committed offsets"))?;
-        got.elements()
-            .iter()
-            .map(|e| {
-                (
-                    e.partition(),
-                    if let Offset::Offset(o) = e.offset() {
-                        o
-                    } else {
-                        0
-                    },
-                )
-            })
-            .collect()
-        // `got` is dropped here, before the consumer: otherwise the drop hangs.
-    };
-    Ok(out)
+    let c = group_client(brokers, group)?;
+    let tps: Vec<TopicPartition> = (0..partitions)
+        .map(|p| TopicPartition::new(topic, p))
+        .collect();
+    let got = committed_offsets(&c, &tps, Duration::from_secs(10))
+        .map_err(ConnectorError::kafka("committed offsets"))?;
+    Ok(tps
+        .iter()
+        .map(|tp| (tp.partition, got.get(tp).copied().unwrap_or(0)))
+        .collect())
 }
 
 fn demo_config(brokers: &str, data: PathBuf) -> RunConfig {
@@ -284,11 +272,7 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode> {
         rec.duration.as_secs_f64() * 1e3,
         rec.truncated.as_ref().map_or("none".to_owned(), |t| format!("truncated at lsn {}", t.first_lsn))
     );
-    let mut want: BTreeMap<TopicPartition, i64> = BTreeMap::new();
-    for i in 0..n {
-        let (p, r) = demo_record(i);
-        want.insert(TopicPartition::new(DEMO_TOPIC, p), r.offset + 1);
-    }
+    let want = demo_next_offsets(DEMO_TOPIC, n);
     let opts = PipelineOptions {
         done: Some(Box::new(move |committed| {
             want.iter().all(|(tp, o)| committed.get(tp) == Some(o))
@@ -361,4 +345,21 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode> {
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn next_offsets_match_the_generator() {
+        for n in [0u64, 1, 2, 3, 4, 100, 1001] {
+            let mut want = BTreeMap::new();
+            for i in 0..n {
+                let (p, r) = demo_record(i);
+                want.insert(TopicPartition::new("t", p), r.offset + 1);
+            }
+            assert_eq!(demo_next_offsets("t", n), want, "n = {n}");
+        }
+    }
 }

@@ -4,12 +4,12 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::{Offset, TopicPartitionList};
+use cairn_engine::TopicPartition;
+use rdkafka::consumer::Consumer;
 use serde::Serialize;
 
 use crate::error::{ConnectorError, Result};
+use crate::offsets::{committed_offsets, group_client};
 
 #[derive(Debug, clap::Args)]
 pub struct StatusArgs {
@@ -108,12 +108,7 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
 }
 
 fn kafka_view(brokers: &str, group: &str, rows: &mut [Row]) -> Result<()> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .create()
-        .map_err(ConnectorError::kafka("create client"))?;
+    let consumer = group_client(brokers, group)?;
     let timeout = Duration::from_secs(10);
     consumer
         .fetch_metadata(None, timeout)
@@ -122,22 +117,14 @@ fn kafka_view(brokers: &str, group: &str, rows: &mut [Row]) -> Result<()> {
             waited_ms: 10_000,
             detail: e.to_string(),
         })?;
-    let mut tpl = TopicPartitionList::new();
-    for r in rows.iter() {
-        tpl.add_partition(&r.topic, r.partition);
-    }
-    {
-        // Drop the returned list before the consumer: otherwise the drop hangs.
-        let committed = consumer
-            .committed_offsets(tpl, timeout)
-            .map_err(ConnectorError::kafka("committed offsets"))?;
-        for r in rows.iter_mut() {
-            if let Some(e) = committed.find_partition(&r.topic, r.partition) {
-                if let Offset::Offset(o) = e.offset() {
-                    r.kafka_committed = Some(o);
-                }
-            }
-        }
+    let tps: Vec<TopicPartition> = rows
+        .iter()
+        .map(|r| TopicPartition::new(&r.topic, r.partition))
+        .collect();
+    let committed = committed_offsets(&consumer, &tps, timeout)
+        .map_err(ConnectorError::kafka("committed offsets"))?;
+    for (r, tp) in rows.iter_mut().zip(&tps) {
+        r.kafka_committed = committed.get(tp).copied();
     }
     for r in rows.iter_mut() {
         if let Ok((_, high)) = consumer.fetch_watermarks(&r.topic, r.partition, timeout) {

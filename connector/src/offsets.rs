@@ -1,0 +1,49 @@
+//! Reading a consumer group's committed offsets from Kafka.
+//!
+//! One place for it, because it has a trap: the list librdkafka returns must
+//! be dropped before the consumer, or dropping the consumer hangs forever in
+//! `rd_kafka_destroy`. Here the list never leaves this function.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use cairn_engine::TopicPartition;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::KafkaResult;
+use rdkafka::{Offset, TopicPartitionList};
+
+use crate::error::{ConnectorError, Result};
+
+/// Committed offsets of `partitions` for the consumer's group. Partitions
+/// with nothing committed are absent.
+pub fn committed_offsets<X: ConsumerContext, C: Consumer<X>>(
+    consumer: &C,
+    partitions: &[TopicPartition],
+    timeout: Duration,
+) -> KafkaResult<BTreeMap<TopicPartition, i64>> {
+    let mut tpl = TopicPartitionList::new();
+    for tp in partitions {
+        tpl.add_partition(&tp.topic, tp.partition);
+    }
+    let got = consumer.committed_offsets(tpl, timeout)?;
+    let out = got
+        .elements()
+        .iter()
+        .filter_map(|e| match e.offset() {
+            Offset::Offset(o) => Some((TopicPartition::new(e.topic(), e.partition()), o)),
+            _ => None,
+        })
+        .collect();
+    Ok(out)
+}
+
+/// A client that can read `group`'s offsets but never commits on its own.
+pub fn group_client(brokers: &str, group: &str) -> Result<BaseConsumer> {
+    ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .map_err(ConnectorError::kafka("create client"))
+}
