@@ -10,6 +10,7 @@
 //!   are in the store. Only sled errors (I/O) end it early.
 
 use std::collections::BTreeMap;
+use std::ops::Bound;
 
 use crate::body::decode_entry;
 use crate::config::EngineConfig;
@@ -173,24 +174,36 @@ fn verify_meta(tree: &sled::Tree, r: &mut VerifyReport) -> Result<()> {
             );
         }
     }
-    for item in tree.iter() {
+    // Keys outside the four key spaces can only lie in the gaps between
+    // their prefixes: scan those gaps, not the whole store a second time.
+    let mut prefixes = [
+        keys::PREFIX_INDEX,
+        keys::PREFIX_META,
+        keys::PREFIX_PARTITION,
+        keys::PREFIX_WAL,
+    ];
+    prefixes.sort_unstable();
+    let mut gap_start: Bound<Vec<u8>> = Bound::Unbounded;
+    for p in prefixes {
+        report_foreign_keys(tree, (gap_start, Bound::Excluded(vec![p])), r)?;
+        gap_start = Bound::Included(vec![p + 1]);
+    }
+    report_foreign_keys(tree, (gap_start, Bound::Unbounded), r)
+}
+
+fn report_foreign_keys(
+    tree: &sled::Tree,
+    gap: (Bound<Vec<u8>>, Bound<Vec<u8>>),
+    r: &mut VerifyReport,
+) -> Result<()> {
+    for item in tree.range::<Vec<u8>, _>(gap) {
         let (k, _) = item.map_err(store_err("scan keys"))?;
-        if !matches!(
-            k.first(),
-            Some(
-                &keys::PREFIX_META
-                    | &keys::PREFIX_WAL
-                    | &keys::PREFIX_INDEX
-                    | &keys::PREFIX_PARTITION
-            )
-        ) {
-            r.add(
-                Location::Key { key_hex: hex(&k) },
-                CorruptionKind::BadKey {
-                    detail: "key outside every key space".into(),
-                },
-            );
-        }
+        r.add(
+            Location::Key { key_hex: hex(&k) },
+            CorruptionKind::BadKey {
+                detail: "key outside every key space".into(),
+            },
+        );
     }
     Ok(())
 }

@@ -224,3 +224,31 @@ fn unknown_format_version_is_refused() {
         Ok(_) => panic!("expected UnsupportedFormat, got an engine"),
     }
 }
+
+#[test]
+fn keys_outside_every_key_space_are_reported() {
+    let (dir, _) = store();
+    let foreign: [&[u8]; 6] = [b"", b"A", b"J1", b"Nx", b"Q", b"X\xff"];
+    with_raw_tree(dir.path(), |t| {
+        for k in foreign {
+            t.insert(k, b"junk".to_vec()).unwrap();
+        }
+    });
+    let v = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
+    let bad_keys: Vec<&Location> = v
+        .problems
+        .iter()
+        .filter(|p| matches!(p.kind, CorruptionKind::BadKey { .. }))
+        .map(|p| &p.location)
+        .collect();
+    assert_eq!(bad_keys.len(), foreign.len(), "{:?}", v.problems);
+    for k in foreign {
+        let hex: String = k.iter().map(|b| format!("{b:02x}")).collect();
+        assert!(
+            bad_keys.contains(&&Location::Key { key_hex: hex }),
+            "{k:?} not reported"
+        );
+    }
+    // Nothing in the store's own key spaces was mistaken for a foreign key.
+    assert_eq!(v.problems.len(), foreign.len());
+}
