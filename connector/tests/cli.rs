@@ -53,22 +53,29 @@ fn cairn(args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// `cairn run` with the required flags (group `g`) plus `extra`.
+fn cairn_run(brokers: &str, topics: &str, data: &str, extra: &[&str]) -> (i32, String, String) {
+    let mut args = vec![
+        "run",
+        "--brokers",
+        brokers,
+        "--group",
+        "g",
+        "--topics",
+        topics,
+        "--data",
+        data,
+    ];
+    args.extend_from_slice(extra);
+    cairn(&args)
+}
+
 #[test]
 fn unknown_topic_is_a_clear_error() {
     let mb = MockBroker::start(&["exists:1"]);
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().to_str().unwrap();
-    let (code, _, err) = cairn(&[
-        "run",
-        "--brokers",
-        &mb.brokers,
-        "--group",
-        "g",
-        "--topics",
-        "nope",
-        "--data",
-        data,
-    ]);
+    let (code, _, err) = cairn_run(&mb.brokers, "nope", data, &[]);
     assert_ne!(code, 0);
     assert!(err.contains("topic \"nope\" does not exist"), "{err}");
 }
@@ -77,19 +84,7 @@ fn unknown_topic_is_a_clear_error() {
 fn unreachable_broker_names_the_brokers() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().to_str().unwrap();
-    let (code, _, err) = cairn(&[
-        "run",
-        "--brokers",
-        "127.0.0.1:1",
-        "--group",
-        "g",
-        "--topics",
-        "t",
-        "--data",
-        data,
-        "--connect-timeout-ms",
-        "1500",
-    ]);
+    let (code, _, err) = cairn_run("127.0.0.1:1", "t", data, &["--connect-timeout-ms", "1500"]);
     assert_ne!(code, 0);
     assert!(err.contains("cannot reach Kafka at 127.0.0.1:1"), "{err}");
 }
@@ -98,47 +93,13 @@ fn unreachable_broker_names_the_brokers() {
 fn bad_flags_and_config_name_the_setting() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().to_str().unwrap();
-    let (code, _, err) = cairn(&[
-        "run",
-        "--brokers",
-        "b:1",
-        "--group",
-        "g",
-        "--topics",
-        "t",
-        "--data",
-        data,
-        "--commit",
-        "sometimes",
-    ]);
+    let (code, _, err) = cairn_run("b:1", "t", data, &["--commit", "sometimes"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("commit"), "{err}");
-    let (code, _, err) = cairn(&[
-        "run",
-        "--brokers",
-        "b:1",
-        "--group",
-        "g",
-        "--topics",
-        "bad topic",
-        "--data",
-        data,
-    ]);
+    let (code, _, err) = cairn_run("b:1", "bad topic", data, &[]);
     assert_ne!(code, 0);
     assert!(err.contains("topics"), "{err}");
-    let (code, _, err) = cairn(&[
-        "run",
-        "--brokers",
-        "b:1",
-        "--group",
-        "g",
-        "--topics",
-        "t",
-        "--data",
-        data,
-        "-X",
-        "enable.auto.commit=true",
-    ]);
+    let (code, _, err) = cairn_run("b:1", "t", data, &["-X", "enable.auto.commit=true"]);
     assert_ne!(code, 0);
     assert!(err.contains("enable.auto.commit"), "{err}");
     let cfg = dir.path().join("cairn.toml");

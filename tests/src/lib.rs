@@ -12,7 +12,7 @@ use rdkafka::mocking::MockCluster;
 pub struct TestKafka {
     pub brokers: String,
     pub topic: String,
-    _mock: Option<MockCluster<'static, rdkafka::producer::DefaultProducerContext>>,
+    mock: Option<MockCluster<'static, rdkafka::producer::DefaultProducerContext>>,
 }
 
 impl TestKafka {
@@ -38,7 +38,7 @@ impl TestKafka {
                 TestKafka {
                     brokers,
                     topic,
-                    _mock: None,
+                    mock: None,
                 }
             }
             Err(_) => {
@@ -48,7 +48,7 @@ impl TestKafka {
                 TestKafka {
                     brokers: mock.bootstrap_servers(),
                     topic: name.to_owned(),
-                    _mock: Some(mock),
+                    mock: Some(mock),
                 }
             }
         }
@@ -56,7 +56,7 @@ impl TestKafka {
 
     /// The mock cluster, for error injection (None against a real broker).
     pub fn mock(&self) -> Option<&MockCluster<'static, rdkafka::producer::DefaultProducerContext>> {
-        self._mock.as_ref()
+        self.mock.as_ref()
     }
 }
 
