@@ -171,7 +171,7 @@ fn demo_archive_reads_back_with_status_export_verify() {
     // A damaged archive: verify names the location and exits non-zero, never panics.
     {
         let cfg = cairn_engine::EngineConfig::new(&data);
-        let db = cfg.sled_config().open().unwrap();
+        let db = cfg.open_sled().unwrap();
         let t = db.open_tree("cairn").unwrap();
         let k = cairn_engine::keys::wal_key(2);
         let mut v = t.get(k).unwrap().unwrap().to_vec();

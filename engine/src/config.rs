@@ -101,6 +101,36 @@ impl EngineConfig {
             .flush_every_ms(None)
     }
 
+    /// Open the sled database with [`Self::sled_config`].
+    ///
+    /// A store's sled lock can still be held for a moment by the I/O threads
+    /// of an engine that was just dropped in this process, so a lock
+    /// conflict is retried for a bounded 5 s before it is an error. Callers
+    /// outside the engine must hold `cairn.lock` or know the store is closed.
+    pub fn open_sled(&self) -> Result<sled::Db, crate::Error> {
+        let sled_cfg = self.sled_config();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            match sled_cfg.open() {
+                Ok(db) => return Ok(db),
+                Err(sled::Error::Io(e))
+                    if e.to_string().contains("could not acquire lock")
+                        && std::time::Instant::now() < deadline =>
+                {
+                    // Polling, not synchronisation: sled offers no way to
+                    // wait for another handle's threads to let go.
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                Err(source) => {
+                    return Err(crate::Error::Store {
+                        op: "open sled",
+                        source,
+                    })
+                }
+            }
+        }
+    }
+
     pub(crate) fn validate(&self) -> Result<(), InvalidInput> {
         let bad = |s: String| Err(InvalidInput::Config(s));
         if self.record_bytes_max == 0 || self.record_bytes_max > RECORD_BYTES_MAX_LIMIT {

@@ -15,7 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::body::{encode_entry, ENTRY_BODY_BYTES_MAX};
 use crate::config::EngineConfig;
@@ -138,7 +138,7 @@ impl Engine {
         };
         std::fs::create_dir_all(&cfg.path).map_err(|e| io("create data directory", e))?;
         let lock = DirLock::acquire(&cfg.path)?;
-        let db = open_sled(&cfg)?;
+        let db = cfg.open_sled()?;
         let tree = db.open_tree("cairn").map_err(store_err("open tree"))?;
         let mut syncer = DurableSync::open(&cfg.sled_path()).map_err(|e| Error::Io {
             op: "open data file for fdatasync",
@@ -547,29 +547,4 @@ fn split_entries(records: &[Record], target: usize) -> impl Iterator<Item = &[Re
         rest = tail;
         Some(group)
     })
-}
-
-fn open_sled(cfg: &EngineConfig) -> Result<sled::Db> {
-    let sled_cfg = cfg.sled_config();
-    // We hold cairn.lock, so a sled lock conflict can only be our own
-    // previous engine's I/O threads still releasing the file. Give them a
-    // bounded moment.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        match sled_cfg.open() {
-            Ok(db) => return Ok(db),
-            Err(sled::Error::Io(e))
-                if e.to_string().contains("could not acquire lock")
-                    && Instant::now() < deadline =>
-            {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            Err(source) => {
-                return Err(Error::Store {
-                    op: "open sled",
-                    source,
-                })
-            }
-        }
-    }
 }

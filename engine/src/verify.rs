@@ -92,7 +92,7 @@ pub fn verify_store(cfg: &EngineConfig) -> Result<VerifyReport> {
         });
     }
     let _lock = DirLock::acquire(&cfg.path)?;
-    let db = cfg.sled_config().open().map_err(store_err("open sled"))?;
+    let db = cfg.open_sled()?;
     let tree = db.open_tree("cairn").map_err(store_err("open tree"))?;
     verify_tree(&tree)
 }

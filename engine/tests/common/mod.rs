@@ -61,8 +61,7 @@ pub fn batch(
 /// The engine must be closed or dropped first.
 pub fn with_raw_tree<T>(dir: &std::path::Path, f: impl FnOnce(&sled::Tree) -> T) -> T {
     let db = cairn_engine::EngineConfig::new(dir)
-        .sled_config()
-        .open()
+        .open_sled()
         .expect("open sled directly");
     let tree = db.open_tree("cairn").unwrap();
     let out = f(&tree);
