@@ -52,7 +52,7 @@ mod retention;
 mod sync;
 mod verify;
 
-pub use config::{EngineConfig, RecoveryMode, RECORD_BYTES_MAX_LIMIT};
+pub use config::{EngineConfig, RecoveryMode, RECORD_BYTES_MAX_LIMIT, SLED_SEGMENT_BYTES};
 pub use engine::{Engine, EngineStats, PartitionInfo, FAILPOINT_AFTER_SYNC, FAILPOINT_AFTER_WRITE};
 pub use error::{CorruptionKind, Error, InvalidInput, Location, Result};
 pub use offsets::DurableOffsets;

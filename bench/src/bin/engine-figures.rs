@@ -38,21 +38,53 @@ fn engine_p50(batch: usize, iters: usize) -> (Histogram<u64>, Duration) {
     (h, t0.elapsed())
 }
 
-fn sled_p50(batch: usize, iters: usize, fdatasync: bool) -> (Histogram<u64>, Duration) {
+/// How a raw sled baseline lays out the same bytes.
+#[derive(Clone, Copy, PartialEq)]
+enum Layout {
+    /// sled defaults, one value per append: the baseline.
+    OneValue,
+    /// The engine's sled layout without the engine: 8 MiB segments, the
+    /// bytes split into 64 KiB values, plus a 52-byte index value and a
+    /// 44-byte summary value, in one batch.
+    EngineShaped,
+}
+
+fn sled_p50(
+    batch: usize,
+    iters: usize,
+    fdatasync: bool,
+    layout: Layout,
+) -> (Histogram<u64>, Duration) {
     let dir = tempfile::tempdir().unwrap();
-    let db = sled::Config::new()
+    let mut cfg = sled::Config::new()
         .path(dir.path())
         .flush_every_ms(None)
-        .cache_capacity(64 << 20)
-        .open()
-        .unwrap();
+        .cache_capacity(64 << 20);
+    if layout == Layout::EngineShaped {
+        cfg = cfg.segment_size(cairn_engine::SLED_SEGMENT_BYTES);
+    }
+    let db = cfg.open().unwrap();
     let f = std::fs::File::open(dir.path().join("db")).unwrap();
     let value = vec![b'x'; batch * 100];
     let mut h = Histogram::<u64>::new(3).unwrap();
     let t0 = Instant::now();
     for i in 0..iters as u64 {
         let t = Instant::now();
-        db.insert(i.to_be_bytes(), value.as_slice()).unwrap();
+        match layout {
+            Layout::OneValue => {
+                db.insert(i.to_be_bytes(), value.as_slice()).unwrap();
+            }
+            Layout::EngineShaped => {
+                let mut b = sled::Batch::default();
+                for (c, chunk) in value.chunks(64 << 10).enumerate() {
+                    let k = [b"W".as_slice(), &(i * 64 + c as u64).to_be_bytes()].concat();
+                    b.insert(k, chunk);
+                }
+                b.insert([b"I".as_slice(), &i.to_be_bytes()].concat(), &[0u8; 52][..]);
+                b.insert(&b"P\x00b\x00\x00\x00\x00"[..], &[0u8; 44][..]);
+                db.apply_batch(b).unwrap();
+            }
+        }
         db.flush().unwrap();
         if fdatasync {
             f.sync_data().unwrap();
@@ -93,8 +125,10 @@ fn main() {
     println!("iterations per case: {iters}; 100-byte records; all in one run");
     for batch in [1usize, 1000] {
         let (e, et) = engine_p50(batch, iters);
-        let (s, st) = sled_p50(batch, iters, false);
-        let (sd, sdt) = sled_p50(batch, iters, true);
+
+        let (s, st) = sled_p50(batch, iters, false, Layout::OneValue);
+        let (sd, sdt) = sled_p50(batch, iters, true, Layout::OneValue);
+        let (ss, sst) = sled_p50(batch, iters, true, Layout::EngineShaped);
         let rps = |d: Duration| (iters * batch) as f64 / d.as_secs_f64();
         println!(
             "batch {batch:>4}: engine append+fsync p50 {} us p99 {} us | raw sled insert+flush p50 {} us | raw sled insert+flush+fdatasync p50 {} us",
@@ -105,6 +139,13 @@ fn main() {
             e.value_at_quantile(0.5) as f64 / s.value_at_quantile(0.5) as f64,
             e.value_at_quantile(0.5) as f64 / sd.value_at_quantile(0.5) as f64,
             rps(et), rps(st), rps(sdt), 100.0 * rps(et) / rps(st), 100.0 * rps(et) / rps(sdt)
+        );
+        println!(
+            "            raw sled in the engine's layout (8 MiB segments, 64 KiB values + index + summary) +fdatasync: p50 {} us, {:.0} records/s; engine/that {:.2}x, {:.0}%",
+            ss.value_at_quantile(0.5),
+            rps(sst),
+            e.value_at_quantile(0.5) as f64 / ss.value_at_quantile(0.5) as f64,
+            100.0 * rps(et) / rps(sst)
         );
     }
     for (n, clean) in [
