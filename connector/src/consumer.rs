@@ -248,7 +248,14 @@ pub fn client_config(cfg: &RunConfig) -> ClientConfig {
         // Nothing is stored for commit implicitly; we commit explicit lists.
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", &cfg.auto_offset_reset)
-        .set("enable.partition.eof", "false");
+        .set("enable.partition.eof", "false")
+        // Incremental rebalancing: a member gives up a partition, and commits
+        // its durable offset, while the group is stable, before another
+        // member is handed it. Under the eager protocol the revoke happens
+        // while the group is re-joining, and brokers that refuse commits in
+        // that state (librdkafka's mock cluster does) leave the next owner
+        // to re-archive the uncommitted tail. `-X` may choose eager anyway.
+        .set("partition.assignment.strategy", "cooperative-sticky");
     for (k, v) in &cfg.kafka {
         c.set(k, v);
     }

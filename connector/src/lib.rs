@@ -18,6 +18,8 @@ pub mod rebalance;
 pub mod task;
 
 pub use config::{CommitPolicy, OnOffsetOutOfRange, OnOversize, RunConfig};
-pub use consumer::{run_pipeline, PipelineOptions, RunReport, RunStats};
+pub use consumer::{
+    run_pipeline, CommitObserver, DonePredicate, PipelineOptions, RunReport, RunStats,
+};
 pub use error::{ConnectorError, Result};
 pub use task::{ArchiveSink, PutOutcome, SinkTask, TaskError};

@@ -174,7 +174,7 @@ impl SinkContext {
                 });
             }
             s.consumed.insert(tp.clone(), offset);
-            tracing::info!(%tp, offset, "resuming from the archive's durable offset");
+            tracing::info!(%tp, offset, "resuming");
         }
     }
 

@@ -86,3 +86,14 @@ pub fn fast_group(cfg: &mut cairn_connector::RunConfig) {
     cfg.kafka
         .insert("heartbeat.interval.ms".into(), "500".into());
 }
+
+/// Send the code under test's logs to the test's output when `RUST_LOG` is
+/// set (e.g. `RUST_LOG=cairn_connector=debug`). Safe to call from every test.
+pub fn init_logs() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+    }
+}
