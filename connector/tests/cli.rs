@@ -1,48 +1,10 @@
 //! The `cairn` binary: bad input gets a clear one-line error and a non-zero
 //! exit, and commits nothing; the read-back commands work on a real archive.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
-const CAIRN: &str = env!("CARGO_BIN_EXE_cairn");
-
-/// `cairn mock-broker` as a child; killed on drop.
-struct MockBroker {
-    child: Child,
-    brokers: String,
-}
-
-impl MockBroker {
-    fn start(topics: &[&str]) -> MockBroker {
-        let mut cmd = Command::new(CAIRN);
-        cmd.arg("mock-broker");
-        for t in topics {
-            cmd.args(["--topic", t]);
-        }
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let brokers = line
-            .trim()
-            .strip_prefix("bootstrap.servers=")
-            .expect("first line")
-            .to_owned();
-        MockBroker { child, brokers }
-    }
-}
-
-impl Drop for MockBroker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+mod common;
+use common::{MockBroker, CAIRN};
 
 fn cairn(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(CAIRN).args(args).output().unwrap();
@@ -186,4 +148,55 @@ fn demo_archive_reads_back_with_status_export_verify() {
         "{out}"
     );
     assert!(!err.contains("panicked"));
+}
+
+#[test]
+fn oversize_record_stops_with_its_coordinates_and_is_never_committed() {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let mb = MockBroker::start(&["big:1"]);
+    let producer: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &mb.brokers)
+        .create()
+        .unwrap();
+    let small = vec![b's'; 100];
+    let big = vec![b'B'; 4_000];
+    for i in 0..15 {
+        let v = if i == 10 { &big } else { &small };
+        producer
+            .send(BaseRecord::<[u8], [u8]>::to("big").partition(0).payload(v))
+            .unwrap();
+    }
+    producer.flush(std::time::Duration::from_secs(10)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let (code, _, err) = cairn_run(
+        &mb.brokers,
+        "big",
+        d,
+        &["--record-bytes-max", "1000", "--batch-records-max", "4"],
+    );
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("record big/0@10 is 4000 bytes, over the limit of 1000"),
+        "{err}"
+    );
+    // Nothing at or after the oversize record is archived or committed.
+    let engine = cairn_engine::Engine::open(cairn_engine::EngineConfig::new(d)).unwrap();
+    let durable = engine
+        .durable_offsets()
+        .values()
+        .copied()
+        .next()
+        .unwrap_or(0);
+    assert!(
+        durable <= 10,
+        "archived past the oversize record: {durable}"
+    );
+    drop(engine);
+    let kafka = cairn_connector::cli::demo::committed(&mb.brokers, "g", "big", 1).unwrap();
+    assert!(
+        kafka[&0] <= durable,
+        "committed {} > durable {durable}",
+        kafka[&0]
+    );
 }

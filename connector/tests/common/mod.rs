@@ -1,0 +1,60 @@
+//! Helpers shared by the binary's integration tests.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+pub const CAIRN: &str = env!("CARGO_BIN_EXE_cairn");
+
+/// `cairn mock-broker` as a child; killed on drop.
+pub struct MockBroker {
+    child: Child,
+    pub brokers: String,
+}
+
+impl MockBroker {
+    pub fn start(topics: &[&str]) -> MockBroker {
+        let mut cmd = Command::new(CAIRN);
+        cmd.arg("mock-broker");
+        for t in topics {
+            cmd.args(["--topic", t]);
+        }
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let brokers = line
+            .trim()
+            .strip_prefix("bootstrap.servers=")
+            .expect("first line")
+            .to_owned();
+        MockBroker { child, brokers }
+    }
+}
+
+impl Drop for MockBroker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The seed for a randomised test: `CAIRN_SEED` replays one; printed always.
+pub fn seed(test: &str) -> u64 {
+    let seed = match std::env::var("CAIRN_SEED") {
+        Ok(s) => s.parse().expect("CAIRN_SEED must be a u64"),
+        Err(_) => {
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap();
+            t.as_nanos() as u64 ^ ((std::process::id() as u64) << 32)
+        }
+    };
+    eprintln!("{test}: CAIRN_SEED={seed}");
+    seed
+}
