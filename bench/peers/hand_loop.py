@@ -1,0 +1,53 @@
+"""The loop a careful user writes by hand with confluent-kafka: consume a
+batch, append its values to a file, fsync, commit synchronously.
+
+Usage: hand_loop.py BROKERS TOPIC RECORDS BATCH FILE
+Prints one JSON object: records, seconds from the first record, and the
+latency of every batch from the start of its write to the commit's return.
+"""
+import json
+import os
+import sys
+import time
+
+from confluent_kafka import Consumer
+
+
+def main():
+    brokers, topic, records, batch, path = sys.argv[1:6]
+    records, batch = int(records), int(batch)
+    c = Consumer({
+        "bootstrap.servers": brokers,
+        "group.id": f"p2c-python-{os.getpid()}",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+    })
+    c.subscribe([topic])
+    n = 0
+    first = None
+    lat_us = []
+    with open(path, "ab") as f:
+        while n < records:
+            msgs = c.consume(num_messages=batch, timeout=1.0)
+            if not msgs:
+                continue
+            if first is None:
+                first = time.monotonic()
+            t = time.monotonic()
+            for m in msgs:
+                if m.error():
+                    raise SystemExit(f"consume: {m.error()}")
+                f.write(m.value())
+                f.write(b"\n")
+            f.flush()
+            os.fsync(f.fileno())
+            c.commit(asynchronous=False)
+            lat_us.append(int((time.monotonic() - t) * 1e6))
+            n += len(msgs)
+    seconds = time.monotonic() - first
+    c.close()
+    json.dump({"records": n, "seconds": seconds, "lat_us": lat_us}, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()

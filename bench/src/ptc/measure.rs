@@ -1,0 +1,257 @@
+//! cairn's connector loop, the floor and the ceiling.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cairn_connector::{run_pipeline, ArchiveSink, CommitPolicy, PipelineOptions, RunConfig};
+use cairn_engine::{Engine, EngineConfig, TopicPartition};
+use hdrhistogram::Histogram;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use serde::Serialize;
+
+use super::{histogram, Latency, Throughput};
+
+fn unique_group(what: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "p2c-{what}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+pub fn policy_name(p: CommitPolicy) -> String {
+    match p {
+        CommitPolicy::EveryPut => "every-put".into(),
+        CommitPolicy::Interval(d) => format!("interval:{}", d.as_millis()),
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CairnRun {
+    pub policy: String,
+    pub throughput: Throughput,
+    pub put_to_commit: Latency,
+    pub puts: u64,
+    pub commits: u64,
+    pub fsyncs: u64,
+    pub fsyncs_per_s: f64,
+    pub payload_bytes: u64,
+    /// p50 over the floor's p50 (target for every-put: <= 1.5).
+    pub p50_vs_floor: f64,
+    /// p99 over the floor's p99 (target for every-put: <= 3).
+    pub p99_vs_floor: f64,
+    /// Records/s as a percentage of the consume-only ceiling.
+    pub pct_of_ceiling: f64,
+}
+
+impl CairnRun {
+    pub fn relate(&mut self, floor: &Floor, ceiling: &Throughput) {
+        self.p50_vs_floor = self.put_to_commit.p50_us as f64 / floor.sum.p50_us.max(1) as f64;
+        self.p99_vs_floor = self.put_to_commit.p99_us as f64 / floor.sum.p99_us.max(1) as f64;
+        self.pct_of_ceiling = 100.0 * self.throughput.records_per_s / ceiling.records_per_s;
+    }
+}
+
+/// cairn's real loop (consume, put, fsync, commit) into a fresh store,
+/// until every partition's end offset is committed.
+pub fn cairn(
+    brokers: &str,
+    topic: &str,
+    ends: &BTreeMap<TopicPartition, i64>,
+    policy: CommitPolicy,
+    batch_records_max: usize,
+    size: usize,
+    out: &Path,
+) -> Result<(CairnRun, Histogram<u64>), String> {
+    let dir = tempfile::tempdir_in(out).map_err(|e| format!("scratch dir: {e}"))?;
+    let mut cfg = RunConfig::new(
+        brokers,
+        unique_group("cairn"),
+        vec![topic.to_owned()],
+        dir.path().to_path_buf(),
+    );
+    cfg.commit = policy;
+    cfg.batch_records_max = batch_records_max;
+    let engine =
+        Arc::new(Engine::open(EngineConfig::new(dir.path())).map_err(|e| format!("engine: {e}"))?);
+    let want: BTreeMap<TopicPartition, i64> = ends
+        .iter()
+        .filter(|(_, o)| **o > 0)
+        .map(|(t, o)| (t.clone(), *o))
+        .collect();
+    let done_at = Arc::new(Mutex::new(None));
+    let done_at_w = done_at.clone();
+    let opts = PipelineOptions {
+        done: Some(Box::new(move |c| {
+            let done = want.iter().all(|(tp, o)| c.get(tp) == Some(o));
+            if done {
+                done_at_w.lock().unwrap().get_or_insert_with(Instant::now);
+            }
+            done
+        })),
+        ..Default::default()
+    };
+    let report = run_pipeline(&cfg, Box::new(ArchiveSink::new(engine.clone())), opts)
+        .map_err(|e| format!("cairn run: {e}"))?;
+    let stats = engine.stats();
+    let records: u64 = ends.values().map(|o| *o as u64).sum();
+    if stats.records_appended != records || report.stats.records_duplicate != 0 {
+        return Err(format!(
+            "cairn archived {} records ({} duplicates) of {records}",
+            stats.records_appended, report.stats.records_duplicate
+        ));
+    }
+    let first = report.stats.first_record_at.ok_or("no record consumed")?;
+    let end = done_at.lock().unwrap().ok_or("never done")?;
+    let seconds = end.duration_since(first).as_secs_f64();
+    let run = CairnRun {
+        policy: policy_name(policy),
+        throughput: Throughput::new(records, records * size as u64, seconds),
+        put_to_commit: Latency::of(&report.put_to_commit_us),
+        puts: report.stats.puts,
+        commits: report.stats.commits,
+        fsyncs: stats.fsyncs,
+        fsyncs_per_s: stats.fsyncs as f64 / seconds,
+        payload_bytes: report.stats.payload_bytes,
+        p50_vs_floor: 0.0,
+        p99_vs_floor: 0.0,
+        pct_of_ceiling: 0.0,
+    };
+    Ok((run, report.put_to_commit_us))
+}
+
+fn consumer(brokers: &str, group: &str) -> Result<BaseConsumer, String> {
+    ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("enable.partition.eof", "false")
+        .create()
+        .map_err(|e| format!("consumer: {e}"))
+}
+
+/// Consume-only: poll and drop, commit asynchronously every 100 ms. The
+/// fastest a consumer of this broker can go.
+pub fn ceiling(
+    brokers: &str,
+    topic: &str,
+    records: u64,
+    size: usize,
+) -> Result<Throughput, String> {
+    let c = consumer(brokers, &unique_group("ceiling"))?;
+    c.subscribe(&[topic])
+        .map_err(|e| format!("subscribe: {e}"))?;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let (mut n, mut bytes, mut first, mut last_commit) = (0u64, 0u64, None, Instant::now());
+    while n < records {
+        if Instant::now() > deadline {
+            return Err(format!("ceiling: {n} of {records} records in 600 s"));
+        }
+        match c.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => {
+                first.get_or_insert_with(Instant::now);
+                n += 1;
+                bytes += m.payload_len() as u64;
+            }
+            Some(Err(e)) => return Err(format!("ceiling consumer: {e}")),
+            None => {}
+        }
+        if last_commit.elapsed() >= Duration::from_millis(100) && first.is_some() {
+            let _ = c.commit_consumer_state(CommitMode::Async);
+            last_commit = Instant::now();
+        }
+    }
+    let seconds = first
+        .expect("records were consumed")
+        .elapsed()
+        .as_secs_f64();
+    debug_assert_eq!(bytes, records * size as u64);
+    Ok(Throughput::new(records, bytes, seconds))
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Floor {
+    /// Bytes appended before each fdatasync: cairn's mean put size.
+    pub put_bytes: usize,
+    pub fdatasync: Latency,
+    pub commit: Latency,
+    /// fdatasync sample i plus commit sample i.
+    pub sum: Latency,
+}
+
+impl Default for Latency {
+    fn default() -> Self {
+        Latency::of(&histogram())
+    }
+}
+
+/// The floor: append a put's bytes to a file and fdatasync it, and commit
+/// one offset synchronously, each measured alone, `samples` times.
+pub fn floor(
+    brokers: &str,
+    topic: &str,
+    put_bytes: usize,
+    samples: usize,
+    out: &Path,
+) -> Result<(Floor, Histogram<u64>), String> {
+    let path = out.join("floor.dat");
+    let mut f = std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let buf = vec![b'f'; put_bytes];
+    let mut fsync_us = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let t = Instant::now();
+        f.write_all(&buf).map_err(|e| format!("floor write: {e}"))?;
+        f.sync_data().map_err(|e| format!("floor fdatasync: {e}"))?;
+        fsync_us.push(t.elapsed().as_micros() as u64);
+    }
+    drop(f);
+    let _ = std::fs::remove_file(&path);
+
+    let c = consumer(brokers, &unique_group("floor"))?;
+    c.subscribe(&[topic])
+        .map_err(|e| format!("subscribe: {e}"))?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let tp = loop {
+        // Polling drives the group join; records polled are dropped.
+        let _ = c.poll(Duration::from_millis(50));
+        let a = c.assignment().map_err(|e| format!("assignment: {e}"))?;
+        if let Some(e) = a.elements().first() {
+            break (e.topic().to_owned(), e.partition());
+        }
+        if Instant::now() > deadline {
+            return Err("floor: no partition assigned in 60 s".into());
+        }
+    };
+    let mut commit_us = Vec::with_capacity(samples);
+    for i in 0..samples {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(&tp.0, tp.1, Offset::Offset(1 + (i % 2) as i64))
+            .map_err(|e| e.to_string())?;
+        let t = Instant::now();
+        c.commit(&tpl, CommitMode::Sync)
+            .map_err(|e| format!("floor commit: {e}"))?;
+        commit_us.push(t.elapsed().as_micros() as u64);
+    }
+    let (mut hf, mut hc, mut hs) = (histogram(), histogram(), histogram());
+    for (a, b) in fsync_us.iter().zip(&commit_us) {
+        hf.saturating_record((*a).max(1));
+        hc.saturating_record((*b).max(1));
+        hs.saturating_record((a + b).max(1));
+    }
+    Ok((
+        Floor {
+            put_bytes,
+            fdatasync: Latency::of(&hf),
+            commit: Latency::of(&hc),
+            sum: Latency::of(&hs),
+        },
+        hs,
+    ))
+}

@@ -1,0 +1,269 @@
+//! The put-to-commit harness.
+//!
+//! For each record size: pre-produce the records, then in one run measure
+//! cairn's real connector loop under each commit policy, the floor (an
+//! `fdatasync` of a put's bytes plus a commit round trip, each measured
+//! alone), the consume-only ceiling, kcat into a file, and a hand-written
+//! confluent-kafka loop. Ratios are taken within the run: absolute times on
+//! a shared machine are noisy, ratios much less so.
+//!
+//! The mock cluster keeps only the newest 5 MiB or 100 000 records per
+//! partition, so the record count is capped to what the partitions hold and
+//! the low watermarks are checked before anything is measured: every record
+//! produced must still be there to be archived.
+
+mod measure;
+mod output;
+mod peers;
+mod setup;
+
+use std::path::PathBuf;
+
+use cairn_connector::CommitPolicy;
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Brokers to use; default: start `cairn-bench mock-broker`.
+    #[arg(long)]
+    pub brokers: Option<String>,
+    /// Records per case (capped to what the mock cluster's partitions hold).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub records: u64,
+    /// Record sizes in bytes, one case each.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![100usize, 1024, 10240])]
+    pub record_bytes: Vec<usize>,
+    #[arg(long, default_value_t = 32)]
+    pub partitions: i32,
+    /// Commit policies to measure cairn under.
+    #[arg(long, value_delimiter = ',', value_parser = parse_policy,
+          default_values = ["every-put", "interval:100"])]
+    pub policies: Vec<CommitPolicy>,
+    /// cairn's --batch-records-max, and the Python loop's batch size.
+    #[arg(long, default_value_t = 1_000)]
+    pub batch_records_max: usize,
+    /// Samples for each floor component.
+    #[arg(long, default_value_t = 2_000)]
+    pub floor_samples: usize,
+    /// Skip kcat and the Python loop.
+    #[arg(long)]
+    pub no_peers: bool,
+    /// Where the JSON, the SVG and the scratch data go.
+    #[arg(long, default_value_os_t = default_out())]
+    pub out: PathBuf,
+}
+
+fn default_out() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/bench")
+}
+
+fn parse_policy(s: &str) -> Result<CommitPolicy, String> {
+    s.parse::<CommitPolicy>().map_err(|e| e.to_string())
+}
+
+/// Latency percentiles in microseconds.
+#[derive(Debug, Clone, Serialize)]
+pub struct Latency {
+    pub samples: u64,
+    pub p50_us: u64,
+    pub p90_us: u64,
+    pub p99_us: u64,
+    pub p999_us: u64,
+    pub max_us: u64,
+}
+
+impl Latency {
+    pub fn of(h: &Histogram<u64>) -> Latency {
+        Latency {
+            samples: h.len(),
+            p50_us: h.value_at_quantile(0.5),
+            p90_us: h.value_at_quantile(0.9),
+            p99_us: h.value_at_quantile(0.99),
+            p999_us: h.value_at_quantile(0.999),
+            max_us: h.max(),
+        }
+    }
+}
+
+pub fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000, 3).expect("histogram bounds")
+}
+
+/// Throughput of one consumer run, timed from its first record.
+#[derive(Debug, Clone, Serialize)]
+pub struct Throughput {
+    pub records: u64,
+    pub seconds: f64,
+    pub records_per_s: f64,
+    pub mb_per_s: f64,
+}
+
+impl Throughput {
+    pub fn new(records: u64, bytes: u64, seconds: f64) -> Throughput {
+        let seconds = seconds.max(1e-9);
+        Throughput {
+            records,
+            seconds,
+            records_per_s: records as f64 / seconds,
+            mb_per_s: bytes as f64 / seconds / 1e6,
+        }
+    }
+}
+
+/// One measurement that may have been skipped, with the reason.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum Peer<T> {
+    Ran(T),
+    Skipped { skipped: String },
+}
+
+#[derive(Debug, Serialize)]
+pub struct CaseResult {
+    pub record_bytes: usize,
+    pub records: u64,
+    pub partitions: i32,
+    pub note: Option<String>,
+    pub cairn: Vec<measure::CairnRun>,
+    pub floor: measure::Floor,
+    pub ceiling: Throughput,
+    pub kcat: Peer<Throughput>,
+    pub python: Peer<peers::PythonRun>,
+    #[serde(skip)]
+    pub histograms: Histograms,
+}
+
+/// Full distributions, for the plot.
+#[derive(Debug, Default)]
+pub struct Histograms {
+    pub cairn: Vec<(String, Histogram<u64>)>,
+    pub floor: Option<Histogram<u64>>,
+    pub python: Option<Histogram<u64>>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub command: String,
+    pub date_utc: String,
+    pub machine: String,
+    pub brokers: String,
+    pub cases: Vec<CaseResult>,
+}
+
+pub fn run(args: Args) -> Result<(), String> {
+    std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
+    let broker = setup::Broker::start(&args)?;
+    let mut cases = Vec::new();
+    for &size in &args.record_bytes {
+        let (records, note) =
+            setup::capacity(args.records, size, args.partitions, broker.is_mock());
+        if let Some(n) = &note {
+            eprintln!("note: {n}");
+        }
+        let topic = broker.topic_for(size);
+        eprintln!(
+            "== {records} records of {size} B over {} partitions ({topic})",
+            args.partitions
+        );
+        let ends = setup::produce(broker.brokers(), &topic, records, size, args.partitions)?;
+        let mut result = CaseResult {
+            record_bytes: size,
+            records,
+            partitions: args.partitions,
+            note,
+            cairn: Vec::new(),
+            floor: measure::Floor::default(),
+            ceiling: measure::ceiling(broker.brokers(), &topic, records, size)?,
+            kcat: Peer::Skipped {
+                skipped: "--no-peers".into(),
+            },
+            python: Peer::Skipped {
+                skipped: "--no-peers".into(),
+            },
+            histograms: Histograms::default(),
+        };
+        eprintln!(
+            "   ceiling (consume only): {:.0} records/s",
+            result.ceiling.records_per_s
+        );
+        let mut put_bytes = size * args.batch_records_max;
+        for policy in &args.policies {
+            let (run, h) = measure::cairn(
+                broker.brokers(),
+                &topic,
+                &ends,
+                *policy,
+                args.batch_records_max,
+                size,
+                &args.out,
+            )?;
+            eprintln!(
+                "   cairn {}: {:.0} records/s, put-to-commit p50 {} us p99 {} us",
+                run.policy,
+                run.throughput.records_per_s,
+                run.put_to_commit.p50_us,
+                run.put_to_commit.p99_us
+            );
+            if *policy == CommitPolicy::EveryPut && run.puts > 0 {
+                put_bytes = (run.payload_bytes / run.puts) as usize;
+            }
+            result.histograms.cairn.push((run.policy.clone(), h));
+            result.cairn.push(run);
+        }
+        let (floor, floor_h) = measure::floor(
+            broker.brokers(),
+            &topic,
+            put_bytes,
+            args.floor_samples,
+            &args.out,
+        )?;
+        eprintln!(
+            "   floor: fdatasync p50 {} us + commit p50 {} us",
+            floor.fdatasync.p50_us, floor.commit.p50_us
+        );
+        result.floor = floor;
+        result.histograms.floor = Some(floor_h);
+        for run in &mut result.cairn {
+            run.relate(&result.floor, &result.ceiling);
+        }
+        if !args.no_peers {
+            result.kcat = peers::kcat(broker.brokers(), &topic, records, size, &args.out);
+            result.python = match peers::python(
+                broker.brokers(),
+                &topic,
+                records,
+                size,
+                args.batch_records_max,
+                &args.out,
+            ) {
+                Peer::Ran((run, h)) => {
+                    result.histograms.python = Some(h);
+                    Peer::Ran(run)
+                }
+                Peer::Skipped { skipped } => Peer::Skipped { skipped },
+            };
+        }
+        cases.push(result);
+    }
+    let report = Report {
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        date_utc: output::date_utc(),
+        machine: output::machine(),
+        brokers: if broker.is_mock() {
+            "cairn-bench mock-broker (librdkafka mock cluster, 1 broker)".into()
+        } else {
+            broker.brokers().to_owned()
+        },
+        cases,
+    };
+    output::table(&report);
+    output::json(&report, &args.out.join("put_to_commit.json"))?;
+    output::svg(&report, &args.out.join("put_to_commit_cdf.svg"))?;
+    eprintln!(
+        "wrote {} and {}",
+        args.out.join("put_to_commit.json").display(),
+        args.out.join("put_to_commit_cdf.svg").display()
+    );
+    Ok(())
+}

@@ -1,0 +1,192 @@
+//! The table on stdout, the JSON file, and the SVG latency CDF.
+
+use std::path::Path;
+use std::process::Command;
+
+use hdrhistogram::Histogram;
+use plotters::prelude::*;
+
+use super::{Latency, Peer, Report, Throughput};
+
+pub fn date_utc() -> String {
+    Command::new("date")
+        .args(["-u", "+%Y-%m-%dT%H:%M:%SZ"])
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default()
+}
+
+pub fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|s| s.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown cpu".into());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default();
+    format!("{cores} cores, {cpu}, Linux {kernel}")
+}
+
+fn row(name: &str, t: Option<&Throughput>, l: Option<&Latency>, extra: &str) {
+    let (rps, mbs) = t.map_or(("-".into(), "-".into()), |t| {
+        (
+            format!("{:.0}", t.records_per_s),
+            format!("{:.1}", t.mb_per_s),
+        )
+    });
+    let (p50, p99, p999) = l.map_or(("-".into(), "-".into(), "-".into()), |l| {
+        (
+            l.p50_us.to_string(),
+            l.p99_us.to_string(),
+            l.p999_us.to_string(),
+        )
+    });
+    println!("{name:<34} {rps:>11} {mbs:>8} {p50:>9} {p99:>9} {p999:>9}  {extra}");
+}
+
+pub fn table(r: &Report) {
+    println!("put-to-commit, {} ({})", r.date_utc, r.machine);
+    println!("broker: {}", r.brokers);
+    for c in &r.cases {
+        println!();
+        println!(
+            "{} records of {} B over {} partitions{}",
+            c.records,
+            c.record_bytes,
+            c.partitions,
+            c.note.as_ref().map_or(String::new(), |n| format!(" ({n})"))
+        );
+        println!(
+            "{:<34} {:>11} {:>8} {:>9} {:>9} {:>9}",
+            "", "records/s", "MB/s", "p50 us", "p99 us", "p99.9 us"
+        );
+        for run in &c.cairn {
+            row(
+                &format!("cairn {}", run.policy),
+                Some(&run.throughput),
+                Some(&run.put_to_commit),
+                &format!(
+                    "{:.2}x / {:.2}x floor p50/p99, {:.0}% of ceiling, {:.0} fsyncs/s",
+                    run.p50_vs_floor, run.p99_vs_floor, run.pct_of_ceiling, run.fsyncs_per_s
+                ),
+            );
+        }
+        row(
+            "floor: fdatasync + commit",
+            None,
+            Some(&c.floor.sum),
+            &format!(
+                "fdatasync of {} B p50 {} us, commit p50 {} us",
+                c.floor.put_bytes, c.floor.fdatasync.p50_us, c.floor.commit.p50_us
+            ),
+        );
+        row("ceiling: consume only", Some(&c.ceiling), None, "");
+        match &c.kcat {
+            Peer::Ran(t) => row("kcat -C -e > file (no fsync)", Some(t), None, ""),
+            Peer::Skipped { skipped } => row("kcat", None, None, &format!("skipped: {skipped}")),
+        }
+        match &c.python {
+            Peer::Ran(p) => row(
+                &format!("python loop, batch {}", p.batch),
+                Some(&p.throughput),
+                Some(&p.write_to_commit),
+                "write + fsync + sync commit",
+            ),
+            Peer::Skipped { skipped } => {
+                row("python loop", None, None, &format!("skipped: {skipped}"))
+            }
+        }
+    }
+}
+
+pub fn json(r: &Report, path: &Path) -> Result<(), String> {
+    let s = serde_json::to_string_pretty(r).map_err(|e| e.to_string())?;
+    std::fs::write(path, s + "\n").map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn cdf(h: &Histogram<u64>) -> Vec<(f64, f64)> {
+    (0..=1000)
+        .map(|i| {
+            let q = i as f64 / 1000.0;
+            (h.value_at_quantile(q).max(1) as f64, q)
+        })
+        .collect()
+}
+
+/// One panel per record size: the CDF of put-to-commit latency for each
+/// commit policy, the floor, and the Python loop, on a log axis.
+pub fn svg(r: &Report, path: &Path) -> Result<(), String> {
+    let err = |e: &dyn std::fmt::Display| format!("svg: {e}");
+    let n = r.cases.len().max(1);
+    let root = SVGBackend::new(path, (960, 380 * n as u32)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let panels = root.split_evenly((n, 1));
+    for (area, c) in panels.iter().zip(&r.cases) {
+        let mut series: Vec<(String, &Histogram<u64>, RGBColor)> = Vec::new();
+        let colors = [RGBColor(200, 30, 30), RGBColor(230, 140, 20)];
+        for (i, (name, h)) in c.histograms.cairn.iter().enumerate() {
+            series.push((format!("cairn {name}"), h, colors[i % colors.len()]));
+        }
+        if let Some(h) = &c.histograms.floor {
+            series.push(("floor: fdatasync + commit".into(), h, RGBColor(30, 30, 30)));
+        }
+        if let Some(h) = &c.histograms.python {
+            series.push((
+                "python loop (write + fsync + commit)".into(),
+                h,
+                RGBColor(40, 90, 200),
+            ));
+        }
+        let max = series
+            .iter()
+            .map(|(_, h, _)| h.value_at_quantile(0.999))
+            .max()
+            .unwrap_or(10)
+            .max(10) as f64
+            * 1.5;
+        let mut chart = ChartBuilder::on(area)
+            .caption(
+                format!(
+                    "put-to-commit latency CDF: {} records of {} B, {} partitions",
+                    c.records, c.record_bytes, c.partitions
+                ),
+                ("sans-serif", 18),
+            )
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(50)
+            .build_cartesian_2d((10f64..max).log_scale(), 0f64..1f64)
+            .map_err(|e| err(&e))?;
+        chart
+            .configure_mesh()
+            .x_desc("microseconds (log scale)")
+            .y_desc("fraction of puts")
+            .draw()
+            .map_err(|e| err(&e))?;
+        for (name, h, color) in series {
+            chart
+                .draw_series(LineSeries::new(cdf(h), color.stroke_width(2)))
+                .map_err(|e| err(&e))?
+                .label(name)
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+                });
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::LowerRight)
+            .draw()
+            .map_err(|e| err(&e))?;
+    }
+    root.present().map_err(|e| err(&e))?;
+    Ok(())
+}
