@@ -255,7 +255,13 @@ pub fn client_config(cfg: &RunConfig) -> ClientConfig {
         // while the group is re-joining, and brokers that refuse commits in
         // that state (librdkafka's mock cluster does) leave the next owner
         // to re-archive the uncommitted tail. `-X` may choose eager anyway.
-        .set("partition.assignment.strategy", "cooperative-sticky");
+        .set("partition.assignment.strategy", "cooperative-sticky")
+        // librdkafka's default (1000 ms) postpones the next fetch whenever the
+        // prefetch queue is over its thresholds. A loop that drains the queue
+        // in bursts between fsyncs then sits idle for up to a second with
+        // nothing to poll: measured here, it cut archiving from ~400k to
+        // ~120k records/s (docs/BENCHMARKS.md).
+        .set("fetch.queue.backoff.ms", "10");
     for (k, v) in &cfg.kafka {
         c.set(k, v);
     }

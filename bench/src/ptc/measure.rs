@@ -133,6 +133,9 @@ fn consumer(brokers: &str, group: &str) -> Result<BaseConsumer, String> {
         .set("enable.auto.commit", "false")
         .set("auto.offset.reset", "earliest")
         .set("enable.partition.eof", "false")
+        // The same fetch tuning cairn uses, so the ceiling is not held back
+        // by librdkafka's 1 s fetch backoff either.
+        .set("fetch.queue.backoff.ms", "10")
         .create()
         .map_err(|e| format!("consumer: {e}"))
 }
