@@ -40,6 +40,8 @@ mod engine;
 mod entry;
 pub mod error;
 pub mod frame;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod index;
 pub mod keys;
 mod lock;

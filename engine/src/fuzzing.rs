@@ -1,0 +1,575 @@
+//! The bodies of the cargo-fuzz targets in `fuzz/`, as library functions, so
+//! that a stable `cargo test` replays every committed corpus input through
+//! exactly the code the fuzzer runs.
+//!
+//! Each function panics only when an engine invariant is broken: any panic
+//! is a finding. Bad bytes themselves must never panic; they must come back
+//! as typed errors.
+//!
+//! # Invariants checked
+//! - `frame_decode`: decoding arbitrary bytes never panics, never allocates
+//!   from an unchecked length, and a frame that decodes re-encodes to the
+//!   same bytes; a body that decodes re-encodes to a body that decodes to
+//!   the same entry.
+//! - `wal_recover`: after arbitrary damage to a store written by the engine,
+//!   open, read and verify never panic; every record read equals the record
+//!   written at that offset; and a store that reads back differently from
+//!   what was written is reported by open, read or verify.
+//! - `engine_model`: arbitrary operation sequences agree with an in-memory
+//!   model after every step (see [`model`]).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::body::{decode_entry, encode_entry};
+use crate::frame::{self, FrameKind, FLAG_CONT, FLAG_MORE};
+use crate::{
+    Engine, EngineConfig, Header, Record, RecordBatch, RecoveryMode, TimestampType, TopicPartition,
+};
+
+/// Reads fuzz input as a stream of small integers; zeros once exhausted.
+pub struct Input<'a> {
+    data: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Input<'a> {
+    pub fn new(data: &'a [u8]) -> Self {
+        Input { data, pos: 0 }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.pos >= self.data.len()
+    }
+    pub fn u8(&mut self) -> u8 {
+        let b = self.data.get(self.pos).copied().unwrap_or(0);
+        self.pos += 1;
+        b
+    }
+    pub fn u16(&mut self) -> u16 {
+        u16::from_le_bytes([self.u8(), self.u8()])
+    }
+    pub fn u32(&mut self) -> u32 {
+        u32::from_le_bytes([self.u8(), self.u8(), self.u8(), self.u8()])
+    }
+    /// A value in `0..n` (n > 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        self.u16() as usize % n.max(1)
+    }
+}
+
+/// A deterministic record for `offset`, with a mix of keys, nulls and headers.
+pub fn record(tp: &TopicPartition, offset: i64, value_len: usize) -> Record {
+    let mut value = format!("{}-{}-{}:", tp.topic, tp.partition, offset).into_bytes();
+    while value.len() < value_len {
+        value.push(b'a' + (value.len() % 26) as u8);
+    }
+    value.truncate(value_len.max(1));
+    Record {
+        offset,
+        timestamp_type: TimestampType::CreateTime,
+        timestamp_ms: 1_700_000_000_000 + offset * 10,
+        key: (offset % 3 != 0).then(|| format!("k{offset}").into_bytes()),
+        value: (offset % 7 != 0).then_some(value),
+        headers: if offset % 2 == 0 {
+            vec![Header {
+                name: "h".into(),
+                value: (offset % 4 == 0).then(|| vec![offset as u8]),
+            }]
+        } else {
+            vec![]
+        },
+    }
+}
+
+/// A batch of [`record`]s at `offsets`.
+pub fn batch(
+    tp: &TopicPartition,
+    offsets: impl IntoIterator<Item = i64>,
+    value_len: usize,
+) -> RecordBatch {
+    RecordBatch {
+        tp: tp.clone(),
+        records: offsets
+            .into_iter()
+            .map(|o| record(tp, o, value_len))
+            .collect(),
+    }
+}
+
+/// Target `frame_decode`: the first 8 bytes are the LSN, the rest a frame.
+pub fn frame_decode(data: &[u8]) {
+    if data.len() < 8 {
+        return;
+    }
+    let lsn = u64::from_le_bytes(data[..8].try_into().expect("8 bytes"));
+    let bytes = &data[8..];
+    let Ok(f) = frame::decode(lsn, bytes) else {
+        return;
+    };
+    let again = frame::encode(lsn, f.kind, f.flags, f.body);
+    assert_eq!(again, bytes, "a decoded frame re-encoded to other bytes");
+    if f.kind == FrameKind::Records && f.flags & (FLAG_MORE | FLAG_CONT) == 0 {
+        if let Ok(entry) = decode_entry(f.body) {
+            let body = encode_entry(&entry.tp, &entry.records);
+            let back = decode_entry(&body).expect("a re-encoded entry decodes");
+            assert_eq!(back, entry, "entry changed across encode/decode");
+        }
+    }
+}
+
+/// Small frames and entries so a few records make chunked, multi-entry
+/// stores; a short checkpoint interval so recovery starts mid-log.
+pub fn small_config(dir: &Path) -> EngineConfig {
+    EngineConfig::new(dir)
+        .frame_body_bytes_max(1024)
+        .entry_bytes_target(4 * 1024)
+        .checkpoint_interval_bytes(8 * 1024)
+}
+
+/// What `wal_recover` does to the stored values.
+#[derive(Debug, Clone, Copy)]
+enum Damage {
+    FlipBit { key: usize, byte: usize, bit: u8 },
+    Truncate { key: usize, len: usize },
+    SwapValues { a: usize, b: usize },
+    CopyValue { from: usize, to: usize },
+    Remove { key: usize },
+}
+
+/// Target `wal_recover`: write a store from the input's shape, damage its
+/// stored values as the input says, then open, read and verify it.
+pub fn wal_recover(data: &[u8], scratch: &Path) {
+    let mut input = Input::new(data);
+    let tps: Vec<TopicPartition> = (0..2).map(|p| TopicPartition::new("fz", p)).collect();
+    let mut written: BTreeMap<TopicPartition, Vec<Record>> = BTreeMap::new();
+    let appends = 1 + input.below(6);
+    let clean_close = input.u8().is_multiple_of(2);
+    {
+        let engine = Engine::open(small_config(scratch)).expect("open a fresh store");
+        for _ in 0..appends {
+            let tp = &tps[input.below(tps.len())];
+            let count = 1 + input.below(40);
+            let value_len = 1 + input.below(300);
+            let start = written
+                .get(tp)
+                .and_then(|v| v.last())
+                .map_or(0, |r| r.offset + 1);
+            let b = batch(tp, start..start + count as i64, value_len);
+            engine.append(std::slice::from_ref(&b)).expect("append");
+            written.entry(tp.clone()).or_default().extend(b.records);
+        }
+        if clean_close {
+            engine.close().expect("close");
+        }
+    }
+    let mut damages = Vec::new();
+    while !input.is_empty() && damages.len() < 4 {
+        let d = match input.u8() % 5 {
+            0 => Damage::FlipBit {
+                key: input.u16() as usize,
+                byte: input.u16() as usize,
+                bit: input.u8() % 8,
+            },
+            1 => Damage::Truncate {
+                key: input.u16() as usize,
+                len: input.u16() as usize,
+            },
+            2 => Damage::SwapValues {
+                a: input.u16() as usize,
+                b: input.u16() as usize,
+            },
+            3 => Damage::CopyValue {
+                from: input.u16() as usize,
+                to: input.u16() as usize,
+            },
+            _ => Damage::Remove {
+                key: input.u16() as usize,
+            },
+        };
+        damages.push(d);
+    }
+    let changed = damage(scratch, &damages);
+
+    for mode in [RecoveryMode::TolerateTail, RecoveryMode::Strict] {
+        let Ok(engine) = Engine::open(small_config(scratch).recovery_mode(mode)) else {
+            continue;
+        };
+        let mut read_error = false;
+        let mut complete = true;
+        for tp in &tps {
+            let want = written.get(tp).map_or(&[][..], Vec::as_slice);
+            let mut got = 0usize;
+            match engine.read(tp, 0) {
+                Err(_) => read_error = true,
+                Ok(iter) => {
+                    for r in iter {
+                        match r {
+                            Err(_) => {
+                                read_error = true;
+                                break;
+                            }
+                            Ok(r) => {
+                                let original = want.iter().find(|w| w.offset == r.offset);
+                                assert_eq!(
+                                    Some(&r),
+                                    original,
+                                    "{tp}@{}: read a record that was never written (damage {damages:?})",
+                                    r.offset
+                                );
+                                got += 1;
+                            }
+                        }
+                    }
+                }
+            }
+            complete &= got == want.len();
+        }
+        let truncated = engine.recovery_report().truncated.is_some();
+        let report = engine.verify();
+        let detected = read_error
+            || truncated
+            || match &report {
+                Ok(v) => !v.is_clean(),
+                Err(_) => true,
+            };
+        if !changed {
+            assert!(
+                complete && !detected,
+                "an undamaged store did not read back whole: {report:?}"
+            );
+        }
+        assert!(
+            complete || detected,
+            "records went missing and nothing reported it (damage {damages:?}, verify {report:?})"
+        );
+        drop(engine);
+    }
+}
+
+/// Apply damage to the store's values through sled. Returns whether any
+/// stored byte changed.
+fn damage(dir: &Path, damages: &[Damage]) -> bool {
+    if damages.is_empty() {
+        return false;
+    }
+    let db = small_config(dir).open_sled().expect("open sled");
+    let tree = db.open_tree("cairn").expect("open tree");
+    let keys: Vec<sled::IVec> = tree.iter().keys().map(|k| k.expect("key")).collect();
+    if keys.is_empty() {
+        return false;
+    }
+    let pick = |i: usize| keys[i % keys.len()].clone();
+    let get = |k: &sled::IVec| {
+        tree.get(k)
+            .expect("get")
+            .map(|v| v.to_vec())
+            .unwrap_or_default()
+    };
+    let mut changed = false;
+    for d in damages {
+        match *d {
+            Damage::FlipBit { key, byte, bit } => {
+                let k = pick(key);
+                let mut v = get(&k);
+                if v.is_empty() {
+                    continue;
+                }
+                let i = byte % v.len();
+                v[i] ^= 1 << bit;
+                tree.insert(k, v).expect("insert");
+                changed = true;
+            }
+            Damage::Truncate { key, len } => {
+                let k = pick(key);
+                let mut v = get(&k);
+                let n = len % (v.len() + 1);
+                if n < v.len() {
+                    v.truncate(n);
+                    tree.insert(k, v).expect("insert");
+                    changed = true;
+                }
+            }
+            Damage::SwapValues { a, b } => {
+                let (ka, kb) = (pick(a), pick(b));
+                let (va, vb) = (get(&ka), get(&kb));
+                if va != vb {
+                    tree.insert(ka, vb).expect("insert");
+                    tree.insert(kb, va).expect("insert");
+                    changed = true;
+                }
+            }
+            Damage::CopyValue { from, to } => {
+                let (kf, kt) = (pick(from), pick(to));
+                let (vf, vt) = (get(&kf), get(&kt));
+                if vf != vt {
+                    tree.insert(kt, vf).expect("insert");
+                    changed = true;
+                }
+            }
+            Damage::Remove { key } => {
+                tree.remove(pick(key)).expect("remove");
+                changed = true;
+            }
+        }
+    }
+    db.flush().expect("flush");
+    changed
+}
+
+/// The model check behind `engine_model` and the proptest model test.
+pub mod model {
+    use super::*;
+
+    /// One step against the engine and the model. Partitions are 0..3.
+    #[derive(Debug, Clone)]
+    pub enum Op {
+        Append {
+            tp: usize,
+            gap: i64,
+            count: usize,
+            value_len: usize,
+        },
+        AppendDuplicate {
+            tp: usize,
+            back: i64,
+            count: usize,
+        },
+        Read {
+            tp: usize,
+            from: i64,
+        },
+        Reopen,
+        Truncate {
+            tp: usize,
+            offset: i64,
+        },
+    }
+
+    /// Decode fuzz input into at most 40 operations.
+    pub fn ops_from_bytes(data: &[u8]) -> Vec<Op> {
+        let mut input = Input::new(data);
+        let mut ops = Vec::new();
+        while !input.is_empty() && ops.len() < 40 {
+            let tp = input.below(3);
+            ops.push(match input.u8() % 12 {
+                0..=5 => Op::Append {
+                    tp,
+                    gap: input.below(3) as i64,
+                    count: 1 + input.below(39),
+                    value_len: 1 + input.below(2999),
+                },
+                6 | 7 => Op::AppendDuplicate {
+                    tp,
+                    back: 1 + input.below(29) as i64,
+                    count: 1 + input.below(39),
+                },
+                8 | 9 => Op::Read {
+                    tp,
+                    from: input.below(200) as i64,
+                },
+                10 => Op::Reopen,
+                _ => Op::Truncate {
+                    tp,
+                    offset: input.below(200) as i64,
+                },
+            });
+        }
+        ops
+    }
+
+    /// Per partition: groups of records in append order, and the next offset.
+    #[derive(Default)]
+    struct Model {
+        entries: BTreeMap<usize, Vec<Vec<Record>>>,
+        next: BTreeMap<usize, i64>,
+    }
+
+    impl Model {
+        fn records(&self, tp: usize) -> Vec<Record> {
+            self.entries
+                .get(&tp)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .cloned()
+                .collect()
+        }
+    }
+
+    /// The store's config for model runs: small frames and entries so
+    /// chunking and multi-entry batches happen.
+    pub fn config(dir: &Path) -> EngineConfig {
+        EngineConfig::new(dir)
+            .frame_body_bytes_max(2048)
+            .entry_bytes_target(16 * 1024)
+            .checkpoint_interval_bytes(32 * 1024)
+    }
+
+    macro_rules! ensure {
+        ($cond:expr, $($fmt:tt)+) => {
+            if !$cond {
+                return Err(format!($($fmt)+));
+            }
+        };
+    }
+
+    fn read_all(e: &Engine, tp: &TopicPartition, from: i64) -> Result<Vec<Record>, String> {
+        e.read(tp, from)
+            .map_err(|e| e.to_string())?
+            .map(|r| r.map_err(|e| e.to_string()))
+            .collect()
+    }
+
+    /// Run `ops` on a fresh store in `dir`; the first disagreement with the
+    /// model is returned as an error.
+    pub fn check(ops: &[Op], dir: &Path) -> Result<(), String> {
+        let tps: Vec<TopicPartition> = (0..3).map(|p| TopicPartition::new("model", p)).collect();
+        let open = || Engine::open(config(dir)).map_err(|e| format!("open: {e}"));
+        let mut engine = Some(open()?);
+        let mut model = Model::default();
+        for (step, op) in ops.iter().enumerate() {
+            let e = engine.as_ref().expect("engine is open");
+            match *op {
+                Op::Append {
+                    tp,
+                    gap,
+                    count,
+                    value_len,
+                } => {
+                    let start = model.next.get(&tp).copied().unwrap_or(0) + gap;
+                    let b = batch(
+                        &tps[tp],
+                        (0..count as i64).map(|i| start + i * (1 + gap % 2)),
+                        value_len,
+                    );
+                    let d = e
+                        .append(std::slice::from_ref(&b))
+                        .map_err(|e| format!("step {step}: append: {e}"))?;
+                    let next = b.records.last().expect("count >= 1").offset + 1;
+                    ensure!(
+                        d.get(&tps[tp]) == Some(next),
+                        "step {step} {op:?}: durable {:?}, want {next}",
+                        d.get(&tps[tp])
+                    );
+                    model.entries.entry(tp).or_default().push(b.records);
+                    model.next.insert(tp, next);
+                }
+                Op::AppendDuplicate { tp, back, count } => {
+                    let next = model.next.get(&tp).copied().unwrap_or(0);
+                    let start = (next - back).max(0);
+                    let b = batch(&tps[tp], start..start + count as i64, 100);
+                    let d = e
+                        .append(std::slice::from_ref(&b))
+                        .map_err(|e| format!("step {step}: append: {e}"))?;
+                    let fresh: Vec<Record> =
+                        b.records.into_iter().filter(|r| r.offset >= next).collect();
+                    ensure!(
+                        d.appended_records == fresh.len() as u64,
+                        "step {step} {op:?}: appended {}, want {}",
+                        d.appended_records,
+                        fresh.len()
+                    );
+                    if let Some(last) = fresh.last() {
+                        model.next.insert(tp, last.offset + 1);
+                        model.entries.entry(tp).or_default().push(fresh);
+                    }
+                }
+                Op::Read { tp, from } => {
+                    let got = read_all(e, &tps[tp], from)?;
+                    let want: Vec<Record> = model
+                        .records(tp)
+                        .into_iter()
+                        .filter(|r| r.offset >= from)
+                        .collect();
+                    ensure!(
+                        got == want,
+                        "step {step} {op:?}: read {} records, model has {}",
+                        got.len(),
+                        want.len()
+                    );
+                }
+                Op::Reopen => {
+                    // Drop without close: a crash as far as the store can tell.
+                    drop(engine.take());
+                    engine = Some(open()?);
+                }
+                Op::Truncate { tp, offset } => {
+                    let r = e
+                        .truncate_before(&tps[tp], offset)
+                        .map_err(|e| format!("step {step}: truncate: {e}"))?;
+                    let all = model.records(tp);
+                    let entries = model.entries.entry(tp).or_default();
+                    // The engine may split an append into several entries; the
+                    // model keeps whole appends, so check the bounds: nothing at
+                    // or above the cut is deleted, every append wholly below is.
+                    let wholly_below: u64 = entries
+                        .iter()
+                        .filter(|g| g.last().expect("non-empty").offset < offset)
+                        .map(|g| g.len() as u64)
+                        .sum();
+                    ensure!(
+                        r.records_deleted >= wholly_below,
+                        "step {step} {op:?}: deleted {} < {wholly_below}",
+                        r.records_deleted
+                    );
+                    let remaining = read_all(e, &tps[tp], 0)?;
+                    let deleted = all.len() - remaining.len();
+                    ensure!(
+                        deleted as u64 == r.records_deleted,
+                        "step {step} {op:?}: reported {} deleted, {deleted} gone",
+                        r.records_deleted
+                    );
+                    ensure!(
+                        all[deleted..] == remaining[..],
+                        "step {step} {op:?}: survivors differ"
+                    );
+                    ensure!(
+                        all[..deleted].iter().all(|x| x.offset < offset),
+                        "step {step} {op:?}: deleted at or above the cut"
+                    );
+                    let mut left = deleted;
+                    entries.retain_mut(|g| {
+                        if left >= g.len() {
+                            left -= g.len();
+                            false
+                        } else {
+                            g.drain(..left);
+                            left = 0;
+                            true
+                        }
+                    });
+                }
+            }
+            let e = engine.as_ref().expect("engine is open");
+            let durable = e.durable_offsets();
+            for (i, tp) in tps.iter().enumerate() {
+                ensure!(
+                    durable.get(tp).copied() == model.next.get(&i).copied(),
+                    "step {step} {op:?}: {tp} durable {:?}, model {:?}",
+                    durable.get(tp),
+                    model.next.get(&i)
+                );
+            }
+        }
+        let e = engine.take().expect("engine is open");
+        let v = e.verify().map_err(|e| format!("verify: {e}"))?;
+        ensure!(v.is_clean(), "verify found {:?}", v.problems);
+        for (i, tp) in tps.iter().enumerate() {
+            ensure!(
+                read_all(&e, tp, 0)? == model.records(i),
+                "{tp}: final read differs from the model"
+            );
+        }
+        e.close().map_err(|e| format!("close: {e}"))?;
+        Ok(())
+    }
+}
+
+/// Target `engine_model`: the input decodes to operations checked against
+/// the model.
+pub fn engine_model(data: &[u8], scratch: &Path) {
+    let ops = model::ops_from_bytes(data);
+    if let Err(e) = model::check(&ops, scratch) {
+        panic!("engine disagrees with the model: {e}\nops: {ops:?}");
+    }
+}

@@ -1,0 +1,54 @@
+//! Replays every committed fuzz input (fuzz/corpus/<target>/ and
+//! fuzz/regressions/<target>/) through the library bodies of the cargo-fuzz
+//! targets, on stable Rust, in `cargo test --workspace`.
+
+use std::path::{Path, PathBuf};
+
+fn inputs(target: &str) -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz");
+    let mut files = Vec::new();
+    for dir in ["corpus", "regressions"] {
+        let Ok(entries) = std::fs::read_dir(root.join(dir).join(target)) else {
+            continue;
+        };
+        for e in entries {
+            let p = e.unwrap().path();
+            if p.is_file() {
+                files.push(p);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+fn replay(target: &str, run: impl Fn(&[u8])) {
+    let files = inputs(target);
+    assert!(!files.is_empty(), "no committed inputs for {target}");
+    for f in &files {
+        let data = std::fs::read(f).unwrap();
+        eprintln!("{target}: {}", f.display());
+        run(&data);
+    }
+}
+
+#[test]
+fn frame_decode_corpus() {
+    replay("frame_decode", cairn_engine::fuzzing::frame_decode);
+}
+
+#[test]
+fn wal_recover_corpus() {
+    replay("wal_recover", |data| {
+        let dir = tempfile::tempdir().unwrap();
+        cairn_engine::fuzzing::wal_recover(data, dir.path());
+    });
+}
+
+#[test]
+fn engine_model_corpus() {
+    replay("engine_model", |data| {
+        let dir = tempfile::tempdir().unwrap();
+        cairn_engine::fuzzing::engine_model(data, dir.path());
+    });
+}
