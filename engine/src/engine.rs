@@ -29,6 +29,7 @@ use crate::offsets::{DurableOffsets, PartitionSummary};
 use crate::record::{validate_batch, Record, RecordBatch, TopicPartition};
 use crate::recovery::{self, RecoveryReport};
 use crate::sync::DurableSync;
+use crate::watermark::{self, Watermark};
 
 /// Failpoint: after the frames are written to sled, before the fsync.
 pub const FAILPOINT_AFTER_WRITE: &str = "wal::append::after_write";
@@ -145,7 +146,9 @@ impl Engine {
             path: cfg.sled_path(),
             source: e,
         })?;
-        let (state, report) = recovery::recover(&cfg, &db, &tree, &mut syncer)?;
+        let durable_mark = watermark::read(&cfg.path)?;
+        let (state, report) = recovery::recover(&cfg, &db, &tree, &mut syncer, durable_mark)?;
+        syncer.set_watermark(Watermark::open(&cfg.path, state.next_lsn - 1)?);
         let durable = DurableView {
             partitions: state.partitions.clone(),
             lsn: state.next_lsn - 1,
@@ -375,7 +378,7 @@ impl Engine {
                 )
             };
             let t0 = Instant::now();
-            let res = lock(&self.syncer).sync(&self.db);
+            let res = lock(&self.syncer).sync(&self.db, view.lsn);
             let nanos = t0.elapsed().as_nanos() as u64;
             tracing::trace!(fsync_us = nanos / 1000, target, "sync");
             c = lock(&self.commit);
@@ -489,6 +492,9 @@ impl Engine {
             w.checkpoint_lsn = lsn;
         }
         self.sync()?;
+        if let Err(e) = lock(&self.syncer).sync_watermark() {
+            return Err(self.poison("fsync", format!("watermark: {e}")));
+        }
         self.closed.store(true, Ordering::Release);
         Ok(())
     }

@@ -101,6 +101,8 @@ pub enum Location {
     Meta { key: &'static str },
     /// A key that does not belong to any known key space.
     Key { key_hex: String },
+    /// The durable watermark file, `cairn.durable`, beside sled.
+    Watermark,
 }
 
 impl fmt::Display for Location {
@@ -117,6 +119,7 @@ impl fmt::Display for Location {
             }
             Location::Meta { key } => write!(f, "meta key {key}"),
             Location::Key { key_hex } => write!(f, "key {key_hex}"),
+            Location::Watermark => write!(f, "watermark file cairn.durable"),
         }
     }
 }
@@ -159,6 +162,10 @@ pub enum CorruptionKind {
     BadMeta { detail: String },
     #[error("partition summary does not match the log: {detail}")]
     SummaryMismatch { detail: String },
+    /// sled's recovery dropped the end of its log (it treats a damaged log
+    /// record as the end), leaving an older but self-consistent store.
+    #[error("the log ends at lsn {log_end} but lsn {durable} was durable (cairn.durable): the store lost its newest records")]
+    LostSuffix { log_end: u64, durable: u64 },
 }
 
 /// Input the engine refuses. Nothing is written when one is returned.

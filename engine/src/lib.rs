@@ -53,6 +53,7 @@ mod recovery;
 mod retention;
 mod sync;
 mod verify;
+pub mod watermark;
 
 pub use config::{EngineConfig, RecoveryMode, RECORD_BYTES_MAX_LIMIT, SLED_SEGMENT_BYTES};
 pub use engine::{Engine, EngineStats, PartitionInfo, FAILPOINT_AFTER_SYNC, FAILPOINT_AFTER_WRITE};

@@ -30,6 +30,7 @@ use crate::meta;
 use crate::offsets::PartitionSummary;
 use crate::record::TopicPartition;
 use crate::sync::DurableSync;
+use crate::watermark;
 
 /// What recovery found and did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,8 +71,13 @@ pub(crate) fn recover(
     db: &sled::Db,
     tree: &sled::Tree,
     syncer: &mut DurableSync,
+    durable_mark: Option<u64>,
 ) -> Result<(WriteState, RecoveryReport)> {
     let t0 = Instant::now();
+    if tree.is_empty() {
+        // An empty tree under a watermark is a store sled lost entirely.
+        watermark::check(0, durable_mark)?;
+    }
     let created = check_format(cfg, db, tree, syncer)?;
     if cfg.recovery_mode == RecoveryMode::Strict {
         // Strict mode trades O(tail) for a full check: any damage anywhere
@@ -200,6 +206,10 @@ pub(crate) fn recover(
         });
         next_lsn = first_lsn;
     }
+    // Before any repair is written: a log that ends below the watermark
+    // lost records that were reported durable. That includes a "torn tail"
+    // at or below it, which was no torn write but damage.
+    watermark::check(next_lsn - 1, durable_mark)?;
     // Apply index repairs before recomputing summaries from the index.
     let truncated = report.truncated.is_some();
     repairs.insert(keys::META_CHECKPOINT, meta::encode_checkpoint(next_lsn - 1));
@@ -219,7 +229,7 @@ pub(crate) fn recover(
             .map_err(store_err("write summaries"))?;
     }
     check_no_dangling_index(tree, &partitions, next_lsn)?;
-    syncer.sync(db).map_err(|e| Error::Io {
+    syncer.sync(db, next_lsn - 1).map_err(|e| Error::Io {
         op: "sync after recovery",
         path: cfg.sled_path(),
         source: e,
@@ -263,7 +273,7 @@ fn check_format(
             b.insert(keys::META_FORMAT, meta::encode_format(meta::FORMAT_VERSION));
             b.insert(keys::META_CHECKPOINT, meta::encode_checkpoint(0));
             tree.apply_batch(b).map_err(store_err("initialise store"))?;
-            syncer.sync(db).map_err(|e| Error::Io {
+            syncer.sync(db, 0).map_err(|e| Error::Io {
                 op: "sync new store",
                 path: cfg.sled_path(),
                 source: e,

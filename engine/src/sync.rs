@@ -18,6 +18,8 @@ use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use crate::watermark::Watermark;
+
 /// Failpoint: make the next sync fail as an I/O error would.
 pub const FAILPOINT_FLUSH_ERR: &str = "wal::flush::err";
 
@@ -27,6 +29,8 @@ pub struct DurableSync {
     data_path: PathBuf,
     blobs_dir: PathBuf,
     synced_blobs: HashSet<OsString>,
+    /// Set once recovery is done; advanced after every successful sync.
+    watermark: Option<Watermark>,
 }
 
 impl DurableSync {
@@ -39,6 +43,7 @@ impl DurableSync {
             data_path,
             blobs_dir,
             synced_blobs: HashSet::new(),
+            watermark: None,
         };
         // Files sled created before we got here: sync them and their directories.
         s.sync_blobs(true)?;
@@ -53,14 +58,32 @@ impl DurableSync {
         &self.data_path
     }
 
-    /// Flush sled and make everything it wrote durable.
-    pub fn sync(&mut self, db: &sled::Db) -> io::Result<()> {
+    /// Start keeping the durable watermark (after recovery).
+    pub fn set_watermark(&mut self, w: Watermark) {
+        self.watermark = Some(w);
+    }
+
+    /// Flush sled and make everything it wrote durable, then record that
+    /// `durable_lsn` is durable in the watermark file.
+    pub fn sync(&mut self, db: &sled::Db, durable_lsn: u64) -> io::Result<()> {
         fail::fail_point!(FAILPOINT_FLUSH_ERR, |_| Err(io::Error::other(
             "injected failure at wal::flush::err"
         )));
         db.flush().map_err(sled_to_io)?;
         self.sync_blobs(false)?;
-        self.data_file.sync_data()
+        self.data_file.sync_data()?;
+        if let Some(w) = self.watermark.as_mut() {
+            w.advance(durable_lsn)?;
+        }
+        Ok(())
+    }
+
+    /// fdatasync the watermark file (at close).
+    pub fn sync_watermark(&mut self) -> io::Result<()> {
+        match self.watermark.as_mut() {
+            Some(w) => w.sync(),
+            None => Ok(()),
+        }
     }
 
     fn sync_blobs(&mut self, force_dir: bool) -> io::Result<()> {

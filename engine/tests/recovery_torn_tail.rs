@@ -7,6 +7,17 @@ use cairn_engine::{
 };
 use common::{batch, read_all, wal_key, with_raw_tree};
 
+/// A torn tail is a write that was never acknowledged: the crash came
+/// between the write and its fsync, so the watermark still names the last
+/// acknowledged LSN. Rewind it to say so.
+fn unacknowledge_after(dir: &std::path::Path, lsn: u64) {
+    std::fs::write(
+        dir.join(cairn_engine::watermark::WATERMARK_FILE),
+        cairn_engine::watermark::encode(lsn),
+    )
+    .unwrap();
+}
+
 fn crashed_store(
     frame_body_bytes_max: usize,
     value_len: usize,
@@ -38,6 +49,7 @@ fn torn_last_frame_truncated_or_refused() {
         let v = t.get(wal_key(2)).unwrap().unwrap();
         t.insert(wal_key(2), &v[..v.len() / 2]).unwrap();
     });
+    unacknowledge_after(dir.path(), 1);
     match opens(dir.path(), RecoveryMode::Strict) {
         Err(Error::Corruption {
             location: Location::Wal { lsn: 2 },
@@ -73,6 +85,7 @@ fn entry_cut_off_between_chunks_is_torn() {
     let (dir, tp, last) = crashed_store(1024, 600);
     assert!(last >= 4, "entry is chunked");
     with_raw_tree(dir.path(), |t| t.remove(wal_key(last)).unwrap());
+    unacknowledge_after(dir.path(), 1);
     match opens(dir.path(), RecoveryMode::Strict) {
         Err(Error::Corruption {
             kind: CorruptionKind::BadChunkSequence { .. },
@@ -105,4 +118,38 @@ fn bit_flip_in_last_frame_is_corruption_not_torn() {
         Err(other) => panic!("a complete frame with a bad CRC is corruption, got {other}"),
         Ok(_) => panic!("a complete frame with a bad CRC is corruption"),
     }
+}
+
+#[test]
+fn acknowledged_tail_cut_off_is_lost_suffix_not_torn() {
+    // The same damage as above, but the append was acknowledged: the
+    // watermark says so, and no mode may truncate durable records away.
+    let (dir, _, last) = crashed_store(1024, 600);
+    with_raw_tree(dir.path(), |t| t.remove(wal_key(last)).unwrap());
+    for mode in [RecoveryMode::TolerateTail, RecoveryMode::Strict] {
+        match opens(dir.path(), mode) {
+            Err(Error::Corruption {
+                location: Location::Wal { lsn: 2 },
+                kind:
+                    CorruptionKind::LostSuffix {
+                        log_end: 1,
+                        durable,
+                    },
+            }) if durable == last => {}
+            Err(other) if mode == RecoveryMode::Strict => {
+                // Strict's full verify may name the broken chunk sequence first.
+                assert!(other.is_corruption(), "{other}");
+            }
+            Err(other) => panic!("{mode:?}: expected LostSuffix, got {other}"),
+            Ok(_) => panic!("{mode:?}: an acknowledged entry was truncated away"),
+        }
+    }
+    let v = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
+    assert!(
+        v.problems
+            .iter()
+            .any(|p| matches!(p.kind, CorruptionKind::LostSuffix { .. })),
+        "{:?}",
+        v.problems
+    );
 }
