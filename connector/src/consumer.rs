@@ -162,6 +162,7 @@ impl Shared {
                         return Err(ConnectorError::SimulatedCrash);
                     }
                 }
+                crate::crashpoint::reached(crate::crashpoint::PUT_BEFORE_COMMIT);
                 if self.commit_policy == CommitPolicy::EveryPut {
                     self.commit(consumer, None)?;
                 }

@@ -12,6 +12,7 @@ pub mod commit;
 pub mod config;
 pub mod consumer;
 pub mod convert;
+pub mod crashpoint;
 pub mod error;
 pub mod offsets;
 pub mod rebalance;

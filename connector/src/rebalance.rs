@@ -106,7 +106,10 @@ impl SinkContext {
         let mut s = self.shared.lock().expect("shared state");
         let _span = tracing::info_span!("assign", partitions = tps.len()).entered();
         let resume = match s.sink.open(&tps) {
-            Ok(r) => r,
+            Ok(r) => {
+                crate::crashpoint::reached(crate::crashpoint::ASSIGN_AFTER_OPEN);
+                r
+            }
             Err(e) => {
                 s.fatal
                     .get_or_insert(ConnectorError::Sink(format!("open: {e}")));
@@ -195,7 +198,10 @@ impl SinkContext {
             // Finish: put what is buffered, then commit durable offsets synchronously.
             if let Err(e) = s.put_pending(c, Some(&revoked)) {
                 s.fatal.get_or_insert(e);
-            } else if let Err(e) = s.commit(c, Some(&revoked)) {
+            } else if let Err(e) = {
+                crate::crashpoint::reached(crate::crashpoint::REVOKE_BEFORE_COMMIT);
+                s.commit(c, Some(&revoked))
+            } {
                 s.fatal.get_or_insert(e);
             }
         }

@@ -4,6 +4,11 @@
 //! the archive's durable offsets; at the end the archive must hold every
 //! record produced exactly once, byte for byte.
 //!
+//! Half the rounds also arm a named crash point (`CAIRN_ABORT_AT`, see
+//! connector/src/crashpoint.rs): the child aborts between a put's fsync and
+//! its commit, inside a revoke before its commit, or inside an assignment
+//! right after the archive was opened, whichever the seed picks.
+//!
 //! `CAIRN_CRASH_ROUNDS` sets the rounds (default 5), `CAIRN_SEED` replays.
 
 mod common;
@@ -75,6 +80,18 @@ fn sigkill_at_seeded_moments_loses_and_duplicates_nothing() {
         for (k, v) in GROUP_SETTINGS {
             cmd.args(["-X", &format!("{k}={v}")]);
         }
+        // Half the rounds arm a named crash point; the SIGKILL below is the
+        // fallback when the point is not reached first.
+        let abort_at = rng.gen_bool(0.5).then(|| match rng.gen_range(0..3) {
+            0 => format!("put-before-commit:{}", rng.gen_range(1..=12)),
+            1 => "revoke-before-commit:1".to_owned(),
+            _ => "assign-after-open:1".to_owned(),
+        });
+        if let Some(a) = &abort_at {
+            cmd.env("CAIRN_ABORT_AT", a);
+        } else {
+            cmd.env_remove("CAIRN_ABORT_AT");
+        }
         let mut child = cmd
             .env("RUST_LOG", "info,cairn_connector::consumer=debug")
             .stdout(Stdio::null())
@@ -92,7 +109,12 @@ fn sigkill_at_seeded_moments_loses_and_duplicates_nothing() {
         });
         // Kill after a seeded number of commits: the pipe's delay puts the
         // SIGKILL anywhere in the put/fsync/commit cycle that follows.
-        let kill_after = rng.gen_range(1..=12u32);
+        let kill_after = if abort_at.is_some() {
+            40
+        } else {
+            rng.gen_range(1..=12u32)
+        };
+        let mut how = format!("SIGKILL after {kill_after} commits");
         let deadline = Instant::now() + Duration::from_secs(60);
         let mut commits = 0;
         let mut tail = Vec::new();
@@ -112,21 +134,27 @@ fn sigkill_at_seeded_moments_loses_and_duplicates_nothing() {
                     break;
                 }
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    panic!(
-                        "round {round}: cairn run exited on its own ({:?}); last lines:\n{}",
-                        child.wait(),
+                    use std::os::unix::process::ExitStatusExt;
+                    let status = child.wait().unwrap();
+                    let aborted = status.signal() == Some(libc_sigabrt())
+                        && tail.iter().any(|l| l.contains("CAIRN_ABORT_AT"));
+                    assert!(
+                        abort_at.is_some() && aborted,
+                        "round {round}: cairn run exited on its own ({status:?}); last lines:\n{}",
                         tail.join("\n")
-                    )
+                    );
+                    how = format!("aborted at {}", abort_at.as_deref().unwrap_or("?"));
+                    break;
                 }
             }
         }
-        child.kill().unwrap(); // SIGKILL
+        let _ = child.kill(); // SIGKILL (already gone if it aborted)
         child.wait().unwrap();
         reader.join().unwrap();
         producer.join().unwrap();
         let (durable, committed) = check_committed_le_durable(&mb.brokers, data.path(), round);
         eprintln!(
-            "round {round}: killed after {commits} commits; {durable} durable, {committed} committed, {produced} produced"
+            "round {round}: {how} ({commits} commits seen); {durable} durable, {committed} committed, {produced} produced"
         );
     }
 
@@ -159,4 +187,9 @@ fn sigkill_at_seeded_moments_loses_and_duplicates_nothing() {
     eprintln!(
         "kill9: {rounds} rounds ({kills_by_deadline} killed at the 60 s deadline), {produced} records archived exactly once"
     );
+}
+
+/// SIGABRT's number on Linux (`std::process::abort`).
+fn libc_sigabrt() -> i32 {
+    6
 }

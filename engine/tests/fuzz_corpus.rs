@@ -13,7 +13,10 @@ fn inputs(target: &str) -> Vec<PathBuf> {
         };
         for e in entries {
             let p = e.unwrap().path();
-            if p.is_file() {
+            let hidden = p
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with('.'));
+            if p.is_file() && !hidden {
                 files.push(p);
             }
         }
