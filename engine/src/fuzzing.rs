@@ -57,6 +57,22 @@ impl<'a> Input<'a> {
     }
 }
 
+/// The seed for a randomised test or run: `CAIRN_SEED` if set, else fresh.
+/// Always printed, so that a failure can be replayed.
+pub fn seed(test: &str) -> u64 {
+    let seed = match std::env::var("CAIRN_SEED") {
+        Ok(s) => s.parse().expect("CAIRN_SEED must be a u64"),
+        Err(_) => {
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("clock after 1970");
+            t.as_nanos() as u64 ^ ((std::process::id() as u64) << 32)
+        }
+    };
+    eprintln!("{test}: CAIRN_SEED={seed}");
+    seed
+}
+
 /// A deterministic record for `offset`, with a mix of keys, nulls and headers.
 pub fn record(tp: &TopicPartition, offset: i64, value_len: usize) -> Record {
     let mut value = format!("{}-{}-{}:", tp.topic, tp.partition, offset).into_bytes();

@@ -1,5 +1,5 @@
 //! Helpers shared by the binary's integration tests.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -44,17 +44,4 @@ impl Drop for MockBroker {
     }
 }
 
-/// The seed for a randomised test: `CAIRN_SEED` replays one; printed always.
-pub fn seed(test: &str) -> u64 {
-    let seed = match std::env::var("CAIRN_SEED") {
-        Ok(s) => s.parse().expect("CAIRN_SEED must be a u64"),
-        Err(_) => {
-            let t = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap();
-            t.as_nanos() as u64 ^ ((std::process::id() as u64) << 32)
-        }
-    };
-    eprintln!("{test}: CAIRN_SEED={seed}");
-    seed
-}
+pub use cairn_engine::fuzzing::seed;
