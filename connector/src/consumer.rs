@@ -88,6 +88,8 @@ pub(crate) struct Shared {
     /// Set once the run is over (clean stop, crash or fatal error): the
     /// revoke that closing the consumer triggers must commit nothing.
     pub commits_closed: bool,
+    /// The run ended cleanly: the final commit was made before closing.
+    pub clean_finish: bool,
     crash_after_records: Option<u64>,
     on_commit: Option<CommitObserver>,
     done: Option<DonePredicate>,
@@ -316,6 +318,7 @@ pub fn run_pipeline(
         stats: RunStats::default(),
         fatal: None,
         commits_closed: false,
+        clean_finish: false,
         crash_after_records: opts.crash_after_records,
         on_commit: opts.on_commit,
         done: opts.done,
@@ -347,10 +350,14 @@ pub fn run_pipeline(
         // or a fatal error nothing more may be. Either way the revoke that
         // closing the consumer triggers commits nothing.
         s.commits_closed = true;
+        s.clean_finish = outcome.is_ok();
         outcome
     };
-    if let Err(e) = &outcome {
-        tracing::error!(error = %e, "pipeline stopped");
+    match &outcome {
+        // The demo's and the tests' deliberate crash is not an operator's error.
+        Err(e @ ConnectorError::SimulatedCrash) => tracing::info!(error = %e, "pipeline stopped"),
+        Err(e) => tracing::error!(error = %e, "pipeline stopped"),
+        Ok(_) => {}
     }
     // The shared lock is free here: closing serves a final revoke callback.
     close(consumer);

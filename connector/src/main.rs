@@ -6,15 +6,26 @@ use cairn_connector::cli::{self, Cli, Command, LogFormat};
 use clap::Parser;
 
 fn init_tracing(format: LogFormat) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,librdkafka=warn"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
+    // rdkafka's BaseConsumer closes its queue again on drop, after cairn has
+    // already closed it cleanly (bounded, see consumer.rs), and logs the
+    // expected failure at ERROR. It is the only error that module logs; an
+    // operator should not see "ERROR" on every clean shutdown.
+    let quiet = tracing_subscriber::filter::filter_fn(|m| {
+        !(m.target() == "rdkafka::consumer::base_consumer" && *m.level() == tracing::Level::ERROR)
+    });
+    let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let layer = match format {
+        LogFormat::Text => layer.boxed(),
+        LogFormat::Json => layer.json().boxed(),
+    };
+    tracing_subscriber::registry()
+        .with(layer.with_filter(filter).with_filter(quiet))
+        .init();
 }
 
 fn main() -> ExitCode {

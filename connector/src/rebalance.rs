@@ -187,7 +187,11 @@ impl SinkContext {
         let mut s = self.shared.lock().expect("shared state");
         let _span = tracing::info_span!("revoke", partitions = tps.len(), lost).entered();
         let revoked: BTreeSet<TopicPartition> = tps.iter().cloned().collect();
-        if lost || s.commits_closed || s.fatal.is_some() {
+        if s.clean_finish && !lost {
+            // Closing after a clean stop: the final commit was already made.
+            tracing::debug!("revoked at close after the final commit");
+            s.drop_pending(&revoked);
+        } else if lost || s.commits_closed || s.fatal.is_some() {
             tracing::warn!(
                 lost,
                 commits_closed = s.commits_closed,

@@ -10,6 +10,11 @@
 //!   partition's next offset are dropped as duplicates, never rewritten.
 //! - After a failed write or fsync the engine is poisoned: every later write
 //!   returns `Error::Poisoned`; the fsync is never retried.
+//! - An append's values are inserted in log order: each entry's frames, then
+//!   its index entry, then the partition summaries, then the checkpoint.
+//!   sled's log survives a crash as a prefix, so nothing derived (index,
+//!   summary) is ever durable without the frames it describes; recovery
+//!   rebuilds what is missing (`torn_append.rs` cuts after every insert).
 //! - Lock order: `write` before `commit`; the sync leader never holds both.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -35,6 +40,9 @@ use crate::watermark::{self, Watermark};
 pub const FAILPOINT_AFTER_WRITE: &str = "wal::append::after_write";
 /// Failpoint: after the fsync, before `append` returns.
 pub const FAILPOINT_AFTER_SYNC: &str = "wal::append::after_sync";
+/// Failpoint: before each of an append's sled inserts. `return` stops the
+/// append there, as a crash between two log records would.
+pub const FAILPOINT_MID_WRITE: &str = "wal::append::mid_write";
 
 /// The durable write-ahead record log. `Send + Sync`: share it with `Arc`.
 pub struct Engine {
@@ -233,7 +241,9 @@ impl Engine {
         let (seq, appended, duplicates) = {
             let mut w = lock(&self.write);
             self.check_usable()?;
-            let mut batch = sled::Batch::default();
+            // Written in this order, one insert each: an entry's frames, then
+            // its index entry; then the summaries; then the checkpoint.
+            let mut writes: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
             let mut updated: BTreeMap<TopicPartition, PartitionSummary> = BTreeMap::new();
             let mut next_lsn = w.next_lsn;
             let (mut appended, mut duplicates, mut frames, mut frame_bytes, mut entries) =
@@ -275,14 +285,13 @@ impl Engine {
                         let lsn = first_lsn + i as u64;
                         let f = frame::encode(lsn, FrameKind::Records, flags, chunk);
                         frame_bytes += f.len() as u64;
-                        batch.insert(&keys::wal_key(lsn), f);
+                        writes.push((keys::wal_key(lsn).to_vec(), f));
                     }
                     next_lsn += n;
                     frames += n;
                     entries += 1;
                     let ie = IndexEntry::describe(first_lsn, n as u32, group);
-                    let (k, v) = ie.encode(&b.tp);
-                    batch.insert(k, v);
+                    writes.push(ie.encode(&b.tp));
                     summary.next_offset = ie.last_offset + 1;
                     summary.record_count += ie.record_count as u64;
                     summary.payload_bytes += ie.payload_bytes;
@@ -292,8 +301,7 @@ impl Engine {
             }
             if !updated.is_empty() {
                 for (tp, s) in &updated {
-                    let (k, v) = s.encode(tp);
-                    batch.insert(k, v);
+                    writes.push(s.encode(tp));
                 }
                 let mut new_checkpoint = None;
                 if w.bytes_since_checkpoint + frame_bytes >= self.cfg.checkpoint_interval_bytes {
@@ -301,12 +309,38 @@ impl Engine {
                     // recovery after a crash need not look before it.
                     let durable_lsn = lock(&self.commit).durable.lsn;
                     if durable_lsn > w.checkpoint_lsn {
-                        batch.insert(keys::META_CHECKPOINT, meta::encode_checkpoint(durable_lsn));
+                        writes.push((
+                            keys::META_CHECKPOINT.to_vec(),
+                            meta::encode_checkpoint(durable_lsn).to_vec(),
+                        ));
                         new_checkpoint = Some(durable_lsn);
                     }
                 }
-                if let Err(e) = self.tree.apply_batch(batch) {
-                    return Err(self.poison("write", e.to_string()));
+                // One insert per value, not one `apply_batch`: sled's batch
+                // rolls its I/O buffer to write a batch manifest on its own,
+                // which costs every append a second log write and a second
+                // sync_file_range wait (sled pagecache/mod.rs `pin_log`).
+                // Atomicity comes from the log instead: sled's log is a
+                // prefix after a crash, so a summary or index entry is never
+                // durable without the frames before it, and recovery rebuilds
+                // index entries and summaries from the frames past the
+                // checkpoint. A crash can leave only what recovery repairs
+                // (frames without their index or summary) or truncates (an
+                // entry missing its last chunks, never acknowledged).
+                for (k, v) in writes {
+                    let stopped: Option<String> = (|| {
+                        fail::fail_point!(FAILPOINT_MID_WRITE, |a| Some(a.unwrap_or_default()));
+                        None
+                    })();
+                    if let Some(reason) = stopped {
+                        return Err(self.poison(
+                            "write",
+                            format!("failpoint {FAILPOINT_MID_WRITE}: {reason}"),
+                        ));
+                    }
+                    if let Err(e) = self.tree.insert(k, v) {
+                        return Err(self.poison("write", e.to_string()));
+                    }
                 }
                 w.next_lsn = next_lsn;
                 w.seq += 1;

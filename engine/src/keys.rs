@@ -1,7 +1,8 @@
 //! The key space of the one sled tree that holds a store.
 //!
-//! Everything lives in one tree so that a frame, its index entry and its
-//! partition summary are written by one atomic `apply_batch`.
+//! Everything lives in one tree, in one sled log, so that a frame is always
+//! logged before the index entry and partition summary that describe it:
+//! after a crash the log is a prefix, and recovery rebuilds the derived keys.
 //!
 //! ```text
 //! M<name>                              metadata (format, checkpoint)

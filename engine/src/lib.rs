@@ -56,7 +56,10 @@ mod verify;
 pub mod watermark;
 
 pub use config::{EngineConfig, RecoveryMode, RECORD_BYTES_MAX_LIMIT, SLED_SEGMENT_BYTES};
-pub use engine::{Engine, EngineStats, PartitionInfo, FAILPOINT_AFTER_SYNC, FAILPOINT_AFTER_WRITE};
+pub use engine::{
+    Engine, EngineStats, PartitionInfo, FAILPOINT_AFTER_SYNC, FAILPOINT_AFTER_WRITE,
+    FAILPOINT_MID_WRITE,
+};
 pub use error::{CorruptionKind, Error, InvalidInput, Location, Result};
 pub use offsets::DurableOffsets;
 pub use reader::RecordIter;
