@@ -15,7 +15,8 @@ mod common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use cairn_connector::cli::demo::{check_archive, committed, demo_next_offsets, produce};
@@ -66,15 +67,24 @@ fn sigkill_at_seeded_moments_loses_and_duplicates_nothing() {
     let mut produced = 0u64;
     let mut kills_by_deadline = 0;
     for round in 0..rounds {
-        // Records keep arriving while the child runs.
-        // Production per round stays below what a round archives on average
-        // (4-20 commits of up to 250 records), so the archive keeps up and
-        // nothing ages out of the mock cluster's 5 MiB per partition.
-        let chunk = rng.gen_range(1_000..3_000u64);
-        let range = produced..produced + chunk;
-        produced += chunk;
-        let brokers = mb.brokers.clone();
-        let producer = std::thread::spawn(move || produce(&brokers, TOPIC, range).unwrap());
+        // Records keep arriving while the child runs: small paced chunks
+        // until it is dead, so its commits keep coming and the archive never
+        // falls far behind (the mock cluster keeps only 5 MiB a partition).
+        let stop_producing = Arc::new(AtomicBool::new(false));
+        let producer = {
+            let (brokers, stop) = (mb.brokers.clone(), stop_producing.clone());
+            let start = produced;
+            std::thread::spawn(move || {
+                let mut next = start;
+                while !stop.load(Ordering::Relaxed) {
+                    produce(&brokers, TOPIC, next..next + 300).unwrap();
+                    next += 300;
+                    // Pacing the producer, not synchronising with anything.
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                next
+            })
+        };
 
         let mut cmd = Command::new(CAIRN);
         cmd.args(["--log-format", "json", "run", "--brokers", &mb.brokers])
@@ -115,7 +125,7 @@ fn sigkill_at_seeded_moments_loses_and_duplicates_nothing() {
         let kill_after = if abort_at.is_some() {
             40
         } else {
-            rng.gen_range(4..=20u32)
+            rng.gen_range(1..=20u32)
         };
         let mut how = format!("SIGKILL after {kill_after} commits");
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -154,7 +164,8 @@ fn sigkill_at_seeded_moments_loses_and_duplicates_nothing() {
         let _ = child.kill(); // SIGKILL (already gone if it aborted)
         child.wait().unwrap();
         reader.join().unwrap();
-        producer.join().unwrap();
+        stop_producing.store(true, Ordering::Relaxed);
+        produced = producer.join().unwrap();
         let (durable, committed) = check_committed_le_durable(&mb.brokers, data.path(), round);
         eprintln!(
             "round {round}: {how} ({commits} commits seen); {durable} durable, {committed} committed, {produced} produced"

@@ -328,10 +328,7 @@ impl Engine {
                 // (frames without their index or summary) or truncates (an
                 // entry missing its last chunks, never acknowledged).
                 for (k, v) in writes {
-                    let stopped: Option<String> = (|| {
-                        fail::fail_point!(FAILPOINT_MID_WRITE, |a| Some(a.unwrap_or_default()));
-                        None
-                    })();
+                    let stopped = mid_write_failpoint();
                     if let Some(reason) = stopped {
                         return Err(self.poison(
                             "write",
@@ -556,6 +553,12 @@ impl Engine {
 #[allow(dead_code)]
 /// `return(abort)` on a failpoint aborts the process: the crash tests use it to
 /// die at an exact point. Any other argument returns an I/O error.
+/// `Some(reason)` when the mid-write failpoint says to stop here.
+fn mid_write_failpoint() -> Option<String> {
+    fail::fail_point!(FAILPOINT_MID_WRITE, |a| Some(a.unwrap_or_default()));
+    None
+}
+
 fn failpoint_action(arg: Option<String>) -> Result<DurableOffsets> {
     if arg.as_deref() == Some("abort") {
         std::process::abort();
