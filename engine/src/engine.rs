@@ -559,6 +559,9 @@ fn mid_write_failpoint() -> Option<String> {
     None
 }
 
+// Only called through `fail_point!`, which compiles to nothing unless the
+// `fail/failpoints` feature is on (the engine's own tests turn it on).
+#[cfg_attr(not(feature = "failpoints"), allow(dead_code))]
 fn failpoint_action(arg: Option<String>) -> Result<DurableOffsets> {
     if arg.as_deref() == Some("abort") {
         std::process::abort();
