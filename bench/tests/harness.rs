@@ -1,0 +1,54 @@
+//! The put-to-commit harness end to end, small: it starts its mock broker,
+//! measures cairn, the floor and the ceiling, and writes the table, the JSON
+//! and the SVG. Peers are skipped so the test needs neither kcat nor Python.
+
+use std::process::Command;
+
+#[test]
+fn put_to_commit_harness_runs_and_reports() {
+    let out = tempfile::tempdir().unwrap();
+    let run = Command::new(env!("CARGO_BIN_EXE_cairn-bench"))
+        .args([
+            "put-to-commit",
+            "--records",
+            "3000",
+            "--record-bytes",
+            "100",
+        ])
+        .args(["--partitions", "4", "--policies", "every-put,interval:50"])
+        .args([
+            "--batch-records-max",
+            "200",
+            "--floor-samples",
+            "50",
+            "--no-peers",
+        ])
+        .arg("--out")
+        .arg(out.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("cairn every-put"), "{stdout}");
+    assert!(stdout.contains("ceiling: consume only"), "{stdout}");
+
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.path().join("put_to_commit.json")).unwrap())
+            .unwrap();
+    let case = &json["cases"][0];
+    assert_eq!(case["records"], 3000);
+    let runs = case["cairn"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    for r in runs {
+        assert_eq!(r["throughput"]["records"], 3000);
+        assert!(r["put_to_commit"]["samples"].as_u64().unwrap() > 0);
+        assert!(r["p50_vs_floor"].as_f64().unwrap() > 0.0);
+        assert!(r["fsyncs"].as_u64().unwrap() > 0);
+    }
+    assert!(case["floor"]["sum"]["p50_us"].as_u64().unwrap() > 0);
+    assert!(case["ceiling"]["records_per_s"].as_f64().unwrap() > 0.0);
+    assert!(case["kcat"]["skipped"].is_string());
+    let svg = std::fs::read_to_string(out.path().join("put_to_commit_cdf.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("cairn every-put"));
+}
