@@ -64,7 +64,7 @@ pub use error::{CorruptionKind, Error, InvalidInput, Location, Result};
 pub use offsets::DurableOffsets;
 pub use reader::RecordIter;
 pub use record::{validate_topic, Header, Record, RecordBatch, TimestampType, TopicPartition};
-pub use recovery::{RecoveryReport, TruncatedTail};
+pub use recovery::{RecoveryReport, TruncatedTail, FAILPOINT_RECOVERY_MID_REPAIR};
 pub use retention::TruncateReport;
 pub use sync::FAILPOINT_FLUSH_ERR;
 pub use verify::{verify_store, Problem, VerifyReport, PROBLEMS_LISTED_MAX};

@@ -66,6 +66,11 @@ fn meta_err((location, kind): (Location, CorruptionKind)) -> Error {
     Error::corruption(location, kind)
 }
 
+/// Failpoint: recovery wrote its index repairs and truncation, not yet the
+/// recomputed summaries or its sync. `return` fails the open there, as a
+/// crash in the middle of recovery would.
+pub const FAILPOINT_RECOVERY_MID_REPAIR: &str = "wal::recovery::mid_repair";
+
 pub(crate) fn recover(
     cfg: &EngineConfig,
     db: &sled::Db,
@@ -212,22 +217,34 @@ pub(crate) fn recover(
     watermark::check(next_lsn - 1, durable_mark)?;
     // Apply index repairs before recomputing summaries from the index.
     let truncated = report.truncated.is_some();
-    repairs.insert(keys::META_CHECKPOINT, meta::encode_checkpoint(next_lsn - 1));
     tree.apply_batch(repairs)
         .map_err(store_err("write recovery repairs"))?;
-    if !dirty.is_empty() {
-        let mut batch = sled::Batch::default();
-        for tp in &dirty {
-            let old = partitions.get(tp).copied();
-            let s = recompute_summary(tree, tp, old, truncated)?;
-            let (k, v) = s.encode(tp);
-            batch.insert(k, v);
-            partitions.insert(tp.clone(), s);
-            report.partitions_repaired += 1;
+    fail::fail_point!(FAILPOINT_RECOVERY_MID_REPAIR, |arg| {
+        if arg.as_deref() == Some("abort") {
+            std::process::abort();
         }
-        tree.apply_batch(batch)
-            .map_err(store_err("write summaries"))?;
+        Err(Error::Io {
+            op: "failpoint",
+            path: cfg.path.clone(),
+            source: std::io::Error::other(FAILPOINT_RECOVERY_MID_REPAIR),
+        })
+    });
+    // The recomputed summaries and, last, the checkpoint. The checkpoint
+    // tells the next open it need not look at the log before it, so it must
+    // never be durable ahead of the repairs it vouches for: a crash in the
+    // middle of this recovery then simply means the next one redoes it.
+    let mut batch = sled::Batch::default();
+    for tp in &dirty {
+        let old = partitions.get(tp).copied();
+        let s = recompute_summary(tree, tp, old, truncated)?;
+        let (k, v) = s.encode(tp);
+        batch.insert(k, v);
+        partitions.insert(tp.clone(), s);
+        report.partitions_repaired += 1;
     }
+    batch.insert(keys::META_CHECKPOINT, meta::encode_checkpoint(next_lsn - 1));
+    tree.apply_batch(batch)
+        .map_err(store_err("write summaries and checkpoint"))?;
     check_no_dangling_index(tree, &partitions, next_lsn)?;
     syncer.sync(db, next_lsn - 1).map_err(|e| Error::Io {
         op: "sync after recovery",

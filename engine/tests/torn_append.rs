@@ -2,12 +2,18 @@
 //! one batch. A crash between any two of them must leave a store that opens
 //! clean: complete entries kept (their index and summary rebuilt), an entry
 //! missing chunks truncated, nothing acknowledged lost, and the redelivered
-//! records written exactly once. Uses the `wal::append::mid_write`
-//! failpoint; one test per binary (failpoints are process-global).
+//! records written exactly once. Every third cut also crashes the recovery
+//! that follows, after its repairs and before its summaries and sync, and
+//! the next open must still come out clean. Uses the `wal::append::mid_write`
+//! and `wal::recovery::mid_repair` failpoints; one test per binary
+//! (failpoints are process-global).
 
 mod common;
 
-use cairn_engine::{Engine, EngineConfig, Error, Record, TopicPartition, FAILPOINT_MID_WRITE};
+use cairn_engine::{
+    Engine, EngineConfig, Error, Record, TopicPartition, FAILPOINT_MID_WRITE,
+    FAILPOINT_RECOVERY_MID_REPAIR,
+};
 use common::{batch, read_all};
 
 fn config(dir: &std::path::Path) -> EngineConfig {
@@ -41,6 +47,16 @@ fn a_crash_between_any_two_inserts_recovers_clean() {
                 Err(err) => assert!(matches!(err, Error::Poisoned { op: "write", .. }), "{err}"),
             }
         } // dropped without close: a crash
+        if after % 3 == 1 {
+            // And a crash in the middle of the recovery that follows.
+            fail::cfg(FAILPOINT_RECOVERY_MID_REPAIR, "return").unwrap();
+            let r = Engine::open(config(dir.path()));
+            fail::remove(FAILPOINT_RECOVERY_MID_REPAIR);
+            assert!(
+                r.is_err(),
+                "cut after {after}: the failpoint should stop recovery"
+            );
+        }
         let e = Engine::open(config(dir.path())).unwrap();
         let v = e.verify().unwrap();
         assert!(v.is_clean(), "cut after {after} inserts: {:?}", v.problems);
