@@ -22,7 +22,7 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use cairn_engine::fuzzing::batch;
 use cairn_engine::{Engine, EngineConfig, TopicPartition};
-use common::{seed, CAIRN};
+use common::{env_count, seed, CAIRN};
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
@@ -156,10 +156,7 @@ struct Tally {
 fn damaged_archives_are_intact_or_reported_never_wrong() {
     let seed = seed("corruption_trials");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let trials: u32 = std::env::var("CAIRN_CORRUPTION_TRIALS")
-        .ok()
-        .map(|s| s.parse().expect("CAIRN_CORRUPTION_TRIALS must be a number"))
-        .unwrap_or(24);
+    let trials = env_count("CAIRN_CORRUPTION_TRIALS", 24);
     let root = tempfile::tempdir().unwrap();
     let pristine = root.path().join("pristine");
     let want = write_archive(&pristine);

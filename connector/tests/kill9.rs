@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use cairn_connector::cli::demo::{check_archive, committed, demo_next_offsets, produce};
 use cairn_connector::{run_pipeline, ArchiveSink, PipelineOptions, RunConfig};
 use cairn_engine::{Engine, EngineConfig};
-use common::{seed, MockBroker, CAIRN};
+use common::{env_count, seed, MockBroker, CAIRN};
 use rand::{Rng, SeedableRng};
 
 const TOPIC: &str = "k9";
@@ -59,10 +59,7 @@ fn check_committed_le_durable(brokers: &str, data: &std::path::Path, round: u32)
 fn sigkill_at_seeded_moments_loses_and_duplicates_nothing() {
     let seed = seed("kill9");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let rounds: u32 = std::env::var("CAIRN_CRASH_ROUNDS")
-        .ok()
-        .map(|s| s.parse().expect("CAIRN_CRASH_ROUNDS must be a number"))
-        .unwrap_or(5);
+    let rounds = env_count("CAIRN_CRASH_ROUNDS", 5);
     let mb = MockBroker::start(&[&format!("{TOPIC}:3")]);
     let data = tempfile::tempdir().unwrap();
     let data_s = data.path().to_str().unwrap().to_owned();

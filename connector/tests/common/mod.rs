@@ -45,3 +45,14 @@ impl Drop for MockBroker {
 }
 
 pub use cairn_engine::fuzzing::seed;
+
+/// A count from the environment (`CAIRN_CRASH_ROUNDS`, ...), or `default`.
+pub fn env_count(name: &str, default: u32) -> u32 {
+    std::env::var(name)
+        .ok()
+        .map(|s| {
+            s.parse()
+                .unwrap_or_else(|_| panic!("{name} must be a whole number"))
+        })
+        .unwrap_or(default)
+}
