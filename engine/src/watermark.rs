@@ -17,9 +17,9 @@
 //! - The file never names an LSN before the fdatasync of sled that made it
 //!   durable has returned, so it is never ahead of the log, even after power
 //!   loss (an older value only narrows what can be detected).
-//! - It is written after every durable sync (at least into the page cache,
-//!   which survives a process crash) and fdatasynced at most a second
-//!   later, at checkpoints and at close.
+//! - It is written after every durable sync (into the page cache, which
+//!   survives a process crash) and fdatasynced on open, at close, and by the
+//!   first sync at least `WATERMARK_SYNC_INTERVAL` after its previous one.
 //! - A store whose log ends below the watermark is refused on open.
 
 use std::fs::File;
@@ -33,7 +33,7 @@ use crate::error::{CorruptionKind, Error, Location, Result};
 pub const WATERMARK_FILE: &str = "cairn.durable";
 pub const WATERMARK_MAGIC: [u8; 4] = *b"CRNW";
 pub const WATERMARK_BYTES: usize = 16;
-/// Longest a written watermark waits for its fdatasync.
+/// Least time between two fdatasyncs of the watermark during appends.
 pub const WATERMARK_SYNC_INTERVAL: Duration = Duration::from_secs(1);
 
 pub fn encode(lsn: u64) -> [u8; WATERMARK_BYTES] {
