@@ -130,6 +130,10 @@ impl Shared {
             self.pending_since = None;
             return Ok(());
         }
+        // The poll phase of this batch: from its first record to now.
+        let poll_us = self
+            .pending_since
+            .map_or(0, |t| t.elapsed().as_micros() as u64);
         let mut batches = Vec::with_capacity(tps.len());
         for tp in tps {
             let records = self.pending.remove(&tp).unwrap_or_default();
@@ -141,6 +145,7 @@ impl Shared {
             self.pending_since = None;
         }
         let records: usize = batches.iter().map(|b| b.records.len()).sum();
+        tracing::debug!(records, poll_us, "poll");
         let t0 = Instant::now();
         let span = tracing::debug_span!("put", records, put_us = tracing::field::Empty);
         let _g = span.enter();

@@ -233,6 +233,7 @@ impl Engine {
     /// counted as duplicates. Invalid input is refused before anything is
     /// written. Concurrent callers share fsyncs (group commit).
     pub fn append(&self, batches: &[RecordBatch]) -> Result<DurableOffsets> {
+        let t0 = Instant::now();
         self.check_usable()?;
         for b in batches {
             validate_batch(b, self.cfg.record_bytes_max)?;
@@ -371,6 +372,12 @@ impl Engine {
             .into_iter()
             .filter_map(|tp| view.partitions.get(&tp).map(|s| (tp, s.next_offset)))
             .collect();
+        tracing::debug!(
+            records = appended,
+            duplicates,
+            append_us = t0.elapsed().as_micros() as u64,
+            "append"
+        );
         Ok(DurableOffsets {
             offsets,
             appended_records: appended,
@@ -411,7 +418,7 @@ impl Engine {
             let t0 = Instant::now();
             let res = lock(&self.syncer).sync(&self.db, view.lsn);
             let nanos = t0.elapsed().as_nanos() as u64;
-            tracing::trace!(fsync_us = nanos / 1000, target, "sync");
+            tracing::debug!(fsync_us = nanos / 1000, target, "fsync");
             c = lock(&self.commit);
             c.syncing = false;
             match res {
