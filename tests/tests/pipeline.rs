@@ -207,3 +207,50 @@ fn broker_outage_loses_nothing_and_archiving_resumes() {
         );
     }
 }
+
+#[test]
+fn oversize_skip_logs_counts_and_archives_everything_else() {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let k = TestKafka::new("oversize-skip", 1);
+    let producer: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &k.brokers)
+        .create()
+        .unwrap();
+    for i in 0..30u32 {
+        let v = if i == 10 {
+            vec![b'B'; 5_000]
+        } else {
+            vec![b's'; 100]
+        };
+        producer
+            .send(
+                BaseRecord::<[u8], [u8]>::to(&k.topic)
+                    .partition(0)
+                    .payload(&v),
+            )
+            .unwrap();
+    }
+    producer.flush(std::time::Duration::from_secs(10)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&k, "oversize-skip-group", dir.path());
+    cfg.record_bytes_max = 1_000;
+    cfg.on_oversize = cairn_connector::OnOversize::Skip;
+    let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
+    let tp = TopicPartition::new(&k.topic, 0);
+    let want = tp.clone();
+    let opts = PipelineOptions {
+        done: Some(Box::new(move |c| c.get(&want) == Some(&30))),
+        ..Default::default()
+    };
+    let report = run_pipeline(&cfg, Box::new(ArchiveSink::new(engine)), opts).unwrap();
+    assert_eq!(report.stats.records_oversize_skipped, 1);
+    assert_eq!(report.stats.records_written, 29);
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let offsets: Vec<i64> = engine
+        .read(&tp, 0)
+        .unwrap()
+        .map(|r| r.unwrap().offset)
+        .collect();
+    assert_eq!(offsets, (0..30).filter(|o| *o != 10).collect::<Vec<_>>());
+    assert_eq!(engine.durable_offset(&tp), Some(30));
+}
