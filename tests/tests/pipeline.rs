@@ -18,18 +18,21 @@ fn config(k: &TestKafka, group: &str, data: &std::path::Path) -> RunConfig {
     cfg
 }
 
-/// Run until every produced record is committed.
-fn run_to_end(cfg: &RunConfig, n: u64, observe: bool) -> RunReport {
+/// Run until every produced record is committed, asserting at every commit
+/// that nothing committed is above what the put reported durable, then
+/// calling `after_commit`.
+fn run_to_end(
+    cfg: &RunConfig,
+    n: u64,
+    mut after_commit: impl FnMut() + Send + 'static,
+) -> RunReport {
     let engine = Arc::new(Engine::open(EngineConfig::new(&cfg.data)).unwrap());
     let want = demo_next_offsets(&cfg.topics[0], n);
-    let mut opts = PipelineOptions {
+    let opts = PipelineOptions {
         done: Some(Box::new(move |c| {
             want.iter().all(|(tp, o)| c.get(tp) == Some(o))
         })),
-        ..Default::default()
-    };
-    if observe {
-        opts.on_commit = Some(Box::new(|committed, durable| {
+        on_commit: Some(Box::new(move |committed, durable| {
             for (tp, o) in committed {
                 assert!(
                     *o <= durable[tp],
@@ -37,9 +40,19 @@ fn run_to_end(cfg: &RunConfig, n: u64, observe: bool) -> RunReport {
                     durable[tp]
                 );
             }
-        }));
-    }
+            after_commit();
+        })),
+        ..Default::default()
+    };
     run_pipeline(cfg, Box::new(ArchiveSink::new(engine)), opts).unwrap()
+}
+
+/// Kafka's committed offsets equal the archive's durable ones.
+fn assert_committed_equals_durable(k: &TestKafka, group: &str, engine: &Engine, why: &str) {
+    let kafka = committed(&k.brokers, group, &k.topic, 3).unwrap();
+    for (tp, d) in engine.durable_offsets() {
+        assert_eq!(kafka[&tp.partition], d, "{tp}: {why}");
+    }
 }
 
 fn durable(data: &std::path::Path) -> BTreeMap<TopicPartition, i64> {
@@ -55,21 +68,18 @@ fn end_to_end_50k_exact_and_committed_equals_durable() {
     produce(&k.brokers, &k.topic, 0..n).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(&k, "e2e-group", dir.path());
-    let report = run_to_end(&cfg, n, true);
+    let report = run_to_end(&cfg, n, || {});
     assert_eq!(report.stats.records_written, n);
     assert_eq!(report.stats.records_duplicate, 0);
     let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
     check_archive(&engine, &k.topic, n).unwrap();
     assert!(engine.verify().unwrap().is_clean());
-    let durable = engine.durable_offsets();
-    drop(engine);
-    let kafka = committed(&k.brokers, "e2e-group", &k.topic, 3).unwrap();
-    for (tp, d) in durable {
-        assert_eq!(
-            kafka[&tp.partition], d,
-            "{tp}: Kafka committed != durable after a clean stop"
-        );
-    }
+    assert_committed_equals_durable(
+        &k,
+        "e2e-group",
+        &engine,
+        "Kafka committed != durable after a clean stop",
+    );
 }
 
 #[test]
@@ -97,7 +107,7 @@ fn restart_without_commit_resumes_at_the_durable_offset() {
     for (tp, o) in &d {
         assert!(kafka[&tp.partition] <= *o);
     }
-    let report = run_to_end(&cfg, n, true);
+    let report = run_to_end(&cfg, n, || {});
     // Had the consumer started from Kafka's older offset, the engine would
     // have dropped redelivered records as duplicates.
     assert_eq!(
@@ -129,21 +139,7 @@ fn commit_failures_lose_nothing_and_catch_up() {
     cfg.commit = CommitPolicy::EveryPut;
     let observed = Arc::new(Mutex::new(0u64));
     let obs = observed.clone();
-    let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
-    let want = demo_next_offsets(&k.topic, n);
-    let opts = PipelineOptions {
-        done: Some(Box::new(move |c| {
-            want.iter().all(|(tp, o)| c.get(tp) == Some(o))
-        })),
-        on_commit: Some(Box::new(move |committed, durable| {
-            for (tp, o) in committed {
-                assert!(*o <= durable[tp]);
-            }
-            *obs.lock().unwrap() += 1;
-        })),
-        ..Default::default()
-    };
-    let report = run_pipeline(&cfg, Box::new(ArchiveSink::new(engine)), opts).unwrap();
+    let report = run_to_end(&cfg, n, move || *obs.lock().unwrap() += 1);
     assert!(
         report.stats.commit_failures >= 1,
         "errors were injected: {:?}",
@@ -152,10 +148,7 @@ fn commit_failures_lose_nothing_and_catch_up() {
     assert!(*observed.lock().unwrap() >= 1);
     let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
     check_archive(&engine, &k.topic, n).unwrap();
-    let kafka = committed(&k.brokers, "commitfail-group", &k.topic, 3).unwrap();
-    for (tp, d) in engine.durable_offsets() {
-        assert_eq!(kafka[&tp.partition], d, "commits caught up");
-    }
+    assert_committed_equals_durable(&k, "commitfail-group", &engine, "commits caught up");
 }
 
 #[test]
@@ -171,23 +164,10 @@ fn broker_outage_loses_nothing_and_archiving_resumes() {
     let mut cfg = config(&k, "outage-group", dir.path());
     cfg.batch_records_max = 500;
     let (tx, rx) = std::sync::mpsc::channel();
-    let want = demo_next_offsets(&k.topic, n);
-    let data = dir.path().to_path_buf();
     let runner = std::thread::spawn(move || {
-        let engine = Arc::new(Engine::open(EngineConfig::new(&data)).unwrap());
-        let opts = PipelineOptions {
-            done: Some(Box::new(move |c| {
-                want.iter().all(|(tp, o)| c.get(tp) == Some(o))
-            })),
-            on_commit: Some(Box::new(move |committed, durable| {
-                for (tp, o) in committed {
-                    assert!(*o <= durable[tp], "committed {tp}@{o} above durable");
-                }
-                let _ = tx.send(());
-            })),
-            ..Default::default()
-        };
-        run_pipeline(&cfg, Box::new(ArchiveSink::new(engine)), opts).unwrap()
+        run_to_end(&cfg, n, move || {
+            let _ = tx.send(());
+        })
     });
     rx.recv().expect("a first commit before the outage");
     mock.broker_down(1).unwrap();
@@ -199,13 +179,12 @@ fn broker_outage_loses_nothing_and_archiving_resumes() {
     assert_eq!(report.stats.records_duplicate, 0);
     let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
     check_archive(&engine, &k.topic, n).unwrap();
-    let kafka = committed(&k.brokers, "outage-group", &k.topic, 3).unwrap();
-    for (tp, d) in engine.durable_offsets() {
-        assert_eq!(
-            kafka[&tp.partition], d,
-            "commits caught up after the outage"
-        );
-    }
+    assert_committed_equals_durable(
+        &k,
+        "outage-group",
+        &engine,
+        "commits caught up after the outage",
+    );
 }
 
 #[test]
