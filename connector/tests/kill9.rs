@@ -19,9 +19,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use cairn_connector::cli::demo::{check_archive, committed, demo_next_offsets, produce};
+use cairn_connector::cli::demo::{
+    check_archive, committed, demo_next_offsets, demo_producer, produce_with,
+};
+use cairn_connector::offsets::{committed_offsets, group_client};
 use cairn_connector::{run_pipeline, ArchiveSink, PipelineOptions, RunConfig};
-use cairn_engine::{Engine, EngineConfig};
+use cairn_engine::{Engine, EngineConfig, TopicPartition};
 use common::{env_count, seed, MockBroker, CAIRN};
 use rand::{Rng, SeedableRng};
 
@@ -76,13 +79,17 @@ fn sigkill_at_seeded_moments_loses_and_duplicates_nothing() {
             let (brokers, stop) = (mb.brokers.clone(), stop_producing.clone());
             let start = produced;
             std::thread::spawn(move || {
+                // One producer and one group client for the whole round.
+                let producer = demo_producer(&brokers).unwrap();
+                let group = group_client(&brokers, GROUP).unwrap();
+                let tps: Vec<_> = (0..3).map(|p| TopicPartition::new(TOPIC, p)).collect();
                 let mut next = start;
                 while !stop.load(Ordering::Relaxed) {
-                    let done: i64 = committed(&brokers, GROUP, TOPIC, 3)
+                    let done: i64 = committed_offsets(&group, &tps, Duration::from_secs(10))
                         .map(|c| c.values().sum())
                         .unwrap_or(0);
                     if next as i64 - done < LAG_MAX {
-                        produce(&brokers, TOPIC, next..next + 300).unwrap();
+                        produce_with(&producer, TOPIC, next..next + 300).unwrap();
                         next += 300;
                     }
                     // Pacing the producer, not synchronising with anything.

@@ -9,7 +9,9 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread;
 
-use cairn_connector::cli::demo::{demo_next_offsets, demo_record, produce, DEMO_PARTITIONS};
+use cairn_connector::cli::demo::{
+    demo_next_offsets, demo_producer, demo_record, produce_with, DEMO_PARTITIONS,
+};
 use cairn_connector::{run_pipeline, ArchiveSink, PipelineOptions, RunConfig, RunReport};
 use cairn_engine::{Engine, EngineConfig, TopicPartition};
 use cairn_tests::{fast_group, TestKafka};
@@ -108,8 +110,9 @@ fn join_and_leave(topic: &str, strategy: &str) -> usize {
     cairn_tests::init_logs();
     let k = TestKafka::new(topic, DEMO_PARTITIONS);
     let mut produced = 0u64;
+    let producer = demo_producer(&k.brokers).unwrap();
     let produce_chunk = |produced: &mut u64| {
-        produce(&k.brokers, &k.topic, *produced..*produced + CHUNK).unwrap();
+        produce_with(&producer, &k.topic, *produced..*produced + CHUNK).unwrap();
         *produced += CHUNK;
     };
     for _ in 0..10 {

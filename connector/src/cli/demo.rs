@@ -75,12 +75,26 @@ pub fn demo_record(i: u64) -> (i32, Record) {
 
 /// Produce demo records `range` to `topic` on `brokers`, waiting for every ack.
 pub fn produce(brokers: &str, topic: &str, range: std::ops::Range<u64>) -> Result<()> {
-    let producer: BaseProducer = ClientConfig::new()
+    produce_with(&demo_producer(brokers)?, topic, range)
+}
+
+/// A producer for [`produce_with`], for callers that produce many chunks.
+pub fn demo_producer(brokers: &str) -> Result<BaseProducer> {
+    ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("linger.ms", "5")
         .set("queue.buffering.max.messages", "1000000")
         .create()
-        .map_err(ConnectorError::kafka("create producer"))?;
+        .map_err(ConnectorError::kafka("create producer"))
+}
+
+/// Produce demo records `range` to `topic` through `producer`, waiting for
+/// every ack.
+pub fn produce_with(
+    producer: &BaseProducer,
+    topic: &str,
+    range: std::ops::Range<u64>,
+) -> Result<()> {
     for i in range {
         let (partition, r) = demo_record(i);
         let mut headers = OwnedHeaders::new();
@@ -125,7 +139,6 @@ pub fn produce(brokers: &str, topic: &str, range: std::ops::Range<u64>) -> Resul
     Ok(())
 }
 
-/// Check that the archive holds exactly demo records 0..n: returns a description of the first difference.
 /// Where each partition ends after demo records `0..n`: its next offset,
 /// which is also its record count (offsets start at 0 on a fresh topic).
 /// Partitions that get no record are absent.
@@ -141,6 +154,7 @@ pub fn demo_next_offsets(topic: &str, n: u64) -> BTreeMap<TopicPartition, i64> {
         .collect()
 }
 
+/// Check that the archive holds exactly demo records 0..n: returns a description of the first difference.
 pub fn check_archive(engine: &Engine, topic: &str, n: u64) -> std::result::Result<(), String> {
     for (tp, count) in demo_next_offsets(topic, n) {
         let (p, count) = (tp.partition, count as u64);
