@@ -329,12 +329,8 @@ impl Engine {
                 // (frames without their index or summary) or truncates (an
                 // entry missing its last chunks, never acknowledged).
                 for (k, v) in writes {
-                    let stopped = mid_write_failpoint();
-                    if let Some(reason) = stopped {
-                        return Err(self.poison(
-                            "write",
-                            format!("failpoint {FAILPOINT_MID_WRITE}: {reason}"),
-                        ));
+                    if let Err(e) = mid_write_failpoint() {
+                        return Err(self.poison("write", e.to_string()));
                     }
                     if let Err(e) = self.tree.insert(k, v) {
                         return Err(self.poison("write", e.to_string()));
@@ -365,9 +361,15 @@ impl Engine {
             // the writes before it: its "duplicates" may not be durable yet.
             (w.seq, appended, duplicates)
         };
-        fail::fail_point!(FAILPOINT_AFTER_WRITE, failpoint_action);
+        fail::fail_point!(FAILPOINT_AFTER_WRITE, |a| failpoint_action(
+            FAILPOINT_AFTER_WRITE,
+            a
+        ));
         let view = self.wait_durable(seq)?;
-        fail::fail_point!(FAILPOINT_AFTER_SYNC, failpoint_action);
+        fail::fail_point!(FAILPOINT_AFTER_SYNC, |a| failpoint_action(
+            FAILPOINT_AFTER_SYNC,
+            a
+        ));
         let offsets = touched
             .into_iter()
             .filter_map(|tp| view.partitions.get(&tp).map(|s| (tp, s.next_offset)))
@@ -557,26 +559,29 @@ impl Engine {
 }
 
 // Used only when the `fail` crate's failpoints are compiled in.
-#[allow(dead_code)]
-/// `return(abort)` on a failpoint aborts the process: the crash tests use it to
-/// die at an exact point. Any other argument returns an I/O error.
-/// `Some(reason)` when the mid-write failpoint says to stop here.
-fn mid_write_failpoint() -> Option<String> {
-    fail::fail_point!(FAILPOINT_MID_WRITE, |a| Some(a.unwrap_or_default()));
-    None
+/// The mid-write failpoint, as a result the append loop can act on.
+fn mid_write_failpoint() -> Result<()> {
+    fail::fail_point!(FAILPOINT_MID_WRITE, |a| failpoint_action(
+        FAILPOINT_MID_WRITE,
+        a
+    ));
+    Ok(())
 }
 
+/// What every engine failpoint does when it fires: `return(abort)` aborts
+/// the process (the crash tests use it to die at an exact point); any other
+/// `return` gives an I/O error naming the failpoint.
 // Only called through `fail_point!`, which compiles to nothing unless the
 // `fail/failpoints` feature is on (the engine's own tests turn it on).
 #[cfg_attr(not(feature = "failpoints"), allow(dead_code))]
-fn failpoint_action(arg: Option<String>) -> Result<DurableOffsets> {
+pub(crate) fn failpoint_action<T>(name: &str, arg: Option<String>) -> Result<T> {
     if arg.as_deref() == Some("abort") {
         std::process::abort();
     }
     Err(Error::Io {
         op: "failpoint",
         path: Default::default(),
-        source: std::io::Error::other(arg.unwrap_or_default()),
+        source: std::io::Error::other(format!("{name}: {}", arg.unwrap_or_default())),
     })
 }
 

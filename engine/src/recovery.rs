@@ -223,15 +223,8 @@ pub(crate) fn recover(
         tree.apply_batch(repairs)
             .map_err(store_err("write recovery repairs"))?;
     }
-    fail::fail_point!(FAILPOINT_RECOVERY_MID_REPAIR, |arg| {
-        if arg.as_deref() == Some("abort") {
-            std::process::abort();
-        }
-        Err(Error::Io {
-            op: "failpoint",
-            path: cfg.path.clone(),
-            source: std::io::Error::other(FAILPOINT_RECOVERY_MID_REPAIR),
-        })
+    fail::fail_point!(FAILPOINT_RECOVERY_MID_REPAIR, |a| {
+        crate::engine::failpoint_action(FAILPOINT_RECOVERY_MID_REPAIR, a)
     });
     // The recomputed summaries and, last, the checkpoint. The checkpoint
     // tells the next open it need not look at the log before it, so it must
