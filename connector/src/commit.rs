@@ -1,12 +1,19 @@
-//! Commit bookkeeping: what the sink reported durable, what was committed,
-//! and put-to-commit latency.
+//! Commit bookkeeping: what the sink reported durable, what it declared safe
+//! to commit, what Kafka acknowledged, and put-to-commit latency.
+//!
+//! Offsets flow one way: `put` reports them durable (`record_put`), the
+//! sink's `pre_commit` declares some of them safe (`record_pre_commit`), a
+//! commit takes the safe ones that move a partition forward (`take_commit`)
+//! and Kafka's answer settles them (`commit_acked` / `commit_failed`).
 //!
 //! # Invariants
-//! - A commit never carries an offset above what the sink's `put` reported
-//!   durable for that partition (`check_committable` panics otherwise: that
-//!   would be a bug that loses data on the next crash).
+//! - A commit never carries an offset above what the sink's `put` (or
+//!   `open`) reported durable for that partition. `record_pre_commit` and
+//!   `take_commit` both panic otherwise: that would be a bug that loses data
+//!   on the next crash.
+//! - A commit never moves a partition's committed offset backwards.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use cairn_engine::TopicPartition;
@@ -14,95 +21,149 @@ use hdrhistogram::Histogram;
 
 #[derive(Debug)]
 pub struct CommitTracker {
-    /// Highest next-offset each put reported durable.
+    /// Highest next-offset each put (or open) reported durable.
     pub durable_reported: BTreeMap<TopicPartition, i64>,
+    /// Highest offsets `pre_commit` declared safe to commit.
+    safe: BTreeMap<TopicPartition, i64>,
     /// Last offsets Kafka acknowledged.
     pub committed: BTreeMap<TopicPartition, i64>,
-    /// Start times of puts whose offsets are not yet committed.
-    uncommitted_puts: Vec<Instant>,
+    /// Start times of puts no `pre_commit` has covered yet.
+    unsafe_puts: Vec<Instant>,
+    /// Start times of puts covered by `safe`, waiting for a commit.
+    safe_puts: Vec<Instant>,
     /// Microseconds from the start of a put to the ack of the commit covering it.
     pub put_to_commit_us: Histogram<u64>,
+}
+
+/// Offsets chosen for one commit, and the puts whose latency it settles.
+#[derive(Debug)]
+pub struct PendingCommit {
+    pub offsets: BTreeMap<TopicPartition, i64>,
+    puts: Vec<Instant>,
 }
 
 impl Default for CommitTracker {
     fn default() -> Self {
         CommitTracker {
             durable_reported: BTreeMap::new(),
+            safe: BTreeMap::new(),
             committed: BTreeMap::new(),
-            uncommitted_puts: Vec::new(),
+            unsafe_puts: Vec::new(),
+            safe_puts: Vec::new(),
             put_to_commit_us: Histogram::new(3).expect("histogram"),
         }
     }
 }
 
+fn raise(map: &mut BTreeMap<TopicPartition, i64>, tp: &TopicPartition, o: i64) {
+    let e = map.entry(tp.clone()).or_insert(o);
+    *e = (*e).max(o);
+}
+
 impl CommitTracker {
     pub fn record_put(&mut self, started: Instant, durable: &BTreeMap<TopicPartition, i64>) {
-        self.note_durable(durable);
-        self.uncommitted_puts.push(started);
+        for (tp, &o) in durable {
+            raise(&mut self.durable_reported, tp, o);
+        }
+        self.unsafe_puts.push(started);
     }
 
-    /// An assignment: the sink's `open` reported these offsets durable, and
-    /// Kafka had these committed. A partition that resumes fully archived
-    /// gets no put, yet its durable offset may still be committed.
+    /// An assignment: the sink's `open` reported these offsets durable (so
+    /// they are safe), and Kafka had these committed. A partition that
+    /// resumes fully archived gets no put, yet its durable offset may still
+    /// need committing.
     pub fn record_open(
         &mut self,
         durable: &BTreeMap<TopicPartition, i64>,
         kafka_committed: &BTreeMap<TopicPartition, i64>,
     ) {
-        self.note_durable(durable);
-        for (tp, &o) in kafka_committed {
-            let e = self.committed.entry(tp.clone()).or_insert(o);
-            *e = (*e).max(o);
-        }
-    }
-
-    fn note_durable(&mut self, durable: &BTreeMap<TopicPartition, i64>) {
         for (tp, &o) in durable {
-            let e = self.durable_reported.entry(tp.clone()).or_insert(o);
-            *e = (*e).max(o);
+            raise(&mut self.durable_reported, tp, o);
+            raise(&mut self.safe, tp, o);
+        }
+        for (tp, &o) in kafka_committed {
+            raise(&mut self.committed, tp, o);
         }
     }
 
-    /// Assert the invariant and return only offsets that move a partition's
-    /// commit forward. A commit never moves back: another instance of the
-    /// group may have committed past this store's durable offset.
-    pub fn check_committable(
-        &self,
-        offsets: &BTreeMap<TopicPartition, i64>,
-    ) -> BTreeMap<TopicPartition, i64> {
-        let mut out = BTreeMap::new();
-        for (tp, &o) in offsets {
-            let durable = self.durable_reported.get(tp).copied();
-            assert!(
-                durable.is_some_and(|d| o <= d),
-                "BUG: would commit {tp}@{o} above the durable offset {durable:?}"
-            );
+    /// `pre_commit` declared these offsets safe. Every put recorded so far
+    /// is covered by them.
+    pub fn record_pre_commit(&mut self, safe: &BTreeMap<TopicPartition, i64>) {
+        for (tp, &o) in safe {
+            self.assert_durable(tp, o);
+            raise(&mut self.safe, tp, o);
+        }
+        self.safe_puts.append(&mut self.unsafe_puts);
+    }
+
+    fn assert_durable(&self, tp: &TopicPartition, o: i64) {
+        let durable = self.durable_reported.get(tp).copied();
+        assert!(
+            durable.is_some_and(|d| o <= d),
+            "BUG: would commit {tp}@{o} above the durable offset {durable:?}"
+        );
+    }
+
+    /// Choose the next commit: safe offsets of `assigned` partitions (only
+    /// `only`'s, if given) that move a partition forward. `None` when there
+    /// is nothing to commit; the puts waiting on it are settled at once
+    /// (their latency is the put's), unless `only` restricts the commit.
+    pub fn take_commit(
+        &mut self,
+        assigned: &BTreeSet<TopicPartition>,
+        only: Option<&BTreeSet<TopicPartition>>,
+    ) -> Option<PendingCommit> {
+        let mut offsets = BTreeMap::new();
+        for (tp, &o) in &self.safe {
+            if !assigned.contains(tp) || only.is_some_and(|only| !only.contains(tp)) {
+                continue;
+            }
+            self.assert_durable(tp, o);
             if self.committed.get(tp).is_none_or(|&c| o > c) {
-                out.insert(tp.clone(), o);
+                offsets.insert(tp.clone(), o);
             }
         }
-        out
+        // A revoke's commit covers only some partitions: the puts waiting
+        // on a commit stay with the next full one.
+        let puts = if only.is_none() {
+            std::mem::take(&mut self.safe_puts)
+        } else {
+            Vec::new()
+        };
+        if offsets.is_empty() {
+            self.settle(puts);
+            return None;
+        }
+        Some(PendingCommit { offsets, puts })
     }
 
-    pub fn record_commit(&mut self, offsets: &BTreeMap<TopicPartition, i64>) {
+    pub fn commit_acked(&mut self, c: PendingCommit) {
+        for (tp, &o) in &c.offsets {
+            raise(&mut self.committed, tp, o);
+        }
+        self.settle(c.puts);
+    }
+
+    /// A failed commit: its puts wait for the next one.
+    pub fn commit_failed(&mut self, c: PendingCommit) {
+        let mut puts = c.puts;
+        puts.append(&mut self.safe_puts);
+        self.safe_puts = puts;
+    }
+
+    fn settle(&mut self, puts: Vec<Instant>) {
         let now = Instant::now();
-        for t in self.uncommitted_puts.drain(..) {
+        for t in puts {
             let _ = self
                 .put_to_commit_us
                 .record((now - t).as_micros().max(1) as u64);
         }
-        for (tp, &o) in offsets {
-            self.committed.insert(tp.clone(), o);
-        }
     }
 
-    /// Puts that wrote nothing new need no commit; their latency is the put's.
-    pub fn nothing_to_commit(&mut self) {
-        self.record_commit(&BTreeMap::new());
-    }
-
+    /// A revoked or lost partition: forget everything about it.
     pub fn forget(&mut self, tp: &TopicPartition) {
         self.durable_reported.remove(tp);
+        self.safe.remove(tp);
         self.committed.remove(tp);
     }
 }
@@ -111,42 +172,65 @@ impl CommitTracker {
 mod tests {
     use super::*;
 
-    #[test]
-    #[should_panic(expected = "above the durable offset")]
-    fn committing_above_durable_panics() {
-        let mut t = CommitTracker::default();
-        let tp = TopicPartition::new("t", 0);
-        t.record_put(Instant::now(), &BTreeMap::from([(tp.clone(), 5)]));
-        t.check_committable(&BTreeMap::from([(tp, 6)]));
+    fn tp(p: i32) -> TopicPartition {
+        TopicPartition::new("t", p)
     }
 
     #[test]
-    fn only_moved_offsets_are_committed() {
+    #[should_panic(expected = "above the durable offset")]
+    fn declaring_above_durable_safe_panics() {
         let mut t = CommitTracker::default();
-        let tp = TopicPartition::new("t", 0);
-        t.record_put(Instant::now(), &BTreeMap::from([(tp.clone(), 5)]));
-        let c = t.check_committable(&BTreeMap::from([(tp.clone(), 5)]));
-        assert_eq!(c.len(), 1);
-        t.record_commit(&c);
+        t.record_put(Instant::now(), &BTreeMap::from([(tp(0), 5)]));
+        t.record_pre_commit(&BTreeMap::from([(tp(0), 6)]));
+    }
+
+    #[test]
+    fn only_safe_assigned_offsets_that_move_forward_are_committed() {
+        let mut t = CommitTracker::default();
+        let assigned = BTreeSet::from([tp(0), tp(1)]);
+        t.record_put(Instant::now(), &BTreeMap::from([(tp(0), 5), (tp(1), 7)]));
+        // Durable but not yet declared safe: nothing to commit.
+        assert!(t.take_commit(&assigned, None).is_none());
+        t.record_put(Instant::now(), &BTreeMap::from([(tp(0), 9)]));
+        // A buffering sink may declare less than what is durable.
+        t.record_pre_commit(&BTreeMap::from([(tp(0), 8), (tp(1), 7)]));
+        let c = t.take_commit(&assigned, None).unwrap();
+        assert_eq!(c.offsets, BTreeMap::from([(tp(0), 8), (tp(1), 7)]));
+        t.commit_acked(c);
+        assert_eq!(t.put_to_commit_us.len(), 2, "both puts settled");
+        assert!(t.take_commit(&assigned, None).is_none());
+        // A revoked partition is never committed again.
+        t.record_pre_commit(&BTreeMap::from([(tp(0), 9)]));
+        assert!(t.take_commit(&BTreeSet::from([tp(1)]), None).is_none());
+    }
+
+    #[test]
+    fn failed_commits_keep_their_puts_for_the_next_one() {
+        let mut t = CommitTracker::default();
+        let assigned = BTreeSet::from([tp(0)]);
+        t.record_put(Instant::now(), &BTreeMap::from([(tp(0), 5)]));
+        t.record_pre_commit(&BTreeMap::from([(tp(0), 5)]));
+        let c = t.take_commit(&assigned, None).unwrap();
+        t.commit_failed(c);
+        assert_eq!(t.put_to_commit_us.len(), 0);
+        let c = t.take_commit(&assigned, None).unwrap();
+        assert_eq!(c.offsets, BTreeMap::from([(tp(0), 5)]));
+        t.commit_acked(c);
         assert_eq!(t.put_to_commit_us.len(), 1);
-        assert!(t.check_committable(&BTreeMap::from([(tp, 5)])).is_empty());
     }
 
     #[test]
     fn resumed_partitions_commit_their_durable_offset_but_never_backwards() {
         let mut t = CommitTracker::default();
-        let done = TopicPartition::new("t", 0);
-        let behind = TopicPartition::new("t", 1);
+        let (done, behind) = (tp(0), tp(1));
+        let assigned = BTreeSet::from([done.clone(), behind.clone()]);
         t.record_open(
             &BTreeMap::from([(done.clone(), 100), (behind.clone(), 40)]),
             &BTreeMap::from([(done.clone(), 90), (behind.clone(), 60)]),
         );
-        // Fully archived: no put comes, but 100 is durable and may be committed.
-        let c = t.check_committable(&BTreeMap::from([(done.clone(), 100)]));
-        assert_eq!(c, BTreeMap::from([(done, 100)]));
+        // Fully archived: no put comes, but 100 is durable and is committed.
         // Another instance committed 60; this store's 40 must not move it back.
-        assert!(t
-            .check_committable(&BTreeMap::from([(behind, 40)]))
-            .is_empty());
+        let c = t.take_commit(&assigned, None).unwrap();
+        assert_eq!(c.offsets, BTreeMap::from([(done, 100)]));
     }
 }

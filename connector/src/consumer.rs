@@ -1,33 +1,40 @@
 //! The consume → put → fsync → commit loop.
 //!
-//! A blocking rdkafka `BaseConsumer` runs on its own thread: rebalance
-//! callbacks, fsyncs and synchronous commits all block, and this way they
-//! block nothing else. Rebalance callbacks run inside `poll` on this thread,
-//! so no put is ever in flight when one runs.
+//! Three stages overlap (see `pipeline.rs`): this module's consumer thread
+//! polls and batches, the task thread (`worker.rs`) puts and pre-commits,
+//! and a tokio task (`committer.rs`) commits. A blocking rdkafka
+//! `BaseConsumer` runs on the consumer thread: rebalance callbacks run inside
+//! its `poll`, and they wait for the task thread and the committer where the
+//! sink contract needs them to.
 //!
 //! # Invariants
 //! - `enable.auto.commit=false` and `enable.auto.offset.store=false`: only
-//!   this loop commits, and only offsets the sink reported durable.
-//! - Memory between poll and put is bounded by `batch_bytes_max` plus one
-//!   record: the loop stops polling to put when the buffer is full.
+//!   the committer and the revoke and stop paths commit, and only offsets
+//!   the sink reported durable.
+//! - Memory between poll and put is bounded by two batches: the one being
+//!   put and the one being filled (`batch_bytes_max` plus one record). The
+//!   consumer thread stops polling while it waits to hand a full batch over.
+//! - The batch being filled grows while the task thread is busy, up to the
+//!   batch limits: under load, puts (and so fsyncs) get larger, not more.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, SyncSender};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use cairn_engine::{Record, RecordBatch, TopicPartition};
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
-use rdkafka::{Offset, TopicPartitionList};
 
-use crate::commit::CommitTracker;
-use crate::config::{CommitPolicy, OnOffsetOutOfRange, OnOversize, RunConfig};
+use crate::config::{OnOffsetOutOfRange, OnOversize, RunConfig};
 use crate::convert::to_record;
 use crate::error::{ConnectorError, Result};
+use crate::pipeline::Pipeline;
 use crate::rebalance::SinkContext;
-use crate::task::{SinkTask, TaskError};
+use crate::task::SinkTask;
+use crate::worker::{Job, Reply, Worker};
 
 /// Counters of one pipeline run.
 #[derive(Debug, Default, Clone)]
@@ -71,37 +78,34 @@ pub struct PipelineOptions {
     pub done: Option<DonePredicate>,
 }
 
+/// The consumer thread's state. Only the consumer thread locks it: in the
+/// poll loop, and in the rebalance callbacks that `poll` runs.
 pub(crate) struct Shared {
-    pub sink: Box<dyn SinkTask>,
-    pub commit_policy: CommitPolicy,
+    pub pipeline: Arc<Pipeline>,
+    /// Hand-over to the task thread; `None` once the run is over.
+    jobs: Option<SyncSender<Job>>,
+    /// Jobs handed over and not yet finished by the task thread.
+    in_flight: Arc<AtomicUsize>,
     pub on_offset_out_of_range: OnOffsetOutOfRange,
+    /// This thread's copy of the assignment (the pipeline's is for commits).
+    pub assigned: BTreeSet<TopicPartition>,
     pending: BTreeMap<TopicPartition, Vec<Record>>,
     pending_bytes: usize,
     pending_records: usize,
     pending_since: Option<Instant>,
-    /// Next offset after what was put, per assigned partition.
-    pub consumed: BTreeMap<TopicPartition, i64>,
-    pub assigned: BTreeSet<TopicPartition>,
-    pub tracker: CommitTracker,
-    pub stats: RunStats,
-    pub fatal: Option<ConnectorError>,
-    /// Set once the run is over (clean stop, crash or fatal error): the
-    /// revoke that closing the consumer triggers must commit nothing.
-    pub commits_closed: bool,
+    /// The consumer thread's counters (polled, skipped, bytes).
+    stats: RunStats,
     /// The run ended cleanly: the final commit was made before closing.
     pub clean_finish: bool,
-    crash_after_records: Option<u64>,
-    on_commit: Option<CommitObserver>,
-    done: Option<DonePredicate>,
-    finished: bool,
-    /// An assignment brought durable offsets Kafka may not have yet: commit
-    /// them without waiting for a put (a fully archived partition gets none).
-    pub commit_after_assign: bool,
 }
 
 /// Payload bytes of buffered records, as `pending_bytes` counts them.
 fn payload_bytes(records: &[Record]) -> usize {
     records.iter().map(|r| r.payload_bytes() as usize).sum()
+}
+
+fn task_thread_gone() -> ConnectorError {
+    ConnectorError::Sink("the task thread stopped".into())
 }
 
 impl Shared {
@@ -112,28 +116,19 @@ impl Shared {
                 self.pending_bytes -= payload_bytes(&v);
             }
         }
+        if self.pending.is_empty() {
+            self.pending_since = None;
+        }
     }
 
-    /// Put what is buffered (only `only`'s partitions, if given).
-    pub(crate) fn put_pending<C: Consumer<SinkContext>>(
-        &mut self,
-        consumer: &C,
-        only: Option<&BTreeSet<TopicPartition>>,
-    ) -> Result<()> {
+    /// Take what is buffered (only `only`'s partitions, if given) as batches.
+    fn take_batches(&mut self, only: Option<&BTreeSet<TopicPartition>>) -> Vec<RecordBatch> {
         let tps: Vec<TopicPartition> = self
             .pending
             .keys()
             .filter(|tp| only.is_none_or(|o| o.contains(*tp)))
             .cloned()
             .collect();
-        if tps.is_empty() {
-            self.pending_since = None;
-            return Ok(());
-        }
-        // The poll phase of this batch: from its first record to now.
-        let poll_us = self
-            .pending_since
-            .map_or(0, |t| t.elapsed().as_micros() as u64);
         let mut batches = Vec::with_capacity(tps.len());
         for tp in tps {
             let records = self.pending.remove(&tp).unwrap_or_default();
@@ -144,103 +139,50 @@ impl Shared {
         if self.pending.is_empty() {
             self.pending_since = None;
         }
-        let records: usize = batches.iter().map(|b| b.records.len()).sum();
-        tracing::debug!(records, poll_us, "poll");
-        let t0 = Instant::now();
-        let span = tracing::debug_span!("put", records, put_us = tracing::field::Empty);
-        let _g = span.enter();
-        match self.sink.put(&batches) {
-            Ok(outcome) => {
-                span.record("put_us", t0.elapsed().as_micros() as u64);
-                for b in &batches {
-                    if let Some(last) = b.records.last() {
-                        self.consumed.insert(b.tp.clone(), last.offset + 1);
-                    }
-                }
-                self.tracker.record_put(t0, &outcome.durable);
-                self.stats.puts += 1;
-                self.stats.records_written += outcome.records_written;
-                self.stats.records_duplicate += outcome.records_duplicate;
-                self.stats.last_put_at = Some(Instant::now());
-                if let Some(n) = self.crash_after_records {
-                    if self.stats.records_written >= n {
-                        // Durable but not committed: exactly the crash window.
-                        self.commits_closed = true;
-                        return Err(ConnectorError::SimulatedCrash);
-                    }
-                }
-                crate::crashpoint::reached(crate::crashpoint::PUT_BEFORE_COMMIT);
-                if self.commit_policy == CommitPolicy::EveryPut {
-                    self.commit(consumer, None)?;
-                }
-                Ok(())
-            }
-            Err(TaskError::Retriable(msg)) => {
-                tracing::warn!(%msg, "put failed (retriable); redelivering the batch");
-                for b in batches.into_iter().rev() {
-                    self.pending_records += b.records.len();
-                    self.pending_bytes += payload_bytes(&b.records);
-                    self.pending.insert(b.tp, b.records);
-                }
-                self.pending_since.get_or_insert_with(Instant::now);
-                Ok(())
-            }
-            Err(TaskError::Fatal(msg)) => Err(ConnectorError::Sink(msg)),
-        }
+        batches
     }
 
-    /// Commit the sink's durable offsets synchronously. A failed commit is
-    /// logged and retried on the next cycle; it never stalls durability.
-    pub(crate) fn commit<C: Consumer<SinkContext>>(
-        &mut self,
-        consumer: &C,
-        only: Option<&BTreeSet<TopicPartition>>,
-    ) -> Result<()> {
-        let consumed: BTreeMap<TopicPartition, i64> = self
-            .consumed
-            .iter()
-            .filter(|(tp, _)| self.assigned.contains(*tp) && only.is_none_or(|o| o.contains(*tp)))
-            .map(|(tp, o)| (tp.clone(), *o))
-            .collect();
-        let safe = self
-            .sink
-            .pre_commit(&consumed)
-            .map_err(|e| ConnectorError::Sink(format!("pre_commit: {e}")))?;
-        let offsets = self.tracker.check_committable(&safe);
-        if offsets.is_empty() {
-            self.tracker.nothing_to_commit();
+    /// Hand a job to the task thread, waiting until it takes it.
+    fn send(&self, job: Job) -> Result<()> {
+        let jobs = self.jobs.as_ref().ok_or_else(task_thread_gone)?;
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        jobs.send(job).map_err(|_| {
+            self.in_flight.fetch_sub(1, Ordering::AcqRel);
+            task_thread_gone()
+        })
+    }
+
+    /// Run a job on the task thread and wait for its answer.
+    pub(crate) fn request<T>(&self, job: impl FnOnce(Reply<T>) -> Job) -> Result<T> {
+        let (tx, rx) = mpsc::channel();
+        self.send(job(tx))?;
+        rx.recv().map_err(|_| task_thread_gone())?
+    }
+
+    /// The task thread has nothing to do: a batch handed over now is put now.
+    fn task_idle(&self) -> bool {
+        self.in_flight.load(Ordering::Acquire) == 0
+    }
+
+    /// Hand the whole buffer over as one put.
+    fn hand_over(&mut self) -> Result<()> {
+        // The poll phase of this batch: from its first record to now.
+        let poll_us = self
+            .pending_since
+            .map_or(0, |t| t.elapsed().as_micros() as u64);
+        let batches = self.take_batches(None);
+        if batches.is_empty() {
             return Ok(());
         }
-        let mut tpl = TopicPartitionList::new();
-        for (tp, o) in &offsets {
-            tpl.add_partition_offset(&tp.topic, tp.partition, Offset::Offset(*o))
-                .map_err(ConnectorError::kafka("build commit list"))?;
-        }
-        let t0 = Instant::now();
-        match consumer.commit(&tpl, CommitMode::Sync) {
-            Ok(()) => {
-                tracing::debug!(
-                    partitions = offsets.len(),
-                    commit_us = t0.elapsed().as_micros() as u64,
-                    "commit"
-                );
-                self.tracker.record_commit(&offsets);
-                self.stats.commits += 1;
-                if let Some(f) = self.on_commit.as_mut() {
-                    f(&offsets, &self.tracker.durable_reported);
-                }
-                if let Some(d) = self.done.as_mut() {
-                    if d(&self.tracker.committed) {
-                        self.finished = true;
-                    }
-                }
-            }
-            Err(e) => {
-                self.stats.commit_failures += 1;
-                tracing::warn!(error = %e, "commit failed; durable offsets will be committed on the next cycle");
-            }
-        }
-        Ok(())
+        self.send(Job::Put { batches, poll_us })
+    }
+
+    /// Put what is buffered (only `only`'s partitions, if given) and wait
+    /// until it, and every put handed over before it, is durable and
+    /// declared safe by `pre_commit`.
+    pub(crate) fn flush(&mut self, only: Option<&BTreeSet<TopicPartition>>) -> Result<()> {
+        let batches = self.take_batches(only);
+        self.request(|reply| Job::Flush { batches, reply })
     }
 }
 
@@ -302,33 +244,37 @@ pub fn preflight<C: Consumer<SinkContext>>(consumer: &C, cfg: &RunConfig) -> Res
     Ok(())
 }
 
+pub(crate) fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
+    shared.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Run the loop until stopped, done, a fatal error, or a simulated crash.
+///
+/// Blocking: call it from a thread of its own (`cairn run` uses tokio's
+/// blocking pool). The committer runs on the current tokio runtime if there
+/// is one, else on a one-thread runtime of its own.
 pub fn run_pipeline(
     cfg: &RunConfig,
     sink: Box<dyn SinkTask>,
     opts: PipelineOptions,
 ) -> Result<RunReport> {
     cfg.validate()?;
+    let pipeline = Arc::new(Pipeline::new(opts.on_commit, opts.done));
+    // A rendezvous: a batch is handed over only when the task thread takes it.
+    let (jobs_tx, jobs_rx) = mpsc::sync_channel(0);
+    let in_flight = Arc::new(AtomicUsize::new(0));
     let shared = Arc::new(Mutex::new(Shared {
-        sink,
-        commit_policy: cfg.commit,
+        pipeline: pipeline.clone(),
+        jobs: Some(jobs_tx),
+        in_flight: in_flight.clone(),
         on_offset_out_of_range: cfg.on_offset_out_of_range,
+        assigned: BTreeSet::new(),
         pending: BTreeMap::new(),
         pending_bytes: 0,
         pending_records: 0,
         pending_since: None,
-        consumed: BTreeMap::new(),
-        assigned: BTreeSet::new(),
-        tracker: CommitTracker::default(),
         stats: RunStats::default(),
-        fatal: None,
-        commits_closed: false,
         clean_finish: false,
-        crash_after_records: opts.crash_after_records,
-        on_commit: opts.on_commit,
-        done: opts.done,
-        finished: false,
-        commit_after_assign: false,
     }));
     let consumer: BaseConsumer<SinkContext> = client_config(cfg)
         .create_with_context(SinkContext {
@@ -340,49 +286,102 @@ pub fn run_pipeline(
     consumer
         .subscribe(&topics)
         .map_err(ConnectorError::kafka("subscribe"))?;
-    let result = consume(&consumer, &shared, cfg, &opts.stop);
-    let outcome = {
-        let mut s = shared.lock().expect("shared state");
-        let outcome = match result {
-            Ok(()) => finish(&mut s, &consumer).map(|()| RunReport {
-                stats: s.stats.clone(),
-                put_to_commit_us: s.tracker.put_to_commit_us.clone(),
-                committed: s.tracker.committed.clone(),
-            }),
-            Err(e) => Err(e),
-        };
-        // After a clean finish everything durable is committed; after a crash
-        // or a fatal error nothing more may be. Either way the revoke that
-        // closing the consumer triggers commits nothing.
-        s.commits_closed = true;
-        s.clean_finish = outcome.is_ok();
-        outcome
+
+    let worker = Worker {
+        sink,
+        pipeline: pipeline.clone(),
+        policy: cfg.commit,
+        crash_after_records: opts.crash_after_records,
+        stop: opts.stop.clone(),
+        in_flight,
     };
+    let task_thread = std::thread::Builder::new()
+        .name("cairn-task".into())
+        .spawn(move || worker.run(jobs_rx))
+        .map_err(|e| ConnectorError::Sink(format!("cannot start the task thread: {e}")))?;
+
+    let consumer = Arc::new(consumer);
+    let own_runtime;
+    let runtime = match tokio::runtime::Handle::try_current() {
+        Ok(h) => h,
+        Err(_) => {
+            own_runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name("cairn-commit")
+                .build()
+                .map_err(|e| ConnectorError::Sink(format!("cannot start the committer: {e}")))?;
+            own_runtime.handle().clone()
+        }
+    };
+    let (committer_done_tx, committer_done_rx) = mpsc::channel::<()>();
+    runtime.spawn({
+        let (p, c) = (pipeline.clone(), consumer.clone());
+        async move {
+            crate::committer::run(p, c).await;
+            let _ = committer_done_tx.send(());
+        }
+    });
+
+    let outcome =
+        consume(&consumer, &shared, cfg, &opts.stop).and_then(|()| finish(&shared, &consumer));
+    // After a clean finish everything durable is committed; after a crash
+    // or a fatal error nothing more may be. Either way the revoke that
+    // closing the consumer triggers commits nothing.
+    pipeline.close_commits();
+    lock(&shared).clean_finish = outcome.is_ok();
+    pipeline.committer_stop.store(true, Ordering::Release);
+    pipeline.wake.notify_one();
+    let _ = committer_done_rx.recv();
     match &outcome {
         // The demo's and the tests' deliberate crash is not an operator's error.
         Err(e @ ConnectorError::SimulatedCrash) => tracing::info!(error = %e, "pipeline stopped"),
         Err(e) => tracing::error!(error = %e, "pipeline stopped"),
-        Ok(_) => {}
+        Ok(()) => {}
     }
-    // The shared lock is free here: closing serves a final revoke callback.
-    close(consumer);
-    outcome
+    match Arc::try_unwrap(consumer) {
+        // No lock is held here: closing serves a final revoke callback.
+        Ok(c) => close(c),
+        Err(c) => {
+            tracing::warn!("consumer still shared at close; abandoning the handle");
+            std::mem::forget(c);
+        }
+    }
+    // The task thread ends when its channel closes; the sink (and the
+    // engine in it) is dropped before this returns.
+    let consumer_stats = {
+        let mut s = lock(&shared);
+        s.jobs = None;
+        s.stats.clone()
+    };
+    let task_panicked = task_thread.join().is_err();
+    outcome?;
+    if task_panicked {
+        return Err(ConnectorError::Sink("the task thread panicked".into()));
+    }
+    let s = pipeline.state();
+    let mut stats = s.stats.clone();
+    stats.records_polled = consumer_stats.records_polled;
+    stats.records_oversize_skipped = consumer_stats.records_oversize_skipped;
+    stats.payload_bytes = consumer_stats.payload_bytes;
+    stats.first_record_at = consumer_stats.first_record_at;
+    Ok(RunReport {
+        stats,
+        put_to_commit_us: s.tracker.put_to_commit_us.clone(),
+        committed: s.tracker.committed.clone(),
+    })
 }
 
 /// Clean stop: drain, fsync, commit synchronously, close the sink.
-fn finish(s: &mut Shared, consumer: &BaseConsumer<SinkContext>) -> Result<()> {
-    s.put_pending(consumer, None)?;
-    s.commit(consumer, None)?;
-    let assigned: Vec<TopicPartition> = s.assigned.iter().cloned().collect();
-    s.sink
-        .close(&assigned)
-        .map_err(|e| ConnectorError::Sink(e.to_string()))?;
-    s.sink
-        .stop()
-        .map_err(|e| ConnectorError::Sink(e.to_string()))?;
-    Ok(())
+fn finish(shared: &Mutex<Shared>, consumer: &BaseConsumer<SinkContext>) -> Result<()> {
+    let mut s = lock(shared);
+    s.flush(None)?;
+    s.pipeline.commit_now(consumer, None);
+    if let Some(e) = s.pipeline.take_fatal() {
+        return Err(e);
+    }
+    let partitions: Vec<TopicPartition> = s.assigned.iter().cloned().collect();
+    s.request(|reply| Job::Stop { partitions, reply })
 }
-
 /// Leave the group and close, serving the final revoke here rather than in
 /// `Drop` (where librdkafka's destroy can wait forever on a close that was
 /// never driven).
@@ -411,28 +410,28 @@ fn close(consumer: BaseConsumer<SinkContext>) {
 
 fn consume(
     consumer: &BaseConsumer<SinkContext>,
-    shared: &Arc<Mutex<Shared>>,
+    shared: &Mutex<Shared>,
     cfg: &RunConfig,
     stop: &AtomicBool,
 ) -> Result<()> {
     let linger = Duration::from_millis(cfg.linger_ms);
-    let mut last_commit = Instant::now();
+    let pipeline = lock(shared).pipeline.clone();
     loop {
-        if stop.load(Ordering::Relaxed) {
+        if stop.load(Ordering::Relaxed) || pipeline.finished.load(Ordering::Acquire) {
             return Ok(());
         }
-        let timeout = {
-            let s = shared.lock().expect("shared state");
-            match s.pending_since {
-                Some(t) => linger.saturating_sub(t.elapsed()),
-                None => Duration::from_millis(100),
-            }
+        if pipeline.failed.load(Ordering::Acquire) {
+            return Err(pipeline
+                .take_fatal()
+                .unwrap_or_else(|| ConnectorError::Sink("failed".into())));
+        }
+        let timeout = match lock(shared).pending_since {
+            Some(t) => linger.saturating_sub(t.elapsed()),
+            None => Duration::from_millis(100),
         };
         let polled = consumer.poll(timeout);
-        let mut s = shared.lock().expect("shared state");
-        if let Some(e) = s.fatal.take() {
-            return Err(e);
-        }
+        let mut s = lock(shared);
+        let got_message = matches!(polled, Some(Ok(_)));
         match polled {
             None => {}
             Some(Err(e)) => {
@@ -452,6 +451,8 @@ fn consume(
             }
             Some(Ok(m)) => {
                 let tp = TopicPartition::new(m.topic(), m.partition());
+                // Records of a partition revoked since they were fetched are
+                // not ours to archive.
                 if s.assigned.contains(&tp) {
                     let r = to_record(&m);
                     drop(m);
@@ -487,19 +488,11 @@ fn consume(
         let full =
             s.pending_records >= cfg.batch_records_max || s.pending_bytes >= cfg.batch_bytes_max;
         let lingered = s.pending_since.is_some_and(|t| t.elapsed() >= linger);
-        if full || lingered {
-            s.put_pending(consumer, None)?;
-        }
-        let interval_due = match cfg.commit {
-            CommitPolicy::Interval(every) => last_commit.elapsed() >= every,
-            CommitPolicy::EveryPut => false,
-        };
-        if interval_due || std::mem::take(&mut s.commit_after_assign) {
-            s.commit(consumer, None)?;
-            last_commit = Instant::now();
-        }
-        if s.finished {
-            return Ok(());
+        // A lingered batch goes at once if the task thread is free, or if
+        // nothing new arrived (waiting for the task thread is then all there
+        // is to do). While records keep arriving and a put runs, it grows.
+        if full || (lingered && (!got_message || s.task_idle())) {
+            s.hand_over()?;
         }
     }
 }

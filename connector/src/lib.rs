@@ -9,14 +9,17 @@
 
 pub mod cli;
 pub mod commit;
+mod committer;
 pub mod config;
 pub mod consumer;
 pub mod convert;
 pub mod crashpoint;
 pub mod error;
 pub mod offsets;
+mod pipeline;
 pub mod rebalance;
 pub mod task;
+mod worker;
 
 pub use config::{CommitPolicy, OnOffsetOutOfRange, OnOversize, RunConfig};
 pub use consumer::{

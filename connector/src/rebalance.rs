@@ -6,11 +6,13 @@
 //!   assigning is what makes the first fetch start there; a `seek` right
 //!   after assign can fail with "Erroneous state". A resume offset below
 //!   Kafka's earliest follows `on_offset_out_of_range`.
-//! - **Revoke:** put what is buffered for the revoked partitions, make it
-//!   durable, commit their durable offsets synchronously, then `close`.
+//! - **Revoke:** wait for the puts already handed to the task thread, put
+//!   what is buffered for the revoked partitions, make it durable, commit
+//!   their durable offsets synchronously (after any commit in flight), then
+//!   `close`.
 //! - **Lost:** commit nothing; drop the buffer; `close`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,9 +25,10 @@ use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::config::OnOffsetOutOfRange;
-use crate::consumer::Shared;
+use crate::consumer::{lock, Shared};
 use crate::error::ConnectorError;
 use crate::offsets::committed_offsets;
+use crate::worker::Job;
 
 pub struct SinkContext {
     pub(crate) shared: Arc<Mutex<Shared>>,
@@ -96,23 +99,22 @@ impl ConsumerContext for SinkContext {
 
 impl SinkContext {
     fn fail(&self, e: ConnectorError) {
-        let mut s = self.shared.lock().expect("shared state");
         tracing::error!(error = %e, "fatal during rebalance");
-        s.fatal.get_or_insert(e);
+        lock(&self.shared).pipeline.fail(e);
     }
 
     fn on_assign(&self, c: &BaseConsumer<Self>, tpl: &mut TopicPartitionList) {
         let tps = tps_of(tpl);
-        let mut s = self.shared.lock().expect("shared state");
+        let mut s = lock(&self.shared);
         let _span = tracing::info_span!("assign", partitions = tps.len()).entered();
-        let resume = match s.sink.open(&tps) {
+        let partitions = tps.clone();
+        let resume = match s.request(|reply| Job::Open { partitions, reply }) {
             Ok(r) => {
                 crate::crashpoint::reached(crate::crashpoint::ASSIGN_AFTER_OPEN);
                 r
             }
             Err(e) => {
-                s.fatal
-                    .get_or_insert(ConnectorError::Sink(format!("open: {e}")));
+                s.pipeline.fail(e);
                 return;
             }
         };
@@ -125,10 +127,8 @@ impl SinkContext {
             tracing::warn!(error = %e, "could not read committed offsets during assignment");
             Default::default()
         });
-        s.tracker.record_open(&resume, &kafka);
-        s.commit_after_assign = true;
+        let mut consumed = BTreeMap::new();
         for tp in &tps {
-            s.assigned.insert(tp.clone());
             let stored = match (resume.get(tp).copied(), kafka.get(tp).copied()) {
                 (Some(a), Some(k)) if k > a => {
                     tracing::info!(%tp, archive = a, kafka = k, "another instance archived past this store; resuming at Kafka's committed offset");
@@ -147,7 +147,7 @@ impl SinkContext {
                     if stored < low {
                         match s.on_offset_out_of_range {
                             OnOffsetOutOfRange::Fail => {
-                                s.fatal.get_or_insert(ConnectorError::OffsetAgedOut {
+                                s.pipeline.fail(ConnectorError::OffsetAgedOut {
                                     topic: tp.topic.clone(),
                                     partition: tp.partition,
                                     stored,
@@ -171,52 +171,62 @@ impl SinkContext {
             if let Err(e) =
                 tpl.set_partition_offset(&tp.topic, tp.partition, Offset::Offset(offset))
             {
-                s.fatal.get_or_insert(ConnectorError::Kafka {
+                s.pipeline.fail(ConnectorError::Kafka {
                     op: "set assignment offset",
                     source: e,
                 });
             }
-            s.consumed.insert(tp.clone(), offset);
+            consumed.insert(tp.clone(), offset);
             tracing::info!(%tp, offset, "resuming");
         }
+        {
+            let mut st = s.pipeline.state();
+            st.tracker.record_open(&resume, &kafka);
+            st.assigned.extend(tps.iter().cloned());
+            st.consumed.extend(consumed);
+        }
+        s.assigned.extend(tps);
+        // A partition that resumes fully archived gets no put, yet its
+        // durable offset may be ahead of Kafka's: commit it now.
+        s.pipeline.wake.notify_one();
     }
 
     fn on_revoke(&self, c: &BaseConsumer<Self>, tpl: &TopicPartitionList) {
         let tps = tps_of(tpl);
         let lost = c.assignment_lost();
-        let mut s = self.shared.lock().expect("shared state");
+        let mut s = lock(&self.shared);
         let _span = tracing::info_span!("revoke", partitions = tps.len(), lost).entered();
         let revoked: BTreeSet<TopicPartition> = tps.iter().cloned().collect();
-        if s.clean_finish && !lost {
-            // Closing after a clean stop: the final commit was already made.
+        let commits_closed = s.pipeline.state().commits_closed;
+        let clean_finish = s.clean_finish;
+        if clean_finish && !lost {
+            // Closing after a clean stop: the final commit was made and the
+            // sink closed every partition.
             tracing::debug!("revoked at close after the final commit");
             s.drop_pending(&revoked);
-        } else if lost || s.commits_closed || s.fatal.is_some() {
-            tracing::warn!(
-                lost,
-                commits_closed = s.commits_closed,
-                "partitions gone without a commit"
-            );
+        } else if lost || commits_closed {
+            tracing::warn!(lost, commits_closed, "partitions gone without a commit");
             s.drop_pending(&revoked);
         } else {
-            // Finish: put what is buffered, then commit durable offsets synchronously.
-            if let Err(e) = s.put_pending(c, Some(&revoked)) {
-                s.fatal.get_or_insert(e);
-            } else if let Err(e) = {
-                crate::crashpoint::reached(crate::crashpoint::REVOKE_BEFORE_COMMIT);
-                s.commit(c, Some(&revoked))
-            } {
-                s.fatal.get_or_insert(e);
+            // Finish the puts in flight and the buffer, make them durable,
+            // then commit the revoked partitions' durable offsets synchronously.
+            match s.flush(Some(&revoked)) {
+                Err(e) => s.pipeline.fail(e),
+                Ok(()) => {
+                    crate::crashpoint::reached(crate::crashpoint::REVOKE_BEFORE_COMMIT);
+                    s.pipeline.commit_now(c, Some(&revoked));
+                }
             }
         }
-        if let Err(e) = s.sink.close(&tps) {
-            s.fatal
-                .get_or_insert(ConnectorError::Sink(format!("close: {e}")));
-        }
+        s.pipeline.drop_partitions(&tps);
         for tp in &tps {
             s.assigned.remove(tp);
-            s.consumed.remove(tp);
-            s.tracker.forget(tp);
+        }
+        if !clean_finish {
+            let partitions = tps;
+            if let Err(e) = s.request(|reply| Job::Close { partitions, reply }) {
+                s.pipeline.fail(e);
+            }
         }
     }
 }

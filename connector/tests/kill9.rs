@@ -119,7 +119,7 @@ fn sigkill_at_seeded_moments_loses_and_duplicates_nothing() {
             cmd.env_remove("CAIRN_ABORT_AT");
         }
         let mut child = cmd
-            .env("RUST_LOG", "info,cairn_connector::consumer=debug")
+            .env("RUST_LOG", "info,cairn_connector::pipeline=debug")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

@@ -1,0 +1,191 @@
+//! State shared by the loop's three stages, and the commit itself.
+//!
+//! The loop runs as three stages so that polling, writing and committing
+//! overlap instead of taking turns:
+//!
+//! 1. the **consumer thread** polls rdkafka, buffers records, and serves
+//!    rebalance callbacks (`consumer.rs`, `rebalance.rs`);
+//! 2. the **task thread** owns the [`SinkTask`](crate::task::SinkTask) and
+//!    runs `open`, `put`, `pre_commit` and `close`, one job at a time, in the
+//!    order the consumer thread hands them over (`worker.rs`);
+//! 3. the **committer**, a tokio task, commits what `pre_commit` declared
+//!    safe whenever the task thread wakes it (`committer.rs`). Its commit is
+//!    in flight while the next put writes.
+//!
+//! # Invariants
+//! - Offsets reach Kafka only through [`Pipeline::commit_now`], which takes
+//!   them from the [`CommitTracker`]: never above what a put reported durable.
+//! - One commit at a time: `commit_now` holds `gate` from choosing offsets to
+//!   recording Kafka's answer. A revoke takes `gate` before it drops its
+//!   partitions, so no commit chosen earlier lands after the revoke.
+//! - Once `commits_closed` is set (a fatal error, a simulated crash, the end
+//!   of the run) no further commit is sent.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
+
+use cairn_engine::TopicPartition;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+
+use crate::commit::CommitTracker;
+use crate::consumer::{CommitObserver, DonePredicate, RunStats};
+use crate::error::ConnectorError;
+use crate::rebalance::SinkContext;
+
+/// What the stages share, behind one short-held lock.
+pub(crate) struct CommitState {
+    pub tracker: CommitTracker,
+    /// Partitions this member owns; only these are committed.
+    pub assigned: BTreeSet<TopicPartition>,
+    /// Next offset after what was put (or where it resumed), per partition.
+    pub consumed: BTreeMap<TopicPartition, i64>,
+    pub fatal: Option<ConnectorError>,
+    pub commits_closed: bool,
+    /// Counters of the task thread and the committer.
+    pub stats: RunStats,
+    pub on_commit: Option<CommitObserver>,
+    pub done: Option<DonePredicate>,
+}
+
+pub(crate) struct Pipeline {
+    state: Mutex<CommitState>,
+    /// Held for a whole commit (see the invariants).
+    gate: Mutex<()>,
+    /// Wakes the committer: there are offsets to commit, or it should stop.
+    pub wake: tokio::sync::Notify,
+    pub committer_stop: AtomicBool,
+    /// A fatal error is waiting in `state.fatal`.
+    pub failed: AtomicBool,
+    /// The done predicate said the run is complete.
+    pub finished: AtomicBool,
+}
+
+impl Pipeline {
+    pub fn new(on_commit: Option<CommitObserver>, done: Option<DonePredicate>) -> Self {
+        Pipeline {
+            state: Mutex::new(CommitState {
+                tracker: CommitTracker::default(),
+                assigned: BTreeSet::new(),
+                consumed: BTreeMap::new(),
+                fatal: None,
+                commits_closed: false,
+                stats: RunStats::default(),
+                on_commit,
+                done,
+            }),
+            gate: Mutex::new(()),
+            wake: tokio::sync::Notify::new(),
+            committer_stop: AtomicBool::new(false),
+            failed: AtomicBool::new(false),
+            finished: AtomicBool::new(false),
+        }
+    }
+
+    pub fn state(&self) -> MutexGuard<'_, CommitState> {
+        // A panic while holding the lock is an invariant assertion; the
+        // state it guarded is still what the loop needs to shut down.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn gate(&self) -> MutexGuard<'_, ()> {
+        self.gate.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Record a fatal error (the first one wins) and close commits.
+    pub fn fail(&self, e: ConnectorError) {
+        let mut s = self.state();
+        s.commits_closed = true;
+        s.fatal.get_or_insert(e);
+        self.failed.store(true, Ordering::Release);
+    }
+
+    pub fn take_fatal(&self) -> Option<ConnectorError> {
+        self.state().fatal.take()
+    }
+
+    /// No further commit may be sent.
+    pub fn close_commits(&self) {
+        self.state().commits_closed = true;
+    }
+
+    /// Forget partitions that were revoked or lost, after any commit in
+    /// flight has landed, so that no later commit carries them.
+    pub fn drop_partitions(&self, tps: &[TopicPartition]) {
+        let _gate = self.gate();
+        let mut s = self.state();
+        for tp in tps {
+            s.assigned.remove(tp);
+            s.consumed.remove(tp);
+            s.tracker.forget(tp);
+        }
+    }
+
+    /// Commit what `pre_commit` declared safe, synchronously: of all assigned
+    /// partitions, or only of `only`'s. A failed commit is logged and left
+    /// for the next one; it never stalls durability.
+    pub fn commit_now(
+        &self,
+        consumer: &BaseConsumer<SinkContext>,
+        only: Option<&BTreeSet<TopicPartition>>,
+    ) {
+        let _gate = self.gate();
+        let pending = {
+            let mut guard = self.state();
+            let s = &mut *guard;
+            if s.commits_closed {
+                return;
+            }
+            match s.tracker.take_commit(&s.assigned, only) {
+                Some(p) => p,
+                None => return,
+            }
+        };
+        let mut tpl = TopicPartitionList::new();
+        for (tp, o) in &pending.offsets {
+            if let Err(e) = tpl.add_partition_offset(&tp.topic, tp.partition, Offset::Offset(*o)) {
+                self.fail(ConnectorError::Kafka {
+                    op: "build commit list",
+                    source: e,
+                });
+                return;
+            }
+        }
+        let t0 = Instant::now();
+        let span = tracing::debug_span!(
+            "commit",
+            partitions = pending.offsets.len(),
+            commit_us = tracing::field::Empty
+        );
+        let result = span.in_scope(|| consumer.commit(&tpl, CommitMode::Sync));
+        span.record("commit_us", t0.elapsed().as_micros() as u64);
+        let mut guard = self.state();
+        let s = &mut *guard;
+        match result {
+            Ok(()) => {
+                tracing::debug!(
+                    partitions = pending.offsets.len(),
+                    commit_us = t0.elapsed().as_micros() as u64,
+                    "commit"
+                );
+                if let Some(f) = s.on_commit.as_mut() {
+                    f(&pending.offsets, &s.tracker.durable_reported);
+                }
+                s.tracker.commit_acked(pending);
+                s.stats.commits += 1;
+                if let Some(d) = s.done.as_mut() {
+                    if d(&s.tracker.committed) {
+                        self.finished.store(true, Ordering::Release);
+                    }
+                }
+            }
+            Err(e) => {
+                s.tracker.commit_failed(pending);
+                s.stats.commit_failures += 1;
+                tracing::warn!(error = %e, "commit failed; durable offsets will be committed on the next cycle");
+            }
+        }
+    }
+}

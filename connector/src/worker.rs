@@ -1,0 +1,241 @@
+//! The task thread: the one owner of the [`SinkTask`], running its calls in
+//! the order the consumer thread hands them over.
+//!
+//! Jobs arrive on a rendezvous channel: a hand-over completes only when this
+//! thread is ready for it, so the consumer thread holds at most one batch in
+//! its buffer while one put runs here. Because the channel is FIFO, a revoke's
+//! `Flush` runs after every put handed over before it: that is how "finish the
+//! in-flight put" is kept.
+//!
+//! # Invariants
+//! - `pre_commit` runs after `put` returned, on this thread, and what it
+//!   declares safe is checked against what `put` reported durable
+//!   (`CommitTracker::record_pre_commit` panics otherwise).
+//! - After a fatal error no put runs and no commit is sent: puts handed over
+//!   are dropped, flushes are refused.
+//! - A retriable put error retries the same batch (with a capped backoff)
+//!   until it succeeds, a fatal error, or the run stops; a batch is never
+//!   skipped, because later records would then be committed past it.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cairn_engine::{RecordBatch, TopicPartition};
+
+use crate::config::CommitPolicy;
+use crate::error::{ConnectorError, Result};
+use crate::pipeline::Pipeline;
+use crate::task::{SinkTask, TaskError};
+
+pub(crate) type Reply<T> = Sender<Result<T>>;
+
+pub(crate) enum Job {
+    /// Write a batch (one `RecordBatch` per partition).
+    Put {
+        batches: Vec<RecordBatch>,
+        /// From the batch's first polled record to its hand-over.
+        poll_us: u64,
+    },
+    /// Partitions were assigned: where does each resume?
+    Open {
+        partitions: Vec<TopicPartition>,
+        reply: Reply<BTreeMap<TopicPartition, i64>>,
+    },
+    /// Put these (a revoke's or the final buffer), then `pre_commit`; reply
+    /// once everything handed over so far is durable and declared safe.
+    Flush {
+        batches: Vec<RecordBatch>,
+        reply: Reply<()>,
+    },
+    /// Partitions were revoked (after their commit) or lost.
+    Close {
+        partitions: Vec<TopicPartition>,
+        reply: Reply<()>,
+    },
+    /// The run is over: close the partitions still assigned, then stop.
+    Stop {
+        partitions: Vec<TopicPartition>,
+        reply: Reply<()>,
+    },
+}
+
+pub(crate) struct Worker {
+    pub sink: Box<dyn SinkTask>,
+    pub pipeline: Arc<Pipeline>,
+    pub policy: CommitPolicy,
+    /// Simulate a crash once this many records were written (test hook).
+    pub crash_after_records: Option<u64>,
+    /// The run is stopping: give up retrying a put.
+    pub stop: Arc<AtomicBool>,
+    /// Jobs handed over and not yet finished (the consumer thread reads it
+    /// to decide whether a lingering batch can be handed over at once).
+    pub in_flight: Arc<AtomicUsize>,
+}
+
+fn sink_error(call: &str, e: TaskError) -> ConnectorError {
+    ConnectorError::Sink(format!("{call}: {e}"))
+}
+
+impl Worker {
+    pub fn run(mut self, jobs: Receiver<Job>) {
+        // Puts whose offsets no pre_commit has declared safe yet.
+        let mut unsafe_puts = false;
+        let mut last_pre_commit = Instant::now();
+        loop {
+            let job = match self.policy {
+                CommitPolicy::Interval(every) if unsafe_puts => {
+                    match jobs.recv_timeout(every.saturating_sub(last_pre_commit.elapsed())) {
+                        Ok(j) => Some(j),
+                        Err(RecvTimeoutError::Timeout) => None,
+                        Err(RecvTimeoutError::Disconnected) => break,
+                    }
+                }
+                _ => match jobs.recv() {
+                    Ok(j) => Some(j),
+                    Err(_) => break,
+                },
+            };
+            let failed = self.pipeline.failed.load(Ordering::Acquire);
+            let had_job = job.is_some();
+            match job {
+                None => {}
+                // After a fatal error, puts handed over are dropped.
+                Some(Job::Put { .. }) if failed => {}
+                Some(Job::Put { batches, poll_us }) => match self.put(&batches, poll_us) {
+                    Ok(()) => unsafe_puts = true,
+                    Err(e) => self.pipeline.fail(e),
+                },
+                Some(Job::Open { partitions, reply }) => {
+                    let r = self
+                        .sink
+                        .open(&partitions)
+                        .map_err(|e| sink_error("open", e));
+                    let _ = reply.send(r);
+                }
+                Some(Job::Flush { batches, reply }) => {
+                    let r = if failed {
+                        Err(ConnectorError::Sink(
+                            "not flushing after a fatal error".into(),
+                        ))
+                    } else {
+                        let r = if batches.is_empty() {
+                            Ok(())
+                        } else {
+                            self.put(&batches, 0)
+                        };
+                        r.and_then(|()| self.pre_commit())
+                    };
+                    if r.is_ok() {
+                        unsafe_puts = false;
+                        last_pre_commit = Instant::now();
+                    }
+                    let _ = reply.send(r);
+                }
+                Some(Job::Close { partitions, reply }) => {
+                    let r = self
+                        .sink
+                        .close(&partitions)
+                        .map_err(|e| sink_error("close", e));
+                    let _ = reply.send(r);
+                }
+                Some(Job::Stop { partitions, reply }) => {
+                    let r = self
+                        .sink
+                        .close(&partitions)
+                        .and_then(|()| self.sink.stop())
+                        .map_err(|e| sink_error("stop", e));
+                    let _ = reply.send(r);
+                }
+            }
+            if unsafe_puts && !self.pipeline.failed.load(Ordering::Acquire) {
+                let due = match self.policy {
+                    CommitPolicy::EveryPut => true,
+                    CommitPolicy::Interval(every) => last_pre_commit.elapsed() >= every,
+                };
+                if due {
+                    match self.pre_commit() {
+                        Ok(()) => {
+                            unsafe_puts = false;
+                            last_pre_commit = Instant::now();
+                        }
+                        Err(e) => self.pipeline.fail(e),
+                    }
+                }
+            }
+            if had_job {
+                self.in_flight.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
+
+    fn put(&mut self, batches: &[RecordBatch], poll_us: u64) -> Result<()> {
+        let records: usize = batches.iter().map(|b| b.records.len()).sum();
+        tracing::debug!(records, poll_us, "poll");
+        let mut backoff = Duration::from_millis(10);
+        let (started, outcome) = loop {
+            let t0 = Instant::now();
+            let span = tracing::debug_span!("put", records, put_us = tracing::field::Empty);
+            let r = span.in_scope(|| self.sink.put(batches));
+            span.record("put_us", t0.elapsed().as_micros() as u64);
+            match r {
+                Ok(outcome) => break (t0, outcome),
+                Err(TaskError::Retriable(msg)) => {
+                    if self.stop.load(Ordering::Relaxed) {
+                        return Err(ConnectorError::Sink(format!(
+                            "put still failing when the run stopped ({msg}); committing nothing more"
+                        )));
+                    }
+                    tracing::warn!(%msg, retry_in_ms = backoff.as_millis() as u64, "put failed (retriable); retrying the same batch");
+                    // A backoff between attempts, not a synchronisation.
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+                Err(e @ TaskError::Fatal(_)) => return Err(sink_error("put", e)),
+            }
+        };
+        let mut s = self.pipeline.state();
+        for b in batches {
+            if let Some(last) = b.records.last() {
+                s.consumed.insert(b.tp.clone(), last.offset + 1);
+            }
+        }
+        s.tracker.record_put(started, &outcome.durable);
+        s.stats.puts += 1;
+        s.stats.records_written += outcome.records_written;
+        s.stats.records_duplicate += outcome.records_duplicate;
+        s.stats.last_put_at = Some(Instant::now());
+        if self
+            .crash_after_records
+            .is_some_and(|n| s.stats.records_written >= n)
+        {
+            // Durable but not committed: exactly the crash window.
+            drop(s);
+            return Err(ConnectorError::SimulatedCrash);
+        }
+        drop(s);
+        crate::crashpoint::reached(crate::crashpoint::PUT_BEFORE_COMMIT);
+        Ok(())
+    }
+
+    /// Ask the sink what is safe to commit, record it, wake the committer.
+    fn pre_commit(&mut self) -> Result<()> {
+        let consumed: BTreeMap<TopicPartition, i64> = {
+            let s = self.pipeline.state();
+            s.consumed
+                .iter()
+                .filter(|(tp, _)| s.assigned.contains(*tp))
+                .map(|(tp, o)| (tp.clone(), *o))
+                .collect()
+        };
+        let safe = self
+            .sink
+            .pre_commit(&consumed)
+            .map_err(|e| sink_error("pre_commit", e))?;
+        self.pipeline.state().tracker.record_pre_commit(&safe);
+        self.pipeline.wake.notify_one();
+        Ok(())
+    }
+}
