@@ -137,9 +137,13 @@ impl CommitTracker {
         Some(PendingCommit { offsets, puts })
     }
 
-    pub fn commit_acked(&mut self, c: PendingCommit) {
+    /// Kafka acknowledged a commit. Partitions no longer `assigned` (revoked
+    /// while it was in flight) are not recorded: they were forgotten.
+    pub fn commit_acked(&mut self, c: PendingCommit, assigned: &BTreeSet<TopicPartition>) {
         for (tp, &o) in &c.offsets {
-            raise(&mut self.committed, tp, o);
+            if assigned.contains(tp) {
+                raise(&mut self.committed, tp, o);
+            }
         }
         self.settle(c.puts);
     }
@@ -196,7 +200,7 @@ mod tests {
         t.record_pre_commit(&BTreeMap::from([(tp(0), 8), (tp(1), 7)]));
         let c = t.take_commit(&assigned, None).unwrap();
         assert_eq!(c.offsets, BTreeMap::from([(tp(0), 8), (tp(1), 7)]));
-        t.commit_acked(c);
+        t.commit_acked(c, &assigned);
         assert_eq!(t.put_to_commit_us.len(), 2, "both puts settled");
         assert!(t.take_commit(&assigned, None).is_none());
         // A revoked partition is never committed again.
@@ -215,7 +219,7 @@ mod tests {
         assert_eq!(t.put_to_commit_us.len(), 0);
         let c = t.take_commit(&assigned, None).unwrap();
         assert_eq!(c.offsets, BTreeMap::from([(tp(0), 5)]));
-        t.commit_acked(c);
+        t.commit_acked(c, &assigned);
         assert_eq!(t.put_to_commit_us.len(), 1);
     }
 

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use cairn_engine::{Record, RecordBatch, TopicPartition};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::Message;
+use rdkafka::message::{BorrowedMessage, Message};
 
 use crate::config::{OnOffsetOutOfRange, OnOversize, RunConfig};
 use crate::convert::to_record;
@@ -89,6 +89,8 @@ pub(crate) struct Shared {
     pub on_offset_out_of_range: OnOffsetOutOfRange,
     /// This thread's copy of the assignment (the pipeline's is for commits).
     pub assigned: BTreeSet<TopicPartition>,
+    /// The last polled record's partition, and whether it is assigned.
+    last_tp: Option<(TopicPartition, bool)>,
     pending: BTreeMap<TopicPartition, Vec<Record>>,
     pending_bytes: usize,
     pending_records: usize,
@@ -142,6 +144,69 @@ impl Shared {
         batches
     }
 
+    /// Buffer one polled record, if its partition is ours.
+    fn accept(&mut self, m: &BorrowedMessage<'_>, cfg: &RunConfig) -> Result<()> {
+        // Records come in runs of one partition: compare with the last one
+        // rather than build (allocate) and look up a TopicPartition each.
+        let same = self
+            .last_tp
+            .as_ref()
+            .is_some_and(|(tp, _)| tp.partition == m.partition() && tp.topic == m.topic());
+        if !same {
+            let tp = TopicPartition::new(m.topic(), m.partition());
+            // Records of a partition revoked since they were fetched are not
+            // ours to archive.
+            let ours = self.assigned.contains(&tp);
+            self.last_tp = Some((tp, ours));
+        }
+        let Some((tp, true)) = &self.last_tp else {
+            return Ok(());
+        };
+        let r = to_record(m);
+        self.stats.records_polled += 1;
+        self.stats.first_record_at.get_or_insert_with(Instant::now);
+        let size = r.payload_bytes();
+        if size > cfg.record_bytes_max {
+            match cfg.on_oversize {
+                OnOversize::Fail => {
+                    return Err(ConnectorError::OversizeRecord {
+                        topic: tp.topic.clone(),
+                        partition: tp.partition,
+                        offset: r.offset,
+                        size_bytes: size,
+                        max_bytes: cfg.record_bytes_max,
+                    })
+                }
+                OnOversize::Skip => {
+                    tracing::warn!(%tp, offset = r.offset, size_bytes = size, max = cfg.record_bytes_max, "skipping oversize record");
+                    self.stats.records_oversize_skipped += 1;
+                    return Ok(());
+                }
+            }
+        }
+        self.stats.payload_bytes += size;
+        self.pending_bytes += size as usize;
+        self.pending_records += 1;
+        self.pending_since.get_or_insert_with(Instant::now);
+        match self.pending.get_mut(tp) {
+            Some(v) => v.push(r),
+            None => {
+                let tp = tp.clone();
+                self.pending.insert(tp, vec![r]);
+            }
+        }
+        Ok(())
+    }
+
+    fn full(&self, cfg: &RunConfig) -> bool {
+        self.pending_records >= cfg.batch_records_max || self.pending_bytes >= cfg.batch_bytes_max
+    }
+
+    /// The assignment changed: forget the last partition's lookup.
+    pub(crate) fn assignment_changed(&mut self) {
+        self.last_tp = None;
+    }
+
     /// Hand a job to the task thread, waiting until it takes it.
     fn send(&self, job: Job) -> Result<()> {
         let jobs = self.jobs.as_ref().ok_or_else(task_thread_gone)?;
@@ -174,7 +239,16 @@ impl Shared {
         if batches.is_empty() {
             return Ok(());
         }
-        self.send(Job::Put { batches, poll_us })
+        let records: usize = batches.iter().map(|b| b.records.len()).sum();
+        let t0 = Instant::now();
+        self.send(Job::Put { batches, poll_us })?;
+        // Time spent waiting for the task thread: the backpressure.
+        tracing::debug!(
+            records,
+            wait_us = t0.elapsed().as_micros() as u64,
+            "hand-over"
+        );
+        Ok(())
     }
 
     /// Put what is buffered (only `only`'s partitions, if given) and wait
@@ -269,6 +343,7 @@ pub fn run_pipeline(
         in_flight: in_flight.clone(),
         on_offset_out_of_range: cfg.on_offset_out_of_range,
         assigned: BTreeSet::new(),
+        last_tp: None,
         pending: BTreeMap::new(),
         pending_bytes: 0,
         pending_records: 0,
@@ -408,6 +483,10 @@ fn close(consumer: BaseConsumer<SinkContext>) {
     }
 }
 
+/// Messages taken per burst of `poll` calls before the linger and batch
+/// checks: those read the clock, which costs as much as a poll.
+const POLL_BURST: usize = 64;
+
 fn consume(
     consumer: &BaseConsumer<SinkContext>,
     shared: &Mutex<Shared>,
@@ -429,69 +508,51 @@ fn consume(
             Some(t) => linger.saturating_sub(t.elapsed()),
             None => Duration::from_millis(100),
         };
-        let polled = consumer.poll(timeout);
-        let mut s = lock(shared);
-        let got_message = matches!(polled, Some(Ok(_)));
-        match polled {
-            None => {}
-            Some(Err(e)) => {
-                tracing::warn!(error = %e, "consumer error");
-                if let rdkafka::error::KafkaError::MessageConsumption(code) = &e {
-                    use rdkafka::types::RDKafkaErrorCode as C;
-                    if matches!(
-                        code,
-                        C::UnknownTopicOrPartition | C::UnknownTopic | C::TopicAuthorizationFailed
-                    ) {
-                        return Err(ConnectorError::Kafka {
-                            op: "consume",
-                            source: e,
-                        });
-                    }
+        let mut polled = consumer.poll(timeout);
+        // Nothing more was waiting when the burst ended.
+        let mut drained = false;
+        for taken in 1.. {
+            match polled {
+                None => {
+                    drained = true;
+                    break;
                 }
-            }
-            Some(Ok(m)) => {
-                let tp = TopicPartition::new(m.topic(), m.partition());
-                // Records of a partition revoked since they were fetched are
-                // not ours to archive.
-                if s.assigned.contains(&tp) {
-                    let r = to_record(&m);
-                    drop(m);
-                    s.stats.records_polled += 1;
-                    s.stats.first_record_at.get_or_insert_with(Instant::now);
-                    let size = r.payload_bytes();
-                    if size > cfg.record_bytes_max {
-                        match cfg.on_oversize {
-                            OnOversize::Fail => {
-                                return Err(ConnectorError::OversizeRecord {
-                                    topic: tp.topic,
-                                    partition: tp.partition,
-                                    offset: r.offset,
-                                    size_bytes: size,
-                                    max_bytes: cfg.record_bytes_max,
-                                })
-                            }
-                            OnOversize::Skip => {
-                                tracing::warn!(%tp, offset = r.offset, size_bytes = size, max = cfg.record_bytes_max, "skipping oversize record");
-                                s.stats.records_oversize_skipped += 1;
-                            }
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "consumer error");
+                    if let rdkafka::error::KafkaError::MessageConsumption(code) = &e {
+                        use rdkafka::types::RDKafkaErrorCode as C;
+                        if matches!(
+                            code,
+                            C::UnknownTopicOrPartition
+                                | C::UnknownTopic
+                                | C::TopicAuthorizationFailed
+                        ) {
+                            return Err(ConnectorError::Kafka {
+                                op: "consume",
+                                source: e,
+                            });
                         }
-                    } else {
-                        s.stats.payload_bytes += size;
-                        s.pending_bytes += size as usize;
-                        s.pending_records += 1;
-                        s.pending_since.get_or_insert_with(Instant::now);
-                        s.pending.entry(tp).or_default().push(r);
+                    }
+                    break;
+                }
+                Some(Ok(m)) => {
+                    let mut s = lock(shared);
+                    s.accept(&m, cfg)?;
+                    if taken >= POLL_BURST || s.full(cfg) {
+                        break;
                     }
                 }
             }
+            // Rebalance callbacks run inside `poll`: no lock is held here.
+            polled = consumer.poll(Duration::ZERO);
         }
-        let full =
-            s.pending_records >= cfg.batch_records_max || s.pending_bytes >= cfg.batch_bytes_max;
+        let mut s = lock(shared);
         let lingered = s.pending_since.is_some_and(|t| t.elapsed() >= linger);
         // A lingered batch goes at once if the task thread is free, or if
-        // nothing new arrived (waiting for the task thread is then all there
-        // is to do). While records keep arriving and a put runs, it grows.
-        if full || (lingered && (!got_message || s.task_idle())) {
+        // nothing more is waiting (waiting for the task thread is then all
+        // there is to do). While records keep arriving and a put runs, the
+        // batch grows.
+        if s.full(cfg) || (lingered && (drained || s.task_idle())) {
             s.hand_over()?;
         }
     }

@@ -15,9 +15,13 @@
 //! # Invariants
 //! - Offsets reach Kafka only through [`Pipeline::commit_now`], which takes
 //!   them from the [`CommitTracker`]: never above what a put reported durable.
-//! - One commit at a time: `commit_now` holds `gate` from choosing offsets to
-//!   recording Kafka's answer. A revoke takes `gate` before it drops its
-//!   partitions, so no commit chosen earlier lands after the revoke.
+//! - A revoke first marks its partitions `revoking`: from then on only the
+//!   revoke's own synchronous commit carries them. It never waits for a
+//!   commit in flight (a commit sent while the group re-joins can be held by
+//!   the broker for seconds, and a revoke that late finds the group
+//!   rebalancing and cannot commit at all); a commit chosen earlier was
+//!   handed to librdkafka earlier, and librdkafka sends a client's commits to
+//!   the coordinator in order, so it cannot overwrite the revoke's.
 //! - Once `commits_closed` is set (a fatal error, a simulated crash, the end
 //!   of the run) no further commit is sent.
 
@@ -40,6 +44,8 @@ pub(crate) struct CommitState {
     pub tracker: CommitTracker,
     /// Partitions this member owns; only these are committed.
     pub assigned: BTreeSet<TopicPartition>,
+    /// Assigned partitions being revoked: the committer leaves them alone.
+    pub revoking: BTreeSet<TopicPartition>,
     /// Next offset after what was put (or where it resumed), per partition.
     pub consumed: BTreeMap<TopicPartition, i64>,
     pub fatal: Option<ConnectorError>,
@@ -52,8 +58,6 @@ pub(crate) struct CommitState {
 
 pub(crate) struct Pipeline {
     state: Mutex<CommitState>,
-    /// Held for a whole commit (see the invariants).
-    gate: Mutex<()>,
     /// Wakes the committer: there are offsets to commit, or it should stop.
     pub wake: tokio::sync::Notify,
     pub committer_stop: AtomicBool,
@@ -69,6 +73,7 @@ impl Pipeline {
             state: Mutex::new(CommitState {
                 tracker: CommitTracker::default(),
                 assigned: BTreeSet::new(),
+                revoking: BTreeSet::new(),
                 consumed: BTreeMap::new(),
                 fatal: None,
                 commits_closed: false,
@@ -76,7 +81,6 @@ impl Pipeline {
                 on_commit,
                 done,
             }),
-            gate: Mutex::new(()),
             wake: tokio::sync::Notify::new(),
             committer_stop: AtomicBool::new(false),
             failed: AtomicBool::new(false),
@@ -88,10 +92,6 @@ impl Pipeline {
         // A panic while holding the lock is an invariant assertion; the
         // state it guarded is still what the loop needs to shut down.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn gate(&self) -> MutexGuard<'_, ()> {
-        self.gate.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Record a fatal error (the first one wins) and close commits.
@@ -111,13 +111,17 @@ impl Pipeline {
         self.state().commits_closed = true;
     }
 
-    /// Forget partitions that were revoked or lost, after any commit in
-    /// flight has landed, so that no later commit carries them.
+    /// A revoke begins: only the revoke's own commit carries these now.
+    pub fn begin_revoke(&self, tps: &BTreeSet<TopicPartition>) {
+        self.state().revoking.extend(tps.iter().cloned());
+    }
+
+    /// Forget partitions that were revoked or lost.
     pub fn drop_partitions(&self, tps: &[TopicPartition]) {
-        let _gate = self.gate();
         let mut s = self.state();
         for tp in tps {
             s.assigned.remove(tp);
+            s.revoking.remove(tp);
             s.consumed.remove(tp);
             s.tracker.forget(tp);
         }
@@ -131,14 +135,19 @@ impl Pipeline {
         consumer: &BaseConsumer<SinkContext>,
         only: Option<&BTreeSet<TopicPartition>>,
     ) {
-        let _gate = self.gate();
         let pending = {
             let mut guard = self.state();
             let s = &mut *guard;
             if s.commits_closed {
                 return;
             }
-            match s.tracker.take_commit(&s.assigned, only) {
+            // The committer (`only` = None) leaves partitions being revoked
+            // to the revoke's own commit.
+            let committable: BTreeSet<TopicPartition> = match only {
+                Some(_) => s.assigned.clone(),
+                None => s.assigned.difference(&s.revoking).cloned().collect(),
+            };
+            match s.tracker.take_commit(&committable, only) {
                 Some(p) => p,
                 None => return,
             }
@@ -173,7 +182,7 @@ impl Pipeline {
                 if let Some(f) = s.on_commit.as_mut() {
                     f(&pending.offsets, &s.tracker.durable_reported);
                 }
-                s.tracker.commit_acked(pending);
+                s.tracker.commit_acked(pending, &s.assigned);
                 s.stats.commits += 1;
                 if let Some(d) = s.done.as_mut() {
                     if d(&s.tracker.committed) {

@@ -8,8 +8,8 @@
 //!   Kafka's earliest follows `on_offset_out_of_range`.
 //! - **Revoke:** wait for the puts already handed to the task thread, put
 //!   what is buffered for the revoked partitions, make it durable, commit
-//!   their durable offsets synchronously (after any commit in flight), then
-//!   `close`.
+//!   their durable offsets synchronously, then `close`. The committer leaves
+//!   the revoked partitions alone from the start of the revoke.
 //! - **Lost:** commit nothing; drop the buffer; `close`.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -186,6 +186,7 @@ impl SinkContext {
             st.consumed.extend(consumed);
         }
         s.assigned.extend(tps);
+        s.assignment_changed();
         // A partition that resumes fully archived gets no put, yet its
         // durable offset may be ahead of Kafka's: commit it now.
         s.pipeline.wake.notify_one();
@@ -210,6 +211,7 @@ impl SinkContext {
         } else {
             // Finish the puts in flight and the buffer, make them durable,
             // then commit the revoked partitions' durable offsets synchronously.
+            s.pipeline.begin_revoke(&revoked);
             match s.flush(Some(&revoked)) {
                 Err(e) => s.pipeline.fail(e),
                 Ok(()) => {
@@ -222,6 +224,7 @@ impl SinkContext {
         for tp in &tps {
             s.assigned.remove(tp);
         }
+        s.assignment_changed();
         if !clean_finish {
             let partitions = tps;
             if let Err(e) = s.request(|reply| Job::Close { partitions, reply }) {
