@@ -1,0 +1,241 @@
+//! A crash in the middle of a rebalance. Member A (`cairn run`, a child
+//! process) archives while records keep arriving; member B joins the group,
+//! so A must give partitions up. A aborts inside the revoke, after the
+//! revoked partitions' buffer was made durable and before their commit
+//! (`CAIRN_ABORT_AT=revoke-before-commit:1`). B takes over, A restarts, and
+//! both finish everything produced.
+//!
+//! Each store must hold its records in order, byte for byte, without a
+//! duplicate; together they must hold every record produced (records A made
+//! durable but could not commit are archived again by their next owner: that
+//! overlap is printed, not an error); Kafka must end committed at the end.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use cairn_connector::cli::demo::{
+    committed, demo_next_offsets, demo_producer, demo_record, produce_with, DEMO_PARTITIONS,
+};
+use cairn_engine::{Engine, EngineConfig, TopicPartition};
+use common::{MockBroker, CAIRN};
+
+const TOPIC: &str = "rc";
+const GROUP: &str = "rc-group";
+const GROUP_SETTINGS: [(&str, &str); 2] = [
+    ("session.timeout.ms", "3000"),
+    ("heartbeat.interval.ms", "300"),
+];
+
+/// A `cairn run` child whose stderr lines arrive on `lines` as (name, line);
+/// `None` as the line when its stderr closes (it exited).
+fn member(
+    name: &'static str,
+    brokers: &str,
+    data: &std::path::Path,
+    abort_at: Option<&str>,
+    extra: &[&str],
+    lines: mpsc::Sender<(&'static str, Option<String>)>,
+) -> Child {
+    let mut cmd = Command::new(CAIRN);
+    cmd.args(["--log-format", "json", "run", "--brokers", brokers])
+        .args(["--group", GROUP, "--topics", TOPIC])
+        .args(["--data", data.to_str().unwrap()])
+        .args(["--commit", "every-put"])
+        .args(extra);
+    if !extra.contains(&"--batch-records-max") {
+        cmd.args(["--batch-records-max", "250"]);
+    }
+    for (k, v) in GROUP_SETTINGS {
+        cmd.args(["-X", &format!("{k}={v}")]);
+    }
+    match abort_at {
+        Some(a) => cmd.env("CAIRN_ABORT_AT", a),
+        None => cmd.env_remove("CAIRN_ABORT_AT"),
+    };
+    let mut child = cmd
+        .env("RUST_LOG", "info,cairn_connector::pipeline=debug")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = lines.send((name, Some(line)));
+        }
+        let _ = lines.send((name, None));
+    });
+    child
+}
+
+/// Every record a store holds, by partition, checked in order and against
+/// what was produced.
+fn store_records(dir: &std::path::Path, name: &str) -> BTreeMap<i32, BTreeSet<i64>> {
+    let engine = Engine::open(EngineConfig::new(dir)).unwrap();
+    assert!(engine.verify().unwrap().is_clean(), "store {name} verifies");
+    let mut out = BTreeMap::new();
+    for p in 0..DEMO_PARTITIONS {
+        let tp = TopicPartition::new(TOPIC, p);
+        let mut offsets = BTreeSet::new();
+        let mut last = -1;
+        for r in engine.read(&tp, 0).unwrap() {
+            let r = r.unwrap();
+            assert!(
+                r.offset > last,
+                "store {name}: {tp}@{} after {last}",
+                r.offset
+            );
+            last = r.offset;
+            let i = r.offset as u64 * DEMO_PARTITIONS as u64 + p as u64;
+            assert_eq!(r, demo_record(i).1, "store {name}: {tp}@{}", r.offset);
+            offsets.insert(r.offset);
+        }
+        out.insert(p, offsets);
+    }
+    out
+}
+
+#[test]
+fn abort_inside_a_revoke_loses_nothing_and_stores_stay_duplicate_free() {
+    let mb = MockBroker::start(&[&format!("{TOPIC}:{DEMO_PARTITIONS}")]);
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    // Records keep arriving, so A has a buffer to flush when the revoke comes.
+    let stop_producing = Arc::new(AtomicBool::new(false));
+    let produced = Arc::new(AtomicU64::new(0));
+    let producer = {
+        let (brokers, stop, produced) =
+            (mb.brokers.clone(), stop_producing.clone(), produced.clone());
+        std::thread::spawn(move || {
+            let producer = demo_producer(&brokers).unwrap();
+            while !stop.load(Ordering::Relaxed) {
+                let next = produced.load(Ordering::Relaxed);
+                produce_with(&producer, TOPIC, next..next + 300).unwrap();
+                produced.store(next + 300, Ordering::Relaxed);
+                // Pacing the producer, not synchronising with anything.
+                std::thread::sleep(Duration::from_millis(30));
+            }
+        })
+    };
+    let (tx, rx) = mpsc::channel();
+    let next_line = |deadline: Instant, what: &str| -> (&'static str, Option<String>) {
+        rx.recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
+    };
+
+    let mut a = member(
+        "A",
+        &mb.brokers,
+        dir_a.path(),
+        Some("revoke-before-commit:1"),
+        // Records linger in A's buffer, so the revoke has some to make
+        // durable before the abort.
+        &["--linger-ms", "500", "--batch-records-max", "100000"],
+        tx.clone(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, line) = next_line(deadline, "A's first commit");
+        let line = line.expect("A exited before its first commit");
+        if line.contains(r#""message":"commit""#) {
+            break;
+        }
+    }
+
+    // B joins: A is asked to give partitions up, and aborts inside the revoke.
+    let mut b = member("B", &mb.brokers, dir_b.path(), None, &[], tx.clone());
+    let mut a_aborted = false;
+    while !a_aborted {
+        if let ("A", line) = next_line(deadline + Duration::from_secs(60), "A's abort") {
+            match line {
+                Some(l) => {
+                    a_aborted |= l.contains("CAIRN_ABORT_AT: aborting at revoke-before-commit")
+                }
+                None => panic!("A exited without reaching revoke-before-commit"),
+            }
+        }
+    }
+    let status = a.wait().unwrap();
+    assert_eq!(status.signal(), Some(6), "A aborted (SIGABRT): {status:?}");
+    let durable_a = Engine::open(EngineConfig::new(dir_a.path()))
+        .unwrap()
+        .durable_offsets();
+    let kafka = committed(&mb.brokers, GROUP, TOPIC, DEMO_PARTITIONS).unwrap();
+    eprintln!(
+        "A aborted inside a revoke at {} produced; A durable {:?}, Kafka committed {kafka:?}",
+        produced.load(Ordering::Relaxed),
+        durable_a
+            .iter()
+            .map(|(tp, o)| (tp.partition, *o))
+            .collect::<BTreeMap<_, _>>()
+    );
+
+    // A comes back; both share the group until everything is committed.
+    let mut a = member("A again", &mb.brokers, dir_a.path(), None, &[], tx.clone());
+    let mut commits_after_restart = 0;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let (who, line) = next_line(deadline, "everything to be committed");
+        let line = match (who, line) {
+            // The aborted run's stderr closing.
+            ("A", None) => continue,
+            (_, None) => panic!("{who} exited early"),
+            (_, Some(l)) => l,
+        };
+        if !line.contains(r#""message":"commit""#) {
+            continue;
+        }
+        commits_after_restart += 1;
+        if commits_after_restart == 20 {
+            stop_producing.store(true, Ordering::Relaxed);
+        }
+        if stop_producing.load(Ordering::Relaxed) && producer.is_finished() {
+            let n = produced.load(Ordering::Relaxed);
+            let kafka = committed(&mb.brokers, GROUP, TOPIC, DEMO_PARTITIONS).unwrap();
+            let want = demo_next_offsets(TOPIC, n);
+            if want
+                .iter()
+                .all(|(tp, o)| kafka.get(&tp.partition) == Some(o))
+            {
+                break;
+            }
+        }
+    }
+    let n = produced.load(Ordering::Relaxed);
+    for child in [&mut a, &mut b] {
+        // SIGTERM: a clean stop (drain, fsync, commit, close), exit 0.
+        let sent = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        assert!(child.wait().unwrap().success(), "clean stop exits 0");
+    }
+
+    let (in_a, in_b) = (
+        store_records(dir_a.path(), "A"),
+        store_records(dir_b.path(), "B"),
+    );
+    let mut overlap = 0;
+    for (tp, next) in demo_next_offsets(TOPIC, n) {
+        let p = tp.partition;
+        for o in 0..next {
+            let (x, y) = (in_a[&p].contains(&o), in_b[&p].contains(&o));
+            assert!(x || y, "{tp}@{o} archived by neither member");
+            overlap += usize::from(x && y);
+        }
+        let total = in_a[&p].len() + in_b[&p].len();
+        assert!(total as i64 >= next, "{tp}");
+    }
+    eprintln!(
+        "revoke crash: {n} records produced, all archived; A holds {}, B holds {}, {overlap} in both (A's durable, uncommitted revoked tail)",
+        in_a.values().map(BTreeSet::len).sum::<usize>(),
+        in_b.values().map(BTreeSet::len).sum::<usize>()
+    );
+}
