@@ -1,6 +1,9 @@
 //! The Kafka Connect sink contract, in Rust, and the archive sink on the engine.
 //!
-//! The consumer loop (`consumer.rs`) drives a [`SinkTask`]:
+//! The consumer loop drives a [`SinkTask`] from one thread of its own, the
+//! task thread (`worker.rs`): every call below runs there, one at a time, in
+//! the order the consumer thread handed the work over. A sink needs no
+//! locking of its own.
 //!
 //! 1. **`open(partitions)`** runs after every assignment, before the first
 //!    fetch. It returns the offset to resume each partition from, if the sink
@@ -8,19 +11,28 @@
 //!    partition the sink does not know resumes from Kafka's committed offset,
 //!    and failing that from `auto.offset.reset`.
 //! 2. **`put(batches)`** writes records, or buffers them. It returns what the
-//!    sink now reports durable; a sink that buffers reports less.
-//! 3. **`pre_commit(consumed)`** runs before every commit: on the commit
-//!    policy's schedule, on revoke and on stop. It returns the offsets that
-//!    are safe to commit (durable ones), never more than what `put` reported
-//!    durable; an empty map opts out. The loop asserts this.
+//!    sink now reports durable; a sink that buffers reports less, and reports
+//!    the rest from a later `put`.
+//! 3. **`pre_commit(consumed)`** runs after a `put` (after every one with
+//!    `--commit every-put`, once per interval with `interval:MS`), and on
+//!    revoke and on stop. It returns the offsets that are safe to commit
+//!    (durable ones), never more than what `put` reported durable; an empty
+//!    map opts out. The loop asserts this. The commit itself follows on the
+//!    loop's committer, while the next `put` runs.
 //! 4. **`close(partitions)`** runs after revoked partitions were committed
 //!    (or, for lost partitions, without any commit).
+//! 5. **`stop()`** runs once, after the final commit of a clean stop.
 //!
-//! A retriable error from `put` redelivers the same batch; any other error
-//! stops the loop without committing.
+//! A retriable error from `put` retries the same batch (backoff from 10 ms,
+//! doubling to 1 s) until it succeeds; meanwhile nothing else is put and the
+//! consumer stops polling once its buffer is full. A fatal error stops the
+//! loop: nothing more is put or committed, and the run fails.
 //!
 //! # Invariants
 //! - Offsets are "next offset to read" (last + 1), as Kafka commits them.
+//! - Batches reach `put` in offset order per partition, each record once
+//!   (a retried batch is the same batch); after a restart the loop resumes
+//!   where `open` says.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

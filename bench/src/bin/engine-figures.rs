@@ -45,7 +45,8 @@ enum Layout {
     OneValue,
     /// The engine's sled layout without the engine: 8 MiB segments, the
     /// bytes split into 64 KiB values, plus a 52-byte index value and a
-    /// 44-byte summary value, in one batch.
+    /// 44-byte summary value, as ordered single inserts (as the engine
+    /// writes them since it stopped using `apply_batch`).
     EngineShaped,
 }
 
@@ -75,14 +76,14 @@ fn sled_p50(
                 db.insert(i.to_be_bytes(), value.as_slice()).unwrap();
             }
             Layout::EngineShaped => {
-                let mut b = sled::Batch::default();
                 for (c, chunk) in value.chunks(64 << 10).enumerate() {
                     let k = [b"W".as_slice(), &(i * 64 + c as u64).to_be_bytes()].concat();
-                    b.insert(k, chunk);
+                    db.insert(k, chunk).unwrap();
                 }
-                b.insert([b"I".as_slice(), &i.to_be_bytes()].concat(), &[0u8; 52][..]);
-                b.insert(&b"P\x00b\x00\x00\x00\x00"[..], &[0u8; 44][..]);
-                db.apply_batch(b).unwrap();
+                db.insert([b"I".as_slice(), &i.to_be_bytes()].concat(), &[0u8; 52][..])
+                    .unwrap();
+                db.insert(&b"P\x00b\x00\x00\x00\x00"[..], &[0u8; 44][..])
+                    .unwrap();
             }
         }
         db.flush().unwrap();
