@@ -27,6 +27,8 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Before any other thread starts (see the module's docs).
+    cairn_connector::allocator::tune();
     let cli = Cli::parse();
     // rdkafka's BaseConsumer logs an expected ERROR when dropped after a
     // clean close (see connector/src/main.rs): not worth a line per run.

@@ -7,6 +7,7 @@
 //! - A fatal sink error (a poisoned engine) stops the loop with nothing more
 //!   committed.
 
+pub mod allocator;
 pub mod cli;
 pub mod commit;
 mod committer;

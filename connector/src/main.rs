@@ -29,6 +29,8 @@ fn init_tracing(format: LogFormat) {
 }
 
 fn main() -> ExitCode {
+    // Before any other thread starts (see the module's docs).
+    cairn_connector::allocator::tune();
     let cli = Cli::parse();
     init_tracing(cli.log_format);
     let rt = match tokio::runtime::Builder::new_multi_thread()
