@@ -119,6 +119,9 @@ fn open_time(n_records: usize, clean: bool) -> (Duration, u64) {
 }
 
 fn main() {
+    // The allocator settings of the `cairn` binary, so the engine is measured
+    // as users run it (and every baseline in the same process gets them too).
+    cairn_connector::allocator::tune();
     let iters: usize = std::env::args()
         .nth(1)
         .and_then(|s| s.parse().ok())
