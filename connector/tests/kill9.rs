@@ -14,7 +14,6 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
@@ -25,7 +24,7 @@ use cairn_connector::cli::demo::{
 use cairn_connector::offsets::{committed_offsets, group_client};
 use cairn_connector::{run_pipeline, ArchiveSink, PipelineOptions, RunConfig};
 use cairn_engine::{Engine, EngineConfig, TopicPartition};
-use common::{env_count, seed, MockBroker, CAIRN};
+use common::{cairn_run, env_count, seed, MockBroker};
 use rand::{Rng, SeedableRng};
 
 const TOPIC: &str = "k9";
@@ -99,12 +98,28 @@ fn sigkill_at_seeded_moments_loses_and_duplicates_nothing() {
             })
         };
 
-        let mut cmd = Command::new(CAIRN);
-        cmd.args(["--log-format", "json", "run", "--brokers", &mb.brokers])
-            .args(["--group", GROUP, "--topics", TOPIC, "--data", &data_s])
-            .args(["--commit", "every-put", "--batch-records-max", "250"]);
-        for (k, v) in GROUP_SETTINGS {
-            cmd.args(["-X", &format!("{k}={v}")]);
+        let x: Vec<String> = GROUP_SETTINGS
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let mut args = vec![
+            "--brokers",
+            &mb.brokers,
+            "--group",
+            GROUP,
+            "--topics",
+            TOPIC,
+        ];
+        args.extend([
+            "--data",
+            &data_s,
+            "--commit",
+            "every-put",
+            "--batch-records-max",
+            "250",
+        ]);
+        for kv in &x {
+            args.extend(["-X", kv]);
         }
         // Half the rounds arm a named crash point; the SIGKILL below is the
         // fallback when the point is not reached first.
@@ -113,17 +128,7 @@ fn sigkill_at_seeded_moments_loses_and_duplicates_nothing() {
             1 => "revoke-before-commit:1".to_owned(),
             _ => "assign-after-open:1".to_owned(),
         });
-        if let Some(a) = &abort_at {
-            cmd.env("CAIRN_ABORT_AT", a);
-        } else {
-            cmd.env_remove("CAIRN_ABORT_AT");
-        }
-        let mut child = cmd
-            .env("RUST_LOG", "info,cairn_connector::pipeline=debug")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = cairn_run(&args, abort_at.as_deref());
         let (tx, rx) = mpsc::channel();
         let stderr = child.stderr.take().unwrap();
         let reader = std::thread::spawn(move || {

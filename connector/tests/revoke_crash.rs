@@ -15,16 +15,16 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use cairn_connector::cli::demo::{
-    committed, demo_next_offsets, demo_producer, demo_record, produce_with, DEMO_PARTITIONS,
+    archived_offsets, committed, demo_next_offsets, demo_producer, produce_with, DEMO_PARTITIONS,
 };
-use cairn_engine::{Engine, EngineConfig, TopicPartition};
-use common::{MockBroker, CAIRN};
+use cairn_engine::{Engine, EngineConfig};
+use common::{cairn_run, MockBroker};
 
 const TOPIC: &str = "rc";
 const GROUP: &str = "rc-group";
@@ -43,28 +43,21 @@ fn member(
     extra: &[&str],
     lines: mpsc::Sender<(&'static str, Option<String>)>,
 ) -> Child {
-    let mut cmd = Command::new(CAIRN);
-    cmd.args(["--log-format", "json", "run", "--brokers", brokers])
-        .args(["--group", GROUP, "--topics", TOPIC])
-        .args(["--data", data.to_str().unwrap()])
-        .args(["--commit", "every-put"])
-        .args(extra);
+    let x: Vec<String> = GROUP_SETTINGS
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    let data = data.to_str().unwrap();
+    let mut args = vec!["--brokers", brokers, "--group", GROUP, "--topics", TOPIC];
+    args.extend(["--data", data, "--commit", "every-put"]);
+    args.extend(extra);
     if !extra.contains(&"--batch-records-max") {
-        cmd.args(["--batch-records-max", "250"]);
+        args.extend(["--batch-records-max", "250"]);
     }
-    for (k, v) in GROUP_SETTINGS {
-        cmd.args(["-X", &format!("{k}={v}")]);
+    for kv in &x {
+        args.extend(["-X", kv]);
     }
-    match abort_at {
-        Some(a) => cmd.env("CAIRN_ABORT_AT", a),
-        None => cmd.env_remove("CAIRN_ABORT_AT"),
-    };
-    let mut child = cmd
-        .env("RUST_LOG", "info,cairn_connector::pipeline=debug")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = cairn_run(&args, abort_at);
     let stderr = child.stderr.take().unwrap();
     std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
@@ -80,26 +73,11 @@ fn member(
 fn store_records(dir: &std::path::Path, name: &str) -> BTreeMap<i32, BTreeSet<i64>> {
     let engine = Engine::open(EngineConfig::new(dir)).unwrap();
     assert!(engine.verify().unwrap().is_clean(), "store {name} verifies");
-    let mut out = BTreeMap::new();
-    for p in 0..DEMO_PARTITIONS {
-        let tp = TopicPartition::new(TOPIC, p);
-        let mut offsets = BTreeSet::new();
-        let mut last = -1;
-        for r in engine.read(&tp, 0).unwrap() {
-            let r = r.unwrap();
-            assert!(
-                r.offset > last,
-                "store {name}: {tp}@{} after {last}",
-                r.offset
-            );
-            last = r.offset;
-            let i = r.offset as u64 * DEMO_PARTITIONS as u64 + p as u64;
-            assert_eq!(r, demo_record(i).1, "store {name}: {tp}@{}", r.offset);
-            offsets.insert(r.offset);
-        }
-        out.insert(p, offsets);
-    }
-    out
+    archived_offsets(&engine, TOPIC)
+        .unwrap_or_else(|e| panic!("store {name}: {e}"))
+        .into_iter()
+        .map(|(p, offsets)| (p, offsets.into_iter().collect()))
+        .collect()
 }
 
 #[test]

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::thread;
 
 use cairn_connector::cli::demo::{
-    demo_next_offsets, demo_producer, demo_record, produce_with, DEMO_PARTITIONS,
+    archived_offsets, demo_next_offsets, demo_producer, produce_with, DEMO_PARTITIONS,
 };
 use cairn_connector::{run_pipeline, ArchiveSink, PipelineOptions, RunConfig, RunReport};
 use cairn_engine::{Engine, EngineConfig, TopicPartition};
@@ -67,24 +67,11 @@ fn member(
 fn archived(dir: &std::path::Path, topic: &str) -> Vec<(i32, i64)> {
     let engine = Engine::open(EngineConfig::new(dir)).unwrap();
     assert!(engine.verify().unwrap().is_clean());
-    let mut out = Vec::new();
-    for p in 0..DEMO_PARTITIONS {
-        let tp = TopicPartition::new(topic, p);
-        let mut last = -1;
-        for r in engine.read(&tp, 0).unwrap() {
-            let r = r.unwrap();
-            assert!(
-                r.offset > last,
-                "{tp}: {} after {last} in one store",
-                r.offset
-            );
-            last = r.offset;
-            let i = r.offset as u64 * DEMO_PARTITIONS as u64 + p as u64;
-            assert_eq!(r, demo_record(i).1, "{tp}@{}: bytes differ", r.offset);
-            out.push((p, r.offset));
-        }
-    }
-    out
+    archived_offsets(&engine, topic)
+        .unwrap()
+        .into_iter()
+        .flat_map(|(p, offsets)| offsets.into_iter().map(move |o| (p, o)))
+        .collect()
 }
 
 /// Records archived by both members: none with the default

@@ -184,6 +184,39 @@ pub fn check_archive(engine: &Engine, topic: &str, n: u64) -> std::result::Resul
     Ok(())
 }
 
+/// The offsets a store holds of demo records on `topic`, per partition,
+/// checking that each record equals what was produced and that offsets
+/// strictly increase (no duplicate within the store). Unlike
+/// [`check_archive`] it allows gaps: in a group, other stores hold the rest.
+pub fn archived_offsets(
+    engine: &Engine,
+    topic: &str,
+) -> std::result::Result<BTreeMap<i32, Vec<i64>>, String> {
+    let mut out = BTreeMap::new();
+    for p in 0..DEMO_PARTITIONS {
+        let tp = TopicPartition::new(topic, p);
+        let mut offsets: Vec<i64> = Vec::new();
+        for r in engine.read(&tp, 0).map_err(|e| e.to_string())? {
+            let r = r.map_err(|e| e.to_string())?;
+            if let Some(&last) = offsets.last() {
+                if r.offset <= last {
+                    return Err(format!("{tp}: offset {} after {last}", r.offset));
+                }
+            }
+            let i = r.offset as u64 * DEMO_PARTITIONS as u64 + p as u64;
+            if r != demo_record(i).1 {
+                return Err(format!(
+                    "{tp}@{}: bytes differ from what was produced",
+                    r.offset
+                ));
+            }
+            offsets.push(r.offset);
+        }
+        out.insert(p, offsets);
+    }
+    Ok(out)
+}
+
 /// Kafka's committed offsets for `group` on the demo topic, per partition
 /// (0 where nothing is committed).
 pub fn committed(

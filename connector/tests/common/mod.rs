@@ -44,6 +44,23 @@ impl Drop for MockBroker {
     }
 }
 
+/// `cairn --log-format json run <args>` as a child with its stderr piped
+/// (the pipeline's debug events on, so a test can count commits), with
+/// `CAIRN_ABORT_AT` set to `abort_at` or cleared.
+pub fn cairn_run(args: &[&str], abort_at: Option<&str>) -> Child {
+    let mut cmd = Command::new(CAIRN);
+    cmd.args(["--log-format", "json", "run"]).args(args);
+    match abort_at {
+        Some(a) => cmd.env("CAIRN_ABORT_AT", a),
+        None => cmd.env_remove("CAIRN_ABORT_AT"),
+    };
+    cmd.env("RUST_LOG", "info,cairn_connector::pipeline=debug")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 pub use cairn_engine::fuzzing::seed;
 
 /// A count from the environment (`CAIRN_CRASH_ROUNDS`, ...), or `default`.
