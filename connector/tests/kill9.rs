@@ -67,6 +67,7 @@ fn sigkill_at_seeded_moments_loses_and_duplicates_nothing() {
     let data_s = data.path().to_str().unwrap().to_owned();
     let mut produced = 0u64;
     let mut kills_by_deadline = 0;
+    let mut kills_in_recovery = 0;
     for round in 0..rounds {
         // Records keep arriving while the child runs: small paced chunks
         // until it is dead, so its commits keep coming. The producer stays
@@ -139,12 +140,17 @@ fn sigkill_at_seeded_moments_loses_and_duplicates_nothing() {
             }
         });
         // Kill after a seeded number of commits: the pipe's delay puts the
-        // SIGKILL anywhere in the put/fsync/commit cycle that follows.
+        // SIGKILL anywhere in the put/fsync/commit cycle that follows. One
+        // round in six without a crash point kills as soon as the engine
+        // starts to open instead: inside the recovery of the previous
+        // round's crash, unless recovery wins the race with the pipe.
         let kill_after = if abort_at.is_some() {
             40
         } else {
             rng.gen_range(1..=20u32)
         };
+        let kill_at_open = abort_at.is_none() && rng.gen_ratio(1, 6);
+        let mut recovered = false;
         let mut how = format!("SIGKILL after {kill_after} commits");
         let deadline = Instant::now() + Duration::from_secs(60);
         let mut commits = 0;
@@ -154,6 +160,11 @@ fn sigkill_at_seeded_moments_loses_and_duplicates_nothing() {
                 Ok(line) => {
                     if line.contains(r#""message":"commit""#) {
                         commits += 1;
+                    }
+                    recovered |= line.contains(r#""message":"store recovered""#);
+                    if kill_at_open && line.contains(r#""message":"opening store""#) {
+                        how = "SIGKILL as the store opened".to_owned();
+                        break;
                     }
                     tail.push(line);
                     if tail.len() > 20 {
@@ -182,6 +193,18 @@ fn sigkill_at_seeded_moments_loses_and_duplicates_nothing() {
         let _ = child.kill(); // SIGKILL (already gone if it aborted)
         child.wait().unwrap();
         reader.join().unwrap();
+        if kill_at_open {
+            // Every line written before the SIGKILL landed is in the channel now.
+            recovered |= rx
+                .try_iter()
+                .any(|l| l.contains(r#""message":"store recovered""#));
+            if recovered {
+                how.push_str(" (after recovery finished)");
+            } else {
+                how.push_str(" (inside open/recovery)");
+                kills_in_recovery += 1;
+            }
+        }
         stop_producing.store(true, Ordering::Relaxed);
         produced = producer.join().unwrap();
         let (durable, committed) = check_committed_le_durable(&mb.brokers, data.path(), round);
@@ -217,7 +240,7 @@ fn sigkill_at_seeded_moments_loses_and_duplicates_nothing() {
     check_archive(&engine, TOPIC, produced).unwrap();
     assert!(engine.verify().unwrap().is_clean());
     eprintln!(
-        "kill9: {rounds} rounds ({kills_by_deadline} killed at the 60 s deadline), {produced} records archived exactly once"
+        "kill9: {rounds} rounds ({kills_by_deadline} killed at the 60 s deadline, {kills_in_recovery} inside open/recovery), {produced} records archived exactly once"
     );
 }
 

@@ -140,6 +140,9 @@ impl Engine {
     /// Open (creating if needed) the store at `cfg.path` and recover it.
     pub fn open(cfg: EngineConfig) -> Result<Engine> {
         cfg.validate()?;
+        // The start of open (and so of recovery), for torture tests that kill
+        // the process here: its own target, so that it can be enabled alone.
+        tracing::debug!(target: "cairn_engine::open", path = %cfg.path.display(), "opening store");
         let io = |op, e| Error::Io {
             op,
             path: cfg.path.clone(),

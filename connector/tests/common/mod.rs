@@ -45,7 +45,8 @@ impl Drop for MockBroker {
 }
 
 /// `cairn --log-format json run <args>` as a child with its stderr piped
-/// (the pipeline's debug events on, so a test can count commits), with
+/// (the pipeline's debug events on, so a test can count commits, and the
+/// engine's "opening store", so it can kill inside recovery), with
 /// `CAIRN_ABORT_AT` set to `abort_at` or cleared.
 pub fn cairn_run(args: &[&str], abort_at: Option<&str>) -> Child {
     let mut cmd = Command::new(CAIRN);
@@ -54,11 +55,14 @@ pub fn cairn_run(args: &[&str], abort_at: Option<&str>) -> Child {
         Some(a) => cmd.env("CAIRN_ABORT_AT", a),
         None => cmd.env_remove("CAIRN_ABORT_AT"),
     };
-    cmd.env("RUST_LOG", "info,cairn_connector::pipeline=debug")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+    cmd.env(
+        "RUST_LOG",
+        "info,cairn_connector::pipeline=debug,cairn_engine::open=debug",
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap()
 }
 
 pub use cairn_engine::fuzzing::seed;
