@@ -86,6 +86,8 @@ pub(crate) struct Shared {
     jobs: Option<SyncSender<Job>>,
     /// Jobs handed over and not yet finished by the task thread.
     in_flight: Arc<AtomicUsize>,
+    /// Disconnects when the task thread has exited (after recording why).
+    task_exit: mpsc::Receiver<()>,
     pub on_offset_out_of_range: OnOffsetOutOfRange,
     /// This thread's copy of the assignment (the pipeline's is for commits).
     pub assigned: BTreeSet<TopicPartition>,
@@ -213,7 +215,7 @@ impl Shared {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         jobs.send(job).map_err(|_| {
             self.in_flight.fetch_sub(1, Ordering::AcqRel);
-            task_thread_gone()
+            self.task_failure()
         })
     }
 
@@ -221,7 +223,14 @@ impl Shared {
     pub(crate) fn request<T>(&self, job: impl FnOnce(Reply<T>) -> Job) -> Result<T> {
         let (tx, rx) = mpsc::channel();
         self.send(job(tx))?;
-        rx.recv().map_err(|_| task_thread_gone())?
+        rx.recv().map_err(|_| self.task_failure())?
+    }
+
+    /// The task thread went away mid-job: wait until it has exited (and
+    /// recorded why), then report that reason.
+    fn task_failure(&self) -> ConnectorError {
+        let _ = self.task_exit.recv();
+        self.pipeline.take_fatal().unwrap_or_else(task_thread_gone)
     }
 
     /// The task thread has nothing to do: a batch handed over now is put now.
@@ -337,10 +346,12 @@ pub fn run_pipeline(
     // A rendezvous: a batch is handed over only when the task thread takes it.
     let (jobs_tx, jobs_rx) = mpsc::sync_channel(0);
     let in_flight = Arc::new(AtomicUsize::new(0));
+    let (task_exit_tx, task_exit) = mpsc::channel::<()>();
     let shared = Arc::new(Mutex::new(Shared {
         pipeline: pipeline.clone(),
         jobs: Some(jobs_tx),
         in_flight: in_flight.clone(),
+        task_exit,
         on_offset_out_of_range: cfg.on_offset_out_of_range,
         assigned: BTreeSet::new(),
         last_tp: None,
@@ -372,7 +383,22 @@ pub fn run_pipeline(
     };
     let task_thread = std::thread::Builder::new()
         .name("cairn-task".into())
-        .spawn(move || worker.run(jobs_rx))
+        .spawn({
+            let pipeline = pipeline.clone();
+            move || {
+                // Dropped last, when the reason for exiting is recorded.
+                let _exit = task_exit_tx;
+                // A panic here is an invariant assertion (a sink declaring
+                // more than it made durable): stop, and commit nothing more,
+                // even if no further record arrives to find the thread gone.
+                let run = std::panic::AssertUnwindSafe(|| worker.run(jobs_rx));
+                if std::panic::catch_unwind(run).is_err() {
+                    pipeline.fail(ConnectorError::Sink(
+                        "the task thread panicked (see above); nothing more is committed".into(),
+                    ));
+                }
+            }
+        })
         .map_err(|e| ConnectorError::Sink(format!("cannot start the task thread: {e}")))?;
 
     let consumer = Arc::new(consumer);
@@ -428,10 +454,12 @@ pub fn run_pipeline(
         s.jobs = None;
         s.stats.clone()
     };
-    let task_panicked = task_thread.join().is_err();
+    // The thread catches its own panics (above), so joining cannot fail.
+    let _ = task_thread.join();
     outcome?;
-    if task_panicked {
-        return Err(ConnectorError::Sink("the task thread panicked".into()));
+    // A panic after the final commit (in the sink's `stop`) still fails the run.
+    if let Some(e) = pipeline.take_fatal() {
+        return Err(e);
     }
     let s = pipeline.state();
     let mut stats = s.stats.clone();

@@ -206,3 +206,62 @@ fn a_buffering_retrying_sink_gets_every_record_once_and_commits_only_what_it_flu
         assert_eq!(total, n, "seed {seed}: every record handed over once");
     }
 }
+
+/// A sink whose `pre_commit` declares more than its `put` reported durable.
+struct OverclaimingSink;
+
+impl SinkTask for OverclaimingSink {
+    fn open(
+        &mut self,
+        _partitions: &[TopicPartition],
+    ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+        Ok(BTreeMap::new())
+    }
+
+    fn put(&mut self, batches: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
+        // Reports only the first record of each batch durable.
+        Ok(PutOutcome {
+            durable: batches
+                .iter()
+                .filter_map(|b| b.records.first().map(|r| (b.tp.clone(), r.offset + 1)))
+                .collect(),
+            records_written: batches.iter().map(|b| b.records.len() as u64).sum(),
+            records_duplicate: 0,
+        })
+    }
+
+    fn pre_commit(
+        &mut self,
+        consumed: &BTreeMap<TopicPartition, i64>,
+    ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+        // ... and declares everything consumed safe to commit: a bug.
+        Ok(consumed.clone())
+    }
+
+    fn close(&mut self, _partitions: &[TopicPartition]) -> Result<(), TaskError> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_sink_declaring_more_than_durable_stops_the_run_and_nothing_above_durable_is_committed() {
+    init_logs();
+    let k = TestKafka::new("overclaim", DEMO_PARTITIONS);
+    produce(&k.brokers, &k.topic, 0..3_000).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = RunConfig::new(
+        &k.brokers,
+        "overclaim",
+        vec![k.topic.clone()],
+        dir.path().into(),
+    );
+    cfg.batch_records_max = 500;
+    fast_group(&mut cfg);
+    let err = run_pipeline(&cfg, Box::new(OverclaimingSink), PipelineOptions::default())
+        .expect_err("the invariant assertion must stop the run");
+    assert!(err.to_string().contains("task thread panicked"), "{err}");
+    // Every put reported at most its first record durable, and the first
+    // pre_commit tripped the assertion: nothing may have been committed.
+    let kafka = committed(&k.brokers, "overclaim", &k.topic, DEMO_PARTITIONS).unwrap();
+    assert!(kafka.values().all(|&o| o == 0), "committed {kafka:?}");
+}
