@@ -43,6 +43,15 @@ fn next_offsets(flushed: &BTreeMap<TopicPartition, Vec<Record>>) -> BTreeMap<Top
         .collect()
 }
 
+/// A put of `batches` that reports `durable`.
+fn outcome(batches: &[RecordBatch], durable: BTreeMap<TopicPartition, i64>) -> PutOutcome {
+    PutOutcome {
+        durable,
+        records_written: batches.iter().map(|b| b.records.len() as u64).sum(),
+        records_duplicate: 0,
+    }
+}
+
 /// Make buffered records durable.
 fn flush(buffer: &mut Vec<RecordBatch>, store: &mut Store) {
     for b in buffer.drain(..) {
@@ -77,11 +86,7 @@ impl SinkTask for BufferingSink {
         if total as u64 >= self.stop_after {
             self.stop.store(true, Ordering::Relaxed);
         }
-        Ok(PutOutcome {
-            durable: next_offsets(&store.flushed),
-            records_written: batches.iter().map(|b| b.records.len() as u64).sum(),
-            records_duplicate: 0,
-        })
+        Ok(outcome(batches, next_offsets(&store.flushed)))
     }
 
     fn pre_commit(
@@ -220,14 +225,11 @@ impl SinkTask for OverclaimingSink {
 
     fn put(&mut self, batches: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
         // Reports only the first record of each batch durable.
-        Ok(PutOutcome {
-            durable: batches
-                .iter()
-                .filter_map(|b| b.records.first().map(|r| (b.tp.clone(), r.offset + 1)))
-                .collect(),
-            records_written: batches.iter().map(|b| b.records.len() as u64).sum(),
-            records_duplicate: 0,
-        })
+        let durable = batches
+            .iter()
+            .filter_map(|b| b.records.first().map(|r| (b.tp.clone(), r.offset + 1)))
+            .collect();
+        Ok(outcome(batches, durable))
     }
 
     fn pre_commit(
