@@ -1,6 +1,6 @@
 //! Another sink on the same loop: an in-memory `SinkTask` that buffers (it
 //! reports records durable only when it flushes them, one put later) and
-//! fails puts retriably at seeded moments. The loop must retry the same
+//! fails its first put, and others at seeded moments, retriably. The loop must retry the same
 //! batch, commit only what the sink reported durable, resume where the
 //! sink says on restart, and hand every record over exactly once.
 
@@ -31,6 +31,8 @@ struct BufferingSink {
     /// Written by the last put, reported durable by the next one.
     buffer: Vec<RecordBatch>,
     rng: rand::rngs::StdRng,
+    /// Put calls so far: the first always fails, so every run retries.
+    put_calls: u64,
     /// Stop the run once this many records were put.
     stop_after: u64,
     stop: Arc<AtomicBool>,
@@ -74,7 +76,8 @@ impl SinkTask for BufferingSink {
 
     fn put(&mut self, batches: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
         let mut store = self.store.lock().unwrap();
-        if self.rng.gen_ratio(1, 4) {
+        self.put_calls += 1;
+        if self.put_calls == 1 || self.rng.gen_ratio(1, 4) {
             store.retriable_failures += 1;
             return Err(TaskError::Retriable("injected".into()));
         }
@@ -126,6 +129,7 @@ fn run(
         store: store.clone(),
         buffer: Vec::new(),
         rng: rand::rngs::StdRng::seed_from_u64(seed),
+        put_calls: 0,
         stop_after,
         stop: stop.clone(),
     };
