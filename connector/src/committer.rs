@@ -6,9 +6,16 @@
 //! pool while the task thread goes on with the next put. Wake-ups that
 //! arrive while a commit is in flight coalesce: the next commit carries
 //! every offset declared safe meanwhile.
+//!
+//! A failed commit is retried after a backoff (`RETRY_MS_MIN`, doubling to
+//! `RETRY_MS_MAX`) even if no put wakes the committer: an idle partition's
+//! last durable offset must not stay uncommitted until the next record. The
+//! backoff also keeps the committer from pressing a group that answers
+//! `RebalanceInProgress`.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use rdkafka::consumer::BaseConsumer;
 
@@ -16,18 +23,38 @@ use crate::error::ConnectorError;
 use crate::pipeline::Pipeline;
 use crate::rebalance::SinkContext;
 
-/// Commit on every wake-up until told to stop.
+/// First retry delay after a failed commit.
+pub const RETRY_MS_MIN: u64 = 50;
+/// Longest retry delay.
+pub const RETRY_MS_MAX: u64 = 1_000;
+
+/// Commit on every wake-up (and after a backoff when a commit failed) until
+/// told to stop.
 pub(crate) async fn run(pipeline: Arc<Pipeline>, consumer: Arc<BaseConsumer<SinkContext>>) {
+    let mut retry_ms: Option<u64> = None;
     loop {
-        pipeline.wake.notified().await;
+        match retry_ms {
+            Some(ms) => {
+                // Woken early by a put, or retry when the backoff ends.
+                let _ =
+                    tokio::time::timeout(Duration::from_millis(ms), pipeline.wake.notified()).await;
+            }
+            None => pipeline.wake.notified().await,
+        }
         if pipeline.committer_stop.load(Ordering::Acquire) {
             return;
         }
         let (p, c) = (pipeline.clone(), consumer.clone());
-        if let Err(e) = tokio::task::spawn_blocking(move || p.commit_now(&c, None)).await {
-            // An invariant assertion fired inside the commit: commit nothing more.
-            pipeline.fail(ConnectorError::Sink(format!("commit task failed: {e}")));
-            return;
+        match tokio::task::spawn_blocking(move || p.commit_now(&c, None)).await {
+            Ok(true) => retry_ms = None,
+            Ok(false) => {
+                retry_ms = Some(retry_ms.map_or(RETRY_MS_MIN, |ms| (ms * 2).min(RETRY_MS_MAX)))
+            }
+            Err(e) => {
+                // An invariant assertion fired inside the commit: commit nothing more.
+                pipeline.fail(ConnectorError::Sink(format!("commit task failed: {e}")));
+                return;
+            }
         }
     }
 }

@@ -334,8 +334,8 @@ pub(crate) fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
 /// Run the loop until stopped, done, a fatal error, or a simulated crash.
 ///
 /// Blocking: call it from a thread of its own (`cairn run` uses tokio's
-/// blocking pool). The committer runs on the current tokio runtime if there
-/// is one, else on a one-thread runtime of its own.
+/// blocking pool). The committer runs on a one-thread tokio runtime of its
+/// own, whatever runtime the caller runs in.
 pub fn run_pipeline(
     cfg: &RunConfig,
     sink: Box<dyn SinkTask>,
@@ -402,18 +402,14 @@ pub fn run_pipeline(
         .map_err(|e| ConnectorError::Sink(format!("cannot start the task thread: {e}")))?;
 
     let consumer = Arc::new(consumer);
-    let own_runtime;
-    let runtime = match tokio::runtime::Handle::try_current() {
-        Ok(h) => h,
-        Err(_) => {
-            own_runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .thread_name("cairn-commit")
-                .build()
-                .map_err(|e| ConnectorError::Sink(format!("cannot start the committer: {e}")))?;
-            own_runtime.handle().clone()
-        }
-    };
+    // The committer's own runtime (one worker, timers on), whatever runtime
+    // the caller runs in: its retry backoff needs tokio's timer.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("cairn-commit")
+        .enable_time()
+        .build()
+        .map_err(|e| ConnectorError::Sink(format!("cannot start the committer: {e}")))?;
     let (committer_done_tx, committer_done_rx) = mpsc::channel::<()>();
     runtime.spawn({
         let (p, c) = (pipeline.clone(), consumer.clone());
@@ -433,6 +429,8 @@ pub fn run_pipeline(
     pipeline.committer_stop.store(true, Ordering::Release);
     pipeline.wake.notify_one();
     let _ = committer_done_rx.recv();
+    // Safe from any context (the caller may be inside a runtime of its own).
+    runtime.shutdown_background();
     match &outcome {
         // The demo's and the tests' deliberate crash is not an operator's error.
         Err(e @ ConnectorError::SimulatedCrash) => tracing::info!(error = %e, "pipeline stopped"),

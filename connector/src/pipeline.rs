@@ -129,17 +129,18 @@ impl Pipeline {
 
     /// Commit what `pre_commit` declared safe, synchronously: of all assigned
     /// partitions, or only of `only`'s. A failed commit is logged and left
-    /// for the next one; it never stalls durability.
+    /// for the next one; it never stalls durability. Returns false when the
+    /// commit failed (the committer then retries after a backoff).
     pub fn commit_now(
         &self,
         consumer: &BaseConsumer<SinkContext>,
         only: Option<&BTreeSet<TopicPartition>>,
-    ) {
+    ) -> bool {
         let pending = {
             let mut guard = self.state();
             let s = &mut *guard;
             if s.commits_closed {
-                return;
+                return true;
             }
             // The committer (`only` = None) leaves partitions being revoked
             // to the revoke's own commit.
@@ -149,7 +150,7 @@ impl Pipeline {
             };
             match s.tracker.take_commit(&committable, only) {
                 Some(p) => p,
-                None => return,
+                None => return true,
             }
         };
         let mut tpl = TopicPartitionList::new();
@@ -159,7 +160,7 @@ impl Pipeline {
                     op: "build commit list",
                     source: e,
                 });
-                return;
+                return true;
             }
         }
         let t0 = Instant::now();
@@ -189,11 +190,13 @@ impl Pipeline {
                         self.finished.store(true, Ordering::Release);
                     }
                 }
+                true
             }
             Err(e) => {
                 s.tracker.commit_failed(pending);
                 s.stats.commit_failures += 1;
                 tracing::warn!(error = %e, "commit failed; durable offsets will be committed on the next cycle");
+                false
             }
         }
     }

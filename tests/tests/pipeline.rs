@@ -151,6 +151,35 @@ fn commit_failures_lose_nothing_and_catch_up() {
     assert_committed_equals_durable(&k, "commitfail-group", &engine, "commits caught up");
 }
 
+/// The last commit fails and no record follows to trigger another: the
+/// committer must retry on its own, or the partitions stay uncommitted.
+#[test]
+fn a_failed_last_commit_is_retried_without_new_records() {
+    let k = TestKafka::new("lastcommit", 3);
+    let Some(mock) = k.mock() else {
+        eprintln!("SKIPPED: error injection needs the mock cluster");
+        return;
+    };
+    let n = 300;
+    produce(&k.brokers, &k.topic, 0..n).unwrap();
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+    mock.request_errors(
+        RDKafkaApiKey::OffsetCommit,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS; 4],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&k, "lastcommit-group", dir.path());
+    cfg.commit = CommitPolicy::EveryPut;
+    // Every record fits one put: after it, nothing but the retries commits.
+    let report = run_to_end(&cfg, n, || {});
+    assert!(
+        report.stats.commit_failures >= 1,
+        "errors were injected: {:?}",
+        report.stats
+    );
+    assert_eq!(report.stats.records_written, n);
+}
+
 #[test]
 fn broker_outage_loses_nothing_and_archiving_resumes() {
     let k = TestKafka::new("outage", 3);
