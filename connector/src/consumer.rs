@@ -113,16 +113,9 @@ fn task_thread_gone() -> ConnectorError {
 }
 
 impl Shared {
+    /// Forget what is buffered for `tps` (revoked or lost partitions).
     pub(crate) fn drop_pending(&mut self, tps: &BTreeSet<TopicPartition>) {
-        for tp in tps {
-            if let Some(v) = self.pending.remove(tp) {
-                self.pending_records -= v.len();
-                self.pending_bytes -= payload_bytes(&v);
-            }
-        }
-        if self.pending.is_empty() {
-            self.pending_since = None;
-        }
+        drop(self.take_batches(Some(tps)));
     }
 
     /// Take what is buffered (only `only`'s partitions, if given) as batches.
@@ -342,6 +335,15 @@ pub fn run_pipeline(
     opts: PipelineOptions,
 ) -> Result<RunReport> {
     cfg.validate()?;
+    // The committer's own runtime (one worker, timers on), whatever runtime
+    // the caller runs in: its retry backoff needs tokio's timer. Built first,
+    // so that a failure leaves no consumer or task thread behind.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("cairn-commit")
+        .enable_time()
+        .build()
+        .map_err(|e| ConnectorError::Sink(format!("cannot start the committer: {e}")))?;
     let pipeline = Arc::new(Pipeline::new(opts.on_commit, opts.done));
     // A rendezvous: a batch is handed over only when the task thread takes it.
     let (jobs_tx, jobs_rx) = mpsc::sync_channel(0);
@@ -380,6 +382,8 @@ pub fn run_pipeline(
         crash_after_records: opts.crash_after_records,
         stop: opts.stop.clone(),
         in_flight,
+        unsafe_puts: false,
+        last_pre_commit: Instant::now(),
     };
     let task_thread = std::thread::Builder::new()
         .name("cairn-task".into())
@@ -402,14 +406,6 @@ pub fn run_pipeline(
         .map_err(|e| ConnectorError::Sink(format!("cannot start the task thread: {e}")))?;
 
     let consumer = Arc::new(consumer);
-    // The committer's own runtime (one worker, timers on), whatever runtime
-    // the caller runs in: its retry backoff needs tokio's timer.
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name("cairn-commit")
-        .enable_time()
-        .build()
-        .map_err(|e| ConnectorError::Sink(format!("cannot start the committer: {e}")))?;
     let (committer_done_tx, committer_done_rx) = mpsc::channel::<()>();
     runtime.spawn({
         let (p, c) = (pipeline.clone(), consumer.clone());

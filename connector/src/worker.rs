@@ -73,6 +73,9 @@ pub(crate) struct Worker {
     /// Jobs handed over and not yet finished (the consumer thread reads it
     /// to decide whether a lingering batch can be handed over at once).
     pub in_flight: Arc<AtomicUsize>,
+    /// Puts whose offsets no `pre_commit` has declared safe yet.
+    pub unsafe_puts: bool,
+    pub last_pre_commit: Instant,
 }
 
 fn sink_error(call: &str, e: TaskError) -> ConnectorError {
@@ -81,13 +84,10 @@ fn sink_error(call: &str, e: TaskError) -> ConnectorError {
 
 impl Worker {
     pub fn run(mut self, jobs: Receiver<Job>) {
-        // Puts whose offsets no pre_commit has declared safe yet.
-        let mut unsafe_puts = false;
-        let mut last_pre_commit = Instant::now();
         loop {
             let job = match self.policy {
-                CommitPolicy::Interval(every) if unsafe_puts => {
-                    match jobs.recv_timeout(every.saturating_sub(last_pre_commit.elapsed())) {
+                CommitPolicy::Interval(every) if self.unsafe_puts => {
+                    match jobs.recv_timeout(every.saturating_sub(self.last_pre_commit.elapsed())) {
                         Ok(j) => Some(j),
                         Err(RecvTimeoutError::Timeout) => None,
                         Err(RecvTimeoutError::Disconnected) => break,
@@ -104,10 +104,11 @@ impl Worker {
                 None => {}
                 // After a fatal error, puts handed over are dropped.
                 Some(Job::Put { .. }) if failed => {}
-                Some(Job::Put { batches, poll_us }) => match self.put(&batches, poll_us) {
-                    Ok(()) => unsafe_puts = true,
-                    Err(e) => self.pipeline.fail(e),
-                },
+                Some(Job::Put { batches, poll_us }) => {
+                    if let Err(e) = self.put(&batches, poll_us) {
+                        self.pipeline.fail(e);
+                    }
+                }
                 Some(Job::Open { partitions, reply }) => {
                     let r = self
                         .sink
@@ -128,10 +129,6 @@ impl Worker {
                         };
                         r.and_then(|()| self.pre_commit())
                     };
-                    if r.is_ok() {
-                        unsafe_puts = false;
-                        last_pre_commit = Instant::now();
-                    }
                     let _ = reply.send(r);
                 }
                 Some(Job::Close { partitions, reply }) => {
@@ -150,18 +147,14 @@ impl Worker {
                     let _ = reply.send(r);
                 }
             }
-            if unsafe_puts && !self.pipeline.failed.load(Ordering::Acquire) {
+            if self.unsafe_puts && !self.pipeline.failed.load(Ordering::Acquire) {
                 let due = match self.policy {
                     CommitPolicy::EveryPut => true,
-                    CommitPolicy::Interval(every) => last_pre_commit.elapsed() >= every,
+                    CommitPolicy::Interval(every) => self.last_pre_commit.elapsed() >= every,
                 };
                 if due {
-                    match self.pre_commit() {
-                        Ok(()) => {
-                            unsafe_puts = false;
-                            last_pre_commit = Instant::now();
-                        }
-                        Err(e) => self.pipeline.fail(e),
+                    if let Err(e) = self.pre_commit() {
+                        self.pipeline.fail(e);
                     }
                 }
             }
@@ -217,6 +210,7 @@ impl Worker {
         }
         drop(s);
         crate::crashpoint::reached(crate::crashpoint::PUT_BEFORE_COMMIT);
+        self.unsafe_puts = true;
         Ok(())
     }
 
@@ -235,6 +229,8 @@ impl Worker {
             .pre_commit(&consumed)
             .map_err(|e| sink_error("pre_commit", e))?;
         self.pipeline.state().tracker.record_pre_commit(&safe);
+        self.unsafe_puts = false;
+        self.last_pre_commit = Instant::now();
         self.pipeline.wake.notify_one();
         Ok(())
     }
