@@ -24,18 +24,13 @@ use cairn_connector::cli::demo::{
 use cairn_connector::offsets::{committed_offsets, group_client};
 use cairn_connector::{run_pipeline, ArchiveSink, PipelineOptions, RunConfig};
 use cairn_engine::{Engine, EngineConfig, TopicPartition};
-use common::{cairn_run, env_count, seed, MockBroker};
+use common::{cairn_run, env_count, seed, MockBroker, FAST_GROUP};
 use rand::{Rng, SeedableRng};
 
 const TOPIC: &str = "k9";
 const GROUP: &str = "k9-group";
 /// Most records produced ahead of Kafka's committed offsets.
 const LAG_MAX: i64 = 5_000;
-/// librdkafka settings that let a restarted member replace a killed one fast.
-const GROUP_SETTINGS: [(&str, &str); 2] = [
-    ("session.timeout.ms", "3000"),
-    ("heartbeat.interval.ms", "300"),
-];
 
 /// Kafka committed offsets never pass what the store holds durably.
 /// Returns (durable, committed) record counts.
@@ -99,10 +94,6 @@ fn sigkill_at_seeded_moments_loses_and_duplicates_nothing() {
             })
         };
 
-        let x: Vec<String> = GROUP_SETTINGS
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
         let mut args = vec![
             "--brokers",
             &mb.brokers,
@@ -119,9 +110,6 @@ fn sigkill_at_seeded_moments_loses_and_duplicates_nothing() {
             "--batch-records-max",
             "250",
         ]);
-        for kv in &x {
-            args.extend(["-X", kv]);
-        }
         // Half the rounds arm a named crash point; the SIGKILL below is the
         // fallback when the point is not reached first.
         let abort_at = rng.gen_bool(0.5).then(|| match rng.gen_range(0..3) {
@@ -215,7 +203,7 @@ fn sigkill_at_seeded_moments_loses_and_duplicates_nothing() {
 
     // Finish in-process and check everything produced is there exactly once.
     let mut cfg = RunConfig::new(&mb.brokers, GROUP, vec![TOPIC.into()], data.path().into());
-    for (k, v) in GROUP_SETTINGS {
+    for (k, v) in FAST_GROUP {
         cfg.kafka.insert(k.into(), v.into());
     }
     let want = demo_next_offsets(TOPIC, produced);

@@ -28,10 +28,6 @@ use common::{cairn_run, MockBroker};
 
 const TOPIC: &str = "rc";
 const GROUP: &str = "rc-group";
-const GROUP_SETTINGS: [(&str, &str); 2] = [
-    ("session.timeout.ms", "3000"),
-    ("heartbeat.interval.ms", "300"),
-];
 
 /// A `cairn run` child whose stderr lines arrive on `lines` as (name, line);
 /// `None` as the line when its stderr closes (it exited).
@@ -43,19 +39,12 @@ fn member(
     extra: &[&str],
     lines: mpsc::Sender<(&'static str, Option<String>)>,
 ) -> Child {
-    let x: Vec<String> = GROUP_SETTINGS
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
     let data = data.to_str().unwrap();
     let mut args = vec!["--brokers", brokers, "--group", GROUP, "--topics", TOPIC];
     args.extend(["--data", data, "--commit", "every-put"]);
     args.extend(extra);
     if !extra.contains(&"--batch-records-max") {
         args.extend(["--batch-records-max", "250"]);
-    }
-    for kv in &x {
-        args.extend(["-X", kv]);
     }
     let mut child = cairn_run(&args, abort_at);
     let stderr = child.stderr.take().unwrap();

@@ -119,20 +119,30 @@ fn restart_without_commit_resumes_at_the_durable_offset() {
     check_archive(&engine, &k.topic, n).unwrap();
 }
 
-#[test]
-fn commit_failures_lose_nothing_and_catch_up() {
-    let k = TestKafka::new("commitfail", 3);
+/// A fresh topic holding demo records `0..n`, whose next `failures`
+/// OffsetCommit requests the broker refuses; `None` (test skipped) without
+/// the mock cluster, which alone can inject errors.
+fn produced_with_failing_commits(name: &str, n: u64, failures: usize) -> Option<TestKafka> {
+    let k = TestKafka::new(name, 3);
     let Some(mock) = k.mock() else {
         eprintln!("SKIPPED: error injection needs the mock cluster");
-        return;
+        return None;
     };
-    let n = 20_000;
     produce(&k.brokers, &k.topic, 0..n).unwrap();
     use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
     mock.request_errors(
         RDKafkaApiKey::OffsetCommit,
-        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS; 6],
+        &vec![RDKafkaRespErr::RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS; failures],
     );
+    Some(k)
+}
+
+#[test]
+fn commit_failures_lose_nothing_and_catch_up() {
+    let n = 20_000;
+    let Some(k) = produced_with_failing_commits("commitfail", n, 6) else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(&k, "commitfail-group", dir.path());
     cfg.batch_records_max = 1_000;
@@ -155,18 +165,10 @@ fn commit_failures_lose_nothing_and_catch_up() {
 /// committer must retry on its own, or the partitions stay uncommitted.
 #[test]
 fn a_failed_last_commit_is_retried_without_new_records() {
-    let k = TestKafka::new("lastcommit", 3);
-    let Some(mock) = k.mock() else {
-        eprintln!("SKIPPED: error injection needs the mock cluster");
+    let n = 300;
+    let Some(k) = produced_with_failing_commits("lastcommit", n, 4) else {
         return;
     };
-    let n = 300;
-    produce(&k.brokers, &k.topic, 0..n).unwrap();
-    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
-    mock.request_errors(
-        RDKafkaApiKey::OffsetCommit,
-        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS; 4],
-    );
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(&k, "lastcommit-group", dir.path());
     cfg.commit = CommitPolicy::EveryPut;
