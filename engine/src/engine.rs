@@ -561,8 +561,8 @@ impl Engine {
     }
 }
 
-// Used only when the `fail` crate's failpoints are compiled in.
-/// The mid-write failpoint, as a result the append loop can act on.
+/// The mid-write failpoint, as a result the append loop can act on (always
+/// `Ok` unless the `fail` crate's failpoints are compiled in).
 fn mid_write_failpoint() -> Result<()> {
     fail::fail_point!(FAILPOINT_MID_WRITE, |a| failpoint_action(
         FAILPOINT_MID_WRITE,
