@@ -97,3 +97,61 @@ pub fn init_logs() {
             .try_init();
     }
 }
+
+/// A run configuration for `k`'s topic into `data`, in `group`.
+pub fn config(k: &TestKafka, group: &str, data: &std::path::Path) -> cairn_connector::RunConfig {
+    let mut cfg = cairn_connector::RunConfig::new(
+        &k.brokers,
+        group,
+        vec![k.topic.clone()],
+        data.to_path_buf(),
+    );
+    cfg.batch_records_max = 2_000;
+    fast_group(&mut cfg);
+    cfg
+}
+
+/// Run until every one of the `n` demo records produced is committed,
+/// asserting at every commit that nothing committed is above what the put
+/// reported durable, then calling `after_commit`.
+pub fn run_to_end(
+    cfg: &cairn_connector::RunConfig,
+    n: u64,
+    mut after_commit: impl FnMut() + Send + 'static,
+) -> cairn_connector::RunReport {
+    use cairn_engine::{Engine, EngineConfig};
+    let engine = std::sync::Arc::new(Engine::open(EngineConfig::new(&cfg.data)).unwrap());
+    let want = cairn_connector::cli::demo::demo_next_offsets(&cfg.topics[0], n);
+    let opts = cairn_connector::PipelineOptions {
+        done: Some(Box::new(move |c| {
+            want.iter().all(|(tp, o)| c.get(tp) == Some(o))
+        })),
+        on_commit: Some(Box::new(move |committed, durable| {
+            for (tp, o) in committed {
+                assert!(
+                    *o <= durable[tp],
+                    "committed {tp}@{o} above durable {}",
+                    durable[tp]
+                );
+            }
+            after_commit();
+        })),
+        ..Default::default()
+    };
+    cairn_connector::run_pipeline(
+        cfg,
+        Box::new(cairn_connector::ArchiveSink::new(engine)),
+        opts,
+    )
+    .unwrap()
+}
+
+/// The durable next offsets of the (closed) store at `data`, after recovery.
+pub fn durable(
+    data: &std::path::Path,
+) -> std::collections::BTreeMap<cairn_engine::TopicPartition, i64> {
+    use cairn_engine::{Engine, EngineConfig};
+    Engine::open(EngineConfig::new(data))
+        .unwrap()
+        .durable_offsets()
+}

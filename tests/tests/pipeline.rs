@@ -1,51 +1,12 @@
 //! End to end, in-process: the real consumer loop against Kafka (the mock
 //! cluster, or `CAIRN_TEST_BROKERS`), archiving into a real engine.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use cairn_connector::cli::demo::{check_archive, committed, demo_next_offsets, produce};
-use cairn_connector::{
-    run_pipeline, ArchiveSink, CommitPolicy, ConnectorError, PipelineOptions, RunConfig, RunReport,
-};
+use cairn_connector::cli::demo::{check_archive, committed, produce};
+use cairn_connector::{run_pipeline, ArchiveSink, CommitPolicy, ConnectorError, PipelineOptions};
 use cairn_engine::{Engine, EngineConfig, TopicPartition};
-use cairn_tests::{fast_group, TestKafka};
-
-fn config(k: &TestKafka, group: &str, data: &std::path::Path) -> RunConfig {
-    let mut cfg = RunConfig::new(&k.brokers, group, vec![k.topic.clone()], data.to_path_buf());
-    cfg.batch_records_max = 2_000;
-    fast_group(&mut cfg);
-    cfg
-}
-
-/// Run until every produced record is committed, asserting at every commit
-/// that nothing committed is above what the put reported durable, then
-/// calling `after_commit`.
-fn run_to_end(
-    cfg: &RunConfig,
-    n: u64,
-    mut after_commit: impl FnMut() + Send + 'static,
-) -> RunReport {
-    let engine = Arc::new(Engine::open(EngineConfig::new(&cfg.data)).unwrap());
-    let want = demo_next_offsets(&cfg.topics[0], n);
-    let opts = PipelineOptions {
-        done: Some(Box::new(move |c| {
-            want.iter().all(|(tp, o)| c.get(tp) == Some(o))
-        })),
-        on_commit: Some(Box::new(move |committed, durable| {
-            for (tp, o) in committed {
-                assert!(
-                    *o <= durable[tp],
-                    "committed {tp}@{o} above durable {}",
-                    durable[tp]
-                );
-            }
-            after_commit();
-        })),
-        ..Default::default()
-    };
-    run_pipeline(cfg, Box::new(ArchiveSink::new(engine)), opts).unwrap()
-}
+use cairn_tests::{config, durable, run_to_end, TestKafka};
 
 /// Kafka's committed offsets equal the archive's durable ones.
 fn assert_committed_equals_durable(k: &TestKafka, group: &str, engine: &Engine, why: &str) {
@@ -53,12 +14,6 @@ fn assert_committed_equals_durable(k: &TestKafka, group: &str, engine: &Engine, 
     for (tp, d) in engine.durable_offsets() {
         assert_eq!(kafka[&tp.partition], d, "{tp}: {why}");
     }
-}
-
-fn durable(data: &std::path::Path) -> BTreeMap<TopicPartition, i64> {
-    Engine::open(EngineConfig::new(data))
-        .unwrap()
-        .durable_offsets()
 }
 
 #[test]

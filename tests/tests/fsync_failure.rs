@@ -1,0 +1,108 @@
+//! A failed fsync in the middle of a run (failpoint `wal::flush::err`; a
+//! test binary of its own because failpoints are process-wide): the engine
+//! is poisoned, the run stops with an error that says so, nothing more is
+//! committed, and after a reopen every acknowledged record is there and a
+//! restart archives the rest exactly once.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use cairn_connector::cli::demo::{check_archive, committed, produce};
+use cairn_connector::{run_pipeline, ArchiveSink, PipelineOptions};
+use cairn_engine::{Engine, EngineConfig, Record, RecordBatch, TopicPartition};
+use cairn_tests::{config, durable, init_logs, run_to_end, TestKafka};
+
+const FLUSH_ERR: &str = "wal::flush::err";
+
+#[test]
+fn a_failed_fsync_poisons_stops_the_run_and_commits_nothing_more() {
+    init_logs();
+    let k = TestKafka::new("fsync-fail", 3);
+    let n = 30_000;
+    produce(&k.brokers, &k.topic, 0..n).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&k, "fsync-fail-group", dir.path());
+    cfg.batch_records_max = 500;
+    let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
+
+    // The first commit arms the failpoint for one fsync, so there are
+    // acknowledged, committed records to keep and a put that loses its
+    // fsync. Only one fails: a retry would succeed, and must not happen.
+    let armed = Arc::new(AtomicBool::new(false));
+    let last_acknowledged: Arc<Mutex<BTreeMap<TopicPartition, i64>>> = Default::default();
+    let opts = PipelineOptions {
+        on_commit: Some(Box::new({
+            let (armed, last) = (armed.clone(), last_acknowledged.clone());
+            move |committed, durable| {
+                for (tp, o) in committed {
+                    assert!(*o <= durable[tp], "committed {tp}@{o} above durable");
+                }
+                last.lock().unwrap().extend(durable.clone());
+                if !armed.swap(true, Ordering::SeqCst) {
+                    fail::cfg(FLUSH_ERR, "1*return").unwrap();
+                }
+            }
+        })),
+        ..Default::default()
+    };
+    let err = run_pipeline(&cfg, Box::new(ArchiveSink::new(engine.clone())), opts)
+        .expect_err("a run whose fsync fails must stop with an error");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("poisoned") && msg.contains("fsync") && msg.contains(FLUSH_ERR),
+        "the error must say the engine is poisoned by a failed fsync: {msg}"
+    );
+    assert!(
+        armed.load(Ordering::SeqCst),
+        "the failpoint was never armed"
+    );
+
+    // Poisoned: nothing is written, and the fsync is never tried again.
+    let fsyncs = engine.stats().fsyncs;
+    let tp = TopicPartition::new(&k.topic, 0);
+    let again = engine.append(&[RecordBatch {
+        tp: tp.clone(),
+        records: vec![Record::with_value(1_000_000, b"late".to_vec())],
+    }]);
+    assert!(
+        matches!(
+            again,
+            Err(cairn_engine::Error::Poisoned { op: "fsync", .. })
+        ),
+        "{again:?}"
+    );
+    assert!(engine.sync().is_err());
+    assert_eq!(engine.stats().fsyncs, fsyncs, "a failed fsync was retried");
+    let durable_at_failure = engine.durable_offsets();
+    fail::remove(FLUSH_ERR);
+    drop(engine);
+
+    // Kafka never got an offset above what was durable when the fsync failed.
+    let kafka = committed(&k.brokers, "fsync-fail-group", &k.topic, 3).unwrap();
+    for (tp, d) in &durable_at_failure {
+        assert!(
+            kafka[&tp.partition] <= *d,
+            "{tp}: committed {} above durable {d} at the failure",
+            kafka[&tp.partition]
+        );
+    }
+    // Reopen recovers every acknowledged record.
+    let reopened = durable(dir.path());
+    for (tp, acked) in last_acknowledged.lock().unwrap().iter() {
+        assert!(
+            reopened.get(tp).copied().unwrap_or(0) >= *acked,
+            "{tp}: acknowledged up to {acked}, only {:?} after reopen",
+            reopened.get(tp)
+        );
+    }
+    // And a restart archives the rest, each record once.
+    let report = run_to_end(&cfg, n, || {});
+    eprintln!(
+        "durable at the failure {durable_at_failure:?}, after reopen {reopened:?}, restart {:?}",
+        report.stats
+    );
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    check_archive(&engine, &k.topic, n).unwrap();
+    assert!(engine.verify().unwrap().is_clean());
+}
