@@ -169,6 +169,9 @@ impl RunConfig {
                 return bad(format!("-X {key}: cairn manages this property itself"));
             }
         }
+        if self.kafka.contains_key("auto.offset.reset") {
+            return bad("-X auto.offset.reset: use --auto-offset-reset; cairn keeps librdkafka's at `error` so that records that aged out of Kafka are never skipped silently".into());
+        }
         Ok(())
     }
 }
@@ -244,6 +247,14 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("enable.auto.commit"));
+        let mut c = ok.clone();
+        c.kafka
+            .insert("auto.offset.reset".into(), "earliest".into());
+        let e = c.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("auto.offset.reset") && e.contains("--auto-offset-reset"),
+            "{e}"
+        );
         let mut c = ok;
         c.batch_records_max = 0;
         assert!(c

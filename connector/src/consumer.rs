@@ -27,12 +27,14 @@ use cairn_engine::{Record, RecordBatch, TopicPartition};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{BorrowedMessage, Message};
+use rdkafka::Offset;
 
 use crate::config::{OnOffsetOutOfRange, OnOversize, RunConfig};
 use crate::convert::to_record;
 use crate::error::{ConnectorError, Result};
 use crate::pipeline::Pipeline;
 use crate::rebalance::SinkContext;
+use crate::retention;
 use crate::task::SinkTask;
 use crate::worker::{Job, Reply, Worker};
 
@@ -89,6 +91,8 @@ pub(crate) struct Shared {
     /// Disconnects when the task thread has exited (after recording why).
     task_exit: mpsc::Receiver<()>,
     pub on_offset_out_of_range: OnOffsetOutOfRange,
+    /// `--auto-offset-reset`: where a partition with no offset anywhere starts.
+    pub auto_offset_reset: String,
     /// This thread's copy of the assignment (the pipeline's is for commits).
     pub assigned: BTreeSet<TopicPartition>,
     /// The last polled record's partition, and whether it is assigned.
@@ -231,6 +235,43 @@ impl Shared {
         self.in_flight.load(Ordering::Acquire) == 0
     }
 
+    /// librdkafka found a position Kafka no longer has (its
+    /// `auto.offset.reset` is `error`) and stopped fetching that partition
+    /// until a seek, without saying which partition it was: check every
+    /// assigned partition's position against Kafka's log (retention.rs).
+    fn offset_reset(&mut self, consumer: &BaseConsumer<SinkContext>) -> Result<()> {
+        let positions = retention::positions(consumer)?;
+        let assigned: Vec<TopicPartition> = self.assigned.iter().cloned().collect();
+        for tp in &assigned {
+            // Nothing delivered since the assignment: still where it started.
+            let position = positions
+                .get(tp)
+                .copied()
+                .or_else(|| self.pipeline.state().consumed.get(tp).copied());
+            let to = match position {
+                // Started from Kafka's committed offset, which librdkafka
+                // read itself: none, or one Kafka no longer has.
+                None => {
+                    let start = retention::initial_offset(&self.auto_offset_reset);
+                    tracing::warn!(%tp, ?start, "no usable offset for this partition: --auto-offset-reset");
+                    start
+                }
+                Some(p) => match retention::resume_at(consumer, tp, p, self.on_offset_out_of_range)
+                {
+                    Ok(to) if to == p => continue,
+                    Ok(to) => Offset::Offset(to),
+                    Err(e) => {
+                        // Archive what arrived before the gap, then stop.
+                        self.flush(None)?;
+                        return Err(e);
+                    }
+                },
+            };
+            retention::restart_fetch(consumer, tp, to, &assigned, &positions)?;
+        }
+        Ok(())
+    }
+
     /// Hand the whole buffer over as one put.
     fn hand_over(&mut self) -> Result<()> {
         // The poll phase of this batch: from its first record to now.
@@ -273,7 +314,11 @@ pub fn client_config(cfg: &RunConfig) -> ClientConfig {
         .set("enable.auto.commit", "false")
         // Nothing is stored for commit implicitly; we commit explicit lists.
         .set("enable.auto.offset.store", "false")
-        .set("auto.offset.reset", &cfg.auto_offset_reset)
+        // librdkafka never moves a position on its own: a position Kafka no
+        // longer has is an error that retention.rs decides on, rather than
+        // a silent gap in the archive. Partitions with no offset anywhere
+        // get an explicit start from `--auto-offset-reset` instead.
+        .set("auto.offset.reset", "error")
         .set("enable.partition.eof", "false")
         // Incremental rebalancing: a member gives up a partition, and commits
         // its durable offset, while the group is stable, before another
@@ -355,6 +400,7 @@ pub fn run_pipeline(
         in_flight: in_flight.clone(),
         task_exit,
         on_offset_out_of_range: cfg.on_offset_out_of_range,
+        auto_offset_reset: cfg.auto_offset_reset.clone(),
         assigned: BTreeSet::new(),
         last_tp: None,
         pending: BTreeMap::new(),
@@ -540,9 +586,14 @@ fn consume(
                     break;
                 }
                 Some(Err(e)) => {
+                    use rdkafka::types::RDKafkaErrorCode as C;
+                    if let rdkafka::error::KafkaError::MessageConsumption(C::AutoOffsetReset) = &e {
+                        tracing::warn!(error = %e, "a position is out of Kafka's log; checking retention");
+                        lock(shared).offset_reset(consumer)?;
+                        break;
+                    }
                     tracing::warn!(error = %e, "consumer error");
                     if let rdkafka::error::KafkaError::MessageConsumption(code) = &e {
-                        use rdkafka::types::RDKafkaErrorCode as C;
                         if matches!(
                             code,
                             C::UnknownTopicOrPartition

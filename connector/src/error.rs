@@ -31,6 +31,13 @@ pub enum ConnectorError {
         stored: i64,
         earliest: i64,
     },
+    #[error("position {position} of {topic}/{partition} is past Kafka's log end {log_end}: the partition was truncated or the topic recreated, and its new records would reuse offsets the archive holds (archive them into a new --data directory)")]
+    OffsetBeyondLogEnd {
+        topic: String,
+        partition: i32,
+        position: i64,
+        log_end: i64,
+    },
     #[error("kafka error during {op}: {source}")]
     Kafka {
         op: &'static str,

@@ -19,6 +19,7 @@ pub mod error;
 pub mod offsets;
 mod pipeline;
 pub mod rebalance;
+mod retention;
 pub mod task;
 mod worker;
 

@@ -4,8 +4,8 @@
 //!   those offsets into the assignment list, then assign (or incrementally
 //!   assign, for cooperative-sticky). Writing them into the list before
 //!   assigning is what makes the first fetch start there; a `seek` right
-//!   after assign can fail with "Erroneous state". A resume offset below
-//!   Kafka's earliest follows `on_offset_out_of_range`.
+//!   after assign can fail with "Erroneous state". A resume offset that
+//!   Kafka no longer has follows `retention.rs`.
 //! - **Revoke:** wait for the puts already handed to the task thread, put
 //!   what is buffered for the revoked partitions, make it durable, commit
 //!   their durable offsets synchronously, then `close`. The committer leaves
@@ -24,10 +24,10 @@ use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{Offset, TopicPartitionList};
 
-use crate::config::OnOffsetOutOfRange;
 use crate::consumer::{lock, Shared};
 use crate::error::ConnectorError;
 use crate::offsets::committed_offsets;
+use crate::retention::{initial_offset, resume_at};
 use crate::worker::Job;
 
 pub struct SinkContext {
@@ -123,10 +123,13 @@ impl SinkContext {
         // store's offset. Resume from the later of the two, so the union of
         // the stores holds every record once. Alone, committed <= durable
         // always holds, and this is the archive's own offset.
-        let kafka = committed_offsets(c, &tps, Duration::from_secs(10)).unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "could not read committed offsets during assignment");
-            Default::default()
-        });
+        let (kafka, kafka_known) = match committed_offsets(c, &tps, Duration::from_secs(10)) {
+            Ok(k) => (k, true),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read committed offsets during assignment");
+                (BTreeMap::new(), false)
+            }
+        };
         let mut consumed = BTreeMap::new();
         for tp in &tps {
             let stored = match (resume.get(tp).copied(), kafka.get(tp).copied()) {
@@ -135,49 +138,39 @@ impl SinkContext {
                     Some(k)
                 }
                 (Some(a), _) => Some(a),
-                (None, _) => None,
+                (None, k) => k,
             };
-            let Some(stored) = stored else {
-                tracing::info!(%tp, "archive has nothing for this partition: resuming from Kafka's committed offset, else auto.offset.reset");
-                continue;
-            };
-            let mut offset = stored;
-            match c.fetch_watermarks(&tp.topic, tp.partition, Duration::from_secs(5)) {
-                Ok((low, high)) => {
-                    if stored < low {
-                        match s.on_offset_out_of_range {
-                            OnOffsetOutOfRange::Fail => {
-                                s.pipeline.fail(ConnectorError::OffsetAgedOut {
-                                    topic: tp.topic.clone(),
-                                    partition: tp.partition,
-                                    stored,
-                                    earliest: low,
-                                });
-                            }
-                            OnOffsetOutOfRange::Earliest => {
-                                tracing::error!(%tp, stored, earliest = low, lost = low - stored,
-                                    "RECORDS AGED OUT OF KAFKA BEFORE THEY WERE ARCHIVED: skipping to the earliest offset");
-                                offset = low;
-                            }
-                        }
-                    } else if stored > high {
-                        tracing::warn!(%tp, stored, high, "archive is ahead of Kafka's high watermark (topic recreated?)");
+            // Every partition gets an explicit start: librdkafka's own
+            // `auto.offset.reset` is `error` (retention.rs).
+            let start = match stored {
+                // librdkafka reads the committed offset itself; with none,
+                // the consumer loop gets a reset error and applies
+                // --auto-offset-reset.
+                None if !kafka_known => Offset::Stored,
+                None => {
+                    let start = initial_offset(&s.auto_offset_reset);
+                    tracing::info!(%tp, ?start, "neither the archive nor Kafka has an offset for this partition: --auto-offset-reset");
+                    start
+                }
+                Some(stored) => match resume_at(c, tp, stored, s.on_offset_out_of_range) {
+                    Ok(offset) => {
+                        consumed.insert(tp.clone(), offset);
+                        Offset::Offset(offset)
                     }
-                }
-                Err(e) => {
-                    tracing::warn!(%tp, error = %e, "could not read watermarks to check retention")
-                }
-            }
-            if let Err(e) =
-                tpl.set_partition_offset(&tp.topic, tp.partition, Offset::Offset(offset))
-            {
+                    Err(e) => {
+                        s.pipeline.fail(e);
+                        // Never fetched: the run stops before the next poll.
+                        Offset::Offset(stored)
+                    }
+                },
+            };
+            if let Err(e) = tpl.set_partition_offset(&tp.topic, tp.partition, start) {
                 s.pipeline.fail(ConnectorError::Kafka {
                     op: "set assignment offset",
                     source: e,
                 });
             }
-            consumed.insert(tp.clone(), offset);
-            tracing::info!(%tp, offset, "resuming");
+            tracing::info!(%tp, ?start, "resuming");
         }
         {
             let mut st = s.pipeline.state();

@@ -1,0 +1,151 @@
+//! Records that left Kafka before they were archived.
+//!
+//! A partition's position can fall out of Kafka's log in two ways: below
+//! its start (the records aged out of retention, or were deleted) or past
+//! its end (the topic was truncated or recreated). librdkafka would "reset"
+//! such a position on its own (`auto.offset.reset`), silently leaving a gap
+//! in the archive, or silently dropping new records as duplicates of the
+//! offsets the archive already holds. So cairn sets `auto.offset.reset` to
+//! `error` and decides here, both when a partition is assigned and when
+//! librdkafka reports a position out of range while running:
+//!
+//! - below the log start: `--on-offset-out-of-range fail` (the default)
+//!   stops with an error naming the partition and the missing range;
+//!   `earliest` logs the range at ERROR and resumes at the log start;
+//! - past the log end: always an error.
+//!
+//! # Invariants
+//! - A position never moves past a record that was not archived unless the
+//!   policy is `earliest`, and then the skipped range is logged.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use cairn_engine::TopicPartition;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
+use rdkafka::{Offset, TopicPartitionList};
+
+use crate::config::OnOffsetOutOfRange;
+use crate::error::{ConnectorError, Result};
+
+/// How long to wait for a partition's watermarks.
+const WATERMARKS_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Where `tp`, positioned at `position`, may resume: `position` itself
+/// when Kafka still has it, Kafka's log start under the `earliest` policy,
+/// or an error.
+pub(crate) fn resume_at<X: ConsumerContext>(
+    consumer: &BaseConsumer<X>,
+    tp: &TopicPartition,
+    position: i64,
+    policy: OnOffsetOutOfRange,
+) -> Result<i64> {
+    let (low, high) = consumer
+        .fetch_watermarks(&tp.topic, tp.partition, WATERMARKS_TIMEOUT)
+        .map_err(ConnectorError::kafka("fetch watermarks to check retention"))?;
+    if position > high {
+        return Err(ConnectorError::OffsetBeyondLogEnd {
+            topic: tp.topic.clone(),
+            partition: tp.partition,
+            position,
+            log_end: high,
+        });
+    }
+    if position >= low {
+        return Ok(position);
+    }
+    match policy {
+        OnOffsetOutOfRange::Fail => Err(ConnectorError::OffsetAgedOut {
+            topic: tp.topic.clone(),
+            partition: tp.partition,
+            stored: position,
+            earliest: low,
+        }),
+        OnOffsetOutOfRange::Earliest => {
+            tracing::error!(%tp, from = position, to = low, lost = low - position,
+                "RECORDS AGED OUT OF KAFKA BEFORE THEY WERE ARCHIVED: skipping to the earliest offset");
+            Ok(low)
+        }
+    }
+}
+
+/// The application's position (next offset `poll` returns) of each
+/// partition that has delivered a record since it was assigned.
+pub(crate) fn positions<X: ConsumerContext>(
+    consumer: &BaseConsumer<X>,
+) -> Result<BTreeMap<TopicPartition, i64>> {
+    // The list stays inside this function: librdkafka lists must be dropped
+    // before the consumer (see offsets.rs).
+    let tpl = consumer
+        .position()
+        .map_err(ConnectorError::kafka("read positions"))?;
+    Ok(tpl
+        .elements()
+        .iter()
+        .filter_map(|e| match e.offset() {
+            Offset::Offset(o) => Some((TopicPartition::new(e.topic(), e.partition()), o)),
+            _ => None,
+        })
+        .collect())
+}
+
+/// The offset `--auto-offset-reset` names, for a partition that neither
+/// the archive nor Kafka has an offset for.
+pub(crate) fn initial_offset(auto_offset_reset: &str) -> Offset {
+    match auto_offset_reset {
+        "latest" => Offset::End,
+        _ => Offset::Beginning,
+    }
+}
+
+/// Start fetching `tp` again at `offset`. After a reset error librdkafka
+/// has stopped fetching it, and a stopped partition cannot be `seek`ed
+/// ("Erroneous state"): it is assigned again instead. Under the eager
+/// protocol that means the whole assignment, each other partition at its
+/// position (where it would have gone on), or Kafka's committed offset if
+/// it has delivered nothing yet.
+pub(crate) fn restart_fetch<X: ConsumerContext>(
+    consumer: &BaseConsumer<X>,
+    tp: &TopicPartition,
+    offset: Offset,
+    assigned: &[TopicPartition],
+    positions: &BTreeMap<TopicPartition, i64>,
+) -> Result<()> {
+    let list = |tps: &[&TopicPartition]| -> Result<TopicPartitionList> {
+        let mut l = TopicPartitionList::new();
+        for t in tps {
+            let at = if *t == tp {
+                offset
+            } else {
+                positions
+                    .get(*t)
+                    .map_or(Offset::Stored, |o| Offset::Offset(*o))
+            };
+            l.add_partition_offset(&t.topic, t.partition, at)
+                .map_err(ConnectorError::kafka("list partition to assign"))?;
+        }
+        Ok(l)
+    };
+    tracing::info!(%tp, ?offset, "fetching again");
+    match consumer.rebalance_protocol() {
+        RebalanceProtocol::Cooperative => {
+            let one = list(&[tp])?;
+            consumer
+                .incremental_unassign(&one)
+                .map_err(ConnectorError::kafka(
+                    "unassign a partition to restart its fetch",
+                ))?;
+            consumer
+                .incremental_assign(&one)
+                .map_err(ConnectorError::kafka(
+                    "assign a partition to restart its fetch",
+                ))
+        }
+        _ => {
+            let all: Vec<&TopicPartition> = assigned.iter().collect();
+            consumer
+                .assign(&list(&all)?)
+                .map_err(ConnectorError::kafka("assign again to restart a fetch"))
+        }
+    }
+}

@@ -1,0 +1,327 @@
+//! Records that age out of Kafka's retention before they are archived. The
+//! default policy stops with an error naming the partition and the missing
+//! range, and commits nothing; `earliest` logs the gap and skips to the log
+//! start. Against the mock cluster, whose partitions keep only their newest
+//! 5 MiB (../shared/NOTES.md), producing 8 MB moves the log start.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cairn_connector::cli::demo::committed;
+use cairn_connector::{
+    run_pipeline, ArchiveSink, ConnectorError, OnOffsetOutOfRange, PipelineOptions, PutOutcome,
+    SinkTask, TaskError,
+};
+use cairn_engine::{Engine, EngineConfig, RecordBatch, TopicPartition};
+use cairn_tests::{config, init_logs, TestKafka};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+
+const VALUE_BYTES: usize = 20_000;
+
+/// Produce records `range` of 20 kB each to partition 0.
+fn produce_big(k: &TestKafka, range: std::ops::Range<u32>) {
+    let producer: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &k.brokers)
+        .create()
+        .unwrap();
+    for i in range {
+        let mut v = vec![b'r'; VALUE_BYTES];
+        v[..4].copy_from_slice(&i.to_be_bytes());
+        loop {
+            match producer.send(
+                BaseRecord::<[u8], [u8]>::to(&k.topic)
+                    .partition(0)
+                    .payload(&v),
+            ) {
+                Ok(()) => break,
+                Err((e, _)) => {
+                    assert!(
+                        matches!(
+                            e.rdkafka_error_code(),
+                            Some(rdkafka::types::RDKafkaErrorCode::QueueFull)
+                        ),
+                        "{e}"
+                    );
+                    producer.poll(Duration::from_millis(10));
+                }
+            }
+        }
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+}
+
+fn log_start(k: &TestKafka) -> i64 {
+    let c: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &k.brokers)
+        .create()
+        .unwrap();
+    c.fetch_watermarks(&k.topic, 0, Duration::from_secs(10))
+        .unwrap()
+        .0
+}
+
+/// Archive records until partition 0's committed offset is `until`.
+fn archive_until(
+    cfg: &cairn_connector::RunConfig,
+    until: i64,
+) -> Result<cairn_connector::RunReport, ConnectorError> {
+    let engine = Arc::new(Engine::open(EngineConfig::new(&cfg.data)).unwrap());
+    let tp = TopicPartition::new(&cfg.topics[0], 0);
+    let opts = PipelineOptions {
+        done: Some(Box::new(move |c| c.get(&tp) == Some(&until))),
+        ..Default::default()
+    };
+    run_pipeline(cfg, Box::new(ArchiveSink::new(engine)), opts)
+}
+
+fn archived_offsets(data: &std::path::Path, topic: &str) -> Vec<i64> {
+    let engine = Engine::open(EngineConfig::new(data)).unwrap();
+    engine
+        .read(&TopicPartition::new(topic, 0), 0)
+        .unwrap()
+        .map(|r| r.unwrap().offset)
+        .collect()
+}
+
+#[test]
+fn a_stored_offset_that_aged_out_stops_the_run_unless_told_to_skip() {
+    init_logs();
+    let k = TestKafka::new("aged-out", 1);
+    let group = "aged-out-group";
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&k, group, dir.path());
+    cfg.batch_records_max = 10;
+    produce_big(&k, 0..20);
+    archive_until(&cfg, 20).unwrap();
+
+    // While the archive is stopped, 8 MB more push the first records out.
+    produce_big(&k, 20..420);
+    let low = log_start(&k);
+    if low <= 20 {
+        eprintln!("SKIPPED: the broker kept every record (log start {low}); needs the mock cluster's 5 MiB retention");
+        return;
+    }
+
+    // Default policy: stop, name the partition and the lost range, commit nothing.
+    let err = archive_until(&cfg, 420).expect_err("aged-out records must stop the run");
+    assert!(
+        matches!(
+            &err,
+            ConnectorError::OffsetAgedOut { partition: 0, stored: 20, earliest, .. } if *earliest == low
+        ),
+        "{err}"
+    );
+    let msg = err.to_string();
+    assert!(
+        msg.contains("aged-out/0") && msg.contains("aged out"),
+        "{msg}"
+    );
+    assert_eq!(
+        archived_offsets(dir.path(), &k.topic),
+        (0..20).collect::<Vec<_>>()
+    );
+    assert_eq!(committed(&k.brokers, group, &k.topic, 1).unwrap()[&0], 20);
+
+    // `earliest`: skip the gap (logged), archive from the log start on.
+    cfg.on_offset_out_of_range = OnOffsetOutOfRange::Earliest;
+    let report = archive_until(&cfg, 420).unwrap();
+    assert_eq!(report.stats.records_written as i64, 420 - low);
+    let want: Vec<i64> = (0..20).chain(low..420).collect();
+    assert_eq!(archived_offsets(dir.path(), &k.topic), want);
+}
+
+/// The archive, except that its first put waits for `release`: the run
+/// falls behind while the test pushes records out of Kafka.
+struct HeldArchive {
+    inner: ArchiveSink,
+    held: Option<(std::sync::mpsc::Sender<()>, std::sync::mpsc::Receiver<()>)>,
+}
+
+impl SinkTask for HeldArchive {
+    fn open(
+        &mut self,
+        partitions: &[TopicPartition],
+    ) -> Result<std::collections::BTreeMap<TopicPartition, i64>, TaskError> {
+        self.inner.open(partitions)
+    }
+    fn put(&mut self, batches: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
+        if let Some((holding, release)) = self.held.take() {
+            holding.send(()).unwrap();
+            release.recv().unwrap();
+        }
+        self.inner.put(batches)
+    }
+    fn pre_commit(
+        &mut self,
+        consumed: &std::collections::BTreeMap<TopicPartition, i64>,
+    ) -> Result<std::collections::BTreeMap<TopicPartition, i64>, TaskError> {
+        self.inner.pre_commit(consumed)
+    }
+    fn close(&mut self, partitions: &[TopicPartition]) -> Result<(), TaskError> {
+        self.inner.close(partitions)
+    }
+    fn stop(&mut self) -> Result<(), TaskError> {
+        self.inner.stop()
+    }
+}
+
+/// A run that falls behind retention while it is running: the fetch
+/// position ages out under it. Without a check librdkafka would reset to
+/// the log start on its own, and the archive would hold a silent gap.
+fn fall_behind_while_running(
+    name: &str,
+    policy: OnOffsetOutOfRange,
+    eager: bool,
+) -> Option<(
+    TestKafka,
+    tempfile::TempDir,
+    Result<cairn_connector::RunReport, ConnectorError>,
+    i64,
+)> {
+    let k = TestKafka::new(name, 1);
+    produce_big(&k, 0..20);
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&k, &format!("{name}-group"), dir.path());
+    cfg.batch_records_max = 5;
+    cfg.on_offset_out_of_range = policy;
+    // Prefetch little, so the fetch position stays near what was polled.
+    cfg.kafka
+        .insert("queued.max.messages.kbytes".into(), "1".into());
+    cfg.kafka
+        .insert("max.partition.fetch.bytes".into(), "30000".into());
+    if eager {
+        cfg.kafka
+            .insert("partition.assignment.strategy".into(), "range".into());
+    }
+    let (holding_tx, holding) = std::sync::mpsc::channel();
+    let (release, release_rx) = std::sync::mpsc::channel();
+    let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
+    let sink = HeldArchive {
+        inner: ArchiveSink::new(engine),
+        held: Some((holding_tx, release_rx)),
+    };
+    let tp = TopicPartition::new(&k.topic, 0);
+    let opts = PipelineOptions {
+        done: Some(Box::new(move |c| c.get(&tp) == Some(&420))),
+        ..Default::default()
+    };
+    let run = std::thread::spawn(move || run_pipeline(&cfg, Box::new(sink), opts));
+    if holding.recv().is_err() {
+        panic!(
+            "the run ended before its first put: {:?}",
+            run.join().unwrap().err()
+        );
+    }
+    produce_big(&k, 20..420);
+    let low = log_start(&k);
+    release.send(()).unwrap();
+    let result = run.join().unwrap();
+    if low <= 20 {
+        eprintln!("SKIPPED: the broker kept every record (log start {low}); needs the mock cluster's 5 MiB retention");
+        return None;
+    }
+    Some((k, dir, result, low))
+}
+
+#[test]
+fn a_fetch_position_that_ages_out_while_running_stops_the_run() {
+    init_logs();
+    let Some((k, dir, result, low)) =
+        fall_behind_while_running("aged-running", OnOffsetOutOfRange::Fail, false)
+    else {
+        return;
+    };
+    let err = match result {
+        Ok(r) => panic!("a position that aged out must stop the run: {:?}", r.stats),
+        Err(e) => e,
+    };
+    let ConnectorError::OffsetAgedOut {
+        partition: 0,
+        stored,
+        earliest,
+        ..
+    } = err
+    else {
+        panic!("{err}");
+    };
+    assert!(stored < 20 + 20 && earliest >= low, "{err}");
+    let archived = archived_offsets(dir.path(), &k.topic);
+    assert_eq!(
+        archived,
+        (0..stored).collect::<Vec<_>>(),
+        "no gap may be archived"
+    );
+    let kafka = committed(&k.brokers, "aged-running-group", &k.topic, 1).unwrap();
+    assert!(kafka[&0] <= stored);
+}
+
+/// `earliest`: the gap is skipped (and logged), everything after it archived.
+fn earliest_skips_the_gap(name: &str, eager: bool) {
+    init_logs();
+    let Some((k, dir, result, low)) =
+        fall_behind_while_running(name, OnOffsetOutOfRange::Earliest, eager)
+    else {
+        return;
+    };
+    let report = result.unwrap();
+    let archived = archived_offsets(dir.path(), &k.topic);
+    let gap = archived
+        .windows(2)
+        .position(|w| w[1] != w[0] + 1)
+        .expect("a gap");
+    let (before, after) = (archived[gap], archived[gap + 1]);
+    assert!(
+        after >= low && before < 40,
+        "gap {before}..{after}, log start {low}"
+    );
+    assert_eq!(archived[..=gap], (0..=before).collect::<Vec<_>>()[..]);
+    assert_eq!(archived[gap + 1..], (after..420).collect::<Vec<_>>()[..]);
+    assert_eq!(report.stats.records_written as usize, archived.len());
+}
+
+#[test]
+fn earliest_skips_a_gap_that_opens_while_running() {
+    earliest_skips_the_gap("aged-running-skip", false);
+}
+
+#[test]
+fn earliest_skips_a_gap_that_opens_while_running_under_eager_assignment() {
+    earliest_skips_the_gap("aged-running-eager", true);
+}
+
+#[test]
+fn a_topic_recreated_behind_the_archive_stops_the_run() {
+    init_logs();
+    let first = TestKafka::new("recreated", 1);
+    if first.mock().is_none() {
+        eprintln!("SKIPPED: recreating a topic under the same name needs the mock cluster");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    produce_big(&first, 0..20);
+    archive_until(&config(&first, "recreated-group", dir.path()), 20).unwrap();
+    drop(first);
+    // The same topic name on a new cluster: offsets start at 0 again.
+    let second = TestKafka::new("recreated", 1);
+    produce_big(&second, 0..5);
+    let err = archive_until(&config(&second, "recreated-group", dir.path()), 5)
+        .expect_err("new records must not be taken for duplicates of archived offsets");
+    assert!(
+        matches!(
+            err,
+            ConnectorError::OffsetBeyondLogEnd {
+                partition: 0,
+                position: 20,
+                log_end: 5,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("recreated/0"), "{err}");
+    assert_eq!(
+        archived_offsets(dir.path(), "recreated"),
+        (0..20).collect::<Vec<_>>()
+    );
+}
