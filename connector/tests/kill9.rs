@@ -5,9 +5,10 @@
 //! record produced exactly once, byte for byte.
 //!
 //! Half the rounds also arm a named crash point (`CAIRN_ABORT_AT`, see
-//! connector/src/crashpoint.rs): the child aborts between a put's fsync and
-//! its commit, inside a revoke before its commit, or inside an assignment
-//! right after the archive was opened, whichever the seed picks.
+//! connector/src/crashpoint.rs): the child aborts between an append's
+//! writes and their fsync, between a put's fsync and its commit, inside a
+//! revoke before its commit, or inside an assignment right after the
+//! archive was opened, whichever the seed picks.
 //!
 //! `CAIRN_CRASH_ROUNDS` sets the rounds (default 5), `CAIRN_SEED` replays.
 
@@ -63,6 +64,7 @@ fn sigkill_at_seeded_moments_loses_and_duplicates_nothing() {
     let mut produced = 0u64;
     let mut kills_by_deadline = 0;
     let mut kills_in_recovery = 0;
+    let mut endings: std::collections::BTreeMap<String, u32> = Default::default();
     for round in 0..rounds {
         // Records keep arriving while the child runs: small paced chunks
         // until it is dead, so its commits keep coming. The producer stays
@@ -112,9 +114,10 @@ fn sigkill_at_seeded_moments_loses_and_duplicates_nothing() {
         ]);
         // Half the rounds arm a named crash point; the SIGKILL below is the
         // fallback when the point is not reached first.
-        let abort_at = rng.gen_bool(0.5).then(|| match rng.gen_range(0..3) {
+        let abort_at = rng.gen_bool(0.5).then(|| match rng.gen_range(0..4) {
             0 => format!("put-before-commit:{}", rng.gen_range(1..=12)),
             1 => "revoke-before-commit:1".to_owned(),
+            2 => format!("append-before-fsync:{}", rng.gen_range(1..=12)),
             _ => "assign-after-open:1".to_owned(),
         });
         let mut child = cairn_run(&args, abort_at.as_deref());
@@ -174,9 +177,15 @@ fn sigkill_at_seeded_moments_loses_and_duplicates_nothing() {
                         tail.join("\n")
                     );
                     how = format!("aborted at {}", abort_at.as_deref().unwrap_or("?"));
+                    let point = abort_at.as_deref().unwrap_or("?");
+                    let point = point.rsplit_once(':').map_or(point, |(p, _)| p);
+                    *endings.entry(point.to_owned()).or_default() += 1;
                     break;
                 }
             }
+        }
+        if !how.starts_with("aborted") {
+            *endings.entry("SIGKILL".to_owned()).or_default() += 1;
         }
         let _ = child.kill(); // SIGKILL (already gone if it aborted)
         child.wait().unwrap();
@@ -228,7 +237,7 @@ fn sigkill_at_seeded_moments_loses_and_duplicates_nothing() {
     check_archive(&engine, TOPIC, produced).unwrap();
     assert!(engine.verify().unwrap().is_clean());
     eprintln!(
-        "kill9: {rounds} rounds ({kills_by_deadline} killed at the 60 s deadline, {kills_in_recovery} inside open/recovery), {produced} records archived exactly once"
+        "kill9: {rounds} rounds ({kills_by_deadline} killed at the 60 s deadline, {kills_in_recovery} inside open/recovery), {produced} records archived exactly once; deaths: {endings:?}"
     );
 }
 

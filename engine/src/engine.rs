@@ -368,6 +368,7 @@ impl Engine {
             FAILPOINT_AFTER_WRITE,
             a
         ));
+        crate::crashpoint::reached(crate::crashpoint::APPEND_BEFORE_FSYNC);
         let view = self.wait_durable(seq)?;
         fail::fail_point!(FAILPOINT_AFTER_SYNC, |a| failpoint_action(
             FAILPOINT_AFTER_SYNC,

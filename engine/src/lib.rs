@@ -1,8 +1,9 @@
 //! cairn-engine: a durable, checksummed write-ahead record log in sled.
 //!
 //! Callers hand it batches of records that carry their source offsets. It
-//! writes each batch as CRC-protected frames, together with a read index and
-//! per-partition summaries, in one atomic sled batch; then it flushes sled
+//! writes each batch as CRC-protected frames, then a read index entry and
+//! per-partition summaries (ordered inserts: sled's log is a prefix after a
+//! crash, and recovery rebuilds the derived keys); then it flushes sled
 //! and fdatasyncs sled's data file (sled's own flush is not an fsync), and
 //! only then reports the new durable next offsets. Concurrent appends share
 //! one fsync (group commit).
@@ -36,6 +37,7 @@
 
 pub mod body;
 pub mod config;
+pub mod crashpoint;
 mod engine;
 mod entry;
 pub mod error;
