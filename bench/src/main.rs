@@ -21,6 +21,10 @@ enum Command {
     /// beside the floor (fdatasync + commit round trip), the consume-only
     /// ceiling, kcat and a hand-written confluent-kafka loop, in one run.
     PutToCommit(ptc::Args),
+    /// Archive a pre-produced topic in a process of its own and print its
+    /// peak RSS (the harness's footprint measurement).
+    #[command(hide = true)]
+    Archive(ptc::measure::ArchiveArgs),
     /// librdkafka's mock cluster in this process until SIGINT/SIGTERM.
     #[command(hide = true)]
     MockBroker(cairn_connector::cli::mock_broker::MockBrokerArgs),
@@ -43,6 +47,7 @@ fn main() -> ExitCode {
         .init();
     let result = match cli.command {
         Command::PutToCommit(args) => ptc::run(args),
+        Command::Archive(args) => ptc::measure::archive_main(args),
         Command::MockBroker(args) => tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()

@@ -45,7 +45,18 @@ fn put_to_commit_harness_runs_and_reports() {
         assert!(r["put_to_commit"]["samples"].as_u64().unwrap() > 0);
         assert!(r["p50_vs_floor"].as_f64().unwrap() > 0.0);
         assert!(r["fsyncs"].as_u64().unwrap() > 0);
+        // The store holds at least the payload, and the ratio says so.
+        assert!(r["disk_bytes"].as_u64().unwrap() >= 300_000);
+        assert!(r["space_amplification"].as_f64().unwrap() >= 1.0);
+        assert!(r["pct_of_disk_bandwidth"].as_f64().unwrap() > 0.0);
     }
+    assert!(json["disk_bandwidth"]["mb_per_s"].as_f64().unwrap() > 0.0);
+    // The footprint: every-put archiving the case in a process of its own.
+    let f = &case["footprint"];
+    assert_eq!(f["policy"], "every-put", "{f}");
+    assert!(f["peak_rss_bytes"].as_u64().unwrap() > 1 << 20, "{f}");
+    assert_eq!(f["payload_bytes"], 300_000);
+    assert!(stdout.contains("peak RSS"), "{stdout}");
     assert!(case["floor"]["sum"]["p50_us"].as_u64().unwrap() > 0);
     assert!(case["ceiling"]["records_per_s"].as_f64().unwrap() > 0.0);
     assert!(case["kcat"]["skipped"].is_string());

@@ -6,7 +6,9 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cairn_connector::{run_pipeline, ArchiveSink, CommitPolicy, PipelineOptions, RunConfig};
+use cairn_connector::{
+    run_pipeline, ArchiveSink, CommitPolicy, PipelineOptions, RunConfig, RunReport,
+};
 use cairn_engine::{Engine, EngineConfig, TopicPartition};
 use hdrhistogram::Histogram;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
@@ -48,38 +50,112 @@ pub struct CairnRun {
     pub p99_vs_floor: f64,
     /// Records/s as a percentage of the consume-only ceiling.
     pub pct_of_ceiling: f64,
+    /// Payload MB/s as a percentage of the disk's sequential write
+    /// bandwidth measured in the same run (target for 1 KiB: >= 70).
+    pub pct_of_disk_bandwidth: f64,
+    /// The store's size on disk after the run: file lengths, and blocks
+    /// allocated (what `du` shows).
+    pub disk_bytes: u64,
+    pub disk_bytes_allocated: u64,
+    /// `disk_bytes` over the payload bytes archived.
+    pub space_amplification: f64,
 }
 
 impl CairnRun {
-    pub fn relate(&mut self, floor: &Floor, ceiling: &Throughput) {
+    pub fn relate(&mut self, floor: &Floor, ceiling: &Throughput, disk: &Throughput) {
         self.p50_vs_floor = self.put_to_commit.p50_us as f64 / floor.sum.p50_us.max(1) as f64;
         self.p99_vs_floor = self.put_to_commit.p99_us as f64 / floor.sum.p99_us.max(1) as f64;
         self.pct_of_ceiling = 100.0 * self.throughput.records_per_s / ceiling.records_per_s;
+        self.pct_of_disk_bandwidth = 100.0 * self.throughput.mb_per_s / disk.mb_per_s;
     }
 }
 
-/// cairn's real loop (consume, put, fsync, commit) into a fresh store,
-/// until every partition's end offset is committed.
-pub fn cairn(
+/// The process's peak resident set size (`VmHWM`).
+fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
+}
+
+/// File lengths and allocated bytes of everything under `dir`.
+fn dir_bytes(dir: &Path) -> std::io::Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let (mut len, mut allocated) = (0, 0);
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let m = entry.metadata()?;
+        if m.is_dir() {
+            let (l, a) = dir_bytes(&entry.path())?;
+            len += l;
+            allocated += a;
+        } else {
+            len += m.len();
+            allocated += m.blocks() * 512;
+        }
+    }
+    Ok((len, allocated))
+}
+
+/// The disk's sequential write bandwidth: 256 MiB in 1 MiB writes, then
+/// one fdatasync, timed together, in the directory the stores use.
+pub fn disk_bandwidth(out: &Path) -> Result<Throughput, String> {
+    const CHUNK: usize = 1 << 20;
+    const TOTAL: usize = 256 << 20;
+    let path = out.join("bandwidth.dat");
+    let mut f = std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let buf = vec![0xA5u8; CHUNK];
+    let t = Instant::now();
+    for _ in 0..TOTAL / CHUNK {
+        f.write_all(&buf)
+            .map_err(|e| format!("bandwidth write: {e}"))?;
+    }
+    f.sync_data()
+        .map_err(|e| format!("bandwidth fdatasync: {e}"))?;
+    let seconds = t.elapsed().as_secs_f64();
+    drop(f);
+    let _ = std::fs::remove_file(&path);
+    Ok(Throughput::new(
+        (TOTAL / CHUNK) as u64,
+        TOTAL as u64,
+        seconds,
+    ))
+}
+
+/// What one archiving run produced.
+struct Archived {
+    report: RunReport,
+    fsyncs: u64,
+    /// From the first record polled to the commit of the last.
+    seconds: f64,
+}
+
+/// cairn's real loop (consume, put, fsync, commit) into the store at
+/// `data`, until every partition's end offset is committed.
+fn archive(
     brokers: &str,
     topic: &str,
     ends: &BTreeMap<TopicPartition, i64>,
     policy: CommitPolicy,
     batch_records_max: usize,
-    size: usize,
-    out: &Path,
-) -> Result<(CairnRun, Histogram<u64>), String> {
-    let dir = tempfile::tempdir_in(out).map_err(|e| format!("scratch dir: {e}"))?;
+    data: &Path,
+) -> Result<Archived, String> {
     let mut cfg = RunConfig::new(
         brokers,
         unique_group("cairn"),
         vec![topic.to_owned()],
-        dir.path().to_path_buf(),
+        data.to_path_buf(),
     );
     cfg.commit = policy;
     cfg.batch_records_max = batch_records_max;
     let engine =
-        Arc::new(Engine::open(EngineConfig::new(dir.path())).map_err(|e| format!("engine: {e}"))?);
+        Arc::new(Engine::open(EngineConfig::new(data)).map_err(|e| format!("engine: {e}"))?);
     let want: BTreeMap<TopicPartition, i64> = ends
         .iter()
         .filter(|(_, o)| **o > 0)
@@ -109,21 +185,151 @@ pub fn cairn(
     }
     let first = report.stats.first_record_at.ok_or("no record consumed")?;
     let end = done_at.lock().unwrap().ok_or("never done")?;
-    let seconds = end.duration_since(first).as_secs_f64();
+    Ok(Archived {
+        report,
+        fsyncs: stats.fsyncs,
+        seconds: end.duration_since(first).as_secs_f64(),
+    })
+}
+
+/// cairn's real loop into a fresh store, measured.
+pub fn cairn(
+    brokers: &str,
+    topic: &str,
+    ends: &BTreeMap<TopicPartition, i64>,
+    policy: CommitPolicy,
+    batch_records_max: usize,
+    size: usize,
+    out: &Path,
+) -> Result<(CairnRun, Histogram<u64>), String> {
+    let dir = tempfile::tempdir_in(out).map_err(|e| format!("scratch dir: {e}"))?;
+    let a = archive(brokers, topic, ends, policy, batch_records_max, dir.path())?;
+    let (disk_bytes, disk_bytes_allocated) =
+        dir_bytes(dir.path()).map_err(|e| format!("store size: {e}"))?;
+    let records: u64 = ends.values().map(|o| *o as u64).sum();
+    let report = a.report;
     let run = CairnRun {
         policy: policy_name(policy),
-        throughput: Throughput::new(records, records * size as u64, seconds),
+        throughput: Throughput::new(records, records * size as u64, a.seconds),
         put_to_commit: Latency::of(&report.put_to_commit_us),
         puts: report.stats.puts,
         commits: report.stats.commits,
-        fsyncs: stats.fsyncs,
-        fsyncs_per_s: stats.fsyncs as f64 / seconds,
+        fsyncs: a.fsyncs,
+        fsyncs_per_s: a.fsyncs as f64 / a.seconds,
         payload_bytes: report.stats.payload_bytes,
         p50_vs_floor: 0.0,
         p99_vs_floor: 0.0,
         pct_of_ceiling: 0.0,
+        pct_of_disk_bandwidth: 0.0,
+        disk_bytes,
+        disk_bytes_allocated,
+        space_amplification: disk_bytes as f64 / report.stats.payload_bytes.max(1) as f64,
     };
     Ok((run, report.put_to_commit_us))
+}
+
+/// `cairn-bench archive`: archive in a process of its own, for its memory.
+#[derive(Debug, clap::Args)]
+pub struct ArchiveArgs {
+    #[arg(long)]
+    pub brokers: String,
+    #[arg(long)]
+    pub topic: String,
+    /// Each partition's end offset, `partition=offset,...`.
+    #[arg(long)]
+    pub ends: String,
+    #[arg(long, value_parser = super::parse_policy)]
+    pub policy: CommitPolicy,
+    #[arg(long)]
+    pub batch_records_max: usize,
+    #[arg(long)]
+    pub data: std::path::PathBuf,
+}
+
+/// The child's side: archive, then print the process's peak RSS.
+pub fn archive_main(args: ArchiveArgs) -> Result<(), String> {
+    let mut ends = BTreeMap::new();
+    for pair in args.ends.split(',') {
+        let (p, o) = pair.split_once('=').ok_or("--ends: partition=offset")?;
+        let p: i32 = p.parse().map_err(|_| "--ends: partition")?;
+        let o: i64 = o.parse().map_err(|_| "--ends: offset")?;
+        ends.insert(TopicPartition::new(&args.topic, p), o);
+    }
+    archive(
+        &args.brokers,
+        &args.topic,
+        &ends,
+        args.policy,
+        args.batch_records_max,
+        &args.data,
+    )?;
+    println!(
+        "peak_rss_bytes={}",
+        peak_rss_bytes().ok_or("no VmHWM in /proc/self/status")?
+    );
+    Ok(())
+}
+
+/// Memory and space of cairn archiving the case in a fresh process (this
+/// harness's own RSS includes the other measurements).
+#[derive(Debug, Clone, Serialize)]
+pub struct Footprint {
+    pub policy: String,
+    /// The archiving process's peak resident set size (`VmHWM`).
+    pub peak_rss_bytes: u64,
+    pub disk_bytes: u64,
+    pub disk_bytes_allocated: u64,
+    pub payload_bytes: u64,
+    pub space_amplification: f64,
+}
+
+pub fn footprint(
+    brokers: &str,
+    topic: &str,
+    ends: &BTreeMap<TopicPartition, i64>,
+    policy: CommitPolicy,
+    batch_records_max: usize,
+    size: usize,
+    out: &Path,
+) -> Result<Footprint, String> {
+    let dir = tempfile::tempdir_in(out).map_err(|e| format!("scratch dir: {e}"))?;
+    let ends_arg = ends
+        .iter()
+        .map(|(tp, o)| format!("{}={o}", tp.partition))
+        .collect::<Vec<_>>()
+        .join(",");
+    let exe = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
+    let out = std::process::Command::new(exe)
+        .args(["archive", "--brokers", brokers, "--topic", topic])
+        .args(["--ends", &ends_arg, "--policy", &policy_name(policy)])
+        .args(["--batch-records-max", &batch_records_max.to_string()])
+        .arg("--data")
+        .arg(dir.path())
+        .output()
+        .map_err(|e| format!("archive child: {e}"))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        return Err(format!(
+            "archive child failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let peak_rss_bytes = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("peak_rss_bytes="))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| format!("archive child printed no peak RSS: {stdout}"))?;
+    let (disk_bytes, disk_bytes_allocated) =
+        dir_bytes(dir.path()).map_err(|e| format!("store size: {e}"))?;
+    let payload_bytes = ends.values().map(|o| *o as u64).sum::<u64>() * size as u64;
+    Ok(Footprint {
+        policy: policy_name(policy),
+        peak_rss_bytes,
+        disk_bytes,
+        disk_bytes_allocated,
+        payload_bytes,
+        space_amplification: disk_bytes as f64 / payload_bytes.max(1) as f64,
+    })
 }
 
 fn consumer(brokers: &str, group: &str) -> Result<BaseConsumer, String> {

@@ -12,7 +12,7 @@
 //! the low watermarks are checked before anything is measured: every record
 //! produced must still be there to be archived.
 
-mod measure;
+pub mod measure;
 mod output;
 mod peers;
 mod setup;
@@ -58,7 +58,7 @@ fn default_out() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/bench")
 }
 
-fn parse_policy(s: &str) -> Result<CommitPolicy, String> {
+pub fn parse_policy(s: &str) -> Result<CommitPolicy, String> {
     s.parse::<CommitPolicy>().map_err(|e| e.to_string())
 }
 
@@ -128,6 +128,8 @@ pub struct CaseResult {
     pub cairn: Vec<measure::CairnRun>,
     pub floor: measure::Floor,
     pub ceiling: Throughput,
+    /// cairn `every-put` archiving the case in a process of its own.
+    pub footprint: Peer<measure::Footprint>,
     pub kcat: Peer<Throughput>,
     pub python: Peer<peers::PythonRun>,
     #[serde(skip)]
@@ -148,12 +150,19 @@ pub struct Report {
     pub date_utc: String,
     pub machine: String,
     pub brokers: String,
+    /// Sequential write bandwidth of the disk under `--out`, this run.
+    pub disk_bandwidth: Throughput,
     pub cases: Vec<CaseResult>,
 }
 
 pub fn run(args: Args) -> Result<(), String> {
     std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
     let broker = setup::Broker::start(&args)?;
+    let disk_bandwidth = measure::disk_bandwidth(&args.out)?;
+    eprintln!(
+        "disk: sequential writes + fdatasync {:.0} MB/s",
+        disk_bandwidth.mb_per_s
+    );
     let mut cases = Vec::new();
     for &size in &args.record_bytes {
         let (records, note) =
@@ -175,6 +184,9 @@ pub fn run(args: Args) -> Result<(), String> {
             cairn: Vec::new(),
             floor: measure::Floor::default(),
             ceiling: measure::ceiling(broker.brokers(), &topic, records, size)?,
+            footprint: Peer::Skipped {
+                skipped: "not measured".into(),
+            },
             kcat: Peer::Skipped {
                 skipped: "--no-peers".into(),
             },
@@ -211,6 +223,25 @@ pub fn run(args: Args) -> Result<(), String> {
             result.histograms.cairn.push((run.policy.clone(), h));
             result.cairn.push(run);
         }
+        result.footprint = match measure::footprint(
+            broker.brokers(),
+            &topic,
+            &ends,
+            CommitPolicy::EveryPut,
+            args.batch_records_max,
+            size,
+            &args.out,
+        ) {
+            Ok(f) => {
+                eprintln!(
+                    "   footprint (every-put, own process): peak RSS {} MiB, store {:.2}x the payload",
+                    f.peak_rss_bytes >> 20,
+                    f.space_amplification
+                );
+                Peer::Ran(f)
+            }
+            Err(e) => Peer::Skipped { skipped: e },
+        };
         let (floor, floor_h) = measure::floor(
             broker.brokers(),
             &topic,
@@ -225,7 +256,7 @@ pub fn run(args: Args) -> Result<(), String> {
         result.floor = floor;
         result.histograms.floor = Some(floor_h);
         for run in &mut result.cairn {
-            run.relate(&result.floor, &result.ceiling);
+            run.relate(&result.floor, &result.ceiling, &disk_bandwidth);
         }
         if !args.no_peers {
             result.kcat = peers::kcat(broker.brokers(), &topic, records, size, &args.out);
@@ -255,6 +286,7 @@ pub fn run(args: Args) -> Result<(), String> {
         } else {
             broker.brokers().to_owned()
         },
+        disk_bandwidth,
         cases,
     };
     output::table(&report);

@@ -54,6 +54,10 @@ fn row(name: &str, t: Option<&Throughput>, l: Option<&Latency>, extra: &str) {
 pub fn table(r: &Report) {
     println!("put-to-commit, {} ({})", r.date_utc, r.machine);
     println!("broker: {}", r.brokers);
+    println!(
+        "disk: sequential writes of 256 MiB + fdatasync, {:.0} MB/s",
+        r.disk_bandwidth.mb_per_s
+    );
     for c in &r.cases {
         println!();
         println!(
@@ -77,6 +81,27 @@ pub fn table(r: &Report) {
                     run.p50_vs_floor, run.p99_vs_floor, run.pct_of_ceiling, run.fsyncs_per_s
                 ),
             );
+        }
+        let mib = |b: u64| b as f64 / (1 << 20) as f64;
+        for run in &c.cairn {
+            println!(
+                "{:<34} store {:.1} MiB on disk ({:.1} MiB allocated) = {:.2}x the payload; {:.0}% of the disk's sequential bandwidth",
+                format!("  cairn {}", run.policy),
+                mib(run.disk_bytes),
+                mib(run.disk_bytes_allocated),
+                run.space_amplification,
+                run.pct_of_disk_bandwidth,
+            );
+        }
+        match &c.footprint {
+            Peer::Ran(f) => println!(
+                "{:<34} peak RSS {:.0} MiB archiving every record in a process of its own ({}); store {:.2}x the payload",
+                "  footprint",
+                mib(f.peak_rss_bytes),
+                f.policy,
+                f.space_amplification
+            ),
+            Peer::Skipped { skipped } => println!("{:<34} skipped: {skipped}", "  footprint"),
         }
         row(
             "floor: fdatasync + commit",
