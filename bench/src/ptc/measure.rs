@@ -138,22 +138,16 @@ struct Archived {
 
 /// cairn's real loop (consume, put, fsync, commit) into the store at
 /// `data`, until every partition's end offset is committed.
-fn archive(
-    brokers: &str,
-    topic: &str,
-    ends: &BTreeMap<TopicPartition, i64>,
-    policy: CommitPolicy,
-    batch_records_max: usize,
-    data: &Path,
-) -> Result<Archived, String> {
+fn archive(case: &Case, policy: CommitPolicy, data: &Path) -> Result<Archived, String> {
+    let ends = case.ends;
     let mut cfg = RunConfig::new(
-        brokers,
+        case.brokers,
         unique_group("cairn"),
-        vec![topic.to_owned()],
+        vec![case.topic.to_owned()],
         data.to_path_buf(),
     );
     cfg.commit = policy;
-    cfg.batch_records_max = batch_records_max;
+    cfg.batch_records_max = case.batch_records_max;
     let engine =
         Arc::new(Engine::open(EngineConfig::new(data)).map_err(|e| format!("engine: {e}"))?);
     let want: BTreeMap<TopicPartition, i64> = ends
@@ -192,18 +186,24 @@ fn archive(
     })
 }
 
+/// What every measurement of cairn on one case shares.
+pub struct Case<'a> {
+    pub brokers: &'a str,
+    pub topic: &'a str,
+    /// Each partition's end offset: everything produced.
+    pub ends: &'a BTreeMap<TopicPartition, i64>,
+    pub batch_records_max: usize,
+    /// Record size in bytes.
+    pub size: usize,
+    /// Where scratch stores go.
+    pub out: &'a Path,
+}
+
 /// cairn's real loop into a fresh store, measured.
-pub fn cairn(
-    brokers: &str,
-    topic: &str,
-    ends: &BTreeMap<TopicPartition, i64>,
-    policy: CommitPolicy,
-    batch_records_max: usize,
-    size: usize,
-    out: &Path,
-) -> Result<(CairnRun, Histogram<u64>), String> {
-    let dir = tempfile::tempdir_in(out).map_err(|e| format!("scratch dir: {e}"))?;
-    let a = archive(brokers, topic, ends, policy, batch_records_max, dir.path())?;
+pub fn cairn(case: &Case, policy: CommitPolicy) -> Result<(CairnRun, Histogram<u64>), String> {
+    let dir = tempfile::tempdir_in(case.out).map_err(|e| format!("scratch dir: {e}"))?;
+    let a = archive(case, policy, dir.path())?;
+    let (ends, size) = (case.ends, case.size);
     let (disk_bytes, disk_bytes_allocated) =
         dir_bytes(dir.path()).map_err(|e| format!("store size: {e}"))?;
     let records: u64 = ends.values().map(|o| *o as u64).sum();
@@ -255,14 +255,16 @@ pub fn archive_main(args: ArchiveArgs) -> Result<(), String> {
         let o: i64 = o.parse().map_err(|_| "--ends: offset")?;
         ends.insert(TopicPartition::new(&args.topic, p), o);
     }
-    archive(
-        &args.brokers,
-        &args.topic,
-        &ends,
-        args.policy,
-        args.batch_records_max,
-        &args.data,
-    )?;
+    // `archive` reads neither the record size nor the scratch directory.
+    let case = Case {
+        brokers: &args.brokers,
+        topic: &args.topic,
+        ends: &ends,
+        batch_records_max: args.batch_records_max,
+        size: 0,
+        out: &args.data,
+    };
+    archive(&case, args.policy, &args.data)?;
     println!(
         "peak_rss_bytes={}",
         peak_rss_bytes().ok_or("no VmHWM in /proc/self/status")?
@@ -283,26 +285,19 @@ pub struct Footprint {
     pub space_amplification: f64,
 }
 
-pub fn footprint(
-    brokers: &str,
-    topic: &str,
-    ends: &BTreeMap<TopicPartition, i64>,
-    policy: CommitPolicy,
-    batch_records_max: usize,
-    size: usize,
-    out: &Path,
-) -> Result<Footprint, String> {
-    let dir = tempfile::tempdir_in(out).map_err(|e| format!("scratch dir: {e}"))?;
-    let ends_arg = ends
+pub fn footprint(case: &Case, policy: CommitPolicy) -> Result<Footprint, String> {
+    let dir = tempfile::tempdir_in(case.out).map_err(|e| format!("scratch dir: {e}"))?;
+    let ends_arg = case
+        .ends
         .iter()
         .map(|(tp, o)| format!("{}={o}", tp.partition))
         .collect::<Vec<_>>()
         .join(",");
     let exe = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
     let out = std::process::Command::new(exe)
-        .args(["archive", "--brokers", brokers, "--topic", topic])
+        .args(["archive", "--brokers", case.brokers, "--topic", case.topic])
         .args(["--ends", &ends_arg, "--policy", &policy_name(policy)])
-        .args(["--batch-records-max", &batch_records_max.to_string()])
+        .args(["--batch-records-max", &case.batch_records_max.to_string()])
         .arg("--data")
         .arg(dir.path())
         .output()
@@ -321,7 +316,7 @@ pub fn footprint(
         .ok_or_else(|| format!("archive child printed no peak RSS: {stdout}"))?;
     let (disk_bytes, disk_bytes_allocated) =
         dir_bytes(dir.path()).map_err(|e| format!("store size: {e}"))?;
-    let payload_bytes = ends.values().map(|o| *o as u64).sum::<u64>() * size as u64;
+    let payload_bytes = case.ends.values().map(|o| *o as u64).sum::<u64>() * case.size as u64;
     Ok(Footprint {
         policy: policy_name(policy),
         peak_rss_bytes,

@@ -199,17 +199,17 @@ pub fn run(args: Args) -> Result<(), String> {
             "   ceiling (consume only): {:.0} records/s",
             result.ceiling.records_per_s
         );
+        let case = measure::Case {
+            brokers: broker.brokers(),
+            topic: &topic,
+            ends: &ends,
+            batch_records_max: args.batch_records_max,
+            size,
+            out: &args.out,
+        };
         let mut put_bytes = size * args.batch_records_max;
         for policy in &args.policies {
-            let (run, h) = measure::cairn(
-                broker.brokers(),
-                &topic,
-                &ends,
-                *policy,
-                args.batch_records_max,
-                size,
-                &args.out,
-            )?;
+            let (run, h) = measure::cairn(&case, *policy)?;
             eprintln!(
                 "   cairn {}: {:.0} records/s, put-to-commit p50 {} us p99 {} us",
                 run.policy,
@@ -223,15 +223,7 @@ pub fn run(args: Args) -> Result<(), String> {
             result.histograms.cairn.push((run.policy.clone(), h));
             result.cairn.push(run);
         }
-        result.footprint = match measure::footprint(
-            broker.brokers(),
-            &topic,
-            &ends,
-            CommitPolicy::EveryPut,
-            args.batch_records_max,
-            size,
-            &args.out,
-        ) {
+        result.footprint = match measure::footprint(&case, CommitPolicy::EveryPut) {
             Ok(f) => {
                 eprintln!(
                     "   footprint (every-put, own process): peak RSS {} MiB, store {:.2}x the payload",
