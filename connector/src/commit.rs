@@ -39,6 +39,10 @@ pub struct CommitTracker {
 #[derive(Debug)]
 pub struct PendingCommit {
     pub offsets: BTreeMap<TopicPartition, i64>,
+    /// What puts had reported durable for those partitions when the
+    /// offsets were chosen (a revoke may forget a partition while its
+    /// commit is in flight).
+    pub durable: BTreeMap<TopicPartition, i64>,
     puts: Vec<Instant>,
 }
 
@@ -134,7 +138,15 @@ impl CommitTracker {
             self.settle(puts);
             return None;
         }
-        Some(PendingCommit { offsets, puts })
+        let durable = offsets
+            .keys()
+            .map(|tp| (tp.clone(), self.durable_reported[tp]))
+            .collect();
+        Some(PendingCommit {
+            offsets,
+            durable,
+            puts,
+        })
     }
 
     /// Kafka acknowledged a commit. Partitions no longer `assigned` (revoked

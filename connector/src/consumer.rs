@@ -49,6 +49,10 @@ pub struct RunStats {
     pub puts: u64,
     pub commits: u64,
     pub commit_failures: u64,
+    /// Revokes whose commit failed: the next owner of those partitions
+    /// resumes at Kafka's older offset and archives the records between
+    /// again (each store stays duplicate-free; nothing is lost).
+    pub revoke_commit_failures: u64,
     pub first_record_at: Option<Instant>,
     pub last_put_at: Option<Instant>,
 }
@@ -61,7 +65,8 @@ pub struct RunReport {
     pub committed: BTreeMap<TopicPartition, i64>,
 }
 
-/// Observes every successful commit: (offsets committed, what puts reported durable).
+/// Observes every successful commit: (offsets committed, what puts had
+/// reported durable for those partitions when the commit was chosen).
 pub type CommitObserver =
     Box<dyn FnMut(&BTreeMap<TopicPartition, i64>, &BTreeMap<TopicPartition, i64>) + Send>;
 /// Decides, after each commit, whether the run is complete.

@@ -181,7 +181,7 @@ impl Pipeline {
                     "commit"
                 );
                 if let Some(f) = s.on_commit.as_mut() {
-                    f(&pending.offsets, &s.tracker.durable_reported);
+                    f(&pending.offsets, &pending.durable);
                 }
                 s.tracker.commit_acked(pending, &s.assigned);
                 s.stats.commits += 1;

@@ -209,7 +209,15 @@ impl SinkContext {
                 Err(e) => s.pipeline.fail(e),
                 Ok(()) => {
                     crate::crashpoint::reached(crate::crashpoint::REVOKE_BEFORE_COMMIT);
-                    s.pipeline.commit_now(c, Some(&revoked));
+                    if s.pipeline.commit_now(c, Some(&revoked)) {
+                        tracing::info!(partitions = ?revoked, "revoked partitions committed at their durable offsets");
+                    } else {
+                        // The next owner resumes from Kafka's older offset and
+                        // archives the records between again (its store and
+                        // this one each stay duplicate-free).
+                        tracing::warn!(partitions = ?revoked, "the revoke's commit failed: the next owner will archive the records after Kafka's committed offset again");
+                        s.pipeline.state().stats.revoke_commit_failures += 1;
+                    }
                 }
             }
         }
