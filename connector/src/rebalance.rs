@@ -97,6 +97,40 @@ impl ConsumerContext for SinkContext {
     }
 }
 
+/// How long a cooperative revoke keeps retrying its commit.
+const REVOKE_COMMIT_RETRY: Duration = Duration::from_millis(2_000);
+
+/// Commit the revoked partitions' durable offsets. Under the cooperative
+/// protocol a revoke runs once this member has its new assignment, but the
+/// group can still be completing the rebalance for the others (librdkafka's
+/// mock cluster refuses commits until every member has synced), so a failed
+/// commit is retried for up to `REVOKE_COMMIT_RETRY` (10 ms doubling to
+/// 200 ms). Under the eager protocol the group waits for this member to
+/// re-join, which it does only after this returns: no retry.
+fn commit_revoked(
+    c: &BaseConsumer<SinkContext>,
+    pipeline: &crate::pipeline::Pipeline,
+    revoked: &BTreeSet<TopicPartition>,
+) -> bool {
+    let retry = matches!(c.rebalance_protocol(), RebalanceProtocol::Cooperative);
+    let deadline = std::time::Instant::now() + REVOKE_COMMIT_RETRY;
+    let mut backoff = Duration::from_millis(10);
+    for attempt in 1.. {
+        if pipeline.commit_now(c, Some(revoked)) {
+            if attempt > 1 {
+                tracing::info!(attempt, "the revoke's commit went through on a retry");
+            }
+            return true;
+        }
+        if !retry || std::time::Instant::now() + backoff > deadline {
+            return false;
+        }
+        std::thread::sleep(backoff);
+        backoff = (backoff * 2).min(Duration::from_millis(200));
+    }
+    unreachable!("the loop returns")
+}
+
 impl SinkContext {
     fn fail(&self, e: ConnectorError) {
         tracing::error!(error = %e, "fatal during rebalance");
@@ -209,7 +243,7 @@ impl SinkContext {
                 Err(e) => s.pipeline.fail(e),
                 Ok(()) => {
                     crate::crashpoint::reached(crate::crashpoint::REVOKE_BEFORE_COMMIT);
-                    if s.pipeline.commit_now(c, Some(&revoked)) {
+                    if commit_revoked(c, &s.pipeline, &revoked) {
                         tracing::info!(partitions = ?revoked, "revoked partitions committed at their durable offsets");
                     } else {
                         // The next owner resumes from Kafka's older offset and

@@ -75,11 +75,11 @@ fn archived(dir: &std::path::Path, topic: &str) -> Vec<(i32, i64)> {
 }
 
 /// Records archived by both members: none with the default
-/// cooperative-sticky protocol, as long as every revoke could commit.
-/// librdkafka sometimes serves a revoke while its JoinGroup is outstanding
-/// (about 1 run in 15 to 20 here); the revoke's commit then reaches the broker
-/// after the generation changed and fails, the run counts it, and the next
-/// owner archives the uncommitted tail again (DURABILITY.md).
+/// cooperative-sticky protocol, as long as every revoke could commit. A
+/// revoke's commit can meet a group still syncing its other member; it is
+/// retried for up to 2 s (before the retry, 2 runs in 12 here failed it).
+/// A commit that still fails is counted, and the next owner archives the
+/// uncommitted tail again (DURABILITY.md).
 #[test]
 fn member_joining_and_leaving_archives_every_offset_exactly_once() {
     let (overlap, revoke_commit_failures) = join_and_leave("rebalance-coop", "cooperative-sticky");
