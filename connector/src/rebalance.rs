@@ -183,7 +183,7 @@ impl SinkContext {
                 None if !kafka_known => Offset::Stored,
                 None => {
                     let start = initial_offset(&s.auto_offset_reset);
-                    tracing::info!(%tp, ?start, "neither the archive nor Kafka has an offset for this partition: --auto-offset-reset");
+                    tracing::debug!(%tp, ?start, "neither the archive nor Kafka has an offset for this partition: --auto-offset-reset");
                     start
                 }
                 Some(stored) => match resume_at(c, tp, stored, s.on_offset_out_of_range) {
