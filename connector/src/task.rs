@@ -25,8 +25,10 @@
 //!
 //! A retriable error from `put` retries the same batch (backoff from 10 ms,
 //! doubling to 1 s) until it succeeds; meanwhile nothing else is put and the
-//! consumer stops polling once its buffer is full. A fatal error stops the
-//! loop: nothing more is put or committed, and the run fails.
+//! consumer stops polling once its buffer is full. Once the run is asked to
+//! stop, a put that keeps failing is retried for 5 s more, then the run
+//! fails. A fatal error stops the loop: nothing more is put or committed,
+//! and the run fails.
 //!
 //! # Invariants
 //! - Offsets are "next offset to read" (last + 1), as Kafka commits them.

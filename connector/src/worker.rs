@@ -68,7 +68,7 @@ pub(crate) struct Worker {
     pub policy: CommitPolicy,
     /// Simulate a crash once this many records were written (test hook).
     pub crash_after_records: Option<u64>,
-    /// The run is stopping: give up retrying a put.
+    /// The run is stopping: retry a failing put only until `STOP_RETRY`.
     pub stop: Arc<AtomicBool>,
     /// Jobs handed over and not yet finished (the consumer thread reads it
     /// to decide whether a lingering batch can be handed over at once).
@@ -77,6 +77,10 @@ pub(crate) struct Worker {
     pub unsafe_puts: bool,
     pub last_pre_commit: Instant,
 }
+
+/// How long a put that fails retriably is still retried once the run was
+/// asked to stop.
+const STOP_RETRY: Duration = Duration::from_secs(5);
 
 fn sink_error(call: &str, e: TaskError) -> ConnectorError {
     ConnectorError::Sink(format!("{call}: {e}"))
@@ -168,6 +172,7 @@ impl Worker {
         let records: usize = batches.iter().map(|b| b.records.len()).sum();
         tracing::debug!(records, poll_us, "poll");
         let mut backoff = Duration::from_millis(10);
+        let mut stop_deadline: Option<Instant> = None;
         let (started, outcome) = loop {
             let t0 = Instant::now();
             let span = tracing::debug_span!("put", records, put_us = tracing::field::Empty);
@@ -176,10 +181,18 @@ impl Worker {
             match r {
                 Ok(outcome) => break (t0, outcome),
                 Err(TaskError::Retriable(msg)) => {
+                    // A stopping run keeps retrying for a bounded time: a
+                    // transient failure should not turn a clean stop into
+                    // a failed one, nor hold the stop forever.
                     if self.stop.load(Ordering::Relaxed) {
-                        return Err(ConnectorError::Sink(format!(
-                            "put still failing when the run stopped ({msg}); committing nothing more"
-                        )));
+                        let deadline =
+                            *stop_deadline.get_or_insert_with(|| Instant::now() + STOP_RETRY);
+                        if Instant::now() >= deadline {
+                            return Err(ConnectorError::Sink(format!(
+                                "put still failing {} s after the run was asked to stop ({msg}); committing nothing more",
+                                STOP_RETRY.as_secs()
+                            )));
+                        }
                     }
                     tracing::warn!(%msg, retry_in_ms = backoff.as_millis() as u64, "put failed (retriable); retrying the same batch");
                     // A backoff between attempts, not a synchronisation.
