@@ -27,15 +27,20 @@ pub fn committed_offsets<X: ConsumerContext, C: Consumer<X>>(
         tpl.add_partition(&tp.topic, tp.partition);
     }
     let got = consumer.committed_offsets(tpl, timeout)?;
-    let out = got
-        .elements()
+    Ok(offsets_of(&got))
+}
+
+/// The concrete offsets in a librdkafka list (logical ones, such as "none
+/// committed" or "nothing delivered yet", are left out), so that callers
+/// can drop the list right away (see above).
+pub(crate) fn offsets_of(tpl: &TopicPartitionList) -> BTreeMap<TopicPartition, i64> {
+    tpl.elements()
         .iter()
         .filter_map(|e| match e.offset() {
             Offset::Offset(o) => Some((TopicPartition::new(e.topic(), e.partition()), o)),
             _ => None,
         })
-        .collect();
-    Ok(out)
+        .collect()
 }
 
 /// A client that can read `group`'s offsets but never commits on its own.

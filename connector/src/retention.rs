@@ -27,6 +27,7 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use crate::config::OnOffsetOutOfRange;
 use crate::error::{ConnectorError, Result};
+use crate::offsets::offsets_of;
 
 /// How long to wait for a partition's watermarks.
 const WATERMARKS_TIMEOUT: Duration = Duration::from_secs(5);
@@ -79,14 +80,7 @@ pub(crate) fn positions<X: ConsumerContext>(
     let tpl = consumer
         .position()
         .map_err(ConnectorError::kafka("read positions"))?;
-    Ok(tpl
-        .elements()
-        .iter()
-        .filter_map(|e| match e.offset() {
-            Offset::Offset(o) => Some((TopicPartition::new(e.topic(), e.partition()), o)),
-            _ => None,
-        })
-        .collect())
+    Ok(offsets_of(&tpl))
 }
 
 /// The offset `--auto-offset-reset` names, for a partition that neither
