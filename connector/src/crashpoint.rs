@@ -14,10 +14,3 @@ pub use cairn_engine::crashpoint::{reached, APPEND_BEFORE_FSYNC};
 pub const PUT_BEFORE_COMMIT: &str = "put-before-commit";
 pub const REVOKE_BEFORE_COMMIT: &str = "revoke-before-commit";
 pub const ASSIGN_AFTER_OPEN: &str = "assign-after-open";
-/// Every point a `cairn run` process can abort at.
-pub const POINTS: [&str; 4] = [
-    APPEND_BEFORE_FSYNC,
-    PUT_BEFORE_COMMIT,
-    REVOKE_BEFORE_COMMIT,
-    ASSIGN_AFTER_OPEN,
-];
