@@ -86,6 +86,19 @@ pub(crate) struct DurableView {
     pub lsn: u64,
 }
 
+/// What [`Engine::write`] stored. Not durable yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Written {
+    /// Per partition touched: the next offset now written (not durable).
+    pub offsets: BTreeMap<TopicPartition, i64>,
+    /// Records this call wrote.
+    pub appended_records: u64,
+    /// Records this call dropped because they were already stored.
+    pub duplicate_records: u64,
+    /// The group-commit sequence that covers this write.
+    ticket: u64,
+}
+
 #[derive(Debug, Default)]
 struct Counters {
     appends: AtomicU64,
@@ -237,12 +250,47 @@ impl Engine {
     /// written. Concurrent callers share fsyncs (group commit).
     pub fn append(&self, batches: &[RecordBatch]) -> Result<DurableOffsets> {
         let t0 = Instant::now();
+        let written = self.write(batches)?;
+        let view = self.wait_durable(written.ticket)?;
+        fail::fail_point!(FAILPOINT_AFTER_SYNC, |a| failpoint_action(
+            FAILPOINT_AFTER_SYNC,
+            a
+        ));
+        let offsets = written
+            .offsets
+            .into_keys()
+            .filter_map(|tp| view.partitions.get(&tp).map(|s| (tp, s.next_offset)))
+            .collect();
+        tracing::debug!(
+            records = written.appended_records,
+            duplicates = written.duplicate_records,
+            append_us = t0.elapsed().as_micros() as u64,
+            "append"
+        );
+        Ok(DurableOffsets {
+            offsets,
+            appended_records: written.appended_records,
+            duplicate_records: written.duplicate_records,
+        })
+    }
+
+    /// Write batches to the log without waiting for them to be durable: the
+    /// first half of [`append`](Self::append). Nothing written is reported
+    /// durable until a later [`sync`](Self::sync) (or an `append`, from any
+    /// thread) covers it; that is the Kafka Connect `put` / `flush` split,
+    /// and lets a caller pay one fsync for many writes.
+    ///
+    /// Duplicates, validation and poisoning are as for `append`. A write
+    /// that is never synced may survive a process crash (sled's log is in
+    /// the page cache) or may not (power loss): either way recovery finds a
+    /// prefix of the log, never a part of a write without what precedes it.
+    pub fn write(&self, batches: &[RecordBatch]) -> Result<Written> {
         self.check_usable()?;
         for b in batches {
             validate_batch(b, self.cfg.record_bytes_max)?;
         }
         let mut touched = BTreeSet::new();
-        let (seq, appended, duplicates) = {
+        let (seq, offsets, appended, duplicates) = {
             let mut w = lock(&self.write);
             self.check_usable()?;
             // Written in this order, one insert each: an entry's frames, then
@@ -360,34 +408,24 @@ impl Engine {
             self.counters
                 .records_duplicate
                 .fetch_add(duplicates, Ordering::Relaxed);
-            // Even an append that wrote nothing waits for the sync covering
-            // the writes before it: its "duplicates" may not be durable yet.
-            (w.seq, appended, duplicates)
+            // Even a write that stored nothing gets the ticket of the writes
+            // before it: its "duplicates" may not be durable yet.
+            let offsets = touched
+                .into_iter()
+                .filter_map(|tp| w.partitions.get(&tp).map(|s| (tp, s.next_offset)))
+                .collect();
+            (w.seq, offsets, appended, duplicates)
         };
         fail::fail_point!(FAILPOINT_AFTER_WRITE, |a| failpoint_action(
             FAILPOINT_AFTER_WRITE,
             a
         ));
         crate::crashpoint::reached(crate::crashpoint::APPEND_BEFORE_FSYNC);
-        let view = self.wait_durable(seq)?;
-        fail::fail_point!(FAILPOINT_AFTER_SYNC, |a| failpoint_action(
-            FAILPOINT_AFTER_SYNC,
-            a
-        ));
-        let offsets = touched
-            .into_iter()
-            .filter_map(|tp| view.partitions.get(&tp).map(|s| (tp, s.next_offset)))
-            .collect();
-        tracing::debug!(
-            records = appended,
-            duplicates,
-            append_us = t0.elapsed().as_micros() as u64,
-            "append"
-        );
-        Ok(DurableOffsets {
+        Ok(Written {
             offsets,
             appended_records: appended,
             duplicate_records: duplicates,
+            ticket: seq,
         })
     }
 

@@ -6,7 +6,8 @@
 //! crash, and recovery rebuilds the derived keys); then it flushes sled
 //! and fdatasyncs sled's data file (sled's own flush is not an fsync), and
 //! only then reports the new durable next offsets. Concurrent appends share
-//! one fsync (group commit).
+//! one fsync (group commit). `write` and `sync` split an append in two, so
+//! that a caller can pay one fsync for many writes.
 //!
 //! ```no_run
 //! use cairn_engine::{Engine, EngineConfig, Record, RecordBatch, TopicPartition};
@@ -59,7 +60,7 @@ pub mod watermark;
 
 pub use config::{EngineConfig, RecoveryMode, RECORD_BYTES_MAX_LIMIT, SLED_SEGMENT_BYTES};
 pub use engine::{
-    Engine, EngineStats, PartitionInfo, FAILPOINT_AFTER_SYNC, FAILPOINT_AFTER_WRITE,
+    Engine, EngineStats, PartitionInfo, Written, FAILPOINT_AFTER_SYNC, FAILPOINT_AFTER_WRITE,
     FAILPOINT_MID_WRITE,
 };
 pub use error::{CorruptionKind, Error, InvalidInput, Location, Result};
