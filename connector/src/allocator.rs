@@ -23,6 +23,9 @@ pub const TRIM_THRESHOLD_BYTES: i32 = 128 << 20;
 /// Blocks at least this large get their own mapping.
 pub const MMAP_THRESHOLD_BYTES: i32 = 32 << 20;
 
+/// `MMAP_THRESHOLD_BYTES` under `interval:MS`: see [`tune_for`].
+pub const MMAP_THRESHOLD_INTERVAL_BYTES: i32 = 4 << 20;
+
 /// Apply the settings above (glibc only; a no-op elsewhere).
 #[allow(unsafe_code)]
 pub fn tune() {
@@ -33,4 +36,31 @@ pub fn tune() {
         libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES);
         libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES);
     }
+}
+
+/// Adjust the settings to the commit policy, once it is known.
+///
+/// Under `interval:MS` puts are written without an fsync, and sled writes
+/// its 8 MiB log buffers from its own I/O threads, several at a time.
+/// Served from the heap they leave 8 MiB holes behind: heaptrack showed the
+/// same peak heap (198 vs 193 MiB, 1M records of 100 B) with and without the
+/// deferred fsync, but a peak RSS of 374 vs 215 MiB. Giving blocks of 4 MiB
+/// and more their own mappings returns them when freed: peak RSS 209–237
+/// MiB instead of 263–361 over six interleaved runs, at the same throughput.
+/// Under `every-put` each put's flush seals a buffer and sled allocates the
+/// next, so mappings would page-fault through a fresh one on every put (the
+/// same runs: 22 % fewer records/s); the heap keeps them there.
+#[allow(unsafe_code)]
+pub fn tune_for(policy: crate::config::CommitPolicy) {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if let crate::config::CommitPolicy::Interval(_) = policy {
+        // SAFETY: mallopt only changes malloc's tuning parameters, under
+        // malloc's own lock (glibc `__libc_mallopt`); allocations racing
+        // with it use the old or the new threshold, both valid.
+        unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD_INTERVAL_BYTES);
+        }
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    let _ = policy;
 }

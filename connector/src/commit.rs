@@ -1,16 +1,18 @@
 //! Commit bookkeeping: what the sink reported durable, what it declared safe
 //! to commit, what Kafka acknowledged, and put-to-commit latency.
 //!
-//! Offsets flow one way: `put` reports them durable (`record_put`), the
-//! sink's `pre_commit` declares some of them safe (`record_pre_commit`), a
-//! commit takes the safe ones that move a partition forward (`take_commit`)
-//! and Kafka's answer settles them (`commit_acked` / `commit_failed`).
+//! Offsets flow one way: `put` may report some durable (`record_put`), the
+//! sink's `pre_commit` makes what was put durable and declares offsets safe
+//! (`record_pre_commit`), a commit takes the safe ones that move a partition
+//! forward (`take_commit`) and Kafka's answer settles them (`commit_acked` /
+//! `commit_failed`).
 //!
 //! # Invariants
-//! - A commit never carries an offset above what the sink's `put` (or
-//!   `open`) reported durable for that partition. `record_pre_commit` and
-//!   `take_commit` both panic otherwise: that would be a bug that loses data
-//!   on the next crash.
+//! - A commit never carries an offset above what the sink reported durable
+//!   for that partition (from `put`, `open` or `pre_commit`), and a sink
+//!   never reports durable an offset past the records handed to it.
+//!   `record_put`, `record_pre_commit` and `take_commit` panic otherwise:
+//!   that would be a bug that loses data on the next crash.
 //! - A commit never moves a partition's committed offset backwards.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -65,8 +67,16 @@ fn raise(map: &mut BTreeMap<TopicPartition, i64>, tp: &TopicPartition, o: i64) {
 }
 
 impl CommitTracker {
-    pub fn record_put(&mut self, started: Instant, durable: &BTreeMap<TopicPartition, i64>) {
+    /// A put returned. `handed` is, per partition, the next offset of the
+    /// records handed to the sink so far (or resumed from).
+    pub fn record_put(
+        &mut self,
+        started: Instant,
+        durable: &BTreeMap<TopicPartition, i64>,
+        handed: &BTreeMap<TopicPartition, i64>,
+    ) {
         for (tp, &o) in durable {
+            self.assert_handed(tp, o, handed);
             raise(&mut self.durable_reported, tp, o);
         }
         self.unsafe_puts.push(started);
@@ -90,14 +100,33 @@ impl CommitTracker {
         }
     }
 
-    /// `pre_commit` declared these offsets safe. Every put recorded so far
-    /// is covered by them.
-    pub fn record_pre_commit(&mut self, safe: &BTreeMap<TopicPartition, i64>) {
+    /// `pre_commit` made these offsets durable and declared them safe.
+    /// Every put recorded so far is covered by them. `handed` as for
+    /// `record_put`.
+    pub fn record_pre_commit(
+        &mut self,
+        safe: &BTreeMap<TopicPartition, i64>,
+        handed: &BTreeMap<TopicPartition, i64>,
+    ) {
         for (tp, &o) in safe {
-            self.assert_durable(tp, o);
+            self.assert_handed(tp, o, handed);
+            raise(&mut self.durable_reported, tp, o);
             raise(&mut self.safe, tp, o);
         }
         self.safe_puts.append(&mut self.unsafe_puts);
+    }
+
+    /// A sink cannot hold durably what it was never given: an offset past
+    /// the records handed over (or the offset `open` resumed from) is a bug.
+    fn assert_handed(&self, tp: &TopicPartition, o: i64, handed: &BTreeMap<TopicPartition, i64>) {
+        let limit = handed
+            .get(tp)
+            .copied()
+            .max(self.durable_reported.get(tp).copied());
+        assert!(
+            limit.is_some_and(|h| o <= h),
+            "BUG: sink reported {tp}@{o} durable, past the records handed to it ({limit:?})"
+        );
     }
 
     fn assert_durable(&self, tp: &TopicPartition, o: i64) {
@@ -193,30 +222,52 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "above the durable offset")]
-    fn declaring_above_durable_safe_panics() {
+    #[should_panic(expected = "past the records handed to it")]
+    fn declaring_more_than_was_handed_over_panics() {
         let mut t = CommitTracker::default();
-        t.record_put(Instant::now(), &BTreeMap::from([(tp(0), 5)]));
-        t.record_pre_commit(&BTreeMap::from([(tp(0), 6)]));
+        let handed = BTreeMap::from([(tp(0), 5)]);
+        t.record_put(Instant::now(), &BTreeMap::new(), &handed);
+        t.record_pre_commit(&BTreeMap::from([(tp(0), 6)]), &handed);
+    }
+
+    #[test]
+    #[should_panic(expected = "past the records handed to it")]
+    fn a_put_reporting_more_than_was_handed_over_panics() {
+        let mut t = CommitTracker::default();
+        let handed = BTreeMap::from([(tp(0), 5)]);
+        t.record_put(Instant::now(), &BTreeMap::from([(tp(0), 7)]), &handed);
+    }
+
+    #[test]
+    #[should_panic(expected = "above the durable offset")]
+    fn committing_above_what_was_reported_durable_panics() {
+        let mut t = CommitTracker::default();
+        t.safe.insert(tp(0), 3);
+        t.take_commit(&BTreeSet::from([tp(0)]), None);
     }
 
     #[test]
     fn only_safe_assigned_offsets_that_move_forward_are_committed() {
         let mut t = CommitTracker::default();
         let assigned = BTreeSet::from([tp(0), tp(1)]);
-        t.record_put(Instant::now(), &BTreeMap::from([(tp(0), 5), (tp(1), 7)]));
+        let handed = BTreeMap::from([(tp(0), 9), (tp(1), 7)]);
+        t.record_put(
+            Instant::now(),
+            &BTreeMap::from([(tp(0), 5), (tp(1), 7)]),
+            &handed,
+        );
         // Durable but not yet declared safe: nothing to commit.
         assert!(t.take_commit(&assigned, None).is_none());
-        t.record_put(Instant::now(), &BTreeMap::from([(tp(0), 9)]));
+        t.record_put(Instant::now(), &BTreeMap::from([(tp(0), 9)]), &handed);
         // A buffering sink may declare less than what is durable.
-        t.record_pre_commit(&BTreeMap::from([(tp(0), 8), (tp(1), 7)]));
+        t.record_pre_commit(&BTreeMap::from([(tp(0), 8), (tp(1), 7)]), &handed);
         let c = t.take_commit(&assigned, None).unwrap();
         assert_eq!(c.offsets, BTreeMap::from([(tp(0), 8), (tp(1), 7)]));
         t.commit_acked(c, &assigned);
         assert_eq!(t.put_to_commit_us.len(), 2, "both puts settled");
         assert!(t.take_commit(&assigned, None).is_none());
         // A revoked partition is never committed again.
-        t.record_pre_commit(&BTreeMap::from([(tp(0), 9)]));
+        t.record_pre_commit(&BTreeMap::from([(tp(0), 9)]), &handed);
         assert!(t.take_commit(&BTreeSet::from([tp(1)]), None).is_none());
     }
 
@@ -224,8 +275,10 @@ mod tests {
     fn failed_commits_keep_their_puts_for_the_next_one() {
         let mut t = CommitTracker::default();
         let assigned = BTreeSet::from([tp(0)]);
-        t.record_put(Instant::now(), &BTreeMap::from([(tp(0), 5)]));
-        t.record_pre_commit(&BTreeMap::from([(tp(0), 5)]));
+        let handed = BTreeMap::from([(tp(0), 5)]);
+        t.record_put(Instant::now(), &BTreeMap::new(), &handed);
+        // The sink made it durable in pre_commit (a put that only buffers).
+        t.record_pre_commit(&BTreeMap::from([(tp(0), 5)]), &handed);
         let c = t.take_commit(&assigned, None).unwrap();
         t.commit_failed(c);
         assert_eq!(t.put_to_commit_us.len(), 0);

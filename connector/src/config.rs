@@ -13,9 +13,10 @@ use crate::error::{ConnectorError, Result};
 /// When durable offsets are committed to Kafka.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CommitPolicy {
-    /// After every put's fsync, commit at once (synchronously).
+    /// Make every put durable (one fsync each) and commit it at once.
     EveryPut,
-    /// Commit the durable offsets every N ms.
+    /// Write puts without an fsync; every N ms, one fsync makes all of them
+    /// durable and their offsets are committed.
     Interval(Duration),
 }
 

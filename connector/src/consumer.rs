@@ -11,15 +11,18 @@
 //! - `enable.auto.commit=false` and `enable.auto.offset.store=false`: only
 //!   the committer and the revoke and stop paths commit, and only offsets
 //!   the sink reported durable.
-//! - Memory between poll and put is bounded by two batches: the one being
-//!   put and the one being filled (`batch_bytes_max` plus one record). The
-//!   consumer thread stops polling while it waits to hand a full batch over.
+//! - Memory between poll and put is bounded: the batch being filled
+//!   (`batch_bytes_max` plus one record), the puts queued for the task thread
+//!   (one under `every-put`; under `interval:MS` at most `batch_bytes_max`
+//!   payload bytes, or one batch; `queue.rs`), and the one being put. The consumer thread stops polling while it waits for
+//!   room in the queue.
 //! - The batch being filled grows while the task thread is busy, up to the
-//!   batch limits: under load, puts (and so fsyncs) get larger, not more.
+//!   batch limits: only full batches (or a lingered one when nothing more is
+//!   waiting to be polled) are queued, so under load puts get larger, not more.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::{self, SyncSender};
+use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -29,10 +32,11 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::Offset;
 
-use crate::config::{OnOffsetOutOfRange, OnOversize, RunConfig};
+use crate::config::{CommitPolicy, OnOffsetOutOfRange, OnOversize, RunConfig};
 use crate::convert::to_record;
 use crate::error::{ConnectorError, Result};
 use crate::pipeline::Pipeline;
+use crate::queue::{self, JobSender};
 use crate::rebalance::SinkContext;
 use crate::retention;
 use crate::task::SinkTask;
@@ -90,7 +94,7 @@ pub struct PipelineOptions {
 pub(crate) struct Shared {
     pub pipeline: Arc<Pipeline>,
     /// Hand-over to the task thread; `None` once the run is over.
-    jobs: Option<SyncSender<Job>>,
+    jobs: Option<JobSender>,
     /// Jobs handed over and not yet finished by the task thread.
     in_flight: Arc<AtomicUsize>,
     /// Disconnects when the task thread has exited (after recording why).
@@ -211,11 +215,12 @@ impl Shared {
         self.last_tp = None;
     }
 
-    /// Hand a job to the task thread, waiting until it takes it.
-    fn send(&self, job: Job) -> Result<()> {
+    /// Queue a job for the task thread, first waiting for room for its
+    /// payload `bytes` (0 for anything but a put).
+    fn send(&self, job: Job, bytes: usize) -> Result<()> {
         let jobs = self.jobs.as_ref().ok_or_else(task_thread_gone)?;
         self.in_flight.fetch_add(1, Ordering::AcqRel);
-        jobs.send(job).map_err(|_| {
+        jobs.send(job, bytes).map_err(|()| {
             self.in_flight.fetch_sub(1, Ordering::AcqRel);
             self.task_failure()
         })
@@ -224,7 +229,7 @@ impl Shared {
     /// Run a job on the task thread and wait for its answer.
     pub(crate) fn request<T>(&self, job: impl FnOnce(Reply<T>) -> Job) -> Result<T> {
         let (tx, rx) = mpsc::channel();
-        self.send(job(tx))?;
+        self.send(job(tx), 0)?;
         rx.recv().map_err(|_| self.task_failure())?
     }
 
@@ -288,9 +293,17 @@ impl Shared {
             return Ok(());
         }
         let records: usize = batches.iter().map(|b| b.records.len()).sum();
+        let bytes = batches.iter().map(|b| payload_bytes(&b.records)).sum();
         let t0 = Instant::now();
-        self.send(Job::Put { batches, poll_us })?;
-        // Time spent waiting for the task thread: the backpressure.
+        self.send(
+            Job::Put {
+                batches,
+                poll_us,
+                bytes,
+            },
+            bytes,
+        )?;
+        // Time spent waiting for room in the queue: the backpressure.
         tracing::debug!(
             records,
             wait_us = t0.elapsed().as_micros() as u64,
@@ -395,8 +408,15 @@ pub fn run_pipeline(
         .build()
         .map_err(|e| ConnectorError::Sink(format!("cannot start the committer: {e}")))?;
     let pipeline = Arc::new(Pipeline::new(opts.on_commit, opts.done));
-    // A rendezvous: a batch is handed over only when the task thread takes it.
-    let (jobs_tx, jobs_rx) = mpsc::sync_channel(0);
+    // Puts wait here while the task thread is busy (queue.rs). Under
+    // `interval:MS` up to a full batch's bytes: polling goes on through the
+    // periodic fsync. Under `every-put` one put: each put pays its own fsync,
+    // so a deeper queue would add latency and no throughput.
+    let queue_bytes_max = match cfg.commit {
+        CommitPolicy::EveryPut => 0,
+        CommitPolicy::Interval(_) => cfg.batch_bytes_max,
+    };
+    let (jobs_tx, jobs_rx, budget) = queue::bounded(queue_bytes_max);
     let in_flight = Arc::new(AtomicUsize::new(0));
     let (task_exit_tx, task_exit) = mpsc::channel::<()>();
     let shared = Arc::new(Mutex::new(Shared {
@@ -433,7 +453,8 @@ pub fn run_pipeline(
         crash_after_records: opts.crash_after_records,
         stop: opts.stop.clone(),
         in_flight,
-        unsafe_puts: false,
+        budget: budget.clone(),
+        unsafe_puts: 0,
         last_pre_commit: Instant::now(),
     };
     let task_thread = std::thread::Builder::new()
@@ -452,6 +473,8 @@ pub fn run_pipeline(
                         "the task thread panicked (see above); nothing more is committed".into(),
                     ));
                 }
+                // Nobody takes jobs any more: wake a sender waiting for room.
+                budget.close();
             }
         })
         .map_err(|e| ConnectorError::Sink(format!("cannot start the task thread: {e}")))?;

@@ -3,7 +3,8 @@
 //! has `append-before-fsync`).
 //!
 //! Points:
-//! - `put-before-commit`: a put's records are durable, their commit not sent.
+//! - `put-before-commit`: `pre_commit` made the puts so far durable; their
+//!   commit is not sent.
 //! - `revoke-before-commit`: in a revoke, the buffer is durable, the revoked
 //!   partitions' commit not sent (the middle of a rebalance).
 //! - `assign-after-open`: in an assignment, the archive was opened and asked

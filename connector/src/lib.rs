@@ -18,6 +18,7 @@ pub mod crashpoint;
 pub mod error;
 pub mod offsets;
 mod pipeline;
+mod queue;
 pub mod rebalance;
 mod retention;
 pub mod task;

@@ -11,14 +11,15 @@
 //!    partition the sink does not know resumes from Kafka's committed offset,
 //!    and failing that from `auto.offset.reset`.
 //! 2. **`put(batches)`** writes records, or buffers them. It returns what the
-//!    sink now reports durable; a sink that buffers reports less, and reports
-//!    the rest from a later `put`.
+//!    sink now reports durable, if anything (Kafka Connect's `put` reports
+//!    nothing; a sink that makes each put durable may say so at once).
 //! 3. **`pre_commit(consumed)`** runs after a `put` (after every one with
 //!    `--commit every-put`, once per interval with `interval:MS`), and on
-//!    revoke and on stop. It returns the offsets that are safe to commit
-//!    (durable ones), never more than what `put` reported durable; an empty
-//!    map opts out. The loop asserts this. The commit itself follows on the
-//!    loop's committer, while the next `put` runs.
+//!    revoke and on stop. Like Kafka Connect's `flush` / `preCommit`, it makes
+//!    what was put durable (or as much as the sink chooses) and returns the
+//!    offsets that are durable and safe to commit, never past the records
+//!    handed to it (the loop asserts this); an empty map opts out. The commit
+//!    itself follows on the loop's committer, while the next `put` runs.
 //! 4. **`close(partitions)`** runs after revoked partitions were committed
 //!    (or, for lost partitions, without any commit).
 //! 5. **`stop()`** runs once, after the final commit of a clean stop.
@@ -124,15 +125,20 @@ impl SinkTask for ArchiveSink {
             .collect())
     }
 
+    /// Writes the records to the log without an fsync: `pre_commit` pays
+    /// one fsync for every put since the last (all of them under
+    /// `--commit every-put`, one per interval under `interval:MS`).
     fn put(&mut self, batches: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
-        let d = self.eng()?.append(batches).map_err(engine_error)?;
+        let w = self.eng()?.write(batches).map_err(engine_error)?;
         Ok(PutOutcome {
-            durable: d.offsets,
-            records_written: d.appended_records,
-            records_duplicate: d.duplicate_records,
+            durable: BTreeMap::new(),
+            records_written: w.appended_records,
+            records_duplicate: w.duplicate_records,
         })
     }
 
+    /// fsyncs every put so far (the engine's group commit: one flush and
+    /// fdatasync), then returns the durable offsets of the partitions consumed.
     fn pre_commit(
         &mut self,
         consumed: &BTreeMap<TopicPartition, i64>,
@@ -143,6 +149,7 @@ impl SinkTask for ArchiveSink {
                 "engine poisoned: committing nothing".into(),
             ));
         }
+        e.sync().map_err(engine_error)?;
         let durable = e.durable_offsets();
         Ok(consumed
             .keys()

@@ -1,16 +1,16 @@
 //! The task thread: the one owner of the [`SinkTask`], running its calls in
 //! the order the consumer thread hands them over.
 //!
-//! Jobs arrive on a rendezvous channel: a hand-over completes only when this
-//! thread is ready for it, so the consumer thread holds at most one batch in
-//! its buffer while one put runs here. Because the channel is FIFO, a revoke's
-//! `Flush` runs after every put handed over before it: that is how "finish the
-//! in-flight put" is kept.
+//! Jobs arrive on a FIFO queue bounded by bytes (`queue.rs`): the consumer
+//! thread keeps polling while a put or a `pre_commit` runs here, until the
+//! queue is full. Because the queue is FIFO, a revoke's `Flush` runs after
+//! every put handed over before it: that is how "finish the in-flight put"
+//! is kept.
 //!
 //! # Invariants
 //! - `pre_commit` runs after `put` returned, on this thread, and what it
-//!   declares safe is checked against what `put` reported durable
-//!   (`CommitTracker::record_pre_commit` panics otherwise).
+//!   declares durable and safe is checked against the records handed to the
+//!   sink (`CommitTracker::record_pre_commit` panics otherwise).
 //! - After a fatal error no put runs and no commit is sent: puts handed over
 //!   are dropped, flushes are refused.
 //! - A retriable put error retries the same batch (with a capped backoff)
@@ -28,6 +28,7 @@ use cairn_engine::{RecordBatch, TopicPartition};
 use crate::config::CommitPolicy;
 use crate::error::{ConnectorError, Result};
 use crate::pipeline::Pipeline;
+use crate::queue::Budget;
 use crate::task::{SinkTask, TaskError};
 
 pub(crate) type Reply<T> = Sender<Result<T>>;
@@ -38,6 +39,8 @@ pub(crate) enum Job {
         batches: Vec<RecordBatch>,
         /// From the batch's first polled record to its hand-over.
         poll_us: u64,
+        /// Payload bytes, released from the queue's budget when taken.
+        bytes: usize,
     },
     /// Partitions were assigned: where does each resume?
     Open {
@@ -73,8 +76,10 @@ pub(crate) struct Worker {
     /// Jobs handed over and not yet finished (the consumer thread reads it
     /// to decide whether a lingering batch can be handed over at once).
     pub in_flight: Arc<AtomicUsize>,
+    /// The hand-over queue's byte budget: a put's bytes leave it when taken.
+    pub budget: Arc<Budget>,
     /// Puts whose offsets no `pre_commit` has declared safe yet.
-    pub unsafe_puts: bool,
+    pub unsafe_puts: usize,
     pub last_pre_commit: Instant,
 }
 
@@ -90,7 +95,7 @@ impl Worker {
     pub fn run(mut self, jobs: Receiver<Job>) {
         loop {
             let job = match self.policy {
-                CommitPolicy::Interval(every) if self.unsafe_puts => {
+                CommitPolicy::Interval(every) if self.unsafe_puts > 0 => {
                     match jobs.recv_timeout(every.saturating_sub(self.last_pre_commit.elapsed())) {
                         Ok(j) => Some(j),
                         Err(RecvTimeoutError::Timeout) => None,
@@ -107,8 +112,14 @@ impl Worker {
             match job {
                 None => {}
                 // After a fatal error, puts handed over are dropped.
-                Some(Job::Put { .. }) if failed => {}
-                Some(Job::Put { batches, poll_us }) => {
+                Some(Job::Put { bytes, .. }) if failed => self.budget.release(bytes),
+                Some(Job::Put {
+                    batches,
+                    poll_us,
+                    bytes,
+                }) => {
+                    // Out of the queue: room for the consumer's next batch.
+                    self.budget.release(bytes);
                     if let Err(e) = self.put(&batches, poll_us) {
                         self.pipeline.fail(e);
                     }
@@ -151,7 +162,7 @@ impl Worker {
                     let _ = reply.send(r);
                 }
             }
-            if self.unsafe_puts && !self.pipeline.failed.load(Ordering::Acquire) {
+            if self.unsafe_puts > 0 && !self.pipeline.failed.load(Ordering::Acquire) {
                 let due = match self.policy {
                     CommitPolicy::EveryPut => true,
                     CommitPolicy::Interval(every) => self.last_pre_commit.elapsed() >= every,
@@ -177,7 +188,9 @@ impl Worker {
             let t0 = Instant::now();
             let span = tracing::debug_span!("put", records, put_us = tracing::field::Empty);
             let r = span.in_scope(|| self.sink.put(batches));
-            span.record("put_us", t0.elapsed().as_micros() as u64);
+            let put_us = t0.elapsed().as_micros() as u64;
+            span.record("put_us", put_us);
+            tracing::trace!(records, put_us, "put returned");
             match r {
                 Ok(outcome) => break (t0, outcome),
                 Err(TaskError::Retriable(msg)) => {
@@ -202,28 +215,20 @@ impl Worker {
                 Err(e @ TaskError::Fatal(_)) => return Err(sink_error("put", e)),
             }
         };
-        let mut s = self.pipeline.state();
+        let mut guard = self.pipeline.state();
+        let s = &mut *guard;
         for b in batches {
             if let Some(last) = b.records.last() {
                 s.consumed.insert(b.tp.clone(), last.offset + 1);
             }
         }
-        s.tracker.record_put(started, &outcome.durable);
+        s.tracker.record_put(started, &outcome.durable, &s.consumed);
         s.stats.puts += 1;
         s.stats.records_written += outcome.records_written;
         s.stats.records_duplicate += outcome.records_duplicate;
         s.stats.last_put_at = Some(Instant::now());
-        if self
-            .crash_after_records
-            .is_some_and(|n| s.stats.records_written >= n)
-        {
-            // Durable but not committed: exactly the crash window.
-            drop(s);
-            return Err(ConnectorError::SimulatedCrash);
-        }
-        drop(s);
-        crate::crashpoint::reached(crate::crashpoint::PUT_BEFORE_COMMIT);
-        self.unsafe_puts = true;
+        drop(guard);
+        self.unsafe_puts += 1;
         Ok(())
     }
 
@@ -237,12 +242,28 @@ impl Worker {
                 .map(|(tp, o)| (tp.clone(), *o))
                 .collect()
         };
+        let t0 = Instant::now();
         let safe = self
             .sink
             .pre_commit(&consumed)
             .map_err(|e| sink_error("pre_commit", e))?;
-        self.pipeline.state().tracker.record_pre_commit(&safe);
-        self.unsafe_puts = false;
+        tracing::trace!(
+            pre_commit_us = t0.elapsed().as_micros() as u64,
+            "pre_commit returned"
+        );
+        if self
+            .crash_after_records
+            .is_some_and(|n| self.pipeline.state().stats.records_written >= n)
+        {
+            // Durable but not committed: exactly the crash window.
+            return Err(ConnectorError::SimulatedCrash);
+        }
+        crate::crashpoint::reached(crate::crashpoint::PUT_BEFORE_COMMIT);
+        self.pipeline
+            .state()
+            .tracker
+            .record_pre_commit(&safe, &consumed);
+        self.unsafe_puts = 0;
         self.last_pre_commit = Instant::now();
         self.pipeline.wake.notify_one();
         Ok(())

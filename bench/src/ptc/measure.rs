@@ -264,10 +264,16 @@ pub fn archive_main(args: ArchiveArgs) -> Result<(), String> {
         size: 0,
         out: &args.data,
     };
-    archive(&case, args.policy, &args.data)?;
+    // As `cairn run` does for its policy.
+    cairn_connector::allocator::tune_for(args.policy);
+    let a = archive(&case, args.policy, &args.data)?;
+    let records: u64 = ends.values().map(|o| *o as u64).sum();
     println!(
-        "peak_rss_bytes={}",
-        peak_rss_bytes().ok_or("no VmHWM in /proc/self/status")?
+        "peak_rss_bytes={} records_per_s={:.0} fsyncs={} p50_us={}",
+        peak_rss_bytes().ok_or("no VmHWM in /proc/self/status")?,
+        records as f64 / a.seconds,
+        a.fsyncs,
+        a.report.put_to_commit_us.value_at_quantile(0.5)
     );
     Ok(())
 }
@@ -312,7 +318,7 @@ pub fn footprint(case: &Case, policy: CommitPolicy) -> Result<Footprint, String>
     let peak_rss_bytes = stdout
         .lines()
         .find_map(|l| l.strip_prefix("peak_rss_bytes="))
-        .and_then(|v| v.trim().parse().ok())
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .ok_or_else(|| format!("archive child printed no peak RSS: {stdout}"))?;
     let (disk_bytes, disk_bytes_allocated) =
         dir_bytes(dir.path()).map_err(|e| format!("store size: {e}"))?;

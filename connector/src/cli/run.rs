@@ -29,7 +29,7 @@ pub struct RunArgs {
     /// The archive's data directory (created if missing).
     #[arg(long)]
     pub data: Option<PathBuf>,
-    /// every-put: commit after each put's fsync; interval:<ms>: commit durable offsets periodically.
+    /// every-put: fsync each put and commit it at once; interval:<ms>: fsync and commit every <ms> (puts in between are written without an fsync).
     #[arg(long)]
     pub commit: Option<CommitPolicy>,
     /// Most records in one put.
@@ -126,6 +126,7 @@ impl RunArgs {
 
 pub async fn run(args: RunArgs) -> Result<ExitCode> {
     let cfg = args.into_config()?;
+    crate::allocator::tune_for(cfg.commit);
     let engine_cfg = EngineConfig::new(&cfg.data).record_bytes_max(cfg.record_bytes_max);
     let engine = Arc::new(Engine::open(engine_cfg)?);
     let r = engine.recovery_report();
