@@ -127,6 +127,15 @@ impl Pipeline {
         }
     }
 
+    /// Ask the `done` predicate about what Kafka holds now.
+    fn check_done(&self, s: &mut CommitState) {
+        if let Some(d) = s.done.as_mut() {
+            if d(&s.tracker.committed) {
+                self.finished.store(true, Ordering::Release);
+            }
+        }
+    }
+
     /// Commit what `pre_commit` declared safe, synchronously: of all assigned
     /// partitions, or only of `only`'s. A failed commit is logged and left
     /// for the next one; it never stalls durability. Returns false when the
@@ -150,7 +159,13 @@ impl Pipeline {
             };
             match s.tracker.take_commit(&committable, only) {
                 Some(p) => p,
-                None => return true,
+                None => {
+                    // Kafka may already hold everything (a run that resumes
+                    // fully archived and committed): nothing will be
+                    // committed, so ask here.
+                    self.check_done(s);
+                    return true;
+                }
             }
         };
         let mut tpl = TopicPartitionList::new();
@@ -185,11 +200,7 @@ impl Pipeline {
                 }
                 s.tracker.commit_acked(pending, &s.assigned);
                 s.stats.commits += 1;
-                if let Some(d) = s.done.as_mut() {
-                    if d(&s.tracker.committed) {
-                        self.finished.store(true, Ordering::Release);
-                    }
-                }
+                self.check_done(s);
                 true
             }
             Err(e) => {
