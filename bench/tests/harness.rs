@@ -51,11 +51,14 @@ fn put_to_commit_harness_runs_and_reports() {
         assert!(r["pct_of_disk_bandwidth"].as_f64().unwrap() > 0.0);
     }
     assert!(json["disk_bandwidth"]["mb_per_s"].as_f64().unwrap() > 0.0);
-    // The footprint: every-put archiving the case in a process of its own.
-    let f = &case["footprint"];
-    assert_eq!(f["policy"], "every-put", "{f}");
-    assert!(f["peak_rss_bytes"].as_u64().unwrap() > 1 << 20, "{f}");
-    assert_eq!(f["payload_bytes"], 300_000);
+    // The footprint: each policy archiving the case in a process of its own.
+    let footprints = case["footprints"].as_array().unwrap();
+    assert_eq!(footprints.len(), 2, "{footprints:?}");
+    for (f, policy) in footprints.iter().zip(["every-put", "interval:50"]) {
+        assert_eq!(f["policy"], policy, "{f}");
+        assert!(f["peak_rss_bytes"].as_u64().unwrap() > 1 << 20, "{f}");
+        assert_eq!(f["payload_bytes"], 300_000);
+    }
     assert!(stdout.contains("peak RSS"), "{stdout}");
     assert!(case["floor"]["sum"]["p50_us"].as_u64().unwrap() > 0);
     assert!(case["ceiling"]["records_per_s"].as_f64().unwrap() > 0.0);

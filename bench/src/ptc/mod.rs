@@ -128,8 +128,8 @@ pub struct CaseResult {
     pub cairn: Vec<measure::CairnRun>,
     pub floor: measure::Floor,
     pub ceiling: Throughput,
-    /// cairn `every-put` archiving the case in a process of its own.
-    pub footprint: Peer<measure::Footprint>,
+    /// cairn archiving the case in a process of its own, per policy.
+    pub footprints: Vec<Peer<measure::Footprint>>,
     pub kcat: Peer<Throughput>,
     pub python: Peer<peers::PythonRun>,
     #[serde(skip)]
@@ -184,9 +184,7 @@ pub fn run(args: Args) -> Result<(), String> {
             cairn: Vec::new(),
             floor: measure::Floor::default(),
             ceiling: measure::ceiling(broker.brokers(), &topic, records, size)?,
-            footprint: Peer::Skipped {
-                skipped: "not measured".into(),
-            },
+            footprints: Vec::new(),
             kcat: Peer::Skipped {
                 skipped: "--no-peers".into(),
             },
@@ -223,17 +221,23 @@ pub fn run(args: Args) -> Result<(), String> {
             result.histograms.cairn.push((run.policy.clone(), h));
             result.cairn.push(run);
         }
-        result.footprint = match measure::footprint(&case, CommitPolicy::EveryPut) {
-            Ok(f) => {
-                eprintln!(
-                    "   footprint (every-put, own process): peak RSS {} MiB, store {:.2}x the payload",
-                    f.peak_rss_bytes >> 20,
-                    f.space_amplification
-                );
-                Peer::Ran(f)
-            }
-            Err(e) => Peer::Skipped { skipped: e },
-        };
+        for policy in &args.policies {
+            let f = match measure::footprint(&case, *policy) {
+                Ok(f) => {
+                    eprintln!(
+                        "   footprint ({}, own process): peak RSS {} MiB, store {:.2}x the payload",
+                        f.policy,
+                        f.peak_rss_bytes >> 20,
+                        f.space_amplification
+                    );
+                    Peer::Ran(f)
+                }
+                Err(e) => Peer::Skipped {
+                    skipped: format!("{}: {e}", measure::policy_name(*policy)),
+                },
+            };
+            result.footprints.push(f);
+        }
         let (floor, floor_h) = measure::floor(
             broker.brokers(),
             &topic,

@@ -93,15 +93,17 @@ pub fn table(r: &Report) {
                 run.pct_of_disk_bandwidth,
             );
         }
-        match &c.footprint {
-            Peer::Ran(f) => println!(
-                "{:<34} peak RSS {:.0} MiB archiving every record in a process of its own ({}); store {:.2}x the payload",
-                "  footprint",
-                mib(f.peak_rss_bytes),
-                f.policy,
-                f.space_amplification
-            ),
-            Peer::Skipped { skipped } => println!("{:<34} skipped: {skipped}", "  footprint"),
+        for f in &c.footprints {
+            match f {
+                Peer::Ran(f) => println!(
+                    "{:<34} peak RSS {:.0} MiB archiving every record in a process of its own ({}); store {:.2}x the payload",
+                    "  footprint",
+                    mib(f.peak_rss_bytes),
+                    f.policy,
+                    f.space_amplification
+                ),
+                Peer::Skipped { skipped } => println!("{:<34} skipped: {skipped}", "  footprint"),
+            }
         }
         row(
             "floor: fdatasync + commit",
