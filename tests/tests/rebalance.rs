@@ -12,7 +12,9 @@ use std::thread;
 use cairn_connector::cli::demo::{
     archived_offsets, demo_next_offsets, demo_producer, produce_with, DEMO_PARTITIONS,
 };
-use cairn_connector::{run_pipeline, ArchiveSink, PipelineOptions, RunConfig, RunReport};
+use cairn_connector::{
+    run_pipeline, ArchiveSink, CommitPolicy, PipelineOptions, RunConfig, RunReport,
+};
 use cairn_engine::{Engine, EngineConfig, TopicPartition};
 use cairn_tests::{fast_group, TestKafka};
 
@@ -21,6 +23,7 @@ const CHUNK: u64 = 1_000;
 fn member(
     k: &TestKafka,
     strategy: &str,
+    policy: CommitPolicy,
     data: &std::path::Path,
     stop: Arc<AtomicBool>,
     commits: mpsc::Sender<BTreeMap<TopicPartition, i64>>,
@@ -33,6 +36,7 @@ fn member(
         data.to_path_buf(),
     );
     cfg.batch_records_max = 500;
+    cfg.commit = policy;
     fast_group(&mut cfg);
     cfg.kafka
         .insert("partition.assignment.strategy".into(), strategy.into());
@@ -82,7 +86,21 @@ fn archived(dir: &std::path::Path, topic: &str) -> Vec<(i32, i64)> {
 /// uncommitted tail again (DURABILITY.md).
 #[test]
 fn member_joining_and_leaving_archives_every_offset_exactly_once() {
-    let (overlap, revoke_commit_failures) = join_and_leave("rebalance-coop", "cooperative-sticky");
+    exactly_once_unless_a_revoke_failed("rebalance-coop", CommitPolicy::EveryPut);
+}
+
+/// The same under `interval:MS`: puts are written without an fsync and wait
+/// in a deeper queue, so a revoke has more to finish and make durable.
+#[test]
+fn member_joining_and_leaving_under_interval_commits_archives_every_offset_exactly_once() {
+    exactly_once_unless_a_revoke_failed(
+        "rebalance-coop-interval",
+        CommitPolicy::Interval(std::time::Duration::from_millis(50)),
+    );
+}
+
+fn exactly_once_unless_a_revoke_failed(topic: &str, policy: CommitPolicy) {
+    let (overlap, revoke_commit_failures) = join_and_leave(topic, "cooperative-sticky", policy);
     if revoke_commit_failures == 0 {
         assert_eq!(overlap, 0, "records archived by both members");
     } else {
@@ -98,13 +116,13 @@ fn member_joining_and_leaving_archives_every_offset_exactly_once() {
 /// and each store stays free of duplicates.
 #[test]
 fn eager_rebalance_loses_nothing_and_each_store_stays_duplicate_free() {
-    let (overlap, _) = join_and_leave("rebalance-eager", "range");
+    let (overlap, _) = join_and_leave("rebalance-eager", "range", CommitPolicy::EveryPut);
     eprintln!("eager protocol: {overlap} records archived by both members");
 }
 
 /// Run the join-and-leave scenario; return how many records both stores
 /// hold, and how many revokes failed to commit.
-fn join_and_leave(topic: &str, strategy: &str) -> (usize, u64) {
+fn join_and_leave(topic: &str, strategy: &str, policy: CommitPolicy) -> (usize, u64) {
     cairn_tests::init_logs();
     let k = TestKafka::new(topic, DEMO_PARTITIONS);
     let mut produced = 0u64;
@@ -122,6 +140,7 @@ fn join_and_leave(topic: &str, strategy: &str) -> (usize, u64) {
     let a = member(
         &k,
         strategy,
+        policy,
         dir_a.path(),
         Arc::new(AtomicBool::new(false)),
         tx_a,
@@ -133,7 +152,15 @@ fn join_and_leave(topic: &str, strategy: &str) -> (usize, u64) {
     // committed some of its own.
     let stop_b = Arc::new(AtomicBool::new(false));
     let (tx_b, rx_b) = mpsc::channel();
-    let b = member(&k, strategy, dir_b.path(), stop_b.clone(), tx_b, None);
+    let b = member(
+        &k,
+        strategy,
+        policy,
+        dir_b.path(),
+        stop_b.clone(),
+        tx_b,
+        None,
+    );
     // Paced by B's commits, not by time: a chunk per 100 ms without one.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
     loop {
