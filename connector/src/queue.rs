@@ -122,26 +122,27 @@ mod tests {
         assert!(!b.acquire(1), "a closed queue refuses");
     }
 
-    #[test]
-    fn a_closed_queue_wakes_a_waiting_sender() {
+    /// A full queue and a sender waiting for 5 bytes of room in it.
+    fn full_with_a_waiter() -> (Arc<Budget>, std::thread::JoinHandle<bool>) {
         let (_tx, _rx, b) = bounded(10);
         assert!(b.acquire(10));
         let waiter = std::thread::spawn({
             let b = b.clone();
             move || b.acquire(5)
         });
+        (b, waiter)
+    }
+
+    #[test]
+    fn a_closed_queue_wakes_a_waiting_sender() {
+        let (b, waiter) = full_with_a_waiter();
         b.close();
         assert!(!waiter.join().unwrap());
     }
 
     #[test]
     fn a_release_wakes_a_waiting_sender() {
-        let (_tx, _rx, b) = bounded(10);
-        assert!(b.acquire(10));
-        let waiter = std::thread::spawn({
-            let b = b.clone();
-            move || b.acquire(5)
-        });
+        let (b, waiter) = full_with_a_waiter();
         b.release(10);
         assert!(waiter.join().unwrap());
     }
