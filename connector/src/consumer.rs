@@ -14,8 +14,8 @@
 //! - Memory between poll and put is bounded: the batch being filled
 //!   (`batch_bytes_max` plus one record), the puts queued for the task thread
 //!   (one under `every-put`; under `interval:MS` at most `batch_bytes_max`
-//!   payload bytes, or one batch; `queue.rs`), and the one being put. The consumer thread stops polling while it waits for
-//!   room in the queue.
+//!   payload bytes, or one batch; `queue.rs`), and the one being put. The
+//!   consumer thread stops polling while it waits for room in the queue.
 //! - The batch being filled grows while the task thread is busy, up to the
 //!   batch limits: only full batches (or a lingered one when nothing more is
 //!   waiting to be polled) are queued, so under load puts get larger, not more.
@@ -215,12 +215,11 @@ impl Shared {
         self.last_tp = None;
     }
 
-    /// Queue a job for the task thread, first waiting for room for its
-    /// payload `bytes` (0 for anything but a put).
-    fn send(&self, job: Job, bytes: usize) -> Result<()> {
+    /// Queue a job for the task thread, first waiting for room for it.
+    fn send(&self, job: Job) -> Result<()> {
         let jobs = self.jobs.as_ref().ok_or_else(task_thread_gone)?;
         self.in_flight.fetch_add(1, Ordering::AcqRel);
-        jobs.send(job, bytes).map_err(|()| {
+        jobs.send(job).map_err(|()| {
             self.in_flight.fetch_sub(1, Ordering::AcqRel);
             self.task_failure()
         })
@@ -229,7 +228,7 @@ impl Shared {
     /// Run a job on the task thread and wait for its answer.
     pub(crate) fn request<T>(&self, job: impl FnOnce(Reply<T>) -> Job) -> Result<T> {
         let (tx, rx) = mpsc::channel();
-        self.send(job(tx), 0)?;
+        self.send(job(tx))?;
         rx.recv().map_err(|_| self.task_failure())?
     }
 
@@ -288,21 +287,19 @@ impl Shared {
         let poll_us = self
             .pending_since
             .map_or(0, |t| t.elapsed().as_micros() as u64);
+        // The whole buffer is taken: its payload bytes are the put's.
+        let bytes = self.pending_bytes;
         let batches = self.take_batches(None);
         if batches.is_empty() {
             return Ok(());
         }
         let records: usize = batches.iter().map(|b| b.records.len()).sum();
-        let bytes = batches.iter().map(|b| payload_bytes(&b.records)).sum();
         let t0 = Instant::now();
-        self.send(
-            Job::Put {
-                batches,
-                poll_us,
-                bytes,
-            },
+        self.send(Job::Put {
+            batches,
+            poll_us,
             bytes,
-        )?;
+        })?;
         // Time spent waiting for room in the queue: the backpressure.
         tracing::debug!(
             records,

@@ -76,9 +76,10 @@ pub(crate) struct JobSender {
 }
 
 impl JobSender {
-    /// Queue a job, first waiting for room for its `bytes`. `Err` when the
+    /// Queue a job, first waiting for room for its bytes. `Err` when the
     /// task thread is gone (the job is dropped).
-    pub fn send(&self, job: Job, bytes: usize) -> Result<(), ()> {
+    pub fn send(&self, job: Job) -> Result<(), ()> {
+        let bytes = job.queued_bytes();
         if !self.budget.acquire(bytes) {
             return Err(());
         }

@@ -65,6 +65,17 @@ pub(crate) enum Job {
     },
 }
 
+impl Job {
+    /// What the job holds against the hand-over queue's byte budget: a
+    /// put's payload bytes; nothing for the others.
+    pub fn queued_bytes(&self) -> usize {
+        match self {
+            Job::Put { bytes, .. } => *bytes,
+            _ => 0,
+        }
+    }
+}
+
 pub(crate) struct Worker {
     pub sink: Box<dyn SinkTask>,
     pub pipeline: Arc<Pipeline>,
