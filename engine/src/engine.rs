@@ -15,6 +15,8 @@
 //!   sled's log survives a crash as a prefix, so nothing derived (index,
 //!   summary) is ever durable without the frames it describes; recovery
 //!   rebuilds what is missing (`torn_append.rs` cuts after every insert).
+//! - Frames are written into slots reserved ahead of them (slots.rs), which
+//!   are inserted before the frames that fill them.
 //! - Lock order: `write` before `commit`; the sync leader never holds both.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -33,6 +35,7 @@ use crate::meta;
 use crate::offsets::{DurableOffsets, PartitionSummary};
 use crate::record::{validate_batch, Record, RecordBatch, TopicPartition};
 use crate::recovery::{self, RecoveryReport};
+use crate::slots;
 use crate::sync::DurableSync;
 use crate::watermark::{self, Watermark};
 
@@ -69,6 +72,9 @@ pub(crate) struct WriteState {
     pub partitions: BTreeMap<TopicPartition, PartitionSummary>,
     pub bytes_since_checkpoint: u64,
     pub checkpoint_lsn: u64,
+    /// First LSN with no reserved slot (slots.rs): slots fill
+    /// `next_lsn..slots_end`.
+    pub slots_end: u64,
 }
 
 #[derive(Debug)]
@@ -379,7 +385,14 @@ impl Engine {
                 // checkpoint. A crash can leave only what recovery repairs
                 // (frames without their index or summary) or truncates (an
                 // entry missing its last chunks, never acknowledged).
-                for (k, v) in writes {
+                //
+                // Slots first (slots.rs): the frames then replace keys sled
+                // has already split into leaves, and are logged once.
+                let slots = slots::to_reserve(next_lsn, w.slots_end);
+                let slot_writes = slots
+                    .clone()
+                    .map(|lsn| (keys::wal_key(lsn).to_vec(), Vec::new()));
+                for (k, v) in slot_writes.chain(writes) {
                     if let Err(e) = mid_write_failpoint() {
                         return Err(self.poison("write", e.to_string()));
                     }
@@ -387,6 +400,7 @@ impl Engine {
                         return Err(self.poison("write", e.to_string()));
                     }
                 }
+                w.slots_end = w.slots_end.max(slots.end);
                 w.next_lsn = next_lsn;
                 w.seq += 1;
                 w.partitions.extend(updated);

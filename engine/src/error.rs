@@ -43,7 +43,9 @@ pub enum Error {
     #[error("invalid input: {0}")]
     InvalidInput(#[from] InvalidInput),
     /// The store was written by a format this build does not read.
-    #[error("unsupported format version {found} in {path} (this build reads version {supported})")]
+    #[error(
+        "unsupported format version {found} in {path} (this build reads versions 1 to {supported})"
+    )]
     UnsupportedFormat {
         path: PathBuf,
         found: u32,
@@ -146,6 +148,10 @@ pub enum CorruptionKind {
     Checksum { expected: u32, actual: u32 },
     #[error("lsn gap: expected {expected}, found {found}")]
     LsnGap { expected: u64, found: u64 },
+    /// A frame stored above an empty reserved slot (slots.rs): the log has
+    /// a hole where the slot is.
+    #[error("frame stored above the empty slot at lsn {slot_lsn}: the log has a hole")]
+    FrameAfterSlot { slot_lsn: u64 },
     #[error("bad chunk sequence: {detail}")]
     BadChunkSequence { detail: String },
     #[error("body does not decode: {detail}")]

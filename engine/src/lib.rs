@@ -54,6 +54,7 @@ mod reader;
 pub mod record;
 mod recovery;
 mod retention;
+pub mod slots;
 mod sync;
 mod verify;
 pub mod watermark;

@@ -9,8 +9,19 @@ use crate::error::{CorruptionKind, Location};
 use crate::keys::{self, Fields, META_CHECKPOINT, META_FORMAT};
 
 pub const STORE_MAGIC: [u8; 4] = *b"CRNM";
-/// The store format version this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The store format version this build writes. Version 2 added reserved
+/// slots (empty `W<lsn>` values, slots.rs), which a version-1 build would
+/// read as torn frames.
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest store format this build reads. Opening a version-1 store
+/// upgrades it to version 2 before anything else is written, so that a
+/// version-1 build refuses it instead of misreading a slot.
+pub const FORMAT_VERSION_OLDEST: u32 = 1;
+
+/// True when this build reads stores of format `version`.
+pub fn is_readable(version: u32) -> bool {
+    (FORMAT_VERSION_OLDEST..=FORMAT_VERSION).contains(&version)
+}
 
 pub fn encode_format(version: u32) -> Vec<u8> {
     let mut v = STORE_MAGIC.to_vec();

@@ -4,6 +4,8 @@
 //! 2. Load the checkpoint LSN and the partition summaries.
 //! 3. Verify every frame after the checkpoint (CRC, LSN continuity, chunk
 //!    sequence, body), and confirm or rebuild its index entry and summary.
+//!    Reserved slots (slots.rs) end the log; a frame above one is
+//!    `FrameAfterSlot` corruption.
 //! 4. A torn last entry (its final frame truncated, or its chunk sequence cut
 //!    off at the end of the log) is truncated under `TolerateTail` and
 //!    refused under `Strict`. Anything else is `Corruption` with its LSN.
@@ -29,6 +31,7 @@ use crate::keys;
 use crate::meta;
 use crate::offsets::PartitionSummary;
 use crate::record::TopicPartition;
+use crate::slots;
 use crate::sync::DurableSync;
 use crate::watermark;
 
@@ -128,10 +131,21 @@ pub(crate) fn recover(
     let mut iter = tree
         .range(keys::wal_key(checkpoint.saturating_add(1))..=keys::wal_key(u64::MAX))
         .peekable();
+    // The first reserved slot (slots.rs) seen, and the end of the slots.
+    let mut first_slot: Option<u64> = None;
+    let mut slots_end = 0;
     while let Some(item) = iter.next() {
         let (k, v) = item.map_err(store_err("scan log tail"))?;
         let lsn = keys::parse_wal_key(&k)
             .map_err(|kind| Error::corruption(Location::Key { key_hex: hex(&k) }, kind))?;
+        if slots::is_slot(&v) {
+            first_slot.get_or_insert(lsn);
+            slots_end = lsn + 1;
+            continue;
+        }
+        if let Some(slot_lsn) = first_slot {
+            return Err(corrupt(lsn, CorruptionKind::FrameAfterSlot { slot_lsn }));
+        }
         if lsn != expected {
             return Err(corrupt(
                 lsn,
@@ -142,7 +156,12 @@ pub(crate) fn recover(
             ));
         }
         report.frames_checked += 1;
-        let is_last = iter.peek().is_none();
+        // Last frame: nothing after it but slots, if anything.
+        let is_last = match iter.peek() {
+            None => true,
+            Some(Ok((_, next))) => slots::is_slot(next),
+            Some(Err(_)) => false,
+        };
         let f = match frame::decode(lsn, &v) {
             Ok(f) => f,
             Err(kind @ CorruptionKind::Truncated { .. }) if is_last => {
@@ -210,6 +229,8 @@ pub(crate) fn recover(
             reason,
         });
         next_lsn = first_lsn;
+        // truncate_tail removed the slots above the torn entry too.
+        slots_end = 0;
     }
     // Before any repair is written: a log that ends below the watermark
     // lost records that were reported durable. That includes a "torn tail"
@@ -256,6 +277,7 @@ pub(crate) fn recover(
         partitions,
         bytes_since_checkpoint: 0,
         checkpoint_lsn: next_lsn - 1,
+        slots_end: slots_end.max(next_lsn),
     };
     Ok((state, report))
 }
@@ -273,12 +295,28 @@ fn check_format(
     {
         Some(v) => {
             let found = meta::decode_format(&v).map_err(meta_err)?;
-            if found != meta::FORMAT_VERSION {
+            if !meta::is_readable(found) {
                 return Err(Error::UnsupportedFormat {
                     path: cfg.path.clone(),
                     found,
                     supported: meta::FORMAT_VERSION,
                 });
+            }
+            if found < meta::FORMAT_VERSION {
+                // Durable before any write of the newer layout, so an older
+                // build never opens a store it would misread.
+                tree.insert(keys::META_FORMAT, meta::encode_format(meta::FORMAT_VERSION))
+                    .map_err(store_err("upgrade format"))?;
+                syncer.sync(db, 0).map_err(|e| Error::Io {
+                    op: "sync format upgrade",
+                    path: cfg.sled_path(),
+                    source: e,
+                })?;
+                tracing::info!(
+                    from = found,
+                    to = meta::FORMAT_VERSION,
+                    "upgraded store format"
+                );
             }
             Ok(false)
         }
@@ -388,7 +426,8 @@ fn confirm_index(
     Ok(())
 }
 
-/// Remove every frame from `first_lsn` on, and the index entries that point there.
+/// Remove every frame (and reserved slot) from `first_lsn` on, and the
+/// index entries that point there.
 fn truncate_tail(
     tree: &sled::Tree,
     first_lsn: u64,
@@ -398,9 +437,11 @@ fn truncate_tail(
 ) -> Result<u64> {
     let mut frames = 0;
     for item in tree.range(keys::wal_key(first_lsn)..=keys::wal_key(u64::MAX)) {
-        let (k, _) = item.map_err(store_err("scan torn tail"))?;
+        let (k, v) = item.map_err(store_err("scan torn tail"))?;
         repairs.remove(k);
-        frames += 1;
+        if !slots::is_slot(&v) {
+            frames += 1;
+        }
     }
     for tp in partitions.keys() {
         for item in tree.scan_prefix(keys::index_prefix(tp)).rev() {

@@ -25,6 +25,7 @@ use crate::meta;
 use crate::offsets::PartitionSummary;
 use crate::record::TopicPartition;
 use crate::recovery::hex;
+use crate::slots;
 
 /// Problems listed in full; more are only counted.
 pub const PROBLEMS_LISTED_MAX: usize = 1000;
@@ -97,13 +98,15 @@ pub fn verify_store(cfg: &EngineConfig) -> Result<VerifyReport> {
     let mut r = verify_tree(&tree)?;
     // sled drops the end of its log after a damaged record and leaves a
     // consistent older tree: only the watermark beside it can tell.
-    let last_lsn = match tree.scan_prefix([keys::PREFIX_WAL]).next_back() {
-        Some(item) => {
-            let (k, _) = item.map_err(store_err("read last frame"))?;
-            keys::parse_wal_key(&k).unwrap_or(0)
+    let mut last_lsn = 0;
+    // The last frame: only reserved slots (a few hundred at most) lie above it.
+    for item in tree.scan_prefix([keys::PREFIX_WAL]).rev() {
+        let (k, v) = item.map_err(store_err("read last frame"))?;
+        if !slots::is_slot(&v) {
+            last_lsn = keys::parse_wal_key(&k).unwrap_or(0);
+            break;
         }
-        None => 0,
-    };
+    }
     match crate::watermark::read(&cfg.path) {
         Ok(mark) => {
             if let Err(Error::Corruption { location, kind }) =
@@ -156,11 +159,12 @@ fn verify_meta(tree: &sled::Tree, r: &mut VerifyReport) -> Result<()> {
         ),
         Some(v) => match meta::decode_format(&v) {
             Err((l, k)) => r.add(l, k),
-            Ok(found) if found != meta::FORMAT_VERSION => r.add(
+            Ok(found) if !meta::is_readable(found) => r.add(
                 Location::Meta { key: "format" },
                 CorruptionKind::BadMeta {
                     detail: format!(
-                        "format version {found}, this build reads {}",
+                        "format version {found}, this build reads {} to {}",
+                        meta::FORMAT_VERSION_OLDEST,
                         meta::FORMAT_VERSION
                     ),
                 },
@@ -236,6 +240,7 @@ fn verify_log(tree: &sled::Tree, r: &mut VerifyReport) -> Result<Entries> {
     let mut last_offset: BTreeMap<TopicPartition, i64> = BTreeMap::new();
     let mut expected: u64 = 1;
     let mut asm = Assembler::default();
+    let mut first_slot: Option<u64> = None;
     for item in tree.scan_prefix([keys::PREFIX_WAL]) {
         let (k, v) = item.map_err(store_err("scan log"))?;
         let lsn = match keys::parse_wal_key(&k) {
@@ -246,6 +251,16 @@ fn verify_log(tree: &sled::Tree, r: &mut VerifyReport) -> Result<Entries> {
             }
         };
         let at = Location::Wal { lsn };
+        if slots::is_slot(&v) {
+            first_slot.get_or_insert(lsn);
+            continue;
+        }
+        if let Some(slot_lsn) = first_slot.take() {
+            // Reported once per hole; the frames after it are checked on.
+            r.add(at.clone(), CorruptionKind::FrameAfterSlot { slot_lsn });
+            expected = lsn;
+            asm.reset();
+        }
         r.frames += 1;
         if lsn != expected {
             r.add(

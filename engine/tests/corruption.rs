@@ -217,7 +217,7 @@ fn unknown_format_version_is_refused() {
     match Engine::open(EngineConfig::new(dir.path())) {
         Err(Error::UnsupportedFormat {
             found: 99,
-            supported: 1,
+            supported: 2,
             ..
         }) => {}
         Err(other) => panic!("expected UnsupportedFormat, got {other}"),

@@ -1,0 +1,199 @@
+//! Reserved slots (engine/src/slots.rs): empty `W<lsn>` values written
+//! ahead of the log so that frames replace keys sled has already split.
+//! They must never be read as records, must survive reopen, and a frame
+//! above one (a hole in the log) must be reported wherever it is found.
+
+mod common;
+
+use cairn_engine::{
+    slots, CorruptionKind, Engine, EngineConfig, Error, Location, RecoveryMode, TopicPartition,
+};
+use common::{batch, read_all, wal_key, with_raw_tree};
+
+/// (frame LSNs, slot LSNs) as stored, read through sled directly.
+fn layout(dir: &std::path::Path) -> (Vec<u64>, Vec<u64>) {
+    with_raw_tree(dir, |t| {
+        let mut frames = Vec::new();
+        let mut slots_found = Vec::new();
+        for item in t.scan_prefix([cairn_engine::keys::PREFIX_WAL]) {
+            let (k, v) = item.unwrap();
+            let lsn = cairn_engine::keys::parse_wal_key(&k).unwrap();
+            if slots::is_slot(&v) {
+                slots_found.push(lsn);
+            } else {
+                frames.push(lsn);
+            }
+        }
+        (frames, slots_found)
+    })
+}
+
+/// Three single-frame entries (LSNs 1, 2, 3), dropped without close so
+/// that every frame is in the recovery tail.
+fn crashed_store() -> (tempfile::TempDir, TopicPartition) {
+    let dir = tempfile::tempdir().unwrap();
+    let tp = TopicPartition::new("s", 0);
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    for i in 0..3 {
+        e.append(&[batch(&tp, i * 10..i * 10 + 10, 20)]).unwrap();
+    }
+    (dir, tp)
+}
+
+#[test]
+fn slots_lie_above_every_frame_and_survive_reopen() {
+    let (dir, tp) = crashed_store();
+    let (frames, reserved) = layout(dir.path());
+    assert_eq!(frames, vec![1, 2, 3]);
+    assert!(
+        reserved.len() as u64 >= slots::SLOTS_AHEAD_MIN,
+        "{} slots",
+        reserved.len()
+    );
+    assert_eq!(reserved[0], 4, "slots start right above the last frame");
+
+    // Reopen after the crash: the slots are not frames, not records, not a
+    // torn tail; the next append fills the first of them.
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    assert!(e.recovery_report().truncated.is_none());
+    assert_eq!(e.recovery_report().next_lsn, 4);
+    assert_eq!(read_all(&e, &tp).len(), 30);
+    e.append(&[batch(&tp, 30..40, 20)]).unwrap();
+    assert_eq!(read_all(&e, &tp).len(), 40);
+    let v = e.verify().unwrap();
+    assert!(v.problems.is_empty(), "{:?}", v.problems);
+    assert_eq!(v.frames, 4);
+    e.close().unwrap();
+
+    let (frames, reserved2) = layout(dir.path());
+    assert_eq!(frames, vec![1, 2, 3, 4]);
+    assert_eq!(
+        reserved2,
+        reserved[1..].to_vec(),
+        "the append used the first slot and reserved no more"
+    );
+    let v = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
+    assert!(v.problems.is_empty(), "{:?}", v.problems);
+}
+
+#[test]
+fn many_appends_keep_the_reserve_ahead() {
+    let dir = tempfile::tempdir().unwrap();
+    let tp = TopicPartition::new("s", 0);
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    // 1000 single-frame entries: several runs of slots.
+    for i in 0..1000 {
+        e.append(&[batch(&tp, i..i + 1, 20)]).unwrap();
+    }
+    drop(e);
+    let (frames, reserved) = layout(dir.path());
+    assert_eq!(frames, (1..=1000).collect::<Vec<_>>());
+    let ahead = reserved.len() as u64;
+    assert!(
+        (slots::SLOTS_AHEAD_MIN..=slots::SLOTS_AHEAD_MIN + slots::SLOTS_RESERVED_CHUNK)
+            .contains(&ahead),
+        "{ahead} slots ahead"
+    );
+    assert_eq!(reserved, (1001..1001 + ahead).collect::<Vec<_>>());
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    assert_eq!(read_all(&e, &tp).len(), 1000);
+}
+
+#[test]
+fn a_frame_above_a_slot_is_a_hole_everywhere() {
+    let (dir, _tp) = crashed_store();
+    // Frame 2 emptied: it now reads as a slot with frame 3 above it.
+    with_raw_tree(dir.path(), |t| t.insert(wal_key(2), Vec::new()).unwrap());
+    let expect = CorruptionKind::FrameAfterSlot { slot_lsn: 2 };
+    for mode in [RecoveryMode::TolerateTail, RecoveryMode::Strict] {
+        let mut cfg = EngineConfig::new(dir.path());
+        cfg.recovery_mode = mode;
+        match Engine::open(cfg) {
+            Err(Error::Corruption { location, kind }) => {
+                assert_eq!(location, Location::Wal { lsn: 3 }, "{mode:?}");
+                assert_eq!(kind, expect, "{mode:?}");
+            }
+            Err(other) => panic!("{mode:?}: expected FrameAfterSlot, got {other}"),
+            Ok(_) => panic!("{mode:?}: opened a log with a hole"),
+        }
+    }
+    let v = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
+    assert!(
+        v.problems
+            .iter()
+            .any(|p| p.location == Location::Wal { lsn: 3 } && p.kind == expect),
+        "{:?}",
+        v.problems
+    );
+}
+
+#[test]
+fn a_hole_below_the_checkpoint_fails_reads_and_verify() {
+    let (dir, tp) = crashed_store();
+    Engine::open(EngineConfig::new(dir.path()))
+        .unwrap()
+        .close()
+        .unwrap();
+    with_raw_tree(dir.path(), |t| t.insert(wal_key(2), Vec::new()).unwrap());
+    // The default open does not look below the checkpoint; reads do.
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let err = e
+        .read(&tp, 0)
+        .unwrap()
+        .find_map(|r| r.err())
+        .expect("a read must hit the emptied frame");
+    match err {
+        Error::Corruption {
+            location: Location::Wal { lsn: 2 },
+            ..
+        } => {}
+        other => panic!("expected corruption at lsn 2, got {other}"),
+    }
+    let v = e.verify().unwrap();
+    assert!(v
+        .problems
+        .iter()
+        .any(|p| p.location == Location::Wal { lsn: 3 }
+            && p.kind == CorruptionKind::FrameAfterSlot { slot_lsn: 2 }));
+}
+
+#[test]
+fn a_version_1_store_is_upgraded_on_open() {
+    let (dir, tp) = crashed_store();
+    Engine::open(EngineConfig::new(dir.path()))
+        .unwrap()
+        .close()
+        .unwrap();
+    // What a version-1 build left: no slots, format 1.
+    with_raw_tree(dir.path(), |t| {
+        for lsn in layout_slots(t) {
+            t.remove(wal_key(lsn)).unwrap();
+        }
+        t.insert(
+            cairn_engine::keys::META_FORMAT,
+            cairn_engine::meta::encode_format(1),
+        )
+        .unwrap();
+    });
+    assert!(layout(dir.path()).1.is_empty());
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    assert_eq!(read_all(&e, &tp).len(), 30);
+    e.append(&[batch(&tp, 30..40, 20)]).unwrap();
+    e.close().unwrap();
+    let format = with_raw_tree(dir.path(), |t| {
+        let v = t.get(cairn_engine::keys::META_FORMAT).unwrap().unwrap();
+        cairn_engine::meta::decode_format(&v).unwrap()
+    });
+    assert_eq!(format, cairn_engine::meta::FORMAT_VERSION);
+    assert!(!layout(dir.path()).1.is_empty());
+    let v = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
+    assert!(v.problems.is_empty(), "{:?}", v.problems);
+}
+
+fn layout_slots(t: &sled::Tree) -> Vec<u64> {
+    t.scan_prefix([cairn_engine::keys::PREFIX_WAL])
+        .map(|i| i.unwrap())
+        .filter(|(_, v)| slots::is_slot(v))
+        .map(|(k, _)| cairn_engine::keys::parse_wal_key(&k).unwrap())
+        .collect()
+}
