@@ -1,7 +1,9 @@
 //! Engine figures with their baselines, measured in the same run:
 //! append+fsync p50 for 1 and 1000 records of 100 B against raw sled
 //! `insert(one value)` + `flush` (not durable) and + `fdatasync` (durable),
-//! records/s at 1000-record batches, and open time of 1M vs 1k records.
+//! records/s at 1000-record batches, open time of 1M vs 1k records, and
+//! the bytes each case made the process write per payload byte (write
+//! amplification, from `/proc/self/io`).
 //!
 //! `cargo run --release -p cairn-bench --bin engine-figures [-- iterations]`
 
@@ -16,6 +18,35 @@ fn records(tp: &TopicPartition, start: i64, n: usize) -> RecordBatch {
         records: (0..n as i64)
             .map(|i| Record::with_value(start + i, vec![b'x'; 100]))
             .collect(),
+    }
+}
+
+/// Bytes this process has passed to write calls so far (`wchar` in
+/// `/proc/self/io`: every thread, page cache included; 0 off Linux).
+fn written_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/io")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("wchar: ").and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+/// A case's timings and its bytes written per payload byte.
+struct Case {
+    hist: Histogram<u64>,
+    elapsed: Duration,
+    amplification: f64,
+}
+
+fn measure(payload_bytes: usize, f: impl FnOnce() -> (Histogram<u64>, Duration)) -> Case {
+    let w0 = written_bytes();
+    let (hist, elapsed) = f();
+    Case {
+        hist,
+        elapsed,
+        amplification: (written_bytes() - w0) as f64 / payload_bytes as f64,
     }
 }
 
@@ -128,28 +159,35 @@ fn main() {
         .unwrap_or(500);
     println!("iterations per case: {iters}; 100-byte records; all in one run");
     for batch in [1usize, 1000] {
-        let (e, et) = engine_p50(batch, iters);
-
-        let (s, st) = sled_p50(batch, iters, false, Layout::OneValue);
-        let (sd, sdt) = sled_p50(batch, iters, true, Layout::OneValue);
-        let (ss, sst) = sled_p50(batch, iters, true, Layout::EngineShaped);
-        let rps = |d: Duration| (iters * batch) as f64 / d.as_secs_f64();
+        let payload = iters * batch * 100;
+        let e = measure(payload, || engine_p50(batch, iters));
+        let s = measure(payload, || sled_p50(batch, iters, false, Layout::OneValue));
+        let sd = measure(payload, || sled_p50(batch, iters, true, Layout::OneValue));
+        let ss = measure(payload, || {
+            sled_p50(batch, iters, true, Layout::EngineShaped)
+        });
+        let p50 = |c: &Case| c.hist.value_at_quantile(0.5);
+        let rps = |c: &Case| (iters * batch) as f64 / c.elapsed.as_secs_f64();
         println!(
             "batch {batch:>4}: engine append+fsync p50 {} us p99 {} us | raw sled insert+flush p50 {} us | raw sled insert+flush+fdatasync p50 {} us",
-            e.value_at_quantile(0.5), e.value_at_quantile(0.99), s.value_at_quantile(0.5), sd.value_at_quantile(0.5)
+            p50(&e), e.hist.value_at_quantile(0.99), p50(&s), p50(&sd)
         );
         println!(
             "            ratio engine/sled-flush {:.2}x, engine/sled-flush+fdatasync {:.2}x; records/s engine {:.0}, sled {:.0}, sled+fdatasync {:.0} ({:.0}% / {:.0}%)",
-            e.value_at_quantile(0.5) as f64 / s.value_at_quantile(0.5) as f64,
-            e.value_at_quantile(0.5) as f64 / sd.value_at_quantile(0.5) as f64,
-            rps(et), rps(st), rps(sdt), 100.0 * rps(et) / rps(st), 100.0 * rps(et) / rps(sdt)
+            p50(&e) as f64 / p50(&s) as f64,
+            p50(&e) as f64 / p50(&sd) as f64,
+            rps(&e), rps(&s), rps(&sd), 100.0 * rps(&e) / rps(&s), 100.0 * rps(&e) / rps(&sd)
         );
         println!(
             "            raw sled in the engine's layout (8 MiB segments, 64 KiB values + index + summary) +fdatasync: p50 {} us, {:.0} records/s; engine/that {:.2}x, {:.0}%",
-            ss.value_at_quantile(0.5),
-            rps(sst),
-            e.value_at_quantile(0.5) as f64 / ss.value_at_quantile(0.5) as f64,
-            100.0 * rps(et) / rps(sst)
+            p50(&ss),
+            rps(&ss),
+            p50(&e) as f64 / p50(&ss) as f64,
+            100.0 * rps(&e) / rps(&ss)
+        );
+        println!(
+            "            bytes written per payload byte: engine {:.2}, raw sled {:.2}, raw sled+fdatasync {:.2}, engine's layout {:.2}",
+            e.amplification, s.amplification, sd.amplification, ss.amplification
         );
     }
     for (n, clean) in [
