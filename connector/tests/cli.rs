@@ -130,6 +130,26 @@ fn demo_archive_reads_back_with_status_export_verify() {
         out.starts_with("\nrecord 0000000003 "),
         "record 0 has a null value: {out:?}"
     );
+    // A reader that went away (`cairn status | head`): the read end of the
+    // pipe is closed before the command starts, so every write fails with
+    // EPIPE. Each command stops quietly with success, never a panic.
+    for args in [
+        &["status", "--data", d][..],
+        &["status", "--data", d, "--json"][..],
+        &["verify", "--data", d][..],
+        &["export", "--data", d][..],
+    ] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = Command::new(CAIRN)
+            .args(args)
+            .stdout(writer)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
     // A damaged archive: verify names the location and exits non-zero, never panics.
     {
         let cfg = cairn_engine::EngineConfig::new(&data);

@@ -19,6 +19,7 @@ use rdkafka::message::{Header as KHeader, OwnedHeaders};
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
+use super::outln;
 use crate::config::{CommitPolicy, RunConfig};
 use crate::consumer::{run_pipeline, PipelineOptions, RunReport};
 use crate::error::{ConnectorError, Result};
@@ -270,10 +271,10 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode> {
         .create_topic(DEMO_TOPIC, DEMO_PARTITIONS, 1)
         .map_err(ConnectorError::kafka("create topic"))?;
     let brokers = cluster.bootstrap_servers();
-    println!("cairn demo: embedded Kafka (librdkafka mock cluster) at {brokers}");
+    outln!("cairn demo: embedded Kafka (librdkafka mock cluster) at {brokers}")?;
     let t = Instant::now();
     produce(&brokers, DEMO_TOPIC, 0..n)?;
-    println!("produced   {n} records to {DEMO_TOPIC} ({DEMO_PARTITIONS} partitions, keys, headers, nulls) in {:.2} s", t.elapsed().as_secs_f64());
+    outln!("produced   {n} records to {DEMO_TOPIC} ({DEMO_PARTITIONS} partitions, keys, headers, nulls) in {:.2} s", t.elapsed().as_secs_f64())?;
 
     // Run 1: crash after ~40% is durable, between an fsync and its commit.
     let cfg = demo_config(&brokers, data.clone());
@@ -306,19 +307,19 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode> {
     let durable_after_crash = engine.durable_offsets();
     let durable_total: i64 = durable_after_crash.values().sum();
     let committed_total: i64 = kafka_committed.values().sum();
-    println!(
+    outln!(
         "crashed    after an fsync, before its commit: {durable_total} records durable, Kafka committed {committed_total} ({} durable but uncommitted) after {:.2} s",
         durable_total - committed_total,
         t1.elapsed().as_secs_f64()
-    );
-    println!(
+    )?;
+    outln!(
         "recovered  {}: checked {} frames / {} records past the checkpoint in {:.1} ms, torn tail: {}",
         data.display(),
         rec.frames_checked,
         rec.records_checked,
         rec.duration.as_secs_f64() * 1e3,
         rec.truncated.as_ref().map_or("none".to_owned(), |t| format!("truncated at lsn {}", t.first_lsn))
-    );
+    )?;
     let want = demo_next_offsets(DEMO_TOPIC, n);
     let opts = PipelineOptions {
         done: Some(Box::new(move |committed| {
@@ -359,33 +360,33 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode> {
     }
     let h = &report.put_to_commit_us;
     let stats = engine.stats();
-    println!(
+    outln!(
         "finished   {} more records ({} redelivered after the crash were already durable: dropped, not duplicated) at {:.0} records/s",
         report.stats.records_written,
         report.stats.records_duplicate,
         report.stats.records_written as f64 / rate_secs
-    );
-    println!(
+    )?;
+    outln!(
         "latency    put-to-commit p50 {:.2} ms, p99 {:.2} ms over {} puts ({} commits)",
         h.value_at_quantile(0.5) as f64 / 1e3,
         h.value_at_quantile(0.99) as f64 / 1e3,
         report.stats.puts,
         report.stats.commits
-    );
-    println!(
+    )?;
+    outln!(
         "verified   {} records = {n} produced: no loss, no duplicates; {} frames, CRC and index clean: {}; Kafka committed = durable: {}",
         v.records,
         v.frames,
         v.is_clean(),
         final_committed.values().sum::<i64>() == durable.values().sum::<i64>()
-    );
-    println!(
+    )?;
+    outln!(
         "archive    {} ({:.1} MB on disk, {} records stored); try: cairn status --data {0}",
         data.display(),
         engine.size_on_disk().unwrap_or(0) as f64 / 1e6,
         stats.partitions.iter().map(|p| p.record_count).sum::<u64>()
-    );
-    println!("done in {:.1} s", t_start.elapsed().as_secs_f64());
+    )?;
+    outln!("done in {:.1} s", t_start.elapsed().as_secs_f64())?;
     engine.close()?;
     drop(cluster);
     if !v.is_clean() {

@@ -65,3 +65,28 @@ pub fn open_archive(data: &std::path::Path) -> crate::Result<cairn_engine::Engin
         cairn_engine::EngineConfig::new(data),
     )?)
 }
+
+/// Write one line to stdout. A reader that went away (`cairn status | head`)
+/// is not an error: the rest of the output is dropped quietly, where
+/// `println!` would panic with a backtrace. Any other write error (a full
+/// disk behind a redirect) is returned, naming stdout.
+pub(crate) fn write_line(args: std::fmt::Arguments<'_>) -> crate::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_fmt(args).and_then(|()| out.write_all(b"\n")) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(crate::ConnectorError::Io {
+            path: PathBuf::from("<stdout>"),
+            source: e,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// `println!` for the commands: see [`write_line`]. Evaluates to a
+/// `Result` for `?`.
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::cli::write_line(format_args!($($arg)*))
+    };
+}
+pub(crate) use outln;

@@ -8,6 +8,7 @@ use cairn_engine::TopicPartition;
 use rdkafka::consumer::Consumer;
 use serde::Serialize;
 
+use super::outln;
 use crate::error::{ConnectorError, Result};
 use crate::offsets::{committed_offsets, group_client};
 
@@ -69,10 +70,10 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
         kafka_view(brokers, group, &mut rows)?;
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&rows).expect("json"));
+        outln!("{}", serde_json::to_string_pretty(&rows).expect("json"))?;
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
+    outln!(
         "{:<30} {:>5} {:>12} {:>12} {:>10} {:>12} {:>12} {:>12} {:>8} {:>8}",
         "topic",
         "part",
@@ -84,10 +85,10 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
         "high",
         "lag",
         "arch-lag"
-    );
+    )?;
     let opt = |v: Option<i64>| v.map_or("-".to_owned(), |v| v.to_string());
     for r in &rows {
-        println!(
+        outln!(
             "{:<30} {:>5} {:>12} {:>12} {:>10} {:>12} {:>12} {:>12} {:>8} {:>8}",
             r.topic,
             r.partition,
@@ -99,10 +100,10 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
             opt(r.high_watermark),
             opt(r.lag),
             opt(r.archive_lag)
-        );
+        )?;
     }
     if rows.is_empty() {
-        println!("(archive is empty)");
+        outln!("(archive is empty)")?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use cairn_engine::{verify_store, EngineConfig};
 
+use super::outln;
 use crate::error::Result;
 
 #[derive(Debug, clap::Args)]
@@ -15,7 +16,7 @@ pub struct VerifyArgs {
 pub async fn run(args: VerifyArgs) -> Result<ExitCode> {
     let cfg = EngineConfig::new(&args.data.data);
     let r = verify_store(&cfg)?;
-    println!(
+    outln!(
         "verified {}: {} frames ({} tombstones), {} entries, {} records, {} payload bytes, {} index entries, {} partitions",
         args.data.data.display(),
         r.frames,
@@ -25,17 +26,17 @@ pub async fn run(args: VerifyArgs) -> Result<ExitCode> {
         r.payload_bytes,
         r.index_entries,
         r.partitions
-    );
+    )?;
     if r.is_clean() {
-        println!("clean");
+        outln!("clean")?;
         return Ok(ExitCode::SUCCESS);
     }
     for p in &r.problems {
-        println!("problem: {p}");
+        outln!("problem: {p}")?;
     }
     if r.problems_unlisted > 0 {
-        println!("... and {} more problems", r.problems_unlisted);
+        outln!("... and {} more problems", r.problems_unlisted)?;
     }
-    println!("{} problems", r.problem_count());
+    outln!("{} problems", r.problem_count())?;
     Ok(ExitCode::from(1))
 }
