@@ -145,11 +145,35 @@ pub fn small_config(dir: &Path) -> EngineConfig {
 /// What `wal_recover` does to the stored values.
 #[derive(Debug, Clone, Copy)]
 enum Damage {
-    FlipBit { key: usize, byte: usize, bit: u8 },
-    Truncate { key: usize, len: usize },
-    SwapValues { a: usize, b: usize },
-    CopyValue { from: usize, to: usize },
-    Remove { key: usize },
+    FlipBit {
+        key: usize,
+        byte: usize,
+        bit: u8,
+    },
+    Truncate {
+        key: usize,
+        len: usize,
+    },
+    SwapValues {
+        a: usize,
+        b: usize,
+    },
+    CopyValue {
+        from: usize,
+        to: usize,
+    },
+    Remove {
+        key: usize,
+    },
+    /// Empty a stored value: a frame then reads as a reserved slot (a hole).
+    Empty {
+        key: usize,
+    },
+    /// Copy a stored value into a reserved slot (a frame above the log).
+    FillSlot {
+        from: usize,
+        slot: usize,
+    },
 }
 
 /// Target `wal_recover`: write a store from the input's shape, damage its
@@ -180,7 +204,7 @@ pub fn wal_recover(data: &[u8], scratch: &Path) {
     }
     let mut damages = Vec::new();
     while !input.is_empty() && damages.len() < 4 {
-        let d = match input.u8() % 5 {
+        let d = match input.u8() % 7 {
             0 => Damage::FlipBit {
                 key: input.u16() as usize,
                 byte: input.u16() as usize,
@@ -198,8 +222,15 @@ pub fn wal_recover(data: &[u8], scratch: &Path) {
                 from: input.u16() as usize,
                 to: input.u16() as usize,
             },
-            _ => Damage::Remove {
+            4 => Damage::Remove {
                 key: input.u16() as usize,
+            },
+            5 => Damage::Empty {
+                key: input.u16() as usize,
+            },
+            _ => Damage::FillSlot {
+                from: input.u16() as usize,
+                slot: input.u16() as usize,
             },
         };
         damages.push(d);
@@ -270,7 +301,18 @@ fn damage(dir: &Path, damages: &[Damage]) -> bool {
     }
     let db = small_config(dir).open_sled().expect("open sled");
     let tree = db.open_tree("cairn").expect("open tree");
-    let keys: Vec<sled::IVec> = tree.iter().keys().map(|k| k.expect("key")).collect();
+    // Damage lands on stored values; reserved slots (empty, slots.rs) are
+    // only targets of `FillSlot`, so that the slots a store keeps ahead of
+    // its log do not absorb most of the damage.
+    let (mut keys, mut slot_keys) = (Vec::new(), Vec::new());
+    for kv in tree.iter() {
+        let (k, v) = kv.expect("scan");
+        if v.is_empty() {
+            slot_keys.push(k);
+        } else {
+            keys.push(k);
+        }
+    }
     if keys.is_empty() {
         return false;
     }
@@ -324,6 +366,18 @@ fn damage(dir: &Path, damages: &[Damage]) -> bool {
             }
             Damage::Remove { key } => {
                 tree.remove(pick(key)).expect("remove");
+                changed = true;
+            }
+            Damage::Empty { key } => {
+                tree.insert(pick(key), Vec::new()).expect("insert");
+                changed = true;
+            }
+            Damage::FillSlot { from, slot } => {
+                if slot_keys.is_empty() {
+                    continue;
+                }
+                let k = slot_keys[slot % slot_keys.len()].clone();
+                tree.insert(k, get(&pick(from))).expect("insert");
                 changed = true;
             }
         }

@@ -11,11 +11,12 @@ use crate::keys::{self, Fields, META_CHECKPOINT, META_FORMAT};
 pub const STORE_MAGIC: [u8; 4] = *b"CRNM";
 /// The store format version this build writes. Version 2 added reserved
 /// slots (empty `W<lsn>` values, slots.rs), which a version-1 build would
-/// read as torn frames.
+/// take for damaged frames.
 pub const FORMAT_VERSION: u32 = 2;
-/// The oldest store format this build reads. Opening a version-1 store
-/// upgrades it to version 2 before anything else is written, so that a
-/// version-1 build refuses it instead of misreading a slot.
+/// The oldest store format this build reads. An open of a version-1 store
+/// that succeeds upgrades it to version 2 (in recovery's last batch, before
+/// any slot is written), so that a version-1 build then refuses it with
+/// `UnsupportedFormat` instead of reporting corruption.
 pub const FORMAT_VERSION_OLDEST: u32 = 1;
 
 /// True when this build reads stores of format `version`.

@@ -86,7 +86,7 @@ pub(crate) fn recover(
         // An empty tree under a watermark is a store sled lost entirely.
         watermark::check(0, durable_mark)?;
     }
-    let created = check_format(cfg, db, tree, syncer)?;
+    let (created, found_format) = check_format(cfg, db, tree, syncer)?;
     if cfg.recovery_mode == RecoveryMode::Strict {
         // Strict mode trades O(tail) for a full check: any damage anywhere
         // refuses the open, located by its first problem.
@@ -139,8 +139,12 @@ pub(crate) fn recover(
         let lsn = keys::parse_wal_key(&k)
             .map_err(|kind| Error::corruption(Location::Key { key_hex: hex(&k) }, kind))?;
         if slots::is_slot(&v) {
+            // The reserve is the run of slots right above the log; a stray
+            // slot further up (damage) must not stop future reservations.
+            if first_slot.is_none() || lsn == slots_end {
+                slots_end = lsn.saturating_add(1);
+            }
             first_slot.get_or_insert(lsn);
-            slots_end = lsn + 1;
             continue;
         }
         if let Some(slot_lsn) = first_slot {
@@ -165,8 +169,11 @@ pub(crate) fn recover(
         let f = match frame::decode(lsn, &v) {
             Ok(f) => f,
             Err(kind @ CorruptionKind::Truncated { .. }) if is_last => {
+                // Keep scanning: only slots may follow a torn last frame. A
+                // frame above them means the "slot" after this one is a hole
+                // and this frame was damaged, not torn (FrameAfterSlot).
                 torn = Some((asm.in_progress().unwrap_or(lsn), kind));
-                break;
+                continue;
             }
             Err(kind) => return Err(corrupt(lsn, kind)),
         };
@@ -260,6 +267,12 @@ pub(crate) fn recover(
         partitions.insert(tp.clone(), s);
         report.partitions_repaired += 1;
     }
+    if found_format < meta::FORMAT_VERSION {
+        // An older format is upgraded only by an open that succeeds, and
+        // durably before anything of the newer layout (a slot) is written:
+        // an older build then refuses the store instead of misreading it.
+        batch.insert(keys::META_FORMAT, meta::encode_format(meta::FORMAT_VERSION));
+    }
     batch.insert(keys::META_CHECKPOINT, meta::encode_checkpoint(next_lsn - 1));
     tree.apply_batch(batch)
         .map_err(store_err("write summaries and checkpoint"))?;
@@ -269,6 +282,13 @@ pub(crate) fn recover(
         path: cfg.sled_path(),
         source: e,
     })?;
+    if found_format < meta::FORMAT_VERSION {
+        tracing::info!(
+            from = found_format,
+            to = meta::FORMAT_VERSION,
+            "upgraded store format"
+        );
+    }
     report.next_lsn = next_lsn;
     report.duration = t0.elapsed();
     let state = WriteState {
@@ -282,13 +302,13 @@ pub(crate) fn recover(
     Ok((state, report))
 }
 
-/// Returns true when the store was created now.
+/// Returns whether the store was created now, and the format it was in.
 fn check_format(
     cfg: &EngineConfig,
     db: &sled::Db,
     tree: &sled::Tree,
     syncer: &mut DurableSync,
-) -> Result<bool> {
+) -> Result<(bool, u32)> {
     match tree
         .get(keys::META_FORMAT)
         .map_err(store_err("read format"))?
@@ -302,23 +322,7 @@ fn check_format(
                     supported: meta::FORMAT_VERSION,
                 });
             }
-            if found < meta::FORMAT_VERSION {
-                // Durable before any write of the newer layout, so an older
-                // build never opens a store it would misread.
-                tree.insert(keys::META_FORMAT, meta::encode_format(meta::FORMAT_VERSION))
-                    .map_err(store_err("upgrade format"))?;
-                syncer.sync(db, 0).map_err(|e| Error::Io {
-                    op: "sync format upgrade",
-                    path: cfg.sled_path(),
-                    source: e,
-                })?;
-                tracing::info!(
-                    from = found,
-                    to = meta::FORMAT_VERSION,
-                    "upgraded store format"
-                );
-            }
-            Ok(false)
+            Ok((false, found))
         }
         None if tree.is_empty() => {
             let mut b = sled::Batch::default();
@@ -330,7 +334,7 @@ fn check_format(
                 path: cfg.sled_path(),
                 source: e,
             })?;
-            Ok(true)
+            Ok((true, meta::FORMAT_VERSION))
         }
         None => Err(Error::corruption(
             Location::Meta { key: "format" },

@@ -9,8 +9,8 @@
 //! of the tree go through two splits each, so sled wrote every frame byte
 //! ~3.5 times (measured with `/proc/self/io`; docs/BENCHMARKS.md).
 //!
-//! A slot is the frame's key with an empty value, inserted in a run of
-//! [`SLOTS_RESERVED_CHUNK`] keys well ahead of the frames. The splits then
+//! A slot is the frame's key with an empty value, inserted in a run of at
+//! least [`SLOTS_RESERVED_CHUNK`] keys well ahead of the frames. The splits then
 //! happen while those leaves hold nothing but keys, and the frame later
 //! replaces its slot with one delta: a leaf built from a split holds at most
 //! 9 keys, so it never collects the 10 deltas that would consolidate it.

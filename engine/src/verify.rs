@@ -99,13 +99,25 @@ pub fn verify_store(cfg: &EngineConfig) -> Result<VerifyReport> {
     // sled drops the end of its log after a damaged record and leaves a
     // consistent older tree: only the watermark beside it can tell.
     let mut last_lsn = 0;
-    // The last frame: only reserved slots (a few hundred at most) lie above it.
+    // The last LSN the log covers: its last frame's, or the end of its span
+    // when that is a tombstone (retention deleted the newest entries). Only
+    // reserved slots (a few hundred at most) lie above it.
     for item in tree.scan_prefix([keys::PREFIX_WAL]).rev() {
         let (k, v) = item.map_err(store_err("read last frame"))?;
-        if !slots::is_slot(&v) {
-            last_lsn = keys::parse_wal_key(&k).unwrap_or(0);
-            break;
+        if slots::is_slot(&v) {
+            continue;
         }
+        if let Ok(lsn) = keys::parse_wal_key(&k) {
+            // A frame that does not decode is reported by verify_tree; its
+            // own LSN is then the best end there is.
+            let span = frame::decode(lsn, &v)
+                .ok()
+                .filter(|f| f.kind == FrameKind::Tombstone)
+                .and_then(|f| f.span().ok())
+                .unwrap_or(1);
+            last_lsn = lsn.saturating_add(span.max(1) - 1);
+        }
+        break;
     }
     match crate::watermark::read(&cfg.path) {
         Ok(mark) => {
