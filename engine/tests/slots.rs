@@ -28,16 +28,20 @@ fn layout(dir: &std::path::Path) -> (Vec<u64>, Vec<u64>) {
     })
 }
 
-/// Three single-frame entries (LSNs 1, 2, 3), dropped without close so
-/// that every frame is in the recovery tail.
-fn crashed_store() -> (tempfile::TempDir, TopicPartition) {
+/// `n` single-frame entries (LSNs 1..=n, offsets 0..10n), dropped without
+/// close so that every frame is in the recovery tail.
+fn crashed_store_of(n: i64) -> (tempfile::TempDir, TopicPartition) {
     let dir = tempfile::tempdir().unwrap();
     let tp = TopicPartition::new("s", 0);
     let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
-    for i in 0..3 {
+    for i in 0..n {
         e.append(&[batch(&tp, i * 10..i * 10 + 10, 20)]).unwrap();
     }
     (dir, tp)
+}
+
+fn crashed_store() -> (tempfile::TempDir, TopicPartition) {
+    crashed_store_of(3)
 }
 
 #[test]
@@ -164,16 +168,8 @@ fn a_version_1_store_is_upgraded_on_open() {
         .unwrap()
         .close()
         .unwrap();
-    // What a version-1 build left: no slots, format 1.
     with_raw_tree(dir.path(), |t| {
-        for lsn in layout_slots(t) {
-            t.remove(wal_key(lsn)).unwrap();
-        }
-        t.insert(
-            cairn_engine::keys::META_FORMAT,
-            cairn_engine::meta::encode_format(1),
-        )
-        .unwrap();
+        make_version_1(t);
     });
     assert!(layout(dir.path()).1.is_empty());
     let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
@@ -190,6 +186,24 @@ fn a_version_1_store_is_upgraded_on_open() {
     assert!(v.problems.is_empty(), "{:?}", v.problems);
 }
 
+/// What a version-1 build left: no slots, format 1.
+fn make_version_1(t: &sled::Tree) {
+    for lsn in layout_slots(t) {
+        t.remove(wal_key(lsn)).unwrap();
+    }
+    t.insert(
+        cairn_engine::keys::META_FORMAT,
+        cairn_engine::meta::encode_format(1),
+    )
+    .unwrap();
+}
+
+/// Keep the first half of frame `lsn`'s bytes.
+fn cut_in_half(t: &sled::Tree, lsn: u64) {
+    let v = t.get(wal_key(lsn)).unwrap().unwrap();
+    t.insert(wal_key(lsn), &v[..v.len() / 2]).unwrap();
+}
+
 fn layout_slots(t: &sled::Tree) -> Vec<u64> {
     t.scan_prefix([cairn_engine::keys::PREFIX_WAL])
         .map(|i| i.unwrap())
@@ -198,27 +212,15 @@ fn layout_slots(t: &sled::Tree) -> Vec<u64> {
         .collect()
 }
 
-/// Four single-frame entries (LSNs 1..4), dropped without close.
-fn crashed_store_of_four() -> (tempfile::TempDir, TopicPartition) {
-    let dir = tempfile::tempdir().unwrap();
-    let tp = TopicPartition::new("s", 0);
-    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
-    for i in 0..4 {
-        e.append(&[batch(&tp, i * 10..i * 10 + 10, 20)]).unwrap();
-    }
-    (dir, tp)
-}
-
 #[test]
 fn a_cut_frame_below_a_hole_is_not_a_torn_tail() {
     // Frame 2 cut short, frame 3 emptied (it reads as a slot), frame 4
     // intact. Frame 2 looks like a torn last frame followed by slots; the
     // intact frame above the hole shows it is damage. Truncating from 2
     // would delete entry 4, so the open must refuse.
-    let (dir, _tp) = crashed_store_of_four();
+    let (dir, _tp) = crashed_store_of(4);
     with_raw_tree(dir.path(), |t| {
-        let v = t.get(wal_key(2)).unwrap().unwrap();
-        t.insert(wal_key(2), &v[..v.len() / 2]).unwrap();
+        cut_in_half(t, 2);
         t.insert(wal_key(3), Vec::new()).unwrap();
     });
     match Engine::open(EngineConfig::new(dir.path())) {
@@ -233,11 +235,8 @@ fn a_cut_frame_below_a_hole_is_not_a_torn_tail() {
 
 #[test]
 fn a_torn_last_frame_below_the_slots_is_still_truncated() {
-    let (dir, tp) = crashed_store_of_four();
-    with_raw_tree(dir.path(), |t| {
-        let v = t.get(wal_key(4)).unwrap().unwrap();
-        t.insert(wal_key(4), &v[..v.len() / 2]).unwrap();
-    });
+    let (dir, tp) = crashed_store_of(4);
+    with_raw_tree(dir.path(), |t| cut_in_half(t, 4));
     // The watermark may vouch for LSN 4 (it was acknowledged), so this is
     // judged with the watermark removed: only the log's shape is tested.
     std::fs::remove_file(dir.path().join("cairn.durable")).unwrap();
@@ -283,14 +282,7 @@ fn a_stray_slot_at_the_top_of_the_key_space_is_harmless() {
 fn a_version_1_store_stays_version_1_when_its_open_fails() {
     let (dir, _tp) = crashed_store();
     with_raw_tree(dir.path(), |t| {
-        for lsn in layout_slots(t) {
-            t.remove(wal_key(lsn)).unwrap();
-        }
-        t.insert(
-            cairn_engine::keys::META_FORMAT,
-            cairn_engine::meta::encode_format(1),
-        )
-        .unwrap();
+        make_version_1(t);
         // Damage in the recovery tail: the open must fail.
         let mut v = t.get(wal_key(2)).unwrap().unwrap().to_vec();
         v[20] ^= 1;
@@ -308,7 +300,7 @@ fn a_version_1_store_stays_version_1_when_its_open_fails() {
 fn verify_reads_a_tombstone_at_the_end_as_covering_its_span() {
     // Retention deletes the newest entries: the log ends in a tombstone
     // whose span reaches the watermark, which is not a lost suffix.
-    let (dir, tp) = crashed_store_of_four();
+    let (dir, tp) = crashed_store_of(4);
     let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
     let r = e.truncate_before(&tp, 40).unwrap();
     assert_eq!(r.frames_deleted, 4);
