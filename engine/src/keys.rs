@@ -9,10 +9,23 @@
 //! W<lsn u64 BE>                        a frame (frame.rs)
 //! I<tp><first_offset u64 BE>           a read-index entry (index.rs)
 //! P<tp>                                a partition summary (offsets.rs)
+//! S<i u8>, i < 32                      the fence: empty values, written once
 //! <tp> = <topic_len u8><topic bytes><partition u32 BE>
 //! ```
 //! Big-endian numbers make sled's byte order the numeric order.
 //!
+//! The fence keeps the log's first frames out of the leaf that holds the
+//! last partition summaries. sled stores values inside its leaves, and a
+//! summary is rewritten by every write to its partition, so its leaf is
+//! consolidated (logged again in full) every 10 writes. Without the fence
+//! the keys right after the summaries are the first frames, `W1`, `W2`...,
+//! and each consolidation rewrote them too: ~500 KB every 10–14 writes of a
+//! single-partition store (`strace`; raw sled probe: 1.49× of the payload
+//! written without the fence, 1.01× with it). The fence's 32 keys, inserted
+//! when the store is created and never changed, make sure at least one leaf
+//! boundary lies between `P` and `W` (sled splits a leaf above 16 items), so
+//! summaries and frames never share a leaf again. A store created before the
+//! fence (format 1, or early format 2) has none and still reads the same.//!
 //! Small values carry a CRC-32 of key ++ value ([`seal`]/[`unseal`]), so a
 //! value moved to another key fails like a moved frame does.
 
@@ -23,6 +36,9 @@ pub const PREFIX_META: u8 = b'M';
 pub const PREFIX_WAL: u8 = b'W';
 pub const PREFIX_INDEX: u8 = b'I';
 pub const PREFIX_PARTITION: u8 = b'P';
+pub const PREFIX_FENCE: u8 = b'S';
+/// Keys in the fence: two leaves' worth, so a split falls inside it.
+pub const FENCE_KEYS: u8 = 32;
 
 pub const META_FORMAT: &[u8] = b"Mformat";
 pub const META_CHECKPOINT: &[u8] = b"Mcheckpoint";
@@ -41,6 +57,24 @@ pub fn parse_wal_key(key: &[u8]) -> Result<u64, CorruptionKind> {
     let mut b = [0u8; 8];
     b.copy_from_slice(&key[1..]);
     Ok(u64::from_be_bytes(b))
+}
+
+/// Fence key `i` (`i < FENCE_KEYS`); its value is always empty.
+pub fn fence_key(i: u8) -> [u8; 2] {
+    assert!(i < FENCE_KEYS);
+    [PREFIX_FENCE, i]
+}
+
+/// Check a key in the fence's key space and its value.
+pub fn check_fence(key: &[u8], value: &[u8]) -> Result<(), CorruptionKind> {
+    match key {
+        [PREFIX_FENCE, i] if *i < FENCE_KEYS => {}
+        _ => return Err(bad_key("fence key is not S + a byte below 32")),
+    }
+    if !value.is_empty() {
+        return Err(bad_key("fence key with a value"));
+    }
+    Ok(())
 }
 
 fn bad_key(detail: &str) -> CorruptionKind {
@@ -201,6 +235,12 @@ mod tests {
         assert!(parse_index_key(b"I").is_err());
         assert!(parse_index_key(b"I\xff").is_err());
         assert!(parse_partition_key(b"P\x01a\x80\x00\x00\x00").is_err());
+        assert!(partition_key(&tp).as_slice() < fence_key(0).as_slice());
+        assert!(fence_key(FENCE_KEYS - 1).as_slice() < wal_key(0).as_slice());
+        assert!(check_fence(&fence_key(3), b"").is_ok());
+        assert!(check_fence(&fence_key(3), b"x").is_err());
+        assert!(check_fence(b"S\x20", b"").is_err());
+        assert!(check_fence(b"S", b"").is_err());
     }
 
     #[test]

@@ -328,6 +328,10 @@ fn check_format(
             let mut b = sled::Batch::default();
             b.insert(keys::META_FORMAT, meta::encode_format(meta::FORMAT_VERSION));
             b.insert(keys::META_CHECKPOINT, meta::encode_checkpoint(0));
+            // Before any summary or frame exists (keys.rs, "the fence").
+            for i in 0..keys::FENCE_KEYS {
+                b.insert(&keys::fence_key(i), &[][..]);
+            }
             tree.apply_batch(b).map_err(store_err("initialise store"))?;
             syncer.sync(db, 0).map_err(|e| Error::Io {
                 op: "sync new store",

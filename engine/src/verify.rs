@@ -211,12 +211,21 @@ fn verify_meta(tree: &sled::Tree, r: &mut VerifyReport) -> Result<()> {
             );
         }
     }
-    // Keys outside the four key spaces can only lie in the gaps between
+    // The fence (keys.rs): 32 empty values, or none in a store created
+    // before it. Anything else under its prefix is damage.
+    for item in tree.scan_prefix([keys::PREFIX_FENCE]) {
+        let (k, v) = item.map_err(store_err("scan fence"))?;
+        if let Err(kind) = keys::check_fence(&k, &v) {
+            r.add(Location::Key { key_hex: hex(&k) }, kind);
+        }
+    }
+    // Keys outside the five key spaces can only lie in the gaps between
     // their prefixes: scan those gaps, not the whole store a second time.
     let mut prefixes = [
         keys::PREFIX_INDEX,
         keys::PREFIX_META,
         keys::PREFIX_PARTITION,
+        keys::PREFIX_FENCE,
         keys::PREFIX_WAL,
     ];
     prefixes.sort_unstable();

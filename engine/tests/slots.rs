@@ -2,6 +2,8 @@
 //! ahead of the log so that frames replace keys sled has already split.
 //! They must never be read as records, must survive reopen, and a frame
 //! above one (a hole in the log) must be reported wherever it is found.
+//! Also the fence (engine/src/keys.rs): 32 empty `S` keys between the
+//! partition summaries and the frames.
 
 mod common;
 
@@ -186,10 +188,13 @@ fn a_version_1_store_is_upgraded_on_open() {
     assert!(v.problems.is_empty(), "{:?}", v.problems);
 }
 
-/// What a version-1 build left: no slots, format 1.
+/// What a version-1 build left: no slots, no fence, format 1.
 fn make_version_1(t: &sled::Tree) {
     for lsn in layout_slots(t) {
         t.remove(wal_key(lsn)).unwrap();
+    }
+    for i in 0..cairn_engine::keys::FENCE_KEYS {
+        t.remove(cairn_engine::keys::fence_key(i)).unwrap();
     }
     t.insert(
         cairn_engine::keys::META_FORMAT,
@@ -308,4 +313,62 @@ fn verify_reads_a_tombstone_at_the_end_as_covering_its_span() {
     let v = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
     assert!(v.problems.is_empty(), "{:?}", v.problems);
     assert_eq!(v.tombstones, 1);
+}
+
+#[test]
+fn a_new_store_has_the_fence_and_verify_checks_it() {
+    let (dir, _tp) = crashed_store();
+    let fence: Vec<(Vec<u8>, Vec<u8>)> = with_raw_tree(dir.path(), |t| {
+        t.scan_prefix([cairn_engine::keys::PREFIX_FENCE])
+            .map(|i| i.unwrap())
+            .map(|(k, v)| (k.to_vec(), v.to_vec()))
+            .collect()
+    });
+    let want: Vec<(Vec<u8>, Vec<u8>)> = (0..cairn_engine::keys::FENCE_KEYS)
+        .map(|i| (cairn_engine::keys::fence_key(i).to_vec(), Vec::new()))
+        .collect();
+    assert_eq!(fence, want);
+    let v = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
+    assert!(v.problems.is_empty(), "{:?}", v.problems);
+
+    // A fence key with a value, and a key under the fence's prefix that is
+    // not one of its 32: both reported by location, nothing else.
+    with_raw_tree(dir.path(), |t| {
+        t.insert(cairn_engine::keys::fence_key(5), b"x".to_vec())
+            .unwrap();
+        t.insert(b"S\x20", Vec::new()).unwrap();
+    });
+    let v = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
+    let at: Vec<&Location> = v.problems.iter().map(|p| &p.location).collect();
+    assert_eq!(
+        at,
+        vec![
+            &Location::Key {
+                key_hex: "5305".into()
+            },
+            &Location::Key {
+                key_hex: "5320".into()
+            }
+        ],
+        "{:?}",
+        v.problems
+    );
+    assert!(v
+        .problems
+        .iter()
+        .all(|p| matches!(p.kind, CorruptionKind::BadKey { .. })));
+}
+
+#[test]
+fn a_store_without_the_fence_still_opens_and_verifies() {
+    let (dir, tp) = crashed_store();
+    with_raw_tree(dir.path(), |t| {
+        for i in 0..cairn_engine::keys::FENCE_KEYS {
+            t.remove(cairn_engine::keys::fence_key(i)).unwrap();
+        }
+    });
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    e.append(&[batch(&tp, 30..40, 20)]).unwrap();
+    assert_eq!(read_all(&e, &tp).len(), 40);
+    assert!(e.verify().unwrap().problems.is_empty());
 }
