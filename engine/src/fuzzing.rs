@@ -301,9 +301,9 @@ fn damage(dir: &Path, damages: &[Damage]) -> bool {
     }
     let db = small_config(dir).open_sled().expect("open sled");
     let tree = db.open_tree("cairn").expect("open tree");
-    // Damage lands on stored values; reserved slots (empty, slots.rs) are
-    // only targets of `FillSlot`, so that the slots a store keeps ahead of
-    // its log do not absorb most of the damage.
+    // Damage lands on stored values. Empty values (reserved slots, slots.rs,
+    // and the fence, keys.rs) are only targets of `FillSlot`, so that the
+    // slots a store keeps ahead of its log do not absorb most of the damage.
     let (mut keys, mut slot_keys) = (Vec::new(), Vec::new());
     for kv in tree.iter() {
         let (k, v) = kv.expect("scan");
