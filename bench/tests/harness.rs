@@ -32,6 +32,22 @@ fn put_to_commit_harness_runs_and_reports() {
     assert!(run.status.success(), "{stdout}\n{stderr}");
     assert!(stdout.contains("cairn every-put"), "{stdout}");
     assert!(stdout.contains("ceiling: consume only"), "{stdout}");
+    // Every percentile the JSON has is in the table too.
+    for column in ["p50 us", "p90 us", "p99 us", "p99.9 us", "max us"] {
+        assert!(stdout.contains(column), "no {column} column: {stdout}");
+    }
+    let every_put = stdout
+        .lines()
+        .find(|l| l.starts_with("cairn every-put"))
+        .unwrap();
+    let numbers: Vec<u64> = every_put
+        .split_whitespace()
+        .skip(2)
+        .take(7)
+        .map(|f| f.parse::<f64>().unwrap() as u64)
+        .collect();
+    // records/s, MB/s, then p50 <= p90 <= p99 <= p99.9 <= max.
+    assert!(numbers[2..].windows(2).all(|w| w[0] <= w[1]), "{every_put}");
 
     let json: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.path().join("put_to_commit.json")).unwrap())

@@ -41,14 +41,12 @@ fn row(name: &str, t: Option<&Throughput>, l: Option<&Latency>, extra: &str) {
             format!("{:.1}", t.mb_per_s),
         )
     });
-    let (p50, p99, p999) = l.map_or(("-".into(), "-".into(), "-".into()), |l| {
-        (
-            l.p50_us.to_string(),
-            l.p99_us.to_string(),
-            l.p999_us.to_string(),
-        )
+    let [p50, p90, p99, p999, max] = l.map_or(std::array::from_fn(|_| "-".to_string()), |l| {
+        [l.p50_us, l.p90_us, l.p99_us, l.p999_us, l.max_us].map(|v| v.to_string())
     });
-    println!("{name:<34} {rps:>11} {mbs:>8} {p50:>9} {p99:>9} {p999:>9}  {extra}");
+    println!(
+        "{name:<34} {rps:>11} {mbs:>8} {p50:>9} {p90:>9} {p99:>9} {p999:>9} {max:>9}  {extra}"
+    );
 }
 
 pub fn table(r: &Report) {
@@ -68,8 +66,8 @@ pub fn table(r: &Report) {
             c.note.as_ref().map_or(String::new(), |n| format!(" ({n})"))
         );
         println!(
-            "{:<34} {:>11} {:>8} {:>9} {:>9} {:>9}",
-            "", "records/s", "MB/s", "p50 us", "p99 us", "p99.9 us"
+            "{:<34} {:>11} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "", "records/s", "MB/s", "p50 us", "p90 us", "p99 us", "p99.9 us", "max us"
         );
         for run in &c.cairn {
             row(
