@@ -25,7 +25,8 @@
 //! when the store is created and never changed, make sure at least one leaf
 //! boundary lies between `P` and `W` (sled splits a leaf above 16 items), so
 //! summaries and frames never share a leaf again. A store created before the
-//! fence (format 1, or early format 2) has none and still reads the same.//!
+//! fence (format 1, or early format 2) has none and still reads the same.
+//!
 //! Small values carry a CRC-32 of key ++ value ([`seal`]/[`unseal`]), so a
 //! value moved to another key fails like a moved frame does.
 

@@ -87,6 +87,7 @@ pub(crate) fn recover(
         watermark::check(0, durable_mark)?;
     }
     let (created, found_format) = check_format(cfg, db, tree, syncer)?;
+    let upgrade = found_format < meta::FORMAT_VERSION;
     if cfg.recovery_mode == RecoveryMode::Strict {
         // Strict mode trades O(tail) for a full check: any damage anywhere
         // refuses the open, located by its first problem.
@@ -267,7 +268,7 @@ pub(crate) fn recover(
         partitions.insert(tp.clone(), s);
         report.partitions_repaired += 1;
     }
-    if found_format < meta::FORMAT_VERSION {
+    if upgrade {
         // An older format is upgraded only by an open that succeeds, and
         // durably before anything of the newer layout (a slot) is written:
         // an older build then refuses the store instead of misreading it.
@@ -282,7 +283,7 @@ pub(crate) fn recover(
         path: cfg.sled_path(),
         source: e,
     })?;
-    if found_format < meta::FORMAT_VERSION {
+    if upgrade {
         tracing::info!(
             from = found_format,
             to = meta::FORMAT_VERSION,

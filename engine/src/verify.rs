@@ -112,7 +112,6 @@ pub fn verify_store(cfg: &EngineConfig) -> Result<VerifyReport> {
             // own LSN is then the best end there is.
             let span = frame::decode(lsn, &v)
                 .ok()
-                .filter(|f| f.kind == FrameKind::Tombstone)
                 .and_then(|f| f.span().ok())
                 .unwrap_or(1);
             last_lsn = lsn.saturating_add(span.max(1) - 1);
