@@ -451,7 +451,7 @@ pub fn run_pipeline(
         stop: opts.stop.clone(),
         in_flight,
         budget: budget.clone(),
-        unsafe_puts: 0,
+        unsafe_puts: false,
         last_pre_commit: Instant::now(),
     };
     let task_thread = std::thread::Builder::new()

@@ -90,7 +90,7 @@ pub(crate) struct Worker {
     /// The hand-over queue's byte budget: a put's bytes leave it when taken.
     pub budget: Arc<Budget>,
     /// Puts whose offsets no `pre_commit` has declared safe yet.
-    pub unsafe_puts: usize,
+    pub unsafe_puts: bool,
     pub last_pre_commit: Instant,
 }
 
@@ -106,7 +106,7 @@ impl Worker {
     pub fn run(mut self, jobs: Receiver<Job>) {
         loop {
             let job = match self.policy {
-                CommitPolicy::Interval(every) if self.unsafe_puts > 0 => {
+                CommitPolicy::Interval(every) if self.unsafe_puts => {
                     match jobs.recv_timeout(every.saturating_sub(self.last_pre_commit.elapsed())) {
                         Ok(j) => Some(j),
                         Err(RecvTimeoutError::Timeout) => None,
@@ -173,7 +173,7 @@ impl Worker {
                     let _ = reply.send(r);
                 }
             }
-            if self.unsafe_puts > 0 && !self.pipeline.failed.load(Ordering::Acquire) {
+            if self.unsafe_puts && !self.pipeline.failed.load(Ordering::Acquire) {
                 let due = match self.policy {
                     CommitPolicy::EveryPut => true,
                     CommitPolicy::Interval(every) => self.last_pre_commit.elapsed() >= every,
@@ -239,7 +239,7 @@ impl Worker {
         s.stats.records_duplicate += outcome.records_duplicate;
         s.stats.last_put_at = Some(Instant::now());
         drop(guard);
-        self.unsafe_puts += 1;
+        self.unsafe_puts = true;
         Ok(())
     }
 
@@ -274,7 +274,7 @@ impl Worker {
             .state()
             .tracker
             .record_pre_commit(&safe, &consumed);
-        self.unsafe_puts = 0;
+        self.unsafe_puts = false;
         self.last_pre_commit = Instant::now();
         self.pipeline.wake.notify_one();
         Ok(())

@@ -131,6 +131,8 @@ pub fn disk_bandwidth(out: &Path) -> Result<Throughput, String> {
 /// What one archiving run produced.
 struct Archived {
     report: RunReport,
+    /// Records archived: every record produced to the case's topic.
+    records: u64,
     fsyncs: u64,
     /// From the first record polled to the commit of the last.
     seconds: f64,
@@ -170,7 +172,7 @@ fn archive(case: &Case, policy: CommitPolicy, data: &Path) -> Result<Archived, S
     let report = run_pipeline(&cfg, Box::new(ArchiveSink::new(engine.clone())), opts)
         .map_err(|e| format!("cairn run: {e}"))?;
     let stats = engine.stats();
-    let records: u64 = ends.values().map(|o| *o as u64).sum();
+    let records = produced(ends);
     if stats.records_appended != records || report.stats.records_duplicate != 0 {
         return Err(format!(
             "cairn archived {} records ({} duplicates) of {records}",
@@ -181,6 +183,7 @@ fn archive(case: &Case, policy: CommitPolicy, data: &Path) -> Result<Archived, S
     let end = done_at.lock().unwrap().ok_or("never done")?;
     Ok(Archived {
         report,
+        records,
         fsyncs: stats.fsyncs,
         seconds: end.duration_since(first).as_secs_f64(),
     })
@@ -203,10 +206,10 @@ pub struct Case<'a> {
 pub fn cairn(case: &Case, policy: CommitPolicy) -> Result<(CairnRun, Histogram<u64>), String> {
     let dir = tempfile::tempdir_in(case.out).map_err(|e| format!("scratch dir: {e}"))?;
     let a = archive(case, policy, dir.path())?;
-    let (ends, size) = (case.ends, case.size);
+    let size = case.size;
     let (disk_bytes, disk_bytes_allocated) =
         dir_bytes(dir.path()).map_err(|e| format!("store size: {e}"))?;
-    let records: u64 = ends.values().map(|o| *o as u64).sum();
+    let records = a.records;
     let report = a.report;
     let run = CairnRun {
         policy: policy_name(policy),
@@ -267,11 +270,10 @@ pub fn archive_main(args: ArchiveArgs) -> Result<(), String> {
     // As `cairn run` does for its policy.
     cairn_connector::allocator::tune_for(args.policy);
     let a = archive(&case, args.policy, &args.data)?;
-    let records: u64 = ends.values().map(|o| *o as u64).sum();
     println!(
         "peak_rss_bytes={} records_per_s={:.0} fsyncs={} p50_us={}",
         peak_rss_bytes().ok_or("no VmHWM in /proc/self/status")?,
-        records as f64 / a.seconds,
+        a.records as f64 / a.seconds,
         a.fsyncs,
         a.report.put_to_commit_us.value_at_quantile(0.5)
     );
@@ -322,7 +324,7 @@ pub fn footprint(case: &Case, policy: CommitPolicy) -> Result<Footprint, String>
         .ok_or_else(|| format!("archive child printed no peak RSS: {stdout}"))?;
     let (disk_bytes, disk_bytes_allocated) =
         dir_bytes(dir.path()).map_err(|e| format!("store size: {e}"))?;
-    let payload_bytes = case.ends.values().map(|o| *o as u64).sum::<u64>() * case.size as u64;
+    let payload_bytes = produced(case.ends) * case.size as u64;
     Ok(Footprint {
         policy: policy_name(policy),
         peak_rss_bytes,
@@ -464,4 +466,10 @@ pub fn floor(
         },
         hs,
     ))
+}
+
+/// Records produced to a case's topic: the sum of its partitions' end
+/// offsets (the harness produces from offset 0).
+fn produced(ends: &BTreeMap<TopicPartition, i64>) -> u64 {
+    ends.values().map(|o| *o as u64).sum()
 }
