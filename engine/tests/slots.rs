@@ -46,6 +46,17 @@ fn crashed_store() -> (tempfile::TempDir, TopicPartition) {
     crashed_store_of(3)
 }
 
+/// `crashed_store`, then recovered and closed cleanly: every frame lies at
+/// or below the checkpoint, where a default open does not look.
+fn closed_store() -> (tempfile::TempDir, TopicPartition) {
+    let (dir, tp) = crashed_store();
+    Engine::open(EngineConfig::new(dir.path()))
+        .unwrap()
+        .close()
+        .unwrap();
+    (dir, tp)
+}
+
 #[test]
 fn slots_lie_above_every_frame_and_survive_reopen() {
     let (dir, tp) = crashed_store();
@@ -135,11 +146,7 @@ fn a_frame_above_a_slot_is_a_hole_everywhere() {
 
 #[test]
 fn a_hole_below_the_checkpoint_fails_reads_and_verify() {
-    let (dir, tp) = crashed_store();
-    Engine::open(EngineConfig::new(dir.path()))
-        .unwrap()
-        .close()
-        .unwrap();
+    let (dir, tp) = closed_store();
     with_raw_tree(dir.path(), |t| t.insert(wal_key(2), Vec::new()).unwrap());
     // The default open does not look below the checkpoint; reads do.
     let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
@@ -165,14 +172,8 @@ fn a_hole_below_the_checkpoint_fails_reads_and_verify() {
 
 #[test]
 fn a_version_1_store_is_upgraded_on_open() {
-    let (dir, tp) = crashed_store();
-    Engine::open(EngineConfig::new(dir.path()))
-        .unwrap()
-        .close()
-        .unwrap();
-    with_raw_tree(dir.path(), |t| {
-        make_version_1(t);
-    });
+    let (dir, tp) = closed_store();
+    with_raw_tree(dir.path(), make_version_1);
     assert!(layout(dir.path()).1.is_empty());
     let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
     assert_eq!(read_all(&e, &tp).len(), 30);
@@ -193,14 +194,19 @@ fn make_version_1(t: &sled::Tree) {
     for lsn in layout_slots(t) {
         t.remove(wal_key(lsn)).unwrap();
     }
-    for i in 0..cairn_engine::keys::FENCE_KEYS {
-        t.remove(cairn_engine::keys::fence_key(i)).unwrap();
-    }
+    remove_fence(t);
     t.insert(
         cairn_engine::keys::META_FORMAT,
         cairn_engine::meta::encode_format(1),
     )
     .unwrap();
+}
+
+/// What a store created before the fence looks like.
+fn remove_fence(t: &sled::Tree) {
+    for i in 0..cairn_engine::keys::FENCE_KEYS {
+        t.remove(cairn_engine::keys::fence_key(i)).unwrap();
+    }
 }
 
 /// Keep the first half of frame `lsn`'s bytes.
@@ -362,11 +368,7 @@ fn a_new_store_has_the_fence_and_verify_checks_it() {
 #[test]
 fn a_store_without_the_fence_still_opens_and_verifies() {
     let (dir, tp) = crashed_store();
-    with_raw_tree(dir.path(), |t| {
-        for i in 0..cairn_engine::keys::FENCE_KEYS {
-            t.remove(cairn_engine::keys::fence_key(i)).unwrap();
-        }
-    });
+    with_raw_tree(dir.path(), remove_fence);
     let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
     e.append(&[batch(&tp, 30..40, 20)]).unwrap();
     assert_eq!(read_all(&e, &tp).len(), 40);
