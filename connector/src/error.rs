@@ -38,6 +38,27 @@ pub enum ConnectorError {
         position: i64,
         log_end: i64,
     },
+    #[error("topic {topic:?} has {partitions} partitions, but the archive's partition {last} needs {needed} (create it with at least {needed}, or restore fewer with --partition)", last = needed - 1)]
+    TooFewPartitions {
+        topic: String,
+        partitions: i32,
+        needed: i32,
+    },
+    #[error("{target} already holds records (offsets {low}..{high}); restoring would add the archive's records after them (pass --append to do that)")]
+    TargetNotEmpty {
+        target: cairn_engine::TopicPartition,
+        low: i64,
+        high: i64,
+    },
+    #[error("restoring {archived} into {target} failed at archived offset {offset}: {detail}; {delivered} of its records were delivered before it (resume with --topic {topic} --partition {partition} --from {resume_from} --append)", topic = archived.topic, partition = archived.partition)]
+    RestoreFailed {
+        archived: cairn_engine::TopicPartition,
+        target: cairn_engine::TopicPartition,
+        offset: i64,
+        delivered: u64,
+        resume_from: i64,
+        detail: String,
+    },
     #[error("kafka error during {op}: {source}")]
     Kafka {
         op: &'static str,

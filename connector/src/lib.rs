@@ -20,6 +20,7 @@ pub mod offsets;
 mod pipeline;
 mod queue;
 pub mod rebalance;
+pub mod restore;
 mod retention;
 pub mod task;
 mod worker;

@@ -52,6 +52,7 @@ fn main() -> ExitCode {
             Command::Status(a) => cli::status::run(a).await,
             Command::Export(a) => cli::export::run(a).await,
             Command::Verify(a) => cli::verify::run(a).await,
+            Command::Restore(a) => cli::restore::run(a).await,
         }
     });
     match result {

@@ -220,3 +220,46 @@ fn oversize_record_stops_with_its_coordinates_and_is_never_committed() {
         kafka[&0]
     );
 }
+
+#[test]
+fn restore_puts_the_demo_archive_back_and_refuses_to_do_it_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("a");
+    let d = data.to_str().unwrap();
+    let (code, out, err) = cairn(&["demo", "--records", "3000", "--data", d]);
+    assert_eq!(code, 0, "{out}{err}");
+    let mb = MockBroker::start(&["restored:3", "narrow:2"]);
+    let restore = |extra: &[&str]| {
+        let mut args = vec!["restore", "--data", d, "--brokers", &mb.brokers];
+        args.extend_from_slice(extra);
+        cairn(&args)
+    };
+    let (code, out, err) = restore(&["--rename", "cairn-demo=restored"]);
+    assert_eq!(code, 0, "{out}{err}");
+    for p in 0..3 {
+        assert!(
+            out.contains(&format!(
+                "cairn-demo/{p} -> restored/{p}: 1000 records (archived offsets 0..=999)"
+            )),
+            "{out}"
+        );
+    }
+    assert!(out.contains("restored 3000 records"), "{out}");
+    // Again: the target now holds records, so nothing is produced.
+    let (code, _, err) = restore(&["--rename", "cairn-demo=restored"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("restored/0 already holds records (offsets 0..1000)")
+            && err.contains("--append"),
+        "{err}"
+    );
+    let (code, _, err) = restore(&["--rename", "cairn-demo=narrow"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("\"narrow\" has 2 partitions"), "{err}");
+    let (code, _, err) = restore(&["--rename", "cairn-demo"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("expected ARCHIVED=TARGET"), "{err}");
+    let (code, _, err) = restore(&["-X", "enable.idempotence=false"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("enable.idempotence"), "{err}");
+}

@@ -3,6 +3,7 @@
 pub mod demo;
 pub mod export;
 pub mod mock_broker;
+pub mod restore;
 pub mod run;
 pub mod status;
 pub mod verify;
@@ -43,6 +44,8 @@ pub enum Command {
     Export(export::ExportArgs),
     /// Re-read and check every byte of an archive.
     Verify(verify::VerifyArgs),
+    /// Produce archived records back into Kafka: same partitions, keys, values, headers and timestamps.
+    Restore(restore::RestoreArgs),
 }
 
 /// Arguments shared by the commands that read an archive.

@@ -1,0 +1,106 @@
+//! `cairn restore`: produce archived records back into Kafka (see
+//! `crate::restore`).
+
+use std::process::ExitCode;
+
+use super::outln;
+use crate::config::parse_kv;
+use crate::error::{ConnectorError, Result};
+use crate::restore::{restore, RestoreConfig};
+
+#[derive(Debug, clap::Args)]
+pub struct RestoreArgs {
+    #[command(flatten)]
+    pub data: super::DataArg,
+    /// Kafka bootstrap servers to restore into, host:port[,host:port].
+    #[arg(long, short = 'b')]
+    pub brokers: String,
+    /// Only these archived topics, comma-separated (default: all).
+    #[arg(long, short = 't', value_delimiter = ',')]
+    pub topic: Vec<String>,
+    /// Only this partition.
+    #[arg(long)]
+    pub partition: Option<i32>,
+    /// First archived offset to restore (inclusive).
+    #[arg(long, default_value_t = 0)]
+    pub from: i64,
+    /// Stop before this archived offset (exclusive).
+    #[arg(long)]
+    pub to: Option<i64>,
+    /// Restore an archived topic into another topic (repeatable).
+    #[arg(long, value_parser = parse_rename, value_name = "ARCHIVED=TARGET")]
+    pub rename: Vec<(String, String)>,
+    /// Restore into partitions that already hold records, after them.
+    #[arg(long)]
+    pub append: bool,
+    /// Add a header of this name holding each record's archived offset.
+    #[arg(long, value_name = "NAME")]
+    pub offset_header: Option<String>,
+    /// How long to wait for the brokers before giving up.
+    #[arg(long, default_value_t = 30_000)]
+    pub connect_timeout_ms: u64,
+    /// librdkafka producer property, as with kcat (repeatable).
+    #[arg(short = 'X', value_parser = parse_kv, value_name = "KEY=VALUE")]
+    pub kafka: Vec<(String, String)>,
+}
+
+fn parse_rename(s: &str) -> std::result::Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((a, b)) if !a.is_empty() && !b.is_empty() => Ok((a.to_owned(), b.to_owned())),
+        _ => Err(format!("{s:?}: expected ARCHIVED=TARGET")),
+    }
+}
+
+impl RestoreArgs {
+    pub fn into_config(self) -> Result<RestoreConfig> {
+        let mut cfg = RestoreConfig::new(&self.brokers);
+        cfg.topics = self.topic;
+        cfg.partition = self.partition;
+        cfg.from = self.from;
+        cfg.to = self.to;
+        for (a, b) in self.rename {
+            if let Some(prev) = cfg.rename.insert(a.clone(), b) {
+                return Err(ConnectorError::Config(format!(
+                    "--rename {a}: given twice (first into {prev:?})"
+                )));
+            }
+        }
+        cfg.append = self.append;
+        cfg.offset_header = self.offset_header;
+        cfg.connect_timeout_ms = self.connect_timeout_ms;
+        cfg.kafka = self.kafka.into_iter().collect();
+        Ok(cfg)
+    }
+}
+
+pub async fn run(args: RestoreArgs) -> Result<ExitCode> {
+    let engine = super::open_archive(&args.data.data)?;
+    let cfg = args.into_config()?;
+    let report = tokio::task::block_in_place(|| restore(&engine, &cfg))?;
+    for p in &report.partitions {
+        let range = match (p.first_offset, p.last_offset) {
+            (Some(a), Some(b)) => format!("archived offsets {a}..={b}"),
+            _ => "nothing in range".to_owned(),
+        };
+        outln!(
+            "{} -> {}: {} records ({range})",
+            p.source,
+            p.target,
+            p.records
+        )?;
+    }
+    let secs = report.elapsed.as_secs_f64();
+    outln!(
+        "restored {} records ({} payload bytes) into {} partition{} in {:.1} s",
+        report.records,
+        report.payload_bytes,
+        report.partitions.len(),
+        if report.partitions.len() == 1 {
+            ""
+        } else {
+            "s"
+        },
+        secs
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
