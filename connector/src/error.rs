@@ -50,14 +50,13 @@ pub enum ConnectorError {
         low: i64,
         high: i64,
     },
-    #[error("restoring {archived} into {target} failed at archived offset {offset}: {detail}; {delivered} of its records were delivered before it (resume with --topic {topic} --partition {partition} --from {resume_from} --append)", topic = archived.topic, partition = archived.partition)]
-    RestoreFailed {
-        archived: cairn_engine::TopicPartition,
+    #[error(transparent)]
+    RestoreFailed(Box<RestoreFailure>),
+    #[error("{target}: {sent} records were sent but {acknowledged} acknowledged, with no failure reported")]
+    RestoreUnconfirmed {
         target: cairn_engine::TopicPartition,
-        offset: i64,
-        delivered: u64,
-        resume_from: i64,
-        detail: String,
+        sent: u64,
+        acknowledged: u64,
     },
     #[error("kafka error during {op}: {source}")]
     Kafka {
@@ -86,3 +85,19 @@ impl ConnectorError {
 }
 
 pub type Result<T, E = ConnectorError> = std::result::Result<T, E>;
+
+/// Where a restore stopped (boxed in [`ConnectorError::RestoreFailed`]: it
+/// is large).
+#[derive(Debug, thiserror::Error)]
+#[error("restoring {archived} into {target} failed at archived offset {offset}: {detail}; {delivered} of its records were delivered before it. Next: {next_step}")]
+pub struct RestoreFailure {
+    pub archived: cairn_engine::TopicPartition,
+    pub target: cairn_engine::TopicPartition,
+    /// The first record that failed.
+    pub offset: i64,
+    /// Records of the partition acknowledged before it.
+    pub delivered: u64,
+    /// What to run next.
+    pub next_step: String,
+    pub detail: String,
+}

@@ -29,5 +29,5 @@ pub use config::{CommitPolicy, OnOffsetOutOfRange, OnOversize, RunConfig};
 pub use consumer::{
     run_pipeline, CommitObserver, DonePredicate, PipelineOptions, RunReport, RunStats,
 };
-pub use error::{ConnectorError, Result};
+pub use error::{ConnectorError, RestoreFailure, Result};
 pub use task::{ArchiveSink, PutOutcome, SinkTask, TaskError};

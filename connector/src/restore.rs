@@ -3,19 +3,25 @@
 //! Each archived partition goes to the partition with the same number in its
 //! target topic (the archived topic's own name, or the name `rename` maps it
 //! to), in offset order, with its key, value, headers and timestamp. Kafka
-//! assigns the restored records new offsets; `offset_header` keeps the
-//! archived offset beside each one.
+//! assigns the restored records new offsets; `offset_header` keeps each
+//! record's archived offset beside it, and lets `resume` find where each
+//! partition stopped.
 //!
 //! # Invariants
 //! - Nothing is produced before every check has passed: the brokers answer,
-//!   every target topic exists with a partition for every archived one, and,
-//!   unless `append` is set, every target partition is empty.
-//! - The records of one partition reach Kafka in archive order, each once per
-//!   run: the producer is idempotent (librdkafka then keeps order and retries
-//!   without duplicates), and the run stops producing at the first failure.
-//! - What the report (or the error) says was delivered was acknowledged by
-//!   the brokers. After a failure, the failed record's archived offset is
-//!   where a rerun with `from` and `append` resumes that partition.
+//!   every target topic exists with a partition for every archived one, and
+//!   every target partition is empty (or, with `append`, may hold records;
+//!   or, with `resume`, ends with a record this restore wrote).
+//! - The records of one partition reach Kafka in archive order, each at most
+//!   once per run, without gaps: the producer is idempotent with librdkafka's
+//!   gapless guarantee (a batch that fails for good stops the producer rather
+//!   than let later batches through), and the run stops producing at the
+//!   first failure and drops what has not left.
+//! - What the report (or the error) calls delivered was acknowledged by the
+//!   brokers. A failure names the first failed record, which is where that
+//!   partition resumes. A failure that may have been written anyway (a
+//!   timeout) is the one case `--from` cannot settle; `resume` reads the
+//!   target instead, so it can.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
@@ -23,12 +29,31 @@ use std::time::{Duration, Instant};
 
 use cairn_engine::{Engine, Record, TimestampType, TopicPartition};
 use rdkafka::config::ClientConfig;
-use rdkafka::message::{DeliveryResult, Header, Message, OwnedHeaders};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{DeliveryResult, Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext, PurgeConfig};
 use rdkafka::types::RDKafkaErrorCode;
-use rdkafka::ClientContext;
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
-use crate::error::{ConnectorError, Result};
+use crate::error::{ConnectorError, RestoreFailure, Result};
+
+/// librdkafka's default `message.timeout.ms`: every record sent gets its
+/// delivery report within it.
+const MESSAGE_TIMEOUT_MS_DEFAULT: u64 = 300_000;
+/// Added to the message timeout for the final flush: librdkafka scans for
+/// timed-out records about once a second.
+const FLUSH_MARGIN_MS: u64 = 30_000;
+/// Producer properties cairn sets and will not take from `-X`.
+const MANAGED: [&str; 7] = [
+    "bootstrap.servers",
+    "metadata.broker.list",
+    "enable.idempotence",
+    "enable.gapless.guarantee",
+    "delivery.report.only.error",
+    "allow.auto.create.topics",
+    "transactional.id",
+];
 
 /// What to restore, and where.
 #[derive(Debug, Clone)]
@@ -44,14 +69,15 @@ pub struct RestoreConfig {
     pub to: Option<i64>,
     /// Archived topic → target topic. Topics not named keep their name.
     pub rename: BTreeMap<String, String>,
-    /// Restore into partitions that already hold records.
+    /// Restore into partitions that already hold records, after them.
     pub append: bool,
     /// Add a header of this name holding the archived offset (decimal).
     pub offset_header: Option<String>,
+    /// Continue each target partition after the archived offset in its last
+    /// record's `offset_header` (partitions that are empty start at `from`).
+    pub resume: bool,
     /// How long to wait for the brokers before giving up.
     pub connect_timeout_ms: u64,
-    /// How long to wait, at the end, for the brokers to acknowledge.
-    pub flush_timeout_ms: u64,
     /// librdkafka producer properties passed through (`-X`).
     pub kafka: BTreeMap<String, String>,
 }
@@ -67,18 +93,25 @@ impl RestoreConfig {
             rename: BTreeMap::new(),
             append: false,
             offset_header: None,
+            resume: false,
             connect_timeout_ms: 30_000,
-            flush_timeout_ms: 300_000,
             kafka: BTreeMap::new(),
         }
     }
 
     fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(ConnectorError::Config(m));
-        for key in ["bootstrap.servers", "enable.idempotence"] {
+        for key in MANAGED {
             if self.kafka.contains_key(key) {
                 return bad(format!(
                     "-X {key}: cairn restore manages this property itself"
+                ));
+            }
+        }
+        if let Some(v) = self.kafka.get("message.timeout.ms") {
+            if !v.parse::<u64>().is_ok_and(|ms| ms > 0) {
+                return bad(format!(
+                    "-X message.timeout.ms={v}: must be a positive number of ms (0 would let a restore wait forever)"
                 ));
             }
         }
@@ -90,10 +123,14 @@ impl RestoreConfig {
                 return bad(format!("--to {to}: must be above --from {}", self.from));
             }
         }
-        if let Some(name) = &self.offset_header {
-            if name.is_empty() {
-                return bad("--offset-header: the name is empty".into());
-            }
+        if self.offset_header.as_ref().is_some_and(String::is_empty) {
+            return bad("--offset-header: the name is empty".into());
+        }
+        if self.resume && self.offset_header.is_none() {
+            return bad("--resume needs --offset-header NAME: that header is how it finds where each partition stopped".into());
+        }
+        if self.resume && self.append {
+            return bad("--resume and --append: choose one (--resume continues after this restore's own records; --append adds after anything)".into());
         }
         for dst in self.rename.values() {
             if let Err(e) = cairn_engine::validate_topic(dst) {
@@ -107,6 +144,13 @@ impl RestoreConfig {
         let topic = self.rename.get(&tp.topic).unwrap_or(&tp.topic);
         TopicPartition::new(topic, tp.partition)
     }
+
+    fn message_timeout_ms(&self) -> u64 {
+        self.kafka
+            .get("message.timeout.ms")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(MESSAGE_TIMEOUT_MS_DEFAULT)
+    }
 }
 
 /// One partition's part of a restore.
@@ -116,7 +160,7 @@ pub struct PartitionRestore {
     pub target: TopicPartition,
     /// Records acknowledged by the brokers.
     pub records: u64,
-    /// Archived offsets of the first and last of them.
+    /// Lowest and highest archived offset among them.
     pub first_offset: Option<i64>,
     pub last_offset: Option<i64>,
 }
@@ -127,6 +171,9 @@ pub struct RestoreReport {
     pub partitions: Vec<PartitionRestore>,
     pub records: u64,
     pub payload_bytes: u64,
+    /// Records whose archived timestamp Kafka's producer cannot send (0 or
+    /// negative with a timestamp type): they carry the time of restore.
+    pub timestamps_replaced: u64,
     pub elapsed: Duration,
 }
 
@@ -135,20 +182,20 @@ pub fn plan(engine: &Engine, cfg: &RestoreConfig) -> Result<Vec<(TopicPartition,
     cfg.validate()?;
     let archived = engine.partitions();
     let topics: BTreeSet<String> = archived.iter().map(|p| p.tp.topic.clone()).collect();
+    if topics.is_empty() {
+        return Err(ConnectorError::Config(
+            "the archive holds no records: nothing to restore".into(),
+        ));
+    }
     for t in cfg.topics.iter().chain(cfg.rename.keys()) {
         if !topics.contains(t) {
             return Err(ConnectorError::Config(format!(
                 "topic {t:?}: the archive holds no such topic (it holds {})",
-                list(&topics)
-            )));
-        }
-    }
-    let mut sources: BTreeMap<&str, &str> = BTreeMap::new();
-    for t in &topics {
-        let dst = cfg.rename.get(t).unwrap_or(t).as_str();
-        if let Some(other) = sources.insert(dst, t) {
-            return Err(ConnectorError::Config(format!(
-                "--rename: topics {other:?} and {t:?} would both be restored into {dst:?}"
+                topics
+                    .iter()
+                    .map(|t| format!("{t:?}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )));
         }
     }
@@ -161,23 +208,24 @@ pub fn plan(engine: &Engine, cfg: &RestoreConfig) -> Result<Vec<(TopicPartition,
             (p.tp, target)
         })
         .collect();
-    if let (Some(n), true) = (cfg.partition, chosen.is_empty() && !topics.is_empty()) {
+    if let (Some(n), true) = (cfg.partition, chosen.is_empty()) {
         return Err(ConnectorError::Config(format!(
             "--partition {n}: the archive holds no such partition of the chosen topics"
         )));
     }
-    Ok(chosen)
-}
-
-fn list(topics: &BTreeSet<String>) -> String {
-    if topics.is_empty() {
-        return "none".into();
+    // Two chosen topics into one target would interleave their partitions.
+    let mut into: BTreeMap<&str, &str> = BTreeMap::new();
+    for (source, target) in &chosen {
+        if let Some(other) = into.insert(&target.topic, &source.topic) {
+            if other != source.topic {
+                return Err(ConnectorError::Config(format!(
+                    "--rename: topics {other:?} and {:?} would both be restored into {:?}",
+                    source.topic, target.topic
+                )));
+            }
+        }
     }
-    topics
-        .iter()
-        .map(|t| format!("{t:?}"))
-        .collect::<Vec<_>>()
-        .join(", ")
+    Ok(chosen)
 }
 
 /// Restore what `cfg` selects from `engine` into Kafka. Blocking.
@@ -185,16 +233,21 @@ pub fn restore(engine: &Engine, cfg: &RestoreConfig) -> Result<RestoreReport> {
     let t0 = Instant::now();
     let plan = plan(engine, cfg)?;
     let producer = producer(cfg)?;
-    preflight(&producer, cfg, &plan)?;
+    let starts = preflight(&producer, cfg, &plan)?;
 
     let mut report = RestoreReport::default();
     let mut sent: BTreeMap<TopicPartition, u64> = BTreeMap::new();
-    // An archive that cannot be read (damage) stops the restore like a
-    // failed delivery does: after what was sent has been acknowledged, so
-    // that the resume points below are exact.
+    // Damage met while reading stops the restore like a failed delivery
+    // does: after what was sent has been acknowledged, so that the resume
+    // points below are exact.
     let mut unreadable: Option<ConnectorError> = None;
     'partitions: for (source, target) in &plan {
-        let records = match engine.read(source, cfg.from) {
+        let from = starts[target];
+        if cfg.to.is_some_and(|to| from >= to) {
+            sent.insert(target.clone(), 0);
+            continue;
+        }
+        let records = match engine.read(source, from) {
             Ok(it) => it,
             Err(e) => {
                 unreadable = Some(e.into());
@@ -213,12 +266,18 @@ pub fn restore(engine: &Engine, cfg: &RestoreConfig) -> Result<RestoreReport> {
             if cfg.to.is_some_and(|to| r.offset >= to) {
                 break;
             }
-            if let Err(detail) = send(&producer, cfg, target, &r) {
-                producer.context().fail(target, r.offset, detail);
-                break 'partitions;
+            match send(&producer, cfg, target, &r) {
+                Ok(Sent::Queued { timestamp_replaced }) => {
+                    n += 1;
+                    report.payload_bytes += r.payload_bytes();
+                    report.timestamps_replaced += u64::from(timestamp_replaced);
+                }
+                Ok(Sent::Stopped) => break 'partitions,
+                Err(detail) => {
+                    producer.context().fail(target, r.offset, detail);
+                    break 'partitions;
+                }
             }
-            n += 1;
-            report.payload_bytes += r.payload_bytes();
             if producer.context().failed() {
                 break 'partitions;
             }
@@ -227,51 +286,81 @@ pub fn restore(engine: &Engine, cfg: &RestoreConfig) -> Result<RestoreReport> {
         tracing::info!(%source, %target, records = n, "partition sent");
     }
 
-    // Every record sent gets its delivery report (or fails) within
-    // librdkafka's message.timeout.ms; the flush waits for them all.
-    let flushed = producer.flush(Duration::from_millis(cfg.flush_timeout_ms));
+    // Nothing is sent after a failure or damage (the loop stops), and under
+    // the gapless guarantee a batch that fails for good fails everything
+    // after it in its partition; what other partitions have queued lies
+    // below their own resume points, so it is delivered, not dropped.
+    // Every record sent gets its delivery report within message.timeout.ms.
+    let flush_ms = cfg.message_timeout_ms() + FLUSH_MARGIN_MS;
+    let flushed = producer.flush(Duration::from_millis(flush_ms));
+    if flushed.is_err() {
+        // Reports still missing: give up on those records (they fail with
+        // "purged", and count as possibly written), and collect the reports.
+        producer.purge(PurgeConfig::default().queue().inflight());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while producer.in_flight_count() > 0 && Instant::now() < deadline {
+            producer.poll(Duration::from_millis(100));
+        }
+    }
     producer.poll(Duration::ZERO);
-    let acked = producer.context().take();
+    let state = producer.context().take();
     for (source, target) in &plan {
-        let a = acked.acked.get(target).copied().unwrap_or_default();
-        report.records += a.records;
+        let d = state.partitions.get(target).cloned().unwrap_or_default();
+        report.records += d.acked;
         report.partitions.push(PartitionRestore {
             source: source.clone(),
             target: target.clone(),
-            records: a.records,
-            first_offset: a.first,
-            last_offset: a.last,
+            records: d.acked,
+            first_offset: d.first_acked,
+            last_offset: d.last_acked,
         });
     }
     report.elapsed = t0.elapsed();
-    // Where each partition resumes: after its last acknowledged record
-    // (offsets only increase, so gaps do not matter).
-    let resume = |p: &PartitionRestore| p.last_offset.map_or(cfg.from, |o| o + 1);
-    if acked.failure.is_some() || unreadable.is_some() {
+    if report.timestamps_replaced > 0 {
+        tracing::warn!(
+            records = report.timestamps_replaced,
+            "records archived with a timestamp of 0 or below carry the time of restore: Kafka's producer cannot send those"
+        );
+    }
+
+    let failed = state.first_failed.as_ref().map(|tp| {
+        let d = &state.partitions[tp];
+        let p = report
+            .partitions
+            .iter()
+            .find(|p| p.target == *tp)
+            .expect("failures are reported for planned partitions");
+        (p, d)
+    });
+    if failed.is_some() || unreadable.is_some() || flushed.is_err() {
         for p in &report.partitions {
+            let d = state.partitions.get(&p.target).cloned().unwrap_or_default();
             tracing::warn!(
                 archived = %p.source,
                 target = %p.target,
                 delivered = p.records,
-                resume_from = resume(p),
+                resume_from = resume_point(cfg, &starts, p, &d),
                 "restore stopped"
             );
         }
     }
-    if let Some(f) = acked.failure {
-        let failed = report
-            .partitions
-            .iter()
-            .find(|p| p.target == f.target)
-            .expect("failures are reported for planned partitions");
-        return Err(ConnectorError::RestoreFailed {
-            archived: failed.source.clone(),
-            target: f.target,
-            offset: f.offset,
-            delivered: failed.records,
-            resume_from: resume(failed),
-            detail: f.detail,
-        });
+    if let Some((p, d)) = failed {
+        if let Some(e) = &unreadable {
+            tracing::error!(error = %e, "the archive could not be read either");
+        }
+        let (offset, detail) = d.first_failed.clone().expect("a failed partition");
+        let detail = match &state.fatal {
+            Some(fatal) => format!("{detail} ({fatal})"),
+            None => detail,
+        };
+        return Err(ConnectorError::RestoreFailed(Box::new(RestoreFailure {
+            archived: p.source.clone(),
+            target: p.target.clone(),
+            offset,
+            delivered: p.records,
+            next_step: next_step(cfg, &starts, p, d),
+            detail,
+        })));
     }
     if let Some(e) = unreadable {
         return Err(e);
@@ -284,27 +373,71 @@ pub fn restore(engine: &Engine, cfg: &RestoreConfig) -> Result<RestoreReport> {
     }
     for p in &report.partitions {
         let n = sent.get(&p.target).copied().unwrap_or(0);
-        // Idempotent delivery reports every record once; a mismatch is a
-        // bug, not something to report as a success.
-        assert_eq!(
-            p.records, n,
-            "{}: {} records sent but {} acknowledged",
-            p.target, n, p.records
-        );
+        if p.records != n {
+            return Err(ConnectorError::RestoreUnconfirmed {
+                target: p.target.clone(),
+                sent: n,
+                acknowledged: p.records,
+            });
+        }
     }
     Ok(report)
+}
+
+/// The archived offset `p` resumes at: its first failed record, else after
+/// its last acknowledged one, else where it started.
+fn resume_point(
+    cfg: &RestoreConfig,
+    starts: &BTreeMap<TopicPartition, i64>,
+    p: &PartitionRestore,
+    d: &PartitionDeliveries,
+) -> i64 {
+    match (&d.first_failed, p.last_offset) {
+        (Some((failed, _)), _) => *failed,
+        (None, Some(last)) => last + 1,
+        (None, None) => starts.get(&p.target).copied().unwrap_or(cfg.from),
+    }
+}
+
+/// What to run next, for the error message.
+fn next_step(
+    cfg: &RestoreConfig,
+    starts: &BTreeMap<TopicPartition, i64>,
+    p: &PartitionRestore,
+    d: &PartitionDeliveries,
+) -> String {
+    let failed = d.first_failed.as_ref().map_or(cfg.from, |(o, _)| *o);
+    if p.last_offset.is_some_and(|last| last > failed) {
+        // Not expected under the gapless guarantee, but never papered over.
+        return format!(
+            "records above archived offset {failed} were acknowledged although it failed, so {} now lacks some of them; restore this partition again into an empty topic",
+            p.target
+        );
+    }
+    if cfg.offset_header.is_some() {
+        return "rerun the same command with --resume: it continues each partition after the last record found there".into();
+    }
+    let from = resume_point(cfg, starts, p, d);
+    format!(
+        "rerun the same command with --partition {} --from {from} --append in place of its own --partition, --from and --append; if the failure was a timeout, the record at {from} may be in Kafka already (restore with --offset-header and use --resume to make resuming exact)",
+        p.source.partition
+    )
 }
 
 fn producer(cfg: &RestoreConfig) -> Result<BaseProducer<Deliveries>> {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", &cfg.brokers)
         // Ordered, retried without duplicates, acknowledged by all in-sync
-        // replicas (idempotence implies acks=all).
+        // replicas (idempotence implies acks=all); and a batch that fails
+        // for good stops the producer instead of leaving a gap.
         .set("enable.idempotence", "true")
+        .set("enable.gapless.guarantee", "true")
+        // Never create a topic by producing to it.
+        .set("allow.auto.create.topics", "false")
         .set("linger.ms", "5")
-        // Records up to the archive's own limit (8 MiB by default) fit; the
-        // brokers' and the topic's limits still apply.
-        .set("message.max.bytes", (16 << 20).to_string());
+        // Above the archive's own record limit (16 MiB at most) with the
+        // wire overhead; the brokers' and the topic's limits still apply.
+        .set("message.max.bytes", (32 << 20).to_string());
     for (k, v) in &cfg.kafka {
         c.set(k, v);
     }
@@ -312,73 +445,146 @@ fn producer(cfg: &RestoreConfig) -> Result<BaseProducer<Deliveries>> {
         .map_err(|e| ConnectorError::Config(format!("producer settings: {e}")))
 }
 
-/// Check the brokers answer, and every target partition exists (and is
-/// empty unless `append`), before anything is produced.
+/// Check the brokers answer, and every target partition exists and may be
+/// restored into, before anything is produced. Returns the archived offset
+/// each target partition starts at.
 fn preflight(
     producer: &BaseProducer<Deliveries>,
     cfg: &RestoreConfig,
     plan: &[(TopicPartition, TopicPartition)],
-) -> Result<()> {
+) -> Result<BTreeMap<TopicPartition, i64>> {
     let t0 = Instant::now();
     let timeout = Duration::from_millis(cfg.connect_timeout_ms);
-    let unreachable = |detail: String| ConnectorError::BrokerUnreachable {
-        brokers: cfg.brokers.clone(),
-        waited_ms: t0.elapsed().as_millis() as u64,
-        detail,
-    };
     // All topics: asking for one by name could create it on brokers that
     // auto-create topics.
     let md = producer
         .client()
         .fetch_metadata(None, timeout)
-        .map_err(|e| unreachable(e.to_string()))?;
-    let partitions: BTreeMap<&str, usize> = md
-        .topics()
-        .iter()
-        .filter(|t| t.error().is_none())
-        .map(|t| (t.name(), t.partitions().len()))
-        .collect();
+        .map_err(|e| ConnectorError::BrokerUnreachable {
+            brokers: cfg.brokers.clone(),
+            waited_ms: t0.elapsed().as_millis() as u64,
+            detail: e.to_string(),
+        })?;
     let mut needed: BTreeMap<&str, i32> = BTreeMap::new();
     for (_, target) in plan {
         let n = needed.entry(&target.topic).or_default();
         *n = (*n).max(target.partition + 1);
     }
     for (topic, needed) in needed {
-        match partitions.get(topic) {
-            None | Some(0) => {
-                return Err(ConnectorError::UnknownTopic {
-                    topic: topic.to_owned(),
-                    brokers: cfg.brokers.clone(),
-                })
-            }
-            Some(&n) if (n as i64) < needed as i64 => {
-                return Err(ConnectorError::TooFewPartitions {
-                    topic: topic.to_owned(),
-                    partitions: n as i32,
-                    needed,
-                })
-            }
-            Some(_) => {}
+        let Some(t) = md.topics().iter().find(|t| t.name() == topic) else {
+            return Err(ConnectorError::UnknownTopic {
+                topic: topic.to_owned(),
+                brokers: cfg.brokers.clone(),
+            });
+        };
+        if let Some(err) = t.error() {
+            return Err(ConnectorError::Kafka {
+                op: "read the target topic's metadata",
+                source: KafkaError::MetadataFetch(err.into()),
+            });
+        }
+        let partitions = t.partitions().len() as i32;
+        if partitions < needed {
+            return Err(ConnectorError::TooFewPartitions {
+                topic: topic.to_owned(),
+                partitions,
+                needed,
+            });
         }
     }
-    if !cfg.append {
-        for (_, target) in plan {
-            let (low, high) = producer
-                .client()
-                .fetch_watermarks(&target.topic, target.partition, timeout)
-                .map_err(ConnectorError::kafka(
-                    "fetch watermarks of a target partition",
-                ))?;
-            if high > low {
-                return Err(ConnectorError::TargetNotEmpty {
-                    target: target.clone(),
-                    low,
-                    high,
+    let mut starts = BTreeMap::new();
+    let mut reader: Option<BaseConsumer> = None;
+    for (_, target) in plan {
+        let (low, high) = producer
+            .client()
+            .fetch_watermarks(&target.topic, target.partition, timeout)
+            .map_err(ConnectorError::kafka(
+                "fetch watermarks of a target partition",
+            ))?;
+        let start = if high <= low || cfg.append {
+            cfg.from
+        } else if cfg.resume {
+            let name = cfg.offset_header.as_deref().expect("validated");
+            if reader.is_none() {
+                reader = Some(
+                    ClientConfig::new()
+                        .set("bootstrap.servers", &cfg.brokers)
+                        // librdkafka assigns only within a group; this one
+                        // never commits or subscribes.
+                        .set("group.id", "cairn-restore-resume")
+                        .set("enable.auto.commit", "false")
+                        .create()
+                        .map_err(ConnectorError::kafka("create a reader for --resume"))?,
+                );
+            }
+            let consumer = reader.as_ref().expect("just created");
+            let archived = last_archived_offset(consumer, target, high - 1, name, timeout)?;
+            cfg.from.max(archived + 1)
+        } else {
+            return Err(ConnectorError::TargetNotEmpty {
+                target: target.clone(),
+                low,
+                high,
+            });
+        };
+        starts.insert(target.clone(), start);
+    }
+    Ok(starts)
+}
+
+/// The archived offset in the `name` header of the record at `offset` of
+/// `target` (its last one).
+fn last_archived_offset(
+    consumer: &BaseConsumer,
+    target: &TopicPartition,
+    offset: i64,
+    name: &str,
+    timeout: Duration,
+) -> Result<i64> {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(&target.topic, target.partition, Offset::Offset(offset))
+        .map_err(ConnectorError::kafka("position a reader for --resume"))?;
+    consumer
+        .assign(&tpl)
+        .map_err(ConnectorError::kafka("position a reader for --resume"))?;
+    let deadline = Instant::now() + timeout;
+    let found = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(ConnectorError::Config(format!(
+                "--resume: could not read the last record of {target} (offset {offset}) within {} ms",
+                timeout.as_millis()
+            )));
+        }
+        match consumer.poll(left.min(Duration::from_millis(500))) {
+            Some(Ok(m)) if m.partition() == target.partition && m.offset() >= offset => {
+                break m.headers().and_then(|hs| {
+                    hs.iter()
+                        .filter(|h| h.key == name)
+                        .filter_map(|h| h.value)
+                        .last()
+                        .and_then(|v| std::str::from_utf8(v).ok())
+                        .and_then(|s| s.parse::<i64>().ok())
                 });
             }
+            Some(Err(e)) => return Err(ConnectorError::kafka("read for --resume")(e)),
+            _ => {}
         }
-    }
-    Ok(())
+    };
+    found.ok_or_else(|| {
+        ConnectorError::Config(format!(
+            "--resume: the last record of {target} (offset {offset}) has no {name:?} header holding an archived offset, so it was not written by cairn restore --offset-header {name}; restore into an empty topic, or use --append"
+        ))
+    })
+}
+
+/// What `send` did with a record.
+enum Sent {
+    Queued {
+        timestamp_replaced: bool,
+    },
+    /// A failure was reported while waiting for room: not sent.
+    Stopped,
 }
 
 /// Hand one record to librdkafka, waiting while its queue is full. An
@@ -388,7 +594,7 @@ fn send(
     cfg: &RestoreConfig,
     target: &TopicPartition,
     r: &Record,
-) -> Result<(), String> {
+) -> Result<Sent, String> {
     let mut headers = OwnedHeaders::new_with_capacity(r.headers.len() + 1);
     for h in &r.headers {
         headers = headers.insert(Header {
@@ -396,11 +602,11 @@ fn send(
             value: h.value.as_deref(),
         });
     }
-    let offset_text = cfg.offset_header.as_ref().map(|_| r.offset.to_string());
-    if let (Some(name), Some(text)) = (&cfg.offset_header, &offset_text) {
+    let offset_text = r.offset.to_string();
+    if let Some(name) = &cfg.offset_header {
         headers = headers.insert(Header {
             key: name,
-            value: Some(text.as_bytes()),
+            value: Some(offset_text.as_bytes()),
         });
     }
     let mut record: BaseRecord<'_, [u8], [u8], Box<i64>> =
@@ -413,47 +619,53 @@ fn send(
     if let Some(v) = &r.value {
         record = record.payload(v.as_slice());
     }
+    // librdkafka reads a timestamp of 0 as "now" and has no way to send one
+    // at or below 0. A log-append time becomes the restored record's create
+    // time; a topic set to LogAppendTime replaces it with the time of
+    // restore.
+    let mut timestamp_replaced = false;
     match r.timestamp_type {
-        // A log-append time becomes the restored record's create time; a
-        // topic set to LogAppendTime replaces it with the time of restore.
-        TimestampType::CreateTime | TimestampType::LogAppendTime if r.timestamp_ms >= 0 => {
+        TimestampType::CreateTime | TimestampType::LogAppendTime if r.timestamp_ms > 0 => {
             record = record.timestamp(r.timestamp_ms);
         }
-        _ => {}
+        TimestampType::CreateTime | TimestampType::LogAppendTime => timestamp_replaced = true,
+        TimestampType::NotAvailable => {}
     }
     loop {
         match producer.send(record) {
             Ok(()) => {
                 producer.poll(Duration::ZERO);
-                return Ok(());
+                return Ok(Sent::Queued { timestamp_replaced });
             }
             Err((e, back)) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) => {
                 record = back;
                 producer.poll(Duration::from_millis(100));
+                if producer.context().failed() {
+                    return Ok(Sent::Stopped);
+                }
             }
             Err((e, _)) => return Err(e.to_string()),
         }
     }
 }
 
-#[derive(Debug, Default, Clone, Copy)]
-struct Acked {
-    records: u64,
-    first: Option<i64>,
-    last: Option<i64>,
-}
-
-#[derive(Debug)]
-struct Failure {
-    target: TopicPartition,
-    offset: i64,
-    detail: String,
+/// Delivery reports of one target partition.
+#[derive(Debug, Default, Clone)]
+struct PartitionDeliveries {
+    acked: u64,
+    first_acked: Option<i64>,
+    last_acked: Option<i64>,
+    /// The lowest failed archived offset, with its error.
+    first_failed: Option<(i64, String)>,
 }
 
 #[derive(Debug, Default)]
 struct DeliveryState {
-    acked: BTreeMap<TopicPartition, Acked>,
-    failure: Option<Failure>,
+    partitions: BTreeMap<TopicPartition, PartitionDeliveries>,
+    /// The partition whose failure was reported first.
+    first_failed: Option<TopicPartition>,
+    /// librdkafka's fatal error, if one stopped the producer.
+    fatal: Option<String>,
 }
 
 /// Delivery reports, per target partition.
@@ -467,21 +679,17 @@ impl Deliveries {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Keep the first failure: the records after it in its partition fail
-    /// too, and it is where that partition resumes.
     fn fail(&self, target: &TopicPartition, offset: i64, detail: String) {
         let mut s = self.lock();
-        if s.failure.is_none() {
-            s.failure = Some(Failure {
-                target: target.clone(),
-                offset,
-                detail,
-            });
+        let d = s.partitions.entry(target.clone()).or_default();
+        if d.first_failed.as_ref().is_none_or(|(o, _)| offset < *o) {
+            d.first_failed = Some((offset, detail));
         }
+        s.first_failed.get_or_insert_with(|| target.clone());
     }
 
     fn failed(&self) -> bool {
-        self.lock().failure.is_some()
+        self.lock().first_failed.is_some()
     }
 
     fn take(&self) -> DeliveryState {
@@ -489,7 +697,14 @@ impl Deliveries {
     }
 }
 
-impl ClientContext for Deliveries {}
+impl ClientContext for Deliveries {
+    fn error(&self, error: KafkaError, reason: &str) {
+        tracing::warn!(%error, reason, "kafka producer");
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::Fatal) {
+            self.lock().fatal.get_or_insert_with(|| reason.to_owned());
+        }
+    }
+}
 
 impl ProducerContext for Deliveries {
     type DeliveryOpaque = Box<i64>;
@@ -499,10 +714,10 @@ impl ProducerContext for Deliveries {
             Ok(m) => {
                 let tp = TopicPartition::new(m.topic(), m.partition());
                 let mut s = self.lock();
-                let a = s.acked.entry(tp).or_default();
-                a.records += 1;
-                a.first.get_or_insert(*offset);
-                a.last = Some(*offset);
+                let d = s.partitions.entry(tp).or_default();
+                d.acked += 1;
+                d.first_acked = Some(d.first_acked.map_or(*offset, |o| o.min(*offset)));
+                d.last_acked = Some(d.last_acked.map_or(*offset, |o| o.max(*offset)));
             }
             Err((e, m)) => {
                 let tp = TopicPartition::new(m.topic(), m.partition());

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use cairn_connector::restore::{plan, restore, RestoreConfig};
-use cairn_connector::ConnectorError;
+use cairn_connector::{ConnectorError, RestoreFailure};
 use cairn_engine::{
     Engine, EngineConfig, Header, Record, RecordBatch, TimestampType, TopicPartition,
 };
@@ -108,7 +108,6 @@ fn config(k: &TestKafka) -> RestoreConfig {
     let mut cfg = RestoreConfig::new(&k.brokers);
     cfg.rename.insert(ARCHIVED.into(), k.topic.clone());
     cfg.connect_timeout_ms = 10_000;
-    cfg.flush_timeout_ms = 30_000;
     cfg
 }
 
@@ -292,6 +291,15 @@ fn bad_targets_are_refused_before_anything_is_produced() {
         Err(ConnectorError::UnknownTopic { topic, .. }) => assert_eq!(topic, "no-such-topic"),
         other => panic!("{other:?}"),
     }
+    let c: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &narrow.brokers)
+        .create()
+        .unwrap();
+    let md = c.fetch_metadata(None, Duration::from_secs(10)).unwrap();
+    assert!(
+        md.topics().iter().all(|t| t.name() != "no-such-topic"),
+        "the refused restore created the topic"
+    );
 
     // A partition that already holds a record: refused, then allowed with
     // `append`, after it.
@@ -367,10 +375,28 @@ fn selections_that_name_nothing_in_the_archive_are_errors() {
     }))
     .contains("--rename"));
     assert!(msg(cfg(&|c| c.to = Some(0))).contains("--to 0"));
+    for key in [
+        "enable.idempotence",
+        "delivery.report.only.error",
+        "metadata.broker.list",
+        "transactional.id",
+    ] {
+        assert!(msg(cfg(&|c| {
+            c.kafka.insert(key.into(), "x".into());
+        }))
+        .contains(key));
+    }
     assert!(msg(cfg(&|c| {
-        c.kafka.insert("enable.idempotence".into(), "false".into());
+        c.kafka.insert("message.timeout.ms".into(), "0".into());
     }))
-    .contains("enable.idempotence"));
+    .contains("message.timeout.ms=0"));
+    assert!(msg(cfg(&|c| c.resume = true)).contains("--offset-header"));
+    assert!(msg(cfg(&|c| {
+        c.resume = true;
+        c.append = true;
+        c.offset_header = Some("h".into());
+    }))
+    .contains("choose one"));
     // Two archived topics into one target would interleave their partitions.
     engine
         .append(&[RecordBatch {
@@ -382,6 +408,22 @@ fn selections_that_name_nothing_in_the_archive_are_errors() {
         c.rename.insert("payments".into(), ARCHIVED.into());
     }))
     .contains("both"));
+    // ...but only when both are chosen.
+    let one = plan(
+        &engine,
+        &cfg(&|c| {
+            c.topics = vec!["payments".into()];
+            c.rename.insert("payments".into(), ARCHIVED.into());
+        }),
+    )
+    .unwrap();
+    assert_eq!(
+        one,
+        vec![(
+            TopicPartition::new("payments", 0),
+            TopicPartition::new(ARCHIVED, 0)
+        )]
+    );
     // Everything, by default.
     let all = plan(&engine, &RestoreConfig::new("unused:9092")).unwrap();
     assert_eq!(all.len(), 4);
@@ -398,24 +440,27 @@ fn a_failed_record_stops_the_restore_and_names_where_to_resume() {
     cfg.kafka.insert("message.max.bytes".into(), "5000".into());
     let err = restore(&engine, &cfg).unwrap_err();
     match &err {
-        ConnectorError::RestoreFailed {
-            archived,
-            target,
-            offset,
-            delivered,
-            resume_from,
-            ..
-        } => {
+        ConnectorError::RestoreFailed(f) => {
+            let RestoreFailure {
+                archived,
+                target,
+                offset,
+                delivered,
+                next_step,
+                ..
+            } = &**f;
             assert_eq!(*archived, TopicPartition::new(ARCHIVED, 0));
             assert_eq!(*target, TopicPartition::new(&k.topic, 0));
             assert_eq!(*offset, BIG_OFFSET);
             assert_eq!(*delivered, BIG_OFFSET as u64);
-            assert_eq!(*resume_from, BIG_OFFSET);
+            assert!(
+                next_step.contains("--partition 0 --from 20 --append"),
+                "{next_step}"
+            );
         }
         other => panic!("{other:?}"),
     }
-    let text = err.to_string();
-    assert!(text.contains("--partition 0 --from 20 --append"), "{text}");
+    assert!(err.to_string().contains("Next: rerun"), "{err}");
     // Everything before the failed record arrived, and nothing after it.
     assert_eq!(highs(&k, 3), vec![BIG_OFFSET, 0, 0]);
 
@@ -471,4 +516,188 @@ fn damage_met_while_reading_stops_after_what_was_sent_is_delivered() {
     // Partition 0, before the damage, arrived whole; nothing after it.
     let want = archived_records();
     assert_eq!(highs(&k, 3), vec![want[&0].len() as i64, 0, 0]);
+}
+
+#[test]
+fn an_empty_archive_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    match plan(&engine, &RestoreConfig::new("unused:9092")) {
+        Err(ConnectorError::Config(m)) => assert!(m.contains("nothing to restore"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A failure reported by the broker, after the record left: the restore
+/// stops there, the error says to `--resume`, and resuming (which reads the
+/// offset header of each partition's last record) completes it exactly
+/// once. Needs the mock cluster's error injection.
+#[test]
+fn a_broker_side_failure_resumes_exactly_once_with_the_offset_header() {
+    init_logs();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = archive(dir.path());
+    let k = TestKafka::new("broker-failure", 3);
+    let Some(mock) = k.mock() else {
+        eprintln!("skipped: error injection needs the mock cluster");
+        return;
+    };
+    let mut cfg = config(&k);
+    cfg.offset_header = Some("cairn.offset".into());
+    // A first part goes in cleanly.
+    cfg.to = Some(10);
+    cfg.partition = Some(0);
+    restore(&engine, &cfg).unwrap();
+    // Then the broker refuses the next produce request, for good.
+    mock.request_errors(
+        rdkafka::types::RDKafkaApiKey::Produce,
+        &[rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_RECORD],
+    );
+    cfg.to = None;
+    cfg.partition = None;
+    cfg.resume = true;
+    let err = restore(&engine, &cfg).unwrap_err();
+    match &err {
+        ConnectorError::RestoreFailed(f) => {
+            let RestoreFailure {
+                archived,
+                offset,
+                delivered,
+                next_step,
+                ..
+            } = &**f;
+            assert!(next_step.contains("--resume"), "{next_step}");
+            // The refused request held the failed partition's first batch
+            // of this run (librdkafka may have sent other partitions' in
+            // other requests, which went through): it failed at its first
+            // record, and none of its records arrived.
+            assert_eq!(*delivered, 0, "{err}");
+            let p = archived.partition;
+            let first = [10, 10, 0][p as usize];
+            assert_eq!(*offset, first, "{err}");
+            let already = if p == 0 { 10 } else { 0 };
+            assert_eq!(highs(&k, 3)[p as usize], already, "{err}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Resume: each partition continues after its last record's header.
+    restore(&engine, &cfg).unwrap();
+    let got = consume_all(&k, 3);
+    let want = archived_records();
+    for (p, records) in &want {
+        let offsets: Vec<Vec<u8>> = got[p]
+            .iter()
+            .map(|s| s.headers.last().unwrap().1.clone().unwrap())
+            .collect();
+        let archived: Vec<Vec<u8>> = records
+            .iter()
+            .map(|r| r.offset.to_string().into_bytes())
+            .collect();
+        assert_eq!(
+            offsets, archived,
+            "partition {p}: each record once, in order"
+        );
+    }
+    // Resuming a finished restore sends nothing.
+    let report = restore(&engine, &cfg).unwrap();
+    assert_eq!(report.records, 0);
+}
+
+#[test]
+fn resume_refuses_a_partition_this_restore_did_not_write() {
+    init_logs();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = archive(dir.path());
+    let k = TestKafka::new("foreign", 3);
+    let producer: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &k.brokers)
+        .create()
+        .unwrap();
+    producer
+        .send(
+            BaseRecord::<[u8], [u8]>::to(&k.topic)
+                .partition(2)
+                .payload(b"someone else's"),
+        )
+        .unwrap();
+    producer.flush(Duration::from_secs(10)).unwrap();
+    let mut cfg = config(&k);
+    cfg.offset_header = Some("cairn.offset".into());
+    cfg.resume = true;
+    match restore(&engine, &cfg) {
+        Err(ConnectorError::Config(m)) => {
+            assert!(
+                m.contains(&format!("{}/2", k.topic)) && m.contains("cairn.offset"),
+                "{m}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(highs(&k, 3), vec![0, 0, 1]);
+}
+
+#[test]
+fn a_timestamp_kafka_cannot_send_is_counted_not_hidden() {
+    init_logs();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let mut r = Record::with_value(0, "epoch");
+    r.timestamp_type = TimestampType::CreateTime;
+    r.timestamp_ms = 0;
+    engine
+        .append(&[RecordBatch {
+            tp: TopicPartition::new(ARCHIVED, 0),
+            records: vec![r],
+        }])
+        .unwrap();
+    let k = TestKafka::new("epoch", 1);
+    let report = restore(&engine, &config(&k)).unwrap();
+    assert_eq!((report.records, report.timestamps_replaced), (1, 1));
+    let got = consume_all(&k, 1);
+    assert!(matches!(got[&0][0].timestamp, Timestamp::CreateTime(t) if t > 0));
+}
+
+/// Records that keep failing with a retriable error time out; the restore
+/// then stops, and says the failed record may be in Kafka already (a
+/// timed-out record may have been written). Needs the mock cluster.
+#[test]
+fn a_timeout_is_reported_as_possibly_written() {
+    init_logs();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = archive(dir.path());
+    let k = TestKafka::new("timeout", 3);
+    let Some(mock) = k.mock() else {
+        eprintln!("skipped: error injection needs the mock cluster");
+        return;
+    };
+    mock.request_errors(
+        rdkafka::types::RDKafkaApiKey::Produce,
+        &[rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS; 200],
+    );
+    let mut cfg = config(&k);
+    cfg.partition = Some(0);
+    cfg.kafka.insert("message.timeout.ms".into(), "1500".into());
+    cfg.kafka.insert("retry.backoff.ms".into(), "50".into());
+    let err = restore(&engine, &cfg).unwrap_err();
+    match &err {
+        ConnectorError::RestoreFailed(f) => {
+            let RestoreFailure {
+                offset,
+                delivered,
+                next_step,
+                detail,
+                ..
+            } = &**f;
+            assert_eq!((*offset, *delivered), (0, 0), "{err}");
+            assert!(detail.contains("timed out"), "{detail}");
+            assert!(
+                next_step.contains("--partition 0 --from 0 --append")
+                    && next_step.contains("may be in Kafka already"),
+                "{next_step}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    mock.clear_request_errors(rdkafka::types::RDKafkaApiKey::Produce);
+    assert_eq!(highs(&k, 3), vec![0, 0, 0]);
 }

@@ -36,6 +36,9 @@ pub struct RestoreArgs {
     /// Add a header of this name holding each record's archived offset.
     #[arg(long, value_name = "NAME")]
     pub offset_header: Option<String>,
+    /// Continue each partition after the archived offset in its last record's --offset-header (a restore that stopped part way).
+    #[arg(long)]
+    pub resume: bool,
     /// How long to wait for the brokers before giving up.
     #[arg(long, default_value_t = 30_000)]
     pub connect_timeout_ms: u64,
@@ -67,6 +70,7 @@ impl RestoreArgs {
         }
         cfg.append = self.append;
         cfg.offset_header = self.offset_header;
+        cfg.resume = self.resume;
         cfg.connect_timeout_ms = self.connect_timeout_ms;
         cfg.kafka = self.kafka.into_iter().collect();
         Ok(cfg)
@@ -87,6 +91,12 @@ pub async fn run(args: RestoreArgs) -> Result<ExitCode> {
             p.source,
             p.target,
             p.records
+        )?;
+    }
+    if report.timestamps_replaced > 0 {
+        outln!(
+            "{} records were archived with a timestamp of 0 or below, which Kafka's producer cannot send: they carry the time of restore",
+            report.timestamps_replaced
         )?;
     }
     let secs = report.elapsed.as_secs_f64();
