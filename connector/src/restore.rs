@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 
 use cairn_engine::{Engine, Record, TimestampType, TopicPartition};
 use rdkafka::config::ClientConfig;
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{DeliveryResult, Header, Headers, Message, OwnedHeaders};
@@ -698,6 +699,33 @@ impl Deliveries {
 }
 
 impl ClientContext for Deliveries {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        // librdkafka still calls the gapless guarantee "experimental" (since
+        // 1.4) and warns on every start; restore sets it on purpose and
+        // checks for gaps itself (`next_step`), so that warning is noise.
+        if fac == "CONFWARN" && message.contains("enable.gapless.guarantee") {
+            tracing::debug!(target: "librdkafka", "librdkafka: {fac} {message}");
+            return;
+        }
+        match level {
+            RDKafkaLogLevel::Emerg
+            | RDKafkaLogLevel::Alert
+            | RDKafkaLogLevel::Critical
+            | RDKafkaLogLevel::Error => {
+                tracing::error!(target: "librdkafka", "librdkafka: {fac} {message}")
+            }
+            RDKafkaLogLevel::Warning => {
+                tracing::warn!(target: "librdkafka", "librdkafka: {fac} {message}")
+            }
+            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
+                tracing::info!(target: "librdkafka", "librdkafka: {fac} {message}")
+            }
+            RDKafkaLogLevel::Debug => {
+                tracing::debug!(target: "librdkafka", "librdkafka: {fac} {message}")
+            }
+        }
+    }
+
     fn error(&self, error: KafkaError, reason: &str) {
         tracing::warn!(%error, reason, "kafka producer");
         if error.rdkafka_error_code() == Some(RDKafkaErrorCode::Fatal) {

@@ -86,6 +86,11 @@ fn demo_archive_reads_back_with_status_export_verify() {
     let (code, out, err) = cairn(&["demo", "--records", "3000", "--data", d]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("no loss, no duplicates"), "{out}");
+    assert!(
+        out.contains("restored   3000 records into cairn-demo-restored")
+            && out.contains("identical to what was produced"),
+        "{out}"
+    );
     let (code, out, _) = cairn(&["verify", "--data", d]);
     assert_eq!(code, 0);
     assert!(

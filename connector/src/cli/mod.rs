@@ -34,7 +34,7 @@ pub enum LogFormat {
 pub enum Command {
     /// Archive Kafka topics durably into a local directory.
     Run(run::RunArgs),
-    /// Archive, crash, recover and verify on an embedded Kafka (no broker needed).
+    /// Archive, crash, recover, verify and restore on an embedded Kafka (no broker needed).
     Demo(demo::DemoArgs),
     /// Start librdkafka's in-process mock Kafka cluster until SIGINT/SIGTERM.
     MockBroker(mock_broker::MockBrokerArgs),
