@@ -13,15 +13,20 @@
 //!   every target partition is empty (or, with `append`, may hold records;
 //!   or, with `resume`, ends with a record this restore wrote).
 //! - The records of one partition reach Kafka in archive order, each at most
-//!   once per run, without gaps: the producer is idempotent with librdkafka's
-//!   gapless guarantee (a batch that fails for good stops the producer rather
-//!   than let later batches through), and the run stops producing at the
-//!   first failure and drops what has not left.
+//!   once per run: the producer is idempotent, and the run sends nothing
+//!   after the first failure it sees (and drops what it had queued, if the
+//!   failure came back from the brokers).
+//! - A gap (a record that failed below one that was acknowledged) is never
+//!   papered over: librdkafka's gapless guarantee turns a batch that fails
+//!   for good into a fatal error that stops the producer, and what it does
+//!   not cover (timeouts) is detected per partition and reported as a gap,
+//!   with no resume point that would skip it.
 //! - What the report (or the error) calls delivered was acknowledged by the
-//!   brokers. A failure names the first failed record, which is where that
-//!   partition resumes. A failure that may have been written anyway (a
-//!   timeout) is the one case `--from` cannot settle; `resume` reads the
-//!   target instead, so it can.
+//!   brokers. Every partition not complete gets a resume point: its first
+//!   failed record, else after its last acknowledged one. A record that timed
+//!   out may have been written anyway: `from` cannot settle that, `resume`
+//!   can (it reads the target, and checks its last record against the
+//!   archive).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
@@ -30,7 +35,7 @@ use std::time::{Duration, Instant};
 use cairn_engine::{Engine, Record, TimestampType, TopicPartition};
 use rdkafka::config::ClientConfig;
 use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{DeliveryResult, Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext, PurgeConfig};
@@ -45,6 +50,8 @@ const MESSAGE_TIMEOUT_MS_DEFAULT: u64 = 300_000;
 /// Added to the message timeout for the final flush: librdkafka scans for
 /// timed-out records about once a second.
 const FLUSH_MARGIN_MS: u64 = 30_000;
+/// `message.timeout.ms` and its alias.
+const MESSAGE_TIMEOUT_KEYS: [&str; 2] = ["message.timeout.ms", "delivery.timeout.ms"];
 /// Producer properties cairn sets and will not take from `-X`.
 const MANAGED: [&str; 7] = [
     "bootstrap.servers",
@@ -109,10 +116,20 @@ impl RestoreConfig {
                 ));
             }
         }
-        if let Some(v) = self.kafka.get("message.timeout.ms") {
+        let timeouts: Vec<_> = MESSAGE_TIMEOUT_KEYS
+            .iter()
+            .filter_map(|k| self.kafka.get(*k).map(|v| (k, v)))
+            .collect();
+        if timeouts.len() > 1 {
+            return bad(
+                "-X message.timeout.ms and -X delivery.timeout.ms: the same setting, given twice"
+                    .into(),
+            );
+        }
+        for (k, v) in timeouts {
             if !v.parse::<u64>().is_ok_and(|ms| ms > 0) {
                 return bad(format!(
-                    "-X message.timeout.ms={v}: must be a positive number of ms (0 would let a restore wait forever)"
+                    "-X {k}={v}: must be a positive number of ms (0 would let a restore wait forever)"
                 ));
             }
         }
@@ -147,8 +164,9 @@ impl RestoreConfig {
     }
 
     fn message_timeout_ms(&self) -> u64 {
-        self.kafka
-            .get("message.timeout.ms")
+        MESSAGE_TIMEOUT_KEYS
+            .iter()
+            .find_map(|k| self.kafka.get(*k))
             .and_then(|v| v.parse().ok())
             .unwrap_or(MESSAGE_TIMEOUT_MS_DEFAULT)
     }
@@ -234,69 +252,72 @@ pub fn restore(engine: &Engine, cfg: &RestoreConfig) -> Result<RestoreReport> {
     let t0 = Instant::now();
     let plan = plan(engine, cfg)?;
     let producer = producer(cfg)?;
-    let starts = preflight(&producer, cfg, &plan)?;
+    let starts = preflight(engine, &producer, cfg, &plan)?;
 
     let mut report = RestoreReport::default();
     let mut sent: BTreeMap<TopicPartition, u64> = BTreeMap::new();
+    // Partitions whose every selected record was handed to librdkafka.
+    let mut finished: BTreeSet<TopicPartition> = BTreeSet::new();
     // Damage met while reading stops the restore like a failed delivery
     // does: after what was sent has been acknowledged, so that the resume
     // points below are exact.
     let mut unreadable: Option<ConnectorError> = None;
     'partitions: for (source, target) in &plan {
         let from = starts[target];
-        if cfg.to.is_some_and(|to| from >= to) {
-            sent.insert(target.clone(), 0);
-            continue;
-        }
-        let records = match engine.read(source, from) {
-            Ok(it) => it,
-            Err(e) => {
-                unreadable = Some(e.into());
-                break;
-            }
-        };
         let mut n = 0u64;
-        for r in records {
-            let r = match r {
-                Ok(r) => r,
+        if cfg.to.is_none_or(|to| from < to) {
+            let records = match engine.read(source, from) {
+                Ok(it) => it,
                 Err(e) => {
                     unreadable = Some(e.into());
-                    break 'partitions;
+                    break;
                 }
             };
-            if cfg.to.is_some_and(|to| r.offset >= to) {
-                break;
-            }
-            match send(&producer, cfg, target, &r) {
-                Ok(Sent::Queued { timestamp_replaced }) => {
-                    n += 1;
-                    report.payload_bytes += r.payload_bytes();
-                    report.timestamps_replaced += u64::from(timestamp_replaced);
+            for r in records {
+                let r = match r {
+                    Ok(r) => r,
+                    Err(e) => {
+                        unreadable = Some(e.into());
+                        break 'partitions;
+                    }
+                };
+                if cfg.to.is_some_and(|to| r.offset >= to) {
+                    break;
                 }
-                Ok(Sent::Stopped) => break 'partitions,
-                Err(detail) => {
-                    producer.context().fail(target, r.offset, detail);
+                match send(&producer, cfg, target, &r) {
+                    Ok(Sent::Queued { timestamp_replaced }) => {
+                        n += 1;
+                        report.payload_bytes += r.payload_bytes();
+                        report.timestamps_replaced += u64::from(timestamp_replaced);
+                    }
+                    Ok(Sent::Stopped) => break 'partitions,
+                    Err(e) => {
+                        producer.context().fail(target, r.offset, &e);
+                        break 'partitions;
+                    }
+                }
+                if producer.context().failed() {
                     break 'partitions;
                 }
-            }
-            if producer.context().failed() {
-                break 'partitions;
             }
         }
         sent.insert(target.clone(), n);
+        finished.insert(target.clone());
         tracing::info!(%source, %target, records = n, "partition sent");
     }
 
-    // Nothing is sent after a failure or damage (the loop stops), and under
-    // the gapless guarantee a batch that fails for good fails everything
-    // after it in its partition; what other partitions have queued lies
-    // below their own resume points, so it is delivered, not dropped.
+    if producer.context().failed_in_delivery() {
+        // The brokers refused something: what is still queued behind it
+        // must not leave (it would land above a failed record). Purged
+        // records fail with "purged in queue" and get resume points.
+        producer.purge(PurgeConfig::default().queue());
+    }
     // Every record sent gets its delivery report within message.timeout.ms.
     let flush_ms = cfg.message_timeout_ms() + FLUSH_MARGIN_MS;
     let flushed = producer.flush(Duration::from_millis(flush_ms));
     if flushed.is_err() {
         // Reports still missing: give up on those records (they fail with
-        // "purged", and count as possibly written), and collect the reports.
+        // "purged", and may have been written), and collect the reports.
         producer.purge(PurgeConfig::default().queue().inflight());
         let deadline = Instant::now() + Duration::from_secs(10);
         while producer.in_flight_count() > 0 && Instant::now() < deadline {
@@ -324,42 +345,55 @@ pub fn restore(engine: &Engine, cfg: &RestoreConfig) -> Result<RestoreReport> {
         );
     }
 
-    let failed = state.first_failed.as_ref().map(|tp| {
+    let standings: Vec<(&PartitionRestore, Standing)> = report
+        .partitions
+        .iter()
+        .map(|p| {
+            let d = state.partitions.get(&p.target).cloned().unwrap_or_default();
+            (
+                p,
+                standing(starts[&p.target], finished.contains(&p.target), &d),
+            )
+        })
+        .collect();
+    let stopped = state.first_failed.is_some() || unreadable.is_some() || flushed.is_err();
+    if stopped {
+        for (p, st) in &standings {
+            tracing::warn!(
+                archived = %p.source,
+                target = %p.target,
+                delivered = p.records,
+                standing = ?st,
+                "restore stopped"
+            );
+        }
+    }
+    if let Some(tp) = state.headline() {
+        if let Some(e) = &unreadable {
+            tracing::error!(error = %e, "the archive could not be read either");
+        }
         let d = &state.partitions[tp];
         let p = report
             .partitions
             .iter()
             .find(|p| p.target == *tp)
             .expect("failures are reported for planned partitions");
-        (p, d)
-    });
-    if failed.is_some() || unreadable.is_some() || flushed.is_err() {
-        for p in &report.partitions {
-            let d = state.partitions.get(&p.target).cloned().unwrap_or_default();
-            tracing::warn!(
-                archived = %p.source,
-                target = %p.target,
-                delivered = p.records,
-                resume_from = resume_point(cfg, &starts, p, &d),
-                "restore stopped"
+        let f = d.first_failed.as_ref().expect("a failed partition");
+        let mut detail = f.detail.clone();
+        if let Some(fatal) = &state.fatal {
+            detail = format!("{detail} ({fatal})");
+        }
+        if flushed.is_err() {
+            detail = format!(
+                "{detail}; delivery reports were still missing after {flush_ms} ms, so the records in flight were given up and may have been written"
             );
         }
-    }
-    if let Some((p, d)) = failed {
-        if let Some(e) = &unreadable {
-            tracing::error!(error = %e, "the archive could not be read either");
-        }
-        let (offset, detail) = d.first_failed.clone().expect("a failed partition");
-        let detail = match &state.fatal {
-            Some(fatal) => format!("{detail} ({fatal})"),
-            None => detail,
-        };
         return Err(ConnectorError::RestoreFailed(Box::new(RestoreFailure {
             archived: p.source.clone(),
             target: p.target.clone(),
-            offset,
+            offset: f.offset,
             delivered: p.records,
-            next_step: next_step(cfg, &starts, p, d),
+            next_step: next_step(cfg, &standings),
             detail,
         })));
     }
@@ -385,43 +419,67 @@ pub fn restore(engine: &Engine, cfg: &RestoreConfig) -> Result<RestoreReport> {
     Ok(report)
 }
 
-/// The archived offset `p` resumes at: its first failed record, else after
-/// its last acknowledged one, else where it started.
-fn resume_point(
-    cfg: &RestoreConfig,
-    starts: &BTreeMap<TopicPartition, i64>,
-    p: &PartitionRestore,
-    d: &PartitionDeliveries,
-) -> i64 {
-    match (&d.first_failed, p.last_offset) {
-        (Some((failed, _)), _) => *failed,
-        (None, Some(last)) => last + 1,
-        (None, None) => starts.get(&p.target).copied().unwrap_or(cfg.from),
+/// Where a partition stands after a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Standing {
+    /// Every selected record was acknowledged.
+    Complete,
+    /// Nothing is missing below this archived offset; restore from it.
+    Resume(i64),
+    /// A record failed below one that was acknowledged: the target lacks
+    /// records, and no resume point can fix that.
+    Gap { failed: i64, acknowledged: i64 },
+}
+
+fn standing(start: i64, finished: bool, d: &PartitionDeliveries) -> Standing {
+    match (&d.first_failed, d.last_acked) {
+        (Some(f), Some(last)) if last > f.offset => Standing::Gap {
+            failed: f.offset,
+            acknowledged: last,
+        },
+        (Some(f), _) => Standing::Resume(f.offset),
+        (None, _) if finished => Standing::Complete,
+        (None, last) => Standing::Resume(last.map_or(start, |o| o + 1)),
     }
 }
 
 /// What to run next, for the error message.
-fn next_step(
-    cfg: &RestoreConfig,
-    starts: &BTreeMap<TopicPartition, i64>,
-    p: &PartitionRestore,
-    d: &PartitionDeliveries,
-) -> String {
-    let failed = d.first_failed.as_ref().map_or(cfg.from, |(o, _)| *o);
-    if p.last_offset.is_some_and(|last| last > failed) {
-        // Not expected under the gapless guarantee, but never papered over.
+fn next_step(cfg: &RestoreConfig, standings: &[(&PartitionRestore, Standing)]) -> String {
+    let gaps: Vec<String> = standings
+        .iter()
+        .filter_map(|(p, st)| match st {
+            Standing::Gap {
+                failed,
+                acknowledged,
+            } => Some(format!(
+                "{} lacks archived offset {failed} and maybe more below {acknowledged}",
+                p.target
+            )),
+            _ => None,
+        })
+        .collect();
+    if !gaps.is_empty() {
         return format!(
-            "records above archived offset {failed} were acknowledged although it failed, so {} now lacks some of them; restore this partition again into an empty topic",
-            p.target
+            "records above a failed one were acknowledged ({}): restore those partitions again into an empty topic; no resume point would fill the gap",
+            gaps.join("; ")
         );
     }
-    if cfg.offset_header.is_some() {
+    if cfg.offset_header.is_some() && !cfg.append {
         return "rerun the same command with --resume: it continues each partition after the last record found there".into();
     }
-    let from = resume_point(cfg, starts, p, d);
+    let left: Vec<String> = standings
+        .iter()
+        .filter_map(|(p, st)| match st {
+            Standing::Resume(o) => Some(format!(
+                "--topic {} --partition {} --from {o}",
+                p.source.topic, p.source.partition
+            )),
+            _ => None,
+        })
+        .collect();
     format!(
-        "rerun the same command with --partition {} --from {from} --append in place of its own --partition, --from and --append; if the failure was a timeout, the record at {from} may be in Kafka already (restore with --offset-header and use --resume to make resuming exact)",
-        p.source.partition
+        "rerun the same command once for each of [{}], with --append, in place of its own --partition and --from; a record that timed out may be in Kafka already, so the first record of each may arrive twice (restoring with --offset-header makes --resume exact)",
+        left.join(", ")
     )
 }
 
@@ -450,6 +508,7 @@ fn producer(cfg: &RestoreConfig) -> Result<BaseProducer<Deliveries>> {
 /// restored into, before anything is produced. Returns the archived offset
 /// each target partition starts at.
 fn preflight(
+    engine: &Engine,
     producer: &BaseProducer<Deliveries>,
     cfg: &RestoreConfig,
     plan: &[(TopicPartition, TopicPartition)],
@@ -494,33 +553,40 @@ fn preflight(
         }
     }
     let mut starts = BTreeMap::new();
-    let mut reader: Option<BaseConsumer> = None;
-    for (_, target) in plan {
+    let mut reader: Option<BaseConsumer<ReaderContext>> = None;
+    for (source, target) in plan {
         let (low, high) = producer
             .client()
             .fetch_watermarks(&target.topic, target.partition, timeout)
             .map_err(ConnectorError::kafka(
                 "fetch watermarks of a target partition",
             ))?;
-        let start = if high <= low || cfg.append {
+        let start = if cfg.append || high == 0 {
             cfg.from
         } else if cfg.resume {
-            let name = cfg.offset_header.as_deref().expect("validated");
+            if high <= low {
+                return Err(ConnectorError::Config(format!(
+                    "--resume: {target} held records (up to offset {high}) that are all gone (retention or deletion), so where an earlier restore stopped cannot be read; use --partition, --from and --append"
+                )));
+            }
             if reader.is_none() {
-                reader = Some(
-                    ClientConfig::new()
-                        .set("bootstrap.servers", &cfg.brokers)
-                        // librdkafka assigns only within a group; this one
-                        // never commits or subscribes.
-                        .set("group.id", "cairn-restore-resume")
-                        .set("enable.auto.commit", "false")
-                        .create()
-                        .map_err(ConnectorError::kafka("create a reader for --resume"))?,
-                );
+                reader = Some(resume_reader(cfg)?);
             }
             let consumer = reader.as_ref().expect("just created");
-            let archived = last_archived_offset(consumer, target, high - 1, name, timeout)?;
-            cfg.from.max(archived + 1)
+            let last = last_record(consumer, target, high - 1, cfg, timeout)?;
+            let archived = check_last(engine, source, target, &last, cfg)?;
+            let next = archived.checked_add(1).ok_or_else(|| {
+                ConnectorError::Config(format!(
+                    "--resume: the last record of {target} names archived offset {archived}, past any archive"
+                ))
+            })?;
+            if cfg.from > next {
+                tracing::warn!(%target, resume_at = next, from = cfg.from, "--from skips records after where the earlier restore stopped");
+            }
+            cfg.from.max(next)
+        } else if high <= low {
+            // Held records once, all gone now: nothing to interleave with.
+            cfg.from
         } else {
             return Err(ConnectorError::TargetNotEmpty {
                 target: target.clone(),
@@ -533,15 +599,43 @@ fn preflight(
     Ok(starts)
 }
 
-/// The archived offset in the `name` header of the record at `offset` of
-/// `target` (its last one).
-fn last_archived_offset(
-    consumer: &BaseConsumer,
+/// The consumer `--resume` reads target partitions with: the brokers and
+/// `-X` settings of the producer (security ones above all), and never moves
+/// on its own past what it was told to read.
+fn resume_reader(cfg: &RestoreConfig) -> Result<BaseConsumer<ReaderContext>> {
+    let mut c = ClientConfig::new();
+    for (k, v) in &cfg.kafka {
+        c.set(k, v);
+    }
+    c.set("bootstrap.servers", &cfg.brokers)
+        // librdkafka assigns only within a group; this one never commits or
+        // subscribes (its principal needs Describe on the group).
+        .set("group.id", "cairn-restore-resume")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .set("auto.offset.reset", "error");
+    c.create_with_context(ReaderContext)
+        .map_err(|e| ConnectorError::Config(format!("reader settings for --resume: {e}")))
+}
+
+/// The last record of a target partition, as `--resume` needs it.
+struct LastRecord {
+    offset: i64,
+    key: Option<Vec<u8>>,
+    value: Option<Vec<u8>>,
+    /// The archived offset in its offset header, if it has one.
+    archived: Option<i64>,
+}
+
+/// Read the record at `offset` of `target` (its last one).
+fn last_record(
+    consumer: &BaseConsumer<ReaderContext>,
     target: &TopicPartition,
     offset: i64,
-    name: &str,
+    cfg: &RestoreConfig,
     timeout: Duration,
-) -> Result<i64> {
+) -> Result<LastRecord> {
+    let name = cfg.offset_header.as_deref().expect("validated");
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(&target.topic, target.partition, Offset::Offset(offset))
         .map_err(ConnectorError::kafka("position a reader for --resume"))?;
@@ -549,17 +643,23 @@ fn last_archived_offset(
         .assign(&tpl)
         .map_err(ConnectorError::kafka("position a reader for --resume"))?;
     let deadline = Instant::now() + timeout;
-    let found = loop {
+    let mut last_error = None;
+    loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(ConnectorError::Config(format!(
-                "--resume: could not read the last record of {target} (offset {offset}) within {} ms",
-                timeout.as_millis()
+                "--resume: could not read the last record of {target} (offset {offset}) within {} ms{}",
+                timeout.as_millis(),
+                last_error.map_or(String::new(), |e: KafkaError| format!(" (last error: {e})"))
             )));
         }
         match consumer.poll(left.min(Duration::from_millis(500))) {
-            Some(Ok(m)) if m.partition() == target.partition && m.offset() >= offset => {
-                break m.headers().and_then(|hs| {
+            Some(Ok(m))
+                if m.topic() == target.topic
+                    && m.partition() == target.partition
+                    && m.offset() >= offset =>
+            {
+                let archived = m.headers().and_then(|hs| {
                     hs.iter()
                         .filter(|h| h.key == name)
                         .filter_map(|h| h.value)
@@ -567,16 +667,67 @@ fn last_archived_offset(
                         .and_then(|v| std::str::from_utf8(v).ok())
                         .and_then(|s| s.parse::<i64>().ok())
                 });
+                return Ok(LastRecord {
+                    offset: m.offset(),
+                    key: m.key().map(<[u8]>::to_vec),
+                    value: m.payload().map(<[u8]>::to_vec),
+                    archived,
+                });
             }
-            Some(Err(e)) => return Err(ConnectorError::kafka("read for --resume")(e)),
+            Some(Err(KafkaError::PartitionEOF(p))) if p == target.partition => {
+                return Err(ConnectorError::Config(format!(
+                    "--resume: offset {offset}, the last of {target}, is not a record (a transaction marker, or compacted away), so where an earlier restore stopped cannot be read; use --partition, --from and --append"
+                )));
+            }
+            // Transient trouble (a reconnect, a coordinator lookup) is
+            // retried until the deadline.
+            Some(Err(e)) => {
+                tracing::debug!(error = %e, %target, "reading for --resume");
+                last_error = Some(e);
+            }
             _ => {}
         }
-    };
-    found.ok_or_else(|| {
+    }
+}
+
+/// The archived offset `last` says it holds, once checked against the
+/// archive: the record there must have the same key and value. A record
+/// written from something else (another archive, another topic, another
+/// producer using the same header name) is refused rather than trusted.
+fn check_last(
+    engine: &Engine,
+    source: &TopicPartition,
+    target: &TopicPartition,
+    last: &LastRecord,
+    cfg: &RestoreConfig,
+) -> Result<i64> {
+    let name = cfg.offset_header.as_deref().expect("validated");
+    let refuse = |why: String| {
         ConnectorError::Config(format!(
-            "--resume: the last record of {target} (offset {offset}) has no {name:?} header holding an archived offset, so it was not written by cairn restore --offset-header {name}; restore into an empty topic, or use --append"
+            "--resume: the last record of {target} (offset {}) {why}, so it was not written by restoring {source} with --offset-header {name}; restore into an empty topic, or use --append",
+            last.offset
         ))
-    })
+    };
+    let Some(archived) = last.archived else {
+        return Err(refuse(format!(
+            "has no {name:?} header holding an archived offset"
+        )));
+    };
+    let found = match engine.read(source, archived)?.next() {
+        Some(r) => Some(r?),
+        None => None,
+    };
+    match found {
+        Some(r) if r.offset == archived && r.key == last.key && r.value == last.value => {
+            Ok(archived)
+        }
+        Some(r) if r.offset == archived => Err(refuse(format!(
+            "names archived offset {archived}, but its key or value differ from the archive's"
+        ))),
+        _ => Err(refuse(format!(
+            "names archived offset {archived}, which the archive does not hold"
+        ))),
+    }
 }
 
 /// What `send` did with a record.
@@ -595,7 +746,7 @@ fn send(
     cfg: &RestoreConfig,
     target: &TopicPartition,
     r: &Record,
-) -> Result<Sent, String> {
+) -> std::result::Result<Sent, KafkaError> {
     let mut headers = OwnedHeaders::new_with_capacity(r.headers.len() + 1);
     for h in &r.headers {
         headers = headers.insert(Header {
@@ -645,9 +796,16 @@ fn send(
                     return Ok(Sent::Stopped);
                 }
             }
-            Err((e, _)) => return Err(e.to_string()),
+            Err((e, _)) => return Err(e),
         }
     }
+}
+
+/// The first failed record of a partition.
+#[derive(Debug, Clone)]
+struct Failed {
+    offset: i64,
+    detail: String,
 }
 
 /// Delivery reports of one target partition.
@@ -657,7 +815,7 @@ struct PartitionDeliveries {
     first_acked: Option<i64>,
     last_acked: Option<i64>,
     /// The lowest failed archived offset, with its error.
-    first_failed: Option<(i64, String)>,
+    first_failed: Option<Failed>,
 }
 
 #[derive(Debug, Default)]
@@ -665,8 +823,38 @@ struct DeliveryState {
     partitions: BTreeMap<TopicPartition, PartitionDeliveries>,
     /// The partition whose failure was reported first.
     first_failed: Option<TopicPartition>,
+    /// The first partition that failed for a reason of its own: not purged
+    /// behind another failure, not stopped by a fatal error elsewhere.
+    first_cause: Option<TopicPartition>,
+    /// A failure came back from the brokers (rather than from `send`).
+    failed_in_delivery: bool,
     /// librdkafka's fatal error, if one stopped the producer.
     fatal: Option<String>,
+}
+
+impl DeliveryState {
+    /// The partition an error should name: one with a gap, else the first
+    /// real cause, else the first failure.
+    fn headline(&self) -> Option<&TopicPartition> {
+        let gap = self.partitions.iter().find_map(|(tp, d)| {
+            let f = d.first_failed.as_ref()?;
+            d.last_acked.is_some_and(|l| l > f.offset).then_some(tp)
+        });
+        gap.or(self.first_cause.as_ref())
+            .or(self.first_failed.as_ref())
+    }
+}
+
+/// Failures that only follow from another one.
+fn is_consequence(e: &KafkaError) -> bool {
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::PurgeQueue
+                | RDKafkaErrorCode::PurgeInflight
+                | RDKafkaErrorCode::Fatal
+        )
+    )
 }
 
 /// Delivery reports, per target partition.
@@ -680,17 +868,27 @@ impl Deliveries {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn fail(&self, target: &TopicPartition, offset: i64, detail: String) {
+    fn fail(&self, target: &TopicPartition, offset: i64, e: &KafkaError) {
         let mut s = self.lock();
         let d = s.partitions.entry(target.clone()).or_default();
-        if d.first_failed.as_ref().is_none_or(|(o, _)| offset < *o) {
-            d.first_failed = Some((offset, detail));
+        if d.first_failed.as_ref().is_none_or(|f| offset < f.offset) {
+            d.first_failed = Some(Failed {
+                offset,
+                detail: e.to_string(),
+            });
         }
         s.first_failed.get_or_insert_with(|| target.clone());
+        if !is_consequence(e) {
+            s.first_cause.get_or_insert_with(|| target.clone());
+        }
     }
 
     fn failed(&self) -> bool {
         self.lock().first_failed.is_some()
+    }
+
+    fn failed_in_delivery(&self) -> bool {
+        self.lock().failed_in_delivery
     }
 
     fn take(&self) -> DeliveryState {
@@ -707,23 +905,7 @@ impl ClientContext for Deliveries {
             tracing::debug!(target: "librdkafka", "librdkafka: {fac} {message}");
             return;
         }
-        match level {
-            RDKafkaLogLevel::Emerg
-            | RDKafkaLogLevel::Alert
-            | RDKafkaLogLevel::Critical
-            | RDKafkaLogLevel::Error => {
-                tracing::error!(target: "librdkafka", "librdkafka: {fac} {message}")
-            }
-            RDKafkaLogLevel::Warning => {
-                tracing::warn!(target: "librdkafka", "librdkafka: {fac} {message}")
-            }
-            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
-                tracing::info!(target: "librdkafka", "librdkafka: {fac} {message}")
-            }
-            RDKafkaLogLevel::Debug => {
-                tracing::debug!(target: "librdkafka", "librdkafka: {fac} {message}")
-            }
-        }
+        log_to_tracing(level, fac, message);
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
@@ -749,8 +931,163 @@ impl ProducerContext for Deliveries {
             }
             Err((e, m)) => {
                 let tp = TopicPartition::new(m.topic(), m.partition());
-                self.fail(&tp, *offset, e.to_string());
+                self.fail(&tp, *offset, e);
+                self.lock().failed_in_delivery = true;
             }
         }
+    }
+}
+
+/// The `--resume` reader's context: `-X` holds producer properties too, and
+/// librdkafka warns about each one a consumer ignores; those warnings are
+/// expected here.
+struct ReaderContext;
+
+impl ClientContext for ReaderContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        if fac == "CONFWARN" {
+            tracing::debug!(target: "librdkafka", "librdkafka: {fac} {message}");
+        } else {
+            log_to_tracing(level, fac, message);
+        }
+    }
+}
+
+impl ConsumerContext for ReaderContext {}
+
+/// librdkafka's log lines as rust-rdkafka's default context logs them.
+fn log_to_tracing(level: RDKafkaLogLevel, fac: &str, message: &str) {
+    match level {
+        RDKafkaLogLevel::Emerg
+        | RDKafkaLogLevel::Alert
+        | RDKafkaLogLevel::Critical
+        | RDKafkaLogLevel::Error => {
+            tracing::error!(target: "librdkafka", "librdkafka: {fac} {message}")
+        }
+        RDKafkaLogLevel::Warning => {
+            tracing::warn!(target: "librdkafka", "librdkafka: {fac} {message}")
+        }
+        RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
+            tracing::info!(target: "librdkafka", "librdkafka: {fac} {message}")
+        }
+        RDKafkaLogLevel::Debug => {
+            tracing::debug!(target: "librdkafka", "librdkafka: {fac} {message}")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn delivered(acked: &[i64], failed: Option<i64>) -> PartitionDeliveries {
+        PartitionDeliveries {
+            acked: acked.len() as u64,
+            first_acked: acked.iter().copied().min(),
+            last_acked: acked.iter().copied().max(),
+            first_failed: failed.map(|offset| Failed {
+                offset,
+                detail: "boom".into(),
+            }),
+        }
+    }
+
+    #[test]
+    fn standing_never_resumes_past_a_failed_record() {
+        // Failed below an acknowledged one: a gap, whatever came first.
+        assert_eq!(
+            standing(0, true, &delivered(&[0, 1, 5, 6], Some(3))),
+            Standing::Gap {
+                failed: 3,
+                acknowledged: 6
+            }
+        );
+        assert_eq!(
+            standing(0, true, &delivered(&[0, 1, 2], Some(3))),
+            Standing::Resume(3)
+        );
+        assert_eq!(
+            standing(7, false, &delivered(&[], Some(7))),
+            Standing::Resume(7)
+        );
+        // Not failed: complete if every record was handed over, else after
+        // the last acknowledged one, else where it started.
+        assert_eq!(
+            standing(0, true, &delivered(&[0, 1], None)),
+            Standing::Complete
+        );
+        assert_eq!(
+            standing(0, false, &delivered(&[0, 1], None)),
+            Standing::Resume(2)
+        );
+        assert_eq!(
+            standing(4, false, &delivered(&[], None)),
+            Standing::Resume(4)
+        );
+    }
+
+    fn part(p: i32) -> PartitionRestore {
+        PartitionRestore {
+            source: TopicPartition::new("orders", p),
+            target: TopicPartition::new("restored", p),
+            records: 0,
+            first_offset: None,
+            last_offset: None,
+        }
+    }
+
+    #[test]
+    fn next_step_names_every_partition_left_and_never_resumes_across_a_gap() {
+        let (p0, p1, p2) = (part(0), part(1), part(2));
+        let mut cfg = RestoreConfig::new("b:9092");
+        let resumable = [
+            (&p0, Standing::Resume(20)),
+            (&p1, Standing::Complete),
+            (&p2, Standing::Resume(0)),
+        ];
+        let step = next_step(&cfg, &resumable);
+        assert!(
+            step.contains("[--topic orders --partition 0 --from 20, --topic orders --partition 2 --from 0], with --append"),
+            "{step}"
+        );
+        cfg.offset_header = Some("cairn.offset".into());
+        assert!(next_step(&cfg, &resumable).contains("--resume"));
+        // --resume refuses --append: a run with --append gets --from advice.
+        cfg.append = true;
+        assert!(next_step(&cfg, &resumable).contains("--partition 0 --from 20"));
+        // A gap anywhere wins, named, with no resume point.
+        let gapped = [
+            (&p0, Standing::Resume(20)),
+            (
+                &p2,
+                Standing::Gap {
+                    failed: 3,
+                    acknowledged: 9,
+                },
+            ),
+        ];
+        let step = next_step(&cfg, &gapped);
+        assert!(
+            step.contains("restored/2 lacks archived offset 3") && !step.contains("--from"),
+            "{step}"
+        );
+    }
+
+    #[test]
+    fn the_error_names_a_gap_first_then_a_real_cause() {
+        let d = Deliveries::default();
+        let (a, b, c) = (
+            TopicPartition::new("t", 0),
+            TopicPartition::new("t", 1),
+            TopicPartition::new("t", 2),
+        );
+        let purged = KafkaError::MessageProduction(RDKafkaErrorCode::PurgeQueue);
+        let refused = KafkaError::MessageProduction(RDKafkaErrorCode::InvalidRecord);
+        d.fail(&a, 5, &purged);
+        d.fail(&b, 9, &refused);
+        assert_eq!(d.lock().headline(), Some(&b), "a purge is a consequence");
+        d.lock().partitions.entry(c.clone()).or_default().last_acked = Some(4);
+        d.fail(&c, 2, &purged);
+        assert_eq!(d.lock().headline(), Some(&c), "a gap comes first");
     }
 }

@@ -390,6 +390,15 @@ fn selections_that_name_nothing_in_the_archive_are_errors() {
         c.kafka.insert("message.timeout.ms".into(), "0".into());
     }))
     .contains("message.timeout.ms=0"));
+    assert!(msg(cfg(&|c| {
+        c.kafka.insert("delivery.timeout.ms".into(), "0".into());
+    }))
+    .contains("delivery.timeout.ms=0"));
+    assert!(msg(cfg(&|c| {
+        c.kafka.insert("delivery.timeout.ms".into(), "1000".into());
+        c.kafka.insert("message.timeout.ms".into(), "1000".into());
+    }))
+    .contains("given twice"));
     assert!(msg(cfg(&|c| c.resume = true)).contains("--offset-header"));
     assert!(msg(cfg(&|c| {
         c.resume = true;
@@ -453,8 +462,12 @@ fn a_failed_record_stops_the_restore_and_names_where_to_resume() {
             assert_eq!(*target, TopicPartition::new(&k.topic, 0));
             assert_eq!(*offset, BIG_OFFSET);
             assert_eq!(*delivered, BIG_OFFSET as u64);
+            // Partition 0 resumes at the failed record; 1 and 2 were never
+            // reached, so they start over.
             assert!(
-                next_step.contains("--partition 0 --from 20 --append"),
+                next_step.contains(
+                    "[--topic orders --partition 0 --from 20, --topic orders --partition 1 --from 0, --topic orders --partition 2 --from 0], with --append"
+                ),
                 "{next_step}"
             );
         }
@@ -691,7 +704,7 @@ fn a_timeout_is_reported_as_possibly_written() {
             assert_eq!((*offset, *delivered), (0, 0), "{err}");
             assert!(detail.contains("timed out"), "{detail}");
             assert!(
-                next_step.contains("--partition 0 --from 0 --append")
+                next_step.contains("[--topic orders --partition 0 --from 0], with --append")
                     && next_step.contains("may be in Kafka already"),
                 "{next_step}"
             );
@@ -700,4 +713,67 @@ fn a_timeout_is_reported_as_possibly_written() {
     }
     mock.clear_request_errors(rdkafka::types::RDKafkaApiKey::Produce);
     assert_eq!(highs(&k, 3), vec![0, 0, 0]);
+}
+
+/// `--resume` trusts a target's last record only if the archive holds the
+/// same record at the offset its header names.
+#[test]
+fn resume_checks_the_last_record_against_the_archive() {
+    init_logs();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = archive(dir.path());
+    let k = TestKafka::new("impostor", 3);
+    // A record with the right header name and a plausible offset, but not
+    // the archive's record there.
+    let producer: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &k.brokers)
+        .create()
+        .unwrap();
+    producer
+        .send(
+            BaseRecord::<[u8], [u8]>::to(&k.topic)
+                .partition(0)
+                .payload(b"not from the archive")
+                .headers(
+                    rdkafka::message::OwnedHeaders::new().insert(rdkafka::message::Header {
+                        key: "cairn.offset",
+                        value: Some("3"),
+                    }),
+                ),
+        )
+        .unwrap();
+    producer.flush(Duration::from_secs(10)).unwrap();
+    let mut cfg = config(&k);
+    cfg.offset_header = Some("cairn.offset".into());
+    cfg.resume = true;
+    // -X settings reach the reader too (producer-only ones are ignored there).
+    cfg.kafka
+        .insert("client.id".into(), "cairn-restore-test".into());
+    cfg.kafka.insert("compression.type".into(), "lz4".into());
+    match restore(&engine, &cfg) {
+        Err(ConnectorError::Config(m)) => assert!(
+            m.contains("names archived offset 3, but its key or value differ"),
+            "{m}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(highs(&k, 3), vec![1, 0, 0]);
+    // A real partial restore resumes under the same settings.
+    let k = TestKafka::new("partial", 3);
+    let mut cfg2 = config(&k);
+    cfg2.offset_header = Some("cairn.offset".into());
+    cfg2.kafka = cfg.kafka.clone();
+    cfg2.to = Some(12);
+    restore(&engine, &cfg2).unwrap();
+    cfg2.to = None;
+    cfg2.resume = true;
+    let report = restore(&engine, &cfg2).unwrap();
+    let want = archived_records();
+    let total: usize = want.values().map(Vec::len).sum();
+    let first_part = 12 + 2 + 5; // offsets below 12: 0..12 of p0, 10 and 11 of p1, all of p2
+    assert_eq!(report.records as usize, total - first_part);
+    assert_eq!(
+        highs(&k, 3),
+        want.values().map(|r| r.len() as i64).collect::<Vec<_>>()
+    );
 }
