@@ -44,7 +44,7 @@ pub enum ConnectorError {
         partitions: i32,
         needed: i32,
     },
-    #[error("{target} already holds records (offsets {low}..{high}); restoring would add the archive's records after them (pass --append to do that)")]
+    #[error("{target} already holds records (offsets {low}..{high}); restoring would add the archive's records after them (pass --append to do that, or --resume to continue an earlier restore made with --offset-header)")]
     TargetNotEmpty {
         target: cairn_engine::TopicPartition,
         low: i64,
