@@ -81,6 +81,8 @@ pub struct RunConfig {
     pub auto_offset_reset: String,
     /// How long to wait for the brokers before giving up.
     pub connect_timeout_ms: u64,
+    /// Log progress and lag this often (0: only at a clean stop).
+    pub progress_interval_s: u64,
     /// librdkafka properties passed through (`-X key=value`).
     pub kafka: BTreeMap<String, String>,
 }
@@ -106,6 +108,7 @@ impl RunConfig {
             on_offset_out_of_range: OnOffsetOutOfRange::Fail,
             auto_offset_reset: "earliest".into(),
             connect_timeout_ms: 10_000,
+            progress_interval_s: 60,
             kafka: BTreeMap::new(),
         }
     }
@@ -170,6 +173,15 @@ impl RunConfig {
                 return bad(format!("-X {key}: cairn manages this property itself"));
             }
         }
+        if self.kafka.contains_key("statistics.interval.ms") {
+            return bad("-X statistics.interval.ms: use --progress-interval-s; cairn reads librdkafka's statistics for its progress reports".into());
+        }
+        if self.progress_interval_s > 86_400 {
+            return bad(format!(
+                "progress-interval-s {}: must be at most 86400 (0 reports only at stop)",
+                self.progress_interval_s
+            ));
+        }
         if self.kafka.contains_key("auto.offset.reset") {
             return bad("-X auto.offset.reset: use --auto-offset-reset; cairn keeps librdkafka's at `error` so that records that aged out of Kafka are never skipped silently".into());
         }
@@ -194,6 +206,7 @@ pub struct FileConfig {
     pub on_offset_out_of_range: Option<OnOffsetOutOfRange>,
     pub auto_offset_reset: Option<String>,
     pub connect_timeout_ms: Option<u64>,
+    pub progress_interval_s: Option<u64>,
     /// librdkafka properties, like `-X`.
     pub kafka: Option<BTreeMap<String, String>>,
 }

@@ -36,6 +36,7 @@ use crate::config::{CommitPolicy, OnOffsetOutOfRange, OnOversize, RunConfig};
 use crate::convert::to_record;
 use crate::error::{ConnectorError, Result};
 use crate::pipeline::Pipeline;
+use crate::progress::{Progress, ProgressClock};
 use crate::queue::{self, JobSender};
 use crate::rebalance::SinkContext;
 use crate::retention;
@@ -75,6 +76,8 @@ pub type CommitObserver =
     Box<dyn FnMut(&BTreeMap<TopicPartition, i64>, &BTreeMap<TopicPartition, i64>) + Send>;
 /// Decides, after each commit, whether the run is complete.
 pub type DonePredicate = Box<dyn FnMut(&BTreeMap<TopicPartition, i64>) -> bool + Send>;
+/// Receives every progress report (see `progress.rs`), on the consumer thread.
+pub type ProgressObserver = Box<dyn FnMut(&Progress) + Send>;
 
 /// Hooks for embedding (demo, tests).
 #[derive(Default)]
@@ -87,6 +90,8 @@ pub struct PipelineOptions {
     pub on_commit: Option<CommitObserver>,
     /// Stop cleanly once this returns true for the committed offsets.
     pub done: Option<DonePredicate>,
+    /// Every `progress_interval_s`, and once more at a clean stop.
+    pub on_progress: Option<ProgressObserver>,
 }
 
 /// The consumer thread's state. Only the consumer thread locks it: in the
@@ -114,6 +119,15 @@ pub(crate) struct Shared {
     stats: RunStats,
     /// The run ended cleanly: the final commit was made before closing.
     pub clean_finish: bool,
+    progress: ProgressClock,
+    on_progress: Option<ProgressObserver>,
+    /// A statistics callback arrived: report progress (`progress.rs`).
+    pub progress_due: bool,
+    /// Each partition's log end, from librdkafka's last statistics.
+    pub log_ends: BTreeMap<TopicPartition, i64>,
+    /// `isolation.level` is `read_committed` (librdkafka's default): a
+    /// partition ends at its last stable offset, not its high watermark.
+    pub read_committed: bool,
 }
 
 /// Payload bytes of buffered records, as `pending_bytes` counts them.
@@ -150,6 +164,28 @@ impl Shared {
             self.pending_since = None;
         }
         batches
+    }
+
+    /// Log the progress since the last report and hand it to the observer.
+    fn report_progress(&mut self, what: &'static str) {
+        let progress = {
+            let st = self.pipeline.state();
+            self.progress.report(
+                Instant::now(),
+                st.stats.records_written,
+                st.stats.puts,
+                st.stats.commits,
+                &st.tracker.put_to_commit_us,
+                &self.assigned,
+                &st.tracker.durable_reported,
+                &st.tracker.committed,
+                |tp| self.log_ends.get(tp).copied().filter(|o| *o >= 0),
+            )
+        };
+        progress.log(what);
+        if let Some(f) = self.on_progress.as_mut() {
+            f(&progress);
+        }
     }
 
     /// Buffer one polled record, if its partition is ours.
@@ -342,6 +378,11 @@ pub fn client_config(cfg: &RunConfig) -> ClientConfig {
         // that state (librdkafka's mock cluster does) leave the next owner
         // to re-archive the uncommitted tail. `-X` may choose eager anyway.
         .set("partition.assignment.strategy", "cooperative-sticky")
+        // Statistics drive the progress reports (progress.rs).
+        .set(
+            "statistics.interval.ms",
+            (cfg.progress_interval_s * 1000).to_string(),
+        )
         // librdkafka's default (1000 ms) postpones the next fetch whenever the
         // prefetch queue is over its thresholds. A loop that drains the queue
         // in bursts between fsyncs then sits idle for up to a second with
@@ -431,6 +472,14 @@ pub fn run_pipeline(
         pending_since: None,
         stats: RunStats::default(),
         clean_finish: false,
+        progress: ProgressClock::new(),
+        on_progress: opts.on_progress,
+        progress_due: false,
+        log_ends: BTreeMap::new(),
+        read_committed: cfg
+            .kafka
+            .get("isolation.level")
+            .is_none_or(|v| v != "read_uncommitted"),
     }));
     let consumer: BaseConsumer<SinkContext> = client_config(cfg)
         .create_with_context(SinkContext {
@@ -547,6 +596,7 @@ fn finish(shared: &Mutex<Shared>, consumer: &BaseConsumer<SinkContext>) -> Resul
     if let Some(e) = s.pipeline.take_fatal() {
         return Err(e);
     }
+    s.report_progress("progress at stop");
     let partitions: Vec<TopicPartition> = s.assigned.iter().cloned().collect();
     s.request(|reply| Job::Stop { partitions, reply })
 }
@@ -652,6 +702,10 @@ fn consume(
         // batch grows.
         if s.full(cfg) || (lingered && (drained || s.task_idle())) {
             s.hand_over()?;
+        }
+        if s.progress_due {
+            s.progress_due = false;
+            s.report_progress("progress");
         }
     }
 }

@@ -18,6 +18,7 @@ pub mod crashpoint;
 pub mod error;
 pub mod offsets;
 mod pipeline;
+mod progress;
 mod queue;
 pub mod rebalance;
 pub mod restore;
@@ -27,7 +28,9 @@ mod worker;
 
 pub use config::{CommitPolicy, OnOffsetOutOfRange, OnOversize, RunConfig};
 pub use consumer::{
-    run_pipeline, CommitObserver, DonePredicate, PipelineOptions, RunReport, RunStats,
+    run_pipeline, CommitObserver, DonePredicate, PipelineOptions, ProgressObserver, RunReport,
+    RunStats,
 };
 pub use error::{ConnectorError, RestoreFailure, Result};
+pub use progress::{PartitionProgress, Progress};
 pub use task::{ArchiveSink, PutOutcome, SinkTask, TaskError};

@@ -21,6 +21,7 @@ use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::error::KafkaError;
+use rdkafka::statistics::Statistics;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{Offset, TopicPartitionList};
 
@@ -50,6 +51,27 @@ impl ClientContext for SinkContext {
 
     fn error(&self, error: KafkaError, reason: &str) {
         tracing::warn!(target: "librdkafka", %error, "{reason}");
+    }
+
+    /// librdkafka's statistics, every `progress_interval_s`: keep each
+    /// partition's log end and report progress (progress.rs).
+    fn stats(&self, statistics: Statistics) {
+        let mut s = lock(&self.shared);
+        for (topic, t) in &statistics.topics {
+            for (p, part) in &t.partitions {
+                // -1 is librdkafka's internal unassigned partition.
+                if *p < 0 {
+                    continue;
+                }
+                let end = if s.read_committed {
+                    part.ls_offset
+                } else {
+                    part.hi_offset
+                };
+                s.log_ends.insert(TopicPartition::new(topic, *p), end);
+            }
+        }
+        s.progress_due = true;
     }
 }
 

@@ -64,6 +64,12 @@ fn bad_flags_and_config_name_the_setting() {
     let (code, _, err) = cairn_run("b:1", "t", data, &["-X", "enable.auto.commit=true"]);
     assert_ne!(code, 0);
     assert!(err.contains("enable.auto.commit"), "{err}");
+    let (code, _, err) = cairn_run("b:1", "t", data, &["-X", "statistics.interval.ms=5000"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--progress-interval-s"), "{err}");
+    let (code, _, err) = cairn_run("b:1", "t", data, &["--progress-interval-s", "100000"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("progress-interval-s 100000"), "{err}");
     let cfg = dir.path().join("cairn.toml");
     std::fs::write(&cfg, "brokerz = \"x\"\n").unwrap();
     let (code, _, err) = cairn(&["run", "--config", cfg.to_str().unwrap()]);

@@ -227,3 +227,64 @@ fn oversize_skip_logs_counts_and_archives_everything_else() {
     assert_eq!(offsets, (0..30).filter(|o| *o != 10).collect::<Vec<_>>());
     assert_eq!(engine.durable_offset(&tp), Some(30));
 }
+
+/// The run reports its progress and lag, once per librdkafka statistics
+/// interval: it runs here until a report shows everything produced written,
+/// durable and committed with zero lag, then stops cleanly and reports once
+/// more.
+#[test]
+fn progress_reports_show_the_lag_reach_zero() {
+    let k = TestKafka::new("progress", 3);
+    let n = 20_000;
+    produce(&k.brokers, &k.topic, 0..n).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&k, "progress-group", dir.path());
+    cfg.progress_interval_s = 1;
+    let reports: Arc<Mutex<Vec<cairn_connector::Progress>>> = Arc::default();
+    let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let opts = PipelineOptions {
+        stop: stop.clone(),
+        on_progress: Some(Box::new({
+            let reports = reports.clone();
+            move |p| {
+                let caught_up = p.records_written == n
+                    && p.partitions.len() == 3
+                    && p.partitions
+                        .iter()
+                        .all(|q| q.archive_lag() == Some(0) && q.commit_lag() == Some(0));
+                if caught_up {
+                    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+                reports.lock().unwrap().push(p.clone());
+            }
+        })),
+        ..Default::default()
+    };
+    let report = run_pipeline(&cfg, Box::new(ArchiveSink::new(engine)), opts).unwrap();
+    let reports = reports.lock().unwrap();
+    let last = reports.last().expect("a report at stop");
+    assert_eq!(last.records_written, n);
+    assert_eq!(
+        (last.puts, last.commits),
+        (report.stats.puts, report.stats.commits)
+    );
+    assert_eq!(last.partitions.len(), 3);
+    for p in &last.partitions {
+        let end = (n - p.tp.partition as u64).div_ceil(3) as i64;
+        assert_eq!(
+            (p.high_watermark, p.durable, p.committed),
+            (Some(end), Some(end), Some(end)),
+            "{p:?}"
+        );
+    }
+    assert_eq!((last.archive_lag(), last.commit_lag()), (0, 0));
+    assert!(last.most_behind().is_none());
+    // At least the report that stopped the run, and the one at stop.
+    assert!(reports.len() >= 2, "{}", reports.len());
+    // Totals never go backwards from one report to the next.
+    for w in reports.windows(2) {
+        assert!(w[0].records_written <= w[1].records_written);
+        assert!(w[0].elapsed <= w[1].elapsed);
+    }
+}

@@ -56,6 +56,9 @@ pub struct RunArgs {
     /// How long to wait for the brokers before giving up.
     #[arg(long)]
     pub connect_timeout_ms: Option<u64>,
+    /// Log progress and lag this often, in seconds (0: only at stop) [default: 60].
+    #[arg(long)]
+    pub progress_interval_s: Option<u64>,
     /// librdkafka property, as with kcat (repeatable).
     #[arg(short = 'X', value_parser = parse_kv, value_name = "KEY=VALUE")]
     pub kafka: Vec<(String, String)>,
@@ -116,6 +119,7 @@ impl RunArgs {
         take!(on_offset_out_of_range);
         take!(auto_offset_reset);
         take!(connect_timeout_ms);
+        take!(progress_interval_s);
         let mut kafka: BTreeMap<String, String> = file.kafka.unwrap_or_default();
         kafka.extend(self.kafka);
         c.kafka = kafka;
