@@ -1,7 +1,12 @@
-//! rdkafka messages to engine records.
+//! rdkafka messages to engine records, and engine records back to rdkafka
+//! records (restore, and the demo's producer).
 
 use cairn_engine::{Header, Record, TimestampType};
-use rdkafka::message::{BorrowedMessage, Headers, Message, Timestamp};
+use rdkafka::message::{
+    BorrowedMessage, Header as KafkaHeader, Headers, Message, OwnedHeaders, Timestamp,
+};
+use rdkafka::producer::BaseRecord;
+use rdkafka::util::IntoOpaque;
 
 pub fn to_record(m: &BorrowedMessage<'_>) -> Record {
     let (timestamp_type, timestamp_ms) = match m.timestamp() {
@@ -28,4 +33,39 @@ pub fn to_record(m: &BorrowedMessage<'_>) -> Record {
         value: m.payload().map(<[u8]>::to_vec),
         headers,
     }
+}
+
+/// `r` as a record for `partition` of `topic`: its key, value and headers
+/// as archived (null stays null, empty stays empty), then `extra` headers.
+/// No timestamp: callers decide (restore cannot send every archived one).
+pub fn to_base_record<'a, D: IntoOpaque>(
+    r: &'a Record,
+    topic: &'a str,
+    partition: i32,
+    opaque: D,
+    extra: &[(&str, &[u8])],
+) -> BaseRecord<'a, [u8], [u8], D> {
+    let mut headers = OwnedHeaders::new_with_capacity(r.headers.len() + extra.len());
+    for h in &r.headers {
+        headers = headers.insert(KafkaHeader {
+            key: &h.name,
+            value: h.value.as_deref(),
+        });
+    }
+    for (key, value) in extra {
+        headers = headers.insert(KafkaHeader {
+            key,
+            value: Some(*value),
+        });
+    }
+    let mut record = BaseRecord::with_opaque_to(topic, opaque)
+        .partition(partition)
+        .headers(headers);
+    if let Some(k) = &r.key {
+        record = record.key(k.as_slice());
+    }
+    if let Some(v) = &r.value {
+        record = record.payload(v.as_slice());
+    }
+    record
 }

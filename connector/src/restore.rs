@@ -37,11 +37,12 @@ use rdkafka::config::ClientConfig;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
-use rdkafka::message::{DeliveryResult, Header, Headers, Message, OwnedHeaders};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext, PurgeConfig};
+use rdkafka::message::{DeliveryResult, Headers, Message};
+use rdkafka::producer::{BaseProducer, Producer, ProducerContext, PurgeConfig};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
+use crate::convert::to_base_record;
 use crate::error::{ConnectorError, RestoreFailure, Result};
 
 /// librdkafka's default `message.timeout.ms`: every record sent gets its
@@ -747,30 +748,20 @@ fn send(
     target: &TopicPartition,
     r: &Record,
 ) -> std::result::Result<Sent, KafkaError> {
-    let mut headers = OwnedHeaders::new_with_capacity(r.headers.len() + 1);
-    for h in &r.headers {
-        headers = headers.insert(Header {
-            key: &h.name,
-            value: h.value.as_deref(),
-        });
-    }
     let offset_text = r.offset.to_string();
-    if let Some(name) = &cfg.offset_header {
-        headers = headers.insert(Header {
-            key: name,
-            value: Some(offset_text.as_bytes()),
-        });
-    }
-    let mut record: BaseRecord<'_, [u8], [u8], Box<i64>> =
-        BaseRecord::with_opaque_to(&target.topic, Box::new(r.offset))
-            .partition(target.partition)
-            .headers(headers);
-    if let Some(k) = &r.key {
-        record = record.key(k.as_slice());
-    }
-    if let Some(v) = &r.value {
-        record = record.payload(v.as_slice());
-    }
+    let extra: Vec<(&str, &[u8])> = cfg
+        .offset_header
+        .as_deref()
+        .map(|name| (name, offset_text.as_bytes()))
+        .into_iter()
+        .collect();
+    let mut record = to_base_record(
+        r,
+        &target.topic,
+        target.partition,
+        Box::new(r.offset),
+        &extra,
+    );
     // librdkafka reads a timestamp of 0 as "now" and has no way to send one
     // at or below 0. A log-append time becomes the restored record's create
     // time; a topic set to LogAppendTime replaces it with the time of

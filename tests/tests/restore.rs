@@ -111,6 +111,53 @@ fn config(k: &TestKafka) -> RestoreConfig {
     cfg
 }
 
+/// A fresh archive of `archived_records` (and the logs, with `RUST_LOG`).
+fn archived() -> (tempfile::TempDir, Engine) {
+    init_logs();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = archive(dir.path());
+    (dir, engine)
+}
+
+/// A plain client of `k`'s cluster (`group.id` set: assigning needs one).
+fn client(k: &TestKafka) -> BaseConsumer {
+    rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &k.brokers)
+        .set("group.id", "restore-check")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap()
+}
+
+/// Produce one record to `partition` of `k`'s topic, with one header.
+fn produce_one(k: &TestKafka, partition: i32, payload: &[u8], header: Option<(&str, &str)>) {
+    let producer: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &k.brokers)
+        .create()
+        .unwrap();
+    let mut record = BaseRecord::<[u8], [u8]>::to(&k.topic)
+        .partition(partition)
+        .payload(payload);
+    if let Some((key, value)) = header {
+        record = record.headers(rdkafka::message::OwnedHeaders::new().insert(
+            rdkafka::message::Header {
+                key,
+                value: Some(value),
+            },
+        ));
+    }
+    producer.send(record).unwrap();
+    producer.flush(Duration::from_secs(10)).unwrap();
+}
+
+/// The `RestoreFailed` a restore must end with.
+fn failure(r: cairn_connector::Result<cairn_connector::restore::RestoreReport>) -> RestoreFailure {
+    match r {
+        Err(ConnectorError::RestoreFailed(f)) => *f,
+        other => panic!("{other:?}"),
+    }
+}
+
 /// A restored record as a consumer sees it.
 #[derive(Debug, PartialEq, Eq)]
 struct Seen {
@@ -123,12 +170,7 @@ struct Seen {
 /// Everything in `k`'s topic, per partition, read from the beginning up to
 /// each partition's high watermark.
 fn consume_all(k: &TestKafka, partitions: i32) -> BTreeMap<i32, Vec<Seen>> {
-    let c: BaseConsumer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", &k.brokers)
-        .set("group.id", "restore-check")
-        .set("enable.auto.commit", "false")
-        .create()
-        .unwrap();
+    let c = client(k);
     let mut tpl = TopicPartitionList::new();
     let mut want = BTreeMap::new();
     for p in 0..partitions {
@@ -207,9 +249,7 @@ fn assert_restored(got: &BTreeMap<i32, Vec<Seen>>, want: &BTreeMap<i32, Vec<Reco
 
 #[test]
 fn every_field_comes_back_in_order_once() {
-    init_logs();
-    let dir = tempfile::tempdir().unwrap();
-    let engine = archive(dir.path());
+    let (_dir, engine) = archived();
     let k = TestKafka::new("restored", 3);
     let report = restore(&engine, &config(&k)).unwrap();
     let want = archived_records();
@@ -228,9 +268,7 @@ fn every_field_comes_back_in_order_once() {
 
 #[test]
 fn offset_header_range_and_partition_filters() {
-    init_logs();
-    let dir = tempfile::tempdir().unwrap();
-    let engine = archive(dir.path());
+    let (_dir, engine) = archived();
     let k = TestKafka::new("filtered", 3);
     let mut cfg = config(&k);
     cfg.partition = Some(1);
@@ -253,10 +291,7 @@ fn offset_header_range_and_partition_filters() {
 
 /// The high watermark of every partition of `k`'s topic.
 fn highs(k: &TestKafka, partitions: i32) -> Vec<i64> {
-    let c: BaseConsumer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", &k.brokers)
-        .create()
-        .unwrap();
+    let c = client(k);
     (0..partitions)
         .map(|p| {
             c.fetch_watermarks(&k.topic, p, Duration::from_secs(10))
@@ -268,9 +303,7 @@ fn highs(k: &TestKafka, partitions: i32) -> Vec<i64> {
 
 #[test]
 fn bad_targets_are_refused_before_anything_is_produced() {
-    init_logs();
-    let dir = tempfile::tempdir().unwrap();
-    let engine = archive(dir.path());
+    let (_dir, engine) = archived();
 
     // Fewer partitions than the archive.
     let narrow = TestKafka::new("narrow", 2);
@@ -291,10 +324,7 @@ fn bad_targets_are_refused_before_anything_is_produced() {
         Err(ConnectorError::UnknownTopic { topic, .. }) => assert_eq!(topic, "no-such-topic"),
         other => panic!("{other:?}"),
     }
-    let c: BaseConsumer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", &narrow.brokers)
-        .create()
-        .unwrap();
+    let c = client(&narrow);
     let md = c.fetch_metadata(None, Duration::from_secs(10)).unwrap();
     assert!(
         md.topics().iter().all(|t| t.name() != "no-such-topic"),
@@ -304,18 +334,7 @@ fn bad_targets_are_refused_before_anything_is_produced() {
     // A partition that already holds a record: refused, then allowed with
     // `append`, after it.
     let k = TestKafka::new("occupied", 3);
-    let producer: BaseProducer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", &k.brokers)
-        .create()
-        .unwrap();
-    producer
-        .send(
-            BaseRecord::<[u8], [u8]>::to(&k.topic)
-                .partition(1)
-                .payload(b"already"),
-        )
-        .unwrap();
-    producer.flush(Duration::from_secs(10)).unwrap();
+    produce_one(&k, 1, b"already", None);
     match restore(&engine, &config(&k)) {
         Err(ConnectorError::TargetNotEmpty {
             target,
@@ -353,8 +372,7 @@ fn bad_targets_are_refused_before_anything_is_produced() {
 
 #[test]
 fn selections_that_name_nothing_in_the_archive_are_errors() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = archive(dir.path());
+    let (_dir, engine) = archived();
     let cfg = |f: &dyn Fn(&mut RestoreConfig)| {
         let mut c = RestoreConfig::new("unused:9092");
         f(&mut c);
@@ -440,40 +458,37 @@ fn selections_that_name_nothing_in_the_archive_are_errors() {
 
 #[test]
 fn a_failed_record_stops_the_restore_and_names_where_to_resume() {
-    init_logs();
-    let dir = tempfile::tempdir().unwrap();
-    let engine = archive(dir.path());
+    let (_dir, engine) = archived();
     let k = TestKafka::new("resumed", 3);
     // The 20 kB record is over this producer's limit.
     let mut cfg = config(&k);
     cfg.kafka.insert("message.max.bytes".into(), "5000".into());
-    let err = restore(&engine, &cfg).unwrap_err();
-    match &err {
-        ConnectorError::RestoreFailed(f) => {
-            let RestoreFailure {
-                archived,
-                target,
-                offset,
-                delivered,
-                next_step,
-                ..
-            } = &**f;
-            assert_eq!(*archived, TopicPartition::new(ARCHIVED, 0));
-            assert_eq!(*target, TopicPartition::new(&k.topic, 0));
-            assert_eq!(*offset, BIG_OFFSET);
-            assert_eq!(*delivered, BIG_OFFSET as u64);
-            // Partition 0 resumes at the failed record; 1 and 2 were never
-            // reached, so they start over.
-            assert!(
+    let err = restore(&engine, &cfg);
+    let f = failure(err);
+    let text = f.to_string();
+    {
+        let RestoreFailure {
+            archived,
+            target,
+            offset,
+            delivered,
+            next_step,
+            ..
+        } = &f;
+        assert_eq!(*archived, TopicPartition::new(ARCHIVED, 0));
+        assert_eq!(*target, TopicPartition::new(&k.topic, 0));
+        assert_eq!(*offset, BIG_OFFSET);
+        assert_eq!(*delivered, BIG_OFFSET as u64);
+        // Partition 0 resumes at the failed record; 1 and 2 were never
+        // reached, so they start over.
+        assert!(
                 next_step.contains(
                     "[--topic orders --partition 0 --from 20, --topic orders --partition 1 --from 0, --topic orders --partition 2 --from 0], with --append"
                 ),
                 "{next_step}"
             );
-        }
-        other => panic!("{other:?}"),
     }
-    assert!(err.to_string().contains("Next: rerun"), "{err}");
+    assert!(text.contains("Next: rerun"), "{text}");
     // Everything before the failed record arrived, and nothing after it.
     assert_eq!(highs(&k, 3), vec![BIG_OFFSET, 0, 0]);
 
@@ -547,9 +562,7 @@ fn an_empty_archive_is_an_error() {
 /// once. Needs the mock cluster's error injection.
 #[test]
 fn a_broker_side_failure_resumes_exactly_once_with_the_offset_header() {
-    init_logs();
-    let dir = tempfile::tempdir().unwrap();
-    let engine = archive(dir.path());
+    let (_dir, engine) = archived();
     let k = TestKafka::new("broker-failure", 3);
     let Some(mock) = k.mock() else {
         eprintln!("skipped: error injection needs the mock cluster");
@@ -569,29 +582,28 @@ fn a_broker_side_failure_resumes_exactly_once_with_the_offset_header() {
     cfg.to = None;
     cfg.partition = None;
     cfg.resume = true;
-    let err = restore(&engine, &cfg).unwrap_err();
-    match &err {
-        ConnectorError::RestoreFailed(f) => {
-            let RestoreFailure {
-                archived,
-                offset,
-                delivered,
-                next_step,
-                ..
-            } = &**f;
-            assert!(next_step.contains("--resume"), "{next_step}");
-            // The refused request held the failed partition's first batch
-            // of this run (librdkafka may have sent other partitions' in
-            // other requests, which went through): it failed at its first
-            // record, and none of its records arrived.
-            assert_eq!(*delivered, 0, "{err}");
-            let p = archived.partition;
-            let first = [10, 10, 0][p as usize];
-            assert_eq!(*offset, first, "{err}");
-            let already = if p == 0 { 10 } else { 0 };
-            assert_eq!(highs(&k, 3)[p as usize], already, "{err}");
-        }
-        other => panic!("{other:?}"),
+    let err = restore(&engine, &cfg);
+    let f = failure(err);
+    let text = f.to_string();
+    {
+        let RestoreFailure {
+            archived,
+            offset,
+            delivered,
+            next_step,
+            ..
+        } = &f;
+        assert!(next_step.contains("--resume"), "{next_step}");
+        // The refused request held the failed partition's first batch
+        // of this run (librdkafka may have sent other partitions' in
+        // other requests, which went through): it failed at its first
+        // record, and none of its records arrived.
+        assert_eq!(*delivered, 0, "{text}");
+        let p = archived.partition;
+        let first = [10, 10, 0][p as usize];
+        assert_eq!(*offset, first, "{text}");
+        let already = if p == 0 { 10 } else { 0 };
+        assert_eq!(highs(&k, 3)[p as usize], already, "{text}");
     }
     // Resume: each partition continues after its last record's header.
     restore(&engine, &cfg).unwrap();
@@ -618,22 +630,9 @@ fn a_broker_side_failure_resumes_exactly_once_with_the_offset_header() {
 
 #[test]
 fn resume_refuses_a_partition_this_restore_did_not_write() {
-    init_logs();
-    let dir = tempfile::tempdir().unwrap();
-    let engine = archive(dir.path());
+    let (_dir, engine) = archived();
     let k = TestKafka::new("foreign", 3);
-    let producer: BaseProducer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", &k.brokers)
-        .create()
-        .unwrap();
-    producer
-        .send(
-            BaseRecord::<[u8], [u8]>::to(&k.topic)
-                .partition(2)
-                .payload(b"someone else's"),
-        )
-        .unwrap();
-    producer.flush(Duration::from_secs(10)).unwrap();
+    produce_one(&k, 2, b"someone else's", None);
     let mut cfg = config(&k);
     cfg.offset_header = Some("cairn.offset".into());
     cfg.resume = true;
@@ -675,9 +674,7 @@ fn a_timestamp_kafka_cannot_send_is_counted_not_hidden() {
 /// timed-out record may have been written). Needs the mock cluster.
 #[test]
 fn a_timeout_is_reported_as_possibly_written() {
-    init_logs();
-    let dir = tempfile::tempdir().unwrap();
-    let engine = archive(dir.path());
+    let (_dir, engine) = archived();
     let k = TestKafka::new("timeout", 3);
     let Some(mock) = k.mock() else {
         eprintln!("skipped: error injection needs the mock cluster");
@@ -691,25 +688,24 @@ fn a_timeout_is_reported_as_possibly_written() {
     cfg.partition = Some(0);
     cfg.kafka.insert("message.timeout.ms".into(), "1500".into());
     cfg.kafka.insert("retry.backoff.ms".into(), "50".into());
-    let err = restore(&engine, &cfg).unwrap_err();
-    match &err {
-        ConnectorError::RestoreFailed(f) => {
-            let RestoreFailure {
-                offset,
-                delivered,
-                next_step,
-                detail,
-                ..
-            } = &**f;
-            assert_eq!((*offset, *delivered), (0, 0), "{err}");
-            assert!(detail.contains("timed out"), "{detail}");
-            assert!(
-                next_step.contains("[--topic orders --partition 0 --from 0], with --append")
-                    && next_step.contains("may be in Kafka already"),
-                "{next_step}"
-            );
-        }
-        other => panic!("{other:?}"),
+    let err = restore(&engine, &cfg);
+    let f = failure(err);
+    let text = f.to_string();
+    {
+        let RestoreFailure {
+            offset,
+            delivered,
+            next_step,
+            detail,
+            ..
+        } = &f;
+        assert_eq!((*offset, *delivered), (0, 0), "{text}");
+        assert!(detail.contains("timed out"), "{detail}");
+        assert!(
+            next_step.contains("[--topic orders --partition 0 --from 0], with --append")
+                && next_step.contains("may be in Kafka already"),
+            "{next_step}"
+        );
     }
     mock.clear_request_errors(rdkafka::types::RDKafkaApiKey::Produce);
     assert_eq!(highs(&k, 3), vec![0, 0, 0]);
@@ -719,30 +715,11 @@ fn a_timeout_is_reported_as_possibly_written() {
 /// same record at the offset its header names.
 #[test]
 fn resume_checks_the_last_record_against_the_archive() {
-    init_logs();
-    let dir = tempfile::tempdir().unwrap();
-    let engine = archive(dir.path());
+    let (_dir, engine) = archived();
     let k = TestKafka::new("impostor", 3);
     // A record with the right header name and a plausible offset, but not
     // the archive's record there.
-    let producer: BaseProducer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", &k.brokers)
-        .create()
-        .unwrap();
-    producer
-        .send(
-            BaseRecord::<[u8], [u8]>::to(&k.topic)
-                .partition(0)
-                .payload(b"not from the archive")
-                .headers(
-                    rdkafka::message::OwnedHeaders::new().insert(rdkafka::message::Header {
-                        key: "cairn.offset",
-                        value: Some("3"),
-                    }),
-                ),
-        )
-        .unwrap();
-    producer.flush(Duration::from_secs(10)).unwrap();
+    produce_one(&k, 0, b"not from the archive", Some(("cairn.offset", "3")));
     let mut cfg = config(&k);
     cfg.offset_header = Some("cairn.offset".into());
     cfg.resume = true;

@@ -17,13 +17,13 @@ use std::time::{Duration, Instant};
 
 use cairn_engine::{Engine, EngineConfig, Header, Record, TimestampType, TopicPartition};
 use rdkafka::config::ClientConfig;
-use rdkafka::message::{Header as KHeader, OwnedHeaders};
 use rdkafka::mocking::MockCluster;
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::producer::{BaseProducer, Producer};
 
 use super::outln;
 use crate::config::{CommitPolicy, RunConfig};
 use crate::consumer::{run_pipeline, PipelineOptions, RunReport};
+use crate::convert::to_base_record;
 use crate::error::{ConnectorError, Result};
 use crate::offsets::{committed_offsets, group_client};
 use crate::restore::{restore, RestoreConfig};
@@ -101,23 +101,7 @@ pub fn produce_with(
 ) -> Result<()> {
     for i in range {
         let (partition, r) = demo_record(i);
-        let mut headers = OwnedHeaders::new();
-        for h in &r.headers {
-            headers = headers.insert(KHeader {
-                key: &h.name,
-                value: h.value.as_deref(),
-            });
-        }
-        let mut rec: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic)
-            .partition(partition)
-            .timestamp(r.timestamp_ms)
-            .headers(headers);
-        if let Some(k) = &r.key {
-            rec = rec.key(k.as_slice());
-        }
-        if let Some(v) = &r.value {
-            rec = rec.payload(v.as_slice());
-        }
+        let mut rec = to_base_record(&r, topic, partition, (), &[]).timestamp(r.timestamp_ms);
         loop {
             match producer.send(rec) {
                 Ok(()) => break,

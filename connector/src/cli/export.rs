@@ -26,18 +26,8 @@ pub enum Format {
 pub struct ExportArgs {
     #[command(flatten)]
     pub data: super::DataArg,
-    /// Only this topic.
-    #[arg(long)]
-    pub topic: Option<String>,
-    /// Only this partition.
-    #[arg(long)]
-    pub partition: Option<i32>,
-    /// First offset to export (inclusive).
-    #[arg(long, default_value_t = 0)]
-    pub from: i64,
-    /// Stop before this offset (exclusive).
-    #[arg(long)]
-    pub to: Option<i64>,
+    #[command(flatten)]
+    pub select: super::SelectArgs,
     #[arg(long, value_enum, default_value_t = Format::Jsonl)]
     pub format: Format,
     /// Write here instead of stdout.
@@ -96,14 +86,12 @@ pub async fn run(args: ExportArgs) -> Result<ExitCode> {
     let mut out = BufWriter::with_capacity(1 << 20, sink);
     let mut count = 0u64;
     for p in engine.partitions() {
-        if args.topic.as_ref().is_some_and(|t| *t != p.tp.topic)
-            || args.partition.is_some_and(|n| n != p.tp.partition)
-        {
+        if !args.select.wants(&p.tp) {
             continue;
         }
-        for r in engine.read(&p.tp, args.from)? {
+        for r in engine.read(&p.tp, args.select.from)? {
             let r = r?;
-            if args.to.is_some_and(|to| r.offset >= to) {
+            if args.select.to.is_some_and(|to| r.offset >= to) {
                 break;
             }
             let res = match args.format {

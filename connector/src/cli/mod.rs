@@ -56,6 +56,31 @@ pub struct DataArg {
     pub data: PathBuf,
 }
 
+/// Which archived records `export` and `restore` take.
+#[derive(Debug, clap::Args)]
+pub struct SelectArgs {
+    /// Only these archived topics, comma-separated (default: all).
+    #[arg(long, short = 't', value_delimiter = ',')]
+    pub topic: Vec<String>,
+    /// Only this partition.
+    #[arg(long)]
+    pub partition: Option<i32>,
+    /// First archived offset to take (inclusive).
+    #[arg(long, default_value_t = 0)]
+    pub from: i64,
+    /// Stop before this archived offset (exclusive).
+    #[arg(long)]
+    pub to: Option<i64>,
+}
+
+impl SelectArgs {
+    /// Whether the partition is selected.
+    pub fn wants(&self, tp: &cairn_engine::TopicPartition) -> bool {
+        (self.topic.is_empty() || self.topic.contains(&tp.topic))
+            && self.partition.is_none_or(|p| p == tp.partition)
+    }
+}
+
 /// Open an archive for reading, with a clear message when it is in use.
 pub fn open_archive(data: &std::path::Path) -> crate::Result<cairn_engine::Engine> {
     if !data.join("sled").join("db").exists() {

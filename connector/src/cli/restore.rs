@@ -15,18 +15,8 @@ pub struct RestoreArgs {
     /// Kafka bootstrap servers to restore into, host:port[,host:port].
     #[arg(long, short = 'b')]
     pub brokers: String,
-    /// Only these archived topics, comma-separated (default: all).
-    #[arg(long, short = 't', value_delimiter = ',')]
-    pub topic: Vec<String>,
-    /// Only this partition.
-    #[arg(long)]
-    pub partition: Option<i32>,
-    /// First archived offset to restore (inclusive).
-    #[arg(long, default_value_t = 0)]
-    pub from: i64,
-    /// Stop before this archived offset (exclusive).
-    #[arg(long)]
-    pub to: Option<i64>,
+    #[command(flatten)]
+    pub select: super::SelectArgs,
     /// Restore an archived topic into another topic (repeatable).
     #[arg(long, value_parser = parse_rename, value_name = "ARCHIVED=TARGET")]
     pub rename: Vec<(String, String)>,
@@ -57,10 +47,10 @@ fn parse_rename(s: &str) -> std::result::Result<(String, String), String> {
 impl RestoreArgs {
     pub fn into_config(self) -> Result<RestoreConfig> {
         let mut cfg = RestoreConfig::new(&self.brokers);
-        cfg.topics = self.topic;
-        cfg.partition = self.partition;
-        cfg.from = self.from;
-        cfg.to = self.to;
+        cfg.topics = self.select.topic;
+        cfg.partition = self.select.partition;
+        cfg.from = self.select.from;
+        cfg.to = self.select.to;
         for (a, b) in self.rename {
             if let Some(prev) = cfg.rename.insert(a.clone(), b) {
                 return Err(ConnectorError::Config(format!(
