@@ -36,7 +36,7 @@ use crate::config::{CommitPolicy, OnOffsetOutOfRange, OnOversize, RunConfig};
 use crate::convert::to_record;
 use crate::error::{ConnectorError, Result};
 use crate::pipeline::Pipeline;
-use crate::progress::{Progress, ProgressClock};
+use crate::progress::{LogBounds, Progress, ProgressClock, Snapshot, Start};
 use crate::queue::{self, JobSender};
 use crate::rebalance::SinkContext;
 use crate::retention;
@@ -90,12 +90,15 @@ pub struct PipelineOptions {
     pub on_commit: Option<CommitObserver>,
     /// Stop cleanly once this returns true for the committed offsets.
     pub done: Option<DonePredicate>,
-    /// Every `progress_interval_s`, and once more at a clean stop.
+    /// Every `progress_interval_s`, and once more at a clean stop. Called on
+    /// the consumer thread, between polls: keep it quick, and do not panic
+    /// (a panic ends the run without its clean stop).
     pub on_progress: Option<ProgressObserver>,
 }
 
 /// The consumer thread's state. Only the consumer thread locks it: in the
-/// poll loop, and in the rebalance callbacks that `poll` runs.
+/// poll loop, and in the rebalance and statistics callbacks that `poll`
+/// runs.
 pub(crate) struct Shared {
     pub pipeline: Arc<Pipeline>,
     /// Hand-over to the task thread; `None` once the run is over.
@@ -123,11 +126,11 @@ pub(crate) struct Shared {
     on_progress: Option<ProgressObserver>,
     /// A statistics callback arrived: report progress (`progress.rs`).
     pub progress_due: bool,
-    /// Each partition's log end, from librdkafka's last statistics.
-    pub log_ends: BTreeMap<TopicPartition, i64>,
-    /// `isolation.level` is `read_committed` (librdkafka's default): a
-    /// partition ends at its last stable offset, not its high watermark.
-    pub read_committed: bool,
+    /// Each assigned partition's log start and end, from librdkafka's last
+    /// statistics.
+    pub log_bounds: BTreeMap<TopicPartition, LogBounds>,
+    /// Where each assigned partition started fetching.
+    pub starts: BTreeMap<TopicPartition, Start>,
 }
 
 /// Payload bytes of buffered records, as `pending_bytes` counts them.
@@ -167,25 +170,40 @@ impl Shared {
     }
 
     /// Log the progress since the last report and hand it to the observer.
-    fn report_progress(&mut self, what: &'static str) {
+    fn report_progress(&mut self, at_stop: bool) {
         let progress = {
             let st = self.pipeline.state();
             self.progress.report(
                 Instant::now(),
-                st.stats.records_written,
-                st.stats.puts,
-                st.stats.commits,
-                &st.tracker.put_to_commit_us,
-                &self.assigned,
-                &st.tracker.durable_reported,
-                &st.tracker.committed,
-                |tp| self.log_ends.get(tp).copied().filter(|o| *o >= 0),
+                Snapshot {
+                    at_stop,
+                    records_written: st.stats.records_written,
+                    puts: st.stats.puts,
+                    commits: st.stats.commits,
+                    latency: &st.tracker.put_to_commit_us,
+                    assigned: &self.assigned,
+                    durable: &st.tracker.durable_reported,
+                    committed: &st.tracker.committed,
+                    starts: &self.starts,
+                    bounds: &self.log_bounds,
+                },
             )
         };
-        progress.log(what);
+        progress.log();
         if let Some(f) = self.on_progress.as_mut() {
             f(&progress);
         }
+    }
+
+    /// Where `tp` starts fetching, for its lag before the first put.
+    pub(crate) fn started_at(&mut self, tp: &TopicPartition, start: Offset) {
+        let start = match start {
+            Offset::Offset(o) => Start::At(o),
+            Offset::Beginning => Start::Beginning,
+            Offset::End => Start::End,
+            _ => return,
+        };
+        self.starts.insert(tp.clone(), start);
     }
 
     /// Buffer one polled record, if its partition is ours.
@@ -312,6 +330,7 @@ impl Shared {
                     }
                 },
             };
+            self.started_at(tp, to);
             retention::restart_fetch(consumer, tp, to, &assigned, &positions)?;
         }
         Ok(())
@@ -381,7 +400,7 @@ pub fn client_config(cfg: &RunConfig) -> ClientConfig {
         // Statistics drive the progress reports (progress.rs).
         .set(
             "statistics.interval.ms",
-            (cfg.progress_interval_s * 1000).to_string(),
+            cfg.progress_interval_s.saturating_mul(1000).to_string(),
         )
         // librdkafka's default (1000 ms) postpones the next fetch whenever the
         // prefetch queue is over its thresholds. A loop that drains the queue
@@ -475,11 +494,8 @@ pub fn run_pipeline(
         progress: ProgressClock::new(),
         on_progress: opts.on_progress,
         progress_due: false,
-        log_ends: BTreeMap::new(),
-        read_committed: cfg
-            .kafka
-            .get("isolation.level")
-            .is_none_or(|v| v != "read_uncommitted"),
+        log_bounds: BTreeMap::new(),
+        starts: BTreeMap::new(),
     }));
     let consumer: BaseConsumer<SinkContext> = client_config(cfg)
         .create_with_context(SinkContext {
@@ -596,7 +612,7 @@ fn finish(shared: &Mutex<Shared>, consumer: &BaseConsumer<SinkContext>) -> Resul
     if let Some(e) = s.pipeline.take_fatal() {
         return Err(e);
     }
-    s.report_progress("progress at stop");
+    s.report_progress(true);
     let partitions: Vec<TopicPartition> = s.assigned.iter().cloned().collect();
     s.request(|reply| Job::Stop { partitions, reply })
 }
@@ -705,7 +721,7 @@ fn consume(
         }
         if s.progress_due {
             s.progress_due = false;
-            s.report_progress("progress");
+            s.report_progress(false);
         }
     }
 }

@@ -6,13 +6,17 @@
 //! logs one line and hands a [`Progress`] to `PipelineOptions::on_progress`.
 //!
 //! The interval is librdkafka's `statistics.interval.ms`: its statistics
-//! carry each assigned partition's log end as the last fetch saw it (the
-//! last stable offset under `read_committed`, librdkafka's default, else the
-//! high watermark), so a report costs no request to Kafka. The commit
-//! tracker knows what is durable and what is committed. The report at stop
-//! uses the last statistics too: asking the consumer's own connection for
-//! watermarks queues behind its fetch long-polls (about 0.3 s a partition
-//! against the mock cluster).
+//! carry each assigned partition's log start and end as the last fetch saw
+//! them (the end is the last stable offset, which librdkafka keeps equal to
+//! the high watermark under `read_uncommitted`), so a report costs no request
+//! to Kafka. The commit tracker knows what is durable and what is committed.
+//!
+//! Limits, by design: the report at stop uses the last statistics (up to an
+//! interval old; asking the consumer's own connection for watermarks queues
+//! behind its fetch long-polls, about 0.3 s a partition against the mock
+//! cluster); with an interval of 0 there are no statistics, so no lag; and
+//! statistics are served by `poll`, so while the consumer thread waits (for
+//! room in the hand-over queue, or for a revoke) no line appears.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -20,29 +24,55 @@ use std::time::{Duration, Instant};
 use cairn_engine::TopicPartition;
 use hdrhistogram::Histogram;
 
+/// Where a partition started fetching, for its lag before the first put.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Start {
+    At(i64),
+    /// Kafka's log start (`--auto-offset-reset earliest`).
+    Beginning,
+    /// Kafka's log end (`--auto-offset-reset latest`).
+    End,
+}
+
+/// A partition's log start and end, from librdkafka's statistics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LogBounds {
+    pub start: i64,
+    pub end: i64,
+}
+
 /// One assigned partition, as of a report.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionProgress {
     pub tp: TopicPartition,
-    /// Kafka's log end as the consumer last saw it (None until it fetched).
-    pub high_watermark: Option<i64>,
-    /// The next offset the archive holds durably (None until a put or open
-    /// reported one).
+    /// Kafka's log end as the consumer last saw it: the last stable offset
+    /// (None until the partition was fetched and a statistics report came).
+    pub log_end: Option<i64>,
+    /// The next offset the archive holds durably (None until this run made
+    /// one durable or opened the archive with one).
     pub durable: Option<i64>,
     /// The offset last committed to Kafka.
     pub committed: Option<i64>,
+    /// Records Kafka has that the archive has not made durable: from the
+    /// durable offset, or, before one, from where the partition started.
+    pub archive_lag: Option<i64>,
 }
 
 impl PartitionProgress {
-    /// Records Kafka has that the archive has not made durable yet.
-    pub fn archive_lag(&self) -> Option<i64> {
-        Some((self.high_watermark? - self.durable?).max(0))
-    }
-
-    /// Records Kafka has past the committed offset: what a lag monitor sees.
+    /// Records Kafka has past the committed offset: what a lag monitor sees
+    /// for the group. A transaction's commit marker takes an offset too, so
+    /// on transactional topics this (and the archive lag) can stay at 1.
     pub fn commit_lag(&self) -> Option<i64> {
-        Some((self.high_watermark? - self.committed?).max(0))
+        Some((self.log_end? - self.committed?).max(0))
     }
+}
+
+/// A lag summed over the partitions where it is known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lag {
+    pub records: i64,
+    /// Partitions left out: not fetched yet, or no statistics (interval 0).
+    pub unknown_partitions: usize,
 }
 
 /// A run's progress: totals since the start, rates and latencies over the
@@ -50,6 +80,8 @@ impl PartitionProgress {
 /// partition.
 #[derive(Debug, Clone)]
 pub struct Progress {
+    /// The report made at a clean stop (the others are periodic).
+    pub at_stop: bool,
     pub elapsed: Duration,
     pub interval: Duration,
     pub records_written: u64,
@@ -65,31 +97,33 @@ pub struct Progress {
 }
 
 impl Progress {
-    /// Sum over the partitions whose lag is known, and how many are not.
-    fn total(&self, lag: impl Fn(&PartitionProgress) -> Option<i64>) -> (i64, usize) {
+    fn total(&self, lag: impl Fn(&PartitionProgress) -> Option<i64>) -> Lag {
         let known: Vec<i64> = self.partitions.iter().filter_map(&lag).collect();
-        (known.iter().sum(), self.partitions.len() - known.len())
+        Lag {
+            records: known.iter().sum(),
+            unknown_partitions: self.partitions.len() - known.len(),
+        }
     }
 
-    pub fn archive_lag(&self) -> i64 {
-        self.total(PartitionProgress::archive_lag).0
+    pub fn archive_lag(&self) -> Lag {
+        self.total(|p| p.archive_lag)
     }
 
-    pub fn commit_lag(&self) -> i64 {
-        self.total(PartitionProgress::commit_lag).0
+    pub fn commit_lag(&self) -> Lag {
+        self.total(PartitionProgress::commit_lag)
     }
 
     /// The partition furthest behind in the archive, if any is.
     pub fn most_behind(&self) -> Option<&PartitionProgress> {
         self.partitions
             .iter()
-            .filter(|p| p.archive_lag().is_some_and(|l| l > 0))
-            .max_by_key(|p| p.archive_lag())
+            .filter(|p| p.archive_lag.is_some_and(|l| l > 0))
+            .max_by_key(|p| p.archive_lag)
     }
 
     /// One log line's worth.
-    pub fn log(&self, what: &'static str) {
-        let (archive_lag, unknown) = self.total(PartitionProgress::archive_lag);
+    pub fn log(&self) {
+        let archive = self.archive_lag();
         let ms =
             |us: Option<u64>| us.map_or("-".to_owned(), |us| format!("{:.2}", us as f64 / 1e3));
         tracing::info!(
@@ -100,11 +134,12 @@ impl Progress {
             put_to_commit_p50_ms = %ms(self.put_to_commit_p50_us),
             put_to_commit_p99_ms = %ms(self.put_to_commit_p99_us),
             partitions = self.partitions.len(),
-            archive_lag,
-            commit_lag = self.commit_lag(),
-            lag_unknown_partitions = unknown,
+            archive_lag = archive.records,
+            commit_lag = self.commit_lag().records,
+            lag_unknown_partitions = archive.unknown_partitions,
             most_behind = %self.most_behind().map_or("-".to_owned(), |p| p.tp.to_string()),
-            "{what}"
+            "{}",
+            if self.at_stop { "progress at stop" } else { "progress" }
         );
     }
 }
@@ -130,24 +165,12 @@ impl ProgressClock {
     }
 
     /// The progress since the previous report; starts the next interval.
-    #[allow(clippy::too_many_arguments)]
-    pub fn report(
-        &mut self,
-        now: Instant,
-        records_written: u64,
-        puts: u64,
-        commits: u64,
-        latency: &Histogram<u64>,
-        assigned: &BTreeSet<TopicPartition>,
-        durable: &BTreeMap<TopicPartition, i64>,
-        committed: &BTreeMap<TopicPartition, i64>,
-        high_watermark: impl Fn(&TopicPartition) -> Option<i64>,
-    ) -> Progress {
+    pub fn report(&mut self, now: Instant, run: Snapshot<'_>) -> Progress {
         let interval = now - self.last_at;
-        let written = records_written.saturating_sub(self.last_written);
+        let written = run.records_written.saturating_sub(self.last_written);
         // The puts settled in this interval: the histogram's growth since
         // the last report (it only ever grows).
-        let mut recent = latency.clone();
+        let mut recent = run.latency.clone();
         let (p50, p99) = match recent.subtract(&self.last_latency) {
             Ok(()) if !recent.is_empty() => (
                 Some(recent.value_at_quantile(0.5)),
@@ -155,30 +178,59 @@ impl ProgressClock {
             ),
             _ => (None, None),
         };
+        let partitions = run
+            .assigned
+            .iter()
+            .map(|tp| {
+                // librdkafka reports -1001 for an offset it does not know.
+                let bounds = run.bounds.get(tp).copied();
+                let log_end = bounds.map(|b| b.end).filter(|o| *o >= 0);
+                let durable = run.durable.get(tp).copied();
+                let base = durable.or_else(|| match run.starts.get(tp)? {
+                    Start::At(o) => Some(*o),
+                    Start::Beginning => bounds.map(|b| b.start).filter(|o| *o >= 0),
+                    Start::End => log_end,
+                });
+                PartitionProgress {
+                    tp: tp.clone(),
+                    log_end,
+                    durable,
+                    committed: run.committed.get(tp).copied(),
+                    archive_lag: log_end.zip(base).map(|(end, base)| (end - base).max(0)),
+                }
+            })
+            .collect();
         let progress = Progress {
+            at_stop: run.at_stop,
             elapsed: now - self.started,
             interval,
-            records_written,
+            records_written: run.records_written,
             records_per_s: written as f64 / interval.as_secs_f64().max(1e-3),
-            puts,
-            commits,
+            puts: run.puts,
+            commits: run.commits,
             put_to_commit_p50_us: p50,
             put_to_commit_p99_us: p99,
-            partitions: assigned
-                .iter()
-                .map(|tp| PartitionProgress {
-                    tp: tp.clone(),
-                    high_watermark: high_watermark(tp),
-                    durable: durable.get(tp).copied(),
-                    committed: committed.get(tp).copied(),
-                })
-                .collect(),
+            partitions,
         };
         self.last_at = now;
-        self.last_written = records_written;
-        self.last_latency = latency.clone();
+        self.last_written = run.records_written;
+        self.last_latency = run.latency.clone();
         progress
     }
+}
+
+/// What a report reads from the run.
+pub(crate) struct Snapshot<'a> {
+    pub at_stop: bool,
+    pub records_written: u64,
+    pub puts: u64,
+    pub commits: u64,
+    pub latency: &'a Histogram<u64>,
+    pub assigned: &'a BTreeSet<TopicPartition>,
+    pub durable: &'a BTreeMap<TopicPartition, i64>,
+    pub committed: &'a BTreeMap<TopicPartition, i64>,
+    pub starts: &'a BTreeMap<TopicPartition, Start>,
+    pub bounds: &'a BTreeMap<TopicPartition, LogBounds>,
 }
 
 #[cfg(test)]
@@ -197,38 +249,63 @@ mod tests {
         for us in [1_000, 1_000, 1_000, 9_000] {
             latency.record(us).unwrap();
         }
-        let assigned: BTreeSet<_> = [tp(0), tp(1), tp(2)].into();
+        let assigned: BTreeSet<_> = (0..6).map(tp).collect();
         let durable = BTreeMap::from([(tp(0), 90), (tp(1), 50)]);
         let committed = BTreeMap::from([(tp(0), 80), (tp(1), 50)]);
-        let highs = |t: &TopicPartition| match t.partition {
-            0 => Some(100),
-            1 => Some(50),
-            _ => None,
+        // 2..5 hold nothing durable yet: their lag counts from their start.
+        let starts = BTreeMap::from([
+            (tp(2), Start::At(30)),
+            (tp(3), Start::Beginning),
+            (tp(4), Start::End),
+            (tp(5), Start::At(0)),
+        ]);
+        let b = |start, end| LogBounds { start, end };
+        let bounds = BTreeMap::from([
+            (tp(0), b(0, 100)),
+            (tp(1), b(0, 50)),
+            (tp(2), b(0, 40)),
+            (tp(3), b(5, 25)),
+            (tp(4), b(0, 70)),
+            // Not fetched yet.
+            (tp(5), b(-1001, -1001)),
+        ]);
+        let run = |written, puts, latency| Snapshot {
+            at_stop: false,
+            records_written: written,
+            puts,
+            commits: 6,
+            latency,
+            assigned: &assigned,
+            durable: &durable,
+            committed: &committed,
+            starts: &starts,
+            bounds: &bounds,
         };
         let at = t0 + Duration::from_secs(10);
-        let p = clock.report(
-            at, 5_000, 7, 6, &latency, &assigned, &durable, &committed, highs,
-        );
+        let p = clock.report(at, run(5_000, 7, &latency));
         assert_eq!(p.records_per_s, 500.0);
         assert_eq!(p.put_to_commit_p50_us, Some(1_000));
         assert_eq!(p.put_to_commit_p99_us.map(|us| us / 1_000), Some(9));
-        assert_eq!(p.archive_lag(), 10);
-        assert_eq!(p.commit_lag(), 20);
-        assert_eq!(p.partitions[2].archive_lag(), None, "no watermark yet");
-        assert_eq!(p.most_behind().map(|p| p.tp.clone()), Some(tp(0)));
+        let lags: Vec<_> = p.partitions.iter().map(|q| q.archive_lag).collect();
+        assert_eq!(lags, [Some(10), Some(0), Some(10), Some(20), Some(0), None]);
+        assert_eq!(
+            p.archive_lag(),
+            Lag {
+                records: 40,
+                unknown_partitions: 1
+            }
+        );
+        assert_eq!(
+            p.commit_lag(),
+            Lag {
+                records: 20,
+                unknown_partitions: 4
+            }
+        );
+        assert_eq!(p.most_behind().map(|p| p.tp.clone()), Some(tp(3)));
         // The next report covers only what happened since: no new commit
         // settled a put, and 1,000 more records in 5 s.
-        let p = clock.report(
-            at + Duration::from_secs(5),
-            6_000,
-            8,
-            6,
-            &latency,
-            &assigned,
-            &durable,
-            &committed,
-            highs,
-        );
+        let p = clock.report(at + Duration::from_secs(5), run(6_000, 8, &latency));
         assert_eq!(p.records_per_s, 200.0);
         assert_eq!(p.put_to_commit_p50_us, None);
         assert_eq!(p.elapsed, Duration::from_secs(15));

@@ -28,6 +28,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use crate::consumer::{lock, Shared};
 use crate::error::ConnectorError;
 use crate::offsets::committed_offsets;
+use crate::progress::LogBounds;
 use crate::retention::{initial_offset, resume_at};
 use crate::worker::Job;
 
@@ -54,21 +55,25 @@ impl ClientContext for SinkContext {
     }
 
     /// librdkafka's statistics, every `progress_interval_s`: keep each
-    /// partition's log end and report progress (progress.rs).
+    /// assigned partition's log bounds, and have the consumer loop report
+    /// progress (progress.rs).
     fn stats(&self, statistics: Statistics) {
         let mut s = lock(&self.shared);
         for (topic, t) in &statistics.topics {
             for (p, part) in &t.partitions {
-                // -1 is librdkafka's internal unassigned partition.
-                if *p < 0 {
+                let tp = TopicPartition::new(topic, *p);
+                // Only ours (librdkafka keeps offsets of revoked partitions,
+                // and -1 is its internal unassigned partition).
+                if !s.assigned.contains(&tp) {
                     continue;
                 }
-                let end = if s.read_committed {
-                    part.ls_offset
-                } else {
-                    part.hi_offset
-                };
-                s.log_ends.insert(TopicPartition::new(topic, *p), end);
+                s.log_bounds.insert(
+                    tp,
+                    LogBounds {
+                        start: part.lo_offset,
+                        end: part.ls_offset,
+                    },
+                );
             }
         }
         s.progress_due = true;
@@ -220,6 +225,7 @@ impl SinkContext {
                     }
                 },
             };
+            s.started_at(tp, start);
             if let Err(e) = tpl.set_partition_offset(&tp.topic, tp.partition, start) {
                 s.pipeline.fail(ConnectorError::Kafka {
                     op: "set assignment offset",
@@ -280,6 +286,8 @@ impl SinkContext {
         s.pipeline.drop_partitions(&tps);
         for tp in &tps {
             s.assigned.remove(tp);
+            s.log_bounds.remove(tp);
+            s.starts.remove(tp);
         }
         s.assignment_changed();
         if !clean_finish {

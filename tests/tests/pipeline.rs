@@ -231,9 +231,10 @@ fn oversize_skip_logs_counts_and_archives_everything_else() {
 /// The run reports its progress and lag, once per librdkafka statistics
 /// interval: it runs here until a report shows everything produced written,
 /// durable and committed with zero lag, then stops cleanly and reports once
-/// more.
+/// more, marked as the report at stop.
 #[test]
 fn progress_reports_show_the_lag_reach_zero() {
+    use std::sync::atomic::{AtomicBool, Ordering};
     let k = TestKafka::new("progress", 3);
     let n = 20_000;
     produce(&k.brokers, &k.topic, 0..n).unwrap();
@@ -241,29 +242,62 @@ fn progress_reports_show_the_lag_reach_zero() {
     let mut cfg = config(&k, "progress-group", dir.path());
     cfg.progress_interval_s = 1;
     let reports: Arc<Mutex<Vec<cairn_connector::Progress>>> = Arc::default();
+    // The index of the report that stopped the run.
+    let stopped_by: Arc<Mutex<Option<usize>>> = Arc::default();
     let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    // A bound, not a synchronisation: if reports never come, fail rather
+    // than hang.
+    let (finished, watchdog) = std::sync::mpsc::channel::<()>();
+    let gave_up = Arc::new(AtomicBool::new(false));
+    let dog = std::thread::spawn({
+        let (stop, gave_up) = (stop.clone(), gave_up.clone());
+        move || {
+            // Disconnected (the run returned) is the normal end.
+            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                watchdog.recv_timeout(std::time::Duration::from_secs(60))
+            {
+                gave_up.store(true, Ordering::Relaxed);
+                stop.store(true, Ordering::Relaxed);
+            }
+        }
+    });
     let opts = PipelineOptions {
         stop: stop.clone(),
         on_progress: Some(Box::new({
-            let reports = reports.clone();
+            let (reports, stopped_by) = (reports.clone(), stopped_by.clone());
             move |p| {
+                let mut reports = reports.lock().unwrap();
                 let caught_up = p.records_written == n
                     && p.partitions.len() == 3
                     && p.partitions
                         .iter()
-                        .all(|q| q.archive_lag() == Some(0) && q.commit_lag() == Some(0));
-                if caught_up {
-                    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                        .all(|q| q.archive_lag == Some(0) && q.commit_lag() == Some(0));
+                if caught_up && !p.at_stop && !stop.swap(true, Ordering::Relaxed) {
+                    *stopped_by.lock().unwrap() = Some(reports.len());
                 }
-                reports.lock().unwrap().push(p.clone());
+                reports.push(p.clone());
             }
         })),
         ..Default::default()
     };
     let report = run_pipeline(&cfg, Box::new(ArchiveSink::new(engine)), opts).unwrap();
+    drop(finished);
+    dog.join().unwrap();
+    assert!(
+        !gave_up.load(Ordering::Relaxed),
+        "no report showed zero lag in 60 s"
+    );
     let reports = reports.lock().unwrap();
-    let last = reports.last().expect("a report at stop");
+    let stopped_by = stopped_by
+        .lock()
+        .unwrap()
+        .expect("a report stopped the run");
+    // Exactly one more report after the one that stopped the run: at stop.
+    assert_eq!(reports.len(), stopped_by + 2);
+    assert!(reports[..=stopped_by].iter().all(|p| !p.at_stop));
+    let last = reports.last().unwrap();
+    assert!(last.at_stop);
     assert_eq!(last.records_written, n);
     assert_eq!(
         (last.puts, last.commits),
@@ -273,15 +307,16 @@ fn progress_reports_show_the_lag_reach_zero() {
     for p in &last.partitions {
         let end = (n - p.tp.partition as u64).div_ceil(3) as i64;
         assert_eq!(
-            (p.high_watermark, p.durable, p.committed),
-            (Some(end), Some(end), Some(end)),
+            (p.log_end, p.durable, p.committed, p.archive_lag),
+            (Some(end), Some(end), Some(end), Some(0)),
             "{p:?}"
         );
     }
-    assert_eq!((last.archive_lag(), last.commit_lag()), (0, 0));
+    assert_eq!(
+        (last.archive_lag().records, last.commit_lag().records),
+        (0, 0)
+    );
     assert!(last.most_behind().is_none());
-    // At least the report that stopped the run, and the one at stop.
-    assert!(reports.len() >= 2, "{}", reports.len());
     // Totals never go backwards from one report to the next.
     for w in reports.windows(2) {
         assert!(w[0].records_written <= w[1].records_written);
