@@ -45,22 +45,24 @@ pub fn to_base_record<'a, D: IntoOpaque>(
     opaque: D,
     extra: &[(&str, &[u8])],
 ) -> BaseRecord<'a, [u8], [u8], D> {
-    let mut headers = OwnedHeaders::new_with_capacity(r.headers.len() + extra.len());
-    for h in &r.headers {
-        headers = headers.insert(KafkaHeader {
-            key: &h.name,
-            value: h.value.as_deref(),
-        });
+    let mut record = BaseRecord::with_opaque_to(topic, opaque).partition(partition);
+    // No headers, no allocation (most records have none).
+    if !r.headers.is_empty() || !extra.is_empty() {
+        let mut headers = OwnedHeaders::new_with_capacity(r.headers.len() + extra.len());
+        for h in &r.headers {
+            headers = headers.insert(KafkaHeader {
+                key: &h.name,
+                value: h.value.as_deref(),
+            });
+        }
+        for (key, value) in extra {
+            headers = headers.insert(KafkaHeader {
+                key,
+                value: Some(*value),
+            });
+        }
+        record = record.headers(headers);
     }
-    for (key, value) in extra {
-        headers = headers.insert(KafkaHeader {
-            key,
-            value: Some(*value),
-        });
-    }
-    let mut record = BaseRecord::with_opaque_to(topic, opaque)
-        .partition(partition)
-        .headers(headers);
     if let Some(k) = &r.key {
         record = record.key(k.as_slice());
     }
