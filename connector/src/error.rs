@@ -52,6 +52,10 @@ pub enum ConnectorError {
     },
     #[error(transparent)]
     RestoreFailed(Box<RestoreFailure>),
+    #[error(
+        "restore stopped on request after {delivered} records were delivered. Next: {next_step}"
+    )]
+    RestoreStopped { delivered: u64, next_step: String },
     #[error("{target}: {sent} records were sent but {acknowledged} acknowledged, with no failure reported")]
     RestoreUnconfirmed {
         target: cairn_engine::TopicPartition,

@@ -754,3 +754,28 @@ fn resume_checks_the_last_record_against_the_archive() {
         want.values().map(|r| r.len() as i64).collect::<Vec<_>>()
     );
 }
+
+/// A restore asked to stop (SIGINT or SIGTERM in the CLI) stops sending,
+/// waits for what it sent, and says where each partition resumes.
+#[test]
+fn a_stopped_restore_says_where_each_partition_resumes() {
+    let (_dir, engine) = archived();
+    let k = TestKafka::new("stopped", 3);
+    let stop = std::sync::atomic::AtomicBool::new(true);
+    match cairn_connector::restore::restore_until(&engine, &config(&k), &stop) {
+        Err(ConnectorError::RestoreStopped {
+            delivered,
+            next_step,
+        }) => {
+            assert_eq!(delivered, 0);
+            assert!(
+                next_step.contains(
+                    "[--topic orders --partition 0 --from 0, --topic orders --partition 1 --from 0, --topic orders --partition 2 --from 0]"
+                ),
+                "{next_step}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(highs(&k, 3), vec![0, 0, 0]);
+}

@@ -2,11 +2,13 @@
 //! `crate::restore`).
 
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use super::outln;
 use crate::config::parse_kv;
 use crate::error::{ConnectorError, Result};
-use crate::restore::{restore, RestoreConfig};
+use crate::restore::{restore_until, RestoreConfig};
 
 #[derive(Debug, clap::Args)]
 pub struct RestoreArgs {
@@ -70,7 +72,22 @@ impl RestoreArgs {
 pub async fn run(args: RestoreArgs) -> Result<ExitCode> {
     let engine = super::open_archive(&args.data.data)?;
     let cfg = args.into_config()?;
-    let report = tokio::task::block_in_place(|| restore(&engine, &cfg))?;
+    // SIGINT or SIGTERM: stop sending, wait for what was sent, and say where
+    // each partition resumes, rather than die with records in flight.
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            super::run::wait_for_signal().await;
+            tracing::warn!(
+                "signal received: stopping the restore after what was sent is acknowledged"
+            );
+            stop.store(true, Ordering::Relaxed);
+        }
+    });
+    let result = tokio::task::block_in_place(|| restore_until(&engine, &cfg, &stop));
+    watcher.abort();
+    let report = result?;
     for p in &report.partitions {
         let range = match (p.first_offset, p.last_offset) {
             (Some(a), Some(b)) => format!("archived offsets {a}..={b}"),
