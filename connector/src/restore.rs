@@ -29,7 +29,6 @@
 //!   archive).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -263,15 +262,17 @@ pub fn plan(engine: &Engine, cfg: &RestoreConfig) -> Result<Vec<(TopicPartition,
 
 /// Restore what `cfg` selects from `engine` into Kafka. Blocking.
 pub fn restore(engine: &Engine, cfg: &RestoreConfig) -> Result<RestoreReport> {
-    restore_until(engine, cfg, &AtomicBool::new(false))
+    restore_until(engine, cfg, &|| false)
 }
 
 /// [`restore`], stopping early (cleanly: what was sent is acknowledged, and
-/// the error says where each partition resumes) once `stop` is set.
+/// the error says where each partition resumes) once `stop` says so. It is
+/// asked at every partition's start, and every `POLL_EVERY_RECORDS` records
+/// and while waiting for room in librdkafka's queue.
 pub fn restore_until(
     engine: &Engine,
     cfg: &RestoreConfig,
-    stop: &AtomicBool,
+    stop: &dyn Fn() -> bool,
 ) -> Result<RestoreReport> {
     let t0 = Instant::now();
     let plan = plan(engine, cfg)?;
@@ -287,8 +288,11 @@ pub fn restore_until(
     // points below are exact.
     let mut unreadable: Option<ConnectorError> = None;
     let mut interrupted = false;
+    // Records sent since the last poll, over the whole run (partitions may
+    // hold fewer than POLL_EVERY_RECORDS each).
+    let mut since_poll = 0u64;
     'partitions: for (source, target) in &plan {
-        if stop.load(Ordering::Relaxed) {
+        if stop() {
             interrupted = true;
             break;
         }
@@ -313,7 +317,7 @@ pub fn restore_until(
                 if cfg.to.is_some_and(|to| r.offset >= to) {
                     break;
                 }
-                match send(&producer, cfg, target, &r) {
+                match send(&producer, cfg, target, &r, stop) {
                     Ok(Sent::Queued { timestamp_replaced }) => {
                         n += 1;
                         report.payload_bytes += r.payload_bytes();
@@ -321,18 +325,24 @@ pub fn restore_until(
                         // Serve delivery reports in batches: a poll per
                         // record cost a tenth of the run in clock reads.
                         // Failures only arrive in a poll (on this thread).
-                        if n.is_multiple_of(POLL_EVERY_RECORDS) {
-                            producer.poll(Duration::ZERO);
+                        since_poll += 1;
+                        if since_poll >= POLL_EVERY_RECORDS {
+                            since_poll = 0;
+                            drain_reports(&producer);
                             if producer.context().failed() {
                                 break 'partitions;
                             }
-                            if stop.load(Ordering::Relaxed) {
+                            if stop() {
                                 interrupted = true;
                                 break 'partitions;
                             }
                         }
                     }
-                    Ok(Sent::Stopped) => break 'partitions,
+                    Ok(Sent::Failed) => break 'partitions,
+                    Ok(Sent::Interrupted) => {
+                        interrupted = true;
+                        break 'partitions;
+                    }
                     Err(e) => {
                         producer.context().fail(target, r.offset, &e);
                         break 'partitions;
@@ -440,6 +450,7 @@ pub fn restore_until(
     if let Some(e) = unreadable {
         return Err(e);
     }
+    confirm(&report, &sent, &finished)?;
     if interrupted && flushed.is_ok() {
         return Err(ConnectorError::RestoreStopped {
             delivered: report.records,
@@ -452,7 +463,21 @@ pub fn restore_until(
             source: e,
         });
     }
-    for p in &report.partitions {
+    Ok(report)
+}
+
+/// Every finished partition had each record it sent acknowledged: anything
+/// else is a failure nobody reported.
+fn confirm(
+    report: &RestoreReport,
+    sent: &BTreeMap<TopicPartition, u64>,
+    finished: &BTreeSet<TopicPartition>,
+) -> Result<()> {
+    for p in report
+        .partitions
+        .iter()
+        .filter(|p| finished.contains(&p.target))
+    {
         let n = sent.get(&p.target).copied().unwrap_or(0);
         if p.records != n {
             return Err(ConnectorError::RestoreUnconfirmed {
@@ -462,7 +487,7 @@ pub fn restore_until(
             });
         }
     }
-    Ok(report)
+    Ok(())
 }
 
 /// Where a partition stands after a run.
@@ -802,7 +827,22 @@ enum Sent {
         timestamp_replaced: bool,
     },
     /// A failure was reported while waiting for room: not sent.
-    Stopped,
+    Failed,
+    /// Asked to stop while waiting for room: not sent.
+    Interrupted,
+}
+
+/// Serve every delivery report waiting (rust-rdkafka's `poll(0)` serves
+/// one event, and one event reports one produce batch): a report left
+/// waiting keeps its records in librdkafka's memory, and a failure unseen.
+fn drain_reports(producer: &BaseProducer<Deliveries>) {
+    loop {
+        let before = producer.context().reports();
+        producer.poll(Duration::ZERO);
+        if producer.context().reports() == before {
+            return;
+        }
+    }
 }
 
 /// Hand one record to librdkafka, waiting while its queue is full. An
@@ -812,6 +852,7 @@ fn send(
     cfg: &RestoreConfig,
     target: &TopicPartition,
     r: &Record,
+    stop: &dyn Fn() -> bool,
 ) -> std::result::Result<Sent, KafkaError> {
     let offset_text = r.offset.to_string();
     let extra: Vec<(&str, &[u8])> = cfg
@@ -838,9 +879,14 @@ fn send(
             Ok(()) => return Ok(Sent::Queued { timestamp_replaced }),
             Err((e, back)) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) => {
                 record = back;
-                producer.poll(Duration::from_millis(100));
+                // Serves reports for the whole 10 ms (a timeout above zero
+                // keeps rust-rdkafka's poll serving until it ends).
+                producer.poll(Duration::from_millis(10));
                 if producer.context().failed() {
-                    return Ok(Sent::Stopped);
+                    return Ok(Sent::Failed);
+                }
+                if stop() {
+                    return Ok(Sent::Interrupted);
                 }
             }
             Err((e, _)) => return Err(e),
@@ -877,6 +923,8 @@ struct DeliveryState {
     failed_in_delivery: bool,
     /// librdkafka's fatal error, if one stopped the producer.
     fatal: Option<String>,
+    /// Delivery reports served, acknowledged or failed.
+    reports: u64,
 }
 
 impl DeliveryState {
@@ -934,6 +982,10 @@ impl Deliveries {
         self.lock().first_failed.is_some()
     }
 
+    fn reports(&self) -> u64 {
+        self.lock().reports
+    }
+
     fn failed_in_delivery(&self) -> bool {
         self.lock().failed_in_delivery
     }
@@ -968,6 +1020,7 @@ impl ProducerContext for Deliveries {
 
     fn delivery(&self, result: &DeliveryResult<'_>, offset: usize) {
         let offset = offset as i64;
+        self.lock().reports += 1;
         match result {
             Ok(m) => {
                 let tp = TopicPartition::new(m.topic(), m.partition());

@@ -761,8 +761,7 @@ fn resume_checks_the_last_record_against_the_archive() {
 fn a_stopped_restore_says_where_each_partition_resumes() {
     let (_dir, engine) = archived();
     let k = TestKafka::new("stopped", 3);
-    let stop = std::sync::atomic::AtomicBool::new(true);
-    match cairn_connector::restore::restore_until(&engine, &config(&k), &stop) {
+    match cairn_connector::restore::restore_until(&engine, &config(&k), &|| true) {
         Err(ConnectorError::RestoreStopped {
             delivered,
             next_step,
@@ -778,4 +777,106 @@ fn a_stopped_restore_says_where_each_partition_resumes() {
         other => panic!("{other:?}"),
     }
     assert_eq!(highs(&k, 3), vec![0, 0, 0]);
+}
+
+/// An archive of one topic per (name, records) pair, partition 0 only.
+fn archive_of(dir: &std::path::Path, topics: &[(&str, i64)]) -> Engine {
+    let engine = Engine::open(EngineConfig::new(dir)).unwrap();
+    for (topic, n) in topics {
+        let records = (0..*n)
+            .map(|o| Record::with_value(o, format!("{topic} {o}")))
+            .collect();
+        engine
+            .append(&[RecordBatch {
+                tp: TopicPartition::new(*topic, 0),
+                records,
+            }])
+            .unwrap();
+    }
+    engine
+}
+
+/// The archived offsets, in order, that the offset headers of `topic`'s
+/// partition 0 name.
+fn offsets_in(k: &TestKafka, topic: &str) -> Vec<i64> {
+    let c = client(k);
+    let (_, high) = c
+        .fetch_watermarks(topic, 0, Duration::from_secs(10))
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Beginning)
+        .unwrap();
+    c.assign(&tpl).unwrap();
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while (got.len() as i64) < high {
+        assert!(Instant::now() < deadline, "read {} of {high}", got.len());
+        if let Some(m) = c.poll(Duration::from_millis(200)) {
+            let m = m.unwrap();
+            let h = m.headers().unwrap();
+            let v = h.iter().last().unwrap().value.unwrap();
+            got.push(std::str::from_utf8(v).unwrap().parse().unwrap());
+        }
+    }
+    got
+}
+
+/// Stopped in the middle of a partition, with records in flight: what was
+/// sent is delivered, and `--resume` completes it exactly once.
+#[test]
+fn a_restore_stopped_midway_resumes_exactly_once() {
+    init_logs();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = archive_of(dir.path(), &[("orders", 2_000)]);
+    let k = TestKafka::new("midway", 1);
+    let mut cfg = config(&k);
+    cfg.offset_header = Some("cairn.offset".into());
+    // Asked at the partition's start, then every 256 records: stop at the
+    // third question, after 512 records.
+    let asked = std::sync::atomic::AtomicU32::new(0);
+    let stop = || asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= 2;
+    match cairn_connector::restore::restore_until(&engine, &cfg, &stop) {
+        Err(ConnectorError::RestoreStopped {
+            delivered,
+            next_step,
+        }) => {
+            assert_eq!(delivered, 512);
+            assert!(next_step.contains("--resume"), "{next_step}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(highs(&k, 1), vec![512]);
+    cfg.resume = true;
+    assert_eq!(restore(&engine, &cfg).unwrap().records, 2_000 - 512);
+    assert_eq!(offsets_in(&k, &k.topic), (0..2_000).collect::<Vec<i64>>());
+}
+
+/// `--resume` reads the last record of every target partition at once:
+/// two target topics that both have a partition 0 are told apart.
+#[test]
+fn resume_tells_two_topics_partition_0_apart() {
+    init_logs();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = archive_of(dir.path(), &[("orders", 700), ("payments", 300)]);
+    let k = TestKafka::new("orders-restored", 1);
+    let Some(mock) = k.mock() else {
+        eprintln!("skipped: a second topic is created through the mock cluster");
+        return;
+    };
+    mock.create_topic("payments-restored", 1, 1).unwrap();
+    let mut cfg = RestoreConfig::new(&k.brokers);
+    cfg.rename.insert("orders".into(), k.topic.clone());
+    cfg.rename
+        .insert("payments".into(), "payments-restored".into());
+    cfg.offset_header = Some("cairn.offset".into());
+    cfg.to = Some(100);
+    restore(&engine, &cfg).unwrap();
+    cfg.to = None;
+    cfg.resume = true;
+    assert_eq!(restore(&engine, &cfg).unwrap().records, 600 + 200);
+    assert_eq!(offsets_in(&k, &k.topic), (0..700).collect::<Vec<i64>>());
+    assert_eq!(
+        offsets_in(&k, "payments-restored"),
+        (0..300).collect::<Vec<i64>>()
+    );
 }

@@ -73,20 +73,32 @@ pub async fn run(args: RestoreArgs) -> Result<ExitCode> {
     let engine = super::open_archive(&args.data.data)?;
     let cfg = args.into_config()?;
     // SIGINT or SIGTERM: stop sending, wait for what was sent, and say where
-    // each partition resumes, rather than die with records in flight.
+    // each partition resumes, rather than die with records in flight. A
+    // second signal exits at once (tokio keeps the handler installed, so
+    // without this nothing short of SIGKILL would).
     let stop = Arc::new(AtomicBool::new(false));
     let watcher = tokio::spawn({
         let stop = stop.clone();
         async move {
             super::run::wait_for_signal().await;
             tracing::warn!(
-                "signal received: stopping the restore after what was sent is acknowledged"
+                "signal received: stopping the restore after what was sent is acknowledged (again to exit at once)"
             );
             stop.store(true, Ordering::Relaxed);
+            super::run::wait_for_signal().await;
+            tracing::error!("second signal: exiting without waiting; records in flight may or may not have been written");
+            std::process::exit(130);
         }
     });
-    let result = tokio::task::block_in_place(|| restore_until(&engine, &cfg, &stop));
+    let result = tokio::task::block_in_place(|| {
+        restore_until(&engine, &cfg, &|| stop.load(Ordering::Relaxed))
+    });
     watcher.abort();
+    if let Err(e @ ConnectorError::RestoreStopped { .. }) = &result {
+        // Interrupted, as asked: the shell's convention for SIGINT.
+        eprintln!("error: {e}");
+        return Ok(ExitCode::from(130));
+    }
     let report = result?;
     for p in &report.partitions {
         let range = match (p.first_offset, p.last_offset) {
