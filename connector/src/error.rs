@@ -38,7 +38,7 @@ pub enum ConnectorError {
         position: i64,
         log_end: i64,
     },
-    #[error("topic {topic:?} has {partitions} partitions, but the archive's partition {last} needs {needed} (create it with at least {needed}, or restore fewer with --partition)", last = needed - 1)]
+    #[error("topic {topic:?} has {partitions} partitions, but the archive's partition {last} needs {needed} (give it at least {needed} partitions, or restore fewer with --partition)", last = needed - 1)]
     TooFewPartitions {
         topic: String,
         partitions: i32,
@@ -93,13 +93,13 @@ pub type Result<T, E = ConnectorError> = std::result::Result<T, E>;
 /// Where a restore stopped (boxed in [`ConnectorError::RestoreFailed`]: it
 /// is large).
 #[derive(Debug, thiserror::Error)]
-#[error("restoring {archived} into {target} failed at archived offset {offset}: {detail}; {delivered} of its records were delivered before it. Next: {next_step}")]
+#[error("restoring {archived} into {target} failed at archived offset {offset}: {detail}; {delivered} of its records were delivered. Next: {next_step}")]
 pub struct RestoreFailure {
     pub archived: cairn_engine::TopicPartition,
     pub target: cairn_engine::TopicPartition,
     /// The first record that failed.
     pub offset: i64,
-    /// Records of the partition acknowledged before it.
+    /// Records of the partition acknowledged.
     pub delivered: u64,
     /// What to run next.
     pub next_step: String,

@@ -32,5 +32,5 @@ pub use consumer::{
     RunStats,
 };
 pub use error::{ConnectorError, RestoreFailure, Result};
-pub use progress::{PartitionProgress, Progress};
+pub use progress::{Lag, PartitionProgress, Progress};
 pub use task::{ArchiveSink, PutOutcome, SinkTask, TaskError};

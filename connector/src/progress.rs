@@ -7,9 +7,10 @@
 //!
 //! The interval is librdkafka's `statistics.interval.ms`: its statistics
 //! carry each assigned partition's log start and end as the last fetch saw
-//! them (the end is the last stable offset, which librdkafka keeps equal to
-//! the high watermark under `read_uncommitted`), so a report costs no request
-//! to Kafka. The commit tracker knows what is durable and what is committed.
+//! them (the end is the last stable offset: under librdkafka's default
+//! `read_committed` the high watermark unless transactions are open, under
+//! `read_uncommitted` the high watermark), so a report costs no request to
+//! Kafka. The commit tracker knows what is durable and what is committed.
 //!
 //! Limits, by design: the report at stop uses the last statistics (up to an
 //! interval old; asking the consumer's own connection for watermarks queues
@@ -71,7 +72,8 @@ impl PartitionProgress {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Lag {
     pub records: i64,
-    /// Partitions left out: not fetched yet, or no statistics (interval 0).
+    /// Partitions left out: not fetched yet, no statistics (interval 0), or,
+    /// for the commit lag, nothing committed yet.
     pub unknown_partitions: usize,
 }
 
@@ -137,6 +139,7 @@ impl Progress {
             archive_lag = archive.records,
             commit_lag = self.commit_lag().records,
             lag_unknown_partitions = archive.unknown_partitions,
+            commit_lag_unknown_partitions = self.commit_lag().unknown_partitions,
             most_behind = %self.most_behind().map_or("-".to_owned(), |p| p.tp.to_string()),
             "{}",
             if self.at_stop { "progress at stop" } else { "progress" }

@@ -11,7 +11,9 @@
 //! - Nothing is produced before every check has passed: the brokers answer,
 //!   every target topic exists with a partition for every archived one, and
 //!   every target partition is empty (or, with `append`, may hold records;
-//!   or, with `resume`, ends with a record this restore wrote).
+//!   or, with `resume`, ends with a record an earlier restore of this
+//!   archive wrote: its offset header names an archived record with the same
+//!   key and value).
 //! - The records of one partition reach Kafka in archive order, each at most
 //!   once per run: the producer is idempotent, and the run sends nothing
 //!   after the first failure it sees (and drops what it had queued, if the
@@ -22,11 +24,14 @@
 //!   not cover (timeouts) is detected per partition and reported as a gap,
 //!   with no resume point that would skip it.
 //! - What the report (or the error) calls delivered was acknowledged by the
-//!   brokers. Every partition not complete gets a resume point: its first
-//!   failed record, else after its last acknowledged one. A record that timed
-//!   out may have been written anyway: `from` cannot settle that, `resume`
-//!   can (it reads the target, and checks its last record against the
-//!   archive).
+//!   brokers. Every partition that is neither complete nor gapped gets a
+//!   resume point: its first failed record, else the one after its last
+//!   acknowledged record, else where it started. A failed or stopped run's
+//!   error carries them; damage met in the archive is returned as itself,
+//!   with the resume points logged. Records from a resume point on that were
+//!   in flight when they failed (a timeout) may have been written anyway:
+//!   `from` cannot settle that, `resume` can (it reads the target, and checks
+//!   its last record against the archive).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
@@ -283,9 +288,8 @@ pub fn restore_until(
     let mut sent: BTreeMap<TopicPartition, u64> = BTreeMap::new();
     // Partitions whose every selected record was handed to librdkafka.
     let mut finished: BTreeSet<TopicPartition> = BTreeSet::new();
-    // Damage met while reading stops the restore like a failed delivery
-    // does: after what was sent has been acknowledged, so that the resume
-    // points below are exact.
+    // Damage met while reading stops the restore after what was sent has
+    // been acknowledged, so that the resume points logged below are exact.
     let mut unreadable: Option<ConnectorError> = None;
     let mut interrupted = false;
     // Records sent since the last poll, over the whole run (partitions may
@@ -448,6 +452,7 @@ pub fn restore_until(
         })));
     }
     if let Some(e) = unreadable {
+        tracing::error!(next_step = %next_step(cfg, &standings), "restore stopped by damage in the archive");
         return Err(e);
     }
     confirm(&report, &sent, &finished)?;
@@ -549,7 +554,7 @@ fn next_step(cfg: &RestoreConfig, standings: &[(&PartitionRestore, Standing)]) -
         })
         .collect();
     format!(
-        "rerun the same command once for each of [{}], with --append, in place of its own --partition and --from; a record that timed out may be in Kafka already, so the first record of each may arrive twice (restoring with --offset-header makes --resume exact)",
+        "rerun the same command once for each of [{}], with --append, in place of its own --partition and --from; records that timed out may be in Kafka already, so records from each resume point on that were in flight may arrive twice (restoring with --offset-header makes --resume exact)",
         left.join(", ")
     )
 }
