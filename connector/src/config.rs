@@ -51,6 +51,9 @@ pub enum OnOversize {
     Fail,
     /// Log the record's coordinates, count it, and go on.
     Skip,
+    /// Produce it, with the reason, to `--dead-letter-topic`, and go on once
+    /// Kafka has acknowledged it.
+    DeadLetter,
 }
 
 /// What to do when the archive's resume offset has aged out of Kafka.
@@ -76,6 +79,8 @@ pub struct RunConfig {
     pub linger_ms: u64,
     pub record_bytes_max: u64,
     pub on_oversize: OnOversize,
+    /// Where `--on-oversize dead-letter` sends records (dead_letter.rs).
+    pub dead_letter_topic: Option<String>,
     pub on_offset_out_of_range: OnOffsetOutOfRange,
     /// `earliest` or `latest`, for partitions neither the archive nor Kafka has an offset for.
     pub auto_offset_reset: String,
@@ -105,6 +110,7 @@ impl RunConfig {
             linger_ms: 5,
             record_bytes_max: 8 << 20,
             on_oversize: OnOversize::Fail,
+            dead_letter_topic: None,
             on_offset_out_of_range: OnOffsetOutOfRange::Fail,
             auto_offset_reset: "earliest".into(),
             connect_timeout_ms: 10_000,
@@ -173,6 +179,25 @@ impl RunConfig {
                 return bad(format!("-X {key}: cairn manages this property itself"));
             }
         }
+        match (self.on_oversize, &self.dead_letter_topic) {
+            (OnOversize::DeadLetter, None) => {
+                return bad("on-oversize dead-letter: needs --dead-letter-topic".into())
+            }
+            (OnOversize::DeadLetter, Some(t)) => {
+                if let Err(e) = cairn_engine::validate_topic(t) {
+                    return bad(format!("dead-letter-topic: {e}"));
+                }
+                if self.topics.contains(t) {
+                    return bad(format!(
+                        "dead-letter-topic {t:?}: it is also archived (its dead letters would come back)"
+                    ));
+                }
+            }
+            (_, Some(_)) => {
+                return bad("dead-letter-topic: only used with --on-oversize dead-letter".into())
+            }
+            (_, None) => {}
+        }
         if self.kafka.contains_key("statistics.interval.ms") {
             return bad("-X statistics.interval.ms: use --progress-interval-s; cairn reads librdkafka's statistics for its progress reports".into());
         }
@@ -203,6 +228,7 @@ pub struct FileConfig {
     pub linger_ms: Option<u64>,
     pub record_bytes_max: Option<u64>,
     pub on_oversize: Option<OnOversize>,
+    pub dead_letter_topic: Option<String>,
     pub on_offset_out_of_range: Option<OnOffsetOutOfRange>,
     pub auto_offset_reset: Option<String>,
     pub connect_timeout_ms: Option<u64>,

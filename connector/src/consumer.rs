@@ -34,6 +34,7 @@ use rdkafka::Offset;
 
 use crate::config::{CommitPolicy, OnOffsetOutOfRange, OnOversize, RunConfig};
 use crate::convert::to_record;
+use crate::dead_letter::DeadLetters;
 use crate::error::{ConnectorError, Result};
 use crate::pipeline::Pipeline;
 use crate::progress::{LogBounds, Progress, ProgressClock, Snapshot, Start};
@@ -50,6 +51,8 @@ pub struct RunStats {
     pub records_written: u64,
     pub records_duplicate: u64,
     pub records_oversize_skipped: u64,
+    /// Oversize records produced to the dead-letter topic.
+    pub records_dead_lettered: u64,
     pub payload_bytes: u64,
     pub puts: u64,
     pub commits: u64,
@@ -124,6 +127,7 @@ pub(crate) struct Shared {
     pub clean_finish: bool,
     progress: ProgressClock,
     on_progress: Option<ProgressObserver>,
+    dead_letters: Option<DeadLetters>,
     /// A statistics callback arrived: report progress (`progress.rs`).
     pub progress_due: bool,
     /// Each assigned partition's log start and end, from librdkafka's last
@@ -242,6 +246,22 @@ impl Shared {
                 OnOversize::Skip => {
                     tracing::warn!(%tp, offset = r.offset, size_bytes = size, max = cfg.record_bytes_max, "skipping oversize record");
                     self.stats.records_oversize_skipped += 1;
+                    return Ok(());
+                }
+                OnOversize::DeadLetter => {
+                    let tp = tp.clone();
+                    let reason = format!(
+                        "{size} bytes, over --record-bytes-max {}",
+                        cfg.record_bytes_max
+                    );
+                    // Acknowledged before the next record is taken: no
+                    // commit can pass it unless Kafka holds it.
+                    self.dead_letters
+                        .as_ref()
+                        .expect("validated: dead-letter has a topic")
+                        .send(&tp, &r, &reason)?;
+                    tracing::warn!(%tp, offset = r.offset, size_bytes = size, max = cfg.record_bytes_max, "oversize record dead-lettered");
+                    self.stats.records_dead_lettered += 1;
                     return Ok(());
                 }
             }
@@ -424,7 +444,7 @@ pub fn preflight<C: Consumer<SinkContext>>(consumer: &C, cfg: &RunConfig) -> Res
             waited_ms: t0.elapsed().as_millis() as u64,
             detail: e.to_string(),
         })?;
-    for t in &cfg.topics {
+    for t in cfg.topics.iter().chain(&cfg.dead_letter_topic) {
         let found = md
             .topics()
             .iter()
@@ -476,6 +496,7 @@ pub fn run_pipeline(
     let (jobs_tx, jobs_rx, budget) = queue::bounded(queue_bytes_max);
     let in_flight = Arc::new(AtomicUsize::new(0));
     let (task_exit_tx, task_exit) = mpsc::channel::<()>();
+    let dead_letters = DeadLetters::new(cfg)?;
     let shared = Arc::new(Mutex::new(Shared {
         pipeline: pipeline.clone(),
         jobs: Some(jobs_tx),
@@ -493,6 +514,7 @@ pub fn run_pipeline(
         clean_finish: false,
         progress: ProgressClock::new(),
         on_progress: opts.on_progress,
+        dead_letters,
         progress_due: false,
         log_bounds: BTreeMap::new(),
         starts: BTreeMap::new(),
@@ -595,6 +617,7 @@ pub fn run_pipeline(
     let mut stats = s.stats.clone();
     stats.records_polled = consumer_stats.records_polled;
     stats.records_oversize_skipped = consumer_stats.records_oversize_skipped;
+    stats.records_dead_lettered = consumer_stats.records_dead_lettered;
     stats.payload_bytes = consumer_stats.payload_bytes;
     stats.first_record_at = consumer_stats.first_record_at;
     Ok(RunReport {

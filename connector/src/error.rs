@@ -16,13 +16,21 @@ pub enum ConnectorError {
     },
     #[error("topic {topic:?} does not exist on {brokers}")]
     UnknownTopic { topic: String, brokers: String },
-    #[error("record {topic}/{partition}@{offset} is {size_bytes} bytes, over the limit of {max_bytes} (use --on-oversize skip to skip such records)")]
+    #[error("record {topic}/{partition}@{offset} is {size_bytes} bytes, over the limit of {max_bytes} (use --on-oversize skip to skip such records, or --on-oversize dead-letter to send them to a topic)")]
     OversizeRecord {
         topic: String,
         partition: i32,
         offset: i64,
         size_bytes: u64,
         max_bytes: u64,
+    },
+    #[error("record {topic}/{partition}@{offset} could not be dead-lettered to {dead_letter_topic}: {detail} (nothing after it is committed)")]
+    DeadLetterFailed {
+        topic: String,
+        partition: i32,
+        offset: i64,
+        dead_letter_topic: String,
+        detail: String,
     },
     #[error("stored offset {stored} of {topic}/{partition} is older than Kafka's earliest {earliest}: records {stored}..{earliest} aged out of retention (set --on-offset-out-of-range earliest to skip them)")]
     OffsetAgedOut {

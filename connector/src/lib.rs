@@ -15,6 +15,7 @@ pub mod config;
 pub mod consumer;
 pub mod convert;
 pub mod crashpoint;
+pub mod dead_letter;
 pub mod error;
 pub mod offsets;
 mod pipeline;

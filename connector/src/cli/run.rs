@@ -47,6 +47,9 @@ pub struct RunArgs {
     /// What to do with a record over --record-bytes-max.
     #[arg(long, value_enum)]
     pub on_oversize: Option<OnOversize>,
+    /// The topic `--on-oversize dead-letter` produces oversize records to (it must exist).
+    #[arg(long)]
+    pub dead_letter_topic: Option<String>,
     /// What to do when the archive's offset has aged out of Kafka's retention.
     #[arg(long, value_enum)]
     pub on_offset_out_of_range: Option<OnOffsetOutOfRange>,
@@ -116,6 +119,9 @@ impl RunArgs {
         take!(linger_ms);
         take!(record_bytes_max);
         take!(on_oversize);
+        if let Some(t) = self.dead_letter_topic.or(file.dead_letter_topic) {
+            c.dead_letter_topic = Some(t);
+        }
         take!(on_offset_out_of_range);
         take!(auto_offset_reset);
         take!(connect_timeout_ms);

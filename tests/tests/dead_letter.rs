@@ -1,0 +1,208 @@
+//! `--on-oversize dead-letter`: a record over `--record-bytes-max` goes to
+//! the dead-letter topic with its reason and source, acknowledged before the
+//! run goes on; the archive holds every other record once; a dead letter that
+//! cannot be delivered stops the run with nothing committed past it. Needs
+//! the mock cluster (a second topic, and error injection).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cairn_connector::cli::demo::committed;
+use cairn_connector::dead_letter::{REASON_HEADER, SOURCE_HEADER};
+use cairn_connector::{
+    run_pipeline, ArchiveSink, ConnectorError, OnOversize, PipelineOptions, RunConfig,
+};
+use cairn_engine::{Engine, EngineConfig, TopicPartition};
+use cairn_tests::{config, init_logs, TestKafka};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{Offset, TopicPartitionList};
+
+const DEAD: &str = "dead-letters";
+const RECORDS: i64 = 10;
+const BIG: i64 = 5;
+
+/// Records 0..10 to partition 0, all small but record 5 (2 kB).
+fn produce(k: &TestKafka) {
+    let p: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &k.brokers)
+        .create()
+        .unwrap();
+    for i in 0..RECORDS {
+        let value = if i == BIG {
+            vec![b'b'; 2_000]
+        } else {
+            format!("small {i}").into_bytes()
+        };
+        p.send(
+            BaseRecord::<[u8], [u8]>::to(&k.topic)
+                .partition(0)
+                .key(b"k")
+                .payload(&value),
+        )
+        .unwrap();
+    }
+    p.flush(Duration::from_secs(10)).unwrap();
+}
+
+fn dead_letter_config(k: &TestKafka, dir: &std::path::Path) -> RunConfig {
+    let mut cfg = config(k, "dead-letter-group", dir);
+    cfg.record_bytes_max = 1_000;
+    cfg.on_oversize = OnOversize::DeadLetter;
+    cfg.dead_letter_topic = Some(DEAD.into());
+    cfg
+}
+
+fn run(
+    cfg: &RunConfig,
+    dir: &std::path::Path,
+) -> cairn_connector::Result<cairn_connector::RunReport> {
+    let engine = Arc::new(
+        Engine::open(EngineConfig::new(dir).record_bytes_max(cfg.record_bytes_max)).unwrap(),
+    );
+    let tp = TopicPartition::new(&cfg.topics[0], 0);
+    let opts = PipelineOptions {
+        done: Some(Box::new(move |c| c.get(&tp) == Some(&RECORDS))),
+        ..Default::default()
+    };
+    run_pipeline(cfg, Box::new(ArchiveSink::new(engine)), opts)
+}
+
+#[test]
+fn an_oversize_record_is_dead_lettered_and_the_rest_archived_once() {
+    init_logs();
+    let k = TestKafka::new("dl-source", 1);
+    let Some(mock) = k.mock() else {
+        eprintln!("skipped: the dead-letter topic is created through the mock cluster");
+        return;
+    };
+    mock.create_topic(DEAD, 1, 1).unwrap();
+    produce(&k);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dead_letter_config(&k, dir.path());
+    let report = run(&cfg, dir.path()).unwrap();
+    assert_eq!(report.stats.records_dead_lettered, 1);
+    assert_eq!(report.stats.records_written, RECORDS as u64 - 1);
+
+    // The archive: every record but the big one, once, in order.
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let offsets: Vec<i64> = engine
+        .read(&TopicPartition::new(&k.topic, 0), 0)
+        .unwrap()
+        .map(|r| r.unwrap().offset)
+        .collect();
+    assert_eq!(
+        offsets,
+        (0..RECORDS).filter(|o| *o != BIG).collect::<Vec<_>>()
+    );
+
+    // The dead letter: the record as produced, with its reason and source.
+    let c: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &k.brokers)
+        .set("group.id", "dead-letter-check")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(DEAD, 0, Offset::Beginning)
+        .unwrap();
+    c.assign(&tpl).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let m = loop {
+        assert!(Instant::now() < deadline, "no dead letter arrived");
+        if let Some(m) = c.poll(Duration::from_millis(200)) {
+            break m.unwrap();
+        }
+    };
+    assert_eq!(m.payload(), Some(&vec![b'b'; 2_000][..]));
+    assert_eq!(m.key(), Some(&b"k"[..]));
+    let headers: Vec<(String, String)> = m
+        .headers()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            (
+                h.key.to_owned(),
+                String::from_utf8(h.value.unwrap().to_vec()).unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        headers,
+        vec![
+            (
+                REASON_HEADER.to_owned(),
+                // Key and value: 1 + 2,000 bytes.
+                "2001 bytes, over --record-bytes-max 1000".to_owned()
+            ),
+            (SOURCE_HEADER.to_owned(), format!("{}/0@{BIG}", k.topic)),
+        ]
+    );
+    let (_, high) = c
+        .fetch_watermarks(DEAD, 0, Duration::from_secs(10))
+        .unwrap();
+    assert_eq!(high, 1, "one dead letter");
+}
+
+#[test]
+fn a_dead_letter_that_cannot_be_delivered_stops_the_run_before_it() {
+    init_logs();
+    let k = TestKafka::new("dl-refused", 1);
+    let Some(mock) = k.mock() else {
+        eprintln!("skipped: error injection needs the mock cluster");
+        return;
+    };
+    mock.create_topic(DEAD, 1, 1).unwrap();
+    produce(&k);
+    // The brokers refuse the next produce requests for good: the dead
+    // letter's (nothing else produces here).
+    mock.request_errors(
+        rdkafka::types::RDKafkaApiKey::Produce,
+        &[rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_RECORD; 5],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dead_letter_config(&k, dir.path());
+    match run(&cfg, dir.path()) {
+        Err(ConnectorError::DeadLetterFailed {
+            partition: 0,
+            offset: BIG,
+            dead_letter_topic,
+            ..
+        }) => assert_eq!(dead_letter_topic, DEAD),
+        other => panic!("{other:?}"),
+    }
+    mock.clear_request_errors(rdkafka::types::RDKafkaApiKey::Produce);
+    // Nothing committed past the record that is neither archived nor
+    // dead-lettered.
+    let c = committed(&k.brokers, "dead-letter-group", &k.topic, 1).unwrap();
+    assert!(c[&0] <= BIG, "committed {} past offset {BIG}", c[&0]);
+}
+
+#[test]
+fn a_missing_dead_letter_topic_is_refused_at_start() {
+    init_logs();
+    let k = TestKafka::new("dl-missing", 1);
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = dead_letter_config(&k, dir.path());
+    cfg.dead_letter_topic = Some(format!("{}-no-dead-letters", k.topic));
+    match run(&cfg, dir.path()) {
+        Err(ConnectorError::UnknownTopic { topic, .. }) => {
+            assert_eq!(topic, format!("{}-no-dead-letters", k.topic))
+        }
+        other => panic!("{other:?}"),
+    }
+    // And the settings that make no sense are refused before that.
+    cfg.dead_letter_topic = None;
+    assert!(
+        matches!(cfg.validate(), Err(ConnectorError::Config(m)) if m.contains("--dead-letter-topic"))
+    );
+    cfg.dead_letter_topic = Some(k.topic.clone());
+    assert!(
+        matches!(cfg.validate(), Err(ConnectorError::Config(m)) if m.contains("also archived"))
+    );
+    cfg.on_oversize = OnOversize::Skip;
+    cfg.dead_letter_topic = Some(DEAD.into());
+    assert!(
+        matches!(cfg.validate(), Err(ConnectorError::Config(m)) if m.contains("only used with"))
+    );
+}
