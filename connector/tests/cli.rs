@@ -67,6 +67,9 @@ fn bad_flags_and_config_name_the_setting() {
     let (code, _, err) = cairn_run("b:1", "t", data, &["-X", "statistics.interval.ms=5000"]);
     assert_ne!(code, 0);
     assert!(err.contains("--progress-interval-s"), "{err}");
+    let (code, _, err) = cairn_run("b:1", "t", data, &["--on-oversize", "dead-letter"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--dead-letter-topic"), "{err}");
     let (code, _, err) = cairn_run("b:1", "t", data, &["--progress-interval-s", "100000"]);
     assert_ne!(code, 0);
     assert!(err.contains("progress-interval-s 100000"), "{err}");
