@@ -18,7 +18,7 @@
 //!   The archive itself stays exactly once.
 
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cairn_engine::{Record, TimestampType, TopicPartition};
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
@@ -34,8 +34,12 @@ use crate::error::{ConnectorError, Result};
 pub const REASON_HEADER: &str = "cairn.dead-letter.reason";
 /// Header naming where a dead letter came from: `topic/partition@offset`.
 pub const SOURCE_HEADER: &str = "cairn.dead-letter.source";
-/// librdkafka's "any partition": the dead-letter topic's partitioner picks.
+/// librdkafka's "any partition": the producer's partitioner picks.
 const ANY_PARTITION: i32 = -1;
+/// librdkafka's `message.timeout.ms` for dead letters, unless `-X` sets it.
+const MESSAGE_TIMEOUT_MS: u64 = 30_000;
+/// How much longer than the message timeout the wait for a report lasts.
+const WAIT_MARGIN_MS: u64 = 5_000;
 
 /// The dead-letter producer of a run.
 pub(crate) struct DeadLetters {
@@ -51,22 +55,36 @@ impl DeadLetters {
             return Ok(None);
         };
         let mut c = ClientConfig::new();
+        // Dead letters are over the archive's limit, so as large as records
+        // get: compressed (unless -X says otherwise), and librdkafka's own
+        // cap left at its maximum (the topic's `max.message.bytes` is what
+        // limits them).
+        c.set("compression.type", "lz4");
         // The run's -X settings (security ones above all); the consumer-only
         // ones draw a warning from librdkafka, logged at debug (`Report`).
         for (k, v) in &cfg.kafka {
             c.set(k, v);
         }
+        // Every dead letter gets a definite delivery report before the wait
+        // for it ends: librdkafka gives up at message.timeout.ms.
+        let message_timeout_ms = ["message.timeout.ms", "delivery.timeout.ms"]
+            .iter()
+            .find_map(|k| cfg.kafka.get(*k))
+            .and_then(|v| v.parse::<u64>().ok())
+            .filter(|ms| *ms > 0)
+            .unwrap_or(MESSAGE_TIMEOUT_MS);
         c.set("bootstrap.servers", &cfg.brokers)
             .set("enable.idempotence", "true")
-            // A dead letter is as large as the archive's limit or larger.
-            .set("message.max.bytes", (64 << 20).to_string());
+            .set("allow.auto.create.topics", "false")
+            .set("message.timeout.ms", message_timeout_ms.to_string())
+            .set("message.max.bytes", "1000000000");
         let producer = c
             .create_with_context(Report::default())
             .map_err(|e| ConnectorError::Config(format!("dead-letter producer: {e}")))?;
         Ok(Some(DeadLetters {
             producer,
             topic: topic.clone(),
-            timeout: Duration::from_millis(cfg.connect_timeout_ms.max(30_000)),
+            timeout: Duration::from_millis(message_timeout_ms + WAIT_MARGIN_MS),
         }))
     }
 
@@ -88,29 +106,29 @@ impl DeadLetters {
             dead_letter_topic: self.topic.clone(),
             detail,
         };
-        *self
-            .producer
-            .context()
-            .last
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = None;
+        let last = &self.producer.context().last;
+        let take = || last.lock().unwrap_or_else(|e| e.into_inner()).take();
+        take();
         self.producer
             .send(record)
             .map_err(|(e, _)| failed(e.to_string()))?;
-        self.producer
-            .flush(self.timeout)
-            .map_err(|e| failed(format!("not acknowledged within {:?}: {e}", self.timeout)))?;
-        let outcome = self
-            .producer
-            .context()
-            .last
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        match outcome {
-            Some(Ok(())) => Ok(()),
-            Some(Err(detail)) => Err(failed(detail)),
-            None => Err(failed("no delivery report".into())),
+        // Wait for the report in short polls: rust-rdkafka's flush polls in
+        // 100 ms steps that run to their end, which made every dead letter
+        // take at least 100 ms.
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            self.producer.poll(Duration::from_millis(1));
+            match take() {
+                Some(Ok(())) => return Ok(()),
+                Some(Err(detail)) => return Err(failed(detail)),
+                None if Instant::now() >= deadline => {
+                    return Err(failed(format!(
+                        "no delivery report within {} ms",
+                        self.timeout.as_millis()
+                    )))
+                }
+                None => {}
+            }
         }
     }
 }

@@ -154,8 +154,9 @@ fn a_dead_letter_that_cannot_be_delivered_stops_the_run_before_it() {
     };
     mock.create_topic(DEAD, 1, 1).unwrap();
     produce(&k);
-    // The brokers refuse the next produce requests for good: the dead
-    // letter's (nothing else produces here).
+    // The brokers refuse the next produce requests with an error that is
+    // permanent for librdkafka: the dead letter's (nothing else produces
+    // here).
     mock.request_errors(
         rdkafka::types::RDKafkaApiKey::Produce,
         &[rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_RECORD; 5],
@@ -176,6 +177,14 @@ fn a_dead_letter_that_cannot_be_delivered_stops_the_run_before_it() {
     // dead-lettered.
     let c = committed(&k.brokers, "dead-letter-group", &k.topic, 1).unwrap();
     assert!(c[&0] <= BIG, "committed {} past offset {BIG}", c[&0]);
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    assert!(
+        engine
+            .read(&TopicPartition::new(&k.topic, 0), 0)
+            .unwrap()
+            .all(|r| r.unwrap().offset < BIG),
+        "a record after the failed dead letter was archived"
+    );
 }
 
 #[test]

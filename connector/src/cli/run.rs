@@ -164,6 +164,7 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
         commits = report.stats.commits,
         put_to_commit_p50_us = h.value_at_quantile(0.5),
         put_to_commit_p99_us = h.value_at_quantile(0.99),
+        dead_lettered = report.stats.records_dead_lettered,
         "stopped cleanly"
     );
     Ok(ExitCode::SUCCESS)
