@@ -76,6 +76,8 @@ impl DeadLetters {
         c.set("bootstrap.servers", &cfg.brokers)
             .set("enable.idempotence", "true")
             .set("allow.auto.create.topics", "false")
+            // One record at a time, each waited for: nothing to batch.
+            .set("linger.ms", "0")
             .set("message.timeout.ms", message_timeout_ms.to_string())
             .set("message.max.bytes", "1000000000");
         let producer = c
