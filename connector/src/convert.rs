@@ -35,9 +35,19 @@ pub fn to_record(m: &BorrowedMessage<'_>) -> Record {
     }
 }
 
+/// The archived timestamp, if Kafka's producer can send it. librdkafka
+/// reads 0 as "now" and has no way to send one at or below 0; a record
+/// archived without one has none. A log-append time is sent as a create
+/// time (a topic set to LogAppendTime replaces it on arrival).
+pub fn sendable_timestamp(r: &Record) -> Option<i64> {
+    (r.timestamp_type != TimestampType::NotAvailable && r.timestamp_ms > 0)
+        .then_some(r.timestamp_ms)
+}
+
 /// `r` as a record for `partition` of `topic`: its key, value and headers
-/// as archived (null stays null, empty stays empty), then `extra` headers.
-/// No timestamp: callers decide (restore cannot send every archived one).
+/// as archived (null stays null, empty stays empty), then `extra` headers,
+/// and its timestamp when the producer can send it ([`sendable_timestamp`];
+/// otherwise the producer stamps the time of sending).
 pub fn to_base_record<'a, D: IntoOpaque>(
     r: &'a Record,
     topic: &'a str,
@@ -68,6 +78,9 @@ pub fn to_base_record<'a, D: IntoOpaque>(
     }
     if let Some(v) = &r.value {
         record = record.payload(v.as_slice());
+    }
+    if let Some(ts) = sendable_timestamp(r) {
+        record = record.timestamp(ts);
     }
     record
 }

@@ -20,7 +20,7 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use cairn_engine::{Record, TimestampType, TopicPartition};
+use cairn_engine::{Record, TopicPartition};
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::message::DeliveryResult;
 use rdkafka::producer::{BaseProducer, Producer, ProducerContext};
@@ -29,6 +29,7 @@ use rdkafka::ClientContext;
 use crate::config::RunConfig;
 use crate::convert::to_base_record;
 use crate::error::{ConnectorError, Result};
+use crate::librdkafka::{log_ignoring_confwarn, message_timeout_ms};
 
 /// Header naming why a record was dead-lettered.
 pub const REASON_HEADER: &str = "cairn.dead-letter.reason";
@@ -67,10 +68,7 @@ impl DeadLetters {
         }
         // Every dead letter gets a definite delivery report before the wait
         // for it ends: librdkafka gives up at message.timeout.ms.
-        let message_timeout_ms = ["message.timeout.ms", "delivery.timeout.ms"]
-            .iter()
-            .find_map(|k| cfg.kafka.get(*k))
-            .and_then(|v| v.parse::<u64>().ok())
+        let message_timeout_ms = message_timeout_ms(&cfg.kafka)
             .filter(|ms| *ms > 0)
             .unwrap_or(MESSAGE_TIMEOUT_MS);
         c.set("bootstrap.servers", &cfg.brokers)
@@ -97,10 +95,7 @@ impl DeadLetters {
             (REASON_HEADER, reason.as_bytes()),
             (SOURCE_HEADER, source.as_bytes()),
         ];
-        let mut record = to_base_record(r, &self.topic, ANY_PARTITION, (), &extra);
-        if r.timestamp_type != TimestampType::NotAvailable && r.timestamp_ms > 0 {
-            record = record.timestamp(r.timestamp_ms);
-        }
+        let record = to_base_record(r, &self.topic, ANY_PARTITION, (), &extra);
         let failed = |detail: String| ConnectorError::DeadLetterFailed {
             topic: tp.topic.clone(),
             partition: tp.partition,
@@ -143,16 +138,7 @@ struct Report {
 
 impl ClientContext for Report {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
-        use RDKafkaLogLevel as L;
-        match level {
-            _ if fac == "CONFWARN" => {
-                tracing::debug!(target: "librdkafka", "librdkafka: {fac} {message}")
-            }
-            L::Emerg | L::Alert | L::Critical | L::Error | L::Warning => {
-                tracing::warn!(target: "librdkafka", "librdkafka: {fac} {message}")
-            }
-            _ => tracing::debug!(target: "librdkafka", "librdkafka: {fac} {message}"),
-        }
+        log_ignoring_confwarn(level, fac, message);
     }
 }
 

@@ -17,6 +17,7 @@ pub mod convert;
 pub mod crashpoint;
 pub mod dead_letter;
 pub mod error;
+mod librdkafka;
 pub mod offsets;
 mod pipeline;
 mod progress;

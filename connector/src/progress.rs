@@ -125,7 +125,7 @@ impl Progress {
 
     /// One log line's worth.
     pub fn log(&self) {
-        let archive = self.archive_lag();
+        let (archive, commit) = (self.archive_lag(), self.commit_lag());
         let ms =
             |us: Option<u64>| us.map_or("-".to_owned(), |us| format!("{:.2}", us as f64 / 1e3));
         tracing::info!(
@@ -137,9 +137,9 @@ impl Progress {
             put_to_commit_p99_ms = %ms(self.put_to_commit_p99_us),
             partitions = self.partitions.len(),
             archive_lag = archive.records,
-            commit_lag = self.commit_lag().records,
+            commit_lag = commit.records,
             lag_unknown_partitions = archive.unknown_partitions,
-            commit_lag_unknown_partitions = self.commit_lag().unknown_partitions,
+            commit_lag_unknown_partitions = commit.unknown_partitions,
             most_behind = %self.most_behind().map_or("-".to_owned(), |p| p.tp.to_string()),
             "{}",
             if self.at_stop { "progress at stop" } else { "progress" }

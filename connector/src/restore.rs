@@ -47,8 +47,11 @@ use rdkafka::producer::{BaseProducer, Producer, ProducerContext, PurgeConfig};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
-use crate::convert::to_base_record;
+use crate::convert::{sendable_timestamp, to_base_record};
 use crate::error::{ConnectorError, RestoreFailure, Result};
+use crate::librdkafka::{
+    log_ignoring_confwarn, log_to_tracing, message_timeout_ms, MESSAGE_TIMEOUT_KEYS,
+};
 
 /// librdkafka's default `message.timeout.ms`: every record sent gets its
 /// delivery report within it.
@@ -68,8 +71,6 @@ fn opaque(offset: i64) -> usize {
 /// Records sent between two polls for delivery reports (a full queue polls
 /// at once).
 const POLL_EVERY_RECORDS: u64 = 256;
-/// `message.timeout.ms` and its alias.
-const MESSAGE_TIMEOUT_KEYS: [&str; 2] = ["message.timeout.ms", "delivery.timeout.ms"];
 /// Producer properties cairn sets and will not take from `-X`.
 const MANAGED: [&str; 7] = [
     "bootstrap.servers",
@@ -182,11 +183,7 @@ impl RestoreConfig {
     }
 
     fn message_timeout_ms(&self) -> u64 {
-        MESSAGE_TIMEOUT_KEYS
-            .iter()
-            .find_map(|k| self.kafka.get(*k))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(MESSAGE_TIMEOUT_MS_DEFAULT)
+        message_timeout_ms(&self.kafka).unwrap_or(MESSAGE_TIMEOUT_MS_DEFAULT)
     }
 }
 
@@ -285,9 +282,9 @@ pub fn restore_until(
     let starts = preflight(engine, &producer, cfg, &plan)?;
 
     let mut report = RestoreReport::default();
+    // Records handed to librdkafka, per partition whose every selected record
+    // was (a partition cut short by a stop or failure has no entry).
     let mut sent: BTreeMap<TopicPartition, u64> = BTreeMap::new();
-    // Partitions whose every selected record was handed to librdkafka.
-    let mut finished: BTreeSet<TopicPartition> = BTreeSet::new();
     // Damage met while reading stops the restore after what was sent has
     // been acknowledged, so that the resume points logged below are exact.
     let mut unreadable: Option<ConnectorError> = None;
@@ -355,7 +352,6 @@ pub fn restore_until(
             }
         }
         sent.insert(target.clone(), n);
-        finished.insert(target.clone());
         tracing::info!(%source, %target, records = n, "partition sent");
     }
 
@@ -405,7 +401,7 @@ pub fn restore_until(
             let d = state.partitions.get(&p.target).cloned().unwrap_or_default();
             (
                 p,
-                standing(starts[&p.target], finished.contains(&p.target), &d),
+                standing(starts[&p.target], sent.contains_key(&p.target), &d),
             )
         })
         .collect();
@@ -455,7 +451,7 @@ pub fn restore_until(
         tracing::error!(next_step = %next_step(cfg, &standings), "restore stopped by damage in the archive");
         return Err(e);
     }
-    confirm(&report, &sent, &finished)?;
+    confirm(&report, &sent)?;
     if interrupted && flushed.is_ok() {
         return Err(ConnectorError::RestoreStopped {
             delivered: report.records,
@@ -471,19 +467,13 @@ pub fn restore_until(
     Ok(report)
 }
 
-/// Every finished partition had each record it sent acknowledged: anything
-/// else is a failure nobody reported.
-fn confirm(
-    report: &RestoreReport,
-    sent: &BTreeMap<TopicPartition, u64>,
-    finished: &BTreeSet<TopicPartition>,
-) -> Result<()> {
-    for p in report
-        .partitions
-        .iter()
-        .filter(|p| finished.contains(&p.target))
-    {
-        let n = sent.get(&p.target).copied().unwrap_or(0);
+/// Every finished partition (in `sent`) had each record it sent
+/// acknowledged: anything else is a failure nobody reported.
+fn confirm(report: &RestoreReport, sent: &BTreeMap<TopicPartition, u64>) -> Result<()> {
+    for p in &report.partitions {
+        let Some(&n) = sent.get(&p.target) else {
+            continue;
+        };
         if p.records != n {
             return Err(ConnectorError::RestoreUnconfirmed {
                 target: p.target.clone(),
@@ -867,18 +857,9 @@ fn send(
         .into_iter()
         .collect();
     let mut record = to_base_record(r, &target.topic, target.partition, opaque(r.offset), &extra);
-    // librdkafka reads a timestamp of 0 as "now" and has no way to send one
-    // at or below 0. A log-append time becomes the restored record's create
-    // time; a topic set to LogAppendTime replaces it with the time of
-    // restore.
-    let mut timestamp_replaced = false;
-    match r.timestamp_type {
-        TimestampType::CreateTime | TimestampType::LogAppendTime if r.timestamp_ms > 0 => {
-            record = record.timestamp(r.timestamp_ms);
-        }
-        TimestampType::CreateTime | TimestampType::LogAppendTime => timestamp_replaced = true,
-        TimestampType::NotAvailable => {}
-    }
+    // A timestamp the producer cannot send is counted, not hidden.
+    let timestamp_replaced =
+        r.timestamp_type != TimestampType::NotAvailable && sendable_timestamp(r).is_none();
     loop {
         match producer.send(record) {
             Ok(()) => return Ok(Sent::Queued { timestamp_replaced }),
@@ -1025,11 +1006,11 @@ impl ProducerContext for Deliveries {
 
     fn delivery(&self, result: &DeliveryResult<'_>, offset: usize) {
         let offset = offset as i64;
-        self.lock().reports += 1;
         match result {
             Ok(m) => {
                 let tp = TopicPartition::new(m.topic(), m.partition());
                 let mut s = self.lock();
+                s.reports += 1;
                 let d = s.partitions.entry(tp).or_default();
                 d.acked += 1;
                 d.first_acked = Some(d.first_acked.map_or(offset, |o| o.min(offset)));
@@ -1038,7 +1019,9 @@ impl ProducerContext for Deliveries {
             Err((e, m)) => {
                 let tp = TopicPartition::new(m.topic(), m.partition());
                 self.fail(&tp, offset, e);
-                self.lock().failed_in_delivery = true;
+                let mut s = self.lock();
+                s.reports += 1;
+                s.failed_in_delivery = true;
             }
         }
     }
@@ -1051,36 +1034,11 @@ struct ReaderContext;
 
 impl ClientContext for ReaderContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
-        if fac == "CONFWARN" {
-            tracing::debug!(target: "librdkafka", "librdkafka: {fac} {message}");
-        } else {
-            log_to_tracing(level, fac, message);
-        }
+        log_ignoring_confwarn(level, fac, message);
     }
 }
 
 impl ConsumerContext for ReaderContext {}
-
-/// librdkafka's log lines as rust-rdkafka's default context logs them.
-fn log_to_tracing(level: RDKafkaLogLevel, fac: &str, message: &str) {
-    match level {
-        RDKafkaLogLevel::Emerg
-        | RDKafkaLogLevel::Alert
-        | RDKafkaLogLevel::Critical
-        | RDKafkaLogLevel::Error => {
-            tracing::error!(target: "librdkafka", "librdkafka: {fac} {message}")
-        }
-        RDKafkaLogLevel::Warning => {
-            tracing::warn!(target: "librdkafka", "librdkafka: {fac} {message}")
-        }
-        RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
-            tracing::info!(target: "librdkafka", "librdkafka: {fac} {message}")
-        }
-        RDKafkaLogLevel::Debug => {
-            tracing::debug!(target: "librdkafka", "librdkafka: {fac} {message}")
-        }
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -101,7 +101,8 @@ pub fn produce_with(
 ) -> Result<()> {
     for i in range {
         let (partition, r) = demo_record(i);
-        let mut rec = to_base_record(&r, topic, partition, (), &[]).timestamp(r.timestamp_ms);
+        // Demo records all have a create time above 0: it is sent.
+        let mut rec = to_base_record(&r, topic, partition, (), &[]);
         loop {
             match producer.send(rec) {
                 Ok(()) => break,
