@@ -69,16 +69,25 @@ fn run(
     run_pipeline(cfg, Box::new(ArchiveSink::new(engine)), opts)
 }
 
-#[test]
-fn an_oversize_record_is_dead_lettered_and_the_rest_archived_once() {
+/// A source topic holding the test's records, and the dead-letter topic
+/// beside it on the mock cluster (None against a real broker: skipped).
+fn source_and_dead_letter_topic(name: &str) -> Option<TestKafka> {
     init_logs();
-    let k = TestKafka::new("dl-source", 1);
+    let k = TestKafka::new(name, 1);
     let Some(mock) = k.mock() else {
-        eprintln!("skipped: the dead-letter topic is created through the mock cluster");
-        return;
+        eprintln!("skipped: the dead-letter topic and error injection need the mock cluster");
+        return None;
     };
     mock.create_topic(DEAD, 1, 1).unwrap();
     produce(&k);
+    Some(k)
+}
+
+#[test]
+fn an_oversize_record_is_dead_lettered_and_the_rest_archived_once() {
+    let Some(k) = source_and_dead_letter_topic("dl-source") else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let cfg = dead_letter_config(&k, dir.path());
     let report = run(&cfg, dir.path()).unwrap();
@@ -146,14 +155,10 @@ fn an_oversize_record_is_dead_lettered_and_the_rest_archived_once() {
 
 #[test]
 fn a_dead_letter_that_cannot_be_delivered_stops_the_run_before_it() {
-    init_logs();
-    let k = TestKafka::new("dl-refused", 1);
-    let Some(mock) = k.mock() else {
-        eprintln!("skipped: error injection needs the mock cluster");
+    let Some(k) = source_and_dead_letter_topic("dl-refused") else {
         return;
     };
-    mock.create_topic(DEAD, 1, 1).unwrap();
-    produce(&k);
+    let mock = k.mock().expect("the mock cluster");
     // The brokers refuse the next produce requests with an error that is
     // permanent for librdkafka: the dead letter's (nothing else produces
     // here).

@@ -466,28 +466,26 @@ fn a_failed_record_stops_the_restore_and_names_where_to_resume() {
     let err = restore(&engine, &cfg);
     let f = failure(err);
     let text = f.to_string();
-    {
-        let RestoreFailure {
-            archived,
-            target,
-            offset,
-            delivered,
-            next_step,
-            ..
-        } = &f;
-        assert_eq!(*archived, TopicPartition::new(ARCHIVED, 0));
-        assert_eq!(*target, TopicPartition::new(&k.topic, 0));
-        assert_eq!(*offset, BIG_OFFSET);
-        assert_eq!(*delivered, BIG_OFFSET as u64);
-        // Partition 0 resumes at the failed record; 1 and 2 were never
-        // reached, so they start over.
-        assert!(
-                next_step.contains(
-                    "[--topic orders --partition 0 --from 20, --topic orders --partition 1 --from 0, --topic orders --partition 2 --from 0], with --append"
-                ),
-                "{next_step}"
-            );
-    }
+    let RestoreFailure {
+        archived,
+        target,
+        offset,
+        delivered,
+        next_step,
+        ..
+    } = &f;
+    assert_eq!(*archived, TopicPartition::new(ARCHIVED, 0));
+    assert_eq!(*target, TopicPartition::new(&k.topic, 0));
+    assert_eq!(*offset, BIG_OFFSET);
+    assert_eq!(*delivered, BIG_OFFSET as u64);
+    // Partition 0 resumes at the failed record; 1 and 2 were never
+    // reached, so they start over.
+    assert!(
+            next_step.contains(
+                "[--topic orders --partition 0 --from 20, --topic orders --partition 1 --from 0, --topic orders --partition 2 --from 0], with --append"
+            ),
+            "{next_step}"
+        );
     assert!(text.contains("Next: rerun"), "{text}");
     // Everything before the failed record arrived, and nothing after it.
     assert_eq!(highs(&k, 3), vec![BIG_OFFSET, 0, 0]);
@@ -585,26 +583,24 @@ fn a_broker_side_failure_resumes_exactly_once_with_the_offset_header() {
     let err = restore(&engine, &cfg);
     let f = failure(err);
     let text = f.to_string();
-    {
-        let RestoreFailure {
-            archived,
-            offset,
-            delivered,
-            next_step,
-            ..
-        } = &f;
-        assert!(next_step.contains("--resume"), "{next_step}");
-        // The refused request held the failed partition's first batch
-        // of this run (librdkafka may have sent other partitions' in
-        // other requests, which went through): it failed at its first
-        // record, and none of its records arrived.
-        assert_eq!(*delivered, 0, "{text}");
-        let p = archived.partition;
-        let first = [10, 10, 0][p as usize];
-        assert_eq!(*offset, first, "{text}");
-        let already = if p == 0 { 10 } else { 0 };
-        assert_eq!(highs(&k, 3)[p as usize], already, "{text}");
-    }
+    let RestoreFailure {
+        archived,
+        offset,
+        delivered,
+        next_step,
+        ..
+    } = &f;
+    assert!(next_step.contains("--resume"), "{next_step}");
+    // The refused request held the failed partition's first batch
+    // of this run (librdkafka may have sent other partitions' in
+    // other requests, which went through): it failed at its first
+    // record, and none of its records arrived.
+    assert_eq!(*delivered, 0, "{text}");
+    let p = archived.partition;
+    let first = [10, 10, 0][p as usize];
+    assert_eq!(*offset, first, "{text}");
+    let already = if p == 0 { 10 } else { 0 };
+    assert_eq!(highs(&k, 3)[p as usize], already, "{text}");
     // Resume: each partition continues after its last record's header.
     restore(&engine, &cfg).unwrap();
     let got = consume_all(&k, 3);
@@ -691,22 +687,20 @@ fn a_timeout_is_reported_as_possibly_written() {
     let err = restore(&engine, &cfg);
     let f = failure(err);
     let text = f.to_string();
-    {
-        let RestoreFailure {
-            offset,
-            delivered,
-            next_step,
-            detail,
-            ..
-        } = &f;
-        assert_eq!((*offset, *delivered), (0, 0), "{text}");
-        assert!(detail.contains("timed out"), "{detail}");
-        assert!(
-            next_step.contains("[--topic orders --partition 0 --from 0], with --append")
-                && next_step.contains("may be in Kafka already"),
-            "{next_step}"
-        );
-    }
+    let RestoreFailure {
+        offset,
+        delivered,
+        next_step,
+        detail,
+        ..
+    } = &f;
+    assert_eq!((*offset, *delivered), (0, 0), "{text}");
+    assert!(detail.contains("timed out"), "{detail}");
+    assert!(
+        next_step.contains("[--topic orders --partition 0 --from 0], with --append")
+            && next_step.contains("may be in Kafka already"),
+        "{next_step}"
+    );
     mock.clear_request_errors(rdkafka::types::RDKafkaApiKey::Produce);
     assert_eq!(highs(&k, 3), vec![0, 0, 0]);
 }
