@@ -26,7 +26,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use cairn_engine::{Record, RecordBatch, TopicPartition};
+use cairn_engine::{Record, RecordBatch, TopicPartition, HEADERS_PER_RECORD_MAX};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{BorrowedMessage, Message};
@@ -232,8 +232,29 @@ impl Shared {
         self.stats.records_polled += 1;
         self.stats.first_record_at.get_or_insert_with(Instant::now);
         let size = r.payload_bytes();
-        if size > cfg.record_bytes_max {
+        // Too many headers is oversize too: the engine refuses such a record
+        // (it could not be read back, engine record.rs), so it takes the
+        // same way out as one over --record-bytes-max.
+        let headers = r.headers.len();
+        if size > cfg.record_bytes_max || headers > HEADERS_PER_RECORD_MAX {
+            let reason = if headers > HEADERS_PER_RECORD_MAX {
+                format!("{headers} headers, over the {HEADERS_PER_RECORD_MAX} a record may carry")
+            } else {
+                format!(
+                    "{size} bytes, over --record-bytes-max {}",
+                    cfg.record_bytes_max
+                )
+            };
             match cfg.on_oversize {
+                OnOversize::Fail if headers > HEADERS_PER_RECORD_MAX => {
+                    return Err(ConnectorError::TooManyHeaders {
+                        topic: tp.topic.clone(),
+                        partition: tp.partition,
+                        offset: r.offset,
+                        count: headers,
+                        max: HEADERS_PER_RECORD_MAX,
+                    })
+                }
                 OnOversize::Fail => {
                     return Err(ConnectorError::OversizeRecord {
                         topic: tp.topic.clone(),
@@ -244,16 +265,12 @@ impl Shared {
                     })
                 }
                 OnOversize::Skip => {
-                    tracing::warn!(%tp, offset = r.offset, size_bytes = size, max = cfg.record_bytes_max, "skipping oversize record");
+                    tracing::warn!(%tp, offset = r.offset, size_bytes = size, headers, %reason, "skipping oversize record");
                     self.stats.records_oversize_skipped += 1;
                     return Ok(());
                 }
                 OnOversize::DeadLetter => {
                     let tp = tp.clone();
-                    let reason = format!(
-                        "{size} bytes, over --record-bytes-max {}",
-                        cfg.record_bytes_max
-                    );
                     // Acknowledged before the next record is taken: no
                     // commit can pass it unless Kafka holds it.
                     self.dead_letters

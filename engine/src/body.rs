@@ -119,9 +119,10 @@ pub fn decode_entry(bytes: &[u8]) -> Result<Entry, CorruptionKind> {
         let (r, used): (Record, usize) = bincode::decode_from_slice(&bytes[pos..], CONFIG)
             .map_err(|e| decode_err(format!("record {i} of {count}: {e}")))?;
         pos += used;
-        if r.offset < 0 {
+        if r.offset < 0 || r.offset == i64::MAX {
+            // i64::MAX is refused on write (no next offset after it).
             return Err(CorruptionKind::OffsetOrder {
-                detail: format!("negative offset {}", r.offset),
+                detail: format!("impossible offset {}", r.offset),
             });
         }
         if let Some(p) = previous {
@@ -150,6 +151,45 @@ pub fn decode_entry(bytes: &[u8]) -> Result<Entry, CorruptionKind> {
 mod tests {
     use super::*;
     use crate::record::{Header, TimestampType};
+
+    /// Entries are cut by `Record::encoded_bytes_max`: it must bound every
+    /// record's real encoding, at every varint width.
+    #[test]
+    fn encoded_bytes_max_bounds_the_encoding() {
+        let tp = TopicPartition::new("t", 0);
+        let head = encode_entry(&tp, &[Record::with_value(0, "")]).len() - 7;
+        let header = |name: usize, value: Option<usize>| Header {
+            name: "n".repeat(name),
+            value: value.map(|v| vec![7; v]),
+        };
+        let mut cases = Vec::new();
+        for len in [0usize, 1, 250, 251, 65_535, 65_536, 70_000] {
+            for offset in [0, 250, 65_536, i64::MAX - 1] {
+                cases.push(Record {
+                    offset,
+                    timestamp_type: TimestampType::LogAppendTime,
+                    timestamp_ms: i64::MIN,
+                    key: Some(vec![1; len]),
+                    value: Some(vec![2; len]),
+                    headers: vec![header(len, Some(len)), header(0, Some(0)), header(0, None)],
+                });
+            }
+        }
+        cases.push(Record {
+            headers: vec![header(0, Some(0)); 1000],
+            ..Record::with_value(1, "")
+        });
+        for r in &cases {
+            let encoded = (encode_entry(&tp, std::slice::from_ref(r)).len() - head) as u64;
+            assert!(
+                encoded <= r.encoded_bytes_max(),
+                "offset {} payload {}: {encoded} > {}",
+                r.offset,
+                r.payload_bytes(),
+                r.encoded_bytes_max()
+            );
+        }
+    }
 
     fn sample() -> Vec<Record> {
         vec![

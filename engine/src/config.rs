@@ -121,6 +121,20 @@ impl EngineConfig {
                     // wait for another handle's threads to let go.
                     std::thread::sleep(std::time::Duration::from_millis(10));
                 }
+                // Damage sled found in its own files is corruption like any
+                // other: typed, and naming where.
+                Err(sled::Error::Corruption { at, .. }) => {
+                    return Err(crate::Error::Corruption {
+                        location: crate::error::Location::SledFiles {
+                            path: self.sled_path(),
+                            log_offset: at.map(|p| p.lid()),
+                        },
+                        kind: crate::error::CorruptionKind::SledUnreadable {
+                            detail: "a snapshot or log record failed sled's own checks on open"
+                                .into(),
+                        },
+                    })
+                }
                 Err(source) => {
                     return Err(crate::Error::Store {
                         op: "open sled",

@@ -105,6 +105,13 @@ pub enum Location {
     Key { key_hex: String },
     /// The durable watermark file, `cairn.durable`, beside sled.
     Watermark,
+    /// sled's own files (its log `db`, snapshots `snap.*`, `blobs/`),
+    /// found damaged by sled while opening them; at this offset of its log
+    /// when sled says.
+    SledFiles {
+        path: std::path::PathBuf,
+        log_offset: Option<u64>,
+    },
 }
 
 impl fmt::Display for Location {
@@ -122,6 +129,13 @@ impl fmt::Display for Location {
             Location::Meta { key } => write!(f, "meta key {key}"),
             Location::Key { key_hex } => write!(f, "key {key_hex}"),
             Location::Watermark => write!(f, "watermark file cairn.durable"),
+            Location::SledFiles { path, log_offset } => {
+                write!(f, "sled's files in {}", path.display())?;
+                match log_offset {
+                    Some(o) => write!(f, " (log offset {o})"),
+                    None => Ok(()),
+                }
+            }
         }
     }
 }
@@ -172,6 +186,11 @@ pub enum CorruptionKind {
     /// record as the end), leaving an older but self-consistent store.
     #[error("the log ends at lsn {log_end} but lsn {durable} was durable (cairn.durable): the store lost its newest records")]
     LostSuffix { log_end: u64, durable: u64 },
+    /// sled refused to open its files: it found bytes there it cannot read
+    /// (a damaged snapshot or log segment). Nothing of the store can be
+    /// read through sled until those files are repaired or restored.
+    #[error("sled cannot read its own files: {detail}")]
+    SledUnreadable { detail: String },
 }
 
 /// Input the engine refuses. Nothing is written when one is returned.
@@ -204,6 +223,28 @@ pub enum InvalidInput {
         offset: i64,
         size_bytes: u64,
         max_bytes: u64,
+    },
+    #[error("record at {topic}/{partition}@{offset} has offset {offset}, the largest a Kafka offset can be; the partition's next offset would not fit")]
+    OffsetTooLarge {
+        topic: String,
+        partition: i32,
+        offset: i64,
+    },
+    #[error("record {topic}/{partition}@{offset} has {count} headers, over the {max} a record may carry")]
+    TooManyHeaders {
+        topic: String,
+        partition: i32,
+        offset: i64,
+        count: usize,
+        max: usize,
+    },
+    #[error("records of {topic}/{partition} from offset {first_offset} encode to {bytes} bytes, over the {max} an entry may hold")]
+    EntryTooLarge {
+        topic: String,
+        partition: i32,
+        first_offset: i64,
+        bytes: u64,
+        max: u64,
     },
     #[error("configuration: {0}")]
     Config(String),

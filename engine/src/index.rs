@@ -74,7 +74,15 @@ impl IndexEntry {
             timestamp_max_ms: f.i64(),
             payload_bytes: f.u64(),
         };
-        if e.chunks == 0 || e.record_count == 0 || e.last_offset < e.first_offset || e.lsn == 0 {
+        // Checked even under a good CRC (a CRC can be forged): every use of
+        // `lsn + chunks` and `last_offset + 1` then stays in range.
+        if e.chunks == 0
+            || e.record_count == 0
+            || e.last_offset < e.first_offset
+            || e.last_offset == i64::MAX
+            || e.lsn == 0
+            || e.lsn.checked_add(u64::from(e.chunks)).is_none()
+        {
             return Err(CorruptionKind::IndexMismatch {
                 detail: format!("impossible index entry {e:?}"),
             });

@@ -67,7 +67,10 @@ pub use engine::{
 pub use error::{CorruptionKind, Error, InvalidInput, Location, Result};
 pub use offsets::DurableOffsets;
 pub use reader::RecordIter;
-pub use record::{validate_topic, Header, Record, RecordBatch, TimestampType, TopicPartition};
+pub use record::{
+    validate_topic, Header, Record, RecordBatch, TimestampType, TopicPartition,
+    HEADERS_PER_RECORD_MAX,
+};
 pub use recovery::{RecoveryReport, TruncatedTail, FAILPOINT_RECOVERY_MID_REPAIR};
 pub use retention::TruncateReport;
 pub use sync::FAILPOINT_FLUSH_ERR;

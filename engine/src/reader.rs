@@ -14,7 +14,7 @@ use crate::entry::read_entry;
 use crate::error::Result;
 use crate::index::IndexEntry;
 use crate::keys;
-use crate::record::{Record, TopicPartition};
+use crate::record::{validate_tp, Record, TopicPartition};
 use crate::recovery::index_corruption;
 
 /// Iterator over one partition's records from an offset. Owns what it needs.
@@ -33,6 +33,7 @@ impl Engine {
     /// Records of `tp` with offset ≥ `from`, in offset order, up to the
     /// durable next offset.
     pub fn read(&self, tp: &TopicPartition, from: i64) -> Result<RecordIter> {
+        validate_tp(tp)?;
         let end = self.durable_offset(tp).unwrap_or(0);
         let from = from.max(0);
         let prefix = keys::index_prefix(tp);
@@ -68,6 +69,7 @@ impl Engine {
     /// The earliest offset whose timestamp is ≥ `timestamp_ms` (Kafka's
     /// ListOffsets semantics), or `None` if no stored record qualifies.
     pub fn offset_for_time(&self, tp: &TopicPartition, timestamp_ms: i64) -> Result<Option<i64>> {
+        validate_tp(tp)?;
         let end = self.durable_offset(tp).unwrap_or(0);
         for item in self.tree.scan_prefix(keys::index_prefix(tp)) {
             let (k, v) = item.map_err(store_err("scan index"))?;

@@ -69,6 +69,16 @@ impl Record {
         }
     }
 
+    /// An upper bound on this record's encoded size in an entry body
+    /// (body.rs): its payload plus the largest framing bincode's varints
+    /// can give it (offset, timestamp, tags and lengths), per header too.
+    /// Entries are cut by this, so that no entry outgrows the format.
+    pub fn encoded_bytes_max(&self) -> u64 {
+        self.payload_bytes()
+            + RECORD_FRAMING_BYTES_MAX
+            + HEADER_FRAMING_BYTES_MAX * self.headers.len() as u64
+    }
+
     /// Payload bytes: key, value, header names and header values. This is
     /// what `record_bytes_max` limits and what the statistics count.
     pub fn payload_bytes(&self) -> u64 {
@@ -88,6 +98,21 @@ pub struct RecordBatch {
     pub tp: TopicPartition,
     pub records: Vec<Record>,
 }
+
+/// Most headers one record may carry. Kafka sets no limit, but a decoded
+/// record's header list costs 48 bytes of memory each, and bincode bounds
+/// what one decode may claim (body.rs): a record with millions of tiny
+/// headers, cheap on the wire, would be written and then never read back.
+/// This bound keeps every accepted record decodable, with room to spare.
+pub const HEADERS_PER_RECORD_MAX: usize = 65_536;
+
+/// Framing of one record without its headers, at most: offset and
+/// timestamp varints (9 bytes each), timestamp type (1), key and value
+/// option tags and lengths (1 + 5 each), header count (5).
+const RECORD_FRAMING_BYTES_MAX: u64 = 36;
+/// Framing of one header, at most: name length (5), value option tag (1)
+/// and value length (5).
+const HEADER_FRAMING_BYTES_MAX: u64 = 11;
 
 /// Kafka's longest legal topic name.
 pub const TOPIC_NAME_BYTES_MAX: usize = 249;
@@ -119,12 +144,8 @@ pub fn validate_topic(topic: &str) -> Result<(), InvalidInput> {
     Ok(())
 }
 
-/// Validate one batch: topic, partition, offsets and record sizes.
-pub(crate) fn validate_batch(
-    batch: &RecordBatch,
-    record_bytes_max: u64,
-) -> Result<(), InvalidInput> {
-    let tp = &batch.tp;
+/// Validate a topic-partition: a legal topic name, a partition ≥ 0.
+pub(crate) fn validate_tp(tp: &TopicPartition) -> Result<(), InvalidInput> {
     validate_topic(&tp.topic)?;
     if tp.partition < 0 {
         return Err(InvalidInput::NegativePartition {
@@ -132,6 +153,17 @@ pub(crate) fn validate_batch(
             partition: tp.partition,
         });
     }
+    Ok(())
+}
+
+/// Validate one batch: topic, partition, offsets, record sizes and header
+/// counts.
+pub(crate) fn validate_batch(
+    batch: &RecordBatch,
+    record_bytes_max: u64,
+) -> Result<(), InvalidInput> {
+    let tp = &batch.tp;
+    validate_tp(tp)?;
     let mut previous: Option<i64> = None;
     for r in &batch.records {
         if r.offset < 0 {
@@ -139,6 +171,22 @@ pub(crate) fn validate_batch(
                 topic: tp.topic.clone(),
                 partition: tp.partition,
                 offset: r.offset,
+            });
+        }
+        if r.offset == i64::MAX {
+            return Err(InvalidInput::OffsetTooLarge {
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+                offset: r.offset,
+            });
+        }
+        if r.headers.len() > HEADERS_PER_RECORD_MAX {
+            return Err(InvalidInput::TooManyHeaders {
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+                offset: r.offset,
+                count: r.headers.len(),
+                max: HEADERS_PER_RECORD_MAX,
             });
         }
         if let Some(p) = previous {

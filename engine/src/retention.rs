@@ -30,6 +30,7 @@ pub struct TruncateReport {
 impl Engine {
     /// Delete every entry of `tp` that lies entirely below `offset`, durably.
     pub fn truncate_before(&self, tp: &TopicPartition, offset: i64) -> Result<TruncateReport> {
+        crate::record::validate_tp(tp)?;
         let mut report = TruncateReport::default();
         let seq = {
             let mut w = self.lock_write()?;

@@ -110,11 +110,24 @@ impl Watermark {
     pub fn open(dir: &Path, lsn: u64) -> Result<Watermark> {
         let path = dir.join(WATERMARK_FILE);
         let existed = path.exists();
+        if !existed {
+            // Created whole or not at all: written and synced under another
+            // name, then renamed into place. Created in place, a crash
+            // between the create and the first write (or a power loss that
+            // kept the directory entry but not the bytes) would leave an
+            // empty file that every later open refuses as damaged.
+            let tmp = dir.join(format!("{WATERMARK_FILE}.new"));
+            let created = File::create(&tmp)
+                .and_then(|f| {
+                    f.write_all_at(&encode(lsn), 0)?;
+                    f.sync_data()
+                })
+                .and_then(|()| std::fs::rename(&tmp, &path));
+            created.map_err(io_err("create watermark", &path))?;
+        }
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
-            .create(true)
-            .truncate(false)
             .open(&path)
             .map_err(io_err("open watermark", &path))?;
         let mut w = Watermark {

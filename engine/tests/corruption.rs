@@ -252,3 +252,48 @@ fn keys_outside_every_key_space_are_reported() {
     // Nothing in the store's own key spaces was mistaken for a foreign key.
     assert_eq!(v.problems.len(), foreign.len());
 }
+
+/// A damaged sled snapshot: sled refuses to open its files. Every way in
+/// (open, verify) reports it as corruption of sled's files, naming the
+/// folder, rather than as an unexplained sled error.
+#[test]
+fn damaged_sled_snapshot_is_corruption_naming_sled_files() {
+    let (dir, _tp) = store();
+    // sled writes a snapshot when it opens a log that grew since the last.
+    Engine::open(EngineConfig::new(dir.path()))
+        .unwrap()
+        .close()
+        .unwrap();
+    let sled_dir = dir.path().join("sled");
+    let snaps: Vec<_> = std::fs::read_dir(&sled_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("snap."))
+        })
+        .collect();
+    assert!(!snaps.is_empty(), "sled wrote no snapshot in {sled_dir:?}");
+    for snap in &snaps {
+        let mut bytes = std::fs::read(snap).unwrap();
+        let mid = bytes.len() / 2;
+        bytes[mid] ^= 0x40;
+        std::fs::write(snap, bytes).unwrap();
+    }
+    let check = |err: Error| match err {
+        Error::Corruption {
+            location: Location::SledFiles { path, .. },
+            kind: CorruptionKind::SledUnreadable { .. },
+        } => assert_eq!(path, sled_dir),
+        other => panic!("expected corruption of sled's files, got {other}"),
+    };
+    let open_err = || match Engine::open(EngineConfig::new(dir.path())) {
+        Ok(_) => panic!("opened a store whose snapshot is damaged"),
+        Err(e) => e,
+    };
+    check(open_err());
+    check(cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap_err());
+    let msg = open_err().to_string();
+    assert!(msg.contains("sled's files in"), "{msg}");
+}

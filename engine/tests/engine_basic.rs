@@ -4,7 +4,8 @@
 mod common;
 
 use cairn_engine::{
-    Engine, EngineConfig, Error, InvalidInput, Record, RecordBatch, TopicPartition,
+    Engine, EngineConfig, Error, Header, InvalidInput, Record, RecordBatch, TopicPartition,
+    HEADERS_PER_RECORD_MAX,
 };
 use common::{batch, read_all, record};
 
@@ -76,6 +77,18 @@ fn bad_input_writes_nothing() {
         (batch(&tp, [3, 2], 1), |e| {
             matches!(e, InvalidInput::OffsetsNotIncreasing { .. })
         }),
+        // No next offset after it.
+        (
+            RecordBatch {
+                tp: tp.clone(),
+                records: vec![Record::with_value(i64::MAX, "v")],
+            },
+            |e| matches!(e, InvalidInput::OffsetTooLarge { .. }),
+        ),
+        // Cheap on the wire, but a record that could never be decoded.
+        (many_headers(&tp, HEADERS_PER_RECORD_MAX + 1), |e| {
+            matches!(e, InvalidInput::TooManyHeaders { .. })
+        }),
     ];
     for (bad, is) in cases {
         // A good batch in the same call must not be written either.
@@ -87,6 +100,65 @@ fn bad_input_writes_nothing() {
     assert!(e.partitions().is_empty());
     assert_eq!(e.stats().frames, 0);
     assert!(Engine::open(EngineConfig::new(dir.path().join("x")).record_bytes_max(0)).is_err());
+    // A topic-partition that cannot exist is refused by the readers too.
+    for bad in [
+        TopicPartition::new("t", -1),
+        TopicPartition::new("x".repeat(300), 0),
+    ] {
+        assert!(matches!(e.read(&bad, 0), Err(Error::InvalidInput(_))));
+        assert!(matches!(
+            e.offset_for_time(&bad, 0),
+            Err(Error::InvalidInput(_))
+        ));
+        assert!(matches!(
+            e.truncate_before(&bad, 1),
+            Err(Error::InvalidInput(_))
+        ));
+    }
+}
+
+fn many_headers(tp: &TopicPartition, n: usize) -> RecordBatch {
+    let mut r = Record::with_value(0, "v");
+    r.headers = vec![
+        Header {
+            name: String::new(),
+            value: None,
+        };
+        n
+    ];
+    RecordBatch {
+        tp: tp.clone(),
+        records: vec![r],
+    }
+}
+
+/// The most headers a record may carry, as many records as make the
+/// largest entry: written, read back whole, verified. Before the engine
+/// bounded header counts and cut entries by encoded size, such records were
+/// acknowledged and then either never decoded again or tripped an assert.
+#[test]
+fn records_with_the_most_headers_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = open(dir.path());
+    let tp = TopicPartition::new("h", 0);
+    let mut b = many_headers(&tp, HEADERS_PER_RECORD_MAX);
+    let one = b.records[0].clone();
+    b.records = (0..20)
+        .map(|o| Record {
+            offset: o,
+            ..one.clone()
+        })
+        .collect();
+    e.append(&[b.clone()]).unwrap();
+    let got = read_all(&e, &tp);
+    assert_eq!(got.len(), 20);
+    assert!(got
+        .iter()
+        .all(|r| r.headers.len() == HEADERS_PER_RECORD_MAX));
+    assert!(e.verify().unwrap().is_clean());
+    e.close().unwrap();
+    let e = open(dir.path());
+    assert_eq!(read_all(&e, &tp).len(), 20);
 }
 
 #[test]

@@ -189,19 +189,30 @@ fn oversize_skip_logs_counts_and_archives_everything_else() {
         .set("bootstrap.servers", &k.brokers)
         .create()
         .unwrap();
+    // Offset 10 is over --record-bytes-max; offset 20 is small but has more
+    // headers than a record may carry (the engine would refuse it).
+    let many = (0..=cairn_engine::HEADERS_PER_RECORD_MAX).fold(
+        rdkafka::message::OwnedHeaders::new(),
+        |h, _| {
+            h.insert(rdkafka::message::Header::<&[u8]> {
+                key: "",
+                value: None,
+            })
+        },
+    );
     for i in 0..30u32 {
         let v = if i == 10 {
             vec![b'B'; 5_000]
         } else {
             vec![b's'; 100]
         };
-        producer
-            .send(
-                BaseRecord::<[u8], [u8]>::to(&k.topic)
-                    .partition(0)
-                    .payload(&v),
-            )
-            .unwrap();
+        let mut record = BaseRecord::<[u8], [u8]>::to(&k.topic)
+            .partition(0)
+            .payload(&v);
+        if i == 20 {
+            record = record.headers(many.clone());
+        }
+        producer.send(record).unwrap();
     }
     producer.flush(std::time::Duration::from_secs(10)).unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -216,15 +227,18 @@ fn oversize_skip_logs_counts_and_archives_everything_else() {
         ..Default::default()
     };
     let report = run_pipeline(&cfg, Box::new(ArchiveSink::new(engine)), opts).unwrap();
-    assert_eq!(report.stats.records_oversize_skipped, 1);
-    assert_eq!(report.stats.records_written, 29);
+    assert_eq!(report.stats.records_oversize_skipped, 2);
+    assert_eq!(report.stats.records_written, 28);
     let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
     let offsets: Vec<i64> = engine
         .read(&tp, 0)
         .unwrap()
         .map(|r| r.unwrap().offset)
         .collect();
-    assert_eq!(offsets, (0..30).filter(|o| *o != 10).collect::<Vec<_>>());
+    assert_eq!(
+        offsets,
+        (0..30).filter(|o| *o != 10 && *o != 20).collect::<Vec<_>>()
+    );
     assert_eq!(engine.durable_offset(&tp), Some(30));
 }
 
