@@ -121,6 +121,7 @@ impl RunConfig {
 
     /// Check every setting; the error names the one that is wrong.
     pub fn validate(&self) -> Result<()> {
+        check_connect_timeout_ms(self.connect_timeout_ms)?;
         let bad = |s: String| Err(ConnectorError::Config(s));
         if self.brokers.trim().is_empty() {
             return bad("brokers: empty (use --brokers host:port[,host:port])".into());
@@ -169,12 +170,7 @@ impl RunConfig {
                 self.auto_offset_reset
             ));
         }
-        for key in [
-            "enable.auto.commit",
-            "enable.auto.offset.store",
-            "group.id",
-            "bootstrap.servers",
-        ] {
+        for key in MANAGED_CONSUMER_KEYS {
             if self.kafka.contains_key(key) {
                 return bad(format!("-X {key}: cairn manages this property itself"));
             }
@@ -212,6 +208,35 @@ impl RunConfig {
         }
         Ok(())
     }
+}
+
+/// Consumer properties cairn sets and will not take from `-X`, with
+/// librdkafka's aliases for them: with both a key and its alias set, which
+/// one librdkafka ends up with depends on the order rdkafka hands them over
+/// (a hash map's), so an alias would override cairn's setting at random.
+pub const MANAGED_CONSUMER_KEYS: [&str; 6] = [
+    "bootstrap.servers",
+    "metadata.broker.list",
+    "group.id",
+    "enable.auto.commit",
+    // The topic-level alias of `enable.auto.commit` (deprecated).
+    "auto.commit.enable",
+    "enable.auto.offset.store",
+];
+
+/// The longest `--connect-timeout-ms`: an hour. librdkafka takes a timeout
+/// as an `i32` of milliseconds, and rdkafka casts larger values into
+/// negative ones, which mean "wait forever".
+pub const CONNECT_TIMEOUT_MS_MAX: u64 = 3_600_000;
+
+/// `--connect-timeout-ms` must be 1 ms to an hour.
+pub fn check_connect_timeout_ms(ms: u64) -> Result<()> {
+    if ms == 0 || ms > CONNECT_TIMEOUT_MS_MAX {
+        return Err(ConnectorError::Config(format!(
+            "connect-timeout-ms {ms}: must be 1..={CONNECT_TIMEOUT_MS_MAX} (an hour)"
+        )));
+    }
+    Ok(())
 }
 
 /// The TOML file: the same keys as the flags, all optional.

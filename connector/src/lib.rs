@@ -25,6 +25,7 @@ mod queue;
 pub mod rebalance;
 pub mod restore;
 mod retention;
+pub mod selection;
 pub mod task;
 mod worker;
 

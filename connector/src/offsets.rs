@@ -45,8 +45,22 @@ pub(crate) fn offsets_of(tpl: &TopicPartitionList) -> BTreeMap<TopicPartition, i
 
 /// A client that can read `group`'s offsets but never commits on its own.
 pub fn group_client(brokers: &str, group: &str) -> Result<BaseConsumer> {
-    ClientConfig::new()
-        .set("bootstrap.servers", brokers)
+    group_client_with(brokers, group, &BTreeMap::new())
+}
+
+/// [`group_client`] with librdkafka properties (`-X`: security settings,
+/// say). The caller refuses the ones this sets
+/// ([`crate::config::MANAGED_CONSUMER_KEYS`]).
+pub fn group_client_with(
+    brokers: &str,
+    group: &str,
+    kafka: &BTreeMap<String, String>,
+) -> Result<BaseConsumer> {
+    let mut c = ClientConfig::new();
+    for (k, v) in kafka {
+        c.set(k, v);
+    }
+    c.set("bootstrap.servers", brokers)
         .set("group.id", group)
         .set("enable.auto.commit", "false")
         .create()

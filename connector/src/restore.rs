@@ -33,7 +33,7 @@
 //!   `from` cannot settle that, `resume` can (it reads the target, and checks
 //!   its last record against the archive).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -47,11 +47,13 @@ use rdkafka::producer::{BaseProducer, Producer, ProducerContext, PurgeConfig};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
+use crate::config::check_connect_timeout_ms;
 use crate::convert::{sendable_timestamp, to_base_record};
 use crate::error::{ConnectorError, RestoreFailure, Result};
 use crate::librdkafka::{
     log_ignoring_confwarn, log_to_tracing, message_timeout_ms, MESSAGE_TIMEOUT_KEYS,
 };
+use crate::selection::Selection;
 
 /// librdkafka's default `message.timeout.ms`: every record sent gets its
 /// delivery report within it.
@@ -86,14 +88,8 @@ const MANAGED: [&str; 7] = [
 #[derive(Debug, Clone)]
 pub struct RestoreConfig {
     pub brokers: String,
-    /// Only these archived topics (all when empty).
-    pub topics: Vec<String>,
-    /// Only this partition number.
-    pub partition: Option<i32>,
-    /// First archived offset to restore (inclusive).
-    pub from: i64,
-    /// Stop before this archived offset (exclusive).
-    pub to: Option<i64>,
+    /// Which archived records (all by default).
+    pub select: Selection,
     /// Archived topic → target topic. Topics not named keep their name.
     pub rename: BTreeMap<String, String>,
     /// Restore into partitions that already hold records, after them.
@@ -113,10 +109,7 @@ impl RestoreConfig {
     pub fn new(brokers: &str) -> Self {
         RestoreConfig {
             brokers: brokers.to_owned(),
-            topics: Vec::new(),
-            partition: None,
-            from: 0,
-            to: None,
+            select: Selection::default(),
             rename: BTreeMap::new(),
             append: false,
             offset_header: None,
@@ -126,7 +119,8 @@ impl RestoreConfig {
         }
     }
 
-    fn validate(&self) -> Result<()> {
+    /// Check every setting; the error names the one that is wrong.
+    pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(ConnectorError::Config(m));
         for key in MANAGED {
             if self.kafka.contains_key(key) {
@@ -152,14 +146,8 @@ impl RestoreConfig {
                 ));
             }
         }
-        if self.from < 0 {
-            return bad(format!("--from {}: must be at least 0", self.from));
-        }
-        if let Some(to) = self.to {
-            if to <= self.from {
-                return bad(format!("--to {to}: must be above --from {}", self.from));
-            }
-        }
+        self.select.check_range()?;
+        check_connect_timeout_ms(self.connect_timeout_ms)?;
         if self.offset_header.as_ref().is_some_and(String::is_empty) {
             return bad("--offset-header: the name is empty".into());
         }
@@ -215,38 +203,21 @@ pub struct RestoreReport {
 pub fn plan(engine: &Engine, cfg: &RestoreConfig) -> Result<Vec<(TopicPartition, TopicPartition)>> {
     cfg.validate()?;
     let archived = engine.partitions();
-    let topics: BTreeSet<String> = archived.iter().map(|p| p.tp.topic.clone()).collect();
-    if topics.is_empty() {
+    if archived.is_empty() {
         return Err(ConnectorError::Config(
             "the archive holds no records: nothing to restore".into(),
         ));
     }
-    for t in cfg.topics.iter().chain(cfg.rename.keys()) {
-        if !topics.contains(t) {
-            return Err(ConnectorError::Config(format!(
-                "topic {t:?}: the archive holds no such topic (it holds {})",
-                topics
-                    .iter()
-                    .map(|t| format!("{t:?}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )));
-        }
-    }
-    let chosen: Vec<_> = archived
+    let renamed: Vec<&str> = cfg.rename.keys().map(String::as_str).collect();
+    let chosen: Vec<_> = cfg
+        .select
+        .choose(archived, &renamed)?
         .into_iter()
-        .filter(|p| cfg.topics.is_empty() || cfg.topics.contains(&p.tp.topic))
-        .filter(|p| cfg.partition.is_none_or(|n| n == p.tp.partition))
         .map(|p| {
             let target = cfg.target(&p.tp);
             (p.tp, target)
         })
         .collect();
-    if let (Some(n), true) = (cfg.partition, chosen.is_empty()) {
-        return Err(ConnectorError::Config(format!(
-            "--partition {n}: the archive holds no such partition of the chosen topics"
-        )));
-    }
     // Two chosen topics into one target would interleave their partitions.
     let mut into: BTreeMap<&str, &str> = BTreeMap::new();
     for (source, target) in &chosen {
@@ -299,7 +270,7 @@ pub fn restore_until(
         }
         let from = starts[target];
         let mut n = 0u64;
-        if cfg.to.is_none_or(|to| from < to) {
+        if cfg.select.to.is_none_or(|to| from < to) {
             let records = match engine.read(source, from) {
                 Ok(it) => it,
                 Err(e) => {
@@ -315,7 +286,7 @@ pub fn restore_until(
                         break 'partitions;
                     }
                 };
-                if cfg.to.is_some_and(|to| r.offset >= to) {
+                if cfg.select.to.is_some_and(|to| r.offset >= to) {
                     break;
                 }
                 match send(&producer, cfg, target, &r, stop) {
@@ -631,7 +602,7 @@ fn preflight(
                 "fetch watermarks of a target partition",
             ))?;
         if cfg.append || high == 0 {
-            starts.insert(target.clone(), cfg.from);
+            starts.insert(target.clone(), cfg.select.from);
         } else if cfg.resume {
             if high <= low {
                 return Err(ConnectorError::Config(format!(
@@ -641,7 +612,7 @@ fn preflight(
             to_read.push((source, target, high - 1));
         } else if high <= low {
             // Held records once, all gone now: nothing to interleave with.
-            starts.insert(target.clone(), cfg.from);
+            starts.insert(target.clone(), cfg.select.from);
         } else {
             return Err(ConnectorError::TargetNotEmpty {
                 target: target.clone(),
@@ -665,10 +636,10 @@ fn preflight(
                     "--resume: the last record of {target} names archived offset {archived}, past any archive"
                 ))
             })?;
-            if cfg.from > next {
-                tracing::warn!(%target, resume_at = next, from = cfg.from, "--from skips records after where the earlier restore stopped");
+            if cfg.select.from > next {
+                tracing::warn!(%target, resume_at = next, from = cfg.select.from, "--from skips records after where the earlier restore stopped");
             }
-            starts.insert(target.clone(), cfg.from.max(next));
+            starts.insert(target.clone(), cfg.select.from.max(next));
         }
     }
     Ok(starts)

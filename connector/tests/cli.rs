@@ -78,13 +78,53 @@ fn bad_flags_and_config_name_the_setting() {
     let (code, _, err) = cairn(&["run", "--config", cfg.to_str().unwrap()]);
     assert_ne!(code, 0);
     assert!(err.contains("brokerz"), "{err}");
+    // librdkafka's aliases of the properties cairn manages: with both set,
+    // which one wins depends on a hash map's order.
+    for x in [
+        "metadata.broker.list=elsewhere:9092",
+        "auto.commit.enable=true",
+    ] {
+        let (code, _, err) = cairn_run("b:1", "t", data, &["-X", x]);
+        assert_ne!(code, 0);
+        assert!(err.contains("manages this property"), "{x}: {err}");
+    }
+    // Past i32's milliseconds librdkafka would wait forever (or fail at once).
+    let (code, _, err) = cairn_run("b:1", "t", data, &["--connect-timeout-ms", "4294967295"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("connect-timeout-ms 4294967295"), "{err}");
+    let missing = dir.path().join("missing");
+    let missing = missing.to_str().unwrap();
+    // Settings are checked before the archive is looked at.
     let (code, _, err) = cairn(&[
-        "verify",
+        "restore",
         "--data",
-        dir.path().join("missing").to_str().unwrap(),
+        missing,
+        "--brokers",
+        "b:1",
+        "--connect-timeout-ms",
+        "18446744073709551615",
     ]);
     assert_ne!(code, 0);
-    assert!(err.contains("error"), "{err}");
+    assert!(err.contains("connect-timeout-ms"), "{err}");
+    let (code, _, err) = cairn(&["status", "--data", missing, "--group", "g"]);
+    assert_eq!(code, 2, "--group without --brokers is a usage error: {err}");
+    let (code, _, err) = cairn(&[
+        "status",
+        "--data",
+        missing,
+        "--brokers",
+        "b:1",
+        "--group",
+        "g",
+        "-X",
+        "group.id=h",
+    ]);
+    assert_ne!(code, 0);
+    assert!(err.contains("-X group.id"), "{err}");
+    // verify: 2 when it could not check at all (1 is kept for damage found).
+    let (code, _, err) = cairn(&["verify", "--data", missing]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("could not verify"), "{err}");
 }
 
 #[test]
@@ -100,6 +140,15 @@ fn demo_archive_reads_back_with_status_export_verify() {
             && out.contains("identical to what was produced"),
         "{out}"
     );
+    // The scratch archive of the restore round trip is gone; a second demo
+    // into the same folder is refused and deletes nothing (verify below).
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    let (code, _, err) = cairn(&["demo", "--records", "10", "--data", d]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("not empty") && err.contains("never deletes"),
+        "{err}"
+    );
     let (code, out, _) = cairn(&["verify", "--data", d]);
     assert_eq!(code, 0);
     assert!(
@@ -109,6 +158,18 @@ fn demo_archive_reads_back_with_status_export_verify() {
     let (code, out, _) = cairn(&["status", "--data", d, "--json"]);
     assert_eq!(code, 0);
     assert!(out.contains("\"durable_next_offset\": 1000"), "{out}");
+    // A selection the archive does not hold is an error, not an empty export.
+    for (args, want) in [
+        (&["--topic", "cairn-dmeo"][..], "no such topic"),
+        (&["--partition", "9"][..], "--partition 9"),
+        (&["--from", "20", "--to", "10"][..], "--to 10"),
+    ] {
+        let mut a = vec!["export", "--data", d];
+        a.extend_from_slice(args);
+        let (code, out, err) = cairn(&a);
+        assert_ne!(code, 0, "{args:?}");
+        assert!(out.is_empty() && err.contains(want), "{args:?}: {err}");
+    }
     let (code, out, _) = cairn(&[
         "export",
         "--data",

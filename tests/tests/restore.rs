@@ -271,9 +271,9 @@ fn offset_header_range_and_partition_filters() {
     let (_dir, engine) = archived();
     let k = TestKafka::new("filtered", 3);
     let mut cfg = config(&k);
-    cfg.partition = Some(1);
-    cfg.from = 11;
-    cfg.to = Some(100);
+    cfg.select.partition = Some(1);
+    cfg.select.from = 11;
+    cfg.select.to = Some(100);
     cfg.offset_header = Some("cairn.offset".into());
     let report = restore(&engine, &cfg).unwrap();
     assert_eq!(report.records, 2);
@@ -382,17 +382,17 @@ fn selections_that_name_nothing_in_the_archive_are_errors() {
         Err(ConnectorError::Config(m)) => m,
         other => panic!("{other:?}"),
     };
-    assert!(msg(cfg(&|c| c.topics = vec!["nope".into()])).contains("\"nope\""));
+    assert!(msg(cfg(&|c| c.select.topics = vec!["nope".into()])).contains("\"nope\""));
     assert!(msg(cfg(&|c| {
         c.rename.insert("nope".into(), "x".into());
     }))
     .contains("no such topic"));
-    assert!(msg(cfg(&|c| c.partition = Some(7))).contains("--partition 7"));
+    assert!(msg(cfg(&|c| c.select.partition = Some(7))).contains("--partition 7"));
     assert!(msg(cfg(&|c| {
         c.rename.insert(ARCHIVED.into(), "bad topic name".into());
     }))
     .contains("--rename"));
-    assert!(msg(cfg(&|c| c.to = Some(0))).contains("--to 0"));
+    assert!(msg(cfg(&|c| c.select.to = Some(0))).contains("--to 0"));
     for key in [
         "enable.idempotence",
         "delivery.report.only.error",
@@ -439,7 +439,7 @@ fn selections_that_name_nothing_in_the_archive_are_errors() {
     let one = plan(
         &engine,
         &cfg(&|c| {
-            c.topics = vec!["payments".into()];
+            c.select.topics = vec!["payments".into()];
             c.rename.insert("payments".into(), ARCHIVED.into());
         }),
     )
@@ -492,13 +492,13 @@ fn a_failed_record_stops_the_restore_and_names_where_to_resume() {
 
     // Resume partition 0 where the error says, then the untouched ones.
     let mut cfg = config(&k);
-    cfg.partition = Some(0);
-    cfg.from = BIG_OFFSET;
+    cfg.select.partition = Some(0);
+    cfg.select.from = BIG_OFFSET;
     cfg.append = true;
     restore(&engine, &cfg).unwrap();
     for p in [1, 2] {
         let mut cfg = config(&k);
-        cfg.partition = Some(p);
+        cfg.select.partition = Some(p);
         restore(&engine, &cfg).unwrap();
     }
     assert_restored(&consume_all(&k, 3), &archived_records());
@@ -569,16 +569,16 @@ fn a_broker_side_failure_resumes_exactly_once_with_the_offset_header() {
     let mut cfg = config(&k);
     cfg.offset_header = Some("cairn.offset".into());
     // A first part goes in cleanly.
-    cfg.to = Some(10);
-    cfg.partition = Some(0);
+    cfg.select.to = Some(10);
+    cfg.select.partition = Some(0);
     restore(&engine, &cfg).unwrap();
     // Then the broker refuses the next produce request, for good.
     mock.request_errors(
         rdkafka::types::RDKafkaApiKey::Produce,
         &[rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_RECORD],
     );
-    cfg.to = None;
-    cfg.partition = None;
+    cfg.select.to = None;
+    cfg.select.partition = None;
     cfg.resume = true;
     let err = restore(&engine, &cfg);
     let f = failure(err);
@@ -681,7 +681,7 @@ fn a_timeout_is_reported_as_possibly_written() {
         &[rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS; 200],
     );
     let mut cfg = config(&k);
-    cfg.partition = Some(0);
+    cfg.select.partition = Some(0);
     cfg.kafka.insert("message.timeout.ms".into(), "1500".into());
     cfg.kafka.insert("retry.backoff.ms".into(), "50".into());
     let err = restore(&engine, &cfg);
@@ -734,9 +734,9 @@ fn resume_checks_the_last_record_against_the_archive() {
     let mut cfg2 = config(&k);
     cfg2.offset_header = Some("cairn.offset".into());
     cfg2.kafka = cfg.kafka.clone();
-    cfg2.to = Some(12);
+    cfg2.select.to = Some(12);
     restore(&engine, &cfg2).unwrap();
-    cfg2.to = None;
+    cfg2.select.to = None;
     cfg2.resume = true;
     let report = restore(&engine, &cfg2).unwrap();
     let want = archived_records();
@@ -863,9 +863,9 @@ fn resume_tells_two_topics_partition_0_apart() {
     cfg.rename
         .insert("payments".into(), "payments-restored".into());
     cfg.offset_header = Some("cairn.offset".into());
-    cfg.to = Some(100);
+    cfg.select.to = Some(100);
     restore(&engine, &cfg).unwrap();
-    cfg.to = None;
+    cfg.select.to = None;
     cfg.resume = true;
     assert_eq!(restore(&engine, &cfg).unwrap().records, 600 + 200);
     assert_eq!(offsets_in(&k, &k.topic), (0..700).collect::<Vec<i64>>());

@@ -38,7 +38,8 @@ pub struct DemoArgs {
     /// Records to produce and archive.
     #[arg(long, default_value_t = 100_000)]
     pub records: u64,
-    /// Where to keep the archive (default: a new folder under the temp dir).
+    /// Where to keep the archive: a new or empty folder (default: a new
+    /// folder under the temp dir). The demo never deletes anything there.
     #[arg(long)]
     pub data: Option<PathBuf>,
 }
@@ -227,13 +228,12 @@ pub fn committed(
 }
 
 /// Restore `engine` into a new topic, archive that topic into a second
-/// archive (next to `data`, removed afterwards), and check it holds exactly
+/// archive (a scratch folder, removed afterwards), and check it holds exactly
 /// demo records 0..n: keys, values, headers, timestamps and offsets.
 async fn restore_round_trip(
     cluster: &MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
     brokers: &str,
     engine: &Engine,
-    data: &std::path::Path,
     n: u64,
 ) -> Result<()> {
     let topic = format!("{DEMO_TOPIC}-restored");
@@ -246,16 +246,15 @@ async fn restore_round_trip(
     let restored = tokio::task::block_in_place(|| restore(engine, &cfg))?;
     let restore_secs = t.elapsed().as_secs_f64();
 
-    let mut name = data.file_name().unwrap_or_default().to_owned();
-    name.push("-restored");
-    let data2 = data.with_file_name(name);
-    let io_err = |source| ConnectorError::Io {
-        path: data2.clone(),
-        source,
-    };
-    if data2.exists() {
-        std::fs::remove_dir_all(&data2).map_err(io_err)?;
-    }
+    // The second archive is scratch: a fresh folder, removed when dropped.
+    let scratch = tempfile::Builder::new()
+        .prefix("cairn-demo-restored-")
+        .tempdir()
+        .map_err(|source| ConnectorError::Io {
+            path: std::env::temp_dir(),
+            source,
+        })?;
+    let data2 = scratch.path().to_path_buf();
     let mut run_cfg = demo_config(brokers, data2.clone());
     run_cfg.group = "cairn-demo-restored".into();
     run_cfg.topics = vec![topic.clone()];
@@ -276,7 +275,7 @@ async fn restore_round_trip(
     check_archive(&second, &topic, n)
         .map_err(|e| ConnectorError::Sink(format!("demo: the restored topic differs: {e}")))?;
     second.close()?;
-    std::fs::remove_dir_all(&data2).map_err(io_err)?;
+    drop(scratch);
     outln!(
         "restored   {} records into {topic} in {restore_secs:.2} s; archived that topic again: identical to what was produced (keys, values, headers, timestamps, offsets)",
         restored.records
@@ -294,6 +293,39 @@ fn demo_config(brokers: &str, data: PathBuf) -> RunConfig {
     cfg
 }
 
+/// Where the demo archives: `--data` if it is new or an empty folder,
+/// otherwise a new folder under the temp dir. The demo starts from nothing
+/// and deletes nothing: a folder that holds anything (an archive of
+/// `cairn run`, say) is refused, not emptied.
+fn demo_dir(data: Option<PathBuf>) -> Result<PathBuf> {
+    let io_err = |path: &PathBuf| {
+        let path = path.clone();
+        move |source| ConnectorError::Io { path, source }
+    };
+    let Some(data) = data else {
+        return tempfile::Builder::new()
+            .prefix("cairn-demo-")
+            .tempdir()
+            .map(tempfile::TempDir::keep)
+            .map_err(io_err(&std::env::temp_dir()));
+    };
+    match std::fs::read_dir(&data) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(data),
+        Err(e) => Err(io_err(&data)(e)),
+        Ok(mut entries) => {
+            if entries.next().is_none() {
+                Ok(data)
+            } else {
+                Err(ConnectorError::Config(format!(
+                    "--data {}: not empty; the demo archives into a new or empty folder and never deletes anything (give another path, or leave --data out for a new folder under {})",
+                    data.display(),
+                    std::env::temp_dir().display()
+                )))
+            }
+        }
+    }
+}
+
 pub async fn run(args: DemoArgs) -> Result<ExitCode> {
     let n = args.records;
     if n == 0 || n > 290_000 {
@@ -302,15 +334,7 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode> {
             "--records {n}: must be 1..=290000 (the mock cluster keeps 100k records per partition)"
         )));
     }
-    let data = args
-        .data
-        .unwrap_or_else(|| std::env::temp_dir().join(format!("cairn-demo-{}", std::process::id())));
-    if data.exists() {
-        std::fs::remove_dir_all(&data).map_err(|source| ConnectorError::Io {
-            path: data.clone(),
-            source,
-        })?;
-    }
+    let data = demo_dir(args.data)?;
     let t_start = Instant::now();
     let cluster = MockCluster::new(1).map_err(ConnectorError::kafka("start mock cluster"))?;
     cluster
@@ -432,7 +456,7 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode> {
         engine.size_on_disk().unwrap_or(0) as f64 / 1e6,
         stats.partitions.iter().map(|p| p.record_count).sum::<u64>()
     )?;
-    restore_round_trip(&cluster, &brokers, &engine, &data, n).await?;
+    restore_round_trip(&cluster, &brokers, &engine, n).await?;
     outln!("done in {:.1} s", t_start.elapsed().as_secs_f64())?;
     engine.close()?;
     drop(cluster);

@@ -73,7 +73,12 @@ fn line<'a>(tp: &'a TopicPartition, r: &'a Record) -> Line<'a> {
 }
 
 pub async fn run(args: ExportArgs) -> Result<ExitCode> {
+    let select = args.select.into_selection();
+    select.check_range()?;
     let engine = super::open_archive(&args.data.data)?;
+    // A topic or partition the archive does not hold is an error, not an
+    // empty export that looks like success.
+    let chosen = select.choose(engine.partitions(), &[])?;
     let io_err = |path: PathBuf| move |source| ConnectorError::Io { path, source };
     let sink: Box<dyn Write> = match &args.output {
         Some(p) => Box::new(std::fs::File::create(p).map_err(io_err(p.clone()))?),
@@ -85,13 +90,10 @@ pub async fn run(args: ExportArgs) -> Result<ExitCode> {
         .unwrap_or_else(|| PathBuf::from("<stdout>"));
     let mut out = BufWriter::with_capacity(1 << 20, sink);
     let mut count = 0u64;
-    for p in engine.partitions() {
-        if !args.select.wants(&p.tp) {
-            continue;
-        }
-        for r in engine.read(&p.tp, args.select.from)? {
+    for p in chosen {
+        for r in engine.read(&p.tp, select.from)? {
             let r = r?;
-            if args.select.to.is_some_and(|to| r.offset >= to) {
+            if select.to.is_some_and(|to| r.offset >= to) {
                 break;
             }
             let res = match args.format {

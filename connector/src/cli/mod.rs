@@ -74,10 +74,13 @@ pub struct SelectArgs {
 }
 
 impl SelectArgs {
-    /// Whether the partition is selected.
-    pub fn wants(&self, tp: &cairn_engine::TopicPartition) -> bool {
-        (self.topic.is_empty() || self.topic.contains(&tp.topic))
-            && self.partition.is_none_or(|p| p == tp.partition)
+    pub fn into_selection(self) -> crate::selection::Selection {
+        crate::selection::Selection {
+            topics: self.topic,
+            partition: self.partition,
+            from: self.from,
+            to: self.to,
+        }
     }
 }
 

@@ -49,10 +49,7 @@ fn parse_rename(s: &str) -> std::result::Result<(String, String), String> {
 impl RestoreArgs {
     pub fn into_config(self) -> Result<RestoreConfig> {
         let mut cfg = RestoreConfig::new(&self.brokers);
-        cfg.topics = self.select.topic;
-        cfg.partition = self.select.partition;
-        cfg.from = self.select.from;
-        cfg.to = self.select.to;
+        cfg.select = self.select.into_selection();
         for (a, b) in self.rename {
             if let Some(prev) = cfg.rename.insert(a.clone(), b) {
                 return Err(ConnectorError::Config(format!(
@@ -70,8 +67,11 @@ impl RestoreArgs {
 }
 
 pub async fn run(args: RestoreArgs) -> Result<ExitCode> {
-    let engine = super::open_archive(&args.data.data)?;
+    // Settings first: a bad flag is refused before the archive is opened.
+    let data = args.data.data.clone();
     let cfg = args.into_config()?;
+    cfg.validate()?;
+    let engine = super::open_archive(&data)?;
     // SIGINT or SIGTERM: stop sending, wait for what was sent, and say where
     // each partition resumes, rather than die with records in flight. A
     // second signal exits at once (tokio keeps the handler installed, so

@@ -1,16 +1,18 @@
 //! `cairn status`: per partition, what the archive holds, and with
 //! `--brokers` Kafka's committed offset, high watermark and lag.
 
+use std::collections::BTreeMap;
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cairn_engine::TopicPartition;
 use rdkafka::consumer::Consumer;
 use serde::Serialize;
 
 use super::outln;
+use crate::config::{check_connect_timeout_ms, MANAGED_CONSUMER_KEYS};
 use crate::error::{ConnectorError, Result};
-use crate::offsets::{committed_offsets, group_client};
+use crate::offsets::{committed_offsets, group_client_with};
 
 #[derive(Debug, clap::Args)]
 pub struct StatusArgs {
@@ -20,8 +22,15 @@ pub struct StatusArgs {
     #[arg(long, requires = "group")]
     pub brokers: Option<String>,
     /// The consumer group whose committed offsets to show.
-    #[arg(long)]
+    #[arg(long, requires = "brokers")]
     pub group: Option<String>,
+    /// How long to wait for the brokers before giving up.
+    #[arg(long, default_value_t = 10_000, requires = "brokers")]
+    pub connect_timeout_ms: u64,
+    /// librdkafka property for the client that reads Kafka's view, as with
+    /// kcat (repeatable): security settings, for instance.
+    #[arg(short = 'X', value_parser = crate::config::parse_kv, value_name = "KEY=VALUE", requires = "brokers")]
+    pub kafka: Vec<(String, String)>,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -48,6 +57,15 @@ struct Row {
 }
 
 pub async fn run(args: StatusArgs) -> Result<ExitCode> {
+    check_connect_timeout_ms(args.connect_timeout_ms)?;
+    let kafka: BTreeMap<String, String> = args.kafka.iter().cloned().collect();
+    for key in MANAGED_CONSUMER_KEYS {
+        if kafka.contains_key(key) {
+            return Err(ConnectorError::Config(format!(
+                "-X {key}: cairn status manages this property itself"
+            )));
+        }
+    }
     let engine = super::open_archive(&args.data.data)?;
     let mut rows: Vec<Row> = engine
         .partitions()
@@ -67,7 +85,8 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
         .collect();
     drop(engine);
     if let (Some(brokers), Some(group)) = (&args.brokers, &args.group) {
-        kafka_view(brokers, group, &mut rows)?;
+        let timeout = Duration::from_millis(args.connect_timeout_ms);
+        kafka_view(brokers, group, &kafka, timeout, &mut rows)?;
     }
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&rows).expect("json"))?;
@@ -108,14 +127,20 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn kafka_view(brokers: &str, group: &str, rows: &mut [Row]) -> Result<()> {
-    let consumer = group_client(brokers, group)?;
-    let timeout = Duration::from_secs(10);
+fn kafka_view(
+    brokers: &str,
+    group: &str,
+    kafka: &BTreeMap<String, String>,
+    timeout: Duration,
+    rows: &mut [Row],
+) -> Result<()> {
+    let consumer = group_client_with(brokers, group, kafka)?;
+    let t0 = Instant::now();
     consumer
         .fetch_metadata(None, timeout)
         .map_err(|e| ConnectorError::BrokerUnreachable {
             brokers: brokers.to_owned(),
-            waited_ms: 10_000,
+            waited_ms: t0.elapsed().as_millis() as u64,
             detail: e.to_string(),
         })?;
     let tps: Vec<TopicPartition> = rows
