@@ -682,6 +682,53 @@ fn close(consumer: BaseConsumer<SinkContext>) {
     }
 }
 
+/// Whether a consumer error ends the run (it exits non-zero, nothing past
+/// what is durable committed) rather than being logged while librdkafka
+/// recovers on its own (connections, leaders, coordinators, rebalances).
+///
+/// It ends the run when librdkafka says the client is unusable (fatal), when
+/// records cannot be read (librdkafka then skips them and fetches on, or
+/// fetches the same batch forever: either way the archive would miss them,
+/// or stall in silence), when the topic or partition is gone, and when
+/// access is refused.
+fn stops_the_run(e: &rdkafka::error::KafkaError) -> bool {
+    use rdkafka::error::KafkaError;
+    use rdkafka::types::RDKafkaErrorCode as C;
+    match e {
+        KafkaError::MessageConsumptionFatal(_) => true,
+        KafkaError::MessageConsumption(code) => matches!(
+            code,
+            // Records that cannot be read: a checksum (with
+            // `check.crcs`), a codec or a record version this build cannot
+            // decode, a record too large to fetch, no memory to decompress.
+            C::BadMessage
+                | C::BadCompression
+                | C::NotImplemented
+                | C::UnsupportedCompressionType
+                | C::CriticalSystemResource
+                | C::InvalidMessage
+                | C::InvalidRecord
+                | C::MessageSizeTooLarge
+                // Gone.
+                | C::UnknownTopicOrPartition
+                | C::UnknownTopic
+                | C::UnknownPartition
+                // Refused.
+                | C::TopicAuthorizationFailed
+                | C::GroupAuthorizationFailed
+                | C::ClusterAuthorizationFailed
+                | C::Authentication
+                | C::SaslAuthenticationFailed
+                | C::InvalidGroupId
+                | C::InconsistentGroupProtocol
+                | C::Fenced
+                | C::FencedInstanceId
+                | C::Fatal
+        ),
+        _ => false,
+    }
+}
+
 /// Messages taken per burst of `poll` calls before the linger and batch
 /// checks: those read the clock, which costs as much as a poll.
 const POLL_BURST: usize = 64;
@@ -723,20 +770,14 @@ fn consume(
                         lock(shared).offset_reset(consumer)?;
                         break;
                     }
-                    tracing::warn!(error = %e, "consumer error");
-                    if let rdkafka::error::KafkaError::MessageConsumption(code) = &e {
-                        if matches!(
-                            code,
-                            C::UnknownTopicOrPartition
-                                | C::UnknownTopic
-                                | C::TopicAuthorizationFailed
-                        ) {
-                            return Err(ConnectorError::Kafka {
-                                op: "consume",
-                                source: e,
-                            });
-                        }
+                    if stops_the_run(&e) {
+                        tracing::error!(error = %e, "consumer error: stopping");
+                        return Err(ConnectorError::Kafka {
+                            op: "consume",
+                            source: e,
+                        });
                     }
+                    tracing::warn!(error = %e, "consumer error (librdkafka retries)");
                     break;
                 }
                 Some(Ok(m)) => {
@@ -762,6 +803,45 @@ fn consume(
         if s.progress_due {
             s.progress_due = false;
             s.report_progress(false);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::stops_the_run;
+    use rdkafka::error::KafkaError;
+    use rdkafka::types::RDKafkaErrorCode as C;
+
+    #[test]
+    fn unreadable_records_and_fatal_errors_stop_the_run() {
+        for code in [
+            C::BadMessage,
+            C::BadCompression,
+            C::NotImplemented,
+            C::UnknownTopic,
+        ] {
+            assert!(
+                stops_the_run(&KafkaError::MessageConsumption(code)),
+                "{code:?}"
+            );
+        }
+        // Whatever the code, librdkafka says the client is done.
+        assert!(stops_the_run(&KafkaError::MessageConsumptionFatal(
+            C::BrokerTransportFailure
+        )));
+        // librdkafka recovers from these on its own.
+        for code in [
+            C::BrokerTransportFailure,
+            C::AllBrokersDown,
+            C::OperationTimedOut,
+            C::NotLeaderForPartition,
+            C::RebalanceInProgress,
+        ] {
+            assert!(
+                !stops_the_run(&KafkaError::MessageConsumption(code)),
+                "{code:?}"
+            );
         }
     }
 }
