@@ -61,6 +61,9 @@ pub struct RunStats {
     /// resumes at Kafka's older offset and archives the records between
     /// again (each store stays duplicate-free; nothing is lost).
     pub revoke_commit_failures: u64,
+    /// The clean stop's final commit failed even after retries (the same
+    /// consequence as a failed revoke commit, for every partition).
+    pub final_commit_failed: bool,
     pub first_record_at: Option<Instant>,
     pub last_put_at: Option<Instant>,
 }
@@ -338,39 +341,85 @@ impl Shared {
     /// librdkafka found a position Kafka no longer has (its
     /// `auto.offset.reset` is `error`) and stopped fetching that partition
     /// until a seek, without saying which partition it was: check every
-    /// assigned partition's position against Kafka's log (retention.rs).
+    /// assigned partition's position against Kafka's log (retention.rs), and
+    /// restart only those out of it. The others go on where they are.
     fn offset_reset(&mut self, consumer: &BaseConsumer<SinkContext>) -> Result<()> {
         let positions = retention::positions(consumer)?;
         let assigned: Vec<TopicPartition> = self.assigned.iter().cloned().collect();
+        // Where each partition goes on from, and which must start again.
+        let mut going_on: BTreeMap<TopicPartition, Offset> = BTreeMap::new();
+        let mut restart: BTreeMap<TopicPartition, Offset> = BTreeMap::new();
         for tp in &assigned {
             // Nothing delivered since the assignment: still where it started.
-            let position = positions
+            let known = positions
                 .get(tp)
                 .copied()
-                .or_else(|| self.pipeline.state().consumed.get(tp).copied());
-            let to = match position {
+                .or_else(|| self.pipeline.state().consumed.get(tp).copied())
+                .or_else(|| match self.starts.get(tp) {
+                    Some(Start::At(o)) => Some(*o),
+                    _ => None,
+                });
+            let position = match (known, self.starts.get(tp)) {
+                (Some(p), _) => Some(p),
+                // Log start or end: librdkafka looks these up itself, so
+                // they cannot be out of Kafka's log.
+                (None, Some(Start::Beginning)) => {
+                    going_on.insert(tp.clone(), Offset::Beginning);
+                    continue;
+                }
+                (None, Some(Start::End)) => {
+                    going_on.insert(tp.clone(), Offset::End);
+                    continue;
+                }
                 // Started from Kafka's committed offset, which librdkafka
-                // read itself: none, or one Kafka no longer has.
+                // read itself: read it here too.
+                (None, _) => crate::offsets::committed_offsets(
+                    consumer,
+                    std::slice::from_ref(tp),
+                    Duration::from_secs(10),
+                )
+                .map_err(ConnectorError::kafka(
+                    "read a committed offset to check retention",
+                ))?
+                .get(tp)
+                .copied(),
+            };
+            match position {
+                // No offset anywhere: this one failed its start.
                 None => {
                     let start = retention::initial_offset(&self.auto_offset_reset);
                     tracing::warn!(%tp, ?start, "no usable offset for this partition: --auto-offset-reset");
-                    start
+                    restart.insert(tp.clone(), start);
                 }
                 Some(p) => match retention::resume_at(consumer, tp, p, self.on_offset_out_of_range)
                 {
-                    Ok(to) if to == p => continue,
-                    Ok(to) => Offset::Offset(to),
+                    Ok(to) if to == p => {
+                        going_on.insert(tp.clone(), Offset::Offset(p));
+                    }
+                    Ok(to) => {
+                        restart.insert(tp.clone(), Offset::Offset(to));
+                    }
                     Err(e) => {
                         // Archive what arrived before the gap, then stop.
                         self.flush(None)?;
                         return Err(e);
                     }
                 },
-            };
-            self.started_at(tp, to);
-            retention::restart_fetch(consumer, tp, to, &assigned, &positions)?;
+            }
         }
-        Ok(())
+        if restart.is_empty() {
+            // librdkafka stopped a fetch, and no position explains it: going
+            // on would leave that partition stalled without a word. A new
+            // start resumes every partition from the archive.
+            self.flush(None)?;
+            return Err(ConnectorError::Sink(
+                "librdkafka reported a fetch position outside Kafka's log, but every assigned partition's position is inside it; stopping rather than stall (a restart resumes from the archive)".into(),
+            ));
+        }
+        for (tp, to) in &restart {
+            self.started_at(tp, *to);
+        }
+        retention::restart_fetch(consumer, &restart, &going_on)
     }
 
     /// Hand the whole buffer over as one put.
@@ -648,7 +697,15 @@ pub fn run_pipeline(
 fn finish(shared: &Mutex<Shared>, consumer: &BaseConsumer<SinkContext>) -> Result<()> {
     let mut s = lock(shared);
     s.flush(None)?;
-    s.pipeline.commit_now(consumer, None);
+    // The last chance to tell Kafka what is durable: retried (the group may
+    // be rebalancing as several instances stop), and counted if it fails.
+    // Nothing is lost either way: this store resumes from its own offsets,
+    // but another owner would start from Kafka's older offset and archive
+    // the records between again.
+    if !crate::rebalance::commit_retrying(consumer, &s.pipeline, None, true) {
+        tracing::warn!("the final commit failed: Kafka's committed offsets stay behind the archive's durable ones until the next run commits");
+        s.pipeline.state().stats.final_commit_failed = true;
+    }
     if let Some(e) = s.pipeline.take_fatal() {
         return Err(e);
     }

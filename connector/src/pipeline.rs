@@ -19,9 +19,13 @@
 //!   revoke's own synchronous commit carries them. It never waits for a
 //!   commit in flight (a commit sent while the group re-joins can be held by
 //!   the broker for seconds, and a revoke that late finds the group
-//!   rebalancing and cannot commit at all); a commit chosen earlier was
-//!   handed to librdkafka earlier, and librdkafka sends a client's commits to
-//!   the coordinator in order, so it cannot overwrite the revoke's.
+//!   rebalancing and cannot commit at all). A commit the committer chose
+//!   before the revoke began is dropped if the revoke has begun by the time
+//!   it would be handed to librdkafka; one handed over before that reaches
+//!   the coordinator before the revoke's (librdkafka keeps a client's
+//!   commits in order), so it cannot overwrite it. Between that last check
+//!   and the hand-over there is a window of a few instructions, which a
+//!   revoke would have to begin, flush and fsync within.
 //! - Once `commits_closed` is set (a fatal error, a simulated crash, the end
 //!   of the run) no further commit is sent.
 
@@ -175,6 +179,24 @@ impl Pipeline {
                     op: "build commit list",
                     source: e,
                 });
+                return true;
+            }
+        }
+        if only.is_none() {
+            // A revoke that began since these offsets were chosen commits
+            // its partitions itself; this commit, sent after it, would move
+            // them back. Checked again just before handing the commit to
+            // librdkafka (which keeps a client's commits in order), so only
+            // a revoke that begins, flushes and fsyncs within the next few
+            // instructions could still be overtaken.
+            let mut s = self.state();
+            if pending
+                .offsets
+                .keys()
+                .any(|tp| s.revoking.contains(tp) || !s.assigned.contains(tp))
+            {
+                s.tracker.commit_failed(pending);
+                tracing::debug!("commit dropped: a revoke began since it was chosen");
                 return true;
             }
         }

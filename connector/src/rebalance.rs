@@ -140,12 +140,24 @@ fn commit_revoked(
     revoked: &BTreeSet<TopicPartition>,
 ) -> bool {
     let retry = matches!(c.rebalance_protocol(), RebalanceProtocol::Cooperative);
+    commit_retrying(c, pipeline, Some(revoked), retry)
+}
+
+/// Commit (`only` those partitions, or all), retrying a failure for up to
+/// `REVOKE_COMMIT_RETRY` when `retry` is set. Used by the revoke and by the
+/// clean stop's final commit.
+pub(crate) fn commit_retrying(
+    c: &BaseConsumer<SinkContext>,
+    pipeline: &crate::pipeline::Pipeline,
+    only: Option<&BTreeSet<TopicPartition>>,
+    retry: bool,
+) -> bool {
     let deadline = std::time::Instant::now() + REVOKE_COMMIT_RETRY;
     let mut backoff = Duration::from_millis(10);
     for attempt in 1.. {
-        if pipeline.commit_now(c, Some(revoked)) {
+        if pipeline.commit_now(c, only) {
             if attempt > 1 {
-                tracing::info!(attempt, "the revoke's commit went through on a retry");
+                tracing::info!(attempt, "the commit went through on a retry");
             }
             return true;
         }
@@ -168,6 +180,14 @@ impl SinkContext {
         let tps = tps_of(tpl);
         let mut s = lock(&self.shared);
         let _span = tracing::info_span!("assign", partitions = tps.len()).entered();
+        if s.pipeline.state().commits_closed {
+            // The run is over (a clean stop or a fatal error) and the sink
+            // may already be stopped: an assignment served while closing is
+            // not opened, nothing of it is fetched into the archive or
+            // committed, and it is not a failure of the run.
+            tracing::debug!("assigned while the run stops: not opened");
+            return;
+        }
         let partitions = tps.clone();
         let resume = match s.request(|reply| Job::Open { partitions, reply }) {
             Ok(r) => {
@@ -209,7 +229,19 @@ impl SinkContext {
                 // --auto-offset-reset.
                 None if !kafka_known => Offset::Stored,
                 None => {
-                    let start = initial_offset(&s.auto_offset_reset);
+                    let mut start = initial_offset(&s.auto_offset_reset);
+                    if start == Offset::End {
+                        // "latest" means the end now, as a number: a fetch
+                        // that has to start again later (retention.rs)
+                        // must not jump to a later end past records that
+                        // arrived in between.
+                        match c.fetch_watermarks(&tp.topic, tp.partition, Duration::from_secs(10)) {
+                            Ok((_, high)) => start = Offset::Offset(high),
+                            Err(e) => {
+                                tracing::warn!(%tp, error = %e, "could not read the log end; starting at librdkafka's latest")
+                            }
+                        }
+                    }
                     tracing::debug!(%tp, ?start, "neither the archive nor Kafka has an offset for this partition: --auto-offset-reset");
                     start
                 }

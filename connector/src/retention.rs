@@ -92,54 +92,44 @@ pub(crate) fn initial_offset(auto_offset_reset: &str) -> Offset {
     }
 }
 
-/// Start fetching `tp` again at `offset`. After a reset error librdkafka
-/// has stopped fetching it, and a stopped partition cannot be `seek`ed
-/// ("Erroneous state"): it is assigned again instead. Under the eager
-/// protocol that means the whole assignment, each other partition at its
-/// position (where it would have gone on), or Kafka's committed offset if
-/// it has delivered nothing yet.
+/// Start fetching the `restart` partitions again, each at its offset.
+/// After a reset error librdkafka has stopped fetching a partition, and a
+/// stopped partition cannot be `seek`ed ("Erroneous state"): it is assigned
+/// again instead. Under the eager protocol that means the whole assignment,
+/// each other partition at its `going_on` offset (its position, or where it
+/// started if it has delivered nothing yet), so none is moved.
 pub(crate) fn restart_fetch<X: ConsumerContext>(
     consumer: &BaseConsumer<X>,
-    tp: &TopicPartition,
-    offset: Offset,
-    assigned: &[TopicPartition],
-    positions: &BTreeMap<TopicPartition, i64>,
+    restart: &BTreeMap<TopicPartition, Offset>,
+    going_on: &BTreeMap<TopicPartition, Offset>,
 ) -> Result<()> {
-    let list = |tps: &[&TopicPartition]| -> Result<TopicPartitionList> {
+    let list = |tps: &mut dyn Iterator<Item = (&TopicPartition, &Offset)>| {
         let mut l = TopicPartitionList::new();
-        for t in tps {
-            let at = if *t == tp {
-                offset
-            } else {
-                positions
-                    .get(*t)
-                    .map_or(Offset::Stored, |o| Offset::Offset(*o))
-            };
-            l.add_partition_offset(&t.topic, t.partition, at)
+        for (t, at) in tps {
+            l.add_partition_offset(&t.topic, t.partition, *at)
                 .map_err(ConnectorError::kafka("list partition to assign"))?;
         }
-        Ok(l)
+        Ok::<_, ConnectorError>(l)
     };
-    tracing::info!(%tp, ?offset, "fetching again");
+    for (tp, offset) in restart {
+        tracing::info!(%tp, ?offset, "fetching again");
+    }
     match consumer.rebalance_protocol() {
         RebalanceProtocol::Cooperative => {
-            let one = list(&[tp])?;
+            let these = list(&mut restart.iter())?;
             consumer
-                .incremental_unassign(&one)
+                .incremental_unassign(&these)
                 .map_err(ConnectorError::kafka(
                     "unassign a partition to restart its fetch",
                 ))?;
             consumer
-                .incremental_assign(&one)
+                .incremental_assign(&these)
                 .map_err(ConnectorError::kafka(
                     "assign a partition to restart its fetch",
                 ))
         }
-        _ => {
-            let all: Vec<&TopicPartition> = assigned.iter().collect();
-            consumer
-                .assign(&list(&all)?)
-                .map_err(ConnectorError::kafka("assign again to restart a fetch"))
-        }
+        _ => consumer
+            .assign(&list(&mut restart.iter().chain(going_on))?)
+            .map_err(ConnectorError::kafka("assign again to restart a fetch")),
     }
 }

@@ -325,3 +325,78 @@ fn a_topic_recreated_behind_the_archive_stops_the_run() {
         (0..20).collect::<Vec<_>>()
     );
 }
+
+/// The archive, telling the test when its partitions were first opened.
+struct SignalsOpen {
+    inner: ArchiveSink,
+    opened: Option<std::sync::mpsc::Sender<()>>,
+}
+
+impl SinkTask for SignalsOpen {
+    fn open(
+        &mut self,
+        partitions: &[TopicPartition],
+    ) -> Result<std::collections::BTreeMap<TopicPartition, i64>, TaskError> {
+        let resume = self.inner.open(partitions);
+        if let Some(tx) = self.opened.take() {
+            tx.send(()).unwrap();
+        }
+        resume
+    }
+    fn put(&mut self, batches: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
+        self.inner.put(batches)
+    }
+    fn pre_commit(
+        &mut self,
+        consumed: &std::collections::BTreeMap<TopicPartition, i64>,
+    ) -> Result<std::collections::BTreeMap<TopicPartition, i64>, TaskError> {
+        self.inner.pre_commit(consumed)
+    }
+    fn close(&mut self, partitions: &[TopicPartition]) -> Result<(), TaskError> {
+        self.inner.close(partitions)
+    }
+    fn stop(&mut self) -> Result<(), TaskError> {
+        self.inner.stop()
+    }
+}
+
+/// `--auto-offset-reset latest` with no offset anywhere: what Kafka held
+/// when the partition was assigned is left alone, and everything after the
+/// end it had then is archived, each record once, with no gap.
+#[test]
+fn latest_archives_everything_after_the_end_at_assignment() {
+    init_logs();
+    let k = TestKafka::new("latest", 1);
+    produce_big(&k, 0..20);
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&k, "latest-group", dir.path());
+    cfg.auto_offset_reset = "latest".into();
+    let (opened_tx, opened) = std::sync::mpsc::channel();
+    let sink = SignalsOpen {
+        inner: ArchiveSink::new(Arc::new(
+            Engine::open(EngineConfig::new(dir.path())).unwrap(),
+        )),
+        opened: Some(opened_tx),
+    };
+    let tp = TopicPartition::new(&k.topic, 0);
+    let opts = PipelineOptions {
+        done: Some(Box::new(move |c| c.get(&tp) == Some(&120))),
+        ..Default::default()
+    };
+    let run = std::thread::spawn(move || run_pipeline(&cfg, Box::new(sink), opts));
+    if opened.recv().is_err() {
+        panic!(
+            "the run ended before its partitions were opened: {:?}",
+            run.join().unwrap().err()
+        );
+    }
+    produce_big(&k, 20..120);
+    run.join().unwrap().unwrap();
+    let archived = archived_offsets(dir.path(), &k.topic);
+    let first = *archived.first().expect("records after the assignment");
+    assert!(
+        first >= 20,
+        "archived {first}, which was there before the assignment"
+    );
+    assert_eq!(archived, (first..120).collect::<Vec<_>>());
+}

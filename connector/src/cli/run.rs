@@ -165,6 +165,9 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
         put_to_commit_p50_us = h.value_at_quantile(0.5),
         put_to_commit_p99_us = h.value_at_quantile(0.99),
         dead_lettered = report.stats.records_dead_lettered,
+        oversize_skipped = report.stats.records_oversize_skipped,
+        revoke_commit_failures = report.stats.revoke_commit_failures,
+        final_commit_failed = report.stats.final_commit_failed,
         "stopped cleanly"
     );
     Ok(ExitCode::SUCCESS)
