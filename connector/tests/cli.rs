@@ -49,6 +49,23 @@ fn unreachable_broker_names_the_brokers() {
     let (code, _, err) = cairn_run("127.0.0.1:1", "t", data, &["--connect-timeout-ms", "1500"]);
     assert_ne!(code, 0);
     assert!(err.contains("cannot reach Kafka at 127.0.0.1:1"), "{err}");
+    // A secured cluster's settings are taken (librdkafka is built with
+    // OpenSSL, SASL PLAIN and SCRAM): the same error, not a refused setting.
+    let secured = [
+        "--connect-timeout-ms",
+        "1500",
+        "-X",
+        "security.protocol=sasl_ssl",
+        "-X",
+        "sasl.mechanisms=SCRAM-SHA-512",
+        "-X",
+        "sasl.username=u",
+        "-X",
+        "sasl.password=p",
+    ];
+    let (code, _, err) = cairn_run("127.0.0.1:1", "t", data, &secured);
+    assert_ne!(code, 0);
+    assert!(err.contains("cannot reach Kafka at 127.0.0.1:1"), "{err}");
 }
 
 #[test]
