@@ -49,6 +49,9 @@ pub struct RecoveryReport {
     pub truncated: Option<TruncatedTail>,
     pub index_entries_repaired: u64,
     pub partitions_repaired: u64,
+    /// Index entries read to bring partition summaries up to date: those
+    /// written since each summary, not the partition's whole index.
+    pub summary_index_entries_read: u64,
     pub next_lsn: u64,
     pub duration: Duration,
 }
@@ -120,6 +123,7 @@ pub(crate) fn recover(
         truncated: None,
         index_entries_repaired: 0,
         partitions_repaired: 0,
+        summary_index_entries_read: 0,
         next_lsn: 0,
         duration: Duration::ZERO,
     };
@@ -262,7 +266,13 @@ pub(crate) fn recover(
     let mut batch = sled::Batch::default();
     for tp in &dirty {
         let old = partitions.get(tp).copied();
-        let s = recompute_summary(tree, tp, old, truncated)?;
+        let s = recompute_summary(
+            tree,
+            tp,
+            old,
+            truncated,
+            &mut report.summary_index_entries_read,
+        )?;
         let (k, v) = s.encode(tp);
         batch.insert(k, v);
         partitions.insert(tp.clone(), s);
@@ -480,12 +490,85 @@ pub(crate) fn index_corruption(key: &[u8], kind: CorruptionKind) -> Error {
     Error::corruption(location, kind)
 }
 
-/// Rebuild one partition's summary from its index entries.
+/// One partition's summary, brought up to date with its index entries.
+///
+/// Reads only the entries the stored summary does not count yet (from its
+/// next offset on), so that recovery stays proportional to the tail and
+/// not to the partition; the whole index is read only when there is no
+/// stored summary or it counts more than the index still holds.
 fn recompute_summary(
     tree: &sled::Tree,
     tp: &TopicPartition,
     old: Option<PartitionSummary>,
     truncated: bool,
+    entries_read: &mut u64,
+) -> Result<PartitionSummary> {
+    if let Some(o) = old {
+        if let Some(s) = extend_summary(tree, tp, o, entries_read)? {
+            // Debug builds (the tests) check the shortcut against the full
+            // rebuild whenever the full rebuild can be done.
+            #[cfg(debug_assertions)]
+            if let Ok(full) = rebuild_summary(tree, tp, old, truncated, &mut 0) {
+                assert_eq!(s, full, "{tp}: summary extended from {o:?}");
+            }
+            return Ok(s);
+        }
+    }
+    rebuild_summary(tree, tp, old, truncated, entries_read)
+}
+
+/// `old` plus the index entries it does not count yet, or `None` when `old`
+/// counts records the index no longer holds (a truncated entry).
+fn extend_summary(
+    tree: &sled::Tree,
+    tp: &TopicPartition,
+    old: PartitionSummary,
+    entries_read: &mut u64,
+) -> Result<Option<PartitionSummary>> {
+    let prefix = keys::index_prefix(tp);
+    let decode = |item: sled::Result<(sled::IVec, sled::IVec)>| {
+        let (k, v) = item.map_err(store_err("scan index"))?;
+        IndexEntry::decode(&k, &v)
+            .map(|(_, e)| e)
+            .map_err(|kind| index_corruption(&k, kind))
+    };
+    // An entry the summary counts was removed only if the index now ends
+    // below the summary's next offset (a partition's entries are in offset
+    // order, and truncation removes only the newest).
+    if old.record_count > 0 {
+        let end = match tree.scan_prefix(&prefix).next_back() {
+            Some(item) => decode(item)?.last_offset + 1,
+            None => return Ok(None),
+        };
+        if end < old.next_offset {
+            return Ok(None);
+        }
+    }
+    let mut s = old;
+    // Entries written after the summary start at or after its next offset.
+    for item in tree.range(keys::index_key(tp, old.next_offset.max(0))..) {
+        if item.as_ref().is_ok_and(|(k, _)| !k.starts_with(&prefix)) {
+            break;
+        }
+        let e = decode(item)?;
+        *entries_read += 1;
+        if s.record_count == 0 {
+            s.first_offset = e.first_offset;
+        }
+        s.next_offset = s.next_offset.max(e.last_offset + 1);
+        s.record_count += e.record_count as u64;
+        s.payload_bytes += e.payload_bytes;
+    }
+    Ok(Some(s))
+}
+
+/// Rebuild one partition's summary from all its index entries.
+fn rebuild_summary(
+    tree: &sled::Tree,
+    tp: &TopicPartition,
+    old: Option<PartitionSummary>,
+    truncated: bool,
+    entries_read: &mut u64,
 ) -> Result<PartitionSummary> {
     let floor = old.map_or(0, |s| s.next_offset_floor);
     let mut s = PartitionSummary {
@@ -499,6 +582,7 @@ fn recompute_summary(
     for item in tree.scan_prefix(keys::index_prefix(tp)) {
         let (k, v) = item.map_err(store_err("scan index"))?;
         let (_, e) = IndexEntry::decode(&k, &v).map_err(|kind| index_corruption(&k, kind))?;
+        *entries_read += 1;
         first.get_or_insert(e.first_offset);
         s.next_offset = s.next_offset.max(e.last_offset + 1);
         s.record_count += e.record_count as u64;
