@@ -340,81 +340,95 @@ impl Shared {
 
     /// librdkafka found a position Kafka no longer has (its
     /// `auto.offset.reset` is `error`) and stopped fetching that partition
-    /// until a seek, without saying which partition it was: check every
-    /// assigned partition's position against Kafka's log (retention.rs), and
-    /// restart only those out of it. The others go on where they are.
+    /// until it is assigned again, without saying which partition it was.
+    /// Each assigned partition is checked against Kafka's log
+    /// (retention.rs): those out of it start again where the policy says,
+    /// those that have delivered nothing yet start again where they started
+    /// (which costs nothing, and a start at the log start can age out before
+    /// its first fetch), and the others go on from their positions.
     fn offset_reset(&mut self, consumer: &BaseConsumer<SinkContext>) -> Result<()> {
+        // Put what was polled first: `consumed` is then where every
+        // partition goes on, and a partition fetched again cannot bring a
+        // record into the buffer twice.
+        self.flush(None)?;
         let positions = retention::positions(consumer)?;
         let assigned: Vec<TopicPartition> = self.assigned.iter().cloned().collect();
-        // Where each partition goes on from, and which must start again.
+        let policy = self.on_offset_out_of_range;
         let mut going_on: BTreeMap<TopicPartition, Offset> = BTreeMap::new();
         let mut restart: BTreeMap<TopicPartition, Offset> = BTreeMap::new();
+        // Started from Kafka's committed offset, nothing delivered.
+        let mut from_kafka: Vec<TopicPartition> = Vec::new();
         for tp in &assigned {
-            // Nothing delivered since the assignment: still where it started.
-            let known = positions
+            let delivered = positions
                 .get(tp)
                 .copied()
-                .or_else(|| self.pipeline.state().consumed.get(tp).copied())
-                .or_else(|| match self.starts.get(tp) {
-                    Some(Start::At(o)) => Some(*o),
-                    _ => None,
-                });
-            let position = match (known, self.starts.get(tp)) {
-                (Some(p), _) => Some(p),
-                // Log start or end: librdkafka looks these up itself, so
-                // they cannot be out of Kafka's log.
-                (None, Some(Start::Beginning)) => {
-                    going_on.insert(tp.clone(), Offset::Beginning);
-                    continue;
-                }
-                (None, Some(Start::End)) => {
-                    going_on.insert(tp.clone(), Offset::End);
-                    continue;
-                }
-                // Started from Kafka's committed offset, which librdkafka
-                // read itself: read it here too.
-                (None, _) => crate::offsets::committed_offsets(
-                    consumer,
-                    std::slice::from_ref(tp),
-                    Duration::from_secs(10),
-                )
-                .map_err(ConnectorError::kafka(
-                    "read a committed offset to check retention",
-                ))?
-                .get(tp)
-                .copied(),
-            };
-            match position {
-                // No offset anywhere: this one failed its start.
-                None => {
-                    let start = retention::initial_offset(&self.auto_offset_reset);
-                    tracing::warn!(%tp, ?start, "no usable offset for this partition: --auto-offset-reset");
-                    restart.insert(tp.clone(), start);
-                }
-                Some(p) => match retention::resume_at(consumer, tp, p, self.on_offset_out_of_range)
-                {
-                    Ok(to) if to == p => {
+                .or_else(|| self.pipeline.state().consumed.get(tp).copied());
+            match (delivered, self.starts.get(tp).copied()) {
+                (Some(p), _) => {
+                    let to = retention::resume_at(consumer, tp, p, policy)?;
+                    if to == p {
                         going_on.insert(tp.clone(), Offset::Offset(p));
-                    }
-                    Ok(to) => {
+                    } else {
                         restart.insert(tp.clone(), Offset::Offset(to));
                     }
-                    Err(e) => {
-                        // Archive what arrived before the gap, then stop.
-                        self.flush(None)?;
-                        return Err(e);
+                }
+                (None, Some(Start::At(o))) => {
+                    let to = retention::resume_at(consumer, tp, o, policy)?;
+                    restart.insert(tp.clone(), Offset::Offset(to));
+                }
+                (None, Some(Start::Beginning)) => {
+                    restart.insert(tp.clone(), Offset::Beginning);
+                }
+                (None, Some(Start::End)) => {
+                    let start = retention::no_offset_start(consumer, tp, "latest");
+                    restart.insert(tp.clone(), start);
+                }
+                (None, None) => from_kafka.push(tp.clone()),
+            }
+        }
+        if !from_kafka.is_empty() {
+            match crate::offsets::committed_offsets(consumer, &from_kafka, Duration::from_secs(10))
+            {
+                Ok(committed) => {
+                    for tp in from_kafka {
+                        let to = match committed.get(&tp) {
+                            Some(&c) => {
+                                Offset::Offset(retention::resume_at(consumer, &tp, c, policy)?)
+                            }
+                            None => {
+                                let start = retention::no_offset_start(
+                                    consumer,
+                                    &tp,
+                                    &self.auto_offset_reset,
+                                );
+                                tracing::warn!(%tp, ?start, "no offset for this partition anywhere: --auto-offset-reset");
+                                start
+                            }
+                        };
+                        restart.insert(tp, to);
                     }
-                },
+                }
+                // librdkafka reads the committed offset itself again; if it
+                // is still out of range, the next reset error comes here.
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not read committed offsets; fetching again from them");
+                    for tp in from_kafka {
+                        restart.insert(tp, Offset::Stored);
+                    }
+                }
             }
         }
         if restart.is_empty() {
-            // librdkafka stopped a fetch, and no position explains it: going
-            // on would leave that partition stalled without a word. A new
-            // start resumes every partition from the archive.
-            self.flush(None)?;
-            return Err(ConnectorError::Sink(
-                "librdkafka reported a fetch position outside Kafka's log, but every assigned partition's position is inside it; stopping rather than stall (a restart resumes from the archive)".into(),
-            ));
+            // Every partition has a position inside Kafka's log: the error
+            // was about a partition revoked since, or a fetch position past
+            // a log end that was cut back below it. Fetching everything
+            // again from its position is exact either way, and leaves no
+            // partition stopped.
+            tracing::warn!("a reset error no assigned partition's position explains: every partition fetches again from its position");
+            restart = std::mem::take(&mut going_on);
+            if restart.is_empty() {
+                return Ok(());
+            }
         }
         for (tp, to) in &restart {
             self.started_at(tp, *to);
@@ -766,18 +780,20 @@ fn stops_the_run(e: &rdkafka::error::KafkaError) -> bool {
                 | C::InvalidMessage
                 | C::InvalidRecord
                 | C::MessageSizeTooLarge
-                // Gone.
+                // Gone. (Not librdkafka's local "unknown partition": a
+                // member whose metadata lags the group leader's after
+                // partitions were added reports it, and catches up.)
                 | C::UnknownTopicOrPartition
                 | C::UnknownTopic
-                | C::UnknownPartition
-                // Refused.
+                // Refused by the brokers. (Not librdkafka's local
+                // "authentication" error: it also reports a handshake cut
+                // off by a dropped connection, or a token refresh it will
+                // retry, and reconnects on its own.)
                 | C::TopicAuthorizationFailed
                 | C::GroupAuthorizationFailed
                 | C::ClusterAuthorizationFailed
-                | C::Authentication
                 | C::SaslAuthenticationFailed
                 | C::InvalidGroupId
-                | C::InconsistentGroupProtocol
                 | C::Fenced
                 | C::FencedInstanceId
                 | C::Fatal
@@ -894,6 +910,9 @@ mod tests {
             C::OperationTimedOut,
             C::NotLeaderForPartition,
             C::RebalanceInProgress,
+            C::Authentication,
+            C::UnknownPartition,
+            C::InconsistentGroupProtocol,
         ] {
             assert!(
                 !stops_the_run(&KafkaError::MessageConsumption(code)),

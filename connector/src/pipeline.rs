@@ -197,6 +197,10 @@ impl Pipeline {
             {
                 s.tracker.commit_failed(pending);
                 tracing::debug!("commit dropped: a revoke began since it was chosen");
+                // The other partitions of this commit go with the next one,
+                // now rather than at the next put (an idle partition may
+                // have none); it leaves the revoking partitions out.
+                self.wake.notify_one();
                 return true;
             }
         }

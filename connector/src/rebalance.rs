@@ -29,7 +29,7 @@ use crate::consumer::{lock, Shared};
 use crate::error::ConnectorError;
 use crate::offsets::committed_offsets;
 use crate::progress::LogBounds;
-use crate::retention::{initial_offset, resume_at};
+use crate::retention::{no_offset_start, resume_at};
 use crate::worker::Job;
 
 pub struct SinkContext {
@@ -229,19 +229,7 @@ impl SinkContext {
                 // --auto-offset-reset.
                 None if !kafka_known => Offset::Stored,
                 None => {
-                    let mut start = initial_offset(&s.auto_offset_reset);
-                    if start == Offset::End {
-                        // "latest" means the end now, as a number: a fetch
-                        // that has to start again later (retention.rs)
-                        // must not jump to a later end past records that
-                        // arrived in between.
-                        match c.fetch_watermarks(&tp.topic, tp.partition, Duration::from_secs(10)) {
-                            Ok((_, high)) => start = Offset::Offset(high),
-                            Err(e) => {
-                                tracing::warn!(%tp, error = %e, "could not read the log end; starting at librdkafka's latest")
-                            }
-                        }
-                    }
+                    let start = no_offset_start(c, tp, &s.auto_offset_reset);
                     tracing::debug!(%tp, ?start, "neither the archive nor Kafka has an offset for this partition: --auto-offset-reset");
                     start
                 }

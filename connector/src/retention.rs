@@ -92,6 +92,29 @@ pub(crate) fn initial_offset(auto_offset_reset: &str) -> Offset {
     }
 }
 
+/// Where a partition that neither the archive nor Kafka has an offset for
+/// starts: `--auto-offset-reset`, with `latest` read now as a number (the
+/// log end now), so that a fetch that has to start again later cannot jump
+/// to a later end past records that arrived in between. If the end cannot
+/// be read, librdkafka's own `latest`.
+pub(crate) fn no_offset_start<X: ConsumerContext>(
+    consumer: &BaseConsumer<X>,
+    tp: &TopicPartition,
+    auto_offset_reset: &str,
+) -> Offset {
+    match initial_offset(auto_offset_reset) {
+        Offset::End => match consumer.fetch_watermarks(&tp.topic, tp.partition, WATERMARKS_TIMEOUT)
+        {
+            Ok((_, high)) => Offset::Offset(high),
+            Err(e) => {
+                tracing::warn!(%tp, error = %e, "could not read the log end; starting at librdkafka's latest");
+                Offset::End
+            }
+        },
+        start => start,
+    }
+}
+
 /// Start fetching the `restart` partitions again, each at its offset.
 /// After a reset error librdkafka has stopped fetching a partition, and a
 /// stopped partition cannot be `seek`ed ("Erroneous state"): it is assigned
