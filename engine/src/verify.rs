@@ -83,7 +83,9 @@ impl Engine {
     }
 }
 
-/// Verify a store without opening an engine on it (no recovery, no writes).
+/// Verify a store without opening an engine on it: no cairn recovery, and
+/// nothing of cairn's written (sled itself still recovers its own log when
+/// it opens, which can write: it has no read-only mode).
 pub fn verify_store(cfg: &EngineConfig) -> Result<VerifyReport> {
     if !cfg.sled_path().join("db").exists() {
         return Err(Error::Io {
