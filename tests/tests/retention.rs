@@ -131,11 +131,13 @@ fn a_stored_offset_that_aged_out_stops_the_run_unless_told_to_skip() {
     assert_eq!(archived_offsets(dir.path(), &k.topic), want);
 }
 
-/// The archive, except that its first put waits for `release`: the run
-/// falls behind while the test pushes records out of Kafka.
+/// The archive, with two hooks for the tests: its first put can wait for
+/// `release` (the run falls behind while the test pushes records out of
+/// Kafka), and it can say when its partitions were first opened.
 struct HeldArchive {
     inner: ArchiveSink,
     held: Option<(std::sync::mpsc::Sender<()>, std::sync::mpsc::Receiver<()>)>,
+    opened: Option<std::sync::mpsc::Sender<()>>,
 }
 
 impl SinkTask for HeldArchive {
@@ -143,7 +145,11 @@ impl SinkTask for HeldArchive {
         &mut self,
         partitions: &[TopicPartition],
     ) -> Result<std::collections::BTreeMap<TopicPartition, i64>, TaskError> {
-        self.inner.open(partitions)
+        let resume = self.inner.open(partitions);
+        if let Some(tx) = self.opened.take() {
+            tx.send(()).unwrap();
+        }
+        resume
     }
     fn put(&mut self, batches: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
         if let Some((holding, release)) = self.held.take() {
@@ -200,6 +206,7 @@ fn fall_behind_while_running(
     let sink = HeldArchive {
         inner: ArchiveSink::new(engine),
         held: Some((holding_tx, release_rx)),
+        opened: None,
     };
     let tp = TopicPartition::new(&k.topic, 0);
     let opts = PipelineOptions {
@@ -326,40 +333,6 @@ fn a_topic_recreated_behind_the_archive_stops_the_run() {
     );
 }
 
-/// The archive, telling the test when its partitions were first opened.
-struct SignalsOpen {
-    inner: ArchiveSink,
-    opened: Option<std::sync::mpsc::Sender<()>>,
-}
-
-impl SinkTask for SignalsOpen {
-    fn open(
-        &mut self,
-        partitions: &[TopicPartition],
-    ) -> Result<std::collections::BTreeMap<TopicPartition, i64>, TaskError> {
-        let resume = self.inner.open(partitions);
-        if let Some(tx) = self.opened.take() {
-            tx.send(()).unwrap();
-        }
-        resume
-    }
-    fn put(&mut self, batches: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
-        self.inner.put(batches)
-    }
-    fn pre_commit(
-        &mut self,
-        consumed: &std::collections::BTreeMap<TopicPartition, i64>,
-    ) -> Result<std::collections::BTreeMap<TopicPartition, i64>, TaskError> {
-        self.inner.pre_commit(consumed)
-    }
-    fn close(&mut self, partitions: &[TopicPartition]) -> Result<(), TaskError> {
-        self.inner.close(partitions)
-    }
-    fn stop(&mut self) -> Result<(), TaskError> {
-        self.inner.stop()
-    }
-}
-
 /// `--auto-offset-reset latest` with no offset anywhere: what Kafka held
 /// when the partition was assigned is left alone, and everything after the
 /// end it had then is archived, each record once, with no gap.
@@ -372,10 +345,11 @@ fn latest_archives_everything_after_the_end_at_assignment() {
     let mut cfg = config(&k, "latest-group", dir.path());
     cfg.auto_offset_reset = "latest".into();
     let (opened_tx, opened) = std::sync::mpsc::channel();
-    let sink = SignalsOpen {
+    let sink = HeldArchive {
         inner: ArchiveSink::new(Arc::new(
             Engine::open(EngineConfig::new(dir.path())).unwrap(),
         )),
+        held: None,
         opened: Some(opened_tx),
     };
     let tp = TopicPartition::new(&k.topic, 0);
