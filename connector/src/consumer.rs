@@ -250,13 +250,15 @@ impl Shared {
             };
             match cfg.on_oversize {
                 OnOversize::Fail if headers > HEADERS_PER_RECORD_MAX => {
-                    return Err(ConnectorError::TooManyHeaders {
-                        topic: tp.topic.clone(),
-                        partition: tp.partition,
-                        offset: r.offset,
-                        count: headers,
-                        max: HEADERS_PER_RECORD_MAX,
-                    })
+                    return Err(ConnectorError::RecordRefused(
+                        cairn_engine::InvalidInput::TooManyHeaders {
+                            topic: tp.topic.clone(),
+                            partition: tp.partition,
+                            offset: r.offset,
+                            count: headers,
+                            max: HEADERS_PER_RECORD_MAX,
+                        },
+                    ))
                 }
                 OnOversize::Fail => {
                     return Err(ConnectorError::OversizeRecord {

@@ -24,14 +24,10 @@ pub enum ConnectorError {
         size_bytes: u64,
         max_bytes: u64,
     },
-    #[error("record {topic}/{partition}@{offset} has {count} headers, over the {max} a record may carry (use --on-oversize skip to skip such records, or --on-oversize dead-letter to send them to a topic)")]
-    TooManyHeaders {
-        topic: String,
-        partition: i32,
-        offset: i64,
-        count: usize,
-        max: usize,
-    },
+    /// A record the engine would refuse for its shape (too many headers),
+    /// caught before it reaches the engine and handled as oversize.
+    #[error("{0} (use --on-oversize skip to skip such records, or --on-oversize dead-letter to send them to a topic)")]
+    RecordRefused(cairn_engine::InvalidInput),
     #[error("record {topic}/{partition}@{offset} could not be dead-lettered to {dead_letter_topic}: {detail} (nothing after it is committed)")]
     DeadLetterFailed {
         topic: String,
