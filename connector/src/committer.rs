@@ -2,8 +2,9 @@
 //!
 //! The task thread wakes it after every `pre_commit` (after every put with
 //! `--commit every-put`, every interval with `--commit interval:MS`). The
-//! commit itself is a blocking rdkafka call, so it runs on tokio's blocking
-//! pool while the task thread goes on with the next put. Wake-ups that
+//! commit itself is a blocking rdkafka call; it runs on the runtime's one
+//! worker (`block_in_place`) while the task thread goes on with the next
+//! put. Nothing else runs on that runtime. Wake-ups that
 //! arrive while a commit is in flight coalesce: the next commit carries
 //! every offset declared safe meanwhile.
 //!
@@ -44,15 +45,21 @@ pub(crate) async fn run(pipeline: Arc<Pipeline>, consumer: Arc<BaseConsumer<Sink
         if pipeline.committer_stop.load(Ordering::Acquire) {
             return;
         }
-        let (p, c) = (pipeline.clone(), consumer.clone());
-        match tokio::task::spawn_blocking(move || p.commit_now(&c, None)).await {
+        // On this runtime's worker itself (one thread hop from the task
+        // thread's wake-up to the commit, where spawn_blocking made two).
+        let committed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            tokio::task::block_in_place(|| pipeline.commit_now(&consumer, None))
+        }));
+        match committed {
             Ok(true) => retry_ms = None,
             Ok(false) => {
                 retry_ms = Some(retry_ms.map_or(RETRY_MS_MIN, |ms| (ms * 2).min(RETRY_MS_MAX)))
             }
-            Err(e) => {
+            Err(_) => {
                 // An invariant assertion fired inside the commit: commit nothing more.
-                pipeline.fail(ConnectorError::Sink(format!("commit task failed: {e}")));
+                pipeline.fail(ConnectorError::Sink(
+                    "commit task failed: a commit invariant panicked".into(),
+                ));
                 return;
             }
         }
