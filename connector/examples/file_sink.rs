@@ -1,0 +1,278 @@
+//! A second sink on cairn's commit-after-durable loop: each partition's
+//! records as length-prefixed lines in a file of its own, with the offsets
+//! the sink owns beside them. What another sink needs from cairn is the
+//! `SinkTask` trait and `run_pipeline`; the engine is not involved.
+//!
+//! `cargo run --release -p cairn-connector --example file_sink`
+//!
+//! It runs on librdkafka's mock cluster: produces records, archives them,
+//! then runs again to show the second run resumes from the sink's own
+//! offsets (nothing is written twice).
+//!
+//! # Invariants
+//! - `<topic>-<partition>.mark` names a next offset and a length: the data
+//!   file's first `length` bytes are durable and hold exactly the records
+//!   below that offset. The mark is written (and synced, and renamed into
+//!   place) only after the data file's fdatasync.
+//! - `open` cuts the data file back to the mark's length (bytes written
+//!   after it were never made durable, and may be torn) and resumes there.
+//! - `pre_commit` never reports an offset whose record is not behind a
+//!   synced mark.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use cairn_connector::cli::demo::{demo_next_offsets, produce};
+use cairn_connector::{
+    run_pipeline, CommitPolicy, PipelineOptions, PutOutcome, RunConfig, SinkTask, TaskError,
+};
+use cairn_engine::{RecordBatch, TopicPartition};
+use rdkafka::mocking::MockCluster;
+
+/// One partition's data file, and where it stands.
+struct PartitionFile {
+    file: File,
+    mark: PathBuf,
+    /// Bytes written, durable or not.
+    len: u64,
+    /// Next offset after the last record written.
+    next: i64,
+    /// Written since the last sync.
+    dirty: bool,
+}
+
+struct FileSink {
+    dir: PathBuf,
+    open: BTreeMap<TopicPartition, PartitionFile>,
+}
+
+fn io_fatal(what: &str, path: &Path) -> impl FnOnce(std::io::Error) -> TaskError {
+    let what = format!("{what} {}", path.display());
+    // A failed write or sync is never retried: what the kernel dropped
+    // cannot be told from what it kept (cairn's engine is poisoned the same way).
+    move |e| TaskError::Fatal(format!("{what}: {e}"))
+}
+
+/// The mark: "next_offset length\n", or none yet.
+fn read_mark(path: &Path) -> Result<Option<(i64, u64)>, TaskError> {
+    match std::fs::read_to_string(path) {
+        Ok(s) => {
+            let mut it = s.split_whitespace().map(str::parse::<i64>);
+            match (it.next(), it.next()) {
+                (Some(Ok(next)), Some(Ok(len))) if next >= 0 && len >= 0 => {
+                    Ok(Some((next, len as u64)))
+                }
+                _ => Err(TaskError::Fatal(format!(
+                    "{}: not a mark ({s:?})",
+                    path.display()
+                ))),
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_fatal("read", path)(e)),
+    }
+}
+
+/// Replace the mark whole: write and sync a new file, rename it over the old
+/// one, sync the directory.
+fn write_mark(dir: &Path, path: &Path, next: i64, len: u64) -> Result<(), TaskError> {
+    let tmp = path.with_extension("mark.new");
+    let mut f = File::create(&tmp).map_err(io_fatal("create", &tmp))?;
+    writeln!(f, "{next} {len}").map_err(io_fatal("write", &tmp))?;
+    f.sync_data().map_err(io_fatal("sync", &tmp))?;
+    std::fs::rename(&tmp, path).map_err(io_fatal("rename", path))?;
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_fatal("sync", dir))
+}
+
+impl SinkTask for FileSink {
+    fn open(
+        &mut self,
+        partitions: &[TopicPartition],
+    ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+        let mut resume = BTreeMap::new();
+        for tp in partitions {
+            let base = self.dir.join(format!("{}-{}", tp.topic, tp.partition));
+            let (data, mark) = (base.with_extension("lines"), base.with_extension("mark"));
+            let (next, len) = match read_mark(&mark)? {
+                Some((next, len)) => {
+                    resume.insert(tp.clone(), next);
+                    (next, len)
+                }
+                // Never synced: Kafka's committed offset (or
+                // --auto-offset-reset) decides where it starts.
+                None => (0, 0),
+            };
+            let mut file = OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .read(true)
+                .write(true)
+                .open(&data)
+                .map_err(io_fatal("open", &data))?;
+            // Bytes past the mark were written but never synced.
+            file.set_len(len).map_err(io_fatal("truncate", &data))?;
+            std::io::Seek::seek(&mut file, std::io::SeekFrom::End(0))
+                .map_err(io_fatal("seek", &data))?;
+            self.open.insert(
+                tp.clone(),
+                PartitionFile {
+                    file,
+                    mark,
+                    len,
+                    next,
+                    dirty: false,
+                },
+            );
+        }
+        Ok(resume)
+    }
+
+    fn put(&mut self, batches: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
+        let mut out = PutOutcome::default();
+        for b in batches {
+            let pf = self
+                .open
+                .get_mut(&b.tp)
+                .ok_or_else(|| TaskError::Fatal(format!("{} was never opened", b.tp)))?;
+            let mut buf = Vec::new();
+            for r in &b.records {
+                // The loop hands each record once, but Kafka may deliver
+                // again what this file already holds (after a restart that
+                // resumed from an older committed offset).
+                if r.offset < pf.next {
+                    out.records_duplicate += 1;
+                    continue;
+                }
+                // offset, value length (-1 for null), value: any bytes.
+                let value = r.value.as_deref();
+                let n = value.map_or(-1, |v| v.len() as i64);
+                write!(buf, "{} {n} ", r.offset).expect("write to a Vec");
+                buf.extend_from_slice(value.unwrap_or_default());
+                buf.push(b'\n');
+                pf.next = r.offset + 1;
+                out.records_written += 1;
+            }
+            pf.file
+                .write_all(&buf)
+                .map_err(|e| TaskError::Fatal(format!("write {}: {e}", b.tp)))?;
+            pf.len += buf.len() as u64;
+            pf.dirty |= !buf.is_empty();
+        }
+        // Nothing is durable yet: `pre_commit` says what is.
+        Ok(out)
+    }
+
+    fn pre_commit(
+        &mut self,
+        consumed: &BTreeMap<TopicPartition, i64>,
+    ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+        let mut safe = BTreeMap::new();
+        for (tp, pf) in &mut self.open {
+            if pf.dirty {
+                pf.file
+                    .sync_data()
+                    .map_err(|e| TaskError::Fatal(format!("sync {tp}: {e}")))?;
+                write_mark(&self.dir, &pf.mark, pf.next, pf.len)?;
+                pf.dirty = false;
+            }
+            if consumed.contains_key(tp) && pf.len > 0 {
+                safe.insert(tp.clone(), pf.next);
+            }
+        }
+        Ok(safe)
+    }
+
+    fn close(&mut self, partitions: &[TopicPartition]) -> Result<(), TaskError> {
+        // A revoked partition was synced by the `pre_commit` before its
+        // commit; a lost one may keep unsynced bytes, which the next `open`
+        // cuts off.
+        for tp in partitions {
+            self.open.remove(tp);
+        }
+        Ok(())
+    }
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let cluster = MockCluster::new(1)?;
+    let topic = "events";
+    cluster.create_topic(topic, 3, 1)?;
+    let brokers = cluster.bootstrap_servers();
+    let n = 30_000;
+    produce(&brokers, topic, 0..n)?;
+
+    let dir = tempfile::tempdir()?;
+    let run = |label: &str| -> Result<(), Box<dyn std::error::Error>> {
+        // The loop's settings; `data` is the archive's folder, which this
+        // sink does not use.
+        let mut cfg = RunConfig::new(&brokers, "file-sink", vec![topic.into()], dir.path().into());
+        cfg.commit = CommitPolicy::EveryPut;
+        // A short session, as the demo uses: the group then settles in
+        // seconds on the mock cluster (librdkafka's 45 s default makes each
+        // run wait for the previous member's session to end).
+        cfg.kafka.insert("session.timeout.ms".into(), "6000".into());
+        cfg.kafka
+            .insert("heartbeat.interval.ms".into(), "500".into());
+        let want = demo_next_offsets(topic, n);
+        let opts = PipelineOptions {
+            done: Some(Box::new(move |committed| {
+                want.iter().all(|(tp, o)| committed.get(tp) == Some(o))
+            })),
+            ..Default::default()
+        };
+        let sink = FileSink {
+            dir: dir.path().to_path_buf(),
+            open: BTreeMap::new(),
+        };
+        let report = run_pipeline(&cfg, Box::new(sink), opts)?;
+        println!(
+            "{label}: {} records written, {} puts, {} commits",
+            report.stats.records_written, report.stats.puts, report.stats.commits
+        );
+        Ok(())
+    };
+    run("first run")?;
+    // Everything is committed and in the files: the second run resumes from
+    // the sink's marks and writes nothing.
+    run("second run")?;
+    let mut total = 0;
+    for p in 0..3 {
+        let path = dir.path().join(format!("{topic}-{p}.lines"));
+        let offsets = read_offsets(&std::fs::read(&path)?)?;
+        // Every offset once, in order, from 0.
+        assert!(offsets.iter().copied().eq(0..offsets.len() as i64));
+        println!("{}: offsets 0..{}", path.display(), offsets.len());
+        total += offsets.len() as u64;
+    }
+    assert_eq!(total, n);
+    println!("{total} records, each once");
+    Ok(())
+}
+
+/// The offsets in a data file, read back through its length prefixes.
+fn read_offsets(mut bytes: &[u8]) -> Result<Vec<i64>, String> {
+    let mut offsets = Vec::new();
+    while !bytes.is_empty() {
+        let mut field = || -> Result<i64, String> {
+            let end = bytes.iter().position(|b| *b == b' ').ok_or("no field")?;
+            let v = std::str::from_utf8(&bytes[..end])
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or("bad field")?;
+            bytes = &bytes[end + 1..];
+            Ok(v)
+        };
+        let offset = field()?;
+        let len = field()?.max(0) as usize;
+        if bytes.len() < len + 1 || bytes[len] != b'\n' {
+            return Err(format!("record {offset} is cut off"));
+        }
+        bytes = &bytes[len + 1..];
+        offsets.push(offset);
+    }
+    Ok(offsets)
+}
