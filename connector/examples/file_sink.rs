@@ -1,6 +1,7 @@
 //! A second sink on cairn's commit-after-durable loop: each partition's
-//! records as length-prefixed lines in a file of its own, with the offsets
-//! the sink owns beside them. What another sink needs from cairn is the
+//! records (offset and value only: keys, headers and timestamps are left
+//! out to keep it short) as length-prefixed lines in a file of its own,
+//! with the offsets the sink owns beside them. What another sink needs from cairn is the
 //! `SinkTask` trait and `run_pipeline`; the engine is not involved.
 //!
 //! `cargo run --release -p cairn-connector --example file_sink`
@@ -11,11 +12,17 @@
 //!
 //! # Invariants
 //! - `<topic>-<partition>.mark` names a next offset and a length: the data
-//!   file's first `length` bytes are durable and hold exactly the records
-//!   below that offset. The mark is written (and synced, and renamed into
-//!   place) only after the data file's fdatasync.
+//!   file's first `length` bytes are durable and hold the records this sink
+//!   took below that offset (all of them, unless Kafka's committed offset
+//!   was ahead of the mark when a partition was opened: another instance of
+//!   the group archived those). The mark is written (and synced, and
+//!   renamed into place) only after the data file's fdatasync, and only
+//!   after the directory entry of a newly created data file is durable.
 //! - `open` cuts the data file back to the mark's length (bytes written
 //!   after it were never made durable, and may be torn) and resumes there.
+//!   A data file shorter than its mark is damage, and stops the run.
+//! - File names are built whole from the topic and partition: never with
+//!   `Path::with_extension`, which would cut a dotted topic name.
 //! - `pre_commit` never reports an offset whose record is not behind a
 //!   synced mark.
 
@@ -78,7 +85,9 @@ fn read_mark(path: &Path) -> Result<Option<(i64, u64)>, TaskError> {
 /// Replace the mark whole: write and sync a new file, rename it over the old
 /// one, sync the directory.
 fn write_mark(dir: &Path, path: &Path, next: i64, len: u64) -> Result<(), TaskError> {
-    let tmp = path.with_extension("mark.new");
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".new");
+    let tmp = PathBuf::from(tmp);
     let mut f = File::create(&tmp).map_err(io_fatal("create", &tmp))?;
     writeln!(f, "{next} {len}").map_err(io_fatal("write", &tmp))?;
     f.sync_data().map_err(io_fatal("sync", &tmp))?;
@@ -94,9 +103,11 @@ impl SinkTask for FileSink {
         partitions: &[TopicPartition],
     ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
         let mut resume = BTreeMap::new();
+        let mut created = false;
         for tp in partitions {
-            let base = self.dir.join(format!("{}-{}", tp.topic, tp.partition));
-            let (data, mark) = (base.with_extension("lines"), base.with_extension("mark"));
+            let name = format!("{}-{}", tp.topic, tp.partition);
+            let data = self.dir.join(format!("{name}.lines"));
+            let mark = self.dir.join(format!("{name}.mark"));
             let (next, len) = match read_mark(&mark)? {
                 Some((next, len)) => {
                     resume.insert(tp.clone(), next);
@@ -106,6 +117,7 @@ impl SinkTask for FileSink {
                 // --auto-offset-reset) decides where it starts.
                 None => (0, 0),
             };
+            created |= !data.exists();
             let mut file = OpenOptions::new()
                 .create(true)
                 .truncate(false)
@@ -113,6 +125,13 @@ impl SinkTask for FileSink {
                 .write(true)
                 .open(&data)
                 .map_err(io_fatal("open", &data))?;
+            let on_disk = file.metadata().map_err(io_fatal("stat", &data))?.len();
+            if on_disk < len {
+                return Err(TaskError::Fatal(format!(
+                    "{}: {on_disk} bytes, but its mark says {len} are durable",
+                    data.display()
+                )));
+            }
             // Bytes past the mark were written but never synced.
             file.set_len(len).map_err(io_fatal("truncate", &data))?;
             std::io::Seek::seek(&mut file, std::io::SeekFrom::End(0))
@@ -127,6 +146,13 @@ impl SinkTask for FileSink {
                     dirty: false,
                 },
             );
+        }
+        if created {
+            // A mark must never name a data file whose directory entry a
+            // crash could still take away.
+            File::open(&self.dir)
+                .and_then(|d| d.sync_all())
+                .map_err(io_fatal("sync", &self.dir))?;
         }
         Ok(resume)
     }
@@ -199,7 +225,8 @@ impl SinkTask for FileSink {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cluster = MockCluster::new(1)?;
-    let topic = "events";
+    // A dotted name, as Kafka topics often have.
+    let topic = "shop.events";
     cluster.create_topic(topic, 3, 1)?;
     let brokers = cluster.bootstrap_servers();
     let n = 30_000;
