@@ -21,6 +21,9 @@ def main():
         "group.id": f"p2c-python-{os.getpid()}",
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
+        # The same fetch setting cairn and the ceiling use: librdkafka's
+        # default (1000 ms) idles the fetcher whenever its queue is full.
+        "fetch.queue.backoff.ms": 10,
     })
     c.subscribe([topic])
     n = 0

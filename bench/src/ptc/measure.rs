@@ -384,7 +384,11 @@ pub fn ceiling(
         .expect("records were consumed")
         .elapsed()
         .as_secs_f64();
-    debug_assert_eq!(bytes, records * size as u64);
+    if bytes != records * size as u64 {
+        return Err(format!(
+            "ceiling: {bytes} payload bytes for {records} records of {size} B"
+        ));
+    }
     Ok(Throughput::new(records, bytes, seconds))
 }
 

@@ -150,7 +150,8 @@ pub struct Report {
     pub date_utc: String,
     pub machine: String,
     pub brokers: String,
-    /// Sequential write bandwidth of the disk under `--out`, this run.
+    /// Sequential write bandwidth of the disk under `--out`, this run; its
+    /// `records` are the 1 MiB writes, not Kafka records.
     pub disk_bandwidth: Throughput,
     pub cases: Vec<CaseResult>,
 }

@@ -34,6 +34,11 @@ pub fn machine() -> String {
     format!("{cores} cores, {cpu}, Linux {kernel}")
 }
 
+/// Fewest samples a p99 is printed for (below it, the table says `n/a(N)`).
+pub const P99_SAMPLES_MIN: u64 = 100;
+/// Fewest samples a p99.9 is printed for.
+pub const P999_SAMPLES_MIN: u64 = 1000;
+
 fn row(name: &str, t: Option<&Throughput>, l: Option<&Latency>, extra: &str) {
     let (rps, mbs) = t.map_or(("-".into(), "-".into()), |t| {
         (
@@ -42,7 +47,21 @@ fn row(name: &str, t: Option<&Throughput>, l: Option<&Latency>, extra: &str) {
         )
     });
     let [p50, p90, p99, p999, max] = l.map_or(std::array::from_fn(|_| "-".to_string()), |l| {
-        [l.p50_us, l.p90_us, l.p99_us, l.p999_us, l.max_us].map(|v| v.to_string())
+        // A tail quantile of too few samples is just the largest ones.
+        let tail = |v: u64, samples_min: u64| {
+            if l.samples >= samples_min {
+                v.to_string()
+            } else {
+                format!("n/a({})", l.samples)
+            }
+        };
+        [
+            l.p50_us.to_string(),
+            l.p90_us.to_string(),
+            tail(l.p99_us, P99_SAMPLES_MIN),
+            tail(l.p999_us, P999_SAMPLES_MIN),
+            l.max_us.to_string(),
+        ]
     });
     println!(
         "{name:<34} {rps:>11} {mbs:>8} {p50:>9} {p90:>9} {p99:>9} {p999:>9} {max:>9}  {extra}"
@@ -75,8 +94,16 @@ pub fn table(r: &Report) {
                 Some(&run.throughput),
                 Some(&run.put_to_commit),
                 &format!(
-                    "{:.2}x / {:.2}x floor p50/p99, {:.0}% of ceiling, {:.0} fsyncs/s",
-                    run.p50_vs_floor, run.p99_vs_floor, run.pct_of_ceiling, run.fsyncs_per_s
+                    "{:.2}x / {} floor p50/p99, {:.0}% of ceiling, {:.0} fsyncs/s, {} puts",
+                    run.p50_vs_floor,
+                    if run.put_to_commit.samples >= P99_SAMPLES_MIN {
+                        format!("{:.2}x", run.p99_vs_floor)
+                    } else {
+                        "n/a".to_owned()
+                    },
+                    run.pct_of_ceiling,
+                    run.fsyncs_per_s,
+                    run.put_to_commit.samples
                 ),
             );
         }
@@ -114,7 +141,7 @@ pub fn table(r: &Report) {
         );
         row("ceiling: consume only", Some(&c.ceiling), None, "");
         match &c.kcat {
-            Peer::Ran(t) => row("kcat -C -e > file (no fsync)", Some(t), None, ""),
+            Peer::Ran(t) => row("kcat -C -c N > file (no fsync)", Some(t), None, ""),
             Peer::Skipped { skipped } => row("kcat", None, None, &format!("skipped: {skipped}")),
         }
         match &c.python {

@@ -9,8 +9,12 @@ use serde::Serialize;
 
 use super::{histogram, Latency, Peer, Throughput};
 
-/// `kcat -C -o beginning -e` into a file: no fsync, no offsets. Timed from
-/// spawn to exit (kcat assigns partitions directly, so no group join).
+/// `kcat -C -o beginning -c RECORDS` into a file: no fsync, no offsets.
+/// Timed from spawn to exit (kcat assigns partitions directly, so no group
+/// join; its start-up is included). It stops after the records rather than
+/// at end of partition (`-e` waits for a fetch at the end, which the broker
+/// holds for `fetch.wait.max.ms`), and fetches with the short waits the
+/// other consumers use.
 pub fn kcat(brokers: &str, topic: &str, records: u64, size: usize, out: &Path) -> Peer<Throughput> {
     let path = out.join("kcat.out");
     let file = match std::fs::File::create(&path) {
@@ -31,7 +35,12 @@ pub fn kcat(brokers: &str, topic: &str, records: u64, size: usize, out: &Path) -
             topic,
             "-o",
             "beginning",
-            "-e",
+            "-c",
+            &records.to_string(),
+            "-X",
+            "fetch.wait.max.ms=10",
+            "-X",
+            "fetch.error.backoff.ms=10",
             "-q",
         ])
         .stdout(file)
