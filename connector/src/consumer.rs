@@ -343,12 +343,20 @@ impl Shared {
     /// librdkafka found a position Kafka no longer has (its
     /// `auto.offset.reset` is `error`) and stopped fetching that partition
     /// until it is assigned again, without saying which partition it was.
-    /// Each assigned partition is checked against Kafka's log
-    /// (retention.rs): those out of it start again where the policy says,
-    /// those that have delivered nothing yet start again where they started
-    /// (which costs nothing, and a start at the log start can age out before
-    /// its first fetch), and the others go on from their positions.
+    ///
+    /// Each assigned partition's position (or, if it delivered nothing yet,
+    /// the offset it started from) is checked against Kafka's log
+    /// (retention.rs). A partition out of the log starts again where the
+    /// policy says; one whose bounds cannot be read, or that started at the
+    /// log start and delivered nothing, starts again where it is (which
+    /// costs a re-fetch, nothing more). If no position is out of the log,
+    /// the error was stale (about a partition revoked since, or a second
+    /// error about one already restarted) or came from a fetch the check
+    /// cannot see (a log end cut back below librdkafka's fetch position,
+    /// fetching from a follower): every partition starts again where it is,
+    /// so none stays stopped.
     fn offset_reset(&mut self, consumer: &BaseConsumer<SinkContext>) -> Result<()> {
+        use retention::Standing;
         // Put what was polled first: `consumed` is then where every
         // partition goes on, and a partition fetched again cannot bring a
         // record into the buffer twice.
@@ -358,6 +366,9 @@ impl Shared {
         let policy = self.on_offset_out_of_range;
         let mut going_on: BTreeMap<TopicPartition, Offset> = BTreeMap::new();
         let mut restart: BTreeMap<TopicPartition, Offset> = BTreeMap::new();
+        // Whether some partition is out of Kafka's log (or has no offset
+        // anywhere): what the error was about.
+        let mut explained = false;
         // Started from Kafka's committed offset, nothing delivered.
         let mut from_kafka: Vec<TopicPartition> = Vec::new();
         for tp in &assigned {
@@ -365,27 +376,35 @@ impl Shared {
                 .get(tp)
                 .copied()
                 .or_else(|| self.pipeline.state().consumed.get(tp).copied());
-            match (delivered, self.starts.get(tp).copied()) {
-                (Some(p), _) => {
-                    let to = retention::resume_at(consumer, tp, p, policy)?;
-                    if to == p {
-                        going_on.insert(tp.clone(), Offset::Offset(p));
-                    } else {
-                        restart.insert(tp.clone(), Offset::Offset(to));
-                    }
-                }
-                (None, Some(Start::At(o))) => {
-                    let to = retention::resume_at(consumer, tp, o, policy)?;
-                    restart.insert(tp.clone(), Offset::Offset(to));
-                }
+            let at = match (delivered, self.starts.get(tp).copied()) {
+                (Some(p), _) => p,
+                (None, Some(Start::At(o))) => o,
                 (None, Some(Start::Beginning)) => {
                     restart.insert(tp.clone(), Offset::Beginning);
+                    continue;
                 }
+                // Only when the log end could not be read at assignment:
+                // left alone unless nothing else explains the error.
                 (None, Some(Start::End)) => {
-                    let start = retention::no_offset_start(consumer, tp, "latest");
-                    restart.insert(tp.clone(), start);
+                    going_on.insert(tp.clone(), Offset::End);
+                    continue;
                 }
-                (None, None) => from_kafka.push(tp.clone()),
+                (None, None) => {
+                    from_kafka.push(tp.clone());
+                    continue;
+                }
+            };
+            match retention::standing(consumer, tp, at, policy)? {
+                Standing::InLog => {
+                    going_on.insert(tp.clone(), Offset::Offset(at));
+                }
+                Standing::MoveTo(to) => {
+                    explained = true;
+                    restart.insert(tp.clone(), Offset::Offset(to));
+                }
+                Standing::Unknown => {
+                    restart.insert(tp.clone(), Offset::Offset(at));
+                }
             }
         }
         if !from_kafka.is_empty() {
@@ -394,10 +413,15 @@ impl Shared {
                 Ok(committed) => {
                     for tp in from_kafka {
                         let to = match committed.get(&tp) {
-                            Some(&c) => {
-                                Offset::Offset(retention::resume_at(consumer, &tp, c, policy)?)
-                            }
+                            Some(&c) => match retention::standing(consumer, &tp, c, policy)? {
+                                Standing::MoveTo(to) => {
+                                    explained = true;
+                                    Offset::Offset(to)
+                                }
+                                Standing::InLog | Standing::Unknown => Offset::Offset(c),
+                            },
                             None => {
+                                explained = true;
                                 let start = retention::no_offset_start(
                                     consumer,
                                     &tp,
@@ -420,17 +444,12 @@ impl Shared {
                 }
             }
         }
+        if !explained {
+            tracing::warn!("a reset error no partition's position explains: every partition fetches again from where it is");
+            restart.append(&mut going_on);
+        }
         if restart.is_empty() {
-            // Every partition has a position inside Kafka's log: the error
-            // was about a partition revoked since, or a fetch position past
-            // a log end that was cut back below it. Fetching everything
-            // again from its position is exact either way, and leaves no
-            // partition stopped.
-            tracing::warn!("a reset error no assigned partition's position explains: every partition fetches again from its position");
-            restart = std::mem::take(&mut going_on);
-            if restart.is_empty() {
-                return Ok(());
-            }
+            return Ok(());
         }
         for (tp, to) in &restart {
             self.started_at(tp, *to);
@@ -787,14 +806,14 @@ fn stops_the_run(e: &rdkafka::error::KafkaError) -> bool {
                 // partitions were added reports it, and catches up.)
                 | C::UnknownTopicOrPartition
                 | C::UnknownTopic
-                // Refused by the brokers. (Not librdkafka's local
-                // "authentication" error: it also reports a handshake cut
-                // off by a dropped connection, or a token refresh it will
-                // retry, and reconnects on its own.)
+                // Refused by the brokers. (Not authentication: librdkafka
+                // reports the broker's refusal of credentials as its local
+                // "authentication" error, which also stands for a handshake
+                // cut off by a dropped connection or a token refresh it will
+                // retry, and it reconnects on its own.)
                 | C::TopicAuthorizationFailed
                 | C::GroupAuthorizationFailed
                 | C::ClusterAuthorizationFailed
-                | C::SaslAuthenticationFailed
                 | C::InvalidGroupId
                 | C::Fenced
                 | C::FencedInstanceId

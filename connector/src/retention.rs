@@ -44,6 +44,17 @@ pub(crate) fn resume_at<X: ConsumerContext>(
     let (low, high) = consumer
         .fetch_watermarks(&tp.topic, tp.partition, WATERMARKS_TIMEOUT)
         .map_err(ConnectorError::kafka("fetch watermarks to check retention"))?;
+    judge(tp, position, low, high, policy)
+}
+
+/// [`resume_at`] given the log's bounds.
+fn judge(
+    tp: &TopicPartition,
+    position: i64,
+    low: i64,
+    high: i64,
+    policy: OnOffsetOutOfRange,
+) -> Result<i64> {
     if position > high {
         return Err(ConnectorError::OffsetBeyondLogEnd {
             topic: tp.topic.clone(),
@@ -68,6 +79,40 @@ pub(crate) fn resume_at<X: ConsumerContext>(
             Ok(low)
         }
     }
+}
+
+/// Where a position stands against Kafka's log, for a partition whose
+/// fetch may have stopped.
+pub(crate) enum Standing {
+    /// Inside the log: it can go on from there.
+    InLog,
+    /// Out of the log; the policy says to go on from here (the log start).
+    MoveTo(i64),
+    /// The log's bounds could not be read (a leader moving, a timeout).
+    Unknown,
+}
+
+/// [`resume_at`] for a running partition: the same policy and the same
+/// errors, except that bounds that cannot be read are `Unknown` rather
+/// than a failure of the run (reset errors come during leader moves, when
+/// such reads fail too).
+pub(crate) fn standing<X: ConsumerContext>(
+    consumer: &BaseConsumer<X>,
+    tp: &TopicPartition,
+    position: i64,
+    policy: OnOffsetOutOfRange,
+) -> Result<Standing> {
+    let (low, high) = match consumer.fetch_watermarks(&tp.topic, tp.partition, WATERMARKS_TIMEOUT) {
+        Ok(bounds) => bounds,
+        Err(e) => {
+            tracing::warn!(%tp, error = %e, "could not read the log's bounds; fetching again from the position");
+            return Ok(Standing::Unknown);
+        }
+    };
+    Ok(match judge(tp, position, low, high, policy)? {
+        to if to == position => Standing::InLog,
+        to => Standing::MoveTo(to),
+    })
 }
 
 /// The application's position (next offset `poll` returns) of each
@@ -119,8 +164,8 @@ pub(crate) fn no_offset_start<X: ConsumerContext>(
 /// After a reset error librdkafka has stopped fetching a partition, and a
 /// stopped partition cannot be `seek`ed ("Erroneous state"): it is assigned
 /// again instead. Under the eager protocol that means the whole assignment,
-/// each other partition at its `going_on` offset (its position, or where it
-/// started if it has delivered nothing yet), so none is moved.
+/// each other partition at its `going_on` offset (its position, or the
+/// offset it started from if it has delivered nothing yet), so none moves.
 pub(crate) fn restart_fetch<X: ConsumerContext>(
     consumer: &BaseConsumer<X>,
     restart: &BTreeMap<TopicPartition, Offset>,
