@@ -170,11 +170,7 @@ impl RunConfig {
                 self.auto_offset_reset
             ));
         }
-        for key in MANAGED_CONSUMER_KEYS {
-            if self.kafka.contains_key(key) {
-                return bad(format!("-X {key}: cairn manages this property itself"));
-            }
-        }
+        refuse_managed_keys(&self.kafka, &MANAGED_CONSUMER_KEYS, "cairn")?;
         match (self.on_oversize, &self.dead_letter_topic) {
             (OnOversize::DeadLetter, None) => {
                 return bad("on-oversize dead-letter: needs --dead-letter-topic".into())
@@ -223,6 +219,20 @@ pub const MANAGED_CONSUMER_KEYS: [&str; 6] = [
     "auto.commit.enable",
     "enable.auto.offset.store",
 ];
+
+/// Refuse `-X` settings of properties `who` (a command) sets itself.
+pub fn refuse_managed_keys(
+    kafka: &BTreeMap<String, String>,
+    managed: &[&str],
+    who: &str,
+) -> Result<()> {
+    match managed.iter().find(|key| kafka.contains_key(**key)) {
+        Some(key) => Err(ConnectorError::Config(format!(
+            "-X {key}: {who} manages this property itself"
+        ))),
+        None => Ok(()),
+    }
+}
 
 /// The longest `--connect-timeout-ms`: an hour. librdkafka takes a timeout
 /// as an `i32` of milliseconds, and rdkafka casts larger values into

@@ -239,8 +239,9 @@ impl Shared {
         // (it could not be read back, engine record.rs), so it takes the
         // same way out as one over --record-bytes-max.
         let headers = r.headers.len();
-        if size > cfg.record_bytes_max || headers > HEADERS_PER_RECORD_MAX {
-            let reason = if headers > HEADERS_PER_RECORD_MAX {
+        let too_many_headers = headers > HEADERS_PER_RECORD_MAX;
+        if size > cfg.record_bytes_max || too_many_headers {
+            let reason = if too_many_headers {
                 format!("{headers} headers, over the {HEADERS_PER_RECORD_MAX} a record may carry")
             } else {
                 format!(
@@ -249,7 +250,7 @@ impl Shared {
                 )
             };
             match cfg.on_oversize {
-                OnOversize::Fail if headers > HEADERS_PER_RECORD_MAX => {
+                OnOversize::Fail if too_many_headers => {
                     return Err(ConnectorError::RecordRefused(
                         cairn_engine::InvalidInput::TooManyHeaders {
                             topic: tp.topic.clone(),

@@ -47,7 +47,7 @@ use rdkafka::producer::{BaseProducer, Producer, ProducerContext, PurgeConfig};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
-use crate::config::check_connect_timeout_ms;
+use crate::config::{check_connect_timeout_ms, refuse_managed_keys};
 use crate::convert::{sendable_timestamp, to_base_record};
 use crate::error::{ConnectorError, RestoreFailure, Result};
 use crate::librdkafka::{
@@ -122,13 +122,7 @@ impl RestoreConfig {
     /// Check every setting; the error names the one that is wrong.
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(ConnectorError::Config(m));
-        for key in MANAGED {
-            if self.kafka.contains_key(key) {
-                return bad(format!(
-                    "-X {key}: cairn restore manages this property itself"
-                ));
-            }
-        }
+        refuse_managed_keys(&self.kafka, &MANAGED, "cairn restore")?;
         let timeouts: Vec<_> = MESSAGE_TIMEOUT_KEYS
             .iter()
             .filter_map(|k| self.kafka.get(*k).map(|v| (k, v)))

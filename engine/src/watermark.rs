@@ -124,6 +124,7 @@ impl Watermark {
                 })
                 .and_then(|()| std::fs::rename(&tmp, &path));
             created.map_err(io_err("create watermark", &path))?;
+            crate::sync::sync_dir(dir).map_err(io_err("sync data directory", dir))?;
         }
         let file = std::fs::OpenOptions::new()
             .read(true)
@@ -137,11 +138,13 @@ impl Watermark {
             synced: 0,
             last_sync: Instant::now(),
         };
-        let p = w.path.clone();
-        w.write(lsn).map_err(io_err("write watermark", &p))?;
-        w.sync().map_err(io_err("sync watermark", &p))?;
-        if !existed {
-            crate::sync::sync_dir(dir).map_err(io_err("sync data directory", dir))?;
+        if existed {
+            let p = w.path.clone();
+            w.write(lsn).map_err(io_err("write watermark", &p))?;
+            w.sync().map_err(io_err("sync watermark", &p))?;
+        } else {
+            // Created holding `lsn`, synced: nothing to write again.
+            (w.written, w.synced) = (lsn, lsn);
         }
         Ok(w)
     }

@@ -10,7 +10,7 @@ use rdkafka::consumer::Consumer;
 use serde::Serialize;
 
 use super::outln;
-use crate::config::{check_connect_timeout_ms, MANAGED_CONSUMER_KEYS};
+use crate::config::{check_connect_timeout_ms, refuse_managed_keys, MANAGED_CONSUMER_KEYS};
 use crate::error::{ConnectorError, Result};
 use crate::offsets::{committed_offsets, group_client_with};
 
@@ -59,13 +59,7 @@ struct Row {
 pub async fn run(args: StatusArgs) -> Result<ExitCode> {
     check_connect_timeout_ms(args.connect_timeout_ms)?;
     let kafka: BTreeMap<String, String> = args.kafka.iter().cloned().collect();
-    for key in MANAGED_CONSUMER_KEYS {
-        if kafka.contains_key(key) {
-            return Err(ConnectorError::Config(format!(
-                "-X {key}: cairn status manages this property itself"
-            )));
-        }
-    }
+    refuse_managed_keys(&kafka, &MANAGED_CONSUMER_KEYS, "cairn status")?;
     let engine = super::open_archive(&args.data.data)?;
     let mut rows: Vec<Row> = engine
         .partitions()
