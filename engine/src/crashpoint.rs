@@ -8,6 +8,8 @@
 //! Points in the engine:
 //! - `append-before-fsync`: an append's frames, index entry and summaries
 //!   are written into sled (its buffers, or the page cache), not fsynced.
+//! - `truncate-between-steps`: a truncation has made one step of its
+//!   deletion durable and not begun the next.
 //!
 //! The connector adds its own (`cairn_connector::crashpoint`).
 
@@ -15,6 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 pub const APPEND_BEFORE_FSYNC: &str = "append-before-fsync";
+pub const TRUNCATE_BETWEEN_STEPS: &str = "truncate-between-steps";
 
 struct Armed {
     point: String,

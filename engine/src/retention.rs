@@ -27,10 +27,67 @@ pub struct TruncateReport {
     pub payload_bytes_deleted: u64,
 }
 
+/// Entries deleted per durable step of [`Engine::truncate_before`]. Each
+/// step is one atomic sled batch under the write lock, so appends wait for
+/// at most one step, and a truncation of millions of entries needs memory
+/// for this many, not for all of them.
+pub const TRUNCATE_ENTRIES_PER_STEP: usize = 1024;
+
 impl Engine {
     /// Delete every entry of `tp` that lies entirely below `offset`, durably.
+    ///
+    /// Works in steps of [`TRUNCATE_ENTRIES_PER_STEP`] entries. Each step is
+    /// atomic and leaves a consistent archive (summary, index and tombstones
+    /// agree), so a crash part-way keeps a prefix of the deletion: a rerun
+    /// finishes it.
     pub fn truncate_before(&self, tp: &TopicPartition, offset: i64) -> Result<TruncateReport> {
         crate::record::validate_tp(tp)?;
+        let mut report = TruncateReport::default();
+        loop {
+            let step = self.truncate_step(tp, offset, TRUNCATE_ENTRIES_PER_STEP)?;
+            report.entries_deleted += step.entries_deleted;
+            report.frames_deleted += step.frames_deleted;
+            report.records_deleted += step.records_deleted;
+            report.payload_bytes_deleted += step.payload_bytes_deleted;
+            if step.entries_deleted < TRUNCATE_ENTRIES_PER_STEP as u64 {
+                break;
+            }
+            crate::crashpoint::reached(crate::crashpoint::TRUNCATE_BETWEEN_STEPS);
+        }
+        if report.entries_deleted > 0 {
+            tracing::info!(%tp, offset, ?report, "retention truncated");
+        }
+        Ok(report)
+    }
+
+    /// What `truncate_before(tp, offset)` would delete now, without
+    /// deleting anything.
+    pub fn truncate_plan(&self, tp: &TopicPartition, offset: i64) -> Result<TruncateReport> {
+        crate::record::validate_tp(tp)?;
+        let _w = self.lock_write()?;
+        let mut report = TruncateReport::default();
+        for item in self.tree.scan_prefix(keys::index_prefix(tp)) {
+            let (k, v) = item.map_err(store_err("scan index"))?;
+            let (_, e) = IndexEntry::decode(&k, &v).map_err(|kind| index_corruption(&k, kind))?;
+            if e.last_offset >= offset {
+                break;
+            }
+            report.entries_deleted += 1;
+            report.frames_deleted += e.chunks as u64;
+            report.records_deleted += e.record_count as u64;
+            report.payload_bytes_deleted += e.payload_bytes;
+        }
+        Ok(report)
+    }
+
+    /// One durable step: delete up to `entries_max` of the lowest entries
+    /// below `offset`.
+    fn truncate_step(
+        &self,
+        tp: &TopicPartition,
+        offset: i64,
+        entries_max: usize,
+    ) -> Result<TruncateReport> {
         let mut report = TruncateReport::default();
         let seq = {
             let mut w = self.lock_write()?;
@@ -44,7 +101,9 @@ impl Engine {
                 let (k, v) = item.map_err(store_err("scan index"))?;
                 let (_, e) =
                     IndexEntry::decode(&k, &v).map_err(|kind| index_corruption(&k, kind))?;
-                if e.last_offset >= offset {
+                // The first entry kept by this step, whether the cut or the
+                // step's size stopped it, is the partition's new first.
+                if e.last_offset >= offset || report.entries_deleted == entries_max as u64 {
                     new_first = Some(e.first_offset);
                     break;
                 }
@@ -84,7 +143,6 @@ impl Engine {
             seq
         };
         self.wait_seq(seq)?;
-        tracing::info!(%tp, offset, ?report, "retention truncated");
         Ok(report)
     }
 

@@ -5,7 +5,7 @@ mod common;
 
 use cairn_engine::{
     Engine, EngineConfig, Error, Header, InvalidInput, Record, RecordBatch, TopicPartition,
-    HEADERS_PER_RECORD_MAX,
+    HEADERS_PER_RECORD_MAX, TRUNCATE_ENTRIES_PER_STEP,
 };
 use common::{batch, read_all, record};
 
@@ -283,6 +283,59 @@ fn truncate_before_deletes_whole_entries_only() {
     assert_eq!(e.durable_offset(&tp), Some(61));
     let p = e.partitions().into_iter().find(|p| p.tp == tp).unwrap();
     assert_eq!((p.first_offset, p.record_count), (60, 1));
+    assert!(e.verify().unwrap().is_clean());
+}
+
+/// A truncation larger than one step is made in several durable steps that
+/// together delete exactly what one would, merge their tombstones across
+/// steps, keep the other partition's entries (interleaved in the log) and
+/// leave a clean archive; the plan predicts it without deleting anything.
+#[test]
+fn truncate_before_works_in_steps() {
+    let dir = tempfile::tempdir().unwrap();
+    let tp = TopicPartition::new("t", 0);
+    let other = TopicPartition::new("t", 1);
+    let entries = TRUNCATE_ENTRIES_PER_STEP as i64 * 2 + 100;
+    let e = open(dir.path());
+    // One entry per write and partition; one fsync at the end.
+    for i in 0..entries {
+        let mut batches = vec![batch(&tp, [i * 2, i * 2 + 1], 10)];
+        if i % 2 == 0 {
+            batches.push(batch(&other, [i], 10));
+        }
+        e.write(&batches).unwrap();
+    }
+    e.sync().unwrap();
+    let cut = (entries - 50) * 2 + 1; // inside an entry: that entry is kept
+    let plan = e.truncate_plan(&tp, cut).unwrap();
+    assert_eq!(plan.entries_deleted, entries as u64 - 50);
+    assert_eq!(plan.records_deleted, 2 * (entries as u64 - 50));
+    assert_eq!(
+        read_all(&e, &tp).len() as i64,
+        entries * 2,
+        "a plan deletes nothing"
+    );
+    let r = e.truncate_before(&tp, cut).unwrap();
+    assert_eq!(r, plan);
+    let kept = read_all(&e, &tp);
+    assert_eq!(kept.first().unwrap().offset, cut - 1);
+    assert_eq!(kept.len(), 100);
+    assert_eq!(read_all(&e, &other).len() as i64, entries / 2 + entries % 2);
+    let p = e.partitions().into_iter().find(|p| p.tp == tp).unwrap();
+    assert_eq!(
+        (p.first_offset, p.next_offset, p.record_count),
+        (cut - 1, entries * 2, 100)
+    );
+    let v = e.verify().unwrap();
+    assert!(v.is_clean(), "{:?}", v.problems);
+    assert_eq!(e.truncate_plan(&tp, cut).unwrap(), Default::default());
+    drop(e);
+    let e = open(dir.path());
+    let p = e.partitions().into_iter().find(|p| p.tp == tp).unwrap();
+    assert_eq!(
+        (p.first_offset, p.next_offset, p.record_count),
+        (cut - 1, entries * 2, 100)
+    );
     assert!(e.verify().unwrap().is_clean());
 }
 
