@@ -53,6 +53,7 @@ fn main() -> ExitCode {
             Command::Export(a) => cli::export::run(a).await,
             Command::Verify(a) => cli::verify::run(a).await,
             Command::Restore(a) => cli::restore::run(a).await,
+            Command::Prune(a) => cli::prune::run(a).await,
         }
     });
     match result {

@@ -355,3 +355,192 @@ fn restore_puts_the_demo_archive_back_and_refuses_to_do_it_twice() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("enable.idempotence"), "{err}");
 }
+
+/// An archive of `entries` entries of 10 records in each of `tps`: offsets
+/// from 0, timestamps 1_700_000_000_000 + 10 × offset (`fuzzing::record`).
+fn archive_of(data: &std::path::Path, tps: &[(&str, i32, i64)]) {
+    use cairn_engine::{fuzzing::batch, Engine, EngineConfig, TopicPartition};
+    let e = Engine::open(EngineConfig::new(data)).unwrap();
+    for &(topic, partition, entries) in tps {
+        let tp = TopicPartition::new(topic, partition);
+        for i in 0..entries {
+            e.write(&[batch(&tp, i * 10..i * 10 + 10, 20)]).unwrap();
+        }
+    }
+    e.close().unwrap();
+}
+
+/// `(first, next, records)` of each partition, from `status --json`.
+fn partitions_of(d: &str) -> Vec<(String, i64, i64, i64, i64)> {
+    let (code, out, err) = cairn(&["status", "--data", d, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["topic"].as_str().unwrap().to_owned(),
+                p["partition"].as_i64().unwrap(),
+                p["first_offset"].as_i64().unwrap(),
+                p["durable_next_offset"].as_i64().unwrap(),
+                p["records"].as_i64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn prune_deletes_below_the_cut_and_keeps_next_offsets() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("a");
+    let d = data.to_str().unwrap();
+    archive_of(&data, &[("a", 0, 30), ("a", 1, 10), ("b", 0, 5)]);
+    let all = vec![
+        ("a".to_owned(), 0, 0, 300, 300),
+        ("a".to_owned(), 1, 0, 100, 100),
+        ("b".to_owned(), 0, 0, 50, 50),
+    ];
+    assert_eq!(partitions_of(d), all);
+
+    // Bad cuts and selections: a clear error, nothing deleted.
+    for (args, want) in [
+        (&[][..], "--before"),
+        (
+            &["--before", "1", "--older-than", "1d"][..],
+            "cannot be used with",
+        ),
+        (&["--before", "-1"][..], "at least 0"),
+        (&["--before-time", "yesterday"][..], "RFC 3339"),
+        (&["--older-than", "soon"][..], "7d"),
+        (&["--before", "1", "-t", "c"][..], "no such topic"),
+        (&["--before", "1", "--partition", "9"][..], "--partition 9"),
+    ] {
+        let mut a = vec!["prune", "--data", d];
+        a.extend_from_slice(args);
+        let (code, out, err) = cairn(&a);
+        assert_ne!(code, 0, "{args:?}");
+        assert!(out.is_empty() && err.contains(want), "{args:?}: {err}");
+    }
+    let (code, out, err) = cairn(&["prune", "--data", d, "--before", "105", "--dry-run"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("a/0: would prune 100 records (")
+            && out.contains("a/1: would prune 100 records (")
+            && out.contains("b/0: would prune 50 records (")
+            && out.contains("would prune 250 records"),
+        "{out}"
+    );
+    assert_eq!(partitions_of(d), all, "a dry run deletes nothing");
+
+    // An offset cut inside an entry keeps that entry whole.
+    let (code, out, err) = cairn(&[
+        "prune",
+        "--data",
+        d,
+        "-t",
+        "a",
+        "--partition",
+        "0",
+        "--before",
+        "105",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("a/0: pruned 100 records (")
+            && out.contains("first offset 0 -> 100; next offset 300"),
+        "{out}"
+    );
+    let mut want = all.clone();
+    want[0] = ("a".to_owned(), 0, 100, 300, 200);
+    assert_eq!(partitions_of(d), want);
+
+    // A time cut: the first record at or after it is offset 200.
+    let (code, out, err) = cairn(&[
+        "prune",
+        "--data",
+        d,
+        "-t",
+        "a",
+        "--partition",
+        "0",
+        "--before-time",
+        &(1_700_000_000_000i64 + 200 * 10).to_string(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("below offset 200; first offset 100 -> 200"),
+        "{out}"
+    );
+    let (code, out, _) = cairn(&["export", "--data", d, "-t", "a", "--partition", "0"]);
+    assert_eq!(code, 0);
+    assert_eq!(out.lines().count(), 100);
+    assert!(
+        out.starts_with("{\"topic\":\"a\",\"partition\":0,\"offset\":200,"),
+        "{out}"
+    );
+
+    // An age: every record is from 2023, so everything goes; next offsets stay.
+    let (code, out, err) = cairn(&["prune", "--data", d, "--older-than", "1day"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("pruned 250 records"), "{out}");
+    assert_eq!(
+        partitions_of(d),
+        vec![
+            ("a".to_owned(), 0, 300, 300, 0),
+            ("a".to_owned(), 1, 100, 100, 0),
+            ("b".to_owned(), 0, 50, 50, 0),
+        ]
+    );
+    let (code, out, _) = cairn(&["verify", "--data", d]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("clean") && out.contains(" 0 records"), "{out}");
+}
+
+/// A prune killed between two of its durable steps leaves a clean archive
+/// holding exactly what the finished steps left; running it again finishes.
+#[test]
+fn prune_killed_between_steps_leaves_a_clean_archive_and_a_rerun_finishes() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("a");
+    let d = data.to_str().unwrap();
+    let step = cairn_engine::TRUNCATE_ENTRIES_PER_STEP as i64;
+    let entries = step * 2 + 10;
+    archive_of(&data, &[("a", 0, entries)]);
+    let out = Command::new(CAIRN)
+        .args([
+            "prune",
+            "--data",
+            d,
+            "--before",
+            &(entries * 10).to_string(),
+        ])
+        .env("CAIRN_ABORT_AT", "truncate-between-steps:1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), None, "aborted: {out:?}");
+    let (code, out, _) = cairn(&["verify", "--data", d]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("clean"), "{out}");
+    let left = entries - step;
+    assert_eq!(
+        partitions_of(d),
+        vec![("a".to_owned(), 0, step * 10, entries * 10, left * 10)]
+    );
+    let (code, out, err) = cairn(&[
+        "prune",
+        "--data",
+        d,
+        "--before",
+        &(entries * 10).to_string(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&format!("pruned {} records", left * 10)),
+        "{out}"
+    );
+    assert_eq!(
+        partitions_of(d),
+        vec![("a".to_owned(), 0, entries * 10, entries * 10, 0)]
+    );
+}

@@ -3,6 +3,7 @@
 pub mod demo;
 pub mod export;
 pub mod mock_broker;
+pub mod prune;
 pub mod restore;
 pub mod run;
 pub mod status;
@@ -46,6 +47,8 @@ pub enum Command {
     Verify(verify::VerifyArgs),
     /// Produce archived records back into Kafka: same partitions, keys, values, headers and timestamps.
     Restore(restore::RestoreArgs),
+    /// Delete archived records below an offset, a time or an age, per partition.
+    Prune(prune::PruneArgs),
 }
 
 /// Arguments shared by the commands that read an archive.

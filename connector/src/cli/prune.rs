@@ -1,0 +1,207 @@
+//! `cairn prune`: delete archived records below a cut, per partition.
+//!
+//! The cut is an offset (`--before`), a time (`--before-time`) or an age
+//! (`--older-than`). A time cut becomes, per partition, the first archived
+//! offset whose timestamp is at or after it, as Kafka's `ListOffsets` by
+//! time does: everything below it is older. Records at or above the cut are
+//! never deleted.
+//!
+//! # Invariants
+//! - Whole entries only (the engine's unit of writing): an entry that holds
+//!   the cut is kept whole, so some records just below the cut may stay.
+//! - A partition's next offset never moves: `cairn run` resumes where it
+//!   was, and pruned records are not fetched again.
+//! - `--dry-run` writes nothing (the engine is opened, which may truncate a
+//!   torn tail as any open does).
+
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use cairn_engine::{Engine, PartitionInfo, TruncateReport};
+
+use super::outln;
+use crate::error::{ConnectorError, Result};
+use crate::selection::Selection;
+
+#[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("cut").required(true).args(["before", "before_time", "older_than"])))]
+pub struct PruneArgs {
+    #[command(flatten)]
+    pub data: super::DataArg,
+    /// Only these archived topics, comma-separated (default: all).
+    #[arg(long, short = 't', value_delimiter = ',')]
+    pub topic: Vec<String>,
+    /// Only this partition.
+    #[arg(long)]
+    pub partition: Option<i32>,
+    /// Delete records below this offset.
+    #[arg(long, value_name = "OFFSET", allow_negative_numbers = true)]
+    pub before: Option<i64>,
+    /// Delete records with a timestamp before this time: RFC 3339 in UTC
+    /// (`2026-11-01T00:00:00Z`) or milliseconds since the Unix epoch.
+    #[arg(long, value_name = "TIME", value_parser = parse_time_ms, allow_negative_numbers = true)]
+    pub before_time: Option<i64>,
+    /// Delete records older than this age (`7d`, `12h`, `90min`), measured
+    /// from now by their timestamps.
+    #[arg(long, value_name = "AGE", value_parser = parse_age)]
+    pub older_than: Option<Duration>,
+    /// Report what would be deleted; delete nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// A time as milliseconds since the Unix epoch.
+pub fn parse_time_ms(s: &str) -> std::result::Result<i64, String> {
+    if let Ok(ms) = s.parse::<i64>() {
+        return if ms >= 0 {
+            Ok(ms)
+        } else {
+            Err("must not be before the Unix epoch".into())
+        };
+    }
+    let t = humantime::parse_rfc3339_weak(s).map_err(|e| {
+        format!("{e}: expected RFC 3339 in UTC (2026-11-01T00:00:00Z) or milliseconds since the Unix epoch")
+    })?;
+    millis_since_epoch(t)
+}
+
+fn parse_age(s: &str) -> std::result::Result<Duration, String> {
+    humantime::parse_duration(s)
+        .map_err(|e| format!("{e}: expected an age such as 7d, 12h or 90min"))
+}
+
+fn millis_since_epoch(t: SystemTime) -> std::result::Result<i64, String> {
+    let d = t
+        .duration_since(UNIX_EPOCH)
+        .map_err(|_| "must not be before the Unix epoch".to_owned())?;
+    i64::try_from(d.as_millis()).map_err(|_| "too far in the future".to_owned())
+}
+
+/// Where the cut falls, before it is resolved per partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cut {
+    Offset(i64),
+    TimeMs(i64),
+}
+
+fn cut_of(args: &PruneArgs) -> Result<Cut> {
+    let bad = |m: String| ConnectorError::Config(m);
+    match (args.before, args.before_time, args.older_than) {
+        (Some(o), None, None) if o < 0 => Err(bad(format!("--before {o}: must be at least 0"))),
+        (Some(o), None, None) => Ok(Cut::Offset(o)),
+        (None, Some(t), None) => Ok(Cut::TimeMs(t)),
+        (None, None, Some(age)) => {
+            let t = SystemTime::now().checked_sub(age).ok_or_else(|| {
+                bad(format!(
+                    "--older-than {}: too long",
+                    humantime::format_duration(age)
+                ))
+            })?;
+            Ok(Cut::TimeMs(millis_since_epoch(t).map_err(|e| {
+                bad(format!(
+                    "--older-than {}: {e}",
+                    humantime::format_duration(age)
+                ))
+            })?))
+        }
+        // clap's group admits exactly one.
+        _ => Err(bad(
+            "give exactly one of --before, --before-time, --older-than".into(),
+        )),
+    }
+}
+
+/// The offset below which `p` is pruned under `cut`.
+fn cut_offset(engine: &Engine, p: &PartitionInfo, cut: Cut) -> Result<i64> {
+    Ok(match cut {
+        Cut::Offset(o) => o,
+        // No archived record at or after the time: every one is older.
+        Cut::TimeMs(t) => engine.offset_for_time(&p.tp, t)?.unwrap_or(p.next_offset),
+    })
+}
+
+pub async fn run(args: PruneArgs) -> Result<ExitCode> {
+    let cut = cut_of(&args)?;
+    let select = Selection {
+        topics: args.topic.clone(),
+        partition: args.partition,
+        ..Selection::default()
+    };
+    let engine = super::open_archive(&args.data.data)?;
+    let chosen = select.choose(engine.partitions(), &[])?;
+    let size_before = engine.size_on_disk()?;
+    let verb = if args.dry_run {
+        "would prune"
+    } else {
+        "pruned"
+    };
+    let mut total = TruncateReport::default();
+    for p in &chosen {
+        let offset = cut_offset(&engine, p, cut)?;
+        let r = if args.dry_run {
+            engine.truncate_plan(&p.tp, offset)?
+        } else {
+            engine.truncate_before(&p.tp, offset)?
+        };
+        let first_after = if args.dry_run {
+            None
+        } else {
+            engine
+                .partitions()
+                .into_iter()
+                .find(|q| q.tp == p.tp)
+                .map(|q| q.first_offset)
+        };
+        let first = match first_after {
+            Some(f) if f != p.first_offset => format!("first offset {} -> {f}", p.first_offset),
+            _ => format!("first offset {}", p.first_offset),
+        };
+        outln!(
+            "{}/{}: {verb} {} records ({} payload bytes, {} entries) below offset {offset}; {first}; next offset {}",
+            p.tp.topic,
+            p.tp.partition,
+            r.records_deleted,
+            r.payload_bytes_deleted,
+            r.entries_deleted,
+            p.next_offset
+        )?;
+        total.entries_deleted += r.entries_deleted;
+        total.frames_deleted += r.frames_deleted;
+        total.records_deleted += r.records_deleted;
+        total.payload_bytes_deleted += r.payload_bytes_deleted;
+    }
+    outln!(
+        "{verb} {} records ({} payload bytes) in {} partitions",
+        total.records_deleted,
+        total.payload_bytes_deleted,
+        chosen.len()
+    )?;
+    if !args.dry_run {
+        // sled reuses the space of deleted records for new ones; its files
+        // shrink only as it cleans segments, so this number lags.
+        let size_after = engine.size_on_disk()?;
+        engine.close()?;
+        outln!("store on disk: {size_before} bytes before, {size_after} after (freed space is reused by new records)")?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_parse_as_rfc3339_or_millis() {
+        assert_eq!(parse_time_ms("1700000000000"), Ok(1_700_000_000_000));
+        assert_eq!(parse_time_ms("2023-11-14T22:13:20Z"), Ok(1_700_000_000_000));
+        assert_eq!(
+            parse_time_ms("2023-11-14T22:13:20.5Z"),
+            Ok(1_700_000_000_500)
+        );
+        assert!(parse_time_ms("-1").is_err());
+        let e = parse_time_ms("yesterday").unwrap_err();
+        assert!(e.contains("RFC 3339"), "{e}");
+        assert!(parse_age("7d").is_ok());
+        assert!(parse_age("soon").unwrap_err().contains("7d"));
+    }
+}
