@@ -88,6 +88,11 @@ pub struct RunConfig {
     pub connect_timeout_ms: u64,
     /// Log progress and lag this often (0: only at a clean stop).
     pub progress_interval_s: u64,
+    /// Delete archived records older than this (pruner.rs); `None` keeps
+    /// everything.
+    pub retain: Option<std::time::Duration>,
+    /// How often the pruner looks for records older than `retain`.
+    pub retention_check_interval_s: Option<u64>,
     /// librdkafka properties passed through (`-X key=value`).
     pub kafka: BTreeMap<String, String>,
 }
@@ -115,6 +120,8 @@ impl RunConfig {
             auto_offset_reset: "earliest".into(),
             connect_timeout_ms: 10_000,
             progress_interval_s: 60,
+            retain: None,
+            retention_check_interval_s: None,
             kafka: BTreeMap::new(),
         }
     }
@@ -199,6 +206,23 @@ impl RunConfig {
                 self.progress_interval_s
             ));
         }
+        match (self.retain, self.retention_check_interval_s) {
+            (Some(r), _) if r.is_zero() => {
+                return bad(
+                    "retain 0s: must be a positive age (leave --retain out to keep everything)"
+                        .into(),
+                )
+            }
+            (_, Some(s)) if s == 0 || s > 86_400 => {
+                return bad(format!(
+                    "retention-check-interval-s {s}: must be 1 to 86400"
+                ))
+            }
+            (None, Some(_)) => {
+                return bad("retention-check-interval-s: only used with --retain".into())
+            }
+            _ => {}
+        }
         if self.kafka.contains_key("auto.offset.reset") {
             return bad("-X auto.offset.reset: use --auto-offset-reset; cairn keeps librdkafka's at `error` so that records that aged out of Kafka are never skipped silently".into());
         }
@@ -268,6 +292,9 @@ pub struct FileConfig {
     pub auto_offset_reset: Option<String>,
     pub connect_timeout_ms: Option<u64>,
     pub progress_interval_s: Option<u64>,
+    /// An age such as `30d`, like `--retain`.
+    pub retain: Option<String>,
+    pub retention_check_interval_s: Option<u64>,
     /// librdkafka properties, like `-X`.
     pub kafka: Option<BTreeMap<String, String>>,
 }
@@ -279,6 +306,15 @@ impl FileConfig {
         toml::from_str(&text)
             .map_err(|e| ConnectorError::Config(format!("{}: {e}", path.display())))
     }
+}
+
+/// The pruner's check interval when `--retain` is set and it is not.
+pub const RETENTION_CHECK_INTERVAL_S_DEFAULT: u64 = 60;
+
+/// Parse an age for `--retain` (`30d`, `12h`, `90min`).
+pub fn parse_age(s: &str) -> Result<std::time::Duration, String> {
+    humantime::parse_duration(s)
+        .map_err(|e| format!("{e}: expected an age such as 7d, 12h or 90min"))
 }
 
 /// Parse `key=value` for `-X`.

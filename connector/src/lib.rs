@@ -21,6 +21,7 @@ mod librdkafka;
 pub mod offsets;
 mod pipeline;
 mod progress;
+pub mod pruner;
 mod queue;
 pub mod rebalance;
 pub mod restore;

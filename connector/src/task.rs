@@ -39,8 +39,11 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use cairn_engine::{Engine, RecordBatch, TopicPartition};
+
+use crate::pruner::Pruner;
 
 /// What a sink can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -88,13 +91,31 @@ pub trait SinkTask: Send {
 /// source of truth for where each partition resumes.
 pub struct ArchiveSink {
     engine: Option<Arc<Engine>>,
+    /// `--retain`: deletes archived records older than an age.
+    pruner: Option<Pruner>,
 }
 
 impl ArchiveSink {
     pub fn new(engine: Arc<Engine>) -> Self {
         ArchiveSink {
             engine: Some(engine),
+            pruner: None,
         }
+    }
+
+    /// Also delete archived records older than `retain`: now (an archive
+    /// that cannot be pruned is an error here), every `check_every`, and
+    /// once more at `stop` (pruner.rs).
+    pub fn with_retention(
+        mut self,
+        retain: Duration,
+        check_every: Duration,
+    ) -> Result<Self, TaskError> {
+        if let Some(e) = &self.engine {
+            let p = Pruner::start(e.clone(), retain, check_every).map_err(TaskError::Fatal)?;
+            self.pruner = Some(p);
+        }
+        Ok(self)
     }
 
     pub fn engine(&self) -> Option<&Arc<Engine>> {
@@ -102,6 +123,10 @@ impl ArchiveSink {
     }
 
     fn eng(&self) -> Result<&Arc<Engine>, TaskError> {
+        // A failed retention pass stops the run like a failed write.
+        if let Some(e) = self.pruner.as_ref().and_then(Pruner::failure) {
+            return Err(TaskError::Fatal(e));
+        }
         self.engine
             .as_ref()
             .ok_or_else(|| TaskError::Fatal("archive already stopped".into()))
@@ -158,12 +183,15 @@ impl SinkTask for ArchiveSink {
     }
 
     fn stop(&mut self) -> Result<(), TaskError> {
+        // The pruner's last pass, and its thread's reference to the engine,
+        // end before the engine closes.
+        let pruned = self.pruner.take().map_or(Ok(()), Pruner::stop);
         if let Some(e) = self.engine.take() {
             match Arc::try_unwrap(e) {
                 Ok(e) => e.close().map_err(engine_error)?,
                 Err(e) => e.sync().map_err(engine_error)?,
             }
         }
-        Ok(())
+        pruned.map_err(TaskError::Fatal)
     }
 }

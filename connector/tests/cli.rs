@@ -90,7 +90,27 @@ fn bad_flags_and_config_name_the_setting() {
     let (code, _, err) = cairn_run("b:1", "t", data, &["--progress-interval-s", "100000"]);
     assert_ne!(code, 0);
     assert!(err.contains("progress-interval-s 100000"), "{err}");
+    for (args, want) in [
+        (&["--retain", "0s"][..], "retain 0s"),
+        (&["--retain", "soon"][..], "7d"),
+        (
+            &["--retention-check-interval-s", "5"][..],
+            "only used with --retain",
+        ),
+        (
+            &["--retain", "1d", "--retention-check-interval-s", "0"][..],
+            "1 to 86400",
+        ),
+    ] {
+        let (code, _, err) = cairn_run("b:1", "t", data, args);
+        assert_ne!(code, 0, "{args:?}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
     let cfg = dir.path().join("cairn.toml");
+    std::fs::write(&cfg, "retain = \"forever\"\n").unwrap();
+    let (code, _, err) = cairn_run("b:1", "t", data, &["--config", cfg.to_str().unwrap()]);
+    assert_ne!(code, 0);
+    assert!(err.contains("retain \"forever\""), "{err}");
     std::fs::write(&cfg, "brokerz = \"x\"\n").unwrap();
     let (code, _, err) = cairn(&["run", "--config", cfg.to_str().unwrap()]);
     assert_ne!(code, 0);

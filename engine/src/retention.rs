@@ -55,7 +55,7 @@ impl Engine {
             crate::crashpoint::reached(crate::crashpoint::TRUNCATE_BETWEEN_STEPS);
         }
         if report.entries_deleted > 0 {
-            tracing::info!(%tp, offset, ?report, "retention truncated");
+            tracing::debug!(%tp, offset, ?report, "retention truncated");
         }
         Ok(report)
     }

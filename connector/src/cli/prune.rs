@@ -15,12 +15,13 @@
 //!   torn tail as any open does).
 
 use std::process::ExitCode;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use cairn_engine::{Engine, PartitionInfo, TruncateReport};
 
 use super::outln;
 use crate::error::{ConnectorError, Result};
+use crate::pruner;
 use crate::selection::Selection;
 
 #[derive(Debug, clap::Args)]
@@ -43,7 +44,7 @@ pub struct PruneArgs {
     pub before_time: Option<i64>,
     /// Delete records older than this age (`7d`, `12h`, `90min`), measured
     /// from now by their timestamps.
-    #[arg(long, value_name = "AGE", value_parser = parse_age)]
+    #[arg(long, value_name = "AGE", value_parser = crate::config::parse_age)]
     pub older_than: Option<Duration>,
     /// Report what would be deleted; delete nothing.
     #[arg(long)]
@@ -62,19 +63,7 @@ pub fn parse_time_ms(s: &str) -> std::result::Result<i64, String> {
     let t = humantime::parse_rfc3339_weak(s).map_err(|e| {
         format!("{e}: expected RFC 3339 in UTC (2026-11-01T00:00:00Z) or milliseconds since the Unix epoch")
     })?;
-    millis_since_epoch(t)
-}
-
-fn parse_age(s: &str) -> std::result::Result<Duration, String> {
-    humantime::parse_duration(s)
-        .map_err(|e| format!("{e}: expected an age such as 7d, 12h or 90min"))
-}
-
-fn millis_since_epoch(t: SystemTime) -> std::result::Result<i64, String> {
-    let d = t
-        .duration_since(UNIX_EPOCH)
-        .map_err(|_| "must not be before the Unix epoch".to_owned())?;
-    i64::try_from(d.as_millis()).map_err(|_| "too far in the future".to_owned())
+    pruner::millis_since_epoch(t)
 }
 
 /// Where the cut falls, before it is resolved per partition.
@@ -90,20 +79,7 @@ fn cut_of(args: &PruneArgs) -> Result<Cut> {
         (Some(o), None, None) if o < 0 => Err(bad(format!("--before {o}: must be at least 0"))),
         (Some(o), None, None) => Ok(Cut::Offset(o)),
         (None, Some(t), None) => Ok(Cut::TimeMs(t)),
-        (None, None, Some(age)) => {
-            let t = SystemTime::now().checked_sub(age).ok_or_else(|| {
-                bad(format!(
-                    "--older-than {}: too long",
-                    humantime::format_duration(age)
-                ))
-            })?;
-            Ok(Cut::TimeMs(millis_since_epoch(t).map_err(|e| {
-                bad(format!(
-                    "--older-than {}: {e}",
-                    humantime::format_duration(age)
-                ))
-            })?))
-        }
+        (None, None, Some(age)) => Ok(Cut::TimeMs(pruner::cut_for_age_ms(age))),
         // clap's group admits exactly one.
         _ => Err(bad(
             "give exactly one of --before, --before-time, --older-than".into(),
@@ -115,8 +91,7 @@ fn cut_of(args: &PruneArgs) -> Result<Cut> {
 fn cut_offset(engine: &Engine, p: &PartitionInfo, cut: Cut) -> Result<i64> {
     Ok(match cut {
         Cut::Offset(o) => o,
-        // No archived record at or after the time: every one is older.
-        Cut::TimeMs(t) => engine.offset_for_time(&p.tp, t)?.unwrap_or(p.next_offset),
+        Cut::TimeMs(t) => pruner::offset_for_cut(engine, p, t)?,
     })
 }
 
@@ -165,10 +140,7 @@ pub async fn run(args: PruneArgs) -> Result<ExitCode> {
             r.entries_deleted,
             p.next_offset
         )?;
-        total.entries_deleted += r.entries_deleted;
-        total.frames_deleted += r.frames_deleted;
-        total.records_deleted += r.records_deleted;
-        total.payload_bytes_deleted += r.payload_bytes_deleted;
+        pruner::add(&mut total, &r);
     }
     outln!(
         "{verb} {} records ({} payload bytes) in {} partitions",
@@ -201,7 +173,7 @@ mod tests {
         assert!(parse_time_ms("-1").is_err());
         let e = parse_time_ms("yesterday").unwrap_err();
         assert!(e.contains("RFC 3339"), "{e}");
-        assert!(parse_age("7d").is_ok());
-        assert!(parse_age("soon").unwrap_err().contains("7d"));
+        assert!(crate::config::parse_age("7d").is_ok());
+        assert!(crate::config::parse_age("soon").unwrap_err().contains("7d"));
     }
 }

@@ -5,11 +5,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use cairn_engine::{Engine, EngineConfig};
 
 use crate::config::{
-    parse_kv, CommitPolicy, FileConfig, OnOffsetOutOfRange, OnOversize, RunConfig,
+    parse_age, parse_kv, CommitPolicy, FileConfig, OnOffsetOutOfRange, OnOversize, RunConfig,
+    RETENTION_CHECK_INTERVAL_S_DEFAULT,
 };
 use crate::consumer::{run_pipeline, PipelineOptions};
 use crate::error::{ConnectorError, Result};
@@ -62,6 +64,13 @@ pub struct RunArgs {
     /// Log progress and lag this often, in seconds (0: only at stop) [default: 60].
     #[arg(long)]
     pub progress_interval_s: Option<u64>,
+    /// Delete archived records older than this age (`30d`, `12h`), by their
+    /// timestamps, while archiving [default: keep everything].
+    #[arg(long, value_name = "AGE", value_parser = parse_age)]
+    pub retain: Option<std::time::Duration>,
+    /// How often to look for records older than --retain, in seconds [default: 60].
+    #[arg(long)]
+    pub retention_check_interval_s: Option<u64>,
     /// librdkafka property, as with kcat (repeatable).
     #[arg(short = 'X', value_parser = parse_kv, value_name = "KEY=VALUE")]
     pub kafka: Vec<(String, String)>,
@@ -126,6 +135,17 @@ impl RunArgs {
         take!(auto_offset_reset);
         take!(connect_timeout_ms);
         take!(progress_interval_s);
+        let retain = match (self.retain, file.retain) {
+            (Some(r), _) => Some(r),
+            (None, Some(s)) => Some(
+                parse_age(&s).map_err(|e| ConnectorError::Config(format!("retain {s:?}: {e}")))?,
+            ),
+            (None, None) => None,
+        };
+        c.retain = retain;
+        c.retention_check_interval_s = self
+            .retention_check_interval_s
+            .or(file.retention_check_interval_s);
         let mut kafka: BTreeMap<String, String> = file.kafka.unwrap_or_default();
         kafka.extend(self.kafka);
         c.kafka = kafka;
@@ -152,7 +172,17 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
         stop,
         ..Default::default()
     };
-    let sink = Box::new(ArchiveSink::new(engine));
+    let mut sink = ArchiveSink::new(engine);
+    if let Some(retain) = cfg.retain {
+        let every_s = cfg
+            .retention_check_interval_s
+            .unwrap_or(RETENTION_CHECK_INTERVAL_S_DEFAULT);
+        tracing::info!(retain = %humantime::format_duration(retain), every_s, "pruning archived records older than the retention");
+        sink = sink
+            .with_retention(retain, Duration::from_secs(every_s))
+            .map_err(|e| ConnectorError::Sink(e.to_string()))?;
+    }
+    let sink = Box::new(sink);
     let report = tokio::task::spawn_blocking(move || run_pipeline(&cfg, sink, opts))
         .await
         .map_err(|e| ConnectorError::Sink(format!("pipeline thread: {e}")))??;

@@ -1,0 +1,130 @@
+//! Archive retention while archiving (`cairn run --retain`, pruner.rs),
+//! through the archive sink's own contract: the pass at start prunes what
+//! is already old, the pass at a clean stop prunes what was put since, the
+//! next offsets (where a run resumes) never move, and an archive the pass
+//! cannot prune stops the start with the place named.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use cairn_connector::{ArchiveSink, SinkTask};
+use cairn_engine::fuzzing::{batch, record};
+use cairn_engine::{Engine, EngineConfig, RecordBatch, TopicPartition};
+
+const DAY: Duration = Duration::from_secs(86_400);
+const HOUR: Duration = Duration::from_secs(3_600);
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// Records `offsets` of `tp` stamped now (`fuzzing::record` stamps 2023).
+fn fresh(tp: &TopicPartition, offsets: std::ops::Range<i64>) -> RecordBatch {
+    let t = now_ms();
+    RecordBatch {
+        tp: tp.clone(),
+        records: offsets
+            .map(|o| {
+                let mut r = record(tp, o, 20);
+                r.timestamp_ms = t;
+                r
+            })
+            .collect(),
+    }
+}
+
+/// `(first offset, next offset, records)` per partition.
+fn held(e: &Engine) -> BTreeMap<TopicPartition, (i64, i64, u64)> {
+    e.partitions()
+        .into_iter()
+        .map(|p| (p.tp, (p.first_offset, p.next_offset, p.record_count)))
+        .collect()
+}
+
+#[test]
+fn retention_prunes_at_start_and_at_stop_and_keeps_next_offsets() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
+    {
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        e.append(&[batch(&a, 0..50, 20), batch(&b, 0..30, 20)])
+            .unwrap();
+        e.close().unwrap();
+    }
+    let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
+    // An hour between passes: only the pass at start and the one at stop
+    // run in this test.
+    let mut sink = ArchiveSink::new(engine.clone())
+        .with_retention(DAY, HOUR)
+        .unwrap();
+    assert_eq!(
+        held(&engine),
+        BTreeMap::from([(a.clone(), (50, 50, 0)), (b.clone(), (30, 30, 0))]),
+        "the pass at start prunes the records of 2023"
+    );
+    // A run resumes where the archive ends, pruned or not.
+    let resume = sink.open(&[a.clone(), b.clone()]).unwrap();
+    assert_eq!(resume, BTreeMap::from([(a.clone(), 50), (b.clone(), 30)]));
+    // Old records, then fresh ones, then old ones again (a producer's
+    // clock is its own): the cut is the first record young enough, so the
+    // old records above it stay. Separate puts make separate entries.
+    sink.put(&[batch(&a, 50..60, 20)]).unwrap();
+    sink.put(&[fresh(&a, 60..65), fresh(&b, 30..35)]).unwrap();
+    sink.put(&[batch(&a, 65..70, 20)]).unwrap();
+    let consumed = BTreeMap::from([(a.clone(), 70), (b.clone(), 35)]);
+    assert_eq!(sink.pre_commit(&consumed).unwrap(), consumed);
+    drop(engine);
+    sink.stop().unwrap();
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    assert_eq!(
+        held(&e),
+        BTreeMap::from([(a.clone(), (60, 70, 10)), (b.clone(), (30, 35, 5))]),
+        "the pass at stop prunes what was put since, below the cut only"
+    );
+    let v = e.verify().unwrap();
+    assert!(v.is_clean(), "{:?}", v.problems);
+    let kept: Vec<i64> = e.read(&a, 0).unwrap().map(|r| r.unwrap().offset).collect();
+    assert_eq!(kept, (60..70).collect::<Vec<_>>());
+}
+
+/// An index entry the pass must read is damaged: the start fails with the
+/// entry named, and nothing is deleted.
+#[test]
+fn an_archive_the_pass_cannot_read_stops_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = TopicPartition::new("t", 0);
+    {
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        for i in 0..3 {
+            e.append(&[batch(&a, i * 10..i * 10 + 10, 20)]).unwrap();
+        }
+        e.close().unwrap();
+    }
+    {
+        let db = EngineConfig::new(dir.path()).open_sled().unwrap();
+        let t = db.open_tree("cairn").unwrap();
+        let k = cairn_engine::keys::index_key(&a, 0);
+        let mut v = t
+            .get(&k)
+            .unwrap()
+            .expect("index entry at offset 0")
+            .to_vec();
+        v[3] ^= 0x40;
+        t.insert(k, v).unwrap();
+        db.flush().unwrap();
+    }
+    let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
+    let err = match ArchiveSink::new(engine.clone()).with_retention(DAY, HOUR) {
+        Ok(_) => panic!("a pass over a damaged index must fail"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains("retention") && err.contains("index"),
+        "the error names the damaged index entry: {err}"
+    );
+    assert_eq!(engine.partitions()[0].record_count, 30, "nothing deleted");
+}
