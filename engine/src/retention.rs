@@ -111,13 +111,23 @@ impl Engine {
                 for lsn in e.lsn..e.lsn + e.chunks as u64 {
                     batch.remove(&keys::wal_key(lsn));
                 }
-                let (tomb_lsn, span) = match pending_tomb {
+                let (tomb_lsn, mut span) = match pending_tomb {
                     Some((l, s)) if l + s == e.lsn => (l, s + e.chunks as u64),
                     Some(_) | None => match self.tombstone_before(e.lsn)? {
                         Some((l, s)) if l + s == e.lsn => (l, s + e.chunks as u64),
                         _ => (e.lsn, e.chunks as u64),
                     },
                 };
+                // Absorb a tombstone right above as well (another
+                // partition's entries, deleted earlier). Merging both ways
+                // leaves one tombstone per deleted run of the log, so the
+                // leaves sled kept for the run empty out and their old
+                // versions, which still hold the deleted frames' bytes,
+                // can be reclaimed (docs/OPERATIONS.md, disk space).
+                while let Some(above) = self.tombstone_at(tomb_lsn + span)? {
+                    batch.remove(&keys::wal_key(tomb_lsn + span));
+                    span += above;
+                }
                 let body = frame::encode_tombstone(span);
                 batch.insert(
                     &keys::wal_key(tomb_lsn),
@@ -144,6 +154,30 @@ impl Engine {
         };
         self.wait_seq(seq)?;
         Ok(report)
+    }
+
+    /// The span of the tombstone frame stored at `lsn`, if that is one.
+    fn tombstone_at(&self, lsn: u64) -> Result<Option<u64>> {
+        let Some(v) = self
+            .tree
+            .get(keys::wal_key(lsn))
+            .map_err(store_err("read frame"))?
+        else {
+            return Ok(None);
+        };
+        // A reserved slot (slots.rs) lies above the last frame.
+        if crate::slots::is_slot(&v) {
+            return Ok(None);
+        }
+        let f = frame::decode(lsn, &v)
+            .map_err(|kind| Error::corruption(Location::Wal { lsn }, kind))?;
+        if f.kind != FrameKind::Tombstone {
+            return Ok(None);
+        }
+        let span = f
+            .span()
+            .map_err(|kind: CorruptionKind| Error::corruption(Location::Wal { lsn }, kind))?;
+        Ok(Some(span))
     }
 
     /// The tombstone frame immediately below `lsn`, as (lsn, span).
