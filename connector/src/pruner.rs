@@ -6,27 +6,29 @@
 //! every `--retention-check-interval-s`, and a last one at a clean stop.
 //!
 //! A time cut becomes, per partition, the first archived offset whose
-//! timestamp is at or after it (as Kafka's `ListOffsets` by time), and the
-//! engine deletes the whole entries below that offset.
+//! timestamp is at or after it, or unknown (`Engine::offset_for_retention`),
+//! and the engine deletes the whole entries below that offset.
 //!
 //! # Invariants
 //! - Nothing at or above a partition's cut is deleted. An entry that holds
 //!   the cut is kept whole, so a few older records may stay until the next
-//!   pass after it falls entirely below. A record without a timestamp (-1)
-//!   is deleted only when it lies below the cut.
+//!   pass after it falls entirely below.
 //! - A partition's durable next offset never moves: the run resumes and
 //!   commits exactly as it would without pruning, and pruned records are
 //!   never fetched again.
-//! - A failed pass (I/O error, corruption, a poisoned engine) is never
-//!   retried. The pruner stops, and the archive's next `put` or
-//!   `pre_commit` fails the run with the reason.
+//! - A failed pass (I/O error, corruption, a poisoned engine, a panic) is
+//!   never retried. The pruner stops and says so through its failure hook
+//!   (`cairn run` then stops, idle or not, and exits non-zero with the
+//!   reason); the archive's next `put` or `pre_commit` fails too.
+//! - A record without a timestamp (-1) has no age: it and everything above
+//!   it stay.
 
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use cairn_engine::{Engine, PartitionInfo, TruncateReport};
+use cairn_engine::{Engine, TruncateReport};
 
 /// `t` as milliseconds since the Unix epoch.
 pub fn millis_since_epoch(t: SystemTime) -> Result<i64, String> {
@@ -48,18 +50,6 @@ pub fn cut_for_age_ms(age: Duration) -> i64 {
     }
 }
 
-/// The offset below which `p` holds only records older than `cut_ms`.
-pub fn offset_for_cut(
-    engine: &Engine,
-    p: &PartitionInfo,
-    cut_ms: i64,
-) -> cairn_engine::Result<i64> {
-    // No archived record at or after the cut: every one is older.
-    Ok(engine
-        .offset_for_time(&p.tp, cut_ms)?
-        .unwrap_or(p.next_offset))
-}
-
 /// What one pass over the archive deleted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PassReport {
@@ -69,33 +59,38 @@ pub struct PassReport {
 
 /// Delete, in every archived partition, the records older than `cut_ms`.
 pub fn prune_older_than(engine: &Engine, cut_ms: i64) -> cairn_engine::Result<PassReport> {
+    // A poisoned engine fails the pass even when nothing is old enough.
+    engine.check_usable()?;
     let mut pass = PassReport::default();
     for p in engine.partitions() {
         if p.record_count == 0 {
             continue;
         }
-        let offset = offset_for_cut(engine, &p, cut_ms)?;
+        let offset = engine.offset_for_retention(&p.tp, cut_ms)?;
         let r = engine.truncate_before(&p.tp, offset)?;
         if r.entries_deleted > 0 {
             pass.partitions_pruned += 1;
-            add(&mut pass.deleted, &r);
+            pass.deleted.add_counts(&r);
         }
     }
     Ok(pass)
 }
 
-/// `total += r`.
-pub fn add(total: &mut TruncateReport, r: &TruncateReport) {
-    total.entries_deleted += r.entries_deleted;
-    total.frames_deleted += r.frames_deleted;
-    total.records_deleted += r.records_deleted;
-    total.payload_bytes_deleted += r.payload_bytes_deleted;
+/// Called once, from the pruner's thread, when a pass fails: `cairn run`
+/// asks the run to stop (it then fails with the pruner's error).
+pub type FailureHook = Box<dyn Fn(&str) + Send>;
+
+/// What the owner tells the thread.
+enum Order {
+    /// Make a last pass, then end.
+    Finish,
 }
 
 /// The retention thread of `cairn run --retain`.
 pub struct Pruner {
-    /// Dropped to stop the thread (after its last pass).
-    stop: Option<mpsc::Sender<()>>,
+    /// `Finish` for a last pass; dropped without it (the run failed, or the
+    /// sink was dropped) the thread ends without one.
+    orders: Option<mpsc::Sender<Order>>,
     thread: Option<JoinHandle<()>>,
     failure: Arc<Mutex<Option<String>>>,
 }
@@ -103,25 +98,34 @@ pub struct Pruner {
 impl Pruner {
     /// Prune records older than `retain` now, on this thread; then start
     /// the thread that prunes every `check_every`, and once more when
-    /// stopped.
+    /// stopped. `on_failure` hears of a pass that fails (or panics) on the
+    /// thread; the pass is not retried, and the pruner stops.
     pub fn start(
         engine: Arc<Engine>,
         retain: Duration,
         check_every: Duration,
+        on_failure: FailureHook,
     ) -> Result<Pruner, String> {
         pass(&engine, retain)?;
-        let (tx, rx) = mpsc::channel::<()>();
+        let (tx, rx) = mpsc::channel::<Order>();
         let failure = Arc::new(Mutex::new(None));
         let failed = failure.clone();
         let thread = std::thread::Builder::new()
             .name("cairn-pruner".into())
             .spawn(move || loop {
-                // Stopped: one last pass, so that a clean stop leaves
-                // nothing older than the retention behind.
-                let last = !matches!(rx.recv_timeout(check_every), Err(RecvTimeoutError::Timeout));
-                if let Err(e) = pass(&engine, retain) {
-                    tracing::error!(error = %e, "retention pass failed; pruning stopped, the run stops");
-                    *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                let last = match rx.recv_timeout(check_every) {
+                    Err(RecvTimeoutError::Timeout) => false,
+                    Ok(Order::Finish) => true,
+                    Err(RecvTimeoutError::Disconnected) => return,
+                };
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    pass(&engine, retain)
+                }))
+                .unwrap_or_else(|_| Err("retention: the pruner panicked".to_owned()));
+                if let Err(e) = r {
+                    tracing::error!(error = %e, "retention pass failed; not retried, the run stops");
+                    *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
+                    on_failure(&e);
                     return;
                 }
                 if last {
@@ -130,7 +134,7 @@ impl Pruner {
             })
             .map_err(|e| format!("start the pruner thread: {e}"))?;
         Ok(Pruner {
-            stop: Some(tx),
+            orders: Some(tx),
             thread: Some(thread),
             failure,
         })
@@ -147,10 +151,13 @@ impl Pruner {
     /// Make a last pass, stop the thread and wait for it; the error of any
     /// failed pass.
     pub fn stop(mut self) -> Result<(), String> {
-        self.stop.take();
+        if let Some(tx) = self.orders.take() {
+            // The thread may have ended already (a failed pass).
+            let _ = tx.send(Order::Finish);
+        }
         if let Some(t) = self.thread.take() {
             t.join()
-                .map_err(|_| "the pruner thread panicked".to_owned())?;
+                .map_err(|_| "retention: the pruner thread panicked".to_owned())?;
         }
         match self.failure() {
             Some(e) => Err(e),
@@ -160,8 +167,9 @@ impl Pruner {
 }
 
 impl Drop for Pruner {
+    /// Ends the thread without a last pass (a stop that is not clean).
     fn drop(&mut self) {
-        self.stop.take();
+        self.orders.take();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }

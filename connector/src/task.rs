@@ -43,7 +43,7 @@ use std::time::Duration;
 
 use cairn_engine::{Engine, RecordBatch, TopicPartition};
 
-use crate::pruner::Pruner;
+use crate::pruner::{FailureHook, Pruner};
 
 /// What a sink can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -105,14 +105,17 @@ impl ArchiveSink {
 
     /// Also delete archived records older than `retain`: now (an archive
     /// that cannot be pruned is an error here), every `check_every`, and
-    /// once more at `stop` (pruner.rs).
+    /// once more at a clean `stop` (pruner.rs). `on_failure` hears of a
+    /// later pass that fails, so that an idle run stops too.
     pub fn with_retention(
         mut self,
         retain: Duration,
         check_every: Duration,
+        on_failure: FailureHook,
     ) -> Result<Self, TaskError> {
         if let Some(e) = &self.engine {
-            let p = Pruner::start(e.clone(), retain, check_every).map_err(TaskError::Fatal)?;
+            let p = Pruner::start(e.clone(), retain, check_every, on_failure)
+                .map_err(TaskError::Fatal)?;
             self.pruner = Some(p);
         }
         Ok(self)

@@ -433,6 +433,7 @@ fn prune_deletes_below_the_cut_and_keeps_next_offsets() {
         (&["--before", "-1"][..], "at least 0"),
         (&["--before-time", "yesterday"][..], "RFC 3339"),
         (&["--older-than", "soon"][..], "7d"),
+        (&["--older-than", "0s"][..], "positive"),
         (&["--before", "1", "-t", "c"][..], "no such topic"),
         (&["--before", "1", "--partition", "9"][..], "--partition 9"),
     ] {
@@ -446,9 +447,10 @@ fn prune_deletes_below_the_cut_and_keeps_next_offsets() {
     assert_eq!(code, 0, "{err}");
     assert!(
         out.contains("a/0: would prune 100 records (")
+            && out.contains("below offset 105; first offset 0 -> 100; next offset 300")
             && out.contains("a/1: would prune 100 records (")
             && out.contains("b/0: would prune 50 records (")
-            && out.contains("would prune 250 records"),
+            && out.contains("would prune 250 records (4905 payload bytes) in 3 of 3 partitions"),
         "{out}"
     );
     assert_eq!(partitions_of(d), all, "a dry run deletes nothing");

@@ -221,7 +221,9 @@ impl Engine {
         &self.recovery
     }
 
-    fn check_usable(&self) -> Result<()> {
+    /// `Ok` while the engine takes writes; the `Poisoned` error (naming the
+    /// failed operation) or `Closed` once it does not.
+    pub fn check_usable(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }

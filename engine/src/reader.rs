@@ -66,6 +66,35 @@ impl Engine {
         })
     }
 
+    /// The offset below which every archived record of `tp` is known to be
+    /// older than `cut_ms`: the first record whose timestamp is at or after
+    /// the cut, or unknown (negative: a record without one has no age), or
+    /// the durable next offset when there is none. Retention by age deletes
+    /// below it.
+    pub fn offset_for_retention(&self, tp: &TopicPartition, cut_ms: i64) -> Result<i64> {
+        validate_tp(tp)?;
+        let end = self.durable_offset(tp).unwrap_or(0);
+        for item in self.tree.scan_prefix(keys::index_prefix(tp)) {
+            let (k, v) = item.map_err(store_err("scan index"))?;
+            let (_, e) = IndexEntry::decode(&k, &v).map_err(|kind| index_corruption(&k, kind))?;
+            if e.first_offset >= end {
+                break;
+            }
+            if e.timestamp_max_ms < cut_ms && e.timestamp_min_ms >= 0 {
+                continue;
+            }
+            let entry = read_entry(&self.tree, tp, &e)?;
+            if let Some(r) = entry
+                .records
+                .iter()
+                .find(|r| (r.timestamp_ms >= cut_ms || r.timestamp_ms < 0) && r.offset < end)
+            {
+                return Ok(r.offset);
+            }
+        }
+        Ok(end)
+    }
+
     /// The earliest offset whose timestamp is ≥ `timestamp_ms` (Kafka's
     /// ListOffsets semantics), or `None` if no stored record qualifies.
     pub fn offset_for_time(&self, tp: &TopicPartition, timestamp_ms: i64) -> Result<Option<i64>> {

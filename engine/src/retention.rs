@@ -1,14 +1,16 @@
 //! Retention: delete whole entries below an offset.
 //!
 //! A deleted entry's frames are replaced by one tombstone frame at its first
-//! LSN that records how many LSNs it stands for, merged with an adjacent
-//! earlier tombstone. The LSN space therefore stays gap-free, and verify can
-//! still prove that no frame went missing.
+//! LSN that records how many LSNs it stands for, merged with the adjacent
+//! tombstones below and above. The LSN space therefore stays gap-free, and
+//! verify can still prove that no frame went missing.
 //!
 //! # Invariants
 //! - Only entries whose *last* offset is below the cut are deleted; a
 //!   partially covered entry is kept whole.
 //! - The durable next offset never moves backwards.
+//! - Each step is one atomic sled batch, made durable before the next
+//!   begins: a crash keeps a prefix of the steps.
 
 use crate::engine::{store_err, Engine};
 use crate::error::{CorruptionKind, Error, Location, Result};
@@ -18,44 +20,63 @@ use crate::keys;
 use crate::record::TopicPartition;
 use crate::recovery::index_corruption;
 
-/// What `truncate_before` removed.
+/// What `truncate_before` removed (or `truncate_plan` would remove).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TruncateReport {
     pub entries_deleted: u64,
     pub frames_deleted: u64,
     pub records_deleted: u64,
     pub payload_bytes_deleted: u64,
+    /// The partition's first offset after the truncation (its next offset
+    /// when nothing is left); `None` when the partition is not archived.
+    pub first_offset_after: Option<i64>,
+}
+
+impl TruncateReport {
+    /// Add `other`'s counts (not its first offset) to these.
+    pub fn add_counts(&mut self, other: &TruncateReport) {
+        self.entries_deleted += other.entries_deleted;
+        self.frames_deleted += other.frames_deleted;
+        self.records_deleted += other.records_deleted;
+        self.payload_bytes_deleted += other.payload_bytes_deleted;
+    }
 }
 
 /// Entries deleted per durable step of [`Engine::truncate_before`]. Each
 /// step is one atomic sled batch under the write lock, so appends wait for
 /// at most one step, and a truncation of millions of entries needs memory
-/// for this many, not for all of them.
+/// for one step, not for all of them.
 pub const TRUNCATE_ENTRIES_PER_STEP: usize = 1024;
+
+/// Frames deleted per step at most (an entry may span many frames): bounds
+/// the batch and the time the write lock is held when entries are large.
+pub const TRUNCATE_FRAMES_PER_STEP: u64 = 8192;
 
 impl Engine {
     /// Delete every entry of `tp` that lies entirely below `offset`, durably.
     ///
-    /// Works in steps of [`TRUNCATE_ENTRIES_PER_STEP`] entries. Each step is
-    /// atomic and leaves a consistent archive (summary, index and tombstones
-    /// agree), so a crash part-way keeps a prefix of the deletion: a rerun
-    /// finishes it.
+    /// Works in steps of at most [`TRUNCATE_ENTRIES_PER_STEP`] entries and
+    /// [`TRUNCATE_FRAMES_PER_STEP`] frames. Each step is atomic and leaves a
+    /// consistent archive (summary, index and tombstones agree), so a crash
+    /// part-way keeps a prefix of the deletion: a rerun finishes it.
     pub fn truncate_before(&self, tp: &TopicPartition, offset: i64) -> Result<TruncateReport> {
         crate::record::validate_tp(tp)?;
         let mut report = TruncateReport::default();
+        let mut steps = 0u64;
         loop {
-            let step = self.truncate_step(tp, offset, TRUNCATE_ENTRIES_PER_STEP)?;
-            report.entries_deleted += step.entries_deleted;
-            report.frames_deleted += step.frames_deleted;
-            report.records_deleted += step.records_deleted;
-            report.payload_bytes_deleted += step.payload_bytes_deleted;
-            if step.entries_deleted < TRUNCATE_ENTRIES_PER_STEP as u64 {
+            if steps > 0 {
+                crate::crashpoint::reached(crate::crashpoint::TRUNCATE_BETWEEN_STEPS);
+            }
+            let (step, more) = self.truncate_step(tp, offset)?;
+            steps += 1;
+            report.add_counts(&step);
+            report.first_offset_after = step.first_offset_after;
+            if !more {
                 break;
             }
-            crate::crashpoint::reached(crate::crashpoint::TRUNCATE_BETWEEN_STEPS);
         }
         if report.entries_deleted > 0 {
-            tracing::debug!(%tp, offset, ?report, "retention truncated");
+            tracing::debug!(%tp, offset, ?report, steps, "retention truncated");
         }
         Ok(report)
     }
@@ -64,12 +85,19 @@ impl Engine {
     /// deleting anything.
     pub fn truncate_plan(&self, tp: &TopicPartition, offset: i64) -> Result<TruncateReport> {
         crate::record::validate_tp(tp)?;
-        let _w = self.lock_write()?;
+        // The lock keeps a concurrent truncation from changing the index
+        // under the scan.
+        let w = self.lock_write()?;
         let mut report = TruncateReport::default();
+        let Some(summary) = w.partitions.get(tp).copied() else {
+            return Ok(report);
+        };
+        let mut first_kept = None;
         for item in self.tree.scan_prefix(keys::index_prefix(tp)) {
             let (k, v) = item.map_err(store_err("scan index"))?;
             let (_, e) = IndexEntry::decode(&k, &v).map_err(|kind| index_corruption(&k, kind))?;
             if e.last_offset >= offset {
+                first_kept = Some(e.first_offset);
                 break;
             }
             report.entries_deleted += 1;
@@ -77,23 +105,25 @@ impl Engine {
             report.records_deleted += e.record_count as u64;
             report.payload_bytes_deleted += e.payload_bytes;
         }
+        report.first_offset_after = Some(if report.entries_deleted == 0 {
+            summary.first_offset
+        } else {
+            first_kept.unwrap_or(summary.next_offset)
+        });
         Ok(report)
     }
 
-    /// One durable step: delete up to `entries_max` of the lowest entries
-    /// below `offset`.
-    fn truncate_step(
-        &self,
-        tp: &TopicPartition,
-        offset: i64,
-        entries_max: usize,
-    ) -> Result<TruncateReport> {
+    /// One durable step: delete the lowest entries below `offset`, up to the
+    /// step's bounds. Also says whether entries below `offset` remain.
+    fn truncate_step(&self, tp: &TopicPartition, offset: i64) -> Result<(TruncateReport, bool)> {
         let mut report = TruncateReport::default();
+        let mut more = false;
         let seq = {
             let mut w = self.lock_write()?;
             let Some(mut summary) = w.partitions.get(tp).copied() else {
-                return Ok(report);
+                return Ok((report, false));
             };
+            report.first_offset_after = Some(summary.first_offset);
             let mut batch = sled::Batch::default();
             let mut pending_tomb: Option<(u64, u64)> = None;
             let mut new_first = None;
@@ -102,9 +132,16 @@ impl Engine {
                 let (_, e) =
                     IndexEntry::decode(&k, &v).map_err(|kind| index_corruption(&k, kind))?;
                 // The first entry kept by this step, whether the cut or the
-                // step's size stopped it, is the partition's new first.
-                if e.last_offset >= offset || report.entries_deleted == entries_max as u64 {
+                // step's bounds stopped it, is the partition's new first.
+                if e.last_offset >= offset {
                     new_first = Some(e.first_offset);
+                    break;
+                }
+                if report.entries_deleted == TRUNCATE_ENTRIES_PER_STEP as u64
+                    || report.frames_deleted >= TRUNCATE_FRAMES_PER_STEP
+                {
+                    new_first = Some(e.first_offset);
+                    more = true;
                     break;
                 }
                 batch.remove(k.to_vec());
@@ -140,9 +177,10 @@ impl Engine {
                 report.payload_bytes_deleted += e.payload_bytes;
             }
             if report.entries_deleted == 0 {
-                return Ok(report);
+                return Ok((report, false));
             }
             summary.first_offset = new_first.unwrap_or(summary.next_offset);
+            report.first_offset_after = Some(summary.first_offset);
             summary.record_count -= report.records_deleted;
             summary.payload_bytes -= report.payload_bytes_deleted;
             summary.next_offset_floor = summary.next_offset;
@@ -153,7 +191,7 @@ impl Engine {
             seq
         };
         self.wait_seq(seq)?;
-        Ok(report)
+        Ok((report, more))
     }
 
     /// The span of the tombstone frame stored at `lsn`, if that is one.

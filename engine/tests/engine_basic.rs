@@ -247,6 +247,16 @@ fn offset_for_time_finds_earliest_at_or_after() {
     assert_eq!(e.offset_for_time(&tp, base + 255).unwrap(), Some(26));
     assert_eq!(e.offset_for_time(&tp, base + 990).unwrap(), Some(99));
     assert_eq!(e.offset_for_time(&tp, base + 991).unwrap(), None);
+    // Retention's cut: the same, but a record without a timestamp stops it
+    // (no age), and with nothing young enough it is the next offset.
+    assert_eq!(e.offset_for_retention(&tp, base + 255).unwrap(), 26);
+    assert_eq!(e.offset_for_retention(&tp, base + 991).unwrap(), 100);
+    let mut b = batch(&tp, 100..110, 10);
+    b.records[3].timestamp_ms = -1;
+    e.append(&[b]).unwrap();
+    assert_eq!(e.offset_for_retention(&tp, base + 5000).unwrap(), 103);
+    assert_eq!(e.offset_for_time(&tp, base + 5000).unwrap(), None);
+    assert_eq!(e.offset_for_retention(&tp, i64::MIN).unwrap(), 0);
 }
 
 #[test]
@@ -328,7 +338,16 @@ fn truncate_before_works_in_steps() {
     );
     let v = e.verify().unwrap();
     assert!(v.is_clean(), "{:?}", v.problems);
-    assert_eq!(e.truncate_plan(&tp, cut).unwrap(), Default::default());
+    let again = e.truncate_plan(&tp, cut).unwrap();
+    assert_eq!(
+        (again.entries_deleted, again.first_offset_after),
+        (0, Some(cut - 1))
+    );
+    assert_eq!(
+        plan.first_offset_after,
+        Some(cut - 1),
+        "the plan names the new first offset"
+    );
     drop(e);
     let e = open(dir.path());
     let p = e.partitions().into_iter().find(|p| p.tp == tp).unwrap();

@@ -37,6 +37,21 @@ fn fresh(tp: &TopicPartition, offsets: std::ops::Range<i64>) -> RecordBatch {
     }
 }
 
+/// A failure hook for runs where no pass on the thread may fail.
+fn no_failure() -> cairn_connector::pruner::FailureHook {
+    Box::new(|e| panic!("a pass failed: {e}"))
+}
+
+/// Records `offsets` of `tp` without a timestamp (-1).
+fn unstamped(tp: &TopicPartition, offsets: std::ops::Range<i64>) -> RecordBatch {
+    let mut b = batch(tp, offsets, 20);
+    for r in &mut b.records {
+        r.timestamp_ms = -1;
+        r.timestamp_type = cairn_engine::TimestampType::NotAvailable;
+    }
+    b
+}
+
 /// `(first offset, next offset, records)` per partition.
 fn held(e: &Engine) -> BTreeMap<TopicPartition, (i64, i64, u64)> {
     e.partitions()
@@ -59,7 +74,7 @@ fn retention_prunes_at_start_and_at_stop_and_keeps_next_offsets() {
     // An hour between passes: only the pass at start and the one at stop
     // run in this test.
     let mut sink = ArchiveSink::new(engine.clone())
-        .with_retention(DAY, HOUR)
+        .with_retention(DAY, HOUR, no_failure())
         .unwrap();
     assert_eq!(
         held(&engine),
@@ -118,7 +133,7 @@ fn an_archive_the_pass_cannot_read_stops_the_start() {
         db.flush().unwrap();
     }
     let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
-    let err = match ArchiveSink::new(engine.clone()).with_retention(DAY, HOUR) {
+    let err = match ArchiveSink::new(engine.clone()).with_retention(DAY, HOUR, no_failure()) {
         Ok(_) => panic!("a pass over a damaged index must fail"),
         Err(e) => e.to_string(),
     };
@@ -127,4 +142,47 @@ fn an_archive_the_pass_cannot_read_stops_the_start() {
         "the error names the damaged index entry: {err}"
     );
     assert_eq!(engine.partitions()[0].record_count, 30, "nothing deleted");
+}
+
+/// A record without a timestamp has no age: it and everything above it
+/// stay, in a partition of such records and amid old ones.
+#[test]
+fn records_without_a_timestamp_are_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
+    {
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        e.append(&[unstamped(&a, 0..20)]).unwrap();
+        e.append(&[batch(&b, 0..10, 20)]).unwrap();
+        e.append(&[unstamped(&b, 10..15)]).unwrap();
+        e.append(&[batch(&b, 15..30, 20)]).unwrap();
+        e.close().unwrap();
+    }
+    let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
+    let mut sink = ArchiveSink::new(engine.clone())
+        .with_retention(DAY, HOUR, no_failure())
+        .unwrap();
+    assert_eq!(
+        held(&engine),
+        BTreeMap::from([(a.clone(), (0, 20, 20)), (b.clone(), (10, 30, 20))]),
+    );
+    drop(engine);
+    sink.stop().unwrap();
+}
+
+/// A sink dropped without a clean stop (the run failed) ends the pruner
+/// without a last pass: nothing is deleted on the way out.
+#[test]
+fn no_last_pass_without_a_clean_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = TopicPartition::new("t", 0);
+    let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
+    let mut sink = ArchiveSink::new(engine.clone())
+        .with_retention(DAY, HOUR, no_failure())
+        .unwrap();
+    sink.put(&[batch(&a, 0..10, 20)]).unwrap();
+    let consumed = BTreeMap::from([(a.clone(), 10)]);
+    assert_eq!(sink.pre_commit(&consumed).unwrap(), consumed);
+    drop(sink);
+    assert_eq!(held(&engine), BTreeMap::from([(a.clone(), (0, 10, 10))]));
 }

@@ -79,6 +79,9 @@ fn cut_of(args: &PruneArgs) -> Result<Cut> {
         (Some(o), None, None) if o < 0 => Err(bad(format!("--before {o}: must be at least 0"))),
         (Some(o), None, None) => Ok(Cut::Offset(o)),
         (None, Some(t), None) => Ok(Cut::TimeMs(t)),
+        (None, None, Some(age)) if age.is_zero() => {
+            Err(bad("--older-than 0s: must be a positive age".into()))
+        }
         (None, None, Some(age)) => Ok(Cut::TimeMs(pruner::cut_for_age_ms(age))),
         // clap's group admits exactly one.
         _ => Err(bad(
@@ -91,7 +94,7 @@ fn cut_of(args: &PruneArgs) -> Result<Cut> {
 fn cut_offset(engine: &Engine, p: &PartitionInfo, cut: Cut) -> Result<i64> {
     Ok(match cut {
         Cut::Offset(o) => o,
-        Cut::TimeMs(t) => pruner::offset_for_cut(engine, p, t)?,
+        Cut::TimeMs(t) => engine.offset_for_retention(&p.tp, t)?,
     })
 }
 
@@ -111,6 +114,7 @@ pub async fn run(args: PruneArgs) -> Result<ExitCode> {
         "pruned"
     };
     let mut total = TruncateReport::default();
+    let mut partitions_pruned = 0;
     for p in &chosen {
         let offset = cut_offset(&engine, p, cut)?;
         let r = if args.dry_run {
@@ -118,16 +122,7 @@ pub async fn run(args: PruneArgs) -> Result<ExitCode> {
         } else {
             engine.truncate_before(&p.tp, offset)?
         };
-        let first_after = if args.dry_run {
-            None
-        } else {
-            engine
-                .partitions()
-                .into_iter()
-                .find(|q| q.tp == p.tp)
-                .map(|q| q.first_offset)
-        };
-        let first = match first_after {
+        let first = match r.first_offset_after {
             Some(f) if f != p.first_offset => format!("first offset {} -> {f}", p.first_offset),
             _ => format!("first offset {}", p.first_offset),
         };
@@ -140,10 +135,13 @@ pub async fn run(args: PruneArgs) -> Result<ExitCode> {
             r.entries_deleted,
             p.next_offset
         )?;
-        pruner::add(&mut total, &r);
+        total.add_counts(&r);
+        if r.entries_deleted > 0 {
+            partitions_pruned += 1;
+        }
     }
     outln!(
-        "{verb} {} records ({} payload bytes) in {} partitions",
+        "{verb} {} records ({} payload bytes) in {partitions_pruned} of {} partitions",
         total.records_deleted,
         total.payload_bytes_deleted,
         chosen.len()

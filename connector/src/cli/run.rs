@@ -169,7 +169,7 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
         signal_stop.store(true, Ordering::Relaxed);
     });
     let opts = PipelineOptions {
-        stop,
+        stop: stop.clone(),
         ..Default::default()
     };
     let mut sink = ArchiveSink::new(engine);
@@ -178,8 +178,12 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
             .retention_check_interval_s
             .unwrap_or(RETENTION_CHECK_INTERVAL_S_DEFAULT);
         tracing::info!(retain = %humantime::format_duration(retain), every_s, "pruning archived records older than the retention");
+        // A failed pass stops the run, even an idle one: a clean stop,
+        // whose end reports the pruner's error and exits non-zero.
+        let stop_run = stop.clone();
+        let on_failure = Box::new(move |_: &str| stop_run.store(true, Ordering::Relaxed));
         sink = sink
-            .with_retention(retain, Duration::from_secs(every_s))
+            .with_retention(retain, Duration::from_secs(every_s), on_failure)
             .map_err(|e| ConnectorError::Sink(e.to_string()))?;
     }
     let sink = Box::new(sink);
