@@ -91,7 +91,10 @@ pub struct RunConfig {
     /// Delete archived records older than this (pruner.rs); `None` keeps
     /// everything.
     pub retain: Option<std::time::Duration>,
-    /// How often the pruner looks for records older than `retain`.
+    /// Keep at most this many payload bytes per partition (the newest
+    /// entries; pruner.rs); `None` sets no bound.
+    pub retain_bytes: Option<u64>,
+    /// How often the pruner looks for records past the retention.
     pub retention_check_interval_s: Option<u64>,
     /// librdkafka properties passed through (`-X key=value`).
     pub kafka: BTreeMap<String, String>,
@@ -121,8 +124,17 @@ impl RunConfig {
             connect_timeout_ms: 10_000,
             progress_interval_s: 60,
             retain: None,
+            retain_bytes: None,
             retention_check_interval_s: None,
             kafka: BTreeMap::new(),
+        }
+    }
+
+    /// What the pruner keeps (pruner.rs).
+    pub fn retention(&self) -> crate::pruner::Retention {
+        crate::pruner::Retention {
+            age: self.retain,
+            partition_bytes_max: self.retain_bytes,
         }
     }
 
@@ -206,8 +218,14 @@ impl RunConfig {
                 self.progress_interval_s
             ));
         }
-        match (self.retain, self.retention_check_interval_s) {
-            (Some(r), _) if r.is_zero() => {
+        if self.retain_bytes == Some(0) {
+            return bad(
+                "retain-bytes 0: must be positive (leave --retain-bytes out to set no bound)"
+                    .into(),
+            );
+        }
+        match (self.retention().is_set(), self.retention_check_interval_s) {
+            _ if self.retain.is_some_and(|r| r.is_zero()) => {
                 return bad(
                     "retain 0s: must be a positive age (leave --retain out to keep everything)"
                         .into(),
@@ -218,8 +236,10 @@ impl RunConfig {
                     "retention-check-interval-s {s}: must be 1 to 86400"
                 ))
             }
-            (None, Some(_)) => {
-                return bad("retention-check-interval-s: only used with --retain".into())
+            (false, Some(_)) => {
+                return bad(
+                    "retention-check-interval-s: only used with --retain or --retain-bytes".into(),
+                )
             }
             _ => {}
         }
@@ -294,6 +314,8 @@ pub struct FileConfig {
     pub progress_interval_s: Option<u64>,
     /// An age such as `30d`, like `--retain`.
     pub retain: Option<String>,
+    /// A size per partition: bytes, or a string such as `"50GiB"`.
+    pub retain_bytes: Option<bytesize::ByteSize>,
     pub retention_check_interval_s: Option<u64>,
     /// librdkafka properties, like `-X`.
     pub kafka: Option<BTreeMap<String, String>>,
@@ -315,6 +337,13 @@ pub const RETENTION_CHECK_INTERVAL_S_DEFAULT: u64 = 60;
 pub fn parse_age(s: &str) -> Result<std::time::Duration, String> {
     humantime::parse_duration(s)
         .map_err(|e| format!("{e}: expected an age such as 7d, 12h or 90min"))
+}
+
+/// Parse a size for `--retain-bytes` (`50GiB`, `500MB`, bytes).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    s.parse::<bytesize::ByteSize>()
+        .map(|b| b.as_u64())
+        .map_err(|e| format!("{e}: expected a size such as 50GiB, 500MB or a number of bytes"))
 }
 
 /// Parse `key=value` for `-X`.

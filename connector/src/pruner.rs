@@ -1,13 +1,18 @@
-//! Archive retention: deleting archived records older than an age.
+//! Archive retention: deleting archived records older than an age, or
+//! beyond a size per partition.
 //!
-//! `cairn prune` runs one pass and exits. `cairn run --retain AGE` makes a
+//! `cairn prune` runs one pass and exits. `cairn run --retain AGE` (and/or
+//! `--retain-bytes SIZE`) makes a
 //! pass before it starts consuming (an archive the pass cannot prune stops
 //! the start), then runs a [`Pruner`] thread beside the archive: a pass
 //! every `--retention-check-interval-s`, and a last one at a clean stop.
 //!
 //! A time cut becomes, per partition, the first archived offset whose
 //! timestamp is at or after it, or unknown (`Engine::offset_for_retention`),
-//! and the engine deletes the whole entries below that offset.
+//! A size cut is the lowest entry from which the partition's entries hold at
+//! most the size in payload bytes (`Engine::offset_for_retained_bytes`).
+//! With both, the higher cut wins. The engine deletes the whole entries
+//! below the cut.
 //!
 //! # Invariants
 //! - Nothing at or above a partition's cut is deleted. An entry that holds
@@ -18,8 +23,10 @@
 //!   never fetched again.
 //! - A failed pass (I/O error, corruption, a poisoned engine, a panic) is
 //!   never retried. The pruner stops and says so through its failure hook
-//!   (`cairn run` then stops, idle or not, and exits non-zero with the
-//!   reason); the archive's next `put` or `pre_commit` fails too.
+//!   at once; `cairn run`'s hook stops the run cleanly, idle or not (what
+//!   was archived is fsynced and committed unless the engine itself
+//!   failed), and the sink's `stop` returns the error, so the run fails
+//!   with it.
 //! - A record without a timestamp (-1) has no age: it and everything above
 //!   it stay.
 
@@ -28,7 +35,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use cairn_engine::{Engine, TruncateReport};
+use cairn_engine::{Engine, TopicPartition, TruncateReport};
 
 /// `t` as milliseconds since the Unix epoch.
 pub fn millis_since_epoch(t: SystemTime) -> Result<i64, String> {
@@ -57,16 +64,48 @@ pub struct PassReport {
     pub deleted: TruncateReport,
 }
 
-/// Delete, in every archived partition, the records older than `cut_ms`.
-pub fn prune_older_than(engine: &Engine, cut_ms: i64) -> cairn_engine::Result<PassReport> {
-    // A poisoned engine fails the pass even when nothing is old enough.
+/// What `cairn run` keeps: records younger than `age`, and per partition
+/// the newest entries holding at most `partition_bytes_max` payload bytes.
+/// Either, both, or (not pruning at all) neither.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Retention {
+    pub age: Option<Duration>,
+    pub partition_bytes_max: Option<u64>,
+}
+
+impl Retention {
+    pub fn is_set(&self) -> bool {
+        self.age.is_some() || self.partition_bytes_max.is_some()
+    }
+}
+
+/// Where `tp` is cut under `retention`, with the age measured from now: the
+/// higher of the age's cut and the size's.
+pub fn cut_offset(
+    engine: &Engine,
+    tp: &TopicPartition,
+    retention: &Retention,
+) -> cairn_engine::Result<i64> {
+    let mut cut = 0;
+    if let Some(age) = retention.age {
+        cut = cut.max(engine.offset_for_retention(tp, cut_for_age_ms(age))?);
+    }
+    if let Some(bytes) = retention.partition_bytes_max {
+        cut = cut.max(engine.offset_for_retained_bytes(tp, bytes)?);
+    }
+    Ok(cut)
+}
+
+/// One pass: prune every archived partition to `retention`.
+pub fn prune(engine: &Engine, retention: &Retention) -> cairn_engine::Result<PassReport> {
+    // A poisoned engine fails the pass even when nothing is due.
     engine.check_usable()?;
     let mut pass = PassReport::default();
     for p in engine.partitions() {
         if p.record_count == 0 {
             continue;
         }
-        let offset = engine.offset_for_retention(&p.tp, cut_ms)?;
+        let offset = cut_offset(engine, &p.tp, retention)?;
         let r = engine.truncate_before(&p.tp, offset)?;
         if r.entries_deleted > 0 {
             pass.partitions_pruned += 1;
@@ -96,17 +135,16 @@ pub struct Pruner {
 }
 
 impl Pruner {
-    /// Prune records older than `retain` now, on this thread; then start
-    /// the thread that prunes every `check_every`, and once more when
-    /// stopped. `on_failure` hears of a pass that fails (or panics) on the
+    /// Prune to `retention` now, on this thread; then start the thread
+    /// that prunes every `check_every`, and once more when stopped. `on_failure` hears of a pass that fails (or panics) on the
     /// thread; the pass is not retried, and the pruner stops.
     pub fn start(
         engine: Arc<Engine>,
-        retain: Duration,
+        retention: Retention,
         check_every: Duration,
         on_failure: FailureHook,
     ) -> Result<Pruner, String> {
-        pass(&engine, retain)?;
+        pass(&engine, &retention)?;
         let (tx, rx) = mpsc::channel::<Order>();
         let failure = Arc::new(Mutex::new(None));
         let failed = failure.clone();
@@ -119,9 +157,16 @@ impl Pruner {
                     Err(RecvTimeoutError::Disconnected) => return,
                 };
                 let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    pass(&engine, retain)
+                    pass(&engine, &retention)
                 }))
-                .unwrap_or_else(|_| Err("retention: the pruner panicked".to_owned()));
+                .unwrap_or_else(|payload| {
+                    let what = payload
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| payload.downcast_ref::<String>().cloned())
+                        .unwrap_or_default();
+                    Err(format!("retention: the pruner panicked: {what}"))
+                });
                 if let Err(e) = r {
                     tracing::error!(error = %e, "retention pass failed; not retried, the run stops");
                     *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
@@ -176,20 +221,26 @@ impl Drop for Pruner {
     }
 }
 
-fn pass(engine: &Engine, retain: Duration) -> Result<(), String> {
-    let cut_ms = cut_for_age_ms(retain);
-    let r = prune_older_than(engine, cut_ms).map_err(|e| format!("retention: {e}"))?;
+/// The failpoint in every pass (`fail` crate; compiled in with the
+/// connector's `failpoints` feature, for tests).
+pub const FAILPOINT_PASS: &str = "pruner::pass";
+
+fn pass(engine: &Engine, retention: &Retention) -> Result<(), String> {
+    fail::fail_point!(FAILPOINT_PASS, |a| Err(format!(
+        "retention: failpoint {FAILPOINT_PASS}: {}",
+        a.unwrap_or_default()
+    )));
+    let r = prune(engine, retention).map_err(|e| format!("retention: {e}"))?;
     if r.deleted.records_deleted > 0 {
         tracing::info!(
             records = r.deleted.records_deleted,
             payload_bytes = r.deleted.payload_bytes_deleted,
             entries = r.deleted.entries_deleted,
             partitions = r.partitions_pruned,
-            older_than_ms = cut_ms,
             "pruned"
         );
     } else {
-        tracing::debug!(older_than_ms = cut_ms, "retention pass: nothing to prune");
+        tracing::debug!("retention pass: nothing to prune");
     }
     Ok(())
 }

@@ -43,7 +43,7 @@ use std::time::Duration;
 
 use cairn_engine::{Engine, RecordBatch, TopicPartition};
 
-use crate::pruner::{FailureHook, Pruner};
+use crate::pruner::{FailureHook, Pruner, Retention};
 
 /// What a sink can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -103,18 +103,18 @@ impl ArchiveSink {
         }
     }
 
-    /// Also delete archived records older than `retain`: now (an archive
-    /// that cannot be pruned is an error here), every `check_every`, and
-    /// once more at a clean `stop` (pruner.rs). `on_failure` hears of a
-    /// later pass that fails, so that an idle run stops too.
+    /// Also prune the archive to `retention`: now (an archive that cannot
+    /// be pruned is an error here), every `check_every`, and once more at a
+    /// clean `stop` (pruner.rs). `on_failure` hears of a later pass that
+    /// fails, so that an idle run stops too.
     pub fn with_retention(
         mut self,
-        retain: Duration,
+        retention: Retention,
         check_every: Duration,
         on_failure: FailureHook,
     ) -> Result<Self, TaskError> {
         if let Some(e) = &self.engine {
-            let p = Pruner::start(e.clone(), retain, check_every, on_failure)
+            let p = Pruner::start(e.clone(), retention, check_every, on_failure)
                 .map_err(TaskError::Fatal)?;
             self.pruner = Some(p);
         }
@@ -126,10 +126,6 @@ impl ArchiveSink {
     }
 
     fn eng(&self) -> Result<&Arc<Engine>, TaskError> {
-        // A failed retention pass stops the run like a failed write.
-        if let Some(e) = self.pruner.as_ref().and_then(Pruner::failure) {
-            return Err(TaskError::Fatal(e));
-        }
         self.engine
             .as_ref()
             .ok_or_else(|| TaskError::Fatal("archive already stopped".into()))

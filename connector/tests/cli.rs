@@ -95,12 +95,14 @@ fn bad_flags_and_config_name_the_setting() {
         (&["--retain", "soon"][..], "7d"),
         (
             &["--retention-check-interval-s", "5"][..],
-            "only used with --retain",
+            "only used with --retain or --retain-bytes",
         ),
         (
             &["--retain", "1d", "--retention-check-interval-s", "0"][..],
             "1 to 86400",
         ),
+        (&["--retain-bytes", "0"][..], "retain-bytes 0"),
+        (&["--retain-bytes", "lots"][..], "50GiB"),
     ] {
         let (code, _, err) = cairn_run("b:1", "t", data, args);
         assert_ne!(code, 0, "{args:?}");
@@ -111,6 +113,27 @@ fn bad_flags_and_config_name_the_setting() {
     let (code, _, err) = cairn_run("b:1", "t", data, &["--config", cfg.to_str().unwrap()]);
     assert_ne!(code, 0);
     assert!(err.contains("retain \"forever\""), "{err}");
+    // A size in TOML: a string with a unit, or a number of bytes.
+    std::fs::write(&cfg, "retain-bytes = \"lots\"\n").unwrap();
+    let (code, _, err) = cairn_run("b:1", "t", data, &["--config", cfg.to_str().unwrap()]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("retain-bytes") && err.contains("lots"),
+        "{err}"
+    );
+    for ok in ["retain-bytes = \"50GiB\"\n", "retain-bytes = 1000000\n"] {
+        std::fs::write(&cfg, ok).unwrap();
+        let (code, _, err) = cairn_run(
+            "b:1",
+            "t",
+            data,
+            &["--config", cfg.to_str().unwrap(), "--retain-bytes", "0"],
+        );
+        assert!(
+            code != 0 && err.contains("retain-bytes 0"),
+            "{ok}: the file parsed, the flag won: {err}"
+        );
+    }
     std::fs::write(&cfg, "brokerz = \"x\"\n").unwrap();
     let (code, _, err) = cairn(&["run", "--config", cfg.to_str().unwrap()]);
     assert_ne!(code, 0);
@@ -502,10 +525,23 @@ fn prune_deletes_below_the_cut_and_keeps_next_offsets() {
         "{out}"
     );
 
+    // A size per partition: b's entries hold ~194 payload bytes each, so
+    // 400 bytes keep its newest two.
+    let (code, out, err) = cairn(&["prune", "--data", d, "-t", "b", "--keep-bytes", "400"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("b/0: pruned 30 records (")
+            && out.contains("first offset 0 -> 30; next offset 50"),
+        "{out}"
+    );
+    let (code, _, err) = cairn(&["prune", "--data", d, "--keep-bytes", "lots"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("50GiB"), "{err}");
+
     // An age: every record is from 2023, so everything goes; next offsets stay.
     let (code, out, err) = cairn(&["prune", "--data", d, "--older-than", "1day"]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("pruned 250 records"), "{out}");
+    assert!(out.contains("pruned 220 records"), "{out}");
     assert_eq!(
         partitions_of(d),
         vec![

@@ -72,6 +72,6 @@ pub use record::{
     HEADERS_PER_RECORD_MAX,
 };
 pub use recovery::{RecoveryReport, TruncatedTail, FAILPOINT_RECOVERY_MID_REPAIR};
-pub use retention::{TruncateReport, TRUNCATE_ENTRIES_PER_STEP};
+pub use retention::{TruncateReport, TRUNCATE_ENTRIES_PER_STEP, TRUNCATE_FRAMES_PER_STEP};
 pub use sync::FAILPOINT_FLUSH_ERR;
 pub use verify::{verify_store, Problem, VerifyReport, PROBLEMS_LISTED_MAX};

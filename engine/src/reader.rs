@@ -66,6 +66,33 @@ impl Engine {
         })
     }
 
+    /// The lowest entry boundary from which `tp`'s durable entries hold at
+    /// most `bytes_max` payload bytes: retention by size deletes below it,
+    /// keeping the newest entries that fit (none, if the newest alone is
+    /// larger). The durable next offset when nothing fits.
+    pub fn offset_for_retained_bytes(&self, tp: &TopicPartition, bytes_max: u64) -> Result<i64> {
+        validate_tp(tp)?;
+        let (end, mut held) = {
+            let view = self.durable_view();
+            match view.partitions.get(tp) {
+                Some(s) => (s.next_offset, s.payload_bytes),
+                None => return Ok(0),
+            }
+        };
+        for item in self.tree.scan_prefix(keys::index_prefix(tp)) {
+            let (k, v) = item.map_err(store_err("scan index"))?;
+            let (_, e) = IndexEntry::decode(&k, &v).map_err(|kind| index_corruption(&k, kind))?;
+            if e.first_offset >= end {
+                break;
+            }
+            if held <= bytes_max {
+                return Ok(e.first_offset);
+            }
+            held = held.saturating_sub(e.payload_bytes);
+        }
+        Ok(end)
+    }
+
     /// The offset below which every archived record of `tp` is known to be
     /// older than `cut_ms`: the first record whose timestamp is at or after
     /// the cut, or unknown (negative: a record without one has no age), or

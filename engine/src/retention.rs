@@ -48,8 +48,11 @@ impl TruncateReport {
 /// for one step, not for all of them.
 pub const TRUNCATE_ENTRIES_PER_STEP: usize = 1024;
 
-/// Frames deleted per step at most (an entry may span many frames): bounds
-/// the batch and the time the write lock is held when entries are large.
+/// Frames per step, roughly: a step takes no further entry once it has
+/// deleted this many (so it may pass it by one entry's frames, and the
+/// tombstones it merges are not counted). Bounds the batch and the time the
+/// write lock is held when entries are large (with 1 MiB entries of 64 KiB
+/// frames, this is the bound that ends a step, at ~512 entries).
 pub const TRUNCATE_FRAMES_PER_STEP: u64 = 8192;
 
 impl Engine {

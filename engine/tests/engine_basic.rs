@@ -358,6 +358,34 @@ fn truncate_before_works_in_steps() {
     assert!(e.verify().unwrap().is_clean());
 }
 
+/// Entries of many frames: the frames bound, not the entries bound, ends
+/// each step, and the steps still delete exactly what was asked.
+#[test]
+fn truncate_steps_are_bounded_by_frames_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(EngineConfig::new(dir.path()).frame_body_bytes_max(1024)).unwrap();
+    let tp = TopicPartition::new("t", 0);
+    // 20 records of 800 B: ~14 frames an entry, so ~580 entries a step.
+    let entries = 1300i64;
+    for i in 0..entries {
+        e.write(&[batch(&tp, i * 20..i * 20 + 20, 800)]).unwrap();
+    }
+    e.sync().unwrap();
+    let plan = e.truncate_plan(&tp, (entries - 1) * 20).unwrap();
+    let frames_per_entry = plan.frames_deleted / plan.entries_deleted;
+    assert!(frames_per_entry >= 10, "{plan:?}");
+    assert!(
+        plan.frames_deleted > 2 * cairn_engine::TRUNCATE_FRAMES_PER_STEP,
+        "three steps or more: {plan:?}"
+    );
+    let r = e.truncate_before(&tp, (entries - 1) * 20).unwrap();
+    assert_eq!(r, plan);
+    assert_eq!(read_all(&e, &tp).len(), 20);
+    let v = e.verify().unwrap();
+    assert!(v.is_clean(), "{:?}", v.problems);
+    assert_eq!(v.tombstones, 1);
+}
+
 /// Partitions interleaved in the log, pruned one after another in either
 /// order: the tombstones merge both ways into one per deleted run of the
 /// log. Before they merged upwards too, ~one tombstone per append stayed in

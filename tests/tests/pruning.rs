@@ -1,4 +1,5 @@
-//! Archive retention while archiving (`cairn run --retain`, pruner.rs),
+//! Archive retention while archiving (`cairn run --retain`,
+//! `--retain-bytes`; pruner.rs),
 //! through the archive sink's own contract: the pass at start prunes what
 //! is already old, the pass at a clean stop prunes what was put since, the
 //! next offsets (where a run resumes) never move, and an archive the pass
@@ -8,6 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use cairn_connector::pruner::Retention;
 use cairn_connector::{ArchiveSink, SinkTask};
 use cairn_engine::fuzzing::{batch, record};
 use cairn_engine::{Engine, EngineConfig, RecordBatch, TopicPartition};
@@ -34,6 +36,13 @@ fn fresh(tp: &TopicPartition, offsets: std::ops::Range<i64>) -> RecordBatch {
                 r
             })
             .collect(),
+    }
+}
+
+fn by_age(age: Duration) -> Retention {
+    Retention {
+        age: Some(age),
+        ..Retention::default()
     }
 }
 
@@ -74,7 +83,7 @@ fn retention_prunes_at_start_and_at_stop_and_keeps_next_offsets() {
     // An hour between passes: only the pass at start and the one at stop
     // run in this test.
     let mut sink = ArchiveSink::new(engine.clone())
-        .with_retention(DAY, HOUR, no_failure())
+        .with_retention(by_age(DAY), HOUR, no_failure())
         .unwrap();
     assert_eq!(
         held(&engine),
@@ -133,7 +142,8 @@ fn an_archive_the_pass_cannot_read_stops_the_start() {
         db.flush().unwrap();
     }
     let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
-    let err = match ArchiveSink::new(engine.clone()).with_retention(DAY, HOUR, no_failure()) {
+    let err = match ArchiveSink::new(engine.clone()).with_retention(by_age(DAY), HOUR, no_failure())
+    {
         Ok(_) => panic!("a pass over a damaged index must fail"),
         Err(e) => e.to_string(),
     };
@@ -160,7 +170,7 @@ fn records_without_a_timestamp_are_kept() {
     }
     let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
     let mut sink = ArchiveSink::new(engine.clone())
-        .with_retention(DAY, HOUR, no_failure())
+        .with_retention(by_age(DAY), HOUR, no_failure())
         .unwrap();
     assert_eq!(
         held(&engine),
@@ -178,11 +188,61 @@ fn no_last_pass_without_a_clean_stop() {
     let a = TopicPartition::new("t", 0);
     let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
     let mut sink = ArchiveSink::new(engine.clone())
-        .with_retention(DAY, HOUR, no_failure())
+        .with_retention(by_age(DAY), HOUR, no_failure())
         .unwrap();
     sink.put(&[batch(&a, 0..10, 20)]).unwrap();
     let consumed = BTreeMap::from([(a.clone(), 10)]);
     assert_eq!(sink.pre_commit(&consumed).unwrap(), consumed);
     drop(sink);
     assert_eq!(held(&engine), BTreeMap::from([(a.clone(), (0, 10, 10))]));
+}
+
+/// A size bound per partition keeps the newest entries that fit, together
+/// with an age bound the higher cut wins, and an entry larger than the
+/// bound alone goes too.
+#[test]
+fn size_retention_keeps_the_newest_entries_that_fit() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
+    {
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        // Fresh records: no age cut applies. 10 entries of 10 records.
+        for i in 0..10 {
+            e.append(&[fresh(&a, i * 10..i * 10 + 10)]).unwrap();
+        }
+        e.append(&[fresh(&b, 0..10)]).unwrap();
+        e.close().unwrap();
+    }
+    let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
+    let entry_bytes = engine.partitions()[1].payload_bytes;
+    // Room for three entries of `a` and a half: three stay. `b`'s one entry fits.
+    let r = Retention {
+        age: Some(DAY),
+        partition_bytes_max: Some(entry_bytes * 7 / 2),
+    };
+    let sink = ArchiveSink::new(engine.clone())
+        .with_retention(r, HOUR, no_failure())
+        .unwrap();
+    let held_a = held(&engine)[&a];
+    assert_eq!((held_a.0, held_a.1, held_a.2), (70, 100, 30));
+    assert!(engine.partitions()[0].payload_bytes <= entry_bytes * 7 / 2);
+    assert_eq!(held(&engine)[&b], (0, 10, 10));
+    drop(sink);
+    // Smaller than one entry: nothing fits, everything goes; offsets stay.
+    let sink = ArchiveSink::new(engine.clone())
+        .with_retention(
+            Retention {
+                age: None,
+                partition_bytes_max: Some(1),
+            },
+            HOUR,
+            no_failure(),
+        )
+        .unwrap();
+    assert_eq!(
+        held(&engine),
+        BTreeMap::from([(a.clone(), (100, 100, 0)), (b.clone(), (10, 10, 0))])
+    );
+    drop(sink);
+    assert!(engine.verify().unwrap().is_clean());
 }

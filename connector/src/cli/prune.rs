@@ -1,10 +1,11 @@
 //! `cairn prune`: delete archived records below a cut, per partition.
 //!
-//! The cut is an offset (`--before`), a time (`--before-time`) or an age
-//! (`--older-than`). A time cut becomes, per partition, the first archived
-//! offset whose timestamp is at or after it, as Kafka's `ListOffsets` by
-//! time does: everything below it is older. Records at or above the cut are
-//! never deleted.
+//! The cut is an offset (`--before`), a time (`--before-time`), an age
+//! (`--older-than`) or a size to keep (`--keep-bytes`, payload bytes per
+//! partition, newest entries first). A time cut becomes, per partition, the
+//! first archived offset whose timestamp is at or after it, or that has no
+//! timestamp (`Engine::offset_for_retention`): everything below it is
+//! older. Records at or above the cut are never deleted.
 //!
 //! # Invariants
 //! - Whole entries only (the engine's unit of writing): an entry that holds
@@ -25,7 +26,7 @@ use crate::pruner;
 use crate::selection::Selection;
 
 #[derive(Debug, clap::Args)]
-#[command(group(clap::ArgGroup::new("cut").required(true).args(["before", "before_time", "older_than"])))]
+#[command(group(clap::ArgGroup::new("cut").required(true).args(["before", "before_time", "older_than", "keep_bytes"])))]
 pub struct PruneArgs {
     #[command(flatten)]
     pub data: super::DataArg,
@@ -46,6 +47,10 @@ pub struct PruneArgs {
     /// from now by their timestamps.
     #[arg(long, value_name = "AGE", value_parser = crate::config::parse_age)]
     pub older_than: Option<Duration>,
+    /// Keep at most this many payload bytes per partition (`50GiB`,
+    /// `500MB`): delete the oldest entries beyond it.
+    #[arg(long, value_name = "SIZE", value_parser = crate::config::parse_size)]
+    pub keep_bytes: Option<u64>,
     /// Report what would be deleted; delete nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -71,21 +76,30 @@ pub fn parse_time_ms(s: &str) -> std::result::Result<i64, String> {
 enum Cut {
     Offset(i64),
     TimeMs(i64),
+    KeepBytes(u64),
 }
 
 fn cut_of(args: &PruneArgs) -> Result<Cut> {
     let bad = |m: String| ConnectorError::Config(m);
-    match (args.before, args.before_time, args.older_than) {
-        (Some(o), None, None) if o < 0 => Err(bad(format!("--before {o}: must be at least 0"))),
-        (Some(o), None, None) => Ok(Cut::Offset(o)),
-        (None, Some(t), None) => Ok(Cut::TimeMs(t)),
-        (None, None, Some(age)) if age.is_zero() => {
+    match (
+        args.before,
+        args.before_time,
+        args.older_than,
+        args.keep_bytes,
+    ) {
+        (Some(o), None, None, None) if o < 0 => {
+            Err(bad(format!("--before {o}: must be at least 0")))
+        }
+        (Some(o), None, None, None) => Ok(Cut::Offset(o)),
+        (None, Some(t), None, None) => Ok(Cut::TimeMs(t)),
+        (None, None, Some(age), None) if age.is_zero() => {
             Err(bad("--older-than 0s: must be a positive age".into()))
         }
-        (None, None, Some(age)) => Ok(Cut::TimeMs(pruner::cut_for_age_ms(age))),
+        (None, None, Some(age), None) => Ok(Cut::TimeMs(pruner::cut_for_age_ms(age))),
+        (None, None, None, Some(b)) => Ok(Cut::KeepBytes(b)),
         // clap's group admits exactly one.
         _ => Err(bad(
-            "give exactly one of --before, --before-time, --older-than".into(),
+            "give exactly one of --before, --before-time, --older-than, --keep-bytes".into(),
         )),
     }
 }
@@ -95,6 +109,7 @@ fn cut_offset(engine: &Engine, p: &PartitionInfo, cut: Cut) -> Result<i64> {
     Ok(match cut {
         Cut::Offset(o) => o,
         Cut::TimeMs(t) => engine.offset_for_retention(&p.tp, t)?,
+        Cut::KeepBytes(b) => engine.offset_for_retained_bytes(&p.tp, b)?,
     })
 }
 

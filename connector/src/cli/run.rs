@@ -10,8 +10,8 @@ use std::time::Duration;
 use cairn_engine::{Engine, EngineConfig};
 
 use crate::config::{
-    parse_age, parse_kv, CommitPolicy, FileConfig, OnOffsetOutOfRange, OnOversize, RunConfig,
-    RETENTION_CHECK_INTERVAL_S_DEFAULT,
+    parse_age, parse_kv, parse_size, CommitPolicy, FileConfig, OnOffsetOutOfRange, OnOversize,
+    RunConfig, RETENTION_CHECK_INTERVAL_S_DEFAULT,
 };
 use crate::consumer::{run_pipeline, PipelineOptions};
 use crate::error::{ConnectorError, Result};
@@ -68,7 +68,11 @@ pub struct RunArgs {
     /// timestamps, while archiving [default: keep everything].
     #[arg(long, value_name = "AGE", value_parser = parse_age)]
     pub retain: Option<std::time::Duration>,
-    /// How often to look for records older than --retain, in seconds [default: 60].
+    /// Keep at most this many payload bytes per partition (`50GiB`, `500MB`),
+    /// deleting the oldest entries, while archiving [default: no bound].
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub retain_bytes: Option<u64>,
+    /// How often to prune to --retain / --retain-bytes, in seconds [default: 60].
     #[arg(long)]
     pub retention_check_interval_s: Option<u64>,
     /// librdkafka property, as with kcat (repeatable).
@@ -143,6 +147,7 @@ impl RunArgs {
             (None, None) => None,
         };
         c.retain = retain;
+        c.retain_bytes = self.retain_bytes.or(file.retain_bytes.map(|b| b.as_u64()));
         c.retention_check_interval_s = self
             .retention_check_interval_s
             .or(file.retention_check_interval_s);
@@ -173,17 +178,23 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
         ..Default::default()
     };
     let mut sink = ArchiveSink::new(engine);
-    if let Some(retain) = cfg.retain {
+    let retention = cfg.retention();
+    if retention.is_set() {
         let every_s = cfg
             .retention_check_interval_s
             .unwrap_or(RETENTION_CHECK_INTERVAL_S_DEFAULT);
-        tracing::info!(retain = %humantime::format_duration(retain), every_s, "pruning archived records older than the retention");
+        tracing::info!(
+            retain = %cfg.retain.map_or("-".into(), |r| humantime::format_duration(r).to_string()),
+            retain_bytes_per_partition = %cfg.retain_bytes.map_or("-".into(), |b| b.to_string()),
+            every_s,
+            "pruning the archive to its retention"
+        );
         // A failed pass stops the run, even an idle one: a clean stop,
         // whose end reports the pruner's error and exits non-zero.
         let stop_run = stop.clone();
         let on_failure = Box::new(move |_: &str| stop_run.store(true, Ordering::Relaxed));
         sink = sink
-            .with_retention(retain, Duration::from_secs(every_s), on_failure)
+            .with_retention(retention, Duration::from_secs(every_s), on_failure)
             .map_err(|e| ConnectorError::Sink(e.to_string()))?;
     }
     let sink = Box::new(sink);
