@@ -479,17 +479,12 @@ fn prune_deletes_below_the_cut_and_keeps_next_offsets() {
     assert_eq!(partitions_of(d), all, "a dry run deletes nothing");
 
     // An offset cut inside an entry keeps that entry whole.
-    let (code, out, err) = cairn(&[
-        "prune",
-        "--data",
-        d,
-        "-t",
-        "a",
-        "--partition",
-        "0",
-        "--before",
-        "105",
-    ]);
+    let prune_a0 = |cut: &[&str]| {
+        let mut args = vec!["prune", "--data", d, "-t", "a", "--partition", "0"];
+        args.extend_from_slice(cut);
+        cairn(&args)
+    };
+    let (code, out, err) = prune_a0(&["--before", "105"]);
     assert_eq!(code, 0, "{err}");
     assert!(
         out.contains("a/0: pruned 100 records (")
@@ -501,14 +496,7 @@ fn prune_deletes_below_the_cut_and_keeps_next_offsets() {
     assert_eq!(partitions_of(d), want);
 
     // A time cut: the first record at or after it is offset 200.
-    let (code, out, err) = cairn(&[
-        "prune",
-        "--data",
-        d,
-        "-t",
-        "a",
-        "--partition",
-        "0",
+    let (code, out, err) = prune_a0(&[
         "--before-time",
         &(1_700_000_000_000i64 + 200 * 10).to_string(),
     ]);

@@ -99,32 +99,36 @@ impl Engine {
     /// the durable next offset when there is none. Retention by age deletes
     /// below it.
     pub fn offset_for_retention(&self, tp: &TopicPartition, cut_ms: i64) -> Result<i64> {
-        validate_tp(tp)?;
-        let end = self.durable_offset(tp).unwrap_or(0);
-        for item in self.tree.scan_prefix(keys::index_prefix(tp)) {
-            let (k, v) = item.map_err(store_err("scan index"))?;
-            let (_, e) = IndexEntry::decode(&k, &v).map_err(|kind| index_corruption(&k, kind))?;
-            if e.first_offset >= end {
-                break;
-            }
-            if e.timestamp_max_ms < cut_ms && e.timestamp_min_ms >= 0 {
-                continue;
-            }
-            let entry = read_entry(&self.tree, tp, &e)?;
-            if let Some(r) = entry
-                .records
-                .iter()
-                .find(|r| (r.timestamp_ms >= cut_ms || r.timestamp_ms < 0) && r.offset < end)
-            {
-                return Ok(r.offset);
-            }
-        }
-        Ok(end)
+        // The end the scan used, not a later one: records made durable
+        // since were not looked at.
+        let (found, end) = self.first_offset_where(
+            tp,
+            |e| e.timestamp_max_ms >= cut_ms || e.timestamp_min_ms < 0,
+            |r| r.timestamp_ms >= cut_ms || r.timestamp_ms < 0,
+        )?;
+        Ok(found.unwrap_or(end))
     }
 
     /// The earliest offset whose timestamp is ≥ `timestamp_ms` (Kafka's
     /// ListOffsets semantics), or `None` if no stored record qualifies.
     pub fn offset_for_time(&self, tp: &TopicPartition, timestamp_ms: i64) -> Result<Option<i64>> {
+        let (found, _) = self.first_offset_where(
+            tp,
+            |e| e.timestamp_max_ms >= timestamp_ms,
+            |r| r.timestamp_ms >= timestamp_ms,
+        )?;
+        Ok(found)
+    }
+
+    /// The offset of `tp`'s first durable record that `wanted` accepts,
+    /// reading only the entries that `may_hold` says could hold one; and the
+    /// durable next offset the scan stopped at.
+    fn first_offset_where(
+        &self,
+        tp: &TopicPartition,
+        may_hold: impl Fn(&IndexEntry) -> bool,
+        wanted: impl Fn(&crate::record::Record) -> bool,
+    ) -> Result<(Option<i64>, i64)> {
         validate_tp(tp)?;
         let end = self.durable_offset(tp).unwrap_or(0);
         for item in self.tree.scan_prefix(keys::index_prefix(tp)) {
@@ -133,17 +137,15 @@ impl Engine {
             if e.first_offset >= end {
                 break;
             }
-            if e.timestamp_max_ms < timestamp_ms {
+            if !may_hold(&e) {
                 continue;
             }
             let entry = read_entry(&self.tree, tp, &e)?;
-            return Ok(entry
-                .records
-                .iter()
-                .find(|r| r.timestamp_ms >= timestamp_ms && r.offset < end)
-                .map(|r| r.offset));
+            if let Some(r) = entry.records.iter().find(|r| wanted(r) && r.offset < end) {
+                return Ok((Some(r.offset), end));
+            }
         }
-        Ok(None)
+        Ok((None, end))
     }
 }
 

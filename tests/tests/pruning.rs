@@ -46,6 +46,14 @@ fn by_age(age: Duration) -> Retention {
     }
 }
 
+/// The archive sink on `engine`, keeping a day: a pass now, the next in an
+/// hour (so in these tests only the passes at start and at stop run).
+fn pruning_a_day(engine: &Arc<Engine>) -> ArchiveSink {
+    ArchiveSink::new(engine.clone())
+        .with_retention(by_age(DAY), HOUR, no_failure())
+        .unwrap()
+}
+
 /// A failure hook for runs where no pass on the thread may fail.
 fn no_failure() -> cairn_connector::pruner::FailureHook {
     Box::new(|e| panic!("a pass failed: {e}"))
@@ -80,11 +88,7 @@ fn retention_prunes_at_start_and_at_stop_and_keeps_next_offsets() {
         e.close().unwrap();
     }
     let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
-    // An hour between passes: only the pass at start and the one at stop
-    // run in this test.
-    let mut sink = ArchiveSink::new(engine.clone())
-        .with_retention(by_age(DAY), HOUR, no_failure())
-        .unwrap();
+    let mut sink = pruning_a_day(&engine);
     assert_eq!(
         held(&engine),
         BTreeMap::from([(a.clone(), (50, 50, 0)), (b.clone(), (30, 30, 0))]),
@@ -169,9 +173,7 @@ fn records_without_a_timestamp_are_kept() {
         e.close().unwrap();
     }
     let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
-    let mut sink = ArchiveSink::new(engine.clone())
-        .with_retention(by_age(DAY), HOUR, no_failure())
-        .unwrap();
+    let mut sink = pruning_a_day(&engine);
     assert_eq!(
         held(&engine),
         BTreeMap::from([(a.clone(), (0, 20, 20)), (b.clone(), (10, 30, 20))]),
@@ -187,9 +189,7 @@ fn no_last_pass_without_a_clean_stop() {
     let dir = tempfile::tempdir().unwrap();
     let a = TopicPartition::new("t", 0);
     let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
-    let mut sink = ArchiveSink::new(engine.clone())
-        .with_retention(by_age(DAY), HOUR, no_failure())
-        .unwrap();
+    let mut sink = pruning_a_day(&engine);
     sink.put(&[batch(&a, 0..10, 20)]).unwrap();
     let consumed = BTreeMap::from([(a.clone(), 10)]);
     assert_eq!(sink.pre_commit(&consumed).unwrap(), consumed);
