@@ -97,7 +97,9 @@ impl Engine {
     /// older than `cut_ms`: the first record whose timestamp is at or after
     /// the cut, or unknown (negative: a record without one has no age), or
     /// the durable next offset when there is none. Retention by age deletes
-    /// below it.
+    /// below it. A truncation of the same partition racing this call may
+    /// make it fail on an entry deleted under it (in `cairn run` the pruner
+    /// is the only caller of both).
     pub fn offset_for_retention(&self, tp: &TopicPartition, cut_ms: i64) -> Result<i64> {
         // The end the scan used, not a later one: records made durable
         // since were not looked at.
