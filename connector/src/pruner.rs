@@ -230,17 +230,20 @@ fn pass(engine: &Engine, retention: &Retention) -> Result<(), String> {
         "retention: failpoint {FAILPOINT_PASS}: {}",
         a.unwrap_or_default()
     )));
+    let t0 = std::time::Instant::now();
     let r = prune(engine, retention).map_err(|e| format!("retention: {e}"))?;
+    let took_ms = t0.elapsed().as_millis() as u64;
     if r.deleted.records_deleted > 0 {
         tracing::info!(
             records = r.deleted.records_deleted,
             payload_bytes = r.deleted.payload_bytes_deleted,
             entries = r.deleted.entries_deleted,
             partitions = r.partitions_pruned,
+            took_ms,
             "pruned"
         );
     } else {
-        tracing::debug!("retention pass: nothing to prune");
+        tracing::debug!(took_ms, "retention pass: nothing to prune");
     }
     Ok(())
 }

@@ -6,6 +6,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use cairn_connector::pruner::Retention;
 use cairn_connector::{
     run_pipeline, ArchiveSink, CommitPolicy, PipelineOptions, RunConfig, RunReport,
 };
@@ -140,7 +141,15 @@ struct Archived {
 
 /// cairn's real loop (consume, put, fsync, commit) into the store at
 /// `data`, until every partition's end offset is committed.
-fn archive(case: &Case, policy: CommitPolicy, data: &Path) -> Result<Archived, String> {
+///
+/// With `retention`, the archive is pruned beside the run as `cairn run
+/// --retain-bytes` does (what retention costs while archiving).
+fn archive(
+    case: &Case,
+    policy: CommitPolicy,
+    data: &Path,
+    retention: Option<(Retention, Duration)>,
+) -> Result<Archived, String> {
     let ends = case.ends;
     let mut cfg = RunConfig::new(
         case.brokers,
@@ -169,8 +178,14 @@ fn archive(case: &Case, policy: CommitPolicy, data: &Path) -> Result<Archived, S
         })),
         ..Default::default()
     };
-    let report = run_pipeline(&cfg, Box::new(ArchiveSink::new(engine.clone())), opts)
-        .map_err(|e| format!("cairn run: {e}"))?;
+    let mut sink = ArchiveSink::new(engine.clone());
+    if let Some((r, every)) = retention {
+        let hook = Box::new(|e: &str| panic!("retention pass failed: {e}"));
+        sink = sink
+            .with_retention(r, every, hook)
+            .map_err(|e| format!("retention: {e}"))?;
+    }
+    let report = run_pipeline(&cfg, Box::new(sink), opts).map_err(|e| format!("cairn run: {e}"))?;
     let stats = engine.stats();
     let records = produced(ends);
     if stats.records_appended != records || report.stats.records_duplicate != 0 {
@@ -205,7 +220,7 @@ pub struct Case<'a> {
 /// cairn's real loop into a fresh store, measured.
 pub fn cairn(case: &Case, policy: CommitPolicy) -> Result<(CairnRun, Histogram<u64>), String> {
     let dir = tempfile::tempdir_in(case.out).map_err(|e| format!("scratch dir: {e}"))?;
-    let a = archive(case, policy, dir.path())?;
+    let a = archive(case, policy, dir.path(), None)?;
     let size = case.size;
     let (disk_bytes, disk_bytes_allocated) =
         dir_bytes(dir.path()).map_err(|e| format!("store size: {e}"))?;
@@ -247,6 +262,12 @@ pub struct ArchiveArgs {
     pub batch_records_max: usize,
     #[arg(long)]
     pub data: std::path::PathBuf,
+    /// Prune to this many payload bytes per partition while archiving
+    /// (`cairn run --retain-bytes`), every `--retention-check-interval-s`.
+    #[arg(long, value_parser = cairn_connector::config::parse_size)]
+    pub retain_bytes: Option<u64>,
+    #[arg(long, default_value_t = 1)]
+    pub retention_check_interval_s: u64,
 }
 
 /// The child's side: archive, then print the process's peak RSS.
@@ -269,7 +290,16 @@ pub fn archive_main(args: ArchiveArgs) -> Result<(), String> {
     };
     // As `cairn run` does for its policy.
     cairn_connector::allocator::tune_for(args.policy);
-    let a = archive(&case, args.policy, &args.data)?;
+    let retention = args.retain_bytes.map(|b| {
+        (
+            Retention {
+                age: None,
+                partition_bytes_max: Some(b),
+            },
+            Duration::from_secs(args.retention_check_interval_s),
+        )
+    });
+    let a = archive(&case, args.policy, &args.data, retention)?;
     println!(
         "peak_rss_bytes={} records_per_s={:.0} fsyncs={} p50_us={}",
         peak_rss_bytes().ok_or("no VmHWM in /proc/self/status")?,
