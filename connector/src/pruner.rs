@@ -136,8 +136,9 @@ pub struct Pruner {
 
 impl Pruner {
     /// Prune to `retention` now, on this thread; then start the thread
-    /// that prunes every `check_every`, and once more when stopped. `on_failure` hears of a pass that fails (or panics) on the
-    /// thread; the pass is not retried, and the pruner stops.
+    /// that prunes every `check_every`, and once more when stopped.
+    /// `on_failure` hears of a pass that fails (or panics) on the thread;
+    /// the pass is not retried, and the pruner stops.
     pub fn start(
         engine: Arc<Engine>,
         retention: Retention,
