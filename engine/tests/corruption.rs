@@ -297,3 +297,61 @@ fn damaged_sled_snapshot_is_corruption_naming_sled_files() {
     let msg = open_err().to_string();
     assert!(msg.contains("sled's files in"), "{msg}");
 }
+
+/// A damaged tombstone (retention's stand-in for deleted frames) is
+/// reported by verify at its LSN: a flipped bit fails its checksum, and a
+/// span rewritten with a valid checksum, too long (hiding a live frame) or
+/// too short (leaving a hole), is an LSN gap at the frame after it. The
+/// records kept stay readable: the damage is beside them, not in them.
+#[test]
+fn damaged_tombstones_are_reported() {
+    use cairn_engine::frame::{self, FrameKind};
+    for case in ["flip", "long", "short"] {
+        let (dir, tp) = store();
+        {
+            let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+            // Entries at LSNs 1 and 2 go: one tombstone at 1, span 2.
+            let r = e.truncate_before(&tp, 20).unwrap();
+            assert_eq!(r.entries_deleted, 2);
+            assert!(e.verify().unwrap().is_clean());
+            e.close().unwrap();
+        }
+        let tombstone =
+            |span| frame::encode(1, FrameKind::Tombstone, 0, &frame::encode_tombstone(span));
+        damage(dir.path(), 1, |v| match case {
+            "flip" => {
+                let last = v.len() - 1;
+                v[last] ^= 0x01;
+            }
+            "long" => *v = tombstone(3),
+            _ => *v = tombstone(1),
+        });
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        let v = e.verify().unwrap();
+        let want = |p: &cairn_engine::Problem| match case {
+            "flip" => {
+                p.location == Location::Wal { lsn: 1 }
+                    && matches!(p.kind, CorruptionKind::Checksum { .. })
+            }
+            "long" => {
+                p.location == Location::Wal { lsn: 3 }
+                    && p.kind
+                        == CorruptionKind::LsnGap {
+                            expected: 4,
+                            found: 3,
+                        }
+            }
+            _ => {
+                p.location == Location::Wal { lsn: 3 }
+                    && p.kind
+                        == CorruptionKind::LsnGap {
+                            expected: 2,
+                            found: 3,
+                        }
+            }
+        };
+        assert!(v.problems.iter().any(want), "{case}: {:?}", v.problems);
+        let kept: Vec<i64> = e.read(&tp, 0).unwrap().map(|r| r.unwrap().offset).collect();
+        assert_eq!(kept, (20..30).collect::<Vec<_>>(), "{case}");
+    }
+}
