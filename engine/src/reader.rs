@@ -15,7 +15,7 @@ use crate::error::Result;
 use crate::index::IndexEntry;
 use crate::keys;
 use crate::record::{validate_tp, Record, TopicPartition};
-use crate::recovery::index_corruption;
+use crate::recovery::{index_corruption, index_item};
 
 /// Iterator over one partition's records from an offset. Owns what it needs.
 pub struct RecordIter {
@@ -80,8 +80,7 @@ impl Engine {
             }
         };
         for item in self.tree.scan_prefix(keys::index_prefix(tp)) {
-            let (k, v) = item.map_err(store_err("scan index"))?;
-            let (_, e) = IndexEntry::decode(&k, &v).map_err(|kind| index_corruption(&k, kind))?;
+            let (_, e) = index_item(item)?;
             if e.first_offset >= end {
                 break;
             }
@@ -129,13 +128,12 @@ impl Engine {
         &self,
         tp: &TopicPartition,
         may_hold: impl Fn(&IndexEntry) -> bool,
-        wanted: impl Fn(&crate::record::Record) -> bool,
+        wanted: impl Fn(&Record) -> bool,
     ) -> Result<(Option<i64>, i64)> {
         validate_tp(tp)?;
         let end = self.durable_offset(tp).unwrap_or(0);
         for item in self.tree.scan_prefix(keys::index_prefix(tp)) {
-            let (k, v) = item.map_err(store_err("scan index"))?;
-            let (_, e) = IndexEntry::decode(&k, &v).map_err(|kind| index_corruption(&k, kind))?;
+            let (_, e) = index_item(item)?;
             if e.first_offset >= end {
                 break;
             }
@@ -162,8 +160,7 @@ impl RecordIter {
                 self.done = true;
                 return Ok(());
             };
-            let (k, v) = item.map_err(store_err("scan index"))?;
-            let (_, e) = IndexEntry::decode(&k, &v).map_err(|kind| index_corruption(&k, kind))?;
+            let (k, e) = index_item(item)?;
             if e.first_offset >= self.end {
                 self.done = true;
                 return Ok(());

@@ -478,6 +478,16 @@ fn truncate_tail(
     Ok(frames)
 }
 
+/// One item of a scan over the index, decoded: a failed read names the
+/// scan, a damaged entry is `Corruption` at its key.
+pub(crate) fn index_item(
+    item: sled::Result<(sled::IVec, sled::IVec)>,
+) -> Result<(sled::IVec, IndexEntry)> {
+    let (k, v) = item.map_err(store_err("scan index"))?;
+    let (_, e) = IndexEntry::decode(&k, &v).map_err(|kind| index_corruption(&k, kind))?;
+    Ok((k, e))
+}
+
 pub(crate) fn index_corruption(key: &[u8], kind: CorruptionKind) -> Error {
     let location = match keys::parse_index_key(key) {
         Ok((tp, first_offset)) => Location::Index {
@@ -526,12 +536,7 @@ fn extend_summary(
     entries_read: &mut u64,
 ) -> Result<Option<PartitionSummary>> {
     let prefix = keys::index_prefix(tp);
-    let decode = |item: sled::Result<(sled::IVec, sled::IVec)>| {
-        let (k, v) = item.map_err(store_err("scan index"))?;
-        IndexEntry::decode(&k, &v)
-            .map(|(_, e)| e)
-            .map_err(|kind| index_corruption(&k, kind))
-    };
+    let decode = |item| index_item(item).map(|(_, e)| e);
     // An entry the summary counts was removed only if the index now ends
     // below the summary's next offset (a partition's entries are in offset
     // order, and truncation removes only the newest).
@@ -580,8 +585,7 @@ fn rebuild_summary(
     };
     let mut first = None;
     for item in tree.scan_prefix(keys::index_prefix(tp)) {
-        let (k, v) = item.map_err(store_err("scan index"))?;
-        let (_, e) = IndexEntry::decode(&k, &v).map_err(|kind| index_corruption(&k, kind))?;
+        let (_, e) = index_item(item)?;
         *entries_read += 1;
         first.get_or_insert(e.first_offset);
         s.next_offset = s.next_offset.max(e.last_offset + 1);
@@ -605,8 +609,7 @@ fn check_no_dangling_index(
 ) -> Result<()> {
     for tp in partitions.keys() {
         if let Some(item) = tree.scan_prefix(keys::index_prefix(tp)).next_back() {
-            let (k, v) = item.map_err(store_err("scan index"))?;
-            let (_, e) = IndexEntry::decode(&k, &v).map_err(|kind| index_corruption(&k, kind))?;
+            let (k, e) = index_item(item)?;
             if e.lsn + e.chunks as u64 > next_lsn {
                 return Err(index_corruption(
                     &k,

@@ -13,12 +13,12 @@
 //!   begins: a crash keeps a prefix of the steps.
 
 use crate::engine::{store_err, Engine};
-use crate::error::{CorruptionKind, Error, Location, Result};
+use crate::error::{Error, Location, Result};
 use crate::frame::{self, FrameKind};
 use crate::index::IndexEntry;
 use crate::keys;
 use crate::record::TopicPartition;
-use crate::recovery::index_corruption;
+use crate::recovery::index_item;
 
 /// What `truncate_before` removed (or `truncate_plan` would remove).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -33,6 +33,14 @@ pub struct TruncateReport {
 }
 
 impl TruncateReport {
+    /// Count `e` as deleted.
+    fn count(&mut self, e: &IndexEntry) {
+        self.entries_deleted += 1;
+        self.frames_deleted += e.chunks as u64;
+        self.records_deleted += e.record_count as u64;
+        self.payload_bytes_deleted += e.payload_bytes;
+    }
+
     /// Add `other`'s counts (not its first offset) to these.
     pub fn add_counts(&mut self, other: &TruncateReport) {
         self.entries_deleted += other.entries_deleted;
@@ -97,16 +105,12 @@ impl Engine {
         };
         let mut first_kept = None;
         for item in self.tree.scan_prefix(keys::index_prefix(tp)) {
-            let (k, v) = item.map_err(store_err("scan index"))?;
-            let (_, e) = IndexEntry::decode(&k, &v).map_err(|kind| index_corruption(&k, kind))?;
+            let (_, e) = index_item(item)?;
             if e.last_offset >= offset {
                 first_kept = Some(e.first_offset);
                 break;
             }
-            report.entries_deleted += 1;
-            report.frames_deleted += e.chunks as u64;
-            report.records_deleted += e.record_count as u64;
-            report.payload_bytes_deleted += e.payload_bytes;
+            report.count(&e);
         }
         report.first_offset_after = Some(if report.entries_deleted == 0 {
             summary.first_offset
@@ -131,9 +135,7 @@ impl Engine {
             let mut pending_tomb: Option<(u64, u64)> = None;
             let mut new_first = None;
             for item in self.tree.scan_prefix(keys::index_prefix(tp)) {
-                let (k, v) = item.map_err(store_err("scan index"))?;
-                let (_, e) =
-                    IndexEntry::decode(&k, &v).map_err(|kind| index_corruption(&k, kind))?;
+                let (k, e) = index_item(item)?;
                 // The first entry kept by this step, whether the cut or the
                 // step's bounds stopped it, is the partition's new first.
                 if e.last_offset >= offset {
@@ -174,10 +176,7 @@ impl Engine {
                     frame::encode(tomb_lsn, FrameKind::Tombstone, 0, &body),
                 );
                 pending_tomb = Some((tomb_lsn, span));
-                report.entries_deleted += 1;
-                report.frames_deleted += e.chunks as u64;
-                report.records_deleted += e.record_count as u64;
-                report.payload_bytes_deleted += e.payload_bytes;
+                report.count(&e);
             }
             if report.entries_deleted == 0 {
                 return Ok((report, false));
@@ -199,26 +198,16 @@ impl Engine {
 
     /// The span of the tombstone frame stored at `lsn`, if that is one.
     fn tombstone_at(&self, lsn: u64) -> Result<Option<u64>> {
-        let Some(v) = self
+        let v = self
             .tree
             .get(keys::wal_key(lsn))
-            .map_err(store_err("read frame"))?
-        else {
-            return Ok(None);
-        };
-        // A reserved slot (slots.rs) lies above the last frame.
-        if crate::slots::is_slot(&v) {
-            return Ok(None);
+            .map_err(store_err("read frame"))?;
+        match v {
+            // A reserved slot (slots.rs) lies above the last frame.
+            Some(v) if crate::slots::is_slot(&v) => Ok(None),
+            Some(v) => tombstone_span(lsn, &v),
+            None => Ok(None),
         }
-        let f = frame::decode(lsn, &v)
-            .map_err(|kind| Error::corruption(Location::Wal { lsn }, kind))?;
-        if f.kind != FrameKind::Tombstone {
-            return Ok(None);
-        }
-        let span = f
-            .span()
-            .map_err(|kind: CorruptionKind| Error::corruption(Location::Wal { lsn }, kind))?;
-        Ok(Some(span))
     }
 
     /// The tombstone frame immediately below `lsn`, as (lsn, span).
@@ -233,14 +222,18 @@ impl Engine {
         let Ok(l) = keys::parse_wal_key(&k) else {
             return Ok(None);
         };
-        let f = frame::decode(l, &v)
-            .map_err(|kind| Error::corruption(Location::Wal { lsn: l }, kind))?;
-        if f.kind != FrameKind::Tombstone {
-            return Ok(None);
-        }
-        let span = f
-            .span()
-            .map_err(|kind: CorruptionKind| Error::corruption(Location::Wal { lsn: l }, kind))?;
-        Ok(Some((l, span)))
+        Ok(tombstone_span(l, &v)?.map(|span| (l, span)))
     }
+}
+
+/// The span of the frame `value` stored at `lsn` if it is a tombstone,
+/// `None` if it is a records frame; a frame that does not decode is
+/// `Corruption` at `lsn`.
+fn tombstone_span(lsn: u64, value: &[u8]) -> Result<Option<u64>> {
+    let corrupt = |kind| Error::corruption(Location::Wal { lsn }, kind);
+    let f = frame::decode(lsn, value).map_err(corrupt)?;
+    if f.kind != FrameKind::Tombstone {
+        return Ok(None);
+    }
+    f.span().map(Some).map_err(corrupt)
 }
