@@ -224,19 +224,18 @@ impl RunConfig {
                     .into(),
             );
         }
-        match (self.retention().is_set(), self.retention_check_interval_s) {
-            _ if self.retain.is_some_and(|r| r.is_zero()) => {
-                return bad(
-                    "retain 0s: must be a positive age (leave --retain out to keep everything)"
-                        .into(),
-                )
-            }
-            (_, Some(s)) if s == 0 || s > 86_400 => {
+        if self.retain.is_some_and(|r| r.is_zero()) {
+            return bad(
+                "retain 0s: must be a positive age (leave --retain out to keep everything)".into(),
+            );
+        }
+        match self.retention_check_interval_s {
+            Some(s) if s == 0 || s > 86_400 => {
                 return bad(format!(
                     "retention-check-interval-s {s}: must be 1 to 86400"
                 ))
             }
-            (false, Some(_)) => {
+            Some(_) if !self.retention().is_set() => {
                 return bad(
                     "retention-check-interval-s: only used with --retain or --retain-bytes".into(),
                 )

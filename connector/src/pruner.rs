@@ -37,24 +37,21 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use cairn_engine::{Engine, TopicPartition, TruncateReport};
 
-/// `t` as milliseconds since the Unix epoch.
-pub fn millis_since_epoch(t: SystemTime) -> Result<i64, String> {
-    let d = t
-        .duration_since(UNIX_EPOCH)
-        .map_err(|_| "must not be before the Unix epoch".to_owned())?;
-    i64::try_from(d.as_millis()).map_err(|_| "too far in the future".to_owned())
+/// `t` in milliseconds since the Unix epoch, negative before it
+/// (saturating at `i64`'s bounds).
+pub fn epoch_millis(t: SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
+        Err(e) => i64::try_from(e.duration().as_millis()).map_or(i64::MIN, |ms| -ms),
+    }
 }
 
 /// The time `age` before now, in milliseconds since the Unix epoch:
 /// negative before 1970, where no Kafka timestamp is, so nothing is older.
 pub fn cut_for_age_ms(age: Duration) -> i64 {
-    let Some(t) = SystemTime::now().checked_sub(age) else {
-        return i64::MIN;
-    };
-    match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
-        Err(e) => i64::try_from(e.duration().as_millis()).map_or(i64::MIN, |ms| -ms),
-    }
+    SystemTime::now()
+        .checked_sub(age)
+        .map_or(i64::MIN, epoch_millis)
 }
 
 /// What one pass over the archive deleted.
@@ -71,6 +68,16 @@ pub struct PassReport {
 pub struct Retention {
     pub age: Option<Duration>,
     pub partition_bytes_max: Option<u64>,
+}
+
+impl PassReport {
+    /// Count one partition's truncation.
+    pub fn add(&mut self, r: &TruncateReport) {
+        if r.entries_deleted > 0 {
+            self.partitions_pruned += 1;
+            self.deleted.add_counts(r);
+        }
+    }
 }
 
 impl Retention {
@@ -106,11 +113,7 @@ pub fn prune(engine: &Engine, retention: &Retention) -> cairn_engine::Result<Pas
             continue;
         }
         let offset = cut_offset(engine, &p.tp, retention)?;
-        let r = engine.truncate_before(&p.tp, offset)?;
-        if r.entries_deleted > 0 {
-            pass.partitions_pruned += 1;
-            pass.deleted.add_counts(&r);
-        }
+        pass.add(&engine.truncate_before(&p.tp, offset)?);
     }
     Ok(pass)
 }

@@ -59,17 +59,23 @@ fn hook() -> (cairn_connector::pruner::FailureHook, mpsc::Receiver<String>) {
     )
 }
 
+/// An archive at `dir` whose sink prunes every millisecond (busy while the
+/// test runs), and the failures its hook hears of.
+fn busy_pruner(dir: &std::path::Path) -> (Arc<Engine>, ArchiveSink, mpsc::Receiver<String>) {
+    let engine = Arc::new(Engine::open(EngineConfig::new(dir)).unwrap());
+    let (on_failure, failures) = hook();
+    let sink = ArchiveSink::new(engine.clone())
+        .with_retention(by_age(DAY), Duration::from_millis(1), on_failure)
+        .unwrap();
+    (engine, sink, failures)
+}
+
 #[test]
 fn a_pass_on_a_poisoned_engine_fails_once_and_stop_reports_it() {
     let _turn = serial();
     let dir = tempfile::tempdir().unwrap();
     let a = TopicPartition::new("t", 0);
-    let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
-    let (on_failure, failures) = hook();
-    // A pass every millisecond: the pruner is busy while the test runs.
-    let mut sink = ArchiveSink::new(engine.clone())
-        .with_retention(by_age(DAY), Duration::from_millis(1), on_failure)
-        .unwrap();
+    let (engine, mut sink, failures) = busy_pruner(dir.path());
     sink.put(&[batch(&a, 0..10, 20)]).unwrap();
     // The put's fsync fails: the engine is poisoned, and the pruner's next
     // pass meets the poisoned engine.
@@ -97,11 +103,7 @@ fn a_pass_on_a_poisoned_engine_fails_once_and_stop_reports_it() {
 fn a_panicking_pass_is_reported_with_its_message() {
     let _turn = serial();
     let dir = tempfile::tempdir().unwrap();
-    let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
-    let (on_failure, failures) = hook();
-    let mut sink = ArchiveSink::new(engine.clone())
-        .with_retention(by_age(DAY), Duration::from_millis(1), on_failure)
-        .unwrap();
+    let (engine, mut sink, failures) = busy_pruner(dir.path());
     let armed = Armed::new(FAILPOINT_PASS, "panic(boom)");
     let e = failures
         .recv_timeout(Duration::from_secs(60))

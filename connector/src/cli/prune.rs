@@ -18,7 +18,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use cairn_engine::{Engine, PartitionInfo, TruncateReport};
+use cairn_engine::{Engine, PartitionInfo};
 
 use super::outln;
 use crate::error::{ConnectorError, Result};
@@ -58,17 +58,16 @@ pub struct PruneArgs {
 
 /// A time as milliseconds since the Unix epoch.
 pub fn parse_time_ms(s: &str) -> std::result::Result<i64, String> {
-    if let Ok(ms) = s.parse::<i64>() {
-        return if ms >= 0 {
-            Ok(ms)
-        } else {
-            Err("must not be before the Unix epoch".into())
-        };
+    let ms = match s.parse::<i64>() {
+        Ok(ms) => ms,
+        Err(_) => pruner::epoch_millis(humantime::parse_rfc3339_weak(s).map_err(|e| {
+            format!("{e}: expected RFC 3339 in UTC (2026-11-01T00:00:00Z) or milliseconds since the Unix epoch")
+        })?),
+    };
+    if ms < 0 {
+        return Err("must not be before the Unix epoch".into());
     }
-    let t = humantime::parse_rfc3339_weak(s).map_err(|e| {
-        format!("{e}: expected RFC 3339 in UTC (2026-11-01T00:00:00Z) or milliseconds since the Unix epoch")
-    })?;
-    pruner::millis_since_epoch(t)
+    Ok(ms)
 }
 
 /// Where the cut falls, before it is resolved per partition.
@@ -128,8 +127,7 @@ pub async fn run(args: PruneArgs) -> Result<ExitCode> {
     } else {
         "pruned"
     };
-    let mut total = TruncateReport::default();
-    let mut partitions_pruned = 0;
+    let mut total = pruner::PassReport::default();
     for p in &chosen {
         let offset = cut_offset(&engine, p, cut)?;
         let r = if args.dry_run {
@@ -150,15 +148,13 @@ pub async fn run(args: PruneArgs) -> Result<ExitCode> {
             r.entries_deleted,
             p.next_offset
         )?;
-        total.add_counts(&r);
-        if r.entries_deleted > 0 {
-            partitions_pruned += 1;
-        }
+        total.add(&r);
     }
     outln!(
-        "{verb} {} records ({} payload bytes) in {partitions_pruned} of {} partitions",
-        total.records_deleted,
-        total.payload_bytes_deleted,
+        "{verb} {} records ({} payload bytes) in {} of {} partitions",
+        total.deleted.records_deleted,
+        total.deleted.payload_bytes_deleted,
+        total.partitions_pruned,
         chosen.len()
     )?;
     if !args.dry_run {
