@@ -17,7 +17,8 @@
 //!   rebuilds what is missing (`torn_append.rs` cuts after every insert).
 //! - Frames are written into slots reserved ahead of them (slots.rs), which
 //!   are inserted before the frames that fill them.
-//! - Lock order: `write` before `commit`; the sync leader never holds both.
+//! - Lock order: `truncating` before `write` before `commit`; the sync
+//!   leader never holds both of the last two.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -56,6 +57,9 @@ pub struct Engine {
     commit: Mutex<CommitState>,
     commit_cv: Condvar,
     syncer: Mutex<DurableSync>,
+    /// Held for a whole `truncate_before` (all its steps) and a whole
+    /// `verify`, which must not see a truncation half done.
+    pub(crate) truncating: Mutex<()>,
     counters: Counters,
     closed: AtomicBool,
     recovery: RecoveryReport,
@@ -146,7 +150,7 @@ pub struct PartitionInfo {
     pub payload_bytes: u64,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding an engine lock leaves state unknown: propagate it.
     m.lock().expect("engine lock poisoned by an earlier panic")
 }
@@ -204,6 +208,7 @@ impl Engine {
             }),
             commit_cv: Condvar::new(),
             syncer: Mutex::new(syncer),
+            truncating: Mutex::new(()),
             counters: Counters::default(),
             closed: AtomicBool::new(false),
             recovery: report,

@@ -74,4 +74,6 @@ pub use record::{
 pub use recovery::{RecoveryReport, TruncatedTail, FAILPOINT_RECOVERY_MID_REPAIR};
 pub use retention::{TruncateReport, TRUNCATE_ENTRIES_PER_STEP, TRUNCATE_FRAMES_PER_STEP};
 pub use sync::FAILPOINT_FLUSH_ERR;
-pub use verify::{verify_store, Problem, VerifyReport, PROBLEMS_LISTED_MAX};
+pub use verify::{
+    verify_store, Problem, VerifyReport, FAILPOINT_VERIFY_AFTER_LOG, PROBLEMS_LISTED_MAX,
+};

@@ -72,6 +72,9 @@ impl Engine {
     /// part-way keeps a prefix of the deletion: a rerun finishes it.
     pub fn truncate_before(&self, tp: &TopicPartition, offset: i64) -> Result<TruncateReport> {
         crate::record::validate_tp(tp)?;
+        // Held across the steps: a verify running meanwhile waits for the
+        // last one (verify.rs).
+        let _truncating = crate::engine::lock(&self.truncating);
         let mut report = TruncateReport::default();
         let mut steps = 0u64;
         loop {

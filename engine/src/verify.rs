@@ -14,7 +14,7 @@ use std::ops::Bound;
 
 use crate::body::decode_entry;
 use crate::config::EngineConfig;
-use crate::engine::{store_err, Engine};
+use crate::engine::{lock, store_err, Engine};
 use crate::entry::{Assembler, Fed};
 use crate::error::{CorruptionKind, Error, Location, Result};
 use crate::frame::{self, FrameKind};
@@ -26,6 +26,10 @@ use crate::offsets::PartitionSummary;
 use crate::record::TopicPartition;
 use crate::recovery::hex;
 use crate::slots;
+
+/// Failpoint: in a verify, after the log scan and before the index scan,
+/// where appends racing a live verify are most likely to confuse it.
+pub const FAILPOINT_VERIFY_AFTER_LOG: &str = "verify::after_log";
 
 /// Problems listed in full; more are only counted.
 pub const PROBLEMS_LISTED_MAX: usize = 1000;
@@ -77,10 +81,37 @@ impl VerifyReport {
 }
 
 impl Engine {
-    /// Re-read and check the whole store.
+    /// Re-read and check the whole store, also while it is being written.
+    ///
+    /// Appends may go on meanwhile: verify checks the log as it stood when
+    /// verify started (every frame below the next LSN then, which the write
+    /// lock guarantees complete, with their index entries), against the
+    /// partition summaries of that moment. What is written after is left
+    /// for the next verify. Retention waits: `truncate_before` deletes
+    /// frames, index entries and summaries in steps, and a scan that saw
+    /// half of a step would report its other half as damage.
     pub fn verify(&self) -> Result<VerifyReport> {
-        verify_tree(&self.tree)
+        let _no_truncation = lock(&self.truncating);
+        let bound = {
+            let w = lock(&self.write);
+            Snapshot {
+                lsn_end: w.next_lsn,
+                partitions: w.partitions.clone(),
+                known_now: &|tp| lock(&self.write).partitions.contains_key(tp),
+            }
+        };
+        verify_tree(&self.tree, Some(&bound))
     }
+}
+
+/// What a verify of a live engine checks: the log below `lsn_end`, and the
+/// partition summaries as they were when that LSN was next.
+pub(crate) struct Snapshot<'a> {
+    pub lsn_end: u64,
+    pub partitions: BTreeMap<TopicPartition, PartitionSummary>,
+    /// Whether the engine holds a partition now (a summary stored for one
+    /// it does not is stray, not new).
+    pub known_now: &'a dyn Fn(&TopicPartition) -> bool,
 }
 
 /// Verify a store without opening an engine on it: no cairn recovery, and
@@ -97,7 +128,7 @@ pub fn verify_store(cfg: &EngineConfig) -> Result<VerifyReport> {
     let _lock = DirLock::acquire(&cfg.path)?;
     let db = cfg.open_sled()?;
     let tree = db.open_tree("cairn").map_err(store_err("open tree"))?;
-    let mut r = verify_tree(&tree)?;
+    let mut r = verify_tree(&tree, None)?;
     // sled drops the end of its log after a damaged record and leaves a
     // consistent older tree: only the watermark beside it can tell.
     let mut last_lsn = 0;
@@ -142,11 +173,15 @@ struct PartitionTotals {
     payload_bytes: u64,
 }
 
-pub(crate) fn verify_tree(tree: &sled::Tree) -> Result<VerifyReport> {
+/// Check the whole tree, or with `bound` the part of it a live engine had
+/// written when the bound was taken.
+pub(crate) fn verify_tree(tree: &sled::Tree, bound: Option<&Snapshot<'_>>) -> Result<VerifyReport> {
     let mut r = VerifyReport::default();
     verify_meta(tree, &mut r)?;
-    let mut entries = verify_log(tree, &mut r)?;
-    let totals = verify_index(tree, &mut entries, &mut r)?;
+    let lsn_end = bound.map_or(u64::MAX, |b| b.lsn_end);
+    let mut entries = verify_log(tree, lsn_end, &mut r)?;
+    fail::fail_point!(FAILPOINT_VERIFY_AFTER_LOG);
+    let totals = verify_index(tree, lsn_end, &mut entries, &mut r)?;
     for ((tp, _), e) in entries {
         r.add(
             Location::Wal { lsn: e.lsn },
@@ -155,7 +190,10 @@ pub(crate) fn verify_tree(tree: &sled::Tree) -> Result<VerifyReport> {
             },
         );
     }
-    verify_summaries(tree, totals, &mut r)?;
+    match bound {
+        None => verify_summaries(tree, totals, &mut r)?,
+        Some(b) => verify_summaries_at(tree, totals, b, &mut r)?,
+    }
     Ok(r)
 }
 
@@ -257,13 +295,19 @@ fn report_foreign_keys(
 
 type Entries = BTreeMap<(TopicPartition, i64), IndexEntry>;
 
-fn verify_log(tree: &sled::Tree, r: &mut VerifyReport) -> Result<Entries> {
+/// The log below `lsn_end` (all of it with `u64::MAX`).
+fn verify_log(tree: &sled::Tree, lsn_end: u64, r: &mut VerifyReport) -> Result<Entries> {
     let mut entries = Entries::new();
     let mut last_offset: BTreeMap<TopicPartition, i64> = BTreeMap::new();
     let mut expected: u64 = 1;
     let mut asm = Assembler::default();
     let mut first_slot: Option<u64> = None;
-    for item in tree.scan_prefix([keys::PREFIX_WAL]) {
+    let log: sled::Iter = if lsn_end == u64::MAX {
+        tree.scan_prefix([keys::PREFIX_WAL])
+    } else {
+        tree.range(keys::wal_key(0)..keys::wal_key(lsn_end))
+    };
+    for item in log {
         let (k, v) = item.map_err(store_err("scan log"))?;
         let lsn = match keys::parse_wal_key(&k) {
             Ok(l) => l,
@@ -371,22 +415,30 @@ fn verify_log(tree: &sled::Tree, r: &mut VerifyReport) -> Result<Entries> {
     Ok(entries)
 }
 
+/// The index entries of the entries below `lsn_end`: those a live engine
+/// writes later are skipped (an entry's frames come first, so an index
+/// entry at or above `lsn_end` describes frames that were not looked at).
 fn verify_index(
     tree: &sled::Tree,
+    lsn_end: u64,
     entries: &mut Entries,
     r: &mut VerifyReport,
 ) -> Result<BTreeMap<TopicPartition, PartitionTotals>> {
     let mut totals: BTreeMap<TopicPartition, PartitionTotals> = BTreeMap::new();
     for item in tree.scan_prefix([keys::PREFIX_INDEX]) {
         let (k, v) = item.map_err(store_err("scan index"))?;
-        r.index_entries += 1;
         let (tp, e) = match IndexEntry::decode(&k, &v) {
             Ok(x) => x,
             Err(kind) => {
+                r.index_entries += 1;
                 r.add(index_location(&k), kind);
                 continue;
             }
         };
+        if e.lsn >= lsn_end {
+            continue;
+        }
+        r.index_entries += 1;
         let loc = || Location::Index {
             topic: tp.topic.clone(),
             partition: tp.partition,
@@ -427,51 +479,135 @@ fn verify_summaries(
         let (tp, s) = match PartitionSummary::decode(&k, &v) {
             Ok(x) => x,
             Err(kind) => {
-                let location = match keys::parse_partition_key(&k) {
-                    Ok(tp) => Location::Partition {
-                        topic: tp.topic,
-                        partition: tp.partition,
-                    },
-                    Err(_) => Location::Key { key_hex: hex(&k) },
-                };
-                r.add(location, kind);
+                r.add(summary_location(&k), kind);
                 continue;
             }
         };
         let t = totals.remove(&tp).unwrap_or_default();
-        let first = t.first_offset.unwrap_or(s.next_offset);
-        if t.record_count != s.record_count
-            || t.payload_bytes != s.payload_bytes
-            || s.next_offset < t.next_offset
-            || first != s.first_offset
-        {
+        check_summary(&tp, &s, &t, r);
+    }
+    report_missing_summaries(totals, r);
+    Ok(())
+}
+
+/// A live engine's summaries. The ones it held when the bound was taken
+/// are compared with the index below the bound. The stored ones, which
+/// appends since may have moved on, must decode, must exist, and must not
+/// be behind them.
+fn verify_summaries_at(
+    tree: &sled::Tree,
+    mut totals: BTreeMap<TopicPartition, PartitionTotals>,
+    bound: &Snapshot<'_>,
+    r: &mut VerifyReport,
+) -> Result<()> {
+    let at = &bound.partitions;
+    let mut stored_seen = std::collections::BTreeSet::new();
+    for item in tree.scan_prefix([keys::PREFIX_PARTITION]) {
+        let (k, v) = item.map_err(store_err("scan partitions"))?;
+        let (tp, stored) = match PartitionSummary::decode(&k, &v) {
+            Ok(x) => x,
+            Err(kind) => {
+                r.add(summary_location(&k), kind);
+                continue;
+            }
+        };
+        let Some(s) = at.get(&tp) else {
+            // A partition first written after the snapshot is not looked
+            // at; a summary the engine does not hold even now is stray, and
+            // is checked against the index like any other.
+            if !(bound.known_now)(&tp) {
+                r.partitions += 1;
+                let t = totals.remove(&tp).unwrap_or_default();
+                check_summary(&tp, &stored, &t, r);
+            }
+            continue;
+        };
+        if stored.next_offset < s.next_offset {
             r.add(
-                Location::Partition {
-                    topic: tp.topic.clone(),
-                    partition: tp.partition,
-                },
+                partition_location(&tp),
                 CorruptionKind::SummaryMismatch {
                     detail: format!(
-                        "summary first {} next {} records {} bytes {}; index first {first} next>={} records {} bytes {}",
-                        s.first_offset, s.next_offset, s.record_count, s.payload_bytes,
-                        t.next_offset, t.record_count, t.payload_bytes
+                        "stored summary next {} is behind the {} the engine wrote",
+                        stored.next_offset, s.next_offset
                     ),
                 },
             );
         }
+        stored_seen.insert(tp);
     }
+    for (tp, s) in at {
+        r.partitions += 1;
+        let t = totals.remove(tp).unwrap_or_default();
+        check_summary(tp, s, &t, r);
+        if !stored_seen.contains(tp) {
+            r.add(
+                partition_location(tp),
+                CorruptionKind::SummaryMismatch {
+                    detail: "written, but no summary is stored".into(),
+                },
+            );
+        }
+    }
+    report_missing_summaries(totals, r);
+    Ok(())
+}
+
+/// Whether summary `s` of `tp` agrees with the totals of its index entries.
+fn check_summary(
+    tp: &TopicPartition,
+    s: &PartitionSummary,
+    t: &PartitionTotals,
+    r: &mut VerifyReport,
+) {
+    let first = t.first_offset.unwrap_or(s.next_offset);
+    if t.record_count != s.record_count
+        || t.payload_bytes != s.payload_bytes
+        || s.next_offset < t.next_offset
+        || first != s.first_offset
+    {
+        r.add(
+            partition_location(tp),
+            CorruptionKind::SummaryMismatch {
+                detail: format!(
+                    "summary first {} next {} records {} bytes {}; index first {first} next>={} records {} bytes {}",
+                    s.first_offset, s.next_offset, s.record_count, s.payload_bytes,
+                    t.next_offset, t.record_count, t.payload_bytes
+                ),
+            },
+        );
+    }
+}
+
+/// Index entries whose partition has no summary.
+fn report_missing_summaries(
+    totals: BTreeMap<TopicPartition, PartitionTotals>,
+    r: &mut VerifyReport,
+) {
     for (tp, _) in totals {
         r.add(
-            Location::Partition {
-                topic: tp.topic,
-                partition: tp.partition,
-            },
+            partition_location(&tp),
             CorruptionKind::SummaryMismatch {
                 detail: "index entries exist but the summary is missing".into(),
             },
         );
     }
-    Ok(())
+}
+
+fn partition_location(tp: &TopicPartition) -> Location {
+    Location::Partition {
+        topic: tp.topic.clone(),
+        partition: tp.partition,
+    }
+}
+
+fn summary_location(k: &[u8]) -> Location {
+    match keys::parse_partition_key(k) {
+        Ok(tp) => Location::Partition {
+            topic: tp.topic,
+            partition: tp.partition,
+        },
+        Err(_) => Location::Key { key_hex: hex(k) },
+    }
 }
 
 fn index_location(k: &[u8]) -> Location {

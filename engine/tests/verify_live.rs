@@ -1,0 +1,198 @@
+//! `Engine::verify` on an engine that is being written and pruned: it checks
+//! the store as it stood when it started, and reports no damage that is only
+//! a write or a truncation in progress.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use cairn_engine::fuzzing::small_config;
+use cairn_engine::{Engine, TopicPartition, FAILPOINT_VERIFY_AFTER_LOG};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// The failpoint is process-wide: one test at a time in this binary.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+#[test]
+fn appends_in_the_middle_of_a_verify_are_not_damage() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Arc::new(Engine::open(small_config(dir.path())).unwrap());
+    let a = TopicPartition::new("live", 0);
+    let b = TopicPartition::new("live", 1);
+    let late = TopicPartition::new("late", 0);
+    engine
+        .append(&[
+            common::batch(&a, 0..200, 100),
+            common::batch(&b, 0..50, 100),
+        ])
+        .unwrap();
+    let before = engine.verify().unwrap();
+    assert!(before.is_clean(), "{:?}", before.problems);
+
+    // Between the log scan and the index scan: more records for `a` (its
+    // index grows and its stored summary moves on), a partition that did
+    // not exist, and entries of several frames for `b` that are written but
+    // not yet synced.
+    let fired = Arc::new(AtomicBool::new(false));
+    let (writer, once) = (engine.clone(), fired.clone());
+    let (a2, b2, late2) = (a.clone(), b.clone(), late.clone());
+    fail::cfg_callback(FAILPOINT_VERIFY_AFTER_LOG, move || {
+        if once.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        writer
+            .append(&[
+                common::batch(&a2, 200..400, 100),
+                common::batch(&late2, 0..10, 100),
+            ])
+            .unwrap();
+        writer.write(&[common::batch(&b2, 50..60, 3000)]).unwrap();
+    })
+    .unwrap();
+    let during = engine.verify();
+    fail::remove(FAILPOINT_VERIFY_AFTER_LOG);
+    let during = during.unwrap();
+    assert!(fired.load(Ordering::SeqCst), "the failpoint did not run");
+    assert!(during.is_clean(), "{:?}", during.problems);
+    // It checked the store as it was when it started.
+    assert_eq!(
+        (
+            during.records,
+            during.entries,
+            during.index_entries,
+            during.partitions
+        ),
+        (
+            before.records,
+            before.entries,
+            before.index_entries,
+            before.partitions
+        )
+    );
+
+    let after = engine.verify().unwrap();
+    assert!(after.is_clean(), "{:?}", after.problems);
+    assert_eq!(after.records, before.records + 200 + 10 + 10);
+    assert_eq!(after.partitions, 3);
+}
+
+#[test]
+fn verify_is_clean_while_appends_and_truncations_run() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let seed = common::seed("verify_is_clean_while_appends_and_truncations_run");
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Arc::new(Engine::open(small_config(dir.path())).unwrap());
+    let tps: Vec<TopicPartition> = (0..3).map(|p| TopicPartition::new("live", p)).collect();
+    let (appends, truncations) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+
+    let writer = {
+        let (engine, tps) = (engine.clone(), tps.clone());
+        let (appends, truncations) = (appends.clone(), truncations.clone());
+        std::thread::spawn(move || {
+            let mut rng = StdRng::seed_from_u64(seed);
+            let mut next = vec![0i64; tps.len()];
+            // Bounded, so that the store (and each verify) stays small.
+            for _ in 0..1500 {
+                let i = rng.gen_range(0..tps.len());
+                if rng.gen_ratio(1, 8) && next[i] > 0 {
+                    let cut = rng.gen_range(0..=next[i]);
+                    engine.truncate_before(&tps[i], cut).unwrap();
+                    truncations.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                let n = rng.gen_range(1..40);
+                let value_len = [10, 100, 1000][rng.gen_range(0..3)];
+                let b = common::batch(&tps[i], next[i]..next[i] + n, value_len);
+                if rng.gen_bool(0.5) {
+                    engine.append(&[b]).unwrap();
+                } else {
+                    engine.write(&[b]).unwrap();
+                }
+                next[i] += n;
+                appends.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+
+    // Verify until the writer is done, and at least 25 times.
+    let (mut overlapped, mut round) = (0, 0);
+    let ops = || appends.load(Ordering::Relaxed) + truncations.load(Ordering::Relaxed);
+    let mut last_ops = u64::MAX;
+    while round < 25 || !writer.is_finished() {
+        // The next verify waits for a write or truncation since the last
+        // one: the lock they share is not fair, and a verify that took it
+        // again at once could hold the writer off for good.
+        while ops() == last_ops && !writer.is_finished() {
+            std::thread::yield_now();
+        }
+        round += 1;
+        let ops_before = ops();
+        let r = engine.verify().unwrap();
+        let ops_after = ops();
+        last_ops = ops_after;
+        assert!(
+            r.is_clean(),
+            "round {round}, CAIRN_SEED={seed}: {:?}",
+            r.problems
+        );
+        if ops_after > ops_before {
+            overlapped += 1;
+        }
+    }
+    writer.join().expect("writer panicked");
+    engine.sync().unwrap();
+    let last = engine.verify().unwrap();
+    assert!(last.is_clean(), "CAIRN_SEED={seed}: {:?}", last.problems);
+    let stored: u64 = engine.partitions().iter().map(|p| p.record_count).sum();
+    assert_eq!(last.records, stored);
+    eprintln!(
+        "{} appends, {} truncations; {overlapped} of {round} verifies overlapped them",
+        appends.load(Ordering::Relaxed),
+        truncations.load(Ordering::Relaxed)
+    );
+    assert!(appends.load(Ordering::Relaxed) > 1000);
+}
+
+#[test]
+fn a_stray_summary_is_still_reported_by_an_open_engine() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let tp = TopicPartition::new("live", 0);
+    let stray = TopicPartition::new("stray", 0);
+    let engine = Engine::open(small_config(dir.path())).unwrap();
+    engine.append(&[common::batch(&tp, 0..50, 100)]).unwrap();
+    engine.close().unwrap();
+    // A valid summary of 50 records under a partition that has none.
+    common::with_raw_tree(dir.path(), |t| {
+        let v = t
+            .get(cairn_engine::keys::partition_key(&tp))
+            .unwrap()
+            .unwrap();
+        t.insert(cairn_engine::keys::partition_key(&stray), v)
+            .unwrap();
+    });
+    let strays = |r: &cairn_engine::VerifyReport| {
+        r.problems
+            .iter()
+            .filter(|p| {
+                matches!(&p.location, cairn_engine::Location::Partition { topic, .. } if topic == "stray")
+            })
+            .count()
+    };
+    let closed = cairn_engine::verify_store(&small_config(dir.path())).unwrap();
+    assert_eq!(strays(&closed), 1, "{:?}", closed.problems);
+    // An open engine never skips it either: the open itself refuses it
+    // (a verify of an open engine compares the summaries the engine holds,
+    // and checks any stored one it does not hold against the index).
+    match Engine::open(small_config(dir.path())) {
+        Err(cairn_engine::Error::Corruption {
+            location: cairn_engine::Location::Partition { topic, .. },
+            ..
+        }) => assert_eq!(topic, "stray"),
+        Err(e) => panic!("expected the stray summary refused, got {e}"),
+        Ok(_) => panic!("expected the stray summary refused, got an engine"),
+    }
+}
