@@ -8,6 +8,9 @@ use std::path::PathBuf;
 pub enum ConnectorError {
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// A read served by the running `cairn run` (live.rs) failed.
+    #[error("{0}")]
+    Live(String),
     #[error("cannot reach Kafka at {brokers} after {waited_ms} ms: {detail}")]
     BrokerUnreachable {
         brokers: String,

@@ -18,6 +18,7 @@ pub mod crashpoint;
 pub mod dead_letter;
 pub mod error;
 mod librdkafka;
+pub mod live;
 pub mod offsets;
 mod pipeline;
 mod progress;

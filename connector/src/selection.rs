@@ -10,7 +10,7 @@ use crate::error::{ConnectorError, Result};
 
 /// A selection of archived records: topics (all when empty), one partition
 /// number or all, and the archived offsets `from..to`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Selection {
     pub topics: Vec<String>,
     pub partition: Option<i32>,

@@ -43,6 +43,7 @@ use std::time::Duration;
 
 use cairn_engine::{Engine, RecordBatch, TopicPartition};
 
+use crate::live::LiveServer;
 use crate::pruner::{FailureHook, Pruner, Retention};
 
 /// What a sink can fail with.
@@ -93,6 +94,9 @@ pub struct ArchiveSink {
     engine: Option<Arc<Engine>>,
     /// `--retain`: deletes archived records older than an age.
     pruner: Option<Pruner>,
+    /// Answers `status`, `export` and `verify` while the run holds the
+    /// archive (live.rs).
+    live: Option<LiveServer>,
 }
 
 impl ArchiveSink {
@@ -100,6 +104,7 @@ impl ArchiveSink {
         ArchiveSink {
             engine: Some(engine),
             pruner: None,
+            live: None,
         }
     }
 
@@ -119,6 +124,24 @@ impl ArchiveSink {
             self.pruner = Some(p);
         }
         Ok(self)
+    }
+
+    /// Also answer `status`, `export` and `verify` of this archive on its
+    /// socket (live.rs) until `stop`. An archive whose socket cannot be
+    /// made (a data directory path too long for a socket's, for one) is
+    /// archived all the same: the reads then wait for the run to stop.
+    pub fn with_live_reads(mut self) -> Self {
+        if let Some(e) = &self.engine {
+            match LiveServer::start(e.clone()) {
+                Ok(server) => self.live = Some(server),
+                Err(err) => tracing::warn!(
+                    error = %err,
+                    socket = %e.config().path.join(crate::live::SOCKET_FILE).display(),
+                    "cannot serve reads of the live archive; status, export and verify will need the run stopped"
+                ),
+            }
+        }
+        self
     }
 
     pub fn engine(&self) -> Option<&Arc<Engine>> {
@@ -182,8 +205,11 @@ impl SinkTask for ArchiveSink {
     }
 
     fn stop(&mut self) -> Result<(), TaskError> {
-        // The pruner's last pass, and its thread's reference to the engine,
-        // end before the engine closes.
+        // The live reads, the pruner's last pass, and their threads'
+        // references to the engine, end before the engine closes.
+        if let Some(live) = self.live.take() {
+            live.stop();
+        }
         let pruned = self.pruner.take().map_or(Ok(()), Pruner::stop);
         if let Some(e) = self.engine.take() {
             match Arc::try_unwrap(e) {

@@ -14,9 +14,12 @@ use base64::Engine as _;
 use cairn_engine::{Record, TimestampType, TopicPartition};
 use serde::Serialize;
 
+use crate::selection::Selection;
+
 use crate::error::{ConnectorError, Result};
 
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Format {
     Jsonl,
     Raw,
@@ -75,10 +78,14 @@ fn line<'a>(tp: &'a TopicPartition, r: &'a Record) -> Line<'a> {
 pub async fn run(args: ExportArgs) -> Result<ExitCode> {
     let select = args.select.into_selection();
     select.check_range()?;
-    let engine = super::open_archive(&args.data.data)?;
-    // A topic or partition the archive does not hold is an error, not an
-    // empty export that looks like success.
-    let chosen = select.choose(engine.partitions(), &[])?;
+    let data = &args.data.data;
+    let live = crate::live::connect(data);
+    // Checked before the output is created: an export that cannot start
+    // leaves no empty file behind.
+    let engine = match live {
+        Some(_) => None,
+        None => Some(super::open_archive(data)?),
+    };
     let io_err = |path: PathBuf| move |source| ConnectorError::Io { path, source };
     let sink: Box<dyn Write> = match &args.output {
         Some(p) => Box::new(std::fs::File::create(p).map_err(io_err(p.clone()))?),
@@ -89,6 +96,44 @@ pub async fn run(args: ExportArgs) -> Result<ExitCode> {
         .clone()
         .unwrap_or_else(|| PathBuf::from("<stdout>"));
     let mut out = BufWriter::with_capacity(1 << 20, sink);
+    let count = match (engine, live) {
+        (Some(engine), _) => write_records(&engine, &select, args.format, &mut out, &out_path)?,
+        (None, Some(conn)) => {
+            let req = crate::live::Request::Export {
+                selection: select,
+                format: args.format,
+            };
+            let end = crate::live::request(conn, &req, &mut out)?;
+            if let Some(e) = end.error {
+                return Err(ConnectorError::Live(e));
+            }
+            None
+        }
+        (None, None) => unreachable!("opened or connected above"),
+    };
+    match out.flush() {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => return Err(io_err(out_path)(e)),
+        _ => {}
+    }
+    match count {
+        Some(records) => tracing::info!(records, "export done"),
+        None => tracing::info!("export done (served by the running cairn run)"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Write the selected records to `out` in `format`: the number written, or
+/// `None` when the reader went away (a closed pipe, `| head`), which ends an
+/// export quietly. Write errors name `out_name`. A topic or partition the archive does not hold is an
+/// error, not an empty export that looks like success.
+pub(crate) fn write_records(
+    engine: &cairn_engine::Engine,
+    select: &Selection,
+    format: Format,
+    out: &mut dyn Write,
+    out_name: &std::path::Path,
+) -> Result<Option<u64>> {
+    let chosen = select.choose(engine.partitions(), &[])?;
     let mut count = 0u64;
     for p in chosen {
         for r in engine.read(&p.tp, select.from)? {
@@ -96,8 +141,8 @@ pub async fn run(args: ExportArgs) -> Result<ExitCode> {
             if select.to.is_some_and(|to| r.offset >= to) {
                 break;
             }
-            let res = match args.format {
-                Format::Jsonl => serde_json::to_writer(&mut out, &line(&p.tp, &r))
+            let res = match format {
+                Format::Jsonl => serde_json::to_writer(&mut *out, &line(&p.tp, &r))
                     .map_err(std::io::Error::other)
                     .and_then(|_| out.write_all(b"\n")),
                 Format::Raw => out
@@ -106,18 +151,15 @@ pub async fn run(args: ExportArgs) -> Result<ExitCode> {
             };
             match res {
                 Ok(()) => count += 1,
-                // A closed pipe (`| head`) ends the export quietly.
-                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
-                    return Ok(ExitCode::SUCCESS)
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(None),
+                Err(source) => {
+                    return Err(ConnectorError::Io {
+                        path: out_name.to_owned(),
+                        source,
+                    })
                 }
-                Err(e) => return Err(io_err(out_path)(e)),
             }
         }
     }
-    match out.flush() {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => return Err(io_err(out_path)(e)),
-        _ => {}
-    }
-    tracing::info!(records = count, "export done");
-    Ok(ExitCode::SUCCESS)
+    Ok(Some(count))
 }

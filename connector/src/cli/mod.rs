@@ -116,6 +116,20 @@ pub(crate) fn write_line(args: std::fmt::Arguments<'_>) -> crate::Result<()> {
     }
 }
 
+/// Write `text` to stdout as [`write_line`] writes a line: a reader that
+/// went away is not an error.
+pub(crate) fn write_text(text: &[u8]) -> crate::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(crate::ConnectorError::Io {
+            path: PathBuf::from("<stdout>"),
+            source: e,
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// `println!` for the commands: see [`write_line`]. Evaluates to a
 /// `Result` for `?`.
 macro_rules! outln {

@@ -177,7 +177,7 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
         stop: stop.clone(),
         ..Default::default()
     };
-    let mut sink = ArchiveSink::new(engine);
+    let mut sink = ArchiveSink::new(engine).with_live_reads();
     let retention = cfg.retention();
     if retention.is_set() {
         let every_s = cfg

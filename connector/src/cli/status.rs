@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use cairn_engine::TopicPartition;
 use rdkafka::consumer::Consumer;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::outln;
 use crate::config::{check_connect_timeout_ms, refuse_managed_keys, MANAGED_CONSUMER_KEYS};
@@ -36,7 +36,7 @@ pub struct StatusArgs {
     pub json: bool,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 struct Row {
     topic: String,
     partition: i32,
@@ -60,24 +60,21 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
     check_connect_timeout_ms(args.connect_timeout_ms)?;
     let kafka: BTreeMap<String, String> = args.kafka.iter().cloned().collect();
     refuse_managed_keys(&kafka, &MANAGED_CONSUMER_KEYS, "cairn status")?;
-    let engine = super::open_archive(&args.data.data)?;
-    let mut rows: Vec<Row> = engine
-        .partitions()
-        .into_iter()
-        .map(|p| Row {
-            topic: p.tp.topic,
-            partition: p.tp.partition,
-            first_offset: p.first_offset,
-            durable_next_offset: p.next_offset,
-            records: p.record_count,
-            bytes: p.payload_bytes,
-            kafka_committed: None,
-            high_watermark: None,
-            lag: None,
-            archive_lag: None,
-        })
-        .collect();
-    drop(engine);
+    let data = &args.data.data;
+    let (mut rows, served_by) = match crate::live::connect(data) {
+        Some(conn) => {
+            let mut json = Vec::new();
+            let end = crate::live::request(conn, &crate::live::Request::Status, &mut json)?;
+            if let Some(e) = end.error {
+                return Err(ConnectorError::Live(e));
+            }
+            let rows: Vec<Row> = serde_json::from_slice(&json).map_err(|e| {
+                ConnectorError::Live(format!("the running cairn's status did not parse: {e}"))
+            })?;
+            (rows, Some(end.pid))
+        }
+        None => (rows(&super::open_archive(data)?), None),
+    };
     if let (Some(brokers), Some(group)) = (&args.brokers, &args.group) {
         let timeout = Duration::from_millis(args.connect_timeout_ms);
         kafka_view(brokers, group, &kafka, timeout, &mut rows)?;
@@ -118,7 +115,39 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
     if rows.is_empty() {
         outln!("(archive is empty)")?;
     }
+    if let Some(pid) = served_by {
+        outln!("(live: durable figures from the running cairn run, pid {pid})")?;
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The archive's figures per partition (the Kafka columns empty).
+fn rows(engine: &cairn_engine::Engine) -> Vec<Row> {
+    engine
+        .partitions()
+        .into_iter()
+        .map(|p| Row {
+            topic: p.tp.topic,
+            partition: p.tp.partition,
+            first_offset: p.first_offset,
+            durable_next_offset: p.next_offset,
+            records: p.record_count,
+            bytes: p.payload_bytes,
+            kafka_committed: None,
+            high_watermark: None,
+            lag: None,
+            archive_lag: None,
+        })
+        .collect()
+}
+
+/// The live answer to `status` (live.rs): the rows as JSON.
+pub(crate) fn serve(engine: &cairn_engine::Engine, out: &mut dyn std::io::Write) -> Result<u8> {
+    serde_json::to_writer(out, &rows(engine)).map_err(|e| ConnectorError::Io {
+        path: std::path::PathBuf::from(crate::live::SOCKET_FILE),
+        source: e.into(),
+    })?;
+    Ok(0)
 }
 
 fn kafka_view(
