@@ -1,7 +1,7 @@
 //! Reading an archive while `cairn run` holds it.
 //!
-//! sled locks its files, so `status`, `export` and `verify` cannot open an
-//! archive that a running `cairn run` has open. The run answers them
+//! sled locks its files, so `status`, `export`, `verify` and `prune` cannot
+//! open an archive that a running `cairn run` has open. The run answers them
 //! instead, on a Unix socket in the data directory ([`SOCKET_FILE`]): a
 //! command that finds the socket answering sends its request there, and the
 //! running engine answers from what is durable while archiving goes on.
@@ -14,9 +14,10 @@
 //! closes before its `e` frame did not finish, and the client says so.
 //!
 //! # Invariants
-//! - The server only reads. Exports stop at the durable next offset, and a
-//!   verify checks the store as it stood when the verify started
-//!   (`Engine::verify`).
+//! - The server only reads, except for `prune`, which deletes as the run's
+//!   own `--retain` passes do (`Engine::truncate_before`, in durable steps).
+//!   Exports stop at the durable next offset, and a verify checks the store
+//!   as it stood when the verify started (`Engine::verify`).
 //! - [`LiveServer::stop`] returns only once every connection's thread has
 //!   ended, so no reference to the engine outlives it: the archive sink
 //!   stops the server before it closes the engine.
@@ -64,6 +65,12 @@ pub enum Request {
     },
     /// The verify report's lines (`cli::verify`).
     Verify,
+    /// A prune, or with `dry_run` what it would delete (`cli::prune`).
+    Prune {
+        selection: Selection,
+        cut: crate::cli::prune::Cut,
+        dry_run: bool,
+    },
 }
 
 /// How an answer ended.
@@ -110,7 +117,7 @@ impl LiveServer {
                 .name("cairn-live".into())
                 .spawn(move || accept_loop(listener, engine, stop, streams))?
         };
-        tracing::info!(socket = %path.display(), "serving status, export and verify of the live archive");
+        tracing::info!(socket = %path.display(), "serving status, export, verify and prune of the live archive");
         Ok(LiveServer {
             path,
             stop,
@@ -271,6 +278,22 @@ fn serve(mut conn: UnixStream, engine: &Engine) {
                         .map(|_| 0)
                 }
                 Request::Verify => crate::cli::verify::serve(engine, &mut out),
+                Request::Prune {
+                    selection,
+                    cut,
+                    dry_run,
+                } => {
+                    let mut emit = |args: std::fmt::Arguments<'_>| {
+                        out.write_fmt(args)
+                            .and_then(|()| out.write_all(b"\n"))
+                            .map_err(|source| ConnectorError::Io {
+                                path: PathBuf::from(SOCKET_FILE),
+                                source,
+                            })
+                    };
+                    crate::cli::prune::prune(engine, selection, *cut, *dry_run, &mut emit)
+                        .map(|()| 0)
+                }
             };
             match exit.and_then(|code| {
                 out.flush().map_err(|source| ConnectorError::Io {
@@ -476,6 +499,47 @@ mod tests {
         assert!(end.error.unwrap().contains("already serving"));
         drop(idle);
         server.stop();
+    }
+
+    #[test]
+    fn requests_are_the_json_format_md_documents() {
+        let cases = [
+            (Request::Status, r#"{"command":"status"}"#),
+            (Request::Verify, r#"{"command":"verify"}"#),
+            (
+                Request::Export {
+                    selection: Selection {
+                        topics: vec!["t".into()],
+                        partition: None,
+                        from: 0,
+                        to: Some(9),
+                    },
+                    format: crate::cli::export::Format::Jsonl,
+                },
+                r#"{"command":"export","selection":{"topics":["t"],"partition":null,"from":0,"to":9},"format":"jsonl"}"#,
+            ),
+            (
+                Request::Prune {
+                    selection: Selection::default(),
+                    cut: crate::cli::prune::Cut::KeepBytes(5),
+                    dry_run: true,
+                },
+                r#"{"command":"prune","selection":{"topics":[],"partition":null,"from":0,"to":null},"cut":{"keep-bytes":5},"dry_run":true}"#,
+            ),
+        ];
+        for (req, json) in cases {
+            assert_eq!(serde_json::to_string(&req).unwrap(), json);
+            assert_eq!(serde_json::from_str::<Request>(json).unwrap(), req);
+        }
+        let end = End {
+            exit: 1,
+            error: Some("e".into()),
+            pid: 7,
+        };
+        assert_eq!(
+            serde_json::to_string(&end).unwrap(),
+            r#"{"exit":1,"error":"e","pid":7}"#
+        );
     }
 
     #[test]

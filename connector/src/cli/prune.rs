@@ -20,7 +20,6 @@ use std::time::Duration;
 
 use cairn_engine::{Engine, PartitionInfo};
 
-use super::outln;
 use crate::error::{ConnectorError, Result};
 use crate::pruner;
 use crate::selection::Selection;
@@ -71,8 +70,9 @@ pub fn parse_time_ms(s: &str) -> std::result::Result<i64, String> {
 }
 
 /// Where the cut falls, before it is resolved per partition.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Cut {
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Cut {
     Offset(i64),
     TimeMs(i64),
     KeepBytes(u64),
@@ -114,23 +114,57 @@ fn cut_offset(engine: &Engine, p: &PartitionInfo, cut: Cut) -> Result<i64> {
 
 pub async fn run(args: PruneArgs) -> Result<ExitCode> {
     let cut = cut_of(&args)?;
-    let select = Selection {
+    let selection = Selection {
         topics: args.topic.clone(),
         partition: args.partition,
         ..Selection::default()
     };
-    let engine = super::open_archive(&args.data.data)?;
-    let chosen = select.choose(engine.partitions(), &[])?;
+    let data = &args.data.data;
+    if let Some(conn) = crate::live::connect(data) {
+        // The running cairn prunes, as its own --retain pass would.
+        let req = crate::live::Request::Prune {
+            selection,
+            cut,
+            dry_run: args.dry_run,
+        };
+        let mut text = Vec::new();
+        let end = crate::live::request(conn, &req, &mut text)?;
+        super::write_text(&text)?;
+        return match end.error {
+            Some(e) => Err(ConnectorError::Live(e)),
+            None => Ok(ExitCode::from(end.exit)),
+        };
+    }
+    let engine = super::open_archive(data)?;
+    prune(
+        &engine,
+        &selection,
+        cut,
+        args.dry_run,
+        &mut super::write_line,
+    )?;
+    if !args.dry_run {
+        engine.close()?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One prune of the selected partitions of `engine` below `cut` (or, with
+/// `dry_run`, what it would delete), reported line by line to `emit`.
+pub(crate) fn prune(
+    engine: &Engine,
+    selection: &Selection,
+    cut: Cut,
+    dry_run: bool,
+    emit: &mut dyn FnMut(std::fmt::Arguments<'_>) -> Result<()>,
+) -> Result<()> {
+    let chosen = selection.choose(engine.partitions(), &[])?;
     let size_before = engine.size_on_disk()?;
-    let verb = if args.dry_run {
-        "would prune"
-    } else {
-        "pruned"
-    };
+    let verb = if dry_run { "would prune" } else { "pruned" };
     let mut total = pruner::PassReport::default();
     for p in &chosen {
-        let offset = cut_offset(&engine, p, cut)?;
-        let r = if args.dry_run {
+        let offset = cut_offset(engine, p, cut)?;
+        let r = if dry_run {
             engine.truncate_plan(&p.tp, offset)?
         } else {
             engine.truncate_before(&p.tp, offset)?
@@ -139,7 +173,7 @@ pub async fn run(args: PruneArgs) -> Result<ExitCode> {
             Some(f) if f != p.first_offset => format!("first offset {} -> {f}", p.first_offset),
             _ => format!("first offset {}", p.first_offset),
         };
-        outln!(
+        emit(format_args!(
             "{}/{}: {verb} {} records ({} payload bytes, {} entries) below offset {offset}; {first}; next offset {}",
             p.tp.topic,
             p.tp.partition,
@@ -147,24 +181,23 @@ pub async fn run(args: PruneArgs) -> Result<ExitCode> {
             r.payload_bytes_deleted,
             r.entries_deleted,
             p.next_offset
-        )?;
+        ))?;
         total.add(&r);
     }
-    outln!(
+    emit(format_args!(
         "{verb} {} records ({} payload bytes) in {} of {} partitions",
         total.deleted.records_deleted,
         total.deleted.payload_bytes_deleted,
         total.partitions_pruned,
         chosen.len()
-    )?;
-    if !args.dry_run {
+    ))?;
+    if !dry_run {
         // sled reuses the space of deleted records for new ones; its files
         // shrink only as it cleans segments, so this number lags.
         let size_after = engine.size_on_disk()?;
-        engine.close()?;
-        outln!("store on disk: {size_before} bytes before, {size_after} after (freed space is reused by new records)")?;
+        emit(format_args!("store on disk: {size_before} bytes before, {size_after} after (freed space is reused by new records)"))?;
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 #[cfg(test)]
