@@ -22,7 +22,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::time::Instant;
 
 use crate::body::{encode_entry, ENTRY_BODY_BYTES_MAX};
@@ -57,9 +57,10 @@ pub struct Engine {
     commit: Mutex<CommitState>,
     commit_cv: Condvar,
     syncer: Mutex<DurableSync>,
-    /// Held for a whole `truncate_before` (all its steps) and a whole
-    /// `verify`, which must not see a truncation half done.
-    pub(crate) truncating: Mutex<()>,
+    /// Written for a whole `truncate_before` (all its steps), read for a
+    /// whole `verify`, which must not see a truncation half done. (Std's
+    /// `RwLock` prefers writers: verifies cannot starve a truncation.)
+    pub(crate) truncating: RwLock<()>,
     counters: Counters,
     closed: AtomicBool,
     recovery: RecoveryReport,
@@ -208,7 +209,7 @@ impl Engine {
             }),
             commit_cv: Condvar::new(),
             syncer: Mutex::new(syncer),
-            truncating: Mutex::new(()),
+            truncating: RwLock::new(()),
             counters: Counters::default(),
             closed: AtomicBool::new(false),
             recovery: report,

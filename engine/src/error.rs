@@ -57,6 +57,10 @@ pub enum Error {
     /// The engine was closed.
     #[error("engine is closed")]
     Closed,
+    /// A long read (a verify) was asked to stop before it finished. It
+    /// changed nothing.
+    #[error("{op} interrupted: asked to stop before it finished")]
+    Interrupted { op: &'static str },
 }
 
 impl Error {
@@ -81,6 +85,7 @@ impl Error {
             Error::UnsupportedFormat { .. } => "unsupported_format",
             Error::Locked { .. } => "locked",
             Error::Closed => "closed",
+            Error::Interrupted { .. } => "interrupted",
         }
     }
 }

@@ -94,7 +94,7 @@ pub(crate) fn recover(
     if cfg.recovery_mode == RecoveryMode::Strict {
         // Strict mode trades O(tail) for a full check: any damage anywhere
         // refuses the open, located by its first problem.
-        let v = crate::verify::verify_tree(tree, None)?;
+        let v = crate::verify::verify_tree(tree, None, &std::sync::atomic::AtomicBool::new(false))?;
         if let Some(p) = v.problems.into_iter().next() {
             return Err(Error::corruption(p.location, p.kind));
         }

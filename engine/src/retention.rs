@@ -74,7 +74,10 @@ impl Engine {
         crate::record::validate_tp(tp)?;
         // Held across the steps: a verify running meanwhile waits for the
         // last one (verify.rs).
-        let _truncating = crate::engine::lock(&self.truncating);
+        let _truncating = self
+            .truncating
+            .write()
+            .expect("engine lock poisoned by an earlier panic");
         let mut report = TruncateReport::default();
         let mut steps = 0u64;
         loop {

@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::body::decode_entry;
 use crate::config::EngineConfig;
@@ -91,16 +92,27 @@ impl Engine {
     /// frames, index entries and summaries in steps, and a scan that saw
     /// half of a step would report its other half as damage.
     pub fn verify(&self) -> Result<VerifyReport> {
-        let _no_truncation = lock(&self.truncating);
+        self.verify_unless(&AtomicBool::new(false))
+    }
+
+    /// [`verify`](Self::verify), given up with `Error::Interrupted` soon
+    /// after `stop` is set (a server shutting down does not wait for a
+    /// verify of the whole store).
+    pub fn verify_unless(&self, stop: &AtomicBool) -> Result<VerifyReport> {
+        let _no_truncation = self
+            .truncating
+            .read()
+            .expect("engine lock poisoned by an earlier panic");
+        let now = |tp: &TopicPartition| lock(&self.write).partitions.get(tp).copied();
         let bound = {
             let w = lock(&self.write);
             Snapshot {
                 lsn_end: w.next_lsn,
                 partitions: w.partitions.clone(),
-                known_now: &|tp| lock(&self.write).partitions.contains_key(tp),
+                now: &now,
             }
         };
-        verify_tree(&self.tree, Some(&bound))
+        verify_tree(&self.tree, Some(&bound), stop)
     }
 }
 
@@ -109,9 +121,23 @@ impl Engine {
 pub(crate) struct Snapshot<'a> {
     pub lsn_end: u64,
     pub partitions: BTreeMap<TopicPartition, PartitionSummary>,
-    /// Whether the engine holds a partition now (a summary stored for one
-    /// it does not is stray, not new).
-    pub known_now: &'a dyn Fn(&TopicPartition) -> bool,
+    /// The engine's summary of a partition now, if it holds one: a stored
+    /// summary for one it does not hold is stray, not new; one whose
+    /// summary has not moved since the snapshot must be stored as it is.
+    pub now: &'a dyn Fn(&TopicPartition) -> Option<PartitionSummary>,
+}
+
+/// Items between two looks at a verify's stop flag.
+const ITEMS_PER_STOP_CHECK: u32 = 256;
+
+/// `Err(Interrupted)` once `stop` is set, looked at every
+/// [`ITEMS_PER_STOP_CHECK`] calls.
+fn check_stop(stop: &AtomicBool, items: &mut u32) -> Result<()> {
+    *items += 1;
+    if items.is_multiple_of(ITEMS_PER_STOP_CHECK) && stop.load(Ordering::Relaxed) {
+        return Err(Error::Interrupted { op: "verify" });
+    }
+    Ok(())
 }
 
 /// Verify a store without opening an engine on it: no cairn recovery, and
@@ -128,7 +154,7 @@ pub fn verify_store(cfg: &EngineConfig) -> Result<VerifyReport> {
     let _lock = DirLock::acquire(&cfg.path)?;
     let db = cfg.open_sled()?;
     let tree = db.open_tree("cairn").map_err(store_err("open tree"))?;
-    let mut r = verify_tree(&tree, None)?;
+    let mut r = verify_tree(&tree, None, &AtomicBool::new(false))?;
     // sled drops the end of its log after a damaged record and leaves a
     // consistent older tree: only the watermark beside it can tell.
     let mut last_lsn = 0;
@@ -175,13 +201,17 @@ struct PartitionTotals {
 
 /// Check the whole tree, or with `bound` the part of it a live engine had
 /// written when the bound was taken.
-pub(crate) fn verify_tree(tree: &sled::Tree, bound: Option<&Snapshot<'_>>) -> Result<VerifyReport> {
+pub(crate) fn verify_tree(
+    tree: &sled::Tree,
+    bound: Option<&Snapshot<'_>>,
+    stop: &AtomicBool,
+) -> Result<VerifyReport> {
     let mut r = VerifyReport::default();
     verify_meta(tree, &mut r)?;
     let lsn_end = bound.map_or(u64::MAX, |b| b.lsn_end);
-    let mut entries = verify_log(tree, lsn_end, &mut r)?;
+    let mut entries = verify_log(tree, lsn_end, stop, &mut r)?;
     fail::fail_point!(FAILPOINT_VERIFY_AFTER_LOG);
-    let totals = verify_index(tree, lsn_end, &mut entries, &mut r)?;
+    let totals = verify_index(tree, bound, stop, &mut entries, &mut r)?;
     for ((tp, _), e) in entries {
         r.add(
             Location::Wal { lsn: e.lsn },
@@ -295,19 +325,22 @@ fn report_foreign_keys(
 
 type Entries = BTreeMap<(TopicPartition, i64), IndexEntry>;
 
-/// The log below `lsn_end` (all of it with `u64::MAX`).
-fn verify_log(tree: &sled::Tree, lsn_end: u64, r: &mut VerifyReport) -> Result<Entries> {
+/// The log below `lsn_end` (all of it with `u64::MAX`). Keys that are not
+/// LSNs are reported wherever they sort.
+fn verify_log(
+    tree: &sled::Tree,
+    lsn_end: u64,
+    stop: &AtomicBool,
+    r: &mut VerifyReport,
+) -> Result<Entries> {
     let mut entries = Entries::new();
     let mut last_offset: BTreeMap<TopicPartition, i64> = BTreeMap::new();
     let mut expected: u64 = 1;
     let mut asm = Assembler::default();
     let mut first_slot: Option<u64> = None;
-    let log: sled::Iter = if lsn_end == u64::MAX {
-        tree.scan_prefix([keys::PREFIX_WAL])
-    } else {
-        tree.range(keys::wal_key(0)..keys::wal_key(lsn_end))
-    };
-    for item in log {
+    let mut items = 0;
+    for item in tree.scan_prefix([keys::PREFIX_WAL]) {
+        check_stop(stop, &mut items)?;
         let (k, v) = item.map_err(store_err("scan log"))?;
         let lsn = match keys::parse_wal_key(&k) {
             Ok(l) => l,
@@ -316,6 +349,10 @@ fn verify_log(tree: &sled::Tree, lsn_end: u64, r: &mut VerifyReport) -> Result<E
                 continue;
             }
         };
+        if lsn >= lsn_end {
+            // Written since the snapshot (and slots reserved before it).
+            continue;
+        }
         let at = Location::Wal { lsn };
         if slots::is_slot(&v) {
             first_slot.get_or_insert(lsn);
@@ -415,17 +452,21 @@ fn verify_log(tree: &sled::Tree, lsn_end: u64, r: &mut VerifyReport) -> Result<E
     Ok(entries)
 }
 
-/// The index entries of the entries below `lsn_end`: those a live engine
-/// writes later are skipped (an entry's frames come first, so an index
-/// entry at or above `lsn_end` describes frames that were not looked at).
+/// The index entries, checked against the log's entries. With a snapshot,
+/// those of records appended since (a partition it did not hold, or
+/// offsets at or above its next offset then) are skipped: their frames were
+/// not looked at. Any other index entry is checked, whatever LSN it names.
 fn verify_index(
     tree: &sled::Tree,
-    lsn_end: u64,
+    bound: Option<&Snapshot<'_>>,
+    stop: &AtomicBool,
     entries: &mut Entries,
     r: &mut VerifyReport,
 ) -> Result<BTreeMap<TopicPartition, PartitionTotals>> {
     let mut totals: BTreeMap<TopicPartition, PartitionTotals> = BTreeMap::new();
+    let mut items = 0;
     for item in tree.scan_prefix([keys::PREFIX_INDEX]) {
+        check_stop(stop, &mut items)?;
         let (k, v) = item.map_err(store_err("scan index"))?;
         let (tp, e) = match IndexEntry::decode(&k, &v) {
             Ok(x) => x,
@@ -435,8 +476,14 @@ fn verify_index(
                 continue;
             }
         };
-        if e.lsn >= lsn_end {
-            continue;
+        if let Some(b) = bound {
+            let since = b
+                .partitions
+                .get(&tp)
+                .is_none_or(|s| e.first_offset >= s.next_offset);
+            if since {
+                continue;
+            }
         }
         r.index_entries += 1;
         let loc = || Location::Index {
@@ -511,24 +558,31 @@ fn verify_summaries_at(
                 continue;
             }
         };
+        let now = (bound.now)(&tp);
         let Some(s) = at.get(&tp) else {
             // A partition first written after the snapshot is not looked
             // at; a summary the engine does not hold even now is stray, and
             // is checked against the index like any other.
-            if !(bound.known_now)(&tp) {
+            if now.is_none() {
                 r.partitions += 1;
                 let t = totals.remove(&tp).unwrap_or_default();
                 check_summary(&tp, &stored, &t, r);
             }
             continue;
         };
-        if stored.next_offset < s.next_offset {
+        // The engine updates its summary and the stored one under one
+        // lock, and (truncations excluded) never back to an earlier value:
+        // one unchanged since the snapshot must be stored exactly so, and
+        // any other can only have moved on.
+        let unchanged = now.as_ref() == Some(s);
+        if (unchanged && stored != *s) || stored.next_offset < s.next_offset {
             r.add(
                 partition_location(&tp),
                 CorruptionKind::SummaryMismatch {
                     detail: format!(
-                        "stored summary next {} is behind the {} the engine wrote",
-                        stored.next_offset, s.next_offset
+                        "stored summary first {} next {} records {} bytes {}; the engine wrote first {} next {} records {} bytes {}",
+                        stored.first_offset, stored.next_offset, stored.record_count, stored.payload_bytes,
+                        s.first_offset, s.next_offset, s.record_count, s.payload_bytes
                     ),
                 },
             );
