@@ -25,7 +25,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -87,10 +87,26 @@ pub struct End {
 /// Serves reading commands for the archive a run holds.
 pub struct LiveServer {
     path: PathBuf,
-    stop: Arc<AtomicBool>,
-    /// Each connection's stream, to cut it off at stop.
-    streams: Arc<Mutex<Vec<(u64, UnixStream)>>>,
+    shared: Arc<Shared>,
     accept: Option<JoinHandle<()>>,
+}
+
+/// What the server's threads share.
+struct Shared {
+    stop: AtomicBool,
+    /// Wakes the accept loop at stop (no connection through the socket
+    /// path is needed: it may have been deleted).
+    wake: tokio::sync::Notify,
+    /// Each connection's stream, to cut it off at stop.
+    streams: Mutex<Vec<(u64, UnixStream)>>,
+}
+
+impl Shared {
+    fn cut_off_all(&self) {
+        for (_, s) in lock(&self.streams).iter() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -102,32 +118,31 @@ impl LiveServer {
     /// lock is held, so a socket file found there is left from a run that
     /// did not stop cleanly, and is replaced.
     pub fn start(engine: Arc<Engine>) -> std::io::Result<LiveServer> {
-        let path = engine.config().path.join(SOCKET_FILE);
-        match std::fs::remove_file(&path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-            _ => {}
-        }
-        let listener = UnixListener::bind(&path)?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let streams = Arc::new(Mutex::new(Vec::new()));
+        let dir = engine.config().path.clone();
+        let path = dir.join(SOCKET_FILE);
+        let listener = bind_private(&dir, &path)?;
+        let shared = Arc::new(Shared {
+            stop: AtomicBool::new(false),
+            wake: tokio::sync::Notify::new(),
+            streams: Mutex::new(Vec::new()),
+        });
         let accept = {
-            let (stop, streams) = (stop.clone(), streams.clone());
+            let shared = shared.clone();
             std::thread::Builder::new()
                 .name("cairn-live".into())
-                .spawn(move || accept_loop(listener, engine, stop, streams))?
+                .spawn(move || accept_loop(listener, engine, shared))?
         };
         tracing::info!(socket = %path.display(), "serving status, export, verify and prune of the live archive");
         Ok(LiveServer {
             path,
-            stop,
-            streams,
+            shared,
             accept: Some(accept),
         })
     }
 
-    /// Stop listening, cut off the connections being served, wait for
-    /// their threads, and remove the socket.
+    /// Stop listening, cut off the connections being served (a verify in
+    /// progress gives up; a prune finishes the partition it is in), wait
+    /// for their threads, and remove the socket.
     pub fn stop(mut self) {
         self.shut_down();
     }
@@ -136,12 +151,9 @@ impl LiveServer {
         let Some(accept) = self.accept.take() else {
             return;
         };
-        self.stop.store(true, Ordering::SeqCst);
-        for (_, s) in lock(&self.streams).iter() {
-            let _ = s.shutdown(std::net::Shutdown::Both);
-        }
-        // Wake the accept loop, which then sees the flag.
-        let _ = UnixStream::connect(&self.path);
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.cut_off_all();
+        self.shared.wake.notify_one();
         if accept.join().is_err() {
             tracing::warn!("the live-read thread panicked");
         }
@@ -155,63 +167,123 @@ impl Drop for LiveServer {
     }
 }
 
+/// Bind the socket where only its owner can connect: in a new directory of
+/// mode 0700, made 0600, then renamed into place. Binding at `path` and
+/// changing its mode after would leave a moment in which anyone could
+/// connect.
+fn bind_private(dir: &Path, path: &Path) -> std::io::Result<std::os::unix::net::UnixListener> {
+    use std::os::unix::fs::DirBuilderExt;
+    let private = dir.join(format!(".live.{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&private);
+    std::fs::DirBuilder::new().mode(0o700).create(&private)?;
+    let bound = (|| {
+        let inner = private.join(SOCKET_FILE);
+        let listener = std::os::unix::net::UnixListener::bind(&inner)?;
+        std::fs::set_permissions(&inner, std::fs::Permissions::from_mode(0o600))?;
+        // Replaces a socket left by a run that did not stop cleanly.
+        std::fs::rename(&inner, path)?;
+        Ok(listener)
+    })();
+    let _ = std::fs::remove_dir_all(&private);
+    bound
+}
+
 fn accept_loop(
-    listener: UnixListener,
+    listener: std::os::unix::net::UnixListener,
     engine: Arc<Engine>,
-    stop: Arc<AtomicBool>,
-    streams: Arc<Mutex<Vec<(u64, UnixStream)>>>,
+    shared: Arc<Shared>,
 ) {
     let mut served: Vec<JoinHandle<()>> = Vec::new();
-    let mut next_id = 0u64;
-    for conn in listener.incoming() {
-        if stop.load(Ordering::SeqCst) {
-            break;
-        }
-        served.retain(|h| !h.is_finished());
-        let mut conn = match conn {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!(error = %e, "live read: accept failed");
-                continue;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build();
+    let looped = rt.and_then(|rt| {
+        listener.set_nonblocking(true)?;
+        rt.block_on(async {
+            let listener = tokio::net::UnixListener::from_std(listener)?;
+            let mut next_id = 0u64;
+            loop {
+                let accepted = tokio::select! {
+                    _ = shared.wake.notified() => break,
+                    a = listener.accept() => a,
+                };
+                let conn = match accepted.and_then(|(c, _)| {
+                    let c = c.into_std()?;
+                    c.set_nonblocking(false)?;
+                    Ok(c)
+                }) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        // Out of file descriptors, say: wait a little
+                        // rather than spin.
+                        tracing::warn!(error = %e, "live read: accept failed");
+                        tokio::select! {
+                            _ = shared.wake.notified() => break,
+                            _ = tokio::time::sleep(Duration::from_millis(100)) => continue,
+                        }
+                    }
+                };
+                served.retain(|h| !h.is_finished());
+                next_id += 1;
+                if let Some(h) = take(conn, next_id, served.len(), &engine, &shared) {
+                    served.push(h);
+                }
             }
-        };
-        if served.len() >= CONNECTIONS_MAX {
-            let end = End {
-                exit: 2,
-                error: Some(format!(
-                    "the running cairn is already serving {CONNECTIONS_MAX} reads; try again when one has finished"
-                )),
-                pid: std::process::id(),
-            };
-            let _ = write_end(&mut conn, &end);
-            continue;
-        }
-        next_id += 1;
-        let id = next_id;
-        match conn.try_clone() {
-            Ok(c) => lock(&streams).push((id, c)),
-            Err(e) => {
-                tracing::warn!(error = %e, "live read: cannot keep the connection");
-                continue;
-            }
-        }
-        let (engine, streams2) = (engine.clone(), streams.clone());
-        let spawned = std::thread::Builder::new()
-            .name("cairn-live-read".into())
-            .spawn(move || {
-                serve(conn, &engine);
-                lock(&streams2).retain(|(i, _)| *i != id);
-            });
-        match spawned {
-            Ok(h) => served.push(h),
-            Err(e) => {
-                tracing::warn!(error = %e, "live read: cannot start a thread");
-                lock(&streams).retain(|(i, _)| *i != id);
-            }
-        }
+            Ok(())
+        })
+    });
+    if let Err(e) = looped {
+        tracing::warn!(error = %e, "live reads stopped: the socket could not be served");
     }
+    // Connections taken while the stop was cutting the others off are cut
+    // off too: only this thread adds to the list, and it adds no more.
+    shared.cut_off_all();
     for h in served {
         let _ = h.join();
+    }
+}
+
+/// Serve `conn` on a thread of its own, or refuse it as busy.
+fn take(
+    mut conn: UnixStream,
+    id: u64,
+    serving: usize,
+    engine: &Arc<Engine>,
+    shared: &Arc<Shared>,
+) -> Option<JoinHandle<()>> {
+    if serving >= CONNECTIONS_MAX {
+        let end = End {
+            exit: 2,
+            error: Some(format!(
+                "the running cairn is already serving {CONNECTIONS_MAX} reads; try again when one has finished"
+            )),
+            pid: std::process::id(),
+        };
+        let _ = write_end(&mut conn, &end);
+        return None;
+    }
+    match conn.try_clone() {
+        Ok(c) => lock(&shared.streams).push((id, c)),
+        Err(e) => {
+            tracing::warn!(error = %e, "live read: cannot keep the connection");
+            return None;
+        }
+    }
+    let (engine, shared2) = (engine.clone(), shared.clone());
+    let spawned = std::thread::Builder::new()
+        .name("cairn-live-read".into())
+        .spawn(move || {
+            serve(conn, &engine, &shared2.stop);
+            lock(&shared2.streams).retain(|(i, _)| *i != id);
+        });
+    match spawned {
+        Ok(h) => Some(h),
+        Err(e) => {
+            tracing::warn!(error = %e, "live read: cannot start a thread");
+            lock(&shared.streams).retain(|(i, _)| *i != id);
+            None
+        }
     }
 }
 
@@ -254,8 +326,9 @@ fn write_end(w: &mut impl Write, end: &End) -> std::io::Result<()> {
     write_frame(w, TAG_END, &body)
 }
 
-/// Answer one connection's request.
-fn serve(mut conn: UnixStream, engine: &Engine) {
+/// Answer one connection's request. `stop` interrupts a verify, and a
+/// prune between partitions.
+fn serve(mut conn: UnixStream, engine: &Engine, stop: &AtomicBool) {
     let request = read_request(&conn);
     let pid = std::process::id();
     let mut out = FrameWriter {
@@ -274,16 +347,27 @@ fn serve(mut conn: UnixStream, engine: &Engine) {
                 Request::Status => crate::cli::status::serve(engine, &mut out),
                 Request::Export { selection, format } => {
                     let name = Path::new(SOCKET_FILE);
-                    crate::cli::export::write_records(engine, selection, *format, &mut out, name)
+                    selection
+                        .choose(engine.partitions(), &[])
+                        .and_then(|chosen| {
+                            crate::cli::export::write_records(
+                                engine, &chosen, selection, *format, &mut out, name,
+                            )
+                        })
                         .map(|_| 0)
                 }
-                Request::Verify => crate::cli::verify::serve(engine, &mut out),
+                Request::Verify => crate::cli::verify::serve(engine, stop, &mut out),
                 Request::Prune {
                     selection,
                     cut,
                     dry_run,
                 } => {
                     let mut emit = |args: std::fmt::Arguments<'_>| {
+                        if stop.load(Ordering::SeqCst) {
+                            return Err(ConnectorError::Live(
+                                "the running cairn is stopping: the prune stopped after the partitions above".into(),
+                            ));
+                        }
                         out.write_fmt(args)
                             .and_then(|()| out.write_all(b"\n"))
                             .map_err(|source| ConnectorError::Io {
@@ -338,6 +422,10 @@ pub fn connect(data: &Path) -> Option<UnixStream> {
     UnixStream::connect(data.join(SOCKET_FILE)).ok()
 }
 
+/// How long `status` waits for the running cairn's answer: it is quick
+/// unless that process is wedged (stopped with SIGSTOP, say).
+pub const STATUS_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Send `req` and copy the answer's output to `out`. A reader of `out` that
 /// went away (`| head`) ends the copy quietly, as for a local command.
 pub fn request(mut conn: UnixStream, req: &Request, out: &mut dyn Write) -> Result<End> {
@@ -345,31 +433,31 @@ pub fn request(mut conn: UnixStream, req: &Request, out: &mut dyn Write) -> Resu
         path: PathBuf::from(SOCKET_FILE),
         source,
     };
+    if matches!(req, Request::Status) {
+        conn.set_read_timeout(Some(STATUS_TIMEOUT)).map_err(gone)?;
+    }
     let mut line = serde_json::to_vec(req).expect("Request serialises");
     line.push(b'\n');
-    conn.write_all(&line).map_err(gone)?;
+    // A server that refused at once (busy) may have closed before the
+    // request arrived: its answer is still there to read, and says why.
+    let sent = conn.write_all(&line);
     let mut conn = BufReader::with_capacity(FRAME_BYTES_MAX, conn);
-    let mut body = Vec::new();
+    if let Err(e) = sent {
+        return match read_frame(&mut conn) {
+            Ok(Some((TAG_END, body))) => parse_end(&body),
+            _ => Err(gone(e)),
+        };
+    }
     loop {
-        let mut head = [0u8; 5];
-        match conn.read_exact(&mut head) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+        let (tag, body) = match read_frame(&mut conn)? {
+            Some(frame) => frame,
+            None => {
                 return Err(ConnectorError::Live(
                     "the running cairn stopped before it finished answering (it is shutting down?): run the command again".into(),
                 ))
             }
-            Err(e) => return Err(gone(e)),
-        }
-        let len = u32::from_le_bytes(head[1..].try_into().expect("4 bytes")) as usize;
-        if len > FRAME_BYTES_MAX {
-            return Err(ConnectorError::Live(format!(
-                "the running cairn answered with a {len}-byte frame, over the {FRAME_BYTES_MAX} allowed"
-            )));
-        }
-        body.resize(len, 0);
-        conn.read_exact(&mut body).map_err(gone)?;
-        match head[0] {
+        };
+        match tag {
             TAG_OUTPUT => match out.write_all(&body) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
@@ -386,17 +474,64 @@ pub fn request(mut conn: UnixStream, req: &Request, out: &mut dyn Write) -> Resu
                     })
                 }
             },
-            TAG_END => {
-                return serde_json::from_slice(&body).map_err(|e| {
-                    ConnectorError::Live(format!("the running cairn's answer did not parse: {e}"))
-                })
-            }
+            TAG_END => return parse_end(&body),
             tag => {
                 return Err(ConnectorError::Live(format!(
                     "the running cairn answered with an unknown frame tag {tag:#04x}"
                 )))
             }
         }
+    }
+}
+
+/// The next frame, or `None` at the end of the stream before one begins.
+fn read_frame(conn: &mut impl Read) -> Result<Option<(u8, Vec<u8>)>> {
+    let gone = |source: std::io::Error| {
+        if matches!(
+            source.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ) {
+            return ConnectorError::Live(format!(
+                "the running cairn did not answer within {} s (is it stopped or wedged?)",
+                STATUS_TIMEOUT.as_secs()
+            ));
+        }
+        ConnectorError::Io {
+            path: PathBuf::from(SOCKET_FILE),
+            source,
+        }
+    };
+    let mut head = [0u8; 5];
+    match conn.read_exact(&mut head) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(gone(e)),
+    }
+    let len = u32::from_le_bytes(head[1..].try_into().expect("4 bytes")) as usize;
+    if len > FRAME_BYTES_MAX {
+        return Err(ConnectorError::Live(format!(
+            "the running cairn answered with a {len}-byte frame, over the {FRAME_BYTES_MAX} allowed"
+        )));
+    }
+    let mut body = vec![0; len];
+    conn.read_exact(&mut body).map_err(gone)?;
+    Ok(Some((head[0], body)))
+}
+
+fn parse_end(body: &[u8]) -> Result<End> {
+    serde_json::from_slice(body)
+        .map_err(|e| ConnectorError::Live(format!("the running cairn's answer did not parse: {e}")))
+}
+
+/// The exit code an answer ends with, its error (if any) printed as the
+/// command's own would be.
+pub fn exit_code(end: &End) -> std::process::ExitCode {
+    match &end.error {
+        Some(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::from(end.exit.max(1))
+        }
+        None => std::process::ExitCode::from(end.exit),
     }
 }
 
@@ -426,12 +561,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let e = engine(dir.path());
         // A socket file left by a killed run is replaced.
-        drop(UnixListener::bind(dir.path().join(SOCKET_FILE)).unwrap());
+        drop(std::os::unix::net::UnixListener::bind(dir.path().join(SOCKET_FILE)).unwrap());
         assert!(
             connect(dir.path()).is_none(),
             "nobody answers a left-over socket"
         );
         let server = LiveServer::start(e.clone()).unwrap();
+        let mode = std::fs::metadata(dir.path().join(SOCKET_FILE))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "{mode:o}");
 
         let (end, out) = ask(dir.path(), &Request::Status);
         assert_eq!(
@@ -462,15 +602,23 @@ mod tests {
         );
 
         // An idle client does not hold the stop up: it is cut off, and is
-        // told the answer did not finish.
+        // told the answer did not finish. Nor does a deleted socket file.
         let idle = connect(dir.path()).unwrap();
         // Its thread has taken it once a request after it is answered.
         ask(dir.path(), &Request::Status);
+        std::fs::remove_file(dir.path().join(SOCKET_FILE)).unwrap();
         server.stop();
         let err = request(idle, &Request::Status, &mut Vec::new());
         assert!(err.is_err(), "{err:?}");
         assert!(!dir.path().join(SOCKET_FILE).exists());
         assert_eq!(Arc::strong_count(&e), 1, "a thread kept the engine");
+        // Nothing of the private directory the socket was bound in is left.
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .filter(|n| n.to_string_lossy().starts_with(".live"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
     }
 
     #[test]
@@ -545,7 +693,8 @@ mod tests {
     #[test]
     fn a_broken_answer_is_an_error_not_a_panic() {
         let dir = tempfile::tempdir().unwrap();
-        let listener = UnixListener::bind(dir.path().join(SOCKET_FILE)).unwrap();
+        let listener =
+            std::os::unix::net::UnixListener::bind(dir.path().join(SOCKET_FILE)).unwrap();
         let answers: [&[u8]; 4] = [
             // A frame longer than any server sends.
             &[TAG_OUTPUT, 0xff, 0xff, 0xff, 0x7f],

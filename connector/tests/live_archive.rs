@@ -127,14 +127,19 @@ fn a_running_archive_serves_status_export_verify_and_prune() {
         "{}",
         text(&out.stdout)
     );
-    // A bad selection is the same error as on a stopped archive.
-    let out = cairn(&["export", "--data", d, "--topic", "nope"]);
+    // A bad selection is the same error as on a stopped archive, and
+    // leaves an existing output file as it was.
+    let keep = dir.path().join("keep.jsonl");
+    std::fs::write(&keep, "kept\n").unwrap();
+    let k = keep.to_str().unwrap();
+    let out = cairn(&["export", "--data", d, "--topic", "nope", "--output", k]);
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
     assert!(
         err.contains("\"nope\"") && err.contains("holds \"live\""),
         "{err}"
     );
+    assert_eq!(std::fs::read_to_string(&keep).unwrap(), "kept\n");
 
     // verify: clean, as the store stood when it started.
     let out = cairn(&["verify", "--data", d]);
@@ -232,4 +237,11 @@ fn a_socket_left_by_a_killed_run_is_not_in_the_way() {
         );
         assert!(!text(&out.stdout).contains("(live"), "{args:?}");
     }
+    // A refused export leaves an existing output file as it was here too.
+    let keep = dir.path().join("keep.jsonl");
+    std::fs::write(&keep, "kept\n").unwrap();
+    let k = keep.to_str().unwrap();
+    let out = cairn(&["export", "--data", d, "--topic", "nope", "--output", k]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert_eq!(std::fs::read_to_string(&keep).unwrap(), "kept\n");
 }

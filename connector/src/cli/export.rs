@@ -79,47 +79,109 @@ pub async fn run(args: ExportArgs) -> Result<ExitCode> {
     let select = args.select.into_selection();
     select.check_range()?;
     let data = &args.data.data;
-    let live = crate::live::connect(data);
-    // Checked before the output is created: an export that cannot start
-    // leaves no empty file behind.
-    let engine = match live {
-        Some(_) => None,
-        None => Some(super::open_archive(data)?),
-    };
-    let io_err = |path: PathBuf| move |source| ConnectorError::Io { path, source };
-    let sink: Box<dyn Write> = match &args.output {
-        Some(p) => Box::new(std::fs::File::create(p).map_err(io_err(p.clone()))?),
-        None => Box::new(std::io::stdout().lock()),
-    };
     let out_path = args
         .output
         .clone()
         .unwrap_or_else(|| PathBuf::from("<stdout>"));
-    let mut out = BufWriter::with_capacity(1 << 20, sink);
-    let count = match (engine, live) {
-        (Some(engine), _) => write_records(&engine, &select, args.format, &mut out, &out_path)?,
-        (None, Some(conn)) => {
-            let req = crate::live::Request::Export {
-                selection: select,
-                format: args.format,
-            };
-            let end = crate::live::request(conn, &req, &mut out)?;
-            if let Some(e) = end.error {
-                return Err(ConnectorError::Live(e));
-            }
-            None
-        }
-        (None, None) => unreachable!("opened or connected above"),
+    let io_err = |source| ConnectorError::Io {
+        path: out_path.clone(),
+        source,
     };
-    match out.flush() {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => return Err(io_err(out_path)(e)),
-        _ => {}
+    // The output file is created only once the export is known to start:
+    // a refused export leaves an existing file as it was.
+    let mut out = BufWriter::with_capacity(1 << 20, Output::new(args.output.clone()));
+    if let Some(conn) = crate::live::connect(data) {
+        let req = crate::live::Request::Export {
+            selection: select,
+            format: args.format,
+        };
+        let end = crate::live::request(conn, &req, &mut out)?;
+        if end.error.is_none() {
+            out.get_mut().create()?;
+        }
+        finish(out).map_err(io_err)?;
+        if end.error.is_none() {
+            tracing::info!("export done (served by the running cairn run)");
+        }
+        return Ok(crate::live::exit_code(&end));
     }
-    match count {
-        Some(records) => tracing::info!(records, "export done"),
-        None => tracing::info!("export done (served by the running cairn run)"),
+    let engine = super::open_archive(data)?;
+    let chosen = select.choose(engine.partitions(), &[])?;
+    out.get_mut().create()?;
+    let count = write_records(&engine, &chosen, &select, args.format, &mut out, &out_path)?;
+    finish(out).map_err(io_err)?;
+    if let Some(records) = count {
+        tracing::info!(records, "export done");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Flush what is buffered; a reader that went away is no error.
+fn finish(mut out: BufWriter<Output>) -> std::io::Result<()> {
+    match out.flush() {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// Standard output, or a file created on demand.
+enum Output {
+    Stdout(std::io::Stdout),
+    File {
+        path: PathBuf,
+        file: Option<std::fs::File>,
+    },
+}
+
+impl Output {
+    fn new(path: Option<PathBuf>) -> Output {
+        match path {
+            None => Output::Stdout(std::io::stdout()),
+            Some(path) => Output::File { path, file: None },
+        }
+    }
+
+    /// Create (or truncate) the file, if there is one and it is not yet.
+    fn create(&mut self) -> Result<()> {
+        if let Output::File {
+            path,
+            file: f @ None,
+        } = self
+        {
+            let created = std::fs::File::create(&*path).map_err(|source| ConnectorError::Io {
+                path: path.clone(),
+                source,
+            })?;
+            *f = Some(created);
+        }
+        Ok(())
+    }
+}
+
+impl Write for Output {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Output::Stdout(s) => s.write(buf),
+            Output::File { file: Some(f), .. } => f.write(buf),
+            Output::File {
+                path,
+                file: f @ None,
+            } => {
+                let mut created = std::fs::File::create(&*path)?;
+                let n = created.write(buf)?;
+                *f = Some(created);
+                Ok(n)
+            }
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Output::Stdout(s) => s.flush(),
+            Output::File { file: Some(f), .. } => f.flush(),
+            Output::File { file: None, .. } => Ok(()),
+        }
+    }
 }
 
 /// Write the selected records to `out` in `format`: the number written, or
@@ -128,12 +190,12 @@ pub async fn run(args: ExportArgs) -> Result<ExitCode> {
 /// error, not an empty export that looks like success.
 pub(crate) fn write_records(
     engine: &cairn_engine::Engine,
+    chosen: &[cairn_engine::PartitionInfo],
     select: &Selection,
     format: Format,
     out: &mut dyn Write,
     out_name: &std::path::Path,
 ) -> Result<Option<u64>> {
-    let chosen = select.choose(engine.partitions(), &[])?;
     let mut count = 0u64;
     for p in chosen {
         for r in engine.read(&p.tp, select.from)? {

@@ -130,10 +130,7 @@ pub async fn run(args: PruneArgs) -> Result<ExitCode> {
         let mut text = Vec::new();
         let end = crate::live::request(conn, &req, &mut text)?;
         super::write_text(&text)?;
-        return match end.error {
-            Some(e) => Err(ConnectorError::Live(e)),
-            None => Ok(ExitCode::from(end.exit)),
-        };
+        return Ok(crate::live::exit_code(&end));
     }
     let engine = super::open_archive(data)?;
     prune(

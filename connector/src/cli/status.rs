@@ -65,8 +65,8 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
         Some(conn) => {
             let mut json = Vec::new();
             let end = crate::live::request(conn, &crate::live::Request::Status, &mut json)?;
-            if let Some(e) = end.error {
-                return Err(ConnectorError::Live(e));
+            if end.error.is_some() {
+                return Ok(crate::live::exit_code(&end));
             }
             let rows: Vec<Row> = serde_json::from_slice(&json).map_err(|e| {
                 ConnectorError::Live(format!("the running cairn's status did not parse: {e}"))

@@ -64,8 +64,12 @@ pub async fn run(args: VerifyArgs) -> Result<ExitCode> {
 /// checks the store as it stood when it started while archiving goes on.
 /// sled's own files and the watermark are checked by a verify of the
 /// stopped archive.
-pub(crate) fn serve(engine: &cairn_engine::Engine, out: &mut dyn std::io::Write) -> Result<u8> {
-    let r = engine.verify()?;
+pub(crate) fn serve(
+    engine: &cairn_engine::Engine,
+    stop: &std::sync::atomic::AtomicBool,
+    out: &mut dyn std::io::Write,
+) -> Result<u8> {
+    let r = engine.verify_unless(stop)?;
     let label = format!(
         "{} (live, as it stood when the verify started)",
         engine.config().path.display()
