@@ -59,7 +59,8 @@ pub struct Engine {
     syncer: Mutex<DurableSync>,
     /// Written for a whole `truncate_before` (all its steps), read for a
     /// whole `verify`, which must not see a truncation half done. (Std's
-    /// `RwLock` prefers writers: verifies cannot starve a truncation.)
+    /// `RwLock` on Linux, a futex lock, lets no new reader in while a
+    /// writer waits: verifies do not starve a truncation.)
     pub(crate) truncating: RwLock<()>,
     counters: Counters,
     closed: AtomicBool,

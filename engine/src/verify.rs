@@ -104,12 +104,18 @@ impl Engine {
             .read()
             .expect("engine lock poisoned by an earlier panic");
         let now = |tp: &TopicPartition| lock(&self.write).partitions.get(tp).copied();
+        let next_lsn_now = || lock(&self.write).next_lsn;
         let bound = {
             let w = lock(&self.write);
             Snapshot {
                 lsn_end: w.next_lsn,
                 partitions: w.partitions.clone(),
                 now: &now,
+                next_lsn_now: &next_lsn_now,
+                // A write that failed part-way may have stored what the
+                // engine's own state does not show: only the checks that
+                // allow for that are made (a reopen's verify does all).
+                poisoned: self.is_poisoned(),
             }
         };
         verify_tree(&self.tree, Some(&bound), stop)
@@ -125,14 +131,20 @@ pub(crate) struct Snapshot<'a> {
     /// summary for one it does not hold is stray, not new; one whose
     /// summary has not moved since the snapshot must be stored as it is.
     pub now: &'a dyn Fn(&TopicPartition) -> Option<PartitionSummary>,
+    /// The engine's next LSN now: a frame the log scan saw at or above it
+    /// was not written by the engine.
+    pub next_lsn_now: &'a dyn Fn() -> u64,
+    /// The engine is poisoned: its state may lag what a failed write left
+    /// stored, so the exact comparisons with it are not made.
+    pub poisoned: bool,
 }
 
 /// Items between two looks at a verify's stop flag.
-const ITEMS_PER_STOP_CHECK: u32 = 256;
+const ITEMS_PER_STOP_CHECK: u64 = 256;
 
 /// `Err(Interrupted)` once `stop` is set, looked at every
 /// [`ITEMS_PER_STOP_CHECK`] calls.
-fn check_stop(stop: &AtomicBool, items: &mut u32) -> Result<()> {
+fn check_stop(stop: &AtomicBool, items: &mut u64) -> Result<()> {
     *items += 1;
     if items.is_multiple_of(ITEMS_PER_STOP_CHECK) && stop.load(Ordering::Relaxed) {
         return Err(Error::Interrupted { op: "verify" });
@@ -208,8 +220,7 @@ pub(crate) fn verify_tree(
 ) -> Result<VerifyReport> {
     let mut r = VerifyReport::default();
     verify_meta(tree, &mut r)?;
-    let lsn_end = bound.map_or(u64::MAX, |b| b.lsn_end);
-    let mut entries = verify_log(tree, lsn_end, stop, &mut r)?;
+    let mut entries = verify_log(tree, bound, stop, &mut r)?;
     fail::fail_point!(FAILPOINT_VERIFY_AFTER_LOG);
     let totals = verify_index(tree, bound, stop, &mut entries, &mut r)?;
     for ((tp, _), e) in entries {
@@ -325,14 +336,18 @@ fn report_foreign_keys(
 
 type Entries = BTreeMap<(TopicPartition, i64), IndexEntry>;
 
-/// The log below `lsn_end` (all of it with `u64::MAX`). Keys that are not
-/// LSNs are reported wherever they sort.
+/// The log, or with a snapshot the log below its LSN. Keys that are not
+/// LSNs are reported wherever they sort, and a frame above the engine's
+/// log end (where only reserved slots may be) is reported too.
 fn verify_log(
     tree: &sled::Tree,
-    lsn_end: u64,
+    bound: Option<&Snapshot<'_>>,
     stop: &AtomicBool,
     r: &mut VerifyReport,
 ) -> Result<Entries> {
+    let lsn_end = bound.map_or(u64::MAX, |b| b.lsn_end);
+    // Non-slot values at or above `lsn_end`: appended since, or stray.
+    let mut above: Vec<u64> = Vec::new();
     let mut entries = Entries::new();
     let mut last_offset: BTreeMap<TopicPartition, i64> = BTreeMap::new();
     let mut expected: u64 = 1;
@@ -351,6 +366,9 @@ fn verify_log(
         };
         if lsn >= lsn_end {
             // Written since the snapshot (and slots reserved before it).
+            if !slots::is_slot(&v) {
+                above.push(lsn);
+            }
             continue;
         }
         let at = Location::Wal { lsn };
@@ -449,13 +467,26 @@ fn verify_log(
             },
         );
     }
+    if let Some(b) = bound.filter(|b| !b.poisoned && !above.is_empty()) {
+        // Taken under the write lock, after the scan: every frame the
+        // engine wrote while the scan ran lies below it.
+        let end = (b.next_lsn_now)();
+        for lsn in above.into_iter().filter(|&l| l >= end) {
+            r.add(
+                Location::Wal { lsn },
+                CorruptionKind::FrameAfterSlot { slot_lsn: end },
+            );
+        }
+    }
     Ok(entries)
 }
 
 /// The index entries, checked against the log's entries. With a snapshot,
-/// those of records appended since (a partition it did not hold, or
-/// offsets at or above its next offset then) are skipped: their frames were
-/// not looked at. Any other index entry is checked, whatever LSN it names.
+/// those of records appended since are skipped: their frames were not
+/// looked at. Such an entry names a frame at or above the snapshot's LSN,
+/// and either offsets at or above its partition's next offset then, or a
+/// partition the snapshot did not hold and the engine holds now. Any other
+/// index entry is checked.
 fn verify_index(
     tree: &sled::Tree,
     bound: Option<&Snapshot<'_>>,
@@ -464,6 +495,8 @@ fn verify_index(
     r: &mut VerifyReport,
 ) -> Result<BTreeMap<TopicPartition, PartitionTotals>> {
     let mut totals: BTreeMap<TopicPartition, PartitionTotals> = BTreeMap::new();
+    // Whether the engine holds a partition the snapshot did not, asked once.
+    let mut held_now: BTreeMap<TopicPartition, bool> = BTreeMap::new();
     let mut items = 0;
     for item in tree.scan_prefix([keys::PREFIX_INDEX]) {
         check_stop(stop, &mut items)?;
@@ -476,11 +509,13 @@ fn verify_index(
                 continue;
             }
         };
-        if let Some(b) = bound {
-            let since = b
-                .partitions
-                .get(&tp)
-                .is_none_or(|s| e.first_offset >= s.next_offset);
+        if let Some(b) = bound.filter(|b| e.lsn >= b.lsn_end) {
+            let since = match b.partitions.get(&tp) {
+                Some(s) => e.first_offset >= s.next_offset,
+                None => *held_now
+                    .entry(tp.clone())
+                    .or_insert_with(|| (b.now)(&tp).is_some()),
+            };
             if since {
                 continue;
             }
@@ -538,9 +573,9 @@ fn verify_summaries(
 }
 
 /// A live engine's summaries. The ones it held when the bound was taken
-/// are compared with the index below the bound. The stored ones, which
-/// appends since may have moved on, must decode, must exist, and must not
-/// be behind them.
+/// are compared with the index below the bound. The stored ones must
+/// decode and exist; one whose partition the engine has not written to
+/// since must equal the engine's, and any other must not be behind it.
 fn verify_summaries_at(
     tree: &sled::Tree,
     mut totals: BTreeMap<TopicPartition, PartitionTotals>,
@@ -574,7 +609,7 @@ fn verify_summaries_at(
         // lock, and (truncations excluded) never back to an earlier value:
         // one unchanged since the snapshot must be stored exactly so, and
         // any other can only have moved on.
-        let unchanged = now.as_ref() == Some(s);
+        let unchanged = !bound.poisoned && now.as_ref() == Some(s);
         if (unchanged && stored != *s) || stored.next_offset < s.next_offset {
             r.add(
                 partition_location(&tp),

@@ -237,3 +237,84 @@ fn a_malformed_log_key_above_the_log_is_reported_by_an_open_engine() {
         r.problems
     );
 }
+
+/// Damage put in while the store is closed, then a reopen: the open
+/// refuses it, or the open engine's verify reports it (never neither).
+fn open_refuses_or_verify_reports(
+    damage: impl FnOnce(&sled::Tree, &TopicPartition),
+    what: &str,
+) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let tp = TopicPartition::new("live", 0);
+    let engine = Engine::open(small_config(dir.path())).unwrap();
+    engine.append(&[common::batch(&tp, 0..10, 100)]).unwrap();
+    engine
+        .append(&[common::batch(&TopicPartition::new("other", 0), 0..10, 100)])
+        .unwrap();
+    engine.close().unwrap();
+    common::with_raw_tree(dir.path(), |t| damage(t, &tp));
+    match Engine::open(small_config(dir.path())) {
+        Err(e) => {
+            assert!(e.is_corruption(), "{what}: {e}");
+            format!("refused: {e}")
+        }
+        Ok(engine) => {
+            let r = engine.verify().unwrap();
+            assert!(!r.is_clean(), "{what}: neither the open nor verify saw it");
+            format!("reported: {:?}", r.problems)
+        }
+    }
+}
+
+#[test]
+fn damage_a_bounded_verify_could_skip_is_still_found() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // An index entry past the partition's records (checksum intact),
+    // naming an old frame.
+    let stray_index = open_refuses_or_verify_reports(
+        |t, tp| {
+            let (k, v) = t
+                .scan_prefix(cairn_engine::keys::index_prefix(tp))
+                .next()
+                .unwrap()
+                .unwrap();
+            let (_, mut e) = cairn_engine::index::IndexEntry::decode(&k, &v).unwrap();
+            e.first_offset += 1000;
+            e.last_offset += 1000;
+            let (k, v) = e.encode(tp);
+            t.insert(k, v).unwrap();
+        },
+        "index entry past the records",
+    );
+    // A partition whose summary is gone, its index entries left.
+    let lost_summary = open_refuses_or_verify_reports(
+        |t, tp| {
+            t.remove(cairn_engine::keys::partition_key(tp)).unwrap();
+        },
+        "summary removed",
+    );
+    // A frame far above the log's end.
+    let stray_frame = open_refuses_or_verify_reports(
+        |t, _| {
+            let (_, v) = t.scan_prefix([b'W']).next().unwrap().unwrap();
+            t.insert(common::wal_key(1 << 40), v).unwrap();
+        },
+        "frame above the log",
+    );
+    // Open checks neither of the first two: the open engine's verify finds
+    // them where the full verify of the stopped store would.
+    assert!(
+        stray_index.starts_with("reported")
+            && stray_index.contains("first_offset: 1000")
+            && stray_index.contains("IndexMismatch"),
+        "{stray_index}"
+    );
+    assert!(
+        lost_summary.starts_with("reported") && lost_summary.contains("summary is missing"),
+        "{lost_summary}"
+    );
+    assert!(
+        stray_frame.starts_with("refused") && stray_frame.contains("above the empty slot"),
+        "{stray_frame}"
+    );
+}
