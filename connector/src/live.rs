@@ -168,16 +168,17 @@ impl Drop for LiveServer {
 }
 
 /// Bind the socket where only its owner can connect: in a new directory of
-/// mode 0700, made 0600, then renamed into place. Binding at `path` and
-/// changing its mode after would leave a moment in which anyone could
-/// connect.
+/// mode 0700 (`.live`, which the archive's lock keeps to this process; one
+/// left by a killed run is replaced), made 0600, then renamed into place.
+/// Binding at `path` and changing its mode after would leave a moment in
+/// which anyone could connect. The path bound is no longer than `path`.
 fn bind_private(dir: &Path, path: &Path) -> std::io::Result<std::os::unix::net::UnixListener> {
     use std::os::unix::fs::DirBuilderExt;
-    let private = dir.join(format!(".live.{}", std::process::id()));
+    let private = dir.join(".live");
     let _ = std::fs::remove_dir_all(&private);
     std::fs::DirBuilder::new().mode(0o700).create(&private)?;
     let bound = (|| {
-        let inner = private.join(SOCKET_FILE);
+        let inner = private.join("s");
         let listener = std::os::unix::net::UnixListener::bind(&inner)?;
         std::fs::set_permissions(&inner, std::fs::Permissions::from_mode(0o600))?;
         // Replaces a socket left by a run that did not stop cleanly.
@@ -244,6 +245,18 @@ fn accept_loop(
     }
 }
 
+/// A connection's place in the list of streams stop cuts off.
+struct Listed<'a> {
+    shared: &'a Shared,
+    id: u64,
+}
+
+impl Drop for Listed<'_> {
+    fn drop(&mut self) {
+        lock(&self.shared.streams).retain(|(i, _)| *i != self.id);
+    }
+}
+
 /// Serve `conn` on a thread of its own, or refuse it as busy.
 fn take(
     mut conn: UnixStream,
@@ -274,8 +287,13 @@ fn take(
     let spawned = std::thread::Builder::new()
         .name("cairn-live-read".into())
         .spawn(move || {
+            // Unlisted however the thread ends (a panic too), so that its
+            // connection closes and its client is not left waiting.
+            let _listed = Listed {
+                shared: &shared2,
+                id,
+            };
             serve(conn, &engine, &shared2.stop);
-            lock(&shared2.streams).retain(|(i, _)| *i != id);
         });
     match spawned {
         Ok(h) => Some(h),
@@ -363,11 +381,6 @@ fn serve(mut conn: UnixStream, engine: &Engine, stop: &AtomicBool) {
                     dry_run,
                 } => {
                     let mut emit = |args: std::fmt::Arguments<'_>| {
-                        if stop.load(Ordering::SeqCst) {
-                            return Err(ConnectorError::Live(
-                                "the running cairn is stopping: the prune stopped after the partitions above".into(),
-                            ));
-                        }
                         out.write_fmt(args)
                             .and_then(|()| out.write_all(b"\n"))
                             .map_err(|source| ConnectorError::Io {
@@ -375,17 +388,17 @@ fn serve(mut conn: UnixStream, engine: &Engine, stop: &AtomicBool) {
                                 source,
                             })
                     };
-                    crate::cli::prune::prune(engine, selection, *cut, *dry_run, &mut emit)
+                    crate::cli::prune::prune(engine, selection, *cut, *dry_run, stop, &mut emit)
                         .map(|()| 0)
                 }
             };
-            match exit.and_then(|code| {
-                out.flush().map_err(|source| ConnectorError::Io {
-                    path: PathBuf::from(SOCKET_FILE),
-                    source,
-                })?;
-                Ok(code)
-            }) {
+            // What was written goes out before the end, also after an
+            // error (a prune's lines for the partitions it did).
+            let flushed = out.flush().map_err(|source| ConnectorError::Io {
+                path: PathBuf::from(SOCKET_FILE),
+                source,
+            });
+            match exit.and_then(|code| flushed.map(|()| code)) {
                 Ok(exit) => End {
                     exit,
                     error: None,
@@ -399,9 +412,13 @@ fn serve(mut conn: UnixStream, engine: &Engine, stop: &AtomicBool) {
             }
         }
     };
-    // A client that went away (`| head`) is no error of the server's.
+    // A client that went away (`| head`) is no error of the server's, but
+    // an error it could not be told of is logged here instead.
     if let Err(e) = write_end(&mut conn, &end) {
-        tracing::debug!(error = %e, "live read: client gone");
+        match &end.error {
+            Some(error) => tracing::warn!(%error, "live read failed, and its client is gone"),
+            None => tracing::debug!(error = %e, "live read: client gone"),
+        }
     }
 }
 
@@ -504,7 +521,16 @@ fn read_frame(conn: &mut impl Read) -> Result<Option<(u8, Vec<u8>)>> {
     let mut head = [0u8; 5];
     match conn.read_exact(&mut head) {
         Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        // Closed (or reset, when the run stopped with the connection still
+        // waiting to be taken) before an answer began.
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset
+            ) =>
+        {
+            return Ok(None)
+        }
         Err(e) => return Err(gone(e)),
     }
     let len = u32::from_le_bytes(head[1..].try_into().expect("4 bytes")) as usize;

@@ -167,7 +167,10 @@ impl Write for Output {
                 path,
                 file: f @ None,
             } => {
-                let mut created = std::fs::File::create(&*path)?;
+                // Named here: the caller's error names only "output".
+                let mut created = std::fs::File::create(&*path).map_err(|e| {
+                    std::io::Error::new(e.kind(), format!("creating {}: {e}", path.display()))
+                })?;
                 let n = created.write(buf)?;
                 *f = Some(created);
                 Ok(n)

@@ -128,16 +128,19 @@ pub async fn run(args: PruneArgs) -> Result<ExitCode> {
             dry_run: args.dry_run,
         };
         let mut text = Vec::new();
-        let end = crate::live::request(conn, &req, &mut text)?;
+        // The lines for the partitions done are shown, however it ended.
+        let end = crate::live::request(conn, &req, &mut text);
         super::write_text(&text)?;
-        return Ok(crate::live::exit_code(&end));
+        return Ok(crate::live::exit_code(&end?));
     }
     let engine = super::open_archive(data)?;
+    let never = std::sync::atomic::AtomicBool::new(false);
     prune(
         &engine,
         &selection,
         cut,
         args.dry_run,
+        &never,
         &mut super::write_line,
     )?;
     if !args.dry_run {
@@ -147,12 +150,14 @@ pub async fn run(args: PruneArgs) -> Result<ExitCode> {
 }
 
 /// One prune of the selected partitions of `engine` below `cut` (or, with
-/// `dry_run`, what it would delete), reported line by line to `emit`.
+/// `dry_run`, what it would delete), reported line by line to `emit`. Once
+/// `stop` is set it stops before the next partition, with an error.
 pub(crate) fn prune(
     engine: &Engine,
     selection: &Selection,
     cut: Cut,
     dry_run: bool,
+    stop: &std::sync::atomic::AtomicBool,
     emit: &mut dyn FnMut(std::fmt::Arguments<'_>) -> Result<()>,
 ) -> Result<()> {
     let chosen = selection.choose(engine.partitions(), &[])?;
@@ -160,6 +165,12 @@ pub(crate) fn prune(
     let verb = if dry_run { "would prune" } else { "pruned" };
     let mut total = pruner::PassReport::default();
     for p in &chosen {
+        if stop.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(ConnectorError::Live(
+                "the running cairn is stopping: the prune stopped after the partitions above"
+                    .into(),
+            ));
+        }
         let offset = cut_offset(engine, p, cut)?;
         let r = if dry_run {
             engine.truncate_plan(&p.tp, offset)?
@@ -200,6 +211,52 @@ pub(crate) fn prune(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicBool;
+
+    #[test]
+    fn a_stop_ends_a_prune_before_its_next_partition() {
+        use cairn_engine::{EngineConfig, Record, RecordBatch, TopicPartition};
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        for p in 0..2 {
+            let records = (0..5).map(|o| Record::with_value(o, "v")).collect();
+            let tp = TopicPartition::new("t", p);
+            engine.append(&[RecordBatch { tp, records }]).unwrap();
+        }
+        let mut lines = Vec::new();
+        let stop = AtomicBool::new(true);
+        let r = prune(
+            &engine,
+            &Selection::default(),
+            Cut::Offset(5),
+            false,
+            &stop,
+            &mut |a| {
+                lines.push(a.to_string());
+                Ok(())
+            },
+        );
+        assert!(matches!(r, Err(ConnectorError::Live(_))), "{r:?}");
+        assert!(lines.is_empty(), "{lines:?}");
+        let kept: u64 = engine.partitions().iter().map(|p| p.record_count).sum();
+        assert_eq!(kept, 10);
+        stop.store(false, std::sync::atomic::Ordering::SeqCst);
+        prune(
+            &engine,
+            &Selection::default(),
+            Cut::Offset(5),
+            false,
+            &stop,
+            &mut |a| {
+                lines.push(a.to_string());
+                Ok(())
+            },
+        )
+        .unwrap();
+        assert_eq!(lines.len(), 4, "{lines:?}");
+        let kept: u64 = engine.partitions().iter().map(|p| p.record_count).sum();
+        assert_eq!(kept, 0);
+    }
 
     #[test]
     fn times_parse_as_rfc3339_or_millis() {

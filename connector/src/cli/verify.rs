@@ -26,14 +26,15 @@ pub async fn run(args: VerifyArgs) -> Result<ExitCode> {
     let path = &args.data.data;
     if let Some(conn) = crate::live::connect(path) {
         let mut text = Vec::new();
-        let end = match crate::live::request(conn, &crate::live::Request::Verify, &mut text) {
+        let end = crate::live::request(conn, &crate::live::Request::Verify, &mut text);
+        super::write_text(&text)?;
+        let end = match end {
             Ok(end) => end,
             Err(e) => {
                 eprintln!("error: could not verify {}: {e}", path.display());
                 return Ok(ExitCode::from(EXIT_NOT_CHECKED));
             }
         };
-        super::write_text(&text)?;
         if let Some(e) = end.error {
             eprintln!("error: could not verify {}: {e}", path.display());
         }
