@@ -49,29 +49,57 @@ fn by_partition(jsonl: &[u8]) -> BTreeMap<i64, Vec<String>> {
     out
 }
 
-fn run_args<'a>(brokers: &'a str, data: &'a str) -> Vec<&'a str> {
-    vec![
-        "--brokers",
-        brokers,
-        "--group",
-        "live-group",
-        "--topics",
-        "live",
-        "--data",
-        data,
-    ]
+/// A mock cluster with `records` produced to `live` (3 partitions), and a
+/// `cairn run` archiving them into `<dir>/archive` that has committed once.
+struct Running {
+    mb: MockBroker,
+    dir: tempfile::TempDir,
+    child: std::process::Child,
+    log: Lines<BufReader<ChildStderr>>,
+}
+
+impl Running {
+    fn start(records: u64) -> Running {
+        let mb = MockBroker::start(&["live:3"]);
+        produce(&mb.brokers, "live", 0..records).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("archive");
+        let args = [
+            "--brokers",
+            &mb.brokers,
+            "--group",
+            "live-group",
+            "--topics",
+            "live",
+            "--data",
+            data.to_str().unwrap(),
+        ];
+        let mut child = cairn_run(&args, None);
+        let mut log = BufReader::new(child.stderr.take().unwrap()).lines();
+        wait_for_commit(&mut log);
+        Running {
+            mb,
+            dir,
+            child,
+            log,
+        }
+    }
+
+    fn data(&self) -> String {
+        self.dir.path().join("archive").to_str().unwrap().to_owned()
+    }
 }
 
 #[test]
 fn a_running_archive_serves_status_export_verify_and_prune() {
-    let mb = MockBroker::start(&["live:3"]);
-    produce(&mb.brokers, "live", 0..3_000).unwrap();
-    let dir = tempfile::tempdir().unwrap();
+    let Running {
+        mb,
+        dir,
+        mut child,
+        log: mut lines,
+    } = Running::start(3_000);
     let data = dir.path().join("archive");
     let d = data.to_str().unwrap();
-    let mut child = cairn_run(&run_args(&mb.brokers, d), None);
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    wait_for_commit(&mut lines);
     let pid = child.id().to_string();
     // More records while it runs: the reads below race the archiving.
     produce(&mb.brokers, "live", 3_000..6_000).unwrap();
@@ -209,19 +237,14 @@ fn a_running_archive_serves_status_export_verify_and_prune() {
 
 #[test]
 fn a_socket_left_by_a_killed_run_is_not_in_the_way() {
-    let mb = MockBroker::start(&["live:3"]);
-    produce(&mb.brokers, "live", 0..1_000).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("archive");
-    let d = data.to_str().unwrap();
-    let mut child = cairn_run(&run_args(&mb.brokers, d), None);
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    wait_for_commit(&mut lines);
-    child.kill().unwrap();
-    child.wait().unwrap();
-    for _ in lines.by_ref() {}
-    let socket = data.join(cairn_connector::live::SOCKET_FILE);
-    assert!(Path::new(&socket).exists(), "SIGKILL leaves the socket");
+    let mut run = Running::start(1_000);
+    run.child.kill().unwrap();
+    run.child.wait().unwrap();
+    for _ in run.log.by_ref() {}
+    let data = run.data();
+    let d = data.as_str();
+    let socket = Path::new(d).join(cairn_connector::live::SOCKET_FILE);
+    assert!(socket.exists(), "SIGKILL leaves the socket");
     // Nobody answers on it: the commands open the archive themselves.
     for args in [
         vec!["status", "--data", d],
@@ -238,7 +261,7 @@ fn a_socket_left_by_a_killed_run_is_not_in_the_way() {
         assert!(!text(&out.stdout).contains("(live"), "{args:?}");
     }
     // A refused export leaves an existing output file as it was here too.
-    let keep = dir.path().join("keep.jsonl");
+    let keep = run.dir.path().join("keep.jsonl");
     std::fs::write(&keep, "kept\n").unwrap();
     let k = keep.to_str().unwrap();
     let out = cairn(&["export", "--data", d, "--topic", "nope", "--output", k]);

@@ -224,35 +224,27 @@ mod tests {
             engine.append(&[RecordBatch { tp, records }]).unwrap();
         }
         let mut lines = Vec::new();
-        let stop = AtomicBool::new(true);
-        let r = prune(
-            &engine,
-            &Selection::default(),
-            Cut::Offset(5),
-            false,
-            &stop,
-            &mut |a| {
+        let prune_all = |stop: bool, lines: &mut Vec<String>| {
+            let mut emit = |a: std::fmt::Arguments<'_>| {
                 lines.push(a.to_string());
                 Ok(())
-            },
-        );
+            };
+            let stop = AtomicBool::new(stop);
+            prune(
+                &engine,
+                &Selection::default(),
+                Cut::Offset(5),
+                false,
+                &stop,
+                &mut emit,
+            )
+        };
+        let r = prune_all(true, &mut lines);
         assert!(matches!(r, Err(ConnectorError::Live(_))), "{r:?}");
         assert!(lines.is_empty(), "{lines:?}");
         let kept: u64 = engine.partitions().iter().map(|p| p.record_count).sum();
         assert_eq!(kept, 10);
-        stop.store(false, std::sync::atomic::Ordering::SeqCst);
-        prune(
-            &engine,
-            &Selection::default(),
-            Cut::Offset(5),
-            false,
-            &stop,
-            &mut |a| {
-                lines.push(a.to_string());
-                Ok(())
-            },
-        )
-        .unwrap();
+        prune_all(false, &mut lines).unwrap();
         assert_eq!(lines.len(), 4, "{lines:?}");
         let kept: u64 = engine.partitions().iter().map(|p| p.record_count).sum();
         assert_eq!(kept, 0);
