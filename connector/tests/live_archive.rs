@@ -63,7 +63,18 @@ impl Running {
         let mb = MockBroker::start(&["live:3"]);
         produce(&mb.brokers, "live", 0..records).unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let data = dir.path().join("archive");
+        let (child, log) = Self::spawn(&mb, dir.path());
+        Running {
+            mb,
+            dir,
+            child,
+            log,
+        }
+    }
+
+    /// `cairn run` on the archive, once it has committed.
+    fn spawn(mb: &MockBroker, dir: &Path) -> (std::process::Child, Lines<BufReader<ChildStderr>>) {
+        let data = dir.join("archive");
         let args = [
             "--brokers",
             &mb.brokers,
@@ -77,12 +88,7 @@ impl Running {
         let mut child = cairn_run(&args, None);
         let mut log = BufReader::new(child.stderr.take().unwrap()).lines();
         wait_for_commit(&mut log);
-        Running {
-            mb,
-            dir,
-            child,
-            log,
-        }
+        (child, log)
     }
 
     fn data(&self) -> String {
@@ -267,4 +273,26 @@ fn a_socket_left_by_a_killed_run_is_not_in_the_way() {
     let out = cairn(&["export", "--data", d, "--topic", "nope", "--output", k]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     assert_eq!(std::fs::read_to_string(&keep).unwrap(), "kept\n");
+
+    // The next run replaces the left-over socket and serves again. (New
+    // records, so that it commits.)
+    produce(&run.mb.brokers, "live", 1_000..2_000).unwrap();
+    let (mut child, mut log) = Running::spawn(&run.mb, run.dir.path());
+    let out = cairn(&["status", "--data", d]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("live:"), "{}", text(&out.stdout));
+    let pid = child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    for _ in log.by_ref() {}
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    assert!(!socket.exists());
+    let left: Vec<_> = std::fs::read_dir(d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(!left.iter().any(|n| n.starts_with(".live")), "{left:?}");
 }
