@@ -2,7 +2,9 @@
 //!
 //! Exit status: 0 clean; 1 damage found (each problem on a `problem:` line,
 //! naming where); 2 the archive could not be checked (no archive there,
-//! held by a running `cairn run`, an I/O error; also clap's usage errors).
+//! held by a process that does not serve it, an I/O error, a live verify
+//! cut off or refused as busy; also clap's usage errors). An archive a
+//! running `cairn run` holds is verified by that run (live.rs).
 
 use std::process::ExitCode;
 
