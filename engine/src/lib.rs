@@ -36,6 +36,7 @@
 
 #![forbid(unsafe_code)]
 
+mod backup;
 pub mod body;
 pub mod config;
 pub mod crashpoint;
@@ -59,6 +60,7 @@ mod sync;
 mod verify;
 pub mod watermark;
 
+pub use backup::{BackupReport, FAILPOINT_BACKUP_AFTER_LOG};
 pub use config::{EngineConfig, RecoveryMode, RECORD_BYTES_MAX_LIMIT, SLED_SEGMENT_BYTES};
 pub use engine::{
     Engine, EngineStats, PartitionInfo, Written, FAILPOINT_AFTER_SYNC, FAILPOINT_AFTER_WRITE,

@@ -1,0 +1,182 @@
+//! A consistent copy of an open engine's durable records, taken while it
+//! goes on being written: a backup without stopping the archive.
+//!
+//! A copy of sled's files while sled writes them is not a store. This copies
+//! cairn's values instead, as they stood at one moment: everything durable
+//! then (the log below the durable LSN, their index entries, the durable
+//! partition summaries), and none of what is written after.
+//!
+//! # Invariants
+//! - The copy holds exactly the records that were durable when the backup
+//!   started, with their offsets, and each partition's next offset (also of
+//!   partitions emptied by retention), so an archive run from it resumes
+//!   where the source was then.
+//! - Frames are copied byte for byte under their LSNs (their checksums bind
+//!   them to those), tombstones included.
+//! - The format key is written last: a backup cut short cannot be opened as
+//!   an archive. A backup that fails removes what it wrote.
+//! - Truncations of the source wait for the backup (the `truncating` lock);
+//!   appends do not.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::config::EngineConfig;
+use crate::engine::{store_err, Engine};
+use crate::error::{Error, Result};
+use crate::index::IndexEntry;
+use crate::keys;
+use crate::lock::DirLock;
+use crate::meta;
+use crate::slots;
+use crate::verify::VerifyReport;
+
+/// Failpoint: in a backup, after the log is copied and before the index,
+/// where appends racing it are most likely to confuse it.
+pub const FAILPOINT_BACKUP_AFTER_LOG: &str = "backup::after_log";
+
+/// Values written to the copy between two looks at the stop flag.
+const VALUES_PER_STOP_CHECK: u64 = 256;
+
+/// What a backup copied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackupReport {
+    /// Log values (frames and tombstones) copied.
+    pub frames: u64,
+    pub index_entries: u64,
+    pub partitions: u64,
+    pub records: u64,
+    pub payload_bytes: u64,
+    /// The last LSN copied: the source's durable LSN when the backup began.
+    pub lsn: u64,
+    /// The copy, opened as an engine and verified.
+    pub verify: VerifyReport,
+    pub duration: Duration,
+}
+
+impl Engine {
+    /// Copy what is durable now into a new store at `dest` (a directory
+    /// that does not exist or is empty), sync it, then open and verify the
+    /// copy. Appends go on meanwhile; `stop` gives up with
+    /// `Error::Interrupted` (and the partial copy removed).
+    pub fn backup_to(&self, dest: &Path, stop: &AtomicBool) -> Result<BackupReport> {
+        let t0 = Instant::now();
+        let io = |op: &'static str| {
+            move |source| Error::Io {
+                op,
+                path: dest.to_owned(),
+                source,
+            }
+        };
+        let existed = match std::fs::read_dir(dest) {
+            Ok(mut entries) => {
+                if entries.next().is_some() {
+                    return Err(io("back up")(std::io::Error::new(
+                        std::io::ErrorKind::AlreadyExists,
+                        "the backup's directory must be new or empty",
+                    )));
+                }
+                true
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+            Err(e) => return Err(io("back up")(e)),
+        };
+        std::fs::create_dir_all(dest).map_err(io("create backup directory"))?;
+        let copied = self.copy_to(dest, stop);
+        let report = copied.and_then(|mut r| {
+            // The copy, as any archive is opened: cairn's recovery, then a
+            // full verify; its close syncs it and writes its watermark.
+            let copy = Engine::open(EngineConfig::new(dest))?;
+            r.verify = copy.verify()?;
+            copy.close()?;
+            r.duration = t0.elapsed();
+            Ok(r)
+        });
+        if report.is_err() {
+            // Ours to remove: the directory was new or empty.
+            let _ = std::fs::remove_dir_all(dest);
+            if existed {
+                let _ = std::fs::create_dir(dest);
+            }
+        }
+        report
+    }
+
+    fn copy_to(&self, dest: &Path, stop: &AtomicBool) -> Result<BackupReport> {
+        let _no_truncation = self
+            .truncating
+            .read()
+            .expect("engine lock poisoned by an earlier panic");
+        // Everything at or below the durable LSN was written whole before
+        // it became durable; what is written from now on lies above it.
+        let view = self.durable_view();
+        let lsn_end = view.lsn + 1;
+        let cfg = EngineConfig::new(dest);
+        let _lock = DirLock::acquire(dest)?;
+        let db = cfg.open_sled()?;
+        let tree = db
+            .open_tree("cairn")
+            .map_err(store_err("open backup tree"))?;
+        let mut r = BackupReport {
+            frames: 0,
+            index_entries: 0,
+            partitions: view.partitions.len() as u64,
+            records: view.partitions.values().map(|s| s.record_count).sum(),
+            payload_bytes: view.partitions.values().map(|s| s.payload_bytes).sum(),
+            lsn: view.lsn,
+            verify: VerifyReport::default(),
+            duration: Duration::ZERO,
+        };
+        let mut written = 0u64;
+        let mut put = |k: &[u8], v: &[u8]| -> Result<()> {
+            written += 1;
+            if written.is_multiple_of(VALUES_PER_STOP_CHECK) && stop.load(Ordering::Relaxed) {
+                return Err(Error::Interrupted { op: "backup" });
+            }
+            tree.insert(k, v).map_err(store_err("write backup"))?;
+            Ok(())
+        };
+        // In the order a new store is made (recovery.rs): the fence before
+        // any frame or summary.
+        for i in 0..keys::FENCE_KEYS {
+            put(&keys::fence_key(i), &[])?;
+        }
+        for item in self.tree.range(keys::wal_key(0)..keys::wal_key(lsn_end)) {
+            let (k, v) = item.map_err(store_err("read log"))?;
+            if slots::is_slot(&v) {
+                continue;
+            }
+            put(&k, &v)?;
+            r.frames += 1;
+        }
+        fail::fail_point!(FAILPOINT_BACKUP_AFTER_LOG);
+        for item in self.tree.scan_prefix([keys::PREFIX_INDEX]) {
+            let (k, v) = item.map_err(store_err("read index"))?;
+            let (tp, e) = IndexEntry::decode(&k, &v)
+                .map_err(|kind| crate::recovery::index_corruption(&k, kind))?;
+            // Of a record durable at the start: not one appended since.
+            let durable = e.lsn < lsn_end
+                && view
+                    .partitions
+                    .get(&tp)
+                    .is_some_and(|s| e.first_offset < s.next_offset);
+            if durable {
+                put(&k, &v)?;
+                r.index_entries += 1;
+            }
+        }
+        for (tp, s) in &view.partitions {
+            let (k, v) = s.encode(tp);
+            put(&k, &v)?;
+        }
+        put(keys::META_CHECKPOINT, &meta::encode_checkpoint(view.lsn))?;
+        // Last: without it the copy is no store (an open refuses it).
+        put(
+            keys::META_FORMAT,
+            &meta::encode_format(meta::FORMAT_VERSION),
+        )?;
+        db.flush().map_err(store_err("flush backup"))?;
+        Ok(r)
+    }
+}

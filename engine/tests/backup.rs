@@ -1,0 +1,155 @@
+//! `Engine::backup_to`: a consistent copy of what was durable when the
+//! backup began, taken while the engine goes on being written.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use cairn_engine::fuzzing::small_config;
+use cairn_engine::{Engine, EngineConfig, Error, PartitionInfo, TopicPartition};
+
+/// The failpoint is process-wide: one test at a time in this binary.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn tps() -> [TopicPartition; 3] {
+    [
+        TopicPartition::new("b", 0),
+        TopicPartition::new("b", 1),
+        TopicPartition::new("b", 2),
+    ]
+}
+
+/// A store with records in three partitions: one pruned in part, one
+/// emptied by retention (its next offset must survive the copy).
+fn source(dir: &std::path::Path) -> Arc<Engine> {
+    let engine = Engine::open(small_config(dir)).unwrap();
+    let [a, b, c] = tps();
+    for round in 0..5 {
+        let from = round * 100;
+        engine
+            .append(&[
+                common::batch(&a, from..from + 100, 300),
+                common::batch(&b, from..from + 100, 50),
+                common::batch(&c, from..from + 10, 2000),
+            ])
+            .unwrap();
+    }
+    engine.truncate_before(&b, 250).unwrap();
+    engine.truncate_before(&c, 410).unwrap();
+    Arc::new(engine)
+}
+
+fn all_records(e: &Engine, tp: &TopicPartition) -> Vec<cairn_engine::Record> {
+    common::read_all(e, tp)
+}
+
+#[test]
+fn a_backup_holds_what_was_durable_when_it_began_while_appends_go_on() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let engine = source(&dir.path().join("src"));
+    let before: Vec<PartitionInfo> = engine.partitions();
+    let expected: Vec<_> = tps().iter().map(|tp| all_records(&engine, tp)).collect();
+    assert_eq!(
+        before
+            .iter()
+            .find(|p| p.tp == tps()[2])
+            .unwrap()
+            .record_count,
+        0,
+        "c was emptied"
+    );
+
+    // Mid-backup: more records, durable and not, and a new partition.
+    let fired = Arc::new(AtomicBool::new(false));
+    let (writer, once) = (engine.clone(), fired.clone());
+    fail::cfg_callback(cairn_engine::FAILPOINT_BACKUP_AFTER_LOG, move || {
+        if once.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let [a, b, c] = tps();
+        writer
+            .append(&[
+                common::batch(&a, 500..600, 300),
+                common::batch(&c, 500..510, 2000),
+                common::batch(&TopicPartition::new("late", 0), 0..10, 10),
+            ])
+            .unwrap();
+        writer.write(&[common::batch(&b, 500..520, 50)]).unwrap();
+    })
+    .unwrap();
+    let copy_dir = dir.path().join("copy");
+    let report = engine.backup_to(&copy_dir, &AtomicBool::new(false));
+    fail::remove(cairn_engine::FAILPOINT_BACKUP_AFTER_LOG);
+    let report = report.unwrap();
+    assert!(fired.load(Ordering::SeqCst));
+    assert!(report.verify.is_clean(), "{:?}", report.verify.problems);
+    assert_eq!(report.partitions, 3);
+    assert_eq!(
+        report.records,
+        before.iter().map(|p| p.record_count).sum::<u64>()
+    );
+
+    let copy = Engine::open(EngineConfig::new(&copy_dir)).unwrap();
+    assert_eq!(
+        copy.partitions(),
+        before,
+        "first and next offsets, counts, bytes"
+    );
+    for (tp, want) in tps().iter().zip(&expected) {
+        assert_eq!(&all_records(&copy, tp), want, "{tp}");
+    }
+    assert!(copy.verify().unwrap().is_clean());
+    // An archive run from the copy resumes where the source was: what it
+    // is handed again is dropped, the rest appended.
+    let [a, _, c] = tps();
+    let w = copy
+        .append(&[
+            common::batch(&a, 450..550, 300),
+            // c was emptied at next offset 410: that survived the copy.
+            common::batch(&c, 405..415, 2000),
+        ])
+        .unwrap();
+    assert_eq!(w.get(&a), Some(550));
+    assert_eq!(w.get(&c), Some(415));
+    assert_eq!(copy.stats().records_duplicate, 50 + 5);
+    assert!(copy.verify().unwrap().is_clean());
+}
+
+#[test]
+fn a_backup_refuses_a_directory_in_use_and_removes_itself_when_stopped() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let engine = source(&dir.path().join("src"));
+
+    let busy = dir.path().join("busy");
+    std::fs::create_dir(&busy).unwrap();
+    std::fs::write(busy.join("keep"), "mine").unwrap();
+    match engine.backup_to(&busy, &AtomicBool::new(false)) {
+        Err(Error::Io { source, .. }) => {
+            assert_eq!(source.kind(), std::io::ErrorKind::AlreadyExists)
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert_eq!(std::fs::read_to_string(busy.join("keep")).unwrap(), "mine");
+
+    // Stopped: the partial copy goes; a directory that was there stays,
+    // empty.
+    for existed in [false, true] {
+        let dest = dir.path().join(format!("stopped-{existed}"));
+        if existed {
+            std::fs::create_dir(&dest).unwrap();
+        }
+        match engine.backup_to(&dest, &AtomicBool::new(true)) {
+            Err(Error::Interrupted { op: "backup" }) => {}
+            other => panic!("expected Interrupted, got {other:?}"),
+        }
+        assert_eq!(dest.exists(), existed);
+        if existed {
+            assert_eq!(std::fs::read_dir(&dest).unwrap().count(), 0);
+        }
+    }
+    // The source is untouched by any of it.
+    assert!(engine.verify().unwrap().is_clean());
+}
