@@ -1,7 +1,7 @@
 //! Reading an archive while `cairn run` holds it.
 //!
-//! sled locks its files, so `status`, `export`, `verify` and `prune` cannot
-//! open an archive that a running `cairn run` has open. The run answers them
+//! sled locks its files, so `status`, `export`, `verify`, `prune` and
+//! `backup` cannot open an archive that a running `cairn run` has open. The run answers them
 //! instead, on a Unix socket in the data directory ([`SOCKET_FILE`]): a
 //! command that finds the socket answering sends its request there, and the
 //! running engine answers from what is durable while archiving goes on.
@@ -15,7 +15,8 @@
 //!
 //! # Invariants
 //! - The server only reads, except for `prune`, which deletes as the run's
-//!   own `--retain` passes do (`Engine::truncate_before`, in durable steps).
+//!   own `--retain` passes do (`Engine::truncate_before`, in durable steps),
+//!   and `backup`, which writes a new archive where it is asked to.
 //!   Exports stop at the durable next offset, and a verify checks the store
 //!   as it stood when the verify started (`Engine::verify`).
 //! - [`LiveServer::stop`] returns only once every connection's thread has
@@ -71,6 +72,9 @@ pub enum Request {
         cut: crate::cli::prune::Cut,
         dry_run: bool,
     },
+    /// A consistent copy into the directory `to` (absolute), and its report
+    /// (`cli::backup`).
+    Backup { to: PathBuf },
 }
 
 /// How an answer ended.
@@ -132,7 +136,7 @@ impl LiveServer {
                 .name("cairn-live".into())
                 .spawn(move || accept_loop(listener, engine, shared))?
         };
-        tracing::info!(socket = %path.display(), "serving status, export, verify and prune of the live archive");
+        tracing::info!(socket = %path.display(), "serving status, export, verify, prune and backup of the live archive");
         Ok(LiveServer {
             path,
             shared,
@@ -390,6 +394,20 @@ fn serve(mut conn: UnixStream, engine: &Engine, stop: &AtomicBool) {
                     };
                     crate::cli::prune::prune(engine, selection, *cut, *dry_run, stop, &mut emit)
                         .map(|()| 0)
+                }
+                Request::Backup { to } if !to.is_absolute() => Err(ConnectorError::Live(format!(
+                    "backup to {}: the path must be absolute",
+                    to.display()
+                ))),
+                Request::Backup { to } => {
+                    let mut text = Vec::new();
+                    crate::cli::backup::backup(engine, to, stop, &mut text).and_then(|exit| {
+                        out.write_all(&text).map_err(|source| ConnectorError::Io {
+                            path: PathBuf::from(SOCKET_FILE),
+                            source,
+                        })?;
+                        Ok(exit)
+                    })
                 }
             };
             // What was written goes out before the end, also after an
@@ -699,6 +717,10 @@ mod tests {
                     dry_run: true,
                 },
                 r#"{"command":"prune","selection":{"topics":[],"partition":null,"from":0,"to":null},"cut":{"keep-bytes":5},"dry_run":true}"#,
+            ),
+            (
+                Request::Backup { to: "/b/c".into() },
+                r#"{"command":"backup","to":"/b/c"}"#,
             ),
         ];
         for (req, json) in cases {

@@ -54,6 +54,7 @@ fn main() -> ExitCode {
             Command::Verify(a) => cli::verify::run(a).await,
             Command::Restore(a) => cli::restore::run(a).await,
             Command::Prune(a) => cli::prune::run(a).await,
+            Command::Backup(a) => cli::backup::run(a).await,
         }
     });
     match result {

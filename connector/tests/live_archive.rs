@@ -211,6 +211,25 @@ fn a_running_archive_serves_status_export_verify_and_prune() {
     let p0 = rows.iter().find(|r| r["partition"] == 0).unwrap();
     assert!(p0["first_offset"].as_i64().unwrap() > 0, "{p0}");
 
+    // backup: a consistent copy, made by the run while it archives.
+    let copy = dir.path().join("copy");
+    let c = copy.to_str().unwrap();
+    let out = cairn(&["backup", "--data", d, "--to", c]);
+    let report = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{report}{}", text(&out.stderr));
+    assert!(
+        report.contains("backed up") && report.contains("clean"),
+        "{report}"
+    );
+    // Not into a directory that holds something.
+    let out = cairn(&["backup", "--data", d, "--to", c]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stderr).contains("must be new or empty"),
+        "{}",
+        text(&out.stderr)
+    );
+
     // Not served: restore needs the run stopped, and says who holds it.
     let out = cairn(&["restore", "--data", d, "--brokers", &mb.brokers]);
     let err = text(&out.stderr);
@@ -239,6 +258,23 @@ fn a_running_archive_serves_status_export_verify_and_prune() {
     }
     let out = cairn(&["verify", "--data", d]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    // The backup is an archive of its own: per partition, a prefix of the
+    // stopped archive (it was taken before the run's last records).
+    let out = cairn(&["export", "--data", c]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // (Partition 0, pruned to nothing just before, may have no records.)
+    let copied = by_partition(&out.stdout);
+    assert!(
+        copied.contains_key(&1) && copied.contains_key(&2),
+        "{copied:?}"
+    );
+    for (p, lines) in &copied {
+        assert_eq!(
+            &all[p][..lines.len()],
+            &lines[..],
+            "partition {p} of the backup"
+        );
+    }
 }
 
 #[test]
@@ -273,6 +309,19 @@ fn a_socket_left_by_a_killed_run_is_not_in_the_way() {
     let out = cairn(&["export", "--data", d, "--topic", "nope", "--output", k]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     assert_eq!(std::fs::read_to_string(&keep).unwrap(), "kept\n");
+
+    // backup of the stopped archive: the command makes it itself.
+    let copy = run.dir.path().join("copy");
+    let out = cairn(&["backup", "--data", d, "--to", copy.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let (a, b) = (
+        cairn(&["export", "--data", d]),
+        cairn(&["export", "--data", copy.to_str().unwrap()]),
+    );
+    assert_eq!(
+        a.stdout, b.stdout,
+        "a backup of a stopped archive is all of it"
+    );
 
     // The next run replaces the left-over socket and serves again. (New
     // records, so that it commits.)

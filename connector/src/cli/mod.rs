@@ -1,5 +1,6 @@
 //! The `cairn` command line.
 
+pub mod backup;
 pub mod demo;
 pub mod export;
 pub mod mock_broker;
@@ -49,6 +50,8 @@ pub enum Command {
     Restore(restore::RestoreArgs),
     /// Delete archived records below an offset, a time or an age, per partition.
     Prune(prune::PruneArgs),
+    /// Copy an archive consistently, also one a `cairn run` is archiving into.
+    Backup(backup::BackupArgs),
 }
 
 /// Arguments shared by the commands that read an archive.

@@ -1,0 +1,94 @@
+//! `cairn backup`: a consistent copy of an archive, also of one that a
+//! running `cairn run` is writing (it then makes the copy itself, from what
+//! is durable when the backup begins, while it goes on archiving).
+//!
+//! The copy is an archive like any other: `cairn run --data COPY` resumes
+//! where the source was when the backup began, and `status`, `export`,
+//! `verify` and `restore` read it.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+
+use cairn_engine::{BackupReport, Engine};
+
+use crate::error::{ConnectorError, Result};
+
+#[derive(Debug, clap::Args)]
+pub struct BackupArgs {
+    #[command(flatten)]
+    pub data: super::DataArg,
+    /// Where to write the copy: a directory that does not exist or is empty.
+    #[arg(long, value_name = "DIR")]
+    pub to: PathBuf,
+}
+
+pub async fn run(args: BackupArgs) -> Result<ExitCode> {
+    let data = &args.data.data;
+    // Absolute: a running cairn resolves it, from its own directory.
+    let to = std::path::absolute(&args.to).map_err(|source| ConnectorError::Io {
+        path: args.to.clone(),
+        source,
+    })?;
+    if let Some(conn) = crate::live::connect(data) {
+        let mut text = Vec::new();
+        let req = crate::live::Request::Backup { to };
+        let end = crate::live::request(conn, &req, &mut text);
+        super::write_text(&text)?;
+        return Ok(crate::live::exit_code(&end?));
+    }
+    let engine = super::open_archive(data)?;
+    let never = AtomicBool::new(false);
+    let mut text = Vec::new();
+    let exit = backup(&engine, &to, &never, &mut text)?;
+    engine.close()?;
+    super::write_text(&text)?;
+    Ok(ExitCode::from(exit))
+}
+
+/// Back `engine` up to `to`, writing the report's lines to `out`: exit 0,
+/// or 1 when the copy did not verify clean.
+pub(crate) fn backup(
+    engine: &Engine,
+    to: &Path,
+    stop: &AtomicBool,
+    out: &mut Vec<u8>,
+) -> Result<u8> {
+    let r = engine.backup_to(to, stop)?;
+    report(to, &r, out);
+    Ok(if r.verify.is_clean() { 0 } else { 1 })
+}
+
+fn report(to: &Path, r: &BackupReport, out: &mut Vec<u8>) {
+    use std::io::Write;
+    let mut line = |args: std::fmt::Arguments<'_>| {
+        out.write_fmt(args).expect("writing to a Vec");
+        out.push(b'\n');
+    };
+    line(format_args!(
+        "backed up {} records ({} payload bytes) in {} partitions to {} in {:.2} s: {} log values, {} index entries, up to lsn {}",
+        r.records,
+        r.payload_bytes,
+        r.partitions,
+        to.display(),
+        r.duration.as_secs_f64(),
+        r.frames,
+        r.index_entries,
+        r.lsn
+    ));
+    let v = &r.verify;
+    if v.is_clean() {
+        line(format_args!(
+            "verified the copy: {} records in {} entries, clean",
+            v.records, v.entries
+        ));
+        return;
+    }
+    for p in &v.problems {
+        line(format_args!("problem in the copy: {p}"));
+    }
+    line(format_args!(
+        "{} problems in the copy (the source's own: cairn verify --data on it)",
+        v.problem_count()
+    ));
+}
