@@ -57,9 +57,9 @@ pub struct BackupReport {
 
 impl Engine {
     /// Copy what is durable now into a new store at `dest` (a directory
-    /// that does not exist or is empty), sync it, then open and verify the
-    /// copy. Appends go on meanwhile; `stop` gives up with
-    /// `Error::Interrupted` (and the partial copy removed).
+    /// that does not exist or is empty, outside this store's), sync it,
+    /// then open and verify the copy. Appends go on meanwhile; `stop` gives
+    /// up with `Error::Interrupted`, and what the backup wrote is removed.
     pub fn backup_to(&self, dest: &Path, stop: &AtomicBool) -> Result<BackupReport> {
         let t0 = Instant::now();
         let io = |op: &'static str| {
@@ -69,35 +69,93 @@ impl Engine {
                 source,
             }
         };
-        let existed = match std::fs::read_dir(dest) {
-            Ok(mut entries) => {
-                if entries.next().is_some() {
-                    return Err(io("back up")(std::io::Error::new(
-                        std::io::ErrorKind::AlreadyExists,
-                        "the backup's directory must be new or empty",
-                    )));
+        let refuse = |why: &str| {
+            io("back up")(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                why.to_owned(),
+            ))
+        };
+        // Made here (create_dir fails if another made it meanwhile), or
+        // found empty: then only what is written into it is removed on
+        // failure, never the directory (nor a link's target's contents
+        // beyond that).
+        let made = match std::fs::create_dir(dest) {
+            Ok(()) => {
+                if let Some(parent) = dest.parent().filter(|p| !p.as_os_str().is_empty()) {
+                    crate::sync::sync_dir(parent).map_err(io("sync backup's parent directory"))?;
                 }
                 true
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
-            Err(e) => return Err(io("back up")(e)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
+            Err(e) => return Err(io("create backup directory")(e)),
         };
-        std::fs::create_dir_all(dest).map_err(io("create backup directory"))?;
-        let copied = self.copy_to(dest, stop);
-        let report = copied.and_then(|mut r| {
+        let real = dest.canonicalize().map_err(io("back up"))?;
+        let source = self.cfg.path.canonicalize().map_err(io("back up"))?;
+        if real.starts_with(&source) {
+            if made {
+                let _ = std::fs::remove_dir(dest);
+            }
+            return Err(refuse(
+                "the backup's directory must lie outside the archive's",
+            ));
+        }
+        // Empty but for a lock file: checked before the lock is taken (so
+        // that nothing is created in a directory that is refused), and again
+        // once it is held, until the copy is written (so that two backups
+        // into one directory cannot both find it empty).
+        let empty = || -> Result<bool> {
+            Ok(std::fs::read_dir(&real)
+                .map_err(io("back up"))?
+                .all(|e| e.is_ok_and(|e| e.file_name() == crate::lock::LOCK_FILE)))
+        };
+        if !empty()? {
+            return Err(refuse("the backup's directory must be new or empty"));
+        }
+        let lock = DirLock::acquire(&real)?;
+        if !empty()? {
+            drop(lock);
+            return Err(refuse("the backup's directory must be new or empty"));
+        }
+        let report = self.copy_to(&real, stop).and_then(|mut r| {
+            // Released for the copy's own open, which takes it again; the
+            // directory is no longer empty, so no other backup enters it.
+            drop(lock);
             // The copy, as any archive is opened: cairn's recovery, then a
             // full verify; its close syncs it and writes its watermark.
-            let copy = Engine::open(EngineConfig::new(dest))?;
-            r.verify = copy.verify()?;
+            let copy = Engine::open(EngineConfig::new(&real))?;
+            let holds = copy.partitions();
+            let records: u64 = holds.iter().map(|p| p.record_count).sum();
+            if copy.recovery_report().created
+                || holds.len() as u64 != r.partitions
+                || records != r.records
+            {
+                return Err(Error::Io {
+                    op: "back up",
+                    path: dest.to_owned(),
+                    source: std::io::Error::other(format!(
+                        "the copy holds {records} records in {} partitions; {} in {} were copied",
+                        holds.len(),
+                        r.records,
+                        r.partitions
+                    )),
+                });
+            }
+            r.verify = copy.verify_unless(stop)?;
             copy.close()?;
             r.duration = t0.elapsed();
             Ok(r)
         });
         if report.is_err() {
-            // Ours to remove: the directory was new or empty.
-            let _ = std::fs::remove_dir_all(dest);
-            if existed {
-                let _ = std::fs::create_dir(dest);
+            if made {
+                let _ = std::fs::remove_dir_all(dest);
+            } else if let Ok(entries) = std::fs::read_dir(&real) {
+                for e in entries.flatten() {
+                    let p = e.path();
+                    let _ = match e.file_type() {
+                        Ok(t) if t.is_dir() => std::fs::remove_dir_all(&p),
+                        _ => std::fs::remove_file(&p),
+                    };
+                }
             }
         }
         report
@@ -108,12 +166,14 @@ impl Engine {
             .truncating
             .read()
             .expect("engine lock poisoned by an earlier panic");
+        // A poisoned engine's durable view may not match its tree (a write
+        // or truncation that failed part-way): nothing to copy consistently.
+        self.check_usable()?;
         // Everything at or below the durable LSN was written whole before
         // it became durable; what is written from now on lies above it.
         let view = self.durable_view();
         let lsn_end = view.lsn + 1;
         let cfg = EngineConfig::new(dest);
-        let _lock = DirLock::acquire(dest)?;
         let db = cfg.open_sled()?;
         let tree = db
             .open_tree("cairn")

@@ -10,6 +10,9 @@ use std::path::Path;
 
 use crate::error::{Error, Result};
 
+/// The lock file's name in the data directory.
+pub const LOCK_FILE: &str = "cairn.lock";
+
 /// Held for the life of an engine; released on drop.
 #[derive(Debug)]
 pub struct DirLock {
@@ -18,7 +21,7 @@ pub struct DirLock {
 
 impl DirLock {
     pub fn acquire(dir: &Path) -> Result<DirLock> {
-        let path = dir.join("cairn.lock");
+        let path = dir.join(LOCK_FILE);
         let io = |op, e| Error::Io {
             op,
             path: path.clone(),

@@ -86,6 +86,8 @@ fn a_backup_holds_what_was_durable_when_it_began_while_appends_go_on() {
     assert!(fired.load(Ordering::SeqCst));
     assert!(report.verify.is_clean(), "{:?}", report.verify.problems);
     assert_eq!(report.partitions, 3);
+    assert_eq!(report.verify.records, report.records);
+    assert_eq!(report.verify.index_entries, report.index_entries);
     assert_eq!(
         report.records,
         before.iter().map(|p| p.record_count).sum::<u64>()
@@ -150,6 +152,50 @@ fn a_backup_refuses_a_directory_in_use_and_removes_itself_when_stopped() {
             assert_eq!(std::fs::read_dir(&dest).unwrap().count(), 0);
         }
     }
+    // Not inside the archive's own directory.
+    let inside = dir.path().join("src").join("copy");
+    match engine.backup_to(&inside, &AtomicBool::new(false)) {
+        Err(Error::Io { source, .. }) => assert!(source.to_string().contains("outside")),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert!(!inside.exists());
+
+    // Through a link to an empty directory: the copy lands in the target,
+    // and a stopped one leaves both the link and its target as they were.
+    let target = dir.path().join("target");
+    std::fs::create_dir(&target).unwrap();
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    assert!(matches!(
+        engine.backup_to(&link, &AtomicBool::new(true)),
+        Err(Error::Interrupted { .. })
+    ));
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert_eq!(std::fs::read_dir(&target).unwrap().count(), 0);
+    let r = engine.backup_to(&link, &AtomicBool::new(false)).unwrap();
+    assert!(r.verify.is_clean());
+    assert!(target.join("sled").exists());
+
     // The source is untouched by any of it.
     assert!(engine.verify().unwrap().is_clean());
+}
+
+#[test]
+fn a_poisoned_engine_is_not_backed_up() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let engine = source(&dir.path().join("src"));
+    fail::cfg(cairn_engine::FAILPOINT_FLUSH_ERR, "return").unwrap();
+    let failed = engine.append(&[common::batch(&tps()[0], 500..510, 10)]);
+    fail::remove(cairn_engine::FAILPOINT_FLUSH_ERR);
+    assert!(failed.is_err());
+    let dest = dir.path().join("copy");
+    match engine.backup_to(&dest, &AtomicBool::new(false)) {
+        Err(Error::Poisoned { .. }) => {}
+        other => panic!("expected Poisoned, got {other:?}"),
+    }
+    assert!(!dest.exists(), "a refused backup leaves nothing");
 }
