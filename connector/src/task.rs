@@ -94,8 +94,8 @@ pub struct ArchiveSink {
     engine: Option<Arc<Engine>>,
     /// `--retain`: deletes archived records older than an age.
     pruner: Option<Pruner>,
-    /// Answers `status`, `export`, `verify` and `prune` while the run holds
-    /// the archive (live.rs).
+    /// Answers `status`, `export`, `verify`, `prune` and `backup` while the
+    /// run holds the archive (live.rs).
     live: Option<LiveServer>,
 }
 
@@ -126,8 +126,8 @@ impl ArchiveSink {
         Ok(self)
     }
 
-    /// Also answer `status`, `export`, `verify` and `prune` of this archive
-    /// on its socket (live.rs) until `stop`. An archive whose socket cannot be
+    /// Also answer `status`, `export`, `verify`, `prune` and `backup` of
+    /// this archive on its socket (live.rs) until `stop`. An archive whose socket cannot be
     /// made (a data directory path too long for a socket's, for one) is
     /// archived all the same: the reads then wait for the run to stop.
     pub fn with_live_reads(mut self) -> Self {
@@ -137,7 +137,7 @@ impl ArchiveSink {
                 Err(err) => tracing::warn!(
                     error = %err,
                     socket = %e.config().path.join(crate::live::SOCKET_FILE).display(),
-                    "cannot serve the live archive; status, export, verify and prune will need the run stopped"
+                    "cannot serve the live archive; status, export, verify, prune and backup will need the run stopped"
                 ),
             }
         }

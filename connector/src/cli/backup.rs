@@ -8,7 +8,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use cairn_engine::{BackupReport, Engine};
 
@@ -31,6 +32,12 @@ pub async fn run(args: BackupArgs) -> Result<ExitCode> {
         source,
     })?;
     if let Some(conn) = crate::live::connect(data) {
+        if to.to_str().is_none() {
+            return Err(ConnectorError::Config(format!(
+                "--to {}: a running cairn is sent paths as UTF-8 (stop it, or choose another path)",
+                to.display()
+            )));
+        }
         let mut text = Vec::new();
         let req = crate::live::Request::Backup { to };
         let end = crate::live::request(conn, &req, &mut text);
@@ -38,10 +45,28 @@ pub async fn run(args: BackupArgs) -> Result<ExitCode> {
         return Ok(crate::live::exit_code(&end?));
     }
     let engine = super::open_archive(data)?;
-    let never = AtomicBool::new(false);
-    let mut text = Vec::new();
-    let exit = backup(&engine, &to, &never, &mut text)?;
-    engine.close()?;
+    // SIGINT or SIGTERM: give up, removing the partial copy.
+    let stop = Arc::new(AtomicBool::new(false));
+    let signals = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            super::run::wait_for_signal().await;
+            tracing::info!("signal received: stopping the backup and removing what it wrote");
+            stop.store(true, Ordering::SeqCst);
+        })
+    };
+    let (engine, done) = tokio::task::spawn_blocking(move || {
+        let mut text = Vec::new();
+        let done = backup(&engine, &to, &stop, &mut text).map(|exit| (exit, text));
+        (engine, done)
+    })
+    .await
+    .map_err(|e| ConnectorError::Sink(format!("backup thread: {e}")))?;
+    signals.abort();
+    // The source is closed however the backup went.
+    let closed = engine.close();
+    let (exit, text) = done?;
+    closed?;
     super::write_text(&text)?;
     Ok(ExitCode::from(exit))
 }
