@@ -18,6 +18,7 @@
 //! - Truncations of the source wait for the backup (the `truncating` lock);
 //!   appends do not.
 
+use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -202,11 +203,41 @@ impl Engine {
         for i in 0..keys::FENCE_KEYS {
             put(&keys::fence_key(i), &[])?;
         }
-        for item in self.tree.range(keys::wal_key(0)..keys::wal_key(lsn_end)) {
-            let (k, v) = item.map_err(store_err("read log"))?;
-            if slots::is_slot(&v) {
-                continue;
+        // Each frame goes into a slot inserted well ahead of it, as an
+        // append's do (slots.rs): sled then writes it once, where plain
+        // inserts at the tree's right edge are written three to four times.
+        // Slots only for keys the source has (a tombstone's span has none),
+        // so every slot is filled and none is left in the copy.
+        let ahead_max = (slots::SLOTS_AHEAD_MIN + slots::SLOTS_RESERVED_CHUNK) as usize;
+        let mut ahead: VecDeque<(sled::IVec, sled::IVec)> = VecDeque::with_capacity(ahead_max);
+        // The first `slotted` of `ahead` have their slots.
+        let mut slotted = 0usize;
+        let mut log = self.tree.range(keys::wal_key(0)..keys::wal_key(lsn_end));
+        loop {
+            while ahead.len() < ahead_max {
+                match log.next() {
+                    Some(item) => {
+                        let (k, v) = item.map_err(store_err("read log"))?;
+                        if !slots::is_slot(&v) {
+                            ahead.push_back((k, v));
+                        }
+                    }
+                    None => break,
+                }
             }
+            // At least SLOTS_AHEAD_MIN slots beyond the frame filled next;
+            // when fewer, a run for everything read ahead.
+            let wanted = ahead.len().min(slots::SLOTS_AHEAD_MIN as usize + 1);
+            if slotted < wanted {
+                for (k, _) in ahead.iter().skip(slotted) {
+                    put(k, &[])?;
+                }
+                slotted = ahead.len();
+            }
+            let Some((k, v)) = ahead.pop_front() else {
+                break;
+            };
+            slotted -= 1;
             put(&k, &v)?;
             r.frames += 1;
         }

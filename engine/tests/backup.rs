@@ -25,11 +25,12 @@ fn tps() -> [TopicPartition; 3] {
 fn source(dir: &std::path::Path) -> Arc<Engine> {
     let engine = Engine::open(small_config(dir)).unwrap();
     let [a, b, c] = tps();
+    // Enough frames for several runs of slots in the copy (slots.rs).
     for round in 0..5 {
         let from = round * 100;
         engine
             .append(&[
-                common::batch(&a, from..from + 100, 300),
+                common::batch(&a, from..from + 100, 3000),
                 common::batch(&b, from..from + 100, 50),
                 common::batch(&c, from..from + 10, 2000),
             ])
@@ -71,7 +72,7 @@ fn a_backup_holds_what_was_durable_when_it_began_while_appends_go_on() {
         let [a, b, c] = tps();
         writer
             .append(&[
-                common::batch(&a, 500..600, 300),
+                common::batch(&a, 500..600, 3000),
                 common::batch(&c, 500..510, 2000),
                 common::batch(&TopicPartition::new("late", 0), 0..10, 10),
             ])
@@ -88,6 +89,7 @@ fn a_backup_holds_what_was_durable_when_it_began_while_appends_go_on() {
     assert_eq!(report.partitions, 3);
     assert_eq!(report.verify.records, report.records);
     assert_eq!(report.verify.index_entries, report.index_entries);
+    assert!(report.frames > 3 * 320, "{} frames", report.frames);
     assert_eq!(
         report.records,
         before.iter().map(|p| p.record_count).sum::<u64>()
@@ -108,7 +110,7 @@ fn a_backup_holds_what_was_durable_when_it_began_while_appends_go_on() {
     let [a, _, c] = tps();
     let w = copy
         .append(&[
-            common::batch(&a, 450..550, 300),
+            common::batch(&a, 450..550, 3000),
             // c was emptied at next offset 410: that survived the copy.
             common::batch(&c, 405..415, 2000),
         ])
