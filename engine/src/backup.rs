@@ -28,7 +28,7 @@ use crate::engine::{store_err, Engine};
 use crate::error::{Error, Result};
 use crate::index::IndexEntry;
 use crate::keys;
-use crate::lock::DirLock;
+use crate::lock::{DirLock, LOCK_FILE};
 use crate::meta;
 use crate::slots;
 use crate::verify::VerifyReport;
@@ -76,81 +76,104 @@ impl Engine {
                 why.to_owned(),
             ))
         };
+        let source = self.cfg.path.canonicalize().map_err(io("back up"))?;
         // Made here (create_dir fails if another made it meanwhile), or
-        // found empty: then only what is written into it is removed on
-        // failure, never the directory (nor a link's target's contents
-        // beyond that).
+        // found empty. Either way only what the backup writes into it is
+        // removed on failure: the directory itself only if it made it, and
+        // then only once empty (`remove_dir`, never recursive).
         let made = match std::fs::create_dir(dest) {
-            Ok(()) => {
-                if let Some(parent) = dest.parent().filter(|p| !p.as_os_str().is_empty()) {
-                    crate::sync::sync_dir(parent).map_err(io("sync backup's parent directory"))?;
-                }
-                true
-            }
+            Ok(()) => true,
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
             Err(e) => return Err(io("create backup directory")(e)),
         };
-        let real = dest.canonicalize().map_err(io("back up"))?;
-        let source = self.cfg.path.canonicalize().map_err(io("back up"))?;
-        if real.starts_with(&source) {
+        let unmake = |real: Option<&Path>| {
             if made {
-                let _ = std::fs::remove_dir(dest);
+                let _ = std::fs::remove_dir(real.unwrap_or(dest));
             }
+        };
+        let real = match dest.canonicalize() {
+            Ok(r) => r,
+            Err(e) => {
+                unmake(None);
+                return Err(io("back up")(e));
+            }
+        };
+        if real.starts_with(&source) {
+            unmake(Some(&real));
             return Err(refuse(
                 "the backup's directory must lie outside the archive's",
             ));
         }
-        // Empty but for a lock file: checked before the lock is taken (so
-        // that nothing is created in a directory that is refused), and again
-        // once it is held, until the copy is written (so that two backups
-        // into one directory cannot both find it empty).
+        if made {
+            let parent = real.parent().unwrap_or(Path::new("/"));
+            if let Err(e) = crate::sync::sync_dir(parent) {
+                unmake(Some(&real));
+                return Err(io("sync backup's parent directory")(e));
+            }
+        }
+        // Empty but for a lock file (a regular file, not a link): checked
+        // before the lock is taken, so that nothing is created in a
+        // directory that is refused, and again once it is held, so that two
+        // backups cannot both find it empty. The lock is held to the end,
+        // cleanup included.
+        let lock_file_before = real.join(LOCK_FILE).is_file();
         let empty = || -> Result<bool> {
-            Ok(std::fs::read_dir(&real)
-                .map_err(io("back up"))?
-                .all(|e| e.is_ok_and(|e| e.file_name() == crate::lock::LOCK_FILE)))
+            let mut entries = std::fs::read_dir(&real).map_err(io("back up"))?;
+            Ok(entries.all(|e| {
+                e.is_ok_and(|e| {
+                    e.file_name() == LOCK_FILE && e.file_type().is_ok_and(|t| t.is_file())
+                })
+            }))
         };
         if !empty()? {
             return Err(refuse("the backup's directory must be new or empty"));
         }
-        let lock = DirLock::acquire(&real)?;
+        let lock = match DirLock::acquire(&real) {
+            Ok(l) => l,
+            Err(e) => {
+                // Another backup's lock file keeps a directory made here.
+                unmake(Some(&real));
+                return Err(e);
+            }
+        };
         if !empty()? {
+            // Something else was written meanwhile: not ours.
+            if !lock_file_before {
+                let _ = std::fs::remove_file(real.join(LOCK_FILE));
+            }
             drop(lock);
+            unmake(Some(&real));
             return Err(refuse("the backup's directory must be new or empty"));
         }
         let report = self.copy_to(&real, stop).and_then(|mut r| {
-            // Released for the copy's own open, which takes it again; the
-            // directory is no longer empty, so no other backup enters it.
-            drop(lock);
-            // The copy, as any archive is opened: cairn's recovery, then a
-            // full verify; its close syncs it and writes its watermark.
-            let copy = Engine::open(EngineConfig::new(&real))?;
-            let holds = copy.partitions();
-            let records: u64 = holds.iter().map(|p| p.record_count).sum();
-            if copy.recovery_report().created
-                || holds.len() as u64 != r.partitions
-                || records != r.records
+            // The copy, as any archive is opened (under the lock held
+            // here): cairn's recovery, then a full verify; its close syncs
+            // it and writes its watermark.
+            let copy = Engine::open_locking(EngineConfig::new(&real), false)?;
+            let created = copy.recovery_report().created;
+            r.verify = copy.verify_unless(stop)?;
+            copy.close()?;
+            if created || r.verify.records != r.records || r.verify.index_entries != r.index_entries
             {
                 return Err(Error::Io {
                     op: "back up",
                     path: dest.to_owned(),
                     source: std::io::Error::other(format!(
-                        "the copy holds {records} records in {} partitions; {} in {} were copied",
-                        holds.len(),
-                        r.records,
-                        r.partitions
+                        "the copy holds {} records in {} index entries; {} in {} were copied",
+                        r.verify.records, r.verify.index_entries, r.records, r.index_entries
                     )),
                 });
             }
-            r.verify = copy.verify_unless(stop)?;
-            copy.close()?;
             r.duration = t0.elapsed();
             Ok(r)
         });
         if report.is_err() {
-            if made {
-                let _ = std::fs::remove_dir_all(dest);
-            } else if let Ok(entries) = std::fs::read_dir(&real) {
+            // Still under the lock: everything the backup wrote.
+            if let Ok(entries) = std::fs::read_dir(&real) {
                 for e in entries.flatten() {
+                    if e.file_name() == LOCK_FILE {
+                        continue;
+                    }
                     let p = e.path();
                     let _ = match e.file_type() {
                         Ok(t) if t.is_dir() => std::fs::remove_dir_all(&p),
@@ -158,6 +181,11 @@ impl Engine {
                     };
                 }
             }
+            if !lock_file_before {
+                let _ = std::fs::remove_file(real.join(LOCK_FILE));
+            }
+            drop(lock);
+            unmake(Some(&real));
         }
         report
     }
@@ -212,7 +240,10 @@ impl Engine {
         let mut ahead: VecDeque<(sled::IVec, sled::IVec)> = VecDeque::with_capacity(ahead_max);
         // The first `slotted` of `ahead` have their slots.
         let mut slotted = 0usize;
-        let mut log = self.tree.range(keys::wal_key(0)..keys::wal_key(lsn_end));
+        let mut log = self
+            .tree
+            .range(keys::wal_key(0)..keys::wal_key(lsn_end))
+            .fuse();
         loop {
             while ahead.len() < ahead_max {
                 match log.next() {

@@ -65,7 +65,7 @@ pub struct Engine {
     counters: Counters,
     closed: AtomicBool,
     recovery: RecoveryReport,
-    _lock: DirLock,
+    _lock: Option<DirLock>,
 }
 
 /// State owned by the writer lock.
@@ -164,6 +164,13 @@ pub(crate) fn store_err(op: &'static str) -> impl FnOnce(sled::Error) -> Error {
 impl Engine {
     /// Open (creating if needed) the store at `cfg.path` and recover it.
     pub fn open(cfg: EngineConfig) -> Result<Engine> {
+        Self::open_locking(cfg, true)
+    }
+
+    /// [`open`](Self::open), without taking the directory's lock when
+    /// `lock` is false: for a caller that holds it already (a backup's
+    /// copy, opened before the backup lets go of its directory).
+    pub(crate) fn open_locking(cfg: EngineConfig, lock: bool) -> Result<Engine> {
         cfg.validate()?;
         // The start of open (and so of recovery), for torture tests that kill
         // the process here: its own target, so that it can be enabled alone.
@@ -174,7 +181,11 @@ impl Engine {
             source: e,
         };
         std::fs::create_dir_all(&cfg.path).map_err(|e| io("create data directory", e))?;
-        let lock = DirLock::acquire(&cfg.path)?;
+        let lock = if lock {
+            Some(DirLock::acquire(&cfg.path)?)
+        } else {
+            None
+        };
         let db = cfg.open_sled()?;
         let tree = db.open_tree("cairn").map_err(store_err("open tree"))?;
         let mut syncer = DurableSync::open(&cfg.sled_path()).map_err(|e| Error::Io {

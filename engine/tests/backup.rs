@@ -201,3 +201,71 @@ fn a_poisoned_engine_is_not_backed_up() {
     }
     assert!(!dest.exists(), "a refused backup leaves nothing");
 }
+
+#[test]
+fn a_second_backup_into_the_same_directory_is_refused_and_harms_nothing() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let engine = source(&dir.path().join("src"));
+    let dest = dir.path().join("copy");
+    // Mid-copy, a second backup into the same directory.
+    let second = Arc::new(Mutex::new(None));
+    let (other, into, seen) = (engine.clone(), dest.clone(), second.clone());
+    fail::cfg_callback(cairn_engine::FAILPOINT_BACKUP_AFTER_LOG, move || {
+        let mut seen = seen.lock().unwrap();
+        if seen.is_none() {
+            *seen = Some(other.backup_to(&into, &AtomicBool::new(false)).map(|_| ()));
+        }
+    })
+    .unwrap();
+    let first = engine.backup_to(&dest, &AtomicBool::new(false));
+    fail::remove(cairn_engine::FAILPOINT_BACKUP_AFTER_LOG);
+    let first = first.unwrap();
+    match second.lock().unwrap().take() {
+        Some(Err(Error::Locked { .. })) => {}
+        Some(Err(Error::Io { source, .. })) => {
+            assert_eq!(source.kind(), std::io::ErrorKind::AlreadyExists, "{source}")
+        }
+        other => panic!("expected the second backup refused, got {other:?}"),
+    }
+    assert!(first.verify.is_clean(), "{:?}", first.verify.problems);
+    let copy = Engine::open(EngineConfig::new(&dest)).unwrap();
+    assert_eq!(copy.partitions(), engine.partitions());
+}
+
+#[test]
+fn a_lock_file_that_was_there_stays_and_a_linked_one_is_refused() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let engine = source(&dir.path().join("src"));
+    // Empty but for a lock file left by an earlier, stopped backup: usable,
+    // and left as it was when this one stops too.
+    let dest = dir.path().join("with-lock");
+    std::fs::create_dir(&dest).unwrap();
+    std::fs::write(dest.join("cairn.lock"), "").unwrap();
+    assert!(matches!(
+        engine.backup_to(&dest, &AtomicBool::new(true)),
+        Err(Error::Interrupted { .. })
+    ));
+    let left: Vec<_> = std::fs::read_dir(&dest)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["cairn.lock"]);
+    assert!(engine
+        .backup_to(&dest, &AtomicBool::new(false))
+        .unwrap()
+        .verify
+        .is_clean());
+    // A lock file that is a link is not taken (nor the file it names).
+    let dest = dir.path().join("linked-lock");
+    std::fs::create_dir(&dest).unwrap();
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, "precious").unwrap();
+    std::os::unix::fs::symlink(&victim, dest.join("cairn.lock")).unwrap();
+    assert!(matches!(
+        engine.backup_to(&dest, &AtomicBool::new(false)),
+        Err(Error::Io { .. })
+    ));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+}
