@@ -348,11 +348,40 @@ fn write_end(w: &mut impl Write, end: &End) -> std::io::Result<()> {
     write_frame(w, TAG_END, &body)
 }
 
-/// Answer one connection's request. `stop` interrupts a verify, and a
-/// prune between partitions.
+/// Answer one connection's request. The server stopping, or the client
+/// going away (its command interrupted), interrupts a verify and a backup,
+/// and a prune between partitions.
 fn serve(mut conn: UnixStream, engine: &Engine, stop: &AtomicBool) {
     let request = read_request(&conn);
     let pid = std::process::id();
+    // A client sends nothing after its request: a read that ends means it
+    // hung up (or the server cut the connection off at stop).
+    let gone = Arc::new(AtomicBool::new(stop.load(Ordering::SeqCst)));
+    let watcher = conn.try_clone().ok().and_then(|mut c| {
+        let gone = gone.clone();
+        std::thread::Builder::new()
+            .name("cairn-live-watch".into())
+            .spawn(move || {
+                let mut b = [0u8; 64];
+                loop {
+                    match c.read(&mut b) {
+                        Ok(0) => break,
+                        Ok(_) => {}
+                        Err(e)
+                            if matches!(
+                                e.kind(),
+                                std::io::ErrorKind::WouldBlock
+                                    | std::io::ErrorKind::TimedOut
+                                    | std::io::ErrorKind::Interrupted
+                            ) => {}
+                        Err(_) => break,
+                    }
+                }
+                gone.store(true, Ordering::SeqCst);
+            })
+            .ok()
+    });
+    let stop: &AtomicBool = if watcher.is_some() { &gone } else { stop };
     let mut out = FrameWriter {
         stream: &mut conn,
         buf: Vec::with_capacity(FRAME_BYTES_MAX),
@@ -437,6 +466,11 @@ fn serve(mut conn: UnixStream, engine: &Engine, stop: &AtomicBool) {
             Some(error) => tracing::warn!(%error, "live read failed, and its client is gone"),
             None => tracing::debug!(error = %e, "live read: client gone"),
         }
+    }
+    // Ends the watcher's read.
+    let _ = conn.shutdown(std::net::Shutdown::Read);
+    if let Some(w) = watcher {
+        let _ = w.join();
     }
 }
 

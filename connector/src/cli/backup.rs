@@ -15,6 +15,10 @@ use cairn_engine::{BackupReport, Engine};
 
 use crate::error::{ConnectorError, Result};
 
+/// The exit code of a backup stopped by SIGINT or SIGTERM (128 + SIGINT,
+/// as a shell reports it).
+pub const EXIT_INTERRUPTED: u8 = 130;
+
 #[derive(Debug, clap::Args)]
 pub struct BackupArgs {
     #[command(flatten)]
@@ -45,12 +49,23 @@ pub async fn run(args: BackupArgs) -> Result<ExitCode> {
         return Ok(crate::live::exit_code(&end?));
     }
     let engine = super::open_archive(data)?;
-    // SIGINT or SIGTERM: give up, removing the partial copy.
+    // SIGINT or SIGTERM: give up, removing the partial copy. The handlers
+    // are in place before the backup starts.
     let stop = Arc::new(AtomicBool::new(false));
     let signals = {
+        use tokio::signal::unix::{signal, SignalKind};
+        let io = |source| ConnectorError::Io {
+            path: PathBuf::from("<signals>"),
+            source,
+        };
+        let mut term = signal(SignalKind::terminate()).map_err(io)?;
+        let mut int = signal(SignalKind::interrupt()).map_err(io)?;
         let stop = stop.clone();
         tokio::spawn(async move {
-            super::run::wait_for_signal().await;
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
             tracing::info!("signal received: stopping the backup and removing what it wrote");
             stop.store(true, Ordering::SeqCst);
         })
@@ -65,6 +80,11 @@ pub async fn run(args: BackupArgs) -> Result<ExitCode> {
     signals.abort();
     // The source is closed however the backup went.
     let closed = engine.close();
+    if let Err(ConnectorError::Engine(cairn_engine::Error::Interrupted { .. })) = &done {
+        eprintln!("interrupted: the partial copy was removed");
+        closed?;
+        return Ok(ExitCode::from(EXIT_INTERRUPTED));
+    }
     let (exit, text) = done?;
     closed?;
     super::write_text(&text)?;
