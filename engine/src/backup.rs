@@ -125,8 +125,13 @@ impl Engine {
                 })
             }))
         };
-        if !empty()? {
-            return Err(refuse("the backup's directory must be new or empty"));
+        match empty() {
+            Ok(true) => {}
+            Ok(false) => return Err(refuse("the backup's directory must be new or empty")),
+            Err(e) => {
+                unmake(Some(&real));
+                return Err(e);
+            }
         }
         let lock = match DirLock::acquire(&real) {
             Ok(l) => l,
@@ -136,13 +141,16 @@ impl Engine {
                 return Err(e);
             }
         };
-        if !empty()? {
-            // Something else was written meanwhile: not ours.
+        let still_empty = empty();
+        if !matches!(still_empty, Ok(true)) {
+            // Something else was written meanwhile (not ours), or the
+            // directory could not be read.
             if !lock_file_before {
                 let _ = std::fs::remove_file(real.join(LOCK_FILE));
             }
             drop(lock);
             unmake(Some(&real));
+            still_empty?;
             return Err(refuse("the backup's directory must be new or empty"));
         }
         let report = self.copy_to(&real, stop).and_then(|mut r| {
@@ -168,18 +176,12 @@ impl Engine {
             Ok(r)
         });
         if report.is_err() {
-            // Still under the lock: everything the backup wrote.
-            if let Ok(entries) = std::fs::read_dir(&real) {
-                for e in entries.flatten() {
-                    if e.file_name() == LOCK_FILE {
-                        continue;
-                    }
-                    let p = e.path();
-                    let _ = match e.file_type() {
-                        Ok(t) if t.is_dir() => std::fs::remove_dir_all(&p),
-                        _ => std::fs::remove_file(&p),
-                    };
-                }
+            // Still under the lock: what the backup wrote, by name (anything
+            // else put there meanwhile is not the backup's to remove).
+            let _ = std::fs::remove_dir_all(EngineConfig::new(&real).sled_path());
+            let watermark = crate::watermark::WATERMARK_FILE;
+            for name in [watermark.to_owned(), format!("{watermark}.new")] {
+                let _ = std::fs::remove_file(real.join(name));
             }
             if !lock_file_before {
                 let _ = std::fs::remove_file(real.join(LOCK_FILE));
