@@ -257,7 +257,14 @@ struct Listed<'a> {
 
 impl Drop for Listed<'_> {
     fn drop(&mut self) {
-        lock(&self.shared.streams).retain(|(i, _)| *i != self.id);
+        // Shut down, not only closed: the request's watcher holds another
+        // handle on the socket, which would keep it open (and the client
+        // waiting) after a panic.
+        let mut streams = lock(&self.shared.streams);
+        for (_, s) in streams.iter().filter(|(i, _)| *i == self.id) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+        streams.retain(|(i, _)| *i != self.id);
     }
 }
 
@@ -478,9 +485,10 @@ fn read_request(conn: &UnixStream) -> std::result::Result<Request, String> {
     conn.set_read_timeout(Some(REQUEST_TIMEOUT))
         .map_err(|e| e.to_string())?;
     let mut line = String::new();
-    BufReader::new(conn.take(REQUEST_BYTES_MAX))
-        .read_line(&mut line)
-        .map_err(|e| format!("reading the request: {e}"))?;
+    let read = BufReader::new(conn.take(REQUEST_BYTES_MAX)).read_line(&mut line);
+    // The watcher that follows waits for the client without a timeout.
+    let _ = conn.set_read_timeout(None);
+    read.map_err(|e| format!("reading the request: {e}"))?;
     serde_json::from_str(line.trim_end()).map_err(|e| format!("bad request: {e}"))
 }
 

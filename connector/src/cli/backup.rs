@@ -81,7 +81,7 @@ pub async fn run(args: BackupArgs) -> Result<ExitCode> {
     // The source is closed however the backup went.
     let closed = engine.close();
     if let Err(ConnectorError::Engine(cairn_engine::Error::Interrupted { .. })) = &done {
-        eprintln!("interrupted: the partial copy was removed");
+        eprintln!("interrupted: the backup stopped, and removed what it had written");
         closed?;
         return Ok(ExitCode::from(EXIT_INTERRUPTED));
     }

@@ -167,7 +167,7 @@ pub(crate) fn prune(
     for p in &chosen {
         if stop.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(ConnectorError::Live(
-                "the running cairn is stopping: the prune stopped after the partitions above"
+                "stopped (the run is stopping, or the command went away) after the partitions above"
                     .into(),
             ));
         }
