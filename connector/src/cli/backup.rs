@@ -105,11 +105,7 @@ pub(crate) fn backup(
 }
 
 fn report(to: &Path, r: &BackupReport, out: &mut Vec<u8>) {
-    use std::io::Write;
-    let mut line = |args: std::fmt::Arguments<'_>| {
-        out.write_fmt(args).expect("writing to a Vec");
-        out.push(b'\n');
-    };
+    let mut line = super::line_into(out);
     line(format_args!(
         "backed up {} records ({} payload bytes) in {} partitions to {} in {:.2} s: {} log values, {} index entries, up to lsn {}",
         r.records,

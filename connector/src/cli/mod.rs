@@ -119,6 +119,16 @@ pub(crate) fn write_line(args: std::fmt::Arguments<'_>) -> crate::Result<()> {
     }
 }
 
+/// A writer of report lines into `out` (sent to stdout, or through a
+/// running cairn's socket, once complete).
+pub(crate) fn line_into(out: &mut Vec<u8>) -> impl FnMut(std::fmt::Arguments<'_>) + '_ {
+    use std::io::Write;
+    move |args| {
+        out.write_fmt(args).expect("writing to a Vec");
+        out.push(b'\n');
+    }
+}
+
 /// Write `text` to stdout as [`write_line`] writes a line: a reader that
 /// went away is not an error.
 pub(crate) fn write_text(text: &[u8]) -> crate::Result<()> {

@@ -89,11 +89,7 @@ pub(crate) fn serve(
 
 /// The report's lines, and the exit code it calls for.
 fn report(label: &str, r: &VerifyReport, out: &mut Vec<u8>) -> u8 {
-    use std::io::Write;
-    let mut line = |args: std::fmt::Arguments<'_>| {
-        out.write_fmt(args).expect("writing to a Vec");
-        out.push(b'\n');
-    };
+    let mut line = super::line_into(out);
     line(format_args!(
         "verified {label}: {} frames ({} tombstones), {} entries, {} records, {} payload bytes, {} index entries, {} partitions",
         r.frames,
