@@ -6,6 +6,7 @@
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use crate::error::{Error, Result};
@@ -27,11 +28,16 @@ impl DirLock {
             path: path.clone(),
             source: e,
         };
+        // Not through a link: the pid is written into the file opened, and
+        // a link would aim that write (and the truncation before it) at a
+        // file of someone else's choosing (a backup's directory may be
+        // anyone's).
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(&path)
             .map_err(|e| io("open lock file", e))?;
         match file.try_lock() {

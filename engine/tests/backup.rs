@@ -268,4 +268,11 @@ fn a_lock_file_that_was_there_stays_and_a_linked_one_is_refused() {
         Err(Error::Io { .. })
     ));
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+    // Nor by an open: the lock file is never opened through a link.
+    match Engine::open(EngineConfig::new(&dest)) {
+        Err(Error::Io { op, .. }) => assert_eq!(op, "open lock file"),
+        Err(other) => panic!("expected the linked lock file refused, got {other}"),
+        Ok(_) => panic!("expected the linked lock file refused, got an engine"),
+    }
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
 }
