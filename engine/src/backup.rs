@@ -20,7 +20,7 @@
 
 use std::collections::VecDeque;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use crate::config::EngineConfig;
@@ -31,14 +31,11 @@ use crate::keys;
 use crate::lock::{DirLock, LOCK_FILE};
 use crate::meta;
 use crate::slots;
-use crate::verify::VerifyReport;
+use crate::verify::{check_stop, VerifyReport};
 
 /// Failpoint: in a backup, after the log is copied and before the index,
 /// where appends racing it are most likely to confuse it.
 pub const FAILPOINT_BACKUP_AFTER_LOG: &str = "backup::after_log";
-
-/// Values written to the copy between two looks at the stop flag.
-const VALUES_PER_STOP_CHECK: u64 = 256;
 
 /// What a backup copied.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -221,10 +218,7 @@ impl Engine {
         };
         let mut written = 0u64;
         let mut put = |k: &[u8], v: &[u8]| -> Result<()> {
-            written += 1;
-            if written.is_multiple_of(VALUES_PER_STOP_CHECK) && stop.load(Ordering::Relaxed) {
-                return Err(Error::Interrupted { op: "backup" });
-            }
+            check_stop(stop, &mut written, "backup")?;
             tree.insert(k, v).map_err(store_err("write backup"))?;
             Ok(())
         };

@@ -366,16 +366,8 @@ pub(crate) fn load_summaries(
     let mut out = BTreeMap::new();
     for item in tree.scan_prefix([keys::PREFIX_PARTITION]) {
         let (k, v) = item.map_err(store_err("scan partitions"))?;
-        let (tp, s) = PartitionSummary::decode(&k, &v).map_err(|kind| {
-            let location = match keys::parse_partition_key(&k) {
-                Ok(tp) => Location::Partition {
-                    topic: tp.topic,
-                    partition: tp.partition,
-                },
-                Err(_) => Location::Key { key_hex: hex(&k) },
-            };
-            Error::corruption(location, kind)
-        })?;
+        let (tp, s) = PartitionSummary::decode(&k, &v)
+            .map_err(|kind| Error::corruption(summary_location(&k), kind))?;
         out.insert(tp, s);
     }
     Ok(out)
@@ -489,15 +481,32 @@ pub(crate) fn index_item(
 }
 
 pub(crate) fn index_corruption(key: &[u8], kind: CorruptionKind) -> Error {
-    let location = match keys::parse_index_key(key) {
+    Error::corruption(index_location(key), kind)
+}
+
+/// Where an index entry stored under `key` is: its partition and first
+/// offset, or the raw key when that does not parse.
+pub(crate) fn index_location(key: &[u8]) -> Location {
+    match keys::parse_index_key(key) {
         Ok((tp, first_offset)) => Location::Index {
             topic: tp.topic,
             partition: tp.partition,
             first_offset,
         },
         Err(_) => Location::Key { key_hex: hex(key) },
-    };
-    Error::corruption(location, kind)
+    }
+}
+
+/// Where a partition summary stored under `key` is: its partition, or the
+/// raw key when that does not parse.
+pub(crate) fn summary_location(key: &[u8]) -> Location {
+    match keys::parse_partition_key(key) {
+        Ok(tp) => Location::Partition {
+            topic: tp.topic,
+            partition: tp.partition,
+        },
+        Err(_) => Location::Key { key_hex: hex(key) },
+    }
 }
 
 /// One partition's summary, brought up to date with its index entries.

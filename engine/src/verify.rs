@@ -25,7 +25,7 @@ use crate::lock::DirLock;
 use crate::meta;
 use crate::offsets::PartitionSummary;
 use crate::record::TopicPartition;
-use crate::recovery::hex;
+use crate::recovery::{hex, index_location, summary_location};
 use crate::slots;
 
 /// Failpoint: in a verify, after the log scan and before the index scan,
@@ -139,15 +139,16 @@ pub(crate) struct Snapshot<'a> {
     pub poisoned: bool,
 }
 
-/// Items between two looks at a verify's stop flag.
-const ITEMS_PER_STOP_CHECK: u64 = 256;
+/// Items between two looks at a long read's stop flag (a verify's, a
+/// backup's).
+pub(crate) const ITEMS_PER_STOP_CHECK: u64 = 256;
 
-/// `Err(Interrupted)` once `stop` is set, looked at every
+/// `Err(Interrupted)` naming `op` once `stop` is set, looked at every
 /// [`ITEMS_PER_STOP_CHECK`] calls.
-fn check_stop(stop: &AtomicBool, items: &mut u64) -> Result<()> {
+pub(crate) fn check_stop(stop: &AtomicBool, items: &mut u64, op: &'static str) -> Result<()> {
     *items += 1;
     if items.is_multiple_of(ITEMS_PER_STOP_CHECK) && stop.load(Ordering::Relaxed) {
-        return Err(Error::Interrupted { op: "verify" });
+        return Err(Error::Interrupted { op });
     }
     Ok(())
 }
@@ -355,7 +356,7 @@ fn verify_log(
     let mut first_slot: Option<u64> = None;
     let mut items = 0;
     for item in tree.scan_prefix([keys::PREFIX_WAL]) {
-        check_stop(stop, &mut items)?;
+        check_stop(stop, &mut items, "verify")?;
         let (k, v) = item.map_err(store_err("scan log"))?;
         let lsn = match keys::parse_wal_key(&k) {
             Ok(l) => l,
@@ -499,7 +500,7 @@ fn verify_index(
     let mut held_now: BTreeMap<TopicPartition, bool> = BTreeMap::new();
     let mut items = 0;
     for item in tree.scan_prefix([keys::PREFIX_INDEX]) {
-        check_stop(stop, &mut items)?;
+        check_stop(stop, &mut items, "verify")?;
         let (k, v) = item.map_err(store_err("scan index"))?;
         let (tp, e) = match IndexEntry::decode(&k, &v) {
             Ok(x) => x,
@@ -686,26 +687,5 @@ fn partition_location(tp: &TopicPartition) -> Location {
     Location::Partition {
         topic: tp.topic.clone(),
         partition: tp.partition,
-    }
-}
-
-fn summary_location(k: &[u8]) -> Location {
-    match keys::parse_partition_key(k) {
-        Ok(tp) => Location::Partition {
-            topic: tp.topic,
-            partition: tp.partition,
-        },
-        Err(_) => Location::Key { key_hex: hex(k) },
-    }
-}
-
-fn index_location(k: &[u8]) -> Location {
-    match keys::parse_index_key(k) {
-        Ok((tp, first_offset)) => Location::Index {
-            topic: tp.topic,
-            partition: tp.partition,
-            first_offset,
-        },
-        Err(_) => Location::Key { key_hex: hex(k) },
     }
 }
