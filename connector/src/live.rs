@@ -423,10 +423,7 @@ fn serve(mut conn: UnixStream, engine: &Engine, stop: &AtomicBool) {
                     let mut emit = |args: std::fmt::Arguments<'_>| {
                         out.write_fmt(args)
                             .and_then(|()| out.write_all(b"\n"))
-                            .map_err(|source| ConnectorError::Io {
-                                path: PathBuf::from(SOCKET_FILE),
-                                source,
-                            })
+                            .map_err(socket_error)
                     };
                     crate::cli::prune::prune(engine, selection, *cut, *dry_run, stop, &mut emit)
                         .map(|()| 0)
@@ -438,20 +435,14 @@ fn serve(mut conn: UnixStream, engine: &Engine, stop: &AtomicBool) {
                 Request::Backup { to } => {
                     let mut text = Vec::new();
                     crate::cli::backup::backup(engine, to, stop, &mut text).and_then(|exit| {
-                        out.write_all(&text).map_err(|source| ConnectorError::Io {
-                            path: PathBuf::from(SOCKET_FILE),
-                            source,
-                        })?;
+                        out.write_all(&text).map_err(socket_error)?;
                         Ok(exit)
                     })
                 }
             };
             // What was written goes out before the end, also after an
             // error (a prune's lines for the partitions it did).
-            let flushed = out.flush().map_err(|source| ConnectorError::Io {
-                path: PathBuf::from(SOCKET_FILE),
-                source,
-            });
+            let flushed = out.flush().map_err(socket_error);
             match exit.and_then(|code| flushed.map(|()| code)) {
                 Ok(exit) => End {
                     exit,
@@ -506,12 +497,9 @@ pub const STATUS_TIMEOUT: Duration = Duration::from_secs(30);
 /// Send `req` and copy the answer's output to `out`. A reader of `out` that
 /// went away (`| head`) ends the copy quietly, as for a local command.
 pub fn request(mut conn: UnixStream, req: &Request, out: &mut dyn Write) -> Result<End> {
-    let gone = |source| ConnectorError::Io {
-        path: PathBuf::from(SOCKET_FILE),
-        source,
-    };
     if matches!(req, Request::Status) {
-        conn.set_read_timeout(Some(STATUS_TIMEOUT)).map_err(gone)?;
+        conn.set_read_timeout(Some(STATUS_TIMEOUT))
+            .map_err(socket_error)?;
     }
     let mut line = serde_json::to_vec(req).expect("Request serialises");
     line.push(b'\n');
@@ -522,7 +510,7 @@ pub fn request(mut conn: UnixStream, req: &Request, out: &mut dyn Write) -> Resu
     if let Err(e) = sent {
         return match read_frame(&mut conn) {
             Ok(Some((TAG_END, body))) => parse_end(&body),
-            _ => Err(gone(e)),
+            _ => Err(socket_error(e)),
         };
     }
     loop {
@@ -561,6 +549,14 @@ pub fn request(mut conn: UnixStream, req: &Request, out: &mut dyn Write) -> Resu
     }
 }
 
+/// An I/O error on the live-read socket, naming it.
+pub(crate) fn socket_error(source: std::io::Error) -> ConnectorError {
+    ConnectorError::Io {
+        path: PathBuf::from(SOCKET_FILE),
+        source,
+    }
+}
+
 /// The next frame, or `None` at the end of the stream before one begins.
 fn read_frame(conn: &mut impl Read) -> Result<Option<(u8, Vec<u8>)>> {
     let gone = |source: std::io::Error| {
@@ -573,10 +569,7 @@ fn read_frame(conn: &mut impl Read) -> Result<Option<(u8, Vec<u8>)>> {
                 STATUS_TIMEOUT.as_secs()
             ));
         }
-        ConnectorError::Io {
-            path: PathBuf::from(SOCKET_FILE),
-            source,
-        }
+        socket_error(source)
     };
     let mut head = [0u8; 5];
     match conn.read_exact(&mut head) {

@@ -42,30 +42,21 @@ pub async fn run(args: BackupArgs) -> Result<ExitCode> {
                 to.display()
             )));
         }
-        let mut text = Vec::new();
         let req = crate::live::Request::Backup { to };
-        let end = crate::live::request(conn, &req, &mut text);
-        super::write_text(&text)?;
-        return Ok(crate::live::exit_code(&end?));
+        return Ok(crate::live::exit_code(&super::live_report(conn, &req)??));
     }
     let engine = super::open_archive(data)?;
     // SIGINT or SIGTERM: give up, removing the partial copy. The handlers
     // are in place before the backup starts.
     let stop = Arc::new(AtomicBool::new(false));
     let signals = {
-        use tokio::signal::unix::{signal, SignalKind};
-        let io = |source| ConnectorError::Io {
+        let signal = super::run::signals().map_err(|source| ConnectorError::Io {
             path: PathBuf::from("<signals>"),
             source,
-        };
-        let mut term = signal(SignalKind::terminate()).map_err(io)?;
-        let mut int = signal(SignalKind::interrupt()).map_err(io)?;
+        })?;
         let stop = stop.clone();
         tokio::spawn(async move {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
+            signal.await;
             tracing::info!("signal received: stopping the backup and removing what it wrote");
             stop.store(true, Ordering::SeqCst);
         })

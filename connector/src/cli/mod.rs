@@ -129,6 +129,20 @@ pub(crate) fn line_into(out: &mut Vec<u8>) -> impl FnMut(std::fmt::Arguments<'_>
     }
 }
 
+/// Ask the running cairn at `conn` for `req`, and show what its answer
+/// wrote on stdout however the request ended (the lines of a prune's
+/// finished partitions, say). The outer error is stdout's; the inner one is
+/// the request's.
+pub(crate) fn live_report(
+    conn: std::os::unix::net::UnixStream,
+    req: &crate::live::Request,
+) -> crate::Result<crate::Result<crate::live::End>> {
+    let mut text = Vec::new();
+    let end = crate::live::request(conn, req, &mut text);
+    write_text(&text)?;
+    Ok(end)
+}
+
 /// Write `text` to stdout as [`write_line`] writes a line: a reader that
 /// went away is not an error.
 pub(crate) fn write_text(text: &[u8]) -> crate::Result<()> {

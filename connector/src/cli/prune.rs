@@ -127,11 +127,7 @@ pub async fn run(args: PruneArgs) -> Result<ExitCode> {
             cut,
             dry_run: args.dry_run,
         };
-        let mut text = Vec::new();
-        // The lines for the partitions done are shown, however it ended.
-        let end = crate::live::request(conn, &req, &mut text);
-        super::write_text(&text)?;
-        return Ok(crate::live::exit_code(&end?));
+        return Ok(crate::live::exit_code(&super::live_report(conn, &req)??));
     }
     let engine = super::open_archive(data)?;
     let never = std::sync::atomic::AtomicBool::new(false);

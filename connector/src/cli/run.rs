@@ -220,10 +220,19 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
 
 /// SIGINT or SIGTERM.
 pub async fn wait_for_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("install SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
+    signals().expect("install signal handlers").await
+}
+
+/// SIGINT or SIGTERM, with both handlers installed before this returns (a
+/// signal that comes before the future is first polled is not lost).
+pub fn signals() -> std::io::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    })
 }

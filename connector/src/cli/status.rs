@@ -143,10 +143,7 @@ fn rows(engine: &cairn_engine::Engine) -> Vec<Row> {
 
 /// The live answer to `status` (live.rs): the rows as JSON.
 pub(crate) fn serve(engine: &cairn_engine::Engine, out: &mut dyn std::io::Write) -> Result<u8> {
-    serde_json::to_writer(out, &rows(engine)).map_err(|e| ConnectorError::Io {
-        path: std::path::PathBuf::from(crate::live::SOCKET_FILE),
-        source: e.into(),
-    })?;
+    serde_json::to_writer(out, &rows(engine)).map_err(|e| crate::live::socket_error(e.into()))?;
     Ok(0)
 }
 

@@ -27,10 +27,7 @@ pub struct VerifyArgs {
 pub async fn run(args: VerifyArgs) -> Result<ExitCode> {
     let path = &args.data.data;
     if let Some(conn) = crate::live::connect(path) {
-        let mut text = Vec::new();
-        let end = crate::live::request(conn, &crate::live::Request::Verify, &mut text);
-        super::write_text(&text)?;
-        let end = match end {
+        let end = match super::live_report(conn, &crate::live::Request::Verify)? {
             Ok(end) => end,
             Err(e) => {
                 eprintln!("error: could not verify {}: {e}", path.display());
@@ -79,11 +76,7 @@ pub(crate) fn serve(
     );
     let mut text = Vec::new();
     let exit = report(&label, &r, &mut text);
-    out.write_all(&text)
-        .map_err(|source| crate::ConnectorError::Io {
-            path: std::path::PathBuf::from(crate::live::SOCKET_FILE),
-            source,
-        })?;
+    out.write_all(&text).map_err(crate::live::socket_error)?;
     Ok(exit)
 }
 
