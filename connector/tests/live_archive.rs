@@ -14,7 +14,7 @@ use std::path::Path;
 use std::process::{ChildStderr, Command, Output};
 
 use cairn_connector::cli::demo::produce;
-use common::{cairn_run, MockBroker, CAIRN};
+use common::{cairn_run, KillOnDrop, MockBroker, CAIRN};
 
 fn cairn(args: &[&str]) -> Output {
     Command::new(CAIRN).args(args).output().unwrap()
@@ -54,7 +54,7 @@ fn by_partition(jsonl: &[u8]) -> BTreeMap<i64, Vec<String>> {
 struct Running {
     mb: MockBroker,
     dir: tempfile::TempDir,
-    child: std::process::Child,
+    child: KillOnDrop,
     log: Lines<BufReader<ChildStderr>>,
 }
 
@@ -73,7 +73,7 @@ impl Running {
     }
 
     /// `cairn run` on the archive, once it has committed.
-    fn spawn(mb: &MockBroker, dir: &Path) -> (std::process::Child, Lines<BufReader<ChildStderr>>) {
+    fn spawn(mb: &MockBroker, dir: &Path) -> (KillOnDrop, Lines<BufReader<ChildStderr>>) {
         let data = dir.join("archive");
         let args = [
             "--brokers",

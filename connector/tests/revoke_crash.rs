@@ -12,10 +12,11 @@
 
 mod common;
 
+use std::collections::VecDeque;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Child, Command};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
@@ -24,7 +25,7 @@ use cairn_connector::cli::demo::{
     archived_offsets, committed, demo_next_offsets, demo_producer, produce_with, DEMO_PARTITIONS,
 };
 use cairn_engine::{Engine, EngineConfig};
-use common::{cairn_run, MockBroker};
+use common::{cairn_run, KillOnDrop, MockBroker};
 
 const TOPIC: &str = "rc";
 const GROUP: &str = "rc-group";
@@ -38,7 +39,7 @@ fn member(
     abort_at: Option<&str>,
     extra: &[&str],
     lines: mpsc::Sender<(&'static str, Option<String>)>,
-) -> Child {
+) -> KillOnDrop {
     let data = data.to_str().unwrap();
     let mut args = vec!["--brokers", brokers, "--group", GROUP, "--topics", TOPIC];
     args.extend(["--data", data, "--commit", "every-put"]);
@@ -55,6 +56,32 @@ fn member(
         let _ = lines.send((name, None));
     });
     child
+}
+
+/// The members' stderr lines as they arrive, keeping the latest few so that
+/// a test that times out shows what the members were doing.
+struct Members {
+    rx: mpsc::Receiver<(&'static str, Option<String>)>,
+    recent: VecDeque<String>,
+}
+
+impl Members {
+    const RECENT_LINES: usize = 60;
+
+    /// The next line from any member, or a panic naming `what` was awaited.
+    fn next(&mut self, deadline: Instant, what: &str) -> (&'static str, Option<String>) {
+        let timeout = deadline.saturating_duration_since(Instant::now());
+        let Ok((who, line)) = self.rx.recv_timeout(timeout) else {
+            let recent = Vec::from(std::mem::take(&mut self.recent)).join("\n");
+            panic!("timed out waiting for {what}; the members' latest lines:\n{recent}");
+        };
+        if self.recent.len() == Self::RECENT_LINES {
+            self.recent.pop_front();
+        }
+        let shown = line.as_deref().unwrap_or("(stderr closed)");
+        self.recent.push_back(format!("{who}: {shown}"));
+        (who, line)
+    }
 }
 
 /// Every record a store holds, by partition, checked in order and against
@@ -91,9 +118,9 @@ fn abort_inside_a_revoke_loses_nothing_and_stores_stay_duplicate_free() {
         })
     };
     let (tx, rx) = mpsc::channel();
-    let next_line = |deadline: Instant, what: &str| -> (&'static str, Option<String>) {
-        rx.recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
+    let mut members = Members {
+        rx,
+        recent: VecDeque::new(),
     };
 
     let mut a = member(
@@ -108,7 +135,7 @@ fn abort_inside_a_revoke_loses_nothing_and_stores_stay_duplicate_free() {
     );
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let (_, line) = next_line(deadline, "A's first commit");
+        let (_, line) = members.next(deadline, "A's first commit");
         let line = line.expect("A exited before its first commit");
         if line.contains(r#""message":"commit""#) {
             break;
@@ -119,7 +146,7 @@ fn abort_inside_a_revoke_loses_nothing_and_stores_stay_duplicate_free() {
     let mut b = member("B", &mb.brokers, dir_b.path(), None, &[], tx.clone());
     let mut a_aborted = false;
     while !a_aborted {
-        if let ("A", line) = next_line(deadline + Duration::from_secs(60), "A's abort") {
+        if let ("A", line) = members.next(deadline + Duration::from_secs(60), "A's abort") {
             match line {
                 Some(l) => {
                     a_aborted |= l.contains("CAIRN_ABORT_AT: aborting at revoke-before-commit")
@@ -148,7 +175,7 @@ fn abort_inside_a_revoke_loses_nothing_and_stores_stay_duplicate_free() {
     let mut commits_after_restart = 0;
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let (who, line) = next_line(deadline, "everything to be committed");
+        let (who, line) = members.next(deadline, "everything to be committed");
         let line = match (who, line) {
             // The aborted run's stderr closing.
             ("A", None) => continue,

@@ -54,7 +54,7 @@ pub const FAST_GROUP: [(&str, &str); 2] = [
 /// its stderr piped (the pipeline's debug events on, so a test can count
 /// commits, and the engine's "opening store", so it can kill inside
 /// recovery), with `CAIRN_ABORT_AT` set to `abort_at` or cleared.
-pub fn cairn_run(args: &[&str], abort_at: Option<&str>) -> Child {
+pub fn cairn_run(args: &[&str], abort_at: Option<&str>) -> KillOnDrop {
     let mut cmd = Command::new(CAIRN);
     cmd.args(["--log-format", "json", "run"]).args(args);
     for (k, v) in FAST_GROUP {
@@ -71,7 +71,34 @@ pub fn cairn_run(args: &[&str], abort_at: Option<&str>) -> Child {
     .stdout(Stdio::null())
     .stderr(Stdio::piped())
     .spawn()
+    .map(KillOnDrop)
     .unwrap()
+}
+
+/// A child process that is killed (SIGKILL) and reaped when dropped, so a
+/// test that fails (panics) leaves no `cairn run` behind to hold its group
+/// and its broker's port, and to slow the tests after it.
+pub struct KillOnDrop(pub Child);
+
+impl std::ops::Deref for KillOnDrop {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for KillOnDrop {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        // Both fail harmlessly when the child was already waited for.
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 pub use cairn_engine::fuzzing::seed;
