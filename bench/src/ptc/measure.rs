@@ -143,12 +143,15 @@ struct Archived {
 /// `data`, until every partition's end offset is committed.
 ///
 /// With `retention`, the archive is pruned beside the run as `cairn run
-/// --retain-bytes` does (what retention costs while archiving).
+/// --retain-bytes` does (what retention costs while archiving). With
+/// `live_reads`, the run serves its socket as `cairn run` does, so that
+/// reads of the archive can be timed against the archiving.
 fn archive(
     case: &Case,
     policy: CommitPolicy,
     data: &Path,
     retention: Option<(Retention, Duration)>,
+    live_reads: bool,
 ) -> Result<Archived, String> {
     let ends = case.ends;
     let mut cfg = RunConfig::new(
@@ -179,6 +182,9 @@ fn archive(
         ..Default::default()
     };
     let mut sink = ArchiveSink::new(engine.clone());
+    if live_reads {
+        sink = sink.with_live_reads();
+    }
     if let Some((r, every)) = retention {
         let hook = Box::new(|e: &str| panic!("retention pass failed: {e}"));
         sink = sink
@@ -220,7 +226,7 @@ pub struct Case<'a> {
 /// cairn's real loop into a fresh store, measured.
 pub fn cairn(case: &Case, policy: CommitPolicy) -> Result<(CairnRun, Histogram<u64>), String> {
     let dir = tempfile::tempdir_in(case.out).map_err(|e| format!("scratch dir: {e}"))?;
-    let a = archive(case, policy, dir.path(), None)?;
+    let a = archive(case, policy, dir.path(), None, false)?;
     let size = case.size;
     let (disk_bytes, disk_bytes_allocated) =
         dir_bytes(dir.path()).map_err(|e| format!("store size: {e}"))?;
@@ -268,6 +274,10 @@ pub struct ArchiveArgs {
     pub retain_bytes: Option<u64>,
     #[arg(long, default_value_t = 1)]
     pub retention_check_interval_s: u64,
+    /// Serve status, export, verify, prune and backup on `DATA/cairn.sock`
+    /// while archiving, as `cairn run` does.
+    #[arg(long)]
+    pub live_reads: bool,
 }
 
 /// The child's side: archive, then print the process's peak RSS.
@@ -299,7 +309,7 @@ pub fn archive_main(args: ArchiveArgs) -> Result<(), String> {
             Duration::from_secs(args.retention_check_interval_s),
         )
     });
-    let a = archive(&case, args.policy, &args.data, retention)?;
+    let a = archive(&case, args.policy, &args.data, retention, args.live_reads)?;
     println!(
         "peak_rss_bytes={} records_per_s={:.0} fsyncs={} p50_us={}",
         peak_rss_bytes().ok_or("no VmHWM in /proc/self/status")?,
