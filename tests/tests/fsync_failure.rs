@@ -73,6 +73,14 @@ fn a_failed_fsync_poisons_stops_the_run_and_commits_nothing_more() {
         "{again:?}"
     );
     assert!(engine.sync().is_err());
+    // A partition assigned now is not opened: nothing would make its
+    // records durable, so no offset of it may be reported or committed.
+    use cairn_connector::SinkTask;
+    let opened = ArchiveSink::new(engine.clone()).open(std::slice::from_ref(&tp));
+    assert!(
+        matches!(&opened, Err(cairn_connector::TaskError::Fatal(m)) if m.contains("poisoned")),
+        "{opened:?}"
+    );
     assert_eq!(engine.stats().fsyncs, fsyncs, "a failed fsync was retried");
     let durable_at_failure = engine.durable_offsets();
     fail::remove(FLUSH_ERR);
