@@ -13,7 +13,12 @@
 //!   never reports durable an offset past the records handed to it.
 //!   `record_put`, `record_pre_commit` and `take_commit` panic otherwise:
 //!   that would be a bug that loses data on the next crash.
-//! - A commit never moves a partition's committed offset backwards.
+//! - A commit never moves a partition's committed offset backwards from
+//!   what the tracker knows Kafka holds. The one committed offset it is not
+//!   told of at an assignment (rebalance.rs, `ResumePoint::Lost`) is one
+//!   this store committed and no longer holds: the next commit brings Kafka
+//!   back down to what the store holds, so that committed <= durable holds
+//!   again.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;

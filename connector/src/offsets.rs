@@ -30,6 +30,51 @@ pub fn committed_offsets<X: ConsumerContext, C: Consumer<X>>(
     Ok(offsets_of(&got))
 }
 
+/// An offset committed to Kafka, and the metadata committed with it: a
+/// cairn archive's store identity ([`crate::SinkTask::identity`]), or
+/// whatever another client wrote ("" for none).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Committed {
+    pub offset: i64,
+    pub metadata: String,
+}
+
+/// [`committed_offsets`], with each offset's commit metadata.
+pub fn committed_with_metadata<X: ConsumerContext, C: Consumer<X>>(
+    consumer: &C,
+    partitions: &[TopicPartition],
+    timeout: Duration,
+) -> KafkaResult<BTreeMap<TopicPartition, Committed>> {
+    let mut tpl = TopicPartitionList::new();
+    for tp in partitions {
+        tpl.add_partition(&tp.topic, tp.partition);
+    }
+    let got = consumer.committed_offsets(tpl, timeout)?;
+    Ok(got
+        .elements()
+        .iter()
+        .filter_map(|e| match e.offset() {
+            Offset::Offset(offset) => Some((
+                TopicPartition::new(e.topic(), e.partition()),
+                Committed {
+                    offset,
+                    metadata: metadata_of(e),
+                },
+            )),
+            _ => None,
+        })
+        .collect())
+}
+
+/// An offset's commit metadata. The protocol makes it a UTF-8 string, but
+/// a client can send other bytes, and rust-rdkafka panics on those: such
+/// metadata is no cairn store's, so it reads as none. (The panic message
+/// still reaches stderr through the default hook.)
+fn metadata_of(e: &rdkafka::topic_partition_list::TopicPartitionListElem<'_>) -> String {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| e.metadata().to_owned()))
+        .unwrap_or_default()
+}
+
 /// The concrete offsets in a librdkafka list (logical ones, such as "none
 /// committed" or "nothing delivered yet", are left out), so that callers
 /// can drop the list right away (see above).

@@ -69,10 +69,17 @@ pub(crate) struct Pipeline {
     pub failed: AtomicBool,
     /// The done predicate said the run is complete.
     pub finished: AtomicBool,
+    /// The sink's identity ([`crate::SinkTask::identity`]): committed as
+    /// every offset's metadata, and compared with it at an assignment.
+    pub identity: Option<String>,
 }
 
 impl Pipeline {
-    pub fn new(on_commit: Option<CommitObserver>, done: Option<DonePredicate>) -> Self {
+    pub fn new(
+        on_commit: Option<CommitObserver>,
+        done: Option<DonePredicate>,
+        identity: Option<String>,
+    ) -> Self {
         Pipeline {
             state: Mutex::new(CommitState {
                 tracker: CommitTracker::default(),
@@ -89,6 +96,7 @@ impl Pipeline {
             committer_stop: AtomicBool::new(false),
             failed: AtomicBool::new(false),
             finished: AtomicBool::new(false),
+            identity,
         }
     }
 
@@ -174,7 +182,11 @@ impl Pipeline {
         };
         let mut tpl = TopicPartitionList::new();
         for (tp, o) in &pending.offsets {
-            if let Err(e) = tpl.add_partition_offset(&tp.topic, tp.partition, Offset::Offset(*o)) {
+            let mut e = tpl.add_partition(&tp.topic, tp.partition);
+            if let Some(id) = &self.identity {
+                e.set_metadata(id);
+            }
+            if let Err(e) = e.set_offset(Offset::Offset(*o)) {
                 self.fail(ConnectorError::Kafka {
                     op: "build commit list",
                     source: e,

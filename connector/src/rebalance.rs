@@ -27,7 +27,7 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use crate::consumer::{lock, Shared};
 use crate::error::ConnectorError;
-use crate::offsets::committed_offsets;
+use crate::offsets::{committed_with_metadata, Committed};
 use crate::progress::LogBounds;
 use crate::retention::{no_offset_start, resume_at};
 use crate::worker::Job;
@@ -199,27 +199,48 @@ impl SinkContext {
                 return;
             }
         };
-        // With several archive instances in one group, a partition can come
-        // back after another instance archived (and committed) past this
-        // store's offset. Resume from the later of the two, so the union of
-        // the stores holds every record once. Alone, committed <= durable
-        // always holds, and this is the archive's own offset.
-        let (kafka, kafka_known) = match committed_offsets(c, &tps, Duration::from_secs(10)) {
+        let (committed, kafka_known) = match committed_with_metadata(
+            c,
+            &tps,
+            Duration::from_secs(10),
+        ) {
             Ok(k) => (k, true),
             Err(e) => {
                 tracing::warn!(error = %e, "could not read committed offsets during assignment");
                 (BTreeMap::new(), false)
             }
         };
+        let identity = s.pipeline.identity.clone();
+        // Kafka's committed offsets as the commit tracker takes them: not
+        // one that this store committed and no longer holds, so that the
+        // next commit brings Kafka back to what the store does hold.
+        let mut kafka = BTreeMap::new();
         let mut consumed = BTreeMap::new();
         for tp in &tps {
-            let stored = match (resume.get(tp).copied(), kafka.get(tp).copied()) {
-                (Some(a), Some(k)) if k > a => {
-                    tracing::info!(%tp, archive = a, kafka = k, "another instance archived past this store; resuming at Kafka's committed offset");
+            let archive = resume.get(tp).copied();
+            let point = resume_point(archive, committed.get(tp), identity.as_deref());
+            if let (Some(k), false) = (committed.get(tp), matches!(point, ResumePoint::Lost { .. }))
+            {
+                kafka.insert(tp.clone(), k.offset);
+            }
+            let stored = match point {
+                ResumePoint::Archive(a) => Some(a),
+                ResumePoint::Nowhere => None,
+                ResumePoint::Kafka(k) => {
+                    if archive.is_some() {
+                        tracing::info!(%tp, archive = ?archive, kafka = k, "another store in this group archived past this one; resuming at Kafka's committed offset");
+                    }
                     Some(k)
                 }
-                (Some(a), _) => Some(a),
-                (None, k) => k,
+                ResumePoint::Lost { archive, kafka: k } => {
+                    tracing::warn!(
+                        %tp,
+                        archive = ?archive,
+                        kafka = k,
+                        "this store committed offsets it no longer holds (restored from an older backup, or its newest records lost): fetching the records after its own offset again"
+                    );
+                    archive
+                }
             };
             // Every partition gets an explicit start: librdkafka's own
             // `auto.offset.reset` is `error` (retention.rs).
@@ -316,5 +337,119 @@ impl SinkContext {
                 s.pipeline.fail(e);
             }
         }
+    }
+}
+
+/// Where an assigned partition resumes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ResumePoint {
+    /// At the archive's durable offset: Kafka's committed offset is not
+    /// past it, or Kafka has none.
+    Archive(i64),
+    /// At Kafka's committed offset, which another store committed past
+    /// this one's (or this one has none): another member of the group
+    /// archived the records between, and the stores together hold every
+    /// record once.
+    Kafka(i64),
+    /// At the archive's offset (or, without one, per `--auto-offset-reset`),
+    /// although Kafka's is past it: this store committed `kafka` itself and
+    /// has lost records it archived. They are fetched again.
+    Lost { archive: Option<i64>, kafka: i64 },
+    /// Neither the archive nor Kafka has an offset.
+    Nowhere,
+}
+
+/// The rule for [`ResumePoint`]: the archive's offset, unless Kafka's
+/// committed offset is past it and was committed by another store (its
+/// metadata is not `identity`). Alone, committed <= durable always holds and
+/// the archive's offset wins; a store that finds its own commit past what
+/// it holds was restored from an older backup, or lost its newest records.
+pub(crate) fn resume_point(
+    archive: Option<i64>,
+    kafka: Option<&Committed>,
+    identity: Option<&str>,
+) -> ResumePoint {
+    let ours = |k: &Committed| identity.is_some_and(|id| k.metadata == id);
+    match (archive, kafka) {
+        (Some(a), Some(k)) if k.offset > a => match ours(k) {
+            true => ResumePoint::Lost {
+                archive: Some(a),
+                kafka: k.offset,
+            },
+            false => ResumePoint::Kafka(k.offset),
+        },
+        (Some(a), _) => ResumePoint::Archive(a),
+        (None, Some(k)) if ours(k) => ResumePoint::Lost {
+            archive: None,
+            kafka: k.offset,
+        },
+        (None, Some(k)) => ResumePoint::Kafka(k.offset),
+        (None, None) => ResumePoint::Nowhere,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn committed(offset: i64, metadata: &str) -> Committed {
+        Committed {
+            offset,
+            metadata: metadata.to_owned(),
+        }
+    }
+
+    #[test]
+    fn the_archive_wins_unless_another_store_committed_past_it() {
+        let me = Some("cairn-store:aa");
+        let mine = committed(100, "cairn-store:aa");
+        let other = committed(100, "cairn-store:bb");
+        let foreign = committed(100, "");
+        // Kafka behind or level: the archive's offset.
+        for k in [&mine, &other, &foreign] {
+            assert_eq!(
+                resume_point(Some(100), Some(k), me),
+                ResumePoint::Archive(100)
+            );
+            assert_eq!(
+                resume_point(Some(150), Some(k), me),
+                ResumePoint::Archive(150)
+            );
+        }
+        assert_eq!(resume_point(Some(7), None, me), ResumePoint::Archive(7));
+        // Kafka past it, committed by another store or another client.
+        assert_eq!(
+            resume_point(Some(60), Some(&other), me),
+            ResumePoint::Kafka(100)
+        );
+        assert_eq!(
+            resume_point(Some(60), Some(&foreign), me),
+            ResumePoint::Kafka(100)
+        );
+        assert_eq!(
+            resume_point(None, Some(&other), me),
+            ResumePoint::Kafka(100)
+        );
+        // Kafka past it, committed by this store: records it lost.
+        assert_eq!(
+            resume_point(Some(60), Some(&mine), me),
+            ResumePoint::Lost {
+                archive: Some(60),
+                kafka: 100
+            }
+        );
+        assert_eq!(
+            resume_point(None, Some(&mine), me),
+            ResumePoint::Lost {
+                archive: None,
+                kafka: 100
+            }
+        );
+        // A sink without an identity: every commit is another's.
+        assert_eq!(
+            resume_point(Some(60), Some(&mine), None),
+            ResumePoint::Kafka(100)
+        );
+        assert_eq!(resume_point(None, None, me), ResumePoint::Nowhere);
     }
 }

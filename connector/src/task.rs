@@ -86,6 +86,18 @@ pub trait SinkTask: Send {
     fn stop(&mut self) -> Result<(), TaskError> {
         Ok(())
     }
+    /// A name for the store this sink writes, the same for its whole life
+    /// (and for a backup of it), or `None`. The loop commits it to Kafka
+    /// as the metadata of every offset. At an assignment where Kafka's
+    /// committed offset is past the one `open` returns, it tells two cases
+    /// apart: committed under another name, another sink in the group
+    /// stored those records, and the partition resumes at Kafka's offset;
+    /// committed under this name, this store held them and lost them
+    /// (restored from an older backup, say), and the partition resumes at
+    /// `open`'s offset, to store them again. Without a name, the first.
+    fn identity(&self) -> Option<String> {
+        None
+    }
 }
 
 /// The archive: a sink on the cairn engine. The archive, not Kafka, is the
@@ -211,6 +223,12 @@ impl SinkTask for ArchiveSink {
 
     fn close(&mut self, _partitions: &[TopicPartition]) -> Result<(), TaskError> {
         Ok(())
+    }
+
+    /// The store's identity (format 3's `Mstore`), which a backup keeps.
+    fn identity(&self) -> Option<String> {
+        let e = self.engine.as_ref()?;
+        Some(format!("cairn-store:{}", e.store_id()))
     }
 
     fn stop(&mut self) -> Result<(), TaskError> {

@@ -289,6 +289,10 @@ impl Engine {
             put(&k, &v)?;
         }
         put(keys::META_CHECKPOINT, &meta::encode_checkpoint(view.lsn))?;
+        // The copy is the same store, at an earlier point: restored in its
+        // place, it must know the offsets Kafka holds under this identity
+        // for its own, and fetch the records it lacks again.
+        put(keys::META_STORE, &meta::encode_store_id(self.store_id()))?;
         // Last: without it the copy is no store (an open refuses it).
         put(
             keys::META_FORMAT,

@@ -18,7 +18,7 @@ use bincode::config::{Configuration, Limit, LittleEndian, Varint};
 use bincode::{Decode, Encode};
 
 use crate::error::CorruptionKind;
-use crate::record::{validate_topic, Record, TopicPartition};
+use crate::record::{validate_topic, Record, TopicPartition, HEADERS_PER_RECORD_MAX};
 
 /// Largest encoded entry body the format allows (sum of its chunks).
 pub const ENTRY_BODY_BYTES_MAX: usize = 32 << 20;
@@ -28,6 +28,8 @@ const DECODE_LIMIT_BYTES: usize = 64 << 20;
 /// The smallest encoding of one record (offset, timestamp type, timestamp,
 /// key tag, value tag, header count: one byte each).
 const RECORD_ENCODED_BYTES_MIN: usize = 6;
+/// Records an entry decode allocates room for before decoding any.
+const RECORDS_PREALLOCATED_MAX: usize = 4096;
 
 type Config = Configuration<LittleEndian, Varint, Limit<DECODE_LIMIT_BYTES>>;
 
@@ -113,12 +115,22 @@ pub fn decode_entry(bytes: &[u8]) -> Result<Entry, CorruptionKind> {
             "record count {count} cannot fit in {left} bytes"
         )));
     }
-    let mut records = Vec::with_capacity(count);
+    // The count is only bounded by the body's length (millions at 32 MiB),
+    // and the records are several times their smallest encoding in memory:
+    // grow past a few thousand only as records actually decode.
+    let mut records = Vec::with_capacity(count.min(RECORDS_PREALLOCATED_MAX));
     let mut previous: Option<i64> = None;
     for i in 0..count {
         let (r, used): (Record, usize) = bincode::decode_from_slice(&bytes[pos..], CONFIG)
             .map_err(|e| decode_err(format!("record {i} of {count}: {e}")))?;
         pos += used;
+        if r.headers.len() > HEADERS_PER_RECORD_MAX {
+            // Refused on write: only damage (with a valid CRC) gets here.
+            return Err(decode_err(format!(
+                "record {i} of {count} has {} headers, more than the {HEADERS_PER_RECORD_MAX} a record may have",
+                r.headers.len()
+            )));
+        }
         if r.offset < 0 || r.offset == i64::MAX {
             // i64::MAX is refused on write (no next offset after it).
             return Err(CorruptionKind::OffsetOrder {
@@ -237,5 +249,36 @@ mod tests {
         };
         let b = bincode::encode_to_vec(&head, CONFIG).unwrap();
         assert!(decode_entry(&b).is_err());
+    }
+
+    /// Never written (the write path refuses it), so only damage with a
+    /// valid CRC decodes to it: refused, not handed to a reader.
+    #[test]
+    fn a_record_with_more_headers_than_allowed_is_refused() {
+        let tp = TopicPartition::new("t", 0);
+        let mut r = Record::with_value(0, "v");
+        r.headers = (0..=HEADERS_PER_RECORD_MAX)
+            .map(|_| Header {
+                name: String::new(),
+                value: None,
+            })
+            .collect();
+        match decode_entry(&encode_entry(&tp, &[r.clone()])) {
+            Err(CorruptionKind::Decode { detail }) => {
+                assert!(detail.contains("headers"), "{detail}")
+            }
+            other => panic!(
+                "expected a decode error, got {:?}",
+                other.map(|e| e.records.len())
+            ),
+        }
+        r.headers.pop();
+        assert_eq!(
+            decode_entry(&encode_entry(&tp, &[r]))
+                .unwrap()
+                .records
+                .len(),
+            1
+        );
     }
 }

@@ -32,7 +32,7 @@ use crate::frame::{self, FrameKind};
 use crate::index::IndexEntry;
 use crate::keys;
 use crate::lock::DirLock;
-use crate::meta;
+use crate::meta::{self, StoreId};
 use crate::offsets::{DurableOffsets, PartitionSummary};
 use crate::record::{validate_batch, Record, RecordBatch, TopicPartition};
 use crate::recovery::{self, RecoveryReport};
@@ -237,6 +237,12 @@ impl Engine {
     /// What recovery found and did when this engine opened.
     pub fn recovery_report(&self) -> &RecoveryReport {
         &self.recovery
+    }
+
+    /// The store's identity: chosen when it was created, kept for its
+    /// life, copied by [`backup_to`](Self::backup_to).
+    pub fn store_id(&self) -> StoreId {
+        self.recovery.store_id
     }
 
     /// `Ok` while the engine takes writes; the `Poisoned` error (naming the

@@ -43,6 +43,13 @@ pub const FENCE_KEYS: u8 = 32;
 
 pub const META_FORMAT: &[u8] = b"Mformat";
 pub const META_CHECKPOINT: &[u8] = b"Mcheckpoint";
+/// The store's identity (format 3): see [`crate::meta::StoreId`].
+pub const META_STORE: &[u8] = b"Mstore";
+
+/// The largest LSN a store may reach. No store gets near it (2^62 frames),
+/// and recovery refuses a checkpoint or a tombstone's span past it, so LSN
+/// arithmetic on anything read from a store cannot overflow.
+pub const LSN_MAX: u64 = 1 << 62;
 
 pub fn wal_key(lsn: u64) -> [u8; 9] {
     let mut k = [0u8; 9];
@@ -100,6 +107,9 @@ fn parse_tp(bytes: &[u8]) -> Result<(TopicPartition, &[u8]), CorruptionKind> {
         return Err(bad_key("key shorter than its topic"));
     }
     let topic = std::str::from_utf8(&rest[..len]).map_err(|_| bad_key("topic is not utf-8"))?;
+    // Only valid topics are ever written (FORMAT.md): a key naming another
+    // is damage, and would name a partition no read could reach.
+    crate::record::validate_topic(topic).map_err(|e| bad_key(&format!("topic: {e}")))?;
     let mut p = [0u8; 4];
     p.copy_from_slice(&rest[len..len + 4]);
     let partition = u32::from_be_bytes(p);

@@ -67,6 +67,7 @@ pub use engine::{
     FAILPOINT_MID_WRITE,
 };
 pub use error::{CorruptionKind, Error, InvalidInput, Location, Result};
+pub use meta::StoreId;
 pub use offsets::DurableOffsets;
 pub use reader::RecordIter;
 pub use record::{

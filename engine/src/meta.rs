@@ -1,22 +1,27 @@
-//! Store metadata: the format version and the recovery checkpoint.
+//! Store metadata: the format version, the recovery checkpoint and the
+//! store's identity.
 //!
 //! ```text
 //! Mformat      b"CRNM" | version u32 LE | crc u32 (of key ++ value)
 //! Mcheckpoint  lsn u64 LE | crc u32 (of key ++ value)
+//! Mstore       id 16 bytes | crc u32 (of key ++ value)      (format 3)
 //! ```
 
+use std::fmt;
+
 use crate::error::{CorruptionKind, Location};
-use crate::keys::{self, Fields, META_CHECKPOINT, META_FORMAT};
+use crate::keys::{self, Fields, META_CHECKPOINT, META_FORMAT, META_STORE};
 
 pub const STORE_MAGIC: [u8; 4] = *b"CRNM";
 /// The store format version this build writes. Version 2 added reserved
 /// slots (empty `W<lsn>` values, slots.rs), which a version-1 build would
-/// take for damaged frames.
-pub const FORMAT_VERSION: u32 = 2;
-/// The oldest store format this build reads. An open of a version-1 store
-/// that succeeds upgrades it to version 2 (in recovery's last batch, before
-/// any slot is written), so that a version-1 build then refuses it with
-/// `UnsupportedFormat` instead of reporting corruption.
+/// take for damaged frames; version 3 the store's identity (`Mstore`), which
+/// a version-2 build's verify would report as an unknown key.
+pub const FORMAT_VERSION: u32 = 3;
+/// The oldest store format this build reads. An open of an older store
+/// that succeeds upgrades it to the current version (in recovery's last
+/// batch, before any slot is written), so that an older build then refuses
+/// it with `UnsupportedFormat` instead of reporting corruption.
 pub const FORMAT_VERSION_OLDEST: u32 = 1;
 
 /// True when this build reads stores of format `version`.
@@ -50,4 +55,56 @@ pub fn decode_checkpoint(value: &[u8]) -> Result<u64, (Location, CorruptionKind)
     let v = keys::unseal(META_CHECKPOINT, value, 8)
         .map_err(|k| (Location::Meta { key: "checkpoint" }, k))?;
     Ok(Fields(v).u64())
+}
+
+/// A store's identity: 128 random bits chosen when the store is created
+/// (or first opened by a build that writes format 3), kept for its life
+/// and copied by a backup.
+///
+/// The connector commits it to Kafka beside every offset, so that an
+/// archive that finds Kafka's committed offset past its own can tell
+/// whether another store committed it (another member of the group
+/// archived those records) or this store did, before it lost them: it was
+/// restored from an older backup, say. Only in the second case does the
+/// archive fetch those records again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StoreId(pub u128);
+
+impl StoreId {
+    /// A new identity from the operating system's randomness.
+    pub fn random() -> StoreId {
+        StoreId(rand::random())
+    }
+}
+
+/// 32 lowercase hex digits.
+impl fmt::Display for StoreId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+impl std::str::FromStr for StoreId {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<StoreId, String> {
+        if s.len() != 32 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(format!("a store id is 32 hex digits, not {s:?}"));
+        }
+        u128::from_str_radix(s, 16)
+            .map(StoreId)
+            .map_err(|e| format!("store id {s:?}: {e}"))
+    }
+}
+
+pub fn encode_store_id(id: StoreId) -> Vec<u8> {
+    keys::seal(META_STORE, id.0.to_be_bytes().to_vec())
+}
+
+pub fn decode_store_id(value: &[u8]) -> Result<StoreId, (Location, CorruptionKind)> {
+    let v =
+        keys::unseal(META_STORE, value, 16).map_err(|k| (Location::Meta { key: "store" }, k))?;
+    let mut b = [0u8; 16];
+    b.copy_from_slice(v);
+    Ok(StoreId(u128::from_be_bytes(b)))
 }

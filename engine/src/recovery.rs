@@ -8,7 +8,10 @@
 //!    `FrameAfterSlot` corruption.
 //! 4. A torn last entry (its final frame truncated, or its chunk sequence cut
 //!    off at the end of the log) is truncated under `TolerateTail` and
-//!    refused under `Strict`. Anything else is `Corruption` with its LSN.
+//!    refused under `Strict`, unless an index entry points into it (an
+//!    append indexes an entry only after all its frames, so an indexed
+//!    entry is damaged, not torn). Anything else is `Corruption` with its
+//!    LSN.
 //! 5. Under `Strict`, first verify the whole store (O(archive)).
 //! 6. Move the checkpoint to the end of the log and sync.
 //!
@@ -28,7 +31,7 @@ use crate::error::{CorruptionKind, Error, Location, Result};
 use crate::frame::{self, FrameKind, FLAG_MORE};
 use crate::index::IndexEntry;
 use crate::keys;
-use crate::meta;
+use crate::meta::{self, StoreId};
 use crate::offsets::PartitionSummary;
 use crate::record::TopicPartition;
 use crate::slots;
@@ -42,6 +45,9 @@ pub struct RecoveryReport {
     pub created: bool,
     /// The checkpoint recovery started from.
     pub checkpoint_lsn: u64,
+    /// The store's identity (chosen by this open if the store was created
+    /// or upgraded from a format without one).
+    pub store_id: StoreId,
     pub frames_checked: u64,
     pub entries_checked: u64,
     pub records_checked: u64,
@@ -91,6 +97,22 @@ pub(crate) fn recover(
     }
     let (created, found_format) = check_format(cfg, db, tree, syncer)?;
     let upgrade = found_format < meta::FORMAT_VERSION;
+    let (store_id, new_store_id) = match tree
+        .get(keys::META_STORE)
+        .map_err(store_err("read store id"))?
+    {
+        Some(v) => (meta::decode_store_id(&v).map_err(meta_err)?, false),
+        // Written with the format upgrade, in recovery's last batch.
+        None if found_format < 3 => (StoreId::random(), true),
+        None => {
+            return Err(Error::corruption(
+                Location::Meta { key: "store" },
+                CorruptionKind::BadMeta {
+                    detail: "store id missing from a format-3 store".into(),
+                },
+            ))
+        }
+    };
     if cfg.recovery_mode == RecoveryMode::Strict {
         // Strict mode trades O(tail) for a full check: any damage anywhere
         // refuses the open, located by its first problem.
@@ -117,6 +139,7 @@ pub(crate) fn recover(
     let mut report = RecoveryReport {
         created,
         checkpoint_lsn: checkpoint,
+        store_id,
         frames_checked: 0,
         entries_checked: 0,
         records_checked: 0,
@@ -192,7 +215,7 @@ pub(crate) fn recover(
                         },
                     ));
                 }
-                expected = lsn.saturating_add(f.span().map_err(|k| corrupt(lsn, k))?);
+                expected = after_tombstone(lsn, &f)?;
             }
             FrameKind::Records => {
                 expected = lsn + 1;
@@ -233,7 +256,7 @@ pub(crate) fn recover(
         if cfg.recovery_mode == RecoveryMode::Strict {
             return Err(corrupt(first_lsn, reason));
         }
-        let frames = truncate_tail(tree, first_lsn, &partitions, &mut repairs, &mut dirty)?;
+        let frames = truncate_tail(tree, first_lsn, &mut repairs)?;
         tracing::warn!(first_lsn, frames, %reason, "truncated a torn tail entry");
         report.truncated = Some(TruncatedTail {
             first_lsn,
@@ -248,6 +271,10 @@ pub(crate) fn recover(
     // lost records that were reported durable. That includes a "torn tail"
     // at or below it, which was no torn write but damage.
     watermark::check(next_lsn - 1, durable_mark)?;
+    if let Some(t) = &report.truncated {
+        let known = partitions.keys().chain(dirty.iter());
+        refuse_indexed_tail(tree, t.first_lsn, &t.reason, known)?;
+    }
     // Apply index repairs before recomputing summaries from the index.
     let truncated = report.truncated.is_some();
     // Every repair either rebuilt an index entry or belongs to a truncation;
@@ -266,13 +293,7 @@ pub(crate) fn recover(
     let mut batch = sled::Batch::default();
     for tp in &dirty {
         let old = partitions.get(tp).copied();
-        let s = recompute_summary(
-            tree,
-            tp,
-            old,
-            truncated,
-            &mut report.summary_index_entries_read,
-        )?;
+        let s = recompute_summary(tree, tp, old, &mut report.summary_index_entries_read)?;
         let (k, v) = s.encode(tp);
         batch.insert(k, v);
         partitions.insert(tp.clone(), s);
@@ -283,6 +304,9 @@ pub(crate) fn recover(
         // durably before anything of the newer layout (a slot) is written:
         // an older build then refuses the store instead of misreading it.
         batch.insert(keys::META_FORMAT, meta::encode_format(meta::FORMAT_VERSION));
+    }
+    if new_store_id {
+        batch.insert(keys::META_STORE, meta::encode_store_id(store_id));
     }
     batch.insert(keys::META_CHECKPOINT, meta::encode_checkpoint(next_lsn - 1));
     tree.apply_batch(batch)
@@ -339,6 +363,7 @@ fn check_format(
             let mut b = sled::Batch::default();
             b.insert(keys::META_FORMAT, meta::encode_format(meta::FORMAT_VERSION));
             b.insert(keys::META_CHECKPOINT, meta::encode_checkpoint(0));
+            b.insert(keys::META_STORE, meta::encode_store_id(StoreId::random()));
             // Before any summary or frame exists (keys.rs, "the fence").
             for i in 0..keys::FENCE_KEYS {
                 b.insert(&keys::fence_key(i), &[][..]);
@@ -373,10 +398,37 @@ pub(crate) fn load_summaries(
     Ok(out)
 }
 
+/// The LSN after the frame at `lsn` and the run it spans (a tombstone's,
+/// or 1), refused past [`keys::LSN_MAX`].
+fn after_tombstone(lsn: u64, f: &frame::Frame<'_>) -> Result<u64> {
+    let span = f.span().map_err(|k| corrupt(lsn, k))?;
+    match lsn.checked_add(span) {
+        Some(next) if next <= keys::LSN_MAX => Ok(next),
+        _ => Err(corrupt(
+            lsn,
+            CorruptionKind::LengthTooLarge {
+                length: span,
+                max: keys::LSN_MAX.saturating_sub(lsn),
+            },
+        )),
+    }
+}
+
 /// The LSN the first frame after the checkpoint must have.
 fn expected_after_checkpoint(tree: &sled::Tree, checkpoint: u64) -> Result<u64> {
     if checkpoint == 0 {
         return Ok(1);
+    }
+    if checkpoint >= keys::LSN_MAX {
+        return Err(Error::corruption(
+            Location::Meta { key: "checkpoint" },
+            CorruptionKind::BadMeta {
+                detail: format!(
+                    "checkpoint {checkpoint} is past the largest lsn {}",
+                    keys::LSN_MAX
+                ),
+            },
+        ));
     }
     let prev = tree
         .get_lt(keys::wal_key(checkpoint + 1))
@@ -403,7 +455,7 @@ fn expected_after_checkpoint(tree: &sled::Tree, checkpoint: u64) -> Result<u64> 
             },
         ));
     }
-    let next = lsn.saturating_add(f.span().map_err(|k| corrupt(lsn, k))?);
+    let next = after_tombstone(lsn, &f)?;
     if next <= checkpoint {
         return Err(corrupt(
             next,
@@ -439,13 +491,9 @@ fn confirm_index(
 
 /// Remove every frame (and reserved slot) from `first_lsn` on, and the
 /// index entries that point there.
-fn truncate_tail(
-    tree: &sled::Tree,
-    first_lsn: u64,
-    partitions: &BTreeMap<TopicPartition, PartitionSummary>,
-    repairs: &mut sled::Batch,
-    dirty: &mut BTreeSet<TopicPartition>,
-) -> Result<u64> {
+/// Removes the torn tail entry starting at `first_lsn` (and the slots after
+/// it) in `repairs`. [`refuse_indexed_tail`] then makes sure it was torn.
+fn truncate_tail(tree: &sled::Tree, first_lsn: u64, repairs: &mut sled::Batch) -> Result<u64> {
     let mut frames = 0;
     for item in tree.range(keys::wal_key(first_lsn)..=keys::wal_key(u64::MAX)) {
         let (k, v) = item.map_err(store_err("scan torn tail"))?;
@@ -454,20 +502,31 @@ fn truncate_tail(
             frames += 1;
         }
     }
-    for tp in partitions.keys() {
-        for item in tree.scan_prefix(keys::index_prefix(tp)).rev() {
-            let (k, v) = item.map_err(store_err("scan index"))?;
-            match IndexEntry::decode(&k, &v) {
-                Ok((_, e)) if e.lsn >= first_lsn => {
-                    repairs.remove(k);
-                    dirty.insert(tp.clone());
-                }
-                Ok(_) => break,
-                Err(kind) => return Err(index_corruption(&k, kind)),
+    Ok(frames)
+}
+
+/// Refuses, as `Corruption` at `first_lsn` with the tail's `reason`, a
+/// "torn" tail that an index entry points into: an append inserts its index
+/// entry only after all of its frames, and sled keeps its log's order
+/// through a crash, so an indexed entry was written whole and is damaged,
+/// not torn. Truncating it would lose records and move the partition's
+/// next offset back.
+fn refuse_indexed_tail<'a>(
+    tree: &sled::Tree,
+    first_lsn: u64,
+    reason: &CorruptionKind,
+    partitions: impl Iterator<Item = &'a TopicPartition>,
+) -> Result<()> {
+    for tp in partitions {
+        if let Some(item) = tree.scan_prefix(keys::index_prefix(tp)).next_back() {
+            let (_, e) = index_item(item)?;
+            if e.lsn >= first_lsn {
+                tracing::error!(first_lsn, %tp, first_offset = e.first_offset, "the last entry looks torn but is indexed: damage, not an interrupted write");
+                return Err(corrupt(first_lsn, reason.clone()));
             }
         }
     }
-    Ok(frames)
+    Ok(())
 }
 
 /// One item of a scan over the index, decoded: a failed read names the
@@ -519,21 +578,25 @@ fn recompute_summary(
     tree: &sled::Tree,
     tp: &TopicPartition,
     old: Option<PartitionSummary>,
-    truncated: bool,
     entries_read: &mut u64,
 ) -> Result<PartitionSummary> {
     if let Some(o) = old {
         if let Some(s) = extend_summary(tree, tp, o, entries_read)? {
-            // Debug builds (the tests) check the shortcut against the full
-            // rebuild whenever the full rebuild can be done.
+            // Debug builds (the tests) compare the shortcut with the full
+            // rebuild whenever that can be done. They differ on a sound
+            // store only through a bug, but also when an index entry below
+            // the summary is gone (damage verify and reads report): so the
+            // difference is logged, never a panic on stored bytes.
             #[cfg(debug_assertions)]
-            if let Ok(full) = rebuild_summary(tree, tp, old, truncated, &mut 0) {
-                assert_eq!(s, full, "{tp}: summary extended from {o:?}");
+            if let Ok(full) = rebuild_summary(tree, tp, old, &mut 0) {
+                if s != full {
+                    tracing::error!(%tp, extended = ?s, rebuilt = ?full, from = ?o, "summary extended from the stored one differs from a full rebuild (a bug, or a missing index entry)");
+                }
             }
             return Ok(s);
         }
     }
-    rebuild_summary(tree, tp, old, truncated, entries_read)
+    rebuild_summary(tree, tp, old, entries_read)
 }
 
 /// `old` plus the index entries it does not count yet, or `None` when `old`
@@ -581,7 +644,6 @@ fn rebuild_summary(
     tree: &sled::Tree,
     tp: &TopicPartition,
     old: Option<PartitionSummary>,
-    truncated: bool,
     entries_read: &mut u64,
 ) -> Result<PartitionSummary> {
     let floor = old.map_or(0, |s| s.next_offset_floor);
@@ -601,11 +663,10 @@ fn rebuild_summary(
         s.record_count += e.record_count as u64;
         s.payload_bytes += e.payload_bytes;
     }
-    if !truncated {
-        // The summary was behind the log: never move it backwards.
-        if let Some(o) = old {
-            s.next_offset = s.next_offset.max(o.next_offset);
-        }
+    // The summary was behind the log: never move it backwards (a torn
+    // tail that is truncated was never indexed, so it never counted).
+    if let Some(o) = old {
+        s.next_offset = s.next_offset.max(o.next_offset);
     }
     s.first_offset = first.unwrap_or(s.next_offset);
     Ok(s)

@@ -240,30 +240,57 @@ pub(crate) fn verify_tree(
 }
 
 fn verify_meta(tree: &sled::Tree, r: &mut VerifyReport) -> Result<()> {
-    match tree
+    let format = match tree
         .get(keys::META_FORMAT)
         .map_err(store_err("read format"))?
     {
+        None => {
+            r.add(
+                Location::Meta { key: "format" },
+                CorruptionKind::BadMeta {
+                    detail: "missing".into(),
+                },
+            );
+            None
+        }
+        Some(v) => match meta::decode_format(&v) {
+            Err((l, k)) => {
+                r.add(l, k);
+                None
+            }
+            Ok(found) if !meta::is_readable(found) => {
+                r.add(
+                    Location::Meta { key: "format" },
+                    CorruptionKind::BadMeta {
+                        detail: format!(
+                            "format version {found}, this build reads {} to {}",
+                            meta::FORMAT_VERSION_OLDEST,
+                            meta::FORMAT_VERSION
+                        ),
+                    },
+                );
+                None
+            }
+            Ok(found) => Some(found),
+        },
+    };
+    match tree
+        .get(keys::META_STORE)
+        .map_err(store_err("read store id"))?
+    {
+        // Stores before format 3 have none until an open upgrades them.
+        None if format.is_some_and(|f| f < 3) => {}
         None => r.add(
-            Location::Meta { key: "format" },
+            Location::Meta { key: "store" },
             CorruptionKind::BadMeta {
                 detail: "missing".into(),
             },
         ),
-        Some(v) => match meta::decode_format(&v) {
-            Err((l, k)) => r.add(l, k),
-            Ok(found) if !meta::is_readable(found) => r.add(
-                Location::Meta { key: "format" },
-                CorruptionKind::BadMeta {
-                    detail: format!(
-                        "format version {found}, this build reads {} to {}",
-                        meta::FORMAT_VERSION_OLDEST,
-                        meta::FORMAT_VERSION
-                    ),
-                },
-            ),
-            Ok(_) => {}
-        },
+        Some(v) => {
+            if let Err((l, k)) = meta::decode_store_id(&v) {
+                r.add(l, k);
+            }
+        }
     }
     match tree
         .get(keys::META_CHECKPOINT)
@@ -283,7 +310,7 @@ fn verify_meta(tree: &sled::Tree, r: &mut VerifyReport) -> Result<()> {
     }
     for item in tree.scan_prefix([keys::PREFIX_META]) {
         let (k, _) = item.map_err(store_err("scan meta"))?;
-        if k != keys::META_FORMAT && k != keys::META_CHECKPOINT {
+        if k != keys::META_FORMAT && k != keys::META_CHECKPOINT && k != keys::META_STORE {
             r.add(
                 Location::Key { key_hex: hex(&k) },
                 CorruptionKind::BadKey {

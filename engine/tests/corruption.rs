@@ -217,7 +217,7 @@ fn unknown_format_version_is_refused() {
     match Engine::open(EngineConfig::new(dir.path())) {
         Err(Error::UnsupportedFormat {
             found: 99,
-            supported: 2,
+            supported: cairn_engine::meta::FORMAT_VERSION,
             ..
         }) => {}
         Err(other) => panic!("expected UnsupportedFormat, got {other}"),
@@ -353,5 +353,66 @@ fn damaged_tombstones_are_reported() {
         assert!(v.problems.iter().any(want), "{case}: {:?}", v.problems);
         let kept: Vec<i64> = e.read(&tp, 0).unwrap().map(|r| r.unwrap().offset).collect();
         assert_eq!(kept, (20..30).collect::<Vec<_>>(), "{case}");
+    }
+}
+
+/// Values with valid checksums that no build writes. An open must refuse
+/// them with a typed error (in debug builds too, which check arithmetic):
+/// a tombstone spanning past the largest LSN would have made the next LSN
+/// wrap, and later writes overwrite acknowledged frames.
+#[test]
+fn sealed_values_no_build_writes_are_refused_not_trusted() {
+    use cairn_engine::frame::{encode, encode_tombstone, FrameKind};
+    use cairn_engine::keys::{partition_key, LSN_MAX, META_CHECKPOINT};
+    use cairn_engine::meta::encode_checkpoint;
+
+    for span in [u64::MAX, u64::MAX - 3, LSN_MAX] {
+        let (dir, _) = store();
+        with_raw_tree(dir.path(), |t| {
+            let tombstone = encode(4, FrameKind::Tombstone, 0, &encode_tombstone(span));
+            t.insert(wal_key(4), tombstone).unwrap();
+        });
+        for mode in [RecoveryMode::TolerateTail, RecoveryMode::Strict] {
+            let err = Engine::open(EngineConfig::new(dir.path()).recovery_mode(mode))
+                .map(|_| ())
+                .expect_err("a tombstone spanning past the largest lsn");
+            assert!(err.is_corruption(), "{mode:?} span {span}: {err}");
+        }
+    }
+
+    // A checkpoint past the largest LSN.
+    let (dir, _) = store();
+    with_raw_tree(dir.path(), |t| {
+        t.insert(META_CHECKPOINT, encode_checkpoint(u64::MAX))
+            .unwrap();
+    });
+    match Engine::open(EngineConfig::new(dir.path())) {
+        Err(Error::Corruption {
+            location: Location::Meta { key: "checkpoint" },
+            ..
+        }) => {}
+        other => panic!(
+            "expected the checkpoint refused, got {:?}",
+            other.map(|_| ())
+        ),
+    }
+
+    // A summary under a key naming a topic Kafka does not allow: damage,
+    // not a partition no read could reach.
+    let (dir, tp) = store();
+    with_raw_tree(dir.path(), |t| {
+        let v = t.get(partition_key(&tp)).unwrap().unwrap();
+        let mut k = partition_key(&tp);
+        k[2] = b'/';
+        // Sealed under its own key, so only the topic rule can catch it.
+        let sealed = cairn_engine::keys::seal(&k, v[..v.len() - 4].to_vec());
+        t.insert(k, sealed).unwrap();
+    });
+    match Engine::open(EngineConfig::new(dir.path())) {
+        Err(e) if e.is_corruption() => assert!(e.to_string().contains("topic"), "{e}"),
+        other => panic!(
+            "expected the summary key refused, got {:?}",
+            other.map(|_| ())
+        ),
     }
 }

@@ -33,6 +33,28 @@ fn crashed_store(
     (dir, tp, last)
 }
 
+/// [`crashed_store`] as a crash inside the second append leaves it: an
+/// append inserts its frames first, then its index entry, then its
+/// summary, so a crash among its frames leaves neither of the last two.
+fn crashed_inside_second_append(
+    frame_body_bytes_max: usize,
+    value_len: usize,
+) -> (tempfile::TempDir, TopicPartition, u64) {
+    let (dir, tp, last) = crashed_store(frame_body_bytes_max, value_len);
+    // The summary as the first append left it, from a store that only had it.
+    let first_only = tempfile::tempdir().unwrap();
+    let e = Engine::open(EngineConfig::new(first_only.path())).unwrap();
+    e.append(&[batch(&tp, 0..10, 20)]).unwrap();
+    drop(e);
+    let summary_key = cairn_engine::keys::partition_key(&tp);
+    let summary = with_raw_tree(first_only.path(), |t| t.get(&summary_key).unwrap().unwrap());
+    with_raw_tree(dir.path(), |t| {
+        t.remove(cairn_engine::keys::index_key(&tp, 10)).unwrap();
+        t.insert(&summary_key, summary).unwrap();
+    });
+    (dir, tp, last)
+}
+
 fn opens(dir: &std::path::Path, mode: RecoveryMode) -> Result<Engine, Error> {
     Engine::open(
         EngineConfig::new(dir)
@@ -43,7 +65,7 @@ fn opens(dir: &std::path::Path, mode: RecoveryMode) -> Result<Engine, Error> {
 
 #[test]
 fn torn_last_frame_truncated_or_refused() {
-    let (dir, tp, last) = crashed_store(64 << 10, 20);
+    let (dir, tp, last) = crashed_inside_second_append(64 << 10, 20);
     assert_eq!(last, 2);
     with_raw_tree(dir.path(), |t| {
         let v = t.get(wal_key(2)).unwrap().unwrap();
@@ -82,7 +104,7 @@ fn torn_last_frame_truncated_or_refused() {
 #[test]
 fn entry_cut_off_between_chunks_is_torn() {
     // The second entry spans several 1 KiB frames; drop its last one.
-    let (dir, tp, last) = crashed_store(1024, 600);
+    let (dir, tp, last) = crashed_inside_second_append(1024, 600);
     assert!(last >= 4, "entry is chunked");
     with_raw_tree(dir.path(), |t| t.remove(wal_key(last)).unwrap());
     unacknowledge_after(dir.path(), 1);
@@ -100,6 +122,51 @@ fn entry_cut_off_between_chunks_is_torn() {
     assert_eq!(t.frames, last - 2);
     assert_eq!(e.durable_offset(&tp), Some(10));
     assert!(e.verify().unwrap().is_clean());
+}
+
+#[test]
+fn an_indexed_last_entry_is_never_taken_for_torn() {
+    // The damage of the two tests above, to an entry that was indexed: it
+    // was written whole, so its cut frame or missing chunk is damage. Even
+    // beyond the watermark (which may lag after a power loss), no mode
+    // truncates it or moves the partition's next offset back.
+    for (frame_bytes_max, value_len) in [(64 << 10, 20), (1024, 600)] {
+        let (dir, tp, last) = crashed_store(frame_bytes_max, value_len);
+        with_raw_tree(dir.path(), |t| {
+            if last == 2 {
+                let v = t.get(wal_key(2)).unwrap().unwrap();
+                t.insert(wal_key(2), &v[..v.len() / 2]).unwrap();
+            } else {
+                t.remove(wal_key(last)).unwrap();
+            }
+        });
+        unacknowledge_after(dir.path(), 1);
+        for mode in [RecoveryMode::TolerateTail, RecoveryMode::Strict] {
+            match opens(dir.path(), mode) {
+                Err(Error::Corruption {
+                    location: Location::Wal { lsn: 2 },
+                    kind: CorruptionKind::Truncated { .. } | CorruptionKind::BadChunkSequence { .. },
+                }) => {}
+                Err(other) if mode == RecoveryMode::Strict => {
+                    assert!(other.is_corruption(), "{other}")
+                }
+                Err(other) => panic!("{mode:?}: expected corruption at lsn 2, got {other}"),
+                Ok(e) => panic!(
+                    "{mode:?}: opened, truncating an indexed entry: {:?}, next offset {:?}",
+                    e.recovery_report().truncated,
+                    e.durable_offset(&tp)
+                ),
+            }
+        }
+        // Nothing was removed: the entry's frames and index entry are there.
+        with_raw_tree(dir.path(), |t| {
+            assert!(t.get(wal_key(2)).unwrap().is_some());
+            assert!(t
+                .get(cairn_engine::keys::index_key(&tp, 10))
+                .unwrap()
+                .is_some());
+        });
+    }
 }
 
 #[test]

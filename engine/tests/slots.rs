@@ -195,6 +195,8 @@ fn make_version_1(t: &sled::Tree) {
         t.remove(wal_key(lsn)).unwrap();
     }
     remove_fence(t);
+    // Format 3's store identity did not exist either.
+    t.remove(cairn_engine::keys::META_STORE).unwrap();
     t.insert(
         cairn_engine::keys::META_FORMAT,
         cairn_engine::meta::encode_format(1),
@@ -246,8 +248,19 @@ fn a_cut_frame_below_a_hole_is_not_a_torn_tail() {
 
 #[test]
 fn a_torn_last_frame_below_the_slots_is_still_truncated() {
-    let (dir, tp) = crashed_store_of(4);
-    with_raw_tree(dir.path(), |t| cut_in_half(t, 4));
+    let (dir, tp) = crashed_store_of(3);
+    // The fourth append, torn by a crash before its index entry and summary
+    // (which an append inserts after its frames).
+    let summary_key = cairn_engine::keys::partition_key(&tp);
+    let summary = with_raw_tree(dir.path(), |t| t.get(&summary_key).unwrap().unwrap());
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    e.append(&[batch(&tp, 30..40, 20)]).unwrap();
+    drop(e);
+    with_raw_tree(dir.path(), |t| {
+        cut_in_half(t, 4);
+        t.remove(cairn_engine::keys::index_key(&tp, 30)).unwrap();
+        t.insert(&summary_key, summary).unwrap();
+    });
     // The watermark may vouch for LSN 4 (it was acknowledged), so this is
     // judged with the watermark removed: only the log's shape is tested.
     std::fs::remove_file(dir.path().join("cairn.durable")).unwrap();

@@ -1,0 +1,61 @@
+//! An archive restored from an older backup fetches again what it lost.
+//!
+//! The store's identity goes to Kafka as the metadata of every offset it
+//! commits. A store restored in place of the archive finds Kafka's committed
+//! offsets past its own, committed under its own identity: it held those
+//! records and lost them, so it resumes at its own offsets and archives them
+//! again, exactly once. (Committed under another store's identity, the
+//! records are another member's, and it resumes at Kafka's: the rebalance
+//! tests cover that.)
+
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use cairn_connector::cli::demo::{check_archive, demo_next_offsets, produce, DEMO_PARTITIONS};
+use cairn_connector::offsets::{committed_with_metadata, group_client};
+use cairn_engine::{Engine, EngineConfig, TopicPartition};
+use cairn_tests::{config, durable, init_logs, run_to_end, TestKafka};
+
+#[test]
+fn a_store_restored_from_an_older_backup_archives_what_it_lost_again() {
+    init_logs();
+    let k = TestKafka::new("restored", DEMO_PARTITIONS);
+    let group = "restored-group";
+    let (live, backups) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let copy = backups.path().join("copy");
+
+    // The archive takes 1,000 records; a backup of it is made.
+    produce(&k.brokers, &k.topic, 0..1_000).unwrap();
+    run_to_end(&config(&k, group, live.path()), 1_000, || {});
+    let id = {
+        let e = Engine::open(EngineConfig::new(live.path())).unwrap();
+        e.backup_to(&copy, &AtomicBool::new(false)).unwrap();
+        e.store_id()
+    };
+    let at_backup = durable(&copy);
+    assert_eq!(at_backup, demo_next_offsets(&k.topic, 1_000));
+
+    // It goes on to 3,000, committed under its identity.
+    produce(&k.brokers, &k.topic, 1_000..3_000).unwrap();
+    run_to_end(&config(&k, group, live.path()), 3_000, || {});
+    let want = demo_next_offsets(&k.topic, 3_000);
+    let tps: Vec<TopicPartition> = want.keys().cloned().collect();
+    let c = group_client(&k.brokers, group).unwrap();
+    let kafka = committed_with_metadata(&c, &tps, Duration::from_secs(10)).unwrap();
+    drop(c);
+    for (tp, next) in &want {
+        assert_eq!(kafka[tp].offset, *next, "{tp}");
+        assert_eq!(kafka[tp].metadata, format!("cairn-store:{id}"), "{tp}");
+    }
+
+    // The archive is lost; the backup is restored in its place and run in
+    // the same group. Kafka's offsets are past the copy's, and the copy's
+    // own: it archives 1,000..3,000 again.
+    let report = run_to_end(&config(&k, group, &copy), 3_000, || {});
+    assert_eq!(report.stats.records_duplicate, 0);
+    let e = Engine::open(EngineConfig::new(&copy)).unwrap();
+    assert_eq!(e.store_id(), id);
+    check_archive(&e, &k.topic, 3_000).unwrap();
+    assert!(e.verify().unwrap().is_clean());
+    assert_eq!(e.durable_offsets(), want);
+}
