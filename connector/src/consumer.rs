@@ -231,7 +231,25 @@ impl Shared {
         let Some((tp, true)) = &self.last_tp else {
             return Ok(());
         };
-        let r = to_record(m);
+        let r = match to_record(m) {
+            Ok(r) => r,
+            Err(detail) => {
+                self.stats.records_polled += 1;
+                if cfg.on_oversize == OnOversize::Skip {
+                    tracing::warn!(%tp, offset = m.offset(), %detail, "skipping a record that cannot be archived");
+                    self.stats.records_oversize_skipped += 1;
+                    return Ok(());
+                }
+                // Dead-lettering would drop its headers: it stops the run,
+                // with nothing at or after it archived or committed.
+                return Err(ConnectorError::UnreadableRecord {
+                    topic: tp.topic.clone(),
+                    partition: tp.partition,
+                    offset: m.offset(),
+                    detail,
+                });
+            }
+        };
         self.stats.records_polled += 1;
         self.stats.first_record_at.get_or_insert_with(Instant::now);
         let size = r.payload_bytes();

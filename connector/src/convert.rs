@@ -8,31 +8,46 @@ use rdkafka::message::{
 use rdkafka::producer::BaseRecord;
 use rdkafka::util::IntoOpaque;
 
-pub fn to_record(m: &BorrowedMessage<'_>) -> Record {
+/// `m` as the archive stores it, or why it cannot be: a header name that
+/// is not UTF-8.
+pub fn to_record(m: &BorrowedMessage<'_>) -> Result<Record, String> {
     let (timestamp_type, timestamp_ms) = match m.timestamp() {
         Timestamp::NotAvailable => (TimestampType::NotAvailable, -1),
         Timestamp::CreateTime(t) => (TimestampType::CreateTime, t),
         Timestamp::LogAppendTime(t) => (TimestampType::LogAppendTime, t),
     };
-    let headers = m
-        .headers()
-        .map(|hs| {
-            hs.iter()
-                .map(|h| Header {
-                    name: h.key.to_owned(),
-                    value: h.value.map(<[u8]>::to_vec),
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    Record {
+    let headers = match m.headers() {
+        None => Vec::new(),
+        Some(hs) => headers_of(hs)?,
+    };
+    Ok(Record {
         offset: m.offset(),
         timestamp_type,
         timestamp_ms,
         key: m.key().map(<[u8]>::to_vec),
         value: m.payload().map(<[u8]>::to_vec),
         headers,
-    }
+    })
+}
+
+/// A record's headers. rust-rdkafka panics on a header name that is not
+/// UTF-8 (bytes from whoever produced the record: the protocol forbids
+/// them, a client can still send them); that panic is caught here and
+/// becomes the reason the record cannot be archived. Its message still
+/// reaches stderr through the panic hook.
+pub(crate) fn headers_of<H: Headers>(hs: &H) -> Result<Vec<Header>, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        hs.iter()
+            .map(|h| Header {
+                name: h.key.to_owned(),
+                value: h.value.map(<[u8]>::to_vec),
+            })
+            .collect()
+    }))
+    .map_err(|_| {
+        "a header name is not UTF-8 (Kafka's protocol requires it); the archive stores header names as text"
+            .to_owned()
+    })
 }
 
 /// The archived timestamp, if Kafka's producer can send it. librdkafka
@@ -83,4 +98,56 @@ pub fn to_base_record<'a, D: IntoOpaque>(
         record = record.timestamp(ts);
     }
     record
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::message::Header as KafkaHeader;
+
+    /// Headers as rust-rdkafka's borrowed ones behave on a name that is not
+    /// UTF-8: `try_get` panics (its `to_str().unwrap()`).
+    struct BadName;
+
+    impl Headers for BadName {
+        fn count(&self) -> usize {
+            2
+        }
+
+        fn try_get(&self, idx: usize) -> Option<KafkaHeader<'_, &[u8]>> {
+            match idx {
+                0 => Some(KafkaHeader {
+                    key: "fine",
+                    value: Some(b"v"),
+                }),
+                1 => {
+                    // What rust-rdkafka's `to_str().unwrap()` does to it.
+                    let name = String::from_utf8(vec![0xff]);
+                    Some(KafkaHeader {
+                        key: name.map(|_| "unreachable").unwrap(),
+                        value: None,
+                    })
+                }
+                _ => None,
+            }
+        }
+    }
+
+    #[test]
+    fn a_header_name_that_is_not_utf8_is_a_reason_not_a_panic() {
+        let err = headers_of(&BadName).unwrap_err();
+        assert!(err.contains("not UTF-8"), "{err}");
+        let fine = OwnedHeaders::new().insert(KafkaHeader {
+            key: "k",
+            value: Some(b"v".as_slice()),
+        });
+        let got = headers_of(&fine).unwrap();
+        assert_eq!(
+            got,
+            vec![Header {
+                name: "k".into(),
+                value: Some(b"v".to_vec())
+            }]
+        );
+    }
 }

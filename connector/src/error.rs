@@ -27,6 +27,16 @@ pub enum ConnectorError {
         size_bytes: u64,
         max_bytes: u64,
     },
+    /// A record whose header name is not UTF-8: Kafka's protocol makes
+    /// header names strings, the archive stores them as such, and
+    /// rust-rdkafka cannot hand such a name over.
+    #[error("record {topic}/{partition}@{offset} cannot be archived: {detail} (use --on-oversize skip to skip such records)")]
+    UnreadableRecord {
+        topic: String,
+        partition: i32,
+        offset: i64,
+        detail: String,
+    },
     /// A record the engine would refuse for its shape (too many headers),
     /// caught before it reaches the engine and handled as oversize.
     #[error("{0} (use --on-oversize skip to skip such records, or --on-oversize dead-letter to send them to a topic)")]

@@ -42,7 +42,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
-use rdkafka::message::{DeliveryResult, Headers, Message};
+use rdkafka::message::{DeliveryResult, Message};
 use rdkafka::producer::{BaseProducer, Producer, ProducerContext, PurgeConfig};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
@@ -309,8 +309,14 @@ pub fn restore_until(
                         interrupted = true;
                         break 'partitions;
                     }
-                    Err(e) => {
+                    Err(Unsent::Kafka(e)) => {
                         producer.context().fail(target, r.offset, &e);
+                        break 'partitions;
+                    }
+                    Err(Unsent::TooBigForQueue(detail)) => {
+                        producer
+                            .context()
+                            .fail_with(target, r.offset, detail, false);
                         break 'partitions;
                     }
                 }
@@ -711,14 +717,20 @@ fn last_records(
                 if m.offset() < offset || found.contains_key(&tp) {
                     continue;
                 }
-                let archived = m.headers().and_then(|hs| {
-                    hs.iter()
-                        .filter(|h| h.key == name)
-                        .filter_map(|h| h.value)
-                        .last()
-                        .and_then(|v| std::str::from_utf8(v).ok())
-                        .and_then(|s| s.parse::<i64>().ok())
-                });
+                // Headers another client wrote may not read (a name that is
+                // not UTF-8): then the record is not one a restore wrote,
+                // which `check_last` refuses with its reason.
+                let archived = m
+                    .headers()
+                    .and_then(|hs| crate::convert::headers_of(hs).ok())
+                    .and_then(|hs| {
+                        hs.into_iter()
+                            .rev()
+                            .filter(|h| h.name == name)
+                            .find_map(|h| h.value)
+                    })
+                    .and_then(|v| String::from_utf8(v).ok())
+                    .and_then(|s| s.parse::<i64>().ok());
                 found.insert(
                     tp,
                     LastRecord {
@@ -805,15 +817,24 @@ fn drain_reports(producer: &BaseProducer<Deliveries>) {
     }
 }
 
-/// Hand one record to librdkafka, waiting while its queue is full. An
-/// error here (a record over `message.max.bytes`, say) is the record's.
+/// Why a record was not handed to librdkafka: both are the record's.
+enum Unsent {
+    /// librdkafka refused it (a record over `message.max.bytes`, say).
+    Kafka(KafkaError),
+    /// librdkafka's queue is empty and still has no room for it: the record
+    /// alone is over `queue.buffering.max.kbytes`, and waiting would never
+    /// end.
+    TooBigForQueue(String),
+}
+
+/// Hand one record to librdkafka, waiting while its queue is full.
 fn send(
     producer: &BaseProducer<Deliveries>,
     cfg: &RestoreConfig,
     target: &TopicPartition,
     r: &Record,
     stop: &dyn Fn() -> bool,
-) -> std::result::Result<Sent, KafkaError> {
+) -> std::result::Result<Sent, Unsent> {
     let offset_text = r.offset.to_string();
     let extra: Vec<(&str, &[u8])> = cfg
         .offset_header
@@ -830,6 +851,15 @@ fn send(
             Ok(()) => return Ok(Sent::Queued { timestamp_replaced }),
             Err((e, back)) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) => {
                 record = back;
+                // Only this thread sends, and a record leaves librdkafka's
+                // count only when its report is served (below): an empty
+                // queue now was empty when the send was refused.
+                if producer.in_flight_count() == 0 {
+                    return Err(Unsent::TooBigForQueue(format!(
+                        "{} bytes do not fit librdkafka's queue even when it is empty: raise -X queue.buffering.max.kbytes (or leave it at its default)",
+                        r.payload_bytes()
+                    )));
+                }
                 // Serves reports for the whole 10 ms (a timeout above zero
                 // keeps rust-rdkafka's poll serving until it ends).
                 producer.poll(Duration::from_millis(10));
@@ -840,7 +870,7 @@ fn send(
                     return Ok(Sent::Interrupted);
                 }
             }
-            Err((e, _)) => return Err(e),
+            Err((e, _)) => return Err(Unsent::Kafka(e)),
         }
     }
 }
@@ -915,16 +945,19 @@ impl Deliveries {
     }
 
     fn fail(&self, target: &TopicPartition, offset: i64, e: &KafkaError) {
+        self.fail_with(target, offset, e.to_string(), is_consequence(e));
+    }
+
+    /// The record at `offset` failed for `detail`; a `consequence` of
+    /// another failure (a purge) does not name the cause.
+    fn fail_with(&self, target: &TopicPartition, offset: i64, detail: String, consequence: bool) {
         let mut s = self.lock();
         let d = s.partitions.entry(target.clone()).or_default();
         if d.first_failed.as_ref().is_none_or(|f| offset < f.offset) {
-            d.first_failed = Some(Failed {
-                offset,
-                detail: e.to_string(),
-            });
+            d.first_failed = Some(Failed { offset, detail });
         }
         s.first_failed.get_or_insert_with(|| target.clone());
-        if !is_consequence(e) {
+        if !consequence {
             s.first_cause.get_or_insert_with(|| target.clone());
         }
     }

@@ -505,6 +505,23 @@ fn a_failed_record_stops_the_restore_and_names_where_to_resume() {
 }
 
 #[test]
+fn a_record_over_the_producer_queue_stops_the_restore_instead_of_waiting_forever() {
+    let (_dir, engine) = archived();
+    let k = TestKafka::new("queue-bound", 3);
+    // librdkafka refuses the 20 kB record as "queue full" even when its
+    // queue is empty: waiting for room would never end.
+    let mut cfg = config(&k);
+    cfg.kafka
+        .insert("queue.buffering.max.kbytes".into(), "8".into());
+    let f = failure(restore(&engine, &cfg));
+    assert_eq!(f.archived, TopicPartition::new(ARCHIVED, 0));
+    assert_eq!(f.offset, BIG_OFFSET);
+    let text = f.to_string();
+    assert!(text.contains("queue.buffering.max.kbytes"), "{text}");
+    assert_eq!(highs(&k, 3)[0], BIG_OFFSET);
+}
+
+#[test]
 fn damage_met_while_reading_stops_after_what_was_sent_is_delivered() {
     init_logs();
     let dir = tempfile::tempdir().unwrap();
