@@ -693,8 +693,11 @@ pub fn run_pipeline(
         }
     });
 
-    let outcome =
-        consume(&consumer, &shared, cfg, &opts.stop).and_then(|()| finish(&shared, &consumer));
+    let outcome = consume(&consumer, &shared, cfg, &opts.stop)
+        .and_then(|()| finish(&shared, &consumer))
+        // A fatal error recorded while the finish ran (the first one wins)
+        // is the cause; the finish's own error is its consequence.
+        .map_err(|e| pipeline.take_fatal().unwrap_or(e));
     // After a clean finish everything durable is committed; after a crash
     // or a fatal error nothing more may be. Either way the revoke that
     // closing the consumer triggers commits nothing.
@@ -855,13 +858,16 @@ fn consume(
     let linger = Duration::from_millis(cfg.linger_ms);
     let pipeline = lock(shared).pipeline.clone();
     loop {
-        if stop.load(Ordering::Relaxed) || pipeline.finished.load(Ordering::Acquire) {
-            return Ok(());
-        }
+        // A failure first: a stop that arrives with it (a signal, or a
+        // pruner's failure hook) must not turn it into a clean finish, whose
+        // flush is refused with a message that hides the cause.
         if pipeline.failed.load(Ordering::Acquire) {
             return Err(pipeline
                 .take_fatal()
                 .unwrap_or_else(|| ConnectorError::Sink("failed".into())));
+        }
+        if stop.load(Ordering::Relaxed) || pipeline.finished.load(Ordering::Acquire) {
+            return Ok(());
         }
         let timeout = match lock(shared).pending_since {
             Some(t) => linger.saturating_sub(t.elapsed()),

@@ -96,8 +96,13 @@ pub struct LiveServer {
 }
 
 /// What the server's threads share.
+/// Called when a request left the engine poisoned (a prune whose fsync
+/// failed): the run it belongs to must stop, not only its next put.
+pub type OnPoisoned = Box<dyn Fn() + Send + Sync>;
+
 struct Shared {
     stop: AtomicBool,
+    on_poisoned: Option<OnPoisoned>,
     /// Wakes the accept loop at stop (no connection through the socket
     /// path is needed: it may have been deleted).
     wake: tokio::sync::Notify,
@@ -122,10 +127,20 @@ impl LiveServer {
     /// lock is held, so a socket file found there is left from a run that
     /// did not stop cleanly, and is replaced.
     pub fn start(engine: Arc<Engine>) -> std::io::Result<LiveServer> {
+        Self::start_with(engine, None)
+    }
+
+    /// [`start`](Self::start), calling `on_poisoned` after any request that
+    /// leaves the engine poisoned.
+    pub fn start_with(
+        engine: Arc<Engine>,
+        on_poisoned: Option<OnPoisoned>,
+    ) -> std::io::Result<LiveServer> {
         let dir = engine.config().path.clone();
         let path = dir.join(SOCKET_FILE);
         let listener = bind_private(&dir, &path)?;
         let shared = Arc::new(Shared {
+            on_poisoned,
             stop: AtomicBool::new(false),
             wake: tokio::sync::Notify::new(),
             streams: Mutex::new(Vec::new()),
@@ -305,6 +320,12 @@ fn take(
                 id,
             };
             serve(conn, &engine, &shared2.stop);
+            if engine.is_poisoned() {
+                if let Some(stop_run) = &shared2.on_poisoned {
+                    tracing::error!("a live request left the engine poisoned; stopping the run");
+                    stop_run();
+                }
+            }
         });
     match spawned {
         Ok(h) => Some(h),

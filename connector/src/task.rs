@@ -142,9 +142,14 @@ impl ArchiveSink {
     /// this archive on its socket (live.rs) until `stop`. An archive whose socket cannot be
     /// made (a data directory path too long for a socket's, for one) is
     /// archived all the same: the reads then wait for the run to stop.
-    pub fn with_live_reads(mut self) -> Self {
+    ///
+    /// `on_poisoned` is called when a request leaves the engine poisoned (a
+    /// live prune whose fsync failed), so that the run stops even when no
+    /// put comes to find it out: `cairn run` sets its stop flag, and the
+    /// clean stop's fsync then fails with the poisoning's reason.
+    pub fn with_live_reads(mut self, on_poisoned: crate::live::OnPoisoned) -> Self {
         if let Some(e) = &self.engine {
-            match LiveServer::start(e.clone()) {
+            match LiveServer::start_with(e.clone(), Some(on_poisoned)) {
                 Ok(server) => self.live = Some(server),
                 Err(err) => tracing::warn!(
                     error = %err,

@@ -177,3 +177,91 @@ fn a_failed_pass_stops_an_idle_run_which_fails_naming_retention() {
         assert_eq!(kafka[&tp.partition], *o, "{tp}");
     }
 }
+
+/// A live `cairn prune` (served on the run's socket) whose fsync fails
+/// poisons the engine on a thread of the live server: the run must stop
+/// then, even with no record coming for a put to find out, and fail naming
+/// the poisoning; nothing more is committed.
+#[test]
+fn a_live_prune_that_poisons_the_engine_stops_an_idle_run() {
+    use cairn_connector::cli::prune::Cut;
+    use cairn_connector::live::{connect, request, Request};
+    use cairn_connector::selection::Selection;
+
+    let _turn = serial();
+    init_logs();
+    let k = TestKafka::new("live-poison", 3);
+    let n = 3_000;
+    produce(&k.brokers, &k.topic, 0..n).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&k, "live-poison-group", dir.path());
+    let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop_run = stop.clone();
+    let sink = ArchiveSink::new(engine)
+        .with_live_reads(Box::new(move || stop_run.store(true, Ordering::Relaxed)));
+    let want = demo_next_offsets(&k.topic, n);
+    let (data, topic) = (dir.path().to_path_buf(), k.topic.clone());
+    let armed: Arc<Mutex<Option<Armed>>> = Arc::default();
+    let arm = armed.clone();
+    let prune: Arc<Mutex<Option<std::thread::JoinHandle<cairn_connector::live::End>>>> =
+        Arc::default();
+    let pruning = prune.clone();
+    let mut so_far = BTreeMap::new();
+    let wanted = want.clone();
+    let opts = PipelineOptions {
+        stop,
+        on_commit: Some(Box::new(move |committed, durable| {
+            for (tp, o) in committed {
+                assert!(*o <= durable[tp], "committed {tp}@{o} above durable");
+            }
+            so_far.extend(committed.iter().map(|(tp, o)| (tp.clone(), *o)));
+            let mut a = arm.lock().unwrap();
+            if a.is_some() || !wanted.iter().all(|(tp, o)| so_far.get(tp) == Some(o)) {
+                return;
+            }
+            // Everything committed: the run is idle. Every fsync fails now.
+            *a = Some(Armed::new(FAILPOINT_FLUSH_ERR, "return"));
+            let (data, topic) = (data.clone(), topic.clone());
+            *pruning.lock().unwrap() = Some(std::thread::spawn(move || {
+                let conn = connect(&data).expect("the run serves its socket");
+                let req = Request::Prune {
+                    selection: Selection {
+                        topics: vec![topic],
+                        partition: None,
+                        from: 0,
+                        to: None,
+                    },
+                    // Every partition's next offset: whatever frames the
+                    // puts made, all of them go, so the prune must fsync.
+                    cut: Cut::Offset(n as i64 / 3),
+                    dry_run: false,
+                };
+                request(conn, &req, &mut Vec::new()).unwrap()
+            }));
+        })),
+        ..Default::default()
+    };
+    let err = run_pipeline(&cfg, Box::new(sink), opts)
+        .expect_err("a run whose engine a live prune poisoned must fail");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("poisoned") && msg.contains(FAILPOINT_FLUSH_ERR),
+        "the run's error names the poisoning: {msg}"
+    );
+    let end = prune
+        .lock()
+        .unwrap()
+        .take()
+        .expect("pruned")
+        .join()
+        .unwrap();
+    assert_eq!(end.exit, 1, "{end:?}");
+    assert!(armed.lock().unwrap().take().is_some(), "never armed");
+    // Kafka holds exactly what was committed before; the store keeps it.
+    assert_eq!(durable(dir.path()), want);
+    let kafka = committed(&k.brokers, "live-poison-group", &k.topic, 3).unwrap();
+    for (tp, o) in &want {
+        assert_eq!(kafka[&tp.partition], *o, "{tp}");
+    }
+}

@@ -183,7 +183,7 @@ fn archive(
     };
     let mut sink = ArchiveSink::new(engine.clone());
     if live_reads {
-        sink = sink.with_live_reads();
+        sink = sink.with_live_reads(Box::new(|| panic!("a live read poisoned the engine")));
     }
     if let Some((r, every)) = retention {
         let hook = Box::new(|e: &str| panic!("retention pass failed: {e}"));

@@ -168,8 +168,11 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
     tracing::info!(data = %cfg.data.display(), frames_checked = r.frames_checked, truncated = r.truncated.is_some(), "archive open");
     let stop = Arc::new(AtomicBool::new(false));
     let signal_stop = stop.clone();
+    // Installed before the archive is read, not when the task first runs.
+    let signalled = signals()
+        .map_err(|e| ConnectorError::Sink(format!("cannot install signal handlers: {e}")))?;
     tokio::spawn(async move {
-        wait_for_signal().await;
+        signalled.await;
         tracing::info!("signal received: draining, fsyncing, committing, closing");
         signal_stop.store(true, Ordering::Relaxed);
     });
@@ -177,7 +180,10 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
         stop: stop.clone(),
         ..Default::default()
     };
-    let mut sink = ArchiveSink::new(engine).with_live_reads();
+    let stop_on_poison = stop.clone();
+    let mut sink = ArchiveSink::new(engine).with_live_reads(Box::new(move || {
+        stop_on_poison.store(true, Ordering::Relaxed)
+    }));
     let retention = cfg.retention();
     if retention.is_set() {
         let every_s = cfg
