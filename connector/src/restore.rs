@@ -515,7 +515,7 @@ fn next_step(cfg: &RestoreConfig, standings: &[(&PartitionRestore, Standing)]) -
         })
         .collect();
     format!(
-        "rerun the same command once for each of [{}], with --append, in place of its own --partition and --from; records that timed out may be in Kafka already, so records from each resume point on that were in flight may arrive twice (restoring with --offset-header makes --resume exact)",
+        "rerun the same command once for each of [{}], with --append, in place of its own --topic, --partition and --from; records that timed out may be in Kafka already, so records from each resume point on that were in flight may arrive twice (restoring with --offset-header makes --resume exact)",
         left.join(", ")
     )
 }

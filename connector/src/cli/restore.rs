@@ -77,15 +77,34 @@ pub async fn run(args: RestoreArgs) -> Result<ExitCode> {
     // second signal exits at once (tokio keeps the handler installed, so
     // without this nothing short of SIGKILL would).
     let stop = Arc::new(AtomicBool::new(false));
+    // Installed now, not when the task first runs: a signal before that is
+    // not lost. One receiver per kind, read twice: a second receiver made
+    // now would hear the first signal too; one made after it could miss a
+    // quick second one.
+    use tokio::signal::unix::{signal, SignalKind};
+    let installed = |kind| {
+        signal(kind)
+            .map_err(|e| ConnectorError::Sink(format!("cannot install signal handlers: {e}")))
+    };
+    let (mut term, mut int) = (
+        installed(SignalKind::terminate())?,
+        installed(SignalKind::interrupt())?,
+    );
     let watcher = tokio::spawn({
         let stop = stop.clone();
         async move {
-            super::run::wait_for_signal().await;
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
             tracing::warn!(
                 "signal received: stopping the restore after what was sent is acknowledged (again to exit at once)"
             );
             stop.store(true, Ordering::Relaxed);
-            super::run::wait_for_signal().await;
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
             tracing::error!("second signal: exiting without waiting; records in flight may or may not have been written");
             std::process::exit(130);
         }
