@@ -22,12 +22,10 @@ pub fn committed_offsets<X: ConsumerContext, C: Consumer<X>>(
     partitions: &[TopicPartition],
     timeout: Duration,
 ) -> KafkaResult<BTreeMap<TopicPartition, i64>> {
-    let mut tpl = TopicPartitionList::new();
-    for tp in partitions {
-        tpl.add_partition(&tp.topic, tp.partition);
-    }
-    let got = consumer.committed_offsets(tpl, timeout)?;
-    Ok(offsets_of(&got))
+    Ok(committed_with_metadata(consumer, partitions, timeout)?
+        .into_iter()
+        .map(|(tp, c)| (tp, c.offset))
+        .collect())
 }
 
 /// An offset committed to Kafka, and the metadata committed with it: a

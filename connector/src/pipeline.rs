@@ -244,6 +244,18 @@ impl Pipeline {
             Err(e) => {
                 s.tracker.commit_failed(pending);
                 s.stats.commit_failures += 1;
+                let refused_metadata = e.rdkafka_error_code()
+                    == Some(rdkafka::types::RDKafkaErrorCode::OffsetMetadataTooLarge);
+                drop(guard);
+                if refused_metadata {
+                    // Every later commit would be refused the same way:
+                    // archiving on with nothing committed helps nobody.
+                    self.fail(ConnectorError::Config(format!(
+                        "Kafka refuses the commit metadata ({} bytes: the store's identity): the brokers' offset.metadata.max.bytes is below it; raise it (default 4096)",
+                        self.identity.as_deref().map_or(0, str::len)
+                    )));
+                    return false;
+                }
                 tracing::warn!(error = %e, "commit failed; durable offsets will be committed on the next cycle");
                 false
             }

@@ -242,9 +242,14 @@ impl SinkContext {
                     archive
                 }
             };
+            // A partition this store held and has lost entirely starts at
+            // Kafka's log start whatever --auto-offset-reset says: `latest`
+            // would skip what it lost and what came since.
+            let lost_whole = matches!(point, ResumePoint::Lost { archive: None, .. });
             // Every partition gets an explicit start: librdkafka's own
             // `auto.offset.reset` is `error` (retention.rs).
             let start = match stored {
+                None if lost_whole => Offset::Beginning,
                 // librdkafka reads the committed offset itself; with none,
                 // the consumer loop gets a reset error and applies
                 // --auto-offset-reset.
@@ -351,7 +356,7 @@ pub(crate) enum ResumePoint {
     /// archived the records between, and the stores together hold every
     /// record once.
     Kafka(i64),
-    /// At the archive's offset (or, without one, per `--auto-offset-reset`),
+    /// At the archive's offset (or, without one, at Kafka's log start),
     /// although Kafka's is past it: this store committed `kafka` itself and
     /// has lost records it archived. They are fetched again.
     Lost { archive: Option<i64>, kafka: i64 },

@@ -302,11 +302,17 @@ fn verify_meta(tree: &sled::Tree, r: &mut VerifyReport) -> Result<()> {
                 detail: "missing".into(),
             },
         ),
-        Some(v) => {
-            if let Err((l, k)) = meta::decode_checkpoint(&v) {
-                r.add(l, k);
-            }
-        }
+        Some(v) => match meta::decode_checkpoint(&v) {
+            Err((l, k)) => r.add(l, k),
+            // As recovery refuses it.
+            Ok(c) if c >= keys::LSN_MAX => r.add(
+                Location::Meta { key: "checkpoint" },
+                CorruptionKind::BadMeta {
+                    detail: format!("checkpoint {c} is past the largest lsn {}", keys::LSN_MAX),
+                },
+            ),
+            Ok(_) => {}
+        },
     }
     for item in tree.scan_prefix([keys::PREFIX_META]) {
         let (k, _) = item.map_err(store_err("scan meta"))?;
@@ -442,7 +448,18 @@ fn verify_log(
                 asm.reset();
             }
             match f.span() {
-                Ok(span) => expected = lsn.saturating_add(span),
+                // As recovery refuses it: past the largest LSN.
+                Ok(span) if lsn.checked_add(span).is_none_or(|e| e > keys::LSN_MAX) => {
+                    r.add(
+                        at,
+                        CorruptionKind::LengthTooLarge {
+                            length: span,
+                            max: keys::LSN_MAX.saturating_sub(lsn),
+                        },
+                    );
+                    expected = lsn.saturating_add(span);
+                }
+                Ok(span) => expected = lsn + span,
                 Err(kind) => r.add(at, kind),
             }
             continue;

@@ -378,6 +378,15 @@ fn sealed_values_no_build_writes_are_refused_not_trusted() {
                 .expect_err("a tombstone spanning past the largest lsn");
             assert!(err.is_corruption(), "{mode:?} span {span}: {err}");
         }
+        let v = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
+        assert!(
+            v.problems
+                .iter()
+                .any(|p| p.location == Location::Wal { lsn: 4 }
+                    && matches!(p.kind, CorruptionKind::LengthTooLarge { .. })),
+            "verify agrees with open, span {span}: {:?}",
+            v.problems
+        );
     }
 
     // A checkpoint past the largest LSN.
@@ -396,6 +405,14 @@ fn sealed_values_no_build_writes_are_refused_not_trusted() {
             other.map(|_| ())
         ),
     }
+    let v = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
+    assert!(
+        v.problems
+            .iter()
+            .any(|p| p.location == Location::Meta { key: "checkpoint" }),
+        "{:?}",
+        v.problems
+    );
 
     // A summary under a key naming a topic Kafka does not allow: damage,
     // not a partition no read could reach.

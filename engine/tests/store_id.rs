@@ -91,39 +91,28 @@ fn a_missing_or_damaged_identity_is_reported_not_replaced() {
     let mut flipped = stored.to_vec();
     flipped[3] ^= 0x10;
     with_raw_tree(dir.path(), |t| t.insert(META_STORE, flipped).unwrap());
-    match Engine::open(cfg.clone()) {
-        Err(Error::Corruption {
-            location: Location::Meta { key: "store" },
-            kind: CorruptionKind::Checksum { .. },
-        }) => {}
-        other => panic!(
-            "expected a checksum mismatch at the store id, got {:?}",
-            other.map(|_| ())
-        ),
-    }
-    let v = cairn_engine::verify_store(&cfg).unwrap();
-    assert!(
-        v.problems
-            .iter()
-            .any(|p| p.location == Location::Meta { key: "store" }),
-        "{:?}",
-        v.problems
-    );
+    let kind = refused_and_reported(&cfg);
+    assert!(matches!(kind, CorruptionKind::Checksum { .. }), "{kind}");
 
     // Gone from a format-3 store: refused, not given a new identity (the
     // store would then take offsets it committed for another store's).
     with_raw_tree(dir.path(), |t| t.remove(META_STORE).unwrap());
-    match Engine::open(cfg.clone()) {
+    let kind = refused_and_reported(&cfg);
+    assert!(matches!(kind, CorruptionKind::BadMeta { .. }), "{kind}");
+    with_raw_tree(dir.path(), |t| t.insert(META_STORE, stored).unwrap());
+    Engine::open(cfg).unwrap();
+}
+
+/// An open refuses the store at its identity, and verify reports it there.
+fn refused_and_reported(cfg: &EngineConfig) -> CorruptionKind {
+    let kind = match Engine::open(cfg.clone()) {
         Err(Error::Corruption {
             location: Location::Meta { key: "store" },
-            kind: CorruptionKind::BadMeta { .. },
-        }) => {}
-        other => panic!(
-            "expected the missing store id refused, got {:?}",
-            other.map(|_| ())
-        ),
-    }
-    let v = cairn_engine::verify_store(&cfg).unwrap();
+            kind,
+        }) => kind,
+        other => panic!("expected the store id refused, got {:?}", other.map(|_| ())),
+    };
+    let v = cairn_engine::verify_store(cfg).unwrap();
     assert!(
         v.problems
             .iter()
@@ -131,8 +120,7 @@ fn a_missing_or_damaged_identity_is_reported_not_replaced() {
         "{:?}",
         v.problems
     );
-    with_raw_tree(dir.path(), |t| t.insert(META_STORE, stored).unwrap());
-    Engine::open(cfg).unwrap();
+    kind
 }
 
 #[test]

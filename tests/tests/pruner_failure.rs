@@ -118,6 +118,75 @@ fn a_panicking_pass_is_reported_with_its_message() {
     assert_eq!(failures.try_iter().count(), 0, "the pass was retried");
 }
 
+/// 3,000 records produced to a fresh topic, and what a run archiving them
+/// into a fresh store needs: its configuration (group `<name>-group`), the
+/// run's stop flag, and each partition's end.
+struct Idle {
+    k: TestKafka,
+    dir: tempfile::TempDir,
+    group: String,
+    cfg: cairn_connector::RunConfig,
+    stop: Arc<AtomicBool>,
+    want: BTreeMap<TopicPartition, i64>,
+}
+
+fn idle(name: &str) -> Idle {
+    let k = TestKafka::new(name, 3);
+    let n = 3_000;
+    produce(&k.brokers, &k.topic, 0..n).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let group = format!("{name}-group");
+    let cfg = config(&k, &group, dir.path());
+    let want = demo_next_offsets(&k.topic, n);
+    Idle {
+        k,
+        dir,
+        group,
+        cfg,
+        stop: Arc::default(),
+        want,
+    }
+}
+
+impl Idle {
+    /// The store, opened for the run (it closes when the run drops it).
+    fn engine(&self) -> Arc<Engine> {
+        Arc::new(Engine::open(EngineConfig::new(self.dir.path())).unwrap())
+    }
+
+    /// A commit observer that checks committed <= durable and calls `then`
+    /// once, when everything produced is committed: the run is idle from
+    /// there on.
+    fn once_all_committed(
+        &self,
+        mut then: impl FnMut() + Send + 'static,
+    ) -> cairn_connector::CommitObserver {
+        let want = self.want.clone();
+        // Each commit names only its own partitions.
+        let mut so_far = BTreeMap::new();
+        let mut done = false;
+        Box::new(move |committed, durable| {
+            for (tp, o) in committed {
+                assert!(*o <= durable[tp], "committed {tp}@{o} above durable");
+            }
+            so_far.extend(committed.iter().map(|(tp, o)| (tp.clone(), *o)));
+            if !done && want.iter().all(|(tp, o)| so_far.get(tp) == Some(o)) {
+                done = true;
+                then();
+            }
+        })
+    }
+
+    /// Everything produced is durable in the store and committed in Kafka.
+    fn assert_all_kept(&self) {
+        assert_eq!(durable(self.dir.path()), self.want);
+        let kafka = committed(&self.k.brokers, &self.group, &self.k.topic, 3).unwrap();
+        for (tp, o) in &self.want {
+            assert_eq!(kafka[&tp.partition], *o, "{tp}");
+        }
+    }
+}
+
 /// `cairn run`'s wiring: the hook sets the run's stop flag. The run has
 /// archived and committed everything and is idle when the pass fails; it
 /// stops cleanly (fsync, final commit) and fails naming retention.
@@ -125,44 +194,27 @@ fn a_panicking_pass_is_reported_with_its_message() {
 fn a_failed_pass_stops_an_idle_run_which_fails_naming_retention() {
     let _turn = serial();
     init_logs();
-    let k = TestKafka::new("pruner-fail", 3);
-    let n = 3_000;
-    produce(&k.brokers, &k.topic, 0..n).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = config(&k, "pruner-fail-group", dir.path());
-    let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
-    let stop = Arc::new(AtomicBool::new(false));
-    let stop_run = stop.clone();
-    let sink = ArchiveSink::new(engine)
+    let run = idle("pruner-fail");
+    let stop_run = run.stop.clone();
+    let sink = ArchiveSink::new(run.engine())
         .with_retention(
             by_age(DAY),
             Duration::from_millis(1),
             Box::new(move |_| stop_run.store(true, Ordering::Relaxed)),
         )
         .unwrap();
-    let want = demo_next_offsets(&k.topic, n);
     let armed: Arc<Mutex<Option<Armed>>> = Arc::default();
     let arm = armed.clone();
-    // What has been committed so far (each commit names its own partitions).
-    let mut so_far = BTreeMap::new();
     let opts = PipelineOptions {
-        stop,
-        // Everything committed: the run is idle from here on. Only then
-        // does every pass fail.
-        on_commit: Some(Box::new(move |committed, durable| {
-            for (tp, o) in committed {
-                assert!(*o <= durable[tp], "committed {tp}@{o} above durable");
-            }
-            so_far.extend(committed.iter().map(|(tp, o)| (tp.clone(), *o)));
-            let mut a = arm.lock().unwrap();
-            if a.is_none() && want.iter().all(|(tp, o)| so_far.get(tp) == Some(o)) {
-                *a = Some(Armed::new(FAILPOINT_PASS, "return(injected)"));
-            }
+        stop: run.stop.clone(),
+        // Only once the run is idle does every pass fail.
+        on_commit: Some(run.once_all_committed(move || {
+            *arm.lock().unwrap() = Some(Armed::new(FAILPOINT_PASS, "return(injected)"));
         })),
         ..Default::default()
     };
-    let err =
-        run_pipeline(&cfg, Box::new(sink), opts).expect_err("a run whose pruner failed must fail");
+    let err = run_pipeline(&run.cfg, Box::new(sink), opts)
+        .expect_err("a run whose pruner failed must fail");
     let msg = err.to_string();
     assert!(
         msg.contains("retention") && msg.contains("injected"),
@@ -170,12 +222,7 @@ fn a_failed_pass_stops_an_idle_run_which_fails_naming_retention() {
     );
     assert!(armed.lock().unwrap().take().is_some(), "never armed");
     // Stopped cleanly: all archived, all durable, Kafka committed to there.
-    let want = demo_next_offsets(&k.topic, n);
-    assert_eq!(durable(dir.path()), want);
-    let kafka = committed(&k.brokers, "pruner-fail-group", &k.topic, 3).unwrap();
-    for (tp, o) in &want {
-        assert_eq!(kafka[&tp.partition], *o, "{tp}");
-    }
+    run.assert_all_kept();
 }
 
 /// A live `cairn prune` (served on the run's socket) whose fsync fails
@@ -185,43 +232,28 @@ fn a_failed_pass_stops_an_idle_run_which_fails_naming_retention() {
 #[test]
 fn a_live_prune_that_poisons_the_engine_stops_an_idle_run() {
     use cairn_connector::cli::prune::Cut;
-    use cairn_connector::live::{connect, request, Request};
+    use cairn_connector::live::{connect, request, End, Request};
     use cairn_connector::selection::Selection;
 
     let _turn = serial();
     init_logs();
-    let k = TestKafka::new("live-poison", 3);
-    let n = 3_000;
-    produce(&k.brokers, &k.topic, 0..n).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = config(&k, "live-poison-group", dir.path());
-    let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
-    let stop = Arc::new(AtomicBool::new(false));
-    let stop_run = stop.clone();
-    let sink = ArchiveSink::new(engine)
+    let run = idle("live-poison");
+    let stop_run = run.stop.clone();
+    let sink = ArchiveSink::new(run.engine())
         .with_live_reads(Box::new(move || stop_run.store(true, Ordering::Relaxed)));
-    let want = demo_next_offsets(&k.topic, n);
-    let (data, topic) = (dir.path().to_path_buf(), k.topic.clone());
+    let (data, topic) = (run.dir.path().to_path_buf(), run.k.topic.clone());
+    // Every partition's next offset: whatever frames the puts made, all of
+    // them go, so the prune must fsync.
+    let cut = Cut::Offset(run.want.values().copied().min().unwrap());
     let armed: Arc<Mutex<Option<Armed>>> = Arc::default();
     let arm = armed.clone();
-    let prune: Arc<Mutex<Option<std::thread::JoinHandle<cairn_connector::live::End>>>> =
-        Arc::default();
+    let prune: Arc<Mutex<Option<std::thread::JoinHandle<End>>>> = Arc::default();
     let pruning = prune.clone();
-    let mut so_far = BTreeMap::new();
-    let wanted = want.clone();
     let opts = PipelineOptions {
-        stop,
-        on_commit: Some(Box::new(move |committed, durable| {
-            for (tp, o) in committed {
-                assert!(*o <= durable[tp], "committed {tp}@{o} above durable");
-            }
-            so_far.extend(committed.iter().map(|(tp, o)| (tp.clone(), *o)));
-            let mut a = arm.lock().unwrap();
-            if a.is_some() || !wanted.iter().all(|(tp, o)| so_far.get(tp) == Some(o)) {
-                return;
-            }
-            // Everything committed: the run is idle. Every fsync fails now.
-            *a = Some(Armed::new(FAILPOINT_FLUSH_ERR, "return"));
+        stop: run.stop.clone(),
+        on_commit: Some(run.once_all_committed(move || {
+            // The run is idle. Every fsync fails now.
+            *arm.lock().unwrap() = Some(Armed::new(FAILPOINT_FLUSH_ERR, "return"));
             let (data, topic) = (data.clone(), topic.clone());
             *pruning.lock().unwrap() = Some(std::thread::spawn(move || {
                 let conn = connect(&data).expect("the run serves its socket");
@@ -232,9 +264,7 @@ fn a_live_prune_that_poisons_the_engine_stops_an_idle_run() {
                         from: 0,
                         to: None,
                     },
-                    // Every partition's next offset: whatever frames the
-                    // puts made, all of them go, so the prune must fsync.
-                    cut: Cut::Offset(n as i64 / 3),
+                    cut,
                     dry_run: false,
                 };
                 request(conn, &req, &mut Vec::new()).unwrap()
@@ -242,7 +272,7 @@ fn a_live_prune_that_poisons_the_engine_stops_an_idle_run() {
         })),
         ..Default::default()
     };
-    let err = run_pipeline(&cfg, Box::new(sink), opts)
+    let err = run_pipeline(&run.cfg, Box::new(sink), opts)
         .expect_err("a run whose engine a live prune poisoned must fail");
     let msg = err.to_string();
     assert!(
@@ -259,9 +289,5 @@ fn a_live_prune_that_poisons_the_engine_stops_an_idle_run() {
     assert_eq!(end.exit, 1, "{end:?}");
     assert!(armed.lock().unwrap().take().is_some(), "never armed");
     // Kafka holds exactly what was committed before; the store keeps it.
-    assert_eq!(durable(dir.path()), want);
-    let kafka = committed(&k.brokers, "live-poison-group", &k.topic, 3).unwrap();
-    for (tp, o) in &want {
-        assert_eq!(kafka[&tp.partition], *o, "{tp}");
-    }
+    run.assert_all_kept();
 }

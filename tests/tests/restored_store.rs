@@ -59,3 +59,29 @@ fn a_store_restored_from_an_older_backup_archives_what_it_lost_again() {
     assert!(e.verify().unwrap().is_clean());
     assert_eq!(e.durable_offsets(), want);
 }
+
+/// Restored from a backup made before it ever held the partitions, a store
+/// finds Kafka's offsets committed under its own identity and nothing of
+/// its own: it archives them from Kafka's log start, also under
+/// `--auto-offset-reset latest` (which would skip all it lost).
+#[test]
+fn a_store_restored_from_before_it_held_a_partition_archives_it_from_the_start() {
+    init_logs();
+    let k = TestKafka::new("restored-whole", DEMO_PARTITIONS);
+    let group = "restored-whole-group";
+    let (live, backups) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let copy = backups.path().join("copy");
+    {
+        let e = Engine::open(EngineConfig::new(live.path())).unwrap();
+        e.backup_to(&copy, &AtomicBool::new(false)).unwrap();
+    }
+    produce(&k.brokers, &k.topic, 0..1_500).unwrap();
+    run_to_end(&config(&k, group, live.path()), 1_500, || {});
+
+    let mut cfg = config(&k, group, &copy);
+    cfg.auto_offset_reset = "latest".into();
+    run_to_end(&cfg, 1_500, || {});
+    let e = Engine::open(EngineConfig::new(&copy)).unwrap();
+    check_archive(&e, &k.topic, 1_500).unwrap();
+    assert_eq!(e.durable_offsets(), demo_next_offsets(&k.topic, 1_500));
+}
