@@ -93,6 +93,14 @@ pub enum ConnectorError {
         #[source]
         source: rdkafka::error::KafkaError,
     },
+    /// As `Kafka`, naming the topic or partition it concerned.
+    #[error("kafka error during {op} of {at}: {source}")]
+    KafkaAt {
+        op: &'static str,
+        at: String,
+        #[source]
+        source: rdkafka::error::KafkaError,
+    },
     #[error(transparent)]
     Engine(#[from] cairn_engine::Error),
     #[error("sink failed: {0}")]
@@ -110,6 +118,18 @@ pub enum ConnectorError {
 impl ConnectorError {
     pub fn kafka(op: &'static str) -> impl FnOnce(rdkafka::error::KafkaError) -> Self {
         move |source| ConnectorError::Kafka { op, source }
+    }
+
+    /// [`kafka`](Self::kafka), naming what it concerned (`t`, `t/p`).
+    pub fn kafka_at(
+        op: &'static str,
+        at: impl std::fmt::Display,
+    ) -> impl FnOnce(rdkafka::error::KafkaError) -> Self {
+        move |source| ConnectorError::KafkaAt {
+            op,
+            at: at.to_string(),
+            source,
+        }
     }
 }
 

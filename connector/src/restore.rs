@@ -575,8 +575,9 @@ fn preflight(
             });
         };
         if let Some(err) = t.error() {
-            return Err(ConnectorError::Kafka {
-                op: "read the target topic's metadata",
+            return Err(ConnectorError::KafkaAt {
+                op: "read the metadata",
+                at: format!("target topic {topic}"),
                 source: KafkaError::MetadataFetch(err.into()),
             });
         }
@@ -598,8 +599,9 @@ fn preflight(
         let (low, high) = producer
             .client()
             .fetch_watermarks(&target.topic, target.partition, timeout)
-            .map_err(ConnectorError::kafka(
-                "fetch watermarks of a target partition",
+            .map_err(ConnectorError::kafka_at(
+                "fetch the watermarks",
+                format!("target partition {target}"),
             ))?;
         if cfg.append || high == 0 {
             starts.insert(target.clone(), cfg.select.from);
@@ -684,11 +686,16 @@ fn last_records(
     let mut tpl = TopicPartitionList::new();
     for (tp, offset) in wanted {
         tpl.add_partition_offset(&tp.topic, tp.partition, Offset::Offset(*offset))
-            .map_err(ConnectorError::kafka("position a reader for --resume"))?;
+            .map_err(ConnectorError::kafka_at(
+                "position a reader for --resume",
+                format!("target partition {tp} at {offset}"),
+            ))?;
     }
-    consumer
-        .assign(&tpl)
-        .map_err(ConnectorError::kafka("position a reader for --resume"))?;
+    let at: Vec<String> = wanted.iter().map(|(tp, o)| format!("{tp}@{o}")).collect();
+    consumer.assign(&tpl).map_err(ConnectorError::kafka_at(
+        "position a reader for --resume",
+        format!("target partitions {}", at.join(", ")),
+    ))?;
     let offsets: BTreeMap<&TopicPartition, i64> = wanted.iter().map(|(tp, o)| (tp, *o)).collect();
     let mut found: BTreeMap<TopicPartition, LastRecord> = BTreeMap::new();
     let deadline = Instant::now() + timeout;
