@@ -35,16 +35,26 @@ const WATERMARKS_TIMEOUT: Duration = Duration::from_secs(5);
 /// Where `tp`, positioned at `position`, may resume: `position` itself
 /// when Kafka still has it, Kafka's log start under the `earliest` policy,
 /// or an error.
+///
+/// When the log's bounds cannot be read (a leader moving during a rolling
+/// restart answers with an error for a while), `position` itself: a
+/// position Kafka no longer has comes back from the fetch as an offset
+/// reset error, which the consumer loop judges by the same policy once the
+/// bounds can be read. Stopping the run here would lose nothing, but a
+/// rolling broker restart would stop every archiver it rebalanced.
 pub(crate) fn resume_at<X: ConsumerContext>(
     consumer: &BaseConsumer<X>,
     tp: &TopicPartition,
     position: i64,
     policy: OnOffsetOutOfRange,
 ) -> Result<i64> {
-    let (low, high) = consumer
-        .fetch_watermarks(&tp.topic, tp.partition, WATERMARKS_TIMEOUT)
-        .map_err(ConnectorError::kafka("fetch watermarks to check retention"))?;
-    judge(tp, position, low, high, policy)
+    match consumer.fetch_watermarks(&tp.topic, tp.partition, WATERMARKS_TIMEOUT) {
+        Ok((low, high)) => judge(tp, position, low, high, policy),
+        Err(e) => {
+            tracing::warn!(%tp, position, error = %e, "cannot read the partition's log bounds at assignment; resuming at the archive's offset (an offset Kafka no longer has is judged when the fetch reports it)");
+            Ok(position)
+        }
+    }
 }
 
 /// [`resume_at`] given the log's bounds.

@@ -364,3 +364,32 @@ fn every_compression_codec_is_archived_exactly() {
         check_archive(&engine, &k.topic, n).unwrap_or_else(|e| panic!("{codec}: {e}"));
     }
 }
+
+/// A restart while the brokers cannot say a partition's log bounds (a
+/// leader moving in a rolling restart answers ListOffsets with errors for a
+/// while): the run resumes at the archive's offsets instead of stopping,
+/// and archives the rest exactly once.
+#[test]
+fn unreadable_log_bounds_at_assignment_do_not_stop_the_run() {
+    let k = TestKafka::new("bounds", 3);
+    let Some(mock) = k.mock() else {
+        eprintln!("SKIPPED: error injection needs the mock cluster");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&k, "bounds-group", dir.path());
+    produce(&k.brokers, &k.topic, 0..1_000).unwrap();
+    run_to_end(&cfg, 1_000, || {});
+    produce(&k.brokers, &k.topic, 1_000..2_000).unwrap();
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+    // More errors than the assignment's bounded reads can retry through.
+    mock.request_errors(
+        RDKafkaApiKey::ListOffsets,
+        &vec![RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN; 200],
+    );
+    run_to_end(&cfg, 2_000, || {});
+    mock.clear_request_errors(RDKafkaApiKey::ListOffsets);
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    check_archive(&engine, &k.topic, 2_000).unwrap();
+    assert_committed_equals_durable(&k, "bounds-group", &engine, "resumed and committed");
+}
