@@ -480,7 +480,8 @@ fn standing(start: i64, finished: bool, d: &PartitionDeliveries) -> Standing {
     }
 }
 
-/// What to run next, for the error message.
+/// What to run next, for the error message: the partitions with a gap
+/// first (no resume point fills one), then how to finish the others.
 fn next_step(cfg: &RestoreConfig, standings: &[(&PartitionRestore, Standing)]) -> String {
     let gaps: Vec<String> = standings
         .iter()
@@ -495,29 +496,69 @@ fn next_step(cfg: &RestoreConfig, standings: &[(&PartitionRestore, Standing)]) -
             _ => None,
         })
         .collect();
-    if !gaps.is_empty() {
-        return format!(
-            "records above a failed one were acknowledged ({}): restore those partitions again into an empty topic; no resume point would fill the gap",
-            gaps.join("; ")
-        );
+    let rest = finish_the_rest(cfg, standings, !gaps.is_empty());
+    if gaps.is_empty() {
+        return rest.unwrap_or_else(|| "nothing is left to restore".into());
     }
-    if cfg.offset_header.is_some() && !cfg.append {
-        return "rerun the same command with --resume: it continues each partition after the last record found there".into();
+    let gaps = format!(
+        "records above a failed one were acknowledged ({}): restore those partitions again into an empty topic; no resume point would fill the gap",
+        gaps.join("; ")
+    );
+    match rest {
+        Some(rest) => format!("{gaps}. For the other partitions: {rest}"),
+        None => gaps,
     }
-    let left: Vec<String> = standings
+}
+
+/// How to finish the partitions that stopped at a resume point, if any
+/// did. With a gap elsewhere, `--resume` must be limited to them: it would
+/// continue a gapped partition past its missing records.
+fn finish_the_rest(
+    cfg: &RestoreConfig,
+    standings: &[(&PartitionRestore, Standing)],
+    gaps: bool,
+) -> Option<String> {
+    let left: Vec<(&PartitionRestore, i64)> = standings
         .iter()
         .filter_map(|(p, st)| match st {
-            Standing::Resume(o) => Some(format!(
-                "--topic {} --partition {} --from {o}",
-                p.source.topic, p.source.partition
-            )),
+            Standing::Resume(o) => Some((*p, *o)),
             _ => None,
         })
         .collect();
-    format!(
+    if left.is_empty() {
+        return None;
+    }
+    let named = |with_from: bool| -> String {
+        let each: Vec<String> = left
+            .iter()
+            .map(|(p, o)| {
+                let from = if with_from {
+                    format!(" --from {o}")
+                } else {
+                    String::new()
+                };
+                format!(
+                    "--topic {} --partition {}{from}",
+                    p.source.topic, p.source.partition
+                )
+            })
+            .collect();
+        each.join(", ")
+    };
+    if cfg.offset_header.is_some() && !cfg.append {
+        return Some(if gaps {
+            format!(
+                "rerun the same command with --resume once for each of [{}], in place of its own --topic and --partition (a plain --resume would continue the gapped partitions too)",
+                named(false)
+            )
+        } else {
+            "rerun the same command with --resume: it continues each partition after the last record found there".into()
+        });
+    }
+    Some(format!(
         "rerun the same command once for each of [{}], with --append, in place of its own --topic, --partition and --from; records that timed out may be in Kafka already, so records from each resume point on that were in flight may arrive twice (restoring with --offset-header makes --resume exact)",
-        left.join(", ")
-    )
+        named(true)
+    ))
 }
 
 fn producer(cfg: &RestoreConfig) -> Result<BaseProducer<Deliveries>> {
@@ -1135,11 +1176,26 @@ mod tests {
                 },
             ),
         ];
+        // The gap is named first, then how to finish the others, never
+        // the gapped partition.
         let step = next_step(&cfg, &gapped);
         assert!(
-            step.contains("restored/2 lacks archived offset 3") && !step.contains("--from"),
+            step.starts_with("records above a failed one")
+                && step.contains("restored/2 lacks archived offset 3")
+                && step.contains("[--topic orders --partition 0 --from 20], with --append")
+                && !step.contains("--partition 2"),
             "{step}"
         );
+        cfg.append = false;
+        let step = next_step(&cfg, &gapped);
+        assert!(
+            step.contains("--resume once for each of [--topic orders --partition 0]")
+                && !step.contains("--partition 2"),
+            "{step}"
+        );
+        // Only gaps: nothing else to run.
+        let step = next_step(&cfg, &gapped[1..]);
+        assert!(!step.contains("For the other"), "{step}");
     }
 
     #[test]
