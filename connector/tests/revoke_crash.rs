@@ -70,17 +70,38 @@ impl Members {
 
     /// The next line from any member, or a panic naming `what` was awaited.
     fn next(&mut self, deadline: Instant, what: &str) -> (&'static str, Option<String>) {
-        let timeout = deadline.saturating_duration_since(Instant::now());
+        match self.next_within(deadline, deadline, what) {
+            Some(got) => got,
+            None => unreachable!("next_within waits until the deadline"),
+        }
+    }
+
+    /// The next line within `idle` (None if none came by then), or a panic
+    /// naming `what` once `deadline` passes.
+    fn next_within(
+        &mut self,
+        idle: Instant,
+        deadline: Instant,
+        what: &str,
+    ) -> Option<(&'static str, Option<String>)> {
+        let timeout = idle.min(deadline).saturating_duration_since(Instant::now());
         let Ok((who, line)) = self.rx.recv_timeout(timeout) else {
-            let recent = Vec::from(std::mem::take(&mut self.recent)).join("\n");
-            panic!("timed out waiting for {what}; the members' latest lines:\n{recent}");
+            if Instant::now() < deadline {
+                return None;
+            }
+            self.give_up(what);
         };
         if self.recent.len() == Self::RECENT_LINES {
             self.recent.pop_front();
         }
         let shown = line.as_deref().unwrap_or("(stderr closed)");
         self.recent.push_back(format!("{who}: {shown}"));
-        (who, line)
+        Some((who, line))
+    }
+
+    fn give_up(&mut self, what: &str) -> ! {
+        let recent = Vec::from(std::mem::take(&mut self.recent)).join("\n");
+        panic!("timed out waiting for {what}; the members' latest lines:\n{recent}");
     }
 }
 
@@ -174,20 +195,26 @@ fn abort_inside_a_revoke_loses_nothing_and_stores_stay_duplicate_free() {
     let mut a = member("A again", &mb.brokers, dir_a.path(), None, &[], tx.clone());
     let mut commits_after_restart = 0;
     let deadline = Instant::now() + Duration::from_secs(120);
+    let mut last_seen = String::new();
     loop {
-        let (who, line) = members.next(deadline, "everything to be committed");
-        let line = match (who, line) {
-            // The aborted run's stderr closing.
-            ("A", None) => continue,
-            (_, None) => panic!("{who} exited early"),
-            (_, Some(l)) => l,
-        };
-        if !line.contains(r#""message":"commit""#) {
-            continue;
-        }
-        commits_after_restart += 1;
-        if commits_after_restart == 20 {
-            stop_producing.store(true, Ordering::Relaxed);
+        // Kafka is asked after every commit, and after every second without
+        // one: the last commit can come before the producer has finished.
+        let idle = Instant::now() + Duration::from_secs(1);
+        if let Some((who, line)) = members.next_within(idle, deadline, "everything to be committed")
+        {
+            let line = match (who, line) {
+                // The aborted run's stderr closing.
+                ("A", None) => continue,
+                (_, None) => panic!("{who} exited early"),
+                (_, Some(l)) => l,
+            };
+            if !line.contains(r#""message":"commit""#) {
+                continue;
+            }
+            commits_after_restart += 1;
+            if commits_after_restart == 20 {
+                stop_producing.store(true, Ordering::Relaxed);
+            }
         }
         if stop_producing.load(Ordering::Relaxed) && producer.is_finished() {
             let n = produced.load(Ordering::Relaxed);
@@ -199,6 +226,10 @@ fn abort_inside_a_revoke_loses_nothing_and_stores_stay_duplicate_free() {
             {
                 break;
             }
+            last_seen = format!("Kafka committed {kafka:?}, want {want:?}");
+        }
+        if Instant::now() >= deadline {
+            members.give_up(&format!("everything to be committed ({last_seen})"));
         }
     }
     let n = produced.load(Ordering::Relaxed);
