@@ -75,6 +75,20 @@ impl Frame<'_> {
             FrameKind::Tombstone => decode_tombstone(self.body),
         }
     }
+
+    /// The LSN after this frame, stored at `lsn`, and the run it spans:
+    /// `LengthTooLarge` past [`crate::keys::LSN_MAX`] (a span no build
+    /// writes, which would make the next LSN wrap).
+    pub fn lsn_after(&self, lsn: u64) -> Result<u64, CorruptionKind> {
+        let span = self.span()?;
+        match lsn.checked_add(span) {
+            Some(next) if next <= crate::keys::LSN_MAX => Ok(next),
+            _ => Err(CorruptionKind::LengthTooLarge {
+                length: span,
+                max: crate::keys::LSN_MAX.saturating_sub(lsn),
+            }),
+        }
+    }
 }
 
 fn crc(lsn: u64, header12: &[u8], body: &[u8]) -> u32 {

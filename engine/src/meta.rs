@@ -23,6 +23,9 @@ pub const FORMAT_VERSION: u32 = 3;
 /// batch, before any slot is written), so that an older build then refuses
 /// it with `UnsupportedFormat` instead of reporting corruption.
 pub const FORMAT_VERSION_OLDEST: u32 = 1;
+/// The first format whose stores carry `Mstore`: an older store gets one
+/// from the open that upgrades it.
+pub const FORMAT_STORE_ID: u32 = 3;
 
 /// True when this build reads stores of format `version`.
 pub fn is_readable(version: u32) -> bool {
@@ -51,10 +54,25 @@ pub fn encode_checkpoint(lsn: u64) -> Vec<u8> {
     keys::seal(META_CHECKPOINT, lsn.to_le_bytes().to_vec())
 }
 
+/// The checkpoint LSN; refused past [`keys::LSN_MAX`] (no build writes
+/// one, and recovery's arithmetic on it could overflow), for recovery and
+/// verify alike.
 pub fn decode_checkpoint(value: &[u8]) -> Result<u64, (Location, CorruptionKind)> {
-    let v = keys::unseal(META_CHECKPOINT, value, 8)
-        .map_err(|k| (Location::Meta { key: "checkpoint" }, k))?;
-    Ok(Fields(v).u64())
+    let loc = || Location::Meta { key: "checkpoint" };
+    let v = keys::unseal(META_CHECKPOINT, value, 8).map_err(|k| (loc(), k))?;
+    let checkpoint = Fields(v).u64();
+    if checkpoint >= keys::LSN_MAX {
+        return Err((
+            loc(),
+            CorruptionKind::BadMeta {
+                detail: format!(
+                    "checkpoint {checkpoint} is past the largest lsn {}",
+                    keys::LSN_MAX
+                ),
+            },
+        ));
+    }
+    Ok(checkpoint)
 }
 
 /// A store's identity: 128 random bits chosen when the store is created

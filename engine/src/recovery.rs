@@ -103,7 +103,7 @@ pub(crate) fn recover(
     {
         Some(v) => (meta::decode_store_id(&v).map_err(meta_err)?, false),
         // Written with the format upgrade, in recovery's last batch.
-        None if found_format < 3 => (StoreId::random(), true),
+        None if found_format < meta::FORMAT_STORE_ID => (StoreId::random(), true),
         None => {
             return Err(Error::corruption(
                 Location::Meta { key: "store" },
@@ -215,7 +215,7 @@ pub(crate) fn recover(
                         },
                     ));
                 }
-                expected = after_tombstone(lsn, &f)?;
+                expected = f.lsn_after(lsn).map_err(|k| corrupt(lsn, k))?;
             }
             FrameKind::Records => {
                 expected = lsn + 1;
@@ -398,37 +398,10 @@ pub(crate) fn load_summaries(
     Ok(out)
 }
 
-/// The LSN after the frame at `lsn` and the run it spans (a tombstone's,
-/// or 1), refused past [`keys::LSN_MAX`].
-fn after_tombstone(lsn: u64, f: &frame::Frame<'_>) -> Result<u64> {
-    let span = f.span().map_err(|k| corrupt(lsn, k))?;
-    match lsn.checked_add(span) {
-        Some(next) if next <= keys::LSN_MAX => Ok(next),
-        _ => Err(corrupt(
-            lsn,
-            CorruptionKind::LengthTooLarge {
-                length: span,
-                max: keys::LSN_MAX.saturating_sub(lsn),
-            },
-        )),
-    }
-}
-
 /// The LSN the first frame after the checkpoint must have.
 fn expected_after_checkpoint(tree: &sled::Tree, checkpoint: u64) -> Result<u64> {
     if checkpoint == 0 {
         return Ok(1);
-    }
-    if checkpoint >= keys::LSN_MAX {
-        return Err(Error::corruption(
-            Location::Meta { key: "checkpoint" },
-            CorruptionKind::BadMeta {
-                detail: format!(
-                    "checkpoint {checkpoint} is past the largest lsn {}",
-                    keys::LSN_MAX
-                ),
-            },
-        ));
     }
     let prev = tree
         .get_lt(keys::wal_key(checkpoint + 1))
@@ -455,7 +428,7 @@ fn expected_after_checkpoint(tree: &sled::Tree, checkpoint: u64) -> Result<u64> 
             },
         ));
     }
-    let next = after_tombstone(lsn, &f)?;
+    let next = f.lsn_after(lsn).map_err(|k| corrupt(lsn, k))?;
     if next <= checkpoint {
         return Err(corrupt(
             next,

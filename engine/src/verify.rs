@@ -279,7 +279,7 @@ fn verify_meta(tree: &sled::Tree, r: &mut VerifyReport) -> Result<()> {
         .map_err(store_err("read store id"))?
     {
         // Stores before format 3 have none until an open upgrades them.
-        None if format.is_some_and(|f| f < 3) => {}
+        None if format.is_some_and(|f| f < meta::FORMAT_STORE_ID) => {}
         None => r.add(
             Location::Meta { key: "store" },
             CorruptionKind::BadMeta {
@@ -302,17 +302,11 @@ fn verify_meta(tree: &sled::Tree, r: &mut VerifyReport) -> Result<()> {
                 detail: "missing".into(),
             },
         ),
-        Some(v) => match meta::decode_checkpoint(&v) {
-            Err((l, k)) => r.add(l, k),
-            // As recovery refuses it.
-            Ok(c) if c >= keys::LSN_MAX => r.add(
-                Location::Meta { key: "checkpoint" },
-                CorruptionKind::BadMeta {
-                    detail: format!("checkpoint {c} is past the largest lsn {}", keys::LSN_MAX),
-                },
-            ),
-            Ok(_) => {}
-        },
+        Some(v) => {
+            if let Err((l, k)) = meta::decode_checkpoint(&v) {
+                r.add(l, k);
+            }
+        }
     }
     for item in tree.scan_prefix([keys::PREFIX_META]) {
         let (k, _) = item.map_err(store_err("scan meta"))?;
@@ -447,20 +441,16 @@ fn verify_log(
                 );
                 asm.reset();
             }
-            match f.span() {
-                // As recovery refuses it: past the largest LSN.
-                Ok(span) if lsn.checked_add(span).is_none_or(|e| e > keys::LSN_MAX) => {
-                    r.add(
-                        at,
-                        CorruptionKind::LengthTooLarge {
-                            length: span,
-                            max: keys::LSN_MAX.saturating_sub(lsn),
-                        },
-                    );
-                    expected = lsn.saturating_add(span);
+            match f.lsn_after(lsn) {
+                Ok(next) => expected = next,
+                Err(kind) => {
+                    // A span past the largest LSN (as recovery refuses it):
+                    // the log is still expected to go on after it.
+                    if let Ok(span) = f.span() {
+                        expected = lsn.saturating_add(span);
+                    }
+                    r.add(at, kind);
                 }
-                Ok(span) => expected = lsn + span,
-                Err(kind) => r.add(at, kind),
             }
             continue;
         }
