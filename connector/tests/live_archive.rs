@@ -37,6 +37,21 @@ fn wait_for_commit(lines: &mut Lines<BufReader<ChildStderr>>) {
     }
 }
 
+/// Read the run's log, commit by commit, until the archive holds records of
+/// `partitions` partitions (asked through its socket): the first commit
+/// may cover only the partitions fetched first.
+fn wait_for_partitions(lines: &mut Lines<BufReader<ChildStderr>>, data: &str, partitions: usize) {
+    loop {
+        let out = cairn(&["status", "--data", data, "--json"]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+        if rows.len() >= partitions {
+            return;
+        }
+        wait_for_commit(lines);
+    }
+}
+
 /// Exported jsonl lines, per partition, in order.
 fn by_partition(jsonl: &[u8]) -> BTreeMap<i64, Vec<String>> {
     let mut out: BTreeMap<i64, Vec<String>> = BTreeMap::new();
@@ -107,6 +122,7 @@ fn a_running_archive_serves_status_export_verify_and_prune() {
     let data = dir.path().join("archive");
     let d = data.to_str().unwrap();
     let pid = child.id().to_string();
+    wait_for_partitions(&mut lines, d, 3);
     // More records while it runs: the reads below race the archiving.
     produce(&mb.brokers, "live", 3_000..6_000).unwrap();
 
