@@ -30,21 +30,27 @@ pub fn to_record(m: &BorrowedMessage<'_>) -> Result<Record, String> {
     })
 }
 
-/// A record's headers. rust-rdkafka panics on a header name that is not
-/// UTF-8 (bytes from whoever produced the record: the protocol forbids
-/// them, a client can still send them); that panic is caught here and
-/// becomes the reason the record cannot be archived. Its message still
-/// reaches stderr through the panic hook.
+/// `read` of text rust-rdkafka hands over as `&str` (a header name, an
+/// offset's commit metadata), or `None` where rust-rdkafka panics because
+/// the bytes are not UTF-8 (its `to_str().unwrap()`). Kafka's protocol
+/// makes them strings, but any client can send other bytes. The panic's
+/// message still reaches stderr through the panic hook.
+pub(crate) fn unless_not_utf8<T>(read: impl FnOnce() -> T) -> Option<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(read)).ok()
+}
+
+/// A record's headers, or why the record cannot be archived: a header
+/// name that is not UTF-8.
 pub(crate) fn headers_of<H: Headers>(hs: &H) -> Result<Vec<Header>, String> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    unless_not_utf8(|| {
         hs.iter()
             .map(|h| Header {
                 name: h.key.to_owned(),
                 value: h.value.map(<[u8]>::to_vec),
             })
             .collect()
-    }))
-    .map_err(|_| {
+    })
+    .ok_or_else(|| {
         "a header name is not UTF-8 (Kafka's protocol requires it); the archive stores header names as text"
             .to_owned()
     })

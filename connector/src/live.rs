@@ -95,11 +95,11 @@ pub struct LiveServer {
     accept: Option<JoinHandle<()>>,
 }
 
-/// What the server's threads share.
 /// Called when a request left the engine poisoned (a prune whose fsync
 /// failed): the run it belongs to must stop, not only its next put.
 pub type OnPoisoned = Box<dyn Fn() + Send + Sync>;
 
+/// What the server's threads share.
 struct Shared {
     stop: AtomicBool,
     on_poisoned: Option<OnPoisoned>,

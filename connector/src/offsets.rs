@@ -11,6 +11,7 @@ use cairn_engine::TopicPartition;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaResult;
+use rdkafka::topic_partition_list::TopicPartitionListElem;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::error::{ConnectorError, Result};
@@ -48,39 +49,30 @@ pub fn committed_with_metadata<X: ConsumerContext, C: Consumer<X>>(
         tpl.add_partition(&tp.topic, tp.partition);
     }
     let got = consumer.committed_offsets(tpl, timeout)?;
-    Ok(got
-        .elements()
-        .iter()
-        .filter_map(|e| match e.offset() {
-            Offset::Offset(offset) => Some((
-                TopicPartition::new(e.topic(), e.partition()),
-                Committed {
-                    offset,
-                    metadata: metadata_of(e),
-                },
-            )),
-            _ => None,
-        })
-        .collect())
-}
-
-/// An offset's commit metadata. The protocol makes it a UTF-8 string, but
-/// a client can send other bytes, and rust-rdkafka panics on those: such
-/// metadata is no cairn store's, so it reads as none. (The panic message
-/// still reaches stderr through the default hook.)
-fn metadata_of(e: &rdkafka::topic_partition_list::TopicPartitionListElem<'_>) -> String {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| e.metadata().to_owned()))
-        .unwrap_or_default()
+    // Metadata that is not UTF-8 (which rust-rdkafka panics on) is no cairn
+    // store's: it reads as none.
+    Ok(concrete(&got, |e, offset| Committed {
+        offset,
+        metadata: crate::convert::unless_not_utf8(|| e.metadata().to_owned()).unwrap_or_default(),
+    }))
 }
 
 /// The concrete offsets in a librdkafka list (logical ones, such as "none
 /// committed" or "nothing delivered yet", are left out), so that callers
 /// can drop the list right away (see above).
 pub(crate) fn offsets_of(tpl: &TopicPartitionList) -> BTreeMap<TopicPartition, i64> {
+    concrete(tpl, |_, o| o)
+}
+
+/// `value` of each element of `tpl` with a concrete offset, by partition.
+fn concrete<T>(
+    tpl: &TopicPartitionList,
+    value: impl Fn(&TopicPartitionListElem<'_>, i64) -> T,
+) -> BTreeMap<TopicPartition, T> {
     tpl.elements()
         .iter()
         .filter_map(|e| match e.offset() {
-            Offset::Offset(o) => Some((TopicPartition::new(e.topic(), e.partition()), o)),
+            Offset::Offset(o) => Some((TopicPartition::new(e.topic(), e.partition()), value(e, o))),
             _ => None,
         })
         .collect()

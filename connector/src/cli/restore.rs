@@ -78,33 +78,18 @@ pub async fn run(args: RestoreArgs) -> Result<ExitCode> {
     // without this nothing short of SIGKILL would).
     let stop = Arc::new(AtomicBool::new(false));
     // Installed now, not when the task first runs: a signal before that is
-    // not lost. One receiver per kind, read twice: a second receiver made
-    // now would hear the first signal too; one made after it could miss a
-    // quick second one.
-    use tokio::signal::unix::{signal, SignalKind};
-    let installed = |kind| {
-        signal(kind)
-            .map_err(|e| ConnectorError::Sink(format!("cannot install signal handlers: {e}")))
-    };
-    let (mut term, mut int) = (
-        installed(SignalKind::terminate())?,
-        installed(SignalKind::interrupt())?,
-    );
+    // not lost. One set, read twice.
+    let mut signals = super::run::Signals::install()
+        .map_err(|e| ConnectorError::Sink(format!("cannot install signal handlers: {e}")))?;
     let watcher = tokio::spawn({
         let stop = stop.clone();
         async move {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
+            signals.recv().await;
             tracing::warn!(
                 "signal received: stopping the restore after what was sent is acknowledged (again to exit at once)"
             );
             stop.store(true, Ordering::Relaxed);
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
+            signals.recv().await;
             tracing::error!("second signal: exiting without waiting; records in flight may or may not have been written");
             std::process::exit(130);
         }

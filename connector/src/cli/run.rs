@@ -232,13 +232,33 @@ pub async fn wait_for_signal() {
 /// SIGINT or SIGTERM, with both handlers installed before this returns (a
 /// signal that comes before the future is first polled is not lost).
 pub fn signals() -> std::io::Result<impl std::future::Future<Output = ()>> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    Ok(async move {
+    let mut s = Signals::install()?;
+    Ok(async move { s.recv().await })
+}
+
+/// SIGINT and SIGTERM, their handlers installed when this is made, for a
+/// caller that waits for more than one (`restore`: the second exits at
+/// once). Keep one and read it again: a second one made now would hear the
+/// first signal too, and one made after it could miss a quick second.
+pub struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    pub fn install() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    /// The next SIGINT or SIGTERM since installing or the last `recv`.
+    pub async fn recv(&mut self) {
         tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
         }
-    })
+    }
 }
