@@ -112,8 +112,8 @@ pub fn prune(engine: &Engine, retention: &Retention) -> cairn_engine::Result<Pas
         if p.record_count == 0 {
             continue;
         }
-        let offset = cut_offset(engine, &p.tp, retention)?;
-        pass.add(&engine.truncate_before(&p.tp, offset)?);
+        let (_, deleted) = engine.truncate_by(&p.tp, |e| cut_offset(e, &p.tp, retention))?;
+        pass.add(&deleted);
     }
     Ok(pass)
 }

@@ -69,7 +69,10 @@ impl Engine {
     /// The lowest entry boundary from which `tp`'s durable entries hold at
     /// most `bytes_max` payload bytes: retention by size deletes below it,
     /// keeping the newest entries that fit (none, if the newest alone is
-    /// larger). The durable next offset when nothing fits.
+    /// larger). The durable next offset when nothing fits. Cut with
+    /// [`Engine::truncate_by`] where truncations may run concurrently: a
+    /// truncation between this call and the deletion makes it count bytes
+    /// that are already gone.
     pub fn offset_for_retained_bytes(&self, tp: &TopicPartition, bytes_max: u64) -> Result<i64> {
         validate_tp(tp)?;
         let (end, mut held) = {
@@ -96,9 +99,9 @@ impl Engine {
     /// older than `cut_ms`: the first record whose timestamp is at or after
     /// the cut, or unknown (negative: a record without one has no age), or
     /// the durable next offset when there is none. Retention by age deletes
-    /// below it. A truncation of the same partition racing this call may
-    /// make it fail on an entry deleted under it (in `cairn run` the pruner
-    /// is the only caller of both).
+    /// below it. A truncation racing this call can delete entries the
+    /// answer was worked out from: cut with [`Engine::truncate_by`], which
+    /// keeps other truncations out between the pick and the deletion.
     pub fn offset_for_retention(&self, tp: &TopicPartition, cut_ms: i64) -> Result<i64> {
         // The end the scan used, not a later one: records made durable
         // since were not looked at.
@@ -133,14 +136,28 @@ impl Engine {
         validate_tp(tp)?;
         let end = self.durable_offset(tp).unwrap_or(0);
         for item in self.tree.scan_prefix(keys::index_prefix(tp)) {
-            let (_, e) = index_item(item)?;
+            let (k, e) = index_item(item)?;
             if e.first_offset >= end {
                 break;
             }
             if !may_hold(&e) {
                 continue;
             }
-            let entry = read_entry(&self.tree, tp, &e)?;
+            let entry = match read_entry(&self.tree, tp, &e) {
+                Ok(entry) => entry,
+                // Deleted by a truncation since the index was read (as in
+                // `RecordIter::fill`): its records are gone, not damaged.
+                Err(_)
+                    if self
+                        .tree
+                        .get(&k)
+                        .map_err(store_err("recheck index"))?
+                        .is_none() =>
+                {
+                    continue
+                }
+                Err(err) => return Err(err),
+            };
             if let Some(r) = entry.records.iter().find(|r| wanted(r) && r.offset < end) {
                 return Ok((Some(r.offset), end));
             }

@@ -71,13 +71,31 @@ impl Engine {
     /// consistent archive (summary, index and tombstones agree), so a crash
     /// part-way keeps a prefix of the deletion: a rerun finishes it.
     pub fn truncate_before(&self, tp: &TopicPartition, offset: i64) -> Result<TruncateReport> {
+        self.truncate_by(tp, |_| Ok(offset))
+            .map(|(_, report)| report)
+    }
+
+    /// [`truncate_before`](Self::truncate_before) the offset `cut` picks,
+    /// with no other truncation between the pick and the deletion; the
+    /// offset is returned with the report. A cut worked out from what the
+    /// partition holds (its retained bytes, its records' ages) must be
+    /// taken this way where truncations may run concurrently (a running
+    /// archive's pruner and a `cairn prune` it serves): one computed before
+    /// another truncation deleted entries under it can delete records the
+    /// rule keeps, or meet an entry that is gone.
+    pub fn truncate_by(
+        &self,
+        tp: &TopicPartition,
+        cut: impl FnOnce(&Engine) -> Result<i64>,
+    ) -> Result<(i64, TruncateReport)> {
         crate::record::validate_tp(tp)?;
-        // Held across the steps: a verify running meanwhile waits for the
-        // last one (verify.rs).
+        // Held across the pick and the steps: another truncation waits, and
+        // so does a verify or backup running meanwhile (verify.rs, backup.rs).
         let _truncating = self
             .truncating
             .write()
             .expect("engine lock poisoned by an earlier panic");
+        let offset = cut(self)?;
         let mut report = TruncateReport::default();
         let mut steps = 0u64;
         loop {
@@ -95,19 +113,36 @@ impl Engine {
         if report.entries_deleted > 0 {
             tracing::debug!(%tp, offset, ?report, steps, "retention truncated");
         }
-        Ok(report)
+        Ok((offset, report))
     }
 
     /// What `truncate_before(tp, offset)` would delete now, without
     /// deleting anything.
     pub fn truncate_plan(&self, tp: &TopicPartition, offset: i64) -> Result<TruncateReport> {
+        self.truncate_plan_by(tp, |_| Ok(offset))
+            .map(|(_, report)| report)
+    }
+
+    /// What [`truncate_by`](Self::truncate_by) would delete now, and the
+    /// offset `cut` picks, without deleting anything.
+    pub fn truncate_plan_by(
+        &self,
+        tp: &TopicPartition,
+        cut: impl FnOnce(&Engine) -> Result<i64>,
+    ) -> Result<(i64, TruncateReport)> {
         crate::record::validate_tp(tp)?;
-        // The lock keeps a concurrent truncation from changing the index
-        // under the scan.
-        let w = self.lock_write()?;
+        // No truncation changes the index under the pick and the scan;
+        // appends go on (they add entries above what is scanned), where
+        // the write lock would stop every partition's appends for a scan
+        // that may cover millions of entries.
+        let _truncating = self
+            .truncating
+            .read()
+            .expect("engine lock poisoned by an earlier panic");
+        let offset = cut(self)?;
         let mut report = TruncateReport::default();
-        let Some(summary) = w.partitions.get(tp).copied() else {
-            return Ok(report);
+        let Some(summary) = self.lock_write()?.partitions.get(tp).copied() else {
+            return Ok((offset, report));
         };
         let mut first_kept = None;
         for item in self.tree.scan_prefix(keys::index_prefix(tp)) {
@@ -123,7 +158,7 @@ impl Engine {
         } else {
             first_kept.unwrap_or(summary.next_offset)
         });
-        Ok(report)
+        Ok((offset, report))
     }
 
     /// One durable step: delete the lowest entries below `offset`, up to the

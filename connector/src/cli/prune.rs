@@ -78,7 +78,31 @@ pub enum Cut {
     KeepBytes(u64),
 }
 
+impl Cut {
+    /// Refuse a cut no command line may give; checked again by a running
+    /// archive for a cut sent to it (live.rs). `--keep-bytes 0` would empty
+    /// every chosen partition (`--retain-bytes 0` is refused as well).
+    pub fn check(self) -> Result<Cut> {
+        let bad = |m: String| Err(ConnectorError::Config(m));
+        match self {
+            Cut::Offset(o) if o < 0 => bad(format!("--before {o}: must be at least 0")),
+            Cut::TimeMs(t) if t < 0 => bad(format!(
+                "--before-time {t}: must not be before the Unix epoch"
+            )),
+            Cut::KeepBytes(0) => bad(
+                "--keep-bytes 0: must be positive (to empty partitions, prune --before their next offset)"
+                    .into(),
+            ),
+            cut => Ok(cut),
+        }
+    }
+}
+
 fn cut_of(args: &PruneArgs) -> Result<Cut> {
+    cut_of_args(args)?.check()
+}
+
+fn cut_of_args(args: &PruneArgs) -> Result<Cut> {
     let bad = |m: String| ConnectorError::Config(m);
     match (
         args.before,
@@ -86,9 +110,6 @@ fn cut_of(args: &PruneArgs) -> Result<Cut> {
         args.older_than,
         args.keep_bytes,
     ) {
-        (Some(o), None, None, None) if o < 0 => {
-            Err(bad(format!("--before {o}: must be at least 0")))
-        }
         (Some(o), None, None, None) => Ok(Cut::Offset(o)),
         (None, Some(t), None, None) => Ok(Cut::TimeMs(t)),
         (None, None, Some(age), None) if age.is_zero() => {
@@ -104,12 +125,12 @@ fn cut_of(args: &PruneArgs) -> Result<Cut> {
 }
 
 /// The offset below which `p` is pruned under `cut`.
-fn cut_offset(engine: &Engine, p: &PartitionInfo, cut: Cut) -> Result<i64> {
-    Ok(match cut {
-        Cut::Offset(o) => o,
-        Cut::TimeMs(t) => engine.offset_for_retention(&p.tp, t)?,
-        Cut::KeepBytes(b) => engine.offset_for_retained_bytes(&p.tp, b)?,
-    })
+fn cut_offset(engine: &Engine, p: &PartitionInfo, cut: Cut) -> cairn_engine::Result<i64> {
+    match cut {
+        Cut::Offset(o) => Ok(o),
+        Cut::TimeMs(t) => engine.offset_for_retention(&p.tp, t),
+        Cut::KeepBytes(b) => engine.offset_for_retained_bytes(&p.tp, b),
+    }
 }
 
 pub async fn run(args: PruneArgs) -> Result<ExitCode> {
@@ -167,11 +188,13 @@ pub(crate) fn prune(
                     .into(),
             ));
         }
-        let offset = cut_offset(engine, p, cut)?;
-        let r = if dry_run {
-            engine.truncate_plan(&p.tp, offset)?
+        // The cut is picked under the same lock as the deletion: the run's
+        // own pruner may be pruning this partition too.
+        let pick = |e: &Engine| cut_offset(e, p, cut);
+        let (offset, r) = if dry_run {
+            engine.truncate_plan_by(&p.tp, pick)?
         } else {
-            engine.truncate_before(&p.tp, offset)?
+            engine.truncate_by(&p.tp, pick)?
         };
         let first = match r.first_offset_after {
             Some(f) if f != p.first_offset => format!("first offset {} -> {f}", p.first_offset),
