@@ -111,6 +111,18 @@ pub enum ConnectorError {
         #[source]
         source: std::io::Error,
     },
+    /// An export that stopped part-way: damage met, or its output failed.
+    #[error("export stopped after {records} records{after}: {source}{output}", after = last.as_ref().map(|l| format!(" (the last {l})")).unwrap_or_default())]
+    ExportStopped {
+        records: u64,
+        /// The last record written, as `t/p@o`.
+        last: Option<String>,
+        #[source]
+        source: Box<ConnectorError>,
+        /// What the output holds, as the command that owns it tells
+        /// (`; <stdout> received ...`), or empty.
+        output: String,
+    },
     #[error("pipeline stopped by a simulated crash (test hook)")]
     SimulatedCrash,
 }

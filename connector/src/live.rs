@@ -355,11 +355,15 @@ impl Write for FrameWriter<'_> {
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
-        if !self.buf.is_empty() {
-            write_frame(self.stream, TAG_OUTPUT, &self.buf)?;
-            self.buf.clear();
+        if self.buf.is_empty() {
+            return Ok(());
         }
-        Ok(())
+        // Dropped on failure too: a client that went away (`| head`) was
+        // already told nothing more, and the final flush must not fail
+        // again on the same bytes and make that look like the server's error.
+        let sent = write_frame(self.stream, TAG_OUTPUT, &self.buf);
+        self.buf.clear();
+        sent
     }
 }
 
@@ -446,7 +450,12 @@ fn serve(mut conn: UnixStream, engine: &Engine, stop: &AtomicBool) {
                             .and_then(|()| out.write_all(b"\n"))
                             .map_err(socket_error)
                     };
-                    crate::cli::prune::prune(engine, selection, *cut, *dry_run, stop, &mut emit)
+                    cut.check()
+                        .and_then(|cut| {
+                            crate::cli::prune::prune(
+                                engine, selection, cut, *dry_run, stop, &mut emit,
+                            )
+                        })
                         .map(|()| 0)
                 }
                 Request::Backup { to } if !to.is_absolute() => Err(ConnectorError::Live(format!(
@@ -515,9 +524,15 @@ pub fn connect(data: &Path) -> Option<UnixStream> {
 /// unless that process is wedged (stopped with SIGSTOP, say).
 pub const STATUS_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Send `req` and copy the answer's output to `out`. A reader of `out` that
-/// went away (`| head`) ends the copy quietly, as for a local command.
-pub fn request(mut conn: UnixStream, req: &Request, out: &mut dyn Write) -> Result<End> {
+/// Send `req` and copy the answer's output to `out` (`out_name` in errors).
+/// A reader of `out` that went away (`| head`) ends the copy quietly, as for
+/// a local command.
+pub fn request(
+    mut conn: UnixStream,
+    req: &Request,
+    out: &mut dyn Write,
+    out_name: &Path,
+) -> Result<End> {
     if matches!(req, Request::Status) {
         conn.set_read_timeout(Some(STATUS_TIMEOUT))
             .map_err(socket_error)?;
@@ -555,7 +570,7 @@ pub fn request(mut conn: UnixStream, req: &Request, out: &mut dyn Write) -> Resu
                 }
                 Err(source) => {
                     return Err(ConnectorError::Io {
-                        path: PathBuf::from("<output>"),
+                        path: out_name.to_owned(),
                         source,
                     })
                 }
@@ -652,7 +667,13 @@ mod tests {
 
     fn ask(dir: &Path, req: &Request) -> (End, Vec<u8>) {
         let mut out = Vec::new();
-        let end = request(connect(dir).expect("server answers"), req, &mut out).unwrap();
+        let end = request(
+            connect(dir).expect("server answers"),
+            req,
+            &mut out,
+            Path::new("<test>"),
+        )
+        .unwrap();
         (end, out)
     }
 
@@ -708,7 +729,7 @@ mod tests {
         ask(dir.path(), &Request::Status);
         std::fs::remove_file(dir.path().join(SOCKET_FILE)).unwrap();
         server.stop();
-        let err = request(idle, &Request::Status, &mut Vec::new());
+        let err = request(idle, &Request::Status, &mut Vec::new(), Path::new("<test>"));
         assert!(err.is_err(), "{err:?}");
         assert!(!dir.path().join(SOCKET_FILE).exists());
         assert_eq!(Arc::strong_count(&e), 1, "a thread kept the engine");
@@ -822,6 +843,7 @@ mod tests {
                 connect(dir.path()).unwrap(),
                 &Request::Status,
                 &mut Vec::new(),
+                Path::new("<test>"),
             );
             assert!(matches!(r, Err(ConnectorError::Live(_))), "{r:?}");
         }

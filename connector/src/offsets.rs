@@ -91,13 +91,26 @@ pub fn group_client_with(
     group: &str,
     kafka: &BTreeMap<String, String>,
 ) -> Result<BaseConsumer> {
+    client_config(brokers, kafka)
+        .set("group.id", group)
+        .create()
+        .map_err(ConnectorError::kafka("create client"))
+}
+
+/// A client for metadata and watermarks only, in no group, with
+/// librdkafka properties as [`group_client_with`] takes them.
+pub fn client_with(brokers: &str, kafka: &BTreeMap<String, String>) -> Result<BaseConsumer> {
+    client_config(brokers, kafka)
+        .create()
+        .map_err(ConnectorError::kafka("create client"))
+}
+
+fn client_config(brokers: &str, kafka: &BTreeMap<String, String>) -> ClientConfig {
     let mut c = ClientConfig::new();
     for (k, v) in kafka {
         c.set(k, v);
     }
     c.set("bootstrap.servers", brokers)
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .create()
-        .map_err(ConnectorError::kafka("create client"))
+        .set("enable.auto.commit", "false");
+    c
 }

@@ -82,7 +82,43 @@ impl Selection {
                 "--partition {n}: the archive holds no such partition of the chosen topics"
             )));
         }
+        self.check_held(&chosen)?;
         Ok(chosen)
+    }
+
+    /// A range given (`--from` above 0, or `--to`) must meet what one of
+    /// the chosen partitions holds: after a prune, say, `--to` below the
+    /// first offset left selects nothing, and an empty result would look
+    /// like success.
+    fn check_held(&self, chosen: &[PartitionInfo]) -> Result<()> {
+        let ranged = self.from > 0 || self.to.is_some();
+        let meets = |p: &PartitionInfo| {
+            self.from < p.next_offset && self.to.is_none_or(|to| to > p.first_offset)
+        };
+        if !ranged || chosen.is_empty() || chosen.iter().any(|p| p.record_count > 0 && meets(p)) {
+            return Ok(());
+        }
+        const SHOWN: usize = 8;
+        let mut held: Vec<String> = chosen
+            .iter()
+            .take(SHOWN)
+            .map(|p| {
+                if p.record_count == 0 {
+                    format!("{} nothing (next offset {})", p.tp, p.next_offset)
+                } else {
+                    format!("{} {}..{}", p.tp, p.first_offset, p.next_offset)
+                }
+            })
+            .collect();
+        if chosen.len() > SHOWN {
+            held.push(format!("and {} more", chosen.len() - SHOWN));
+        }
+        let to = self.to.map_or("the end".to_owned(), |to| to.to_string());
+        Err(ConnectorError::Config(format!(
+            "offsets {}..{to}: the chosen partitions hold no records there (they hold {})",
+            self.from,
+            held.join(", ")
+        )))
     }
 }
 
@@ -165,5 +201,54 @@ mod tests {
             ..Default::default()
         };
         assert!(s.check_range().is_ok());
+    }
+
+    #[test]
+    fn refuses_a_range_that_meets_nothing_held() {
+        // Every partition holds 0..10.
+        for (from, to, ok) in [
+            (0, None, true),
+            (9, None, true),
+            (10, None, false),
+            (5000, None, false),
+            (0, Some(1), true),
+            (3, Some(4), true),
+        ] {
+            let s = Selection {
+                from,
+                to,
+                ..Default::default()
+            };
+            let got = s.choose(archive(), &[]);
+            assert_eq!(got.is_ok(), ok, "{from} {to:?}: {got:?}");
+        }
+        let e = err(Selection {
+            from: 10,
+            ..Default::default()
+        }
+        .choose(archive(), &[]));
+        assert!(
+            e.contains("offsets 10..the end") && e.contains("a/0 0..10, a/1 0..10, b/0 0..10"),
+            "{e}"
+        );
+        // Pruned down to its next offset, a partition holds nothing.
+        let mut pruned = info("a", 0);
+        pruned.first_offset = 10;
+        pruned.record_count = 0;
+        let s = Selection {
+            to: Some(5),
+            ..Default::default()
+        };
+        let e = err(s.choose(vec![pruned.clone()], &[]));
+        assert!(e.contains("a/0 nothing (next offset 10)"), "{e}");
+        // A range below what a prune left.
+        pruned.record_count = 5;
+        pruned.first_offset = 5;
+        assert!(s.choose(vec![pruned], &[]).is_err());
+        // No range: an archive of empty partitions exports nothing, fine.
+        let mut empty = info("a", 0);
+        empty.record_count = 0;
+        empty.first_offset = 10;
+        assert!(Selection::default().choose(vec![empty], &[]).is_ok());
     }
 }

@@ -525,6 +525,12 @@ fn prune_deletes_below_the_cut_and_keeps_next_offsets() {
     let (code, _, err) = cairn(&["prune", "--data", d, "--keep-bytes", "lots"]);
     assert_ne!(code, 0);
     assert!(err.contains("50GiB"), "{err}");
+    // Keeping nothing would empty every partition: refused, as
+    // `--retain-bytes 0` is, and nothing deleted.
+    let (code, _, err) = cairn(&["prune", "--data", d, "--keep-bytes", "0"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--keep-bytes 0: must be positive"), "{err}");
+    assert_eq!(partitions_of(d)[2], ("b".to_owned(), 0, 30, 50, 20));
 
     // An age: every record is from 2023, so everything goes; next offsets stay.
     let (code, out, err) = cairn(&["prune", "--data", d, "--older-than", "1day"]);
@@ -589,4 +595,188 @@ fn prune_killed_between_steps_leaves_a_clean_archive_and_a_rerun_finishes() {
         partitions_of(d),
         vec![("a".to_owned(), 0, entries * 10, entries * 10, 0)]
     );
+}
+
+/// Export's ends: a reader that goes away after megabytes (`| head`) is a
+/// quiet success; damage met part-way leaves an existing `--output` as it
+/// was and says how far stdout got; a range that meets nothing is an
+/// error; verify that cannot write its report says "not checked" (2), not
+/// "damaged" (1).
+#[test]
+fn export_stops_cleanly_and_says_what_its_output_holds() {
+    use cairn_engine::{Engine, EngineConfig, Record, RecordBatch, TopicPartition};
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("archive");
+    let d = data.to_str().unwrap();
+    {
+        // 2,000 records of 2 KB in entries of 100: ~5.4 MB of jsonl, past
+        // export's 1 MiB buffer.
+        let e = Engine::open(EngineConfig::new(&data)).unwrap();
+        for p in 0..2 {
+            let tp = TopicPartition::new("t", p);
+            for i in 0..10i64 {
+                let records = (i * 100..i * 100 + 100)
+                    .map(|o| Record::with_value(o, vec![b'v'; 2000]))
+                    .collect();
+                e.write(&[RecordBatch {
+                    tp: tp.clone(),
+                    records,
+                }])
+                .unwrap();
+            }
+        }
+        e.close().unwrap();
+    }
+    let mut head = Command::new("head")
+        .arg("-c")
+        .arg("100")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = Command::new(CAIRN)
+        .args(["export", "--data", d])
+        .stdout(head.stdin.take().unwrap())
+        .output()
+        .unwrap();
+    head.wait().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(!err.contains("error"), "{err}");
+
+    // A whole export into a file, then damage in t/1: a second export stops
+    // there and leaves the first one's file as it was.
+    let file = dir.path().join("t.jsonl");
+    let f = file.to_str().unwrap();
+    let (code, _, err) = cairn(&["export", "--data", d, "--output", f]);
+    assert_eq!(code, 0, "{err}");
+    let whole = std::fs::read(&file).unwrap();
+    assert_eq!(whole.iter().filter(|&&b| b == b'\n').count(), 2000);
+    let lsn_in_t1 = {
+        let cfg = EngineConfig::new(&data);
+        let db = cfg.open_sled().unwrap();
+        let t = db.open_tree("cairn").unwrap();
+        // t/0's entries were written first: the last frames are t/1's
+        // last entry's (about 200 KB in chunks of 64 KiB). Not the very
+        // last: open checks the log's tail.
+        let frames: Vec<_> = t
+            .scan_prefix(b"W")
+            .filter_map(|kv| kv.ok())
+            .filter(|(_, v)| v.len() > 1000)
+            .collect();
+        let (k, v) = frames[frames.len() - 2].clone();
+        let mut v = v.to_vec();
+        v[100] ^= 0xff;
+        t.insert(&k, v).unwrap();
+        db.flush().unwrap();
+        cairn_engine::keys::parse_wal_key(&k).unwrap()
+    };
+    let (code, _, err) = cairn(&["export", "--data", d, "--output", f]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("export stopped after 1900 records (the last t/1@899)")
+            && err.contains(&format!("wal lsn {lsn_in_t1}"))
+            && err.contains(&format!("{f} was left as it was")),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&file).unwrap(), whole);
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left.len(), 2, "no staged file is left behind: {left:?}");
+    // To stdout: the records before the damage, and an error that says so.
+    let (code, out, err) = cairn(&["export", "--data", d]);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(out.lines().count(), 1900);
+    assert!(
+        err.contains("<stdout> received the records before it: the export is incomplete"),
+        "{err}"
+    );
+
+    // A range that selects nothing held.
+    let (code, out, err) = cairn(&["export", "--data", d, "--from", "5000"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(out.is_empty());
+    assert!(
+        err.contains("offsets 5000..the end: the chosen partitions hold no records there (they hold t/0 0..1000, t/1 0..1000)"),
+        "{err}"
+    );
+
+    // verify's report cannot be written: it did not check, as far as a
+    // script can tell (exit 2), rather than found damage (exit 1).
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let out = Command::new(CAIRN)
+        .args(["verify", "--data", d])
+        .stdout(full)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("<stdout>"), "{err}");
+}
+
+/// `status --brokers` (no group needed for watermarks): archive lag per
+/// partition, a row for a partition Kafka has and the archive does not,
+/// and a WARN, not a silent blank, for a topic Kafka lacks and for a log
+/// that ends below what the archive holds.
+#[test]
+fn status_with_brokers_shows_what_the_archive_lacks() {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let mb = MockBroker::start(&["s:3"]);
+    let producer: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &mb.brokers)
+        .create()
+        .unwrap();
+    for (partition, n) in [(0, 120), (1, 20), (2, 10)] {
+        for _ in 0..n {
+            producer
+                .send(
+                    BaseRecord::<[u8], [u8]>::to("s")
+                        .partition(partition)
+                        .payload(b"v"),
+                )
+                .unwrap();
+        }
+    }
+    producer.flush(std::time::Duration::from_secs(10)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    archive_of(dir.path(), &[("s", 0, 10), ("s", 1, 5), ("gone", 0, 1)]);
+    let d = dir.path().to_str().unwrap();
+    let (code, out, err) = cairn(&["status", "--data", d, "--brokers", &mb.brokers, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    let row = |t: &str, p: i64| {
+        rows.iter()
+            .find(|r| r["topic"] == t && r["partition"] == p)
+            .unwrap_or_else(|| panic!("no row {t}/{p}: {out}"))
+    };
+    assert_eq!(rows.len(), 4, "{out}");
+    assert_eq!(row("s", 0)["high_watermark"], 120);
+    assert_eq!(row("s", 0)["archive_lag"], 20);
+    assert_eq!(row("s", 1)["archive_lag"], -30);
+    // Kafka's s/2: nothing archived, everything Kafka holds still to store.
+    assert!(row("s", 2)["durable_next_offset"].is_null(), "{out}");
+    assert_eq!(row("s", 2)["records"], 0);
+    assert_eq!(row("s", 2)["archive_lag"], 10);
+    assert!(row("gone", 0).get("high_watermark").is_none(), "{out}");
+    assert!(
+        err.contains("Kafka does not have it") && err.contains("gone"),
+        "{err}"
+    );
+    assert!(
+        err.contains("Kafka's log ends below what the archive holds"),
+        "{err}"
+    );
+    // The table marks what the archive does not hold with "-".
+    let (code, out, err) = cairn(&["status", "--data", d, "--brokers", &mb.brokers]);
+    assert_eq!(code, 0, "{err}");
+    let s2 = out
+        .lines()
+        .find(|l| l.starts_with("s ") && l.split_whitespace().nth(1) == Some("2"));
+    let s2: Vec<&str> = s2.unwrap().split_whitespace().collect();
+    assert_eq!(&s2[..4], ["s", "2", "-", "-"], "{out}");
 }

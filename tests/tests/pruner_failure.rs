@@ -267,7 +267,7 @@ fn a_live_prune_that_poisons_the_engine_stops_an_idle_run() {
                     cut,
                     dry_run: false,
                 };
-                request(conn, &req, &mut Vec::new()).unwrap()
+                request(conn, &req, &mut Vec::new(), std::path::Path::new("<test>")).unwrap()
             }));
         })),
         ..Default::default()

@@ -138,7 +138,7 @@ pub(crate) fn live_report(
     req: &crate::live::Request,
 ) -> crate::Result<crate::Result<crate::live::End>> {
     let mut text = Vec::new();
-    let end = crate::live::request(conn, req, &mut text);
+    let end = crate::live::request(conn, req, &mut text, std::path::Path::new("<stdout>"));
     write_text(&text)?;
     Ok(end)
 }

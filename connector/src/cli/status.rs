@@ -12,16 +12,18 @@ use serde::{Deserialize, Serialize};
 use super::outln;
 use crate::config::{check_connect_timeout_ms, refuse_managed_keys, MANAGED_CONSUMER_KEYS};
 use crate::error::{ConnectorError, Result};
-use crate::offsets::{committed_offsets, group_client_with};
+use crate::offsets::{client_with, committed_offsets, group_client_with};
 
 #[derive(Debug, clap::Args)]
 pub struct StatusArgs {
     #[command(flatten)]
     pub data: super::DataArg,
-    /// Also ask Kafka for committed offsets and watermarks.
-    #[arg(long, requires = "group")]
+    /// Also ask Kafka for its watermarks (and with `--group`, committed
+    /// offsets), and list the partitions of archived topics that the
+    /// archive holds nothing of.
+    #[arg(long)]
     pub brokers: Option<String>,
-    /// The consumer group whose committed offsets to show.
+    /// The consumer group whose committed offsets to show (needs `--brokers`).
     #[arg(long, requires = "brokers")]
     pub group: Option<String>,
     /// How long to wait for the brokers before giving up.
@@ -40,8 +42,9 @@ pub struct StatusArgs {
 struct Row {
     topic: String,
     partition: i32,
-    first_offset: i64,
-    durable_next_offset: i64,
+    /// `None` for a partition Kafka has and the archive holds nothing of.
+    first_offset: Option<i64>,
+    durable_next_offset: Option<i64>,
     records: u64,
     bytes: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -51,9 +54,29 @@ struct Row {
     /// high watermark − committed offset
     #[serde(skip_serializing_if = "Option::is_none")]
     lag: Option<i64>,
-    /// high watermark − durable next offset: what the archive has yet to store
+    /// high watermark − durable next offset: what the archive has yet to
+    /// store (for a partition it holds nothing of, high − low watermark)
     #[serde(skip_serializing_if = "Option::is_none")]
     archive_lag: Option<i64>,
+}
+
+impl Row {
+    /// A partition of an archived topic that Kafka has and the archive
+    /// holds nothing of (a partition added since, or never assigned).
+    fn unarchived(topic: &str, partition: i32) -> Row {
+        Row {
+            topic: topic.to_owned(),
+            partition,
+            first_offset: None,
+            durable_next_offset: None,
+            records: 0,
+            bytes: 0,
+            kafka_committed: None,
+            high_watermark: None,
+            lag: None,
+            archive_lag: None,
+        }
+    }
 }
 
 pub async fn run(args: StatusArgs) -> Result<ExitCode> {
@@ -64,7 +87,12 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
     let (mut rows, served_by) = match crate::live::connect(data) {
         Some(conn) => {
             let mut json = Vec::new();
-            let end = crate::live::request(conn, &crate::live::Request::Status, &mut json)?;
+            let end = crate::live::request(
+                conn,
+                &crate::live::Request::Status,
+                &mut json,
+                std::path::Path::new("<status>"),
+            )?;
             if end.error.is_some() {
                 return Ok(crate::live::exit_code(&end));
             }
@@ -75,9 +103,9 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
         }
         None => (rows(&super::open_archive(data)?), None),
     };
-    if let (Some(brokers), Some(group)) = (&args.brokers, &args.group) {
+    if let Some(brokers) = &args.brokers {
         let timeout = Duration::from_millis(args.connect_timeout_ms);
-        kafka_view(brokers, group, &kafka, timeout, &mut rows)?;
+        kafka_view(brokers, args.group.as_deref(), &kafka, timeout, &mut rows)?;
     }
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&rows).expect("json"))?;
@@ -102,8 +130,8 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
             "{:<30} {:>5} {:>12} {:>12} {:>10} {:>12} {:>12} {:>12} {:>8} {:>8}",
             r.topic,
             r.partition,
-            r.first_offset,
-            r.durable_next_offset,
+            opt(r.first_offset),
+            opt(r.durable_next_offset),
             r.records,
             r.bytes,
             opt(r.kafka_committed),
@@ -129,8 +157,8 @@ fn rows(engine: &cairn_engine::Engine) -> Vec<Row> {
         .map(|p| Row {
             topic: p.tp.topic,
             partition: p.tp.partition,
-            first_offset: p.first_offset,
-            durable_next_offset: p.next_offset,
+            first_offset: Some(p.first_offset),
+            durable_next_offset: Some(p.next_offset),
             records: p.record_count,
             bytes: p.payload_bytes,
             kafka_committed: None,
@@ -147,36 +175,95 @@ pub(crate) fn serve(engine: &cairn_engine::Engine, out: &mut dyn std::io::Write)
     Ok(0)
 }
 
+/// Kafka's figures beside the archive's: committed offsets (with a group),
+/// watermarks and lags, and a row for every partition of an archived topic
+/// the archive holds nothing of. A figure Kafka did not give is left empty
+/// with a WARN saying why, never silently.
 fn kafka_view(
     brokers: &str,
-    group: &str,
+    group: Option<&str>,
     kafka: &BTreeMap<String, String>,
     timeout: Duration,
-    rows: &mut [Row],
+    rows: &mut Vec<Row>,
 ) -> Result<()> {
-    let consumer = group_client_with(brokers, group, kafka)?;
+    let consumer = match group {
+        Some(group) => group_client_with(brokers, group, kafka)?,
+        None => client_with(brokers, kafka)?,
+    };
     let t0 = Instant::now();
-    consumer
-        .fetch_metadata(None, timeout)
-        .map_err(|e| ConnectorError::BrokerUnreachable {
-            brokers: brokers.to_owned(),
-            waited_ms: t0.elapsed().as_millis() as u64,
-            detail: e.to_string(),
-        })?;
-    let tps: Vec<TopicPartition> = rows
-        .iter()
-        .map(|r| TopicPartition::new(&r.topic, r.partition))
-        .collect();
-    let committed = committed_offsets(&consumer, &tps, timeout)
-        .map_err(ConnectorError::kafka("committed offsets"))?;
-    for (r, tp) in rows.iter_mut().zip(&tps) {
-        r.kafka_committed = committed.get(tp).copied();
+    let metadata =
+        consumer
+            .fetch_metadata(None, timeout)
+            .map_err(|e| ConnectorError::BrokerUnreachable {
+                brokers: brokers.to_owned(),
+                waited_ms: t0.elapsed().as_millis() as u64,
+                detail: e.to_string(),
+            })?;
+    // Partitions per archived topic, as Kafka has them.
+    let mut in_kafka: BTreeMap<String, Vec<i32>> = BTreeMap::new();
+    for r in rows.iter() {
+        in_kafka.entry(r.topic.clone()).or_default();
     }
-    for r in rows.iter_mut() {
-        if let Ok((_, high)) = consumer.fetch_watermarks(&r.topic, r.partition, timeout) {
-            r.high_watermark = Some(high);
-            r.archive_lag = Some(high - r.durable_next_offset);
-            r.lag = r.kafka_committed.map(|c| high - c);
+    for t in metadata.topics() {
+        if let Some(ps) = in_kafka.get_mut(t.name()) {
+            if t.error().is_none() {
+                ps.extend(t.partitions().iter().map(|p| p.id()));
+            }
+        }
+    }
+    for (topic, partitions) in &in_kafka {
+        if partitions.is_empty() {
+            tracing::warn!(
+                topic,
+                brokers,
+                "the archive holds this topic but Kafka does not have it (deleted?): no Kafka figures for it"
+            );
+        }
+        for &p in partitions {
+            if !rows.iter().any(|r| &r.topic == topic && r.partition == p) {
+                rows.push(Row::unarchived(topic, p));
+            }
+        }
+    }
+    rows.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+    let asked = |r: &Row| {
+        in_kafka
+            .get(&r.topic)
+            .is_some_and(|ps| ps.contains(&r.partition))
+    };
+    if group.is_some() {
+        let tps: Vec<TopicPartition> = rows
+            .iter()
+            .filter(|r| asked(r))
+            .map(|r| TopicPartition::new(&r.topic, r.partition))
+            .collect();
+        let committed = committed_offsets(&consumer, &tps, timeout)
+            .map_err(ConnectorError::kafka("committed offsets"))?;
+        for r in rows.iter_mut() {
+            r.kafka_committed = committed
+                .get(&TopicPartition::new(&r.topic, r.partition))
+                .copied();
+        }
+    }
+    for r in rows.iter_mut().filter(|r| asked(r)) {
+        let (low, high) = match consumer.fetch_watermarks(&r.topic, r.partition, timeout) {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::warn!(topic = %r.topic, partition = r.partition, error = %e, "no watermarks from Kafka: its columns are left empty");
+                continue;
+            }
+        };
+        r.high_watermark = Some(high);
+        r.archive_lag = Some(high - r.durable_next_offset.unwrap_or(low));
+        r.lag = r.kafka_committed.map(|c| high - c);
+        if let Some(durable) = r.durable_next_offset.filter(|&d| high < d) {
+            tracing::warn!(
+                topic = %r.topic,
+                partition = r.partition,
+                high,
+                durable,
+                "Kafka's log ends below what the archive holds: the topic was deleted and recreated, or truncated (cairn run stops on it; see OPERATIONS.md, \"Where a partition resumes\")"
+            );
         }
     }
     Ok(())
