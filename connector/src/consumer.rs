@@ -140,9 +140,19 @@ pub(crate) struct Shared {
     pub starts: BTreeMap<TopicPartition, Start>,
 }
 
-/// Payload bytes of buffered records, as `pending_bytes` counts them.
-fn payload_bytes(records: &[Record]) -> usize {
-    records.iter().map(|r| r.payload_bytes() as usize).sum()
+/// The memory a buffered record holds, as `pending_bytes` counts it: its
+/// payload, plus the record's and each header's own struct. Payload alone
+/// would let records of no payload (null key and value, or thousands of
+/// empty headers) pass every byte bound for free.
+fn held_bytes(r: &Record) -> usize {
+    r.payload_bytes() as usize
+        + std::mem::size_of::<Record>()
+        + r.headers.len() * std::mem::size_of::<cairn_engine::Header>()
+}
+
+/// [`held_bytes`] of buffered records.
+fn records_held_bytes(records: &[Record]) -> usize {
+    records.iter().map(held_bytes).sum()
 }
 
 fn task_thread_gone() -> ConnectorError {
@@ -167,7 +177,7 @@ impl Shared {
         for tp in tps {
             let records = self.pending.remove(&tp).unwrap_or_default();
             self.pending_records -= records.len();
-            self.pending_bytes -= payload_bytes(&records);
+            self.pending_bytes -= records_held_bytes(&records);
             batches.push(RecordBatch { tp, records });
         }
         if self.pending.is_empty() {
@@ -308,7 +318,7 @@ impl Shared {
             }
         }
         self.stats.payload_bytes += size;
-        self.pending_bytes += size as usize;
+        self.pending_bytes += held_bytes(&r);
         self.pending_records += 1;
         self.pending_since.get_or_insert_with(Instant::now);
         match self.pending.get_mut(tp) {
@@ -482,7 +492,7 @@ impl Shared {
         let poll_us = self
             .pending_since
             .map_or(0, |t| t.elapsed().as_micros() as u64);
-        // The whole buffer is taken: its payload bytes are the put's.
+        // The whole buffer is taken: the memory it holds is the put's.
         let bytes = self.pending_bytes;
         let batches = self.take_batches(None);
         if batches.is_empty() {
@@ -931,6 +941,46 @@ mod tests {
     use super::stops_the_run;
     use rdkafka::error::KafkaError;
     use rdkafka::types::RDKafkaErrorCode as C;
+
+    /// A record of no payload still holds memory, and counts it: the
+    /// queue's bound (`bytes_max = 0`: one waiting put) holds only if no
+    /// put is free, and a batch of records with many empty headers is cut
+    /// by `--batch-bytes-max` long before 10,000 of them.
+    #[test]
+    fn records_of_no_payload_are_not_free() {
+        use cairn_engine::{Header, Record, TimestampType};
+        let empty = Record {
+            offset: 0,
+            timestamp_type: TimestampType::NotAvailable,
+            timestamp_ms: -1,
+            key: None,
+            value: None,
+            headers: Vec::new(),
+        };
+        assert_eq!(empty.payload_bytes(), 0);
+        assert!(super::held_bytes(&empty) >= 64);
+        let headers = Record {
+            headers: vec![
+                Header {
+                    name: String::new(),
+                    value: None,
+                };
+                65_536
+            ],
+            ..empty.clone()
+        };
+        assert_eq!(headers.payload_bytes(), 0);
+        // 65,536 empty headers hold ~3 MiB: three fill a default batch.
+        assert!(super::held_bytes(&headers) >= 3 << 20);
+        let with_value = Record {
+            value: Some(vec![0; 100]),
+            ..empty.clone()
+        };
+        assert_eq!(
+            super::records_held_bytes(&[empty.clone(), with_value]),
+            2 * super::held_bytes(&empty) + 100
+        );
+    }
 
     #[test]
     fn unreadable_records_and_fatal_errors_stop_the_run() {

@@ -1,5 +1,6 @@
 //! The hand-over queue from the consumer thread to the task thread: FIFO,
-//! bounded by the payload bytes of the puts waiting in it.
+//! bounded by the bytes the puts waiting in it hold (their records' payload
+//! and structs, consumer.rs `held_bytes`: never 0 for a put).
 //!
 //! A queue rather than a rendezvous lets the consumer thread keep polling
 //! while the task thread is busy with a `pre_commit` (an fsync, up to tens of
@@ -9,7 +10,7 @@
 //!
 //! # Invariants
 //! - Puts waiting in the queue (handed over, not yet taken by the task
-//!   thread) hold at most `bytes_max` payload bytes, except that one put
+//!   thread) hold at most `bytes_max` bytes, except that one put
 //!   always fits an empty queue: `bytes_max = 0` allows one waiting put.
 //! - Jobs leave in the order they entered: a revoke's or a stop's flush runs
 //!   after every put handed over before it.
@@ -87,7 +88,7 @@ impl JobSender {
     }
 }
 
-/// A queue whose waiting puts hold at most `bytes_max` payload bytes.
+/// A queue whose waiting puts hold at most `bytes_max` bytes.
 pub(crate) fn bounded(bytes_max: usize) -> (JobSender, Receiver<Job>, Arc<Budget>) {
     let (tx, rx) = mpsc::channel();
     let budget = Arc::new(Budget {

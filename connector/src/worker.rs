@@ -39,7 +39,7 @@ pub(crate) enum Job {
         batches: Vec<RecordBatch>,
         /// From the batch's first polled record to its hand-over.
         poll_us: u64,
-        /// Payload bytes, released from the queue's budget when taken.
+        /// Bytes its records hold in memory, released from the queue's budget when taken.
         bytes: usize,
     },
     /// Partitions were assigned: where does each resume?
@@ -66,8 +66,8 @@ pub(crate) enum Job {
 }
 
 impl Job {
-    /// What the job holds against the hand-over queue's byte budget: a
-    /// put's payload bytes; nothing for the others.
+    /// What the job holds against the hand-over queue's byte budget: the
+    /// memory a put's records hold (never 0); nothing for the others.
     pub fn queued_bytes(&self) -> usize {
         match self {
             Job::Put { bytes, .. } => *bytes,
