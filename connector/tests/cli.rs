@@ -154,6 +154,13 @@ fn bad_flags_and_config_name_the_setting() {
     assert!(err.contains("connect-timeout-ms 4294967295"), "{err}");
     let missing = dir.path().join("missing");
     let missing = missing.to_str().unwrap();
+    // More demo records than the mock cluster keeps would read as loss.
+    for n in ["0", "100001"] {
+        let (code, _, err) = cairn(&["demo", "--records", n, "--data", missing]);
+        assert_ne!(code, 0);
+        assert!(err.contains("must be 1..=100000"), "{err}");
+        assert!(!std::path::Path::new(missing).exists());
+    }
     // Settings are checked before the archive is looked at.
     let (code, _, err) = cairn(&[
         "restore",
