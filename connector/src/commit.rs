@@ -40,7 +40,14 @@ pub struct CommitTracker {
     safe_puts: Vec<Instant>,
     /// Microseconds from the start of a put to the ack of the commit covering it.
     pub put_to_commit_us: Histogram<u64>,
+    /// Puts left out of `put_to_commit_us`: while commits keep failing
+    /// (a coordinator away for hours), the start times of the puts waiting
+    /// for one are kept up to [`PUTS_WAITING_TIMED_MAX`], not without bound.
+    pub puts_untimed: u64,
 }
+
+/// Most put start times kept waiting for a commit (16 bytes each).
+pub const PUTS_WAITING_TIMED_MAX: usize = 100_000;
 
 /// Offsets chosen for one commit, and the puts whose latency it settles.
 #[derive(Debug)]
@@ -62,6 +69,7 @@ impl Default for CommitTracker {
             unsafe_puts: Vec::new(),
             safe_puts: Vec::new(),
             put_to_commit_us: Histogram::new(3).expect("histogram"),
+            puts_untimed: 0,
         }
     }
 }
@@ -84,7 +92,17 @@ impl CommitTracker {
             self.assert_handed(tp, o, handed);
             raise(&mut self.durable_reported, tp, o);
         }
-        self.unsafe_puts.push(started);
+        if self.unsafe_puts.len() + self.safe_puts.len() < PUTS_WAITING_TIMED_MAX {
+            self.unsafe_puts.push(started);
+        } else {
+            if self.puts_untimed == 0 {
+                tracing::warn!(
+                    waiting = PUTS_WAITING_TIMED_MAX,
+                    "{PUTS_WAITING_TIMED_MAX} puts are waiting for a commit: commits keep failing; the put-to-commit times of further puts are not recorded"
+                );
+            }
+            self.puts_untimed += 1;
+        }
     }
 
     /// An assignment: the sink's `open` reported these offsets durable (so
@@ -199,6 +217,12 @@ impl CommitTracker {
         let mut puts = c.puts;
         puts.append(&mut self.safe_puts);
         self.safe_puts = puts;
+        // Those covered by a later put's time stay: the oldest are kept.
+        let room = PUTS_WAITING_TIMED_MAX.saturating_sub(self.unsafe_puts.len());
+        if self.safe_puts.len() > room {
+            self.puts_untimed += (self.safe_puts.len() - room) as u64;
+            self.safe_puts.truncate(room);
+        }
     }
 
     fn settle(&mut self, puts: Vec<Instant>) {
@@ -291,6 +315,33 @@ mod tests {
         assert_eq!(c.offsets, BTreeMap::from([(tp(0), 5)]));
         t.commit_acked(c, &assigned);
         assert_eq!(t.put_to_commit_us.len(), 1);
+    }
+
+    /// Commits that keep failing do not make the tracker keep a time per
+    /// put without bound.
+    #[test]
+    fn put_times_waiting_for_a_commit_are_bounded() {
+        let mut t = CommitTracker::default();
+        let assigned = BTreeSet::from([tp(0)]);
+        let extra = 10u64;
+        for i in 0..PUTS_WAITING_TIMED_MAX as i64 + extra as i64 {
+            let handed = BTreeMap::from([(tp(0), i + 1)]);
+            t.record_put(Instant::now(), &BTreeMap::new(), &handed);
+            t.record_pre_commit(&BTreeMap::from([(tp(0), i + 1)]), &handed);
+            if i % 1000 == 0 {
+                let c = t.take_commit(&assigned, None).unwrap();
+                t.commit_failed(c);
+            }
+        }
+        assert!(t.unsafe_puts.len() + t.safe_puts.len() <= PUTS_WAITING_TIMED_MAX);
+        assert_eq!(t.puts_untimed, extra);
+        let c = t.take_commit(&assigned, None).unwrap();
+        t.commit_acked(c, &assigned);
+        assert_eq!(t.put_to_commit_us.len(), PUTS_WAITING_TIMED_MAX as u64);
+        assert_eq!(
+            t.committed[&tp(0)],
+            PUTS_WAITING_TIMED_MAX as i64 + extra as i64
+        );
     }
 
     #[test]
