@@ -15,23 +15,25 @@
 //!
 //! # Invariants
 //! - The server only reads, except for `prune`, which deletes as the run's
-//!   own `--retain` passes do (`Engine::truncate_before`, in durable steps),
+//!   own `--retain` passes do (`Engine::truncate_by`, in durable steps),
 //!   and `backup`, which writes a new archive where it is asked to.
 //!   Exports stop at the durable next offset, and a verify checks the store
 //!   as it stood when the verify started (`Engine::verify`).
 //! - [`LiveServer::stop`] returns only once every connection's thread has
 //!   ended, so no reference to the engine outlives it: the archive sink
 //!   stops the server before it closes the engine.
-//! - The socket is `0600`: the same people who can read the data files.
+//! - The socket is `0600`: only the user the run runs as connects, who can
+//!   write the data files anyway (a `prune` deletes). The data files are
+//!   made with the process's umask: others may be able to read them.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cairn_engine::Engine;
 use serde::{Deserialize, Serialize};
@@ -502,15 +504,43 @@ fn serve(mut conn: UnixStream, engine: &Engine, stop: &AtomicBool) {
     }
 }
 
-fn read_request(conn: &UnixStream) -> std::result::Result<Request, String> {
-    conn.set_read_timeout(Some(REQUEST_TIMEOUT))
-        .map_err(|e| e.to_string())?;
-    let mut line = String::new();
-    let read = BufReader::new(conn.take(REQUEST_BYTES_MAX)).read_line(&mut line);
+/// The request line, whole within [`REQUEST_TIMEOUT`] of the connection: a
+/// client that trickles a byte now and then does not hold a slot longer.
+fn read_request(mut conn: &UnixStream) -> std::result::Result<Request, String> {
+    let deadline = Instant::now() + REQUEST_TIMEOUT;
+    let mut line = Vec::new();
+    let mut buf = [0u8; 4096];
+    let read = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break Err(format!(
+                "no whole request line within {} s",
+                REQUEST_TIMEOUT.as_secs()
+            ));
+        }
+        if let Err(e) = conn.set_read_timeout(Some(left)) {
+            break Err(e.to_string());
+        }
+        match conn.read(&mut buf) {
+            Ok(0) => break Ok(()),
+            Ok(n) => line.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => break Err(e.to_string()),
+        }
+        if let Some(end) = line.iter().position(|&b| b == b'\n') {
+            line.truncate(end);
+            break Ok(());
+        }
+        if line.len() as u64 > REQUEST_BYTES_MAX {
+            break Err(format!(
+                "the request line is over {REQUEST_BYTES_MAX} bytes"
+            ));
+        }
+    };
     // The watcher that follows waits for the client without a timeout.
     let _ = conn.set_read_timeout(None);
     read.map_err(|e| format!("reading the request: {e}"))?;
-    serde_json::from_str(line.trim_end()).map_err(|e| format!("bad request: {e}"))
+    serde_json::from_slice(&line).map_err(|e| format!("bad request: {e}"))
 }
 
 /// The running `cairn run` serving `data`, if one answers there. A socket
@@ -524,6 +554,21 @@ pub fn connect(data: &Path) -> Option<UnixStream> {
 /// unless that process is wedged (stopped with SIGSTOP, say).
 pub const STATUS_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How long `export` waits for the next part of the running cairn's
+/// answer: reading goes on without pause, so a long silence means a
+/// process that is wedged. `verify`, `prune` and `backup` answer only as
+/// they finish (minutes on a large archive), so they wait without limit.
+pub const EXPORT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long the answer to `req` may go silent.
+fn answer_timeout(req: &Request) -> Option<Duration> {
+    match req {
+        Request::Status => Some(STATUS_TIMEOUT),
+        Request::Export { .. } => Some(EXPORT_IDLE_TIMEOUT),
+        _ => None,
+    }
+}
+
 /// Send `req` and copy the answer's output to `out` (`out_name` in errors).
 /// A reader of `out` that went away (`| head`) ends the copy quietly, as for
 /// a local command.
@@ -533,10 +578,8 @@ pub fn request(
     out: &mut dyn Write,
     out_name: &Path,
 ) -> Result<End> {
-    if matches!(req, Request::Status) {
-        conn.set_read_timeout(Some(STATUS_TIMEOUT))
-            .map_err(socket_error)?;
-    }
+    let timeout = answer_timeout(req);
+    conn.set_read_timeout(timeout).map_err(socket_error)?;
     let mut line = serde_json::to_vec(req).expect("Request serialises");
     line.push(b'\n');
     // A server that refused at once (busy) may have closed before the
@@ -544,13 +587,13 @@ pub fn request(
     let sent = conn.write_all(&line);
     let mut conn = BufReader::with_capacity(FRAME_BYTES_MAX, conn);
     if let Err(e) = sent {
-        return match read_frame(&mut conn) {
+        return match read_frame(&mut conn, timeout) {
             Ok(Some((TAG_END, body))) => parse_end(&body),
             _ => Err(socket_error(e)),
         };
     }
     loop {
-        let (tag, body) = match read_frame(&mut conn)? {
+        let (tag, body) = match read_frame(&mut conn, timeout)? {
             Some(frame) => frame,
             None => {
                 return Err(ConnectorError::Live(
@@ -594,15 +637,15 @@ pub(crate) fn socket_error(source: std::io::Error) -> ConnectorError {
 }
 
 /// The next frame, or `None` at the end of the stream before one begins.
-fn read_frame(conn: &mut impl Read) -> Result<Option<(u8, Vec<u8>)>> {
+/// `timeout` is the one set on the stream, for the error.
+fn read_frame(conn: &mut impl Read, timeout: Option<Duration>) -> Result<Option<(u8, Vec<u8>)>> {
     let gone = |source: std::io::Error| {
-        if matches!(
-            source.kind(),
-            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-        ) {
+        if let (Some(t), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) =
+            (timeout, source.kind())
+        {
             return ConnectorError::Live(format!(
                 "the running cairn did not answer within {} s (is it stopped or wedged?)",
-                STATUS_TIMEOUT.as_secs()
+                t.as_secs()
             ));
         }
         socket_error(source)
@@ -654,6 +697,7 @@ pub fn exit_code(end: &End) -> std::process::ExitCode {
 mod tests {
     use super::*;
     use cairn_engine::{EngineConfig, Record, RecordBatch, TopicPartition};
+    use std::io::BufRead;
 
     fn engine(dir: &Path) -> Arc<Engine> {
         let e = Engine::open(EngineConfig::new(dir)).unwrap();
@@ -757,6 +801,27 @@ mod tests {
         let end: End = serde_json::from_slice(&body).unwrap();
         assert_eq!(end.exit, 2);
         assert!(end.error.unwrap().contains("bad request"));
+        let refusal = |conn: &mut UnixStream| {
+            let mut r = BufReader::new(conn);
+            match read_frame(&mut r, None).unwrap() {
+                Some((TAG_END, body)) => parse_end(&body).unwrap(),
+                other => panic!("{other:?}"),
+            }
+        };
+        // A line over the limit is refused without waiting for its end.
+        let mut conn = connect(dir.path()).unwrap();
+        conn.write_all(&vec![b' '; REQUEST_BYTES_MAX as usize + 4096])
+            .unwrap();
+        let end = refusal(&mut conn);
+        assert!(end.error.unwrap().contains("over 65536 bytes"));
+        // A request in pieces is read whole.
+        let mut conn = connect(dir.path()).unwrap();
+        conn.write_all(b"{\"command\":").unwrap();
+        conn.flush().unwrap();
+        conn.write_all(b"\"status\"}\n").unwrap();
+        let mut r = BufReader::new(&mut conn);
+        let (tag, _) = read_frame(&mut r, None).unwrap().unwrap();
+        assert_eq!(tag, TAG_OUTPUT);
 
         // CONNECTIONS_MAX clients that send nothing (yet) keep their
         // threads; the next is refused as busy at once.
