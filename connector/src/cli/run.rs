@@ -37,7 +37,8 @@ pub struct RunArgs {
     /// Most records in one put.
     #[arg(long)]
     pub batch_records_max: Option<usize>,
-    /// Most payload bytes held between poll and put (the backpressure bound).
+    /// Most bytes a batch holds between poll and put (the backpressure
+    /// bound): payload plus ~100 per record and 48 per header.
     #[arg(long)]
     pub batch_bytes_max: Option<usize>,
     /// Longest a polled record waits before its put.
@@ -169,12 +170,21 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
     let stop = Arc::new(AtomicBool::new(false));
     let signal_stop = stop.clone();
     // Installed before the archive is read, not when the task first runs.
-    let signalled = signals()
+    let mut signals = Signals::install()
         .map_err(|e| ConnectorError::Sink(format!("cannot install signal handlers: {e}")))?;
     tokio::spawn(async move {
-        signalled.await;
-        tracing::info!("signal received: draining, fsyncing, committing, closing");
+        signals.recv().await;
+        tracing::info!(
+            "signal received: draining, fsyncing, committing, closing (again to exit at once)"
+        );
         signal_stop.store(true, Ordering::Relaxed);
+        // A stop can take seconds (a put's fsync, the pruner's last pass, a
+        // live prune finishing its partition, the consumer's close). Exiting
+        // at once loses nothing: only what is durable was committed, and
+        // the next start recovers the archive and resumes from it.
+        signals.recv().await;
+        tracing::error!("second signal: exiting at once, without the final commit; the next start recovers the archive and resumes from what is durable");
+        std::process::exit(130);
     });
     let opts = PipelineOptions {
         stop: stop.clone(),
