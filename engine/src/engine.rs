@@ -158,7 +158,20 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 pub(crate) fn store_err(op: &'static str) -> impl FnOnce(sled::Error) -> Error {
-    move |source| Error::Store { op, source }
+    move |source| match source {
+        // sled reads pages from its log as they are needed, and checks
+        // them: damage it finds there is corruption like any other, typed
+        // and located, not a failure of the store.
+        sled::Error::Corruption { at, .. } => Error::Corruption {
+            location: crate::error::Location::SledLog {
+                log_offset: at.map(|p| p.lid()),
+            },
+            kind: crate::error::CorruptionKind::SledUnreadable {
+                detail: format!("a page failed sled's own checks during {op}"),
+            },
+        },
+        source => Error::Store { op, source },
+    }
 }
 
 impl Engine {

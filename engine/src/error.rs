@@ -117,6 +117,10 @@ pub enum Location {
         path: std::path::PathBuf,
         log_offset: Option<u64>,
     },
+    /// sled's log, found damaged by sled while reading a page of it after
+    /// open (pages are read from the log as they are needed); at this
+    /// offset of its log when sled says.
+    SledLog { log_offset: Option<u64> },
 }
 
 impl fmt::Display for Location {
@@ -138,6 +142,13 @@ impl fmt::Display for Location {
                 write!(f, "sled's files in {}", path.display())?;
                 match log_offset {
                     Some(o) => write!(f, " (log offset {o})"),
+                    None => Ok(()),
+                }
+            }
+            Location::SledLog { log_offset } => {
+                write!(f, "sled's log")?;
+                match log_offset {
+                    Some(o) => write!(f, " at offset {o}"),
                     None => Ok(()),
                 }
             }
@@ -191,9 +202,10 @@ pub enum CorruptionKind {
     /// record as the end), leaving an older but self-consistent store.
     #[error("the log ends at lsn {log_end} but lsn {durable} was durable (cairn.durable): the store lost its newest records")]
     LostSuffix { log_end: u64, durable: u64 },
-    /// sled refused to open its files: it found bytes there it cannot read
-    /// (a damaged snapshot or log segment). Nothing of the store can be
-    /// read through sled until those files are repaired or restored.
+    /// sled found bytes in its own files it cannot read (a damaged snapshot
+    /// or log segment): on open, when nothing of the store can be read
+    /// through sled until those files are repaired or restored; or later,
+    /// reading a page of its log ([`Location::SledLog`]).
     #[error("sled cannot read its own files: {detail}")]
     SledUnreadable { detail: String },
 }

@@ -6,6 +6,12 @@
 //! - A record is yielded only from an entry that passed every check in
 //!   `entry::read_entry`. On corruption the reader yields the error and ends.
 //! - Memory is bounded by one decoded entry.
+//! - A read of a whole partition (from at or below its first offset) that
+//!   reaches the durable next offset has yielded as many records as the
+//!   durable summary counted when it began, unless a truncation deleted
+//!   some meanwhile; otherwise it ends with `Corruption` naming the
+//!   partition (a lost index entry hides whole entries from the index walk,
+//!   and offsets may have gaps, so nothing else would tell).
 
 use std::collections::VecDeque;
 
@@ -27,6 +33,20 @@ pub struct RecordIter {
     upper: Vec<u8>,
     buf: VecDeque<Record>,
     done: bool,
+    /// For a read of the whole partition: the count to meet at its end.
+    count: Option<CountCheck>,
+}
+
+/// A read of a whole partition yields every record its summary counts, or
+/// an index entry is missing (damage no frame check can see: offsets may
+/// have gaps). Checked at the end unless a truncation ran meanwhile.
+struct CountCheck {
+    /// The durable summary's record count when the read began.
+    expected: u64,
+    yielded: u64,
+    /// The stored summary's first offset when the read began: a truncation
+    /// that deleted anything moves it, in the batch that deletes.
+    first_offset: i64,
 }
 
 impl Engine {
@@ -34,8 +54,19 @@ impl Engine {
     /// durable next offset.
     pub fn read(&self, tp: &TopicPartition, from: i64) -> Result<RecordIter> {
         validate_tp(tp)?;
-        let end = self.durable_offset(tp).unwrap_or(0);
+        let durable = self.durable_view().partitions.get(tp).copied();
+        let end = durable.map_or(0, |s| s.next_offset);
         let from = from.max(0);
+        let count = match durable {
+            Some(s) if from <= s.first_offset => {
+                stored_first_offset(&self.tree, tp)?.map(|first_offset| CountCheck {
+                    expected: s.record_count,
+                    yielded: 0,
+                    first_offset,
+                })
+            }
+            _ => None,
+        };
         let prefix = keys::index_prefix(tp);
         let mut next_key = keys::index_key(tp, from);
         // The entry that contains `from` starts at or before it.
@@ -63,6 +94,7 @@ impl Engine {
             upper: keys::index_key(tp, i64::MAX),
             buf: VecDeque::new(),
             done: from >= end,
+            count,
         })
     }
 
@@ -166,7 +198,52 @@ impl Engine {
     }
 }
 
+/// The first offset of `tp`'s summary as stored in the tree (not the
+/// durable view: a truncation changes both in one batch with its index
+/// removals), if there is one.
+fn stored_first_offset(tree: &sled::Tree, tp: &TopicPartition) -> Result<Option<i64>> {
+    let key = keys::partition_key(tp);
+    let Some(v) = tree.get(&key).map_err(store_err("read summary"))? else {
+        return Ok(None);
+    };
+    let (_, s) = crate::offsets::PartitionSummary::decode(&key, &v).map_err(|kind| {
+        crate::error::Error::corruption(
+            crate::error::Location::Partition {
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+            },
+            kind,
+        )
+    })?;
+    Ok(Some(s.first_offset))
+}
+
 impl RecordIter {
+    /// The partition's records are all read: check their count.
+    fn finish(&mut self) -> Result<()> {
+        self.done = true;
+        let Some(c) = self.count.take() else {
+            return Ok(());
+        };
+        if c.yielded == c.expected
+            || stored_first_offset(&self.tree, &self.tp)? != Some(c.first_offset)
+        {
+            return Ok(());
+        }
+        Err(crate::error::Error::corruption(
+            crate::error::Location::Partition {
+                topic: self.tp.topic.clone(),
+                partition: self.tp.partition,
+            },
+            crate::error::CorruptionKind::SummaryMismatch {
+                detail: format!(
+                    "read {} records below next offset {}, where the summary counts {}: an index entry is missing (cairn verify lists where)",
+                    c.yielded, self.end, c.expected
+                ),
+            },
+        ))
+    }
+
     fn fill(&mut self) -> Result<()> {
         while self.buf.is_empty() {
             let item = self
@@ -174,13 +251,11 @@ impl RecordIter {
                 .range(self.next_key.as_slice()..=self.upper.as_slice())
                 .next();
             let Some(item) = item else {
-                self.done = true;
-                return Ok(());
+                return self.finish();
             };
             let (k, e) = index_item(item)?;
             if e.first_offset >= self.end {
-                self.done = true;
-                return Ok(());
+                return self.finish();
             }
             let entry = match read_entry(&self.tree, &self.tp, &e) {
                 Ok(entry) => entry,
@@ -200,12 +275,16 @@ impl RecordIter {
             };
             self.next_key = keys::index_key(&self.tp, e.last_offset.saturating_add(1));
             let (from, end) = (self.from, self.end);
+            let before = self.buf.len();
             self.buf.extend(
                 entry
                     .records
                     .into_iter()
                     .filter(|r| r.offset >= from && r.offset < end),
             );
+            if let Some(c) = &mut self.count {
+                c.yielded += (self.buf.len() - before) as u64;
+            }
         }
         Ok(())
     }

@@ -168,6 +168,56 @@ fn missing_frame_is_a_gap() {
         .any(|p| matches!(p.kind, CorruptionKind::IndexMismatch { .. })));
 }
 
+/// An index entry lost below the recovery tail: the frames are whole and
+/// offsets may have gaps, so only the count tells. A read of the whole
+/// partition says so at its end (export, restore), as verify does; a read
+/// from inside it cannot tell, and yields what the index leads to.
+#[test]
+fn missing_index_entry_fails_a_whole_read() {
+    let (dir, tp) = store();
+    with_raw_tree(dir.path(), |t| {
+        t.remove(cairn_engine::keys::index_key(&tp, 10)).unwrap();
+    });
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let mut offsets = Vec::new();
+    let mut err = None;
+    for r in e.read(&tp, 0).unwrap() {
+        match r {
+            Ok(r) => offsets.push(r.offset),
+            Err(e) => err = Some(e),
+        }
+    }
+    assert_eq!(offsets, (0..10).chain(20..30).collect::<Vec<_>>());
+    match err {
+        Some(Error::Corruption {
+            location: Location::Partition { partition: 0, .. },
+            kind: CorruptionKind::SummaryMismatch { detail },
+        }) => assert!(
+            detail.contains("read 20 records below next offset 30, where the summary counts 30"),
+            "{detail}"
+        ),
+        other => panic!("expected a count mismatch, got {other:?}"),
+    }
+    assert_eq!(e.read(&tp, 20).unwrap().count(), 10);
+    drop(e);
+    let v = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
+    assert!(!v.is_clean());
+}
+
+/// A whole read racing a truncation is not a count mismatch: the records
+/// deleted under it are gone, not lost.
+#[test]
+fn a_whole_read_racing_a_truncation_is_no_mismatch() {
+    let (dir, tp) = store();
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let mut it = e.read(&tp, 0).unwrap();
+    assert_eq!(it.next().unwrap().unwrap().offset, 0);
+    e.truncate_before(&tp, 20).unwrap();
+    let rest: Vec<i64> = it.map(|r| r.unwrap().offset).collect();
+    // The first entry was decoded before the truncation; the second is gone.
+    assert_eq!(rest, (1..10).chain(20..30).collect::<Vec<_>>());
+}
+
 #[test]
 fn damaged_index_and_summary_are_reported() {
     let (dir, tp) = store();

@@ -53,7 +53,13 @@ fn check(args: VerifyArgs) -> Result<ExitCode> {
         // Damage that keeps the store from opening (sled's own files, the
         // watermark) is a finding like any other, not a failure to check.
         Err(cairn_engine::Error::Corruption { location, kind }) => {
-            outln!("verified {}: the store does not open", path.display())?;
+            let what = match location {
+                cairn_engine::Location::SledLog { .. } => {
+                    "sled could not read a page of its log, and the check stopped there"
+                }
+                _ => "the store does not open",
+            };
+            outln!("verified {}: {what}", path.display())?;
             outln!("problem: {}", Problem { location, kind })?;
             outln!("1 problems")?;
             return Ok(ExitCode::from(EXIT_DAMAGED));
