@@ -64,7 +64,8 @@ pub const TRUNCATE_ENTRIES_PER_STEP: usize = 1024;
 pub const TRUNCATE_FRAMES_PER_STEP: u64 = 8192;
 
 impl Engine {
-    /// Delete every entry of `tp` that lies entirely below `offset`, durably.
+    /// Delete every durable entry of `tp` that lies entirely below `offset`,
+    /// durably.
     ///
     /// Works in steps of at most [`TRUNCATE_ENTRIES_PER_STEP`] entries and
     /// [`TRUNCATE_FRAMES_PER_STEP`] frames. Each step is atomic and leaves a
@@ -95,7 +96,10 @@ impl Engine {
             .truncating
             .write()
             .expect("engine lock poisoned by an earlier panic");
-        let offset = cut(self)?;
+        // Only what is durable is deleted, whatever the cut: an entry
+        // written but not yet fsynced (a put under `interval:MS`) is left to
+        // the next cut, as the age and size cuts leave it.
+        let offset = cut(self)?.min(self.durable_offset(tp).unwrap_or(0));
         let mut report = TruncateReport::default();
         let mut steps = 0u64;
         loop {

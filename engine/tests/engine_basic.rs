@@ -296,6 +296,27 @@ fn truncate_before_deletes_whole_entries_only() {
     assert!(e.verify().unwrap().is_clean());
 }
 
+/// A cut above the durable next offset deletes only what is durable: an
+/// entry written and not yet synced (a put under `interval:MS`) stays, and
+/// reads back once synced.
+#[test]
+fn truncate_before_leaves_entries_not_yet_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let tp = TopicPartition::new("t", 0);
+    let e = open(dir.path());
+    e.append(&[batch(&tp, 0..10, 10)]).unwrap();
+    e.write(&[batch(&tp, 10..20, 10)]).unwrap();
+    assert_eq!(e.durable_offset(&tp), Some(10));
+    let (offset, r) = e.truncate_by(&tp, |_| Ok(1000)).unwrap();
+    assert_eq!(offset, 10, "the cut stops at what is durable");
+    assert_eq!(r.records_deleted, 10);
+    e.sync().unwrap();
+    assert_eq!(e.durable_offset(&tp), Some(20));
+    let offsets: Vec<i64> = read_all(&e, &tp).iter().map(|r| r.offset).collect();
+    assert_eq!(offsets, (10..20).collect::<Vec<_>>());
+    assert!(e.verify().unwrap().is_clean());
+}
+
 /// A truncation larger than one step is made in several durable steps that
 /// together delete exactly what one would, merge their tombstones across
 /// steps, keep the other partition's entries (interleaved in the log) and
