@@ -4,7 +4,6 @@ use std::path::{Path, PathBuf};
 
 use crate::body::ENTRY_BODY_BYTES_MAX;
 use crate::error::InvalidInput;
-use crate::frame::FRAME_BODY_BYTES_MAX;
 
 /// What recovery does with a torn last entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -21,6 +20,19 @@ pub enum RecoveryMode {
 /// sled segment size. Large enough that a consolidated leaf of 64 KiB
 /// frames stays below sled's blob threshold (segment / 4). Fixed at creation.
 pub const SLED_SEGMENT_BYTES: usize = 8 << 20;
+
+/// Largest frame body a store may be configured to write. sled moves a
+/// logged node (a whole leaf, not one value) into a blob file once it is
+/// over a quarter of a segment, and writes blobs from inside an insert,
+/// where cairn's blob fsync could find one half written. A leaf holds at
+/// most 16 items before it splits (a merge may leave 19): 19 frames of
+/// 96 KiB and their keys stay under `SLED_SEGMENT_BYTES / 4`, so no frame
+/// leaf becomes a blob. Frames up to `frame::FRAME_BODY_BYTES_MAX` are still read.
+pub const FRAME_BODY_BYTES_WRITE_MAX: usize = 96 << 10;
+const _: () = assert!(
+    19 * (FRAME_BODY_BYTES_WRITE_MAX + 64) < SLED_SEGMENT_BYTES / 4
+        && FRAME_BODY_BYTES_WRITE_MAX <= crate::frame::FRAME_BODY_BYTES_MAX
+);
 
 /// Hard cap on `record_bytes_max`: a record must fit in one entry body.
 pub const RECORD_BYTES_MAX_LIMIT: u64 = 16 << 20;
@@ -153,9 +165,11 @@ impl EngineConfig {
                 self.record_bytes_max
             ));
         }
-        if self.frame_body_bytes_max < 1024 || self.frame_body_bytes_max > FRAME_BODY_BYTES_MAX {
+        if self.frame_body_bytes_max < 1024
+            || self.frame_body_bytes_max > FRAME_BODY_BYTES_WRITE_MAX
+        {
             return bad(format!(
-                "frame_body_bytes_max {} must be in 1024..={FRAME_BODY_BYTES_MAX}",
+                "frame_body_bytes_max {} must be in 1024..={FRAME_BODY_BYTES_WRITE_MAX}",
                 self.frame_body_bytes_max
             ));
         }

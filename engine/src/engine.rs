@@ -6,8 +6,9 @@
 //!   fdatasync of sled's data file).
 //! - The offsets an `append` reports are taken from a snapshot made *before*
 //!   the fsync that covered them started: what is reported durable is durable.
-//! - Per partition, stored offsets strictly increase; records at or below the
-//!   partition's next offset are dropped as duplicates, never rewritten.
+//! - Per partition, stored offsets strictly increase; records below the
+//!   partition's next offset (at or below its last stored offset) are
+//!   dropped as duplicates, never rewritten.
 //! - After a failed write or fsync the engine is poisoned: every later write
 //!   returns `Error::Poisoned`; the fsync is never retried.
 //! - An append's values are inserted in log order: each entry's frames, then
@@ -157,6 +158,50 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().expect("engine lock poisoned by an earlier panic")
 }
 
+/// The sync leader's duty while it syncs, for when it panics instead of
+/// returning (forgotten when it returns): end the sync as failed, poison the
+/// engine, and wake the followers, who would otherwise wait for good.
+struct SyncLeader<'a> {
+    engine: &'a Engine,
+}
+
+impl Drop for SyncLeader<'_> {
+    fn drop(&mut self) {
+        // The commit lock is not held across the sync, so it is not
+        // poisoned by this panic.
+        if let Ok(mut c) = self.engine.commit.lock() {
+            c.syncing = false;
+            c.poisoned
+                .get_or_insert(("fsync", "the sync panicked (see the panic message)".into()));
+            self.engine.commit_cv.notify_all();
+        }
+    }
+}
+
+/// `create_dir_all`, then an fsync of the parent of every directory it
+/// made: a new store's own directory entry survives a power loss, not only
+/// what is inside it (which `DurableSync::open` syncs).
+fn create_dir_durably(path: &std::path::Path) -> std::io::Result<()> {
+    let mut missing = Vec::new();
+    let mut p = Some(path);
+    while let Some(dir) = p {
+        if dir.as_os_str().is_empty() || dir.exists() {
+            break;
+        }
+        missing.push(dir);
+        p = dir.parent();
+    }
+    std::fs::create_dir_all(path)?;
+    for dir in missing {
+        let parent = match dir.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => std::path::Path::new("."),
+        };
+        crate::sync::sync_dir(parent)?;
+    }
+    Ok(())
+}
+
 pub(crate) fn store_err(op: &'static str) -> impl FnOnce(sled::Error) -> Error {
     move |source| match source {
         // sled reads pages from its log as they are needed, and checks
@@ -193,7 +238,7 @@ impl Engine {
             path: cfg.path.clone(),
             source: e,
         };
-        std::fs::create_dir_all(&cfg.path).map_err(|e| io("create data directory", e))?;
+        create_dir_durably(&cfg.path).map_err(|e| io("create data directory", e))?;
         let lock = if lock {
             Some(DirLock::acquire(&cfg.path)?)
         } else {
@@ -290,7 +335,7 @@ impl Engine {
 
     /// Append batches and return once they are durable.
     ///
-    /// Records at or below a partition's stored next offset are dropped and
+    /// Records below a partition's stored next offset are dropped and
     /// counted as duplicates. Invalid input is refused before anything is
     /// written. Concurrent callers share fsyncs (group commit).
     pub fn append(&self, batches: &[RecordBatch]) -> Result<DurableOffsets> {
@@ -399,8 +444,9 @@ impl Engine {
                     let ie = IndexEntry::describe(first_lsn, n as u32, group);
                     writes.push(ie.encode(&b.tp));
                     summary.next_offset = ie.last_offset + 1;
-                    summary.record_count += ie.record_count as u64;
-                    summary.payload_bytes += ie.payload_bytes;
+                    summary.record_count =
+                        summary.record_count.saturating_add(ie.record_count as u64);
+                    summary.payload_bytes = summary.payload_bytes.saturating_add(ie.payload_bytes);
                     appended += group.len() as u64;
                 }
                 updated.insert(b.tp.clone(), summary);
@@ -510,6 +556,9 @@ impl Engine {
             }
             c.syncing = true;
             drop(c);
+            // A panic from here on (in sled's flush, say) must not leave the
+            // followers waiting for a sync that will never end.
+            let leading = SyncLeader { engine: self };
             // Snapshot before syncing: everything in it is covered by the sync.
             let (target, view) = {
                 let w = lock(&self.write);
@@ -525,6 +574,7 @@ impl Engine {
             let res = lock(&self.syncer).sync(&self.db, view.lsn);
             let nanos = t0.elapsed().as_nanos() as u64;
             tracing::debug!(fsync_us = nanos / 1000, target, "fsync");
+            std::mem::forget(leading);
             c = lock(&self.commit);
             c.syncing = false;
             match res {
@@ -636,7 +686,10 @@ impl Engine {
             w.checkpoint_lsn = lsn;
         }
         self.sync()?;
-        if let Err(e) = lock(&self.syncer).sync_watermark() {
+        // The syncer's guard ends here, before `poison` takes `commit`: the
+        // lock order is `commit` before `syncer` (wait_durable).
+        let watermark = lock(&self.syncer).sync_watermark();
+        if let Err(e) = watermark {
             return Err(self.poison("fsync", format!("watermark: {e}")));
         }
         self.closed.store(true, Ordering::Release);

@@ -27,9 +27,10 @@ pub const FRAME_MAGIC: [u8; 4] = *b"CRNF";
 pub const FRAME_VERSION: u8 = 1;
 /// Bytes before the body.
 pub const FRAME_HEADER_BYTES: usize = 16;
-/// Hard upper bound on one frame's body, whatever the configuration says.
-/// Keeps every sled value far below the size at which sled would move it
-/// into an un-fsynced blob file.
+/// Hard upper bound on one frame's body when decoding, whatever the
+/// configuration says. What a store writes is bounded lower
+/// (`config::FRAME_BODY_BYTES_WRITE_MAX`), so that no leaf of frames grows
+/// to the size at which sled moves it into a blob file.
 pub const FRAME_BODY_BYTES_MAX: usize = 1 << 20;
 
 /// Another chunk of the same entry follows at `lsn + 1`.

@@ -61,7 +61,10 @@ mod verify;
 pub mod watermark;
 
 pub use backup::{BackupReport, FAILPOINT_BACKUP_AFTER_LOG};
-pub use config::{EngineConfig, RecoveryMode, RECORD_BYTES_MAX_LIMIT, SLED_SEGMENT_BYTES};
+pub use config::{
+    EngineConfig, RecoveryMode, FRAME_BODY_BYTES_WRITE_MAX, RECORD_BYTES_MAX_LIMIT,
+    SLED_SEGMENT_BYTES,
+};
 pub use engine::{
     Engine, EngineStats, PartitionInfo, Written, FAILPOINT_AFTER_SYNC, FAILPOINT_AFTER_WRITE,
     FAILPOINT_MID_WRITE,

@@ -606,8 +606,8 @@ fn extend_summary(
             s.first_offset = e.first_offset;
         }
         s.next_offset = s.next_offset.max(e.last_offset + 1);
-        s.record_count += e.record_count as u64;
-        s.payload_bytes += e.payload_bytes;
+        s.record_count = s.record_count.saturating_add(e.record_count as u64);
+        s.payload_bytes = s.payload_bytes.saturating_add(e.payload_bytes);
     }
     Ok(Some(s))
 }
@@ -633,8 +633,8 @@ fn rebuild_summary(
         *entries_read += 1;
         first.get_or_insert(e.first_offset);
         s.next_offset = s.next_offset.max(e.last_offset + 1);
-        s.record_count += e.record_count as u64;
-        s.payload_bytes += e.payload_bytes;
+        s.record_count = s.record_count.saturating_add(e.record_count as u64);
+        s.payload_bytes = s.payload_bytes.saturating_add(e.payload_bytes);
     }
     // The summary was behind the log: never move it backwards (a torn
     // tail that is truncated was never indexed, so it never counted).

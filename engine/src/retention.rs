@@ -37,16 +37,18 @@ impl TruncateReport {
     fn count(&mut self, e: &IndexEntry) {
         self.entries_deleted += 1;
         self.frames_deleted += e.chunks as u64;
-        self.records_deleted += e.record_count as u64;
-        self.payload_bytes_deleted += e.payload_bytes;
+        self.records_deleted = self.records_deleted.saturating_add(e.record_count as u64);
+        self.payload_bytes_deleted = self.payload_bytes_deleted.saturating_add(e.payload_bytes);
     }
 
     /// Add `other`'s counts (not its first offset) to these.
     pub fn add_counts(&mut self, other: &TruncateReport) {
         self.entries_deleted += other.entries_deleted;
         self.frames_deleted += other.frames_deleted;
-        self.records_deleted += other.records_deleted;
-        self.payload_bytes_deleted += other.payload_bytes_deleted;
+        self.records_deleted = self.records_deleted.saturating_add(other.records_deleted);
+        self.payload_bytes_deleted = self
+            .payload_bytes_deleted
+            .saturating_add(other.payload_bytes_deleted);
     }
 }
 
@@ -143,7 +145,8 @@ impl Engine {
             .truncating
             .read()
             .expect("engine lock poisoned by an earlier panic");
-        let offset = cut(self)?;
+        // As `truncate_by` clamps it: the plan is what a prune would do.
+        let offset = cut(self)?.min(self.durable_offset(tp).unwrap_or(0));
         let mut report = TruncateReport::default();
         let Some(summary) = self.lock_write()?.partitions.get(tp).copied() else {
             return Ok((offset, report));
@@ -228,8 +231,10 @@ impl Engine {
             }
             summary.first_offset = new_first.unwrap_or(summary.next_offset);
             report.first_offset_after = Some(summary.first_offset);
-            summary.record_count -= report.records_deleted;
-            summary.payload_bytes -= report.payload_bytes_deleted;
+            summary.record_count = summary.record_count.saturating_sub(report.records_deleted);
+            summary.payload_bytes = summary
+                .payload_bytes
+                .saturating_sub(report.payload_bytes_deleted);
             summary.next_offset_floor = summary.next_offset;
             let (k, v) = summary.encode(tp);
             batch.insert(k, v);

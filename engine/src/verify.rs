@@ -477,7 +477,7 @@ fn verify_log(
         r.entries += 1;
         r.records += entry.records.len() as u64;
         let described = IndexEntry::describe(first_lsn, chunks, &entry.records);
-        r.payload_bytes += described.payload_bytes;
+        r.payload_bytes = r.payload_bytes.saturating_add(described.payload_bytes);
         if let Some(&prev) = last_offset.get(&entry.tp) {
             if described.first_offset <= prev {
                 r.add(
@@ -579,8 +579,8 @@ fn verify_index(
         let t = totals.entry(tp).or_default();
         t.first_offset.get_or_insert(e.first_offset);
         t.next_offset = t.next_offset.max(e.last_offset.saturating_add(1));
-        t.record_count += e.record_count as u64;
-        t.payload_bytes += e.payload_bytes;
+        t.record_count = t.record_count.saturating_add(e.record_count as u64);
+        t.payload_bytes = t.payload_bytes.saturating_add(e.payload_bytes);
     }
     Ok(totals)
 }

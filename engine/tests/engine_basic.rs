@@ -53,6 +53,23 @@ fn duplicates_are_dropped_and_gaps_allowed() {
     assert_eq!(e.stats().records_duplicate, 5);
 }
 
+/// A frame size that would let sled write a leaf of frames as a blob is
+/// refused at open.
+#[test]
+fn frames_too_large_for_sled_leaves_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let too_big = cairn_engine::FRAME_BODY_BYTES_WRITE_MAX + 1;
+    let err = Engine::open(EngineConfig::new(dir.path()).frame_body_bytes_max(too_big))
+        .err()
+        .expect("refused");
+    assert!(err.to_string().contains("frame_body_bytes_max"), "{err}");
+    Engine::open(
+        EngineConfig::new(dir.path())
+            .frame_body_bytes_max(cairn_engine::FRAME_BODY_BYTES_WRITE_MAX),
+    )
+    .unwrap();
+}
+
 #[test]
 fn bad_input_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
@@ -307,6 +324,12 @@ fn truncate_before_leaves_entries_not_yet_durable() {
     e.append(&[batch(&tp, 0..10, 10)]).unwrap();
     e.write(&[batch(&tp, 10..20, 10)]).unwrap();
     assert_eq!(e.durable_offset(&tp), Some(10));
+    let (offset, plan) = e.truncate_plan_by(&tp, |_| Ok(1000)).unwrap();
+    assert_eq!(
+        (offset, plan.records_deleted),
+        (10, 10),
+        "the plan says so too"
+    );
     let (offset, r) = e.truncate_by(&tp, |_| Ok(1000)).unwrap();
     assert_eq!(offset, 10, "the cut stops at what is durable");
     assert_eq!(r.records_deleted, 10);
