@@ -370,10 +370,18 @@ pub fn restore_until(
         .iter()
         .map(|p| {
             let d = state.partitions.get(&p.target).cloned().unwrap_or_default();
-            (
-                p,
-                standing(starts[&p.target], sent.contains_key(&p.target), &d),
-            )
+            // A resume point at or past the selection's end (the stop came
+            // right after its last record) leaves nothing to restore, and a
+            // rerun from it would be refused as an empty range.
+            let end = engine
+                .durable_offset(&p.source)
+                .unwrap_or(0)
+                .min(cfg.select.to.unwrap_or(i64::MAX));
+            let st = match standing(starts[&p.target], sent.contains_key(&p.target), &d) {
+                Standing::Resume(o) if o >= end => Standing::Complete,
+                st => st,
+            };
+            (p, st)
         })
         .collect();
     let stopped =

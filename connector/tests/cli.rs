@@ -692,6 +692,62 @@ fn export_stops_cleanly_and_says_what_its_output_holds() {
         .map(|e| e.unwrap().file_name())
         .collect();
     assert_eq!(left.len(), 2, "no staged file is left behind: {left:?}");
+    // Special files and symlinks are written in place: /dev/null (whose
+    // fsync would fail), and a link that stays a link.
+    let (code, _, err) = cairn(&[
+        "export",
+        "--data",
+        d,
+        "--partition",
+        "0",
+        "--output",
+        "/dev/null",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let links = tempfile::tempdir().unwrap();
+    let target = links.path().join("target.jsonl");
+    let link = links.path().join("link.jsonl");
+    std::fs::write(&target, b"old").unwrap();
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let (code, _, err) = cairn(&[
+        "export",
+        "--data",
+        d,
+        "--partition",
+        "0",
+        "--output",
+        link.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert_eq!(
+        std::fs::read(&target)
+            .unwrap()
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count(),
+        1000
+    );
+    // A file replaced keeps its permissions.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (code, _, err) = cairn(&[
+        "export",
+        "--data",
+        d,
+        "--partition",
+        "0",
+        "--output",
+        target.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let mode = std::fs::metadata(&target).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    assert_eq!(std::fs::read_dir(links.path()).unwrap().count(), 2);
+
     // To stdout: the records before the damage, and an error that says so.
     let (code, out, err) = cairn(&["export", "--data", d]);
     assert_eq!(code, 1, "{err}");
@@ -751,7 +807,10 @@ fn status_with_brokers_shows_what_the_archive_lacks() {
     }
     producer.flush(std::time::Duration::from_secs(10)).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    archive_of(dir.path(), &[("s", 0, 10), ("s", 1, 5), ("gone", 0, 1)]);
+    archive_of(
+        dir.path(),
+        &[("s", 0, 10), ("s", 1, 5), ("s", 5, 1), ("gone", 0, 1)],
+    );
     let d = dir.path().to_str().unwrap();
     let (code, out, err) = cairn(&["status", "--data", d, "--brokers", &mb.brokers, "--json"]);
     assert_eq!(code, 0, "{err}");
@@ -761,7 +820,9 @@ fn status_with_brokers_shows_what_the_archive_lacks() {
             .find(|r| r["topic"] == t && r["partition"] == p)
             .unwrap_or_else(|| panic!("no row {t}/{p}: {out}"))
     };
-    assert_eq!(rows.len(), 4, "{out}");
+    assert_eq!(rows.len(), 5, "{out}");
+    assert!(row("s", 5).get("high_watermark").is_none(), "{out}");
+    assert!(err.contains("Kafka's topic has no such partition"), "{err}");
     assert_eq!(row("s", 0)["high_watermark"], 120);
     assert_eq!(row("s", 0)["archive_lag"], 20);
     assert_eq!(row("s", 1)["archive_lag"], -30);

@@ -6,8 +6,9 @@
 //! raw: the values, newline-delimited, like `kcat -C`.
 
 use std::io::{BufWriter, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
@@ -83,52 +84,105 @@ pub async fn run(args: ExportArgs) -> Result<ExitCode> {
         .output
         .clone()
         .unwrap_or_else(|| PathBuf::from("<stdout>"));
-    let io_err = |source| ConnectorError::Io {
-        path: out_path.clone(),
-        source,
-    };
     // A file is written under a staged name and renamed into place once the
-    // export is complete: a refused or failed export leaves an existing
-    // file as it was.
-    let mut out = BufWriter::with_capacity(1 << 20, Output::new(args.output.clone()));
-    if let Some(conn) = crate::live::connect(data) {
-        let req = crate::live::Request::Export {
-            selection: select,
-            format: args.format,
-        };
-        let mut end = crate::live::request(conn, &req, &mut out, &out_path)?;
-        match &mut end.error {
-            None => {
-                finish(out).map_err(io_err)?;
-                tracing::info!("export done (served by the running cairn run)");
+    // export is complete: a refused, failed or interrupted export leaves an
+    // existing file as it was.
+    let staged = Staged::default();
+    let watcher = remove_on_interrupt(staged.clone(), out_path.clone())?;
+    let out = BufWriter::with_capacity(1 << 20, Output::new(args.output.clone(), staged));
+    let result = match crate::live::connect(data) {
+        Some(conn) => export_live(conn, select, args.format, out, &out_path),
+        None => export_stopped(data, &select, args.format, out, &out_path),
+    };
+    watcher.abort();
+    result
+}
+
+/// The export, served by the running `cairn run` that holds `data`.
+fn export_live(
+    conn: std::os::unix::net::UnixStream,
+    selection: Selection,
+    format: Format,
+    mut out: BufWriter<Output>,
+    out_path: &Path,
+) -> Result<ExitCode> {
+    let req = crate::live::Request::Export { selection, format };
+    match crate::live::request(conn, &req, &mut out, out_path) {
+        Ok(mut end) => {
+            match &mut end.error {
+                None => {
+                    finish(out).map_err(|source| ConnectorError::Io {
+                        path: out_path.to_owned(),
+                        source,
+                    })?;
+                    tracing::info!("export done (served by the running cairn run)");
+                }
+                Some(error) => error.push_str(&abandon(out)),
             }
-            Some(error) => {
-                let note = out.get_ref().incomplete_note();
-                abandon(out);
-                error.push_str(&note);
-            }
+            Ok(crate::live::exit_code(&end))
         }
-        return Ok(crate::live::exit_code(&end));
+        // Cut off (the run stopped, went silent, or the output failed).
+        Err(e) => Err(ConnectorError::Live(format!("{e}{}", abandon(out)))),
     }
+}
+
+/// The export, from the stopped archive at `data`.
+fn export_stopped(
+    data: &Path,
+    select: &Selection,
+    format: Format,
+    mut out: BufWriter<Output>,
+    out_path: &Path,
+) -> Result<ExitCode> {
     let engine = super::open_archive(data)?;
     let chosen = select.choose(engine.partitions(), &[])?;
-    match write_records(&engine, &chosen, &select, args.format, &mut out, &out_path) {
+    match write_records(&engine, &chosen, select, format, &mut out, out_path) {
         Ok(count) => {
-            finish(out).map_err(io_err)?;
+            finish(out).map_err(|source| ConnectorError::Io {
+                path: out_path.to_owned(),
+                source,
+            })?;
             if let Some(records) = count {
                 tracing::info!(records, "export done");
             }
             Ok(ExitCode::SUCCESS)
         }
         Err(mut e) => {
-            let note = out.get_ref().incomplete_note();
-            abandon(out);
+            let note = abandon(out);
             if let ConnectorError::ExportStopped { output, .. } = &mut e {
                 *output = note;
             }
             Err(e)
         }
     }
+}
+
+/// The staged file of an export, while there is one: shared with the
+/// signal watcher, which removes it.
+type Staged = Arc<Mutex<Option<PathBuf>>>;
+
+fn lock_staged(s: &Staged) -> std::sync::MutexGuard<'_, Option<PathBuf>> {
+    s.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// On SIGINT or SIGTERM: remove the staged file, say so, exit 130.
+fn remove_on_interrupt(staged: Staged, out: PathBuf) -> Result<tokio::task::JoinHandle<()>> {
+    let mut signals = super::run::Signals::install()
+        .map_err(|e| ConnectorError::Sink(format!("cannot install signal handlers: {e}")))?;
+    Ok(tokio::spawn(async move {
+        signals.recv().await;
+        // Held to the exit: a rename in progress finishes first, and none
+        // starts after.
+        let mut guard = lock_staged(&staged);
+        match guard.take() {
+            Some(path) => {
+                let _ = std::fs::remove_file(path);
+                eprintln!("interrupted: {} was left as it was", out.display());
+            }
+            None => eprintln!("interrupted: the export is incomplete"),
+        }
+        std::process::exit(130);
+    }))
 }
 
 /// Flush what is buffered and put a file in place; a reader that went
@@ -139,19 +193,29 @@ fn finish(mut out: BufWriter<Output>) -> std::io::Result<()> {
         Err(e) => return Err(e),
         Ok(()) => {}
     }
-    match out.into_inner().map_err(|e| e.into_error())? {
+    match out.into_parts().0 {
         Output::Stdout(_) => Ok(()),
         Output::File(mut f) => f.complete(),
     }
 }
 
-/// Give up an export that failed: what stdout was sent stays sent; a
-/// staged file is removed (`FileOutput`'s drop).
-fn abandon(out: BufWriter<Output>) {
-    if let Output::Stdout(_) = out.get_ref() {
-        // What is buffered belongs to records written before the error:
-        // stdout gets the whole prefix, as the error says.
-        let _ = out.into_inner();
+/// Give up an export that failed, and say what its output holds (for its
+/// error). Buffered records precede the failure: stdout, or a file
+/// written in place, gets them; a staged file is removed.
+fn abandon(mut out: BufWriter<Output>) -> String {
+    let _ = out.flush();
+    let out = out.into_parts().0;
+    match &out {
+        Output::Stdout(_) => {
+            "; <stdout> received the records before it: the export is incomplete".into()
+        }
+        Output::File(f) if f.file.is_none() || f.staged.is_some() => {
+            format!("; {} was left as it was", f.path.display())
+        }
+        Output::File(f) => format!(
+            "; {} received the records before it: the export is incomplete",
+            f.path.display()
+        ),
     }
 }
 
@@ -161,79 +225,105 @@ enum Output {
     File(FileOutput),
 }
 
-/// A file output: written under a staged name beside it, renamed into
-/// place by [`FileOutput::complete`], removed when dropped before. A path
-/// that exists and is not a regular file (a FIFO, `/dev/stdout`) is
-/// written directly.
-struct FileOutput {
-    path: PathBuf,
-    file: Option<std::fs::File>,
-    /// Where the file is written until it is complete, if staged.
-    staged: Option<PathBuf>,
-}
-
 impl Output {
-    fn new(path: Option<PathBuf>) -> Output {
+    fn new(path: Option<PathBuf>, registry: Staged) -> Output {
         match path {
             None => Output::Stdout(std::io::stdout()),
             Some(path) => Output::File(FileOutput {
                 path,
                 file: None,
                 staged: None,
+                registry,
             }),
-        }
-    }
-
-    /// What the output holds after a failed export, for its error.
-    fn incomplete_note(&self) -> String {
-        match self {
-            Output::Stdout(_) => {
-                "; <stdout> received the records before it: the export is incomplete".into()
-            }
-            Output::File(f) if f.is_staged_or_unopened() => {
-                format!("; {} was left as it was", f.path.display())
-            }
-            Output::File(f) => format!(
-                "; {} received the records before it: the export is incomplete",
-                f.path.display()
-            ),
         }
     }
 }
 
-impl FileOutput {
-    fn is_staged_or_unopened(&self) -> bool {
-        self.file.is_none() || self.staged.is_some()
-    }
+/// A file output: a regular file (or none yet) is written under a staged
+/// name beside it, renamed into place by [`FileOutput::complete`] and
+/// removed when dropped before. A symlink or a special file (a FIFO,
+/// `/dev/null`), or a file in a directory the export may not create files
+/// in, is written in place.
+struct FileOutput {
+    path: PathBuf,
+    file: Option<std::fs::File>,
+    /// Where the file is written until it is complete, if staged.
+    staged: Option<PathBuf>,
+    /// The same, for the signal watcher.
+    registry: Staged,
+}
 
-    /// Open the file to write: the staged one beside a regular file (or a
-    /// path that does not exist yet), else the path itself.
+impl FileOutput {
     fn open(&mut self) -> std::io::Result<&mut std::fs::File> {
         if self.file.is_none() {
-            let named = |e: std::io::Error, path: &std::path::Path| {
+            let named = |e: std::io::Error, path: &Path| {
                 std::io::Error::new(e.kind(), format!("creating {}: {e}", path.display()))
             };
-            let special = std::fs::metadata(&self.path).is_ok_and(|m| !m.is_file());
-            let target = if special {
-                self.path.clone()
-            } else {
-                let name = self.path.file_name().ok_or_else(|| {
-                    std::io::Error::new(
-                        std::io::ErrorKind::InvalidInput,
-                        format!("{}: not a file name", self.path.display()),
-                    )
-                })?;
-                let mut staged = std::ffi::OsString::from(".");
-                staged.push(name);
-                staged.push(format!(".cairn-export-{}", std::process::id()));
-                let staged = self.path.with_file_name(staged);
-                self.staged = Some(staged.clone());
-                staged
+            let existing = std::fs::symlink_metadata(&self.path).ok();
+            let staged = match &existing {
+                Some(m) if !m.file_type().is_file() => None,
+                _ => match self.create_staged(existing.as_ref()) {
+                    Ok(staged) => Some(staged),
+                    Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => None,
+                    Err(e) => return Err(e),
+                },
             };
-            let file = std::fs::File::create(&target).map_err(|e| named(e, &target))?;
+            let file = match staged {
+                Some((path, file)) => {
+                    *lock_staged(&self.registry) = Some(path.clone());
+                    self.staged = Some(path);
+                    file
+                }
+                None => std::fs::File::create(&self.path).map_err(|e| named(e, &self.path))?,
+            };
             self.file = Some(file);
         }
         Ok(self.file.as_mut().expect("opened above"))
+    }
+
+    /// A new file beside the path, under a hidden name no one else holds
+    /// (`O_EXCL`: never a file or link that is already there), with the
+    /// permissions of the file it will replace.
+    fn create_staged(
+        &self,
+        existing: Option<&std::fs::Metadata>,
+    ) -> std::io::Result<(PathBuf, std::fs::File)> {
+        let name = self.path.file_name().ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{}: not a file name", self.path.display()),
+            )
+        })?;
+        let mut last = None;
+        for attempt in 0..16u32 {
+            // Need not be secret: O_EXCL refuses a name someone took.
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos());
+            let mut staged = std::ffi::OsString::from(".");
+            staged.push(name);
+            staged.push(format!(
+                ".cairn-export-{}-{:08x}",
+                std::process::id(),
+                nanos ^ attempt
+            ));
+            let staged = self.path.with_file_name(staged);
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&staged)
+            {
+                Ok(file) => {
+                    if let Some(m) = existing {
+                        file.set_permissions(m.permissions())?;
+                    }
+                    return Ok((staged, file));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.expect("tried at least once"))
     }
 
     /// The export is complete: put the file in place, durably (an export
@@ -241,20 +331,36 @@ impl FileOutput {
     fn complete(&mut self) -> std::io::Result<()> {
         self.open()?;
         let file = self.file.take().expect("opened above");
-        file.sync_all()?;
-        drop(file);
-        if let Some(staged) = self.staged.take() {
-            if let Err(e) = std::fs::rename(&staged, &self.path) {
-                let _ = std::fs::remove_file(&staged);
-                return Err(e);
-            }
-            let dir = match self.path.parent() {
-                Some(d) if !d.as_os_str().is_empty() => d,
-                _ => std::path::Path::new("."),
-            };
-            std::fs::File::open(dir)?.sync_all()?;
+        // fsync of a FIFO or /dev/null fails (EINVAL), and means nothing.
+        if file.metadata()?.is_file() {
+            file.sync_all()?;
         }
-        Ok(())
+        drop(file);
+        let mut registry = lock_staged(&self.registry);
+        let Some(staged) = self.staged.take() else {
+            return Ok(());
+        };
+        *registry = None;
+        if std::fs::rename(&staged, &self.path).is_err() {
+            // A bind-mounted file (EBUSY), say: copy into it instead.
+            let copied = std::fs::copy(&staged, &self.path)
+                .and_then(|_| std::fs::File::open(&self.path)?.sync_all());
+            let _ = std::fs::remove_file(&staged);
+            return copied.map_err(|e| {
+                std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "putting the export in place at {}: {e}",
+                        self.path.display()
+                    ),
+                )
+            });
+        }
+        let dir = match self.path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        std::fs::File::open(dir)?.sync_all()
     }
 }
 
@@ -263,6 +369,7 @@ impl Drop for FileOutput {
         if let Some(staged) = self.staged.take() {
             self.file = None;
             let _ = std::fs::remove_file(staged);
+            *lock_staged(&self.registry) = None;
         }
     }
 }

@@ -204,15 +204,22 @@ fn kafka_view(
     for r in rows.iter() {
         in_kafka.entry(r.topic.clone()).or_default();
     }
+    let mut listed = std::collections::BTreeSet::new();
     for t in metadata.topics() {
         if let Some(ps) = in_kafka.get_mut(t.name()) {
-            if t.error().is_none() {
-                ps.extend(t.partitions().iter().map(|p| p.id()));
+            listed.insert(t.name().to_owned());
+            match t.error() {
+                None => ps.extend(t.partitions().iter().map(|p| p.id())),
+                Some(e) => tracing::warn!(
+                    topic = t.name(),
+                    error = ?e,
+                    "Kafka answered this topic's metadata with an error: no Kafka figures for it"
+                ),
             }
         }
     }
     for (topic, partitions) in &in_kafka {
-        if partitions.is_empty() {
+        if !listed.contains(topic) {
             tracing::warn!(
                 topic,
                 brokers,
@@ -223,6 +230,16 @@ fn kafka_view(
             if !rows.iter().any(|r| &r.topic == topic && r.partition == p) {
                 rows.push(Row::unarchived(topic, p));
             }
+        }
+    }
+    for r in rows.iter() {
+        let ps = &in_kafka[&r.topic];
+        if !ps.is_empty() && !ps.contains(&r.partition) {
+            tracing::warn!(
+                topic = %r.topic,
+                partition = r.partition,
+                "the archive holds this partition but Kafka's topic has no such partition (recreated with fewer?): no Kafka figures for it"
+            );
         }
     }
     rows.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
