@@ -182,6 +182,13 @@ fn damaged_archives_are_intact_or_reported_never_wrong() {
                 !stderr.contains("panicked") && out.status.code() != Some(101),
                 "trial {trial} ({what}): cairn {cmd} panicked (CAIRN_SEED={seed}):\n{stderr}"
             );
+            // Killed by a signal (a segfault, a stack overflow's abort, the
+            // OOM killer) is no exit code at all: a crash, not an answer.
+            assert!(
+                out.status.code().is_some(),
+                "trial {trial} ({what}): cairn {cmd} died by a signal ({:?}, CAIRN_SEED={seed}):\n{stderr}",
+                out.status
+            );
             if !out.status.success() {
                 let stdout = String::from_utf8_lossy(&out.stdout);
                 assert!(

@@ -63,6 +63,7 @@ fn sigkill_at_seeded_moments_loses_and_duplicates_nothing() {
     let data_s = data.path().to_str().unwrap().to_owned();
     let mut produced = 0u64;
     let mut kills_by_deadline = 0;
+    let mut commits_total = 0;
     let mut kills_in_recovery = 0;
     let mut endings: std::collections::BTreeMap<String, u32> = Default::default();
     for round in 0..rounds {
@@ -204,11 +205,24 @@ fn sigkill_at_seeded_moments_loses_and_duplicates_nothing() {
         }
         stop_producing.store(true, Ordering::Relaxed);
         produced = producer.join().unwrap();
+        commits_total += commits;
         let (durable, committed) = check_committed_le_durable(&mb.brokers, data.path(), round);
         eprintln!(
             "round {round}: {how} ({commits} commits seen); {durable} durable, {committed} committed, {produced} produced"
         );
     }
+
+    // The rounds did what they are for: each child reached its kill point
+    // (a child stuck in recovery or in the group join meets the 60 s
+    // deadline instead), and children committed between their deaths.
+    assert_eq!(
+        kills_by_deadline, 0,
+        "{kills_by_deadline} children never reached their kill point within 60 s (CAIRN_SEED={seed})"
+    );
+    assert!(
+        rounds == 0 || commits_total > 0,
+        "no child committed anything in {rounds} rounds (CAIRN_SEED={seed})"
+    );
 
     // Finish in-process and check everything produced is there exactly once.
     let mut cfg = RunConfig::new(&mb.brokers, GROUP, vec![TOPIC.into()], data.path().into());

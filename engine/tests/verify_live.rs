@@ -154,6 +154,11 @@ fn verify_is_clean_while_appends_and_truncations_run() {
         truncations.load(Ordering::Relaxed)
     );
     assert!(appends.load(Ordering::Relaxed) > 1000);
+    // Else every verify ran between writes, and the test showed nothing.
+    assert!(
+        overlapped > 0,
+        "no verify overlapped a write or truncation (CAIRN_SEED={seed})"
+    );
 }
 
 #[test]

@@ -153,7 +153,9 @@ fn broker_outage_loses_nothing_and_archiving_resumes() {
         return;
     };
     let n = 20_000;
-    produce(&k.brokers, &k.topic, 0..n).unwrap();
+    // Half before the outage; the run waits for all of them, so it is
+    // still running through the outage and must fetch the rest after it.
+    produce(&k.brokers, &k.topic, 0..n / 2).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(&k, "outage-group", dir.path());
     cfg.batch_records_max = 500;
@@ -168,6 +170,7 @@ fn broker_outage_loses_nothing_and_archiving_resumes() {
     // The outage itself, not synchronisation: the broker stays down 3 s.
     std::thread::sleep(std::time::Duration::from_secs(3));
     mock.broker_up(1).unwrap();
+    produce(&k.brokers, &k.topic, n / 2..n).unwrap();
     let report = runner.join().unwrap();
     eprintln!("outage run: {:?}", report.stats);
     assert_eq!(report.stats.records_duplicate, 0);
@@ -392,4 +395,46 @@ fn unreadable_log_bounds_at_assignment_do_not_stop_the_run() {
     let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
     check_archive(&engine, &k.topic, 2_000).unwrap();
     assert_committed_equals_durable(&k, "bounds-group", &engine, "resumed and committed");
+}
+
+/// Records of no payload (null key and value, no headers) still fill a
+/// batch: `--batch-bytes-max` counts what they hold in memory, so they
+/// cannot pile up without bound between poll and put.
+#[test]
+fn records_of_no_payload_are_bounded_by_batch_bytes() {
+    use cairn_connector::{run_pipeline, ArchiveSink, PipelineOptions};
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let k = TestKafka::new("nulls", 1);
+    let n: i64 = 3_000;
+    let producer: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &k.brokers)
+        .create()
+        .unwrap();
+    for _ in 0..n {
+        producer
+            .send(BaseRecord::<[u8], [u8]>::to(&k.topic).partition(0))
+            .unwrap();
+    }
+    producer.flush(std::time::Duration::from_secs(10)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&k, "nulls-group", dir.path());
+    cfg.batch_records_max = 10_000;
+    cfg.batch_bytes_max = 1024;
+    // Only the byte bound cuts batches: nothing lingers them out.
+    cfg.linger_ms = 60_000;
+    let tp = cairn_engine::TopicPartition::new(&k.topic, 0);
+    let opts = PipelineOptions {
+        done: Some(Box::new(move |c| c.get(&tp) == Some(&n))),
+        ..Default::default()
+    };
+    let engine = std::sync::Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
+    let report = run_pipeline(&cfg, Box::new(ArchiveSink::new(engine)), opts).unwrap();
+    assert_eq!(report.stats.records_written, n as u64);
+    assert_eq!(report.stats.payload_bytes, 0);
+    // A record holds ~100 bytes: about 10 fit 1024.
+    assert!(
+        report.stats.puts >= n as u64 / 20,
+        "{} puts for {n} records of no payload under 1024 bytes a batch",
+        report.stats.puts
+    );
 }

@@ -29,9 +29,12 @@ fn member(
     commits: mpsc::Sender<BTreeMap<TopicPartition, i64>>,
     target: Option<Arc<AtomicU64>>,
 ) -> thread::JoinHandle<RunReport> {
+    // A group per topic: the tests run at once, and against one real
+    // broker (CAIRN_TEST_BROKERS) a shared group would join them together
+    // (and refuse members of different assignment strategies).
     let mut cfg = RunConfig::new(
         &k.brokers,
-        "rebalance-group",
+        format!("rebalance-{}", k.topic),
         vec![k.topic.clone()],
         data.to_path_buf(),
     );

@@ -71,14 +71,44 @@ pub fn cairn_run(args: &[&str], abort_at: Option<&str>) -> KillOnDrop {
     .stdout(Stdio::null())
     .stderr(Stdio::piped())
     .spawn()
-    .map(KillOnDrop)
+    .map(|child| {
+        let watchdog = Watchdog::arm(child.id());
+        KillOnDrop(child, watchdog)
+    })
     .unwrap()
+}
+
+/// How long a `cairn run` child may live: a bound on a test that would
+/// otherwise hang (a run that never commits, or never stops), not a
+/// timing. Its log then ends, and the test fails saying what it waited for.
+pub const CHILD_LIFETIME_MAX: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// SIGKILLs a child still alive after [`CHILD_LIFETIME_MAX`]; disarmed
+/// when dropped.
+pub struct Watchdog(#[allow(dead_code)] std::sync::mpsc::Sender<()>);
+
+impl Watchdog {
+    fn arm(pid: u32) -> Watchdog {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                rx.recv_timeout(CHILD_LIFETIME_MAX)
+            {
+                eprintln!(
+                    "watchdog: cairn run (pid {pid}) still running after {} s: killing it",
+                    CHILD_LIFETIME_MAX.as_secs()
+                );
+                let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            }
+        });
+        Watchdog(tx)
+    }
 }
 
 /// A child process that is killed (SIGKILL) and reaped when dropped, so a
 /// test that fails (panics) leaves no `cairn run` behind to hold its group
 /// and its broker's port, and to slow the tests after it.
-pub struct KillOnDrop(pub Child);
+pub struct KillOnDrop(pub Child, Watchdog);
 
 impl std::ops::Deref for KillOnDrop {
     type Target = Child;
