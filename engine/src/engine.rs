@@ -171,8 +171,11 @@ impl Drop for SyncLeader<'_> {
         // poisoned by this panic.
         if let Ok(mut c) = self.engine.commit.lock() {
             c.syncing = false;
-            c.poisoned
-                .get_or_insert(("fsync", "the sync panicked (see the panic message)".into()));
+            if c.poisoned.is_none() {
+                let reason = "the sync panicked (see the panic message)";
+                crate::poisoned::record(&self.engine.cfg.path, "fsync", reason);
+                c.poisoned = Some(("fsync", reason.into()));
+            }
             self.engine.commit_cv.notify_all();
         }
     }
@@ -244,6 +247,10 @@ impl Engine {
         } else {
             None
         };
+        // A mark left by a poisoned engine: nothing is read through sled
+        // before the store's cached pages are dropped (poisoned.rs).
+        let poisoned_before =
+            crate::poisoned::before_open(&cfg).map_err(|e| io("act on the poison mark", e))?;
         let db = cfg.open_sled()?;
         let tree = db.open_tree("cairn").map_err(store_err("open tree"))?;
         let mut syncer = DurableSync::open(&cfg.sled_path()).map_err(|e| Error::Io {
@@ -252,8 +259,13 @@ impl Engine {
             source: e,
         })?;
         let durable_mark = watermark::read(&cfg.path)?;
-        let (state, report) = recovery::recover(&cfg, &db, &tree, &mut syncer, durable_mark)?;
+        let (state, mut report) = recovery::recover(&cfg, &db, &tree, &mut syncer, durable_mark)?;
         syncer.set_watermark(Watermark::open(&cfg.path, state.next_lsn - 1)?);
+        if poisoned_before.is_some() {
+            // Recovered and synced: the mark has done its work.
+            crate::poisoned::clear(&cfg.path).map_err(|e| io("remove the poison mark", e))?;
+        }
+        report.poisoned_before = poisoned_before;
         let durable = DurableView {
             partitions: state.partitions.clone(),
             lsn: state.next_lsn - 1,
@@ -327,6 +339,7 @@ impl Engine {
         tracing::error!(op, %reason, "engine poisoned; no further writes, reopen to recover");
         let mut c = lock(&self.commit);
         if c.poisoned.is_none() {
+            crate::poisoned::record(&self.cfg.path, op, &reason);
             c.poisoned = Some((op, reason.clone()));
         }
         self.commit_cv.notify_all();
@@ -592,6 +605,7 @@ impl Engine {
                 Err(e) => {
                     let reason = format!("{} on {}", e, lock(&self.syncer).data_path().display());
                     tracing::error!(%reason, "fsync failed; engine poisoned, never retried");
+                    crate::poisoned::record(&self.cfg.path, "fsync", &reason);
                     c.poisoned = Some(("fsync", reason));
                     self.commit_cv.notify_all();
                 }

@@ -51,6 +51,7 @@ pub mod keys;
 mod lock;
 pub mod meta;
 pub mod offsets;
+pub mod poisoned;
 mod reader;
 pub mod record;
 mod recovery;

@@ -60,6 +60,10 @@ pub struct RecoveryReport {
     pub summary_index_entries_read: u64,
     pub next_lsn: u64,
     pub duration: Duration,
+    /// An earlier engine was poisoned (a failed write or fsync) and left
+    /// its mark: what it recorded, and whether this open dropped the
+    /// store's cached pages first (poisoned.rs).
+    pub poisoned_before: Option<crate::poisoned::PoisonedBefore>,
 }
 
 /// A torn last entry removed by recovery.
@@ -149,6 +153,7 @@ pub(crate) fn recover(
         summary_index_entries_read: 0,
         next_lsn: 0,
         duration: Duration::ZERO,
+        poisoned_before: None,
     };
     let mut repairs = sled::Batch::default();
     let mut dirty: BTreeSet<TopicPartition> = BTreeSet::new();

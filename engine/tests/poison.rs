@@ -38,12 +38,28 @@ fn failed_fsync_poisons_and_reopen_recovers() {
             "nothing new reported durable"
         );
     }
+    // The poisoned engine left its mark, naming why; the reopen in this
+    // boot acts on it (fsync, then the store's cached pages dropped, so
+    // that recovery reads the disk) and removes it once recovered.
+    let mark = dir.path().join(cairn_engine::poisoned::POISON_FILE);
+    let text = std::fs::read_to_string(&mark).expect("the poison mark");
+    assert!(text.contains("fsync: "), "{text}");
     let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let before = e.recovery_report().poisoned_before.clone().unwrap();
+    assert!(
+        before.cache_dropped && before.reason.starts_with("fsync: "),
+        "{before:?}"
+    );
+    assert!(!mark.exists());
     let got = common::read_all(&e, &tp);
     // Every acknowledged record is there. The unacknowledged batch may or may
     // not have reached the disk; if it did, it is whole.
     assert!(got.len() == 100 || got.len() == 200, "got {}", got.len());
     assert_eq!(got[..100], common::batch(&tp, 0..100, 50).records[..]);
     assert!(e.verify().unwrap().is_clean());
+    drop(e);
+    // Once removed, it is not acted on again.
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    assert_eq!(e.recovery_report().poisoned_before, None);
     scenario.teardown();
 }

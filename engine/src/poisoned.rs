@@ -1,0 +1,135 @@
+//! The mark a poisoned engine leaves in its directory, and what the next
+//! open does about it.
+//!
+//! After a failed fsync, Linux marks the pages that did not reach the disk
+//! clean and keeps them in its page cache; a file handle opened later is not
+//! told of the error ("fsyncgate"). A reopen in the same boot would then
+//! read those pages, recovery would find a whole tail, and its own fsync
+//! would succeed and vouch for records a power loss would take. So a
+//! poisoned engine writes [`POISON_FILE`], naming the boot, and an open that
+//! finds it from the same boot first fsyncs every file of the store (a disk
+//! that still fails refuses the open) and then drops their cached pages, so
+//! that recovery reads what the disk holds. A successful open removes it.
+//!
+//! # Invariants
+//! - The mark is written before the poisoned engine reports anything, and
+//!   best effort: a disk that fails may refuse it too (the error is logged).
+//! - An open that finds a mark from this boot reads nothing through sled
+//!   before every store file was fsynced and its cache dropped.
+//! - The mark is removed only after recovery, including its fsync, succeeded.
+
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use crate::config::EngineConfig;
+
+/// The mark's name in the data directory.
+pub const POISON_FILE: &str = "cairn.poisoned";
+
+/// What an open found of an earlier poisoning.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoisonedBefore {
+    /// Why the engine was poisoned, as it recorded.
+    pub reason: String,
+    /// The poisoning was in this boot: the store's cached pages were
+    /// dropped before recovery.
+    pub cache_dropped: bool,
+}
+
+/// This boot's identity, if the kernel gives one.
+fn boot_id() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .map(|s| s.trim().to_owned())
+}
+
+/// Leave the mark (best effort: the disk may be failing).
+pub(crate) fn record(dir: &Path, op: &str, reason: &str) {
+    let write = || -> io::Result<()> {
+        let path = dir.join(POISON_FILE);
+        let mut f = std::fs::File::create(&path)?;
+        writeln!(f, "{}", boot_id().unwrap_or_default())?;
+        writeln!(f, "{op}: {reason}")?;
+        f.sync_all()?;
+        crate::sync::sync_dir(dir)
+    };
+    if let Err(e) = write() {
+        tracing::error!(error = %e, dir = %dir.display(), "could not leave the poison mark; a reopen in this boot may read pages the disk does not hold");
+    }
+}
+
+/// Before sled opens the store: act on a mark, if there is one.
+pub(crate) fn before_open(cfg: &EngineConfig) -> io::Result<Option<PoisonedBefore>> {
+    let text = match std::fs::read_to_string(cfg.path.join(POISON_FILE)) {
+        Ok(t) => t,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let mut lines = text.lines();
+    let marked_boot = lines.next().unwrap_or_default().trim();
+    let reason = lines.next().unwrap_or("(no reason recorded)").to_owned();
+    // An unknown boot on either side counts as this one: dropping the
+    // cache costs a cold read, trusting it may cost records.
+    let same_boot = boot_id().is_none_or(|now| marked_boot.is_empty() || now == marked_boot);
+    if same_boot {
+        for file in store_files(cfg)? {
+            drop_cached_pages(&file).map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!(
+                        "{}: the store was poisoned ({reason}) and its files still cannot be synced: {e}",
+                        file.display()
+                    ),
+                )
+            })?;
+        }
+    }
+    tracing::warn!(%reason, cache_dropped = same_boot, "the store was poisoned before this open; recovering from what the disk holds");
+    Ok(Some(PoisonedBefore {
+        reason,
+        cache_dropped: same_boot,
+    }))
+}
+
+/// Recovery succeeded: the mark has done its work.
+pub(crate) fn clear(dir: &Path) -> io::Result<()> {
+    std::fs::remove_file(dir.join(POISON_FILE))?;
+    crate::sync::sync_dir(dir)
+}
+
+/// Every regular file of the store: sled's (its log, config, snapshots,
+/// blobs) and the watermark.
+fn store_files(cfg: &EngineConfig) -> io::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    let mut dirs = vec![cfg.sled_path()];
+    while let Some(dir) = dirs.pop() {
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        for entry in entries {
+            let entry = entry?;
+            let kind = entry.file_type()?;
+            if kind.is_dir() {
+                dirs.push(entry.path());
+            } else if kind.is_file() {
+                files.push(entry.path());
+            }
+        }
+    }
+    let watermark = cfg.path.join(crate::watermark::WATERMARK_FILE);
+    if watermark.exists() {
+        files.push(watermark);
+    }
+    Ok(files)
+}
+
+/// fsync `file` (pages still dirty are written, or the open fails), then
+/// drop its pages from the cache, so that the next read comes from the disk.
+fn drop_cached_pages(file: &Path) -> io::Result<()> {
+    let f = std::fs::File::open(file)?;
+    f.sync_all()?;
+    rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed)?;
+    Ok(())
+}
