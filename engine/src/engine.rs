@@ -167,17 +167,16 @@ struct SyncLeader<'a> {
 
 impl Drop for SyncLeader<'_> {
     fn drop(&mut self) {
-        // The commit lock is not held across the sync, so it is not
-        // poisoned by this panic.
-        if let Ok(mut c) = self.engine.commit.lock() {
-            c.syncing = false;
-            if c.poisoned.is_none() {
-                let reason = "the sync panicked (see the panic message)";
-                crate::poisoned::record(&self.engine.cfg.path, "fsync", reason);
-                c.poisoned = Some(("fsync", reason.into()));
-            }
-            self.engine.commit_cv.notify_all();
+        // Not held by this thread (the guard is forgotten before the leader
+        // takes it again); poisoned only by a panic elsewhere.
+        let mut c = self.engine.commit.lock().unwrap_or_else(|e| e.into_inner());
+        c.syncing = false;
+        if c.poisoned.is_none() {
+            let reason = "the sync panicked (see the panic message)";
+            crate::poisoned::record(&self.engine.cfg.path, "fsync", reason);
+            c.poisoned = Some(("fsync", reason.into()));
         }
+        self.engine.commit_cv.notify_all();
     }
 }
 
@@ -251,6 +250,29 @@ impl Engine {
         // before the store's cached pages are dropped (poisoned.rs).
         let poisoned_before =
             crate::poisoned::before_open(&cfg).map_err(|e| io("act on the poison mark", e))?;
+        let path = cfg.path.clone();
+        let opened = Self::open_store(cfg, lock, poisoned_before);
+        // An open that fails on I/O (its recovery's fsync, the watermark's)
+        // may leave pages in the cache that the disk does not hold, as a
+        // poisoned engine does: the next open treats the store the same way.
+        if let Err(e @ (Error::Io { .. } | Error::Store { .. })) = &opened {
+            crate::poisoned::record(&path, "open", &e.to_string());
+        }
+        opened
+    }
+
+    /// The rest of [`open_locking`](Self::open_locking), with the
+    /// directory made, locked (if asked) and any poison mark acted on.
+    fn open_store(
+        cfg: EngineConfig,
+        lock: Option<DirLock>,
+        poisoned_before: Option<crate::poisoned::PoisonedBefore>,
+    ) -> Result<Engine> {
+        let io = |op, e| Error::Io {
+            op,
+            path: cfg.path.clone(),
+            source: e,
+        };
         let db = cfg.open_sled()?;
         let tree = db.open_tree("cairn").map_err(store_err("open tree"))?;
         let mut syncer = DurableSync::open(&cfg.sled_path()).map_err(|e| Error::Io {
@@ -587,17 +609,31 @@ impl Engine {
             let res = lock(&self.syncer).sync(&self.db, view.lsn);
             let nanos = t0.elapsed().as_nanos() as u64;
             tracing::debug!(fsync_us = nanos / 1000, target, "fsync");
+            // Ended: the duty is done. (Forgotten before `commit` is taken
+            // again: a guard dropped while this thread held it would
+            // deadlock on it.)
             std::mem::forget(leading);
             c = lock(&self.commit);
             c.syncing = false;
+            // The durable view only moves forward; if it would not, that is
+            // a bug, and the engine stops rather than report it (a panic
+            // here would leave the followers waiting).
+            let res = res.and_then(|()| {
+                if target < c.synced_seq || view.lsn < c.durable.lsn {
+                    Err(std::io::Error::other(format!(
+                        "the durable view would go backwards (seq {target} < {}, or lsn {} < {}): a bug",
+                        c.synced_seq, view.lsn, c.durable.lsn
+                    )))
+                } else {
+                    Ok(())
+                }
+            });
             match res {
                 Ok(()) => {
                     self.counters.fsyncs.fetch_add(1, Ordering::Relaxed);
                     self.counters
                         .fsync_nanos
                         .fetch_add(nanos, Ordering::Relaxed);
-                    assert!(target >= c.synced_seq, "durable sequence went backwards");
-                    assert!(view.lsn >= c.durable.lsn, "durable lsn went backwards");
                     c.synced_seq = target;
                     c.durable = Arc::new(view);
                     self.commit_cv.notify_all();

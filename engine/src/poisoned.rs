@@ -12,8 +12,12 @@
 //! that recovery reads what the disk holds. A successful open removes it.
 //!
 //! # Invariants
-//! - The mark is written before the poisoned engine reports anything, and
+//! - The mark is written before the poisoned engine reports anything, also
+//!   when an open fails on an I/O error (its recovery's fsync, say), and
 //!   best effort: a disk that fails may refuse it too (the error is logged).
+//!   It is not fsynced: it matters only in the boot that wrote it, where the
+//!   page cache holds it, and an fsync on a failing disk could hang the
+//!   engine's stop (it is written under the commit lock).
 //! - An open that finds a mark from this boot reads nothing through sled
 //!   before every store file was fsynced and its cache dropped.
 //! - The mark is removed only after recovery, including its fsync, succeeded.
@@ -46,12 +50,17 @@ fn boot_id() -> Option<String> {
 /// Leave the mark (best effort: the disk may be failing).
 pub(crate) fn record(dir: &Path, op: &str, reason: &str) {
     let write = || -> io::Result<()> {
-        let path = dir.join(POISON_FILE);
-        let mut f = std::fs::File::create(&path)?;
+        use std::os::unix::fs::OpenOptionsExt;
+        // Never through a link someone left in a directory that may be
+        // anyone's (as the lock file, lock.rs).
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(dir.join(POISON_FILE))?;
         writeln!(f, "{}", boot_id().unwrap_or_default())?;
-        writeln!(f, "{op}: {reason}")?;
-        f.sync_all()?;
-        crate::sync::sync_dir(dir)
+        writeln!(f, "{op}: {reason}")
     };
     if let Err(e) = write() {
         tracing::error!(error = %e, dir = %dir.display(), "could not leave the poison mark; a reopen in this boot may read pages the disk does not hold");
@@ -60,10 +69,14 @@ pub(crate) fn record(dir: &Path, op: &str, reason: &str) {
 
 /// Before sled opens the store: act on a mark, if there is one.
 pub(crate) fn before_open(cfg: &EngineConfig) -> io::Result<Option<PoisonedBefore>> {
-    let text = match std::fs::read_to_string(cfg.path.join(POISON_FILE)) {
-        Ok(t) => t,
+    let path = cfg.path.join(POISON_FILE);
+    let text = match std::fs::symlink_metadata(&path) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
+        // Whatever stands there (garbage, a link, a FIFO) is a mark whose
+        // boot cannot be read: acted on as this boot's.
+        Ok(m) if !m.is_file() => String::new(),
+        Ok(_) => String::from_utf8_lossy(&std::fs::read(&path)?).into_owned(),
     };
     let mut lines = text.lines();
     let marked_boot = lines.next().unwrap_or_default().trim();
@@ -127,6 +140,10 @@ fn store_files(cfg: &EngineConfig) -> io::Result<Vec<PathBuf>> {
 
 /// fsync `file` (pages still dirty are written, or the open fails), then
 /// drop its pages from the cache, so that the next read comes from the disk.
+/// `posix_fadvise(DONTNEED)` is advice: pages mapped or locked elsewhere
+/// stay, and nothing says which went. No other process has the store open
+/// (the lock) and sled maps nothing, so the cache is dropped in practice;
+/// that is assumed, not checked.
 fn drop_cached_pages(file: &Path) -> io::Result<()> {
     let f = std::fs::File::open(file)?;
     f.sync_all()?;

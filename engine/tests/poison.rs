@@ -61,5 +61,19 @@ fn failed_fsync_poisons_and_reopen_recovers() {
     // Once removed, it is not acted on again.
     let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
     assert_eq!(e.recovery_report().poisoned_before, None);
+    drop(e);
+    // An open whose own fsync fails leaves the mark as well: it may have
+    // read, and written over, pages the disk does not hold.
+    fail::cfg(FAILPOINT_FLUSH_ERR, "return").unwrap();
+    let err = Engine::open(EngineConfig::new(dir.path()))
+        .err()
+        .expect("refused");
+    fail::remove(FAILPOINT_FLUSH_ERR);
+    assert!(err.to_string().contains("sync after recovery"), "{err}");
+    assert!(mark.exists());
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let before = e.recovery_report().poisoned_before.clone().unwrap();
+    assert!(before.reason.starts_with("open: "), "{before:?}");
+    assert!(!mark.exists());
     scenario.teardown();
 }

@@ -310,9 +310,10 @@ fn progress_reports_show_the_lag_reach_zero() {
         .lock()
         .unwrap()
         .expect("a report stopped the run");
-    // Exactly one more report after the one that stopped the run: at stop.
-    assert_eq!(reports.len(), stopped_by + 2);
-    assert!(reports[..=stopped_by].iter().all(|p| !p.at_stop));
+    // The run stopped after the report that asked it to, and ended with
+    // one report at stop (a periodic one may still come while it drains).
+    assert!(reports.len() >= stopped_by + 2, "{}", reports.len());
+    assert!(reports[..reports.len() - 1].iter().all(|p| !p.at_stop));
     let last = reports.last().unwrap();
     assert!(last.at_stop);
     assert_eq!(last.records_written, n);
@@ -420,8 +421,9 @@ fn records_of_no_payload_are_bounded_by_batch_bytes() {
     let mut cfg = config(&k, "nulls-group", dir.path());
     cfg.batch_records_max = 10_000;
     cfg.batch_bytes_max = 1024;
-    // Only the byte bound cuts batches: nothing lingers them out.
-    cfg.linger_ms = 60_000;
+    // The byte bound cuts batches of ~10; a linger long beside the
+    // mock cluster's fetches would let a count-only bound gather hundreds.
+    cfg.linger_ms = 500;
     let tp = cairn_engine::TopicPartition::new(&k.topic, 0);
     let opts = PipelineOptions {
         done: Some(Box::new(move |c| c.get(&tp) == Some(&n))),

@@ -315,7 +315,11 @@ impl FileOutput {
             {
                 Ok(file) => {
                     if let Some(m) = existing {
-                        file.set_permissions(m.permissions())?;
+                        // Some filesystems refuse (vfat, a root-squashed
+                        // NFS): the export still goes where it was asked.
+                        if let Err(e) = file.set_permissions(m.permissions()) {
+                            tracing::warn!(error = %e, path = %self.path.display(), "could not give the export the permissions of the file it replaces");
+                        }
                     }
                     return Ok((staged, file));
                 }
@@ -341,20 +345,37 @@ impl FileOutput {
             return Ok(());
         };
         *registry = None;
-        if std::fs::rename(&staged, &self.path).is_err() {
-            // A bind-mounted file (EBUSY), say: copy into it instead.
-            let copied = std::fs::copy(&staged, &self.path)
-                .and_then(|_| std::fs::File::open(&self.path)?.sync_all());
-            let _ = std::fs::remove_file(&staged);
-            return copied.map_err(|e| {
-                std::io::Error::new(
+        if let Err(e) = std::fs::rename(&staged, &self.path) {
+            // A bind-mounted file cannot be renamed over (EBUSY), nor one on
+            // another filesystem (EXDEV): copy into it instead. Any other
+            // refusal leaves the old file alone.
+            if !matches!(e.raw_os_error(), Some(libc::EBUSY) | Some(libc::EXDEV)) {
+                let _ = std::fs::remove_file(&staged);
+                return Err(std::io::Error::new(
                     e.kind(),
                     format!(
-                        "putting the export in place at {}: {e}",
+                        "putting the export in place at {}: {e} (it was left as it was)",
                         self.path.display()
                     ),
-                )
-            });
+                ));
+            }
+            let copied = std::fs::copy(&staged, &self.path)
+                .and_then(|_| std::fs::File::open(&self.path)?.sync_all());
+            return match copied {
+                Ok(()) => {
+                    let _ = std::fs::remove_file(&staged);
+                    Ok(())
+                }
+                // The staged file is the only whole copy now: kept, named.
+                Err(c) => Err(std::io::Error::new(
+                    c.kind(),
+                    format!(
+                        "copying the export into {} ({e}, so not renamed): {c}; it may be damaged, and the whole export is in {}",
+                        self.path.display(),
+                        staged.display()
+                    ),
+                )),
+            };
         }
         let dir = match self.path.parent() {
             Some(d) if !d.as_os_str().is_empty() => d,
