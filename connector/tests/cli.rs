@@ -694,55 +694,31 @@ fn export_stops_cleanly_and_says_what_its_output_holds() {
     assert_eq!(left.len(), 2, "no staged file is left behind: {left:?}");
     // Special files and symlinks are written in place: /dev/null (whose
     // fsync would fail), and a link that stays a link.
-    let (code, _, err) = cairn(&[
-        "export",
-        "--data",
-        d,
-        "--partition",
-        "0",
-        "--output",
-        "/dev/null",
-    ]);
+    let export_p0 =
+        |out: &str| cairn(&["export", "--data", d, "--partition", "0", "--output", out]);
+    let (code, _, err) = export_p0("/dev/null");
     assert_eq!(code, 0, "{err}");
     let links = tempfile::tempdir().unwrap();
     let target = links.path().join("target.jsonl");
     let link = links.path().join("link.jsonl");
     std::fs::write(&target, b"old").unwrap();
     std::os::unix::fs::symlink(&target, &link).unwrap();
-    let (code, _, err) = cairn(&[
-        "export",
-        "--data",
-        d,
-        "--partition",
-        "0",
-        "--output",
-        link.to_str().unwrap(),
-    ]);
+    let (code, _, err) = export_p0(link.to_str().unwrap());
     assert_eq!(code, 0, "{err}");
     assert!(std::fs::symlink_metadata(&link)
         .unwrap()
         .file_type()
         .is_symlink());
-    assert_eq!(
-        std::fs::read(&target)
-            .unwrap()
-            .iter()
-            .filter(|&&b| b == b'\n')
-            .count(),
-        1000
-    );
+    let lines = std::fs::read(&target)
+        .unwrap()
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count();
+    assert_eq!(lines, 1000);
     // A file replaced keeps its permissions.
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let (code, _, err) = cairn(&[
-        "export",
-        "--data",
-        d,
-        "--partition",
-        "0",
-        "--output",
-        target.to_str().unwrap(),
-    ]);
+    let (code, _, err) = export_p0(target.to_str().unwrap());
     assert_eq!(code, 0, "{err}");
     let mode = std::fs::metadata(&target).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600);
