@@ -177,7 +177,11 @@ impl Engine {
             // else put there meanwhile is not the backup's to remove).
             let _ = std::fs::remove_dir_all(EngineConfig::new(&real).sled_path());
             let watermark = crate::watermark::WATERMARK_FILE;
-            for name in [watermark.to_owned(), format!("{watermark}.new")] {
+            for name in [
+                watermark.to_owned(),
+                format!("{watermark}.new"),
+                crate::poisoned::POISON_FILE.to_owned(),
+            ] {
                 let _ = std::fs::remove_file(real.join(name));
             }
             if !lock_file_before {

@@ -251,13 +251,24 @@ impl Engine {
         let poisoned_before =
             crate::poisoned::before_open(&cfg).map_err(|e| io("act on the poison mark", e))?;
         let path = cfg.path.clone();
-        let opened = Self::open_store(cfg, lock, poisoned_before);
+        let prior = poisoned_before.as_ref().map(|p| p.reason.clone());
+        let mut lock = lock;
+        let opened = Self::open_store(cfg, &mut lock, poisoned_before);
         // An open that fails on I/O (its recovery's fsync, the watermark's)
         // may leave pages in the cache that the disk does not hold, as a
         // poisoned engine does: the next open treats the store the same way.
-        if let Err(e @ (Error::Io { .. } | Error::Store { .. })) = &opened {
-            crate::poisoned::record(&path, "open", &e.to_string());
+        // Written while the directory is still locked: no other opener can
+        // recover from the cache in between.
+        if let Err(e) = &opened {
+            if e.may_leave_unwritten_pages() {
+                let reason = match &prior {
+                    Some(prior) => format!("{e} (after an earlier {prior})"),
+                    None => e.to_string(),
+                };
+                crate::poisoned::record(&path, "open", &reason);
+            }
         }
+        drop(lock);
         opened
     }
 
@@ -265,7 +276,7 @@ impl Engine {
     /// directory made, locked (if asked) and any poison mark acted on.
     fn open_store(
         cfg: EngineConfig,
-        lock: Option<DirLock>,
+        lock: &mut Option<DirLock>,
         poisoned_before: Option<crate::poisoned::PoisonedBefore>,
     ) -> Result<Engine> {
         let io = |op, e| Error::Io {
@@ -317,7 +328,9 @@ impl Engine {
             counters: Counters::default(),
             closed: AtomicBool::new(false),
             recovery: report,
-            _lock: lock,
+            // Taken last, once nothing can fail: until then the caller
+            // holds it (and writes the poison mark under it on failure).
+            _lock: lock.take(),
         })
     }
 

@@ -64,6 +64,30 @@ pub enum Error {
 }
 
 impl Error {
+    /// An I/O failure that may have left pages in the page cache the disk
+    /// does not hold (a failed write or fsync), as opposed to one that wrote
+    /// nothing (no such file, no permission, a read-only filesystem) or no
+    /// I/O failure at all (poison.rs decides on this whether to leave its mark).
+    pub(crate) fn may_leave_unwritten_pages(&self) -> bool {
+        let wrote = |e: &std::io::Error| {
+            !matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound
+                    | std::io::ErrorKind::PermissionDenied
+                    | std::io::ErrorKind::ReadOnlyFilesystem
+                    | std::io::ErrorKind::WouldBlock
+            ) && !e.to_string().contains("could not acquire lock")
+        };
+        match self {
+            Error::Io { source, .. } => wrote(source),
+            Error::Store {
+                source: sled::Error::Io(e),
+                ..
+            } => wrote(e),
+            _ => false,
+        }
+    }
+
     /// Build a corruption error.
     pub fn corruption(location: Location, kind: CorruptionKind) -> Self {
         Error::Corruption { location, kind }

@@ -40,17 +40,30 @@ impl DirLock {
             .custom_flags(libc::O_NOFOLLOW)
             .open(&path)
             .map_err(|e| io("open lock file", e))?;
-        match file.try_lock() {
+        // A process that forks (to spawn a child) while another of its
+        // engines holds a lock shares that lock's file description with the
+        // child until the child's exec closes it: an engine dropped and
+        // reopened in that moment finds its own lock still held. Held by
+        // this process, it is therefore retried for a bounded second
+        // (polling, as `open_sled` does for sled's lock), then reported.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        let mut locked = file.try_lock();
+        while matches!(locked, Err(TryLockError::WouldBlock))
+            && holder_pid(&mut file) == Some(std::process::id())
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            locked = file.try_lock();
+        }
+        match locked {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => {
-                let mut s = String::new();
-                let _ = file.read_to_string(&mut s);
-                let holder = match s.trim().parse::<u32>() {
-                    Ok(pid) if pid == std::process::id() => {
+                let holder = match holder_pid(&mut file) {
+                    Some(pid) if pid == std::process::id() => {
                         format!("this process (pid {pid}): an engine on it is already open")
                     }
-                    Ok(pid) => format!("pid {pid}"),
-                    Err(_) => "another process (pid unknown)".to_owned(),
+                    Some(pid) => format!("pid {pid}"),
+                    None => "another process (pid unknown)".to_owned(),
                 };
                 return Err(Error::Locked {
                     path: dir.to_path_buf(),
@@ -65,4 +78,12 @@ impl DirLock {
         writeln!(file, "{}", std::process::id()).map_err(|e| io("write lock file", e))?;
         Ok(DirLock { _file: file })
     }
+}
+
+/// The pid the lock file names, if it names one.
+fn holder_pid(file: &mut File) -> Option<u32> {
+    let mut s = String::new();
+    file.seek(SeekFrom::Start(0)).ok()?;
+    file.read_to_string(&mut s).ok()?;
+    s.trim().parse().ok()
 }

@@ -53,12 +53,17 @@ pub(crate) fn record(dir: &Path, op: &str, reason: &str) {
         use std::os::unix::fs::OpenOptionsExt;
         // Never through a link someone left in a directory that may be
         // anyone's (as the lock file, lock.rs).
+        // Nor may a FIFO put there block it (it is written under the commit
+        // lock): O_NONBLOCK fails at once where no one reads one.
         let mut f = std::fs::OpenOptions::new()
             .write(true)
             .create(true)
-            .truncate(true)
-            .custom_flags(libc::O_NOFOLLOW)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(dir.join(POISON_FILE))?;
+        if !f.metadata()?.is_file() {
+            return Err(io::Error::other("not a regular file"));
+        }
+        f.set_len(0)?;
         writeln!(f, "{}", boot_id().unwrap_or_default())?;
         writeln!(f, "{op}: {reason}")
     };
@@ -69,14 +74,10 @@ pub(crate) fn record(dir: &Path, op: &str, reason: &str) {
 
 /// Before sled opens the store: act on a mark, if there is one.
 pub(crate) fn before_open(cfg: &EngineConfig) -> io::Result<Option<PoisonedBefore>> {
-    let path = cfg.path.join(POISON_FILE);
-    let text = match std::fs::symlink_metadata(&path) {
+    let text = match read_mark(&cfg.path.join(POISON_FILE)) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
-        // Whatever stands there (garbage, a link, a FIFO) is a mark whose
-        // boot cannot be read: acted on as this boot's.
-        Ok(m) if !m.is_file() => String::new(),
-        Ok(_) => String::from_utf8_lossy(&std::fs::read(&path)?).into_owned(),
+        Ok(text) => text,
     };
     let mut lines = text.lines();
     let marked_boot = lines.next().unwrap_or_default().trim();
@@ -102,6 +103,31 @@ pub(crate) fn before_open(cfg: &EngineConfig) -> io::Result<Option<PoisonedBefor
         reason,
         cache_dropped: same_boot,
     }))
+}
+
+/// The mark's text, at most 4 KiB of it. Whatever else stands there (a
+/// link, a FIFO, garbage) is a mark whose boot cannot be read: empty text,
+/// acted on as this boot's. Opened once, without following a link or
+/// waiting for a writer, and checked through its handle.
+fn read_mark(path: &Path) -> io::Result<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+    {
+        Ok(f) => f,
+        // A symlink (ELOOP): there, but not ours to read.
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Ok(String::new()),
+        Err(e) => return Err(e),
+    };
+    if !f.metadata()?.is_file() {
+        return Ok(String::new());
+    }
+    let mut bytes = Vec::new();
+    f.take(4096).read_to_end(&mut bytes)?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 /// Recovery succeeded: the mark has done its work.

@@ -530,3 +530,33 @@ fn an_unsynced_write_survives_a_reopen_as_a_prefix_or_not_at_all() {
     e.append(&[batch(&tp, 4..10, 20)]).unwrap();
     assert_eq!(read_all(&e, &tp), batch(&tp, 0..10, 20).records);
 }
+
+/// Whatever stands where the poison mark goes (here a FIFO, which would
+/// block a plain open for ever) is acted on as a mark of this boot, never
+/// waited on, and removed once the store recovers.
+#[test]
+fn a_fifo_in_place_of_the_poison_mark_does_not_block_the_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let tp = TopicPartition::new("t", 0);
+    {
+        let e = open(dir.path());
+        e.append(&[batch(&tp, 0..10, 10)]).unwrap();
+        e.close().unwrap();
+    }
+    let mark = dir.path().join(cairn_engine::poisoned::POISON_FILE);
+    // Made in-process: a child spawned now would inherit, until its exec,
+    // the lock files of the other tests' engines, and hold their locks.
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &mark,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    let e = open(dir.path());
+    let before = e.recovery_report().poisoned_before.clone().unwrap();
+    assert!(before.cache_dropped, "{before:?}");
+    assert!(!mark.exists());
+    assert_eq!(read_all(&e, &tp).len(), 10);
+}
