@@ -26,6 +26,8 @@ use crate::worker::Job;
 struct State {
     queued_bytes: usize,
     closed: bool,
+    /// Senders blocked for room (tests wait for one before waking it).
+    waiting: usize,
 }
 
 /// The byte budget shared by both ends.
@@ -52,7 +54,9 @@ impl Budget {
                 s.queued_bytes += bytes;
                 return true;
             }
+            s.waiting += 1;
             s = self.freed.wait(s).unwrap_or_else(|e| e.into_inner());
+            s.waiting -= 1;
         }
     }
 
@@ -124,7 +128,9 @@ mod tests {
         assert!(!b.acquire(1), "a closed queue refuses");
     }
 
-    /// A full queue and a sender waiting for 5 bytes of room in it.
+    /// A full queue and a sender blocked waiting for 5 bytes of room in
+    /// it (returned once it is blocked, so that what the test does next is
+    /// what wakes it).
     fn full_with_a_waiter() -> (Arc<Budget>, std::thread::JoinHandle<bool>) {
         let (_tx, _rx, b) = bounded(10);
         assert!(b.acquire(10));
@@ -132,6 +138,10 @@ mod tests {
             let b = b.clone();
             move || b.acquire(5)
         });
+        while lock(&b.state).waiting == 0 {
+            assert!(!waiter.is_finished(), "the sender did not wait");
+            std::thread::yield_now();
+        }
         (b, waiter)
     }
 
