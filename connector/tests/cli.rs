@@ -764,12 +764,9 @@ fn export_stops_cleanly_and_says_what_its_output_holds() {
 /// that ends below what the archive holds.
 #[test]
 fn status_with_brokers_shows_what_the_archive_lacks() {
-    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    use rdkafka::producer::{BaseRecord, Producer};
     let mb = MockBroker::start(&["s:3"]);
-    let producer: BaseProducer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", &mb.brokers)
-        .create()
-        .unwrap();
+    let producer = cairn_connector::cli::demo::demo_producer(&mb.brokers).unwrap();
     for (partition, n) in [(0, 120), (1, 20), (2, 10)] {
         for _ in 0..n {
             producer

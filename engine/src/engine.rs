@@ -173,8 +173,7 @@ impl Drop for SyncLeader<'_> {
         c.syncing = false;
         if c.poisoned.is_none() {
             let reason = "the sync panicked (see the panic message)";
-            crate::poisoned::record(&self.engine.cfg.path, "fsync", reason);
-            c.poisoned = Some(("fsync", reason.into()));
+            self.engine.set_poisoned(&mut c, "fsync", reason.into());
         }
         self.engine.commit_cv.notify_all();
     }
@@ -248,8 +247,7 @@ impl Engine {
         };
         // A mark left by a poisoned engine: nothing is read through sled
         // before the store's cached pages are dropped (poisoned.rs).
-        let poisoned_before =
-            crate::poisoned::before_open(&cfg).map_err(|e| io("act on the poison mark", e))?;
+        let poisoned_before = crate::poisoned::before_open(&cfg)?;
         let path = cfg.path.clone();
         let prior = poisoned_before.as_ref().map(|p| p.reason.clone());
         let mut lock = lock;
@@ -370,12 +368,18 @@ impl Engine {
         lock(&self.commit).poisoned.is_some()
     }
 
+    /// Poison the engine (under `commit`): the mark is left on disk first
+    /// (poisoned.rs), so that no poisoning goes without it.
+    fn set_poisoned(&self, c: &mut CommitState, op: &'static str, reason: String) {
+        crate::poisoned::record(&self.cfg.path, op, &reason);
+        c.poisoned = Some((op, reason));
+    }
+
     fn poison(&self, op: &'static str, reason: String) -> Error {
         tracing::error!(op, %reason, "engine poisoned; no further writes, reopen to recover");
         let mut c = lock(&self.commit);
         if c.poisoned.is_none() {
-            crate::poisoned::record(&self.cfg.path, op, &reason);
-            c.poisoned = Some((op, reason.clone()));
+            self.set_poisoned(&mut c, op, reason.clone());
         }
         self.commit_cv.notify_all();
         Error::Poisoned { op, reason }
@@ -654,8 +658,7 @@ impl Engine {
                 Err(e) => {
                     let reason = format!("{} on {}", e, lock(&self.syncer).data_path().display());
                     tracing::error!(%reason, "fsync failed; engine poisoned, never retried");
-                    crate::poisoned::record(&self.cfg.path, "fsync", &reason);
-                    c.poisoned = Some(("fsync", reason));
+                    self.set_poisoned(&mut c, "fsync", reason);
                     self.commit_cv.notify_all();
                 }
             }

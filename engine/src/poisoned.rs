@@ -73,7 +73,15 @@ pub(crate) fn record(dir: &Path, op: &str, reason: &str) {
 }
 
 /// Before sled opens the store: act on a mark, if there is one.
-pub(crate) fn before_open(cfg: &EngineConfig) -> io::Result<Option<PoisonedBefore>> {
+pub(crate) fn before_open(cfg: &EngineConfig) -> crate::Result<Option<PoisonedBefore>> {
+    act_on_mark(cfg).map_err(|source| crate::Error::Io {
+        op: "act on the poison mark",
+        path: cfg.path.clone(),
+        source,
+    })
+}
+
+fn act_on_mark(cfg: &EngineConfig) -> io::Result<Option<PoisonedBefore>> {
     let text = match read_mark(&cfg.path.join(POISON_FILE)) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),

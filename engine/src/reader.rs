@@ -21,7 +21,7 @@ use crate::error::Result;
 use crate::index::IndexEntry;
 use crate::keys;
 use crate::record::{validate_tp, Record, TopicPartition};
-use crate::recovery::{index_corruption, index_item};
+use crate::recovery::{index_corruption, index_item, summary_location};
 
 /// Iterator over one partition's records from an offset. Owns what it needs.
 pub struct RecordIter {
@@ -178,26 +178,30 @@ impl Engine {
             if !may_hold(&e) {
                 continue;
             }
-            let entry = match read_entry(&self.tree, tp, &e) {
-                Ok(entry) => entry,
-                // Deleted by a truncation since the index was read (as in
-                // `RecordIter::fill`): its records are gone, not damaged.
-                Err(_)
-                    if self
-                        .tree
-                        .get(&k)
-                        .map_err(store_err("recheck index"))?
-                        .is_none() =>
-                {
-                    continue
-                }
-                Err(err) => return Err(err),
+            let Some(entry) = read_entry_unless_deleted(&self.tree, tp, &k, &e)? else {
+                continue;
             };
             if let Some(r) = entry.records.iter().find(|r| wanted(r) && r.offset < end) {
                 return Ok((Some(r.offset), end));
             }
         }
         Ok((None, end))
+    }
+}
+
+/// The entry `e` (indexed under `key`), or `None` when a truncation deleted
+/// it since the index was read: then its records are gone, not damaged, and
+/// only a missing frame whose index entry is still there is corruption.
+fn read_entry_unless_deleted(
+    tree: &sled::Tree,
+    tp: &TopicPartition,
+    key: &[u8],
+    e: &IndexEntry,
+) -> Result<Option<crate::body::Entry>> {
+    match read_entry(tree, tp, e) {
+        Ok(entry) => Ok(Some(entry)),
+        Err(_) if tree.get(key).map_err(store_err("recheck index"))?.is_none() => Ok(None),
+        Err(err) => Err(err),
     }
 }
 
@@ -209,15 +213,8 @@ fn stored_first_offset(tree: &sled::Tree, tp: &TopicPartition) -> Result<Option<
     let Some(v) = tree.get(&key).map_err(store_err("read summary"))? else {
         return Ok(None);
     };
-    let (_, s) = crate::offsets::PartitionSummary::decode(&key, &v).map_err(|kind| {
-        crate::error::Error::corruption(
-            crate::error::Location::Partition {
-                topic: tp.topic.clone(),
-                partition: tp.partition,
-            },
-            kind,
-        )
-    })?;
+    let (_, s) = crate::offsets::PartitionSummary::decode(&key, &v)
+        .map_err(|kind| crate::error::Error::corruption(summary_location(&key), kind))?;
     Ok(Some(s.first_offset))
 }
 
@@ -234,10 +231,7 @@ impl RecordIter {
             return Ok(());
         }
         Err(crate::error::Error::corruption(
-            crate::error::Location::Partition {
-                topic: self.tp.topic.clone(),
-                partition: self.tp.partition,
-            },
+            crate::verify::partition_location(&self.tp),
             crate::error::CorruptionKind::SummaryMismatch {
                 detail: format!(
                     "read {} records below next offset {}, where the summary counts {}: an index entry is missing (cairn verify lists where)",
@@ -260,21 +254,8 @@ impl RecordIter {
             if e.first_offset >= self.end {
                 return self.finish();
             }
-            let entry = match read_entry(&self.tree, &self.tp, &e) {
-                Ok(entry) => entry,
-                // Retention may delete an entry between the index read and
-                // the frame read; only then is a missing frame not corruption.
-                Err(err)
-                    if self
-                        .tree
-                        .get(&k)
-                        .map_err(store_err("recheck index"))?
-                        .is_none() =>
-                {
-                    let _ = err;
-                    continue;
-                }
-                Err(err) => return Err(err),
+            let Some(entry) = read_entry_unless_deleted(&self.tree, &self.tp, &k, &e)? else {
+                continue;
             };
             self.next_key = keys::index_key(&self.tp, e.last_offset.saturating_add(1));
             let (from, end) = (self.from, self.end);

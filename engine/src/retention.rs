@@ -98,10 +98,7 @@ impl Engine {
             .truncating
             .write()
             .expect("engine lock poisoned by an earlier panic");
-        // Only what is durable is deleted, whatever the cut: an entry
-        // written but not yet fsynced (a put under `interval:MS`) is left to
-        // the next cut, as the age and size cuts leave it.
-        let offset = cut(self)?.min(self.durable_offset(tp).unwrap_or(0));
+        let offset = self.durable_cut(tp, cut)?;
         let mut report = TruncateReport::default();
         let mut steps = 0u64;
         loop {
@@ -145,8 +142,7 @@ impl Engine {
             .truncating
             .read()
             .expect("engine lock poisoned by an earlier panic");
-        // As `truncate_by` clamps it: the plan is what a prune would do.
-        let offset = cut(self)?.min(self.durable_offset(tp).unwrap_or(0));
+        let offset = self.durable_cut(tp, cut)?;
         let mut report = TruncateReport::default();
         let Some(summary) = self.lock_write()?.partitions.get(tp).copied() else {
             return Ok((offset, report));
@@ -166,6 +162,18 @@ impl Engine {
             first_kept.unwrap_or(summary.next_offset)
         });
         Ok((offset, report))
+    }
+
+    /// The offset `cut` picks, clamped to what is durable: an entry written
+    /// but not yet fsynced (a put under `interval:MS`) is left to a later
+    /// cut, as the age and size cuts leave it. The plan and the deletion
+    /// both cut here, so a dry run says what a prune would do.
+    fn durable_cut(
+        &self,
+        tp: &TopicPartition,
+        cut: impl FnOnce(&Engine) -> Result<i64>,
+    ) -> Result<i64> {
+        Ok(cut(self)?.min(self.durable_offset(tp).unwrap_or(0)))
     }
 
     /// One durable step: delete the lowest entries below `offset`, up to the

@@ -167,11 +167,7 @@ pub fn verify_store(cfg: &EngineConfig) -> Result<VerifyReport> {
     let _lock = DirLock::acquire(&cfg.path)?;
     // A poisoned store is checked as the disk holds it, not as the page
     // cache remembers it (poisoned.rs); the mark stays for the next open.
-    crate::poisoned::before_open(cfg).map_err(|source| Error::Io {
-        op: "act on the poison mark",
-        path: cfg.path.clone(),
-        source,
-    })?;
+    crate::poisoned::before_open(cfg)?;
     let db = cfg.open_sled()?;
     let tree = db.open_tree("cairn").map_err(store_err("open tree"))?;
     let mut r = verify_tree(&tree, None, &AtomicBool::new(false))?;
@@ -724,7 +720,7 @@ fn report_missing_summaries(
     }
 }
 
-fn partition_location(tp: &TopicPartition) -> Location {
+pub(crate) fn partition_location(tp: &TopicPartition) -> Location {
     Location::Partition {
         topic: tp.topic.clone(),
         partition: tp.partition,

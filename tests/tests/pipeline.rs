@@ -404,13 +404,10 @@ fn unreadable_log_bounds_at_assignment_do_not_stop_the_run() {
 #[test]
 fn records_of_no_payload_are_bounded_by_batch_bytes() {
     use cairn_connector::{run_pipeline, ArchiveSink, PipelineOptions};
-    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    use rdkafka::producer::{BaseRecord, Producer};
     let k = TestKafka::new("nulls", 1);
     let n: i64 = 3_000;
-    let producer: BaseProducer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", &k.brokers)
-        .create()
-        .unwrap();
+    let producer = cairn_connector::cli::demo::demo_producer(&k.brokers).unwrap();
     for _ in 0..n {
         producer
             .send(BaseRecord::<[u8], [u8]>::to(&k.topic).partition(0))

@@ -111,10 +111,7 @@ fn export_live(
         Ok(mut end) => {
             match &mut end.error {
                 None => {
-                    finish(out).map_err(|source| ConnectorError::Io {
-                        path: out_path.to_owned(),
-                        source,
-                    })?;
+                    finish(out, out_path)?;
                     tracing::info!("export done (served by the running cairn run)");
                 }
                 Some(error) => error.push_str(&abandon(out)),
@@ -138,10 +135,7 @@ fn export_stopped(
     let chosen = select.choose(engine.partitions(), &[])?;
     match write_records(&engine, &chosen, select, format, &mut out, out_path) {
         Ok(count) => {
-            finish(out).map_err(|source| ConnectorError::Io {
-                path: out_path.to_owned(),
-                source,
-            })?;
+            finish(out, out_path)?;
             if let Some(records) = count {
                 tracing::info!(records, "export done");
             }
@@ -167,8 +161,7 @@ fn lock_staged(s: &Staged) -> std::sync::MutexGuard<'_, Option<PathBuf>> {
 
 /// On SIGINT or SIGTERM: remove the staged file, say so, exit 130.
 fn remove_on_interrupt(staged: Staged, out: PathBuf) -> Result<tokio::task::JoinHandle<()>> {
-    let mut signals = super::run::Signals::install()
-        .map_err(|e| ConnectorError::Sink(format!("cannot install signal handlers: {e}")))?;
+    let mut signals = super::run::Signals::for_command()?;
     Ok(tokio::spawn(async move {
         signals.recv().await;
         // Held to the exit: a rename in progress finishes first, and none
@@ -186,17 +179,20 @@ fn remove_on_interrupt(staged: Staged, out: PathBuf) -> Result<tokio::task::Join
 }
 
 /// Flush what is buffered and put a file in place; a reader that went
-/// away is no error.
-fn finish(mut out: BufWriter<Output>) -> std::io::Result<()> {
-    match out.flush() {
+/// away is no error. Errors name `out_path`.
+fn finish(mut out: BufWriter<Output>, out_path: &Path) -> Result<()> {
+    let done = match out.flush() {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
-        Err(e) => return Err(e),
-        Ok(()) => {}
-    }
-    match out.into_parts().0 {
-        Output::Stdout(_) => Ok(()),
-        Output::File(mut f) => f.complete(),
-    }
+        Err(e) => Err(e),
+        Ok(()) => match out.into_parts().0 {
+            Output::Stdout(_) => Ok(()),
+            Output::File(mut f) => f.complete(),
+        },
+    };
+    done.map_err(|source| ConnectorError::Io {
+        path: out_path.to_owned(),
+        source,
+    })
 }
 
 /// Give up an export that failed, and say what its output holds (for its
@@ -209,7 +205,7 @@ fn abandon(mut out: BufWriter<Output>) -> String {
         Output::Stdout(_) => {
             "; <stdout> received the records before it: the export is incomplete".into()
         }
-        Output::File(f) if f.file.is_none() || f.staged.is_some() => {
+        Output::File(f) if f.file.is_none() || lock_staged(&f.staged).is_some() => {
             format!("; {} was left as it was", f.path.display())
         }
         Output::File(f) => format!(
@@ -226,14 +222,13 @@ enum Output {
 }
 
 impl Output {
-    fn new(path: Option<PathBuf>, registry: Staged) -> Output {
+    fn new(path: Option<PathBuf>, staged: Staged) -> Output {
         match path {
             None => Output::Stdout(std::io::stdout()),
             Some(path) => Output::File(FileOutput {
                 path,
                 file: None,
-                staged: None,
-                registry,
+                staged,
             }),
         }
     }
@@ -247,10 +242,9 @@ impl Output {
 struct FileOutput {
     path: PathBuf,
     file: Option<std::fs::File>,
-    /// Where the file is written until it is complete, if staged.
-    staged: Option<PathBuf>,
-    /// The same, for the signal watcher.
-    registry: Staged,
+    /// Where the file is written until it is complete, if staged; shared
+    /// with the signal watcher, which removes it.
+    staged: Staged,
 }
 
 impl FileOutput {
@@ -270,8 +264,7 @@ impl FileOutput {
             };
             let file = match staged {
                 Some((path, file)) => {
-                    *lock_staged(&self.registry) = Some(path.clone());
-                    self.staged = Some(path);
+                    *lock_staged(&self.staged) = Some(path);
                     file
                 }
                 None => std::fs::File::create(&self.path).map_err(|e| named(e, &self.path))?,
@@ -340,11 +333,12 @@ impl FileOutput {
             file.sync_all()?;
         }
         drop(file);
-        let mut registry = lock_staged(&self.registry);
-        let Some(staged) = self.staged.take() else {
+        // Held through the rename: the signal watcher waits, and then
+        // finds nothing to remove.
+        let mut guard = lock_staged(&self.staged);
+        let Some(staged) = guard.take() else {
             return Ok(());
         };
-        *registry = None;
         if let Err(e) = std::fs::rename(&staged, &self.path) {
             // A bind-mounted file cannot be renamed over (EBUSY), nor one on
             // another filesystem (EXDEV): copy into it instead. Any other
@@ -387,10 +381,9 @@ impl FileOutput {
 
 impl Drop for FileOutput {
     fn drop(&mut self) {
-        if let Some(staged) = self.staged.take() {
+        if let Some(staged) = lock_staged(&self.staged).take() {
             self.file = None;
             let _ = std::fs::remove_file(staged);
-            *lock_staged(&self.registry) = None;
         }
     }
 }

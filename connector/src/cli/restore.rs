@@ -79,8 +79,7 @@ pub async fn run(args: RestoreArgs) -> Result<ExitCode> {
     let stop = Arc::new(AtomicBool::new(false));
     // Installed now, not when the task first runs: a signal before that is
     // not lost. One set, read twice.
-    let mut signals = super::run::Signals::install()
-        .map_err(|e| ConnectorError::Sink(format!("cannot install signal handlers: {e}")))?;
+    let mut signals = super::run::Signals::for_command()?;
     let watcher = tokio::spawn({
         let stop = stop.clone();
         async move {

@@ -170,8 +170,7 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
     let stop = Arc::new(AtomicBool::new(false));
     let signal_stop = stop.clone();
     // Installed before the archive is read, not when the task first runs.
-    let mut signals = Signals::install()
-        .map_err(|e| ConnectorError::Sink(format!("cannot install signal handlers: {e}")))?;
+    let mut signals = Signals::for_command()?;
     tokio::spawn(async move {
         signals.recv().await;
         tracing::info!(
@@ -256,6 +255,13 @@ pub struct Signals {
 }
 
 impl Signals {
+    /// [`install`](Self::install), for a command: its failure as the
+    /// command's error.
+    pub fn for_command() -> crate::Result<Signals> {
+        Signals::install()
+            .map_err(|e| ConnectorError::Sink(format!("cannot install signal handlers: {e}")))
+    }
+
     pub fn install() -> std::io::Result<Signals> {
         use tokio::signal::unix::{signal, SignalKind};
         Ok(Signals {
