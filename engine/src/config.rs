@@ -57,6 +57,12 @@ pub struct EngineConfig {
     pub checkpoint_interval_bytes: u64,
 }
 
+/// sled's refusal of a database whose lock another handle holds (it says
+/// so only in its message).
+pub(crate) fn is_sled_lock_contention(e: &std::io::Error) -> bool {
+    e.to_string().contains("could not acquire lock")
+}
+
 impl EngineConfig {
     pub fn new(path: impl AsRef<Path>) -> Self {
         EngineConfig {
@@ -126,8 +132,7 @@ impl EngineConfig {
             match sled_cfg.open() {
                 Ok(db) => return Ok(db),
                 Err(sled::Error::Io(e))
-                    if e.to_string().contains("could not acquire lock")
-                        && std::time::Instant::now() < deadline =>
+                    if is_sled_lock_contention(&e) && std::time::Instant::now() < deadline =>
                 {
                     // Polling, not synchronisation: sled offers no way to
                     // wait for another handle's threads to let go.

@@ -76,7 +76,7 @@ impl Error {
                     | std::io::ErrorKind::PermissionDenied
                     | std::io::ErrorKind::ReadOnlyFilesystem
                     | std::io::ErrorKind::WouldBlock
-            ) && !e.to_string().contains("could not acquire lock")
+            ) && !crate::config::is_sled_lock_contention(e)
         };
         match self {
             Error::Io { source, .. } => wrote(source),
