@@ -4,7 +4,7 @@
 use std::process::Command;
 
 mod common;
-use common::{MockBroker, CAIRN};
+use common::{TestBroker, CAIRN};
 
 fn cairn(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(CAIRN).args(args).output().unwrap();
@@ -17,12 +17,23 @@ fn cairn(args: &[&str]) -> (i32, String, String) {
 
 /// `cairn run` with the required flags (group `g`) plus `extra`.
 fn cairn_run(brokers: &str, topics: &str, data: &str, extra: &[&str]) -> (i32, String, String) {
+    cairn_run_in("g", brokers, topics, data, extra)
+}
+
+/// [`cairn_run`] in `group`.
+fn cairn_run_in(
+    group: &str,
+    brokers: &str,
+    topics: &str,
+    data: &str,
+    extra: &[&str],
+) -> (i32, String, String) {
     let mut args = vec![
         "run",
         "--brokers",
         brokers,
         "--group",
-        "g",
+        group,
         "--topics",
         topics,
         "--data",
@@ -34,12 +45,16 @@ fn cairn_run(brokers: &str, topics: &str, data: &str, extra: &[&str]) -> (i32, S
 
 #[test]
 fn unknown_topic_is_a_clear_error() {
-    let mb = MockBroker::start(&["exists:1"]);
+    let mb = TestBroker::start(&["exists:1"]);
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().to_str().unwrap();
-    let (code, _, err) = cairn_run(&mb.brokers, "nope", data, &[]);
+    let nope = mb.topic("nope");
+    let (code, _, err) = cairn_run_in(&mb.group("g"), &mb.brokers, &nope, data, &[]);
     assert_ne!(code, 0);
-    assert!(err.contains("topic \"nope\" does not exist"), "{err}");
+    assert!(
+        err.contains(&format!("topic \"{nope}\" does not exist")),
+        "{err}"
+    );
 }
 
 #[test]
@@ -315,7 +330,8 @@ fn demo_archive_reads_back_with_status_export_verify() {
 #[test]
 fn oversize_record_stops_with_its_coordinates_and_is_never_committed() {
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-    let mb = MockBroker::start(&["big:1"]);
+    let mb = TestBroker::start(&["big:1"]);
+    let (big_topic, group) = (mb.topic("big"), mb.group("g"));
     let producer: BaseProducer = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", &mb.brokers)
         .create()
@@ -325,21 +341,28 @@ fn oversize_record_stops_with_its_coordinates_and_is_never_committed() {
     for i in 0..15 {
         let v = if i == 10 { &big } else { &small };
         producer
-            .send(BaseRecord::<[u8], [u8]>::to("big").partition(0).payload(v))
+            .send(
+                BaseRecord::<[u8], [u8]>::to(&big_topic)
+                    .partition(0)
+                    .payload(v),
+            )
             .unwrap();
     }
     producer.flush(std::time::Duration::from_secs(10)).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap();
-    let (code, _, err) = cairn_run(
+    let (code, _, err) = cairn_run_in(
+        &group,
         &mb.brokers,
-        "big",
+        &big_topic,
         d,
         &["--record-bytes-max", "1000", "--batch-records-max", "4"],
     );
     assert_ne!(code, 0);
     assert!(
-        err.contains("record big/0@10 is 4000 bytes, over the limit of 1000"),
+        err.contains(&format!(
+            "record {big_topic}/0@10 is 4000 bytes, over the limit of 1000"
+        )),
         "{err}"
     );
     // Nothing at or after the oversize record is archived or committed.
@@ -355,7 +378,7 @@ fn oversize_record_stops_with_its_coordinates_and_is_never_committed() {
         "archived past the oversize record: {durable}"
     );
     drop(engine);
-    let kafka = cairn_connector::cli::demo::committed(&mb.brokers, "g", "big", 1).unwrap();
+    let kafka = cairn_connector::cli::demo::committed(&mb.brokers, &group, &big_topic, 1).unwrap();
     assert!(
         kafka[&0] <= durable,
         "committed {} > durable {durable}",
@@ -370,34 +393,40 @@ fn restore_puts_the_demo_archive_back_and_refuses_to_do_it_twice() {
     let d = data.to_str().unwrap();
     let (code, out, err) = cairn(&["demo", "--records", "3000", "--data", d]);
     assert_eq!(code, 0, "{out}{err}");
-    let mb = MockBroker::start(&["restored:3", "narrow:2"]);
+    let mb = TestBroker::start(&["restored:3", "narrow:2"]);
+    let (restored, narrow) = (mb.topic("restored"), mb.topic("narrow"));
+    let to_restored = format!("cairn-demo={restored}");
     let restore = |extra: &[&str]| {
         let mut args = vec!["restore", "--data", d, "--brokers", &mb.brokers];
         args.extend_from_slice(extra);
         cairn(&args)
     };
-    let (code, out, err) = restore(&["--rename", "cairn-demo=restored"]);
+    let (code, out, err) = restore(&["--rename", &to_restored]);
     assert_eq!(code, 0, "{out}{err}");
     for p in 0..3 {
         assert!(
             out.contains(&format!(
-                "cairn-demo/{p} -> restored/{p}: 1000 records (archived offsets 0..=999)"
+                "cairn-demo/{p} -> {restored}/{p}: 1000 records (archived offsets 0..=999)"
             )),
             "{out}"
         );
     }
     assert!(out.contains("restored 3000 records"), "{out}");
     // Again: the target now holds records, so nothing is produced.
-    let (code, _, err) = restore(&["--rename", "cairn-demo=restored"]);
+    let (code, _, err) = restore(&["--rename", &to_restored]);
     assert_eq!(code, 1, "{err}");
     assert!(
-        err.contains("restored/0 already holds records (offsets 0..1000)")
-            && err.contains("--append"),
+        err.contains(&format!(
+            "{restored}/0 already holds records (offsets 0..1000)"
+        )) && err.contains("--append"),
         "{err}"
     );
-    let (code, _, err) = restore(&["--rename", "cairn-demo=narrow"]);
+    let (code, _, err) = restore(&["--rename", &format!("cairn-demo={narrow}")]);
     assert_eq!(code, 1, "{err}");
-    assert!(err.contains("\"narrow\" has 2 partitions"), "{err}");
+    assert!(
+        err.contains(&format!("\"{narrow}\" has 2 partitions")),
+        "{err}"
+    );
     let (code, _, err) = restore(&["--rename", "cairn-demo"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("expected ARCHIVED=TARGET"), "{err}");
@@ -765,13 +794,14 @@ fn export_stops_cleanly_and_says_what_its_output_holds() {
 #[test]
 fn status_with_brokers_shows_what_the_archive_lacks() {
     use rdkafka::producer::{BaseRecord, Producer};
-    let mb = MockBroker::start(&["s:3"]);
+    let mb = TestBroker::start(&["s:3"]);
+    let (s, gone) = (mb.topic("s"), mb.topic("gone"));
     let producer = cairn_connector::cli::demo::demo_producer(&mb.brokers).unwrap();
     for (partition, n) in [(0, 120), (1, 20), (2, 10)] {
         for _ in 0..n {
             producer
                 .send(
-                    BaseRecord::<[u8], [u8]>::to("s")
+                    BaseRecord::<[u8], [u8]>::to(&s)
                         .partition(partition)
                         .payload(b"v"),
                 )
@@ -782,7 +812,7 @@ fn status_with_brokers_shows_what_the_archive_lacks() {
     let dir = tempfile::tempdir().unwrap();
     archive_of(
         dir.path(),
-        &[("s", 0, 10), ("s", 1, 5), ("s", 5, 1), ("gone", 0, 1)],
+        &[(&s, 0, 10), (&s, 1, 5), (&s, 5, 1), (&gone, 0, 1)],
     );
     let d = dir.path().to_str().unwrap();
     let (code, out, err) = cairn(&["status", "--data", d, "--brokers", &mb.brokers, "--json"]);
@@ -794,18 +824,18 @@ fn status_with_brokers_shows_what_the_archive_lacks() {
             .unwrap_or_else(|| panic!("no row {t}/{p}: {out}"))
     };
     assert_eq!(rows.len(), 5, "{out}");
-    assert!(row("s", 5).get("high_watermark").is_none(), "{out}");
+    assert!(row(&s, 5).get("high_watermark").is_none(), "{out}");
     assert!(err.contains("Kafka's topic has no such partition"), "{err}");
-    assert_eq!(row("s", 0)["high_watermark"], 120);
-    assert_eq!(row("s", 0)["archive_lag"], 20);
-    assert_eq!(row("s", 1)["archive_lag"], -30);
+    assert_eq!(row(&s, 0)["high_watermark"], 120);
+    assert_eq!(row(&s, 0)["archive_lag"], 20);
+    assert_eq!(row(&s, 1)["archive_lag"], -30);
     // Kafka's s/2: nothing archived, everything Kafka holds still to store.
-    assert!(row("s", 2)["durable_next_offset"].is_null(), "{out}");
-    assert_eq!(row("s", 2)["records"], 0);
-    assert_eq!(row("s", 2)["archive_lag"], 10);
-    assert!(row("gone", 0).get("high_watermark").is_none(), "{out}");
+    assert!(row(&s, 2)["durable_next_offset"].is_null(), "{out}");
+    assert_eq!(row(&s, 2)["records"], 0);
+    assert_eq!(row(&s, 2)["archive_lag"], 10);
+    assert!(row(&gone, 0).get("high_watermark").is_none(), "{out}");
     assert!(
-        err.contains("Kafka does not have it") && err.contains("gone"),
+        err.contains("Kafka does not have it") && err.contains(&gone),
         "{err}"
     );
     assert!(
@@ -817,7 +847,7 @@ fn status_with_brokers_shows_what_the_archive_lacks() {
     assert_eq!(code, 0, "{err}");
     let s2 = out
         .lines()
-        .find(|l| l.starts_with("s ") && l.split_whitespace().nth(1) == Some("2"));
+        .find(|l| l.starts_with(&format!("{s} ")) && l.split_whitespace().nth(1) == Some("2"));
     let s2: Vec<&str> = s2.unwrap().split_whitespace().collect();
-    assert_eq!(&s2[..4], ["s", "2", "-", "-"], "{out}");
+    assert_eq!(&s2[..4], [s.as_str(), "2", "-", "-"], "{out}");
 }

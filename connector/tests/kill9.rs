@@ -25,7 +25,7 @@ use cairn_connector::cli::demo::{
 use cairn_connector::offsets::{committed_offsets, group_client};
 use cairn_connector::{run_pipeline, ArchiveSink, PipelineOptions, RunConfig};
 use cairn_engine::{Engine, EngineConfig, TopicPartition};
-use common::{cairn_run, env_count, seed, MockBroker, FAST_GROUP};
+use common::{cairn_run, env_count, seed, TestBroker, FAST_GROUP};
 use rand::{Rng, SeedableRng};
 
 const TOPIC: &str = "k9";
@@ -35,11 +35,11 @@ const LAG_MAX: i64 = 5_000;
 
 /// Kafka committed offsets never pass what the store holds durably.
 /// Returns (durable, committed) record counts.
-fn check_committed_le_durable(brokers: &str, data: &std::path::Path, round: u32) -> (i64, i64) {
+fn check_committed_le_durable(mb: &TestBroker, data: &std::path::Path, round: u32) -> (i64, i64) {
     let durable = Engine::open(EngineConfig::new(data))
         .unwrap()
         .durable_offsets();
-    let kafka = committed(brokers, GROUP, TOPIC, 3).unwrap();
+    let kafka = committed(&mb.brokers, &mb.group(GROUP), &mb.topic(TOPIC), 3).unwrap();
     for (p, k) in &kafka {
         let d = durable
             .iter()
@@ -58,7 +58,8 @@ fn sigkill_at_seeded_moments_loses_and_duplicates_nothing() {
     let seed = seed("kill9");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let rounds = env_count("CAIRN_CRASH_ROUNDS", 5);
-    let mb = MockBroker::start(&[&format!("{TOPIC}:3")]);
+    let mb = TestBroker::start(&[&format!("{TOPIC}:3")]);
+    let (topic, group) = (mb.topic(TOPIC), mb.group(GROUP));
     let data = tempfile::tempdir().unwrap();
     let data_s = data.path().to_str().unwrap().to_owned();
     let mut produced = 0u64;
@@ -75,19 +76,20 @@ fn sigkill_at_seeded_moments_loses_and_duplicates_nothing() {
         let stop_producing = Arc::new(AtomicBool::new(false));
         let producer = {
             let (brokers, stop) = (mb.brokers.clone(), stop_producing.clone());
+            let (topic, group) = (topic.clone(), group.clone());
             let start = produced;
             std::thread::spawn(move || {
                 // One producer and one group client for the whole round.
                 let producer = demo_producer(&brokers).unwrap();
-                let group = group_client(&brokers, GROUP).unwrap();
-                let tps: Vec<_> = (0..3).map(|p| TopicPartition::new(TOPIC, p)).collect();
+                let group = group_client(&brokers, &group).unwrap();
+                let tps: Vec<_> = (0..3).map(|p| TopicPartition::new(&topic, p)).collect();
                 let mut next = start;
                 while !stop.load(Ordering::Relaxed) {
                     let done: i64 = committed_offsets(&group, &tps, Duration::from_secs(10))
                         .map(|c| c.values().sum())
                         .unwrap_or(0);
                     if next as i64 - done < LAG_MAX {
-                        produce_with(&producer, TOPIC, next..next + 300).unwrap();
+                        produce_with(&producer, &topic, next..next + 300).unwrap();
                         next += 300;
                     }
                     // Pacing the producer, not synchronising with anything.
@@ -101,9 +103,9 @@ fn sigkill_at_seeded_moments_loses_and_duplicates_nothing() {
             "--brokers",
             &mb.brokers,
             "--group",
-            GROUP,
+            &group,
             "--topics",
-            TOPIC,
+            &topic,
         ];
         args.extend([
             "--data",
@@ -206,7 +208,7 @@ fn sigkill_at_seeded_moments_loses_and_duplicates_nothing() {
         stop_producing.store(true, Ordering::Relaxed);
         produced = producer.join().unwrap();
         commits_total += commits;
-        let (durable, committed) = check_committed_le_durable(&mb.brokers, data.path(), round);
+        let (durable, committed) = check_committed_le_durable(&mb, data.path(), round);
         eprintln!(
             "round {round}: {how} ({commits} commits seen); {durable} durable, {committed} committed, {produced} produced"
         );
@@ -225,11 +227,11 @@ fn sigkill_at_seeded_moments_loses_and_duplicates_nothing() {
     );
 
     // Finish in-process and check everything produced is there exactly once.
-    let mut cfg = RunConfig::new(&mb.brokers, GROUP, vec![TOPIC.into()], data.path().into());
+    let mut cfg = RunConfig::new(&mb.brokers, &group, vec![topic.clone()], data.path().into());
     for (k, v) in FAST_GROUP {
         cfg.kafka.insert(k.into(), v.into());
     }
-    let want = demo_next_offsets(TOPIC, produced);
+    let want = demo_next_offsets(&topic, produced);
     let opts = PipelineOptions {
         done: Some(Box::new(move |c| {
             want.iter().all(|(tp, o)| c.get(tp) == Some(o))
@@ -248,7 +250,7 @@ fn sigkill_at_seeded_moments_loses_and_duplicates_nothing() {
         "the final run was redelivered records the archive already had"
     );
     let engine = Engine::open(EngineConfig::new(data.path())).unwrap();
-    check_archive(&engine, TOPIC, produced).unwrap();
+    check_archive(&engine, &topic, produced).unwrap();
     assert!(engine.verify().unwrap().is_clean());
     drop(engine);
     check_export(data.path(), produced);

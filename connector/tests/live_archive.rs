@@ -14,7 +14,7 @@ use std::path::Path;
 use std::process::{ChildStderr, Command, Output};
 
 use cairn_connector::cli::demo::produce;
-use common::{cairn_run, KillOnDrop, MockBroker, CAIRN};
+use common::{cairn_run, KillOnDrop, TestBroker, CAIRN};
 
 fn cairn(args: &[&str]) -> Output {
     Command::new(CAIRN).args(args).output().unwrap()
@@ -67,7 +67,7 @@ fn by_partition(jsonl: &[u8]) -> BTreeMap<i64, Vec<String>> {
 /// A mock cluster with `records` produced to `live` (3 partitions), and a
 /// `cairn run` archiving them into `<dir>/archive` that has committed once.
 struct Running {
-    mb: MockBroker,
+    mb: TestBroker,
     dir: tempfile::TempDir,
     child: KillOnDrop,
     log: Lines<BufReader<ChildStderr>>,
@@ -75,8 +75,8 @@ struct Running {
 
 impl Running {
     fn start(records: u64) -> Running {
-        let mb = MockBroker::start(&["live:3"]);
-        produce(&mb.brokers, "live", 0..records).unwrap();
+        let mb = TestBroker::start(&["live:3"]);
+        produce(&mb.brokers, &mb.topic("live"), 0..records).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let (child, log) = Self::spawn(&mb, dir.path());
         Running {
@@ -88,15 +88,15 @@ impl Running {
     }
 
     /// `cairn run` on the archive, once it has committed.
-    fn spawn(mb: &MockBroker, dir: &Path) -> (KillOnDrop, Lines<BufReader<ChildStderr>>) {
+    fn spawn(mb: &TestBroker, dir: &Path) -> (KillOnDrop, Lines<BufReader<ChildStderr>>) {
         let data = dir.join("archive");
         let args = [
             "--brokers",
             &mb.brokers,
             "--group",
-            "live-group",
+            &mb.group("live-group"),
             "--topics",
-            "live",
+            &mb.topic("live"),
             "--data",
             data.to_str().unwrap(),
         ];
@@ -124,7 +124,8 @@ fn a_running_archive_serves_status_export_verify_and_prune() {
     let pid = child.id().to_string();
     wait_for_partitions(&mut lines, d, 3);
     // More records while it runs: the reads below race the archiving.
-    produce(&mb.brokers, "live", 3_000..6_000).unwrap();
+    let topic = mb.topic("live");
+    produce(&mb.brokers, &topic, 3_000..6_000).unwrap();
 
     // status: the durable figures, marked as served by the run.
     let out = cairn(&["status", "--data", d]);
@@ -186,7 +187,7 @@ fn a_running_archive_serves_status_export_verify_and_prune() {
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
     assert!(
-        err.contains("\"nope\"") && err.contains("holds \"live\""),
+        err.contains("\"nope\"") && err.contains(&format!("holds \"{topic}\"")),
         "{err}"
     );
     assert_eq!(std::fs::read_to_string(&keep).unwrap(), "kept\n");
@@ -219,7 +220,7 @@ fn a_running_archive_serves_status_export_verify_and_prune() {
     let report = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{report}{}", text(&out.stderr));
     assert!(
-        report.contains("live/0: pruned") && report.contains("in 1 of 1 partitions"),
+        report.contains(&format!("{topic}/0: pruned")) && report.contains("in 1 of 1 partitions"),
         "{report}"
     );
     let out = cairn(&["status", "--data", d, "--json"]);
@@ -341,7 +342,7 @@ fn a_socket_left_by_a_killed_run_is_not_in_the_way() {
 
     // The next run replaces the left-over socket and serves again. (New
     // records, so that it commits.)
-    produce(&run.mb.brokers, "live", 1_000..2_000).unwrap();
+    produce(&run.mb.brokers, &run.mb.topic("live"), 1_000..2_000).unwrap();
     let (mut child, mut log) = Running::spawn(&run.mb, run.dir.path());
     let out = cairn(&["status", "--data", d]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));

@@ -25,7 +25,7 @@ use cairn_connector::cli::demo::{
     archived_offsets, committed, demo_next_offsets, demo_producer, produce_with, DEMO_PARTITIONS,
 };
 use cairn_engine::{Engine, EngineConfig};
-use common::{cairn_run, KillOnDrop, MockBroker};
+use common::{cairn_run, KillOnDrop, TestBroker};
 
 const TOPIC: &str = "rc";
 const GROUP: &str = "rc-group";
@@ -34,14 +34,22 @@ const GROUP: &str = "rc-group";
 /// `None` as the line when its stderr closes (it exited).
 fn member(
     name: &'static str,
-    brokers: &str,
+    mb: &TestBroker,
     data: &std::path::Path,
     abort_at: Option<&str>,
     extra: &[&str],
     lines: mpsc::Sender<(&'static str, Option<String>)>,
 ) -> KillOnDrop {
     let data = data.to_str().unwrap();
-    let mut args = vec!["--brokers", brokers, "--group", GROUP, "--topics", TOPIC];
+    let (group, topic) = (mb.group(GROUP), mb.topic(TOPIC));
+    let mut args = vec![
+        "--brokers",
+        &mb.brokers,
+        "--group",
+        &group,
+        "--topics",
+        &topic,
+    ];
     args.extend(["--data", data, "--commit", "every-put"]);
     args.extend(extra);
     if !extra.contains(&"--batch-records-max") {
@@ -107,10 +115,10 @@ impl Members {
 
 /// Every record a store holds, by partition, checked in order and against
 /// what was produced.
-fn store_records(dir: &std::path::Path, name: &str) -> BTreeMap<i32, BTreeSet<i64>> {
+fn store_records(dir: &std::path::Path, name: &str, topic: &str) -> BTreeMap<i32, BTreeSet<i64>> {
     let engine = Engine::open(EngineConfig::new(dir)).unwrap();
     assert!(engine.verify().unwrap().is_clean(), "store {name} verifies");
-    archived_offsets(&engine, TOPIC)
+    archived_offsets(&engine, topic)
         .unwrap_or_else(|e| panic!("store {name}: {e}"))
         .into_iter()
         .map(|(p, offsets)| (p, offsets.into_iter().collect()))
@@ -119,19 +127,24 @@ fn store_records(dir: &std::path::Path, name: &str) -> BTreeMap<i32, BTreeSet<i6
 
 #[test]
 fn abort_inside_a_revoke_loses_nothing_and_stores_stay_duplicate_free() {
-    let mb = MockBroker::start(&[&format!("{TOPIC}:{DEMO_PARTITIONS}")]);
+    let mb = TestBroker::start(&[&format!("{TOPIC}:{DEMO_PARTITIONS}")]);
+    let (topic, group) = (mb.topic(TOPIC), mb.group(GROUP));
     let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     // Records keep arriving, so A has a buffer to flush when the revoke comes.
     let stop_producing = Arc::new(AtomicBool::new(false));
     let produced = Arc::new(AtomicU64::new(0));
     let producer = {
-        let (brokers, stop, produced) =
-            (mb.brokers.clone(), stop_producing.clone(), produced.clone());
+        let (brokers, topic, stop, produced) = (
+            mb.brokers.clone(),
+            topic.clone(),
+            stop_producing.clone(),
+            produced.clone(),
+        );
         std::thread::spawn(move || {
             let producer = demo_producer(&brokers).unwrap();
             while !stop.load(Ordering::Relaxed) {
                 let next = produced.load(Ordering::Relaxed);
-                produce_with(&producer, TOPIC, next..next + 300).unwrap();
+                produce_with(&producer, &topic, next..next + 300).unwrap();
                 produced.store(next + 300, Ordering::Relaxed);
                 // Pacing the producer, not synchronising with anything.
                 std::thread::sleep(Duration::from_millis(30));
@@ -146,7 +159,7 @@ fn abort_inside_a_revoke_loses_nothing_and_stores_stay_duplicate_free() {
 
     let mut a = member(
         "A",
-        &mb.brokers,
+        &mb,
         dir_a.path(),
         Some("revoke-before-commit:1"),
         // Records linger in A's buffer, so the revoke has some to make
@@ -164,7 +177,7 @@ fn abort_inside_a_revoke_loses_nothing_and_stores_stay_duplicate_free() {
     }
 
     // B joins: A is asked to give partitions up, and aborts inside the revoke.
-    let mut b = member("B", &mb.brokers, dir_b.path(), None, &[], tx.clone());
+    let mut b = member("B", &mb, dir_b.path(), None, &[], tx.clone());
     let mut a_aborted = false;
     while !a_aborted {
         if let ("A", line) = members.next(deadline + Duration::from_secs(60), "A's abort") {
@@ -181,7 +194,7 @@ fn abort_inside_a_revoke_loses_nothing_and_stores_stay_duplicate_free() {
     let durable_a = Engine::open(EngineConfig::new(dir_a.path()))
         .unwrap()
         .durable_offsets();
-    let kafka = committed(&mb.brokers, GROUP, TOPIC, DEMO_PARTITIONS).unwrap();
+    let kafka = committed(&mb.brokers, &group, &topic, DEMO_PARTITIONS).unwrap();
     eprintln!(
         "A aborted inside a revoke at {} produced; A durable {:?}, Kafka committed {kafka:?}",
         produced.load(Ordering::Relaxed),
@@ -192,7 +205,7 @@ fn abort_inside_a_revoke_loses_nothing_and_stores_stay_duplicate_free() {
     );
 
     // A comes back; both share the group until everything is committed.
-    let mut a = member("A again", &mb.brokers, dir_a.path(), None, &[], tx.clone());
+    let mut a = member("A again", &mb, dir_a.path(), None, &[], tx.clone());
     let mut commits_after_restart = 0;
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut last_seen = String::new();
@@ -218,8 +231,8 @@ fn abort_inside_a_revoke_loses_nothing_and_stores_stay_duplicate_free() {
         }
         if stop_producing.load(Ordering::Relaxed) && producer.is_finished() {
             let n = produced.load(Ordering::Relaxed);
-            let kafka = committed(&mb.brokers, GROUP, TOPIC, DEMO_PARTITIONS).unwrap();
-            let want = demo_next_offsets(TOPIC, n);
+            let kafka = committed(&mb.brokers, &group, &topic, DEMO_PARTITIONS).unwrap();
+            let want = demo_next_offsets(&topic, n);
             if want
                 .iter()
                 .all(|(tp, o)| kafka.get(&tp.partition) == Some(o))
@@ -244,11 +257,11 @@ fn abort_inside_a_revoke_loses_nothing_and_stores_stay_duplicate_free() {
     }
 
     let (in_a, in_b) = (
-        store_records(dir_a.path(), "A"),
-        store_records(dir_b.path(), "B"),
+        store_records(dir_a.path(), "A", &topic),
+        store_records(dir_b.path(), "B", &topic),
     );
     let mut overlap = 0;
-    for (tp, next) in demo_next_offsets(TOPIC, n) {
+    for (tp, next) in demo_next_offsets(&topic, n) {
         let p = tp.partition;
         for o in 0..next {
             let (x, y) = (in_a[&p].contains(&o), in_b[&p].contains(&o));

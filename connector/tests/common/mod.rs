@@ -6,14 +6,28 @@ use std::process::{Child, Command, Stdio};
 
 pub const CAIRN: &str = env!("CARGO_BIN_EXE_cairn");
 
-/// `cairn mock-broker` as a child; killed on drop.
-pub struct MockBroker {
-    child: Child,
+/// The Kafka a test runs against: `cairn mock-broker` as a child (killed
+/// on drop), or the real broker named by `CAIRN_TEST_BROKERS`. On a real
+/// broker every topic and group a test names gets a suffix of this run's
+/// own ([`TestBroker::topic`], [`TestBroker::group`]), and the topics are
+/// created fresh, so that reruns and other tests' records never meet.
+pub struct TestBroker {
+    child: Option<Child>,
     pub brokers: String,
+    /// `-<pid>-<nanos>` on a real broker, empty on the mock.
+    suffix: String,
 }
 
-impl MockBroker {
-    pub fn start(topics: &[&str]) -> MockBroker {
+impl TestBroker {
+    /// A broker with `topics` (`name:partitions`) created.
+    pub fn start(topics: &[&str]) -> TestBroker {
+        match std::env::var("CAIRN_TEST_BROKERS") {
+            Ok(brokers) => Self::real(brokers, topics),
+            Err(_) => Self::mock(topics),
+        }
+    }
+
+    fn mock(topics: &[&str]) -> TestBroker {
         let mut cmd = Command::new(CAIRN);
         cmd.arg("mock-broker");
         for t in topics {
@@ -33,14 +47,83 @@ impl MockBroker {
             .strip_prefix("bootstrap.servers=")
             .expect("first line")
             .to_owned();
-        MockBroker { child, brokers }
+        TestBroker {
+            child: Some(child),
+            brokers,
+            suffix: String::new(),
+        }
+    }
+
+    fn real(brokers: String, topics: &[&str]) -> TestBroker {
+        use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+        use rdkafka::client::DefaultClientContext;
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let tb = TestBroker {
+            child: None,
+            brokers,
+            suffix: format!("-{}-{nanos}", std::process::id()),
+        };
+        let admin: AdminClient<DefaultClientContext> = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &tb.brokers)
+            .create()
+            .expect("admin client for CAIRN_TEST_BROKERS");
+        let named: Vec<(String, i32)> = topics
+            .iter()
+            .map(|t| {
+                let (name, partitions) = t.split_once(':').expect("name:partitions");
+                (tb.topic(name), partitions.parse().expect("partitions"))
+            })
+            .collect();
+        let new: Vec<NewTopic<'_>> = named
+            .iter()
+            .map(|(name, partitions)| NewTopic::new(name, *partitions, TopicReplication::Fixed(1)))
+            .collect();
+        let opts = AdminOptions::new().operation_timeout(Some(std::time::Duration::from_secs(30)));
+        for result in block_on(admin.create_topics(&new, &opts)).expect("create topics") {
+            result.expect("create a test topic on CAIRN_TEST_BROKERS");
+        }
+        tb
+    }
+
+    /// The name of the test's topic `name` on this broker.
+    pub fn topic(&self, name: &str) -> String {
+        format!("{name}{}", self.suffix)
+    }
+
+    /// The name of the test's consumer group `name` on this broker.
+    pub fn group(&self, name: &str) -> String {
+        format!("{name}{}", self.suffix)
+    }
+
+    /// Whether this is `cairn mock-broker` (tests that need what only the
+    /// mock has, such as its fixed retention, check it).
+    pub fn is_mock(&self) -> bool {
+        self.child.is_some()
     }
 }
 
-impl Drop for MockBroker {
+impl Drop for TestBroker {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Drive a future to completion on this thread: rdkafka's admin futures
+/// are completed by librdkafka's own threads, so no runtime is needed.
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let mut f = std::pin::pin!(f);
+    loop {
+        if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::yield_now();
     }
 }
 
