@@ -285,13 +285,17 @@ impl Engine {
 }
 
 /// The span of the frame `value` stored at `lsn` if it is a tombstone,
-/// `None` if it is a records frame; a frame that does not decode is
-/// `Corruption` at `lsn`.
+/// `None` if it is a records frame; a frame that does not decode, or a
+/// span running past the largest LSN, is `Corruption` at `lsn`. The
+/// tombstone may lie below the checkpoint, where no open re-read it: its
+/// span is checked here, so that the merges' sums (`lsn + span`) stay
+/// within [`crate::keys::LSN_MAX`] and cannot wrap.
 fn tombstone_span(lsn: u64, value: &[u8]) -> Result<Option<u64>> {
     let corrupt = |kind| Error::corruption(Location::Wal { lsn }, kind);
     let f = frame::decode(lsn, value).map_err(corrupt)?;
     if f.kind != FrameKind::Tombstone {
         return Ok(None);
     }
-    f.span().map(Some).map_err(corrupt)
+    let next = f.lsn_after(lsn).map_err(corrupt)?;
+    Ok(Some(next - lsn))
 }

@@ -406,6 +406,46 @@ fn damaged_tombstones_are_reported() {
     }
 }
 
+/// A tombstone below the checkpoint (an open does not re-read it) whose
+/// span, under a valid checksum, runs past the largest LSN: the truncation
+/// that would merge with it returns `Corruption` at it, and neither panics
+/// (debug builds check the sum) nor merges a wrapped span (release builds
+/// would have written a tombstone of span 0, a panic of its own, or
+/// removed an unrelated frame).
+#[test]
+fn a_truncation_refuses_a_tombstone_spanning_past_the_largest_lsn() {
+    use cairn_engine::frame::{encode, encode_tombstone, FrameKind};
+    for span in [u64::MAX, u64::MAX - 1, cairn_engine::keys::LSN_MAX] {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (TopicPartition::new("c", 0), TopicPartition::new("c", 1));
+        {
+            // a at LSNs 1 and 3, b at 2 and 4; b's first entry goes, leaving
+            // a tombstone at 2 right above a's first entry.
+            let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+            for i in 0..2 {
+                e.append(&[batch(&a, i * 10..i * 10 + 10, 20)]).unwrap();
+                e.append(&[batch(&b, i * 10..i * 10 + 10, 20)]).unwrap();
+            }
+            assert_eq!(e.truncate_before(&b, 10).unwrap().entries_deleted, 1);
+            e.close().unwrap();
+        }
+        with_raw_tree(dir.path(), |t| {
+            let tombstone = encode(2, FrameKind::Tombstone, 0, &encode_tombstone(span));
+            t.insert(wal_key(2), tombstone).unwrap();
+        });
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        let err = e.truncate_before(&a, 10).expect_err("span {span}");
+        let kind = assert_corrupt_at(err, 2);
+        assert!(
+            matches!(kind, CorruptionKind::LengthTooLarge { .. }),
+            "span {span}: {kind:?}"
+        );
+        // Nothing was deleted: a's records are all still there.
+        let kept: Vec<i64> = e.read(&a, 0).unwrap().map(|r| r.unwrap().offset).collect();
+        assert_eq!(kept, (0..20).collect::<Vec<_>>(), "span {span}");
+    }
+}
+
 /// Values with valid checksums that no build writes. An open must refuse
 /// them with a typed error (in debug builds too, which check arithmetic):
 /// a tombstone spanning past the largest LSN would have made the next LSN
