@@ -8,8 +8,11 @@ use crate::error::InvalidInput;
 /// What recovery does with a torn last entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RecoveryMode {
-    /// Verify the whole store on open (O(archive)); any damage, even a torn
-    /// tail, refuses the open.
+    /// Verify the whole store on open (O(archive)); any damage, and any
+    /// trace of an interrupted write (a torn tail, or an entry a crash left
+    /// without its index entry or summary), refuses the open. For checking a
+    /// store that was closed cleanly; after a crash, open it with the
+    /// default mode.
     Strict,
     /// A torn last entry (incomplete final write) is truncated and reported;
     /// anything else in the tail still refuses the open. Open is O(tail).

@@ -129,6 +129,16 @@ pub fn index_prefix(tp: &TopicPartition) -> Vec<u8> {
     k
 }
 
+/// The first key after every index key of `tp`, for seeking past them.
+pub fn index_prefix_end(tp: &TopicPartition) -> Vec<u8> {
+    let mut k = index_prefix(tp);
+    let n = k.len();
+    // The prefix ends in the partition, at most i32::MAX (push_tp): one
+    // more still fits its 4 bytes and sorts right after it.
+    k[n - 4..].copy_from_slice(&(tp.partition as u32 + 1).to_be_bytes());
+    k
+}
+
 pub fn index_key(tp: &TopicPartition, first_offset: i64) -> Vec<u8> {
     assert!(first_offset >= 0);
     let mut k = index_prefix(tp);

@@ -197,7 +197,12 @@ pub(crate) fn recover(
         let is_last = match iter.peek() {
             None => true,
             Some(Ok((_, next))) => slots::is_slot(next),
-            Some(Err(_)) => false,
+            // A failed read of what follows is that error, not damage to
+            // this frame.
+            Some(Err(_)) => match iter.next() {
+                Some(Err(e)) => return Err(store_err("scan log tail")(e)),
+                _ => false,
+            },
         };
         let f = match frame::decode(lsn, &v) {
             Ok(f) => f,
@@ -277,8 +282,7 @@ pub(crate) fn recover(
     // at or below it, which was no torn write but damage.
     watermark::check(next_lsn - 1, durable_mark)?;
     if let Some(t) = &report.truncated {
-        let known = partitions.keys().chain(dirty.iter());
-        refuse_indexed_tail(tree, t.first_lsn, &t.reason, known)?;
+        refuse_indexed_tail(tree, t.first_lsn, &t.reason)?;
     }
     // Apply index repairs before recomputing summaries from the index.
     let truncated = report.truncated.is_some();
@@ -291,6 +295,9 @@ pub(crate) fn recover(
     fail::fail_point!(FAILPOINT_RECOVERY_MID_REPAIR, |a| {
         crate::engine::failpoint_action(FAILPOINT_RECOVERY_MID_REPAIR, a)
     });
+    // Before the batch below, which may upgrade the format: a failed open
+    // leaves the store's format as it found it.
+    check_no_dangling_index(tree, next_lsn)?;
     // The recomputed summaries and, last, the checkpoint. The checkpoint
     // tells the next open it need not look at the log before it, so it must
     // never be durable ahead of the repairs it vouches for: a crash in the
@@ -316,7 +323,6 @@ pub(crate) fn recover(
     batch.insert(keys::META_CHECKPOINT, meta::encode_checkpoint(next_lsn - 1));
     tree.apply_batch(batch)
         .map_err(store_err("write summaries and checkpoint"))?;
-    check_no_dangling_index(tree, &partitions, next_lsn)?;
     syncer.sync(db, next_lsn - 1).map_err(|e| Error::Io {
         op: "sync after recovery",
         path: cfg.sled_path(),
@@ -467,8 +473,6 @@ fn confirm_index(
     Ok(())
 }
 
-/// Remove every frame (and reserved slot) from `first_lsn` on, and the
-/// index entries that point there.
 /// Removes the torn tail entry starting at `first_lsn` (and the slots after
 /// it) in `repairs`. [`refuse_indexed_tail`] then makes sure it was torn.
 fn truncate_tail(tree: &sled::Tree, first_lsn: u64, repairs: &mut sled::Batch) -> Result<u64> {
@@ -489,13 +493,12 @@ fn truncate_tail(tree: &sled::Tree, first_lsn: u64, repairs: &mut sled::Batch) -
 /// through a crash, so an indexed entry was written whole and is damaged,
 /// not torn. Truncating it would lose records and move the partition's
 /// next offset back.
-fn refuse_indexed_tail<'a>(
-    tree: &sled::Tree,
-    first_lsn: u64,
-    reason: &CorruptionKind,
-    partitions: impl Iterator<Item = &'a TopicPartition>,
-) -> Result<()> {
-    for tp in partitions {
+///
+/// Every partition with an index entry is looked at, not only those with a
+/// summary: a partition's first append cut short after its index entry and
+/// before its summary has none.
+fn refuse_indexed_tail(tree: &sled::Tree, first_lsn: u64, reason: &CorruptionKind) -> Result<()> {
+    for tp in &indexed_partitions(tree)? {
         if let Some(item) = tree.scan_prefix(keys::index_prefix(tp)).next_back() {
             let (_, e) = index_item(item)?;
             if e.lsn >= first_lsn {
@@ -505,6 +508,23 @@ fn refuse_indexed_tail<'a>(
         }
     }
     Ok(())
+}
+
+/// Every partition with an index entry, found by seeking past each one's
+/// keys: O(partitions), not O(entries).
+fn indexed_partitions(tree: &sled::Tree) -> Result<Vec<TopicPartition>> {
+    let mut found = Vec::new();
+    let mut from = vec![keys::PREFIX_INDEX];
+    while let Some(item) = tree.range(from.clone()..).next() {
+        let (k, _) = item.map_err(store_err("scan index"))?;
+        if k.first() != Some(&keys::PREFIX_INDEX) {
+            break;
+        }
+        let (tp, _) = keys::parse_index_key(&k).map_err(|kind| index_corruption(&k, kind))?;
+        from = keys::index_prefix_end(&tp);
+        found.push(tp);
+    }
+    Ok(found)
 }
 
 /// One item of a scan over the index, decoded: a failed read names the
@@ -650,12 +670,11 @@ fn rebuild_summary(
     Ok(s)
 }
 
-fn check_no_dangling_index(
-    tree: &sled::Tree,
-    partitions: &BTreeMap<TopicPartition, PartitionSummary>,
-    next_lsn: u64,
-) -> Result<()> {
-    for tp in partitions.keys() {
+/// Refuses an index entry pointing at or past `next_lsn`, the log's end
+/// after recovery: the frames it names are gone, and the next append would
+/// reuse their LSNs under it.
+fn check_no_dangling_index(tree: &sled::Tree, next_lsn: u64) -> Result<()> {
+    for tp in &indexed_partitions(tree)? {
         if let Some(item) = tree.scan_prefix(keys::index_prefix(tp)).next_back() {
             let (k, e) = index_item(item)?;
             if e.lsn + e.chunks as u64 > next_lsn {

@@ -182,15 +182,18 @@ pub fn verify_store(cfg: &EngineConfig) -> Result<VerifyReport> {
         if slots::is_slot(&v) {
             continue;
         }
-        if let Ok(lsn) = keys::parse_wal_key(&k) {
-            // A frame that does not decode is reported by verify_tree; its
-            // own LSN is then the best end there is.
-            let span = frame::decode(lsn, &v)
-                .ok()
-                .and_then(|f| f.span().ok())
-                .unwrap_or(1);
-            last_lsn = lsn.saturating_add(span.max(1) - 1);
-        }
+        // A malformed key is reported by verify_tree; it says nothing of
+        // where the log ends (a false lost suffix if taken for LSN 0).
+        let Ok(lsn) = keys::parse_wal_key(&k) else {
+            continue;
+        };
+        // A frame that does not decode is reported by verify_tree; its
+        // own LSN is then the best end there is.
+        let span = frame::decode(lsn, &v)
+            .ok()
+            .and_then(|f| f.span().ok())
+            .unwrap_or(1);
+        last_lsn = lsn.saturating_add(span.max(1) - 1);
         break;
     }
     match crate::watermark::read(&cfg.path) {

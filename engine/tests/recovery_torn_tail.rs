@@ -124,6 +124,49 @@ fn entry_cut_off_between_chunks_is_torn() {
     assert!(e.verify().unwrap().is_clean());
 }
 
+/// Cut `last`, the last frame of the entry at LSN 2: half its value when it
+/// is the entry's only frame, else the whole final chunk.
+fn cut_last_frame(dir: &std::path::Path, last: u64) {
+    with_raw_tree(dir, |t| {
+        if last == 2 {
+            let v = t.get(wal_key(2)).unwrap().unwrap();
+            t.insert(wal_key(2), &v[..v.len() / 2]).unwrap();
+        } else {
+            t.remove(wal_key(last)).unwrap();
+        }
+    });
+}
+
+/// Both modes refuse the store with `Corruption` at LSN 2, and leave the
+/// entry there (its frame and `tp`'s index entry at `first_offset`).
+fn refused_as_damage(dir: &std::path::Path, tp: &TopicPartition, first_offset: i64) {
+    for mode in [RecoveryMode::TolerateTail, RecoveryMode::Strict] {
+        match opens(dir, mode) {
+            Err(Error::Corruption {
+                location: Location::Wal { lsn: 2 },
+                kind: CorruptionKind::Truncated { .. } | CorruptionKind::BadChunkSequence { .. },
+            }) => {}
+            Err(other) if mode == RecoveryMode::Strict => {
+                assert!(other.is_corruption(), "{other}")
+            }
+            Err(other) => panic!("{mode:?}: expected corruption at lsn 2, got {other}"),
+            Ok(e) => panic!(
+                "{mode:?}: opened, truncating an indexed entry: {:?}, next offset {:?}",
+                e.recovery_report().truncated,
+                e.durable_offset(tp)
+            ),
+        }
+    }
+    // Nothing was removed: the entry's frames and index entry are there.
+    with_raw_tree(dir, |t| {
+        assert!(t.get(wal_key(2)).unwrap().is_some());
+        assert!(t
+            .get(cairn_engine::keys::index_key(tp, first_offset))
+            .unwrap()
+            .is_some());
+    });
+}
+
 #[test]
 fn an_indexed_last_entry_is_never_taken_for_torn() {
     // The damage of the two tests above, to an entry that was indexed: it
@@ -132,40 +175,36 @@ fn an_indexed_last_entry_is_never_taken_for_torn() {
     // truncates it or moves the partition's next offset back.
     for (frame_bytes_max, value_len) in [(64 << 10, 20), (1024, 600)] {
         let (dir, tp, last) = crashed_store(frame_bytes_max, value_len);
-        with_raw_tree(dir.path(), |t| {
-            if last == 2 {
-                let v = t.get(wal_key(2)).unwrap().unwrap();
-                t.insert(wal_key(2), &v[..v.len() / 2]).unwrap();
-            } else {
-                t.remove(wal_key(last)).unwrap();
-            }
-        });
+        cut_last_frame(dir.path(), last);
         unacknowledge_after(dir.path(), 1);
-        for mode in [RecoveryMode::TolerateTail, RecoveryMode::Strict] {
-            match opens(dir.path(), mode) {
-                Err(Error::Corruption {
-                    location: Location::Wal { lsn: 2 },
-                    kind: CorruptionKind::Truncated { .. } | CorruptionKind::BadChunkSequence { .. },
-                }) => {}
-                Err(other) if mode == RecoveryMode::Strict => {
-                    assert!(other.is_corruption(), "{other}")
-                }
-                Err(other) => panic!("{mode:?}: expected corruption at lsn 2, got {other}"),
-                Ok(e) => panic!(
-                    "{mode:?}: opened, truncating an indexed entry: {:?}, next offset {:?}",
-                    e.recovery_report().truncated,
-                    e.durable_offset(&tp)
-                ),
-            }
-        }
-        // Nothing was removed: the entry's frames and index entry are there.
+        refused_as_damage(dir.path(), &tp, 10);
+    }
+}
+
+/// The same, for a partition's first entry cut short after its index entry
+/// and before its summary: the partition has no summary, and its index
+/// entry is the only sign that the entry was written whole. Truncating it
+/// left that index entry pointing at LSNs the next append reuses.
+#[test]
+fn an_indexed_first_entry_without_its_summary_is_never_taken_for_torn() {
+    for (frame_bytes_max, value_len) in [(64 << 10, 20), (1024, 600)] {
+        let dir = tempfile::tempdir().unwrap();
+        let (other, tp) = (
+            TopicPartition::new("other", 0),
+            TopicPartition::new("torn", 0),
+        );
+        let e = Engine::open(EngineConfig::new(dir.path()).frame_body_bytes_max(frame_bytes_max))
+            .unwrap();
+        e.append(&[batch(&other, 0..10, 20)]).unwrap();
+        e.append(&[batch(&tp, 0..10, value_len)]).unwrap();
+        let last = e.stats().next_lsn - 1;
+        drop(e); // crash: no close, so the whole log is tail
         with_raw_tree(dir.path(), |t| {
-            assert!(t.get(wal_key(2)).unwrap().is_some());
-            assert!(t
-                .get(cairn_engine::keys::index_key(&tp, 10))
-                .unwrap()
-                .is_some());
+            t.remove(cairn_engine::keys::partition_key(&tp)).unwrap();
         });
+        cut_last_frame(dir.path(), last);
+        unacknowledge_after(dir.path(), 1);
+        refused_as_damage(dir.path(), &tp, 0);
     }
 }
 
