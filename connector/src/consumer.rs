@@ -412,8 +412,8 @@ impl Shared {
                     restart.insert(tp.clone(), Offset::Beginning);
                     continue;
                 }
-                // Only when the log end could not be read at assignment:
-                // left alone unless nothing else explains the error.
+                // Only a partition whose log end could not be read at
+                // assignment, which stopped the run: never fetched.
                 (None, Some(Start::End)) => {
                     going_on.insert(tp.clone(), Offset::End);
                     continue;
@@ -455,7 +455,7 @@ impl Shared {
                                     consumer,
                                     &tp,
                                     &self.auto_offset_reset,
-                                );
+                                )?;
                                 tracing::warn!(%tp, ?start, "no offset for this partition anywhere: --auto-offset-reset");
                                 start
                             }

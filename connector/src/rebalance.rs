@@ -254,11 +254,17 @@ impl SinkContext {
                 // the consumer loop gets a reset error and applies
                 // --auto-offset-reset.
                 None if !kafka_known => Offset::Stored,
-                None => {
-                    let start = no_offset_start(c, tp, &s.auto_offset_reset);
-                    tracing::debug!(%tp, ?start, "neither the archive nor Kafka has an offset for this partition: --auto-offset-reset");
-                    start
-                }
+                None => match no_offset_start(c, tp, &s.auto_offset_reset) {
+                    Ok(start) => {
+                        tracing::debug!(%tp, ?start, "neither the archive nor Kafka has an offset for this partition: --auto-offset-reset");
+                        start
+                    }
+                    Err(e) => {
+                        s.pipeline.fail(e);
+                        // Never fetched: the run stops before the next poll.
+                        Offset::End
+                    }
+                },
                 Some(stored) => match resume_at(c, tp, stored, s.on_offset_out_of_range) {
                     Ok(offset) => {
                         consumed.insert(tp.clone(), offset);

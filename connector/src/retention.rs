@@ -138,36 +138,29 @@ pub(crate) fn positions<X: ConsumerContext>(
     Ok(offsets_of(&tpl))
 }
 
-/// The offset `--auto-offset-reset` names, for a partition that neither
-/// the archive nor Kafka has an offset for.
-pub(crate) fn initial_offset(auto_offset_reset: &str) -> Offset {
-    match auto_offset_reset {
-        "latest" => Offset::End,
-        _ => Offset::Beginning,
-    }
-}
-
 /// Where a partition that neither the archive nor Kafka has an offset for
-/// starts: `--auto-offset-reset`, with `latest` read now as a number (the
-/// log end now), so that a fetch that has to start again later cannot jump
-/// to a later end past records that arrived in between. If the end cannot
-/// be read, librdkafka's own `latest`.
+/// starts under `--auto-offset-reset`: the log's beginning, or under
+/// `latest` the log end read now, as a number. librdkafka's own symbolic
+/// "latest" would be resolved again by every restart of the partition's
+/// fetch (after a reset error), each time to a later end, skipping records
+/// that arrived in between and had not been delivered yet. So a log end
+/// that cannot be read is an error: the run stops with nothing of the
+/// partition archived or committed, and the next run starts it again.
 pub(crate) fn no_offset_start<X: ConsumerContext>(
     consumer: &BaseConsumer<X>,
     tp: &TopicPartition,
     auto_offset_reset: &str,
-) -> Offset {
-    match initial_offset(auto_offset_reset) {
-        Offset::End => match consumer.fetch_watermarks(&tp.topic, tp.partition, WATERMARKS_TIMEOUT)
-        {
-            Ok((_, high)) => Offset::Offset(high),
-            Err(e) => {
-                tracing::warn!(%tp, error = %e, "could not read the log end; starting at librdkafka's latest");
-                Offset::End
-            }
-        },
-        start => start,
+) -> Result<Offset> {
+    if auto_offset_reset != "latest" {
+        return Ok(Offset::Beginning);
     }
+    let (_, high) = consumer
+        .fetch_watermarks(&tp.topic, tp.partition, WATERMARKS_TIMEOUT)
+        .map_err(ConnectorError::kafka_at(
+            "reading the log end to start at (--auto-offset-reset latest)",
+            tp,
+        ))?;
+    Ok(Offset::Offset(high))
 }
 
 /// Start fetching the `restart` partitions again, each at its offset.

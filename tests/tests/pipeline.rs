@@ -398,6 +398,44 @@ fn unreadable_log_bounds_at_assignment_do_not_stop_the_run() {
     assert_committed_equals_durable(&k, "bounds-group", &engine, "resumed and committed");
 }
 
+/// `--auto-offset-reset latest` for a partition with no offset anywhere,
+/// when its log end cannot be read at assignment: the run stops with an
+/// error naming the partition, and archives and commits nothing. (It
+/// started at librdkafka's symbolic "latest" instead, which a restart of
+/// the fetch resolved again to a later end, skipping what arrived between.)
+#[test]
+fn latest_with_an_unreadable_log_end_stops_the_run_and_archives_nothing() {
+    let k = TestKafka::new("latest-end", 1);
+    let Some(mock) = k.mock() else {
+        eprintln!("SKIPPED: error injection needs the mock cluster");
+        return;
+    };
+    produce(&k.brokers, &k.topic, 0..100).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&k, "latest-end-group", dir.path());
+    cfg.auto_offset_reset = "latest".into();
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+    mock.request_errors(
+        RDKafkaApiKey::ListOffsets,
+        &vec![RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN; 200],
+    );
+    let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
+    let result = run_pipeline(
+        &cfg,
+        Box::new(ArchiveSink::new(engine.clone())),
+        PipelineOptions::default(),
+    );
+    mock.clear_request_errors(RDKafkaApiKey::ListOffsets);
+    let err = result.err().expect("the run stops").to_string();
+    assert!(
+        err.contains("log end") && err.contains(&format!("{}/0", k.topic)),
+        "{err}"
+    );
+    assert!(engine.durable_offsets().is_empty(), "archived nothing");
+    let kafka = committed(&k.brokers, "latest-end-group", &k.topic, 1).unwrap();
+    assert_eq!(kafka[&0], 0, "committed nothing");
+}
+
 /// Records of no payload (null key and value, no headers) still fill a
 /// batch: `--batch-bytes-max` counts what they hold in memory, so they
 /// cannot pile up without bound between poll and put.
