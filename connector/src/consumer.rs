@@ -712,6 +712,12 @@ pub fn run_pipeline(
     // or a fatal error nothing more may be. Either way the revoke that
     // closing the consumer triggers commits nothing.
     pipeline.close_commits();
+    if outcome.is_err() {
+        // Also when the error came straight from the loop (a record that
+        // cannot be archived, a fatal Kafka error) rather than through
+        // `fail`: puts still queued are dropped, a retrying put gives up.
+        pipeline.failed.store(true, Ordering::Release);
+    }
     lock(&shared).clean_finish = outcome.is_ok();
     pipeline.committer_stop.store(true, Ordering::Release);
     pipeline.wake.notify_one();

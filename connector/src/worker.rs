@@ -14,8 +14,11 @@
 //! - After a fatal error no put runs and no commit is sent: puts handed over
 //!   are dropped, flushes are refused.
 //! - A retriable put error retries the same batch (with a capped backoff)
-//!   until it succeeds, a fatal error, or the run stops; a batch is never
-//!   skipped, because later records would then be committed past it.
+//!   until it succeeds, a fatal error, the run fails, or its stop's
+//!   deadline; a batch is never skipped, because later records would then
+//!   be committed past it.
+//! - A failed flush fails the run before its reply: no `pre_commit` runs
+//!   after a failed one.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -155,6 +158,16 @@ impl Worker {
                         };
                         r.and_then(|()| self.pre_commit())
                     };
+                    // A failed flush is fatal to the run, whoever asked for
+                    // it: recorded here, before the reply, so that the
+                    // pre-commit below never runs the failed one again (a
+                    // failed fsync is never retried). The run reports this
+                    // error; the reply repeats it for the requester.
+                    let r = r.map_err(|e| {
+                        let repeated = ConnectorError::Sink(format!("flush: {e}"));
+                        self.pipeline.fail(e);
+                        repeated
+                    });
                     let _ = reply.send(r);
                 }
                 Some(Job::Close { partitions, reply }) => {
@@ -205,6 +218,13 @@ impl Worker {
             match r {
                 Ok(outcome) => break (t0, outcome),
                 Err(TaskError::Retriable(msg)) => {
+                    // A failed run commits nothing more: retrying is for
+                    // nothing, and would hold up its stop.
+                    if self.pipeline.failed.load(Ordering::Acquire) {
+                        return Err(ConnectorError::Sink(format!(
+                            "put failed ({msg}) after the run failed; not retried"
+                        )));
+                    }
                     // A stopping run keeps retrying for a bounded time: a
                     // transient failure should not turn a clean stop into
                     // a failed one, nor hold the stop forever.
@@ -278,5 +298,156 @@ impl Worker {
         self.last_pre_commit = Instant::now();
         self.pipeline.wake.notify_one();
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::task::PutOutcome;
+    use std::sync::Mutex;
+
+    /// Puts succeed; every `pre_commit` fails, as a failed fsync would, and
+    /// is counted.
+    struct FailingPreCommit(Arc<Mutex<u32>>);
+
+    impl SinkTask for FailingPreCommit {
+        fn open(
+            &mut self,
+            _: &[TopicPartition],
+        ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+            Ok(BTreeMap::new())
+        }
+        fn put(&mut self, _: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
+            Ok(PutOutcome::default())
+        }
+        fn pre_commit(
+            &mut self,
+            _: &BTreeMap<TopicPartition, i64>,
+        ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+            *self.0.lock().unwrap() += 1;
+            Err(TaskError::Fatal("fsync failed".into()))
+        }
+        fn close(&mut self, _: &[TopicPartition]) -> Result<(), TaskError> {
+            Ok(())
+        }
+    }
+
+    /// A flush (a revoke's, the clean stop's) whose `pre_commit` fails
+    /// fails the run at once: the task thread does not call `pre_commit`
+    /// again on its own before the requester hears of it (with any sink a
+    /// failed fsync would be retried, and its success committed).
+    #[test]
+    fn a_failed_flush_is_fatal_and_never_retried() {
+        let calls = Arc::new(Mutex::new(0));
+        let pipeline = Arc::new(Pipeline::new(None, None, None));
+        let (_sender, _, budget) = crate::queue::bounded(1 << 20);
+        let worker = Worker {
+            sink: Box::new(FailingPreCommit(calls.clone())),
+            pipeline: pipeline.clone(),
+            policy: CommitPolicy::EveryPut,
+            crash_after_records: None,
+            stop: Arc::new(AtomicBool::new(false)),
+            in_flight: Arc::new(AtomicUsize::new(1)),
+            budget,
+            unsafe_puts: false,
+            last_pre_commit: Instant::now(),
+        };
+        let tp = TopicPartition::new("t", 0);
+        let (jobs, rx) = std::sync::mpsc::channel();
+        let (reply, replied) = std::sync::mpsc::channel();
+        jobs.send(Job::Flush {
+            batches: vec![RecordBatch {
+                tp,
+                records: vec![cairn_engine::Record::with_value(0, "v")],
+            }],
+            reply,
+        })
+        .unwrap();
+        drop(jobs);
+        worker.run(rx);
+        assert!(replied.recv().unwrap().is_err(), "the flush failed");
+        assert!(pipeline.failed.load(Ordering::Acquire), "the run failed");
+        assert_eq!(*calls.lock().unwrap(), 1, "pre_commit called again");
+        assert!(pipeline
+            .take_fatal()
+            .unwrap()
+            .to_string()
+            .contains("fsync failed"));
+    }
+
+    /// Puts fail retriably, the first one after failing the run (as a
+    /// consumer error would, meanwhile); a few calls later they succeed.
+    struct RetriableAfterFailure {
+        pipeline: Arc<Pipeline>,
+        calls: Arc<Mutex<u32>>,
+    }
+
+    impl SinkTask for RetriableAfterFailure {
+        fn open(
+            &mut self,
+            _: &[TopicPartition],
+        ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+            Ok(BTreeMap::new())
+        }
+        fn put(&mut self, _: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
+            let mut calls = self.calls.lock().unwrap();
+            *calls += 1;
+            if *calls == 1 {
+                self.pipeline
+                    .fail(ConnectorError::Sink("the consumer failed".into()));
+            }
+            if *calls < 5 {
+                return Err(TaskError::Retriable("broker busy".into()));
+            }
+            Ok(PutOutcome::default())
+        }
+        fn pre_commit(
+            &mut self,
+            _: &BTreeMap<TopicPartition, i64>,
+        ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+            Ok(BTreeMap::new())
+        }
+        fn close(&mut self, _: &[TopicPartition]) -> Result<(), TaskError> {
+            Ok(())
+        }
+    }
+
+    /// A put failing retriably is not retried once the run failed: the
+    /// retries (until the stop's deadline, which a failure never sets)
+    /// held up the failed run's close behind them.
+    #[test]
+    fn a_retriable_put_is_not_retried_after_the_run_failed() {
+        let calls = Arc::new(Mutex::new(0));
+        let pipeline = Arc::new(Pipeline::new(None, None, None));
+        let (_sender, _, budget) = crate::queue::bounded(1 << 20);
+        let worker = Worker {
+            sink: Box::new(RetriableAfterFailure {
+                pipeline: pipeline.clone(),
+                calls: calls.clone(),
+            }),
+            pipeline: pipeline.clone(),
+            policy: CommitPolicy::EveryPut,
+            crash_after_records: None,
+            stop: Arc::new(AtomicBool::new(false)),
+            in_flight: Arc::new(AtomicUsize::new(1)),
+            budget,
+            unsafe_puts: false,
+            last_pre_commit: Instant::now(),
+        };
+        let (jobs, rx) = std::sync::mpsc::channel();
+        jobs.send(Job::Put {
+            batches: vec![RecordBatch {
+                tp: TopicPartition::new("t", 0),
+                records: vec![cairn_engine::Record::with_value(0, "v")],
+            }],
+            poll_us: 0,
+            bytes: 1,
+        })
+        .unwrap();
+        drop(jobs);
+        worker.run(rx);
+        assert_eq!(*calls.lock().unwrap(), 1, "retried after the run failed");
+        assert_eq!(pipeline.state().stats.puts, 0, "nothing put");
     }
 }
