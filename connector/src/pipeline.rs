@@ -21,11 +21,15 @@
 //!   the broker for seconds, and a revoke that late finds the group
 //!   rebalancing and cannot commit at all). A commit the committer chose
 //!   before the revoke began is dropped if the revoke has begun by the time
-//!   it would be handed to librdkafka; one handed over before that reaches
-//!   the coordinator before the revoke's (librdkafka keeps a client's
-//!   commits in order), so it cannot overwrite it. Between that last check
-//!   and the hand-over there is a window of a few instructions, which a
-//!   revoke would have to begin, flush and fsync within.
+//!   it would be handed to librdkafka; one handed over before that is
+//!   sent before the revoke's, and librdkafka sends a client's commits in
+//!   order. Two windows remain: between that last check and the hand-over
+//!   (a revoke with nothing new to flush is quick), and librdkafka's own
+//!   retry of a commit that timed out or met a moving coordinator, which
+//!   can land after the revoke's. Either moves Kafka's offset back, never
+//!   above what is durable: the next owner archives the records between
+//!   again (duplicates across stores, each store still exactly once;
+//!   DURABILITY.md), the same outcome as a revoke whose commit fails.
 //! - Once `commits_closed` is set (a fatal error, a simulated crash, the end
 //!   of the run) no further commit is sent.
 
@@ -198,9 +202,8 @@ impl Pipeline {
             // A revoke that began since these offsets were chosen commits
             // its partitions itself; this commit, sent after it, would move
             // them back. Checked again just before handing the commit to
-            // librdkafka (which keeps a client's commits in order), so only
-            // a revoke that begins, flushes and fsyncs within the next few
-            // instructions could still be overtaken.
+            // librdkafka (which sends a client's commits in order); the
+            // windows left are in the invariants above.
             let mut s = self.state();
             if pending
                 .offsets
