@@ -209,7 +209,10 @@ impl RunConfig {
             }
             (_, None) => {}
         }
-        if self.kafka.contains_key("statistics.interval.ms") {
+        if crate::librdkafka::settings_of(&self.kafka, "statistics.interval.ms")
+            .next()
+            .is_some()
+        {
             return bad("-X statistics.interval.ms: use --progress-interval-s; cairn reads librdkafka's statistics for its progress reports".into());
         }
         if self.progress_interval_s > 86_400 {
@@ -242,9 +245,27 @@ impl RunConfig {
             }
             _ => {}
         }
-        if self.kafka.contains_key("auto.offset.reset") {
-            return bad("-X auto.offset.reset: use --auto-offset-reset; cairn keeps librdkafka's at `error` so that records that aged out of Kafka are never skipped silently".into());
+        if let Some((k, _)) =
+            crate::librdkafka::settings_of(&self.kafka, "auto.offset.reset").next()
+        {
+            return bad(format!("-X {k}: use --auto-offset-reset; cairn keeps librdkafka's at `error` so that records that aged out of Kafka are never skipped silently"));
         }
+        if let Some((k, v)) = crate::librdkafka::settings_of(&self.kafka, "isolation.level")
+            .find(|(_, v)| *v != "read_committed")
+        {
+            return bad(format!("-X {k}={v}: cairn archives committed records only (read_committed, librdkafka's default); records of aborted transactions would be archived, and restored as if committed"));
+        }
+        if let Some((k, v)) = crate::librdkafka::settings_of(&self.kafka, "group.protocol")
+            .find(|(_, v)| *v != "classic")
+        {
+            return bad(format!("-X {k}={v}: cairn runs the classic group protocol (its cooperative-sticky assignment and rebalance handling are built and tested on it)"));
+        }
+        // Every -X key and value as librdkafka takes them, before anything
+        // is opened: a mistyped property must not first create the data
+        // directory or recover (or upgrade) an archive.
+        crate::consumer::client_config(self)
+            .create_native_config()
+            .map_err(|e| ConnectorError::Config(format!("-X: {e}")))?;
         Ok(())
     }
 }
@@ -269,8 +290,11 @@ pub fn refuse_managed_keys(
     managed: &[&str],
     who: &str,
 ) -> Result<()> {
-    match managed.iter().find(|key| kafka.contains_key(**key)) {
-        Some(key) => Err(ConnectorError::Config(format!(
+    match managed
+        .iter()
+        .find_map(|key| crate::librdkafka::settings_of(kafka, key).next())
+    {
+        Some((key, _)) => Err(ConnectorError::Config(format!(
             "-X {key}: {who} manages this property itself"
         ))),
         None => Ok(()),

@@ -17,7 +17,7 @@ pub enum ConnectorError {
         waited_ms: u64,
         detail: String,
     },
-    #[error("topic {topic:?} does not exist on {brokers}")]
+    #[error("topic {topic:?} does not exist on {brokers} (or is not visible to this client: check its ACLs)")]
     UnknownTopic { topic: String, brokers: String },
     #[error("record {topic}/{partition}@{offset} is {size_bytes} bytes, over the limit of {max_bytes} (use --on-oversize skip to skip such records, or --on-oversize dead-letter to send them to a topic)")]
     OversizeRecord {
@@ -56,7 +56,7 @@ pub enum ConnectorError {
         stored: i64,
         earliest: i64,
     },
-    #[error("position {position} of {topic}/{partition} is past Kafka's log end {log_end}: the partition was truncated or the topic recreated, and its new records would reuse offsets the archive holds (archive them into a new --data directory)")]
+    #[error("position {position} of {topic}/{partition} is past Kafka's log end {log_end}: the partition was truncated or the topic recreated, and its new records would reuse offsets the archive holds (archive them into a new --data directory, with a new --group: the group's committed offset is past the log end too)")]
     OffsetBeyondLogEnd {
         topic: String,
         partition: i32,

@@ -1,6 +1,6 @@
-//! What cairn's own producers (restore, dead letters) share about
-//! librdkafka: how its log lines reach `tracing`, and which `-X` keys set the
-//! message timeout.
+//! What cairn's clients share about librdkafka: how its log lines reach
+//! `tracing`, how a `-X` key is looked up (`topic.` prefix included), and
+//! which keys set the message timeout.
 
 use std::collections::BTreeMap;
 
@@ -9,12 +9,34 @@ use rdkafka::config::RDKafkaLogLevel;
 /// `message.timeout.ms` and its alias: the same setting.
 pub(crate) const MESSAGE_TIMEOUT_KEYS: [&str; 2] = ["message.timeout.ms", "delivery.timeout.ms"];
 
-/// The message timeout `-X` sets, if it sets one that parses.
-pub(crate) fn message_timeout_ms(kafka: &BTreeMap<String, String>) -> Option<u64> {
+/// The `-X` settings of `key`, as (name given, value): under its own name,
+/// and under librdkafka's `topic.` prefix, which librdkafka strips from a
+/// topic-level property (`topic.auto.offset.reset` sets
+/// `auto.offset.reset`). A check of a key looks at both, or the prefix
+/// would slip a refused setting past it.
+pub fn settings_of<'a>(
+    kafka: &'a BTreeMap<String, String>,
+    key: &str,
+) -> impl Iterator<Item = (&'a str, &'a str)> {
+    [key.to_owned(), format!("topic.{key}")]
+        .into_iter()
+        .filter_map(move |k| kafka.get_key_value(&k))
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+}
+
+/// The `-X` settings of the message timeout, under any of its names.
+pub(crate) fn message_timeout_settings(kafka: &BTreeMap<String, String>) -> Vec<(&str, &str)> {
     MESSAGE_TIMEOUT_KEYS
         .iter()
-        .find_map(|k| kafka.get(*k))
-        .and_then(|v| v.parse().ok())
+        .flat_map(|k| settings_of(kafka, k))
+        .collect()
+}
+
+/// The message timeout `-X` sets, if it sets one that parses.
+pub(crate) fn message_timeout_ms(kafka: &BTreeMap<String, String>) -> Option<u64> {
+    message_timeout_settings(kafka)
+        .first()
+        .and_then(|(_, v)| v.parse().ok())
 }
 
 /// librdkafka's log lines as rust-rdkafka's default context logs them.

@@ -51,7 +51,7 @@ use crate::config::{check_connect_timeout_ms, refuse_managed_keys};
 use crate::convert::{sendable_timestamp, to_base_record};
 use crate::error::{ConnectorError, RestoreFailure, Result};
 use crate::librdkafka::{
-    log_ignoring_confwarn, log_to_tracing, message_timeout_ms, MESSAGE_TIMEOUT_KEYS,
+    log_ignoring_confwarn, log_to_tracing, message_timeout_ms, message_timeout_settings,
 };
 use crate::selection::Selection;
 
@@ -123,15 +123,13 @@ impl RestoreConfig {
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(ConnectorError::Config(m));
         refuse_managed_keys(&self.kafka, &MANAGED, "cairn restore")?;
-        let timeouts: Vec<_> = MESSAGE_TIMEOUT_KEYS
-            .iter()
-            .filter_map(|k| self.kafka.get(*k).map(|v| (k, v)))
-            .collect();
+        let timeouts = message_timeout_settings(&self.kafka);
         if timeouts.len() > 1 {
-            return bad(
-                "-X message.timeout.ms and -X delivery.timeout.ms: the same setting, given twice"
-                    .into(),
-            );
+            let names: Vec<String> = timeouts.iter().map(|(k, _)| format!("-X {k}")).collect();
+            return bad(format!(
+                "{}: the same setting (the message timeout), given more than once",
+                names.join(" and ")
+            ));
         }
         for (k, v) in timeouts {
             if !v.parse::<u64>().is_ok_and(|ms| ms > 0) {

@@ -163,6 +163,28 @@ fn bad_flags_and_config_name_the_setting() {
         assert_ne!(code, 0);
         assert!(err.contains("manages this property"), "{x}: {err}");
     }
+    // librdkafka strips `topic.` from a topic-level property: the prefixed
+    // keys set what cairn manages just the same.
+    for (x, says) in [
+        (
+            "topic.auto.offset.reset=earliest",
+            "-X topic.auto.offset.reset",
+        ),
+        ("topic.auto.commit.enable=true", "manages this property"),
+        ("isolation.level=read_uncommitted", "read_committed"),
+        ("group.protocol=consumer", "classic group protocol"),
+        // Checked by librdkafka before the archive is opened (exit 1).
+        ("fetch.wait.max.mz=10", "fetch.wait.max.mz"),
+        ("fetch.wait.max.ms=soon", "fetch.wait.max.ms"),
+    ] {
+        let (code, _, err) = cairn_run("b:1", "t", data, &["-X", x]);
+        assert_eq!(code, 1, "{x}: {err}");
+        assert!(err.contains(says), "{x}: {err}");
+    }
+    assert!(
+        !std::path::Path::new(data).join("sled").exists(),
+        "a refused -X opened the archive"
+    );
     // Past i32's milliseconds librdkafka would wait forever (or fail at once).
     let (code, _, err) = cairn_run("b:1", "t", data, &["--connect-timeout-ms", "4294967295"]);
     assert_ne!(code, 0);
@@ -245,6 +267,9 @@ fn demo_archive_reads_back_with_status_export_verify() {
         (&["--topic", "cairn-dmeo"][..], "no such topic"),
         (&["--partition", "9"][..], "--partition 9"),
         (&["--from", "20", "--to", "10"][..], "--to 10"),
+        // Negative numbers reach the checks (not "unexpected argument").
+        (&["--from", "-1"][..], "--from -1: must be at least 0"),
+        (&["--partition", "-1"][..], "--partition -1"),
     ] {
         let mut a = vec!["export", "--data", d];
         a.extend_from_slice(args);
@@ -433,6 +458,19 @@ fn restore_puts_the_demo_archive_back_and_refuses_to_do_it_twice() {
     let (code, _, err) = restore(&["-X", "enable.idempotence=false"]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("enable.idempotence"), "{err}");
+    // The message timeout under librdkafka's `topic.` prefix is the same
+    // setting: checked as such.
+    let (code, _, err) = restore(&["-X", "topic.message.timeout.ms=0"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("-X topic.message.timeout.ms=0"), "{err}");
+    let (code, _, err) = restore(&[
+        "-X",
+        "message.timeout.ms=1000",
+        "-X",
+        "topic.delivery.timeout.ms=2000",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("given more than once"), "{err}");
 }
 
 /// An archive of `entries` entries of 10 records in each of `tps`: offsets
@@ -495,6 +533,10 @@ fn prune_deletes_below_the_cut_and_keeps_next_offsets() {
         (&["--older-than", "0s"][..], "positive"),
         (&["--before", "1", "-t", "c"][..], "no such topic"),
         (&["--before", "1", "--partition", "9"][..], "--partition 9"),
+        (
+            &["--before", "1", "--partition", "-1"][..],
+            "--partition -1",
+        ),
     ] {
         let mut a = vec!["prune", "--data", d];
         a.extend_from_slice(args);
@@ -513,6 +555,11 @@ fn prune_deletes_below_the_cut_and_keeps_next_offsets() {
         "{out}"
     );
     assert_eq!(partitions_of(d), all, "a dry run deletes nothing");
+    // An age reaching back before 1970 deletes nothing (as `run --retain`),
+    // rather than blaming a --before-time never given.
+    let (code, _, err) = cairn(&["prune", "--data", d, "--older-than", "100y"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(partitions_of(d), all, "nothing is older than 100 years");
 
     // An offset cut inside an entry keeps that entry whole.
     let prune_a0 = |cut: &[&str]| {

@@ -69,13 +69,13 @@ pub struct SelectArgs {
     #[arg(long, short = 't', value_delimiter = ',')]
     pub topic: Vec<String>,
     /// Only this partition.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub partition: Option<i32>,
     /// First archived offset to take (inclusive).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     pub from: i64,
     /// Stop before this archived offset (exclusive).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub to: Option<i64>,
 }
 

@@ -33,7 +33,7 @@ pub struct PruneArgs {
     #[arg(long, short = 't', value_delimiter = ',')]
     pub topic: Vec<String>,
     /// Only this partition.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub partition: Option<i32>,
     /// Delete records below this offset.
     #[arg(long, value_name = "OFFSET", allow_negative_numbers = true)]
@@ -115,7 +115,9 @@ fn cut_of_args(args: &PruneArgs) -> Result<Cut> {
         (None, None, Some(age), None) if age.is_zero() => {
             Err(bad("--older-than 0s: must be a positive age".into()))
         }
-        (None, None, Some(age), None) => Ok(Cut::TimeMs(pruner::cut_for_age_ms(age))),
+        // An age reaching back before 1970 deletes nothing, as `run
+        // --retain` does: no record is older than the epoch (cut 0).
+        (None, None, Some(age), None) => Ok(Cut::TimeMs(pruner::cut_for_age_ms(age).max(0))),
         (None, None, None, Some(b)) => Ok(Cut::KeepBytes(b)),
         // clap's group admits exactly one.
         _ => Err(bad(
