@@ -41,7 +41,7 @@ use cairn_engine::{Engine, Record, TimestampType, TopicPartition};
 use rdkafka::config::ClientConfig;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::{DeliveryResult, Message};
 use rdkafka::producer::{BaseProducer, Producer, ProducerContext, PurgeConfig};
 use rdkafka::types::RDKafkaErrorCode;
@@ -324,15 +324,9 @@ pub fn restore_until(
         tracing::info!(%source, %target, records = n, "partition sent");
     }
 
-    if producer.context().failed_in_delivery() {
-        // The brokers refused something: what is still queued behind it
-        // must not leave (it would land above a failed record). Purged
-        // records fail with "purged in queue" and get resume points.
-        producer.purge(PurgeConfig::default().queue());
-    }
     // Every record sent gets its delivery report within message.timeout.ms.
     let flush_ms = cfg.message_timeout_ms() + FLUSH_MARGIN_MS;
-    let flushed = producer.flush(Duration::from_millis(flush_ms));
+    let flushed = flush(&producer, Duration::from_millis(flush_ms));
     if flushed.is_err() {
         // Reports still missing: give up on those records (they fail with
         // "purged", and may have been written), and collect the reports.
@@ -375,7 +369,10 @@ pub fn restore_until(
                 .durable_offset(&p.source)
                 .unwrap_or(0)
                 .min(cfg.select.to.unwrap_or(i64::MAX));
-            let st = match standing(starts[&p.target], sent.contains_key(&p.target), &d) {
+            // Finished: every record sent was acknowledged (a report that
+            // never came leaves its records unconfirmed).
+            let finished = sent.get(&p.target).is_some_and(|&n| n == d.acked);
+            let st = match standing(starts[&p.target], finished, &d) {
                 Standing::Resume(o) if o >= end => Standing::Complete,
                 st => st,
             };
@@ -856,6 +853,35 @@ enum Sent {
     Failed,
     /// Asked to stop while waiting for room: not sent.
     Interrupted,
+}
+
+/// librdkafka's flush, served here: every report waiting is served first,
+/// and the first broker failure seen, before or during the flush, purges
+/// what is still queued at once. Queued records must not leave after a
+/// failed one: they would land above it, leaving a gap no resume point
+/// fills. Purged records fail with "purged in queue" and get resume points.
+/// (A stop request lets what was sent finish: its resume point is then
+/// where sending stopped.)
+fn flush(producer: &BaseProducer<Deliveries>, timeout: Duration) -> KafkaResult<()> {
+    let deadline = Instant::now() + timeout;
+    let mut purged = false;
+    loop {
+        drain_reports(producer);
+        if !purged && producer.context().failed_in_delivery() {
+            producer.purge(PurgeConfig::default().queue());
+            purged = true;
+        }
+        if producer.in_flight_count() == 0 {
+            return Ok(());
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut));
+        }
+        // Sends what lingers now and waits a little for reports; its
+        // timeout error only says records are still in flight.
+        let _ = producer.flush(left.min(Duration::from_millis(100)));
+    }
 }
 
 /// Serve every delivery report waiting (rust-rdkafka's `poll(0)` serves

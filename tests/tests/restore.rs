@@ -416,7 +416,7 @@ fn selections_that_name_nothing_in_the_archive_are_errors() {
         c.kafka.insert("delivery.timeout.ms".into(), "1000".into());
         c.kafka.insert("message.timeout.ms".into(), "1000".into());
     }))
-    .contains("given twice"));
+    .contains("given more than once"));
     assert!(msg(cfg(&|c| c.resume = true)).contains("--offset-header"));
     assert!(msg(cfg(&|c| {
         c.resume = true;
