@@ -68,6 +68,7 @@ impl DeadLetters {
         }
         // Every dead letter gets a definite delivery report before the wait
         // for it ends: librdkafka gives up at message.timeout.ms.
+        // RunConfig::validate refused a timeout given twice or not positive.
         let message_timeout_ms = message_timeout_ms(&cfg.kafka)
             .filter(|ms| *ms > 0)
             .unwrap_or(MESSAGE_TIMEOUT_MS);

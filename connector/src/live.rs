@@ -192,9 +192,12 @@ impl Drop for LiveServer {
 /// mode 0700 (`.live`, which the archive's lock keeps to this process; one
 /// left by a killed run is replaced), made 0600, then renamed into place.
 /// Binding at `path` and changing its mode after would leave a moment in
-/// which anyone could connect. The path bound is no longer than `path`.
+/// which anyone could connect. The name bound there is shorter than `path`,
+/// so `path` itself is checked first: a socket clients cannot name (over
+/// the 107 bytes a socket path may have) is no socket to serve.
 fn bind_private(dir: &Path, path: &Path) -> std::io::Result<std::os::unix::net::UnixListener> {
     use std::os::unix::fs::DirBuilderExt;
+    std::os::unix::net::SocketAddr::from_pathname(path)?;
     let private = dir.join(".live");
     let _ = std::fs::remove_dir_all(&private);
     std::fs::DirBuilder::new().mode(0o700).create(&private)?;
@@ -377,8 +380,24 @@ fn write_frame(w: &mut impl Write, tag: u8, body: &[u8]) -> std::io::Result<()> 
     w.write_all(body)
 }
 
+/// The longest error an End frame carries: its frame stays well within the
+/// [`FRAME_BYTES_MAX`] a client reads (an error can list a whole archive's
+/// topics).
+const END_ERROR_BYTES_MAX: usize = 32 << 10;
+
 fn write_end(w: &mut impl Write, end: &End) -> std::io::Result<()> {
-    let body = serde_json::to_vec(end).expect("End serialises");
+    let mut end = end.clone();
+    if let Some(e) = end.error.as_mut() {
+        if e.len() > END_ERROR_BYTES_MAX {
+            let mut cut = END_ERROR_BYTES_MAX;
+            while !e.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            e.truncate(cut);
+            e.push_str(" [...]");
+        }
+    }
+    let body = serde_json::to_vec(&end).expect("End serialises");
     write_frame(w, TAG_END, &body)
 }
 
@@ -447,9 +466,12 @@ fn serve(mut conn: UnixStream, engine: &Engine, stop: &AtomicBool) {
                     cut,
                     dry_run,
                 } => {
+                    // Each partition's line is sent as it is done: one left
+                    // in the buffer would be lost if the run stopped.
                     let mut emit = |args: std::fmt::Arguments<'_>| {
                         out.write_fmt(args)
                             .and_then(|()| out.write_all(b"\n"))
+                            .and_then(|()| out.flush())
                             .map_err(socket_error)
                     };
                     cut.check()
@@ -525,6 +547,15 @@ fn read_request(mut conn: &UnixStream) -> std::result::Result<Request, String> {
             Ok(0) => break Ok(()),
             Ok(n) => line.extend_from_slice(&buf[..n]),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            // The read timeout (set to the time left) ran out.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                continue
+            }
             Err(e) => break Err(e.to_string()),
         }
         if let Some(end) = line.iter().position(|&b| b == b'\n') {
@@ -596,9 +627,16 @@ pub fn request(
         let (tag, body) = match read_frame(&mut conn, timeout)? {
             Some(frame) => frame,
             None => {
-                return Err(ConnectorError::Live(
-                    "the running cairn stopped before it finished answering (it is shutting down?): run the command again".into(),
-                ))
+                let again = match req {
+                    Request::Backup { to } => format!(
+                        "remove what it left in {} and run the command again",
+                        to.display()
+                    ),
+                    _ => "run the command again".into(),
+                };
+                return Err(ConnectorError::Live(format!(
+                    "the running cairn stopped before it finished answering (it is shutting down?): {again}"
+                )));
             }
         };
         match tag {
@@ -784,6 +822,31 @@ mod tests {
             .filter(|n| n.to_string_lossy().starts_with(".live"))
             .collect();
         assert!(left.is_empty(), "{left:?}");
+    }
+
+    /// An error longer than a client reads in a frame (a selection error
+    /// listing a large archive's topics) arrives cut short, not as a frame
+    /// the client refuses in its place.
+    #[test]
+    fn a_long_error_reaches_the_client_cut_short() {
+        let end = End {
+            exit: 1,
+            error: Some("é".repeat(FRAME_BYTES_MAX)),
+            pid: 7,
+        };
+        let mut wire = Vec::new();
+        write_end(&mut wire, &end).unwrap();
+        let mut r = BufReader::new(wire.as_slice());
+        let (tag, body) = read_frame(&mut r, None).unwrap().unwrap();
+        assert_eq!(tag, TAG_END);
+        let got = parse_end(&body).unwrap();
+        let e = got.error.unwrap();
+        assert!(
+            e.ends_with(" [...]") && e.len() <= END_ERROR_BYTES_MAX + 8,
+            "{}",
+            e.len()
+        );
+        assert_eq!((got.exit, got.pid), (1, 7));
     }
 
     #[test]

@@ -102,13 +102,18 @@ pub trait SinkTask: Send {
 
 /// The archive: a sink on the cairn engine. The archive, not Kafka, is the
 /// source of truth for where each partition resumes.
+///
+/// Fields drop in this order when a failed run drops the sink without its
+/// `stop`: the live server first, cutting off a live verify or backup
+/// (which holds truncations off), so that the pruner's thread, joined next,
+/// is not left waiting for one to finish.
 pub struct ArchiveSink {
-    engine: Option<Arc<Engine>>,
-    /// `--retain`: deletes archived records older than an age.
-    pruner: Option<Pruner>,
     /// Answers `status`, `export`, `verify`, `prune` and `backup` while the
     /// run holds the archive (live.rs).
     live: Option<LiveServer>,
+    /// `--retain`: deletes archived records older than an age.
+    pruner: Option<Pruner>,
+    engine: Option<Arc<Engine>>,
 }
 
 impl ArchiveSink {

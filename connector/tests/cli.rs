@@ -102,6 +102,25 @@ fn bad_flags_and_config_name_the_setting() {
     let (code, _, err) = cairn_run("b:1", "t", data, &["--on-oversize", "dead-letter"]);
     assert_ne!(code, 0);
     assert!(err.contains("--dead-letter-topic"), "{err}");
+    // The dead letters' message timeout: once, positive.
+    let dlq = ["--on-oversize", "dead-letter", "--dead-letter-topic", "dlq"];
+    for (x, says) in [
+        (&["-X", "delivery.timeout.ms=0"][..], "positive"),
+        (
+            &[
+                "-X",
+                "message.timeout.ms=10000",
+                "-X",
+                "delivery.timeout.ms=600000",
+            ][..],
+            "given more than once",
+        ),
+    ] {
+        let args: Vec<&str> = dlq.iter().chain(x).copied().collect();
+        let (code, _, err) = cairn_run("b:1", "t", data, &args);
+        assert_eq!(code, 1, "{x:?}: {err}");
+        assert!(err.contains(says), "{x:?}: {err}");
+    }
     let (code, _, err) = cairn_run("b:1", "t", data, &["--progress-interval-s", "100000"]);
     assert_ne!(code, 0);
     assert!(err.contains("progress-interval-s 100000"), "{err}");
