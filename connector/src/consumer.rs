@@ -393,6 +393,7 @@ impl Shared {
         let positions = retention::positions(consumer)?;
         let assigned: Vec<TopicPartition> = self.assigned.iter().cloned().collect();
         let policy = self.on_offset_out_of_range;
+        let bounds_deadline = Instant::now() + retention::WATERMARKS_BUDGET;
         let mut going_on: BTreeMap<TopicPartition, Offset> = BTreeMap::new();
         let mut restart: BTreeMap<TopicPartition, Offset> = BTreeMap::new();
         // Whether some partition is out of Kafka's log (or has no offset
@@ -423,7 +424,7 @@ impl Shared {
                     continue;
                 }
             };
-            match retention::standing(consumer, tp, at, policy)? {
+            match retention::standing(consumer, tp, at, policy, bounds_deadline)? {
                 Standing::InLog => {
                     going_on.insert(tp.clone(), Offset::Offset(at));
                 }
@@ -442,7 +443,13 @@ impl Shared {
                 Ok(committed) => {
                     for tp in from_kafka {
                         let to = match committed.get(&tp) {
-                            Some(&c) => match retention::standing(consumer, &tp, c, policy)? {
+                            Some(&c) => match retention::standing(
+                                consumer,
+                                &tp,
+                                c,
+                                policy,
+                                bounds_deadline,
+                            )? {
                                 Standing::MoveTo(to) => {
                                     explained = true;
                                     Offset::Offset(to)
@@ -455,6 +462,7 @@ impl Shared {
                                     consumer,
                                     &tp,
                                     &self.auto_offset_reset,
+                                    bounds_deadline,
                                 )?;
                                 tracing::warn!(%tp, ?start, "no offset for this partition anywhere: --auto-offset-reset");
                                 start

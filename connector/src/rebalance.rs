@@ -211,6 +211,7 @@ impl SinkContext {
             }
         };
         let identity = s.pipeline.identity.clone();
+        let bounds_deadline = std::time::Instant::now() + crate::retention::WATERMARKS_BUDGET;
         // Kafka's committed offsets as the commit tracker takes them: not
         // one that this store committed and no longer holds, so that the
         // next commit brings Kafka back to what the store does hold.
@@ -254,7 +255,7 @@ impl SinkContext {
                 // the consumer loop gets a reset error and applies
                 // --auto-offset-reset.
                 None if !kafka_known => Offset::Stored,
-                None => match no_offset_start(c, tp, &s.auto_offset_reset) {
+                None => match no_offset_start(c, tp, &s.auto_offset_reset, bounds_deadline) {
                     Ok(start) => {
                         tracing::debug!(%tp, ?start, "neither the archive nor Kafka has an offset for this partition: --auto-offset-reset");
                         start
@@ -265,17 +266,19 @@ impl SinkContext {
                         Offset::End
                     }
                 },
-                Some(stored) => match resume_at(c, tp, stored, s.on_offset_out_of_range) {
-                    Ok(offset) => {
-                        consumed.insert(tp.clone(), offset);
-                        Offset::Offset(offset)
+                Some(stored) => {
+                    match resume_at(c, tp, stored, s.on_offset_out_of_range, bounds_deadline) {
+                        Ok(offset) => {
+                            consumed.insert(tp.clone(), offset);
+                            Offset::Offset(offset)
+                        }
+                        Err(e) => {
+                            s.pipeline.fail(e);
+                            // Never fetched: the run stops before the next poll.
+                            Offset::Offset(stored)
+                        }
                     }
-                    Err(e) => {
-                        s.pipeline.fail(e);
-                        // Never fetched: the run stops before the next poll.
-                        Offset::Offset(stored)
-                    }
-                },
+                }
             };
             s.started_at(tp, start);
             if let Err(e) = tpl.set_partition_offset(&tp.topic, tp.partition, start) {

@@ -19,7 +19,7 @@
 //!   policy is `earliest`, and then the skipped range is logged.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cairn_engine::TopicPartition;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
@@ -31,6 +31,29 @@ use crate::offsets::offsets_of;
 
 /// How long to wait for a partition's watermarks.
 const WATERMARKS_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long all the watermark reads of one assignment (or one reset) may
+/// take together. They run one partition at a time inside the consumer's
+/// callback: with brokers that do not answer, 5 s each over many partitions
+/// would outlast `max.poll.interval.ms` (300 s), and the member would be
+/// evicted. Reads past it are treated as reads that failed.
+pub(crate) const WATERMARKS_BUDGET: Duration = Duration::from_secs(60);
+
+/// The bounds of `tp`'s log, read within [`WATERMARKS_TIMEOUT`] and before
+/// `deadline` (the budget's end); past it, a timeout without asking.
+fn watermarks<X: ConsumerContext>(
+    consumer: &BaseConsumer<X>,
+    tp: &TopicPartition,
+    deadline: Instant,
+) -> rdkafka::error::KafkaResult<(i64, i64)> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(rdkafka::error::KafkaError::MetadataFetch(
+            rdkafka::types::RDKafkaErrorCode::OperationTimedOut,
+        ));
+    }
+    consumer.fetch_watermarks(&tp.topic, tp.partition, left.min(WATERMARKS_TIMEOUT))
+}
 
 /// Where `tp`, positioned at `position`, may resume: `position` itself
 /// when Kafka still has it, Kafka's log start under the `earliest` policy,
@@ -47,8 +70,9 @@ pub(crate) fn resume_at<X: ConsumerContext>(
     tp: &TopicPartition,
     position: i64,
     policy: OnOffsetOutOfRange,
+    deadline: Instant,
 ) -> Result<i64> {
-    match consumer.fetch_watermarks(&tp.topic, tp.partition, WATERMARKS_TIMEOUT) {
+    match watermarks(consumer, tp, deadline) {
         Ok((low, high)) => judge(tp, position, low, high, policy),
         Err(e) => {
             tracing::warn!(%tp, position, error = %e, "cannot read the partition's log bounds at assignment; resuming at the archive's offset (an offset Kafka no longer has is judged when the fetch reports it)");
@@ -111,8 +135,9 @@ pub(crate) fn standing<X: ConsumerContext>(
     tp: &TopicPartition,
     position: i64,
     policy: OnOffsetOutOfRange,
+    deadline: Instant,
 ) -> Result<Standing> {
-    let (low, high) = match consumer.fetch_watermarks(&tp.topic, tp.partition, WATERMARKS_TIMEOUT) {
+    let (low, high) = match watermarks(consumer, tp, deadline) {
         Ok(bounds) => bounds,
         Err(e) => {
             tracing::warn!(%tp, error = %e, "could not read the log's bounds; fetching again from the position");
@@ -150,16 +175,15 @@ pub(crate) fn no_offset_start<X: ConsumerContext>(
     consumer: &BaseConsumer<X>,
     tp: &TopicPartition,
     auto_offset_reset: &str,
+    deadline: Instant,
 ) -> Result<Offset> {
     if auto_offset_reset != "latest" {
         return Ok(Offset::Beginning);
     }
-    let (_, high) = consumer
-        .fetch_watermarks(&tp.topic, tp.partition, WATERMARKS_TIMEOUT)
-        .map_err(ConnectorError::kafka_at(
-            "reading the log end to start at (--auto-offset-reset latest)",
-            tp,
-        ))?;
+    let (_, high) = watermarks(consumer, tp, deadline).map_err(ConnectorError::kafka_at(
+        "reading the log end to start at (--auto-offset-reset latest)",
+        tp,
+    ))?;
     Ok(Offset::Offset(high))
 }
 
@@ -202,5 +226,31 @@ pub(crate) fn restart_fetch<X: ConsumerContext>(
         _ => consumer
             .assign(&list(&mut restart.iter().chain(going_on))?)
             .map_err(ConnectorError::kafka("assign again to restart a fetch")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Past the assignment's budget for watermark reads, a read fails as a
+    /// read that timed out: a partition resumes at its position, a running
+    /// one's standing is unknown, and `latest` has no end to start at.
+    #[test]
+    fn reads_past_the_budget_fail_at_once() {
+        let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", "127.0.0.1:1")
+            .create()
+            .unwrap();
+        let tp = TopicPartition::new("t", 0);
+        let t0 = Instant::now();
+        assert!(watermarks(&consumer, &tp, t0).is_err());
+        let at = resume_at(&consumer, &tp, 42, OnOffsetOutOfRange::Fail, t0).unwrap();
+        assert_eq!(at, 42);
+        assert!(no_offset_start(&consumer, &tp, "latest", t0).is_err());
+        assert!(matches!(
+            standing(&consumer, &tp, 42, OnOffsetOutOfRange::Fail, t0).unwrap(),
+            Standing::Unknown
+        ));
     }
 }
