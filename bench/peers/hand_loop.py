@@ -1,15 +1,17 @@
 """The loop a careful user writes by hand with confluent-kafka: consume a
-batch, append its values to a file, fsync, commit synchronously.
+batch, append its values to a file, fdatasync, commit synchronously.
 
 Usage: hand_loop.py BROKERS TOPIC RECORDS BATCH FILE
-Prints one JSON object: records, seconds from the first record, and the
-latency of every batch from the start of its write to the commit's return.
+Prints one JSON object: the client's versions, records, seconds from the
+first record, and the latency of every batch from the start of its write to
+the commit's return. Exits non-zero unless it consumed exactly RECORDS.
 """
 import json
 import os
 import sys
 import time
 
+import confluent_kafka
 from confluent_kafka import Consumer
 
 
@@ -43,13 +45,25 @@ def main():
                 f.write(m.value())
                 f.write(b"\n")
             f.flush()
-            os.fsync(f.fileno())
+            os.fdatasync(f.fileno())
             c.commit(asynchronous=False)
             lat_us.append(int((time.monotonic() - t) * 1e6))
             n += len(msgs)
     seconds = time.monotonic() - first
     c.close()
-    json.dump({"records": n, "seconds": seconds, "lat_us": lat_us}, sys.stdout)
+    if n != records:
+        raise SystemExit(f"consumed {n} records, expected {records}")
+    def name(v):
+        # A (string, int) pair in most releases, a string in some.
+        return v[0] if isinstance(v, tuple) else str(v)
+
+    json.dump({
+        "version": name(confluent_kafka.version()),
+        "librdkafka": name(confluent_kafka.libversion()),
+        "records": n,
+        "seconds": seconds,
+        "lat_us": lat_us,
+    }, sys.stdout)
 
 
 if __name__ == "__main__":

@@ -30,8 +30,9 @@ pub const MMAP_THRESHOLD_INTERVAL_BYTES: i32 = 4 << 20;
 #[allow(unsafe_code)]
 pub fn tune() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only changes malloc's tuning parameters; it is called
-    // before the program starts any other thread.
+    // SAFETY: mallopt only changes malloc's tuning parameters, under
+    // malloc's own lock (see `tune_for`). The binaries call it before they
+    // start any other thread; the bench harness again between runs.
     unsafe {
         libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES);
         libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES);

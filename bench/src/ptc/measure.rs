@@ -3,7 +3,8 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cairn_connector::pruner::Retention;
@@ -16,7 +17,7 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde::Serialize;
 
-use super::{histogram, Latency, Throughput};
+use super::{child, histogram, Latency, Throughput, P99_SAMPLES_MIN};
 
 fn unique_group(what: &str) -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -47,8 +48,9 @@ pub struct CairnRun {
     pub payload_bytes: u64,
     /// p50 over the floor's p50 (target for every-put: <= 1.5).
     pub p50_vs_floor: f64,
-    /// p99 over the floor's p99 (target for every-put: <= 3).
-    pub p99_vs_floor: f64,
+    /// p99 over the floor's p99 (target for every-put: <= 3); `null` when
+    /// either has fewer than [`P99_SAMPLES_MIN`] samples.
+    pub p99_vs_floor: Option<f64>,
     /// Records/s as a percentage of the consume-only ceiling.
     pub pct_of_ceiling: f64,
     /// Payload MB/s as a percentage of the disk's sequential write
@@ -65,7 +67,9 @@ pub struct CairnRun {
 impl CairnRun {
     pub fn relate(&mut self, floor: &Floor, ceiling: &Throughput, disk: &Throughput) {
         self.p50_vs_floor = self.put_to_commit.p50_us as f64 / floor.sum.p50_us.max(1) as f64;
-        self.p99_vs_floor = self.put_to_commit.p99_us as f64 / floor.sum.p99_us.max(1) as f64;
+        self.p99_vs_floor = (self.put_to_commit.samples >= P99_SAMPLES_MIN
+            && floor.sum.samples >= P99_SAMPLES_MIN)
+            .then(|| self.put_to_commit.p99_us as f64 / floor.sum.p99_us.max(1) as f64);
         self.pct_of_ceiling = 100.0 * self.throughput.records_per_s / ceiling.records_per_s;
         self.pct_of_disk_bandwidth = 100.0 * self.throughput.mb_per_s / disk.mb_per_s;
     }
@@ -129,6 +133,26 @@ pub fn disk_bandwidth(out: &Path) -> Result<Throughput, String> {
     ))
 }
 
+/// Longest a measured run may take before it is stopped and reported.
+const RUN_LIMIT: Duration = Duration::from_secs(600);
+
+/// Sets `stop` once `limit` has passed, unless the returned sender is
+/// dropped first. The thread's result says whether it set `stop`.
+fn deadline(
+    stop: Arc<AtomicBool>,
+    limit: Duration,
+) -> (mpsc::Sender<()>, std::thread::JoinHandle<bool>) {
+    let (tx, rx) = mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || match rx.recv_timeout(limit) {
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            stop.store(true, Ordering::Relaxed);
+            true
+        }
+        _ => false,
+    });
+    (tx, watchdog)
+}
+
 /// What one archiving run produced.
 struct Archived {
     report: RunReport,
@@ -171,7 +195,12 @@ fn archive(
         .collect();
     let done_at = Arc::new(Mutex::new(None));
     let done_at_w = done_at.clone();
+    // A run that never completes (a broker that stopped answering) is
+    // stopped cleanly at the deadline and reported, not waited on forever.
+    let stop = Arc::new(AtomicBool::new(false));
+    let (finished, watchdog) = deadline(stop.clone(), RUN_LIMIT);
     let opts = PipelineOptions {
+        stop,
         done: Some(Box::new(move |c| {
             let done = want.iter().all(|(tp, o)| c.get(tp) == Some(o));
             if done {
@@ -191,13 +220,31 @@ fn archive(
             .with_retention(r, every, hook)
             .map_err(|e| format!("retention: {e}"))?;
     }
-    let report = run_pipeline(&cfg, Box::new(sink), opts).map_err(|e| format!("cairn run: {e}"))?;
+    let report = run_pipeline(&cfg, Box::new(sink), opts);
+    drop(finished);
+    let timed_out = watchdog.join().unwrap_or(true);
+    let report = report.map_err(|e| format!("cairn run: {e}"))?;
+    if timed_out {
+        return Err(format!(
+            "cairn run: not done after {} s: stopped",
+            RUN_LIMIT.as_secs()
+        ));
+    }
     let stats = engine.stats();
     let records = produced(ends);
     if stats.records_appended != records || report.stats.records_duplicate != 0 {
         return Err(format!(
             "cairn archived {} records ({} duplicates) of {records}",
             stats.records_appended, report.stats.records_duplicate
+        ));
+    }
+    // Every put's latency is in the histogram (none went untimed while
+    // commits were failing).
+    if report.put_to_commit_us.len() != report.stats.puts {
+        return Err(format!(
+            "cairn timed {} of {} puts",
+            report.put_to_commit_us.len(),
+            report.stats.puts
         ));
     }
     let first = report.stats.first_record_at.ok_or("no record consumed")?;
@@ -225,6 +272,10 @@ pub struct Case<'a> {
 
 /// cairn's real loop into a fresh store, measured.
 pub fn cairn(case: &Case, policy: CommitPolicy) -> Result<(CairnRun, Histogram<u64>), String> {
+    // As `cairn run` does for its policy (and back to the defaults for the
+    // next policy measured in this process).
+    cairn_connector::allocator::tune();
+    cairn_connector::allocator::tune_for(policy);
     let dir = tempfile::tempdir_in(case.out).map_err(|e| format!("scratch dir: {e}"))?;
     let a = archive(case, policy, dir.path(), None, false)?;
     let size = case.size;
@@ -242,7 +293,7 @@ pub fn cairn(case: &Case, policy: CommitPolicy) -> Result<(CairnRun, Histogram<u
         fsyncs_per_s: a.fsyncs as f64 / a.seconds,
         payload_bytes: report.stats.payload_bytes,
         p50_vs_floor: 0.0,
-        p99_vs_floor: 0.0,
+        p99_vs_floor: None,
         pct_of_ceiling: 0.0,
         pct_of_disk_bandwidth: 0.0,
         disk_bytes,
@@ -342,21 +393,29 @@ pub fn footprint(case: &Case, policy: CommitPolicy) -> Result<Footprint, String>
         .collect::<Vec<_>>()
         .join(",");
     let exe = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
-    let out = std::process::Command::new(exe)
-        .args(["archive", "--brokers", case.brokers, "--topic", case.topic])
-        .args(["--ends", &ends_arg, "--policy", &policy_name(policy)])
-        .args(["--batch-records-max", &case.batch_records_max.to_string()])
-        .arg("--data")
-        .arg(dir.path())
-        .output()
-        .map_err(|e| format!("archive child: {e}"))?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    if !out.status.success() {
+    let stdout = Arc::new(Mutex::new(Vec::new()));
+    let collected = stdout.clone();
+    // The child stops its own run at RUN_LIMIT; the extra minute is for
+    // opening and closing.
+    let finished = child::run(
+        "the archive child",
+        std::process::Command::new(exe)
+            .args(["archive", "--brokers", case.brokers, "--topic", case.topic])
+            .args(["--ends", &ends_arg, "--policy", &policy_name(policy)])
+            .args(["--batch-records-max", &case.batch_records_max.to_string()])
+            .arg("--data")
+            .arg(dir.path()),
+        RUN_LIMIT + Duration::from_secs(60),
+        move |chunk| collected.lock().unwrap().extend_from_slice(chunk),
+    )
+    .map_err(|e| format!("archive child: {e}"))?;
+    if !finished.status.success() {
         return Err(format!(
-            "archive child failed: {}",
-            String::from_utf8_lossy(&out.stderr)
+            "archive child exited with {} (its errors are above)",
+            finished.status
         ));
     }
+    let stdout = String::from_utf8_lossy(&stdout.lock().unwrap()).into_owned();
     let peak_rss_bytes = stdout
         .lines()
         .find_map(|l| l.strip_prefix("peak_rss_bytes="))
@@ -397,6 +456,9 @@ pub fn ceiling(
     records: u64,
     size: usize,
 ) -> Result<Throughput, String> {
+    if records == 0 {
+        return Err("ceiling: no records to consume".into());
+    }
     let c = consumer(brokers, &unique_group("ceiling"))?;
     c.subscribe(&[topic])
         .map_err(|e| format!("subscribe: {e}"))?;
@@ -421,7 +483,7 @@ pub fn ceiling(
         }
     }
     let seconds = first
-        .expect("records were consumed")
+        .ok_or("ceiling: no record consumed")?
         .elapsed()
         .as_secs_f64();
     if bytes != records * size as u64 {
@@ -448,8 +510,17 @@ impl Default for Latency {
     }
 }
 
+/// Largest the floor's file grows to before it is replaced by a new one
+/// (2000 puts of 10 KiB records, 1000 to a put, would be 20 GB).
+const FLOOR_FILE_BYTES_MAX: u64 = 1 << 30;
+
 /// The floor: append a put's bytes to a file and fdatasync it, and commit
 /// one offset synchronously, each measured alone, `samples` times.
+///
+/// Every sample appends, as cairn's puts do (an append changes the file's
+/// size, which fdatasync must persist too; an overwrite would not): past
+/// [`FLOOR_FILE_BYTES_MAX`] the file is removed and a new one started,
+/// outside the timing.
 pub fn floor(
     brokers: &str,
     topic: &str,
@@ -458,10 +529,19 @@ pub fn floor(
     out: &Path,
 ) -> Result<(Floor, Histogram<u64>), String> {
     let path = out.join("floor.dat");
-    let mut f = std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let create = || std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()));
+    let mut f = create()?;
+    let mut file_bytes = 0u64;
     let buf = vec![b'f'; put_bytes];
     let mut fsync_us = Vec::with_capacity(samples);
     for _ in 0..samples {
+        if file_bytes > 0 && file_bytes + put_bytes as u64 > FLOOR_FILE_BYTES_MAX {
+            drop(f);
+            let _ = std::fs::remove_file(&path);
+            f = create()?;
+            file_bytes = 0;
+        }
+        file_bytes += put_bytes as u64;
         let t = Instant::now();
         f.write_all(&buf).map_err(|e| format!("floor write: {e}"))?;
         f.sync_data().map_err(|e| format!("floor fdatasync: {e}"))?;

@@ -12,6 +12,7 @@
 //! the low watermarks are checked before anything is measured: every record
 //! produced must still be there to be archived.
 
+mod child;
 pub mod measure;
 mod output;
 mod peers;
@@ -61,6 +62,12 @@ fn default_out() -> PathBuf {
 pub fn parse_policy(s: &str) -> Result<CommitPolicy, String> {
     s.parse::<CommitPolicy>().map_err(|e| e.to_string())
 }
+
+/// Fewest samples a p99 is reported for, and compared, with: 10 beyond it.
+/// Below it the table prints `n/a(N)` and the JSON ratio is `null`.
+pub const P99_SAMPLES_MIN: u64 = 1000;
+/// Fewest samples a p99.9 is reported for: 10 beyond it.
+pub const P999_SAMPLES_MIN: u64 = 10_000;
 
 /// Latency percentiles in microseconds.
 #[derive(Debug, Clone, Serialize)]
@@ -130,7 +137,7 @@ pub struct CaseResult {
     pub ceiling: Throughput,
     /// cairn archiving the case in a process of its own, per policy.
     pub footprints: Vec<Peer<measure::Footprint>>,
-    pub kcat: Peer<Throughput>,
+    pub kcat: Peer<peers::KcatRun>,
     pub python: Peer<peers::PythonRun>,
     #[serde(skip)]
     pub histograms: Histograms,
@@ -164,6 +171,9 @@ pub fn run(args: Args) -> Result<(), String> {
         "disk: sequential writes + fdatasync {:.0} MB/s",
         disk_bandwidth.mb_per_s
     );
+    if args.records == 0 || args.partitions <= 0 || args.record_bytes.contains(&0) {
+        return Err("--records, --partitions and --record-bytes must be positive".into());
+    }
     let mut cases = Vec::new();
     for &size in &args.record_bytes {
         let (records, note) =
@@ -256,7 +266,7 @@ pub fn run(args: Args) -> Result<(), String> {
             run.relate(&result.floor, &result.ceiling, &disk_bandwidth);
         }
         if !args.no_peers {
-            result.kcat = peers::kcat(broker.brokers(), &topic, records, size, &args.out);
+            result.kcat = peers::kcat(broker.brokers(), &topic, records, size);
             result.python = match peers::python(
                 broker.brokers(),
                 &topic,

@@ -6,7 +6,7 @@ use std::process::Command;
 use hdrhistogram::Histogram;
 use plotters::prelude::*;
 
-use super::{Latency, Peer, Report, Throughput};
+use super::{Latency, Peer, Report, Throughput, P999_SAMPLES_MIN, P99_SAMPLES_MIN};
 
 pub fn date_utc() -> String {
     Command::new("date")
@@ -33,11 +33,6 @@ pub fn machine() -> String {
         .unwrap_or_default();
     format!("{cores} cores, {cpu}, Linux {kernel}")
 }
-
-/// Fewest samples a p99 is printed for (below it, the table says `n/a(N)`).
-pub const P99_SAMPLES_MIN: u64 = 100;
-/// Fewest samples a p99.9 is printed for.
-pub const P999_SAMPLES_MIN: u64 = 1000;
 
 fn row(name: &str, t: Option<&Throughput>, l: Option<&Latency>, extra: &str) {
     let (rps, mbs) = t.map_or(("-".into(), "-".into()), |t| {
@@ -96,11 +91,8 @@ pub fn table(r: &Report) {
                 &format!(
                     "{:.2}x / {} floor p50/p99, {:.0}% of ceiling, {:.0} fsyncs/s, {} puts",
                     run.p50_vs_floor,
-                    if run.put_to_commit.samples >= P99_SAMPLES_MIN {
-                        format!("{:.2}x", run.p99_vs_floor)
-                    } else {
-                        "n/a".to_owned()
-                    },
+                    run.p99_vs_floor
+                        .map_or("n/a".to_owned(), |r| format!("{r:.2}x")),
                     run.pct_of_ceiling,
                     run.fsyncs_per_s,
                     run.put_to_commit.samples
@@ -141,7 +133,12 @@ pub fn table(r: &Report) {
         );
         row("ceiling: consume only", Some(&c.ceiling), None, "");
         match &c.kcat {
-            Peer::Ran(t) => row("kcat -C -c N > file (no fsync)", Some(t), None, ""),
+            Peer::Ran(k) => row(
+                "kcat -C -c N (no fsync)",
+                Some(&k.throughput),
+                None,
+                &k.version,
+            ),
             Peer::Skipped { skipped } => row("kcat", None, None, &format!("skipped: {skipped}")),
         }
         match &c.python {
@@ -149,7 +146,7 @@ pub fn table(r: &Report) {
                 &format!("python loop, batch {}", p.batch),
                 Some(&p.throughput),
                 Some(&p.write_to_commit),
-                "write + fsync + sync commit",
+                &format!("write + fdatasync + sync commit; {}", p.version),
             ),
             Peer::Skipped { skipped } => {
                 row("python loop", None, None, &format!("skipped: {skipped}"))

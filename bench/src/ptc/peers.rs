@@ -2,32 +2,80 @@
 
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use super::{histogram, Latency, Peer, Throughput};
+use super::{child, histogram, Latency, Peer, Throughput};
 
-/// `kcat -C -o beginning -c RECORDS` into a file: no fsync, no offsets.
-/// Timed from spawn to exit (kcat assigns partitions directly, so no group
-/// join; its start-up is included). It stops after the records rather than
-/// at end of partition (`-e` waits for a fetch at the end, which the broker
-/// holds for `fetch.wait.max.ms`), and fetches with the short waits the
-/// other consumers use.
-pub fn kcat(brokers: &str, topic: &str, records: u64, size: usize, out: &Path) -> Peer<Throughput> {
-    let path = out.join("kcat.out");
-    let file = match std::fs::File::create(&path) {
-        Ok(f) => f,
+/// Longest a peer may run before it is killed and reported skipped.
+const PEER_LIMIT: Duration = Duration::from_secs(600);
+
+#[derive(Debug, Clone, Serialize)]
+pub struct KcatRun {
+    /// kcat's and its librdkafka's versions.
+    pub version: String,
+    pub throughput: Throughput,
+}
+
+/// kcat's and its librdkafka's versions, from `kcat -V`'s `Version 1.7.1
+/// (JSON, …, librdkafka 2.0.2 builtin.features=…)` line.
+fn kcat_version() -> Result<String, std::io::Error> {
+    let out = Command::new("kcat")
+        .arg("-V")
+        .stderr(Stdio::null())
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let after = |word: &str| {
+        text.split_whitespace()
+            .skip_while(|w| *w != word)
+            .nth(1)
+            .map(|v| v.trim_end_matches([',', ')']).to_owned())
+            .unwrap_or_else(|| "unknown".into())
+    };
+    Ok(format!(
+        "kcat {}, librdkafka {}",
+        after("Version"),
+        after("librdkafka")
+    ))
+}
+
+/// `kcat -C -o beginning -c RECORDS`, its stdout read and counted by the
+/// harness: no fsync, no offsets. kcat assigns partitions directly (no
+/// group join); it is timed from the first byte it writes to the end of its
+/// output, as the other consumers are from their first record. It stops
+/// after the records rather than at end of partition (`-e` waits for a
+/// fetch at the end, which the broker holds for `fetch.wait.max.ms`).
+///
+/// It fetches with the short waits the other consumers use. Its fetch
+/// queue thresholds are raised to their maximum instead of setting
+/// `fetch.queue.backoff.ms` (which cairn, the ceiling and the Python loop
+/// set to 10 ms): kcat 1.7.1 as Debian 12 ships it bundles librdkafka
+/// 2.0.2, which predates that setting, and backs off 1 s whenever a
+/// partition's queue passes a threshold. With the thresholds at their
+/// maximum it never does.
+pub fn kcat(brokers: &str, topic: &str, records: u64, size: usize) -> Peer<KcatRun> {
+    let version = match kcat_version() {
+        Ok(v) => v,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Peer::Skipped {
+                skipped: "kcat is not installed (apt-get install kcat)".into(),
+            }
+        }
         Err(e) => {
             return Peer::Skipped {
-                skipped: format!("{}: {e}", path.display()),
+                skipped: format!("kcat -V: {e}"),
             }
         }
     };
-    let t = Instant::now();
-    let status = Command::new("kcat")
-        .args([
+    let bytes = Arc::new(AtomicU64::new(0));
+    let counted = bytes.clone();
+    let finished = child::run(
+        "kcat",
+        Command::new("kcat").args([
             "-C",
             "-b",
             brokers,
@@ -41,41 +89,50 @@ pub fn kcat(brokers: &str, topic: &str, records: u64, size: usize, out: &Path) -
             "fetch.wait.max.ms=10",
             "-X",
             "fetch.error.backoff.ms=10",
+            "-X",
+            "queued.min.messages=10000000",
+            "-X",
+            "queued.max.messages.kbytes=2097151",
             "-q",
-        ])
-        .stdout(file)
-        .stderr(Stdio::inherit())
-        .status();
-    let seconds = t.elapsed().as_secs_f64();
-    let result = match status {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Peer::Skipped {
-            skipped: "kcat is not installed (apt-get install kcat)".into(),
+        ]),
+        PEER_LIMIT,
+        move |chunk| {
+            counted.fetch_add(chunk.len() as u64, Ordering::Relaxed);
         },
-        Err(e) => Peer::Skipped {
-            skipped: format!("kcat: {e}"),
-        },
-        Ok(s) if !s.success() => Peer::Skipped {
-            skipped: format!("kcat exited with {s}"),
-        },
-        Ok(_) => {
-            let got = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-            let want = records * (size as u64 + 1);
-            if got != want {
-                Peer::Skipped {
-                    skipped: format!("kcat wrote {got} bytes, expected {want}"),
-                }
-            } else {
-                eprintln!("   kcat: {:.0} records/s", records as f64 / seconds);
-                Peer::Ran(Throughput::new(records, records * size as u64, seconds))
+    );
+    let f = match finished {
+        Ok(f) => f,
+        Err(e) => {
+            return Peer::Skipped {
+                skipped: format!("kcat: {e}"),
             }
         }
     };
-    let _ = std::fs::remove_file(&path);
-    result
+    if !f.status.success() {
+        return Peer::Skipped {
+            skipped: format!("kcat exited with {}", f.status),
+        };
+    }
+    // One line per record: the value and a newline.
+    let got = bytes.load(Ordering::Relaxed);
+    let want = records * (size as u64 + 1);
+    let Some(first) = f.first_byte_at.filter(|_| got == want) else {
+        return Peer::Skipped {
+            skipped: format!("kcat wrote {got} bytes, expected {want}"),
+        };
+    };
+    let seconds = f.eof_at.duration_since(first).as_secs_f64();
+    eprintln!("   kcat: {:.0} records/s", records as f64 / seconds);
+    Peer::Ran(KcatRun {
+        version,
+        throughput: Throughput::new(records, records * size as u64, seconds),
+    })
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct PythonRun {
+    /// confluent-kafka's version and the librdkafka it bundles.
+    pub version: String,
     pub batch: usize,
     pub throughput: Throughput,
     /// From the start of a batch's write to its synchronous commit's return.
@@ -84,12 +141,15 @@ pub struct PythonRun {
 
 #[derive(serde::Deserialize)]
 struct PythonOut {
+    version: String,
+    librdkafka: String,
     records: u64,
     seconds: f64,
     lat_us: Vec<u64>,
 }
 
-/// bench/peers/hand_loop.py: consume a batch, write, fsync, commit (sync).
+/// bench/peers/hand_loop.py: consume a batch, write, fdatasync, commit
+/// (synchronously).
 pub fn python(
     brokers: &str,
     topic: &str,
@@ -111,27 +171,32 @@ pub fn python(
     }
     let path = out.join("python.out");
     let _ = std::fs::remove_file(&path);
-    let output = Command::new("python3")
-        .arg(&script)
-        .args([brokers, topic, &records.to_string(), &batch.to_string()])
-        .arg(&path)
-        .stderr(Stdio::inherit())
-        .output();
+    let stdout = Arc::new(Mutex::new(Vec::new()));
+    let collected = stdout.clone();
+    let finished = child::run(
+        "hand_loop.py",
+        Command::new("python3")
+            .arg(&script)
+            .args([brokers, topic, &records.to_string(), &batch.to_string()])
+            .arg(&path),
+        PEER_LIMIT,
+        move |chunk| collected.lock().unwrap().extend_from_slice(chunk),
+    );
     let _ = std::fs::remove_file(&path);
-    let output = match output {
-        Ok(o) if o.status.success() => o,
-        Ok(o) => {
+    match finished {
+        Ok(f) if f.status.success() => {}
+        Ok(f) => {
             return Peer::Skipped {
-                skipped: format!("hand_loop.py exited with {}", o.status),
+                skipped: format!("hand_loop.py exited with {}", f.status),
             }
         }
         Err(e) => {
             return Peer::Skipped {
-                skipped: format!("python3: {e}"),
+                skipped: format!("hand_loop.py: {e}"),
             }
         }
-    };
-    let parsed: PythonOut = match serde_json::from_slice(&output.stdout) {
+    }
+    let parsed: PythonOut = match serde_json::from_slice(&stdout.lock().unwrap()) {
         Ok(p) => p,
         Err(e) => {
             return Peer::Skipped {
@@ -139,11 +204,23 @@ pub fn python(
             }
         }
     };
+    if parsed.records != records {
+        return Peer::Skipped {
+            skipped: format!(
+                "hand_loop.py consumed {} records of {records}",
+                parsed.records
+            ),
+        };
+    }
     let mut h = histogram();
     for l in &parsed.lat_us {
         h.saturating_record((*l).max(1));
     }
     let run = PythonRun {
+        version: format!(
+            "confluent-kafka {}, librdkafka {}",
+            parsed.version, parsed.librdkafka
+        ),
         batch,
         throughput: Throughput::new(parsed.records, parsed.records * size as u64, parsed.seconds),
         write_to_commit: Latency::of(&h),
