@@ -393,7 +393,7 @@ impl Shared {
         let positions = retention::positions(consumer)?;
         let assigned: Vec<TopicPartition> = self.assigned.iter().cloned().collect();
         let policy = self.on_offset_out_of_range;
-        let bounds_deadline = Instant::now() + retention::WATERMARKS_BUDGET;
+        let mut bounds = retention::Bounds::new(consumer, assigned.clone());
         let mut going_on: BTreeMap<TopicPartition, Offset> = BTreeMap::new();
         let mut restart: BTreeMap<TopicPartition, Offset> = BTreeMap::new();
         // Whether some partition is out of Kafka's log (or has no offset
@@ -424,7 +424,7 @@ impl Shared {
                     continue;
                 }
             };
-            match retention::standing(consumer, tp, at, policy, bounds_deadline)? {
+            match retention::standing(&mut bounds, tp, at, policy)? {
                 Standing::InLog => {
                     going_on.insert(tp.clone(), Offset::Offset(at));
                 }
@@ -443,13 +443,7 @@ impl Shared {
                 Ok(committed) => {
                     for tp in from_kafka {
                         let to = match committed.get(&tp) {
-                            Some(&c) => match retention::standing(
-                                consumer,
-                                &tp,
-                                c,
-                                policy,
-                                bounds_deadline,
-                            )? {
+                            Some(&c) => match retention::standing(&mut bounds, &tp, c, policy)? {
                                 Standing::MoveTo(to) => {
                                     explained = true;
                                     Offset::Offset(to)
@@ -459,10 +453,9 @@ impl Shared {
                             None => {
                                 explained = true;
                                 let start = retention::no_offset_start(
-                                    consumer,
+                                    &mut bounds,
                                     &tp,
                                     &self.auto_offset_reset,
-                                    bounds_deadline,
                                 )?;
                                 tracing::warn!(%tp, ?start, "no offset for this partition anywhere: --auto-offset-reset");
                                 start

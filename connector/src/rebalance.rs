@@ -29,7 +29,7 @@ use crate::consumer::{lock, Shared};
 use crate::error::ConnectorError;
 use crate::offsets::{committed_with_metadata, Committed};
 use crate::progress::LogBounds;
-use crate::retention::{no_offset_start, resume_at};
+use crate::retention::{no_offset_start, resume_at, Bounds};
 use crate::worker::Job;
 
 pub struct SinkContext {
@@ -211,7 +211,7 @@ impl SinkContext {
             }
         };
         let identity = s.pipeline.identity.clone();
-        let bounds_deadline = std::time::Instant::now() + crate::retention::WATERMARKS_BUDGET;
+        let mut bounds = Bounds::new(c, tps.clone());
         // Kafka's committed offsets as the commit tracker takes them: not
         // one that this store committed and no longer holds, so that the
         // next commit brings Kafka back to what the store does hold.
@@ -255,7 +255,7 @@ impl SinkContext {
                 // the consumer loop gets a reset error and applies
                 // --auto-offset-reset.
                 None if !kafka_known => Offset::Stored,
-                None => match no_offset_start(c, tp, &s.auto_offset_reset, bounds_deadline) {
+                None => match no_offset_start(&mut bounds, tp, &s.auto_offset_reset) {
                     Ok(start) => {
                         tracing::debug!(%tp, ?start, "neither the archive nor Kafka has an offset for this partition: --auto-offset-reset");
                         start
@@ -267,7 +267,7 @@ impl SinkContext {
                     }
                 },
                 Some(stored) => {
-                    match resume_at(c, tp, stored, s.on_offset_out_of_range, bounds_deadline) {
+                    match resume_at(&mut bounds, tp, stored, s.on_offset_out_of_range) {
                         Ok(offset) => {
                             consumed.insert(tp.clone(), offset);
                             Offset::Offset(offset)

@@ -19,40 +19,118 @@
 //!   policy is `earliest`, and then the skipped range is logged.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cairn_engine::TopicPartition;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
+use rdkafka::error::{KafkaError, KafkaResult};
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::config::OnOffsetOutOfRange;
 use crate::error::{ConnectorError, Result};
 use crate::offsets::offsets_of;
 
-/// How long to wait for a partition's watermarks.
-const WATERMARKS_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long each of the two requests of a [`Bounds`] read may take. They
+/// run inside the consumer's callbacks: both together stay far below
+/// `max.poll.interval.ms` (300 s), whatever the number of partitions.
+pub(crate) const BOUNDS_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// How long all the watermark reads of one assignment (or one reset) may
-/// take together. They run one partition at a time inside the consumer's
-/// callback: with brokers that do not answer, 5 s each over many partitions
-/// would outlast `max.poll.interval.ms` (300 s), and the member would be
-/// evicted. Reads past it are treated as reads that failed.
-pub(crate) const WATERMARKS_BUDGET: Duration = Duration::from_secs(60);
+/// The bounds (log start, log end) of a set of partitions, read together
+/// the first time one is asked for: one request per leader for all the log
+/// starts and one for all the log ends (`ListOffsets`, as librdkafka's
+/// per-partition watermark query sends, so under the same isolation
+/// level). Read one partition at a time, a large assignment with a distant
+/// broker spent minutes in the rebalance callback.
+pub(crate) struct Bounds<'c, X: ConsumerContext> {
+    consumer: &'c BaseConsumer<X>,
+    tps: Vec<TopicPartition>,
+    timeout: Duration,
+    read: Option<BTreeMap<TopicPartition, KafkaResult<(i64, i64)>>>,
+}
 
-/// The bounds of `tp`'s log, read within [`WATERMARKS_TIMEOUT`] and before
-/// `deadline` (the budget's end); past it, a timeout without asking.
-fn watermarks<X: ConsumerContext>(
-    consumer: &BaseConsumer<X>,
-    tp: &TopicPartition,
-    deadline: Instant,
-) -> rdkafka::error::KafkaResult<(i64, i64)> {
-    let left = deadline.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        return Err(rdkafka::error::KafkaError::MetadataFetch(
-            rdkafka::types::RDKafkaErrorCode::OperationTimedOut,
-        ));
+impl<'c, X: ConsumerContext> Bounds<'c, X> {
+    /// Bounds of `tps`, not read yet.
+    pub(crate) fn new(consumer: &'c BaseConsumer<X>, tps: Vec<TopicPartition>) -> Self {
+        Bounds {
+            consumer,
+            tps,
+            timeout: BOUNDS_TIMEOUT,
+            read: None,
+        }
     }
-    consumer.fetch_watermarks(&tp.topic, tp.partition, left.min(WATERMARKS_TIMEOUT))
+
+    /// `tp`'s bounds (one of the partitions given to `new`), or why they
+    /// could not be read.
+    fn of(&mut self, tp: &TopicPartition) -> KafkaResult<(i64, i64)> {
+        let (consumer, tps, timeout) = (self.consumer, &self.tps, self.timeout);
+        let read = self.read.get_or_insert_with(|| {
+            let low = log_offsets(consumer, tps, Offset::Beginning, timeout);
+            // Log ends only where the start was read (with no broker, the
+            // first request's failure is the answer for all).
+            let started: Vec<TopicPartition> =
+                tps.iter().filter(|tp| low[*tp].is_ok()).cloned().collect();
+            let mut high = log_offsets(consumer, &started, Offset::End, timeout);
+            low.into_iter()
+                .map(|(tp, l)| {
+                    let bounds = l.and_then(|l| Ok((l, high.remove(&tp).expect("asked")?)));
+                    (tp, bounds)
+                })
+                .collect()
+        });
+        read.get(tp)
+            .cloned()
+            .unwrap_or(Err(KafkaError::MetadataFetch(
+                RDKafkaErrorCode::UnknownPartition,
+            )))
+    }
+}
+
+/// Each partition's log start (`which` = `Beginning`) or log end (`End`),
+/// in one `offsets_for_times` call: these two special timestamps ask
+/// `ListOffsets` for the earliest and the latest offset.
+fn log_offsets<X: ConsumerContext>(
+    consumer: &BaseConsumer<X>,
+    tps: &[TopicPartition],
+    which: Offset,
+    timeout: Duration,
+) -> BTreeMap<TopicPartition, KafkaResult<i64>> {
+    let all = |e: KafkaError| tps.iter().map(|tp| (tp.clone(), Err(e.clone()))).collect();
+    if tps.is_empty() {
+        return BTreeMap::new();
+    }
+    let mut tpl = TopicPartitionList::new();
+    for tp in tps {
+        if let Err(e) = tpl.add_partition_offset(&tp.topic, tp.partition, which) {
+            return all(e);
+        }
+    }
+    let answered = match consumer.offsets_for_times(tpl, timeout) {
+        Ok(l) => l,
+        Err(e) => return all(e),
+    };
+    // The list stays inside this function: librdkafka lists must be dropped
+    // before the consumer (see offsets.rs).
+    let mut got: BTreeMap<TopicPartition, KafkaResult<i64>> = BTreeMap::new();
+    for e in answered.elements() {
+        let offset = match (e.error(), e.offset()) {
+            (Err(err), _) => Err(err),
+            (Ok(()), Offset::Offset(o)) if o >= 0 => Ok(o),
+            // Left as asked, or a broker that could not say.
+            (Ok(()), _) => Err(KafkaError::OffsetFetch(
+                RDKafkaErrorCode::OffsetNotAvailable,
+            )),
+        };
+        got.insert(TopicPartition::new(e.topic(), e.partition()), offset);
+    }
+    tps.iter()
+        .map(|tp| {
+            let o = got.remove(tp).unwrap_or(Err(KafkaError::OffsetFetch(
+                RDKafkaErrorCode::UnknownPartition,
+            )));
+            (tp.clone(), o)
+        })
+        .collect()
 }
 
 /// Where `tp`, positioned at `position`, may resume: `position` itself
@@ -66,13 +144,12 @@ fn watermarks<X: ConsumerContext>(
 /// bounds can be read. Stopping the run here would lose nothing, but a
 /// rolling broker restart would stop every archiver it rebalanced.
 pub(crate) fn resume_at<X: ConsumerContext>(
-    consumer: &BaseConsumer<X>,
+    bounds: &mut Bounds<X>,
     tp: &TopicPartition,
     position: i64,
     policy: OnOffsetOutOfRange,
-    deadline: Instant,
 ) -> Result<i64> {
-    match watermarks(consumer, tp, deadline) {
+    match bounds.of(tp) {
         Ok((low, high)) => judge(tp, position, low, high, policy),
         Err(e) => {
             tracing::warn!(%tp, position, error = %e, "cannot read the partition's log bounds at assignment; resuming at the archive's offset (an offset Kafka no longer has is judged when the fetch reports it)");
@@ -131,13 +208,12 @@ pub(crate) enum Standing {
 /// than a failure of the run (reset errors come during leader moves, when
 /// such reads fail too).
 pub(crate) fn standing<X: ConsumerContext>(
-    consumer: &BaseConsumer<X>,
+    bounds: &mut Bounds<X>,
     tp: &TopicPartition,
     position: i64,
     policy: OnOffsetOutOfRange,
-    deadline: Instant,
 ) -> Result<Standing> {
-    let (low, high) = match watermarks(consumer, tp, deadline) {
+    let (low, high) = match bounds.of(tp) {
         Ok(bounds) => bounds,
         Err(e) => {
             tracing::warn!(%tp, error = %e, "could not read the log's bounds; fetching again from the position");
@@ -172,15 +248,14 @@ pub(crate) fn positions<X: ConsumerContext>(
 /// that cannot be read is an error: the run stops with nothing of the
 /// partition archived or committed, and the next run starts it again.
 pub(crate) fn no_offset_start<X: ConsumerContext>(
-    consumer: &BaseConsumer<X>,
+    bounds: &mut Bounds<X>,
     tp: &TopicPartition,
     auto_offset_reset: &str,
-    deadline: Instant,
 ) -> Result<Offset> {
     if auto_offset_reset != "latest" {
         return Ok(Offset::Beginning);
     }
-    let (_, high) = watermarks(consumer, tp, deadline).map_err(ConnectorError::kafka_at(
+    let (_, high) = bounds.of(tp).map_err(ConnectorError::kafka_at(
         "reading the log end to start at (--auto-offset-reset latest)",
         tp,
     ))?;
@@ -233,24 +308,28 @@ pub(crate) fn restart_fetch<X: ConsumerContext>(
 mod tests {
     use super::*;
 
-    /// Past the assignment's budget for watermark reads, a read fails as a
-    /// read that timed out: a partition resumes at its position, a running
-    /// one's standing is unknown, and `latest` has no end to start at.
+    /// Bounds that cannot be read: a partition resumes at its position, a
+    /// running one's standing is unknown, and `latest` has no end to start
+    /// at. All partitions are asked about in one request, which fails for
+    /// them all.
     #[test]
-    fn reads_past_the_budget_fail_at_once() {
+    fn bounds_that_cannot_be_read() {
         let consumer: BaseConsumer = rdkafka::ClientConfig::new()
             .set("bootstrap.servers", "127.0.0.1:1")
+            .set("socket.connection.setup.timeout.ms", "1000")
             .create()
             .unwrap();
-        let tp = TopicPartition::new("t", 0);
-        let t0 = Instant::now();
-        assert!(watermarks(&consumer, &tp, t0).is_err());
-        let at = resume_at(&consumer, &tp, 42, OnOffsetOutOfRange::Fail, t0).unwrap();
+        let (t0, t1) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
+        let mut bounds = Bounds::new(&consumer, vec![t0.clone(), t1.clone()]);
+        bounds.timeout = Duration::from_millis(200);
+        let at = resume_at(&mut bounds, &t0, 42, OnOffsetOutOfRange::Fail).unwrap();
         assert_eq!(at, 42);
-        assert!(no_offset_start(&consumer, &tp, "latest", t0).is_err());
+        assert!(no_offset_start(&mut bounds, &t1, "latest").is_err());
         assert!(matches!(
-            standing(&consumer, &tp, 42, OnOffsetOutOfRange::Fail, t0).unwrap(),
+            standing(&mut bounds, &t1, 42, OnOffsetOutOfRange::Fail).unwrap(),
             Standing::Unknown
         ));
+        // Not a partition of the set: refused without a request.
+        assert!(bounds.of(&TopicPartition::new("u", 0)).is_err());
     }
 }
