@@ -199,24 +199,9 @@ impl RunConfig {
                     return bad(format!("dead-letter-topic: {e}"));
                 }
                 // The dead-letter producer waits for each report as long as
-                // its message timeout: one setting, given once, positive.
-                let timeouts = crate::librdkafka::message_timeout_settings(&self.kafka);
-                if timeouts.len() > 1 {
-                    let names: Vec<String> =
-                        timeouts.iter().map(|(k, _)| format!("-X {k}")).collect();
-                    return bad(format!(
-                        "{}: the same setting (the dead letters' message timeout), given more than once",
-                        names.join(" and ")
-                    ));
-                }
-                if let Some((k, v)) = timeouts
-                    .iter()
-                    .find(|(_, v)| !v.parse::<u64>().is_ok_and(|ms| ms > 0))
-                {
-                    return bad(format!(
-                        "-X {k}={v}: must be a positive number of ms (the dead letters' message timeout)"
-                    ));
-                }
+                // its message timeout.
+                crate::librdkafka::check_message_timeout(&self.kafka, "the dead letters")
+                    .map_err(ConnectorError::Config)?;
                 if self.topics.contains(t) {
                     return bad(format!(
                         "dead-letter-topic {t:?}: it is also archived (its dead letters would come back)"

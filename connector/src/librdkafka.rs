@@ -32,6 +32,32 @@ pub(crate) fn message_timeout_settings(kafka: &BTreeMap<String, String>) -> Vec<
         .collect()
 }
 
+/// The message timeout a producer waits for each delivery report: one
+/// `-X` setting at most (under any of its names), a positive number of ms.
+/// `what` names the records it is for; the error is the message to show.
+pub(crate) fn check_message_timeout(
+    kafka: &BTreeMap<String, String>,
+    what: &str,
+) -> std::result::Result<(), String> {
+    let timeouts = message_timeout_settings(kafka);
+    if timeouts.len() > 1 {
+        let names: Vec<String> = timeouts.iter().map(|(k, _)| format!("-X {k}")).collect();
+        return Err(format!(
+            "{}: the same setting ({what}'s message timeout), given more than once",
+            names.join(" and ")
+        ));
+    }
+    match timeouts
+        .iter()
+        .find(|(_, v)| !v.parse::<u64>().is_ok_and(|ms| ms > 0))
+    {
+        Some((k, v)) => Err(format!(
+            "-X {k}={v}: must be a positive number of ms ({what}'s message timeout; 0 would wait forever)"
+        )),
+        None => Ok(()),
+    }
+}
+
 /// The message timeout `-X` sets, if it sets one that parses.
 pub(crate) fn message_timeout_ms(kafka: &BTreeMap<String, String>) -> Option<u64> {
     message_timeout_settings(kafka)

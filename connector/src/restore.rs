@@ -51,7 +51,7 @@ use crate::config::{check_connect_timeout_ms, refuse_managed_keys};
 use crate::convert::{sendable_timestamp, to_base_record};
 use crate::error::{ConnectorError, RestoreFailure, Result};
 use crate::librdkafka::{
-    log_ignoring_confwarn, log_to_tracing, message_timeout_ms, message_timeout_settings,
+    check_message_timeout, log_ignoring_confwarn, log_to_tracing, message_timeout_ms,
 };
 use crate::selection::Selection;
 
@@ -123,21 +123,8 @@ impl RestoreConfig {
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(ConnectorError::Config(m));
         refuse_managed_keys(&self.kafka, &MANAGED, "cairn restore")?;
-        let timeouts = message_timeout_settings(&self.kafka);
-        if timeouts.len() > 1 {
-            let names: Vec<String> = timeouts.iter().map(|(k, _)| format!("-X {k}")).collect();
-            return bad(format!(
-                "{}: the same setting (the message timeout), given more than once",
-                names.join(" and ")
-            ));
-        }
-        for (k, v) in timeouts {
-            if !v.parse::<u64>().is_ok_and(|ms| ms > 0) {
-                return bad(format!(
-                    "-X {k}={v}: must be a positive number of ms (0 would let a restore wait forever)"
-                ));
-            }
-        }
+        check_message_timeout(&self.kafka, "the restored records")
+            .map_err(ConnectorError::Config)?;
         self.select.check_range()?;
         check_connect_timeout_ms(self.connect_timeout_ms)?;
         if self.offset_header.as_ref().is_some_and(String::is_empty) {
@@ -154,6 +141,11 @@ impl RestoreConfig {
                 return bad(format!("--rename: {e}"));
             }
         }
+        // Every -X key and value as librdkafka takes them, before the
+        // archive is opened (which recovers, and may upgrade, it).
+        producer_config(self)
+            .create_native_config()
+            .map_err(|e| ConnectorError::Config(format!("-X: {e}")))?;
         Ok(())
     }
 
@@ -565,6 +557,12 @@ fn finish_the_rest(
 }
 
 fn producer(cfg: &RestoreConfig) -> Result<BaseProducer<Deliveries>> {
+    producer_config(cfg)
+        .create_with_context(Deliveries::default())
+        .map_err(|e| ConnectorError::Config(format!("producer settings: {e}")))
+}
+
+fn producer_config(cfg: &RestoreConfig) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", &cfg.brokers)
         // Ordered, retried without duplicates, acknowledged by all in-sync
@@ -581,8 +579,7 @@ fn producer(cfg: &RestoreConfig) -> Result<BaseProducer<Deliveries>> {
     for (k, v) in &cfg.kafka {
         c.set(k, v);
     }
-    c.create_with_context(Deliveries::default())
-        .map_err(|e| ConnectorError::Config(format!("producer settings: {e}")))
+    c
 }
 
 /// Check the brokers answer, and every target partition exists and may be

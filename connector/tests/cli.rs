@@ -229,6 +229,18 @@ fn bad_flags_and_config_name_the_setting() {
     ]);
     assert_ne!(code, 0);
     assert!(err.contains("connect-timeout-ms"), "{err}");
+    // A -X librdkafka refuses, too (restore's producer settings).
+    let (code, _, err) = cairn(&[
+        "restore",
+        "--data",
+        missing,
+        "--brokers",
+        "b:1",
+        "-X",
+        "linger.mz=5",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("-X: ") && err.contains("linger.mz"), "{err}");
     let (code, _, err) = cairn(&["status", "--data", missing, "--group", "g"]);
     assert_eq!(code, 2, "--group without --brokers is a usage error: {err}");
     let (code, _, err) = cairn(&[
