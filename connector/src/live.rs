@@ -380,10 +380,11 @@ fn write_frame(w: &mut impl Write, tag: u8, body: &[u8]) -> std::io::Result<()> 
     w.write_all(body)
 }
 
-/// The longest error an End frame carries: its frame stays well within the
+/// The longest error an End frame carries: its frame stays within the
 /// [`FRAME_BYTES_MAX`] a client reads (an error can list a whole archive's
-/// topics).
-const END_ERROR_BYTES_MAX: usize = 32 << 10;
+/// topics) even once JSON has escaped it, which makes a control character
+/// six bytes (`\u0001`).
+const END_ERROR_BYTES_MAX: usize = 10 << 10;
 
 fn write_end(w: &mut impl Write, end: &End) -> std::io::Result<()> {
     let mut end = end.clone();
@@ -398,6 +399,7 @@ fn write_end(w: &mut impl Write, end: &End) -> std::io::Result<()> {
         }
     }
     let body = serde_json::to_vec(&end).expect("End serialises");
+    debug_assert!(body.len() <= FRAME_BYTES_MAX, "{}", body.len());
     write_frame(w, TAG_END, &body)
 }
 
@@ -826,27 +828,30 @@ mod tests {
 
     /// An error longer than a client reads in a frame (a selection error
     /// listing a large archive's topics) arrives cut short, not as a frame
-    /// the client refuses in its place.
+    /// the client refuses in its place: also when JSON's escaping makes
+    /// each of its bytes six (control characters) or two (quotes).
     #[test]
     fn a_long_error_reaches_the_client_cut_short() {
-        let end = End {
-            exit: 1,
-            error: Some("é".repeat(FRAME_BYTES_MAX)),
-            pid: 7,
-        };
-        let mut wire = Vec::new();
-        write_end(&mut wire, &end).unwrap();
-        let mut r = BufReader::new(wire.as_slice());
-        let (tag, body) = read_frame(&mut r, None).unwrap().unwrap();
-        assert_eq!(tag, TAG_END);
-        let got = parse_end(&body).unwrap();
-        let e = got.error.unwrap();
-        assert!(
-            e.ends_with(" [...]") && e.len() <= END_ERROR_BYTES_MAX + 8,
-            "{}",
-            e.len()
-        );
-        assert_eq!((got.exit, got.pid), (1, 7));
+        for unit in ["é", "\u{1}", "\""] {
+            let end = End {
+                exit: 1,
+                error: Some(unit.repeat(FRAME_BYTES_MAX)),
+                pid: 7,
+            };
+            let mut wire = Vec::new();
+            write_end(&mut wire, &end).unwrap();
+            let mut r = BufReader::new(wire.as_slice());
+            let (tag, body) = read_frame(&mut r, None).unwrap().unwrap();
+            assert_eq!(tag, TAG_END);
+            let got = parse_end(&body).unwrap();
+            let e = got.error.unwrap();
+            assert!(
+                e.ends_with(" [...]") && e.len() <= END_ERROR_BYTES_MAX + 8,
+                "{unit:?}: {}",
+                e.len()
+            );
+            assert_eq!((got.exit, got.pid), (1, 7));
+        }
     }
 
     #[test]
