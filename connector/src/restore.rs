@@ -875,9 +875,13 @@ fn flush(producer: &BaseProducer<Deliveries>, timeout: Duration) -> KafkaResult<
         if left.is_zero() {
             return Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut));
         }
-        // Sends what lingers now and waits a little for reports; its
-        // timeout error only says records are still in flight.
-        let _ = producer.flush(left.min(Duration::from_millis(100)));
+        // Sends what lingers now (a zero-timeout flush returns at once;
+        // its timeout error only says records are still in flight), then
+        // waits for one report at most 5 ms: a failure is looked for after
+        // each, not after a 100 ms flush slice that goes on serving
+        // reports past it while librdkafka keeps sending what is queued.
+        let _ = producer.flush(Duration::ZERO);
+        producer.poll(left.min(Duration::from_millis(5)));
     }
 }
 
