@@ -16,6 +16,8 @@ pub struct TestBroker {
     pub brokers: String,
     /// `-<pid>-<nanos>` on a real broker, empty on the mock.
     suffix: String,
+    /// The topics created on a real broker: deleted on drop.
+    created: Vec<String>,
 }
 
 impl TestBroker {
@@ -51,25 +53,23 @@ impl TestBroker {
             child: Some(child),
             brokers,
             suffix: String::new(),
+            created: Vec::new(),
         }
     }
 
     fn real(brokers: String, topics: &[&str]) -> TestBroker {
-        use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-        use rdkafka::client::DefaultClientContext;
+        use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_nanos();
-        let tb = TestBroker {
+        let mut tb = TestBroker {
             child: None,
             brokers,
             suffix: format!("-{}-{nanos}", std::process::id()),
+            created: Vec::new(),
         };
-        let admin: AdminClient<DefaultClientContext> = rdkafka::ClientConfig::new()
-            .set("bootstrap.servers", &tb.brokers)
-            .create()
-            .expect("admin client for CAIRN_TEST_BROKERS");
+        let admin = admin(&tb.brokers);
         let named: Vec<(String, i32)> = topics
             .iter()
             .map(|t| {
@@ -83,7 +83,8 @@ impl TestBroker {
             .collect();
         let opts = AdminOptions::new().operation_timeout(Some(std::time::Duration::from_secs(30)));
         for result in block_on(admin.create_topics(&new, &opts)).expect("create topics") {
-            result.expect("create a test topic on CAIRN_TEST_BROKERS");
+            let name = result.expect("create a test topic on CAIRN_TEST_BROKERS");
+            tb.created.push(name);
         }
         tb
     }
@@ -111,20 +112,30 @@ impl Drop for TestBroker {
             let _ = child.kill();
             let _ = child.wait();
         }
+        if !self.created.is_empty() {
+            // Best effort: a broker gone by now keeps them.
+            let names: Vec<&str> = self.created.iter().map(String::as_str).collect();
+            let opts = rdkafka::admin::AdminOptions::new()
+                .operation_timeout(Some(std::time::Duration::from_secs(30)));
+            let _ = block_on(admin(&self.brokers).delete_topics(&names, &opts));
+        }
     }
 }
 
-/// Drive a future to completion on this thread: rdkafka's admin futures
-/// are completed by librdkafka's own threads, so no runtime is needed.
+fn admin(brokers: &str) -> rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> {
+    rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .expect("admin client for CAIRN_TEST_BROKERS")
+}
+
+/// Drive an admin future to completion on this thread.
 fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    let mut f = std::pin::pin!(f);
-    loop {
-        if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return v;
-        }
-        std::thread::yield_now();
-    }
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("a runtime for an admin request")
+        .block_on(f)
 }
 
 /// librdkafka settings that let a restarted member replace a killed one fast.
