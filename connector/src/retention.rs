@@ -18,8 +18,8 @@
 //! - A position never moves past a record that was not archived unless the
 //!   policy is `earliest`, and then the skipped range is logged.
 
-use std::collections::BTreeMap;
-use std::time::Duration;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
 
 use cairn_engine::TopicPartition;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
@@ -31,10 +31,18 @@ use crate::config::OnOffsetOutOfRange;
 use crate::error::{ConnectorError, Result};
 use crate::offsets::offsets_of;
 
-/// How long each of the two requests of a [`Bounds`] read may take. They
-/// run inside the consumer's callbacks: both together stay far below
-/// `max.poll.interval.ms` (300 s), whatever the number of partitions.
+/// How long each of the two requests of a [`Bounds`] read may take.
 pub(crate) const BOUNDS_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// How long one partition's own bounds read may take (see [`Bounds::of`]).
+const WATERMARKS_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long all the reads of one [`Bounds`] may take together, batched and
+/// alone. They run inside the consumer's callbacks: they must end well
+/// before `max.poll.interval.ms` (300 s), whatever the number of
+/// partitions; a read the budget leaves no time for fails as the batched
+/// one did.
+pub(crate) const BOUNDS_BUDGET: Duration = Duration::from_secs(60);
 
 /// The bounds (log start, log end) of a set of partitions, read together
 /// the first time one is asked for: one request per leader for all the log
@@ -46,7 +54,12 @@ pub(crate) struct Bounds<'c, X: ConsumerContext> {
     consumer: &'c BaseConsumer<X>,
     tps: Vec<TopicPartition>,
     timeout: Duration,
+    budget: Duration,
+    /// The budget's end, from the first read.
+    deadline: Option<Instant>,
     read: Option<BTreeMap<TopicPartition, KafkaResult<(i64, i64)>>>,
+    /// Partitions whose batched read failed and that were asked alone.
+    asked_alone: BTreeSet<TopicPartition>,
 }
 
 impl<'c, X: ConsumerContext> Bounds<'c, X> {
@@ -56,21 +69,38 @@ impl<'c, X: ConsumerContext> Bounds<'c, X> {
             consumer,
             tps,
             timeout: BOUNDS_TIMEOUT,
+            budget: BOUNDS_BUDGET,
+            deadline: None,
             read: None,
+            asked_alone: BTreeSet::new(),
         }
     }
 
     /// `tp`'s bounds (one of the partitions given to `new`), or why they
     /// could not be read.
+    ///
+    /// librdkafka fails a whole `ListOffsets` request for one partition's
+    /// error (a leader that moved, say), and a request that times out
+    /// fails every partition in it. So a partition whose batched read
+    /// failed is asked again alone, once, within what is left of the
+    /// budget: one partition's trouble does not become every partition's.
     fn of(&mut self, tp: &TopicPartition) -> KafkaResult<(i64, i64)> {
-        let (consumer, tps, timeout) = (self.consumer, &self.tps, self.timeout);
+        let deadline = *self
+            .deadline
+            .get_or_insert_with(|| Instant::now() + self.budget);
+        let (consumer, tps) = (self.consumer, &self.tps);
+        let timeout = || {
+            deadline
+                .saturating_duration_since(Instant::now())
+                .min(self.timeout)
+        };
         let read = self.read.get_or_insert_with(|| {
-            let low = log_offsets(consumer, tps, Offset::Beginning, timeout);
+            let low = log_offsets(consumer, tps, Offset::Beginning, timeout());
             // Log ends only where the start was read (with no broker, the
             // first request's failure is the answer for all).
             let started: Vec<TopicPartition> =
                 tps.iter().filter(|tp| low[*tp].is_ok()).cloned().collect();
-            let mut high = log_offsets(consumer, &started, Offset::End, timeout);
+            let mut high = log_offsets(consumer, &started, Offset::End, timeout());
             low.into_iter()
                 .map(|(tp, l)| {
                     let bounds = l.and_then(|l| Ok((l, high.remove(&tp).expect("asked")?)));
@@ -78,11 +108,26 @@ impl<'c, X: ConsumerContext> Bounds<'c, X> {
                 })
                 .collect()
         });
-        read.get(tp)
-            .cloned()
-            .unwrap_or(Err(KafkaError::MetadataFetch(
-                RDKafkaErrorCode::UnknownPartition,
-            )))
+        let failed = match read.get(tp) {
+            None => {
+                return Err(KafkaError::MetadataFetch(
+                    RDKafkaErrorCode::UnknownPartition,
+                ))
+            }
+            Some(Ok(bounds)) => return Ok(*bounds),
+            Some(Err(e)) => e.clone(),
+        };
+        if !self.asked_alone.insert(tp.clone()) {
+            return Err(failed);
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        let alone = if left.is_zero() {
+            Err(failed)
+        } else {
+            consumer.fetch_watermarks(&tp.topic, tp.partition, left.min(WATERMARKS_TIMEOUT))
+        };
+        read.insert(tp.clone(), alone.clone());
+        alone
     }
 }
 
@@ -311,7 +356,8 @@ mod tests {
     /// Bounds that cannot be read: a partition resumes at its position, a
     /// running one's standing is unknown, and `latest` has no end to start
     /// at. All partitions are asked about in one request, which fails for
-    /// them all.
+    /// them all; each is then asked alone while the budget lasts, and that
+    /// fails too.
     #[test]
     fn bounds_that_cannot_be_read() {
         let consumer: BaseConsumer = rdkafka::ClientConfig::new()
@@ -322,6 +368,7 @@ mod tests {
         let (t0, t1) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
         let mut bounds = Bounds::new(&consumer, vec![t0.clone(), t1.clone()]);
         bounds.timeout = Duration::from_millis(200);
+        bounds.budget = Duration::from_millis(600);
         let at = resume_at(&mut bounds, &t0, 42, OnOffsetOutOfRange::Fail).unwrap();
         assert_eq!(at, 42);
         assert!(no_offset_start(&mut bounds, &t1, "latest").is_err());

@@ -339,10 +339,34 @@ fn a_topic_recreated_behind_the_archive_stops_the_run() {
 #[test]
 fn latest_archives_everything_after_the_end_at_assignment() {
     init_logs();
-    let k = TestKafka::new("latest", 1);
-    produce_big(&k, 0..20);
+    latest_after_the_end(&TestKafka::new("latest", 1));
+}
+
+/// The same when the request that reads every partition's bounds together
+/// fails (librdkafka fails a whole ListOffsets request for one partition's
+/// error, a leader that moved during a rolling restart): each partition is
+/// asked alone, and `latest` still has its end to start at, instead of
+/// stopping the run.
+#[test]
+fn latest_asks_each_partition_alone_after_a_failed_bounds_request() {
+    init_logs();
+    let k = TestKafka::new("latest-alone", 1);
+    let Some(mock) = k.mock() else {
+        eprintln!("SKIPPED: error injection needs the mock cluster");
+        return;
+    };
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+    mock.request_errors(
+        RDKafkaApiKey::ListOffsets,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN],
+    );
+    latest_after_the_end(&k);
+}
+
+fn latest_after_the_end(k: &TestKafka) {
+    produce_big(k, 0..20);
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(&k, "latest-group", dir.path());
+    let mut cfg = config(k, "latest-group", dir.path());
     cfg.auto_offset_reset = "latest".into();
     let (opened_tx, opened) = std::sync::mpsc::channel();
     let sink = HeldArchive {
@@ -364,7 +388,7 @@ fn latest_archives_everything_after_the_end_at_assignment() {
             run.join().unwrap().err()
         );
     }
-    produce_big(&k, 20..120);
+    produce_big(k, 20..120);
     run.join().unwrap().unwrap();
     let archived = archived_offsets(dir.path(), &k.topic);
     let first = *archived.first().expect("records after the assignment");
