@@ -264,12 +264,8 @@ impl RunConfig {
         {
             return bad(format!("-X {k}={v}: cairn runs the classic group protocol (its cooperative-sticky assignment and rebalance handling are built and tested on it)"));
         }
-        // Every -X key and value as librdkafka takes them, before anything
-        // is opened: a mistyped property must not first create the data
-        // directory or recover (or upgrade) an archive.
-        crate::consumer::client_config(self)
-            .create_native_config()
-            .map_err(|e| ConnectorError::Config(format!("-X: {e}")))?;
+        crate::librdkafka::check_consumer_settings(&crate::consumer::client_config(self))
+            .map_err(ConnectorError::Config)?;
         Ok(())
     }
 }

@@ -5,6 +5,9 @@
 use std::collections::BTreeMap;
 
 use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::{BaseConsumer, ConsumerContext};
+use rdkafka::producer::{BaseProducer, ProducerContext};
+use rdkafka::{ClientConfig, ClientContext};
 
 /// `message.timeout.ms` and its alias: the same setting.
 pub(crate) const MESSAGE_TIMEOUT_KEYS: [&str; 2] = ["message.timeout.ms", "delivery.timeout.ms"];
@@ -56,6 +59,43 @@ pub(crate) fn check_message_timeout(
         )),
         None => Ok(()),
     }
+}
+
+/// A client created only for librdkafka to check its settings: it logs
+/// nothing (the real client logs the same lines) and sends nothing.
+struct SettingsCheck;
+
+impl ClientContext for SettingsCheck {
+    fn log(&self, _: RDKafkaLogLevel, _: &str, _: &str) {}
+}
+
+impl ConsumerContext for SettingsCheck {}
+
+impl ProducerContext for SettingsCheck {
+    type DeliveryOpaque = ();
+    fn delivery(&self, _: &rdkafka::message::DeliveryResult<'_>, _: ()) {}
+}
+
+/// librdkafka's checks of a consumer's settings: each property alone, and
+/// the checks across properties that only creating a client runs
+/// (`fetch.max.bytes` below `message.max.bytes`, say). Run before anything
+/// is opened, so that a refused `-X` has not first created a data
+/// directory or recovered (or upgraded) an archive. The client is made
+/// without its `group.id`, so it never joins, and is dropped at once.
+pub(crate) fn check_consumer_settings(config: &ClientConfig) -> std::result::Result<(), String> {
+    let mut c = config.clone();
+    c.remove("group.id");
+    c.create_with_context::<_, BaseConsumer<SettingsCheck>>(SettingsCheck)
+        .map(drop)
+        .map_err(|e| format!("-X: {e}"))
+}
+
+/// [`check_consumer_settings`] for a producer (it has nothing to send).
+pub(crate) fn check_producer_settings(config: &ClientConfig) -> std::result::Result<(), String> {
+    config
+        .create_with_context::<_, BaseProducer<SettingsCheck>>(SettingsCheck)
+        .map(drop)
+        .map_err(|e| format!("-X: {e}"))
 }
 
 /// The message timeout `-X` sets, if it sets one that parses.

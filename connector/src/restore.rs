@@ -51,7 +51,8 @@ use crate::config::{check_connect_timeout_ms, refuse_managed_keys};
 use crate::convert::{sendable_timestamp, to_base_record};
 use crate::error::{ConnectorError, RestoreFailure, Result};
 use crate::librdkafka::{
-    check_message_timeout, log_ignoring_confwarn, log_to_tracing, message_timeout_ms,
+    check_message_timeout, check_producer_settings, log_ignoring_confwarn, log_to_tracing,
+    message_timeout_ms,
 };
 use crate::selection::Selection;
 
@@ -141,11 +142,7 @@ impl RestoreConfig {
                 return bad(format!("--rename: {e}"));
             }
         }
-        // Every -X key and value as librdkafka takes them, before the
-        // archive is opened (which recovers, and may upgrade, it).
-        producer_config(self)
-            .create_native_config()
-            .map_err(|e| ConnectorError::Config(format!("-X: {e}")))?;
+        check_producer_settings(&producer_config(self)).map_err(ConnectorError::Config)?;
         Ok(())
     }
 
@@ -877,11 +874,13 @@ fn flush(producer: &BaseProducer<Deliveries>, timeout: Duration) -> KafkaResult<
         }
         // Sends what lingers now (a zero-timeout flush returns at once;
         // its timeout error only says records are still in flight), then
-        // waits for one report at most 5 ms: a failure is looked for after
-        // each, not after a 100 ms flush slice that goes on serving
-        // reports past it while librdkafka keeps sending what is queued.
+        // serves reports for 1 ms (rust-rdkafka's `poll` serves them until
+        // its timeout, blocking between them): a failure is looked for
+        // every millisecond, not after a 100 ms flush slice that went on
+        // serving reports past it while librdkafka kept sending what was
+        // queued.
         let _ = producer.flush(Duration::ZERO);
-        producer.poll(left.min(Duration::from_millis(5)));
+        producer.poll(left.min(Duration::from_millis(1)));
     }
 }
 

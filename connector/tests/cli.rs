@@ -195,6 +195,9 @@ fn bad_flags_and_config_name_the_setting() {
         // Checked by librdkafka before the archive is opened (exit 1).
         ("fetch.wait.max.mz=10", "fetch.wait.max.mz"),
         ("fetch.wait.max.ms=soon", "fetch.wait.max.ms"),
+        // librdkafka's checks across properties, which run only as a
+        // client is created.
+        ("max.poll.interval.ms=1000", "max.poll.interval.ms"),
     ] {
         let (code, _, err) = cairn_run("b:1", "t", data, &["-X", x]);
         assert_eq!(code, 1, "{x}: {err}");
@@ -241,6 +244,17 @@ fn bad_flags_and_config_name_the_setting() {
     ]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("-X: ") && err.contains("linger.mz"), "{err}");
+    let (code, _, err) = cairn(&[
+        "restore",
+        "--data",
+        missing,
+        "--brokers",
+        "b:1",
+        "-X",
+        "acks=1",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("-X: ") && err.contains("acks"), "{err}");
     let (code, _, err) = cairn(&["status", "--data", missing, "--group", "g"]);
     assert_eq!(code, 2, "--group without --brokers is a usage error: {err}");
     let (code, _, err) = cairn(&[
