@@ -12,9 +12,6 @@ pub struct Finished {
     pub status: ExitStatus,
     /// When the first byte of stdout was read, if any was.
     pub first_byte_at: Option<Instant>,
-    /// When stdout reached its end (the child closed it, normally by
-    /// exiting).
-    pub eof_at: Instant,
 }
 
 /// Run `cmd` with stdout piped into `sink`, chunk by chunk, and stderr
@@ -38,7 +35,7 @@ pub fn run(
         let mut first = None;
         let result = loop {
             match stdout.read(&mut buf) {
-                Ok(0) => break Ok((first, Instant::now())),
+                Ok(0) => break Ok(first),
                 Ok(n) => {
                     first.get_or_insert_with(Instant::now);
                     sink(&buf[..n]);
@@ -66,7 +63,7 @@ pub fn run(
         }
     };
     let _ = reader.join();
-    let (first_byte_at, eof_at) = match read {
+    let first_byte_at = match read {
         Ok(r) => r,
         Err(e) => {
             let _ = child.kill();
@@ -80,6 +77,5 @@ pub fn run(
     Ok(Finished {
         status,
         first_byte_at,
-        eof_at,
     })
 }

@@ -539,6 +539,12 @@ pub fn floor(
             drop(f);
             let _ = std::fs::remove_file(&path);
             f = create()?;
+            // The removal and the creation committed now, not by the next
+            // timed fdatasync.
+            f.sync_all().map_err(|e| format!("floor fsync: {e}"))?;
+            std::fs::File::open(out)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| format!("floor directory fsync: {e}"))?;
             file_bytes = 0;
         }
         file_bytes += put_bytes as u64;

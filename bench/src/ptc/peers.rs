@@ -4,7 +4,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use serde::Serialize;
@@ -45,8 +45,9 @@ fn kcat_version() -> Result<String, std::io::Error> {
 
 /// `kcat -C -o beginning -c RECORDS`, its stdout read and counted by the
 /// harness: no fsync, no offsets. kcat assigns partitions directly (no
-/// group join); it is timed from the first byte it writes to the end of its
-/// output, as the other consumers are from their first record. It stops
+/// group join); it is timed from the first byte it writes to the last
+/// record's line, as the other consumers are from their first record to
+/// their last. It stops
 /// after the records rather than at end of partition (`-e` waits for a
 /// fetch at the end, which the broker holds for `fetch.wait.max.ms`).
 ///
@@ -71,8 +72,14 @@ pub fn kcat(brokers: &str, topic: &str, records: u64, size: usize) -> Peer<KcatR
             }
         }
     };
+    // One line per record: the value and a newline.
+    let want = records * (size as u64 + 1);
     let bytes = Arc::new(AtomicU64::new(0));
     let counted = bytes.clone();
+    // When the last record's line arrived: kcat's shutdown after it (its
+    // fetchers stopping, the client's destruction) is not reading.
+    let done_at = Arc::new(Mutex::new(None));
+    let done_at_w = done_at.clone();
     let finished = child::run(
         "kcat",
         Command::new("kcat").args([
@@ -97,7 +104,10 @@ pub fn kcat(brokers: &str, topic: &str, records: u64, size: usize) -> Peer<KcatR
         ]),
         PEER_LIMIT,
         move |chunk| {
-            counted.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+            let n = counted.fetch_add(chunk.len() as u64, Ordering::Relaxed) + chunk.len() as u64;
+            if n >= want {
+                done_at_w.lock().unwrap().get_or_insert_with(Instant::now);
+            }
         },
     );
     let f = match finished {
@@ -113,15 +123,18 @@ pub fn kcat(brokers: &str, topic: &str, records: u64, size: usize) -> Peer<KcatR
             skipped: format!("kcat exited with {}", f.status),
         };
     }
-    // One line per record: the value and a newline.
     let got = bytes.load(Ordering::Relaxed);
-    let want = records * (size as u64 + 1);
-    let Some(first) = f.first_byte_at.filter(|_| got == want) else {
+    let (Some(first), Some(last)) = (f.first_byte_at, *done_at.lock().unwrap()) else {
         return Peer::Skipped {
             skipped: format!("kcat wrote {got} bytes, expected {want}"),
         };
     };
-    let seconds = f.eof_at.duration_since(first).as_secs_f64();
+    if got != want {
+        return Peer::Skipped {
+            skipped: format!("kcat wrote {got} bytes, expected {want}"),
+        };
+    }
+    let seconds = last.duration_since(first).as_secs_f64();
     eprintln!("   kcat: {:.0} records/s", records as f64 / seconds);
     Peer::Ran(KcatRun {
         version,

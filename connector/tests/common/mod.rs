@@ -112,12 +112,24 @@ impl Drop for TestBroker {
             let _ = child.kill();
             let _ = child.wait();
         }
-        if !self.created.is_empty() {
-            // Best effort: a broker gone by now keeps them.
-            let names: Vec<&str> = self.created.iter().map(String::as_str).collect();
-            let opts = rdkafka::admin::AdminOptions::new()
-                .operation_timeout(Some(std::time::Duration::from_secs(30)));
-            let _ = block_on(admin(&self.brokers).delete_topics(&names, &opts));
+        if self.created.is_empty() {
+            return;
+        }
+        // Best effort, and never a panic (this may run while a failed test
+        // unwinds): a broker gone by now keeps them.
+        let names: Vec<&str> = self.created.iter().map(String::as_str).collect();
+        let timeout = Some(std::time::Duration::from_secs(10));
+        let opts = rdkafka::admin::AdminOptions::new()
+            .request_timeout(timeout)
+            .operation_timeout(timeout);
+        let admin: Result<rdkafka::admin::AdminClient<_>, _> = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &self.brokers)
+            .create();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build();
+        if let (Ok(admin), Ok(rt)) = (admin, runtime) {
+            let _ = rt.block_on(admin.delete_topics(&names, &opts));
         }
     }
 }
