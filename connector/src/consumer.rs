@@ -102,6 +102,9 @@ pub struct PipelineOptions {
     pub on_progress: Option<ProgressObserver>,
 }
 
+/// librdkafka's `max.poll.interval.ms` when `-X` does not set it.
+const MAX_POLL_INTERVAL_MS_DEFAULT: u64 = 300_000;
+
 /// The consumer thread's state. Only the consumer thread locks it: in the
 /// poll loop, and in the rebalance and statistics callbacks that `poll`
 /// runs.
@@ -116,6 +119,9 @@ pub(crate) struct Shared {
     pub on_offset_out_of_range: OnOffsetOutOfRange,
     /// `--auto-offset-reset`: where a partition with no offset anywhere starts.
     pub auto_offset_reset: String,
+    /// How long reading the log bounds of an assignment (or a reset) may
+    /// take, from `max.poll.interval.ms` (`retention::bounds_budget`).
+    pub bounds_budget: Duration,
     /// This thread's copy of the assignment (the pipeline's is for commits).
     pub assigned: BTreeSet<TopicPartition>,
     /// The last polled record's partition, and whether it is assigned.
@@ -393,7 +399,7 @@ impl Shared {
         let positions = retention::positions(consumer)?;
         let assigned: Vec<TopicPartition> = self.assigned.iter().cloned().collect();
         let policy = self.on_offset_out_of_range;
-        let mut bounds = retention::Bounds::new(consumer, assigned.clone());
+        let mut bounds = retention::Bounds::new(consumer, assigned.clone(), self.bounds_budget);
         let mut going_on: BTreeMap<TopicPartition, Offset> = BTreeMap::new();
         let mut restart: BTreeMap<TopicPartition, Offset> = BTreeMap::new();
         // Whether some partition is out of Kafka's log (or has no offset
@@ -635,6 +641,11 @@ pub fn run_pipeline(
         task_exit,
         on_offset_out_of_range: cfg.on_offset_out_of_range,
         auto_offset_reset: cfg.auto_offset_reset.clone(),
+        bounds_budget: retention::bounds_budget(Duration::from_millis(
+            crate::librdkafka::settings_of(&cfg.kafka, "max.poll.interval.ms")
+                .find_map(|(_, v)| v.parse().ok())
+                .unwrap_or(MAX_POLL_INTERVAL_MS_DEFAULT),
+        )),
         assigned: BTreeSet::new(),
         last_tp: None,
         pending: BTreeMap::new(),

@@ -61,8 +61,12 @@ pub(crate) fn check_message_timeout(
     }
 }
 
+/// librdkafka's names for the brokers to start from.
+const BOOTSTRAP_KEYS: [&str; 2] = ["bootstrap.servers", "metadata.broker.list"];
+
 /// A client created only for librdkafka to check its settings: it logs
-/// nothing (the real client logs the same lines) and sends nothing.
+/// nothing (the real client logs the same lines), and it is given no
+/// brokers, so it connects nowhere.
 struct SettingsCheck;
 
 impl ClientContext for SettingsCheck {
@@ -81,10 +85,14 @@ impl ProducerContext for SettingsCheck {
 /// (`fetch.max.bytes` below `message.max.bytes`, say). Run before anything
 /// is opened, so that a refused `-X` has not first created a data
 /// directory or recovered (or upgraded) an archive. The client is made
-/// without its `group.id`, so it never joins, and is dropped at once.
+/// without its brokers and its `group.id`, so it connects nowhere and never
+/// joins, and is dropped at once.
 pub(crate) fn check_consumer_settings(config: &ClientConfig) -> std::result::Result<(), String> {
     let mut c = config.clone();
     c.remove("group.id");
+    for key in BOOTSTRAP_KEYS {
+        c.remove(key);
+    }
     c.create_with_context::<_, BaseConsumer<SettingsCheck>>(SettingsCheck)
         .map(drop)
         .map_err(|e| format!("-X: {e}"))
@@ -92,8 +100,11 @@ pub(crate) fn check_consumer_settings(config: &ClientConfig) -> std::result::Res
 
 /// [`check_consumer_settings`] for a producer (it has nothing to send).
 pub(crate) fn check_producer_settings(config: &ClientConfig) -> std::result::Result<(), String> {
-    config
-        .create_with_context::<_, BaseProducer<SettingsCheck>>(SettingsCheck)
+    let mut c = config.clone();
+    for key in BOOTSTRAP_KEYS {
+        c.remove(key);
+    }
+    c.create_with_context::<_, BaseProducer<SettingsCheck>>(SettingsCheck)
         .map(drop)
         .map_err(|e| format!("-X: {e}"))
 }

@@ -211,7 +211,7 @@ impl SinkContext {
             }
         };
         let identity = s.pipeline.identity.clone();
-        let mut bounds = Bounds::new(c, tps.clone());
+        let mut bounds = Bounds::new(c, tps.clone(), s.bounds_budget);
         // Kafka's committed offsets as the commit tracker takes them: not
         // one that this store committed and no longer holds, so that the
         // next commit brings Kafka back to what the store does hold.

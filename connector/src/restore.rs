@@ -859,6 +859,9 @@ enum Sent {
 fn flush(producer: &BaseProducer<Deliveries>, timeout: Duration) -> KafkaResult<()> {
     let deadline = Instant::now() + timeout;
     let mut purged = false;
+    // Asks librdkafka to send what lingers now; a zero timeout returns at
+    // once, and its timeout error only says records are in flight.
+    let _ = producer.flush(Duration::ZERO);
     loop {
         drain_reports(producer);
         if !purged && producer.context().failed_in_delivery() {
@@ -872,15 +875,12 @@ fn flush(producer: &BaseProducer<Deliveries>, timeout: Duration) -> KafkaResult<
         if left.is_zero() {
             return Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut));
         }
-        // Sends what lingers now (a zero-timeout flush returns at once;
-        // its timeout error only says records are still in flight), then
-        // serves reports for 1 ms (rust-rdkafka's `poll` serves them until
-        // its timeout, blocking between them): a failure is looked for
-        // every millisecond, not after a 100 ms flush slice that went on
-        // serving reports past it while librdkafka kept sending what was
-        // queued.
-        let _ = producer.flush(Duration::ZERO);
-        producer.poll(left.min(Duration::from_millis(1)));
+        // Reports are served above, each one looked at for a failure; the
+        // next are waited for 1 ms at a time. (rust-rdkafka's `poll` with a
+        // timeout spins through the last millisecond of it, and its flush
+        // serves reports for 100 ms slices: a failure would be seen only
+        // after the slice, while librdkafka kept sending what was queued.)
+        std::thread::sleep(left.min(Duration::from_millis(1)));
     }
 }
 

@@ -38,11 +38,19 @@ pub(crate) const BOUNDS_TIMEOUT: Duration = Duration::from_secs(15);
 const WATERMARKS_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long all the reads of one [`Bounds`] may take together, batched and
-/// alone. They run inside the consumer's callbacks: they must end well
-/// before `max.poll.interval.ms` (300 s), whatever the number of
-/// partitions; a read the budget leaves no time for fails as the batched
-/// one did.
-pub(crate) const BOUNDS_BUDGET: Duration = Duration::from_secs(60);
+/// alone, at most. They run inside the consumer's callbacks, so they must
+/// end well before `max.poll.interval.ms` whatever the number of
+/// partitions: see [`bounds_budget`]. A read the budget leaves no time for
+/// fails as the batched one did.
+const BOUNDS_BUDGET_MAX: Duration = Duration::from_secs(60);
+
+/// The budget of a [`Bounds`] under a `max.poll.interval.ms` of
+/// `max_poll_interval`: a fifth of it (the callback also reads the
+/// committed offsets, up to 10 s), at most [`BOUNDS_BUDGET_MAX`] (a fifth
+/// of librdkafka's default 300 s), at least 1 s.
+pub(crate) fn bounds_budget(max_poll_interval: Duration) -> Duration {
+    (max_poll_interval / 5).clamp(Duration::from_secs(1), BOUNDS_BUDGET_MAX)
+}
 
 /// The bounds (log start, log end) of a set of partitions, read together
 /// the first time one is asked for: one request per leader for all the log
@@ -63,13 +71,17 @@ pub(crate) struct Bounds<'c, X: ConsumerContext> {
 }
 
 impl<'c, X: ConsumerContext> Bounds<'c, X> {
-    /// Bounds of `tps`, not read yet.
-    pub(crate) fn new(consumer: &'c BaseConsumer<X>, tps: Vec<TopicPartition>) -> Self {
+    /// Bounds of `tps`, not read yet, all read within `budget`.
+    pub(crate) fn new(
+        consumer: &'c BaseConsumer<X>,
+        tps: Vec<TopicPartition>,
+        budget: Duration,
+    ) -> Self {
         Bounds {
             consumer,
             tps,
             timeout: BOUNDS_TIMEOUT,
-            budget: BOUNDS_BUDGET,
+            budget,
             deadline: None,
             read: None,
             asked_alone: BTreeSet::new(),
@@ -124,7 +136,20 @@ impl<'c, X: ConsumerContext> Bounds<'c, X> {
         let alone = if left.is_zero() {
             Err(failed)
         } else {
-            consumer.fetch_watermarks(&tp.topic, tp.partition, left.min(WATERMARKS_TIMEOUT))
+            // Held to what the batched read accepts: librdkafka answers an
+            // offset it could not get as -1, and lifts a negative start to
+            // the end, without an error.
+            consumer
+                .fetch_watermarks(&tp.topic, tp.partition, left.min(WATERMARKS_TIMEOUT))
+                .and_then(|(low, high)| {
+                    if 0 <= low && low <= high {
+                        Ok((low, high))
+                    } else {
+                        Err(KafkaError::OffsetFetch(
+                            RDKafkaErrorCode::OffsetNotAvailable,
+                        ))
+                    }
+                })
         };
         read.insert(tp.clone(), alone.clone());
         alone
@@ -356,8 +381,8 @@ mod tests {
     /// Bounds that cannot be read: a partition resumes at its position, a
     /// running one's standing is unknown, and `latest` has no end to start
     /// at. All partitions are asked about in one request, which fails for
-    /// them all; each is then asked alone while the budget lasts, and that
-    /// fails too.
+    /// them all; then each is asked alone while the budget lasts (here the
+    /// first spends it), and that fails too.
     #[test]
     fn bounds_that_cannot_be_read() {
         let consumer: BaseConsumer = rdkafka::ClientConfig::new()
@@ -366,9 +391,12 @@ mod tests {
             .create()
             .unwrap();
         let (t0, t1) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
-        let mut bounds = Bounds::new(&consumer, vec![t0.clone(), t1.clone()]);
+        let mut bounds = Bounds::new(
+            &consumer,
+            vec![t0.clone(), t1.clone()],
+            Duration::from_millis(600),
+        );
         bounds.timeout = Duration::from_millis(200);
-        bounds.budget = Duration::from_millis(600);
         let at = resume_at(&mut bounds, &t0, 42, OnOffsetOutOfRange::Fail).unwrap();
         assert_eq!(at, 42);
         assert!(no_offset_start(&mut bounds, &t1, "latest").is_err());
@@ -378,5 +406,14 @@ mod tests {
         ));
         // Not a partition of the set: refused without a request.
         assert!(bounds.of(&TopicPartition::new("u", 0)).is_err());
+    }
+
+    #[test]
+    fn the_budget_is_a_fifth_of_the_poll_interval_within_bounds() {
+        let s = Duration::from_secs;
+        assert_eq!(bounds_budget(s(300)), s(60));
+        assert_eq!(bounds_budget(s(3600)), s(60));
+        assert_eq!(bounds_budget(s(45)), s(9));
+        assert_eq!(bounds_budget(Duration::from_millis(1)), s(1));
     }
 }

@@ -529,7 +529,16 @@ pub fn floor(
     out: &Path,
 ) -> Result<(Floor, Histogram<u64>), String> {
     let path = out.join("floor.dat");
-    let create = || std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()));
+    // A new file, its creation (and the removal of the one it replaces)
+    // committed before timing starts, not by the next timed fdatasync.
+    let create = || {
+        let f = std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        f.sync_all().map_err(|e| format!("floor fsync: {e}"))?;
+        std::fs::File::open(out)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| format!("floor directory fsync: {e}"))?;
+        Ok::<_, String>(f)
+    };
     let mut f = create()?;
     let mut file_bytes = 0u64;
     let buf = vec![b'f'; put_bytes];
@@ -539,12 +548,6 @@ pub fn floor(
             drop(f);
             let _ = std::fs::remove_file(&path);
             f = create()?;
-            // The removal and the creation committed now, not by the next
-            // timed fdatasync.
-            f.sync_all().map_err(|e| format!("floor fsync: {e}"))?;
-            std::fs::File::open(out)
-                .and_then(|d| d.sync_all())
-                .map_err(|e| format!("floor directory fsync: {e}"))?;
             file_bytes = 0;
         }
         file_bytes += put_bytes as u64;
