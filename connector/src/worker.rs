@@ -307,6 +307,22 @@ mod tests {
     use crate::task::PutOutcome;
     use std::sync::Mutex;
 
+    /// A task thread for `sink` under `every-put`, with one job in flight.
+    fn worker(sink: Box<dyn SinkTask>, pipeline: &Arc<Pipeline>) -> Worker {
+        let (_sender, _, budget) = crate::queue::bounded(1 << 20);
+        Worker {
+            sink,
+            pipeline: pipeline.clone(),
+            policy: CommitPolicy::EveryPut,
+            crash_after_records: None,
+            stop: Arc::new(AtomicBool::new(false)),
+            in_flight: Arc::new(AtomicUsize::new(1)),
+            budget,
+            unsafe_puts: false,
+            last_pre_commit: Instant::now(),
+        }
+    }
+
     /// Puts succeed; every `pre_commit` fails, as a failed fsync would, and
     /// is counted.
     struct FailingPreCommit(Arc<Mutex<u32>>);
@@ -341,18 +357,7 @@ mod tests {
     fn a_failed_flush_is_fatal_and_never_retried() {
         let calls = Arc::new(Mutex::new(0));
         let pipeline = Arc::new(Pipeline::new(None, None, None));
-        let (_sender, _, budget) = crate::queue::bounded(1 << 20);
-        let worker = Worker {
-            sink: Box::new(FailingPreCommit(calls.clone())),
-            pipeline: pipeline.clone(),
-            policy: CommitPolicy::EveryPut,
-            crash_after_records: None,
-            stop: Arc::new(AtomicBool::new(false)),
-            in_flight: Arc::new(AtomicUsize::new(1)),
-            budget,
-            unsafe_puts: false,
-            last_pre_commit: Instant::now(),
-        };
+        let worker = worker(Box::new(FailingPreCommit(calls.clone())), &pipeline);
         let tp = TopicPartition::new("t", 0);
         let (jobs, rx) = std::sync::mpsc::channel();
         let (reply, replied) = std::sync::mpsc::channel();
@@ -420,21 +425,11 @@ mod tests {
     fn a_retriable_put_is_not_retried_after_the_run_failed() {
         let calls = Arc::new(Mutex::new(0));
         let pipeline = Arc::new(Pipeline::new(None, None, None));
-        let (_sender, _, budget) = crate::queue::bounded(1 << 20);
-        let worker = Worker {
-            sink: Box::new(RetriableAfterFailure {
-                pipeline: pipeline.clone(),
-                calls: calls.clone(),
-            }),
+        let sink = RetriableAfterFailure {
             pipeline: pipeline.clone(),
-            policy: CommitPolicy::EveryPut,
-            crash_after_records: None,
-            stop: Arc::new(AtomicBool::new(false)),
-            in_flight: Arc::new(AtomicUsize::new(1)),
-            budget,
-            unsafe_puts: false,
-            last_pre_commit: Instant::now(),
+            calls: calls.clone(),
         };
+        let worker = worker(Box::new(sink), &pipeline);
         let (jobs, rx) = std::sync::mpsc::channel();
         jobs.send(Job::Put {
             batches: vec![RecordBatch {
