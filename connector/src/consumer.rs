@@ -102,8 +102,20 @@ pub struct PipelineOptions {
     pub on_progress: Option<ProgressObserver>,
 }
 
-/// librdkafka's `max.poll.interval.ms` when `-X` does not set it.
+/// librdkafka's `max.poll.interval.ms` when it cannot be read.
 const MAX_POLL_INTERVAL_MS_DEFAULT: u64 = 300_000;
+
+/// The `max.poll.interval.ms` the consumer runs with, as librdkafka reads
+/// it (`-X` may give it in any form its `strtol` takes: hex, octal).
+fn max_poll_interval(cfg: &RunConfig) -> Duration {
+    let ms = client_config(cfg)
+        .create_native_config()
+        .and_then(|c| c.get("max.poll.interval.ms"))
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(MAX_POLL_INTERVAL_MS_DEFAULT);
+    Duration::from_millis(ms)
+}
 
 /// The consumer thread's state. Only the consumer thread locks it: in the
 /// poll loop, and in the rebalance and statistics callbacks that `poll`
@@ -120,7 +132,8 @@ pub(crate) struct Shared {
     /// `--auto-offset-reset`: where a partition with no offset anywhere starts.
     pub auto_offset_reset: String,
     /// How long reading the log bounds of an assignment (or a reset) may
-    /// take, from `max.poll.interval.ms` (`retention::bounds_budget`).
+    /// take, and at most the committed offsets' read beside it, from
+    /// `max.poll.interval.ms` (`retention::bounds_budget`).
     pub bounds_budget: Duration,
     /// This thread's copy of the assignment (the pipeline's is for commits).
     pub assigned: BTreeSet<TopicPartition>,
@@ -444,8 +457,10 @@ impl Shared {
             }
         }
         if !from_kafka.is_empty() {
-            match crate::offsets::committed_offsets(consumer, &from_kafka, Duration::from_secs(10))
-            {
+            let timeout = self
+                .bounds_budget
+                .min(crate::rebalance::COMMITTED_READ_TIMEOUT);
+            match crate::offsets::committed_offsets(consumer, &from_kafka, timeout) {
                 Ok(committed) => {
                     for tp in from_kafka {
                         let to = match committed.get(&tp) {
@@ -641,11 +656,7 @@ pub fn run_pipeline(
         task_exit,
         on_offset_out_of_range: cfg.on_offset_out_of_range,
         auto_offset_reset: cfg.auto_offset_reset.clone(),
-        bounds_budget: retention::bounds_budget(Duration::from_millis(
-            crate::librdkafka::settings_of(&cfg.kafka, "max.poll.interval.ms")
-                .find_map(|(_, v)| v.parse().ok())
-                .unwrap_or(MAX_POLL_INTERVAL_MS_DEFAULT),
-        )),
+        bounds_budget: retention::bounds_budget(max_poll_interval(cfg)),
         assigned: BTreeSet::new(),
         last_tp: None,
         pending: BTreeMap::new(),
@@ -959,6 +970,24 @@ mod tests {
     use super::stops_the_run;
     use rdkafka::error::KafkaError;
     use rdkafka::types::RDKafkaErrorCode as C;
+
+    /// `max.poll.interval.ms` as librdkafka reads it, in whatever form `-X`
+    /// gives it (a budget read as 300 s under a shorter interval would let
+    /// a callback outlast it).
+    #[test]
+    fn the_poll_interval_is_read_as_librdkafka_reads_it() {
+        use std::time::Duration;
+        let mut cfg = crate::RunConfig::new("b:1", "g", vec!["t".into()], "/nonexistent".into());
+        assert_eq!(super::max_poll_interval(&cfg), Duration::from_secs(300));
+        for (v, ms) in [("60000", 60_000), ("0x7530", 30_000), ("060000", 24_576)] {
+            cfg.kafka.insert("max.poll.interval.ms".into(), v.into());
+            assert_eq!(
+                super::max_poll_interval(&cfg),
+                Duration::from_millis(ms),
+                "{v}"
+            );
+        }
+    }
 
     /// A record of no payload still holds memory, and counts it: the
     /// queue's bound (`bytes_max = 0`: one waiting put) holds only if no

@@ -127,6 +127,10 @@ impl ConsumerContext for SinkContext {
 /// How long a cooperative revoke keeps retrying its commit.
 const REVOKE_COMMIT_RETRY: Duration = Duration::from_millis(2_000);
 
+/// Longest a read of Kafka's committed offsets inside a consumer callback
+/// may take (less under a short `max.poll.interval.ms`: `Shared::bounds_budget`).
+pub(crate) const COMMITTED_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Commit the revoked partitions' durable offsets. Under the cooperative
 /// protocol a revoke runs once this member has its new assignment, but the
 /// group can still be completing the rebalance for the others (librdkafka's
@@ -202,7 +206,7 @@ impl SinkContext {
         let (committed, kafka_known) = match committed_with_metadata(
             c,
             &tps,
-            Duration::from_secs(10),
+            s.bounds_budget.min(COMMITTED_READ_TIMEOUT),
         ) {
             Ok(k) => (k, true),
             Err(e) => {

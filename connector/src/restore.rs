@@ -859,8 +859,10 @@ enum Sent {
 fn flush(producer: &BaseProducer<Deliveries>, timeout: Duration) -> KafkaResult<()> {
     let deadline = Instant::now() + timeout;
     let mut purged = false;
-    // Asks librdkafka to send what lingers now; a zero timeout returns at
-    // once, and its timeout error only says records are in flight.
+    // Flags librdkafka's queues as flushing, for a moment (a broker thread
+    // awake then sends what lingers without waiting out `linger.ms`; one
+    // that wakes later waits it out, 5 ms); its timeout error only says
+    // records are in flight.
     let _ = producer.flush(Duration::ZERO);
     loop {
         drain_reports(producer);

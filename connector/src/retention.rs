@@ -45,9 +45,10 @@ const WATERMARKS_TIMEOUT: Duration = Duration::from_secs(5);
 const BOUNDS_BUDGET_MAX: Duration = Duration::from_secs(60);
 
 /// The budget of a [`Bounds`] under a `max.poll.interval.ms` of
-/// `max_poll_interval`: a fifth of it (the callback also reads the
-/// committed offsets, up to 10 s), at most [`BOUNDS_BUDGET_MAX`] (a fifth
-/// of librdkafka's default 300 s), at least 1 s.
+/// `max_poll_interval`: a fifth of it, at most [`BOUNDS_BUDGET_MAX`] (a
+/// fifth of librdkafka's default 300 s), at least 1 s. The same callbacks
+/// read the committed offsets within it too (and within 10 s), so both
+/// together take at most two fifths of any interval of 5 s or more.
 pub(crate) fn bounds_budget(max_poll_interval: Duration) -> Duration {
     (max_poll_interval / 5).clamp(Duration::from_secs(1), BOUNDS_BUDGET_MAX)
 }
@@ -136,20 +137,21 @@ impl<'c, X: ConsumerContext> Bounds<'c, X> {
         let alone = if left.is_zero() {
             Err(failed)
         } else {
-            // Held to what the batched read accepts: librdkafka answers an
-            // offset it could not get as -1, and lifts a negative start to
-            // the end, without an error.
-            consumer
-                .fetch_watermarks(&tp.topic, tp.partition, left.min(WATERMARKS_TIMEOUT))
-                .and_then(|(low, high)| {
-                    if 0 <= low && low <= high {
-                        Ok((low, high))
-                    } else {
-                        Err(KafkaError::OffsetFetch(
-                            RDKafkaErrorCode::OffsetNotAvailable,
-                        ))
-                    }
-                })
+            // The same two requests as the batched read, for this partition
+            // only, each offset checked on its own. (librdkafka's watermark
+            // query answers an offset it could not get as the other one.)
+            let one = std::slice::from_ref(tp);
+            let low = log_offsets(
+                consumer,
+                one,
+                Offset::Beginning,
+                left.min(WATERMARKS_TIMEOUT),
+            );
+            low[tp].clone().and_then(|low| {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let high = log_offsets(consumer, one, Offset::End, left.min(WATERMARKS_TIMEOUT));
+                Ok((low, high[tp].clone()?))
+            })
         };
         read.insert(tp.clone(), alone.clone());
         alone

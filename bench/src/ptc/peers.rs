@@ -13,6 +13,8 @@ use super::{child, histogram, Latency, Peer, Throughput};
 
 /// The end of kcat's output left out of its timing (see [`kcat`]).
 const KCAT_UNTIMED_BYTES: u64 = 64 << 10;
+/// Fewest records kcat must have written before that end to be timed.
+const KCAT_TIMED_RECORDS_MIN: u64 = 1000;
 
 /// Longest a peer may run before it is killed and reported skipped.
 const PEER_LIMIT: Duration = Duration::from_secs(600);
@@ -145,6 +147,13 @@ pub fn kcat(brokers: &str, topic: &str, records: u64, size: usize) -> Peer<KcatR
     }
     // The records whose lines arrived by then.
     let records_timed = timed / (size as u64 + 1);
+    if records_timed < KCAT_TIMED_RECORDS_MIN || last <= first {
+        return Peer::Skipped {
+            skipped: format!(
+                "too few records to time kcat ({records_timed} before its last 64 KiB, which it writes at exit)"
+            ),
+        };
+    }
     let seconds = last.duration_since(first).as_secs_f64();
     let throughput = Throughput::new(records_timed, records_timed * size as u64, seconds);
     eprintln!("   kcat: {:.0} records/s", throughput.records_per_s);
