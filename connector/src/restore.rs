@@ -860,9 +860,9 @@ fn flush(producer: &BaseProducer<Deliveries>, timeout: Duration) -> KafkaResult<
     let deadline = Instant::now() + timeout;
     let mut purged = false;
     // Flags librdkafka's queues as flushing, for a moment (a broker thread
-    // awake then sends what lingers without waiting out `linger.ms`; one
-    // that wakes later waits it out, 5 ms); its timeout error only says
-    // records are in flight.
+    // awake then sends what lingers without waiting out `linger.ms`, 5 ms
+    // unless -X sets it; one that wakes later waits it out); its timeout
+    // error only says records are in flight.
     let _ = producer.flush(Duration::ZERO);
     loop {
         drain_reports(producer);

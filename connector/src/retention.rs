@@ -34,8 +34,9 @@ use crate::offsets::offsets_of;
 /// How long each of the two requests of a [`Bounds`] read may take.
 pub(crate) const BOUNDS_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// How long one partition's own bounds read may take (see [`Bounds::of`]).
-const WATERMARKS_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long each request of one partition's own bounds read may take (see
+/// [`Bounds::of`]).
+const ALONE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long all the reads of one [`Bounds`] may take together, batched and
 /// alone, at most. They run inside the consumer's callbacks, so they must
@@ -139,17 +140,13 @@ impl<'c, X: ConsumerContext> Bounds<'c, X> {
         } else {
             // The same two requests as the batched read, for this partition
             // only, each offset checked on its own. (librdkafka's watermark
-            // query answers an offset it could not get as the other one.)
+            // query lifts a start it could not get to the end, without an
+            // error.)
             let one = std::slice::from_ref(tp);
-            let low = log_offsets(
-                consumer,
-                one,
-                Offset::Beginning,
-                left.min(WATERMARKS_TIMEOUT),
-            );
+            let low = log_offsets(consumer, one, Offset::Beginning, left.min(ALONE_TIMEOUT));
             low[tp].clone().and_then(|low| {
                 let left = deadline.saturating_duration_since(Instant::now());
-                let high = log_offsets(consumer, one, Offset::End, left.min(WATERMARKS_TIMEOUT));
+                let high = log_offsets(consumer, one, Offset::End, left.min(ALONE_TIMEOUT));
                 Ok((low, high[tp].clone()?))
             })
         };
