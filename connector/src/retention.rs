@@ -102,26 +102,10 @@ impl<'c, X: ConsumerContext> Bounds<'c, X> {
         let deadline = *self
             .deadline
             .get_or_insert_with(|| Instant::now() + self.budget);
-        let (consumer, tps) = (self.consumer, &self.tps);
-        let timeout = || {
-            deadline
-                .saturating_duration_since(Instant::now())
-                .min(self.timeout)
-        };
-        let read = self.read.get_or_insert_with(|| {
-            let low = log_offsets(consumer, tps, Offset::Beginning, timeout());
-            // Log ends only where the start was read (with no broker, the
-            // first request's failure is the answer for all).
-            let started: Vec<TopicPartition> =
-                tps.iter().filter(|tp| low[*tp].is_ok()).cloned().collect();
-            let mut high = log_offsets(consumer, &started, Offset::End, timeout());
-            low.into_iter()
-                .map(|(tp, l)| {
-                    let bounds = l.and_then(|l| Ok((l, high.remove(&tp).expect("asked")?)));
-                    (tp, bounds)
-                })
-                .collect()
-        });
+        let (consumer, tps, timeout) = (self.consumer, &self.tps, self.timeout);
+        let read = self
+            .read
+            .get_or_insert_with(|| read_bounds(consumer, tps, timeout, deadline));
         let failed = match read.get(tp) {
             None => {
                 return Err(KafkaError::MetadataFetch(
@@ -142,17 +126,34 @@ impl<'c, X: ConsumerContext> Bounds<'c, X> {
             // only, each offset checked on its own. (librdkafka's watermark
             // query lifts a start it could not get to the end, without an
             // error.)
-            let one = std::slice::from_ref(tp);
-            let low = log_offsets(consumer, one, Offset::Beginning, left.min(ALONE_TIMEOUT));
-            low[tp].clone().and_then(|low| {
-                let left = deadline.saturating_duration_since(Instant::now());
-                let high = log_offsets(consumer, one, Offset::End, left.min(ALONE_TIMEOUT));
-                Ok((low, high[tp].clone()?))
-            })
+            read_bounds(consumer, std::slice::from_ref(tp), ALONE_TIMEOUT, deadline)
+                .remove(tp)
+                .expect("asked")
         };
         read.insert(tp.clone(), alone.clone());
         alone
     }
+}
+
+/// The bounds of `tps`: their log starts, then the log ends of those whose
+/// start was read (with no broker, the first request's failure is the
+/// answer for all), each request within `cap` and before `deadline`.
+fn read_bounds<X: ConsumerContext>(
+    consumer: &BaseConsumer<X>,
+    tps: &[TopicPartition],
+    cap: Duration,
+    deadline: Instant,
+) -> BTreeMap<TopicPartition, KafkaResult<(i64, i64)>> {
+    let timeout = || deadline.saturating_duration_since(Instant::now()).min(cap);
+    let low = log_offsets(consumer, tps, Offset::Beginning, timeout());
+    let started: Vec<TopicPartition> = tps.iter().filter(|tp| low[*tp].is_ok()).cloned().collect();
+    let mut high = log_offsets(consumer, &started, Offset::End, timeout());
+    low.into_iter()
+        .map(|(tp, l)| {
+            let bounds = l.and_then(|l| Ok((l, high.remove(&tp).expect("asked")?)));
+            (tp, bounds)
+        })
+        .collect()
 }
 
 /// Each partition's log start (`which` = `Beginning`) or log end (`End`),
