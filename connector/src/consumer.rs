@@ -606,6 +606,7 @@ pub fn preflight<C: Consumer<SinkContext>>(consumer: &C, cfg: &RunConfig) -> Res
             return Err(ConnectorError::UnknownTopic {
                 topic: t.clone(),
                 brokers: cfg.brokers.clone(),
+                next_step: "check the name given to --topics, and the brokers".into(),
             });
         }
     }

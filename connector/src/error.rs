@@ -17,8 +17,13 @@ pub enum ConnectorError {
         waited_ms: u64,
         detail: String,
     },
-    #[error("topic {topic:?} does not exist on {brokers} (or is not visible to this client: check its ACLs)")]
-    UnknownTopic { topic: String, brokers: String },
+    #[error("topic {topic:?} does not exist on {brokers} (or is not visible to this client: check its ACLs); {next_step}")]
+    UnknownTopic {
+        topic: String,
+        brokers: String,
+        /// What to do about it, which depends on the command.
+        next_step: String,
+    },
     #[error("record {topic}/{partition}@{offset} is {size_bytes} bytes, over the limit of {max_bytes} (use --on-oversize skip to skip such records, or --on-oversize dead-letter to send them to a topic)")]
     OversizeRecord {
         topic: String,
@@ -81,11 +86,12 @@ pub enum ConnectorError {
         "restore stopped on request after {delivered} records were delivered. Next: {next_step}"
     )]
     RestoreStopped { delivered: u64, next_step: String },
-    #[error("{target}: {sent} records were sent but {acknowledged} acknowledged, with no failure reported")]
+    #[error("{target}: {sent} records were sent but {acknowledged} acknowledged, with no failure reported: the others may or may not be in Kafka. Next: {next_step}")]
     RestoreUnconfirmed {
         target: cairn_engine::TopicPartition,
         sent: u64,
         acknowledged: u64,
+        next_step: String,
     },
     #[error("kafka error during {op}: {source}")]
     Kafka {

@@ -414,7 +414,7 @@ pub fn restore_until(
         tracing::error!(next_step = %next_step(cfg, &standings), "restore stopped by damage in the archive");
         return Err(e);
     }
-    confirm(&report, &sent)?;
+    confirm(&report, &sent, || next_step(cfg, &standings))?;
     if interrupted && flushed.is_ok() {
         return Err(ConnectorError::RestoreStopped {
             delivered: report.records,
@@ -432,7 +432,11 @@ pub fn restore_until(
 
 /// Every finished partition (in `sent`) had each record it sent
 /// acknowledged: anything else is a failure nobody reported.
-fn confirm(report: &RestoreReport, sent: &BTreeMap<TopicPartition, u64>) -> Result<()> {
+fn confirm(
+    report: &RestoreReport,
+    sent: &BTreeMap<TopicPartition, u64>,
+    advice: impl FnOnce() -> String,
+) -> Result<()> {
     for p in &report.partitions {
         let Some(&n) = sent.get(&p.target) else {
             continue;
@@ -442,6 +446,7 @@ fn confirm(report: &RestoreReport, sent: &BTreeMap<TopicPartition, u64>) -> Resu
                 target: p.target.clone(),
                 sent: n,
                 acknowledged: p.records,
+                next_step: advice(),
             });
         }
     }
@@ -610,6 +615,9 @@ fn preflight(
             return Err(ConnectorError::UnknownTopic {
                 topic: topic.to_owned(),
                 brokers: cfg.brokers.clone(),
+                next_step: format!(
+                    "restore never creates a topic: create it with at least {needed} partitions (or restore into another with --rename), then run the restore again"
+                ),
             });
         };
         if let Some(err) = t.error() {

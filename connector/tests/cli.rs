@@ -52,7 +52,7 @@ fn unknown_topic_is_a_clear_error() {
     let (code, _, err) = cairn_run_in(&mb.group("g"), &mb.brokers, &nope, data, &[]);
     assert_ne!(code, 0);
     assert!(
-        err.contains(&format!("topic \"{nope}\" does not exist")),
+        err.contains(&format!("topic \"{nope}\" does not exist")) && err.contains("--topics"),
         "{err}"
     );
 }

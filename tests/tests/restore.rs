@@ -321,7 +321,11 @@ fn bad_targets_are_refused_before_anything_is_produced() {
     let mut cfg = config(&narrow);
     cfg.rename.insert(ARCHIVED.into(), "no-such-topic".into());
     match restore(&engine, &cfg) {
-        Err(ConnectorError::UnknownTopic { topic, .. }) => assert_eq!(topic, "no-such-topic"),
+        Err(e @ ConnectorError::UnknownTopic { .. }) => {
+            let msg = e.to_string();
+            assert!(msg.contains("\"no-such-topic\" does not exist"), "{msg}");
+            assert!(msg.contains("create it with at least"), "{msg}");
+        }
         other => panic!("{other:?}"),
     }
     let c = client(&narrow);
