@@ -88,23 +88,25 @@ impl ProducerContext for SettingsCheck {
 /// without its brokers and its `group.id`, so it connects nowhere and never
 /// joins, and is dropped at once.
 pub(crate) fn check_consumer_settings(config: &ClientConfig) -> std::result::Result<(), String> {
-    let mut c = config.clone();
-    c.remove("group.id");
-    for key in BOOTSTRAP_KEYS {
-        c.remove(key);
-    }
-    c.create_with_context::<_, BaseConsumer<SettingsCheck>>(SettingsCheck)
-        .map(drop)
-        .map_err(|e| format!("-X: {e}"))
+    created_without::<BaseConsumer<SettingsCheck>>(config, &["group.id"])
 }
 
 /// [`check_consumer_settings`] for a producer (it has nothing to send).
 pub(crate) fn check_producer_settings(config: &ClientConfig) -> std::result::Result<(), String> {
+    created_without::<BaseProducer<SettingsCheck>>(config, &[])
+}
+
+/// A client of type `T` made from `config` without its brokers and the
+/// keys in `also`, then dropped.
+fn created_without<T>(config: &ClientConfig, also: &[&str]) -> std::result::Result<(), String>
+where
+    T: rdkafka::config::FromClientConfigAndContext<SettingsCheck>,
+{
     let mut c = config.clone();
-    for key in BOOTSTRAP_KEYS {
+    for key in BOOTSTRAP_KEYS.iter().chain(also) {
         c.remove(key);
     }
-    c.create_with_context::<_, BaseProducer<SettingsCheck>>(SettingsCheck)
+    c.create_with_context::<_, T>(SettingsCheck)
         .map(drop)
         .map_err(|e| format!("-X: {e}"))
 }

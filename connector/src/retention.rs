@@ -32,7 +32,7 @@ use crate::error::{ConnectorError, Result};
 use crate::offsets::offsets_of;
 
 /// How long each of the two requests of a [`Bounds`] read may take.
-pub(crate) const BOUNDS_TIMEOUT: Duration = Duration::from_secs(15);
+const BOUNDS_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// How long each request of one partition's own bounds read may take (see
 /// [`Bounds::of`]).

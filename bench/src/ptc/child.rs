@@ -4,7 +4,7 @@
 
 use std::io::Read;
 use std::process::{Command, ExitStatus, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How a child's stdout arrived.
@@ -78,4 +78,19 @@ pub fn run(
         status,
         first_byte_at,
     })
+}
+
+/// [`run`], keeping all of stdout.
+pub fn output(
+    what: &str,
+    cmd: &mut Command,
+    limit: Duration,
+) -> Result<(Finished, Vec<u8>), std::io::Error> {
+    let stdout = Arc::new(Mutex::new(Vec::new()));
+    let collected = stdout.clone();
+    let finished = run(what, cmd, limit, move |chunk| {
+        collected.lock().unwrap().extend_from_slice(chunk)
+    })?;
+    let bytes = std::mem::take(&mut *stdout.lock().unwrap());
+    Ok((finished, bytes))
 }

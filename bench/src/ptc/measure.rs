@@ -393,11 +393,9 @@ pub fn footprint(case: &Case, policy: CommitPolicy) -> Result<Footprint, String>
         .collect::<Vec<_>>()
         .join(",");
     let exe = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
-    let stdout = Arc::new(Mutex::new(Vec::new()));
-    let collected = stdout.clone();
     // The child stops its own run at RUN_LIMIT; the extra minute is for
     // opening and closing.
-    let finished = child::run(
+    let (finished, stdout) = child::output(
         "the archive child",
         std::process::Command::new(exe)
             .args(["archive", "--brokers", case.brokers, "--topic", case.topic])
@@ -406,7 +404,6 @@ pub fn footprint(case: &Case, policy: CommitPolicy) -> Result<Footprint, String>
             .arg("--data")
             .arg(dir.path()),
         RUN_LIMIT + Duration::from_secs(60),
-        move |chunk| collected.lock().unwrap().extend_from_slice(chunk),
     )
     .map_err(|e| format!("archive child: {e}"))?;
     if !finished.status.success() {
@@ -415,7 +412,7 @@ pub fn footprint(case: &Case, policy: CommitPolicy) -> Result<Footprint, String>
             finished.status
         ));
     }
-    let stdout = String::from_utf8_lossy(&stdout.lock().unwrap()).into_owned();
+    let stdout = String::from_utf8_lossy(&stdout).into_owned();
     let peak_rss_bytes = stdout
         .lines()
         .find_map(|l| l.strip_prefix("peak_rss_bytes="))

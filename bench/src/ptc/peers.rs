@@ -210,21 +210,18 @@ pub fn python(
     }
     let path = out.join("python.out");
     let _ = std::fs::remove_file(&path);
-    let stdout = Arc::new(Mutex::new(Vec::new()));
-    let collected = stdout.clone();
-    let finished = child::run(
+    let finished = child::output(
         "hand_loop.py",
         Command::new("python3")
             .arg(&script)
             .args([brokers, topic, &records.to_string(), &batch.to_string()])
             .arg(&path),
         PEER_LIMIT,
-        move |chunk| collected.lock().unwrap().extend_from_slice(chunk),
     );
     let _ = std::fs::remove_file(&path);
-    match finished {
-        Ok(f) if f.status.success() => {}
-        Ok(f) => {
+    let stdout = match finished {
+        Ok((f, stdout)) if f.status.success() => stdout,
+        Ok((f, _)) => {
             return Peer::Skipped {
                 skipped: format!("hand_loop.py exited with {}", f.status),
             }
@@ -234,8 +231,8 @@ pub fn python(
                 skipped: format!("hand_loop.py: {e}"),
             }
         }
-    }
-    let parsed: PythonOut = match serde_json::from_slice(&stdout.lock().unwrap()) {
+    };
+    let parsed: PythonOut = match serde_json::from_slice(&stdout) {
         Ok(p) => p,
         Err(e) => {
             return Peer::Skipped {
