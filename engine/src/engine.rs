@@ -48,6 +48,9 @@ pub const FAILPOINT_AFTER_SYNC: &str = "wal::append::after_sync";
 /// Failpoint: before each of an append's sled inserts. `return` stops the
 /// append there, as a crash between two log records would.
 pub const FAILPOINT_MID_WRITE: &str = "wal::append::mid_write";
+/// Failpoint: before each slot a sync inserts for the next writes (slots.rs
+/// `to_top_up`). `return` stops the run there and poisons the engine.
+pub const FAILPOINT_TOP_UP: &str = "wal::sync::top_up";
 
 /// The durable write-ahead record log. `Send + Sync`: share it with `Arc`.
 pub struct Engine {
@@ -122,6 +125,8 @@ struct Counters {
     records_duplicate: AtomicU64,
     fsyncs: AtomicU64,
     fsync_nanos: AtomicU64,
+    slots_by_writes: AtomicU64,
+    slots_by_syncs: AtomicU64,
 }
 
 /// Counters and per-partition figures.
@@ -138,6 +143,10 @@ pub struct EngineStats {
     /// when group commit shared them.
     pub fsyncs: u64,
     pub fsync_nanos_total: u64,
+    /// Reserved slots (slots.rs) inserted by writes, which stop for them.
+    pub slots_reserved_by_writes: u64,
+    /// Reserved slots inserted beside syncs, while they wait on the disk.
+    pub slots_reserved_by_syncs: u64,
     pub next_lsn: u64,
     pub durable_lsn: u64,
     pub partitions: Vec<PartitionInfo>,
@@ -547,6 +556,9 @@ impl Engine {
                     }
                 }
                 w.slots_end = w.slots_end.max(slots.end);
+                self.counters
+                    .slots_by_writes
+                    .fetch_add(slots.end - slots.start, Ordering::Relaxed);
                 w.next_lsn = next_lsn;
                 w.seq += 1;
                 w.partitions.extend(updated);
@@ -622,9 +634,27 @@ impl Engine {
                     },
                 )
             };
-            let t0 = Instant::now();
-            let res = lock(&self.syncer).sync(&self.db, view.lsn);
-            let nanos = t0.elapsed().as_nanos() as u64;
+            let (res, nanos) = std::thread::scope(|s| {
+                // Slots for the next writes, inserted while this thread
+                // waits on the disk (slots.rs, `to_top_up`). It takes the
+                // write lock: nothing may wait for a sync while holding it.
+                // Only a shortcut: with no thread, writes reserve their own.
+                let topping_up = self.slots_to_top_up().then(|| {
+                    std::thread::Builder::new()
+                        .name("cairn-slots".into())
+                        .spawn_scoped(s, || self.top_up_slots())
+                        .ok()
+                });
+                let t0 = Instant::now();
+                let res = lock(&self.syncer).sync(&self.db, view.lsn);
+                let nanos = t0.elapsed().as_nanos() as u64;
+                if let Some(Some(t)) = topping_up {
+                    // A failed insert poisoned the engine, which the loop
+                    // below reports; a panic is passed on.
+                    let _ = t.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+                }
+                (res, nanos)
+            });
             tracing::debug!(fsync_us = nanos / 1000, target, "fsync");
             // Ended: the duty is done. (Forgotten before `commit` is taken
             // again: a guard dropped while this thread held it would
@@ -663,6 +693,38 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// Whether a sync should top the reserved slots up (slots.rs).
+    fn slots_to_top_up(&self) -> bool {
+        let w = lock(&self.write);
+        !slots::to_top_up(w.next_lsn, w.slots_end).is_empty()
+    }
+
+    /// Insert the slots `to_top_up` names, under the write lock as a
+    /// write's own run is: no frame is written meanwhile, so none can land
+    /// on a key being made a slot. Runs beside a sync's flush; a crash can
+    /// cut the run anywhere, as it can cut a write's.
+    fn top_up_slots(&self) -> Result<()> {
+        let mut w = lock(&self.write);
+        self.check_usable()?;
+        let run = slots::to_top_up(w.next_lsn, w.slots_end);
+        for lsn in run.clone() {
+            let inserted = top_up_failpoint().and_then(|()| {
+                self.tree
+                    .insert(keys::wal_key(lsn), &[][..])
+                    .map(drop)
+                    .map_err(store_err("insert slot"))
+            });
+            if let Err(e) = inserted {
+                return Err(self.poison("reserve slots", e.to_string()));
+            }
+        }
+        w.slots_end = w.slots_end.max(run.end);
+        self.counters
+            .slots_by_syncs
+            .fetch_add(run.end - run.start, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Make every write so far durable (a no-op if it already is).
@@ -724,6 +786,8 @@ impl Engine {
             records_duplicate: c.records_duplicate.load(Ordering::Relaxed),
             fsyncs: c.fsyncs.load(Ordering::Relaxed),
             fsync_nanos_total: c.fsync_nanos.load(Ordering::Relaxed),
+            slots_reserved_by_writes: c.slots_by_writes.load(Ordering::Relaxed),
+            slots_reserved_by_syncs: c.slots_by_syncs.load(Ordering::Relaxed),
             next_lsn,
             durable_lsn,
             partitions: self.partitions(),
@@ -783,6 +847,12 @@ impl Engine {
 
 /// The mid-write failpoint, as a result the append loop can act on (always
 /// `Ok` unless the `fail` crate's failpoints are compiled in).
+/// Before each slot a sync's top-up inserts (`top_up_slots`).
+fn top_up_failpoint() -> Result<()> {
+    fail::fail_point!(FAILPOINT_TOP_UP, |a| failpoint_action(FAILPOINT_TOP_UP, a));
+    Ok(())
+}
+
 fn mid_write_failpoint() -> Result<()> {
     fail::fail_point!(FAILPOINT_MID_WRITE, |a| failpoint_action(
         FAILPOINT_MID_WRITE,

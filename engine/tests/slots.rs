@@ -387,3 +387,54 @@ fn a_store_without_the_fence_still_opens_and_verifies() {
     assert_eq!(read_all(&e, &tp).len(), 40);
     assert!(e.verify().unwrap().problems.is_empty());
 }
+
+#[test]
+fn syncs_top_the_slots_up_so_writes_do_not_stop_for_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let tps: Vec<TopicPartition> = (0..32).map(|p| TopicPartition::new("s", p)).collect();
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    // 32 frames per append, as a put spread over 32 partitions writes.
+    let put = |i: i64| -> Vec<_> {
+        tps.iter()
+            .map(|tp| batch(tp, i * 5..i * 5 + 5, 20))
+            .collect()
+    };
+    e.append(&put(0)).unwrap();
+    let first = e.stats();
+    assert!(
+        first.slots_reserved_by_writes > 0,
+        "a new store's first write reserves"
+    );
+    for i in 1..100 {
+        e.append(&put(i)).unwrap();
+    }
+    let s = e.stats();
+    assert_eq!(s.frames, 3200);
+    assert_eq!(
+        s.slots_reserved_by_writes, first.slots_reserved_by_writes,
+        "no write after the first stopped to reserve slots"
+    );
+    // Every frame after the first write's run took a slot a sync inserted.
+    assert!(
+        s.slots_reserved_by_syncs + first.slots_reserved_by_writes >= 3200 + slots::SLOTS_AHEAD_MIN,
+        "{s:?}"
+    );
+    drop(e);
+    // The slots a sync inserted are slots like any other: above every
+    // frame, never records, and the reserve stays within its bounds.
+    let (frames, reserved) = layout(dir.path());
+    assert_eq!(frames, (1..=3200).collect::<Vec<_>>());
+    let ahead = reserved.len() as u64;
+    assert!(
+        (slots::SLOTS_AHEAD_MIN..=slots::SLOTS_AHEAD_MIN + slots::SLOTS_RESERVED_CHUNK)
+            .contains(&ahead),
+        "{ahead} slots ahead"
+    );
+    assert_eq!(reserved, (3201..3201 + ahead).collect::<Vec<_>>());
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    for tp in &tps {
+        assert_eq!(read_all(&e, tp), batch(tp, 0..500, 20).records);
+    }
+    let v = e.verify().unwrap();
+    assert!(v.problems.is_empty(), "{:?}", v.problems);
+}
