@@ -74,6 +74,31 @@ fn engine_p50(batch: usize, iters: usize) -> (Histogram<u64>, Duration) {
     (h, total)
 }
 
+/// Appends of 1000 records spread over `partitions` partitions (a frame
+/// each), as a put of records from many partitions writes them: its tail is
+/// where the slots a write reserves for the next frames would show (every
+/// ninth append at 32 frames each, before syncs topped them up).
+fn engine_spread(partitions: usize, iters: usize) -> (Histogram<u64>, cairn_engine::EngineStats) {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let tps: Vec<_> = (0..partitions)
+        .map(|p| TopicPartition::new("s", p as i32))
+        .collect();
+    let per = 1000 / partitions;
+    let mut h = Histogram::<u64>::new(3).unwrap();
+    for i in 0..iters {
+        let b: Vec<_> = tps
+            .iter()
+            .map(|tp| records(tp, (i * per) as i64, per))
+            .collect();
+        let t = Instant::now();
+        e.append(&b).unwrap();
+        h.record(us(t.elapsed()).max(1)).unwrap();
+        drop(b);
+    }
+    (h, e.stats())
+}
+
 /// How a raw sled baseline lays out the same bytes.
 #[derive(Clone, Copy, PartialEq)]
 enum Layout {
@@ -196,6 +221,19 @@ fn main() {
         println!(
             "            bytes written per payload byte: engine {:.2}, raw sled {:.2}, raw sled+fdatasync {:.2}, engine's layout {:.2}",
             e.amplification, s.amplification, sd.amplification, ss.amplification
+        );
+    }
+    for partitions in [8, 32] {
+        let (h, st) = engine_spread(partitions, iters);
+        let q = |f: f64| h.value_at_quantile(f);
+        println!(
+            "1000 records over {partitions:>2} partitions: engine append+fsync p50 {} us p90 {} us p99 {} us max {} us; slots reserved by writes {}, by syncs {}",
+            q(0.5),
+            q(0.9),
+            q(0.99),
+            h.max(),
+            st.slots_reserved_by_writes,
+            st.slots_reserved_by_syncs
         );
     }
     for (n, clean) in [
