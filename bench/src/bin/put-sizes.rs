@@ -25,6 +25,19 @@ fn arg(i: usize, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+/// A fresh floor file, made durable with its directory entry before any
+/// timed append: the first fdatasync of a new file would otherwise also pay
+/// for its creation, which the engine's long-lived data file never does.
+fn new_floor_file(path: &std::path::Path) -> std::fs::File {
+    let file = std::fs::File::create(path).expect("floor file");
+    file.sync_all().expect("floor file fsync");
+    let dir = path.parent().expect("floor file's directory");
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .expect("floor directory fsync");
+    file
+}
+
 fn main() {
     cairn_connector::allocator::tune();
     let (size, puts, per_put, partitions) = (arg(1, 1024), arg(2, 60), arg(3, 1000), arg(4, 32));
@@ -32,7 +45,7 @@ fn main() {
     let dir = tempfile::tempdir().expect("scratch dir");
     let engine = Engine::open(EngineConfig::new(dir.path().join("store"))).expect("engine");
     let path = dir.path().join("floor.dat");
-    let mut file = std::fs::File::create(&path).expect("floor file");
+    let mut file = new_floor_file(&path);
     let (mut file_bytes, mut payload) = (0u64, 0u64);
     let mut next = vec![0i64; partitions];
     let (mut engine_us, mut file_us) = (histogram(), histogram());
@@ -61,7 +74,7 @@ fn main() {
         if file_bytes > 0 && file_bytes + bytes > FILE_BYTES_MAX {
             drop(file);
             std::fs::remove_file(&path).expect("remove floor file");
-            file = std::fs::File::create(&path).expect("floor file");
+            file = new_floor_file(&path);
             file_bytes = 0;
         }
         file_bytes += bytes;
