@@ -9,8 +9,8 @@
 //! - Per partition, stored offsets strictly increase; records below the
 //!   partition's next offset (at or below its last stored offset) are
 //!   dropped as duplicates, never rewritten.
-//! - After a failed write or fsync the engine is poisoned: every later write
-//!   returns `Error::Poisoned`; the fsync is never retried.
+//! - After a failed write, fsync or slot top-up the engine is poisoned: every
+//!   later write returns `Error::Poisoned`; the fsync is never retried.
 //! - An append's values are inserted in log order: each entry's frames, then
 //!   its index entry, then the partition summaries, then the checkpoint.
 //!   sled's log survives a crash as a prefix, so nothing derived (index,
@@ -68,6 +68,8 @@ pub struct Engine {
     pub(crate) truncating: RwLock<()>,
     counters: Counters,
     closed: AtomicBool,
+    /// Set by `close`: its syncs add no slots (nothing will be written).
+    closing: AtomicBool,
     recovery: RecoveryReport,
     _lock: Option<DirLock>,
 }
@@ -334,6 +336,7 @@ impl Engine {
             truncating: RwLock::new(()),
             counters: Counters::default(),
             closed: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
             recovery: report,
             // Taken last, once nothing can fail: until then the caller
             // holds it (and writes the poison mark under it on failure).
@@ -624,7 +627,7 @@ impl Engine {
             // followers waiting for a sync that will never end.
             let leading = SyncLeader { engine: self };
             // Snapshot before syncing: everything in it is covered by the sync.
-            let (target, view) = {
+            let (target, view, top_up) = {
                 let w = lock(&self.write);
                 (
                     w.seq,
@@ -632,14 +635,16 @@ impl Engine {
                         partitions: w.partitions.clone(),
                         lsn: w.next_lsn - 1,
                     },
+                    !self.closing.load(Ordering::Acquire)
+                        && !slots::to_top_up(w.next_lsn, w.slots_end).is_empty(),
                 )
             };
             let (res, nanos) = std::thread::scope(|s| {
                 // Slots for the next writes, inserted while this thread
-                // waits on the disk (slots.rs, `to_top_up`). It takes the
-                // write lock: nothing may wait for a sync while holding it.
-                // Only a shortcut: with no thread, writes reserve their own.
-                let topping_up = self.slots_to_top_up().then(|| {
+                // waits on the disk (slots.rs, `to_top_up`). Only a
+                // shortcut: with no thread, or the write lock taken, writes
+                // reserve their own.
+                let topping_up = top_up.then(|| {
                     std::thread::Builder::new()
                         .name("cairn-slots".into())
                         .spawn_scoped(s, || self.top_up_slots())
@@ -695,18 +700,20 @@ impl Engine {
         }
     }
 
-    /// Whether a sync should top the reserved slots up (slots.rs).
-    fn slots_to_top_up(&self) -> bool {
-        let w = lock(&self.write);
-        !slots::to_top_up(w.next_lsn, w.slots_end).is_empty()
-    }
-
     /// Insert the slots `to_top_up` names, under the write lock as a
     /// write's own run is: no frame is written meanwhile, so none can land
-    /// on a key being made a slot. Runs beside a sync's flush; a crash can
-    /// cut the run anywhere, as it can cut a write's.
+    /// on a key being made a slot. Runs beside a sync's flush, which waits
+    /// for it before it reports anything durable; so it never waits for the
+    /// lock behind writes (a write in progress reserves for itself). A crash
+    /// can cut the run anywhere, as it can cut a write's.
     fn top_up_slots(&self) -> Result<()> {
-        let mut w = lock(&self.write);
+        let mut w = match self.write.try_lock() {
+            Ok(w) => w,
+            Err(std::sync::TryLockError::WouldBlock) => return Ok(()),
+            Err(std::sync::TryLockError::Poisoned(_)) => {
+                panic!("engine lock poisoned by an earlier panic")
+            }
+        };
         self.check_usable()?;
         let run = slots::to_top_up(w.next_lsn, w.slots_end);
         for lsn in run.clone() {
@@ -802,6 +809,7 @@ impl Engine {
     /// Sync, move the checkpoint to the end of the log, and close. The next
     /// open then verifies nothing but frames written after this point.
     pub fn close(self) -> Result<()> {
+        self.closing.store(true, Ordering::Release);
         self.sync()?;
         let lsn = {
             let w = lock(&self.write);
@@ -845,14 +853,15 @@ impl Engine {
     }
 }
 
-/// The mid-write failpoint, as a result the append loop can act on (always
-/// `Ok` unless the `fail` crate's failpoints are compiled in).
-/// Before each slot a sync's top-up inserts (`top_up_slots`).
+/// The top-up failpoint (before each slot a sync inserts), as a result the
+/// top-up can act on (always `Ok` unless failpoints are compiled in).
 fn top_up_failpoint() -> Result<()> {
     fail::fail_point!(FAILPOINT_TOP_UP, |a| failpoint_action(FAILPOINT_TOP_UP, a));
     Ok(())
 }
 
+/// The mid-write failpoint, as a result the append loop can act on (always
+/// `Ok` unless the `fail` crate's failpoints are compiled in).
 fn mid_write_failpoint() -> Result<()> {
     fail::fail_point!(FAILPOINT_MID_WRITE, |a| failpoint_action(
         FAILPOINT_MID_WRITE,
