@@ -361,6 +361,7 @@ impl SinkContext {
             s.assigned.remove(tp);
             s.log_bounds.remove(tp);
             s.starts.remove(tp);
+            s.taken.remove(tp);
         }
         s.assignment_changed();
         if !clean_finish {
