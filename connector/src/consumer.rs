@@ -144,17 +144,6 @@ pub(crate) struct Shared {
     pending_bytes: usize,
     pending_records: usize,
     pending_since: Option<Instant>,
-    /// Per assigned partition, the offset after the last record taken from
-    /// librdkafka since its fetch last started: where it goes on after an
-    /// offset reset. Not librdkafka's position: its batch call moves that
-    /// past the offset of an error it returns too (`rd_kafka_q_serve_rkmessages`
-    /// updates it for every message), so after an out-of-range error the
-    /// position is one past a record never delivered. The run of records
-    /// being taken is noted in `last_taken` and lands here when the run
-    /// ends (`note_taken`).
-    pub(crate) taken: BTreeMap<TopicPartition, i64>,
-    /// The offset after the last record taken of `last_tp`, if it is ours.
-    last_taken: Option<i64>,
     /// The most memory one record has held (`held_bytes`): how many records
     /// one batch call may take without overrunning the batch's byte bound.
     record_held_bytes_max: usize,
@@ -248,8 +237,6 @@ impl Shared {
 
     /// Where `tp` starts fetching, for its lag before the first put.
     pub(crate) fn started_at(&mut self, tp: &TopicPartition, start: Offset) {
-        // Its fetch starts again: nothing taken since.
-        self.taken.remove(tp);
         let start = match start {
             Offset::Offset(o) => Start::At(o),
             Offset::Beginning => Start::Beginning,
@@ -268,7 +255,6 @@ impl Shared {
             .as_ref()
             .is_some_and(|(tp, _)| tp.partition == m.partition() && tp.topic == m.topic());
         if !same {
-            self.note_taken();
             let tp = TopicPartition::new(m.topic(), m.partition());
             // Records of a partition revoked since they were fetched are not
             // ours to archive.
@@ -278,9 +264,6 @@ impl Shared {
         let Some((tp, true)) = &self.last_tp else {
             return Ok(());
         };
-        // Taken, whatever becomes of it below (buffered, skipped or
-        // dead-lettered): an offset reset goes on after it.
-        self.last_taken = Some(m.offset() + 1);
         let r = match m.to_record() {
             Ok(r) => r,
             Err(detail) => {
@@ -394,19 +377,7 @@ impl Shared {
 
     /// The assignment changed: forget the last partition's lookup.
     pub(crate) fn assignment_changed(&mut self) {
-        // The run being taken is forgotten, not noted: its partition may have
-        // just started again lower. A partition whose run is lost this way
-        // only goes on from earlier after an offset reset, which re-fetches
-        // records the engine then drops as duplicates.
         self.last_tp = None;
-        self.last_taken = None;
-    }
-
-    /// Note where the run of records being taken ended (`taken`).
-    fn note_taken(&mut self) {
-        if let (Some((tp, true)), Some(next)) = (&self.last_tp, self.last_taken.take()) {
-            self.taken.insert(tp.clone(), next);
-        }
     }
 
     /// Queue a job for the task thread, first waiting for room for it.
@@ -442,9 +413,8 @@ impl Shared {
     /// `auto.offset.reset` is `error`) and stopped fetching that partition
     /// until it is assigned again, without saying which partition it was.
     ///
-    /// Each assigned partition's position (the offset after the last record
-    /// taken, `taken`; or, if it delivered nothing yet, the offset it started
-    /// from) is checked against Kafka's log
+    /// Each assigned partition's position (or, if it delivered nothing yet,
+    /// the offset it started from) is checked against Kafka's log
     /// (retention.rs). A partition out of the log starts again where the
     /// policy says; one whose bounds cannot be read, or that started at the
     /// log start and delivered nothing, starts again where it is (which
@@ -460,7 +430,7 @@ impl Shared {
         // partition goes on, and a partition fetched again cannot bring a
         // record into the buffer twice.
         self.flush(None)?;
-        self.note_taken();
+        let positions = retention::positions(consumer)?;
         let assigned: Vec<TopicPartition> = self.assigned.iter().cloned().collect();
         let policy = self.on_offset_out_of_range;
         let mut bounds = retention::Bounds::new(consumer, assigned.clone(), self.bounds_budget);
@@ -472,8 +442,7 @@ impl Shared {
         // Started from Kafka's committed offset, nothing delivered.
         let mut from_kafka: Vec<TopicPartition> = Vec::new();
         for tp in &assigned {
-            let delivered = self
-                .taken
+            let delivered = positions
                 .get(tp)
                 .copied()
                 .or_else(|| self.pipeline.state().consumed.get(tp).copied());
@@ -717,8 +686,6 @@ pub fn run_pipeline(
         pending_records: 0,
         pending_since: None,
         record_held_bytes_max: 0,
-        taken: BTreeMap::new(),
-        last_taken: None,
         stats: RunStats::default(),
         clean_finish: false,
         progress: ProgressClock::new(),
@@ -1052,9 +1019,9 @@ fn consume(
         fetch.take(wait, room, &mut taken);
         // Nothing more was waiting when the call returned.
         let drained = taken.len() < room;
-        // Every record of the batch first, then its errors: an offset reset
-        // restarts partitions after what was taken (`Shared::taken`), so
-        // what the batch holds is taken in before that is read.
+        // Every record of the batch first, then its errors: librdkafka's
+        // positions already count the whole batch, and an offset reset
+        // restarts partitions from their positions.
         let mut errors = Vec::new();
         {
             let mut s = lock(shared);

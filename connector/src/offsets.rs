@@ -57,6 +57,13 @@ pub fn committed_with_metadata<X: ConsumerContext, C: Consumer<X>>(
     }))
 }
 
+/// The concrete offsets in a librdkafka list (logical ones, such as "none
+/// committed" or "nothing delivered yet", are left out), so that callers
+/// can drop the list right away (see above).
+pub(crate) fn offsets_of(tpl: &TopicPartitionList) -> BTreeMap<TopicPartition, i64> {
+    concrete(tpl, |_, o| o)
+}
+
 /// `value` of each element of `tpl` with a concrete offset, by partition.
 fn concrete<T>(
     tpl: &TopicPartitionList,

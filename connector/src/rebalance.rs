@@ -361,7 +361,6 @@ impl SinkContext {
             s.assigned.remove(tp);
             s.log_bounds.remove(tp);
             s.starts.remove(tp);
-            s.taken.remove(tp);
         }
         s.assignment_changed();
         if !clean_finish {

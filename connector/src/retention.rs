@@ -29,6 +29,7 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use crate::config::OnOffsetOutOfRange;
 use crate::error::{ConnectorError, Result};
+use crate::offsets::offsets_of;
 
 /// How long each of the two requests of a [`Bounds`] read may take.
 const BOUNDS_TIMEOUT: Duration = Duration::from_secs(15);
@@ -293,6 +294,19 @@ pub(crate) fn standing<X: ConsumerContext>(
         to if to == position => Standing::InLog,
         to => Standing::MoveTo(to),
     })
+}
+
+/// The application's position (next offset `poll` returns) of each
+/// partition that has delivered a record since it was assigned.
+pub(crate) fn positions<X: ConsumerContext>(
+    consumer: &BaseConsumer<X>,
+) -> Result<BTreeMap<TopicPartition, i64>> {
+    // The list stays inside this function: librdkafka lists must be dropped
+    // before the consumer (see offsets.rs).
+    let tpl = consumer
+        .position()
+        .map_err(ConnectorError::kafka("read positions"))?;
+    Ok(offsets_of(&tpl))
 }
 
 /// Where a partition that neither the archive nor Kafka has an offset for
