@@ -29,14 +29,13 @@ use std::time::{Duration, Instant};
 use cairn_engine::{Record, RecordBatch, TopicPartition, HEADERS_PER_RECORD_MAX};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-
+use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::Offset;
 
 use crate::config::{CommitPolicy, OnOffsetOutOfRange, OnOversize, RunConfig};
-use crate::convert::Polled;
+use crate::convert::to_record;
 use crate::dead_letter::DeadLetters;
 use crate::error::{ConnectorError, Result};
-use crate::fetch::{Fetch, FetchGuard, Fetched};
 use crate::pipeline::Pipeline;
 use crate::progress::{LogBounds, Progress, ProgressClock, Snapshot, Start};
 use crate::queue::{self, JobSender};
@@ -144,9 +143,6 @@ pub(crate) struct Shared {
     pending_bytes: usize,
     pending_records: usize,
     pending_since: Option<Instant>,
-    /// The most memory one record has held (`held_bytes`): how many records
-    /// one batch call may take without overrunning the batch's byte bound.
-    record_held_bytes_max: usize,
     /// The consumer thread's counters (polled, skipped, bytes).
     stats: RunStats,
     /// The run ended cleanly: the final commit was made before closing.
@@ -247,7 +243,7 @@ impl Shared {
     }
 
     /// Buffer one polled record, if its partition is ours.
-    fn accept<M: Polled>(&mut self, m: &M, cfg: &RunConfig) -> Result<()> {
+    fn accept(&mut self, m: &BorrowedMessage<'_>, cfg: &RunConfig) -> Result<()> {
         // Records come in runs of one partition: compare with the last one
         // rather than build (allocate) and look up a TopicPartition each.
         let same = self
@@ -264,7 +260,7 @@ impl Shared {
         let Some((tp, true)) = &self.last_tp else {
             return Ok(());
         };
-        let r = match m.to_record() {
+        let r = match to_record(m) {
             Ok(r) => r,
             Err(detail) => {
                 self.stats.records_polled += 1;
@@ -341,9 +337,7 @@ impl Shared {
             }
         }
         self.stats.payload_bytes += size;
-        let held = held_bytes(&r);
-        self.record_held_bytes_max = self.record_held_bytes_max.max(held);
-        self.pending_bytes += held;
+        self.pending_bytes += held_bytes(&r);
         self.pending_records += 1;
         self.pending_since.get_or_insert_with(Instant::now);
         match self.pending.get_mut(tp) {
@@ -358,21 +352,6 @@ impl Shared {
 
     fn full(&self, cfg: &RunConfig) -> bool {
         self.pending_records >= cfg.batch_records_max || self.pending_bytes >= cfg.batch_bytes_max
-    }
-
-    /// How many records one batch call may take (`fetch.rs`): what the
-    /// batch has room for by count, and by bytes at the largest record
-    /// seen; one until a record has been seen. At least one. The batch then
-    /// outgrows its byte bound only when records larger than any before
-    /// arrive together, and by what librdkafka had already fetched of them
-    /// (its queue is bounded by `queued.max.messages.kbytes`).
-    fn room(&self, cfg: &RunConfig) -> usize {
-        let by_count = cfg.batch_records_max.saturating_sub(self.pending_records);
-        let by_bytes = match self.record_held_bytes_max {
-            0 => 1,
-            largest => cfg.batch_bytes_max.saturating_sub(self.pending_bytes) / largest,
-        };
-        by_count.min(by_bytes).max(1)
     }
 
     /// The assignment changed: forget the last partition's lookup.
@@ -685,7 +664,6 @@ pub fn run_pipeline(
         pending_bytes: 0,
         pending_records: 0,
         pending_since: None,
-        record_held_bytes_max: 0,
         stats: RunStats::default(),
         clean_finish: false,
         progress: ProgressClock::new(),
@@ -698,7 +676,6 @@ pub fn run_pipeline(
     let consumer: BaseConsumer<SinkContext> = client_config(cfg)
         .create_with_context(SinkContext {
             shared: shared.clone(),
-            fetch: Mutex::new(None),
         })
         .map_err(|e| ConnectorError::Config(format!("kafka client: {e}")))?;
     preflight(&consumer, cfg)?;
@@ -750,12 +727,8 @@ pub fn run_pipeline(
         }
     });
 
-    let outcome = FetchGuard::install(&consumer)
-        .and_then(|fetch| {
-            consume(&consumer, &shared, cfg, &opts.stop, fetch.fetch())
-                .and_then(|()| finish(&shared, &consumer))
-            // The batch queue goes here, before the consumer closes.
-        })
+    let outcome = consume(&consumer, &shared, cfg, &opts.stop)
+        .and_then(|()| finish(&shared, &consumer))
         // A fatal error recorded while the finish ran (the first one wins)
         // is the cause; the finish's own error is its consequence.
         .map_err(|e| pipeline.take_fatal().unwrap_or(e));
@@ -912,57 +885,18 @@ fn stops_the_run(e: &rdkafka::error::KafkaError) -> bool {
     }
 }
 
-/// Longest the consumer thread waits for records before it polls the
-/// consumer queue for rebalances and errors again.
-const EVENTS_WAIT_MAX: Duration = Duration::from_millis(10);
-
-/// What to do after a consumer error.
-enum AfterError {
-    /// Go on taking records.
-    GoOn,
-    /// Stop taking records for this pass: something was restarted.
-    Restarted,
-}
-
-/// A consumer error, from the consumer queue or a batch: restart what is out
-/// of Kafka's log, stop the run on what librdkafka does not retry, log the
-/// rest.
-fn on_consume_error(
-    e: rdkafka::error::KafkaError,
-    consumer: &BaseConsumer<SinkContext>,
-    shared: &Mutex<Shared>,
-) -> Result<AfterError> {
-    use rdkafka::types::RDKafkaErrorCode as C;
-    if let rdkafka::error::KafkaError::MessageConsumption(C::AutoOffsetReset) = &e {
-        tracing::warn!(error = %e, "a position is out of Kafka's log; checking retention");
-        lock(shared).offset_reset(consumer)?;
-        return Ok(AfterError::Restarted);
-    }
-    if stops_the_run(&e) {
-        tracing::error!(error = %e, "consumer error: stopping");
-        return Err(ConnectorError::Kafka {
-            op: "consume",
-            source: e,
-        });
-    }
-    tracing::warn!(error = %e, "consumer error (librdkafka retries)");
-    Ok(AfterError::GoOn)
-}
+/// Messages taken per burst of `poll` calls before the linger and batch
+/// checks: those read the clock, which costs as much as a poll.
+const POLL_BURST: usize = 64;
 
 fn consume(
     consumer: &BaseConsumer<SinkContext>,
     shared: &Mutex<Shared>,
     cfg: &RunConfig,
     stop: &AtomicBool,
-    fetch: &Fetch,
 ) -> Result<()> {
     let linger = Duration::from_millis(cfg.linger_ms);
     let pipeline = lock(shared).pipeline.clone();
-    let mut taken: Vec<Fetched> = Vec::with_capacity(crate::fetch::TAKE_MAX);
-    let mut forwarded_at = Instant::now();
-    // An offset reset re-assigns partitions outside the rebalance callback
-    // (`retention::restart_fetch`): forward them again on the next pass.
-    let mut forward_now = false;
     loop {
         // A failure first: a stop that arrives with it (a signal, or a
         // pruner's failure hook) must not turn it into a clean finish, whose
@@ -975,68 +909,46 @@ fn consume(
         if stop.load(Ordering::Relaxed) || pipeline.finished.load(Ordering::Acquire) {
             return Ok(());
         }
-        // The consumer queue: rebalances (their callbacks run inside `poll`,
-        // with no lock held here) and client errors. Records come through
-        // `fetch`; one here is of a partition never forwarded, which only a
-        // failed forward leaves (and that failed the run).
-        while let Some(polled) = consumer.poll(Duration::ZERO) {
+        let timeout = match lock(shared).pending_since {
+            Some(t) => linger.saturating_sub(t.elapsed()),
+            None => Duration::from_millis(100),
+        };
+        let mut polled = consumer.poll(timeout);
+        // Nothing more was waiting when the burst ended.
+        let mut drained = false;
+        for taken in 1.. {
             match polled {
-                Err(e) => {
-                    if let AfterError::Restarted = on_consume_error(e, consumer, shared)? {
-                        forward_now = true;
+                None => {
+                    drained = true;
+                    break;
+                }
+                Some(Err(e)) => {
+                    use rdkafka::types::RDKafkaErrorCode as C;
+                    if let rdkafka::error::KafkaError::MessageConsumption(C::AutoOffsetReset) = &e {
+                        tracing::warn!(error = %e, "a position is out of Kafka's log; checking retention");
+                        lock(shared).offset_reset(consumer)?;
+                        break;
+                    }
+                    if stops_the_run(&e) {
+                        tracing::error!(error = %e, "consumer error: stopping");
+                        return Err(ConnectorError::Kafka {
+                            op: "consume",
+                            source: e,
+                        });
+                    }
+                    tracing::warn!(error = %e, "consumer error (librdkafka retries)");
+                    break;
+                }
+                Some(Ok(m)) => {
+                    let mut s = lock(shared);
+                    s.accept(&m, cfg)?;
+                    if taken >= POLL_BURST || s.full(cfg) {
                         break;
                     }
                 }
-                Ok(m) => {
-                    let tp = TopicPartition::new(Polled::topic(&m), Polled::partition(&m));
-                    if fetch.is_forwarded(&tp) {
-                        return Err(ConnectorError::Sink(format!(
-                            "a record of {tp} (offset {}) came through the consumer queue although its partition's fetch queue is forwarded: refusing to archive out of order",
-                            Polled::offset(&m)
-                        )));
-                    }
-                    lock(shared).accept(&m, cfg)?;
-                }
             }
-        }
-        // A fetch stop can undo a forward made since (fetch.rs).
-        if forward_now || forwarded_at.elapsed() >= crate::fetch::REFORWARD_INTERVAL {
-            let assigned: Vec<TopicPartition> = lock(shared).assigned.iter().cloned().collect();
-            for tp in &assigned {
-                fetch.forward(tp);
-            }
-            forwarded_at = Instant::now();
-            forward_now = false;
-        }
-        let (wait, room) = {
-            let s = lock(shared);
-            let wait = match s.pending_since {
-                Some(t) => linger.saturating_sub(t.elapsed()),
-                None => Duration::from_millis(100),
-            };
-            (wait.min(EVENTS_WAIT_MAX), s.room(cfg))
-        };
-        fetch.take(wait, room, &mut taken);
-        // Nothing more was waiting when the call returned.
-        let drained = taken.len() < room;
-        // Every record of the batch first, then its errors: librdkafka's
-        // positions already count the whole batch, and an offset reset
-        // restarts partitions from their positions.
-        let mut errors = Vec::new();
-        {
-            let mut s = lock(shared);
-            for m in taken.drain(..) {
-                match m.error() {
-                    Some(e) => errors.push(e),
-                    None => s.accept(&m, cfg)?,
-                }
-            }
-        }
-        for e in errors {
-            if let AfterError::Restarted = on_consume_error(e, consumer, shared)? {
-                forward_now = true;
-                break;
-            }
+            // Rebalance callbacks run inside `poll`: no lock is held here.
+            polled = consumer.poll(Duration::ZERO);
         }
         let mut s = lock(shared);
         let lingered = s.pending_since.is_some_and(|t| t.elapsed() >= linger);

@@ -17,10 +17,6 @@ pub mod convert;
 pub mod crashpoint;
 pub mod dead_letter;
 pub mod error;
-// librdkafka's batch call and queue forwarding, which rust-rdkafka does not
-// offer: the crate's only FFI beyond the allocator's.
-#[allow(unsafe_code)]
-pub mod fetch;
 mod librdkafka;
 pub mod live;
 pub mod offsets;

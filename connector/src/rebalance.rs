@@ -34,9 +34,6 @@ use crate::worker::Job;
 
 pub struct SinkContext {
     pub(crate) shared: Arc<Mutex<Shared>>,
-    /// The run's batch queue while the consumer loop runs (`fetch.rs`):
-    /// each partition assigned is forwarded to it before the assignment.
-    pub(crate) fetch: Mutex<Option<Arc<crate::fetch::Fetch>>>,
 }
 
 impl ClientContext for SinkContext {
@@ -96,17 +93,6 @@ impl ConsumerContext for SinkContext {
         match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
                 self.on_assign(c, tpl);
-                // Before the assignment starts any fetch (fetch.rs): the
-                // partitions' records then never reach the consumer queue.
-                if let Some(fetch) = crate::fetch::guard(&self.fetch).clone() {
-                    for tp in tps_of(tpl) {
-                        if !fetch.forward(&tp) {
-                            self.fail(ConnectorError::Sink(format!(
-                                "librdkafka has no fetch queue for {tp}; nothing of it is archived"
-                            )));
-                        }
-                    }
-                }
                 let r = if cooperative {
                     c.incremental_assign(tpl)
                 } else {
