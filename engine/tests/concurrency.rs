@@ -94,19 +94,7 @@ fn slot_top_ups_beside_concurrent_writers_keep_the_log_whole() {
         frames,
         (threads * partitions_per_thread) as u64 * appends_per_thread as u64
     );
-    let (frame_lsns, slot_lsns) = common::with_raw_tree(dir.path(), |t| {
-        let (mut f, mut s) = (Vec::new(), Vec::new());
-        for item in t.scan_prefix([cairn_engine::keys::PREFIX_WAL]) {
-            let (k, v) = item.unwrap();
-            let lsn = cairn_engine::keys::parse_wal_key(&k).unwrap();
-            if cairn_engine::slots::is_slot(&v) {
-                s.push(lsn)
-            } else {
-                f.push(lsn)
-            }
-        }
-        (f, s)
-    });
+    let (frame_lsns, slot_lsns) = common::wal_layout(dir.path());
     assert_eq!(frame_lsns, (1..=frames).collect::<Vec<_>>());
     assert_eq!(
         slot_lsns,

@@ -8,25 +8,8 @@
 
 mod common;
 
-use cairn_engine::{slots, Engine, EngineConfig, Error, TopicPartition, FAILPOINT_TOP_UP};
-use common::{batch, read_all, with_raw_tree};
-
-/// (frame LSNs, slot LSNs) as stored, read through sled directly.
-fn layout(dir: &std::path::Path) -> (Vec<u64>, Vec<u64>) {
-    with_raw_tree(dir, |t| {
-        let (mut frames, mut reserved) = (Vec::new(), Vec::new());
-        for item in t.scan_prefix([cairn_engine::keys::PREFIX_WAL]) {
-            let (k, v) = item.unwrap();
-            let lsn = cairn_engine::keys::parse_wal_key(&k).unwrap();
-            if slots::is_slot(&v) {
-                reserved.push(lsn);
-            } else {
-                frames.push(lsn);
-            }
-        }
-        (frames, reserved)
-    })
-}
+use cairn_engine::{Engine, EngineConfig, Error, TopicPartition, FAILPOINT_TOP_UP};
+use common::{batch, read_all, wal_layout};
 
 #[test]
 fn a_failed_top_up_poisons_and_the_store_reopens_clean() {
@@ -80,7 +63,7 @@ fn a_failed_top_up_poisons_and_the_store_reopens_clean() {
         }; // dropped without close: sled's log ends where the run was cut
            // The run was cut where the failpoint stopped it: the slots still
            // run, contiguous, from right above the last frame.
-        let (frames, reserved) = layout(dir.path());
+        let (frames, reserved) = wal_layout(dir.path());
         let last = (puts_synced * 32) as u64;
         assert_eq!(frames, (1..=last).collect::<Vec<_>>());
         assert_eq!(

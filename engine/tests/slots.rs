@@ -10,24 +10,23 @@ mod common;
 use cairn_engine::{
     slots, CorruptionKind, Engine, EngineConfig, Error, Location, RecoveryMode, TopicPartition,
 };
-use common::{batch, read_all, wal_key, with_raw_tree};
+use common::{batch, read_all, wal_key, wal_layout, with_raw_tree};
 
-/// (frame LSNs, slot LSNs) as stored, read through sled directly.
-fn layout(dir: &std::path::Path) -> (Vec<u64>, Vec<u64>) {
-    with_raw_tree(dir, |t| {
-        let mut frames = Vec::new();
-        let mut slots_found = Vec::new();
-        for item in t.scan_prefix([cairn_engine::keys::PREFIX_WAL]) {
-            let (k, v) = item.unwrap();
-            let lsn = cairn_engine::keys::parse_wal_key(&k).unwrap();
-            if slots::is_slot(&v) {
-                slots_found.push(lsn);
-            } else {
-                frames.push(lsn);
-            }
-        }
-        (frames, slots_found)
-    })
+/// The stored log is frames `1..=frames` and right above them a contiguous
+/// reserve of slots, at least `SLOTS_AHEAD_MIN` and at most a full run.
+fn assert_frames_then_reserve(dir: &std::path::Path, frames: u64) {
+    let (stored, reserved) = wal_layout(dir);
+    assert_eq!(stored, (1..=frames).collect::<Vec<_>>());
+    let ahead = reserved.len() as u64;
+    assert!(
+        (slots::SLOTS_AHEAD_MIN..=slots::SLOTS_AHEAD_MIN + slots::SLOTS_RESERVED_CHUNK)
+            .contains(&ahead),
+        "{ahead} slots ahead"
+    );
+    assert_eq!(
+        reserved,
+        (frames + 1..frames + 1 + ahead).collect::<Vec<_>>()
+    );
 }
 
 /// `n` single-frame entries (LSNs 1..=n, offsets 0..10n), dropped without
@@ -60,7 +59,7 @@ fn closed_store() -> (tempfile::TempDir, TopicPartition) {
 #[test]
 fn slots_lie_above_every_frame_and_survive_reopen() {
     let (dir, tp) = crashed_store();
-    let (frames, reserved) = layout(dir.path());
+    let (frames, reserved) = wal_layout(dir.path());
     assert_eq!(frames, vec![1, 2, 3]);
     assert!(
         reserved.len() as u64 >= slots::SLOTS_AHEAD_MIN,
@@ -82,7 +81,7 @@ fn slots_lie_above_every_frame_and_survive_reopen() {
     assert_eq!(v.frames, 4);
     e.close().unwrap();
 
-    let (frames, reserved2) = layout(dir.path());
+    let (frames, reserved2) = wal_layout(dir.path());
     assert_eq!(frames, vec![1, 2, 3, 4]);
     assert_eq!(
         reserved2,
@@ -103,15 +102,7 @@ fn many_appends_keep_the_reserve_ahead() {
         e.append(&[batch(&tp, i..i + 1, 20)]).unwrap();
     }
     drop(e);
-    let (frames, reserved) = layout(dir.path());
-    assert_eq!(frames, (1..=1000).collect::<Vec<_>>());
-    let ahead = reserved.len() as u64;
-    assert!(
-        (slots::SLOTS_AHEAD_MIN..=slots::SLOTS_AHEAD_MIN + slots::SLOTS_RESERVED_CHUNK)
-            .contains(&ahead),
-        "{ahead} slots ahead"
-    );
-    assert_eq!(reserved, (1001..1001 + ahead).collect::<Vec<_>>());
+    assert_frames_then_reserve(dir.path(), 1000);
     let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
     assert_eq!(read_all(&e, &tp).len(), 1000);
 }
@@ -174,7 +165,7 @@ fn a_hole_below_the_checkpoint_fails_reads_and_verify() {
 fn a_version_1_store_is_upgraded_on_open() {
     let (dir, tp) = closed_store();
     with_raw_tree(dir.path(), make_version_1);
-    assert!(layout(dir.path()).1.is_empty());
+    assert!(wal_layout(dir.path()).1.is_empty());
     let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
     assert_eq!(read_all(&e, &tp).len(), 30);
     e.append(&[batch(&tp, 30..40, 20)]).unwrap();
@@ -184,7 +175,7 @@ fn a_version_1_store_is_upgraded_on_open() {
         cairn_engine::meta::decode_format(&v).unwrap()
     });
     assert_eq!(format, cairn_engine::meta::FORMAT_VERSION);
-    assert!(!layout(dir.path()).1.is_empty());
+    assert!(!wal_layout(dir.path()).1.is_empty());
     let v = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
     assert!(v.problems.is_empty(), "{:?}", v.problems);
 }
@@ -271,7 +262,7 @@ fn a_torn_last_frame_below_the_slots_is_still_truncated() {
     // The slots above went with it, and the next append reserves anew.
     e.append(&[batch(&tp, 30..40, 20)]).unwrap();
     drop(e);
-    let (frames, reserved) = layout(dir.path());
+    let (frames, reserved) = wal_layout(dir.path());
     assert_eq!(frames, vec![1, 2, 3, 4]);
     assert_eq!(reserved.first(), Some(&5));
 }
@@ -288,7 +279,7 @@ fn a_stray_slot_at_the_top_of_the_key_space_is_harmless() {
         e.append(&[batch(&tp, i * 10..i * 10 + 10, 20)]).unwrap();
     }
     drop(e);
-    let (frames, reserved) = layout(dir.path());
+    let (frames, reserved) = wal_layout(dir.path());
     assert_eq!(frames.len(), 400);
     assert!(
         reserved
@@ -422,15 +413,7 @@ fn syncs_top_the_slots_up_so_writes_do_not_stop_for_them() {
     drop(e);
     // The slots a sync inserted are slots like any other: above every
     // frame, never records, and the reserve stays within its bounds.
-    let (frames, reserved) = layout(dir.path());
-    assert_eq!(frames, (1..=3200).collect::<Vec<_>>());
-    let ahead = reserved.len() as u64;
-    assert!(
-        (slots::SLOTS_AHEAD_MIN..=slots::SLOTS_AHEAD_MIN + slots::SLOTS_RESERVED_CHUNK)
-            .contains(&ahead),
-        "{ahead} slots ahead"
-    );
-    assert_eq!(reserved, (3201..3201 + ahead).collect::<Vec<_>>());
+    assert_frames_then_reserve(dir.path(), 3200);
     let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
     for tp in &tps {
         assert_eq!(read_all(&e, tp), batch(tp, 0..500, 20).records);

@@ -18,6 +18,24 @@ pub fn with_raw_tree<T>(dir: &std::path::Path, f: impl FnOnce(&sled::Tree) -> T)
     out
 }
 
+/// (frame LSNs, reserved slot LSNs) as stored, read through sled directly.
+/// The engine must be closed or dropped first.
+pub fn wal_layout(dir: &std::path::Path) -> (Vec<u64>, Vec<u64>) {
+    with_raw_tree(dir, |t| {
+        let (mut frames, mut reserved) = (Vec::new(), Vec::new());
+        for item in t.scan_prefix([cairn_engine::keys::PREFIX_WAL]) {
+            let (k, v) = item.unwrap();
+            let lsn = cairn_engine::keys::parse_wal_key(&k).unwrap();
+            if cairn_engine::slots::is_slot(&v) {
+                reserved.push(lsn);
+            } else {
+                frames.push(lsn);
+            }
+        }
+        (frames, reserved)
+    })
+}
+
 pub fn wal_key(lsn: u64) -> [u8; 9] {
     cairn_engine::keys::wal_key(lsn)
 }
