@@ -1,7 +1,9 @@
 //! The consume → put → fsync → commit loop.
 //!
 //! Three stages overlap (see `pipeline.rs`): this module's consumer thread
-//! polls and batches, the task thread (`worker.rs`) puts and pre-commits,
+//! takes records (many at a time, from a queue of the run's own that every
+//! assigned partition's fetch queue is forwarded to: `fetch.rs`) and
+//! batches them, the task thread (`worker.rs`) puts and pre-commits,
 //! and a tokio task (`committer.rs`) commits. A blocking rdkafka
 //! `BaseConsumer` runs on the consumer thread: rebalance callbacks run inside
 //! its `poll`, and they wait for the task thread and the committer where the
@@ -11,6 +13,11 @@
 //! - `enable.auto.commit=false` and `enable.auto.offset.store=false`: only
 //!   the committer and the revoke and stop paths commit, and only offsets
 //!   the sink reported durable.
+//! - Records are taken in each partition's offset order, and a fetch error
+//!   on the run's queue is dealt with before any record queued after it is
+//!   taken: an error that stops the run leaves what follows it unarchived.
+//!   (Errors on the consumer queue, the group's and the client's, are
+//!   served between takes.)
 //! - Memory between poll and put is bounded: the batch being filled
 //!   (`batch_bytes_max` plus one record), the puts queued for the task thread
 //!   (one under `every-put`; under `interval:MS` at most `batch_bytes_max`
@@ -29,13 +36,13 @@ use std::time::{Duration, Instant};
 use cairn_engine::{Record, RecordBatch, TopicPartition, HEADERS_PER_RECORD_MAX};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::Offset;
 
 use crate::config::{CommitPolicy, OnOffsetOutOfRange, OnOversize, RunConfig};
-use crate::convert::to_record;
+use crate::convert::Polled;
 use crate::dead_letter::DeadLetters;
 use crate::error::{ConnectorError, Result};
+use crate::fetch::{Fetch, Flow};
 use crate::pipeline::Pipeline;
 use crate::progress::{LogBounds, Progress, ProgressClock, Snapshot, Start};
 use crate::queue::{self, JobSender};
@@ -243,7 +250,7 @@ impl Shared {
     }
 
     /// Buffer one polled record, if its partition is ours.
-    fn accept(&mut self, m: &BorrowedMessage<'_>, cfg: &RunConfig) -> Result<()> {
+    fn accept<M: Polled>(&mut self, m: &M, cfg: &RunConfig) -> Result<()> {
         // Records come in runs of one partition: compare with the last one
         // rather than build (allocate) and look up a TopicPartition each.
         let same = self
@@ -260,7 +267,7 @@ impl Shared {
         let Some((tp, true)) = &self.last_tp else {
             return Ok(());
         };
-        let r = match to_record(m) {
+        let r = match m.to_record() {
             Ok(r) => r,
             Err(detail) => {
                 self.stats.records_polled += 1;
@@ -676,6 +683,7 @@ pub fn run_pipeline(
     let consumer: BaseConsumer<SinkContext> = client_config(cfg)
         .create_with_context(SinkContext {
             shared: shared.clone(),
+            forwarder: Mutex::new(None),
         })
         .map_err(|e| ConnectorError::Config(format!("kafka client: {e}")))?;
     preflight(&consumer, cfg)?;
@@ -727,8 +735,19 @@ pub fn run_pipeline(
         }
     });
 
-    let outcome = consume(&consumer, &shared, cfg, &opts.stop)
-        .and_then(|()| finish(&shared, &consumer))
+    let outcome = Fetch::new(&consumer)
+        .and_then(|fetch| {
+            // The rebalance callback forwards each partition assigned from
+            // now on (fetch.rs).
+            *consumer.context().forwarder() = Some(fetch.forwarder());
+            let r = consume(&consumer, &shared, cfg, &opts.stop, &fetch)
+                .and_then(|()| finish(&shared, &consumer));
+            // The queue goes with `fetch`, before the consumer closes. An
+            // assignment served while closing is neither archived nor
+            // forwarded, and is no failure.
+            consumer.context().forwarder().take();
+            r
+        })
         // A fatal error recorded while the finish ran (the first one wins)
         // is the cause; the finish's own error is its consequence.
         .map_err(|e| pipeline.take_fatal().unwrap_or(e));
@@ -885,18 +904,79 @@ fn stops_the_run(e: &rdkafka::error::KafkaError) -> bool {
     }
 }
 
-/// Messages taken per burst of `poll` calls before the linger and batch
-/// checks: those read the clock, which costs as much as a poll.
-const POLL_BURST: usize = 64;
+/// Longest the consumer thread waits for records before it polls the
+/// consumer queue for rebalances and errors again.
+const EVENTS_WAIT_MAX: Duration = Duration::from_millis(10);
+
+/// Most consumer-queue events served in one pass: rust-rdkafka's `poll`
+/// returns nothing after serving a rebalance, so the pass goes on while
+/// events wait, but not forever while they keep arriving.
+const EVENTS_PER_PASS_MAX: usize = 64;
+
+/// What a consumer error needs.
+enum ErrorAction {
+    /// A position is out of Kafka's log: check retention and restart.
+    Reset,
+    /// librdkafka does not retry it: the run stops.
+    Stop,
+    /// librdkafka retries it: log it and go on.
+    Log,
+}
+
+fn action(e: &rdkafka::error::KafkaError) -> ErrorAction {
+    use rdkafka::types::RDKafkaErrorCode as C;
+    if let rdkafka::error::KafkaError::MessageConsumption(C::AutoOffsetReset) = e {
+        ErrorAction::Reset
+    } else if stops_the_run(e) {
+        ErrorAction::Stop
+    } else {
+        ErrorAction::Log
+    }
+}
+
+/// A consumer error, from the consumer queue or the run's queue: restart
+/// what is out of Kafka's log (true: partitions were assigned again), stop
+/// the run on what librdkafka does not retry, log the rest.
+fn on_consume_error(
+    e: rdkafka::error::KafkaError,
+    consumer: &BaseConsumer<SinkContext>,
+    shared: &Mutex<Shared>,
+) -> Result<bool> {
+    match action(&e) {
+        ErrorAction::Reset => {
+            tracing::warn!(error = %e, "a position is out of Kafka's log; checking retention");
+            lock(shared).offset_reset(consumer)?;
+            Ok(true)
+        }
+        ErrorAction::Stop => {
+            tracing::error!(error = %e, "consumer error: stopping");
+            Err(ConnectorError::Kafka {
+                op: "consume",
+                source: e,
+            })
+        }
+        ErrorAction::Log => {
+            tracing::warn!(error = %e, "consumer error (librdkafka retries)");
+            Ok(false)
+        }
+    }
+}
 
 fn consume(
     consumer: &BaseConsumer<SinkContext>,
     shared: &Mutex<Shared>,
     cfg: &RunConfig,
     stop: &AtomicBool,
+    fetch: &Fetch<'_>,
 ) -> Result<()> {
     let linger = Duration::from_millis(cfg.linger_ms);
     let pipeline = lock(shared).pipeline.clone();
+    let forwarder = fetch.forwarder();
+    let mut forwarded_at = Instant::now();
+    // An offset reset assigns partitions again outside the rebalance
+    // callback (`retention::restart_fetch`), and their fetch stops can
+    // clear the forwards: forward them again on the next pass.
+    let mut forward_now = false;
     loop {
         // A failure first: a stop that arrives with it (a signal, or a
         // pruner's failure hook) must not turn it into a clean finish, whose
@@ -909,47 +989,80 @@ fn consume(
         if stop.load(Ordering::Relaxed) || pipeline.finished.load(Ordering::Acquire) {
             return Ok(());
         }
-        let timeout = match lock(shared).pending_since {
+        // The consumer queue: rebalances (their callbacks run inside `poll`,
+        // with no lock held here) and client errors. Records come through
+        // `fetch`; one here is of a partition never forwarded, which only a
+        // failed forward leaves (and that failed the run).
+        for _ in 0..EVENTS_PER_PASS_MAX {
+            match consumer.poll(Duration::ZERO) {
+                None if fetch.events_waiting() => {}
+                None => break,
+                Some(Err(e)) => forward_now |= on_consume_error(e, consumer, shared)?,
+                Some(Ok(m)) => {
+                    let tp = TopicPartition::new(Polled::topic(&m), Polled::partition(&m));
+                    if forwarder.is_forwarded(&tp) {
+                        return Err(ConnectorError::Sink(format!(
+                            "a record of {tp} (offset {}) came through the consumer queue although its partition's fetch queue is forwarded: refusing to archive out of order",
+                            Polled::offset(&m)
+                        )));
+                    }
+                    lock(shared).accept(&m, cfg)?;
+                }
+            }
+        }
+        if forward_now || forwarded_at.elapsed() >= crate::fetch::REFORWARD_INTERVAL {
+            fetch.forward_again();
+            forwarded_at = Instant::now();
+            forward_now = false;
+        }
+        let wait = match lock(shared).pending_since {
             Some(t) => linger.saturating_sub(t.elapsed()),
             None => Duration::from_millis(100),
         };
-        let mut polled = consumer.poll(timeout);
-        // Nothing more was waiting when the burst ended.
-        let mut drained = false;
-        for taken in 1.. {
-            match polled {
-                None => {
-                    drained = true;
-                    break;
-                }
-                Some(Err(e)) => {
-                    use rdkafka::types::RDKafkaErrorCode as C;
-                    if let rdkafka::error::KafkaError::MessageConsumption(C::AutoOffsetReset) = &e {
-                        tracing::warn!(error = %e, "a position is out of Kafka's log; checking retention");
-                        lock(shared).offset_reset(consumer)?;
-                        break;
+        // The run's queue, in order: records go into the batch until it is
+        // full; an error that needs more than a log line ends the call, and
+        // what follows it stays queued until it has been dealt with (a
+        // record after a stopping error is never archived, one after an
+        // offset reset is taken once the partitions go on).
+        let mut cut = false;
+        let mut needs: Option<rdkafka::error::KafkaError> = None;
+        let mut refused: Option<ConnectorError> = None;
+        let mut held: Option<MutexGuard<'_, Shared>> = None;
+        let handed = fetch.take(wait.min(EVENTS_WAIT_MAX), crate::fetch::TAKE_MAX, |m| {
+            // Locked at the first message, not while waiting for it.
+            let s = held.get_or_insert_with(|| lock(shared));
+            let flow = match m.error() {
+                None => match s.accept(m, cfg) {
+                    Ok(()) if s.full(cfg) => Flow::Stop,
+                    Ok(()) => Flow::Go,
+                    Err(e) => {
+                        refused = Some(e);
+                        Flow::Stop
                     }
-                    if stops_the_run(&e) {
-                        tracing::error!(error = %e, "consumer error: stopping");
-                        return Err(ConnectorError::Kafka {
-                            op: "consume",
-                            source: e,
-                        });
+                },
+                Some(e) => match action(&e) {
+                    ErrorAction::Log => {
+                        tracing::warn!(error = %e, "consumer error (librdkafka retries)");
+                        Flow::Go
                     }
-                    tracing::warn!(error = %e, "consumer error (librdkafka retries)");
-                    break;
-                }
-                Some(Ok(m)) => {
-                    let mut s = lock(shared);
-                    s.accept(&m, cfg)?;
-                    if taken >= POLL_BURST || s.full(cfg) {
-                        break;
+                    ErrorAction::Reset | ErrorAction::Stop => {
+                        needs = Some(e);
+                        Flow::Stop
                     }
-                }
-            }
-            // Rebalance callbacks run inside `poll`: no lock is held here.
-            polled = consumer.poll(Duration::ZERO);
+                },
+            };
+            cut = flow == Flow::Stop;
+            flow
+        });
+        drop(held);
+        if let Some(e) = refused {
+            return Err(e);
         }
+        if let Some(e) = needs {
+            forward_now |= on_consume_error(e, consumer, shared)?;
+        }
+        // Nothing more was waiting when the call returned.
+        let drained = !cut && handed < crate::fetch::TAKE_MAX;
         let mut s = lock(shared);
         let lingered = s.pending_since.is_some_and(|t| t.elapsed() >= linger);
         // A lingered batch goes at once if the task thread is free, or if

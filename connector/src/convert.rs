@@ -8,6 +8,38 @@ use rdkafka::message::{
 use rdkafka::producer::BaseRecord;
 use rdkafka::util::IntoOpaque;
 
+/// Why a record with a header name that is not UTF-8 cannot be archived.
+pub(crate) const HEADER_NAME_NOT_UTF8: &str =
+    "a header name is not UTF-8 (Kafka's protocol requires it); the archive stores header names as text";
+
+/// A record as the consumer thread takes it: from rust-rdkafka's `poll`, or
+/// from the run's own queue (`fetch.rs`).
+pub trait Polled {
+    fn topic(&self) -> &str;
+    fn partition(&self) -> i32;
+    fn offset(&self) -> i64;
+    /// The record as the archive stores it, or why it cannot be.
+    fn to_record(&self) -> Result<Record, String>;
+}
+
+impl Polled for BorrowedMessage<'_> {
+    fn topic(&self) -> &str {
+        Message::topic(self)
+    }
+
+    fn partition(&self) -> i32 {
+        Message::partition(self)
+    }
+
+    fn offset(&self) -> i64 {
+        Message::offset(self)
+    }
+
+    fn to_record(&self) -> Result<Record, String> {
+        to_record(self)
+    }
+}
+
 /// `m` as the archive stores it, or why it cannot be: a header name that
 /// is not UTF-8.
 pub fn to_record(m: &BorrowedMessage<'_>) -> Result<Record, String> {
@@ -21,7 +53,7 @@ pub fn to_record(m: &BorrowedMessage<'_>) -> Result<Record, String> {
         Some(hs) => headers_of(hs)?,
     };
     Ok(Record {
-        offset: m.offset(),
+        offset: Message::offset(m),
         timestamp_type,
         timestamp_ms,
         key: m.key().map(<[u8]>::to_vec),
@@ -50,10 +82,7 @@ pub(crate) fn headers_of<H: Headers>(hs: &H) -> Result<Vec<Header>, String> {
             })
             .collect()
     })
-    .ok_or_else(|| {
-        "a header name is not UTF-8 (Kafka's protocol requires it); the archive stores header names as text"
-            .to_owned()
-    })
+    .ok_or_else(|| HEADER_NAME_NOT_UTF8.to_owned())
 }
 
 /// The archived timestamp, if Kafka's producer can send it. librdkafka

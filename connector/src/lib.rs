@@ -17,6 +17,10 @@ pub mod convert;
 pub mod crashpoint;
 pub mod dead_letter;
 pub mod error;
+// librdkafka's queue forwarding and queue consumer, which rust-rdkafka does
+// not offer: the crate's only FFI beyond the allocator's.
+#[allow(unsafe_code)]
+pub mod fetch;
 mod librdkafka;
 pub mod live;
 pub mod offsets;

@@ -27,6 +27,7 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use crate::consumer::{lock, Shared};
 use crate::error::ConnectorError;
+use crate::fetch::Forwarder;
 use crate::offsets::{committed_with_metadata, Committed};
 use crate::progress::LogBounds;
 use crate::retention::{no_offset_start, resume_at, Bounds};
@@ -34,6 +35,10 @@ use crate::worker::Job;
 
 pub struct SinkContext {
     pub(crate) shared: Arc<Mutex<Shared>>,
+    /// Forwards to the run's queue while the consumer loop runs
+    /// (`fetch.rs`): each partition assigned is forwarded to it before the
+    /// assignment.
+    pub(crate) forwarder: Mutex<Option<Forwarder>>,
 }
 
 impl ClientContext for SinkContext {
@@ -93,6 +98,17 @@ impl ConsumerContext for SinkContext {
         match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
                 self.on_assign(c, tpl);
+                // Before the assignment starts any fetch (fetch.rs): the
+                // partitions' records then never reach the consumer queue.
+                if let Some(forwarder) = self.forwarder().clone() {
+                    for tp in tps_of(tpl) {
+                        if !forwarder.forward(c, &tp) {
+                            self.fail(ConnectorError::Sink(format!(
+                                "librdkafka has no fetch queue for {tp}; nothing of it is archived"
+                            )));
+                        }
+                    }
+                }
                 let r = if cooperative {
                     c.incremental_assign(tpl)
                 } else {
@@ -175,6 +191,14 @@ pub(crate) fn commit_retrying(
 }
 
 impl SinkContext {
+    /// The forwarder, if the consumer loop runs. Its critical sections
+    /// only replace or clone it: a panic cannot leave it half changed.
+    pub(crate) fn forwarder(&self) -> std::sync::MutexGuard<'_, Option<Forwarder>> {
+        self.forwarder
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     fn fail(&self, e: ConnectorError) {
         tracing::error!(error = %e, "fatal during rebalance");
         lock(&self.shared).pipeline.fail(e);
@@ -343,7 +367,11 @@ impl SinkContext {
             }
         }
         s.pipeline.drop_partitions(&tps);
+        let forwarder = self.forwarder().clone();
         for tp in &tps {
+            if let Some(f) = &forwarder {
+                f.release(c, tp);
+            }
             s.assigned.remove(tp);
             s.log_bounds.remove(tp);
             s.starts.remove(tp);

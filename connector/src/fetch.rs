@@ -1,0 +1,495 @@
+//! Records taken from librdkafka without rust-rdkafka's per-record costs.
+//!
+//! rust-rdkafka hands a consumer's records over one `poll` call each, which
+//! wraps each in an event and an `Arc` and reads the clock once more than
+//! librdkafka does; measured on this project's machine the consumer thread,
+//! the busiest thread of an archiving run, spent 0.35 µs a record there
+//! (docs/BENCHMARKS.md, "Where the time goes (connector)", item 10). So
+//! every assigned partition's fetch queue is forwarded to a queue of the
+//! run's own, which holds records and fetch errors only (rebalances stay on
+//! the consumer queue, which is still polled; a partition's other errors,
+//! such as "desired partition is not available", librdkafka serves itself
+//! and logs, and the group reports its topics' errors on the consumer
+//! queue), and records are taken from
+//! it with librdkafka's `rd_kafka_consume_queue`: the call of its own
+//! queue-based consumer API, one record at a time, with the same semantics
+//! as `poll` (a partition's position moves for records only, past each
+//! record handed over; `rd_kafka_fetch_op_app_prepare`, `rdkafka_op.c`).
+//!
+//! librdkafka's two calls that take many at once were tried and are not
+//! used. `rd_kafka_consume_batch_queue` moves each partition's position
+//! past every message it returns, errors included
+//! (`rd_kafka_q_serve_rkmessages`, `rdkafka_queue.c`): after a fetch error
+//! the position is one past a record never delivered, and after an error
+//! carrying a logical offset (a failed offset query for "beginning") it can
+//! become "end"; a partition paused and resumed, as librdkafka does across
+//! a cooperative rebalance, fetches from there, skipping records.
+//! `rd_kafka_consume_callback_queue` keeps positions right but first moves
+//! everything queued aside (`rd_kafka_q_serve0`), so while it runs the
+//! fetchers see an empty queue and fetch past `queued.min.messages` and
+//! `queued.max.messages.kbytes`: measured here, peak RSS archiving 1M
+//! records rose from about 190 to 330-395 MiB, and on a longer backlog it
+//! has no bound.
+//!
+//! # Invariants
+//! - A partition's fetch queue is forwarded here before the partition is
+//!   first assigned (the rebalance callback, before `assign`). An
+//!   application's forward marks the fetch queue (`RD_KAFKA_Q_F_FWD_APP`,
+//!   `rdkafka_queue.c`), and librdkafka's fetch start then no longer
+//!   forwards it to the consumer queue (`rd_kafka_toppar_op_fetch_start`,
+//!   `rdkafka_partition.c`): a partition's records reach the run through one
+//!   queue only, in offset order. A record of a forwarded partition found on
+//!   the consumer queue is refused (`consumer.rs`), never archived out of
+//!   order.
+//! - librdkafka's fetch stop clears a forward, and a stop still in flight
+//!   (an offset reset's re-assignment, a revoke followed at once by an
+//!   assignment) can clear one made after it; that fetch queue then holds
+//!   its records until it is forwarded again, which the consumer thread does
+//!   for every assigned partition at least every [`REFORWARD_INTERVAL`],
+//!   through the partition queue handle kept since the assignment (no
+//!   lookup in librdkafka). Nothing is lost or reordered
+//!   meanwhile: a forward moves what the fetch queue holds to the end of
+//!   this one, and a fetch queue holds one partition's records only.
+//! - A message is handed to the taker once, and destroyed right after
+//!   (also if the taker panics): nothing of it outlives [`Taken`]'s borrow.
+//!   What the taker was not handed stays queued, in order: messages are
+//!   taken one at a time, so stopping takes nothing more.
+//! - Every queue handle is destroyed before the consumer is: [`Fetch`]
+//!   borrows the consumer, and its `Drop` undoes the forwards and destroys
+//!   the handles. A [`Forwarder`] (kept in the consumer's context) touches
+//!   a handle only when handed the live consumer they belong to, and only
+//!   while the `Fetch` lives; if the `Fetch` is leaked instead of dropped,
+//!   its queues are leaked with it, never freed under a forwarder.
+
+use std::collections::BTreeMap;
+use std::ffi::{c_void, CStr, CString};
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use cairn_engine::{Header, Record, TimestampType, TopicPartition};
+use rdkafka::bindings as rd;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::KafkaError;
+
+use crate::error::{ConnectorError, Result};
+
+/// How often every assigned partition is forwarded again, in case a fetch
+/// stop cleared its forward after it was made. Until then such a partition
+/// waits (its records stay in its fetch queue); nothing else happens.
+pub(crate) const REFORWARD_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Most messages one [`Fetch::take`] hands over: the consumer queue (a
+/// rebalance waiting) is polled again after at most this many.
+pub const TAKE_MAX: usize = 1024;
+
+/// What the taker of [`Fetch::take`] wants next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    /// The next message, if one is waiting.
+    Go,
+    /// Nothing more in this call: what is waiting stays queued, in order.
+    Stop,
+}
+
+/// A queue handle the forwarder owns. Never destroyed by `Drop`: only
+/// [`Fetch`]'s `Drop` destroys handles, while the consumer is alive, so a
+/// forwarder dropped after the consumer (with its context) touches nothing.
+#[derive(Clone, Copy)]
+struct QueuePtr(NonNull<rd::rd_kafka_queue_t>);
+
+/// What the forwarder and the taker share.
+struct Queues {
+    rk: NonNull<rd::rd_kafka_t>,
+    /// The run's queue; `None` once [`Fetch`] is dropped.
+    target: Option<QueuePtr>,
+    /// Each forwarded partition's fetch queue, kept from its assignment to
+    /// its revoke.
+    partitions: BTreeMap<TopicPartition, QueuePtr>,
+}
+
+// SAFETY: librdkafka's handle and queue functions used here are thread-safe
+// (each queue has its own lock); the pointers are only used behind the
+// mutex, while a borrow of the live consumer is held (see `live`).
+unsafe impl Send for Queues {}
+
+impl Queues {
+    /// The run's queue, if `consumer` is the consumer these queues belong
+    /// to and the run's queue is not gone. Every use of a pointer here goes
+    /// through this, under a borrow of the consumer: the handle and the
+    /// queues are then alive (only `Fetch`'s drop destroys queues, and it
+    /// clears `target` as it does).
+    fn live<C: ConsumerContext>(&self, consumer: &BaseConsumer<C>) -> Option<QueuePtr> {
+        let rk = consumer.client().native_ptr();
+        self.target.filter(|_| rk == self.rk.as_ptr())
+    }
+
+    /// Forward `tp`'s fetch queue to `target`, looking its queue up the
+    /// first time. False if librdkafka has no such partition queue, or the
+    /// topic name cannot be passed to it.
+    fn forward(&mut self, target: QueuePtr, tp: &TopicPartition) -> bool {
+        let pq = match self.partitions.get(tp) {
+            Some(pq) => *pq,
+            None => {
+                let Ok(topic) = CString::new(tp.topic.as_str()) else {
+                    return false;
+                };
+                // SAFETY: the handle is live (`live`); the partition queue
+                // handle is kept until the revoke or `Fetch`'s drop
+                // destroys it.
+                let pq = unsafe {
+                    rd::rd_kafka_queue_get_partition(self.rk.as_ptr(), topic.as_ptr(), tp.partition)
+                };
+                let Some(pq) = NonNull::new(pq).map(QueuePtr) else {
+                    return false;
+                };
+                self.partitions.insert(tp.clone(), pq);
+                pq
+            }
+        };
+        // SAFETY: both handles are live (`live`, and held here).
+        unsafe { rd::rd_kafka_queue_forward(pq.0.as_ptr(), target.0.as_ptr()) };
+        true
+    }
+}
+
+fn guard(m: &Mutex<Queues>) -> MutexGuard<'_, Queues> {
+    // Each critical section leaves the map whole before anything can panic.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Forwards partitions' fetch queues to a [`Fetch`]'s queue from the
+/// consumer's rebalance callback, which keeps one in the consumer's context.
+/// Each call takes the consumer, which proves it alive; once the `Fetch` is
+/// gone a forwarder does nothing.
+#[derive(Clone)]
+pub(crate) struct Forwarder(Arc<Mutex<Queues>>);
+
+impl Forwarder {
+    /// Forward `tp`'s fetch queue to the run's queue. False if the run's
+    /// queue is gone or belongs to another consumer, librdkafka has no such
+    /// partition queue, or the topic name cannot be passed to it.
+    pub(crate) fn forward<C: ConsumerContext>(
+        &self,
+        consumer: &BaseConsumer<C>,
+        tp: &TopicPartition,
+    ) -> bool {
+        let mut q = guard(&self.0);
+        match q.live(consumer) {
+            Some(target) => q.forward(target, tp),
+            None => false,
+        }
+    }
+
+    /// `tp` was revoked: its handle goes, and it is forwarded again only if
+    /// it is assigned again. Its forward stays until its fetch stops, so
+    /// what it had fetched still arrives in order (and is not archived:
+    /// it is no longer assigned).
+    pub(crate) fn release<C: ConsumerContext>(
+        &self,
+        consumer: &BaseConsumer<C>,
+        tp: &TopicPartition,
+    ) {
+        let mut q = guard(&self.0);
+        if q.live(consumer).is_none() {
+            return;
+        }
+        if let Some(pq) = q.partitions.remove(tp) {
+            // SAFETY: live (`live`), destroyed once: removed above.
+            unsafe { rd::rd_kafka_queue_destroy(pq.0.as_ptr()) };
+        }
+    }
+
+    /// Whether `tp` is forwarded here: its records then never come through
+    /// the consumer queue (see the module's invariants).
+    pub(crate) fn is_forwarded(&self, tp: &TopicPartition) -> bool {
+        guard(&self.0).partitions.contains_key(tp)
+    }
+}
+
+/// The run's own queue, which forwarded partitions' records and fetch
+/// errors go to. It borrows the consumer: it goes first.
+pub struct Fetch<'c> {
+    queues: Arc<Mutex<Queues>>,
+    target: QueuePtr,
+    /// The consumer queue (rebalances, client errors), to see whether
+    /// events wait; `None` for a consumer without a group.
+    events: Option<QueuePtr>,
+    _consumer: PhantomData<&'c ()>,
+}
+
+// SAFETY: librdkafka's queue functions used here are thread-safe; the
+// shared state is behind a mutex.
+unsafe impl Send for Fetch<'_> {}
+unsafe impl Sync for Fetch<'_> {}
+
+impl<'c> Fetch<'c> {
+    /// A queue of `consumer`'s own, which lives no longer than the consumer.
+    pub fn new<C: ConsumerContext>(consumer: &'c BaseConsumer<C>) -> Result<Fetch<'c>> {
+        let rk = NonNull::new(consumer.client().native_ptr())
+            .ok_or_else(|| ConnectorError::Sink("no consumer handle".into()))?;
+        // SAFETY: `rk` is the consumer's live handle; both queue handles are
+        // destroyed in `Drop`, which runs while the borrowed consumer lives.
+        let (target, events) = unsafe {
+            (
+                rd::rd_kafka_queue_new(rk.as_ptr()),
+                rd::rd_kafka_queue_get_consumer(rk.as_ptr()),
+            )
+        };
+        let events = NonNull::new(events).map(QueuePtr);
+        let Some(target) = NonNull::new(target).map(QueuePtr) else {
+            if let Some(e) = events {
+                // SAFETY: just made, destroyed once.
+                unsafe { rd::rd_kafka_queue_destroy(e.0.as_ptr()) };
+            }
+            return Err(ConnectorError::Sink(
+                "librdkafka could not make a queue".into(),
+            ));
+        };
+        Ok(Fetch {
+            queues: Arc::new(Mutex::new(Queues {
+                rk,
+                target: Some(target),
+                partitions: BTreeMap::new(),
+            })),
+            target,
+            events,
+            _consumer: PhantomData,
+        })
+    }
+
+    /// What forwards partitions here from the rebalance callback.
+    pub(crate) fn forwarder(&self) -> Forwarder {
+        Forwarder(self.queues.clone())
+    }
+
+    /// Forward `tp`'s fetch queue here, before its assignment. False if
+    /// librdkafka has no such partition queue, or the topic name cannot be
+    /// passed to it.
+    pub fn forward(&self, tp: &TopicPartition) -> bool {
+        let mut q = guard(&self.queues);
+        // The borrowed consumer is alive, and this queue with it.
+        q.forward(self.target, tp)
+    }
+
+    /// Forward every partition forwarded before again (see the module's
+    /// invariants): no lookup in librdkafka, a lock of the partition's
+    /// fetch queue and of this one each.
+    pub(crate) fn forward_again(&self) {
+        let q = guard(&self.queues);
+        for pq in q.partitions.values() {
+            // SAFETY: both handles are live: the borrowed consumer is, and
+            // `Drop` has not run.
+            unsafe { rd::rd_kafka_queue_forward(pq.0.as_ptr(), self.target.0.as_ptr()) };
+        }
+    }
+
+    /// Whether events (a rebalance, an error, a commit's result) wait on the
+    /// consumer queue: rust-rdkafka's `poll` serves one rebalance per call
+    /// and then returns nothing, as it does when nothing waits.
+    pub(crate) fn events_waiting(&self) -> bool {
+        // SAFETY: live until `Drop`.
+        self.events
+            .is_some_and(|e| unsafe { rd::rd_kafka_queue_length(e.0.as_ptr()) } > 0)
+    }
+
+    /// Hand `f` what is waiting, in order, one message (a record or a fetch
+    /// error) at a time, up to `max` messages or until it answers
+    /// [`Flow::Stop`]; if nothing is waiting, wait up to `wait` for the
+    /// first. What `f` was not handed stays queued, in order. Returns how
+    /// many messages `f` was handed.
+    pub fn take<F>(&self, wait: Duration, max: usize, mut f: F) -> usize
+    where
+        F: FnMut(&Taken<'_>) -> Flow,
+    {
+        let max = max.clamp(1, TAKE_MAX);
+        let mut timeout_ms = wait.as_millis().min(i32::MAX as u128) as i32;
+        let mut handed = 0;
+        while handed < max {
+            // SAFETY: the queue is live until `Drop`; the message returned is
+            // ours, and `Message`'s drop destroys it once.
+            let m = unsafe { rd::rd_kafka_consume_queue(self.target.0.as_ptr(), timeout_ms) };
+            let Some(m) = NonNull::new(m).map(Message) else {
+                break;
+            };
+            timeout_ms = 0;
+            handed += 1;
+            let taken = Taken {
+                m: m.0,
+                _message: PhantomData,
+            };
+            if f(&taken) == Flow::Stop {
+                break;
+            }
+        }
+        handed
+    }
+}
+
+/// A message taken from the queue, destroyed when dropped (also when the
+/// taker panics).
+struct Message(NonNull<rd::rd_kafka_message_t>);
+
+impl Drop for Message {
+    fn drop(&mut self) {
+        // SAFETY: returned by `rd_kafka_consume_queue`, destroyed once.
+        unsafe { rd::rd_kafka_message_destroy(self.0.as_ptr()) }
+    }
+}
+
+impl Drop for Fetch<'_> {
+    fn drop(&mut self) {
+        let mut q = guard(&self.queues);
+        q.target = None;
+        for (_, pq) in std::mem::take(&mut q.partitions) {
+            // SAFETY: live (kept since `forward`), destroyed once: taken out
+            // of the map above. Undoing the forward first leaves no fetch
+            // queue pointing at a queue about to go; what a fetch queue
+            // receives from now on stays there until the consumer closes.
+            unsafe {
+                rd::rd_kafka_queue_forward(pq.0.as_ptr(), std::ptr::null_mut());
+                rd::rd_kafka_queue_destroy(pq.0.as_ptr());
+            }
+        }
+        // SAFETY: made in `new`, destroyed once, before the consumer (which
+        // `Fetch` borrows).
+        unsafe {
+            if let Some(e) = self.events {
+                rd::rd_kafka_queue_destroy(e.0.as_ptr());
+            }
+            rd::rd_kafka_queue_destroy(self.target.0.as_ptr());
+        }
+    }
+}
+
+/// One message as [`Fetch::take`] hands it to its taker: a record, or a
+/// fetch error. It lives only for the taker's call.
+pub struct Taken<'m> {
+    m: NonNull<rd::rd_kafka_message_t>,
+    _message: PhantomData<&'m rd::rd_kafka_message_t>,
+}
+
+impl Taken<'_> {
+    fn raw(&self) -> &rd::rd_kafka_message_t {
+        // SAFETY: valid for the taker's call, which this borrow cannot
+        // outlive (`take` destroys the message after it).
+        unsafe { self.m.as_ref() }
+    }
+
+    /// The error this message carries instead of a record, as rust-rdkafka's
+    /// `poll` would give it.
+    pub fn error(&self) -> Option<KafkaError> {
+        match self.raw().err {
+            rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR => None,
+            rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR__PARTITION_EOF => {
+                Some(KafkaError::PartitionEOF(self.raw().partition))
+            }
+            e => Some(KafkaError::MessageConsumption(e.into())),
+        }
+    }
+
+    /// `len` bytes at `ptr`, which belong to this message.
+    fn bytes(&self, ptr: *const c_void, len: usize) -> Option<&[u8]> {
+        if ptr.is_null() {
+            None
+        } else {
+            // SAFETY: librdkafka gives `len` readable bytes at `ptr`, owned
+            // by the message.
+            Some(unsafe { std::slice::from_raw_parts(ptr as *const u8, len) })
+        }
+    }
+
+    /// The value, if any (an error's is its description).
+    pub fn payload(&self) -> Option<&[u8]> {
+        self.bytes(self.raw().payload, self.raw().len)
+    }
+
+    fn key(&self) -> Option<&[u8]> {
+        self.bytes(self.raw().key, self.raw().key_len)
+    }
+
+    fn timestamp(&self) -> (TimestampType, i64) {
+        let mut kind = rd::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;
+        // SAFETY: the message is live.
+        let ts = unsafe { rd::rd_kafka_message_timestamp(self.m.as_ptr(), &mut kind) };
+        match kind {
+            _ if ts == -1 => (TimestampType::NotAvailable, -1),
+            rd::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_CREATE_TIME => {
+                (TimestampType::CreateTime, ts)
+            }
+            rd::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_LOG_APPEND_TIME => {
+                (TimestampType::LogAppendTime, ts)
+            }
+            rd::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE => {
+                (TimestampType::NotAvailable, -1)
+            }
+        }
+    }
+
+    fn headers(&self) -> std::result::Result<Vec<Header>, String> {
+        let mut hdrs: *mut rd::rd_kafka_headers_t = std::ptr::null_mut();
+        // SAFETY: the message is live; the headers belong to it.
+        let err = unsafe { rd::rd_kafka_message_headers(self.m.as_ptr(), &mut hdrs) };
+        if err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR || hdrs.is_null() {
+            return Ok(Vec::new());
+        }
+        let mut out = Vec::new();
+        for idx in 0.. {
+            let (mut name, mut value, mut size) = (std::ptr::null(), std::ptr::null(), 0usize);
+            // SAFETY: `hdrs` lives with the message; librdkafka sets the
+            // three outputs for an index it has.
+            let err =
+                unsafe { rd::rd_kafka_header_get_all(hdrs, idx, &mut name, &mut value, &mut size) };
+            if err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+                break;
+            }
+            // SAFETY: a header name is a NUL-terminated string.
+            let name = unsafe { CStr::from_ptr(name) }
+                .to_str()
+                .map_err(|_| crate::convert::HEADER_NAME_NOT_UTF8.to_owned())?;
+            out.push(Header {
+                name: name.to_owned(),
+                value: self.bytes(value, size).map(<[u8]>::to_vec),
+            });
+        }
+        Ok(out)
+    }
+}
+
+impl crate::convert::Polled for Taken<'_> {
+    fn topic(&self) -> &str {
+        let rkt = self.raw().rkt;
+        if rkt.is_null() {
+            // Only an error can lack a topic; never archived.
+            return "";
+        }
+        // SAFETY: a message's topic handle lives as long as the message, and
+        // its name is a NUL-terminated string.
+        unsafe { CStr::from_ptr(rd::rd_kafka_topic_name(rkt)) }
+            .to_str()
+            // Only names cairn subscribed to arrive, and those are checked
+            // Kafka names; anything else is not assigned, so not archived.
+            .unwrap_or("")
+    }
+
+    fn partition(&self) -> i32 {
+        self.raw().partition
+    }
+
+    fn offset(&self) -> i64 {
+        self.raw().offset
+    }
+
+    fn to_record(&self) -> std::result::Result<Record, String> {
+        let (timestamp_type, timestamp_ms) = self.timestamp();
+        Ok(Record {
+            offset: self.raw().offset,
+            timestamp_type,
+            timestamp_ms,
+            key: self.key().map(<[u8]>::to_vec),
+            value: self.payload().map(<[u8]>::to_vec),
+            headers: self.headers()?,
+        })
+    }
+}
