@@ -1,0 +1,199 @@
+//! What taking a record from librdkafka costs the consumer thread: CPU time
+//! on that thread per record, for rust-rdkafka's `poll` and for
+//! `cairn_connector::fetch` (the run's own queue, `rd_kafka_consume_queue`),
+//! alternated in one process against one mock cluster. Thread CPU time
+//! (`/proc/thread-self/schedstat`) rather than records/s: on this 2-core
+//! machine the broker, the fetchers and the consumer share the cores, and
+//! throughput moves with whatever else runs; the consumer thread's own
+//! time per record does not.
+//!
+//! `cargo run --release -p cairn-bench --bin take-cost -- [RECORDS [ROUNDS]]`
+//! (defaults 1,000,000 records of 100 B over 32 partitions, 3 rounds).
+//! Each taker converts every record to the archive's `Record` (copying key,
+//! value and headers), as the consumer thread does.
+
+use std::time::{Duration, Instant};
+
+use cairn_connector::convert::{to_record, Polled};
+use cairn_connector::fetch::{Fetch, Flow, TAKE_MAX};
+use cairn_engine::TopicPartition;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::{BaseProducer, BaseRecord, DefaultProducerContext, Producer};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+const PARTITIONS: i32 = 32;
+const TOPIC: &str = "take-cost";
+
+fn arg(i: usize, default: u64) -> u64 {
+    std::env::args()
+        .nth(i)
+        .map(|a| a.parse().expect("a whole number"))
+        .unwrap_or(default)
+}
+
+/// CPU time this thread has run, in ns.
+fn thread_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .expect("/proc/thread-self/schedstat")
+        .split_whitespace()
+        .next()
+        .and_then(|v| v.parse().ok())
+        .expect("schedstat's first field")
+}
+
+fn consumer(brokers: &str, group: &str) -> BaseConsumer {
+    ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        // As cairn sets it: a drained queue is refilled at once.
+        .set("fetch.queue.backoff.ms", "10")
+        .create()
+        .expect("consumer")
+}
+
+fn all_partitions() -> TopicPartitionList {
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..PARTITIONS {
+        tpl.add_partition_offset(TOPIC, p, Offset::Beginning)
+            .expect("partition");
+    }
+    tpl
+}
+
+/// (CPU ns on this thread, wall time) from the first record to the last.
+struct Cost {
+    cpu_ns: u64,
+    wall: Duration,
+}
+
+fn by_poll(brokers: &str, group: &str, records: u64) -> Cost {
+    let c = consumer(brokers, group);
+    c.assign(&all_partitions()).expect("assign");
+    let mut n = 0;
+    let mut start = None;
+    while n < records {
+        match c.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => {
+                start.get_or_insert_with(|| (thread_cpu_ns(), Instant::now()));
+                let r = to_record(&m).expect("record");
+                std::hint::black_box(r);
+                n += 1;
+            }
+            Some(Err(e)) => panic!("poll: {e}"),
+            None => {}
+        }
+    }
+    let (cpu, wall) = start.expect("records");
+    Cost {
+        cpu_ns: thread_cpu_ns() - cpu,
+        wall: wall.elapsed(),
+    }
+}
+
+fn by_take(brokers: &str, group: &str, records: u64) -> Cost {
+    take_with(brokers, group, records, true)
+}
+
+/// Taking alone: what converting to the archive's `Record` adds is the
+/// difference from `by_take`.
+fn by_take_unconverted(brokers: &str, group: &str, records: u64) -> Cost {
+    take_with(brokers, group, records, false)
+}
+
+fn take_with(brokers: &str, group: &str, records: u64, convert: bool) -> Cost {
+    let c = consumer(brokers, group);
+    let fetch = Fetch::new(&c).expect("fetch");
+    for p in 0..PARTITIONS {
+        assert!(fetch.forward(&TopicPartition::new(TOPIC, p)));
+    }
+    c.assign(&all_partitions()).expect("assign");
+    let mut n = 0;
+    let mut start = None;
+    while n < records {
+        fetch.take(Duration::from_millis(100), TAKE_MAX, |m| {
+            start.get_or_insert_with(|| (thread_cpu_ns(), Instant::now()));
+            assert!(m.error().is_none(), "{:?}", m.error());
+            if convert {
+                std::hint::black_box(m.to_record().expect("record"));
+            } else {
+                std::hint::black_box(m.payload());
+            }
+            n += 1;
+            Flow::Go
+        });
+    }
+    let (cpu, wall) = start.expect("records");
+    Cost {
+        cpu_ns: thread_cpu_ns() - cpu,
+        wall: wall.elapsed(),
+    }
+}
+
+fn main() {
+    let records = arg(1, 1_000_000);
+    let rounds = arg(2, 3);
+    let mock: MockCluster<'static, DefaultProducerContext> =
+        MockCluster::new(1).expect("mock cluster");
+    mock.create_topic(TOPIC, PARTITIONS, 1).expect("topic");
+    let brokers = mock.bootstrap_servers();
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", &brokers)
+        .set("linger.ms", "5")
+        .create()
+        .expect("producer");
+    let value = [b'v'; 100];
+    for i in 0..records {
+        let key = i.to_string();
+        let p = (i % PARTITIONS as u64) as i32;
+        let mut rec = BaseRecord::to(TOPIC)
+            .partition(p)
+            .key(&key)
+            .payload(&value[..]);
+        loop {
+            match producer.send(rec) {
+                Ok(()) => break,
+                Err((_, back)) => {
+                    producer.poll(Duration::from_millis(10));
+                    rec = back;
+                }
+            }
+        }
+    }
+    producer.flush(Duration::from_secs(120)).expect("flush");
+    println!(
+        "{records} records of 100 B over {PARTITIONS} partitions; consumer thread CPU per record"
+    );
+    let (mut polls, mut takes, mut bare) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..rounds {
+        for (name, costs, f) in [
+            ("poll", &mut polls, by_poll as fn(&str, &str, u64) -> Cost),
+            ("take", &mut takes, by_take),
+            ("take, not converted", &mut bare, by_take_unconverted),
+        ] {
+            let c = f(
+                &brokers,
+                &format!("{}-{round}", name.replace(", ", "-")),
+                records,
+            );
+            let ns = c.cpu_ns as f64 / records as f64;
+            println!(
+                "round {round} {name}: {ns:.0} ns/record on the consumer thread, {:.0} records/s",
+                records as f64 / c.wall.as_secs_f64()
+            );
+            costs.push(ns);
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (p, t, b) = (median(&mut polls), median(&mut takes), median(&mut bare));
+    println!(
+        "median: poll {p:.0} ns/record, take {t:.0} ns/record ({:.2}x poll), of which converting {:.0} ns",
+        t / p,
+        t - b
+    );
+}
