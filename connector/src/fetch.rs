@@ -275,8 +275,10 @@ impl<'c> Fetch<'c> {
 
     /// Forward every partition forwarded before again (see the module's
     /// invariants): no lookup in librdkafka, a lock of the partition's
-    /// fetch queue and of this one each.
-    pub(crate) fn forward_again(&self) {
+    /// fetch queue and of this one each. Assigning outside a rebalance
+    /// callback stops and starts fetches, and a stop clears a forward when
+    /// librdkafka gets to it: call this until the records come.
+    pub fn forward_again(&self) {
         let q = guard(&self.queues);
         for pq in q.partitions.values() {
             // SAFETY: both handles are live: the borrowed consumer is, and

@@ -142,6 +142,60 @@ fn an_error_with_an_offset_does_not_move_the_position() {
     );
 }
 
+/// Assigned again outside a rebalance callback (as an offset reset does),
+/// a partition's fetch stops and starts: the stop clears its forward, and
+/// forwarding again brings its records, from the new start, with nothing
+/// of the old fetch after them.
+#[test]
+fn forwarded_again_after_a_reassignment_records_go_on_from_the_new_start() {
+    init_logs();
+    let k = TestKafka::new("fetch-reassign", DEMO_PARTITIONS);
+    let n: u64 = 600;
+    produce(&k.brokers, &k.topic, 0..n).unwrap();
+    let c = consumer(&k, "fetch-reassign-group", &[]);
+    let fetch = Fetch::new(&c).unwrap();
+    assign(&c, &fetch, &k, |_| Offset::Beginning);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut first = 0;
+    while first == 0 {
+        assert!(Instant::now() < deadline);
+        first = fetch.take(Duration::from_millis(100), 5, |_| Flow::Go);
+    }
+    // Every partition again, from offset 150: what the old fetches queued
+    // is outdated, and the new fetches' records wait in their fetch queues
+    // until forwarded again.
+    let restart = 150;
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..DEMO_PARTITIONS {
+        tpl.add_partition_offset(&k.topic, p, Offset::Offset(restart))
+            .unwrap();
+    }
+    c.assign(&tpl).unwrap();
+    let mut next: BTreeMap<i32, i64> = (0..DEMO_PARTITIONS).map(|p| (p, restart)).collect();
+    let mut got = 0u64;
+    let want = n - restart as u64 * DEMO_PARTITIONS as u64;
+    while got < want {
+        assert!(
+            Instant::now() < deadline,
+            "{got} of {want} records after the reassignment"
+        );
+        fetch.forward_again();
+        fetch.take(Duration::from_millis(100), TAKE_MAX, |m| {
+            assert!(m.error().is_none(), "{:?}", m.error());
+            let o = next.get_mut(&m.partition()).unwrap();
+            assert_eq!(
+                m.offset(),
+                *o,
+                "partition {}: from the new start, in order",
+                m.partition()
+            );
+            *o += 1;
+            got += 1;
+            Flow::Go
+        });
+    }
+}
+
 /// A panic in the taker goes on after librdkafka's call has returned; the
 /// messages after the one it panicked on stay queued, in order.
 #[test]
