@@ -251,7 +251,12 @@ fn accept_loop(
                 };
                 served.retain(|h| !h.is_finished());
                 next_id += 1;
-                if let Some(h) = take(conn, next_id, served.len(), &engine, &shared) {
+                // Counted by the connections still listed, not the threads
+                // not yet finished: a client that has read its answer to
+                // the end was unlisted first (its last server-side handle
+                // closes there), so it never holds a slot after that.
+                let serving = lock(&shared.streams).len();
+                if let Some(h) = take(conn, next_id, serving, &engine, &shared) {
                     served.push(h);
                 }
             }
@@ -869,6 +874,10 @@ mod tests {
         let end: End = serde_json::from_slice(&body).unwrap();
         assert_eq!(end.exit, 2);
         assert!(end.error.unwrap().contains("bad request"));
+        // Each answer is read to its end (the server's close), which frees
+        // its connection's slot before the busy check below.
+        let to_the_end = |conn: &mut UnixStream| conn.read_to_end(&mut Vec::new()).unwrap();
+        to_the_end(&mut conn);
         let refusal = |conn: &mut UnixStream| {
             let mut r = BufReader::new(conn);
             match read_frame(&mut r, None).unwrap() {
@@ -882,6 +891,7 @@ mod tests {
             .unwrap();
         let end = refusal(&mut conn);
         assert!(end.error.unwrap().contains("over 65536 bytes"));
+        to_the_end(&mut conn);
         // A request in pieces is read whole.
         let mut conn = connect(dir.path()).unwrap();
         conn.write_all(b"{\"command\":").unwrap();
@@ -890,6 +900,7 @@ mod tests {
         let mut r = BufReader::new(&mut conn);
         let (tag, _) = read_frame(&mut r, None).unwrap().unwrap();
         assert_eq!(tag, TAG_OUTPUT);
+        r.read_to_end(&mut Vec::new()).unwrap();
 
         // CONNECTIONS_MAX clients that send nothing (yet) keep their
         // threads; the next is refused as busy at once.
