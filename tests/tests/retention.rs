@@ -131,13 +131,12 @@ fn a_stored_offset_that_aged_out_stops_the_run_unless_told_to_skip() {
     assert_eq!(archived_offsets(dir.path(), &k.topic), want);
 }
 
-/// The archive, with two hooks for the tests: its first put can wait for
+/// The archive, with a hook for the tests: its first put can wait for
 /// `release` (the run falls behind while the test pushes records out of
-/// Kafka), and it can say when its partitions were first opened.
+/// Kafka).
 struct HeldArchive {
     inner: ArchiveSink,
     held: Option<(std::sync::mpsc::Sender<()>, std::sync::mpsc::Receiver<()>)>,
-    opened: Option<std::sync::mpsc::Sender<()>>,
 }
 
 impl SinkTask for HeldArchive {
@@ -145,11 +144,7 @@ impl SinkTask for HeldArchive {
         &mut self,
         partitions: &[TopicPartition],
     ) -> Result<std::collections::BTreeMap<TopicPartition, i64>, TaskError> {
-        let resume = self.inner.open(partitions);
-        if let Some(tx) = self.opened.take() {
-            tx.send(()).unwrap();
-        }
-        resume
+        self.inner.open(partitions)
     }
     fn put(&mut self, batches: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
         if let Some((holding, release)) = self.held.take() {
@@ -206,7 +201,6 @@ fn fall_behind_while_running(
     let sink = HeldArchive {
         inner: ArchiveSink::new(engine),
         held: Some((holding_tx, release_rx)),
-        opened: None,
     };
     let tp = TopicPartition::new(&k.topic, 0);
     let opts = PipelineOptions {
@@ -368,25 +362,42 @@ fn latest_after_the_end(k: &TestKafka) {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(k, "latest-group", dir.path());
     cfg.auto_offset_reset = "latest".into();
-    let (opened_tx, opened) = std::sync::mpsc::channel();
+    // A progress report shows where the partition started (its archive lag
+    // counts from there before anything is durable): the records after the
+    // end are produced only once the run has read that end. (Produced as
+    // soon as the sink opened, they raced the run's read of the end, which
+    // then could include them all, leaving nothing to archive.)
+    cfg.progress_interval_s = 1;
+    let (report_tx, reports) = std::sync::mpsc::channel();
     let sink = HeldArchive {
         inner: ArchiveSink::new(Arc::new(
             Engine::open(EngineConfig::new(dir.path())).unwrap(),
         )),
         held: None,
-        opened: Some(opened_tx),
     };
     let tp = TopicPartition::new(&k.topic, 0);
     let opts = PipelineOptions {
-        done: Some(Box::new(move |c| c.get(&tp) == Some(&120))),
+        done: Some(Box::new({
+            let tp = tp.clone();
+            move |c| c.get(&tp) == Some(&120)
+        })),
+        on_progress: Some(Box::new(move |p| {
+            for q in &p.partitions {
+                let _ = report_tx.send((q.tp.clone(), q.log_end, q.archive_lag));
+            }
+        })),
         ..Default::default()
     };
     let run = std::thread::spawn(move || run_pipeline(&cfg, Box::new(sink), opts));
-    if opened.recv().is_err() {
-        panic!(
-            "the run ended before its partitions were opened: {:?}",
-            run.join().unwrap().err()
-        );
+    loop {
+        match reports.recv() {
+            Ok((t, Some(20), Some(0))) if t == tp => break,
+            Ok(_) => {}
+            Err(_) => panic!(
+                "the run ended before it reported its start: {:?}",
+                run.join().unwrap().err()
+            ),
+        }
     }
     produce_big(k, 20..120);
     run.join().unwrap().unwrap();
