@@ -1,8 +1,9 @@
 //! The consume → put → fsync → commit loop.
 //!
 //! Three stages overlap (see `pipeline.rs`): this module's consumer thread
-//! takes records (many at a time, from a queue of the run's own that every
-//! assigned partition's fetch queue is forwarded to: `fetch.rs`) and
+//! takes records (one at a time, up to 1024 a call, from a queue of the
+//! run's own that every assigned partition's fetch queue is forwarded to:
+//! `fetch.rs`) and
 //! batches them, the task thread (`worker.rs`) puts and pre-commits,
 //! and a tokio task (`committer.rs`) commits. A blocking rdkafka
 //! `BaseConsumer` runs on the consumer thread: rebalance callbacks run inside
@@ -39,10 +40,9 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::Offset;
 
 use crate::config::{CommitPolicy, OnOffsetOutOfRange, OnOversize, RunConfig};
-use crate::convert::Polled;
 use crate::dead_letter::DeadLetters;
 use crate::error::{ConnectorError, Result};
-use crate::fetch::{Fetch, Flow};
+use crate::fetch::{Fetch, Flow, Taken};
 use crate::pipeline::Pipeline;
 use crate::progress::{LogBounds, Progress, ProgressClock, Snapshot, Start};
 use crate::queue::{self, JobSender};
@@ -249,8 +249,8 @@ impl Shared {
         self.starts.insert(tp.clone(), start);
     }
 
-    /// Buffer one polled record, if its partition is ours.
-    fn accept<M: Polled>(&mut self, m: &M, cfg: &RunConfig) -> Result<()> {
+    /// Buffer one record taken, if its partition is ours.
+    fn accept(&mut self, m: &Taken<'_>, cfg: &RunConfig) -> Result<()> {
         // Records come in runs of one partition: compare with the last one
         // rather than build (allocate) and look up a TopicPartition each.
         let same = self
@@ -971,7 +971,6 @@ fn consume(
 ) -> Result<()> {
     let linger = Duration::from_millis(cfg.linger_ms);
     let pipeline = lock(shared).pipeline.clone();
-    let forwarder = fetch.forwarder();
     let mut forwarded_at = Instant::now();
     // An offset reset assigns partitions again outside the rebalance
     // callback (`retention::restart_fetch`), and their fetch stops can
@@ -992,21 +991,20 @@ fn consume(
         // The consumer queue: rebalances (their callbacks run inside `poll`,
         // with no lock held here) and client errors. Records come through
         // `fetch`; one here is of a partition never forwarded, which only a
-        // failed forward leaves (and that failed the run).
+        // failed forward leaves (and that failed the run already).
         for _ in 0..EVENTS_PER_PASS_MAX {
             match consumer.poll(Duration::ZERO) {
                 None if fetch.events_waiting() => {}
                 None => break,
                 Some(Err(e)) => forward_now |= on_consume_error(e, consumer, shared)?,
                 Some(Ok(m)) => {
-                    let tp = TopicPartition::new(Polled::topic(&m), Polled::partition(&m));
-                    if forwarder.is_forwarded(&tp) {
-                        return Err(ConnectorError::Sink(format!(
-                            "a record of {tp} (offset {}) came through the consumer queue although its partition's fetch queue is forwarded: refusing to archive out of order",
-                            Polled::offset(&m)
-                        )));
-                    }
-                    lock(shared).accept(&m, cfg)?;
+                    use rdkafka::message::Message;
+                    return Err(ConnectorError::Sink(format!(
+                        "a record of {}/{} (offset {}) came through the consumer queue: its partition's fetch queue was not forwarded to the run's queue; refusing to archive out of order",
+                        m.topic(),
+                        m.partition(),
+                        m.offset()
+                    )));
                 }
             }
         }

@@ -1,66 +1,15 @@
-//! rdkafka messages to engine records, and engine records back to rdkafka
-//! records (restore, and the demo's producer).
+//! rdkafka headers to engine headers, and engine records back to rdkafka
+//! records (restore, and the demo's producer). Records taken from Kafka
+//! become engine records in `fetch.rs`.
 
 use cairn_engine::{Header, Record, TimestampType};
-use rdkafka::message::{
-    BorrowedMessage, Header as KafkaHeader, Headers, Message, OwnedHeaders, Timestamp,
-};
+use rdkafka::message::{Header as KafkaHeader, Headers, OwnedHeaders};
 use rdkafka::producer::BaseRecord;
 use rdkafka::util::IntoOpaque;
 
 /// Why a record with a header name that is not UTF-8 cannot be archived.
 pub(crate) const HEADER_NAME_NOT_UTF8: &str =
     "a header name is not UTF-8 (Kafka's protocol requires it); the archive stores header names as text";
-
-/// A record as the consumer thread takes it: from rust-rdkafka's `poll`, or
-/// from the run's own queue (`fetch.rs`).
-pub trait Polled {
-    fn topic(&self) -> &str;
-    fn partition(&self) -> i32;
-    fn offset(&self) -> i64;
-    /// The record as the archive stores it, or why it cannot be.
-    fn to_record(&self) -> Result<Record, String>;
-}
-
-impl Polled for BorrowedMessage<'_> {
-    fn topic(&self) -> &str {
-        Message::topic(self)
-    }
-
-    fn partition(&self) -> i32 {
-        Message::partition(self)
-    }
-
-    fn offset(&self) -> i64 {
-        Message::offset(self)
-    }
-
-    fn to_record(&self) -> Result<Record, String> {
-        to_record(self)
-    }
-}
-
-/// `m` as the archive stores it, or why it cannot be: a header name that
-/// is not UTF-8.
-pub fn to_record(m: &BorrowedMessage<'_>) -> Result<Record, String> {
-    let (timestamp_type, timestamp_ms) = match m.timestamp() {
-        Timestamp::NotAvailable => (TimestampType::NotAvailable, -1),
-        Timestamp::CreateTime(t) => (TimestampType::CreateTime, t),
-        Timestamp::LogAppendTime(t) => (TimestampType::LogAppendTime, t),
-    };
-    let headers = match m.headers() {
-        None => Vec::new(),
-        Some(hs) => headers_of(hs)?,
-    };
-    Ok(Record {
-        offset: Message::offset(m),
-        timestamp_type,
-        timestamp_ms,
-        key: m.key().map(<[u8]>::to_vec),
-        value: m.payload().map(<[u8]>::to_vec),
-        headers,
-    })
-}
 
 /// `read` of text rust-rdkafka hands over as `&str` (a header name, an
 /// offset's commit metadata), or `None` where rust-rdkafka panics because

@@ -2,9 +2,10 @@
 //!
 //! rust-rdkafka hands a consumer's records over one `poll` call each, which
 //! wraps each in an event and an `Arc` and reads the clock once more than
-//! librdkafka does; measured on this project's machine the consumer thread,
-//! the busiest thread of an archiving run, spent 0.35 µs a record there
-//! (docs/BENCHMARKS.md, "Where the time goes (connector)", item 10). So
+//! librdkafka does. The consumer thread is the busiest thread of an
+//! archiving run, and taking records as below costs it about a fifth less
+//! CPU a record (`cairn-bench`'s `take-cost`; docs/BENCHMARKS.md, "Where the
+//! time goes (connector)", item 10). So
 //! every assigned partition's fetch queue is forwarded to a queue of the
 //! run's own, which holds records and fetch errors only (rebalances stay on
 //! the consumer queue, which is still polled; a partition's other errors,
@@ -38,14 +39,14 @@
 //!   `rdkafka_queue.c`), and librdkafka's fetch start then no longer
 //!   forwards it to the consumer queue (`rd_kafka_toppar_op_fetch_start`,
 //!   `rdkafka_partition.c`): a partition's records reach the run through one
-//!   queue only, in offset order. A record of a forwarded partition found on
-//!   the consumer queue is refused (`consumer.rs`), never archived out of
-//!   order.
+//!   queue only, in offset order. A record found on the consumer queue
+//!   (only a failed forward leaves one there) is refused (`consumer.rs`),
+//!   never archived out of order.
 //! - librdkafka's fetch stop clears a forward, and a stop still in flight
 //!   (an offset reset's re-assignment, a revoke followed at once by an
 //!   assignment) can clear one made after it; that fetch queue then holds
 //!   its records until it is forwarded again, which the consumer thread does
-//!   for every assigned partition at least every [`REFORWARD_INTERVAL`],
+//!   for every assigned partition at least every `REFORWARD_INTERVAL`,
 //!   through the partition queue handle kept since the assignment (no
 //!   lookup in librdkafka). Nothing is lost or reordered
 //!   meanwhile: a forward moves what the fetch queue holds to the end of
@@ -56,7 +57,7 @@
 //!   taken one at a time, so stopping takes nothing more.
 //! - Every queue handle is destroyed before the consumer is: [`Fetch`]
 //!   borrows the consumer, and its `Drop` undoes the forwards and destroys
-//!   the handles. A [`Forwarder`] (kept in the consumer's context) touches
+//!   the handles. A `Forwarder` (kept in the consumer's context) touches
 //!   a handle only when handed the live consumer they belong to, and only
 //!   while the `Fetch` lives; if the `Fetch` is leaked instead of dropped,
 //!   its queues are leaked with it, never freed under a forwarder.
@@ -199,12 +200,6 @@ impl Forwarder {
             // SAFETY: live (`live`), destroyed once: removed above.
             unsafe { rd::rd_kafka_queue_destroy(pq.0.as_ptr()) };
         }
-    }
-
-    /// Whether `tp` is forwarded here: its records then never come through
-    /// the consumer queue (see the module's invariants).
-    pub(crate) fn is_forwarded(&self, tp: &TopicPartition) -> bool {
-        guard(&self.0).partitions.contains_key(tp)
     }
 }
 
@@ -432,9 +427,19 @@ impl Taken<'_> {
     fn headers(&self) -> std::result::Result<Vec<Header>, String> {
         let mut hdrs: *mut rd::rd_kafka_headers_t = std::ptr::null_mut();
         // SAFETY: the message is live; the headers belong to it.
-        let err = unsafe { rd::rd_kafka_message_headers(self.m.as_ptr(), &mut hdrs) };
-        if err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR || hdrs.is_null() {
-            return Ok(Vec::new());
+        match unsafe { rd::rd_kafka_message_headers(self.m.as_ptr(), &mut hdrs) } {
+            rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR if !hdrs.is_null() => {}
+            // No headers.
+            rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
+            | rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR__NOENT => return Ok(Vec::new()),
+            // Headers the record has but librdkafka cannot parse: archived
+            // without them, the record would be silently changed.
+            e => {
+                return Err(format!(
+                    "its headers cannot be read: {}",
+                    KafkaError::MessageConsumption(e.into())
+                ))
+            }
         }
         let mut out = Vec::new();
         for idx in 0.. {
@@ -459,8 +464,9 @@ impl Taken<'_> {
     }
 }
 
-impl crate::convert::Polled for Taken<'_> {
-    fn topic(&self) -> &str {
+impl Taken<'_> {
+    /// The record's topic ("" for an error without one).
+    pub fn topic(&self) -> &str {
         let rkt = self.raw().rkt;
         if rkt.is_null() {
             // Only an error can lack a topic; never archived.
@@ -475,15 +481,18 @@ impl crate::convert::Polled for Taken<'_> {
             .unwrap_or("")
     }
 
-    fn partition(&self) -> i32 {
+    pub fn partition(&self) -> i32 {
         self.raw().partition
     }
 
-    fn offset(&self) -> i64 {
+    /// The record's offset (an error's: where it happened, if it says).
+    pub fn offset(&self) -> i64 {
         self.raw().offset
     }
 
-    fn to_record(&self) -> std::result::Result<Record, String> {
+    /// The record as the archive stores it, or why it cannot be: headers
+    /// librdkafka cannot parse, or a header name that is not UTF-8.
+    pub fn to_record(&self) -> std::result::Result<Record, String> {
         let (timestamp_type, timestamp_ms) = self.timestamp();
         Ok(Record {
             offset: self.raw().offset,

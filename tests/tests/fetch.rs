@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cairn_connector::cli::demo::{committed, demo_record, produce, DEMO_PARTITIONS};
-use cairn_connector::convert::Polled;
 use cairn_connector::fetch::{Fetch, Flow, TAKE_MAX};
 use cairn_connector::{run_pipeline, ArchiveSink, PipelineOptions};
 use cairn_engine::{Engine, EngineConfig, TopicPartition};
@@ -43,8 +42,9 @@ fn assign(c: &BaseConsumer, fetch: &Fetch<'_>, k: &TestKafka, start: impl Fn(i32
 }
 
 /// Takes that stop at random points hand over every record once, in each
-/// partition's offset order and as produced; after each take, every
-/// partition's position is the offset after the last record handed over.
+/// partition's offset order and as produced; after each take, the position
+/// of every partition taken from so far is the offset after the last record
+/// handed over.
 #[test]
 fn stopped_takes_leave_the_rest_in_order_and_positions_follow_the_records() {
     init_logs();
@@ -143,9 +143,11 @@ fn an_error_with_an_offset_does_not_move_the_position() {
 }
 
 /// Assigned again outside a rebalance callback (as an offset reset does),
-/// a partition's fetch stops and starts: the stop clears its forward, and
-/// forwarding again brings its records, from the new start, with nothing
-/// of the old fetch after them.
+/// a partition's fetch stops and starts, and the stop clears its forward
+/// (by hand: without `forward_again` no record arrives before the
+/// deadline). Forwarding again, as the consumer loop does, brings its
+/// records from the new start, in order, with nothing of the old fetch
+/// after them.
 #[test]
 fn forwarded_again_after_a_reassignment_records_go_on_from_the_new_start() {
     init_logs();
@@ -285,14 +287,32 @@ fn a_fetch_error_that_stops_the_run_archives_nothing_after_it() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(&k, "fetch-unauthorized-group", dir.path());
     let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
+    // A run that went on past the error would run forever: stop it after a
+    // minute, which then fails the test rather than hanging it.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (ended, watch) = std::sync::mpsc::channel::<()>();
+    let watchdog = std::thread::spawn({
+        let stop = stop.clone();
+        move || {
+            let waited = watch.recv_timeout(Duration::from_secs(60));
+            if waited == Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    });
     let result = run_pipeline(
         &cfg,
         Box::new(ArchiveSink::new(engine.clone())),
-        PipelineOptions::default(),
+        PipelineOptions {
+            stop: stop.clone(),
+            ..Default::default()
+        },
     );
+    drop(ended);
+    watchdog.join().unwrap();
     let err = match result {
         Err(e) => e.to_string(),
-        Ok(_) => panic!("the run must stop"),
+        Ok(_) => panic!("the run must stop with the error, not go on"),
     };
     assert!(err.contains("uthoriz"), "{err}");
     assert!(engine.durable_offsets().is_empty(), "archived nothing");
