@@ -19,7 +19,7 @@
 //!   taken: an error that stops the run leaves what follows it unarchived.
 //!   (Errors on the consumer queue, the group's and the client's, are
 //!   served between takes.)
-//! - Memory between poll and put is bounded: the batch being filled
+//! - Memory between taking and putting is bounded: the batch being filled
 //!   (`batch_bytes_max` plus one record), the puts queued for the task thread
 //!   (one under `every-put`; under `interval:MS` at most `batch_bytes_max`
 //!   payload bytes, or one batch; `queue.rs`), and the one being put. The
@@ -144,7 +144,7 @@ pub(crate) struct Shared {
     pub bounds_budget: Duration,
     /// This thread's copy of the assignment (the pipeline's is for commits).
     pub assigned: BTreeSet<TopicPartition>,
-    /// The last polled record's partition, and whether it is assigned.
+    /// The last record's partition, and whether it is assigned.
     last_tp: Option<(TopicPartition, bool)>,
     pending: BTreeMap<TopicPartition, Vec<Record>>,
     pending_bytes: usize,

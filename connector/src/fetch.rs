@@ -462,9 +462,7 @@ impl Taken<'_> {
         }
         Ok(out)
     }
-}
 
-impl Taken<'_> {
     /// The record's topic ("" for an error without one).
     pub fn topic(&self) -> &str {
         let rkt = self.raw().rkt;
@@ -481,6 +479,7 @@ impl Taken<'_> {
             .unwrap_or("")
     }
 
+    /// The record's partition.
     pub fn partition(&self) -> i32 {
         self.raw().partition
     }

@@ -55,9 +55,6 @@ impl ClientContext for SinkContext {
         }
     }
 
-    /// Also called on the consumer thread from inside a take, with the
-    /// loop's lock on `shared` held (librdkafka serves a partition's own
-    /// errors on the run's queue itself): it must not lock `shared`.
     fn error(&self, error: KafkaError, reason: &str) {
         tracing::warn!(target: "librdkafka", %error, "{reason}");
     }

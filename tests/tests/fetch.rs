@@ -328,3 +328,60 @@ fn a_fetch_error_that_stops_the_run_archives_nothing_after_it() {
         "committed nothing: {kafka:?}"
     );
 }
+
+/// Headers librdkafka refuses to read (it parses at most 100,000; Kafka has
+/// no such limit, so a producer can send more): the record stops the run
+/// as unreadable, naming it, with nothing at or after it archived (before,
+/// rust-rdkafka handed such a record over without its headers, and it was
+/// archived changed).
+#[test]
+fn a_record_whose_headers_cannot_be_read_stops_the_run() {
+    use rdkafka::message::{Header, OwnedHeaders};
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    init_logs();
+    let k = TestKafka::new("fetch-headers", 1);
+    let p: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", &k.brokers)
+        .create()
+        .unwrap();
+    let mut many = OwnedHeaders::new_with_capacity(100_001);
+    for _ in 0..100_001 {
+        many = many.insert(Header {
+            key: "h",
+            value: None::<&[u8]>,
+        });
+    }
+    for i in 0..3 {
+        let v = i.to_string();
+        let mut r = BaseRecord::<(), _>::to(&k.topic).partition(0).payload(&v);
+        if i == 1 {
+            r = r.headers(many.clone());
+        }
+        p.send(r).unwrap();
+    }
+    p.flush(Duration::from_secs(30)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&k, "fetch-headers-group", dir.path());
+    // One record a put: the one before it is archived and committed.
+    cfg.batch_records_max = 1;
+    let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
+    let err = match run_pipeline(
+        &cfg,
+        Box::new(ArchiveSink::new(engine.clone())),
+        PipelineOptions::default(),
+    ) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("the run must stop at the record"),
+    };
+    assert!(
+        err.contains(&format!("{}/0@1", k.topic)) && err.contains("headers cannot be read"),
+        "{err}"
+    );
+    let durable = engine.durable_offsets();
+    assert!(
+        durable
+            .get(&TopicPartition::new(&k.topic, 0))
+            .is_none_or(|&o| o <= 1),
+        "nothing at or after offset 1 archived: {durable:?}"
+    );
+}

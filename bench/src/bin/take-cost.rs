@@ -63,8 +63,9 @@ fn all_partitions() -> TopicPartitionList {
     tpl
 }
 
-/// A polled record as the archive stores it: what cairn's consumer thread
-/// did with each record until it took them from its own queue.
+/// A polled record as the archive stores it, as cairn's consumer thread
+/// converted each record until it took them from its own queue (the same
+/// copies; without its checks of header names, which these records lack).
 fn to_record(m: &BorrowedMessage<'_>) -> Record {
     let (timestamp_type, timestamp_ms) = match m.timestamp() {
         Timestamp::NotAvailable => (TimestampType::NotAvailable, -1),
