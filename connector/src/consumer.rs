@@ -956,10 +956,15 @@ fn on_consume_error(
             })
         }
         ErrorAction::Log => {
-            tracing::warn!(error = %e, "consumer error (librdkafka retries)");
+            log_retried(&e);
             Ok(false)
         }
     }
+}
+
+/// A consumer error librdkafka retries on its own.
+fn log_retried(e: &rdkafka::error::KafkaError) {
+    tracing::warn!(error = %e, "consumer error (librdkafka retries)");
 }
 
 fn consume(
@@ -1040,7 +1045,7 @@ fn consume(
                 },
                 Some(e) => match action(&e) {
                     ErrorAction::Log => {
-                        tracing::warn!(error = %e, "consumer error (librdkafka retries)");
+                        log_retried(&e);
                         Flow::Go
                     }
                     ErrorAction::Reset | ErrorAction::Stop => {

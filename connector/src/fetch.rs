@@ -73,6 +73,7 @@ use cairn_engine::{Header, Record, TimestampType, TopicPartition};
 use rdkafka::bindings as rd;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
+use rdkafka::TopicPartitionList;
 
 use crate::error::{ConnectorError, Result};
 
@@ -262,10 +263,38 @@ impl<'c> Fetch<'c> {
     /// Forward `tp`'s fetch queue here, before its assignment. False if
     /// librdkafka has no such partition queue, or the topic name cannot be
     /// passed to it.
-    pub fn forward(&self, tp: &TopicPartition) -> bool {
+    fn forward(&self, tp: &TopicPartition) -> bool {
         let mut q = guard(&self.queues);
         // The borrowed consumer is alive, and this queue with it.
         q.forward(self.target, tp)
+    }
+
+    /// Assign `tpl`'s partitions to `consumer` directly (no group's
+    /// rebalance: the consumer loop forwards in its rebalance callback
+    /// instead), each forwarded here first, so that its records come only
+    /// here. An error if `consumer` is not the one this queue belongs to, or
+    /// a partition cannot be forwarded (then nothing is assigned).
+    pub fn assign<C: ConsumerContext>(
+        &self,
+        consumer: &BaseConsumer<C>,
+        tpl: &TopicPartitionList,
+    ) -> Result<()> {
+        if consumer.client().native_ptr() != guard(&self.queues).rk.as_ptr() {
+            return Err(ConnectorError::Sink(
+                "assigning through another consumer's queue".into(),
+            ));
+        }
+        for e in tpl.elements() {
+            let tp = TopicPartition::new(e.topic(), e.partition());
+            if !self.forward(&tp) {
+                return Err(ConnectorError::Sink(format!(
+                    "librdkafka has no fetch queue for {tp}"
+                )));
+            }
+        }
+        consumer
+            .assign(tpl)
+            .map_err(ConnectorError::kafka("assign"))
     }
 
     /// Forward every partition forwarded before again (see the module's

@@ -30,15 +30,14 @@ fn consumer(k: &TestKafka, group: &str, extra: &[(&str, &str)]) -> BaseConsumer 
     c.create().expect("consumer")
 }
 
-/// Forward every partition of `k`'s topic to `fetch`, then assign them
-/// from `start(partition)`.
+/// Assign every partition of `k`'s topic through `fetch`, from
+/// `start(partition)`.
 fn assign(c: &BaseConsumer, fetch: &Fetch<'_>, k: &TestKafka, start: impl Fn(i32) -> Offset) {
     let mut tpl = TopicPartitionList::new();
     for p in 0..DEMO_PARTITIONS {
-        assert!(fetch.forward(&TopicPartition::new(&k.topic, p)));
         tpl.add_partition_offset(&k.topic, p, start(p)).unwrap();
     }
-    c.assign(&tpl).unwrap();
+    fetch.assign(c, &tpl).unwrap();
 }
 
 /// Takes that stop at random points hand over every record once, in each
@@ -208,11 +207,10 @@ fn a_panicking_taker_leaves_the_rest_queued() {
     produce_one_partition(&k, n);
     let c = consumer(&k, "fetch-panic-group", &[]);
     let fetch = Fetch::new(&c).unwrap();
-    assert!(fetch.forward(&TopicPartition::new(&k.topic, 0)));
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(&k.topic, 0, Offset::Beginning)
         .unwrap();
-    c.assign(&tpl).unwrap();
+    fetch.assign(&c, &tpl).unwrap();
     let mut offsets = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(60);
     // Take until the taker panics on offset 10.

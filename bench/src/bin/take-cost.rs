@@ -15,7 +15,7 @@
 use std::time::{Duration, Instant};
 
 use cairn_connector::fetch::{Fetch, Flow, TAKE_MAX};
-use cairn_engine::{Header, Record, TimestampType, TopicPartition};
+use cairn_engine::{Header, Record, TimestampType};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{BorrowedMessage, Headers, Message, Timestamp};
 use rdkafka::mocking::MockCluster;
@@ -133,10 +133,7 @@ fn by_take_unconverted(brokers: &str, group: &str, records: u64) -> Cost {
 fn take_with(brokers: &str, group: &str, records: u64, convert: bool) -> Cost {
     let c = consumer(brokers, group);
     let fetch = Fetch::new(&c).expect("fetch");
-    for p in 0..PARTITIONS {
-        assert!(fetch.forward(&TopicPartition::new(TOPIC, p)));
-    }
-    c.assign(&all_partitions()).expect("assign");
+    fetch.assign(&c, &all_partitions()).expect("assign");
     let mut n = 0;
     let mut start = None;
     while n < records {

@@ -475,15 +475,14 @@ pub fn ceiling(
     let fetch = Fetch::new(&c).map_err(|e| format!("ceiling: {e}"))?;
     let mut tpl = TopicPartitionList::new();
     for p in 0..partitions {
-        // Before the assignment, as cairn does: its records then come only here.
-        if !fetch.forward(&TopicPartition::new(topic, p)) {
-            return Err(format!("ceiling: no fetch queue for {topic}/{p}"));
-        }
         tpl.add_partition_offset(topic, p, Offset::Beginning)
             .map_err(|e| format!("ceiling: {e}"))?;
     }
-    c.assign(&tpl)
-        .map_err(|e| format!("ceiling: assign: {e}"))?;
+    // Each partition forwarded before it is assigned, as cairn does: its
+    // records then come only through the fetch queue.
+    fetch
+        .assign(&c, &tpl)
+        .map_err(|e| format!("ceiling: {e}"))?;
     let deadline = Instant::now() + Duration::from_secs(600);
     let (mut n, mut bytes, mut first, mut last_commit) = (0u64, 0u64, None, Instant::now());
     let mut failed = None;
