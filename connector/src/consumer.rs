@@ -684,6 +684,7 @@ pub fn run_pipeline(
         .create_with_context(SinkContext {
             shared: shared.clone(),
             forwarder: Mutex::new(None),
+            last_error: Mutex::new(None),
         })
         .map_err(|e| ConnectorError::Config(format!("kafka client: {e}")))?;
     preflight(&consumer, cfg)?;
@@ -936,9 +937,12 @@ fn action(e: &rdkafka::error::KafkaError) -> ErrorAction {
 
 /// A consumer error, from the consumer queue or the run's queue: restart
 /// what is out of Kafka's log (true: partitions were assigned again), stop
-/// the run on what librdkafka does not retry, log the rest.
+/// the run on what librdkafka does not retry, log the rest. `why` is
+/// librdkafka's description of it, naming the topic or partition (rust-rdkafka's
+/// error is a bare code).
 fn on_consume_error(
     e: rdkafka::error::KafkaError,
+    why: Option<String>,
     consumer: &BaseConsumer<SinkContext>,
     shared: &Mutex<Shared>,
 ) -> Result<bool> {
@@ -949,10 +953,17 @@ fn on_consume_error(
             Ok(true)
         }
         ErrorAction::Stop => {
-            tracing::error!(error = %e, "consumer error: stopping");
-            Err(ConnectorError::Kafka {
-                op: "consume",
-                source: e,
+            tracing::error!(error = %e, why, "consumer error: stopping");
+            Err(match why {
+                Some(why) => ConnectorError::KafkaWhy {
+                    op: "consume",
+                    why: why.into(),
+                    source: e,
+                },
+                None => ConnectorError::Kafka {
+                    op: "consume",
+                    source: e,
+                },
             })
         }
         ErrorAction::Log => {
@@ -1001,7 +1012,10 @@ fn consume(
             match consumer.poll(Duration::ZERO) {
                 None if fetch.events_waiting() => {}
                 None => break,
-                Some(Err(e)) => forward_now |= on_consume_error(e, consumer, shared)?,
+                Some(Err(e)) => {
+                    let why = consumer.context().take_error_reason(&e);
+                    forward_now |= on_consume_error(e, why, consumer, shared)?
+                }
                 Some(Ok(m)) => {
                     use rdkafka::message::Message;
                     return Err(ConnectorError::Sink(format!(
@@ -1028,7 +1042,7 @@ fn consume(
         // record after a stopping error is never archived, one after an
         // offset reset is taken once the partitions go on).
         let mut cut = false;
-        let mut needs: Option<rdkafka::error::KafkaError> = None;
+        let mut needs: Option<(rdkafka::error::KafkaError, String)> = None;
         let mut refused: Option<ConnectorError> = None;
         let mut held: Option<MutexGuard<'_, Shared>> = None;
         let handed = fetch.take(wait.min(EVENTS_WAIT_MAX), crate::fetch::TAKE_MAX, |m| {
@@ -1049,7 +1063,7 @@ fn consume(
                         Flow::Go
                     }
                     ErrorAction::Reset | ErrorAction::Stop => {
-                        needs = Some(e);
+                        needs = Some((e, m.describe_error()));
                         Flow::Stop
                     }
                 },
@@ -1061,8 +1075,8 @@ fn consume(
         if let Some(e) = refused {
             return Err(e);
         }
-        if let Some(e) = needs {
-            forward_now |= on_consume_error(e, consumer, shared)?;
+        if let Some((e, why)) = needs {
+            forward_now |= on_consume_error(e, Some(why), consumer, shared)?;
         }
         // Nothing more was waiting when the call returned.
         let drained = !cut && handed < crate::fetch::TAKE_MAX;

@@ -99,6 +99,15 @@ pub enum ConnectorError {
         #[source]
         source: rdkafka::error::KafkaError,
     },
+    /// As `Kafka`, with librdkafka's description of it (which names the
+    /// topic or partition).
+    #[error("kafka error during {op}: {why} ({source})")]
+    KafkaWhy {
+        op: &'static str,
+        why: Box<str>,
+        #[source]
+        source: rdkafka::error::KafkaError,
+    },
     /// As `Kafka`, naming the topic or partition it concerned.
     #[error("kafka error during {op} of {at}: {source}")]
     KafkaAt {

@@ -39,6 +39,11 @@ pub struct SinkContext {
     /// (`fetch.rs`): each partition assigned is forwarded to it before the
     /// assignment.
     pub(crate) forwarder: Mutex<Option<Forwarder>>,
+    /// librdkafka's description of the last client error reported, which
+    /// rust-rdkafka's `poll` then returns as a bare code: it names the
+    /// topic ("Subscribed topic not available: t: ..."), so a run that
+    /// stops on the error says which.
+    pub(crate) last_error: Mutex<Option<(rdkafka::types::RDKafkaErrorCode, String)>>,
 }
 
 impl ClientContext for SinkContext {
@@ -57,6 +62,13 @@ impl ClientContext for SinkContext {
 
     fn error(&self, error: KafkaError, reason: &str) {
         tracing::warn!(target: "librdkafka", %error, "{reason}");
+        if let Some(code) = error.rdkafka_error_code() {
+            *self
+                .last_error
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) =
+                Some((code, reason.to_owned()));
+        }
     }
 
     /// librdkafka's statistics, every `progress_interval_s`: keep each
@@ -197,6 +209,18 @@ impl SinkContext {
         self.forwarder
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// librdkafka's description of the last client error, if it was of
+    /// `error`'s code (taken: each description is given once).
+    pub(crate) fn take_error_reason(&self, error: &KafkaError) -> Option<String> {
+        let code = error.rdkafka_error_code()?;
+        let last = self
+            .last_error
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()?;
+        (last.0 == code).then_some(last.1)
     }
 
     fn fail(&self, e: ConnectorError) {

@@ -312,7 +312,11 @@ fn a_fetch_error_that_stops_the_run_archives_nothing_after_it() {
         Err(e) => e.to_string(),
         Ok(_) => panic!("the run must stop with the error, not go on"),
     };
-    assert!(err.contains("uthoriz"), "{err}");
+    // Named: the partition and where its fetch failed.
+    assert!(
+        err.contains("uthoriz") && err.contains(&format!("{}/", k.topic)),
+        "{err}"
+    );
     assert!(engine.durable_offsets().is_empty(), "archived nothing");
     let kafka = committed(
         &k.brokers,
@@ -382,4 +386,80 @@ fn a_record_whose_headers_cannot_be_read_stops_the_run() {
             .is_none_or(|&o| o <= 1),
         "nothing at or after offset 1 archived: {durable:?}"
     );
+}
+
+/// A topic deleted while it is archived (the mock cluster's metadata says
+/// it is unknown): librdkafka puts the error on each of its partitions'
+/// fetch queues, which are forwarded to the run's queue. The run stops
+/// with it, naming the topic, and commits nothing past what is durable.
+#[test]
+fn a_topic_deleted_while_archived_stops_the_run() {
+    init_logs();
+    let k = TestKafka::new("fetch-deleted", DEMO_PARTITIONS);
+    let Some(mock) = k.mock() else {
+        eprintln!("SKIPPED: deleting a topic under a run needs the mock cluster");
+        return;
+    };
+    produce(&k.brokers, &k.topic, 0..300).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&k, "fetch-deleted-group", dir.path());
+    cfg.kafka
+        .insert("topic.metadata.refresh.interval.ms".into(), "100".into());
+    let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (committed_tx, committed_rx) = std::sync::mpsc::channel::<()>();
+    let committed_tx = std::sync::Mutex::new(committed_tx);
+    let run = std::thread::spawn({
+        let engine = engine.clone();
+        let stop = stop.clone();
+        move || {
+            run_pipeline(
+                &cfg,
+                Box::new(ArchiveSink::new(engine)),
+                PipelineOptions {
+                    stop,
+                    on_commit: Some(Box::new(move |committed, durable| {
+                        for (tp, o) in committed {
+                            assert!(*o <= durable[tp], "committed {tp}@{o} above durable");
+                        }
+                        let _ = committed_tx.lock().unwrap().send(());
+                    })),
+                    ..Default::default()
+                },
+            )
+            .map(drop)
+            .map_err(|e| e.to_string())
+        }
+    });
+    committed_rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("a first commit");
+    mock.topic_error(
+        &k.topic,
+        rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART,
+    )
+    .unwrap();
+    // A run that goes on past the error would run forever: stop it after a
+    // minute, which then fails the test rather than hanging it.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !run.is_finished() && Instant::now() < deadline {
+        let _ = committed_rx.recv_timeout(Duration::from_millis(100));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let err = run
+        .join()
+        .unwrap()
+        .expect_err("the run must stop with the topic gone, not go on");
+    assert!(err.contains(&k.topic), "the error names the topic: {err}");
+    // What was archived before stays, and nothing was committed past it.
+    let durable = engine.durable_offsets();
+    assert!(!durable.is_empty(), "archived before the topic went");
+    let kafka = committed(&k.brokers, "fetch-deleted-group", &k.topic, DEMO_PARTITIONS).unwrap();
+    for (p, o) in kafka {
+        let d = durable
+            .get(&TopicPartition::new(&k.topic, p))
+            .copied()
+            .unwrap_or(0);
+        assert!(o <= d, "{}/{p}@{o} committed past durable {d}", k.topic);
+    }
 }
