@@ -147,6 +147,8 @@ pub(crate) struct Shared {
     /// The last record's partition, and whether it is assigned.
     last_tp: Option<(TopicPartition, bool)>,
     pending: BTreeMap<TopicPartition, Vec<Record>>,
+    /// Buffers to copy the next records into (`recycle.rs`).
+    stash: crate::recycle::Stash,
     pending_bytes: usize,
     pending_records: usize,
     pending_since: Option<Instant>,
@@ -267,7 +269,8 @@ impl Shared {
         let Some((tp, true)) = &self.last_tp else {
             return Ok(());
         };
-        let r = match m.to_record() {
+        let stash = &mut self.stash;
+        let r = match m.to_record_with(|bytes| stash.copy(bytes)) {
             Ok(r) => r,
             Err(detail) => {
                 self.stats.records_polled += 1;
@@ -668,6 +671,7 @@ pub fn run_pipeline(
         assigned: BTreeSet::new(),
         last_tp: None,
         pending: BTreeMap::new(),
+        stash: Default::default(),
         pending_bytes: 0,
         pending_records: 0,
         pending_since: None,
@@ -1047,7 +1051,16 @@ fn consume(
         let mut held: Option<MutexGuard<'_, Shared>> = None;
         let handed = fetch.take(wait.min(EVENTS_WAIT_MAX), crate::fetch::TAKE_MAX, |m| {
             // Locked at the first message, not while waiting for it.
-            let s = held.get_or_insert_with(|| lock(shared));
+            let s = held.get_or_insert_with(|| {
+                let mut s = lock(shared);
+                if s.stash.is_empty() {
+                    let Shared {
+                        pipeline, stash, ..
+                    } = &mut *s;
+                    pipeline.recycler.refill(stash);
+                }
+                s
+            });
             let flow = match m.error() {
                 None => match s.accept(m, cfg) {
                     Ok(()) if s.full(cfg) => Flow::Stop,

@@ -468,7 +468,10 @@ impl Taken<'_> {
         }
     }
 
-    fn headers(&self) -> std::result::Result<Vec<Header>, String> {
+    fn headers(
+        &self,
+        copy: &mut impl FnMut(&[u8]) -> Vec<u8>,
+    ) -> std::result::Result<Vec<Header>, String> {
         let mut hdrs: *mut rd::rd_kafka_headers_t = std::ptr::null_mut();
         // SAFETY: the message is live; the headers belong to it.
         match unsafe { rd::rd_kafka_message_headers(self.m.as_ptr(), &mut hdrs) } {
@@ -501,7 +504,7 @@ impl Taken<'_> {
                 .map_err(|_| crate::convert::HEADER_NAME_NOT_UTF8.to_owned())?;
             out.push(Header {
                 name: name.to_owned(),
-                value: self.bytes(value, size).map(<[u8]>::to_vec),
+                value: self.bytes(value, size).map(&mut *copy),
             });
         }
         Ok(out)
@@ -536,14 +539,23 @@ impl Taken<'_> {
     /// The record as the archive stores it, or why it cannot be: headers
     /// librdkafka cannot parse, or a header name that is not UTF-8.
     pub fn to_record(&self) -> std::result::Result<Record, String> {
+        self.to_record_with(<[u8]>::to_vec)
+    }
+
+    /// [`to_record`](Self::to_record), with the key, value and header
+    /// values copied by `copy` (into reused buffers, `recycle.rs`).
+    pub fn to_record_with(
+        &self,
+        mut copy: impl FnMut(&[u8]) -> Vec<u8>,
+    ) -> std::result::Result<Record, String> {
         let (timestamp_type, timestamp_ms) = self.timestamp();
         Ok(Record {
             offset: self.raw().offset,
             timestamp_type,
             timestamp_ms,
-            key: self.key().map(<[u8]>::to_vec),
-            value: self.payload().map(<[u8]>::to_vec),
-            headers: self.headers()?,
+            key: self.key().map(&mut copy),
+            value: self.payload().map(&mut copy),
+            headers: self.headers(&mut copy)?,
         })
     }
 }

@@ -29,6 +29,7 @@ mod progress;
 pub mod pruner;
 mod queue;
 pub mod rebalance;
+mod recycle;
 pub mod restore;
 mod retention;
 pub mod selection;

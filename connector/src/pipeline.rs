@@ -76,6 +76,9 @@ pub(crate) struct Pipeline {
     /// The sink's identity ([`crate::SinkTask::identity`]): committed as
     /// every offset's metadata, and compared with it at an assignment.
     pub identity: Option<String>,
+    /// Written records' buffers, on their way back to the consumer thread
+    /// (`recycle.rs`).
+    pub recycler: crate::recycle::Recycler,
 }
 
 impl Pipeline {
@@ -100,6 +103,7 @@ impl Pipeline {
             committer_stop: AtomicBool::new(false),
             failed: AtomicBool::new(false),
             finished: AtomicBool::new(false),
+            recycler: Default::default(),
             identity,
         }
     }

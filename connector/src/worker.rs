@@ -137,6 +137,9 @@ impl Worker {
                     if let Err(e) = self.put(&batches, poll_us) {
                         self.pipeline.fail(e);
                     }
+                    // Written (or failed): its buffers go back for the
+                    // consumer thread's next records.
+                    self.pipeline.recycler.give_back(batches);
                 }
                 Some(Job::Open { partitions, reply }) => {
                     let r = self
