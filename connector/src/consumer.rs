@@ -24,6 +24,8 @@
 //!   (one under `every-put`; under `interval:MS` at most `batch_bytes_max`
 //!   payload bytes, or one batch; `queue.rs`), and the one being put. The
 //!   consumer thread stops polling while it waits for room in the queue.
+//!   Written records' buffers waiting to be reused hold at most 8 MiB
+//!   more (`recycle.rs`).
 //! - The batch being filled grows while the task thread is busy, up to the
 //!   batch limits: only full batches (or a lingered one when nothing more is
 //!   waiting to be polled) are queued, so under load puts get larger, not more.
@@ -169,11 +171,19 @@ pub(crate) struct Shared {
 }
 
 /// The memory a buffered record holds, as `pending_bytes` counts it: its
-/// payload, plus the record's and each header's own struct. Payload alone
+/// payload's buffers, plus the record's and each header's own struct. Payload alone
 /// would let records of no payload (null key and value, or thousands of
 /// empty headers) pass every byte bound for free.
 fn held_bytes(r: &Record) -> usize {
-    r.payload_bytes() as usize
+    // Capacities, not lengths: a buffer reused for a record (recycle.rs)
+    // may be larger than what it holds.
+    let bytes = |v: &Option<Vec<u8>>| v.as_ref().map_or(0, Vec::capacity);
+    bytes(&r.key)
+        + bytes(&r.value)
+        + r.headers
+            .iter()
+            .map(|h| h.name.capacity() + bytes(&h.value))
+            .sum::<usize>()
         + std::mem::size_of::<Record>()
         + r.headers.len() * std::mem::size_of::<cairn_engine::Header>()
 }
@@ -942,8 +952,9 @@ fn action(e: &rdkafka::error::KafkaError) -> ErrorAction {
 /// A consumer error, from the consumer queue or the run's queue: restart
 /// what is out of Kafka's log (true: partitions were assigned again), stop
 /// the run on what librdkafka does not retry, log the rest. `why` is
-/// librdkafka's description of it, naming the topic or partition (rust-rdkafka's
-/// error is a bare code).
+/// librdkafka's description of it, which names the partition of a fetch
+/// error and the topic of a topic error (rust-rdkafka's error is a bare
+/// code).
 fn on_consume_error(
     e: rdkafka::error::KafkaError,
     why: Option<String>,
@@ -952,7 +963,7 @@ fn on_consume_error(
 ) -> Result<bool> {
     match action(&e) {
         ErrorAction::Reset => {
-            tracing::warn!(error = %e, "a position is out of Kafka's log; checking retention");
+            tracing::warn!(error = %e, why, "a position is out of Kafka's log; checking retention");
             lock(shared).offset_reset(consumer)?;
             Ok(true)
         }

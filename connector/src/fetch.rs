@@ -416,18 +416,20 @@ impl Taken<'_> {
     }
 
     /// Where an error happened and librdkafka's description of it, as
-    /// `t/p@o: description` (without `@o` when it names no offset).
+    /// `t/p@o: description` (without `@o` when it names no offset, and
+    /// without `t/p@o: ` when it names no topic).
     pub fn describe_error(&self) -> String {
         let at = match self.offset() {
-            o if o >= 0 => format!("{}/{}@{o}", self.topic(), self.partition()),
-            _ => format!("{}/{}", self.topic(), self.partition()),
+            _ if self.topic().is_empty() => String::new(),
+            o if o >= 0 => format!("{}/{}@{o}: ", self.topic(), self.partition()),
+            _ => format!("{}/{}: ", self.topic(), self.partition()),
         };
         // An error's payload is its description, when it has one.
         let what = match self.payload() {
             Some(text) => String::from_utf8_lossy(text).into_owned(),
             None => self.error().map(|e| e.to_string()).unwrap_or_default(),
         };
-        format!("{at}: {what}")
+        format!("{at}{what}")
     }
 
     /// `len` bytes at `ptr`, which belong to this message.

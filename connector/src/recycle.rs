@@ -11,9 +11,15 @@
 //! thread copies the next records into them.
 //!
 //! # Invariants
-//! - At most [`RECYCLED_BYTES_MAX`] bytes of buffer capacity wait here, in
-//!   buffers of at most [`RECYCLED_BUFFER_BYTES_MAX`] each; anything more
-//!   is freed as before.
+//! - The buffers waiting here hold at most [`RECYCLED_BYTES_MAX`] bytes of
+//!   memory (each counted as its capacity, at least a malloc chunk, plus
+//!   its `Vec`), in buffers of at most [`RECYCLED_BUFFER_BYTES_MAX`] each;
+//!   anything more is freed as before. The consumer thread's stash holds at
+//!   most one such pool more: `2 * RECYCLED_BYTES_MAX` in all.
+//! - Buffers come back in the order the records held them (key, value,
+//!   header values, record after record) and the consumer thread copies in
+//!   that order, so a buffer goes back to the same field of a record
+//!   shaped alike, and is seldom shrunk or grown.
 //! - A reused buffer is cleared before it is filled: no byte of an earlier
 //!   record reaches a later one.
 //! - A reused buffer's capacity is at most twice the bytes copied into it
@@ -25,12 +31,18 @@ use std::sync::Mutex;
 
 use cairn_engine::RecordBatch;
 
-/// Most bytes of capacity kept for reuse.
-pub(crate) const RECYCLED_BYTES_MAX: usize = 8 << 20;
+/// Most bytes of memory kept for reuse (see [`held`]).
+pub(crate) const RECYCLED_BYTES_MAX: usize = 4 << 20;
 /// Larger buffers are freed, not kept.
 pub(crate) const RECYCLED_BUFFER_BYTES_MAX: usize = 64 << 10;
 /// Capacity a reused buffer may have beyond twice what it holds.
 pub(crate) const SLACK_BYTES: usize = 64;
+
+/// The memory a kept buffer holds: its capacity, at least glibc's smallest
+/// chunk, and the `Vec` itself.
+fn held(v: &Vec<u8>) -> usize {
+    v.capacity().max(32) + std::mem::size_of::<Vec<u8>>()
+}
 
 #[derive(Debug, Default)]
 struct Pool {
@@ -56,18 +68,20 @@ impl Recycler {
                 back.extend(r.headers.into_iter().filter_map(|h| h.value));
             }
         }
+        back.retain(|v| v.capacity() > 0 && v.capacity() <= RECYCLED_BUFFER_BYTES_MAX);
         let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
-        for v in back {
-            let cap = v.capacity();
-            if cap == 0 || cap > RECYCLED_BUFFER_BYTES_MAX {
-                continue;
-            }
-            if pool.bytes + cap > RECYCLED_BYTES_MAX {
+        let mut kept = 0;
+        for v in &back {
+            if pool.bytes + held(v) > RECYCLED_BYTES_MAX {
                 break;
             }
-            pool.bytes += cap;
-            pool.buffers.push(v);
+            pool.bytes += held(v);
+            kept += 1;
         }
+        pool.buffers.extend(back.drain(..kept));
+        drop(pool);
+        // What did not fit is freed here, with the lock released.
+        drop(back);
     }
 
     /// Move everything waiting into `stash` (consumer thread, when its
@@ -76,6 +90,9 @@ impl Recycler {
         let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
         std::mem::swap(&mut pool.buffers, &mut stash.buffers);
         pool.bytes = 0;
+        drop(pool);
+        // Popped from the end: first the first record's key.
+        stash.buffers.reverse();
     }
 }
 
@@ -90,8 +107,12 @@ impl Stash {
         self.buffers.is_empty()
     }
 
-    /// `bytes` in a buffer of their own: a reused one if any is left.
+    /// `bytes` in a buffer of their own: a reused one if any is left (none
+    /// for no bytes, which need no allocation).
     pub(crate) fn copy(&mut self, bytes: &[u8]) -> Vec<u8> {
+        if bytes.is_empty() {
+            return Vec::new();
+        }
         match self.buffers.pop() {
             Some(mut v) => {
                 v.clear();
@@ -132,9 +153,16 @@ mod tests {
         let mut stash = Stash::default();
         r.refill(&mut stash);
         assert_eq!(stash.buffers.len(), 3);
-        for want in [&b"abc"[..], &[1u8; 90][..], &b""[..]] {
-            assert_eq!(stash.copy(want), want);
-        }
+        // No bytes take no buffer.
+        assert_eq!(stash.copy(b""), b"");
+        assert_eq!(stash.buffers.len(), 3);
+        // In the order they were held: the key's buffer for the key, the
+        // value's for the value, the header value's for the header value.
+        let key = stash.copy(b"abc");
+        assert_eq!((key.as_slice(), key.capacity()), (&b"abc"[..], 3));
+        let value = stash.copy(&[1u8; 90]);
+        assert_eq!((value.as_slice(), value.capacity()), (&[1u8; 90][..], 100));
+        assert_eq!(stash.copy(b"0123456789"), b"0123456789");
         // Empty: fresh buffers.
         assert!(stash.is_empty());
         assert_eq!(stash.copy(b"xyz"), b"xyz");
@@ -160,10 +188,8 @@ mod tests {
         r.give_back(batch(std::iter::once(large).chain(many).collect()));
         let pool = r.pool.lock().unwrap();
         assert!(pool.bytes <= RECYCLED_BYTES_MAX);
-        assert_eq!(
-            pool.bytes,
-            pool.buffers.iter().map(Vec::capacity).sum::<usize>()
-        );
+        assert!(pool.bytes > RECYCLED_BYTES_MAX - 2000, "{}", pool.bytes);
+        assert_eq!(pool.bytes, pool.buffers.iter().map(held).sum::<usize>());
         assert!(pool
             .buffers
             .iter()

@@ -159,6 +159,7 @@ impl Worker {
                         } else {
                             self.put(&batches, 0)
                         };
+                        self.pipeline.recycler.give_back(batches);
                         r.and_then(|()| self.pre_commit())
                     };
                     // A failed flush is fatal to the run, whoever asked for

@@ -389,9 +389,11 @@ fn a_record_whose_headers_cannot_be_read_stops_the_run() {
 }
 
 /// A topic deleted while it is archived (the mock cluster's metadata says
-/// it is unknown): librdkafka puts the error on each of its partitions'
-/// fetch queues, which are forwarded to the run's queue. The run stops
-/// with it, naming the topic, and commits nothing past what is durable.
+/// it is unknown): librdkafka reports it on the consumer queue, as the
+/// group's "Subscribed topic not available: t: ...", and on each of the
+/// topic's fetch queues (forwarded to the run's queue) as "topic does not
+/// exist"; whichever comes first, the run stops with it, naming the topic,
+/// and commits nothing past what is durable.
 #[test]
 fn a_topic_deleted_while_archived_stops_the_run() {
     init_logs();
