@@ -51,10 +51,16 @@
 //!   lookup in librdkafka). Nothing is lost or reordered
 //!   meanwhile: a forward moves what the fetch queue holds to the end of
 //!   this one, and a fetch queue holds one partition's records only.
-//! - A message is handed to the taker once, and destroyed right after
-//!   (also if the taker panics): nothing of it outlives [`Taken`]'s borrow.
-//!   What the taker was not handed stays queued, in order: messages are
-//!   taken one at a time, so stopping takes nothing more.
+//! - A message is handed to the taker once; nothing of it is read after
+//!   [`Taken`]'s borrow. It is then destroyed on a thread of its own (the
+//!   reaper), which frees librdkafka's allocations off the consumer thread:
+//!   they were made on librdkafka's broker thread, and freeing them was a
+//!   sixth of the consumer thread's CPU (docs/BENCHMARKS.md, item 11). If
+//!   the taker panics, or the reaper is gone, messages are destroyed where
+//!   they are. What the taker was not handed stays queued, in order:
+//!   messages are taken one at a time, so stopping takes nothing more.
+//! - Every message taken is destroyed before the consumer: [`Fetch`]'s
+//!   `Drop` closes the reaper's channel and joins it first.
 //! - Every queue handle is destroyed before the consumer is: [`Fetch`]
 //!   borrows the consumer, and its `Drop` undoes the forwards and destroys
 //!   the handles. A `Forwarder` (kept in the consumer's context) touches
@@ -85,6 +91,10 @@ pub(crate) const REFORWARD_INTERVAL: Duration = Duration::from_millis(100);
 /// Most messages one [`Fetch::take`] hands over: the consumer queue (a
 /// rebalance waiting) is polled again after at most this many.
 pub const TAKE_MAX: usize = 1024;
+
+/// Takes' worth of messages waiting for the reaper, at most: a take waits
+/// for room beyond that (the reaper only frees, so it seldom lags).
+const REAPER_BACKLOG_MAX: usize = 4;
 
 /// What the taker of [`Fetch::take`] wants next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -212,7 +222,44 @@ pub struct Fetch<'c> {
     /// The consumer queue (rebalances, client errors), to see whether
     /// events wait; `None` for a consumer without a group.
     events: Option<QueuePtr>,
+    /// Where taken messages go to be destroyed (see the invariants); `None`
+    /// if its thread could not be started: then they are destroyed here.
+    reaper: Option<Reaper>,
     _consumer: PhantomData<&'c ()>,
+}
+
+/// The thread that destroys taken messages.
+struct Reaper {
+    tx: std::sync::mpsc::SyncSender<Vec<Message>>,
+    thread: std::thread::JoinHandle<()>,
+    /// Its thread id, for benches that count its CPU time.
+    tid: Arc<std::sync::OnceLock<u64>>,
+}
+
+impl Reaper {
+    fn start() -> Option<Reaper> {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Message>>(REAPER_BACKLOG_MAX);
+        let tid = Arc::new(std::sync::OnceLock::new());
+        let thread = std::thread::Builder::new()
+            .name("cairn-reaper".into())
+            .spawn({
+                let tid = tid.clone();
+                move || {
+                    if let Some(t) = std::fs::read_link("/proc/thread-self")
+                        .ok()
+                        .and_then(|l| l.file_name()?.to_str()?.parse().ok())
+                    {
+                        let _ = tid.set(t);
+                    }
+                    // Each message is destroyed as it drops.
+                    for messages in rx {
+                        drop(messages);
+                    }
+                }
+            })
+            .ok()?;
+        Some(Reaper { tx, thread, tid })
+    }
 }
 
 // SAFETY: librdkafka's queue functions used here are thread-safe; the
@@ -251,8 +298,15 @@ impl<'c> Fetch<'c> {
             })),
             target,
             events,
+            reaper: Reaper::start(),
             _consumer: PhantomData,
         })
+    }
+
+    /// The reaper thread's id (Linux), once it has started: its CPU time
+    /// is `/proc/self/task/<id>/schedstat`.
+    pub fn reaper_tid(&self) -> Option<u64> {
+        self.reaper.as_ref().and_then(|r| r.tid.get().copied())
     }
 
     /// What forwards partitions here from the rebalance callback.
@@ -332,6 +386,7 @@ impl<'c> Fetch<'c> {
         let max = max.clamp(1, TAKE_MAX);
         let mut timeout_ms = wait.as_millis().min(i32::MAX as u128) as i32;
         let mut handed = 0;
+        let mut done: Vec<Message> = Vec::new();
         while handed < max {
             // SAFETY: the queue is live until `Drop`; the message returned is
             // ours, and `Message`'s drop destroys it once.
@@ -345,9 +400,16 @@ impl<'c> Fetch<'c> {
                 m: m.0,
                 _message: PhantomData,
             };
-            if f(&taken) == Flow::Stop {
+            let flow = f(&taken);
+            done.push(m);
+            if flow == Flow::Stop {
                 break;
             }
+        }
+        if let (Some(reaper), false) = (&self.reaper, done.is_empty()) {
+            // A reaper gone (it cannot panic, but) hands them back to be
+            // destroyed here.
+            let _ = reaper.tx.send(done);
         }
         handed
     }
@@ -356,6 +418,11 @@ impl<'c> Fetch<'c> {
 /// A message taken from the queue, destroyed when dropped (also when the
 /// taker panics).
 struct Message(NonNull<rd::rd_kafka_message_t>);
+
+// SAFETY: a message is owned by whoever took it, and librdkafka lets any
+// thread destroy one (its references to the fetch buffer and the partition
+// are atomically counted); `Message` gives no other access.
+unsafe impl Send for Message {}
 
 impl Drop for Message {
     fn drop(&mut self) {
@@ -366,6 +433,11 @@ impl Drop for Message {
 
 impl Drop for Fetch<'_> {
     fn drop(&mut self) {
+        // Every message taken is destroyed before anything else goes.
+        if let Some(Reaper { tx, thread, .. }) = self.reaper.take() {
+            drop(tx);
+            let _ = thread.join();
+        }
         let mut q = guard(&self.queues);
         q.target = None;
         for (_, pq) in std::mem::take(&mut q.partitions) {
