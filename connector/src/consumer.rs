@@ -25,7 +25,9 @@
 //!   payload bytes, or one batch; `queue.rs`), and the one being put. The
 //!   consumer thread stops polling while it waits for room in the queue.
 //!   Written records' buffers waiting to be reused hold at most 8 MiB
-//!   more (`recycle.rs`).
+//!   more (`recycle.rs`), and the messages taken but not yet destroyed keep
+//!   at most four takes' worth of librdkafka's fetch responses alive
+//!   (`fetch.rs`, the reaper).
 //! - The batch being filled grows while the task thread is busy, up to the
 //!   batch limits: only full batches (or a lingered one when nothing more is
 //!   waiting to be polled) are queued, so under load puts get larger, not more.

@@ -65,8 +65,10 @@
 //!   borrows the consumer, and its `Drop` undoes the forwards and destroys
 //!   the handles. A `Forwarder` (kept in the consumer's context) touches
 //!   a handle only when handed the live consumer they belong to, and only
-//!   while the `Fetch` lives; if the `Fetch` is leaked instead of dropped,
-//!   its queues are leaked with it, never freed under a forwarder.
+//!   while the `Fetch` lives. A `Fetch` must be dropped, not leaked, before
+//!   the consumer goes: leaked, its queues would leak with it (never freed
+//!   under a forwarder), but its reaper could still be destroying messages
+//!   after the consumer is gone.
 
 use std::collections::BTreeMap;
 use std::ffi::{c_void, CStr, CString};
@@ -93,8 +95,11 @@ pub(crate) const REFORWARD_INTERVAL: Duration = Duration::from_millis(100);
 pub const TAKE_MAX: usize = 1024;
 
 /// Takes' worth of messages waiting for the reaper, at most: a take waits
-/// for room beyond that (the reaper only frees, so it seldom lags).
-const REAPER_BACKLOG_MAX: usize = 4;
+/// for room beyond that (the reaper only frees, so it seldom lags). Each
+/// message keeps its fetch response alive until it is destroyed, outside
+/// librdkafka's `queued.max.messages.kbytes`: with the take being filled
+/// and the one being destroyed, at most four takes' worth.
+const REAPER_BACKLOG_MAX: usize = 2;
 
 /// What the taker of [`Fetch::take`] wants next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -386,7 +391,7 @@ impl<'c> Fetch<'c> {
         let max = max.clamp(1, TAKE_MAX);
         let mut timeout_ms = wait.as_millis().min(i32::MAX as u128) as i32;
         let mut handed = 0;
-        let mut done: Vec<Message> = Vec::new();
+        let mut done: Vec<Message> = Vec::with_capacity(max);
         while handed < max {
             // SAFETY: the queue is live until `Drop`; the message returned is
             // ours, and `Message`'s drop destroys it once.
