@@ -635,8 +635,11 @@ pub fn preflight<C: Consumer<SinkContext>>(consumer: &C, cfg: &RunConfig) -> Res
     Ok(())
 }
 
-pub(crate) fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
-    shared.lock().unwrap_or_else(|e| e.into_inner())
+/// Lock `m`, also after a panic while it was held: the connector's
+/// critical sections leave their state whole before anything can panic
+/// (a panic there is an invariant assertion, which fails the run anyway).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Run the loop until stopped, done, a fatal error, or a simulated crash.

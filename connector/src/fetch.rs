@@ -74,7 +74,7 @@ use std::collections::BTreeMap;
 use std::ffi::{c_void, CStr, CString};
 use std::marker::PhantomData;
 use std::ptr::NonNull;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cairn_engine::{Header, Record, TimestampType, TopicPartition};
@@ -83,6 +83,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::TopicPartitionList;
 
+use crate::consumer::lock;
 use crate::error::{ConnectorError, Result};
 
 /// How often every assigned partition is forwarded again, in case a fetch
@@ -116,7 +117,8 @@ pub enum Flow {
 #[derive(Clone, Copy)]
 struct QueuePtr(NonNull<rd::rd_kafka_queue_t>);
 
-/// What the forwarder and the taker share.
+/// What the forwarder and the taker share. Each critical section leaves
+/// it whole before anything can panic.
 struct Queues {
     rk: NonNull<rd::rd_kafka_t>,
     /// The run's queue; `None` once [`Fetch`] is dropped.
@@ -171,11 +173,6 @@ impl Queues {
     }
 }
 
-fn guard(m: &Mutex<Queues>) -> MutexGuard<'_, Queues> {
-    // Each critical section leaves the map whole before anything can panic.
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 /// Forwards partitions' fetch queues to a [`Fetch`]'s queue from the
 /// consumer's rebalance callback, which keeps one in the consumer's context.
 /// Each call takes the consumer, which proves it alive; once the `Fetch` is
@@ -192,7 +189,7 @@ impl Forwarder {
         consumer: &BaseConsumer<C>,
         tp: &TopicPartition,
     ) -> bool {
-        let mut q = guard(&self.0);
+        let mut q = lock(&self.0);
         match q.live(consumer) {
             Some(target) => q.forward(target, tp),
             None => false,
@@ -208,7 +205,7 @@ impl Forwarder {
         consumer: &BaseConsumer<C>,
         tp: &TopicPartition,
     ) {
-        let mut q = guard(&self.0);
+        let mut q = lock(&self.0);
         if q.live(consumer).is_none() {
             return;
         }
@@ -323,7 +320,7 @@ impl<'c> Fetch<'c> {
     /// librdkafka has no such partition queue, or the topic name cannot be
     /// passed to it.
     fn forward(&self, tp: &TopicPartition) -> bool {
-        let mut q = guard(&self.queues);
+        let mut q = lock(&self.queues);
         // The borrowed consumer is alive, and this queue with it.
         q.forward(self.target, tp)
     }
@@ -338,7 +335,7 @@ impl<'c> Fetch<'c> {
         consumer: &BaseConsumer<C>,
         tpl: &TopicPartitionList,
     ) -> Result<()> {
-        if consumer.client().native_ptr() != guard(&self.queues).rk.as_ptr() {
+        if consumer.client().native_ptr() != lock(&self.queues).rk.as_ptr() {
             return Err(ConnectorError::Sink(
                 "assigning through another consumer's queue".into(),
             ));
@@ -362,7 +359,7 @@ impl<'c> Fetch<'c> {
     /// callback stops and starts fetches, and a stop clears a forward when
     /// librdkafka gets to it: call this until the records come.
     pub fn forward_again(&self) {
-        let q = guard(&self.queues);
+        let q = lock(&self.queues);
         for pq in q.partitions.values() {
             // SAFETY: both handles are live: the borrowed consumer is, and
             // `Drop` has not run.
@@ -443,7 +440,7 @@ impl Drop for Fetch<'_> {
             drop(tx);
             let _ = thread.join();
         }
-        let mut q = guard(&self.queues);
+        let mut q = lock(&self.queues);
         q.target = None;
         for (_, pq) in std::mem::take(&mut q.partitions) {
             // SAFETY: live (kept since `forward`), destroyed once: taken out

@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 use cairn_engine::Engine;
 use serde::{Deserialize, Serialize};
 
+use crate::consumer::lock;
 use crate::error::{ConnectorError, Result};
 use crate::selection::Selection;
 
@@ -118,10 +119,6 @@ impl Shared {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl LiveServer {

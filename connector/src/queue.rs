@@ -18,8 +18,9 @@
 //!   is woken and told, never left blocked.
 
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 
+use crate::consumer::lock;
 use crate::worker::Job;
 
 #[derive(Debug, Default)]
@@ -36,10 +37,6 @@ pub(crate) struct Budget {
     state: Mutex<State>,
     freed: Condvar,
     bytes_max: usize,
-}
-
-fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Budget {

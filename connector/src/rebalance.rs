@@ -63,11 +63,7 @@ impl ClientContext for SinkContext {
     fn error(&self, error: KafkaError, reason: &str) {
         tracing::warn!(target: "librdkafka", %error, "{reason}");
         if let Some(code) = error.rdkafka_error_code() {
-            *self
-                .last_error
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) =
-                Some((code, reason.to_owned()));
+            *lock(&self.last_error) = Some((code, reason.to_owned()));
         }
     }
 
@@ -206,20 +202,14 @@ impl SinkContext {
     /// The forwarder, if the consumer loop runs. Its critical sections
     /// only replace or clone it: a panic cannot leave it half changed.
     pub(crate) fn forwarder(&self) -> std::sync::MutexGuard<'_, Option<Forwarder>> {
-        self.forwarder
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.forwarder)
     }
 
     /// librdkafka's description of the last client error, if it was of
     /// `error`'s code (taken: each description is given once).
     pub(crate) fn take_error_reason(&self, error: &KafkaError) -> Option<String> {
         let code = error.rdkafka_error_code()?;
-        let last = self
-            .last_error
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take()?;
+        let last = lock(&self.last_error).take()?;
         (last.0 == code).then_some(last.1)
     }
 

@@ -31,6 +31,8 @@ use std::sync::Mutex;
 
 use cairn_engine::RecordBatch;
 
+use crate::consumer::lock;
+
 /// Most bytes of memory kept for reuse (see [`held`]).
 pub(crate) const RECYCLED_BYTES_MAX: usize = 4 << 20;
 /// Larger buffers are freed, not kept.
@@ -69,7 +71,7 @@ impl Recycler {
             }
         }
         back.retain(|v| v.capacity() > 0 && v.capacity() <= RECYCLED_BUFFER_BYTES_MAX);
-        let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pool = lock(&self.pool);
         let mut kept = 0;
         for v in &back {
             if pool.bytes + held(v) > RECYCLED_BYTES_MAX {
@@ -87,7 +89,7 @@ impl Recycler {
     /// Move everything waiting into `stash` (consumer thread, when its
     /// stash is empty). One lock per call.
     pub(crate) fn refill(&self, stash: &mut Stash) {
-        let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pool = lock(&self.pool);
         std::mem::swap(&mut pool.buffers, &mut stash.buffers);
         pool.bytes = 0;
         drop(pool);
