@@ -155,3 +155,48 @@ pub fn durable(
         .unwrap()
         .durable_offsets()
 }
+
+/// A bound on a run that should end on its own: sets `stop` if not
+/// disarmed within `limit`, so that a regression fails the test rather than
+/// hanging it. Not a synchronisation: a passing test disarms it first.
+pub struct Watchdog {
+    disarm: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<bool>>,
+}
+
+impl Watchdog {
+    pub fn arm(stop: std::sync::Arc<std::sync::atomic::AtomicBool>, limit: Duration) -> Watchdog {
+        let (disarm, disarmed) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            // Disconnected (disarmed) is the normal end.
+            let fired =
+                disarmed.recv_timeout(limit) == Err(std::sync::mpsc::RecvTimeoutError::Timeout);
+            if fired {
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            fired
+        });
+        Watchdog {
+            disarm: Some(disarm),
+            thread: Some(thread),
+        }
+    }
+
+    /// Stop watching; whether it fired (set `stop`) first.
+    pub fn disarm(mut self) -> bool {
+        self.end()
+    }
+
+    fn end(&mut self) -> bool {
+        drop(self.disarm.take());
+        self.thread
+            .take()
+            .is_some_and(|t| t.join().expect("watchdog thread"))
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.end();
+    }
+}

@@ -13,7 +13,7 @@ use cairn_connector::cli::demo::{committed, demo_record, produce, DEMO_PARTITION
 use cairn_connector::fetch::{Fetch, Flow, TAKE_MAX};
 use cairn_connector::{run_pipeline, ArchiveSink, PipelineOptions};
 use cairn_engine::{Engine, EngineConfig, TopicPartition};
-use cairn_tests::{config, init_logs, TestKafka};
+use cairn_tests::{config, init_logs, TestKafka, Watchdog};
 use rand::{Rng, SeedableRng};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
@@ -288,16 +288,7 @@ fn a_fetch_error_that_stops_the_run_archives_nothing_after_it() {
     // A run that went on past the error would run forever: stop it after a
     // minute, which then fails the test rather than hanging it.
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let (ended, watch) = std::sync::mpsc::channel::<()>();
-    let watchdog = std::thread::spawn({
-        let stop = stop.clone();
-        move || {
-            let waited = watch.recv_timeout(Duration::from_secs(60));
-            if waited == Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
-                stop.store(true, std::sync::atomic::Ordering::Relaxed);
-            }
-        }
-    });
+    let watchdog = Watchdog::arm(stop.clone(), Duration::from_secs(60));
     let result = run_pipeline(
         &cfg,
         Box::new(ArchiveSink::new(engine.clone())),
@@ -306,8 +297,7 @@ fn a_fetch_error_that_stops_the_run_archives_nothing_after_it() {
             ..Default::default()
         },
     );
-    drop(ended);
-    watchdog.join().unwrap();
+    watchdog.disarm();
     let err = match result {
         Err(e) => e.to_string(),
         Ok(_) => panic!("the run must stop with the error, not go on"),
@@ -443,15 +433,10 @@ fn a_topic_deleted_while_archived_stops_the_run() {
     .unwrap();
     // A run that goes on past the error would run forever: stop it after a
     // minute, which then fails the test rather than hanging it.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !run.is_finished() && Instant::now() < deadline {
-        let _ = committed_rx.recv_timeout(Duration::from_millis(100));
-    }
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let err = run
-        .join()
-        .unwrap()
-        .expect_err("the run must stop with the topic gone, not go on");
+    let watchdog = Watchdog::arm(stop.clone(), Duration::from_secs(60));
+    let result = run.join().unwrap();
+    watchdog.disarm();
+    let err = result.expect_err("the run must stop with the topic gone, not go on");
     assert!(err.contains(&k.topic), "the error names the topic: {err}");
     // What was archived before stays, and nothing was committed past it.
     let durable = engine.durable_offsets();

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use cairn_connector::cli::demo::{check_archive, committed, produce};
 use cairn_connector::{run_pipeline, ArchiveSink, CommitPolicy, ConnectorError, PipelineOptions};
 use cairn_engine::{Engine, EngineConfig, TopicPartition};
-use cairn_tests::{config, durable, run_to_end, TestKafka};
+use cairn_tests::{config, durable, run_to_end, TestKafka, Watchdog};
 
 /// Kafka's committed offsets equal the archive's durable ones.
 fn assert_committed_equals_durable(k: &TestKafka, group: &str, engine: &Engine, why: &str) {
@@ -265,20 +265,7 @@ fn progress_reports_show_the_lag_reach_zero() {
     let stop = Arc::new(AtomicBool::new(false));
     // A bound, not a synchronisation: if reports never come, fail rather
     // than hang.
-    let (finished, watchdog) = std::sync::mpsc::channel::<()>();
-    let gave_up = Arc::new(AtomicBool::new(false));
-    let dog = std::thread::spawn({
-        let (stop, gave_up) = (stop.clone(), gave_up.clone());
-        move || {
-            // Disconnected (the run returned) is the normal end.
-            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
-                watchdog.recv_timeout(std::time::Duration::from_secs(60))
-            {
-                gave_up.store(true, Ordering::Relaxed);
-                stop.store(true, Ordering::Relaxed);
-            }
-        }
-    });
+    let dog = Watchdog::arm(stop.clone(), std::time::Duration::from_secs(60));
     let opts = PipelineOptions {
         stop: stop.clone(),
         on_progress: Some(Box::new({
@@ -299,12 +286,7 @@ fn progress_reports_show_the_lag_reach_zero() {
         ..Default::default()
     };
     let report = run_pipeline(&cfg, Box::new(ArchiveSink::new(engine)), opts).unwrap();
-    drop(finished);
-    dog.join().unwrap();
-    assert!(
-        !gave_up.load(Ordering::Relaxed),
-        "no report showed zero lag in 60 s"
-    );
+    assert!(!dog.disarm(), "no report showed zero lag in 60 s");
     let reports = reports.lock().unwrap();
     let stopped_by = stopped_by
         .lock()
