@@ -63,10 +63,26 @@ pub struct CairnRun {
     pub disk_bytes_allocated: u64,
     /// `disk_bytes` over the payload bytes archived.
     pub space_amplification: f64,
+    /// What the run cost in CPU; `None` where `/proc` cannot tell.
+    pub cpu: Option<Cpu>,
+    /// The ceiling's CPU per record over this run's (mock broker included):
+    /// the share of the ceiling's records/s this run could reach if both
+    /// kept every core busy (see [`Cpu`]).
+    pub ceiling_cpu_ratio: Option<f64>,
 }
 
 impl CairnRun {
-    pub fn relate(&mut self, floor: &Floor, ceiling: &Throughput, disk: &Throughput) {
+    pub fn relate(
+        &mut self,
+        floor: &Floor,
+        ceiling: &Throughput,
+        ceiling_cpu: Option<&Cpu>,
+        disk: &Throughput,
+    ) {
+        self.ceiling_cpu_ratio = self
+            .cpu
+            .zip(ceiling_cpu)
+            .map(|(own, c)| c.total_us_per_record() / own.total_us_per_record().max(1e-9));
         self.p50_vs_floor = self.put_to_commit.p50_us as f64 / floor.sum.p50_us.max(1) as f64;
         self.p99_vs_floor = (self.put_to_commit.samples >= P99_SAMPLES_MIN
             && floor.sum.samples >= P99_SAMPLES_MIN)
@@ -74,6 +90,89 @@ impl CairnRun {
         self.pct_of_ceiling = 100.0 * self.throughput.records_per_s / ceiling.records_per_s;
         self.pct_of_disk_bandwidth = 100.0 * self.throughput.mb_per_s / disk.mb_per_s;
     }
+}
+
+/// CPU time a process has used so far (user + system, every thread, exited
+/// ones included), in seconds: `/proc/PID/stat` (`self` for this one),
+/// whose times count USER_HZ ticks, 100 a second on Linux. `None` where it
+/// cannot be read.
+fn cpu_seconds(pid: &str) -> Option<f64> {
+    stat_cpu_seconds(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// utime + stime of a `/proc/PID/stat` line, in seconds.
+fn stat_cpu_seconds(stat: &str) -> Option<f64> {
+    // The command name, in parentheses, may hold spaces and parentheses:
+    // count fields after the last `)`. The first is the state (field 3);
+    // utime and stime are fields 14 and 15.
+    let mut fields = stat
+        .get(stat.rfind(')')? + 1..)?
+        .split_whitespace()
+        .skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some((utime + stime) as f64 / 100.0)
+}
+
+/// What a consumer's run cost in CPU. On a host whose cores it keeps busy,
+/// throughput is cores over CPU per record, so two runs that both keep
+/// every core busy relate as their CPU per record does: a sink cannot reach
+/// more of the ceiling's records/s than the ceiling's CPU per record over
+/// its own.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Cpu {
+    /// This process, all its threads, in µs per record, from just before the
+    /// run starts (opening, joining the group: a few ms) to its last record.
+    pub own_us_per_record: f64,
+    /// The mock broker's process serving the run, over the same span; `None`
+    /// against `--brokers`.
+    pub broker_us_per_record: Option<f64>,
+    /// Both together over the run's seconds (first record to last): how
+    /// many cores the run kept busy.
+    pub cores_busy: f64,
+}
+
+impl Cpu {
+    /// Every process's CPU per record that was measured.
+    pub fn total_us_per_record(&self) -> f64 {
+        self.own_us_per_record + self.broker_us_per_record.unwrap_or(0.0)
+    }
+}
+
+/// CPU used since it was started, by this process and the mock broker.
+#[derive(Debug, Clone, Copy)]
+pub struct CpuMeter {
+    own_s: Option<f64>,
+    broker: Option<(u32, f64)>,
+}
+
+impl CpuMeter {
+    pub fn start(broker_pid: Option<u32>) -> CpuMeter {
+        CpuMeter {
+            own_s: cpu_seconds("self"),
+            broker: broker_pid.and_then(|pid| Some((pid, cpu_seconds(&pid.to_string())?))),
+        }
+    }
+
+    /// CPU seconds used since `start`: this process's and the broker's.
+    pub fn used(&self) -> Option<(f64, Option<f64>)> {
+        let own = cpu_seconds("self")? - self.own_s?;
+        let broker = self
+            .broker
+            .and_then(|(pid, s)| Some(cpu_seconds(&pid.to_string())? - s));
+        Some((own, broker))
+    }
+}
+
+/// CPU per record of a run that `used` that much over `seconds`.
+fn per_record(used: Option<(f64, Option<f64>)>, records: u64, seconds: f64) -> Option<Cpu> {
+    let (own, broker) = used?;
+    let records = records.max(1) as f64;
+    Some(Cpu {
+        own_us_per_record: own * 1e6 / records,
+        broker_us_per_record: broker.map(|b| b * 1e6 / records),
+        cores_busy: (own + broker.unwrap_or(0.0)) / seconds.max(1e-9),
+    })
 }
 
 /// The process's peak resident set size (`VmHWM`).
@@ -162,6 +261,8 @@ struct Archived {
     fsyncs: u64,
     /// From the first record polled to the commit of the last.
     seconds: f64,
+    /// CPU used from just before the run to the commit of the last record.
+    cpu: Option<Cpu>,
 }
 
 /// cairn's real loop (consume, put, fsync, commit) into the store at
@@ -194,6 +295,7 @@ fn archive(
         .filter(|(_, o)| **o > 0)
         .map(|(t, o)| (t.clone(), *o))
         .collect();
+    let meter = CpuMeter::start(case.broker_pid);
     let done_at = Arc::new(Mutex::new(None));
     let done_at_w = done_at.clone();
     // A run that never completes (a broker that stopped answering) is
@@ -205,7 +307,10 @@ fn archive(
         done: Some(Box::new(move |c| {
             let done = want.iter().all(|(tp, o)| c.get(tp) == Some(o));
             if done {
-                done_at_w.lock().unwrap().get_or_insert_with(Instant::now);
+                done_at_w
+                    .lock()
+                    .unwrap()
+                    .get_or_insert_with(|| (Instant::now(), meter.used()));
             }
             done
         })),
@@ -249,12 +354,14 @@ fn archive(
         ));
     }
     let first = report.stats.first_record_at.ok_or("no record consumed")?;
-    let end = done_at.lock().unwrap().ok_or("never done")?;
+    let (end, used) = done_at.lock().unwrap().ok_or("never done")?;
+    let seconds = end.duration_since(first).as_secs_f64();
     Ok(Archived {
         report,
         records,
         fsyncs: stats.fsyncs,
-        seconds: end.duration_since(first).as_secs_f64(),
+        seconds,
+        cpu: per_record(used, records, seconds),
     })
 }
 
@@ -269,6 +376,8 @@ pub struct Case<'a> {
     pub size: usize,
     /// Where scratch stores go.
     pub out: &'a Path,
+    /// The mock broker's process, whose CPU a run costs too.
+    pub broker_pid: Option<u32>,
 }
 
 /// cairn's real loop into a fresh store, measured.
@@ -300,6 +409,8 @@ pub fn cairn(case: &Case, policy: CommitPolicy) -> Result<(CairnRun, Histogram<u
         disk_bytes,
         disk_bytes_allocated,
         space_amplification: disk_bytes as f64 / report.stats.payload_bytes.max(1) as f64,
+        cpu: a.cpu,
+        ceiling_cpu_ratio: None,
     };
     Ok((run, report.put_to_commit_us))
 }
@@ -349,6 +460,7 @@ pub fn archive_main(args: ArchiveArgs) -> Result<(), String> {
         batch_records_max: args.batch_records_max,
         size: 0,
         out: &args.data,
+        broker_pid: None,
     };
     // As `cairn run` does for its policy.
     cairn_connector::allocator::tune_for(args.policy);
@@ -455,13 +567,15 @@ fn consumer(brokers: &str, group: &str) -> Result<BaseConsumer, String> {
 /// first record.
 pub fn ceiling(
     brokers: &str,
+    broker_pid: Option<u32>,
     topic: &str,
     records: u64,
     size: usize,
-) -> Result<Throughput, String> {
+) -> Result<(Throughput, Option<Cpu>), String> {
     if records == 0 {
         return Err("ceiling: no records to consume".into());
     }
+    let meter = CpuMeter::start(broker_pid);
     let c = consumer(brokers, &unique_group("ceiling"))?;
     let partitions = c
         .fetch_metadata(Some(topic), Duration::from_secs(10))
@@ -514,6 +628,7 @@ pub fn ceiling(
             last_commit = Instant::now();
         }
     }
+    let used = meter.used();
     let seconds = first
         .ok_or("ceiling: no record consumed")?
         .elapsed()
@@ -523,7 +638,10 @@ pub fn ceiling(
             "ceiling: {bytes} payload bytes for {records} records of {size} B"
         ));
     }
-    Ok(Throughput::new(records, bytes, seconds))
+    Ok((
+        Throughput::new(records, bytes, seconds),
+        per_record(used, records, seconds),
+    ))
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -637,4 +755,24 @@ pub fn floor(
 /// offsets (the harness produces from offset 0).
 fn produced(ends: &BTreeMap<TopicPartition, i64>) -> u64 {
     ends.values().map(|o| *o as u64).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{cpu_seconds, stat_cpu_seconds};
+
+    #[test]
+    fn cpu_time_is_read_after_the_command_name() {
+        // A command name with spaces and a `)` of its own; utime 250 and
+        // stime 50 ticks.
+        let stat = "4242 (a) b (c)) S 1 4242 4242 0 -1 4194560 900 0 0 0 250 50 0 0 20 0 9 0";
+        assert_eq!(stat_cpu_seconds(stat), Some(3.0));
+        assert_eq!(stat_cpu_seconds("4242 (x) S 1"), None);
+        assert_eq!(stat_cpu_seconds("no parenthesis"), None);
+        // This process has run (the test itself), and reading it twice
+        // never goes backwards.
+        let a = cpu_seconds("self").expect("/proc/self/stat");
+        let b = cpu_seconds("self").expect("/proc/self/stat");
+        assert!(a >= 0.0 && b >= a);
+    }
 }

@@ -135,6 +135,8 @@ pub struct CaseResult {
     pub cairn: Vec<measure::CairnRun>,
     pub floor: measure::Floor,
     pub ceiling: Throughput,
+    /// What the ceiling cost in CPU.
+    pub ceiling_cpu: Option<measure::Cpu>,
     /// cairn archiving the case in a process of its own, per policy.
     pub footprints: Vec<Peer<measure::Footprint>>,
     pub kcat: Peer<peers::KcatRun>,
@@ -190,6 +192,8 @@ pub fn run(args: Args) -> Result<(), String> {
         // The allocator as at start for the ceiling: an interval run of the
         // previous case left it tuned for itself.
         cairn_connector::allocator::tune();
+        let (ceiling, ceiling_cpu) =
+            measure::ceiling(broker.brokers(), broker.pid(), &topic, records, size)?;
         let mut result = CaseResult {
             record_bytes: size,
             records,
@@ -197,7 +201,8 @@ pub fn run(args: Args) -> Result<(), String> {
             note,
             cairn: Vec::new(),
             floor: measure::Floor::default(),
-            ceiling: measure::ceiling(broker.brokers(), &topic, records, size)?,
+            ceiling,
+            ceiling_cpu,
             footprints: Vec::new(),
             kcat: Peer::Skipped {
                 skipped: "--no-peers".into(),
@@ -218,6 +223,7 @@ pub fn run(args: Args) -> Result<(), String> {
             batch_records_max: args.batch_records_max,
             size,
             out: &args.out,
+            broker_pid: broker.pid(),
         };
         let mut put_bytes = size * args.batch_records_max;
         for policy in &args.policies {
@@ -266,7 +272,12 @@ pub fn run(args: Args) -> Result<(), String> {
         result.floor = floor;
         result.histograms.floor = Some(floor_h);
         for run in &mut result.cairn {
-            run.relate(&result.floor, &result.ceiling, &disk_bandwidth);
+            run.relate(
+                &result.floor,
+                &result.ceiling,
+                result.ceiling_cpu.as_ref(),
+                &disk_bandwidth,
+            );
         }
         if !args.no_peers {
             result.kcat = peers::kcat(broker.brokers(), &topic, records, size);

@@ -63,6 +63,16 @@ fn row(name: &str, t: Option<&Throughput>, l: Option<&Latency>, extra: &str) {
     );
 }
 
+fn cpu_text(c: &super::measure::Cpu) -> String {
+    format!(
+        "CPU {:.2} us/record{}, {:.2} cores busy",
+        c.own_us_per_record,
+        c.broker_us_per_record
+            .map_or(String::new(), |b| format!(" + {b:.2} in the mock broker")),
+        c.cores_busy
+    )
+}
+
 pub fn table(r: &Report) {
     println!("put-to-commit, {} ({})", r.date_utc, r.machine);
     println!("broker: {}", r.brokers);
@@ -110,6 +120,18 @@ pub fn table(r: &Report) {
                 run.pct_of_disk_bandwidth,
             );
         }
+        for run in &c.cairn {
+            if let Some(cpu) = &run.cpu {
+                println!(
+                    "{:<34} {}{}",
+                    format!("  cairn {}", run.policy),
+                    cpu_text(cpu),
+                    run.ceiling_cpu_ratio.map_or(String::new(), |r| format!(
+                        "; the ceiling's CPU per record is {r:.2}x this, the most of its records/s this run can reach while both keep every core busy"
+                    ))
+                );
+            }
+        }
         for f in &c.footprints {
             match f {
                 Peer::Ran(f) => println!(
@@ -131,7 +153,12 @@ pub fn table(r: &Report) {
                 c.floor.put_bytes, c.floor.fdatasync.p50_us, c.floor.commit.p50_us
             ),
         );
-        row("ceiling: consume only", Some(&c.ceiling), None, "");
+        row(
+            "ceiling: consume only",
+            Some(&c.ceiling),
+            None,
+            &c.ceiling_cpu.as_ref().map_or(String::new(), cpu_text),
+        );
         match &c.kcat {
             Peer::Ran(k) => row(
                 "kcat -C -c N (no fsync)",

@@ -77,6 +77,14 @@ impl Broker {
         }
     }
 
+    /// The mock broker's process, if this harness started one.
+    pub fn pid(&self) -> Option<u32> {
+        match self {
+            Broker::Mock { child, .. } => Some(child.id()),
+            Broker::External { .. } => None,
+        }
+    }
+
     pub fn is_mock(&self) -> bool {
         matches!(self, Broker::Mock { .. })
     }
