@@ -655,8 +655,14 @@ impl Engine {
                 let nanos = t0.elapsed().as_nanos() as u64;
                 if let Some(Some(t)) = topping_up {
                     // A failed insert poisoned the engine, which the loop
-                    // below reports; a panic is passed on.
-                    let _ = t.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+                    // below reports. A panic is passed on, with the engine
+                    // poisoned for the top-up first: the sync leader's duty
+                    // would otherwise name the fsync.
+                    if let Err(p) = t.join() {
+                        let reason = "the slot top-up panicked (see the panic message)";
+                        let _ = self.poison("reserve slots", reason.into());
+                        std::panic::resume_unwind(p);
+                    }
                 }
                 (res, nanos)
             });
