@@ -227,13 +227,13 @@ impl RunConfig {
         }
         if self.retain_bytes == Some(0) {
             return bad(
-                "retain-bytes 0: must be positive (leave --retain-bytes out to set no bound)"
+                "retain-bytes 0: must be positive (leave --retain-bytes out, or give --retain-bytes none, to set no bound)"
                     .into(),
             );
         }
         if self.retain.is_some_and(|r| r.is_zero()) {
             return bad(
-                "retain 0s: must be a positive age (leave --retain out to keep everything)".into(),
+                "retain 0s: must be a positive age (leave --retain out, or give --retain none, to keep everything)".into(),
             );
         }
         match self.retention_check_interval_s {
@@ -360,6 +360,44 @@ pub const RETENTION_CHECK_INTERVAL_S_DEFAULT: u64 = 60;
 pub fn parse_age(s: &str) -> Result<std::time::Duration, String> {
     humantime::parse_duration(s)
         .map_err(|e| format!("{e}: expected an age such as 7d, 12h or 90min"))
+}
+
+/// A flag's value, or `none`, which clears what the config file sets: flags
+/// win over the file, also to unset a setting (`--retain none`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlagValue<T> {
+    Set(T),
+    Cleared,
+}
+
+impl<T> FlagValue<T> {
+    /// The setting from a flag (if given) over the file's (if any).
+    pub fn over(flag: Option<FlagValue<T>>, file: Option<T>) -> Option<T> {
+        match flag {
+            Some(FlagValue::Set(v)) => Some(v),
+            Some(FlagValue::Cleared) => None,
+            None => file,
+        }
+    }
+}
+
+fn or_none<T>(s: &str, parse: impl Fn(&str) -> Result<T, String>) -> Result<FlagValue<T>, String> {
+    if s == "none" {
+        return Ok(FlagValue::Cleared);
+    }
+    parse(s)
+        .map(FlagValue::Set)
+        .map_err(|e| format!("{e}, or none"))
+}
+
+/// Parse `--retain`: an age, or `none` to keep everything.
+pub fn parse_age_flag(s: &str) -> Result<FlagValue<std::time::Duration>, String> {
+    or_none(s, parse_age)
+}
+
+/// Parse `--retain-bytes`: a size, or `none` for no bound.
+pub fn parse_size_flag(s: &str) -> Result<FlagValue<u64>, String> {
+    or_none(s, parse_size)
 }
 
 /// Parse a size for `--retain-bytes` (`50GiB`, `500MB`, bytes).

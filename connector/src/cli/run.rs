@@ -10,8 +10,8 @@ use std::time::Duration;
 use cairn_engine::{Engine, EngineConfig};
 
 use crate::config::{
-    parse_age, parse_kv, parse_size, CommitPolicy, FileConfig, OnOffsetOutOfRange, OnOversize,
-    RunConfig, RETENTION_CHECK_INTERVAL_S_DEFAULT,
+    parse_age, parse_age_flag, parse_kv, parse_size_flag, CommitPolicy, FileConfig, FlagValue,
+    OnOffsetOutOfRange, OnOversize, RunConfig, RETENTION_CHECK_INTERVAL_S_DEFAULT,
 };
 use crate::consumer::{run_pipeline, PipelineOptions};
 use crate::error::{ConnectorError, Result};
@@ -66,13 +66,15 @@ pub struct RunArgs {
     #[arg(long)]
     pub progress_interval_s: Option<u64>,
     /// Delete archived records older than this age (`30d`, `12h`), by their
-    /// timestamps, while archiving [default: keep everything].
-    #[arg(long, value_name = "AGE", value_parser = parse_age)]
-    pub retain: Option<std::time::Duration>,
+    /// timestamps, while archiving; `none` keeps everything, whatever
+    /// --config says [default: keep everything].
+    #[arg(long, value_name = "AGE", value_parser = parse_age_flag)]
+    pub retain: Option<FlagValue<std::time::Duration>>,
     /// Keep at most this many payload bytes per partition (`50GiB`, `500MB`),
-    /// deleting the oldest entries, while archiving [default: no bound].
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
-    pub retain_bytes: Option<u64>,
+    /// deleting the oldest entries, while archiving; `none` sets no bound,
+    /// whatever --config says [default: no bound].
+    #[arg(long, value_name = "SIZE", value_parser = parse_size_flag)]
+    pub retain_bytes: Option<FlagValue<u64>>,
     /// How often to prune to --retain / --retain-bytes, in seconds [default: 60].
     #[arg(long)]
     pub retention_check_interval_s: Option<u64>,
@@ -132,26 +134,37 @@ impl RunArgs {
         take!(batch_bytes_max);
         take!(linger_ms);
         take!(record_bytes_max);
+        // The file's dead-letter topic goes with the file's --on-oversize: a
+        // flag choosing another leaves it unused, not an error.
+        let oversize_elsewhere = self
+            .on_oversize
+            .is_some_and(|o| o != OnOversize::DeadLetter);
         take!(on_oversize);
-        if let Some(t) = self.dead_letter_topic.or(file.dead_letter_topic) {
-            c.dead_letter_topic = Some(t);
-        }
+        c.dead_letter_topic = match self.dead_letter_topic {
+            Some(t) => Some(t),
+            None if oversize_elsewhere => None,
+            None => file.dead_letter_topic,
+        };
         take!(on_offset_out_of_range);
         take!(auto_offset_reset);
         take!(connect_timeout_ms);
         take!(progress_interval_s);
-        let retain = match (self.retain, file.retain) {
-            (Some(r), _) => Some(r),
-            (None, Some(s)) => Some(
-                parse_age(&s).map_err(|e| ConnectorError::Config(format!("retain {s:?}: {e}")))?,
-            ),
-            (None, None) => None,
-        };
-        c.retain = retain;
-        c.retain_bytes = self.retain_bytes.or(file.retain_bytes.map(|b| b.as_u64()));
-        c.retention_check_interval_s = self
+        let file_retain = file
+            .retain
+            .map(|s| {
+                parse_age(&s).map_err(|e| ConnectorError::Config(format!("retain {s:?}: {e}")))
+            })
+            .transpose()?;
+        let cleared = self.retain == Some(FlagValue::Cleared)
+            || self.retain_bytes == Some(FlagValue::Cleared);
+        c.retain = FlagValue::over(self.retain, file_retain);
+        c.retain_bytes = FlagValue::over(self.retain_bytes, file.retain_bytes.map(|b| b.as_u64()));
+        // Likewise the file's check interval goes with the file's retention:
+        // with retention cleared by flags it is unused, not an error.
+        let file_interval = file
             .retention_check_interval_s
-            .or(file.retention_check_interval_s);
+            .filter(|_| !cleared || c.retention().is_set());
+        c.retention_check_interval_s = self.retention_check_interval_s.or(file_interval);
         let mut kafka: BTreeMap<String, String> = file.kafka.unwrap_or_default();
         kafka.extend(self.kafka);
         c.kafka = kafka;
@@ -276,5 +289,113 @@ impl Signals {
             _ = self.term.recv() => {}
             _ = self.int.recv() => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use clap::Parser;
+
+    use super::RunArgs;
+    use crate::config::{OnOversize, RunConfig};
+    use crate::error::Result;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    /// `cairn run` with the required flags, `file` as its --config, and
+    /// `flags`.
+    fn config(file: &str, flags: &[&str]) -> Result<RunConfig> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cairn.toml");
+        std::fs::write(&path, file).unwrap();
+        let mut args = vec!["run", "--brokers", "b:1", "--group", "g", "--topics", "t"];
+        args.extend(["--data", "/nonexistent", "--config", path.to_str().unwrap()]);
+        args.extend_from_slice(flags);
+        Cli::try_parse_from(args)
+            .expect("flags parse")
+            .run
+            .into_config()
+    }
+
+    const DAY: Duration = Duration::from_secs(86_400);
+
+    #[test]
+    fn a_flag_overrides_or_clears_what_the_config_file_sets() {
+        let file = "retain = \"30d\"\nretain-bytes = \"1GiB\"\nretention-check-interval-s = 30\n";
+        let c = config(file, &[]).unwrap();
+        assert_eq!(
+            (c.retain, c.retain_bytes, c.retention_check_interval_s),
+            (Some(30 * DAY), Some(1 << 30), Some(30))
+        );
+        let c = config(file, &["--retain", "7d"]).unwrap();
+        assert_eq!((c.retain, c.retain_bytes), (Some(7 * DAY), Some(1 << 30)));
+        let c = config(file, &["--retain", "none"]).unwrap();
+        assert_eq!(
+            (c.retain, c.retain_bytes, c.retention_check_interval_s),
+            (None, Some(1 << 30), Some(30))
+        );
+        // Retention cleared by flags: the file's check interval went with it.
+        let c = config(file, &["--retain", "none", "--retain-bytes", "none"]).unwrap();
+        assert_eq!(
+            (c.retain, c.retain_bytes, c.retention_check_interval_s),
+            (None, None, None)
+        );
+        assert!(!c.retention().is_set());
+        // An interval given by flag, or by a file without retention, is
+        // still refused: nothing would use it.
+        for (file, flags) in [
+            (
+                file,
+                &[
+                    "--retain",
+                    "none",
+                    "--retain-bytes",
+                    "none",
+                    "--retention-check-interval-s",
+                    "5",
+                ][..],
+            ),
+            ("retention-check-interval-s = 30\n", &[][..]),
+        ] {
+            let e = config(file, flags).unwrap_err().to_string();
+            assert!(e.contains("only used with --retain"), "{flags:?}: {e}");
+        }
+        // A bad value says `none` is one too.
+        let e = Cli::try_parse_from(["run", "--retain", "soon"])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("7d") && e.contains("or none"), "{e}");
+    }
+
+    #[test]
+    fn the_config_files_dead_letter_topic_goes_with_its_oversize_policy() {
+        let file = "on-oversize = \"dead-letter\"\ndead-letter-topic = \"dlq\"\n";
+        let c = config(file, &[]).unwrap();
+        assert_eq!(
+            (c.on_oversize, c.dead_letter_topic.as_deref()),
+            (OnOversize::DeadLetter, Some("dlq"))
+        );
+        let c = config(file, &["--on-oversize", "fail"]).unwrap();
+        assert_eq!(
+            (c.on_oversize, c.dead_letter_topic),
+            (OnOversize::Fail, None)
+        );
+        let c = config(file, &["--dead-letter-topic", "other"]).unwrap();
+        assert_eq!(c.dead_letter_topic.as_deref(), Some("other"));
+        // Given by flag with another policy, the topic is still refused.
+        let e = config("", &["--on-oversize", "fail", "--dead-letter-topic", "dlq"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("only used with --on-oversize dead-letter"),
+            "{e}"
+        );
     }
 }
