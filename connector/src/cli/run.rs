@@ -134,36 +134,41 @@ impl RunArgs {
         take!(batch_bytes_max);
         take!(linger_ms);
         take!(record_bytes_max);
-        // The file's dead-letter topic goes with the file's --on-oversize: a
-        // flag choosing another leaves it unused, not an error.
-        let oversize_elsewhere = self
-            .on_oversize
-            .is_some_and(|o| o != OnOversize::DeadLetter);
+        // The file's dead-letter topic goes with the file's `on-oversize =
+        // "dead-letter"`: a flag choosing another policy leaves it unused,
+        // not an error. (A topic the file sets without that policy is
+        // still refused.)
+        let dead_letter_overridden = file.on_oversize == Some(OnOversize::DeadLetter)
+            && self
+                .on_oversize
+                .is_some_and(|o| o != OnOversize::DeadLetter);
         take!(on_oversize);
         c.dead_letter_topic = match self.dead_letter_topic {
             Some(t) => Some(t),
-            None if oversize_elsewhere => None,
+            None if dead_letter_overridden => None,
             None => file.dead_letter_topic,
         };
         take!(on_offset_out_of_range);
         take!(auto_offset_reset);
         take!(connect_timeout_ms);
         take!(progress_interval_s);
-        let file_retain = file
-            .retain
-            .map(|s| {
-                parse_age(&s).map_err(|e| ConnectorError::Config(format!("retain {s:?}: {e}")))
-            })
-            .transpose()?;
-        let cleared = self.retain == Some(FlagValue::Cleared)
-            || self.retain_bytes == Some(FlagValue::Cleared);
-        c.retain = FlagValue::over(self.retain, file_retain);
+        let file_sets_retention = file.retain.is_some() || file.retain_bytes.is_some();
+        c.retain = match self.retain {
+            Some(flag) => FlagValue::over(Some(flag), None),
+            // The file's value is read only when no flag overrides it.
+            None => file
+                .retain
+                .map(|s| {
+                    parse_age(&s).map_err(|e| ConnectorError::Config(format!("retain {s:?}: {e}")))
+                })
+                .transpose()?,
+        };
         c.retain_bytes = FlagValue::over(self.retain_bytes, file.retain_bytes.map(|b| b.as_u64()));
         // Likewise the file's check interval goes with the file's retention:
-        // with retention cleared by flags it is unused, not an error.
+        // cleared by flags, it leaves the interval unused, not an error.
         let file_interval = file
             .retention_check_interval_s
-            .filter(|_| !cleared || c.retention().is_set());
+            .filter(|_| !file_sets_retention || c.retention().is_set());
         c.retention_check_interval_s = self.retention_check_interval_s.or(file_interval);
         let mut kafka: BTreeMap<String, String> = file.kafka.unwrap_or_default();
         kafka.extend(self.kafka);
@@ -362,10 +367,19 @@ mod tests {
                 ][..],
             ),
             ("retention-check-interval-s = 30\n", &[][..]),
+            // `none` clears nothing here: the file's interval had no
+            // retention to go with.
+            (
+                "retention-check-interval-s = 30\n",
+                &["--retain", "none"][..],
+            ),
         ] {
             let e = config(file, flags).unwrap_err().to_string();
             assert!(e.contains("only used with --retain"), "{flags:?}: {e}");
         }
+        // A flag's value wins without the file's being read (as for --commit).
+        let c = config("retain = \"soon\"\n", &["--retain", "7d"]).unwrap();
+        assert_eq!(c.retain, Some(7 * DAY));
         // A bad value says `none` is one too.
         let e = Cli::try_parse_from(["run", "--retain", "soon"])
             .err()
@@ -389,13 +403,27 @@ mod tests {
         );
         let c = config(file, &["--dead-letter-topic", "other"]).unwrap();
         assert_eq!(c.dead_letter_topic.as_deref(), Some("other"));
-        // Given by flag with another policy, the topic is still refused.
-        let e = config("", &["--on-oversize", "fail", "--dead-letter-topic", "dlq"])
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("only used with --on-oversize dead-letter"),
-            "{e}"
-        );
+        // Given by flag with another policy, or by a file without the
+        // dead-letter policy, the topic is still refused.
+        for (file, flags) in [
+            (
+                "",
+                &["--on-oversize", "fail", "--dead-letter-topic", "dlq"][..],
+            ),
+            (
+                "dead-letter-topic = \"dlq\"\n",
+                &["--on-oversize", "skip"][..],
+            ),
+            (
+                "on-oversize = \"fail\"\ndead-letter-topic = \"dlq\"\n",
+                &["--on-oversize", "fail"][..],
+            ),
+        ] {
+            let e = config(file, flags).unwrap_err().to_string();
+            assert!(
+                e.contains("only used with --on-oversize dead-letter"),
+                "{flags:?}: {e}"
+            );
+        }
     }
 }
