@@ -659,8 +659,13 @@ impl Engine {
                     // poisoned for the top-up first: the sync leader's duty
                     // would otherwise name the fsync.
                     if let Err(p) = t.join() {
-                        let reason = "the slot top-up panicked (see the panic message)";
-                        let _ = self.poison("reserve slots", reason.into());
+                        let message = p
+                            .downcast_ref::<&str>()
+                            .copied()
+                            .or_else(|| p.downcast_ref::<String>().map(String::as_str))
+                            .unwrap_or("a panic without a message");
+                        let reason = format!("the slot top-up panicked: {message}");
+                        let _ = self.poison("reserve slots", reason);
                         std::panic::resume_unwind(p);
                     }
                 }
@@ -715,9 +720,10 @@ impl Engine {
     fn top_up_slots(&self) -> Result<()> {
         let mut w = match self.write.try_lock() {
             Ok(w) => w,
-            Err(std::sync::TryLockError::WouldBlock) => return Ok(()),
-            Err(std::sync::TryLockError::Poisoned(_)) => {
-                panic!("engine lock poisoned by an earlier panic")
+            // Held by a write (which reserves for itself), or poisoned by a
+            // panic elsewhere, which that thread reports: no top-up.
+            Err(std::sync::TryLockError::WouldBlock | std::sync::TryLockError::Poisoned(_)) => {
+                return Ok(())
             }
         };
         self.check_usable()?;

@@ -8,18 +8,14 @@
 
 mod common;
 
-use cairn_engine::{Engine, EngineConfig, Error, TopicPartition, FAILPOINT_TOP_UP};
-use common::{batch, read_all, wal_layout};
+use cairn_engine::{Engine, EngineConfig, Error, FAILPOINT_TOP_UP};
+use common::{batch, put_over, read_all, thirty_two, wal_layout};
 
 #[test]
 fn a_failed_top_up_poisons_and_the_store_reopens_clean() {
     let scenario = fail::FailScenario::setup();
-    let tps: Vec<TopicPartition> = (0..32).map(|p| TopicPartition::new("t", p)).collect();
-    let put = |i: i64| -> Vec<_> {
-        tps.iter()
-            .map(|tp| batch(tp, i * 5..i * 5 + 5, 20))
-            .collect()
-    };
+    let tps = thirty_two();
+    let put = |i: i64| put_over(&tps, i);
     // Cut before the first slot of a run, inside it, and before its last.
     for after in [0, 7, 31] {
         let dir = tempfile::tempdir().unwrap();

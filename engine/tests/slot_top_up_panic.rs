@@ -10,18 +10,14 @@ mod common;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use cairn_engine::{Engine, EngineConfig, Error, TopicPartition, FAILPOINT_TOP_UP};
-use common::{batch, read_all};
+use cairn_engine::{Engine, EngineConfig, Error, FAILPOINT_TOP_UP};
+use common::{batch, put_over, read_all, thirty_two};
 
 #[test]
 fn a_panicking_top_up_poisons_naming_the_top_up() {
     let scenario = fail::FailScenario::setup();
-    let tps: Vec<TopicPartition> = (0..32).map(|p| TopicPartition::new("t", p)).collect();
-    let put = |i: i64| -> Vec<_> {
-        tps.iter()
-            .map(|tp| batch(tp, i * 5..i * 5 + 5, 20))
-            .collect()
-    };
+    let tps = thirty_two();
+    let put = |i: i64| put_over(&tps, i);
     let dir = tempfile::tempdir().unwrap();
     let appended = {
         let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
@@ -41,14 +37,15 @@ fn a_panicking_top_up_poisons_naming_the_top_up() {
         match &err {
             Error::Poisoned { op, reason } => {
                 assert_eq!(*op, "reserve slots", "{err}");
-                assert!(reason.contains("panicked"), "{err}");
+                assert!(reason.contains("top-up panicked: top-up bug"), "{err}");
             }
             other => panic!("expected Poisoned, got {other}"),
         }
         assert!(matches!(e.sync().unwrap_err(), Error::Poisoned { .. }));
-        // Every append before the one that met the panic was synced.
+        // Every append before the one that met the panic was synced, and
+        // that one's sync never reported it durable.
         for tp in &tps {
-            assert!(e.durable_offset(tp) >= Some(i * 5), "{tp}");
+            assert_eq!(e.durable_offset(tp), Some(i * 5), "{tp}");
         }
         i
     };

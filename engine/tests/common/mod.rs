@@ -43,3 +43,16 @@ pub fn wal_key(lsn: u64) -> [u8; 9] {
 pub fn read_all(engine: &cairn_engine::Engine, tp: &TopicPartition) -> Vec<Record> {
     engine.read(tp, 0).unwrap().map(|r| r.unwrap()).collect()
 }
+
+/// Partitions 0..32 of topic `t`: a put over all of them is 32 frames, so a
+/// few puts use up the slots a sync tops up.
+pub fn thirty_two() -> Vec<TopicPartition> {
+    (0..32).map(|p| TopicPartition::new("t", p)).collect()
+}
+
+/// Put `i` of a run over `tps`: records `i*5..i*5+5` of each, 20 B values.
+pub fn put_over(tps: &[TopicPartition], i: i64) -> Vec<cairn_engine::RecordBatch> {
+    tps.iter()
+        .map(|tp| batch(tp, i * 5..i * 5 + 5, 20))
+        .collect()
+}
