@@ -71,6 +71,13 @@ fn put_to_commit_harness_runs_and_reports() {
         assert!(r["disk_bytes"].as_u64().unwrap() >= 300_000);
         assert!(r["space_amplification"].as_f64().unwrap() >= 1.0);
         assert!(r["pct_of_disk_bandwidth"].as_f64().unwrap() > 0.0);
+        // CPU per record: reported, or `null` for a run this short.
+        let cpu = &r["cpu"];
+        assert!(
+            cpu.is_null() || cpu["own_us_per_record"].as_f64().unwrap() > 0.0,
+            "{cpu}"
+        );
+        assert!(r.get("ceiling_cpu_ratio").is_some(), "{r}");
     }
     assert!(json["disk_bandwidth"]["mb_per_s"].as_f64().unwrap() > 0.0);
     // The footprint: each policy archiving the case in a process of its own.
@@ -84,6 +91,7 @@ fn put_to_commit_harness_runs_and_reports() {
     assert!(stdout.contains("peak RSS"), "{stdout}");
     assert!(case["floor"]["sum"]["p50_us"].as_u64().unwrap() > 0);
     assert!(case["ceiling"]["records_per_s"].as_f64().unwrap() > 0.0);
+    assert!(case.get("ceiling_cpu").is_some(), "{case}");
     assert!(case["kcat"]["skipped"].is_string());
     let svg = std::fs::read_to_string(out.path().join("put_to_commit_cdf.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("cairn every-put"));

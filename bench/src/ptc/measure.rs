@@ -65,9 +65,9 @@ pub struct CairnRun {
     pub space_amplification: f64,
     /// What the run cost in CPU; `None` where `/proc` cannot tell.
     pub cpu: Option<Cpu>,
-    /// The ceiling's CPU per record over this run's (mock broker included):
-    /// the share of the ceiling's records/s this run could reach if both
-    /// kept every core busy (see [`Cpu`]).
+    /// The ceiling's CPU per record over this run's, the mock broker's
+    /// included in both: the share of the ceiling's records/s this run gets
+    /// where both are CPU-bound (see [`Cpu`]).
     pub ceiling_cpu_ratio: Option<f64>,
 }
 
@@ -114,21 +114,23 @@ fn stat_cpu_seconds(stat: &str) -> Option<f64> {
     Some((utime + stime) as f64 / 100.0)
 }
 
-/// What a consumer's run cost in CPU. On a host whose cores it keeps busy,
-/// throughput is cores over CPU per record, so two runs that both keep
-/// every core busy relate as their CPU per record does: a sink cannot reach
-/// more of the ceiling's records/s than the ceiling's CPU per record over
-/// its own.
+/// What a consumer's run cost in CPU. Where a run keeps every core busy,
+/// its throughput is cores over CPU per record, so two runs that are both
+/// CPU-bound relate as their CPU per record does. Neither run here quite
+/// keeps both cores busy (see `cores_busy`), so the ratio of the two is what
+/// the ratio of their records/s tracks, not a hard bound on it.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Cpu {
     /// This process, all its threads, in µs per record, from just before the
-    /// run starts (opening, joining the group: a few ms) to its last record.
+    /// run starts (creating the consumer, joining the group, opening the
+    /// store: tens of ms) to its last record.
     pub own_us_per_record: f64,
     /// The mock broker's process serving the run, over the same span; `None`
     /// against `--brokers`.
     pub broker_us_per_record: Option<f64>,
     /// Both together over the run's seconds (first record to last): how
-    /// many cores the run kept busy.
+    /// many cores the run kept busy (a little high: the CPU counted includes
+    /// the start, which the seconds do not).
     pub cores_busy: f64,
 }
 
@@ -164,9 +166,17 @@ impl CpuMeter {
     }
 }
 
-/// CPU per record of a run that `used` that much over `seconds`.
+/// Least CPU time a run must use for its CPU per record to be reported:
+/// `/proc` counts 10 ms ticks, so a reading is good to about ±20 ms.
+const CPU_SECONDS_MIN: f64 = 0.5;
+
+/// CPU per record of a run that `used` that much over `seconds`; `None` for
+/// a run too short to measure.
 fn per_record(used: Option<(f64, Option<f64>)>, records: u64, seconds: f64) -> Option<Cpu> {
     let (own, broker) = used?;
+    if own < CPU_SECONDS_MIN {
+        return None;
+    }
     let records = records.max(1) as f64;
     Some(Cpu {
         own_us_per_record: own * 1e6 / records,

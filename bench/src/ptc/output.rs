@@ -127,7 +127,7 @@ pub fn table(r: &Report) {
                     format!("  cairn {}", run.policy),
                     cpu_text(cpu),
                     run.ceiling_cpu_ratio.map_or(String::new(), |r| format!(
-                        "; the ceiling's CPU per record is {r:.2}x this, the most of its records/s this run can reach while both keep every core busy"
+                        "; the ceiling's CPU per record is {r:.2}x this run's (broker included in both): the share of its records/s a CPU-bound run gets"
                     ))
                 );
             }
