@@ -72,6 +72,7 @@ fn put_to_commit_harness_runs_and_reports() {
         assert!(r["space_amplification"].as_f64().unwrap() >= 1.0);
         assert!(r["pct_of_disk_bandwidth"].as_f64().unwrap() > 0.0);
         // CPU per record: reported, or `null` for a run this short.
+        assert!(r.get("cpu").is_some(), "{r}");
         let cpu = &r["cpu"];
         assert!(
             cpu.is_null() || cpu["own_us_per_record"].as_f64().unwrap() > 0.0,

@@ -664,6 +664,10 @@ impl Engine {
                             .copied()
                             .or_else(|| p.downcast_ref::<String>().map(String::as_str))
                             .unwrap_or("a panic without a message");
+                        if let Err(e) = &res {
+                            // Not reported below: the panic goes first.
+                            tracing::error!(error = %e, "fsync failed while the slot top-up panicked");
+                        }
                         let reason = format!("the slot top-up panicked: {message}");
                         let _ = self.poison("reserve slots", reason);
                         std::panic::resume_unwind(p);

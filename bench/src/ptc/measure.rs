@@ -122,8 +122,9 @@ fn stat_cpu_seconds(stat: &str) -> Option<f64> {
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Cpu {
     /// This process, all its threads, in µs per record, from just before the
-    /// run starts (creating the consumer, joining the group, opening the
-    /// store: tens of ms) to its last record.
+    /// run starts (creating the consumer and joining the group, tens of ms;
+    /// the ceiling reads metadata and assigns instead; cairn's store is
+    /// opened before) to its last record.
     pub own_us_per_record: f64,
     /// The mock broker's process serving the run, over the same span; `None`
     /// against `--brokers`.
@@ -769,7 +770,21 @@ fn produced(ends: &BTreeMap<TopicPartition, i64>) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::{cpu_seconds, stat_cpu_seconds};
+    use super::{cpu_seconds, per_record, stat_cpu_seconds};
+
+    #[test]
+    fn cpu_per_record_and_cores_busy() {
+        let c = per_record(Some((1.0, Some(0.5))), 1_000_000, 2.0).unwrap();
+        assert!((c.own_us_per_record - 1.0).abs() < 1e-9);
+        assert!((c.broker_us_per_record.unwrap() - 0.5).abs() < 1e-9);
+        assert!((c.cores_busy - 0.75).abs() < 1e-9);
+        assert!((c.total_us_per_record() - 1.5).abs() < 1e-9);
+        let c = per_record(Some((1.0, None)), 1_000_000, 2.0).unwrap();
+        assert_eq!(c.broker_us_per_record, None);
+        // Too little CPU to tell from 10 ms ticks, or none read.
+        assert!(per_record(Some((0.4, Some(0.1))), 1_000_000, 2.0).is_none());
+        assert!(per_record(None, 1_000_000, 2.0).is_none());
+    }
 
     #[test]
     fn cpu_time_is_read_after_the_command_name() {

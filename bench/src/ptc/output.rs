@@ -122,12 +122,17 @@ pub fn table(r: &Report) {
         }
         for run in &c.cairn {
             if let Some(cpu) = &run.cpu {
+                let both = if cpu.broker_us_per_record.is_some() {
+                    " (broker included in both)"
+                } else {
+                    ""
+                };
                 println!(
                     "{:<34} {}{}",
                     format!("  cairn {}", run.policy),
                     cpu_text(cpu),
                     run.ceiling_cpu_ratio.map_or(String::new(), |r| format!(
-                        "; the ceiling's CPU per record is {r:.2}x this run's (broker included in both): the share of its records/s a CPU-bound run gets"
+                        "; the ceiling's CPU per record is {r:.2}x this run's{both}: the share of its records/s a CPU-bound run gets"
                     ))
                 );
             }

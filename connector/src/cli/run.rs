@@ -352,6 +352,16 @@ mod tests {
             (None, None, None)
         );
         assert!(!c.retention().is_set());
+        // A file with only an age: `--retain none` leaves no retention, and
+        // the file's interval goes with it; a flag's size keeps it in use.
+        let aged = "retain = \"30d\"\nretention-check-interval-s = 30\n";
+        let c = config(aged, &["--retain", "none"]).unwrap();
+        assert_eq!((c.retain, c.retention_check_interval_s), (None, None));
+        let c = config(aged, &["--retain", "none", "--retain-bytes", "1GiB"]).unwrap();
+        assert_eq!(
+            (c.retain, c.retain_bytes, c.retention_check_interval_s),
+            (None, Some(1 << 30), Some(30))
+        );
         // An interval given by flag, or by a file without retention, is
         // still refused: nothing would use it.
         for (file, flags) in [
