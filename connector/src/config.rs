@@ -371,12 +371,12 @@ pub enum FlagValue<T> {
 }
 
 impl<T> FlagValue<T> {
-    /// The setting from a flag (if given) over the file's (if any).
-    pub fn over(flag: Option<FlagValue<T>>, file: Option<T>) -> Option<T> {
-        match flag {
-            Some(FlagValue::Set(v)) => Some(v),
-            Some(FlagValue::Cleared) => None,
-            None => file,
+    /// The setting the flag makes, whatever the file says: its value, or
+    /// none.
+    pub fn setting(self) -> Option<T> {
+        match self {
+            FlagValue::Set(v) => Some(v),
+            FlagValue::Cleared => None,
         }
     }
 }

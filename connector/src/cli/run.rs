@@ -154,7 +154,7 @@ impl RunArgs {
         take!(progress_interval_s);
         let file_sets_retention = file.retain.is_some() || file.retain_bytes.is_some();
         c.retain = match self.retain {
-            Some(flag) => FlagValue::over(Some(flag), None),
+            Some(flag) => flag.setting(),
             // The file's value is read only when no flag overrides it.
             None => file
                 .retain
@@ -163,7 +163,10 @@ impl RunArgs {
                 })
                 .transpose()?,
         };
-        c.retain_bytes = FlagValue::over(self.retain_bytes, file.retain_bytes.map(|b| b.as_u64()));
+        c.retain_bytes = match self.retain_bytes {
+            Some(flag) => flag.setting(),
+            None => file.retain_bytes.map(|b| b.as_u64()),
+        };
         // Likewise the file's check interval goes with the file's retention:
         // cleared by flags, it leaves the interval unused, not an error.
         let file_interval = file
