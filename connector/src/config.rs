@@ -358,6 +358,16 @@ pub const RETENTION_CHECK_INTERVAL_S_DEFAULT: u64 = 60;
 
 /// Parse an age for `--retain` (`30d`, `12h`, `90min`).
 pub fn parse_age(s: &str) -> Result<std::time::Duration, String> {
+    // An age decides what is deleted. humantime reads `m` as minutes and
+    // `M` as months: `--retain 6m` meant as half a year would delete all
+    // but the last six minutes, for good. Refused; the words are plain.
+    if s.split(|c: char| !c.is_ascii_alphabetic())
+        .any(|unit| unit == "m" || unit == "M")
+    {
+        return Err(format!(
+            "{s:?}: the unit m is refused as ambiguous (minutes or months?): write min or months"
+        ));
+    }
     humantime::parse_duration(s)
         .map_err(|e| format!("{e}: expected an age such as 7d, 12h or 90min"))
 }

@@ -102,8 +102,27 @@ fn cut_of(args: &PruneArgs) -> Result<Cut> {
     cut_of_args(args)?.check()
 }
 
+/// How far ahead of now a `--before-time` may be: a clock a little ahead
+/// is allowed for; anything further is a timestamp in another unit.
+const BEFORE_TIME_AHEAD_MS_MAX: i64 = 86_400_000;
+
 fn cut_of_args(args: &PruneArgs) -> Result<Cut> {
     let bad = |m: String| ConnectorError::Config(m);
+    // A partition number alone would prune that partition of every archived
+    // topic; say which topic it is.
+    if args.partition.is_some() && args.topic.is_empty() {
+        return Err(bad(
+            "--partition: give --topic too (a partition number alone would prune that partition of every archived topic)".into(),
+        ));
+    }
+    if let Some(t) = args.before_time {
+        let now = pruner::epoch_millis(std::time::SystemTime::now());
+        if t > now.saturating_add(BEFORE_TIME_AHEAD_MS_MAX) {
+            return Err(bad(format!(
+                "--before-time {t}: more than a day in the future, which would delete every record with a timestamp; it takes milliseconds since the Unix epoch (was this microseconds or nanoseconds?) or RFC 3339"
+            )));
+        }
+    }
     match (
         args.before,
         args.before_time,
@@ -272,6 +291,32 @@ mod tests {
     }
 
     #[test]
+    fn cuts_that_would_delete_more_than_meant_are_refused() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            prune: PruneArgs,
+        }
+        let cut = |args: &[&str]| {
+            let mut all = vec!["prune", "--data", "/nonexistent"];
+            all.extend_from_slice(args);
+            cut_of(&<Cli as clap::Parser>::try_parse_from(all).unwrap().prune)
+        };
+        let e = cut(&["--partition", "0", "--before", "10"]).unwrap_err();
+        assert!(e.to_string().contains("give --topic too"), "{e}");
+        assert_eq!(
+            cut(&["--topic", "t", "--partition", "0", "--before", "10"]).unwrap(),
+            Cut::Offset(10)
+        );
+        // Microseconds where milliseconds were meant: 54,000 years ahead.
+        let e = cut(&["--before-time", "1700000000000000"]).unwrap_err();
+        assert!(e.to_string().contains("microseconds"), "{e}");
+        let now = pruner::epoch_millis(std::time::SystemTime::now());
+        let soon = (now + 3_600_000).to_string();
+        assert!(matches!(cut(&["--before-time", &soon]), Ok(Cut::TimeMs(_))));
+    }
+
+    #[test]
     fn times_parse_as_rfc3339_or_millis() {
         assert_eq!(parse_time_ms("1700000000000"), Ok(1_700_000_000_000));
         assert_eq!(parse_time_ms("2023-11-14T22:13:20Z"), Ok(1_700_000_000_000));
@@ -284,5 +329,17 @@ mod tests {
         assert!(e.contains("RFC 3339"), "{e}");
         assert!(crate::config::parse_age("7d").is_ok());
         assert!(crate::config::parse_age("soon").unwrap_err().contains("7d"));
+        // `m` is minutes to humantime and months to many people.
+        for age in ["6m", "6M", "1h30m", "2 m"] {
+            let e = crate::config::parse_age(age).unwrap_err();
+            assert!(e.contains("write min or months"), "{age}: {e}");
+        }
+        for (age, s) in [
+            ("90min", 5_400),
+            ("6months", 6 * 2_630_016),
+            ("1h30min", 5_400),
+        ] {
+            assert_eq!(crate::config::parse_age(age).unwrap().as_secs(), s, "{age}");
+        }
     }
 }
