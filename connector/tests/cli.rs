@@ -560,11 +560,21 @@ fn prune_deletes_below_the_cut_and_keeps_next_offsets() {
         (&["--older-than", "soon"][..], "7d"),
         (&["--older-than", "0s"][..], "positive"),
         (&["--before", "1", "-t", "c"][..], "no such topic"),
-        (&["--before", "1", "--partition", "9"][..], "--partition 9"),
         (
-            &["--before", "1", "--partition", "-1"][..],
+            &["--before", "1", "-t", "a", "--partition", "9"][..],
+            "--partition 9",
+        ),
+        (
+            &["--before", "1", "-t", "a", "--partition", "-1"][..],
             "--partition -1",
         ),
+        // A partition number alone would cut it in every topic.
+        (
+            &["--before", "1", "--partition", "0"][..],
+            "give --topic too",
+        ),
+        (&["--older-than", "6m"][..], "write min or months"),
+        (&["--before-time", "1700000000000000"][..], "microseconds"),
     ] {
         let mut a = vec!["prune", "--data", d];
         a.extend_from_slice(args);

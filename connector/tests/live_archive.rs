@@ -214,6 +214,8 @@ fn a_running_archive_serves_status_export_verify_and_prune() {
         d,
         "--keep-bytes",
         "1",
+        "--topic",
+        &topic,
         "--partition",
         "0",
     ]);
