@@ -23,9 +23,9 @@
 //! - A reused buffer is cleared before it is filled: no byte of an earlier
 //!   record reaches a later one.
 //! - A reused buffer's capacity is at most twice the bytes copied into it
-//!   plus [`SLACK_BYTES`] (a larger one is shrunk first): the bytes the
-//!   hand-over queue counts for a record (its payload, consumer.rs
-//!   `held_bytes`) stay within a small factor of the memory it holds.
+//!   plus [`SLACK_BYTES`] (a larger one is shrunk first): the memory a
+//!   record holds, which the hand-over queue counts by capacity (consumer.rs
+//!   `held_bytes`), stays within a small factor of its payload.
 
 use std::sync::Mutex;
 
