@@ -437,11 +437,9 @@ impl Shared {
         let mut bounds = retention::Bounds::new(consumer, assigned.clone(), self.bounds_budget);
         let mut going_on: BTreeMap<TopicPartition, Offset> = BTreeMap::new();
         let mut restart: BTreeMap<TopicPartition, Offset> = BTreeMap::new();
-        // Whether some partition is out of Kafka's log (or has no offset
-        // anywhere): what the error was about.
+        // Whether some partition is out of Kafka's log: what the error was
+        // about.
         let mut explained = false;
-        // Started from Kafka's committed offset, nothing delivered.
-        let mut from_kafka: Vec<TopicPartition> = Vec::new();
         for tp in &assigned {
             let delivered = positions
                 .get(tp)
@@ -454,15 +452,20 @@ impl Shared {
                     restart.insert(tp.clone(), Offset::Beginning);
                     continue;
                 }
-                // Only a partition whose log end could not be read at
-                // assignment, which stopped the run: never fetched.
+                // Only a partition the assignment could not place (its log
+                // end or Kafka's committed offset unread), which stopped the
+                // run: never fetched.
                 (None, Some(Start::End)) => {
                     going_on.insert(tp.clone(), Offset::End);
                     continue;
                 }
+                // Every assignment records each partition's start
+                // (rebalance.rs), never librdkafka's read of the committed
+                // offset.
                 (None, None) => {
-                    from_kafka.push(tp.clone());
-                    continue;
+                    return Err(ConnectorError::Sink(format!(
+                        "BUG: {tp} was assigned with no start recorded: stopping rather than guess where it fetches from"
+                    )))
                 }
             };
             match retention::standing(&mut bounds, tp, at, policy)? {
@@ -475,45 +478,6 @@ impl Shared {
                 }
                 Standing::Unknown => {
                     restart.insert(tp.clone(), Offset::Offset(at));
-                }
-            }
-        }
-        if !from_kafka.is_empty() {
-            let timeout = self
-                .bounds_budget
-                .min(crate::rebalance::COMMITTED_READ_TIMEOUT);
-            match crate::offsets::committed_offsets(consumer, &from_kafka, timeout) {
-                Ok(committed) => {
-                    for tp in from_kafka {
-                        let to = match committed.get(&tp) {
-                            Some(&c) => match retention::standing(&mut bounds, &tp, c, policy)? {
-                                Standing::MoveTo(to) => {
-                                    explained = true;
-                                    Offset::Offset(to)
-                                }
-                                Standing::InLog | Standing::Unknown => Offset::Offset(c),
-                            },
-                            None => {
-                                explained = true;
-                                let start = retention::no_offset_start(
-                                    &mut bounds,
-                                    &tp,
-                                    &self.auto_offset_reset,
-                                )?;
-                                tracing::warn!(%tp, ?start, "no offset for this partition anywhere: --auto-offset-reset");
-                                start
-                            }
-                        };
-                        restart.insert(tp, to);
-                    }
-                }
-                // librdkafka reads the committed offset itself again; if it
-                // is still out of range, the next reset error comes here.
-                Err(e) => {
-                    tracing::warn!(error = %e, "could not read committed offsets; fetching again from them");
-                    for tp in from_kafka {
-                        restart.insert(tp, Offset::Stored);
-                    }
                 }
             }
         }

@@ -17,7 +17,9 @@ use rdkafka::{Offset, TopicPartitionList};
 use crate::error::{ConnectorError, Result};
 
 /// Committed offsets of `partitions` for the consumer's group. Partitions
-/// with nothing committed are absent.
+/// with nothing committed are absent; a partition whose offset Kafka could
+/// not read is an error, never taken for "nothing committed" (which would
+/// start it by `--auto-offset-reset`).
 pub fn committed_offsets<X: ConsumerContext, C: Consumer<X>>(
     consumer: &C,
     partitions: &[TopicPartition],
@@ -49,6 +51,14 @@ pub fn committed_with_metadata<X: ConsumerContext, C: Consumer<X>>(
         tpl.add_partition(&tp.topic, tp.partition);
     }
     let got = consumer.committed_offsets(tpl, timeout)?;
+    // librdkafka answers a failed read of some partitions with the list,
+    // those partitions carrying the error and no offset.
+    for e in got.elements() {
+        if let Err(error) = e.error() {
+            tracing::warn!(topic = e.topic(), partition = e.partition(), %error, "could not read the committed offset");
+            return Err(error);
+        }
+    }
     // Metadata that is not UTF-8 (which rust-rdkafka panics on) is no cairn
     // store's: it reads as none.
     Ok(concrete(&got, |e, offset| Committed {

@@ -241,17 +241,42 @@ impl SinkContext {
                 return;
             }
         };
-        let (committed, kafka_known) = match committed_with_metadata(
+        let (committed, unread) = match committed_with_metadata(
             c,
             &tps,
             s.bounds_budget.min(COMMITTED_READ_TIMEOUT),
         ) {
-            Ok(k) => (k, true),
+            Ok(k) => (k, None),
             Err(e) => {
                 tracing::warn!(error = %e, "could not read committed offsets during assignment");
-                (BTreeMap::new(), false)
+                (BTreeMap::new(), Some(e))
             }
         };
+        // A partition the archive holds resumes at its own offset, whatever
+        // Kafka says. One it holds nothing of needs Kafka's offset, and the
+        // identity committed with it, to tell whether this store held it
+        // and lost it (restored from an older backup): read as "nothing
+        // committed", --auto-offset-reset latest would skip what it lost,
+        // and librdkafka's own read of the offset would skip it too. So
+        // the run stops instead of guessing.
+        if let Some(e) = &unread {
+            let blind: Vec<String> = tps
+                .iter()
+                .filter(|tp| !resume.contains_key(*tp))
+                .map(|tp| tp.to_string())
+                .collect();
+            if !blind.is_empty() {
+                s.pipeline.fail(ConnectorError::KafkaWhy {
+                    op: "reading committed offsets at assignment",
+                    why: format!(
+                        "the archive holds nothing of {}, and only Kafka's committed offsets tell whether this store held them and lost them (a store restored from an older backup): stopping rather than risk skipping records; run again once Kafka answers",
+                        blind.join(", ")
+                    )
+                    .into(),
+                    source: e.clone(),
+                });
+            }
+        }
         let identity = s.pipeline.identity.clone();
         let mut bounds = Bounds::new(c, tps.clone(), s.bounds_budget);
         // Kafka's committed offsets as the commit tracker takes them: not
@@ -293,10 +318,8 @@ impl SinkContext {
             // `auto.offset.reset` is `error` (retention.rs).
             let start = match stored {
                 None if lost_whole => Offset::Beginning,
-                // librdkafka reads the committed offset itself; with none,
-                // the consumer loop gets a reset error and applies
-                // --auto-offset-reset.
-                None if !kafka_known => Offset::Stored,
+                // Never fetched: the run stops before the next poll (above).
+                None if unread.is_some() => Offset::End,
                 None => match no_offset_start(&mut bounds, tp, &s.auto_offset_reset) {
                     Ok(start) => {
                         tracing::debug!(%tp, ?start, "neither the archive nor Kafka has an offset for this partition: --auto-offset-reset");

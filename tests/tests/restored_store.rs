@@ -9,10 +9,12 @@
 //! tests cover that.)
 
 use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::time::Duration;
 
 use cairn_connector::cli::demo::{check_archive, demo_next_offsets, produce, DEMO_PARTITIONS};
 use cairn_connector::offsets::{committed_with_metadata, group_client};
+use cairn_connector::{run_pipeline, ArchiveSink, PipelineOptions};
 use cairn_engine::{Engine, EngineConfig, TopicPartition};
 use cairn_tests::{config, durable, init_logs, run_to_end, TestKafka};
 
@@ -84,4 +86,83 @@ fn a_store_restored_from_before_it_held_a_partition_archives_it_from_the_start()
     let e = Engine::open(EngineConfig::new(&copy)).unwrap();
     check_archive(&e, &k.topic, 1_500).unwrap();
     assert_eq!(e.durable_offsets(), demo_next_offsets(&k.topic, 1_500));
+}
+
+/// As above, when Kafka's committed offsets cannot be read at assignment:
+/// the store holds nothing of the partitions, and only Kafka's offsets (and
+/// the identity committed with them) tell whether it held them and lost
+/// them. Read as "none committed", `--auto-offset-reset latest` would start
+/// at the log end and skip every record it lost. The run stops with an
+/// error instead, archiving and committing nothing; run again once the
+/// offsets can be read, it archives the partitions from the start. (Once
+/// it holds them, unread offsets no longer stop a run.)
+#[test]
+fn a_restored_store_that_cannot_read_kafkas_offsets_stops_and_archives_nothing() {
+    init_logs();
+    let k = TestKafka::new("restored-unread", DEMO_PARTITIONS);
+    let Some(mock) = k.mock() else {
+        eprintln!("SKIPPED: error injection needs the mock cluster");
+        return;
+    };
+    let group = "restored-unread-group";
+    let (live, backups) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let copy = backups.path().join("copy");
+    {
+        let e = Engine::open(EngineConfig::new(live.path())).unwrap();
+        e.backup_to(&copy, &AtomicBool::new(false)).unwrap();
+    }
+    produce(&k.brokers, &k.topic, 0..1_500).unwrap();
+    run_to_end(&config(&k, group, live.path()), 1_500, || {});
+    let want = demo_next_offsets(&k.topic, 1_500);
+    let tps: Vec<TopicPartition> = want.keys().cloned().collect();
+
+    let mut cfg = config(&k, group, &copy);
+    cfg.auto_offset_reset = "latest".into();
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+    // More errors than librdkafka's own retries of the read go through.
+    mock.request_errors(
+        RDKafkaApiKey::OffsetFetch,
+        &vec![RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN; 200],
+    );
+    let engine = Arc::new(Engine::open(EngineConfig::new(&copy)).unwrap());
+    let result = run_pipeline(
+        &cfg,
+        Box::new(ArchiveSink::new(engine.clone())),
+        PipelineOptions::default(),
+    );
+    mock.clear_request_errors(RDKafkaApiKey::OffsetFetch);
+    let err = match result {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("the run must stop"),
+    };
+    assert!(
+        err.contains("committed offsets") && err.contains(&format!("{}/", k.topic)),
+        "{err}"
+    );
+    assert!(engine.durable_offsets().is_empty(), "archived nothing");
+    drop(engine);
+    let c = group_client(&k.brokers, group).unwrap();
+    let kafka = committed_with_metadata(&c, &tps, Duration::from_secs(10)).unwrap();
+    drop(c);
+    for (tp, next) in &want {
+        assert_eq!(kafka[tp].offset, *next, "{tp}: Kafka's offsets untouched");
+    }
+
+    run_to_end(&cfg, 1_500, || {});
+    let e = Engine::open(EngineConfig::new(&copy)).unwrap();
+    check_archive(&e, &k.topic, 1_500).unwrap();
+    assert_eq!(e.durable_offsets(), want);
+    drop(e);
+
+    // Now that the archive holds every partition, the same errors do not
+    // stop a run: each partition resumes at the archive's offset.
+    produce(&k.brokers, &k.topic, 1_500..2_000).unwrap();
+    mock.request_errors(
+        RDKafkaApiKey::OffsetFetch,
+        &vec![RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN; 200],
+    );
+    run_to_end(&cfg, 2_000, || {});
+    mock.clear_request_errors(RDKafkaApiKey::OffsetFetch);
+    let e = Engine::open(EngineConfig::new(&copy)).unwrap();
+    check_archive(&e, &k.topic, 2_000).unwrap();
 }
