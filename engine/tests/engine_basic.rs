@@ -313,6 +313,48 @@ fn truncate_before_deletes_whole_entries_only() {
     assert!(e.verify().unwrap().is_clean());
 }
 
+/// Retention by size keeps the newest whole entries whose payload bytes
+/// fit, counting each entry's own bytes: every limit is checked against a
+/// brute-force sum, with another partition's entries interleaved and an
+/// entry written but not yet durable (never counted, never cut).
+#[test]
+fn offset_for_retained_bytes_keeps_the_newest_entries_that_fit() {
+    let dir = tempfile::tempdir().unwrap();
+    let tp = TopicPartition::new("t", 1);
+    let other = TopicPartition::new("t", 10);
+    let e = open(dir.path());
+    assert_eq!(e.offset_for_retained_bytes(&tp, 0).unwrap(), 0, "unknown");
+    let mut sizes = Vec::new();
+    for i in 0..6i64 {
+        let b = batch(&tp, i * 10..i * 10 + 10, 5 + i as usize * 7);
+        sizes.push(b.records.iter().map(Record::payload_bytes).sum::<u64>());
+        e.append(&[b, batch(&other, [i], 1000)]).unwrap();
+    }
+    e.write(&[batch(&tp, 60..70, 1000)]).unwrap();
+    let total: u64 = sizes.iter().sum();
+    for bytes_max in (0..=total + 1).step_by(7).chain([total, total - 1]) {
+        // The first entry from which the rest fit; 6 (the next offset,
+        // 60) when not even the newest does.
+        let first = (0..=6)
+            .find(|&i| sizes[i..].iter().sum::<u64>() <= bytes_max)
+            .unwrap();
+        assert_eq!(
+            e.offset_for_retained_bytes(&tp, bytes_max).unwrap(),
+            first as i64 * 10,
+            "bytes_max {bytes_max} of {sizes:?}"
+        );
+    }
+    // After a cut, what is left is counted (the truncation's own sync made
+    // the written entry durable).
+    let (offset, _) = e
+        .truncate_by(&tp, |e| e.offset_for_retained_bytes(&tp, sizes[5]))
+        .unwrap();
+    assert_eq!(offset, 50);
+    let end = e.durable_offset(&tp).unwrap();
+    assert_eq!(e.offset_for_retained_bytes(&tp, u64::MAX).unwrap(), 50);
+    assert_eq!(e.offset_for_retained_bytes(&tp, 0).unwrap(), end);
+}
+
 /// A cut above the durable next offset deletes only what is durable: an
 /// entry written and not yet synced (a put under `interval:MS`) stays, and
 /// reads back once synced.
