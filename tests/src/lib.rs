@@ -146,6 +146,31 @@ pub fn run_to_end(
     .unwrap()
 }
 
+/// Run into `engine` a pipeline that must stop with an error, and that
+/// error's message. A run that goes on instead is stopped after a minute,
+/// failing the test rather than hanging it.
+pub fn run_to_error(
+    cfg: &cairn_connector::RunConfig,
+    engine: &std::sync::Arc<cairn_engine::Engine>,
+) -> String {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watchdog = Watchdog::arm(stop.clone(), Duration::from_secs(60));
+    let result = cairn_connector::run_pipeline(
+        cfg,
+        Box::new(cairn_connector::ArchiveSink::new(engine.clone())),
+        cairn_connector::PipelineOptions {
+            stop,
+            ..Default::default()
+        },
+    );
+    let fired = watchdog.disarm();
+    match result {
+        Err(e) => e.to_string(),
+        Ok(_) if fired => panic!("the run went on for a minute instead of stopping"),
+        Ok(_) => panic!("the run must stop with an error"),
+    }
+}
+
 /// The durable next offsets of the (closed) store at `data`, after recovery.
 pub fn durable(
     data: &std::path::Path,

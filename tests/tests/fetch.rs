@@ -13,7 +13,7 @@ use cairn_connector::cli::demo::{committed, demo_record, produce, DEMO_PARTITION
 use cairn_connector::fetch::{Fetch, Flow, TAKE_MAX};
 use cairn_connector::{run_pipeline, ArchiveSink, PipelineOptions};
 use cairn_engine::{Engine, EngineConfig, TopicPartition};
-use cairn_tests::{config, init_logs, TestKafka, Watchdog};
+use cairn_tests::{config, init_logs, run_to_error, TestKafka, Watchdog};
 use rand::{Rng, SeedableRng};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
@@ -285,23 +285,7 @@ fn a_fetch_error_that_stops_the_run_archives_nothing_after_it() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(&k, "fetch-unauthorized-group", dir.path());
     let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
-    // A run that went on past the error would run forever: stop it after a
-    // minute, which then fails the test rather than hanging it.
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let watchdog = Watchdog::arm(stop.clone(), Duration::from_secs(60));
-    let result = run_pipeline(
-        &cfg,
-        Box::new(ArchiveSink::new(engine.clone())),
-        PipelineOptions {
-            stop: stop.clone(),
-            ..Default::default()
-        },
-    );
-    watchdog.disarm();
-    let err = match result {
-        Err(e) => e.to_string(),
-        Ok(_) => panic!("the run must stop with the error, not go on"),
-    };
+    let err = run_to_error(&cfg, &engine);
     // Named: the partition and where its fetch failed.
     assert!(
         err.contains("uthoriz") && err.contains(&format!("{}/", k.topic)),
@@ -357,14 +341,7 @@ fn a_record_whose_headers_cannot_be_read_stops_the_run() {
     // One record a put: the one before it is archived and committed.
     cfg.batch_records_max = 1;
     let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
-    let err = match run_pipeline(
-        &cfg,
-        Box::new(ArchiveSink::new(engine.clone())),
-        PipelineOptions::default(),
-    ) {
-        Err(e) => e.to_string(),
-        Ok(_) => panic!("the run must stop at the record"),
-    };
+    let err = run_to_error(&cfg, &engine);
     assert!(
         err.contains(&format!("{}/0@1", k.topic)) && err.contains("headers cannot be read"),
         "{err}"

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use cairn_connector::cli::demo::{check_archive, committed, produce};
 use cairn_connector::{run_pipeline, ArchiveSink, CommitPolicy, ConnectorError, PipelineOptions};
 use cairn_engine::{Engine, EngineConfig, TopicPartition};
-use cairn_tests::{config, durable, run_to_end, TestKafka, Watchdog};
+use cairn_tests::{config, durable, run_to_end, run_to_error, TestKafka, Watchdog};
 
 /// Kafka's committed offsets equal the archive's durable ones.
 fn assert_committed_equals_durable(k: &TestKafka, group: &str, engine: &Engine, why: &str) {
@@ -402,16 +402,8 @@ fn latest_with_an_unreadable_log_end_stops_the_run_and_archives_nothing() {
         &vec![RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN; 200],
     );
     let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
-    let result = run_pipeline(
-        &cfg,
-        Box::new(ArchiveSink::new(engine.clone())),
-        PipelineOptions::default(),
-    );
+    let err = run_to_error(&cfg, &engine);
     mock.clear_request_errors(RDKafkaApiKey::ListOffsets);
-    let err = match result {
-        Err(e) => e.to_string(),
-        Ok(_) => panic!("the run must stop"),
-    };
     assert!(
         err.contains("log end") && err.contains(&format!("{}/", k.topic)),
         "{err}"

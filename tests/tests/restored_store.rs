@@ -8,15 +8,15 @@
 //! records are another member's, and it resumes at Kafka's: the rebalance
 //! tests cover that.)
 
+use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
 use cairn_connector::cli::demo::{check_archive, demo_next_offsets, produce, DEMO_PARTITIONS};
 use cairn_connector::offsets::{committed_with_metadata, group_client};
-use cairn_connector::{run_pipeline, ArchiveSink, PipelineOptions};
 use cairn_engine::{Engine, EngineConfig, TopicPartition};
-use cairn_tests::{config, durable, init_logs, run_to_end, TestKafka};
+use cairn_tests::{config, durable, init_logs, run_to_end, run_to_error, TestKafka};
 
 #[test]
 fn a_store_restored_from_an_older_backup_archives_what_it_lost_again() {
@@ -71,14 +71,7 @@ fn a_store_restored_from_before_it_held_a_partition_archives_it_from_the_start()
     init_logs();
     let k = TestKafka::new("restored-whole", DEMO_PARTITIONS);
     let group = "restored-whole-group";
-    let (live, backups) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let copy = backups.path().join("copy");
-    {
-        let e = Engine::open(EngineConfig::new(live.path())).unwrap();
-        e.backup_to(&copy, &AtomicBool::new(false)).unwrap();
-    }
-    produce(&k.brokers, &k.topic, 0..1_500).unwrap();
-    run_to_end(&config(&k, group, live.path()), 1_500, || {});
+    let (_backups, copy) = backed_up_before_it_held(&k, group, 1_500);
 
     let mut cfg = config(&k, group, &copy);
     cfg.auto_offset_reset = "latest".into();
@@ -105,14 +98,7 @@ fn a_restored_store_that_cannot_read_kafkas_offsets_stops_and_archives_nothing()
         return;
     };
     let group = "restored-unread-group";
-    let (live, backups) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let copy = backups.path().join("copy");
-    {
-        let e = Engine::open(EngineConfig::new(live.path())).unwrap();
-        e.backup_to(&copy, &AtomicBool::new(false)).unwrap();
-    }
-    produce(&k.brokers, &k.topic, 0..1_500).unwrap();
-    run_to_end(&config(&k, group, live.path()), 1_500, || {});
+    let (_backups, copy) = backed_up_before_it_held(&k, group, 1_500);
     let want = demo_next_offsets(&k.topic, 1_500);
     let tps: Vec<TopicPartition> = want.keys().cloned().collect();
 
@@ -125,16 +111,8 @@ fn a_restored_store_that_cannot_read_kafkas_offsets_stops_and_archives_nothing()
         &vec![RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN; 200],
     );
     let engine = Arc::new(Engine::open(EngineConfig::new(&copy)).unwrap());
-    let result = run_pipeline(
-        &cfg,
-        Box::new(ArchiveSink::new(engine.clone())),
-        PipelineOptions::default(),
-    );
+    let err = run_to_error(&cfg, &engine);
     mock.clear_request_errors(RDKafkaApiKey::OffsetFetch);
-    let err = match result {
-        Err(e) => e.to_string(),
-        Ok(_) => panic!("the run must stop"),
-    };
     assert!(
         err.contains("committed offsets") && err.contains(&format!("{}/", k.topic)),
         "{err}"
@@ -165,4 +143,19 @@ fn a_restored_store_that_cannot_read_kafkas_offsets_stops_and_archives_nothing()
     mock.clear_request_errors(RDKafkaApiKey::OffsetFetch);
     let e = Engine::open(EngineConfig::new(&copy)).unwrap();
     check_archive(&e, &k.topic, 2_000).unwrap();
+}
+
+/// A backup of an empty store (in a temporary directory, with the copy's
+/// path), after which the store archived `n` demo records in `group`,
+/// committing them under its identity.
+fn backed_up_before_it_held(k: &TestKafka, group: &str, n: u64) -> (tempfile::TempDir, PathBuf) {
+    let (live, backups) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let copy = backups.path().join("copy");
+    {
+        let e = Engine::open(EngineConfig::new(live.path())).unwrap();
+        e.backup_to(&copy, &AtomicBool::new(false)).unwrap();
+    }
+    produce(&k.brokers, &k.topic, 0..n).unwrap();
+    run_to_end(&config(k, group, live.path()), n, || {});
+    (backups, copy)
 }
