@@ -164,11 +164,7 @@ impl Pruner {
                     pass(&engine, &retention)
                 }))
                 .unwrap_or_else(|payload| {
-                    let what = payload
-                        .downcast_ref::<&str>()
-                        .map(|s| s.to_string())
-                        .or_else(|| payload.downcast_ref::<String>().cloned())
-                        .unwrap_or_default();
+                    let what = cairn_engine::panic_message(&*payload);
                     Err(format!("retention: the pruner panicked: {what}"))
                 });
                 if let Err(e) = r {

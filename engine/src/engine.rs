@@ -659,11 +659,7 @@ impl Engine {
                     // poisoned for the top-up first: the sync leader's duty
                     // would otherwise name the fsync.
                     if let Err(p) = t.join() {
-                        let message = p
-                            .downcast_ref::<&str>()
-                            .copied()
-                            .or_else(|| p.downcast_ref::<String>().map(String::as_str))
-                            .unwrap_or("a panic without a message");
+                        let message = crate::error::panic_message(&*p);
                         if let Err(e) = &res {
                             // Not reported below: the panic goes first.
                             tracing::error!(error = %e, "fsync failed while the slot top-up panicked");

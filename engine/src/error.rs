@@ -290,3 +290,13 @@ pub enum InvalidInput {
     #[error("configuration: {0}")]
     Config(String),
 }
+
+/// What a caught panic said: its message when it was given one (a `&str`
+/// or a `String`, as `panic!` makes them), for an error or a poison reason.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a panic without a message")
+}

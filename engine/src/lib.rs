@@ -70,7 +70,7 @@ pub use engine::{
     Engine, EngineStats, PartitionInfo, Written, FAILPOINT_AFTER_SYNC, FAILPOINT_AFTER_WRITE,
     FAILPOINT_MID_WRITE, FAILPOINT_TOP_UP,
 };
-pub use error::{CorruptionKind, Error, InvalidInput, Location, Result};
+pub use error::{panic_message, CorruptionKind, Error, InvalidInput, Location, Result};
 pub use meta::StoreId;
 pub use offsets::DurableOffsets;
 pub use reader::RecordIter;
