@@ -105,34 +105,36 @@ impl Engine {
     /// most `bytes_max` payload bytes: retention by size deletes below it,
     /// keeping the newest entries that fit (none, if the newest alone is
     /// larger). The durable next offset when nothing fits. Cut with
-    /// [`Engine::truncate_by`] where truncations may run concurrently.
+    /// [`Engine::truncate_by`] where truncations may run concurrently: a
+    /// truncation between this call and the deletion makes it count bytes
+    /// that are already gone.
     ///
-    /// The bytes are the index entries' own, summed from the newest down,
-    /// never the partition summary's total: an entry the summary counts
-    /// and the index lacks would otherwise cost one kept entry too many
-    /// (verify reports such a disagreement). Only the kept entries and the
-    /// one below them are read.
+    /// It starts from the partition summary's total and reads only the
+    /// entries it deletes and the one above them, so that a pass costs what
+    /// it deletes, not what is kept (counting the kept entries instead read
+    /// the whole retained index every pass). A store that lost an index
+    /// entry, which verify and whole reads report, has the summary count
+    /// more than the index holds: the cut then takes one entry too many.
     pub fn offset_for_retained_bytes(&self, tp: &TopicPartition, bytes_max: u64) -> Result<i64> {
         validate_tp(tp)?;
-        let end = match self.durable_view().partitions.get(tp) {
-            Some(s) => s.next_offset,
-            None => return Ok(0),
-        };
-        let mut kept_from = end;
-        let mut kept_bytes = 0u64;
-        for item in self.tree.scan_prefix(keys::index_prefix(tp)).rev() {
-            let (_, e) = index_item(item)?;
-            // Made durable after the view was taken: not looked at.
-            if e.first_offset >= end {
-                continue;
+        let (end, mut held) = {
+            let view = self.durable_view();
+            match view.partitions.get(tp) {
+                Some(s) => (s.next_offset, s.payload_bytes),
+                None => return Ok(0),
             }
-            kept_bytes = kept_bytes.saturating_add(e.payload_bytes);
-            if kept_bytes > bytes_max {
+        };
+        for item in self.tree.scan_prefix(keys::index_prefix(tp)) {
+            let (_, e) = index_item(item)?;
+            if e.first_offset >= end {
                 break;
             }
-            kept_from = e.first_offset;
+            if held <= bytes_max {
+                return Ok(e.first_offset);
+            }
+            held = held.saturating_sub(e.payload_bytes);
         }
-        Ok(kept_from)
+        Ok(end)
     }
 
     /// The offset below which every archived record of `tp` is known to be

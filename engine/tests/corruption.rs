@@ -204,26 +204,6 @@ fn missing_index_entry_fails_a_whole_read() {
     assert!(!v.is_clean());
 }
 
-/// Retention by size counts the index entries' own bytes, not the
-/// summary's total: with an entry lost from the index (which verify
-/// reports), a limit that fits the newest entry keeps it, where counting
-/// the summary's bytes cut it too.
-#[test]
-fn retention_by_size_with_an_index_entry_lost_keeps_what_fits() {
-    let (dir, tp) = store();
-    with_raw_tree(dir.path(), |t| {
-        t.remove(cairn_engine::keys::index_key(&tp, 10)).unwrap();
-    });
-    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
-    let newest: u64 = e
-        .read(&tp, 20)
-        .unwrap()
-        .map(|r| r.unwrap().payload_bytes())
-        .sum();
-    assert_eq!(e.offset_for_retained_bytes(&tp, newest).unwrap(), 20);
-    assert_eq!(e.offset_for_retained_bytes(&tp, newest - 1).unwrap(), 30);
-}
-
 /// A whole read racing a truncation is not a count mismatch: the records
 /// deleted under it are gone, not lost.
 #[test]
