@@ -114,7 +114,8 @@ impl SinkTask for FileSink {
                     (next, len)
                 }
                 // Never synced: Kafka's committed offset (or
-                // --auto-offset-reset) decides where it starts.
+                // --auto-offset-reset) decides where it starts; the run
+                // stops if Kafka cannot read that offset.
                 None => (0, 0),
             };
             created |= !data.exists();

@@ -143,7 +143,7 @@ pub(crate) struct Shared {
     /// `--auto-offset-reset`: where a partition with no offset anywhere starts.
     pub auto_offset_reset: String,
     /// How long reading the log bounds of an assignment (or a reset) may
-    /// take, and at most the committed offsets' read beside it, from
+    /// take, and at most each committed offsets' read beside it, from
     /// `max.poll.interval.ms` (`retention::bounds_budget`).
     pub bounds_budget: Duration,
     /// This thread's copy of the assignment (the pipeline's is for commits).
@@ -452,9 +452,8 @@ impl Shared {
                     restart.insert(tp.clone(), Offset::Beginning);
                     continue;
                 }
-                // Only a partition the assignment could not place (its log
-                // end or Kafka's committed offset unread), which stopped the
-                // run: never fetched.
+                // Only a partition of an assignment that stopped the run:
+                // never fetched.
                 (None, Some(Start::End)) => {
                     going_on.insert(tp.clone(), Offset::End);
                     continue;
@@ -1010,6 +1009,11 @@ fn consume(
                     )));
                 }
             }
+        }
+        // A rebalance callback among the events may have failed the run:
+        // nothing more is taken (the loop's top returns the error).
+        if pipeline.failed.load(Ordering::Acquire) {
+            continue;
         }
         if forward_now || forwarded_at.elapsed() >= crate::fetch::REFORWARD_INTERVAL {
             fetch.forward_again();

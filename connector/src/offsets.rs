@@ -10,7 +10,7 @@ use std::time::Duration;
 use cairn_engine::TopicPartition;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
-use rdkafka::error::KafkaResult;
+use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::topic_partition_list::TopicPartitionListElem;
 use rdkafka::{Offset, TopicPartitionList};
 
@@ -46,6 +46,36 @@ pub fn committed_with_metadata<X: ConsumerContext, C: Consumer<X>>(
     partitions: &[TopicPartition],
     timeout: Duration,
 ) -> KafkaResult<BTreeMap<TopicPartition, Committed>> {
+    let read = read_committed(consumer, partitions, timeout)?;
+    match read.unread.into_iter().next() {
+        Some((tp, error)) => {
+            tracing::warn!(%tp, %error, "could not read the committed offset");
+            Err(error)
+        }
+        None => Ok(read.offsets),
+    }
+}
+
+/// Kafka's committed offsets of some partitions, as one read gave them.
+#[derive(Debug, Default)]
+pub struct CommittedRead {
+    /// Each partition with an offset committed, and its metadata. A
+    /// partition in neither map has nothing committed.
+    pub offsets: BTreeMap<TopicPartition, Committed>,
+    /// Each partition whose offset Kafka could not read, and why: never
+    /// "nothing committed" (which would start it by
+    /// `--auto-offset-reset`).
+    pub unread: BTreeMap<TopicPartition, KafkaError>,
+}
+
+/// Read `partitions`' committed offsets, keeping the ones Kafka gave apart
+/// from the ones it failed to read. A read that fails as a whole is an
+/// error.
+pub fn read_committed<X: ConsumerContext, C: Consumer<X>>(
+    consumer: &C,
+    partitions: &[TopicPartition],
+    timeout: Duration,
+) -> KafkaResult<CommittedRead> {
     let mut tpl = TopicPartitionList::new();
     for tp in partitions {
         tpl.add_partition(&tp.topic, tp.partition);
@@ -53,18 +83,21 @@ pub fn committed_with_metadata<X: ConsumerContext, C: Consumer<X>>(
     let got = consumer.committed_offsets(tpl, timeout)?;
     // librdkafka answers a failed read of some partitions with the list,
     // those partitions carrying the error and no offset.
-    for e in got.elements() {
-        if let Err(error) = e.error() {
-            tracing::warn!(topic = e.topic(), partition = e.partition(), %error, "could not read the committed offset");
-            return Err(error);
-        }
-    }
+    let unread = got
+        .elements()
+        .iter()
+        .filter_map(|e| {
+            let error = e.error().err()?;
+            Some((TopicPartition::new(e.topic(), e.partition()), error))
+        })
+        .collect();
     // Metadata that is not UTF-8 (which rust-rdkafka panics on) is no cairn
     // store's: it reads as none.
-    Ok(concrete(&got, |e, offset| Committed {
+    let offsets = concrete(&got, |e, offset| Committed {
         offset,
         metadata: crate::convert::unless_not_utf8(|| e.metadata().to_owned()).unwrap_or_default(),
-    }))
+    });
+    Ok(CommittedRead { offsets, unread })
 }
 
 /// The concrete offsets in a librdkafka list (logical ones, such as "none

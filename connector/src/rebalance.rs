@@ -28,7 +28,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use crate::consumer::{lock, Shared};
 use crate::error::ConnectorError;
 use crate::fetch::Forwarder;
-use crate::offsets::{committed_with_metadata, Committed};
+use crate::offsets::{read_committed, Committed, CommittedRead};
 use crate::progress::LogBounds;
 use crate::retention::{no_offset_start, resume_at, Bounds};
 use crate::worker::Job;
@@ -153,7 +153,37 @@ const REVOKE_COMMIT_RETRY: Duration = Duration::from_millis(2_000);
 
 /// Longest a read of Kafka's committed offsets inside a consumer callback
 /// may take (less under a short `max.poll.interval.ms`: `Shared::bounds_budget`).
-pub(crate) const COMMITTED_READ_TIMEOUT: Duration = Duration::from_secs(10);
+const COMMITTED_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `tps`' committed offsets, read again once for the partitions the first
+/// read failed on (a coordinator moving fails a read that the next one
+/// answers). A read that fails as a whole leaves every partition unread.
+fn read_committed_twice<X: ConsumerContext>(
+    c: &BaseConsumer<X>,
+    tps: &[TopicPartition],
+    timeout: Duration,
+) -> CommittedRead {
+    let read = |tps: &[TopicPartition]| {
+        read_committed(c, tps, timeout).unwrap_or_else(|e| CommittedRead {
+            offsets: BTreeMap::new(),
+            unread: tps.iter().map(|tp| (tp.clone(), e.clone())).collect(),
+        })
+    };
+    let mut got = read(tps);
+    if !got.unread.is_empty() {
+        for (tp, error) in &got.unread {
+            tracing::warn!(%tp, %error, "could not read the committed offset during assignment; reading it again");
+        }
+        let again: Vec<TopicPartition> = got.unread.keys().cloned().collect();
+        let second = read(&again);
+        for (tp, error) in &second.unread {
+            tracing::warn!(%tp, %error, "could not read the committed offset during assignment");
+        }
+        got.offsets.extend(second.offsets);
+        got.unread = second.unread;
+    }
+    got
+}
 
 /// Commit the revoked partitions' durable offsets. Under the cooperative
 /// protocol a revoke runs once this member has its new assignment, but the
@@ -241,41 +271,37 @@ impl SinkContext {
                 return;
             }
         };
-        let (committed, unread) = match committed_with_metadata(
-            c,
-            &tps,
-            s.bounds_budget.min(COMMITTED_READ_TIMEOUT),
-        ) {
-            Ok(k) => (k, None),
-            Err(e) => {
-                tracing::warn!(error = %e, "could not read committed offsets during assignment");
-                (BTreeMap::new(), Some(e))
-            }
-        };
+        let CommittedRead {
+            offsets: committed,
+            unread,
+        } = read_committed_twice(c, &tps, s.bounds_budget.min(COMMITTED_READ_TIMEOUT));
         // A partition the archive holds resumes at its own offset, whatever
         // Kafka says. One it holds nothing of needs Kafka's offset, and the
         // identity committed with it, to tell whether this store held it
         // and lost it (restored from an older backup): read as "nothing
         // committed", --auto-offset-reset latest would skip what it lost,
         // and librdkafka's own read of the offset would skip it too. So
-        // the run stops instead of guessing.
-        if let Some(e) = &unread {
-            let blind: Vec<String> = tps
-                .iter()
-                .filter(|tp| !resume.contains_key(*tp))
-                .map(|tp| tp.to_string())
-                .collect();
-            if !blind.is_empty() {
-                s.pipeline.fail(ConnectorError::KafkaWhy {
-                    op: "reading committed offsets at assignment",
-                    why: format!(
-                        "the archive holds nothing of {}, and only Kafka's committed offsets tell whether this store held them and lost them (a store restored from an older backup): stopping rather than risk skipping records; run again once Kafka answers",
-                        blind.join(", ")
-                    )
-                    .into(),
-                    source: e.clone(),
-                });
-            }
+        // the run stops instead of guessing, as a Kafka Connect task does
+        // when its consumer cannot read a committed offset.
+        let blind: Vec<&TopicPartition> = unread
+            .keys()
+            .filter(|tp| !resume.contains_key(*tp))
+            .collect();
+        // Set once the run is failed: the other partitions' starts are not
+        // worked out (a bounds read could delay the stop by its budget).
+        let mut stopping = false;
+        if let Some(first) = blind.first() {
+            stopping = true;
+            let names: Vec<String> = blind.iter().map(|tp| tp.to_string()).collect();
+            s.pipeline.fail(ConnectorError::KafkaWhy {
+                op: "reading committed offsets at assignment",
+                why: format!(
+                    "the archive holds nothing of {}, and only Kafka's committed offsets tell whether this store held them and lost them (a store restored from an older backup): stopping rather than risk skipping records; run again once Kafka answers",
+                    names.join(", ")
+                )
+                .into(),
+                source: unread[*first].clone(),
+            });
         }
         let identity = s.pipeline.identity.clone();
         let mut bounds = Bounds::new(c, tps.clone(), s.bounds_budget);
@@ -316,10 +342,11 @@ impl SinkContext {
             let lost_whole = matches!(point, ResumePoint::Lost { archive: None, .. });
             // Every partition gets an explicit start: librdkafka's own
             // `auto.offset.reset` is `error` (retention.rs).
+            // A run that is failed fetches nothing: the consumer loop stops
+            // before it takes a record.
             let start = match stored {
                 None if lost_whole => Offset::Beginning,
-                // Never fetched: the run stops before the next poll (above).
-                None if unread.is_some() => Offset::End,
+                None if stopping => Offset::End,
                 None => match no_offset_start(&mut bounds, tp, &s.auto_offset_reset) {
                     Ok(start) => {
                         tracing::debug!(%tp, ?start, "neither the archive nor Kafka has an offset for this partition: --auto-offset-reset");
@@ -327,10 +354,11 @@ impl SinkContext {
                     }
                     Err(e) => {
                         s.pipeline.fail(e);
-                        // Never fetched: the run stops before the next poll.
+                        stopping = true;
                         Offset::End
                     }
                 },
+                Some(stored) if stopping => Offset::Offset(stored),
                 Some(stored) => {
                     match resume_at(&mut bounds, tp, stored, s.on_offset_out_of_range) {
                         Ok(offset) => {
@@ -339,7 +367,7 @@ impl SinkContext {
                         }
                         Err(e) => {
                             s.pipeline.fail(e);
-                            // Never fetched: the run stops before the next poll.
+                            stopping = true;
                             Offset::Offset(stored)
                         }
                     }

@@ -68,7 +68,11 @@ pub struct PutOutcome {
 
 /// A sink driven by cairn's commit-after-durable consumer loop.
 pub trait SinkTask: Send {
-    /// Partitions were assigned. Return the offsets to resume from.
+    /// Partitions were assigned. Return the offsets to resume from. A
+    /// partition given none starts at Kafka's committed offset (or by
+    /// `--auto-offset-reset`); if Kafka cannot read that offset at the
+    /// assignment, twice, the run stops with an error naming the partition
+    /// rather than guess where it starts.
     fn open(
         &mut self,
         partitions: &[TopicPartition],

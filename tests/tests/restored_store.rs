@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cairn_connector::cli::demo::{check_archive, demo_next_offsets, produce, DEMO_PARTITIONS};
-use cairn_connector::offsets::{committed_with_metadata, group_client};
+use cairn_connector::offsets::{committed_with_metadata, group_client, read_committed};
 use cairn_engine::{Engine, EngineConfig, TopicPartition};
 use cairn_tests::{config, durable, init_logs, run_to_end, run_to_error, TestKafka};
 
@@ -121,6 +121,15 @@ fn a_restored_store_that_cannot_read_kafkas_offsets_stops_and_archives_nothing()
     drop(engine);
     let c = group_client(&k.brokers, group).unwrap();
     let kafka = committed_with_metadata(&c, &tps, Duration::from_secs(10)).unwrap();
+    // One partition Kafka fails to read (the mock has no partition 99) is
+    // an error of that partition, never "nothing committed".
+    let missing = TopicPartition::new(&k.topic, 99);
+    let mut asked = tps.clone();
+    asked.push(missing.clone());
+    let read = read_committed(&c, &asked, Duration::from_secs(10)).unwrap();
+    assert_eq!(read.offsets.len(), tps.len());
+    assert_eq!(read.unread.keys().collect::<Vec<_>>(), [&missing]);
+    assert!(committed_with_metadata(&c, &asked, Duration::from_secs(10)).is_err());
     drop(c);
     for (tp, next) in &want {
         assert_eq!(kafka[tp].offset, *next, "{tp}: Kafka's offsets untouched");

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::outln;
 use crate::config::{check_connect_timeout_ms, refuse_managed_keys, MANAGED_CONSUMER_KEYS};
 use crate::error::{ConnectorError, Result};
-use crate::offsets::{client_with, committed_offsets, group_client_with};
+use crate::offsets::{client_with, group_client_with, read_committed};
 
 #[derive(Debug, clap::Args)]
 pub struct StatusArgs {
@@ -254,12 +254,16 @@ fn kafka_view(
             .filter(|r| asked(r))
             .map(|r| TopicPartition::new(&r.topic, r.partition))
             .collect();
-        let committed = committed_offsets(&consumer, &tps, timeout)
+        let committed = read_committed(&consumer, &tps, timeout)
             .map_err(ConnectorError::kafka("committed offsets"))?;
+        for (tp, error) in &committed.unread {
+            tracing::warn!(%tp, %error, "Kafka could not read this partition's committed offset: its column is left empty");
+        }
         for r in rows.iter_mut() {
             r.kafka_committed = committed
+                .offsets
                 .get(&TopicPartition::new(&r.topic, r.partition))
-                .copied();
+                .map(|c| c.offset);
         }
     }
     for r in rows.iter_mut().filter(|r| asked(r)) {
