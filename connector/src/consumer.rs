@@ -143,7 +143,7 @@ pub(crate) struct Shared {
     /// `--auto-offset-reset`: where a partition with no offset anywhere starts.
     pub auto_offset_reset: String,
     /// How long reading the log bounds of an assignment (or a reset) may
-    /// take, and at most each committed offsets' read beside it, from
+    /// take, and at most each read of the committed offsets beside it, from
     /// `max.poll.interval.ms` (`retention::bounds_budget`).
     pub bounds_budget: Duration,
     /// This thread's copy of the assignment (the pipeline's is for commits).

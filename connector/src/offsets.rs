@@ -83,7 +83,7 @@ pub fn read_committed<X: ConsumerContext, C: Consumer<X>>(
     let got = consumer.committed_offsets(tpl, timeout)?;
     // librdkafka answers a failed read of some partitions with the list,
     // those partitions carrying the error and no offset.
-    let unread = got
+    let unread: BTreeMap<TopicPartition, KafkaError> = got
         .elements()
         .iter()
         .filter_map(|e| {
@@ -93,10 +93,12 @@ pub fn read_committed<X: ConsumerContext, C: Consumer<X>>(
         .collect();
     // Metadata that is not UTF-8 (which rust-rdkafka panics on) is no cairn
     // store's: it reads as none.
-    let offsets = concrete(&got, |e, offset| Committed {
+    let mut offsets = concrete(&got, |e, offset| Committed {
         offset,
         metadata: crate::convert::unless_not_utf8(|| e.metadata().to_owned()).unwrap_or_default(),
     });
+    // An offset beside an error is not trusted.
+    offsets.retain(|tp, _| !unread.contains_key(tp));
     Ok(CommittedRead { offsets, unread })
 }
 

@@ -13,6 +13,7 @@
 //! - **Lost:** commit nothing; drop the buffer; `close`.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -281,17 +282,12 @@ impl SinkContext {
         // and lost it (restored from an older backup): read as "nothing
         // committed", --auto-offset-reset latest would skip what it lost,
         // and librdkafka's own read of the offset would skip it too. So
-        // the run stops instead of guessing, as a Kafka Connect task does
-        // when its consumer cannot read a committed offset.
+        // the run stops instead of guessing.
         let blind: Vec<&TopicPartition> = unread
             .keys()
             .filter(|tp| !resume.contains_key(*tp))
             .collect();
-        // Set once the run is failed: the other partitions' starts are not
-        // worked out (a bounds read could delay the stop by its budget).
-        let mut stopping = false;
         if let Some(first) = blind.first() {
-            stopping = true;
             let names: Vec<String> = blind.iter().map(|tp| tp.to_string()).collect();
             s.pipeline.fail(ConnectorError::KafkaWhy {
                 op: "reading committed offsets at assignment",
@@ -343,7 +339,10 @@ impl SinkContext {
             // Every partition gets an explicit start: librdkafka's own
             // `auto.offset.reset` is `error` (retention.rs).
             // A run that is failed fetches nothing: the consumer loop stops
-            // before it takes a record.
+            // before it takes a record. Its other partitions' starts are
+            // not worked out (a bounds read could delay the stop by its
+            // budget).
+            let stopping = s.pipeline.failed.load(Ordering::Acquire);
             let start = match stored {
                 None if lost_whole => Offset::Beginning,
                 None if stopping => Offset::End,
@@ -354,7 +353,6 @@ impl SinkContext {
                     }
                     Err(e) => {
                         s.pipeline.fail(e);
-                        stopping = true;
                         Offset::End
                     }
                 },
@@ -367,7 +365,6 @@ impl SinkContext {
                         }
                         Err(e) => {
                             s.pipeline.fail(e);
-                            stopping = true;
                             Offset::Offset(stored)
                         }
                     }

@@ -87,8 +87,9 @@ fn a_store_restored_from_before_it_held_a_partition_archives_it_from_the_start()
 /// them. Read as "none committed", `--auto-offset-reset latest` would start
 /// at the log end and skip every record it lost. The run stops with an
 /// error instead, archiving and committing nothing; run again once the
-/// offsets can be read, it archives the partitions from the start. (Once
-/// it holds them, unread offsets no longer stop a run.)
+/// offsets can be read (at the second read: one failed read is read
+/// again), it archives the partitions from the start. (Once it holds
+/// them, unread offsets no longer stop a run.)
 #[test]
 fn a_restored_store_that_cannot_read_kafkas_offsets_stops_and_archives_nothing() {
     init_logs();
@@ -135,7 +136,13 @@ fn a_restored_store_that_cannot_read_kafkas_offsets_stops_and_archives_nothing()
         assert_eq!(kafka[tp].offset, *next, "{tp}: Kafka's offsets untouched");
     }
 
+    // Run again with one failed read left: the second read answers.
+    mock.request_errors(
+        RDKafkaApiKey::OffsetFetch,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN],
+    );
     run_to_end(&cfg, 1_500, || {});
+    mock.clear_request_errors(RDKafkaApiKey::OffsetFetch);
     let e = Engine::open(EngineConfig::new(&copy)).unwrap();
     check_archive(&e, &k.topic, 1_500).unwrap();
     assert_eq!(e.durable_offsets(), want);
