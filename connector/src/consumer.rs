@@ -572,15 +572,17 @@ pub fn client_config(cfg: &RunConfig) -> ClientConfig {
 }
 
 /// Check the brokers answer and every topic exists, within the connect timeout.
-pub fn preflight<C: Consumer<SinkContext>>(consumer: &C, cfg: &RunConfig) -> Result<()> {
-    let t0 = Instant::now();
-    let md = consumer
-        .fetch_metadata(None, Duration::from_millis(cfg.connect_timeout_ms))
-        .map_err(|e| ConnectorError::BrokerUnreachable {
-            brokers: cfg.brokers.clone(),
-            waited_ms: t0.elapsed().as_millis() as u64,
-            detail: e.to_string(),
-        })?;
+pub fn preflight<C: Consumer<SinkContext>>(
+    consumer: &C,
+    cfg: &RunConfig,
+    stop: &AtomicBool,
+) -> Result<()> {
+    let md = crate::librdkafka::cluster_metadata(
+        consumer.client(),
+        &cfg.brokers,
+        Duration::from_millis(cfg.connect_timeout_ms),
+        &|| stop.load(Ordering::Relaxed),
+    )?;
     for t in cfg.topics.iter().chain(&cfg.dead_letter_topic) {
         let found = md
             .topics()
@@ -669,7 +671,8 @@ pub fn run_pipeline(
             last_error: Mutex::new(None),
         })
         .map_err(|e| ConnectorError::Config(format!("kafka client: {e}")))?;
-    preflight(&consumer, cfg)?;
+    tracing::info!(brokers = %cfg.brokers, connect_timeout_ms = cfg.connect_timeout_ms, "waiting for Kafka to answer");
+    preflight(&consumer, cfg, &opts.stop)?;
     let topics: Vec<&str> = cfg.topics.iter().map(String::as_str).collect();
     consumer
         .subscribe(&topics)

@@ -3,11 +3,17 @@
 //! which keys set the message timeout.
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
+use rdkafka::client::Client;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, ConsumerContext};
+use rdkafka::metadata::Metadata;
 use rdkafka::producer::{BaseProducer, ProducerContext};
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, ClientContext};
+
+use crate::error::{ConnectorError, Result};
 
 /// `message.timeout.ms` and its alias: the same setting.
 pub(crate) const MESSAGE_TIMEOUT_KEYS: [&str; 2] = ["message.timeout.ms", "delivery.timeout.ms"];
@@ -147,5 +153,43 @@ pub(crate) fn log_ignoring_confwarn(level: RDKafkaLogLevel, fac: &str, message: 
         tracing::debug!(target: "librdkafka", "librdkafka: {fac} {message}");
     } else {
         log_to_tracing(level, fac, message);
+    }
+}
+
+/// How long one wait for the cluster's metadata lasts before `stop` is
+/// asked again.
+const METADATA_WAIT_SLICE: Duration = Duration::from_millis(250);
+
+/// The cluster's metadata (every topic: asking for one by name could
+/// create it on brokers that auto-create topics), waiting up to `timeout`
+/// for the brokers at `brokers` to answer. The wait is cut into slices so
+/// that `stop` (a signal) ends it within one, not at the timeout; a stop
+/// is reported as the brokers not answering, which they had not.
+pub(crate) fn cluster_metadata<X: ClientContext>(
+    client: &Client<X>,
+    brokers: &str,
+    timeout: Duration,
+    stop: &dyn Fn() -> bool,
+) -> Result<Metadata> {
+    let t0 = Instant::now();
+    loop {
+        let left = timeout.saturating_sub(t0.elapsed());
+        let e = match client.fetch_metadata(None, left.min(METADATA_WAIT_SLICE)) {
+            Ok(md) => return Ok(md),
+            Err(e) => e,
+        };
+        let timed_out = e.rdkafka_error_code() == Some(RDKafkaErrorCode::OperationTimedOut);
+        let stopped = stop();
+        if !timed_out || stopped || left <= METADATA_WAIT_SLICE {
+            let detail = match stopped {
+                true => format!("stopped by a signal while waiting ({e})"),
+                false => e.to_string(),
+            };
+            return Err(ConnectorError::BrokerUnreachable {
+                brokers: brokers.to_owned(),
+                waited_ms: t0.elapsed().as_millis() as u64,
+                detail,
+            });
+        }
     }
 }

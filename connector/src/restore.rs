@@ -231,7 +231,7 @@ pub fn restore_until(
     let t0 = Instant::now();
     let plan = plan(engine, cfg)?;
     let producer = producer(cfg)?;
-    let starts = preflight(engine, &producer, cfg, &plan)?;
+    let starts = preflight(engine, &producer, cfg, &plan, stop)?;
 
     let mut report = RestoreReport::default();
     // Records handed to librdkafka, per partition whose every selected record
@@ -592,19 +592,10 @@ fn preflight(
     producer: &BaseProducer<Deliveries>,
     cfg: &RestoreConfig,
     plan: &[(TopicPartition, TopicPartition)],
+    stop: &dyn Fn() -> bool,
 ) -> Result<BTreeMap<TopicPartition, i64>> {
-    let t0 = Instant::now();
     let timeout = Duration::from_millis(cfg.connect_timeout_ms);
-    // All topics: asking for one by name could create it on brokers that
-    // auto-create topics.
-    let md = producer
-        .client()
-        .fetch_metadata(None, timeout)
-        .map_err(|e| ConnectorError::BrokerUnreachable {
-            brokers: cfg.brokers.clone(),
-            waited_ms: t0.elapsed().as_millis() as u64,
-            detail: e.to_string(),
-        })?;
+    let md = crate::librdkafka::cluster_metadata(producer.client(), &cfg.brokers, timeout, stop)?;
     let mut needed: BTreeMap<&str, i32> = BTreeMap::new();
     for (_, target) in plan {
         let n = needed.entry(&target.topic).or_default();

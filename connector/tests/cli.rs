@@ -43,6 +43,60 @@ fn cairn_run_in(
     cairn(&args)
 }
 
+/// A signal while the run waits for brokers that do not answer ends the
+/// wait then, not at the connect timeout (an hour here): the run exits 1
+/// saying it was stopped while waiting, having committed nothing.
+#[test]
+fn a_signal_ends_the_wait_for_brokers_that_do_not_answer() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let mut run = common::cairn_run(
+        &[
+            "--brokers",
+            "127.0.0.1:1",
+            "--group",
+            "g",
+            "--topics",
+            "t",
+            "--data",
+            d,
+            "--connect-timeout-ms",
+            "3600000",
+        ],
+        None,
+    );
+    let child = &mut run.0;
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        let waiting = line.contains("waiting for Kafka to answer");
+        seen.push(line);
+        if waiting {
+            break;
+        }
+    }
+    assert!(
+        seen.last().is_some_and(|l| l.contains("waiting for Kafka")),
+        "the run never said it waits: {seen:?}"
+    );
+    let pid = child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    assert_eq!(child.wait().unwrap().code(), Some(1), "{rest:?}");
+    assert!(
+        rest.iter()
+            .any(|l| l.contains("cannot reach Kafka at 127.0.0.1:1")
+                && l.contains("stopped by a signal while waiting")),
+        "{rest:?}"
+    );
+}
+
 #[test]
 fn unknown_topic_is_a_clear_error() {
     let mb = TestBroker::start(&["exists:1"]);

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cairn_engine::TopicPartition;
 use rdkafka::consumer::Consumer;
@@ -190,15 +190,8 @@ fn kafka_view(
         Some(group) => group_client_with(brokers, group, kafka)?,
         None => client_with(brokers, kafka)?,
     };
-    let t0 = Instant::now();
     let metadata =
-        consumer
-            .fetch_metadata(None, timeout)
-            .map_err(|e| ConnectorError::BrokerUnreachable {
-                brokers: brokers.to_owned(),
-                waited_ms: t0.elapsed().as_millis() as u64,
-                detail: e.to_string(),
-            })?;
+        crate::librdkafka::cluster_metadata(consumer.client(), brokers, timeout, &|| false)?;
     // Partitions per archived topic, as Kafka has them.
     let mut in_kafka: BTreeMap<String, Vec<i32>> = BTreeMap::new();
     for r in rows.iter() {
