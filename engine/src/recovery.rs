@@ -297,7 +297,9 @@ pub(crate) fn recover(
     });
     // Before the batch below, which may upgrade the format: a failed open
     // leaves the store's format as it found it.
-    check_no_dangling_index(tree, next_lsn)?;
+    check_no_dangling_index(tree, next_lsn, |tp| {
+        partitions.contains_key(tp) || dirty.contains(tp)
+    })?;
     // The recomputed summaries and, last, the checkpoint. The checkpoint
     // tells the next open it need not look at the log before it, so it must
     // never be durable ahead of the repairs it vouches for: a crash in the
@@ -672,9 +674,24 @@ fn rebuild_summary(
 
 /// Refuses an index entry pointing at or past `next_lsn`, the log's end
 /// after recovery: the frames it names are gone, and the next append would
-/// reuse their LSNs under it.
-fn check_no_dangling_index(tree: &sled::Tree, next_lsn: u64) -> Result<()> {
+/// reuse their LSNs under it. Refuses too a partition with index entries
+/// and no summary (`summarised` says which have one, or get one from this
+/// recovery): the summary is how the archive lists its partitions, so an
+/// export of every topic would leave it out without a word.
+fn check_no_dangling_index(
+    tree: &sled::Tree,
+    next_lsn: u64,
+    summarised: impl Fn(&TopicPartition) -> bool,
+) -> Result<()> {
     for tp in &indexed_partitions(tree)? {
+        if !summarised(tp) {
+            return Err(Error::corruption(
+                crate::verify::partition_location(tp),
+                CorruptionKind::SummaryMismatch {
+                    detail: "index entries exist but the summary is missing".into(),
+                },
+            ));
+        }
         if let Some(item) = tree.scan_prefix(keys::index_prefix(tp)).next_back() {
             let (k, e) = index_item(item)?;
             if e.lsn + e.chunks as u64 > next_lsn {
