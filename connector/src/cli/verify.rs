@@ -10,7 +10,6 @@ use std::process::ExitCode;
 
 use cairn_engine::{verify_store, EngineConfig, Problem, VerifyReport};
 
-use super::outln;
 use crate::error::Result;
 
 /// `cairn verify` found damage.
@@ -53,16 +52,15 @@ fn check(args: VerifyArgs) -> Result<ExitCode> {
         // Damage that keeps the store from opening (sled's own files, the
         // watermark) is a finding like any other, not a failure to check.
         Err(cairn_engine::Error::Corruption { location, kind }) => {
-            let what = match location {
-                cairn_engine::Location::SledLog { .. } => {
-                    "sled could not read a page of its log, and the check stopped there"
-                }
-                _ => "the store does not open",
-            };
-            outln!("verified {}: {what}", path.display())?;
-            outln!("problem: {}", Problem { location, kind })?;
-            outln!("1 problems")?;
-            return Ok(ExitCode::from(EXIT_DAMAGED));
+            let mut text = Vec::new();
+            let exit = stopped_by_damage(
+                &path.display().to_string(),
+                "the store does not open",
+                Problem { location, kind },
+                &mut text,
+            );
+            super::write_text(&text)?;
+            return Ok(ExitCode::from(exit));
         }
         Err(e) => {
             eprintln!("error: could not verify {}: {e}", path.display());
@@ -84,15 +82,41 @@ pub(crate) fn serve(
     stop: &std::sync::atomic::AtomicBool,
     out: &mut dyn std::io::Write,
 ) -> Result<u8> {
-    let r = engine.verify_unless(stop)?;
     let label = format!(
         "{} (live, as it stood when the verify started)",
         engine.config().path.display()
     );
     let mut text = Vec::new();
-    let exit = report(&label, &r, &mut text);
+    let exit = match engine.verify_unless(stop) {
+        Ok(r) => report(&label, &r, &mut text),
+        // A page of sled's log it could not read: damage, as the verify of
+        // the stopped archive reports it, not a failure to check.
+        Err(cairn_engine::Error::Corruption { location, kind }) => stopped_by_damage(
+            &label,
+            "the check stopped",
+            Problem { location, kind },
+            &mut text,
+        ),
+        Err(e) => return Err(e.into()),
+    };
     out.write_all(&text).map_err(crate::live::socket_error)?;
     Ok(exit)
+}
+
+/// The lines of a check that damage stopped (`otherwise` says how, when
+/// it is not sled failing to read its log), and the exit code.
+fn stopped_by_damage(label: &str, otherwise: &str, problem: Problem, out: &mut Vec<u8>) -> u8 {
+    let mut line = super::line_into(out);
+    let what = match problem.location {
+        cairn_engine::Location::SledLog { .. } => {
+            "sled could not read a page of its log, and the check stopped there"
+        }
+        _ => otherwise,
+    };
+    line(format_args!("verified {label}: {what}"));
+    line(format_args!("problem: {problem}"));
+    line(format_args!("1 problems"));
+    EXIT_DAMAGED
 }
 
 /// The report's lines, and the exit code it calls for.
