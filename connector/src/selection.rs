@@ -86,12 +86,27 @@ impl Selection {
         Ok(chosen)
     }
 
+    /// Whether a range of offsets was given (`--from` above 0, or `--to`).
+    pub fn ranged(&self) -> bool {
+        self.from > 0 || self.to.is_some()
+    }
+
+    /// The error of a range that met no record, although it lies within
+    /// what the chosen partitions hold: it fell into a gap of offsets.
+    pub fn nothing_in_range(&self) -> ConnectorError {
+        let to = self.to.map_or("the end".to_owned(), |to| to.to_string());
+        ConnectorError::Config(format!(
+            "offsets {}..{to}: the chosen partitions hold no records there (a gap in their offsets: records compacted away before they were archived, or offsets taken by transaction markers)",
+            self.from
+        ))
+    }
+
     /// A range given (`--from` above 0, or `--to`) must meet what one of
     /// the chosen partitions holds: after a prune, say, `--to` below the
     /// first offset left selects nothing, and an empty result would look
     /// like success.
     fn check_held(&self, chosen: &[PartitionInfo]) -> Result<()> {
-        let ranged = self.from > 0 || self.to.is_some();
+        let ranged = self.ranged();
         let meets = |p: &PartitionInfo| {
             self.from < p.next_offset && self.to.is_none_or(|to| to > p.first_offset)
         };

@@ -97,6 +97,51 @@ fn a_signal_ends_the_wait_for_brokers_that_do_not_answer() {
     );
 }
 
+/// An export range that meets no record is an error, also when it lies
+/// within what the partition holds but in a gap of its offsets; and an
+/// export is never written into the archive's own directory.
+#[test]
+fn export_refuses_an_empty_range_and_an_output_inside_the_archive() {
+    use cairn_engine::{fuzzing::batch, Engine, EngineConfig, TopicPartition};
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("archive");
+    {
+        let e = Engine::open(EngineConfig::new(&data)).unwrap();
+        let tp = TopicPartition::new("t", 0);
+        e.append(&[batch(&tp, 0..10, 10)]).unwrap();
+        e.append(&[batch(&tp, 100..110, 10)]).unwrap();
+        e.close().unwrap();
+    }
+    let d = data.to_str().unwrap();
+    let file = dir.path().join("out.jsonl");
+    let f = file.to_str().unwrap();
+    let (code, out, err) = cairn(&["export", "--data", d, "--from", "20", "--to", "90"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(out.is_empty(), "{out}");
+    assert!(
+        err.contains("offsets 20..90") && err.contains("gap"),
+        "{err}"
+    );
+    let (code, _, err) = cairn(&[
+        "export", "--data", d, "--from", "20", "--to", "90", "--output", f,
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(!file.exists(), "no empty export left behind");
+    // A range across the gap takes what is there.
+    let (code, out, err) = cairn(&["export", "--data", d, "--from", "5", "--to", "105"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.lines().count(), 10);
+
+    let inside = data.join("cairn.durable");
+    let watermark = std::fs::read(&inside).unwrap();
+    let (code, _, err) = cairn(&["export", "--data", d, "--output", inside.to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("inside the archive's directory"), "{err}");
+    assert_eq!(std::fs::read(&inside).unwrap(), watermark, "untouched");
+    let (code, _, err) = cairn(&["verify", "--data", d]);
+    assert_eq!(code, 0, "{err}");
+}
+
 #[test]
 fn unknown_topic_is_a_clear_error() {
     let mb = TestBroker::start(&["exists:1"]);

@@ -80,6 +80,9 @@ pub async fn run(args: ExportArgs) -> Result<ExitCode> {
     let select = args.select.into_selection();
     select.check_range()?;
     let data = &args.data.data;
+    if let Some(output) = &args.output {
+        refuse_inside(output, data)?;
+    }
     let out_path = args
         .output
         .clone()
@@ -96,6 +99,28 @@ pub async fn run(args: ExportArgs) -> Result<ExitCode> {
     };
     watcher.abort();
     result
+}
+
+/// Refuses an `--output` in the archive's directory (or below it): the
+/// export, renamed into place, could replace one of the archive's files
+/// (`cairn.durable`, sled's `conf`), damaging the archive it read.
+fn refuse_inside(output: &Path, data: &Path) -> Result<()> {
+    let parent = match output.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let (Ok(parent), Ok(data)) = (parent.canonicalize(), data.canonicalize()) else {
+        // Either is missing: the export fails on it, naming it.
+        return Ok(());
+    };
+    if parent.starts_with(&data) {
+        return Err(ConnectorError::Config(format!(
+            "--output {}: inside the archive's directory {}, where the export could replace a file of the archive; write it elsewhere",
+            output.display(),
+            data.display()
+        )));
+    }
+    Ok(())
 }
 
 /// The export, served by the running `cairn run` that holds `data`.
@@ -460,6 +485,10 @@ pub(crate) fn write_records(
                 }
             }
         }
+    }
+    // An empty result of a range would look like success.
+    if count == 0 && select.ranged() && !chosen.is_empty() {
+        return Err(select.nothing_in_range());
     }
     Ok(Some(count))
 }
