@@ -379,7 +379,8 @@ fn verify_log(
     stop: &AtomicBool,
     r: &mut VerifyReport,
 ) -> Result<Entries> {
-    let lsn_end = bound.map_or(u64::MAX, |b| b.lsn_end);
+    // None without a snapshot: every key is checked, also one at u64::MAX.
+    let lsn_end = bound.map(|b| b.lsn_end);
     // Non-slot values at or above `lsn_end`: appended since, or stray.
     let mut above: Vec<u64> = Vec::new();
     let mut entries = Entries::new();
@@ -398,7 +399,7 @@ fn verify_log(
                 continue;
             }
         };
-        if lsn >= lsn_end {
+        if lsn_end.is_some_and(|end| lsn >= end) {
             // Written since the snapshot (and slots reserved before it).
             if !slots::is_slot(&v) {
                 above.push(lsn);
