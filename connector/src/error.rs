@@ -11,6 +11,10 @@ pub enum ConnectorError {
     /// A read served by the running `cairn run` (live.rs) failed.
     #[error("{0}")]
     Live(String),
+    /// A signal stopped the wait for the brokers to answer, before
+    /// anything was archived, sent or committed.
+    #[error("stopped by a signal after {waited_ms} ms of waiting for Kafka at {brokers} to answer: nothing was archived, sent or committed")]
+    StoppedWaiting { brokers: String, waited_ms: u64 },
     #[error("cannot reach Kafka at {brokers} after {waited_ms} ms: {detail}")]
     BrokerUnreachable {
         brokers: String,

@@ -1,6 +1,7 @@
 //! What cairn's clients share about librdkafka: how its log lines reach
-//! `tracing`, how a `-X` key is looked up (`topic.` prefix included), and
-//! which keys set the message timeout.
+//! `tracing`, how a `-X` key is looked up (`topic.` prefix included),
+//! which keys set the message timeout, and how a command waits for the
+//! brokers' first answer.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -156,15 +157,21 @@ pub(crate) fn log_ignoring_confwarn(level: RDKafkaLogLevel, fac: &str, message: 
     }
 }
 
-/// How long one wait for the cluster's metadata lasts before `stop` is
-/// asked again.
+/// How long the first wait for the cluster's metadata lasts before `stop`
+/// is asked again.
 const METADATA_WAIT_SLICE: Duration = Duration::from_millis(250);
 
 /// The cluster's metadata (every topic: asking for one by name could
 /// create it on brokers that auto-create topics), waiting up to `timeout`
 /// for the brokers at `brokers` to answer. The wait is cut into slices so
-/// that `stop` (a signal) ends it within one, not at the timeout; a stop
-/// is reported as the brokers not answering, which they had not.
+/// that `stop` (a signal) ends it within one, not at the timeout.
+///
+/// librdkafka ends a slice in one of two ways. With no broker connection
+/// up yet (still connecting, or a TLS and SASL handshake under way) it
+/// sends nothing and says "transport failure": the next slice waits again.
+/// With a request sent and no reply yet it says "timed out": the next
+/// slice is twice as long, so that a slow reply (the metadata of a large
+/// cluster) is not asked for again every quarter second.
 pub(crate) fn cluster_metadata<X: ClientContext>(
     client: &Client<X>,
     brokers: &str,
@@ -172,23 +179,33 @@ pub(crate) fn cluster_metadata<X: ClientContext>(
     stop: &dyn Fn() -> bool,
 ) -> Result<Metadata> {
     let t0 = Instant::now();
+    let mut slice = METADATA_WAIT_SLICE;
     loop {
         let left = timeout.saturating_sub(t0.elapsed());
-        let e = match client.fetch_metadata(None, left.min(METADATA_WAIT_SLICE)) {
+        let e = match client.fetch_metadata(None, left.min(slice)) {
             Ok(md) => return Ok(md),
             Err(e) => e,
         };
-        let timed_out = e.rdkafka_error_code() == Some(RDKafkaErrorCode::OperationTimedOut);
-        let stopped = stop();
-        if !timed_out || stopped || left <= METADATA_WAIT_SLICE {
-            let detail = match stopped {
-                true => format!("stopped by a signal while waiting ({e})"),
-                false => e.to_string(),
-            };
+        let waited_ms = t0.elapsed().as_millis() as u64;
+        if stop() {
+            return Err(ConnectorError::StoppedWaiting {
+                brokers: brokers.to_owned(),
+                waited_ms,
+            });
+        }
+        let code = e.rdkafka_error_code();
+        if code == Some(RDKafkaErrorCode::OperationTimedOut) {
+            slice = slice.saturating_mul(2);
+        }
+        let again = matches!(
+            code,
+            Some(RDKafkaErrorCode::OperationTimedOut | RDKafkaErrorCode::BrokerTransportFailure)
+        );
+        if !again || timeout.saturating_sub(t0.elapsed()).is_zero() {
             return Err(ConnectorError::BrokerUnreachable {
                 brokers: brokers.to_owned(),
-                waited_ms: t0.elapsed().as_millis() as u64,
-                detail,
+                waited_ms,
+                detail: e.to_string(),
             });
         }
     }

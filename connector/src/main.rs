@@ -61,7 +61,11 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e}");
-            ExitCode::from(1)
+            match e {
+                // Interrupted, as asked: the shell's convention for SIGINT.
+                cairn_connector::ConnectorError::StoppedWaiting { .. } => ExitCode::from(130),
+                _ => ExitCode::from(1),
+            }
         }
     }
 }

@@ -44,7 +44,7 @@ fn cairn_run_in(
 }
 
 /// A signal while the run waits for brokers that do not answer ends the
-/// wait then, not at the connect timeout (an hour here): the run exits 1
+/// wait then, not at the connect timeout (an hour here): the run exits 130
 /// saying it was stopped while waiting, having committed nothing.
 #[test]
 fn a_signal_ends_the_wait_for_brokers_that_do_not_answer() {
@@ -88,11 +88,10 @@ fn a_signal_ends_the_wait_for_brokers_that_do_not_answer() {
         .unwrap()
         .success());
     let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
-    assert_eq!(child.wait().unwrap().code(), Some(1), "{rest:?}");
+    assert_eq!(child.wait().unwrap().code(), Some(130), "{rest:?}");
     assert!(
-        rest.iter()
-            .any(|l| l.contains("cannot reach Kafka at 127.0.0.1:1")
-                && l.contains("stopped by a signal while waiting")),
+        rest.iter().any(|l| l.contains("stopped by a signal after")
+            && l.contains("waiting for Kafka at 127.0.0.1:1")),
         "{rest:?}"
     );
 }
@@ -137,6 +136,12 @@ fn export_refuses_an_empty_range_and_an_output_inside_the_archive() {
     let (code, _, err) = cairn(&["export", "--data", d, "--output", inside.to_str().unwrap()]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("inside the archive's directory"), "{err}");
+    // Nor through a symlink outside it, which an export writes through.
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&inside, &link).unwrap();
+    let (code, _, err) = cairn(&["export", "--data", d, "--output", link.to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("inside the archive's directory"), "{err}");
     assert_eq!(std::fs::read(&inside).unwrap(), watermark, "untouched");
     let (code, _, err) = cairn(&["verify", "--data", d]);
     assert_eq!(code, 0, "{err}");
@@ -163,6 +168,14 @@ fn unreachable_broker_names_the_brokers() {
     let (code, _, err) = cairn_run("127.0.0.1:1", "t", data, &["--connect-timeout-ms", "1500"]);
     assert_ne!(code, 0);
     assert!(err.contains("cannot reach Kafka at 127.0.0.1:1"), "{err}");
+    // It waited the whole timeout, not one slice of the wait.
+    let waited_ms: u64 = err
+        .split("cannot reach Kafka at 127.0.0.1:1 after ")
+        .nth(1)
+        .and_then(|r| r.split(" ms").next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no wait in {err}"));
+    assert!(waited_ms >= 1_500, "{err}");
     // A secured cluster's settings are taken (librdkafka is built with
     // OpenSSL, SASL PLAIN and SCRAM): the same error, not a refused setting.
     let secured = [

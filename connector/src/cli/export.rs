@@ -113,7 +113,9 @@ fn refuse_inside(output: &Path, data: &Path) -> Result<()> {
         // Either is missing: the export fails on it, naming it.
         return Ok(());
     };
-    if parent.starts_with(&data) {
+    // A symlink is written through (in place): where it leads counts too.
+    let target = output.canonicalize().ok();
+    if parent.starts_with(&data) || target.is_some_and(|t| t.starts_with(&data)) {
         return Err(ConnectorError::Config(format!(
             "--output {}: inside the archive's directory {}, where the export could replace a file of the archive; write it elsewhere",
             output.display(),
@@ -486,8 +488,11 @@ pub(crate) fn write_records(
             }
         }
     }
-    // An empty result of a range would look like success.
+    // An empty result of a range would look like success. Chosen before
+    // a prune that ran meanwhile, the range may no longer meet what the
+    // partitions hold: that error, which lists what they do hold, first.
     if count == 0 && select.ranged() && !chosen.is_empty() {
+        select.choose(engine.partitions(), &[])?;
         return Err(select.nothing_in_range());
     }
     Ok(Some(count))
