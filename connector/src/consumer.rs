@@ -672,7 +672,19 @@ pub fn run_pipeline(
         })
         .map_err(|e| ConnectorError::Config(format!("kafka client: {e}")))?;
     tracing::info!(brokers = %cfg.brokers, connect_timeout_ms = cfg.connect_timeout_ms, "waiting for Kafka to answer");
-    preflight(&consumer, cfg, &opts.stop)?;
+    if let Err(e) = preflight(&consumer, cfg, &opts.stop) {
+        let mut sink = sink;
+        return Err(match e {
+            // The stop may have come from beside the run (a failed
+            // retention pass, a live request that poisoned the archive):
+            // the sink's clean stop reports that, not a signal.
+            ConnectorError::StoppedWaiting { .. } => match sink.stop() {
+                Ok(()) => e,
+                Err(failure) => ConnectorError::Sink(format!("stop: {failure}")),
+            },
+            e => e,
+        });
+    }
     let topics: Vec<&str> = cfg.topics.iter().map(String::as_str).collect();
     consumer
         .subscribe(&topics)

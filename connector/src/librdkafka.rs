@@ -160,18 +160,23 @@ pub(crate) fn log_ignoring_confwarn(level: RDKafkaLogLevel, fac: &str, message: 
 /// How long the first wait for the cluster's metadata lasts before `stop`
 /// is asked again.
 const METADATA_WAIT_SLICE: Duration = Duration::from_millis(250);
+/// The longest one wait lasts: a reply slower than this is asked for again
+/// every slice, and a signal is heard within this.
+const METADATA_WAIT_SLICE_MAX: Duration = Duration::from_secs(8);
 
 /// The cluster's metadata (every topic: asking for one by name could
 /// create it on brokers that auto-create topics), waiting up to `timeout`
 /// for the brokers at `brokers` to answer. The wait is cut into slices so
-/// that `stop` (a signal) ends it within one, not at the timeout.
+/// that `stop` ends it within one, not at the timeout.
 ///
 /// librdkafka ends a slice in one of two ways. With no broker connection
 /// up yet (still connecting, or a TLS and SASL handshake under way) it
-/// sends nothing and says "transport failure": the next slice waits again.
-/// With a request sent and no reply yet it says "timed out": the next
-/// slice is twice as long, so that a slow reply (the metadata of a large
-/// cluster) is not asked for again every quarter second.
+/// sends nothing and says "transport failure": the next slice waits the
+/// first slice's time again. With a request sent and no reply yet it says
+/// "timed out" (or, after its own retries, "timed out in queue", "SSL"):
+/// the next slice is twice as long, up to `METADATA_WAIT_SLICE_MAX`, so that
+/// a slow reply (the metadata of a large cluster) is not asked for again
+/// every quarter second.
 pub(crate) fn cluster_metadata<X: ClientContext>(
     client: &Client<X>,
     brokers: &str,
@@ -181,32 +186,72 @@ pub(crate) fn cluster_metadata<X: ClientContext>(
     let t0 = Instant::now();
     let mut slice = METADATA_WAIT_SLICE;
     loop {
-        let left = timeout.saturating_sub(t0.elapsed());
-        let e = match client.fetch_metadata(None, left.min(slice)) {
+        // Whole milliseconds, rounded up: librdkafka takes milliseconds,
+        // and 0 would not wait at all (a burst of requests in the last
+        // millisecond).
+        let left_ms = (timeout.saturating_sub(t0.elapsed()).as_micros()).div_ceil(1000);
+        let wait = Duration::from_millis(left_ms as u64).min(slice);
+        let e = match client.fetch_metadata(None, wait) {
             Ok(md) => return Ok(md),
             Err(e) => e,
         };
-        let waited_ms = t0.elapsed().as_millis() as u64;
+        // One reading of the clock for the report and the deadline.
+        let elapsed = t0.elapsed();
+        let waited_ms = elapsed.as_millis() as u64;
         if stop() {
             return Err(ConnectorError::StoppedWaiting {
                 brokers: brokers.to_owned(),
                 waited_ms,
             });
         }
-        let code = e.rdkafka_error_code();
-        if code == Some(RDKafkaErrorCode::OperationTimedOut) {
-            slice = slice.saturating_mul(2);
-        }
-        let again = matches!(
-            code,
-            Some(RDKafkaErrorCode::OperationTimedOut | RDKafkaErrorCode::BrokerTransportFailure)
-        );
-        if !again || timeout.saturating_sub(t0.elapsed()).is_zero() {
+        use RDKafkaErrorCode as C;
+        slice = match e.rdkafka_error_code() {
+            Some(C::BrokerTransportFailure) => METADATA_WAIT_SLICE,
+            Some(C::OperationTimedOut | C::TimedOutQueue | C::SSL) => {
+                slice.saturating_mul(2).min(METADATA_WAIT_SLICE_MAX)
+            }
+            _ => Duration::ZERO,
+        };
+        if slice.is_zero() || elapsed >= timeout {
             return Err(ConnectorError::BrokerUnreachable {
                 brokers: brokers.to_owned(),
                 waited_ms,
                 detail: e.to_string(),
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::mocking::MockCluster;
+
+    /// A broker whose every reply takes 600 ms: the slices that end before
+    /// it (250, 500 ms) double until one is long enough. With a fixed slice
+    /// each would ask again and never hear a reply.
+    #[test]
+    fn a_slow_reply_is_awaited_and_a_stop_ends_the_wait() {
+        let mock = MockCluster::new(1).unwrap();
+        mock.create_topic("t", 1, 1).unwrap();
+        let brokers = mock.bootstrap_servers();
+        let c: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &brokers)
+            .create()
+            .unwrap();
+        // Connected first: the round trip slows replies, not the connect.
+        cluster_metadata(c.client(), &brokers, Duration::from_secs(10), &|| false).unwrap();
+        mock.broker_round_trip_time(1, Duration::from_millis(600))
+            .unwrap();
+        let md =
+            cluster_metadata(c.client(), &brokers, Duration::from_secs(30), &|| false).unwrap();
+        assert!(md.topics().iter().any(|t| t.name() == "t"));
+        let e =
+            cluster_metadata(c.client(), &brokers, Duration::from_secs(30), &|| true).unwrap_err();
+        assert!(
+            matches!(e, ConnectorError::StoppedWaiting { waited_ms, .. } if waited_ms < 1_000),
+            "{e}"
+        );
     }
 }

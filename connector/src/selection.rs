@@ -98,11 +98,19 @@ impl Selection {
     /// The error of a range that met no record, although it lies within
     /// what the chosen partitions hold: it fell into a gap of offsets.
     pub fn nothing_in_range(&self) -> ConnectorError {
-        let to = self.to.map_or("the end".to_owned(), |to| to.to_string());
         ConnectorError::Config(format!(
-            "offsets {}..{to}: the chosen partitions hold no records there (a gap in their offsets: records compacted away before they were archived, or offsets taken by transaction markers)",
-            self.from
+            "{} (a gap in their offsets: records compacted away before they were archived, or offsets taken by transaction markers)",
+            self.no_records_there()
         ))
+    }
+
+    /// The start of either error of a range that meets no record.
+    fn no_records_there(&self) -> String {
+        let to = self.to.map_or("the end".to_owned(), |to| to.to_string());
+        format!(
+            "offsets {}..{to}: the chosen partitions hold no records there",
+            self.from
+        )
     }
 
     /// A range given (`--from` above 0, or `--to`) must meet what one of
@@ -132,10 +140,9 @@ impl Selection {
         if chosen.len() > SHOWN {
             held.push(format!("and {} more", chosen.len() - SHOWN));
         }
-        let to = self.to.map_or("the end".to_owned(), |to| to.to_string());
         Err(ConnectorError::Config(format!(
-            "offsets {}..{to}: the chosen partitions hold no records there (they hold {})",
-            self.from,
+            "{} (they hold {})",
+            self.no_records_there(),
             held.join(", ")
         )))
     }

@@ -143,6 +143,20 @@ fn export_refuses_an_empty_range_and_an_output_inside_the_archive() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("inside the archive's directory"), "{err}");
     assert_eq!(std::fs::read(&inside).unwrap(), watermark, "untouched");
+    // Nor through one that leads to nothing yet (the export would create it).
+    let dangling = dir.path().join("dangling");
+    let new_there = data.join("sled").join("export.jsonl");
+    std::os::unix::fs::symlink(&new_there, &dangling).unwrap();
+    let (code, _, err) = cairn(&[
+        "export",
+        "--data",
+        d,
+        "--output",
+        dangling.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("inside the archive's directory"), "{err}");
+    assert!(!new_there.exists());
     let (code, _, err) = cairn(&["verify", "--data", d]);
     assert_eq!(code, 0, "{err}");
 }

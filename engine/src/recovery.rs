@@ -560,10 +560,7 @@ pub(crate) fn index_location(key: &[u8]) -> Location {
 /// raw key when that does not parse.
 pub(crate) fn summary_location(key: &[u8]) -> Location {
     match keys::parse_partition_key(key) {
-        Ok(tp) => Location::Partition {
-            topic: tp.topic,
-            partition: tp.partition,
-        },
+        Ok(tp) => crate::verify::partition_location(&tp),
         Err(_) => Location::Key { key_hex: hex(key) },
     }
 }

@@ -101,20 +101,33 @@ pub async fn run(args: ExportArgs) -> Result<ExitCode> {
     result
 }
 
+/// The directory `path` is in (`.` for a bare file name).
+fn parent_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    }
+}
+
 /// Refuses an `--output` in the archive's directory (or below it): the
 /// export, renamed into place, could replace one of the archive's files
 /// (`cairn.durable`, sled's `conf`), damaging the archive it read.
 fn refuse_inside(output: &Path, data: &Path) -> Result<()> {
-    let parent = match output.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let (Ok(parent), Ok(data)) = (parent.canonicalize(), data.canonicalize()) else {
+    let (Ok(parent), Ok(data)) = (parent_dir(output).canonicalize(), data.canonicalize()) else {
         // Either is missing: the export fails on it, naming it.
         return Ok(());
     };
-    // A symlink is written through (in place): where it leads counts too.
-    let target = output.canonicalize().ok();
+    // A symlink is written through (in place): where it leads counts too,
+    // also when nothing is there yet (the export would create it).
+    let target = match std::fs::read_link(output) {
+        Ok(to) => {
+            let to = parent.join(to);
+            to.canonicalize()
+                .or_else(|_| parent_dir(&to).canonicalize())
+                .ok()
+        }
+        Err(_) => None,
+    };
     if parent.starts_with(&data) || target.is_some_and(|t| t.starts_with(&data)) {
         return Err(ConnectorError::Config(format!(
             "--output {}: inside the archive's directory {}, where the export could replace a file of the archive; write it elsewhere",
@@ -398,11 +411,7 @@ impl FileOutput {
                 )),
             };
         }
-        let dir = match self.path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => Path::new("."),
-        };
-        std::fs::File::open(dir)?.sync_all()
+        std::fs::File::open(parent_dir(&self.path))?.sync_all()
     }
 }
 
