@@ -81,12 +81,7 @@ fn a_signal_ends_the_wait_for_brokers_that_do_not_answer() {
         seen.last().is_some_and(|l| l.contains("waiting for Kafka")),
         "the run never said it waits: {seen:?}"
     );
-    let pid = child.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-INT", &pid])
-        .status()
-        .unwrap()
-        .success());
+    common::send_signal(child.id(), "INT");
     let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
     assert_eq!(child.wait().unwrap().code(), Some(130), "{rest:?}");
     assert!(

@@ -256,8 +256,7 @@ fn a_running_archive_serves_status_export_verify_and_prune() {
     assert!(err.contains("locked") && err.contains(&pid), "{err}");
 
     // SIGTERM: drain, fsync, commit, close, exit 0, socket gone.
-    let killed = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-    assert!(killed.success());
+    common::send_signal(child.id(), "TERM");
     for _ in lines.by_ref() {}
     assert_eq!(
         child.wait().unwrap().code(),
@@ -349,12 +348,7 @@ fn a_socket_left_by_a_killed_run_is_not_in_the_way() {
     let out = cairn(&["status", "--data", d]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("live:"), "{}", text(&out.stdout));
-    let pid = child.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap()
-        .success());
+    common::send_signal(child.id(), "TERM");
     for _ in log.by_ref() {}
     assert_eq!(child.wait().unwrap().code(), Some(0));
     assert!(!socket.exists());

@@ -16,7 +16,6 @@ use std::collections::VecDeque;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::ExitStatusExt;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
@@ -248,11 +247,7 @@ fn abort_inside_a_revoke_loses_nothing_and_stores_stay_duplicate_free() {
     let n = produced.load(Ordering::Relaxed);
     for child in [&mut a, &mut b] {
         // SIGTERM: a clean stop (drain, fsync, commit, close), exit 0.
-        let sent = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(sent.success());
+        common::send_signal(child.id(), "TERM");
         assert!(child.wait().unwrap().success(), "clean stop exits 0");
     }
 

@@ -156,6 +156,15 @@ pub const FAST_GROUP: [(&str, &str); 2] = [
     ("heartbeat.interval.ms", "300"),
 ];
 
+/// Send `signal` (`INT`, `TERM`) to the process `pid`, asserting it was sent.
+pub fn send_signal(pid: u32, signal: &str) {
+    let sent = Command::new("kill")
+        .args([format!("-{signal}"), pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success(), "kill -{signal} {pid}");
+}
+
 /// `cairn --log-format json run <args> -X <FAST_GROUP>...` as a child with
 /// its stderr piped (the pipeline's debug events on, so a test can count
 /// commits, and the engine's "opening store", so it can kill inside
