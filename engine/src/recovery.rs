@@ -297,7 +297,7 @@ pub(crate) fn recover(
     });
     // Before the batch below, which may upgrade the format: a failed open
     // leaves the store's format as it found it.
-    check_no_dangling_index(tree, next_lsn, |tp| {
+    check_indexed_partitions(tree, next_lsn, |tp| {
         partitions.contains_key(tp) || dirty.contains(tp)
     })?;
     // The recomputed summaries and, last, the checkpoint. The checkpoint
@@ -675,19 +675,15 @@ fn rebuild_summary(
 /// and no summary (`summarised` says which have one, or get one from this
 /// recovery): the summary is how the archive lists its partitions, so an
 /// export of every topic would leave it out without a word.
-fn check_no_dangling_index(
+fn check_indexed_partitions(
     tree: &sled::Tree,
     next_lsn: u64,
     summarised: impl Fn(&TopicPartition) -> bool,
 ) -> Result<()> {
     for tp in &indexed_partitions(tree)? {
         if !summarised(tp) {
-            return Err(Error::corruption(
-                crate::verify::partition_location(tp),
-                CorruptionKind::SummaryMismatch {
-                    detail: "index entries exist but the summary is missing".into(),
-                },
-            ));
+            let (at, kind) = crate::verify::missing_summary(tp);
+            return Err(Error::corruption(at, kind));
         }
         if let Some(item) = tree.scan_prefix(keys::index_prefix(tp)).next_back() {
             let (k, e) = index_item(item)?;

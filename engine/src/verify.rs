@@ -715,13 +715,20 @@ fn report_missing_summaries(
     r: &mut VerifyReport,
 ) {
     for (tp, _) in totals {
-        r.add(
-            partition_location(&tp),
-            CorruptionKind::SummaryMismatch {
-                detail: "index entries exist but the summary is missing".into(),
-            },
-        );
+        let (at, kind) = missing_summary(&tp);
+        r.add(at, kind);
     }
+}
+
+/// A partition with index entries and no summary: where, and what (verify
+/// reports it; recovery refuses the open).
+pub(crate) fn missing_summary(tp: &TopicPartition) -> (Location, CorruptionKind) {
+    (
+        partition_location(tp),
+        CorruptionKind::SummaryMismatch {
+            detail: "index entries exist but the summary is missing".into(),
+        },
+    )
 }
 
 pub(crate) fn partition_location(tp: &TopicPartition) -> Location {
