@@ -13,8 +13,13 @@ pub enum ConnectorError {
     Live(String),
     /// A signal stopped the wait for the brokers to answer, before
     /// anything was archived, sent or committed.
-    #[error("stopped by a signal after {waited_ms} ms of waiting for Kafka at {brokers} to answer: nothing was archived, sent or committed")]
-    StoppedWaiting { brokers: String, waited_ms: u64 },
+    #[error("stopped by a signal after {waited_ms} ms of waiting for Kafka at {brokers} to answer (asked for {asked_for}): nothing was archived, sent or committed")]
+    StoppedWaiting {
+        brokers: String,
+        /// What was asked: "the cluster's metadata", a partition's watermarks.
+        asked_for: String,
+        waited_ms: u64,
+    },
     #[error("cannot reach Kafka at {brokers} after {waited_ms} ms: {detail}")]
     BrokerUnreachable {
         brokers: String,

@@ -1,7 +1,7 @@
 //! What cairn's clients share about librdkafka: how its log lines reach
 //! `tracing`, how a `-X` key is looked up (`topic.` prefix included),
 //! which keys set the message timeout, and how a command waits for the
-//! brokers' first answer.
+//! brokers to answer a read.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use rdkafka::client::Client;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, ConsumerContext};
+use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::metadata::Metadata;
 use rdkafka::producer::{BaseProducer, ProducerContext};
 use rdkafka::types::RDKafkaErrorCode;
@@ -157,67 +158,94 @@ pub(crate) fn log_ignoring_confwarn(level: RDKafkaLogLevel, fac: &str, message: 
     }
 }
 
-/// How long the first wait for the cluster's metadata lasts before `stop`
-/// is asked again.
-const METADATA_WAIT_SLICE: Duration = Duration::from_millis(250);
+/// How long the first slice of a [`sliced_wait`] lasts before `stop` is
+/// asked again.
+const WAIT_SLICE: Duration = Duration::from_millis(250);
 /// The longest one wait lasts: a reply slower than this is asked for again
 /// every slice, and a signal is heard within this.
-const METADATA_WAIT_SLICE_MAX: Duration = Duration::from_secs(8);
+const WAIT_SLICE_MAX: Duration = Duration::from_secs(8);
 
 /// The cluster's metadata (every topic: asking for one by name could
 /// create it on brokers that auto-create topics), waiting up to `timeout`
-/// for the brokers at `brokers` to answer. The wait is cut into slices so
-/// that `stop` ends it within one, not at the timeout.
-///
-/// librdkafka ends a slice in one of two ways. With no broker connection
-/// up yet (still connecting, or a TLS and SASL handshake under way) it
-/// sends nothing and says "transport failure": the next slice waits the
-/// first slice's time again. With a request sent and no reply yet it says
-/// "timed out" (or, after its own retries, "timed out in queue", "SSL"):
-/// the next slice is twice as long, up to `METADATA_WAIT_SLICE_MAX`, so that
-/// a slow reply (the metadata of a large cluster) is not asked for again
-/// every quarter second.
+/// for the brokers at `brokers` to answer, in the slices of [`sliced_wait`].
 pub(crate) fn cluster_metadata<X: ClientContext>(
     client: &Client<X>,
     brokers: &str,
     timeout: Duration,
     stop: &dyn Fn() -> bool,
 ) -> Result<Metadata> {
+    let metadata = |wait| client.fetch_metadata(None, wait);
+    sliced_wait(brokers, "the cluster's metadata", timeout, stop, metadata).map_err(|failed| {
+        match failed {
+            Waited::Stopped(e) => e,
+            Waited::Failed { error, waited_ms } => ConnectorError::BrokerUnreachable {
+                brokers: brokers.to_owned(),
+                waited_ms,
+                detail: error.to_string(),
+            },
+        }
+    })
+}
+
+/// How a [`sliced_wait`] ended without an answer.
+pub(crate) enum Waited {
+    /// `stop` said so between two slices: `ConnectorError::StoppedWaiting`.
+    Stopped(ConnectorError),
+    /// The request failed for good, or `timeout` ran out: its last error.
+    Failed { error: KafkaError, waited_ms: u64 },
+}
+
+/// `request` (a read: asking again is harmless) for `asked_for`, given up
+/// to `timeout` for the brokers at `brokers` to answer. The wait is cut into slices so that
+/// `stop` ends it within one, not at the timeout.
+///
+/// librdkafka ends a slice in one of two ways. With no broker connection
+/// up yet (still connecting, or a TLS and SASL handshake under way) it
+/// sends nothing and says "transport failure": the next slice waits the
+/// first slice's time again. With a request sent and no reply yet it says
+/// "timed out" (or, after its own retries, "timed out in queue", "SSL"):
+/// the next slice is twice as long, up to `WAIT_SLICE_MAX`, so that
+/// a slow reply (the metadata of a large cluster) is not asked for again
+/// every quarter second. Any other error ends the wait.
+pub(crate) fn sliced_wait<T>(
+    brokers: &str,
+    asked_for: &str,
+    timeout: Duration,
+    stop: &dyn Fn() -> bool,
+    mut request: impl FnMut(Duration) -> KafkaResult<T>,
+) -> std::result::Result<T, Waited> {
     let t0 = Instant::now();
-    let mut slice = METADATA_WAIT_SLICE;
+    let mut slice = WAIT_SLICE;
     loop {
         // Whole milliseconds, rounded up: librdkafka takes milliseconds,
         // and 0 would not wait at all (a burst of requests in the last
         // millisecond).
         let left_ms = (timeout.saturating_sub(t0.elapsed()).as_micros()).div_ceil(1000);
         let wait = Duration::from_millis(left_ms as u64).min(slice);
-        let e = match client.fetch_metadata(None, wait) {
-            Ok(md) => return Ok(md),
+        let error = match request(wait) {
+            Ok(answer) => return Ok(answer),
             Err(e) => e,
         };
         // One reading of the clock for the report and the deadline.
         let elapsed = t0.elapsed();
         let waited_ms = elapsed.as_millis() as u64;
         if stop() {
-            return Err(ConnectorError::StoppedWaiting {
+            return Err(Waited::Stopped(ConnectorError::StoppedWaiting {
                 brokers: brokers.to_owned(),
+                asked_for: asked_for.to_owned(),
                 waited_ms,
-            });
+            }));
         }
         use RDKafkaErrorCode as C;
-        slice = match e.rdkafka_error_code() {
-            Some(C::BrokerTransportFailure) => METADATA_WAIT_SLICE,
+        slice = match error.rdkafka_error_code() {
+            Some(C::BrokerTransportFailure) => WAIT_SLICE,
             Some(C::OperationTimedOut | C::TimedOutQueue | C::SSL) => {
-                slice.saturating_mul(2).min(METADATA_WAIT_SLICE_MAX)
+                slice.saturating_mul(2).min(WAIT_SLICE_MAX)
             }
             _ => Duration::ZERO,
         };
         if slice.is_zero() || elapsed >= timeout {
-            return Err(ConnectorError::BrokerUnreachable {
-                brokers: brokers.to_owned(),
-                waited_ms,
-                detail: e.to_string(),
-            });
+            return Err(Waited::Failed { error, waited_ms });
         }
     }
 }

@@ -52,7 +52,7 @@ use crate::convert::{sendable_timestamp, to_base_record};
 use crate::error::{ConnectorError, RestoreFailure, Result};
 use crate::librdkafka::{
     check_message_timeout, check_producer_settings, log_ignoring_confwarn, log_to_tracing,
-    message_timeout_ms,
+    message_timeout_ms, sliced_wait, Waited,
 };
 use crate::selection::Selection;
 
@@ -633,13 +633,19 @@ fn preflight(
     // fetch long-poll: 15.7 s for 32 partitions).
     let mut to_read: Vec<(&TopicPartition, &TopicPartition, i64)> = Vec::new();
     for (source, target) in plan {
-        let (low, high) = producer
-            .client()
-            .fetch_watermarks(&target.topic, target.partition, timeout)
-            .map_err(ConnectorError::kafka_at(
+        let asked_for = format!("the watermarks of target partition {target}");
+        let (low, high) = sliced_wait(&cfg.brokers, &asked_for, timeout, stop, |wait| {
+            producer
+                .client()
+                .fetch_watermarks(&target.topic, target.partition, wait)
+        })
+        .map_err(|failed| match failed {
+            Waited::Stopped(e) => e,
+            Waited::Failed { error, .. } => ConnectorError::kafka_at(
                 "fetch the watermarks",
                 format!("target partition {target}"),
-            ))?;
+            )(error),
+        })?;
         if cfg.append || high == 0 {
             starts.insert(target.clone(), cfg.select.from);
         } else if cfg.resume {
@@ -666,7 +672,7 @@ fn preflight(
             .iter()
             .map(|(_, target, offset)| ((*target).clone(), *offset))
             .collect();
-        let mut last = last_records(&reader, &wanted, cfg, timeout)?;
+        let mut last = last_records(&reader, &wanted, cfg, timeout, stop)?;
         for (source, target, _) in to_read {
             let record = last.remove(target).expect("read above");
             let archived = check_last(engine, source, target, &record, cfg)?;
@@ -712,12 +718,13 @@ struct LastRecord {
 }
 
 /// Read the record at each wanted offset (each partition's last one), all
-/// partitions at once.
+/// partitions at once, until `timeout` or `stop`.
 fn last_records(
     consumer: &BaseConsumer<ReaderContext>,
     wanted: &[(TopicPartition, i64)],
     cfg: &RestoreConfig,
     timeout: Duration,
+    stop: &dyn Fn() -> bool,
 ) -> Result<BTreeMap<TopicPartition, LastRecord>> {
     let name = cfg.offset_header.as_deref().expect("validated");
     let mut tpl = TopicPartitionList::new();
@@ -735,9 +742,17 @@ fn last_records(
     ))?;
     let offsets: BTreeMap<&TopicPartition, i64> = wanted.iter().map(|(tp, o)| (tp, *o)).collect();
     let mut found: BTreeMap<TopicPartition, LastRecord> = BTreeMap::new();
-    let deadline = Instant::now() + timeout;
+    let t0 = Instant::now();
+    let deadline = t0 + timeout;
     let mut last_error = None;
     while found.len() < wanted.len() {
+        if stop() {
+            return Err(ConnectorError::StoppedWaiting {
+                brokers: cfg.brokers.clone(),
+                asked_for: format!("the last records of {} for --resume", at.join(", ")),
+                waited_ms: t0.elapsed().as_millis() as u64,
+            });
+        }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             let missing: Vec<String> = wanted

@@ -794,6 +794,38 @@ fn a_stopped_restore_says_where_each_partition_resumes() {
     assert_eq!(highs(&k, 3), vec![0, 0, 0]);
 }
 
+/// A stop ends the preflight's wait for a target partition's watermarks
+/// (here from a leader whose every reply takes a minute), rather than
+/// waiting out `--connect-timeout-ms`; nothing is sent.
+#[test]
+fn a_stop_ends_the_wait_for_a_slow_leaders_watermarks() {
+    use rdkafka::mocking::MockCluster;
+    let (_dir, engine) = archived();
+    // Two brokers: the first answers the metadata at once, the second
+    // leads the target's partitions and answers nothing within a minute.
+    let mock = MockCluster::new(2).unwrap();
+    mock.create_topic("slow-leader", 3, 1).unwrap();
+    for p in 0..3 {
+        mock.partition_leader("slow-leader", p, Some(2)).unwrap();
+    }
+    mock.broker_round_trip_time(2, Duration::from_secs(60))
+        .unwrap();
+    let first = mock.bootstrap_servers();
+    let first = first.split(',').next().unwrap();
+    let mut cfg = RestoreConfig::new(first);
+    cfg.rename.insert(ARCHIVED.into(), "slow-leader".into());
+    cfg.connect_timeout_ms = 120_000;
+    let t0 = Instant::now();
+    match cairn_connector::restore::restore_until(&engine, &cfg, &|| true) {
+        Err(ConnectorError::StoppedWaiting { asked_for, .. }) => assert_eq!(
+            asked_for,
+            "the watermarks of target partition slow-leader/0"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert!(t0.elapsed() < Duration::from_secs(60), "{:?}", t0.elapsed());
+}
+
 /// An archive of one topic per (name, records) pair, partition 0 only.
 fn archive_of(dir: &std::path::Path, topics: &[(&str, i64)]) -> Engine {
     let engine = Engine::open(EngineConfig::new(dir)).unwrap();
