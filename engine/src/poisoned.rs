@@ -47,6 +47,16 @@ fn boot_id() -> Option<String> {
         .map(|s| s.trim().to_owned())
 }
 
+/// Whether `text` has the shape of the kernel's boot identity: a UUID in
+/// its 36-character text form.
+fn is_boot_id(text: &str) -> bool {
+    text.len() == 36
+        && text.char_indices().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => c == '-',
+            _ => c.is_ascii_hexdigit(),
+        })
+}
+
 /// Leave the mark (best effort: the disk may be failing).
 pub(crate) fn record(dir: &Path, op: &str, reason: &str) {
     let write = || -> io::Result<()> {
@@ -91,8 +101,10 @@ fn act_on_mark(cfg: &EngineConfig) -> io::Result<Option<PoisonedBefore>> {
     let marked_boot = lines.next().unwrap_or_default().trim();
     let reason = lines.next().unwrap_or("(no reason recorded)").to_owned();
     // An unknown boot on either side counts as this one: dropping the
-    // cache costs a cold read, trusting it may cost records.
-    let same_boot = boot_id().is_none_or(|now| marked_boot.is_empty() || now == marked_boot);
+    // cache costs a cold read, trusting it may cost records. So does a
+    // first line that is no boot identity (a mark cut short, stray bytes).
+    let same_boot =
+        boot_id().is_none_or(|now| !is_boot_id(marked_boot) || now == marked_boot);
     if same_boot {
         for file in store_files(cfg)? {
             drop_cached_pages(&file).map_err(|e| {

@@ -602,3 +602,49 @@ fn a_fifo_in_place_of_the_poison_mark_does_not_block_the_open() {
     assert!(!mark.exists());
     assert_eq!(read_all(&e, &tp).len(), 10);
 }
+
+/// A mark whose first line is no boot identity (cut short, stray bytes,
+/// not UTF-8) is acted on as this boot's; only a well-formed identity of
+/// another boot lets the open trust the page cache.
+#[test]
+fn a_garbled_poison_mark_counts_as_this_boots() {
+    let Ok(now) = std::fs::read_to_string("/proc/sys/kernel/random/boot_id") else {
+        eprintln!("no boot identity on this kernel: every mark counts as this boot's");
+        return;
+    };
+    let other = if now.starts_with('0') {
+        "10000000-0000-4000-8000-000000000000"
+    } else {
+        "00000000-0000-4000-8000-000000000000"
+    };
+    let this_boot = format!("{}\nfsync: EIO", now.trim());
+    let other_boot = format!("{other}\nfsync: EIO");
+    let cases: [(&[u8], bool); 5] = [
+        (&now.as_bytes()[..20], true),
+        (b"\xff\xfe not text\nfsync: EIO", true),
+        (b"", true),
+        (this_boot.as_bytes(), true),
+        (other_boot.as_bytes(), false),
+    ];
+    for (mark_bytes, dropped) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let tp = TopicPartition::new("t", 0);
+        {
+            let e = open(dir.path());
+            e.append(&[batch(&tp, 0..10, 10)]).unwrap();
+            e.close().unwrap();
+        }
+        let mark = dir.path().join(cairn_engine::poisoned::POISON_FILE);
+        std::fs::write(&mark, mark_bytes).unwrap();
+        let e = open(dir.path());
+        let before = e.recovery_report().poisoned_before.clone().unwrap();
+        assert_eq!(
+            before.cache_dropped,
+            dropped,
+            "{:?}: {before:?}",
+            String::from_utf8_lossy(mark_bytes)
+        );
+        assert!(!mark.exists());
+        assert_eq!(read_all(&e, &tp).len(), 10);
+    }
+}
