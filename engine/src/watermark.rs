@@ -46,7 +46,13 @@ pub fn encode(lsn: u64) -> [u8; WATERMARK_BYTES] {
 }
 
 pub fn decode(b: &[u8]) -> std::result::Result<u64, CorruptionKind> {
-    if b.len() != WATERMARK_BYTES {
+    if b.len() > WATERMARK_BYTES {
+        return Err(CorruptionKind::TrailingBytes {
+            expected: WATERMARK_BYTES as u64,
+            actual: b.len() as u64,
+        });
+    }
+    if b.len() < WATERMARK_BYTES {
         return Err(CorruptionKind::Truncated {
             expected: WATERMARK_BYTES as u64,
             actual: b.len() as u64,
@@ -72,9 +78,26 @@ fn io_err(op: &'static str, path: &Path) -> impl FnOnce(io::Error) -> Error {
 
 /// Read the watermark of the store at `dir`, if it has one.
 pub fn read(dir: &Path) -> Result<Option<u64>> {
+    use std::io::Read;
     let path = dir.join(WATERMARK_FILE);
-    match std::fs::read(&path) {
-        Ok(b) => decode(&b)
+    // At most one byte more than a watermark: a longer file is damage
+    // that `decode` names (with the file's length), never an allocation of
+    // whatever length the file has.
+    let read = std::fs::File::open(&path).and_then(|f| {
+        let file_bytes = f.metadata()?.len();
+        let mut b = Vec::with_capacity(WATERMARK_BYTES + 1);
+        f.take(WATERMARK_BYTES as u64 + 1).read_to_end(&mut b)?;
+        Ok((b, file_bytes))
+    });
+    match read {
+        Ok((b, file_bytes)) => decode(&b)
+            .map_err(|kind| match kind {
+                CorruptionKind::TrailingBytes { expected, .. } => CorruptionKind::TrailingBytes {
+                    expected,
+                    actual: file_bytes,
+                },
+                kind => kind,
+            })
             .map(Some)
             .map_err(|kind| Error::corruption(Location::Watermark, kind)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
