@@ -827,9 +827,14 @@ impl Engine {
             let w = lock(&self.write);
             w.next_lsn - 1
         };
-        self.tree
+        // A failed write poisons, as any other: it may have reached sled's
+        // buffers, and the mark makes the next open read the disk.
+        if let Err(e) = self
+            .tree
             .insert(keys::META_CHECKPOINT, meta::encode_checkpoint(lsn))
-            .map_err(store_err("write checkpoint"))?;
+        {
+            return Err(self.poison("write", format!("checkpoint: {e}")));
+        }
         {
             let mut w = lock(&self.write);
             w.seq += 1;
