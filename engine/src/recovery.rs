@@ -412,7 +412,7 @@ pub(crate) fn load_summaries(
 }
 
 /// The LSN the first frame after the checkpoint must have.
-fn expected_after_checkpoint(tree: &sled::Tree, checkpoint: u64) -> Result<u64> {
+pub(crate) fn expected_after_checkpoint(tree: &sled::Tree, checkpoint: u64) -> Result<u64> {
     if checkpoint == 0 {
         return Ok(1);
     }
@@ -432,6 +432,12 @@ fn expected_after_checkpoint(tree: &sled::Tree, checkpoint: u64) -> Result<u64> 
             "checkpoint {checkpoint} but no frame at or before it"
         ));
     };
+    if slots::is_slot(&v) {
+        // Slots lie only above the last frame written.
+        return bad(format!(
+            "checkpoint {checkpoint} lies among the reserved slots (LSN {lsn}), past every frame"
+        ));
+    }
     let f = frame::decode(lsn, &v).map_err(|k| corrupt(lsn, k))?;
     if f.flags & FLAG_MORE != 0 {
         return Err(corrupt(

@@ -228,6 +228,7 @@ pub(crate) fn verify_tree(
     let mut r = VerifyReport::default();
     verify_meta(tree, &mut r)?;
     let mut entries = verify_log(tree, bound, stop, &mut r)?;
+    verify_checkpoint(tree, &mut r)?;
     fail::fail_point!(FAILPOINT_VERIFY_AFTER_LOG);
     let totals = verify_index(tree, bound, stop, &mut entries, &mut r)?;
     for ((tp, _), e) in entries {
@@ -243,6 +244,33 @@ pub(crate) fn verify_tree(
         Some(b) => verify_summaries_at(tree, totals, b, &mut r)?,
     }
     Ok(r)
+}
+
+/// The checkpoint against the log, as an open checks it: the frame at or
+/// below it ends an entry and reaches it. A store whose checkpoint points
+/// past the log, into an entry or below every frame does not open, so
+/// verify must not call it clean. Damage of that frame itself is already
+/// reported by the log scan, and is not reported twice.
+fn verify_checkpoint(tree: &sled::Tree, r: &mut VerifyReport) -> Result<()> {
+    let Some(v) = tree
+        .get(keys::META_CHECKPOINT)
+        .map_err(store_err("read checkpoint"))?
+    else {
+        return Ok(()); // Reported by verify_meta.
+    };
+    let Ok(checkpoint) = meta::decode_checkpoint(&v) else {
+        return Ok(()); // Reported by verify_meta.
+    };
+    match crate::recovery::expected_after_checkpoint(tree, checkpoint) {
+        Ok(_) => {}
+        Err(Error::Corruption { location, kind }) => {
+            if !r.problems.iter().any(|p| p.location == location) {
+                r.add(location, kind);
+            }
+        }
+        Err(e) => return Err(e),
+    }
+    Ok(())
 }
 
 fn verify_meta(tree: &sled::Tree, r: &mut VerifyReport) -> Result<()> {

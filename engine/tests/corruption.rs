@@ -268,6 +268,110 @@ fn damaged_index_and_summary_are_reported() {
     }
 }
 
+/// A watermark file of the wrong length (here a terabyte, sparse) is
+/// corruption at the watermark naming its length, for the open and for
+/// verify, and nothing the length claims is allocated.
+#[test]
+fn a_watermark_of_the_wrong_length_is_reported_not_read() {
+    let (dir, _) = store();
+    let path = dir.path().join(cairn_engine::watermark::WATERMARK_FILE);
+    let good = std::fs::read(&path).unwrap();
+    for (len, want) in [
+        (
+            1u64 << 40,
+            CorruptionKind::TrailingBytes {
+                expected: 16,
+                actual: 1 << 40,
+            },
+        ),
+        (
+            17,
+            CorruptionKind::TrailingBytes {
+                expected: 16,
+                actual: 17,
+            },
+        ),
+        (
+            15,
+            CorruptionKind::Truncated {
+                expected: 16,
+                actual: 15,
+            },
+        ),
+    ] {
+        std::fs::write(&path, &good).unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(len)
+            .unwrap();
+        match Engine::open(EngineConfig::new(dir.path())) {
+            Err(Error::Corruption {
+                location: Location::Watermark,
+                kind,
+            }) => assert_eq!(kind, want),
+            Err(other) => panic!("{len}: expected watermark corruption, got {other}"),
+            Ok(_) => panic!("{len}: expected watermark corruption, got an engine"),
+        }
+        let report = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
+        assert!(
+            report
+                .problems
+                .iter()
+                .any(|p| p.location == Location::Watermark && p.kind == want),
+            "{len}: {report:?}"
+        );
+    }
+}
+
+/// A checkpoint (with a good checksum) that points past the log or into
+/// an entry refuses the open, and verify of the stopped store reports it
+/// rather than calling the store clean.
+#[test]
+fn a_checkpoint_that_the_log_does_not_bear_out_is_reported() {
+    // Entries of 3 frames: LSNs 1-3, 4-6, 7-9.
+    let cfg = |d: &std::path::Path| EngineConfig::new(d).frame_body_bytes_max(1024);
+    let dir = tempfile::tempdir().unwrap();
+    let tp = TopicPartition::new("c", 0);
+    let e = Engine::open(cfg(dir.path())).unwrap();
+    for i in 0..3 {
+        e.append(&[batch(&tp, i * 10..i * 10 + 10, 250)]).unwrap();
+    }
+    assert_eq!(e.stats().next_lsn, 10, "three entries of three frames");
+    e.close().unwrap();
+    type Want = fn(&Location, &CorruptionKind) -> bool;
+    let cases: [(u64, Want); 2] = [
+        (20, |l, k| {
+            *l == Location::Meta { key: "checkpoint" }
+                && matches!(k, CorruptionKind::BadMeta { detail } if detail.contains("reserved slots"))
+        }),
+        (5, |l, k| {
+            *l == Location::Wal { lsn: 5 } && matches!(k, CorruptionKind::BadChunkSequence { .. })
+        }),
+    ];
+    for (checkpoint, want) in cases {
+        with_raw_tree(dir.path(), |t| {
+            t.insert(
+                cairn_engine::keys::META_CHECKPOINT,
+                cairn_engine::meta::encode_checkpoint(checkpoint),
+            )
+            .unwrap();
+        });
+        match Engine::open(cfg(dir.path())) {
+            Err(Error::Corruption { location, kind }) => {
+                assert!(want(&location, &kind), "{checkpoint}: {location}: {kind}")
+            }
+            Err(other) => panic!("{checkpoint}: expected corruption, got {other}"),
+            Ok(_) => panic!("{checkpoint}: expected corruption, got an engine"),
+        }
+        let report = cairn_engine::verify_store(&cfg(dir.path())).unwrap();
+        assert_eq!(report.problems.len(), 1, "{checkpoint}: {report:?}");
+        let p = &report.problems[0];
+        assert!(want(&p.location, &p.kind), "{checkpoint}: {p}");
+    }
+}
+
 #[test]
 fn unknown_format_version_is_refused() {
     let (dir, _) = store();
