@@ -31,7 +31,7 @@ use crate::error::ConnectorError;
 use crate::fetch::Forwarder;
 use crate::offsets::{read_committed, Committed, CommittedRead};
 use crate::progress::LogBounds;
-use crate::retention::{no_offset_start, resume_at, Bounds};
+use crate::retention::{no_offset_start, refetch_lost, resume_at, Bounds};
 use crate::worker::Job;
 
 pub struct SinkContext {
@@ -334,8 +334,15 @@ impl SinkContext {
             };
             // A partition this store held and has lost entirely starts at
             // Kafka's log start whatever --auto-offset-reset says: `latest`
-            // would skip what it lost and what came since.
-            let lost_whole = matches!(point, ResumePoint::Lost { archive: None, .. });
+            // would skip what it lost and what came since. What lies past
+            // its commit is judged as any resume point is (retention.rs).
+            let lost_whole = match point {
+                ResumePoint::Lost {
+                    archive: None,
+                    kafka,
+                } => Some(kafka),
+                _ => None,
+            };
             // Every partition gets an explicit start: librdkafka's own
             // `auto.offset.reset` is `error` (retention.rs).
             // A run that is failed fetches nothing: the consumer loop stops
@@ -343,10 +350,18 @@ impl SinkContext {
             // not worked out (a bounds read could delay the stop by its
             // budget).
             let stopping = s.pipeline.failed.load(Ordering::Acquire);
-            let start = match stored {
-                None if lost_whole => Offset::Beginning,
-                None if stopping => Offset::End,
-                None => match no_offset_start(&mut bounds, tp, &s.auto_offset_reset) {
+            let start = match (stored, lost_whole) {
+                (None, _) if stopping => Offset::End,
+                (None, Some(committed)) => {
+                    match refetch_lost(&mut bounds, tp, committed, s.on_offset_out_of_range) {
+                        Ok(start) => start,
+                        Err(e) => {
+                            s.pipeline.fail(e);
+                            Offset::End
+                        }
+                    }
+                }
+                (None, None) => match no_offset_start(&mut bounds, tp, &s.auto_offset_reset) {
                     Ok(start) => {
                         tracing::debug!(%tp, ?start, "neither the archive nor Kafka has an offset for this partition: --auto-offset-reset");
                         start
@@ -356,8 +371,8 @@ impl SinkContext {
                         Offset::End
                     }
                 },
-                Some(stored) if stopping => Offset::Offset(stored),
-                Some(stored) => {
+                (Some(stored), _) if stopping => Offset::Offset(stored),
+                (Some(stored), _) => {
                     match resume_at(&mut bounds, tp, stored, s.on_offset_out_of_range) {
                         Ok(offset) => {
                             consumed.insert(tp.clone(), offset);

@@ -229,6 +229,35 @@ pub(crate) fn resume_at<X: ConsumerContext>(
     }
 }
 
+/// Where a partition this store held and lost entirely starts (its
+/// archive holds nothing of it, and Kafka holds `committed`, this store's
+/// own commit): Kafka's log start, so that what the store lost and Kafka
+/// still has is archived again. Records after `committed` were never
+/// archived by this store; if they aged out of Kafka (its log start is past
+/// `committed`), the policy judges that as for any position Kafka no longer
+/// has, and `fail` stops the run rather than skip them without a word.
+///
+/// Bounds that cannot be read stop the run too: unlike [`resume_at`]'s
+/// position, a start at the log start never meets an offset reset that
+/// would judge it later.
+pub(crate) fn refetch_lost<X: ConsumerContext>(
+    bounds: &mut Bounds<X>,
+    tp: &TopicPartition,
+    committed: i64,
+    policy: OnOffsetOutOfRange,
+) -> Result<Offset> {
+    let (low, high) = bounds.of(tp).map_err(|source| ConnectorError::KafkaWhy {
+        op: "reading the log bounds of a partition this store lost",
+        why: format!(
+            "{tp}: this store committed offset {committed} and holds nothing of it now; only the log start tells whether records after {committed} aged out of Kafka before they were archived: stopping rather than risk skipping them; run again once Kafka answers"
+        )
+        .into(),
+        source,
+    })?;
+    judge(tp, committed, low, high, policy)?;
+    Ok(Offset::Beginning)
+}
+
 /// [`resume_at`] given the log's bounds.
 fn judge(
     tp: &TopicPartition,

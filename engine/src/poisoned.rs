@@ -103,8 +103,7 @@ fn act_on_mark(cfg: &EngineConfig) -> io::Result<Option<PoisonedBefore>> {
     // An unknown boot on either side counts as this one: dropping the
     // cache costs a cold read, trusting it may cost records. So does a
     // first line that is no boot identity (a mark cut short, stray bytes).
-    let same_boot =
-        boot_id().is_none_or(|now| !is_boot_id(marked_boot) || now == marked_boot);
+    let same_boot = boot_id().is_none_or(|now| !is_boot_id(marked_boot) || now == marked_boot);
     if same_boot {
         for file in store_files(cfg)? {
             drop_cached_pages(&file).map_err(|e| {

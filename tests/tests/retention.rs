@@ -131,6 +131,55 @@ fn a_stored_offset_that_aged_out_stops_the_run_unless_told_to_skip() {
     assert_eq!(archived_offsets(dir.path(), &k.topic), want);
 }
 
+/// A store restored from a backup made before it held the partition
+/// (Kafka holds its commit, 20; the store holds nothing) is archived again
+/// from Kafka's log start; but records after its commit that aged out of
+/// Kafka before anyone archived them are judged by the same policy as any
+/// stored offset: the default stops the run naming them, and archives and
+/// commits nothing; `earliest` logs the gap and archives from the log start.
+#[test]
+fn a_lost_partition_whose_commit_aged_out_stops_the_run_unless_told_to_skip() {
+    init_logs();
+    let k = TestKafka::new("lost-aged-out", 1);
+    let group = "lost-aged-out-group";
+    let (live, backups) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let copy = backups.path().join("copy");
+    Engine::open(EngineConfig::new(live.path()))
+        .unwrap()
+        .backup_to(&copy, &std::sync::atomic::AtomicBool::new(false))
+        .unwrap();
+    let mut cfg = config(&k, group, live.path());
+    cfg.batch_records_max = 10;
+    produce_big(&k, 0..20);
+    archive_until(&cfg, 20).unwrap();
+    produce_big(&k, 20..420);
+    let low = log_start(&k);
+    if low <= 20 {
+        eprintln!("SKIPPED: the broker kept every record (log start {low}); needs the mock cluster's 5 MiB retention");
+        return;
+    }
+
+    let mut cfg = config(&k, group, &copy);
+    cfg.batch_records_max = 10;
+    let err = archive_until(&cfg, 420).expect_err("aged-out records must stop the run");
+    assert!(
+        matches!(
+            &err,
+            ConnectorError::OffsetAgedOut { partition: 0, stored: 20, earliest, .. } if *earliest == low
+        ),
+        "{err}"
+    );
+    assert_eq!(archived_offsets(&copy, &k.topic), Vec::<i64>::new());
+    assert_eq!(committed(&k.brokers, group, &k.topic, 1).unwrap()[&0], 20);
+
+    cfg.on_offset_out_of_range = OnOffsetOutOfRange::Earliest;
+    archive_until(&cfg, 420).unwrap();
+    assert_eq!(
+        archived_offsets(&copy, &k.topic),
+        (low..420).collect::<Vec<_>>()
+    );
+}
+
 /// The archive, with a hook for the tests: its first put can wait for
 /// `release` (the run falls behind while the test pushes records out of
 /// Kafka).
