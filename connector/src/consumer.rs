@@ -564,7 +564,13 @@ pub fn client_config(cfg: &RunConfig) -> ClientConfig {
         // in bursts between fsyncs then sits idle for up to a second with
         // nothing to poll: measured here, it cut archiving from ~400k to
         // ~120k records/s (docs/BENCHMARKS.md).
-        .set("fetch.queue.backoff.ms", "10");
+        .set("fetch.queue.backoff.ms", "10")
+        // A record batch damaged on the broker's disk or on the wire would
+        // otherwise be archived under the engine's fresh, valid checksums:
+        // librdkafka checks a batch's CRC-32C only when asked, and a failed
+        // check stops the run (`stops_the_run`). `-X check.crcs=false` may
+        // turn it off (docs/BENCHMARKS.md has its cost).
+        .set("check.crcs", "true");
     for (k, v) in &cfg.kafka {
         c.set(k, v);
     }
@@ -1113,6 +1119,15 @@ mod tests {
     use super::stops_the_run;
     use rdkafka::error::KafkaError;
     use rdkafka::types::RDKafkaErrorCode as C;
+
+    /// Batch checksums are checked unless `-X` says otherwise.
+    #[test]
+    fn batch_checksums_are_checked_by_default() {
+        let mut cfg = crate::RunConfig::new("b:1", "g", vec!["t".into()], "/nonexistent".into());
+        assert_eq!(super::client_config(&cfg).get("check.crcs"), Some("true"));
+        cfg.kafka.insert("check.crcs".into(), "false".into());
+        assert_eq!(super::client_config(&cfg).get("check.crcs"), Some("false"));
+    }
 
     /// `max.poll.interval.ms` as librdkafka reads it, in whatever form `-X`
     /// gives it (a budget read as 300 s under a shorter interval would let
