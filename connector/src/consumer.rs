@@ -927,6 +927,15 @@ enum ErrorAction {
     Log,
 }
 
+/// Whether librdkafka's description of a reset error says that it found
+/// the log cut back below a fetched position: its leader-epoch check
+/// ("Partition log truncation detected at …", or "No epoch found …"
+/// followed by the same error's text). Such a position looks inside the
+/// log once the log has grown again, so `offset_reset` cannot see it.
+fn log_truncated(why: &str) -> bool {
+    why.contains("Partition log truncation detected")
+}
+
 fn action(e: &rdkafka::error::KafkaError) -> ErrorAction {
     use rdkafka::types::RDKafkaErrorCode as C;
     if let rdkafka::error::KafkaError::MessageConsumption(C::AutoOffsetReset) = e {
@@ -951,6 +960,18 @@ fn on_consume_error(
     shared: &Mutex<Shared>,
 ) -> Result<bool> {
     match action(&e) {
+        ErrorAction::Reset if why.as_deref().is_some_and(log_truncated) => {
+            let why = why.unwrap_or_default();
+            tracing::error!(error = %e, why, "Kafka's log was cut back below what was fetched: stopping");
+            Err(ConnectorError::KafkaWhy {
+                op: "consume",
+                why: format!(
+                    "{why}: Kafka's log of this partition was cut back below records already fetched, and may have grown again since (an unclean leader election); its records at those offsets may not be the ones archived, and fetching on from the archive's position would skip them; stopping (OPERATIONS.md, \"Where a partition resumes\", rule 6)"
+                )
+                .into(),
+                source: e,
+            })
+        }
         ErrorAction::Reset => {
             tracing::warn!(error = %e, why, "a position is out of Kafka's log; checking retention");
             lock(shared).offset_reset(consumer)?;
@@ -1119,6 +1140,22 @@ mod tests {
     use super::stops_the_run;
     use rdkafka::error::KafkaError;
     use rdkafka::types::RDKafkaErrorCode as C;
+
+    /// librdkafka's two descriptions of a log cut back below a fetched
+    /// position (rdkafka_offset.c, with the error's own text appended by
+    /// `rd_kafka_offset_reset`) are told from other reset errors.
+    #[test]
+    fn a_log_truncation_is_told_from_other_reset_errors() {
+        assert!(super::log_truncated(
+            "t/0@120: Partition log truncation detected at offset 120 (leader epoch 3): broker end offset is 100 (offset leader epoch 2). Reset to INVALID.: Local: Partition log truncation detected (broker 1)"
+        ));
+        assert!(super::log_truncated(
+            "t/0@120: No epoch found less or equal to offset 120 (leader epoch 3): broker end offset is -1 (offset leader epoch -1). Reset using configured policy.: Local: Partition log truncation detected (broker 1)"
+        ));
+        assert!(!super::log_truncated(
+            "t/0@20: fetch failed due to requested offset not available on the broker: Broker: Offset out of range (broker 1)"
+        ));
+    }
 
     /// Batch checksums are checked unless `-X` says otherwise.
     #[test]
