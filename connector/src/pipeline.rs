@@ -21,7 +21,9 @@
 //!   the broker for seconds, and a revoke that late finds the group
 //!   rebalancing and cannot commit at all). A commit the committer chose
 //!   before the revoke began is dropped if the revoke has begun by the time
-//!   it would be handed to librdkafka; one handed over before that is
+//!   it would be handed to librdkafka, also if it has ended and the
+//!   partitions were assigned again meanwhile (revokes are counted); one
+//!   handed over before that is
 //!   sent before the revoke's, and librdkafka sends a client's commits in
 //!   order. Two windows remain: between that last check and the hand-over
 //!   (a revoke with nothing new to flush is quick), and librdkafka's own
@@ -54,6 +56,11 @@ pub(crate) struct CommitState {
     pub assigned: BTreeSet<TopicPartition>,
     /// Assigned partitions being revoked: the committer leaves them alone.
     pub revoking: BTreeSet<TopicPartition>,
+    /// Revokes (and losses) begun so far: a commit chosen before one began
+    /// is dropped, even if its partitions are assigned again by the time
+    /// it would be sent (a whole revoke and re-assignment while the
+    /// committer was descheduled would pass a look at `revoking` alone).
+    pub revokes_begun: u64,
     /// Next offset after what was put (or where it resumed), per partition.
     pub consumed: BTreeMap<TopicPartition, i64>,
     pub fatal: Option<ConnectorError>,
@@ -62,6 +69,20 @@ pub(crate) struct CommitState {
     pub stats: RunStats,
     pub on_commit: Option<CommitObserver>,
     pub done: Option<DonePredicate>,
+}
+
+impl CommitState {
+    /// Whether a commit of `partitions`, chosen when `revokes_begun` revokes
+    /// had begun, may have been overtaken by a revoke: one began since, or
+    /// one of them is being revoked or is no longer assigned.
+    fn revoked_since<'a>(
+        &self,
+        revokes_begun: u64,
+        mut partitions: impl Iterator<Item = &'a TopicPartition>,
+    ) -> bool {
+        self.revokes_begun != revokes_begun
+            || partitions.any(|tp| self.revoking.contains(tp) || !self.assigned.contains(tp))
+    }
 }
 
 pub(crate) struct Pipeline {
@@ -92,6 +113,7 @@ impl Pipeline {
                 tracker: CommitTracker::default(),
                 assigned: BTreeSet::new(),
                 revoking: BTreeSet::new(),
+                revokes_begun: 0,
                 consumed: BTreeMap::new(),
                 fatal: None,
                 commits_closed: false,
@@ -133,12 +155,15 @@ impl Pipeline {
 
     /// A revoke begins: only the revoke's own commit carries these now.
     pub fn begin_revoke(&self, tps: &BTreeSet<TopicPartition>) {
-        self.state().revoking.extend(tps.iter().cloned());
+        let mut s = self.state();
+        s.revoking.extend(tps.iter().cloned());
+        s.revokes_begun += 1;
     }
 
     /// Forget partitions that were revoked or lost.
     pub fn drop_partitions(&self, tps: &[TopicPartition]) {
         let mut s = self.state();
+        s.revokes_begun += 1;
         for tp in tps {
             s.assigned.remove(tp);
             s.revoking.remove(tp);
@@ -165,7 +190,7 @@ impl Pipeline {
         consumer: &BaseConsumer<SinkContext>,
         only: Option<&BTreeSet<TopicPartition>>,
     ) -> bool {
-        let pending = {
+        let (pending, revokes_begun) = {
             let mut guard = self.state();
             let s = &mut *guard;
             if s.commits_closed {
@@ -178,7 +203,7 @@ impl Pipeline {
                 None => s.assigned.difference(&s.revoking).cloned().collect(),
             };
             match s.tracker.take_commit(&committable, only) {
-                Some(p) => p,
+                Some(p) => (p, s.revokes_begun),
                 None => {
                     // Kafka may already hold everything (a run that resumes
                     // fully archived and committed): nothing will be
@@ -209,11 +234,7 @@ impl Pipeline {
             // librdkafka (which sends a client's commits in order); the
             // windows left are in the invariants above.
             let mut s = self.state();
-            if pending
-                .offsets
-                .keys()
-                .any(|tp| s.revoking.contains(tp) || !s.assigned.contains(tp))
-            {
+            if s.revoked_since(revokes_begun, pending.offsets.keys()) {
                 s.tracker.commit_failed(pending);
                 tracing::debug!("commit dropped: a revoke began since it was chosen");
                 // The other partitions of this commit go with the next one,
@@ -267,5 +288,35 @@ impl Pipeline {
                 false
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A commit chosen before a revoke is stale even when the revoke has
+    /// ended and the partition is assigned again by the time it would be
+    /// sent: its offset may be below what the revoke committed.
+    #[test]
+    fn a_commit_chosen_before_a_revoke_and_reassignment_is_stale() {
+        let p = Pipeline::new(None, None, None);
+        let tp = TopicPartition::new("t", 0);
+        let tps = BTreeSet::from([tp.clone()]);
+        p.state().assigned.insert(tp.clone());
+        let chosen = p.state().revokes_begun;
+        assert!(!p.state().revoked_since(chosen, tps.iter()));
+        p.begin_revoke(&tps);
+        assert!(p.state().revoked_since(chosen, tps.iter()));
+        p.drop_partitions(std::slice::from_ref(&tp));
+        p.state().assigned.insert(tp.clone());
+        assert!(p.state().revoked_since(chosen, tps.iter()));
+        // A commit chosen now is not.
+        let now = p.state().revokes_begun;
+        assert!(!p.state().revoked_since(now, tps.iter()));
+        // A partition lost (dropped without a revoke's commit) counts too.
+        p.drop_partitions(std::slice::from_ref(&tp));
+        p.state().assigned.insert(tp);
+        assert!(p.state().revoked_since(now, tps.iter()));
     }
 }
