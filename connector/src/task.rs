@@ -255,7 +255,16 @@ impl SinkTask for ArchiveSink {
         if let Some(e) = self.engine.take() {
             match Arc::try_unwrap(e) {
                 Ok(e) => e.close().map_err(engine_error)?,
-                Err(e) => e.sync().map_err(engine_error)?,
+                Err(e) => {
+                    // An embedder still holds the engine (`engine()`): its
+                    // writes are made durable, but closing is the last
+                    // holder's (the checkpoint then moves to the log's end).
+                    tracing::warn!(
+                        holders = Arc::strong_count(&e),
+                        "the engine is still held elsewhere: synced, not closed; the last holder closes it (until then the next open re-checks the log since the last checkpoint)"
+                    );
+                    e.sync().map_err(engine_error)?
+                }
             }
         }
         pruned.map_err(TaskError::Fatal)
