@@ -252,7 +252,7 @@ pub fn restore_until(
         let from = starts[target];
         let mut n = 0u64;
         if cfg.select.to.is_none_or(|to| from < to) {
-            let records = match engine.read(source, from) {
+            let records = match engine.read_range(source, from, cfg.select.to) {
                 Ok(it) => it,
                 Err(e) => {
                     unreadable = Some(e.into());
@@ -267,9 +267,6 @@ pub fn restore_until(
                         break 'partitions;
                     }
                 };
-                if cfg.select.to.is_some_and(|to| r.offset >= to) {
-                    break;
-                }
                 match send(&producer, cfg, target, &r, stop) {
                     Ok(Sent::Queued { timestamp_replaced }) => {
                         n += 1;

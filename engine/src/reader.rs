@@ -11,7 +11,9 @@
 //!   durable summary counted when it began, unless a truncation deleted
 //!   some meanwhile; otherwise it ends with `Corruption` naming the
 //!   partition (a lost index entry hides whole entries from the index walk,
-//!   and offsets may have gaps, so nothing else would tell).
+//!   and offsets may have gaps, so nothing else would tell). A
+//!   `read_range` of part of a partition makes the same check before it
+//!   yields anything, from the index alone.
 
 use std::collections::VecDeque;
 
@@ -20,6 +22,7 @@ use crate::entry::read_entry;
 use crate::error::Result;
 use crate::index::IndexEntry;
 use crate::keys;
+use crate::offsets::PartitionSummary;
 use crate::record::{validate_tp, Record, TopicPartition};
 use crate::recovery::{index_corruption, index_item, summary_location};
 
@@ -53,17 +56,50 @@ struct CountCheck {
 
 impl Engine {
     /// Records of `tp` with offset ≥ `from`, in offset order, up to the
-    /// durable next offset.
+    /// durable next offset. A read of the whole partition checks the count
+    /// at its end; one from inside it cannot ([`Engine::read_range`] does).
     pub fn read(&self, tp: &TopicPartition, from: i64) -> Result<RecordIter> {
+        self.read_within(tp, from, None, false)
+    }
+
+    /// Records of `tp` with offsets in `from..to` (`to` `None`: up to the
+    /// durable next offset), in offset order. A read of part of the
+    /// partition (from inside it, or cut short by `to`) first counts the
+    /// records of the partition's whole index against its summary, which a
+    /// whole read does at its end: a lost index entry anywhere in the
+    /// partition is then `Corruption`, not records missing from the range
+    /// without a word. That reads every index entry of the partition (one
+    /// small value per entry), not its frames.
+    pub fn read_range(
+        &self,
+        tp: &TopicPartition,
+        from: i64,
+        to: Option<i64>,
+    ) -> Result<RecordIter> {
+        self.read_within(tp, from, to, true)
+    }
+
+    fn read_within(
+        &self,
+        tp: &TopicPartition,
+        from: i64,
+        to: Option<i64>,
+        check_part: bool,
+    ) -> Result<RecordIter> {
         validate_tp(tp)?;
         let durable = self.durable_view().partitions.get(tp).copied();
-        let end = durable.map_or(0, |s| s.next_offset);
+        let next = durable.map_or(0, |s| s.next_offset);
+        let end = to.map_or(next, |to| to.min(next));
         let from = from.max(0);
+        let whole = durable.is_some_and(|s| from <= s.first_offset) && end == next;
+        if let Some(s) = durable.filter(|_| check_part && !whole && from < end) {
+            check_index_count(&self.tree, tp, &s)?;
+        }
         // The durable summary's first offset, beside its count: a
         // truncation applied but not yet durable (or whose fsync failed)
         // has already moved the stored one, and the check is then skipped.
         let count = match durable {
-            Some(s) if from <= s.first_offset => Some(CountCheck {
+            Some(s) if whole => Some(CountCheck {
                 expected: s.record_count,
                 yielded: 0,
                 first_offset: s.first_offset,
@@ -212,6 +248,42 @@ fn read_entry_unless_deleted(
     }
 }
 
+/// `tp`'s index entries below the durable summary `s`'s next offset count
+/// as many records as `s` does, unless a truncation touched the partition
+/// (its stored first offset is no longer `s`'s): the check a whole read
+/// makes at its end.
+fn check_index_count(tree: &sled::Tree, tp: &TopicPartition, s: &PartitionSummary) -> Result<()> {
+    let mut counted = 0u64;
+    for item in tree.scan_prefix(keys::index_prefix(tp)) {
+        let (_, e) = index_item(item)?;
+        if e.first_offset >= s.next_offset {
+            break;
+        }
+        counted = counted.saturating_add(e.record_count as u64);
+    }
+    if counted == s.record_count || stored_first_offset(tree, tp)? != Some(s.first_offset) {
+        return Ok(());
+    }
+    Err(missing_index_entry(
+        tp,
+        format!(
+            "the index counts {counted} records below next offset {}, where the summary counts {}",
+            s.next_offset, s.record_count
+        ),
+    ))
+}
+
+/// `Corruption` at `tp`: its index counts fewer records than its summary
+/// (`counted` says how it was counted).
+fn missing_index_entry(tp: &TopicPartition, counted: String) -> crate::error::Error {
+    crate::error::Error::corruption(
+        crate::verify::partition_location(tp),
+        crate::error::CorruptionKind::SummaryMismatch {
+            detail: format!("{counted}: an index entry is missing (cairn verify lists where)"),
+        },
+    )
+}
+
 /// The first offset of `tp`'s summary as stored in the tree (not the
 /// durable view: a truncation changes both in one batch with its index
 /// removals), if there is one.
@@ -237,14 +309,12 @@ impl RecordIter {
         {
             return Ok(());
         }
-        Err(crate::error::Error::corruption(
-            crate::verify::partition_location(&self.tp),
-            crate::error::CorruptionKind::SummaryMismatch {
-                detail: format!(
-                    "read {} records below next offset {}, where the summary counts {}: an index entry is missing (cairn verify lists where)",
-                    c.yielded, self.end, c.expected
-                ),
-            },
+        Err(missing_index_entry(
+            &self.tp,
+            format!(
+                "read {} records below next offset {}, where the summary counts {}",
+                c.yielded, self.end, c.expected
+            ),
         ))
     }
 

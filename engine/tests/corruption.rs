@@ -170,8 +170,10 @@ fn missing_frame_is_a_gap() {
 
 /// An index entry lost below the recovery tail: the frames are whole and
 /// offsets may have gaps, so only the count tells. A read of the whole
-/// partition says so at its end (export, restore), as verify does; a read
-/// from inside it cannot tell, and yields what the index leads to.
+/// partition says so at its end, as verify does; a plain read from inside
+/// it cannot tell, and yields what the index leads to; a `read_range` of
+/// part of it (export and restore read so) counts the index first and
+/// says so before it yields anything.
 #[test]
 fn missing_index_entry_fails_a_whole_read() {
     let (dir, tp) = store();
@@ -199,9 +201,49 @@ fn missing_index_entry_fails_a_whole_read() {
         other => panic!("expected a count mismatch, got {other:?}"),
     }
     assert_eq!(e.read(&tp, 20).unwrap().count(), 10);
+    for (from, to) in [(20, None), (0, Some(5)), (25, Some(28))] {
+        match e.read_range(&tp, from, to).map(|mut it| it.next()) {
+            Err(Error::Corruption {
+                location: Location::Partition { partition: 0, .. },
+                kind: CorruptionKind::SummaryMismatch { detail },
+            }) => assert!(
+                detail.contains(
+                    "the index counts 20 records below next offset 30, where the summary counts 30"
+                ),
+                "{detail}"
+            ),
+            other => panic!("{from}..{to:?}: expected a count mismatch, got {other:?}"),
+        }
+    }
+    // A whole range is the whole read: checked at its end.
+    let whole: Vec<_> = e.read_range(&tp, 0, Some(30)).unwrap().collect();
+    assert_eq!(whole.iter().filter(|r| r.is_ok()).count(), 20);
+    assert!(whole.last().unwrap().is_err());
     drop(e);
     let v = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
     assert!(!v.is_clean());
+}
+
+/// On a healthy store a range read yields exactly the range.
+#[test]
+fn a_range_read_yields_the_range() {
+    let (dir, tp) = store();
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    for (from, to, want) in [
+        (0, None, 0..30),
+        (5, Some(25), 5..25),
+        (0, Some(10), 0..10),
+        (29, Some(100), 29..30),
+        (12, Some(12), 12..12),
+        (40, None, 40..40),
+    ] {
+        let got: Vec<i64> = e
+            .read_range(&tp, from, to)
+            .unwrap()
+            .map(|r| r.unwrap().offset)
+            .collect();
+        assert_eq!(got, want.collect::<Vec<_>>(), "{from}..{to:?}");
+    }
 }
 
 /// A frame stored under the highest possible key (LSN u64::MAX) is

@@ -464,13 +464,10 @@ pub(crate) fn write_records(
         };
     for p in chosen {
         let records = engine
-            .read(&p.tp, select.from)
+            .read_range(&p.tp, select.from, select.to)
             .map_err(|e| stopped(count, &last, e.into()))?;
         for r in records {
             let r = r.map_err(|e| stopped(count, &last, e.into()))?;
-            if select.to.is_some_and(|to| r.offset >= to) {
-                break;
-            }
             let res = match format {
                 // `From` keeps the writer's own error (its kind: a closed
                 // pipe), where `io::Error::other` would hide it.
