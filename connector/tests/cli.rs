@@ -91,6 +91,33 @@ fn a_signal_ends_the_wait_for_brokers_that_do_not_answer() {
     );
 }
 
+/// An output that fails part-way (here `/dev/full`: every write is
+/// ENOSPC) stops the export with an error that says the count is of
+/// records handed to the output, of which the last MiB may be missing.
+#[test]
+fn an_output_that_fails_part_way_says_what_may_be_missing() {
+    use cairn_engine::{fuzzing::batch, Engine, EngineConfig, TopicPartition};
+    if !std::path::Path::new("/dev/full").exists() {
+        eprintln!("SKIPPED: no /dev/full here");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        let tp = TopicPartition::new("t", 0);
+        e.append(&[batch(&tp, 0..3000, 1000)]).unwrap();
+        e.close().unwrap();
+    }
+    let d = dir.path().to_str().unwrap();
+    let (code, _, err) = cairn(&["export", "--data", d, "--output", "/dev/full"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("export stopped after")
+            && err.contains("/dev/full received the records before it but up to the last 1 MiB of them (the output failed)"),
+        "{err}"
+    );
+}
+
 /// An export range that meets no record is an error, also when it lies
 /// within what the partition holds but in a gap of its offsets; and an
 /// export is never written into the archive's own directory.

@@ -191,11 +191,36 @@ fn export_stopped(
     }
 }
 
-/// The staged file of an export, while there is one: shared with the
-/// signal watcher, which removes it.
-type Staged = Arc<Mutex<Option<PathBuf>>>;
+/// Where a file export stands: shared with the signal watcher, which
+/// removes a staged file and says what the output holds.
+type Staged = Arc<Mutex<Stage>>;
 
-fn lock_staged(s: &Staged) -> std::sync::MutexGuard<'_, Option<PathBuf>> {
+#[derive(Default)]
+enum Stage {
+    /// Nothing staged: standard output, a file written in place, or
+    /// nothing written yet.
+    #[default]
+    Unstaged,
+    /// Written under this hidden name until it is complete.
+    Staged(PathBuf),
+    /// Complete and in place.
+    Complete,
+}
+
+impl Stage {
+    /// The staged file, which is no longer this stage's to remove.
+    fn take_staged(&mut self) -> Option<PathBuf> {
+        match std::mem::take(self) {
+            Stage::Staged(path) => Some(path),
+            other => {
+                *self = other;
+                None
+            }
+        }
+    }
+}
+
+fn lock_staged(s: &Staged) -> std::sync::MutexGuard<'_, Stage> {
     s.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -207,12 +232,16 @@ fn remove_on_interrupt(staged: Staged, out: PathBuf) -> Result<tokio::task::Join
         // Held to the exit: a rename in progress finishes first, and none
         // starts after.
         let mut guard = lock_staged(&staged);
-        match guard.take() {
-            Some(path) => {
+        match std::mem::take(&mut *guard) {
+            Stage::Staged(path) => {
                 let _ = std::fs::remove_file(path);
                 eprintln!("interrupted: {} was left as it was", out.display());
             }
-            None => eprintln!("interrupted: the export is incomplete"),
+            Stage::Complete => eprintln!(
+                "interrupted after the export was complete: {} holds all of it",
+                out.display()
+            ),
+            Stage::Unstaged => eprintln!("interrupted: the export is incomplete"),
         }
         std::process::exit(130);
     }))
@@ -237,19 +266,25 @@ fn finish(mut out: BufWriter<Output>, out_path: &Path) -> Result<()> {
 
 /// Give up an export that failed, and say what its output holds (for its
 /// error). Buffered records precede the failure: stdout, or a file
-/// written in place, gets them; a staged file is removed.
+/// written in place, gets them if it still takes writes (the count in the
+/// error is of records handed to the buffer); a staged file is removed.
 fn abandon(mut out: BufWriter<Output>) -> String {
-    let _ = out.flush();
+    let received = match out.flush() {
+        Ok(()) => "received the records before it",
+        Err(_) => {
+            "received the records before it but up to the last 1 MiB of them (the output failed)"
+        }
+    };
     let out = out.into_parts().0;
     match &out {
-        Output::Stdout(_) => {
-            "; <stdout> received the records before it: the export is incomplete".into()
-        }
-        Output::File(f) if f.file.is_none() || lock_staged(&f.staged).is_some() => {
+        Output::Stdout(_) => format!("; <stdout> {received}: the export is incomplete"),
+        Output::File(f)
+            if f.file.is_none() || matches!(*lock_staged(&f.staged), Stage::Staged(_)) =>
+        {
             format!("; {} was left as it was", f.path.display())
         }
         Output::File(f) => format!(
-            "; {} received the records before it: the export is incomplete",
+            "; {} {received}: the export is incomplete",
             f.path.display()
         ),
     }
@@ -304,7 +339,7 @@ impl FileOutput {
             };
             let file = match staged {
                 Some((path, file)) => {
-                    *lock_staged(&self.staged) = Some(path);
+                    *lock_staged(&self.staged) = Stage::Staged(path);
                     file
                 }
                 None => std::fs::File::create(&self.path).map_err(|e| named(e, &self.path))?,
@@ -376,7 +411,9 @@ impl FileOutput {
         // Held through the rename: the signal watcher waits, and then
         // finds nothing to remove.
         let mut guard = lock_staged(&self.staged);
-        let Some(staged) = guard.take() else {
+        let Some(staged) = guard.take_staged() else {
+            // Written in place: already where it goes.
+            *guard = Stage::Complete;
             return Ok(());
         };
         if let Err(e) = std::fs::rename(&staged, &self.path) {
@@ -398,6 +435,7 @@ impl FileOutput {
             return match copied {
                 Ok(()) => {
                     let _ = std::fs::remove_file(&staged);
+                    *guard = Stage::Complete;
                     Ok(())
                 }
                 // The staged file is the only whole copy now: kept, named.
@@ -411,13 +449,15 @@ impl FileOutput {
                 )),
             };
         }
-        std::fs::File::open(parent_dir(&self.path))?.sync_all()
+        std::fs::File::open(parent_dir(&self.path))?.sync_all()?;
+        *guard = Stage::Complete;
+        Ok(())
     }
 }
 
 impl Drop for FileOutput {
     fn drop(&mut self) {
-        if let Some(staged) = lock_staged(&self.staged).take() {
+        if let Some(staged) = lock_staged(&self.staged).take_staged() {
             self.file = None;
             let _ = std::fs::remove_file(staged);
         }
