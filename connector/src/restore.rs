@@ -199,6 +199,27 @@ pub fn plan(engine: &Engine, cfg: &RestoreConfig) -> Result<Vec<(TopicPartition,
             (p.tp, target)
         })
         .collect();
+    // A range within what the partitions hold that meets no record (a gap
+    // of offsets) is refused before anything is produced, as export
+    // refuses it: an empty restore would look like success. (A resumed
+    // restore may still send nothing: what is left of the range was sent.)
+    if cfg.select.ranged() {
+        let mut met = false;
+        for (source, _) in &chosen {
+            if engine
+                .read_range(source, cfg.select.from, cfg.select.to)?
+                .next()
+                .transpose()?
+                .is_some()
+            {
+                met = true;
+                break;
+            }
+        }
+        if !met {
+            return Err(cfg.select.nothing_in_range());
+        }
+    }
     // Two chosen topics into one target would interleave their partitions.
     let mut into: BTreeMap<&str, &str> = BTreeMap::new();
     for (source, target) in &chosen {

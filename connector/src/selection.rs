@@ -4,9 +4,10 @@
 //! partition the archive does not hold, or an empty offset range, is an
 //! error that says so, never an empty result that looks like success.
 //! (A range that meets no record because it falls in a gap of offsets is
-//! seen only once read: export refuses it, restore reports each partition
-//! as "nothing in range", as it does a partition a resumed restore
-//! finished.)
+//! seen only once read: export refuses it when its reads find nothing,
+//! restore before it produces anything. Restore reports a partition that
+//! has nothing in the range, beside others that do, as "nothing in range",
+//! as it does a partition a resumed restore finished.)
 
 use cairn_engine::PartitionInfo;
 

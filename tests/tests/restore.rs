@@ -397,6 +397,27 @@ fn selections_that_name_nothing_in_the_archive_are_errors() {
     }))
     .contains("--rename"));
     assert!(msg(cfg(&|c| c.select.to = Some(0))).contains("--to 0"));
+    // Within what partition 1 holds (10..101), in a gap of its offsets:
+    // refused before anything is produced, as export refuses it.
+    assert!(msg(cfg(&|c| {
+        c.select.partition = Some(1);
+        c.select.from = 16;
+        c.select.to = Some(100);
+    }))
+    .contains("a gap in their offsets"));
+    assert_eq!(
+        plan(
+            &engine,
+            &cfg(&|c| {
+                c.select.partition = Some(1);
+                c.select.from = 15;
+                c.select.to = Some(100);
+            })
+        )
+        .unwrap()
+        .len(),
+        1
+    );
     for key in [
         "enable.idempotence",
         "delivery.report.only.error",
