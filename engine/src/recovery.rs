@@ -297,9 +297,7 @@ pub(crate) fn recover(
     });
     // Before the batch below, which may upgrade the format: a failed open
     // leaves the store's format as it found it.
-    check_indexed_partitions(tree, next_lsn, |tp| {
-        partitions.contains_key(tp) || dirty.contains(tp)
-    })?;
+    check_indexed_partitions(tree, next_lsn, &partitions, &dirty)?;
     // The recomputed summaries and, last, the checkpoint. The checkpoint
     // tells the next open it need not look at the log before it, so it must
     // never be durable ahead of the repairs it vouches for: a crash in the
@@ -677,17 +675,29 @@ fn rebuild_summary(
 
 /// Refuses an index entry pointing at or past `next_lsn`, the log's end
 /// after recovery: the frames it names are gone, and the next append would
-/// reuse their LSNs under it. Refuses too a partition with index entries
-/// and no summary (`summarised` says which have one, or get one from this
-/// recovery): the summary is how the archive lists its partitions, so an
-/// export of every topic would leave it out without a word.
+/// reuse their LSNs under it. Refuses a partition with index entries and
+/// no summary (in `partitions`, or recomputed by this recovery for the
+/// `dirty` ones): the summary is how the archive lists its partitions, so
+/// an export of every topic would leave it out without a word.
+///
+/// And a summary recovery does not recompute (its
+/// partition saw no write since the checkpoint) agrees with the index's
+/// ends, read with one index entry per partition: while it counts records,
+/// its next offset is one past its last index entry's last offset, and a
+/// summary that counts records has index entries. (Retention deletes
+/// from the oldest entry, and a summary is written after the entries it
+/// counts, so no healthy store differs; one that did would resume past
+/// records never archived, or count records no read can find.)
 fn check_indexed_partitions(
     tree: &sled::Tree,
     next_lsn: u64,
-    summarised: impl Fn(&TopicPartition) -> bool,
+    partitions: &BTreeMap<TopicPartition, PartitionSummary>,
+    dirty: &BTreeSet<TopicPartition>,
 ) -> Result<()> {
-    for tp in &indexed_partitions(tree)? {
-        if !summarised(tp) {
+    let indexed: BTreeSet<TopicPartition> = indexed_partitions(tree)?.into_iter().collect();
+    for tp in &indexed {
+        let summary = partitions.get(tp).filter(|_| !dirty.contains(tp));
+        if summary.is_none() && !dirty.contains(tp) {
             let (at, kind) = crate::verify::missing_summary(tp);
             return Err(Error::corruption(at, kind));
         }
@@ -701,6 +711,32 @@ fn check_indexed_partitions(
                     },
                 ));
             }
+            if let Some(s) = summary.filter(|s| s.record_count > 0) {
+                if s.next_offset != e.last_offset.saturating_add(1) {
+                    return Err(Error::corruption(
+                        crate::verify::partition_location(tp),
+                        CorruptionKind::SummaryMismatch {
+                            detail: format!(
+                                "summary next offset {} with {} records, but the last index entry ends at offset {}",
+                                s.next_offset, s.record_count, e.last_offset
+                            ),
+                        },
+                    ));
+                }
+            }
+        }
+    }
+    for (tp, s) in partitions {
+        if s.record_count > 0 && !dirty.contains(tp) && !indexed.contains(tp) {
+            return Err(Error::corruption(
+                crate::verify::partition_location(tp),
+                CorruptionKind::SummaryMismatch {
+                    detail: format!(
+                        "summary counts {} records, but the partition has no index entries",
+                        s.record_count
+                    ),
+                },
+            ));
         }
     }
     Ok(())

@@ -246,6 +246,63 @@ fn a_range_read_yields_the_range() {
     }
 }
 
+/// A summary (checksum intact) that says more than its partition's index
+/// holds: a next offset past the last indexed record (a run would resume
+/// past records never archived), or records counted for a partition with
+/// no index entries. The open refuses both, from one index entry per
+/// partition; verify of the stopped store reports both.
+#[test]
+fn a_summary_the_index_does_not_bear_out_is_refused() {
+    use cairn_engine::offsets::PartitionSummary;
+    type Forge = fn(&sled::Tree, &TopicPartition);
+    let cases: [(Forge, &str); 2] = [
+        (
+            |t, tp| {
+                let key = cairn_engine::keys::partition_key(tp);
+                let (_, mut s) =
+                    PartitionSummary::decode(&key, &t.get(&key).unwrap().unwrap()).unwrap();
+                s.next_offset += 5;
+                s.next_offset_floor = s.next_offset;
+                let (k, v) = s.encode(tp);
+                t.insert(k, v).unwrap();
+            },
+            "summary next offset 35 with 30 records, but the last index entry ends at offset 29",
+        ),
+        (
+            |t, tp| {
+                let keys: Vec<_> = t
+                    .scan_prefix(cairn_engine::keys::index_prefix(tp))
+                    .keys()
+                    .map(|k| k.unwrap())
+                    .collect();
+                for k in keys {
+                    t.remove(k).unwrap();
+                }
+            },
+            "summary counts 30 records, but the partition has no index entries",
+        ),
+    ];
+    for (forge, want) in cases {
+        let (dir, tp) = store();
+        with_raw_tree(dir.path(), |t| forge(t, &tp));
+        match Engine::open(EngineConfig::new(dir.path())) {
+            Err(Error::Corruption {
+                location: Location::Partition { partition: 0, .. },
+                kind: CorruptionKind::SummaryMismatch { detail },
+            }) => assert!(detail.contains(want), "{detail}"),
+            Err(other) => panic!("{want}: expected a summary mismatch, got {other}"),
+            Ok(_) => panic!("{want}: expected a summary mismatch, got an engine"),
+        }
+        let v = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
+        assert!(
+            v.problems
+                .iter()
+                .any(|p| matches!(p.kind, CorruptionKind::SummaryMismatch { .. })),
+            "{want}: {v:?}"
+        );
+    }
+}
+
 /// A frame stored under the highest possible key (LSN u64::MAX) is
 /// reported by the verify of the stopped store: it was taken for "above
 /// the log", which only a live verify may skip.

@@ -306,14 +306,14 @@ fn damage_a_bounded_verify_could_skip_is_still_found() {
         },
         "frame above the log",
     );
-    // Open does not check the first: the open engine's verify finds it
-    // where the full verify of the stopped store would. A lost summary is
-    // refused at open: the partition would be missing from every listing
-    // (an export of all topics would leave it out).
+    // The open compares each summary with its partition's last index
+    // entry: one past the records is refused there (before 2026-12-01 only
+    // verify found it). A lost summary is refused at open: the partition
+    // would be missing from every listing (an export of all topics would
+    // leave it out).
     assert!(
-        stray_index.starts_with("reported")
-            && stray_index.contains("first_offset: 1000")
-            && stray_index.contains("IndexMismatch"),
+        stray_index.starts_with("refused")
+            && stray_index.contains("the last index entry ends at offset 1009"),
         "{stray_index}"
     );
     assert!(
