@@ -201,8 +201,8 @@ pub(crate) enum Waited {
 ///
 /// librdkafka ends a slice in one of two ways. With no broker connection
 /// up yet (still connecting, or a TLS and SASL handshake under way) it
-/// sends nothing and says "transport failure": the next slice waits the
-/// first slice's time again. With a request sent and no reply yet it says
+/// sends nothing and says "transport failure" (or "all brokers down"): the
+/// next slice waits the first slice's time again. With a request sent and no reply yet it says
 /// "timed out" (or, after its own retries, "timed out in queue", "SSL"):
 /// the next slice is twice as long, up to `WAIT_SLICE_MAX`, so that
 /// a slow reply (the metadata of a large cluster) is not asked for again
@@ -238,7 +238,7 @@ pub(crate) fn sliced_wait<T>(
         }
         use RDKafkaErrorCode as C;
         slice = match error.rdkafka_error_code() {
-            Some(C::BrokerTransportFailure) => WAIT_SLICE,
+            Some(C::BrokerTransportFailure | C::AllBrokersDown) => WAIT_SLICE,
             Some(C::OperationTimedOut | C::TimedOutQueue | C::SSL) => {
                 slice.saturating_mul(2).min(WAIT_SLICE_MAX)
             }

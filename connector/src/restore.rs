@@ -206,12 +206,10 @@ pub fn plan(engine: &Engine, cfg: &RestoreConfig) -> Result<Vec<(TopicPartition,
     if cfg.select.ranged() {
         let mut met = false;
         for (source, _) in &chosen {
-            if engine
-                .read_range(source, cfg.select.from, cfg.select.to)?
-                .next()
-                .transpose()?
-                .is_some()
-            {
+            // The first record at or after `from` (its index checks come
+            // with the restore's own read).
+            let first = engine.read(source, cfg.select.from)?.next().transpose()?;
+            if first.is_some_and(|r| cfg.select.to.is_none_or(|to| r.offset < to)) {
                 met = true;
                 break;
             }

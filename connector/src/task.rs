@@ -259,7 +259,7 @@ impl SinkTask for ArchiveSink {
                     // An embedder still holds the engine (`engine()`): its
                     // writes are made durable, but closing is the last
                     // holder's (the checkpoint then moves to the log's end).
-                    tracing::warn!(
+                    tracing::info!(
                         holders = Arc::strong_count(&e),
                         "the engine is still held elsewhere: synced, not closed; the last holder closes it (until then the next open re-checks the log since the last checkpoint)"
                     );

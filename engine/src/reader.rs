@@ -92,7 +92,10 @@ impl Engine {
         let end = to.map_or(next, |to| to.min(next));
         let from = from.max(0);
         let whole = durable.is_some_and(|s| from <= s.first_offset) && end == next;
-        if let Some(s) = durable.filter(|_| check_part && !whole && from < end) {
+        // A range below the partition's records yields nothing: no count.
+        if let Some(s) =
+            durable.filter(|s| check_part && !whole && from < end && end > s.first_offset)
+        {
             check_index_count(&self.tree, tp, &s)?;
         }
         // The durable summary's first offset, beside its count: a

@@ -686,8 +686,9 @@ fn rebuild_summary(
 /// its next offset is one past its last index entry's last offset, and a
 /// summary that counts records has index entries. (Retention deletes
 /// from the oldest entry, and a summary is written after the entries it
-/// counts, so no healthy store differs; one that did would resume past
-/// records never archived, or count records no read can find.)
+/// counts, so no healthy store differs. A damaged summary would have a run
+/// resume past records never archived, or count records no read can find;
+/// a lost newest index entry hides archived records from every read.)
 fn check_indexed_partitions(
     tree: &sled::Tree,
     next_lsn: u64,
@@ -717,7 +718,7 @@ fn check_indexed_partitions(
                         crate::verify::partition_location(tp),
                         CorruptionKind::SummaryMismatch {
                             detail: format!(
-                                "summary next offset {} with {} records, but the last index entry ends at offset {}",
+                                "summary next offset {} with {} records, but the last index entry ends at offset {}: the summary is damaged, or the partition's newest index entries are lost or stray (cairn verify lists where)",
                                 s.next_offset, s.record_count, e.last_offset
                             ),
                         },
@@ -732,7 +733,7 @@ fn check_indexed_partitions(
                 crate::verify::partition_location(tp),
                 CorruptionKind::SummaryMismatch {
                     detail: format!(
-                        "summary counts {} records, but the partition has no index entries",
+                        "summary counts {} records, but the partition has no index entries: the summary is damaged, or every index entry is lost (cairn verify lists where)",
                         s.record_count
                     ),
                 },

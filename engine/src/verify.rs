@@ -264,7 +264,11 @@ fn verify_checkpoint(tree: &sled::Tree, r: &mut VerifyReport) -> Result<()> {
     match crate::recovery::expected_after_checkpoint(tree, checkpoint) {
         Ok(_) => {}
         Err(Error::Corruption { location, kind }) => {
-            if !r.problems.iter().any(|p| p.location == location) {
+            if !r
+                .problems
+                .iter()
+                .any(|p| p.location == location && p.kind == kind)
+            {
                 r.add(location, kind);
             }
         }
