@@ -21,7 +21,7 @@ use std::time::Duration;
 use rdkafka::consumer::BaseConsumer;
 
 use crate::error::ConnectorError;
-use crate::pipeline::Pipeline;
+use crate::pipeline::{CommitOutcome, Pipeline};
 use crate::rebalance::SinkContext;
 
 /// First retry delay after a failed commit.
@@ -51,8 +51,8 @@ pub(crate) async fn run(pipeline: Arc<Pipeline>, consumer: Arc<BaseConsumer<Sink
             tokio::task::block_in_place(|| pipeline.commit_now(&consumer, None))
         }));
         match committed {
-            Ok(true) => retry_ms = None,
-            Ok(false) => {
+            Ok(CommitOutcome::Done | CommitOutcome::Closed) => retry_ms = None,
+            Ok(CommitOutcome::Failed) => {
                 retry_ms = Some(retry_ms.map_or(RETRY_MS_MIN, |ms| (ms * 2).min(RETRY_MS_MAX)))
             }
             Err(_) => {

@@ -71,6 +71,20 @@ pub(crate) struct CommitState {
     pub done: Option<DonePredicate>,
 }
 
+/// How a [`Pipeline::commit_now`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CommitOutcome {
+    /// Kafka acknowledged it, there was nothing to commit, or (for the
+    /// committer) it was dropped for a revoke that commits those
+    /// partitions itself.
+    Done,
+    /// Commits are closed (a fatal error, the end of the run): nothing was
+    /// sent.
+    Closed,
+    /// Kafka refused it or did not answer: left for the next commit.
+    Failed,
+}
+
 impl CommitState {
     /// Whether a commit of `partitions`, chosen when `revokes_begun` revokes
     /// had begun, may have been overtaken by a revoke: one began since, or
@@ -183,18 +197,18 @@ impl Pipeline {
 
     /// Commit what `pre_commit` declared safe, synchronously: of all assigned
     /// partitions, or only of `only`'s. A failed commit is logged and left
-    /// for the next one; it never stalls durability. Returns false when the
-    /// commit failed (the committer then retries after a backoff).
+    /// for the next one; it never stalls durability. `Failed` makes the
+    /// committer retry after a backoff.
     pub fn commit_now(
         &self,
         consumer: &BaseConsumer<SinkContext>,
         only: Option<&BTreeSet<TopicPartition>>,
-    ) -> bool {
+    ) -> CommitOutcome {
         let (pending, revokes_begun) = {
             let mut guard = self.state();
             let s = &mut *guard;
             if s.commits_closed {
-                return true;
+                return CommitOutcome::Closed;
             }
             // The committer (`only` = None) leaves partitions being revoked
             // to the revoke's own commit.
@@ -209,7 +223,7 @@ impl Pipeline {
                     // fully archived and committed): nothing will be
                     // committed, so ask here.
                     self.check_done(s);
-                    return true;
+                    return CommitOutcome::Done;
                 }
             }
         };
@@ -224,7 +238,7 @@ impl Pipeline {
                     op: "build commit list",
                     source: e,
                 });
-                return true;
+                return CommitOutcome::Closed;
             }
         }
         if only.is_none() {
@@ -241,7 +255,7 @@ impl Pipeline {
                 // now rather than at the next put (an idle partition may
                 // have none); it leaves the revoking partitions out.
                 self.wake.notify_one();
-                return true;
+                return CommitOutcome::Done;
             }
         }
         let t0 = Instant::now();
@@ -267,7 +281,7 @@ impl Pipeline {
                 s.tracker.commit_acked(pending, &s.assigned);
                 s.stats.commits += 1;
                 self.check_done(s);
-                true
+                CommitOutcome::Done
             }
             Err(e) => {
                 s.tracker.commit_failed(pending);
@@ -282,10 +296,10 @@ impl Pipeline {
                         "Kafka refuses the commit metadata ({} bytes: the store's identity): the brokers' offset.metadata.max.bytes is below it; raise it (default 4096)",
                         self.identity.as_deref().map_or(0, str::len)
                     )));
-                    return false;
+                    return CommitOutcome::Closed;
                 }
                 tracing::warn!(error = %e, "commit failed; durable offsets will be committed on the next cycle");
-                false
+                CommitOutcome::Failed
             }
         }
     }

@@ -30,6 +30,7 @@ use crate::consumer::{lock, Shared};
 use crate::error::ConnectorError;
 use crate::fetch::Forwarder;
 use crate::offsets::{read_committed, Committed, CommittedRead};
+use crate::pipeline::CommitOutcome;
 use crate::progress::LogBounds;
 use crate::retention::{no_offset_start, refetch_lost, resume_at, Bounds};
 use crate::worker::Job;
@@ -197,7 +198,7 @@ fn commit_revoked(
     c: &BaseConsumer<SinkContext>,
     pipeline: &crate::pipeline::Pipeline,
     revoked: &BTreeSet<TopicPartition>,
-) -> bool {
+) -> CommitOutcome {
     let retry = matches!(c.rebalance_protocol(), RebalanceProtocol::Cooperative);
     commit_retrying(c, pipeline, Some(revoked), retry)
 }
@@ -210,18 +211,19 @@ pub(crate) fn commit_retrying(
     pipeline: &crate::pipeline::Pipeline,
     only: Option<&BTreeSet<TopicPartition>>,
     retry: bool,
-) -> bool {
+) -> CommitOutcome {
     let deadline = std::time::Instant::now() + REVOKE_COMMIT_RETRY;
     let mut backoff = Duration::from_millis(10);
     for attempt in 1.. {
-        if pipeline.commit_now(c, only) {
-            if attempt > 1 {
+        let outcome = pipeline.commit_now(c, only);
+        if outcome != CommitOutcome::Failed {
+            if attempt > 1 && outcome == CommitOutcome::Done {
                 tracing::info!(attempt, "the commit went through on a retry");
             }
-            return true;
+            return outcome;
         }
         if !retry || std::time::Instant::now() + backoff > deadline {
-            return false;
+            return outcome;
         }
         std::thread::sleep(backoff);
         backoff = (backoff * 2).min(Duration::from_millis(200));
@@ -431,14 +433,20 @@ impl SinkContext {
                 Err(e) => s.pipeline.fail(e),
                 Ok(()) => {
                     crate::crashpoint::reached(crate::crashpoint::REVOKE_BEFORE_COMMIT);
-                    if commit_revoked(c, &s.pipeline, &revoked) {
-                        tracing::info!(partitions = ?revoked, "revoked partitions committed at their durable offsets");
-                    } else {
-                        // The next owner resumes from Kafka's older offset and
-                        // archives the records between again (its store and
-                        // this one each stay duplicate-free).
-                        tracing::warn!(partitions = ?revoked, "the revoke's commit failed: the next owner will archive the records after Kafka's committed offset again");
-                        s.pipeline.state().stats.revoke_commit_failures += 1;
+                    match commit_revoked(c, &s.pipeline, &revoked) {
+                        CommitOutcome::Done => {
+                            tracing::info!(partitions = ?revoked, "revoked partitions committed at their durable offsets");
+                        }
+                        CommitOutcome::Closed => {
+                            tracing::warn!(partitions = ?revoked, "revoked while the run stops: their durable offsets were not committed");
+                        }
+                        CommitOutcome::Failed => {
+                            // The next owner resumes from Kafka's older offset and
+                            // archives the records between again (its store and
+                            // this one each stay duplicate-free).
+                            tracing::warn!(partitions = ?revoked, "the revoke's commit failed: the next owner will archive the records after Kafka's committed offset again");
+                            s.pipeline.state().stats.revoke_commit_failures += 1;
+                        }
                     }
                 }
             }
