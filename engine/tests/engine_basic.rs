@@ -573,18 +573,22 @@ fn an_unsynced_write_survives_a_reopen_as_a_prefix_or_not_at_all() {
     assert_eq!(read_all(&e, &tp), batch(&tp, 0..10, 20).records);
 }
 
+/// A store holding records 0..10 of `t/0`, closed.
+fn closed_store_of_ten() -> (tempfile::TempDir, TopicPartition) {
+    let dir = tempfile::tempdir().unwrap();
+    let tp = TopicPartition::new("t", 0);
+    let e = open(dir.path());
+    e.append(&[batch(&tp, 0..10, 10)]).unwrap();
+    e.close().unwrap();
+    (dir, tp)
+}
+
 /// Whatever stands where the poison mark goes (here a FIFO, which would
 /// block a plain open for ever) is acted on as a mark of this boot, never
 /// waited on, and removed once the store recovers.
 #[test]
 fn a_fifo_in_place_of_the_poison_mark_does_not_block_the_open() {
-    let dir = tempfile::tempdir().unwrap();
-    let tp = TopicPartition::new("t", 0);
-    {
-        let e = open(dir.path());
-        e.append(&[batch(&tp, 0..10, 10)]).unwrap();
-        e.close().unwrap();
-    }
+    let (dir, tp) = closed_store_of_ten();
     let mark = dir.path().join(cairn_engine::poisoned::POISON_FILE);
     // Made in-process: a child spawned now would inherit, until its exec,
     // the lock files of the other tests' engines, and hold their locks.
@@ -627,13 +631,7 @@ fn a_garbled_poison_mark_counts_as_this_boots() {
         (other_boot.as_bytes(), false),
     ];
     for (mark_bytes, dropped) in cases {
-        let dir = tempfile::tempdir().unwrap();
-        let tp = TopicPartition::new("t", 0);
-        {
-            let e = open(dir.path());
-            e.append(&[batch(&tp, 0..10, 10)]).unwrap();
-            e.close().unwrap();
-        }
+        let (dir, tp) = closed_store_of_ten();
         let mark = dir.path().join(cairn_engine::poisoned::POISON_FILE);
         std::fs::write(&mark, mark_bytes).unwrap();
         let e = open(dir.path());

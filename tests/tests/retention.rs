@@ -61,6 +61,21 @@ fn log_start(k: &TestKafka) -> i64 {
         .0
 }
 
+/// Records 0..20 archived under `cfg`; then, while the archive is
+/// stopped, 8 MB more push them out of Kafka: Kafka's log start, or `None`
+/// (said to be skipped) when the broker kept every record.
+fn archived_then_aged_out(k: &TestKafka, cfg: &cairn_connector::RunConfig) -> Option<i64> {
+    produce_big(k, 0..20);
+    archive_until(cfg, 20).unwrap();
+    produce_big(k, 20..420);
+    let low = log_start(k);
+    if low <= 20 {
+        eprintln!("SKIPPED: the broker kept every record (log start {low}); needs the mock cluster's 5 MiB retention");
+        return None;
+    }
+    Some(low)
+}
+
 /// Archive records until partition 0's committed offset is `until`.
 fn archive_until(
     cfg: &cairn_connector::RunConfig,
@@ -92,16 +107,9 @@ fn a_stored_offset_that_aged_out_stops_the_run_unless_told_to_skip() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(&k, group, dir.path());
     cfg.batch_records_max = 10;
-    produce_big(&k, 0..20);
-    archive_until(&cfg, 20).unwrap();
-
-    // While the archive is stopped, 8 MB more push the first records out.
-    produce_big(&k, 20..420);
-    let low = log_start(&k);
-    if low <= 20 {
-        eprintln!("SKIPPED: the broker kept every record (log start {low}); needs the mock cluster's 5 MiB retention");
+    let Some(low) = archived_then_aged_out(&k, &cfg) else {
         return;
-    }
+    };
 
     // Default policy: stop, name the partition and the lost range, commit nothing.
     let err = archive_until(&cfg, 420).expect_err("aged-out records must stop the run");
@@ -150,14 +158,9 @@ fn a_lost_partition_whose_commit_aged_out_stops_the_run_unless_told_to_skip() {
         .unwrap();
     let mut cfg = config(&k, group, live.path());
     cfg.batch_records_max = 10;
-    produce_big(&k, 0..20);
-    archive_until(&cfg, 20).unwrap();
-    produce_big(&k, 20..420);
-    let low = log_start(&k);
-    if low <= 20 {
-        eprintln!("SKIPPED: the broker kept every record (log start {low}); needs the mock cluster's 5 MiB retention");
+    let Some(low) = archived_then_aged_out(&k, &cfg) else {
         return;
-    }
+    };
 
     let mut cfg = config(&k, group, &copy);
     cfg.batch_records_max = 10;
