@@ -76,6 +76,20 @@ fn archived_then_aged_out(k: &TestKafka, cfg: &cairn_connector::RunConfig) -> Op
     Some(low)
 }
 
+/// A run under `cfg` that must stop: partition 0's stored offset 20 aged
+/// out below Kafka's log start `low`. Its error.
+fn stopped_aged_out_at_20(cfg: &cairn_connector::RunConfig, low: i64) -> ConnectorError {
+    let err = archive_until(cfg, 420).expect_err("aged-out records must stop the run");
+    assert!(
+        matches!(
+            &err,
+            ConnectorError::OffsetAgedOut { partition: 0, stored: 20, earliest, .. } if *earliest == low
+        ),
+        "{err}"
+    );
+    err
+}
+
 /// Archive records until partition 0's committed offset is `until`.
 fn archive_until(
     cfg: &cairn_connector::RunConfig,
@@ -112,14 +126,7 @@ fn a_stored_offset_that_aged_out_stops_the_run_unless_told_to_skip() {
     };
 
     // Default policy: stop, name the partition and the lost range, commit nothing.
-    let err = archive_until(&cfg, 420).expect_err("aged-out records must stop the run");
-    assert!(
-        matches!(
-            &err,
-            ConnectorError::OffsetAgedOut { partition: 0, stored: 20, earliest, .. } if *earliest == low
-        ),
-        "{err}"
-    );
+    let err = stopped_aged_out_at_20(&cfg, low);
     let msg = err.to_string();
     assert!(
         msg.contains("aged-out/0") && msg.contains("aged out"),
@@ -164,14 +171,7 @@ fn a_lost_partition_whose_commit_aged_out_stops_the_run_unless_told_to_skip() {
 
     let mut cfg = config(&k, group, &copy);
     cfg.batch_records_max = 10;
-    let err = archive_until(&cfg, 420).expect_err("aged-out records must stop the run");
-    assert!(
-        matches!(
-            &err,
-            ConnectorError::OffsetAgedOut { partition: 0, stored: 20, earliest, .. } if *earliest == low
-        ),
-        "{err}"
-    );
+    stopped_aged_out_at_20(&cfg, low);
     assert_eq!(archived_offsets(&copy, &k.topic), Vec::<i64>::new());
     assert_eq!(committed(&k.brokers, group, &k.topic, 1).unwrap()[&0], 20);
 
