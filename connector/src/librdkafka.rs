@@ -222,6 +222,7 @@ pub(crate) fn sliced_wait<T>(
         // millisecond).
         let left_ms = (timeout.saturating_sub(t0.elapsed()).as_micros()).div_ceil(1000);
         let wait = Duration::from_millis(left_ms as u64).min(slice);
+        let asked = Instant::now();
         let error = match request(wait) {
             Ok(answer) => return Ok(answer),
             Err(e) => e,
@@ -247,6 +248,10 @@ pub(crate) fn sliced_wait<T>(
         if slice.is_zero() || elapsed >= timeout {
             return Err(Waited::Failed { error, waited_ms });
         }
+        // A request that failed at once (no broker up yet) is not asked
+        // again at once: the rest of its slice, at most the first slice's
+        // length, passes first.
+        std::thread::sleep(wait.min(WAIT_SLICE).saturating_sub(asked.elapsed()));
     }
 }
 

@@ -296,7 +296,7 @@ impl Pipeline {
                         "Kafka refuses the commit metadata ({} bytes: the store's identity): the brokers' offset.metadata.max.bytes is below it; raise it (default 4096)",
                         self.identity.as_deref().map_or(0, str::len)
                     )));
-                    return CommitOutcome::Closed;
+                    return CommitOutcome::Failed;
                 }
                 tracing::warn!(error = %e, "commit failed; durable offsets will be committed on the next cycle");
                 CommitOutcome::Failed

@@ -206,8 +206,8 @@ pub fn plan(engine: &Engine, cfg: &RestoreConfig) -> Result<Vec<(TopicPartition,
     if cfg.select.ranged() {
         let mut met = false;
         for (source, _) in &chosen {
-            // The first record at or after `from` (its index checks come
-            // with the restore's own read).
+            // The first record at or after `from` (the index count comes
+            // with the restore's own read, or below).
             let first = engine.read(source, cfg.select.from)?.next().transpose()?;
             if first.is_some_and(|r| cfg.select.to.is_none_or(|to| r.offset < to)) {
                 met = true;
@@ -215,6 +215,11 @@ pub fn plan(engine: &Engine, cfg: &RestoreConfig) -> Result<Vec<(TopicPartition,
             }
         }
         if !met {
+            // Unless an index entry is lost: then the range may hold
+            // records no read found, and that damage is the error.
+            for (source, _) in &chosen {
+                engine.read_range(source, cfg.select.from, cfg.select.to)?;
+            }
             return Err(cfg.select.nothing_in_range());
         }
     }

@@ -249,8 +249,9 @@ pub(crate) fn verify_tree(
 /// The checkpoint against the log, as an open checks it: the frame at or
 /// below it ends an entry and reaches it. A store whose checkpoint points
 /// past the log, into an entry or below every frame does not open, so
-/// verify must not call it clean. Damage of that frame itself is already
-/// reported by the log scan, and is not reported twice.
+/// verify must not call it clean. Damage of that frame itself, or frames
+/// missing there, is already reported by the log scan, and is not reported
+/// twice.
 fn verify_checkpoint(tree: &sled::Tree, r: &mut VerifyReport) -> Result<()> {
     let Some(v) = tree
         .get(keys::META_CHECKPOINT)
@@ -261,13 +262,21 @@ fn verify_checkpoint(tree: &sled::Tree, r: &mut VerifyReport) -> Result<()> {
     let Ok(checkpoint) = meta::decode_checkpoint(&v) else {
         return Ok(()); // Reported by verify_meta.
     };
+    // The same damage the log scan reported at that LSN: the frame's own
+    // (it does not decode), or frames missing there (a gap).
+    let gap = |k: &CorruptionKind| {
+        matches!(
+            k,
+            CorruptionKind::LsnGap { .. } | CorruptionKind::MissingFrame
+        )
+    };
     match crate::recovery::expected_after_checkpoint(tree, checkpoint) {
         Ok(_) => {}
         Err(Error::Corruption { location, kind }) => {
             if !r
                 .problems
                 .iter()
-                .any(|p| p.location == location && p.kind == kind)
+                .any(|p| p.location == location && (p.kind == kind || (gap(&p.kind) && gap(&kind))))
             {
                 r.add(location, kind);
             }

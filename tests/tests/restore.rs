@@ -586,6 +586,43 @@ fn damage_met_while_reading_stops_after_what_was_sent_is_delivered() {
     assert_eq!(highs(&k, 3), vec![want[&0].len() as i64, 0, 0]);
 }
 
+/// A range that meets no record because the index entry of the records
+/// in it was lost is that damage (`Corruption` at the partition), not a
+/// range that falls in a gap of offsets.
+#[test]
+fn a_range_hidden_by_a_lost_index_entry_is_damage_not_a_gap() {
+    let dir = tempfile::tempdir().unwrap();
+    let tp = TopicPartition::new(ARCHIVED, 0);
+    {
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        for range in [0..10, 100..110] {
+            let records = range.map(|o| Record::with_value(o, "v")).collect();
+            e.append(&[RecordBatch {
+                tp: tp.clone(),
+                records,
+            }])
+            .unwrap();
+        }
+        e.close().unwrap();
+    }
+    {
+        let db = EngineConfig::new(dir.path()).open_sled().unwrap();
+        let t = db.open_tree("cairn").unwrap();
+        t.remove(cairn_engine::keys::index_key(&tp, 0)).unwrap();
+        db.flush().unwrap();
+    }
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let mut cfg = RestoreConfig::new("unused:9092");
+    cfg.select.from = 2;
+    cfg.select.to = Some(8);
+    match plan(&engine, &cfg) {
+        Err(ConnectorError::Engine(e)) => {
+            assert!(e.to_string().contains("an index entry is missing"), "{e}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 fn an_empty_archive_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
