@@ -680,15 +680,15 @@ fn rebuild_summary(
 /// `dirty` ones): the summary is how the archive lists its partitions, so
 /// an export of every topic would leave it out without a word.
 ///
-/// And a summary recovery does not recompute (its
-/// partition saw no write since the checkpoint) agrees with the index's
-/// ends, read with one index entry per partition: while it counts records,
-/// its next offset is one past its last index entry's last offset, and a
-/// summary that counts records has index entries. (Retention deletes
-/// from the oldest entry, and a summary is written after the entries it
-/// counts, so no healthy store differs. A damaged summary would have a run
-/// resume past records never archived, or count records no read can find;
-/// a lost newest index entry hides archived records from every read.)
+/// And refuses a summary recovery does not recompute (its partition saw no
+/// write since the checkpoint) that disagrees with the index's ends, read
+/// with one index entry per partition: while it counts records, its next
+/// offset is one past its last index entry's last offset, and a summary
+/// that counts records has index entries. (Retention deletes from the
+/// oldest entry, and a summary is written after the entries it counts, so
+/// no healthy store differs. A damaged summary would have a run resume past
+/// records never archived, or count records no read can find; a lost
+/// newest index entry hides archived records from every read.)
 fn check_indexed_partitions(
     tree: &sled::Tree,
     next_lsn: u64,
