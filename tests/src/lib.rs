@@ -171,6 +171,24 @@ pub fn run_to_error(
     }
 }
 
+/// `run`'s result, with the mock cluster failing the next `count` requests
+/// of `key` (broker error UNKNOWN) while it runs; what it did not use up
+/// is cleared after, so it is not left for what follows.
+pub fn with_request_errors<T>(
+    mock: &MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
+    key: rdkafka::types::RDKafkaApiKey,
+    count: usize,
+    run: impl FnOnce() -> T,
+) -> T {
+    mock.request_errors(
+        key,
+        &vec![rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN; count],
+    );
+    let out = run();
+    mock.clear_request_errors(key);
+    out
+}
+
 /// The durable next offsets of the (closed) store at `data`, after recovery.
 pub fn durable(
     data: &std::path::Path,

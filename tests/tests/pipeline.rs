@@ -6,7 +6,10 @@ use std::sync::{Arc, Mutex};
 use cairn_connector::cli::demo::{check_archive, committed, produce};
 use cairn_connector::{run_pipeline, ArchiveSink, CommitPolicy, ConnectorError, PipelineOptions};
 use cairn_engine::{Engine, EngineConfig, TopicPartition};
-use cairn_tests::{config, durable, run_to_end, run_to_error, TestKafka, Watchdog};
+use cairn_tests::{
+    config, durable, run_to_end, run_to_error, with_request_errors, TestKafka, Watchdog,
+};
+use rdkafka::types::RDKafkaApiKey;
 
 /// Kafka's committed offsets equal the archive's durable ones.
 fn assert_committed_equals_durable(k: &TestKafka, group: &str, engine: &Engine, why: &str) {
@@ -92,7 +95,7 @@ fn produced_with_failing_commits(name: &str, n: u64, failures: usize) -> Option<
         return None;
     };
     produce(&k.brokers, &k.topic, 0..n).unwrap();
-    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+    use rdkafka::types::RDKafkaRespErr;
     mock.request_errors(
         RDKafkaApiKey::OffsetCommit,
         &vec![RDKafkaRespErr::RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS; failures],
@@ -367,14 +370,10 @@ fn unreadable_log_bounds_at_assignment_do_not_stop_the_run() {
     produce(&k.brokers, &k.topic, 0..1_000).unwrap();
     run_to_end(&cfg, 1_000, || {});
     produce(&k.brokers, &k.topic, 1_000..2_000).unwrap();
-    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
     // More errors than the assignment's bounded reads can retry through.
-    mock.request_errors(
-        RDKafkaApiKey::ListOffsets,
-        &vec![RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN; 200],
-    );
-    run_to_end(&cfg, 2_000, || {});
-    mock.clear_request_errors(RDKafkaApiKey::ListOffsets);
+    with_request_errors(mock, RDKafkaApiKey::ListOffsets, 200, || {
+        run_to_end(&cfg, 2_000, || {})
+    });
     let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
     check_archive(&engine, &k.topic, 2_000).unwrap();
     assert_committed_equals_durable(&k, "bounds-group", &engine, "resumed and committed");
@@ -396,14 +395,10 @@ fn latest_with_an_unreadable_log_end_stops_the_run_and_archives_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(&k, "latest-end-group", dir.path());
     cfg.auto_offset_reset = "latest".into();
-    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
-    mock.request_errors(
-        RDKafkaApiKey::ListOffsets,
-        &vec![RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN; 200],
-    );
     let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
-    let err = run_to_error(&cfg, &engine);
-    mock.clear_request_errors(RDKafkaApiKey::ListOffsets);
+    let err = with_request_errors(mock, RDKafkaApiKey::ListOffsets, 200, || {
+        run_to_error(&cfg, &engine)
+    });
     assert!(
         err.contains("log end") && err.contains(&format!("{}/", k.topic)),
         "{err}"

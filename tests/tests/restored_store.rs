@@ -16,7 +16,9 @@ use std::time::Duration;
 use cairn_connector::cli::demo::{check_archive, demo_next_offsets, produce, DEMO_PARTITIONS};
 use cairn_connector::offsets::{committed_with_metadata, group_client, read_committed};
 use cairn_engine::{Engine, EngineConfig, TopicPartition};
-use cairn_tests::{config, durable, init_logs, run_to_end, run_to_error, TestKafka};
+use cairn_tests::{
+    config, durable, init_logs, run_to_end, run_to_error, with_request_errors, TestKafka,
+};
 
 #[test]
 fn a_store_restored_from_an_older_backup_archives_what_it_lost_again() {
@@ -105,15 +107,12 @@ fn a_restored_store_that_cannot_read_kafkas_offsets_stops_and_archives_nothing()
 
     let mut cfg = config(&k, group, &copy);
     cfg.auto_offset_reset = "latest".into();
-    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
-    // More errors than librdkafka's own retries of the read go through.
-    mock.request_errors(
-        RDKafkaApiKey::OffsetFetch,
-        &vec![RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN; 200],
-    );
+    use rdkafka::types::RDKafkaApiKey;
     let engine = Arc::new(Engine::open(EngineConfig::new(&copy)).unwrap());
-    let err = run_to_error(&cfg, &engine);
-    mock.clear_request_errors(RDKafkaApiKey::OffsetFetch);
+    // More errors than librdkafka's own retries of the read go through.
+    let err = with_request_errors(mock, RDKafkaApiKey::OffsetFetch, 200, || {
+        run_to_error(&cfg, &engine)
+    });
     assert!(
         err.contains("committed offsets") && err.contains(&format!("{}/", k.topic)),
         "{err}"
@@ -137,12 +136,9 @@ fn a_restored_store_that_cannot_read_kafkas_offsets_stops_and_archives_nothing()
     }
 
     // Run again with one failed read left: the second read answers.
-    mock.request_errors(
-        RDKafkaApiKey::OffsetFetch,
-        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN],
-    );
-    run_to_end(&cfg, 1_500, || {});
-    mock.clear_request_errors(RDKafkaApiKey::OffsetFetch);
+    with_request_errors(mock, RDKafkaApiKey::OffsetFetch, 1, || {
+        run_to_end(&cfg, 1_500, || {})
+    });
     let e = Engine::open(EngineConfig::new(&copy)).unwrap();
     check_archive(&e, &k.topic, 1_500).unwrap();
     assert_eq!(e.durable_offsets(), want);
@@ -151,12 +147,9 @@ fn a_restored_store_that_cannot_read_kafkas_offsets_stops_and_archives_nothing()
     // Now that the archive holds every partition, the same errors do not
     // stop a run: each partition resumes at the archive's offset.
     produce(&k.brokers, &k.topic, 1_500..2_000).unwrap();
-    mock.request_errors(
-        RDKafkaApiKey::OffsetFetch,
-        &vec![RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN; 200],
-    );
-    run_to_end(&cfg, 2_000, || {});
-    mock.clear_request_errors(RDKafkaApiKey::OffsetFetch);
+    with_request_errors(mock, RDKafkaApiKey::OffsetFetch, 200, || {
+        run_to_end(&cfg, 2_000, || {})
+    });
     let e = Engine::open(EngineConfig::new(&copy)).unwrap();
     check_archive(&e, &k.topic, 2_000).unwrap();
 }
