@@ -7,7 +7,7 @@ mod common;
 use cairn_engine::{
     CorruptionKind, Engine, EngineConfig, Error, Location, RecoveryMode, TopicPartition,
 };
-use common::{batch, wal_key, with_raw_tree};
+use common::{batch, open_refused, wal_key, with_raw_tree};
 
 /// Three single-frame entries for one partition at LSNs 1, 2, 3 (offsets
 /// 0..10, 10..20, 20..30), then a clean close.
@@ -285,13 +285,12 @@ fn a_summary_the_index_does_not_bear_out_is_refused() {
     for (forge, want) in cases {
         let (dir, tp) = store();
         with_raw_tree(dir.path(), |t| forge(t, &tp));
-        match Engine::open(EngineConfig::new(dir.path())) {
-            Err(Error::Corruption {
-                location: Location::Partition { partition: 0, .. },
-                kind: CorruptionKind::SummaryMismatch { detail },
-            }) => assert!(detail.contains(want), "{detail}"),
-            Err(other) => panic!("{want}: expected a summary mismatch, got {other}"),
-            Ok(_) => panic!("{want}: expected a summary mismatch, got an engine"),
+        match open_refused(EngineConfig::new(dir.path()), want) {
+            (
+                Location::Partition { partition: 0, .. },
+                CorruptionKind::SummaryMismatch { detail },
+            ) => assert!(detail.contains(want), "{detail}"),
+            other => panic!("{want}: expected a summary mismatch, got {other:?}"),
         }
         let v = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
         assert!(
@@ -357,14 +356,11 @@ fn damaged_index_and_summary_are_reported() {
         .iter()
         .any(|p| matches!(&p.location, Location::Partition { .. })));
     // The summary is read on every open: a damaged one refuses it.
-    match Engine::open(EngineConfig::new(dir.path())) {
-        Err(Error::Corruption {
-            location: Location::Partition { .. },
-            ..
-        }) => {}
-        Err(other) => panic!("expected summary corruption, got {other}"),
-        Ok(_) => panic!("expected summary corruption, got an engine"),
-    }
+    let (location, kind) = open_refused(EngineConfig::new(dir.path()), "a damaged summary");
+    assert!(
+        matches!(location, Location::Partition { .. }),
+        "expected summary corruption, got {location}: {kind}"
+    );
 }
 
 /// A watermark file of the wrong length (here a terabyte, sparse) is
@@ -405,14 +401,8 @@ fn a_watermark_of_the_wrong_length_is_reported_not_read() {
             .unwrap()
             .set_len(len)
             .unwrap();
-        match Engine::open(EngineConfig::new(dir.path())) {
-            Err(Error::Corruption {
-                location: Location::Watermark,
-                kind,
-            }) => assert_eq!(kind, want),
-            Err(other) => panic!("{len}: expected watermark corruption, got {other}"),
-            Ok(_) => panic!("{len}: expected watermark corruption, got an engine"),
-        }
+        let refused = open_refused(EngineConfig::new(dir.path()), &format!("{len} bytes"));
+        assert_eq!(refused, (Location::Watermark, want.clone()));
         let report = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
         assert!(
             report
@@ -457,13 +447,8 @@ fn a_checkpoint_that_the_log_does_not_bear_out_is_reported() {
             )
             .unwrap();
         });
-        match Engine::open(cfg(dir.path())) {
-            Err(Error::Corruption { location, kind }) => {
-                assert!(want(&location, &kind), "{checkpoint}: {location}: {kind}")
-            }
-            Err(other) => panic!("{checkpoint}: expected corruption, got {other}"),
-            Ok(_) => panic!("{checkpoint}: expected corruption, got an engine"),
-        }
+        let (location, kind) = open_refused(cfg(dir.path()), &format!("checkpoint {checkpoint}"));
+        assert!(want(&location, &kind), "{checkpoint}: {location}: {kind}");
         let report = cairn_engine::verify_store(&cfg(dir.path())).unwrap();
         assert_eq!(report.problems.len(), 1, "{checkpoint}: {report:?}");
         let p = &report.problems[0];

@@ -56,3 +56,16 @@ pub fn put_over(tps: &[TopicPartition], i: i64) -> Vec<cairn_engine::RecordBatch
         .map(|tp| batch(tp, i * 5..i * 5 + 5, 20))
         .collect()
 }
+
+/// The corruption an open of `cfg`'s store is refused with (its location
+/// and kind); `what` names the case when it opens or fails otherwise.
+pub fn open_refused(
+    cfg: cairn_engine::EngineConfig,
+    what: &str,
+) -> (cairn_engine::Location, cairn_engine::CorruptionKind) {
+    match cairn_engine::Engine::open(cfg) {
+        Err(cairn_engine::Error::Corruption { location, kind }) => (location, kind),
+        Err(other) => panic!("{what}: expected corruption, got {other}"),
+        Ok(_) => panic!("{what}: expected corruption, got an engine"),
+    }
+}
