@@ -196,17 +196,18 @@ pub(crate) enum Waited {
 }
 
 /// `request` (a read: asking again is harmless) for `asked_for`, given up
-/// to `timeout` for the brokers at `brokers` to answer. The wait is cut into slices so that
-/// `stop` ends it within one, not at the timeout.
+/// to `timeout` for the brokers at `brokers` to answer. The wait is cut
+/// into slices so that `stop` ends it within one, not at the timeout.
 ///
 /// librdkafka ends a slice in one of two ways. With no broker connection
 /// up yet (still connecting, or a TLS and SASL handshake under way) it
 /// sends nothing and says "transport failure" (or "all brokers down"): the
-/// next slice waits the first slice's time again. With a request sent and no reply yet it says
-/// "timed out" (or, after its own retries, "timed out in queue", "SSL"):
-/// the next slice is twice as long, up to `WAIT_SLICE_MAX`, so that
-/// a slow reply (the metadata of a large cluster) is not asked for again
-/// every quarter second. Any other error ends the wait.
+/// next slice waits the first slice's time again. With a request sent and
+/// no reply yet it says "timed out" (or, after its own retries, "timed out
+/// in queue", "SSL"): the next slice is twice as long, up to
+/// `WAIT_SLICE_MAX`, so that a slow reply (the metadata of a large
+/// cluster) is not asked for again every quarter second. Any other error
+/// ends the wait.
 pub(crate) fn sliced_wait<T>(
     brokers: &str,
     asked_for: &str,
