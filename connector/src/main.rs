@@ -28,11 +28,24 @@ fn init_tracing(format: LogFormat) {
         .init();
 }
 
+/// Panics print as usual, except the one a poisoned store's own shutdown
+/// may raise on the failed disk (sled unwraps its last fsync): the engine
+/// catches it and logs it in one line, and a backtrace would only alarm.
+fn quiet_poisoned_drop_panics() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if !cairn_engine::dropping_poisoned_store() {
+            default(info);
+        }
+    }));
+}
+
 fn main() -> ExitCode {
     // Before any other thread starts (see the module's docs).
     cairn_connector::allocator::tune();
     let cli = Cli::parse();
     init_tracing(cli.log_format);
+    quiet_poisoned_drop_panics();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

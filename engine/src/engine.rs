@@ -20,7 +20,15 @@
 //!   are inserted before the frames that fill them.
 //! - Lock order: `truncating` before `write` before `commit`; the sync
 //!   leader never holds both of the last two.
+//! - Dropping a poisoned engine never panics. sled's own drop writes out
+//!   its buffers and fsyncs its file, and unwraps that fsync, which after
+//!   a failed fdatasync meets the same error (the kernel reports a
+//!   writeback error to every descriptor open on the file). That panic is
+//!   caught: cairn counts on neither that write nor that fsync, nothing is
+//!   acknowledged after the poisoning, and the next open does not trust
+//!   the page cache (poisoned.rs).
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
@@ -55,8 +63,9 @@ pub const FAILPOINT_TOP_UP: &str = "wal::sync::top_up";
 /// The durable write-ahead record log. `Send + Sync`: share it with `Arc`.
 pub struct Engine {
     pub(crate) cfg: EngineConfig,
-    pub(crate) db: sled::Db,
-    pub(crate) tree: sled::Tree,
+    /// Dropped by `Drop for Engine`, guarded when the engine is poisoned.
+    pub(crate) db: Held<sled::Db>,
+    pub(crate) tree: Held<sled::Tree>,
     pub(crate) write: Mutex<WriteState>,
     commit: Mutex<CommitState>,
     commit_cv: Condvar,
@@ -322,8 +331,8 @@ impl Engine {
         );
         Ok(Engine {
             cfg,
-            db,
-            tree,
+            db: Held(Some(db)),
+            tree: Held(Some(tree)),
             write: Mutex::new(state),
             commit: Mutex::new(CommitState {
                 synced_seq: 0,
@@ -867,6 +876,56 @@ impl Engine {
     pub(crate) fn lock_write(&self) -> Result<MutexGuard<'_, WriteState>> {
         self.check_usable()?;
         Ok(lock(&self.write))
+    }
+}
+
+/// A sled handle that only the engine's drop takes out, so that it can drop
+/// it inside `catch_unwind` (`Drop for Engine`).
+pub(crate) struct Held<T>(Option<T>);
+
+impl<T> std::ops::Deref for Held<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        self.0.as_ref().expect("taken only by the engine's drop")
+    }
+}
+
+thread_local! {
+    /// Set while this thread drops a poisoned engine's sled handles.
+    static DROPPING_POISONED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether this thread is dropping a poisoned engine's store, whose own
+/// shutdown may panic on the failed disk (`Drop for Engine`). For a panic
+/// hook that would rather say so in one line than print a backtrace.
+pub fn dropping_poisoned_store() -> bool {
+    DROPPING_POISONED.with(Cell::get)
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        let (tree, db) = (self.tree.0.take(), self.db.0.take());
+        if !self.is_poisoned() {
+            drop(tree);
+            drop(db);
+            return;
+        }
+        // sled's drop flushes and fsyncs its file, unwrapping the fsync:
+        // after a failed fdatasync that fsync fails too, and panics. The
+        // last sled handle may also be a reader's, dropped elsewhere; this
+        // guards the usual case, where the engine holds the last one.
+        DROPPING_POISONED.with(|d| d.set(true));
+        let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            drop(tree);
+            drop(db);
+        }));
+        DROPPING_POISONED.with(|d| d.set(false));
+        if let Err(p) = dropped {
+            tracing::warn!(
+                error = %crate::error::panic_message(&*p),
+                "the poisoned store's own shutdown failed too (its flush or fsync met the failed disk); expected, nothing relies on it: reopen to recover"
+            );
+        }
     }
 }
 

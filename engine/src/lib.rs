@@ -67,8 +67,8 @@ pub use config::{
     SLED_SEGMENT_BYTES,
 };
 pub use engine::{
-    Engine, EngineStats, PartitionInfo, Written, FAILPOINT_AFTER_SYNC, FAILPOINT_AFTER_WRITE,
-    FAILPOINT_MID_WRITE, FAILPOINT_TOP_UP,
+    dropping_poisoned_store, Engine, EngineStats, PartitionInfo, Written, FAILPOINT_AFTER_SYNC,
+    FAILPOINT_AFTER_WRITE, FAILPOINT_MID_WRITE, FAILPOINT_TOP_UP,
 };
 pub use error::{panic_message, CorruptionKind, Error, InvalidInput, Location, Result};
 pub use meta::StoreId;

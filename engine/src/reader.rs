@@ -128,7 +128,7 @@ impl Engine {
             }
         }
         Ok(RecordIter {
-            tree: self.tree.clone(),
+            tree: (*self.tree).clone(),
             tp: tp.clone(),
             from,
             end,

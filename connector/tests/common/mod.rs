@@ -184,13 +184,8 @@ pub fn cairn_run(args: &[&str], abort_at: Option<&str>) -> KillOnDrop {
         "info,cairn_connector::pipeline=debug,cairn_engine::open=debug",
     )
     .stdout(Stdio::null())
-    .stderr(Stdio::piped())
-    .spawn()
-    .map(|child| {
-        let watchdog = Watchdog::arm(child.id());
-        KillOnDrop(child, watchdog)
-    })
-    .unwrap()
+    .stderr(Stdio::piped());
+    KillOnDrop::spawn(&mut cmd)
 }
 
 /// How long a `cairn run` child may live: a bound on a test that would
@@ -235,6 +230,16 @@ impl std::ops::Deref for KillOnDrop {
 impl std::ops::DerefMut for KillOnDrop {
     fn deref_mut(&mut self) -> &mut Child {
         &mut self.0
+    }
+}
+
+impl KillOnDrop {
+    /// Spawn `cmd`, to be killed when dropped or after
+    /// [`CHILD_LIFETIME_MAX`], whichever comes first.
+    pub fn spawn(cmd: &mut Command) -> KillOnDrop {
+        let child = cmd.spawn().unwrap();
+        let watchdog = Watchdog::arm(child.id());
+        KillOnDrop(child, watchdog)
     }
 }
 

@@ -1,0 +1,162 @@
+//! A failed fsync, through the real binary: `cairn run` under strace, whose
+//! fault injection makes one fdatasync of sled's data file fail with EIO,
+//! and every fsync of it after that, as a failed disk does (the kernel
+//! reports a writeback error to every descriptor open on the file, so
+//! sled's own shutdown fsync meets it too).
+//!
+//! The run must stop by itself with exit code 1, saying the engine is
+//! poisoned by a failed fsync, without a panic (sled unwraps its shutdown
+//! fsync; the engine catches that); cairn must never call fdatasync on the
+//! file again (no retry: after a failed fdatasync the page cache may have
+//! dropped the dirty pages, and a second fdatasync would report success
+//! for data that is gone); Kafka's committed offsets must not pass what the
+//! reopened archive holds durably; and a rerun must archive every record
+//! exactly once.
+//!
+//! The in-process twin, `tests/tests/fsync_failure.rs`, fails the flush
+//! through a failpoint; this one fails the system call itself, as a dying
+//! disk would. Needs strace (`.ci/run` installs it; under `CI` a missing
+//! strace fails the test instead of skipping it).
+
+mod common;
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+
+use cairn_connector::cli::demo::{check_archive, committed, demo_next_offsets, produce};
+use cairn_connector::{run_pipeline, ArchiveSink, PipelineOptions, RunConfig};
+use cairn_engine::{Engine, EngineConfig};
+use common::{KillOnDrop, TestBroker, CAIRN, FAST_GROUP};
+
+/// Which fdatasync of the file fails, counted per thread (strace counts
+/// injections per system call and per tracee). Opening the archive takes
+/// two on the thread that opens it; the task thread's first syncs are its
+/// first puts, each committed before the next, so the fifth leaves puts
+/// committed before it.
+const FAILING_CALL: u32 = 5;
+
+#[test]
+fn an_eio_from_fdatasync_stops_the_run_non_zero_and_is_never_retried() {
+    if Command::new("strace").arg("-V").output().is_err() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "strace is required in CI (.ci/run installs it)"
+        );
+        eprintln!("SKIPPED: strace not installed (apt-get install strace)");
+        return;
+    }
+    let mb = TestBroker::start(&["eio:3"]);
+    let (topic, group) = (mb.topic("eio"), mb.group("eio-group"));
+    let produced = 3_000u64;
+    produce(&mb.brokers, &topic, 0..produced).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let trace = dir.path().join("trace.txt");
+
+    let mut cmd = Command::new("strace");
+    cmd.args(["-f", "-y", "-qq", "-P"])
+        .arg(data.join("sled").join("db"))
+        .args([
+            "-e",
+            "trace=fdatasync,fsync",
+            "-e",
+            &format!("inject=fdatasync:error=EIO:when={FAILING_CALL}"),
+            "-e",
+            "inject=fsync:error=EIO",
+            "-o",
+        ])
+        .arg(&trace)
+        .arg(CAIRN)
+        .args(["run", "--brokers", &mb.brokers, "--group", &group])
+        .args(["--topics", &topic, "--data"])
+        .arg(&data)
+        .args(["--commit", "every-put", "--batch-records-max", "100"]);
+    for (k, v) in FAST_GROUP {
+        cmd.args(["-X", &format!("{k}={v}")]);
+    }
+    cmd.env_remove("CAIRN_ABORT_AT")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = KillOnDrop::spawn(&mut cmd);
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    let status = child.wait().unwrap();
+
+    // It stopped by itself, non-zero, saying why.
+    assert_eq!(status.code(), Some(1), "exit status {status}:\n{stderr}");
+    assert!(
+        stderr.contains("poisoned") && stderr.contains("fsync"),
+        "the error must say the engine is poisoned by a failed fsync:\n{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "a panic:\n{stderr}");
+    assert!(
+        stderr.contains("shutdown failed too"),
+        "sled's shutdown fsync met the failed disk and was caught:\n{stderr}"
+    );
+
+    // Exactly one fdatasync failed, cairn's, and none was called after it.
+    // The fsyncs after it are sled's own shutdown (on its own descriptor),
+    // which failed too: nothing relies on them.
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let failed: Vec<usize> = (0..lines.len())
+        .filter(|&i| lines[i].contains("fdatasync(") && lines[i].contains("(INJECTED)"))
+        .collect();
+    assert_eq!(failed.len(), 1, "one failed fdatasync:\n{text}");
+    let retries: Vec<&str> = lines[failed[0] + 1..]
+        .iter()
+        .copied()
+        .filter(|l| l.contains("fdatasync(") || (l.contains("fsync(") && !l.contains("(INJECTED)")))
+        .collect();
+    assert!(
+        retries.is_empty(),
+        "the data file was synced again after its fdatasync failed (a retry):\n{}",
+        retries.join("\n")
+    );
+    let synced_before = lines[..failed[0]]
+        .iter()
+        .filter(|l| l.contains("fdatasync(") && l.ends_with("= 0"))
+        .count();
+    assert!(synced_before >= 2, "no fdatasync succeeded before:\n{text}");
+
+    // Kafka's commits never passed what is durable, and there were some.
+    let engine = Engine::open(EngineConfig::new(&data)).unwrap();
+    let durable = engine.durable_offsets();
+    drop(engine);
+    let kafka = committed(&mb.brokers, &group, &topic, 3).unwrap();
+    for (p, k) in &kafka {
+        let d = durable
+            .iter()
+            .find(|(tp, _)| tp.partition == *p)
+            .map_or(0, |(_, o)| *o);
+        assert!(*k <= d, "partition {p}: committed {k} above durable {d}");
+    }
+    assert!(
+        kafka.values().sum::<i64>() > 0,
+        "nothing was committed before the failure: {kafka:?}"
+    );
+
+    // A rerun recovers and archives everything, each record once.
+    let mut cfg = RunConfig::new(&mb.brokers, &group, vec![topic.clone()], data.clone());
+    for (k, v) in FAST_GROUP {
+        cfg.kafka.insert(k.into(), v.into());
+    }
+    let want = demo_next_offsets(&topic, produced);
+    let opts = PipelineOptions {
+        done: Some(Box::new(move |c| {
+            want.iter().all(|(tp, o)| c.get(tp) == Some(o))
+        })),
+        ..Default::default()
+    };
+    let engine = std::sync::Arc::new(Engine::open(EngineConfig::new(&data)).unwrap());
+    let report = run_pipeline(&cfg, Box::new(ArchiveSink::new(engine)), opts).unwrap();
+    assert_eq!(report.stats.records_duplicate, 0, "records redelivered");
+    let engine = Engine::open(EngineConfig::new(&data)).unwrap();
+    check_archive(&engine, &topic, produced).unwrap();
+    assert!(engine.verify().unwrap().is_clean());
+}
