@@ -232,18 +232,28 @@ fn sigkill_at_seeded_moments_loses_and_duplicates_nothing() {
         cfg.kafka.insert(k.into(), v.into());
     }
     let want = demo_next_offsets(&topic, produced);
+    let engine = std::sync::Arc::new(Engine::open(EngineConfig::new(data.path())).unwrap());
+    // Held weakly, so that the sink's stop still closes the engine.
+    let store = std::sync::Arc::downgrade(&engine);
     let opts = PipelineOptions {
         done: Some(Box::new(move |c| {
             want.iter().all(|(tp, o)| c.get(tp) == Some(o))
         })),
-        on_commit: Some(Box::new(|committed, durable| {
+        // Against the engine's own durable offsets, not only the sink's report.
+        on_commit: Some(Box::new(move |committed, durable| {
+            let engine = store.upgrade();
             for (tp, o) in committed {
-                assert!(*o <= durable[tp], "committed {tp}@{o} above durable");
+                let d = engine
+                    .as_ref()
+                    .map_or(durable[tp], |e| e.durable_offset(tp).unwrap_or(0));
+                assert!(
+                    *o <= d && *o <= durable[tp],
+                    "committed {tp}@{o} above durable {d}"
+                );
             }
         })),
         ..Default::default()
     };
-    let engine = std::sync::Arc::new(Engine::open(EngineConfig::new(data.path())).unwrap());
     let report = run_pipeline(&cfg, Box::new(ArchiveSink::new(engine)), opts).unwrap();
     assert_eq!(
         report.stats.records_duplicate, 0,

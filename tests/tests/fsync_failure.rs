@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex};
 use cairn_connector::cli::demo::{check_archive, committed, produce};
 use cairn_connector::{run_pipeline, ArchiveSink, PipelineOptions};
 use cairn_engine::{Engine, EngineConfig, Record, RecordBatch, TopicPartition};
-use cairn_tests::{config, durable, init_logs, run_to_end, TestKafka};
+use cairn_tests::{
+    assert_committed_within_durable, config, durable, init_logs, run_to_end, TestKafka,
+};
 
 const FLUSH_ERR: &str = "wal::flush::err";
 
@@ -33,11 +35,13 @@ fn a_failed_fsync_poisons_stops_the_run_and_commits_nothing_more() {
     let last_acknowledged: Arc<Mutex<BTreeMap<TopicPartition, i64>>> = Default::default();
     let opts = PipelineOptions {
         on_commit: Some(Box::new({
-            let (armed, last) = (armed.clone(), last_acknowledged.clone());
+            let (armed, last, store) = (
+                armed.clone(),
+                last_acknowledged.clone(),
+                Arc::downgrade(&engine),
+            );
             move |committed, durable| {
-                for (tp, o) in committed {
-                    assert!(*o <= durable[tp], "committed {tp}@{o} above durable");
-                }
+                assert_committed_within_durable(&store, committed, durable);
                 last.lock().unwrap().extend(durable.clone());
                 if !armed.swap(true, Ordering::SeqCst) {
                     fail::cfg(FLUSH_ERR, "1*return").unwrap();

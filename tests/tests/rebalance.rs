@@ -16,7 +16,7 @@ use cairn_connector::{
     run_pipeline, ArchiveSink, CommitPolicy, PipelineOptions, RunConfig, RunReport,
 };
 use cairn_engine::{Engine, EngineConfig, TopicPartition};
-use cairn_tests::{fast_group, TestKafka};
+use cairn_tests::{assert_committed_within_durable, fast_group, TestKafka};
 
 const CHUNK: u64 = 1_000;
 
@@ -46,12 +46,11 @@ fn member(
     let topic = k.topic.clone();
     thread::spawn(move || {
         let engine = Arc::new(Engine::open(EngineConfig::new(&cfg.data)).unwrap());
+        let store = Arc::downgrade(&engine);
         let opts = PipelineOptions {
             stop,
             on_commit: Some(Box::new(move |committed, durable| {
-                for (tp, o) in committed {
-                    assert!(*o <= durable[tp], "committed {tp}@{o} above durable");
-                }
+                assert_committed_within_durable(&store, committed, durable);
                 let _ = commits.send(committed.clone());
             })),
             done: target.map(|t| -> cairn_connector::DonePredicate {

@@ -873,7 +873,8 @@ fn a_stop_ends_the_wait_for_a_slow_leaders_watermarks() {
     let mut cfg = RestoreConfig::new(first);
     cfg.rename.insert(ARCHIVED.into(), "slow-leader".into());
     cfg.connect_timeout_ms = 120_000;
-    let t0 = Instant::now();
+    // Not timed: a wait the stop did not end would end in the watermarks
+    // (after a minute) or a timeout, never in `StoppedWaiting`.
     match cairn_connector::restore::restore_until(&engine, &cfg, &|| true) {
         Err(ConnectorError::StoppedWaiting { asked_for, .. }) => assert_eq!(
             asked_for,
@@ -881,7 +882,6 @@ fn a_stop_ends_the_wait_for_a_slow_leaders_watermarks() {
         ),
         other => panic!("{other:?}"),
     }
-    assert!(t0.elapsed() < Duration::from_secs(60), "{:?}", t0.elapsed());
 }
 
 /// An archive of one topic per (name, records) pair, partition 0 only.
