@@ -283,9 +283,8 @@ mod tests {
         assert!(md.topics().iter().any(|t| t.name() == "t"));
         let e =
             cluster_metadata(c.client(), &brokers, Duration::from_secs(30), &|| true).unwrap_err();
-        assert!(
-            matches!(e, ConnectorError::StoppedWaiting { waited_ms, .. } if waited_ms < 1_000),
-            "{e}"
-        );
+        // Not timed: without the stop the wait would end in a reply or a
+        // timeout, never in `StoppedWaiting`.
+        assert!(matches!(e, ConnectorError::StoppedWaiting { .. }), "{e}");
     }
 }

@@ -33,7 +33,10 @@ fn engine_matches_model() {
     let seed = common::seed("engine_matches_model");
     let cases = std::env::var("CAIRN_MODEL_CASES")
         .ok()
-        .and_then(|s| s.parse().ok())
+        .map(|s| {
+            s.parse()
+                .unwrap_or_else(|_| panic!("CAIRN_MODEL_CASES must be a whole number"))
+        })
         .unwrap_or(48);
     let mut seed_bytes = [0u8; 32];
     seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
