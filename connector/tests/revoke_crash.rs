@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use cairn_connector::cli::demo::{
     archived_offsets, committed, demo_next_offsets, demo_producer, produce_with, DEMO_PARTITIONS,
 };
+use cairn_connector::offsets::{committed_with_metadata, group_client};
 use cairn_engine::{Engine, EngineConfig};
 use common::{cairn_run, KillOnDrop, TestBroker};
 
@@ -190,9 +191,39 @@ fn abort_inside_a_revoke_loses_nothing_and_stores_stay_duplicate_free() {
     }
     let status = a.wait().unwrap();
     assert_eq!(status.signal(), Some(6), "A aborted (SIGABRT): {status:?}");
-    let durable_a = Engine::open(EngineConfig::new(dir_a.path()))
-        .unwrap()
-        .durable_offsets();
+    let (durable_a, id_a) = {
+        let e = Engine::open(EngineConfig::new(dir_a.path())).unwrap();
+        (e.durable_offsets(), format!("cairn-store:{}", e.store_id()))
+    };
+    // Every offset A committed is within what A's store holds durably (B
+    // may have committed too by now, under its own store's name).
+    let with_metadata = committed_with_metadata(
+        &group_client(&mb.brokers, &group).unwrap(),
+        &(0..DEMO_PARTITIONS)
+            .map(|p| cairn_engine::TopicPartition::new(&topic, p))
+            .collect::<Vec<_>>(),
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    let committed_by_a: BTreeMap<i32, i64> = with_metadata
+        .iter()
+        .filter(|(_, c)| c.metadata == id_a)
+        .map(|(tp, c)| (tp.partition, c.offset))
+        .collect();
+    assert!(
+        !committed_by_a.is_empty(),
+        "A committed nothing before its abort"
+    );
+    for (p, o) in &committed_by_a {
+        let d = durable_a
+            .iter()
+            .find(|(tp, _)| tp.partition == *p)
+            .map_or(0, |(_, n)| *n);
+        assert!(
+            *o <= d,
+            "partition {p}: A committed {o} above its durable {d}"
+        );
+    }
     let kafka = committed(&mb.brokers, &group, &topic, DEMO_PARTITIONS).unwrap();
     eprintln!(
         "A aborted inside a revoke at {} produced; A durable {:?}, Kafka committed {kafka:?}",
@@ -263,8 +294,19 @@ fn abort_inside_a_revoke_loses_nothing_and_stores_stay_duplicate_free() {
             assert!(x || y, "{tp}@{o} archived by neither member");
             overlap += usize::from(x && y);
         }
-        let total = in_a[&p].len() + in_b[&p].len();
-        assert!(total as i64 >= next, "{tp}");
+        // A record in both stores is one A made durable but could not
+        // commit before its abort: at or above A's last commit, below what
+        // A held durable then.
+        let (from, to) = (
+            committed_by_a.get(&p).copied().unwrap_or(0),
+            durable_a.get(&tp).copied().unwrap_or(0),
+        );
+        for o in in_a[&p].intersection(&in_b[&p]) {
+            assert!(
+                (from..to).contains(o),
+                "{tp}@{o} in both stores, outside A's uncommitted durable tail {from}..{to}"
+            );
+        }
     }
     eprintln!(
         "revoke crash: {n} records produced, all archived; A holds {}, B holds {}, {overlap} in both (A's durable, uncommitted revoked tail)",
