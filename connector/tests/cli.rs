@@ -188,13 +188,36 @@ fn unknown_topic_is_a_clear_error() {
     let mb = TestBroker::start(&["exists:1"]);
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().to_str().unwrap();
-    let nope = mb.topic("nope");
-    let (code, _, err) = cairn_run_in(&mb.group("g"), &mb.brokers, &nope, data, &[]);
-    assert_ne!(code, 0);
-    assert!(
-        err.contains(&format!("topic \"{nope}\" does not exist")) && err.contains("--topics"),
-        "{err}"
-    );
+    let (exists, nope) = (mb.topic("exists"), mb.topic("nope"));
+    {
+        use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+        let producer: BaseProducer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &mb.brokers)
+            .create()
+            .unwrap();
+        for _ in 0..5 {
+            producer
+                .send(BaseRecord::<[u8], [u8]>::to(&exists).payload(&b"kept"[..]))
+                .unwrap();
+        }
+        producer.flush(std::time::Duration::from_secs(10)).unwrap();
+    }
+    // Alone, or beside one that exists: refused before anything is archived
+    // or committed, the existing topic included.
+    for topics in [nope.clone(), format!("{exists},{nope}")] {
+        let group = mb.group("g");
+        let (code, _, err) = cairn_run_in(&group, &mb.brokers, &topics, data, &[]);
+        assert_ne!(code, 0);
+        assert!(
+            err.contains(&format!("topic \"{nope}\" does not exist")) && err.contains("--topics"),
+            "{err}"
+        );
+        let kafka = cairn_connector::cli::demo::committed(&mb.brokers, &group, &exists, 1).unwrap();
+        assert_eq!(kafka[&0], 0, "{topics}: committed {kafka:?}");
+        if let Ok(e) = cairn_engine::Engine::open(cairn_engine::EngineConfig::new(data)) {
+            assert!(e.durable_offsets().is_empty(), "{topics}: archived");
+        }
+    }
 }
 
 #[test]
@@ -566,18 +589,23 @@ fn oversize_record_stops_with_its_coordinates_and_is_never_committed() {
         )),
         "{err}"
     );
-    // Nothing at or after the oversize record is archived or committed.
+    // Nothing at or after the oversize record is archived or committed,
+    // and what is archived is the records before it, as produced.
+    let tp = cairn_engine::TopicPartition::new(&big_topic, 0);
     let engine = cairn_engine::Engine::open(cairn_engine::EngineConfig::new(d)).unwrap();
-    let durable = engine
-        .durable_offsets()
-        .values()
-        .copied()
-        .next()
-        .unwrap_or(0);
+    let durable = engine.durable_offset(&tp).unwrap_or(0);
     assert!(
         durable <= 10,
         "archived past the oversize record: {durable}"
     );
+    let held: Vec<(i64, Option<Vec<u8>>)> = engine
+        .read(&tp, 0)
+        .unwrap()
+        .map(|r| r.map(|r| (r.offset, r.value)).unwrap())
+        .collect();
+    let want: Vec<(i64, Option<Vec<u8>>)> =
+        (0..durable).map(|o| (o, Some(small.clone()))).collect();
+    assert_eq!(held, want);
     drop(engine);
     let kafka = cairn_connector::cli::demo::committed(&mb.brokers, &group, &big_topic, 1).unwrap();
     assert!(
@@ -585,6 +613,49 @@ fn oversize_record_stops_with_its_coordinates_and_is_never_committed() {
         "committed {} > durable {durable}",
         kafka[&0]
     );
+
+    // Nothing was lost: with a limit the record fits, a rerun archives all
+    // fifteen, each once, the big one included. (In a group of its own: the
+    // mock cluster holds a join to the group just left until the old
+    // member's session has timed out, and the archive, not Kafka, says
+    // where the partition resumes.)
+    let mut cfg = cairn_connector::RunConfig::new(
+        &mb.brokers,
+        mb.group("g-rerun"),
+        vec![big_topic.clone()],
+        dir.path().into(),
+    );
+    cfg.record_bytes_max = 5_000;
+    for (k, v) in common::FAST_GROUP {
+        cfg.kafka.insert(k.into(), v.into());
+    }
+    let done_tp = tp.clone();
+    let engine = std::sync::Arc::new(
+        cairn_engine::Engine::open(cairn_engine::EngineConfig::new(d).record_bytes_max(5_000))
+            .unwrap(),
+    );
+    cairn_connector::run_pipeline(
+        &cfg,
+        Box::new(cairn_connector::ArchiveSink::new(engine)),
+        cairn_connector::PipelineOptions {
+            done: Some(Box::new(move |c| c.get(&done_tp) == Some(&15))),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let engine = cairn_engine::Engine::open(cairn_engine::EngineConfig::new(d)).unwrap();
+    let values: Vec<(i64, usize)> = engine
+        .read(&tp, 0)
+        .unwrap()
+        .map(|r| {
+            r.map(|r| (r.offset, r.value.map_or(0, |v| v.len())))
+                .unwrap()
+        })
+        .collect();
+    let want: Vec<(i64, usize)> = (0..15)
+        .map(|o| (o, if o == 10 { 4_000 } else { 100 }))
+        .collect();
+    assert_eq!(values, want);
 }
 
 #[test]
