@@ -172,9 +172,11 @@ pub(crate) fn recover(
         let lsn = keys::parse_wal_key(&k)
             .map_err(|kind| Error::corruption(Location::Key { key_hex: hex(&k) }, kind))?;
         if slots::is_slot(&v) {
-            // The reserve is the run of slots right above the log; a stray
-            // slot further up (damage) must not stop future reservations.
-            if first_slot.is_none() || lsn == slots_end {
+            // The reserve is the run of slots starting right above the log;
+            // a stray slot further up (damage) must not stop future
+            // reservations, nor be taken for the reserve's end when the
+            // log has none (its first slot is then above `expected`).
+            if lsn == slots_end.max(expected) {
                 slots_end = lsn.saturating_add(1);
             }
             first_slot.get_or_insert(lsn);

@@ -84,10 +84,12 @@ pub fn to_top_up(next_lsn: u64, slots_end: u64) -> Range<u64> {
     // Never at or below a frame: slots only ever go above the log's tail.
     let start = slots_end.max(next_lsn);
     let end = next_lsn + SLOTS_AHEAD_MIN + SLOTS_RESERVED_CHUNK;
-    if start + SLOTS_TOPPED_UP_MIN > end {
+    // Saturating: `slots_end` comes from the store, where damage can put
+    // a slot anywhere up to the top of the key space.
+    if start.saturating_add(SLOTS_TOPPED_UP_MIN) > end {
         return start..start;
     }
-    start..end.min(start + SLOTS_TOPPED_UP_MAX)
+    start..end.min(start.saturating_add(SLOTS_TOPPED_UP_MAX))
 }
 
 #[cfg(test)]
