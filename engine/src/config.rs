@@ -37,6 +37,10 @@ const _: () = assert!(
         && FRAME_BODY_BYTES_WRITE_MAX <= crate::frame::FRAME_BODY_BYTES_MAX
 );
 
+/// Smallest frame body a store may be configured to write (every build
+/// has refused smaller): it bounds how many frames an entry can take.
+pub const FRAME_BODY_BYTES_MIN: usize = 1024;
+
 /// Hard cap on `record_bytes_max`: a record must fit in one entry body.
 pub const RECORD_BYTES_MAX_LIMIT: u64 = 16 << 20;
 
@@ -173,11 +177,11 @@ impl EngineConfig {
                 self.record_bytes_max
             ));
         }
-        if self.frame_body_bytes_max < 1024
+        if self.frame_body_bytes_max < FRAME_BODY_BYTES_MIN
             || self.frame_body_bytes_max > FRAME_BODY_BYTES_WRITE_MAX
         {
             return bad(format!(
-                "frame_body_bytes_max {} must be in 1024..={FRAME_BODY_BYTES_WRITE_MAX}",
+                "frame_body_bytes_max {} must be in {FRAME_BODY_BYTES_MIN}..={FRAME_BODY_BYTES_WRITE_MAX}",
                 self.frame_body_bytes_max
             ));
         }

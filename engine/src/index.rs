@@ -18,6 +18,11 @@ use crate::record::{Record, TopicPartition};
 
 const VALUE_BYTES: usize = 8 + 4 + 4 + 8 + 8 + 8 + 8;
 
+/// Most frames one entry can take: the largest body in the smallest frames
+/// any build writes (config.rs refuses smaller).
+pub const CHUNKS_PER_ENTRY_MAX: usize =
+    crate::body::ENTRY_BODY_BYTES_MAX / crate::config::FRAME_BODY_BYTES_MIN;
+
 /// One read-index entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IndexEntry {
@@ -61,6 +66,8 @@ impl IndexEntry {
         (key, v)
     }
 
+    /// Decode and check an index entry. Never panics; bounds what retention
+    /// and reads take from it (`chunks` frames from `lsn`).
     pub fn decode(key: &[u8], value: &[u8]) -> Result<(TopicPartition, Self), CorruptionKind> {
         let (tp, first_offset) = keys::parse_index_key(key)?;
         let mut f = Fields(keys::unseal(key, value, VALUE_BYTES)?);
@@ -81,7 +88,8 @@ impl IndexEntry {
             || e.last_offset < e.first_offset
             || e.last_offset == i64::MAX
             || e.lsn == 0
-            || e.lsn.checked_add(u64::from(e.chunks)).is_none()
+            || e.chunks as usize > CHUNKS_PER_ENTRY_MAX
+            || e.lsn.saturating_add(u64::from(e.chunks)) > keys::LSN_MAX
         {
             return Err(CorruptionKind::IndexMismatch {
                 detail: format!("impossible index entry {e:?}"),
@@ -106,5 +114,28 @@ mod tests {
         let mut bad = v.clone();
         bad[0] ^= 1;
         assert!(IndexEntry::decode(&k, &bad).is_err());
+    }
+
+    /// Refused under a valid CRC: more frames than any entry takes, or
+    /// frames past the largest LSN.
+    #[test]
+    fn impossible_spans_are_refused() {
+        let tp = TopicPartition::new("t", 1);
+        let recs = vec![Record::with_value(4, "ab")];
+        let most = CHUNKS_PER_ENTRY_MAX as u32;
+        for (lsn, chunks, ok) in [
+            (1, most, true),
+            (1, most + 1, false),
+            (keys::LSN_MAX - 1, 1, true),
+            (keys::LSN_MAX, 1, false),
+            (u64::MAX, 1, false),
+        ] {
+            let (k, v) = IndexEntry::describe(lsn, chunks, &recs).encode(&tp);
+            assert_eq!(
+                IndexEntry::decode(&k, &v).is_ok(),
+                ok,
+                "lsn {lsn}, {chunks} chunks"
+            );
+        }
     }
 }

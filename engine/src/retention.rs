@@ -13,7 +13,7 @@
 //!   begins: a crash keeps a prefix of the steps.
 
 use crate::engine::{store_err, Engine};
-use crate::error::{Error, Location, Result};
+use crate::error::{CorruptionKind, Error, Location, Result};
 use crate::frame::{self, FrameKind};
 use crate::index::IndexEntry;
 use crate::keys;
@@ -205,6 +205,7 @@ impl Engine {
                     more = true;
                     break;
                 }
+                self.check_entry_ends(&e)?;
                 batch.remove(k.to_vec());
                 for lsn in e.lsn..e.lsn + e.chunks as u64 {
                     batch.remove(&keys::wal_key(lsn));
@@ -255,6 +256,52 @@ impl Engine {
     }
 
     /// The span of the tombstone frame stored at `lsn`, if that is one.
+    /// Check the first and last frames of an entry about to be deleted:
+    /// present, whole (their CRC), records frames, and flagged as the
+    /// entry's two ends (the first continues nothing and, if the entry has
+    /// more frames, is continued; the last is continued by nothing). An
+    /// index entry pointing at the wrong frames (damage under a valid CRC)
+    /// must not delete another entry's. The frames between are deleted
+    /// unread: damage among records being deleted loses nothing.
+    fn check_entry_ends(&self, e: &IndexEntry) -> Result<()> {
+        let last = e.lsn + u64::from(e.chunks) - 1;
+        let more = e.chunks > 1;
+        let ends = [
+            (
+                e.lsn,
+                "first",
+                frame::FLAG_CONT,
+                more.then_some(frame::FLAG_MORE),
+            ),
+            (
+                last,
+                "last",
+                frame::FLAG_MORE,
+                more.then_some(frame::FLAG_CONT),
+            ),
+        ];
+        for (lsn, end, clear, set) in ends {
+            let corrupt = |kind| Error::corruption(Location::Wal { lsn }, kind);
+            let v = self
+                .tree
+                .get(keys::wal_key(lsn))
+                .map_err(store_err("read frame"))?
+                .filter(|v| !crate::slots::is_slot(v))
+                .ok_or_else(|| corrupt(CorruptionKind::MissingFrame))?;
+            let f = frame::decode(lsn, &v).map_err(corrupt)?;
+            let flags_ok = f.flags & clear == 0 && set.is_none_or(|s| f.flags & s != 0);
+            if f.kind != FrameKind::Records || !flags_ok {
+                return Err(corrupt(CorruptionKind::IndexMismatch {
+                    detail: format!(
+                        "the index entry of offsets {}..={} ({} frames from lsn {}) names this frame as its {end}, and it is not",
+                        e.first_offset, e.last_offset, e.chunks, e.lsn
+                    ),
+                }));
+            }
+        }
+        Ok(())
+    }
+
     fn tombstone_at(&self, lsn: u64) -> Result<Option<u64>> {
         let v = self
             .tree
