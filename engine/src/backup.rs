@@ -214,8 +214,16 @@ impl Engine {
             frames: 0,
             index_entries: 0,
             partitions: view.partitions.len() as u64,
-            records: view.partitions.values().map(|s| s.record_count).sum(),
-            payload_bytes: view.partitions.values().map(|s| s.payload_bytes).sum(),
+            // Saturating, as the writer counts them: the counters come from
+            // the store.
+            records: view
+                .partitions
+                .values()
+                .fold(0u64, |n, s| n.saturating_add(s.record_count)),
+            payload_bytes: view
+                .partitions
+                .values()
+                .fold(0u64, |n, s| n.saturating_add(s.payload_bytes)),
             lsn: view.lsn,
             verify: VerifyReport::default(),
             duration: Duration::ZERO,
