@@ -207,6 +207,17 @@ impl RunConfig {
                         "dead-letter-topic {t:?}: it is also archived (its dead letters would come back)"
                     ));
                 }
+                // Checked now, not when the producer is made after the
+                // archive has been opened (and perhaps upgraded).
+                refuse_managed_keys(
+                    &self.kafka,
+                    &crate::dead_letter::MANAGED_KEYS,
+                    "the dead-letter producer",
+                )?;
+                crate::librdkafka::check_producer_settings(
+                    &crate::dead_letter::client_config(self).0,
+                )
+                .map_err(|e| ConnectorError::Config(format!("dead-letter producer: {e}")))?;
             }
             (_, Some(_)) => {
                 return bad("dead-letter-topic: only used with --on-oversize dead-letter".into())
@@ -442,6 +453,53 @@ mod tests {
         assert!("interval:".parse::<CommitPolicy>().is_err());
         assert!("interval:0".parse::<CommitPolicy>().is_err());
         assert!("sometimes".parse::<CommitPolicy>().is_err());
+    }
+
+    /// The dead-letter producer's settings are checked by `validate`, before
+    /// the archive opens: librdkafka's refusals, and the keys it manages.
+    #[test]
+    fn dead_letter_producer_settings_are_checked_up_front() {
+        let mut ok = RunConfig::new("b:1", "g", vec!["t".into()], "d".into());
+        ok.on_oversize = OnOversize::DeadLetter;
+        ok.dead_letter_topic = Some("dlq".into());
+        assert!(ok.validate().is_ok());
+        for (k, v, says) in [
+            ("acks", "1", "dead-letter producer: -X:"),
+            (
+                "transactional.id",
+                "x",
+                "-X transactional.id: the dead-letter producer manages",
+            ),
+            (
+                "queue.buffering.max.ms",
+                "5",
+                "-X queue.buffering.max.ms: the dead-letter producer",
+            ),
+            (
+                "enable.idempotence",
+                "false",
+                "-X enable.idempotence: the dead-letter producer",
+            ),
+        ] {
+            let mut c = ok.clone();
+            c.kafka.insert(k.into(), v.into());
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains(says), "-X {k}={v}: {e}");
+        }
+        // A codec under either name replaces cairn's lz4 (one key, not two
+        // at random).
+        let mut c = ok.clone();
+        c.kafka.insert("compression.codec".into(), "none".into());
+        assert!(c.validate().is_ok());
+        let (producer, _) = crate::dead_letter::client_config(&c);
+        assert_eq!(producer.get("compression.type"), None);
+        assert_eq!(producer.get("compression.codec"), Some("none"));
+        // Without dead letters, producer keys are librdkafka's to ignore.
+        let mut c = ok.clone();
+        c.on_oversize = OnOversize::Fail;
+        c.dead_letter_topic = None;
+        c.kafka.insert("linger.ms".into(), "5".into());
+        assert!(c.validate().is_ok());
     }
 
     #[test]

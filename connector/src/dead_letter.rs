@@ -49,36 +49,64 @@ pub(crate) struct DeadLetters {
     timeout: Duration,
 }
 
+/// Producer properties the dead-letter producer sets and will not take
+/// from `-X`, with librdkafka's aliases (with a key and its alias both set,
+/// which one librdkafka keeps is random). `transactional.id` would make the
+/// producer refuse every send outside a transaction it never begins.
+pub const MANAGED_KEYS: [&str; 6] = [
+    "enable.idempotence",
+    "allow.auto.create.topics",
+    "linger.ms",
+    // librdkafka's alias of `linger.ms`.
+    "queue.buffering.max.ms",
+    "transactional.id",
+    "enable.gapless.guarantee",
+];
+
+/// The dead-letter producer's settings for `cfg`, and its message timeout
+/// (ms). Also what `RunConfig::validate` checks, before the archive opens.
+pub(crate) fn client_config(cfg: &RunConfig) -> (ClientConfig, u64) {
+    let mut c = ClientConfig::new();
+    // Dead letters are over the archive's limit, so as large as records
+    // get: compressed (unless -X says otherwise, under either name), and
+    // librdkafka's own cap left at its maximum (the topic's
+    // `max.message.bytes` is what limits them).
+    let compression = ["compression.type", "compression.codec"].iter().any(|k| {
+        crate::librdkafka::settings_of(&cfg.kafka, k)
+            .next()
+            .is_some()
+    });
+    if !compression {
+        c.set("compression.type", "lz4");
+    }
+    // The run's -X settings (security ones above all); the consumer-only
+    // ones draw a warning from librdkafka, logged at debug (`Report`).
+    for (k, v) in &cfg.kafka {
+        c.set(k, v);
+    }
+    // Every dead letter gets a definite delivery report before the wait
+    // for it ends: librdkafka gives up at message.timeout.ms.
+    // RunConfig::validate refused a timeout given twice or not positive.
+    let message_timeout_ms = message_timeout_ms(&cfg.kafka)
+        .filter(|ms| *ms > 0)
+        .unwrap_or(MESSAGE_TIMEOUT_MS);
+    c.set("bootstrap.servers", &cfg.brokers)
+        .set("enable.idempotence", "true")
+        .set("allow.auto.create.topics", "false")
+        // One record at a time, each waited for: nothing to batch.
+        .set("linger.ms", "0")
+        .set("message.timeout.ms", message_timeout_ms.to_string())
+        .set("message.max.bytes", "1000000000");
+    (c, message_timeout_ms)
+}
+
 impl DeadLetters {
     /// The producer for `cfg`'s dead-letter topic, if it has one.
     pub fn new(cfg: &RunConfig) -> Result<Option<DeadLetters>> {
         let Some(topic) = &cfg.dead_letter_topic else {
             return Ok(None);
         };
-        let mut c = ClientConfig::new();
-        // Dead letters are over the archive's limit, so as large as records
-        // get: compressed (unless -X says otherwise), and librdkafka's own
-        // cap left at its maximum (the topic's `max.message.bytes` is what
-        // limits them).
-        c.set("compression.type", "lz4");
-        // The run's -X settings (security ones above all); the consumer-only
-        // ones draw a warning from librdkafka, logged at debug (`Report`).
-        for (k, v) in &cfg.kafka {
-            c.set(k, v);
-        }
-        // Every dead letter gets a definite delivery report before the wait
-        // for it ends: librdkafka gives up at message.timeout.ms.
-        // RunConfig::validate refused a timeout given twice or not positive.
-        let message_timeout_ms = message_timeout_ms(&cfg.kafka)
-            .filter(|ms| *ms > 0)
-            .unwrap_or(MESSAGE_TIMEOUT_MS);
-        c.set("bootstrap.servers", &cfg.brokers)
-            .set("enable.idempotence", "true")
-            .set("allow.auto.create.topics", "false")
-            // One record at a time, each waited for: nothing to batch.
-            .set("linger.ms", "0")
-            .set("message.timeout.ms", message_timeout_ms.to_string())
-            .set("message.max.bytes", "1000000000");
+        let (c, message_timeout_ms) = client_config(cfg);
         let producer = c
             .create_with_context(Report::default())
             .map_err(|e| ConnectorError::Config(format!("dead-letter producer: {e}")))?;
