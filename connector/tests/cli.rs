@@ -1025,8 +1025,8 @@ fn export_stops_cleanly_and_says_what_its_output_holds() {
         .map(|e| e.unwrap().file_name())
         .collect();
     assert_eq!(left.len(), 2, "no staged file is left behind: {left:?}");
-    // Special files and symlinks are written in place: /dev/null (whose
-    // fsync would fail), and a link that stays a link.
+    // Special files are written in place: /dev/null (whose fsync would
+    // fail). A link stays a link: the file it names is replaced.
     let export_p0 =
         |out: &str| cairn(&["export", "--data", d, "--partition", "0", "--output", out]);
     let (code, _, err) = export_p0("/dev/null");
@@ -1048,6 +1048,18 @@ fn export_stops_cleanly_and_says_what_its_output_holds() {
         .filter(|&&b| b == b'\n')
         .count();
     assert_eq!(lines, 1000);
+    // The whole archive through the link: the damage in t/1 stops it, and
+    // the file the link names is left as it was (the export was staged
+    // beside it, not written through the link).
+    let before = std::fs::read(&target).unwrap();
+    let (code, _, err) = cairn(&["export", "--data", d, "--output", link.to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}");
+    let named = target.canonicalize().unwrap();
+    assert!(
+        err.contains(&format!("{} was left as it was", named.display())),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&target).unwrap(), before);
     // A file replaced keeps its permissions.
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).unwrap();

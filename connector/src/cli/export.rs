@@ -265,9 +265,11 @@ fn finish(mut out: BufWriter<Output>, out_path: &Path) -> Result<()> {
 }
 
 /// Give up an export that failed, and say what its output holds (for its
-/// error). Buffered records precede the failure: stdout, or a file
+/// error). Buffered records precede the failure: stdout, or a special file
 /// written in place, gets them if it still takes writes (the count in the
-/// error is of records handed to the buffer); a staged file is removed.
+/// error is of records handed to the buffer); a staged file is removed; a
+/// regular file written in place (its directory takes no new files) is
+/// emptied, so that no prefix of the export passes for all of it.
 fn abandon(mut out: BufWriter<Output>) -> String {
     let received = match out.flush() {
         Ok(()) => "received the records before it",
@@ -283,6 +285,20 @@ fn abandon(mut out: BufWriter<Output>) -> String {
         {
             format!("; {} was left as it was", f.path.display())
         }
+        Output::File(FileOutput {
+            file: Some(file),
+            path,
+            ..
+        }) if file.metadata().is_ok_and(|m| m.is_file()) => match file.set_len(0) {
+            Ok(()) => format!(
+                "; {} (written in place: its directory takes no new files) was emptied, so that no part of the export passes for all of it",
+                path.display()
+            ),
+            Err(e) => format!(
+                "; {} (written in place) holds part of the export and could not be emptied ({e}): the export is incomplete",
+                path.display()
+            ),
+        },
         Output::File(f) => format!(
             "; {} {received}: the export is incomplete",
             f.path.display()
@@ -311,9 +327,9 @@ impl Output {
 
 /// A file output: a regular file (or none yet) is written under a staged
 /// name beside it, renamed into place by [`FileOutput::complete`] and
-/// removed when dropped before. A symlink or a special file (a FIFO,
-/// `/dev/null`), or a file in a directory the export may not create files
-/// in, is written in place.
+/// removed when dropped before; through a symlink, beside the file the link
+/// names. A special file (a FIFO, `/dev/null`), a dangling link, or a file
+/// in a directory the export may not create files in, is written in place.
 struct FileOutput {
     path: PathBuf,
     file: Option<std::fs::File>,
@@ -328,7 +344,22 @@ impl FileOutput {
             let named = |e: std::io::Error, path: &Path| {
                 std::io::Error::new(e.kind(), format!("creating {}: {e}", path.display()))
             };
-            let existing = std::fs::symlink_metadata(&self.path).ok();
+            let mut existing = std::fs::symlink_metadata(&self.path).ok();
+            // A link to a regular file: staged beside the file it names,
+            // which the export then replaces (the link stays). Written in
+            // place through the link, a failed export would leave a prefix
+            // that looks whole.
+            if existing
+                .as_ref()
+                .is_some_and(|m| m.file_type().is_symlink())
+            {
+                if let Ok(target) = std::fs::canonicalize(&self.path) {
+                    if std::fs::metadata(&target).is_ok_and(|m| m.is_file()) {
+                        existing = std::fs::symlink_metadata(&target).ok();
+                        self.path = target;
+                    }
+                }
+            }
             let staged = match &existing {
                 Some(m) if !m.file_type().is_file() => None,
                 _ => match self.create_staged(existing.as_ref()) {
