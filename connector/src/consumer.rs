@@ -589,7 +589,12 @@ pub fn preflight<C: Consumer<SinkContext>>(
         Duration::from_millis(cfg.connect_timeout_ms),
         &|| stop.load(Ordering::Relaxed),
     )?;
-    for t in cfg.topics.iter().chain(&cfg.dead_letter_topic) {
+    let named = cfg.topics.iter().map(|t| (t, "--topics")).chain(
+        cfg.dead_letter_topic
+            .iter()
+            .map(|t| (t, "--dead-letter-topic")),
+    );
+    for (t, flag) in named {
         let found = md
             .topics()
             .iter()
@@ -599,7 +604,7 @@ pub fn preflight<C: Consumer<SinkContext>>(
             return Err(ConnectorError::UnknownTopic {
                 topic: t.clone(),
                 brokers: cfg.brokers.clone(),
-                next_step: "check the name given to --topics, and the brokers".into(),
+                next_step: format!("check the name given to {flag}, and the brokers"),
             });
         }
     }

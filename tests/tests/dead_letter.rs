@@ -200,8 +200,11 @@ fn a_missing_dead_letter_topic_is_refused_at_start() {
     let mut cfg = dead_letter_config(&k, dir.path());
     cfg.dead_letter_topic = Some(format!("{}-no-dead-letters", k.topic));
     match run(&cfg, dir.path()) {
-        Err(ConnectorError::UnknownTopic { topic, .. }) => {
-            assert_eq!(topic, format!("{}-no-dead-letters", k.topic))
+        Err(ConnectorError::UnknownTopic {
+            topic, next_step, ..
+        }) => {
+            assert_eq!(topic, format!("{}-no-dead-letters", k.topic));
+            assert!(next_step.contains("--dead-letter-topic"), "{next_step}");
         }
         other => panic!("{other:?}"),
     }
