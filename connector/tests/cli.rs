@@ -1166,4 +1166,22 @@ fn status_with_brokers_shows_what_the_archive_lacks() {
         .find(|l| l.starts_with(&format!("{s} ")) && l.split_whitespace().nth(1) == Some("2"));
     let s2: Vec<&str> = s2.unwrap().split_whitespace().collect();
     assert_eq!(&s2[..4], [s.as_str(), "2", "-", "-"], "{out}");
+    // A group that committed nothing here (a mistyped name, say) is named
+    // in a warning, not shown as an idle group without a word.
+    let typo = mb.group("no-such-group");
+    let (code, _, err) = cairn(&[
+        "status",
+        "--data",
+        d,
+        "--brokers",
+        &mb.brokers,
+        "--group",
+        &typo,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("the group has no committed offset for these partitions")
+            && err.contains(&typo),
+        "{err}"
+    );
 }

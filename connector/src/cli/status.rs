@@ -252,6 +252,22 @@ fn kafka_view(
         for (tp, error) in &committed.unread {
             tracing::warn!(%tp, %error, "Kafka could not read this partition's committed offset: its column is left empty");
         }
+        // A mistyped group reads as one that committed nothing: say so,
+        // rather than show an idle-looking table without a word.
+        let uncommitted = tps
+            .iter()
+            .filter(|tp| {
+                !committed.offsets.contains_key(*tp) && !committed.unread.contains_key(*tp)
+            })
+            .count();
+        if uncommitted > 0 {
+            tracing::warn!(
+                group = group.unwrap_or_default(),
+                partitions = uncommitted,
+                of = tps.len(),
+                "the group has no committed offset for these partitions (a group that never ran on them, or a mistyped --group): their committed and lag columns are left empty"
+            );
+        }
         for r in rows.iter_mut() {
             r.kafka_committed = committed
                 .offsets
