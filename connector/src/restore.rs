@@ -199,6 +199,16 @@ pub fn plan(engine: &Engine, cfg: &RestoreConfig) -> Result<Vec<(TopicPartition,
             (p.tp, target)
         })
         .collect();
+    // A rename of a topic that is not restored would be ignored without a
+    // word: `--topic b --rename a=x` restoring only b, into b.
+    if let Some(unused) = renamed
+        .iter()
+        .find(|t| !chosen.iter().any(|(source, _)| source.topic == **t))
+    {
+        return Err(ConnectorError::Config(format!(
+            "--rename {unused}=…: topic {unused:?} is not among the topics chosen to restore (add it to --topic, or leave the rename out)"
+        )));
+    }
     // A range within what the partitions hold that meets no record (a gap
     // of offsets) is refused before anything is produced, as export
     // refuses it: an empty restore would look like success. (A resumed

@@ -956,6 +956,27 @@ fn a_restore_stopped_midway_resumes_exactly_once() {
     assert_eq!(offsets_in(&k, &k.topic), (0..2_000).collect::<Vec<i64>>());
 }
 
+/// A rename of an archived topic that the selection leaves out is refused,
+/// not ignored: `--topic payments --rename orders=x` would restore only
+/// payments, into payments, without a word of the rename.
+#[test]
+fn a_rename_of_a_topic_not_restored_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = archive_of(dir.path(), &[("orders", 7), ("payments", 3)]);
+    let mut cfg = RestoreConfig::new("unused:9092");
+    cfg.select.topics = vec!["payments".into()];
+    cfg.rename.insert("orders".into(), "x".into());
+    match plan(&engine, &cfg) {
+        Err(ConnectorError::Config(m)) => assert!(
+            m.contains("--rename orders=…") && m.contains("not among the topics chosen"),
+            "{m}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    cfg.select.topics.push("orders".into());
+    assert_eq!(plan(&engine, &cfg).unwrap().len(), 2);
+}
+
 /// `--resume` reads the last record of every target partition at once:
 /// two target topics that both have a partition 0 are told apart.
 #[test]
