@@ -267,6 +267,19 @@ fn bad_flags_and_config_name_the_setting() {
     let (code, _, err) = cairn_run("b:1", "t", data, &["-X", "enable.auto.commit=true"]);
     assert_ne!(code, 0);
     assert!(err.contains("enable.auto.commit"), "{err}");
+    // status checks its -X before it opens the archive (an open may recover
+    // or upgrade it): the error is the setting's, not the missing archive's.
+    let (code, _, err) = cairn(&[
+        "status",
+        "--data",
+        dir.path().join("none").to_str().unwrap(),
+        "--brokers",
+        "b:1",
+        "-X",
+        "security.protocol=bogus",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("security.protocol"), "{err}");
     let (code, _, err) = cairn_run("b:1", "t", data, &["-X", "statistics.interval.ms=5000"]);
     assert_ne!(code, 0);
     assert!(err.contains("--progress-interval-s"), "{err}");

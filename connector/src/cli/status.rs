@@ -83,6 +83,13 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
     check_connect_timeout_ms(args.connect_timeout_ms)?;
     let kafka: BTreeMap<String, String> = args.kafka.iter().cloned().collect();
     refuse_managed_keys(&kafka, &MANAGED_CONSUMER_KEYS, "cairn status")?;
+    // Made now, so that librdkafka checks the -X settings before the
+    // archive is opened (an open may recover it, or upgrade its format).
+    let consumer = match (&args.brokers, args.group.as_deref()) {
+        (None, _) => None,
+        (Some(brokers), Some(group)) => Some(group_client_with(brokers, group, &kafka)?),
+        (Some(brokers), None) => Some(client_with(brokers, &kafka)?),
+    };
     let data = &args.data.data;
     let (mut rows, served_by) = match crate::live::connect(data) {
         Some(conn) => {
@@ -103,9 +110,15 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
         }
         None => (rows(&super::open_archive(data)?), None),
     };
-    if let Some(brokers) = &args.brokers {
+    if let (Some(brokers), Some(consumer)) = (&args.brokers, consumer) {
         let timeout = Duration::from_millis(args.connect_timeout_ms);
-        kafka_view(brokers, args.group.as_deref(), &kafka, timeout, &mut rows)?;
+        kafka_view(
+            &consumer,
+            brokers,
+            args.group.as_deref(),
+            timeout,
+            &mut rows,
+        )?;
     }
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&rows).expect("json"))?;
@@ -180,16 +193,12 @@ pub(crate) fn serve(engine: &cairn_engine::Engine, out: &mut dyn std::io::Write)
 /// the archive holds nothing of. A figure Kafka did not give is left empty
 /// with a WARN saying why, never silently.
 fn kafka_view(
+    consumer: &rdkafka::consumer::BaseConsumer,
     brokers: &str,
     group: Option<&str>,
-    kafka: &BTreeMap<String, String>,
     timeout: Duration,
     rows: &mut Vec<Row>,
 ) -> Result<()> {
-    let consumer = match group {
-        Some(group) => group_client_with(brokers, group, kafka)?,
-        None => client_with(brokers, kafka)?,
-    };
     let metadata =
         crate::librdkafka::cluster_metadata(consumer.client(), brokers, timeout, &|| false)?;
     // Partitions per archived topic, as Kafka has them.
@@ -247,7 +256,7 @@ fn kafka_view(
             .filter(|r| asked(r))
             .map(|r| TopicPartition::new(&r.topic, r.partition))
             .collect();
-        let committed = read_committed(&consumer, &tps, timeout)
+        let committed = read_committed(consumer, &tps, timeout)
             .map_err(ConnectorError::kafka("committed offsets"))?;
         for (tp, error) in &committed.unread {
             tracing::warn!(%tp, %error, "Kafka could not read this partition's committed offset: its column is left empty");
