@@ -270,6 +270,11 @@ impl RunConfig {
         {
             return bad(format!("-X {k}={v}: cairn archives committed records only (read_committed, librdkafka's default); records of aborted transactions would be archived, and restored as if committed"));
         }
+        if let Some((k, v)) = crate::librdkafka::settings_of(&self.kafka, "enable.partition.eof")
+            .find(|(_, v)| *v != "false")
+        {
+            return bad(format!("-X {k}={v}: cairn keeps end-of-partition events off (the run has no use for them, and would log each one as a consumer error)"));
+        }
         if let Some((k, v)) = crate::librdkafka::settings_of(&self.kafka, "group.protocol")
             .find(|(_, v)| *v != "classic")
         {
@@ -506,6 +511,10 @@ mod tests {
     fn validation_names_the_setting() {
         let ok = RunConfig::new("b:1", "g", vec!["t".into()], "d".into());
         assert!(ok.validate().is_ok());
+        let mut c = ok.clone();
+        c.kafka.insert("enable.partition.eof".into(), "true".into());
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("-X enable.partition.eof=true"), "{e}");
         let mut c = ok.clone();
         c.topics = vec!["bad topic".into()];
         assert!(c.validate().unwrap_err().to_string().contains("topics"));
