@@ -1,6 +1,9 @@
 //! Pins the on-disk format: a known entry at LSN 1 must encode to the
-//! committed fixture byte for byte, and the fixture must decode back.
-//! Regenerate only for a deliberate format change: `CAIRN_BLESS=1`.
+//! committed fixture byte for byte, and the fixture must decode back; every
+//! other documented value (index entry, summary, meta keys, tombstone,
+//! watermark, chunked frames) is pinned whole as hex. Regenerate the
+//! fixture only for a deliberate format change: `CAIRN_BLESS=1` writes it
+//! and fails; the next run checks it.
 
 use cairn_engine::body::{decode_entry, encode_entry};
 use cairn_engine::frame::{self, FrameKind};
@@ -52,6 +55,9 @@ fn frame_matches_golden_bytes() {
     let bytes = frame::encode(1, FrameKind::Records, 0, &body);
     if std::env::var("CAIRN_BLESS").as_deref() == Ok("1") {
         std::fs::write(FIXTURE, &bytes).unwrap();
+        // A blessing run proves nothing: it compared the bytes with
+        // themselves. It fails, so that it is never taken for a pass.
+        panic!("CAIRN_BLESS=1: wrote {FIXTURE}; rerun without it");
     }
     let golden = std::fs::read(FIXTURE).expect("fixture missing: run with CAIRN_BLESS=1 once");
     assert_eq!(bytes, golden, "frame encoding drifted from format v1");
@@ -124,4 +130,70 @@ fn small_values_are_pinned() {
 #[test]
 fn crc_is_ieee() {
     assert_eq!(crc32fast::hash(b"123456789"), 0xCBF4_3926);
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Every small value FORMAT.md documents, pinned whole (CRCs included): a
+/// change to any byte of any of them is a format change. The values are
+/// built by the same encoders the engine writes with, then checked against
+/// bytes written down once.
+#[test]
+fn every_documented_value_is_pinned_byte_for_byte() {
+    let tp = TopicPartition::new("t", 1);
+    let index = IndexEntry {
+        first_offset: 5,
+        lsn: 7,
+        chunks: 1,
+        record_count: 2,
+        last_offset: 6,
+        timestamp_min_ms: 10,
+        timestamp_max_ms: 20,
+        payload_bytes: 30,
+    }
+    .encode(&tp)
+    .1;
+    let summary = PartitionSummary {
+        first_offset: 5,
+        next_offset: 7,
+        record_count: 2,
+        payload_bytes: 30,
+        next_offset_floor: 3,
+    }
+    .encode(&tp)
+    .1;
+    let id = cairn_engine::meta::StoreId(0x0123_4567_89ab_cdef_fedc_ba98_7654_3210);
+    let chunked: Vec<Vec<u8>> = frame::chunks(b"abcdefghij", 4)
+        .enumerate()
+        .map(|(i, (flags, c))| frame::encode(9 + i as u64, FrameKind::Records, flags, c))
+        .collect();
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("index entry", index, "0700000000000000010000000200000006000000000000000a0000000000000014000000000000001e00000000000000caf8c676"),
+        ("partition summary", summary, "0500000000000000070000000000000002000000000000001e000000000000000300000000000000cbae59cf"),
+        ("Mformat 3", cairn_engine::meta::encode_format(3), "43524e4d030000003b9d3de8"),
+        ("Mcheckpoint 258", cairn_engine::meta::encode_checkpoint(258), "020100000000000086feb5a6"),
+        ("Mstore", cairn_engine::meta::encode_store_id(id), "0123456789abcdeffedcba9876543210136e80ee"),
+        (
+            "tombstone frame at lsn 4, span 3",
+            frame::encode(4, FrameKind::Tombstone, 0, &frame::encode_tombstone(3)),
+            "43524e4601020000080000009a5eb7e10300000000000000",
+        ),
+        ("watermark 258", cairn_engine::watermark::encode(258).to_vec(), "43524e570201000000000000efd0e86e"),
+        ("first of three chunks at lsn 9", chunked[0].clone(), "43524e460101010004000000738c6fbb61626364"),
+        ("middle chunk at lsn 10", chunked[1].clone(), "43524e460101030004000000c243350265666768"),
+        ("last chunk at lsn 11", chunked[2].clone(), "43524e460101020002000000515cbf75696a"),
+    ];
+    let mut drifted = Vec::new();
+    for (what, bytes, want) in &cases {
+        if hex(bytes) != *want {
+            drifted.push(format!("{what}: {} (pinned {want})", hex(bytes)));
+        }
+    }
+    assert!(
+        drifted.is_empty(),
+        "format drifted:\n{}",
+        drifted.join("\n")
+    );
 }
