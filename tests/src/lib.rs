@@ -8,11 +8,18 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::mocking::MockCluster;
 
-/// A Kafka with one fresh topic.
+/// A Kafka with one fresh topic (and any more a test makes with
+/// [`TestKafka::create_topic`]). On a real broker the topics are named
+/// with a suffix of this run's own, and deleted when the value is dropped
+/// (best effort).
 pub struct TestKafka {
     pub brokers: String,
     pub topic: String,
     mock: Option<MockCluster<'static, rdkafka::producer::DefaultProducerContext>>,
+    /// `-<pid>-<n>` on a real broker, empty on the mock.
+    suffix: String,
+    /// The topics made on a real broker: deleted on drop.
+    created: Vec<String>,
 }
 
 impl TestKafka {
@@ -21,25 +28,15 @@ impl TestKafka {
     pub fn new(name: &str, partitions: i32) -> TestKafka {
         match std::env::var("CAIRN_TEST_BROKERS") {
             Ok(brokers) => {
-                let topic = format!("{name}-{}-{}", std::process::id(), unique());
-                let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-                    .set("bootstrap.servers", &brokers)
-                    .create()
-                    .expect("admin client");
-                let rt = tokio_free_block_on(admin.create_topics(
-                    &[NewTopic::new(
-                        &topic,
-                        partitions,
-                        TopicReplication::Fixed(1),
-                    )],
-                    &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
-                ));
-                rt.expect("create topic");
-                TestKafka {
+                let mut k = TestKafka {
                     brokers,
-                    topic,
+                    topic: String::new(),
                     mock: None,
-                }
+                    suffix: format!("-{}-{}", std::process::id(), unique()),
+                    created: Vec::new(),
+                };
+                k.topic = k.create_topic(name, partitions);
+                k
             }
             Err(_) => {
                 let mock = MockCluster::new(1).expect("mock cluster");
@@ -49,15 +46,63 @@ impl TestKafka {
                     brokers: mock.bootstrap_servers(),
                     topic: name.to_owned(),
                     mock: Some(mock),
+                    suffix: String::new(),
+                    created: Vec::new(),
                 }
             }
         }
+    }
+
+    /// Another fresh topic, and its name (`name`, suffixed on a real
+    /// broker).
+    pub fn create_topic(&mut self, name: &str, partitions: i32) -> String {
+        let topic = format!("{name}{}", self.suffix);
+        match &self.mock {
+            Some(mock) => mock
+                .create_topic(&topic, partitions, 1)
+                .expect("create topic"),
+            None => {
+                let created = tokio_free_block_on(admin(&self.brokers).create_topics(
+                    &[NewTopic::new(
+                        &topic,
+                        partitions,
+                        TopicReplication::Fixed(1),
+                    )],
+                    &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+                ));
+                for result in created.expect("create topic") {
+                    result.expect("create topic");
+                }
+                self.created.push(topic.clone());
+            }
+        }
+        topic
     }
 
     /// The mock cluster, for error injection (None against a real broker).
     pub fn mock(&self) -> Option<&MockCluster<'static, rdkafka::producer::DefaultProducerContext>> {
         self.mock.as_ref()
     }
+}
+
+impl Drop for TestKafka {
+    fn drop(&mut self) {
+        // Best effort: a topic left behind costs a real broker some disk.
+        let names: Vec<&str> = self.created.iter().map(String::as_str).collect();
+        if !names.is_empty() {
+            let _ = tokio_free_block_on(admin(&self.brokers).delete_topics(
+                &names,
+                &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+            ));
+        }
+    }
+}
+
+fn admin(brokers: &str) -> AdminClient<DefaultClientContext> {
+    ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .expect("admin client")
 }
 
 fn unique() -> u64 {

@@ -1,8 +1,8 @@
 //! `--on-oversize dead-letter`: a record over `--record-bytes-max` goes to
 //! the dead-letter topic with its reason and source, acknowledged before the
 //! run goes on; the archive holds every other record once; a dead letter that
-//! cannot be delivered stops the run with nothing committed past it. Needs
-//! the mock cluster (a second topic, and error injection).
+//! cannot be delivered stops the run with nothing committed past it (that
+//! one needs the mock cluster's error injection).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,7 +19,6 @@ use rdkafka::message::{Headers, Message};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 
-const DEAD: &str = "dead-letters";
 const RECORDS: i64 = 10;
 const BIG: i64 = 5;
 
@@ -46,11 +45,11 @@ fn produce(k: &TestKafka) {
     p.flush(Duration::from_secs(10)).unwrap();
 }
 
-fn dead_letter_config(k: &TestKafka, dir: &std::path::Path) -> RunConfig {
+fn dead_letter_config(k: &TestKafka, dead: &str, dir: &std::path::Path) -> RunConfig {
     let mut cfg = config(k, "dead-letter-group", dir);
     cfg.record_bytes_max = 1_000;
     cfg.on_oversize = OnOversize::DeadLetter;
-    cfg.dead_letter_topic = Some(DEAD.into());
+    cfg.dead_letter_topic = Some(dead.into());
     cfg
 }
 
@@ -69,27 +68,21 @@ fn run(
     run_pipeline(cfg, Box::new(ArchiveSink::new(engine)), opts)
 }
 
-/// A source topic holding the test's records, and the dead-letter topic
-/// beside it on the mock cluster (None against a real broker: skipped).
-fn source_and_dead_letter_topic(name: &str) -> Option<TestKafka> {
+/// A source topic holding the test's records, and a dead-letter topic
+/// beside it (its name).
+fn source_and_dead_letter_topic(name: &str) -> (TestKafka, String) {
     init_logs();
-    let k = TestKafka::new(name, 1);
-    let Some(mock) = k.mock() else {
-        eprintln!("skipped: the dead-letter topic and error injection need the mock cluster");
-        return None;
-    };
-    mock.create_topic(DEAD, 1, 1).unwrap();
+    let mut k = TestKafka::new(name, 1);
+    let dead = k.create_topic(&format!("{name}-dead-letters"), 1);
     produce(&k);
-    Some(k)
+    (k, dead)
 }
 
 #[test]
 fn an_oversize_record_is_dead_lettered_and_the_rest_archived_once() {
-    let Some(k) = source_and_dead_letter_topic("dl-source") else {
-        return;
-    };
+    let (k, dead) = source_and_dead_letter_topic("dl-source");
     let dir = tempfile::tempdir().unwrap();
-    let cfg = dead_letter_config(&k, dir.path());
+    let cfg = dead_letter_config(&k, &dead, dir.path());
     let report = run(&cfg, dir.path()).unwrap();
     assert_eq!(report.stats.records_dead_lettered, 1);
     assert_eq!(report.stats.records_written, RECORDS as u64 - 1);
@@ -113,7 +106,7 @@ fn an_oversize_record_is_dead_lettered_and_the_rest_archived_once() {
         .create()
         .unwrap();
     let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(DEAD, 0, Offset::Beginning)
+    tpl.add_partition_offset(&dead, 0, Offset::Beginning)
         .unwrap();
     c.assign(&tpl).unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -148,17 +141,18 @@ fn an_oversize_record_is_dead_lettered_and_the_rest_archived_once() {
         ]
     );
     let (_, high) = c
-        .fetch_watermarks(DEAD, 0, Duration::from_secs(10))
+        .fetch_watermarks(&dead, 0, Duration::from_secs(10))
         .unwrap();
     assert_eq!(high, 1, "one dead letter");
 }
 
 #[test]
 fn a_dead_letter_that_cannot_be_delivered_stops_the_run_before_it() {
-    let Some(k) = source_and_dead_letter_topic("dl-refused") else {
+    let (k, dead) = source_and_dead_letter_topic("dl-refused");
+    let Some(mock) = k.mock() else {
+        eprintln!("SKIPPED: the brokers' refusal is injected through the mock cluster");
         return;
     };
-    let mock = k.mock().expect("the mock cluster");
     // The brokers refuse the next produce requests with an error that is
     // permanent for librdkafka: the dead letter's (nothing else produces
     // here).
@@ -167,14 +161,14 @@ fn a_dead_letter_that_cannot_be_delivered_stops_the_run_before_it() {
         &[rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_RECORD; 5],
     );
     let dir = tempfile::tempdir().unwrap();
-    let cfg = dead_letter_config(&k, dir.path());
+    let cfg = dead_letter_config(&k, &dead, dir.path());
     match run(&cfg, dir.path()) {
         Err(ConnectorError::DeadLetterFailed {
             partition: 0,
             offset: BIG,
             dead_letter_topic,
             ..
-        }) => assert_eq!(dead_letter_topic, DEAD),
+        }) => assert_eq!(dead_letter_topic, dead),
         other => panic!("{other:?}"),
     }
     mock.clear_request_errors(rdkafka::types::RDKafkaApiKey::Produce);
@@ -197,7 +191,7 @@ fn a_missing_dead_letter_topic_is_refused_at_start() {
     init_logs();
     let k = TestKafka::new("dl-missing", 1);
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = dead_letter_config(&k, dir.path());
+    let mut cfg = dead_letter_config(&k, "unused", dir.path());
     cfg.dead_letter_topic = Some(format!("{}-no-dead-letters", k.topic));
     match run(&cfg, dir.path()) {
         Err(ConnectorError::UnknownTopic {
@@ -218,7 +212,7 @@ fn a_missing_dead_letter_topic_is_refused_at_start() {
         matches!(cfg.validate(), Err(ConnectorError::Config(m)) if m.contains("also archived"))
     );
     cfg.on_oversize = OnOversize::Skip;
-    cfg.dead_letter_topic = Some(DEAD.into());
+    cfg.dead_letter_topic = Some("dead-letters".into());
     assert!(
         matches!(cfg.validate(), Err(ConnectorError::Config(m)) if m.contains("only used with"))
     );
