@@ -41,6 +41,44 @@ fn frame_decode_corpus() {
 }
 
 #[test]
+fn small_decode_corpus() {
+    replay("small_decode", cairn_engine::fuzzing::small_decode);
+}
+
+/// Seeded random inputs through `small_decode`: every decoder, sealed and
+/// not, on bytes that are mostly a valid value with a few changed.
+#[test]
+fn small_decode_random_inputs() {
+    use rand::{Rng, SeedableRng};
+    let seed = cairn_engine::fuzzing::seed("small_decode_random_inputs");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let seeds: Vec<Vec<u8>> = inputs("small_decode")
+        .iter()
+        .map(|f| std::fs::read(f).unwrap())
+        .collect();
+    let cases = std::env::var("CAIRN_FUZZ_CASES").ok().map_or(2_000, |s| {
+        s.parse::<usize>().expect("CAIRN_FUZZ_CASES") * 10
+    });
+    for _ in 0..cases {
+        let mut data = seeds[rng.gen_range(0..seeds.len())].clone();
+        for _ in 0..rng.gen_range(0..4) {
+            match rng.gen_range(0..3) {
+                0 if data.len() > 2 => {
+                    let i = rng.gen_range(2..data.len());
+                    data[i] ^= 1 << rng.gen_range(0..8);
+                }
+                1 if data.len() > 2 => {
+                    let n = rng.gen_range(2..data.len());
+                    data.truncate(n);
+                }
+                _ => data.push(rng.gen()),
+            }
+        }
+        cairn_engine::fuzzing::small_decode(&data);
+    }
+}
+
+#[test]
 fn wal_recover_corpus() {
     replay("wal_recover", |data| {
         let dir = tempfile::tempdir().unwrap();
