@@ -425,12 +425,19 @@ pub(crate) fn expected_after_checkpoint(tree: &sled::Tree, checkpoint: u64) -> R
             CorruptionKind::BadMeta { detail },
         ))
     };
-    // The key below may belong to another key space when no frame is there.
-    let Some((lsn, v)) = prev.and_then(|(k, v)| keys::parse_wal_key(&k).ok().map(|l| (l, v)))
-    else {
-        return bad(format!(
-            "checkpoint {checkpoint} but no frame at or before it"
-        ));
+    // The key below may belong to another key space when no frame is there;
+    // a malformed key in the log's own space (`W` and not 9 bytes, which
+    // sorts among the frames) is that key's damage, named as such.
+    let (lsn, v) = match prev {
+        Some((k, v)) if k.first() == Some(&keys::PREFIX_WAL) => match keys::parse_wal_key(&k) {
+            Ok(lsn) => (lsn, v),
+            Err(kind) => return Err(Error::corruption(Location::Key { key_hex: hex(&k) }, kind)),
+        },
+        _ => {
+            return bad(format!(
+                "checkpoint {checkpoint} but no frame at or before it"
+            ))
+        }
     };
     if slots::is_slot(&v) {
         // Slots lie only above the last frame written.

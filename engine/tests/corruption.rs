@@ -507,6 +507,22 @@ fn keys_outside_every_key_space_are_reported() {
     assert_eq!(v.problems.len(), foreign.len());
 }
 
+/// A malformed key in the log's key space just above the checkpoint's
+/// frame (`W` + the checkpoint's LSN + one byte sorts below the next LSN's
+/// key): the open names that key, not a checkpoint "with no frame at or
+/// before it" (the frame is there).
+#[test]
+fn a_malformed_log_key_beside_the_checkpoint_is_named() {
+    let (dir, _) = store();
+    let mut k = wal_key(3).to_vec();
+    k.push(0);
+    with_raw_tree(dir.path(), |t| t.insert(&k, b"junk".to_vec()).unwrap());
+    let hex: String = k.iter().map(|b| format!("{b:02x}")).collect();
+    let (location, kind) = open_refused(EngineConfig::new(dir.path()), "malformed key");
+    assert_eq!(location, Location::Key { key_hex: hex });
+    assert!(matches!(kind, CorruptionKind::BadKey { .. }), "{kind:?}");
+}
+
 /// A damaged sled snapshot: sled refuses to open its files. Every way in
 /// (open, verify) reports it as corruption of sled's files, naming the
 /// folder, rather than as an unexplained sled error.
