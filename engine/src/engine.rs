@@ -271,12 +271,14 @@ impl Engine {
         let path = cfg.path.clone();
         let prior = poisoned_before.as_ref().map(|p| p.reason.clone());
         let mut lock = lock;
-        let opened = Self::open_store(cfg, &mut lock, poisoned_before);
+        let mut sled = None;
+        let opened = Self::open_store(cfg, &mut lock, poisoned_before, &mut sled);
         // An open that fails on I/O (its recovery's fsync, the watermark's)
         // may leave pages in the cache that the disk does not hold, as a
         // poisoned engine does: the next open treats the store the same way.
         // Written while the directory is still locked: no other opener can
-        // recover from the cache in between.
+        // recover from the cache in between, and before sled's handles are
+        // dropped (sled's drop fsyncs, and panics on the failed disk).
         if let Err(e) = &opened {
             if e.may_leave_unwritten_pages() {
                 let reason = match &prior {
@@ -284,33 +286,39 @@ impl Engine {
                     None => e.to_string(),
                 };
                 crate::poisoned::record(&path, "open", &reason);
+                drop_failing_store(sled.take());
             }
         }
+        drop(sled);
         drop(lock);
         opened
     }
 
     /// The rest of [`open_locking`](Self::open_locking), with the
     /// directory made, locked (if asked) and any poison mark acted on.
+    /// sled's handles are kept in `sled` from the moment they open until
+    /// the engine takes them, so that a failed open can drop them guarded.
     fn open_store(
         cfg: EngineConfig,
         lock: &mut Option<DirLock>,
         poisoned_before: Option<crate::poisoned::PoisonedBefore>,
+        sled: &mut Option<(sled::Db, Option<sled::Tree>)>,
     ) -> Result<Engine> {
         let io = |op, e| Error::Io {
             op,
             path: cfg.path.clone(),
             source: e,
         };
-        let db = cfg.open_sled()?;
-        let tree = db.open_tree("cairn").map_err(store_err("open tree"))?;
+        let (db, tree) = sled.insert((cfg.open_sled()?, None));
+        let tree = &*tree.insert(db.open_tree("cairn").map_err(store_err("open tree"))?);
+        let db = &*db;
         let mut syncer = DurableSync::open(&cfg.sled_path()).map_err(|e| Error::Io {
             op: "open data file for fdatasync",
             path: cfg.sled_path(),
             source: e,
         })?;
         let durable_mark = watermark::read(&cfg.path)?;
-        let (state, mut report) = recovery::recover(&cfg, &db, &tree, &mut syncer, durable_mark)?;
+        let (state, mut report) = recovery::recover(&cfg, db, tree, &mut syncer, durable_mark)?;
         syncer.set_watermark(Watermark::open(&cfg.path, state.next_lsn - 1)?);
         if poisoned_before.is_some() {
             // Recovered and synced: the mark has done its work.
@@ -329,6 +337,9 @@ impl Engine {
             duration_ms = report.duration.as_millis() as u64,
             "store recovered"
         );
+        let Some((db, Some(tree))) = sled.take() else {
+            unreachable!("both opened above");
+        };
         Ok(Engine {
             cfg,
             db: Held(Some(db)),
@@ -904,28 +915,33 @@ pub fn dropping_poisoned_store() -> bool {
 
 impl Drop for Engine {
     fn drop(&mut self) {
-        let (tree, db) = (self.tree.0.take(), self.db.0.take());
-        if !self.is_poisoned() {
-            drop(tree);
-            drop(db);
-            return;
+        let handles = (self.tree.0.take(), self.db.0.take());
+        // Not `lock`: a drop must not panic on a mutex an earlier panic
+        // poisoned (that engine is taken for poisoned too).
+        let poisoned = self.commit.lock().map_or(true, |c| c.poisoned.is_some());
+        if poisoned {
+            // The last sled handle may also be a reader's, dropped
+            // elsewhere; this guards the usual case, where the engine
+            // holds the last one.
+            drop_failing_store(handles);
         }
-        // sled's drop flushes and fsyncs its file, unwrapping the fsync:
-        // after a failed fdatasync that fsync fails too, and panics. The
-        // last sled handle may also be a reader's, dropped elsewhere; this
-        // guards the usual case, where the engine holds the last one.
-        DROPPING_POISONED.with(|d| d.set(true));
-        let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
-            drop(tree);
-            drop(db);
-        }));
-        DROPPING_POISONED.with(|d| d.set(false));
-        if let Err(p) = dropped {
-            tracing::warn!(
-                error = %crate::error::panic_message(&*p),
-                "the poisoned store's own shutdown failed too (its flush or fsync met the failed disk); expected, nothing relies on it: reopen to recover"
-            );
-        }
+    }
+}
+
+/// Drop sled's handles of a store whose disk may be failing (a poisoned
+/// engine, an open that failed on I/O). sled's drop flushes and fsyncs its
+/// file, unwrapping the fsync: after a failed fdatasync that fsync fails
+/// too, and panics. Caught here and logged in one line; nothing relies on
+/// that flush or fsync, and the next open does not trust the page cache.
+fn drop_failing_store<T>(handles: T) {
+    DROPPING_POISONED.with(|d| d.set(true));
+    let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(handles)));
+    DROPPING_POISONED.with(|d| d.set(false));
+    if let Err(p) = dropped {
+        tracing::warn!(
+            error = %crate::error::panic_message(&*p),
+            "the failing store's own shutdown failed too (its flush or fsync met the failed disk); expected, nothing relies on it: reopen to recover"
+        );
     }
 }
 
