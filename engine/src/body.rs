@@ -91,6 +91,24 @@ fn decode_err(e: impl std::fmt::Display) -> CorruptionKind {
     }
 }
 
+/// The start of an entry body: its partition, record count and first
+/// offset, read from the body's first bytes (an entry's first chunk holds
+/// them: a head is at most 263 bytes and the first offset 10 more, and no
+/// chunk is under 1 KiB). For a check that an index entry names the right
+/// frames without decoding the entry. Never panics.
+pub fn decode_start(bytes: &[u8]) -> Result<(TopicPartition, u32, i64), CorruptionKind> {
+    let (head, pos): (EntryHead, usize) =
+        bincode::decode_from_slice(bytes, CONFIG).map_err(decode_err)?;
+    let (first_offset, _): (i64, usize) =
+        bincode::decode_from_slice(bytes.get(pos..).unwrap_or_default(), CONFIG)
+            .map_err(decode_err)?;
+    Ok((
+        TopicPartition::new(head.topic, head.partition),
+        head.record_count,
+        first_offset,
+    ))
+}
+
 /// Decode and check one entry body. Never panics.
 pub fn decode_entry(bytes: &[u8]) -> Result<Entry, CorruptionKind> {
     if bytes.len() > ENTRY_BODY_BYTES_MAX {

@@ -179,6 +179,7 @@ impl Engine {
     /// One durable step: delete the lowest entries below `offset`, up to the
     /// step's bounds. Also says whether entries below `offset` remain.
     fn truncate_step(&self, tp: &TopicPartition, offset: i64) -> Result<(TruncateReport, bool)> {
+        self.check_step_entries(tp, offset)?;
         let mut report = TruncateReport::default();
         let mut more = false;
         let seq = {
@@ -205,7 +206,6 @@ impl Engine {
                     more = true;
                     break;
                 }
-                self.check_entry_ends(&e)?;
                 batch.remove(k.to_vec());
                 for lsn in e.lsn..e.lsn + e.chunks as u64 {
                     batch.remove(&keys::wal_key(lsn));
@@ -255,15 +255,15 @@ impl Engine {
         Ok((report, more))
     }
 
-    /// The span of the tombstone frame stored at `lsn`, if that is one.
     /// Check the first and last frames of an entry about to be deleted:
-    /// present, whole (their CRC), records frames, and flagged as the
-    /// entry's two ends (the first continues nothing and, if the entry has
-    /// more frames, is continued; the last is continued by nothing). An
-    /// index entry pointing at the wrong frames (damage under a valid CRC)
-    /// must not delete another entry's. The frames between are deleted
-    /// unread: damage among records being deleted loses nothing.
-    fn check_entry_ends(&self, e: &IndexEntry) -> Result<()> {
+    /// present, whole (their CRC), records frames, flagged as the entry's
+    /// two ends (the first continues nothing and, if the entry has more
+    /// frames, is continued; the last is continued by nothing), and the
+    /// first starting with the entry's partition, record count and first
+    /// offset. An index entry pointing at the wrong frames (damage under a
+    /// valid CRC) must not delete another entry's. The frames between are
+    /// deleted unread: damage among records being deleted loses nothing.
+    fn check_entry_ends(&self, tp: &TopicPartition, e: &IndexEntry) -> Result<()> {
         let last = e.lsn + u64::from(e.chunks) - 1;
         let more = e.chunks > 1;
         let ends = [
@@ -290,7 +290,14 @@ impl Engine {
                 .ok_or_else(|| corrupt(CorruptionKind::MissingFrame))?;
             let f = frame::decode(lsn, &v).map_err(corrupt)?;
             let flags_ok = f.flags & clear == 0 && set.is_none_or(|s| f.flags & s != 0);
-            if f.kind != FrameKind::Records || !flags_ok {
+            // The first frame also starts with the entry's partition, record
+            // count and first offset: another whole entry of the same size
+            // has the right flags, and not these.
+            let start_ok = lsn != e.lsn
+                || crate::body::decode_start(f.body).is_ok_and(|(t, count, first)| {
+                    t == *tp && count == e.record_count && first == e.first_offset
+                });
+            if f.kind != FrameKind::Records || !flags_ok || !start_ok {
                 return Err(corrupt(CorruptionKind::IndexMismatch {
                     detail: format!(
                         "the index entry of offsets {}..={} ({} frames from lsn {}) names this frame as its {end}, and it is not",
@@ -302,6 +309,29 @@ impl Engine {
         Ok(())
     }
 
+    /// Check, before a step takes the write lock, the ends of every entry
+    /// it will delete ([`check_entry_ends`](Self::check_entry_ends)): reads
+    /// of old frames, kept out of the lock appends wait on. The caller holds
+    /// `truncating`, so no other truncation changes these entries, and
+    /// appends add none below the cut. The same bounds as the step's.
+    fn check_step_entries(&self, tp: &TopicPartition, offset: i64) -> Result<()> {
+        let (mut entries, mut frames) = (0usize, 0u64);
+        for item in self.tree.scan_prefix(keys::index_prefix(tp)) {
+            let (_, e) = index_item(item)?;
+            if e.last_offset >= offset
+                || entries == TRUNCATE_ENTRIES_PER_STEP
+                || frames >= TRUNCATE_FRAMES_PER_STEP
+            {
+                break;
+            }
+            self.check_entry_ends(tp, &e)?;
+            entries += 1;
+            frames += u64::from(e.chunks);
+        }
+        Ok(())
+    }
+
+    /// The span of the tombstone frame stored at `lsn`, if that is one.
     fn tombstone_at(&self, lsn: u64) -> Result<Option<u64>> {
         let v = self
             .tree

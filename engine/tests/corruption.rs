@@ -666,37 +666,49 @@ fn a_truncation_refuses_a_tombstone_spanning_past_the_largest_lsn() {
     }
 }
 
+/// An index entry (damage under a valid CRC) that names more frames than
+/// its entry has, or another whole entry of the same size: a truncation
+/// must refuse it, naming the frame, and delete nothing, rather than delete
+/// another entry's frames with it.
+#[test]
+fn a_truncation_refuses_an_index_entry_that_names_the_wrong_frames() {
+    for (what, forge) in [
+        (
+            "two frames",
+            (|e: &mut cairn_engine::index::IndexEntry| e.chunks = 2) as fn(&mut _),
+        ),
+        ("the next entry", |e| e.lsn = 2),
+    ] {
+        let (dir, tp) = store();
+        with_raw_tree(dir.path(), |t| {
+            let k = cairn_engine::keys::index_key(&tp, 0);
+            let (_, mut e) =
+                cairn_engine::index::IndexEntry::decode(&k, &t.get(&k).unwrap().unwrap()).unwrap();
+            forge(&mut e);
+            let (k, v) = e.encode(&tp);
+            t.insert(k, v).unwrap();
+        });
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        let at = if what == "two frames" { 1 } else { 2 };
+        match e.truncate_before(&tp, 10) {
+            Err(Error::Corruption {
+                location: Location::Wal { lsn },
+                kind: CorruptionKind::IndexMismatch { detail },
+            }) if lsn == at => {
+                assert!(detail.contains("names this frame as its first"), "{detail}")
+            }
+            other => panic!("{what}: expected the index entry refused at lsn {at}, got {other:?}"),
+        }
+        drop(e);
+        let (frames, _) = common::wal_layout(dir.path());
+        assert_eq!(frames, vec![1, 2, 3], "{what}: nothing deleted");
+    }
+}
+
 /// Values with valid checksums that no build writes. An open must refuse
 /// them with a typed error (in debug builds too, which check arithmetic):
 /// a tombstone spanning past the largest LSN would have made the next LSN
 /// wrap, and later writes overwrite acknowledged frames.
-/// An index entry that names more frames than its entry has (damage under
-/// a valid CRC): a truncation must refuse it, naming the frame, and delete
-/// nothing, rather than delete the next entry's frame with it.
-#[test]
-fn a_truncation_refuses_an_index_entry_that_names_the_wrong_frames() {
-    let (dir, tp) = store();
-    with_raw_tree(dir.path(), |t| {
-        let k = cairn_engine::keys::index_key(&tp, 0);
-        let (_, mut e) =
-            cairn_engine::index::IndexEntry::decode(&k, &t.get(&k).unwrap().unwrap()).unwrap();
-        e.chunks = 2;
-        let (k, v) = e.encode(&tp);
-        t.insert(k, v).unwrap();
-    });
-    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
-    match e.truncate_before(&tp, 10) {
-        Err(Error::Corruption {
-            location: Location::Wal { lsn: 1 },
-            kind: CorruptionKind::IndexMismatch { detail },
-        }) => assert!(detail.contains("names this frame as its first"), "{detail}"),
-        other => panic!("expected the index entry refused at lsn 1, got {other:?}"),
-    }
-    drop(e);
-    let (frames, _) = common::wal_layout(dir.path());
-    assert_eq!(frames, vec![1, 2, 3], "nothing deleted");
-}
-
 #[test]
 fn sealed_values_no_build_writes_are_refused_not_trusted() {
     use cairn_engine::frame::{encode, encode_tombstone, FrameKind};
