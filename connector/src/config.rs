@@ -209,11 +209,7 @@ impl RunConfig {
                 }
                 // Checked now, not when the producer is made after the
                 // archive has been opened (and perhaps upgraded).
-                refuse_managed_keys(
-                    &self.kafka,
-                    &crate::dead_letter::MANAGED_KEYS,
-                    "the dead-letter producer",
-                )?;
+                crate::dead_letter::refuse_managed_keys(&self.kafka)?;
                 crate::librdkafka::check_producer_settings(
                     &crate::dead_letter::client_config(self).0,
                 )
@@ -271,7 +267,7 @@ impl RunConfig {
             return bad(format!("-X {k}={v}: cairn archives committed records only (read_committed, librdkafka's default); records of aborted transactions would be archived, and restored as if committed"));
         }
         if let Some((k, v)) = crate::librdkafka::settings_of(&self.kafka, "enable.partition.eof")
-            .find(|(_, v)| *v != "false")
+            .find(|(_, v)| !matches!(v.trim().to_ascii_lowercase().as_str(), "false" | "0"))
         {
             return bad(format!("-X {k}={v}: cairn keeps end-of-partition events off (the run has no use for them, and would log each one as a consumer error)"));
         }
@@ -473,17 +469,17 @@ mod tests {
             (
                 "transactional.id",
                 "x",
-                "-X transactional.id: the dead-letter producer manages",
+                "-X transactional.id=x: the dead-letter producer manages",
             ),
             (
                 "queue.buffering.max.ms",
                 "5",
-                "-X queue.buffering.max.ms: the dead-letter producer",
+                "-X queue.buffering.max.ms=5: the dead-letter producer sets queue.buffering.max.ms=0",
             ),
             (
                 "enable.idempotence",
                 "false",
-                "-X enable.idempotence: the dead-letter producer",
+                "-X enable.idempotence=false: the dead-letter producer sets",
             ),
         ] {
             let mut c = ok.clone();
@@ -491,6 +487,12 @@ mod tests {
             let e = c.validate().unwrap_err().to_string();
             assert!(e.contains(says), "-X {k}={v}: {e}");
         }
+        // The value cairn sets itself may be given (the consumer reads this
+        // one too).
+        let mut c = ok.clone();
+        c.kafka
+            .insert("allow.auto.create.topics".into(), "false".into());
+        assert!(c.validate().is_ok());
         // A codec under either name replaces cairn's lz4 (one key, not two
         // at random).
         let mut c = ok.clone();

@@ -49,19 +49,39 @@ pub(crate) struct DeadLetters {
     timeout: Duration,
 }
 
-/// Producer properties the dead-letter producer sets and will not take
-/// from `-X`, with librdkafka's aliases (with a key and its alias both set,
-/// which one librdkafka keeps is random). `transactional.id` would make the
-/// producer refuse every send outside a transaction it never begins.
-pub const MANAGED_KEYS: [&str; 6] = [
-    "enable.idempotence",
-    "allow.auto.create.topics",
-    "linger.ms",
+/// Producer properties the dead-letter producer sets, with the value it
+/// sets (librdkafka's aliases too: with a key and its alias both set, which
+/// one librdkafka keeps is random). `-X` may give the same value (the
+/// consumer reads `allow.auto.create.topics` as well), not another.
+/// `transactional.id` (no value of cairn's) is refused outright: it would
+/// make the producer refuse every send outside a transaction it never
+/// begins.
+pub const MANAGED_KEYS: [(&str, Option<&str>); 5] = [
+    ("enable.idempotence", Some("true")),
+    ("allow.auto.create.topics", Some("false")),
+    ("linger.ms", Some("0")),
     // librdkafka's alias of `linger.ms`.
-    "queue.buffering.max.ms",
-    "transactional.id",
-    "enable.gapless.guarantee",
+    ("queue.buffering.max.ms", Some("0")),
+    ("transactional.id", None),
 ];
+
+/// Refuse `-X` settings that the dead-letter producer would override, or
+/// that would stop it ([`MANAGED_KEYS`]).
+pub(crate) fn refuse_managed_keys(
+    kafka: &std::collections::BTreeMap<String, String>,
+) -> Result<()> {
+    for (key, ours) in MANAGED_KEYS {
+        let differs = |v: &str| ours.is_none_or(|o| !v.trim().eq_ignore_ascii_case(o));
+        if let Some((k, v)) = crate::librdkafka::settings_of(kafka, key).find(|(_, v)| differs(v)) {
+            let why = match ours {
+                Some(o) => format!("the dead-letter producer sets {key}={o}"),
+                None => "the dead-letter producer manages this property itself".to_owned(),
+            };
+            return Err(ConnectorError::Config(format!("-X {k}={v}: {why}")));
+        }
+    }
+    Ok(())
+}
 
 /// The dead-letter producer's settings for `cfg`, and its message timeout
 /// (ms). Also what `RunConfig::validate` checks, before the archive opens.

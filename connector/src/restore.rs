@@ -206,7 +206,7 @@ pub fn plan(engine: &Engine, cfg: &RestoreConfig) -> Result<Vec<(TopicPartition,
         .find(|t| !chosen.iter().any(|(source, _)| source.topic == **t))
     {
         return Err(ConnectorError::Config(format!(
-            "--rename {unused}=…: topic {unused:?} is not among the topics chosen to restore (add it to --topic, or leave the rename out)"
+            "--rename {unused}=…: nothing of topic {unused:?} is among the partitions chosen to restore (check --topic and --partition, or leave the rename out)"
         )));
     }
     // A range within what the partitions hold that meets no record (a gap

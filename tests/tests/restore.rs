@@ -968,7 +968,7 @@ fn a_rename_of_a_topic_not_restored_is_refused() {
     cfg.rename.insert("orders".into(), "x".into());
     match plan(&engine, &cfg) {
         Err(ConnectorError::Config(m)) => assert!(
-            m.contains("--rename orders=…") && m.contains("not among the topics chosen"),
+            m.contains("--rename orders=…") && m.contains("nothing of topic \"orders\" is among"),
             "{m}"
         ),
         other => panic!("{other:?}"),
