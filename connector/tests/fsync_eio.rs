@@ -50,8 +50,12 @@ fn an_eio_from_fdatasync_stops_the_run_non_zero_and_is_never_retried() {
     let produced = 3_000u64;
     produce(&mb.brokers, &topic, 0..produced).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let trace = dir.path().join("trace.txt");
+    // Canonical: strace matches `-P` against the descriptor's path as
+    // /proc gives it, which has no symlinks (a TMPDIR with one would
+    // inject nothing, and the run would never stop).
+    let base = dir.path().canonicalize().unwrap();
+    let data = base.join("data");
+    let trace = base.join("trace.txt");
 
     let mut cmd = Command::new("strace");
     cmd.args(["-f", "-y", "-qq", "-P"])
@@ -86,6 +90,16 @@ fn an_eio_from_fdatasync_stops_the_run_non_zero_and_is_never_retried() {
         .read_to_string(&mut stderr)
         .unwrap();
     let status = child.wait().unwrap();
+    // strace itself refused (ptrace not permitted in a container, a strace
+    // too old for `inject=`): no run took place.
+    if !trace.exists() || stderr.lines().any(|l| l.starts_with("strace: ")) {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "strace could not run cairn here, which CI needs:\n{stderr}"
+        );
+        eprintln!("SKIPPED: strace could not run cairn here:\n{stderr}");
+        return;
+    }
 
     // It stopped by itself, non-zero, saying why.
     assert_eq!(status.code(), Some(1), "exit status {status}:\n{stderr}");

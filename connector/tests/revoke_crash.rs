@@ -196,7 +196,8 @@ fn abort_inside_a_revoke_loses_nothing_and_stores_stay_duplicate_free() {
         (e.durable_offsets(), format!("cairn-store:{}", e.store_id()))
     };
     // Every offset A committed is within what A's store holds durably (B
-    // may have committed too by now, under its own store's name).
+    // may have committed too by now, under its own store's name, over A's:
+    // those partitions are checked by the overlap below instead).
     let with_metadata = committed_with_metadata(
         &group_client(&mb.brokers, &group).unwrap(),
         &(0..DEMO_PARTITIONS)
@@ -210,9 +211,9 @@ fn abort_inside_a_revoke_loses_nothing_and_stores_stay_duplicate_free() {
         .filter(|(_, c)| c.metadata == id_a)
         .map(|(tp, c)| (tp.partition, c.offset))
         .collect();
-    assert!(
-        !committed_by_a.is_empty(),
-        "A committed nothing before its abort"
+    eprintln!(
+        "A's commits still in Kafka at its abort: {} of {DEMO_PARTITIONS} partitions",
+        committed_by_a.len()
     );
     for (p, o) in &committed_by_a {
         let d = durable_a
@@ -295,8 +296,8 @@ fn abort_inside_a_revoke_loses_nothing_and_stores_stay_duplicate_free() {
             overlap += usize::from(x && y);
         }
         // A record in both stores is one A made durable but could not
-        // commit before its abort: at or above A's last commit, below what
-        // A held durable then.
+        // commit before its abort: at or above A's last commit (where B
+        // has not committed over it since), below what A held durable then.
         let (from, to) = (
             committed_by_a.get(&p).copied().unwrap_or(0),
             durable_a.get(&tp).copied().unwrap_or(0),

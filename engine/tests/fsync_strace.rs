@@ -19,7 +19,9 @@ const APPENDS: usize = 5;
 #[test]
 #[ignore = "the child of every_append_fdatasyncs_the_data_file"]
 fn strace_child() {
-    let dir = std::env::var(CHILD_ENV).expect("run as the strace child");
+    let Ok(dir) = std::env::var(CHILD_ENV) else {
+        return; // only does work when run as the child
+    };
     let e = Engine::open(EngineConfig::new(&dir)).unwrap();
     let tp = TopicPartition::new("s", 0);
     for i in 0..APPENDS {
