@@ -28,9 +28,10 @@ fn init_tracing(format: LogFormat) {
         .init();
 }
 
-/// Panics print as usual, except the one a poisoned store's own shutdown
-/// may raise on the failed disk (sled unwraps its last fsync): the engine
-/// catches it and logs it in one line, and a backtrace would only alarm.
+/// Panics print as usual, except the one a failing store's own shutdown
+/// may raise on the failed disk (sled unwraps its last fsync; after a
+/// poisoning, a failed open or a failed backup): the engine catches it and
+/// logs it in one line, and a backtrace would only alarm.
 fn quiet_poisoned_drop_panics() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {

@@ -286,10 +286,11 @@ impl Engine {
                     None => e.to_string(),
                 };
                 crate::poisoned::record(&path, "open", &reason);
-                drop_failing_store(sled.take());
             }
+            // Whatever the error: a disk that fails in other ways (a file
+            // system remounted read-only) fails sled's own fsync too.
+            drop_failing_store(sled.take());
         }
-        drop(sled);
         drop(lock);
         opened
     }
@@ -902,12 +903,14 @@ impl<T> std::ops::Deref for Held<T> {
 }
 
 thread_local! {
-    /// Set while this thread drops a poisoned engine's sled handles.
+    /// Set while this thread drops the sled handles of a store whose disk
+    /// may be failing (a poisoned engine, a failed open or backup).
     static DROPPING_POISONED: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Whether this thread is dropping a poisoned engine's store, whose own
-/// shutdown may panic on the failed disk (`Drop for Engine`). For a panic
+/// Whether this thread is dropping the store of a poisoned engine (or of a
+/// failed open or backup), whose own shutdown may panic on the failed disk
+/// (`drop_failing_store`). For a panic
 /// hook that would rather say so in one line than print a backtrace.
 pub fn dropping_poisoned_store() -> bool {
     DROPPING_POISONED.with(Cell::get)
@@ -933,7 +936,7 @@ impl Drop for Engine {
 /// file, unwrapping the fsync: after a failed fdatasync that fsync fails
 /// too, and panics. Caught here and logged in one line; nothing relies on
 /// that flush or fsync, and the next open does not trust the page cache.
-fn drop_failing_store<T>(handles: T) {
+pub(crate) fn drop_failing_store<T>(handles: T) {
     DROPPING_POISONED.with(|d| d.set(true));
     let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(handles)));
     DROPPING_POISONED.with(|d| d.set(false));
