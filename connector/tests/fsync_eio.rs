@@ -13,6 +13,9 @@
 //! reopened archive holds durably; and a rerun must archive every record
 //! exactly once.
 //!
+//! A second test fails recovery's fdatasync as `cairn status` opens an
+//! archive: an error, no panic, and the poison mark left.
+//!
 //! The in-process twin, `tests/tests/fsync_failure.rs`, fails the flush
 //! through a failpoint; this one fails the system call itself, as a dying
 //! disk would. Needs strace (`.ci/run` installs it; under `CI` a missing
@@ -35,14 +38,85 @@ use common::{KillOnDrop, TestBroker, CAIRN, FAST_GROUP};
 /// committed before it.
 const FAILING_CALL: u32 = 5;
 
+/// Whether strace is here; without it the tests skip, except under CI.
+fn have_strace() -> bool {
+    if Command::new("strace").arg("-V").output().is_ok() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "strace is required in CI (.ci/run installs it)"
+    );
+    eprintln!("SKIPPED: strace not installed (apt-get install strace)");
+    false
+}
+
+/// Whether strace could not run cairn at all (ptrace not permitted in a
+/// container, a strace too old for `inject=`); skipped then, except under
+/// CI.
+fn strace_refused(trace: &std::path::Path, stderr: &str) -> bool {
+    if trace.exists() && !stderr.lines().any(|l| l.starts_with("strace: ")) {
+        return false;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "strace could not run cairn here, which CI needs:\n{stderr}"
+    );
+    eprintln!("SKIPPED: strace could not run cairn here:\n{stderr}");
+    true
+}
+
+/// An open that fails on the disk: recovery's fdatasync of an existing
+/// archive fails with EIO (`cairn status` opens it), and so does sled's
+/// own fsync at its shutdown. The command fails with exit 1 naming the
+/// fsync, without a panic from sled's drop, and leaves the poison mark, so
+/// that the next open does not trust the page cache; that open reads the
+/// whole archive.
+#[test]
+fn an_eio_during_an_open_is_an_error_and_leaves_the_mark() {
+    if !have_strace() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().canonicalize().unwrap();
+    let (data, trace) = (base.join("data"), base.join("trace.txt"));
+    let tp = cairn_engine::TopicPartition::new("t", 0);
+    {
+        let e = Engine::open(EngineConfig::new(&data)).unwrap();
+        e.append(&[cairn_engine::fuzzing::batch(&tp, 0..100, 50)])
+            .unwrap();
+        e.close().unwrap();
+    }
+    let out = Command::new("strace")
+        .args(["-f", "-y", "-qq", "-P"])
+        .arg(data.join("sled").join("db"))
+        .args(["-e", "trace=fdatasync,fsync"])
+        // sled's own fsync as it opens succeeds; every one after fails.
+        .args(["-e", "inject=fdatasync:error=EIO:when=1"])
+        .args(["-e", "inject=fsync:error=EIO:when=2+", "-o"])
+        .arg(&trace)
+        .arg(CAIRN)
+        .args(["status", "--data"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if strace_refused(&trace, &stderr) {
+        return;
+    }
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("during sync after recovery"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "a panic:\n{stderr}");
+    assert!(stderr.contains("shutdown failed too"), "{stderr}");
+    assert!(data.join("cairn.poisoned").exists(), "no poison mark");
+    let e = Engine::open(EngineConfig::new(&data)).unwrap();
+    assert!(e.recovery_report().poisoned_before.is_some());
+    assert_eq!(e.read(&tp, 0).unwrap().count(), 100);
+}
+
 #[test]
 fn an_eio_from_fdatasync_stops_the_run_non_zero_and_is_never_retried() {
-    if Command::new("strace").arg("-V").output().is_err() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "strace is required in CI (.ci/run installs it)"
-        );
-        eprintln!("SKIPPED: strace not installed (apt-get install strace)");
+    if !have_strace() {
         return;
     }
     let mb = TestBroker::start(&["eio:3"]);
@@ -90,14 +164,7 @@ fn an_eio_from_fdatasync_stops_the_run_non_zero_and_is_never_retried() {
         .read_to_string(&mut stderr)
         .unwrap();
     let status = child.wait().unwrap();
-    // strace itself refused (ptrace not permitted in a container, a strace
-    // too old for `inject=`): no run took place.
-    if !trace.exists() || stderr.lines().any(|l| l.starts_with("strace: ")) {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "strace could not run cairn here, which CI needs:\n{stderr}"
-        );
-        eprintln!("SKIPPED: strace could not run cairn here:\n{stderr}");
+    if strace_refused(&trace, &stderr) {
         return;
     }
 
