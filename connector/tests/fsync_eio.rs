@@ -51,6 +51,28 @@ fn have_strace() -> bool {
     false
 }
 
+/// `cairn` under strace: only the fsyncs of the archive's `sled/db` at
+/// `data` traced, with `fdatasync_when` and `fsync_when` (strace's `when=`)
+/// failing with EIO, the trace written to `trace`.
+fn cairn_under_strace(
+    data: &std::path::Path,
+    trace: &std::path::Path,
+    fdatasync_when: &str,
+    fsync_when: &str,
+) -> Command {
+    let mut cmd = Command::new("strace");
+    cmd.args(["-f", "-y", "-qq", "-P"])
+        .arg(data.join("sled").join("db"))
+        .args(["-e", "trace=fdatasync,fsync", "-e"])
+        .arg(format!("inject=fdatasync:error=EIO:when={fdatasync_when}"))
+        .arg("-e")
+        .arg(format!("inject=fsync:error=EIO:when={fsync_when}"))
+        .arg("-o")
+        .arg(trace)
+        .arg(CAIRN);
+    cmd
+}
+
 /// Whether strace could not run cairn at all (ptrace not permitted in a
 /// container, a strace too old for `inject=`); skipped then, except under
 /// CI.
@@ -87,15 +109,8 @@ fn an_eio_during_an_open_is_an_error_and_leaves_the_mark() {
             .unwrap();
         e.close().unwrap();
     }
-    let out = Command::new("strace")
-        .args(["-f", "-y", "-qq", "-P"])
-        .arg(data.join("sled").join("db"))
-        .args(["-e", "trace=fdatasync,fsync"])
-        // sled's own fsync as it opens succeeds; every one after fails.
-        .args(["-e", "inject=fdatasync:error=EIO:when=1"])
-        .args(["-e", "inject=fsync:error=EIO:when=2+", "-o"])
-        .arg(&trace)
-        .arg(CAIRN)
+    // sled's own fsync as it opens succeeds; every one after fails.
+    let out = cairn_under_strace(&data, &trace, "1", "2+")
         .args(["status", "--data"])
         .arg(&data)
         .output()
@@ -131,21 +146,10 @@ fn an_eio_from_fdatasync_stops_the_run_non_zero_and_is_never_retried() {
     let data = base.join("data");
     let trace = base.join("trace.txt");
 
-    let mut cmd = Command::new("strace");
-    cmd.args(["-f", "-y", "-qq", "-P"])
-        .arg(data.join("sled").join("db"))
-        .args([
-            "-e",
-            "trace=fdatasync,fsync",
-            "-e",
-            &format!("inject=fdatasync:error=EIO:when={FAILING_CALL}"),
-            "-e",
-            "inject=fsync:error=EIO",
-            "-o",
-        ])
-        .arg(&trace)
-        .arg(CAIRN)
-        .args(["run", "--brokers", &mb.brokers, "--group", &group])
+    // Every fsync of the file fails, from the first (a new store's open
+    // takes none): sled's shutdown fsync meets the failed disk.
+    let mut cmd = cairn_under_strace(&data, &trace, &FAILING_CALL.to_string(), "1+");
+    cmd.args(["run", "--brokers", &mb.brokers, "--group", &group])
         .args(["--topics", &topic, "--data"])
         .arg(&data)
         .args(["--commit", "every-put", "--batch-records-max", "100"]);

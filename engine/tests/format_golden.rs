@@ -91,43 +91,6 @@ fn header_fields_at_documented_offsets() {
 }
 
 #[test]
-fn small_values_are_pinned() {
-    let tp = TopicPartition::new("t", 1);
-    let e = IndexEntry {
-        first_offset: 5,
-        lsn: 7,
-        chunks: 1,
-        record_count: 2,
-        last_offset: 6,
-        timestamp_min_ms: 10,
-        timestamp_max_ms: 20,
-        payload_bytes: 30,
-    };
-    let (k, v) = e.encode(&tp);
-    assert_eq!(k, b"I\x01t\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x05");
-    assert_eq!(v.len(), 52);
-    assert_eq!(&v[0..8], &7u64.to_le_bytes());
-    let s = PartitionSummary {
-        first_offset: 5,
-        next_offset: 7,
-        record_count: 2,
-        payload_bytes: 30,
-        next_offset_floor: 0,
-    };
-    let (k, v) = s.encode(&tp);
-    assert_eq!(k, b"P\x01t\x00\x00\x00\x01");
-    assert_eq!(v.len(), 44);
-    assert_eq!(
-        cairn_engine::keys::wal_key(258),
-        *b"W\x00\x00\x00\x00\x00\x00\x01\x02"
-    );
-    assert_eq!(
-        cairn_engine::meta::encode_format(1)[..8],
-        *b"CRNM\x01\x00\x00\x00"
-    );
-}
-
-#[test]
 fn crc_is_ieee() {
     assert_eq!(crc32fast::hash(b"123456789"), 0xCBF4_3926);
 }
@@ -143,7 +106,7 @@ fn hex(b: &[u8]) -> String {
 #[test]
 fn every_documented_value_is_pinned_byte_for_byte() {
     let tp = TopicPartition::new("t", 1);
-    let index = IndexEntry {
+    let (index_key, index) = IndexEntry {
         first_offset: 5,
         lsn: 7,
         chunks: 1,
@@ -153,23 +116,24 @@ fn every_documented_value_is_pinned_byte_for_byte() {
         timestamp_max_ms: 20,
         payload_bytes: 30,
     }
-    .encode(&tp)
-    .1;
-    let summary = PartitionSummary {
+    .encode(&tp);
+    let (summary_key, summary) = PartitionSummary {
         first_offset: 5,
         next_offset: 7,
         record_count: 2,
         payload_bytes: 30,
         next_offset_floor: 3,
     }
-    .encode(&tp)
-    .1;
+    .encode(&tp);
     let id = cairn_engine::meta::StoreId(0x0123_4567_89ab_cdef_fedc_ba98_7654_3210);
     let chunked: Vec<Vec<u8>> = frame::chunks(b"abcdefghij", 4)
         .enumerate()
         .map(|(i, (flags, c))| frame::encode(9 + i as u64, FrameKind::Records, flags, c))
         .collect();
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("index key", index_key, "490174000000010000000000000005"),
+        ("summary key", summary_key, "50017400000001"),
+        ("wal key 258", cairn_engine::keys::wal_key(258).to_vec(), "570000000000000102"),
         ("index entry", index, "0700000000000000010000000200000006000000000000000a0000000000000014000000000000001e00000000000000caf8c676"),
         ("partition summary", summary, "0500000000000000070000000000000002000000000000001e000000000000000300000000000000cbae59cf"),
         ("Mformat 3", cairn_engine::meta::encode_format(3), "43524e4d030000003b9d3de8"),
