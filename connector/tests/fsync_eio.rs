@@ -38,17 +38,20 @@ use common::{KillOnDrop, TestBroker, CAIRN, FAST_GROUP};
 /// committed before it.
 const FAILING_CALL: u32 = 5;
 
-/// Whether strace is here; without it the tests skip, except under CI.
+/// Skip a test for `why` (the machine lacks what it needs), except under
+/// CI, where it fails: a skipped proof must not pass for a green run.
+fn skip(why: &str) {
+    assert!(std::env::var_os("CI").is_none(), "{why}, which CI needs");
+    eprintln!("SKIPPED: {why}");
+}
+
+/// Whether strace is here (the tests skip without it).
 fn have_strace() -> bool {
-    if Command::new("strace").arg("-V").output().is_ok() {
-        return true;
+    let here = Command::new("strace").arg("-V").output().is_ok();
+    if !here {
+        skip("strace is not installed (apt-get install strace; .ci/run installs it)");
     }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "strace is required in CI (.ci/run installs it)"
-    );
-    eprintln!("SKIPPED: strace not installed (apt-get install strace)");
-    false
+    here
 }
 
 /// `cairn` under strace: only the fsyncs of the archive's `sled/db` at
@@ -74,18 +77,13 @@ fn cairn_under_strace(
 }
 
 /// Whether strace could not run cairn at all (ptrace not permitted in a
-/// container, a strace too old for `inject=`); skipped then, except under
-/// CI.
+/// container, a strace too old for `inject=`): the test skips.
 fn strace_refused(trace: &std::path::Path, stderr: &str) -> bool {
-    if trace.exists() && !stderr.lines().any(|l| l.starts_with("strace: ")) {
-        return false;
+    let refused = !trace.exists() || stderr.lines().any(|l| l.starts_with("strace: "));
+    if refused {
+        skip(&format!("strace could not run cairn here:\n{stderr}"));
     }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "strace could not run cairn here, which CI needs:\n{stderr}"
-    );
-    eprintln!("SKIPPED: strace could not run cairn here:\n{stderr}");
-    true
+    refused
 }
 
 /// An open that fails on the disk: recovery's fdatasync of an existing
