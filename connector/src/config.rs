@@ -267,7 +267,7 @@ impl RunConfig {
             return bad(format!("-X {k}={v}: cairn archives committed records only (read_committed, librdkafka's default); records of aborted transactions would be archived, and restored as if committed"));
         }
         if let Some((k, v)) = crate::librdkafka::settings_of(&self.kafka, "enable.partition.eof")
-            .find(|(_, v)| !matches!(v.trim().to_ascii_lowercase().as_str(), "false" | "0"))
+            .find(|(_, v)| !crate::librdkafka::same_value(v, "false"))
         {
             return bad(format!("-X {k}={v}: cairn keeps end-of-partition events off (the run has no use for them, and would log each one as a consumer error)"));
         }

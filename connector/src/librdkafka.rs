@@ -35,6 +35,21 @@ pub fn settings_of<'a>(
         .map(|(k, v)| (k.as_str(), v.as_str()))
 }
 
+/// Whether two `-X` values mean the same to librdkafka, as far as cairn
+/// compares them: booleans as librdkafka reads them (`true`/`t`/`1`,
+/// `false`/`f`/`0`, any case), numbers by value, anything else exactly.
+pub(crate) fn same_value(given: &str, ours: &str) -> bool {
+    let flag = |v: &str| match v.to_ascii_lowercase().as_str() {
+        "true" | "t" | "1" => Some(true),
+        "false" | "f" | "0" => Some(false),
+        _ => None,
+    };
+    let number = |v: &str| v.parse::<f64>().ok();
+    given == ours
+        || matches!((flag(given), flag(ours)), (Some(a), Some(b)) if a == b)
+        || matches!((number(given), number(ours)), (Some(a), Some(b)) if a == b)
+}
+
 /// The `-X` settings of the message timeout, under any of its names.
 pub(crate) fn message_timeout_settings(kafka: &BTreeMap<String, String>) -> Vec<(&str, &str)> {
     MESSAGE_TIMEOUT_KEYS
@@ -259,6 +274,27 @@ pub(crate) fn sliced_wait<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn values_compare_as_librdkafka_reads_them() {
+        for (a, b) in [
+            ("false", "0"),
+            ("F", "false"),
+            ("TRUE", "1"),
+            ("0.0", "0"),
+            ("x", "x"),
+        ] {
+            assert!(same_value(a, b), "{a} = {b}");
+        }
+        for (a, b) in [
+            ("false", "true"),
+            ("5", "0"),
+            (" false", "false"),
+            ("no", "false"),
+        ] {
+            assert!(!same_value(a, b), "{a} != {b}");
+        }
+    }
     use rdkafka::consumer::{BaseConsumer, Consumer};
     use rdkafka::mocking::MockCluster;
 
