@@ -676,7 +676,12 @@ impl Default for Latency {
 const FLOOR_FILE_BYTES_MAX: u64 = 1 << 30;
 
 /// The floor: append a put's bytes to a file and fdatasync it, and commit
-/// one offset synchronously, each measured alone, `samples` times.
+/// synchronously, each measured alone, `samples` times. The commit is one
+/// partition's offset, with metadata as long as cairn's store identity
+/// (an every-put commit of cairn's names the few partitions its put
+/// covered, about 3 of 32 here), from a consumer whose partitions are
+/// paused: one fetching the topic meanwhile slowed the commits it is the
+/// floor of, and so flattered cairn's ratio.
 ///
 /// Every sample appends, as cairn's puts do (an append changes the file's
 /// size, which fdatasync must persist too; an overwrite would not): past
@@ -724,22 +729,29 @@ pub fn floor(
     c.subscribe(&[topic])
         .map_err(|e| format!("subscribe: {e}"))?;
     let deadline = Instant::now() + Duration::from_secs(60);
-    let tp = loop {
+    let assigned = loop {
         // Polling drives the group join; records polled are dropped.
         let _ = c.poll(Duration::from_millis(50));
         let a = c.assignment().map_err(|e| format!("assignment: {e}"))?;
-        if let Some(e) = a.elements().first() {
-            break (e.topic().to_owned(), e.partition());
+        if a.count() > 0 {
+            break a;
         }
         if Instant::now() > deadline {
             return Err("floor: no partition assigned in 60 s".into());
         }
     };
+    c.pause(&assigned)
+        .map_err(|e| format!("floor: pause: {e}"))?;
+    // As long as cairn's: "cairn-store:" and 32 hex digits.
+    let metadata = format!("cairn-store:{:032x}", 0u128);
     let mut commit_us = Vec::with_capacity(samples);
     for i in 0..samples {
         let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(&tp.0, tp.1, Offset::Offset(1 + (i % 2) as i64))
+        let first = &assigned.elements()[0];
+        let mut p = tpl.add_partition(first.topic(), first.partition());
+        p.set_offset(Offset::Offset(1 + (i % 2) as i64))
             .map_err(|e| e.to_string())?;
+        p.set_metadata(&metadata);
         let t = Instant::now();
         c.commit(&tpl, CommitMode::Sync)
             .map_err(|e| format!("floor commit: {e}"))?;

@@ -69,8 +69,10 @@ pub const P99_SAMPLES_MIN: u64 = 1000;
 /// Fewest samples a p99.9 is reported for: 10 beyond it.
 pub const P999_SAMPLES_MIN: u64 = 10_000;
 
-/// Latency percentiles in microseconds.
-#[derive(Debug, Clone, Serialize)]
+/// Latency percentiles in microseconds. In the JSON, a p99 or p99.9 of
+/// fewer samples than it needs ([`P99_SAMPLES_MIN`], [`P999_SAMPLES_MIN`])
+/// is `null`, as the table prints `n/a(N)`.
+#[derive(Debug, Clone)]
 pub struct Latency {
     pub samples: u64,
     pub p50_us: u64,
@@ -78,6 +80,29 @@ pub struct Latency {
     pub p99_us: u64,
     pub p999_us: u64,
     pub max_us: u64,
+}
+
+impl Serialize for Latency {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Shown {
+            samples: u64,
+            p50_us: u64,
+            p90_us: u64,
+            p99_us: Option<u64>,
+            p999_us: Option<u64>,
+            max_us: u64,
+        }
+        Shown {
+            samples: self.samples,
+            p50_us: self.p50_us,
+            p90_us: self.p90_us,
+            p99_us: (self.samples >= P99_SAMPLES_MIN).then_some(self.p99_us),
+            p999_us: (self.samples >= P999_SAMPLES_MIN).then_some(self.p999_us),
+            max_us: self.max_us,
+        }
+        .serialize(s)
+    }
 }
 
 impl Latency {
