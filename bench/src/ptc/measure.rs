@@ -54,6 +54,14 @@ pub struct CairnRun {
     pub p99_vs_floor: Option<f64>,
     /// Records/s as a percentage of the consume-only ceiling.
     pub pct_of_ceiling: f64,
+    /// Records/s between the first and the next-to-last commit: the run
+    /// without its ends (before the first commit, and the last commit's
+    /// wait for its interval after the last put, which the ceiling, timed
+    /// to its last record, does not have). `None` with fewer than three
+    /// commits.
+    pub steady_records_per_s: Option<f64>,
+    /// `steady_records_per_s` as a percentage of the ceiling.
+    pub steady_pct_of_ceiling: Option<f64>,
     /// Payload MB/s as a percentage of the disk's sequential write
     /// bandwidth measured in the same run (target for 1 KiB: >= 70).
     pub pct_of_disk_bandwidth: f64,
@@ -88,6 +96,9 @@ impl CairnRun {
             && floor.sum.samples >= P99_SAMPLES_MIN)
             .then(|| self.put_to_commit.p99_us as f64 / floor.sum.p99_us.max(1) as f64);
         self.pct_of_ceiling = 100.0 * self.throughput.records_per_s / ceiling.records_per_s;
+        self.steady_pct_of_ceiling = self
+            .steady_records_per_s
+            .map(|r| 100.0 * r / ceiling.records_per_s);
         self.pct_of_disk_bandwidth = 100.0 * self.throughput.mb_per_s / disk.mb_per_s;
     }
 }
@@ -272,6 +283,8 @@ struct Archived {
     fsyncs: u64,
     /// From the first record polled to the commit of the last.
     seconds: f64,
+    /// Records/s between the first and the next-to-last commit.
+    steady_records_per_s: Option<f64>,
     /// CPU used from just before the run to the commit of the last record.
     cpu: Option<Cpu>,
 }
@@ -309,6 +322,9 @@ fn archive(
     let meter = CpuMeter::start(case.broker_pid);
     let done_at = Arc::new(Mutex::new(None));
     let done_at_w = done_at.clone();
+    // Each commit's time and the records committed by then.
+    let commits = Arc::new(Mutex::new(Vec::<(Instant, i64)>::new()));
+    let commits_w = commits.clone();
     // A run that never completes (a broker that stopped answering) is
     // stopped cleanly at the deadline and reported, not waited on forever.
     let stop = Arc::new(AtomicBool::new(false));
@@ -316,6 +332,10 @@ fn archive(
     let opts = PipelineOptions {
         stop,
         done: Some(Box::new(move |c| {
+            commits_w
+                .lock()
+                .unwrap()
+                .push((Instant::now(), c.values().sum()));
             let done = want.iter().all(|(tp, o)| c.get(tp) == Some(o));
             if done {
                 done_at_w
@@ -367,13 +387,26 @@ fn archive(
     let first = report.stats.first_record_at.ok_or("no record consumed")?;
     let (end, used) = done_at.lock().unwrap().ok_or("never done")?;
     let seconds = end.duration_since(first).as_secs_f64();
+    let steady_records_per_s = steady_rate(&commits.lock().unwrap());
     Ok(Archived {
         report,
         records,
         fsyncs: stats.fsyncs,
         seconds,
+        steady_records_per_s,
         cpu: per_record(used, records, seconds),
     })
+}
+
+/// Records/s between the first and the next-to-last of `commits` (each a
+/// time and the records committed by then); `None` with fewer than three,
+/// or no time between.
+fn steady_rate(commits: &[(Instant, i64)]) -> Option<f64> {
+    let [(t0, c0), .., (t1, c1), _] = commits else {
+        return None;
+    };
+    let seconds = t1.duration_since(*t0).as_secs_f64();
+    (seconds > 0.0).then(|| (c1 - c0) as f64 / seconds)
 }
 
 /// What every measurement of cairn on one case shares.
@@ -416,6 +449,8 @@ pub fn cairn(case: &Case, policy: CommitPolicy) -> Result<(CairnRun, Histogram<u
         p50_vs_floor: 0.0,
         p99_vs_floor: None,
         pct_of_ceiling: 0.0,
+        steady_records_per_s: a.steady_records_per_s,
+        steady_pct_of_ceiling: None,
         pct_of_disk_bandwidth: 0.0,
         disk_bytes,
         disk_bytes_allocated,

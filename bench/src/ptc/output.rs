@@ -109,6 +109,15 @@ pub fn table(r: &Report) {
                 ),
             );
         }
+        for run in &c.cairn {
+            if let (Some(r), Some(pct)) = (run.steady_records_per_s, run.steady_pct_of_ceiling) {
+                println!(
+                    "{:<34} steady {r:.0} records/s between the first and the next-to-last of {} commits = {pct:.0}% of ceiling (without the run's ends: the last commit waits for its interval)",
+                    format!("  cairn {}", run.policy),
+                    run.commits
+                );
+            }
+        }
         let mib = |b: u64| b as f64 / (1 << 20) as f64;
         for run in &c.cairn {
             println!(
