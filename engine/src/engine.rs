@@ -20,13 +20,13 @@
 //!   are inserted before the frames that fill them.
 //! - Lock order: `truncating` before `write` before `commit`; the sync
 //!   leader never holds both of the last two.
-//! - Dropping a poisoned engine never panics. sled's own drop writes out
-//!   its buffers and fsyncs its file, and unwraps that fsync, which after
-//!   a failed fdatasync meets the same error (the kernel reports a
-//!   writeback error to every descriptor open on the file). That panic is
-//!   caught: cairn counts on neither that write nor that fsync, nothing is
-//!   acknowledged after the poisoning, and the next open does not trust
-//!   the page cache (poisoned.rs).
+//! - Dropping a poisoned engine, or the store of a failed open, never
+//!   panics. sled's own drop writes out its buffers and fsyncs its file,
+//!   and unwraps that fsync, which after a failed fdatasync meets the same
+//!   error (the kernel reports a writeback error to every descriptor open
+//!   on the file). That panic is caught: cairn counts on neither that write
+//!   nor that fsync, nothing is acknowledged after the poisoning, and the
+//!   next open does not trust the page cache (poisoned.rs).
 
 use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -910,8 +910,8 @@ thread_local! {
 
 /// Whether this thread is dropping the store of a poisoned engine (or of a
 /// failed open or backup), whose own shutdown may panic on the failed disk
-/// (`drop_failing_store`). For a panic
-/// hook that would rather say so in one line than print a backtrace.
+/// (`drop_failing_store`): for a panic hook that would rather leave it to
+/// the engine's one-line warning than print a backtrace.
 pub fn dropping_poisoned_store() -> bool {
     DROPPING_POISONED.with(Cell::get)
 }
