@@ -265,22 +265,22 @@ impl Engine {
     /// deleted unread: damage among records being deleted loses nothing.
     fn check_entry_ends(&self, tp: &TopicPartition, e: &IndexEntry) -> Result<()> {
         let last = e.lsn + u64::from(e.chunks) - 1;
-        let more = e.chunks > 1;
-        let ends = [
-            (
+        // (lsn, which end, flags it must not have, a flag it must have.)
+        // One frame is both ends, read once.
+        let ends: &[(u64, &str, u16, Option<u16>)] = if e.chunks == 1 {
+            &[(
                 e.lsn,
-                "first",
-                frame::FLAG_CONT,
-                more.then_some(frame::FLAG_MORE),
-            ),
-            (
-                last,
-                "last",
-                frame::FLAG_MORE,
-                more.then_some(frame::FLAG_CONT),
-            ),
-        ];
-        for (lsn, end, clear, set) in ends {
+                "only frame",
+                frame::FLAG_CONT | frame::FLAG_MORE,
+                None,
+            )]
+        } else {
+            &[
+                (e.lsn, "first", frame::FLAG_CONT, Some(frame::FLAG_MORE)),
+                (last, "last", frame::FLAG_MORE, Some(frame::FLAG_CONT)),
+            ]
+        };
+        for &(lsn, end, clear, set) in ends {
             let corrupt = |kind| Error::corruption(Location::Wal { lsn }, kind);
             let v = self
                 .tree
