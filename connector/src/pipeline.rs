@@ -272,6 +272,7 @@ impl Pipeline {
                 tracing::debug!(
                     partitions = pending.offsets.len(),
                     commit_us = t0.elapsed().as_micros() as u64,
+                    offsets = %CommittedOffsets(&pending.offsets),
                     "commit"
                 );
                 if let Some(f) = s.on_commit.as_mut() {
@@ -301,6 +302,22 @@ impl Pipeline {
                 CommitOutcome::Failed
             }
         }
+    }
+}
+
+/// A commit's offsets as `topic/partition@offset`, comma-separated, for the
+/// commit's debug event (formatted only when that event is on).
+struct CommittedOffsets<'a>(&'a BTreeMap<TopicPartition, i64>);
+
+impl std::fmt::Display for CommittedOffsets<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (tp, o)) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{tp}@{o}")?;
+        }
+        Ok(())
     }
 }
 
