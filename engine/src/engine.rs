@@ -335,6 +335,8 @@ impl Engine {
             frames_checked = report.frames_checked,
             records = report.records_checked,
             truncated = report.truncated.is_some(),
+            index_entries_repaired = report.index_entries_repaired,
+            index_entries_damaged = report.index_entries_damaged,
             duration_ms = report.duration.as_millis() as u64,
             "store recovered"
         );

@@ -53,7 +53,13 @@ pub struct RecoveryReport {
     pub records_checked: u64,
     /// The torn tail that was removed, if any.
     pub truncated: Option<TruncatedTail>,
+    /// Index entries rewritten from the log: missing ones (a crash between
+    /// an entry's frames and its index entry) and damaged ones.
     pub index_entries_repaired: u64,
+    /// Of those, the ones that were there but did not match the log: no
+    /// crash leaves one (sled values are written whole), so this is damage,
+    /// repaired from the checksummed frames and reported.
+    pub index_entries_damaged: u64,
     pub partitions_repaired: u64,
     /// Index entries read to bring partition summaries up to date: those
     /// written since each summary, not the partition's whole index.
@@ -149,6 +155,7 @@ pub(crate) fn recover(
         records_checked: 0,
         truncated: None,
         index_entries_repaired: 0,
+        index_entries_damaged: 0,
         partitions_repaired: 0,
         summary_index_entries_read: 0,
         next_lsn: 0,
@@ -481,7 +488,12 @@ fn confirm_index(
         None => false,
     };
     if !ok {
-        tracing::warn!(%tp, lsn = described.lsn, "rebuilding index entry from the log");
+        if stored.is_some() {
+            tracing::warn!(%tp, lsn = described.lsn, "replacing a damaged index entry (it does not match the log) with one rebuilt from the log's checksummed frames");
+            report.index_entries_damaged += 1;
+        } else {
+            tracing::warn!(%tp, lsn = described.lsn, "rebuilding index entry from the log");
+        }
         repairs.insert(k, v);
         report.index_entries_repaired += 1;
     }
