@@ -12,13 +12,21 @@ use common::{batch, open_refused, wal_key, with_raw_tree};
 /// Three single-frame entries for one partition at LSNs 1, 2, 3 (offsets
 /// 0..10, 10..20, 20..30), then a clean close.
 fn store() -> (tempfile::TempDir, TopicPartition) {
+    store_closed(true)
+}
+
+/// [`store`], closed or dropped without a close (then every frame is in
+/// the recovery tail: the next open reads the whole log).
+fn store_closed(close: bool) -> (tempfile::TempDir, TopicPartition) {
     let dir = tempfile::tempdir().unwrap();
     let tp = TopicPartition::new("c", 0);
     let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
     for i in 0..3 {
         e.append(&[batch(&tp, i * 10..i * 10 + 10, 20)]).unwrap();
     }
-    e.close().unwrap();
+    if close {
+        e.close().unwrap();
+    }
     (dir, tp)
 }
 
@@ -119,15 +127,7 @@ fn frame_copied_under_another_lsn_fails_its_checksum() {
 
 #[test]
 fn damage_in_the_tail_refuses_a_default_open() {
-    let dir = tempfile::tempdir().unwrap();
-    let tp = TopicPartition::new("c", 0);
-    {
-        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
-        for i in 0..3 {
-            e.append(&[batch(&tp, i * 10..i * 10 + 10, 20)]).unwrap();
-        }
-        // dropped without close: every frame is in the recovery tail
-    }
+    let (dir, _tp) = store_closed(false);
     damage(dir.path(), 2, |v| v[20] ^= 1);
     let err = Engine::open(EngineConfig::new(dir.path()))
         .err()
@@ -529,14 +529,7 @@ fn a_malformed_log_key_beside_the_checkpoint_is_named() {
 /// damaged, apart from the missing one a crash leaves.
 #[test]
 fn a_damaged_index_entry_in_the_tail_is_rebuilt_and_reported() {
-    let dir = tempfile::tempdir().unwrap();
-    let tp = TopicPartition::new("c", 0);
-    {
-        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
-        for i in 0..3 {
-            e.append(&[batch(&tp, i * 10..i * 10 + 10, 20)]).unwrap();
-        }
-    } // dropped without close: the open re-reads the whole log
+    let (dir, tp) = store_closed(false);
     with_raw_tree(dir.path(), |t| {
         let k = cairn_engine::keys::index_key(&tp, 0);
         let (_, mut e) =
