@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::error::{ConnectorError, Result};
+use crate::librdkafka::setting_other_than;
 
 /// When durable offsets are committed to Kafka.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -256,24 +257,19 @@ impl RunConfig {
             }
             _ => {}
         }
-        if let Some((k, _)) =
-            crate::librdkafka::settings_of(&self.kafka, "auto.offset.reset").next()
-        {
+        if let Some((k, _)) = setting_other_than(&self.kafka, "auto.offset.reset", None) {
             return bad(format!("-X {k}: use --auto-offset-reset; cairn keeps librdkafka's at `error` so that records that aged out of Kafka are never skipped silently"));
         }
-        if let Some((k, v)) = crate::librdkafka::settings_of(&self.kafka, "isolation.level")
-            .find(|(_, v)| *v != "read_committed")
+        if let Some((k, v)) =
+            setting_other_than(&self.kafka, "isolation.level", Some("read_committed"))
         {
             return bad(format!("-X {k}={v}: cairn archives committed records only (read_committed, librdkafka's default); records of aborted transactions would be archived, and restored as if committed"));
         }
-        if let Some((k, v)) = crate::librdkafka::settings_of(&self.kafka, "enable.partition.eof")
-            .find(|(_, v)| !crate::librdkafka::same_value(v, "false"))
+        if let Some((k, v)) = setting_other_than(&self.kafka, "enable.partition.eof", Some("false"))
         {
             return bad(format!("-X {k}={v}: cairn keeps end-of-partition events off (the run has no use for them, and would log each one as a consumer error)"));
         }
-        if let Some((k, v)) = crate::librdkafka::settings_of(&self.kafka, "group.protocol")
-            .find(|(_, v)| *v != "classic")
-        {
+        if let Some((k, v)) = setting_other_than(&self.kafka, "group.protocol", Some("classic")) {
             return bad(format!("-X {k}={v}: cairn runs the classic group protocol (its cooperative-sticky assignment and rebalance handling are built and tested on it)"));
         }
         crate::librdkafka::check_consumer_settings(&crate::consumer::client_config(self))

@@ -71,8 +71,7 @@ pub(crate) fn refuse_managed_keys(
     kafka: &std::collections::BTreeMap<String, String>,
 ) -> Result<()> {
     for (key, ours) in MANAGED_KEYS {
-        let differs = |v: &str| ours.is_none_or(|o| !crate::librdkafka::same_value(v, o));
-        if let Some((k, v)) = crate::librdkafka::settings_of(kafka, key).find(|(_, v)| differs(v)) {
+        if let Some((k, v)) = crate::librdkafka::setting_other_than(kafka, key, ours) {
             let why = match ours {
                 Some(o) => format!("the dead-letter producer sets {key}={o}"),
                 None => "the dead-letter producer manages this property itself".to_owned(),

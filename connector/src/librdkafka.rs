@@ -50,6 +50,18 @@ pub(crate) fn same_value(given: &str, ours: &str) -> bool {
         || matches!((number(given), number(ours)), (Some(a), Some(b)) if a == b)
 }
 
+/// The first `-X` setting of `key` (under its own name or the `topic.`
+/// prefix, [`settings_of`]) whose value is not `ours` as librdkafka reads
+/// it ([`same_value`]); with `ours` `None`, the first setting of it at all.
+/// As (name given, value): what a refusal names.
+pub(crate) fn setting_other_than<'a>(
+    kafka: &'a BTreeMap<String, String>,
+    key: &str,
+    ours: Option<&str>,
+) -> Option<(&'a str, &'a str)> {
+    settings_of(kafka, key).find(|(_, v)| ours.is_none_or(|o| !same_value(v, o)))
+}
+
 /// The `-X` settings of the message timeout, under any of its names.
 pub(crate) fn message_timeout_settings(kafka: &BTreeMap<String, String>) -> Vec<(&str, &str)> {
     MESSAGE_TIMEOUT_KEYS
@@ -274,6 +286,8 @@ pub(crate) fn sliced_wait<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::mocking::MockCluster;
 
     #[test]
     fn values_compare_as_librdkafka_reads_them() {
@@ -295,8 +309,6 @@ mod tests {
             assert!(!same_value(a, b), "{a} != {b}");
         }
     }
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    use rdkafka::mocking::MockCluster;
 
     /// A broker whose every reply takes 600 ms: the slices that end before
     /// it (250, 500 ms) double until one is long enough. With a fixed slice
