@@ -24,7 +24,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use crate::config::EngineConfig;
-use crate::engine::{store_err, Engine};
+use crate::engine::{store_err, DurableView, Engine};
 use crate::error::{Error, Result};
 use crate::index::IndexEntry;
 use crate::keys;
@@ -201,10 +201,7 @@ impl Engine {
         // A poisoned engine's durable view may not match its tree (a write
         // or truncation that failed part-way): nothing to copy consistently.
         self.check_usable()?;
-        // Everything at or below the durable LSN was written whole before
-        // it became durable; what is written from now on lies above it.
         let view = self.durable_view();
-        let lsn_end = view.lsn + 1;
         let cfg = EngineConfig::new(dest);
         let db = cfg.open_sled()?;
         let tree = db
@@ -212,113 +209,126 @@ impl Engine {
             .map_err(store_err("open backup tree"))?;
         // A copy that fails may have met a failing disk: its sled handles
         // are dropped guarded (sled's drop fsyncs, and panics on one).
-        let copied = (|| -> Result<BackupReport> {
-            let mut r = BackupReport {
-                frames: 0,
-                index_entries: 0,
-                partitions: view.partitions.len() as u64,
-                // Saturating, as the writer counts them: the counters come from
-                // the store.
-                records: view
-                    .partitions
-                    .values()
-                    .fold(0u64, |n, s| n.saturating_add(s.record_count)),
-                payload_bytes: view
-                    .partitions
-                    .values()
-                    .fold(0u64, |n, s| n.saturating_add(s.payload_bytes)),
-                lsn: view.lsn,
-                verify: VerifyReport::default(),
-                duration: Duration::ZERO,
-            };
-            let mut written = 0u64;
-            let mut put = |k: &[u8], v: &[u8]| -> Result<()> {
-                check_stop(stop, &mut written, "backup")?;
-                tree.insert(k, v).map_err(store_err("write backup"))?;
-                Ok(())
-            };
-            // In the order a new store is made (recovery.rs): the fence before
-            // any frame or summary.
-            for i in 0..keys::FENCE_KEYS {
-                put(&keys::fence_key(i), &[])?;
-            }
-            // Each frame goes into a slot inserted well ahead of it, as an
-            // append's do (slots.rs): sled then writes it once, where plain
-            // inserts at the tree's right edge are written three to four times.
-            // Slots only for keys the source has (a tombstone's span has none),
-            // so every slot is filled and none is left in the copy.
-            let ahead_max = (slots::SLOTS_AHEAD_MIN + slots::SLOTS_RESERVED_CHUNK) as usize;
-            let mut ahead: VecDeque<(sled::IVec, sled::IVec)> = VecDeque::with_capacity(ahead_max);
-            // The first `slotted` of `ahead` have their slots.
-            let mut slotted = 0usize;
-            let mut log = self
-                .tree
-                .range(keys::wal_key(0)..keys::wal_key(lsn_end))
-                .fuse();
-            loop {
-                while ahead.len() < ahead_max {
-                    match log.next() {
-                        Some(item) => {
-                            let (k, v) = item.map_err(store_err("read log"))?;
-                            if !slots::is_slot(&v) {
-                                ahead.push_back((k, v));
-                            }
-                        }
-                        None => break,
-                    }
-                }
-                // At least SLOTS_AHEAD_MIN slots beyond the frame filled next;
-                // when fewer, a run for everything read ahead.
-                let wanted = ahead.len().min(slots::SLOTS_AHEAD_MIN as usize + 1);
-                if slotted < wanted {
-                    for (k, _) in ahead.iter().skip(slotted) {
-                        put(k, &[])?;
-                    }
-                    slotted = ahead.len();
-                }
-                let Some((k, v)) = ahead.pop_front() else {
-                    break;
-                };
-                slotted -= 1;
-                put(&k, &v)?;
-                r.frames += 1;
-            }
-            fail::fail_point!(FAILPOINT_BACKUP_AFTER_LOG);
-            for item in self.tree.scan_prefix([keys::PREFIX_INDEX]) {
-                let (k, v) = item.map_err(store_err("read index"))?;
-                let (tp, e) = IndexEntry::decode(&k, &v)
-                    .map_err(|kind| crate::recovery::index_corruption(&k, kind))?;
-                // Of a record durable at the start: not one appended since.
-                let durable = e.lsn < lsn_end
-                    && view
-                        .partitions
-                        .get(&tp)
-                        .is_some_and(|s| e.first_offset < s.next_offset);
-                if durable {
-                    put(&k, &v)?;
-                    r.index_entries += 1;
-                }
-            }
-            for (tp, s) in &view.partitions {
-                let (k, v) = s.encode(tp);
-                put(&k, &v)?;
-            }
-            put(keys::META_CHECKPOINT, &meta::encode_checkpoint(view.lsn))?;
-            // The copy is the same store, at an earlier point: restored in its
-            // place, it must know the offsets Kafka holds under this identity
-            // for its own, and fetch the records it lacks again.
-            put(keys::META_STORE, &meta::encode_store_id(self.store_id()))?;
-            // Last: without it the copy is no store (an open refuses it).
-            put(
-                keys::META_FORMAT,
-                &meta::encode_format(meta::FORMAT_VERSION),
-            )?;
-            db.flush().map_err(store_err("flush backup"))?;
-            Ok(r)
-        })();
+        let copied = self.copy_into(&db, &tree, &view, stop);
         if copied.is_err() {
             crate::engine::drop_failing_store((tree, db));
         }
         copied
+    }
+
+    /// The body of [`copy_to`](Self::copy_to): the durable store as `view`
+    /// holds it, into the new store's `tree`, flushed.
+    fn copy_into(
+        &self,
+        db: &sled::Db,
+        tree: &sled::Tree,
+        view: &DurableView,
+        stop: &AtomicBool,
+    ) -> Result<BackupReport> {
+        // Everything at or below the durable LSN was written whole before
+        // it became durable; what is written from now on lies above it.
+        let lsn_end = view.lsn + 1;
+        let mut r = BackupReport {
+            frames: 0,
+            index_entries: 0,
+            partitions: view.partitions.len() as u64,
+            // Saturating, as the writer counts them: the counters come from
+            // the store.
+            records: view
+                .partitions
+                .values()
+                .fold(0u64, |n, s| n.saturating_add(s.record_count)),
+            payload_bytes: view
+                .partitions
+                .values()
+                .fold(0u64, |n, s| n.saturating_add(s.payload_bytes)),
+            lsn: view.lsn,
+            verify: VerifyReport::default(),
+            duration: Duration::ZERO,
+        };
+        let mut written = 0u64;
+        let mut put = |k: &[u8], v: &[u8]| -> Result<()> {
+            check_stop(stop, &mut written, "backup")?;
+            tree.insert(k, v).map_err(store_err("write backup"))?;
+            Ok(())
+        };
+        // In the order a new store is made (recovery.rs): the fence before
+        // any frame or summary.
+        for i in 0..keys::FENCE_KEYS {
+            put(&keys::fence_key(i), &[])?;
+        }
+        // Each frame goes into a slot inserted well ahead of it, as an
+        // append's do (slots.rs): sled then writes it once, where plain
+        // inserts at the tree's right edge are written three to four times.
+        // Slots only for keys the source has (a tombstone's span has none),
+        // so every slot is filled and none is left in the copy.
+        let ahead_max = (slots::SLOTS_AHEAD_MIN + slots::SLOTS_RESERVED_CHUNK) as usize;
+        let mut ahead: VecDeque<(sled::IVec, sled::IVec)> = VecDeque::with_capacity(ahead_max);
+        // The first `slotted` of `ahead` have their slots.
+        let mut slotted = 0usize;
+        let mut log = self
+            .tree
+            .range(keys::wal_key(0)..keys::wal_key(lsn_end))
+            .fuse();
+        loop {
+            while ahead.len() < ahead_max {
+                match log.next() {
+                    Some(item) => {
+                        let (k, v) = item.map_err(store_err("read log"))?;
+                        if !slots::is_slot(&v) {
+                            ahead.push_back((k, v));
+                        }
+                    }
+                    None => break,
+                }
+            }
+            // At least SLOTS_AHEAD_MIN slots beyond the frame filled next;
+            // when fewer, a run for everything read ahead.
+            let wanted = ahead.len().min(slots::SLOTS_AHEAD_MIN as usize + 1);
+            if slotted < wanted {
+                for (k, _) in ahead.iter().skip(slotted) {
+                    put(k, &[])?;
+                }
+                slotted = ahead.len();
+            }
+            let Some((k, v)) = ahead.pop_front() else {
+                break;
+            };
+            slotted -= 1;
+            put(&k, &v)?;
+            r.frames += 1;
+        }
+        fail::fail_point!(FAILPOINT_BACKUP_AFTER_LOG);
+        for item in self.tree.scan_prefix([keys::PREFIX_INDEX]) {
+            let (k, v) = item.map_err(store_err("read index"))?;
+            let (tp, e) = IndexEntry::decode(&k, &v)
+                .map_err(|kind| crate::recovery::index_corruption(&k, kind))?;
+            // Of a record durable at the start: not one appended since.
+            let durable = e.lsn < lsn_end
+                && view
+                    .partitions
+                    .get(&tp)
+                    .is_some_and(|s| e.first_offset < s.next_offset);
+            if durable {
+                put(&k, &v)?;
+                r.index_entries += 1;
+            }
+        }
+        for (tp, s) in &view.partitions {
+            let (k, v) = s.encode(tp);
+            put(&k, &v)?;
+        }
+        put(keys::META_CHECKPOINT, &meta::encode_checkpoint(view.lsn))?;
+        // The copy is the same store, at an earlier point: restored in its
+        // place, it must know the offsets Kafka holds under this identity
+        // for its own, and fetch the records it lacks again.
+        put(keys::META_STORE, &meta::encode_store_id(self.store_id()))?;
+        // Last: without it the copy is no store (an open refuses it).
+        put(
+            keys::META_FORMAT,
+            &meta::encode_format(meta::FORMAT_VERSION),
+        )?;
+        db.flush().map_err(store_err("flush backup"))?;
+        Ok(r)
     }
 }
