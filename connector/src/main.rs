@@ -35,7 +35,7 @@ fn init_tracing(format: LogFormat) {
 fn quiet_poisoned_drop_panics() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        if !cairn_engine::dropping_poisoned_store() {
+        if !cairn_engine::dropping_failing_store() {
             default(info);
         }
     }));

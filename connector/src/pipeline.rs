@@ -24,10 +24,10 @@
 //!   it would be handed to librdkafka, also if it has ended and the
 //!   partitions were assigned again meanwhile (revokes are counted); one
 //!   handed over before that is sent before the revoke's, and librdkafka
-//!   sends a client's commits in order. Two windows remain: between that last check and the hand-over
-//!   (a revoke with nothing new to flush is quick), and librdkafka's own
-//!   retry of a commit that timed out or met a moving coordinator, which
-//!   can land after the revoke's. Either moves Kafka's offset back, never
+//!   sends a client's commits in order. Two windows remain: between that
+//!   last check and the hand-over (a revoke with nothing new to flush is
+//!   quick), and librdkafka's own retry of a commit that timed out or met
+//!   a moving coordinator, which can land after the revoke's. Either moves Kafka's offset back, never
 //!   above what is durable: the next owner archives the records between
 //!   again (duplicates across stores, each store still exactly once;
 //!   DURABILITY.md), the same outcome as a revoke whose commit fails.

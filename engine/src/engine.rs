@@ -907,15 +907,15 @@ impl<T> std::ops::Deref for Held<T> {
 thread_local! {
     /// Set while this thread drops the sled handles of a store whose disk
     /// may be failing (a poisoned engine, a failed open or backup).
-    static DROPPING_POISONED: Cell<bool> = const { Cell::new(false) };
+    static DROPPING_FAILING: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Whether this thread is dropping the store of a poisoned engine (or of a
 /// failed open or backup), whose own shutdown may panic on the failed disk
 /// (`drop_failing_store`): for a panic hook that would rather leave it to
 /// the engine's one-line warning than print a backtrace.
-pub fn dropping_poisoned_store() -> bool {
-    DROPPING_POISONED.with(Cell::get)
+pub fn dropping_failing_store() -> bool {
+    DROPPING_FAILING.with(Cell::get)
 }
 
 impl Drop for Engine {
@@ -939,9 +939,9 @@ impl Drop for Engine {
 /// too, and panics. Caught here and logged in one line; nothing relies on
 /// that flush or fsync, and the next open does not trust the page cache.
 pub(crate) fn drop_failing_store<T>(handles: T) {
-    DROPPING_POISONED.with(|d| d.set(true));
+    DROPPING_FAILING.with(|d| d.set(true));
     let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(handles)));
-    DROPPING_POISONED.with(|d| d.set(false));
+    DROPPING_FAILING.with(|d| d.set(false));
     if let Err(p) = dropped {
         tracing::warn!(
             error = %crate::error::panic_message(&*p),

@@ -67,7 +67,7 @@ pub use config::{
     SLED_SEGMENT_BYTES,
 };
 pub use engine::{
-    dropping_poisoned_store, Engine, EngineStats, PartitionInfo, Written, FAILPOINT_AFTER_SYNC,
+    dropping_failing_store, Engine, EngineStats, PartitionInfo, Written, FAILPOINT_AFTER_SYNC,
     FAILPOINT_AFTER_WRITE, FAILPOINT_MID_WRITE, FAILPOINT_TOP_UP,
 };
 pub use error::{panic_message, CorruptionKind, Error, InvalidInput, Location, Result};
