@@ -40,16 +40,7 @@ fn check_committed_le_durable(mb: &TestBroker, data: &std::path::Path, round: u3
         .unwrap()
         .durable_offsets();
     let kafka = committed(&mb.brokers, &mb.group(GROUP), &mb.topic(TOPIC), 3).unwrap();
-    for (p, k) in &kafka {
-        let d = durable
-            .iter()
-            .find(|(tp, _)| tp.partition == *p)
-            .map_or(0, |(_, o)| *o);
-        assert!(
-            *k <= d,
-            "round {round}: partition {p} committed {k} above durable {d}"
-        );
-    }
+    common::assert_committed_le_durable(&kafka, &durable, &format!("round {round}"));
     (durable.values().sum(), kafka.values().sum())
 }
 

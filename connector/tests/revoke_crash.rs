@@ -219,16 +219,7 @@ fn abort_inside_a_revoke_loses_nothing_and_stores_stay_duplicate_free() {
         .durable_offsets();
     // Every offset A committed is within what A's store holds durably.
     assert!(!committed_by_a.is_empty(), "A logged no commit's offsets");
-    for (p, o) in &committed_by_a {
-        let d = durable_a
-            .iter()
-            .find(|(tp, _)| tp.partition == *p)
-            .map_or(0, |(_, n)| *n);
-        assert!(
-            *o <= d,
-            "partition {p}: A committed {o} above its durable {d}"
-        );
-    }
+    common::assert_committed_le_durable(&committed_by_a, &durable_a, "A at its abort");
     let kafka = committed(&mb.brokers, &group, &topic, DEMO_PARTITIONS).unwrap();
     eprintln!(
         "A aborted inside a revoke at {} produced; A durable {:?}, Kafka committed {kafka:?}",

@@ -253,6 +253,26 @@ impl Drop for KillOnDrop {
 
 pub use cairn_engine::fuzzing::seed;
 
+/// Assert that every offset in `committed` (by partition, as Kafka or a
+/// member's log gives them) is at or below the store's durable next offset
+/// of that partition in `durable` (none: 0). `what` prefixes a failure.
+pub fn assert_committed_le_durable(
+    committed: &std::collections::BTreeMap<i32, i64>,
+    durable: &std::collections::BTreeMap<cairn_engine::TopicPartition, i64>,
+    what: &str,
+) {
+    for (p, k) in committed {
+        let d = durable
+            .iter()
+            .find(|(tp, _)| tp.partition == *p)
+            .map_or(0, |(_, o)| *o);
+        assert!(
+            *k <= d,
+            "{what}: partition {p} committed {k} above durable {d}"
+        );
+    }
+}
+
 /// A count from the environment (`CAIRN_CRASH_ROUNDS`, ...), or `default`.
 pub fn env_count(name: &str, default: u32) -> u32 {
     std::env::var(name)
