@@ -22,6 +22,8 @@ fn put_to_commit_harness_runs_and_reports() {
             "--floor-samples",
             "50",
             "--no-peers",
+            "--rounds",
+            "2",
         ])
         .arg("--out")
         .arg(out.path())
@@ -36,6 +38,15 @@ fn put_to_commit_harness_runs_and_reports() {
     for column in ["p50 us", "p90 us", "p99 us", "p99.9 us", "max us"] {
         assert!(stdout.contains(column), "no {column} column: {stdout}");
     }
+    // Each round in its own order: the second rotated from the first.
+    assert!(
+        stdout.contains(
+            "round 1/2, in this order: ceiling, cairn every-put, cairn interval:50, floor"
+        ) && stdout.contains(
+            "round 2/2, in this order: cairn every-put, cairn interval:50, floor, ceiling"
+        ),
+        "{stdout}"
+    );
     let every_put = stdout
         .lines()
         .find(|l| l.starts_with("cairn every-put"))
@@ -60,7 +71,45 @@ fn put_to_commit_harness_runs_and_reports() {
             .unwrap();
     let case = &json["cases"][0];
     assert_eq!(case["records"], 3000);
-    let runs = case["cairn"].as_array().unwrap();
+    let rounds = case["rounds"].as_array().unwrap();
+    assert_eq!(rounds.len(), 2);
+    for round in rounds {
+        assert_round(round);
+    }
+    // Each ratio's median and range over the rounds, in the JSON and in
+    // the table.
+    let medians = case["medians"].as_array().unwrap();
+    assert_eq!(medians.len(), 2, "{medians:?}");
+    for (m, policy) in medians.iter().zip(["every-put", "interval:50"]) {
+        assert_eq!(m["policy"], policy, "{m}");
+        let spread = &m["p50_vs_floor"];
+        assert_eq!(spread["rounds"], 2, "{m}");
+        let [min, median, max] = ["min", "median", "max"].map(|k| spread[k].as_f64().unwrap());
+        assert!(0.0 < min && min <= median && median <= max, "{m}");
+        // Peers were skipped: no ratio to them.
+        assert!(m.get("vs_kcat").is_none(), "{m}");
+    }
+    assert!(
+        stdout.contains("every-put p50_vs_floor") && stdout.contains("median"),
+        "{stdout}"
+    );
+    // The footprint: each policy archiving the case in a process of its own.
+    let footprints = case["footprints"].as_array().unwrap();
+    assert_eq!(footprints.len(), 2, "{footprints:?}");
+    for (f, policy) in footprints.iter().zip(["every-put", "interval:50"]) {
+        assert_eq!(f["policy"], policy, "{f}");
+        assert!(f["peak_rss_bytes"].as_u64().unwrap() > 1 << 20, "{f}");
+        assert_eq!(f["payload_bytes"], 300_000);
+    }
+    assert!(stdout.contains("peak RSS"), "{stdout}");
+    assert!(json["disk_bandwidth"]["mb_per_s"].as_f64().unwrap() > 0.0);
+    let svg = std::fs::read_to_string(out.path().join("put_to_commit_cdf.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("cairn every-put"));
+}
+
+/// One round's runs and baselines in the JSON.
+fn assert_round(round: &serde_json::Value) {
+    let runs = round["cairn"].as_array().unwrap();
     assert_eq!(runs.len(), 2);
     for r in runs {
         assert_eq!(r["throughput"]["records"], 3000);
@@ -80,20 +129,9 @@ fn put_to_commit_harness_runs_and_reports() {
         );
         assert!(r.get("ceiling_cpu_ratio").is_some(), "{r}");
     }
-    assert!(json["disk_bandwidth"]["mb_per_s"].as_f64().unwrap() > 0.0);
-    // The footprint: each policy archiving the case in a process of its own.
-    let footprints = case["footprints"].as_array().unwrap();
-    assert_eq!(footprints.len(), 2, "{footprints:?}");
-    for (f, policy) in footprints.iter().zip(["every-put", "interval:50"]) {
-        assert_eq!(f["policy"], policy, "{f}");
-        assert!(f["peak_rss_bytes"].as_u64().unwrap() > 1 << 20, "{f}");
-        assert_eq!(f["payload_bytes"], 300_000);
-    }
-    assert!(stdout.contains("peak RSS"), "{stdout}");
-    assert!(case["floor"]["sum"]["p50_us"].as_u64().unwrap() > 0);
-    assert!(case["ceiling"]["records_per_s"].as_f64().unwrap() > 0.0);
-    assert!(case.get("ceiling_cpu").is_some(), "{case}");
-    assert!(case["kcat"]["skipped"].is_string());
-    let svg = std::fs::read_to_string(out.path().join("put_to_commit_cdf.svg")).unwrap();
-    assert!(svg.starts_with("<svg") && svg.contains("cairn every-put"));
+    assert_eq!(round["ratios"].as_array().unwrap().len(), 2, "{round}");
+    assert!(round["floor"]["sum"]["p50_us"].as_u64().unwrap() > 0);
+    assert!(round["ceiling"]["records_per_s"].as_f64().unwrap() > 0.0);
+    assert!(round.get("ceiling_cpu").is_some(), "{round}");
+    assert!(round["kcat"]["skipped"].is_string());
 }

@@ -4,8 +4,12 @@
 //! cairn's real connector loop under each commit policy, the floor (an
 //! `fdatasync` of a put's bytes plus a commit round trip, each measured
 //! alone), the consume-only ceiling, kcat into a file, and a hand-written
-//! confluent-kafka loop. Ratios are taken within the run: absolute times on
-//! a shared machine are noisy, ratios much less so.
+//! confluent-kafka loop. Ratios are taken within a round: absolute times on
+//! a shared machine are noisy, ratios much less so. Still, one round's
+//! ratios moved by more than most gaps to the targets (two runs a minute
+//! apart read 0.85× and 1.17× kcat), so each case is measured in several
+//! rounds, each in an order rotated from the last, and the targets are
+//! judged on the median of each ratio, printed with its range.
 //!
 //! The mock cluster keeps only the newest 5 MiB or 100 000 records per
 //! partition, so the record count is capped to what the partitions hold and
@@ -17,6 +21,7 @@ pub mod measure;
 mod output;
 mod peers;
 mod setup;
+mod summary;
 
 use std::path::PathBuf;
 
@@ -50,6 +55,12 @@ pub struct Args {
     /// Skip kcat and the Python loop.
     #[arg(long)]
     pub no_peers: bool,
+    /// Rounds per record size. Each measures everything again, the order
+    /// rotated by one step per round, and the targets are judged on the
+    /// medians of the rounds' ratios: one round's spread on a shared
+    /// machine is wider than most of the gaps being judged.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
     /// Where the JSON, the SVG and the scratch data go.
     #[arg(long, default_value_os_t = default_out())]
     pub out: PathBuf,
@@ -151,23 +162,41 @@ pub enum Peer<T> {
     Skipped { skipped: String },
 }
 
+/// One record size: every round measured, the medians of their ratios,
+/// and the footprint (measured once: memory and space do not depend on
+/// what else shares the machine the way times do).
 #[derive(Debug, Serialize)]
 pub struct CaseResult {
     pub record_bytes: usize,
     pub records: u64,
     pub partitions: i32,
     pub note: Option<String>,
+    pub rounds: Vec<Round>,
+    /// Each ratio's median over the rounds, with its range: what the
+    /// targets are judged on.
+    pub medians: Vec<summary::Medians>,
+    /// cairn archiving the case in a process of its own, per policy.
+    pub footprints: Vec<Peer<measure::Footprint>>,
+    /// Every round's samples pooled, for the plot.
+    #[serde(skip)]
+    pub histograms: Histograms,
+}
+
+/// Everything measured once, in the order `order` names.
+#[derive(Debug, Serialize)]
+pub struct Round {
+    /// From 1.
+    pub round: usize,
+    pub order: Vec<String>,
     pub cairn: Vec<measure::CairnRun>,
     pub floor: measure::Floor,
     pub ceiling: Throughput,
     /// What the ceiling cost in CPU.
     pub ceiling_cpu: Option<measure::Cpu>,
-    /// cairn archiving the case in a process of its own, per policy.
-    pub footprints: Vec<Peer<measure::Footprint>>,
     pub kcat: Peer<peers::KcatRun>,
     pub python: Peer<peers::PythonRun>,
-    #[serde(skip)]
-    pub histograms: Histograms,
+    /// Each policy's ratios to this round's baselines.
+    pub ratios: Vec<summary::Ratios>,
 }
 
 /// Full distributions, for the plot.
@@ -176,6 +205,29 @@ pub struct Histograms {
     pub cairn: Vec<(String, Histogram<u64>)>,
     pub floor: Option<Histogram<u64>>,
     pub python: Option<Histogram<u64>>,
+}
+
+/// Adds `h` to what `slot` holds, or starts it with `h`. Pooled
+/// histograms share the bounds of the first (a failed add would need a
+/// sample past a minute, beyond where the plot's scale ends).
+fn pool(slot: &mut Option<Histogram<u64>>, h: &Histogram<u64>) {
+    match slot {
+        Some(pooled) => {
+            let _ = pooled.add(h);
+        }
+        None => *slot = Some(h.clone()),
+    }
+}
+
+impl Histograms {
+    fn pool_cairn(&mut self, policy: &str, h: &Histogram<u64>) {
+        match self.cairn.iter_mut().find(|(p, _)| p == policy) {
+            Some((_, pooled)) => {
+                let _ = pooled.add(h);
+            }
+            None => self.cairn.push((policy.to_owned(), h.clone())),
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -190,17 +242,171 @@ pub struct Report {
     pub cases: Vec<CaseResult>,
 }
 
+/// One measurement of a round.
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    Ceiling,
+    Cairn(usize),
+    Floor,
+    Kcat,
+    Python,
+}
+
+/// The steps of round `round` (from 0): the first in the order the
+/// harness always had (the ceiling first, kcat and Python last), each
+/// later one rotated by one more step, so no measurement always runs
+/// first or always right after another.
+fn steps(policies: usize, peers: bool, round: usize) -> Vec<Step> {
+    let mut steps = vec![Step::Ceiling];
+    steps.extend((0..policies).map(Step::Cairn));
+    steps.push(Step::Floor);
+    if peers {
+        steps.extend([Step::Kcat, Step::Python]);
+    }
+    let n = steps.len();
+    steps.rotate_left(round % n);
+    steps
+}
+
+/// One round of a case: every step measured once, in `steps`' order.
+/// `put_bytes` is the floor's put size: every-put's mean put, from this
+/// round's run when it came first, else from the last one measured.
+#[allow(clippy::too_many_arguments)]
+fn round(
+    args: &Args,
+    case: &measure::Case,
+    records: u64,
+    round: usize,
+    put_bytes: &mut usize,
+    disk_bandwidth: &Throughput,
+    histograms: &mut Histograms,
+) -> Result<Round, String> {
+    let steps = steps(args.policies.len(), !args.no_peers, round);
+    let mut cairn: Vec<Option<measure::CairnRun>> = vec![None; args.policies.len()];
+    let mut ceiling = None;
+    let mut floor = None;
+    let mut kcat = Peer::Skipped {
+        skipped: "--no-peers".into(),
+    };
+    let mut python = Peer::Skipped {
+        skipped: "--no-peers".into(),
+    };
+    let mut order = Vec::new();
+    for step in steps {
+        match step {
+            Step::Ceiling => {
+                // The allocator as at start for the ceiling: an interval
+                // run before it left it tuned for itself.
+                cairn_connector::allocator::tune();
+                let (t, cpu) = measure::ceiling(
+                    case.brokers,
+                    case.broker_pid,
+                    case.topic,
+                    records,
+                    case.size,
+                )?;
+                eprintln!(
+                    "   ceiling (consume only): {:.0} records/s",
+                    t.records_per_s
+                );
+                ceiling = Some((t, cpu));
+                order.push("ceiling".to_owned());
+            }
+            Step::Cairn(i) => {
+                let policy = args.policies[i];
+                let (run, h) = measure::cairn(case, policy)?;
+                eprintln!(
+                    "   cairn {}: {:.0} records/s, put-to-commit p50 {} us p99 {} us",
+                    run.policy,
+                    run.throughput.records_per_s,
+                    run.put_to_commit.p50_us,
+                    run.put_to_commit.p99_us
+                );
+                if policy == CommitPolicy::EveryPut && run.puts > 0 {
+                    *put_bytes = (run.payload_bytes / run.puts) as usize;
+                }
+                histograms.pool_cairn(&run.policy, &h);
+                order.push(format!("cairn {}", run.policy));
+                cairn[i] = Some(run);
+            }
+            Step::Floor => {
+                let (f, h) = measure::floor(
+                    case.brokers,
+                    case.topic,
+                    *put_bytes,
+                    args.floor_samples,
+                    case.out,
+                )?;
+                eprintln!(
+                    "   floor: fdatasync p50 {} us + commit p50 {} us",
+                    f.fdatasync.p50_us, f.commit.p50_us
+                );
+                pool(&mut histograms.floor, &h);
+                floor = Some(f);
+                order.push("floor".to_owned());
+            }
+            Step::Kcat => {
+                kcat = peers::kcat(case.brokers, case.topic, records, case.size);
+                order.push("kcat".to_owned());
+            }
+            Step::Python => {
+                python = match peers::python(
+                    case.brokers,
+                    case.topic,
+                    records,
+                    case.size,
+                    args.batch_records_max,
+                    case.out,
+                ) {
+                    Peer::Ran((run, h)) => {
+                        pool(&mut histograms.python, &h);
+                        Peer::Ran(run)
+                    }
+                    Peer::Skipped { skipped } => Peer::Skipped { skipped },
+                };
+                order.push("python".to_owned());
+            }
+        }
+    }
+    let (Some((ceiling, ceiling_cpu)), Some(floor)) = (ceiling, floor) else {
+        unreachable!("every round measures the ceiling and the floor");
+    };
+    let mut cairn: Vec<measure::CairnRun> = cairn.into_iter().flatten().collect();
+    for run in &mut cairn {
+        run.relate(&floor, &ceiling, ceiling_cpu.as_ref(), disk_bandwidth);
+    }
+    let ratios = cairn
+        .iter()
+        .map(|run| summary::Ratios::of(run, &kcat, &python))
+        .collect();
+    Ok(Round {
+        round: round + 1,
+        order,
+        cairn,
+        floor,
+        ceiling,
+        ceiling_cpu,
+        kcat,
+        python,
+        ratios,
+    })
+}
+
 pub fn run(args: Args) -> Result<(), String> {
     std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
+    if args.records == 0
+        || args.partitions <= 0
+        || args.record_bytes.contains(&0)
+        || args.rounds == 0
+    {
+        return Err("--records, --partitions, --record-bytes and --rounds must be positive".into());
+    }
     let broker = setup::Broker::start(&args)?;
     let disk_bandwidth = measure::disk_bandwidth(&args.out)?;
     eprintln!(
         "disk: sequential writes + fdatasync {:.0} MB/s",
         disk_bandwidth.mb_per_s
     );
-    if args.records == 0 || args.partitions <= 0 || args.record_bytes.contains(&0) {
-        return Err("--records, --partitions and --record-bytes must be positive".into());
-    }
     let mut cases = Vec::new();
     for &size in &args.record_bytes {
         let (records, note) =
@@ -214,33 +420,6 @@ pub fn run(args: Args) -> Result<(), String> {
             args.partitions
         );
         let ends = setup::produce(broker.brokers(), &topic, records, size, args.partitions)?;
-        // The allocator as at start for the ceiling: an interval run of the
-        // previous case left it tuned for itself.
-        cairn_connector::allocator::tune();
-        let (ceiling, ceiling_cpu) =
-            measure::ceiling(broker.brokers(), broker.pid(), &topic, records, size)?;
-        let mut result = CaseResult {
-            record_bytes: size,
-            records,
-            partitions: args.partitions,
-            note,
-            cairn: Vec::new(),
-            floor: measure::Floor::default(),
-            ceiling,
-            ceiling_cpu,
-            footprints: Vec::new(),
-            kcat: Peer::Skipped {
-                skipped: "--no-peers".into(),
-            },
-            python: Peer::Skipped {
-                skipped: "--no-peers".into(),
-            },
-            histograms: Histograms::default(),
-        };
-        eprintln!(
-            "   ceiling (consume only): {:.0} records/s",
-            result.ceiling.records_per_s
-        );
         let case = measure::Case {
             brokers: broker.brokers(),
             topic: &topic,
@@ -251,21 +430,21 @@ pub fn run(args: Args) -> Result<(), String> {
             broker_pid: broker.pid(),
         };
         let mut put_bytes = size * args.batch_records_max;
-        for policy in &args.policies {
-            let (run, h) = measure::cairn(&case, *policy)?;
-            eprintln!(
-                "   cairn {}: {:.0} records/s, put-to-commit p50 {} us p99 {} us",
-                run.policy,
-                run.throughput.records_per_s,
-                run.put_to_commit.p50_us,
-                run.put_to_commit.p99_us
-            );
-            if *policy == CommitPolicy::EveryPut && run.puts > 0 {
-                put_bytes = (run.payload_bytes / run.puts) as usize;
-            }
-            result.histograms.cairn.push((run.policy.clone(), h));
-            result.cairn.push(run);
+        let mut histograms = Histograms::default();
+        let mut rounds = Vec::new();
+        for r in 0..args.rounds {
+            eprintln!("-- round {}/{}", r + 1, args.rounds);
+            rounds.push(round(
+                &args,
+                &case,
+                records,
+                r,
+                &mut put_bytes,
+                &disk_bandwidth,
+                &mut histograms,
+            )?);
         }
+        let mut footprints = Vec::new();
         for policy in &args.policies {
             let f = match measure::footprint(&case, *policy) {
                 Ok(f) => {
@@ -281,47 +460,18 @@ pub fn run(args: Args) -> Result<(), String> {
                     skipped: format!("{}: {e}", measure::policy_name(*policy)),
                 },
             };
-            result.footprints.push(f);
+            footprints.push(f);
         }
-        let (floor, floor_h) = measure::floor(
-            broker.brokers(),
-            &topic,
-            put_bytes,
-            args.floor_samples,
-            &args.out,
-        )?;
-        eprintln!(
-            "   floor: fdatasync p50 {} us + commit p50 {} us",
-            floor.fdatasync.p50_us, floor.commit.p50_us
-        );
-        result.floor = floor;
-        result.histograms.floor = Some(floor_h);
-        for run in &mut result.cairn {
-            run.relate(
-                &result.floor,
-                &result.ceiling,
-                result.ceiling_cpu.as_ref(),
-                &disk_bandwidth,
-            );
-        }
-        if !args.no_peers {
-            result.kcat = peers::kcat(broker.brokers(), &topic, records, size);
-            result.python = match peers::python(
-                broker.brokers(),
-                &topic,
-                records,
-                size,
-                args.batch_records_max,
-                &args.out,
-            ) {
-                Peer::Ran((run, h)) => {
-                    result.histograms.python = Some(h);
-                    Peer::Ran(run)
-                }
-                Peer::Skipped { skipped } => Peer::Skipped { skipped },
-            };
-        }
-        cases.push(result);
+        cases.push(CaseResult {
+            record_bytes: size,
+            records,
+            partitions: args.partitions,
+            note,
+            medians: summary::medians(&rounds),
+            rounds,
+            footprints,
+            histograms,
+        });
     }
     let report = Report {
         command: std::env::args().collect::<Vec<_>>().join(" "),

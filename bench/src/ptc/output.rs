@@ -6,7 +6,7 @@ use std::process::Command;
 use hdrhistogram::Histogram;
 use plotters::prelude::*;
 
-use super::{Latency, Peer, Report, Throughput, P999_SAMPLES_MIN, P99_SAMPLES_MIN};
+use super::{summary, Latency, Peer, Report, Round, Throughput, P999_SAMPLES_MIN, P99_SAMPLES_MIN};
 
 pub fn date_utc() -> String {
     Command::new("date")
@@ -89,38 +89,66 @@ pub fn table(r: &Report) {
             c.partitions,
             c.note.as_ref().map_or(String::new(), |n| format!(" ({n})"))
         );
-        println!(
-            "{:<34} {:>11} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9}",
-            "", "records/s", "MB/s", "p50 us", "p90 us", "p99 us", "p99.9 us", "max us"
-        );
-        for run in &c.cairn {
-            row(
-                &format!("cairn {}", run.policy),
-                Some(&run.throughput),
-                Some(&run.put_to_commit),
-                &format!(
-                    "{:.2}x / {} floor p50/p99, {:.0}% of ceiling, {:.0} fsyncs/s, {} puts",
-                    run.p50_vs_floor,
-                    run.p99_vs_floor
-                        .map_or("n/a".to_owned(), |r| format!("{r:.2}x")),
-                    run.pct_of_ceiling,
-                    run.fsyncs_per_s,
-                    run.put_to_commit.samples
-                ),
-            );
+        for round in &c.rounds {
+            round_table(round, c.rounds.len());
         }
-        for run in &c.cairn {
-            if let (Some(r), Some(pct)) = (run.steady_records_per_s, run.steady_pct_of_ceiling) {
-                println!(
+        let mib = |b: u64| b as f64 / (1 << 20) as f64;
+        for f in &c.footprints {
+            match f {
+                Peer::Ran(f) => println!(
+                    "{:<34} peak RSS {:.0} MiB archiving every record in a process of its own ({}); store {:.2}x the payload",
+                    "footprint",
+                    mib(f.peak_rss_bytes),
+                    f.policy,
+                    f.space_amplification
+                ),
+                Peer::Skipped { skipped } => println!("{:<34} skipped: {skipped}", "footprint"),
+            }
+        }
+        medians_table(c);
+    }
+}
+
+/// One round: every run's row, then what each cairn run cost.
+fn round_table(c: &Round, rounds: usize) {
+    println!();
+    println!(
+        "round {}/{rounds}, in this order: {}",
+        c.round,
+        c.order.join(", ")
+    );
+    println!(
+        "{:<34} {:>11} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "", "records/s", "MB/s", "p50 us", "p90 us", "p99 us", "p99.9 us", "max us"
+    );
+    for run in &c.cairn {
+        row(
+            &format!("cairn {}", run.policy),
+            Some(&run.throughput),
+            Some(&run.put_to_commit),
+            &format!(
+                "{:.2}x / {} floor p50/p99, {:.0}% of ceiling, {:.0} fsyncs/s, {} puts",
+                run.p50_vs_floor,
+                run.p99_vs_floor
+                    .map_or("n/a".to_owned(), |r| format!("{r:.2}x")),
+                run.pct_of_ceiling,
+                run.fsyncs_per_s,
+                run.put_to_commit.samples
+            ),
+        );
+    }
+    for run in &c.cairn {
+        if let (Some(r), Some(pct)) = (run.steady_records_per_s, run.steady_pct_of_ceiling) {
+            println!(
                     "{:<34} steady {r:.0} records/s between the first and the next-to-last of {} commits = {pct:.0}% of ceiling (without the run's ends: the last commit waits for its interval)",
                     format!("  cairn {}", run.policy),
                     run.commits
                 );
-            }
         }
-        let mib = |b: u64| b as f64 / (1 << 20) as f64;
-        for run in &c.cairn {
-            println!(
+    }
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    for run in &c.cairn {
+        println!(
                 "{:<34} store {:.1} MiB on disk ({:.1} MiB allocated) = {:.2}x the payload; {:.0}% of the disk's sequential bandwidth",
                 format!("  cairn {}", run.policy),
                 mib(run.disk_bytes),
@@ -128,15 +156,15 @@ pub fn table(r: &Report) {
                 run.space_amplification,
                 run.pct_of_disk_bandwidth,
             );
-        }
-        for run in &c.cairn {
-            if let Some(cpu) = &run.cpu {
-                let both = if cpu.broker_us_per_record.is_some() {
-                    " (broker included in both)"
-                } else {
-                    ""
-                };
-                println!(
+    }
+    for run in &c.cairn {
+        if let Some(cpu) = &run.cpu {
+            let both = if cpu.broker_us_per_record.is_some() {
+                " (broker included in both)"
+            } else {
+                ""
+            };
+            println!(
                     "{:<34} {}{}",
                     format!("  cairn {}", run.policy),
                     cpu_text(cpu),
@@ -144,54 +172,92 @@ pub fn table(r: &Report) {
                         "; the ceiling's CPU per record is {r:.2}x this run's{both}: the share of its records/s a CPU-bound run gets"
                     ))
                 );
-            }
         }
-        for f in &c.footprints {
-            match f {
-                Peer::Ran(f) => println!(
-                    "{:<34} peak RSS {:.0} MiB archiving every record in a process of its own ({}); store {:.2}x the payload",
-                    "  footprint",
-                    mib(f.peak_rss_bytes),
-                    f.policy,
-                    f.space_amplification
+    }
+    row(
+        "floor: fdatasync + commit",
+        None,
+        Some(&c.floor.sum),
+        &format!(
+            "fdatasync of {} B p50 {} us, commit p50 {} us",
+            c.floor.put_bytes, c.floor.fdatasync.p50_us, c.floor.commit.p50_us
+        ),
+    );
+    row(
+        "ceiling: consume only",
+        Some(&c.ceiling),
+        None,
+        &c.ceiling_cpu.as_ref().map_or(String::new(), cpu_text),
+    );
+    match &c.kcat {
+        Peer::Ran(k) => row(
+            "kcat -C -c N (no fsync)",
+            Some(&k.throughput),
+            None,
+            &k.version,
+        ),
+        Peer::Skipped { skipped } => row("kcat", None, None, &format!("skipped: {skipped}")),
+    }
+    match &c.python {
+        Peer::Ran(p) => row(
+            &format!("python loop, batch {}", p.batch),
+            Some(&p.throughput),
+            Some(&p.write_to_commit),
+            &format!("write + fdatasync + sync commit; {}", p.version),
+        ),
+        Peer::Skipped { skipped } => row("python loop", None, None, &format!("skipped: {skipped}")),
+    }
+}
+
+/// Each ratio by round, and its median and range over the rounds.
+fn medians_table(c: &super::CaseResult) {
+    println!();
+    println!(
+        "ratios to the baselines of the same round; the median over {} rounds is what the targets are judged on",
+        c.rounds.len()
+    );
+    let mut header = format!("{:<36}", "");
+    for round in &c.rounds {
+        header += &format!(" {:>9}", format!("round {}", round.round));
+    }
+    println!("{header} {:>9} {:>17}  target", "median", "range");
+    let show = |v: f64, percent: bool| {
+        if percent {
+            format!("{v:.0}%")
+        } else {
+            format!("{v:.2}x")
+        }
+    };
+    for m in &c.medians {
+        for metric in &summary::METRICS {
+            let Some(spread) = m.ratios.get(metric.name) else {
+                continue;
+            };
+            let mut line = format!("{:<36}", format!("{} {}", m.policy, metric.name));
+            for round in &c.rounds {
+                let v = round
+                    .ratios
+                    .iter()
+                    .find(|r| r.policy == m.policy)
+                    .and_then(metric.get);
+                line += &format!(
+                    " {:>9}",
+                    v.map_or("-".to_owned(), |v| show(v, metric.percent))
+                );
+            }
+            println!(
+                "{line} {:>9} {:>17}  {}",
+                show(spread.median, metric.percent),
+                format!(
+                    "{}-{}",
+                    show(spread.min, metric.percent),
+                    show(spread.max, metric.percent)
                 ),
-                Peer::Skipped { skipped } => println!("{:<34} skipped: {skipped}", "  footprint"),
-            }
-        }
-        row(
-            "floor: fdatasync + commit",
-            None,
-            Some(&c.floor.sum),
-            &format!(
-                "fdatasync of {} B p50 {} us, commit p50 {} us",
-                c.floor.put_bytes, c.floor.fdatasync.p50_us, c.floor.commit.p50_us
-            ),
-        );
-        row(
-            "ceiling: consume only",
-            Some(&c.ceiling),
-            None,
-            &c.ceiling_cpu.as_ref().map_or(String::new(), cpu_text),
-        );
-        match &c.kcat {
-            Peer::Ran(k) => row(
-                "kcat -C -c N (no fsync)",
-                Some(&k.throughput),
-                None,
-                &k.version,
-            ),
-            Peer::Skipped { skipped } => row("kcat", None, None, &format!("skipped: {skipped}")),
-        }
-        match &c.python {
-            Peer::Ran(p) => row(
-                &format!("python loop, batch {}", p.batch),
-                Some(&p.throughput),
-                Some(&p.write_to_commit),
-                &format!("write + fdatasync + sync commit; {}", p.version),
-            ),
-            Peer::Skipped { skipped } => {
-                row("python loop", None, None, &format!("skipped: {skipped}"))
-            }
+                metric
+                    .target
+                    .filter(|(policy, _)| *policy == m.policy)
+                    .map_or("", |(_, target)| target)
+            );
         }
     }
 }
@@ -244,8 +310,8 @@ pub fn svg(r: &Report, path: &Path) -> Result<(), String> {
         let mut chart = ChartBuilder::on(area)
             .caption(
                 format!(
-                    "put-to-commit latency CDF: {} records of {} B, {} partitions",
-                    c.records, c.record_bytes, c.partitions
+                    "put-to-commit latency CDF: {} records of {} B, {} partitions, {} rounds pooled",
+                    c.records, c.record_bytes, c.partitions, c.rounds.len()
                 ),
                 ("sans-serif", 18),
             )
