@@ -66,6 +66,10 @@ pub struct Engine {
     /// Dropped by `Drop for Engine`, guarded when the engine is poisoned.
     pub(crate) db: Held<sled::Db>,
     pub(crate) tree: Held<sled::Tree>,
+    /// Set when the engine is poisoned, and shared with every reader, which
+    /// holds a sled handle of its own: whichever drops the last one drops
+    /// it guarded ([`drop_failing_store`]).
+    pub(crate) store_failing: Arc<AtomicBool>,
     pub(crate) write: Mutex<WriteState>,
     commit: Mutex<CommitState>,
     commit_cv: Condvar,
@@ -345,8 +349,9 @@ impl Engine {
         };
         Ok(Engine {
             cfg,
-            db: Held(Some(db)),
-            tree: Held(Some(tree)),
+            db: Held::new(db),
+            tree: Held::new(tree),
+            store_failing: Arc::new(AtomicBool::new(false)),
             write: Mutex::new(state),
             commit: Mutex::new(CommitState {
                 synced_seq: 0,
@@ -407,10 +412,11 @@ impl Engine {
     /// (poisoned.rs), so that no poisoning goes without it.
     fn set_poisoned(&self, c: &mut CommitState, op: &'static str, reason: String) {
         crate::poisoned::record(&self.cfg.path, op, &reason);
+        self.store_failing.store(true, Ordering::SeqCst);
         c.poisoned = Some((op, reason));
     }
 
-    fn poison(&self, op: &'static str, reason: String) -> Error {
+    pub(crate) fn poison(&self, op: &'static str, reason: String) -> Error {
         tracing::error!(op, %reason, "engine poisoned; no further writes, reopen to recover");
         let mut c = lock(&self.commit);
         if c.poisoned.is_none() {
@@ -893,15 +899,32 @@ impl Engine {
     }
 }
 
-/// A sled handle that only the engine's drop takes out, so that it can drop
-/// it inside `catch_unwind` (`Drop for Engine`).
+/// A sled handle that only its holder's drop takes out, so that it can
+/// drop it inside `catch_unwind` (`Drop for Engine`, `Drop for RecordIter`).
 pub(crate) struct Held<T>(Option<T>);
+
+impl<T> Held<T> {
+    pub(crate) fn new(handle: T) -> Held<T> {
+        Held(Some(handle))
+    }
+
+    /// For the holder's drop only: every use after it would panic.
+    pub(crate) fn take(&mut self) -> Option<T> {
+        self.0.take()
+    }
+}
 
 impl<T> std::ops::Deref for Held<T> {
     type Target = T;
     fn deref(&self) -> &T {
         self.0.as_ref().expect("taken only by the engine's drop")
     }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Guarded drops on this thread, for tests that check which drop is.
+    pub(crate) static GUARDED_DROPS: Cell<u64> = const { Cell::new(0) };
 }
 
 thread_local! {
@@ -920,14 +943,15 @@ pub fn dropping_failing_store() -> bool {
 
 impl Drop for Engine {
     fn drop(&mut self) {
-        let handles = (self.tree.0.take(), self.db.0.take());
+        let handles = (self.tree.take(), self.db.take());
         // Not `lock`: a drop must not panic on a mutex an earlier panic
         // poisoned (that engine is taken for poisoned too).
         let poisoned = self.commit.lock().map_or(true, |c| c.poisoned.is_some());
         if poisoned {
-            // The last sled handle may also be a reader's, dropped
-            // elsewhere; this guards the usual case, where the engine
-            // holds the last one.
+            // A reader that outlives the engine may hold the last sled
+            // handle instead: its drop is guarded too (set here as well for
+            // an engine taken for poisoned by a panic elsewhere).
+            self.store_failing.store(true, Ordering::SeqCst);
             drop_failing_store(handles);
         }
     }
@@ -939,6 +963,8 @@ impl Drop for Engine {
 /// too, and panics. Caught here and logged in one line; nothing relies on
 /// that flush or fsync, and the next open does not trust the page cache.
 pub(crate) fn drop_failing_store<T>(handles: T) {
+    #[cfg(test)]
+    GUARDED_DROPS.with(|n| n.set(n.get() + 1));
     DROPPING_FAILING.with(|d| d.set(true));
     let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(handles)));
     DROPPING_FAILING.with(|d| d.set(false));

@@ -16,8 +16,10 @@
 //!   yields anything, from the index alone.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
-use crate::engine::{store_err, Engine};
+use crate::engine::{drop_failing_store, store_err, Engine, Held};
 use crate::entry::read_entry;
 use crate::error::Result;
 use crate::index::IndexEntry;
@@ -26,9 +28,13 @@ use crate::offsets::PartitionSummary;
 use crate::record::{validate_tp, Record, TopicPartition};
 use crate::recovery::{index_corruption, index_item, summary_location};
 
-/// Iterator over one partition's records from an offset. Owns what it needs.
+/// Iterator over one partition's records from an offset. Owns what it
+/// needs, a sled handle included, so it may outlive the engine: its drop
+/// then drops the store's last handle, guarded as the engine's own would be
+/// if the engine was poisoned.
 pub struct RecordIter {
-    tree: sled::Tree,
+    tree: Held<sled::Tree>,
+    store_failing: Arc<AtomicBool>,
     tp: TopicPartition,
     from: i64,
     end: i64,
@@ -128,7 +134,8 @@ impl Engine {
             }
         }
         Ok(RecordIter {
-            tree: (*self.tree).clone(),
+            tree: Held::new((*self.tree).clone()),
+            store_failing: self.store_failing.clone(),
             tp: tp.clone(),
             from,
             end,
@@ -370,5 +377,64 @@ impl Iterator for RecordIter {
             return Some(Err(e));
         }
         self.buf.pop_front().map(Ok)
+    }
+}
+
+impl Drop for RecordIter {
+    fn drop(&mut self) {
+        let tree = self.tree.take();
+        if self.store_failing.load(Ordering::SeqCst) {
+            drop_failing_store(tree);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::engine::GUARDED_DROPS;
+    use crate::{Engine, EngineConfig, Record, RecordBatch, TopicPartition};
+
+    fn guarded_drops() -> u64 {
+        GUARDED_DROPS.with(std::cell::Cell::get)
+    }
+
+    /// Opens a store holding one record and a reader of it, left unread.
+    fn engine_and_reader(dir: &std::path::Path) -> (Engine, super::RecordIter) {
+        let e = Engine::open(EngineConfig::new(dir)).unwrap();
+        let tp = TopicPartition::new("t", 0);
+        e.append(&[RecordBatch {
+            tp: tp.clone(),
+            records: vec![Record::with_value(0, "v")],
+        }])
+        .unwrap();
+        let it = e.read(&tp, 0).unwrap();
+        (e, it)
+    }
+
+    #[test]
+    fn a_reader_outliving_a_poisoned_engine_drops_the_store_guarded() {
+        let dir = tempfile::tempdir().unwrap();
+        let (e, it) = engine_and_reader(dir.path());
+        let _ = e.poison("fsync", "injected by the test".into());
+        let before = guarded_drops();
+        drop(e);
+        assert_eq!(guarded_drops(), before + 1, "the engine's handles");
+        // The reader holds the store's last handle: sled's own drop (which
+        // fsyncs, and panics when that fails) runs now, guarded too.
+        drop(it);
+        assert_eq!(guarded_drops(), before + 2, "the reader's handle");
+    }
+
+    #[test]
+    fn a_reader_of_a_healthy_engine_drops_the_store_as_usual() {
+        let dir = tempfile::tempdir().unwrap();
+        let (e, it) = engine_and_reader(dir.path());
+        let before = guarded_drops();
+        drop(e);
+        drop(it);
+        assert_eq!(guarded_drops(), before);
+        // And the store was shut down whole: it reopens with the record.
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        assert_eq!(e.durable_offset(&TopicPartition::new("t", 0)), Some(1));
     }
 }
