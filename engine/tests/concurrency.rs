@@ -1,4 +1,4 @@
-//! Group commit: concurrent appenders share fsyncs, and every append is durable.
+//! Concurrent appenders: every append is durable, and the log stays whole.
 
 mod common;
 
@@ -7,7 +7,7 @@ use std::sync::{Arc, Barrier};
 use cairn_engine::{Engine, EngineConfig, TopicPartition};
 
 #[test]
-fn eight_threads_share_fsyncs() {
+fn eight_threads_appending_at_once_lose_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let threads = 8;
     let appends_per_thread = 50;
@@ -35,12 +35,10 @@ fn eight_threads_share_fsyncs() {
         let s = e.stats();
         let appends = (threads * appends_per_thread) as u64;
         assert_eq!(s.appends, appends);
+        // How many syncs they shared depends on the scheduler: printed,
+        // not asserted (group_commit.rs shows the sharing deterministically).
         eprintln!("appends {} fsyncs {}", s.appends, s.fsyncs);
-        assert!(
-            s.fsyncs < appends,
-            "no fsync was shared: {} fsyncs for {appends} appends",
-            s.fsyncs
-        );
+        assert!(s.fsyncs <= appends, "{s:?}");
         // Reopen after a crash-like drop: everything acknowledged is there.
     }
     let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
