@@ -22,6 +22,20 @@ use crate::record::{validate_topic, Record, TopicPartition, HEADERS_PER_RECORD_M
 
 /// Largest encoded entry body the format allows (sum of its chunks).
 pub const ENTRY_BODY_BYTES_MAX: usize = 32 << 20;
+
+/// Most records one entry may hold. The writer cuts an entry once its
+/// records' counted bytes reach the target, which is at most a quarter of
+/// [`ENTRY_BODY_BYTES_MAX`] (config.rs), and every record counts at least
+/// [`RECORD_COUNTED_BYTES_MIN`] toward it, so no build writes more. A count
+/// above it is damage: refusing it bounds what a forged entry's decode can
+/// claim (a decoded record takes about 100 bytes of memory, where the
+/// smallest encoding is 6: a 32 MiB body of them decoded to ~800 MB).
+pub const RECORDS_PER_ENTRY_MAX: usize = ENTRY_BODY_BYTES_MAX / 4 / RECORD_COUNTED_BYTES_MIN + 1;
+
+/// The least any record has ever counted toward an entry's target: its
+/// framing bound (36 bytes, `Record::encoded_bytes_max`) since e0cb6c7, a
+/// flat 32 bytes before.
+pub const RECORD_COUNTED_BYTES_MIN: usize = 32;
 /// Bound on what one bincode decode may claim (bytes read plus container
 /// memory). Checked by bincode before it allocates.
 const DECODE_LIMIT_BYTES: usize = 64 << 20;
@@ -126,6 +140,11 @@ pub fn decode_entry(bytes: &[u8]) -> Result<Entry, CorruptionKind> {
     let count = head.record_count as usize;
     if count == 0 {
         return Err(decode_err("entry with no records"));
+    }
+    if count > RECORDS_PER_ENTRY_MAX {
+        return Err(decode_err(format!(
+            "record count {count} is more than the {RECORDS_PER_ENTRY_MAX} an entry may hold"
+        )));
     }
     let left = bytes.len() - pos;
     if count > left / RECORD_ENCODED_BYTES_MIN {
@@ -267,6 +286,47 @@ mod tests {
         };
         let b = bincode::encode_to_vec(&head, CONFIG).unwrap();
         assert!(decode_entry(&b).is_err());
+    }
+
+    /// Records of no payload, the most an entry's bytes can hold, each
+    /// encoded in 6 bytes.
+    fn tiny_records(n: usize) -> Vec<Record> {
+        (0..n as i64)
+            .map(|offset| Record {
+                offset,
+                timestamp_type: TimestampType::NotAvailable,
+                timestamp_ms: 0,
+                key: None,
+                value: None,
+                headers: Vec::new(),
+            })
+            .collect()
+    }
+
+    /// No build writes more records to an entry, so more is damage, and
+    /// refused before they are decoded.
+    #[test]
+    fn more_records_than_an_entry_may_hold_are_refused() {
+        let tp = TopicPartition::new("t", 0);
+        let most = decode_entry(&encode_entry(&tp, &tiny_records(RECORDS_PER_ENTRY_MAX))).unwrap();
+        assert_eq!(most.records.len(), RECORDS_PER_ENTRY_MAX);
+        let err =
+            decode_entry(&encode_entry(&tp, &tiny_records(RECORDS_PER_ENTRY_MAX + 1))).unwrap_err();
+        assert!(err.to_string().contains("an entry may hold"), "{err}");
+    }
+
+    /// The writer's cut keeps within that bound even for records that
+    /// count the least toward an entry's size, at the largest target.
+    #[test]
+    fn the_writer_never_cuts_an_entry_of_more_records_than_allowed() {
+        let records = tiny_records(RECORDS_PER_ENTRY_MAX * 2);
+        let target = ENTRY_BODY_BYTES_MAX / 4;
+        let mut groups = 0;
+        for group in crate::engine::split_entries(&records, target) {
+            assert!(group.len() <= RECORDS_PER_ENTRY_MAX, "{}", group.len());
+            groups += 1;
+        }
+        assert!(groups >= 2);
     }
 
     /// Never written (the write path refuses it), so only damage with a

@@ -508,6 +508,7 @@ impl Engine {
                     summary.first_offset = fresh[0].offset;
                 }
                 for group in split_entries(fresh, self.cfg.entry_bytes_target) {
+                    debug_assert!(group.len() <= crate::body::RECORDS_PER_ENTRY_MAX);
                     let body = encode_entry(&b.tp, group);
                     if body.len() > ENTRY_BODY_BYTES_MAX {
                         // Not reachable with validated records (split_entries
@@ -1015,7 +1016,7 @@ pub(crate) fn failpoint_action<T>(name: &str, arg: Option<String>) -> Result<T> 
 /// stays under `target` + one record, which with `target` ≤ a quarter of
 /// the entry maximum (config.rs), records ≤ `RECORD_BYTES_MAX_LIMIT` and
 /// ≤ `HEADERS_PER_RECORD_MAX` headers, is always under the maximum.
-fn split_entries(records: &[Record], target: usize) -> impl Iterator<Item = &[Record]> {
+pub(crate) fn split_entries(records: &[Record], target: usize) -> impl Iterator<Item = &[Record]> {
     let mut rest = records;
     std::iter::from_fn(move || {
         if rest.is_empty() {

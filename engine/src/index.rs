@@ -89,6 +89,7 @@ impl IndexEntry {
             || e.last_offset == i64::MAX
             || e.lsn == 0
             || e.chunks as usize > CHUNKS_PER_ENTRY_MAX
+            || e.record_count as usize > crate::body::RECORDS_PER_ENTRY_MAX
             || e.lsn.saturating_add(u64::from(e.chunks)) > keys::LSN_MAX
         {
             return Err(CorruptionKind::IndexMismatch {

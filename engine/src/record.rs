@@ -110,6 +110,9 @@ pub const HEADERS_PER_RECORD_MAX: usize = 65_536;
 /// timestamp varints (9 bytes each), timestamp type (1), key and value
 /// option tags and lengths (1 + 5 each), header count (5).
 const RECORD_FRAMING_BYTES_MAX: u64 = 36;
+// Every record counts at least this toward an entry's size, which bounds
+// the records an entry holds (body.rs `RECORDS_PER_ENTRY_MAX`).
+const _: () = assert!(RECORD_FRAMING_BYTES_MAX >= crate::body::RECORD_COUNTED_BYTES_MIN as u64);
 /// Framing of one header, at most: name length (5), value option tag (1)
 /// and value length (5).
 const HEADER_FRAMING_BYTES_MAX: u64 = 11;
