@@ -127,7 +127,10 @@ impl Engine {
     }
 
     /// What [`truncate_by`](Self::truncate_by) would delete now, and the
-    /// offset `cut` picks, without deleting anything.
+    /// offset `cut` picks, without deleting anything. It checks the ends of
+    /// every entry it counts as the truncation would
+    /// ([`check_entry_ends`](Self::check_entry_ends)), so a plan that
+    /// succeeds is not refused by the deletion for damage already there.
     pub fn truncate_plan_by(
         &self,
         tp: &TopicPartition,
@@ -154,6 +157,7 @@ impl Engine {
                 first_kept = Some(e.first_offset);
                 break;
             }
+            self.check_entry_ends(tp, &e)?;
             report.count(&e);
         }
         report.first_offset_after = Some(if report.entries_deleted == 0 {

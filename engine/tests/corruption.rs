@@ -692,7 +692,7 @@ fn a_truncation_refuses_a_tombstone_spanning_past_the_largest_lsn() {
 /// An index entry (damage under a valid CRC) that names more frames than
 /// its entry has, or another whole entry of the same size: a truncation
 /// must refuse it, naming the frame, and delete nothing, rather than delete
-/// another entry's frames with it.
+/// another entry's frames with it; and its plan (a dry run) says so too.
 #[test]
 fn a_truncation_refuses_an_index_entry_that_names_the_wrong_frames() {
     for (what, forge) in [
@@ -713,14 +713,23 @@ fn a_truncation_refuses_an_index_entry_that_names_the_wrong_frames() {
         });
         let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
         let at = if what == "two frames" { 1 } else { 2 };
-        match e.truncate_before(&tp, 10) {
-            Err(Error::Corruption {
-                location: Location::Wal { lsn },
-                kind: CorruptionKind::IndexMismatch { detail },
-            }) if lsn == at => {
-                assert!(detail.contains("names this frame as its"), "{detail}")
+        // A dry run's plan refuses it as the truncation does: it does not
+        // promise a deletion that would be refused.
+        for (op, result) in [
+            ("plan", e.truncate_plan(&tp, 10)),
+            ("truncation", e.truncate_before(&tp, 10)),
+        ] {
+            match result {
+                Err(Error::Corruption {
+                    location: Location::Wal { lsn },
+                    kind: CorruptionKind::IndexMismatch { detail },
+                }) if lsn == at => {
+                    assert!(detail.contains("names this frame as its"), "{detail}")
+                }
+                other => panic!(
+                    "{what}, {op}: expected the index entry refused at lsn {at}, got {other:?}"
+                ),
             }
-            other => panic!("{what}: expected the index entry refused at lsn {at}, got {other:?}"),
         }
         drop(e);
         let (frames, _) = common::wal_layout(dir.path());

@@ -13,7 +13,8 @@
 //! - A partition's next offset never moves: `cairn run` resumes where it
 //!   was, and pruned records are not fetched again.
 //! - `--dry-run` writes nothing (the engine is opened, which may truncate a
-//!   torn tail as any open does).
+//!   torn tail as any open does), and checks the ends of every entry it
+//!   counts as a prune would: damage that would stop the prune stops it.
 
 use std::process::ExitCode;
 use std::time::Duration;
