@@ -19,6 +19,9 @@ pub struct Ratios {
     pub p99_vs_floor: Option<f64>,
     pub pct_of_ceiling: f64,
     pub steady_pct_of_ceiling: Option<f64>,
+    /// MB/s as a percentage of the disk's sequential bandwidth (measured
+    /// once per run, before the rounds).
+    pub pct_of_disk_bandwidth: f64,
     /// records/s over kcat's.
     pub vs_kcat: Option<f64>,
     /// records/s over the Python loop's.
@@ -40,6 +43,7 @@ impl Ratios {
             p99_vs_floor: run.p99_vs_floor,
             pct_of_ceiling: run.pct_of_ceiling,
             steady_pct_of_ceiling: run.steady_pct_of_ceiling,
+            pct_of_disk_bandwidth: run.pct_of_disk_bandwidth,
             vs_kcat: match kcat {
                 Peer::Ran(k) => Some(rps / k.throughput.records_per_s),
                 Peer::Skipped { .. } => None,
@@ -61,7 +65,7 @@ pub struct Metric {
     pub target: Option<(&'static str, &'static str)>,
 }
 
-pub const METRICS: [Metric; 7] = [
+pub const METRICS: [Metric; 8] = [
     Metric {
         name: "p50_vs_floor",
         get: |r| Some(r.p50_vs_floor),
@@ -85,6 +89,12 @@ pub const METRICS: [Metric; 7] = [
         get: |r| r.steady_pct_of_ceiling,
         percent: true,
         target: None,
+    },
+    Metric {
+        name: "pct_of_disk_bandwidth",
+        get: |r| Some(r.pct_of_disk_bandwidth),
+        percent: true,
+        target: Some(("interval:100", ">= 70% (at 1 KiB)")),
     },
     Metric {
         name: "vs_kcat",
