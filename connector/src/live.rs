@@ -56,9 +56,11 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 const TAG_OUTPUT: u8 = b'o';
 const TAG_END: u8 = b'e';
 
-/// What a reading command asks the running archive for.
+/// What a reading command asks the running archive for. A field it does
+/// not know is refused, not ignored: a misspelt `partition` would otherwise
+/// read as none given, and a prune take every partition.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "command", rename_all = "kebab-case")]
+#[serde(tag = "command", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum Request {
     /// The partitions' figures, as JSON (`cli::status`).
     Status,
@@ -478,12 +480,8 @@ fn serve(mut conn: UnixStream, engine: &Engine, stop: &AtomicBool) {
                             .and_then(|()| out.flush())
                             .map_err(socket_error)
                     };
-                    cut.check()
-                        .and_then(|cut| {
-                            crate::cli::prune::prune(
-                                engine, selection, cut, *dry_run, stop, &mut emit,
-                            )
-                        })
+                    // The selection and the cut are checked by `prune`.
+                    crate::cli::prune::prune(engine, selection, *cut, *dry_run, stop, &mut emit)
                         .map(|()| 0)
                 }
                 Request::Backup { to } if !to.is_absolute() => Err(ConnectorError::Live(format!(
@@ -944,6 +942,19 @@ mod tests {
         for (req, json) in cases {
             assert_eq!(serde_json::to_string(&req).unwrap(), json);
             assert_eq!(serde_json::from_str::<Request>(json).unwrap(), req);
+        }
+        // A field the server does not know is refused, not dropped: a
+        // misspelt `partition` would read as none given, and the prune
+        // take every partition. (serde lets `status` and `verify`, which
+        // take no options, ignore extra fields: nothing is lost there.)
+        for json in [
+            r#"{"command":"prune","selection":{"topics":[],"partiton":0,"from":0,"to":null},"cut":{"offset":5},"dry_run":false}"#,
+            r#"{"command":"prune","selection":{"topics":[],"partition":null,"from":0,"to":null},"cut":{"offset":5},"dry_run":false,"topic":"t"}"#,
+            r#"{"command":"export","selection":{"topics":[],"partition":null,"from":0,"to":null,"until":9},"format":"jsonl"}"#,
+            r#"{"command":"backup","to":"/b","force":true}"#,
+        ] {
+            let err = serde_json::from_str::<Request>(json).expect_err(json);
+            assert!(err.to_string().contains("unknown field"), "{json}: {err}");
         }
         let end = End {
             exit: 1,

@@ -16,6 +16,7 @@ use crate::error::{ConnectorError, Result};
 /// A selection of archived records: topics (all when empty), one partition
 /// number or all, and the archived offsets `from..to`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Selection {
     pub topics: Vec<String>,
     pub partition: Option<i32>,

@@ -80,15 +80,22 @@ pub enum Cut {
 }
 
 impl Cut {
-    /// Refuse a cut no command line may give; checked again by a running
-    /// archive for a cut sent to it (live.rs). `--keep-bytes 0` would empty
-    /// every chosen partition (`--retain-bytes 0` is refused as well).
+    /// Refuse a cut no command line may give; checked again by [`prune`],
+    /// which a running archive calls for a cut sent to it (live.rs).
+    /// `--keep-bytes 0` would empty every chosen partition
+    /// (`--retain-bytes 0` is refused as well); a time more than a day
+    /// ahead is one in another unit, and would delete every record with a
+    /// timestamp.
     pub fn check(self) -> Result<Cut> {
         let bad = |m: String| Err(ConnectorError::Config(m));
+        let now = pruner::epoch_millis(std::time::SystemTime::now());
         match self {
             Cut::Offset(o) if o < 0 => bad(format!("--before {o}: must be at least 0")),
             Cut::TimeMs(t) if t < 0 => bad(format!(
                 "--before-time {t}: must not be before the Unix epoch"
+            )),
+            Cut::TimeMs(t) if t > now.saturating_add(BEFORE_TIME_AHEAD_MS_MAX) => bad(format!(
+                "--before-time {t}: more than a day in the future, which would delete every record with a timestamp; it takes milliseconds since the Unix epoch (was this microseconds or nanoseconds?) or RFC 3339"
             )),
             Cut::KeepBytes(0) => bad(
                 "--keep-bytes 0: must be positive (to empty partitions, prune --before their next offset)"
@@ -107,23 +114,26 @@ fn cut_of(args: &PruneArgs) -> Result<Cut> {
 /// is allowed for; anything further is a timestamp in another unit.
 const BEFORE_TIME_AHEAD_MS_MAX: i64 = 86_400_000;
 
+/// Refuse a selection a prune must not take; checked by the command line
+/// before it opens or asks anything, and again by [`prune`] for a request
+/// sent to a running archive. A partition number alone would prune that
+/// partition of every archived topic; an offset range is not a cut (the
+/// cut says where a prune ends) and would be ignored.
+fn check_selection(selection: &Selection) -> Result<()> {
+    let bad = |m: &str| Err(ConnectorError::Config(m.into()));
+    if selection.partition.is_some() && selection.topics.is_empty() {
+        return bad("--partition: give --topic too (a partition number alone would prune that partition of every archived topic)");
+    }
+    if selection.from != 0 || selection.to.is_some() {
+        return bad(
+            "a prune takes no offset range: its cut (--before and the others) says where it ends",
+        );
+    }
+    Ok(())
+}
+
 fn cut_of_args(args: &PruneArgs) -> Result<Cut> {
     let bad = |m: String| ConnectorError::Config(m);
-    // A partition number alone would prune that partition of every archived
-    // topic; say which topic it is.
-    if args.partition.is_some() && args.topic.is_empty() {
-        return Err(bad(
-            "--partition: give --topic too (a partition number alone would prune that partition of every archived topic)".into(),
-        ));
-    }
-    if let Some(t) = args.before_time {
-        let now = pruner::epoch_millis(std::time::SystemTime::now());
-        if t > now.saturating_add(BEFORE_TIME_AHEAD_MS_MAX) {
-            return Err(bad(format!(
-                "--before-time {t}: more than a day in the future, which would delete every record with a timestamp; it takes milliseconds since the Unix epoch (was this microseconds or nanoseconds?) or RFC 3339"
-            )));
-        }
-    }
     match (
         args.before,
         args.before_time,
@@ -156,12 +166,13 @@ fn cut_offset(engine: &Engine, p: &PartitionInfo, cut: Cut) -> cairn_engine::Res
 }
 
 pub async fn run(args: PruneArgs) -> Result<ExitCode> {
-    let cut = cut_of(&args)?;
     let selection = Selection {
         topics: args.topic.clone(),
         partition: args.partition,
         ..Selection::default()
     };
+    check_selection(&selection)?;
+    let cut = cut_of(&args)?;
     let data = &args.data.data;
     if let Some(conn) = crate::live::connect(data) {
         // The running cairn prunes, as its own --retain pass would.
@@ -190,7 +201,9 @@ pub async fn run(args: PruneArgs) -> Result<ExitCode> {
 
 /// One prune of the selected partitions of `engine` below `cut` (or, with
 /// `dry_run`, what it would delete), reported line by line to `emit`. Once
-/// `stop` is set it stops before the next partition, with an error.
+/// `stop` is set it stops before the next partition, with an error. The
+/// selection and the cut are checked first, as the command line checks
+/// them: a running archive serves requests no command line built.
 pub(crate) fn prune(
     engine: &Engine,
     selection: &Selection,
@@ -199,6 +212,8 @@ pub(crate) fn prune(
     stop: &std::sync::atomic::AtomicBool,
     emit: &mut dyn FnMut(std::fmt::Arguments<'_>) -> Result<()>,
 ) -> Result<()> {
+    check_selection(selection)?;
+    let cut = cut.check()?;
     let chosen = selection.choose(engine.partitions(), &[])?;
     let size_before = engine.size_on_disk()?;
     let verb = if dry_run { "would prune" } else { "pruned" };
@@ -254,6 +269,65 @@ mod tests {
     use super::*;
     use std::sync::atomic::AtomicBool;
 
+    /// What a running archive is sent is checked as a command line is:
+    /// a request no command line builds prunes nothing.
+    #[test]
+    fn a_prune_refuses_what_no_command_line_may_ask_and_deletes_nothing() {
+        use cairn_engine::{EngineConfig, Record, RecordBatch, TopicPartition};
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        let records = (0..5).map(|o| Record::with_value(o, "v")).collect();
+        let tp = TopicPartition::new("t", 0);
+        engine.append(&[RecordBatch { tp, records }]).unwrap();
+        let now = pruner::epoch_millis(std::time::SystemTime::now());
+        let all = Selection::default();
+        let cases = [
+            (
+                Selection {
+                    partition: Some(0),
+                    ..Selection::default()
+                },
+                Cut::Offset(5),
+                "give --topic too",
+            ),
+            (
+                Selection {
+                    from: 2,
+                    ..Selection::default()
+                },
+                Cut::Offset(5),
+                "no offset range",
+            ),
+            (
+                Selection {
+                    to: Some(3),
+                    ..Selection::default()
+                },
+                Cut::Offset(5),
+                "no offset range",
+            ),
+            // Microseconds for milliseconds.
+            (
+                all.clone(),
+                Cut::TimeMs(now * 1000),
+                "more than a day in the future",
+            ),
+            (all.clone(), Cut::KeepBytes(0), "must be positive"),
+            (all, Cut::Offset(-1), "at least 0"),
+        ];
+        for (selection, cut, want) in cases {
+            for dry_run in [true, false] {
+                let mut emit = |_: std::fmt::Arguments<'_>| Ok(());
+                let never = AtomicBool::new(false);
+                match prune(&engine, &selection, cut, dry_run, &never, &mut emit) {
+                    Err(ConnectorError::Config(m)) if m.contains(want) => {}
+                    other => panic!("{selection:?} {cut:?}: {other:?}"),
+                }
+            }
+        }
+        assert_eq!(engine.partitions()[0].record_count, 5, "nothing deleted");
+    }
+
     #[test]
     fn a_stop_ends_a_prune_before_its_next_partition() {
         use cairn_engine::{EngineConfig, Record, RecordBatch, TopicPartition};
@@ -303,8 +377,6 @@ mod tests {
             all.extend_from_slice(args);
             cut_of(&<Cli as clap::Parser>::try_parse_from(all).unwrap().prune)
         };
-        let e = cut(&["--partition", "0", "--before", "10"]).unwrap_err();
-        assert!(e.to_string().contains("give --topic too"), "{e}");
         assert_eq!(
             cut(&["--topic", "t", "--partition", "0", "--before", "10"]).unwrap(),
             Cut::Offset(10)
