@@ -27,9 +27,13 @@ pub const ENTRY_BODY_BYTES_MAX: usize = 32 << 20;
 /// records' counted bytes reach the target, which is at most a quarter of
 /// [`ENTRY_BODY_BYTES_MAX`] (config.rs), and every record counts at least
 /// [`RECORD_COUNTED_BYTES_MIN`] toward it, so no build writes more. A count
-/// above it is damage: refusing it bounds what a forged entry's decode can
-/// claim (a decoded record takes about 100 bytes of memory, where the
-/// smallest encoding is 6: a 32 MiB body of them decoded to ~800 MB).
+/// above it is damage: refusing it bounds the records a forged entry's
+/// decode can claim (about 100 bytes of memory each, from as few as 6
+/// encoded: several hundred MB for a 32 MiB body). It does not bound the
+/// headers: empty ones take 2 bytes encoded and 48 in memory, and builds
+/// before e0cb6c7 counted none of their framing toward the cut, so an
+/// entry of many records with the most headers each may have been written
+/// and must still be read (up to ~800 MB, once decoded).
 pub const RECORDS_PER_ENTRY_MAX: usize = ENTRY_BODY_BYTES_MAX / 4 / RECORD_COUNTED_BYTES_MIN + 1;
 
 /// The least any record has ever counted toward an entry's target: its
@@ -288,8 +292,8 @@ mod tests {
         assert!(decode_entry(&b).is_err());
     }
 
-    /// Records of no payload, the most an entry's bytes can hold, each
-    /// encoded in 6 bytes.
+    /// Records of no payload, the most an entry's bytes can hold (6 bytes
+    /// each encoded, more as offsets grow past a one-byte varint).
     fn tiny_records(n: usize) -> Vec<Record> {
         (0..n as i64)
             .map(|offset| Record {

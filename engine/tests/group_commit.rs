@@ -47,7 +47,9 @@ fn appends_written_during_a_sync_share_the_next_one() {
     })
     .unwrap();
     let leader = append(0);
-    entered.recv().unwrap();
+    entered
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the leader's sync reached the failpoint (built with fail/failpoints?)");
     // The leader is inside its sync, which covers its own write only.
     let followers: Vec<_> = (1..8).map(append).collect();
     wait_until("the followers' writes", || e.stats().appends == 8);

@@ -254,8 +254,11 @@ enum Step {
 
 /// The steps of round `round` (from 0): the first in the order the
 /// harness always had (the ceiling first, kcat and Python last), each
-/// later one rotated by one more step, so no measurement always runs
-/// first or always right after another.
+/// later one rotated by one more step, so no measurement always runs in
+/// the same place in a round. Neighbours mostly stay (each step follows
+/// the same one except where it runs first): a run measuring one step
+/// after another (`--policies every-put --no-peers`, three steps) found
+/// no effect of the order beside the host's own swings (BENCHMARKS).
 fn steps(policies: usize, peers: bool, round: usize) -> Vec<Step> {
     let mut steps = vec![Step::Ceiling];
     steps.extend((0..policies).map(Step::Cairn));
@@ -400,6 +403,15 @@ pub fn run(args: Args) -> Result<(), String> {
         || args.rounds == 0
     {
         return Err("--records, --partitions, --record-bytes and --rounds must be positive".into());
+    }
+    // A policy given twice would be pooled and summarised as one.
+    let names: Vec<String> = args
+        .policies
+        .iter()
+        .map(|p| measure::policy_name(*p))
+        .collect();
+    if (1..names.len()).any(|i| names[..i].contains(&names[i])) {
+        return Err(format!("--policies {}: each policy once", names.join(",")));
     }
     let broker = setup::Broker::start(&args)?;
     let disk_bandwidth = measure::disk_bandwidth(&args.out)?;
