@@ -42,6 +42,11 @@ use crate::consumer::lock;
 use crate::error::{ConnectorError, Result};
 use crate::selection::Selection;
 
+/// A data directory of this name makes the server panic serving each
+/// request, in tests only.
+#[cfg(test)]
+const PANICS_SERVING: &str = "live-panics-serving";
+
 /// The socket's name in the data directory.
 pub const SOCKET_FILE: &str = "cairn.sock";
 /// Output bytes per `o` frame, at most.
@@ -328,7 +333,28 @@ fn take(
                 shared: &shared2,
                 id,
             };
-            serve(conn, &engine, &shared2.stop);
+            // A panic serving one request (a bug) is answered as an error,
+            // not left to end the thread with its client waiting; the
+            // archive goes on. (A lock it poisoned may fail later requests
+            // and, with --retain, stop the run through its pruner.)
+            let reply = conn.try_clone().ok();
+            let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                serve(conn, &engine, &shared2.stop)
+            }));
+            if let Err(payload) = served {
+                let what = cairn_engine::panic_message(&*payload);
+                tracing::error!(panic = %what, "a live request panicked; it is answered with the error, and archiving goes on");
+                if let Some(mut reply) = reply {
+                    let end = End {
+                        exit: 1,
+                        error: Some(format!(
+                            "the running cairn failed serving this request (a bug: {what}); archiving goes on"
+                        )),
+                        pid: std::process::id(),
+                    };
+                    let _ = write_end(&mut reply, &end);
+                }
+            }
             if engine.is_poisoned() {
                 if let Some(stop_run) = &shared2.on_poisoned {
                     tracing::error!("a live request left the engine poisoned; stopping the run");
@@ -453,6 +479,11 @@ fn serve(mut conn: UnixStream, engine: &Engine, stop: &AtomicBool) {
         },
         Ok(req) => {
             tracing::info!(?req, "live read");
+            // A bug, injected: the containment of a panic is tested.
+            #[cfg(test)]
+            if engine.config().path.ends_with(PANICS_SERVING) {
+                panic!("injected by the test");
+            }
             let exit = match &req {
                 Request::Status => crate::cli::status::serve(engine, &mut out),
                 Request::Export { selection, format } => {
@@ -759,6 +790,29 @@ mod tests {
         )
         .unwrap();
         (end, out)
+    }
+
+    /// A panic while serving (a bug) reaches the client as an error, and
+    /// the server goes on serving.
+    #[test]
+    fn a_panic_serving_a_request_is_answered_as_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join(PANICS_SERVING);
+        let e = engine(&data);
+        let server = LiveServer::start(e.clone()).unwrap();
+        for _ in 0..2 {
+            let (end, out) = ask(&data, &Request::Status);
+            assert_eq!(end.exit, 1, "{end:?}");
+            let error = end.error.unwrap();
+            assert!(
+                error.contains("a bug: injected by the test")
+                    && error.contains("archiving goes on"),
+                "{error}"
+            );
+            assert!(out.is_empty());
+        }
+        server.stop();
+        assert_eq!(Arc::strong_count(&e), 1, "a thread kept the engine");
     }
 
     #[test]
