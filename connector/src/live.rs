@@ -633,9 +633,10 @@ fn answer_timeout(req: &Request) -> Option<Duration> {
     }
 }
 
-/// Send `req` and copy the answer's output to `out` (`out_name` in errors).
-/// A reader of `out` that went away (`| head`) ends the copy quietly, as for
-/// a local command.
+/// Send `req` and copy the answer's output to `out` (`out_name` in errors),
+/// frame by frame as it arrives. A reader of `out` that went away (`| head`)
+/// ends an export quietly, and the rest of another answer goes unshown, as
+/// for a local command.
 pub fn request(
     mut conn: UnixStream,
     req: &Request,
@@ -650,6 +651,7 @@ pub fn request(
     // request arrived: its answer is still there to read, and says why.
     let sent = conn.write_all(&line);
     let mut conn = BufReader::with_capacity(FRAME_BYTES_MAX, conn);
+    let mut out_gone = false;
     if let Err(e) = sent {
         return match read_frame(&mut conn, timeout) {
             Ok(Some((TAG_END, body))) => parse_end(&body),
@@ -673,14 +675,21 @@ pub fn request(
             }
         };
         match tag {
+            TAG_OUTPUT if out_gone => {}
             TAG_OUTPUT => match out.write_all(&body) {
                 Ok(()) => {}
+                // An export stops with its reader, as a local one does;
+                // a verify, prune or backup goes on to its end, as a local
+                // one does, its report no longer shown.
                 Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
-                    return Ok(End {
-                        exit: 0,
-                        error: None,
-                        pid: 0,
-                    })
+                    if matches!(req, Request::Export { .. }) {
+                        return Ok(End {
+                            exit: 0,
+                            error: None,
+                            pid: 0,
+                        });
+                    }
+                    out_gone = true;
                 }
                 Err(source) => {
                     return Err(ConnectorError::Io {
@@ -790,6 +799,45 @@ mod tests {
         )
         .unwrap();
         (end, out)
+    }
+
+    /// A reader of the output that went away ends an export, quietly, and
+    /// not a verify (nor a prune or backup), which goes on to its end as a
+    /// local one does.
+    #[test]
+    fn a_reader_gone_ends_an_export_but_not_a_verify() {
+        struct Gone;
+        impl Write for Gone {
+            fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+                Err(std::io::ErrorKind::BrokenPipe.into())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let server = LiveServer::start(engine(dir.path())).unwrap();
+        let ask_gone = |req: &Request| {
+            request(
+                connect(dir.path()).unwrap(),
+                req,
+                &mut Gone,
+                Path::new("<test>"),
+            )
+            .unwrap()
+        };
+        let verify = ask_gone(&Request::Verify);
+        assert_eq!(
+            (verify.exit, verify.pid),
+            (0, std::process::id()),
+            "the server's own end"
+        );
+        let export = ask_gone(&Request::Export {
+            selection: Selection::default(),
+            format: crate::cli::export::Format::Raw,
+        });
+        assert_eq!((export.exit, export.pid), (0, 0), "ended by the client");
+        server.stop();
     }
 
     /// A panic while serving (a bug) reaches the client as an error, and

@@ -110,13 +110,7 @@ pub fn open_archive(data: &std::path::Path) -> crate::Result<cairn_engine::Engin
 pub(crate) fn write_line(args: std::fmt::Arguments<'_>) -> crate::Result<()> {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
-    match out.write_fmt(args).and_then(|()| out.write_all(b"\n")) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(crate::ConnectorError::Io {
-            path: PathBuf::from("<stdout>"),
-            source: e,
-        }),
-        _ => Ok(()),
-    }
+    stdout_written(out.write_fmt(args).and_then(|()| out.write_all(b"\n")))
 }
 
 /// A writer of report lines into `out` (sent to stdout, or through a
@@ -129,18 +123,32 @@ pub(crate) fn line_into(out: &mut Vec<u8>) -> impl FnMut(std::fmt::Arguments<'_>
     }
 }
 
-/// Ask the running cairn at `conn` for `req`, and show what its answer
-/// wrote on stdout however the request ended (the lines of a prune's
-/// finished partitions, say). The outer error is stdout's; the inner one is
-/// the request's.
+/// Ask the running cairn at `conn` for `req`, and show its answer on
+/// stdout as it arrives, however the request ends: a prune's line for each
+/// partition once that partition is done, as a local prune prints them,
+/// so that an interrupted one has shown what it deleted. The outer error
+/// is stdout's; the inner one is the request's.
 pub(crate) fn live_report(
     conn: std::os::unix::net::UnixStream,
     req: &crate::live::Request,
 ) -> crate::Result<crate::Result<crate::live::End>> {
-    let mut text = Vec::new();
-    let end = crate::live::request(conn, req, &mut text, std::path::Path::new("<stdout>"));
-    write_text(&text)?;
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let end = crate::live::request(conn, req, &mut out, std::path::Path::new("<stdout>"));
+    stdout_written(out.flush())?;
     Ok(end)
+}
+
+/// A write to stdout's result, where a reader that went away is not an
+/// error.
+fn stdout_written(written: std::io::Result<()>) -> crate::Result<()> {
+    match written {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(crate::ConnectorError::Io {
+            path: PathBuf::from("<stdout>"),
+            source: e,
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// Write `text` to stdout as [`write_line`] writes a line: a reader that
@@ -148,13 +156,7 @@ pub(crate) fn live_report(
 pub(crate) fn write_text(text: &[u8]) -> crate::Result<()> {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
-    match out.write_all(text).and_then(|()| out.flush()) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(crate::ConnectorError::Io {
-            path: PathBuf::from("<stdout>"),
-            source: e,
-        }),
-        _ => Ok(()),
-    }
+    stdout_written(out.write_all(text).and_then(|()| out.flush()))
 }
 
 /// `println!` for the commands: see [`write_line`]. Evaluates to a
