@@ -506,6 +506,9 @@ fn serve(mut conn: UnixStream, engine: &Engine, stop: &AtomicBool) {
                     // Each partition's line is sent as it is done: one left
                     // in the buffer would be lost if the run stopped.
                     let mut emit = |args: std::fmt::Arguments<'_>| {
+                        // In the run's log too: a client interrupted before
+                        // it showed a line leaves the record here.
+                        tracing::info!(report = %args, "live prune");
                         out.write_fmt(args)
                             .and_then(|()| out.write_all(b"\n"))
                             .and_then(|()| out.flush())
