@@ -210,10 +210,7 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
         stop: stop.clone(),
         ..Default::default()
     };
-    let stop_on_poison = stop.clone();
-    let mut sink = ArchiveSink::new(engine).with_live_reads(Box::new(move || {
-        stop_on_poison.store(true, Ordering::Relaxed)
-    }));
+    let mut sink = ArchiveSink::new(engine);
     let retention = cfg.retention();
     if retention.is_set() {
         let every_s = cfg
@@ -233,7 +230,13 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
             .with_retention(retention, Duration::from_secs(every_s), on_failure)
             .map_err(|e| ConnectorError::Sink(e.to_string()))?;
     }
-    let sink = Box::new(sink);
+    // Served once retention's first pass (synchronous, in `with_retention`)
+    // is done: a live verify or backup arriving meanwhile would hold that
+    // pass, and the start of archiving, behind it.
+    let stop_on_poison = stop.clone();
+    let sink = Box::new(sink.with_live_reads(Box::new(move || {
+        stop_on_poison.store(true, Ordering::Relaxed)
+    })));
     let report = tokio::task::spawn_blocking(move || run_pipeline(&cfg, sink, opts))
         .await
         .map_err(|e| ConnectorError::Sink(format!("pipeline thread: {e}")))??;
