@@ -471,6 +471,7 @@ fn serve(mut conn: UnixStream, engine: &Engine, stop: &AtomicBool) {
         stream: &mut conn,
         buf: Vec::with_capacity(FRAME_BYTES_MAX),
     };
+    let asked = request.is_ok();
     let end = match request {
         Err(error) => End {
             exit: 2,
@@ -551,8 +552,12 @@ fn serve(mut conn: UnixStream, engine: &Engine, stop: &AtomicBool) {
     // an error it could not be told of is logged here instead.
     if let Err(e) = write_end(&mut conn, &end) {
         match &end.error {
-            Some(error) => tracing::warn!(%error, "live read failed, and its client is gone"),
-            None => tracing::debug!(error = %e, "live read: client gone"),
+            // A connection closed before its request (a probe of the
+            // socket) is no failure worth a warning.
+            Some(error) if asked => {
+                tracing::warn!(%error, "live read failed, and its client is gone")
+            }
+            _ => tracing::debug!(error = %e, "live read: client gone"),
         }
     }
     // Ends the watcher's read.
