@@ -599,14 +599,16 @@ fn read_request(mut conn: &UnixStream) -> std::result::Result<Request, String> {
             }
             Err(e) => break Err(e.to_string()),
         }
-        if let Some(end) = line.iter().position(|&b| b == b'\n') {
-            line.truncate(end);
-            break Ok(());
-        }
-        if line.len() as u64 > REQUEST_BYTES_MAX {
+        // Only the line counts toward the limit, not bytes after it.
+        let line_bytes = line.iter().position(|&b| b == b'\n');
+        if line_bytes.unwrap_or(line.len()) as u64 > REQUEST_BYTES_MAX {
             break Err(format!(
                 "the request line is over {REQUEST_BYTES_MAX} bytes"
             ));
+        }
+        if let Some(end) = line_bytes {
+            line.truncate(end);
+            break Ok(());
         }
     };
     // The watcher that follows waits for the client without a timeout.
@@ -994,6 +996,14 @@ mod tests {
         let mut conn = connect(dir.path()).unwrap();
         conn.write_all(&vec![b' '; REQUEST_BYTES_MAX as usize + 4096])
             .unwrap();
+        let end = refusal(&mut conn);
+        assert!(end.error.unwrap().contains("over 65536 bytes"));
+        to_the_end(&mut conn);
+        // And so is one whose newline, past the limit, came in its last read.
+        let mut conn = connect(dir.path()).unwrap();
+        let mut line = vec![b' '; REQUEST_BYTES_MAX as usize - 10];
+        line.extend_from_slice(b"{\"command\":\"status\"}\n");
+        conn.write_all(&line).unwrap();
         let end = refusal(&mut conn);
         assert!(end.error.unwrap().contains("over 65536 bytes"));
         to_the_end(&mut conn);
