@@ -621,7 +621,20 @@ fn read_request(mut conn: &UnixStream) -> std::result::Result<Request, String> {
 /// left by a run that did not stop cleanly refuses the connection, and the
 /// archive is then opened as usual.
 pub fn connect(data: &Path) -> Option<UnixStream> {
-    UnixStream::connect(data.join(SOCKET_FILE)).ok()
+    let path = data.join(SOCKET_FILE);
+    match UnixStream::connect(&path) {
+        Ok(conn) => Some(conn),
+        // The command then opens the archive itself and is refused as the
+        // run holds it; this says why the run did not answer instead.
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            tracing::warn!(
+                socket = %path.display(),
+                "the running cairn's socket refused this user (it is mode 0600: run the command as the user the run runs as)"
+            );
+            None
+        }
+        Err(_) => None,
+    }
 }
 
 /// How long `status` waits for the running cairn's answer: it is quick
