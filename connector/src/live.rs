@@ -30,7 +30,7 @@ use std::io::{BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -51,8 +51,12 @@ const PANICS_SERVING: &str = "live-panics-serving";
 pub const SOCKET_FILE: &str = "cairn.sock";
 /// Output bytes per `o` frame, at most.
 pub const FRAME_BYTES_MAX: usize = 64 * 1024;
-/// Requests served at once; more are refused as busy.
+/// Requests other than `status` served at once; more are refused as busy.
 pub const CONNECTIONS_MAX: usize = 4;
+/// Connections taken beyond [`CONNECTIONS_MAX`], for `status` only: four
+/// slow exports (a reader paused on `| less`) do not turn a monitoring
+/// `cairn status` away.
+pub const STATUS_CONNECTIONS_RESERVED: usize = 1;
 /// A request line longer than this is refused.
 const REQUEST_BYTES_MAX: u64 = 64 * 1024;
 /// How long the server waits for a connection's request line.
@@ -118,6 +122,33 @@ struct Shared {
     wake: tokio::sync::Notify,
     /// Each connection's stream, to cut it off at stop.
     streams: Mutex<Vec<(u64, UnixStream)>>,
+    /// Requests other than `status` being served ([`Slot`]).
+    serving: AtomicUsize,
+}
+
+/// A place among the [`CONNECTIONS_MAX`] requests other than `status`
+/// served at once, given back when dropped.
+struct Slot<'a>(&'a AtomicUsize);
+
+impl<'a> Slot<'a> {
+    fn take(serving: &'a AtomicUsize) -> Option<Slot<'a>> {
+        serving
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < CONNECTIONS_MAX).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Slot(serving))
+    }
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn busy() -> String {
+    format!("the running cairn is already serving {CONNECTIONS_MAX} reads; try again when one has finished")
 }
 
 impl Shared {
@@ -150,6 +181,7 @@ impl LiveServer {
             stop: AtomicBool::new(false),
             wake: tokio::sync::Notify::new(),
             streams: Mutex::new(Vec::new()),
+            serving: AtomicUsize::new(0),
         });
         let accept = {
             let shared = shared.clone();
@@ -305,12 +337,10 @@ fn take(
     engine: &Arc<Engine>,
     shared: &Arc<Shared>,
 ) -> Option<JoinHandle<()>> {
-    if serving >= CONNECTIONS_MAX {
+    if serving >= CONNECTIONS_MAX + STATUS_CONNECTIONS_RESERVED {
         let end = End {
             exit: 2,
-            error: Some(format!(
-                "the running cairn is already serving {CONNECTIONS_MAX} reads; try again when one has finished"
-            )),
+            error: Some(busy()),
             pid: std::process::id(),
         };
         let _ = write_end(&mut conn, &end);
@@ -339,7 +369,7 @@ fn take(
             // and, with --retain, stop the run through its pruner.)
             let reply = conn.try_clone().ok();
             let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                serve(conn, &engine, &shared2.stop)
+                serve(conn, &engine, &shared2.stop, &shared2.serving)
             }));
             if let Err(payload) = served {
                 let what = cairn_engine::panic_message(&*payload);
@@ -436,8 +466,15 @@ fn write_end(w: &mut impl Write, end: &End) -> std::io::Result<()> {
 /// Answer one connection's request. The server stopping, or the client
 /// going away (its command interrupted), interrupts a verify and a backup,
 /// and a prune between partitions.
-fn serve(mut conn: UnixStream, engine: &Engine, stop: &AtomicBool) {
-    let request = read_request(&conn);
+fn serve(mut conn: UnixStream, engine: &Engine, stop: &AtomicBool, serving: &AtomicUsize) {
+    let mut _slot = None;
+    let request = read_request(&conn).and_then(|req| {
+        if matches!(req, Request::Status) {
+            return Ok(req);
+        }
+        _slot = Slot::take(serving);
+        _slot.as_ref().map(|_| req).ok_or_else(busy)
+    });
     let pid = std::process::id();
     // A client sends nothing after its request: a read that ends means it
     // hung up (or the server cut the connection off at stop).
@@ -824,6 +861,58 @@ mod tests {
         (end, out)
     }
 
+    /// CONNECTIONS_MAX exports whose clients stopped reading hold their
+    /// slots: another export is refused as busy, and a status is answered.
+    #[test]
+    fn slow_exports_do_not_turn_a_status_away() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        // Far more than the socket buffers hold: an export of it waits on
+        // a client that does not read.
+        let records = (0..20_000)
+            .map(|o| Record::with_value(o, vec![b'v'; 100]))
+            .collect();
+        let tp = TopicPartition::new("t", 0);
+        e.append(&[RecordBatch { tp, records }]).unwrap();
+        let server = LiveServer::start(Arc::new(e)).unwrap();
+        let export = Request::Export {
+            selection: Selection::default(),
+            format: crate::cli::export::Format::Raw,
+        };
+        let send = |req: &Request| {
+            let mut conn = connect(dir.path()).unwrap();
+            let mut line = serde_json::to_vec(req).unwrap();
+            line.push(b'\n');
+            conn.write_all(&line).unwrap();
+            BufReader::new(conn)
+        };
+        let stalled: Vec<_> = (0..CONNECTIONS_MAX)
+            .map(|_| {
+                let mut conn = send(&export);
+                // Its first frame: the server holds a slot for it.
+                let (tag, _) = read_frame(&mut conn, None).unwrap().unwrap();
+                assert_eq!(tag, TAG_OUTPUT);
+                conn
+            })
+            .collect();
+        let mut refused = send(&export);
+        let end = loop {
+            match read_frame(&mut refused, None).unwrap() {
+                Some((TAG_END, body)) => break parse_end(&body).unwrap(),
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(end.exit, 2, "{end:?}");
+        assert!(end.error.unwrap().contains("already serving"));
+        // Read to the end: the server has let go of that connection.
+        refused.read_to_end(&mut Vec::new()).unwrap();
+        let (end, out) = ask(dir.path(), &Request::Status);
+        assert_eq!((end.exit, end.error), (0, None));
+        assert!(!out.is_empty());
+        drop(stalled);
+        server.stop();
+    }
+
     /// A reader of the output that went away ends an export, quietly, and
     /// not a verify (nor a prune or backup), which goes on to its end as a
     /// local one does.
@@ -1030,9 +1119,9 @@ mod tests {
         assert_eq!(tag, TAG_OUTPUT);
         r.read_to_end(&mut Vec::new()).unwrap();
 
-        // CONNECTIONS_MAX clients that send nothing (yet) keep their
+        // As many clients as may connect, sending nothing (yet), keep their
         // threads; the next is refused as busy at once.
-        let idle: Vec<UnixStream> = (0..CONNECTIONS_MAX)
+        let idle: Vec<UnixStream> = (0..CONNECTIONS_MAX + STATUS_CONNECTIONS_RESERVED)
             .map(|_| connect(dir.path()).unwrap())
             .collect();
         let (end, _) = ask(dir.path(), &Request::Status);
