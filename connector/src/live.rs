@@ -896,11 +896,9 @@ mod tests {
             })
             .collect();
         let mut refused = send(&export);
-        let end = loop {
-            match read_frame(&mut refused, None).unwrap() {
-                Some((TAG_END, body)) => break parse_end(&body).unwrap(),
-                other => panic!("{other:?}"),
-            }
+        let end = match read_frame(&mut refused, None).unwrap() {
+            Some((TAG_END, body)) => parse_end(&body).unwrap(),
+            other => panic!("{other:?}"),
         };
         assert_eq!(end.exit, 2, "{end:?}");
         assert!(end.error.unwrap().contains("already serving"));
