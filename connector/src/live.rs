@@ -367,6 +367,7 @@ fn take(
             // not left to end the thread with its client waiting; the
             // archive goes on. (A lock it poisoned may fail later requests
             // and, with --retain, stop the run through its pruner.)
+            let was_poisoned = engine.is_poisoned();
             let reply = conn.try_clone().ok();
             let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 serve(conn, &engine, &shared2.stop, &shared2.serving)
@@ -385,7 +386,9 @@ fn take(
                     let _ = write_end(&mut reply, &end);
                 }
             }
-            if engine.is_poisoned() {
+            // Only a request that poisoned the engine itself: one served
+            // after a failed put found it so, and the run stops for that.
+            if engine.is_poisoned() && !was_poisoned {
                 if let Some(stop_run) = &shared2.on_poisoned {
                     tracing::error!("a live request left the engine poisoned; stopping the run");
                     stop_run();
