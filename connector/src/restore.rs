@@ -123,6 +123,9 @@ impl RestoreConfig {
     /// Check every setting; the error names the one that is wrong.
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(ConnectorError::Config(m));
+        if self.brokers.trim().is_empty() {
+            return bad("brokers: empty (use --brokers host:port[,host:port])".into());
+        }
         refuse_managed_keys(&self.kafka, &MANAGED, "cairn restore")?;
         check_message_timeout(&self.kafka, "the restored records")
             .map_err(ConnectorError::Config)?;
@@ -190,9 +193,27 @@ pub fn plan(engine: &Engine, cfg: &RestoreConfig) -> Result<Vec<(TopicPartition,
         ));
     }
     let renamed: Vec<&str> = cfg.rename.keys().map(String::as_str).collect();
-    let chosen: Vec<_> = cfg
-        .select
-        .choose(archived, &renamed)?
+    let chosen = cfg.select.choose(archived, &renamed)?;
+    // Partitions a prune emptied are still listed, with nothing in them: a
+    // restore of only those would send nothing and look like success.
+    // (An export of them is empty and fine: retention may empty an idle
+    // archive.)
+    if !chosen.is_empty() && chosen.iter().all(|p| p.record_count == 0) {
+        const SHOWN: usize = 8;
+        let mut held: Vec<String> = chosen
+            .iter()
+            .take(SHOWN)
+            .map(|p| format!("{} (next offset {})", p.tp, p.next_offset))
+            .collect();
+        if chosen.len() > SHOWN {
+            held.push(format!("and {} more", chosen.len() - SHOWN));
+        }
+        return Err(ConnectorError::Config(format!(
+            "the chosen partitions hold no records, every one pruned: {}; nothing to restore",
+            held.join(", ")
+        )));
+    }
+    let chosen: Vec<_> = chosen
         .into_iter()
         .map(|p| {
             let target = cfg.target(&p.tp);

@@ -442,6 +442,7 @@ fn selections_that_name_nothing_in_the_archive_are_errors() {
         c.kafka.insert("message.timeout.ms".into(), "1000".into());
     }))
     .contains("given more than once"));
+    assert!(msg(cfg(&|c| c.brokers = " ".into())).contains("brokers: empty"));
     assert!(msg(cfg(&|c| c.resume = true)).contains("--offset-header"));
     assert!(msg(cfg(&|c| {
         c.resume = true;
@@ -629,6 +630,26 @@ fn an_empty_archive_is_an_error() {
     let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
     match plan(&engine, &RestoreConfig::new("unused:9092")) {
         Err(ConnectorError::Config(m)) => assert!(m.contains("nothing to restore"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    // So is one a prune emptied: its partition is still listed, with
+    // nothing in it, and a restore of nothing would look like success.
+    let tp = TopicPartition::new(ARCHIVED, 0);
+    let records = (0..5).map(|o| Record::with_value(o, "v")).collect();
+    engine
+        .append(&[RecordBatch {
+            tp: tp.clone(),
+            records,
+        }])
+        .unwrap();
+    engine.truncate_before(&tp, 5).unwrap();
+    match plan(&engine, &RestoreConfig::new("unused:9092")) {
+        Err(ConnectorError::Config(m)) => {
+            assert!(
+                m.contains("every one pruned") && m.contains("nothing to restore"),
+                "{m}"
+            )
+        }
         other => panic!("{other:?}"),
     }
 }
