@@ -148,10 +148,18 @@ impl Drop for Slot<'_> {
 }
 
 fn busy() -> String {
-    format!("the running cairn is already serving {CONNECTIONS_MAX} reads; try again when one has finished")
+    format!("the running cairn is already serving as many requests as it takes ({CONNECTIONS_MAX}, and one more status); try again when one has finished")
 }
 
 impl Shared {
+    /// Stop the run (its `on_poisoned` hook), for `why`.
+    fn stop_run(&self, why: &str) {
+        if let Some(stop_run) = &self.on_poisoned {
+            tracing::error!("{why}; stopping the run");
+            stop_run();
+        }
+    }
+
     fn cut_off_all(&self) {
         for (_, s) in lock(&self.streams).iter() {
             let _ = s.shutdown(std::net::Shutdown::Both);
@@ -167,8 +175,8 @@ impl LiveServer {
         Self::start_with(engine, None)
     }
 
-    /// [`start`](Self::start), calling `on_poisoned` after any request that
-    /// leaves the engine poisoned.
+    /// [`start`](Self::start), calling `on_poisoned` when a live prune (the
+    /// one request that writes) leaves the engine poisoned or panics.
     pub fn start_with(
         engine: Arc<Engine>,
         on_poisoned: Option<OnPoisoned>,
@@ -363,37 +371,7 @@ fn take(
                 shared: &shared2,
                 id,
             };
-            // A panic serving one request (a bug) is answered as an error,
-            // not left to end the thread with its client waiting; the
-            // archive goes on. (A lock it poisoned may fail later requests
-            // and, with --retain, stop the run through its pruner.)
-            let was_poisoned = engine.is_poisoned();
-            let reply = conn.try_clone().ok();
-            let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                serve(conn, &engine, &shared2.stop, &shared2.serving)
-            }));
-            if let Err(payload) = served {
-                let what = cairn_engine::panic_message(&*payload);
-                tracing::error!(panic = %what, "a live request panicked; it is answered with the error, and archiving goes on");
-                if let Some(mut reply) = reply {
-                    let end = End {
-                        exit: 1,
-                        error: Some(format!(
-                            "the running cairn failed serving this request (a bug: {what}); archiving goes on"
-                        )),
-                        pid: std::process::id(),
-                    };
-                    let _ = write_end(&mut reply, &end);
-                }
-            }
-            // Only a request that poisoned the engine itself: one served
-            // after a failed put found it so, and the run stops for that.
-            if engine.is_poisoned() && !was_poisoned {
-                if let Some(stop_run) = &shared2.on_poisoned {
-                    tracing::error!("a live request left the engine poisoned; stopping the run");
-                    stop_run();
-                }
-            }
+            serve(conn, &engine, &shared2);
         });
     match spawned {
         Ok(h) => Some(h),
@@ -468,16 +446,23 @@ fn write_end(w: &mut impl Write, end: &End) -> std::io::Result<()> {
 
 /// Answer one connection's request. The server stopping, or the client
 /// going away (its command interrupted), interrupts a verify and a backup,
-/// and a prune between partitions.
-fn serve(mut conn: UnixStream, engine: &Engine, stop: &AtomicBool, serving: &AtomicUsize) {
-    let mut _slot = None;
-    let request = read_request(&conn).and_then(|req| {
-        if matches!(req, Request::Status) {
-            return Ok(req);
-        }
-        _slot = Slot::take(serving);
-        _slot.as_ref().map(|_| req).ok_or_else(busy)
+/// and a prune between partitions. A prune (the only request that writes
+/// to the archive) that left the engine poisoned, or panicked, stops the
+/// run (`on_poisoned`), as the run's own pruner stops it then; before its
+/// client is answered, so that the answer comes after.
+fn serve(mut conn: UnixStream, engine: &Engine, shared: &Shared) {
+    let request = read_request(&conn);
+    // Status needs none of the slots the others share.
+    let _slot = match &request {
+        Ok(Request::Status) | Err(_) => None,
+        Ok(_) => Slot::take(&shared.serving),
+    };
+    let request = request.and_then(|req| match req {
+        Request::Status => Ok(req),
+        _ if _slot.is_some() => Ok(req),
+        _ => Err(busy()),
     });
+    let stop = &shared.stop;
     let pid = std::process::id();
     // A client sends nothing after its request: a read that ends means it
     // hung up (or the server cut the connection off at stop).
@@ -520,57 +505,25 @@ fn serve(mut conn: UnixStream, engine: &Engine, stop: &AtomicBool, serving: &Ato
         },
         Ok(req) => {
             tracing::info!(?req, "live read");
-            // A bug, injected: the containment of a panic is tested.
-            #[cfg(test)]
-            if engine.config().path.ends_with(PANICS_SERVING) {
-                panic!("injected by the test");
+            let writes = matches!(req, Request::Prune { dry_run: false, .. });
+            // A panic (a bug) is answered as the request's error, not left
+            // to end the thread with its client told the run is stopping.
+            let exit = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                answer(&req, engine, stop, &mut out)
+            }))
+            .unwrap_or_else(|payload| {
+                let what = cairn_engine::panic_message(&*payload);
+                tracing::error!(panic = %what, "a live request panicked");
+                if writes {
+                    shared.stop_run("a live prune panicked");
+                }
+                Err(ConnectorError::Live(format!(
+                    "the running cairn failed serving this request (a bug: {what})"
+                )))
+            });
+            if writes && engine.is_poisoned() {
+                shared.stop_run("a live prune left the engine poisoned");
             }
-            let exit = match &req {
-                Request::Status => crate::cli::status::serve(engine, &mut out),
-                Request::Export { selection, format } => {
-                    let name = Path::new(SOCKET_FILE);
-                    selection
-                        .choose(engine.partitions(), &[])
-                        .and_then(|chosen| {
-                            crate::cli::export::write_records(
-                                engine, &chosen, selection, *format, &mut out, name,
-                            )
-                        })
-                        .map(|_| 0)
-                }
-                Request::Verify => crate::cli::verify::serve(engine, stop, &mut out),
-                Request::Prune {
-                    selection,
-                    cut,
-                    dry_run,
-                } => {
-                    // Each partition's line is sent as it is done: one left
-                    // in the buffer would be lost if the run stopped.
-                    let mut emit = |args: std::fmt::Arguments<'_>| {
-                        // In the run's log too: a client interrupted before
-                        // it showed a line leaves the record here.
-                        tracing::info!(report = %args, "live prune");
-                        out.write_fmt(args)
-                            .and_then(|()| out.write_all(b"\n"))
-                            .and_then(|()| out.flush())
-                            .map_err(socket_error)
-                    };
-                    // The selection and the cut are checked by `prune`.
-                    crate::cli::prune::prune(engine, selection, *cut, *dry_run, stop, &mut emit)
-                        .map(|()| 0)
-                }
-                Request::Backup { to } if !to.is_absolute() => Err(ConnectorError::Live(format!(
-                    "backup to {}: the path must be absolute",
-                    to.display()
-                ))),
-                Request::Backup { to } => {
-                    let mut text = Vec::new();
-                    crate::cli::backup::backup(engine, to, stop, &mut text).and_then(|exit| {
-                        out.write_all(&text).map_err(socket_error)?;
-                        Ok(exit)
-                    })
-                }
-            };
             // What was written goes out before the end, also after an
             // error (a prune's lines for the partitions it did).
             let flushed = out.flush().map_err(socket_error);
@@ -604,6 +557,61 @@ fn serve(mut conn: UnixStream, engine: &Engine, stop: &AtomicBool, serving: &Ato
     let _ = conn.shutdown(std::net::Shutdown::Read);
     if let Some(w) = watcher {
         let _ = w.join();
+    }
+}
+
+/// The request's output, written to `out`, and the exit code the command
+/// would have had run on its own.
+fn answer(req: &Request, engine: &Engine, stop: &AtomicBool, out: &mut FrameWriter) -> Result<u8> {
+    // A bug, injected: the containment of a panic is tested.
+    #[cfg(test)]
+    if engine.config().path.ends_with(PANICS_SERVING) {
+        panic!("injected by the test");
+    }
+    match req {
+        Request::Status => crate::cli::status::serve(engine, out),
+        Request::Export { selection, format } => {
+            let name = Path::new(SOCKET_FILE);
+            selection
+                .choose(engine.partitions(), &[])
+                .and_then(|chosen| {
+                    crate::cli::export::write_records(
+                        engine, &chosen, selection, *format, out, name,
+                    )
+                })
+                .map(|_| 0)
+        }
+        Request::Verify => crate::cli::verify::serve(engine, stop, out),
+        Request::Prune {
+            selection,
+            cut,
+            dry_run,
+        } => {
+            // Each partition's line is sent as it is done: one left
+            // in the buffer would be lost if the run stopped.
+            let mut emit = |args: std::fmt::Arguments<'_>| {
+                // In the run's log too: a client interrupted before
+                // it showed a line leaves the record here.
+                tracing::info!(report = %args, "live prune");
+                out.write_fmt(args)
+                    .and_then(|()| out.write_all(b"\n"))
+                    .and_then(|()| out.flush())
+                    .map_err(socket_error)
+            };
+            // The selection and the cut are checked by `prune`.
+            crate::cli::prune::prune(engine, selection, *cut, *dry_run, stop, &mut emit).map(|()| 0)
+        }
+        Request::Backup { to } if !to.is_absolute() => Err(ConnectorError::Live(format!(
+            "backup to {}: the path must be absolute",
+            to.display()
+        ))),
+        Request::Backup { to } => {
+            let mut text = Vec::new();
+            crate::cli::backup::backup(engine, to, stop, &mut text).and_then(|exit| {
+                out.write_all(&text).map_err(socket_error)?;
+                Ok(exit)
+            })
+        }
     }
 }
 
@@ -953,25 +961,38 @@ mod tests {
         server.stop();
     }
 
-    /// A panic while serving (a bug) reaches the client as an error, and
-    /// the server goes on serving.
+    /// A panic while serving (a bug) reaches the client as the request's
+    /// error (a verify's "could not check", 2), and the server goes on
+    /// serving; a panic in a prune, which writes, stops the run, as one in
+    /// the run's own pruner does.
     #[test]
     fn a_panic_serving_a_request_is_answered_as_an_error() {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join(PANICS_SERVING);
         let e = engine(&data);
-        let server = LiveServer::start(e.clone()).unwrap();
-        for _ in 0..2 {
-            let (end, out) = ask(&data, &Request::Status);
-            assert_eq!(end.exit, 1, "{end:?}");
+        let stopped = Arc::new(AtomicBool::new(false));
+        let hook = stopped.clone();
+        let on_poisoned: OnPoisoned = Box::new(move || hook.store(true, Ordering::SeqCst));
+        let server = LiveServer::start_with(e.clone(), Some(on_poisoned)).unwrap();
+        let prune = |dry_run| Request::Prune {
+            selection: Selection::default(),
+            cut: crate::cli::prune::Cut::Offset(2),
+            dry_run,
+        };
+        for (req, exit) in [(Request::Status, 1), (Request::Verify, 2), (prune(true), 1)] {
+            let (end, out) = ask(&data, &req);
+            assert_eq!(end.exit, exit, "{req:?}: {end:?}");
             let error = end.error.unwrap();
-            assert!(
-                error.contains("a bug: injected by the test")
-                    && error.contains("archiving goes on"),
-                "{error}"
-            );
+            assert!(error.contains("a bug: injected by the test"), "{error}");
             assert!(out.is_empty());
         }
+        assert!(!stopped.load(Ordering::SeqCst), "no request that writes");
+        let (end, _) = ask(&data, &prune(false));
+        assert_eq!(end.exit, 1, "{end:?}");
+        assert!(
+            stopped.load(Ordering::SeqCst),
+            "a prune panicked: the run stops"
+        );
         server.stop();
         assert_eq!(Arc::strong_count(&e), 1, "a thread kept the engine");
     }

@@ -126,8 +126,9 @@ pub(crate) fn line_into(out: &mut Vec<u8>) -> impl FnMut(std::fmt::Arguments<'_>
 /// Ask the running cairn at `conn` for `req`, and show its answer on
 /// stdout as it arrives, however the request ends: a prune's line for each
 /// partition once that partition is done, as a local prune prints them,
-/// so that an interrupted one has shown what it deleted. The outer error
-/// is stdout's; the inner one is the request's.
+/// so that an interrupted one has shown what it deleted. The outer error is
+/// stdout's at the last flush; the inner one is the request's, including a
+/// write to stdout that failed while the answer arrived.
 pub(crate) fn live_report(
     conn: std::os::unix::net::UnixStream,
     req: &crate::live::Request,
