@@ -199,18 +199,9 @@ pub fn plan(engine: &Engine, cfg: &RestoreConfig) -> Result<Vec<(TopicPartition,
     // (An export of them is empty and fine: retention may empty an idle
     // archive.)
     if !chosen.is_empty() && chosen.iter().all(|p| p.record_count == 0) {
-        const SHOWN: usize = 8;
-        let mut held: Vec<String> = chosen
-            .iter()
-            .take(SHOWN)
-            .map(|p| format!("{} (next offset {})", p.tp, p.next_offset))
-            .collect();
-        if chosen.len() > SHOWN {
-            held.push(format!("and {} more", chosen.len() - SHOWN));
-        }
         return Err(ConnectorError::Config(format!(
-            "the chosen partitions hold no records, every one pruned: {}; nothing to restore",
-            held.join(", ")
+            "the chosen partitions hold no records (emptied by a prune): {}; nothing to restore",
+            crate::selection::held(&chosen)
         )));
     }
     let chosen: Vec<_> = chosen

@@ -127,27 +127,33 @@ impl Selection {
         if !ranged || chosen.is_empty() || chosen.iter().any(|p| p.record_count > 0 && meets(p)) {
             return Ok(());
         }
-        const SHOWN: usize = 8;
-        let mut held: Vec<String> = chosen
-            .iter()
-            .take(SHOWN)
-            .map(|p| {
-                if p.record_count == 0 {
-                    format!("{} nothing (next offset {})", p.tp, p.next_offset)
-                } else {
-                    format!("{} {}..{}", p.tp, p.first_offset, p.next_offset)
-                }
-            })
-            .collect();
-        if chosen.len() > SHOWN {
-            held.push(format!("and {} more", chosen.len() - SHOWN));
-        }
         Err(ConnectorError::Config(format!(
             "{} (they hold {})",
             self.no_records_there(),
-            held.join(", ")
+            held(chosen)
         )))
     }
+}
+
+/// What `chosen` hold, for an error: each partition's offsets, or nothing
+/// and its next offset; the first 8, and how many more.
+pub fn held(chosen: &[PartitionInfo]) -> String {
+    const SHOWN: usize = 8;
+    let mut held: Vec<String> = chosen
+        .iter()
+        .take(SHOWN)
+        .map(|p| {
+            if p.record_count == 0 {
+                format!("{} nothing (next offset {})", p.tp, p.next_offset)
+            } else {
+                format!("{} {}..{}", p.tp, p.first_offset, p.next_offset)
+            }
+        })
+        .collect();
+    if chosen.len() > SHOWN {
+        held.push(format!("and {} more", chosen.len() - SHOWN));
+    }
+    held.join(", ")
 }
 
 #[cfg(test)]

@@ -646,7 +646,7 @@ fn an_empty_archive_is_an_error() {
     match plan(&engine, &RestoreConfig::new("unused:9092")) {
         Err(ConnectorError::Config(m)) => {
             assert!(
-                m.contains("every one pruned") && m.contains("nothing to restore"),
+                m.contains("emptied by a prune") && m.contains("nothing to restore"),
                 "{m}"
             )
         }
