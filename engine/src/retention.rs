@@ -91,6 +91,21 @@ impl Engine {
         tp: &TopicPartition,
         cut: impl FnOnce(&Engine) -> Result<i64>,
     ) -> Result<(i64, TruncateReport)> {
+        self.truncate_by_while(tp, cut, || true)
+            .map(|(offset, report, _)| (offset, report))
+    }
+
+    /// [`truncate_by`](Self::truncate_by), asking `go` before each step
+    /// after the first: once it says no, the truncation ends there, with
+    /// the steps done (each durable, the archive consistent), and the
+    /// `bool` returned is false. For a truncation that a stop should not
+    /// wait out (a large partition takes many steps, each fsynced).
+    pub fn truncate_by_while(
+        &self,
+        tp: &TopicPartition,
+        cut: impl FnOnce(&Engine) -> Result<i64>,
+        go: impl Fn() -> bool,
+    ) -> Result<(i64, TruncateReport, bool)> {
         crate::record::validate_tp(tp)?;
         // Held across the pick and the steps: another truncation waits, and
         // so does a verify or backup running meanwhile (verify.rs, backup.rs).
@@ -101,22 +116,25 @@ impl Engine {
         let offset = self.durable_cut(tp, cut)?;
         let mut report = TruncateReport::default();
         let mut steps = 0u64;
-        loop {
+        let finished = loop {
             if steps > 0 {
                 crate::crashpoint::reached(crate::crashpoint::TRUNCATE_BETWEEN_STEPS);
+                if !go() {
+                    break false;
+                }
             }
             let (step, more) = self.truncate_step(tp, offset)?;
             steps += 1;
             report.add_counts(&step);
             report.first_offset_after = step.first_offset_after;
             if !more {
-                break;
+                break true;
             }
-        }
+        };
         if report.entries_deleted > 0 {
-            tracing::debug!(%tp, offset, ?report, steps, "retention truncated");
+            tracing::debug!(%tp, offset, ?report, steps, finished, "retention truncated");
         }
-        Ok((offset, report))
+        Ok((offset, report, finished))
     }
 
     /// What `truncate_before(tp, offset)` would delete now, without

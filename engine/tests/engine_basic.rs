@@ -472,6 +472,41 @@ fn truncate_steps_are_bounded_by_frames_too() {
     assert_eq!(v.tombstones, 1);
 }
 
+/// A truncation told to stop between steps ends after the step in
+/// progress: what it deleted is a prefix, the archive is consistent, and a
+/// later truncation finishes it.
+#[test]
+fn a_truncation_stops_between_steps_when_told() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let tp = TopicPartition::new("t", 0);
+    let per_step = cairn_engine::TRUNCATE_ENTRIES_PER_STEP as i64;
+    let entries = per_step + per_step / 2;
+    for i in 0..entries {
+        e.write(&[batch(&tp, [i], 10)]).unwrap();
+    }
+    e.sync().unwrap();
+    let asked = std::cell::Cell::new(0);
+    let go = || {
+        asked.set(asked.get() + 1);
+        false
+    };
+    let (offset, r, finished) = e.truncate_by_while(&tp, |_| Ok(entries), go).unwrap();
+    assert_eq!((offset, finished, asked.get()), (entries, false, 1));
+    assert_eq!(r.entries_deleted, per_step as u64, "one step: {r:?}");
+    assert_eq!(r.first_offset_after, Some(per_step));
+    let p = &e.partitions()[0];
+    assert_eq!(
+        (p.first_offset, p.record_count),
+        (per_step, (entries - per_step) as u64)
+    );
+    assert!(e.verify().unwrap().is_clean());
+    let (_, rest, finished) = e.truncate_by_while(&tp, |_| Ok(entries), || true).unwrap();
+    assert!(finished);
+    assert_eq!(rest.entries_deleted, (entries - per_step) as u64);
+    assert_eq!(e.partitions()[0].record_count, 0);
+}
+
 /// Partitions interleaved in the log, pruned one after another in either
 /// order: the tombstones merge both ways into one per deleted run of the
 /// log. Before they merged upwards too, ~one tombstone per append stayed in

@@ -218,20 +218,27 @@ pub(crate) fn prune(
     let size_before = engine.size_on_disk()?;
     let verb = if dry_run { "would prune" } else { "pruned" };
     let mut total = pruner::PassReport::default();
+    let stopping = || stop.load(std::sync::atomic::Ordering::SeqCst);
+    let stopped = || {
+        ConnectorError::Live(
+            "stopped (the run is stopping, or the command went away) after the partitions above"
+                .into(),
+        )
+    };
     for p in &chosen {
-        if stop.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(ConnectorError::Live(
-                "stopped (the run is stopping, or the command went away) after the partitions above"
-                    .into(),
-            ));
+        if stopping() {
+            return Err(stopped());
         }
         // The cut is picked under the same lock as the deletion: the run's
         // own pruner may be pruning this partition too.
         let pick = |e: &Engine| cut_offset(e, p, cut);
-        let (offset, r) = if dry_run {
-            engine.truncate_plan_by(&p.tp, pick)?
+        // A stop does not wait out a large partition's steps: it ends the
+        // prune after the step in progress, each step durable.
+        let (offset, r, finished) = if dry_run {
+            let (offset, r) = engine.truncate_plan_by(&p.tp, pick)?;
+            (offset, r, true)
         } else {
-            engine.truncate_by(&p.tp, pick)?
+            engine.truncate_by_while(&p.tp, pick, || !stopping())?
         };
         let first = match r.first_offset_after {
             Some(f) if f != p.first_offset => format!("first offset {} -> {f}", p.first_offset),
@@ -246,6 +253,9 @@ pub(crate) fn prune(
             r.entries_deleted,
             p.next_offset
         ))?;
+        if !finished {
+            return Err(stopped());
+        }
         total.add(&r);
     }
     emit(format_args!(

@@ -199,7 +199,7 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
         );
         signal_stop.store(true, Ordering::Relaxed);
         // A stop can take seconds (a put's fsync, the pruner's last pass, a
-        // live prune finishing its partition, the consumer's close). Exiting
+        // live prune finishing its step, the consumer's close). Exiting
         // at once loses nothing: only what is durable was committed, and
         // the next start recovers the archive and resumes from it.
         signals.recv().await;
