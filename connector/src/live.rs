@@ -15,7 +15,8 @@
 //!
 //! # Invariants
 //! - The server only reads, except for `prune`, which deletes as the run's
-//!   own `--retain` passes do (`Engine::truncate_by`, in durable steps),
+//!   own `--retain` passes do (`Engine::truncate_by_while`, in durable
+//!   steps, stopping between them when the run stops or the client goes),
 //!   and `backup`, which writes a new archive where it is asked to.
 //!   Exports stop at the durable next offset, and a verify checks the store
 //!   as it stood when the verify started (`Engine::verify`).
@@ -109,8 +110,10 @@ pub struct LiveServer {
     accept: Option<JoinHandle<()>>,
 }
 
-/// Called when a request left the engine poisoned (a prune whose fsync
-/// failed): the run it belongs to must stop, not only its next put.
+/// Called when a live prune left the engine poisoned (its fsync failed, or
+/// its truncation panicked, which poisons the engine too): the run it
+/// belongs to must stop, not only its next put. The run's clean stop then
+/// fails on the poisoned engine, with its reason, and exits non-zero.
 pub type OnPoisoned = Box<dyn Fn() + Send + Sync>;
 
 /// What the server's threads share.
@@ -206,7 +209,7 @@ impl LiveServer {
     }
 
     /// Stop listening, cut off the connections being served (a verify in
-    /// progress gives up; a prune finishes the partition it is in), wait
+    /// progress gives up; a prune finishes the durable step it is in), wait
     /// for their threads, and remove the socket.
     pub fn stop(mut self) {
         self.shut_down();
@@ -506,22 +509,24 @@ fn serve(mut conn: UnixStream, engine: &Engine, shared: &Shared) {
         Ok(req) => {
             tracing::info!(?req, "live read");
             let writes = matches!(req, Request::Prune { dry_run: false, .. });
+            // Only a prune that poisoned the engine itself stops the run
+            // for it: one that found it poisoned (a failed put) did not.
+            let was_poisoned = engine.is_poisoned();
             // A panic (a bug) is answered as the request's error, not left
             // to end the thread with its client told the run is stopping.
+            // One in a prune's truncation poisons the engine (the engine's
+            // own guard), so the run stops for it below.
             let exit = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 answer(&req, engine, stop, &mut out)
             }))
             .unwrap_or_else(|payload| {
                 let what = cairn_engine::panic_message(&*payload);
                 tracing::error!(panic = %what, "a live request panicked");
-                if writes {
-                    shared.stop_run("a live prune panicked");
-                }
                 Err(ConnectorError::Live(format!(
                     "the running cairn failed serving this request (a bug: {what})"
                 )))
             });
-            if writes && engine.is_poisoned() {
+            if writes && !was_poisoned && engine.is_poisoned() {
                 shared.stop_run("a live prune left the engine poisoned");
             }
             // What was written goes out before the end, also after an
@@ -563,9 +568,14 @@ fn serve(mut conn: UnixStream, engine: &Engine, shared: &Shared) {
 /// The request's output, written to `out`, and the exit code the command
 /// would have had run on its own.
 fn answer(req: &Request, engine: &Engine, stop: &AtomicBool, out: &mut FrameWriter) -> Result<u8> {
-    // A bug, injected: the containment of a panic is tested.
+    // A bug, injected: the containment of a panic is tested; in a prune,
+    // inside its truncation.
     #[cfg(test)]
     if engine.config().path.ends_with(PANICS_SERVING) {
+        if matches!(req, Request::Prune { dry_run: false, .. }) {
+            let tp = cairn_engine::TopicPartition::new("t", 0);
+            let _ = engine.truncate_by(&tp, |_| panic!("injected by the test"));
+        }
         panic!("injected by the test");
     }
     match req {
@@ -963,8 +973,8 @@ mod tests {
 
     /// A panic while serving (a bug) reaches the client as the request's
     /// error (a verify's "could not check", 2), and the server goes on
-    /// serving; a panic in a prune, which writes, stops the run, as one in
-    /// the run's own pruner does.
+    /// serving; a panic in a prune's truncation poisons the engine, and
+    /// the run stops, as for one in the run's own pruner.
     #[test]
     fn a_panic_serving_a_request_is_answered_as_an_error() {
         let dir = tempfile::tempdir().unwrap();
@@ -987,12 +997,15 @@ mod tests {
             assert!(out.is_empty());
         }
         assert!(!stopped.load(Ordering::SeqCst), "no request that writes");
+        assert!(!e.is_poisoned());
         let (end, _) = ask(&data, &prune(false));
         assert_eq!(end.exit, 1, "{end:?}");
-        assert!(
-            stopped.load(Ordering::SeqCst),
-            "a prune panicked: the run stops"
-        );
+        assert!(e.is_poisoned(), "the truncation panicked");
+        assert!(stopped.load(Ordering::SeqCst), "and the run stops");
+        // A prune that finds the engine poisoned already is not blamed.
+        stopped.store(false, Ordering::SeqCst);
+        ask(&data, &prune(false));
+        assert!(!stopped.load(Ordering::SeqCst));
         server.stop();
         assert_eq!(Arc::strong_count(&e), 1, "a thread kept the engine");
     }

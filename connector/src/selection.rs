@@ -137,7 +137,7 @@ impl Selection {
 
 /// What `chosen` hold, for an error: each partition's offsets, or nothing
 /// and its next offset; the first 8, and how many more.
-pub fn held(chosen: &[PartitionInfo]) -> String {
+pub(crate) fn held(chosen: &[PartitionInfo]) -> String {
     const SHOWN: usize = 8;
     let mut held: Vec<String> = chosen
         .iter()

@@ -153,7 +153,8 @@ impl ArchiveSink {
     /// archived all the same: the reads then wait for the run to stop.
     ///
     /// `on_poisoned` is called when a request leaves the engine poisoned (a
-    /// live prune whose fsync failed), so that the run stops even when no
+    /// live prune whose fsync failed or whose truncation panicked), so that
+    /// the run stops even when no
     /// put comes to find it out: `cairn run` sets its stop flag, and the
     /// clean stop's fsync then fails with the poisoning's reason.
     pub fn with_live_reads(mut self, on_poisoned: crate::live::OnPoisoned) -> Self {

@@ -197,7 +197,9 @@ impl Engine {
         let _no_truncation = self
             .truncating
             .read()
-            .expect("engine lock poisoned by an earlier panic");
+            // Poisoned only by a panicked truncation, which poisoned the
+            // engine too (retention.rs): checked below as such.
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         // A poisoned engine's durable view may not match its tree (a write
         // or truncation that failed part-way): nothing to copy consistently.
         self.check_usable()?;

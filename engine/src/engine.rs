@@ -193,13 +193,27 @@ impl Drop for SyncLeader<'_> {
     fn drop(&mut self) {
         // Not held by this thread (the guard is forgotten before the leader
         // takes it again); poisoned only by a panic elsewhere.
-        let mut c = self.engine.commit.lock().unwrap_or_else(|e| e.into_inner());
-        c.syncing = false;
-        if c.poisoned.is_none() {
-            let reason = "the sync panicked (see the panic message)";
-            self.engine.set_poisoned(&mut c, "fsync", reason.into());
+        self.engine
+            .poison_after_panic("fsync", "the sync panicked (see the panic message)", |c| {
+                c.syncing = false
+            });
+    }
+}
+
+/// A duty of a thread that writes to the store outside a sync (a
+/// truncation): if it unwinds, the engine is poisoned, since what the
+/// panic left half done is unknown. Takes no lock until it is dropped.
+pub(crate) struct PoisonOnPanic<'a> {
+    pub engine: &'a Engine,
+    pub op: &'static str,
+}
+
+impl Drop for PoisonOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let reason = format!("the {} panicked (see the panic message)", self.op);
+            self.engine.poison_after_panic(self.op, &reason, |_| {});
         }
-        self.engine.commit_cv.notify_all();
     }
 }
 
@@ -405,7 +419,26 @@ impl Engine {
 
     /// True once a write or fsync has failed.
     pub fn is_poisoned(&self) -> bool {
-        lock(&self.commit).poisoned.is_some()
+        // A commit lock poisoned by a panic is taken for a poisoned engine,
+        // as the engine's drop takes it.
+        self.commit.lock().map_or(true, |c| c.poisoned.is_some())
+    }
+
+    /// Poison the engine from a drop during a panic: the commit lock is
+    /// taken even if poisoned (a second panic here would abort), `also`
+    /// runs under it, and waiters are woken.
+    fn poison_after_panic(
+        &self,
+        op: &'static str,
+        reason: &str,
+        also: impl FnOnce(&mut CommitState),
+    ) {
+        let mut c = self.commit.lock().unwrap_or_else(|e| e.into_inner());
+        also(&mut c);
+        if c.poisoned.is_none() {
+            self.set_poisoned(&mut c, op, reason.into());
+        }
+        self.commit_cv.notify_all();
     }
 
     /// Poison the engine (under `commit`): the mark is left on disk first

@@ -104,15 +104,22 @@ impl Engine {
         &self,
         tp: &TopicPartition,
         cut: impl FnOnce(&Engine) -> Result<i64>,
-        go: impl Fn() -> bool,
+        mut go: impl FnMut() -> bool,
     ) -> Result<(i64, TruncateReport, bool)> {
         crate::record::validate_tp(tp)?;
         // Held across the pick and the steps: another truncation waits, and
         // so does a verify or backup running meanwhile (verify.rs, backup.rs).
+        // A panic under it poisons the engine (the guard below, dropped
+        // first), so a later holder may take the lock whatever the panic
+        // left: the engine's own checks refuse what it must not do.
         let _truncating = self
             .truncating
             .write()
-            .expect("engine lock poisoned by an earlier panic");
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _poison_on_panic = crate::engine::PoisonOnPanic {
+            engine: self,
+            op: "truncation",
+        };
         let offset = self.durable_cut(tp, cut)?;
         let mut report = TruncateReport::default();
         let mut steps = 0u64;
@@ -162,7 +169,7 @@ impl Engine {
         let _truncating = self
             .truncating
             .read()
-            .expect("engine lock poisoned by an earlier panic");
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let offset = self.durable_cut(tp, cut)?;
         let mut report = TruncateReport::default();
         let Some(summary) = self.lock_write()?.partitions.get(tp).copied() else {

@@ -102,7 +102,9 @@ impl Engine {
         let _no_truncation = self
             .truncating
             .read()
-            .expect("engine lock poisoned by an earlier panic");
+            // Poisoned only by a panicked truncation, which poisoned the
+            // engine too (retention.rs): checked below as such.
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let now = |tp: &TopicPartition| lock(&self.write).partitions.get(tp).copied();
         let next_lsn_now = || lock(&self.write).next_lsn;
         let bound = {

@@ -507,6 +507,40 @@ fn a_truncation_stops_between_steps_when_told() {
     assert_eq!(e.partitions()[0].record_count, 0);
 }
 
+/// A truncation that panics (a bug) poisons the engine: what it left half
+/// done is unknown. What waits on the truncation lock after it refuses or
+/// reports, as for any poisoned engine, instead of panicking in turn.
+#[test]
+fn a_truncation_that_panics_poisons_the_engine() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let tp = TopicPartition::new("t", 0);
+    e.append(&[batch(&tp, 0..10, 10)]).unwrap();
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        e.truncate_by(&tp, |_| panic!("injected by the test"))
+    }));
+    assert!(panicked.is_err());
+    assert!(e.is_poisoned());
+    let err = e.truncate_before(&tp, 5).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Poisoned {
+                op: "truncation",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // A verify still runs (the checks a failed write cannot upset).
+    assert!(e.verify().is_ok());
+    assert!(e.append(&[batch(&tp, 10..11, 10)]).is_err());
+    drop(e);
+    // The reopen recovers everything acknowledged.
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    assert_eq!(read_all(&e, &tp).len(), 10);
+}
+
 /// Partitions interleaved in the log, pruned one after another in either
 /// order: the tombstones merge both ways into one per deleted run of the
 /// log. Before they merged upwards too, ~one tombstone per append stayed in

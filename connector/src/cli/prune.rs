@@ -201,7 +201,8 @@ pub async fn run(args: PruneArgs) -> Result<ExitCode> {
 
 /// One prune of the selected partitions of `engine` below `cut` (or, with
 /// `dry_run`, what it would delete), reported line by line to `emit`. Once
-/// `stop` is set it stops before the next partition, with an error. The
+/// `stop` is set it stops after the durable step in progress, with an
+/// error (a dry run, before its next partition). The
 /// selection and the cut are checked first, as the command line checks
 /// them: a running archive serves requests no command line built.
 pub(crate) fn prune(
@@ -244,8 +245,13 @@ pub(crate) fn prune(
             Some(f) if f != p.first_offset => format!("first offset {} -> {f}", p.first_offset),
             _ => format!("first offset {}", p.first_offset),
         };
+        let part_way = if finished {
+            ""
+        } else {
+            " (stopped part-way; a rerun finishes it)"
+        };
         emit(format_args!(
-            "{}/{}: {verb} {} records ({} payload bytes, {} entries) below offset {offset}; {first}; next offset {}",
+            "{}/{}: {verb} {} records ({} payload bytes, {} entries) below offset {offset}; {first}; next offset {}{part_way}",
             p.tp.topic,
             p.tp.partition,
             r.records_deleted,
