@@ -449,9 +449,10 @@ fn write_end(w: &mut impl Write, end: &End) -> std::io::Result<()> {
 
 /// Answer one connection's request. The server stopping, or the client
 /// going away (its command interrupted), interrupts a verify and a backup,
-/// and a prune between its durable steps. A prune (the only request that writes
-/// to the archive) that left the engine poisoned, or panicked, stops the
-/// run (`on_poisoned`), as the run's own pruner stops it then; before its
+/// and a prune between its durable steps. A prune (the only request that
+/// writes to the archive) that left the engine poisoned (a failed fsync, or
+/// a panic in its truncation, which poisons it) stops the run
+/// (`on_poisoned`), as the run's own pruner stops it then: before its
 /// client is answered, so that the answer comes after.
 fn serve(mut conn: UnixStream, engine: &Engine, shared: &Shared) {
     let request = read_request(&conn);
