@@ -83,11 +83,14 @@ pub enum ConnectorError {
         partitions: i32,
         needed: i32,
     },
-    #[error("{target} already holds records (offsets {low}..{high}); restoring would add the archive's records after them (pass --append to do that, or --resume to continue an earlier restore made with --offset-header)")]
+    #[error("{target} already holds records (offsets {low}..{high}){others}; restoring would add the archive's records after them (pass --append to do that, or --resume to continue an earlier restore made with --offset-header)")]
     TargetNotEmpty {
         target: cairn_engine::TopicPartition,
         low: i64,
         high: i64,
+        /// The other target partitions that hold records, as text
+        /// (", and so do …"), or empty: all are named at once.
+        others: String,
     },
     #[error(transparent)]
     RestoreFailed(Box<RestoreFailure>),

@@ -675,6 +675,8 @@ fn preflight(
     // read together (one at a time, each waited out the reader's previous
     // fetch long-poll: 15.7 s for 32 partitions).
     let mut to_read: Vec<(&TopicPartition, &TopicPartition, i64)> = Vec::new();
+    // Every target that holds records, to name them all in one refusal.
+    let mut occupied: Vec<(&TopicPartition, i64, i64)> = Vec::new();
     for (source, target) in plan {
         let asked_for = format!("the watermarks of target partition {target}");
         let (low, high) = sliced_wait(&cfg.brokers, &asked_for, timeout, stop, |wait| {
@@ -702,12 +704,29 @@ fn preflight(
             // Held records once, all gone now: nothing to interleave with.
             starts.insert(target.clone(), cfg.select.from);
         } else {
-            return Err(ConnectorError::TargetNotEmpty {
-                target: target.clone(),
-                low,
-                high,
-            });
+            occupied.push((target, low, high));
         }
+    }
+    if let Some(&(target, low, high)) = occupied.first() {
+        const SHOWN: usize = 8;
+        let mut others: Vec<String> = occupied[1..]
+            .iter()
+            .take(SHOWN)
+            .map(|(t, low, high)| format!("{t} (offsets {low}..{high})"))
+            .collect();
+        if occupied.len() > SHOWN + 1 {
+            others.push(format!("{} more", occupied.len() - SHOWN - 1));
+        }
+        return Err(ConnectorError::TargetNotEmpty {
+            target: target.clone(),
+            low,
+            high,
+            others: if others.is_empty() {
+                String::new()
+            } else {
+                format!(", and so do {}", others.join(", "))
+            },
+        });
     }
     if !to_read.is_empty() {
         let reader = resume_reader(cfg)?;

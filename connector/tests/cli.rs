@@ -702,7 +702,7 @@ fn restore_puts_the_demo_archive_back_and_refuses_to_do_it_twice() {
     assert_eq!(code, 1, "{err}");
     assert!(
         err.contains(&format!(
-            "{restored}/0 already holds records (offsets 0..1000)"
+            "{restored}/0 already holds records (offsets 0..1000), and so do {restored}/1 (offsets 0..1000), {restored}/2 (offsets 0..1000)"
         )) && err.contains("--append"),
         "{err}"
     );

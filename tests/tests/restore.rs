@@ -339,17 +339,21 @@ fn bad_targets_are_refused_before_anything_is_produced() {
     // `append`, after it.
     let k = TestKafka::new("occupied", 3);
     produce_one(&k, 1, b"already", None);
+    produce_one(&k, 2, b"already", None);
+    // Every occupied target is named at once, not one per attempt.
     match restore(&engine, &config(&k)) {
         Err(ConnectorError::TargetNotEmpty {
             target,
             low: 0,
             high: 1,
+            others,
         }) => {
-            assert_eq!(target, TopicPartition::new(&k.topic, 1))
+            assert_eq!(target, TopicPartition::new(&k.topic, 1));
+            assert_eq!(others, format!(", and so do {}/2 (offsets 0..1)", k.topic));
         }
         other => panic!("{other:?}"),
     }
-    assert_eq!(highs(&k, 3), vec![0, 1, 0]);
+    assert_eq!(highs(&k, 3), vec![0, 1, 1]);
     let mut cfg = config(&k);
     cfg.append = true;
     restore(&engine, &cfg).unwrap();
@@ -359,7 +363,7 @@ fn bad_targets_are_refused_before_anything_is_produced() {
         vec![
             want[&0].len() as i64,
             want[&1].len() as i64 + 1,
-            want[&2].len() as i64
+            want[&2].len() as i64 + 1
         ]
     );
 
