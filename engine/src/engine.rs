@@ -978,10 +978,9 @@ pub fn dropping_failing_store() -> bool {
 impl Drop for Engine {
     fn drop(&mut self) {
         let handles = (self.tree.take(), self.db.take());
-        // Not `lock`: a drop must not panic on a mutex an earlier panic
+        // `is_poisoned` does not panic on a commit lock an earlier panic
         // poisoned (that engine is taken for poisoned too).
-        let poisoned = self.commit.lock().map_or(true, |c| c.poisoned.is_some());
-        if poisoned {
+        if self.is_poisoned() {
             // A reader that outlives the engine may hold the last sled
             // handle instead: its drop is guarded too (set here as well for
             // an engine taken for poisoned by a panic elsewhere).
