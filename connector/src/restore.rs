@@ -707,16 +707,7 @@ fn preflight(
             occupied.push((target, low, high));
         }
     }
-    if let Some(&(target, low, high)) = occupied.first() {
-        const SHOWN: usize = 8;
-        let mut others: Vec<String> = occupied[1..]
-            .iter()
-            .take(SHOWN)
-            .map(|(t, low, high)| format!("{t} (offsets {low}..{high})"))
-            .collect();
-        if occupied.len() > SHOWN + 1 {
-            others.push(format!("{} more", occupied.len() - SHOWN - 1));
-        }
+    if let Some((&(target, low, high), others)) = occupied.split_first() {
         return Err(ConnectorError::TargetNotEmpty {
             target: target.clone(),
             low,
@@ -724,7 +715,10 @@ fn preflight(
             others: if others.is_empty() {
                 String::new()
             } else {
-                format!(", and so do {}", others.join(", "))
+                let others = others
+                    .iter()
+                    .map(|(t, low, high)| format!("{t} (offsets {low}..{high})"));
+                format!(", and so do {}", crate::selection::first_few(others))
             },
         });
     }

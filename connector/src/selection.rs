@@ -136,24 +136,27 @@ impl Selection {
 }
 
 /// What `chosen` hold, for an error: each partition's offsets, or nothing
-/// and its next offset; the first 8, and how many more.
+/// and its next offset ([`first_few`]).
 pub(crate) fn held(chosen: &[PartitionInfo]) -> String {
+    first_few(chosen.iter().map(|p| {
+        if p.record_count == 0 {
+            format!("{} nothing (next offset {})", p.tp, p.next_offset)
+        } else {
+            format!("{} {}..{}", p.tp, p.first_offset, p.next_offset)
+        }
+    }))
+}
+
+/// A list for an error: the first 8 items, and how many more, so that an
+/// archive of thousands of partitions does not make one line of them.
+pub(crate) fn first_few(items: impl ExactSizeIterator<Item = String>) -> String {
     const SHOWN: usize = 8;
-    let mut held: Vec<String> = chosen
-        .iter()
-        .take(SHOWN)
-        .map(|p| {
-            if p.record_count == 0 {
-                format!("{} nothing (next offset {})", p.tp, p.next_offset)
-            } else {
-                format!("{} {}..{}", p.tp, p.first_offset, p.next_offset)
-            }
-        })
-        .collect();
-    if chosen.len() > SHOWN {
-        held.push(format!("and {} more", chosen.len() - SHOWN));
+    let more = items.len().saturating_sub(SHOWN);
+    let mut shown: Vec<String> = items.take(SHOWN).collect();
+    if more > 0 {
+        shown.push(format!("and {more} more"));
     }
-    held.join(", ")
+    shown.join(", ")
 }
 
 #[cfg(test)]
