@@ -298,15 +298,27 @@ pub fn refuse_managed_keys(
     managed: &[&str],
     who: &str,
 ) -> Result<()> {
-    match managed
-        .iter()
-        .find_map(|key| crate::librdkafka::settings_of(kafka, key).next())
-    {
-        Some((key, _)) => Err(ConnectorError::Config(format!(
-            "-X {key}: {who} manages this property itself"
-        ))),
-        None => Ok(()),
+    refuse_settings(kafka, managed.iter().map(|key| (*key, None)), who)
+}
+
+/// Refuse `-X` settings of properties `who` sets itself: each key with the
+/// value `who` sets, which `-X` may give too (as librdkafka reads it), or
+/// `None` for one `-X` may not set at all.
+pub(crate) fn refuse_settings<'k>(
+    kafka: &BTreeMap<String, String>,
+    managed: impl IntoIterator<Item = (&'k str, Option<&'k str>)>,
+    who: &str,
+) -> Result<()> {
+    for (key, ours) in managed {
+        if let Some((k, v)) = crate::librdkafka::setting_other_than(kafka, key, ours) {
+            let why = match ours {
+                Some(o) => format!("{who} sets {key}={o}"),
+                None => format!("{who} manages this property itself"),
+            };
+            return Err(ConnectorError::Config(format!("-X {k}={v}: {why}")));
+        }
     }
+    Ok(())
 }
 
 /// The longest `--connect-timeout-ms`: an hour. librdkafka takes a timeout

@@ -70,16 +70,7 @@ pub const MANAGED_KEYS: [(&str, Option<&str>); 5] = [
 pub(crate) fn refuse_managed_keys(
     kafka: &std::collections::BTreeMap<String, String>,
 ) -> Result<()> {
-    for (key, ours) in MANAGED_KEYS {
-        if let Some((k, v)) = crate::librdkafka::setting_other_than(kafka, key, ours) {
-            let why = match ours {
-                Some(o) => format!("the dead-letter producer sets {key}={o}"),
-                None => "the dead-letter producer manages this property itself".to_owned(),
-            };
-            return Err(ConnectorError::Config(format!("-X {k}={v}: {why}")));
-        }
-    }
-    Ok(())
+    crate::config::refuse_settings(kafka, MANAGED_KEYS, "the dead-letter producer")
 }
 
 /// The dead-letter producer's settings for `cfg`, and its message timeout
