@@ -315,6 +315,7 @@ pub fn restore_until(
                 };
                 match send(&producer, cfg, target, &r, stop) {
                     Ok(Sent::Queued { timestamp_replaced }) => {
+                        crate::crashpoint::reached(crate::crashpoint::RESTORE_AFTER_SEND);
                         n += 1;
                         report.payload_bytes += r.payload_bytes();
                         report.timestamps_replaced += u64::from(timestamp_replaced);
@@ -1165,6 +1166,8 @@ impl ProducerContext for Deliveries {
                 d.acked += 1;
                 d.first_acked = Some(d.first_acked.map_or(offset, |o| o.min(offset)));
                 d.last_acked = Some(d.last_acked.map_or(offset, |o| o.max(offset)));
+                drop(s);
+                crate::crashpoint::reached(crate::crashpoint::RESTORE_AFTER_ACK);
             }
             Err((e, m)) => {
                 let tp = TopicPartition::new(m.topic(), m.partition());
