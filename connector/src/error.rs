@@ -138,6 +138,16 @@ pub enum ConnectorError {
         #[source]
         source: std::io::Error,
     },
+    /// An export whose last write, or putting its file in place, failed
+    /// after every record was handed to the output.
+    #[error("the export's output {path} failed at its end: {source}{output}")]
+    ExportOutput {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+        /// What the output holds (`; <stdout> received ...`).
+        output: String,
+    },
     /// An export that stopped part-way: damage met, or its output failed.
     #[error("export stopped after {records} records{after}: {source}{output}", after = last.as_ref().map(|l| format!(" (the last {l})")).unwrap_or_default())]
     ExportStopped {

@@ -116,6 +116,40 @@ fn an_output_that_fails_part_way_says_what_may_be_missing() {
             && err.contains("/dev/full received the records before it but up to the last 1 MiB of them (the output failed)"),
         "{err}"
     );
+
+    // An export under the output's 1 MiB buffer first meets the failure in
+    // its last flush: the same account of what the output holds, for a
+    // file and for stdout (before, a bare "i/o error on /dev/full").
+    let small = tempfile::tempdir().unwrap();
+    {
+        let e = Engine::open(EngineConfig::new(small.path())).unwrap();
+        e.append(&[batch(&TopicPartition::new("t", 0), 0..10, 100)])
+            .unwrap();
+        e.close().unwrap();
+    }
+    let d = small.path().to_str().unwrap();
+    let (code, _, err) = cairn(&["export", "--data", d, "--output", "/dev/full"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("the export's output /dev/full failed at its end: No space left on device")
+            && err.contains("/dev/full received the records before it but up to the last 1 MiB of them (the output failed): the export is incomplete"),
+        "{err}"
+    );
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let out = Command::new(CAIRN)
+        .args(["export", "--data", d])
+        .stdout(full)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("<stdout> received the records before it but up to the last 1 MiB of them (the output failed): the export is incomplete"),
+        "{err}"
+    );
 }
 
 /// An export range that meets no record is an error, also when it lies

@@ -248,20 +248,24 @@ fn remove_on_interrupt(staged: Staged, out: PathBuf) -> Result<tokio::task::Join
 }
 
 /// Flush what is buffered and put a file in place; a reader that went
-/// away is no error. Errors name `out_path`.
+/// away is no error. A failure names `out_path` and says what it holds: a
+/// last flush that fails (most of a small export is written there) gives
+/// the export up as any failed write does ([`abandon`]).
 fn finish(mut out: BufWriter<Output>, out_path: &Path) -> Result<()> {
-    let done = match out.flush() {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
-        Err(e) => Err(e),
-        Ok(()) => match out.into_parts().0 {
-            Output::Stdout(_) => Ok(()),
-            Output::File(mut f) => f.complete(),
-        },
-    };
-    done.map_err(|source| ConnectorError::Io {
+    let failed = |source, output| ConnectorError::ExportOutput {
         path: out_path.to_owned(),
         source,
-    })
+        output,
+    };
+    match out.flush() {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(failed(e, abandon(out))),
+        Ok(()) => match out.into_parts().0 {
+            Output::Stdout(_) => Ok(()),
+            // Its errors say what the file holds.
+            Output::File(mut f) => f.complete().map_err(|e| failed(e, String::new())),
+        },
+    }
 }
 
 /// Give up an export that failed, and say what its output holds (for its
@@ -434,9 +438,25 @@ impl FileOutput {
     fn complete(&mut self) -> std::io::Result<()> {
         self.open()?;
         let file = self.file.take().expect("opened above");
+        let staged = matches!(*lock_staged(&self.staged), Stage::Staged(_));
         // fsync of a FIFO or /dev/null fails (EINVAL), and means nothing.
         if file.metadata()?.is_file() {
-            file.sync_all()?;
+            if let Err(e) = file.sync_all() {
+                let holds = if staged {
+                    // Removed when dropped.
+                    format!(
+                        "the export was not put in place, and {} was left as it was",
+                        self.path.display()
+                    )
+                } else {
+                    "it holds the whole export (written in place), which may not survive a power loss"
+                        .to_owned()
+                };
+                return Err(std::io::Error::new(
+                    e.kind(),
+                    format!("fsync of the export: {e}; {holds}"),
+                ));
+            }
         }
         drop(file);
         // Held through the rename: the signal watcher waits, and then
@@ -480,9 +500,19 @@ impl FileOutput {
                 )),
             };
         }
-        std::fs::File::open(parent_dir(&self.path))?.sync_all()?;
+        // In place now, whole: a failure from here on says so.
         *guard = Stage::Complete;
-        Ok(())
+        std::fs::File::open(parent_dir(&self.path))
+            .and_then(|d| d.sync_all())
+            .map_err(|e| {
+                std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "fsync of its directory: {e}; {} holds the whole export, but its rename into place may not survive a power loss",
+                        self.path.display()
+                    ),
+                )
+            })
     }
 }
 
