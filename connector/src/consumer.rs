@@ -425,7 +425,21 @@ impl Shared {
     /// cannot see (a log end cut back below librdkafka's fetch position,
     /// fetching from a follower): every partition starts again where it is,
     /// so none stays stopped.
-    fn offset_reset(&mut self, consumer: &BaseConsumer<SinkContext>) -> Result<()> {
+    ///
+    /// Restarting assigns outside the rebalance callback, and librdkafka
+    /// takes an `(incremental_)(un)assign` made while a rebalance waits on
+    /// the consumer queue as the application's answer to it: a revoke
+    /// would end before its callback flushed and committed, and the group
+    /// could give the partition to another member while this one goes on
+    /// archiving it. So the caller serves waiting events first, and
+    /// `events_waiting` is asked again right before the restart: if one
+    /// came meanwhile, nothing is restarted and `false` says to try again
+    /// after serving it.
+    fn offset_reset(
+        &mut self,
+        consumer: &BaseConsumer<SinkContext>,
+        events_waiting: &dyn Fn() -> bool,
+    ) -> Result<bool> {
         use retention::Standing;
         // Put what was polled first: `consumed` is then where every
         // partition goes on, and a partition fetched again cannot bring a
@@ -485,12 +499,17 @@ impl Shared {
             restart.append(&mut going_on);
         }
         if restart.is_empty() {
-            return Ok(());
+            return Ok(true);
+        }
+        if events_waiting() {
+            tracing::debug!("an event came while checking retention: serving it before restarting fetches");
+            return Ok(false);
         }
         for (tp, to) in &restart {
             self.started_at(tp, *to);
         }
-        retention::restart_fetch(consumer, &restart, &going_on)
+        retention::restart_fetch(consumer, &restart, &going_on)?;
+        Ok(true)
     }
 
     /// Hand the whole buffer over as one put.
@@ -953,18 +972,13 @@ fn action(e: &rdkafka::error::KafkaError) -> ErrorAction {
     }
 }
 
-/// A consumer error, from the consumer queue or the run's queue: restart
-/// what is out of Kafka's log (true: partitions were assigned again), stop
-/// the run on what librdkafka does not retry, log the rest. `why` is
-/// librdkafka's description of it, which names the partition of a fetch
-/// error and the topic of a topic error (rust-rdkafka's error is a bare
-/// code).
-fn on_consume_error(
-    e: rdkafka::error::KafkaError,
-    why: Option<String>,
-    consumer: &BaseConsumer<SinkContext>,
-    shared: &Mutex<Shared>,
-) -> Result<bool> {
+/// A consumer error, from the consumer queue or the run's queue: a
+/// position out of Kafka's log wants [`Shared::offset_reset`] (true: the
+/// caller runs it once no event waits), what librdkafka does not retry
+/// stops the run, the rest is logged. `why` is librdkafka's description of
+/// it, which names the partition of a fetch error and the topic of a topic
+/// error (rust-rdkafka's error is a bare code).
+fn on_consume_error(e: rdkafka::error::KafkaError, why: Option<String>) -> Result<bool> {
     match action(&e) {
         ErrorAction::Reset if why.as_deref().is_some_and(log_truncated) => {
             let why = why.unwrap_or_default();
@@ -980,7 +994,6 @@ fn on_consume_error(
         }
         ErrorAction::Reset => {
             tracing::warn!(error = %e, why, "a position is out of Kafka's log; checking retention");
-            lock(shared).offset_reset(consumer)?;
             Ok(true)
         }
         ErrorAction::Stop => {
@@ -1023,6 +1036,8 @@ fn consume(
     // callback (`retention::restart_fetch`), and their fetch stops can
     // clear the forwards: forward them again on the next pass.
     let mut forward_now = false;
+    // A reset error was seen and its partitions are not restarted yet.
+    let mut reset_wanted = false;
     loop {
         // A failure first: a stop that arrives with it (a signal, or a
         // pruner's failure hook) must not turn it into a clean finish, whose
@@ -1045,7 +1060,7 @@ fn consume(
                 None => break,
                 Some(Err(e)) => {
                     let why = consumer.context().take_error_reason(&e);
-                    forward_now |= on_consume_error(e, why, consumer, shared)?
+                    reset_wanted |= on_consume_error(e, why)?
                 }
                 Some(Ok(m)) => {
                     use rdkafka::message::Message;
@@ -1062,6 +1077,16 @@ fn consume(
         // nothing more is taken (the loop's top returns the error).
         if pipeline.failed.load(Ordering::Acquire) {
             continue;
+        }
+        // Only with no event waiting (the loop above served them all): see
+        // `offset_reset` for why. Until it runs, the run's queue is not
+        // taken from, so what followed the error stays queued.
+        if reset_wanted {
+            if !lock(shared).offset_reset(consumer, &|| fetch.events_waiting())? {
+                continue;
+            }
+            reset_wanted = false;
+            forward_now = true;
         }
         if forward_now || forwarded_at.elapsed() >= crate::fetch::REFORWARD_INTERVAL {
             fetch.forward_again();
@@ -1121,7 +1146,7 @@ fn consume(
             return Err(e);
         }
         if let Some((e, why)) = needs {
-            forward_now |= on_consume_error(e, Some(why), consumer, shared)?;
+            reset_wanted |= on_consume_error(e, Some(why))?;
         }
         // Nothing more was waiting when the call returned.
         let drained = !cut && handed < crate::fetch::TAKE_MAX;
