@@ -276,3 +276,44 @@ fn a_lock_file_that_was_there_stays_and_a_linked_one_is_refused() {
     }
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
 }
+
+/// A frame damaged in the source is copied as it is: the backup reports
+/// the copy's verify, which names the damage's location, and keeps the
+/// copy (before, the copy's record count fell short first, and the backup
+/// failed with an i/o error that named no location).
+#[test]
+fn damage_in_the_source_is_reported_where_it_is() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    let tp = TopicPartition::new("d", 0);
+    {
+        let e = Engine::open(EngineConfig::new(&src)).unwrap();
+        for i in 0..3 {
+            e.append(&[common::batch(&tp, i * 10..i * 10 + 10, 20)])
+                .unwrap();
+        }
+        e.close().unwrap();
+    }
+    // The second entry's frame: a byte of its records flipped.
+    common::with_raw_tree(&src, |t| {
+        let mut v = t.get(common::wal_key(2)).unwrap().unwrap().to_vec();
+        let last = v.len() - 1;
+        v[last] ^= 0x40;
+        t.insert(common::wal_key(2), v).unwrap();
+    });
+    let engine = Engine::open(EngineConfig::new(&src)).unwrap();
+    let dest = dir.path().join("copy");
+    let r = engine.backup_to(&dest, &AtomicBool::new(false)).unwrap();
+    assert_eq!(r.records, 30);
+    assert!(!r.verify.is_clean());
+    assert!(
+        r.verify
+            .problems
+            .iter()
+            .any(|p| p.location == cairn_engine::Location::Wal { lsn: 2 }),
+        "{:?}",
+        r.verify.problems
+    );
+    assert!(dest.exists(), "the copy is kept, with its damage reported");
+}
