@@ -502,7 +502,9 @@ impl Shared {
             return Ok(true);
         }
         if events_waiting() {
-            tracing::debug!("an event came while checking retention: serving it before restarting fetches");
+            tracing::debug!(
+                "an event came while checking retention: serving it before restarting fetches"
+            );
             return Ok(false);
         }
         for (tp, to) in &restart {

@@ -79,13 +79,19 @@ impl Selection {
                 )));
             }
         }
-        let chosen: Vec<_> = archived
+        let (chosen, others): (Vec<_>, Vec<_>) = archived
             .into_iter()
-            .filter(|p| self.wants(&p.tp.topic, p.tp.partition))
-            .collect();
+            .partition(|p| self.wants(&p.tp.topic, p.tp.partition));
         if let (Some(n), true) = (self.partition, chosen.is_empty()) {
+            // What the chosen topics hold instead (all of them: a partition
+            // is given only with a topic).
+            let topics: Vec<_> = others
+                .into_iter()
+                .filter(|p| self.topics.iter().any(|t| *t == p.tp.topic))
+                .collect();
             return Err(ConnectorError::Config(format!(
-                "--partition {n}: the archive holds no such partition of the chosen topics"
+                "--partition {n}: the archive holds no such partition of the chosen topics (they hold {})",
+                held(&topics)
             )));
         }
         self.check_held(&chosen)?;
@@ -124,13 +130,18 @@ impl Selection {
         let meets = |p: &PartitionInfo| {
             self.from < p.next_offset && self.to.is_none_or(|to| to > p.first_offset)
         };
-        if !ranged || chosen.is_empty() || chosen.iter().any(|p| p.record_count > 0 && meets(p)) {
+        if !ranged || chosen.iter().any(|p| p.record_count > 0 && meets(p)) {
             return Ok(());
         }
-        Err(ConnectorError::Config(format!(
-            "{} (they hold {})",
-            self.no_records_there(),
+        // An archive that holds no partition at all meets no range either.
+        let held = if chosen.is_empty() {
+            "nothing: the archive holds no partition".to_owned()
+        } else {
             held(chosen)
+        };
+        Err(ConnectorError::Config(format!(
+            "{} (they hold {held})",
+            self.no_records_there(),
         )))
     }
 }
@@ -282,10 +293,35 @@ mod tests {
         pruned.record_count = 5;
         pruned.first_offset = 5;
         assert!(s.choose(vec![pruned], &[]).is_err());
-        // No range: an archive of empty partitions exports nothing, fine.
+        // No range: an archive of empty partitions exports nothing, fine;
+        // and so does one of no partition at all, but not for a range.
         let mut empty = info("a", 0);
         empty.record_count = 0;
         empty.first_offset = 10;
         assert!(Selection::default().choose(vec![empty], &[]).is_ok());
+        assert!(Selection::default().choose(vec![], &[]).is_ok());
+        let e = err(Selection {
+            from: 100,
+            ..Default::default()
+        }
+        .choose(vec![], &[]));
+        assert!(
+            e.contains("offsets 100..the end: the chosen partitions hold no records there (they hold nothing: the archive holds no partition)"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_partition_not_held_is_refused_naming_what_the_topic_holds() {
+        let s = Selection {
+            topics: vec!["a".into()],
+            partition: Some(7),
+            ..Default::default()
+        };
+        let e = err(s.choose(archive(), &[]));
+        assert!(
+            e.contains("--partition 7: the archive holds no such partition of the chosen topics (they hold a/0 0..10, a/1 0..10)"),
+            "{e}"
+        );
     }
 }
