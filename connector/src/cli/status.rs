@@ -188,6 +188,40 @@ pub(crate) fn serve(engine: &cairn_engine::Engine, out: &mut dyn std::io::Write)
     Ok(0)
 }
 
+/// The group's committed offsets into `rows`, with a WARN for each
+/// partition Kafka could not read, and one for partitions the group
+/// committed nothing for.
+fn note_committed(
+    rows: &mut [Row],
+    tps: &[TopicPartition],
+    committed: &crate::offsets::CommittedRead,
+    group: Option<&str>,
+) {
+    for (tp, error) in &committed.unread {
+        tracing::warn!(%tp, %error, "Kafka could not read this partition's committed offset: its column is left empty");
+    }
+    // A mistyped group reads as one that committed nothing: say so,
+    // rather than show an idle-looking table without a word.
+    let uncommitted = tps
+        .iter()
+        .filter(|tp| !committed.offsets.contains_key(*tp) && !committed.unread.contains_key(*tp))
+        .count();
+    if uncommitted > 0 {
+        tracing::warn!(
+            group = group.unwrap_or_default(),
+            partitions = uncommitted,
+            of = tps.len(),
+            "the group has no committed offset for these partitions (a group that never ran on them, or a mistyped --group): their committed and lag columns are left empty"
+        );
+    }
+    for r in rows.iter_mut() {
+        r.kafka_committed = committed
+            .offsets
+            .get(&TopicPartition::new(&r.topic, r.partition))
+            .map(|c| c.offset);
+    }
+}
+
 /// Kafka's figures beside the archive's: committed offsets (with a group),
 /// watermarks and lags, and a row for every partition of an archived topic
 /// the archive holds nothing of. A figure Kafka did not give is left empty
@@ -256,32 +290,17 @@ fn kafka_view(
             .filter(|r| asked(r))
             .map(|r| TopicPartition::new(&r.topic, r.partition))
             .collect();
-        let committed = read_committed(consumer, &tps, timeout)
-            .map_err(ConnectorError::kafka("committed offsets"))?;
-        for (tp, error) in &committed.unread {
-            tracing::warn!(%tp, %error, "Kafka could not read this partition's committed offset: its column is left empty");
-        }
-        // A mistyped group reads as one that committed nothing: say so,
-        // rather than show an idle-looking table without a word.
-        let uncommitted = tps
-            .iter()
-            .filter(|tp| {
-                !committed.offsets.contains_key(*tp) && !committed.unread.contains_key(*tp)
-            })
-            .count();
-        if uncommitted > 0 {
-            tracing::warn!(
-                group = group.unwrap_or_default(),
-                partitions = uncommitted,
-                of = tps.len(),
-                "the group has no committed offset for these partitions (a group that never ran on them, or a mistyped --group): their committed and lag columns are left empty"
-            );
-        }
-        for r in rows.iter_mut() {
-            r.kafka_committed = committed
-                .offsets
-                .get(&TopicPartition::new(&r.topic, r.partition))
-                .map(|c| c.offset);
+        // A request that failed whole leaves every committed column empty,
+        // with a WARN, as a failed watermark request leaves its own: the
+        // rest of the table still stands.
+        match read_committed(consumer, &tps, timeout) {
+            Ok(committed) => note_committed(rows, &tps, &committed, group),
+            // Failed whole: every committed column is left empty, with one
+            // WARN, as a failed watermark request leaves its own; the rest
+            // of the table still stands.
+            Err(error) => {
+                tracing::warn!(%error, group = group.unwrap_or_default(), "Kafka could not read the group's committed offsets: the committed and lag columns are left empty")
+            }
         }
     }
     for r in rows.iter_mut().filter(|r| asked(r)) {
