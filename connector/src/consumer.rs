@@ -848,6 +848,7 @@ fn finish(shared: &Mutex<Shared>, consumer: &BaseConsumer<SinkContext>) -> Resul
     // Nothing is lost either way: this store resumes from its own offsets,
     // but another owner would start from Kafka's older offset and archive
     // the records between again.
+    s.pipeline.begin_final_commit();
     let outcome = crate::rebalance::commit_retrying(consumer, &s.pipeline, None, true);
     if outcome == crate::pipeline::CommitOutcome::Failed {
         tracing::warn!("the final commit failed: Kafka's committed offsets stay behind the archive's durable ones until the next run commits");

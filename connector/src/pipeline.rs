@@ -31,6 +31,15 @@
 //!   above what is durable: the next owner archives the records between
 //!   again (duplicates across stores, each store still exactly once;
 //!   DURABILITY.md), the same outcome as a revoke whose commit fails.
+//!   The run's final commit counts as a revoke of everything here (since
+//!   2026-12-02), so the committer's commits chosen before it are dropped
+//!   the same way.
+//! - An acknowledgement is recorded (`committed`, which decides whether a
+//!   partition is committed again) only if no revoke began while its commit
+//!   was in flight: one that did may have handed the partition to another
+//!   member and back, so what Kafka holds is not known; the partition is
+//!   then committed again (since 2026-12-02; before, an idle partition could
+//!   stay behind in Kafka after such a round trip).
 //! - Once `commits_closed` is set (a fatal error, a simulated crash, the end
 //!   of the run) no further commit is sent.
 
@@ -173,6 +182,13 @@ impl Pipeline {
         s.revokes_begun += 1;
     }
 
+    /// The run's final commit follows (after its final flush): a commit the
+    /// committer chose before is dropped, as one chosen before a revoke is,
+    /// so that it cannot reach Kafka after the final one and move it back.
+    pub fn begin_final_commit(&self) {
+        self.state().revokes_begun += 1;
+    }
+
     /// Forget partitions that were revoked or lost.
     pub fn drop_partitions(&self, tps: &[TopicPartition]) {
         let mut s = self.state();
@@ -278,7 +294,20 @@ impl Pipeline {
                 if let Some(f) = s.on_commit.as_mut() {
                     f(&pending.offsets, &pending.durable);
                 }
-                s.tracker.commit_acked(pending, &s.assigned);
+                // A revoke that began while this commit was in flight may
+                // have handed its partitions to another member and back:
+                // what Kafka holds for them now is not known to be this
+                // commit's offsets, and recording them as committed would
+                // keep an idle partition from being committed again. So
+                // nothing is recorded, and the next commit sends them again.
+                // (A revoke's own commit is of partitions being revoked,
+                // forgotten once it ends.)
+                if only.is_none() && s.revoked_since(revokes_begun, pending.offsets.keys()) {
+                    s.tracker.commit_acked(pending, &BTreeSet::new());
+                    self.wake.notify_one();
+                } else {
+                    s.tracker.commit_acked(pending, &s.assigned);
+                }
                 s.stats.commits += 1;
                 self.check_done(s);
                 CommitOutcome::Done
