@@ -87,7 +87,7 @@ impl Selection {
             // is given only with a topic).
             let topics: Vec<_> = others
                 .into_iter()
-                .filter(|p| self.topics.iter().any(|t| *t == p.tp.topic))
+                .filter(|p| self.topics.contains(&p.tp.topic))
                 .collect();
             return Err(ConnectorError::Config(format!(
                 "--partition {n}: the archive holds no such partition of the chosen topics (they hold {})",
