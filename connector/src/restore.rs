@@ -622,7 +622,9 @@ fn producer_config(cfg: &RestoreConfig) -> ClientConfig {
         // Above the archive's own record limit (16 MiB at most) with the
         // wire overhead; the brokers' and the topic's limits still apply.
         .set("message.max.bytes", (32 << 20).to_string());
-    for (k, v) in &cfg.kafka {
+    // `group.id` names the `--resume` reader's group; a producer has none
+    // (librdkafka would warn that it ignores it).
+    for (k, v) in cfg.kafka.iter().filter(|(k, _)| *k != "group.id") {
         c.set(k, v);
     }
     c
@@ -755,10 +757,13 @@ fn resume_reader(cfg: &RestoreConfig) -> Result<BaseConsumer<ReaderContext>> {
     for (k, v) in &cfg.kafka {
         c.set(k, v);
     }
+    // librdkafka assigns only within a group; this one never commits or
+    // subscribes. `-X group.id` names it (a secured cluster may allow only
+    // some groups), else cairn does.
+    if !cfg.kafka.contains_key("group.id") {
+        c.set("group.id", "cairn-restore-resume");
+    }
     c.set("bootstrap.servers", &cfg.brokers)
-        // librdkafka assigns only within a group; this one never commits or
-        // subscribes (its principal needs Describe on the group).
-        .set("group.id", "cairn-restore-resume")
         .set("enable.auto.commit", "false")
         .set("auto.offset.reset", "error");
     c.create_with_context(ReaderContext)
@@ -1207,6 +1212,18 @@ mod tests {
                 detail: "boom".into(),
             }),
         }
+    }
+
+    /// `-X group.id` is the `--resume` reader's, never the producer's.
+    #[test]
+    fn the_group_id_goes_to_the_reader_not_the_producer() {
+        let mut cfg = RestoreConfig::new("127.0.0.1:1");
+        cfg.kafka.insert("group.id".into(), "mine".into());
+        cfg.kafka.insert("compression.type".into(), "zstd".into());
+        let p = producer_config(&cfg);
+        assert_eq!(p.get("group.id"), None);
+        assert_eq!(p.get("compression.type"), Some("zstd"));
+        assert!(resume_reader(&cfg).is_ok());
     }
 
     #[test]
