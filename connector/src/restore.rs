@@ -1103,7 +1103,14 @@ impl Deliveries {
     }
 
     fn fail(&self, target: &TopicPartition, offset: i64, e: &KafkaError) {
-        self.fail_with(target, offset, e.to_string(), is_consequence(e));
+        let mut detail = e.to_string();
+        if e.rdkafka_error_code() == Some(RDKafkaErrorCode::MessageSizeTooLarge) {
+            // The brokers refuse a whole batch, and each record in it fails
+            // with this: the one named is the batch's first, which need not
+            // be large itself.
+            detail.push_str(" (the brokers refused the batch that starts with this record: a record in it, or the batch itself, is over the topic's max.message.bytes; if no record is that large, lower -X batch.size below that limit, else raise the limit)");
+        }
+        self.fail_with(target, offset, detail, is_consequence(e));
     }
 
     /// The record at `offset` failed for `detail`; a `consequence` of

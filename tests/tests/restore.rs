@@ -658,6 +658,31 @@ fn an_empty_archive_is_an_error() {
     }
 }
 
+/// The brokers refuse a batch for its size: the error names the batch's
+/// first record, and says that the record too large may be a later one,
+/// or the batch itself, and what to change (before, it named the first
+/// record as if it were the large one).
+#[test]
+fn a_batch_refused_for_its_size_says_what_to_change() {
+    let (_dir, engine) = archived();
+    let k = TestKafka::new("batch-size", 3);
+    let Some(mock) = k.mock() else {
+        eprintln!("skipped: error injection needs the mock cluster");
+        return;
+    };
+    let cfg = config(&k);
+    mock.request_errors(
+        rdkafka::types::RDKafkaApiKey::Produce,
+        &[rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE],
+    );
+    let text = failure(restore(&engine, &cfg)).to_string();
+    assert!(
+        text.contains("the brokers refused the batch that starts with this record")
+            && text.contains("lower -X batch.size"),
+        "{text}"
+    );
+}
+
 /// A failure reported by the broker, after the record left: the restore
 /// stops there, the error says to `--resume`, and resuming (which reads the
 /// offset header of each partition's last record) completes it exactly
