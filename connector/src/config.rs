@@ -269,6 +269,12 @@ impl RunConfig {
         {
             return bad(format!("-X {k}={v}: cairn keeps end-of-partition events off (the run has no use for them, and would log each one as a consumer error)"));
         }
+        if let Some((k, v)) = setting_other_than(&self.kafka, "api.version.request", Some("true")) {
+            // Without it librdkafka speaks the protocol of
+            // `broker.version.fallback` (0.10.0 by default): a fetch without
+            // headers, and without transactions, so read_committed is lost.
+            return bad(format!("-X {k}={v}: cairn needs the brokers' API versions (record headers and read_committed need Kafka 0.11 or later, which answer the request)"));
+        }
         if let Some((k, v)) = setting_other_than(&self.kafka, "group.protocol", Some("classic")) {
             return bad(format!("-X {k}={v}: cairn runs the classic group protocol (its cooperative-sticky assignment and rebalance handling are built and tested on it)"));
         }
@@ -525,6 +531,10 @@ mod tests {
         c.kafka.insert("enable.partition.eof".into(), "true".into());
         let e = c.validate().unwrap_err().to_string();
         assert!(e.contains("-X enable.partition.eof=true"), "{e}");
+        let mut c = ok.clone();
+        c.kafka.insert("api.version.request".into(), "false".into());
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("-X api.version.request=false"), "{e}");
         let mut c = ok.clone();
         c.topics = vec!["bad topic".into()];
         assert!(c.validate().unwrap_err().to_string().contains("topics"));
