@@ -43,6 +43,26 @@ fn cairn_run_in(
     cairn(&args)
 }
 
+/// `--data` that is neither an archive nor new or empty (a mistyped path,
+/// a volume not mounted yet) is refused before anything is written into
+/// it: a second archive there would resume from Kafka's offsets and keep
+/// the records it takes apart from the real one.
+#[test]
+fn run_refuses_a_data_directory_that_is_not_an_archive() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "not an archive").unwrap();
+    std::fs::create_dir(dir.path().join("photos")).unwrap();
+    let d = dir.path().to_str().unwrap();
+    let (code, _, err) = cairn_run("127.0.0.1:1", "t", d, &[]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("not a cairn archive, and not empty (it holds notes.txt, photos)"),
+        "{err}"
+    );
+    assert!(!dir.path().join("sled").exists(), "nothing written");
+    assert!(!dir.path().join("cairn.lock").exists(), "nothing written");
+}
+
 /// A signal while the run waits for brokers that do not answer ends the
 /// wait then, not at the connect timeout (an hour here): the run exits 130
 /// saying it was stopped while waiting, having committed nothing.
