@@ -170,6 +170,9 @@ pub(crate) struct Shared {
     pub log_bounds: BTreeMap<TopicPartition, LogBounds>,
     /// Where each assigned partition started fetching.
     pub starts: BTreeMap<TopicPartition, Start>,
+    /// The group has assigned this member partitions (or none) at least
+    /// once: it joined.
+    pub joined: bool,
 }
 
 /// The memory a buffered record holds, as `pending_bytes` counts it: its
@@ -695,6 +698,7 @@ pub fn run_pipeline(
         progress_due: false,
         log_bounds: BTreeMap::new(),
         starts: BTreeMap::new(),
+        joined: false,
     }));
     let consumer: BaseConsumer<SinkContext> = client_config(cfg)
         .create_with_context(SinkContext {
@@ -1039,6 +1043,11 @@ fn consume(
     // callback (`retention::restart_fetch`), and their fetch stops can
     // clear the forwards: forward them again on the next pass.
     let mut forward_now = false;
+    // Until the group first assigns this member anything, a WARN each
+    // connect timeout: librdkafka waits for a group coordinator quietly (at
+    // debug), and a run that never joins would otherwise look idle.
+    let join_wait = Duration::from_millis(cfg.connect_timeout_ms);
+    let mut join_warn_at = Instant::now() + join_wait;
     // A reset error was seen and its partitions are not restarted yet.
     let mut reset_wanted = false;
     loop {
@@ -1154,6 +1163,13 @@ fn consume(
         // Nothing more was waiting when the call returned.
         let drained = !cut && handed < crate::fetch::TAKE_MAX;
         let mut s = lock(shared);
+        if !s.joined && Instant::now() >= join_warn_at {
+            join_warn_at += join_wait;
+            tracing::warn!(
+                group = %cfg.group,
+                "not in the group yet: no partitions assigned. librdkafka keeps trying; if this lasts, the group's coordinator may be unavailable (on a cluster of fewer brokers than offsets.topic.replication.factor, 3 by default, Kafka cannot create __consumer_offsets) or the group is rebalancing around a slow member"
+            );
+        }
         let lingered = s.pending_since.is_some_and(|t| t.elapsed() >= linger);
         // A lingered batch goes at once if the task thread is free, or if
         // nothing more is waiting (waiting for the task thread is then all

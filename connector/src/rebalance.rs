@@ -254,6 +254,7 @@ impl SinkContext {
     fn on_assign(&self, c: &BaseConsumer<Self>, tpl: &mut TopicPartitionList) {
         let tps = tps_of(tpl);
         let mut s = lock(&self.shared);
+        s.joined = true;
         let _span = tracing::info_span!("assign", partitions = tps.len()).entered();
         if s.pipeline.state().commits_closed {
             // The run is over (a clean stop or a fatal error) and the sink

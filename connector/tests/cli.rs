@@ -63,6 +63,68 @@ fn run_refuses_a_data_directory_that_is_not_an_archive() {
     assert!(!dir.path().join("cairn.lock").exists(), "nothing written");
 }
 
+/// A run that cannot join its group says so, each connect timeout, rather
+/// than sit idle without a word: here the group waits for a member that
+/// holds the partition and stopped polling, so the join waits out its
+/// rebalance (librdkafka logs nothing above debug meanwhile, as it does
+/// for a coordinator that never comes).
+#[test]
+fn a_run_that_cannot_join_its_group_says_so() {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use std::io::{BufRead, BufReader};
+    let mb = TestBroker::start(&["join:1"]);
+    let (topic, group) = (mb.topic("join"), mb.group("join-group"));
+    let first: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &mb.brokers)
+        .set("group.id", &group)
+        .set("max.poll.interval.ms", "120000")
+        .create()
+        .unwrap();
+    first.subscribe(&[&topic]).unwrap();
+    // A bound on a hung join, not a timing.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while first.assignment().unwrap().count() == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first member never joined"
+        );
+        let _ = first.poll(std::time::Duration::from_millis(100));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let mut run = common::cairn_run(
+        &[
+            "--brokers",
+            &mb.brokers,
+            "--group",
+            &group,
+            "--topics",
+            &topic,
+            "--data",
+            d,
+            "--connect-timeout-ms",
+            "300",
+        ],
+        None,
+    );
+    let mut said = false;
+    for line in BufReader::new(run.stderr.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+    {
+        assert!(
+            !line.contains(r#""message":"commit""#),
+            "joined, so nothing to say: {line}"
+        );
+        if line.contains("not in the group yet: no partitions assigned") {
+            said = true;
+            break;
+        }
+    }
+    assert!(said, "the run ended without saying it could not join");
+    drop(first);
+}
+
 /// A signal while the run waits for brokers that do not answer ends the
 /// wait then, not at the connect timeout (an hour here): the run exits 130
 /// saying it was stopped while waiting, having committed nothing.
