@@ -317,7 +317,20 @@ impl SinkContext {
                 kafka.insert(tp.clone(), k.offset);
             }
             let stored = match point {
-                ResumePoint::Archive(a) => Some(a),
+                ResumePoint::Archive(a) => {
+                    if a > 0 && committed.get(tp).is_none() {
+                        // Kafka drops a deleted topic's committed offsets:
+                        // a topic recreated and grown past the archive's
+                        // offset cannot be told apart otherwise (rule 5 of
+                        // OPERATIONS.md, "Where a partition resumes").
+                        tracing::warn!(
+                            %tp,
+                            archive = a,
+                            "the archive holds this partition but the group has no committed offset for it: a new --group, the group's offsets expired (offsets.retention.minutes), or the topic was deleted and recreated; if recreated, resuming at the archive's offset skips the new topic's first records and appends the rest to the old one's history (archive a recreated topic into a new --data)"
+                        );
+                    }
+                    Some(a)
+                }
                 ResumePoint::Nowhere => None,
                 ResumePoint::Kafka(k) => {
                     if archive.is_some() {

@@ -125,6 +125,55 @@ fn a_run_that_cannot_join_its_group_says_so() {
     drop(first);
 }
 
+/// An archived partition the group has no committed offset for (a new
+/// group; or Kafka dropped the offsets with a deleted topic, whose
+/// recreation offsets alone cannot show) gets a WARN at its assignment.
+#[test]
+fn an_archived_partition_without_a_committed_offset_is_warned_about() {
+    use cairn_engine::{fuzzing::batch, Engine, EngineConfig, TopicPartition};
+    use std::io::{BufRead, BufReader};
+    let mb = TestBroker::start(&["nocommit:1"]);
+    let (topic, group) = (mb.topic("nocommit"), mb.group("nocommit-group"));
+    cairn_connector::cli::demo::produce(&mb.brokers, &topic, 0..20).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        e.append(&[batch(&TopicPartition::new(&topic, 0), 0..10, 10)])
+            .unwrap();
+        e.close().unwrap();
+    }
+    let d = dir.path().to_str().unwrap();
+    let mut run = common::cairn_run(
+        &[
+            "--brokers",
+            &mb.brokers,
+            "--group",
+            &group,
+            "--topics",
+            &topic,
+            "--data",
+            d,
+        ],
+        None,
+    );
+    let mut warned = false;
+    for line in BufReader::new(run.stderr.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+    {
+        if line.contains("the group has no committed offset for it") {
+            assert!(line.contains(r#""archive":10"#), "{line}");
+            warned = true;
+            break;
+        }
+        assert!(
+            !line.contains(r#""message":"commit""#),
+            "committed without the warning"
+        );
+    }
+    assert!(warned, "the run ended without the warning");
+}
+
 /// A signal while the run waits for brokers that do not answer ends the
 /// wait then, not at the connect timeout (an hour here): the run exits 130
 /// saying it was stopped while waiting, having committed nothing.
