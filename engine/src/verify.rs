@@ -430,6 +430,12 @@ fn verify_log(
     let mut last_offset: BTreeMap<TopicPartition, i64> = BTreeMap::new();
     let mut expected: u64 = 1;
     let mut asm = Assembler::default();
+    // The entry being assembled was cut short by a problem already
+    // reported: its remaining chunks (continuations) are skipped without a
+    // problem each, so that one damaged chunk of a many-chunk entry is one
+    // problem, not one per chunk after it. Each is still decoded, and its
+    // own damage reported.
+    let mut orphans = false;
     let mut first_slot: Option<u64> = None;
     let mut items = 0;
     for item in tree.scan_prefix([keys::PREFIX_WAL]) {
@@ -458,6 +464,7 @@ fn verify_log(
             // Reported once per hole; the frames after it are checked on.
             r.add(at.clone(), CorruptionKind::FrameAfterSlot { slot_lsn });
             expected = lsn;
+            orphans |= asm.in_progress().is_some();
             asm.reset();
         }
         r.frames += 1;
@@ -469,6 +476,7 @@ fn verify_log(
                     found: lsn,
                 },
             );
+            orphans |= asm.in_progress().is_some();
             asm.reset();
         }
         expected = lsn.saturating_add(1);
@@ -476,10 +484,17 @@ fn verify_log(
             Ok(f) => f,
             Err(kind) => {
                 r.add(at, kind);
+                // Its flags cannot be trusted: the chunks after it, if it
+                // was an entry's, are orphans.
+                orphans = true;
                 asm.reset();
                 continue;
             }
         };
+        if f.kind == FrameKind::Records && f.flags & frame::FLAG_CONT != 0 && orphans {
+            continue;
+        }
+        orphans = false;
         if f.kind == FrameKind::Tombstone {
             r.tombstones += 1;
             if let Some(first) = asm.in_progress() {
@@ -489,6 +504,7 @@ fn verify_log(
                         detail: "entry interrupted by a tombstone".into(),
                     },
                 );
+                orphans = true;
                 asm.reset();
             }
             match f.lsn_after(lsn) {
@@ -513,6 +529,7 @@ fn verify_log(
             }) => (first_lsn, chunks, body),
             Err(kind) => {
                 r.add(at, kind);
+                orphans = true;
                 asm.reset();
                 continue;
             }

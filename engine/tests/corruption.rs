@@ -814,3 +814,54 @@ fn sealed_values_no_build_writes_are_refused_not_trusted() {
         ),
     }
 }
+
+/// One damaged chunk in the middle of an entry of many chunks is one
+/// problem for verify, not one more for every chunk after it (each of which
+/// used to read as "a continuation chunk without a first chunk", filling
+/// the list that names locations); the chunks after it are still checked,
+/// and damage of their own still reported.
+#[test]
+fn one_damaged_chunk_is_one_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let tp = TopicPartition::new("c", 0);
+    {
+        // One record of 20 kB: an entry of about 20 chunks of 1 KiB.
+        let e = Engine::open(cairn_engine::fuzzing::small_config(dir.path())).unwrap();
+        // (Offset 0 would have no value: `record`.)
+        e.append(&[batch(&tp, 1..2, 20_000)]).unwrap();
+        e.append(&[batch(&tp, 2..3, 10)]).unwrap();
+        e.close().unwrap();
+    }
+    let flip = |v: &mut Vec<u8>| {
+        let last = v.len() - 1;
+        v[last] ^= 1;
+    };
+    // Frames 1..=20 are the big entry's chunks, 21 the small entry.
+    let frames: Vec<u64> = common::with_raw_tree(dir.path(), |t| {
+        (1..200u64)
+            .filter(|&l| t.get(wal_key(l)).unwrap().is_some_and(|v| !v.is_empty()))
+            .collect()
+    });
+    assert_eq!(frames, (1..=21).collect::<Vec<u64>>());
+    damage(dir.path(), 3, flip);
+    let v = cairn_engine::verify_store(&cairn_engine::fuzzing::small_config(dir.path())).unwrap();
+    let in_log: Vec<_> = v
+        .problems
+        .iter()
+        .filter(|p| matches!(p.location, Location::Wal { .. }))
+        .collect();
+    assert_eq!(in_log.len(), 1, "{:?}", v.problems);
+    assert_eq!(in_log[0].location, Location::Wal { lsn: 3 });
+    // A second damaged chunk of the same entry is reported on its own.
+    damage(dir.path(), 9, flip);
+    let v = cairn_engine::verify_store(&cairn_engine::fuzzing::small_config(dir.path())).unwrap();
+    let lsns: Vec<_> = v
+        .problems
+        .iter()
+        .filter_map(|p| match p.location {
+            Location::Wal { lsn } => Some(lsn),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(lsns, vec![3, 9], "{:?}", v.problems);
+}
