@@ -164,7 +164,9 @@ pub(crate) fn recover(
     };
     let mut repairs = sled::Batch::default();
     let mut dirty: BTreeSet<TopicPartition> = BTreeSet::new();
-    let mut torn: Option<(u64, CorruptionKind)> = None;
+    // The torn entry's first frame (where a truncation starts), the frame
+    // that is torn (what an error names), and why.
+    let mut torn: Option<(u64, u64, CorruptionKind)> = None;
 
     let mut expected = expected_after_checkpoint(tree, checkpoint)?;
     let mut asm = Assembler::default();
@@ -219,7 +221,7 @@ pub(crate) fn recover(
                 // Keep scanning: only slots may follow a torn last frame. A
                 // frame above them means the "slot" after this one is a hole
                 // and this frame was damaged, not torn (FrameAfterSlot).
-                torn = Some((asm.in_progress().unwrap_or(lsn), kind));
+                torn = Some((asm.in_progress().unwrap_or(lsn), lsn, kind));
                 continue;
             }
             Err(kind) => return Err(corrupt(lsn, kind)),
@@ -264,6 +266,7 @@ pub(crate) fn recover(
         if let Some(first_lsn) = asm.in_progress() {
             torn = Some((
                 first_lsn,
+                first_lsn,
                 CorruptionKind::BadChunkSequence {
                     detail: "last entry ends without its final chunk".into(),
                 },
@@ -271,10 +274,12 @@ pub(crate) fn recover(
         }
     }
     let mut next_lsn = expected;
-    if let Some((first_lsn, reason)) = torn {
+    let mut torn_at = 0;
+    if let Some((first_lsn, at, reason)) = torn {
         if cfg.recovery_mode == RecoveryMode::Strict {
-            return Err(corrupt(first_lsn, reason));
+            return Err(corrupt(at, reason));
         }
+        torn_at = at;
         let frames = truncate_tail(tree, first_lsn, &mut repairs)?;
         tracing::warn!(first_lsn, frames, %reason, "truncated a torn tail entry");
         report.truncated = Some(TruncatedTail {
@@ -291,7 +296,7 @@ pub(crate) fn recover(
     // at or below it, which was no torn write but damage.
     watermark::check(next_lsn - 1, durable_mark)?;
     if let Some(t) = &report.truncated {
-        refuse_indexed_tail(tree, t.first_lsn, &t.reason)?;
+        refuse_indexed_tail(tree, t.first_lsn, torn_at, &t.reason)?;
     }
     // Apply index repairs before recomputing summaries from the index.
     let truncated = report.truncated.is_some();
@@ -524,13 +529,18 @@ fn truncate_tail(tree: &sled::Tree, first_lsn: u64, repairs: &mut sled::Batch) -
 /// Every partition with an index entry is looked at, not only those with a
 /// summary: a partition's first append cut short after its index entry and
 /// before its summary has none.
-fn refuse_indexed_tail(tree: &sled::Tree, first_lsn: u64, reason: &CorruptionKind) -> Result<()> {
+fn refuse_indexed_tail(
+    tree: &sled::Tree,
+    first_lsn: u64,
+    at: u64,
+    reason: &CorruptionKind,
+) -> Result<()> {
     for tp in &indexed_partitions(tree)? {
         if let Some(item) = tree.scan_prefix(keys::index_prefix(tp)).next_back() {
             let (_, e) = index_item(item)?;
             if e.lsn >= first_lsn {
                 tracing::error!(first_lsn, %tp, first_offset = e.first_offset, "the last entry looks torn but is indexed: damage, not an interrupted write");
-                return Err(corrupt(first_lsn, reason.clone()));
+                return Err(corrupt(at, reason.clone()));
             }
         }
     }

@@ -259,3 +259,31 @@ fn acknowledged_tail_cut_off_is_lost_suffix_not_torn() {
         v.problems
     );
 }
+
+/// The refusal names the frame that is cut, not the first frame of its
+/// entry (before, an entry of several chunks whose last one was cut was
+/// reported at its first, which is whole).
+#[test]
+fn an_indexed_entry_cut_in_its_last_chunk_is_named_at_that_chunk() {
+    let (dir, tp, last) = crashed_store(1024, 600);
+    assert!(last > 2, "an entry of several chunks");
+    with_raw_tree(dir.path(), |t| {
+        let v = t.get(wal_key(last)).unwrap().unwrap();
+        t.insert(wal_key(last), &v[..v.len() / 2]).unwrap();
+    });
+    unacknowledge_after(dir.path(), 1);
+    for mode in [RecoveryMode::TolerateTail, RecoveryMode::Strict] {
+        match opens(dir.path(), mode) {
+            Err(Error::Corruption {
+                location: Location::Wal { lsn },
+                kind: CorruptionKind::Truncated { .. },
+            }) => assert_eq!(lsn, last, "{mode:?}"),
+            Err(other) => panic!("{mode:?}: expected a cut frame at lsn {last}, got {other}"),
+            Ok(_) => panic!("{mode:?}: opened, truncating an indexed entry"),
+        }
+    }
+    assert!(with_raw_tree(dir.path(), |t| t
+        .get(cairn_engine::keys::index_key(&tp, 10))
+        .unwrap()
+        .is_some()));
+}
