@@ -12,7 +12,8 @@
 //!   record, and strictly increasing non-negative offsets. Anything else is
 //!   `CorruptionKind::Decode` or `OffsetOrder`, never a panic.
 //! - The record count is checked against the bytes left before any
-//!   allocation sized by it.
+//!   allocation sized by it. A byte string's length is bounded by
+//!   `DECODE_LIMIT_BYTES` only (bincode allocates it first).
 
 use bincode::config::{Configuration, Limit, LittleEndian, Varint};
 use bincode::{Decode, Encode};
@@ -41,7 +42,12 @@ pub const RECORDS_PER_ENTRY_MAX: usize = ENTRY_BODY_BYTES_MAX / 4 / RECORD_COUNT
 /// flat 32 bytes before.
 pub const RECORD_COUNTED_BYTES_MIN: usize = 32;
 /// Bound on what one bincode decode may claim (bytes read plus container
-/// memory). Checked by bincode before it allocates.
+/// memory), checked by bincode before it allocates. It bounds, not
+/// prevents, an allocation a damaged length asks for: bincode 2.0.1 sizes a
+/// byte string's buffer from its length prefix (claimed against this limit)
+/// before it finds the bytes are not there, so a forged length that passed
+/// the frame CRC costs up to this much memory, for a moment, before decode
+/// fails.
 const DECODE_LIMIT_BYTES: usize = 64 << 20;
 /// The smallest encoding of one record (offset, timestamp type, timestamp,
 /// key tag, value tag, header count: one byte each).
