@@ -269,12 +269,7 @@ impl RunConfig {
         {
             return bad(format!("-X {k}={v}: cairn keeps end-of-partition events off (the run has no use for them, and would log each one as a consumer error)"));
         }
-        if let Some((k, v)) = setting_other_than(&self.kafka, "api.version.request", Some("true")) {
-            // Without it librdkafka speaks the protocol of
-            // `broker.version.fallback` (0.10.0 by default): a fetch without
-            // headers, and without transactions, so read_committed is lost.
-            return bad(format!("-X {k}={v}: cairn needs the brokers' API versions (record headers and read_committed need Kafka 0.11 or later, which answer the request)"));
-        }
+        refuse_old_protocol(&self.kafka)?;
         if let Some((k, v)) = setting_other_than(&self.kafka, "group.protocol", Some("classic")) {
             return bad(format!("-X {k}={v}: cairn runs the classic group protocol (its cooperative-sticky assignment and rebalance handling are built and tested on it)"));
         }
@@ -297,6 +292,17 @@ pub const MANAGED_CONSUMER_KEYS: [&str; 6] = [
     "auto.commit.enable",
     "enable.auto.offset.store",
 ];
+
+/// Refuse `-X api.version.request=false`: librdkafka then speaks the
+/// protocol of `broker.version.fallback` (0.10.0 by default), whose records
+/// have no headers, and whose fetch knows no transactions (read_committed
+/// is lost). Archiving and restoring both need Kafka 0.11's.
+pub fn refuse_old_protocol(kafka: &BTreeMap<String, String>) -> Result<()> {
+    match setting_other_than(kafka, "api.version.request", Some("true")) {
+        Some((k, v)) => Err(ConnectorError::Config(format!("-X {k}={v}: cairn needs the brokers' API versions (record headers and read_committed need Kafka 0.11 or later, which answer the request)"))),
+        None => Ok(()),
+    }
+}
 
 /// Refuse `-X` settings of properties `who` (a command) sets itself.
 pub fn refuse_managed_keys(

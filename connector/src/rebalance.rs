@@ -309,6 +309,9 @@ impl SinkContext {
         // next commit brings Kafka back to what the store does hold.
         let mut kafka = BTreeMap::new();
         let mut consumed = BTreeMap::new();
+        // Archived partitions the group has no committed offset for (read,
+        // not failed to read): one WARN for them all, below.
+        let mut uncommitted: Vec<String> = Vec::new();
         for tp in &tps {
             let archive = resume.get(tp).copied();
             let point = resume_point(archive, committed.get(tp), identity.as_deref());
@@ -318,16 +321,8 @@ impl SinkContext {
             }
             let stored = match point {
                 ResumePoint::Archive(a) => {
-                    if a > 0 && committed.get(tp).is_none() {
-                        // Kafka drops a deleted topic's committed offsets:
-                        // a topic recreated and grown past the archive's
-                        // offset cannot be told apart otherwise (rule 5 of
-                        // OPERATIONS.md, "Where a partition resumes").
-                        tracing::warn!(
-                            %tp,
-                            archive = a,
-                            "the archive holds this partition but the group has no committed offset for it: a new --group, the group's offsets expired (offsets.retention.minutes), or the topic was deleted and recreated; if recreated, resuming at the archive's offset skips the new topic's first records and appends the rest to the old one's history (archive a recreated topic into a new --data)"
-                        );
+                    if a > 0 && committed.get(tp).is_none() && !unread.contains_key(tp) {
+                        uncommitted.push(format!("{tp}@{a}"));
                     }
                     Some(a)
                 }
@@ -409,6 +404,18 @@ impl SinkContext {
                 });
             }
             tracing::info!(%tp, ?start, "resuming");
+        }
+        if !uncommitted.is_empty() {
+            // Kafka drops a deleted topic's committed offsets: a topic
+            // recreated and grown past the archive's offset cannot be told
+            // apart otherwise (rule 5 of OPERATIONS.md, "Where a partition
+            // resumes").
+            let partitions = uncommitted.len();
+            tracing::warn!(
+                partitions,
+                archived = %crate::selection::first_few(uncommitted.into_iter()),
+                "the archive holds these partitions but the group has no committed offset for them: a new --group, the group's offsets expired (offsets.retention.minutes), or the topic was deleted and recreated; if recreated, resuming at the archive's offset skips the new topic's first records and appends the rest to the old one's history (archive a recreated topic into a new --data)"
+            );
         }
         {
             let mut st = s.pipeline.state();

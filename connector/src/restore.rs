@@ -127,6 +127,7 @@ impl RestoreConfig {
             return bad("brokers: empty (use --brokers host:port[,host:port])".into());
         }
         refuse_managed_keys(&self.kafka, &MANAGED, "cairn restore")?;
+        crate::config::refuse_old_protocol(&self.kafka)?;
         check_message_timeout(&self.kafka, "the restored records")
             .map_err(ConnectorError::Config)?;
         self.select.check_range()?;
@@ -1103,11 +1104,17 @@ impl Deliveries {
     }
 
     fn fail(&self, target: &TopicPartition, offset: i64, e: &KafkaError) {
+        self.fail_with(target, offset, e.to_string(), is_consequence(e));
+    }
+
+    /// A record the brokers refused (its delivery report).
+    fn refused(&self, target: &TopicPartition, offset: i64, e: &KafkaError) {
         let mut detail = e.to_string();
         if e.rdkafka_error_code() == Some(RDKafkaErrorCode::MessageSizeTooLarge) {
             // The brokers refuse a whole batch, and each record in it fails
             // with this: the one named is the batch's first, which need not
-            // be large itself.
+            // be large itself. (librdkafka's own refusal of one record over
+            // message.max.bytes comes from `send`, not here.)
             detail.push_str(" (the brokers refused the batch that starts with this record: a record in it, or the batch itself, is over the topic's max.message.bytes; if no record is that large, lower -X batch.size below that limit, else raise the limit)");
         }
         self.fail_with(target, offset, detail, is_consequence(e));
@@ -1183,7 +1190,7 @@ impl ProducerContext for Deliveries {
             }
             Err((e, m)) => {
                 let tp = TopicPartition::new(m.topic(), m.partition());
-                self.fail(&tp, offset, e);
+                self.refused(&tp, offset, e);
                 let mut s = self.lock();
                 s.reports += 1;
                 s.failed_in_delivery = true;
@@ -1229,6 +1236,13 @@ mod tests {
         cfg.kafka.insert("compression.type".into(), "zstd".into());
         let p = producer_config(&cfg);
         assert_eq!(p.get("group.id"), None);
+        let mut old = cfg.clone();
+        old.kafka.insert("api.version.request".into(), "0".into());
+        assert!(old
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("-X api.version.request=0"));
         assert_eq!(p.get("compression.type"), Some("zstd"));
         assert!(resume_reader(&cfg).is_ok());
     }

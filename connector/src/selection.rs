@@ -83,11 +83,11 @@ impl Selection {
             .into_iter()
             .partition(|p| self.wants(&p.tp.topic, p.tp.partition));
         if let (Some(n), true) = (self.partition, chosen.is_empty()) {
-            // What the chosen topics hold instead (all of them: a partition
-            // is given only with a topic).
+            // What the chosen topics hold instead (every topic, if none
+            // was named).
             let topics: Vec<_> = others
                 .into_iter()
-                .filter(|p| self.topics.contains(&p.tp.topic))
+                .filter(|p| self.topics.is_empty() || self.topics.contains(&p.tp.topic))
                 .collect();
             return Err(ConnectorError::Config(format!(
                 "--partition {n}: the archive holds no such partition of the chosen topics (they hold {})",
@@ -321,6 +321,16 @@ mod tests {
         let e = err(s.choose(archive(), &[]));
         assert!(
             e.contains("--partition 7: the archive holds no such partition of the chosen topics (they hold a/0 0..10, a/1 0..10)"),
+            "{e}"
+        );
+        // Without a topic: every topic's.
+        let s = Selection {
+            partition: Some(7),
+            ..Default::default()
+        };
+        let e = err(s.choose(archive(), &[]));
+        assert!(
+            e.contains("(they hold a/0 0..10, a/1 0..10, b/0 0..10)"),
             "{e}"
         );
     }

@@ -449,8 +449,18 @@ impl FileOutput {
                         self.path.display()
                     )
                 } else {
-                    "it holds the whole export (written in place), which may not survive a power loss"
-                        .to_owned()
+                    // A failed fsync may have lost written pages already:
+                    // what is left is not known to be whole.
+                    match file.set_len(0) {
+                        Ok(()) => format!(
+                            "{} (written in place) was emptied, so that no part of the export passes for all of it",
+                            self.path.display()
+                        ),
+                        Err(t) => format!(
+                            "{} (written in place) may hold part of the export and could not be emptied ({t}): the export is incomplete",
+                            self.path.display()
+                        ),
+                    }
                 };
                 return Err(std::io::Error::new(
                     e.kind(),
