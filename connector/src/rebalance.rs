@@ -321,7 +321,7 @@ impl SinkContext {
             }
             let stored = match point {
                 ResumePoint::Archive(a) => {
-                    if a > 0 && committed.get(tp).is_none() && !unread.contains_key(tp) {
+                    if a > 0 && !committed.contains_key(tp) && !unread.contains_key(tp) {
                         uncommitted.push(format!("{tp}@{a}"));
                     }
                     Some(a)

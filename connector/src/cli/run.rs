@@ -304,6 +304,43 @@ impl Signals {
     }
 }
 
+/// `--data` must be an archive, or new, or empty: a mistyped path (or a
+/// volume not mounted yet) would otherwise start a second archive inside
+/// some other directory, resume there from Kafka's offsets, and leave the
+/// records it takes only there. Besides the archive's own files (`sled`,
+/// `cairn.*`), only a fresh filesystem's `lost+found` is allowed.
+fn refuse_foreign_dir(data: &std::path::Path) -> Result<()> {
+    if data.join("sled").join("db").exists() {
+        return Ok(());
+    }
+    let entries = match std::fs::read_dir(data) {
+        Ok(entries) => entries,
+        // New (created by the open), or not a directory (the open names
+        // that).
+        Err(_) => return Ok(()),
+    };
+    let mut foreign = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|source| ConnectorError::Io {
+            path: data.to_owned(),
+            source,
+        })?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name != "sled" && name != "lost+found" && !name.starts_with("cairn.") {
+            foreign.push(name);
+        }
+    }
+    if foreign.is_empty() {
+        return Ok(());
+    }
+    foreign.sort();
+    Err(ConnectorError::Config(format!(
+        "--data {}: not a cairn archive, and not empty (it holds {}); give an archive's directory, or a new or empty one",
+        data.display(),
+        crate::selection::first_few(foreign.into_iter())
+    )))
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -443,41 +480,4 @@ mod tests {
             );
         }
     }
-}
-
-/// `--data` must be an archive, or new, or empty: a mistyped path (or a
-/// volume not mounted yet) would otherwise start a second archive inside
-/// some other directory, resume there from Kafka's offsets, and leave the
-/// records it takes only there. Besides the archive's own files (`sled`,
-/// `cairn.*`), only a fresh filesystem's `lost+found` is allowed.
-fn refuse_foreign_dir(data: &std::path::Path) -> Result<()> {
-    if data.join("sled").join("db").exists() {
-        return Ok(());
-    }
-    let entries = match std::fs::read_dir(data) {
-        Ok(entries) => entries,
-        // New (created by the open), or not a directory (the open names
-        // that).
-        Err(_) => return Ok(()),
-    };
-    let mut foreign = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|source| ConnectorError::Io {
-            path: data.to_owned(),
-            source,
-        })?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if name != "sled" && name != "lost+found" && !name.starts_with("cairn.") {
-            foreign.push(name);
-        }
-    }
-    if foreign.is_empty() {
-        return Ok(());
-    }
-    foreign.sort();
-    Err(ConnectorError::Config(format!(
-        "--data {}: not a cairn archive, and not empty (it holds {}); give an archive's directory, or a new or empty one",
-        data.display(),
-        crate::selection::first_few(foreign.into_iter())
-    )))
 }
