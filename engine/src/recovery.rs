@@ -163,6 +163,7 @@ pub(crate) fn recover(
         poisoned_before: None,
     };
     let mut repairs = sled::Batch::default();
+    let mut rebuilt: Rebuilt = BTreeMap::new();
     let mut dirty: BTreeSet<TopicPartition> = BTreeSet::new();
     // The torn entry's first frame (where a truncation starts), the frame
     // that is torn (what an error names), and why.
@@ -250,7 +251,14 @@ pub(crate) fn recover(
                     report.entries_checked += 1;
                     report.records_checked += entry.records.len() as u64;
                     let described = IndexEntry::describe(first_lsn, chunks, &entry.records);
-                    confirm_index(tree, &entry.tp, &described, &mut repairs, &mut report)?;
+                    confirm_index(
+                        tree,
+                        &entry.tp,
+                        &described,
+                        &mut repairs,
+                        &mut rebuilt,
+                        &mut report,
+                    )?;
                     let next = described.last_offset + 1;
                     match partitions.get(&entry.tp) {
                         Some(s) if s.next_offset >= next => {}
@@ -298,6 +306,13 @@ pub(crate) fn recover(
     if let Some(t) = &report.truncated {
         refuse_indexed_tail(tree, t.first_lsn, torn_at, &t.reason)?;
     }
+    // Every refusal before any repair is written: a refused open leaves
+    // the store as it found it, damage and all, for `verify` and salvage
+    // (since 2026-12-02; before, the truncation and rebuilt index entries
+    // were written first, and sled's drop kept them). The index as the
+    // repairs will leave it: the stored one, with the rebuilt entries over
+    // it.
+    check_indexed_partitions(tree, next_lsn, &partitions, &dirty, &rebuilt)?;
     // Apply index repairs before recomputing summaries from the index.
     let truncated = report.truncated.is_some();
     // Every repair either rebuilt an index entry or belongs to a truncation;
@@ -309,9 +324,6 @@ pub(crate) fn recover(
     fail::fail_point!(FAILPOINT_RECOVERY_MID_REPAIR, |a| {
         crate::engine::failpoint_action(FAILPOINT_RECOVERY_MID_REPAIR, a)
     });
-    // Before the batch below, which may upgrade the format: a failed open
-    // leaves the store's format as it found it.
-    check_indexed_partitions(tree, next_lsn, &partitions, &dirty)?;
     // The recomputed summaries and, last, the checkpoint. The checkpoint
     // tells the next open it need not look at the log before it, so it must
     // never be durable ahead of the repairs it vouches for: a crash in the
@@ -484,6 +496,7 @@ fn confirm_index(
     tp: &TopicPartition,
     described: &IndexEntry,
     repairs: &mut sled::Batch,
+    rebuilt: &mut Rebuilt,
     report: &mut RecoveryReport,
 ) -> Result<()> {
     let (k, v) = described.encode(tp);
@@ -499,6 +512,7 @@ fn confirm_index(
         } else {
             tracing::warn!(%tp, lsn = described.lsn, "rebuilding index entry from the log");
         }
+        rebuilt.insert(k.clone(), (tp.clone(), *described));
         repairs.insert(k, v);
         report.index_entries_repaired += 1;
     }
@@ -725,16 +739,17 @@ fn check_indexed_partitions(
     next_lsn: u64,
     partitions: &BTreeMap<TopicPartition, PartitionSummary>,
     dirty: &BTreeSet<TopicPartition>,
+    rebuilt: &Rebuilt,
 ) -> Result<()> {
-    let indexed: BTreeSet<TopicPartition> = indexed_partitions(tree)?.into_iter().collect();
+    let mut indexed: BTreeSet<TopicPartition> = indexed_partitions(tree)?.into_iter().collect();
+    indexed.extend(rebuilt.values().map(|(tp, _)| tp.clone()));
     for tp in &indexed {
         let summary = partitions.get(tp).filter(|_| !dirty.contains(tp));
         if summary.is_none() && !dirty.contains(tp) {
             let (at, kind) = crate::verify::missing_summary(tp);
             return Err(Error::corruption(at, kind));
         }
-        if let Some(item) = tree.scan_prefix(keys::index_prefix(tp)).next_back() {
-            let (k, e) = index_item(item)?;
+        if let Some((k, e)) = newest_index_entry(tree, tp, rebuilt)? {
             if e.lsn + e.chunks as u64 > next_lsn {
                 return Err(index_corruption(
                     &k,
@@ -772,6 +787,38 @@ fn check_indexed_partitions(
         }
     }
     Ok(())
+}
+
+/// Index entries rebuilt from the log, not yet written: by key, with
+/// their partition.
+type Rebuilt = BTreeMap<Vec<u8>, (TopicPartition, IndexEntry)>;
+
+/// `tp`'s newest index entry as the repairs will leave it: a rebuilt one
+/// where it is newer than (or replaces) the stored one.
+fn newest_index_entry(
+    tree: &sled::Tree,
+    tp: &TopicPartition,
+    rebuilt: &Rebuilt,
+) -> Result<Option<(Vec<u8>, IndexEntry)>> {
+    let stored = tree
+        .scan_prefix(keys::index_prefix(tp))
+        .next_back()
+        .transpose()
+        .map_err(store_err("scan index"))?;
+    let fresh = rebuilt
+        .range(keys::index_prefix(tp)..keys::index_prefix_end(tp))
+        .next_back();
+    match (stored, fresh) {
+        (Some((k, _)), Some((rk, (_, e)))) if rk.as_slice() >= k.as_ref() => {
+            Ok(Some((rk.clone(), *e)))
+        }
+        (Some(item), _) => {
+            let (k, e) = index_item(Ok(item))?;
+            Ok(Some((k.to_vec(), e)))
+        }
+        (None, Some((rk, (_, e)))) => Ok(Some((rk.clone(), *e))),
+        (None, None) => Ok(None),
+    }
 }
 
 pub(crate) fn hex(bytes: &[u8]) -> String {

@@ -287,3 +287,40 @@ fn an_indexed_entry_cut_in_its_last_chunk_is_named_at_that_chunk() {
         .unwrap()
         .is_some()));
 }
+
+/// A refused open writes none of its repairs: here partition a's newest
+/// index entry is lost (recovery would rebuild it) and partition b's
+/// summary is ahead of its index (damage, refused). The store is left as it
+/// was found, a's index entry still missing, for verify and salvage (before,
+/// the rebuilt entry was written first and kept).
+#[test]
+fn a_refused_open_writes_none_of_its_repairs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (TopicPartition::new("a", 0), TopicPartition::new("b", 0));
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    e.append(&[batch(&a, 0..10, 20), batch(&b, 0..10, 20)])
+        .unwrap();
+    drop(e); // crash: the whole log is tail
+             // b's summary as a store with 50 of its records has it.
+    let other = tempfile::tempdir().unwrap();
+    let e = Engine::open(EngineConfig::new(other.path())).unwrap();
+    e.append(&[batch(&b, 0..50, 20)]).unwrap();
+    drop(e);
+    let b_summary_key = cairn_engine::keys::partition_key(&b);
+    let ahead = with_raw_tree(other.path(), |t| t.get(&b_summary_key).unwrap().unwrap());
+    let a_index_key = cairn_engine::keys::index_key(&a, 0);
+    with_raw_tree(dir.path(), |t| {
+        t.remove(&a_index_key).unwrap();
+        t.insert(&b_summary_key, ahead).unwrap();
+    });
+    match opens(dir.path(), RecoveryMode::TolerateTail) {
+        Err(e) => assert!(e.is_corruption(), "{e}"),
+        Ok(_) => panic!("opened with b's summary ahead of its index"),
+    }
+    with_raw_tree(dir.path(), |t| {
+        assert!(
+            t.get(&a_index_key).unwrap().is_none(),
+            "a refused open rebuilt a's index entry"
+        );
+    });
+}
