@@ -466,7 +466,7 @@ pub(crate) fn expected_after_checkpoint(tree: &sled::Tree, checkpoint: u64) -> R
     if slots::is_slot(&v) {
         // Slots lie only above the last frame written.
         return bad(format!(
-            "checkpoint {checkpoint} lies among the reserved slots (LSN {lsn}), past every frame"
+            "checkpoint {checkpoint} lies among the reserved slots (LSN {lsn}), past every frame: the frame at LSN {lsn} was emptied (cairn verify lists the log's holes), or the checkpoint is wrong"
         ));
     }
     let f = frame::decode(lsn, &v).map_err(|k| corrupt(lsn, k))?;
