@@ -20,6 +20,24 @@ fn cairn_run(brokers: &str, topics: &str, data: &str, extra: &[&str]) -> (i32, S
     cairn_run_in("g", brokers, topics, data, extra)
 }
 
+/// `cairn <args>` with its stdout on `/dev/full` (every write ENOSPC): its
+/// exit code and stderr.
+fn cairn_into_dev_full(args: &[&str]) -> (Option<i32>, String) {
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let out = Command::new(CAIRN)
+        .args(args)
+        .stdout(full)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// [`cairn_run`] in `group`.
 fn cairn_run_in(
     group: &str,
@@ -270,17 +288,8 @@ fn an_output_that_fails_part_way_says_what_may_be_missing() {
             && err.contains("/dev/full received the records before it but up to the last 1 MiB of them (the output failed): the export is incomplete"),
         "{err}"
     );
-    let full = std::fs::OpenOptions::new()
-        .write(true)
-        .open("/dev/full")
-        .unwrap();
-    let out = Command::new(CAIRN)
-        .args(["export", "--data", d])
-        .stdout(full)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    let (code, err) = cairn_into_dev_full(&["export", "--data", d]);
+    assert_eq!(code, Some(1), "{err}");
     assert!(
         err.contains("<stdout> received the records before it but up to the last 1 MiB of them (the output failed): the export is incomplete"),
         "{err}"
@@ -1271,17 +1280,8 @@ fn export_stops_cleanly_and_says_what_its_output_holds() {
 
     // verify's report cannot be written: it did not check, as far as a
     // script can tell (exit 2), rather than found damage (exit 1).
-    let full = std::fs::OpenOptions::new()
-        .write(true)
-        .open("/dev/full")
-        .unwrap();
-    let out = Command::new(CAIRN)
-        .args(["verify", "--data", d])
-        .stdout(full)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    let (code, err) = cairn_into_dev_full(&["verify", "--data", d]);
+    assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("<stdout>"), "{err}");
 }
 
