@@ -89,7 +89,6 @@ fn run_refuses_a_data_directory_that_is_not_an_archive() {
 #[test]
 fn a_run_that_cannot_join_its_group_says_so() {
     use rdkafka::consumer::{BaseConsumer, Consumer};
-    use std::io::{BufRead, BufReader};
     let mb = TestBroker::start(&["join:1"]);
     let (topic, group) = (mb.topic("join"), mb.group("join-group"));
     let first: BaseConsumer = rdkafka::ClientConfig::new()
@@ -128,21 +127,11 @@ fn a_run_that_cannot_join_its_group_says_so() {
         ],
         None,
     );
-    let mut said = false;
-    for line in BufReader::new(run.stderr.take().unwrap())
-        .lines()
-        .map_while(Result::ok)
-    {
-        assert!(
-            !line.contains(r#""message":"commit""#),
-            "joined, so nothing to say: {line}"
-        );
-        if line.contains("not in the group yet: no partitions assigned") {
-            said = true;
-            break;
-        }
-    }
-    assert!(said, "the run ended without saying it could not join");
+    let said = logged_before_a_commit(&mut run, "not in the group yet: no partitions assigned");
+    assert!(
+        said.is_some(),
+        "the run ended without saying it could not join"
+    );
     drop(first);
 }
 
@@ -152,7 +141,6 @@ fn a_run_that_cannot_join_its_group_says_so() {
 #[test]
 fn an_archived_partition_without_a_committed_offset_is_warned_about() {
     use cairn_engine::{fuzzing::batch, Engine, EngineConfig, TopicPartition};
-    use std::io::{BufRead, BufReader};
     // Partition 0's log (20 records) has grown past the archive's (10).
     let mb = TestBroker::start(&["nocommit:3"]);
     let (topic, group) = (mb.topic("nocommit"), mb.group("nocommit-group"));
@@ -178,22 +166,29 @@ fn an_archived_partition_without_a_committed_offset_is_warned_about() {
         ],
         None,
     );
-    let mut warned = false;
+    let warned = logged_before_a_commit(&mut run, "the group has no committed offset for them")
+        .expect("the run ended without the warning");
+    assert!(warned.contains(&format!("{topic}/0@10")), "{warned}");
+}
+
+/// The first line of a `cairn run` child's log that holds `needle`, read
+/// up to it; a commit logged before it fails the test. `None`: the log
+/// ended first.
+fn logged_before_a_commit(run: &mut common::KillOnDrop, needle: &str) -> Option<String> {
+    use std::io::{BufRead, BufReader};
     for line in BufReader::new(run.stderr.take().unwrap())
         .lines()
         .map_while(Result::ok)
     {
-        if line.contains("the group has no committed offset for them") {
-            assert!(line.contains(&format!("{topic}/0@10")), "{line}");
-            warned = true;
-            break;
+        if line.contains(needle) {
+            return Some(line);
         }
         assert!(
             !line.contains(r#""message":"commit""#),
-            "committed without the warning"
+            "committed before logging {needle:?}: {line}"
         );
     }
-    assert!(warned, "the run ended without the warning");
+    None
 }
 
 /// A signal while the run waits for brokers that do not answer ends the
