@@ -290,9 +290,6 @@ fn kafka_view(
             .filter(|r| asked(r))
             .map(|r| TopicPartition::new(&r.topic, r.partition))
             .collect();
-        // A request that failed whole leaves every committed column empty,
-        // with a WARN, as a failed watermark request leaves its own: the
-        // rest of the table still stands.
         match read_committed(consumer, &tps, timeout) {
             Ok(committed) => note_committed(rows, &tps, &committed, group),
             // Failed whole: every committed column is left empty, with one
