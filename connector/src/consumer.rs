@@ -437,7 +437,7 @@ impl Shared {
     /// archiving it. So the caller serves waiting events first, and
     /// `events_waiting` is asked again right before the restart: if one
     /// came meanwhile, nothing is restarted and `false` says to try again
-    /// after serving it.
+    /// after serving it (the caller asks once: see `consume`).
     fn offset_reset(
         &mut self,
         consumer: &BaseConsumer<SinkContext>,
@@ -1048,8 +1048,11 @@ fn consume(
     // debug), and a run that never joins would otherwise look idle.
     let join_wait = Duration::from_millis(cfg.connect_timeout_ms);
     let mut join_warn_at = Instant::now() + join_wait;
-    // A reset error was seen and its partitions are not restarted yet.
+    // A reset error was seen and its partitions are not restarted yet; and
+    // whether a restart was already put off once for an event that came
+    // while it was being worked out.
     let mut reset_wanted = false;
+    let mut reset_put_off = false;
     loop {
         // A failure first: a stop that arrives with it (a signal, or a
         // pruner's failure hook) must not turn it into a clean finish, whose
@@ -1091,13 +1094,20 @@ fn consume(
             continue;
         }
         // Only with no event waiting (the loop above served them all): see
-        // `offset_reset` for why. Until it runs, the run's queue is not
-        // taken from, so what followed the error stays queued.
+        // `offset_reset` for why. An event that comes while the restart is
+        // worked out puts it off once, to serve it; not twice, since any
+        // event counts (a broker's errors keep coming while it is down) and
+        // the run's queue is not taken from meanwhile.
         if reset_wanted {
-            if !lock(shared).offset_reset(consumer, &|| fetch.events_waiting())? {
+            let events = || fetch.events_waiting();
+            let none = || false;
+            let recheck: &dyn Fn() -> bool = if reset_put_off { &none } else { &events };
+            if !lock(shared).offset_reset(consumer, recheck)? {
+                reset_put_off = true;
                 continue;
             }
             reset_wanted = false;
+            reset_put_off = false;
             forward_now = true;
         }
         if forward_now || forwarded_at.elapsed() >= crate::fetch::REFORWARD_INTERVAL {

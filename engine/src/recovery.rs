@@ -306,12 +306,14 @@ pub(crate) fn recover(
     if let Some(t) = &report.truncated {
         refuse_indexed_tail(tree, t.first_lsn, torn_at, &t.reason)?;
     }
-    // Every refusal before any repair is written: a refused open leaves
-    // the store as it found it, damage and all, for `verify` and salvage
+    // The refusals of the tail and of the summaries against the index
+    // come before any repair is written: such a refused open leaves the
+    // store as it found it, damage and all, for `verify` and salvage
     // (since 2026-12-02; before, the truncation and rebuilt index entries
-    // were written first, and sled's drop kept them). The index as the
-    // repairs will leave it: the stored one, with the rebuilt entries over
-    // it.
+    // were written first, and sled's drop kept them). It reads the index as
+    // the repairs will leave it: the stored one, with the rebuilt entries
+    // over it. (A damaged older index entry met while a summary is
+    // recomputed below is still refused after the repairs are written.)
     check_indexed_partitions(tree, next_lsn, &partitions, &dirty, &rebuilt)?;
     // Apply index repairs before recomputing summaries from the index.
     let truncated = report.truncated.is_some();

@@ -520,6 +520,22 @@ fn verify_log(
             }
             continue;
         }
+        // A first chunk while an entry is in progress: that entry is the one
+        // cut short, named at its own first frame; this one is checked as
+        // the intact entry it may be (feeding it would refuse it too).
+        if f.flags & frame::FLAG_CONT == 0 {
+            if let Some(first) = asm.in_progress() {
+                r.add(
+                    Location::Wal { lsn: first },
+                    CorruptionKind::BadChunkSequence {
+                        detail: format!(
+                            "entry ends without its final chunk: a new entry starts at lsn {lsn}"
+                        ),
+                    },
+                );
+                asm.reset();
+            }
+        }
         let (first_lsn, chunks, body) = match asm.feed(lsn, &f) {
             Ok(Fed::Partial) => continue,
             Ok(Fed::Complete {
