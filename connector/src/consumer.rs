@@ -1099,10 +1099,8 @@ fn consume(
         // event counts (a broker's errors keep coming while it is down) and
         // the run's queue is not taken from meanwhile.
         if reset_wanted {
-            let events = || fetch.events_waiting();
-            let none = || false;
-            let recheck: &dyn Fn() -> bool = if reset_put_off { &none } else { &events };
-            if !lock(shared).offset_reset(consumer, recheck)? {
+            let recheck = || !reset_put_off && fetch.events_waiting();
+            if !lock(shared).offset_reset(consumer, &recheck)? {
                 reset_put_off = true;
                 continue;
             }

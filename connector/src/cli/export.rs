@@ -293,19 +293,27 @@ fn abandon(mut out: BufWriter<Output>) -> String {
             file: Some(file),
             path,
             ..
-        }) if file.metadata().is_ok_and(|m| m.is_file()) => match file.set_len(0) {
-            Ok(()) => format!(
-                "; {} (written in place: its directory takes no new files) was emptied, so that no part of the export passes for all of it",
-                path.display()
-            ),
-            Err(e) => format!(
-                "; {} (written in place) holds part of the export and could not be emptied ({e}): the export is incomplete",
-                path.display()
-            ),
-        },
+        }) if file.metadata().is_ok_and(|m| m.is_file()) => {
+            format!("; {}", empty_in_place(file, path))
+        }
         Output::File(f) => format!(
             "; {} {received}: the export is incomplete",
             f.path.display()
+        ),
+    }
+}
+
+/// Empty a regular file the export was written into in place, so that no
+/// part of it passes for the whole export, and say what it holds now.
+fn empty_in_place(file: &std::fs::File, path: &Path) -> String {
+    match file.set_len(0) {
+        Ok(()) => format!(
+            "{} (written in place: its directory takes no new files) was emptied, so that no part of the export passes for all of it",
+            path.display()
+        ),
+        Err(e) => format!(
+            "{} (written in place) holds part of the export and could not be emptied ({e}): the export is incomplete",
+            path.display()
         ),
     }
 }
@@ -451,16 +459,7 @@ impl FileOutput {
                 } else {
                     // A failed fsync may have lost written pages already:
                     // what is left is not known to be whole.
-                    match file.set_len(0) {
-                        Ok(()) => format!(
-                            "{} (written in place) was emptied, so that no part of the export passes for all of it",
-                            self.path.display()
-                        ),
-                        Err(t) => format!(
-                            "{} (written in place) may hold part of the export and could not be emptied ({t}): the export is incomplete",
-                            self.path.display()
-                        ),
-                    }
+                    empty_in_place(&file, &self.path)
                 };
                 return Err(std::io::Error::new(
                     e.kind(),
