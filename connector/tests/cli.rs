@@ -46,17 +46,8 @@ fn cairn_run_in(
     data: &str,
     extra: &[&str],
 ) -> (i32, String, String) {
-    let mut args = vec![
-        "run",
-        "--brokers",
-        brokers,
-        "--group",
-        group,
-        "--topics",
-        topics,
-        "--data",
-        data,
-    ];
+    let mut args = vec!["run"];
+    args.extend(common::run_flags(brokers, group, topics, data));
     args.extend_from_slice(extra);
     cairn(&args)
 }
@@ -112,21 +103,9 @@ fn a_run_that_cannot_join_its_group_says_so() {
     }
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap();
-    let mut run = common::cairn_run(
-        &[
-            "--brokers",
-            &mb.brokers,
-            "--group",
-            &group,
-            "--topics",
-            &topic,
-            "--data",
-            d,
-            "--connect-timeout-ms",
-            "2000",
-        ],
-        None,
-    );
+    let mut args = common::run_flags(&mb.brokers, &group, &topic, d);
+    args.extend(["--connect-timeout-ms", "2000"]);
+    let mut run = common::cairn_run(&args, None);
     let said = logged_before_a_commit(&mut run, "not in the group yet: no partitions assigned");
     assert!(
         said.is_some(),
@@ -153,19 +132,7 @@ fn an_archived_partition_without_a_committed_offset_is_warned_about() {
         e.close().unwrap();
     }
     let d = dir.path().to_str().unwrap();
-    let mut run = common::cairn_run(
-        &[
-            "--brokers",
-            &mb.brokers,
-            "--group",
-            &group,
-            "--topics",
-            &topic,
-            "--data",
-            d,
-        ],
-        None,
-    );
+    let mut run = common::cairn_run(&common::run_flags(&mb.brokers, &group, &topic, d), None);
     let warned = logged_before_a_commit(&mut run, "the group has no committed offset for them")
         .expect("the run ended without the warning");
     assert!(warned.contains(&format!("{topic}/0@10")), "{warned}");
@@ -270,21 +237,9 @@ fn a_signal_ends_the_wait_for_brokers_that_do_not_answer() {
     use std::io::{BufRead, BufReader};
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap();
-    let mut run = common::cairn_run(
-        &[
-            "--brokers",
-            "127.0.0.1:1",
-            "--group",
-            "g",
-            "--topics",
-            "t",
-            "--data",
-            d,
-            "--connect-timeout-ms",
-            "3600000",
-        ],
-        None,
-    );
+    let mut args = common::run_flags("127.0.0.1:1", "g", "t", d);
+    args.extend(["--connect-timeout-ms", "3600000"]);
+    let mut run = common::cairn_run(&args, None);
     let child = &mut run.0;
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let mut seen = Vec::new();

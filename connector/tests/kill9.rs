@@ -90,22 +90,8 @@ fn sigkill_at_seeded_moments_loses_and_duplicates_nothing() {
             })
         };
 
-        let mut args = vec![
-            "--brokers",
-            &mb.brokers,
-            "--group",
-            &group,
-            "--topics",
-            &topic,
-        ];
-        args.extend([
-            "--data",
-            &data_s,
-            "--commit",
-            "every-put",
-            "--batch-records-max",
-            "250",
-        ]);
+        let mut args = common::run_flags(&mb.brokers, &group, &topic, &data_s);
+        args.extend(["--commit", "every-put", "--batch-records-max", "250"]);
         // Half the rounds arm a named crash point; the SIGKILL below is the
         // fallback when the point is not reached first.
         let abort_at = rng.gen_bool(0.5).then(|| match rng.gen_range(0..4) {

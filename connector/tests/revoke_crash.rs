@@ -41,15 +41,8 @@ fn member(
 ) -> KillOnDrop {
     let data = data.to_str().unwrap();
     let (group, topic) = (mb.group(GROUP), mb.topic(TOPIC));
-    let mut args = vec![
-        "--brokers",
-        &mb.brokers,
-        "--group",
-        &group,
-        "--topics",
-        &topic,
-    ];
-    args.extend(["--data", data, "--commit", "every-put"]);
+    let mut args = common::run_flags(&mb.brokers, &group, &topic, data);
+    args.extend(["--commit", "every-put"]);
     args.extend(extra);
     if !extra.contains(&"--batch-records-max") {
         args.extend(["--batch-records-max", "250"]);

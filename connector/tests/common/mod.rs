@@ -165,6 +165,26 @@ pub fn send_signal(pid: u32, signal: &str) {
     assert!(sent.success(), "kill -{signal} {pid}");
 }
 
+/// The flags every `cairn run` of the tests gives: its brokers, group,
+/// topics and archive.
+pub fn run_flags<'a>(
+    brokers: &'a str,
+    group: &'a str,
+    topics: &'a str,
+    data: &'a str,
+) -> Vec<&'a str> {
+    vec![
+        "--brokers",
+        brokers,
+        "--group",
+        group,
+        "--topics",
+        topics,
+        "--data",
+        data,
+    ]
+}
+
 /// `cairn --log-format json run <args> -X <FAST_GROUP>...` as a child with
 /// its stderr piped (the pipeline's debug events on, so a test can count
 /// commits, and the engine's "opening store", so it can kill inside
