@@ -79,7 +79,9 @@ pub use record::{
     HEADERS_PER_RECORD_MAX,
 };
 pub use recovery::{RecoveryReport, TruncatedTail, FAILPOINT_RECOVERY_MID_REPAIR};
-pub use retention::{TruncateReport, TRUNCATE_ENTRIES_PER_STEP, TRUNCATE_FRAMES_PER_STEP};
+pub use retention::{
+    TruncateReport, PLAN_ENTRIES_PER_ASK, TRUNCATE_ENTRIES_PER_STEP, TRUNCATE_FRAMES_PER_STEP,
+};
 pub use sync::FAILPOINT_FLUSH_ERR;
 pub use verify::{
     verify_store, Problem, VerifyReport, FAILPOINT_VERIFY_AFTER_LOG, PROBLEMS_LISTED_MAX,

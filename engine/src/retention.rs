@@ -32,6 +32,10 @@ pub struct TruncateReport {
     pub first_offset_after: Option<i64>,
 }
 
+/// Entries a plan counts between two asks whether to go on
+/// ([`Engine::truncate_plan_by_while`]): each is two frame reads.
+pub const PLAN_ENTRIES_PER_ASK: usize = 256;
+
 impl TruncateReport {
     /// Count `e` as deleted.
     fn count(&mut self, e: &IndexEntry) {
@@ -161,6 +165,22 @@ impl Engine {
         tp: &TopicPartition,
         cut: impl FnOnce(&Engine) -> Result<i64>,
     ) -> Result<(i64, TruncateReport)> {
+        self.truncate_plan_by_while(tp, cut, || true)
+            .map(|(offset, report, _)| (offset, report))
+    }
+
+    /// [`truncate_plan_by`](Self::truncate_plan_by), asking `go` every
+    /// [`PLAN_ENTRIES_PER_ASK`] entries: once it says no, the plan ends
+    /// there with what it counted (and no `first_offset_after`), and the
+    /// `bool` returned is false. A plan
+    /// holds every truncation off while it scans (millions of entries on a
+    /// large partition), so a stop must not wait it out.
+    pub fn truncate_plan_by_while(
+        &self,
+        tp: &TopicPartition,
+        cut: impl FnOnce(&Engine) -> Result<i64>,
+        mut go: impl FnMut() -> bool,
+    ) -> Result<(i64, TruncateReport, bool)> {
         crate::record::validate_tp(tp)?;
         // No truncation changes the index under the pick and the scan;
         // appends go on (they add entries above what is scanned), where
@@ -173,10 +193,15 @@ impl Engine {
         let offset = self.durable_cut(tp, cut)?;
         let mut report = TruncateReport::default();
         let Some(summary) = self.lock_write()?.partitions.get(tp).copied() else {
-            return Ok((offset, report));
+            return Ok((offset, report, true));
         };
         let mut first_kept = None;
-        for item in self.tree.scan_prefix(keys::index_prefix(tp)) {
+        for (i, item) in self.tree.scan_prefix(keys::index_prefix(tp)).enumerate() {
+            if i % PLAN_ENTRIES_PER_ASK == PLAN_ENTRIES_PER_ASK - 1 && !go() {
+                // What is counted so far; where the cut would leave the
+                // log is not known yet.
+                return Ok((offset, report, false));
+            }
             let (_, e) = index_item(item)?;
             if e.last_offset >= offset {
                 first_kept = Some(e.first_offset);
@@ -190,7 +215,7 @@ impl Engine {
         } else {
             first_kept.unwrap_or(summary.next_offset)
         });
-        Ok((offset, report))
+        Ok((offset, report, true))
     }
 
     /// The offset `cut` picks, clamped to what is durable: an entry written

@@ -507,6 +507,38 @@ fn a_truncation_stops_between_steps_when_told() {
     assert_eq!(e.partitions()[0].record_count, 0);
 }
 
+/// A plan told to stop ends within `PLAN_ENTRIES_PER_ASK` entries of its
+/// count, says it did not finish, and deletes nothing; one that goes on
+/// counts what the truncation deletes.
+#[test]
+fn a_plan_stops_counting_when_told() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let tp = TopicPartition::new("t", 0);
+    let per_ask = cairn_engine::PLAN_ENTRIES_PER_ASK as i64;
+    let entries = 3 * per_ask;
+    for i in 0..entries {
+        e.write(&[batch(&tp, [i], 10)]).unwrap();
+    }
+    e.sync().unwrap();
+    let asked = std::cell::Cell::new(0);
+    let go = || {
+        asked.set(asked.get() + 1);
+        asked.get() < 2
+    };
+    let (offset, r, finished) = e.truncate_plan_by_while(&tp, |_| Ok(entries), go).unwrap();
+    assert_eq!((offset, finished, asked.get()), (entries, false, 2));
+    assert_eq!(r.entries_deleted, 2 * per_ask as u64 - 1, "{r:?}");
+    assert_eq!(r.first_offset_after, None);
+    assert_eq!(e.partitions()[0].record_count, entries as u64);
+    let (_, whole, finished) = e
+        .truncate_plan_by_while(&tp, |_| Ok(entries), || true)
+        .unwrap();
+    assert!(finished);
+    assert_eq!(whole.entries_deleted, entries as u64);
+    assert_eq!(e.truncate_before(&tp, entries).unwrap(), whole);
+}
+
 /// A truncation that panics (a bug) poisons the engine: what it left half
 /// done is unknown. What waits on the truncation lock after it refuses or
 /// reports, as for any poisoned engine, instead of panicking in turn.

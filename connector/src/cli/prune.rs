@@ -202,7 +202,7 @@ pub async fn run(args: PruneArgs) -> Result<ExitCode> {
 /// One prune of the selected partitions of `engine` below `cut` (or, with
 /// `dry_run`, what it would delete), reported line by line to `emit`. Once
 /// `stop` is set it stops after the durable step in progress, with an
-/// error (a dry run, before its next partition). The
+/// error (a dry run, within 256 entries of its count). The
 /// selection and the cut are checked first, as the command line checks
 /// them: a running archive serves requests no command line built.
 pub(crate) fn prune(
@@ -236,8 +236,7 @@ pub(crate) fn prune(
         // A stop does not wait out a large partition's steps: it ends the
         // prune after the step in progress, each step durable.
         let (offset, r, finished) = if dry_run {
-            let (offset, r) = engine.truncate_plan_by(&p.tp, pick)?;
-            (offset, r, true)
+            engine.truncate_plan_by_while(&p.tp, pick, || !stopping())?
         } else {
             engine.truncate_by_while(&p.tp, pick, || !stopping())?
         };
@@ -245,10 +244,10 @@ pub(crate) fn prune(
             Some(f) if f != p.first_offset => format!("first offset {} -> {f}", p.first_offset),
             _ => format!("first offset {}", p.first_offset),
         };
-        let part_way = if finished {
-            ""
-        } else {
-            " (stopped part-way; a rerun finishes it)"
+        let part_way = match (finished, dry_run) {
+            (true, _) => "",
+            (false, false) => " (stopped part-way; a rerun finishes it)",
+            (false, true) => " (stopped part-way through counting: the counts so far)",
         };
         emit(format_args!(
             "{}/{}: {verb} {} records ({} payload bytes, {} entries) below offset {offset}; {first}; next offset {}{part_way}",
