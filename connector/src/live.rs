@@ -47,6 +47,10 @@ use crate::selection::Selection;
 /// request, in tests only.
 #[cfg(test)]
 const PANICS_SERVING: &str = "live-panics-serving";
+/// A data directory of this name makes the server work on each request
+/// without a frame of output until its client hangs up, in tests only.
+#[cfg(test)]
+const STALLS_SERVING: &str = "live-stalls-serving";
 
 /// The socket's name in the data directory.
 pub const SOCKET_FILE: &str = "cairn.sock";
@@ -62,6 +66,19 @@ pub const STATUS_CONNECTIONS_RESERVED: usize = 1;
 const REQUEST_BYTES_MAX: u64 = 64 * 1024;
 /// How long the server waits for a connection's request line.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often the server sends an empty `o` frame while it answers, the
+/// first at once: a client that receives one knows the server beats, and
+/// gives up on it only after [`IDLE_TIMEOUT`] without a frame, however long
+/// the answer takes (a verify of a large archive) or however long the
+/// server works between two frames of output (an export's index scans).
+#[cfg(not(test))]
+const HEARTBEAT: Duration = Duration::from_secs(10);
+#[cfg(test)]
+const HEARTBEAT: Duration = Duration::from_millis(20);
+/// How long a write to a client may wait on the client reading: one that
+/// reads nothing for this long (an export paged in `less` and left there)
+/// is cut off, and gives its slot back.
+pub const SEND_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 
 const TAG_OUTPUT: u8 = b'o';
 const TAG_END: u8 = b'e';
@@ -239,18 +256,16 @@ impl Drop for LiveServer {
 /// mode 0700 (`.live`, which the archive's lock keeps to this process; one
 /// left by a killed run is replaced), made 0600, then renamed into place.
 /// Binding at `path` and changing its mode after would leave a moment in
-/// which anyone could connect. The name bound there is shorter than `path`,
-/// so `path` itself is checked first: a socket clients cannot name (over
-/// the 107 bytes a socket path may have) is no socket to serve.
+/// which anyone could connect.
 fn bind_private(dir: &Path, path: &Path) -> std::io::Result<std::os::unix::net::UnixListener> {
     use std::os::unix::fs::DirBuilderExt;
-    std::os::unix::net::SocketAddr::from_pathname(path)?;
     let private = dir.join(".live");
     let _ = std::fs::remove_dir_all(&private);
     std::fs::DirBuilder::new().mode(0o700).create(&private)?;
     let bound = (|| {
         let inner = private.join("s");
-        let listener = std::os::unix::net::UnixListener::bind(&inner)?;
+        let (_dir, name) = socket_name(&inner)?;
+        let listener = std::os::unix::net::UnixListener::bind(&name)?;
         std::fs::set_permissions(&inner, std::fs::Permissions::from_mode(0o600))?;
         // Replaces a socket left by a run that did not stop cleanly.
         std::fs::rename(&inner, path)?;
@@ -354,7 +369,7 @@ fn take(
             error: Some(busy()),
             pid: std::process::id(),
         };
-        let _ = write_end(&mut conn, &end);
+        let _ = write_frame(&mut conn, TAG_END, &end_frame(&end));
         return None;
     }
     match conn.try_clone() {
@@ -386,9 +401,44 @@ fn take(
     }
 }
 
+/// The writing side of a connection, shared by its answer and its
+/// heartbeat: a frame is written whole under the lock.
+struct Wire {
+    stream: UnixStream,
+    /// A write ran out of [`SEND_TIMEOUT`]: the client reads nothing, and
+    /// is not written to again (an end frame would wait as long again).
+    stalled: bool,
+}
+
+/// Write one frame to `wire`, unless a write to it already stalled.
+fn send(wire: &Mutex<Wire>, tag: u8, body: &[u8]) -> std::io::Result<()> {
+    let mut w = lock(wire);
+    if w.stalled {
+        return Err(stalled());
+    }
+    let sent = write_frame(&mut w.stream, tag, body);
+    if let Err(e) = &sent {
+        if matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ) {
+            w.stalled = true;
+            return Err(stalled());
+        }
+    }
+    sent
+}
+
+fn stalled() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("the client read nothing for {} s", SEND_TIMEOUT.as_secs()),
+    )
+}
+
 /// Frames output bytes into `o` frames.
 struct FrameWriter<'a> {
-    stream: &'a mut UnixStream,
+    wire: &'a Mutex<Wire>,
     buf: Vec<u8>,
 }
 
@@ -410,7 +460,7 @@ impl Write for FrameWriter<'_> {
         // Dropped on failure too: a client that went away (`| head`) was
         // already told nothing more, and the final flush must not fail
         // again on the same bytes and make that look like the server's error.
-        let sent = write_frame(self.stream, TAG_OUTPUT, &self.buf);
+        let sent = send(self.wire, TAG_OUTPUT, &self.buf);
         self.buf.clear();
         sent
     }
@@ -430,7 +480,7 @@ fn write_frame(w: &mut impl Write, tag: u8, body: &[u8]) -> std::io::Result<()> 
 /// six bytes (`\u0001`).
 const END_ERROR_BYTES_MAX: usize = 10 << 10;
 
-fn write_end(w: &mut impl Write, end: &End) -> std::io::Result<()> {
+fn end_frame(end: &End) -> Vec<u8> {
     let mut end = end.clone();
     if let Some(e) = end.error.as_mut() {
         if e.len() > END_ERROR_BYTES_MAX {
@@ -444,7 +494,7 @@ fn write_end(w: &mut impl Write, end: &End) -> std::io::Result<()> {
     }
     let body = serde_json::to_vec(&end).expect("End serialises");
     debug_assert!(body.len() <= FRAME_BYTES_MAX, "{}", body.len());
-    write_frame(w, TAG_END, &body)
+    body
 }
 
 /// Answer one connection's request. The server stopping, or the client
@@ -454,8 +504,12 @@ fn write_end(w: &mut impl Write, end: &End) -> std::io::Result<()> {
 /// a panic in its truncation, which poisons it) stops the run
 /// (`on_poisoned`), as the run's own pruner stops it then: before its
 /// client is answered, so that the answer comes after.
-fn serve(mut conn: UnixStream, engine: &Engine, shared: &Shared) {
+fn serve(conn: UnixStream, engine: &Engine, shared: &Shared) {
     let request = read_request(&conn);
+    // Every clone shares the socket, and so the timeout.
+    if let Err(e) = conn.set_write_timeout(Some(SEND_TIMEOUT)) {
+        tracing::debug!(error = %e, "live read: no send timeout");
+    }
     // Status needs none of the slots the others share.
     let _slot = match &request {
         Ok(Request::Status) | Err(_) => None,
@@ -496,11 +550,16 @@ fn serve(mut conn: UnixStream, engine: &Engine, shared: &Shared) {
             .ok()
     });
     let stop: &AtomicBool = if watcher.is_some() { &gone } else { stop };
+    let wire = Arc::new(Mutex::new(Wire {
+        stream: conn,
+        stalled: false,
+    }));
+    let asked = request.is_ok();
+    let heartbeat = if asked { beat(&wire) } else { None };
     let mut out = FrameWriter {
-        stream: &mut conn,
+        wire: &wire,
         buf: Vec::with_capacity(FRAME_BYTES_MAX),
     };
-    let asked = request.is_ok();
     let end = match request {
         Err(error) => End {
             exit: 2,
@@ -547,10 +606,19 @@ fn serve(mut conn: UnixStream, engine: &Engine, shared: &Shared) {
             }
         }
     };
+    // Nothing follows the end frame, a beat neither.
+    if let Some((stop_beating, beating)) = heartbeat {
+        drop(stop_beating);
+        let _ = beating.join();
+    }
     // A client that went away (`| head`) is no error of the server's, but
     // an error it could not be told of is logged here instead.
-    if let Err(e) = write_end(&mut conn, &end) {
+    if let Err(e) = send(&wire, TAG_END, &end_frame(&end)) {
         match &end.error {
+            _ if lock(&wire).stalled => tracing::warn!(
+                "live read cut off: its client read nothing for {} s",
+                SEND_TIMEOUT.as_secs()
+            ),
             // A connection closed before its request (a probe of the
             // socket) is no failure worth a warning.
             Some(error) if asked => {
@@ -560,9 +628,37 @@ fn serve(mut conn: UnixStream, engine: &Engine, shared: &Shared) {
         }
     }
     // Ends the watcher's read.
-    let _ = conn.shutdown(std::net::Shutdown::Read);
+    let _ = lock(&wire).stream.shutdown(std::net::Shutdown::Read);
     if let Some(w) = watcher {
         let _ = w.join();
+    }
+}
+
+/// Send an empty `o` frame on `wire` now and every [`HEARTBEAT`] until the
+/// sender returned is dropped; then join the thread returned. `None` if no
+/// thread could be started: the client then waits as for a server of
+/// before heartbeats.
+fn beat(wire: &Arc<Mutex<Wire>>) -> Option<(std::sync::mpsc::Sender<()>, JoinHandle<()>)> {
+    let (stop_beating, stopped) = std::sync::mpsc::channel::<()>();
+    let wire = wire.clone();
+    let beating = std::thread::Builder::new()
+        .name("cairn-live-beat".into())
+        .spawn(move || loop {
+            if send(&wire, TAG_OUTPUT, &[]).is_err() {
+                // The client is gone or stalled: the answer finds out too.
+                break;
+            }
+            match stopped.recv_timeout(HEARTBEAT) {
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                _ => break,
+            }
+        });
+    match beating {
+        Ok(h) => Some((stop_beating, h)),
+        Err(e) => {
+            tracing::warn!(error = %e, "live read: cannot start its heartbeat");
+            None
+        }
     }
 }
 
@@ -578,6 +674,13 @@ fn answer(req: &Request, engine: &Engine, stop: &AtomicBool, out: &mut FrameWrit
             let _ = engine.truncate_by(&tp, |_| panic!("injected by the test"));
         }
         panic!("injected by the test");
+    }
+    #[cfg(test)]
+    if engine.config().path.ends_with(STALLS_SERVING) {
+        while !stop.load(Ordering::SeqCst) {
+            std::thread::park_timeout(HEARTBEAT);
+        }
+        return Ok(0);
     }
     match req {
         Request::Status => crate::cli::status::serve(engine, out),
@@ -676,13 +779,64 @@ fn read_request(mut conn: &UnixStream) -> std::result::Result<Request, String> {
     serde_json::from_slice(&line).map_err(|e| format!("bad request: {e}"))
 }
 
+/// The longest path a socket address holds (`sun_path`, less its NUL).
+const SOCKET_PATH_BYTES_MAX: usize = 107;
+
+/// A name for the socket at `path` that fits in a socket address: `path`
+/// itself, or, when it is longer than [`SOCKET_PATH_BYTES_MAX`], the same
+/// file through `/proc/self/fd` and the directory held open (returned:
+/// keep it until the bind or connect is done). A data directory deep in a
+/// tree is then served and reached however its path is spelt.
+fn socket_name(path: &Path) -> std::io::Result<(Option<std::fs::File>, PathBuf)> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::io::AsRawFd;
+    if path.as_os_str().as_bytes().len() <= SOCKET_PATH_BYTES_MAX {
+        return Ok((None, path.to_owned()));
+    }
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return Ok((None, path.to_owned()));
+    };
+    let dir = std::fs::File::open(dir)?;
+    let short = Path::new("/proc/self/fd")
+        .join(dir.as_raw_fd().to_string())
+        .join(name);
+    Ok((Some(dir), short))
+}
+
+/// Connect to the socket at `path` without waiting: a listener whose
+/// queue of connections not yet taken is full (a run stopped with SIGSTOP
+/// and asked again and again) refuses at once (`WouldBlock`), where a
+/// blocking connect would wait for ever.
+fn connect_now(path: &Path) -> std::io::Result<UnixStream> {
+    use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+    let (_dir, name) = socket_name(path)?;
+    let fd = rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::STREAM,
+        SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
+        None,
+    )?;
+    rustix::net::connect(&fd, &SocketAddrUnix::new(name)?)?;
+    let conn = UnixStream::from(fd);
+    conn.set_nonblocking(false)?;
+    Ok(conn)
+}
+
 /// The running `cairn run` serving `data`, if one answers there. A socket
 /// left by a run that did not stop cleanly refuses the connection, and the
-/// archive is then opened as usual.
-pub fn connect(data: &Path) -> Option<UnixStream> {
+/// archive is then opened as usual. A run that is there but takes no
+/// connections (stopped, or wedged) is an error: opening the archive would
+/// only be refused as locked.
+pub fn connect(data: &Path) -> Result<Option<UnixStream>> {
     let path = data.join(SOCKET_FILE);
-    match UnixStream::connect(&path) {
-        Ok(conn) => Some(conn),
+    match connect_now(&path) {
+        Ok(conn) => Ok(Some(conn)),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+            Err(ConnectorError::Live(format!(
+                "the running cairn at {} takes no connections: too many are waiting to be taken (is it stopped, or wedged?)",
+                path.display()
+            )))
+        }
         // The command then opens the archive itself and is refused as the
         // run holds it; this says why the run did not answer instead.
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
@@ -690,9 +844,9 @@ pub fn connect(data: &Path) -> Option<UnixStream> {
                 socket = %path.display(),
                 "the running cairn's socket refused this user (it is mode 0600: run the command as the user the run runs as)"
             );
-            None
+            Ok(None)
         }
-        Err(_) => None,
+        Err(_) => Ok(None),
     }
 }
 
@@ -700,17 +854,19 @@ pub fn connect(data: &Path) -> Option<UnixStream> {
 /// unless that process is wedged (stopped with SIGSTOP, say).
 pub const STATUS_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// How long `export` waits for the next part of the running cairn's
-/// answer: reading goes on without pause, so a long silence means a
-/// process that is wedged. `verify`, `prune` and `backup` answer only as
-/// they finish (minutes on a large archive), so they wait without limit.
-pub const EXPORT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long an answer other than `status`'s may go without a frame once
+/// the server has sent a heartbeat (every [`HEARTBEAT`]): a longer silence
+/// means a process that is wedged (stopped with SIGSTOP, say). A server of
+/// before heartbeats sends none: an export then waits as long for its next
+/// frame, and a `verify`, `prune` or `backup`, which answer only as they
+/// finish, without limit.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// How long the answer to `req` may go silent.
+/// How long the answer to `req` may go silent before a heartbeat arrives.
 fn answer_timeout(req: &Request) -> Option<Duration> {
     match req {
         Request::Status => Some(STATUS_TIMEOUT),
-        Request::Export { .. } => Some(EXPORT_IDLE_TIMEOUT),
+        Request::Export { .. } => Some(IDLE_TIMEOUT),
         _ => None,
     }
 }
@@ -720,12 +876,29 @@ fn answer_timeout(req: &Request) -> Option<Duration> {
 /// ends an export quietly, and the rest of another answer goes unshown, as
 /// for a local command.
 pub fn request(
-    mut conn: UnixStream,
+    conn: UnixStream,
     req: &Request,
     out: &mut dyn Write,
     out_name: &Path,
 ) -> Result<End> {
-    let timeout = answer_timeout(req);
+    request_within(conn, req, out, out_name, IDLE_TIMEOUT)
+}
+
+/// [`request`], giving up `idle` after the last frame once the server is
+/// seen to send heartbeats.
+fn request_within(
+    mut conn: UnixStream,
+    req: &Request,
+    out: &mut dyn Write,
+    out_name: &Path,
+    idle: Duration,
+) -> Result<End> {
+    let mut timeout = answer_timeout(req);
+    // Status is bounded as a whole: its heartbeats do not extend it.
+    let deadline = match req {
+        Request::Status => Some(Instant::now() + STATUS_TIMEOUT),
+        _ => None,
+    };
     conn.set_read_timeout(timeout).map_err(socket_error)?;
     let mut line = serde_json::to_vec(req).expect("Request serialises");
     line.push(b'\n');
@@ -741,22 +914,48 @@ pub fn request(
         };
     }
     loop {
+        if let Some(deadline) = deadline {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(no_answer_within(STATUS_TIMEOUT));
+            }
+            conn.get_ref()
+                .set_read_timeout(Some(left))
+                .map_err(socket_error)?;
+        }
         let (tag, body) = match read_frame(&mut conn, timeout)? {
             Some(frame) => frame,
             None => {
-                let again = match req {
-                    Request::Backup { to } => format!(
-                        "remove what it left in {} and run the command again",
-                        to.display()
+                let (why, again) = match req {
+                    Request::Backup { to } => (
+                        "it is shutting down?".into(),
+                        format!(
+                            "remove what it may have left in {} and run the command again",
+                            to.display()
+                        ),
                     ),
-                    _ => "run the command again".into(),
+                    Request::Export { .. } => (
+                        format!("it is shutting down, or it cut this export off after its output went unread for {} minutes?", SEND_TIMEOUT.as_secs() / 60),
+                        "run the command again".into(),
+                    ),
+                    _ => ("it is shutting down?".into(), "run the command again".into()),
                 };
                 return Err(ConnectorError::Live(format!(
-                    "the running cairn stopped before it finished answering (it is shutting down?): {again}"
+                    "the running cairn stopped before it finished answering ({why}): {again}"
                 )));
             }
         };
         match tag {
+            // A heartbeat: this server sends them, so a silence of `idle`
+            // means it is wedged, however long its answer takes.
+            TAG_OUTPUT if body.is_empty() => {
+                if deadline.is_none() && timeout != Some(idle) {
+                    timeout = Some(idle);
+                    conn.get_ref()
+                        .set_read_timeout(timeout)
+                        .map_err(socket_error)?;
+                }
+            }
             TAG_OUTPUT if out_gone => {}
             TAG_OUTPUT => match out.write_all(&body) {
                 Ok(()) => {}
@@ -805,10 +1004,7 @@ fn read_frame(conn: &mut impl Read, timeout: Option<Duration>) -> Result<Option<
         if let (Some(t), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) =
             (timeout, source.kind())
         {
-            return ConnectorError::Live(format!(
-                "the running cairn did not answer within {} s (is it stopped or wedged?)",
-                t.as_secs()
-            ));
+            return no_answer_within(t);
         }
         socket_error(source)
     };
@@ -836,6 +1032,13 @@ fn read_frame(conn: &mut impl Read, timeout: Option<Duration>) -> Result<Option<
     let mut body = vec![0; len];
     conn.read_exact(&mut body).map_err(gone)?;
     Ok(Some((head[0], body)))
+}
+
+fn no_answer_within(t: Duration) -> ConnectorError {
+    ConnectorError::Live(format!(
+        "the running cairn did not answer within {} s (is it stopped or wedged?)",
+        t.as_secs_f64()
+    ))
 }
 
 fn parse_end(body: &[u8]) -> Result<End> {
@@ -874,7 +1077,7 @@ mod tests {
     fn ask(dir: &Path, req: &Request) -> (End, Vec<u8>) {
         let mut out = Vec::new();
         let end = request(
-            connect(dir).expect("server answers"),
+            connect(dir).unwrap().expect("server answers"),
             req,
             &mut out,
             Path::new("<test>"),
@@ -902,7 +1105,7 @@ mod tests {
             format: crate::cli::export::Format::Raw,
         };
         let send = |req: &Request| {
-            let mut conn = connect(dir.path()).unwrap();
+            let mut conn = connect(dir.path()).unwrap().unwrap();
             let mut line = serde_json::to_vec(req).unwrap();
             line.push(b'\n');
             conn.write_all(&line).unwrap();
@@ -951,7 +1154,7 @@ mod tests {
         let server = LiveServer::start(engine(dir.path())).unwrap();
         let ask_gone = |req: &Request| {
             request(
-                connect(dir.path()).unwrap(),
+                connect(dir.path()).unwrap().unwrap(),
                 req,
                 &mut Gone,
                 Path::new("<test>"),
@@ -1011,6 +1214,91 @@ mod tests {
         assert_eq!(Arc::strong_count(&e), 1, "a thread kept the engine");
     }
 
+    /// An answer that takes long without output (a verify, an export's
+    /// index scans) is kept alive by heartbeats, which write nothing; and a
+    /// client that has seen one gives up once the server goes silent for
+    /// its idle time (a run stopped with SIGSTOP), however long the answer
+    /// could take.
+    #[test]
+    fn heartbeats_keep_a_long_answer_alive_and_silence_ends_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join(STALLS_SERVING);
+        let e = engine(&data);
+        let server = LiveServer::start(e.clone()).unwrap();
+        let mut conn = connect(&data).unwrap().unwrap();
+        conn.write_all(b"{\"command\":\"verify\"}\n").unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
+        let mut r = BufReader::new(conn);
+        for _ in 0..3 {
+            let frame = read_frame(&mut r, None).unwrap();
+            assert_eq!(frame, Some((TAG_OUTPUT, Vec::new())));
+        }
+        // The client hanging up ends the answer; stop waits for it.
+        drop(r);
+        server.stop();
+        assert_eq!(Arc::strong_count(&e), 1, "a thread kept the engine");
+
+        // A server that beat once and then went silent.
+        let sock = dir.path().join("silent.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        let silent = std::thread::spawn(move || {
+            let (mut c, _) = listener.accept().unwrap();
+            let mut line = String::new();
+            std::io::BufReader::new(&c).read_line(&mut line).unwrap();
+            write_frame(&mut c, TAG_OUTPUT, &[]).unwrap();
+            // Held open, silent, until the client gives up.
+            let _ = c.read(&mut [0u8; 1]);
+        });
+        let conn = UnixStream::connect(&sock).unwrap();
+        let mut out = Vec::new();
+        let idle = Duration::from_millis(200);
+        let got = request_within(conn, &Request::Verify, &mut out, Path::new("<test>"), idle);
+        let error = got.unwrap_err().to_string();
+        assert!(error.contains("did not answer within 0.2 s"), "{error}");
+        silent.join().unwrap();
+    }
+
+    /// A run that takes no connections (its queue of connections not yet
+    /// taken is full: stopped with SIGSTOP, and asked again and again) is
+    /// an error at once, not a connect that waits for ever.
+    #[test]
+    fn a_server_taking_no_connections_is_an_error_not_a_hang() {
+        use rustix::net::{AddressFamily, SocketAddrUnix, SocketType};
+        let dir = tempfile::tempdir().unwrap();
+        let fd = rustix::net::socket(AddressFamily::UNIX, SocketType::STREAM, None).unwrap();
+        let addr = SocketAddrUnix::new(dir.path().join(SOCKET_FILE)).unwrap();
+        rustix::net::bind(&fd, &addr).unwrap();
+        rustix::net::listen(&fd, 1).unwrap();
+        let mut waiting = Vec::new();
+        let error = loop {
+            match connect(dir.path()) {
+                Ok(Some(c)) => waiting.push(c),
+                Ok(None) => panic!("the socket answers"),
+                Err(e) => break e.to_string(),
+            }
+            assert!(waiting.len() < 1000, "the queue never filled");
+        };
+        assert!(error.contains("takes no connections"), "{error}");
+        assert!(!waiting.is_empty());
+    }
+
+    /// A data directory whose socket path is longer than a socket address
+    /// holds is served, and reached, through `/proc/self/fd`.
+    #[test]
+    fn a_long_data_path_is_served() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("d".repeat(120));
+        let e = engine(&data);
+        let server = LiveServer::start(e.clone()).unwrap();
+        let (end, out) = ask(&data, &Request::Status);
+        assert_eq!(end.error, None);
+        assert!(String::from_utf8(out).unwrap().contains("\"t\""));
+        assert!(data.join(SOCKET_FILE).exists());
+        server.stop();
+        assert!(!data.join(SOCKET_FILE).exists());
+    }
+
     #[test]
     fn serves_requests_and_lets_go_of_the_engine_at_stop() {
         let dir = tempfile::tempdir().unwrap();
@@ -1018,7 +1306,7 @@ mod tests {
         // A socket file left by a killed run is replaced.
         drop(std::os::unix::net::UnixListener::bind(dir.path().join(SOCKET_FILE)).unwrap());
         assert!(
-            connect(dir.path()).is_none(),
+            connect(dir.path()).unwrap().is_none(),
             "nobody answers a left-over socket"
         );
         let server = LiveServer::start(e.clone()).unwrap();
@@ -1058,7 +1346,7 @@ mod tests {
 
         // An idle client does not hold the stop up: it is cut off, and is
         // told the answer did not finish. Nor does a deleted socket file.
-        let idle = connect(dir.path()).unwrap();
+        let idle = connect(dir.path()).unwrap().unwrap();
         // Its thread has taken it once a request after it is answered.
         ask(dir.path(), &Request::Status);
         std::fs::remove_file(dir.path().join(SOCKET_FILE)).unwrap();
@@ -1089,7 +1377,7 @@ mod tests {
                 pid: 7,
             };
             let mut wire = Vec::new();
-            write_end(&mut wire, &end).unwrap();
+            write_frame(&mut wire, TAG_END, &end_frame(&end)).unwrap();
             let mut r = BufReader::new(wire.as_slice());
             let (tag, body) = read_frame(&mut r, None).unwrap().unwrap();
             assert_eq!(tag, TAG_END);
@@ -1108,7 +1396,7 @@ mod tests {
     fn a_bad_request_and_one_too_many_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         let server = LiveServer::start(engine(dir.path())).unwrap();
-        let mut conn = connect(dir.path()).unwrap();
+        let mut conn = connect(dir.path()).unwrap().unwrap();
         conn.write_all(b"{\"command\":\"drop-everything\"}\n")
             .unwrap();
         let mut head = [0u8; 5];
@@ -1131,14 +1419,14 @@ mod tests {
             }
         };
         // A line over the limit is refused without waiting for its end.
-        let mut conn = connect(dir.path()).unwrap();
+        let mut conn = connect(dir.path()).unwrap().unwrap();
         conn.write_all(&vec![b' '; REQUEST_BYTES_MAX as usize + 4096])
             .unwrap();
         let end = refusal(&mut conn);
         assert!(end.error.unwrap().contains("over 65536 bytes"));
         to_the_end(&mut conn);
         // And so is one whose newline, past the limit, came in its last read.
-        let mut conn = connect(dir.path()).unwrap();
+        let mut conn = connect(dir.path()).unwrap().unwrap();
         let mut line = vec![b' '; REQUEST_BYTES_MAX as usize - 10];
         line.extend_from_slice(b"{\"command\":\"status\"}\n");
         conn.write_all(&line).unwrap();
@@ -1146,7 +1434,7 @@ mod tests {
         assert!(end.error.unwrap().contains("over 65536 bytes"));
         to_the_end(&mut conn);
         // A request in pieces is read whole.
-        let mut conn = connect(dir.path()).unwrap();
+        let mut conn = connect(dir.path()).unwrap().unwrap();
         conn.write_all(b"{\"command\":").unwrap();
         conn.flush().unwrap();
         conn.write_all(b"\"status\"}\n").unwrap();
@@ -1158,7 +1446,7 @@ mod tests {
         // As many clients as may connect, sending nothing (yet), keep their
         // threads; the next is refused as busy at once.
         let idle: Vec<UnixStream> = (0..CONNECTIONS_MAX + STATUS_CONNECTIONS_RESERVED)
-            .map(|_| connect(dir.path()).unwrap())
+            .map(|_| connect(dir.path()).unwrap().unwrap())
             .collect();
         let (end, _) = ask(dir.path(), &Request::Status);
         assert_eq!(end.exit, 2);
@@ -1250,7 +1538,7 @@ mod tests {
         });
         for _ in 0..4 {
             let r = request(
-                connect(dir.path()).unwrap(),
+                connect(dir.path()).unwrap().unwrap(),
                 &Request::Status,
                 &mut Vec::new(),
                 Path::new("<test>"),

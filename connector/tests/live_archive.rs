@@ -191,6 +191,16 @@ fn a_running_archive_serves_status_export_verify_and_prune() {
         "{err}"
     );
     assert_eq!(std::fs::read_to_string(&keep).unwrap(), "kept\n");
+    // To stdout, it says nothing was written (not that stdout holds part
+    // of the export).
+    let out = cairn(&["export", "--data", d, "--topic", "nope"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("; nothing was written to <stdout>") && !err.contains("received"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
 
     // verify: clean, as the store stood when it started.
     let out = cairn(&["verify", "--data", d]);

@@ -256,7 +256,7 @@ fn a_live_prune_that_poisons_the_engine_stops_an_idle_run() {
             *arm.lock().unwrap() = Some(Armed::new(FAILPOINT_FLUSH_ERR, "return"));
             let (data, topic) = (data.clone(), topic.clone());
             *pruning.lock().unwrap() = Some(std::thread::spawn(move || {
-                let conn = connect(&data).expect("the run serves its socket");
+                let conn = connect(&data).unwrap().expect("the run serves its socket");
                 let req = Request::Prune {
                     selection: Selection {
                         topics: vec![topic],

@@ -35,7 +35,7 @@ pub async fn run(args: BackupArgs) -> Result<ExitCode> {
         path: args.to.clone(),
         source,
     })?;
-    if let Some(conn) = crate::live::connect(data) {
+    if let Some(conn) = crate::live::connect(data)? {
         if to.to_str().is_none() {
             return Err(ConnectorError::Config(format!(
                 "--to {}: a running cairn is sent paths as UTF-8 (stop it, or choose another path)",

@@ -94,8 +94,9 @@ pub async fn run(args: ExportArgs) -> Result<ExitCode> {
     let watcher = remove_on_interrupt(staged.clone(), out_path.clone())?;
     let out = BufWriter::with_capacity(1 << 20, Output::new(args.output.clone(), staged));
     let result = match crate::live::connect(data) {
-        Some(conn) => export_live(conn, select, args.format, out, &out_path),
-        None => export_stopped(data, &select, args.format, out, &out_path),
+        Ok(Some(conn)) => export_live(conn, select, args.format, out, &out_path),
+        Ok(None) => export_stopped(data, &select, args.format, out, &out_path),
+        Err(e) => Err(e),
     };
     watcher.abort();
     result
@@ -261,7 +262,7 @@ fn finish(mut out: BufWriter<Output>, out_path: &Path) -> Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         Err(e) => Err(failed(e, abandon(out))),
         Ok(()) => match out.into_parts().0 {
-            Output::Stdout(_) => Ok(()),
+            Output::Stdout { .. } => Ok(()),
             // Its errors say what the file holds.
             Output::File(mut f) => f.complete().map_err(|e| failed(e, String::new())),
         },
@@ -275,6 +276,7 @@ fn finish(mut out: BufWriter<Output>, out_path: &Path) -> Result<()> {
 /// regular file written in place (its directory takes no new files) is
 /// emptied, so that no prefix of the export passes for all of it.
 fn abandon(mut out: BufWriter<Output>) -> String {
+    let buffered = !out.buffer().is_empty();
     let received = match out.flush() {
         Ok(()) => "received the records before it",
         Err(_) => {
@@ -283,7 +285,11 @@ fn abandon(mut out: BufWriter<Output>) -> String {
     };
     let out = out.into_parts().0;
     match &out {
-        Output::Stdout(_) => format!("; <stdout> {received}: the export is incomplete"),
+        // A refusal (a busy run, a bad selection) before any output.
+        Output::Stdout { written: false, .. } if !buffered => {
+            "; nothing was written to <stdout>".into()
+        }
+        Output::Stdout { .. } => format!("; <stdout> {received}: the export is incomplete"),
         Output::File(f)
             if f.file.is_none() || matches!(*lock_staged(&f.staged), Stage::Staged(_)) =>
         {
@@ -318,16 +324,22 @@ fn empty_in_place(file: &std::fs::File, path: &Path) -> String {
     }
 }
 
-/// Standard output, or a file.
+/// Standard output (and whether it was written to), or a file.
 enum Output {
-    Stdout(std::io::Stdout),
+    Stdout {
+        stdout: std::io::Stdout,
+        written: bool,
+    },
     File(FileOutput),
 }
 
 impl Output {
     fn new(path: Option<PathBuf>, staged: Staged) -> Output {
         match path {
-            None => Output::Stdout(std::io::stdout()),
+            None => Output::Stdout {
+                stdout: std::io::stdout(),
+                written: false,
+            },
             Some(path) => Output::File(FileOutput {
                 path,
                 file: None,
@@ -537,14 +549,18 @@ impl Drop for FileOutput {
 impl Write for Output {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         match self {
-            Output::Stdout(s) => s.write(buf),
+            Output::Stdout { stdout, written } => {
+                let n = stdout.write(buf)?;
+                *written |= n > 0;
+                Ok(n)
+            }
             Output::File(f) => f.open()?.write(buf),
         }
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
         match self {
-            Output::Stdout(s) => s.flush(),
+            Output::Stdout { stdout, .. } => stdout.flush(),
             Output::File(FileOutput { file: Some(f), .. }) => f.flush(),
             Output::File(_) => Ok(()),
         }

@@ -174,7 +174,7 @@ pub async fn run(args: PruneArgs) -> Result<ExitCode> {
     check_selection(&selection)?;
     let cut = cut_of(&args)?;
     let data = &args.data.data;
-    if let Some(conn) = crate::live::connect(data) {
+    if let Some(conn) = crate::live::connect(data)? {
         // The running cairn prunes, as its own --retain pass would.
         let req = crate::live::Request::Prune {
             selection,

@@ -91,7 +91,7 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
         (Some(brokers), None) => Some(client_with(brokers, &kafka)?),
     };
     let data = &args.data.data;
-    let (mut rows, served_by) = match crate::live::connect(data) {
+    let (mut rows, served_by) = match crate::live::connect(data)? {
         Some(conn) => {
             let mut json = Vec::new();
             let end = crate::live::request(
