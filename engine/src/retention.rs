@@ -196,6 +196,7 @@ impl Engine {
             return Ok((offset, report, true));
         };
         let mut first_kept = None;
+        let mut pending_tomb = None;
         for (i, item) in self.tree.scan_prefix(keys::index_prefix(tp)).enumerate() {
             if i % PLAN_ENTRIES_PER_ASK == PLAN_ENTRIES_PER_ASK - 1 && !go() {
                 // What is counted so far; where the cut would leave the
@@ -208,6 +209,10 @@ impl Engine {
                 break;
             }
             self.check_entry_ends(tp, &e)?;
+            // The frames beside each deleted run, read as the deletion
+            // reads them to merge tombstones: damage there refuses the plan
+            // as it would the deletion.
+            pending_tomb = Some(self.tombstone_for(pending_tomb, &e, |_| {})?);
             report.count(&e);
         }
         report.first_offset_after = Some(if report.entries_deleted == 0 {
@@ -264,23 +269,9 @@ impl Engine {
                 for lsn in e.lsn..e.lsn + e.chunks as u64 {
                     batch.remove(&keys::wal_key(lsn));
                 }
-                let (tomb_lsn, mut span) = match pending_tomb {
-                    Some((l, s)) if l + s == e.lsn => (l, s + e.chunks as u64),
-                    Some(_) | None => match self.tombstone_before(e.lsn)? {
-                        Some((l, s)) if l + s == e.lsn => (l, s + e.chunks as u64),
-                        _ => (e.lsn, e.chunks as u64),
-                    },
-                };
-                // Absorb a tombstone right above as well (another
-                // partition's entries, deleted earlier). Merging both ways
-                // leaves one tombstone per deleted run of the log, so the
-                // leaves sled kept for the run empty out and their old
-                // versions, which still hold the deleted frames' bytes,
-                // can be reclaimed (docs/OPERATIONS.md, disk space).
-                while let Some(above) = self.tombstone_at(tomb_lsn + span)? {
-                    batch.remove(&keys::wal_key(tomb_lsn + span));
-                    span += above;
-                }
+                let (tomb_lsn, span) = self.tombstone_for(pending_tomb, &e, |absorbed| {
+                    batch.remove(&keys::wal_key(absorbed));
+                })?;
                 let body = frame::encode_tombstone(span);
                 batch.insert(
                     &keys::wal_key(tomb_lsn),
@@ -385,6 +376,36 @@ impl Engine {
         Ok(())
     }
 
+    /// The tombstone that deleting `e` leaves, as (lsn, span): `pending`
+    /// (this step's last, not yet written) or the tombstone stored right
+    /// below `e` grown by `e`'s frames, else a new one at `e`; then grown by
+    /// each tombstone right above it (another partition's entries, deleted
+    /// earlier), whose LSN is given to `absorbed` (its frame goes). Merging
+    /// both ways leaves one tombstone per deleted run of the log, so the
+    /// leaves sled kept for the run empty out and their old versions, which
+    /// still hold the deleted frames' bytes, can be reclaimed
+    /// (docs/OPERATIONS.md, disk space).
+    fn tombstone_for(
+        &self,
+        pending: Option<(u64, u64)>,
+        e: &IndexEntry,
+        mut absorbed: impl FnMut(u64),
+    ) -> Result<(u64, u64)> {
+        let chunks = u64::from(e.chunks);
+        let (tomb_lsn, mut span) = match pending {
+            Some((l, s)) if l + s == e.lsn => (l, s + chunks),
+            Some(_) | None => match self.tombstone_before(e.lsn)? {
+                Some((l, s)) if l + s == e.lsn => (l, s + chunks),
+                _ => (e.lsn, chunks),
+            },
+        };
+        while let Some(above) = self.tombstone_at(tomb_lsn + span)? {
+            absorbed(tomb_lsn + span);
+            span += above;
+        }
+        Ok((tomb_lsn, span))
+    }
+
     /// The span of the tombstone frame stored at `lsn`, if that is one.
     fn tombstone_at(&self, lsn: u64) -> Result<Option<u64>> {
         let v = self
@@ -408,9 +429,19 @@ impl Engine {
         else {
             return Ok(None);
         };
-        let Ok(l) = keys::parse_wal_key(&k) else {
+        // The key below the log's first frame is another kind's.
+        if k.first() != Some(&keys::PREFIX_WAL) {
             return Ok(None);
-        };
+        }
+        // A log key that does not parse is damage, not "no tombstone".
+        let l = keys::parse_wal_key(&k).map_err(|kind| {
+            Error::corruption(
+                Location::Key {
+                    key_hex: crate::recovery::hex(&k),
+                },
+                kind,
+            )
+        })?;
         Ok(tombstone_span(l, &v)?.map(|span| (l, span)))
     }
 }

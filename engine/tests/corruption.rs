@@ -689,6 +689,45 @@ fn a_truncation_refuses_a_tombstone_spanning_past_the_largest_lsn() {
     }
 }
 
+/// A malformed key in the log's key space just below an entry a
+/// truncation deletes (below the checkpoint, where no open reads): the
+/// truncation names that key, and deletes nothing, rather than take it for
+/// "no tombstone below" and go on; so does its plan (a dry run).
+#[test]
+fn a_truncation_names_a_malformed_log_key_below_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let tp = TopicPartition::new("c", 0);
+    {
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        for i in 0..3 {
+            e.append(&[batch(&tp, i * 10..i * 10 + 10, 20)]).unwrap();
+        }
+        e.close().unwrap();
+    }
+    let (frames, _) = common::wal_layout(dir.path());
+    let mut k = wal_key(frames[0] - 1).to_vec();
+    k.push(0);
+    with_raw_tree(dir.path(), |t| t.insert(&k, b"junk".to_vec()).unwrap());
+    let hex: String = k.iter().map(|b| format!("{b:02x}")).collect();
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    // A dry run's plan reads the frames beside what it would delete as
+    // the deletion does, and is refused the same way.
+    for (op, result) in [
+        ("plan", e.truncate_plan(&tp, 10)),
+        ("truncation", e.truncate_before(&tp, 10)),
+    ] {
+        match result {
+            Err(Error::Corruption {
+                location: Location::Key { key_hex },
+                kind: CorruptionKind::BadKey { .. },
+            }) => assert_eq!(key_hex, hex, "{op}"),
+            other => panic!("{op}: expected the malformed key named, got {other:?}"),
+        }
+    }
+    let kept: Vec<i64> = e.read(&tp, 0).unwrap().map(|r| r.unwrap().offset).collect();
+    assert_eq!(kept, (0..30).collect::<Vec<_>>());
+}
+
 /// An index entry (damage under a valid CRC) that names more frames than
 /// its entry has, or another whole entry of the same size: a truncation
 /// must refuse it, naming the frame, and delete nothing, rather than delete
