@@ -1006,6 +1006,12 @@ fn prune_deletes_below_the_cut_and_keeps_next_offsets() {
         ),
         (&["--older-than", "6m"][..], "write min or months"),
         (&["--before-time", "1700000000000000"][..], "microseconds"),
+        (
+            &["--before-time", "1767225600"][..],
+            "was this seconds? then 1767225600000",
+        ),
+        // An offset alone would cut every topic at it.
+        (&["--before", "105"][..], "--before 105: give --topic too"),
     ] {
         let mut a = vec!["prune", "--data", d];
         a.extend_from_slice(args);
@@ -1013,7 +1019,16 @@ fn prune_deletes_below_the_cut_and_keeps_next_offsets() {
         assert_ne!(code, 0, "{args:?}");
         assert!(out.is_empty() && err.contains(want), "{args:?}: {err}");
     }
-    let (code, out, err) = cairn(&["prune", "--data", d, "--before", "105", "--dry-run"]);
+    let (code, out, err) = cairn(&[
+        "prune",
+        "--data",
+        d,
+        "-t",
+        "a,b",
+        "--before",
+        "105",
+        "--dry-run",
+    ]);
     assert_eq!(code, 0, "{err}");
     assert!(
         out.contains("a/0: would prune 100 records (")
@@ -1116,6 +1131,8 @@ fn prune_killed_between_steps_leaves_a_clean_archive_and_a_rerun_finishes() {
             "prune",
             "--data",
             d,
+            "-t",
+            "a",
             "--before",
             &(entries * 10).to_string(),
         ])
@@ -1135,6 +1152,8 @@ fn prune_killed_between_steps_leaves_a_clean_archive_and_a_rerun_finishes() {
         "prune",
         "--data",
         d,
+        "-t",
+        "a",
         "--before",
         &(entries * 10).to_string(),
     ]);

@@ -59,6 +59,9 @@ pub struct PruneArgs {
 /// A time as milliseconds since the Unix epoch.
 pub fn parse_time_ms(s: &str) -> std::result::Result<i64, String> {
     let ms = match s.parse::<i64>() {
+        Ok(ms) if (0..BEFORE_TIME_MS_MIN).contains(&ms) => {
+            return Err(format!("before 1973 in milliseconds since the Unix epoch, which would delete nothing; it takes milliseconds (was this seconds? then {ms}000) or RFC 3339"));
+        }
         Ok(ms) => ms,
         Err(_) => pruner::epoch_millis(humantime::parse_rfc3339_weak(s).map_err(|e| {
             format!("{e}: expected RFC 3339 in UTC (2026-11-01T00:00:00Z) or milliseconds since the Unix epoch")
@@ -114,12 +117,19 @@ fn cut_of(args: &PruneArgs) -> Result<Cut> {
 /// is allowed for; anything further is a timestamp in another unit.
 const BEFORE_TIME_AHEAD_MS_MAX: i64 = 86_400_000;
 
-/// Refuse a selection a prune must not take; checked by the command line
-/// before it opens or asks anything, and again by [`prune`] for a request
-/// sent to a running archive. A partition number alone would prune that
-/// partition of every archived topic; an offset range is not a cut (the
-/// cut says where a prune ends) and would be ignored.
-fn check_selection(selection: &Selection) -> Result<()> {
+/// The earliest `--before-time` taken as a number, 1973-03-03 in
+/// milliseconds: any time of this century in seconds is below it, and no
+/// Kafka record is that old (Kafka's timestamps date from 2016).
+const BEFORE_TIME_MS_MIN: i64 = 100_000_000_000;
+
+/// Refuse a selection a prune must not take with `cut`; checked by the
+/// command line before it opens or asks anything, and again by [`prune`]
+/// for a request sent to a running archive. A partition number alone would
+/// prune that partition of every archived topic; an offset alone would cut
+/// every partition of every archived topic at it, though offsets mean
+/// nothing across topics; an offset range is not a cut (the cut says where
+/// a prune ends) and would be ignored.
+fn check_selection(selection: &Selection, cut: Cut) -> Result<()> {
     let bad = |m: &str| Err(ConnectorError::Config(m.into()));
     if selection.partition.is_some() && selection.topics.is_empty() {
         return bad("--partition: give --topic too (a partition number alone would prune that partition of every archived topic)");
@@ -128,6 +138,9 @@ fn check_selection(selection: &Selection) -> Result<()> {
         return bad(
             "a prune takes no offset range: its cut (--before and the others) says where it ends",
         );
+    }
+    if let (Cut::Offset(o), true) = (cut, selection.topics.is_empty()) {
+        return Err(ConnectorError::Config(format!("--before {o}: give --topic too (an offset alone would cut every partition of every archived topic at {o}, though offsets mean nothing across topics)")));
     }
     Ok(())
 }
@@ -171,8 +184,8 @@ pub async fn run(args: PruneArgs) -> Result<ExitCode> {
         partition: args.partition,
         ..Selection::default()
     };
-    check_selection(&selection)?;
     let cut = cut_of(&args)?;
+    check_selection(&selection, cut)?;
     let data = &args.data.data;
     if let Some(conn) = crate::live::connect(data)? {
         // The running cairn prunes, as its own --retain pass would.
@@ -213,8 +226,8 @@ pub(crate) fn prune(
     stop: &std::sync::atomic::AtomicBool,
     emit: &mut dyn FnMut(std::fmt::Arguments<'_>) -> Result<()>,
 ) -> Result<()> {
-    check_selection(selection)?;
     let cut = cut.check()?;
+    check_selection(selection, cut)?;
     let chosen = selection.choose(engine.partitions(), &[])?;
     let size_before = engine.size_on_disk()?;
     let verb = if dry_run { "would prune" } else { "pruned" };
@@ -328,7 +341,8 @@ mod tests {
                 "more than a day in the future",
             ),
             (all.clone(), Cut::KeepBytes(0), "must be positive"),
-            (all, Cut::Offset(-1), "at least 0"),
+            (all.clone(), Cut::Offset(-1), "at least 0"),
+            (all, Cut::Offset(5), "--before 5: give --topic too"),
         ];
         for (selection, cut, want) in cases {
             for dry_run in [true, false] {
@@ -362,7 +376,10 @@ mod tests {
             let stop = AtomicBool::new(stop);
             prune(
                 &engine,
-                &Selection::default(),
+                &Selection {
+                    topics: vec!["t".into()],
+                    ..Selection::default()
+                },
                 Cut::Offset(5),
                 false,
                 &stop,
@@ -413,6 +430,9 @@ mod tests {
             Ok(1_700_000_000_500)
         );
         assert!(parse_time_ms("-1").is_err());
+        // Seconds for milliseconds.
+        let e = parse_time_ms("1767225600").unwrap_err();
+        assert!(e.contains("was this seconds? then 1767225600000"), "{e}");
         let e = parse_time_ms("yesterday").unwrap_err();
         assert!(e.contains("RFC 3339"), "{e}");
         assert!(crate::config::parse_age("7d").is_ok());
