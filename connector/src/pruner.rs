@@ -30,6 +30,7 @@
 //! - A record without a timestamp (-1) has no age: it and everything above
 //!   it stay.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -103,8 +104,15 @@ pub fn cut_offset(
     Ok(cut)
 }
 
-/// One pass: prune every archived partition to `retention`.
-pub fn prune(engine: &Engine, retention: &Retention) -> cairn_engine::Result<PassReport> {
+/// One pass: prune every archived partition to `retention`, asking `go`
+/// before each partition and between a partition's durable steps. Once it
+/// says no the pass ends after the step in progress, with what it deleted
+/// (a prefix of each partition, the archive consistent) and `false`.
+pub fn prune(
+    engine: &Engine,
+    retention: &Retention,
+    go: &dyn Fn() -> bool,
+) -> cairn_engine::Result<(PassReport, bool)> {
     // A poisoned engine fails the pass even when nothing is due.
     engine.check_usable()?;
     let mut pass = PassReport::default();
@@ -112,10 +120,17 @@ pub fn prune(engine: &Engine, retention: &Retention) -> cairn_engine::Result<Pas
         if p.record_count == 0 {
             continue;
         }
-        let (_, deleted) = engine.truncate_by(&p.tp, |e| cut_offset(e, &p.tp, retention))?;
+        if !go() {
+            return Ok((pass, false));
+        }
+        let (_, deleted, finished) =
+            engine.truncate_by_while(&p.tp, |e| cut_offset(e, &p.tp, retention), go)?;
         pass.add(&deleted);
+        if !finished {
+            return Ok((pass, false));
+        }
     }
-    Ok(pass)
+    Ok((pass, true))
 }
 
 /// Called once, from the pruner's thread, when a pass fails: `cairn run`
@@ -148,7 +163,31 @@ impl Pruner {
         check_every: Duration,
         on_failure: FailureHook,
     ) -> Result<Pruner, String> {
-        pass(&engine, &retention)?;
+        let never = Arc::new(AtomicBool::new(false));
+        Self::start_until(engine, retention, check_every, on_failure, never)
+    }
+
+    /// [`start`](Self::start), for a run that stops once `stop` is set:
+    /// a pass in progress then ends after its durable step (the first
+    /// pass of `--retain` on a large archive takes minutes, which a stop
+    /// must not wait out), and no last pass follows one cut short (it
+    /// would do the same work). A first pass cut short starts no thread.
+    pub fn start_until(
+        engine: Arc<Engine>,
+        retention: Retention,
+        check_every: Duration,
+        on_failure: FailureHook,
+        stop: Arc<AtomicBool>,
+    ) -> Result<Pruner, String> {
+        let go = move || !stop.load(Ordering::Relaxed);
+        let no_thread = || Pruner {
+            orders: None,
+            thread: None,
+            failure: Arc::new(Mutex::new(None)),
+        };
+        if !pass(&engine, &retention, &go)? {
+            return Ok(no_thread());
+        }
         let (tx, rx) = mpsc::channel::<Order>();
         let failure = Arc::new(Mutex::new(None));
         let failed = failure.clone();
@@ -161,20 +200,23 @@ impl Pruner {
                     Err(RecvTimeoutError::Disconnected) => return,
                 };
                 let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    pass(&engine, &retention)
+                    pass(&engine, &retention, &go)
                 }))
                 .unwrap_or_else(|payload| {
                     let what = cairn_engine::panic_message(&*payload);
                     Err(format!("retention: the pruner panicked: {what}"))
                 });
-                if let Err(e) = r {
-                    tracing::error!(error = %e, "retention pass failed; not retried, the run stops");
-                    *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
-                    on_failure(&e);
-                    return;
-                }
-                if last {
-                    return;
+                match r {
+                    Err(e) => {
+                        tracing::error!(error = %e, "retention pass failed; not retried, the run stops");
+                        *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
+                        on_failure(&e);
+                        return;
+                    }
+                    // Cut short by the stop: the last pass would do its work.
+                    Ok(false) => return,
+                    Ok(true) if last => return,
+                    Ok(true) => {}
                 }
             })
             .map_err(|e| format!("start the pruner thread: {e}"))?;
@@ -225,14 +267,23 @@ impl Drop for Pruner {
 /// connector's `failpoints` feature, for tests).
 pub const FAILPOINT_PASS: &str = "pruner::pass";
 
-fn pass(engine: &Engine, retention: &Retention) -> Result<(), String> {
+/// One pass, logged; whether it finished (`go` said no part-way).
+fn pass(engine: &Engine, retention: &Retention, go: &dyn Fn() -> bool) -> Result<bool, String> {
     fail::fail_point!(FAILPOINT_PASS, |a| Err(format!(
         "retention: failpoint {FAILPOINT_PASS}: {}",
         a.unwrap_or_default()
     )));
     let t0 = std::time::Instant::now();
-    let r = prune(engine, retention).map_err(|e| format!("retention: {e}"))?;
+    let (r, finished) = prune(engine, retention, go).map_err(|e| format!("retention: {e}"))?;
     let took_ms = t0.elapsed().as_millis() as u64;
+    if !finished {
+        tracing::info!(
+            records = r.deleted.records_deleted,
+            took_ms,
+            "retention pass cut short by the stop (what it deleted is durable; the next start's pass goes on)"
+        );
+        return Ok(false);
+    }
     if r.deleted.records_deleted > 0 {
         tracing::info!(
             records = r.deleted.records_deleted,
@@ -245,5 +296,5 @@ fn pass(engine: &Engine, retention: &Retention) -> Result<(), String> {
     } else {
         tracing::debug!(took_ms, "retention pass: nothing to prune");
     }
-    Ok(())
+    Ok(true)
 }

@@ -134,13 +134,27 @@ impl ArchiveSink {
     /// clean `stop` (pruner.rs). `on_failure` hears of a later pass that
     /// fails, so that an idle run stops too.
     pub fn with_retention(
-        mut self,
+        self,
         retention: Retention,
         check_every: Duration,
         on_failure: FailureHook,
     ) -> Result<Self, TaskError> {
+        let never = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        self.with_retention_until(retention, check_every, on_failure, never)
+    }
+
+    /// [`with_retention`](Self::with_retention) for a run that stops once
+    /// `stop` is set: a pass in progress then ends after its durable step,
+    /// the first one too (`Pruner::start_until`).
+    pub fn with_retention_until(
+        mut self,
+        retention: Retention,
+        check_every: Duration,
+        on_failure: FailureHook,
+        stop: Arc<std::sync::atomic::AtomicBool>,
+    ) -> Result<Self, TaskError> {
         if let Some(e) = &self.engine {
-            let p = Pruner::start(e.clone(), retention, check_every, on_failure)
+            let p = Pruner::start_until(e.clone(), retention, check_every, on_failure, stop)
                 .map_err(TaskError::Fatal)?;
             self.pruner = Some(p);
         }

@@ -119,6 +119,45 @@ fn retention_prunes_at_start_and_at_stop_and_keeps_next_offsets() {
     assert_eq!(kept, (60..70).collect::<Vec<_>>());
 }
 
+/// A run stopped during its first pass (a signal while `--retain` catches
+/// up on a large archive) does not wait the pass out: it ends after the
+/// durable step in progress, and no last pass at the stop does its work
+/// after all; the next start's pass finishes it.
+#[test]
+fn a_stop_cuts_the_first_pass_short_and_the_next_start_finishes_it() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
+    {
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        e.append(&[batch(&a, 0..50, 20), batch(&b, 0..30, 20)])
+            .unwrap();
+        e.close().unwrap();
+    }
+    let all = BTreeMap::from([(a.clone(), (0, 50, 50)), (b.clone(), (0, 30, 30))]);
+    let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
+    let stop = Arc::new(AtomicBool::new(true));
+    let mut sink = ArchiveSink::new(engine.clone())
+        .with_retention_until(by_age(DAY), HOUR, no_failure(), stop.clone())
+        .unwrap();
+    assert_eq!(held(&engine), all, "stopped before its first partition");
+    drop(engine);
+    sink.stop().unwrap();
+    let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
+    assert_eq!(held(&engine), all, "no last pass after a pass cut short");
+    stop.store(false, Ordering::Relaxed);
+    let mut sink = ArchiveSink::new(engine.clone())
+        .with_retention_until(by_age(DAY), HOUR, no_failure(), stop)
+        .unwrap();
+    assert_eq!(
+        held(&engine),
+        BTreeMap::from([(a, (50, 50, 0)), (b, (30, 30, 0))]),
+        "the next start prunes"
+    );
+    drop(engine);
+    sink.stop().unwrap();
+}
+
 /// An index entry the pass must read is damaged: the start fails with the
 /// entry named, and nothing is deleted.
 #[test]

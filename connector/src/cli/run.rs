@@ -199,8 +199,8 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
             "signal received: draining, fsyncing, committing, closing (again to exit at once)"
         );
         signal_stop.store(true, Ordering::Relaxed);
-        // A stop can take seconds (a put's fsync, the pruner's last pass, a
-        // live prune finishing its step, the consumer's close). Exiting
+        // A stop can take seconds (a put's fsync, the pruner's step or
+        // last pass, a live prune finishing its step, the consumer's close). Exiting
         // at once loses nothing: only what is durable was committed, and
         // the next start recovers the archive and resumes from it.
         signals.recv().await;
@@ -228,7 +228,12 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
         let stop_run = stop.clone();
         let on_failure = Box::new(move |_: &str| stop_run.store(true, Ordering::Relaxed));
         sink = sink
-            .with_retention(retention, Duration::from_secs(every_s), on_failure)
+            .with_retention_until(
+                retention,
+                Duration::from_secs(every_s),
+                on_failure,
+                stop.clone(),
+            )
             .map_err(|e| ConnectorError::Sink(e.to_string()))?;
     }
     // Served once retention's first pass (synchronous, in `with_retention`)
