@@ -130,6 +130,13 @@ pub enum ConnectorError {
     },
     #[error(transparent)]
     Engine(#[from] cairn_engine::Error),
+    /// The archive is held by another process (`Error::Locked`), and no
+    /// running cairn answered on its socket.
+    #[error("{source}. {}", crate::cli::LOCKED_BY_A_RUN_STARTING)]
+    ArchiveLocked {
+        #[source]
+        source: cairn_engine::Error,
+    },
     #[error("sink failed: {0}")]
     Sink(String),
     #[error("i/o error on {path}: {source}")]

@@ -274,7 +274,13 @@ fn pass(engine: &Engine, retention: &Retention, go: &dyn Fn() -> bool) -> Result
         a.unwrap_or_default()
     )));
     let t0 = std::time::Instant::now();
-    let (r, finished) = prune(engine, retention, go).map_err(|e| format!("retention: {e}"))?;
+    let (r, finished) = prune(engine, retention, go).map_err(|e| match e {
+        // Every start would meet it again: say how to go on meanwhile.
+        cairn_engine::Error::Corruption { .. } => format!(
+            "retention: {e}; the archive is damaged there (cairn verify lists all its damage): to go on archiving meanwhile, start without --retain and --retain-bytes (docs/OPERATIONS.md, \"When the archive is damaged\")"
+        ),
+        e => format!("retention: {e}"),
+    })?;
     let took_ms = t0.elapsed().as_millis() as u64;
     if !finished {
         tracing::info!(

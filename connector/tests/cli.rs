@@ -1407,3 +1407,33 @@ fn status_with_brokers_shows_what_the_archive_lacks() {
         "{err}"
     );
 }
+
+/// An archive another process holds, with no running cairn answering on
+/// its socket (a run still recovering, or in its first retention pass):
+/// the commands a run answers say who holds it and when to try again;
+/// restore, which a run never answers, only who holds it.
+#[test]
+fn a_locked_archive_says_who_holds_it_and_when_to_try_again() {
+    use cairn_engine::{Engine, EngineConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let held = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let pid = format!("locked by pid {}", std::process::id());
+    for args in [
+        &["status", "--data", d][..],
+        &["export", "--data", d],
+        &["verify", "--data", d],
+        &["prune", "--data", d, "--older-than", "1d"],
+    ] {
+        let (code, _, err) = cairn(args);
+        assert_ne!(code, 0, "{args:?}");
+        assert!(
+            err.contains(&pid) && err.contains("once started: try again then"),
+            "{args:?}: {err}"
+        );
+    }
+    let (code, _, err) = cairn(&["restore", "--data", d, "--brokers", "127.0.0.1:1"]);
+    assert_ne!(code, 0);
+    assert!(err.contains(&pid) && !err.contains("try again"), "{err}");
+    drop(held);
+}

@@ -159,7 +159,7 @@ fn a_stop_cuts_the_first_pass_short_and_the_next_start_finishes_it() {
 }
 
 /// An index entry the pass must read is damaged: the start fails with the
-/// entry named, and nothing is deleted.
+/// entry named and how to go on archiving, and nothing is deleted.
 #[test]
 fn an_archive_the_pass_cannot_read_stops_the_start() {
     let dir = tempfile::tempdir().unwrap();
@@ -193,6 +193,10 @@ fn an_archive_the_pass_cannot_read_stops_the_start() {
     assert!(
         err.contains("retention") && err.contains("index"),
         "the error names the damaged index entry: {err}"
+    );
+    assert!(
+        err.contains("start without --retain and --retain-bytes"),
+        "and says how to go on archiving: {err}"
     );
     assert_eq!(engine.partitions()[0].record_count, 30, "nothing deleted");
 }

@@ -45,7 +45,7 @@ pub async fn run(args: BackupArgs) -> Result<ExitCode> {
         let req = crate::live::Request::Backup { to };
         return Ok(crate::live::exit_code(&super::live_report(conn, &req)??));
     }
-    let engine = super::open_archive(data)?;
+    let engine = super::open_unserved(data)?;
     // SIGINT or SIGTERM: give up, removing the partial copy. The handlers
     // are in place before the backup starts.
     let stop = Arc::new(AtomicBool::new(false));

@@ -172,7 +172,7 @@ fn export_stopped(
     mut out: BufWriter<Output>,
     out_path: &Path,
 ) -> Result<ExitCode> {
-    let engine = super::open_archive(data)?;
+    let engine = super::open_unserved(data)?;
     let chosen = select.choose(engine.partitions(), &[])?;
     match write_records(&engine, &chosen, select, format, &mut out, out_path) {
         Ok(count) => {

@@ -103,6 +103,28 @@ pub fn open_archive(data: &std::path::Path) -> crate::Result<cairn_engine::Engin
     )?)
 }
 
+/// [`open_archive`], for a command that a running cairn answers when its
+/// socket does not: a lock held also says when to try again.
+pub(crate) fn open_unserved(data: &std::path::Path) -> crate::Result<cairn_engine::Engine> {
+    open_archive(data).map_err(|e| match e {
+        crate::ConnectorError::Engine(e) => open_failed(e),
+        e => e,
+    })
+}
+
+/// Why an archive did not open, as a command that a running cairn answers
+/// says it (see [`open_unserved`]).
+pub(crate) fn open_failed(e: cairn_engine::Error) -> crate::ConnectorError {
+    match e {
+        cairn_engine::Error::Locked { .. } => crate::ConnectorError::ArchiveLocked { source: e },
+        e => e.into(),
+    }
+}
+
+/// Said of an archive found locked by a command that a running cairn
+/// answers: the run's socket opens only once it has started.
+pub const LOCKED_BY_A_RUN_STARTING: &str = "If it is a cairn run still starting (recovery, or a first --retain pass over a large archive, can take minutes), it answers status, export, verify, prune and backup on its socket once started: try again then";
+
 /// Write one line to stdout. A reader that went away (`cairn status | head`)
 /// is not an error: the rest of the output is dropped quietly, where
 /// `println!` would panic with a backtrace. Any other write error (a full

@@ -196,7 +196,7 @@ pub async fn run(args: PruneArgs) -> Result<ExitCode> {
         };
         return Ok(crate::live::exit_code(&super::live_report(conn, &req)??));
     }
-    let engine = super::open_archive(data)?;
+    let engine = super::open_unserved(data)?;
     let never = std::sync::atomic::AtomicBool::new(false);
     prune(
         &engine,

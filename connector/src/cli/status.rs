@@ -108,7 +108,7 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
             })?;
             (rows, Some(end.pid))
         }
-        None => (rows(&super::open_archive(data)?), None),
+        None => (rows(&super::open_unserved(data)?), None),
     };
     if let (Some(brokers), Some(consumer)) = (&args.brokers, consumer) {
         let timeout = Duration::from_millis(args.connect_timeout_ms);

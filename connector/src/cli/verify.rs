@@ -63,6 +63,7 @@ fn check(args: VerifyArgs) -> Result<ExitCode> {
             return Ok(ExitCode::from(exit));
         }
         Err(e) => {
+            let e = super::open_failed(e);
             eprintln!("error: could not verify {}: {e}", path.display());
             return Ok(ExitCode::from(EXIT_NOT_CHECKED));
         }
