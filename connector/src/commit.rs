@@ -44,6 +44,8 @@ pub struct CommitTracker {
     /// (a coordinator away for hours), the start times of the puts waiting
     /// for one are kept up to [`PUTS_WAITING_TIMED_MAX`], not without bound.
     pub puts_untimed: u64,
+    /// `pre_commit` reported a partition it was never handed, and was told.
+    warned_unhanded: bool,
 }
 
 /// Most put start times kept waiting for a commit (16 bytes each).
@@ -70,6 +72,7 @@ impl Default for CommitTracker {
             safe_puts: Vec::new(),
             put_to_commit_us: Histogram::new(3).expect("histogram"),
             puts_untimed: 0,
+            warned_unhanded: false,
         }
     }
 }
@@ -125,13 +128,24 @@ impl CommitTracker {
 
     /// `pre_commit` made these offsets durable and declared them safe.
     /// Every put recorded so far is covered by them. `handed` as for
-    /// `record_put`.
+    /// `record_put`. A partition of which nothing was handed over or
+    /// resumed (revoked since, or assigned with no put or stored offset
+    /// yet) is ignored, with a warning the first time, as Kafka Connect
+    /// ignores offsets of partitions not assigned: nothing is committed on
+    /// its word.
     pub fn record_pre_commit(
         &mut self,
         safe: &BTreeMap<TopicPartition, i64>,
         handed: &BTreeMap<TopicPartition, i64>,
     ) {
         for (tp, &o) in safe {
+            if !handed.contains_key(tp) && !self.durable_reported.contains_key(tp) {
+                if !self.warned_unhanded {
+                    self.warned_unhanded = true;
+                    tracing::warn!(%tp, offset = o, "pre_commit reported a partition it was not handed (revoked, or not put to since its assignment): ignored, as are any such later (this warning is not repeated)");
+                }
+                continue;
+            }
             self.assert_handed(tp, o, handed);
             raise(&mut self.durable_reported, tp, o);
             raise(&mut self.safe, tp, o);
@@ -257,6 +271,19 @@ mod tests {
         let handed = BTreeMap::from([(tp(0), 5)]);
         t.record_put(Instant::now(), &BTreeMap::new(), &handed);
         t.record_pre_commit(&BTreeMap::from([(tp(0), 6)]), &handed);
+    }
+
+    /// A partition the sink was never handed (revoked since, say) is not
+    /// committed on its word, and is no reason to stop the run either.
+    #[test]
+    fn a_partition_never_handed_over_is_ignored() {
+        let mut t = CommitTracker::default();
+        let handed = BTreeMap::from([(tp(0), 5)]);
+        t.record_put(Instant::now(), &BTreeMap::new(), &handed);
+        t.record_pre_commit(&BTreeMap::from([(tp(0), 5), (tp(1), 9)]), &handed);
+        let assigned = BTreeSet::from([tp(0), tp(1)]);
+        let c = t.take_commit(&assigned, None).unwrap();
+        assert_eq!(c.offsets, BTreeMap::from([(tp(0), 5)]));
     }
 
     #[test]

@@ -7,9 +7,16 @@
 //!
 //! 1. **`open(partitions)`** runs after every assignment, before the first
 //!    fetch. It returns the offset to resume each partition from, if the sink
-//!    owns it; the loop rewinds the consumer there ("rewind on open"). A
-//!    partition the sink does not know resumes from Kafka's committed offset,
-//!    and failing that from `auto.offset.reset`.
+//!    owns it; the loop rewinds the consumer there ("rewind on open"), and
+//!    commits it as it is, with no `pre_commit`: it must be durable already.
+//!    One exception: when Kafka's committed offset is past it and was not
+//!    committed by this sink (its [`identity`](SinkTask::identity); a sink
+//!    without one never claims a commit), another member is taken to have
+//!    written the records between, and the partition resumes at Kafka's
+//!    offset (logged). A sink whose storage can go back in time (restored
+//!    from an older copy) should have an identity, so that it gets those
+//!    records again. A partition the sink does not know resumes from Kafka's
+//!    committed offset, and failing that from `auto.offset.reset`.
 //! 2. **`put(batches)`** writes records, or buffers them. It returns what the
 //!    sink now reports durable, if anything (Kafka Connect's `put` reports
 //!    nothing; a sink that makes each put durable may say so at once).
@@ -18,7 +25,11 @@
 //!    revoke and on stop. Like Kafka Connect's `flush` / `preCommit`, it makes
 //!    what was put durable (or as much as the sink chooses) and returns the
 //!    offsets that are durable and safe to commit, never past the records
-//!    handed to it (the loop asserts this); an empty map opts out. The commit
+//!    handed to it (the loop asserts this); an empty map opts out. Report
+//!    only partitions in `consumed`: one never handed over (revoked since,
+//!    or not put to since its assignment) is ignored, with a warning, as
+//!    Kafka Connect ignores them; an offset below one reported before is
+//!    ignored too (commits never go backwards). The commit
 //!    itself follows on the loop's committer, while the next `put` runs.
 //! 4. **`close(partitions)`** runs after revoked partitions were committed
 //!    (or, for lost partitions, without any commit).

@@ -252,12 +252,27 @@ impl Worker {
         };
         let mut guard = self.pipeline.state();
         let s = &mut *guard;
+        // A put queued before its partition was revoked or lost runs after
+        // (an assignment waits for its `open`, so it cannot run after the
+        // next one): what it handed over is no longer this member's to
+        // commit, and kept it would outlive the revoke, for a later
+        // assignment of the partition to commit before any put of its own.
         for b in batches {
-            if let Some(last) = b.records.last() {
+            if let (Some(last), true) = (b.records.last(), s.assigned.contains(&b.tp)) {
                 s.consumed.insert(b.tp.clone(), last.offset + 1);
             }
         }
-        s.tracker.record_put(started, &outcome.durable, &s.consumed);
+        if outcome.durable.keys().all(|tp| s.assigned.contains(tp)) {
+            s.tracker.record_put(started, &outcome.durable, &s.consumed);
+        } else {
+            let durable: BTreeMap<TopicPartition, i64> = outcome
+                .durable
+                .iter()
+                .filter(|(tp, _)| s.assigned.contains(*tp))
+                .map(|(tp, o)| (tp.clone(), *o))
+                .collect();
+            s.tracker.record_put(started, &durable, &s.consumed);
+        }
         s.stats.puts += 1;
         s.stats.records_written += outcome.records_written;
         s.stats.records_duplicate += outcome.records_duplicate;
@@ -420,6 +435,82 @@ mod tests {
         fn close(&mut self, _: &[TopicPartition]) -> Result<(), TaskError> {
             Ok(())
         }
+    }
+
+    /// A Kafka Connect style sink: durable what it was given, and safe to
+    /// commit what it was handed (`consumed`).
+    struct HandedIsSafe;
+
+    impl SinkTask for HandedIsSafe {
+        fn open(
+            &mut self,
+            _: &[TopicPartition],
+        ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+            Ok(BTreeMap::new())
+        }
+        fn put(&mut self, batches: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
+            let durable = batches
+                .iter()
+                .filter_map(|b| Some((b.tp.clone(), b.records.last()?.offset + 1)))
+                .collect();
+            Ok(PutOutcome {
+                durable,
+                ..PutOutcome::default()
+            })
+        }
+        fn pre_commit(
+            &mut self,
+            consumed: &BTreeMap<TopicPartition, i64>,
+        ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+            Ok(consumed.clone())
+        }
+        fn close(&mut self, _: &[TopicPartition]) -> Result<(), TaskError> {
+            Ok(())
+        }
+    }
+
+    /// A put queued before its partition was lost runs after the loss: it
+    /// leaves no handed-over offset behind for the partition (a later
+    /// assignment resuming without a stored offset would have committed
+    /// it before any put of its own, past what the sink then holds), and
+    /// the sink's report of it is no bug; the assigned partition's put
+    /// counts as before.
+    #[test]
+    fn a_put_run_after_its_partition_was_lost_leaves_nothing_to_commit() {
+        let pipeline = Arc::new(Pipeline::new(None, None, None));
+        let (lost, kept) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
+        pipeline
+            .state()
+            .assigned
+            .extend([lost.clone(), kept.clone()]);
+        pipeline.drop_partitions(std::slice::from_ref(&lost));
+        let worker = worker(Box::new(HandedIsSafe), &pipeline);
+        let (jobs, rx) = std::sync::mpsc::channel();
+        let records = |n: i64| {
+            (0..n)
+                .map(|o| cairn_engine::Record::with_value(o, "v"))
+                .collect()
+        };
+        jobs.send(Job::Put {
+            batches: vec![
+                RecordBatch {
+                    tp: lost.clone(),
+                    records: records(1000),
+                },
+                RecordBatch {
+                    tp: kept.clone(),
+                    records: records(10),
+                },
+            ],
+            poll_us: 0,
+            bytes: 1,
+        })
+        .unwrap();
+        drop(jobs);
+        worker.run(rx);
+        assert!(!pipeline.failed.load(Ordering::Acquire), "the run failed");
+        let s = pipeline.state();
+        assert_eq!(s.consumed, BTreeMap::from([(kept, 10)]));
     }
 
     /// A put failing retriably is not retried once the run failed: the
