@@ -369,8 +369,9 @@ pub struct FileConfig {
     pub progress_interval_s: Option<u64>,
     /// An age such as `30d`, like `--retain`.
     pub retain: Option<String>,
-    /// A size per partition: bytes, or a string such as `"50GiB"`.
-    pub retain_bytes: Option<bytesize::ByteSize>,
+    /// A size per partition with its unit, such as `"50GiB"`, like
+    /// `--retain-bytes`.
+    pub retain_bytes: Option<String>,
     pub retention_check_interval_s: Option<u64>,
     /// librdkafka properties, like `-X`.
     pub kafka: Option<BTreeMap<String, String>>,
@@ -442,11 +443,21 @@ pub fn parse_size_flag(s: &str) -> Result<FlagValue<u64>, String> {
     or_none(s, parse_size)
 }
 
-/// Parse a size for `--retain-bytes` (`50GiB`, `500MB`, bytes).
+/// Parse a size for `--retain-bytes` and `prune --keep-bytes` (`50GiB`,
+/// `500MB`, `4096B`). The unit is required: a bare number would be bytes,
+/// and `--retain-bytes 50` meant as gigabytes keeps 50 bytes of each
+/// partition, deleting the rest of the archive at the first pass.
 pub fn parse_size(s: &str) -> Result<u64, String> {
+    // 0 is 0 in any unit (and refused where a size must be positive).
+    if s.trim().parse::<u64>().is_ok_and(|n| n != 0) {
+        return Err(format!(
+            "{s}: give a unit (50GiB, 500MB, or {}B for bytes): a bare number would be bytes",
+            s.trim()
+        ));
+    }
     s.parse::<bytesize::ByteSize>()
         .map(|b| b.as_u64())
-        .map_err(|e| format!("{e}: expected a size such as 50GiB, 500MB or a number of bytes"))
+        .map_err(|e| format!("{e}: expected a size with its unit, such as 50GiB, 500MB or 4096B"))
 }
 
 /// Parse `key=value` for `-X`.

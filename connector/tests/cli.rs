@@ -520,6 +520,12 @@ fn bad_flags_and_config_name_the_setting() {
         ),
         (&["--retain-bytes", "0"][..], "retain-bytes 0"),
         (&["--retain-bytes", "lots"][..], "50GiB"),
+        // A bare number would be bytes: 50 meant as gigabytes would keep
+        // 50 bytes of each partition.
+        (
+            &["--retain-bytes", "50"][..],
+            "give a unit (50GiB, 500MB, or 50B",
+        ),
     ] {
         let (code, _, err) = cairn_run("b:1", "t", data, args);
         assert_ne!(code, 0, "{args:?}");
@@ -530,7 +536,7 @@ fn bad_flags_and_config_name_the_setting() {
     let (code, _, err) = cairn_run("b:1", "t", data, &["--config", cfg.to_str().unwrap()]);
     assert_ne!(code, 0);
     assert!(err.contains("retain \"forever\""), "{err}");
-    // A size in TOML: a string with a unit, or a number of bytes.
+    // A size in TOML: a string with a unit.
     std::fs::write(&cfg, "retain-bytes = \"lots\"\n").unwrap();
     let (code, _, err) = cairn_run("b:1", "t", data, &["--config", cfg.to_str().unwrap()]);
     assert_ne!(code, 0);
@@ -538,7 +544,17 @@ fn bad_flags_and_config_name_the_setting() {
         err.contains("retain-bytes") && err.contains("lots"),
         "{err}"
     );
-    for ok in ["retain-bytes = \"50GiB\"\n", "retain-bytes = 1000000\n"] {
+    // A bare number, as a TOML integer or a string, is refused.
+    for bare in ["retain-bytes = 1000000\n", "retain-bytes = \"1000000\"\n"] {
+        std::fs::write(&cfg, bare).unwrap();
+        let (code, _, err) = cairn_run("b:1", "t", data, &["--config", cfg.to_str().unwrap()]);
+        assert_ne!(code, 0, "{bare}");
+        assert!(err.contains("retain-bytes"), "{bare}: {err}");
+    }
+    for ok in [
+        "retain-bytes = \"50GiB\"\n",
+        "retain-bytes = \"1000000B\"\n",
+    ] {
         std::fs::write(&cfg, ok).unwrap();
         let (code, _, err) = cairn_run(
             "b:1",
@@ -1082,7 +1098,10 @@ fn prune_deletes_below_the_cut_and_keeps_next_offsets() {
 
     // A size per partition: b's entries hold ~194 payload bytes each, so
     // 400 bytes keep its newest two.
-    let (code, out, err) = cairn(&["prune", "--data", d, "-t", "b", "--keep-bytes", "400"]);
+    let (code, _, err) = cairn(&["prune", "--data", d, "-t", "b", "--keep-bytes", "400"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("give a unit"), "{err}");
+    let (code, out, err) = cairn(&["prune", "--data", d, "-t", "b", "--keep-bytes", "400B"]);
     assert_eq!(code, 0, "{err}");
     assert!(
         out.contains("b/0: pruned 30 records (")

@@ -214,7 +214,7 @@ fn a_running_archive_serves_status_export_verify_and_prune() {
     // prune: served too. A dry run deletes nothing; then partition 0 is
     // pruned to its newest entry's worth (none fits in 1 byte: all of its
     // durable entries go) while the run goes on writing to it.
-    let out = cairn(&["prune", "--data", d, "--keep-bytes", "1", "--dry-run"]);
+    let out = cairn(&["prune", "--data", d, "--keep-bytes", "1B", "--dry-run"]);
     let report = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{report}{}", text(&out.stderr));
     assert!(report.contains("would prune"), "{report}");
@@ -223,7 +223,7 @@ fn a_running_archive_serves_status_export_verify_and_prune() {
         "--data",
         d,
         "--keep-bytes",
-        "1",
+        "1B",
         "--topic",
         &topic,
         "--partition",

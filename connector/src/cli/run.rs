@@ -165,7 +165,13 @@ impl RunArgs {
         };
         c.retain_bytes = match self.retain_bytes {
             Some(flag) => flag.setting(),
-            None => file.retain_bytes.map(|b| b.as_u64()),
+            None => file
+                .retain_bytes
+                .map(|s| {
+                    crate::config::parse_size(&s)
+                        .map_err(|e| ConnectorError::Config(format!("retain-bytes {s:?}: {e}")))
+                })
+                .transpose()?,
         };
         // Likewise the file's check interval goes with the file's retention:
         // cleared by flags, it leaves the interval unused, not an error.
