@@ -312,6 +312,9 @@ impl SinkContext {
         // Archived partitions the group has no committed offset for (read,
         // not failed to read): one WARN for them all, below.
         let mut uncommitted: Vec<String> = Vec::new();
+        // Partitions this archive holds nothing of that the group committed
+        // past their start: one WARN for them all, below.
+        let mut unheld: Vec<String> = Vec::new();
         for tp in &tps {
             let archive = resume.get(tp).copied();
             let point = resume_point(archive, committed.get(tp), identity.as_deref());
@@ -330,6 +333,8 @@ impl SinkContext {
                 ResumePoint::Kafka(k) => {
                     if archive.is_some() {
                         tracing::info!(%tp, archive = ?archive, kafka = k, "another store in this group archived past this one; resuming at Kafka's committed offset");
+                    } else if k > 0 {
+                        unheld.push(format!("{tp}@{k}"));
                     }
                     Some(k)
                 }
@@ -404,6 +409,16 @@ impl SinkContext {
                 });
             }
             tracing::info!(%tp, ?start, "resuming");
+        }
+        if !unheld.is_empty() {
+            // Expected of a new member of a group of several archives; also
+            // what an archive folder on a volume not yet mounted, or a
+            // mistyped path, looks like.
+            tracing::warn!(
+                partitions = unheld.len(),
+                committed = %crate::selection::first_few(unheld.into_iter()),
+                "this archive holds nothing of these partitions, and the group committed offsets for them (another archive's, or another tool's): it archives from those offsets on, without the records before them. Expected for a new member of a group of several archives; if this --data should have held them (a volume not mounted yet, a mistyped path), stop now"
+            );
         }
         if !uncommitted.is_empty() {
             // Kafka drops a deleted topic's committed offsets: a topic

@@ -138,6 +138,35 @@ fn an_archived_partition_without_a_committed_offset_is_warned_about() {
     assert!(warned.contains(&format!("{topic}/0@10")), "{warned}");
 }
 
+/// A new archive whose group has committed offsets it holds nothing below
+/// (a second member of a group of several archives, or an archive folder
+/// on a volume not mounted yet) gets a WARN at its assignment, naming
+/// where it starts.
+#[test]
+fn a_new_archive_starting_at_the_groups_offsets_is_warned_about() {
+    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+    let mb = TestBroker::start(&["unheld:2"]);
+    let (topic, group) = (mb.topic("unheld"), mb.group("unheld-group"));
+    cairn_connector::cli::demo::produce(&mb.brokers, &topic, 0..40).unwrap();
+    let other: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &mb.brokers)
+        .set("group.id", &group)
+        .create()
+        .unwrap();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(&topic, 0, rdkafka::Offset::Offset(5))
+        .unwrap();
+    other.commit(&tpl, CommitMode::Sync).unwrap();
+    drop(other);
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let mut run = common::cairn_run(&common::run_flags(&mb.brokers, &group, &topic, d), None);
+    let warned = logged_before_a_commit(&mut run, "this archive holds nothing of these partitions")
+        .expect("the run ended without the warning");
+    assert!(warned.contains(&format!("{topic}/0@5")), "{warned}");
+    assert!(!warned.contains(&format!("{topic}/1@")), "{warned}");
+}
+
 /// The first line of a `cairn run` child's log that holds `needle`, read
 /// up to it; a commit logged before it fails the test. `None`: the log
 /// ended first.

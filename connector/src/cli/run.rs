@@ -1,7 +1,7 @@
 //! `cairn run`: the archive process.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -110,9 +110,19 @@ impl RunArgs {
         } else {
             self.topics
         };
+        // A relative `data` in the file is the file's neighbour, wherever
+        // the run is started from (a service's working directory is not the
+        // file's): read from the working directory it would name another
+        // folder, and a new empty archive would start there.
+        let file_data = match (&self.config, file.data) {
+            (Some(path), Some(d)) if d.is_relative() => {
+                Some(path.parent().unwrap_or(Path::new("")).join(d))
+            }
+            (_, d) => d,
+        };
         let data = self
             .data
-            .or(file.data)
+            .or(file_data)
             .ok_or_else(|| missing("data", "--data"))?;
         let mut c = RunConfig::new(brokers, group, topics, data);
         let commit = match (self.commit, file.commit) {
@@ -384,6 +394,38 @@ mod tests {
     }
 
     const DAY: Duration = Duration::from_secs(86_400);
+
+    /// A relative `data` in the file is the file's neighbour; an absolute
+    /// one, or the flag, is taken as it is.
+    #[test]
+    fn the_files_relative_data_is_beside_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cairn.toml");
+        let parse = |file: &str, flags: &[&str]| {
+            std::fs::write(&path, file).unwrap();
+            let mut args = vec!["run", "--brokers", "b:1", "--group", "g", "--topics", "t"];
+            args.extend(["--config", path.to_str().unwrap()]);
+            args.extend_from_slice(flags);
+            Cli::try_parse_from(args)
+                .unwrap()
+                .run
+                .into_config()
+                .unwrap()
+                .data
+        };
+        assert_eq!(
+            parse("data = \"archive\"\n", &[]),
+            dir.path().join("archive")
+        );
+        assert_eq!(
+            parse("data = \"/srv/a\"\n", &[]),
+            std::path::Path::new("/srv/a")
+        );
+        assert_eq!(
+            parse("data = \"archive\"\n", &["--data", "here"]),
+            std::path::Path::new("here")
+        );
+    }
 
     #[test]
     fn a_flag_overrides_or_clears_what_the_config_file_sets() {
