@@ -5,12 +5,12 @@ use std::process::ExitCode;
 use cairn_connector::cli::{self, Cli, Command, LogFormat};
 use clap::Parser;
 
-fn init_tracing(format: LogFormat) {
+fn init_tracing(format: LogFormat, default_filter: &str) {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     use tracing_subscriber::Layer;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,librdkafka=warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
     // rdkafka's BaseConsumer closes its queue again on drop, after cairn has
     // already closed it cleanly (bounded, see consumer.rs), and logs the
     // expected failure at ERROR. It is the only error that module logs; an
@@ -45,7 +45,12 @@ fn main() -> ExitCode {
     // Before any other thread starts (see the module's docs).
     cairn_connector::allocator::tune();
     let cli = Cli::parse();
-    init_tracing(cli.log_format);
+    // The demo prints its own story; the pipeline's INFO lines would bury it.
+    let default_filter = match cli.command {
+        Command::Demo(_) => "warn",
+        _ => "info,librdkafka=warn",
+    };
+    init_tracing(cli.log_format, default_filter);
     quiet_poisoned_drop_panics();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -692,9 +692,23 @@ fn demo_archive_reads_back_with_status_export_verify() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("a");
     let d = data.to_str().unwrap();
-    let (code, out, err) = cairn(&["demo", "--records", "3000", "--data", d]);
+    // Its scratch archive goes to TMPDIR: here, so that a leak is seen.
+    let demo = Command::new(CAIRN)
+        .args(["demo", "--records", "3000", "--data", d])
+        .env("TMPDIR", dir.path())
+        .output()
+        .unwrap();
+    let (code, out, err) = (
+        demo.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&demo.stdout).into_owned(),
+        String::from_utf8_lossy(&demo.stderr).into_owned(),
+    );
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("no loss, no duplicates"), "{out}");
+    assert!(
+        out.contains("cairn run (a child process) aborted after the fsync of its put 1"),
+        "{out}"
+    );
     assert!(
         out.contains("restored   3000 records into cairn-demo-restored")
             && out.contains("identical to what was produced"),
