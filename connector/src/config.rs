@@ -270,6 +270,7 @@ impl RunConfig {
             return bad(format!("-X {k}={v}: cairn keeps end-of-partition events off (the run has no use for them, and would log each one as a consumer error)"));
         }
         refuse_old_protocol(&self.kafka)?;
+        crate::librdkafka::refuse_two_names(&self.kafka).map_err(ConnectorError::Config)?;
         if let Some((k, v)) = setting_other_than(&self.kafka, "group.protocol", Some("classic")) {
             return bad(format!("-X {k}={v}: cairn runs the classic group protocol (its cooperative-sticky assignment and rebalance handling are built and tested on it)"));
         }

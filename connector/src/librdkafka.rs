@@ -96,6 +96,59 @@ pub(crate) fn check_message_timeout(
     }
 }
 
+/// Properties librdkafka knows under two names (`_RK_C_ALIAS` in
+/// `rdkafka_conf.c`), as (alias, name); but the message timeout's
+/// ([`MESSAGE_TIMEOUT_KEYS`]), which [`check_message_timeout`] takes once
+/// only, whatever the values.
+const ALIASES: [(&str, &str); 11] = [
+    ("bootstrap.servers", "metadata.broker.list"),
+    ("max.in.flight", "max.in.flight.requests.per.connection"),
+    ("sasl.mechanism", "sasl.mechanisms"),
+    (
+        "sasl.oauthbearer.client.credentials.client.id",
+        "sasl.oauthbearer.client.id",
+    ),
+    (
+        "sasl.oauthbearer.client.credentials.client.secret",
+        "sasl.oauthbearer.client.secret",
+    ),
+    ("max.partition.fetch.bytes", "fetch.message.max.bytes"),
+    ("linger.ms", "queue.buffering.max.ms"),
+    ("retries", "message.send.max.retries"),
+    ("compression.type", "compression.codec"),
+    ("acks", "request.required.acks"),
+    ("enable.auto.commit", "auto.commit.enable"),
+];
+
+/// Refuse one property given twice under different names (librdkafka's
+/// aliases, or the `topic.` prefix), with different values: rdkafka hands
+/// librdkafka its settings in a hash map's order, so which one wins would
+/// change from run to run. (A flag and the config file under the same
+/// name are one setting: the flag wins.)
+pub(crate) fn refuse_two_names(
+    kafka: &BTreeMap<String, String>,
+) -> std::result::Result<(), String> {
+    let named = |key: &str| settings_of(kafka, key).collect::<Vec<_>>();
+    let pairs = ALIASES.iter().map(|&(a, b)| [named(a), named(b)].concat());
+    let singles = kafka
+        .keys()
+        .map(|k| k.strip_prefix("topic.").unwrap_or(k))
+        .filter(|k| {
+            !ALIASES.iter().any(|(a, b)| k == a || k == b) && !MESSAGE_TIMEOUT_KEYS.contains(k)
+        })
+        .map(named);
+    for given in pairs.chain(singles) {
+        if let [(k1, v1), rest @ ..] = given.as_slice() {
+            if let Some((k2, v2)) = rest.iter().find(|(_, v)| !same_value(v, v1)) {
+                return Err(format!(
+                    "-X {k1}={v1} and -X {k2}={v2}: one property under two names with two values (librdkafka would keep either, at random); give it once"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// librdkafka's names for the brokers to start from.
 const BOOTSTRAP_KEYS: [&str; 2] = ["bootstrap.servers", "metadata.broker.list"];
 
@@ -288,6 +341,45 @@ mod tests {
     use super::*;
     use rdkafka::consumer::{BaseConsumer, Consumer};
     use rdkafka::mocking::MockCluster;
+
+    /// One property under two names (an alias, or the `topic.` prefix)
+    /// with two values is refused; with one value, or once, it is not.
+    #[test]
+    fn one_property_under_two_names_with_two_values_is_refused() {
+        let kafka = |kv: &[(&str, &str)]| -> BTreeMap<String, String> {
+            kv.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        for refused in [
+            &[
+                ("sasl.mechanism", "PLAIN"),
+                ("sasl.mechanisms", "SCRAM-SHA-256"),
+            ][..],
+            &[
+                ("max.partition.fetch.bytes", "1048576"),
+                ("fetch.message.max.bytes", "2097152"),
+            ],
+            &[("acks", "all"), ("topic.request.required.acks", "1")],
+            &[
+                ("auto.offset.reset", "earliest"),
+                ("topic.auto.offset.reset", "latest"),
+            ],
+        ] {
+            let e = refuse_two_names(&kafka(refused)).unwrap_err();
+            assert!(
+                e.contains("one property under two names"),
+                "{refused:?}: {e}"
+            );
+        }
+        for taken in [
+            &[("sasl.mechanism", "PLAIN"), ("sasl.mechanisms", "PLAIN")][..],
+            &[("linger.ms", "5"), ("session.timeout.ms", "10000")],
+            &[("topic.auto.offset.reset", "earliest")],
+        ] {
+            assert_eq!(refuse_two_names(&kafka(taken)), Ok(()), "{taken:?}");
+        }
+    }
 
     #[test]
     fn values_compare_as_librdkafka_reads_them() {

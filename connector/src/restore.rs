@@ -128,6 +128,7 @@ impl RestoreConfig {
         }
         refuse_managed_keys(&self.kafka, &MANAGED, "cairn restore")?;
         crate::config::refuse_old_protocol(&self.kafka)?;
+        crate::librdkafka::refuse_two_names(&self.kafka).map_err(ConnectorError::Config)?;
         check_message_timeout(&self.kafka, "the restored records")
             .map_err(ConnectorError::Config)?;
         self.select.check_range()?;
