@@ -374,8 +374,41 @@ pub struct FileConfig {
     /// `--retain-bytes`.
     pub retain_bytes: Option<String>,
     pub retention_check_interval_s: Option<u64>,
-    /// librdkafka properties, like `-X`.
+    /// librdkafka properties, like `-X`: strings, or TOML numbers and
+    /// booleans, which librdkafka reads from their text.
+    #[serde(default, deserialize_with = "property_values")]
     pub kafka: Option<BTreeMap<String, String>>,
+}
+
+/// The `[kafka]` table's values as librdkafka takes them: text. A number
+/// or a boolean is its TOML text (`"session.timeout.ms" = 10000`); a table
+/// or an array is no property's value.
+fn property_values<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<BTreeMap<String, String>>, D::Error> {
+    use serde::de::Error;
+    let table = <Option<BTreeMap<String, toml::Value>> as serde::Deserialize>::deserialize(d)?;
+    table
+        .map(|t| {
+            t.into_iter()
+                .map(|(k, v)| {
+                    let text = match v {
+                        toml::Value::String(s) => s,
+                        toml::Value::Integer(i) => i.to_string(),
+                        toml::Value::Float(f) => f.to_string(),
+                        toml::Value::Boolean(b) => b.to_string(),
+                        other => {
+                            return Err(D::Error::custom(format!(
+                                "[kafka] {k:?}: a {} is no property value (quote a property name with dots: \"session.timeout.ms\" = 10000)",
+                                other.type_str()
+                            )))
+                        }
+                    };
+                    Ok((k, text))
+                })
+                .collect()
+        })
+        .transpose()
 }
 
 impl FileConfig {
@@ -472,6 +505,26 @@ pub fn parse_kv(s: &str) -> Result<(String, String), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `[kafka]` takes numbers and booleans as their text; a table (an
+    /// unquoted name with dots) is refused, saying to quote it.
+    #[test]
+    fn kafka_table_values_are_text() {
+        let f: FileConfig = toml::from_str(
+            "[kafka]\n\"session.timeout.ms\" = 10000\n\"enable.partition.eof\" = false\n\"x.y\" = \"z\"\n",
+        )
+        .unwrap();
+        let kafka = f.kafka.unwrap();
+        assert_eq!(kafka["session.timeout.ms"], "10000");
+        assert_eq!(kafka["enable.partition.eof"], "false");
+        assert_eq!(kafka["x.y"], "z");
+        let e = toml::from_str::<FileConfig>("[kafka]\nsession.timeout.ms = 10000\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("quote a property name with dots"), "{e}");
+        let none: FileConfig = toml::from_str("").unwrap();
+        assert_eq!(none.kafka, None);
+    }
 
     #[test]
     fn commit_policy_parses() {
