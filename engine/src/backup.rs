@@ -13,8 +13,11 @@
 //!   where the source was then.
 //! - Frames are copied byte for byte under their LSNs (their checksums bind
 //!   them to those), tombstones included.
-//! - The format key is written last: a backup cut short cannot be opened as
-//!   an archive. A backup that fails removes what it wrote.
+//! - [`BACKUP_INCOMPLETE_FILE`] is made (and synced) before anything is
+//!   copied and removed only once the copy is verified: a backup cut short
+//!   (even by `kill -9`, or during its verify) cannot be opened as an
+//!   archive. The format key is written last too. A backup that fails
+//!   removes what it wrote.
 //! - Truncations of the source wait for the backup (the `truncating` lock);
 //!   appends do not.
 
@@ -32,6 +35,12 @@ use crate::lock::{DirLock, LOCK_FILE};
 use crate::meta;
 use crate::slots;
 use crate::verify::{check_stop, VerifyReport};
+
+/// A file in a backup's directory from before anything is copied until the
+/// copy is verified: an open refuses the directory while it is there
+/// (`Error::IncompleteBackup`), so a backup killed part-way, or during its
+/// verify, never passes for a whole archive.
+pub const BACKUP_INCOMPLETE_FILE: &str = "cairn.backup-incomplete";
 
 /// Failpoint: in a backup, after the log is copied and before the index,
 /// where appends racing it are most likely to confuse it.
@@ -150,33 +159,45 @@ impl Engine {
             still_empty?;
             return Err(refuse("the backup's directory must be new or empty"));
         }
-        let report = self.copy_to(&real, stop).and_then(|mut r| {
-            // The copy, as any archive is opened (under the lock held
-            // here): cairn's recovery, then a full verify; its close syncs
-            // it and writes its watermark.
-            let copy = Engine::open_locking(EngineConfig::new(&real), false)?;
-            let created = copy.recovery_report().created;
-            r.verify = copy.verify_unless(stop)?;
-            copy.close()?;
-            // Damage copied from the source reads as fewer records in the
-            // copy: the verify's problems say where it is, and the report
-            // carries them (counts that differ in a clean copy are the
-            // backup's own failure).
-            let counts_differ =
-                r.verify.records != r.records || r.verify.index_entries != r.index_entries;
-            if created || (r.verify.is_clean() && counts_differ) {
-                return Err(Error::Io {
-                    op: "back up",
-                    path: dest.to_owned(),
-                    source: std::io::Error::other(format!(
-                        "the copy holds {} records in {} index entries; {} in {} were copied",
-                        r.verify.records, r.verify.index_entries, r.records, r.index_entries
-                    )),
-                });
-            }
-            r.duration = t0.elapsed();
-            Ok(r)
-        });
+        let marked = (|| {
+            let mark = real.join(BACKUP_INCOMPLETE_FILE);
+            std::fs::File::create(&mark)?.sync_all()?;
+            crate::sync::sync_dir(&real)
+        })()
+        .map_err(io("mark the backup incomplete"));
+        let report = marked
+            .and_then(|()| self.copy_to(&real, stop))
+            .and_then(|mut r| {
+                // The copy, as any archive is opened (under the lock held
+                // here): cairn's recovery, then a full verify; its close syncs
+                // it and writes its watermark.
+                let copy = Engine::open_locking(EngineConfig::new(&real), false)?;
+                let created = copy.recovery_report().created;
+                r.verify = copy.verify_unless(stop)?;
+                copy.close()?;
+                // Damage copied from the source reads as fewer records in the
+                // copy: the verify's problems say where it is, and the report
+                // carries them (counts that differ in a clean copy are the
+                // backup's own failure).
+                let counts_differ =
+                    r.verify.records != r.records || r.verify.index_entries != r.index_entries;
+                if created || (r.verify.is_clean() && counts_differ) {
+                    return Err(Error::Io {
+                        op: "back up",
+                        path: dest.to_owned(),
+                        source: std::io::Error::other(format!(
+                            "the copy holds {} records in {} index entries; {} in {} were copied",
+                            r.verify.records, r.verify.index_entries, r.records, r.index_entries
+                        )),
+                    });
+                }
+                // Verified: the copy may be opened from now on.
+                std::fs::remove_file(real.join(BACKUP_INCOMPLETE_FILE))
+                    .and_then(|()| crate::sync::sync_dir(&real))
+                    .map_err(io("mark the backup complete"))?;
+                r.duration = t0.elapsed();
+                Ok(r)
+            });
         if report.is_err() {
             // Still under the lock: what the backup wrote, by name (anything
             // else put there meanwhile is not the backup's to remove).
@@ -186,6 +207,7 @@ impl Engine {
                 watermark.to_owned(),
                 format!("{watermark}.new"),
                 crate::poisoned::POISON_FILE.to_owned(),
+                BACKUP_INCOMPLETE_FILE.to_owned(),
             ] {
                 let _ = std::fs::remove_file(real.join(name));
             }

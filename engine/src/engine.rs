@@ -283,6 +283,18 @@ impl Engine {
         } else {
             None
         };
+        // A backup's own open of its copy holds the lock already (`lock`
+        // false), and is the one open an unfinished backup allows.
+        if lock.is_some()
+            && cfg
+                .path
+                .join(crate::backup::BACKUP_INCOMPLETE_FILE)
+                .exists()
+        {
+            return Err(Error::IncompleteBackup {
+                path: cfg.path.clone(),
+            });
+        }
         // A mark left by a poisoned engine: nothing is read through sled
         // before the store's cached pages are dropped (poisoned.rs).
         let poisoned_before = crate::poisoned::before_open(&cfg)?;

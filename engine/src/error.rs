@@ -54,6 +54,11 @@ pub enum Error {
     /// Another process (or another engine in this process) holds the store.
     #[error("store {path} is locked by {holder}; stop that process first")]
     Locked { path: PathBuf, holder: String },
+    /// The directory holds a backup that never finished: its copy was not
+    /// verified (the backup was stopped or killed first), so it may lack
+    /// records. Opened as an archive it would pass for a whole one.
+    #[error("{path} holds a backup that did not finish (stopped or killed before its copy was verified): it may lack records; remove the directory and back up again")]
+    IncompleteBackup { path: PathBuf },
     /// The engine was closed.
     #[error("engine is closed")]
     Closed,
@@ -108,6 +113,7 @@ impl Error {
             Error::InvalidInput(_) => "invalid_input",
             Error::UnsupportedFormat { .. } => "unsupported_format",
             Error::Locked { .. } => "locked",
+            Error::IncompleteBackup { .. } => "incomplete_backup",
             Error::Closed => "closed",
             Error::Interrupted { .. } => "interrupted",
         }

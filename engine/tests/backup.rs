@@ -202,6 +202,53 @@ fn a_poisoned_engine_is_not_backed_up() {
     assert!(!dest.exists(), "a refused backup leaves nothing");
 }
 
+/// Copy the directory tree `from` to `to`, files as they are now.
+fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), target).unwrap();
+        }
+    }
+}
+
+/// A backup killed part-way leaves its directory as it was at that moment:
+/// such a directory (copied mid-backup, as `kill -9` would leave it) is
+/// refused by every open as an unfinished backup, rather than opened as an
+/// archive that lacks records; the finished backup opens.
+#[test]
+fn a_backup_cut_short_is_refused_as_unfinished() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let engine = source(&dir.path().join("src"));
+    let dest = dir.path().join("copy");
+    let killed = dir.path().join("killed");
+    let (from, to) = (dest.clone(), killed.clone());
+    fail::cfg_callback(cairn_engine::FAILPOINT_BACKUP_AFTER_LOG, move || {
+        if !to.exists() {
+            copy_tree(&from, &to);
+        }
+    })
+    .unwrap();
+    let done = engine.backup_to(&dest, &AtomicBool::new(false));
+    fail::remove(cairn_engine::FAILPOINT_BACKUP_AFTER_LOG);
+    done.unwrap();
+    match Engine::open(EngineConfig::new(&killed)) {
+        Err(Error::IncompleteBackup { path }) => assert_eq!(path, killed),
+        other => panic!(
+            "expected the unfinished backup refused, got {:?}",
+            other.map(|_| ())
+        ),
+    }
+    assert!(!dest.join(cairn_engine::BACKUP_INCOMPLETE_FILE).exists());
+    let copy = Engine::open(EngineConfig::new(&dest)).unwrap();
+    assert_eq!(copy.partitions(), engine.partitions());
+}
+
 #[test]
 fn a_second_backup_into_the_same_directory_is_refused_and_harms_nothing() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
