@@ -61,6 +61,9 @@ pub struct VerifyReport {
     pub problems: Vec<Problem>,
     /// Problems beyond `PROBLEMS_LISTED_MAX`, counted but not listed.
     pub problems_unlisted: u64,
+    /// What the verify saw that is no damage but limits or explains it (a
+    /// store without its watermark, a poison mark): said, not counted.
+    pub notes: Vec<String>,
 }
 
 impl VerifyReport {
@@ -169,10 +172,16 @@ pub fn verify_store(cfg: &EngineConfig) -> Result<VerifyReport> {
     let _lock = DirLock::acquire(&cfg.path)?;
     // A poisoned store is checked as the disk holds it, not as the page
     // cache remembers it (poisoned.rs); the mark stays for the next open.
-    crate::poisoned::before_open(cfg)?;
+    let poisoned = crate::poisoned::before_open(cfg)?;
     let db = cfg.open_sled()?;
     let tree = db.open_tree("cairn").map_err(store_err("open tree"))?;
     let mut r = verify_tree(&tree, None, &AtomicBool::new(false))?;
+    if let Some(p) = poisoned {
+        r.notes.push(format!(
+            "the last engine on this store was poisoned ({}): checked as the disk holds it; the next open recovers from what is durable",
+            p.reason
+        ));
+    }
     // sled drops the end of its log after a damaged record and leaves a
     // consistent older tree: only the watermark beside it can tell.
     let mut last_lsn = 0;
@@ -199,6 +208,10 @@ pub fn verify_store(cfg: &EngineConfig) -> Result<VerifyReport> {
         break;
     }
     match crate::watermark::read(&cfg.path) {
+        Ok(None) => r.notes.push(format!(
+            "no watermark file ({}): a lost end of sled's log cannot be told from a log that ends there (the next open writes one)",
+            crate::watermark::WATERMARK_FILE
+        )),
         Ok(mark) => {
             if let Err(Error::Corruption { location, kind }) =
                 crate::watermark::check(last_lsn, mark)

@@ -507,6 +507,24 @@ fn keys_outside_every_key_space_are_reported() {
     assert_eq!(v.problems.len(), foreign.len());
 }
 
+/// A stopped store without its watermark (only `sled/` restored, say)
+/// verifies clean, but says that a lost end of the log could not be told:
+/// a note, not a problem.
+#[test]
+fn a_store_without_its_watermark_is_noted() {
+    let (dir, _) = store();
+    let v = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
+    assert!(v.is_clean() && v.notes.is_empty(), "{:?}", v.notes);
+    std::fs::remove_file(dir.path().join("cairn.durable")).unwrap();
+    let v = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
+    assert!(v.is_clean(), "{:?}", v.problems);
+    assert!(
+        v.notes.len() == 1 && v.notes[0].contains("no watermark file"),
+        "{:?}",
+        v.notes
+    );
+}
+
 /// A malformed key in the log's key space just above the checkpoint's
 /// frame (`W` + the checkpoint's LSN + one byte sorts below the next LSN's
 /// key): the open names that key, not a checkpoint "with no frame at or

@@ -133,6 +133,9 @@ fn report(label: &str, r: &VerifyReport, out: &mut Vec<u8>) -> u8 {
         r.index_entries,
         r.partitions
     ));
+    for n in &r.notes {
+        line(format_args!("note: {n}"));
+    }
     if r.is_clean() {
         line(format_args!("clean"));
         return 0;
