@@ -371,13 +371,32 @@ pub struct FileConfig {
     /// An age such as `30d`, like `--retain`.
     pub retain: Option<String>,
     /// A size per partition with its unit, such as `"50GiB"`, like
-    /// `--retain-bytes`.
+    /// `--retain-bytes` (a TOML number is taken as its text, which
+    /// `parse_size` refuses as a size without a unit).
+    #[serde(default, deserialize_with = "size_text")]
     pub retain_bytes: Option<String>,
     pub retention_check_interval_s: Option<u64>,
     /// librdkafka properties, like `-X`: strings, or TOML numbers and
     /// booleans, which librdkafka reads from their text.
     #[serde(default, deserialize_with = "property_values")]
     pub kafka: Option<BTreeMap<String, String>>,
+}
+
+/// A size as text: a string, or a TOML integer's digits (refused later
+/// with the advice to give a unit, as the flag's bare number is).
+fn size_text<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<String>, D::Error> {
+    use serde::de::Error;
+    match <Option<toml::Value> as serde::Deserialize>::deserialize(d)? {
+        None => Ok(None),
+        Some(toml::Value::String(s)) => Ok(Some(s)),
+        Some(toml::Value::Integer(i)) => Ok(Some(i.to_string())),
+        Some(other) => Err(D::Error::custom(format!(
+            "a {} is no size: write one with its unit, such as \"50GiB\"",
+            other.type_str()
+        ))),
+    }
 }
 
 /// The `[kafka]` table's values as librdkafka takes them: text. A number

@@ -132,11 +132,8 @@ pub enum ConnectorError {
     Engine(#[from] cairn_engine::Error),
     /// The archive is held by another process (`Error::Locked`), and no
     /// running cairn answered on its socket.
-    #[error("{source}. {}", crate::cli::LOCKED_BY_A_RUN_STARTING)]
-    ArchiveLocked {
-        #[source]
-        source: cairn_engine::Error,
-    },
+    #[error("store {} is locked by {holder}: {}", path.display(), crate::cli::LOCKED_BY_A_RUN_STARTING)]
+    ArchiveLocked { path: PathBuf, holder: String },
     #[error("sink failed: {0}")]
     Sink(String),
     #[error("i/o error on {path}: {source}")]

@@ -172,6 +172,7 @@ impl Pruner {
     /// pass of `--retain` on a large archive takes minutes, which a stop
     /// must not wait out), and no last pass follows one cut short (it
     /// would do the same work). A first pass cut short starts no thread.
+    /// The last pass of a stop that cut nothing short runs whole.
     pub fn start_until(
         engine: Arc<Engine>,
         retention: Retention,
@@ -199,8 +200,12 @@ impl Pruner {
                     Ok(Order::Finish) => true,
                     Err(RecvTimeoutError::Disconnected) => return,
                 };
+                // The last pass runs whole: the stop that asks for it has
+                // set the flag already (a second signal exits at once).
+                let whole = || true;
+                let go: &dyn Fn() -> bool = if last { &whole } else { &go };
                 let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    pass(&engine, &retention, &go)
+                    pass(&engine, &retention, go)
                 }))
                 .unwrap_or_else(|payload| {
                     let what = cairn_engine::panic_message(&*payload);

@@ -578,7 +578,10 @@ fn bad_flags_and_config_name_the_setting() {
         std::fs::write(&cfg, bare).unwrap();
         let (code, _, err) = cairn_run("b:1", "t", data, &["--config", cfg.to_str().unwrap()]);
         assert_ne!(code, 0, "{bare}");
-        assert!(err.contains("retain-bytes"), "{bare}: {err}");
+        assert!(
+            err.contains("retain-bytes") && err.contains("give a unit"),
+            "{bare}: {err}"
+        );
     }
     for ok in [
         "retain-bytes = \"50GiB\"\n",
@@ -1490,7 +1493,9 @@ fn a_locked_archive_says_who_holds_it_and_when_to_try_again() {
         let (code, _, err) = cairn(args);
         assert_ne!(code, 0, "{args:?}");
         assert!(
-            err.contains(&pid) && err.contains("once started: try again then"),
+            err.contains(&pid)
+                && err.contains("so try again then")
+                && !err.contains("stop that process"),
             "{args:?}: {err}"
         );
     }

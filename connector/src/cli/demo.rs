@@ -493,6 +493,10 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Set to the demo's pid for its crashing `cairn run`, which then dies
+/// with the demo (`main.rs`).
+pub const DEMO_PARENT_ENV: &str = "CAIRN_DEMO_PARENT";
+
 /// The longest the crashing run may take: it aborts after a few puts.
 const CRASH_RUN_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -521,6 +525,7 @@ fn crash_a_run(cfg: &RunConfig, crash_puts: u64) -> Result<()> {
             format!("{}:{crash_puts}", crate::crashpoint::PUT_BEFORE_COMMIT),
         )
         .env("RUST_LOG", "warn")
+        .env(DEMO_PARENT_ENV, std::process::id().to_string())
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())

@@ -116,14 +116,16 @@ pub(crate) fn open_unserved(data: &std::path::Path) -> crate::Result<cairn_engin
 /// says it (see [`open_unserved`]).
 pub(crate) fn open_failed(e: cairn_engine::Error) -> crate::ConnectorError {
     match e {
-        cairn_engine::Error::Locked { .. } => crate::ConnectorError::ArchiveLocked { source: e },
+        cairn_engine::Error::Locked { path, holder } => {
+            crate::ConnectorError::ArchiveLocked { path, holder }
+        }
         e => e.into(),
     }
 }
 
 /// Said of an archive found locked by a command that a running cairn
 /// answers: the run's socket opens only once it has started.
-pub const LOCKED_BY_A_RUN_STARTING: &str = "If it is a cairn run still starting (recovery, or a first --retain pass over a large archive, can take minutes), it answers status, export, verify, prune and backup on its socket once started: try again then";
+pub const LOCKED_BY_A_RUN_STARTING: &str = "a cairn run answers status, export, verify, prune and backup on its socket once it has started (recovery, or a first --retain pass over a large archive, can take minutes), so try again then; any other holder (a restore, a command reading the stopped archive) must finish first";
 
 /// Write one line to stdout. A reader that went away (`cairn status | head`)
 /// is not an error: the rest of the output is dropped quietly, where

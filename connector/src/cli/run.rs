@@ -116,7 +116,21 @@ impl RunArgs {
         // folder, and a new empty archive would start there.
         let file_data = match (&self.config, file.data) {
             (Some(path), Some(d)) if d.is_relative() => {
-                Some(path.parent().unwrap_or(Path::new("")).join(d))
+                let beside = path.parent().unwrap_or(Path::new("")).join(&d);
+                // Before 2026-12-02 it was read from the working directory:
+                // an archive found only there is the one meant, not a new
+                // one to start beside the file.
+                let is_archive = |p: &Path| p.join("sled").join("db").exists();
+                if !is_archive(&beside) && is_archive(&d) && beside != d {
+                    return Err(ConnectorError::Config(format!(
+                        "data = {:?} in {}: a relative path there is now read from the file's folder ({}), which holds no archive, but {} from the working directory does: write the path absolute",
+                        d.display().to_string(),
+                        path.display(),
+                        beside.display(),
+                        d.display()
+                    )));
+                }
+                Some(beside)
             }
             (_, d) => d,
         };
@@ -424,6 +438,49 @@ mod tests {
         assert_eq!(
             parse("data = \"archive\"\n", &["--data", "here"]),
             std::path::Path::new("here")
+        );
+    }
+
+    /// An archive that a relative `data` named from the working directory
+    /// (as before the path was read beside the file), with none beside the
+    /// file: refused, naming both, rather than a new archive started.
+    #[test]
+    fn an_archive_only_the_working_directory_names_is_not_left_behind() {
+        let conf = tempfile::tempdir().unwrap();
+        let path = conf.path().join("cairn.toml");
+        // The working directory is the process's: name the archive by a
+        // relative path from it.
+        let cwd = std::env::current_dir().unwrap();
+        let archive = tempfile::tempdir_in(&cwd).unwrap();
+        std::fs::create_dir_all(archive.path().join("sled").join("db")).unwrap();
+        let rel = archive
+            .path()
+            .strip_prefix(&cwd)
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_owned();
+        std::fs::write(&path, format!("data = {rel:?}\n")).unwrap();
+        let args = vec![
+            "run",
+            "--brokers",
+            "b:1",
+            "--group",
+            "g",
+            "--topics",
+            "t",
+            "--config",
+            path.to_str().unwrap(),
+        ];
+        let e = Cli::try_parse_from(args)
+            .unwrap()
+            .run
+            .into_config()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("write the path absolute") && e.contains(&rel),
+            "{e}"
         );
     }
 
