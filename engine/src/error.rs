@@ -57,7 +57,7 @@ pub enum Error {
     /// The directory holds a backup that never finished: its copy was not
     /// verified (the backup was stopped or killed first), so it may lack
     /// records. Opened as an archive it would pass for a whole one.
-    #[error("{path} holds a backup that did not finish (stopped or killed before its copy was verified): it may lack records; remove the directory and back up again")]
+    #[error("{path} holds a backup that did not finish (its file cairn.backup-incomplete is there: it was stopped or killed before its copy was verified), so it may lack records: remove the directory and back up again (if an older build has archived into it since, which ignores that file, delete only the file, then run cairn verify)")]
     IncompleteBackup { path: PathBuf },
     /// The engine was closed.
     #[error("engine is closed")]

@@ -244,6 +244,11 @@ fn a_backup_cut_short_is_refused_as_unfinished() {
             other.map(|_| ())
         ),
     }
+    // verify too, which reads the store without opening an engine.
+    match cairn_engine::verify_store(&EngineConfig::new(&killed)) {
+        Err(Error::IncompleteBackup { .. }) => {}
+        other => panic!("expected verify to refuse it, got {other:?}"),
+    }
     assert!(!dest.join(cairn_engine::BACKUP_INCOMPLETE_FILE).exists());
     let copy = Engine::open(EngineConfig::new(&dest)).unwrap();
     assert_eq!(copy.partitions(), engine.partitions());
