@@ -43,10 +43,10 @@ fn quiet_poisoned_drop_panics() {
 
 /// A crash point armed (`CAIRN_ABORT_AT`, torture tests and the demo's
 /// crashing run) aborts on purpose: no core file for it. And the demo's
-/// crashing `cairn run` dies with the demo (the mock cluster it talks to
+/// crashing `cairn run` (`run`) dies with the demo (the mock cluster it talks to
 /// lives in the demo's process, so it would retry a dead broker for ever,
 /// holding its archive's lock).
-fn as_a_crashing_child() {
+fn as_a_crashing_child(run: bool) {
     use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
     if std::env::var_os("CAIRN_ABORT_AT").is_some() {
         let maximum = getrlimit(Resource::Core).maximum;
@@ -58,24 +58,28 @@ fn as_a_crashing_child() {
             },
         );
     }
-    if let Some(parent) = std::env::var(cairn_connector::cli::demo::DEMO_PARENT_ENV)
+    let demo_parent = std::env::var(cairn_connector::cli::demo::DEMO_PARENT_ENV)
         .ok()
-        .and_then(|p| p.parse::<i32>().ok())
-    {
-        let _ =
-            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
-        // The demo died before the line above: nothing would kill this.
-        if rustix::process::Pid::as_raw(rustix::process::getppid()) != parent {
-            std::process::exit(1);
-        }
+        .and_then(|p| p.parse::<i32>().ok());
+    let (true, Some(parent)) = (run, demo_parent) else {
+        return;
+    };
+    let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
+    // The demo died before the line above: nothing would kill this.
+    if rustix::process::Pid::as_raw(rustix::process::getppid()) != parent {
+        eprintln!(
+            "error: {} names pid {parent}, which is not this process's parent: the demo that started this run is gone (unset it to run cairn yourself)",
+            cairn_connector::cli::demo::DEMO_PARENT_ENV
+        );
+        std::process::exit(1);
     }
 }
 
 fn main() -> ExitCode {
     // Before any other thread starts (see the module's docs).
     cairn_connector::allocator::tune();
-    as_a_crashing_child();
     let cli = Cli::parse();
+    as_a_crashing_child(matches!(cli.command, Command::Run(_)));
     // The demo prints its own story; the pipeline's INFO lines would bury it.
     let default_filter = match cli.command {
         Command::Demo(_) => "warn",

@@ -196,6 +196,8 @@ impl Pruner {
             .name("cairn-pruner".into())
             .spawn(move || loop {
                 let last = match rx.recv_timeout(check_every) {
+                    // Stopping: the stop's own last pass follows.
+                    Err(RecvTimeoutError::Timeout) if !go() => continue,
                     Err(RecvTimeoutError::Timeout) => false,
                     Ok(Order::Finish) => true,
                     Err(RecvTimeoutError::Disconnected) => return,

@@ -309,10 +309,14 @@ impl Worker {
             return Err(ConnectorError::SimulatedCrash);
         }
         crate::crashpoint::reached(crate::crashpoint::PUT_BEFORE_COMMIT);
-        self.pipeline
-            .state()
-            .tracker
-            .record_pre_commit(&safe, &consumed);
+        let mut s = self.pipeline.state();
+        // A partition lost while the sink made it durable (a loss does not
+        // wait for the task thread) was forgotten meanwhile: its report
+        // must not come back for a later assignment to commit.
+        let mut safe = safe;
+        safe.retain(|tp, _| s.assigned.contains(tp));
+        s.tracker.record_pre_commit(&safe, &consumed);
+        drop(s);
         self.unsafe_puts = false;
         self.last_pre_commit = Instant::now();
         self.pipeline.wake.notify_one();
