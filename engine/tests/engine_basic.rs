@@ -472,20 +472,27 @@ fn truncate_steps_are_bounded_by_frames_too() {
     assert_eq!(v.tombstones, 1);
 }
 
+/// A store of `entries` entries of t/0, one record each (offsets
+/// 0..entries), synced.
+fn one_record_entries(entries: i64) -> (tempfile::TempDir, Engine, TopicPartition) {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let tp = TopicPartition::new("t", 0);
+    for i in 0..entries {
+        e.write(&[batch(&tp, [i], 10)]).unwrap();
+    }
+    e.sync().unwrap();
+    (dir, e, tp)
+}
+
 /// A truncation told to stop between steps ends after the step in
 /// progress: what it deleted is a prefix, the archive is consistent, and a
 /// later truncation finishes it.
 #[test]
 fn a_truncation_stops_between_steps_when_told() {
-    let dir = tempfile::tempdir().unwrap();
-    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
-    let tp = TopicPartition::new("t", 0);
     let per_step = cairn_engine::TRUNCATE_ENTRIES_PER_STEP as i64;
     let entries = per_step + per_step / 2;
-    for i in 0..entries {
-        e.write(&[batch(&tp, [i], 10)]).unwrap();
-    }
-    e.sync().unwrap();
+    let (_dir, e, tp) = one_record_entries(entries);
     let asked = std::cell::Cell::new(0);
     let go = || {
         asked.set(asked.get() + 1);
@@ -512,15 +519,9 @@ fn a_truncation_stops_between_steps_when_told() {
 /// counts what the truncation deletes.
 #[test]
 fn a_plan_stops_counting_when_told() {
-    let dir = tempfile::tempdir().unwrap();
-    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
-    let tp = TopicPartition::new("t", 0);
     let per_ask = cairn_engine::PLAN_ENTRIES_PER_ASK as i64;
     let entries = 3 * per_ask;
-    for i in 0..entries {
-        e.write(&[batch(&tp, [i], 10)]).unwrap();
-    }
-    e.sync().unwrap();
+    let (_dir, e, tp) = one_record_entries(entries);
     let asked = std::cell::Cell::new(0);
     let go = || {
         asked.set(asked.get() + 1);

@@ -77,16 +77,21 @@ fn held(e: &Engine) -> BTreeMap<TopicPartition, (i64, i64, u64)> {
         .collect()
 }
 
-#[test]
-fn retention_prunes_at_start_and_at_stop_and_keeps_next_offsets() {
+/// A closed store of t/0 (offsets 0..50) and t/1 (0..30), every record
+/// stamped 2023 (`fuzzing::record`): all older than a day.
+fn stamped_2023() -> (tempfile::TempDir, TopicPartition, TopicPartition) {
     let dir = tempfile::tempdir().unwrap();
     let (a, b) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
-    {
-        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
-        e.append(&[batch(&a, 0..50, 20), batch(&b, 0..30, 20)])
-            .unwrap();
-        e.close().unwrap();
-    }
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    e.append(&[batch(&a, 0..50, 20), batch(&b, 0..30, 20)])
+        .unwrap();
+    e.close().unwrap();
+    (dir, a, b)
+}
+
+#[test]
+fn retention_prunes_at_start_and_at_stop_and_keeps_next_offsets() {
+    let (dir, a, b) = stamped_2023();
     let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
     let mut sink = pruning_a_day(&engine);
     assert_eq!(
@@ -127,14 +132,7 @@ fn retention_prunes_at_start_and_at_stop_and_keeps_next_offsets() {
 #[test]
 fn a_stop_cuts_the_first_pass_short_and_the_next_start_finishes_it() {
     use std::sync::atomic::{AtomicBool, Ordering};
-    let dir = tempfile::tempdir().unwrap();
-    let (a, b) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
-    {
-        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
-        e.append(&[batch(&a, 0..50, 20), batch(&b, 0..30, 20)])
-            .unwrap();
-        e.close().unwrap();
-    }
+    let (dir, a, b) = stamped_2023();
     let all = BTreeMap::from([(a.clone(), (0, 50, 50)), (b.clone(), (0, 30, 30))]);
     let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
     let stop = Arc::new(AtomicBool::new(true));
