@@ -286,19 +286,16 @@ async fn restore_round_trip(
     let mut run_cfg = demo_config(brokers, data2.clone());
     run_cfg.group = "cairn-demo-restored".into();
     run_cfg.topics = vec![topic.clone()];
-    let want = demo_next_offsets(&topic, n);
-    let opts = PipelineOptions {
-        done: Some(Box::new(move |committed| {
-            want.iter().all(|(tp, o)| committed.get(tp) == Some(o))
-        })),
-        ..Default::default()
-    };
     let sink = Box::new(ArchiveSink::new(Arc::new(Engine::open(
         EngineConfig::new(&data2),
     )?)));
-    tokio::task::spawn_blocking(move || run_pipeline(&run_cfg, sink, opts))
-        .await
-        .map_err(|e| ConnectorError::Sink(e.to_string()))??;
+    run_until_done(
+        run_cfg,
+        sink,
+        demo_next_offsets(&topic, n),
+        "archiving the restored topic",
+    )
+    .await?;
     let second = Engine::open(EngineConfig::new(&data2))?;
     check_archive(&second, &topic, n)
         .map_err(|e| ConnectorError::Sink(format!("demo: the restored topic differs: {e}")))?;
@@ -405,19 +402,10 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode> {
         rec.duration.as_secs_f64() * 1e3,
         rec.truncated.as_ref().map_or("none".to_owned(), |t| format!("truncated at lsn {}", t.first_lsn))
     )?;
-    let want = demo_next_offsets(DEMO_TOPIC, n);
-    let opts = PipelineOptions {
-        done: Some(Box::new(move |committed| {
-            want.iter().all(|(tp, o)| committed.get(tp) == Some(o))
-        })),
-        ..Default::default()
-    };
-    let cfg2 = cfg.clone();
     let sink = Box::new(ArchiveSink::new(engine));
     let t2 = Instant::now();
-    let report: RunReport = tokio::task::spawn_blocking(move || run_pipeline(&cfg2, sink, opts))
-        .await
-        .map_err(|e| ConnectorError::Sink(e.to_string()))??;
+    let want = demo_next_offsets(DEMO_TOPIC, n);
+    let report = run_until_done(cfg.clone(), sink, want, "the run after the crash").await?;
     let run2_secs = t2.elapsed().as_secs_f64();
     let rate_secs = report
         .stats
@@ -491,6 +479,41 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode> {
     engine.close()?;
     drop(cluster);
     Ok(ExitCode::SUCCESS)
+}
+
+/// The longest a run of the demo may take to archive its records.
+const RUN_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Run the pipeline on `cfg` into `sink` until Kafka's committed offsets
+/// are `want`; an error if that takes over [`RUN_TIMEOUT`] (a stalled run
+/// is stopped cleanly, and the demo fails saying so, instead of hanging).
+async fn run_until_done(
+    cfg: RunConfig,
+    sink: Box<ArchiveSink>,
+    want: BTreeMap<TopicPartition, i64>,
+    what: &str,
+) -> Result<RunReport> {
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let opts = PipelineOptions {
+        done: Some(Box::new(move |committed| {
+            want.iter().all(|(tp, o)| committed.get(tp) == Some(o))
+        })),
+        stop: stop.clone(),
+        ..Default::default()
+    };
+    let mut run = tokio::task::spawn_blocking(move || run_pipeline(&cfg, sink, opts));
+    match tokio::time::timeout(RUN_TIMEOUT, &mut run).await {
+        Ok(ran) => ran.map_err(|e| ConnectorError::Sink(e.to_string()))?,
+        Err(_) => {
+            // Not finished: stop it cleanly (briefly waited for), and fail.
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            let _ = tokio::time::timeout(Duration::from_secs(30), run).await;
+            Err(ConnectorError::Sink(format!(
+                "demo: {what} did not archive every record within {} s",
+                RUN_TIMEOUT.as_secs()
+            )))
+        }
+    }
 }
 
 /// Set to the demo's pid for its crashing `cairn run`, which then dies
