@@ -42,6 +42,18 @@ use crate::verify::{check_stop, VerifyReport};
 /// verify, never passes for a whole archive.
 pub const BACKUP_INCOMPLETE_FILE: &str = "cairn.backup-incomplete";
 
+/// `Error::IncompleteBackup` if `dir` holds [`BACKUP_INCOMPLETE_FILE`]:
+/// the check of every open, of a stopped verify, and of a command that
+/// looks for an archive there first.
+pub fn refuse_unfinished_backup(dir: &Path) -> Result<()> {
+    if dir.join(BACKUP_INCOMPLETE_FILE).exists() {
+        return Err(Error::IncompleteBackup {
+            path: dir.to_owned(),
+        });
+    }
+    Ok(())
+}
+
 /// Failpoint: in a backup, after the log is copied and before the index,
 /// where appends racing it are most likely to confuse it.
 pub const FAILPOINT_BACKUP_AFTER_LOG: &str = "backup::after_log";

@@ -285,15 +285,8 @@ impl Engine {
         };
         // A backup's own open of its copy holds the lock already (`lock`
         // false), and is the one open an unfinished backup allows.
-        if lock.is_some()
-            && cfg
-                .path
-                .join(crate::backup::BACKUP_INCOMPLETE_FILE)
-                .exists()
-        {
-            return Err(Error::IncompleteBackup {
-                path: cfg.path.clone(),
-            });
+        if lock.is_some() {
+            crate::backup::refuse_unfinished_backup(&cfg.path)?;
         }
         // A mark left by a poisoned engine: nothing is read through sled
         // before the store's cached pages are dropped (poisoned.rs).

@@ -61,7 +61,9 @@ mod sync;
 mod verify;
 pub mod watermark;
 
-pub use backup::{BackupReport, BACKUP_INCOMPLETE_FILE, FAILPOINT_BACKUP_AFTER_LOG};
+pub use backup::{
+    refuse_unfinished_backup, BackupReport, BACKUP_INCOMPLETE_FILE, FAILPOINT_BACKUP_AFTER_LOG,
+};
 pub use config::{
     EngineConfig, RecoveryMode, FRAME_BODY_BYTES_WRITE_MAX, RECORD_BYTES_MAX_LIMIT,
     SLED_SEGMENT_BYTES,

@@ -170,15 +170,7 @@ pub fn verify_store(cfg: &EngineConfig) -> Result<VerifyReport> {
         });
     }
     let _lock = DirLock::acquire(&cfg.path)?;
-    if cfg
-        .path
-        .join(crate::backup::BACKUP_INCOMPLETE_FILE)
-        .exists()
-    {
-        return Err(Error::IncompleteBackup {
-            path: cfg.path.clone(),
-        });
-    }
+    crate::backup::refuse_unfinished_backup(&cfg.path)?;
     // A poisoned store is checked as the disk holds it, not as the page
     // cache remembers it (poisoned.rs); the mark stays for the next open.
     let poisoned = crate::poisoned::before_open(cfg)?;

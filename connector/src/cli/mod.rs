@@ -94,12 +94,7 @@ impl SelectArgs {
 pub fn open_archive(data: &std::path::Path) -> crate::Result<cairn_engine::Engine> {
     // Before "no archive there": a backup killed before sled wrote its
     // files has the mark and nothing else.
-    if data.join(cairn_engine::BACKUP_INCOMPLETE_FILE).exists() {
-        return Err(cairn_engine::Error::IncompleteBackup {
-            path: data.to_owned(),
-        }
-        .into());
-    }
+    cairn_engine::refuse_unfinished_backup(data)?;
     if !data.join("sled").join("db").exists() {
         return Err(crate::ConnectorError::Config(format!(
             "--data {}: no cairn archive there",
