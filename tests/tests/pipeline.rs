@@ -336,11 +336,11 @@ fn every_compression_codec_is_archived_exactly() {
     use cairn_connector::cli::demo::produce_with;
     for codec in ["gzip", "snappy", "lz4", "zstd"] {
         let k = TestKafka::new(&format!("codec-{codec}"), 3);
-        let producer: rdkafka::producer::BaseProducer = rdkafka::ClientConfig::new()
+        let producer = rdkafka::ClientConfig::new()
             .set("bootstrap.servers", &k.brokers)
             .set("linger.ms", "5")
             .set("compression.type", codec)
-            .create()
+            .create_with_context(cairn_connector::cli::demo::DeliveryCheck::default())
             .unwrap();
         let n = 3_000;
         produce_with(&producer, &k.topic, 0..n).unwrap();

@@ -14,13 +14,16 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cairn_engine::{Engine, EngineConfig, Header, Record, TimestampType, TopicPartition};
+use rdkafka::client::ClientContext;
 use rdkafka::config::ClientConfig;
+use rdkafka::error::KafkaError;
 use rdkafka::mocking::MockCluster;
-use rdkafka::producer::{BaseProducer, Producer};
+use rdkafka::producer::{BaseProducer, DeliveryResult, Producer, ProducerContext};
+use rdkafka::Message;
 
 use super::outln;
 use crate::config::{CommitPolicy, RunConfig};
@@ -112,19 +115,42 @@ pub fn produce(brokers: &str, topic: &str, range: std::ops::Range<u64>) -> Resul
 }
 
 /// A producer for [`produce_with`], for callers that produce many chunks.
-pub fn demo_producer(brokers: &str) -> Result<BaseProducer> {
+pub fn demo_producer(brokers: &str) -> Result<BaseProducer<DeliveryCheck>> {
     ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("linger.ms", "5")
         .set("queue.buffering.max.messages", "1000000")
-        .create()
+        .create_with_context(DeliveryCheck::default())
         .map_err(ConnectorError::kafka("create producer"))
 }
 
+/// A producer context that keeps the first record librdkafka failed to
+/// deliver. `send` accepting a record is not its delivery: a partition the
+/// producer has no metadata for yet is queued, and fails only later, in a
+/// delivery report the default context drops.
+#[derive(Default)]
+pub struct DeliveryCheck {
+    first_failure: Mutex<Option<(String, KafkaError)>>,
+}
+
+impl ClientContext for DeliveryCheck {}
+
+impl ProducerContext for DeliveryCheck {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Err((e, m)) = result {
+            let mut first = self.first_failure.lock().unwrap_or_else(|p| p.into_inner());
+            first.get_or_insert_with(|| (format!("{}/{}", m.topic(), m.partition()), e.clone()));
+        }
+    }
+}
+
 /// Produce demo records `range` to `topic` through `producer`, waiting for
-/// every ack.
+/// every ack; a record that was not delivered is an error naming its
+/// partition.
 pub fn produce_with(
-    producer: &BaseProducer,
+    producer: &BaseProducer<DeliveryCheck>,
     topic: &str,
     range: std::ops::Range<u64>,
 ) -> Result<()> {
@@ -154,7 +180,15 @@ pub fn produce_with(
     producer
         .flush(Duration::from_secs(60))
         .map_err(ConnectorError::kafka("flush producer"))?;
-    Ok(())
+    let failed = producer.context().first_failure.lock();
+    match failed.unwrap_or_else(|p| p.into_inner()).take() {
+        Some((at, source)) => Err(ConnectorError::KafkaAt {
+            op: "produce",
+            at,
+            source,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Where each partition ends after demo records `0..n`: its next offset,
@@ -601,5 +635,18 @@ mod tests {
             }
             assert_eq!(demo_next_offsets("t", n), want, "n = {n}");
         }
+    }
+    /// A record for a partition the topic lacks fails the produce, whether
+    /// `send` refuses it (metadata known) or its delivery fails (queued
+    /// before the metadata came). Before, the second was dropped silently.
+    #[test]
+    fn an_undelivered_record_fails_the_produce() {
+        let mock = MockCluster::new(1).unwrap();
+        mock.create_topic("two", 2, 1).unwrap();
+        let err = produce(&mock.bootstrap_servers(), "two", 0..DEMO_PARTITIONS as u64)
+            .expect_err("partition 2 does not exist");
+        let text = format!("{err:#}");
+        assert!(text.contains("produce"), "{text}");
+        assert!(text.to_lowercase().contains("unknown partition"), "{text}");
     }
 }
