@@ -8,8 +8,14 @@
 //! # Invariants
 //! - Never panics and never allocates by an unchecked length, whatever bytes
 //!   are in the store. Only sled errors (I/O) end it early.
+//! - Memory does not grow with the archive: a live verify runs inside
+//!   `cairn run`, on archives of any size. The log scan looks each entry's
+//!   index entry up as it goes and keeps one count; what it keeps besides
+//!   grows with the partitions and with the damage found, never with the
+//!   entries. Only when the index holds entries the log did not bear out
+//!   is the index read a second time, to name them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -243,18 +249,10 @@ pub(crate) fn verify_tree(
 ) -> Result<VerifyReport> {
     let mut r = VerifyReport::default();
     verify_meta(tree, &mut r)?;
-    let mut entries = verify_log(tree, bound, stop, &mut r)?;
+    let matches = verify_log(tree, bound, stop, &mut r)?;
     verify_checkpoint(tree, &mut r)?;
     fail::fail_point!(FAILPOINT_VERIFY_AFTER_LOG);
-    let totals = verify_index(tree, bound, stop, &mut entries, &mut r)?;
-    for ((tp, _), e) in entries {
-        r.add(
-            Location::Wal { lsn: e.lsn },
-            CorruptionKind::IndexMismatch {
-                detail: format!("entry {tp}@{} has no index entry", e.first_offset),
-            },
-        );
-    }
+    let totals = verify_index(tree, bound, stop, &matches, &mut r)?;
     match bound {
         None => verify_summaries(tree, totals, &mut r)?,
         Some(b) => verify_summaries_at(tree, totals, b, &mut r)?,
@@ -425,22 +423,37 @@ fn report_foreign_keys(
     Ok(())
 }
 
-type Entries = BTreeMap<(TopicPartition, i64), IndexEntry>;
+/// What the log scan learnt of the index, for the index scan.
+#[derive(Default)]
+struct IndexMatches {
+    /// Index entries equal to the log's entry at their key: each one
+    /// names the LSN of an intact entry, so no two are the same.
+    matched: u64,
+    /// Index keys whose entry differs from the log's entry there: reported
+    /// by the log scan, and not again by the index scan. As many as the
+    /// damage found.
+    reported: BTreeSet<(TopicPartition, i64)>,
+}
 
 /// The log, or with a snapshot the log below its LSN. Keys that are not
 /// LSNs are reported wherever they sort, and a frame above the engine's
-/// log end (where only reserved slots may be) is reported too.
+/// log end (where only reserved slots may be) is reported too. Each intact
+/// entry is checked against its index entry.
 fn verify_log(
     tree: &sled::Tree,
     bound: Option<&Snapshot<'_>>,
     stop: &AtomicBool,
     r: &mut VerifyReport,
-) -> Result<Entries> {
+) -> Result<IndexMatches> {
     // None without a snapshot: every key is checked, also one at u64::MAX.
     let lsn_end = bound.map(|b| b.lsn_end);
-    // Non-slot values at or above `lsn_end`: appended since, or stray.
+    // Non-slot values at or above `lsn_end` that were at or above the
+    // engine's log end when seen (the ones below it were appended since
+    // the snapshot, and are not kept: a busy run appends millions while a
+    // verify scans). Checked against the log end once the scan is over.
     let mut above: Vec<u64> = Vec::new();
-    let mut entries = Entries::new();
+    let mut end_seen = lsn_end.unwrap_or(0);
+    let mut matches = IndexMatches::default();
     let mut last_offset: BTreeMap<TopicPartition, i64> = BTreeMap::new();
     let mut expected: u64 = 1;
     let mut asm = Assembler::default();
@@ -462,10 +475,15 @@ fn verify_log(
                 continue;
             }
         };
-        if lsn_end.is_some_and(|end| lsn >= end) {
+        if let Some(b) = bound.filter(|b| lsn >= b.lsn_end) {
             // Written since the snapshot (and slots reserved before it).
-            if !slots::is_slot(&v) {
-                above.push(lsn);
+            if !slots::is_slot(&v) && lsn >= end_seen {
+                // The engine's end only grows: asked again only for a
+                // frame at or above the end last asked.
+                end_seen = (b.next_lsn_now)();
+                if lsn >= end_seen {
+                    above.push(lsn);
+                }
             }
             continue;
         }
@@ -589,7 +607,7 @@ fn verify_log(
             }
         }
         last_offset.insert(entry.tp.clone(), described.last_offset);
-        entries.insert((entry.tp, described.first_offset), described);
+        check_index_entry(tree, &entry.tp, &described, &mut matches, r)?;
     }
     if let Some(first) = asm.in_progress() {
         r.add(
@@ -621,7 +639,44 @@ fn verify_log(
             );
         }
     }
-    Ok(entries)
+    Ok(matches)
+}
+
+/// The index entry of the log's intact entry `d` of `tp`: equal to `d`, or
+/// a problem. A damaged index entry is reported by the index scan, and the
+/// log's entry as having none.
+fn check_index_entry(
+    tree: &sled::Tree,
+    tp: &TopicPartition,
+    d: &IndexEntry,
+    matches: &mut IndexMatches,
+    r: &mut VerifyReport,
+) -> Result<()> {
+    let key = keys::index_key(tp, d.first_offset);
+    let stored = tree.get(&key).map_err(store_err("read index entry"))?;
+    match stored.map(|v| IndexEntry::decode(&key, &v)) {
+        Some(Ok((_, e))) if e == *d => matches.matched += 1,
+        Some(Ok((_, e))) => {
+            r.add(
+                Location::Index {
+                    topic: tp.topic.clone(),
+                    partition: tp.partition,
+                    first_offset: d.first_offset,
+                },
+                CorruptionKind::IndexMismatch {
+                    detail: format!("index {e:?} but log {d:?}"),
+                },
+            );
+            matches.reported.insert((tp.clone(), d.first_offset));
+        }
+        None | Some(Err(_)) => r.add(
+            Location::Wal { lsn: d.lsn },
+            CorruptionKind::IndexMismatch {
+                detail: format!("entry {tp}@{} has no index entry", d.first_offset),
+            },
+        ),
+    }
+    Ok(())
 }
 
 /// The index entries, checked against the log's entries. With a snapshot,
@@ -630,16 +685,25 @@ fn verify_log(
 /// and either offsets at or above its partition's next offset then, or a
 /// partition the snapshot did not hold and the engine holds now. Any other
 /// index entry is checked.
+///
+/// The log scan counted the index entries its entries bear out. When
+/// every one checked here is borne out (the count says so), nothing more
+/// is read; otherwise a second pass reads the log at each index entry to
+/// name the ones that are not.
 fn verify_index(
     tree: &sled::Tree,
     bound: Option<&Snapshot<'_>>,
     stop: &AtomicBool,
-    entries: &mut Entries,
+    matches: &IndexMatches,
     r: &mut VerifyReport,
 ) -> Result<BTreeMap<TopicPartition, PartitionTotals>> {
     let mut totals: BTreeMap<TopicPartition, PartitionTotals> = BTreeMap::new();
-    // Whether the engine holds a partition the snapshot did not, asked once.
-    let mut held_now: BTreeMap<TopicPartition, bool> = BTreeMap::new();
+    let mut since = Since {
+        bound,
+        held_now: BTreeMap::new(),
+    };
+    // Checked entries whose key the log scan did not already report.
+    let mut unreported = 0u64;
     let mut items = 0;
     for item in tree.scan_prefix([keys::PREFIX_INDEX]) {
         check_stop(stop, &mut items, "verify")?;
@@ -652,37 +716,12 @@ fn verify_index(
                 continue;
             }
         };
-        if let Some(b) = bound.filter(|b| e.lsn >= b.lsn_end) {
-            let since = match b.partitions.get(&tp) {
-                Some(s) => e.first_offset >= s.next_offset,
-                None => *held_now
-                    .entry(tp.clone())
-                    .or_insert_with(|| (b.now)(&tp).is_some()),
-            };
-            if since {
-                continue;
-            }
+        if since.skips(&tp, &e) {
+            continue;
         }
         r.index_entries += 1;
-        let loc = || Location::Index {
-            topic: tp.topic.clone(),
-            partition: tp.partition,
-            first_offset: e.first_offset,
-        };
-        match entries.remove(&(tp.clone(), e.first_offset)) {
-            None => r.add(
-                loc(),
-                CorruptionKind::IndexMismatch {
-                    detail: format!("no intact entry in the log at lsn {}", e.lsn),
-                },
-            ),
-            Some(d) if d != e => r.add(
-                loc(),
-                CorruptionKind::IndexMismatch {
-                    detail: format!("index {e:?} but log {d:?}"),
-                },
-            ),
-            Some(_) => {}
+        if !matches.reported.contains(&(tp.clone(), e.first_offset)) {
+            unreported += 1;
         }
         let t = totals.entry(tp).or_default();
         t.first_offset.get_or_insert(e.first_offset);
@@ -690,7 +729,81 @@ fn verify_index(
         t.record_count = t.record_count.saturating_add(e.record_count as u64);
         t.payload_bytes = t.payload_bytes.saturating_add(e.payload_bytes);
     }
+    // A matched entry may share its key with a reported one (two log
+    // entries at one offset): then the count cannot tell, and the index
+    // is read again too.
+    if unreported != matches.matched || !matches.reported.is_empty() {
+        report_unmatched_index(tree, &mut since, stop, matches, r)?;
+    }
     Ok(totals)
+}
+
+/// The index entries the log scan did not bear out, each named: the log
+/// holds no intact entry equal to it at its LSN (an entry at or above a
+/// snapshot's LSN was not looked at, and counts as none).
+fn report_unmatched_index(
+    tree: &sled::Tree,
+    since: &mut Since<'_, '_>,
+    stop: &AtomicBool,
+    matches: &IndexMatches,
+    r: &mut VerifyReport,
+) -> Result<()> {
+    let mut items = 0;
+    for item in tree.scan_prefix([keys::PREFIX_INDEX]) {
+        check_stop(stop, &mut items, "verify")?;
+        let (k, v) = item.map_err(store_err("scan index"))?;
+        // Undecodable entries were reported by the first pass.
+        let Ok((tp, e)) = IndexEntry::decode(&k, &v) else {
+            continue;
+        };
+        if since.skips(&tp, &e) || matches.reported.contains(&(tp.clone(), e.first_offset)) {
+            continue;
+        }
+        let looked_at = since.bound.is_none_or(|b| e.lsn < b.lsn_end);
+        let borne_out = looked_at
+            && match crate::entry::read_entry(tree, &tp, &e) {
+                Ok(_) => true,
+                Err(Error::Corruption { .. }) => false,
+                Err(err) => return Err(err),
+            };
+        if !borne_out {
+            r.add(
+                Location::Index {
+                    topic: tp.topic.clone(),
+                    partition: tp.partition,
+                    first_offset: e.first_offset,
+                },
+                CorruptionKind::IndexMismatch {
+                    detail: format!("no intact entry in the log at lsn {}", e.lsn),
+                },
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Which index entries a live verify leaves out: those of records
+/// appended since its snapshot (see [`verify_index`]).
+struct Since<'s, 'b> {
+    bound: Option<&'s Snapshot<'b>>,
+    /// Whether the engine holds a partition the snapshot did not, asked
+    /// once: both passes over the index must leave out the same entries.
+    held_now: BTreeMap<TopicPartition, bool>,
+}
+
+impl Since<'_, '_> {
+    fn skips(&mut self, tp: &TopicPartition, e: &IndexEntry) -> bool {
+        let Some(b) = self.bound.filter(|b| e.lsn >= b.lsn_end) else {
+            return false;
+        };
+        match b.partitions.get(tp) {
+            Some(s) => e.first_offset >= s.next_offset,
+            None => *self
+                .held_now
+                .entry(tp.clone())
+                .or_insert_with(|| (b.now)(tp).is_some()),
+        }
+    }
 }
 
 fn verify_summaries(
