@@ -113,6 +113,12 @@ impl EngineConfig {
         self.path.join("sled")
     }
 
+    /// Whether a store is here: sled's data file exists (an empty or new
+    /// folder holds none, and opening one starts a new store).
+    pub fn store_exists(&self) -> bool {
+        self.sled_path().join("db").exists()
+    }
+
     /// The sled configuration for this store. Tools that open the sled tree
     /// directly (tests, fuzzers) must use it: sled refuses a different
     /// segment size.

@@ -168,7 +168,7 @@ pub(crate) fn check_stop(stop: &AtomicBool, items: &mut u64, op: &'static str) -
 /// nothing of cairn's written (sled itself still recovers its own log when
 /// it opens, which can write: it has no read-only mode).
 pub fn verify_store(cfg: &EngineConfig) -> Result<VerifyReport> {
-    if !cfg.sled_path().join("db").exists() {
+    if !cfg.store_exists() {
         return Err(Error::Io {
             op: "open store",
             path: cfg.path.clone(),

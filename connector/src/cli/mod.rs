@@ -90,12 +90,17 @@ impl SelectArgs {
     }
 }
 
+/// Whether `dir` holds an archive (not an empty or new folder).
+pub fn holds_archive(dir: &std::path::Path) -> bool {
+    cairn_engine::EngineConfig::new(dir).store_exists()
+}
+
 /// Open an archive for reading, with a clear message when it is in use.
 pub fn open_archive(data: &std::path::Path) -> crate::Result<cairn_engine::Engine> {
     // Before "no archive there": a backup killed before sled wrote its
     // files has the mark and nothing else.
     cairn_engine::refuse_unfinished_backup(data)?;
-    if !data.join("sled").join("db").exists() {
+    if !holds_archive(data) {
         return Err(crate::ConnectorError::Config(format!(
             "--data {}: no cairn archive there",
             data.display()

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use cairn_engine::{Engine, EngineConfig};
 
+use super::holds_archive;
 use crate::config::{
     parse_age, parse_age_flag, parse_kv, parse_size_flag, CommitPolicy, FileConfig, FlagValue,
     OnOffsetOutOfRange, OnOversize, RunConfig, RETENTION_CHECK_INTERVAL_S_DEFAULT,
@@ -120,8 +121,7 @@ impl RunArgs {
                 // Before 2026-12-02 it was read from the working directory:
                 // an archive found only there is the one meant, not a new
                 // one to start beside the file.
-                let is_archive = |p: &Path| p.join("sled").join("db").exists();
-                if !is_archive(&beside) && is_archive(&d) && beside != d {
+                if !holds_archive(&beside) && holds_archive(&d) && beside != d {
                     return Err(ConnectorError::Config(format!(
                         "data = {:?} in {}: a relative path there is now read from the file's folder ({}), which holds no archive, but {} from the working directory does: write the path absolute",
                         d.display().to_string(),
@@ -345,7 +345,7 @@ impl Signals {
 /// records it takes only there. Besides the archive's own files (`sled`,
 /// `cairn.*`), only a fresh filesystem's `lost+found` is allowed.
 fn refuse_foreign_dir(data: &std::path::Path) -> Result<()> {
-    if data.join("sled").join("db").exists() {
+    if holds_archive(data) {
         return Ok(());
     }
     let entries = match std::fs::read_dir(data) {
