@@ -22,6 +22,7 @@
 //!   appends do not.
 
 use std::collections::VecDeque;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
@@ -99,7 +100,11 @@ impl Engine {
         // found empty. Either way only what the backup writes into it is
         // removed on failure: the directory itself only if it made it, and
         // then only once empty (`remove_dir`, never recursive).
-        let made = match std::fs::create_dir(dest) {
+        // With the archive's own permissions at most (the umask still
+        // applies), from its creation on: an archive kept 0700 is not
+        // backed up into a folder others can read.
+        let mode = (std::fs::metadata(&source).map_err(io("back up"))?.mode() & 0o7777) | 0o700;
+        let made = match std::fs::DirBuilder::new().mode(mode).create(dest) {
             Ok(()) => true,
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
             Err(e) => return Err(io("create backup directory")(e)),

@@ -369,3 +369,29 @@ fn damage_in_the_source_is_reported_where_it_is() {
     );
     assert!(dest.exists(), "the copy is kept, with its damage reported");
 }
+
+/// A directory the backup makes has the archive's permissions at most
+/// (the umask still applies): an archive kept 0700 is not copied into a
+/// folder others can read. Before, it got 0777 less the umask.
+#[test]
+fn a_backup_directory_is_no_more_open_than_the_archive() {
+    use std::os::unix::fs::PermissionsExt;
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    let engine = source(&src);
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    for (archive, most) in [(0o700, 0o700), (0o750, 0o750)] {
+        std::fs::set_permissions(&src, std::fs::Permissions::from_mode(archive)).unwrap();
+        let dest = dir.path().join(format!("copy-{archive:o}"));
+        let r = engine.backup_to(&dest, &AtomicBool::new(false)).unwrap();
+        assert!(r.verify.is_clean(), "{:?}", r.verify.problems);
+        let got = mode(&dest);
+        assert_eq!(got & !most, 0, "archive {archive:o}: backup made {got:o}");
+        assert_eq!(
+            got & 0o700,
+            0o700,
+            "archive {archive:o}: backup made {got:o}"
+        );
+    }
+}
