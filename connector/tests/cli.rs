@@ -567,7 +567,14 @@ fn bad_flags_and_config_name_the_setting() {
     std::fs::write(&cfg, "retain = \"forever\"\n").unwrap();
     let (code, _, err) = cairn_run("b:1", "t", data, &["--config", cfg.to_str().unwrap()]);
     assert_ne!(code, 0);
-    assert!(err.contains("retain \"forever\""), "{err}");
+    // Named with the file and its key, not only the value.
+    let named = format!("{}: retain: \"forever\"", cfg.display());
+    assert!(err.contains(&named), "{err}");
+    std::fs::write(&cfg, "commit = \"sometimes\"\n").unwrap();
+    let (code, _, err) = cairn_run("b:1", "t", data, &["--config", cfg.to_str().unwrap()]);
+    assert_ne!(code, 0);
+    let named = format!("{}: commit: commit policy \"sometimes\"", cfg.display());
+    assert!(err.contains(&named), "{err}");
     // A size in TOML: a string with a unit.
     std::fs::write(&cfg, "retain-bytes = \"lots\"\n").unwrap();
     let (code, _, err) = cairn_run("b:1", "t", data, &["--config", cfg.to_str().unwrap()]);

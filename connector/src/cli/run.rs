@@ -89,6 +89,13 @@ pub struct RunArgs {
 
 impl RunArgs {
     pub fn into_config(self) -> Result<RunConfig> {
+        // A value the file gives that does not parse: named with the file
+        // and its key (a flag's is named by clap).
+        let file_path = self.config.clone();
+        let in_file = |key: &str, e: String| {
+            let at = file_path.as_deref().unwrap_or(Path::new("the config file"));
+            ConnectorError::Config(format!("{}: {key}: {e}", at.display()))
+        };
         let file = match &self.config {
             Some(p) => FileConfig::load(p)?,
             None => FileConfig::default(),
@@ -141,7 +148,7 @@ impl RunArgs {
         let mut c = RunConfig::new(brokers, group, topics, data);
         let commit = match (self.commit, file.commit) {
             (Some(c), _) => Some(c),
-            (None, Some(s)) => Some(s.parse().map_err(ConnectorError::Config)?),
+            (None, Some(s)) => Some(s.parse().map_err(|e| in_file("commit", e))?),
             (None, None) => None,
         };
         if let Some(v) = commit {
@@ -182,9 +189,7 @@ impl RunArgs {
             // The file's value is read only when no flag overrides it.
             None => file
                 .retain
-                .map(|s| {
-                    parse_age(&s).map_err(|e| ConnectorError::Config(format!("retain {s:?}: {e}")))
-                })
+                .map(|s| parse_age(&s).map_err(|e| in_file("retain", format!("{s:?}: {e}"))))
                 .transpose()?,
         };
         c.retain_bytes = match self.retain_bytes {
@@ -193,7 +198,7 @@ impl RunArgs {
                 .retain_bytes
                 .map(|s| {
                     crate::config::parse_size(&s)
-                        .map_err(|e| ConnectorError::Config(format!("retain-bytes {s:?}: {e}")))
+                        .map_err(|e| in_file("retain-bytes", format!("{s:?}: {e}")))
                 })
                 .transpose()?,
         };
