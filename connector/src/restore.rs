@@ -276,10 +276,25 @@ pub fn restore_until(
     cfg: &RestoreConfig,
     stop: &dyn Fn() -> bool,
 ) -> Result<RestoreReport> {
+    restore_until_split(engine, cfg, stop, stop)
+}
+
+/// [`restore_until`] with one stop for the waits before anything is sent
+/// (for the brokers, the metadata, the watermarks: asked after each slice
+/// of a wait that got no answer) and another for the sending. Tests that
+/// stop the sending at a given point use it, so that a slow answer before
+/// it cannot stop the restore first.
+#[doc(hidden)]
+pub fn restore_until_split(
+    engine: &Engine,
+    cfg: &RestoreConfig,
+    stop_waiting: &dyn Fn() -> bool,
+    stop: &dyn Fn() -> bool,
+) -> Result<RestoreReport> {
     let t0 = Instant::now();
     let plan = plan(engine, cfg)?;
     let producer = producer(cfg)?;
-    let starts = preflight(engine, &producer, cfg, &plan, stop)?;
+    let starts = preflight(engine, &producer, cfg, &plan, stop_waiting)?;
 
     let mut report = RestoreReport::default();
     // Records handed to librdkafka, per partition whose every selected record

@@ -221,7 +221,9 @@ fn status_leaves_out_committed_offsets_kafka_cannot_read() {
             .unwrap();
         e.close().unwrap();
     }
-    let status = || {
+    // The wait for Kafka: a bound on a loaded machine for the call that
+    // must read the offsets, short for the one whose reads all fail.
+    let status = |connect_timeout_ms: &str| {
         cairn(&[
             "status",
             "--data",
@@ -231,11 +233,11 @@ fn status_leaves_out_committed_offsets_kafka_cannot_read() {
             "--group",
             "st-group",
             "--connect-timeout-ms",
-            "3000",
+            connect_timeout_ms,
             "--json",
         ])
     };
-    let (code, out, err) = status();
+    let (code, out, err) = status("60000");
     assert_eq!(code, 0, "{err}");
     let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(rows[0]["kafka_committed"], 1, "{out}");
@@ -244,7 +246,7 @@ fn status_leaves_out_committed_offsets_kafka_cannot_read() {
         RDKafkaApiKey::OffsetFetch,
         &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN; 1000],
     );
-    let (code, out, err) = status();
+    let (code, out, err) = status("3000");
     assert_eq!(code, 0, "{err}");
     assert!(
         err.contains("Kafka could not read the group's committed offsets"),

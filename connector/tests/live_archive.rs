@@ -37,15 +37,22 @@ fn wait_for_commit(lines: &mut Lines<BufReader<ChildStderr>>) {
     }
 }
 
-/// Read the run's log, commit by commit, until the archive holds records of
-/// `partitions` partitions (asked through its socket): the first commit
-/// may cover only the partitions fetched first.
-fn wait_for_partitions(lines: &mut Lines<BufReader<ChildStderr>>, data: &str, partitions: usize) {
+/// Read the run's log, commit by commit, until the archive holds at least
+/// `records_min` records of each of `partitions` partitions (asked through
+/// its socket): the first commit may cover only the partitions fetched
+/// first, and few records of them.
+fn wait_for_partitions(
+    lines: &mut Lines<BufReader<ChildStderr>>,
+    data: &str,
+    partitions: usize,
+    records_min: u64,
+) {
     loop {
         let out = cairn(&["status", "--data", data, "--json"]);
         assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
         let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
-        if rows.len() >= partitions {
+        let held = |r: &serde_json::Value| r["records"].as_u64().is_some_and(|n| n >= records_min);
+        if rows.len() >= partitions && rows.iter().all(held) {
             return;
         }
         wait_for_commit(lines);
@@ -122,7 +129,9 @@ fn a_running_archive_serves_status_export_verify_and_prune() {
     let data = dir.path().join("archive");
     let d = data.to_str().unwrap();
     let pid = child.id().to_string();
-    wait_for_partitions(&mut lines, d, 3);
+    // Each partition durable past offset 13: the range export below
+    // reads 10..13 (a first put may hold only a few records).
+    wait_for_partitions(&mut lines, d, 3, 13);
     // More records while it runs: the reads below race the archiving.
     let topic = mb.topic("live");
     produce(&mb.brokers, &topic, 3_000..6_000).unwrap();

@@ -884,7 +884,9 @@ fn resume_checks_the_last_record_against_the_archive() {
 fn a_stopped_restore_says_where_each_partition_resumes() {
     let (_dir, engine) = archived();
     let k = TestKafka::new("stopped", 3);
-    match cairn_connector::restore::restore_until(&engine, &config(&k), &|| true) {
+    // Stopped once sending starts: a slow answer before it (a loaded
+    // machine) would otherwise end the restore in its wait for the brokers.
+    match cairn_connector::restore::restore_until_split(&engine, &config(&k), &|| false, &|| true) {
         Err(ConnectorError::RestoreStopped {
             delivered,
             next_step,
@@ -987,10 +989,11 @@ fn a_restore_stopped_midway_resumes_exactly_once() {
     let mut cfg = config(&k);
     cfg.offset_header = Some("cairn.offset".into());
     // Asked at the partition's start, then every 256 records: stop at the
-    // third question, after 512 records.
+    // third question, after 512 records. (The waits before sending have a
+    // stop of their own, which a slow answer there would ask.)
     let asked = std::sync::atomic::AtomicU32::new(0);
     let stop = || asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= 2;
-    match cairn_connector::restore::restore_until(&engine, &cfg, &stop) {
+    match cairn_connector::restore::restore_until_split(&engine, &cfg, &|| false, &stop) {
         Err(ConnectorError::RestoreStopped {
             delivered,
             next_step,
