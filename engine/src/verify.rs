@@ -10,10 +10,10 @@
 //!   are in the store. Only sled errors (I/O) end it early.
 //! - Memory does not grow with the archive: a live verify runs inside
 //!   `cairn run`, on archives of any size. The log scan looks each entry's
-//!   index entry up as it goes and keeps one count; what it keeps besides
-//!   grows with the partitions and with the damage found, never with the
-//!   entries. Only when the index holds entries the log did not bear out
-//!   is the index read a second time, to name them.
+//!   index entry up as it goes and keeps counts per partition; what it
+//!   keeps besides is bounded by [`PROBLEMS_LISTED_MAX`]. Only a partition
+//!   whose counts say its index holds entries the log did not bear out has
+//!   its index read a second time, with the log at each entry, to name them.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
@@ -426,13 +426,18 @@ fn report_foreign_keys(
 /// What the log scan learnt of the index, for the index scan.
 #[derive(Default)]
 struct IndexMatches {
-    /// Index entries equal to the log's entry at their key: each one
-    /// names the LSN of an intact entry, so no two are the same.
-    matched: u64,
-    /// Index keys whose entry differs from the log's entry there: reported
-    /// by the log scan, and not again by the index scan. As many as the
-    /// damage found.
-    reported: BTreeSet<(TopicPartition, i64)>,
+    /// Per partition, the index entries equal to the log's entry at their
+    /// key: each names the LSN of an intact entry, so no two are the same.
+    matched: BTreeMap<TopicPartition, u64>,
+    /// Per partition, the index entries that name the LSN of the log's
+    /// entry at their key but differ from it: reported by the log scan.
+    /// None is also matched (one LSN, one entry).
+    reported: BTreeMap<TopicPartition, u64>,
+    /// The keys of the first [`PROBLEMS_LISTED_MAX`] of those, which the
+    /// index scan does not report again. (Past them, problems are only
+    /// counted, and such an entry may be counted twice: the set does not
+    /// grow with damage to a whole index.)
+    reported_keys: BTreeSet<(TopicPartition, i64)>,
 }
 
 /// The log, or with a snapshot the log below its LSN. Keys that are not
@@ -450,7 +455,8 @@ fn verify_log(
     // Non-slot values at or above `lsn_end` that were at or above the
     // engine's log end when seen (the ones below it were appended since
     // the snapshot, and are not kept: a busy run appends millions while a
-    // verify scans). Checked against the log end once the scan is over.
+    // verify scans). Checked against the log end once the scan is over;
+    // past the first PROBLEMS_LISTED_MAX, reported as seen.
     let mut above: Vec<u64> = Vec::new();
     let mut end_seen = lsn_end.unwrap_or(0);
     let mut matches = IndexMatches::default();
@@ -481,8 +487,15 @@ fn verify_log(
                 // The engine's end only grows: asked again only for a
                 // frame at or above the end last asked.
                 end_seen = (b.next_lsn_now)();
-                if lsn >= end_seen {
-                    above.push(lsn);
+                if lsn >= end_seen && !b.poisoned {
+                    if above.len() < PROBLEMS_LISTED_MAX {
+                        above.push(lsn);
+                    } else {
+                        r.add(
+                            Location::Wal { lsn },
+                            CorruptionKind::FrameAfterSlot { slot_lsn: end_seen },
+                        );
+                    }
                 }
             }
             continue;
@@ -643,8 +656,10 @@ fn verify_log(
 }
 
 /// The index entry of the log's intact entry `d` of `tp`: equal to `d`, or
-/// a problem. A damaged index entry is reported by the index scan, and the
-/// log's entry as having none.
+/// a problem. One that names `d`'s LSN but differs is reported here, at the
+/// index entry. Otherwise (none, a damaged one, reported by the index scan,
+/// or one naming another LSN, which the index scan checks there) the log's
+/// entry is reported as having none.
 fn check_index_entry(
     tree: &sled::Tree,
     tp: &TopicPartition,
@@ -654,9 +669,15 @@ fn check_index_entry(
 ) -> Result<()> {
     let key = keys::index_key(tp, d.first_offset);
     let stored = tree.get(&key).map_err(store_err("read index entry"))?;
+    let count = |per: &mut BTreeMap<TopicPartition, u64>| match per.get_mut(tp) {
+        Some(n) => *n += 1,
+        None => {
+            per.insert(tp.clone(), 1);
+        }
+    };
     match stored.map(|v| IndexEntry::decode(&key, &v)) {
-        Some(Ok((_, e))) if e == *d => matches.matched += 1,
-        Some(Ok((_, e))) => {
+        Some(Ok((_, e))) if e == *d => count(&mut matches.matched),
+        Some(Ok((_, e))) if e.lsn == d.lsn => {
             r.add(
                 Location::Index {
                     topic: tp.topic.clone(),
@@ -667,9 +688,12 @@ fn check_index_entry(
                     detail: format!("index {e:?} but log {d:?}"),
                 },
             );
-            matches.reported.insert((tp.clone(), d.first_offset));
+            count(&mut matches.reported);
+            if matches.reported_keys.len() < PROBLEMS_LISTED_MAX {
+                matches.reported_keys.insert((tp.clone(), d.first_offset));
+            }
         }
-        None | Some(Err(_)) => r.add(
+        None | Some(Err(_)) | Some(Ok(_)) => r.add(
             Location::Wal { lsn: d.lsn },
             CorruptionKind::IndexMismatch {
                 detail: format!("entry {tp}@{} has no index entry", d.first_offset),
@@ -686,10 +710,11 @@ fn check_index_entry(
 /// partition the snapshot did not hold and the engine holds now. Any other
 /// index entry is checked.
 ///
-/// The log scan counted the index entries its entries bear out. When
-/// every one checked here is borne out (the count says so), nothing more
-/// is read; otherwise a second pass reads the log at each index entry to
-/// name the ones that are not.
+/// The log scan counted, per partition, the index entries its entries bear
+/// out or were reported against. A partition whose checked entries are all
+/// of those (the counts say so) is not read again; the index of any other
+/// is read a second time, and the log at each of its entries, to name the
+/// ones the log does not bear out.
 fn verify_index(
     tree: &sled::Tree,
     bound: Option<&Snapshot<'_>>,
@@ -700,10 +725,10 @@ fn verify_index(
     let mut totals: BTreeMap<TopicPartition, PartitionTotals> = BTreeMap::new();
     let mut since = Since {
         bound,
-        held_now: BTreeMap::new(),
+        held_now: BTreeSet::new(),
     };
-    // Checked entries whose key the log scan did not already report.
-    let mut unreported = 0u64;
+    // Per partition, the entries checked.
+    let mut checked: BTreeMap<TopicPartition, u64> = BTreeMap::new();
     let mut items = 0;
     for item in tree.scan_prefix([keys::PREFIX_INDEX]) {
         check_stop(stop, &mut items, "verify")?;
@@ -720,46 +745,54 @@ fn verify_index(
             continue;
         }
         r.index_entries += 1;
-        if !matches.reported.contains(&(tp.clone(), e.first_offset)) {
-            unreported += 1;
-        }
+        *checked.entry(tp.clone()).or_default() += 1;
         let t = totals.entry(tp).or_default();
         t.first_offset.get_or_insert(e.first_offset);
         t.next_offset = t.next_offset.max(e.last_offset.saturating_add(1));
         t.record_count = t.record_count.saturating_add(e.record_count as u64);
         t.payload_bytes = t.payload_bytes.saturating_add(e.payload_bytes);
     }
-    // A matched entry may share its key with a reported one (two log
-    // entries at one offset): then the count cannot tell, and the index
-    // is read again too.
-    if unreported != matches.matched || !matches.reported.is_empty() {
-        report_unmatched_index(tree, &mut since, stop, matches, r)?;
+    let of = |per: &BTreeMap<TopicPartition, u64>, tp: &TopicPartition| per.get(tp).copied();
+    for (tp, n) in checked {
+        let accounted = of(&matches.matched, &tp)
+            .unwrap_or(0)
+            .saturating_add(of(&matches.reported, &tp).unwrap_or(0));
+        if n != accounted {
+            report_unmatched_index(tree, &tp, &mut since, stop, matches, r)?;
+        }
     }
     Ok(totals)
 }
 
-/// The index entries the log scan did not bear out, each named: the log
-/// holds no intact entry equal to it at its LSN (an entry at or above a
-/// snapshot's LSN was not looked at, and counts as none).
+/// The index entries of `tp` the log scan did not bear out, each named:
+/// the log holds no intact entry equal to it at its LSN (an entry reaching
+/// a snapshot's LSN was not looked at, and counts as none).
 fn report_unmatched_index(
     tree: &sled::Tree,
+    tp: &TopicPartition,
     since: &mut Since<'_, '_>,
     stop: &AtomicBool,
     matches: &IndexMatches,
     r: &mut VerifyReport,
 ) -> Result<()> {
     let mut items = 0;
-    for item in tree.scan_prefix([keys::PREFIX_INDEX]) {
+    for item in tree.scan_prefix(keys::index_prefix(tp)) {
         check_stop(stop, &mut items, "verify")?;
         let (k, v) = item.map_err(store_err("scan index"))?;
         // Undecodable entries were reported by the first pass.
         let Ok((tp, e)) = IndexEntry::decode(&k, &v) else {
             continue;
         };
-        if since.skips(&tp, &e) || matches.reported.contains(&(tp.clone(), e.first_offset)) {
+        if since.skips(&tp, &e)
+            || matches
+                .reported_keys
+                .contains(&(tp.clone(), e.first_offset))
+        {
             continue;
         }
-        let looked_at = since.bound.is_none_or(|b| e.lsn < b.lsn_end);
+        let looked_at = since
+            .bound
+            .is_none_or(|b| e.lsn.saturating_add(u64::from(e.chunks)) <= b.lsn_end);
         let borne_out = looked_at
             && match crate::entry::read_entry(tree, &tp, &e) {
                 Ok(_) => true,
@@ -786,9 +819,10 @@ fn report_unmatched_index(
 /// appended since its snapshot (see [`verify_index`]).
 struct Since<'s, 'b> {
     bound: Option<&'s Snapshot<'b>>,
-    /// Whether the engine holds a partition the snapshot did not, asked
-    /// once: both passes over the index must leave out the same entries.
-    held_now: BTreeMap<TopicPartition, bool>,
+    /// Partitions the snapshot did not hold and the engine holds now. A
+    /// partition not held is asked again each time: the engine may start
+    /// writing it during a pass.
+    held_now: BTreeSet<TopicPartition>,
 }
 
 impl Since<'_, '_> {
@@ -798,10 +832,14 @@ impl Since<'_, '_> {
         };
         match b.partitions.get(tp) {
             Some(s) => e.first_offset >= s.next_offset,
-            None => *self
-                .held_now
-                .entry(tp.clone())
-                .or_insert_with(|| (b.now)(tp).is_some()),
+            None if self.held_now.contains(tp) => true,
+            None => {
+                let held = (b.now)(tp).is_some();
+                if held {
+                    self.held_now.insert(tp.clone());
+                }
+                held
+            }
         }
     }
 }
@@ -1009,5 +1047,73 @@ mod tests {
                 kind: CorruptionKind::MissingFrame
             }]
         );
+    }
+
+    /// A live verify names the index entries below its snapshot that the
+    /// log does not bear out, among them one whose frames reach past the
+    /// snapshot's LSN (the log scan did not look there). An entry of a
+    /// partition the engine starts writing between the two index passes is
+    /// left out by both, not reported by the second.
+    #[test]
+    fn a_live_verify_names_index_entries_the_log_does_not_bear_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, p) = (TopicPartition::new("a", 0), TopicPartition::new("p", 0));
+        {
+            let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+            for i in 0..3 {
+                e.append(&[batch(&a, i * 10..i * 10 + 10, 10)]).unwrap();
+            }
+            e.close().unwrap();
+        }
+        let db = EngineConfig::new(dir.path()).open_sled().unwrap();
+        let tree = db.open_tree("cairn").unwrap();
+        let partitions = crate::recovery::load_summaries(&tree).unwrap();
+        let k = keys::index_key(&a, 10);
+        let (_, real) = IndexEntry::decode(&k, &tree.get(&k).unwrap().unwrap()).unwrap();
+        for (tp, first_offset, lsn, chunks) in [(&a, 1000, 2, 1), (&a, 2000, 3, 2), (&p, 0, 4, 1)] {
+            let forged = IndexEntry {
+                first_offset,
+                last_offset: first_offset + 9,
+                lsn,
+                chunks,
+                ..real
+            };
+            let (k, v) = forged.encode(tp);
+            tree.insert(k, v).unwrap();
+        }
+        // `p`: not held when the first index pass asks, held from then on.
+        let asked = std::cell::Cell::new(0);
+        let held = partitions[&a];
+        let now = |tp: &TopicPartition| {
+            if tp != &p {
+                return None;
+            }
+            asked.set(asked.get() + 1);
+            (asked.get() > 1).then_some(held)
+        };
+        let next_lsn_now = || 4;
+        let bound = Snapshot {
+            lsn_end: 4,
+            partitions,
+            now: &now,
+            next_lsn_now: &next_lsn_now,
+            poisoned: false,
+        };
+        let r = verify_tree(&tree, Some(&bound), &AtomicBool::new(false)).unwrap();
+        let index: Vec<_> = r
+            .problems
+            .iter()
+            .filter(|p| matches!(p.kind, CorruptionKind::IndexMismatch { .. }))
+            .map(|p| p.to_string())
+            .collect();
+        assert_eq!(index.len(), 2, "{:#?}", r.problems);
+        for (at, lsn) in [(1000, 2), (2000, 3)] {
+            assert!(
+                index.iter().any(|p| p.contains(&format!("a/0@{at}"))
+                    && p.contains(&format!("no intact entry in the log at lsn {lsn}"))),
+                "{index:#?}"
+            );
+        }
+        assert!(asked.get() >= 2, "p was asked about once");
     }
 }

@@ -1005,3 +1005,39 @@ fn each_index_disagreement_is_named_once() {
         assert!(found[0].to_string().contains(says), "{what}: {}", found[0]);
     }
 }
+
+/// Two intact log entries at one offset (the second a valid frame past
+/// the log's end, as no build writes): the one the index does not name is
+/// reported as having no index entry, at its own LSN; the index entry,
+/// which the other bears out, is not reported.
+#[test]
+fn an_entry_at_an_offset_already_indexed_is_named_at_its_lsn() {
+    use cairn_engine::frame::{self, FrameKind};
+    let (dir, tp) = store();
+    with_raw_tree(dir.path(), |t| {
+        let again = batch(&tp, 10..20, 20);
+        let body = cairn_engine::body::encode_entry(&tp, &again.records);
+        let v = frame::encode(4, FrameKind::Records, 0, &body);
+        t.insert(wal_key(4), v).unwrap();
+    });
+    let v = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
+    let index: Vec<_> = v
+        .problems
+        .iter()
+        .filter(|p| matches!(p.kind, CorruptionKind::IndexMismatch { .. }))
+        .collect();
+    assert_eq!(index.len(), 1, "{:#?}", v.problems);
+    assert_eq!(index[0].location, Location::Wal { lsn: 4 });
+    assert!(
+        index[0].to_string().contains("has no index entry"),
+        "{}",
+        index[0]
+    );
+    assert!(
+        v.problems
+            .iter()
+            .any(|p| matches!(p.kind, CorruptionKind::OffsetOrder { .. })),
+        "{:#?}",
+        v.problems
+    );
+}
