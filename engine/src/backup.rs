@@ -100,10 +100,16 @@ impl Engine {
         // found empty. Either way only what the backup writes into it is
         // removed on failure: the directory itself only if it made it, and
         // then only once empty (`remove_dir`, never recursive).
-        // With the archive's own permissions at most (the umask still
-        // applies), from its creation on: an archive kept 0700 is not
+        // With the archive's permission bits for group and others at most
+        // (the umask still applies; the owner's are rwx, for the copy to
+        // be written), from its creation on: an archive kept 0700 is not
         // backed up into a folder others can read.
-        let mode = (std::fs::metadata(&source).map_err(io("back up"))?.mode() & 0o7777) | 0o700;
+        let source_mode = std::fs::metadata(&source).map_err(|e| Error::Io {
+            op: "back up",
+            path: source.clone(),
+            source: e,
+        })?;
+        let mode = (source_mode.mode() & 0o777) | 0o700;
         let made = match std::fs::DirBuilder::new().mode(mode).create(dest) {
             Ok(()) => true,
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,

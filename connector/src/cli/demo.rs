@@ -133,6 +133,14 @@ pub struct DeliveryCheck {
     first_failure: Mutex<Option<(String, KafkaError)>>,
 }
 
+impl DeliveryCheck {
+    /// The first failed delivery since the last call, if any.
+    pub fn take_failure(&self) -> Option<(String, KafkaError)> {
+        let mut first = self.first_failure.lock().unwrap_or_else(|p| p.into_inner());
+        first.take()
+    }
+}
+
 impl ClientContext for DeliveryCheck {}
 
 impl ProducerContext for DeliveryCheck {
@@ -154,6 +162,9 @@ pub fn produce_with(
     topic: &str,
     range: std::ops::Range<u64>,
 ) -> Result<()> {
+    // A failure an earlier call returned early on (before its flush) is
+    // not this call's.
+    let _ = producer.context().take_failure();
     for i in range {
         let (partition, r) = demo_record(i);
         // Demo records all have a create time above 0: it is sent.
@@ -180,8 +191,7 @@ pub fn produce_with(
     producer
         .flush(Duration::from_secs(60))
         .map_err(ConnectorError::kafka("flush producer"))?;
-    let failed = producer.context().first_failure.lock();
-    match failed.unwrap_or_else(|p| p.into_inner()).take() {
+    match producer.context().take_failure() {
         Some((at, source)) => Err(ConnectorError::KafkaAt {
             op: "produce",
             at,
