@@ -395,4 +395,6 @@ fn a_backup_directory_is_no_more_open_than_the_archive() {
             "archive {archive:o}: backup made {got:o}"
         );
     }
+    // For the temporary folder's removal.
+    std::fs::set_permissions(&src, std::fs::Permissions::from_mode(0o700)).unwrap();
 }
