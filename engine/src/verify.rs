@@ -41,6 +41,11 @@ pub const FAILPOINT_VERIFY_AFTER_LOG: &str = "verify::after_log";
 /// Problems listed in full; more are only counted.
 pub const PROBLEMS_LISTED_MAX: usize = 1000;
 
+/// How problems of two kinds an unclean stop can leave are worded (and
+/// told apart, in [`left_by_an_unclean_stop`]).
+const NO_INDEX_ENTRY: &str = "has no index entry";
+const TORN_TAIL: &str = "(torn tail)";
+
 /// One problem found by verify.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
@@ -229,7 +234,39 @@ pub fn verify_store(cfg: &EngineConfig) -> Result<VerifyReport> {
         Err(Error::Corruption { location, kind }) => r.add(location, kind),
         Err(e) => return Err(e),
     }
+    let checkpoint = tree
+        .get(keys::META_CHECKPOINT)
+        .map_err(store_err("read checkpoint"))?
+        .and_then(|v| meta::decode_checkpoint(&v).ok());
+    if let Some(checkpoint) = checkpoint.filter(|&c| c < last_lsn) {
+        let n = left_by_an_unclean_stop(&r.problems, checkpoint);
+        if n > 0 {
+            r.notes.push(format!(
+                "{n} of the problems below lie past the checkpoint (LSN {checkpoint}), of the kinds an unclean stop (a crash, a kill, a power cut) can leave for the next open to repair: entries whose index entries or partition summaries were not written yet, a last entry cut short (never acknowledged). Opening the archive repairs them (`cairn status --data DIR` does): verify again after it, and what is still reported is damage"
+            ));
+        }
+    }
     Ok(r)
+}
+
+/// How many of `problems` a stop without a close can leave, past the
+/// checkpoint, that the next open's recovery repairs: an entry without
+/// its index entry, a torn last entry, a partition summary behind its
+/// index (a stopped verify reads the store as the crash left it).
+fn left_by_an_unclean_stop(problems: &[Problem], checkpoint: u64) -> usize {
+    problems
+        .iter()
+        .filter(|p| match (&p.location, &p.kind) {
+            (Location::Wal { lsn }, CorruptionKind::IndexMismatch { detail }) => {
+                *lsn > checkpoint && detail.ends_with(NO_INDEX_ENTRY)
+            }
+            (Location::Wal { lsn }, CorruptionKind::BadChunkSequence { detail }) => {
+                *lsn > checkpoint && detail.ends_with(TORN_TAIL)
+            }
+            (Location::Partition { .. }, CorruptionKind::SummaryMismatch { .. }) => true,
+            _ => false,
+        })
+        .count()
 }
 
 #[derive(Default)]
@@ -626,7 +663,7 @@ fn verify_log(
         r.add(
             Location::Wal { lsn: first },
             CorruptionKind::BadChunkSequence {
-                detail: "last entry ends without its final chunk (torn tail)".into(),
+                detail: format!("last entry ends without its final chunk {TORN_TAIL}"),
             },
         );
     }
@@ -696,7 +733,7 @@ fn check_index_entry(
         None | Some(Err(_)) | Some(Ok(_)) => r.add(
             Location::Wal { lsn: d.lsn },
             CorruptionKind::IndexMismatch {
-                detail: format!("entry {tp}@{} has no index entry", d.first_offset),
+                detail: format!("entry {tp}@{} {NO_INDEX_ENTRY}", d.first_offset),
             },
         ),
     }
