@@ -934,9 +934,12 @@ fn one_damaged_chunk_is_one_problem() {
 fn each_index_disagreement_is_named_once() {
     use cairn_engine::index::IndexEntry;
     use cairn_engine::keys::index_key;
+    // The index entry at the second offset is read, changed by the third
+    // (or, with none, removed), and stored under its (new) key.
     type Case = (
         &'static str,
-        fn(&sled::Tree, &TopicPartition),
+        i64,
+        Option<fn(&mut IndexEntry)>,
         Location,
         &'static str,
     );
@@ -948,52 +951,46 @@ fn each_index_disagreement_is_named_once() {
     let cases: [Case; 4] = [
         (
             "an index entry removed",
-            |t, tp| {
-                t.remove(index_key(tp, 10)).unwrap();
-            },
+            10,
+            None,
             Location::Wal { lsn: 2 },
             "has no index entry",
         ),
         (
             "an index entry beyond the log",
-            |t, tp| {
-                let k = index_key(tp, 20);
-                let (_, mut e) = IndexEntry::decode(&k, &t.get(&k).unwrap().unwrap()).unwrap();
-                (e.first_offset, e.last_offset, e.lsn) = (30, 39, 4);
-                let (k, v) = e.encode(tp);
-                t.insert(k, v).unwrap();
-            },
+            20,
+            Some(|e| (e.first_offset, e.last_offset, e.lsn) = (30, 39, 4)),
             index(30),
             "no intact entry in the log at lsn 4",
         ),
         (
             "an index entry unlike the log's",
-            |t, tp| {
-                let k = index_key(tp, 10);
-                let (_, mut e) = IndexEntry::decode(&k, &t.get(&k).unwrap().unwrap()).unwrap();
-                e.payload_bytes += 1;
-                let (k, v) = e.encode(tp);
-                t.insert(k, v).unwrap();
-            },
+            10,
+            Some(|e| e.payload_bytes += 1),
             index(10),
             "but log",
         ),
         (
             "an index entry naming another entry's frame",
-            |t, tp| {
-                let k = index_key(tp, 20);
-                let (_, mut e) = IndexEntry::decode(&k, &t.get(&k).unwrap().unwrap()).unwrap();
-                (e.first_offset, e.last_offset) = (30, 39);
-                let (k, v) = e.encode(tp);
-                t.insert(k, v).unwrap();
-            },
+            20,
+            Some(|e| (e.first_offset, e.last_offset) = (30, 39)),
             index(30),
             "no intact entry in the log at lsn 3",
         ),
     ];
-    for (what, forge, at, says) in cases {
+    for (what, from, forge, at, says) in cases {
         let (dir, tp) = store();
-        with_raw_tree(dir.path(), |t| forge(t, &tp));
+        with_raw_tree(dir.path(), |t| {
+            let k = index_key(&tp, from);
+            let Some(forge) = forge else {
+                t.remove(k).unwrap();
+                return;
+            };
+            let (_, mut e) = IndexEntry::decode(&k, &t.get(&k).unwrap().unwrap()).unwrap();
+            forge(&mut e);
+            let (k, v) = e.encode(&tp);
+            t.insert(k, v).unwrap();
+        });
         let v = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
         let found: Vec<_> = v
             .problems
