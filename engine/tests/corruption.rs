@@ -992,15 +992,18 @@ fn each_index_disagreement_is_named_once() {
             t.insert(k, v).unwrap();
         });
         let v = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
-        let found: Vec<_> = v
-            .problems
-            .iter()
-            .filter(|p| matches!(p.kind, CorruptionKind::IndexMismatch { .. }))
-            .collect();
+        let found = index_mismatches(&v);
         assert_eq!(found.len(), 1, "{what}: {:#?}", v.problems);
         assert_eq!(found[0].location, at, "{what}");
         assert!(found[0].to_string().contains(says), "{what}: {}", found[0]);
     }
+}
+
+fn index_mismatches(v: &cairn_engine::VerifyReport) -> Vec<&cairn_engine::Problem> {
+    v.problems
+        .iter()
+        .filter(|p| matches!(p.kind, CorruptionKind::IndexMismatch { .. }))
+        .collect()
 }
 
 /// Two intact log entries at one offset (the second a valid frame past
@@ -1018,11 +1021,7 @@ fn an_entry_at_an_offset_already_indexed_is_named_at_its_lsn() {
         t.insert(wal_key(4), v).unwrap();
     });
     let v = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
-    let index: Vec<_> = v
-        .problems
-        .iter()
-        .filter(|p| matches!(p.kind, CorruptionKind::IndexMismatch { .. }))
-        .collect();
+    let index = index_mismatches(&v);
     assert_eq!(index.len(), 1, "{:#?}", v.problems);
     assert_eq!(index[0].location, Location::Wal { lsn: 4 });
     assert!(
