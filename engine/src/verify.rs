@@ -42,7 +42,7 @@ pub const FAILPOINT_VERIFY_AFTER_LOG: &str = "verify::after_log";
 pub const PROBLEMS_LISTED_MAX: usize = 1000;
 
 /// How problems of two kinds an unclean stop can leave are worded (and
-/// told apart, in [`left_by_an_unclean_stop`]).
+/// told apart, in [`Tail::repairs`]).
 const NO_INDEX_ENTRY: &str = "has no index entry";
 const TORN_TAIL: &str = "(torn tail)";
 
@@ -187,7 +187,7 @@ pub fn verify_store(cfg: &EngineConfig) -> Result<VerifyReport> {
     let poisoned = crate::poisoned::before_open(cfg)?;
     let db = cfg.open_sled()?;
     let tree = db.open_tree("cairn").map_err(store_err("open tree"))?;
-    let mut r = verify_tree(&tree, None, &AtomicBool::new(false))?;
+    let (mut r, facts) = verify_tree_facts(&tree, None, &AtomicBool::new(false))?;
     if let Some(p) = poisoned {
         r.notes.push(format!(
             "the last engine on this store was poisoned ({}): checked as the disk holds it; the next open recovers from what is durable",
@@ -219,12 +219,14 @@ pub fn verify_store(cfg: &EngineConfig) -> Result<VerifyReport> {
         last_lsn = lsn.saturating_add(span.max(1) - 1);
         break;
     }
+    let mut watermark = None;
     match crate::watermark::read(&cfg.path) {
         Ok(None) => r.notes.push(format!(
             "no watermark file ({}): a lost end of sled's log cannot be told from a log that ends there (the next open writes one)",
             crate::watermark::WATERMARK_FILE
         )),
         Ok(mark) => {
+            watermark = mark;
             if let Err(Error::Corruption { location, kind }) =
                 crate::watermark::check(last_lsn, mark)
             {
@@ -239,34 +241,57 @@ pub fn verify_store(cfg: &EngineConfig) -> Result<VerifyReport> {
         .map_err(store_err("read checkpoint"))?
         .and_then(|v| meta::decode_checkpoint(&v).ok());
     if let Some(checkpoint) = checkpoint.filter(|&c| c < last_lsn) {
-        let n = left_by_an_unclean_stop(&r.problems, checkpoint);
-        if n > 0 {
+        let tail = Tail {
+            checkpoint,
+            durable: checkpoint.max(watermark.unwrap_or(0)),
+            facts: &facts,
+        };
+        let n = r.problems.len();
+        if n > 0 && r.problems_unlisted == 0 && r.problems.iter().all(|p| tail.repairs(p)) {
             r.notes.push(format!(
-                "{n} of the problems below lie past the checkpoint (LSN {checkpoint}), of the kinds an unclean stop (a crash, a kill, a power cut) can leave for the next open to repair: entries whose index entries or partition summaries were not written yet, a last entry cut short (never acknowledged). Opening the archive repairs them (`cairn status --data DIR` does): verify again after it, and what is still reported is damage"
+                "all {n} problems lie past the checkpoint (LSN {checkpoint}), and are of the kinds an unclean stop (a crash, a kill, a power cut) can leave for the next open to repair: entries whose index entries or partition summaries were not written yet, a last entry cut short (never acknowledged). Opening the archive repairs them (`cairn status --data DIR` does): verify again after it, and what is still reported is damage"
             ));
         }
     }
     Ok(r)
 }
 
-/// How many of `problems` a stop without a close can leave, past the
-/// checkpoint, that the next open's recovery repairs: an entry without
-/// its index entry, a torn last entry, a partition summary behind its
-/// index (a stopped verify reads the store as the crash left it).
-fn left_by_an_unclean_stop(problems: &[Problem], checkpoint: u64) -> usize {
-    problems
-        .iter()
-        .filter(|p| match (&p.location, &p.kind) {
+/// The log past a stopped store's checkpoint, which the next open's
+/// recovery reads and repairs: a stop without a close (a crash, a kill, a
+/// power cut) can leave what an append had not finished writing there,
+/// and a stopped verify reads the store as it was left.
+struct Tail<'a> {
+    checkpoint: u64,
+    /// The checkpoint, or the watermark above it: what was durable. An
+    /// entry cut short at or below it is damage, not a crash's leftover.
+    durable: u64,
+    facts: &'a LogFacts,
+}
+
+impl Tail<'_> {
+    /// Whether `p` is what an unfinished append leaves and recovery
+    /// repairs: an entry past the checkpoint without its index entry; a
+    /// last entry cut short past what was durable (never acknowledged); a
+    /// partition summary out of step, of a partition with an entry past
+    /// the checkpoint (recovery recomputes it).
+    fn repairs(&self, p: &Problem) -> bool {
+        match (&p.location, &p.kind) {
             (Location::Wal { lsn }, CorruptionKind::IndexMismatch { detail }) => {
-                *lsn > checkpoint && detail.ends_with(NO_INDEX_ENTRY)
+                *lsn > self.checkpoint && detail.ends_with(NO_INDEX_ENTRY)
             }
             (Location::Wal { lsn }, CorruptionKind::BadChunkSequence { detail }) => {
-                *lsn > checkpoint && detail.ends_with(TORN_TAIL)
+                *lsn > self.durable && detail.ends_with(TORN_TAIL)
             }
-            (Location::Partition { .. }, CorruptionKind::SummaryMismatch { .. }) => true,
+            (Location::Partition { topic, partition }, CorruptionKind::SummaryMismatch { .. }) => {
+                let tp = TopicPartition::new(topic.as_str(), *partition);
+                self.facts
+                    .last_entry_lsn
+                    .get(&tp)
+                    .is_some_and(|&lsn| lsn > self.checkpoint)
+            }
             _ => false,
-        })
-        .count()
+        }
+    }
 }
 
 #[derive(Default)]
@@ -284,17 +309,26 @@ pub(crate) fn verify_tree(
     bound: Option<&Snapshot<'_>>,
     stop: &AtomicBool,
 ) -> Result<VerifyReport> {
+    verify_tree_facts(tree, bound, stop).map(|(r, _)| r)
+}
+
+/// [`verify_tree`], and what its log scan learnt.
+fn verify_tree_facts(
+    tree: &sled::Tree,
+    bound: Option<&Snapshot<'_>>,
+    stop: &AtomicBool,
+) -> Result<(VerifyReport, LogFacts)> {
     let mut r = VerifyReport::default();
     verify_meta(tree, &mut r)?;
-    let matches = verify_log(tree, bound, stop, &mut r)?;
+    let facts = verify_log(tree, bound, stop, &mut r)?;
     verify_checkpoint(tree, &mut r)?;
     fail::fail_point!(FAILPOINT_VERIFY_AFTER_LOG);
-    let totals = verify_index(tree, bound, stop, &matches, &mut r)?;
+    let totals = verify_index(tree, bound, stop, &facts, &mut r)?;
     match bound {
         None => verify_summaries(tree, totals, &mut r)?,
         Some(b) => verify_summaries_at(tree, totals, b, &mut r)?,
     }
-    Ok(r)
+    Ok((r, facts))
 }
 
 /// The checkpoint against the log, as an open checks it: the frame at or
@@ -460,9 +494,12 @@ fn report_foreign_keys(
     Ok(())
 }
 
-/// What the log scan learnt of the index, for the index scan.
+/// What the log scan learnt, for the index scan (and the stopped verify's
+/// notes).
 #[derive(Default)]
-struct IndexMatches {
+struct LogFacts {
+    /// Per partition, the first LSN of its last intact entry.
+    last_entry_lsn: BTreeMap<TopicPartition, u64>,
     /// Per partition, the index entries equal to the log's entry at their
     /// key: each names the LSN of an intact entry, so no two are the same.
     matched: BTreeMap<TopicPartition, u64>,
@@ -486,7 +523,7 @@ fn verify_log(
     bound: Option<&Snapshot<'_>>,
     stop: &AtomicBool,
     r: &mut VerifyReport,
-) -> Result<IndexMatches> {
+) -> Result<LogFacts> {
     // None without a snapshot: every key is checked, also one at u64::MAX.
     let lsn_end = bound.map(|b| b.lsn_end);
     // Non-slot values at or above `lsn_end` that were at or above the
@@ -496,7 +533,7 @@ fn verify_log(
     // past the first PROBLEMS_LISTED_MAX, reported as seen.
     let mut above: Vec<u64> = Vec::new();
     let mut end_seen = lsn_end.unwrap_or(0);
-    let mut matches = IndexMatches::default();
+    let mut matches = LogFacts::default();
     let mut last_offset: BTreeMap<TopicPartition, i64> = BTreeMap::new();
     let mut expected: u64 = 1;
     let mut asm = Assembler::default();
@@ -658,6 +695,7 @@ fn verify_log(
         }
         last_offset.insert(entry.tp.clone(), described.last_offset);
         check_index_entry(tree, &entry.tp, &described, &mut matches, r)?;
+        matches.last_entry_lsn.insert(entry.tp, first_lsn);
     }
     if let Some(first) = asm.in_progress() {
         r.add(
@@ -701,7 +739,7 @@ fn check_index_entry(
     tree: &sled::Tree,
     tp: &TopicPartition,
     d: &IndexEntry,
-    matches: &mut IndexMatches,
+    matches: &mut LogFacts,
     r: &mut VerifyReport,
 ) -> Result<()> {
     let key = keys::index_key(tp, d.first_offset);
@@ -730,12 +768,19 @@ fn check_index_entry(
                 matches.reported_keys.insert((tp.clone(), d.first_offset));
             }
         }
-        None | Some(Err(_)) | Some(Ok(_)) => r.add(
-            Location::Wal { lsn: d.lsn },
-            CorruptionKind::IndexMismatch {
-                detail: format!("entry {tp}@{} {NO_INDEX_ENTRY}", d.first_offset),
-            },
-        ),
+        stored => {
+            let why = match stored {
+                None => NO_INDEX_ENTRY.to_owned(),
+                Some(Err(_)) => "has an index entry that does not decode".to_owned(),
+                Some(Ok((_, e))) => format!("has an index entry naming lsn {}", e.lsn),
+            };
+            r.add(
+                Location::Wal { lsn: d.lsn },
+                CorruptionKind::IndexMismatch {
+                    detail: format!("entry {tp}@{} {why}", d.first_offset),
+                },
+            )
+        }
     }
     Ok(())
 }
@@ -756,13 +801,13 @@ fn verify_index(
     tree: &sled::Tree,
     bound: Option<&Snapshot<'_>>,
     stop: &AtomicBool,
-    matches: &IndexMatches,
+    matches: &LogFacts,
     r: &mut VerifyReport,
 ) -> Result<BTreeMap<TopicPartition, PartitionTotals>> {
     let mut totals: BTreeMap<TopicPartition, PartitionTotals> = BTreeMap::new();
     let mut since = Since {
         bound,
-        held_now: BTreeSet::new(),
+        held_now: BTreeMap::new(),
     };
     // Per partition, the entries checked.
     let mut checked: BTreeMap<TopicPartition, u64> = BTreeMap::new();
@@ -795,7 +840,7 @@ fn verify_index(
             .unwrap_or(0)
             .saturating_add(of(&matches.reported, &tp).unwrap_or(0));
         if n != accounted {
-            report_unmatched_index(tree, &tp, &mut since, stop, matches, r)?;
+            report_unmatched_index(tree, &tp, &mut since, (stop, &mut items), matches, r)?;
         }
     }
     Ok(totals)
@@ -808,13 +853,14 @@ fn report_unmatched_index(
     tree: &sled::Tree,
     tp: &TopicPartition,
     since: &mut Since<'_, '_>,
-    stop: &AtomicBool,
-    matches: &IndexMatches,
+    // The stop flag, and the count of items since the index scan began
+    // (partitions of fewer than 256 entries each would never look).
+    (stop, items): (&AtomicBool, &mut u64),
+    matches: &LogFacts,
     r: &mut VerifyReport,
 ) -> Result<()> {
-    let mut items = 0;
     for item in tree.scan_prefix(keys::index_prefix(tp)) {
-        check_stop(stop, &mut items, "verify")?;
+        check_stop(stop, items, "verify")?;
         let (k, v) = item.map_err(store_err("scan index"))?;
         // Undecodable entries were reported by the first pass.
         let Ok((tp, e)) = IndexEntry::decode(&k, &v) else {
@@ -856,10 +902,10 @@ fn report_unmatched_index(
 /// appended since its snapshot (see [`verify_index`]).
 struct Since<'s, 'b> {
     bound: Option<&'s Snapshot<'b>>,
-    /// Partitions the snapshot did not hold and the engine holds now. A
-    /// partition not held is asked again each time: the engine may start
-    /// writing it during a pass.
-    held_now: BTreeSet<TopicPartition>,
+    /// Whether the engine holds a partition the snapshot did not, asked
+    /// once: both passes over the index leave out the same entries, and
+    /// the totals are of the entries they check.
+    held_now: BTreeMap<TopicPartition, bool>,
 }
 
 impl Since<'_, '_> {
@@ -869,14 +915,10 @@ impl Since<'_, '_> {
         };
         match b.partitions.get(tp) {
             Some(s) => e.first_offset >= s.next_offset,
-            None if self.held_now.contains(tp) => true,
-            None => {
-                let held = (b.now)(tp).is_some();
-                if held {
-                    self.held_now.insert(tp.clone());
-                }
-                held
-            }
+            None => *self
+                .held_now
+                .entry(tp.clone())
+                .or_insert_with(|| (b.now)(tp).is_some()),
         }
     }
 }

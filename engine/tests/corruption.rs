@@ -1008,8 +1008,8 @@ fn index_mismatches(v: &cairn_engine::VerifyReport) -> Vec<&cairn_engine::Proble
 
 /// Two intact log entries at one offset (the second a valid frame past
 /// the log's end, as no build writes): the one the index does not name is
-/// reported as having no index entry, at its own LSN; the index entry,
-/// which the other bears out, is not reported.
+/// reported at its own LSN, as having an index entry that names the
+/// other; the index entry, which the other bears out, is not reported.
 #[test]
 fn an_entry_at_an_offset_already_indexed_is_named_at_its_lsn() {
     use cairn_engine::frame::{self, FrameKind};
@@ -1025,7 +1025,9 @@ fn an_entry_at_an_offset_already_indexed_is_named_at_its_lsn() {
     assert_eq!(index.len(), 1, "{:#?}", v.problems);
     assert_eq!(index[0].location, Location::Wal { lsn: 4 });
     assert!(
-        index[0].to_string().contains("has no index entry"),
+        index[0]
+            .to_string()
+            .contains("has an index entry naming lsn 2"),
         "{}",
         index[0]
     );
@@ -1038,17 +1040,20 @@ fn an_entry_at_an_offset_already_indexed_is_named_at_its_lsn() {
     );
 }
 
-/// What a stop without a close can leave past the checkpoint (here an
-/// entry whose index entry was not written) is reported by a stopped
-/// verify, with a note that says the next open repairs it; and it does.
-/// The same damage below the checkpoint (a closed store) gets no note.
+/// A stopped verify notes problems an open would repair only when all of
+/// them are: damage beside them (here a flipped bit), or below the
+/// checkpoint (a closed store), gets no note. (torn_append.rs checks that
+/// what a crash leaves gets it, and that an open then repairs it.)
 #[test]
-fn a_stopped_verify_says_what_the_next_open_repairs() {
-    for closed in [false, true] {
+fn a_stopped_verify_notes_repairs_only_when_all_problems_are_so() {
+    for (closed, flip) in [(false, true), (true, false)] {
         let (dir, tp) = store_closed(closed);
         with_raw_tree(dir.path(), |t| {
             t.remove(cairn_engine::keys::index_key(&tp, 20)).unwrap();
         });
+        if flip {
+            damage(dir.path(), 2, |v| *v.last_mut().unwrap() ^= 1);
+        }
         let v = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
         assert!(
             v.problems
@@ -1057,22 +1062,10 @@ fn a_stopped_verify_says_what_the_next_open_repairs() {
             "closed {closed}: {:#?}",
             v.problems
         );
-        let noted = v.notes.iter().find(|n| n.contains("next open to repair"));
-        if closed {
-            assert!(noted.is_none(), "{:?}", v.notes);
-            continue;
-        }
-        let noted = noted.unwrap_or_else(|| panic!("{:?}", v.notes));
         assert!(
-            noted.starts_with(&format!("{} of the problems", v.problems.len())),
-            "{noted}: {:#?}",
-            v.problems
+            !v.notes.iter().any(|n| n.contains("next open to repair")),
+            "closed {closed}, flipped {flip}: {:?}",
+            v.notes
         );
-        Engine::open(EngineConfig::new(dir.path()))
-            .unwrap()
-            .close()
-            .unwrap();
-        let v = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
-        assert!(v.is_clean(), "after an open: {:#?}", v.problems);
     }
 }

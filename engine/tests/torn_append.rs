@@ -24,6 +24,22 @@ fn config(dir: &std::path::Path) -> EngineConfig {
         .entry_bytes_target(4096)
 }
 
+/// A verify of the store as the crash left it (before any open) finds it
+/// clean, or finds only what the open then repairs, and says so.
+fn stopped_verify_says_the_open_repairs(dir: &std::path::Path, after: u64) {
+    let v = cairn_engine::verify_store(&config(dir)).unwrap();
+    if v.is_clean() {
+        return;
+    }
+    let all = format!("all {} problems lie past the checkpoint", v.problems.len());
+    assert!(
+        v.problems_unlisted == 0 && v.notes.iter().any(|n| n.starts_with(&all)),
+        "cut after {after}: {:?}\n{:#?}",
+        v.notes,
+        v.problems
+    );
+}
+
 #[test]
 fn a_crash_between_any_two_inserts_recovers_clean() {
     let scenario = fail::FailScenario::setup();
@@ -47,6 +63,7 @@ fn a_crash_between_any_two_inserts_recovers_clean() {
                 Err(err) => assert!(matches!(err, Error::Poisoned { op: "write", .. }), "{err}"),
             }
         } // dropped without close: a crash
+        stopped_verify_says_the_open_repairs(dir.path(), after);
         if after % 3 == 1 {
             // And a crash in the middle of the recovery that follows.
             fail::cfg(FAILPOINT_RECOVERY_MID_REPAIR, "return").unwrap();
@@ -106,6 +123,7 @@ fn a_crash_between_any_two_inserts_recovers_clean() {
                 Err(err) => assert!(matches!(err, Error::Poisoned { op: "write", .. }), "{err}"),
             }
         }
+        stopped_verify_says_the_open_repairs(dir.path(), after);
         let e = Engine::open(config(dir.path())).unwrap();
         let v = e.verify().unwrap();
         assert!(
