@@ -362,14 +362,19 @@ impl Engine {
         fail::fail_point!(FAILPOINT_BACKUP_AFTER_LOG);
         for item in self.tree.scan_prefix([keys::PREFIX_INDEX]) {
             let (k, v) = item.map_err(store_err("read index"))?;
-            let (tp, e) = IndexEntry::decode(&k, &v)
-                .map_err(|kind| crate::recovery::index_corruption(&k, kind))?;
             // Of a record durable at the start: not one appended since.
-            let durable = e.lsn < lsn_end
-                && view
-                    .partitions
-                    .get(&tp)
-                    .is_some_and(|s| e.first_offset < s.next_offset);
+            // Its key says which; a damaged value is copied as it is, as
+            // damaged frames are, for the copy's verify to report (a key
+            // that does not parse too: it is damage in the index).
+            let durable = match keys::parse_index_key(&k) {
+                Ok((tp, first_offset)) => {
+                    view.partitions
+                        .get(&tp)
+                        .is_some_and(|s| first_offset < s.next_offset)
+                        && IndexEntry::decode(&k, &v).map_or(true, |(_, e)| e.lsn < lsn_end)
+                }
+                Err(_) => true,
+            };
             if durable {
                 put(&k, &v)?;
                 r.index_entries += 1;

@@ -347,26 +347,39 @@ fn damage_in_the_source_is_reported_where_it_is() {
         }
         e.close().unwrap();
     }
-    // The second entry's frame: a byte of its records flipped.
+    // The second entry's frame: a byte of its records flipped; and the
+    // first entry's index entry (before 2026-12-02, that failed the whole
+    // backup).
     common::with_raw_tree(&src, |t| {
         let mut v = t.get(common::wal_key(2)).unwrap().unwrap().to_vec();
         let last = v.len() - 1;
         v[last] ^= 0x40;
         t.insert(common::wal_key(2), v).unwrap();
+        let k = cairn_engine::keys::index_key(&tp, 0);
+        let mut v = t.get(&k).unwrap().unwrap().to_vec();
+        v[0] ^= 0x40;
+        t.insert(k, v).unwrap();
     });
     let engine = Engine::open(EngineConfig::new(&src)).unwrap();
     let dest = dir.path().join("copy");
     let r = engine.backup_to(&dest, &AtomicBool::new(false)).unwrap();
     assert_eq!(r.records, 30);
     assert!(!r.verify.is_clean());
-    assert!(
-        r.verify
-            .problems
-            .iter()
-            .any(|p| p.location == cairn_engine::Location::Wal { lsn: 2 }),
-        "{:?}",
-        r.verify.problems
-    );
+    for at in [
+        cairn_engine::Location::Wal { lsn: 2 },
+        cairn_engine::Location::Index {
+            topic: "d".into(),
+            partition: 0,
+            first_offset: 0,
+        },
+    ] {
+        assert!(
+            r.verify.problems.iter().any(|p| p.location == at),
+            "{at}: {:?}",
+            r.verify.problems
+        );
+    }
+    assert_eq!(r.index_entries, 3, "the damaged index entry copied");
     assert!(dest.exists(), "the copy is kept, with its damage reported");
 }
 
