@@ -364,8 +364,9 @@ impl Engine {
             let (k, v) = item.map_err(store_err("read index"))?;
             // Of a record durable at the start: not one appended since.
             // Its key says which; a damaged value is copied as it is, as
-            // damaged frames are, for the copy's verify to report (a key
-            // that does not parse too: it is damage in the index).
+            // damaged frames are, for the copy's verify to report. (A key
+            // that does not parse is copied too; the copy's open refuses
+            // most such keys, as the source's would, and the backup fails.)
             let durable = match keys::parse_index_key(&k) {
                 Ok((tp, first_offset)) => {
                     view.partitions

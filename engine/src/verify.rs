@@ -240,14 +240,21 @@ pub fn verify_store(cfg: &EngineConfig) -> Result<VerifyReport> {
         .get(keys::META_CHECKPOINT)
         .map_err(store_err("read checkpoint"))?
         .and_then(|v| meta::decode_checkpoint(&v).ok());
-    if let Some(checkpoint) = checkpoint.filter(|&c| c < last_lsn) {
+    // A strict open refuses what a default one repairs.
+    let repairing = cfg.recovery_mode != crate::config::RecoveryMode::Strict;
+    if let Some(checkpoint) = checkpoint.filter(|&c| repairing && c < last_lsn) {
         let tail = Tail {
             checkpoint,
             durable: checkpoint.max(watermark.unwrap_or(0)),
             facts: &facts,
+            tree: &tree,
         };
         let n = r.problems.len();
-        if n > 0 && r.problems_unlisted == 0 && r.problems.iter().all(|p| tail.repairs(p)) {
+        let mut all_repaired = r.problems_unlisted == 0;
+        for p in &r.problems {
+            all_repaired = all_repaired && tail.repairs(p)?;
+        }
+        if n > 0 && all_repaired {
             r.notes.push(format!(
                 "all {n} problems lie past the checkpoint (LSN {checkpoint}), and are of the kinds an unclean stop (a crash, a kill, a power cut) can leave for the next open to repair: entries whose index entries or partition summaries were not written yet, a last entry cut short (never acknowledged). Opening the archive repairs them (`cairn status --data DIR` does): verify again after it, and what is still reported is damage"
             ));
@@ -266,16 +273,21 @@ struct Tail<'a> {
     /// entry cut short at or below it is damage, not a crash's leftover.
     durable: u64,
     facts: &'a LogFacts,
+    tree: &'a sled::Tree,
 }
 
 impl Tail<'_> {
     /// Whether `p` is what an unfinished append leaves and recovery
     /// repairs: an entry past the checkpoint without its index entry; a
     /// last entry cut short past what was durable (never acknowledged); a
-    /// partition summary out of step, of a partition with an entry past
-    /// the checkpoint (recovery recomputes it).
-    fn repairs(&self, p: &Problem) -> bool {
-        match (&p.location, &p.kind) {
+    /// partition summary missing, or behind the end of the partition's
+    /// last entry when that lies past the checkpoint (recovery recomputes
+    /// such a summary, and no other: a summary ahead of its entries, or
+    /// one whose counts alone are off, is damage). A frame cut short is
+    /// not counted in, though recovery truncates one at the log's end:
+    /// sled writes values whole, so no crash leaves one.
+    fn repairs(&self, p: &Problem) -> Result<bool> {
+        Ok(match (&p.location, &p.kind) {
             (Location::Wal { lsn }, CorruptionKind::IndexMismatch { detail }) => {
                 *lsn > self.checkpoint && detail.ends_with(NO_INDEX_ENTRY)
             }
@@ -284,13 +296,20 @@ impl Tail<'_> {
             }
             (Location::Partition { topic, partition }, CorruptionKind::SummaryMismatch { .. }) => {
                 let tp = TopicPartition::new(topic.as_str(), *partition);
-                self.facts
-                    .last_entry_lsn
-                    .get(&tp)
-                    .is_some_and(|&lsn| lsn > self.checkpoint)
+                let Some(&(lsn, next_offset)) = self.facts.last_entry.get(&tp) else {
+                    return Ok(false);
+                };
+                let k = keys::partition_key(&tp);
+                let stored = self.tree.get(&k).map_err(store_err("read summary"))?;
+                lsn > self.checkpoint
+                    && match stored.map(|v| PartitionSummary::decode(&k, &v)) {
+                        None => true,
+                        Some(Ok((_, s))) => s.next_offset < next_offset,
+                        Some(Err(_)) => false,
+                    }
             }
             _ => false,
-        }
+        })
     }
 }
 
@@ -498,8 +517,9 @@ fn report_foreign_keys(
 /// notes).
 #[derive(Default)]
 struct LogFacts {
-    /// Per partition, the first LSN of its last intact entry.
-    last_entry_lsn: BTreeMap<TopicPartition, u64>,
+    /// Per partition, its last intact entry's first LSN and the offset
+    /// after it.
+    last_entry: BTreeMap<TopicPartition, (u64, i64)>,
     /// Per partition, the index entries equal to the log's entry at their
     /// key: each names the LSN of an intact entry, so no two are the same.
     matched: BTreeMap<TopicPartition, u64>,
@@ -695,7 +715,10 @@ fn verify_log(
         }
         last_offset.insert(entry.tp.clone(), described.last_offset);
         check_index_entry(tree, &entry.tp, &described, &mut matches, r)?;
-        matches.last_entry_lsn.insert(entry.tp, first_lsn);
+        let next_offset = described.last_offset.saturating_add(1);
+        matches
+            .last_entry
+            .insert(entry.tp, (first_lsn, next_offset));
     }
     if let Some(first) = asm.in_progress() {
         r.add(

@@ -1041,31 +1041,47 @@ fn an_entry_at_an_offset_already_indexed_is_named_at_its_lsn() {
 }
 
 /// A stopped verify notes problems an open would repair only when all of
-/// them are: damage beside them (here a flipped bit), or below the
-/// checkpoint (a closed store), gets no note. (torn_append.rs checks that
-/// what a crash leaves gets it, and that an open then repairs it.)
+/// them are: damage beside them (here a flipped bit), damage below the
+/// checkpoint (a closed store), or a summary ahead of its entries (no crash
+/// leaves one, and recovery refuses it) gets no note. (torn_append.rs
+/// checks that what a crash leaves gets it, and that an open repairs it.)
 #[test]
 fn a_stopped_verify_notes_repairs_only_when_all_problems_are_so() {
-    for (closed, flip) in [(false, true), (true, false)] {
+    use cairn_engine::offsets::PartitionSummary;
+    type Case = (&'static str, bool, fn(&std::path::Path, &TopicPartition));
+    let cases: [Case; 3] = [
+        ("a flipped bit beside", false, |dir, tp| {
+            with_raw_tree(dir, |t| {
+                t.remove(cairn_engine::keys::index_key(tp, 20)).unwrap();
+            });
+            damage(dir, 2, |v| *v.last_mut().unwrap() ^= 1);
+        }),
+        ("below the checkpoint", true, |dir, tp| {
+            with_raw_tree(dir, |t| {
+                t.remove(cairn_engine::keys::index_key(tp, 20)).unwrap();
+            });
+        }),
+        ("a summary ahead of its entries", false, |dir, tp| {
+            with_raw_tree(dir, |t| {
+                let k = cairn_engine::keys::partition_key(tp);
+                let (_, mut s) =
+                    PartitionSummary::decode(&k, &t.get(&k).unwrap().unwrap()).unwrap();
+                (s.next_offset, s.record_count) = (40, 40);
+                let (k, v) = s.encode(tp);
+                t.insert(k, v).unwrap();
+            });
+        }),
+    ];
+    for (what, closed, harm) in cases {
         let (dir, tp) = store_closed(closed);
-        with_raw_tree(dir.path(), |t| {
-            t.remove(cairn_engine::keys::index_key(&tp, 20)).unwrap();
-        });
-        if flip {
-            damage(dir.path(), 2, |v| *v.last_mut().unwrap() ^= 1);
-        }
+        harm(dir.path(), &tp);
         let v = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
-        assert!(
-            v.problems
-                .iter()
-                .any(|p| p.location == Location::Wal { lsn: 3 }),
-            "closed {closed}: {:#?}",
-            v.problems
-        );
+        assert!(!v.is_clean(), "{what}");
         assert!(
             !v.notes.iter().any(|n| n.contains("next open to repair")),
-            "closed {closed}, flipped {flip}: {:?}",
-            v.notes
+            "{what}: {:?}\n{:#?}",
+            v.notes,
+            v.problems
         );
     }
 }

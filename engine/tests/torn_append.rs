@@ -25,11 +25,11 @@ fn config(dir: &std::path::Path) -> EngineConfig {
 }
 
 /// A verify of the store as the crash left it (before any open) finds it
-/// clean, or finds only what the open then repairs, and says so.
-fn stopped_verify_says_the_open_repairs(dir: &std::path::Path, after: u64) {
+/// clean, or finds only what the open then repairs, and says so (true).
+fn stopped_verify_says_the_open_repairs(dir: &std::path::Path, after: u64) -> bool {
     let v = cairn_engine::verify_store(&config(dir)).unwrap();
     if v.is_clean() {
-        return;
+        return false;
     }
     let all = format!("all {} problems lie past the checkpoint", v.problems.len());
     assert!(
@@ -38,6 +38,7 @@ fn stopped_verify_says_the_open_repairs(dir: &std::path::Path, after: u64) {
         v.notes,
         v.problems
     );
+    true
 }
 
 #[test]
@@ -47,6 +48,8 @@ fn a_crash_between_any_two_inserts_recovers_clean() {
     let first: Vec<_> = tps.iter().map(|tp| batch(tp, 0..20, 300)).collect();
     let second: Vec<_> = tps.iter().map(|tp| batch(tp, 20..60, 300)).collect();
     let mut stopped_at = 0;
+    // Cuts whose stopped verify found what the open repairs.
+    let mut noted = 0;
     for after in 0.. {
         let dir = tempfile::tempdir().unwrap();
         {
@@ -63,7 +66,7 @@ fn a_crash_between_any_two_inserts_recovers_clean() {
                 Err(err) => assert!(matches!(err, Error::Poisoned { op: "write", .. }), "{err}"),
             }
         } // dropped without close: a crash
-        stopped_verify_says_the_open_repairs(dir.path(), after);
+        noted += usize::from(stopped_verify_says_the_open_repairs(dir.path(), after));
         if after % 3 == 1 {
             // And a crash in the middle of the recovery that follows.
             fail::cfg(FAILPOINT_RECOVERY_MID_REPAIR, "return").unwrap();
@@ -100,7 +103,12 @@ fn a_crash_between_any_two_inserts_recovers_clean() {
         stopped_at > 4,
         "the second append should take several inserts, took {stopped_at}"
     );
-    eprintln!("tried a crash after each of {stopped_at} inserts");
+    eprintln!(
+        "tried a crash after each of {stopped_at} inserts; {noted} left what the open repairs"
+    );
+    // Most cuts leave an entry without its index entry or summary: a
+    // verify that saw none would not be looking.
+    assert!(noted > 0, "no cut left anything for the open to repair");
 
     // The first append of a store also reserves its first run of slots
     // (slots.rs) ahead of its frames: a crash inside that run, or between
