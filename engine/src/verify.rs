@@ -296,7 +296,7 @@ impl Tail<'_> {
             }
             (Location::Partition { topic, partition }, CorruptionKind::SummaryMismatch { .. }) => {
                 let tp = TopicPartition::new(topic.as_str(), *partition);
-                let Some(&(lsn, next_offset)) = self.facts.last_entry.get(&tp) else {
+                let Some(&(lsn, last_offset)) = self.facts.last_entry.get(&tp) else {
                     return Ok(false);
                 };
                 let k = keys::partition_key(&tp);
@@ -304,7 +304,7 @@ impl Tail<'_> {
                 lsn > self.checkpoint
                     && match stored.map(|v| PartitionSummary::decode(&k, &v)) {
                         None => true,
-                        Some(Ok((_, s))) => s.next_offset < next_offset,
+                        Some(Ok((_, s))) => s.next_offset <= last_offset,
                         Some(Err(_)) => false,
                     }
             }
@@ -517,8 +517,7 @@ fn report_foreign_keys(
 /// notes).
 #[derive(Default)]
 struct LogFacts {
-    /// Per partition, its last intact entry's first LSN and the offset
-    /// after it.
+    /// Per partition, its last intact entry's first LSN and last offset.
     last_entry: BTreeMap<TopicPartition, (u64, i64)>,
     /// Per partition, the index entries equal to the log's entry at their
     /// key: each names the LSN of an intact entry, so no two are the same.
@@ -553,8 +552,7 @@ fn verify_log(
     // past the first PROBLEMS_LISTED_MAX, reported as seen.
     let mut above: Vec<u64> = Vec::new();
     let mut end_seen = lsn_end.unwrap_or(0);
-    let mut matches = LogFacts::default();
-    let mut last_offset: BTreeMap<TopicPartition, i64> = BTreeMap::new();
+    let mut facts = LogFacts::default();
     let mut expected: u64 = 1;
     let mut asm = Assembler::default();
     // The entry being assembled was cut short by a problem already
@@ -700,7 +698,7 @@ fn verify_log(
         r.records += entry.records.len() as u64;
         let described = IndexEntry::describe(first_lsn, chunks, &entry.records);
         r.payload_bytes = r.payload_bytes.saturating_add(described.payload_bytes);
-        if let Some(&prev) = last_offset.get(&entry.tp) {
+        if let Some(&(_, prev)) = facts.last_entry.get(&entry.tp) {
             if described.first_offset <= prev {
                 r.add(
                     Location::Wal { lsn: first_lsn },
@@ -713,12 +711,10 @@ fn verify_log(
                 );
             }
         }
-        last_offset.insert(entry.tp.clone(), described.last_offset);
-        check_index_entry(tree, &entry.tp, &described, &mut matches, r)?;
-        let next_offset = described.last_offset.saturating_add(1);
-        matches
+        check_index_entry(tree, &entry.tp, &described, &mut facts, r)?;
+        facts
             .last_entry
-            .insert(entry.tp, (first_lsn, next_offset));
+            .insert(entry.tp, (first_lsn, described.last_offset));
     }
     if let Some(first) = asm.in_progress() {
         r.add(
@@ -750,7 +746,7 @@ fn verify_log(
             );
         }
     }
-    Ok(matches)
+    Ok(facts)
 }
 
 /// The index entry of the log's intact entry `d` of `tp`: equal to `d`, or
@@ -762,7 +758,7 @@ fn check_index_entry(
     tree: &sled::Tree,
     tp: &TopicPartition,
     d: &IndexEntry,
-    matches: &mut LogFacts,
+    facts: &mut LogFacts,
     r: &mut VerifyReport,
 ) -> Result<()> {
     let key = keys::index_key(tp, d.first_offset);
@@ -774,7 +770,7 @@ fn check_index_entry(
         }
     };
     match stored.map(|v| IndexEntry::decode(&key, &v)) {
-        Some(Ok((_, e))) if e == *d => count(&mut matches.matched),
+        Some(Ok((_, e))) if e == *d => count(&mut facts.matched),
         Some(Ok((_, e))) if e.lsn == d.lsn => {
             r.add(
                 Location::Index {
@@ -786,9 +782,9 @@ fn check_index_entry(
                     detail: format!("index {e:?} but log {d:?}"),
                 },
             );
-            count(&mut matches.reported);
-            if matches.reported_keys.len() < PROBLEMS_LISTED_MAX {
-                matches.reported_keys.insert((tp.clone(), d.first_offset));
+            count(&mut facts.reported);
+            if facts.reported_keys.len() < PROBLEMS_LISTED_MAX {
+                facts.reported_keys.insert((tp.clone(), d.first_offset));
             }
         }
         stored => {
@@ -824,7 +820,7 @@ fn verify_index(
     tree: &sled::Tree,
     bound: Option<&Snapshot<'_>>,
     stop: &AtomicBool,
-    matches: &LogFacts,
+    facts: &LogFacts,
     r: &mut VerifyReport,
 ) -> Result<BTreeMap<TopicPartition, PartitionTotals>> {
     let mut totals: BTreeMap<TopicPartition, PartitionTotals> = BTreeMap::new();
@@ -859,11 +855,11 @@ fn verify_index(
     }
     let of = |per: &BTreeMap<TopicPartition, u64>, tp: &TopicPartition| per.get(tp).copied();
     for (tp, n) in checked {
-        let accounted = of(&matches.matched, &tp)
+        let accounted = of(&facts.matched, &tp)
             .unwrap_or(0)
-            .saturating_add(of(&matches.reported, &tp).unwrap_or(0));
+            .saturating_add(of(&facts.reported, &tp).unwrap_or(0));
         if n != accounted {
-            report_unmatched_index(tree, &tp, &mut since, (stop, &mut items), matches, r)?;
+            report_unmatched_index(tree, &tp, &mut since, (stop, &mut items), facts, r)?;
         }
     }
     Ok(totals)
@@ -879,7 +875,7 @@ fn report_unmatched_index(
     // The stop flag, and the count of items since the index scan began
     // (partitions of fewer than 256 entries each would never look).
     (stop, items): (&AtomicBool, &mut u64),
-    matches: &LogFacts,
+    facts: &LogFacts,
     r: &mut VerifyReport,
 ) -> Result<()> {
     for item in tree.scan_prefix(keys::index_prefix(tp)) {
@@ -889,11 +885,7 @@ fn report_unmatched_index(
         let Ok((tp, e)) = IndexEntry::decode(&k, &v) else {
             continue;
         };
-        if since.skips(&tp, &e)
-            || matches
-                .reported_keys
-                .contains(&(tp.clone(), e.first_offset))
-        {
+        if since.skips(&tp, &e) || facts.reported_keys.contains(&(tp.clone(), e.first_offset)) {
             continue;
         }
         let looked_at = since
