@@ -197,6 +197,14 @@ impl Engine {
                 let copy = Engine::open_locking(EngineConfig::new(&real), false)?;
                 let created = copy.recovery_report().created;
                 r.verify = copy.verify_unless(stop)?;
+                // A page of the copy's own sled log that cannot be read is
+                // the copy's failure (its disk), not damage copied from the
+                // source.
+                if let Some(p) = r.verify.problems.iter().find(|p| {
+                    matches!(p.location, crate::error::Location::SledLog { .. })
+                }) {
+                    return Err(Error::corruption(p.location.clone(), p.kind.clone()));
+                }
                 copy.close()?;
                 // Damage copied from the source reads as fewer records in the
                 // copy: the verify's problems say where it is, and the report

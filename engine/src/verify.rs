@@ -332,20 +332,41 @@ pub(crate) fn verify_tree(
 }
 
 /// [`verify_tree`], and what its log scan learnt.
+///
+/// A page of sled's log that sled cannot read ends the check where it is
+/// met: it is reported after the problems found before it, with a note
+/// that what lies after was not checked (the report of those is not
+/// dropped for it).
 fn verify_tree_facts(
     tree: &sled::Tree,
     bound: Option<&Snapshot<'_>>,
     stop: &AtomicBool,
 ) -> Result<(VerifyReport, LogFacts)> {
     let mut r = VerifyReport::default();
-    verify_meta(tree, &mut r)?;
-    let facts = verify_log(tree, bound, stop, &mut r)?;
-    verify_checkpoint(tree, &mut r)?;
-    fail::fail_point!(FAILPOINT_VERIFY_AFTER_LOG);
-    let totals = verify_index(tree, bound, stop, &facts, &mut r)?;
-    match bound {
-        None => verify_summaries(tree, totals, &mut r)?,
-        Some(b) => verify_summaries_at(tree, totals, b, &mut r)?,
+    let mut facts = LogFacts::default();
+    let checked = (|| {
+        verify_meta(tree, &mut r)?;
+        facts = verify_log(tree, bound, stop, &mut r)?;
+        verify_checkpoint(tree, &mut r)?;
+        fail::fail_point!(FAILPOINT_VERIFY_AFTER_LOG);
+        let totals = verify_index(tree, bound, stop, &facts, &mut r)?;
+        match bound {
+            None => verify_summaries(tree, totals, &mut r),
+            Some(b) => verify_summaries_at(tree, totals, b, &mut r),
+        }
+    })();
+    match checked {
+        Ok(()) => {}
+        Err(Error::Corruption {
+            location: location @ Location::SledLog { .. },
+            kind,
+        }) => {
+            r.add(location, kind);
+            r.notes.push(
+                "sled could not read a page of its log, and the check stopped there: the problems listed are those found before it, and what lies after it was not checked".into(),
+            );
+        }
+        Err(e) => return Err(e),
     }
     Ok((r, facts))
 }
