@@ -194,6 +194,10 @@ pub fn verify_store(cfg: &EngineConfig) -> Result<VerifyReport> {
             p.reason
         ));
     }
+    if facts.unreadable_page {
+        // The check stopped there: the log's end cannot be read either.
+        return Ok(r);
+    }
     // sled drops the end of its log after a damaged record and leaves a
     // consistent older tree: only the watermark beside it can tell.
     let mut last_lsn = 0;
@@ -365,6 +369,7 @@ fn verify_tree_facts(
             r.notes.push(
                 "sled could not read a page of its log, and the check stopped there: the problems listed are those found before it, and what lies after it was not checked".into(),
             );
+            facts.unreadable_page = true;
         }
         Err(e) => return Err(e),
     }
@@ -538,6 +543,8 @@ fn report_foreign_keys(
 /// notes).
 #[derive(Default)]
 struct LogFacts {
+    /// The check stopped at a page of sled's log that sled cannot read.
+    unreadable_page: bool,
     /// Per partition, its last intact entry's first LSN and last offset.
     last_entry: BTreeMap<TopicPartition, (u64, i64)>,
     /// Per partition, the index entries equal to the log's entry at their
