@@ -200,9 +200,12 @@ impl Engine {
                 // A page of the copy's own sled log that cannot be read is
                 // the copy's failure (its disk), not damage copied from the
                 // source.
-                if let Some(p) = r.verify.problems.iter().find(|p| {
-                    matches!(p.location, crate::error::Location::SledLog { .. })
-                }) {
+                if let Some(p) = r
+                    .verify
+                    .problems
+                    .iter()
+                    .find(|p| matches!(p.location, crate::error::Location::SledLog { .. }))
+                {
                     return Err(Error::corruption(p.location.clone(), p.kind.clone()));
                 }
                 copy.close()?;

@@ -107,10 +107,7 @@ pub fn read_entry(tree: &sled::Tree, tp: &TopicPartition, idx: &IndexEntry) -> R
         let lsn = idx.lsn + i;
         let bytes = tree
             .get(keys::wal_key(lsn))
-            .map_err(|source| Error::Store {
-                op: "read frame",
-                source,
-            })?
+            .map_err(crate::engine::store_err("read frame"))?
             .ok_or_else(|| corrupt(lsn, CorruptionKind::MissingFrame))?;
         let f = frame::decode(lsn, &bytes).map_err(|k| corrupt(lsn, k))?;
         if f.kind != FrameKind::Records {

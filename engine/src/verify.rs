@@ -365,7 +365,9 @@ fn verify_tree_facts(
             location: location @ Location::SledLog { .. },
             kind,
         }) => {
-            r.add(location, kind);
+            // Listed even past PROBLEMS_LISTED_MAX: it says the check is
+            // incomplete (a backup fails on it in its copy).
+            r.problems.push(Problem { location, kind });
             r.notes.push(
                 "sled could not read a page of its log, and the check stopped there: the problems listed are those found before it, and what lies after it was not checked".into(),
             );
@@ -402,6 +404,13 @@ fn verify_checkpoint(tree: &sled::Tree, r: &mut VerifyReport) -> Result<()> {
     };
     match crate::recovery::expected_after_checkpoint(tree, checkpoint) {
         Ok(_) => {}
+        // An unreadable page of sled's log ends the check (verify_tree_facts).
+        Err(
+            e @ Error::Corruption {
+                location: Location::SledLog { .. },
+                ..
+            },
+        ) => return Err(e),
         Err(Error::Corruption { location, kind }) => {
             if !r
                 .problems
@@ -922,6 +931,12 @@ fn report_unmatched_index(
         let borne_out = looked_at
             && match crate::entry::read_entry(tree, &tp, &e) {
                 Ok(_) => true,
+                Err(
+                    e @ Error::Corruption {
+                        location: Location::SledLog { .. },
+                        ..
+                    },
+                ) => return Err(e),
                 Err(Error::Corruption { .. }) => false,
                 Err(err) => return Err(err),
             };
