@@ -204,7 +204,7 @@ impl Engine {
                     .verify
                     .problems
                     .iter()
-                    .find(|p| matches!(p.location, crate::error::Location::SledLog { .. }))
+                    .find(|p| crate::verify::is_sled_log(&p.location))
                 {
                     return Err(Error::corruption(p.location.clone(), p.kind.clone()));
                 }
@@ -371,6 +371,12 @@ impl Engine {
             r.frames += 1;
         }
         fail::fail_point!(FAILPOINT_BACKUP_AFTER_LOG);
+        // Below the durable next offset of a partition durable at the start.
+        let held = |tp: &crate::record::TopicPartition, first_offset: i64| {
+            view.partitions
+                .get(tp)
+                .is_some_and(|s| first_offset < s.next_offset)
+        };
         for item in self.tree.scan_prefix([keys::PREFIX_INDEX]) {
             let (k, v) = item.map_err(store_err("read index"))?;
             // Of a record durable at the start: not one appended since.
@@ -378,14 +384,9 @@ impl Engine {
             // damaged frames are, for the copy's verify to report. (A key
             // that does not parse is copied too; the copy's open refuses
             // most such keys, as the source's would, and the backup fails.)
-            let durable = match keys::parse_index_key(&k) {
-                Ok((tp, first_offset)) => {
-                    view.partitions
-                        .get(&tp)
-                        .is_some_and(|s| first_offset < s.next_offset)
-                        && IndexEntry::decode(&k, &v).map_or(true, |(_, e)| e.lsn < lsn_end)
-                }
-                Err(_) => true,
+            let durable = match IndexEntry::decode(&k, &v) {
+                Ok((tp, e)) => e.lsn < lsn_end && held(&tp, e.first_offset),
+                Err(_) => keys::parse_index_key(&k).map_or(true, |(tp, o)| held(&tp, o)),
             };
             if durable {
                 put(&k, &v)?;

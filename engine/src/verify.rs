@@ -323,6 +323,8 @@ struct PartitionTotals {
     next_offset: i64,
     record_count: u64,
     payload_bytes: u64,
+    /// The index entries these totals are of.
+    index_entries: u64,
 }
 
 /// Check the whole tree, or with `bound` the part of it a live engine had
@@ -361,10 +363,7 @@ fn verify_tree_facts(
     })();
     match checked {
         Ok(()) => {}
-        Err(Error::Corruption {
-            location: location @ Location::SledLog { .. },
-            kind,
-        }) => {
+        Err(Error::Corruption { location, kind }) if is_sled_log(&location) => {
             // Listed even past PROBLEMS_LISTED_MAX: it says the check is
             // incomplete (a backup fails on it in its copy).
             r.problems.push(Problem { location, kind });
@@ -376,6 +375,17 @@ fn verify_tree_facts(
         Err(e) => return Err(e),
     }
     Ok((r, facts))
+}
+
+/// Whether `location` is a page of sled's log (which sled could not read).
+pub(crate) fn is_sled_log(location: &Location) -> bool {
+    matches!(location, Location::SledLog { .. })
+}
+
+/// A page of sled's log that sled could not read: it ends a verify where
+/// it is met ([`verify_tree_facts`]).
+fn unreadable_page(e: &Error) -> bool {
+    matches!(e, Error::Corruption { location, .. } if is_sled_log(location))
 }
 
 /// The checkpoint against the log, as an open checks it: the frame at or
@@ -405,12 +415,7 @@ fn verify_checkpoint(tree: &sled::Tree, r: &mut VerifyReport) -> Result<()> {
     match crate::recovery::expected_after_checkpoint(tree, checkpoint) {
         Ok(_) => {}
         // An unreadable page of sled's log ends the check (verify_tree_facts).
-        Err(
-            e @ Error::Corruption {
-                location: Location::SledLog { .. },
-                ..
-            },
-        ) => return Err(e),
+        Err(e) if unreadable_page(&e) => return Err(e),
         Err(Error::Corruption { location, kind }) => {
             if !r
                 .problems
@@ -865,8 +870,6 @@ fn verify_index(
         bound,
         held_now: BTreeMap::new(),
     };
-    // Per partition, the entries checked.
-    let mut checked: BTreeMap<TopicPartition, u64> = BTreeMap::new();
     let mut items = 0;
     for item in tree.scan_prefix([keys::PREFIX_INDEX]) {
         check_stop(stop, &mut items, "verify")?;
@@ -883,20 +886,18 @@ fn verify_index(
             continue;
         }
         r.index_entries += 1;
-        *checked.entry(tp.clone()).or_default() += 1;
         let t = totals.entry(tp).or_default();
+        t.index_entries += 1;
         t.first_offset.get_or_insert(e.first_offset);
         t.next_offset = t.next_offset.max(e.last_offset.saturating_add(1));
         t.record_count = t.record_count.saturating_add(e.record_count as u64);
         t.payload_bytes = t.payload_bytes.saturating_add(e.payload_bytes);
     }
-    let of = |per: &BTreeMap<TopicPartition, u64>, tp: &TopicPartition| per.get(tp).copied();
-    for (tp, n) in checked {
-        let accounted = of(&facts.matched, &tp)
-            .unwrap_or(0)
-            .saturating_add(of(&facts.reported, &tp).unwrap_or(0));
-        if n != accounted {
-            report_unmatched_index(tree, &tp, &mut since, (stop, &mut items), facts, r)?;
+    let of = |per: &BTreeMap<TopicPartition, u64>, tp| per.get(tp).copied().unwrap_or(0);
+    for (tp, t) in &totals {
+        let accounted = of(&facts.matched, tp).saturating_add(of(&facts.reported, tp));
+        if t.index_entries != accounted {
+            report_unmatched_index(tree, tp, &mut since, (stop, &mut items), facts, r)?;
         }
     }
     Ok(totals)
@@ -931,12 +932,7 @@ fn report_unmatched_index(
         let borne_out = looked_at
             && match crate::entry::read_entry(tree, &tp, &e) {
                 Ok(_) => true,
-                Err(
-                    e @ Error::Corruption {
-                        location: Location::SledLog { .. },
-                        ..
-                    },
-                ) => return Err(e),
+                Err(err) if unreadable_page(&err) => return Err(err),
                 Err(Error::Corruption { .. }) => false,
                 Err(err) => return Err(err),
             };
