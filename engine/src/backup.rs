@@ -30,7 +30,6 @@ use std::time::{Duration, Instant};
 use crate::config::EngineConfig;
 use crate::engine::{store_err, DurableView, Engine};
 use crate::error::{Error, Result};
-use crate::index::IndexEntry;
 use crate::keys;
 use crate::lock::{DirLock, LOCK_FILE};
 use crate::meta;
@@ -380,13 +379,18 @@ impl Engine {
         for item in self.tree.scan_prefix([keys::PREFIX_INDEX]) {
             let (k, v) = item.map_err(store_err("read index"))?;
             // Of a record durable at the start: not one appended since.
-            // Its key says which; a damaged value is copied as it is, as
-            // damaged frames are, for the copy's verify to report. (A key
-            // that does not parse is copied too; the copy's open refuses
-            // most such keys, as the source's would, and the backup fails.)
-            let durable = match IndexEntry::decode(&k, &v) {
-                Ok((tp, e)) => e.lsn < lsn_end && held(&tp, e.first_offset),
-                Err(_) => keys::parse_index_key(&k).map_or(true, |(tp, o)| held(&tp, o)),
+            // Its key says which (an append since starts at or past the
+            // durable next offset, or in a partition new since). A damaged
+            // value is copied as it is, as damaged frames are, for the
+            // copy's verify to report; so is an entry below the next offset
+            // whose LSN lies past the durable log, which no append writes:
+            // dropped, it would leave a clean copy of a damaged archive. (A
+            // key that does not parse is copied too; the copy's open
+            // refuses most such keys, as the source's would, and the backup
+            // fails.)
+            let durable = match keys::parse_index_key(&k) {
+                Ok((tp, first_offset)) => held(&tp, first_offset),
+                Err(_) => true,
             };
             if durable {
                 put(&k, &v)?;

@@ -383,6 +383,59 @@ fn damage_in_the_source_is_reported_where_it_is() {
     assert!(dest.exists(), "the copy is kept, with its damage reported");
 }
 
+/// An index entry in the source that names a log entry past the log's
+/// end (a stray, below its partition's next offset: no append writes one)
+/// is copied and reported where it is, as the source's own verify reports
+/// it. Before, the backup dropped it without a word and reported a clean
+/// copy of a damaged archive.
+#[test]
+fn a_stray_index_entry_past_the_log_is_reported_not_dropped() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    let tp = TopicPartition::new("s", 0);
+    {
+        let e = Engine::open(EngineConfig::new(&src)).unwrap();
+        for i in 0..3 {
+            e.append(&[common::batch(&tp, i * 10..i * 10 + 10, 20)])
+                .unwrap();
+        }
+        e.close().unwrap();
+    }
+    let stray = cairn_engine::Location::Index {
+        topic: "s".into(),
+        partition: 0,
+        first_offset: 5,
+    };
+    common::with_raw_tree(&src, |t| {
+        let k = cairn_engine::keys::index_key(&tp, 0);
+        let (_, mut e) =
+            cairn_engine::index::IndexEntry::decode(&k, &t.get(&k).unwrap().unwrap()).unwrap();
+        e.first_offset = 5;
+        e.last_offset = 5;
+        e.record_count = 1;
+        e.lsn = 1_000_000;
+        let (k, v) = e.encode(&tp);
+        t.insert(k, v).unwrap();
+    });
+    let engine = Engine::open(EngineConfig::new(&src)).unwrap();
+    let own = engine.verify().unwrap();
+    assert!(
+        own.problems.iter().any(|p| p.location == stray),
+        "the source's verify names it: {:?}",
+        own.problems
+    );
+    let dest = dir.path().join("copy");
+    let r = engine.backup_to(&dest, &AtomicBool::new(false)).unwrap();
+    assert!(
+        r.verify.problems.iter().any(|p| p.location == stray),
+        "the copy's verify names it: {:?}",
+        r.verify.problems
+    );
+    assert_eq!(r.index_entries, 4, "the stray index entry copied");
+    assert_eq!(r.records, 30);
+}
+
 /// A directory the backup makes has the archive's permissions at most
 /// (the umask still applies): an archive kept 0700 is not copied into a
 /// folder others can read. Before, it got 0777 less the umask.
