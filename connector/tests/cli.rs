@@ -487,6 +487,41 @@ fn unreachable_broker_names_the_brokers() {
     assert!(err.contains("cannot reach Kafka at 127.0.0.1:1"), "{err}");
 }
 
+/// A run that stops before it subscribes (here: no broker answers) removes
+/// the archive directory it made: left, a mistyped --data would pass for an
+/// archive from then on. A directory that was there, archive or empty,
+/// stays.
+#[test]
+fn a_run_that_never_subscribed_leaves_no_new_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let new = dir.path().join("new");
+    let timeout = ["--connect-timeout-ms", "500"];
+    let (code, _, err) = cairn_run("127.0.0.1:1", "t", new.to_str().unwrap(), &timeout);
+    assert_ne!(code, 0);
+    assert!(err.contains("cannot reach Kafka"), "{err}");
+    assert!(
+        err.contains("removed the archive directory this run made"),
+        "{err}"
+    );
+    assert!(!new.exists(), "the new directory is left");
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let (code, _, _) = cairn_run("127.0.0.1:1", "t", empty.to_str().unwrap(), &timeout);
+    assert_ne!(code, 0);
+    assert!(empty.is_dir(), "a directory that was there is removed");
+    let archive = dir.path().join("archive");
+    cairn_engine::Engine::open(cairn_engine::EngineConfig::new(&archive))
+        .unwrap()
+        .close()
+        .unwrap();
+    let (code, _, _) = cairn_run("127.0.0.1:1", "t", archive.to_str().unwrap(), &timeout);
+    assert_ne!(code, 0);
+    assert!(
+        cairn_engine::EngineConfig::new(&archive).store_exists(),
+        "an archive that was there is removed"
+    );
+}
+
 #[test]
 fn bad_flags_and_config_name_the_setting() {
     let dir = tempfile::tempdir().unwrap();

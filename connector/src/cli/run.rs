@@ -220,8 +220,12 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
     let cfg = args.into_config()?;
     crate::allocator::tune_for(cfg.commit);
     refuse_foreign_dir(&cfg.data)?;
+    // A directory this run makes is removed again if the run stops before
+    // it subscribes (`remove_unused_archive`).
+    let made_here = !cfg.data.exists();
     let engine_cfg = EngineConfig::new(&cfg.data).record_bytes_max(cfg.record_bytes_max);
     let engine = Arc::new(Engine::open(engine_cfg)?);
+    let engine_gone = Arc::downgrade(&engine);
     let r = engine.recovery_report();
     tracing::info!(data = %cfg.data.display(), frames_checked = r.frames_checked, truncated = r.truncated.is_some(), "archive open");
     let stop = Arc::new(AtomicBool::new(false));
@@ -278,9 +282,29 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
     let sink = Box::new(sink.with_live_reads(Box::new(move || {
         stop_on_poison.store(true, Ordering::Relaxed)
     })));
+    let data = cfg.data.clone();
     let report = tokio::task::spawn_blocking(move || run_pipeline(&cfg, sink, opts))
         .await
-        .map_err(|e| ConnectorError::Sink(format!("pipeline thread: {e}")))??;
+        .map_err(|e| ConnectorError::Sink(format!("pipeline thread: {e}")))?;
+    let report = match report {
+        Ok(r) => r,
+        Err(e) => {
+            // Stopped before it subscribed (a broker that does not answer,
+            // a topic it lacks, a signal while waiting): nothing was
+            // written. A new directory left behind would pass for an
+            // archive from then on (a mistyped --data, kept).
+            let before_subscribing = matches!(
+                e,
+                ConnectorError::BrokerUnreachable { .. }
+                    | ConnectorError::UnknownTopic { .. }
+                    | ConnectorError::StoppedWaiting { .. }
+            );
+            if made_here && before_subscribing && engine_gone.upgrade().is_none() {
+                remove_unused_archive(&data);
+            }
+            return Err(e);
+        }
+    };
     let h = &report.put_to_commit_us;
     tracing::info!(
         records = report.stats.records_written,
@@ -340,6 +364,36 @@ impl Signals {
         tokio::select! {
             _ = self.term.recv() => {}
             _ = self.int.recv() => {}
+        }
+    }
+}
+
+/// Remove the archive directory `data` that this run made and wrote
+/// nothing into (it stopped before subscribing, and the engine is closed),
+/// by the names an archive's files have (`sled`, `cairn.*`, the live
+/// socket's `.live`), then the directory itself only if that empties it.
+/// What cannot be removed stays, with a WARN: it is an empty archive, and
+/// harms nothing.
+fn remove_unused_archive(data: &Path) {
+    let removed = (|| -> std::io::Result<()> {
+        for entry in std::fs::read_dir(data)? {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let path = entry.path();
+            if name == "sled" || name == ".live" {
+                std::fs::remove_dir_all(path)?;
+            } else if name.starts_with("cairn.") {
+                std::fs::remove_file(path)?;
+            }
+        }
+        std::fs::remove_dir(data)
+    })();
+    match removed {
+        Ok(()) => {
+            tracing::info!(data = %data.display(), "removed the archive directory this run made: nothing was archived")
+        }
+        Err(e) => {
+            tracing::warn!(data = %data.display(), error = %e, "could not remove the new, empty archive directory this run made")
         }
     }
 }
