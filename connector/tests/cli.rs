@@ -487,12 +487,12 @@ fn unreachable_broker_names_the_brokers() {
     assert!(err.contains("cannot reach Kafka at 127.0.0.1:1"), "{err}");
 }
 
-/// A run that stops before it subscribes (here: no broker answers) removes
-/// the archive directory it made: left, a mistyped --data would pass for an
+/// A run that fails having archived nothing (here: no broker answers)
+/// removes the archive directory it made: left, a mistyped --data would pass for an
 /// archive from then on. A directory that was there, archive or empty,
 /// stays.
 #[test]
-fn a_run_that_never_subscribed_leaves_no_new_directory() {
+fn a_run_that_archived_nothing_leaves_no_new_directory() {
     let dir = tempfile::tempdir().unwrap();
     let new = dir.path().join("new");
     let timeout = ["--connect-timeout-ms", "500"];

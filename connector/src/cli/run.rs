@@ -220,8 +220,8 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
     let cfg = args.into_config()?;
     crate::allocator::tune_for(cfg.commit);
     refuse_foreign_dir(&cfg.data)?;
-    // A directory this run makes is removed again if the run stops before
-    // it subscribes (`remove_unused_archive`).
+    // A directory this run makes is removed again if the run fails having
+    // archived nothing (`remove_unused_archive`).
     let made_here = !cfg.data.exists();
     let engine_cfg = EngineConfig::new(&cfg.data).record_bytes_max(cfg.record_bytes_max);
     let engine = Arc::new(Engine::open(engine_cfg)?);
@@ -289,17 +289,11 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
     let report = match report {
         Ok(r) => r,
         Err(e) => {
-            // Stopped before it subscribed (a broker that does not answer,
-            // a topic it lacks, a signal while waiting): nothing was
-            // written. A new directory left behind would pass for an
-            // archive from then on (a mistyped --data, kept).
-            let before_subscribing = matches!(
-                e,
-                ConnectorError::BrokerUnreachable { .. }
-                    | ConnectorError::UnknownTopic { .. }
-                    | ConnectorError::StoppedWaiting { .. }
-            );
-            if made_here && before_subscribing && engine_gone.upgrade().is_none() {
+            // A run that failed having archived nothing (a broker that does
+            // not answer, a topic it lacks, a signal while waiting): a new
+            // directory left behind would pass for an archive from then on
+            // (a mistyped --data, kept).
+            if made_here && engine_gone.upgrade().is_none() {
                 remove_unused_archive(&data);
             }
             return Err(e);
@@ -368,13 +362,20 @@ impl Signals {
     }
 }
 
-/// Remove the archive directory `data` that this run made and wrote
-/// nothing into (it stopped before subscribing, and the engine is closed),
-/// by the names an archive's files have (`sled`, `cairn.*`, the live
-/// socket's `.live`), then the directory itself only if that empties it.
-/// What cannot be removed stays, with a WARN: it is an empty archive, and
-/// harms nothing.
+/// Remove the archive directory `data` that this run made, once its
+/// engine is dropped, if the store holds nothing (opened again to see: no
+/// partition was ever written), by the names an archive's files have
+/// (`sled`, `cairn.*`, the live socket's `.live`), then the directory
+/// itself only if that empties it. What cannot be removed stays, with a
+/// WARN: it is an empty archive, and harms nothing.
 fn remove_unused_archive(data: &Path) {
+    let empty = Engine::open(EngineConfig::new(data)).and_then(|e| {
+        let empty = e.partitions().is_empty();
+        e.close().map(|()| empty)
+    });
+    if !matches!(empty, Ok(true)) {
+        return;
+    }
     let removed = (|| -> std::io::Result<()> {
         for entry in std::fs::read_dir(data)? {
             let entry = entry?;
@@ -467,6 +468,36 @@ mod tests {
     }
 
     const DAY: Duration = Duration::from_secs(86_400);
+
+    /// A failed run's new directory is removed only if its store holds
+    /// nothing; anything else in it stays.
+    #[test]
+    fn only_an_archive_that_holds_nothing_is_removed() {
+        use cairn_engine::{fuzzing::batch, Engine, EngineConfig, TopicPartition};
+        let dir = tempfile::tempdir().unwrap();
+        let empty = dir.path().join("empty");
+        Engine::open(EngineConfig::new(&empty))
+            .unwrap()
+            .close()
+            .unwrap();
+        super::remove_unused_archive(&empty);
+        assert!(!empty.exists());
+        let held = dir.path().join("held");
+        let e = Engine::open(EngineConfig::new(&held)).unwrap();
+        e.append(&[batch(&TopicPartition::new("t", 0), 0..1, 10)])
+            .unwrap();
+        e.close().unwrap();
+        super::remove_unused_archive(&held);
+        assert!(EngineConfig::new(&held).store_exists());
+        let other = dir.path().join("other");
+        Engine::open(EngineConfig::new(&other))
+            .unwrap()
+            .close()
+            .unwrap();
+        std::fs::write(other.join("notes.txt"), "mine").unwrap();
+        super::remove_unused_archive(&other);
+        assert!(other.join("notes.txt").exists());
+    }
 
     /// A relative `data` in the file is the file's neighbour; an absolute
     /// one, or the flag, is taken as it is.
