@@ -737,6 +737,73 @@ fn bad_flags_and_config_name_the_setting() {
     assert!(err.contains("could not verify"), "{err}");
 }
 
+/// SIGINT while the demo archives its restored topic into a scratch
+/// archive (in TMPDIR): the scratch archive is removed, the demo's own
+/// archive stays and is named, and the exit is 130. Before, the scratch
+/// archive was left in TMPDIR.
+#[test]
+fn an_interrupted_demo_leaves_no_scratch_archive() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("a");
+    let mut demo = common::KillOnDrop::spawn(
+        Command::new(CAIRN)
+            .args([
+                "demo",
+                "--records",
+                "3000",
+                "--data",
+                data.to_str().unwrap(),
+            ])
+            .env("TMPDIR", dir.path())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped()),
+    );
+    // The line printed just before the restore round trip starts.
+    let out = BufReader::new(demo.stdout.take().unwrap());
+    let mut lines = out.lines().map_while(Result::ok);
+    assert!(
+        lines.by_ref().any(|l| l.starts_with("archive ")),
+        "the demo ended before its archive was done"
+    );
+    // The scratch archive appears once the restore is done, and lives for
+    // the seconds the second run takes to join its group and archive.
+    let scratch = || {
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .find(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with("cairn-demo-restored-")
+            })
+            .map(|e| e.path())
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let found = loop {
+        if let Some(p) = scratch() {
+            break p;
+        }
+        assert!(
+            demo.try_wait().unwrap().is_none(),
+            "the demo ended before its scratch archive was seen"
+        );
+        assert!(std::time::Instant::now() < deadline, "no scratch archive");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    };
+    common::send_signal(demo.id(), "INT");
+    let status = demo.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut demo.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(130), "{err}");
+    assert!(!found.exists(), "the scratch archive {found:?} is left");
+    assert!(
+        err.contains(&format!("the demo's archive stays at {}", data.display())),
+        "{err}"
+    );
+    assert!(cairn_engine::EngineConfig::new(&data).store_exists());
+}
+
 #[test]
 fn demo_archive_reads_back_with_status_export_verify() {
     let dir = tempfile::tempdir().unwrap();

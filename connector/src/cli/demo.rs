@@ -307,6 +307,7 @@ async fn restore_round_trip(
     brokers: &str,
     engine: &Engine,
     n: u64,
+    scratch_at: &Scratch,
 ) -> Result<()> {
     let topic = format!("{DEMO_TOPIC}-restored");
     cluster
@@ -327,6 +328,7 @@ async fn restore_round_trip(
             source,
         })?;
     let data2 = scratch.path().to_path_buf();
+    *lock(scratch_at) = Some(data2.clone());
     let mut run_cfg = demo_config(brokers, data2.clone());
     run_cfg.group = "cairn-demo-restored".into();
     run_cfg.topics = vec![topic.clone()];
@@ -344,6 +346,7 @@ async fn restore_round_trip(
     check_archive(&second, &topic, n)
         .map_err(|e| ConnectorError::Sink(format!("demo: the restored topic differs: {e}")))?;
     second.close()?;
+    lock(scratch_at).take();
     drop(scratch);
     outln!(
         "restored   {} records into {topic} in {restore_secs:.2} s; archived that topic again: identical to what was produced (keys, values, headers, timestamps, offsets)",
@@ -397,6 +400,35 @@ fn demo_dir(data: Option<PathBuf>) -> Result<PathBuf> {
     }
 }
 
+/// Where the restore's scratch archive is while it exists: SIGINT or
+/// SIGTERM removes it before the demo exits (the archive in `--data`
+/// stays, as the demo never deletes what it was given).
+type Scratch = Arc<Mutex<Option<PathBuf>>>;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// On SIGINT or SIGTERM: remove the scratch archive, say where the archive
+/// is, and exit 130 at once (the run's threads, and the crashing child,
+/// which dies with this process, are not waited for; the archive is
+/// recovered by its next open like any crashed one).
+fn exit_on_signal(data: PathBuf, scratch: Scratch) -> Result<()> {
+    let mut signals = super::run::Signals::for_command()?;
+    tokio::spawn(async move {
+        signals.recv().await;
+        if let Some(path) = lock(&scratch).take() {
+            let _ = std::fs::remove_dir_all(path);
+        }
+        eprintln!(
+            "interrupted: the demo's archive stays at {} (recovered by its next open: cairn status --data {0})",
+            data.display()
+        );
+        std::process::exit(130);
+    });
+    Ok(())
+}
+
 pub async fn run(args: DemoArgs) -> Result<ExitCode> {
     let n = args.records;
     if n == 0 || n > DEMO_RECORDS_MAX {
@@ -405,6 +437,8 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode> {
         )));
     }
     let data = demo_dir(args.data)?;
+    let scratch = Scratch::default();
+    exit_on_signal(data.clone(), scratch.clone())?;
     let t_start = Instant::now();
     let cluster = MockCluster::new(1).map_err(ConnectorError::kafka("start mock cluster"))?;
     cluster
@@ -518,7 +552,7 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode> {
         engine.size_on_disk().unwrap_or(0) as f64 / 1e6,
         stats.partitions.iter().map(|p| p.record_count).sum::<u64>()
     )?;
-    restore_round_trip(&cluster, &brokers, &engine, n).await?;
+    restore_round_trip(&cluster, &brokers, &engine, n, &scratch).await?;
     outln!("done in {:.1} s", t_start.elapsed().as_secs_f64())?;
     engine.close()?;
     drop(cluster);
