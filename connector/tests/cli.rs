@@ -1022,7 +1022,7 @@ fn oversize_record_stops_with_its_coordinates_and_is_never_committed() {
         cairn_engine::Engine::open(cairn_engine::EngineConfig::new(d).record_bytes_max(5_000))
             .unwrap(),
     );
-    cairn_connector::run_pipeline(
+    common::run_bounded(
         &cfg,
         Box::new(cairn_connector::ArchiveSink::new(engine)),
         cairn_connector::PipelineOptions {

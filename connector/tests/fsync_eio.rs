@@ -27,7 +27,7 @@ use std::io::Read;
 use std::process::{Command, Stdio};
 
 use cairn_connector::cli::demo::{check_archive, committed, demo_next_offsets, produce};
-use cairn_connector::{run_pipeline, ArchiveSink, PipelineOptions, RunConfig};
+use cairn_connector::{ArchiveSink, PipelineOptions, RunConfig};
 use cairn_engine::{Engine, EngineConfig};
 use common::{KillOnDrop, TestBroker, CAIRN, FAST_GROUP};
 
@@ -233,7 +233,7 @@ fn an_eio_from_fdatasync_stops_the_run_non_zero_and_is_never_retried() {
         ..Default::default()
     };
     let engine = std::sync::Arc::new(Engine::open(EngineConfig::new(&data)).unwrap());
-    let report = run_pipeline(&cfg, Box::new(ArchiveSink::new(engine)), opts).unwrap();
+    let report = common::run_bounded(&cfg, Box::new(ArchiveSink::new(engine)), opts).unwrap();
     assert_eq!(report.stats.records_duplicate, 0, "records redelivered");
     let engine = Engine::open(EngineConfig::new(&data)).unwrap();
     check_archive(&engine, &topic, produced).unwrap();

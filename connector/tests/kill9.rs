@@ -23,7 +23,7 @@ use cairn_connector::cli::demo::{
     check_archive, committed, demo_next_offsets, demo_producer, demo_record, produce_with,
 };
 use cairn_connector::offsets::{committed_offsets, group_client};
-use cairn_connector::{run_pipeline, ArchiveSink, PipelineOptions, RunConfig};
+use cairn_connector::{ArchiveSink, PipelineOptions, RunConfig};
 use cairn_engine::{Engine, EngineConfig, TopicPartition};
 use common::{cairn_run, env_count, seed, TestBroker, FAST_GROUP};
 use rand::{Rng, SeedableRng};
@@ -231,7 +231,7 @@ fn sigkill_at_seeded_moments_loses_and_duplicates_nothing() {
         })),
         ..Default::default()
     };
-    let report = run_pipeline(&cfg, Box::new(ArchiveSink::new(engine)), opts).unwrap();
+    let report = common::run_bounded(&cfg, Box::new(ArchiveSink::new(engine)), opts).unwrap();
     assert_eq!(
         report.stats.records_duplicate, 0,
         "the final run was redelivered records the archive already had"

@@ -178,7 +178,7 @@ pub fn run_to_end(
         })),
         ..Default::default()
     };
-    cairn_connector::run_pipeline(
+    run_bounded(
         cfg,
         Box::new(cairn_connector::ArchiveSink::new(engine)),
         opts,
@@ -208,6 +208,31 @@ pub fn assert_committed_within_durable(
             "committed {tp}@{o} above durable: {on_disk} in the engine, {said} reported"
         );
     }
+}
+
+/// Longest one run of a test may take before it is stopped (through
+/// `PipelineOptions::stop`) and the test fails saying so: a stalled run
+/// then names itself instead of running into CI's job timeout.
+pub const RUN_LIMIT: Duration = Duration::from_secs(300);
+
+/// [`cairn_connector::run_pipeline`], bounded by [`RUN_LIMIT`].
+pub fn run_bounded(
+    cfg: &cairn_connector::RunConfig,
+    sink: Box<dyn cairn_connector::SinkTask>,
+    opts: cairn_connector::PipelineOptions,
+) -> cairn_connector::Result<cairn_connector::RunReport> {
+    let watchdog = Watchdog::arm(opts.stop.clone(), RUN_LIMIT);
+    let result = cairn_connector::run_pipeline(cfg, sink, opts);
+    if watchdog.disarm() {
+        let then = result
+            .as_ref()
+            .map_or_else(|e| e.to_string(), |_| "clean".into());
+        panic!(
+            "the run did not end within {} s: stopped (its stop: {then})",
+            RUN_LIMIT.as_secs()
+        );
+    }
+    result
 }
 
 /// Run into `engine` a pipeline that must stop with an error, and that

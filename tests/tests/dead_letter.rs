@@ -9,11 +9,9 @@ use std::time::{Duration, Instant};
 
 use cairn_connector::cli::demo::committed;
 use cairn_connector::dead_letter::{REASON_HEADER, SOURCE_HEADER};
-use cairn_connector::{
-    run_pipeline, ArchiveSink, ConnectorError, OnOversize, PipelineOptions, RunConfig,
-};
+use cairn_connector::{ArchiveSink, ConnectorError, OnOversize, PipelineOptions, RunConfig};
 use cairn_engine::{Engine, EngineConfig, TopicPartition};
-use cairn_tests::{config, init_logs, TestKafka};
+use cairn_tests::{config, init_logs, run_bounded, TestKafka};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
@@ -65,7 +63,7 @@ fn run(
         done: Some(Box::new(move |c| c.get(&tp) == Some(&RECORDS))),
         ..Default::default()
     };
-    run_pipeline(cfg, Box::new(ArchiveSink::new(engine)), opts)
+    run_bounded(cfg, Box::new(ArchiveSink::new(engine)), opts)
 }
 
 /// A source topic holding the test's records, and a dead-letter topic

@@ -9,10 +9,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cairn_connector::cli::demo::{check_archive, committed, produce};
-use cairn_connector::{run_pipeline, ArchiveSink, PipelineOptions};
+use cairn_connector::{ArchiveSink, PipelineOptions};
 use cairn_engine::{Engine, EngineConfig, Record, RecordBatch, TopicPartition};
 use cairn_tests::{
-    assert_committed_within_durable, config, durable, init_logs, run_to_end, TestKafka,
+    assert_committed_within_durable, config, durable, init_logs, run_bounded, run_to_end, TestKafka,
 };
 
 const FLUSH_ERR: &str = "wal::flush::err";
@@ -50,7 +50,7 @@ fn a_failed_fsync_poisons_stops_the_run_and_commits_nothing_more() {
         })),
         ..Default::default()
     };
-    let err = run_pipeline(&cfg, Box::new(ArchiveSink::new(engine.clone())), opts)
+    let err = run_bounded(&cfg, Box::new(ArchiveSink::new(engine.clone())), opts)
         .expect_err("a run whose fsync fails must stop with an error");
     let msg = err.to_string();
     assert!(

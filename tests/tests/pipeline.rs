@@ -7,7 +7,8 @@ use cairn_connector::cli::demo::{check_archive, committed, produce};
 use cairn_connector::{run_pipeline, ArchiveSink, CommitPolicy, ConnectorError, PipelineOptions};
 use cairn_engine::{Engine, EngineConfig, TopicPartition};
 use cairn_tests::{
-    config, durable, run_to_end, run_to_error, with_request_errors, TestKafka, Watchdog,
+    config, durable, run_bounded, run_to_end, run_to_error, with_request_errors, TestKafka,
+    Watchdog,
 };
 use rdkafka::types::RDKafkaApiKey;
 
@@ -60,7 +61,7 @@ fn restart_without_commit_resumes_at_the_durable_offset() {
         crash_after_records: Some(10_000),
         ..Default::default()
     };
-    let err = run_pipeline(&cfg, Box::new(ArchiveSink::new(engine)), opts).unwrap_err();
+    let err = run_bounded(&cfg, Box::new(ArchiveSink::new(engine)), opts).unwrap_err();
     assert!(matches!(err, ConnectorError::SimulatedCrash), "{err}");
     let d = durable(dir.path());
     let kafka = committed(&k.brokers, "restart-group", &k.topic, 3).unwrap();
@@ -232,7 +233,7 @@ fn oversize_skip_logs_counts_and_archives_everything_else() {
         done: Some(Box::new(move |c| c.get(&want) == Some(&30))),
         ..Default::default()
     };
-    let report = run_pipeline(&cfg, Box::new(ArchiveSink::new(engine)), opts).unwrap();
+    let report = run_bounded(&cfg, Box::new(ArchiveSink::new(engine)), opts).unwrap();
     assert_eq!(report.stats.records_oversize_skipped, 2);
     assert_eq!(report.stats.records_written, 28);
     let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
@@ -416,7 +417,7 @@ fn latest_with_an_unreadable_log_end_stops_the_run_and_archives_nothing() {
 /// cannot pile up without bound between poll and put.
 #[test]
 fn records_of_no_payload_are_bounded_by_batch_bytes() {
-    use cairn_connector::{run_pipeline, ArchiveSink, PipelineOptions};
+    use cairn_connector::{ArchiveSink, PipelineOptions};
     use rdkafka::producer::{BaseRecord, Producer};
     let k = TestKafka::new("nulls", 1);
     let n: i64 = 3_000;
@@ -440,7 +441,7 @@ fn records_of_no_payload_are_bounded_by_batch_bytes() {
         ..Default::default()
     };
     let engine = std::sync::Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
-    let report = run_pipeline(&cfg, Box::new(ArchiveSink::new(engine)), opts).unwrap();
+    let report = run_bounded(&cfg, Box::new(ArchiveSink::new(engine)), opts).unwrap();
     assert_eq!(report.stats.records_written, n as u64);
     assert_eq!(report.stats.payload_bytes, 0);
     // A record holds ~100 bytes: about 10 fit 1024.

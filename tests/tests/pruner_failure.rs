@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use cairn_connector::cli::demo::{committed, demo_next_offsets, produce};
 use cairn_connector::pruner::{Retention, FAILPOINT_PASS};
-use cairn_connector::{run_pipeline, ArchiveSink, PipelineOptions, SinkTask, TaskError};
+use cairn_connector::{ArchiveSink, PipelineOptions, SinkTask, TaskError};
 use cairn_engine::fuzzing::batch;
 use cairn_engine::{Engine, EngineConfig, TopicPartition, FAILPOINT_FLUSH_ERR};
-use cairn_tests::{config, durable, init_logs, TestKafka};
+use cairn_tests::{config, durable, init_logs, run_bounded, TestKafka};
 
 const DAY: Duration = Duration::from_secs(86_400);
 
@@ -213,7 +213,7 @@ fn a_failed_pass_stops_an_idle_run_which_fails_naming_retention() {
         })),
         ..Default::default()
     };
-    let err = run_pipeline(&run.cfg, Box::new(sink), opts)
+    let err = run_bounded(&run.cfg, Box::new(sink), opts)
         .expect_err("a run whose pruner failed must fail");
     let msg = err.to_string();
     assert!(
@@ -272,7 +272,7 @@ fn a_live_prune_that_poisons_the_engine_stops_an_idle_run() {
         })),
         ..Default::default()
     };
-    let err = run_pipeline(&run.cfg, Box::new(sink), opts)
+    let err = run_bounded(&run.cfg, Box::new(sink), opts)
         .expect_err("a run whose engine a live prune poisoned must fail");
     let msg = err.to_string();
     assert!(

@@ -12,11 +12,9 @@ use std::thread;
 use cairn_connector::cli::demo::{
     archived_offsets, demo_next_offsets, demo_producer, produce_with, DEMO_PARTITIONS,
 };
-use cairn_connector::{
-    run_pipeline, ArchiveSink, CommitPolicy, PipelineOptions, RunConfig, RunReport,
-};
+use cairn_connector::{ArchiveSink, CommitPolicy, PipelineOptions, RunConfig, RunReport};
 use cairn_engine::{Engine, EngineConfig, TopicPartition};
-use cairn_tests::{assert_committed_within_durable, fast_group, TestKafka};
+use cairn_tests::{assert_committed_within_durable, fast_group, run_bounded, TestKafka};
 
 const CHUNK: u64 = 1_000;
 
@@ -64,7 +62,7 @@ fn member(
             }),
             ..Default::default()
         };
-        run_pipeline(&cfg, Box::new(ArchiveSink::new(engine)), opts).unwrap()
+        run_bounded(&cfg, Box::new(ArchiveSink::new(engine)), opts).unwrap()
     })
 }
 

@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use cairn_connector::cli::demo::committed;
 use cairn_connector::{
-    run_pipeline, ArchiveSink, ConnectorError, OnOffsetOutOfRange, PipelineOptions, PutOutcome,
-    SinkTask, TaskError,
+    ArchiveSink, ConnectorError, OnOffsetOutOfRange, PipelineOptions, PutOutcome, SinkTask,
+    TaskError,
 };
 use cairn_engine::{Engine, EngineConfig, RecordBatch, TopicPartition};
-use cairn_tests::{config, init_logs, TestKafka};
+use cairn_tests::{config, init_logs, run_bounded, TestKafka};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
@@ -101,7 +101,7 @@ fn archive_until(
         done: Some(Box::new(move |c| c.get(&tp) == Some(&until))),
         ..Default::default()
     };
-    run_pipeline(cfg, Box::new(ArchiveSink::new(engine)), opts)
+    run_bounded(cfg, Box::new(ArchiveSink::new(engine)), opts)
 }
 
 fn archived_offsets(data: &std::path::Path, topic: &str) -> Vec<i64> {
@@ -259,7 +259,7 @@ fn fall_behind_while_running(
         done: Some(Box::new(move |c| c.get(&tp) == Some(&420))),
         ..Default::default()
     };
-    let run = std::thread::spawn(move || run_pipeline(&cfg, Box::new(sink), opts));
+    let run = std::thread::spawn(move || run_bounded(&cfg, Box::new(sink), opts));
     if holding.recv().is_err() {
         panic!(
             "the run ended before its first put: {:?}",
@@ -440,7 +440,7 @@ fn latest_after_the_end(k: &TestKafka) {
         })),
         ..Default::default()
     };
-    let run = std::thread::spawn(move || run_pipeline(&cfg, Box::new(sink), opts));
+    let run = std::thread::spawn(move || run_bounded(&cfg, Box::new(sink), opts));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
         let left = deadline.saturating_duration_since(std::time::Instant::now());

@@ -9,11 +9,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cairn_connector::cli::demo::{committed, demo_record, produce, DEMO_PARTITIONS};
-use cairn_connector::{
-    run_pipeline, CommitPolicy, PipelineOptions, PutOutcome, RunConfig, SinkTask, TaskError,
-};
+use cairn_connector::{CommitPolicy, PipelineOptions, PutOutcome, RunConfig, SinkTask, TaskError};
 use cairn_engine::{Record, RecordBatch, TopicPartition};
-use cairn_tests::{fast_group, init_logs, TestKafka};
+use cairn_tests::{fast_group, init_logs, run_bounded, TestKafka};
 use rand::{Rng, SeedableRng};
 
 /// What the sink holds, shared with the test.
@@ -157,7 +155,7 @@ fn run(
         })),
         ..Default::default()
     };
-    run_pipeline(cfg, Box::new(sink), opts).unwrap()
+    run_bounded(cfg, Box::new(sink), opts).unwrap()
 }
 
 #[test]
@@ -276,7 +274,7 @@ fn a_sink_declaring_records_it_was_never_handed_stops_the_run_and_nothing_is_com
     );
     cfg.batch_records_max = 500;
     fast_group(&mut cfg);
-    let err = run_pipeline(&cfg, Box::new(OverclaimingSink), PipelineOptions::default())
+    let err = run_bounded(&cfg, Box::new(OverclaimingSink), PipelineOptions::default())
         .expect_err("the invariant assertion must stop the run");
     assert!(err.to_string().contains("task thread panicked"), "{err}");
     // The first pre_commit tripped the assertion: nothing may have been
