@@ -234,19 +234,7 @@ impl Engine {
         if report.is_err() {
             // Still under the lock: what the backup wrote, by name (anything
             // else put there meanwhile is not the backup's to remove).
-            let sled = EngineConfig::new(&real).sled_path();
-            let removed = match std::fs::remove_dir_all(&sled) {
-                Ok(()) => true,
-                Err(e) => e.kind() == std::io::ErrorKind::NotFound,
-            };
-            let watermark = crate::watermark::WATERMARK_FILE;
-            for name in [
-                watermark.to_owned(),
-                format!("{watermark}.new"),
-                crate::poisoned::POISON_FILE.to_owned(),
-            ] {
-                let _ = std::fs::remove_file(real.join(name));
-            }
+            let removed = crate::removal::remove_store_files(&real).is_ok();
             // What is left of a copy that could not be removed whole (a
             // failing disk) stays marked unfinished: without the mark, sled
             // would open the remains as a store.

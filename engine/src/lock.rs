@@ -6,7 +6,7 @@
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
 use crate::error::{Error, Result};
@@ -71,6 +71,20 @@ impl DirLock {
                 });
             }
             Err(TryLockError::Error(e)) => return Err(io("lock", e)),
+        }
+        // A lock file unlinked while this locked it (a store being
+        // removed, removal.rs) locks nothing: the next opener makes a new
+        // one beside it.
+        let same_file = match (file.metadata(), std::fs::symlink_metadata(&path)) {
+            (Ok(held), Ok(named)) => held.dev() == named.dev() && held.ino() == named.ino(),
+            _ => false,
+        };
+        if !same_file {
+            return Err(Error::Locked {
+                path: dir.to_path_buf(),
+                holder: "a process that removed it as this locked it (an empty store removed)"
+                    .to_owned(),
+            });
         }
         file.set_len(0).map_err(|e| io("truncate lock file", e))?;
         file.seek(SeekFrom::Start(0))

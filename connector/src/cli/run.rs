@@ -221,11 +221,22 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
     crate::allocator::tune_for(cfg.commit);
     refuse_foreign_dir(&cfg.data)?;
     // A directory this run makes is removed again if the run fails having
-    // archived nothing (`remove_unused_archive`).
-    let made_here = !cfg.data.exists();
+    // archived nothing (a broker that does not answer, a topic it lacks, a
+    // signal while waiting): left, it would pass for an archive from then
+    // on (a mistyped --data, kept). (A dangling link is taken as there.)
+    let made_here = std::fs::symlink_metadata(&cfg.data).is_err();
+    let data = cfg.data.clone();
+    let ran = archive(cfg).await;
+    if ran.is_err() && made_here {
+        remove_unused_archive(&data);
+    }
+    ran
+}
+
+/// The archive's run under `cfg`, from the engine's open on.
+async fn archive(cfg: RunConfig) -> Result<ExitCode> {
     let engine_cfg = EngineConfig::new(&cfg.data).record_bytes_max(cfg.record_bytes_max);
     let engine = Arc::new(Engine::open(engine_cfg)?);
-    let engine_gone = Arc::downgrade(&engine);
     let r = engine.recovery_report();
     tracing::info!(data = %cfg.data.display(), frames_checked = r.frames_checked, truncated = r.truncated.is_some(), "archive open");
     let stop = Arc::new(AtomicBool::new(false));
@@ -282,23 +293,9 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
     let sink = Box::new(sink.with_live_reads(Box::new(move || {
         stop_on_poison.store(true, Ordering::Relaxed)
     })));
-    let data = cfg.data.clone();
     let report = tokio::task::spawn_blocking(move || run_pipeline(&cfg, sink, opts))
         .await
-        .map_err(|e| ConnectorError::Sink(format!("pipeline thread: {e}")))?;
-    let report = match report {
-        Ok(r) => r,
-        Err(e) => {
-            // A run that failed having archived nothing (a broker that does
-            // not answer, a topic it lacks, a signal while waiting): a new
-            // directory left behind would pass for an archive from then on
-            // (a mistyped --data, kept).
-            if made_here && engine_gone.upgrade().is_none() {
-                remove_unused_archive(&data);
-            }
-            return Err(e);
-        }
-    };
+        .map_err(|e| ConnectorError::Sink(format!("pipeline thread: {e}")))??;
     let h = &report.put_to_commit_us;
     tracing::info!(
         records = report.stats.records_written,
@@ -362,39 +359,24 @@ impl Signals {
     }
 }
 
-/// Remove the archive directory `data` that this run made, once its
-/// engine is dropped, if the store holds nothing (opened again to see: no
-/// partition was ever written), by the names an archive's files have
-/// (`sled`, `cairn.*`, the live socket's `.live`), then the directory
-/// itself only if that empties it. What cannot be removed stays, with a
-/// WARN: it is an empty archive, and harms nothing.
+/// Remove the archive directory `data` this run made, if its store holds
+/// nothing (`cairn_engine::remove_if_empty`: under the directory's lock,
+/// so an engine of this run still open, or another process's, keeps it).
+/// What cannot be removed stays, with a WARN: an empty archive harms
+/// nothing.
 fn remove_unused_archive(data: &Path) {
-    let empty = Engine::open(EngineConfig::new(data)).and_then(|e| {
-        let empty = e.partitions().is_empty();
-        e.close().map(|()| empty)
-    });
-    if !matches!(empty, Ok(true)) {
-        return;
-    }
-    let removed = (|| -> std::io::Result<()> {
-        for entry in std::fs::read_dir(data)? {
-            let entry = entry?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let path = entry.path();
-            if name == "sled" || name == ".live" {
-                std::fs::remove_dir_all(path)?;
-            } else if name.starts_with("cairn.") {
-                std::fs::remove_file(path)?;
-            }
+    use cairn_engine::EmptyStoreRemoval;
+    let at = data.display();
+    match cairn_engine::remove_if_empty(data) {
+        Ok(EmptyStoreRemoval::Kept) => {}
+        Ok(EmptyStoreRemoval::Removed) => {
+            tracing::info!(data = %at, "removed the archive directory this run made: nothing was archived")
         }
-        std::fs::remove_dir(data)
-    })();
-    match removed {
-        Ok(()) => {
-            tracing::info!(data = %data.display(), "removed the archive directory this run made: nothing was archived")
+        Ok(EmptyStoreRemoval::DirectoryKept) => {
+            tracing::info!(data = %at, "removed the empty archive this run made; the directory stays, as it holds other files")
         }
         Err(e) => {
-            tracing::warn!(data = %data.display(), error = %e, "could not remove the new, empty archive directory this run made")
+            tracing::warn!(data = %at, error = %e, "could not remove the new, empty archive this run made")
         }
     }
 }
@@ -468,36 +450,6 @@ mod tests {
     }
 
     const DAY: Duration = Duration::from_secs(86_400);
-
-    /// A failed run's new directory is removed only if its store holds
-    /// nothing; anything else in it stays.
-    #[test]
-    fn only_an_archive_that_holds_nothing_is_removed() {
-        use cairn_engine::{fuzzing::batch, Engine, EngineConfig, TopicPartition};
-        let dir = tempfile::tempdir().unwrap();
-        let empty = dir.path().join("empty");
-        Engine::open(EngineConfig::new(&empty))
-            .unwrap()
-            .close()
-            .unwrap();
-        super::remove_unused_archive(&empty);
-        assert!(!empty.exists());
-        let held = dir.path().join("held");
-        let e = Engine::open(EngineConfig::new(&held)).unwrap();
-        e.append(&[batch(&TopicPartition::new("t", 0), 0..1, 10)])
-            .unwrap();
-        e.close().unwrap();
-        super::remove_unused_archive(&held);
-        assert!(EngineConfig::new(&held).store_exists());
-        let other = dir.path().join("other");
-        Engine::open(EngineConfig::new(&other))
-            .unwrap()
-            .close()
-            .unwrap();
-        std::fs::write(other.join("notes.txt"), "mine").unwrap();
-        super::remove_unused_archive(&other);
-        assert!(other.join("notes.txt").exists());
-    }
 
     /// A relative `data` in the file is the file's neighbour; an absolute
     /// one, or the flag, is taken as it is.

@@ -1,0 +1,136 @@
+//! Removing a store that holds nothing: what a command leaves that made a
+//! data directory and then failed before archiving anything (`cairn run`
+//! against brokers that do not answer). Left, that directory would pass
+//! for an archive from then on.
+//!
+//! # Invariants
+//! - Nothing is removed from a store that holds a partition: one record
+//!   ever appended (even if retention pruned it since) keeps the store.
+//! - The directory's lock is held from before the store is looked at until
+//!   its files are gone, and the lock file goes last: no other process can
+//!   open the store in between (`DirLock::acquire` refuses a lock file
+//!   unlinked while it locked it).
+//! - Only the store's own files are removed, by name; the directory itself
+//!   only if that empties it (`remove_dir`, never recursive).
+
+use std::path::Path;
+
+use crate::config::EngineConfig;
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::lock::{DirLock, LOCK_FILE};
+
+/// What [`remove_if_empty`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EmptyStoreRemoval {
+    /// The store holds a partition: nothing was removed.
+    Kept,
+    /// The store and its directory are gone.
+    Removed,
+    /// The store is gone; its directory holds other files, and stays.
+    DirectoryKept,
+}
+
+/// Remove the store at `dir`, and `dir` if that empties it, if the store
+/// holds no partition. An error (the store is locked, cannot be opened, or
+/// a file cannot be removed) removes nothing more.
+pub fn remove_if_empty(dir: &Path) -> Result<EmptyStoreRemoval> {
+    let lock = DirLock::acquire(dir)?;
+    crate::backup::refuse_unfinished_backup(dir)?;
+    let engine = Engine::open_locking(EngineConfig::new(dir), false)?;
+    let empty = engine.partitions().is_empty();
+    // Closed (sled's handles dropped, and its own lock on its files with
+    // them) before anything is removed.
+    engine.close()?;
+    if !empty {
+        return Ok(EmptyStoreRemoval::Kept);
+    }
+    let io = |op: &'static str| {
+        move |source| Error::Io {
+            op,
+            path: dir.to_owned(),
+            source,
+        }
+    };
+    remove_store_files(dir).map_err(io("remove an empty store"))?;
+    // Last, still locked: an opener that opened the file before it went
+    // finds it locked, and one after it makes a new one (and then finds no
+    // store, or no directory).
+    std::fs::remove_file(dir.join(LOCK_FILE)).map_err(io("remove the lock file"))?;
+    drop(lock);
+    match std::fs::remove_dir(dir) {
+        Ok(()) => Ok(EmptyStoreRemoval::Removed),
+        // Something else is in it: not ours to remove.
+        Err(e) if e.kind() == std::io::ErrorKind::DirectoryNotEmpty => {
+            Ok(EmptyStoreRemoval::DirectoryKept)
+        }
+        Err(e) => Err(io("remove an empty store's directory")(e)),
+    }
+}
+
+/// Remove the store's own files in `dir` (sled's folder, the watermark and
+/// its new copy, a poison mark), under the caller's lock; one that is not
+/// there is no error. Not the lock file: the caller's, removed last.
+pub(crate) fn remove_store_files(dir: &Path) -> std::io::Result<()> {
+    let gone = |r: std::io::Result<()>| match r {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    };
+    gone(std::fs::remove_dir_all(EngineConfig::new(dir).sled_path()))?;
+    let watermark = crate::watermark::WATERMARK_FILE;
+    for name in [
+        watermark.to_owned(),
+        format!("{watermark}.new"),
+        crate::poisoned::POISON_FILE.to_owned(),
+    ] {
+        gone(std::fs::remove_file(dir.join(name)))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fuzzing::batch;
+    use crate::record::TopicPartition;
+
+    /// An empty store goes, with its directory; one with a partition stays,
+    /// pruned empty or not; files that are not the store's stay, with the
+    /// directory; a store another engine holds is refused.
+    #[test]
+    fn only_a_store_that_holds_nothing_is_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let empty = dir.path().join("empty");
+        Engine::open(EngineConfig::new(&empty))
+            .unwrap()
+            .close()
+            .unwrap();
+        assert_eq!(remove_if_empty(&empty).unwrap(), EmptyStoreRemoval::Removed);
+        assert!(!empty.exists());
+
+        let held = dir.path().join("held");
+        let tp = TopicPartition::new("t", 0);
+        let e = Engine::open(EngineConfig::new(&held)).unwrap();
+        e.append(&[batch(&tp, 0..2, 10)]).unwrap();
+        e.truncate_before(&tp, 2).unwrap();
+        e.close().unwrap();
+        assert_eq!(remove_if_empty(&held).unwrap(), EmptyStoreRemoval::Kept);
+        let e = Engine::open(EngineConfig::new(&held)).unwrap();
+        assert_eq!(e.durable_offset(&tp), Some(2), "pruned, still there");
+        assert!(matches!(remove_if_empty(&held), Err(Error::Locked { .. })));
+        e.close().unwrap();
+
+        let other = dir.path().join("other");
+        Engine::open(EngineConfig::new(&other))
+            .unwrap()
+            .close()
+            .unwrap();
+        std::fs::write(other.join("notes.txt"), "mine").unwrap();
+        assert_eq!(
+            remove_if_empty(&other).unwrap(),
+            EmptyStoreRemoval::DirectoryKept
+        );
+        assert!(other.join("notes.txt").exists());
+        assert!(!EngineConfig::new(&other).store_exists());
+    }
+}
