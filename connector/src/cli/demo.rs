@@ -319,40 +319,57 @@ async fn restore_round_trip(
     let restored = tokio::task::block_in_place(|| restore(engine, &cfg))?;
     let restore_secs = t.elapsed().as_secs_f64();
 
-    // The second archive is scratch: a fresh folder, removed when dropped.
-    let scratch = tempfile::Builder::new()
-        .prefix("cairn-demo-restored-")
-        .tempdir()
-        .map_err(|source| ConnectorError::Io {
-            path: std::env::temp_dir(),
-            source,
-        })?;
-    let data2 = scratch.path().to_path_buf();
-    *lock(scratch_at) = Some(data2.clone());
-    let mut run_cfg = demo_config(brokers, data2.clone());
-    run_cfg.group = "cairn-demo-restored".into();
-    run_cfg.topics = vec![topic.clone()];
-    let sink = Box::new(ArchiveSink::new(Arc::new(Engine::open(
-        EngineConfig::new(&data2),
-    )?)));
-    run_until_done(
-        run_cfg,
-        sink,
-        demo_next_offsets(&topic, n),
-        "archiving the restored topic",
-    )
-    .await?;
-    let second = Engine::open(EngineConfig::new(&data2))?;
-    check_archive(&second, &topic, n)
-        .map_err(|e| ConnectorError::Sink(format!("demo: the restored topic differs: {e}")))?;
-    second.close()?;
-    lock(scratch_at).take();
-    drop(scratch);
+    // The second archive is scratch: a fresh folder, removed when dropped,
+    // and made and dropped under the lock a signal's exit takes (no moment
+    // in which it exists unseen by that exit).
+    let data2 = {
+        let mut at = lock(scratch_at);
+        let scratch = tempfile::Builder::new()
+            .prefix("cairn-demo-restored-")
+            .tempdir()
+            .map_err(|source| ConnectorError::Io {
+                path: std::env::temp_dir(),
+                source,
+            })?;
+        let path = scratch.path().to_path_buf();
+        *at = Some(scratch);
+        path
+    };
+    let archived = archive_scratch(brokers, &topic, n, &data2).await;
+    drop(lock(scratch_at).take());
+    archived?;
     outln!(
         "restored   {} records into {topic} in {restore_secs:.2} s; archived that topic again: identical to what was produced (keys, values, headers, timestamps, offsets)",
         restored.records
     )?;
     Ok(())
+}
+
+/// Archive the restored `topic` into the scratch archive `data2`, and
+/// check it holds demo records 0..n.
+async fn archive_scratch(
+    brokers: &str,
+    topic: &str,
+    n: u64,
+    data2: &std::path::Path,
+) -> Result<()> {
+    let mut run_cfg = demo_config(brokers, data2.to_path_buf());
+    run_cfg.group = "cairn-demo-restored".into();
+    run_cfg.topics = vec![topic.to_owned()];
+    let sink = Box::new(ArchiveSink::new(Arc::new(Engine::open(
+        EngineConfig::new(data2),
+    )?)));
+    run_until_done(
+        run_cfg,
+        sink,
+        demo_next_offsets(topic, n),
+        "archiving the restored topic",
+    )
+    .await?;
+    let second = Engine::open(EngineConfig::new(data2))?;
+    check_archive(&second, topic, n)
+        .map_err(|e| ConnectorError::Sink(format!("demo: the restored topic differs: {e}")))?;
+    second.close().map_err(ConnectorError::from)
 }
 
 fn demo_config(brokers: &str, data: PathBuf) -> RunConfig {
@@ -400,10 +417,10 @@ fn demo_dir(data: Option<PathBuf>) -> Result<PathBuf> {
     }
 }
 
-/// Where the restore's scratch archive is while it exists: SIGINT or
-/// SIGTERM removes it before the demo exits (the archive in `--data`
-/// stays, as the demo never deletes what it was given).
-type Scratch = Arc<Mutex<Option<PathBuf>>>;
+/// The restore's scratch archive while it exists: SIGINT or SIGTERM
+/// removes it before the demo exits (the archive in `--data` stays, as the
+/// demo never deletes what it was given).
+type Scratch = Arc<Mutex<Option<tempfile::TempDir>>>;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -417,11 +434,29 @@ fn exit_on_signal(data: PathBuf, scratch: Scratch) -> Result<()> {
     let mut signals = super::run::Signals::for_command()?;
     tokio::spawn(async move {
         signals.recv().await;
-        if let Some(path) = lock(&scratch).take() {
-            let _ = std::fs::remove_dir_all(path);
+        // Held to the exit: the scratch archive is neither made nor dropped
+        // meanwhile.
+        let scratch = lock(&scratch);
+        if let Some(dir) = scratch.as_ref() {
+            // The run archiving into it goes on meanwhile, and sled may add
+            // a file as it is removed: tried a few times.
+            for _ in 0..20 {
+                match std::fs::remove_dir_all(dir.path()) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        std::thread::sleep(Duration::from_millis(10))
+                    }
+                    _ => break,
+                }
+            }
+            if dir.path().exists() {
+                eprintln!(
+                    "interrupted: could not remove the scratch archive {}",
+                    dir.path().display()
+                );
+            }
         }
         eprintln!(
-            "interrupted: the demo's archive stays at {} (recovered by its next open: cairn status --data {0})",
+            "interrupted: the demo's archive, if it got that far, stays at {} (recovered by its next open: cairn status --data {0})",
             data.display()
         );
         std::process::exit(130);
