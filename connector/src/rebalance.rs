@@ -429,7 +429,7 @@ impl SinkContext {
             tracing::warn!(
                 partitions,
                 archived = %crate::selection::first_few(uncommitted.into_iter()),
-                "the archive holds these partitions but the group has no committed offset for them: a new --group, the group's offsets expired (offsets.retention.minutes), or the topic was deleted and recreated; if recreated, resuming at the archive's offset skips the new topic's first records and appends the rest to the old one's history (archive a recreated topic into a new --data)"
+                "the archive holds these partitions but the group has no committed offset for them: a run into this archive stopped before its first commit of them (a crash: it resumes at the archive's offset, as it should), a new --group, the group's offsets expired (offsets.retention.minutes), or the topic was deleted and recreated; if recreated, resuming at the archive's offset skips the new topic's first records and appends the rest to the old one's history (archive a recreated topic into a new --data)"
             );
         }
         {
