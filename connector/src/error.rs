@@ -134,6 +134,13 @@ pub enum ConnectorError {
     /// running cairn answered on its socket.
     #[error("store {} is locked by {holder}: {}", path.display(), crate::cli::LOCKED_BY_A_RUN_STARTING)]
     ArchiveLocked { path: PathBuf, holder: String },
+    /// A byte string `--format jsonl-text` cannot write as text.
+    #[error("record {record}: its {field} is not UTF-8 (from byte {valid_up_to}), so --format jsonl-text cannot write it; --format jsonl writes it in base64")]
+    NotText {
+        record: String,
+        field: String,
+        valid_up_to: usize,
+    },
     #[error("sink failed: {0}")]
     Sink(String),
     #[error("i/o error on {path}: {source}")]

@@ -3,8 +3,12 @@
 //! jsonl: one object per record, `{"topic","partition","offset","timestamp",
 //! "timestamp_type","key","value","headers"}`; key and value are standard
 //! padded base64 or null; headers are `[name, base64-or-null]` pairs.
+//! jsonl-text: the same, with key, value and header values as JSON strings
+//! (to read, or for `jq`); a byte string that is not UTF-8 stops the export
+//! naming its record, rather than be written altered.
 //! raw: the values, newline-delimited, like `kcat -C`.
 
+use std::borrow::Cow;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -22,7 +26,11 @@ use crate::error::{ConnectorError, Result};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Format {
+    /// JSON lines; key, value and header values in base64 (lossless).
     Jsonl,
+    /// JSON lines; key, value and header values as text (UTF-8 only).
+    JsonlText,
+    /// The values, one per line (lossy).
     Raw,
 }
 
@@ -46,17 +54,31 @@ struct Line<'a> {
     offset: i64,
     timestamp: i64,
     timestamp_type: &'static str,
-    key: Option<String>,
-    value: Option<String>,
-    headers: Vec<(&'a str, Option<String>)>,
+    key: Option<Cow<'a, str>>,
+    value: Option<Cow<'a, str>>,
+    headers: Vec<(&'a str, Option<Cow<'a, str>>)>,
 }
 
-fn b64(v: &Option<Vec<u8>>) -> Option<String> {
-    v.as_ref().map(|b| STANDARD.encode(b))
-}
-
-fn line<'a>(tp: &'a TopicPartition, r: &'a Record) -> Line<'a> {
-    Line {
+/// `r` as a jsonl line: its byte strings in base64, or as text (`text`),
+/// which fails, naming the record and the field, on bytes that are not
+/// UTF-8.
+fn line<'a>(tp: &'a TopicPartition, r: &'a Record, text: bool) -> Result<Line<'a>> {
+    let bytes = |field: &dyn Fn() -> String, v: &'a Option<Vec<u8>>| {
+        let Some(b) = v else {
+            return Ok(None);
+        };
+        if !text {
+            return Ok(Some(Cow::Owned(STANDARD.encode(b))));
+        }
+        std::str::from_utf8(b)
+            .map(|s| Some(Cow::Borrowed(s)))
+            .map_err(|e| ConnectorError::NotText {
+                record: format!("{tp}@{}", r.offset),
+                field: field(),
+                valid_up_to: e.valid_up_to(),
+            })
+    };
+    Ok(Line {
         topic: &tp.topic,
         partition: tp.partition,
         offset: r.offset,
@@ -66,14 +88,17 @@ fn line<'a>(tp: &'a TopicPartition, r: &'a Record) -> Line<'a> {
             TimestampType::CreateTime => "create",
             TimestampType::LogAppendTime => "log-append",
         },
-        key: b64(&r.key),
-        value: b64(&r.value),
+        key: bytes(&|| "key".into(), &r.key)?,
+        value: bytes(&|| "value".into(), &r.value)?,
         headers: r
             .headers
             .iter()
-            .map(|h| (h.name.as_str(), b64(&h.value)))
-            .collect(),
-    }
+            .map(|h| {
+                let field = || format!("header {:?}", h.name);
+                Ok((h.name.as_str(), bytes(&field, &h.value)?))
+            })
+            .collect::<Result<_>>()?,
+    })
 }
 
 pub async fn run(args: ExportArgs) -> Result<ExitCode> {
@@ -597,9 +622,13 @@ pub(crate) fn write_records(
             let res = match format {
                 // `From` keeps the writer's own error (its kind: a closed
                 // pipe), where `io::Error::other` would hide it.
-                Format::Jsonl => serde_json::to_writer(&mut *out, &line(&p.tp, &r))
-                    .map_err(std::io::Error::from)
-                    .and_then(|_| out.write_all(b"\n")),
+                Format::Jsonl | Format::JsonlText => {
+                    let l = line(&p.tp, &r, format == Format::JsonlText)
+                        .map_err(|e| stopped(count, &last, e))?;
+                    serde_json::to_writer(&mut *out, &l)
+                        .map_err(std::io::Error::from)
+                        .and_then(|_| out.write_all(b"\n"))
+                }
                 Format::Raw => out
                     .write_all(r.value.as_deref().unwrap_or_default())
                     .and_then(|_| out.write_all(b"\n")),
@@ -628,4 +657,83 @@ pub(crate) fn write_records(
         return Err(select.nothing_in_range());
     }
     Ok(Some(count))
+}
+
+#[cfg(test)]
+mod tests {
+    use cairn_engine::{Engine, EngineConfig, Header, Record, RecordBatch, TimestampType};
+
+    use super::*;
+
+    fn record(offset: i64, value: &[u8]) -> Record {
+        Record {
+            offset,
+            timestamp_type: TimestampType::CreateTime,
+            timestamp_ms: 7,
+            key: Some(b"k".to_vec()),
+            value: Some(value.to_vec()),
+            headers: vec![
+                Header {
+                    name: "h".into(),
+                    value: Some("v\u{e9}".as_bytes().to_vec()),
+                },
+                Header {
+                    name: "n".into(),
+                    value: None,
+                },
+            ],
+        }
+    }
+
+    /// `jsonl-text` writes byte strings as text, nulls as null; bytes that
+    /// are not UTF-8 stop it at their record, naming it, the field and
+    /// where the text ends, after the records before it. `jsonl` writes
+    /// the same record in base64.
+    #[test]
+    fn jsonl_text_writes_text_and_stops_at_bytes_that_are_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        let tp = TopicPartition::new("t", 0);
+        let mut bad = record(1, b"ok\xffok");
+        bad.value = Some(b"ok\xffok".to_vec());
+        let mut null = record(2, b"");
+        null.value = None;
+        let records = vec![record(0, "h\u{e9}llo \"q\"\n".as_bytes()), bad, null];
+        engine
+            .append(&[RecordBatch {
+                tp: tp.clone(),
+                records,
+            }])
+            .unwrap();
+        let chosen = engine.partitions();
+        let export = |format: Format, select: &Selection| {
+            let mut out = Vec::new();
+            let r = write_records(&engine, &chosen, select, format, &mut out, Path::new("-"));
+            (r, String::from_utf8(out).unwrap())
+        };
+        let all = Selection::default();
+        let (r, out) = export(Format::JsonlText, &all);
+        assert_eq!(
+            out,
+            "{\"topic\":\"t\",\"partition\":0,\"offset\":0,\"timestamp\":7,\"timestamp_type\":\"create\",\"key\":\"k\",\"value\":\"h\u{e9}llo \\\"q\\\"\\n\",\"headers\":[[\"h\",\"v\u{e9}\"],[\"n\",null]]}\n"
+        );
+        let e = r.unwrap_err().to_string();
+        assert!(
+            e.contains("export stopped after 1 records (the last t/0@0)")
+                && e.contains("record t/0@1: its value is not UTF-8 (from byte 2)")
+                && e.contains("--format jsonl writes it in base64"),
+            "{e}"
+        );
+        let past = Selection {
+            from: 2,
+            ..Selection::default()
+        };
+        let (r, out) = export(Format::JsonlText, &past);
+        assert_eq!(r.unwrap(), Some(1));
+        assert!(out.contains("\"value\":null"), "{out}");
+        let (r, out) = export(Format::Jsonl, &all);
+        assert_eq!(r.unwrap(), Some(3));
+        assert!(out.contains("\"value\":\"b2v/b2s=\""), "{out}");
+        assert!(out.contains("[\"h\",\"dsOp\"]"), "{out}");
+    }
 }
