@@ -108,22 +108,34 @@ impl CommitTracker {
         }
     }
 
-    /// An assignment: the sink's `open` reported these offsets durable (so
-    /// they are safe), and Kafka had these committed. A partition that
-    /// resumes fully archived gets no put, yet its durable offset may still
-    /// need committing.
+    /// An assignment of `opened`: the sink's `open` reported these offsets
+    /// durable (so they are safe), and Kafka had these committed. A
+    /// partition that resumes fully archived gets no put, yet its durable
+    /// offset may still need committing. An offset `open` reports for a
+    /// partition it was not opening (one assigned already, or not at all)
+    /// is returned, not taken: nothing checked it against what the sink was
+    /// handed, and taken as durable it could be committed past what the
+    /// sink holds (Kafka Connect likewise ignores offsets of partitions not
+    /// assigned).
     pub fn record_open(
         &mut self,
+        opened: &[TopicPartition],
         durable: &BTreeMap<TopicPartition, i64>,
         kafka_committed: &BTreeMap<TopicPartition, i64>,
-    ) {
+    ) -> Vec<(TopicPartition, i64)> {
+        let mut ignored = Vec::new();
         for (tp, &o) in durable {
+            if !opened.contains(tp) {
+                ignored.push((tp.clone(), o));
+                continue;
+            }
             raise(&mut self.durable_reported, tp, o);
             raise(&mut self.safe, tp, o);
         }
         for (tp, &o) in kafka_committed {
             raise(&mut self.committed, tp, o);
         }
+        ignored
     }
 
     /// `pre_commit` made these offsets durable and declared them safe.
@@ -377,6 +389,7 @@ mod tests {
         let (done, behind) = (tp(0), tp(1));
         let assigned = BTreeSet::from([done.clone(), behind.clone()]);
         t.record_open(
+            &[done.clone(), behind.clone()],
             &BTreeMap::from([(done.clone(), 100), (behind.clone(), 40)]),
             &BTreeMap::from([(done.clone(), 90), (behind.clone(), 60)]),
         );
@@ -384,5 +397,25 @@ mod tests {
         // Another instance committed 60; this store's 40 must not move it back.
         let c = t.take_commit(&assigned, None).unwrap();
         assert_eq!(c.offsets, BTreeMap::from([(done, 100)]));
+    }
+
+    /// An offset `open` reports for a partition it is not opening (here
+    /// one already assigned, with records handed up to 500) is ignored:
+    /// taken, it would be committed past what the sink holds.
+    #[test]
+    fn open_reporting_another_partition_is_ignored() {
+        let mut t = CommitTracker::default();
+        let handed = BTreeMap::from([(tp(0), 500)]);
+        t.record_put(Instant::now(), &BTreeMap::from([(tp(0), 500)]), &handed);
+        t.record_pre_commit(&BTreeMap::from([(tp(0), 500)]), &handed);
+        let ignored = t.record_open(
+            &[tp(1)],
+            &BTreeMap::from([(tp(0), 999), (tp(1), 10), (tp(2), 7)]),
+            &BTreeMap::new(),
+        );
+        assert_eq!(ignored, vec![(tp(0), 999), (tp(2), 7)]);
+        let assigned = BTreeSet::from([tp(0), tp(1), tp(2)]);
+        let c = t.take_commit(&assigned, None).unwrap();
+        assert_eq!(c.offsets, BTreeMap::from([(tp(0), 500), (tp(1), 10)]));
     }
 }

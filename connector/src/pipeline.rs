@@ -256,14 +256,21 @@ impl Pipeline {
                 return CommitOutcome::Closed;
             }
         }
-        if only.is_none() {
+        {
+            let mut s = self.state();
+            // Closed since these offsets were chosen (a failed fsync, a
+            // crash, the end of the run): nothing more is committed, not
+            // even offsets that were durable.
+            if s.commits_closed {
+                s.tracker.commit_failed(pending);
+                return CommitOutcome::Closed;
+            }
             // A revoke that began since these offsets were chosen commits
             // its partitions itself; this commit, sent after it, would move
             // them back. Checked again just before handing the commit to
             // librdkafka (which sends a client's commits in order); the
             // windows left are in the invariants above.
-            let mut s = self.state();
-            if s.revoked_since(revokes_begun, pending.offsets.keys()) {
+            if only.is_none() && s.revoked_since(revokes_begun, pending.offsets.keys()) {
                 s.tracker.commit_failed(pending);
                 tracing::debug!("commit dropped: a revoke began since it was chosen");
                 // The other partitions of this commit go with the next one,

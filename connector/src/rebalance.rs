@@ -434,7 +434,13 @@ impl SinkContext {
         }
         {
             let mut st = s.pipeline.state();
-            st.tracker.record_open(&resume, &kafka);
+            let ignored = st.tracker.record_open(&tps, &resume, &kafka);
+            if !ignored.is_empty() {
+                tracing::warn!(
+                    partitions = %crate::selection::first_few(ignored.iter().map(|(tp, o)| format!("{tp}@{o}"))),
+                    "the sink's open reported offsets of partitions it was not opening: ignored"
+                );
+            }
             st.assigned.extend(tps.iter().cloned());
             st.consumed.extend(consumed);
         }

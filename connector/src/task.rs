@@ -83,7 +83,10 @@ pub trait SinkTask: Send {
     /// partition given none starts at Kafka's committed offset (or by
     /// `--auto-offset-reset`); if Kafka cannot read that offset at the
     /// assignment, twice, the run stops with an error naming the partition
-    /// rather than guess where it starts.
+    /// rather than guess where it starts. An offset returned for a
+    /// partition not in `partitions` is ignored, with a WARN. Not called
+    /// after the run has failed (its open may sync, and a failed fsync is
+    /// never retried).
     fn open(
         &mut self,
         partitions: &[TopicPartition],

@@ -141,6 +141,13 @@ impl Worker {
                     // consumer thread's next records.
                     self.pipeline.recycler.give_back(batches);
                 }
+                // After a fatal error the sink is not asked to open: its
+                // open may sync, and a failed fsync is never retried.
+                Some(Job::Open { reply, .. }) if failed => {
+                    let _ = reply.send(Err(ConnectorError::Sink(
+                        "not opening partitions after a fatal error".into(),
+                    )));
+                }
                 Some(Job::Open { partitions, reply }) => {
                     let r = self
                         .sink
