@@ -218,6 +218,17 @@ pub(crate) fn recover(
         };
         let f = match frame::decode(lsn, &v) {
             Ok(f) => f,
+            // Only an append can be cut short by a crash: a tombstone is
+            // written by one batch and fsynced before it is reported, so
+            // one cut short is damage (the decoder knows the kind of a frame
+            // whose header is whole).
+            Err(kind @ CorruptionKind::Truncated { .. })
+                if is_last
+                    && v.len() >= frame::FRAME_HEADER_BYTES
+                    && v[5] == FrameKind::Tombstone as u8 =>
+            {
+                return Err(corrupt(lsn, kind));
+            }
             Err(kind @ CorruptionKind::Truncated { .. }) if is_last => {
                 // Keep scanning: only slots may follow a torn last frame. A
                 // frame above them means the "slot" after this one is a hole

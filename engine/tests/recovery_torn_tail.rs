@@ -324,3 +324,51 @@ fn a_refused_open_writes_none_of_its_repairs() {
         );
     });
 }
+
+/// A tombstone ending the log (retention emptied the partition) that is cut
+/// short is damage, not a torn write: retention writes a tombstone in one
+/// batch and fsyncs it before it reports the prune. Before, it was
+/// truncated as a torn tail, and the LSNs it covered would have been
+/// reused.
+#[test]
+fn a_tombstone_cut_short_is_damage_not_a_torn_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let tp = TopicPartition::new("torn", 0);
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    for i in 0..3 {
+        e.append(&[batch(&tp, i * 10..i * 10 + 10, 20)]).unwrap();
+    }
+    e.truncate_before(&tp, 30).unwrap();
+    // A crash: the tombstone lies past the checkpoint, where recovery
+    // looks for a torn tail.
+    drop(e);
+    // The log's last frame (slots aside) is the tombstone.
+    let (lsn, v) = with_raw_tree(dir.path(), |t| {
+        t.scan_prefix([cairn_engine::keys::PREFIX_WAL])
+            .map(Result::unwrap)
+            .filter(|(_, v)| !cairn_engine::slots::is_slot(v))
+            .last()
+            .map(|(k, v)| (cairn_engine::keys::parse_wal_key(&k).unwrap(), v.to_vec()))
+            .unwrap()
+    });
+    assert_eq!(
+        v[5],
+        cairn_engine::frame::FrameKind::Tombstone as u8,
+        "the log ends in a tombstone"
+    );
+    with_raw_tree(dir.path(), |t| {
+        t.insert(wal_key(lsn), &v[..v.len() - 1]).unwrap();
+    });
+    unacknowledge_after(dir.path(), lsn - 1);
+    match opens(dir.path(), RecoveryMode::TolerateTail) {
+        Err(Error::Corruption {
+            location: Location::Wal { lsn: at },
+            kind: CorruptionKind::Truncated { .. },
+        }) if at == lsn => {}
+        Err(other) => panic!("must refuse at lsn {lsn}, got {other}"),
+        Ok(e) => panic!(
+            "opened, truncating the tombstone as torn: {:?}",
+            e.recovery_report().truncated
+        ),
+    }
+}
