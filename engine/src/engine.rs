@@ -182,6 +182,14 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().expect("engine lock poisoned by an earlier panic")
 }
 
+/// `m`'s guard, also after a panic while it was held: for reads of the
+/// write state that a poisoned engine still answers (verify, stats). Every
+/// panic while `write` is held poisons the engine (`PoisonOnPanic` in
+/// writes and truncations), and the writers check for that first.
+pub(crate) fn lock_to_read<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// The sync leader's duty while it syncs, for when it panics instead of
 /// returning (forgotten when it returns): end the sync as failed, poison the
 /// engine, and wake the followers, who would otherwise wait for good.
@@ -510,6 +518,13 @@ impl Engine {
         for b in batches {
             validate_batch(b, self.cfg.record_bytes_max)?;
         }
+        // A panic among the inserts leaves the store and the engine's state
+        // unknown: poisoned, as a failed insert would be, so that the next
+        // write or sync is refused rather than met by a lock left poisoned.
+        let _poison_on_panic = PoisonOnPanic {
+            engine: self,
+            op: "write",
+        };
         let mut touched = BTreeSet::new();
         let (seq, offsets, appended, duplicates) = {
             let mut w = lock(&self.write);
@@ -862,7 +877,7 @@ impl Engine {
     /// Counters and per-partition figures.
     pub fn stats(&self) -> EngineStats {
         let c = &self.counters;
-        let next_lsn = lock(&self.write).next_lsn;
+        let next_lsn = lock_to_read(&self.write).next_lsn;
         let durable_lsn = self.durable_view().lsn;
         EngineStats {
             appends: c.appends.load(Ordering::Relaxed),

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::body::decode_entry;
 use crate::config::EngineConfig;
-use crate::engine::{lock, store_err, Engine};
+use crate::engine::{lock_to_read, store_err, Engine};
 use crate::entry::{Assembler, Fed};
 use crate::error::{CorruptionKind, Error, Location, Result};
 use crate::frame::{self, FrameKind};
@@ -119,10 +119,12 @@ impl Engine {
             // Poisoned only by a panicked truncation, which poisoned the
             // engine too (retention.rs): checked below as such.
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let now = |tp: &TopicPartition| lock(&self.write).partitions.get(tp).copied();
-        let next_lsn_now = || lock(&self.write).next_lsn;
+        // Read even after a panic under the lock (it poisoned the engine):
+        // the checks a failed write cannot upset still run.
+        let now = |tp: &TopicPartition| lock_to_read(&self.write).partitions.get(tp).copied();
+        let next_lsn_now = || lock_to_read(&self.write).next_lsn;
         let bound = {
-            let w = lock(&self.write);
+            let w = lock_to_read(&self.write);
             Snapshot {
                 lsn_end: w.next_lsn,
                 partitions: w.partitions.clone(),
