@@ -518,16 +518,18 @@ impl Engine {
         for b in batches {
             validate_batch(b, self.cfg.record_bytes_max)?;
         }
-        // A panic among the inserts leaves the store and the engine's state
-        // unknown: poisoned, as a failed insert would be, so that the next
-        // write or sync is refused rather than met by a lock left poisoned.
-        let _poison_on_panic = PoisonOnPanic {
-            engine: self,
-            op: "write",
-        };
         let mut touched = BTreeSet::new();
         let (seq, offsets, appended, duplicates) = {
-            let mut w = lock(&self.write);
+            let mut w = self.write_state()?;
+            // A panic among the inserts leaves the store and the engine's
+            // state unknown: poisoned, as a failed insert would be. Declared
+            // after the lock, so dropped first: the engine is poisoned
+            // before the lock is let go, and a thread waiting on it finds
+            // the poisoning (`write_state`).
+            let _poison_on_panic = PoisonOnPanic {
+                engine: self,
+                op: "write",
+            };
             self.check_usable()?;
             // Written in this order, one insert each: an entry's frames, then
             // its index entry; then the summaries; then the checkpoint.
@@ -711,7 +713,7 @@ impl Engine {
             let leading = SyncLeader { engine: self };
             // Snapshot before syncing: everything in it is covered by the sync.
             let (target, view, top_up) = {
-                let w = lock(&self.write);
+                let w = self.write_state()?;
                 (
                     w.seq,
                     DurableView {
@@ -832,7 +834,7 @@ impl Engine {
     /// Make every write so far durable (a no-op if it already is).
     pub fn sync(&self) -> Result<()> {
         self.check_usable()?;
-        let seq = lock(&self.write).seq;
+        let seq = self.write_state()?.seq;
         self.wait_durable(seq).map(|_| ())
     }
 
@@ -949,7 +951,24 @@ impl Engine {
 
     pub(crate) fn lock_write(&self) -> Result<MutexGuard<'_, WriteState>> {
         self.check_usable()?;
-        Ok(lock(&self.write))
+        self.write_state()
+    }
+
+    /// The write lock, for a writer: after a panic under it, the
+    /// engine's poisoning as an error (never a panic). Writes and
+    /// truncations poison the engine before a panic lets go of the lock
+    /// (`PoisonOnPanic`); one that did not is poisoned here.
+    fn write_state(&self) -> Result<MutexGuard<'_, WriteState>> {
+        match self.write.lock() {
+            Ok(w) => Ok(w),
+            Err(_) => {
+                self.check_usable()?;
+                Err(self.poison(
+                    "write",
+                    "an earlier panic while the write lock was held".into(),
+                ))
+            }
+        }
     }
 }
 

@@ -243,6 +243,12 @@ impl Engine {
         let mut more = false;
         let seq = {
             let mut w = self.lock_write()?;
+            // Dropped before the lock: a panic below poisons the engine
+            // before a thread waiting on the lock can take it.
+            let _poison_on_panic = crate::engine::PoisonOnPanic {
+                engine: self,
+                op: "truncation",
+            };
             let Some(mut summary) = w.partitions.get(tp).copied() else {
                 return Ok((report, false));
             };
