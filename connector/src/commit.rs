@@ -123,6 +123,7 @@ impl CommitTracker {
         durable: &BTreeMap<TopicPartition, i64>,
         kafka_committed: &BTreeMap<TopicPartition, i64>,
     ) -> Vec<(TopicPartition, i64)> {
+        let opened: BTreeSet<&TopicPartition> = opened.iter().collect();
         let mut ignored = Vec::new();
         for (tp, &o) in durable {
             if !opened.contains(tp) {

@@ -218,10 +218,13 @@ pub(crate) fn recover(
         };
         let f = match frame::decode(lsn, &v) {
             Ok(f) => f,
-            // Only an append can be cut short by a crash: a tombstone is
-            // written by one batch and fsynced before it is reported, so
+            // A frame cut short at the log's end is truncated as torn only
+            // if it is a records frame, the one kind an unfinished append
+            // leaves (sled writes values whole, so no crash cuts one: this
+            // is the format's allowance, not a crash's). A tombstone is
+            // written in one batch and fsynced before it is reported, so
             // one cut short is damage (the decoder knows the kind of a frame
-            // whose header is whole).
+            // whose header is whole; a shorter one cannot be told apart).
             Err(kind @ CorruptionKind::Truncated { .. })
                 if is_last
                     && v.len() >= frame::FRAME_HEADER_BYTES

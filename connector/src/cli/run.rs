@@ -227,7 +227,8 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
     let made_here = std::fs::symlink_metadata(&cfg.data).is_err();
     let data = cfg.data.clone();
     let ran = archive(cfg).await;
-    if ran.is_err() && made_here {
+    // (Not when the open failed before making it: nothing to remove.)
+    if ran.is_err() && made_here && data.exists() {
         remove_unused_archive(&data);
     }
     ran
