@@ -37,6 +37,8 @@ pub mod restore;
 mod retention;
 pub mod selection;
 pub mod task;
+#[doc(hidden)]
+pub mod testing;
 mod worker;
 
 pub use config::{CommitPolicy, OnOffsetOutOfRange, OnOversize, RunConfig};

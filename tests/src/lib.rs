@@ -210,30 +210,7 @@ pub fn assert_committed_within_durable(
     }
 }
 
-/// Longest one run of a test may take before it is stopped (through
-/// `PipelineOptions::stop`) and the test fails saying so: a stalled run
-/// then names itself instead of running into CI's job timeout.
-pub const RUN_LIMIT: Duration = Duration::from_secs(300);
-
-/// [`cairn_connector::run_pipeline`], bounded by [`RUN_LIMIT`].
-pub fn run_bounded(
-    cfg: &cairn_connector::RunConfig,
-    sink: Box<dyn cairn_connector::SinkTask>,
-    opts: cairn_connector::PipelineOptions,
-) -> cairn_connector::Result<cairn_connector::RunReport> {
-    let watchdog = Watchdog::arm(opts.stop.clone(), RUN_LIMIT);
-    let result = cairn_connector::run_pipeline(cfg, sink, opts);
-    if watchdog.disarm() {
-        let then = result
-            .as_ref()
-            .map_or_else(|e| e.to_string(), |_| "clean".into());
-        panic!(
-            "the run did not end within {} s: stopped (its stop: {then})",
-            RUN_LIMIT.as_secs()
-        );
-    }
-    result
-}
+pub use cairn_connector::testing::{run_bounded, Watchdog, RUN_LIMIT};
 
 /// Run into `engine` a pipeline that must stop with an error, and that
 /// error's message. A run that goes on instead is stopped after a minute,
@@ -286,49 +263,4 @@ pub fn durable(
     Engine::open(EngineConfig::new(data))
         .unwrap()
         .durable_offsets()
-}
-
-/// A bound on a run that should end on its own: sets `stop` if not
-/// disarmed within `limit`, so that a regression fails the test rather than
-/// hanging it. Not a synchronisation: a passing test disarms it first.
-pub struct Watchdog {
-    disarm: Option<std::sync::mpsc::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<bool>>,
-}
-
-impl Watchdog {
-    pub fn arm(stop: std::sync::Arc<std::sync::atomic::AtomicBool>, limit: Duration) -> Watchdog {
-        let (disarm, disarmed) = std::sync::mpsc::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            // Disconnected (disarmed) is the normal end.
-            let fired =
-                disarmed.recv_timeout(limit) == Err(std::sync::mpsc::RecvTimeoutError::Timeout);
-            if fired {
-                stop.store(true, std::sync::atomic::Ordering::Relaxed);
-            }
-            fired
-        });
-        Watchdog {
-            disarm: Some(disarm),
-            thread: Some(thread),
-        }
-    }
-
-    /// Stop watching; whether it fired (set `stop`) first.
-    pub fn disarm(mut self) -> bool {
-        self.end()
-    }
-
-    fn end(&mut self) -> bool {
-        drop(self.disarm.take());
-        self.thread
-            .take()
-            .is_some_and(|t| t.join().expect("watchdog thread"))
-    }
-}
-
-impl Drop for Watchdog {
-    fn drop(&mut self) {
-        self.end();
-    }
 }

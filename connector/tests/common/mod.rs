@@ -235,41 +235,7 @@ impl Watchdog {
     }
 }
 
-/// Longest one in-process run of a test may take before it is stopped
-/// (through `PipelineOptions::stop`) and the test fails saying so, rather
-/// than running into CI's job timeout.
-pub const RUN_LIMIT: std::time::Duration = std::time::Duration::from_secs(300);
-
-/// [`cairn_connector::run_pipeline`], bounded by [`RUN_LIMIT`].
-pub fn run_bounded(
-    cfg: &cairn_connector::RunConfig,
-    sink: Box<dyn cairn_connector::SinkTask>,
-    opts: cairn_connector::PipelineOptions,
-) -> cairn_connector::Result<cairn_connector::RunReport> {
-    let (disarm, disarmed) = std::sync::mpsc::channel::<()>();
-    let stop = opts.stop.clone();
-    let dog = std::thread::spawn(move || {
-        // Disconnected (disarmed) is the normal end.
-        let fired =
-            disarmed.recv_timeout(RUN_LIMIT) == Err(std::sync::mpsc::RecvTimeoutError::Timeout);
-        if fired {
-            stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-        fired
-    });
-    let result = cairn_connector::run_pipeline(cfg, sink, opts);
-    drop(disarm);
-    if dog.join().expect("watchdog thread") {
-        let then = result
-            .as_ref()
-            .map_or_else(|e| e.to_string(), |_| "clean".into());
-        panic!(
-            "the run did not end within {} s: stopped (its stop: {then})",
-            RUN_LIMIT.as_secs()
-        );
-    }
-    result
-}
+pub use cairn_connector::testing::run_bounded;
 
 /// A child process that is killed (SIGKILL) and reaped when dropped, so a
 /// test that fails (panics) leaves no `cairn run` behind to hold its group
