@@ -74,12 +74,11 @@ impl DirLock {
         }
         // A lock file unlinked while this locked it (a store being
         // removed, removal.rs) locks nothing: the next opener makes a new
-        // one beside it.
-        let same_file = match (file.metadata(), std::fs::symlink_metadata(&path)) {
-            (Ok(held), Ok(named)) => held.dev() == named.dev() && held.ino() == named.ino(),
-            _ => false,
-        };
-        if !same_file {
+        // one. (Its link count, from the descriptor held: comparing inode
+        // numbers of the descriptor and the path is not reliable on every
+        // file system.)
+        let unlinked = file.metadata().map_err(|e| io("stat lock file", e))?.nlink() == 0;
+        if unlinked {
             return Err(Error::Locked {
                 path: dir.to_path_buf(),
                 holder: "a process that removed it as this locked it (an empty store removed)"
