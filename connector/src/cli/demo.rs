@@ -27,7 +27,7 @@ use rdkafka::Message;
 
 use super::outln;
 use crate::config::{CommitPolicy, RunConfig};
-use crate::consumer::{run_pipeline, PipelineOptions, RunReport};
+use crate::consumer::{lock, run_pipeline, PipelineOptions, RunReport};
 use crate::convert::to_base_record;
 use crate::error::{ConnectorError, Result};
 use crate::offsets::{committed_offsets, group_client};
@@ -421,10 +421,6 @@ fn demo_dir(data: Option<PathBuf>) -> Result<PathBuf> {
 /// removes it before the demo exits (the archive in `--data` stays, as the
 /// demo never deletes what it was given).
 type Scratch = Arc<Mutex<Option<tempfile::TempDir>>>;
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 /// On SIGINT or SIGTERM: remove the scratch archive, say where the archive
 /// is, and exit 130 at once (the run's threads, and the crashing child,
