@@ -191,8 +191,10 @@ pub(crate) fn lock_to_read<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// The sync leader's duty while it syncs, for when it panics instead of
-/// returning (forgotten when it returns): end the sync as failed, poison the
-/// engine, and wake the followers, who would otherwise wait for good.
+/// returning, or returns early on an engine already poisoned (forgotten
+/// when it returns normally): end the sync as failed, poison the engine (a
+/// no-op if it is), and wake the followers, who would otherwise wait for
+/// good.
 struct SyncLeader<'a> {
     engine: &'a Engine,
 }
@@ -811,6 +813,24 @@ impl Engine {
                 return Ok(())
             }
         };
+        // A panic is poisoned here, naming the top-up, while the lock is
+        // held: a writer waiting on it then finds the engine poisoned
+        // (`write_state`), and the lock is let go unpoisoned.
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.top_up_locked(&mut w)))
+        {
+            Ok(r) => r,
+            Err(p) => {
+                let message = crate::error::panic_message(&*p);
+                let reason = format!("the slot top-up panicked: {message}");
+                let _ = self.poison("reserve slots", reason);
+                drop(w);
+                std::panic::resume_unwind(p)
+            }
+        }
+    }
+
+    /// [`top_up_slots`](Self::top_up_slots)'s run, under the write lock.
+    fn top_up_locked(&self, w: &mut WriteState) -> Result<()> {
         self.check_usable()?;
         let run = slots::to_top_up(w.next_lsn, w.slots_end);
         for lsn in run.clone() {
@@ -950,8 +970,11 @@ impl Engine {
     }
 
     pub(crate) fn lock_write(&self) -> Result<MutexGuard<'_, WriteState>> {
+        // Checked under the lock: a write that failed while this waited
+        // for it poisoned the engine and let go of the lock cleanly.
+        let w = self.write_state()?;
         self.check_usable()?;
-        self.write_state()
+        Ok(w)
     }
 
     /// The write lock, for a writer: after a panic under it, the

@@ -74,10 +74,15 @@ impl DirLock {
         }
         // A lock file unlinked while this locked it (a store being
         // removed, removal.rs) locks nothing: the next opener makes a new
-        // one. (Its link count, from the descriptor held: comparing inode
-        // numbers of the descriptor and the path is not reliable on every
-        // file system.)
-        let unlinked = file.metadata().map_err(|e| io("stat lock file", e))?.nlink() == 0;
+        // one. Told by the path no longer naming the file held (gone, or
+        // another file): a link count alone misses NFS's rename of an open
+        // file and a directory copied with hard links.
+        let held = file.metadata().map_err(|e| io("stat lock file", e))?;
+        let unlinked = match std::fs::symlink_metadata(&path) {
+            Ok(named) => named.dev() != held.dev() || named.ino() != held.ino(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
+            Err(e) => return Err(io("stat lock file", e)),
+        };
         if unlinked {
             return Err(Error::Locked {
                 path: dir.to_path_buf(),
