@@ -358,12 +358,6 @@ impl Engine {
             r.frames += 1;
         }
         fail::fail_point!(FAILPOINT_BACKUP_AFTER_LOG);
-        // Below the durable next offset of a partition durable at the start.
-        let held = |tp: &crate::record::TopicPartition, first_offset: i64| {
-            view.partitions
-                .get(tp)
-                .is_some_and(|s| first_offset < s.next_offset)
-        };
         for item in self.tree.scan_prefix([keys::PREFIX_INDEX]) {
             let (k, v) = item.map_err(store_err("read index"))?;
             // Of a record durable at the start: not one appended since.
@@ -377,7 +371,12 @@ impl Engine {
             // refuses most such keys, as the source's would, and the backup
             // fails.)
             let durable = match keys::parse_index_key(&k) {
-                Ok((tp, first_offset)) => held(&tp, first_offset),
+                // Below the durable next offset of a partition durable at
+                // the start.
+                Ok((tp, first_offset)) => view
+                    .partitions
+                    .get(&tp)
+                    .is_some_and(|s| first_offset < s.next_offset),
                 Err(_) => true,
             };
             if durable {

@@ -694,8 +694,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
         let tp = TopicPartition::new("t", 0);
-        let mut bad = record(1, b"ok\xffok");
-        bad.value = Some(b"ok\xffok".to_vec());
+        let bad = record(1, b"ok\xffok");
         let mut null = record(2, b"");
         null.value = None;
         let records = vec![record(0, "h\u{e9}llo \"q\"\n".as_bytes()), bad, null];
