@@ -255,12 +255,17 @@ impl Shared {
         }
     }
 
-    /// Where `tp` starts fetching, for its lag before the first put.
-    pub(crate) fn started_at(&mut self, tp: &TopicPartition, start: Offset) {
-        let start = match start {
-            Offset::Offset(o) => Start::At(o),
-            Offset::Beginning => Start::Beginning,
-            Offset::End => Start::End,
+    /// Where `tp` starts fetching: for its lag before the first put, and
+    /// for judging an offset reset that comes before it delivers anything.
+    /// `refetch`: the offset this store committed of a partition it lost
+    /// whole, which a numeric start then refetches up to
+    /// ([`Start::Refetch`]).
+    pub(crate) fn started_at(&mut self, tp: &TopicPartition, start: Offset, refetch: Option<i64>) {
+        let start = match (start, refetch) {
+            (Offset::Offset(from), Some(committed)) => Start::Refetch { from, committed },
+            (Offset::Offset(o), None) => Start::At(o),
+            (Offset::Beginning, _) => Start::Beginning,
+            (Offset::End, _) => Start::End,
             _ => return,
         };
         self.starts.insert(tp.clone(), start);
@@ -419,9 +424,10 @@ impl Shared {
     ///
     /// Each assigned partition's position (or, if it delivered nothing yet,
     /// the offset it started from) is checked against Kafka's log
-    /// (retention.rs). A partition out of the log starts again where the
-    /// policy says; one whose bounds cannot be read, or that started at the
-    /// log start and delivered nothing, starts again where it is (which
+    /// (retention.rs; one refetching what this store lost, from its commit
+    /// on: `Start::Refetch`). A partition out of the log starts again where
+    /// the policy says; one whose bounds cannot be read, or that started at
+    /// the log start and delivered nothing, starts again where it is (which
     /// costs a re-fetch, nothing more). If no position is out of the log,
     /// the error was stale (about a partition revoked since, or a second
     /// error about one already restarted) or came from a fetch the check
@@ -462,9 +468,10 @@ impl Shared {
                 .get(tp)
                 .copied()
                 .or_else(|| self.pipeline.state().consumed.get(tp).copied());
-            let at = match (delivered, self.starts.get(tp).copied()) {
+            let start = self.starts.get(tp).copied();
+            let at = match (delivered, start) {
                 (Some(p), _) => p,
-                (None, Some(Start::At(o))) => o,
+                (None, Some(Start::At(o) | Start::Refetch { from: o, .. })) => o,
                 (None, Some(Start::Beginning)) => {
                     restart.insert(tp.clone(), Offset::Beginning);
                     continue;
@@ -484,7 +491,11 @@ impl Shared {
                     )))
                 }
             };
-            match retention::standing(&mut bounds, tp, at, policy)? {
+            let archived_below = match start {
+                Some(Start::Refetch { committed, .. }) => Some(committed),
+                _ => None,
+            };
+            match retention::standing(&mut bounds, tp, at, archived_below, policy)? {
                 Standing::InLog => {
                     going_on.insert(tp.clone(), Offset::Offset(at));
                 }
@@ -511,7 +522,11 @@ impl Shared {
             return Ok(false);
         }
         for (tp, to) in &restart {
-            self.started_at(tp, *to);
+            let refetch = match self.starts.get(tp) {
+                Some(Start::Refetch { committed, .. }) => Some(*committed),
+                _ => None,
+            };
+            self.started_at(tp, *to, refetch);
         }
         retention::restart_fetch(consumer, &restart, &going_on)?;
         Ok(true)

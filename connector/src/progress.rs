@@ -29,6 +29,15 @@ use hdrhistogram::Histogram;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Start {
     At(i64),
+    /// At `from`, Kafka's log start when the partition was assigned: a
+    /// partition this store committed `committed` of and then lost whole
+    /// (retention.rs, `refetch_lost`). Records before `committed` were
+    /// archived once; records from it on never were, and if they age out
+    /// before they are fetched, `--on-offset-out-of-range` judges them.
+    Refetch {
+        from: i64,
+        committed: i64,
+    },
     /// Kafka's log start (`--auto-offset-reset earliest`).
     Beginning,
     /// Kafka's log end (`--auto-offset-reset latest`).
@@ -190,7 +199,7 @@ impl ProgressClock {
                 let log_end = bounds.map(|b| b.end).filter(|o| *o >= 0);
                 let durable = run.durable.get(tp).copied();
                 let base = durable.or_else(|| match run.starts.get(tp)? {
-                    Start::At(o) => Some(*o),
+                    Start::At(o) | Start::Refetch { from: o, .. } => Some(*o),
                     Start::Beginning => bounds.map(|b| b.start).filter(|o| *o >= 0),
                     Start::End => log_end,
                 });

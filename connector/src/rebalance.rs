@@ -370,7 +370,7 @@ impl SinkContext {
                 (None, _) if stopping => Offset::End,
                 (None, Some(committed)) => {
                     match refetch_lost(&mut bounds, tp, committed, s.on_offset_out_of_range) {
-                        Ok(start) => start,
+                        Ok(from) => Offset::Offset(from),
                         Err(e) => {
                             s.pipeline.fail(e);
                             Offset::End
@@ -401,7 +401,7 @@ impl SinkContext {
                     }
                 }
             };
-            s.started_at(tp, start);
+            s.started_at(tp, start, lost_whole);
             if let Err(e) = tpl.set_partition_offset(&tp.topic, tp.partition, start) {
                 s.pipeline.fail(ConnectorError::Kafka {
                     op: "set assignment offset",

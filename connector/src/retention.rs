@@ -237,15 +237,20 @@ pub(crate) fn resume_at<X: ConsumerContext>(
 /// `committed`), the policy judges that as for any position Kafka no longer
 /// has, and `fail` stops the run rather than skip them without a word.
 ///
-/// Bounds that cannot be read stop the run too: unlike [`resume_at`]'s
-/// position, a start at the log start never meets an offset reset that
-/// would judge it later.
+/// The start is the log start as read now, a number, not librdkafka's
+/// "beginning": that would be looked up again when the fetch starts, and
+/// records after `committed` that aged out in between would be skipped
+/// without a word. A number Kafka no longer has by then comes back as an
+/// offset reset error, which [`standing`] judges (the run records the
+/// start as a [`Start::Refetch`](crate::progress::Start)).
+///
+/// Bounds that cannot be read stop the run: the log start is the start.
 pub(crate) fn refetch_lost<X: ConsumerContext>(
     bounds: &mut Bounds<X>,
     tp: &TopicPartition,
     committed: i64,
     policy: OnOffsetOutOfRange,
-) -> Result<Offset> {
+) -> Result<i64> {
     let (low, high) = bounds.of(tp).map_err(|source| ConnectorError::KafkaWhy {
         op: "reading the log bounds of a partition this store lost",
         why: format!(
@@ -255,7 +260,7 @@ pub(crate) fn refetch_lost<X: ConsumerContext>(
         source,
     })?;
     judge(tp, committed, low, high, policy)?;
-    Ok(Offset::Beginning)
+    Ok(low)
 }
 
 /// [`resume_at`] given the log's bounds.
@@ -307,10 +312,18 @@ pub(crate) enum Standing {
 /// errors, except that bounds that cannot be read are `Unknown` rather
 /// than a failure of the run (reset errors come during leader moves, when
 /// such reads fail too).
+///
+/// `archived_below`: for a partition refetching what this store lost
+/// ([`refetch_lost`]), the offset it had committed. Records below it were
+/// archived once, as records below an assignment's resume point were: if
+/// they age out before they are fetched again, the partition goes on from
+/// the log start with a WARN, and the policy judges only records from
+/// `archived_below` on, as at the assignment.
 pub(crate) fn standing<X: ConsumerContext>(
     bounds: &mut Bounds<X>,
     tp: &TopicPartition,
     position: i64,
+    archived_below: Option<i64>,
     policy: OnOffsetOutOfRange,
 ) -> Result<Standing> {
     let (low, high) = match bounds.of(tp) {
@@ -320,10 +333,17 @@ pub(crate) fn standing<X: ConsumerContext>(
             return Ok(Standing::Unknown);
         }
     };
-    Ok(match judge(tp, position, low, high, policy)? {
-        to if to == position => Standing::InLog,
-        to => Standing::MoveTo(to),
-    })
+    let judged = archived_below.map_or(position, |a| a.max(position));
+    let to = judge(tp, judged, low, high, policy)?;
+    if to != judged {
+        return Ok(Standing::MoveTo(to));
+    }
+    if position >= low {
+        return Ok(Standing::InLog);
+    }
+    tracing::warn!(%tp, from = position, to = low, archived_below = judged,
+        "records this store had archived and lost aged out of Kafka before they were fetched again: going on from the log start");
+    Ok(Standing::MoveTo(low))
 }
 
 /// The application's position (next offset `poll` returns) of each
@@ -431,7 +451,7 @@ mod tests {
         assert_eq!(at, 42);
         assert!(no_offset_start(&mut bounds, &t1, "latest").is_err());
         assert!(matches!(
-            standing(&mut bounds, &t1, 42, OnOffsetOutOfRange::Fail).unwrap(),
+            standing(&mut bounds, &t1, 42, None, OnOffsetOutOfRange::Fail).unwrap(),
             Standing::Unknown
         ));
         // Not a partition of the set: refused without a request.
