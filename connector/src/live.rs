@@ -872,22 +872,16 @@ pub fn connect(data: &Path) -> Result<Option<UnixStream>> {
 /// unless that process is wedged (stopped with SIGSTOP, say).
 pub const STATUS_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// How long an answer other than `status`'s may go without a frame once
-/// the server has sent a heartbeat (every [`HEARTBEAT`]): a longer silence
-/// means a process that is wedged (stopped with SIGSTOP, say). A server of
-/// before heartbeats sends none: an export then waits as long for its next
-/// frame, and a `verify`, `prune` or `backup`, which answer only as they
-/// finish, without limit.
+/// How long an answer other than `status`'s may go without a frame: the
+/// server sends a heartbeat as it takes the request and then every
+/// [`HEARTBEAT`], so a longer silence, the first included, means a process
+/// that is wedged (stopped with SIGSTOP, say; the kernel completes a
+/// connect, and takes the request, while the run's queue of connections not
+/// yet taken has room). A server of before heartbeats (a run of a build
+/// before 2026-12-02) answers a `verify`, `prune` or `backup` only as it
+/// finishes: one that takes longer gets this error too, which names that
+/// cause.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// How long the answer to `req` may go silent before a heartbeat arrives.
-fn answer_timeout(req: &Request) -> Option<Duration> {
-    match req {
-        Request::Status => Some(STATUS_TIMEOUT),
-        Request::Export { .. } => Some(IDLE_TIMEOUT),
-        _ => None,
-    }
-}
 
 /// Send `req` and copy the answer's output to `out` (`out_name` in errors),
 /// frame by frame as it arrives. A reader of `out` that went away (`| head`)
@@ -911,12 +905,12 @@ fn request_within(
     out_name: &Path,
     idle: Duration,
 ) -> Result<End> {
-    let mut timeout = answer_timeout(req);
     // Status is bounded as a whole: its heartbeats do not extend it.
-    let deadline = match req {
-        Request::Status => Some(Instant::now() + STATUS_TIMEOUT),
-        _ => None,
+    let (timeout, deadline) = match req {
+        Request::Status => (STATUS_TIMEOUT, Some(Instant::now() + STATUS_TIMEOUT)),
+        _ => (idle, None),
     };
+    let timeout = Some(timeout);
     conn.set_read_timeout(timeout).map_err(socket_error)?;
     let mut line = serde_json::to_vec(req).expect("Request serialises");
     line.push(b'\n');
@@ -964,16 +958,9 @@ fn request_within(
             }
         };
         match tag {
-            // A heartbeat: this server sends them, so a silence of `idle`
-            // means it is wedged, however long its answer takes.
-            TAG_OUTPUT if body.is_empty() => {
-                if deadline.is_none() && timeout != Some(idle) {
-                    timeout = Some(idle);
-                    conn.get_ref()
-                        .set_read_timeout(timeout)
-                        .map_err(socket_error)?;
-                }
-            }
+            // A heartbeat: the server is alive, however long its answer
+            // takes.
+            TAG_OUTPUT if body.is_empty() => {}
             TAG_OUTPUT if out_gone => {}
             TAG_OUTPUT => match out.write_all(&body) {
                 Ok(()) => {}
@@ -1067,7 +1054,7 @@ fn read_frame(conn: &mut impl Read, timeout: Option<Duration>) -> Result<Option<
 
 fn no_answer_within(t: Duration) -> ConnectorError {
     ConnectorError::Live(format!(
-        "the running cairn did not answer within {} s (is it stopped or wedged?)",
+        "the running cairn did not answer within {} s (is it stopped or wedged? a run of a build before 2026-12-02 sends no heartbeats while it works: run the command once it has stopped)",
         t.as_secs_f64()
     ))
 }
@@ -1298,6 +1285,23 @@ mod tests {
         let error = got.unwrap_err().to_string();
         assert!(error.contains("did not answer within 0.2 s"), "{error}");
         silent.join().unwrap();
+
+        // A run frozen before it took the connection: the kernel completed
+        // the connect and took the request, and no frame ever comes. Every
+        // request gives up, not only an export.
+        let frozen = dir.path().join("frozen.sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&frozen).unwrap();
+        for req in [
+            Request::Verify,
+            Request::Backup {
+                to: dir.path().join("copy"),
+            },
+        ] {
+            let conn = UnixStream::connect(&frozen).unwrap();
+            let got = request_within(conn, &req, &mut out, Path::new("<test>"), idle);
+            let error = got.unwrap_err().to_string();
+            assert!(error.contains("did not answer within 0.2 s"), "{error}");
+        }
     }
 
     /// A run that takes no connections (its queue of connections not yet
