@@ -951,18 +951,27 @@ enum Sent {
 /// where sending stopped.)
 fn flush(producer: &BaseProducer<Deliveries>, timeout: Duration) -> KafkaResult<()> {
     let deadline = Instant::now() + timeout;
+    // Serve the reports waiting and purge the queue at the first failure.
+    let purge_after_failure = |purged: &mut bool| {
+        drain_reports(producer);
+        if !*purged && producer.context().failed_in_delivery() {
+            producer.purge(PurgeConfig::default().queue());
+            *purged = true;
+        }
+    };
     let mut purged = false;
+    // A failure seen already purges first: the flush below wakes the broker
+    // threads to send what lingers, which would then leave.
+    purge_after_failure(&mut purged);
     // Flags librdkafka's queues as flushing, for a moment (a broker thread
     // awake then sends what lingers without waiting out `linger.ms`, 5 ms
     // unless -X sets it; one that wakes later waits it out); its timeout
     // error only says records are in flight.
-    let _ = producer.flush(Duration::ZERO);
+    if !purged {
+        let _ = producer.flush(Duration::ZERO);
+    }
     loop {
-        drain_reports(producer);
-        if !purged && producer.context().failed_in_delivery() {
-            producer.purge(PurgeConfig::default().queue());
-            purged = true;
-        }
+        purge_after_failure(&mut purged);
         if producer.in_flight_count() == 0 {
             return Ok(());
         }
@@ -982,11 +991,16 @@ fn flush(producer: &BaseProducer<Deliveries>, timeout: Duration) -> KafkaResult<
 /// Serve every delivery report waiting (rust-rdkafka's `poll(0)` serves
 /// one event, and one event reports one produce batch): a report left
 /// waiting keeps its records in librdkafka's memory, and a failure unseen.
+/// Log, error and statistics events share the queue, ahead of reports as
+/// often as not: a poll that served one of them has shortened librdkafka's
+/// out queue (which counts the events waiting) without a report, and the
+/// draining goes on. It ends at a poll that served nothing.
 fn drain_reports(producer: &BaseProducer<Deliveries>) {
     loop {
-        let before = producer.context().reports();
+        let before = (producer.context().reports(), producer.in_flight_count());
         producer.poll(Duration::ZERO);
-        if producer.context().reports() == before {
+        let (reports, queued) = (producer.context().reports(), producer.in_flight_count());
+        if reports == before.0 && queued >= before.1 {
             return;
         }
     }
