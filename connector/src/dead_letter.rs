@@ -81,12 +81,7 @@ pub(crate) fn client_config(cfg: &RunConfig) -> (ClientConfig, u64) {
     // get: compressed (unless -X says otherwise, under either name), and
     // librdkafka's own cap left at its maximum (the topic's
     // `max.message.bytes` is what limits them).
-    let compression = ["compression.type", "compression.codec"].iter().any(|k| {
-        crate::librdkafka::settings_of(&cfg.kafka, k)
-            .next()
-            .is_some()
-    });
-    if !compression {
+    if !crate::librdkafka::given_any(&cfg.kafka, &["compression.type", "compression.codec"]) {
         c.set("compression.type", "lz4");
     }
     // The run's -X settings (security ones above all); the consumer-only

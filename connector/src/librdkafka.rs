@@ -35,6 +35,14 @@ pub fn settings_of<'a>(
         .map(|(k, v)| (k.as_str(), v.as_str()))
 }
 
+/// Whether `-X` gives any of `names` (one property's names), under either
+/// form [`settings_of`] looks at: a default of cairn's for it is then left
+/// unset, since librdkafka takes settings in a hash map's order and cairn's
+/// under another name would win in some runs.
+pub(crate) fn given_any(kafka: &BTreeMap<String, String>, names: &[&str]) -> bool {
+    names.iter().any(|k| settings_of(kafka, k).next().is_some())
+}
+
 /// Whether two `-X` values mean the same to librdkafka, as far as cairn
 /// compares them: booleans as librdkafka reads them (`true`/`t`/`1`,
 /// `false`/`f`/`0`, any case), numbers by value, anything else exactly.

@@ -635,10 +635,13 @@ fn producer_config(cfg: &RestoreConfig) -> ClientConfig {
         .set("enable.gapless.guarantee", "true")
         // Never create a topic by producing to it.
         .set("allow.auto.create.topics", "false")
-        .set("linger.ms", "5")
         // Above the archive's own record limit (16 MiB at most) with the
         // wire overhead; the brokers' and the topic's limits still apply.
         .set("message.max.bytes", (32 << 20).to_string());
+    // Unless -X gives it, under either name.
+    if !crate::librdkafka::given_any(&cfg.kafka, &["linger.ms", "queue.buffering.max.ms"]) {
+        c.set("linger.ms", "5");
+    }
     // `group.id` names the `--resume` reader's group; a producer has none
     // (librdkafka would warn that it ignores it).
     for (k, v) in cfg.kafka.iter().filter(|(k, _)| *k != "group.id") {
@@ -1267,7 +1270,14 @@ mod tests {
         let p = producer_config(&cfg);
         assert_eq!(p.get("group.id"), None);
         assert_eq!(p.get("compression.type"), Some("zstd"));
+        assert_eq!(p.get("linger.ms"), Some("5"));
         assert!(resume_reader(&cfg).is_ok());
+        // A linger given under its other name is the only one.
+        cfg.kafka
+            .insert("queue.buffering.max.ms".into(), "50".into());
+        let p = producer_config(&cfg);
+        assert_eq!(p.get("linger.ms"), None);
+        assert_eq!(p.get("queue.buffering.max.ms"), Some("50"));
     }
 
     /// Without the brokers' API versions records would go without headers.
