@@ -950,6 +950,11 @@ fn stops_the_run(e: &rdkafka::error::KafkaError) -> bool {
                 | C::Fenced
                 | C::FencedInstanceId
                 | C::Fatal
+                // The brokers refuse the session timeout at every join
+                // (outside their group.min/max.session.timeout.ms): the
+                // member would never join. (Not an inconsistent group
+                // protocol: a rolling change of assignment strategy.)
+                | C::InvalidSessionTimeout
         ),
         _ => false,
     }
@@ -1019,6 +1024,14 @@ fn on_consume_error(e: rdkafka::error::KafkaError, why: Option<String>) -> Resul
             Ok(true)
         }
         ErrorAction::Stop => {
+            use rdkafka::types::RDKafkaErrorCode as C;
+            let why = match (e.rdkafka_error_code(), why) {
+                (Some(C::InvalidSessionTimeout), why) => Some(format!(
+                    "{}: the brokers refuse the consumer's session.timeout.ms (45000 unless -X sets it), which must lie within their group.min.session.timeout.ms and group.max.session.timeout.ms",
+                    why.unwrap_or_else(|| e.to_string())
+                )),
+                (_, why) => why,
+            };
             tracing::error!(error = %e, why, "consumer error: stopping");
             Err(match why {
                 Some(why) => ConnectorError::KafkaWhy {
@@ -1304,6 +1317,7 @@ mod tests {
             C::BadCompression,
             C::NotImplemented,
             C::UnknownTopic,
+            C::InvalidSessionTimeout,
         ] {
             assert!(
                 stops_the_run(&KafkaError::MessageConsumption(code)),

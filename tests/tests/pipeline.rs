@@ -412,6 +412,32 @@ fn latest_with_an_unreadable_log_end_stops_the_run_and_archives_nothing() {
     );
 }
 
+/// A session timeout the brokers refuse (outside their
+/// group.min/max.session.timeout.ms) is refused at every join: the run
+/// stops with an error that names the setting, instead of waiting to join
+/// for ever with a WARN that says librdkafka retries.
+#[test]
+fn a_session_timeout_the_brokers_refuse_stops_the_run() {
+    let k = TestKafka::new("session-timeout", 3);
+    let Some(mock) = k.mock() else {
+        eprintln!("SKIPPED: error injection needs the mock cluster");
+        return;
+    };
+    produce(&k.brokers, &k.topic, 0..100).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&k, "session-timeout-group", dir.path());
+    let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
+    use rdkafka::types::RDKafkaRespErr;
+    mock.request_errors(
+        RDKafkaApiKey::JoinGroup,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_SESSION_TIMEOUT; 50],
+    );
+    let err = run_to_error(&cfg, &engine);
+    mock.clear_request_errors(RDKafkaApiKey::JoinGroup);
+    assert!(err.contains("session.timeout.ms"), "{err}");
+    assert!(engine.durable_offsets().is_empty(), "archived nothing");
+}
+
 /// Records of no payload (null key and value, no headers) still fill a
 /// batch: `--batch-bytes-max` counts what they hold in memory, so they
 /// cannot pile up without bound between poll and put.
