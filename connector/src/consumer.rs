@@ -650,6 +650,45 @@ pub fn preflight<C: Consumer<SinkContext>>(
     Ok(())
 }
 
+/// Brokers that did not answer: the metadata request's own error is
+/// librdkafka's bare "transport failure" for every cause, so the client's
+/// last error, which names it (a refused connection, a failed TLS
+/// handshake, credentials the brokers refuse), goes with it. Nothing polled
+/// the consumer yet: the error events waiting are served first (at most
+/// [`EVENTS_PER_PASS_MAX`] of them; the run is over, and nothing else
+/// waits there before the subscription).
+fn with_last_client_error(
+    e: ConnectorError,
+    consumer: &BaseConsumer<SinkContext>,
+) -> ConnectorError {
+    match e {
+        ConnectorError::BrokerUnreachable {
+            brokers,
+            waited_ms,
+            detail,
+        } => {
+            // `poll` answers `None` also for an event it served itself (a
+            // log line): no early end.
+            for _ in 0..EVENTS_PER_PASS_MAX {
+                let _ = consumer.poll(Duration::ZERO);
+            }
+            let last = lock(&consumer.context().last_cause).clone();
+            let detail = match last {
+                Some(why) if !detail.contains(&why) => {
+                    format!("{detail} (the client's last error: {why})")
+                }
+                _ => detail,
+            };
+            ConnectorError::BrokerUnreachable {
+                brokers,
+                waited_ms,
+                detail,
+            }
+        }
+        e => e,
+    }
+}
+
 /// Lock `m`, also after a panic while it was held: the connector's
 /// critical sections leave their state whole before anything can panic
 /// (a panic there is an invariant assertion, which fails the run anyway).
@@ -720,10 +759,12 @@ pub fn run_pipeline(
             shared: shared.clone(),
             forwarder: Mutex::new(None),
             last_error: Mutex::new(None),
+            last_cause: Mutex::new(None),
         })
         .map_err(|e| ConnectorError::Config(format!("kafka client: {e}")))?;
     tracing::info!(brokers = %cfg.brokers, connect_timeout_ms = cfg.connect_timeout_ms, "waiting for Kafka to answer");
     if let Err(e) = preflight(&consumer, cfg, &opts.stop) {
+        let e = with_last_client_error(e, &consumer);
         let mut sink = sink;
         return Err(match e {
             // The stop may have come from beside the run (a failed

@@ -460,6 +460,11 @@ fn unreachable_broker_names_the_brokers() {
     let (code, _, err) = cairn_run("127.0.0.1:1", "t", data, &["--connect-timeout-ms", "1500"]);
     assert_ne!(code, 0);
     assert!(err.contains("cannot reach Kafka at 127.0.0.1:1"), "{err}");
+    // With the cause librdkafka's bare transport failure leaves out.
+    assert!(
+        err.contains("the client's last error") && err.contains("Connection refused"),
+        "{err}"
+    );
     // It waited the whole timeout, not one slice of the wait.
     let waited_ms: u64 = err
         .split("cannot reach Kafka at 127.0.0.1:1 after ")
