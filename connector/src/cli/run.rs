@@ -122,7 +122,9 @@ impl RunArgs {
         // the run is started from (a service's working directory is not the
         // file's): read from the working directory it would name another
         // folder, and a new empty archive would start there.
+        // (Only when no --data overrides it: the flag wins.)
         let file_data = match (&self.config, file.data) {
+            _ if self.data.is_some() => None,
             (Some(path), Some(d)) if d.is_relative() => {
                 let beside = path.parent().unwrap_or(Path::new("")).join(&d);
                 // Before 2026-12-02 it was read from the working directory:
@@ -515,7 +517,7 @@ mod tests {
             "--config",
             path.to_str().unwrap(),
         ];
-        let e = Cli::try_parse_from(args)
+        let e = Cli::try_parse_from(args.clone())
             .unwrap()
             .run
             .into_config()
@@ -525,6 +527,14 @@ mod tests {
             e.contains("write the path absolute") && e.contains(&rel),
             "{e}"
         );
+        // A --data flag wins over the file's data, which is then not looked
+        // at.
+        let c = Cli::try_parse_from([args, vec!["--data", "/srv/other"]].concat())
+            .unwrap()
+            .run
+            .into_config()
+            .unwrap();
+        assert_eq!(c.data, std::path::Path::new("/srv/other"));
     }
 
     #[test]
