@@ -33,7 +33,7 @@ pub enum ConnectorError {
         /// What to do about it, which depends on the command.
         next_step: String,
     },
-    #[error("record {topic}/{partition}@{offset} is {size_bytes} bytes, over the limit of {max_bytes} (use --on-oversize skip to skip such records, or --on-oversize dead-letter to send them to a topic)")]
+    #[error("record {topic}/{partition}@{offset} is {size_bytes} bytes, over the limit of {max_bytes} ({})", oversize_remedy(*size_bytes))]
     OversizeRecord {
         topic: String,
         partition: i32,
@@ -44,7 +44,7 @@ pub enum ConnectorError {
     /// A record whose header name is not UTF-8: Kafka's protocol makes
     /// header names strings, the archive stores them as such, and
     /// rust-rdkafka cannot hand such a name over.
-    #[error("record {topic}/{partition}@{offset} cannot be archived: {detail} (use --on-oversize skip to skip such records)")]
+    #[error("record {topic}/{partition}@{offset} cannot be archived: {detail} (--on-oversize skip skips such records, and oversize ones too)")]
     UnreadableRecord {
         topic: String,
         partition: i32,
@@ -194,6 +194,19 @@ impl ConnectorError {
 }
 
 pub type Result<T, E = ConnectorError> = std::result::Result<T, E>;
+
+/// What to do about a record over `--record-bytes-max`: first what loses
+/// nothing, a higher limit, while the record is within the archive's
+/// largest; then the policies that leave it out of the archive.
+fn oversize_remedy(size_bytes: u64) -> String {
+    let others = "--on-oversize skip to skip such records, or --on-oversize dead-letter to send them to a topic";
+    let limit = cairn_engine::RECORD_BYTES_MAX_LIMIT;
+    if size_bytes <= limit {
+        format!("to archive it, raise --record-bytes-max to {size_bytes} or more, up to {limit}; or use {others}")
+    } else {
+        format!("over the largest --record-bytes-max, {limit}: use {others}")
+    }
+}
 
 /// Where a restore stopped (boxed in [`ConnectorError::RestoreFailed`]: it
 /// is large).

@@ -981,7 +981,7 @@ fn oversize_record_stops_with_its_coordinates_and_is_never_committed() {
     assert_ne!(code, 0);
     assert!(
         err.contains(&format!(
-            "record {big_topic}/0@10 is 4000 bytes, over the limit of 1000"
+            "record {big_topic}/0@10 is 4000 bytes, over the limit of 1000 (to archive it, raise --record-bytes-max to 4000 or more"
         )),
         "{err}"
     );
