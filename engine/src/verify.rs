@@ -176,6 +176,9 @@ pub(crate) fn check_stop(stop: &AtomicBool, items: &mut u64, op: &'static str) -
 /// it opens, which can write: it has no read-only mode).
 pub fn verify_store(cfg: &EngineConfig) -> Result<VerifyReport> {
     if !cfg.store_exists() {
+        // A backup cut short before its store was made is that, not an
+        // empty directory.
+        crate::backup::refuse_unfinished_backup(&cfg.path)?;
         return Err(Error::Io {
             op: "open store",
             path: cfg.path.clone(),

@@ -252,6 +252,16 @@ fn a_backup_cut_short_is_refused_as_unfinished() {
     assert!(!dest.join(cairn_engine::BACKUP_INCOMPLETE_FILE).exists());
     let copy = Engine::open(EngineConfig::new(&dest)).unwrap();
     assert_eq!(copy.partitions(), engine.partitions());
+
+    // Cut short before its store was made: the marker alone. verify says
+    // what it is, not "no cairn store here".
+    let bare = dir.path().join("bare");
+    std::fs::create_dir(&bare).unwrap();
+    std::fs::write(bare.join(cairn_engine::BACKUP_INCOMPLETE_FILE), b"").unwrap();
+    match cairn_engine::verify_store(&EngineConfig::new(&bare)) {
+        Err(Error::IncompleteBackup { path }) => assert_eq!(path, bare),
+        other => panic!("expected verify to refuse it as unfinished, got {other:?}"),
+    }
 }
 
 #[test]
