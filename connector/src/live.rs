@@ -213,9 +213,10 @@ impl LiveServer {
         });
         let accept = {
             let shared = shared.clone();
+            let path = path.clone();
             std::thread::Builder::new()
                 .name("cairn-live".into())
-                .spawn(move || accept_loop(listener, engine, shared))?
+                .spawn(move || accept_loop(listener, &path, engine, shared))?
         };
         tracing::info!(socket = %path.display(), "serving status, export, verify, prune and backup of the live archive");
         Ok(LiveServer {
@@ -277,6 +278,7 @@ fn bind_private(dir: &Path, path: &Path) -> std::io::Result<std::os::unix::net::
 
 fn accept_loop(
     listener: std::os::unix::net::UnixListener,
+    path: &Path,
     engine: Arc<Engine>,
     shared: Arc<Shared>,
 ) {
@@ -326,7 +328,11 @@ fn accept_loop(
         })
     });
     if let Err(e) = looped {
-        tracing::warn!(error = %e, "live reads stopped: the socket could not be served");
+        // A socket nobody serves refuses connections, which commands take
+        // for one left by a run that did not stop: gone, they at least find
+        // no live run to ask.
+        let _ = std::fs::remove_file(path);
+        tracing::error!(error = %e, socket = %path.display(), "live reads are off for the rest of this run: the socket could not be served (status, export, verify, prune and backup are refused as the archive is locked until the run stops)");
     }
     // Connections taken while the stop was cutting the others off are cut
     // off too: only this thread adds to the list, and it adds no more.
