@@ -8,6 +8,10 @@ use std::path::PathBuf;
 pub enum ConnectorError {
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// A restore refused before it sent anything, for what the archive or
+    /// the target holds, or what could not be read of it (not its flags).
+    #[error("restore refused: {0}")]
+    RestoreRefused(String),
     /// A read served by the running `cairn run` (live.rs) failed.
     #[error("{0}")]
     Live(String),

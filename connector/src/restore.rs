@@ -190,7 +190,7 @@ pub fn plan(engine: &Engine, cfg: &RestoreConfig) -> Result<Vec<(TopicPartition,
     cfg.validate()?;
     let archived = engine.partitions();
     if archived.is_empty() {
-        return Err(ConnectorError::Config(
+        return Err(ConnectorError::RestoreRefused(
             "the archive holds no records: nothing to restore".into(),
         ));
     }
@@ -201,7 +201,7 @@ pub fn plan(engine: &Engine, cfg: &RestoreConfig) -> Result<Vec<(TopicPartition,
     // (An export of them is empty and fine: retention may empty an idle
     // archive.)
     if !chosen.is_empty() && chosen.iter().all(|p| p.record_count == 0) {
-        return Err(ConnectorError::Config(format!(
+        return Err(ConnectorError::RestoreRefused(format!(
             "the chosen partitions hold no records (emptied by a prune): {}; nothing to restore",
             crate::selection::held(&chosen)
         )));
@@ -718,7 +718,7 @@ fn preflight(
             starts.insert(target.clone(), cfg.select.from);
         } else if cfg.resume {
             if high <= low {
-                return Err(ConnectorError::Config(format!(
+                return Err(ConnectorError::RestoreRefused(format!(
                     "--resume: {target} held records (up to offset {high}) that are all gone (retention or deletion), so where an earlier restore stopped cannot be read; use --partition, --from and --append"
                 )));
             }
@@ -756,7 +756,7 @@ fn preflight(
             let record = last.remove(target).expect("read above");
             let archived = check_last(engine, source, target, &record, cfg)?;
             let next = archived.checked_add(1).ok_or_else(|| {
-                ConnectorError::Config(format!(
+                ConnectorError::RestoreRefused(format!(
                     "--resume: the last record of {target} names archived offset {archived}, past any archive"
                 ))
             })?;
@@ -842,7 +842,7 @@ fn last_records(
                 .filter(|(tp, _)| !found.contains_key(tp))
                 .map(|(tp, o)| format!("{tp}@{o}"))
                 .collect();
-            return Err(ConnectorError::Config(format!(
+            return Err(ConnectorError::RestoreRefused(format!(
                 "--resume: could not read the last record of {} within {} ms{}; if it is not a record (a transaction marker, or compacted away), where an earlier restore stopped cannot be read: use --partition, --from and --append",
                 missing.join(", "),
                 timeout.as_millis(),
@@ -907,7 +907,7 @@ fn check_last(
 ) -> Result<i64> {
     let name = cfg.offset_header.as_deref().expect("validated");
     let refuse = |why: String| {
-        ConnectorError::Config(format!(
+        ConnectorError::RestoreRefused(format!(
             "--resume: the last record of {target} (offset {}) {why}, so it was not written by restoring {source} with --offset-header {name}; restore into an empty topic, or use --append",
             last.offset
         ))

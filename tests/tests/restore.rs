@@ -633,7 +633,7 @@ fn an_empty_archive_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
     let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
     match plan(&engine, &RestoreConfig::new("unused:9092")) {
-        Err(ConnectorError::Config(m)) => assert!(m.contains("nothing to restore"), "{m}"),
+        Err(ConnectorError::RestoreRefused(m)) => assert!(m.contains("nothing to restore"), "{m}"),
         other => panic!("{other:?}"),
     }
     // So is one a prune emptied: its partition is still listed, with
@@ -648,7 +648,7 @@ fn an_empty_archive_is_an_error() {
         .unwrap();
     engine.truncate_before(&tp, 5).unwrap();
     match plan(&engine, &RestoreConfig::new("unused:9092")) {
-        Err(ConnectorError::Config(m)) => {
+        Err(ConnectorError::RestoreRefused(m)) => {
             assert!(
                 m.contains("emptied by a prune") && m.contains("nothing to restore"),
                 "{m}"
@@ -762,7 +762,7 @@ fn resume_refuses_a_partition_this_restore_did_not_write() {
     cfg.offset_header = Some("cairn.offset".into());
     cfg.resume = true;
     match restore(&engine, &cfg) {
-        Err(ConnectorError::Config(m)) => {
+        Err(ConnectorError::RestoreRefused(m)) => {
             assert!(
                 m.contains(&format!("{}/2", k.topic)) && m.contains("cairn.offset"),
                 "{m}"
@@ -851,7 +851,7 @@ fn resume_checks_the_last_record_against_the_archive() {
         .insert("client.id".into(), "cairn-restore-test".into());
     cfg.kafka.insert("compression.type".into(), "lz4".into());
     match restore(&engine, &cfg) {
-        Err(ConnectorError::Config(m)) => assert!(
+        Err(ConnectorError::RestoreRefused(m)) => assert!(
             m.contains("names archived offset 3, but its key or value differ"),
             "{m}"
         ),
