@@ -412,21 +412,11 @@ pub fn restore_until_split(
         .iter()
         .map(|p| {
             let d = state.partitions.get(&p.target).cloned().unwrap_or_default();
-            // A resume point at or past the selection's end (the stop came
-            // right after its last record) leaves nothing to restore, and a
-            // rerun from it would be refused as an empty range.
-            let end = engine
-                .durable_offset(&p.source)
-                .unwrap_or(0)
-                .min(cfg.select.to.unwrap_or(i64::MAX));
             // Finished: every record sent was acknowledged (a report that
             // never came leaves its records unconfirmed).
             let finished = sent.get(&p.target).is_some_and(|&n| n == d.acked);
-            let st = match standing(starts[&p.target], finished, &d) {
-                Standing::Resume(o) if o >= end => Standing::Complete,
-                st => st,
-            };
-            (p, st)
+            let st = standing(starts[&p.target], finished, &d);
+            (p, left_to_restore(engine, &p.source, cfg.select.to, st))
         })
         .collect();
     let stopped =
@@ -535,6 +525,36 @@ fn standing(start: i64, finished: bool, d: &PartitionDeliveries) -> Standing {
         (Some(f), _) => Standing::Resume(f.offset),
         (None, _) if finished => Standing::Complete,
         (None, last) => Standing::Resume(last.map_or(start, |o| o + 1)),
+    }
+}
+
+/// `st`, except that a resume point with no archived record at or after it
+/// within the selection (`to`, exclusive) is `Complete`: the stop came
+/// right after the partition's last record, or a prune emptied it, and a
+/// rerun from there would be refused as restoring nothing. A read that
+/// fails keeps the resume point: the rerun reports the failure.
+fn left_to_restore(
+    engine: &Engine,
+    source: &TopicPartition,
+    to: Option<i64>,
+    st: Standing,
+) -> Standing {
+    let Standing::Resume(from) = st else {
+        return st;
+    };
+    let end = to.unwrap_or(i64::MAX);
+    let holds = match engine.read(source, from) {
+        Ok(mut records) => match records.next() {
+            Some(Ok(r)) => r.offset < end,
+            Some(Err(_)) => true,
+            None => false,
+        },
+        Err(_) => true,
+    };
+    if holds {
+        st
+    } else {
+        Standing::Complete
     }
 }
 
@@ -1290,6 +1310,37 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("-X api.version.request=0"));
+    }
+
+    /// A resume point with nothing archived at or after it within the
+    /// selection leaves nothing to restore: past the last record, past the
+    /// selection's end, or in a partition a prune emptied.
+    #[test]
+    fn a_resume_point_past_every_record_left_is_complete() {
+        use cairn_engine::{EngineConfig, Record, RecordBatch};
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        let (kept, pruned) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
+        for tp in [&kept, &pruned] {
+            let records = (0..5).map(|o| Record::with_value(o, "v")).collect();
+            let batch = RecordBatch {
+                tp: tp.clone(),
+                records,
+            };
+            engine.append(&[batch]).unwrap();
+        }
+        engine.truncate_before(&pruned, 5).unwrap();
+        let left = |tp, to, o| left_to_restore(&engine, tp, to, Standing::Resume(o));
+        assert_eq!(left(&kept, None, 3), Standing::Resume(3));
+        assert_eq!(left(&kept, None, 5), Standing::Complete);
+        assert_eq!(left(&kept, Some(3), 3), Standing::Complete);
+        assert_eq!(left(&kept, Some(4), 3), Standing::Resume(3));
+        assert_eq!(left(&pruned, None, 0), Standing::Complete);
+        let gap = Standing::Gap {
+            failed: 1,
+            acknowledged: 2,
+        };
+        assert_eq!(left_to_restore(&engine, &kept, None, gap.clone()), gap);
     }
 
     #[test]
