@@ -211,10 +211,21 @@ impl RunConfig {
                 // Checked now, not when the producer is made after the
                 // archive has been opened (and perhaps upgraded).
                 crate::dead_letter::refuse_managed_keys(&self.kafka)?;
-                crate::librdkafka::check_producer_settings(
-                    &crate::dead_letter::client_config(self).0,
-                )
-                .map_err(|e| ConnectorError::Config(format!("dead-letter producer: {e}")))?;
+                let (producer, message_timeout_ms) = crate::dead_letter::client_config(self);
+                crate::librdkafka::check_producer_settings(&producer)
+                    .map_err(|e| ConnectorError::Config(format!("dead-letter producer: {e}")))?;
+                // The consumer thread waits for each dead letter's report
+                // and polls nothing meanwhile: a wait as long as the poll
+                // interval would have the group drop this member mid-wait.
+                let wait = crate::dead_letter::report_wait(message_timeout_ms);
+                let interval = crate::consumer::max_poll_interval(self);
+                if wait >= interval {
+                    return bad(format!(
+                        "the dead letters' message timeout ({message_timeout_ms} ms, -X message.timeout.ms): each is waited for up to {} ms, during which the archive polls nothing, so it must stay below max.poll.interval.ms ({} ms) or the group drops this member mid-wait",
+                        wait.as_millis(),
+                        interval.as_millis()
+                    ));
+                }
             }
             (_, Some(_)) => {
                 return bad("dead-letter-topic: only used with --on-oversize dead-letter".into())
@@ -585,12 +596,27 @@ mod tests {
                 "false",
                 "-X enable.idempotence=false: the dead-letter producer sets",
             ),
+            // Waited for on the consumer thread beyond the poll interval.
+            (
+                "message.timeout.ms",
+                "900000",
+                "each is waited for up to 905000 ms, during which the archive polls nothing",
+            ),
         ] {
             let mut c = ok.clone();
             c.kafka.insert(k.into(), v.into());
             let e = c.validate().unwrap_err().to_string();
             assert!(e.contains(says), "-X {k}={v}: {e}");
         }
+        // Within the poll interval, a longer message timeout is taken; so
+        // is a longer one with a longer interval.
+        let mut c = ok.clone();
+        c.kafka.insert("message.timeout.ms".into(), "200000".into());
+        assert!(c.validate().is_ok());
+        c.kafka.insert("message.timeout.ms".into(), "900000".into());
+        c.kafka
+            .insert("max.poll.interval.ms".into(), "1000000".into());
+        assert!(c.validate().is_ok());
         // The value cairn sets itself may be given (the consumer reads this
         // one too).
         let mut c = ok.clone();

@@ -118,7 +118,7 @@ const MAX_POLL_INTERVAL_MS_DEFAULT: u64 = 300_000;
 
 /// The `max.poll.interval.ms` the consumer runs with, as librdkafka reads
 /// it (`-X` may give it in any form its `strtol` takes: hex, octal).
-fn max_poll_interval(cfg: &RunConfig) -> Duration {
+pub(crate) fn max_poll_interval(cfg: &RunConfig) -> Duration {
     let ms = client_config(cfg)
         .create_native_config()
         .and_then(|c| c.get("max.poll.interval.ms"))

@@ -42,6 +42,12 @@ const MESSAGE_TIMEOUT_MS: u64 = 30_000;
 /// How much longer than the message timeout the wait for a report lasts.
 const WAIT_MARGIN_MS: u64 = 5_000;
 
+/// How long a dead letter's report is waited for, given its producer's
+/// message timeout.
+pub(crate) fn report_wait(message_timeout_ms: u64) -> Duration {
+    Duration::from_millis(message_timeout_ms.saturating_add(WAIT_MARGIN_MS))
+}
+
 /// The dead-letter producer of a run.
 pub(crate) struct DeadLetters {
     producer: BaseProducer<Report>,
@@ -118,7 +124,7 @@ impl DeadLetters {
         Ok(Some(DeadLetters {
             producer,
             topic: topic.clone(),
-            timeout: Duration::from_millis(message_timeout_ms + WAIT_MARGIN_MS),
+            timeout: report_wait(message_timeout_ms),
         }))
     }
 
