@@ -6,13 +6,16 @@
 //!
 //! Half the rounds also arm a named crash point (`CAIRN_ABORT_AT`, see
 //! connector/src/crashpoint.rs): the child aborts between an append's
-//! writes and their fsync, between a put's fsync and its commit, inside a
-//! revoke before its commit, or inside an assignment right after the
-//! archive was opened, whichever the seed picks.
+//! writes and their fsync, between a put's fsync and its commit, or inside
+//! an assignment right after the archive was opened, whichever the seed
+//! picks; a round whose armed point is not reached fails. (Inside a revoke
+//! before its commit needs a second member: revoke_crash.rs.)
 //!
 //! `CAIRN_CRASH_ROUNDS` sets the rounds (default 5), `CAIRN_SEED` replays.
 
 mod common;
+
+use cairn_connector::crashpoint::{APPEND_BEFORE_FSYNC, ASSIGN_AFTER_OPEN, PUT_BEFORE_COMMIT};
 
 use std::io::{BufRead, BufReader};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -92,13 +95,14 @@ fn sigkill_at_seeded_moments_loses_and_duplicates_nothing() {
 
         let mut args = common::run_flags(&mb.brokers, &group, &topic, &data_s);
         args.extend(["--commit", "every-put", "--batch-records-max", "250"]);
-        // Half the rounds arm a named crash point; the SIGKILL below is the
-        // fallback when the point is not reached first.
-        let abort_at = rng.gen_bool(0.5).then(|| match rng.gen_range(0..4) {
-            0 => format!("put-before-commit:{}", rng.gen_range(1..=12)),
-            1 => "revoke-before-commit:1".to_owned(),
-            2 => format!("append-before-fsync:{}", rng.gen_range(1..=12)),
-            _ => "assign-after-open:1".to_owned(),
+        // Half the rounds arm a named crash point, reached before the 40th
+        // commit (each put's commit comes after its append and its fsync,
+        // and the first assignment before any): the round fails if it is
+        // not (a renamed or moved point).
+        let abort_at = rng.gen_bool(0.5).then(|| match rng.gen_range(0..3) {
+            0 => format!("{PUT_BEFORE_COMMIT}:{}", rng.gen_range(1..=12)),
+            1 => format!("{APPEND_BEFORE_FSYNC}:{}", rng.gen_range(1..=12)),
+            _ => format!("{ASSIGN_AFTER_OPEN}:1"),
         });
         let mut child = cairn_run(&args, abort_at.as_deref());
         let (tx, rx) = mpsc::channel();
@@ -126,6 +130,7 @@ fn sigkill_at_seeded_moments_loses_and_duplicates_nothing() {
         let deadline = Instant::now() + Duration::from_secs(60);
         let mut commits = 0;
         let mut tail = Vec::new();
+        let mut timed_out = false;
         while commits < kill_after {
             match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
                 Ok(line) => {
@@ -144,6 +149,7 @@ fn sigkill_at_seeded_moments_loses_and_duplicates_nothing() {
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {
                     kills_by_deadline += 1;
+                    timed_out = true;
                     break;
                 }
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
@@ -165,6 +171,12 @@ fn sigkill_at_seeded_moments_loses_and_duplicates_nothing() {
             }
         }
         if !how.starts_with("aborted") {
+            assert!(
+                abort_at.is_none() || timed_out,
+                "round {round}: {} was armed and not reached within {kill_after} commits (CAIRN_SEED={seed}); last lines:\n{}",
+                abort_at.as_deref().unwrap_or_default(),
+                tail.join("\n")
+            );
             *endings.entry("SIGKILL".to_owned()).or_default() += 1;
         }
         let _ = child.kill(); // SIGKILL (already gone if it aborted)
