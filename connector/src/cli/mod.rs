@@ -19,7 +19,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 #[derive(Debug, Parser)]
 #[command(name = "cairn", version, about, propagate_version = true)]
 pub struct Cli {
-    /// Log format on stderr (level from RUST_LOG, default info).
+    /// Log format on stderr (levels from RUST_LOG; default
+    /// info,librdkafka=warn, and warn for demo).
     #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
     pub log_format: LogFormat,
     #[command(subcommand)]

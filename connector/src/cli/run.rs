@@ -35,14 +35,15 @@ pub struct RunArgs {
     /// every-put: fsync each put and commit it at once; interval:<ms>: fsync and commit every <ms> (puts in between are written without an fsync).
     #[arg(long)]
     pub commit: Option<CommitPolicy>,
-    /// Most records in one put.
+    /// Most records in one put [default: 10000].
     #[arg(long)]
     pub batch_records_max: Option<usize>,
     /// Most bytes a batch holds between poll and put (the backpressure
-    /// bound): payload plus ~100 per record and 48 per header.
+    /// bound): payload plus ~100 per record and 48 per header [default:
+    /// 8388608].
     #[arg(long)]
     pub batch_bytes_max: Option<usize>,
-    /// Longest a polled record waits before its put.
+    /// Longest a polled record waits before its put [default: 5].
     #[arg(long)]
     pub linger_ms: Option<u64>,
     /// Largest record accepted (key + value + headers).
