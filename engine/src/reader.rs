@@ -196,6 +196,7 @@ impl Engine {
         let (found, end) = self.first_offset_where(
             tp,
             |e| e.timestamp_max_ms >= cut_ms || e.timestamp_min_ms < 0,
+            |e| e.timestamp_min_ms >= cut_ms,
             |r| r.timestamp_ms >= cut_ms || r.timestamp_ms < 0,
         )?;
         Ok(found.unwrap_or(end))
@@ -207,18 +208,24 @@ impl Engine {
         let (found, _) = self.first_offset_where(
             tp,
             |e| e.timestamp_max_ms >= timestamp_ms,
+            |e| e.timestamp_min_ms >= timestamp_ms,
             |r| r.timestamp_ms >= timestamp_ms,
         )?;
         Ok(found)
     }
 
     /// The offset of `tp`'s first durable record that `wanted` accepts,
-    /// reading only the entries that `may_hold` says could hold one; and the
-    /// durable next offset the scan stopped at.
+    /// reading only the entries that `may_hold` says could hold one, and
+    /// none that `all_hold` says holds only such records (its first offset
+    /// is the answer: once retention has caught up, the oldest entry kept is
+    /// such, and reading it whole on every pass would cost a read of every
+    /// partition's oldest entry, and fail every pass on damage in it); and
+    /// the durable next offset the scan stopped at.
     fn first_offset_where(
         &self,
         tp: &TopicPartition,
         may_hold: impl Fn(&IndexEntry) -> bool,
+        all_hold: impl Fn(&IndexEntry) -> bool,
         wanted: impl Fn(&Record) -> bool,
     ) -> Result<(Option<i64>, i64)> {
         validate_tp(tp)?;
@@ -227,6 +234,9 @@ impl Engine {
             let (k, e) = index_item(item)?;
             if e.first_offset >= end {
                 break;
+            }
+            if all_hold(&e) {
+                return Ok((Some(e.first_offset), end));
             }
             if !may_hold(&e) {
                 continue;

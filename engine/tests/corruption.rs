@@ -101,6 +101,24 @@ fn flipped_bit_is_detected_everywhere() {
     check_read(dir.path(), &tp, 2);
 }
 
+/// The cut of retention by age (and a lookup by time) is known from the
+/// index once an entry's oldest record is at or after it: that entry is not
+/// read. So damage in the oldest entry kept does not fail every retention
+/// pass (nor cost a read of it on each); a cut inside the damaged entry
+/// still reads it and reports the damage.
+#[test]
+fn a_cut_the_index_answers_does_not_read_the_entry() {
+    let (dir, tp) = store();
+    damage(dir.path(), 2, |v| v[30] ^= 0x10);
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    // Offsets 10..20 (LSN 2) are stamped base + 100 ..= base + 190.
+    let base = 1_700_000_000_000;
+    assert_eq!(e.offset_for_retention(&tp, base + 100).unwrap(), 10);
+    assert_eq!(e.offset_for_time(&tp, base + 100).unwrap(), Some(10));
+    assert_corrupt_at(e.offset_for_retention(&tp, base + 150).unwrap_err(), 2);
+    assert_corrupt_at(e.offset_for_time(&tp, base + 150).unwrap_err(), 2);
+}
+
 #[test]
 fn truncated_middle_frame_is_corruption_not_torn_tail() {
     let (dir, tp) = store();
