@@ -177,6 +177,18 @@ pub struct PartitionInfo {
     pub payload_bytes: u64,
 }
 
+impl PartitionInfo {
+    fn of(tp: &TopicPartition, s: &PartitionSummary) -> PartitionInfo {
+        PartitionInfo {
+            tp: tp.clone(),
+            first_offset: s.first_offset,
+            next_offset: s.next_offset,
+            record_count: s.record_count,
+            payload_bytes: s.payload_bytes,
+        }
+    }
+}
+
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding an engine lock leaves state unknown: propagate it.
     m.lock().expect("engine lock poisoned by an earlier panic")
@@ -886,14 +898,15 @@ impl Engine {
         self.durable_view()
             .partitions
             .iter()
-            .map(|(tp, s)| PartitionInfo {
-                tp: tp.clone(),
-                first_offset: s.first_offset,
-                next_offset: s.next_offset,
-                record_count: s.record_count,
-                payload_bytes: s.payload_bytes,
-            })
+            .map(|(tp, s)| PartitionInfo::of(tp, s))
             .collect()
+    }
+
+    /// [`partitions`](Self::partitions)' figures for `tp` alone, if it is
+    /// archived.
+    pub fn partition(&self, tp: &TopicPartition) -> Option<PartitionInfo> {
+        let view = self.durable_view();
+        Some(PartitionInfo::of(tp, view.partitions.get(tp)?))
     }
 
     /// Counters and per-partition figures.

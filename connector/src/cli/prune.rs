@@ -244,8 +244,14 @@ pub(crate) fn prune(
             return Err(stopped());
         }
         // The cut is picked under the same lock as the deletion: the run's
-        // own pruner may be pruning this partition too.
-        let pick = |e: &Engine| cut_offset(e, p, cut);
+        // own pruner may be pruning this partition too. The figures before
+        // it are read there as well: the partition may have been pruned, or
+        // grown, since the partitions were chosen.
+        let before = std::cell::Cell::new(None);
+        let pick = |e: &Engine| {
+            before.set(e.partition(&p.tp));
+            cut_offset(e, p, cut)
+        };
         // A stop does not wait out a large partition's steps: it ends the
         // prune after the step in progress, each step durable.
         let (offset, r, finished) = if dry_run {
@@ -253,9 +259,12 @@ pub(crate) fn prune(
         } else {
             engine.truncate_by_while(&p.tp, pick, || !stopping())?
         };
+        let before = before.take().unwrap_or_else(|| p.clone());
         let first = match r.first_offset_after {
-            Some(f) if f != p.first_offset => format!("first offset {} -> {f}", p.first_offset),
-            _ => format!("first offset {}", p.first_offset),
+            Some(f) if f != before.first_offset => {
+                format!("first offset {} -> {f}", before.first_offset)
+            }
+            _ => format!("first offset {}", before.first_offset),
         };
         let part_way = match (finished, dry_run) {
             (true, _) => "",
@@ -269,7 +278,7 @@ pub(crate) fn prune(
             r.records_deleted,
             r.payload_bytes_deleted,
             r.entries_deleted,
-            p.next_offset
+            before.next_offset
         ))?;
         if !finished {
             return Err(stopped());
