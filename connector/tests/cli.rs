@@ -1326,7 +1326,11 @@ fn prune_killed_between_steps_leaves_a_clean_archive_and_a_rerun_finishes() {
         .env("CAIRN_ABORT_AT", "truncate-between-steps:1")
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), None, "aborted: {out:?}");
+    use std::os::unix::process::ExitStatusExt;
+    // SIGABRT, from the crash point, which says so.
+    assert_eq!(out.status.signal(), Some(6), "aborted: {out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("CAIRN_ABORT_AT"), "{stderr}");
     let (code, out, _) = cairn(&["verify", "--data", d]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("clean"), "{out}");

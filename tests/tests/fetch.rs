@@ -338,7 +338,8 @@ fn a_record_whose_headers_cannot_be_read_stops_the_run() {
     p.flush(Duration::from_secs(30)).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(&k, "fetch-headers-group", dir.path());
-    // One record a put: the one before it is archived and committed.
+    // One record a put: the one before it may be archived (its put may
+    // or may not have run when the error stops the run), nothing after.
     cfg.batch_records_max = 1;
     let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
     let err = run_to_error(&cfg, &engine);
