@@ -7,19 +7,10 @@
 mod common;
 
 use std::sync::{mpsc, Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cairn_engine::{Engine, EngineConfig, TopicPartition, FAILPOINT_FLUSH_ERR};
-
-/// Waits, without sleeping, until `cond` holds; a minute without it is a
-/// failure rather than a hang.
-fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !cond() {
-        assert!(Instant::now() < deadline, "still waiting for {what}");
-        std::thread::yield_now();
-    }
-}
+use common::wait_until;
 
 #[test]
 fn appends_written_during_a_sync_share_the_next_one() {

@@ -69,3 +69,16 @@ pub fn open_refused(
         Ok(_) => panic!("{what}: expected corruption, got an engine"),
     }
 }
+
+/// Waits, without sleeping, until `cond` holds; a minute without it is a
+/// failure rather than a hang.
+pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still waiting for {what}"
+        );
+        std::thread::yield_now();
+    }
+}
