@@ -212,9 +212,34 @@ impl RunArgs {
             .filter(|_| !file_sets_retention || c.retention().is_set());
         c.retention_check_interval_s = self.retention_check_interval_s.or(file_interval);
         let mut kafka: BTreeMap<String, String> = file.kafka.unwrap_or_default();
+        // The file's settings no flag overrides: an error about one names
+        // it as `-X` (the form every source shares), so it says where it
+        // came from too.
+        let from_file: Vec<String> = kafka
+            .keys()
+            .filter(|k| !self.kafka.iter().any(|(f, _)| f == *k))
+            .cloned()
+            .collect();
         kafka.extend(self.kafka);
         c.kafka = kafka;
-        c.validate()?;
+        c.validate().map_err(|e| match (e, &file_path) {
+            (ConnectorError::Config(m), Some(path)) => {
+                let named: Vec<&str> = from_file
+                    .iter()
+                    .filter(|k| m.contains(&format!("-X {k}=")))
+                    .map(String::as_str)
+                    .collect();
+                if named.is_empty() {
+                    return ConnectorError::Config(m);
+                }
+                ConnectorError::Config(format!(
+                    "{m} ({} set in [kafka] of {})",
+                    named.join(", "),
+                    path.display()
+                ))
+            }
+            (e, _) => e,
+        })?;
         Ok(c)
     }
 }
@@ -536,6 +561,21 @@ mod tests {
             .into_config()
             .unwrap();
         assert_eq!(c.data, std::path::Path::new("/srv/other"));
+    }
+
+    /// A refused librdkafka setting from the file's `[kafka]` table is
+    /// named as `-X` would be, and said to come from the file; one a flag
+    /// gives is not.
+    #[test]
+    fn a_refused_setting_from_the_file_names_the_file() {
+        let file = "[kafka]\n\"group.id\" = \"x\"\n";
+        let e = config(file, &[]).unwrap_err().to_string();
+        assert!(
+            e.contains("-X group.id=x") && e.contains("(group.id set in [kafka] of "),
+            "{e}"
+        );
+        let e = config("", &["-X", "group.id=x"]).unwrap_err().to_string();
+        assert!(e.contains("-X group.id=x") && !e.contains("[kafka]"), "{e}");
     }
 
     #[test]
