@@ -125,6 +125,16 @@ fn note_commit(line: &str, committed: &mut BTreeMap<i32, i64>) -> bool {
     true
 }
 
+/// Add the offsets of `line`'s commit, if it logs one, to `seen`.
+fn note_seen(line: &str, seen: &mut BTreeMap<i32, BTreeSet<i64>>) {
+    let mut one = BTreeMap::new();
+    if note_commit(line, &mut one) {
+        for (p, o) in one {
+            seen.entry(p).or_default().insert(o);
+        }
+    }
+}
+
 /// Every record a store holds, by partition, checked in order and against
 /// what was produced.
 fn store_records(dir: &std::path::Path, name: &str, topic: &str) -> BTreeMap<i32, BTreeSet<i64>> {
@@ -182,10 +192,13 @@ fn abort_inside_a_revoke_loses_nothing_and_stores_stay_duplicate_free() {
     // A's commits, as its own log reports each one Kafka acknowledged
     // (Kafka's view may be B's by the time it is read).
     let mut committed_by_a: BTreeMap<i32, i64> = BTreeMap::new();
+    // Every offset either member's log reports committed, by partition.
+    let mut seen: BTreeMap<i32, BTreeSet<i64>> = BTreeMap::new();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let (_, line) = members.next(deadline, "A's first commit");
         let line = line.expect("A exited before its first commit");
+        note_seen(&line, &mut seen);
         if note_commit(&line, &mut committed_by_a) {
             break;
         }
@@ -198,6 +211,7 @@ fn abort_inside_a_revoke_loses_nothing_and_stores_stay_duplicate_free() {
         if let ("A", line) = members.next(deadline + Duration::from_secs(60), "A's abort") {
             match line {
                 Some(l) => {
+                    note_seen(&l, &mut seen);
                     note_commit(&l, &mut committed_by_a);
                     a_aborted |= l.contains("CAIRN_ABORT_AT: aborting at revoke-before-commit")
                 }
@@ -247,6 +261,7 @@ fn abort_inside_a_revoke_loses_nothing_and_stores_stay_duplicate_free() {
                 (_, Some(l)) => l,
             };
             failed_commits += usize::from(failed_commit(&line));
+            note_seen(&line, &mut seen);
             if !line.contains(r#""message":"commit""#) {
                 continue;
             }
@@ -297,14 +312,26 @@ fn abort_inside_a_revoke_loses_nothing_and_stores_stay_duplicate_free() {
             committed_by_a.get(&p).copied().unwrap_or(0),
             durable_a.get(&tp).copied().unwrap_or(0),
         );
-        for o in in_a[&p].intersection(&in_b[&p]) {
-            if failed_commits > 0 {
+        // Outside it, only the tail of a revoke commit that failed after
+        // the restart: a run of records that starts where a member's last
+        // acknowledged commit left Kafka.
+        let mut last_outside: Option<i64> = None;
+        for &o in in_a[&p].intersection(&in_b[&p]) {
+            if (from..to).contains(&o) {
                 continue;
             }
             assert!(
-                (from..to).contains(o),
+                failed_commits > 0,
                 "{tp}@{o} in both stores, outside A's uncommitted durable tail {from}..{to}"
             );
+            if last_outside != Some(o - 1) {
+                assert!(
+                    seen.get(&p).is_some_and(|c| c.contains(&o)),
+                    "{tp}: records from {o} in both stores, outside A's uncommitted durable tail {from}..{to}, and no member committed {o} (commits seen: {:?})",
+                    seen.get(&p)
+                );
+            }
+            last_outside = Some(o);
         }
     }
     eprintln!(
