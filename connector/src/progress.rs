@@ -1,7 +1,8 @@
 //! A running archive's progress and lag, reported while it runs.
 //!
-//! The archive is locked while `cairn run` holds it, so `cairn status`
-//! cannot show a running archive's lag; the run reports it itself. Every
+//! `cairn status` on a running archive shows the durable figures the run
+//! serves (and, with `--brokers`, Kafka's view beside them), not the run's
+//! rate, latency or lag as it sees them; the run reports those itself. Every
 //! `progress_interval_s` (and once more at a clean stop) the consumer thread
 //! logs one line and hands a [`Progress`] to `PipelineOptions::on_progress`.
 //!
@@ -198,11 +199,19 @@ impl ProgressClock {
                 let bounds = run.bounds.get(tp).copied();
                 let log_end = bounds.map(|b| b.end).filter(|o| *o >= 0);
                 let durable = run.durable.get(tp).copied();
-                let base = durable.or_else(|| match run.starts.get(tp)? {
+                let start = run.starts.get(tp).and_then(|s| match s {
                     Start::At(o) | Start::Refetch { from: o, .. } => Some(*o),
                     Start::Beginning => bounds.map(|b| b.start).filter(|o| *o >= 0),
                     Start::End => log_end,
                 });
+                // Records below where the run fetches from are not waiting
+                // for it (another store in the group archived them, or they
+                // aged out of Kafka and the policy skipped them): the lag
+                // counts from the later of the two.
+                let base = match (durable, start) {
+                    (Some(d), Some(s)) => Some(d.max(s)),
+                    (d, s) => d.or(s),
+                };
                 PartitionProgress {
                     tp: tp.clone(),
                     log_end,
@@ -261,15 +270,17 @@ mod tests {
         for us in [1_000, 1_000, 1_000, 9_000] {
             latency.record(us).unwrap();
         }
-        let assigned: BTreeSet<_> = (0..6).map(tp).collect();
-        let durable = BTreeMap::from([(tp(0), 90), (tp(1), 50)]);
-        let committed = BTreeMap::from([(tp(0), 80), (tp(1), 50)]);
+        let assigned: BTreeSet<_> = (0..7).map(tp).collect();
+        // 6 resumed at 60, another store's commit, past its own 20.
+        let durable = BTreeMap::from([(tp(0), 90), (tp(1), 50), (tp(6), 20)]);
+        let committed = BTreeMap::from([(tp(0), 80), (tp(1), 50), (tp(6), 60)]);
         // 2..5 hold nothing durable yet: their lag counts from their start.
         let starts = BTreeMap::from([
             (tp(2), Start::At(30)),
             (tp(3), Start::Beginning),
             (tp(4), Start::End),
             (tp(5), Start::At(0)),
+            (tp(6), Start::At(60)),
         ]);
         let b = |start, end| LogBounds { start, end };
         let bounds = BTreeMap::from([
@@ -280,6 +291,7 @@ mod tests {
             (tp(4), b(0, 70)),
             // Not fetched yet.
             (tp(5), b(-1001, -1001)),
+            (tp(6), b(0, 60)),
         ]);
         let run = |written, puts, latency| Snapshot {
             at_stop: false,
@@ -299,7 +311,18 @@ mod tests {
         assert_eq!(p.put_to_commit_p50_us, Some(1_000));
         assert_eq!(p.put_to_commit_p99_us.map(|us| us / 1_000), Some(9));
         let lags: Vec<_> = p.partitions.iter().map(|q| q.archive_lag).collect();
-        assert_eq!(lags, [Some(10), Some(0), Some(10), Some(20), Some(0), None]);
+        assert_eq!(
+            lags,
+            [
+                Some(10),
+                Some(0),
+                Some(10),
+                Some(20),
+                Some(0),
+                None,
+                Some(0)
+            ]
+        );
         assert_eq!(
             p.archive_lag(),
             Lag {
