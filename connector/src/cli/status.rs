@@ -47,16 +47,14 @@ struct Row {
     durable_next_offset: Option<i64>,
     records: u64,
     bytes: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    // Kafka's figures are `null` in JSON when not asked for or not given:
+    // every row has every key, whatever the flags.
     kafka_committed: Option<i64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     high_watermark: Option<i64>,
     /// high watermark − committed offset
-    #[serde(skip_serializing_if = "Option::is_none")]
     lag: Option<i64>,
     /// high watermark − durable next offset: what the archive has yet to
     /// store (for a partition it holds nothing of, high − low watermark)
-    #[serde(skip_serializing_if = "Option::is_none")]
     archive_lag: Option<i64>,
 }
 
