@@ -258,7 +258,7 @@ impl Shared {
     /// Where `tp` starts fetching: for its lag before the first put, and
     /// for judging an offset reset that comes before it delivers anything.
     /// `refetch`: the offset this store committed of a partition it lost
-    /// whole, which a numeric start then refetches up to
+    /// records of below it, which a numeric start then refetches up to
     /// ([`Start::Refetch`]).
     pub(crate) fn started_at(&mut self, tp: &TopicPartition, start: Offset, refetch: Option<i64>) {
         let start = match (start, refetch) {
@@ -491,10 +491,7 @@ impl Shared {
                     )))
                 }
             };
-            let archived_below = match start {
-                Some(Start::Refetch { committed, .. }) => Some(committed),
-                _ => None,
-            };
+            let archived_below = start.and_then(|s| s.archived_below());
             match retention::standing(&mut bounds, tp, at, archived_below, policy)? {
                 Standing::InLog => {
                     going_on.insert(tp.clone(), Offset::Offset(at));
@@ -522,10 +519,7 @@ impl Shared {
             return Ok(false);
         }
         for (tp, to) in &restart {
-            let refetch = match self.starts.get(tp) {
-                Some(Start::Refetch { committed, .. }) => Some(*committed),
-                _ => None,
-            };
+            let refetch = self.starts.get(tp).and_then(Start::archived_below);
             self.started_at(tp, *to, refetch);
         }
         retention::restart_fetch(consumer, &restart, &going_on)?;

@@ -30,11 +30,12 @@ use hdrhistogram::Histogram;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Start {
     At(i64),
-    /// At `from`, Kafka's log start when the partition was assigned: a
-    /// partition this store committed `committed` of and then lost whole
-    /// (retention.rs, `refetch_lost`). Records before `committed` were
-    /// archived once; records from it on never were, and if they age out
-    /// before they are fetched, `--on-offset-out-of-range` judges them.
+    /// At `from`, for a partition this store committed `committed` of and
+    /// then lost records below it: all of them (`from` is Kafka's log start
+    /// at the assignment: retention.rs, `refetch_lost`), or those past what
+    /// its archive holds. Records before `committed` were archived once;
+    /// records from it on never were, and if they age out before they are
+    /// fetched, `--on-offset-out-of-range` judges them.
     Refetch {
         from: i64,
         committed: i64,
@@ -43,6 +44,17 @@ pub(crate) enum Start {
     Beginning,
     /// Kafka's log end (`--auto-offset-reset latest`).
     End,
+}
+
+impl Start {
+    /// The commit below which records were archived once, of a
+    /// [`Start::Refetch`].
+    pub(crate) fn archived_below(&self) -> Option<i64> {
+        match self {
+            Start::Refetch { committed, .. } => Some(*committed),
+            _ => None,
+        }
+    }
 }
 
 /// A partition's log start and end, from librdkafka's statistics.

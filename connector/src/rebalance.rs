@@ -356,15 +356,13 @@ impl SinkContext {
                     archive
                 }
             };
-            // A partition this store held and has lost entirely starts at
+            // The commit of a store that lost records below it: those were
+            // archived once, and what lies past it is judged as any resume
+            // point is (retention.rs). A partition lost entirely starts at
             // Kafka's log start whatever --auto-offset-reset says: `latest`
-            // would skip what it lost and what came since. What lies past
-            // its commit is judged as any resume point is (retention.rs).
-            let lost_whole = match point {
-                ResumePoint::Lost {
-                    archive: None,
-                    kafka,
-                } => Some(kafka),
+            // would skip what it lost and what came since.
+            let lost_below = match point {
+                ResumePoint::Lost { kafka, .. } => Some(kafka),
                 _ => None,
             };
             // Every partition gets an explicit start: librdkafka's own
@@ -374,7 +372,7 @@ impl SinkContext {
             // not worked out (a bounds read could delay the stop by its
             // budget).
             let stopping = s.pipeline.failed.load(Ordering::Acquire);
-            let start = match (stored, lost_whole) {
+            let start = match (stored, lost_below) {
                 (None, _) if stopping => Offset::End,
                 (None, Some(committed)) => {
                     match refetch_lost(&mut bounds, tp, committed, s.on_offset_out_of_range) {
@@ -396,8 +394,9 @@ impl SinkContext {
                     }
                 },
                 (Some(stored), _) if stopping => Offset::Offset(stored),
-                (Some(stored), _) => {
-                    match resume_at(&mut bounds, tp, stored, s.on_offset_out_of_range) {
+                (Some(stored), lost_below) => {
+                    let policy = s.on_offset_out_of_range;
+                    match resume_at(&mut bounds, tp, stored, lost_below, policy) {
                         Ok(offset) => {
                             consumed.insert(tp.clone(), offset);
                             Offset::Offset(offset)
@@ -409,7 +408,7 @@ impl SinkContext {
                     }
                 }
             };
-            s.started_at(tp, start, lost_whole);
+            s.started_at(tp, start, lost_below);
             if let Err(e) = tpl.set_partition_offset(&tp.topic, tp.partition, start) {
                 s.pipeline.fail(ConnectorError::Kafka {
                     op: "set assignment offset",

@@ -214,14 +214,18 @@ fn log_offsets<X: ConsumerContext>(
 /// reset error, which the consumer loop judges by the same policy once the
 /// bounds can be read. Stopping the run here would lose nothing, but a
 /// rolling broker restart would stop every archiver it rebalanced.
+///
+/// `archived_below`: as for [`standing`], for a store that lost records
+/// below its commit.
 pub(crate) fn resume_at<X: ConsumerContext>(
     bounds: &mut Bounds<X>,
     tp: &TopicPartition,
     position: i64,
+    archived_below: Option<i64>,
     policy: OnOffsetOutOfRange,
 ) -> Result<i64> {
     match bounds.of(tp) {
-        Ok((low, high)) => judge(tp, position, low, high, policy),
+        Ok((low, high)) => go_on_from(tp, position, archived_below, low, high, policy),
         Err(e) => {
             tracing::warn!(%tp, position, error = %e, "cannot read the partition's log bounds at assignment; resuming at the archive's offset (an offset Kafka no longer has is judged when the fetch reports it)");
             Ok(position)
@@ -333,17 +337,39 @@ pub(crate) fn standing<X: ConsumerContext>(
             return Ok(Standing::Unknown);
         }
     };
+    Ok(
+        match go_on_from(tp, position, archived_below, low, high, policy)? {
+            to if to == position => Standing::InLog,
+            to => Standing::MoveTo(to),
+        },
+    )
+}
+
+/// Where `tp` goes on from `position`, given the log's bounds: `position`
+/// itself while Kafka has it. Records below `archived_below` (a commit of
+/// this store's, for records it lost) were archived once: if they aged out
+/// too, it goes on from the log start with a WARN. Records from there on
+/// are judged by the policy (`judge`).
+fn go_on_from(
+    tp: &TopicPartition,
+    position: i64,
+    archived_below: Option<i64>,
+    low: i64,
+    high: i64,
+    policy: OnOffsetOutOfRange,
+) -> Result<i64> {
     let judged = archived_below.map_or(position, |a| a.max(position));
     let to = judge(tp, judged, low, high, policy)?;
     if to != judged {
-        return Ok(Standing::MoveTo(to));
+        // Moved by the policy (`earliest`), which logged the gap.
+        return Ok(to);
     }
     if position >= low {
-        return Ok(Standing::InLog);
+        return Ok(position);
     }
     tracing::warn!(%tp, from = position, to = low, archived_below = judged,
         "records this store had archived and lost aged out of Kafka before they were fetched again: going on from the log start");
-    Ok(Standing::MoveTo(low))
+    Ok(low)
 }
 
 /// The application's position (next offset `poll` returns) of each
@@ -447,7 +473,7 @@ mod tests {
             Duration::from_millis(600),
         );
         bounds.timeout = Duration::from_millis(200);
-        let at = resume_at(&mut bounds, &t0, 42, OnOffsetOutOfRange::Fail).unwrap();
+        let at = resume_at(&mut bounds, &t0, 42, None, OnOffsetOutOfRange::Fail).unwrap();
         assert_eq!(at, 42);
         assert!(no_offset_start(&mut bounds, &t1, "latest").is_err());
         assert!(matches!(
