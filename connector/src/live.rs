@@ -561,7 +561,18 @@ fn serve(conn: UnixStream, engine: &Engine, shared: &Shared) {
         stalled: false,
     }));
     let asked = request.is_ok();
-    let heartbeat = if asked { beat(&wire) } else { None };
+    // Without its heartbeat a long answer would be given up on by the
+    // client: refused instead, as when busy.
+    let (request, heartbeat) = match request.map(|req| (req, beat(&wire))) {
+        Ok((req, Ok(h))) => (Ok(req), Some(h)),
+        Ok((_, Err(e))) => (
+            Err(format!(
+                "the running cairn could not start this answer's heartbeat ({e}): try again"
+            )),
+            None,
+        ),
+        Err(e) => (Err(e), None),
+    };
     let mut out = FrameWriter {
         wire: &wire,
         buf: Vec::with_capacity(FRAME_BYTES_MAX),
@@ -641,10 +652,9 @@ fn serve(conn: UnixStream, engine: &Engine, shared: &Shared) {
 }
 
 /// Send an empty `o` frame on `wire` now and every [`HEARTBEAT`] until the
-/// sender returned is dropped; then join the thread returned. `None` if no
-/// thread could be started: the client then waits as for a server of
-/// before heartbeats.
-fn beat(wire: &Arc<Mutex<Wire>>) -> Option<(std::sync::mpsc::Sender<()>, JoinHandle<()>)> {
+/// sender returned is dropped; then join the thread returned. An error if
+/// no thread could be started.
+fn beat(wire: &Arc<Mutex<Wire>>) -> std::io::Result<(std::sync::mpsc::Sender<()>, JoinHandle<()>)> {
     let (stop_beating, stopped) = std::sync::mpsc::channel::<()>();
     let wire = wire.clone();
     let beating = std::thread::Builder::new()
@@ -660,10 +670,10 @@ fn beat(wire: &Arc<Mutex<Wire>>) -> Option<(std::sync::mpsc::Sender<()>, JoinHan
             }
         });
     match beating {
-        Ok(h) => Some((stop_beating, h)),
+        Ok(h) => Ok((stop_beating, h)),
         Err(e) => {
             tracing::warn!(error = %e, "live read: cannot start its heartbeat");
-            None
+            Err(e)
         }
     }
 }
@@ -902,8 +912,8 @@ pub fn request(
     request_within(conn, req, out, out_name, IDLE_TIMEOUT)
 }
 
-/// [`request`], giving up `idle` after the last frame once the server is
-/// seen to send heartbeats.
+/// [`request`], giving up `idle` after the last frame (status: after
+/// [`STATUS_TIMEOUT`] in all).
 fn request_within(
     mut conn: UnixStream,
     req: &Request,
