@@ -1014,16 +1014,17 @@ fn flush(producer: &BaseProducer<Deliveries>, timeout: Duration) -> KafkaResult<
 /// Serve every delivery report waiting (rust-rdkafka's `poll(0)` serves
 /// one event, and one event reports one produce batch): a report left
 /// waiting keeps its records in librdkafka's memory, and a failure unseen.
-/// Log, error and statistics events share the queue, ahead of reports as
-/// often as not: a poll that served one of them has shortened librdkafka's
-/// out queue (which counts the events waiting) without a report, and the
-/// draining goes on. It ends at a poll that served nothing.
+/// Log and error events share the queue, ahead of reports as often as
+/// not: the draining goes on past them, and ends at a poll that served
+/// nothing (no callback of the context's ran, and librdkafka's out queue,
+/// which counts the events waiting, did not shorten: an event of a kind
+/// the context does not see).
 fn drain_reports(producer: &BaseProducer<Deliveries>) {
     loop {
-        let before = (producer.context().reports(), producer.in_flight_count());
+        let before = (producer.context().served(), producer.in_flight_count());
         producer.poll(Duration::ZERO);
-        let (reports, queued) = (producer.context().reports(), producer.in_flight_count());
-        if reports == before.0 && queued >= before.1 {
+        let (served, queued) = (producer.context().served(), producer.in_flight_count());
+        if served == before.0 && queued >= before.1 {
             return;
         }
     }
@@ -1116,8 +1117,6 @@ struct DeliveryState {
     failed_in_delivery: bool,
     /// librdkafka's fatal error, if one stopped the producer.
     fatal: Option<String>,
-    /// Delivery reports served, acknowledged or failed.
-    reports: u64,
 }
 
 impl DeliveryState {
@@ -1149,6 +1148,9 @@ fn is_consequence(e: &KafkaError) -> bool {
 #[derive(Debug, Default)]
 struct Deliveries {
     state: Mutex<DeliveryState>,
+    /// Events served to this context (delivery reports, log lines,
+    /// errors): `drain_reports` polls until a poll serves none.
+    served: std::sync::atomic::AtomicU64,
 }
 
 impl Deliveries {
@@ -1191,8 +1193,13 @@ impl Deliveries {
         self.lock().first_failed.is_some()
     }
 
-    fn reports(&self) -> u64 {
-        self.lock().reports
+    fn note_served(&self) {
+        self.served
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn served(&self) -> u64 {
+        self.served.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn failed_in_delivery(&self) -> bool {
@@ -1206,6 +1213,7 @@ impl Deliveries {
 
 impl ClientContext for Deliveries {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        self.note_served();
         // librdkafka still calls the gapless guarantee "experimental" (since
         // 1.4) and warns on every start; restore sets it on purpose and
         // checks for gaps itself (`next_step`), so that warning is noise.
@@ -1217,6 +1225,7 @@ impl ClientContext for Deliveries {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
+        self.note_served();
         tracing::warn!(%error, reason, "kafka producer");
         if error.rdkafka_error_code() == Some(RDKafkaErrorCode::Fatal) {
             self.lock().fatal.get_or_insert_with(|| reason.to_owned());
@@ -1228,12 +1237,12 @@ impl ProducerContext for Deliveries {
     type DeliveryOpaque = usize;
 
     fn delivery(&self, result: &DeliveryResult<'_>, offset: usize) {
+        self.note_served();
         let offset = offset as i64;
         match result {
             Ok(m) => {
                 let tp = TopicPartition::new(m.topic(), m.partition());
                 let mut s = self.lock();
-                s.reports += 1;
                 let d = s.partitions.entry(tp).or_default();
                 d.acked += 1;
                 d.first_acked = Some(d.first_acked.map_or(offset, |o| o.min(offset)));
@@ -1245,7 +1254,6 @@ impl ProducerContext for Deliveries {
                 let tp = TopicPartition::new(m.topic(), m.partition());
                 self.refused(&tp, offset, e);
                 let mut s = self.lock();
-                s.reports += 1;
                 s.failed_in_delivery = true;
             }
         }
