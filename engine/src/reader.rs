@@ -235,7 +235,17 @@ impl Engine {
             if e.first_offset >= end {
                 break;
             }
+            // (Unless a racing truncation deleted it since the scan read
+            // it: the next entry answers then.)
             if all_hold(&e) {
+                if self
+                    .tree
+                    .get(&k)
+                    .map_err(store_err("recheck index"))?
+                    .is_none()
+                {
+                    continue;
+                }
                 return Ok((Some(e.first_offset), end));
             }
             if !may_hold(&e) {
