@@ -220,8 +220,11 @@ impl RunConfig {
                 let wait = crate::dead_letter::report_wait(message_timeout_ms);
                 let interval = crate::consumer::max_poll_interval(self);
                 if wait >= interval {
+                    let given = crate::librdkafka::message_timeout_settings(&self.kafka)
+                        .first()
+                        .map_or("its default".to_owned(), |(k, _)| format!("-X {k}"));
                     return bad(format!(
-                        "the dead letters' message timeout ({message_timeout_ms} ms, -X message.timeout.ms): each is waited for up to {} ms, during which the archive polls nothing, so it must stay below max.poll.interval.ms ({} ms) or the group drops this member mid-wait",
+                        "the dead letters' message timeout ({message_timeout_ms} ms, {given}): each is waited for up to {} ms, during which the archive polls nothing, so it must stay below max.poll.interval.ms ({} ms) or the group drops this member mid-wait",
                         wait.as_millis(),
                         interval.as_millis()
                     ));

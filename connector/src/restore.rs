@@ -863,7 +863,7 @@ fn last_records(
                 .map(|(tp, o)| format!("{tp}@{o}"))
                 .collect();
             return Err(ConnectorError::RestoreRefused(format!(
-                "--resume: could not read the last record of {} within {} ms{}; if it is not a record (a transaction marker, or compacted away), where an earlier restore stopped cannot be read: use --partition, --from and --append",
+                "--resume: could not read the last record of {} within {} ms{}; if Kafka did not answer, run the command again once it does; if the last offset holds no record (a transaction marker, or compacted away), where an earlier restore stopped cannot be read: use --partition, --from and --append",
                 missing.join(", "),
                 timeout.as_millis(),
                 last_error.map_or(String::new(), |e: KafkaError| format!(" (last error: {e})"))

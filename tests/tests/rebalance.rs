@@ -215,7 +215,11 @@ fn join_and_leave(topic: &str, strategy: &str, policy: CommitPolicy) -> (usize, 
     // that had it durable had not committed that far. So each run of
     // records held by both starts at an offset one of them committed.
     observed.extend(rx_a.try_iter().chain(rx_b.try_iter()));
-    let mut commits: BTreeMap<i32, std::collections::BTreeSet<i64>> = BTreeMap::new();
+    // (Or at 0: a partition nothing was committed of starts at the log
+    // start, --auto-offset-reset earliest.)
+    let mut commits: BTreeMap<i32, std::collections::BTreeSet<i64>> = (0..DEMO_PARTITIONS)
+        .map(|p| (p, std::collections::BTreeSet::from([0])))
+        .collect();
     for c in &observed {
         for (tp, o) in c {
             commits.entry(tp.partition).or_default().insert(*o);
