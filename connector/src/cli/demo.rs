@@ -56,19 +56,19 @@ pub const DEMO_RECORDS_MAX: u64 = 100_000;
 
 /// Every one of the `n` demo records produced is still in the mock cluster:
 /// each partition's low watermark is 0.
-fn check_all_kept(brokers: &str, n: u64) -> Result<()> {
+fn check_all_kept(brokers: &str, topic: &str, n: u64) -> Result<()> {
     use rdkafka::consumer::Consumer;
     let client = crate::offsets::client_with(brokers, &BTreeMap::new())?;
     for p in 0..DEMO_PARTITIONS {
         let (low, _) = client
-            .fetch_watermarks(DEMO_TOPIC, p, Duration::from_secs(10))
+            .fetch_watermarks(topic, p, Duration::from_secs(10))
             .map_err(ConnectorError::kafka_at(
                 "fetch watermarks",
-                format!("{DEMO_TOPIC}/{p}"),
+                format!("{topic}/{p}"),
             ))?;
         if low > 0 {
             return Err(ConnectorError::Config(format!(
-                "--records {n}: the mock cluster deleted the oldest {low} records of {DEMO_TOPIC}/{p} to stay under its 5 MiB per partition; use fewer records"
+                "--records {n}: the mock cluster deleted the oldest {low} records of {topic}/{p} to stay under its 5 MiB per partition; use fewer records"
             )));
         }
     }
@@ -318,6 +318,16 @@ async fn restore_round_trip(
     let t = Instant::now();
     let restored = tokio::task::block_in_place(|| restore(engine, &cfg))?;
     let restore_secs = t.elapsed().as_secs_f64();
+    // Every record sent, and all of them still in the mock cluster (its
+    // 5 MiB a partition): otherwise the archive of the restored topic
+    // below could only be found short, blaming the archive.
+    if restored.records != n {
+        return Err(ConnectorError::Sink(format!(
+            "demo: the restore delivered {} records, not {n}",
+            restored.records
+        )));
+    }
+    check_all_kept(brokers, &topic, n)?;
 
     // The second archive is scratch: a fresh folder, removed when dropped,
     // and made and dropped under the lock a signal's exit takes (no moment
@@ -481,7 +491,7 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode> {
     produce(&brokers, DEMO_TOPIC, 0..n)?;
     // What the mock cluster deleted to stay under its limit would read as
     // loss below: say so here instead.
-    check_all_kept(&brokers, n)?;
+    check_all_kept(&brokers, DEMO_TOPIC, n)?;
     outln!("produced   {n} records to {DEMO_TOPIC} ({DEMO_PARTITIONS} partitions, keys, headers, nulls) in {:.2} s", t.elapsed().as_secs_f64())?;
 
     // Run 1: `cairn run` as a child, which aborts after ~40% is durable,
@@ -539,7 +549,7 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode> {
         return Err(ConnectorError::Sink(format!(
             "demo verification failed: the archive at {} has {} problem(s), the first: {}",
             data.display(),
-            v.problems.len(),
+            v.problem_count(),
             v.problems.first().map_or(String::new(), |p| p.to_string())
         )));
     }

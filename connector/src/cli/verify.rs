@@ -116,7 +116,7 @@ fn stopped_by_damage(label: &str, otherwise: &str, problem: Problem, out: &mut V
     };
     line(format_args!("verified {label}: {what}"));
     line(format_args!("problem: {problem}"));
-    line(format_args!("1 problems"));
+    line(format_args!("1 problem"));
     EXIT_DAMAGED
 }
 
@@ -149,6 +149,10 @@ fn report(label: &str, r: &VerifyReport, out: &mut Vec<u8>) -> u8 {
             r.problems_unlisted
         ));
     }
-    line(format_args!("{} problems", r.problem_count()));
+    line(format_args!(
+        "{} problem{}",
+        r.problem_count(),
+        if r.problem_count() == 1 { "" } else { "s" }
+    ));
     EXIT_DAMAGED
 }
