@@ -460,6 +460,8 @@ impl Shared {
         let mut bounds = retention::Bounds::new(consumer, assigned.clone(), self.bounds_budget);
         let mut going_on: BTreeMap<TopicPartition, Offset> = BTreeMap::new();
         let mut restart: BTreeMap<TopicPartition, Offset> = BTreeMap::new();
+        // The partitions the policy moves, and where to.
+        let mut moved: Vec<(TopicPartition, i64)> = Vec::new();
         // Whether some partition is out of Kafka's log: what the error was
         // about.
         let mut explained = false;
@@ -499,6 +501,7 @@ impl Shared {
                 Standing::MoveTo(to) => {
                     explained = true;
                     restart.insert(tp.clone(), Offset::Offset(to));
+                    moved.push((tp.clone(), to));
                 }
                 Standing::Unknown => {
                     restart.insert(tp.clone(), Offset::Offset(at));
@@ -518,9 +521,13 @@ impl Shared {
             );
             return Ok(false);
         }
-        for (tp, to) in &restart {
-            let refetch = self.starts.get(tp).and_then(Start::archived_below);
-            self.started_at(tp, *to, refetch);
+        // A new start only where the fetch moves: one restarted where it
+        // is keeps its start (for a partition that delivered records, the
+        // position would hide from its lag what is handed over and not yet
+        // durable).
+        for (tp, to) in moved {
+            let refetch = self.starts.get(&tp).and_then(Start::archived_below);
+            self.started_at(&tp, Offset::Offset(to), refetch);
         }
         retention::restart_fetch(consumer, &restart, &going_on)?;
         Ok(true)

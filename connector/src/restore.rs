@@ -1224,6 +1224,12 @@ impl ClientContext for Deliveries {
         log_to_tracing(level, fac, message);
     }
 
+    /// Statistics (only with `-X statistics.interval.ms`) are not used:
+    /// counted as served, not parsed.
+    fn stats_raw(&self, _statistics: &[u8]) {
+        self.note_served();
+    }
+
     fn error(&self, error: KafkaError, reason: &str) {
         self.note_served();
         tracing::warn!(%error, reason, "kafka producer");

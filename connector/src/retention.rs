@@ -263,7 +263,13 @@ pub(crate) fn refetch_lost<X: ConsumerContext>(
         .into(),
         source,
     })?;
-    judge(tp, committed, low, high, policy)?;
+    // Past a log end below the commit there is nothing to judge (see
+    // `go_on_from`).
+    if committed > high {
+        tracing::warn!(%tp, committed, log_end = high,
+            "Kafka's log ends below this store's own commit: the records it had archived there and lost are no longer in Kafka");
+    }
+    judge(tp, committed.min(high), low, high, policy)?;
     Ok(low)
 }
 
@@ -358,7 +364,14 @@ fn go_on_from(
     high: i64,
     policy: OnOffsetOutOfRange,
 ) -> Result<i64> {
-    let judged = archived_below.map_or(position, |a| a.max(position));
+    // A log that ends below the commit (an unclean leader election cut
+    // it) holds none of what lies past its end to judge: this store holds
+    // nothing there either, so no offset it archived is reused.
+    if let Some(k) = archived_below.filter(|k| *k > high) {
+        tracing::warn!(%tp, committed = k, log_end = high,
+            "Kafka's log ends below this store's own commit: the records it had archived there and lost are no longer in Kafka");
+    }
+    let judged = archived_below.map_or(position, |k| k.min(high).max(position));
     let to = judge(tp, judged, low, high, policy)?;
     if to != judged {
         // Moved by the policy (`earliest`), which logged the gap.

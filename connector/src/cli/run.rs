@@ -226,7 +226,7 @@ impl RunArgs {
             (ConnectorError::Config(m), Some(path)) => {
                 let named: Vec<&str> = from_file
                     .iter()
-                    .filter(|k| m.contains(&format!("-X {k}=")))
+                    .filter(|k| names_setting(&m, k))
                     .map(String::as_str)
                     .collect();
                 if named.is_empty() {
@@ -242,6 +242,20 @@ impl RunArgs {
         })?;
         Ok(c)
     }
+}
+
+/// Whether the error `m` names the librdkafka setting `key`: as cairn
+/// names one (`-X key=value`, `-X key:`, `-X key)`, `-X key and`), or as
+/// librdkafka does (`"key"`).
+fn names_setting(m: &str, key: &str) -> bool {
+    let as_flag = format!("-X {key}");
+    let flagged = m.match_indices(&as_flag).any(|(at, _)| {
+        m[at + as_flag.len()..]
+            .chars()
+            .next()
+            .is_none_or(|c| matches!(c, '=' | ':' | ')' | ' ' | ','))
+    });
+    flagged || m.contains(&format!("\"{key}\""))
 }
 
 pub async fn run(args: RunArgs) -> Result<ExitCode> {
@@ -576,6 +590,22 @@ mod tests {
         );
         let e = config("", &["-X", "group.id=x"]).unwrap_err().to_string();
         assert!(e.contains("-X group.id=x") && !e.contains("[kafka]"), "{e}");
+        // Named as cairn names it without a value, and as librdkafka names
+        // a property it does not know (a typo in the file).
+        let e = config("[kafka]\n\"auto.offset.reset\" = \"latest\"\n", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("(auto.offset.reset set in [kafka] of "), "{e}");
+        let e = config("[kafka]\n\"no.such.thing\" = \"1\"\n", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("(no.such.thing set in [kafka] of "), "{e}");
+        // Not a longer name that starts the same.
+        assert!(!super::names_setting(
+            "-X topic.group.id=x: no",
+            "topic.group"
+        ));
+        assert!(super::names_setting("-X group.id=x: no", "group.id"));
     }
 
     #[test]
