@@ -76,6 +76,33 @@ fn archived_then_aged_out(k: &TestKafka, cfg: &cairn_connector::RunConfig) -> Op
     Some(low)
 }
 
+/// `live`'s store copied to `copy` as a backup.
+fn back_up(live: &std::path::Path, copy: &std::path::Path) {
+    Engine::open(EngineConfig::new(live))
+        .unwrap()
+        .backup_to(copy, &std::sync::atomic::AtomicBool::new(false))
+        .unwrap();
+}
+
+/// A topic `name` of one partition, its group, a store (`live`) and a
+/// backup of it made before it held anything (`copy`, in `backups`).
+fn backed_up_empty(
+    name: &str,
+) -> (
+    TestKafka,
+    String,
+    tempfile::TempDir,
+    tempfile::TempDir,
+    std::path::PathBuf,
+) {
+    init_logs();
+    let k = TestKafka::new(name, 1);
+    let (live, backups) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let copy = backups.path().join("copy");
+    back_up(live.path(), &copy);
+    (k, format!("{name}-group"), live, backups, copy)
+}
+
 /// A run under `cfg` that must stop: partition 0's stored offset 20 aged
 /// out below Kafka's log start `low`. Its error.
 fn stopped_aged_out_at_20(cfg: &cairn_connector::RunConfig, low: i64) -> ConnectorError {
@@ -154,15 +181,8 @@ fn a_stored_offset_that_aged_out_stops_the_run_unless_told_to_skip() {
 /// commits nothing; `earliest` logs the gap and archives from the log start.
 #[test]
 fn a_lost_partition_whose_commit_aged_out_stops_the_run_unless_told_to_skip() {
-    init_logs();
-    let k = TestKafka::new("lost-aged-out", 1);
-    let group = "lost-aged-out-group";
-    let (live, backups) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let copy = backups.path().join("copy");
-    Engine::open(EngineConfig::new(live.path()))
-        .unwrap()
-        .backup_to(&copy, &std::sync::atomic::AtomicBool::new(false))
-        .unwrap();
+    let (k, group, live, _backups, copy) = backed_up_empty("lost-aged-out");
+    let group = group.as_str();
     let mut cfg = config(&k, group, live.path());
     cfg.batch_records_max = 10;
     let Some(low) = archived_then_aged_out(&k, &cfg) else {
@@ -313,10 +333,7 @@ fn a_store_that_lost_its_newest_records_goes_on_past_those_that_aged_out() {
     // stopped: not what this test is about.
     cfg.on_offset_out_of_range = OnOffsetOutOfRange::Earliest;
     archive_until(&cfg, 20).unwrap();
-    Engine::open(EngineConfig::new(live.path()))
-        .unwrap()
-        .backup_to(&copy, &std::sync::atomic::AtomicBool::new(false))
-        .unwrap();
+    back_up(live.path(), &copy);
     produce_big(&k, 20..400);
     archive_until(&cfg, 400).unwrap();
     let low = log_start(&k);
@@ -339,15 +356,8 @@ fn a_store_that_lost_its_newest_records_goes_on_past_those_that_aged_out() {
 /// `fail`) judges only records it never archived.
 #[test]
 fn a_lost_partition_goes_on_when_what_it_had_archived_ages_out_during_its_refetch() {
-    init_logs();
-    let k = TestKafka::new("lost-refetch-aged", 1);
-    let group = "lost-refetch-aged-group";
-    let (live, backups) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let copy = backups.path().join("copy");
-    Engine::open(EngineConfig::new(live.path()))
-        .unwrap()
-        .backup_to(&copy, &std::sync::atomic::AtomicBool::new(false))
-        .unwrap();
+    let (k, group, live, _backups, copy) = backed_up_empty("lost-refetch-aged");
+    let group = group.as_str();
     produce_big(&k, 0..400);
     archive_until(&config(&k, group, live.path()), 400).unwrap();
     let from = log_start(&k);
