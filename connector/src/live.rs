@@ -562,23 +562,19 @@ fn serve(conn: UnixStream, engine: &Engine, shared: &Shared) {
     }));
     let asked = request.is_ok();
     // Without its heartbeat a long answer would be given up on by the
-    // client: refused instead, as when busy.
-    // (Status needs none: its client bounds it as a whole.)
-    let (request, heartbeat) = match request.map(|req| {
-        let h = match req {
-            Request::Status => Ok(None),
-            _ => beat(&wire).map(Some),
-        };
-        (req, h)
-    }) {
-        Ok((req, Ok(h))) => (Ok(req), h),
-        Ok((_, Err(e))) => (
-            Err(format!(
-                "the running cairn could not start this answer's heartbeat ({e}): try again"
-            )),
-            None,
-        ),
-        Err(e) => (Err(e), None),
+    // client: refused instead, as when busy. (Status needs none: its client
+    // bounds it as a whole.)
+    let (request, heartbeat) = match request {
+        Ok(Request::Status) | Err(_) => (request, None),
+        Ok(req) => match beat(&wire) {
+            Ok(h) => (Ok(req), Some(h)),
+            Err(e) => (
+                Err(format!(
+                    "the running cairn could not start this answer's heartbeat ({e}): try again"
+                )),
+                None,
+            ),
+        },
     };
     let mut out = FrameWriter {
         wire: &wire,

@@ -265,10 +265,7 @@ pub(crate) fn refetch_lost<X: ConsumerContext>(
     })?;
     // Past a log end below the commit there is nothing to judge (see
     // `go_on_from`).
-    if committed > high {
-        tracing::warn!(%tp, committed, log_end = high,
-            "Kafka's log ends below this store's own commit: the records it had archived there and lost are no longer in Kafka");
-    }
+    warn_if_log_ends_below(tp, committed, high);
     judge(tp, committed.min(high), low, high, policy)?;
     Ok(low)
 }
@@ -324,7 +321,8 @@ pub(crate) enum Standing {
 /// such reads fail too).
 ///
 /// `archived_below`: for a partition refetching what this store lost
-/// ([`refetch_lost`]), the offset it had committed. Records below it were
+/// ([`refetch_lost`], or its newest records), the offset it had committed.
+/// Records below it were
 /// archived once, as records below an assignment's resume point were: if
 /// they age out before they are fetched again, the partition goes on from
 /// the log start with a WARN, and the policy judges only records from
@@ -367,9 +365,8 @@ fn go_on_from(
     // A log that ends below the commit (an unclean leader election cut
     // it) holds none of what lies past its end to judge: this store holds
     // nothing there either, so no offset it archived is reused.
-    if let Some(k) = archived_below.filter(|k| *k > high) {
-        tracing::warn!(%tp, committed = k, log_end = high,
-            "Kafka's log ends below this store's own commit: the records it had archived there and lost are no longer in Kafka");
+    if let Some(k) = archived_below {
+        warn_if_log_ends_below(tp, k, high);
     }
     let judged = archived_below.map_or(position, |k| k.min(high).max(position));
     let to = judge(tp, judged, low, high, policy)?;
@@ -383,6 +380,15 @@ fn go_on_from(
     tracing::warn!(%tp, from = position, to = low, archived_below = judged,
         "records this store had archived and lost aged out of Kafka before they were fetched again: going on from the log start");
     Ok(low)
+}
+
+/// A WARN when Kafka's log of `tp` ends (at `high`) below `committed`, a
+/// commit of this store's for records it lost.
+fn warn_if_log_ends_below(tp: &TopicPartition, committed: i64, high: i64) {
+    if committed > high {
+        tracing::warn!(%tp, committed, log_end = high,
+            "Kafka's log ends below this store's own commit: the records it had archived there and lost are no longer in Kafka");
+    }
 }
 
 /// The application's position (next offset `poll` returns) of each
