@@ -150,6 +150,9 @@ pub struct Pruner {
     orders: Option<mpsc::Sender<Order>>,
     thread: Option<JoinHandle<()>>,
     failure: Arc<Mutex<Option<String>>>,
+    /// Set when dropped: a pass in progress ends after its durable step
+    /// (a failed run's teardown does not wait out a large pass).
+    cancelled: Arc<AtomicBool>,
 }
 
 impl Pruner {
@@ -180,11 +183,16 @@ impl Pruner {
         on_failure: FailureHook,
         stop: Arc<AtomicBool>,
     ) -> Result<Pruner, String> {
-        let go = move || !stop.load(Ordering::Relaxed);
+        let cancelled = Arc::new(AtomicBool::new(false));
+        let go = {
+            let cancelled = cancelled.clone();
+            move || !stop.load(Ordering::Relaxed) && !cancelled.load(Ordering::Relaxed)
+        };
         let no_thread = || Pruner {
             orders: None,
             thread: None,
             failure: Arc::new(Mutex::new(None)),
+            cancelled: cancelled.clone(),
         };
         if !pass(&engine, &retention, &go)? {
             return Ok(no_thread());
@@ -231,6 +239,7 @@ impl Pruner {
             orders: Some(tx),
             thread: Some(thread),
             failure,
+            cancelled,
         })
     }
 
@@ -261,8 +270,10 @@ impl Pruner {
 }
 
 impl Drop for Pruner {
-    /// Ends the thread without a last pass (a stop that is not clean).
+    /// Ends the thread without a last pass (a stop that is not clean),
+    /// a pass in progress after its durable step.
     fn drop(&mut self) {
+        self.cancelled.store(true, Ordering::Relaxed);
         self.orders.take();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
