@@ -318,6 +318,15 @@ fn kafka_view(
                 "Kafka's log ends below what the archive holds: the topic was deleted and recreated, or truncated (cairn run stops on it; see OPERATIONS.md, \"Where a partition resumes\")"
             );
         }
+        if let Some(committed) = r.kafka_committed.filter(|&c| high < c) {
+            tracing::warn!(
+                topic = %r.topic,
+                partition = r.partition,
+                high,
+                committed,
+                "Kafka's log ends below the group's committed offset (negative lag): the topic was deleted and recreated, or truncated"
+            );
+        }
     }
     Ok(())
 }
