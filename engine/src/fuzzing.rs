@@ -74,6 +74,10 @@ pub fn seed(test: &str) -> u64 {
     seed
 }
 
+/// [`record`]'s timestamp of offset 0; offset `o` is stamped 10 `o` ms
+/// later.
+pub const RECORD_TIMESTAMP_BASE_MS: i64 = 1_700_000_000_000;
+
 /// A deterministic record for `offset`, with a mix of keys, nulls and headers.
 pub fn record(tp: &TopicPartition, offset: i64, value_len: usize) -> Record {
     let mut value = format!("{}-{}-{}:", tp.topic, tp.partition, offset).into_bytes();
@@ -84,7 +88,7 @@ pub fn record(tp: &TopicPartition, offset: i64, value_len: usize) -> Record {
     Record {
         offset,
         timestamp_type: TimestampType::CreateTime,
-        timestamp_ms: 1_700_000_000_000 + offset * 10,
+        timestamp_ms: RECORD_TIMESTAMP_BASE_MS + offset * 10,
         key: (offset % 3 != 0).then(|| format!("k{offset}").into_bytes()),
         value: (offset % 7 != 0).then_some(value),
         headers: if offset % 2 == 0 {
@@ -647,6 +651,28 @@ pub mod model {
                         "step {step} {op:?}: read {} records, model has {}",
                         got.len(),
                         want.len()
+                    );
+                    // By time: records are stamped in offset order, so the
+                    // first at or after offset `from`'s stamp (or 5 ms
+                    // before it) is the first at or after `from`; with none,
+                    // retention's cut is the next offset.
+                    let t = RECORD_TIMESTAMP_BASE_MS + from * 10 - 5 * (from % 2);
+                    let first = want.first().map(|r| r.offset);
+                    let by_time = e
+                        .offset_for_time(&tps[tp], t)
+                        .map_err(|e| format!("step {step}: offset_for_time: {e}"))?;
+                    ensure!(
+                        by_time == first,
+                        "step {step} {op:?}: offset_for_time {by_time:?}, model {first:?}"
+                    );
+                    let cut = e
+                        .offset_for_retention(&tps[tp], t)
+                        .map_err(|e| format!("step {step}: offset_for_retention: {e}"))?;
+                    let next = model.next.get(&tp).copied().unwrap_or(0);
+                    ensure!(
+                        cut == first.unwrap_or(next),
+                        "step {step} {op:?}: offset_for_retention {cut}, model {:?}",
+                        first.unwrap_or(next)
                     );
                 }
                 Op::Reopen => {
