@@ -926,10 +926,9 @@ fn request_within(
 ) -> Result<End> {
     // Status is bounded as a whole: its heartbeats do not extend it.
     let (timeout, deadline) = match req {
-        Request::Status => (STATUS_TIMEOUT, Some(Instant::now() + STATUS_TIMEOUT)),
-        _ => (idle, None),
+        Request::Status => (Some(STATUS_TIMEOUT), Some(Instant::now() + STATUS_TIMEOUT)),
+        _ => (Some(idle), None),
     };
-    let timeout = Some(timeout);
     conn.set_read_timeout(timeout).map_err(socket_error)?;
     let mut line = serde_json::to_vec(req).expect("Request serialises");
     line.push(b'\n');

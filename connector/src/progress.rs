@@ -219,11 +219,9 @@ impl ProgressClock {
                 // Records below where the run fetches from are not waiting
                 // for it (another store in the group archived them, or they
                 // aged out of Kafka and the policy skipped them): the lag
-                // counts from the later of the two.
-                let base = match (durable, start) {
-                    (Some(d), Some(s)) => Some(d.max(s)),
-                    (d, s) => d.or(s),
-                };
+                // counts from the later of the two (either, when only one is
+                // known: `None` orders below every `Some`).
+                let base = durable.max(start);
                 PartitionProgress {
                     tp: tp.clone(),
                     log_end,

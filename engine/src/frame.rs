@@ -127,6 +127,16 @@ pub fn encode(lsn: u64, kind: FrameKind, flags: u16, body: &[u8]) -> Vec<u8> {
     out
 }
 
+/// The kind a frame's header declares, if the header is whole and names
+/// a known kind: unchecked (the CRC covers the whole frame), for telling
+/// what a frame cut short was meant to be.
+pub(crate) fn header_kind(bytes: &[u8]) -> Option<FrameKind> {
+    if bytes.len() < FRAME_HEADER_BYTES {
+        return None;
+    }
+    FrameKind::from_u8(bytes[5]).ok()
+}
+
 /// Decode and verify a frame stored under `lsn`. Never panics, never allocates.
 pub fn decode(lsn: u64, bytes: &[u8]) -> Result<Frame<'_>, CorruptionKind> {
     if bytes.len() < FRAME_HEADER_BYTES {

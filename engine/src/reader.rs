@@ -238,12 +238,7 @@ impl Engine {
             // (Unless a racing truncation deleted it since the scan read
             // it: the next entry answers then.)
             if all_hold(&e) {
-                if self
-                    .tree
-                    .get(&k)
-                    .map_err(store_err("recheck index"))?
-                    .is_none()
-                {
+                if deleted_since(&self.tree, &k)? {
                     continue;
                 }
                 return Ok((Some(e.first_offset), end));
@@ -273,9 +268,15 @@ fn read_entry_unless_deleted(
 ) -> Result<Option<crate::body::Entry>> {
     match read_entry(tree, tp, e) {
         Ok(entry) => Ok(Some(entry)),
-        Err(_) if tree.get(key).map_err(store_err("recheck index"))?.is_none() => Ok(None),
+        Err(_) if deleted_since(tree, key)? => Ok(None),
         Err(err) => Err(err),
     }
+}
+
+/// Whether the index entry under `key`, read by a scan, has been deleted
+/// since (by a truncation racing the reader).
+fn deleted_since(tree: &sled::Tree, key: &[u8]) -> Result<bool> {
+    Ok(tree.get(key).map_err(store_err("recheck index"))?.is_none())
 }
 
 /// `tp`'s index entries below the durable summary `s`'s next offset count

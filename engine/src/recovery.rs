@@ -226,9 +226,7 @@ pub(crate) fn recover(
             // one cut short is damage (the decoder knows the kind of a frame
             // whose header is whole; a shorter one cannot be told apart).
             Err(kind @ CorruptionKind::Truncated { .. })
-                if is_last
-                    && v.len() >= frame::FRAME_HEADER_BYTES
-                    && v[5] == FrameKind::Tombstone as u8 =>
+                if is_last && frame::header_kind(&v) == Some(FrameKind::Tombstone) =>
             {
                 return Err(corrupt(lsn, kind));
             }

@@ -77,13 +77,12 @@ pub(crate) fn remove_store_files(dir: &Path) -> std::io::Result<()> {
         _ => Ok(()),
     };
     gone(std::fs::remove_dir_all(EngineConfig::new(dir).sled_path()))?;
-    let watermark = crate::watermark::WATERMARK_FILE;
-    for name in [
-        watermark.to_owned(),
-        format!("{watermark}.new"),
-        crate::poisoned::POISON_FILE.to_owned(),
+    for path in [
+        dir.join(crate::watermark::WATERMARK_FILE),
+        crate::watermark::replacement_path(dir),
+        dir.join(crate::poisoned::POISON_FILE),
     ] {
-        gone(std::fs::remove_file(dir.join(name)))?;
+        gone(std::fs::remove_file(path))?;
     }
     Ok(())
 }

@@ -31,6 +31,12 @@ use std::time::{Duration, Instant};
 use crate::error::{CorruptionKind, Error, Location, Result};
 
 pub const WATERMARK_FILE: &str = "cairn.durable";
+
+/// Where a new watermark file is written before it is renamed into place
+/// (`Watermark::open`); removal.rs removes one a crash left.
+pub(crate) fn replacement_path(dir: &Path) -> PathBuf {
+    dir.join(format!("{WATERMARK_FILE}.new"))
+}
 pub const WATERMARK_MAGIC: [u8; 4] = *b"CRNW";
 pub const WATERMARK_BYTES: usize = 16;
 /// Least time between two fdatasyncs of the watermark during appends.
@@ -139,7 +145,7 @@ impl Watermark {
             // between the create and the first write (or a power loss that
             // kept the directory entry but not the bytes) would leave an
             // empty file that every later open refuses as damaged.
-            let tmp = dir.join(format!("{WATERMARK_FILE}.new"));
+            let tmp = replacement_path(dir);
             let created = File::create(&tmp)
                 .and_then(|f| {
                     f.write_all_at(&encode(lsn), 0)?;

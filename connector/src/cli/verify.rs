@@ -116,7 +116,7 @@ fn stopped_by_damage(label: &str, otherwise: &str, problem: Problem, out: &mut V
     };
     line(format_args!("verified {label}: {what}"));
     line(format_args!("problem: {problem}"));
-    line(format_args!("1 problem"));
+    line(format_args!("{}", problems(1)));
     EXIT_DAMAGED
 }
 
@@ -149,10 +149,11 @@ fn report(label: &str, r: &VerifyReport, out: &mut Vec<u8>) -> u8 {
             r.problems_unlisted
         ));
     }
-    line(format_args!(
-        "{} problem{}",
-        r.problem_count(),
-        if r.problem_count() == 1 { "" } else { "s" }
-    ));
+    line(format_args!("{}", problems(r.problem_count())));
     EXIT_DAMAGED
+}
+
+/// A report's last line: how many problems it found.
+fn problems(n: u64) -> String {
+    format!("{n} problem{}", if n == 1 { "" } else { "s" })
 }
