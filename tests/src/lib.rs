@@ -246,10 +246,19 @@ pub fn with_request_errors<T>(
     count: usize,
     run: impl FnOnce() -> T,
 ) -> T {
-    mock.request_errors(
-        key,
-        &vec![rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN; count],
-    );
+    let unknown = rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN;
+    with_request_errors_of(mock, key, unknown, count, run)
+}
+
+/// [`with_request_errors`], failing them with `error`.
+pub fn with_request_errors_of<T>(
+    mock: &MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
+    key: rdkafka::types::RDKafkaApiKey,
+    error: rdkafka::types::RDKafkaRespErr,
+    count: usize,
+    run: impl FnOnce() -> T,
+) -> T {
+    mock.request_errors(key, &vec![error; count]);
     let out = run();
     mock.clear_request_errors(key);
     out

@@ -7,8 +7,8 @@ use cairn_connector::cli::demo::{check_archive, committed, produce};
 use cairn_connector::{run_pipeline, ArchiveSink, CommitPolicy, ConnectorError, PipelineOptions};
 use cairn_engine::{Engine, EngineConfig, TopicPartition};
 use cairn_tests::{
-    config, durable, run_bounded, run_to_end, run_to_error, with_request_errors, TestKafka,
-    Watchdog,
+    config, durable, run_bounded, run_to_end, run_to_error, with_request_errors,
+    with_request_errors_of, TestKafka, Watchdog,
 };
 use rdkafka::types::RDKafkaApiKey;
 
@@ -441,13 +441,10 @@ fn a_session_timeout_the_brokers_refuse_stops_the_run() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(&k, "session-timeout-group", dir.path());
     let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
-    use rdkafka::types::RDKafkaRespErr;
-    mock.request_errors(
-        RDKafkaApiKey::JoinGroup,
-        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_SESSION_TIMEOUT; 50],
-    );
-    let err = run_to_error(&cfg, &engine);
-    mock.clear_request_errors(RDKafkaApiKey::JoinGroup);
+    let refused = rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_SESSION_TIMEOUT;
+    let err = with_request_errors_of(mock, RDKafkaApiKey::JoinGroup, refused, 50, || {
+        run_to_error(&cfg, &engine)
+    });
     assert!(err.contains("session.timeout.ms"), "{err}");
     assert!(engine.durable_offsets().is_empty(), "archived nothing");
 }
