@@ -8,7 +8,7 @@
 use crate::body::{decode_entry, Entry, ENTRY_BODY_BYTES_MAX};
 use crate::error::{CorruptionKind, Error, Location, Result};
 use crate::frame::{self, Frame, FrameKind, FLAG_CONT, FLAG_MORE};
-use crate::index::IndexEntry;
+use crate::index::{IndexEntry, CHUNKS_PER_ENTRY_MAX};
 use crate::keys;
 use crate::record::TopicPartition;
 
@@ -65,6 +65,14 @@ impl Assembler {
                 length: (self.body.len() + f.body.len()) as u64,
                 max: ENTRY_BODY_BYTES_MAX as u64,
             });
+        }
+        // The index entry that will describe this entry cannot name more
+        // chunks (`IndexEntry::decode` refuses it): refuse here, before
+        // recovery writes any repair for it.
+        if self.chunks as usize >= CHUNKS_PER_ENTRY_MAX {
+            return Err(seq(&format!(
+                "entry goes on past {CHUNKS_PER_ENTRY_MAX} chunks, more than any entry takes"
+            )));
         }
         self.chunks += 1;
         self.body.extend_from_slice(f.body);
@@ -150,4 +158,38 @@ pub fn read_entry(tree: &sled::Tree, tp: &TopicPartition, idx: &IndexEntry) -> R
         }
     }
     Err(corrupt(idx.lsn, CorruptionKind::MissingFrame))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Empty chunks keep an entry under its body limit for ever: the chunk
+    /// count is bounded on its own, at what an index entry can name.
+    #[test]
+    fn an_entry_of_more_chunks_than_an_index_entry_names_is_refused() {
+        let mut asm = Assembler::default();
+        let chunk = |i: usize| {
+            let cont = if i == 0 { 0 } else { FLAG_CONT };
+            Frame {
+                kind: FrameKind::Records,
+                flags: FLAG_MORE | cont,
+                body: &[],
+            }
+        };
+        for i in 0..CHUNKS_PER_ENTRY_MAX {
+            assert!(matches!(
+                asm.feed(1 + i as u64, &chunk(i)),
+                Ok(Fed::Partial)
+            ));
+        }
+        let last = CHUNKS_PER_ENTRY_MAX as u64 + 1;
+        match asm.feed(last, &chunk(CHUNKS_PER_ENTRY_MAX)) {
+            Err(CorruptionKind::BadChunkSequence { detail }) => {
+                assert!(detail.contains("chunks"), "{detail}")
+            }
+            Err(other) => panic!("refused as {other:?}"),
+            Ok(_) => panic!("fed past {CHUNKS_PER_ENTRY_MAX} chunks"),
+        }
+    }
 }
