@@ -517,6 +517,70 @@ impl Engine {
         })
     }
 
+    /// Record, durably, where partitions the store holds nothing of start:
+    /// records below each one's offset are not wanted. A partition then
+    /// reads as held and empty, with `offset` as its durable next offset
+    /// (the summary a retention pass leaves when it empties a partition),
+    /// so a consumer that restarts before its first record resumes there.
+    /// A partition the store already has a summary for is left as it is.
+    /// Returns the durable next offset of every partition in `starts`.
+    ///
+    /// Each summary is one insert with no frame: a crash keeps it or not,
+    /// and either way the store is consistent.
+    pub fn start_partitions(
+        &self,
+        starts: &BTreeMap<TopicPartition, i64>,
+    ) -> Result<BTreeMap<TopicPartition, i64>> {
+        self.check_usable()?;
+        for (tp, &offset) in starts {
+            crate::record::validate_tp(tp)?;
+            if !(0..i64::MAX).contains(&offset) {
+                return Err(InvalidInput::StartOffset {
+                    topic: tp.topic.clone(),
+                    partition: tp.partition,
+                    offset,
+                }
+                .into());
+            }
+        }
+        {
+            let mut w = self.write_state()?;
+            let _poison_on_panic = PoisonOnPanic {
+                engine: self,
+                op: "partition start",
+            };
+            self.check_usable()?;
+            let mut started = 0;
+            for (tp, &offset) in starts {
+                if w.partitions.contains_key(tp) {
+                    continue;
+                }
+                let s = PartitionSummary {
+                    first_offset: offset,
+                    next_offset: offset,
+                    record_count: 0,
+                    payload_bytes: 0,
+                    next_offset_floor: offset,
+                };
+                let (k, v) = s.encode(tp);
+                if let Err(e) = self.tree.insert(k, v) {
+                    return Err(self.poison("partition start", e.to_string()));
+                }
+                w.partitions.insert(tp.clone(), s);
+                started += 1;
+            }
+            if started > 0 {
+                w.seq += 1;
+            }
+        }
+        self.sync()?;
+        let view = self.durable_view();
+        Ok(starts
+            .keys()
+            .filter_map(|tp| view.partitions.get(tp).map(|s| (tp.clone(), s.next_offset)))
+            .collect())
+    }
+
     /// Write batches to the log without waiting for them to be durable: the
     /// first half of [`append`](Self::append). Nothing written is reported
     /// durable until a later [`sync`](Self::sync) (or an `append`, from any

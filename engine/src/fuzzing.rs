@@ -508,6 +508,11 @@ pub mod model {
             tp: usize,
             offset: i64,
         },
+        /// `start_partitions` for one partition.
+        Start {
+            tp: usize,
+            offset: i64,
+        },
     }
 
     /// Decode fuzz input into at most 40 operations.
@@ -516,7 +521,7 @@ pub mod model {
         let mut ops = Vec::new();
         while !input.is_empty() && ops.len() < 40 {
             let tp = input.below(3);
-            ops.push(match input.u8() % 12 {
+            ops.push(match input.u8() % 13 {
                 0..=5 => Op::Append {
                     tp,
                     gap: input.below(3) as i64,
@@ -533,7 +538,11 @@ pub mod model {
                     from: input.below(200) as i64,
                 },
                 10 => Op::Reopen,
-                _ => Op::Truncate {
+                11 => Op::Truncate {
+                    tp,
+                    offset: input.below(200) as i64,
+                },
+                _ => Op::Start {
                     tp,
                     offset: input.below(200) as i64,
                 },
@@ -679,6 +688,19 @@ pub mod model {
                     // Drop without close: a crash as far as the store can tell.
                     drop(engine.take());
                     engine = Some(open()?);
+                }
+                Op::Start { tp, offset } => {
+                    let starts = [(tps[tp].clone(), offset)].into_iter().collect();
+                    let d = e
+                        .start_partitions(&starts)
+                        .map_err(|e| format!("step {step}: start: {e}"))?;
+                    // A partition the store holds keeps its offset.
+                    let next = *model.next.entry(tp).or_insert(offset);
+                    ensure!(
+                        d.get(&tps[tp]) == Some(&next),
+                        "step {step} {op:?}: start reported {:?}, want {next}",
+                        d.get(&tps[tp])
+                    );
                 }
                 Op::Truncate { tp, offset } => {
                     let r = e

@@ -748,3 +748,50 @@ fn a_garbled_poison_mark_counts_as_this_boots() {
         assert_eq!(read_all(&e, &tp).len(), 10);
     }
 }
+
+/// A partition's start, recorded before any of its records: durable at
+/// once, kept by a crash (no close), refusing records below it, and left
+/// alone for a partition the store already holds.
+#[test]
+fn a_recorded_start_is_durable_before_any_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let (new, held) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
+    {
+        let e = open(dir.path());
+        e.append(&[batch(&held, 0..5, 10)]).unwrap();
+        let starts = [(new.clone(), 40), (held.clone(), 100)]
+            .into_iter()
+            .collect();
+        let durable = e.start_partitions(&starts).unwrap();
+        assert_eq!(
+            durable,
+            [(new.clone(), 40), (held.clone(), 5)].into_iter().collect()
+        );
+        assert_eq!(e.durable_offset(&new), Some(40));
+        assert_eq!(e.read(&new, 0).unwrap().count(), 0);
+        // Reopened without a close, so past no checkpoint: recovery keeps
+        // a summary written with no frame.
+        drop(e);
+    }
+    let e = open(dir.path());
+    assert_eq!(e.durable_offset(&new), Some(40));
+    assert_eq!(e.durable_offset(&held), Some(5));
+    let p = e.partition(&new).unwrap();
+    assert_eq!((p.first_offset, p.next_offset, p.record_count), (40, 40, 0));
+    assert!(e.verify().unwrap().is_clean());
+    let d = e.append(&[batch(&new, [38, 39, 40, 41], 10)]).unwrap();
+    assert_eq!((d.appended_records, d.duplicate_records), (2, 2));
+    let offs: Vec<i64> = read_all(&e, &new).iter().map(|r| r.offset).collect();
+    assert_eq!(offs, vec![40, 41]);
+    let p = e.partition(&new).unwrap();
+    assert_eq!((p.first_offset, p.next_offset, p.record_count), (40, 42, 2));
+    assert!(e.verify().unwrap().is_clean());
+    for bad in [-1, i64::MAX] {
+        let starts = [(TopicPartition::new("t", 2), bad)].into_iter().collect();
+        assert!(matches!(
+            e.start_partitions(&starts),
+            Err(Error::InvalidInput(InvalidInput::StartOffset { offset, .. })) if offset == bad
+        ));
+    }
+    e.close().unwrap();
+}

@@ -18,6 +18,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0..3usize, 0..200i64).prop_map(|(tp, from)| Op::Read { tp, from }),
         1 => Just(Op::Reopen),
         1 => (0..3usize, 0..200i64).prop_map(|(tp, offset)| Op::Truncate { tp, offset }),
+        1 => (0..3usize, 0..200i64).prop_map(|(tp, offset)| Op::Start { tp, offset }),
     ]
 }
 
