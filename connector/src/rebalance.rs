@@ -273,7 +273,7 @@ impl SinkContext {
             return;
         }
         let partitions = tps.clone();
-        let resume = match s.request(|reply| Job::Open { partitions, reply }) {
+        let mut resume = match s.request(|reply| Job::Open { partitions, reply }) {
             Ok(r) => {
                 crate::crashpoint::reached(crate::crashpoint::ASSIGN_AFTER_OPEN);
                 r
@@ -323,6 +323,9 @@ impl SinkContext {
         // Partitions this archive holds nothing of that the group committed
         // past their start: one WARN for them all, below.
         let mut unheld: Vec<String> = Vec::new();
+        // Starts read as numbers under `--auto-offset-reset latest`, for
+        // the sink to record (`SinkTask::start`).
+        let mut latest = BTreeMap::new();
         for tp in &tps {
             let archive = resume.get(tp).copied();
             let point = resume_point(archive, committed.get(tp), identity.as_deref());
@@ -386,6 +389,9 @@ impl SinkContext {
                 (None, None) => match no_offset_start(&mut bounds, tp, &s.auto_offset_reset) {
                     Ok(start) => {
                         tracing::debug!(%tp, ?start, "neither the archive nor Kafka has an offset for this partition: --auto-offset-reset");
+                        if let Offset::Offset(end) = start {
+                            latest.insert(tp.clone(), end);
+                        }
                         start
                     }
                     Err(e) => {
@@ -438,6 +444,28 @@ impl SinkContext {
                 archived = %crate::selection::first_few(uncommitted.into_iter()),
                 "the archive holds these partitions but the group has no committed offset for them: a run into this archive stopped before its first commit of them (a crash: it resumes at the archive's offset, as it should), a new --group, the group's offsets expired (offsets.retention.minutes), or the topic was deleted and recreated; if recreated, resuming at the archive's offset skips the new topic's first records and appends the rest to the old one's history (archive a recreated topic into a new --data)"
             );
+        }
+        if !latest.is_empty() && !s.pipeline.failed.load(Ordering::Acquire) {
+            // Recorded before the first fetch: a restart or a rebalance
+            // before the first of these partitions' records is durable then
+            // resumes at this log end, not at a later one that would skip
+            // what was produced in between.
+            match s.request(|reply| Job::Start {
+                starts: latest.clone(),
+                reply,
+            }) {
+                Ok(recorded) => {
+                    for (tp, o) in recorded {
+                        if latest.get(&tp) == Some(&o) {
+                            resume.insert(tp.clone(), o);
+                            consumed.insert(tp, o);
+                        } else {
+                            tracing::warn!(%tp, offset = o, start = ?latest.get(&tp), "the sink recorded a start it was not given: ignored");
+                        }
+                    }
+                }
+                Err(e) => s.pipeline.fail(e),
+            }
         }
         {
             let mut st = s.pipeline.state();

@@ -17,6 +17,10 @@
 //!    from an older copy) should have an identity, so that it gets those
 //!    records again. A partition the sink does not know resumes from Kafka's
 //!    committed offset, and failing that from `auto.offset.reset`.
+//!    Then **`start(starts)`**, for the partitions that neither `open` nor
+//!    Kafka gave an offset and that start at a number (`latest`'s log end):
+//!    a sink that records them durably returns them, and the loop treats
+//!    them as `open`'s (the default records nothing).
 //! 2. **`put(batches)`** writes records, or buffers them. It returns what the
 //!    sink now reports durable, if anything (Kafka Connect's `put` reports
 //!    nothing; a sink that makes each put durable may say so at once).
@@ -98,6 +102,23 @@ pub trait SinkTask: Send {
         &mut self,
         consumed: &BTreeMap<TopicPartition, i64>,
     ) -> Result<BTreeMap<TopicPartition, i64>, TaskError>;
+    /// Partitions that neither `open` nor Kafka gave an offset start at
+    /// these offsets: under `--auto-offset-reset latest`, each one's log
+    /// end, read at the assignment. Nothing below them is wanted. A sink
+    /// that records a start durably returns it (never more than given);
+    /// the loop then takes it as it takes `open`'s offsets, commits it,
+    /// and a restart or rebalance before the partition's first record
+    /// resumes there, not at a later log end, which would skip the records
+    /// produced in between. The default records nothing, and such a
+    /// partition's start is read again at each assignment until a record
+    /// of it is durable. Not called after the run has failed.
+    fn start(
+        &mut self,
+        starts: &BTreeMap<TopicPartition, i64>,
+    ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+        let _ = starts;
+        Ok(BTreeMap::new())
+    }
     /// Partitions were revoked (after their commit) or lost (without one).
     fn close(&mut self, partitions: &[TopicPartition]) -> Result<(), TaskError>;
     /// The loop is stopping cleanly, after its final commit.
@@ -262,6 +283,16 @@ impl SinkTask for ArchiveSink {
             .keys()
             .filter_map(|tp| durable.get(tp).map(|&o| (tp.clone(), o)))
             .collect())
+    }
+
+    /// Records each start in the archive as an empty partition (a summary
+    /// with no records, made durable), so the archive says where it
+    /// resumes.
+    fn start(
+        &mut self,
+        starts: &BTreeMap<TopicPartition, i64>,
+    ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+        self.eng()?.start_partitions(starts).map_err(engine_error)
     }
 
     fn close(&mut self, _partitions: &[TopicPartition]) -> Result<(), TaskError> {

@@ -50,6 +50,12 @@ pub(crate) enum Job {
         partitions: Vec<TopicPartition>,
         reply: Reply<BTreeMap<TopicPartition, i64>>,
     },
+    /// Partitions with no offset start here (`SinkTask::start`): which
+    /// starts did the sink record?
+    Start {
+        starts: BTreeMap<TopicPartition, i64>,
+        reply: Reply<BTreeMap<TopicPartition, i64>>,
+    },
     /// Put these (a revoke's or the final buffer), then `pre_commit`; reply
     /// once everything handed over so far is durable and declared safe.
     Flush {
@@ -153,6 +159,15 @@ impl Worker {
                         .sink
                         .open(&partitions)
                         .map_err(|e| sink_error("open", e));
+                    let _ = reply.send(r);
+                }
+                Some(Job::Start { reply, .. }) if failed => {
+                    let _ = reply.send(Err(ConnectorError::Sink(
+                        "not recording starts after a fatal error".into(),
+                    )));
+                }
+                Some(Job::Start { starts, reply }) => {
+                    let r = self.sink.start(&starts).map_err(|e| sink_error("start", e));
                     let _ = reply.send(r);
                 }
                 Some(Job::Flush { batches, reply }) => {

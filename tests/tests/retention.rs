@@ -536,6 +536,37 @@ fn latest_asks_each_partition_alone_after_a_failed_bounds_request() {
     log_start(&k);
 }
 
+/// The end `latest` starts at is recorded in the archive before anything
+/// is fetched, and committed: a run that stops before the partition's first
+/// record (a restart, a crash, a rebalance) leaves the next one to resume
+/// there, not at the later end it would read, which would skip the records
+/// produced in between.
+#[test]
+fn latest_is_kept_by_the_archive_until_the_first_record() {
+    init_logs();
+    let k = TestKafka::new("latest-kept", 1);
+    produce_big(&k, 0..20);
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&k, "latest-kept-group", dir.path());
+    cfg.auto_offset_reset = "latest".into();
+    // Nothing after the end is produced yet: the run can only reach a
+    // commit of 20 by committing the start it recorded.
+    archive_until(&cfg, 20).unwrap();
+    {
+        let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        let p = engine.partition(&TopicPartition::new(&k.topic, 0)).unwrap();
+        assert_eq!((p.first_offset, p.next_offset, p.record_count), (20, 20, 0));
+    }
+    let kafka = committed(&k.brokers, "latest-kept-group", &k.topic, 1).unwrap();
+    assert_eq!(kafka.get(&0), Some(&20), "{kafka:?}");
+    produce_big(&k, 20..50);
+    archive_until(&cfg, 50).unwrap();
+    assert_eq!(
+        archived_offsets(dir.path(), &k.topic),
+        (20..50).collect::<Vec<_>>()
+    );
+}
+
 fn latest_after_the_end(k: &TestKafka) {
     produce_big(k, 0..20);
     let dir = tempfile::tempdir().unwrap();
