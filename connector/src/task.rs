@@ -36,15 +36,18 @@
 //!    ignored too (commits never go backwards). The commit
 //!    itself follows on the loop's committer, while the next `put` runs.
 //! 4. **`close(partitions)`** runs after revoked partitions were committed
-//!    (or, for lost partitions, without any commit).
+//!    (or, for lost partitions, without any commit). A buffering sink drops
+//!    what it holds of them that is not durable.
 //! 5. **`stop()`** runs once, after the final commit of a clean stop.
 //!
 //! A retriable error from `put` retries the same batch (backoff from 10 ms,
 //! doubling to 1 s) until it succeeds; meanwhile nothing else is put and the
 //! consumer stops polling once its buffer is full. Once the run is asked to
 //! stop, a put that keeps failing is retried for 5 s more, then the run
-//! fails. A fatal error stops the loop: nothing more is put or committed,
-//! and the run fails.
+//! fails. Only `put` is retried: a retriable error from any other call is
+//! fatal. A fatal error stops the loop: nothing more is put or committed,
+//! the sink is called no more (not `close`, not `stop`: either may sync)
+//! and is dropped, and the run fails.
 //!
 //! # Invariants
 //! - Offsets are "next offset to read" (last + 1), as Kafka commits them.
@@ -64,7 +67,9 @@ use crate::pruner::{FailureHook, Pruner, Retention};
 /// What a sink can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum TaskError {
-    /// Try the same batch again later.
+    /// Try the same batch again later. Only a `put` is retried: from any
+    /// other call this fails the run, as `Fatal` does (a `pre_commit` may
+    /// have failed an fsync, which is never retried).
     #[error("retriable: {0}")]
     Retriable(String),
     /// Stop the task; commit nothing more.
@@ -120,8 +125,16 @@ pub trait SinkTask: Send {
         Ok(BTreeMap::new())
     }
     /// Partitions were revoked (after their commit) or lost (without one).
+    /// A sink that buffers drops what it holds of them that is not
+    /// durable: if they are assigned again, the loop fetches from the
+    /// offset `open` then returns (or Kafka's), and a `pre_commit` that
+    /// reported records put before the close, and not durable by that
+    /// `open`, would name offsets never handed over since (the loop
+    /// asserts against it). Not called after the run has failed: the sink
+    /// is dropped instead.
     fn close(&mut self, partitions: &[TopicPartition]) -> Result<(), TaskError>;
-    /// The loop is stopping cleanly, after its final commit.
+    /// The loop is stopping cleanly, after its final commit. Not called
+    /// after the run has failed: the sink is dropped instead.
     fn stop(&mut self) -> Result<(), TaskError> {
         Ok(())
     }

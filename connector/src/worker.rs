@@ -19,6 +19,9 @@
 //!   be committed past it.
 //! - A failed flush fails the run before its reply: no `pre_commit` runs
 //!   after a failed one.
+//! - After a fatal error the sink is not called again, `close` and `stop`
+//!   included: either may sync, and a failed fsync is never retried. The
+//!   sink is dropped instead.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -196,6 +199,18 @@ impl Worker {
                     });
                     let _ = reply.send(r);
                 }
+                // After a fatal error the sink is neither closed nor stopped
+                // (either may sync): the failed run drops it. Closing has
+                // nothing to report then; stopping is refused, so a clean
+                // finish is never reported for a failed run.
+                Some(Job::Close { reply, .. }) if failed => {
+                    let _ = reply.send(Ok(()));
+                }
+                Some(Job::Stop { reply, .. }) if failed => {
+                    let _ = reply.send(Err(ConnectorError::Sink(
+                        "not stopping the sink after a fatal error".into(),
+                    )));
+                }
                 Some(Job::Close { partitions, reply }) => {
                     let r = self
                         .sink
@@ -369,8 +384,8 @@ mod tests {
     }
 
     /// Puts succeed; every `pre_commit` fails, as a failed fsync would, and
-    /// is counted.
-    struct FailingPreCommit(Arc<Mutex<u32>>);
+    /// is counted, as are `close` and `stop` (in `.1`).
+    struct FailingPreCommit(Arc<Mutex<u32>>, Arc<Mutex<u32>>);
 
     impl SinkTask for FailingPreCommit {
         fn open(
@@ -390,6 +405,11 @@ mod tests {
             Err(TaskError::Fatal("fsync failed".into()))
         }
         fn close(&mut self, _: &[TopicPartition]) -> Result<(), TaskError> {
+            *self.1.lock().unwrap() += 1;
+            Ok(())
+        }
+        fn stop(&mut self) -> Result<(), TaskError> {
+            *self.1.lock().unwrap() += 1;
             Ok(())
         }
     }
@@ -397,21 +417,40 @@ mod tests {
     /// A flush (a revoke's, the clean stop's) whose `pre_commit` fails
     /// fails the run at once: the task thread does not call `pre_commit`
     /// again on its own before the requester hears of it (with any sink a
-    /// failed fsync would be retried, and its success committed).
+    /// failed fsync would be retried, and its success committed). Nor is
+    /// the sink closed or stopped after it.
     #[test]
     fn a_failed_flush_is_fatal_and_never_retried() {
         let calls = Arc::new(Mutex::new(0));
+        let closes = Arc::new(Mutex::new(0));
         let pipeline = Arc::new(Pipeline::new(None, None, None));
-        let worker = worker(Box::new(FailingPreCommit(calls.clone())), &pipeline);
+        let worker = worker(
+            Box::new(FailingPreCommit(calls.clone(), closes.clone())),
+            &pipeline,
+        );
         let tp = TopicPartition::new("t", 0);
         let (jobs, rx) = std::sync::mpsc::channel();
         let (reply, replied) = std::sync::mpsc::channel();
         jobs.send(Job::Flush {
             batches: vec![RecordBatch {
-                tp,
+                tp: tp.clone(),
                 records: vec![cairn_engine::Record::with_value(0, "v")],
             }],
             reply,
+        })
+        .unwrap();
+        // The failed run's closing revoke and a stop that raced the
+        // failure: the sink, which might sync in either, hears of neither.
+        let (close_reply, closed) = std::sync::mpsc::channel();
+        jobs.send(Job::Close {
+            partitions: vec![tp.clone()],
+            reply: close_reply,
+        })
+        .unwrap();
+        let (stop_reply, stopped) = std::sync::mpsc::channel();
+        jobs.send(Job::Stop {
+            partitions: vec![tp],
+            reply: stop_reply,
         })
         .unwrap();
         drop(jobs);
@@ -419,6 +458,16 @@ mod tests {
         assert!(replied.recv().unwrap().is_err(), "the flush failed");
         assert!(pipeline.failed.load(Ordering::Acquire), "the run failed");
         assert_eq!(*calls.lock().unwrap(), 1, "pre_commit called again");
+        assert!(closed.recv().unwrap().is_ok(), "closing a failed run");
+        assert!(
+            stopped.recv().unwrap().is_err(),
+            "a failed run stopped cleanly"
+        );
+        assert_eq!(
+            *closes.lock().unwrap(),
+            0,
+            "close or stop after the failure"
+        );
         assert!(pipeline
             .take_fatal()
             .unwrap()
