@@ -116,7 +116,8 @@ pub struct End {
     pub exit: u8,
     /// Why it failed, if it did.
     pub error: Option<String>,
-    /// The serving process.
+    /// The serving process; 0 when the client ended an export itself,
+    /// its reader gone (a closed pipe).
     pub pid: u32,
 }
 

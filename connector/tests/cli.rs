@@ -4,7 +4,7 @@
 use std::process::Command;
 
 mod common;
-use common::{TestBroker, CAIRN};
+use common::{closed_pipe, TestBroker, CAIRN};
 
 fn cairn(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(CAIRN).args(args).output().unwrap();
@@ -413,8 +413,63 @@ fn export_refuses_an_empty_range_and_an_output_inside_the_archive() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("inside the archive's directory"), "{err}");
     assert!(!new_there.exists());
+    // Nor through a chain of links whose last one leads there (each link
+    // relative to its own directory).
+    let (first, second) = (dir.path().join("first"), dir.path().join("second"));
+    std::os::unix::fs::symlink("second", &first).unwrap();
+    std::os::unix::fs::symlink(&new_there, &second).unwrap();
+    let (code, _, err) = cairn(&["export", "--data", d, "--output", first.to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("inside the archive's directory"), "{err}");
+    assert!(!new_there.exists());
     let (code, _, err) = cairn(&["verify", "--data", d]);
     assert_eq!(code, 0, "{err}");
+}
+
+/// An `--output` the export could not create (a directory, a file in a
+/// directory that is not there) is refused before any record is read, and
+/// says so, rather than failing at the first write as an export cut short.
+#[test]
+fn export_refuses_an_output_it_could_not_create_before_reading() {
+    use cairn_engine::{fuzzing::batch, Engine, EngineConfig, TopicPartition};
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("archive");
+    {
+        let e = Engine::open(EngineConfig::new(&data)).unwrap();
+        e.append(&[batch(&TopicPartition::new("t", 0), 0..10, 10)])
+            .unwrap();
+        e.close().unwrap();
+    }
+    let d = data.to_str().unwrap();
+    let missing = dir.path().join("no-such-dir").join("out.jsonl");
+    let (code, out, err) = cairn(&["export", "--data", d, "--output", missing.to_str().unwrap()]);
+    assert_eq!((code, out.as_str()), (1, ""), "{err}");
+    assert!(
+        err.contains("its directory") && err.contains("No such file or directory"),
+        "{err}"
+    );
+    assert!(err.contains("nothing was read or written"), "{err}");
+    assert!(!err.contains("export stopped"), "{err}");
+    let (code, _, err) = cairn(&[
+        "export",
+        "--data",
+        d,
+        "--output",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("a directory"), "{err}");
+    // Through a link too.
+    let link = dir.path().join("to-a-dir");
+    std::os::unix::fs::symlink(dir.path(), &link).unwrap();
+    let (code, _, err) = cairn(&["export", "--data", d, "--output", link.to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("a directory"), "{err}");
+    // A good path still works.
+    let good = dir.path().join("out.jsonl");
+    let (code, _, err) = cairn(&["export", "--data", d, "--output", good.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(std::fs::read_to_string(&good).unwrap().lines().count(), 10);
 }
 
 #[test]
@@ -1406,6 +1461,26 @@ fn export_stops_cleanly_and_says_what_its_output_holds() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(!err.contains("error"), "{err}");
+    assert!(
+        !err.contains("export done"),
+        "the reader got 100 bytes: {err}"
+    );
+    // A reader gone before anything was written: a small export meets it
+    // only at its last flush. Quiet too, and not "done".
+    let out = Command::new(CAIRN)
+        .args(["export", "--data", d, "--partition", "0", "--to", "10"])
+        .stdout(closed_pipe())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        !err.contains("error") && !err.contains("export done"),
+        "{err}"
+    );
+    let (code, _, err) = cairn(&["export", "--data", d, "--partition", "0", "--to", "10"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("export done"), "{err}");
 
     // A whole export into a file, then damage in t/1: a second export stops
     // there and leaves the first one's file as it was.

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::process::{ChildStderr, Command, Output};
 
 use cairn_connector::cli::demo::produce;
-use common::{cairn_run, KillOnDrop, TestBroker, CAIRN};
+use common::{cairn_run, closed_pipe, KillOnDrop, TestBroker, CAIRN};
 
 fn cairn(args: &[&str]) -> Output {
     Command::new(CAIRN).args(args).output().unwrap()
@@ -167,6 +167,19 @@ fn a_running_archive_serves_status_export_verify_and_prune() {
     let live_export = std::fs::read(&live_file).unwrap();
     let live_lines = text(&live_export).lines().count() as u64;
     assert!(live_lines >= durable_then, "{live_lines} < {durable_then}");
+    assert!(text(&out.stderr).contains("export done (served by the running cairn run)"));
+    // Into a reader that went away: a quiet end, not "done".
+    let out = Command::new(CAIRN)
+        .args(["export", "--data", d])
+        .stdout(closed_pipe())
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        !err.contains("error") && !err.contains("export done"),
+        "{err}"
+    );
     // One partition, a range, raw values.
     let out = cairn(&[
         "export",

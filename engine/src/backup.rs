@@ -234,7 +234,13 @@ impl Engine {
         if report.is_err() {
             // Still under the lock: what the backup wrote, by name (anything
             // else put there meanwhile is not the backup's to remove).
-            let removed = crate::removal::remove_store_files(&real).is_ok();
+            let removed = match crate::removal::remove_store_files(&real) {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::error!(path = %real.display(), error = %e, "could not remove the backup's partial copy: it stays marked unfinished ({BACKUP_INCOMPLETE_FILE}); remove it by hand");
+                    false
+                }
+            };
             // What is left of a copy that could not be removed whole (a
             // failing disk) stays marked unfinished: without the mark, sled
             // would open the remains as a store.

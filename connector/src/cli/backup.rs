@@ -61,6 +61,7 @@ pub async fn run(args: BackupArgs) -> Result<ExitCode> {
             stop.store(true, Ordering::SeqCst);
         })
     };
+    let dest = to.clone();
     let (engine, done) = tokio::task::spawn_blocking(move || {
         let mut text = Vec::new();
         let done = backup(&engine, &to, &stop, &mut text).map(|exit| (exit, text));
@@ -72,13 +73,23 @@ pub async fn run(args: BackupArgs) -> Result<ExitCode> {
     // The source is closed however the backup went.
     let closed = engine.close();
     if let Err(ConnectorError::Engine(cairn_engine::Error::Interrupted { .. })) = &done {
-        eprintln!("interrupted: the backup stopped, and removed what it had written");
+        // The mark stays on a partial copy the backup could not remove.
+        if dest.join(cairn_engine::BACKUP_INCOMPLETE_FILE).exists() {
+            eprintln!(
+                "interrupted: the backup stopped, but could not remove what it had written: {} stays marked unfinished; remove what is in it",
+                dest.display()
+            );
+        } else {
+            eprintln!("interrupted: the backup stopped, and removed what it had written");
+        }
         closed?;
         return Ok(ExitCode::from(EXIT_INTERRUPTED));
     }
     let (exit, text) = done?;
-    closed?;
+    // The copy's report first: a source that fails to close does not
+    // make a finished, verified copy go unreported.
     super::write_text(&text)?;
+    closed?;
     Ok(ExitCode::from(exit))
 }
 

@@ -106,6 +106,7 @@ pub async fn run(args: ExportArgs) -> Result<ExitCode> {
     select.check_range()?;
     let data = &args.data.data;
     if let Some(output) = &args.output {
+        check_output(output)?;
         refuse_inside(output, data)?;
     }
     let out_path = args
@@ -135,6 +136,45 @@ fn parent_dir(path: &Path) -> &Path {
     }
 }
 
+/// Where writing to `path` lands: its symlinks followed one after another
+/// (at most 40, as the kernel does) to a path that is no link, which may
+/// not exist yet (the export would create it).
+fn link_end(path: &Path) -> PathBuf {
+    let mut at = path.to_path_buf();
+    for _ in 0..40 {
+        match std::fs::read_link(&at) {
+            // Relative to the link's own directory; an absolute one replaces.
+            Ok(to) => at = parent_dir(&at).join(to),
+            Err(_) => break,
+        }
+    }
+    at
+}
+
+/// Refuses, before anything is read, an `--output` the export could not
+/// create: a directory, or a file in a directory that is not there. Found
+/// only at the first write, it would cost the read of up to 1 MiB of
+/// records (the whole export, when smaller) and read like an export cut
+/// short.
+fn check_output(output: &Path) -> Result<()> {
+    let end = link_end(output);
+    let refused = |why: String| {
+        Err(ConnectorError::Config(format!(
+            "--output {}: {why}; nothing was read or written",
+            output.display()
+        )))
+    };
+    if std::fs::metadata(&end).is_ok_and(|m| m.is_dir()) {
+        return refused("a directory (name a file to write the export to)".into());
+    }
+    let dir = parent_dir(&end);
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => refused(format!("{} is not a directory", dir.display())),
+        Err(e) => refused(format!("its directory {}: {e}", dir.display())),
+    }
+}
+
 /// Refuses an `--output` in the archive's directory (or below it): the
 /// export, renamed into place, could replace one of the archive's files
 /// (`cairn.durable`, sled's `conf`), damaging the archive it read.
@@ -143,17 +183,16 @@ fn refuse_inside(output: &Path, data: &Path) -> Result<()> {
         // Either is missing: the export fails on it, naming it.
         return Ok(());
     };
-    // A symlink is written through (in place): where it leads counts too,
-    // also when nothing is there yet (the export would create it).
-    let target = match std::fs::read_link(output) {
-        Ok(to) => {
-            let to = parent.join(to);
-            to.canonicalize()
-                .or_else(|_| parent_dir(&to).canonicalize())
-                .ok()
-        }
-        Err(_) => None,
-    };
+    // A symlink is written through (in place): where its chain of links
+    // leads counts too, also when nothing is there yet (the export would
+    // create it).
+    let end = link_end(output);
+    let target = (end != output).then(|| {
+        end.canonicalize()
+            .or_else(|_| parent_dir(&end).canonicalize())
+            .ok()
+    });
+    let target = target.flatten();
     if parent.starts_with(&data) || target.is_some_and(|t| t.starts_with(&data)) {
         return Err(ConnectorError::Config(format!(
             "--output {}: inside the archive's directory {}, where the export could replace a file of the archive; write it elsewhere",
@@ -177,8 +216,12 @@ fn export_live(
         Ok(mut end) => {
             match &mut end.error {
                 None => {
-                    finish(out, out_path)?;
-                    tracing::info!("export done (served by the running cairn run)");
+                    // pid 0: the reader went away (`| head`) while the
+                    // answer came, which ends an export quietly, as a
+                    // local one does; `finish` finds it at the last flush.
+                    if finish(out, out_path)? && end.pid != 0 {
+                        tracing::info!("export done (served by the running cairn run)");
+                    }
                 }
                 Some(error) => error.push_str(&abandon(out)),
             }
@@ -201,8 +244,7 @@ fn export_stopped(
     let chosen = select.choose(engine.partitions(), &[])?;
     match write_records(&engine, &chosen, select, format, &mut out, out_path) {
         Ok(count) => {
-            finish(out, out_path)?;
-            if let Some(records) = count {
+            if let (true, Some(records)) = (finish(out, out_path)?, count) {
                 tracing::info!(records, "export done");
             }
             Ok(ExitCode::SUCCESS)
@@ -273,23 +315,27 @@ fn remove_on_interrupt(staged: Staged, out: PathBuf) -> Result<tokio::task::Join
     }))
 }
 
-/// Flush what is buffered and put a file in place; a reader that went
-/// away is no error. A failure names `out_path` and says what it holds: a
-/// last flush that fails (most of a small export is written there) gives
-/// the export up as any failed write does ([`abandon`]).
-fn finish(mut out: BufWriter<Output>, out_path: &Path) -> Result<()> {
+/// Flush what is buffered and put a file in place: true when the output
+/// took all of it, false when its reader went away (a closed pipe), which
+/// is no error. A failure names `out_path` and says what it holds: a last
+/// flush that fails (most of a small export is written there) gives the
+/// export up as any failed write does ([`abandon`]).
+fn finish(mut out: BufWriter<Output>, out_path: &Path) -> Result<bool> {
     let failed = |source, output| ConnectorError::ExportOutput {
         path: out_path.to_owned(),
         source,
         output,
     };
     match out.flush() {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
         Err(e) => Err(failed(e, abandon(out))),
         Ok(()) => match out.into_parts().0 {
-            Output::Stdout { .. } => Ok(()),
+            Output::Stdout { .. } => Ok(true),
             // Its errors say what the file holds.
-            Output::File(mut f) => f.complete().map_err(|e| failed(e, String::new())),
+            Output::File(mut f) => f
+                .complete()
+                .map(|()| true)
+                .map_err(|e| failed(e, String::new())),
         },
     }
 }
@@ -409,6 +455,10 @@ impl FileOutput {
                     }
                 }
             }
+            // Held from before the staged file exists until it is
+            // recorded: a signal in between would leave it behind.
+            let stage = self.staged.clone();
+            let mut guard = lock_staged(&stage);
             let staged = match &existing {
                 Some(m) if !m.file_type().is_file() => None,
                 _ => match self.create_staged(existing.as_ref()) {
@@ -419,11 +469,12 @@ impl FileOutput {
             };
             let file = match staged {
                 Some((path, file)) => {
-                    *lock_staged(&self.staged) = Stage::Staged(path);
+                    *guard = Stage::Staged(path);
                     file
                 }
                 None => std::fs::File::create(&self.path).map_err(|e| named(e, &self.path))?,
             };
+            drop(guard);
             self.file = Some(file);
         }
         Ok(self.file.as_mut().expect("opened above"))

@@ -305,3 +305,12 @@ pub fn env_count(name: &str, default: u32) -> u32 {
         })
         .unwrap_or(default)
 }
+
+/// The write end of a pipe whose reader is gone: every write to it fails
+/// with EPIPE (cairn, like any Rust program, ignores SIGPIPE).
+pub fn closed_pipe() -> std::process::ChildStdin {
+    let mut reader = Command::new("true").stdin(Stdio::piped()).spawn().unwrap();
+    let pipe = reader.stdin.take().unwrap();
+    reader.wait().unwrap();
+    pipe
+}
