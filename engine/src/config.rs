@@ -139,6 +139,9 @@ impl EngineConfig {
     /// conflict is retried for a bounded 5 s before it is an error. Callers
     /// outside the engine must hold `cairn.lock` or know the store is closed.
     pub fn open_sled(&self) -> Result<sled::Db, crate::Error> {
+        // sled panics on some settings (a cache under 256 bytes): refused
+        // here first, for every path that opens the store.
+        self.validate()?;
         let sled_cfg = self.sled_config();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         loop {
@@ -165,6 +168,15 @@ impl EngineConfig {
                         },
                     })
                 }
+                // Still held when the wait ran out: by a handle of this
+                // process that outlived its engine, or by another process
+                // that got past cairn's own lock (cairn.lock).
+                Err(sled::Error::Io(source)) if is_sled_lock_contention(&source) => {
+                    return Err(crate::Error::Store {
+                        op: "open sled: its files are still held (by a RecordIter or tree handle that outlived an engine of this process, or by another process) after 5 s",
+                        source: sled::Error::Io(source),
+                    })
+                }
                 Err(source) => {
                     return Err(crate::Error::Store {
                         op: "open sled",
@@ -175,7 +187,10 @@ impl EngineConfig {
         }
     }
 
-    pub(crate) fn validate(&self) -> Result<(), InvalidInput> {
+    /// Checks the settings as [`crate::Engine::open`] and every other
+    /// opening of the store do, before anything is opened:
+    /// `InvalidInput::Config` names the first one out of range.
+    pub fn validate(&self) -> Result<(), InvalidInput> {
         let bad = |s: String| Err(InvalidInput::Config(s));
         if self.record_bytes_max == 0 || self.record_bytes_max > RECORD_BYTES_MAX_LIMIT {
             return bad(format!(

@@ -43,7 +43,7 @@ use crate::keys;
 use crate::lock::DirLock;
 use crate::meta::{self, StoreId};
 use crate::offsets::{DurableOffsets, PartitionSummary};
-use crate::record::{validate_batch, Record, RecordBatch, TopicPartition};
+use crate::record::{validate_batches, Record, RecordBatch, TopicPartition};
 use crate::recovery::{self, RecoveryReport};
 use crate::slots;
 use crate::sync::DurableSync;
@@ -124,7 +124,8 @@ pub struct Written {
     pub offsets: BTreeMap<TopicPartition, i64>,
     /// Records this call wrote.
     pub appended_records: u64,
-    /// Records this call dropped because they were already stored.
+    /// Records this call dropped as redelivered: below their partition's
+    /// next offset when the call came ([`Engine::append`]).
     pub duplicate_records: u64,
     /// The group-commit sequence that covers this write.
     ticket: u64,
@@ -147,7 +148,7 @@ struct Counters {
 /// Counters and per-partition figures.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EngineStats {
-    /// Calls to `append` that wrote or waited.
+    /// Calls to `append` or `write` that wrote something.
     pub appends: u64,
     pub entries: u64,
     pub frames: u64,
@@ -171,9 +172,17 @@ pub struct EngineStats {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionInfo {
     pub tp: TopicPartition,
+    /// The lowest offset stored (retention moves it up); equal to
+    /// `next_offset` when the partition holds no record.
     pub first_offset: i64,
+    /// One past the highest offset ever stored (or where the partition was
+    /// started): the offset to commit and to resume from. It never goes
+    /// down, not even when retention deletes every record.
     pub next_offset: i64,
+    /// Records held, between `first_offset` and `next_offset` (fewer than
+    /// their difference where the source's offsets have gaps).
     pub record_count: u64,
+    /// Bytes of keys, values and header values held.
     pub payload_bytes: u64,
 }
 
@@ -488,9 +497,15 @@ impl Engine {
 
     /// Append batches and return once they are durable.
     ///
-    /// Records below a partition's stored next offset are dropped and
-    /// counted as duplicates. Invalid input is refused before anything is
-    /// written. Concurrent callers share fsyncs (group commit).
+    /// Records below a partition's next offset (what earlier calls wrote)
+    /// are dropped and counted as duplicates: a source's offsets never go
+    /// back, so they are a redelivery (Kafka's, from a committed offset
+    /// after a rewind or rebalance). That holds for one in a gap of the
+    /// partition's offsets too, which the archive does not hold (the source
+    /// had no record there). Invalid input is refused before anything is
+    /// written, and that includes a partition named by more than one batch
+    /// of the call whose offsets do not go on increasing from batch to
+    /// batch. Concurrent callers share fsyncs (group commit).
     pub fn append(&self, batches: &[RecordBatch]) -> Result<DurableOffsets> {
         let t0 = Instant::now();
         let written = self.write(batches)?;
@@ -593,9 +608,7 @@ impl Engine {
     /// prefix of the log, never a part of a write without what precedes it.
     pub fn write(&self, batches: &[RecordBatch]) -> Result<Written> {
         self.check_usable()?;
-        for b in batches {
-            validate_batch(b, self.cfg.record_bytes_max)?;
-        }
+        validate_batches(batches, self.cfg.record_bytes_max)?;
         let mut touched = BTreeSet::new();
         let (seq, offsets, appended, duplicates) = {
             let mut w = self.write_state()?;
@@ -944,7 +957,8 @@ impl Engine {
             .collect()
     }
 
-    /// Durable next offset of one partition, if it has ever been written.
+    /// Durable next offset of one partition, if the store holds it: written
+    /// to, or started by [`start_partitions`](Self::start_partitions).
     pub fn durable_offset(&self, tp: &TopicPartition) -> Option<i64> {
         lock(&self.commit)
             .durable

@@ -255,7 +255,7 @@ pub enum InvalidInput {
         offset: i64,
     },
     #[error(
-        "offsets in a batch for {topic}/{partition} are not increasing: {previous} then {offset}"
+        "offsets for {topic}/{partition} are not increasing within one call: {previous} then {offset}"
     )]
     OffsetsNotIncreasing {
         topic: String,

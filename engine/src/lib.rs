@@ -36,19 +36,30 @@
 
 #![forbid(unsafe_code)]
 
+// The on-disk format's modules (`body`, `frame`, `index`, `keys`, `meta`,
+// `slots`, `watermark`) are public for the golden-bytes and corruption
+// tests, the benches and the fuzz targets, and hidden from the docs: they
+// are not the embedding API. Their decoders take any bytes and return typed
+// corruption; their encoders take the engine's own, already validated
+// arguments and may panic on others (a negative offset, an empty entry).
 mod backup;
+#[doc(hidden)]
 pub mod body;
 pub mod config;
 pub mod crashpoint;
 mod engine;
 mod entry;
 pub mod error;
+#[doc(hidden)]
 pub mod frame;
 #[doc(hidden)]
 pub mod fuzzing;
+#[doc(hidden)]
 pub mod index;
+#[doc(hidden)]
 pub mod keys;
 mod lock;
+#[doc(hidden)]
 pub mod meta;
 pub mod offsets;
 pub mod poisoned;
@@ -57,9 +68,11 @@ pub mod record;
 mod recovery;
 mod removal;
 mod retention;
+#[doc(hidden)]
 pub mod slots;
 mod sync;
 mod verify;
+#[doc(hidden)]
 pub mod watermark;
 
 pub use backup::{

@@ -10,7 +10,10 @@
 //! - `next_offset` is one past the highest offset ever appended for the
 //!   partition. It never decreases, not even when retention deletes frames:
 //!   `next_offset_floor` remembers it across truncation.
-//! - The summary is written in the same atomic batch as the frames it counts.
+//! - The summary is inserted after the frames and index entries it counts,
+//!   into the same sled log, which a crash cuts to a prefix: a summary never
+//!   counts frames that are not there. One that lags its frames is brought
+//!   up to date by recovery from the frames past the checkpoint.
 
 use std::collections::BTreeMap;
 
@@ -75,7 +78,8 @@ pub struct DurableOffsets {
     pub offsets: BTreeMap<TopicPartition, i64>,
     /// Records this call wrote.
     pub appended_records: u64,
-    /// Records this call dropped because they were already stored.
+    /// Records this call dropped as redelivered: below their partition's
+    /// next offset when the call came ([`crate::Engine::append`]).
     pub duplicate_records: u64,
 }
 

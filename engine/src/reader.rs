@@ -31,7 +31,9 @@ use crate::recovery::{index_corruption, index_item, summary_location};
 /// Iterator over one partition's records from an offset. Owns what it
 /// needs, a sled handle included, so it may outlive the engine: its drop
 /// then drops the store's last handle, guarded as the engine's own would be
-/// if the engine was poisoned.
+/// if the engine was poisoned. Until then sled's files stay open and
+/// locked: the store cannot be opened again meanwhile (an open in the same
+/// process waits 5 s for the handle to go, then fails naming it).
 pub struct RecordIter {
     tree: Held<sled::Tree>,
     store_failing: Arc<AtomicBool>,

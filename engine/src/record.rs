@@ -159,6 +159,37 @@ pub(crate) fn validate_tp(tp: &TopicPartition) -> Result<(), InvalidInput> {
     Ok(())
 }
 
+/// Validate the batches of one call: each as [`validate_batch`] does, and a
+/// partition named by more than one goes on increasing from one to the
+/// next. Offsets that went back within a call are the caller's mistake, not
+/// a redelivery (which comes in a later call): dropped as duplicates below
+/// the partition's next offset, they would be lost without ever having been
+/// stored.
+pub(crate) fn validate_batches(
+    batches: &[RecordBatch],
+    record_bytes_max: u64,
+) -> Result<(), InvalidInput> {
+    let mut last: std::collections::BTreeMap<&TopicPartition, i64> = Default::default();
+    for b in batches {
+        validate_batch(b, record_bytes_max)?;
+        let (Some(first), Some(end)) = (b.records.first(), b.records.last()) else {
+            continue;
+        };
+        if let Some(&previous) = last.get(&b.tp) {
+            if first.offset <= previous {
+                return Err(InvalidInput::OffsetsNotIncreasing {
+                    topic: b.tp.topic.clone(),
+                    partition: b.tp.partition,
+                    previous,
+                    offset: first.offset,
+                });
+            }
+        }
+        last.insert(&b.tp, end.offset);
+    }
+    Ok(())
+}
+
 /// Validate one batch: topic, partition, offsets, record sizes and header
 /// counts.
 pub(crate) fn validate_batch(
@@ -261,5 +292,34 @@ mod tests {
             records: vec![],
         };
         assert!(validate_batch(&neg, 10).is_err());
+    }
+
+    /// One call naming a partition twice: its offsets go on increasing from
+    /// batch to batch, or the call is refused (a later batch below an
+    /// earlier one's offsets would be dropped as duplicates, never stored).
+    #[test]
+    fn batches_of_one_call_go_on_increasing() {
+        let (t0, t1) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
+        let b = |tp: &TopicPartition, offsets: &[i64]| RecordBatch {
+            tp: tp.clone(),
+            records: offsets
+                .iter()
+                .map(|&o| Record::with_value(o, "v"))
+                .collect(),
+        };
+        let ok = [b(&t0, &[0, 1]), b(&t1, &[0]), b(&t0, &[]), b(&t0, &[5])];
+        assert!(validate_batches(&ok, 10).is_ok());
+        for (first, then) in [(&[10][..], &[0][..]), (&[0, 3], &[3, 4])] {
+            let bad = [b(&t0, first), b(&t1, &[0]), b(&t0, then)];
+            assert_eq!(
+                validate_batches(&bad, 10),
+                Err(InvalidInput::OffsetsNotIncreasing {
+                    topic: "t".into(),
+                    partition: 0,
+                    previous: *first.last().unwrap(),
+                    offset: then[0],
+                })
+            );
+        }
     }
 }

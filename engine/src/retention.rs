@@ -90,6 +90,12 @@ impl Engine {
     /// archive's pruner and a `cairn prune` it serves): one computed before
     /// another truncation deleted entries under it can delete records the
     /// rule keeps, or meet an entry that is gone.
+    ///
+    /// `cut` runs under the engine's truncation lock: it may read the
+    /// engine (`offset_for_time`, `offset_for_retention`, `partitions`,
+    /// `read`) but must not truncate, plan a truncation, verify or back up,
+    /// which wait for that lock: the thread would wait on itself for ever.
+    /// A `cut` that fails or panics deletes nothing; the panic goes on up.
     pub fn truncate_by(
         &self,
         tp: &TopicPartition,
@@ -113,18 +119,21 @@ impl Engine {
         crate::record::validate_tp(tp)?;
         // Held across the pick and the steps: another truncation waits, and
         // so does a verify or backup running meanwhile (verify.rs, backup.rs).
-        // A panic under it poisons the engine (the guard below, dropped
-        // first), so a later holder may take the lock whatever the panic
-        // left: the engine's own checks refuse what it must not do.
+        // A panic in the steps poisons the engine (the guard below, dropped
+        // first), and one in `cut` has changed nothing, so a later holder
+        // may take the lock whatever the panic left: the engine's own
+        // checks refuse what it must not do.
         let _truncating = self
             .truncating
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Picked before the guard: a caller's `cut` that panics has written
+        // nothing, and is no reason to poison the engine.
+        let offset = self.durable_cut(tp, cut)?;
         let _poison_on_panic = crate::engine::PoisonOnPanic {
             engine: self,
             op: "truncation",
         };
-        let offset = self.durable_cut(tp, cut)?;
         let mut report = TruncateReport::default();
         let mut steps = 0u64;
         let finished = loop {
@@ -156,7 +165,8 @@ impl Engine {
     }
 
     /// What [`truncate_by`](Self::truncate_by) would delete now, and the
-    /// offset `cut` picks, without deleting anything. It checks the ends of
+    /// offset `cut` picks, without deleting anything (`cut` under the same
+    /// lock and rules as for `truncate_by`). It checks the ends of
     /// every entry it counts as the truncation would
     /// ([`check_entry_ends`](Self::check_entry_ends)), so a plan that
     /// succeeds is not refused by the deletion for damage already there.

@@ -540,17 +540,27 @@ fn a_plan_stops_counting_when_told() {
     assert_eq!(e.truncate_before(&tp, entries).unwrap(), whole);
 }
 
-/// A truncation that panics (a bug) poisons the engine: what it left half
-/// done is unknown. What waits on the truncation lock after it refuses or
-/// reports, as for any poisoned engine, instead of panicking in turn.
+/// A truncation that panics between its steps (a bug) poisons the engine:
+/// what it left half done is unknown. What waits on the truncation lock
+/// after it refuses or reports, as for any poisoned engine, instead of
+/// panicking in turn.
 #[test]
 fn a_truncation_that_panics_poisons_the_engine() {
     let dir = tempfile::tempdir().unwrap();
     let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
     let tp = TopicPartition::new("t", 0);
-    e.append(&[batch(&tp, 0..10, 10)]).unwrap();
+    // One entry a write: more entries than one step deletes.
+    let entries = TRUNCATE_ENTRIES_PER_STEP as i64 + 10;
+    for o in 0..entries {
+        e.write(&[batch(&tp, [o], 10)]).unwrap();
+    }
+    e.sync().unwrap();
     let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        e.truncate_by(&tp, |_| panic!("injected by the test"))
+        e.truncate_by_while(
+            &tp,
+            |_| Ok(entries),
+            || panic!("injected by the test, after the first step"),
+        )
     }));
     assert!(panicked.is_err());
     assert!(e.is_poisoned());
@@ -567,11 +577,99 @@ fn a_truncation_that_panics_poisons_the_engine() {
     );
     // A verify still runs (the checks a failed write cannot upset).
     assert!(e.verify().is_ok());
-    assert!(e.append(&[batch(&tp, 10..11, 10)]).is_err());
+    assert!(e.append(&[batch(&tp, [entries], 10)]).is_err());
     drop(e);
-    // The reopen recovers everything acknowledged.
+    // The reopen recovers everything acknowledged that the first, durable
+    // step did not delete.
     let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
     assert_eq!(read_all(&e, &tp).len(), 10);
+    assert!(e.verify().unwrap().is_clean());
+}
+
+/// A caller's `cut` that panics has deleted nothing: the panic goes on up,
+/// and the engine is not poisoned (nor is the truncation lock it ran under
+/// left unusable).
+#[test]
+fn a_cut_that_panics_deletes_nothing_and_poisons_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let tp = TopicPartition::new("t", 0);
+    e.append(&[batch(&tp, 0..10, 10)]).unwrap();
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        e.truncate_by(&tp, |_| panic!("injected by the test"))
+    }));
+    assert!(panicked.is_err());
+    assert!(!e.is_poisoned());
+    assert_eq!(read_all(&e, &tp).len(), 10);
+    e.append(&[batch(&tp, 10..11, 10)]).unwrap();
+    assert_eq!(e.truncate_before(&tp, 10).unwrap().entries_deleted, 1);
+    assert_eq!(read_all(&e, &tp).len(), 1);
+    assert!(e.verify().unwrap().is_clean());
+}
+
+/// One call that names a partition twice, its offsets going back from one
+/// batch to the next, is refused whole: dropped as duplicates of what the
+/// call's first batch wrote, the lower records would be lost without ever
+/// having been stored. Across calls, records below the next offset are a
+/// redelivery, and skipped.
+#[test]
+fn offsets_going_back_within_one_call_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = open(dir.path());
+    let (t0, t1) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
+    let err = e
+        .append(&[
+            batch(&t0, [10], 10),
+            batch(&t1, [0], 10),
+            batch(&t0, [0], 10),
+        ])
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidInput(InvalidInput::OffsetsNotIncreasing {
+                partition: 0,
+                previous: 10,
+                offset: 0,
+                ..
+            })
+        ),
+        "{err}"
+    );
+    assert!(e.partitions().is_empty(), "nothing written");
+    // In order, the same records are taken; a later call's lower offsets
+    // are redelivered ones.
+    let d = e
+        .append(&[
+            batch(&t0, [0], 10),
+            batch(&t1, [0], 10),
+            batch(&t0, [10], 10),
+        ])
+        .unwrap();
+    assert_eq!((d.get(&t0), d.appended_records), (Some(11), 3));
+    let d = e.append(&[batch(&t0, [0, 10, 11], 10)]).unwrap();
+    assert_eq!((d.duplicate_records, d.appended_records), (2, 1));
+    assert_eq!(read_all(&e, &t0).len(), 3);
+}
+
+/// Settings sled would panic on are refused wherever the store is opened,
+/// also by `verify_store`, which opens no engine.
+#[test]
+fn settings_out_of_range_are_refused_by_verify_store_too() {
+    let dir = tempfile::tempdir().unwrap();
+    open(dir.path()).close().unwrap();
+    let mut cfg = EngineConfig::new(dir.path());
+    cfg.cache_capacity_bytes = 0;
+    assert!(cfg.validate().is_err());
+    let err = cairn_engine::verify_store(&cfg).unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidInput(InvalidInput::Config(_))),
+        "{err}"
+    );
+    assert!(matches!(
+        cfg.open_sled(),
+        Err(Error::InvalidInput(InvalidInput::Config(_)))
+    ));
 }
 
 /// Partitions interleaved in the log, pruned one after another in either
