@@ -168,7 +168,7 @@ impl Engine {
     /// offset `cut` picks, without deleting anything (`cut` under the same
     /// lock and rules as for `truncate_by`). It checks the ends of
     /// every entry it counts as the truncation would
-    /// ([`check_entry_ends`](Self::check_entry_ends)), so a plan that
+    /// (`check_entry_ends`), so a plan that
     /// succeeds is not refused by the deletion for damage already there.
     pub fn truncate_plan_by(
         &self,
