@@ -46,6 +46,8 @@ pub struct CommitTracker {
     pub puts_untimed: u64,
     /// `pre_commit` reported a partition it was never handed, and was told.
     warned_unhanded: bool,
+    /// Partitions whose safe offset `pre_commit` lowered, each told once.
+    warned_lowered: BTreeSet<TopicPartition>,
 }
 
 /// Most put start times kept waiting for a commit (16 bytes each).
@@ -73,6 +75,7 @@ impl Default for CommitTracker {
             put_to_commit_us: Histogram::new(3).expect("histogram"),
             puts_untimed: 0,
             warned_unhanded: false,
+            warned_lowered: BTreeSet::new(),
         }
     }
 }
@@ -161,7 +164,15 @@ impl CommitTracker {
             }
             self.assert_handed(tp, o, handed);
             raise(&mut self.durable_reported, tp, o);
-            raise(&mut self.safe, tp, o);
+            // The sink's latest word: an offset it declared safe before and
+            // no longer does (lower now) is not committed, if it was not
+            // yet. Committed offsets never go back (`take_commit`).
+            if let Some(&before) = self.safe.get(tp) {
+                if o < before && self.warned_lowered.insert(tp.clone()) {
+                    tracing::warn!(%tp, offset = o, before, "pre_commit declared a lower offset safe than it did before: the higher one is committed only if it was already (commits never go back); a durable offset that goes back means the sink lost records or has a bug (told once a partition)");
+                }
+            }
+            self.safe.insert(tp.clone(), o);
         }
         self.safe_puts.append(&mut self.unsafe_puts);
     }
@@ -297,6 +308,32 @@ mod tests {
         let assigned = BTreeSet::from([tp(0), tp(1)]);
         let c = t.take_commit(&assigned, None).unwrap();
         assert_eq!(c.offsets, BTreeMap::from([(tp(0), 5)]));
+    }
+
+    /// A sink that declares a lower offset safe than before (it lost
+    /// records, or has a bug) has its higher one, not committed yet (a
+    /// failed commit), kept from Kafka: the commit follows its latest word,
+    /// and never goes back below what Kafka acknowledged.
+    #[test]
+    fn a_lowered_safe_offset_is_not_committed_above_the_sinks_latest_word() {
+        let mut t = CommitTracker::default();
+        let assigned = BTreeSet::from([tp(0)]);
+        let handed = BTreeMap::from([(tp(0), 500)]);
+        t.record_put(Instant::now(), &BTreeMap::new(), &handed);
+        t.record_pre_commit(&BTreeMap::from([(tp(0), 400)]), &handed);
+        let c = t.take_commit(&assigned, None).unwrap();
+        t.commit_acked(c, &assigned);
+        t.record_pre_commit(&BTreeMap::from([(tp(0), 500)]), &handed);
+        let c = t.take_commit(&assigned, None).unwrap();
+        assert_eq!(c.offsets, BTreeMap::from([(tp(0), 500)]));
+        t.commit_failed(c);
+        t.record_pre_commit(&BTreeMap::from([(tp(0), 450)]), &handed);
+        let c = t.take_commit(&assigned, None).unwrap();
+        assert_eq!(c.offsets, BTreeMap::from([(tp(0), 450)]), "not the 500");
+        t.commit_acked(c, &assigned);
+        // Below what Kafka acknowledged: nothing to commit.
+        t.record_pre_commit(&BTreeMap::from([(tp(0), 300)]), &handed);
+        assert!(t.take_commit(&assigned, None).is_none());
     }
 
     #[test]

@@ -690,8 +690,22 @@ fn answer(req: &Request, engine: &Engine, stop: &AtomicBool, out: &mut FrameWrit
     #[cfg(test)]
     if engine.config().path.ends_with(PANICS_SERVING) {
         if matches!(req, Request::Prune { dry_run: false, .. }) {
-            let tp = cairn_engine::TopicPartition::new("t", 0);
-            let _ = engine.truncate_by(&tp, |_| panic!("injected by the test"));
+            // More entries than one step deletes, so that `go`, asked
+            // between steps, panics inside the truncation (a panicking cut
+            // has written nothing, and poisons nothing). Once the engine is
+            // poisoned, the writes and the truncation are refused.
+            let tp = cairn_engine::TopicPartition::new("panics", 0);
+            let entries = cairn_engine::TRUNCATE_ENTRIES_PER_STEP as i64 + 1;
+            for o in 0..entries {
+                let records = vec![cairn_engine::Record::with_value(o, "v")];
+                let _ = engine.write(&[cairn_engine::RecordBatch {
+                    tp: tp.clone(),
+                    records,
+                }]);
+            }
+            let _ = engine.sync();
+            let _ =
+                engine.truncate_by_while(&tp, |_| Ok(entries), || panic!("injected by the test"));
         }
         panic!("injected by the test");
     }

@@ -326,6 +326,11 @@ impl SinkContext {
         // Starts read as numbers under `--auto-offset-reset latest`, for
         // the sink to record (`SinkTask::start`).
         let mut latest = BTreeMap::new();
+        // Resume points the log's bounds did not confirm (unreadable at the
+        // assignment): not committed on `open`'s word alone, which could
+        // lie past the log's end (the fetch then stops the run with an
+        // offset reset error first); a put of the partition commits it.
+        let mut unconfirmed = BTreeSet::new();
         for tp in &tps {
             let archive = resume.get(tp).copied();
             let point = resume_point(archive, committed.get(tp), identity.as_deref());
@@ -403,8 +408,14 @@ impl SinkContext {
                 (Some(stored), lost_below) => {
                     let policy = s.on_offset_out_of_range;
                     match resume_at(&mut bounds, tp, stored, lost_below, policy) {
-                        Ok(offset) => {
+                        Ok((offset, true)) => {
                             consumed.insert(tp.clone(), offset);
+                            Offset::Offset(offset)
+                        }
+                        // Not one the sink is asked about (`pre_commit`
+                        // reports consumed partitions) until a put of it.
+                        Ok((offset, false)) => {
+                            unconfirmed.insert(tp.clone());
                             Offset::Offset(offset)
                         }
                         Err(e) => {
@@ -469,6 +480,7 @@ impl SinkContext {
         }
         {
             let mut st = s.pipeline.state();
+            resume.retain(|tp, _| !unconfirmed.contains(tp));
             let ignored = st.tracker.record_open(&tps, &resume, &kafka);
             if !ignored.is_empty() {
                 tracing::warn!(

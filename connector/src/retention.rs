@@ -206,14 +206,16 @@ fn log_offsets<X: ConsumerContext>(
 
 /// Where `tp`, positioned at `position`, may resume: `position` itself
 /// when Kafka still has it, Kafka's log start under the `earliest` policy,
-/// or an error.
+/// or an error; and whether the log's bounds confirmed it.
 ///
 /// When the log's bounds cannot be read (a leader moving during a rolling
-/// restart answers with an error for a while), `position` itself: a
-/// position Kafka no longer has comes back from the fetch as an offset
-/// reset error, which the consumer loop judges by the same policy once the
-/// bounds can be read. Stopping the run here would lose nothing, but a
-/// rolling broker restart would stop every archiver it rebalanced.
+/// restart answers with an error for a while), `position` itself,
+/// unconfirmed: a position Kafka no longer has comes back from the fetch as
+/// an offset reset error, which the consumer loop judges by the same policy
+/// once the bounds can be read. Stopping the run here would lose nothing,
+/// but a rolling broker restart would stop every archiver it rebalanced.
+/// An unconfirmed position is not committed at the assignment (it could lie
+/// past the log's end): the commit waits for a put of the partition.
 ///
 /// `archived_below`: as for [`standing`], for a store that lost records
 /// below its commit.
@@ -223,12 +225,14 @@ pub(crate) fn resume_at<X: ConsumerContext>(
     position: i64,
     archived_below: Option<i64>,
     policy: OnOffsetOutOfRange,
-) -> Result<i64> {
+) -> Result<(i64, bool)> {
     match bounds.of(tp) {
-        Ok((low, high)) => go_on_from(tp, position, archived_below, low, high, policy),
+        Ok((low, high)) => {
+            go_on_from(tp, position, archived_below, low, high, policy).map(|at| (at, true))
+        }
         Err(e) => {
-            tracing::warn!(%tp, position, error = %e, "cannot read the partition's log bounds at assignment; resuming at the archive's offset (an offset Kafka no longer has is judged when the fetch reports it)");
-            Ok(position)
+            tracing::warn!(%tp, position, error = %e, "cannot read the partition's log bounds at assignment; resuming at the archive's offset (an offset Kafka no longer has is judged when the fetch reports it), and committing it only after a put of the partition");
+            Ok((position, false))
         }
     }
 }
@@ -493,7 +497,7 @@ mod tests {
         );
         bounds.timeout = Duration::from_millis(200);
         let at = resume_at(&mut bounds, &t0, 42, None, OnOffsetOutOfRange::Fail).unwrap();
-        assert_eq!(at, 42);
+        assert_eq!(at, (42, false), "unconfirmed");
         assert!(no_offset_start(&mut bounds, &t1, "latest").is_err());
         assert!(matches!(
             standing(&mut bounds, &t1, 42, None, OnOffsetOutOfRange::Fail).unwrap(),

@@ -3,7 +3,10 @@
 //! The consumer loop drives a [`SinkTask`] from one thread of its own, the
 //! task thread (`worker.rs`): every call below runs there, one at a time, in
 //! the order the consumer thread handed the work over. A sink needs no
-//! locking of its own.
+//! locking of its own. Two calls come from the thread that started the run
+//! instead, before the task thread exists: `identity`, and the `stop` of a
+//! run stopped (a signal, a failed retention pass) while it waited for Kafka
+//! to answer, before any `open`: the sink then holds nothing of this run.
 //!
 //! 1. **`open(partitions)`** runs after every assignment, before the first
 //!    fetch. It returns the offset to resume each partition from, if the sink
@@ -23,7 +26,10 @@
 //!    them as `open`'s (the default records nothing).
 //! 2. **`put(batches)`** writes records, or buffers them. It returns what the
 //!    sink now reports durable, if anything (Kafka Connect's `put` reports
-//!    nothing; a sink that makes each put durable may say so at once).
+//!    nothing; a sink that makes each put durable may say so at once). Only
+//!    `pre_commit`'s offsets are committed: `put`'s are checked against what
+//!    was handed over and timed, and a `pre_commit` that declares nothing
+//!    commits nothing.
 //! 3. **`pre_commit(consumed)`** runs after a `put` (after every one with
 //!    `--commit every-put`, once per interval with `interval:MS`), and on
 //!    revoke and on stop. Like Kafka Connect's `flush` / `preCommit`, it makes
@@ -32,20 +38,26 @@
 //!    handed to it (the loop asserts this); an empty map opts out. Report
 //!    only partitions in `consumed`: one never handed over (revoked since,
 //!    or not put to since its assignment) is ignored, with a warning, as
-//!    Kafka Connect ignores them; an offset below one reported before is
-//!    ignored too (commits never go backwards). The commit
+//!    Kafka Connect ignores them. An offset below one declared before is
+//!    taken as the sink's latest word: the higher one is committed only if
+//!    it already was (with a warning; commits never go backwards, and a
+//!    durable offset that goes back means lost records or a bug). The commit
 //!    itself follows on the loop's committer, while the next `put` runs.
 //! 4. **`close(partitions)`** runs after revoked partitions were committed
 //!    (or, for lost partitions, without any commit). A buffering sink drops
-//!    what it holds of them that is not durable.
-//! 5. **`stop()`** runs once, after the final commit of a clean stop.
+//!    what it holds of them that is not durable, or makes it durable now.
+//! 5. **`stop()`** runs once, after the final commit of a clean stop and a
+//!    `close` of every partition still assigned.
 //!
 //! A retriable error from `put` retries the same batch (backoff from 10 ms,
 //! doubling to 1 s) until it succeeds; meanwhile nothing else is put and the
 //! consumer stops polling once its buffer is full. Once the run is asked to
 //! stop, a put that keeps failing is retried for 5 s more, then the run
 //! fails. Only `put` is retried: a retriable error from any other call is
-//! fatal. A fatal error stops the loop: nothing more is put or committed,
+//! fatal. So a `put` that syncs must return `Fatal` when its sync fails (a
+//! failed fsync is never retried), and one that fails retriably must leave
+//! nothing of its batch written, or drop on the retry what it did write (the
+//! records carry their offsets): the same batch comes again. A fatal error stops the loop: nothing more is put or committed,
 //! the sink is called no more (not `close`, not `stop`: either may sync)
 //! and is dropped, and the run fails.
 //!
@@ -110,7 +122,8 @@ pub trait SinkTask: Send {
     /// Partitions that neither `open` nor Kafka gave an offset start at
     /// these offsets: under `--auto-offset-reset latest`, each one's log
     /// end, read at the assignment. Nothing below them is wanted. A sink
-    /// that records a start durably returns it (never more than given);
+    /// that records a start durably returns it as given (any other offset
+    /// is ignored, with a WARN);
     /// the loop then takes it as it takes `open`'s offsets, commits it,
     /// and a restart or rebalance before the partition's first record
     /// resumes there, not at a later log end, which would skip the records
@@ -125,21 +138,25 @@ pub trait SinkTask: Send {
         Ok(BTreeMap::new())
     }
     /// Partitions were revoked (after their commit) or lost (without one).
-    /// A sink that buffers drops what it holds of them that is not
-    /// durable: if they are assigned again, the loop fetches from the
+    /// A sink that buffers drops what it holds of them that is not durable,
+    /// or makes it durable now: if they are assigned again, the loop fetches from the
     /// offset `open` then returns (or Kafka's), and a `pre_commit` that
     /// reported records put before the close, and not durable by that
     /// `open`, would name offsets never handed over since (the loop
     /// asserts against it). Not called after the run has failed: the sink
     /// is dropped instead.
     fn close(&mut self, partitions: &[TopicPartition]) -> Result<(), TaskError>;
-    /// The loop is stopping cleanly, after its final commit. Not called
-    /// after the run has failed: the sink is dropped instead.
+    /// The loop is stopping cleanly, after its final commit and a `close`
+    /// of the partitions still assigned; or it stopped while waiting for
+    /// Kafka, before any `open` (called then on the thread that started the
+    /// run). Not called after the run has failed: the sink is dropped
+    /// instead.
     fn stop(&mut self) -> Result<(), TaskError> {
         Ok(())
     }
     /// A name for the store this sink writes, the same for its whole life
-    /// (and for a backup of it), or `None`. The loop commits it to Kafka
+    /// (and for a backup of it), or `None`. Asked once, on the thread that
+    /// starts the run. The loop commits it to Kafka
     /// as the metadata of every offset. At an assignment where Kafka's
     /// committed offset is past the one `open` returns, it tells two cases
     /// apart: committed under another name, another sink in the group

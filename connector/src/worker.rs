@@ -349,9 +349,11 @@ impl Worker {
         let mut s = self.pipeline.state();
         // A partition lost while the sink made it durable (a loss does not
         // wait for the task thread) was forgotten meanwhile: its report
-        // must not come back for a later assignment to commit.
+        // must not come back for a later assignment to commit. One the sink
+        // was never handed goes on to the tracker, which ignores it with a
+        // warning.
         let mut safe = safe;
-        safe.retain(|tp, _| s.assigned.contains(tp));
+        safe.retain(|tp, _| s.assigned.contains(tp) || !consumed.contains_key(tp));
         s.tracker.record_pre_commit(&safe, &consumed);
         drop(s);
         self.unsafe_puts = false;
