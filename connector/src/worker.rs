@@ -249,7 +249,10 @@ impl Worker {
         tracing::debug!(records, poll_us, "poll");
         let mut backoff = Duration::from_millis(10);
         let mut stop_deadline: Option<Instant> = None;
-        let (started, outcome) = loop {
+        // Put-to-commit counts from the first attempt: the failed ones and
+        // their backoffs are part of what the records waited.
+        let started = Instant::now();
+        let outcome = loop {
             let t0 = Instant::now();
             let span = tracing::debug_span!("put", records, put_us = tracing::field::Empty);
             let r = span.in_scope(|| self.sink.put(batches));
@@ -257,7 +260,7 @@ impl Worker {
             span.record("put_us", put_us);
             tracing::trace!(records, put_us, "put returned");
             match r {
-                Ok(outcome) => break (t0, outcome),
+                Ok(outcome) => break outcome,
                 Err(TaskError::Retriable(msg)) => {
                     // A failed run commits nothing more: retrying is for
                     // nothing, and would hold up its stop.
