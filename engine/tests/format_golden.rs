@@ -95,6 +95,30 @@ fn crc_is_ieee() {
     assert_eq!(crc32fast::hash(b"123456789"), 0xCBF4_3926);
 }
 
+fn varint_entry() -> Vec<u8> {
+    let records = vec![
+        Record {
+            offset: 300,
+            timestamp_type: TimestampType::NotAvailable,
+            timestamp_ms: -1,
+            key: None,
+            value: Some(b"v".to_vec()),
+            headers: vec![],
+        },
+        Record {
+            offset: 70_000,
+            timestamp_type: TimestampType::CreateTime,
+            timestamp_ms: 0,
+            key: Some(Vec::new()),
+            value: None,
+            headers: vec![],
+        },
+    ];
+    let body = encode_entry(&TopicPartition::new("t", 1), &records);
+    assert_eq!(decode_entry(&body).unwrap().records, records);
+    body
+}
+
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
@@ -148,6 +172,12 @@ fn every_documented_value_is_pinned_byte_for_byte() {
         ("first of three chunks at lsn 9", chunked[0].clone(), "43524e460101010004000000738c6fbb61626364"),
         ("middle chunk at lsn 10", chunked[1].clone(), "43524e460101030004000000c243350265666768"),
         ("last chunk at lsn 11", chunked[2].clone(), "43524e460101020002000000515cbf75696a"),
+        ("fence key 31 (its value is always empty)", cairn_engine::keys::fence_key(31).to_vec(), "531f"),
+        // bincode's widths the golden frame does not reach: 0xfb + u16 LE
+        // (offset 300, zig-zag 600), 0xfc + u32 LE (offset 70,000, zig-zag
+        // 140,000), a negative zig-zag (timestamp -1 as 01), NotAvailable
+        // as variant 0, and Some of an empty key (01 00) beside None (00).
+        ("entry body: varint widths, zig-zag, NotAvailable", varint_entry(), "01740202fb580200010001017600fce0220200010001000000"),
     ];
     let mut drifted = Vec::new();
     for (what, bytes, want) in &cases {
