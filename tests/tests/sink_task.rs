@@ -242,71 +242,23 @@ fn a_buffering_retrying_sink_gets_every_record_once_and_commits_only_what_it_flu
     }
 }
 
-/// A sink whose `pre_commit` declares durable records it was never handed:
-/// one past the last offset consumed of every partition.
-struct OverclaimingSink;
-
-impl SinkTask for OverclaimingSink {
-    fn open(
-        &mut self,
-        _partitions: &[TopicPartition],
-    ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
-        Ok(BTreeMap::new())
-    }
-
-    fn put(&mut self, batches: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
-        Ok(outcome(batches, BTreeMap::new()))
-    }
-
-    fn pre_commit(
-        &mut self,
-        consumed: &BTreeMap<TopicPartition, i64>,
-    ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
-        // A bug: committing this would skip a record nobody stored.
-        Ok(consumed.iter().map(|(tp, o)| (tp.clone(), o + 1)).collect())
-    }
-
-    fn close(&mut self, _partitions: &[TopicPartition]) -> Result<(), TaskError> {
-        Ok(())
-    }
+/// A sink with a bug: `open` says every partition resumes at `open_at`
+/// (if given), and `pre_commit` declares durable `overclaim` records more
+/// than it was handed.
+struct BuggySink {
+    open_at: Option<i64>,
+    overclaim: i64,
 }
 
-#[test]
-fn a_sink_declaring_records_it_was_never_handed_stops_the_run_and_nothing_is_committed() {
-    init_logs();
-    let k = TestKafka::new("overclaim", DEMO_PARTITIONS);
-    produce(&k.brokers, &k.topic, 0..3_000).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = RunConfig::new(
-        &k.brokers,
-        "overclaim",
-        vec![k.topic.clone()],
-        dir.path().into(),
-    );
-    cfg.batch_records_max = 500;
-    fast_group(&mut cfg);
-    let err = run_bounded(&cfg, Box::new(OverclaimingSink), PipelineOptions::default())
-        .expect_err("the invariant assertion must stop the run");
-    assert!(err.to_string().contains("task thread panicked"), "{err}");
-    // The first pre_commit tripped the assertion: nothing may have been
-    // committed.
-    let kafka = committed(&k.brokers, "overclaim", &k.topic, DEMO_PARTITIONS).unwrap();
-    assert!(kafka.values().all(|&o| o == 0), "committed {kafka:?}");
-}
-
-/// A sink whose `open` says every partition resumes far past its log's end
-/// (a bug): `pre_commit` then vouches for what it was handed, no more.
-struct FarOpeningSink;
-
-impl SinkTask for FarOpeningSink {
+impl SinkTask for BuggySink {
     fn open(
         &mut self,
         partitions: &[TopicPartition],
     ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
-        Ok(partitions
-            .iter()
-            .map(|tp| (tp.clone(), 1_000_000))
-            .collect())
+        Ok(self
+            .open_at
+            .map(|o| partitions.iter().map(|tp| (tp.clone(), o)).collect())
+            .unwrap_or_default())
     }
 
     fn put(&mut self, batches: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
@@ -317,12 +269,57 @@ impl SinkTask for FarOpeningSink {
         &mut self,
         consumed: &BTreeMap<TopicPartition, i64>,
     ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
-        Ok(consumed.clone())
+        let claim = self.overclaim;
+        Ok(consumed
+            .iter()
+            .map(|(tp, o)| (tp.clone(), o + claim))
+            .collect())
     }
 
     fn close(&mut self, _partitions: &[TopicPartition]) -> Result<(), TaskError> {
         Ok(())
     }
+}
+
+/// Runs `sink` in group `group` over `k`'s demo topic (3,000 records)
+/// until it fails, inside `around` (which may inject broker errors), and
+/// returns the error and Kafka's committed offsets after it.
+fn run_buggy(
+    k: &TestKafka,
+    group: &str,
+    sink: BuggySink,
+    around: impl FnOnce(
+        &dyn Fn() -> cairn_connector::Result<cairn_connector::RunReport>,
+    ) -> cairn_connector::Result<cairn_connector::RunReport>,
+) -> (String, BTreeMap<i32, i64>) {
+    init_logs();
+    produce(&k.brokers, &k.topic, 0..3_000).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = RunConfig::new(&k.brokers, group, vec![k.topic.clone()], dir.path().into());
+    cfg.batch_records_max = 500;
+    fast_group(&mut cfg);
+    let sink = std::cell::RefCell::new(Some(sink));
+    let run = || {
+        let sink = sink.borrow_mut().take().expect("run once");
+        run_bounded(&cfg, Box::new(sink), PipelineOptions::default())
+    };
+    let err = around(&run).expect_err("the sink's bug must stop the run");
+    let kafka = committed(&k.brokers, group, &k.topic, DEMO_PARTITIONS).unwrap();
+    (err.to_string(), kafka)
+}
+
+#[test]
+fn a_sink_declaring_records_it_was_never_handed_stops_the_run_and_nothing_is_committed() {
+    let k = TestKafka::new("overclaim", DEMO_PARTITIONS);
+    let sink = BuggySink {
+        open_at: None,
+        overclaim: 1,
+    };
+    let (err, kafka) = run_buggy(&k, "overclaim", sink, |run| run());
+    assert!(err.contains("task thread panicked"), "{err}");
+    // The first pre_commit tripped the assertion: nothing may have been
+    // committed.
+    assert!(kafka.values().all(|&o| o == 0), "committed {kafka:?}");
 }
 
 /// When the log's bounds cannot be read at the assignment (a leader moving
@@ -333,29 +330,19 @@ impl SinkTask for FarOpeningSink {
 /// run resuming at Kafka's offset would skip everything produced below it.
 #[test]
 fn a_resume_point_the_log_bounds_did_not_confirm_is_not_committed() {
-    init_logs();
     let k = TestKafka::new("far-open", DEMO_PARTITIONS);
     let Some(mock) = k.mock() else {
         eprintln!("SKIPPED: error injection needs the mock cluster");
         return;
     };
-    produce(&k.brokers, &k.topic, 0..300).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = RunConfig::new(
-        &k.brokers,
-        "far-open",
-        vec![k.topic.clone()],
-        dir.path().into(),
-    );
-    fast_group(&mut cfg);
-    let err = cairn_tests::with_request_errors(
-        mock,
-        rdkafka::types::RDKafkaApiKey::ListOffsets,
-        200,
-        || run_bounded(&cfg, Box::new(FarOpeningSink), PipelineOptions::default()),
-    )
-    .expect_err("a resume point past the log's end stops the run");
-    assert!(err.to_string().contains("1000000"), "{err}");
-    let kafka = committed(&k.brokers, "far-open", &k.topic, DEMO_PARTITIONS).unwrap();
+    let sink = BuggySink {
+        open_at: Some(1_000_000),
+        overclaim: 0,
+    };
+    let (err, kafka) = run_buggy(&k, "far-open", sink, |run| {
+        let list_offsets = rdkafka::types::RDKafkaApiKey::ListOffsets;
+        cairn_tests::with_request_errors(mock, list_offsets, 200, run)
+    });
+    assert!(err.contains("1000000"), "{err}");
     assert!(kafka.values().all(|&o| o == 0), "committed {kafka:?}");
 }
