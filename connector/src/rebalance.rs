@@ -408,14 +408,18 @@ impl SinkContext {
                 (Some(stored), lost_below) => {
                     let policy = s.on_offset_out_of_range;
                     match resume_at(&mut bounds, tp, stored, lost_below, policy) {
-                        Ok((offset, true)) => {
-                            consumed.insert(tp.clone(), offset);
+                        // The archive's own offset, unchecked: not one the
+                        // sink is asked about (`pre_commit` reports consumed
+                        // partitions) until a put of it. Kafka's offset
+                        // (another store's) and a store's that lost records
+                        // (whose commit brings Kafka back down to what it
+                        // holds, and can only lower it) go on as checked.
+                        Ok((offset, false)) if lost_below.is_none() && archive == Some(stored) => {
+                            unconfirmed.insert(tp.clone());
                             Offset::Offset(offset)
                         }
-                        // Not one the sink is asked about (`pre_commit`
-                        // reports consumed partitions) until a put of it.
-                        Ok((offset, false)) => {
-                            unconfirmed.insert(tp.clone());
+                        Ok((offset, _)) => {
+                            consumed.insert(tp.clone(), offset);
                             Offset::Offset(offset)
                         }
                         Err(e) => {

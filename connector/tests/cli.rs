@@ -426,6 +426,75 @@ fn export_refuses_an_empty_range_and_an_output_inside_the_archive() {
     assert_eq!(code, 0, "{err}");
 }
 
+/// An export blocked opening a FIFO no one reads yet still ends at SIGTERM
+/// (exit 130, "incomplete"): the lock the signal's handler takes is not
+/// held around an open that can block.
+#[test]
+fn an_export_waiting_for_a_fifos_reader_ends_at_a_signal() {
+    use cairn_engine::{fuzzing::batch, Engine, EngineConfig, TopicPartition};
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("archive");
+    {
+        let e = Engine::open(EngineConfig::new(&data)).unwrap();
+        e.append(&[batch(&TopicPartition::new("t", 0), 0..10, 10)])
+            .unwrap();
+        e.close().unwrap();
+    }
+    let fifo = dir.path().join("fifo");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let mut child = Command::new(CAIRN)
+        .args(["export", "--data", data.to_str().unwrap(), "--output"])
+        .arg(&fifo)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Blocked in the FIFO's open: a condition the kernel shows, waited for
+    // (bounded), not a guess at how long the export takes to get there.
+    let pid = child.id();
+    let blocked = || {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|t| {
+                // `wait_for_partner`: fs/pipe.c, a FIFO's open waiting
+                // for the other end.
+                std::fs::read_to_string(t.path().join("wchan"))
+                    .is_ok_and(|w| w.contains("wait_for_partner") || w.contains("fifo"))
+            })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !blocked() {
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("the export never blocked on the FIFO");
+        }
+        std::thread::yield_now();
+    }
+    let killed = Command::new("kill")
+        .arg("-TERM")
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    // It must end by itself; one that does not is killed, not waited for.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the export went on after SIGTERM");
+        }
+        std::thread::yield_now();
+    }
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("the export is incomplete"), "{err}");
+}
+
 /// An `--output` the export could not create (a directory, a file in a
 /// directory that is not there) is refused before any record is read, and
 /// says so, rather than failing at the first write as an export cut short.

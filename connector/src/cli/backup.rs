@@ -87,9 +87,11 @@ pub async fn run(args: BackupArgs) -> Result<ExitCode> {
     }
     let (exit, text) = done?;
     // The copy's report first: a source that fails to close does not
-    // make a finished, verified copy go unreported.
-    super::write_text(&text)?;
+    // make a finished, verified copy go unreported; and its close's error
+    // (a failed fsync, say) before a failed write of the report.
+    let written = super::write_text(&text);
     closed?;
+    written?;
     Ok(ExitCode::from(exit))
 }
 

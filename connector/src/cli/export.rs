@@ -455,26 +455,30 @@ impl FileOutput {
                     }
                 }
             }
-            // Held from before the staged file exists until it is
-            // recorded: a signal in between would leave it behind.
-            let stage = self.staged.clone();
-            let mut guard = lock_staged(&stage);
             let staged = match &existing {
                 Some(m) if !m.file_type().is_file() => None,
-                _ => match self.create_staged(existing.as_ref()) {
-                    Ok(staged) => Some(staged),
-                    Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => None,
-                    Err(e) => return Err(e),
-                },
+                _ => {
+                    // Held from before the staged file exists until it is
+                    // recorded: a signal in between would leave it behind.
+                    // (Not around the open in place below: a FIFO's blocks
+                    // until a reader comes, and the signal must still end
+                    // the export.)
+                    let stage = self.staged.clone();
+                    let mut guard = lock_staged(&stage);
+                    match self.create_staged(existing.as_ref()) {
+                        Ok((path, file)) => {
+                            *guard = Stage::Staged(path);
+                            Some(file)
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => None,
+                        Err(e) => return Err(e),
+                    }
+                }
             };
             let file = match staged {
-                Some((path, file)) => {
-                    *guard = Stage::Staged(path);
-                    file
-                }
+                Some(file) => file,
                 None => std::fs::File::create(&self.path).map_err(|e| named(e, &self.path))?,
             };
-            drop(guard);
             self.file = Some(file);
         }
         Ok(self.file.as_mut().expect("opened above"))
