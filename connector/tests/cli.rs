@@ -426,20 +426,24 @@ fn export_refuses_an_empty_range_and_an_output_inside_the_archive() {
     assert_eq!(code, 0, "{err}");
 }
 
+/// A stopped archive at `dir`/archive holding t/0's offsets 0..10.
+fn ten_record_archive(dir: &std::path::Path) -> std::path::PathBuf {
+    use cairn_engine::{fuzzing::batch, Engine, EngineConfig, TopicPartition};
+    let data = dir.join("archive");
+    let e = Engine::open(EngineConfig::new(&data)).unwrap();
+    e.append(&[batch(&TopicPartition::new("t", 0), 0..10, 10)])
+        .unwrap();
+    e.close().unwrap();
+    data
+}
+
 /// An export blocked opening a FIFO no one reads yet still ends at SIGTERM
 /// (exit 130, "incomplete"): the lock the signal's handler takes is not
 /// held around an open that can block.
 #[test]
 fn an_export_waiting_for_a_fifos_reader_ends_at_a_signal() {
-    use cairn_engine::{fuzzing::batch, Engine, EngineConfig, TopicPartition};
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("archive");
-    {
-        let e = Engine::open(EngineConfig::new(&data)).unwrap();
-        e.append(&[batch(&TopicPartition::new("t", 0), 0..10, 10)])
-            .unwrap();
-        e.close().unwrap();
-    }
+    let data = ten_record_archive(dir.path());
     let fifo = dir.path().join("fifo");
     let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
     assert!(made.success());
@@ -500,15 +504,8 @@ fn an_export_waiting_for_a_fifos_reader_ends_at_a_signal() {
 /// says so, rather than failing at the first write as an export cut short.
 #[test]
 fn export_refuses_an_output_it_could_not_create_before_reading() {
-    use cairn_engine::{fuzzing::batch, Engine, EngineConfig, TopicPartition};
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("archive");
-    {
-        let e = Engine::open(EngineConfig::new(&data)).unwrap();
-        e.append(&[batch(&TopicPartition::new("t", 0), 0..10, 10)])
-            .unwrap();
-        e.close().unwrap();
-    }
+    let data = ten_record_archive(dir.path());
     let d = data.to_str().unwrap();
     let missing = dir.path().join("no-such-dir").join("out.jsonl");
     let (code, out, err) = cairn(&["export", "--data", d, "--output", missing.to_str().unwrap()]);
