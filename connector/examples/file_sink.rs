@@ -25,6 +25,8 @@
 //!   `Path::with_extension`, which would cut a dotted topic name.
 //! - `pre_commit` never reports an offset whose record is not behind a
 //!   synced mark.
+//! - A mark of length 0 is a recorded start (`start`, under
+//!   `--auto-offset-reset latest`): the partition resumes there.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -211,6 +213,29 @@ impl SinkTask for FileSink {
             }
         }
         Ok(safe)
+    }
+
+    /// `--auto-offset-reset latest`'s starts, made durable as marks with
+    /// nothing behind them yet: a restart or rebalance before a partition's
+    /// first record resumes there, not at a later log end that would skip
+    /// what was produced in between.
+    fn start(
+        &mut self,
+        starts: &BTreeMap<TopicPartition, i64>,
+    ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+        let mut recorded = BTreeMap::new();
+        for (tp, &offset) in starts {
+            let Some(pf) = self.open.get_mut(tp) else {
+                continue;
+            };
+            // Only a partition this sink holds nothing of is given a start.
+            if pf.len == 0 && !pf.dirty {
+                write_mark(&self.dir, &pf.mark, offset, 0)?;
+                pf.next = offset;
+                recorded.insert(tp.clone(), offset);
+            }
+        }
+        Ok(recorded)
     }
 
     fn close(&mut self, partitions: &[TopicPartition]) -> Result<(), TaskError> {
