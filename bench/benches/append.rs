@@ -37,15 +37,41 @@ fn scratch() -> tempfile::TempDir {
 /// correction"; the put-to-commit floor rotates its file the same way).
 const STORE_BYTES_MAX: u64 = 1 << 30;
 
-/// Counts `bytes` more written: true when they would take the store past
-/// [`STORE_BYTES_MAX`], and the count restarts for a new one.
-fn replace_due(written: &mut u64, bytes: u64) -> bool {
-    let due = *written > 0 && *written + bytes > STORE_BYTES_MAX;
-    if due {
-        *written = 0;
+/// One side's store (an engine, a file, a sled database) in a scratch
+/// directory of its own, replaced by a new one past [`STORE_BYTES_MAX`].
+struct Rotating<T> {
+    make: Box<dyn FnMut(&std::path::Path) -> T>,
+    /// The store first: dropped before its directory is removed.
+    current: Option<(T, tempfile::TempDir)>,
+    written: u64,
+}
+
+impl<T> Rotating<T> {
+    fn new(make: impl FnMut(&std::path::Path) -> T + 'static) -> Self {
+        Rotating {
+            make: Box::new(make),
+            current: None,
+            written: 0,
+        }
     }
-    *written += bytes;
-    due
+
+    /// The store to write `bytes` more to (call it outside the timing): a
+    /// new one when they would take the current one past the bound.
+    fn for_write(&mut self, bytes: u64) -> &mut T {
+        if self.written > 0 && self.written + bytes > STORE_BYTES_MAX {
+            self.current = None;
+            self.written = 0;
+        }
+        self.written += bytes;
+        let make = &mut self.make;
+        &mut self
+            .current
+            .get_or_insert_with(|| {
+                let dir = scratch();
+                (make(dir.path()), dir)
+            })
+            .0
+    }
 }
 
 fn append(c: &mut Criterion) {
@@ -57,21 +83,13 @@ fn append(c: &mut Criterion) {
             let bytes = (n * size) as u64;
             g.bench_with_input(BenchmarkId::new("cairn_engine", n), &n, |b, &n| {
                 let tp = TopicPartition::new("bench", 0);
-                let mut store: Option<(tempfile::TempDir, Engine)> = None;
-                let mut written = 0u64;
+                let mut store =
+                    Rotating::new(|dir| Engine::open(EngineConfig::new(dir)).expect("open"));
                 let mut next = 0i64;
                 b.iter_custom(|iters| {
                     let mut total = Duration::ZERO;
                     for _ in 0..iters {
-                        if replace_due(&mut written, bytes) || store.is_none() {
-                            if let Some((_dir, e)) = store.take() {
-                                e.close().expect("close");
-                            }
-                            let dir = scratch();
-                            let e = Engine::open(EngineConfig::new(dir.path())).expect("open");
-                            store = Some((dir, e));
-                        }
-                        let e = &store.as_ref().expect("opened above").1;
+                        let e = store.for_write(bytes);
                         let bt = batch(&tp, next, n, size);
                         next += n as i64;
                         let t = Instant::now();
@@ -83,24 +101,20 @@ fn append(c: &mut Criterion) {
             });
             g.bench_with_input(BenchmarkId::new("file_write_fdatasync", n), &n, |b, &n| {
                 let data = vec![b'v'; n * size];
-                let mut file: Option<(tempfile::TempDir, std::fs::File)> = None;
-                let mut written = 0u64;
+                let mut file = Rotating::new(|dir| {
+                    let f = std::fs::File::create(dir.join("log")).expect("file");
+                    // Its creation durable before timing, not paid by the
+                    // first timed fdatasync.
+                    f.sync_all().expect("fsync");
+                    std::fs::File::open(dir)
+                        .and_then(|d| d.sync_all())
+                        .expect("directory fsync");
+                    f
+                });
                 b.iter_custom(|iters| {
                     let mut total = Duration::ZERO;
                     for _ in 0..iters {
-                        if replace_due(&mut written, bytes) || file.is_none() {
-                            file = None;
-                            let dir = scratch();
-                            let f = std::fs::File::create(dir.path().join("log")).expect("file");
-                            // Its creation durable before timing, not paid
-                            // by the first timed fdatasync.
-                            f.sync_all().expect("fsync");
-                            std::fs::File::open(dir.path())
-                                .and_then(|d| d.sync_all())
-                                .expect("directory fsync");
-                            file = Some((dir, f));
-                        }
-                        let f = &mut file.as_mut().expect("created above").1;
+                        let f = file.for_write(bytes);
                         let t = Instant::now();
                         f.write_all(&data).expect("write");
                         f.sync_data().expect("fdatasync");
@@ -111,24 +125,19 @@ fn append(c: &mut Criterion) {
             });
             g.bench_with_input(BenchmarkId::new("sled_insert_flush", n), &n, |b, &n| {
                 let value = vec![b'v'; n * size];
-                let mut db: Option<(tempfile::TempDir, sled::Db)> = None;
-                let mut written = 0u64;
+                let mut db = Rotating::new(|dir| {
+                    sled::Config::new()
+                        .path(dir)
+                        .flush_every_ms(None)
+                        .cache_capacity(64 << 20)
+                        .open()
+                        .expect("sled")
+                });
                 let mut k = 0u64;
                 b.iter_custom(|iters| {
                     let mut total = Duration::ZERO;
                     for _ in 0..iters {
-                        if replace_due(&mut written, bytes) || db.is_none() {
-                            db = None;
-                            let dir = scratch();
-                            let d = sled::Config::new()
-                                .path(dir.path())
-                                .flush_every_ms(None)
-                                .cache_capacity(64 << 20)
-                                .open()
-                                .expect("sled");
-                            db = Some((dir, d));
-                        }
-                        let d = &db.as_ref().expect("opened above").1;
+                        let d = db.for_write(bytes);
                         let t = Instant::now();
                         d.insert(k.to_be_bytes(), value.as_slice()).expect("insert");
                         d.flush().expect("flush");

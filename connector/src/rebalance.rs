@@ -326,11 +326,6 @@ impl SinkContext {
         // Starts read as numbers under `--auto-offset-reset latest`, for
         // the sink to record (`SinkTask::start`).
         let mut latest = BTreeMap::new();
-        // Resume points the log's bounds did not confirm (unreadable at the
-        // assignment): not committed on `open`'s word alone, which could
-        // lie past the log's end (the fetch then stops the run with an
-        // offset reset error first); a put of the partition commits it.
-        let mut unconfirmed = BTreeSet::new();
         for tp in &tps {
             let archive = resume.get(tp).copied();
             let point = resume_point(archive, committed.get(tp), identity.as_deref());
@@ -408,14 +403,18 @@ impl SinkContext {
                 (Some(stored), lost_below) => {
                     let policy = s.on_offset_out_of_range;
                     match resume_at(&mut bounds, tp, stored, lost_below, policy) {
-                        // The archive's own offset, unchecked: not one the
-                        // sink is asked about (`pre_commit` reports consumed
-                        // partitions) until a put of it. Kafka's offset
-                        // (another store's) and a store's that lost records
-                        // (whose commit brings Kafka back down to what it
-                        // holds, and can only lower it) go on as checked.
+                        // The archive's own offset, unchecked (the log's
+                        // bounds were unreadable): not committed on `open`'s
+                        // word alone, which could lie past the log's end
+                        // (the fetch then stops the run with an offset
+                        // reset error first), nor one the sink is asked
+                        // about (`pre_commit` reports consumed partitions),
+                        // until a put of it. Kafka's offset (another
+                        // store's) and a store's that lost records (whose
+                        // commit brings Kafka back down to what it holds,
+                        // and can only lower it) go on as checked.
                         Ok((offset, false)) if lost_below.is_none() && archive == Some(stored) => {
-                            unconfirmed.insert(tp.clone());
+                            resume.remove(tp);
                             Offset::Offset(offset)
                         }
                         Ok((offset, _)) => {
@@ -484,7 +483,6 @@ impl SinkContext {
         }
         {
             let mut st = s.pipeline.state();
-            resume.retain(|tp, _| !unconfirmed.contains(tp));
             let ignored = st.tracker.record_open(&tps, &resume, &kafka);
             if !ignored.is_empty() {
                 tracing::warn!(

@@ -106,8 +106,9 @@ pub async fn run(args: ExportArgs) -> Result<ExitCode> {
     select.check_range()?;
     let data = &args.data.data;
     if let Some(output) = &args.output {
-        check_output(output)?;
-        refuse_inside(output, data)?;
+        let end = link_end(output);
+        check_output(output, &end)?;
+        refuse_inside(output, &end, data)?;
     }
     let out_path = args
         .output
@@ -155,19 +156,18 @@ fn link_end(path: &Path) -> PathBuf {
 /// create: a directory, or a file in a directory that is not there. Found
 /// only at the first write, it would cost the read of up to 1 MiB of
 /// records (the whole export, when smaller) and read like an export cut
-/// short.
-fn check_output(output: &Path) -> Result<()> {
-    let end = link_end(output);
+/// short. `end`: where its links lead ([`link_end`]).
+fn check_output(output: &Path, end: &Path) -> Result<()> {
     let refused = |why: String| {
         Err(ConnectorError::Config(format!(
             "--output {}: {why}; nothing was read or written",
             output.display()
         )))
     };
-    if std::fs::metadata(&end).is_ok_and(|m| m.is_dir()) {
+    if std::fs::metadata(end).is_ok_and(|m| m.is_dir()) {
         return refused("a directory (name a file to write the export to)".into());
     }
-    let dir = parent_dir(&end);
+    let dir = parent_dir(end);
     match std::fs::metadata(dir) {
         Ok(m) if m.is_dir() => Ok(()),
         Ok(_) => refused(format!("{} is not a directory", dir.display())),
@@ -177,8 +177,9 @@ fn check_output(output: &Path) -> Result<()> {
 
 /// Refuses an `--output` in the archive's directory (or below it): the
 /// export, renamed into place, could replace one of the archive's files
-/// (`cairn.durable`, sled's `conf`), damaging the archive it read.
-fn refuse_inside(output: &Path, data: &Path) -> Result<()> {
+/// (`cairn.durable`, sled's `conf`), damaging the archive it read. `end`:
+/// where its links lead ([`link_end`]).
+fn refuse_inside(output: &Path, end: &Path, data: &Path) -> Result<()> {
     let (Ok(parent), Ok(data)) = (parent_dir(output).canonicalize(), data.canonicalize()) else {
         // Either is missing: the export fails on it, naming it.
         return Ok(());
@@ -186,13 +187,13 @@ fn refuse_inside(output: &Path, data: &Path) -> Result<()> {
     // A symlink is written through (in place): where its chain of links
     // leads counts too, also when nothing is there yet (the export would
     // create it).
-    let end = link_end(output);
-    let target = (end != output).then(|| {
+    let target = if end != output {
         end.canonicalize()
-            .or_else(|_| parent_dir(&end).canonicalize())
+            .or_else(|_| parent_dir(end).canonicalize())
             .ok()
-    });
-    let target = target.flatten();
+    } else {
+        None
+    };
     if parent.starts_with(&data) || target.is_some_and(|t| t.starts_with(&data)) {
         return Err(ConnectorError::Config(format!(
             "--output {}: inside the archive's directory {}, where the export could replace a file of the archive; write it elsewhere",
