@@ -94,3 +94,57 @@ pub fn output(
     let bytes = std::mem::take(&mut *stdout.lock().unwrap());
     Ok((finished, bytes))
 }
+
+/// Run `cmd` with stdout written straight to the file at `path` (created or
+/// truncated) and stderr inherited, reporting the file's length to `watch`
+/// every millisecond until the child exits. `first_byte_at` is the first
+/// look that found the file non-empty: a millisecond's resolution, which is
+/// what a peer writing into a file (not a pipe the harness reads) allows.
+/// A child still running after `limit` is killed and the run is an error
+/// naming `what`.
+pub fn run_to_file(
+    what: &str,
+    cmd: &mut Command,
+    limit: Duration,
+    path: &std::path::Path,
+    mut watch: impl FnMut(u64),
+) -> Result<Finished, std::io::Error> {
+    let file = std::fs::File::create(path)?;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(file))
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    let started = Instant::now();
+    let mut first_byte_at = None;
+    loop {
+        // The exit is checked before the length is read, so the look that
+        // finds the child gone sees all it wrote.
+        let exited = child.try_wait()?;
+        let len = std::fs::metadata(path)?.len();
+        if len > 0 {
+            first_byte_at.get_or_insert_with(Instant::now);
+        }
+        watch(len);
+        if let Some(status) = exited {
+            return Ok(Finished {
+                status,
+                first_byte_at,
+            });
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "{what} was still running after {} s: killed",
+                    limit.as_secs()
+                ),
+            ));
+        }
+        // A measuring interval, not synchronisation: the child's exit is
+        // what ends the loop.
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}

@@ -349,7 +349,7 @@ fn round(
                 order.push("floor".to_owned());
             }
             Step::Kcat => {
-                kcat = peers::kcat(case.brokers, case.topic, records, case.size);
+                kcat = peers::kcat(case.brokers, case.topic, records, case.size, case.out);
                 order.push("kcat".to_owned());
             }
             Step::Python => {

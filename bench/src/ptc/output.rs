@@ -191,7 +191,7 @@ fn round_table(c: &Round, rounds: usize) {
     );
     match &c.kcat {
         Peer::Ran(k) => row(
-            "kcat -C -c N (no fsync)",
+            "kcat -C -c N > file (no fsync)",
             Some(&k.throughput),
             None,
             &k.version,
