@@ -41,9 +41,9 @@ fn put_to_commit_harness_runs_and_reports() {
     // Each round in its own order: the second rotated from the first.
     assert!(
         stdout.contains(
-            "round 1/2, in this order: ceiling, cairn every-put, cairn interval:50, floor"
+            "round 1/2, in this order: ceiling, cairn every-put, cairn interval:50, floor, disk"
         ) && stdout.contains(
-            "round 2/2, in this order: cairn every-put, cairn interval:50, floor, ceiling"
+            "round 2/2, in this order: cairn every-put, cairn interval:50, floor, disk, ceiling"
         ),
         "{stdout}"
     );
@@ -119,7 +119,15 @@ fn assert_round(round: &serde_json::Value) {
         // The store holds at least the payload, and the ratio says so.
         assert!(r["disk_bytes"].as_u64().unwrap() >= 300_000);
         assert!(r["space_amplification"].as_f64().unwrap() >= 1.0);
-        assert!(r["pct_of_disk_bandwidth"].as_f64().unwrap() > 0.0);
+        // Against this round's own disk measurement.
+        let disk = round["disk_bandwidth"]["mb_per_s"].as_f64().unwrap();
+        assert!(disk > 0.0, "{round}");
+        let pct = r["pct_of_disk_bandwidth"].as_f64().unwrap();
+        let want = 100.0 * r["throughput"]["mb_per_s"].as_f64().unwrap() / disk;
+        assert!(
+            pct > 0.0 && (pct - want).abs() <= 1e-6 * want,
+            "{pct} {want}"
+        );
         // CPU per record: reported, or `null` for a run this short.
         assert!(r.get("cpu").is_some(), "{r}");
         let cpu = &r["cpu"];
@@ -134,4 +142,11 @@ fn assert_round(round: &serde_json::Value) {
     assert!(round["ceiling"]["records_per_s"].as_f64().unwrap() > 0.0);
     assert!(round.get("ceiling_cpu").is_some(), "{round}");
     assert!(round["kcat"]["skipped"].is_string());
+    let order: Vec<&str> = round["order"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    assert!(order.contains(&"disk"), "{order:?}");
 }

@@ -193,6 +193,9 @@ pub struct Round {
     pub ceiling: Throughput,
     /// What the ceiling cost in CPU.
     pub ceiling_cpu: Option<measure::Cpu>,
+    /// The disk's sequential write bandwidth, measured in this round: the
+    /// baseline of its runs' `pct_of_disk_bandwidth`.
+    pub disk_bandwidth: Throughput,
     pub kcat: Peer<peers::KcatRun>,
     pub python: Peer<peers::PythonRun>,
     /// Each policy's ratios to this round's baselines.
@@ -236,8 +239,9 @@ pub struct Report {
     pub date_utc: String,
     pub machine: String,
     pub brokers: String,
-    /// Sequential write bandwidth of the disk under `--out`, this run; its
-    /// `records` are the 1 MiB writes, not Kafka records.
+    /// Sequential write bandwidth of the disk under `--out`, measured once
+    /// before the cases; its `records` are the 1 MiB writes, not Kafka
+    /// records. The ratios use each round's own (`Round::disk_bandwidth`).
     pub disk_bandwidth: Throughput,
     pub cases: Vec<CaseResult>,
 }
@@ -248,6 +252,7 @@ enum Step {
     Ceiling,
     Cairn(usize),
     Floor,
+    Disk,
     Kcat,
     Python,
 }
@@ -262,7 +267,7 @@ enum Step {
 fn steps(policies: usize, peers: bool, round: usize) -> Vec<Step> {
     let mut steps = vec![Step::Ceiling];
     steps.extend((0..policies).map(Step::Cairn));
-    steps.push(Step::Floor);
+    steps.extend([Step::Floor, Step::Disk]);
     if peers {
         steps.extend([Step::Kcat, Step::Python]);
     }
@@ -281,13 +286,13 @@ fn round(
     records: u64,
     round: usize,
     put_bytes: &mut usize,
-    disk_bandwidth: &Throughput,
     histograms: &mut Histograms,
 ) -> Result<Round, String> {
     let steps = steps(args.policies.len(), !args.no_peers, round);
     let mut cairn: Vec<Option<measure::CairnRun>> = vec![None; args.policies.len()];
     let mut ceiling = None;
     let mut floor = None;
+    let mut disk = None;
     let mut kcat = Peer::Skipped {
         skipped: "--no-peers".into(),
     };
@@ -348,6 +353,15 @@ fn round(
                 floor = Some(f);
                 order.push("floor".to_owned());
             }
+            Step::Disk => {
+                let d = measure::disk_bandwidth(case.out)?;
+                eprintln!(
+                    "   disk: sequential writes + fdatasync {:.0} MB/s",
+                    d.mb_per_s
+                );
+                disk = Some(d);
+                order.push("disk".to_owned());
+            }
             Step::Kcat => {
                 kcat = peers::kcat(case.brokers, case.topic, records, case.size, case.out);
                 order.push("kcat".to_owned());
@@ -371,12 +385,13 @@ fn round(
             }
         }
     }
-    let (Some((ceiling, ceiling_cpu)), Some(floor)) = (ceiling, floor) else {
-        unreachable!("every round measures the ceiling and the floor");
+    let (Some((ceiling, ceiling_cpu)), Some(floor), Some(disk_bandwidth)) = (ceiling, floor, disk)
+    else {
+        unreachable!("every round measures the ceiling, the floor and the disk");
     };
     let mut cairn: Vec<measure::CairnRun> = cairn.into_iter().flatten().collect();
     for run in &mut cairn {
-        run.relate(&floor, &ceiling, ceiling_cpu.as_ref(), disk_bandwidth);
+        run.relate(&floor, &ceiling, ceiling_cpu.as_ref(), &disk_bandwidth);
     }
     let ratios = cairn
         .iter()
@@ -389,6 +404,7 @@ fn round(
         floor,
         ceiling,
         ceiling_cpu,
+        disk_bandwidth,
         kcat,
         python,
         ratios,
@@ -452,7 +468,6 @@ pub fn run(args: Args) -> Result<(), String> {
                 records,
                 r,
                 &mut put_bytes,
-                &disk_bandwidth,
                 &mut histograms,
             )?);
         }

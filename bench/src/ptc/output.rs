@@ -77,7 +77,7 @@ pub fn table(r: &Report) {
     println!("put-to-commit, {} ({})", r.date_utc, r.machine);
     println!("broker: {}", r.brokers);
     println!(
-        "disk: sequential writes of 256 MiB + fdatasync, {:.0} MB/s",
+        "disk: sequential writes of 256 MiB + fdatasync, {:.0} MB/s (before the cases; each round measures its own)",
         r.disk_bandwidth.mb_per_s
     );
     for c in &r.cases {
@@ -188,6 +188,15 @@ fn round_table(c: &Round, rounds: usize) {
         Some(&c.ceiling),
         None,
         &c.ceiling_cpu.as_ref().map_or(String::new(), cpu_text),
+    );
+    row(
+        "disk: sequential writes",
+        None,
+        None,
+        &format!(
+            "256 MiB + fdatasync, {:.0} MB/s: this round's baseline for % of the disk's bandwidth",
+            c.disk_bandwidth.mb_per_s
+        ),
     );
     match &c.kcat {
         Peer::Ran(k) => row(
