@@ -110,6 +110,8 @@ pub fn run_to_file(
     mut watch: impl FnMut(u64),
 ) -> Result<Finished, std::io::Error> {
     let file = std::fs::File::create(path)?;
+    // Looked at through its own handle (fstat): no path lookup per look.
+    let look = file.try_clone()?;
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::from(file))
@@ -120,8 +122,18 @@ pub fn run_to_file(
     loop {
         // The exit is checked before the length is read, so the look that
         // finds the child gone sees all it wrote.
-        let exited = child.try_wait()?;
-        let len = std::fs::metadata(path)?.len();
+        let looked = child
+            .try_wait()
+            .and_then(|exited| Ok((exited, look.metadata()?.len())));
+        let (exited, len) = match looked {
+            Ok(l) => l,
+            Err(e) => {
+                // Not left running unwatched.
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(e);
+            }
+        };
         if len > 0 {
             first_byte_at.get_or_insert_with(Instant::now);
         }
