@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 /// How a child's stdout arrived.
 pub struct Finished {
     pub status: ExitStatus,
-    /// When the first byte of stdout was read, if any was.
+    /// When the first byte of stdout was read ([`run`]), or the first look
+    /// found the file non-empty ([`run_to_file`]), if either happened.
     pub first_byte_at: Option<Instant>,
 }
 
@@ -97,7 +98,8 @@ pub fn output(
 
 /// Run `cmd` with stdout written straight to the file at `path` (created or
 /// truncated) and stderr inherited, reporting the file's length to `watch`
-/// every millisecond until the child exits. `first_byte_at` is the first
+/// every millisecond until the child exits, with whether that look found
+/// the child gone (its last). `first_byte_at` is the first
 /// look that found the file non-empty: a millisecond's resolution, which is
 /// what a peer writing into a file (not a pipe the harness reads) allows.
 /// A child still running after `limit` is killed and the run is an error
@@ -107,7 +109,7 @@ pub fn run_to_file(
     cmd: &mut Command,
     limit: Duration,
     path: &std::path::Path,
-    mut watch: impl FnMut(u64),
+    mut watch: impl FnMut(u64, bool),
 ) -> Result<Finished, std::io::Error> {
     let file = std::fs::File::create(path)?;
     // Looked at through its own handle (fstat): no path lookup per look.
@@ -137,7 +139,7 @@ pub fn run_to_file(
         if len > 0 {
             first_byte_at.get_or_insert_with(Instant::now);
         }
-        watch(len);
+        watch(len, exited.is_some());
         if let Some(status) = exited {
             return Ok(Finished {
                 status,
@@ -158,5 +160,53 @@ pub fn run_to_file(
         // A measuring interval, not synchronisation: the child's exit is
         // what ends the loop.
         std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_child_writing_into_a_file_is_watched_to_its_exit() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out");
+        let mut looks = Vec::new();
+        let f = run_to_file(
+            "sh",
+            Command::new("sh").args(["-c", "printf abc"]),
+            Duration::from_secs(60),
+            &path,
+            |len, exited| looks.push((len, exited)),
+        )
+        .unwrap();
+        assert!(f.status.success());
+        assert!(f.first_byte_at.is_some());
+        // The last look, and only it, found the child gone, and saw all of
+        // its output; lengths never went back.
+        assert_eq!(looks.last(), Some(&(3, true)), "{looks:?}");
+        assert_eq!(looks.iter().filter(|(_, e)| *e).count(), 1);
+        assert!(looks.windows(2).all(|w| w[0].0 <= w[1].0), "{looks:?}");
+        assert_eq!(std::fs::read(&path).unwrap(), b"abc");
+    }
+
+    #[test]
+    fn a_child_past_its_limit_is_killed_and_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let started = Instant::now();
+        let e = match run_to_file(
+            "sleeper",
+            Command::new("sleep").arg("600"),
+            Duration::from_millis(100),
+            &dir.path().join("out"),
+            |_, _| {},
+        ) {
+            Err(e) => e,
+            Ok(_) => panic!("a child sleeping 600 s finished within its 100 ms limit"),
+        };
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+        assert!(e.to_string().contains("sleeper"), "{e}");
+        // Killed, not waited out.
+        assert!(started.elapsed() < Duration::from_secs(300));
     }
 }

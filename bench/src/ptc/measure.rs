@@ -63,7 +63,7 @@ pub struct CairnRun {
     /// `steady_records_per_s` as a percentage of the ceiling.
     pub steady_pct_of_ceiling: Option<f64>,
     /// Payload MB/s as a percentage of the disk's sequential write
-    /// bandwidth measured in the same run (target for 1 KiB: >= 70).
+    /// bandwidth measured in the same round (target for 1 KiB: >= 70).
     pub pct_of_disk_bandwidth: f64,
     /// The store's size on disk after the run: file lengths, and blocks
     /// allocated (what `du` shows).

@@ -3,8 +3,8 @@
 //! For each record size: pre-produce the records, then in one run measure
 //! cairn's real connector loop under each commit policy, the floor (an
 //! `fdatasync` of a put's bytes plus a commit round trip, each measured
-//! alone), the consume-only ceiling, kcat into a file, and a hand-written
-//! confluent-kafka loop. Ratios are taken within a round: absolute times on
+//! alone), the consume-only ceiling, the disk's sequential bandwidth, kcat
+//! into a file, and a hand-written confluent-kafka loop. Ratios are taken within a round: absolute times on
 //! a shared machine are noisy, ratios much less so. Still, one round's
 //! ratios moved by more than most gaps to the targets (two runs a minute
 //! apart read 0.85× and 1.17× kcat), so each case is measured in several
@@ -262,7 +262,7 @@ enum Step {
 /// later one rotated by one more step, so no measurement always runs in
 /// the same place in a round. Neighbours mostly stay (each step follows
 /// the same one except where it runs first): a run measuring one step
-/// after another (`--policies every-put --no-peers`, three steps) found
+/// after another (`--policies every-put --no-peers`, then three steps) found
 /// no effect of the order beside the host's own swings (BENCHMARKS).
 fn steps(policies: usize, peers: bool, round: usize) -> Vec<Step> {
     let mut steps = vec![Step::Ceiling];

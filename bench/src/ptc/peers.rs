@@ -50,9 +50,9 @@ fn kcat_version() -> Result<String, std::io::Error> {
 /// fsync, no offsets. kcat assigns partitions directly (no group join); it
 /// is timed from the first look (every millisecond) that finds the file
 /// non-empty to the first that finds all but its last 64 KiB written (a
-/// margin over the 4 KiB stdio buffer kcat writes only at exit, after its
-/// shutdown), as the other consumers are from their first record to their
-/// last. It stops after the records rather than at end of partition (`-e`
+/// margin over the stdio buffer kcat writes only at exit, after its
+/// shutdown), counting the lines written between those two looks, as the
+/// other consumers are timed from their first record to their last. It stops after the records rather than at end of partition (`-e`
 /// waits for a fetch at the end, which the broker holds for
 /// `fetch.wait.max.ms`).
 ///
@@ -78,12 +78,24 @@ pub fn kcat(brokers: &str, topic: &str, records: u64, size: usize, out: &Path) -
         }
     };
     // One line per record: the value and a newline.
-    let want = records * (size as u64 + 1);
-    // The 64 KiB margin and one line are left out of the timing: 0.07 % of
-    // the records at 100 B, 0.05 % at 10 KiB.
-    let timed = want.saturating_sub(KCAT_UNTIMED_BYTES + size as u64 + 1);
+    let line = size as u64 + 1;
+    let want = records * line;
+    // kcat's stdio buffers its stdout in blocks of the file system's
+    // preferred size (4 KiB on ext4, more elsewhere) and writes the last
+    // only at exit, after its shutdown: at least 64 KiB, and two such
+    // blocks, and one line, are left out of the timing (0.07 % of the
+    // records at 100 B, 0.06 % at 10 KiB on ext4).
+    let block =
+        std::fs::metadata(out).map_or(4096, |m| std::os::unix::fs::MetadataExt::blksize(&m));
+    let margin = KCAT_UNTIMED_BYTES.max(2 * block) + line;
+    let timed = want.saturating_sub(margin);
     let mut got = 0;
-    let mut done_at = None;
+    // The length at the first look that found output, and at the first
+    // that found `timed` bytes, with its time: the records timed are the
+    // lines written between those two looks.
+    let mut first_len = None;
+    let mut done = None;
+    let mut done_at_exit = false;
     let path = out.join("kcat.out");
     let finished = child::run_to_file(
         "kcat",
@@ -109,10 +121,14 @@ pub fn kcat(brokers: &str, topic: &str, records: u64, size: usize, out: &Path) -
         ]),
         PEER_LIMIT,
         &path,
-        |len| {
+        |len, exited| {
             got = len;
-            if len >= timed {
-                done_at.get_or_insert_with(Instant::now);
+            if len > 0 {
+                first_len.get_or_insert(len);
+            }
+            if len >= timed && done.is_none() {
+                done = Some((len, Instant::now()));
+                done_at_exit = exited;
             }
         },
     );
@@ -130,7 +146,8 @@ pub fn kcat(brokers: &str, topic: &str, records: u64, size: usize, out: &Path) -
             skipped: format!("kcat exited with {}", f.status),
         };
     }
-    let (Some(first), Some(last)) = (f.first_byte_at, done_at) else {
+    let (Some(first), Some(first_len), Some((last_len, last))) = (f.first_byte_at, first_len, done)
+    else {
         return Peer::Skipped {
             skipped: format!("kcat wrote {got} bytes, expected {want}"),
         };
@@ -140,12 +157,19 @@ pub fn kcat(brokers: &str, topic: &str, records: u64, size: usize, out: &Path) -
             skipped: format!("kcat wrote {got} bytes, expected {want}"),
         };
     }
-    // The records whose lines arrived by then.
-    let records_timed = timed / (size as u64 + 1);
+    if done_at_exit {
+        return Peer::Skipped {
+            skipped: format!(
+                "kcat's output reached all but its last {margin} bytes only at its exit (its stdout buffer is larger than that margin): its shutdown would be timed"
+            ),
+        };
+    }
+    // The lines written between the two looks.
+    let records_timed = (last_len - first_len) / line;
     if records_timed < KCAT_TIMED_RECORDS_MIN {
         return Peer::Skipped {
             skipped: format!(
-                "too few records to time kcat ({records_timed} before the last 64 KiB of its output, left out of its timing)"
+                "too few records to time kcat ({records_timed} between its first output and the last {margin} bytes, left out of its timing)"
             ),
         };
     }

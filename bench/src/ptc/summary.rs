@@ -19,8 +19,8 @@ pub struct Ratios {
     pub p99_vs_floor: Option<f64>,
     pub pct_of_ceiling: f64,
     pub steady_pct_of_ceiling: Option<f64>,
-    /// MB/s as a percentage of the disk's sequential bandwidth (measured
-    /// once per run, before the rounds).
+    /// MB/s as a percentage of the disk's sequential bandwidth, measured in
+    /// the same round (`Round::disk_bandwidth`).
     pub pct_of_disk_bandwidth: f64,
     /// records/s over kcat's.
     pub vs_kcat: Option<f64>,
