@@ -3,7 +3,7 @@
 //! reported, instead of hanging the whole benchmark.
 
 use std::io::Read;
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -51,16 +51,9 @@ pub fn run(
         Ok(r) => r,
         Err(_) => {
             // Killing the child closes its stdout, which ends the reader.
-            let _ = child.kill();
-            let _ = child.wait();
+            let e = kill_late(&mut child, what, limit);
             let _ = reader.join();
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!(
-                    "{what} was still running after {} s: killed",
-                    limit.as_secs()
-                ),
-            ));
+            return Err(e);
         }
     };
     let _ = reader.join();
@@ -79,6 +72,20 @@ pub fn run(
         status,
         first_byte_at,
     })
+}
+
+/// Kills `child`, still running past `limit`, and waits for it: the error
+/// that names it.
+fn kill_late(child: &mut Child, what: &str, limit: Duration) -> std::io::Error {
+    let _ = child.kill();
+    let _ = child.wait();
+    std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!(
+            "{what} was still running after {:.1} s: killed",
+            limit.as_secs_f64()
+        ),
+    )
 }
 
 /// [`run`], keeping all of stdout.
@@ -147,15 +154,7 @@ pub fn run_to_file(
             });
         }
         if started.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!(
-                    "{what} was still running after {} s: killed",
-                    limit.as_secs()
-                ),
-            ));
+            return Err(kill_late(&mut child, what, limit));
         }
         // A measuring interval, not synchronisation: the child's exit is
         // what ends the loop.
