@@ -615,18 +615,29 @@ fn finish_the_rest(
                 } else {
                     String::new()
                 };
+                // Only this topic's rename: the rerun restores only this
+                // topic, and a rename of another would be refused.
+                let rename = cfg.rename.get(&p.source.topic).map_or(String::new(), |to| {
+                    format!(" --rename {}={to}", p.source.topic)
+                });
                 format!(
-                    "--topic {} --partition {}{from}",
+                    "--topic {} --partition {}{from}{rename}",
                     p.source.topic, p.source.partition
                 )
             })
             .collect();
         each.join(", ")
     };
+    // The flags each named command stands in for.
+    let renames = if cfg.rename.is_empty() {
+        ""
+    } else {
+        " and every --rename"
+    };
     if cfg.offset_header.is_some() && !cfg.append {
         return Some(if gaps {
             format!(
-                "rerun the same command with --resume once for each of [{}], in place of its own --topic and --partition (a plain --resume would continue the gapped partitions too)",
+                "rerun the same command with --resume once for each of [{}], in place of its own --topic, --partition{renames} (a plain --resume would continue the gapped partitions too)",
                 named(false)
             )
         } else {
@@ -634,7 +645,7 @@ fn finish_the_rest(
         });
     }
     Some(format!(
-        "rerun the same command once for each of [{}], with --append, in place of its own --topic, --partition and --from; records that timed out may be in Kafka already, so records from each resume point on that were in flight may arrive twice (restoring with --offset-header makes --resume exact)",
+        "rerun the same command once for each of [{}], with --append, in place of its own --topic, --partition, --from{renames}; records that timed out may be in Kafka already, so records from each resume point on that were in flight may arrive twice (restoring with --offset-header makes --resume exact)",
         named(true)
     ))
 }
@@ -1451,6 +1462,23 @@ mod tests {
         // Only gaps: nothing else to run.
         let step = next_step(&cfg, &gapped[1..]);
         assert!(!step.contains("For the other"), "{step}");
+        // With renames of several topics, each command carries only its
+        // own topic's (a rerun restoring one topic refuses the others').
+        cfg.rename.insert("orders".into(), "o2".into());
+        cfg.rename.insert("payments".into(), "p2".into());
+        let step = next_step(&cfg, &gapped);
+        assert!(
+            step.contains("[--topic orders --partition 0 --rename orders=o2]")
+                && step.contains("in place of its own --topic, --partition and every --rename")
+                && !step.contains("payments"),
+            "{step}"
+        );
+        cfg.append = true;
+        let step = next_step(&cfg, &gapped);
+        assert!(
+            step.contains("[--topic orders --partition 0 --from 20 --rename orders=o2], with --append, in place of its own --topic, --partition, --from and every --rename"),
+            "{step}"
+        );
     }
 
     #[test]

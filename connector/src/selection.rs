@@ -94,6 +94,23 @@ impl Selection {
                 held(&topics)
             )));
         }
+        // A named topic without partition N would be left out without a
+        // word while the others are read.
+        if let Some(n) = self.partition {
+            for t in &self.topics {
+                if !chosen.iter().any(|p| &p.tp.topic == t) {
+                    let of_t: Vec<_> = others
+                        .iter()
+                        .filter(|p| &p.tp.topic == t)
+                        .cloned()
+                        .collect();
+                    return Err(ConnectorError::Config(format!(
+                        "--partition {n}: the archive holds no partition {n} of topic {t:?} (it holds {})",
+                        held(&of_t)
+                    )));
+                }
+            }
+        }
         self.check_held(&chosen)?;
         Ok(chosen)
     }
@@ -333,5 +350,25 @@ mod tests {
             e.contains("(they hold a/0 0..10, a/1 0..10, b/0 0..10)"),
             "{e}"
         );
+        // Two topics named, one without the partition: refused, not read
+        // without it (`b` has only partition 0).
+        let s = Selection {
+            topics: vec!["a".into(), "b".into()],
+            partition: Some(1),
+            ..Default::default()
+        };
+        let e = err(s.choose(archive(), &[]));
+        assert!(
+            e.contains("--partition 1: the archive holds no partition 1 of topic \"b\" (it holds b/0 0..10)"),
+            "{e}"
+        );
+        // Every topic (none named): each topic's partition 1 that exists.
+        let s = Selection {
+            partition: Some(1),
+            ..Default::default()
+        };
+        let chosen = s.choose(archive(), &[]).unwrap();
+        assert_eq!(chosen.len(), 1);
+        assert_eq!(chosen[0].tp, TopicPartition::new("a", 1));
     }
 }
