@@ -11,6 +11,14 @@
 //! - The durable next offset never moves backwards.
 //! - Each step is one atomic sled batch, made durable before the next
 //!   begins: a crash keeps a prefix of the steps.
+//! - A step never deletes more records or bytes than the partition's
+//!   summary counts, and a step that deletes every index entry deletes
+//!   exactly what it counts: anything else is a damaged summary or lost or
+//!   stray index entries, refused before anything is deleted. Taking the
+//!   difference out of sight (leaving a summary that counts records no
+//!   entry holds, which the next open refuses, or counting none where
+//!   entries remain) would turn damage the store opens with into a store
+//!   that does not open, or hide it.
 
 use crate::engine::{store_err, Engine};
 use crate::error::{CorruptionKind, Error, Location, Result};
@@ -225,6 +233,9 @@ impl Engine {
             pending_tomb = Some(self.tombstone_for(pending_tomb, &e, |_| {})?);
             report.count(&e);
         }
+        if report.entries_deleted > 0 {
+            check_counts(tp, &summary, &report, first_kept.is_none())?;
+        }
         report.first_offset_after = Some(if report.entries_deleted == 0 {
             summary.first_offset
         } else {
@@ -299,6 +310,7 @@ impl Engine {
             if report.entries_deleted == 0 {
                 return Ok((report, false));
             }
+            check_counts(tp, &summary, &report, new_first.is_none())?;
             summary.first_offset = new_first.unwrap_or(summary.next_offset);
             report.first_offset_after = Some(summary.first_offset);
             summary.record_count = summary.record_count.saturating_sub(report.records_deleted);
@@ -476,4 +488,42 @@ fn tombstone_span(lsn: u64, value: &[u8]) -> Result<Option<u64>> {
     }
     let next = f.lsn_after(lsn).map_err(corrupt)?;
     Ok(Some(next - lsn))
+}
+
+/// Refuses, as `SummaryMismatch` at `tp`, a deletion that `summary` does
+/// not bear out: more records or payload bytes than it counts, or, when
+/// every index entry goes (`emptied`), other than exactly what it counts.
+/// See the module's invariants.
+fn check_counts(
+    tp: &TopicPartition,
+    summary: &crate::offsets::PartitionSummary,
+    report: &TruncateReport,
+    emptied: bool,
+) -> Result<()> {
+    let over = report.records_deleted > summary.record_count
+        || report.payload_bytes_deleted > summary.payload_bytes;
+    let left = emptied
+        && (report.records_deleted != summary.record_count
+            || report.payload_bytes_deleted != summary.payload_bytes);
+    if !over && !left {
+        return Ok(());
+    }
+    let what = if over {
+        "more than it counts: the summary is damaged, or stray index entries count records twice"
+    } else {
+        "leaving the summary counting records no index entry holds: the summary is damaged, or index entries are lost"
+    };
+    Err(Error::corruption(
+        crate::verify::partition_location(tp),
+        CorruptionKind::SummaryMismatch {
+            detail: format!(
+                "deleting the index entries {} would delete {} records of {} payload bytes, where the summary counts {} records of {} bytes: {what} (cairn verify lists where); nothing was deleted by this step",
+                if emptied { "of the whole partition" } else { "below the cut" },
+                report.records_deleted,
+                report.payload_bytes_deleted,
+                summary.record_count,
+                summary.payload_bytes,
+            ),
+        },
+    ))
 }

@@ -242,6 +242,53 @@ fn missing_index_entry_fails_a_whole_read() {
     assert!(!v.is_clean());
 }
 
+/// A lost index entry below the newest is damage the store opens with
+/// (the summary's count is checked against it on a whole read); a
+/// truncation that would delete every remaining entry must refuse it, not
+/// leave a summary counting 10 records that no entry holds, which the next
+/// open would refuse.
+#[test]
+fn a_truncation_refuses_counts_the_summary_does_not_bear_out() {
+    let (dir, tp) = store();
+    with_raw_tree(dir.path(), |t| {
+        t.remove(cairn_engine::keys::index_key(&tp, 10)).unwrap();
+    });
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let expect_mismatch = |r: Result<cairn_engine::TruncateReport, Error>, deleted, counted| match r
+    {
+        Err(Error::Corruption {
+            location: Location::Partition { partition: 0, .. },
+            kind: CorruptionKind::SummaryMismatch { detail },
+        }) => assert!(
+            detail.contains(&format!("would delete {deleted} records"))
+                && detail.contains(&format!("where the summary counts {counted} records"))
+                && detail.contains("index entries are lost"),
+            "{detail}"
+        ),
+        other => panic!("expected a count mismatch, got {other:?}"),
+    };
+    // The dry run says what the truncation does: refuse.
+    expect_mismatch(e.truncate_plan(&tp, 30), 20, 30);
+    expect_mismatch(e.truncate_before(&tp, 30), 20, 30);
+    // A cut that keeps an entry deletes what the summary bears out.
+    let r = e.truncate_before(&tp, 20).unwrap();
+    assert_eq!(r.records_deleted, 10);
+    assert_eq!(r.first_offset_after, Some(20));
+    drop(e);
+    // Nothing the refusal touched stops the store opening; the damage is
+    // still there for verify to name.
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    assert_eq!(e.durable_offset(&tp), Some(30));
+    // The whole partition's read still ends in the count mismatch.
+    let whole: Vec<_> = e.read(&tp, 20).unwrap().collect();
+    assert_eq!(whole.iter().filter(|r| r.is_ok()).count(), 10);
+    assert!(whole.last().unwrap().is_err());
+    expect_mismatch(e.truncate_before(&tp, 30), 10, 20);
+    drop(e);
+    let v = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
+    assert!(!v.is_clean());
+}
+
 /// On a healthy store a range read yields exactly the range.
 #[test]
 fn a_range_read_yields_the_range() {
