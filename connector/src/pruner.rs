@@ -194,7 +194,7 @@ impl Pruner {
             failure: Arc::new(Mutex::new(None)),
             cancelled: cancelled.clone(),
         };
-        if !pass(&engine, &retention, &go)? {
+        if !guarded_pass(&engine, &retention, &go)? {
             return Ok(no_thread());
         }
         let (tx, rx) = mpsc::channel::<Order>();
@@ -214,14 +214,7 @@ impl Pruner {
                 // set the flag already (a second signal exits at once).
                 let whole = || true;
                 let go: &dyn Fn() -> bool = if last { &whole } else { &go };
-                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    pass(&engine, &retention, go)
-                }))
-                .unwrap_or_else(|payload| {
-                    let what = cairn_engine::panic_message(&*payload);
-                    Err(format!("retention: the pruner panicked: {what}"))
-                });
-                match r {
+                match guarded_pass(&engine, &retention, go) {
                     Err(e) => {
                         tracing::error!(error = %e, "retention pass failed; not retried, the run stops");
                         *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
@@ -286,6 +279,22 @@ impl Drop for Pruner {
 pub const FAILPOINT_PASS: &str = "pruner::pass";
 
 /// One pass, logged; whether it finished (`go` said no part-way).
+/// [`pass`], with a panic turned into its error: the first pass runs on
+/// the starting thread, the others on the pruner's, and either way a
+/// panicking pass is a failed pass that stops the run cleanly, not a
+/// process ended by the panic.
+fn guarded_pass(
+    engine: &Engine,
+    retention: &Retention,
+    go: &dyn Fn() -> bool,
+) -> Result<bool, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pass(engine, retention, go)))
+        .unwrap_or_else(|payload| {
+            let what = cairn_engine::panic_message(&*payload);
+            Err(format!("retention: the pruner panicked: {what}"))
+        })
+}
+
 fn pass(engine: &Engine, retention: &Retention, go: &dyn Fn() -> bool) -> Result<bool, String> {
     fail::fail_point!(FAILPOINT_PASS, |a| Err(format!(
         "retention: failpoint {FAILPOINT_PASS}: {}",

@@ -118,6 +118,31 @@ fn a_panicking_pass_is_reported_with_its_message() {
     assert_eq!(failures.try_iter().count(), 0, "the pass was retried");
 }
 
+/// The first pass runs on the starting thread, before any pruner thread:
+/// its panic is the start's error, not the end of the process.
+#[test]
+fn a_panicking_first_pass_is_the_starts_error() {
+    let _turn = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
+    let (on_failure, failures) = hook();
+    let armed = Armed::new(FAILPOINT_PASS, "panic(first)");
+    let started = ArchiveSink::new(engine.clone()).with_retention(
+        by_age(DAY),
+        Duration::from_secs(3600),
+        on_failure,
+    );
+    drop(armed);
+    match started {
+        Err(e) => assert!(e.to_string().contains("the pruner panicked: first"), "{e}"),
+        Ok(_) => panic!("a start whose first pass panicked went on"),
+    }
+    // Refused at the start: no thread, so no hook call.
+    assert_eq!(failures.try_iter().count(), 0);
+    // The engine is usable: the panic was in the pass, not under its lock.
+    assert!(engine.partitions().is_empty());
+}
+
 /// 3,000 records produced to a fresh topic, and what a run archiving them
 /// into a fresh store needs: its configuration (group `<name>-group`), the
 /// run's stop flag, and each partition's end.
