@@ -151,7 +151,26 @@ impl Engine {
                     break false;
                 }
             }
-            let (step, more) = self.truncate_step(tp, offset)?;
+            let (step, more) = match self.truncate_step(tp, offset) {
+                Ok(s) => s,
+                Err(e) => {
+                    // The error is the caller's; what the durable steps
+                    // before it deleted would otherwise go unsaid.
+                    if report.entries_deleted > 0 {
+                        tracing::warn!(
+                            %tp,
+                            offset,
+                            steps,
+                            records = report.records_deleted,
+                            payload_bytes = report.payload_bytes_deleted,
+                            first_offset_after = ?report.first_offset_after,
+                            error = %e,
+                            "truncation failed after its first steps had deleted records (those deletions are durable)"
+                        );
+                    }
+                    return Err(e);
+                }
+            };
             steps += 1;
             report.add_counts(&step);
             report.first_offset_after = step.first_offset_after;

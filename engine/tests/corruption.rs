@@ -289,6 +289,60 @@ fn a_truncation_refuses_counts_the_summary_does_not_bear_out() {
     assert!(!v.is_clean());
 }
 
+/// Damage met in a later step of a truncation refuses that step; the
+/// steps before it stay done and durable, and the store opens.
+#[test]
+fn damage_in_a_later_step_keeps_the_steps_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let tp = TopicPartition::new("c", 0);
+    let entries = cairn_engine::TRUNCATE_ENTRIES_PER_STEP as i64 + 6;
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    // One entry per write, one fsync for them all.
+    for o in 0..entries {
+        e.write(&[batch(&tp, o..o + 1, 8)]).unwrap();
+    }
+    e.sync().unwrap();
+    e.close().unwrap();
+    // An entry of the second step claims a frame it does not have.
+    let forged = cairn_engine::TRUNCATE_ENTRIES_PER_STEP as i64 + 1;
+    with_raw_tree(dir.path(), |t| {
+        let k = cairn_engine::keys::index_key(&tp, forged);
+        let (_, mut ie) =
+            cairn_engine::index::IndexEntry::decode(&k, &t.get(&k).unwrap().unwrap()).unwrap();
+        ie.chunks = 2;
+        let (k, v) = ie.encode(&tp);
+        t.insert(k, v).unwrap();
+    });
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    match e.truncate_before(&tp, entries) {
+        Err(Error::Corruption {
+            kind: CorruptionKind::IndexMismatch { .. },
+            ..
+        }) => {}
+        other => panic!("expected the forged entry refused, got {other:?}"),
+    }
+    drop(e);
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let p = e.partitions().into_iter().find(|p| p.tp == tp).unwrap();
+    let kept = entries - cairn_engine::TRUNCATE_ENTRIES_PER_STEP as i64;
+    assert_eq!(
+        p.first_offset,
+        cairn_engine::TRUNCATE_ENTRIES_PER_STEP as i64
+    );
+    assert_eq!(p.record_count, kept as u64);
+    assert_eq!(p.next_offset, entries);
+    assert_eq!(
+        e.read(&tp, 0)
+            .unwrap()
+            .take(1)
+            .next()
+            .unwrap()
+            .unwrap()
+            .offset,
+        p.first_offset
+    );
+}
+
 /// On a healthy store a range read yields exactly the range.
 #[test]
 fn a_range_read_yields_the_range() {
