@@ -959,9 +959,25 @@ fn check_last(
         Some(r) if r.offset == archived => Err(refuse(format!(
             "names archived offset {archived}, but its key or value differ from the archive's"
         ))),
-        _ => Err(refuse(format!(
-            "names archived offset {archived}, which the archive does not hold"
-        ))),
+        _ => {
+            // Below what the archive still holds: written by this restore,
+            // maybe, and pruned since; not someone else's record.
+            let first = engine
+                .partitions()
+                .into_iter()
+                .find(|p| &p.tp == source)
+                .map(|p| p.first_offset);
+            match first {
+                Some(first) if archived < first => Err(ConnectorError::RestoreRefused(format!(
+                    "--resume: the last record of {target} (offset {}) names archived offset {archived}, which the archive no longer holds: a prune deleted it (the archive's {source} now starts at offset {first}), so what was archived between {} and {first} is gone from it, restored or not; to go on from what it holds, rerun with --append --from {first} in place of --resume",
+                    last.offset,
+                    archived.saturating_add(1),
+                ))),
+                _ => Err(refuse(format!(
+                    "names archived offset {archived}, which the archive does not hold"
+                ))),
+            }
+        }
     }
 }
 

@@ -512,7 +512,7 @@ fn a_failed_record_stops_the_restore_and_names_where_to_resume() {
     // reached, so they start over.
     assert!(
             next_step.contains(
-                "[--topic orders --partition 0 --from 20, --topic orders --partition 1 --from 0, --topic orders --partition 2 --from 0], with --append"
+                "[--topic orders --partition 0 --from 20 --rename orders=resumed, --topic orders --partition 1 --from 0 --rename orders=resumed, --topic orders --partition 2 --from 0 --rename orders=resumed], with --append"
             ),
             "{next_step}"
         );
@@ -826,8 +826,9 @@ fn a_timeout_is_reported_as_possibly_written() {
     assert_eq!((*offset, *delivered), (0, 0), "{text}");
     assert!(detail.contains("timed out"), "{detail}");
     assert!(
-        next_step.contains("[--topic orders --partition 0 --from 0], with --append")
-            && next_step.contains("may be in Kafka already"),
+        next_step.contains(
+            "[--topic orders --partition 0 --from 0 --rename orders=timeout], with --append"
+        ) && next_step.contains("may be in Kafka already"),
         "{next_step}"
     );
     mock.clear_request_errors(rdkafka::types::RDKafkaApiKey::Produce);
@@ -878,6 +879,50 @@ fn resume_checks_the_last_record_against_the_archive() {
     );
 }
 
+/// A target whose last record names an archived offset a prune has deleted
+/// since is told apart from someone else's record: the error says the
+/// archive lost those records and how to go on from what it holds.
+#[test]
+fn resume_past_a_prune_says_what_the_archive_lost() {
+    init_logs();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let tp = TopicPartition::new(ARCHIVED, 0);
+    let mut records = archived_records().remove(&0).unwrap();
+    let later = records.split_off(6);
+    let cut = later[0].offset;
+    for part in [records, later] {
+        engine
+            .append(&[RecordBatch {
+                tp: tp.clone(),
+                records: part,
+            }])
+            .unwrap();
+    }
+    engine.truncate_before(&tp, cut).unwrap();
+    let k = TestKafka::new("pruned-since", 1);
+    produce_one(
+        &k,
+        0,
+        b"restored before the prune",
+        Some(("cairn.offset", "3")),
+    );
+    let mut cfg = config(&k);
+    cfg.offset_header = Some("cairn.offset".into());
+    cfg.resume = true;
+    match restore(&engine, &cfg) {
+        Err(ConnectorError::RestoreRefused(m)) => assert!(
+            m.contains(
+                "names archived offset 3, which the archive no longer holds: a prune deleted it"
+            ) && m.contains(&format!("now starts at offset {cut}"))
+                && m.contains(&format!("--append --from {cut}")),
+            "{m}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(highs(&k, 1), vec![1], "nothing produced");
+}
+
 /// A restore asked to stop (SIGINT or SIGTERM in the CLI) stops sending,
 /// waits for what it sent, and says where each partition resumes.
 #[test]
@@ -894,7 +939,7 @@ fn a_stopped_restore_says_where_each_partition_resumes() {
             assert_eq!(delivered, 0);
             assert!(
                 next_step.contains(
-                    "[--topic orders --partition 0 --from 0, --topic orders --partition 1 --from 0, --topic orders --partition 2 --from 0]"
+                    "[--topic orders --partition 0 --from 0 --rename orders=stopped, --topic orders --partition 1 --from 0 --rename orders=stopped, --topic orders --partition 2 --from 0 --rename orders=stopped]"
                 ),
                 "{next_step}"
             );
