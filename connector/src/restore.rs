@@ -466,13 +466,21 @@ pub fn restore_until_split(
         return Err(e);
     }
     confirm(&report, &sent, || next_step(cfg, &standings))?;
-    if interrupted && flushed.is_ok() {
+    // A stop that came after the last record was sent stopped nothing:
+    // the restore is whole, and says so (exit 0, every partition listed).
+    let left = standings
+        .iter()
+        .any(|(_, st)| !matches!(st, Standing::Complete));
+    if interrupted && flushed.is_ok() && left {
         return Err(ConnectorError::RestoreStopped {
             delivered: report.records,
             next_step: next_step(cfg, &standings),
         });
     }
     if let Err(e) = flushed {
+        // The error names the flush; where each partition stands is
+        // logged here, as for damage, so the user knows what to run next.
+        tracing::error!(next_step = %next_step(cfg, &standings), "restore's last flush failed");
         return Err(ConnectorError::Kafka {
             op: "flush restored records",
             source: e,

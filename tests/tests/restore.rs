@@ -949,6 +949,44 @@ fn a_stopped_restore_says_where_each_partition_resumes() {
     assert_eq!(highs(&k, 3), vec![0, 0, 0]);
 }
 
+/// A stop seen only after the last record was sent (at the check after
+/// every 256th) stopped nothing: the restore is whole and reports so.
+#[test]
+fn a_stop_after_the_last_record_is_a_whole_restore() {
+    init_logs();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let tp = TopicPartition::new(ARCHIVED, 0);
+    // Exactly one check's worth: the check after the 256th record is the
+    // first one the stop answers.
+    let records: Vec<Record> = (0..256)
+        .map(|i| Record {
+            offset: i,
+            timestamp_type: TimestampType::CreateTime,
+            timestamp_ms: 1_700_000_000_000 + i,
+            key: None,
+            value: Some(vec![i as u8]),
+            headers: vec![],
+        })
+        .collect();
+    engine
+        .append(&[RecordBatch {
+            tp: tp.clone(),
+            records,
+        }])
+        .unwrap();
+    let k = TestKafka::new("stopped-at-the-end", 1);
+    // Asked at the partition's start (go on), then after its 256th record.
+    let asked = std::sync::atomic::AtomicUsize::new(0);
+    let stop = || asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= 1;
+    let report =
+        cairn_connector::restore::restore_until_split(&engine, &config(&k), &|| false, &stop)
+            .expect("a restore whose every record was sent and acknowledged is whole");
+    assert_eq!(asked.load(std::sync::atomic::Ordering::Relaxed), 2);
+    assert_eq!(report.records, 256);
+    assert_eq!(highs(&k, 1), vec![256]);
+}
+
 /// A stop ends the preflight's wait for a target partition's watermarks
 /// (here from a leader whose every reply takes a minute), rather than
 /// waiting out `--connect-timeout-ms`; nothing is sent.
