@@ -136,7 +136,18 @@ impl Engine {
                 poisoned: self.is_poisoned(),
             }
         };
-        verify_tree(&self.tree, Some(&bound), stop)
+        let mut r = verify_tree(&self.tree, Some(&bound), stop)?;
+        // Said, so that a clean report is not read as a whole check.
+        if bound.poisoned {
+            r.notes.push(
+                "the engine is poisoned (a write or sync failed): the checks a failed write could upset (the log's end, frames above it, stored summaries against the engine's own) were skipped; a verify of the stopped archive makes them".into(),
+            );
+        } else if self.is_poisoned() {
+            r.notes.push(
+                "the engine was poisoned while this verify ran (a write or sync failed): a problem at the log's end, or a summary the engine did not take up, may be only what the failed write left; a verify of the stopped archive tells".into(),
+            );
+        }
+        Ok(r)
     }
 }
 

@@ -325,3 +325,53 @@ fn damage_a_bounded_verify_could_skip_is_still_found() {
         "{stray_frame}"
     );
 }
+
+/// A live verify of a poisoned engine skips the checks a failed write
+/// could upset, and says so: a clean report is not a whole check. One
+/// poisoned while it runs says that too.
+#[test]
+fn a_verify_of_a_poisoned_engine_says_what_it_skipped() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Arc::new(Engine::open(small_config(dir.path())).unwrap());
+    let a = TopicPartition::new("live", 0);
+    engine.append(&[common::batch(&a, 0..10, 100)]).unwrap();
+    let healthy = engine.verify().unwrap();
+    assert!(
+        healthy.is_clean() && healthy.notes.is_empty(),
+        "{healthy:?}"
+    );
+
+    // Poisoned while the verify runs, between its scans.
+    let (writer, a2) = (engine.clone(), a.clone());
+    fail::cfg_callback(FAILPOINT_VERIFY_AFTER_LOG, move || {
+        fail::cfg(cairn_engine::FAILPOINT_FLUSH_ERR, "return").unwrap();
+        let failed = writer.append(&[common::batch(&a2, 10..20, 100)]);
+        fail::remove(cairn_engine::FAILPOINT_FLUSH_ERR);
+        assert!(failed.is_err());
+    })
+    .unwrap();
+    let during = engine.verify();
+    fail::remove(FAILPOINT_VERIFY_AFTER_LOG);
+    let during = during.unwrap();
+    assert!(engine.is_poisoned());
+    assert!(
+        during
+            .notes
+            .iter()
+            .any(|n| n.contains("poisoned while this verify ran")),
+        "{:?}",
+        during.notes
+    );
+
+    // Poisoned before it starts.
+    let after = engine.verify().unwrap();
+    assert!(
+        after
+            .notes
+            .iter()
+            .any(|n| n.contains("the engine is poisoned") && n.contains("were skipped")),
+        "{:?}",
+        after.notes
+    );
+}

@@ -47,7 +47,21 @@ fn check(args: VerifyArgs) -> Result<ExitCode> {
         }
         return Ok(ExitCode::from(end.exit));
     }
-    let r = match verify_store(&EngineConfig::new(path)) {
+    // sled 0.34.7 panics on some damage to its own files (its issues
+    // #1155, #1387): a check that could not finish is "not checked" (exit
+    // 2, as the live verify answers), never a crash with exit 101.
+    let verified = match std::panic::catch_unwind(|| verify_store(&EngineConfig::new(path))) {
+        Ok(v) => v,
+        Err(payload) => {
+            eprintln!(
+                "error: could not verify {}: the check panicked ({}): damage in sled's own files that sled does not handle, or a bug; nothing was changed",
+                path.display(),
+                cairn_engine::panic_message(&*payload)
+            );
+            return Ok(ExitCode::from(EXIT_NOT_CHECKED));
+        }
+    };
+    let r = match verified {
         Ok(r) => r,
         // Damage that keeps the store from opening (sled's own files, the
         // watermark) is a finding like any other, not a failure to check.
