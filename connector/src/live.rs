@@ -588,7 +588,22 @@ fn serve(conn: UnixStream, engine: &Engine, shared: &Shared) {
             pid,
         },
         Ok(req) => {
-            tracing::info!(?req, "live read");
+            // A monitor polling status would fill the log at INFO; and a
+            // request may be up to 64 KiB long: logged cut to 512 bytes.
+            let mut said = format!("{req:?}");
+            if said.len() > 512 {
+                let mut end = 512;
+                while !said.is_char_boundary(end) {
+                    end -= 1;
+                }
+                said.truncate(end);
+                said.push_str("…");
+            }
+            if matches!(req, Request::Status) {
+                tracing::debug!(req = %said, "live read");
+            } else {
+                tracing::info!(req = %said, "live read");
+            }
             let writes = matches!(req, Request::Prune { dry_run: false, .. });
             // Only a prune that poisoned the engine itself stops the run
             // for it: one that found it poisoned (a failed put) did not.
