@@ -597,7 +597,7 @@ fn serve(conn: UnixStream, engine: &Engine, shared: &Shared) {
                     end -= 1;
                 }
                 said.truncate(end);
-                said.push_str("…");
+                said.push('…');
             }
             if matches!(req, Request::Status) {
                 tracing::debug!(req = %said, "live read");
