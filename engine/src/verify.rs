@@ -612,6 +612,10 @@ fn verify_log(
     let mut end_seen = lsn_end.unwrap_or(0);
     let mut facts = LogFacts::default();
     let mut expected: u64 = 1;
+    // The frame before was damaged: it may have been a tombstone, whose
+    // span (the LSNs it stands for) is unknown, so the next frame's LSN is
+    // not a gap to report on top of the damage already reported.
+    let mut span_unknown = false;
     let mut asm = Assembler::default();
     // The entry being assembled was cut short by a problem already
     // reported: its remaining chunks (continuations) are skipped without a
@@ -663,7 +667,7 @@ fn verify_log(
             asm.reset();
         }
         r.frames += 1;
-        if lsn != expected {
+        if lsn != expected && !std::mem::take(&mut span_unknown) {
             r.add(
                 at.clone(),
                 CorruptionKind::LsnGap {
@@ -682,6 +686,7 @@ fn verify_log(
                 // Its flags cannot be trusted: the chunks after it, if it
                 // was an entry's, are orphans.
                 orphans = true;
+                span_unknown = true;
                 asm.reset();
                 continue;
             }

@@ -787,6 +787,11 @@ fn damaged_tombstones_are_reported() {
             }
         };
         assert!(v.problems.iter().any(want), "{case}: {:?}", v.problems);
+        // A damaged tombstone is one problem: its span is unknown, so the
+        // next frame is no gap on top of it.
+        if case == "flip" {
+            assert_eq!(v.problems.len(), 1, "{:?}", v.problems);
+        }
         let kept: Vec<i64> = e.read(&tp, 0).unwrap().map(|r| r.unwrap().offset).collect();
         assert_eq!(kept, (20..30).collect::<Vec<_>>(), "{case}");
     }
