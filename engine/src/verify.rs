@@ -214,73 +214,90 @@ pub fn verify_store(cfg: &EngineConfig) -> Result<VerifyReport> {
         // The check stopped there: the log's end cannot be read either.
         return Ok(r);
     }
-    // sled drops the end of its log after a damaged record and leaves a
-    // consistent older tree: only the watermark beside it can tell.
-    let mut last_lsn = 0;
-    // The last LSN the log covers: its last frame's, or the end of its span
-    // when that is a tombstone (retention deleted the newest entries). Only
-    // reserved slots (a few hundred at most) lie above it.
-    for item in tree.scan_prefix([keys::PREFIX_WAL]).rev() {
-        let (k, v) = item.map_err(store_err("read last frame"))?;
-        if slots::is_slot(&v) {
-            continue;
+    // The checks after the scan (the log's end against the watermark, the
+    // tail's repairs). An error there (an unreadable watermark file, a
+    // failed read of sled) must not throw away what the scan found: with
+    // problems found, the report stands, with a note of what was left
+    // unchecked; with none, the store was not wholly checked (an error).
+    let late = (|| -> Result<()> {
+        // sled drops the end of its log after a damaged record and leaves a
+        // consistent older tree: only the watermark beside it can tell.
+        let mut last_lsn = 0;
+        // The last LSN the log covers: its last frame's, or the end of its span
+        // when that is a tombstone (retention deleted the newest entries). Only
+        // reserved slots (a few hundred at most) lie above it.
+        for item in tree.scan_prefix([keys::PREFIX_WAL]).rev() {
+            let (k, v) = item.map_err(store_err("read last frame"))?;
+            if slots::is_slot(&v) {
+                continue;
+            }
+            // A malformed key is reported by verify_tree; it says nothing of
+            // where the log ends (a false lost suffix if taken for LSN 0).
+            let Ok(lsn) = keys::parse_wal_key(&k) else {
+                continue;
+            };
+            // A frame that does not decode is reported by verify_tree; its
+            // own LSN is then the best end there is.
+            let span = frame::decode(lsn, &v)
+                .ok()
+                .and_then(|f| f.span().ok())
+                .unwrap_or(1);
+            last_lsn = lsn.saturating_add(span.max(1) - 1);
+            break;
         }
-        // A malformed key is reported by verify_tree; it says nothing of
-        // where the log ends (a false lost suffix if taken for LSN 0).
-        let Ok(lsn) = keys::parse_wal_key(&k) else {
-            continue;
-        };
-        // A frame that does not decode is reported by verify_tree; its
-        // own LSN is then the best end there is.
-        let span = frame::decode(lsn, &v)
-            .ok()
-            .and_then(|f| f.span().ok())
-            .unwrap_or(1);
-        last_lsn = lsn.saturating_add(span.max(1) - 1);
-        break;
-    }
-    let mut watermark = None;
-    match crate::watermark::read(&cfg.path) {
-        Ok(None) => r.notes.push(format!(
-            "no watermark file ({}): a lost end of sled's log cannot be told from a log that ends there (the next open writes one)",
-            crate::watermark::WATERMARK_FILE
-        )),
-        Ok(mark) => {
-            watermark = mark;
-            if let Err(Error::Corruption { location, kind }) =
-                crate::watermark::check(last_lsn, mark)
-            {
-                r.add(location, kind);
+        let mut watermark = None;
+        match crate::watermark::read(&cfg.path) {
+            Ok(None) => r.notes.push(format!(
+                "no watermark file ({}): a lost end of sled's log cannot be told from a log that ends there (the next open writes one)",
+                crate::watermark::WATERMARK_FILE
+            )),
+            Ok(mark) => {
+                watermark = mark;
+                if let Err(Error::Corruption { location, kind }) =
+                    crate::watermark::check(last_lsn, mark)
+                {
+                    r.add(location, kind);
+                }
+            }
+            Err(Error::Corruption { location, kind }) => r.add(location, kind),
+            Err(e) => return Err(e),
+        }
+        let checkpoint = tree
+            .get(keys::META_CHECKPOINT)
+            .map_err(store_err("read checkpoint"))?
+            .and_then(|v| meta::decode_checkpoint(&v).ok());
+        // A strict open refuses what a default one repairs.
+        let repairing = cfg.recovery_mode != crate::config::RecoveryMode::Strict;
+        if let Some(checkpoint) = checkpoint.filter(|&c| repairing && c < last_lsn) {
+            let tail = Tail {
+                checkpoint,
+                durable: checkpoint.max(watermark.unwrap_or(0)),
+                facts: &facts,
+                tree: &tree,
+            };
+            let n = r.problems.len();
+            let mut all_repaired = r.problems_unlisted == 0;
+            for p in &r.problems {
+                all_repaired = all_repaired && tail.repairs(p)?;
+            }
+            if n > 0 && all_repaired {
+                r.notes.push(format!(
+                    "all {n} problems lie past the checkpoint (LSN {checkpoint}), and are of the kinds an unclean stop (a crash, a kill, a power cut) can leave for the next open to repair: entries whose index entries or partition summaries were not written yet, a last entry cut short (never acknowledged). Opening the archive repairs them (`cairn status --data DIR` does): verify again after it, and what is still reported is damage"
+                ));
             }
         }
-        Err(Error::Corruption { location, kind }) => r.add(location, kind),
-        Err(e) => return Err(e),
-    }
-    let checkpoint = tree
-        .get(keys::META_CHECKPOINT)
-        .map_err(store_err("read checkpoint"))?
-        .and_then(|v| meta::decode_checkpoint(&v).ok());
-    // A strict open refuses what a default one repairs.
-    let repairing = cfg.recovery_mode != crate::config::RecoveryMode::Strict;
-    if let Some(checkpoint) = checkpoint.filter(|&c| repairing && c < last_lsn) {
-        let tail = Tail {
-            checkpoint,
-            durable: checkpoint.max(watermark.unwrap_or(0)),
-            facts: &facts,
-            tree: &tree,
-        };
-        let n = r.problems.len();
-        let mut all_repaired = r.problems_unlisted == 0;
-        for p in &r.problems {
-            all_repaired = all_repaired && tail.repairs(p)?;
-        }
-        if n > 0 && all_repaired {
+        Ok(())
+    })();
+    match late {
+        Ok(()) => Ok(r),
+        Err(e) if !r.is_clean() => {
             r.notes.push(format!(
-                "all {n} problems lie past the checkpoint (LSN {checkpoint}), and are of the kinds an unclean stop (a crash, a kill, a power cut) can leave for the next open to repair: entries whose index entries or partition summaries were not written yet, a last entry cut short (never acknowledged). Opening the archive repairs them (`cairn status --data DIR` does): verify again after it, and what is still reported is damage"
+                "the checks after the scan could not finish ({e}): the log's end against the watermark, and which problems an open would repair, were not checked"
             ));
+            Ok(r)
         }
+        Err(e) => Err(e),
     }
-    Ok(r)
 }
 
 /// The log past a stopped store's checkpoint, which the next open's

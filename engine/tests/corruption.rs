@@ -101,6 +101,35 @@ fn flipped_bit_is_detected_everywhere() {
     check_read(dir.path(), &tp, 2);
 }
 
+/// A stopped verify whose last checks fail (here the watermark file cannot
+/// be read: it is a directory) keeps the problems its scan found, with a
+/// note of what went unchecked; with none found, the store was not wholly
+/// checked, and that is an error rather than "clean".
+#[test]
+fn a_late_error_keeps_what_the_scan_found() {
+    let (dir, _tp) = store();
+    let mark = dir.path().join("cairn.durable");
+    std::fs::remove_file(&mark).unwrap();
+    std::fs::create_dir(&mark).unwrap();
+    assert!(cairn_engine::verify_store(&EngineConfig::new(dir.path())).is_err());
+    damage(dir.path(), 2, |v| v[30] ^= 0x10);
+    let v = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
+    assert!(
+        v.problems
+            .iter()
+            .any(|p| p.location == Location::Wal { lsn: 2 }),
+        "{:?}",
+        v.problems
+    );
+    assert!(
+        v.notes
+            .iter()
+            .any(|n| n.contains("the checks after the scan could not finish")),
+        "{:?}",
+        v.notes
+    );
+}
+
 /// The cut of retention by age (and a lookup by time) is known from the
 /// index once an entry's oldest record is at or after it: that entry is not
 /// read. So damage in the oldest entry kept does not fail every retention
