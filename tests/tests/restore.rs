@@ -886,19 +886,16 @@ fn resume_checks_the_last_record_against_the_archive() {
 fn resume_past_a_prune_says_what_the_archive_lost() {
     init_logs();
     let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    // Two entries, 0..6 and 6..20; the prune deletes the first.
+    let engine = archive_of(dir.path(), &[(ARCHIVED, 6)]);
     let tp = TopicPartition::new(ARCHIVED, 0);
-    let mut records = archived_records().remove(&0).unwrap();
-    let later = records.split_off(6);
-    let cut = later[0].offset;
-    for part in [records, later] {
-        engine
-            .append(&[RecordBatch {
-                tp: tp.clone(),
-                records: part,
-            }])
-            .unwrap();
-    }
+    let cut = 6;
+    engine
+        .append(&[RecordBatch {
+            tp: tp.clone(),
+            records: (cut..20).map(|o| Record::with_value(o, "later")).collect(),
+        }])
+        .unwrap();
     engine.truncate_before(&tp, cut).unwrap();
     let k = TestKafka::new("pruned-since", 1);
     produce_one(
@@ -955,26 +952,9 @@ fn a_stopped_restore_says_where_each_partition_resumes() {
 fn a_stop_after_the_last_record_is_a_whole_restore() {
     init_logs();
     let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
-    let tp = TopicPartition::new(ARCHIVED, 0);
     // Exactly one check's worth: the check after the 256th record is the
     // first one the stop answers.
-    let records: Vec<Record> = (0..256)
-        .map(|i| Record {
-            offset: i,
-            timestamp_type: TimestampType::CreateTime,
-            timestamp_ms: 1_700_000_000_000 + i,
-            key: None,
-            value: Some(vec![i as u8]),
-            headers: vec![],
-        })
-        .collect();
-    engine
-        .append(&[RecordBatch {
-            tp: tp.clone(),
-            records,
-        }])
-        .unwrap();
+    let engine = archive_of(dir.path(), &[(ARCHIVED, 256)]);
     let k = TestKafka::new("stopped-at-the-end", 1);
     // Asked at the partition's start (go on), then after its 256th record.
     let asked = std::sync::atomic::AtomicUsize::new(0);
