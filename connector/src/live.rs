@@ -145,6 +145,10 @@ struct Shared {
     streams: Mutex<Vec<(u64, UnixStream)>>,
     /// Requests other than `status` being served ([`Slot`]).
     serving: AtomicUsize,
+    /// Connections that have not sent their request line yet, oldest
+    /// first: when every place is taken, the oldest of them gives its
+    /// place to a new connection (see [`take`]).
+    waiting: Mutex<std::collections::VecDeque<u64>>,
 }
 
 /// A place among the [`CONNECTIONS_MAX`] requests other than `status`
@@ -173,6 +177,18 @@ fn busy() -> String {
 }
 
 impl Shared {
+    /// Cuts off the oldest connection that has sent no request yet, if
+    /// any: its read of the request ends, and its thread with it.
+    fn cut_off_oldest_waiting(&self) -> bool {
+        let Some(oldest) = lock(&self.waiting).pop_front() else {
+            return false;
+        };
+        for (_, s) in lock(&self.streams).iter().filter(|(i, _)| *i == oldest) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+        tracing::debug!("live read: a connection that sent no request gave its place to a new one");
+        true
+    }
     /// Stop the run (its `on_poisoned` hook), for `why`.
     fn stop_run(&self, why: &str) {
         if let Some(stop_run) = &self.on_poisoned {
@@ -211,6 +227,7 @@ impl LiveServer {
             wake: tokio::sync::Notify::new(),
             streams: Mutex::new(Vec::new()),
             serving: AtomicUsize::new(0),
+            waiting: Mutex::new(std::collections::VecDeque::new()),
         });
         let accept = {
             let shared = shared.clone();
@@ -359,10 +376,18 @@ impl Drop for Listed<'_> {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
         streams.retain(|(i, _)| *i != self.id);
+        drop(streams);
+        lock(&self.shared.waiting).retain(|i| *i != self.id);
     }
 }
 
 /// Serve `conn` on a thread of its own, or refuse it as busy.
+///
+/// When every place is taken and some connection has still sent no
+/// request, the oldest such one is cut off and `conn` takes its place: a
+/// client sends its request at once, so connections that sent nothing
+/// (held up to [`REQUEST_TIMEOUT`] each) must not turn `status`, or
+/// anything, away. Only requests being answered fill the places for good.
 fn take(
     mut conn: UnixStream,
     id: u64,
@@ -370,7 +395,8 @@ fn take(
     engine: &Arc<Engine>,
     shared: &Arc<Shared>,
 ) -> Option<JoinHandle<()>> {
-    if serving >= CONNECTIONS_MAX + STATUS_CONNECTIONS_RESERVED {
+    if serving >= CONNECTIONS_MAX + STATUS_CONNECTIONS_RESERVED && !shared.cut_off_oldest_waiting()
+    {
         let end = End {
             exit: 2,
             error: Some(busy()),
@@ -380,7 +406,10 @@ fn take(
         return None;
     }
     match conn.try_clone() {
-        Ok(c) => lock(&shared.streams).push((id, c)),
+        Ok(c) => {
+            lock(&shared.streams).push((id, c));
+            lock(&shared.waiting).push_back(id);
+        }
         Err(e) => {
             tracing::warn!(error = %e, "live read: cannot keep the connection");
             return None;
@@ -396,13 +425,14 @@ fn take(
                 shared: &shared2,
                 id,
             };
-            serve(conn, &engine, &shared2);
+            serve(conn, id, &engine, &shared2);
         });
     match spawned {
         Ok(h) => Some(h),
         Err(e) => {
             tracing::warn!(error = %e, "live read: cannot start a thread");
             lock(&shared.streams).retain(|(i, _)| *i != id);
+            lock(&shared.waiting).retain(|i| *i != id);
             None
         }
     }
@@ -511,8 +541,10 @@ fn end_frame(end: &End) -> Vec<u8> {
 /// a panic in its truncation, which poisons it) stops the run
 /// (`on_poisoned`), as the run's own pruner stops it then: before its
 /// client is answered, so that the answer comes after.
-fn serve(conn: UnixStream, engine: &Engine, shared: &Shared) {
+fn serve(conn: UnixStream, id: u64, engine: &Engine, shared: &Shared) {
     let request = read_request(&conn);
+    // Its request is in (or refused): its place is now its own.
+    lock(&shared.waiting).retain(|i| *i != id);
     // Every clone shares the socket, and so the timeout.
     if let Err(e) = conn.set_write_timeout(Some(SEND_TIMEOUT)) {
         tracing::debug!(error = %e, "live read: no send timeout");
@@ -1537,14 +1569,26 @@ mod tests {
             .contains("\"t\""));
         r.read_to_end(&mut Vec::new()).unwrap();
 
-        // As many clients as may connect, sending nothing (yet), keep their
-        // threads; the next is refused as busy at once.
-        let idle: Vec<UnixStream> = (0..CONNECTIONS_MAX + STATUS_CONNECTIONS_RESERVED)
+        // As many clients as may connect, sending nothing (yet), do not
+        // turn the next away: the oldest of them gives its place, and is
+        // cut off (it reads the end of the connection, no answer).
+        let mut idle: Vec<UnixStream> = (0..CONNECTIONS_MAX + STATUS_CONNECTIONS_RESERVED)
             .map(|_| connect(dir.path()).unwrap().unwrap())
             .collect();
-        let (end, _) = ask(dir.path(), &Request::Status);
-        assert_eq!(end.exit, 2);
-        assert!(end.error.unwrap().contains("already serving"));
+        let (end, out) = ask(dir.path(), &Request::Status);
+        assert_eq!((end.exit, end.error), (0, None));
+        assert!(!out.is_empty());
+        let mut b = [0u8; 1];
+        assert!(
+            !matches!(idle[0].read(&mut b), Ok(n) if n > 0),
+            "the oldest idle connection was answered, not cut off"
+        );
+        // The others still wait for their requests, and get answers.
+        let mut line = serde_json::to_vec(&Request::Status).unwrap();
+        line.push(b'\n');
+        idle[1].write_all(&line).unwrap();
+        let mut r = BufReader::new(&mut idle[1]);
+        assert!(!first_output(&mut r).is_empty());
         drop(idle);
         server.stop();
     }
