@@ -260,8 +260,11 @@ pub(crate) fn prune(
             engine.truncate_by_while(&p.tp, pick, || !stopping())?
         };
         let before = before.take().unwrap_or_else(|| p.clone());
+        // Only a deletion moves the first offset: with none, the engine's
+        // figure is its in-memory one, which a live write not yet durable
+        // (into an emptied partition) may have moved.
         let first = match r.first_offset_after {
-            Some(f) if f != before.first_offset => {
+            Some(f) if f != before.first_offset && r.entries_deleted > 0 => {
                 format!("first offset {} -> {f}", before.first_offset)
             }
             _ => format!("first offset {}", before.first_offset),
