@@ -801,6 +801,7 @@ fn answer(req: &Request, engine: &Engine, stop: &AtomicBool, out: &mut FrameWrit
             to.display()
         ))),
         Request::Backup { to } => {
+            room_for_backup(engine, to, BACKUP_HEADROOM_BYTES)?;
             let mut text = Vec::new();
             crate::cli::backup::backup(engine, to, stop, &mut text).and_then(|exit| {
                 out.write_all(&text).map_err(socket_error)?;
@@ -808,6 +809,57 @@ fn answer(req: &Request, engine: &Engine, stop: &AtomicBool, out: &mut FrameWrit
             })
         }
     }
+}
+
+/// Free space a live backup must leave on the archive's file system beyond
+/// its copy, for the archiving beside it.
+const BACKUP_HEADROOM_BYTES: u64 = 256 << 20;
+
+/// Refuses a live backup into the archive's own file system that would
+/// leave it less than `headroom` bytes free: the archiving beside
+/// it would then fail a write, which poisons the engine and stops the run.
+/// (Into another file system, running out only fails the backup, which
+/// removes its partial copy.)
+#[allow(unsafe_code)]
+fn room_for_backup(engine: &Engine, to: &Path, headroom: u64) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let archive = &engine.config().path;
+    // The copy is made in `to`, created if missing: its nearest existing
+    // ancestor says which file system it lands on.
+    let Some(existing) = to.ancestors().find(|a| a.exists()) else {
+        return Ok(());
+    };
+    let (Ok(a), Ok(t)) = (std::fs::metadata(archive), std::fs::metadata(existing)) else {
+        return Ok(());
+    };
+    if a.dev() != t.dev() {
+        return Ok(());
+    }
+    let Ok(c_path) =
+        std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(existing.as_os_str()))
+    else {
+        return Ok(());
+    };
+    // SAFETY: `c_path` is a NUL-terminated path; `vfs` is written by
+    // statvfs before it is read, and only when it returns 0.
+    let free = unsafe {
+        let mut vfs: libc::statvfs = std::mem::zeroed();
+        if libc::statvfs(c_path.as_ptr(), &mut vfs) != 0 {
+            return Ok(());
+        }
+        (vfs.f_bavail as u64).saturating_mul(vfs.f_frsize as u64)
+    };
+    let needed = engine.size_on_disk()?.saturating_add(headroom);
+    if free < needed {
+        return Err(ConnectorError::Live(format!(
+            "backup to {}: it is on the archive's own file system, which has {} MiB free, and the copy with the {} MiB the archiving needs beside it takes about {} MiB: a full disk would fail the archive's next write and stop the run; free space, or back up to another file system",
+            to.display(),
+            free >> 20,
+            headroom >> 20,
+            needed >> 20
+        )));
+    }
+    Ok(())
 }
 
 /// The request line, whole within [`REQUEST_TIMEOUT`] of the connection: a
@@ -1591,6 +1643,33 @@ mod tests {
         assert!(!first_output(&mut r).is_empty());
         drop(idle);
         server.stop();
+    }
+
+    /// A live backup into the archive's own file system must leave the
+    /// archiving room; one into another file system is not its concern.
+    #[test]
+    fn a_backup_that_would_fill_the_archives_disk_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = engine(dir.path());
+        let to = dir.path().join("copies").join("b1");
+        match room_for_backup(&e, &to, 1 << 60) {
+            Err(ConnectorError::Live(m)) => assert!(
+                m.contains("on the archive's own file system") && m.contains("stop the run"),
+                "{m}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        room_for_backup(&e, &to, 0).unwrap();
+        // Another file system (tmpfs), if this machine has one apart.
+        let shm = Path::new("/dev/shm");
+        if shm.is_dir() {
+            use std::os::unix::fs::MetadataExt;
+            let other = std::fs::metadata(shm).unwrap().dev()
+                != std::fs::metadata(dir.path()).unwrap().dev();
+            if other {
+                room_for_backup(&e, &shm.join("cairn-backup-test"), 1 << 60).unwrap();
+            }
+        }
     }
 
     #[test]
