@@ -684,7 +684,9 @@ fn verify_log(
             asm.reset();
         }
         r.frames += 1;
-        if lsn != expected && !std::mem::take(&mut span_unknown) {
+        // Taken at every frame: only the one right after the damage.
+        let span_known = !std::mem::take(&mut span_unknown);
+        if lsn != expected && span_known {
             r.add(
                 at.clone(),
                 CorruptionKind::LsnGap {

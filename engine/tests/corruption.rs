@@ -826,6 +826,37 @@ fn damaged_tombstones_are_reported() {
     }
 }
 
+/// A damaged frame hides only the gap right after it (its span may have
+/// been a tombstone's): a gap further on, after an intact frame, is
+/// reported.
+#[test]
+fn a_gap_after_a_damaged_frame_and_an_intact_one_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let tp = TopicPartition::new("c", 0);
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    for i in 0..5 {
+        e.append(&[batch(&tp, i * 10..i * 10 + 10, 20)]).unwrap();
+    }
+    e.close().unwrap();
+    damage(dir.path(), 1, |v| v[30] ^= 0x10);
+    with_raw_tree(dir.path(), |t| {
+        t.remove(wal_key(3)).unwrap();
+    });
+    let v = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
+    assert!(
+        v.problems
+            .iter()
+            .any(|p| p.location == Location::Wal { lsn: 4 }
+                && p.kind
+                    == CorruptionKind::LsnGap {
+                        expected: 3,
+                        found: 4
+                    }),
+        "{:?}",
+        v.problems
+    );
+}
+
 /// A tombstone below the checkpoint (an open does not re-read it) whose
 /// span, under a valid checksum, runs past the largest LSN: the truncation
 /// that would merge with it returns `Corruption` at it, and neither panics
