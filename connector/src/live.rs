@@ -517,17 +517,23 @@ fn write_frame(w: &mut impl Write, tag: u8, body: &[u8]) -> std::io::Result<()> 
 /// six bytes (`\u0001`).
 const END_ERROR_BYTES_MAX: usize = 10 << 10;
 
+/// Cuts `s` to at most `max` bytes (at a character's boundary), marked
+/// with `mark`, if it is longer.
+fn clip(s: &mut String, max: usize, mark: &str) {
+    if s.len() > max {
+        let mut cut = max;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push_str(mark);
+    }
+}
+
 fn end_frame(end: &End) -> Vec<u8> {
     let mut end = end.clone();
     if let Some(e) = end.error.as_mut() {
-        if e.len() > END_ERROR_BYTES_MAX {
-            let mut cut = END_ERROR_BYTES_MAX;
-            while !e.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            e.truncate(cut);
-            e.push_str(" [...]");
-        }
+        clip(e, END_ERROR_BYTES_MAX, " [...]");
     }
     let body = serde_json::to_vec(&end).expect("End serialises");
     debug_assert!(body.len() <= FRAME_BYTES_MAX, "{}", body.len());
@@ -623,14 +629,7 @@ fn serve(conn: UnixStream, id: u64, engine: &Engine, shared: &Shared) {
             // A monitor polling status would fill the log at INFO; and a
             // request may be up to 64 KiB long: logged cut to 512 bytes.
             let mut said = format!("{req:?}");
-            if said.len() > 512 {
-                let mut end = 512;
-                while !said.is_char_boundary(end) {
-                    end -= 1;
-                }
-                said.truncate(end);
-                said.push('…');
-            }
+            clip(&mut said, 512, "…");
             if matches!(req, Request::Status) {
                 tracing::debug!(req = %said, "live read");
             } else {

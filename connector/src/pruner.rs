@@ -278,7 +278,6 @@ impl Drop for Pruner {
 /// connector's `failpoints` feature, for tests).
 pub const FAILPOINT_PASS: &str = "pruner::pass";
 
-/// One pass, logged; whether it finished (`go` said no part-way).
 /// [`pass`], with a panic turned into its error: the first pass runs on
 /// the starting thread, the others on the pruner's, and either way a
 /// panicking pass is a failed pass that stops the run cleanly, not a
@@ -295,6 +294,7 @@ fn guarded_pass(
         })
 }
 
+/// One pass, logged; whether it finished (`go` said no part-way).
 fn pass(engine: &Engine, retention: &Retention, go: &dyn Fn() -> bool) -> Result<bool, String> {
     fail::fail_point!(FAILPOINT_PASS, |a| Err(format!(
         "retention: failpoint {FAILPOINT_PASS}: {}",

@@ -637,24 +637,31 @@ fn finish_the_rest(
         each.join(", ")
     };
     // The flags each named command stands in for.
-    let renames = if cfg.rename.is_empty() {
-        ""
-    } else {
-        " and every --rename"
+    let in_place_of = |flags: &[&str]| {
+        let mut all = flags.to_vec();
+        if !cfg.rename.is_empty() {
+            all.push("every --rename");
+        }
+        match all.split_last() {
+            Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+            _ => all.concat(),
+        }
     };
     if cfg.offset_header.is_some() && !cfg.append {
         return Some(if gaps {
             format!(
-                "rerun the same command with --resume once for each of [{}], in place of its own --topic, --partition{renames} (a plain --resume would continue the gapped partitions too)",
-                named(false)
+                "rerun the same command with --resume once for each of [{}], in place of its own {} (a plain --resume would continue the gapped partitions too)",
+                named(false),
+                in_place_of(&["--topic", "--partition"])
             )
         } else {
             "rerun the same command with --resume: it continues each partition after the last record found there".into()
         });
     }
     Some(format!(
-        "rerun the same command once for each of [{}], with --append, in place of its own --topic, --partition, --from{renames}; records that timed out may be in Kafka already, so records from each resume point on that were in flight may arrive twice (restoring with --offset-header makes --resume exact)",
-        named(true)
+        "rerun the same command once for each of [{}], with --append, in place of its own {}; records that timed out may be in Kafka already, so records from each resume point on that were in flight may arrive twice (restoring with --offset-header makes --resume exact)",
+        named(true),
+        in_place_of(&["--topic", "--partition", "--from"])
     ))
 }
 
@@ -970,11 +977,7 @@ fn check_last(
         _ => {
             // Below what the archive still holds: written by this restore,
             // maybe, and pruned since; not someone else's record.
-            let first = engine
-                .partitions()
-                .into_iter()
-                .find(|p| &p.tp == source)
-                .map(|p| p.first_offset);
+            let first = engine.partition(source).map(|p| p.first_offset);
             match first {
                 Some(first) if archived < first => Err(ConnectorError::RestoreRefused(format!(
                     "--resume: the last record of {target} (offset {}) names archived offset {archived}, which the archive no longer holds: a prune deleted it (the archive's {source} now starts at offset {first}), so what was archived between {} and {first} is gone from it, restored or not; to go on from what it holds, rerun with --append --from {first} in place of --resume",
@@ -1447,7 +1450,7 @@ mod tests {
         ];
         let step = next_step(&cfg, &resumable);
         assert!(
-            step.contains("[--topic orders --partition 0 --from 20, --topic orders --partition 2 --from 0], with --append"),
+            step.contains("[--topic orders --partition 0 --from 20, --topic orders --partition 2 --from 0], with --append, in place of its own --topic, --partition and --from;"),
             "{step}"
         );
         cfg.offset_header = Some("cairn.offset".into());
@@ -1479,7 +1482,7 @@ mod tests {
         cfg.append = false;
         let step = next_step(&cfg, &gapped);
         assert!(
-            step.contains("--resume once for each of [--topic orders --partition 0]")
+            step.contains("--resume once for each of [--topic orders --partition 0], in place of its own --topic and --partition (")
                 && !step.contains("--partition 2"),
             "{step}"
         );
