@@ -60,8 +60,7 @@ pub fn run(
     let first_byte_at = match read {
         Ok(r) => r,
         Err(e) => {
-            let _ = child.kill();
-            let _ = child.wait();
+            end(&mut child);
             return Err(e);
         }
     };
@@ -74,11 +73,16 @@ pub fn run(
     })
 }
 
+/// Kills `child` (if it is still running) and reaps it.
+fn end(child: &mut Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 /// Kills `child`, still running past `limit`, and waits for it: the error
 /// that names it.
 fn kill_late(child: &mut Child, what: &str, limit: Duration) -> std::io::Error {
-    let _ = child.kill();
-    let _ = child.wait();
+    end(child);
     std::io::Error::new(
         std::io::ErrorKind::TimedOut,
         format!(
@@ -138,8 +142,7 @@ pub fn run_to_file(
             Ok(l) => l,
             Err(e) => {
                 // Not left running unwatched.
-                let _ = child.kill();
-                let _ = child.wait();
+                end(&mut child);
                 return Err(e);
             }
         };
