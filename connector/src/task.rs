@@ -50,16 +50,17 @@
 //!    `close` of every partition still assigned.
 //!
 //! A retriable error from `put` retries the same batch (backoff from 10 ms,
-//! doubling to 1 s) until it succeeds; meanwhile nothing else is put and the
-//! consumer stops polling once its buffer is full. Once the run is asked to
-//! stop, a put that keeps failing is retried for 5 s more, then the run
-//! fails. Only `put` is retried: a retriable error from any other call is
-//! fatal. So a `put` that syncs must return `Fatal` when its sync fails (a
-//! failed fsync is never retried), and one that fails retriably must leave
-//! nothing of its batch written, or drop on the retry what it did write (the
-//! records carry their offsets): the same batch comes again. A fatal error stops the loop: nothing more is put or committed,
-//! the sink is called no more (not `close`, not `stop`: either may sync)
-//! and is dropped, and the run fails.
+//! doubling to 1 s) until it succeeds; meanwhile nothing else is put and
+//! the consumer stops polling once its buffer is full. Once the run is
+//! asked to stop, a put that keeps failing is retried for 5 s more, then
+//! the run fails. Only `put` is retried: a retriable error from any other
+//! call is fatal. So a `put` that syncs must return `Fatal` when its sync
+//! fails (a failed fsync is never retried), and one that fails retriably
+//! must leave nothing of its batch written, or drop on the retry what it
+//! did write (the records carry their offsets): the same batch comes again.
+//! A fatal error stops the loop: nothing more is put or committed, the sink
+//! is called no more (not `close`, not `stop`: either may sync) and is
+//! dropped, and the run fails.
 //!
 //! # Invariants
 //! - Offsets are "next offset to read" (last + 1), as Kafka commits them.

@@ -4,12 +4,13 @@
 //! cairn's real connector loop under each commit policy, the floor (an
 //! `fdatasync` of a put's bytes plus a commit round trip, each measured
 //! alone), the consume-only ceiling, the disk's sequential bandwidth, kcat
-//! into a file, and a hand-written confluent-kafka loop. Ratios are taken within a round: absolute times on
-//! a shared machine are noisy, ratios much less so. Still, one round's
-//! ratios moved by more than most gaps to the targets (two runs a minute
-//! apart read 0.85× and 1.17× kcat), so each case is measured in several
-//! rounds, each in an order rotated from the last, and the targets are
-//! judged on the median of each ratio, printed with its range.
+//! into a file, and a hand-written confluent-kafka loop. Ratios are taken
+//! within a round: absolute times on a shared machine are noisy, ratios
+//! much less so. Still, one round's ratios moved by more than most gaps to
+//! the targets (two runs a minute apart read 0.85× and 1.17× kcat), so each
+//! case is measured in several rounds, each in an order rotated from the
+//! last, and the targets are judged on the median of each ratio, printed
+//! with its range.
 //!
 //! The mock cluster keeps only the newest 5 MiB or 100 000 records per
 //! partition, so the record count is capped to what the partitions hold and

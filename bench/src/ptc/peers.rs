@@ -52,9 +52,9 @@ fn kcat_version() -> Result<String, std::io::Error> {
 /// non-empty to the first that finds all but its last 64 KiB written (a
 /// margin over the stdio buffer kcat writes only at exit, after its
 /// shutdown), counting the lines written between those two looks, as the
-/// other consumers are timed from their first record to their last. It stops after the records rather than at end of partition (`-e`
-/// waits for a fetch at the end, which the broker holds for
-/// `fetch.wait.max.ms`).
+/// other consumers are timed from their first record to their last. It
+/// stops after the records rather than at end of partition (`-e` waits for
+/// a fetch at the end, which the broker holds for `fetch.wait.max.ms`).
 ///
 /// It fetches with the short waits the other consumers use. Its fetch
 /// queue thresholds are raised to their maximum instead of setting
