@@ -127,11 +127,11 @@ pub fn encode(lsn: u64, kind: FrameKind, flags: u16, body: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The kind a frame's header declares, if the header is whole and names
-/// a known kind: unchecked (the CRC covers the whole frame), for telling
-/// what a frame cut short was meant to be.
+/// The kind a frame's header declares, if its bytes reach the kind byte
+/// after the magic and name a known kind: unchecked (the CRC covers the
+/// whole frame), for telling what a frame cut short was meant to be.
 pub(crate) fn header_kind(bytes: &[u8]) -> Option<FrameKind> {
-    if bytes.len() < FRAME_HEADER_BYTES {
+    if bytes.len() < 6 || bytes[0..4] != FRAME_MAGIC {
         return None;
     }
     FrameKind::from_u8(bytes[5]).ok()

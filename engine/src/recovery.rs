@@ -3,9 +3,11 @@
 //! 1. Check the store format; refuse an unknown version.
 //! 2. Load the checkpoint LSN and the partition summaries.
 //! 3. Verify every frame after the checkpoint (CRC, LSN continuity, chunk
-//!    sequence, body), and confirm or rebuild its index entry and summary.
-//!    Reserved slots (slots.rs) end the log; a frame above one is
-//!    `FrameAfterSlot` corruption.
+//!    sequence, body, and each entry's offsets starting above the entry
+//!    before it in its partition), and confirm or rebuild its index entry
+//!    and summary. Reserved slots (slots.rs) end the log; a frame above one
+//!    is `FrameAfterSlot` corruption, and any other key of the log's key
+//!    space above the checkpoint is read, so that none is passed over.
 //! 4. A torn last entry (its final frame truncated, or its chunk sequence cut
 //!    off at the end of the log) is truncated under `TolerateTail` and
 //!    refused under `Strict`, unless an index entry points into it (an
@@ -171,8 +173,12 @@ pub(crate) fn recover(
 
     let mut expected = expected_after_checkpoint(tree, checkpoint)?;
     let mut asm = Assembler::default();
+    // Each partition's last offset in the tail so far (check_offset_order).
+    let mut tail_last: BTreeMap<TopicPartition, i64> = BTreeMap::new();
     let mut iter = tree
-        .range(keys::wal_key(checkpoint.saturating_add(1))..=keys::wal_key(u64::MAX))
+        // To the end of the log's key space, not its largest LSN: a longer
+        // key sorting past that is named (BadKey), not passed over.
+        .range(keys::wal_key(checkpoint.saturating_add(1)).to_vec()..vec![keys::PREFIX_WAL + 1])
         .peekable();
     // The first reserved slot (slots.rs) seen, and the end of the slots.
     let mut first_slot: Option<u64> = None;
@@ -223,8 +229,9 @@ pub(crate) fn recover(
             // leaves (sled writes values whole, so no crash cuts one: this
             // is the format's allowance, not a crash's). A tombstone is
             // written in one batch and fsynced before it is reported, so
-            // one cut short is damage (the decoder knows the kind of a frame
-            // whose header is whole; a shorter one cannot be told apart).
+            // one cut short is damage (its kind is known once the bytes
+            // reach the kind byte after the magic; fewer than those six
+            // cannot be told apart).
             Err(kind @ CorruptionKind::Truncated { .. })
                 if is_last && frame::header_kind(&v) == Some(FrameKind::Tombstone) =>
             {
@@ -263,6 +270,7 @@ pub(crate) fn recover(
                     report.entries_checked += 1;
                     report.records_checked += entry.records.len() as u64;
                     let described = IndexEntry::describe(first_lsn, chunks, &entry.records);
+                    check_offset_order(tree, &entry.tp, &described, &mut tail_last)?;
                     confirm_index(
                         tree,
                         &entry.tp,
@@ -505,6 +513,58 @@ pub(crate) fn expected_after_checkpoint(tree: &sled::Tree, checkpoint: u64) -> R
     Ok(next)
 }
 
+/// Refuses an entry of the tail whose offsets do not start above all of
+/// its partition's before it: above the partition's previous entry in the
+/// tail, else above the index entry just below its first offset. No append
+/// writes one (offsets only increase, and redelivered records are
+/// dropped), so it is damage with a valid CRC (a frame copied, or a bug):
+/// indexed beside the entry it repeats, it would have two reads of the
+/// same offsets disagree, and a summary count records twice.
+///
+/// An index entry below that does not decode is left to the reads and
+/// `verify`, which report it where it is; this check only adds a refusal.
+fn check_offset_order(
+    tree: &sled::Tree,
+    tp: &TopicPartition,
+    described: &IndexEntry,
+    tail_last: &mut BTreeMap<TopicPartition, i64>,
+) -> Result<()> {
+    let before = match tail_last.get(tp) {
+        Some(&last) => Some((last, "the tail's previous entry")),
+        None => {
+            let below = keys::index_prefix(tp)..keys::index_key(tp, described.first_offset);
+            match tree.range(below).next_back() {
+                Some(item) => {
+                    let (k, v) = item.map_err(store_err("read index"))?;
+                    IndexEntry::decode(&k, &v)
+                        .ok()
+                        .map(|(_, e)| (e.last_offset, "the index entry below it"))
+                }
+                None => None,
+            }
+        }
+    };
+    if let Some((last, which)) = before {
+        if described.first_offset <= last {
+            return Err(corrupt(
+                described.lsn,
+                CorruptionKind::OffsetOrder {
+                    detail: format!(
+                        "{tp} entry starts at {} but {which} ends at {last}",
+                        described.first_offset
+                    ),
+                },
+            ));
+        }
+    }
+    tail_last.insert(tp.clone(), described.last_offset);
+    Ok(())
+}
+
+/// Confirms the tail entry `described` against its index entry, rebuilding
+/// one that is missing or damaged. One that decodes but names another LSN
+/// is refused: two entries start at the same offset (see
+/// [`check_offset_order`]), and the frames cannot say which is the archive's.
 fn confirm_index(
     tree: &sled::Tree,
     tp: &TopicPartition,
@@ -516,7 +576,21 @@ fn confirm_index(
     let (k, v) = described.encode(tp);
     let stored = tree.get(&k).map_err(store_err("read index"))?;
     let ok = match &stored {
-        Some(s) => matches!(IndexEntry::decode(&k, s), Ok((_, e)) if e == *described),
+        Some(s) => match IndexEntry::decode(&k, s) {
+            Ok((_, e)) if e.lsn != described.lsn => {
+                return Err(corrupt(
+                    described.lsn,
+                    CorruptionKind::OffsetOrder {
+                        detail: format!(
+                            "{tp} entry starts at {}, as the entry at lsn {} its index entry names does",
+                            described.first_offset, e.lsn
+                        ),
+                    },
+                ));
+            }
+            Ok((_, e)) => e == *described,
+            Err(_) => false,
+        },
         None => false,
     };
     if !ok {
@@ -769,6 +843,19 @@ fn check_indexed_partitions(
                     &k,
                     CorruptionKind::IndexMismatch {
                         detail: format!("points at lsn {} beyond the log end {next_lsn}", e.lsn),
+                    },
+                ));
+            }
+            // A summary that counts nothing has no entries: the prune that
+            // emptied the partition deleted them in the batch that wrote it.
+            if let Some(s) = summary.filter(|s| s.record_count == 0) {
+                return Err(Error::corruption(
+                    crate::verify::partition_location(tp),
+                    CorruptionKind::SummaryMismatch {
+                        detail: format!(
+                            "summary counts no records (next offset {}), but the partition has index entries, the last ending at offset {}: the summary is damaged, or the entries are stray (cairn verify lists where)",
+                            s.next_offset, e.last_offset
+                        ),
                     },
                 ));
             }

@@ -403,7 +403,7 @@ fn a_range_read_yields_the_range() {
 fn a_summary_the_index_does_not_bear_out_is_refused() {
     use cairn_engine::offsets::PartitionSummary;
     type Forge = fn(&sled::Tree, &TopicPartition);
-    let cases: [(Forge, &str); 2] = [
+    let cases: [(Forge, &str); 3] = [
         (
             |t, tp| {
                 let key = cairn_engine::keys::partition_key(tp);
@@ -428,6 +428,21 @@ fn a_summary_the_index_does_not_bear_out_is_refused() {
                 }
             },
             "summary counts 30 records, but the partition has no index entries",
+        ),
+        (
+            // The summary an emptying prune writes, beside entries it
+            // would have deleted.
+            |t, tp| {
+                let key = cairn_engine::keys::partition_key(tp);
+                let (_, mut s) =
+                    PartitionSummary::decode(&key, &t.get(&key).unwrap().unwrap()).unwrap();
+                s.record_count = 0;
+                s.payload_bytes = 0;
+                s.first_offset = s.next_offset;
+                let (k, v) = s.encode(tp);
+                t.insert(k, v).unwrap();
+            },
+            "summary counts no records (next offset 30), but the partition has index entries, the last ending at offset 29",
         ),
     ];
     for (forge, want) in cases {
@@ -1228,6 +1243,90 @@ fn an_entry_at_an_offset_already_indexed_is_named_at_its_lsn() {
         "{:#?}",
         v.problems
     );
+    // An open refuses it too, where it once rebuilt the index entry to
+    // name LSN 4 and left LSN 2's records unindexed (2026-12-03). (A
+    // strict open says what verify says first.)
+    for (mode, want) in [
+        (
+            RecoveryMode::TolerateTail,
+            "starts at 10, as the entry at lsn 2",
+        ),
+        (RecoveryMode::Strict, "starts at 10 after an earlier entry"),
+    ] {
+        let err = Engine::open(EngineConfig::new(dir.path()).recovery_mode(mode))
+            .err()
+            .expect("the open must refuse the repeated entry");
+        match assert_corrupt_at(err, 4) {
+            CorruptionKind::OffsetOrder { detail } => assert!(detail.contains(want), "{detail}"),
+            other => panic!("expected an offset order problem, got {other}"),
+        }
+    }
+}
+
+/// An entry in the recovery tail whose offsets overlap the entry before
+/// it in its partition (a valid CRC, as no build writes) is refused at its
+/// LSN: against an entry below the checkpoint (through the index) and
+/// against an earlier entry of the same tail. Before 2026-12-03 an open
+/// indexed it beside the entry it overlaps and kept the summary's next
+/// offset, so that the next open refused the store it had written.
+#[test]
+fn an_entry_overlapping_the_one_before_it_is_refused_at_open() {
+    use cairn_engine::frame::{self, FrameKind};
+    // (closed: LSNs 1..3 checkpointed; the entry put at `lsn`, its
+    // offsets, and what it is checked against)
+    let cases = [
+        (true, 4, 25..35, "the index entry below it ends at 29"),
+        (false, 3, 15..25, "the tail's previous entry ends at 19"),
+    ];
+    for (close, lsn, offsets, want) in cases {
+        let (dir, tp) = store_closed(close);
+        with_raw_tree(dir.path(), |t| {
+            let b = batch(&tp, offsets.clone(), 20);
+            let body = cairn_engine::body::encode_entry(&tp, &b.records);
+            t.insert(
+                wal_key(lsn),
+                frame::encode(lsn, FrameKind::Records, 0, &body),
+            )
+            .unwrap();
+        });
+        let err = Engine::open(EngineConfig::new(dir.path()))
+            .err()
+            .unwrap_or_else(|| panic!("{want}: the open must refuse the overlap"));
+        match assert_corrupt_at(err, lsn) {
+            CorruptionKind::OffsetOrder { detail } => {
+                assert!(detail.contains(want), "{want}: {detail}")
+            }
+            other => panic!("{want}: expected an offset order problem, got {other}"),
+        }
+        let v = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
+        assert!(
+            v.problems
+                .iter()
+                .any(|p| p.location == Location::Wal { lsn }
+                    && matches!(p.kind, CorruptionKind::OffsetOrder { .. })),
+            "{want}: {:#?}",
+            v.problems
+        );
+    }
+}
+
+/// A key in the log's key space past the largest LSN's (longer than an
+/// LSN's, so it sorts after `W` + eight 0xff bytes) is named by an open,
+/// not passed over as beyond the log.
+#[test]
+fn a_log_key_past_the_largest_lsn_is_refused_at_open() {
+    let (dir, _) = store();
+    let mut k = wal_key(u64::MAX).to_vec();
+    k.push(0);
+    with_raw_tree(dir.path(), |t| {
+        let v = t.get(wal_key(1)).unwrap().unwrap();
+        t.insert(&k, v).unwrap();
+    });
+    let hex: String = k.iter().map(|b| format!("{b:02x}")).collect();
+    match open_refused(EngineConfig::new(dir.path()), "a log key past the largest") {
+        (Location::Key { key_hex }, CorruptionKind::BadKey { .. }) => assert_eq!(key_hex, hex),
+        other => panic!("expected a bad key at {hex}, got {other:?}"),
+    }
 }
 
 /// A stopped verify notes problems an open would repair only when all of

@@ -361,19 +361,25 @@ fn a_tombstone_cut_short_is_damage_not_a_torn_tail() {
         cairn_engine::frame::FrameKind::Tombstone as u8,
         "the log ends in a tombstone"
     );
-    with_raw_tree(dir.path(), |t| {
-        t.insert(wal_key(lsn), &v[..v.len() - 1]).unwrap();
-    });
-    unacknowledge_after(dir.path(), lsn - 1);
-    match opens(dir.path(), RecoveryMode::TolerateTail) {
-        Err(Error::Corruption {
-            location: Location::Wal { lsn: at },
-            kind: CorruptionKind::Truncated { .. },
-        }) if at == lsn => {}
-        Err(other) => panic!("must refuse at lsn {lsn}, got {other}"),
-        Ok(e) => panic!(
-            "opened, truncating the tombstone as torn: {:?}",
-            e.recovery_report().truncated
-        ),
+    // Cut anywhere from the kind byte on (six bytes: the magic, the
+    // version and the kind); before 2026-12-03 a cut inside the 16-byte
+    // header still read as a torn records frame.
+    let whole = v.len();
+    for len in [6, 8, 15, 16, whole - 1] {
+        with_raw_tree(dir.path(), |t| {
+            t.insert(wal_key(lsn), &v[..len]).unwrap();
+        });
+        unacknowledge_after(dir.path(), lsn - 1);
+        match opens(dir.path(), RecoveryMode::TolerateTail) {
+            Err(Error::Corruption {
+                location: Location::Wal { lsn: at },
+                kind: CorruptionKind::Truncated { .. },
+            }) if at == lsn => {}
+            Err(other) => panic!("{len} of {whole} bytes: must refuse at lsn {lsn}, got {other}"),
+            Ok(e) => panic!(
+                "{len} of {whole} bytes: opened, truncating the tombstone as torn: {:?}",
+                e.recovery_report().truncated
+            ),
+        }
     }
 }
