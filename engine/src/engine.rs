@@ -1130,6 +1130,18 @@ pub fn dropping_failing_store() -> bool {
 
 impl Drop for Engine {
     fn drop(&mut self) {
+        // sled's own drop writes what sits in its buffers and fsyncs its
+        // file, unwrapping the fsync. An engine dropped without `close`
+        // after a `write` it never synced would meet a failing disk there,
+        // with no poison mark left: the next open in this boot would trust
+        // the page cache whose writeback failed, and report its records
+        // durable. Synced here first instead, by the engine's own path,
+        // which poisons and leaves the mark when it fails. (Not while
+        // unwinding: a panic there would abort.)
+        if !std::thread::panicking() && !self.closed.load(Ordering::Acquire) && !self.is_poisoned()
+        {
+            let _ = self.sync();
+        }
         let handles = (self.tree.take(), self.db.take());
         // `is_poisoned` does not panic on a commit lock an earlier panic
         // poisoned (that engine is taken for poisoned too).

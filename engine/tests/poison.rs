@@ -75,5 +75,27 @@ fn failed_fsync_poisons_and_reopen_recovers() {
     let before = e.recovery_report().poisoned_before.clone().unwrap();
     assert!(before.reason.starts_with("open: "), "{before:?}");
     assert!(!mark.exists());
+    // An engine dropped without a close after a write it never synced
+    // syncs it on the way out, by its own path: one that fails leaves the
+    // mark too. (Before 2026-12-03 sled's own drop fsynced it, unwrapping
+    // the error, and no mark told the next open not to trust the cache.)
+    e.write(&[common::batch(&tp, 300..310, 50)]).unwrap();
+    fail::cfg(FAILPOINT_FLUSH_ERR, "return").unwrap();
+    drop(e);
+    fail::remove(FAILPOINT_FLUSH_ERR);
+    let text = std::fs::read_to_string(&mark).expect("the poison mark of the drop's sync");
+    assert!(text.contains("fsync: "), "{text}");
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let before = e.recovery_report().poisoned_before.clone().unwrap();
+    assert!(before.cache_dropped, "{before:?}");
+    assert!(e.verify().unwrap().is_clean());
+    // A healthy drop's sync keeps what was written, and leaves no mark.
+    e.write(&[common::batch(&tp, 310..320, 50)]).unwrap();
+    assert_eq!(e.durable_offset(&tp), Some(310));
+    drop(e);
+    assert!(!mark.exists());
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    assert_eq!(e.durable_offset(&tp), Some(320));
+    assert_eq!(e.recovery_report().poisoned_before, None);
     scenario.teardown();
 }
