@@ -12,7 +12,7 @@
 //! # Invariants
 //! - A failure here is never retried: the caller poisons the engine.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::fs::File;
 use std::io;
@@ -28,7 +28,11 @@ pub struct DurableSync {
     data_file: File,
     data_path: PathBuf,
     blobs_dir: PathBuf,
-    synced_blobs: HashSet<OsString>,
+    /// The blobs fsynced, by name, with the length each had then.
+    synced_blobs: HashMap<OsString, u64>,
+    /// Blob fsyncs so far, for the tests.
+    #[cfg(test)]
+    blob_fsyncs: u64,
     /// Set once recovery is done; advanced after every successful sync.
     watermark: Option<Watermark>,
 }
@@ -42,7 +46,9 @@ impl DurableSync {
             data_file,
             data_path,
             blobs_dir,
-            synced_blobs: HashSet::new(),
+            synced_blobs: HashMap::new(),
+            #[cfg(test)]
+            blob_fsyncs: 0,
             watermark: None,
         };
         // Files sled created before we got here: sync them and their directories.
@@ -92,21 +98,35 @@ impl DurableSync {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(e),
         };
-        let mut present = HashSet::new();
+        let mut present = HashMap::new();
         let mut new_files = false;
         for entry in entries {
             let entry = entry?;
             let name = entry.file_name();
-            if !self.synced_blobs.contains(&name) {
+            // Its length, read before the fsync: a blob sled was still
+            // writing (an insert beside this sync writes it in three
+            // `write_all`s) is fsynced again once it has grown, so the
+            // sync that covers that insert does not skip it.
+            // sled may delete a blob it no longer needs at any time.
+            let gone = |e: &io::Error| e.kind() == io::ErrorKind::NotFound;
+            let len = match entry.metadata() {
+                Ok(m) => m.len(),
+                Err(e) if gone(&e) => continue,
+                Err(e) => return Err(e),
+            };
+            if self.synced_blobs.get(&name) != Some(&len) {
                 match File::open(entry.path()) {
                     Ok(f) => f.sync_all()?,
-                    // sled may delete a blob it no longer needs at any time.
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) if gone(&e) => continue,
                     Err(e) => return Err(e),
                 }
-                new_files = true;
+                #[cfg(test)]
+                {
+                    self.blob_fsyncs += 1;
+                }
+                new_files |= !self.synced_blobs.contains_key(&name);
             }
-            present.insert(name);
+            present.insert(name, len);
         }
         self.synced_blobs = present;
         if new_files || force_dir {
@@ -125,5 +145,37 @@ fn sled_to_io(e: sled::Error) -> io::Error {
     match e {
         sled::Error::Io(e) => e,
         other => io::Error::other(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DurableSync;
+    use std::io::Write;
+
+    /// A blob listed while sled was still writing it (fsynced part-written)
+    /// is fsynced again once it has grown; one unchanged is not.
+    #[test]
+    fn a_blob_that_grew_since_its_fsync_is_fsynced_again() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("db"), b"").unwrap();
+        std::fs::create_dir(dir.path().join("blobs")).unwrap();
+        let blob = dir.path().join("blobs").join("7");
+        std::fs::write(&blob, b"crc.k").unwrap();
+        let mut s = DurableSync::open(dir.path()).unwrap();
+        assert_eq!(s.blob_fsyncs, 1);
+        s.sync_blobs(false).unwrap();
+        assert_eq!(s.blob_fsyncs, 1, "unchanged: not fsynced again");
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&blob)
+            .unwrap()
+            .write_all(&[0u8; 4096])
+            .unwrap();
+        s.sync_blobs(false).unwrap();
+        assert_eq!(s.blob_fsyncs, 2, "grown: fsynced again");
+        std::fs::remove_file(&blob).unwrap();
+        s.sync_blobs(false).unwrap();
+        assert_eq!(s.blob_fsyncs, 2);
     }
 }
