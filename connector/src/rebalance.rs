@@ -323,6 +323,10 @@ impl SinkContext {
         // Partitions this archive holds nothing of that the group committed
         // past their start: one WARN for them all, below.
         let mut unheld: Vec<String> = Vec::new();
+        // Archived partitions whose group offset is past the archive's and
+        // names no store (an offsets reset, another client's commit): one
+        // WARN for them all, below.
+        let mut skipped: Vec<String> = Vec::new();
         // Starts read as numbers under `--auto-offset-reset latest`, for
         // the sink to record (`SinkTask::start`).
         let mut latest = BTreeMap::new();
@@ -342,7 +346,10 @@ impl SinkContext {
                 }
                 ResumePoint::Nowhere => None,
                 ResumePoint::Kafka(k) => {
-                    if archive.is_some() {
+                    let named = committed.get(tp).is_some_and(|c| !c.metadata.is_empty());
+                    if let (Some(a), false) = (archive, named) {
+                        skipped.push(format!("{tp}@{a}..{k}"));
+                    } else if archive.is_some() {
                         tracing::info!(%tp, archive = ?archive, kafka = k, "another store in this group archived past this one; resuming at Kafka's committed offset");
                     } else if k > 0 {
                         unheld.push(format!("{tp}@{k}"));
@@ -445,6 +452,15 @@ impl SinkContext {
                 partitions = unheld.len(),
                 committed = %crate::selection::first_few(unheld.into_iter()),
                 "this archive holds nothing of these partitions, and the group committed offsets for them (another archive's, or another tool's): it archives from those offsets on, without the records before them. Expected for a new member of a group of several archives; if this --data should have held them (a volume not mounted yet, a mistyped path), stop now"
+            );
+        }
+        if !skipped.is_empty() {
+            // Another archive's commit names its store; one that names
+            // none came from elsewhere, and nothing holds what it passed.
+            tracing::warn!(
+                partitions = skipped.len(),
+                skipped = %crate::selection::first_few(skipped.into_iter()),
+                "the group's committed offsets for these partitions are past this archive's and name no archive (an offsets reset, or a client other than an archive committed them): this run resumes at them, so this archive will not hold the records between (shown as archive..committed). If no other archive holds them and they should be archived, stop now, reset the group's offsets for these partitions to the archive's (kafka-consumer-groups --reset-offsets --to-offset), and run again"
             );
         }
         if !uncommitted.is_empty() {

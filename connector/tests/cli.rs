@@ -170,6 +170,43 @@ fn a_new_archive_starting_at_the_groups_offsets_is_warned_about() {
     assert!(!warned.contains(&format!("{topic}/2@")), "{warned}");
 }
 
+/// An archived partition whose group offset was moved past the archive's
+/// by something other than an archive (an offsets reset, another client:
+/// its commit names no store) gets a WARN at its assignment, naming the
+/// records the archive will not hold; before 2026-12-03 an INFO line took
+/// it for another archive's commit.
+#[test]
+fn a_group_offset_past_the_archive_naming_no_store_is_warned_about() {
+    use cairn_engine::{fuzzing::batch, Engine, EngineConfig, TopicPartition};
+    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+    let mb = TestBroker::start(&["reset:3"]);
+    let (topic, group) = (mb.topic("reset"), mb.group("reset-group"));
+    cairn_connector::cli::demo::produce(&mb.brokers, &topic, 0..90).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        e.append(&[batch(&TopicPartition::new(&topic, 0), 0..10, 10)])
+            .unwrap();
+        e.close().unwrap();
+    }
+    let other: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &mb.brokers)
+        .set("group.id", &group)
+        .create()
+        .unwrap();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(&topic, 0, rdkafka::Offset::Offset(25))
+        .unwrap();
+    other.commit(&tpl, CommitMode::Sync).unwrap();
+    drop(other);
+    let d = dir.path().to_str().unwrap();
+    let mut run = common::cairn_run(&common::run_flags(&mb.brokers, &group, &topic, d), None);
+    let warned = logged_before_a_commit(&mut run, "name no archive")
+        .expect("the run ended without the warning");
+    assert!(warned.contains(&format!("{topic}/0@10..25")), "{warned}");
+    assert!(warned.contains(r#""level":"WARN""#), "{warned}");
+}
+
 /// The first line of a `cairn run` child's log that holds `needle`, read
 /// up to it; a commit logged before it fails the test. `None`: the log
 /// ended first.
