@@ -635,11 +635,26 @@ pub fn preflight<C: Consumer<SinkContext>>(
             .map(|t| (t, "--dead-letter-topic")),
     );
     for (t, flag) in named {
-        let found = md
-            .topics()
-            .iter()
-            .find(|mt| mt.name() == t)
-            .is_some_and(|mt| mt.error().is_none() && !mt.partitions().is_empty());
+        let listed = md.topics().iter().find(|mt| mt.name() == t);
+        // Kafka lists a topic it does not have with an error of its own,
+        // and so one it cannot serve yet (being created: no leader).
+        let unavailable = listed.and_then(|mt| mt.error()).filter(|e| {
+            use rdkafka::types::RDKafkaRespErr as E;
+            !matches!(
+                e,
+                E::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART
+                    | E::RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC
+                    | E::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED
+            )
+        });
+        if let Some(e) = unavailable {
+            return Err(ConnectorError::TopicUnavailable {
+                topic: t.clone(),
+                brokers: cfg.brokers.clone(),
+                why: rdkafka::error::RDKafkaErrorCode::from(e).to_string(),
+            });
+        }
+        let found = listed.is_some_and(|mt| mt.error().is_none() && !mt.partitions().is_empty());
         if !found {
             return Err(ConnectorError::UnknownTopic {
                 topic: t.clone(),

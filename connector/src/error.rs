@@ -37,6 +37,14 @@ pub enum ConnectorError {
         /// What to do about it, which depends on the command.
         next_step: String,
     },
+    /// A topic the brokers list with an error of its own: it exists (or
+    /// is being created), but cannot be read from yet.
+    #[error("topic {topic:?} on {brokers} cannot be read from now: Kafka answered {why} for it (a topic still being created, or partitions without a leader); run again once the topic has settled")]
+    TopicUnavailable {
+        topic: String,
+        brokers: String,
+        why: String,
+    },
     #[error("record {topic}/{partition}@{offset} is {size_bytes} bytes, over the limit of {max_bytes} ({})", oversize_remedy(*size_bytes))]
     OversizeRecord {
         topic: String,

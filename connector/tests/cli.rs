@@ -207,6 +207,45 @@ fn a_group_offset_past_the_archive_naming_no_store_is_warned_about() {
     assert!(warned.contains(r#""level":"WARN""#), "{warned}");
 }
 
+/// A topic Kafka lists with an error of its own other than "unknown" (one
+/// still being created, without a leader) stops a run at once with that
+/// error, archiving and committing nothing, not as a topic that does not
+/// exist (before 2026-12-03).
+#[test]
+fn a_topic_kafka_cannot_serve_yet_is_named_as_such() {
+    use rdkafka::mocking::MockCluster;
+    use rdkafka::types::RDKafkaRespErr;
+    let mock = MockCluster::new(1).unwrap();
+    mock.create_topic("settling", 1, 1).unwrap();
+    mock.topic_error(
+        "settling",
+        RDKafkaRespErr::RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE,
+    )
+    .unwrap();
+    let brokers = mock.bootstrap_servers();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let (code, _, err) = cairn(&[
+        "run",
+        "--brokers",
+        &brokers,
+        "--group",
+        "settling-group",
+        "--topics",
+        "settling",
+        "--data",
+        d,
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("topic \"settling\"")
+            && err.contains("cannot be read from now")
+            && err.contains("eader not available"),
+        "{err}"
+    );
+    assert!(!err.contains("does not exist"), "{err}");
+}
+
 /// The first line of a `cairn run` child's log that holds `needle`, read
 /// up to it; a commit logged before it fails the test. `None`: the log
 /// ended first.
