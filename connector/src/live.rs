@@ -54,6 +54,9 @@ const STALLS_SERVING: &str = "live-stalls-serving";
 
 /// The socket's name in the data directory.
 pub const SOCKET_FILE: &str = "cairn.sock";
+/// The folder the socket is bound in before it is renamed into place
+/// (`bind_private`); one a killed run left is replaced.
+pub const PRIVATE_DIR: &str = ".live";
 /// Output bytes per `o` frame, at most.
 pub const FRAME_BYTES_MAX: usize = 64 * 1024;
 /// Requests other than `status` served at once; more are refused as busy.
@@ -278,7 +281,7 @@ impl Drop for LiveServer {
 /// which anyone could connect.
 fn bind_private(dir: &Path, path: &Path) -> std::io::Result<std::os::unix::net::UnixListener> {
     use std::os::unix::fs::DirBuilderExt;
-    let private = dir.join(".live");
+    let private = dir.join(PRIVATE_DIR);
     let _ = std::fs::remove_dir_all(&private);
     std::fs::DirBuilder::new().mode(0o700).create(&private)?;
     let bound = (|| {

@@ -70,6 +70,14 @@ fn run_refuses_a_data_directory_that_is_not_an_archive() {
     );
     assert!(!dir.path().join("sled").exists(), "nothing written");
     assert!(!dir.path().join("cairn.lock").exists(), "nothing written");
+    // A name like the archive's own files is not one of them (before
+    // 2026-12-03 any `cairn.*` passed): a mistyped --data of a log folder.
+    let logs = tempfile::tempdir().unwrap();
+    std::fs::write(logs.path().join("cairn.log"), "a log").unwrap();
+    let (code, _, err) = cairn_run("127.0.0.1:1", "t", logs.path().to_str().unwrap(), &[]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("(it holds cairn.log)"), "{err}");
+    assert!(!logs.path().join("sled").exists(), "nothing written");
 }
 
 /// A run that cannot join its group says so, each connect timeout, rather

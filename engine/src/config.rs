@@ -22,6 +22,8 @@ pub enum RecoveryMode {
 
 /// sled segment size. Large enough that a consolidated leaf of 64 KiB
 /// frames stays below sled's blob threshold (segment / 4). Fixed at creation.
+/// sled's folder in the store's directory.
+pub const SLED_DIR: &str = "sled";
 pub const SLED_SEGMENT_BYTES: usize = 8 << 20;
 
 /// Largest frame body a store may be configured to write. sled moves a
@@ -110,7 +112,7 @@ impl EngineConfig {
 
     /// Where sled's files live: `<path>/sled`.
     pub fn sled_path(&self) -> PathBuf {
-        self.path.join("sled")
+        self.path.join(SLED_DIR)
     }
 
     /// Whether a store is here: sled's data file exists (an empty or new

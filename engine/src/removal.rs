@@ -68,6 +68,19 @@ pub fn remove_if_empty(dir: &Path) -> Result<EmptyStoreRemoval> {
     }
 }
 
+/// Whether `name` is one the store itself puts in its directory (sled's
+/// folder, the lock, the watermark and its new copy, a poison mark, an
+/// unfinished backup's mark): for a caller that refuses to start a store
+/// in a directory that holds anything else.
+pub fn is_store_file(name: &str) -> bool {
+    name == crate::config::SLED_DIR
+        || name == LOCK_FILE
+        || name == crate::watermark::WATERMARK_FILE
+        || name == format!("{}.new", crate::watermark::WATERMARK_FILE)
+        || name == crate::poisoned::POISON_FILE
+        || name == crate::backup::BACKUP_INCOMPLETE_FILE
+}
+
 /// Remove the store's own files in `dir` (sled's folder, the watermark and
 /// its new copy, a poison mark), under the caller's lock; one that is not
 /// there is no error. Not the lock file: the caller's, removed last.

@@ -124,6 +124,8 @@ impl RunArgs {
         // file's): read from the working directory it would name another
         // folder, and a new empty archive would start there.
         // (Only when no --data overrides it: the flag wins.)
+        let file_data_empty =
+            self.data.is_none() && file.data.as_ref().is_some_and(|d| d.as_os_str().is_empty());
         let file_data = match (&self.config, file.data) {
             _ if self.data.is_some() => None,
             (Some(path), Some(d)) if d.is_relative() => {
@@ -148,6 +150,14 @@ impl RunArgs {
             .data
             .or(file_data)
             .ok_or_else(|| missing("data", "--data"))?;
+        // Only the file can give one (clap refuses an empty --data): a
+        // template rendered empty (`data = "${DATA}"`) would otherwise put
+        // an archive in the working directory, or in the file's own folder.
+        if data.as_os_str().is_empty() || file_data_empty {
+            return Err(ConnectorError::Config(
+                "data = \"\" in the config file: empty; give the archive's directory".into(),
+            ));
+        }
         let mut c = RunConfig::new(brokers, group, topics, data);
         let commit = match (self.commit, file.commit) {
             (Some(c), _) => Some(c),
@@ -428,7 +438,9 @@ fn remove_unused_archive(data: &Path) {
 /// volume not mounted yet) would otherwise start a second archive inside
 /// some other directory, resume there from Kafka's offsets, and leave the
 /// records it takes only there. Besides the archive's own files (`sled`,
-/// `cairn.*`), only a fresh filesystem's `lost+found` is allowed.
+/// `cairn.lock` and the others `is_store_file` names, the live socket and
+/// the folder it is bound in), only a fresh filesystem's `lost+found` is
+/// allowed.
 fn refuse_foreign_dir(data: &std::path::Path) -> Result<()> {
     if holds_archive(data) {
         return Ok(());
@@ -446,7 +458,12 @@ fn refuse_foreign_dir(data: &std::path::Path) -> Result<()> {
             source,
         })?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        if name != "sled" && name != "lost+found" && !name.starts_with("cairn.") {
+        // The store's own names exactly: `cairn.toml` or `cairn.log` in a
+        // mistyped --data is someone else's directory, not an archive's.
+        let ours = cairn_engine::is_store_file(&name)
+            || name == crate::live::SOCKET_FILE
+            || name == crate::live::PRIVATE_DIR;
+        if !ours && name != "lost+found" {
             foreign.push(name);
         }
     }
@@ -523,6 +540,31 @@ mod tests {
         assert_eq!(
             parse("data = \"archive\"\n", &["--data", "here"]),
             std::path::Path::new("here")
+        );
+    }
+
+    /// An empty `data` in the file (a template rendered empty) is refused:
+    /// it would name the working directory, or the file's own folder.
+    /// The flag overrides it.
+    #[test]
+    fn an_empty_data_in_the_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cairn.toml");
+        std::fs::write(&path, "data = \"\"\n").unwrap();
+        let parse = |flags: &[&str]| {
+            let mut args = vec!["run", "--brokers", "b:1", "--group", "g", "--topics", "t"];
+            args.extend(["--config", path.to_str().unwrap()]);
+            args.extend_from_slice(flags);
+            Cli::try_parse_from(args).unwrap().run.into_config()
+        };
+        let err = parse(&[]).err().expect("refused").to_string();
+        assert!(
+            err.contains("data = \"\" in the config file: empty"),
+            "{err}"
+        );
+        assert_eq!(
+            parse(&["--data", "/srv/a"]).unwrap().data,
+            std::path::Path::new("/srv/a")
         );
     }
 
