@@ -557,7 +557,7 @@ mod tests {
             args.extend_from_slice(flags);
             Cli::try_parse_from(args).unwrap().run.into_config()
         };
-        let err = parse(&[]).err().expect("refused").to_string();
+        let err = parse(&[]).expect_err("refused").to_string();
         assert!(
             err.contains("data = \"\" in the config file: empty"),
             "{err}"
