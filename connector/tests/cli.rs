@@ -1402,6 +1402,12 @@ fn prune_deletes_below_the_cut_and_keeps_next_offsets() {
         ),
         // An offset alone would cut every topic at it.
         (&["--before", "105"][..], "--before 105: give --topic too"),
+        // Past every chosen partition's end (a digit too many): it would
+        // empty them all without a word.
+        (
+            &["--before", "3000", "-t", "a"][..],
+            "--before 3000 is past the next offset of every partition chosen (the largest is 300), so it would empty them all: to do that, give --before 300",
+        ),
     ] {
         let mut a = vec!["prune", "--data", d];
         a.extend_from_slice(args);

@@ -229,6 +229,18 @@ pub(crate) fn prune(
     let cut = cut.check()?;
     check_selection(selection, cut)?;
     let chosen = selection.choose(engine.partitions(), &[])?;
+    // An offset past everything chosen (a digit too many) would empty
+    // every partition without a word: refused. To empty them, the largest
+    // next offset is the cut (smaller partitions are emptied by it too).
+    if let Cut::Offset(o) = cut {
+        if let Some(largest) = chosen.iter().map(|p| p.next_offset).max() {
+            if o > largest {
+                return Err(ConnectorError::Config(format!(
+                    "--before {o} is past the next offset of every partition chosen (the largest is {largest}), so it would empty them all: to do that, give --before {largest}"
+                )));
+            }
+        }
+    }
     let size_before = engine.size_on_disk()?;
     let verb = if dry_run { "would prune" } else { "pruned" };
     let mut total = pruner::PassReport::default();
