@@ -132,6 +132,24 @@ impl Engine {
                 "the backup's directory must lie outside the archive's",
             ));
         }
+        // One found: no more open to group and others than the archive,
+        // or the copy's records could be read by users the archive keeps
+        // out (sled makes its files with the umask's modes, 0644 say).
+        if !made {
+            let found = std::fs::metadata(&real).map_err(io("back up"))?.mode() & 0o777;
+            let wider = found & 0o077 & !(source_mode.mode() & 0o077);
+            if wider != 0 {
+                return Err(io("back up")(std::io::Error::new(
+                    std::io::ErrorKind::PermissionDenied,
+                    format!(
+                        "the backup's directory is mode {:o}, open to users the archive ({:o}) keeps out, who could read the copy's records: chmod it to {:o} or tighter, or give a new directory",
+                        found,
+                        source_mode.mode() & 0o777,
+                        (source_mode.mode() & 0o077) | 0o700
+                    ),
+                )));
+            }
+        }
         if made {
             let parent = real.parent().unwrap_or(Path::new("/"));
             if let Err(e) = crate::sync::sync_dir(parent) {
@@ -234,7 +252,13 @@ impl Engine {
         if report.is_err() {
             // Still under the lock: what the backup wrote, by name (anything
             // else put there meanwhile is not the backup's to remove).
-            let removed = match crate::removal::remove_store_files(&real) {
+            // Their removal is made durable before the mark's: a power cut
+            // must not leave the mark gone and the copy's remains there,
+            // which sled would open as a store (an empty one, its data file
+            // gone).
+            let removed = match crate::removal::remove_store_files(&real)
+                .and_then(|()| crate::sync::sync_dir(&real))
+            {
                 Ok(()) => true,
                 Err(e) => {
                     tracing::error!(path = %real.display(), error = %e, "could not remove the backup's partial copy: it stays marked unfinished ({BACKUP_INCOMPLETE_FILE}); remove it by hand");

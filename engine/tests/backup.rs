@@ -471,6 +471,31 @@ fn a_backup_directory_is_no_more_open_than_the_archive() {
             "archive {archive:o}: backup made {got:o}"
         );
     }
+    // A directory found (made by the user) that is more open than the
+    // archive is refused, with nothing written into it (before 2026-12-03
+    // it was taken as it was, and the copy was readable by all); one as
+    // closed is taken.
+    std::fs::set_permissions(&src, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let found = dir.path().join("found");
+    std::fs::create_dir(&found).unwrap();
+    std::fs::set_permissions(&found, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let err = engine
+        .backup_to(&found, &AtomicBool::new(false))
+        .expect_err("a directory more open than the archive");
+    assert!(
+        err.to_string().contains(
+            "the backup's directory is mode 755, open to users the archive (700) keeps out"
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&found).unwrap().count(),
+        0,
+        "nothing written"
+    );
+    std::fs::set_permissions(&found, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let r = engine.backup_to(&found, &AtomicBool::new(false)).unwrap();
+    assert!(r.verify.is_clean(), "{:?}", r.verify.problems);
     // For the temporary folder's removal.
     std::fs::set_permissions(&src, std::fs::Permissions::from_mode(0o700)).unwrap();
 }

@@ -23,7 +23,8 @@ pub const EXIT_INTERRUPTED: u8 = 130;
 pub struct BackupArgs {
     #[command(flatten)]
     pub data: super::DataArg,
-    /// Where to write the copy: a directory that does not exist or is empty.
+    /// Where to write the copy: a directory that does not exist, or an
+    /// empty one no more open to group and others than the archive's.
     #[arg(long, value_name = "DIR")]
     pub to: PathBuf,
 }
