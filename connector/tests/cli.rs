@@ -254,6 +254,25 @@ fn a_topic_kafka_cannot_serve_yet_is_named_as_such() {
     assert!(!err.contains("does not exist"), "{err}");
 }
 
+/// `status` refuses an empty `--brokers` or `--group` at once, as `run`
+/// does (before 2026-12-03 it waited out the connect timeout for brokers
+/// named "", or warned and exited 0 for a group named "").
+#[test]
+fn status_refuses_empty_brokers_and_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    for (args, flag) in [
+        (&["--brokers", ""][..], "--brokers"),
+        (&["--brokers", "127.0.0.1:1", "--group", ""][..], "--group"),
+    ] {
+        let mut a = vec!["status", "--data", d];
+        a.extend_from_slice(args);
+        let (code, out, err) = cairn(&a);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(out.is_empty() && err.contains(flag), "{args:?}: {err}");
+    }
+}
+
 /// The first line of a `cairn run` child's log that holds `needle`, read
 /// up to it; a commit logged before it fails the test. `None`: the log
 /// ended first.

@@ -92,6 +92,27 @@ impl SelectArgs {
 }
 
 /// Whether `dir` holds an archive (not an empty or new folder).
+/// The `-X` flags as settings, refusing one name given twice with two
+/// values: the last would win without a word, where one property under two
+/// names is refused (`librdkafka::refuse_two_names`).
+pub(crate) fn kafka_flags(
+    flags: Vec<(String, String)>,
+) -> crate::Result<std::collections::BTreeMap<String, String>> {
+    let mut settings: std::collections::BTreeMap<String, String> =
+        std::collections::BTreeMap::new();
+    for (k, v) in flags {
+        if let Some(prev) = settings.get(&k) {
+            if !crate::librdkafka::same_value(&v, prev) {
+                return Err(crate::ConnectorError::Config(format!(
+                    "-X {k}={prev} and -X {k}={v}: one property given twice with two values; give it once"
+                )));
+            }
+        }
+        settings.insert(k, v);
+    }
+    Ok(settings)
+}
+
 pub fn holds_archive(dir: &std::path::Path) -> bool {
     cairn_engine::EngineConfig::new(dir).store_exists()
 }

@@ -61,7 +61,7 @@ impl RestoreArgs {
         cfg.offset_header = self.offset_header;
         cfg.resume = self.resume;
         cfg.connect_timeout_ms = self.connect_timeout_ms;
-        cfg.kafka = self.kafka.into_iter().collect();
+        cfg.kafka = super::kafka_flags(self.kafka)?;
         Ok(cfg)
     }
 }

@@ -230,7 +230,7 @@ impl RunArgs {
             .filter(|k| !self.kafka.iter().any(|(f, _)| f == *k))
             .cloned()
             .collect();
-        kafka.extend(self.kafka);
+        kafka.extend(super::kafka_flags(self.kafka)?);
         c.kafka = kafka;
         c.validate().map_err(|e| match (e, &file_path) {
             (ConnectorError::Config(m), Some(path)) => {
@@ -541,6 +541,32 @@ mod tests {
             parse("data = \"archive\"\n", &["--data", "here"]),
             std::path::Path::new("here")
         );
+    }
+
+    /// One `-X` name given twice with two values is refused (before
+    /// 2026-12-03 the last won without a word); with the same value, taken;
+    /// a flag over the file's setting of it is an override, not a repeat.
+    #[test]
+    fn an_x_flag_given_twice_with_two_values_is_refused() {
+        let err = config(
+            "",
+            &[
+                "-X",
+                "session.timeout.ms=6000",
+                "-X",
+                "session.timeout.ms=10000",
+            ],
+        )
+        .expect_err("two values")
+        .to_string();
+        assert!(
+            err.contains("-X session.timeout.ms=6000 and -X session.timeout.ms=10000: one property given twice with two values"),
+            "{err}"
+        );
+        let same = config("", &["-X", "linger.ms=5", "-X", "linger.ms=5"]).unwrap();
+        assert_eq!(same.kafka["linger.ms"], "5");
+        let over = config("[kafka]\n\"linger.ms\" = \"5\"\n", &["-X", "linger.ms=7"]).unwrap();
+        assert_eq!(over.kafka["linger.ms"], "7");
     }
 
     /// An empty `data` in the file (a template rendered empty) is refused:

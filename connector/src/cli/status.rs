@@ -21,10 +21,10 @@ pub struct StatusArgs {
     /// Also ask Kafka for its watermarks (and with `--group`, committed
     /// offsets), and list the partitions of archived topics that the
     /// archive holds nothing of.
-    #[arg(long)]
+    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub brokers: Option<String>,
     /// The consumer group whose committed offsets to show (needs `--brokers`).
-    #[arg(long, requires = "brokers")]
+    #[arg(long, requires = "brokers", value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub group: Option<String>,
     /// How long to wait for the brokers before giving up.
     #[arg(long, default_value_t = 10_000, requires = "brokers")]
@@ -79,7 +79,7 @@ impl Row {
 
 pub async fn run(args: StatusArgs) -> Result<ExitCode> {
     check_connect_timeout_ms(args.connect_timeout_ms)?;
-    let kafka: BTreeMap<String, String> = args.kafka.iter().cloned().collect();
+    let kafka: BTreeMap<String, String> = super::kafka_flags(args.kafka.clone())?;
     refuse_managed_keys(&kafka, &MANAGED_CONSUMER_KEYS, "cairn status")?;
     // Made now, so that librdkafka checks the -X settings before the
     // archive is opened (an open may recover it, or upgrade its format).
