@@ -273,6 +273,38 @@ fn status_refuses_empty_brokers_and_group() {
     }
 }
 
+/// `--output` naming stdout (`/dev/stdout`, `-`) writes to stdout itself:
+/// appended by the shell's `>>` to what the file held, where before
+/// 2026-12-03 the export followed the link to the file and replaced it
+/// (and `-` made a file named -).
+#[test]
+fn export_to_dev_stdout_appends_under_the_shells_redirection() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("a");
+    archive_of(&data, &[("a", 0, 1)]);
+    let all = dir.path().join("all.jsonl");
+    for name in ["/dev/stdout", "-"] {
+        std::fs::write(&all, "earlier\n").unwrap();
+        let status = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "\"$0\" export --data \"$1\" --output {name} >> \"$2\""
+            ))
+            .arg(common::CAIRN)
+            .arg(&data)
+            .arg(&all)
+            .current_dir(dir.path())
+            .status()
+            .unwrap();
+        assert!(status.success(), "{name}");
+        let text = std::fs::read_to_string(&all).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "earlier", "{name}: {text}");
+        assert_eq!(lines.len(), 11, "{name}: {text}");
+        assert!(!dir.path().join("-").exists(), "{name}");
+    }
+}
+
 /// The first line of a `cairn run` child's log that holds `needle`, read
 /// up to it; a commit logged before it fails the test. `None`: the log
 /// ended first.

@@ -42,7 +42,8 @@ pub struct ExportArgs {
     pub select: super::SelectArgs,
     #[arg(long, value_enum, default_value_t = Format::Jsonl)]
     pub format: Format,
-    /// Write here instead of stdout.
+    /// Write here instead of stdout (`-`, `/dev/stdout` and `/dev/fd/1`
+    /// are stdout itself, so that `>>` appends).
     #[arg(long)]
     pub output: Option<PathBuf>,
 }
@@ -105,21 +106,23 @@ pub async fn run(args: ExportArgs) -> Result<ExitCode> {
     let select = args.select.into_selection();
     select.check_range()?;
     let data = &args.data.data;
-    if let Some(output) = &args.output {
+    // Names of stdout are written to as stdout: followed as links to the
+    // file behind it, the export would be staged beside that file and
+    // renamed over it, so that `--output /dev/stdout >> all.jsonl` lost
+    // what the file held (before 2026-12-03; and `-` made a file named -).
+    let output = args.output.filter(|o| !names_stdout(o));
+    if let Some(output) = &output {
         let end = link_end(output);
         check_output(output, &end)?;
         refuse_inside(output, &end, data)?;
     }
-    let out_path = args
-        .output
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("<stdout>"));
+    let out_path = output.clone().unwrap_or_else(|| PathBuf::from("<stdout>"));
     // A file is written under a staged name and renamed into place once the
     // export is complete: a refused, failed or interrupted export leaves an
     // existing file as it was.
     let staged = Staged::default();
     let watcher = remove_on_interrupt(staged.clone(), out_path.clone())?;
-    let out = BufWriter::with_capacity(1 << 20, Output::new(args.output.clone(), staged));
+    let out = BufWriter::with_capacity(1 << 20, Output::new(output, staged));
     let result = match crate::live::connect(data) {
         Ok(Some(conn)) => export_live(conn, select, args.format, out, &out_path),
         Ok(None) => export_stopped(data, &select, args.format, out, &out_path),
@@ -150,6 +153,13 @@ fn link_end(path: &Path) -> PathBuf {
         }
     }
     at
+}
+
+/// Whether `--output` names this process's stdout rather than a file.
+fn names_stdout(output: &Path) -> bool {
+    ["-", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"]
+        .iter()
+        .any(|s| output.as_os_str() == *s)
 }
 
 /// Refuses, before anything is read, an `--output` the export could not
