@@ -206,6 +206,10 @@ impl Engine {
 
     /// The earliest offset whose timestamp is ≥ `timestamp_ms` (Kafka's
     /// ListOffsets semantics), or `None` if no stored record qualifies.
+    /// A negative `timestamp_ms` is a time before the epoch, not one of
+    /// ListOffsets' markers (-1 latest, -2 earliest): every record
+    /// qualifies, a record without a timestamp (-1) included, and the
+    /// answer is the first offset held.
     pub fn offset_for_time(&self, tp: &TopicPartition, timestamp_ms: i64) -> Result<Option<i64>> {
         let (found, _) = self.first_offset_where(
             tp,
