@@ -612,12 +612,7 @@ fn an_export_waiting_for_a_fifos_reader_ends_at_a_signal() {
         }
         std::thread::yield_now();
     }
-    let killed = Command::new("kill")
-        .arg("-TERM")
-        .arg(pid.to_string())
-        .status()
-        .unwrap();
-    assert!(killed.success());
+    common::send_signal(pid, "TERM");
     // It must end by itself; one that does not is killed, not waited for.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while child.try_wait().unwrap().is_none() {

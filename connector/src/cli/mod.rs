@@ -91,7 +91,6 @@ impl SelectArgs {
     }
 }
 
-/// Whether `dir` holds an archive (not an empty or new folder).
 /// The `-X` flags as settings, refusing one name given twice with two
 /// values: the last would win without a word, where one property under two
 /// names is refused (`librdkafka::refuse_two_names`).
@@ -113,6 +112,7 @@ pub(crate) fn kafka_flags(
     Ok(settings)
 }
 
+/// Whether `dir` holds an archive (not an empty or new folder).
 pub fn holds_archive(dir: &std::path::Path) -> bool {
     cairn_engine::EngineConfig::new(dir).store_exists()
 }

@@ -156,13 +156,24 @@ pub const FAST_GROUP: [(&str, &str); 2] = [
     ("heartbeat.interval.ms", "300"),
 ];
 
-/// Send `signal` (`INT`, `TERM`) to the process `pid`, asserting it was sent.
+/// Send `signal` (`INT`, `TERM`, `KILL`) to the process `pid`, asserting it
+/// was sent. With kill(2), not kill(1): a minimal image has no procps.
 pub fn send_signal(pid: u32, signal: &str) {
-    let sent = Command::new("kill")
-        .args([format!("-{signal}"), pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(sent.success(), "kill -{signal} {pid}");
+    let sig = match signal {
+        "INT" => libc::SIGINT,
+        "TERM" => libc::SIGTERM,
+        "KILL" => libc::SIGKILL,
+        other => panic!("no such signal here: {other}"),
+    };
+    // SAFETY: kill(2) takes a pid and a signal number; nothing is borrowed.
+    #[allow(unsafe_code)]
+    let sent = unsafe { libc::kill(pid as libc::pid_t, sig) };
+    assert_eq!(
+        sent,
+        0,
+        "kill -{signal} {pid}: {}",
+        std::io::Error::last_os_error()
+    );
 }
 
 /// The flags every `cairn run` of the tests gives: its brokers, group,
@@ -228,7 +239,11 @@ impl Watchdog {
                     "watchdog: cairn run (pid {pid}) still running after {} s: killing it",
                     CHILD_LIFETIME_MAX.as_secs()
                 );
-                let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+                // SAFETY: as in `send_signal`.
+                #[allow(unsafe_code)]
+                unsafe {
+                    libc::kill(pid as libc::pid_t, libc::SIGKILL);
+                }
             }
         });
         Watchdog(tx)
