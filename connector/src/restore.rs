@@ -743,7 +743,8 @@ fn preflight(
     // Partitions whose last record says where an earlier restore stopped:
     // read together (one at a time, each waited out the reader's previous
     // fetch long-poll: 15.7 s for 32 partitions).
-    let mut to_read: Vec<(&TopicPartition, &TopicPartition, i64)> = Vec::new();
+    // (source, target, the target's low and high watermarks)
+    let mut to_read: Vec<(&TopicPartition, &TopicPartition, i64, i64)> = Vec::new();
     // Every target that holds records, to name them all in one refusal.
     let mut occupied: Vec<(&TopicPartition, i64, i64)> = Vec::new();
     for (source, target) in plan {
@@ -768,7 +769,7 @@ fn preflight(
                     "--resume: {target} held records (up to offset {high}) that are all gone (retention or deletion), so where an earlier restore stopped cannot be read; use --partition, --from and --append"
                 )));
             }
-            to_read.push((source, target, high - 1));
+            to_read.push((source, target, low, high));
         } else if high <= low {
             // Held records once, all gone now: nothing to interleave with.
             starts.insert(target.clone(), cfg.select.from);
@@ -793,14 +794,23 @@ fn preflight(
     }
     if !to_read.is_empty() {
         let reader = resume_reader(cfg)?;
-        let wanted: Vec<(TopicPartition, i64)> = to_read
-            .iter()
-            .map(|(_, target, offset)| ((*target).clone(), *offset))
-            .collect();
-        let mut last = last_records(&reader, &wanted, cfg, timeout, stop)?;
-        for (source, target, _) in to_read {
+        let at = |first: bool| -> Vec<(TopicPartition, i64)> {
+            to_read
+                .iter()
+                .map(|(_, target, low, high)| {
+                    ((*target).clone(), if first { *low } else { high - 1 })
+                })
+                .collect()
+        };
+        // The first records first: a record the reader fetched before it
+        // was moved on is below the last one, which the second read skips.
+        let mut first = last_records(&reader, &at(true), "first", cfg, timeout, stop)?;
+        let mut last = last_records(&reader, &at(false), "last", cfg, timeout, stop)?;
+        for (source, target, low, high) in to_read {
             let record = last.remove(target).expect("read above");
             let archived = check_last(engine, source, target, &record, cfg)?;
+            let first = first.remove(target).expect("read above");
+            check_count(engine, source, target, (low, high), &first, archived)?;
             let next = archived.checked_add(1).ok_or_else(|| {
                 ConnectorError::RestoreRefused(format!(
                     "--resume: the last record of {target} names archived offset {archived}, past any archive"
@@ -850,6 +860,7 @@ struct LastRecord {
 fn last_records(
     consumer: &BaseConsumer<ReaderContext>,
     wanted: &[(TopicPartition, i64)],
+    which: &str,
     cfg: &RestoreConfig,
     timeout: Duration,
     stop: &dyn Fn() -> bool,
@@ -877,7 +888,7 @@ fn last_records(
         if stop() {
             return Err(ConnectorError::StoppedWaiting {
                 brokers: cfg.brokers.clone(),
-                asked_for: format!("the last records of {} for --resume", at.join(", ")),
+                asked_for: format!("the {which} records of {} for --resume", at.join(", ")),
                 waited_ms: t0.elapsed().as_millis() as u64,
             });
         }
@@ -889,7 +900,7 @@ fn last_records(
                 .map(|(tp, o)| format!("{tp}@{o}"))
                 .collect();
             return Err(ConnectorError::RestoreRefused(format!(
-                "--resume: could not read the last record of {} within {} ms{}; if Kafka did not answer, run the command again once it does; if the last offset holds no record (a transaction marker, or compacted away), where an earlier restore stopped cannot be read: use --partition, --from and --append",
+                "--resume: could not read the {which} record of {} within {} ms{}; if Kafka did not answer, run the command again once it does; if the {which} offset holds no record (a transaction marker, or compacted away), where an earlier restore stopped cannot be read: use --partition, --from and --append",
                 missing.join(", "),
                 timeout.as_millis(),
                 last_error.map_or(String::new(), |e: KafkaError| format!(" (last error: {e})"))
@@ -938,6 +949,43 @@ fn last_records(
         }
     }
     Ok(found)
+}
+
+/// Refuses a target whose records from its first to its last do not
+/// number what the archive holds between the archived offsets those two
+/// name: an earlier restore that stopped with a gap (its error said not
+/// to resume the partition; a script retrying until exit 0 would not
+/// see it), records whose acknowledgement was lost below one that failed,
+/// another producer's records, or a compacted target. Trusting the last
+/// record alone, a resume would go on above the gap and end whole.
+/// Checked only when the first record is a restore's of this archive
+/// (its offset header names an archived record with its key and value):
+/// an `--append` into a topic that held other records starts with those.
+fn check_count(
+    engine: &Engine,
+    source: &TopicPartition,
+    target: &TopicPartition,
+    (low, high): (i64, i64),
+    first: &LastRecord,
+    last_archived: i64,
+) -> Result<()> {
+    let first_archived = first.archived.filter(|&a| {
+        matches!(engine.read(source, a).map(|mut r| r.next()),
+            Ok(Some(Ok(r))) if r.offset == a && r.key == first.key && r.value == first.value)
+    });
+    let Some(first_archived) = first_archived else {
+        tracing::debug!(%target, "--resume: the target's first record is not this archive's: its count is not checked");
+        return Ok(());
+    };
+    let held = u64::try_from(high - low).unwrap_or(0);
+    let archived = engine.count_range(source, first_archived, last_archived.saturating_add(1))?;
+    if held != archived {
+        return Err(ConnectorError::RestoreRefused(format!(
+            "--resume: {target} holds {held} records (offsets {low}..{high}) from archived offset {first_archived} to {last_archived}, but the archive holds {archived} between those two: records are {} (an earlier restore that stopped with a gap, whose error said not to resume this partition; another producer; or a compacted target), so resuming after the last would not make it whole; restore into an empty topic, or use --partition, --from and --append for what is missing",
+            if held < archived { "missing from the target" } else { "in the target that the archive does not account for" }
+        )));
+    }
+    Ok(())
 }
 
 /// The archived offset `last` says it holds, once checked against the

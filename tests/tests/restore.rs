@@ -879,6 +879,47 @@ fn resume_checks_the_last_record_against_the_archive() {
     );
 }
 
+/// `--resume` counts the target's records from its first to its last
+/// against what the archive holds between the archived offsets they name:
+/// records missing below the last (an earlier restore's gap) or extra
+/// among them are refused, where trusting the last record alone resumed
+/// above them and ended whole (before 2026-12-03).
+#[test]
+fn resume_refuses_a_target_missing_records_below_its_last() {
+    init_logs();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = archive_of(dir.path(), &[(ARCHIVED, 20)]);
+    for (name, extra, want) in [
+        ("gap", None, "holds 11 records (offsets 0..11) from archived offset 0 to 15, but the archive holds 16 between those two: records are missing from the target"),
+        ("extra", Some(10), "holds 12 records (offsets 0..12) from archived offset 0 to 10, but the archive holds 11 between those two: records are in the target that the archive does not account for"),
+    ] {
+        let k = TestKafka::new(name, 1);
+        let mut cfg = config(&k);
+        cfg.offset_header = Some("cairn.offset".into());
+        cfg.select.to = Some(10);
+        restore(&engine, &cfg).unwrap();
+        // Then another producer's record, or none; then the archive's
+        // record `last`, as a restore writes it.
+        let last = match extra {
+            Some(last) => {
+                produce_one(&k, 0, b"someone else's", None);
+                last
+            }
+            None => 15,
+        };
+        let value = format!("{ARCHIVED} {last}");
+        produce_one(&k, 0, value.as_bytes(), Some(("cairn.offset", &last.to_string())));
+        let before = highs(&k, 1);
+        cfg.select.to = None;
+        cfg.resume = true;
+        match restore(&engine, &cfg) {
+            Err(ConnectorError::RestoreRefused(m)) => assert!(m.contains(want), "{name}: {m}"),
+            other => panic!("{name}: {other:?}"),
+        }
+        assert_eq!(highs(&k, 1), before, "{name}: nothing produced");
+    }
+}
+
 /// A target whose last record names an archived offset a prune has deleted
 /// since is told apart from someone else's record: the error says the
 /// archive lost those records and how to go on from what it holds.
