@@ -40,7 +40,8 @@ const TIMESTAMP_BASE_MS: i64 = 1_767_225_600_000;
 
 #[derive(Debug, clap::Args)]
 pub struct DemoArgs {
-    /// Records to produce and archive.
+    /// Records to produce and archive, 1 to 100000 (what the embedded
+    /// Kafka keeps of the demo's partitions).
     #[arg(long, default_value_t = 100_000)]
     pub records: u64,
     /// Where to keep the archive: a new or empty folder (default: a new

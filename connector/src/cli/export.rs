@@ -40,6 +40,7 @@ pub struct ExportArgs {
     pub data: super::DataArg,
     #[command(flatten)]
     pub select: super::SelectArgs,
+    /// How each record is written.
     #[arg(long, value_enum, default_value_t = Format::Jsonl)]
     pub format: Format,
     /// Write here instead of stdout (`-`, `/dev/stdout` and `/dev/fd/1`

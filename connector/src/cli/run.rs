@@ -46,7 +46,8 @@ pub struct RunArgs {
     /// Longest a polled record waits before its put [default: 5].
     #[arg(long)]
     pub linger_ms: Option<u64>,
-    /// Largest record accepted (key + value + headers).
+    /// Largest record accepted (key + value + headers) [default: 8388608];
+    /// a larger one is handled as `--on-oversize` says.
     #[arg(long)]
     pub record_bytes_max: Option<u64>,
     /// What to do with a record over --record-bytes-max.
