@@ -102,6 +102,9 @@ pub struct RunConfig {
 }
 
 impl RunConfig {
+    /// `batch_bytes_max` unless set: 8 MiB.
+    pub const DEFAULT_BATCH_BYTES_MAX: usize = 8 << 20;
+
     pub fn new(
         brokers: impl Into<String>,
         group: impl Into<String>,
@@ -115,7 +118,7 @@ impl RunConfig {
             data,
             commit: CommitPolicy::EveryPut,
             batch_records_max: 10_000,
-            batch_bytes_max: 8 << 20,
+            batch_bytes_max: Self::DEFAULT_BATCH_BYTES_MAX,
             linger_ms: 5,
             record_bytes_max: 8 << 20,
             on_oversize: OnOversize::Fail,

@@ -48,7 +48,7 @@ pub struct CairnRun {
     pub fsyncs_per_s: f64,
     pub payload_bytes: u64,
     /// p50 over the floor's p50 (target for every-put: <= 1.5).
-    pub p50_vs_floor: f64,
+    pub p50_vs_floor: Option<f64>,
     /// p99 over the floor's p99 (target for every-put: <= 3); `null` when
     /// either has fewer than [`P99_SAMPLES_MIN`] samples.
     pub p99_vs_floor: Option<f64>,
@@ -91,7 +91,11 @@ impl CairnRun {
             .cpu
             .zip(ceiling_cpu)
             .map(|(own, c)| c.total_us_per_record() / own.total_us_per_record().max(1e-9));
-        self.p50_vs_floor = self.put_to_commit.p50_us as f64 / floor.sum.p50_us.max(1) as f64;
+        self.p50_vs_floor = self
+            .put_to_commit
+            .p50()
+            .zip(floor.sum.p50())
+            .map(|(own, floor)| own as f64 / floor.max(1) as f64);
         self.p99_vs_floor = (self.put_to_commit.samples >= P99_SAMPLES_MIN
             && floor.sum.samples >= P99_SAMPLES_MIN)
             .then(|| self.put_to_commit.p99_us as f64 / floor.sum.p99_us.max(1) as f64);
@@ -446,7 +450,7 @@ pub fn cairn(case: &Case, policy: CommitPolicy) -> Result<(CairnRun, Histogram<u
         fsyncs: a.fsyncs,
         fsyncs_per_s: a.fsyncs as f64 / a.seconds,
         payload_bytes: report.stats.payload_bytes,
-        p50_vs_floor: 0.0,
+        p50_vs_floor: None,
         p99_vs_floor: None,
         pct_of_ceiling: 0.0,
         steady_records_per_s: a.steady_records_per_s,

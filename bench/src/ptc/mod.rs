@@ -71,19 +71,36 @@ fn default_out() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/bench")
 }
 
+/// The Python loop's batch: as many records as cairn's puts hold, which
+/// stop at `--batch-records-max` records or at the connector's default
+/// `batch_bytes_max` (8 MiB) of buffered records, as the consumer counts
+/// them (a value's buffer plus the record's own struct; these records have
+/// no key and no headers). At 10 KiB that is about 800, not 1000.
+fn python_batch(batch_records_max: usize, size: usize) -> usize {
+    let held = size + std::mem::size_of::<cairn_engine::Record>();
+    let by_bytes = cairn_connector::config::RunConfig::DEFAULT_BATCH_BYTES_MAX.div_ceil(held);
+    batch_records_max.min(by_bytes).max(1)
+}
+
 pub fn parse_policy(s: &str) -> Result<CommitPolicy, String> {
     s.parse::<CommitPolicy>().map_err(|e| e.to_string())
 }
 
+/// Fewest samples a p50 is reported for, and compared, with: 10 beyond it.
+/// Below it the table prints `n/a(N)` and the JSON ratio is `null` (a
+/// 10 KiB case has about 17 puts a policy).
+pub const P50_SAMPLES_MIN: u64 = 20;
+/// Fewest samples a p90 is reported for: 10 beyond it.
+pub const P90_SAMPLES_MIN: u64 = 100;
 /// Fewest samples a p99 is reported for, and compared, with: 10 beyond it.
 /// Below it the table prints `n/a(N)` and the JSON ratio is `null`.
 pub const P99_SAMPLES_MIN: u64 = 1000;
 /// Fewest samples a p99.9 is reported for: 10 beyond it.
 pub const P999_SAMPLES_MIN: u64 = 10_000;
 
-/// Latency percentiles in microseconds. In the JSON, a p99 or p99.9 of
-/// fewer samples than it needs ([`P99_SAMPLES_MIN`], [`P999_SAMPLES_MIN`])
-/// is `null`, as the table prints `n/a(N)`.
+/// Latency percentiles in microseconds. In the JSON, a quantile of fewer
+/// samples than it needs ([`P50_SAMPLES_MIN`] and the others) is `null`,
+/// as the table prints `n/a(N)`.
 #[derive(Debug, Clone)]
 pub struct Latency {
     pub samples: u64,
@@ -99,16 +116,16 @@ impl Serialize for Latency {
         #[derive(Serialize)]
         struct Shown {
             samples: u64,
-            p50_us: u64,
-            p90_us: u64,
+            p50_us: Option<u64>,
+            p90_us: Option<u64>,
             p99_us: Option<u64>,
             p999_us: Option<u64>,
             max_us: u64,
         }
         Shown {
             samples: self.samples,
-            p50_us: self.p50_us,
-            p90_us: self.p90_us,
+            p50_us: self.p50(),
+            p90_us: (self.samples >= P90_SAMPLES_MIN).then_some(self.p90_us),
             p99_us: (self.samples >= P99_SAMPLES_MIN).then_some(self.p99_us),
             p999_us: (self.samples >= P999_SAMPLES_MIN).then_some(self.p999_us),
             max_us: self.max_us,
@@ -118,6 +135,11 @@ impl Serialize for Latency {
 }
 
 impl Latency {
+    /// The p50, if there are samples enough for one.
+    pub fn p50(&self) -> Option<u64> {
+        (self.samples >= P50_SAMPLES_MIN).then_some(self.p50_us)
+    }
+
     pub fn of(h: &Histogram<u64>) -> Latency {
         Latency {
             samples: h.len(),
@@ -325,11 +347,12 @@ fn round(
                 let policy = args.policies[i];
                 let (run, h) = measure::cairn(case, policy)?;
                 eprintln!(
-                    "   cairn {}: {:.0} records/s, put-to-commit p50 {} us p99 {} us",
+                    "   cairn {}: {:.0} records/s, put-to-commit p50 {} us p99 {} us (of {} puts)",
                     run.policy,
                     run.throughput.records_per_s,
                     run.put_to_commit.p50_us,
-                    run.put_to_commit.p99_us
+                    run.put_to_commit.p99_us,
+                    run.put_to_commit.samples
                 );
                 if policy == CommitPolicy::EveryPut && run.puts > 0 {
                     *put_bytes = (run.payload_bytes / run.puts) as usize;
@@ -373,7 +396,7 @@ fn round(
                     case.topic,
                     records,
                     case.size,
-                    args.batch_records_max,
+                    python_batch(args.batch_records_max, case.size),
                     case.out,
                 ) {
                     Peer::Ran((run, h)) => {
@@ -522,4 +545,20 @@ pub fn run(args: Args) -> Result<(), String> {
         args.out.join("put_to_commit_cdf.svg").display()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::python_batch;
+
+    /// The Python loop batches as cairn's puts do: by records while they
+    /// are small, by the 8 MiB byte bound once that comes first.
+    #[test]
+    fn the_python_loops_batch_is_cairns_put() {
+        assert_eq!(python_batch(1000, 100), 1000);
+        assert_eq!(python_batch(1000, 1024), 1000);
+        let at_10k = python_batch(1000, 10 * 1024);
+        assert!((700..900).contains(&at_10k), "{at_10k}");
+        assert_eq!(python_batch(1000, 64 << 20), 1);
+    }
 }

@@ -6,7 +6,10 @@ use std::process::Command;
 use hdrhistogram::Histogram;
 use plotters::prelude::*;
 
-use super::{summary, Latency, Peer, Report, Round, Throughput, P999_SAMPLES_MIN, P99_SAMPLES_MIN};
+use super::{
+    summary, Latency, Peer, Report, Round, Throughput, P50_SAMPLES_MIN, P90_SAMPLES_MIN,
+    P999_SAMPLES_MIN, P99_SAMPLES_MIN,
+};
 
 pub fn date_utc() -> String {
     Command::new("date")
@@ -51,8 +54,8 @@ fn row(name: &str, t: Option<&Throughput>, l: Option<&Latency>, extra: &str) {
             }
         };
         [
-            l.p50_us.to_string(),
-            l.p90_us.to_string(),
+            tail(l.p50_us, P50_SAMPLES_MIN),
+            tail(l.p90_us, P90_SAMPLES_MIN),
             tail(l.p99_us, P99_SAMPLES_MIN),
             tail(l.p999_us, P999_SAMPLES_MIN),
             l.max_us.to_string(),
@@ -127,8 +130,9 @@ fn round_table(c: &Round, rounds: usize) {
             Some(&run.throughput),
             Some(&run.put_to_commit),
             &format!(
-                "{:.2}x / {} floor p50/p99, {:.0}% of ceiling, {:.0} fsyncs/s, {} puts",
-                run.p50_vs_floor,
+                "{} / {} floor p50/p99, {:.0}% of ceiling, {:.0} fsyncs/s, {} puts",
+                run.p50_vs_floor
+                    .map_or("n/a".to_owned(), |r| format!("{r:.2}x")),
                 run.p99_vs_floor
                     .map_or("n/a".to_owned(), |r| format!("{r:.2}x")),
                 run.pct_of_ceiling,

@@ -281,8 +281,8 @@ pub fn python(
         write_to_commit: Latency::of(&h),
     };
     eprintln!(
-        "   python loop: {:.0} records/s, write-to-commit p50 {} us",
-        run.throughput.records_per_s, run.write_to_commit.p50_us
+        "   python loop: {:.0} records/s, write-to-commit p50 {} us (of {} batches)",
+        run.throughput.records_per_s, run.write_to_commit.p50_us, run.write_to_commit.samples
     );
     Peer::Ran((run, h))
 }

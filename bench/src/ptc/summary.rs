@@ -10,12 +10,12 @@ use super::peers::{KcatRun, PythonRun};
 use super::{Peer, Round};
 
 /// One policy's ratios in one round, each cairn's figure over a baseline
-/// of the same round. `None` where the baseline was skipped, or a p99 had
-/// too few samples.
+/// of the same round. `None` where the baseline was skipped, or a quantile
+/// had too few samples.
 #[derive(Debug, Clone, Serialize)]
 pub struct Ratios {
     pub policy: String,
-    pub p50_vs_floor: f64,
+    pub p50_vs_floor: Option<f64>,
     pub p99_vs_floor: Option<f64>,
     pub pct_of_ceiling: f64,
     pub steady_pct_of_ceiling: Option<f64>,
@@ -49,8 +49,10 @@ impl Ratios {
                 Peer::Skipped { .. } => None,
             },
             vs_python: python.map(|p| rps / p.throughput.records_per_s),
-            p50_vs_python: python
-                .map(|p| run.put_to_commit.p50_us as f64 / p.write_to_commit.p50_us.max(1) as f64),
+            p50_vs_python: python.and_then(|p| {
+                let (own, loop_) = (run.put_to_commit.p50()?, p.write_to_commit.p50()?);
+                Some(own as f64 / loop_.max(1) as f64)
+            }),
         }
     }
 }
@@ -68,7 +70,7 @@ pub struct Metric {
 pub const METRICS: [Metric; 8] = [
     Metric {
         name: "p50_vs_floor",
-        get: |r| Some(r.p50_vs_floor),
+        get: |r| r.p50_vs_floor,
         percent: false,
         target: Some(("every-put", "<= 1.5x")),
     },
