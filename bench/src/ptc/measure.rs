@@ -763,6 +763,9 @@ pub fn floor(
     }
     drop(f);
     let _ = std::fs::remove_file(&path);
+    // The removal's journal commit is paid here, not by the next step's
+    // first fsync (rotated rounds keep the disk step right after this one).
+    let _ = std::fs::File::open(out).and_then(|d| d.sync_all());
 
     let c = consumer(brokers, &unique_group("floor"))?;
     c.subscribe(&[topic])
