@@ -127,18 +127,11 @@ fn a_run_that_cannot_join_its_group_says_so() {
 /// recreation offsets alone cannot show) gets a WARN at its assignment.
 #[test]
 fn an_archived_partition_without_a_committed_offset_is_warned_about() {
-    use cairn_engine::{fuzzing::batch, Engine, EngineConfig, TopicPartition};
     // Partition 0's log (20 records) has grown past the archive's (10).
     let mb = TestBroker::start(&["nocommit:3"]);
     let (topic, group) = (mb.topic("nocommit"), mb.group("nocommit-group"));
     cairn_connector::cli::demo::produce(&mb.brokers, &topic, 0..60).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    {
-        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
-        e.append(&[batch(&TopicPartition::new(&topic, 0), 0..10, 10)])
-            .unwrap();
-        e.close().unwrap();
-    }
+    let dir = archive_of_ten(&topic);
     let d = dir.path().to_str().unwrap();
     let mut run = common::cairn_run(&common::run_flags(&mb.brokers, &group, &topic, d), None);
     let warned = logged_before_a_commit(&mut run, "the group has no committed offset for them")
@@ -152,22 +145,12 @@ fn an_archived_partition_without_a_committed_offset_is_warned_about() {
 /// where it starts.
 #[test]
 fn a_new_archive_starting_at_the_groups_offsets_is_warned_about() {
-    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
     // Three partitions: the demo records' (the producer fails a record
     // meant for a partition the topic lacks).
     let mb = TestBroker::start(&["unheld:3"]);
     let (topic, group) = (mb.topic("unheld"), mb.group("unheld-group"));
     cairn_connector::cli::demo::produce(&mb.brokers, &topic, 0..40).unwrap();
-    let other: BaseConsumer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", &mb.brokers)
-        .set("group.id", &group)
-        .create()
-        .unwrap();
-    let mut tpl = rdkafka::TopicPartitionList::new();
-    tpl.add_partition_offset(&topic, 0, rdkafka::Offset::Offset(5))
-        .unwrap();
-    other.commit(&tpl, CommitMode::Sync).unwrap();
-    drop(other);
+    commit_as_another_client(&mb.brokers, &group, &topic, 5);
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap();
     let mut run = common::cairn_run(&common::run_flags(&mb.brokers, &group, &topic, d), None);
@@ -185,28 +168,11 @@ fn a_new_archive_starting_at_the_groups_offsets_is_warned_about() {
 /// it for another archive's commit.
 #[test]
 fn a_group_offset_past_the_archive_naming_no_store_is_warned_about() {
-    use cairn_engine::{fuzzing::batch, Engine, EngineConfig, TopicPartition};
-    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
     let mb = TestBroker::start(&["reset:3"]);
     let (topic, group) = (mb.topic("reset"), mb.group("reset-group"));
     cairn_connector::cli::demo::produce(&mb.brokers, &topic, 0..90).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    {
-        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
-        e.append(&[batch(&TopicPartition::new(&topic, 0), 0..10, 10)])
-            .unwrap();
-        e.close().unwrap();
-    }
-    let other: BaseConsumer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", &mb.brokers)
-        .set("group.id", &group)
-        .create()
-        .unwrap();
-    let mut tpl = rdkafka::TopicPartitionList::new();
-    tpl.add_partition_offset(&topic, 0, rdkafka::Offset::Offset(25))
-        .unwrap();
-    other.commit(&tpl, CommitMode::Sync).unwrap();
-    drop(other);
+    let dir = archive_of_ten(&topic);
+    commit_as_another_client(&mb.brokers, &group, &topic, 25);
     let d = dir.path().to_str().unwrap();
     let mut run = common::cairn_run(&common::run_flags(&mb.brokers, &group, &topic, d), None);
     let warned = logged_before_a_commit(&mut run, "name no archive")
@@ -303,6 +269,32 @@ fn export_to_dev_stdout_appends_under_the_shells_redirection() {
         assert_eq!(lines.len(), 11, "{name}: {text}");
         assert!(!dir.path().join("-").exists(), "{name}");
     }
+}
+
+/// An archive holding records 0..10 of `topic`'s partition 0.
+fn archive_of_ten(topic: &str) -> tempfile::TempDir {
+    use cairn_engine::{fuzzing::batch, Engine, EngineConfig, TopicPartition};
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    e.append(&[batch(&TopicPartition::new(topic, 0), 0..10, 10)])
+        .unwrap();
+    e.close().unwrap();
+    dir
+}
+
+/// Commit `offset` for `topic`'s partition 0 in `group` as a plain client
+/// does: no metadata.
+fn commit_as_another_client(brokers: &str, group: &str, topic: &str, offset: i64) {
+    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+    let other: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", group)
+        .create()
+        .unwrap();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, rdkafka::Offset::Offset(offset))
+        .unwrap();
+    other.commit(&tpl, CommitMode::Sync).unwrap();
 }
 
 /// The first line of a `cairn run` child's log that holds `needle`, read
