@@ -55,9 +55,12 @@ pub fn tune() {
 pub fn tune_for(policy: crate::config::CommitPolicy) {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     if let crate::config::CommitPolicy::Interval(_) = policy {
-        // SAFETY: mallopt only changes malloc's tuning parameters, under
-        // malloc's own lock (glibc `__libc_mallopt`); allocations racing
-        // with it use the old or the new threshold, both valid.
+        // SAFETY: mallopt only changes malloc's tuning parameters. glibc
+        // marks it MT-Unsafe: it takes the main arena's lock alone, and
+        // threads allocating from other arenas read the threshold (one
+        // aligned word) without it, so they see the old value or the new,
+        // both valid. It runs once a run knows its policy, with the tokio
+        // threads up.
         unsafe {
             libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD_INTERVAL_BYTES);
         }

@@ -841,7 +841,11 @@ pub fn run_pipeline(
         }
     });
 
-    let outcome = Fetch::new(&consumer)
+    // SAFETY: `fetch` is dropped at the end of the closure, before the
+    // consumer closes below.
+    #[allow(unsafe_code)]
+    let fetch = unsafe { Fetch::new(&consumer) };
+    let outcome = fetch
         .and_then(|fetch| {
             // The rebalance callback forwards each partition assigned from
             // now on (fetch.rs).

@@ -271,7 +271,14 @@ unsafe impl Sync for Fetch<'_> {}
 
 impl<'c> Fetch<'c> {
     /// A queue of `consumer`'s own, which lives no longer than the consumer.
-    pub fn new<C: ConsumerContext>(consumer: &'c BaseConsumer<C>) -> Result<Fetch<'c>> {
+    ///
+    /// # Safety
+    ///
+    /// The `Fetch` must be dropped, not leaked (`mem::forget`, a cycle of
+    /// `Rc`s), before the consumer is: its reaper thread destroys the
+    /// messages taken, and one destroyed after the consumer's client is
+    /// gone touches freed memory. The borrow alone cannot promise that.
+    pub unsafe fn new<C: ConsumerContext>(consumer: &'c BaseConsumer<C>) -> Result<Fetch<'c>> {
         let rk = NonNull::new(consumer.client().native_ptr())
             .ok_or_else(|| ConnectorError::Sink("no consumer handle".into()))?;
         // SAFETY: `rk` is the consumer's live handle; both queue handles are
@@ -479,13 +486,30 @@ impl Taken<'_> {
 
     /// The error this message carries instead of a record, as rust-rdkafka's
     /// `poll` would give it.
+    ///
+    /// The code is read as the C `int` it is, not as the bindings' enum:
+    /// librdkafka passes a broker's fetch error code it does not know
+    /// through as it came (103, a topic recreated under a consumer, say),
+    /// and an enum value with no variant would be undefined behaviour. Such
+    /// a code is `Unknown` here; the message's payload describes it.
     pub fn error(&self) -> Option<KafkaError> {
-        match self.raw().err {
-            rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR => None,
-            rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR__PARTITION_EOF => {
+        // SAFETY: the message is valid for the taker's call (`raw`); `err`
+        // is a C enum, an `int`, read as one.
+        let code = unsafe {
+            std::ptr::addr_of!((*self.m.as_ptr()).err)
+                .cast::<i32>()
+                .read()
+        };
+        use rd::rd_kafka_resp_err_t as E;
+        match E::try_from(code) {
+            Ok(E::RD_KAFKA_RESP_ERR_NO_ERROR) => None,
+            Ok(E::RD_KAFKA_RESP_ERR__PARTITION_EOF) => {
                 Some(KafkaError::PartitionEOF(self.raw().partition))
             }
-            e => Some(KafkaError::MessageConsumption(e.into())),
+            Ok(e) => Some(KafkaError::MessageConsumption(e.into())),
+            Err(_) => Some(KafkaError::MessageConsumption(
+                rdkafka::error::RDKafkaErrorCode::Unknown,
+            )),
         }
     }
 

@@ -53,7 +53,9 @@ fn stopped_takes_leave_the_rest_in_order_and_positions_follow_the_records() {
     let n: u64 = 3_000;
     produce(&k.brokers, &k.topic, 0..n).unwrap();
     let c = consumer(&k, "fetch-order-group", &[]);
-    let fetch = Fetch::new(&c).unwrap();
+    // SAFETY: declared after `c`, so dropped before it.
+    #[allow(unsafe_code)]
+    let fetch = unsafe { Fetch::new(&c) }.unwrap();
     assign(&c, &fetch, &k, |_| Offset::Beginning);
     let mut next: BTreeMap<i32, i64> = BTreeMap::new();
     let (mut got, mut takes) = (0u64, 0u32);
@@ -104,7 +106,9 @@ fn an_error_with_an_offset_does_not_move_the_position() {
     let k = TestKafka::new("fetch-error-position", DEMO_PARTITIONS);
     produce(&k.brokers, &k.topic, 0..30).unwrap();
     let c = consumer(&k, "fetch-error-group", &[("auto.offset.reset", "error")]);
-    let fetch = Fetch::new(&c).unwrap();
+    // SAFETY: declared after `c`, so dropped before it.
+    #[allow(unsafe_code)]
+    let fetch = unsafe { Fetch::new(&c) }.unwrap();
     let beyond = 1_000_000;
     assign(&c, &fetch, &k, |p| {
         if p == 0 {
@@ -154,7 +158,9 @@ fn forwarded_again_after_a_reassignment_records_go_on_from_the_new_start() {
     let n: u64 = 600;
     produce(&k.brokers, &k.topic, 0..n).unwrap();
     let c = consumer(&k, "fetch-reassign-group", &[]);
-    let fetch = Fetch::new(&c).unwrap();
+    // SAFETY: declared after `c`, so dropped before it.
+    #[allow(unsafe_code)]
+    let fetch = unsafe { Fetch::new(&c) }.unwrap();
     assign(&c, &fetch, &k, |_| Offset::Beginning);
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut first = 0;
@@ -206,7 +212,9 @@ fn a_panicking_taker_leaves_the_rest_queued() {
     let n = 300;
     produce_one_partition(&k, n);
     let c = consumer(&k, "fetch-panic-group", &[]);
-    let fetch = Fetch::new(&c).unwrap();
+    // SAFETY: declared after `c`, so dropped before it.
+    #[allow(unsafe_code)]
+    let fetch = unsafe { Fetch::new(&c) }.unwrap();
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(&k.topic, 0, Offset::Beginning)
         .unwrap();
@@ -427,4 +435,81 @@ fn a_topic_deleted_while_archived_stops_the_run() {
             .unwrap_or(0);
         assert!(o <= d, "{}/{p}@{o} committed past durable {d}", k.topic);
     }
+}
+
+/// A fetch error code librdkafka does not know (a broker's 103,
+/// INCONSISTENT_TOPIC_ID, when a topic is recreated under a consumer), which
+/// librdkafka hands on as it came: the taker reads it as `Unknown`, not as
+/// a value of the bindings' enum with no variant (undefined behaviour,
+/// before 2026-12-03). Mock cluster only: its request errors take any code.
+#[test]
+#[allow(unsafe_code)]
+fn an_unknown_fetch_error_code_is_read_as_unknown() {
+    use rdkafka::bindings as rd;
+    use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    init_logs();
+    // A client whose own mock cluster the test drives through the C API.
+    let owner: BaseProducer = ClientConfig::new()
+        .set("test.mock.num.brokers", "1")
+        .create()
+        .expect("mock cluster");
+    // SAFETY: the mock cluster lives as long as `owner`, which outlives
+    // every use below; the strings are NUL-terminated.
+    let (mc, brokers) = unsafe {
+        let mc = rd::rd_kafka_handle_mock_cluster(owner.client().native_ptr());
+        assert!(!mc.is_null());
+        let b = std::ffi::CStr::from_ptr(rd::rd_kafka_mock_cluster_bootstraps(mc));
+        (mc, b.to_string_lossy().into_owned())
+    };
+    let topic = std::ffi::CString::new("unknown-code").unwrap();
+    // SAFETY: as above.
+    unsafe {
+        rd::rd_kafka_mock_topic_create(mc, topic.as_ptr(), 1, 1);
+    }
+    owner
+        .send(
+            BaseRecord::<(), [u8]>::to("unknown-code")
+                .partition(0)
+                .payload(b"r"),
+        )
+        .unwrap();
+    owner.flush(Duration::from_secs(30)).unwrap();
+    // Every Fetch answered with 103 for a while.
+    // SAFETY: as above; the variadic codes are C ints.
+    unsafe {
+        rd::rd_kafka_mock_push_request_errors(mc, 1, 4, 103i32, 103i32, 103i32, 103i32);
+    }
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &brokers)
+        .set("group.id", "unknown-code-group")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    // SAFETY: declared after `c`, so dropped before it.
+    #[allow(unsafe_code)]
+    let fetch = unsafe { Fetch::new(&c) }.unwrap();
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset("unknown-code", 0, Offset::Beginning)
+        .unwrap();
+    fetch.assign(&c, &tpl).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut seen = None;
+    while seen.is_none() {
+        assert!(Instant::now() < deadline, "no error taken");
+        fetch.take(Duration::from_millis(200), TAKE_MAX, |m| {
+            if let Some(e) = m.error() {
+                seen = Some((e, m.describe_error()));
+                return Flow::Stop;
+            }
+            Flow::Go
+        });
+    }
+    let (e, described) = seen.unwrap();
+    assert!(
+        matches!(e, KafkaError::MessageConsumption(RDKafkaErrorCode::Unknown)),
+        "{e:?}: {described}"
+    );
+    drop(fetch);
+    drop(c);
 }

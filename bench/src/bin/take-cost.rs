@@ -146,7 +146,9 @@ fn by_take_unconverted(brokers: &str, group: &str, records: u64) -> Cost {
 
 fn take_with(brokers: &str, group: &str, records: u64, convert: bool) -> Cost {
     let c = consumer(brokers, group);
-    let fetch = Fetch::new(&c).expect("fetch");
+    // SAFETY: declared after `c`, so dropped before it.
+    #[allow(unsafe_code)]
+    let fetch = unsafe { Fetch::new(&c) }.expect("fetch");
     fetch.assign(&c, &all_partitions()).expect("assign");
     let mut n = 0;
     let mut start = None;

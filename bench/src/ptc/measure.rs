@@ -636,7 +636,9 @@ pub fn ceiling(
     if partitions == 0 {
         return Err(format!("ceiling: {topic} has no partitions"));
     }
-    let fetch = Fetch::new(&c).map_err(|e| format!("ceiling: {e}"))?;
+    // SAFETY: declared after `c`, so dropped before it.
+    #[allow(unsafe_code)]
+    let fetch = unsafe { Fetch::new(&c) }.map_err(|e| format!("ceiling: {e}"))?;
     let mut tpl = TopicPartitionList::new();
     for p in 0..partitions {
         tpl.add_partition_offset(topic, p, Offset::Beginning)
