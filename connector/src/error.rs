@@ -117,6 +117,16 @@ pub enum ConnectorError {
         acknowledged: u64,
         next_step: String,
     },
+    /// A restore's records were all acknowledged, but at target offsets
+    /// with others between them.
+    #[error("{target}: the restore's {acknowledged} records were acknowledged at offsets {first} to {last}, which hold {held}: another producer wrote to the topic during the restore, so other records lie among the archive's; restore into an empty topic nothing else writes to")]
+    RestoreInterleaved {
+        target: cairn_engine::TopicPartition,
+        acknowledged: u64,
+        first: i64,
+        last: i64,
+        held: u64,
+    },
     #[error("kafka error during {op}: {source}")]
     Kafka {
         op: &'static str,

@@ -466,6 +466,24 @@ pub fn restore_until_split(
         return Err(e);
     }
     confirm(&report, &sent, || next_step(cfg, &standings))?;
+    // The idempotent producer writes each record once, in order: a
+    // partition's records acknowledged at offsets with a hole between them
+    // share it with someone else's.
+    for p in &report.partitions {
+        let d = state.partitions.get(&p.target).cloned().unwrap_or_default();
+        if let Some((first, last)) = d.target_span {
+            let held = u64::try_from(last - first + 1).unwrap_or(0);
+            if held != d.acked {
+                return Err(ConnectorError::RestoreInterleaved {
+                    target: p.target.clone(),
+                    acknowledged: d.acked,
+                    first,
+                    last,
+                    held,
+                });
+            }
+        }
+    }
     // A stop that came after the last record was sent stopped nothing:
     // the restore is whole, and says so (exit 0, every partition listed).
     let left = standings
@@ -1187,6 +1205,8 @@ struct PartitionDeliveries {
     acked: u64,
     first_acked: Option<i64>,
     last_acked: Option<i64>,
+    /// The lowest and highest target offsets Kafka acknowledged them at.
+    target_span: Option<(i64, i64)>,
     /// The lowest failed archived offset, with its error.
     first_failed: Option<Failed>,
 }
@@ -1339,6 +1359,11 @@ impl ProducerContext for Deliveries {
                 d.acked += 1;
                 d.first_acked = Some(d.first_acked.map_or(offset, |o| o.min(offset)));
                 d.last_acked = Some(d.last_acked.map_or(offset, |o| o.max(offset)));
+                let at = m.offset();
+                d.target_span = Some(
+                    d.target_span
+                        .map_or((at, at), |(lo, hi)| (lo.min(at), hi.max(at))),
+                );
                 drop(s);
                 crate::crashpoint::reached(crate::crashpoint::RESTORE_AFTER_ACK);
             }

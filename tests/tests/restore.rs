@@ -1113,6 +1113,38 @@ fn a_restore_stopped_midway_resumes_exactly_once() {
     assert_eq!(offsets_in(&k, &k.topic), (0..2_000).collect::<Vec<i64>>());
 }
 
+/// Another producer writing to the target during a restore puts its
+/// records among the archive's: the restore, every record acknowledged,
+/// says so and fails (before 2026-12-03 it ended whole, exit 0).
+#[test]
+fn a_restore_interleaved_with_another_producer_says_so() {
+    init_logs();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = archive_of(dir.path(), &[("orders", 2_000)]);
+    let k = TestKafka::new("interleaved", 1);
+    let cfg = config(&k);
+    // At the third question (512 records sent), once some of them are in
+    // the topic, another producer's record goes in.
+    let asked = std::sync::atomic::AtomicU32::new(0);
+    let stop = || {
+        if asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 2 {
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            while highs(&k, 1) == vec![0] {
+                assert!(std::time::Instant::now() < deadline, "nothing restored");
+            }
+            produce_one(&k, 0, b"someone else's", None);
+        }
+        false
+    };
+    match cairn_connector::restore::restore_until_split(&engine, &cfg, &|| false, &stop) {
+        Err(ConnectorError::RestoreInterleaved {
+            acknowledged, held, ..
+        }) => assert_eq!((acknowledged, held), (2_000, 2_001)),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(highs(&k, 1), vec![2_001]);
+}
+
 /// A rename of an archived topic that the selection leaves out is refused,
 /// not ignored: `--topic payments --rename orders=x` would restore only
 /// payments, into payments, without a word of the rename.
