@@ -1399,6 +1399,7 @@ mod tests {
             acked: acked.len() as u64,
             first_acked: acked.iter().copied().min(),
             last_acked: acked.iter().copied().max(),
+            target_span: None,
             first_failed: failed.map(|offset| Failed {
                 offset,
                 detail: "boom".into(),
