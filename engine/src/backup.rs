@@ -137,15 +137,12 @@ impl Engine {
         // out (sled makes its files with the umask's modes, 0644 say).
         if !made {
             let found = std::fs::metadata(&real).map_err(io("back up"))?.mode() & 0o777;
-            let wider = found & 0o077 & !(source_mode.mode() & 0o077);
-            if wider != 0 {
+            let archive = source_mode.mode() & 0o777;
+            if found & 0o077 & !archive != 0 {
                 return Err(io("back up")(std::io::Error::new(
                     std::io::ErrorKind::PermissionDenied,
                     format!(
-                        "the backup's directory is mode {:o}, open to users the archive ({:o}) keeps out, who could read the copy's records: chmod it to {:o} or tighter, or give a new directory",
-                        found,
-                        source_mode.mode() & 0o777,
-                        (source_mode.mode() & 0o077) | 0o700
+                        "the backup's directory is mode {found:o}, open to users the archive ({archive:o}) keeps out, who could read the copy's records: chmod it to {mode:o} or tighter, or give a new directory"
                     ),
                 )));
             }

@@ -20,10 +20,11 @@ pub enum RecoveryMode {
     TolerateTail,
 }
 
-/// sled segment size. Large enough that a consolidated leaf of 64 KiB
-/// frames stays below sled's blob threshold (segment / 4). Fixed at creation.
 /// sled's folder in the store's directory.
 pub const SLED_DIR: &str = "sled";
+
+/// sled segment size. Large enough that a consolidated leaf of 64 KiB
+/// frames stays below sled's blob threshold (segment / 4). Fixed at creation.
 pub const SLED_SEGMENT_BYTES: usize = 8 << 20;
 
 /// Largest frame body a store may be configured to write. sled moves a

@@ -117,24 +117,7 @@ impl Engine {
             }),
             _ => None,
         };
-        let prefix = keys::index_prefix(tp);
-        let mut next_key = keys::index_key(tp, from);
-        // The entry that contains `from` starts at or before it.
-        if from < i64::MAX {
-            if let Some((k, v)) = self
-                .tree
-                .get_lt(keys::index_key(tp, from + 1))
-                .map_err(store_err("seek index"))?
-            {
-                if k.starts_with(&prefix) {
-                    let (_, e) =
-                        IndexEntry::decode(&k, &v).map_err(|kind| index_corruption(&k, kind))?;
-                    if e.last_offset >= from {
-                        next_key = k.to_vec();
-                    }
-                }
-            }
-        }
+        let next_key = self.index_key_from(tp, from)?;
         Ok(RecordIter {
             tree: Held::new((*self.tree).clone()),
             store_failing: self.store_failing.clone(),
@@ -147,6 +130,28 @@ impl Engine {
             done: from >= end,
             count,
         })
+    }
+
+    /// The index key a scan for `tp`'s records at or after `from` starts
+    /// at: the entry that holds `from` (it starts at or before it), if one
+    /// does, else `from`'s own.
+    fn index_key_from(&self, tp: &TopicPartition, from: i64) -> Result<Vec<u8>> {
+        if from < i64::MAX {
+            if let Some((k, v)) = self
+                .tree
+                .get_lt(keys::index_key(tp, from + 1))
+                .map_err(store_err("seek index"))?
+            {
+                if k.starts_with(&keys::index_prefix(tp)) {
+                    let (_, e) =
+                        IndexEntry::decode(&k, &v).map_err(|kind| index_corruption(&k, kind))?;
+                    if e.last_offset >= from {
+                        return Ok(k.to_vec());
+                    }
+                }
+            }
+        }
+        Ok(keys::index_key(tp, from))
     }
 
     /// How many durable records of `tp` have offsets in `from..to`: from
@@ -163,22 +168,11 @@ impl Engine {
             return Ok(0);
         }
         let mut count = 0u64;
-        // From the entry holding `from`, which starts at or below it.
-        let start = match self
-            .tree
-            .get_lt(keys::index_key(tp, from.saturating_add(1)))
-            .map_err(store_err("seek index"))?
-        {
-            Some((k, _)) if k.starts_with(&keys::index_prefix(tp)) => k.to_vec(),
-            _ => keys::index_key(tp, from),
-        };
+        let start = self.index_key_from(tp, from)?;
         for item in self.tree.range(start..keys::index_prefix_end(tp)) {
             let (_, e) = index_item(item)?;
             if e.first_offset >= to {
                 break;
-            }
-            if e.last_offset < from {
-                continue;
             }
             if e.first_offset >= from && e.last_offset < to {
                 count += u64::from(e.record_count);

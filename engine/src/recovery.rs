@@ -848,29 +848,22 @@ fn check_indexed_partitions(
             }
             // A summary that counts nothing has no entries: the prune that
             // emptied the partition deleted them in the batch that wrote it.
-            if let Some(s) = summary.filter(|s| s.record_count == 0) {
+            let mismatch = match summary {
+                Some(s) if s.record_count == 0 => Some(format!(
+                    "summary counts no records (next offset {}), but the partition has index entries, the last ending at offset {}: the summary is damaged, or the entries are stray (cairn verify lists where)",
+                    s.next_offset, e.last_offset
+                )),
+                Some(s) if s.next_offset != e.last_offset.saturating_add(1) => Some(format!(
+                    "summary next offset {} with {} records, but the last index entry ends at offset {}: the summary is damaged, or the partition's newest index entries are lost or stray (cairn verify lists where)",
+                    s.next_offset, s.record_count, e.last_offset
+                )),
+                _ => None,
+            };
+            if let Some(detail) = mismatch {
                 return Err(Error::corruption(
                     crate::verify::partition_location(tp),
-                    CorruptionKind::SummaryMismatch {
-                        detail: format!(
-                            "summary counts no records (next offset {}), but the partition has index entries, the last ending at offset {}: the summary is damaged, or the entries are stray (cairn verify lists where)",
-                            s.next_offset, e.last_offset
-                        ),
-                    },
+                    CorruptionKind::SummaryMismatch { detail },
                 ));
-            }
-            if let Some(s) = summary.filter(|s| s.record_count > 0) {
-                if s.next_offset != e.last_offset.saturating_add(1) {
-                    return Err(Error::corruption(
-                        crate::verify::partition_location(tp),
-                        CorruptionKind::SummaryMismatch {
-                            detail: format!(
-                                "summary next offset {} with {} records, but the last index entry ends at offset {}: the summary is damaged, or the partition's newest index entries are lost or stray (cairn verify lists where)",
-                                s.next_offset, s.record_count, e.last_offset
-                            ),
-                        },
-                    ));
-                }
             }
         }
     }

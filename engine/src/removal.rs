@@ -76,7 +76,7 @@ pub fn is_store_file(name: &str) -> bool {
     name == crate::config::SLED_DIR
         || name == LOCK_FILE
         || name == crate::watermark::WATERMARK_FILE
-        || name == format!("{}.new", crate::watermark::WATERMARK_FILE)
+        || name == crate::watermark::WATERMARK_REPLACEMENT_FILE
         || name == crate::poisoned::POISON_FILE
         || name == crate::backup::BACKUP_INCOMPLETE_FILE
 }

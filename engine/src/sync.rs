@@ -100,6 +100,8 @@ impl DurableSync {
         };
         let mut present = HashMap::new();
         let mut new_files = false;
+        // sled may delete a blob it no longer needs at any time.
+        let gone = |e: &io::Error| e.kind() == io::ErrorKind::NotFound;
         for entry in entries {
             let entry = entry?;
             let name = entry.file_name();
@@ -107,8 +109,6 @@ impl DurableSync {
             // writing (an insert beside this sync writes it in three
             // `write_all`s) is fsynced again once it has grown, so the
             // sync that covers that insert does not skip it.
-            // sled may delete a blob it no longer needs at any time.
-            let gone = |e: &io::Error| e.kind() == io::ErrorKind::NotFound;
             let len = match entry.metadata() {
                 Ok(m) => m.len(),
                 Err(e) if gone(&e) => continue,

@@ -31,11 +31,13 @@ use std::time::{Duration, Instant};
 use crate::error::{CorruptionKind, Error, Location, Result};
 
 pub const WATERMARK_FILE: &str = "cairn.durable";
-
-/// Where a new watermark file is written before it is renamed into place
+/// A new watermark file's name until it is renamed into place
 /// (`Watermark::open`); removal.rs removes one a crash left.
+pub const WATERMARK_REPLACEMENT_FILE: &str = "cairn.durable.new";
+
+/// Where a new watermark file is written before it is renamed into place.
 pub(crate) fn replacement_path(dir: &Path) -> PathBuf {
-    dir.join(format!("{WATERMARK_FILE}.new"))
+    dir.join(WATERMARK_REPLACEMENT_FILE)
 }
 pub const WATERMARK_MAGIC: [u8; 4] = *b"CRNW";
 pub const WATERMARK_BYTES: usize = 16;
