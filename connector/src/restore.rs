@@ -469,13 +469,12 @@ pub fn restore_until_split(
     // The idempotent producer writes each record once, in order: a
     // partition's records acknowledged at offsets with a hole between them
     // share it with someone else's.
-    for p in &report.partitions {
-        let d = state.partitions.get(&p.target).cloned().unwrap_or_default();
+    for (target, d) in &state.partitions {
         if let Some((first, last)) = d.target_span {
             let held = u64::try_from(last - first + 1).unwrap_or(0);
             if held != d.acked {
                 return Err(ConnectorError::RestoreInterleaved {
-                    target: p.target.clone(),
+                    target: target.clone(),
                     acknowledged: d.acked,
                     first,
                     last,
@@ -987,13 +986,12 @@ fn check_count(
     first: &LastRecord,
     last_archived: i64,
 ) -> Result<()> {
-    let first_archived = first.archived.filter(|&a| {
-        matches!(engine.read(source, a).map(|mut r| r.next()),
-            Ok(Some(Ok(r))) if r.offset == a && r.key == first.key && r.value == first.value)
-    });
-    let Some(first_archived) = first_archived else {
-        tracing::debug!(%target, "--resume: the target's first record is not this archive's: its count is not checked");
-        return Ok(());
+    let first_archived = match first.archived {
+        Some(a) if record_at(engine, source, a)?.is_some_and(|r| first.is(&r)) => a,
+        _ => {
+            tracing::debug!(%target, "--resume: the target's first record is not this archive's: its count is not checked");
+            return Ok(());
+        }
     };
     let held = u64::try_from(high - low).unwrap_or(0);
     let archived = engine.count_range(source, first_archived, last_archived.saturating_add(1))?;
@@ -1029,18 +1027,12 @@ fn check_last(
             "has no {name:?} header holding an archived offset"
         )));
     };
-    let found = match engine.read(source, archived)?.next() {
-        Some(r) => Some(r?),
-        None => None,
-    };
-    match found {
-        Some(r) if r.offset == archived && r.key == last.key && r.value == last.value => {
-            Ok(archived)
-        }
-        Some(r) if r.offset == archived => Err(refuse(format!(
+    match record_at(engine, source, archived)? {
+        Some(r) if last.is(&r) => Ok(archived),
+        Some(_) => Err(refuse(format!(
             "names archived offset {archived}, but its key or value differ from the archive's"
         ))),
-        _ => {
+        None => {
             // Below what the archive still holds: written by this restore,
             // maybe, and pruned since; not someone else's record.
             let first = engine.partition(source).map(|p| p.first_offset);
@@ -1055,6 +1047,24 @@ fn check_last(
                 ))),
             }
         }
+    }
+}
+
+/// The archive's record of `source` at exactly `offset`, if it holds one.
+fn record_at(engine: &Engine, source: &TopicPartition, offset: i64) -> Result<Option<Record>> {
+    match engine.read(source, offset)?.next() {
+        Some(r) => {
+            let r = r?;
+            Ok((r.offset == offset).then_some(r))
+        }
+        None => Ok(None),
+    }
+}
+
+impl LastRecord {
+    /// Whether `r` has this target record's key and value.
+    fn is(&self, r: &Record) -> bool {
+        r.key == self.key && r.value == self.value
     }
 }
 

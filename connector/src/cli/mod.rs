@@ -10,6 +10,7 @@ pub mod run;
 pub mod status;
 pub mod verify;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -94,11 +95,8 @@ impl SelectArgs {
 /// The `-X` flags as settings, refusing one name given twice with two
 /// values: the last would win without a word, where one property under two
 /// names is refused (`librdkafka::refuse_two_names`).
-pub(crate) fn kafka_flags(
-    flags: Vec<(String, String)>,
-) -> crate::Result<std::collections::BTreeMap<String, String>> {
-    let mut settings: std::collections::BTreeMap<String, String> =
-        std::collections::BTreeMap::new();
+pub(crate) fn kafka_flags(flags: Vec<(String, String)>) -> crate::Result<BTreeMap<String, String>> {
+    let mut settings: BTreeMap<String, String> = BTreeMap::new();
     for (k, v) in flags {
         if let Some(prev) = settings.get(&k) {
             if !crate::librdkafka::same_value(&v, prev) {

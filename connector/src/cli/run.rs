@@ -120,13 +120,19 @@ impl RunArgs {
         } else {
             self.topics
         };
+        // An empty `data` in the file (clap refuses an empty --data): a template rendered
+        // empty (`data = "${DATA}"`) would put an archive in the file's own
+        // folder, or the working directory.
+        if self.data.is_none() && file.data.as_ref().is_some_and(|d| d.as_os_str().is_empty()) {
+            return Err(ConnectorError::Config(
+                "data = \"\" in the config file: empty; give the archive's directory".into(),
+            ));
+        }
         // A relative `data` in the file is the file's neighbour, wherever
         // the run is started from (a service's working directory is not the
         // file's): read from the working directory it would name another
         // folder, and a new empty archive would start there.
         // (Only when no --data overrides it: the flag wins.)
-        let file_data_empty =
-            self.data.is_none() && file.data.as_ref().is_some_and(|d| d.as_os_str().is_empty());
         let file_data = match (&self.config, file.data) {
             _ if self.data.is_some() => None,
             (Some(path), Some(d)) if d.is_relative() => {
@@ -151,14 +157,6 @@ impl RunArgs {
             .data
             .or(file_data)
             .ok_or_else(|| missing("data", "--data"))?;
-        // Only the file can give one (clap refuses an empty --data): a
-        // template rendered empty (`data = "${DATA}"`) would otherwise put
-        // an archive in the working directory, or in the file's own folder.
-        if data.as_os_str().is_empty() || file_data_empty {
-            return Err(ConnectorError::Config(
-                "data = \"\" in the config file: empty; give the archive's directory".into(),
-            ));
-        }
         let mut c = RunConfig::new(brokers, group, topics, data);
         let commit = match (self.commit, file.commit) {
             (Some(c), _) => Some(c),
