@@ -18,7 +18,7 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde::Serialize;
 
-use super::{child, histogram, Latency, Throughput, P99_SAMPLES_MIN};
+use super::{child, histogram, Latency, Throughput};
 
 fn unique_group(what: &str) -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -50,7 +50,7 @@ pub struct CairnRun {
     /// p50 over the floor's p50 (target for every-put: <= 1.5).
     pub p50_vs_floor: Option<f64>,
     /// p99 over the floor's p99 (target for every-put: <= 3); `null` when
-    /// either has fewer than [`P99_SAMPLES_MIN`] samples.
+    /// either has fewer than [`super::P99_SAMPLES_MIN`] samples.
     pub p99_vs_floor: Option<f64>,
     /// Records/s as a percentage of the consume-only ceiling.
     pub pct_of_ceiling: f64,
@@ -96,9 +96,11 @@ impl CairnRun {
             .p50()
             .zip(floor.sum.p50())
             .map(|(own, floor)| own as f64 / floor.max(1) as f64);
-        self.p99_vs_floor = (self.put_to_commit.samples >= P99_SAMPLES_MIN
-            && floor.sum.samples >= P99_SAMPLES_MIN)
-            .then(|| self.put_to_commit.p99_us as f64 / floor.sum.p99_us.max(1) as f64);
+        self.p99_vs_floor = self
+            .put_to_commit
+            .p99()
+            .zip(floor.sum.p99())
+            .map(|(own, floor)| own as f64 / floor.max(1) as f64);
         self.pct_of_ceiling = 100.0 * self.throughput.records_per_s / ceiling.records_per_s;
         self.steady_pct_of_ceiling = self
             .steady_records_per_s

@@ -125,9 +125,9 @@ impl Serialize for Latency {
         Shown {
             samples: self.samples,
             p50_us: self.p50(),
-            p90_us: (self.samples >= P90_SAMPLES_MIN).then_some(self.p90_us),
-            p99_us: (self.samples >= P99_SAMPLES_MIN).then_some(self.p99_us),
-            p999_us: (self.samples >= P999_SAMPLES_MIN).then_some(self.p999_us),
+            p90_us: self.p90(),
+            p99_us: self.p99(),
+            p999_us: self.p999(),
             max_us: self.max_us,
         }
         .serialize(s)
@@ -135,9 +135,27 @@ impl Serialize for Latency {
 }
 
 impl Latency {
-    /// The p50, if there are samples enough for one.
+    /// `value`, a quantile that needs `samples_min` samples, if there are
+    /// that many: the one place the rule is applied.
+    fn enough(&self, value: u64, samples_min: u64) -> Option<u64> {
+        (self.samples >= samples_min).then_some(value)
+    }
+
+    /// The p50, if there are samples enough for one; and the others.
     pub fn p50(&self) -> Option<u64> {
-        (self.samples >= P50_SAMPLES_MIN).then_some(self.p50_us)
+        self.enough(self.p50_us, P50_SAMPLES_MIN)
+    }
+
+    pub fn p90(&self) -> Option<u64> {
+        self.enough(self.p90_us, P90_SAMPLES_MIN)
+    }
+
+    pub fn p99(&self) -> Option<u64> {
+        self.enough(self.p99_us, P99_SAMPLES_MIN)
+    }
+
+    pub fn p999(&self) -> Option<u64> {
+        self.enough(self.p999_us, P999_SAMPLES_MIN)
     }
 
     pub fn of(h: &Histogram<u64>) -> Latency {

@@ -6,10 +6,7 @@ use std::process::Command;
 use hdrhistogram::Histogram;
 use plotters::prelude::*;
 
-use super::{
-    summary, Latency, Peer, Report, Round, Throughput, P50_SAMPLES_MIN, P90_SAMPLES_MIN,
-    P999_SAMPLES_MIN, P99_SAMPLES_MIN,
-};
+use super::{summary, Latency, Peer, Report, Round, Throughput};
 
 pub fn date_utc() -> String {
     Command::new("date")
@@ -45,19 +42,14 @@ fn row(name: &str, t: Option<&Throughput>, l: Option<&Latency>, extra: &str) {
         )
     });
     let [p50, p90, p99, p999, max] = l.map_or(std::array::from_fn(|_| "-".to_string()), |l| {
-        // A tail quantile of too few samples is just the largest ones.
-        let tail = |v: u64, samples_min: u64| {
-            if l.samples >= samples_min {
-                v.to_string()
-            } else {
-                format!("n/a({})", l.samples)
-            }
-        };
+        // A quantile of too few samples is just the largest ones.
+        let shown =
+            |v: Option<u64>| v.map_or_else(|| format!("n/a({})", l.samples), |v| v.to_string());
         [
-            tail(l.p50_us, P50_SAMPLES_MIN),
-            tail(l.p90_us, P90_SAMPLES_MIN),
-            tail(l.p99_us, P99_SAMPLES_MIN),
-            tail(l.p999_us, P999_SAMPLES_MIN),
+            shown(l.p50()),
+            shown(l.p90()),
+            shown(l.p99()),
+            shown(l.p999()),
             l.max_us.to_string(),
         ]
     });
