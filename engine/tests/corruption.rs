@@ -18,10 +18,15 @@ fn store() -> (tempfile::TempDir, TopicPartition) {
 /// [`store`], closed or dropped without a close (then every frame is in
 /// the recovery tail: the next open reads the whole log).
 fn store_closed(close: bool) -> (tempfile::TempDir, TopicPartition) {
+    store_of(3, close)
+}
+
+/// [`store_closed`] with `entries` entries of 10 records each.
+fn store_of(entries: i64, close: bool) -> (tempfile::TempDir, TopicPartition) {
     let dir = tempfile::tempdir().unwrap();
     let tp = TopicPartition::new("c", 0);
     let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
-    for i in 0..3 {
+    for i in 0..entries {
         e.append(&[batch(&tp, i * 10..i * 10 + 10, 20)]).unwrap();
     }
     if close {
@@ -846,13 +851,7 @@ fn damaged_tombstones_are_reported() {
 /// reported.
 #[test]
 fn a_gap_after_a_damaged_frame_and_an_intact_one_is_reported() {
-    let dir = tempfile::tempdir().unwrap();
-    let tp = TopicPartition::new("c", 0);
-    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
-    for i in 0..5 {
-        e.append(&[batch(&tp, i * 10..i * 10 + 10, 20)]).unwrap();
-    }
-    e.close().unwrap();
+    let (dir, _) = store_of(5, true);
     damage(dir.path(), 1, |v| v[30] ^= 0x10);
     with_raw_tree(dir.path(), |t| {
         t.remove(wal_key(3)).unwrap();
