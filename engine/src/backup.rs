@@ -347,7 +347,12 @@ impl Engine {
         // append's do (slots.rs): sled then writes it once, where plain
         // inserts at the tree's right edge are written three to four times.
         // Slots only for keys the source has (a tombstone's span has none),
-        // so every slot is filled and none is left in the copy.
+        // so every slot is filled and none is left in the copy. A slot in
+        // the source at or below the durable LSN is a frame emptied by
+        // damage (slots lie only above the last frame written): it is
+        // copied as it is, as damaged frames are, for the copy's verify to
+        // report where the source's does. Left out, it would leave a copy
+        // whose log just skips that LSN.
         let ahead_max = (slots::SLOTS_AHEAD_MIN + slots::SLOTS_RESERVED_CHUNK) as usize;
         let mut ahead: VecDeque<(sled::IVec, sled::IVec)> = VecDeque::with_capacity(ahead_max);
         // The first `slotted` of `ahead` have their slots.
@@ -361,9 +366,7 @@ impl Engine {
                 match log.next() {
                     Some(item) => {
                         let (k, v) = item.map_err(store_err("read log"))?;
-                        if !slots::is_slot(&v) {
-                            ahead.push_back((k, v));
-                        }
+                        ahead.push_back((k, v));
                     }
                     None => break,
                 }
@@ -382,7 +385,9 @@ impl Engine {
             };
             slotted -= 1;
             put(&k, &v)?;
-            r.frames += 1;
+            if !slots::is_slot(&v) {
+                r.frames += 1;
+            }
         }
         fail::fail_point!(FAILPOINT_BACKUP_AFTER_LOG);
         for item in self.tree.scan_prefix([keys::PREFIX_INDEX]) {

@@ -446,6 +446,52 @@ fn a_stray_index_entry_past_the_log_is_reported_not_dropped() {
     assert_eq!(r.records, 30);
 }
 
+/// A frame emptied in the source (its value gone, as a reserved slot's is)
+/// is copied as it is, and the copy's verify reports it where the source's
+/// does. Before, the backup took it for a slot and left it out: the copy's
+/// log skipped that LSN, and its verify named the hole differently.
+#[test]
+fn an_emptied_frame_is_copied_and_reported_where_it_is() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    let tp = TopicPartition::new("e", 0);
+    {
+        let e = Engine::open(EngineConfig::new(&src)).unwrap();
+        for i in 0..3 {
+            e.append(&[common::batch(&tp, i * 10..i * 10 + 10, 20)])
+                .unwrap();
+        }
+        e.close().unwrap();
+    }
+    common::with_raw_tree(&src, |t| {
+        assert!(!t.get(common::wal_key(2)).unwrap().unwrap().is_empty());
+        t.insert(common::wal_key(2), Vec::<u8>::new()).unwrap();
+    });
+    let engine = Engine::open(EngineConfig::new(&src)).unwrap();
+    let own = engine.verify().unwrap();
+    assert!(!own.is_clean(), "the source's verify finds the hole");
+    let dest = dir.path().join("copy");
+    let r = engine.backup_to(&dest, &AtomicBool::new(false)).unwrap();
+    let places = |v: &cairn_engine::VerifyReport| {
+        v.problems.iter().map(|p| p.to_string()).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        places(&r.verify),
+        places(&own),
+        "the copy's verify reports what the source's does"
+    );
+    assert_eq!(r.frames, 2, "two frames and the emptied one copied");
+    assert_eq!(r.records, 30);
+    common::with_raw_tree(&dest, |t| {
+        assert_eq!(
+            t.get(common::wal_key(2)).unwrap().map(|v| v.len()),
+            Some(0),
+            "the emptied frame is in the copy, empty"
+        );
+    });
+}
+
 /// A directory the backup makes has the archive's permissions at most
 /// (the umask still applies): an archive kept 0700 is not copied into a
 /// folder others can read. Before, it got 0777 less the umask.
