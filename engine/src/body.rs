@@ -117,7 +117,8 @@ fn decode_err(e: impl std::fmt::Display) -> CorruptionKind {
 
 /// The start of an entry body: its partition, record count and first
 /// offset, read from the body's first bytes (an entry's first chunk holds
-/// them: a head is at most 263 bytes and the first offset 10 more, and no
+/// them: a head is at most 260 bytes (a 249-byte topic and its length, two
+/// 5-byte varints) and the first offset 9 more, and no
 /// chunk is under 1 KiB). For a check that an index entry names the right
 /// frames without decoding the entry. Never panics.
 pub fn decode_start(bytes: &[u8]) -> Result<(TopicPartition, u32, i64), CorruptionKind> {

@@ -43,8 +43,8 @@ pub struct ExportArgs {
     /// How each record is written.
     #[arg(long, value_enum, default_value_t = Format::Jsonl)]
     pub format: Format,
-    /// Write here instead of stdout (`-`, `/dev/stdout` and `/dev/fd/1`
-    /// are stdout itself, so that `>>` appends).
+    /// Write here instead of stdout (`-`, `/dev/stdout`, `/dev/fd/1` and
+    /// `/proc/self/fd/1` are stdout itself, so that `>>` appends).
     #[arg(long)]
     pub output: Option<PathBuf>,
 }

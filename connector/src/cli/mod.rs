@@ -50,7 +50,7 @@ pub enum Command {
     Verify(verify::VerifyArgs),
     /// Produce archived records back into Kafka: same partitions, keys, values, headers and timestamps.
     Restore(restore::RestoreArgs),
-    /// Delete archived records below an offset, a time or an age, per partition.
+    /// Delete archived records below an offset, a time or an age, per partition, or the oldest beyond a size.
     Prune(prune::PruneArgs),
     /// Copy an archive consistently, also one a `cairn run` is archiving into.
     Backup(backup::BackupArgs),
