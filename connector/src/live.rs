@@ -980,10 +980,30 @@ fn connect_once(path: &Path) -> std::io::Result<UnixStream> {
 /// archive is then opened as usual. A run that is there but takes no
 /// connections (stopped, or wedged) is an error: opening the archive would
 /// only be refused as locked.
+///
+/// The process serving the socket must be this user's, the archive
+/// directory owner's, or root's: a socket planted by anyone else (in a
+/// data directory others may write to) is refused, not sent requests whose
+/// answers it could make up.
 pub fn connect(data: &Path) -> Result<Option<UnixStream>> {
     let path = data.join(SOCKET_FILE);
     match connect_now(&path) {
-        Ok(conn) => Ok(Some(conn)),
+        Ok(conn) => {
+            use std::os::unix::fs::MetadataExt;
+            let peer = rustix::net::sockopt::socket_peercred(&conn)
+                .map_err(|e| socket_error(e.into()))?
+                .uid
+                .as_raw();
+            let me = rustix::process::geteuid().as_raw();
+            let owner = std::fs::metadata(data).map_err(socket_error)?.uid();
+            if !trusted_peer(peer, me, owner) {
+                return Err(ConnectorError::Live(format!(
+                    "the socket at {} is served by a process of uid {peer}, neither this user (uid {me}), the archive's owner (uid {owner}) nor root: not trusted with a request; remove it if no cairn of yours is running there",
+                    path.display()
+                )));
+            }
+            Ok(Some(conn))
+        }
         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
             Err(ConnectorError::Live(format!(
                 "the running cairn at {} takes no connections: too many are waiting to be taken (is it stopped, or wedged?)",
@@ -1001,6 +1021,12 @@ pub fn connect(data: &Path) -> Result<Option<UnixStream>> {
         }
         Err(_) => Ok(None),
     }
+}
+
+/// Whether a socket served by `peer` may be asked: this user's, the
+/// archive directory owner's (`owner`) or root's process.
+fn trusted_peer(peer: u32, me: u32, owner: u32) -> bool {
+    peer == me || peer == owner || peer == 0
 }
 
 /// How long `status` waits for the running cairn's answer: it is quick
@@ -1251,6 +1277,26 @@ mod tests {
 
     /// CONNECTIONS_MAX exports whose clients stopped reading hold their
     /// slots: another export is refused as busy, and a status is answered.
+    #[test]
+    fn only_this_user_the_owner_or_root_is_trusted_to_serve() {
+        // (peer, me, owner)
+        for (peer, me, owner, trusted) in [
+            (1000, 1000, 1000, true),
+            (1000, 0, 1000, true),
+            (0, 1000, 1000, true),
+            (1001, 1000, 1001, true),
+            (1001, 1000, 1000, false),
+            (1002, 1000, 1001, false),
+            (1002, 0, 1001, false),
+        ] {
+            assert_eq!(
+                trusted_peer(peer, me, owner),
+                trusted,
+                "peer {peer}, me {me}, owner {owner}"
+            );
+        }
+    }
+
     #[test]
     fn slow_exports_do_not_turn_a_status_away() {
         let dir = tempfile::tempdir().unwrap();
