@@ -225,12 +225,22 @@ pub fn cairn_run(args: &[&str], abort_at: Option<&str>) -> KillOnDrop {
 pub const CHILD_LIFETIME_MAX: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// SIGKILLs a child still alive after [`CHILD_LIFETIME_MAX`]; disarmed
-/// when dropped.
+/// when dropped. It holds a pidfd, not a pid: a child the test has already
+/// reaped cannot be mistaken for another process given its pid since.
 pub struct Watchdog(#[allow(dead_code)] std::sync::mpsc::Sender<()>);
 
 impl Watchdog {
-    fn arm(pid: u32) -> Watchdog {
+    fn arm(child: &Child) -> Watchdog {
+        let pid = child.id();
         let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let pidfd = rustix::process::Pid::from_raw(pid as i32).and_then(|p| {
+            rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok()
+        });
+        let Some(pidfd) = pidfd else {
+            // Only the safety net is missing (a kernel before 5.3).
+            eprintln!("watchdog: no pidfd for pid {pid}: not armed");
+            return Watchdog(tx);
+        };
         std::thread::spawn(move || {
             if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
                 rx.recv_timeout(CHILD_LIFETIME_MAX)
@@ -239,11 +249,8 @@ impl Watchdog {
                     "watchdog: cairn run (pid {pid}) still running after {} s: killing it",
                     CHILD_LIFETIME_MAX.as_secs()
                 );
-                // SAFETY: as in `send_signal`.
-                #[allow(unsafe_code)]
-                unsafe {
-                    libc::kill(pid as libc::pid_t, libc::SIGKILL);
-                }
+                // Fails harmlessly (ESRCH) for a child already gone.
+                let _ = rustix::process::pidfd_send_signal(&pidfd, rustix::process::Signal::KILL);
             }
         });
         Watchdog(tx)
@@ -275,7 +282,7 @@ impl KillOnDrop {
     /// [`CHILD_LIFETIME_MAX`], whichever comes first.
     pub fn spawn(cmd: &mut Command) -> KillOnDrop {
         let child = cmd.spawn().unwrap();
-        let watchdog = Watchdog::arm(child.id());
+        let watchdog = Watchdog::arm(&child);
         KillOnDrop(child, watchdog)
     }
 }
