@@ -515,14 +515,20 @@ pub(crate) fn expected_after_checkpoint(tree: &sled::Tree, checkpoint: u64) -> R
 
 /// Refuses an entry of the tail whose offsets do not start above all of
 /// its partition's before it: above the partition's previous entry in the
-/// tail, else above the index entry just below its first offset. No append
+/// tail, else above the partition's index entry of the highest first
+/// offset among those earlier in the log (a lower LSN: the tail's own
+/// entries may be indexed already). Not the index entry just below its
+/// first offset: after a prune, or an archive that began above offset 0,
+/// an entry starting below every one left has none, and an overlap with
+/// the entries above it would be indexed beside them. No append
 /// writes one (offsets only increase, and redelivered records are
 /// dropped), so it is damage with a valid CRC (a frame copied, or a bug):
 /// indexed beside the entry it repeats, it would have two reads of the
 /// same offsets disagree, and a summary count records twice.
 ///
-/// An index entry below that does not decode is left to the reads and
-/// `verify`, which report it where it is; this check only adds a refusal.
+/// An index entry that does not decode is passed over, left to the reads
+/// and `verify`, which report it where it is; this check only adds a
+/// refusal.
 fn check_offset_order(
     tree: &sled::Tree,
     tp: &TopicPartition,
@@ -532,16 +538,19 @@ fn check_offset_order(
     let before = match tail_last.get(tp) {
         Some(&last) => Some((last, "the tail's previous entry")),
         None => {
-            let below = keys::index_prefix(tp)..keys::index_key(tp, described.first_offset);
-            match tree.range(below).next_back() {
-                Some(item) => {
-                    let (k, v) = item.map_err(store_err("read index"))?;
-                    IndexEntry::decode(&k, &v)
-                        .ok()
-                        .map(|(_, e)| (e.last_offset, "the index entry below it"))
+            let mut earlier = None;
+            // From the partition's highest first offset down; past only the
+            // tail's entries already indexed, at most.
+            for item in tree.scan_prefix(keys::index_prefix(tp)).rev() {
+                let (k, v) = item.map_err(store_err("read index"))?;
+                if let Ok((_, e)) = IndexEntry::decode(&k, &v) {
+                    if e.lsn < described.lsn {
+                        earlier = Some((e.last_offset, "the index entry before it"));
+                        break;
+                    }
                 }
-                None => None,
             }
+            earlier
         }
     };
     if let Some((last, which)) = before {

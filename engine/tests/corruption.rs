@@ -1248,7 +1248,7 @@ fn an_entry_at_an_offset_already_indexed_is_named_at_its_lsn() {
     for (mode, want) in [
         (
             RecoveryMode::TolerateTail,
-            "starts at 10, as the entry at lsn 2",
+            "starts at 10 but the index entry before it ends at 29",
         ),
         (RecoveryMode::Strict, "starts at 10 after an earlier entry"),
     ] {
@@ -1274,7 +1274,7 @@ fn an_entry_overlapping_the_one_before_it_is_refused_at_open() {
     // (closed: LSNs 1..3 checkpointed; the entry put at `lsn`, its
     // offsets, and what it is checked against)
     let cases = [
-        (true, 4, 25..35, "the index entry below it ends at 29"),
+        (true, 4, 25..35, "the index entry before it ends at 29"),
         (false, 3, 15..25, "the tail's previous entry ends at 19"),
     ];
     for (close, lsn, offsets, want) in cases {
@@ -1306,6 +1306,51 @@ fn an_entry_overlapping_the_one_before_it_is_refused_at_open() {
             "{want}: {:#?}",
             v.problems
         );
+    }
+}
+
+/// The same after a prune: an entry of the tail that starts below every
+/// index entry left (none below its first offset to compare with) but
+/// overlaps the one above it is refused. Before, the open indexed it beside
+/// that one: two reads of offsets 20..25 disagreed, and the partition read
+/// whole gave more records than its summary counts.
+#[test]
+fn an_entry_overlapping_the_pruned_partitions_first_is_refused_at_open() {
+    use cairn_engine::frame::{self, FrameKind};
+    let (dir, tp) = store_of(3, false);
+    {
+        // store_of left its engine dropped (synced); open it again to prune.
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        e.truncate_before(&tp, 20).unwrap();
+        e.close().unwrap();
+    }
+    let lsn = with_raw_tree(dir.path(), |t| {
+        let last = t
+            .scan_prefix([cairn_engine::keys::PREFIX_WAL])
+            .rev()
+            .map(|item| item.unwrap())
+            .find(|(_, v)| !v.is_empty())
+            .map(|(k, _)| cairn_engine::keys::parse_wal_key(&k).unwrap())
+            .unwrap();
+        let lsn = last + 1;
+        let b = batch(&tp, 15..26, 20);
+        let body = cairn_engine::body::encode_entry(&tp, &b.records);
+        t.insert(
+            wal_key(lsn),
+            frame::encode(lsn, FrameKind::Records, 0, &body),
+        )
+        .unwrap();
+        lsn
+    });
+    let err = Engine::open(EngineConfig::new(dir.path()))
+        .err()
+        .expect("the open must refuse the overlap");
+    match assert_corrupt_at(err, lsn) {
+        CorruptionKind::OffsetOrder { detail } => assert!(
+            detail.contains("starts at 15 but the index entry before it ends at 29"),
+            "{detail}"
+        ),
+        other => panic!("expected an offset order problem, got {other}"),
     }
 }
 
