@@ -119,7 +119,7 @@ pub enum ConnectorError {
     },
     /// A restore's records were all acknowledged, but at target offsets
     /// with others between them.
-    #[error("{target}: the restore's {acknowledged} records were acknowledged at offsets {first} to {last}, which hold {held}: another producer wrote to the topic during the restore, so other records lie among the archive's; restore into an empty topic nothing else writes to")]
+    #[error("{target}: the restore's {acknowledged} records were acknowledged at offsets {first} to {last}, which hold {held}: another producer wrote to the topic during the restore, so other records lie among the archive's. Every record was delivered, once: do not run this restore again, which would write them all a second time; for the archive's records alone and in order, restore into an empty topic nothing else writes to")]
     RestoreInterleaved {
         target: cairn_engine::TopicPartition,
         acknowledged: u64,
