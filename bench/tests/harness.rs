@@ -62,12 +62,12 @@ fn put_to_commit_harness_runs_and_reports() {
         .unwrap()
         .parse()
         .unwrap();
-    assert!((20..1000).contains(&puts), "{every_put}");
+    // At least 30 puts of at most 100 records, at most one a record
+    // (how full puts are depends on timing).
+    assert!((30..=3000).contains(&puts), "{every_put}");
     assert_eq!(fields[3].starts_with("n/a("), puts < 100, "{every_put}");
-    assert!(
-        fields[4].starts_with("n/a(") && fields[5].starts_with("n/a("),
-        "{every_put}"
-    );
+    assert_eq!(fields[4].starts_with("n/a("), puts < 1000, "{every_put}");
+    assert!(fields[5].starts_with("n/a("), "{every_put}");
     let numbers: Vec<u64> = [fields[2], fields[6]]
         .iter()
         .map(|f| f.parse::<f64>().unwrap() as u64)
