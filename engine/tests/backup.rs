@@ -339,6 +339,19 @@ fn a_lock_file_that_was_there_stays_and_a_linked_one_is_refused() {
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
 }
 
+/// A closed store at `src` holding three entries of ten records (offsets
+/// 0..30) of partition 0 of `topic`, at LSNs 1 to 3.
+fn three_entries(src: &std::path::Path, topic: &str) -> TopicPartition {
+    let tp = TopicPartition::new(topic, 0);
+    let e = Engine::open(EngineConfig::new(src)).unwrap();
+    for i in 0..3 {
+        e.append(&[common::batch(&tp, i * 10..i * 10 + 10, 20)])
+            .unwrap();
+    }
+    e.close().unwrap();
+    tp
+}
+
 /// A frame damaged in the source is copied as it is: the backup reports
 /// the copy's verify, which names the damage's location, and keeps the
 /// copy (before, the copy's record count fell short first, and the backup
@@ -348,15 +361,7 @@ fn damage_in_the_source_is_reported_where_it_is() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("src");
-    let tp = TopicPartition::new("d", 0);
-    {
-        let e = Engine::open(EngineConfig::new(&src)).unwrap();
-        for i in 0..3 {
-            e.append(&[common::batch(&tp, i * 10..i * 10 + 10, 20)])
-                .unwrap();
-        }
-        e.close().unwrap();
-    }
+    let tp = three_entries(&src, "d");
     // The second entry's frame: a byte of its records flipped; and the
     // first entry's index entry (before 2026-12-02, that failed the whole
     // backup).
@@ -403,15 +408,7 @@ fn a_stray_index_entry_past_the_log_is_reported_not_dropped() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("src");
-    let tp = TopicPartition::new("s", 0);
-    {
-        let e = Engine::open(EngineConfig::new(&src)).unwrap();
-        for i in 0..3 {
-            e.append(&[common::batch(&tp, i * 10..i * 10 + 10, 20)])
-                .unwrap();
-        }
-        e.close().unwrap();
-    }
+    let tp = three_entries(&src, "s");
     let stray = cairn_engine::Location::Index {
         topic: "s".into(),
         partition: 0,
@@ -455,15 +452,7 @@ fn an_emptied_frame_is_copied_and_reported_where_it_is() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("src");
-    let tp = TopicPartition::new("e", 0);
-    {
-        let e = Engine::open(EngineConfig::new(&src)).unwrap();
-        for i in 0..3 {
-            e.append(&[common::batch(&tp, i * 10..i * 10 + 10, 20)])
-                .unwrap();
-        }
-        e.close().unwrap();
-    }
+    let tp = three_entries(&src, "e");
     common::with_raw_tree(&src, |t| {
         assert!(!t.get(common::wal_key(2)).unwrap().unwrap().is_empty());
         t.insert(common::wal_key(2), Vec::<u8>::new()).unwrap();
