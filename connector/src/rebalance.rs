@@ -327,9 +327,11 @@ impl SinkContext {
         // names no store (an offsets reset, another client's commit): one
         // WARN for them all, below.
         let mut skipped: Vec<String> = Vec::new();
-        // Starts read as numbers under `--auto-offset-reset latest`, for
-        // the sink to record (`SinkTask::start`).
-        let mut latest = BTreeMap::new();
+        // Starts for the sink to record (`SinkTask::start`) before the
+        // first fetch, and to commit at once: log ends read under
+        // `--auto-offset-reset latest`, and the log start a partition this
+        // store lost entirely is fetched again from.
+        let mut recorded_starts = BTreeMap::new();
         for tp in &tps {
             let archive = resume.get(tp).copied();
             let point = resume_point(archive, committed.get(tp), identity.as_deref());
@@ -386,7 +388,18 @@ impl SinkContext {
                 (None, _) if stopping => Offset::End,
                 (None, Some(committed)) => {
                     match refetch_lost(&mut bounds, tp, committed, s.on_offset_out_of_range) {
-                        Ok(from) => Offset::Offset(from),
+                        // Recorded and committed at once, as a store that
+                        // lost only some records commits what it holds:
+                        // Kafka's offset comes down to where this store
+                        // starts again. Left at the old commit until a put,
+                        // a member taking the partition over before then
+                        // (a join, or this one's death) would resume at
+                        // that commit, and the records below it would be
+                        // in neither archive.
+                        Ok(from) => {
+                            recorded_starts.insert(tp.clone(), from);
+                            Offset::Offset(from)
+                        }
                         Err(e) => {
                             s.pipeline.fail(e);
                             Offset::End
@@ -397,7 +410,7 @@ impl SinkContext {
                     Ok(start) => {
                         tracing::debug!(%tp, ?start, "neither the archive nor Kafka has an offset for this partition: --auto-offset-reset");
                         if let Offset::Offset(end) = start {
-                            latest.insert(tp.clone(), end);
+                            recorded_starts.insert(tp.clone(), end);
                         }
                         start
                     }
@@ -475,22 +488,22 @@ impl SinkContext {
                 "the archive holds these partitions but the group has no committed offset for them: a run into this archive stopped before its first commit of them (a crash: it resumes at the archive's offset, as it should), a new --group, the group's offsets expired (offsets.retention.minutes), or the topic was deleted and recreated; if recreated, resuming at the archive's offset skips the new topic's first records and appends the rest to the old one's history (archive a recreated topic into a new --data)"
             );
         }
-        if !latest.is_empty() && !s.pipeline.failed.load(Ordering::Acquire) {
+        if !recorded_starts.is_empty() && !s.pipeline.failed.load(Ordering::Acquire) {
             // Recorded before the first fetch: a restart or a rebalance
             // before the first of these partitions' records is durable then
-            // resumes at this log end, not at a later one that would skip
-            // what was produced in between.
+            // resumes at this start, not at a later log end that would skip
+            // what was produced in between (or at a lost store's old commit).
             match s.request(|reply| Job::Start {
-                starts: latest.clone(),
+                starts: recorded_starts.clone(),
                 reply,
             }) {
                 Ok(recorded) => {
                     for (tp, o) in recorded {
-                        if latest.get(&tp) == Some(&o) {
+                        if recorded_starts.get(&tp) == Some(&o) {
                             resume.insert(tp.clone(), o);
                             consumed.insert(tp, o);
                         } else {
-                            tracing::warn!(%tp, offset = o, start = ?latest.get(&tp), "the sink recorded a start it was not given: ignored");
+                            tracing::warn!(%tp, offset = o, start = ?recorded_starts.get(&tp), "the sink recorded a start it was not given: ignored");
                         }
                     }
                 }

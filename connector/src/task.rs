@@ -122,7 +122,10 @@ pub trait SinkTask: Send {
     ) -> Result<BTreeMap<TopicPartition, i64>, TaskError>;
     /// Partitions that neither `open` nor Kafka gave an offset start at
     /// these offsets: under `--auto-offset-reset latest`, each one's log
-    /// end, read at the assignment. Nothing below them is wanted. A sink
+    /// end, read at the assignment; and a partition this store held and
+    /// lost entirely (Kafka's offset was committed under its identity,
+    /// and `open` gives none), the log start it is fetched again from.
+    /// Nothing below them is wanted. A sink
     /// that records a start durably returns it as given (any other offset
     /// is ignored, with a WARN);
     /// the loop then takes it as it takes `open`'s offsets, commits it,

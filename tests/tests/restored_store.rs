@@ -8,14 +8,17 @@
 //! records are another member's, and it resumes at Kafka's: the rebalance
 //! tests cover that.)
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cairn_connector::cli::demo::{check_archive, demo_next_offsets, produce, DEMO_PARTITIONS};
 use cairn_connector::offsets::{committed_with_metadata, group_client, read_committed};
-use cairn_engine::{Engine, EngineConfig, TopicPartition};
+use cairn_connector::testing::{run_bounded, RUN_LIMIT};
+use cairn_connector::{ArchiveSink, PipelineOptions, PutOutcome, SinkTask, TaskError};
+use cairn_engine::{Engine, EngineConfig, RecordBatch, TopicPartition};
 use cairn_tests::{
     config, durable, init_logs, run_to_end, run_to_error, with_request_errors, TestKafka,
 };
@@ -81,6 +84,98 @@ fn a_store_restored_from_before_it_held_a_partition_archives_it_from_the_start()
     let e = Engine::open(EngineConfig::new(&copy)).unwrap();
     check_archive(&e, &k.topic, 1_500).unwrap();
     assert_eq!(e.durable_offsets(), demo_next_offsets(&k.topic, 1_500));
+}
+
+/// As above: the log start a partition lost entirely is fetched again
+/// from is recorded and committed at the assignment, before any record of
+/// it is archived (the first put here waits for a commit, so without it
+/// the run would wait for ever). A member taking a partition over before
+/// then (a join, or this one's death) resumes there, not at the store's
+/// old commit: below that neither archive would hold the records. Before
+/// 2026-12-03 nothing was committed until a put of the partition was
+/// durable.
+#[test]
+fn a_partition_lost_entirely_is_committed_at_its_log_start_before_any_put() {
+    init_logs();
+    let k = TestKafka::new("restored-start", DEMO_PARTITIONS);
+    let group = "restored-start-group";
+    let (_backups, copy) = backed_up_before_it_held(&k, group, 1_500);
+    let want = demo_next_offsets(&k.topic, 1_500);
+    let engine = Arc::new(Engine::open(EngineConfig::new(&copy)).unwrap());
+    let (commits, first_commit) = std::sync::mpsc::channel();
+    let seen_by_first_put = Arc::new(Mutex::new(None));
+    let sink = PutAfterACommit {
+        inner: ArchiveSink::new(engine.clone()),
+        first_commit: Some(first_commit),
+        seen: seen_by_first_put.clone(),
+    };
+    let done = want.clone();
+    let opts = PipelineOptions {
+        done: Some(Box::new(move |c| {
+            done.iter().all(|(tp, o)| c.get(tp) == Some(o))
+        })),
+        on_commit: Some(Box::new(move |committed, _| {
+            // The first put has its commit; later ones go nowhere.
+            let _ = commits.send(committed.clone());
+        })),
+        ..Default::default()
+    };
+    run_bounded(&config(&k, group, &copy), Box::new(sink), opts).unwrap();
+    let first = seen_by_first_put.lock().unwrap().take().expect("a put");
+    let starts: BTreeMap<TopicPartition, i64> = want.keys().map(|tp| (tp.clone(), 0)).collect();
+    assert_eq!(
+        first, starts,
+        "every partition committed at its log start, before any put"
+    );
+    check_archive(&engine, &k.topic, 1_500).unwrap();
+    assert_eq!(engine.durable_offsets(), want);
+}
+
+/// The archive, whose first put waits (at most [`RUN_LIMIT`]) for the run's
+/// first commit, and keeps what it committed.
+struct PutAfterACommit {
+    inner: ArchiveSink,
+    first_commit: Option<std::sync::mpsc::Receiver<BTreeMap<TopicPartition, i64>>>,
+    seen: Arc<Mutex<Option<BTreeMap<TopicPartition, i64>>>>,
+}
+
+impl SinkTask for PutAfterACommit {
+    fn open(
+        &mut self,
+        partitions: &[TopicPartition],
+    ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+        self.inner.open(partitions)
+    }
+    fn start(
+        &mut self,
+        starts: &BTreeMap<TopicPartition, i64>,
+    ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+        self.inner.start(starts)
+    }
+    fn put(&mut self, batches: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
+        if let Some(first_commit) = self.first_commit.take() {
+            let committed = first_commit
+                .recv_timeout(RUN_LIMIT)
+                .map_err(|_| TaskError::Fatal("no commit came before the first put".into()))?;
+            *self.seen.lock().unwrap() = Some(committed);
+        }
+        self.inner.put(batches)
+    }
+    fn pre_commit(
+        &mut self,
+        consumed: &BTreeMap<TopicPartition, i64>,
+    ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+        self.inner.pre_commit(consumed)
+    }
+    fn close(&mut self, partitions: &[TopicPartition]) -> Result<(), TaskError> {
+        self.inner.close(partitions)
+    }
+    fn stop(&mut self) -> Result<(), TaskError> {
+        self.inner.stop()
+    }
+    fn identity(&self) -> Option<String> {
+        self.inner.identity()
+    }
 }
 
 /// As above, when Kafka's committed offsets cannot be read at assignment:
