@@ -452,7 +452,7 @@ fn an_emptied_frame_is_copied_and_reported_where_it_is() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("src");
-    let tp = three_entries(&src, "e");
+    three_entries(&src, "e");
     common::with_raw_tree(&src, |t| {
         assert!(!t.get(common::wal_key(2)).unwrap().unwrap().is_empty());
         t.insert(common::wal_key(2), Vec::<u8>::new()).unwrap();
