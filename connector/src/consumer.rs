@@ -87,8 +87,9 @@ pub struct RunReport {
     pub committed: BTreeMap<TopicPartition, i64>,
 }
 
-/// Observes every successful commit: (offsets committed, what puts had
-/// reported durable for those partitions when the commit was chosen).
+/// Observes a commit (as it is sent, or once acknowledged: see
+/// [`PipelineOptions`]): (its offsets, what puts had reported durable for
+/// those partitions when the commit was chosen).
 pub type CommitObserver =
     Box<dyn FnMut(&BTreeMap<TopicPartition, i64>, &BTreeMap<TopicPartition, i64>) + Send>;
 /// Decides, after each commit, whether the run is complete.
@@ -104,7 +105,16 @@ pub struct PipelineOptions {
     /// Simulate a crash once this many records were written: right after the
     /// put's fsync, before its commit. The run returns `SimulatedCrash`.
     pub crash_after_records: Option<u64>,
+    /// Called with every commit Kafka acknowledged.
     pub on_commit: Option<CommitObserver>,
+    /// Called with each commit's offsets (and what the puts had reported
+    /// durable for them) just before the commit is handed to librdkafka:
+    /// for checks that must hold when a commit is sent (committed ≤
+    /// durable), which [`on_commit`](Self::on_commit), called at the
+    /// broker's acknowledgement, would make too late to catch a commit
+    /// that overtook its fsync. Called under the pipeline's lock: keep it
+    /// quick.
+    pub on_commit_sent: Option<CommitObserver>,
     /// Stop cleanly once this returns true for the committed offsets.
     pub done: Option<DonePredicate>,
     /// Every `progress_interval_s`, and once more at a clean stop. Called on
@@ -733,6 +743,7 @@ pub fn run_pipeline(
         .build()
         .map_err(|e| ConnectorError::Sink(format!("cannot start the committer: {e}")))?;
     let pipeline = Arc::new(Pipeline::new(opts.on_commit, opts.done, sink.identity()));
+    pipeline.state().on_commit_sent = opts.on_commit_sent;
     // Puts wait here while the task thread is busy (queue.rs). Under
     // `interval:MS` up to a full batch's bytes: polling goes on through the
     // periodic fsync. Under `every-put` one put: each put pays its own fsync,

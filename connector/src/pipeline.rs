@@ -80,6 +80,8 @@ pub(crate) struct CommitState {
     /// Counters of the task thread and the committer.
     pub stats: RunStats,
     pub on_commit: Option<CommitObserver>,
+    /// [`crate::PipelineOptions::on_commit_sent`].
+    pub on_commit_sent: Option<CommitObserver>,
     pub done: Option<DonePredicate>,
 }
 
@@ -145,6 +147,7 @@ impl Pipeline {
                 commits_closed: false,
                 stats: RunStats::default(),
                 on_commit,
+                on_commit_sent: None,
                 done,
             }),
             wake: tokio::sync::Notify::new(),
@@ -282,6 +285,9 @@ impl Pipeline {
                 // have none); it leaves the revoking partitions out.
                 self.wake.notify_one();
                 return CommitOutcome::Done;
+            }
+            if let Some(f) = s.on_commit_sent.as_mut() {
+                f(&pending.offsets, &pending.durable);
             }
         }
         let t0 = Instant::now();

@@ -157,8 +157,8 @@ pub fn config(k: &TestKafka, group: &str, data: &std::path::Path) -> cairn_conne
 }
 
 /// Run until every one of the `n` demo records produced is committed,
-/// asserting at every commit that nothing committed is above what the put
-/// reported durable, then calling `after_commit`.
+/// asserting as every commit is sent that nothing in it is above what is
+/// durable, and calling `after_commit` once it is acknowledged.
 pub fn run_to_end(
     cfg: &cairn_connector::RunConfig,
     n: u64,
@@ -172,10 +172,10 @@ pub fn run_to_end(
         done: Some(Box::new(move |c| {
             want.iter().all(|(tp, o)| c.get(tp) == Some(o))
         })),
-        on_commit: Some(Box::new(move |committed, durable| {
+        on_commit_sent: Some(Box::new(move |committed, durable| {
             assert_committed_within_durable(&store, committed, durable);
-            after_commit();
         })),
+        on_commit: Some(Box::new(move |_, _| after_commit())),
         ..Default::default()
     };
     run_bounded(
@@ -186,8 +186,10 @@ pub fn run_to_end(
     .unwrap()
 }
 
-/// Assert, at a commit, that no committed offset is above what the engine
-/// itself holds durable, nor above what the sink reported durable. The
+/// Assert, as a commit is sent (`PipelineOptions::on_commit_sent`: at the
+/// acknowledgement, the fsync could have finished meanwhile), that none of
+/// its offsets is above what the engine itself holds durable, nor above
+/// what the sink reported durable. The
 /// engine's own figure is the one that counts: a sink that over-reported
 /// would pass a check against its own report. The engine is held weakly,
 /// so that the sink's `stop` can still close it; once it is closed (a

@@ -34,14 +34,13 @@ fn a_failed_fsync_poisons_stops_the_run_and_commits_nothing_more() {
     let armed = Arc::new(AtomicBool::new(false));
     let last_acknowledged: Arc<Mutex<BTreeMap<TopicPartition, i64>>> = Default::default();
     let opts = PipelineOptions {
+        on_commit_sent: Some(Box::new({
+            let store = Arc::downgrade(&engine);
+            move |committed, durable| assert_committed_within_durable(&store, committed, durable)
+        })),
         on_commit: Some(Box::new({
-            let (armed, last, store) = (
-                armed.clone(),
-                last_acknowledged.clone(),
-                Arc::downgrade(&engine),
-            );
-            move |committed, durable| {
-                assert_committed_within_durable(&store, committed, durable);
+            let (armed, last) = (armed.clone(), last_acknowledged.clone());
+            move |_, durable| {
                 last.lock().unwrap().extend(durable.clone());
                 if !armed.swap(true, Ordering::SeqCst) {
                     fail::cfg(FLUSH_ERR, "1*return").unwrap();

@@ -47,8 +47,10 @@ fn member(
         let store = Arc::downgrade(&engine);
         let opts = PipelineOptions {
             stop,
-            on_commit: Some(Box::new(move |committed, durable| {
+            on_commit_sent: Some(Box::new(move |committed, durable| {
                 assert_committed_within_durable(&store, committed, durable);
+            })),
+            on_commit: Some(Box::new(move |committed, _| {
                 let _ = commits.send(committed.clone());
             })),
             done: target.map(|t| -> cairn_connector::DonePredicate {
