@@ -324,7 +324,7 @@ pub(crate) fn recover(
     // at or below it, which was no torn write but damage.
     watermark::check(next_lsn - 1, durable_mark)?;
     if let Some(t) = &report.truncated {
-        refuse_indexed_tail(tree, t.first_lsn, torn_at, &t.reason)?;
+        refuse_indexed_tail(tree, &rebuilt, t.first_lsn, torn_at, &t.reason)?;
     }
     // The refusals of the tail and of the summaries against the index
     // come before any repair is written: such a refused open leaves the
@@ -526,6 +526,11 @@ pub(crate) fn expected_after_checkpoint(tree: &sled::Tree, checkpoint: u64) -> R
 /// indexed beside the entry it repeats, it would have two reads of the
 /// same offsets disagree, and a summary count records twice.
 ///
+/// With no entry before it, it must start at or above the first offset of
+/// the partition's stored summary (a prune raises that and deletes every
+/// entry below it in one batch; a summary a crash left behind is older,
+/// and its first offset lower).
+///
 /// An index entry that does not decode is passed over, left to the reads
 /// and `verify`, which report it where it is; this check only adds a
 /// refusal.
@@ -548,6 +553,27 @@ fn check_offset_order(
                         earlier = Some((e.last_offset, "the index entry before it"));
                         break;
                     }
+                }
+            }
+            if earlier.is_none() {
+                // Nothing before it in the log (all pruned, or it is the
+                // partition's first): it starts at or above the first
+                // offset the stored summary keeps, which only a prune
+                // raises, deleting every entry below it.
+                let k = keys::partition_key(tp);
+                let stored = tree.get(&k).map_err(store_err("read summary"))?;
+                let first = stored.and_then(|v| PartitionSummary::decode(&k, &v).ok());
+                if let Some((_, s)) = first.filter(|(_, s)| described.first_offset < s.first_offset)
+                {
+                    return Err(corrupt(
+                        described.lsn,
+                        CorruptionKind::OffsetOrder {
+                            detail: format!(
+                                "{tp} entry starts at {} but the partition's first offset is {} (a prune deleted every entry below it)",
+                                described.first_offset, s.first_offset
+                            ),
+                        },
+                    ));
                 }
             }
             earlier
@@ -639,16 +665,19 @@ fn truncate_tail(tree: &sled::Tree, first_lsn: u64, repairs: &mut sled::Batch) -
 ///
 /// Every partition with an index entry is looked at, not only those with a
 /// summary: a partition's first append cut short after its index entry and
-/// before its summary has none.
+/// before its summary has none. Each one's newest entry is read as the
+/// repairs will leave it (`rebuilt` over the stored ones): another
+/// partition's damaged index entry, which the open rebuilds, does not turn
+/// a torn tail into a refusal.
 fn refuse_indexed_tail(
     tree: &sled::Tree,
+    rebuilt: &Rebuilt,
     first_lsn: u64,
     at: u64,
     reason: &CorruptionKind,
 ) -> Result<()> {
     for tp in &indexed_partitions(tree)? {
-        if let Some(item) = tree.scan_prefix(keys::index_prefix(tp)).next_back() {
-            let (_, e) = index_item(item)?;
+        if let Some((_, e)) = newest_index_entry(tree, tp, rebuilt)? {
             if e.lsn >= first_lsn {
                 tracing::error!(first_lsn, %tp, first_offset = e.first_offset, "the last entry looks torn but is indexed: damage, not an interrupted write");
                 return Err(corrupt(at, reason.clone()));

@@ -1354,6 +1354,42 @@ fn an_entry_overlapping_the_pruned_partitions_first_is_refused_at_open() {
     }
 }
 
+/// And when a prune left nothing before it: a pruned entry's own frame
+/// back in the tail (its LSN's, so its CRC holds) starts below the first
+/// offset the partition's summary keeps. Before, the open indexed it again:
+/// reads of the partition returned pruned records, and its summary counted
+/// fewer records than its index held.
+#[test]
+fn a_pruned_entry_back_in_the_tail_is_refused_at_open() {
+    use cairn_engine::frame::{self, FrameKind};
+    let dir = tempfile::tempdir().unwrap();
+    let tp = TopicPartition::new("p", 0);
+    {
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        for i in 0..3 {
+            e.append(&[batch(&tp, i * 10..i * 10 + 10, 20)]).unwrap();
+        }
+        e.truncate_before(&tp, 10).unwrap();
+        drop(e); // no close (nor open since): the whole log is tail
+    }
+    with_raw_tree(dir.path(), |t| {
+        // The first entry's frame as its append wrote it.
+        let body = cairn_engine::body::encode_entry(&tp, &batch(&tp, 0..10, 20).records);
+        t.insert(wal_key(1), frame::encode(1, FrameKind::Records, 0, &body))
+            .unwrap();
+    });
+    let err = Engine::open(EngineConfig::new(dir.path()))
+        .err()
+        .expect("the open must refuse the pruned entry");
+    match assert_corrupt_at(err, 1) {
+        CorruptionKind::OffsetOrder { detail } => assert!(
+            detail.contains("starts at 0 but the partition's first offset is 10"),
+            "{detail}"
+        ),
+        other => panic!("expected an offset order problem, got {other}"),
+    }
+}
+
 /// A key in the log's key space past the largest LSN's (longer than an
 /// LSN's, so it sorts after `W` + eight 0xff bytes) is named by an open,
 /// not passed over as beyond the log.

@@ -383,3 +383,43 @@ fn a_tombstone_cut_short_is_damage_not_a_torn_tail() {
         }
     }
 }
+
+/// A torn tail beside another partition's damaged index entry (a bad CRC:
+/// the open rebuilds it from the log's frames) is truncated, and the index
+/// entry rebuilt, as either alone would be. Before, the check that no index
+/// entry points into the torn tail read the damaged entry first and
+/// refused the open with its checksum error.
+#[test]
+fn a_torn_tail_beside_a_damaged_index_entry_is_truncated_and_the_entry_rebuilt() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (TopicPartition::new("a", 0), TopicPartition::new("b", 0));
+    {
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        e.append(&[batch(&b, 0..10, 20)]).unwrap();
+        e.append(&[batch(&a, 0..10, 20)]).unwrap();
+        drop(e); // crash: no close, so the whole log is tail
+    }
+    with_raw_tree(dir.path(), |t| {
+        // a's first append, cut among its frames: half its only frame, and
+        // neither its index entry nor its summary.
+        let v = t.get(wal_key(2)).unwrap().unwrap();
+        t.insert(wal_key(2), &v[..v.len() / 2]).unwrap();
+        t.remove(cairn_engine::keys::index_key(&a, 0)).unwrap();
+        t.remove(cairn_engine::keys::partition_key(&a)).unwrap();
+        // b's index entry: a byte flipped.
+        let k = cairn_engine::keys::index_key(&b, 0);
+        let mut v = t.get(&k).unwrap().unwrap().to_vec();
+        v[0] ^= 0x40;
+        t.insert(k, v).unwrap();
+    });
+    unacknowledge_after(dir.path(), 1);
+    let e = opens(dir.path(), RecoveryMode::TolerateTail).unwrap();
+    let r = e.recovery_report();
+    assert_eq!(r.truncated.as_ref().map(|t| t.first_lsn), Some(2));
+    assert_eq!(r.index_entries_damaged, 1, "{r:?}");
+    assert_eq!(e.durable_offset(&b), Some(10));
+    assert_eq!(e.durable_offset(&a), None);
+    assert_eq!(read_all(&e, &b), batch(&b, 0..10, 20).records);
+    let v = e.verify().unwrap();
+    assert!(v.is_clean(), "{:?}", v.problems);
+}
