@@ -1390,6 +1390,51 @@ fn a_pruned_entry_back_in_the_tail_is_refused_at_open() {
     }
 }
 
+/// A damaged tombstone ending the log (a prune deleted the newest entries)
+/// is reported where it is, and the watermark past its LSN (the end of its
+/// span, which no one can read now) is a note, not records lost: nothing
+/// acknowledged lies past a tombstone. Before, verify also claimed a lost
+/// suffix.
+#[test]
+fn a_damaged_last_tombstone_is_no_lost_suffix() {
+    let (dir, tp) = store_of(3, false);
+    {
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        e.truncate_before(&tp, 30).unwrap();
+        e.close().unwrap();
+    }
+    let tomb = with_raw_tree(dir.path(), |t| {
+        let (k, _) = t
+            .scan_prefix([cairn_engine::keys::PREFIX_WAL])
+            .rev()
+            .map(|item| item.unwrap())
+            .find(|(_, v)| !v.is_empty())
+            .unwrap();
+        cairn_engine::keys::parse_wal_key(&k).unwrap()
+    });
+    damage(dir.path(), tomb, |v| *v.last_mut().unwrap() ^= 1);
+    let v = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
+    assert!(
+        v.problems
+            .iter()
+            .any(|p| p.location == Location::Wal { lsn: tomb }),
+        "{:#?}",
+        v.problems
+    );
+    assert!(
+        !v.problems
+            .iter()
+            .any(|p| matches!(p.kind, CorruptionKind::LostSuffix { .. })),
+        "{:#?}",
+        v.problems
+    );
+    assert!(
+        v.notes.iter().any(|n| n.contains("is damaged")),
+        "{:?}",
+        v.notes
+    );
+}
+
 /// A key in the log's key space past the largest LSN's (longer than an
 /// LSN's, so it sorts after `W` + eight 0xff bytes) is named by an open,
 /// not passed over as beyond the log.
