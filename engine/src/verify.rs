@@ -223,9 +223,10 @@ pub fn verify_store(cfg: &EngineConfig) -> Result<VerifyReport> {
         // sled drops the end of its log after a damaged record and leaves a
         // consistent older tree: only the watermark beside it can tell.
         let mut last_lsn = 0;
-        // Whether the last frame decodes: one that does not (reported by
-        // verify_tree) may be a tombstone whose span no one can read.
-        let mut last_whole = true;
+        // Whether the last frame is a damaged tombstone (as its header
+        // reads, the test recovery makes of a cut frame): its span, where
+        // the log ends, no one can read.
+        let mut last_unknown_span = false;
         // The last LSN the log covers: its last frame's, or the end of its span
         // when that is a tombstone (retention deleted the newest entries). Only
         // reserved slots (a few hundred at most) lie above it.
@@ -242,7 +243,8 @@ pub fn verify_store(cfg: &EngineConfig) -> Result<VerifyReport> {
             // A frame that does not decode is reported by verify_tree; its
             // own LSN is then the best end there is.
             let span = frame::decode(lsn, &v).ok().and_then(|f| f.span().ok());
-            last_whole = span.is_some();
+            last_unknown_span =
+                span.is_none() && frame::header_kind(&v) == Some(FrameKind::Tombstone);
             last_lsn = lsn.saturating_add(span.unwrap_or(1).max(1) - 1);
             break;
         }
@@ -255,12 +257,13 @@ pub fn verify_store(cfg: &EngineConfig) -> Result<VerifyReport> {
             Ok(mark) => {
                 watermark = mark;
                 match crate::watermark::check(last_lsn, mark) {
-                    // Past a damaged last frame (reported where it is) the
-                    // log's end is not known: a tombstone's span covers
-                    // LSNs no frame holds. Said as a note, not as records
-                    // lost (an open refuses the damage first).
-                    Err(Error::Corruption { .. }) if !last_whole => r.notes.push(format!(
-                        "the log's last frame (lsn {last_lsn}) is damaged, and the watermark names lsn {}: whether frames after it were lost cannot be told",
+                    // Past a damaged tombstone (reported where it is) the
+                    // log's end is not known: its span covers LSNs no frame
+                    // holds. Said as a note, not as records lost (an open
+                    // refuses the damage first). A damaged records frame
+                    // covers its own LSN only: a lost suffix past it is one.
+                    Err(Error::Corruption { .. }) if last_unknown_span => r.notes.push(format!(
+                        "the log's last frame (lsn {last_lsn}) is a damaged tombstone, and the watermark names lsn {}: whether frames after it were lost cannot be told",
                         mark.unwrap_or(0)
                     )),
                     Err(Error::Corruption { location, kind }) => r.add(location, kind),

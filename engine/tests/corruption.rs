@@ -1429,7 +1429,7 @@ fn a_damaged_last_tombstone_is_no_lost_suffix() {
         v.problems
     );
     assert!(
-        v.notes.iter().any(|n| n.contains("is damaged")),
+        v.notes.iter().any(|n| n.contains("is a damaged tombstone")),
         "{:?}",
         v.notes
     );
