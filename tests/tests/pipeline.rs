@@ -49,6 +49,12 @@ fn end_to_end_50k_exact_and_committed_equals_durable() {
     assert_eq!(again.stats.commits, 0);
 }
 
+/// A run stopped between a put's fsync and its commit (`SimulatedCrash`:
+/// the run then ends as after any fatal error, the consumer leaving its
+/// group and the engine dropped, synced) resumes at the archive's durable
+/// offset, not at Kafka's older one. Not an abrupt death: the process goes
+/// on, and recovery finds a synced store. `connector/tests/kill9.rs` kills
+/// `cairn run` with SIGKILL and at named crash points for that.
 #[test]
 fn restart_without_commit_resumes_at_the_durable_offset() {
     let k = TestKafka::new("restart", 3);
