@@ -271,6 +271,50 @@ fn export_to_dev_stdout_appends_under_the_shells_redirection() {
     }
 }
 
+/// `--output` naming another descriptor (`/dev/fd/3`, `/dev/stderr`), or a
+/// directory by a trailing slash, is refused before anything is read, and
+/// the file behind the descriptor keeps what it held. Before 2026-12-03 the
+/// export followed the descriptor's link to that file, staged itself beside
+/// it and renamed itself over it (and a trailing slash failed only at the
+/// rename, after the whole export).
+#[test]
+fn export_to_another_descriptor_or_a_slash_is_refused_and_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("a");
+    archive_of(&data, &[("a", 0, 1)]);
+    let all = dir.path().join("all.jsonl");
+    for (name, redirect) in [
+        ("/dev/fd/3", "3>>"),
+        ("/proc/self/fd/3", "3>>"),
+        ("/dev/stderr", "2>>"),
+        ("gone/", ">>"),
+    ] {
+        std::fs::write(&all, "earlier\n").unwrap();
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "\"$0\" export --data \"$1\" --output {name} {redirect} \"$2\"; echo \"exit $?\" >&2"
+            ))
+            .arg(common::CAIRN)
+            .arg(&data)
+            .arg(&all)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let file = std::fs::read_to_string(&all).unwrap();
+        // (stderr redirected into the file holds the refusal there)
+        let said = format!("{stderr}{file}");
+        assert!(said.contains("exit 1"), "{name}: {said}");
+        assert!(
+            said.contains("nothing was read or written"),
+            "{name}: {said}"
+        );
+        assert!(file.starts_with("earlier\n"), "{name}: {file}");
+        assert!(!file.contains("\"offset\""), "{name}: {file}");
+    }
+}
+
 /// An archive holding records 0..10 of `topic`'s partition 0.
 fn archive_of_ten(topic: &str) -> tempfile::TempDir {
     use cairn_engine::{fuzzing::batch, Engine, EngineConfig, TopicPartition};

@@ -163,6 +163,28 @@ fn names_stdout(output: &Path) -> bool {
         .any(|s| output.as_os_str() == *s)
 }
 
+/// Whether `--output` names one of this process's descriptors (other than
+/// stdout, which [`names_stdout`] takes first): `/dev/fd/N`,
+/// `/proc/self/fd/N`, `/proc/PID/fd/N`, `/dev/stderr`, `/dev/stdin`.
+fn names_descriptor(output: &Path) -> bool {
+    let Some(s) = output.to_str() else {
+        return false;
+    };
+    let numbered = |rest: &str| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit());
+    if matches!(s, "/dev/stderr" | "/dev/stdin") {
+        return true;
+    }
+    if let Some(rest) = s.strip_prefix("/dev/fd/") {
+        return numbered(rest);
+    }
+    if let Some(rest) = s.strip_prefix("/proc/") {
+        if let Some((pid, fd)) = rest.split_once("/fd/") {
+            return (pid == "self" || pid == "thread-self" || numbered(pid)) && numbered(fd);
+        }
+    }
+    false
+}
+
 /// Refuses, before anything is read, an `--output` the export could not
 /// create: a directory, or a file in a directory that is not there. Found
 /// only at the first write, it would cost the read of up to 1 MiB of
@@ -175,7 +197,15 @@ fn check_output(output: &Path, end: &Path) -> Result<()> {
             output.display()
         )))
     };
-    if std::fs::metadata(end).is_ok_and(|m| m.is_dir()) {
+    if names_descriptor(output) {
+        // Followed as a link, it leads to the file behind the descriptor,
+        // which the export, staged beside it and renamed into place, would
+        // replace rather than append to (or to a pipe, not renamed over).
+        return refused("names a file descriptor other than stdout, not a file (write to stdout, `--output -` or none, and redirect it; or name the file)".into());
+    }
+    if std::fs::metadata(end).is_ok_and(|m| m.is_dir())
+        || output.as_os_str().as_encoded_bytes().ends_with(b"/")
+    {
         return refused("a directory (name a file to write the export to)".into());
     }
     let dir = parent_dir(end);
