@@ -156,6 +156,10 @@ pub enum ConnectorError {
     /// running cairn answered on its socket.
     #[error("store {} is locked by {holder}: {}", path.display(), crate::cli::LOCKED_BY_A_RUN_STARTING)]
     ArchiveLocked { path: PathBuf, holder: String },
+    /// sled 0.34.7 panics on some damage to its own files (its issues
+    /// #1155, #1387): an open that panicked, caught and said as an error.
+    #[error("the archive at {} could not be opened: the open panicked ({detail}): damage in sled's own files that sled does not handle, or a bug; nothing was changed (cairn verify --data {} says what it can)", path.display(), path.display())]
+    OpenPanicked { path: PathBuf, detail: String },
     /// A byte string `--format jsonl-text` cannot write as text.
     #[error("record {record}: its {field} is not UTF-8 (from byte {valid_up_to}), so --format jsonl-text cannot write it; --format jsonl writes it in base64")]
     NotText {

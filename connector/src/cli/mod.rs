@@ -133,8 +133,17 @@ pub fn open_archive(data: &std::path::Path) -> crate::Result<cairn_engine::Engin
 
 /// [`open_archive`], for a command that a running cairn answers when its
 /// socket does not: a lock held also says when to try again.
+///
+/// sled 0.34.7 panics on some damage to its own files (its issues #1155,
+/// #1387): such an open is an error naming the archive, as `verify`'s is,
+/// not a crash with exit 101.
 pub(crate) fn open_unserved(data: &std::path::Path) -> crate::Result<cairn_engine::Engine> {
-    open_archive(data).map_err(|e| match e {
+    let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| open_archive(data)))
+        .map_err(|payload| crate::ConnectorError::OpenPanicked {
+            path: data.to_path_buf(),
+            detail: cairn_engine::panic_message(&*payload).to_string(),
+        })?;
+    opened.map_err(|e| match e {
         crate::ConnectorError::Engine(e) => open_failed(e),
         e => e,
     })
