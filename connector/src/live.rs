@@ -175,18 +175,43 @@ impl Drop for Slot<'_> {
     }
 }
 
+/// Whether bytes wait to be read on `stream` (a request sent, its first
+/// bytes at least), without taking them or waiting.
+fn request_arrived(stream: &UnixStream) -> bool {
+    let mut byte = [0u8; 1];
+    matches!(
+        rustix::net::recv(
+            stream,
+            &mut byte,
+            rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT
+        ),
+        Ok((n, _)) if n > 0
+    )
+}
+
 fn busy() -> String {
     format!("the running cairn is already serving as many requests as it takes ({CONNECTIONS_MAX}, and one more status); try again when one has finished")
 }
 
 impl Shared {
     /// Cuts off the oldest connection that has sent no request yet, if
-    /// any: its read of the request ends, and its thread with it.
+    /// any: its read of the request ends, and its thread with it. One
+    /// whose request has arrived, not yet read by its thread, is passed
+    /// over: it is about to be served, and cut off, its client would be
+    /// told the run stopped.
     fn cut_off_oldest_waiting(&self) -> bool {
-        let Some(oldest) = lock(&self.waiting).pop_front() else {
+        let waiting: Vec<u64> = lock(&self.waiting).iter().copied().collect();
+        let victim = {
+            let streams = lock(&self.streams);
+            waiting
+                .into_iter()
+                .find(|id| !streams.iter().any(|(i, s)| i == id && request_arrived(s)))
+        };
+        let Some(victim) = victim else {
             return false;
         };
-        for (_, s) in lock(&self.streams).iter().filter(|(i, _)| *i == oldest) {
+        lock(&self.waiting).retain(|i| *i != victim);
+        for (_, s) in lock(&self.streams).iter().filter(|(i, _)| *i == victim) {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
         tracing::debug!("live read: a connection that sent no request gave its place to a new one");
@@ -1277,6 +1302,20 @@ mod tests {
 
     /// CONNECTIONS_MAX exports whose clients stopped reading hold their
     /// slots: another export is refused as busy, and a status is answered.
+    #[test]
+    fn a_request_arrived_is_seen_without_being_taken() {
+        use std::io::Write as _;
+        let (mut client, server) = UnixStream::pair().unwrap();
+        assert!(!request_arrived(&server), "nothing sent yet");
+        client.write_all(b"{").unwrap();
+        assert!(request_arrived(&server));
+        assert!(request_arrived(&server), "peeked, not taken");
+        let mut b = [0u8; 1];
+        (&server).read_exact(&mut b).unwrap();
+        assert_eq!(&b, b"{");
+        assert!(!request_arrived(&server), "taken now");
+    }
+
     #[test]
     fn only_this_user_the_owner_or_root_is_trusted_to_serve() {
         // (peer, me, owner)
