@@ -43,6 +43,43 @@ fn damage(dir: &std::path::Path, lsn: u64, f: impl FnOnce(&mut Vec<u8>)) {
     });
 }
 
+/// An open of `dir` refused with an offset order problem at `lsn` whose
+/// detail says `want`.
+fn assert_order_refused(dir: &std::path::Path, lsn: u64, want: &str) {
+    let err = Engine::open(EngineConfig::new(dir))
+        .err()
+        .unwrap_or_else(|| panic!("{want}: the open must refuse the entry at lsn {lsn}"));
+    match assert_corrupt_at(err, lsn) {
+        CorruptionKind::OffsetOrder { detail } => {
+            assert!(detail.contains(want), "{want}: {detail}")
+        }
+        other => panic!("{want}: expected an offset order problem, got {other}"),
+    }
+}
+
+/// The LSN of the log's last frame (reserved slots above it passed over).
+fn last_frame_lsn(t: &sled::Tree) -> u64 {
+    let (k, _) = t
+        .scan_prefix([cairn_engine::keys::PREFIX_WAL])
+        .rev()
+        .map(|item| item.unwrap())
+        .find(|(_, v)| !v.is_empty())
+        .expect("a frame");
+    cairn_engine::keys::parse_wal_key(&k).unwrap()
+}
+
+/// Store at `lsn` a one-frame entry of `offsets` of `tp` (20-byte values),
+/// as an append writes one: its frame's CRC holds.
+fn put_entry(t: &sled::Tree, tp: &TopicPartition, lsn: u64, offsets: std::ops::Range<i64>) {
+    use cairn_engine::frame::{self, FrameKind};
+    let body = cairn_engine::body::encode_entry(tp, &batch(tp, offsets, 20).records);
+    t.insert(
+        wal_key(lsn),
+        frame::encode(lsn, FrameKind::Records, 0, &body),
+    )
+    .unwrap();
+}
+
 fn assert_corrupt_at(err: Error, lsn: u64) -> CorruptionKind {
     match err {
         Error::Corruption {
@@ -1270,7 +1307,6 @@ fn an_entry_at_an_offset_already_indexed_is_named_at_its_lsn() {
 /// offset, so that the next open refused the store it had written.
 #[test]
 fn an_entry_overlapping_the_one_before_it_is_refused_at_open() {
-    use cairn_engine::frame::{self, FrameKind};
     // (closed: LSNs 1..3 checkpointed; the entry put at `lsn`, its
     // offsets, and what it is checked against)
     let cases = [
@@ -1279,24 +1315,8 @@ fn an_entry_overlapping_the_one_before_it_is_refused_at_open() {
     ];
     for (close, lsn, offsets, want) in cases {
         let (dir, tp) = store_closed(close);
-        with_raw_tree(dir.path(), |t| {
-            let b = batch(&tp, offsets.clone(), 20);
-            let body = cairn_engine::body::encode_entry(&tp, &b.records);
-            t.insert(
-                wal_key(lsn),
-                frame::encode(lsn, FrameKind::Records, 0, &body),
-            )
-            .unwrap();
-        });
-        let err = Engine::open(EngineConfig::new(dir.path()))
-            .err()
-            .unwrap_or_else(|| panic!("{want}: the open must refuse the overlap"));
-        match assert_corrupt_at(err, lsn) {
-            CorruptionKind::OffsetOrder { detail } => {
-                assert!(detail.contains(want), "{want}: {detail}")
-            }
-            other => panic!("{want}: expected an offset order problem, got {other}"),
-        }
+        with_raw_tree(dir.path(), |t| put_entry(t, &tp, lsn, offsets.clone()));
+        assert_order_refused(dir.path(), lsn, want);
         let v = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
         assert!(
             v.problems
@@ -1316,7 +1336,6 @@ fn an_entry_overlapping_the_one_before_it_is_refused_at_open() {
 /// whole gave more records than its summary counts.
 #[test]
 fn an_entry_overlapping_the_pruned_partitions_first_is_refused_at_open() {
-    use cairn_engine::frame::{self, FrameKind};
     let (dir, tp) = store_of(3, false);
     {
         // store_of left its engine dropped (synced); open it again to prune.
@@ -1325,33 +1344,15 @@ fn an_entry_overlapping_the_pruned_partitions_first_is_refused_at_open() {
         e.close().unwrap();
     }
     let lsn = with_raw_tree(dir.path(), |t| {
-        let last = t
-            .scan_prefix([cairn_engine::keys::PREFIX_WAL])
-            .rev()
-            .map(|item| item.unwrap())
-            .find(|(_, v)| !v.is_empty())
-            .map(|(k, _)| cairn_engine::keys::parse_wal_key(&k).unwrap())
-            .unwrap();
-        let lsn = last + 1;
-        let b = batch(&tp, 15..26, 20);
-        let body = cairn_engine::body::encode_entry(&tp, &b.records);
-        t.insert(
-            wal_key(lsn),
-            frame::encode(lsn, FrameKind::Records, 0, &body),
-        )
-        .unwrap();
+        let lsn = last_frame_lsn(t) + 1;
+        put_entry(t, &tp, lsn, 15..26);
         lsn
     });
-    let err = Engine::open(EngineConfig::new(dir.path()))
-        .err()
-        .expect("the open must refuse the overlap");
-    match assert_corrupt_at(err, lsn) {
-        CorruptionKind::OffsetOrder { detail } => assert!(
-            detail.contains("starts at 15 but the index entry before it ends at 29"),
-            "{detail}"
-        ),
-        other => panic!("expected an offset order problem, got {other}"),
-    }
+    assert_order_refused(
+        dir.path(),
+        lsn,
+        "starts at 15 but the index entry before it ends at 29",
+    );
 }
 
 /// And when a prune left nothing before it: a pruned entry's own frame
@@ -1361,7 +1362,6 @@ fn an_entry_overlapping_the_pruned_partitions_first_is_refused_at_open() {
 /// fewer records than its index held.
 #[test]
 fn a_pruned_entry_back_in_the_tail_is_refused_at_open() {
-    use cairn_engine::frame::{self, FrameKind};
     let dir = tempfile::tempdir().unwrap();
     let tp = TopicPartition::new("p", 0);
     {
@@ -1372,22 +1372,13 @@ fn a_pruned_entry_back_in_the_tail_is_refused_at_open() {
         e.truncate_before(&tp, 10).unwrap();
         drop(e); // no close (nor open since): the whole log is tail
     }
-    with_raw_tree(dir.path(), |t| {
-        // The first entry's frame as its append wrote it.
-        let body = cairn_engine::body::encode_entry(&tp, &batch(&tp, 0..10, 20).records);
-        t.insert(wal_key(1), frame::encode(1, FrameKind::Records, 0, &body))
-            .unwrap();
-    });
-    let err = Engine::open(EngineConfig::new(dir.path()))
-        .err()
-        .expect("the open must refuse the pruned entry");
-    match assert_corrupt_at(err, 1) {
-        CorruptionKind::OffsetOrder { detail } => assert!(
-            detail.contains("starts at 0 but the partition's first offset is 10"),
-            "{detail}"
-        ),
-        other => panic!("expected an offset order problem, got {other}"),
-    }
+    // The first entry's frame as its append wrote it.
+    with_raw_tree(dir.path(), |t| put_entry(t, &tp, 1, 0..10));
+    assert_order_refused(
+        dir.path(),
+        1,
+        "starts at 0 but the partition's first offset is 10",
+    );
 }
 
 /// A damaged tombstone ending the log (a prune deleted the newest entries)
@@ -1403,15 +1394,7 @@ fn a_damaged_last_tombstone_is_no_lost_suffix() {
         e.truncate_before(&tp, 30).unwrap();
         e.close().unwrap();
     }
-    let tomb = with_raw_tree(dir.path(), |t| {
-        let (k, _) = t
-            .scan_prefix([cairn_engine::keys::PREFIX_WAL])
-            .rev()
-            .map(|item| item.unwrap())
-            .find(|(_, v)| !v.is_empty())
-            .unwrap();
-        cairn_engine::keys::parse_wal_key(&k).unwrap()
-    });
+    let tomb = with_raw_tree(dir.path(), last_frame_lsn);
     damage(dir.path(), tomb, |v| *v.last_mut().unwrap() ^= 1);
     let v = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
     assert!(
