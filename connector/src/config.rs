@@ -155,9 +155,16 @@ impl RunConfig {
         if self.topics.is_empty() {
             return bad("topics: none given (use --topics t1,t2)".into());
         }
-        for t in &self.topics {
+        for (i, t) in self.topics.iter().enumerate() {
             if let Err(e) = cairn_engine::validate_topic(t) {
                 return bad(format!("topics: {e}"));
+            }
+            // Named twice, it is subscribed to once: a typo for another
+            // topic, most likely, which would then go unarchived.
+            if self.topics[..i].contains(t) {
+                return bad(format!(
+                    "topics: {t:?} is named twice (was another topic meant?)"
+                ));
             }
         }
         if self.batch_records_max == 0 || self.batch_records_max > 1_000_000 {
@@ -560,6 +567,22 @@ mod tests {
         assert!(e.contains("quote a property name with dots"), "{e}");
         let none: FileConfig = toml::from_str("").unwrap();
         assert_eq!(none.kafka, None);
+    }
+
+    /// A topic named twice is refused (subscribed once, it hides a typo
+    /// for another topic, which would go unarchived).
+    #[test]
+    fn a_topic_named_twice_is_refused() {
+        let twice = RunConfig::new(
+            "b:1",
+            "g",
+            vec!["a".into(), "b".into(), "a".into()],
+            "d".into(),
+        );
+        let e = twice.validate().unwrap_err().to_string();
+        assert!(e.contains("\"a\" is named twice"), "{e}");
+        let once = RunConfig::new("b:1", "g", vec!["a".into(), "b".into()], "d".into());
+        assert!(once.validate().is_ok());
     }
 
     #[test]

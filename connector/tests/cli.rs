@@ -80,6 +80,29 @@ fn run_refuses_a_data_directory_that_is_not_an_archive() {
     assert!(!logs.path().join("sled").exists(), "nothing written");
 }
 
+/// A failed run that made `--data` and the folders above it (`a/b/c` with
+/// no `a`) removes them all, not only the last (before 2026-12-03 `a/b`
+/// stayed); and `--data` naming a file is refused as not a directory.
+#[test]
+fn a_failed_run_removes_every_folder_it_made_and_a_file_is_no_data_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let deep = dir.path().join("a").join("b").join("c");
+    let (code, _, err) = cairn_run(
+        "127.0.0.1:1",
+        "t",
+        deep.to_str().unwrap(),
+        &["--connect-timeout-ms", "500"],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(!dir.path().join("a").exists(), "{err}");
+    let file = dir.path().join("afile");
+    std::fs::write(&file, "not an archive").unwrap();
+    let (code, _, err) = cairn_run("127.0.0.1:1", "t", file.to_str().unwrap(), &[]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("not a directory"), "{err}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "not an archive");
+}
+
 /// A run that cannot join its group says so, each connect timeout, rather
 /// than sit idle without a word: here the group waits for a member that
 /// holds the partition and stopped polling, so the join waits out its

@@ -18,7 +18,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 /// cairn: a durable local Kafka archive. Records are fsynced before their
 /// offsets are committed, so nothing is lost or duplicated across crashes.
 #[derive(Debug, Parser)]
-#[command(name = "cairn", version, about, propagate_version = true)]
+#[command(name = "cairn", version, propagate_version = true)]
 pub struct Cli {
     /// Log format on stderr (levels from RUST_LOG; default
     /// info,librdkafka=warn, and warn for demo).

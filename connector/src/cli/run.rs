@@ -128,6 +128,16 @@ impl RunArgs {
                 "data = \"\" in the config file: empty; give the archive's directory".into(),
             ));
         }
+        // `~` is the shell's: TOML keeps it, and the archive would start
+        // in a folder named `~` beside the file.
+        if let (None, Some(d)) = (&self.data, &file.data) {
+            if d.components().next() == Some(std::path::Component::Normal("~".as_ref())) {
+                return Err(ConnectorError::Config(format!(
+                    "data = {:?} in the config file: `~` is expanded by a shell, not in the file; write the full path",
+                    d.display().to_string()
+                )));
+            }
+        }
         // A relative `data` in the file is the file's neighbour, wherever
         // the run is started from (a service's working directory is not the
         // file's): read from the working directory it would name another
@@ -276,13 +286,35 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
     // signal while waiting): left, it would pass for an archive from then
     // on (a mistyped --data, kept). (A dangling link is taken as there.)
     let made_here = std::fs::symlink_metadata(&cfg.data).is_err();
+    // The open makes the missing folders above it too (`--data a/b/c`
+    // with no `a`): those go with it, when empty.
+    let made_above = missing_ancestors(&cfg.data);
     let data = cfg.data.clone();
     let ran = archive(cfg).await;
     // (Not when the open failed before making it: nothing to remove.)
     if ran.is_err() && made_here && data.exists() {
         remove_unused_archive(&data);
+        if !data.exists() {
+            for dir in made_above {
+                // Only an empty one: another process may have put
+                // something there meanwhile.
+                if std::fs::remove_dir(&dir).is_err() {
+                    break;
+                }
+            }
+        }
     }
     ran
+}
+
+/// The folders above `path` that do not exist, nearest first.
+fn missing_ancestors(path: &Path) -> Vec<PathBuf> {
+    path.ancestors()
+        .skip(1)
+        .filter(|a| !a.as_os_str().is_empty())
+        .take_while(|a| std::fs::symlink_metadata(a).is_err())
+        .map(Path::to_path_buf)
+        .collect()
 }
 
 /// The archive's run under `cfg`, from the engine's open on.
@@ -446,8 +478,13 @@ fn refuse_foreign_dir(data: &std::path::Path) -> Result<()> {
     }
     let entries = match std::fs::read_dir(data) {
         Ok(entries) => entries,
-        // New (created by the open), or not a directory (the open names
-        // that).
+        Err(_) if std::fs::metadata(data).is_ok_and(|m| !m.is_dir()) => {
+            return Err(ConnectorError::Config(format!(
+                "--data {}: not a directory (a file is there; the archive is a directory of its own)",
+                data.display()
+            )));
+        }
+        // New (created by the open), or unreadable (the open names why).
         Err(_) => return Ok(()),
     };
     let mut foreign = Vec::new();
@@ -587,6 +624,15 @@ mod tests {
             err.contains("data = \"\" in the config file: empty"),
             "{err}"
         );
+        assert_eq!(
+            parse(&["--data", "/srv/a"]).unwrap().data,
+            std::path::Path::new("/srv/a")
+        );
+        // `~` is the shell's: kept by TOML, it named a folder `~` beside
+        // the file (before 2026-12-03).
+        std::fs::write(&path, "data = \"~/arch\"\n").unwrap();
+        let err = parse(&[]).expect_err("refused").to_string();
+        assert!(err.contains("`~` is expanded by a shell"), "{err}");
         assert_eq!(
             parse(&["--data", "/srv/a"]).unwrap().data,
             std::path::Path::new("/srv/a")
