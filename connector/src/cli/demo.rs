@@ -12,7 +12,7 @@
 //!    check the second archive equals what was first produced.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -479,6 +479,20 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode> {
         )));
     }
     let data = demo_dir(args.data)?;
+    let demoed = demo_in(n, &data).await;
+    if demoed.is_err() && data.exists() {
+        // The demo deletes nothing: say where what it archived is.
+        eprintln!(
+            "note: the demo's archive is left at {} (remove it when done with it)",
+            data.display()
+        );
+    }
+    demoed
+}
+
+/// The demo of `n` records, archived into `data`.
+async fn demo_in(n: u64, data: &Path) -> Result<ExitCode> {
+    let data = data.to_path_buf();
     let scratch = Scratch::default();
     exit_on_signal(data.clone(), scratch.clone())?;
     let t_start = Instant::now();
