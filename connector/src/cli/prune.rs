@@ -12,9 +12,11 @@
 //!   the cut is kept whole, so some records just below the cut may stay.
 //! - A partition's next offset never moves: `cairn run` resumes where it
 //!   was, and pruned records are not fetched again.
-//! - `--dry-run` writes nothing (the engine is opened, which may truncate a
-//!   torn tail as any open does), and checks the ends of every entry it
-//!   counts as a prune would: damage that would stop the prune stops it.
+//! - `--dry-run` deletes nothing. Of a stopped archive it opens the engine,
+//!   which writes as any open does (OPERATIONS.md, "What reading writes":
+//!   a torn tail truncated, the checkpoint, a format-1 or format-2 archive
+//!   upgraded to format 3). It checks the ends of every entry it counts as
+//!   a prune would: damage that would stop the prune stops it.
 
 use std::process::ExitCode;
 use std::time::Duration;
