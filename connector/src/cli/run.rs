@@ -78,7 +78,7 @@ pub struct RunArgs {
     /// whatever --config says [default: no bound].
     #[arg(long, value_name = "SIZE", value_parser = parse_size_flag)]
     pub retain_bytes: Option<FlagValue<u64>>,
-    /// How often to prune to --retain / --retain-bytes, in seconds [default: 60].
+    /// Seconds from the end of one prune to --retain / --retain-bytes to the start of the next [default: 60].
     #[arg(long)]
     pub retention_check_interval_s: Option<u64>,
     /// librdkafka property, as with kcat (repeatable).
