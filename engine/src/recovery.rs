@@ -270,7 +270,13 @@ pub(crate) fn recover(
                     report.entries_checked += 1;
                     report.records_checked += entry.records.len() as u64;
                     let described = IndexEntry::describe(first_lsn, chunks, &entry.records);
-                    check_offset_order(tree, &entry.tp, &described, &mut tail_last)?;
+                    check_offset_order(
+                        tree,
+                        &entry.tp,
+                        &described,
+                        partitions.get(&entry.tp),
+                        &mut tail_last,
+                    )?;
                     confirm_index(
                         tree,
                         &entry.tp,
@@ -527,9 +533,9 @@ pub(crate) fn expected_after_checkpoint(tree: &sled::Tree, checkpoint: u64) -> R
 /// same offsets disagree, and a summary count records twice.
 ///
 /// With no entry before it, it must start at or above the first offset of
-/// the partition's stored summary (a prune raises that and deletes every
-/// entry below it in one batch; a summary a crash left behind is older,
-/// and its first offset lower).
+/// the partition's stored summary, `stored` (a prune raises that and
+/// deletes every entry below it in one batch; a summary a crash left
+/// behind is older, and its first offset lower).
 ///
 /// An index entry that does not decode is passed over, left to the reads
 /// and `verify`, which report it where it is; this check only adds a
@@ -538,6 +544,7 @@ fn check_offset_order(
     tree: &sled::Tree,
     tp: &TopicPartition,
     described: &IndexEntry,
+    stored: Option<&PartitionSummary>,
     tail_last: &mut BTreeMap<TopicPartition, i64>,
 ) -> Result<()> {
     let before = match tail_last.get(tp) {
@@ -560,11 +567,7 @@ fn check_offset_order(
                 // partition's first): it starts at or above the first
                 // offset the stored summary keeps, which only a prune
                 // raises, deleting every entry below it.
-                let k = keys::partition_key(tp);
-                let stored = tree.get(&k).map_err(store_err("read summary"))?;
-                let first = stored.and_then(|v| PartitionSummary::decode(&k, &v).ok());
-                if let Some((_, s)) = first.filter(|(_, s)| described.first_offset < s.first_offset)
-                {
+                if let Some(s) = stored.filter(|s| described.first_offset < s.first_offset) {
                     return Err(corrupt(
                         described.lsn,
                         CorruptionKind::OffsetOrder {
