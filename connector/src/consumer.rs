@@ -742,8 +742,12 @@ pub fn run_pipeline(
         .enable_time()
         .build()
         .map_err(|e| ConnectorError::Sink(format!("cannot start the committer: {e}")))?;
-    let pipeline = Arc::new(Pipeline::new(opts.on_commit, opts.done, sink.identity()));
-    pipeline.state().on_commit_sent = opts.on_commit_sent;
+    let pipeline = Arc::new(Pipeline::new(
+        opts.on_commit,
+        opts.on_commit_sent,
+        opts.done,
+        sink.identity(),
+    ));
     // Puts wait here while the task thread is busy (queue.rs). Under
     // `interval:MS` up to a full batch's bytes: polling goes on through the
     // periodic fsync. Under `every-put` one put: each put pays its own fsync,

@@ -1020,7 +1020,12 @@ pub fn connect(data: &Path) -> Result<Option<UnixStream>> {
                 .uid
                 .as_raw();
             let me = rustix::process::geteuid().as_raw();
-            let owner = std::fs::metadata(data).map_err(socket_error)?.uid();
+            let owner = std::fs::metadata(data)
+                .map_err(|source| ConnectorError::Io {
+                    path: data.to_owned(),
+                    source,
+                })?
+                .uid();
             if !trusted_peer(peer, me, owner) {
                 return Err(ConnectorError::Live(format!(
                     "the socket at {} is served by a process of uid {peer}, neither this user (uid {me}), the archive's owner (uid {owner}) nor root: not trusted with a request; remove it if no cairn of yours is running there",
@@ -1300,8 +1305,8 @@ mod tests {
         (end, out)
     }
 
-    /// CONNECTIONS_MAX exports whose clients stopped reading hold their
-    /// slots: another export is refused as busy, and a status is answered.
+    /// A request's first bytes are seen on the socket without being read
+    /// off it (`cut_off_oldest_waiting` passes such a connection over).
     #[test]
     fn a_request_arrived_is_seen_without_being_taken() {
         use std::io::Write as _;
@@ -1316,6 +1321,8 @@ mod tests {
         assert!(!request_arrived(&server), "taken now");
     }
 
+    /// A socket is asked only when this user's, the archive owner's or
+    /// root's process serves it.
     #[test]
     fn only_this_user_the_owner_or_root_is_trusted_to_serve() {
         // (peer, me, owner)
@@ -1336,6 +1343,8 @@ mod tests {
         }
     }
 
+    /// CONNECTIONS_MAX exports whose clients stopped reading hold their
+    /// slots: another export is refused as busy, and a status is answered.
     #[test]
     fn slow_exports_do_not_turn_a_status_away() {
         let dir = tempfile::tempdir().unwrap();

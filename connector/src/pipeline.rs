@@ -133,6 +133,7 @@ pub(crate) struct Pipeline {
 impl Pipeline {
     pub fn new(
         on_commit: Option<CommitObserver>,
+        on_commit_sent: Option<CommitObserver>,
         done: Option<DonePredicate>,
         identity: Option<String>,
     ) -> Self {
@@ -147,7 +148,7 @@ impl Pipeline {
                 commits_closed: false,
                 stats: RunStats::default(),
                 on_commit,
-                on_commit_sent: None,
+                on_commit_sent,
                 done,
             }),
             wake: tokio::sync::Notify::new(),
@@ -376,7 +377,7 @@ mod tests {
     /// sent: its offset may be below what the revoke committed.
     #[test]
     fn a_commit_chosen_before_a_revoke_and_reassignment_is_stale() {
-        let p = Pipeline::new(None, None, None);
+        let p = Pipeline::new(None, None, None, None);
         let tp = TopicPartition::new("t", 0);
         let tps = BTreeSet::from([tp.clone()]);
         p.state().assigned.insert(tp.clone());

@@ -428,7 +428,7 @@ mod tests {
     fn a_failed_flush_is_fatal_and_never_retried() {
         let calls = Arc::new(Mutex::new(0));
         let closes = Arc::new(Mutex::new(0));
-        let pipeline = Arc::new(Pipeline::new(None, None, None));
+        let pipeline = Arc::new(Pipeline::new(None, None, None, None));
         let worker = worker(
             Box::new(FailingPreCommit(calls.clone(), closes.clone())),
             &pipeline,
@@ -557,7 +557,7 @@ mod tests {
     /// counts as before.
     #[test]
     fn a_put_run_after_its_partition_was_lost_leaves_nothing_to_commit() {
-        let pipeline = Arc::new(Pipeline::new(None, None, None));
+        let pipeline = Arc::new(Pipeline::new(None, None, None, None));
         let (lost, kept) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
         pipeline
             .state()
@@ -599,7 +599,7 @@ mod tests {
     #[test]
     fn a_retriable_put_is_not_retried_after_the_run_failed() {
         let calls = Arc::new(Mutex::new(0));
-        let pipeline = Arc::new(Pipeline::new(None, None, None));
+        let pipeline = Arc::new(Pipeline::new(None, None, None, None));
         let sink = RetriableAfterFailure {
             pipeline: pipeline.clone(),
             calls: calls.clone(),

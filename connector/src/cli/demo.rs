@@ -12,7 +12,7 @@
 //!    check the second archive equals what was first produced.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -479,7 +479,7 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode> {
         )));
     }
     let data = demo_dir(args.data)?;
-    let demoed = demo_in(n, &data).await;
+    let demoed = demo_in(n, data.clone()).await;
     if demoed.is_err() && data.exists() {
         // The demo deletes nothing: say where what it archived is.
         eprintln!(
@@ -491,8 +491,7 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode> {
 }
 
 /// The demo of `n` records, archived into `data`.
-async fn demo_in(n: u64, data: &Path) -> Result<ExitCode> {
-    let data = data.to_path_buf();
+async fn demo_in(n: u64, data: PathBuf) -> Result<ExitCode> {
     let scratch = Scratch::default();
     exit_on_signal(data.clone(), scratch.clone())?;
     let t_start = Instant::now();

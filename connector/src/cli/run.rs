@@ -120,17 +120,18 @@ impl RunArgs {
         } else {
             self.topics
         };
-        // An empty `data` in the file (clap refuses an empty --data): a template rendered
-        // empty (`data = "${DATA}"`) would put an archive in the file's own
-        // folder, or the working directory.
-        if self.data.is_none() && file.data.as_ref().is_some_and(|d| d.as_os_str().is_empty()) {
-            return Err(ConnectorError::Config(
-                "data = \"\" in the config file: empty; give the archive's directory".into(),
-            ));
-        }
-        // `~` is the shell's: TOML keeps it, and the archive would start
-        // in a folder named `~` beside the file.
+        // The file's `data`, unless --data overrides it.
         if let (None, Some(d)) = (&self.data, &file.data) {
+            // Empty (clap refuses an empty --data): a template rendered
+            // empty (`data = "${DATA}"`) would put an archive in the file's
+            // own folder, or the working directory.
+            if d.as_os_str().is_empty() {
+                return Err(ConnectorError::Config(
+                    "data = \"\" in the config file: empty; give the archive's directory".into(),
+                ));
+            }
+            // `~` is the shell's: TOML keeps it, and the archive would
+            // start in a folder named `~` beside the file.
             if d.components().next() == Some(std::path::Component::Normal("~".as_ref())) {
                 return Err(ConnectorError::Config(format!(
                     "data = {:?} in the config file: `~` is expanded by a shell, not in the file; write the full path",
