@@ -821,8 +821,8 @@ fn preflight(
         };
         // The first records first: a record the reader fetched before it
         // was moved on is below the last one, which the second read skips.
-        let mut first = last_records(&reader, &at(true), "first", cfg, timeout, stop)?;
-        let mut last = last_records(&reader, &at(false), "last", cfg, timeout, stop)?;
+        let mut first = target_records(&reader, &at(true), "first", cfg, timeout, stop)?;
+        let mut last = target_records(&reader, &at(false), "last", cfg, timeout, stop)?;
         for (source, target, low, high) in to_read {
             let record = last.remove(target).expect("read above");
             let archived = check_last(engine, source, target, &record, cfg)?;
@@ -863,8 +863,9 @@ fn resume_reader(cfg: &RestoreConfig) -> Result<BaseConsumer<ReaderContext>> {
         .map_err(|e| ConnectorError::Config(format!("reader settings for --resume: {e}")))
 }
 
-/// The last record of a target partition, as `--resume` needs it.
-struct LastRecord {
+/// A record of a target partition (its first or its last), as `--resume`
+/// needs it.
+struct TargetRecord {
     offset: i64,
     key: Option<Vec<u8>>,
     value: Option<Vec<u8>>,
@@ -872,16 +873,17 @@ struct LastRecord {
     archived: Option<i64>,
 }
 
-/// Read the record at each wanted offset (each partition's last one), all
-/// partitions at once, until `timeout` or `stop`.
-fn last_records(
+/// Read the record at each wanted offset (each partition's first, or its
+/// last: `which`, for messages), all partitions at once, until `timeout`
+/// or `stop`.
+fn target_records(
     consumer: &BaseConsumer<ReaderContext>,
     wanted: &[(TopicPartition, i64)],
     which: &str,
     cfg: &RestoreConfig,
     timeout: Duration,
     stop: &dyn Fn() -> bool,
-) -> Result<BTreeMap<TopicPartition, LastRecord>> {
+) -> Result<BTreeMap<TopicPartition, TargetRecord>> {
     let name = cfg.offset_header.as_deref().expect("validated");
     let mut tpl = TopicPartitionList::new();
     for (tp, offset) in wanted {
@@ -897,7 +899,7 @@ fn last_records(
         format!("target partitions {}", at.join(", ")),
     ))?;
     let offsets: BTreeMap<&TopicPartition, i64> = wanted.iter().map(|(tp, o)| (tp, *o)).collect();
-    let mut found: BTreeMap<TopicPartition, LastRecord> = BTreeMap::new();
+    let mut found: BTreeMap<TopicPartition, TargetRecord> = BTreeMap::new();
     let t0 = Instant::now();
     let deadline = t0 + timeout;
     let mut last_error = None;
@@ -948,7 +950,7 @@ fn last_records(
                     .and_then(|s| s.parse::<i64>().ok());
                 found.insert(
                     tp,
-                    LastRecord {
+                    TargetRecord {
                         offset: m.offset(),
                         key: m.key().map(<[u8]>::to_vec),
                         value: m.payload().map(<[u8]>::to_vec),
@@ -983,7 +985,7 @@ fn check_count(
     source: &TopicPartition,
     target: &TopicPartition,
     (low, high): (i64, i64),
-    first: &LastRecord,
+    first: &TargetRecord,
     last_archived: i64,
 ) -> Result<()> {
     let first_archived = match first.archived {
@@ -1012,7 +1014,7 @@ fn check_last(
     engine: &Engine,
     source: &TopicPartition,
     target: &TopicPartition,
-    last: &LastRecord,
+    last: &TargetRecord,
     cfg: &RestoreConfig,
 ) -> Result<i64> {
     let name = cfg.offset_header.as_deref().expect("validated");
@@ -1061,7 +1063,7 @@ fn record_at(engine: &Engine, source: &TopicPartition, offset: i64) -> Result<Op
     }
 }
 
-impl LastRecord {
+impl TargetRecord {
     /// Whether `r` has this target record's key and value.
     fn is(&self, r: &Record) -> bool {
         r.key == self.key && r.value == self.value
