@@ -271,22 +271,9 @@ fn export_to_dev_stdout_appends_under_the_shells_redirection() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("a");
     archive_of(&data, &[("a", 0, 1)]);
-    let all = dir.path().join("all.jsonl");
     for name in ["/dev/stdout", "-"] {
-        std::fs::write(&all, "earlier\n").unwrap();
-        let status = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(format!(
-                "\"$0\" export --data \"$1\" --output {name} >> \"$2\""
-            ))
-            .arg(common::CAIRN)
-            .arg(&data)
-            .arg(&all)
-            .current_dir(dir.path())
-            .status()
-            .unwrap();
-        assert!(status.success(), "{name}");
-        let text = std::fs::read_to_string(&all).unwrap();
+        let (stderr, text) = export_redirected(dir.path(), &data, name, ">>");
+        assert!(stderr.contains("exit 0"), "{name}: {stderr}");
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], "earlier", "{name}: {text}");
         assert_eq!(lines.len(), 11, "{name}: {text}");
@@ -305,27 +292,13 @@ fn export_to_another_descriptor_or_a_slash_is_refused_and_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("a");
     archive_of(&data, &[("a", 0, 1)]);
-    let all = dir.path().join("all.jsonl");
     for (name, redirect) in [
         ("/dev/fd/3", "3>>"),
         ("/proc/self/fd/3", "3>>"),
         ("/dev/stderr", "2>>"),
         ("gone/", ">>"),
     ] {
-        std::fs::write(&all, "earlier\n").unwrap();
-        let out = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(format!(
-                "\"$0\" export --data \"$1\" --output {name} {redirect} \"$2\"; echo \"exit $?\" >&2"
-            ))
-            .arg(common::CAIRN)
-            .arg(&data)
-            .arg(&all)
-            .current_dir(dir.path())
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let file = std::fs::read_to_string(&all).unwrap();
+        let (stderr, file) = export_redirected(dir.path(), &data, name, redirect);
         // (stderr redirected into the file holds the refusal there)
         let said = format!("{stderr}{file}");
         assert!(said.contains("exit 1"), "{name}: {said}");
@@ -336,6 +309,35 @@ fn export_to_another_descriptor_or_a_slash_is_refused_and_loses_nothing() {
         assert!(file.starts_with("earlier\n"), "{name}: {file}");
         assert!(!file.contains("\"offset\""), "{name}: {file}");
     }
+}
+
+/// `cairn export --data DATA --output NAME`, run by a shell in `dir` with
+/// `REDIRECT` (`>>`, `3>>`) into `dir/all.jsonl`, which holds "earlier"
+/// first: the shell's stderr (ending with `exit N`, cairn's exit code) and
+/// the file after.
+fn export_redirected(
+    dir: &std::path::Path,
+    data: &std::path::Path,
+    name: &str,
+    redirect: &str,
+) -> (String, String) {
+    let all = dir.join("all.jsonl");
+    std::fs::write(&all, "earlier\n").unwrap();
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "\"$0\" export --data \"$1\" --output {name} {redirect} \"$2\"; echo \"exit $?\" >&2"
+        ))
+        .arg(common::CAIRN)
+        .arg(data)
+        .arg(&all)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    (
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        std::fs::read_to_string(&all).unwrap(),
+    )
 }
 
 /// An archive holding records 0..10 of `topic`'s partition 0.
