@@ -907,6 +907,11 @@ fn bad_flags_and_config_name_the_setting() {
         ),
         (&["--retain-bytes", "0"][..], "retain-bytes 0"),
         (&["--retain-bytes", "lots"][..], "50GiB"),
+        // A negative number is the flag's error, not clap's "unexpected
+        // argument '-5'", which names no flag.
+        (&["--linger-ms", "-5"][..], "'--linger-ms <LINGER_MS>'"),
+        (&["--retain-bytes", "-5"][..], "'--retain-bytes <SIZE>'"),
+        (&["--retain", "-1d"][..], "--retain"),
         // A bare number would be bytes: 50 meant as gigabytes would keep
         // 50 bytes of each partition.
         (

@@ -11,7 +11,7 @@ use crate::error::{ConnectorError, Result};
 #[derive(Debug, clap::Args)]
 pub struct MockBrokerArgs {
     /// Number of brokers.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
     pub brokers: i32,
     /// Topic to create, as name:partitions (repeatable).
     #[arg(long = "topic", value_parser = parse_topic)]

@@ -47,11 +47,11 @@ pub struct PruneArgs {
     pub before_time: Option<i64>,
     /// Delete records older than this age (`7d`, `12h`, `90min`), measured
     /// from now by their timestamps.
-    #[arg(long, value_name = "AGE", value_parser = crate::config::parse_age)]
+    #[arg(long, value_name = "AGE", value_parser = crate::config::parse_age, allow_hyphen_values = true)]
     pub older_than: Option<Duration>,
     /// Keep at most this many payload bytes per partition (`50GiB`,
     /// `500MB`): delete the oldest entries beyond it.
-    #[arg(long, value_name = "SIZE", value_parser = crate::config::parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = crate::config::parse_size, allow_hyphen_values = true)]
     pub keep_bytes: Option<u64>,
     /// Report what would be deleted; delete nothing.
     #[arg(long)]

@@ -32,7 +32,7 @@ pub struct RestoreArgs {
     #[arg(long)]
     pub resume: bool,
     /// How long to wait for the brokers before giving up.
-    #[arg(long, default_value_t = 30_000)]
+    #[arg(long, default_value_t = 30_000, allow_negative_numbers = true)]
     pub connect_timeout_ms: u64,
     /// librdkafka producer property, as with kcat (repeatable).
     #[arg(short = 'X', value_parser = parse_kv, value_name = "KEY=VALUE")]

@@ -36,19 +36,19 @@ pub struct RunArgs {
     #[arg(long)]
     pub commit: Option<CommitPolicy>,
     /// Most records in one put [default: 10000].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub batch_records_max: Option<usize>,
     /// Most bytes a batch holds between poll and put (the backpressure
     /// bound): payload plus ~100 per record and 48 per header [default:
     /// 8388608].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub batch_bytes_max: Option<usize>,
     /// Longest a polled record waits before its put [default: 5].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub linger_ms: Option<u64>,
     /// Largest record accepted (key + value + headers) [default: 8388608];
     /// a larger one is handled as `--on-oversize` says.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub record_bytes_max: Option<u64>,
     /// What to do with a record over --record-bytes-max.
     #[arg(long, value_enum)]
@@ -63,23 +63,23 @@ pub struct RunArgs {
     #[arg(long)]
     pub auto_offset_reset: Option<String>,
     /// How long to wait for the brokers before giving up.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub connect_timeout_ms: Option<u64>,
     /// Log progress and lag this often, in seconds (0: only at stop) [default: 60].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub progress_interval_s: Option<u64>,
     /// Delete archived records older than this age (`30d`, `12h`), by their
     /// timestamps, while archiving; `none` keeps everything, whatever
     /// --config says [default: keep everything].
-    #[arg(long, value_name = "AGE", value_parser = parse_age_flag)]
+    #[arg(long, value_name = "AGE", value_parser = parse_age_flag, allow_hyphen_values = true)]
     pub retain: Option<FlagValue<std::time::Duration>>,
     /// Keep at most this many payload bytes per partition (`50GiB`, `500MB`),
     /// deleting the oldest entries, while archiving; `none` sets no bound,
     /// whatever --config says [default: no bound].
-    #[arg(long, value_name = "SIZE", value_parser = parse_size_flag)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size_flag, allow_hyphen_values = true)]
     pub retain_bytes: Option<FlagValue<u64>>,
     /// Seconds from the end of one prune to --retain / --retain-bytes to the start of the next [default: 60].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub retention_check_interval_s: Option<u64>,
     /// librdkafka property, as with kcat (repeatable).
     #[arg(short = 'X', value_parser = parse_kv, value_name = "KEY=VALUE")]

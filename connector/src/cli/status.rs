@@ -27,7 +27,12 @@ pub struct StatusArgs {
     #[arg(long, requires = "brokers", value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub group: Option<String>,
     /// How long to wait for the brokers before giving up.
-    #[arg(long, default_value_t = 10_000, requires = "brokers")]
+    #[arg(
+        long,
+        default_value_t = 10_000,
+        requires = "brokers",
+        allow_negative_numbers = true
+    )]
     pub connect_timeout_ms: u64,
     /// librdkafka property for the client that reads Kafka's view, as with
     /// kcat (repeatable): security settings, for instance.
