@@ -1072,6 +1072,16 @@ impl Engine {
     /// engine's poisoning as an error (never a panic). Writes and
     /// truncations poison the engine before a panic lets go of the lock
     /// (`PoisonOnPanic`); one that did not is poisoned here.
+    /// Whether some write is not durable yet (or cannot be known: a write
+    /// lock an earlier panic poisoned). Never panics: called from a drop.
+    fn writes_unsynced(&self) -> bool {
+        let Ok(w) = self.write.lock() else {
+            return true;
+        };
+        let c = self.commit.lock().unwrap_or_else(|e| e.into_inner());
+        c.synced_seq < w.seq
+    }
+
     fn write_state(&self) -> Result<MutexGuard<'_, WriteState>> {
         match self.write.lock() {
             Ok(w) => Ok(w),
@@ -1136,11 +1146,24 @@ impl Drop for Engine {
         // with no poison mark left: the next open in this boot would trust
         // the page cache whose writeback failed, and report its records
         // durable. Synced here first instead, by the engine's own path,
-        // which poisons and leaves the mark when it fails. (Not while
-        // unwinding: a panic there would abort.)
-        if !std::thread::panicking() && !self.closed.load(Ordering::Acquire) && !self.is_poisoned()
-        {
-            let _ = self.sync();
+        // which poisons and leaves the mark when it fails.
+        if !self.closed.load(Ordering::Acquire) && !self.is_poisoned() {
+            if !std::thread::panicking() {
+                let _ = self.sync();
+            } else if self.writes_unsynced() {
+                // Not synced while unwinding: a panic there would abort.
+                // sled's drop below would abort the process the same way
+                // on a failing disk, before any mark: so the mark is left
+                // first, and the next open in this boot does not trust the
+                // page cache (it costs that open an fsync of the store
+                // when the disk was sound).
+                tracing::warn!("engine dropped while its thread panicked, with writes not synced; the next open fsyncs the store before it trusts it");
+                self.poison_after_panic(
+                    "drop",
+                    "dropped while its thread panicked, with writes not synced",
+                    |_| {},
+                );
+            }
         }
         let handles = (self.tree.take(), self.db.take());
         // `is_poisoned` does not panic on a commit lock an earlier panic

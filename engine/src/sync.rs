@@ -9,6 +9,15 @@
 //!    `blobs` directory (sled writes blobs with a plain `write_all`);
 //! 2. `fdatasync`s `sled/db` through a handle opened once at start.
 //!
+//! sled does fsync in three places of its own: in `Log::drop` (unwrapping
+//! the result), when its recovery zeroes a torn segment, and when it
+//! truncates segments. None of them is relied on (one that fails at open
+//! fails the open, which leaves the poison mark). That the handle here is
+//! this module's own, opened as the store opens, is: a writeback error the
+//! kernel reported to one of sled's later fsyncs is still reported to it
+//! (Linux tells each descriptor open then), where a descriptor opened after
+//! the report would not be told.
+//!
 //! # Invariants
 //! - A failure here is never retried: the caller poisons the engine.
 

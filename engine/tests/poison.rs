@@ -97,5 +97,32 @@ fn failed_fsync_poisons_and_reopen_recovers() {
     let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
     assert_eq!(e.durable_offset(&tp), Some(320));
     assert_eq!(e.recovery_report().poisoned_before, None);
+    // An engine dropped by a thread that panics, after a write it never
+    // synced, cannot sync (a second panic aborts), and sled's own drop,
+    // which fsyncs and unwraps, would abort on a failing disk: it leaves
+    // the mark first.
+    let dropped_panicking = |e: Engine| {
+        std::thread::spawn(move || {
+            let _e = e;
+            panic!("a panic elsewhere, with the engine on this thread's stack");
+        })
+        .join()
+        .unwrap_err();
+    };
+    e.write(&[common::batch(&tp, 320..330, 50)]).unwrap();
+    dropped_panicking(e);
+    let text = std::fs::read_to_string(&mark).expect("the mark of a panicking drop");
+    assert!(text.contains("drop: "), "{text}");
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let before = e.recovery_report().poisoned_before.clone().unwrap();
+    assert!(
+        before.cache_dropped && before.reason.starts_with("drop: "),
+        "{before:?}"
+    );
+    assert!(e.verify().unwrap().is_clean());
+    // With every write synced, a panicking drop leaves none.
+    e.append(&[common::batch(&tp, 330..340, 50)]).unwrap();
+    dropped_panicking(e);
+    assert!(!mark.exists());
     scenario.teardown();
 }
