@@ -469,38 +469,55 @@ pub fn restore_until_split(
     // The idempotent producer writes each record once, in order: a
     // partition's records acknowledged at offsets with a hole between them
     // share it with someone else's.
-    for (target, d) in &state.partitions {
-        if let Some((first, last)) = d.target_span {
-            let held = u64::try_from(last - first + 1).unwrap_or(0);
-            if held != d.acked {
-                return Err(ConnectorError::RestoreInterleaved {
-                    target: target.clone(),
-                    acknowledged: d.acked,
-                    first,
-                    last,
-                    held,
-                });
-            }
+    let interleaved = state.partitions.iter().find_map(|(target, d)| {
+        let (first, last) = d.target_span?;
+        let held = u64::try_from(last - first + 1).unwrap_or(0);
+        (held != d.acked).then_some((target, d.acked, first, last, held))
+    });
+    // A restore cut short says so, with what is left to run, and logs the
+    // interleaving: its own error says every record was delivered, which
+    // only a whole restore can say.
+    let log_interleaved = || {
+        if let Some((target, acknowledged, first, last, held)) = interleaved {
+            tracing::error!(
+                target = %target,
+                acknowledged,
+                first,
+                last,
+                held,
+                "another producer wrote to the target during the restore: other records lie among the restored ones"
+            );
         }
-    }
+    };
     // A stop that came after the last record was sent stopped nothing:
     // the restore is whole, and says so (exit 0, every partition listed).
     let left = standings
         .iter()
         .any(|(_, st)| !matches!(st, Standing::Complete));
     if interrupted && flushed.is_ok() && left {
+        log_interleaved();
         return Err(ConnectorError::RestoreStopped {
             delivered: report.records,
             next_step: next_step(cfg, &standings),
         });
     }
     if let Err(e) = flushed {
+        log_interleaved();
         // The error names the flush; where each partition stands is
         // logged here, as for damage, so the user knows what to run next.
         tracing::error!(next_step = %next_step(cfg, &standings), "restore's last flush failed");
         return Err(ConnectorError::Kafka {
             op: "flush restored records",
             source: e,
+        });
+    }
+    if let Some((target, acknowledged, first, last, held)) = interleaved {
+        return Err(ConnectorError::RestoreInterleaved {
+            target: target.clone(),
+            acknowledged,
+            first,
+            last,
+            held,
         });
     }
     Ok(report)

@@ -1145,6 +1145,43 @@ fn a_restore_interleaved_with_another_producer_says_so() {
     assert_eq!(highs(&k, 1), vec![2_001]);
 }
 
+/// A restore stopped with records left is reported as stopped, with what
+/// is left to run, also when another producer wrote among its records: the
+/// interleaving's own error says every record was delivered.
+#[test]
+fn a_stopped_restore_interleaved_with_another_producer_says_it_stopped() {
+    init_logs();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = archive_of(dir.path(), &[("orders", 2_000)]);
+    let k = TestKafka::new("interleaved-stop", 1);
+    let cfg = config(&k);
+    // As above, at the third question; then stopped at the fourth (768
+    // records sent).
+    let asked = std::sync::atomic::AtomicU32::new(0);
+    let stop = || {
+        let n = asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if n == 2 {
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            while highs(&k, 1) == vec![0] {
+                assert!(std::time::Instant::now() < deadline, "nothing restored");
+            }
+            produce_one(&k, 0, b"someone else's", None);
+        }
+        n >= 3
+    };
+    match cairn_connector::restore::restore_until_split(&engine, &cfg, &|| false, &stop) {
+        Err(ConnectorError::RestoreStopped {
+            delivered,
+            next_step,
+        }) => {
+            assert_eq!(delivered, 768);
+            assert!(next_step.contains("--from 768"), "{next_step}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(highs(&k, 1), vec![769]);
+}
+
 /// A rename of an archived topic that the selection leaves out is refused,
 /// not ignored: `--topic payments --rename orders=x` would restore only
 /// payments, into payments, without a word of the rename.
