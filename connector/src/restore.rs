@@ -33,7 +33,7 @@
 //!   `from` cannot settle that, `resume` can (it reads the target, and checks
 //!   its last record against the archive).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -294,7 +294,7 @@ pub fn restore_until_split(
     let t0 = Instant::now();
     let plan = plan(engine, cfg)?;
     let producer = producer(cfg)?;
-    let starts = preflight(engine, &producer, cfg, &plan, stop_waiting)?;
+    let Preflight { starts, emptied } = preflight(engine, &producer, cfg, &plan, stop_waiting)?;
 
     let mut report = RestoreReport::default();
     // Records handed to librdkafka, per partition whose every selected record
@@ -415,7 +415,15 @@ pub fn restore_until_split(
             // Finished: every record sent was acknowledged (a report that
             // never came leaves its records unconfirmed).
             let finished = sent.get(&p.target).is_some_and(|&n| n == d.acked);
-            let st = standing(starts[&p.target], finished, &d);
+            let st = match standing(starts[&p.target], finished, &d) {
+                // Nothing acknowledged into a target whose records are all
+                // gone: it is as empty as before, and --resume would refuse
+                // it (its last record says nothing).
+                Standing::Resume(o) if d.last_acked.is_none() && emptied.contains(&p.target) => {
+                    Standing::AppendFrom(o)
+                }
+                st => st,
+            };
             (p, left_to_restore(engine, &p.source, cfg.select.to, st))
         })
         .collect();
@@ -553,6 +561,10 @@ enum Standing {
     Complete,
     /// Nothing is missing below this archived offset; restore from it.
     Resume(i64),
+    /// As `Resume`, into a target that held records once, all gone now,
+    /// and got none of this restore's: `--resume` cannot read where it
+    /// stands (no last record), so `--from` and `--append` restore it.
+    AppendFrom(i64),
     /// A record failed below one that was acknowledged: the target lacks
     /// records, and no resume point can fix that.
     Gap { failed: i64, acknowledged: i64 },
@@ -581,7 +593,7 @@ fn left_to_restore(
     to: Option<i64>,
     st: Standing,
 ) -> Standing {
-    let Standing::Resume(from) = st else {
+    let (Standing::Resume(from) | Standing::AppendFrom(from)) = st else {
         return st;
     };
     let end = to.unwrap_or(i64::MAX);
@@ -638,17 +650,19 @@ fn finish_the_rest(
     standings: &[(&PartitionRestore, Standing)],
     gaps: bool,
 ) -> Option<String> {
-    let left: Vec<(&PartitionRestore, i64)> = standings
-        .iter()
-        .filter_map(|(p, st)| match st {
-            Standing::Resume(o) => Some((*p, *o)),
-            _ => None,
-        })
-        .collect();
-    if left.is_empty() {
-        return None;
-    }
-    let named = |with_from: bool| -> String {
+    // The partitions left, with their resume points: those `--resume`
+    // can continue, or those it cannot (`AppendFrom`), or both.
+    let left = |resumable: bool, appendable: bool| -> Vec<(&PartitionRestore, i64)> {
+        standings
+            .iter()
+            .filter_map(|(p, st)| match *st {
+                Standing::Resume(o) if resumable => Some((*p, o)),
+                Standing::AppendFrom(o) if appendable => Some((*p, o)),
+                _ => None,
+            })
+            .collect()
+    };
+    let named = |left: &[(&PartitionRestore, i64)], with_from: bool| -> String {
         let each: Vec<String> = left
             .iter()
             .map(|(p, o)| {
@@ -681,21 +695,49 @@ fn finish_the_rest(
             _ => all.concat(),
         }
     };
+    let append = |left: &[(&PartitionRestore, i64)]| {
+        format!(
+            "rerun the same command once for each of [{}], with --append, in place of its own {}",
+            named(left, true),
+            in_place_of(&["--topic", "--partition", "--from"])
+        )
+    };
     if cfg.offset_header.is_some() && !cfg.append {
-        return Some(if gaps {
-            format!(
-                "rerun the same command with --resume once for each of [{}], in place of its own {} (a plain --resume would continue the gapped partitions too)",
-                named(false),
-                in_place_of(&["--topic", "--partition"])
-            )
+        let (to_resume, to_append) = (left(true, false), left(false, true));
+        let resume = if to_resume.is_empty() {
+            None
+        } else if gaps || !to_append.is_empty() {
+            Some(format!(
+                "rerun the same command with --resume once for each of [{}], in place of its own {} (a plain --resume would {})",
+                named(&to_resume, false),
+                in_place_of(&["--topic", "--partition"]),
+                if gaps {
+                    "continue the gapped partitions too"
+                } else {
+                    "be refused by the partitions named next"
+                }
+            ))
         } else {
-            "rerun the same command with --resume: it continues each partition after the last record found there".into()
+            Some("rerun the same command with --resume: it continues each partition after the last record found there".into())
+        };
+        let appended = (!to_append.is_empty()).then(|| {
+            format!(
+                "{}: their targets held records that are all gone, and got none of this restore's, so --resume cannot read where they stand",
+                append(&to_append)
+            )
         });
+        return match (resume, appended) {
+            (Some(r), Some(a)) => Some(format!("{r}; and {a}")),
+            (r, a) => r.or(a),
+        };
+    }
+    let left = left(true, true);
+    if left.is_empty() {
+        return None;
     }
     Some(format!(
-        "rerun the same command once for each of [{}], with --append, in place of its own {}; records that timed out may be in Kafka already, so records from each resume point on that were in flight may arrive twice (restoring with --offset-header makes --resume exact)",
-        named(true),
-        in_place_of(&["--topic", "--partition", "--from"])
+        "{}; records that timed out may be in Kafka already, so records from each resume point on that were in flight may arrive twice (restoring with --offset-header makes --resume exact)",
+        append(&left)
     ))
 }
 
@@ -730,16 +772,23 @@ fn producer_config(cfg: &RestoreConfig) -> ClientConfig {
     c
 }
 
+/// What [`preflight`] found of the target partitions.
+struct Preflight {
+    /// The archived offset each target partition starts at.
+    starts: BTreeMap<TopicPartition, i64>,
+    /// Targets that held records once, all gone now (taken as empty).
+    emptied: BTreeSet<TopicPartition>,
+}
+
 /// Check the brokers answer, and every target partition exists and may be
-/// restored into, before anything is produced. Returns the archived offset
-/// each target partition starts at.
+/// restored into, before anything is produced.
 fn preflight(
     engine: &Engine,
     producer: &BaseProducer<Deliveries>,
     cfg: &RestoreConfig,
     plan: &[(TopicPartition, TopicPartition)],
     stop: &dyn Fn() -> bool,
-) -> Result<BTreeMap<TopicPartition, i64>> {
+) -> Result<Preflight> {
     let timeout = Duration::from_millis(cfg.connect_timeout_ms);
     let md = crate::librdkafka::cluster_metadata(producer.client(), &cfg.brokers, timeout, stop)?;
     let mut needed: BTreeMap<&str, i32> = BTreeMap::new();
@@ -774,6 +823,7 @@ fn preflight(
         }
     }
     let mut starts = BTreeMap::new();
+    let mut emptied = BTreeSet::new();
     // Partitions whose last record says where an earlier restore stopped:
     // read together (one at a time, each waited out the reader's previous
     // fetch long-poll: 15.7 s for 32 partitions).
@@ -807,6 +857,7 @@ fn preflight(
         } else if high <= low {
             // Held records once, all gone now: nothing to interleave with.
             starts.insert(target.clone(), cfg.select.from);
+            emptied.insert(target.clone());
         } else {
             occupied.push((target, low, high));
         }
@@ -856,7 +907,7 @@ fn preflight(
             starts.insert(target.clone(), cfg.select.from.max(next));
         }
     }
-    Ok(starts)
+    Ok(Preflight { starts, emptied })
 }
 
 /// The consumer `--resume` reads target partitions with: the brokers and
@@ -1592,6 +1643,33 @@ mod tests {
         // Only gaps: nothing else to run.
         let step = next_step(&cfg, &gapped[1..]);
         assert!(!step.contains("For the other"), "{step}");
+        // A target that held records, all gone, and got none of this
+        // restore's has no last record for --resume to read: it is named
+        // with --from and --append, the others with --resume alone.
+        let emptied = [
+            (&p0, Standing::Resume(20)),
+            (&p1, Standing::AppendFrom(0)),
+            (&p2, Standing::Complete),
+        ];
+        let step = next_step(&cfg, &emptied);
+        assert!(
+            step.starts_with("rerun the same command with --resume once for each of [--topic orders --partition 0], in place of its own --topic and --partition (a plain --resume would be refused by the partitions named next); and rerun the same command once for each of [--topic orders --partition 1 --from 0], with --append, in place of its own --topic, --partition and --from: their targets held records that are all gone"),
+            "{step}"
+        );
+        let step = next_step(&cfg, &emptied[1..]);
+        assert!(
+            step.starts_with("rerun the same command once for each of [--topic orders --partition 1 --from 0], with --append")
+                && !step.contains("with --resume"),
+            "{step}"
+        );
+        // Without --offset-header every partition left gets --from advice.
+        cfg.offset_header = None;
+        let step = next_step(&cfg, &emptied);
+        assert!(
+            step.contains("[--topic orders --partition 0 --from 20, --topic orders --partition 1 --from 0], with --append"),
+            "{step}"
+        );
+        cfg.offset_header = Some("cairn.offset".into());
         // With renames of several topics, each command carries only its
         // own topic's (a rerun restoring one topic refuses the others').
         cfg.rename.insert("orders".into(), "o2".into());
