@@ -151,7 +151,13 @@ impl ConsumerContext for SinkContext {
                 }
             }
             other => {
-                tracing::error!(?other, "rebalance error; unassigning");
+                // librdkafka (2.x) passes only the two codes above. Were it
+                // to pass another, the partitions would go without cairn's
+                // revoke: the run stops (nothing more is committed, so no
+                // commit lands on partitions this member no longer holds).
+                self.fail(ConnectorError::Sink(format!(
+                    "librdkafka's rebalance callback came with {other:?}, neither an assignment nor a revoke; stopping, so that nothing is committed for partitions this member may no longer hold"
+                )));
                 let _ = c.unassign();
             }
         }
