@@ -261,7 +261,8 @@ fn main() {
         let (h, st) = engine_spread(partitions, iters);
         let q = |f: f64| h.value_at_quantile(f);
         println!(
-            "1000 records over {partitions:>2} partitions: engine append+fsync p50 {} us p90 {} us p99 {} us max {} us; slots reserved by writes {}, by syncs {}",
+            "{} records over {partitions:>2} partitions: engine append+fsync p50 {} us p90 {} us p99 {} us max {} us; slots reserved by writes {}, by syncs {}",
+            1000 / partitions * partitions,
             q(0.5),
             q(0.9),
             q(0.99),

@@ -243,7 +243,13 @@ fn main() {
     }
     let median = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
+        let mid = v.len() / 2;
+        // The mean of the middle two of an even count.
+        if v.len() % 2 == 0 && mid > 0 {
+            (v[mid - 1] + v[mid]) / 2.0
+        } else {
+            v[mid]
+        }
     };
     let (p, t, b) = (median(&mut polls), median(&mut takes), median(&mut bare));
     println!(
