@@ -353,8 +353,12 @@ impl Engine {
     /// frames, is continued; the last is continued by nothing), and the
     /// first starting with the entry's partition, record count and first
     /// offset. An index entry pointing at the wrong frames (damage under a
-    /// valid CRC) must not delete another entry's. The frames between are
-    /// deleted unread: damage among records being deleted loses nothing.
+    /// valid CRC) must not delete another entry's. The frames between must
+    /// not be another entry's first frame (or any whole frame but a middle
+    /// chunk: a count too large by a whole entry has the right ends), so
+    /// each that reads whole is checked; one that does not (missing, or
+    /// failing its CRC) is damage among records being deleted, which loses
+    /// nothing, and is deleted with them.
     fn check_entry_ends(&self, tp: &TopicPartition, e: &IndexEntry) -> Result<()> {
         let last = e.lsn + u64::from(e.chunks) - 1;
         // (lsn, which end, flags it must not have, a flag it must have.)
@@ -396,6 +400,30 @@ impl Engine {
                         e.first_offset, e.last_offset, e.chunks, e.lsn
                     ),
                 }));
+            }
+        }
+        let middle = frame::FLAG_CONT | frame::FLAG_MORE;
+        for lsn in e.lsn + 1..last {
+            let Some(v) = self
+                .tree
+                .get(keys::wal_key(lsn))
+                .map_err(store_err("read frame"))?
+            else {
+                continue;
+            };
+            let Ok(f) = frame::decode(lsn, &v) else {
+                continue;
+            };
+            if f.kind != FrameKind::Records || f.flags & middle != middle {
+                return Err(Error::corruption(
+                    Location::Wal { lsn },
+                    CorruptionKind::IndexMismatch {
+                        detail: format!(
+                            "the index entry of offsets {}..={} ({} frames from lsn {}) names this frame as one of its middle chunks, and it is not",
+                            e.first_offset, e.last_offset, e.chunks, e.lsn
+                        ),
+                    },
+                ));
             }
         }
         Ok(())

@@ -1035,6 +1035,53 @@ fn a_truncation_refuses_an_index_entry_that_names_the_wrong_frames() {
     }
 }
 
+/// An index entry (damage under a valid CRC) whose chunk count is too
+/// large by the whole next entry: both ends it names look right (its own
+/// first chunk, the next entry's last), so the frames between are checked
+/// too, and the truncation, and its plan, refuse it there and delete
+/// nothing. (Before 2026-12-03 only the two ends were read, and the next
+/// entry's frames went with it.)
+#[test]
+fn a_truncation_refuses_an_index_entry_that_takes_in_the_next_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let tp = TopicPartition::new("c", 0);
+    {
+        // Two entries of one 1,500-byte record: two 1 KiB chunks each.
+        let e = Engine::open(cairn_engine::fuzzing::small_config(dir.path())).unwrap();
+        e.append(&[batch(&tp, 1..2, 1_500)]).unwrap();
+        e.append(&[batch(&tp, 2..3, 1_500)]).unwrap();
+        e.close().unwrap();
+    }
+    let (frames, _) = common::wal_layout(dir.path());
+    assert_eq!(frames, vec![1, 2, 3, 4]);
+    with_raw_tree(dir.path(), |t| {
+        let k = cairn_engine::keys::index_key(&tp, 1);
+        let (_, mut e) =
+            cairn_engine::index::IndexEntry::decode(&k, &t.get(&k).unwrap().unwrap()).unwrap();
+        assert_eq!((e.lsn, e.chunks), (1, 2));
+        e.chunks = 4;
+        let (k, v) = e.encode(&tp);
+        t.insert(k, v).unwrap();
+    });
+    let e = Engine::open(cairn_engine::fuzzing::small_config(dir.path())).unwrap();
+    for (op, result) in [
+        ("plan", e.truncate_plan(&tp, 2)),
+        ("truncation", e.truncate_before(&tp, 2)),
+    ] {
+        match result {
+            // Its own last chunk, continued by nothing, is no middle one.
+            Err(Error::Corruption {
+                location: Location::Wal { lsn: 2 },
+                kind: CorruptionKind::IndexMismatch { detail },
+            }) => assert!(detail.contains("one of its middle chunks"), "{detail}"),
+            other => panic!("{op}: expected the index entry refused at lsn 2, got {other:?}"),
+        }
+    }
+    drop(e);
+    let (frames, _) = common::wal_layout(dir.path());
+    assert_eq!(frames, vec![1, 2, 3, 4], "nothing deleted");
+}
+
 /// Values with valid checksums that no build writes. An open must refuse
 /// them with a typed error (in debug builds too, which check arithmetic):
 /// a tombstone spanning past the largest LSN would have made the next LSN
