@@ -70,6 +70,11 @@ pub struct Engine {
     /// holds a sled handle of its own: whichever drops the last one drops
     /// it guarded ([`drop_failing_store`]).
     pub(crate) store_failing: Arc<AtomicBool>,
+    /// Per partition, the highest offset a truncation by this engine has
+    /// deleted, set before its deletion is applied; shared with every
+    /// reader, which refuses to step over records deleted under it
+    /// (reader.rs, `RecordIter::check_not_pruned`).
+    pub(crate) pruned_through: Arc<Mutex<BTreeMap<TopicPartition, i64>>>,
     pub(crate) write: Mutex<WriteState>,
     commit: Mutex<CommitState>,
     commit_cv: Condvar,
@@ -402,6 +407,7 @@ impl Engine {
             db: Held::new(db),
             tree: Held::new(tree),
             store_failing: Arc::new(AtomicBool::new(false)),
+            pruned_through: Arc::default(),
             write: Mutex::new(state),
             commit: Mutex::new(CommitState {
                 synced_seq: 0,

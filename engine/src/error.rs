@@ -62,6 +62,15 @@ pub enum Error {
     /// The engine was closed.
     #[error("engine is closed")]
     Closed,
+    /// A truncation deleted records a read had not reached yet, after it
+    /// had yielded some: stepping over them would leave a gap in what it
+    /// yields, which nothing else would tell.
+    #[error("records of {tp} from offset {position} up to offset {pruned_through} were deleted (retention or a prune) while this read was taking them; read again from offset {position} to get what the archive holds now")]
+    PrunedUnderRead {
+        tp: crate::TopicPartition,
+        position: i64,
+        pruned_through: i64,
+    },
     /// A long read (a verify) was asked to stop before it finished. It
     /// changed nothing.
     #[error("{op} interrupted: asked to stop before it finished")]
@@ -116,6 +125,7 @@ impl Error {
             Error::IncompleteBackup { .. } => "incomplete_backup",
             Error::Closed => "closed",
             Error::Interrupted { .. } => "interrupted",
+            Error::PrunedUnderRead { .. } => "pruned_under_read",
         }
     }
 }

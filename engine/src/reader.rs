@@ -14,6 +14,11 @@
 //!   and offsets may have gaps, so nothing else would tell). A
 //!   `read_range` of part of a partition makes the same check before it
 //!   yields anything, from the index alone.
+//! - What a reader yields has no gap a truncation made: once it has taken a
+//!   record, a truncation by the same engine that deleted records at or
+//!   above where it stands ends it with `PrunedUnderRead` naming them. The
+//!   truncation records what it deletes before it applies the deletion,
+//!   so a reader that finds records gone finds that record too.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,9 +42,17 @@ use crate::recovery::{index_corruption, index_item, summary_location};
 pub struct RecordIter {
     tree: Held<sled::Tree>,
     store_failing: Arc<AtomicBool>,
+    /// The engine's [`Engine::pruned_through`](crate::Engine).
+    pruned_through: Arc<std::sync::Mutex<std::collections::BTreeMap<TopicPartition, i64>>>,
     tp: TopicPartition,
     from: i64,
     end: i64,
+    /// The offset after the last entry taken: where the next record would
+    /// be. Meaningful once `started`.
+    position: i64,
+    /// Some record has been taken (into `buf`): from then on, records
+    /// deleted at or above `position` would be a gap in what it yields.
+    started: bool,
     next_key: Vec<u8>,
     upper: Vec<u8>,
     buf: VecDeque<Record>,
@@ -121,9 +134,12 @@ impl Engine {
         Ok(RecordIter {
             tree: Held::new((*self.tree).clone()),
             store_failing: self.store_failing.clone(),
+            pruned_through: self.pruned_through.clone(),
             tp: tp.clone(),
             from,
             end,
+            position: from,
+            started: false,
             next_key,
             upper: keys::index_key(tp, i64::MAX),
             buf: VecDeque::new(),
@@ -393,12 +409,35 @@ impl RecordIter {
         ))
     }
 
+    /// Once some record was taken, a truncation that deleted records at or
+    /// above where this read stands (after it began: earlier ones deleted
+    /// only records below its first) is an error, not a silent gap: the
+    /// index no longer shows what was there, and offsets may have gaps of
+    /// their own, so the engine's record of what it deleted says.
+    fn check_not_pruned(&self) -> Result<()> {
+        if !self.started || self.position >= self.end {
+            return Ok(());
+        }
+        let through = crate::engine::lock_to_read(&self.pruned_through)
+            .get(&self.tp)
+            .copied();
+        match through {
+            Some(t) if t >= self.position => Err(crate::error::Error::PrunedUnderRead {
+                tp: self.tp.clone(),
+                position: self.position,
+                pruned_through: t,
+            }),
+            _ => Ok(()),
+        }
+    }
+
     fn fill(&mut self) -> Result<()> {
         while self.buf.is_empty() {
             let item = self
                 .tree
                 .range(self.next_key.as_slice()..=self.upper.as_slice())
                 .next();
+            self.check_not_pruned()?;
             let Some(item) = item else {
                 return self.finish();
             };
@@ -410,6 +449,7 @@ impl RecordIter {
                 continue;
             };
             self.next_key = keys::index_key(&self.tp, e.last_offset.saturating_add(1));
+            self.position = e.last_offset.saturating_add(1);
             let (from, end) = (self.from, self.end);
             let before = self.buf.len();
             self.buf.extend(
@@ -418,6 +458,7 @@ impl RecordIter {
                     .into_iter()
                     .filter(|r| r.offset >= from && r.offset < end),
             );
+            self.started |= self.buf.len() > before;
             if let Some(c) = &mut self.count {
                 c.yielded += (self.buf.len() - before) as u64;
             }

@@ -296,6 +296,8 @@ impl Engine {
             let mut batch = sled::Batch::default();
             let mut pending_tomb: Option<(u64, u64)> = None;
             let mut new_first = None;
+            // The last offset of the last entry deleted (entries in order).
+            let mut deleted_through = None;
             for item in self.tree.scan_prefix(keys::index_prefix(tp)) {
                 let (k, e) = index_item(item)?;
                 // The first entry kept by this step, whether the cut or the
@@ -325,11 +327,19 @@ impl Engine {
                 );
                 pending_tomb = Some((tomb_lsn, span));
                 report.count(&e);
+                deleted_through = Some(e.last_offset);
             }
             if report.entries_deleted == 0 {
                 return Ok((report, false));
             }
             check_counts(tp, &summary, &report, new_first.is_none())?;
+            // Before the deletion is applied: a reader that finds these
+            // records gone then finds this too.
+            if let Some(through) = deleted_through {
+                let mut p = crate::engine::lock_to_read(&self.pruned_through);
+                let t = p.entry(tp.clone()).or_insert(through);
+                *t = (*t).max(through);
+            }
             summary.first_offset = new_first.unwrap_or(summary.next_offset);
             report.first_offset_after = Some(summary.first_offset);
             summary.record_count = summary.record_count.saturating_sub(report.records_deleted);
