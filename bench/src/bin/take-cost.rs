@@ -245,7 +245,7 @@ fn main() {
         v.sort_by(f64::total_cmp);
         let mid = v.len() / 2;
         // The mean of the middle two of an even count.
-        if v.len() % 2 == 0 && mid > 0 {
+        if v.len().is_multiple_of(2) && mid > 0 {
             (v[mid - 1] + v[mid]) / 2.0
         } else {
             v[mid]
