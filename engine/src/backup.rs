@@ -94,7 +94,11 @@ impl Engine {
                 why.to_owned(),
             ))
         };
-        let source = self.cfg.path.canonicalize().map_err(io("back up"))?;
+        let source = self.cfg.path.canonicalize().map_err(|source| Error::Io {
+            op: "resolve the archive's path",
+            path: self.cfg.path.clone(),
+            source,
+        })?;
         // Made here (create_dir fails if another made it meanwhile), or
         // found empty. Either way only what the backup writes into it is
         // removed on failure: the directory itself only if it made it, and
