@@ -669,7 +669,11 @@ pub fn preflight<C: Consumer<SinkContext>>(
             return Err(ConnectorError::UnknownTopic {
                 topic: t.clone(),
                 brokers: cfg.brokers.clone(),
-                next_step: format!("check the name given to {flag}, and the brokers"),
+                // Kafka lists a topic this client may not describe as
+                // unknown too (or leaves it out of a list of all topics).
+                next_step: format!(
+                    "check the name given to {flag}, the brokers, and that this client may describe the topic (its ACLs)"
+                ),
             });
         }
     }

@@ -146,8 +146,20 @@ impl ConsumerContext for SinkContext {
                 } else {
                     c.unassign()
                 };
+                // librdkafka keeps the rest of the assignment paused until
+                // an unassign succeeds: the run would sit idle, the
+                // partitions held from the group. They are flushed,
+                // committed and closed by now, so the run stops instead
+                // (unless it is stopping already: then it is only logged).
                 if let Err(e) = r {
-                    tracing::warn!(error = %e, "unassign failed");
+                    if lock(&self.shared).pipeline.state().commits_closed {
+                        tracing::warn!(error = %e, "unassign failed while the run stops");
+                    } else {
+                        self.fail(ConnectorError::Kafka {
+                            op: "unassign the revoked partitions",
+                            source: e,
+                        });
+                    }
                 }
             }
             other => {
