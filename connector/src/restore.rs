@@ -304,6 +304,9 @@ pub fn restore_until_split(
     // been acknowledged, so that the resume points logged below are exact.
     let mut unreadable: Option<ConnectorError> = None;
     let mut interrupted = false;
+    // Targets some record was handed to librdkafka for (written, or maybe
+    // written if it failed after).
+    let mut queued_to: BTreeSet<TopicPartition> = BTreeSet::new();
     // Records sent since the last poll, over the whole run (partitions may
     // hold fewer than POLL_EVERY_RECORDS each).
     let mut since_poll = 0u64;
@@ -334,6 +337,9 @@ pub fn restore_until_split(
                     Ok(Sent::Queued { timestamp_replaced }) => {
                         crate::crashpoint::reached(crate::crashpoint::RESTORE_AFTER_SEND);
                         n += 1;
+                        if n == 1 {
+                            queued_to.insert(target.clone());
+                        }
                         report.payload_bytes += r.payload_bytes();
                         report.timestamps_replaced += u64::from(timestamp_replaced);
                         // Serve delivery reports in batches: a poll per
@@ -416,10 +422,13 @@ pub fn restore_until_split(
             // never came leaves its records unconfirmed).
             let finished = sent.get(&p.target).is_some_and(|&n| n == d.acked);
             let st = match standing(starts[&p.target], finished, &d) {
-                // Nothing acknowledged into a target whose records are all
-                // gone: it is as empty as before, and --resume would refuse
-                // it (its last record says nothing).
-                Standing::Resume(o) if d.last_acked.is_none() && emptied.contains(&p.target) => {
+                // Nothing handed to librdkafka for a target whose records
+                // are all gone: it is as empty as before, and --resume would
+                // refuse it (no last record). (One sent, even unacknowledged,
+                // may be there: --resume reads it.)
+                Standing::Resume(o)
+                    if !queued_to.contains(&p.target) && emptied.contains(&p.target) =>
+                {
                     Standing::AppendFrom(o)
                 }
                 st => st,
@@ -562,7 +571,7 @@ enum Standing {
     /// Nothing is missing below this archived offset; restore from it.
     Resume(i64),
     /// As `Resume`, into a target that held records once, all gone now,
-    /// and got none of this restore's: `--resume` cannot read where it
+    /// and was sent none of this restore's records: `--resume` cannot read where it
     /// stands (no last record), so `--from` and `--append` restore it.
     AppendFrom(i64),
     /// A record failed below one that was acknowledged: the target lacks
@@ -722,7 +731,7 @@ fn finish_the_rest(
         };
         let appended = (!to_append.is_empty()).then(|| {
             format!(
-                "{}: their targets held records that are all gone, and got none of this restore's, so --resume cannot read where they stand",
+                "{}: their targets held records that are all gone, and were sent none of this restore's records, so --resume cannot read where they stand",
                 append(&to_append)
             )
         });
@@ -1643,7 +1652,7 @@ mod tests {
         // Only gaps: nothing else to run.
         let step = next_step(&cfg, &gapped[1..]);
         assert!(!step.contains("For the other"), "{step}");
-        // A target that held records, all gone, and got none of this
+        // A target that held records, all gone, and was sent none of this
         // restore's has no last record for --resume to read: it is named
         // with --from and --append, the others with --resume alone.
         let emptied = [
