@@ -15,10 +15,12 @@
 //!   `read_range` of part of a partition makes the same check before it
 //!   yields anything, from the index alone.
 //! - What a reader yields has no gap a truncation made: once it has taken a
-//!   record, a truncation by the same engine that deleted records at or
-//!   above where it stands ends it with `PrunedUnderRead` naming them. The
-//!   truncation records what it deletes before it applies the deletion,
-//!   so a reader that finds records gone finds that record too.
+//!   record, a truncation by the same engine that deleted the entry it
+//!   would take next (one it wants, below its end) ends it with
+//!   `PrunedUnderRead` naming the offsets. The reader knows that entry
+//!   from a lookup made before it read the one before (offsets may have
+//!   gaps of their own, so the index alone would not tell); the
+//!   truncation records what it deletes before it applies the deletion.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -47,12 +49,11 @@ pub struct RecordIter {
     tp: TopicPartition,
     from: i64,
     end: i64,
-    /// The offset after the last entry taken: where the next record would
-    /// be. Meaningful once `started`.
-    position: i64,
-    /// Some record has been taken (into `buf`): from then on, records
-    /// deleted at or above `position` would be a gap in what it yields.
-    started: bool,
+    /// Once some record was taken: the first offset of the index entry
+    /// after the last one taken, as it stood then, if it holds records this
+    /// read wants (below `end`). Not found where it was, it was deleted
+    /// under the read, and stepping over it would be a gap.
+    next_first: Option<i64>,
     next_key: Vec<u8>,
     upper: Vec<u8>,
     buf: VecDeque<Record>,
@@ -138,8 +139,7 @@ impl Engine {
             tp: tp.clone(),
             from,
             end,
-            position: from,
-            started: false,
+            next_first: None,
             next_key,
             upper: keys::index_key(tp, i64::MAX),
             buf: VecDeque::new(),
@@ -409,22 +409,18 @@ impl RecordIter {
         ))
     }
 
-    /// Once some record was taken, a truncation that deleted records at or
-    /// above where this read stands (after it began: earlier ones deleted
-    /// only records below its first) is an error, not a silent gap: the
-    /// index no longer shows what was there, and offsets may have gaps of
-    /// their own, so the engine's record of what it deleted says.
-    fn check_not_pruned(&self) -> Result<()> {
-        if !self.started || self.position >= self.end {
-            return Ok(());
-        }
+    /// The entry expected next (starting at `expected`) is not where it
+    /// was: a truncation by this engine deleted it (and what it recorded
+    /// as deleted says so), so the read ends with an error naming it
+    /// rather than step over it.
+    fn check_not_pruned(&self, expected: i64) -> Result<()> {
         let through = crate::engine::lock_to_read(&self.pruned_through)
             .get(&self.tp)
             .copied();
         match through {
-            Some(t) if t >= self.position => Err(crate::error::Error::PrunedUnderRead {
+            Some(t) if t >= expected => Err(crate::error::Error::PrunedUnderRead {
                 tp: self.tp.clone(),
-                position: self.position,
+                position: expected,
                 pruned_through: t,
             }),
             _ => Ok(()),
@@ -433,23 +429,35 @@ impl RecordIter {
 
     fn fill(&mut self) -> Result<()> {
         while self.buf.is_empty() {
-            let item = self
+            let mut entries = self
                 .tree
-                .range(self.next_key.as_slice()..=self.upper.as_slice())
-                .next();
-            self.check_not_pruned()?;
-            let Some(item) = item else {
+                .range(self.next_key.as_slice()..=self.upper.as_slice());
+            let found = entries.next().map(index_item).transpose()?;
+            if let Some(expected) = self.next_first {
+                if found.as_ref().map(|(_, e)| e.first_offset) != Some(expected) {
+                    self.check_not_pruned(expected)?;
+                }
+            }
+            let Some((k, e)) = found else {
                 return self.finish();
             };
-            let (k, e) = index_item(item)?;
             if e.first_offset >= self.end {
                 return self.finish();
             }
+            // The entry after this one, looked up before this one is read:
+            // if this one reads, that one was there too (a truncation
+            // deletes a prefix of the entries), so a later lookup that
+            // misses it knows it was deleted, not absent.
+            let after = entries
+                .next()
+                .map(index_item)
+                .transpose()?
+                .map(|(_, e)| e.first_offset);
+            drop(entries);
             let Some(entry) = read_entry_unless_deleted(&self.tree, &self.tp, &k, &e)? else {
                 continue;
             };
             self.next_key = keys::index_key(&self.tp, e.last_offset.saturating_add(1));
-            self.position = e.last_offset.saturating_add(1);
             let (from, end) = (self.from, self.end);
             let before = self.buf.len();
             self.buf.extend(
@@ -458,7 +466,11 @@ impl RecordIter {
                     .into_iter()
                     .filter(|r| r.offset >= from && r.offset < end),
             );
-            self.started |= self.buf.len() > before;
+            // Before any record is taken, a deleted entry is one the read
+            // starts after, as if it began after the truncation: no gap.
+            if self.buf.len() > before || self.next_first.is_some() {
+                self.next_first = after.filter(|&f| f < end);
+            }
             if let Some(c) = &mut self.count {
                 c.yielded += (self.buf.len() - before) as u64;
             }

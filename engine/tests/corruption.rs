@@ -531,33 +531,37 @@ fn a_frame_at_the_highest_lsn_key_is_reported() {
 /// is told so, naming them, rather than step over them into a gap (before
 /// 2026-12-03 it went on silently: a live export held 0..10, 20..30); and
 /// it is no count mismatch (no damage). A truncation of records already
-/// taken, or below where a read starts, leaves the read whole.
+/// taken, of records past its end, or below where a read starts, leaves
+/// the read whole.
 #[test]
 fn a_read_racing_a_truncation_is_told_what_it_deleted_not_skipped() {
     let offsets = |rs: &[cairn_engine::Result<cairn_engine::Record>]| -> Vec<i64> {
         rs.iter().map(|r| r.as_ref().unwrap().offset).collect()
     };
-    for ranged in [None, Some(30)] {
-        let (dir, tp) = store();
+    // Entries of the given offsets, one each, for partition c/0.
+    let store_of = |entries: &[std::ops::Range<i64>]| {
+        let dir = tempfile::tempdir().unwrap();
+        let tp = TopicPartition::new("c", 0);
         let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
-        let read = || match ranged {
-            None => e.read(&tp, 0).unwrap(),
-            Some(to) => e.read_range(&tp, 0, Some(to)).unwrap(),
-        };
-        // Deleted under it: the first entry was taken before the
-        // truncation; the second, 10..20, is gone. An error names it, and
-        // nothing comes after it.
-        let mut it = read();
-        assert_eq!(it.next().unwrap().unwrap().offset, 0);
+        for r in entries {
+            e.append(&[batch(&tp, r.clone(), 20)]).unwrap();
+        }
+        (dir, tp, e)
+    };
+    let three = [0..10, 10..20, 20..30];
+    // Whole, cut at its end, and from inside the first entry.
+    for (from, to) in [(0, None), (0, Some(25)), (5, Some(30))] {
+        // The first entry taken (a record of it), then the second deleted
+        // unread: an error names it, and nothing comes after it.
+        let (_dir, tp, e) = store_of(&three);
+        let mut it = e.read_range(&tp, from, to).unwrap();
+        assert_eq!(it.next().unwrap().unwrap().offset, from);
         e.truncate_before(&tp, 10).unwrap();
         e.truncate_before(&tp, 20).unwrap();
         let rest: Vec<_> = it.collect();
-        assert_eq!(
-            offsets(&rest[..9]),
-            (1..10).collect::<Vec<_>>(),
-            "{ranged:?}"
-        );
-        match &rest[9..] {
+        let n = (10 - from - 1) as usize;
+        assert_eq!(offsets(&rest[..n]), (from + 1..10).collect::<Vec<_>>());
+        match &rest[n..] {
             [Err(
                 e @ Error::PrunedUnderRead {
                     position: 10,
@@ -565,27 +569,50 @@ fn a_read_racing_a_truncation_is_told_what_it_deleted_not_skipped() {
                     ..
                 },
             )] => assert!(e.to_string().contains("read again from offset 10"), "{e}"),
-            other => panic!("{ranged:?}: {other:?}"),
+            other => panic!("{from}..{to:?}: {other:?}"),
         }
         drop(e);
         // Deleted only what it had taken, or before it took anything: the
         // read is whole (what it yields has no gap).
-        let (dir, tp) = store();
-        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
-        let read = || match ranged {
-            None => e.read(&tp, 0).unwrap(),
-            Some(to) => e.read_range(&tp, 0, Some(to)).unwrap(),
-        };
-        let mut it = read();
+        let (_dir, tp, e) = store_of(&three);
+        let mut it = e.read_range(&tp, from, to).unwrap();
         let taken: Vec<i64> = it.by_ref().take(11).map(|r| r.unwrap().offset).collect();
-        assert_eq!(taken, (0..11).collect::<Vec<_>>());
-        let untouched = read();
+        assert_eq!(taken, (from..from + 11).collect::<Vec<_>>());
+        let untouched = e.read_range(&tp, from, to).unwrap();
         e.truncate_before(&tp, 20).unwrap();
+        let end = to.unwrap_or(30);
         let rest: Vec<_> = it.collect();
-        assert_eq!(offsets(&rest), (11..30).collect::<Vec<_>>(), "{ranged:?}");
+        assert_eq!(offsets(&rest), (from + 11..end).collect::<Vec<_>>());
         let rest: Vec<_> = untouched.collect();
-        assert_eq!(offsets(&rest), (20..30).collect::<Vec<_>>(), "{ranged:?}");
+        assert_eq!(offsets(&rest), (20..end).collect::<Vec<_>>());
     }
+    // The next entry past the read's end (offsets 10..20 hold none: a
+    // gap of the source's own) deleted with the one taken: nothing the
+    // read wants was deleted, and it ends whole, without an error.
+    let (_dir, tp, e) = store_of(&[0..10, 20..30, 30..40]);
+    let mut it = e.read_range(&tp, 0, Some(15)).unwrap();
+    assert_eq!(it.next().unwrap().unwrap().offset, 0);
+    e.truncate_before(&tp, 30).unwrap();
+    let rest: Vec<_> = it.collect();
+    assert_eq!(offsets(&rest), (1..10).collect::<Vec<_>>());
+    // And within its end, across that gap: the entry at 20 is named.
+    let (_dir, tp, e) = store_of(&[0..10, 20..30, 30..40]);
+    let mut it = e.read(&tp, 0).unwrap();
+    assert_eq!(it.next().unwrap().unwrap().offset, 0);
+    e.truncate_before(&tp, 30).unwrap();
+    let rest: Vec<_> = it.collect();
+    assert!(
+        matches!(
+            &rest[9..],
+            [Err(Error::PrunedUnderRead {
+                position: 20,
+                pruned_through: 29,
+                ..
+            })]
+        ),
+        "{:?}",
+        &rest[9..]
+    );
 }
 
 #[test]
