@@ -385,17 +385,23 @@ fn finish(mut out: BufWriter<Output>, out_path: &Path) -> Result<bool> {
 /// Give up an export that failed, and say what its output holds (for its
 /// error). Buffered records precede the failure: stdout, or a special file
 /// written in place, gets them if it still takes writes (the count in the
-/// error is of records handed to the buffer); a staged file is removed; a
-/// regular file written in place (its directory takes no new files) is
-/// emptied, so that no prefix of the export passes for all of it.
+/// error is of records handed to the buffer); a file not opened yet (the
+/// failure came within the first 1 MiB) is left as it was; a staged file
+/// is removed; a regular file written in place (its directory takes no new
+/// files) is emptied, so that no prefix of the export passes for all of it.
 fn abandon(mut out: BufWriter<Output>) -> String {
     let buffered = !out.buffer().is_empty();
-    let received = match out.flush() {
+    // A file is opened at the first flush. One not opened yet stays so:
+    // opening it now, for an export that failed, could only truncate what
+    // it held (a file written in place, its directory taking no new files).
+    let unopened = matches!(out.get_ref(), Output::File(f) if f.file.is_none());
+    let received = match if unopened { Ok(()) } else { out.flush() } {
         Ok(()) => "received the records before it",
         Err(_) => {
             "received the records before it but up to the last 1 MiB of them (the output failed)"
         }
     };
+    // (Not flushed again: `into_parts` hands the buffer back unwritten.)
     let out = out.into_parts().0;
     match &out {
         // A refusal (a busy run, a bad selection) before any output.
@@ -780,6 +786,61 @@ mod tests {
                 },
             ],
         }
+    }
+
+    /// An export that fails within its first 1 MiB, its output a file in a
+    /// directory that takes no new files (so the file would be written in
+    /// place), leaves that file as it was. (Before 2026-12-03 giving up
+    /// flushed the buffer, which opened the file, truncating it, and then
+    /// emptied it: the previous export was lost.)
+    #[test]
+    fn a_failure_before_the_output_is_opened_leaves_it_as_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("daily.jsonl");
+        std::fs::write(&out, "the previous export\n").unwrap();
+        // No new files there: `chattr +i` as root (who may create files in
+        // any directory), a read-only mode otherwise; taken off again
+        // however the test ends, so that the directory can be removed.
+        let root = rustix::process::geteuid().is_root();
+        let set = |on: bool| {
+            if root {
+                let flag = if on { "+i" } else { "-i" };
+                std::process::Command::new("chattr")
+                    .arg(flag)
+                    .arg(dir.path())
+                    .status()
+                    .is_ok_and(|s| s.success())
+            } else {
+                use std::os::unix::fs::PermissionsExt;
+                let mode = if on { 0o555 } else { 0o755 };
+                std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(mode)).is_ok()
+            }
+        };
+        struct Undo<F: Fn(bool) -> bool>(F);
+        impl<F: Fn(bool) -> bool> Drop for Undo<F> {
+            fn drop(&mut self) {
+                (self.0)(false);
+            }
+        }
+        assert!(
+            set(true),
+            "could not make {} refuse new files",
+            dir.path().display()
+        );
+        let _undo = Undo(set);
+        assert!(
+            std::fs::File::create(dir.path().join("probe")).is_err(),
+            "the directory still takes new files"
+        );
+        let mut w =
+            BufWriter::with_capacity(1 << 20, Output::new(Some(out.clone()), Staged::default()));
+        w.write_all(b"{\"offset\":0}\n").unwrap();
+        let said = abandon(w);
+        assert!(said.contains("was left as it was"), "{said}");
+        assert_eq!(
+            std::fs::read_to_string(&out).unwrap(),
+            "the previous export\n"
+        );
     }
 
     /// `jsonl-text` writes byte strings as text, nulls as null; bytes that
