@@ -3,8 +3,8 @@
 //!
 //! # Invariants
 //! - The offset committed to Kafka never passes what the sink reported
-//!   durable (`commit.rs`: commits are taken only from what `open` and
-//!   `pre_commit` reported, each checked against the records handed to the
+//!   durable (`commit.rs`: commits are taken only from what `open`, `start`
+//!   and `pre_commit` reported, each checked against the records handed to the
 //!   sink; the archive sink reports the engine's durable offsets, read after
 //!   its fsync).
 //! - A fatal sink error (a poisoned engine) stops the loop with nothing more

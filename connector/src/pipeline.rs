@@ -14,7 +14,8 @@
 //!
 //! # Invariants
 //! - Offsets reach Kafka only through [`Pipeline::commit_now`], which takes
-//!   them from the [`CommitTracker`]: never above what a put reported durable.
+//!   them from the [`CommitTracker`]: never above what the sink reported
+//!   durable (`open`, `start`, `put` or `pre_commit`).
 //! - A revoke first marks its partitions `revoking`: from then on only the
 //!   revoke's own synchronous commit carries them. It never waits for a
 //!   commit in flight (a commit sent while the group re-joins can be held by

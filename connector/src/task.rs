@@ -11,19 +11,23 @@
 //! 1. **`open(partitions)`** runs after every assignment, before the first
 //!    fetch. It returns the offset to resume each partition from, if the sink
 //!    owns it; the loop rewinds the consumer there ("rewind on open"), and
-//!    commits it as it is, with no `pre_commit`: it must be durable already.
-//!    One exception: when Kafka's committed offset is past it and was not
+//!    commits it as it is, with no `pre_commit`: it must be durable already
+//!    (unless Kafka's log bounds could not be read at the assignment: then
+//!    it is committed only once a put of the partition is durable). One
+//!    exception: when Kafka's committed offset is past it and was not
 //!    committed by this sink (its [`identity`](SinkTask::identity); a sink
 //!    without one never claims a commit), another member is taken to have
 //!    written the records between, and the partition resumes at Kafka's
 //!    offset (logged). A sink whose storage can go back in time (restored
 //!    from an older copy) should have an identity, so that it gets those
 //!    records again. A partition the sink does not know resumes from Kafka's
-//!    committed offset, and failing that from `auto.offset.reset`.
-//!    Then **`start(starts)`**, for the partitions that neither `open` nor
-//!    Kafka gave an offset and that start at a number (`latest`'s log end):
-//!    a sink that records them durably returns them, and the loop treats
-//!    them as `open`'s (the default records nothing).
+//!    committed offset, and failing that from `auto.offset.reset`; one whose
+//!    Kafka offset this sink committed itself (it held the partition and
+//!    lost it) resumes at Kafka's log start.
+//!    Then **`start(starts)`**, for the partitions that start at a number
+//!    neither `open` nor Kafka's committed offset gave (`latest`'s log end,
+//!    or that log start): a sink that records them durably returns them,
+//!    and the loop treats them as `open`'s (the default records nothing).
 //! 2. **`put(batches)`** writes records, or buffers them. It returns what the
 //!    sink now reports durable, if anything (Kafka Connect's `put` reports
 //!    nothing; a sink that makes each put durable may say so at once). Only

@@ -17,6 +17,10 @@
 //!   what was written is reported by open, read or verify.
 //! - `engine_model`: arbitrary operation sequences agree with an in-memory
 //!   model after every step (see [`model`]).
+//! - `small_decode`: the small values (index entries, summaries, the
+//!   format, checkpoint and store-id metadata, the watermark file) never
+//!   panic on arbitrary bytes, and what decodes re-encodes to the same
+//!   bytes.
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -7,7 +7,8 @@
 //!
 //! # Invariants
 //! - Never panics and never allocates by an unchecked length, whatever bytes
-//!   are in the store. Only sled errors (I/O) end it early.
+//!   are in the store. Only sled errors (I/O), or a stop asked for through
+//!   `verify_unless`, end it early.
 //! - Memory does not grow with the archive: a live verify runs inside
 //!   `cairn run`, on archives of any size. The log scan looks each entry's
 //!   index entry up as it goes and keeps counts per partition; what it

@@ -463,8 +463,9 @@ fn exit_on_signal(data: PathBuf, scratch: Scratch) -> Result<()> {
             }
         }
         eprintln!(
-            "interrupted: the demo's archive, if it got that far, stays at {} (recovered by its next open: cairn status --data {0})",
-            data.display()
+            "interrupted: the demo's archive, if it got that far, stays at {} (recovered by its next open: {} status --data {0})",
+            data.display(),
+            this_cairn()
         );
         std::process::exit(130);
     });
@@ -522,6 +523,25 @@ async fn demo_in(n: u64, data: PathBuf) -> Result<ExitCode> {
     let durable_after_crash = engine.durable_offsets();
     let durable_total: i64 = durable_after_crash.values().sum();
     let committed_total: i64 = kafka_committed.values().sum();
+    // What the crash shows, checked: Kafka's offsets never passed what the
+    // archive holds durably, and the put that died between its fsync and
+    // its commit left records durable and not committed.
+    for (p, c) in &kafka_committed {
+        let d = durable_after_crash
+            .get(&TopicPartition::new(DEMO_TOPIC, *p))
+            .copied()
+            .unwrap_or(0);
+        if *c > d {
+            return Err(ConnectorError::Sink(format!(
+                "demo: partition {p}: after the crash Kafka committed {c}, past the {d} the archive holds durably"
+            )));
+        }
+    }
+    if committed_total >= durable_total {
+        return Err(ConnectorError::Sink(format!(
+            "demo: after the crash Kafka committed {committed_total} of {durable_total} durable records: the put that died before its commit should have left some durable and not committed"
+        )));
+    }
     outln!(
         "crashed    cairn run (a child process) aborted after the fsync of its put {crash_puts}, before its commit: {durable_total} records durable, Kafka committed {committed_total} ({} durable but uncommitted) after {:.2} s",
         durable_total - committed_total,
@@ -602,10 +622,11 @@ async fn demo_in(n: u64, data: PathBuf) -> Result<ExitCode> {
         v.frames,
     )?;
     outln!(
-        "archive    {} ({:.1} MB on disk, {} records stored); try: cairn status --data {0}",
+        "archive    {} ({:.1} MB on disk, {} records stored) stays, for you to look into (remove it when done): try {} status --data {0}",
         data.display(),
         engine.size_on_disk().unwrap_or(0) as f64 / 1e6,
-        stats.partitions.iter().map(|p| p.record_count).sum::<u64>()
+        stats.partitions.iter().map(|p| p.record_count).sum::<u64>(),
+        this_cairn()
     )?;
     restore_round_trip(&cluster, &brokers, &engine, n, &scratch).await?;
     outln!("done in {:.1} s", t_start.elapsed().as_secs_f64())?;
@@ -652,6 +673,12 @@ async fn run_until_done(
 /// Set to the demo's pid for its crashing `cairn run`, which then dies
 /// with the demo (`main.rs`).
 pub const DEMO_PARENT_ENV: &str = "CAIRN_DEMO_PARENT";
+
+/// How to run this `cairn` again, for the commands the demo suggests: its
+/// path (after `cargo run`, `cairn` is on no PATH), or `cairn`.
+fn this_cairn() -> String {
+    std::env::current_exe().map_or_else(|_| "cairn".into(), |p| p.display().to_string())
+}
 
 /// The longest the crashing run may take: it aborts after a few puts.
 const CRASH_RUN_TIMEOUT: Duration = Duration::from_secs(120);
