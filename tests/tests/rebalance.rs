@@ -18,13 +18,19 @@ use cairn_tests::{assert_committed_within_durable, fast_group, run_bounded, Test
 
 const CHUNK: u64 = 1_000;
 
+/// Every offset a member handed to librdkafka as a commit, per partition:
+/// one whose answer was an error (or never came) may still have been
+/// applied by the broker.
+type Sent = Arc<std::sync::Mutex<BTreeMap<i32, std::collections::BTreeSet<i64>>>>;
+
 fn member(
     k: &TestKafka,
     strategy: &str,
     policy: CommitPolicy,
     data: &std::path::Path,
     stop: Arc<AtomicBool>,
-    commits: mpsc::Sender<BTreeMap<TopicPartition, i64>>,
+    // Where its acknowledged commits go, and the record of those it sent.
+    (commits, sent): (mpsc::Sender<BTreeMap<TopicPartition, i64>>, Sent),
     target: Option<Arc<AtomicU64>>,
 ) -> thread::JoinHandle<RunReport> {
     // A group per topic: the tests run at once, and against one real
@@ -49,6 +55,10 @@ fn member(
             stop,
             on_commit_sent: Some(Box::new(move |committed, durable| {
                 assert_committed_within_durable(&store, committed, durable);
+                let mut sent = sent.lock().unwrap();
+                for (tp, o) in committed {
+                    sent.entry(tp.partition).or_default().insert(*o);
+                }
             })),
             on_commit: Some(Box::new(move |committed, _| {
                 let _ = commits.send(committed.clone());
@@ -140,13 +150,14 @@ fn join_and_leave(topic: &str, strategy: &str, policy: CommitPolicy) -> (usize, 
     let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let target = Arc::new(AtomicU64::new(0));
     let (tx_a, rx_a) = mpsc::channel();
+    let sent = Sent::default();
     let a = member(
         &k,
         strategy,
         policy,
         dir_a.path(),
         Arc::new(AtomicBool::new(false)),
-        tx_a,
+        (tx_a, sent.clone()),
         Some(target.clone()),
     );
     let mut observed = vec![rx_a.recv().expect("first member commits")];
@@ -161,7 +172,7 @@ fn join_and_leave(topic: &str, strategy: &str, policy: CommitPolicy) -> (usize, 
         policy,
         dir_b.path(),
         stop_b.clone(),
-        tx_b,
+        (tx_b, sent.clone()),
         None,
     );
     // Paced by B's commits, not by time: a chunk per 100 ms without one.
@@ -213,9 +224,13 @@ fn join_and_leave(topic: &str, strategy: &str, policy: CommitPolicy) -> (usize, 
     }
     // Whatever failed, a record is archived twice only in the tail past a
     // commit: its next owner started at Kafka's committed offset, which one
-    // of the members committed (and saw acknowledged), while the store
-    // that had it durable had not committed that far. So each run of
-    // records held by both starts at an offset one of them committed.
+    // of the members committed, while the store that had it durable had
+    // not committed that far. So each run of records held by both starts
+    // at an offset one of them committed: one it saw acknowledged, or one
+    // it sent (a commit whose answer was an error, or came too late, may
+    // still have been applied; seen once in a full workspace run on 2
+    // loaded cores, 2026-12-03, a run starting at an offset sent and never
+    // acknowledged).
     observed.extend(rx_a.try_iter().chain(rx_b.try_iter()));
     // (Or at 0: a partition nothing was committed of starts at the log
     // start, --auto-offset-reset earliest.)
@@ -227,16 +242,23 @@ fn join_and_leave(topic: &str, strategy: &str, policy: CommitPolicy) -> (usize, 
             commits.entry(tp.partition).or_default().insert(*o);
         }
     }
+    let sent = sent.lock().unwrap().clone();
     let mut run_start: Option<(i32, i64, i64)> = None;
     for ((p, o), _) in &twice {
         let (p, o) = (*p, *o);
         let starts_run = !matches!(run_start, Some((rp, _, last)) if rp == p && last + 1 == o);
         if starts_run {
+            let acknowledged = commits.get(&p).is_some_and(|c| c.contains(&o));
+            let handed_over = sent.get(&p).is_some_and(|c| c.contains(&o));
+            if !acknowledged && handed_over {
+                eprintln!("{}/{p}: records from offset {o} archived by both members: a commit of {o} was sent, never seen acknowledged", k.topic);
+            }
             assert!(
-                commits.get(&p).is_some_and(|c| c.contains(&o)),
-                "{}/{p}: records from offset {o} archived by both members, and no member committed {o} (commits seen: {:?})",
+                acknowledged || handed_over,
+                "{}/{p}: records from offset {o} archived by both members, and no member committed {o} (commits seen: {:?}; sent: {:?})",
                 k.topic,
-                commits.get(&p)
+                commits.get(&p),
+                sent.get(&p)
             );
             run_start = Some((p, o, o));
         } else if let Some(r) = run_start.as_mut() {
