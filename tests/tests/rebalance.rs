@@ -228,9 +228,10 @@ fn join_and_leave(topic: &str, strategy: &str, policy: CommitPolicy) -> (usize, 
     // not committed that far. So each run of records held by both starts
     // at an offset one of them committed: one it saw acknowledged, or one
     // it sent (a commit whose answer was an error, or came too late, may
-    // still have been applied; seen once in a full workspace run on 2
-    // loaded cores, 2026-12-03, a run starting at an offset sent and never
-    // acknowledged).
+    // still have been applied). Seen once, in a full workspace run on 2
+    // loaded cores (2026-12-03): a run starting at an offset no member saw
+    // acknowledged; the message did not say then whether it was sent, and
+    // now does (five runs under load since did not repeat it).
     observed.extend(rx_a.try_iter().chain(rx_b.try_iter()));
     // (Or at 0: a partition nothing was committed of starts at the log
     // start, --auto-offset-reset earliest.)
