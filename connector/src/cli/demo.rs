@@ -762,6 +762,28 @@ mod tests {
             assert_eq!(demo_next_offsets("t", n), want, "n = {n}");
         }
     }
+    /// The demo's most records, as it produces them, all stay in the mock
+    /// cluster, which keeps only the newest 5 MiB (or 100 000 message sets)
+    /// of a partition: `cargo run --release -- demo` produces this many, and
+    /// would otherwise stop saying the mock deleted some.
+    #[test]
+    fn the_demos_most_records_all_stay_in_the_mock_cluster() {
+        let mock = MockCluster::new(1).unwrap();
+        mock.create_topic(DEMO_TOPIC, DEMO_PARTITIONS, 1).unwrap();
+        let brokers = mock.bootstrap_servers();
+        produce(&brokers, DEMO_TOPIC, 0..DEMO_RECORDS_MAX).unwrap();
+        check_all_kept(&brokers, DEMO_TOPIC, DEMO_RECORDS_MAX).unwrap();
+        // And all of them were written: the high watermarks are the counts.
+        use rdkafka::consumer::Consumer;
+        let client = crate::offsets::client_with(&brokers, &BTreeMap::new()).unwrap();
+        for (tp, next) in demo_next_offsets(DEMO_TOPIC, DEMO_RECORDS_MAX) {
+            let (_, high) = client
+                .fetch_watermarks(&tp.topic, tp.partition, Duration::from_secs(10))
+                .unwrap();
+            assert_eq!(high, next, "{tp}");
+        }
+    }
+
     /// A record for a partition the topic lacks fails the produce, whether
     /// `send` refuses it (metadata known) or its delivery fails (queued
     /// before the metadata came). Before, the second was dropped silently.
