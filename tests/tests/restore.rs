@@ -1113,30 +1113,40 @@ fn a_restore_stopped_midway_resumes_exactly_once() {
     assert_eq!(offsets_in(&k, &k.topic), (0..2_000).collect::<Vec<i64>>());
 }
 
+/// A restore of 2,000 archived records into the one partition of `k`'s
+/// topic, during which another producer writes a record: at the restore's
+/// third question whether to stop (512 records sent), once some of them
+/// are in the topic. It stops at question `stop_at`, if given.
+fn restore_beside_another_producer(
+    k: &TestKafka,
+    stop_at: Option<u32>,
+) -> cairn_connector::Result<cairn_connector::restore::RestoreReport> {
+    init_logs();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = archive_of(dir.path(), &[("orders", 2_000)]);
+    let cfg = config(k);
+    let asked = std::sync::atomic::AtomicU32::new(0);
+    let stop = || {
+        let n = asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if n == 2 {
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            while highs(k, 1) == vec![0] {
+                assert!(std::time::Instant::now() < deadline, "nothing restored");
+            }
+            produce_one(k, 0, b"someone else's", None);
+        }
+        stop_at.is_some_and(|s| n >= s)
+    };
+    cairn_connector::restore::restore_until_split(&engine, &cfg, &|| false, &stop)
+}
+
 /// Another producer writing to the target during a restore puts its
 /// records among the archive's: the restore, every record acknowledged,
 /// says so and fails (before 2026-12-03 it ended whole, exit 0).
 #[test]
 fn a_restore_interleaved_with_another_producer_says_so() {
-    init_logs();
-    let dir = tempfile::tempdir().unwrap();
-    let engine = archive_of(dir.path(), &[("orders", 2_000)]);
     let k = TestKafka::new("interleaved", 1);
-    let cfg = config(&k);
-    // At the third question (512 records sent), once some of them are in
-    // the topic, another producer's record goes in.
-    let asked = std::sync::atomic::AtomicU32::new(0);
-    let stop = || {
-        if asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 2 {
-            let deadline = std::time::Instant::now() + Duration::from_secs(60);
-            while highs(&k, 1) == vec![0] {
-                assert!(std::time::Instant::now() < deadline, "nothing restored");
-            }
-            produce_one(&k, 0, b"someone else's", None);
-        }
-        false
-    };
-    match cairn_connector::restore::restore_until_split(&engine, &cfg, &|| false, &stop) {
+    match restore_beside_another_producer(&k, None) {
         Err(ConnectorError::RestoreInterleaved {
             acknowledged, held, ..
         }) => assert_eq!((acknowledged, held), (2_000, 2_001)),
@@ -1150,26 +1160,9 @@ fn a_restore_interleaved_with_another_producer_says_so() {
 /// interleaving's own error says every record was delivered.
 #[test]
 fn a_stopped_restore_interleaved_with_another_producer_says_it_stopped() {
-    init_logs();
-    let dir = tempfile::tempdir().unwrap();
-    let engine = archive_of(dir.path(), &[("orders", 2_000)]);
     let k = TestKafka::new("interleaved-stop", 1);
-    let cfg = config(&k);
-    // As above, at the third question; then stopped at the fourth (768
-    // records sent).
-    let asked = std::sync::atomic::AtomicU32::new(0);
-    let stop = || {
-        let n = asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if n == 2 {
-            let deadline = std::time::Instant::now() + Duration::from_secs(60);
-            while highs(&k, 1) == vec![0] {
-                assert!(std::time::Instant::now() < deadline, "nothing restored");
-            }
-            produce_one(&k, 0, b"someone else's", None);
-        }
-        n >= 3
-    };
-    match cairn_connector::restore::restore_until_split(&engine, &cfg, &|| false, &stop) {
+    // Stopped at the fourth question (768 records sent).
+    match restore_beside_another_producer(&k, Some(3)) {
         Err(ConnectorError::RestoreStopped {
             delivered,
             next_step,
