@@ -371,6 +371,18 @@ impl Engine {
     /// nothing, and is deleted with them.
     fn check_entry_ends(&self, tp: &TopicPartition, e: &IndexEntry) -> Result<()> {
         let last = e.lsn + u64::from(e.chunks) - 1;
+        // The frame at `lsn` is not the entry's `role` (its first, ...).
+        let mismatch = |lsn, role: &str| {
+            Error::corruption(
+                Location::Wal { lsn },
+                CorruptionKind::IndexMismatch {
+                    detail: format!(
+                        "the index entry of offsets {}..={} ({} frames from lsn {}) names this frame as {role}, and it is not",
+                        e.first_offset, e.last_offset, e.chunks, e.lsn
+                    ),
+                },
+            )
+        };
         // (lsn, which end, flags it must not have, a flag it must have.)
         // One frame is both ends, read once.
         let ends: &[(u64, &str, u16, Option<u16>)] = if e.chunks == 1 {
@@ -404,12 +416,7 @@ impl Engine {
                     t == *tp && count == e.record_count && first == e.first_offset
                 });
             if f.kind != FrameKind::Records || !flags_ok || !start_ok {
-                return Err(corrupt(CorruptionKind::IndexMismatch {
-                    detail: format!(
-                        "the index entry of offsets {}..={} ({} frames from lsn {}) names this frame as its {end}, and it is not",
-                        e.first_offset, e.last_offset, e.chunks, e.lsn
-                    ),
-                }));
+                return Err(mismatch(lsn, &format!("its {end}")));
             }
         }
         let middle = frame::FLAG_CONT | frame::FLAG_MORE;
@@ -425,15 +432,7 @@ impl Engine {
                 continue;
             };
             if f.kind != FrameKind::Records || f.flags & middle != middle {
-                return Err(Error::corruption(
-                    Location::Wal { lsn },
-                    CorruptionKind::IndexMismatch {
-                        detail: format!(
-                            "the index entry of offsets {}..={} ({} frames from lsn {}) names this frame as one of its middle chunks, and it is not",
-                            e.first_offset, e.last_offset, e.chunks, e.lsn
-                        ),
-                    },
-                ));
+                return Err(mismatch(lsn, "one of its middle chunks"));
             }
         }
         Ok(())
