@@ -60,6 +60,10 @@ pub const FAILPOINT_MID_WRITE: &str = "wal::append::mid_write";
 /// `to_top_up`). `return` stops the run there and poisons the engine.
 pub const FAILPOINT_TOP_UP: &str = "wal::sync::top_up";
 
+/// Per partition, the highest offset a truncation by this engine deleted
+/// ([`Engine::pruned_through`]).
+pub(crate) type PrunedThrough = Arc<Mutex<BTreeMap<TopicPartition, i64>>>;
+
 /// The durable write-ahead record log. `Send + Sync`: share it with `Arc`.
 pub struct Engine {
     pub(crate) cfg: EngineConfig,
@@ -74,7 +78,7 @@ pub struct Engine {
     /// deleted, set before its deletion is applied; shared with every
     /// reader, which refuses to step over records deleted under it
     /// (reader.rs, `RecordIter::check_not_pruned`).
-    pub(crate) pruned_through: Arc<Mutex<BTreeMap<TopicPartition, i64>>>,
+    pub(crate) pruned_through: PrunedThrough,
     pub(crate) write: Mutex<WriteState>,
     commit: Mutex<CommitState>,
     commit_cv: Condvar,
@@ -1080,8 +1084,7 @@ impl Engine {
         let Ok(w) = self.write.lock() else {
             return true;
         };
-        let c = self.commit.lock().unwrap_or_else(|e| e.into_inner());
-        c.synced_seq < w.seq
+        lock_to_read(&self.commit).synced_seq < w.seq
     }
 
     /// The write lock, for a writer: after a panic under it, the
@@ -1174,17 +1177,17 @@ impl Drop for Engine {
         let handles = (self.tree.take(), self.db.take());
         // `is_poisoned` does not panic on a commit lock an earlier panic
         // poisoned (that engine is taken for poisoned too).
-        if self.is_poisoned() {
+        let poisoned = self.is_poisoned();
+        if poisoned {
             // A reader that outlives the engine may hold the last sled
             // handle instead: its drop is guarded too (set here as well for
             // an engine taken for poisoned by a panic elsewhere).
             self.store_failing.store(true, Ordering::SeqCst);
-            drop_failing_store(handles);
-        } else if std::thread::panicking() {
-            // Every write synced, but sled's drop still fsyncs, unwrapping:
-            // a failure there, escaping a drop while this thread unwinds,
-            // would abort the process. Caught instead (what it wrote was
-            // durable already).
+        }
+        // Also a sound engine's while this thread unwinds: sled's drop
+        // still fsyncs, unwrapping, and a failure escaping a drop then
+        // would abort the process (what it wrote was durable already).
+        if poisoned || std::thread::panicking() {
             drop_failing_store(handles);
         }
     }

@@ -45,7 +45,7 @@ pub struct RecordIter {
     tree: Held<sled::Tree>,
     store_failing: Arc<AtomicBool>,
     /// The engine's [`Engine::pruned_through`](crate::Engine).
-    pruned_through: Arc<std::sync::Mutex<std::collections::BTreeMap<TopicPartition, i64>>>,
+    pruned_through: crate::engine::PrunedThrough,
     tp: TopicPartition,
     from: i64,
     end: i64,
