@@ -489,13 +489,26 @@ pub fn restore_until_split(
     let interleaved = state.partitions.iter().find_map(|(target, d)| {
         let (first, last) = d.target_span?;
         let held = u64::try_from(last - first + 1).unwrap_or(0);
-        (held != d.acked).then_some((target, d.acked, first, last, held))
+        (held != d.acked).then(|| ConnectorError::RestoreInterleaved {
+            target: target.clone(),
+            acknowledged: d.acked,
+            first,
+            last,
+            held,
+        })
     });
     // A restore cut short says so, with what is left to run, and logs the
     // interleaving: its own error says every record was delivered, which
     // only a whole restore can say.
     let log_interleaved = || {
-        if let Some((target, acknowledged, first, last, held)) = interleaved {
+        if let Some(ConnectorError::RestoreInterleaved {
+            target,
+            acknowledged,
+            first,
+            last,
+            held,
+        }) = &interleaved
+        {
             tracing::error!(
                 target = %target,
                 acknowledged,
@@ -528,16 +541,10 @@ pub fn restore_until_split(
             source: e,
         });
     }
-    if let Some((target, acknowledged, first, last, held)) = interleaved {
-        return Err(ConnectorError::RestoreInterleaved {
-            target: target.clone(),
-            acknowledged,
-            first,
-            last,
-            held,
-        });
+    match interleaved {
+        Some(e) => Err(e),
+        None => Ok(report),
     }
-    Ok(report)
 }
 
 /// Every finished partition (in `sent`) had each record it sent
