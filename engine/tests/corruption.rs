@@ -539,7 +539,7 @@ fn a_read_racing_a_truncation_is_told_what_it_deleted_not_skipped() {
         rs.iter().map(|r| r.as_ref().unwrap().offset).collect()
     };
     // Entries of the given offsets, one each, for partition c/0.
-    let store_of = |entries: &[std::ops::Range<i64>]| {
+    let open_with_entries = |entries: &[std::ops::Range<i64>]| {
         let dir = tempfile::tempdir().unwrap();
         let tp = TopicPartition::new("c", 0);
         let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
@@ -553,7 +553,7 @@ fn a_read_racing_a_truncation_is_told_what_it_deleted_not_skipped() {
     for (from, to) in [(0, None), (0, Some(25)), (5, Some(30))] {
         // The first entry taken (a record of it), then the second deleted
         // unread: an error names it, and nothing comes after it.
-        let (_dir, tp, e) = store_of(&three);
+        let (_dir, tp, e) = open_with_entries(&three);
         let mut it = e.read_range(&tp, from, to).unwrap();
         assert_eq!(it.next().unwrap().unwrap().offset, from);
         e.truncate_before(&tp, 10).unwrap();
@@ -574,7 +574,7 @@ fn a_read_racing_a_truncation_is_told_what_it_deleted_not_skipped() {
         drop(e);
         // Deleted only what it had taken, or before it took anything: the
         // read is whole (what it yields has no gap).
-        let (_dir, tp, e) = store_of(&three);
+        let (_dir, tp, e) = open_with_entries(&three);
         let mut it = e.read_range(&tp, from, to).unwrap();
         let taken: Vec<i64> = it.by_ref().take(11).map(|r| r.unwrap().offset).collect();
         assert_eq!(taken, (from..from + 11).collect::<Vec<_>>());
@@ -589,14 +589,14 @@ fn a_read_racing_a_truncation_is_told_what_it_deleted_not_skipped() {
     // The next entry past the read's end (offsets 10..20 hold none: a
     // gap of the source's own) deleted with the one taken: nothing the
     // read wants was deleted, and it ends whole, without an error.
-    let (_dir, tp, e) = store_of(&[0..10, 20..30, 30..40]);
+    let (_dir, tp, e) = open_with_entries(&[0..10, 20..30, 30..40]);
     let mut it = e.read_range(&tp, 0, Some(15)).unwrap();
     assert_eq!(it.next().unwrap().unwrap().offset, 0);
     e.truncate_before(&tp, 30).unwrap();
     let rest: Vec<_> = it.collect();
     assert_eq!(offsets(&rest), (1..10).collect::<Vec<_>>());
     // And within its end, across that gap: the entry at 20 is named.
-    let (_dir, tp, e) = store_of(&[0..10, 20..30, 30..40]);
+    let (_dir, tp, e) = open_with_entries(&[0..10, 20..30, 30..40]);
     let mut it = e.read(&tp, 0).unwrap();
     assert_eq!(it.next().unwrap().unwrap().offset, 0);
     e.truncate_before(&tp, 30).unwrap();
