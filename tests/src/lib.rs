@@ -53,6 +53,25 @@ impl TestKafka {
         }
     }
 
+    /// A consumer group of this test's own: `name`, suffixed on a real
+    /// broker as topics are, so that tests running at once (or another
+    /// run's against the same broker) never join one group.
+    pub fn group(&self, name: &str) -> String {
+        format!("{name}{}", self.suffix)
+    }
+
+    /// The offsets `group` (as named to [`config`]) committed on this
+    /// topic's `partitions` partitions.
+    pub fn committed(&self, group: &str, partitions: i32) -> std::collections::BTreeMap<i32, i64> {
+        cairn_connector::cli::demo::committed(
+            &self.brokers,
+            &self.group(group),
+            &self.topic,
+            partitions,
+        )
+        .expect("the group's committed offsets")
+    }
+
     /// Another fresh topic, and its name (`name`, suffixed on a real
     /// broker).
     pub fn create_topic(&mut self, name: &str, partitions: i32) -> String {
@@ -143,11 +162,12 @@ pub fn init_logs() {
     }
 }
 
-/// A run configuration for `k`'s topic into `data`, in `group`.
+/// A run configuration for `k`'s topic into `data`, in `group`
+/// ([`TestKafka::group`]: suffixed on a real broker).
 pub fn config(k: &TestKafka, group: &str, data: &std::path::Path) -> cairn_connector::RunConfig {
     let mut cfg = cairn_connector::RunConfig::new(
         &k.brokers,
-        group,
+        k.group(group),
         vec![k.topic.clone()],
         data.to_path_buf(),
     );

@@ -7,7 +7,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cairn_connector::cli::demo::committed;
 use cairn_connector::dead_letter::{REASON_HEADER, SOURCE_HEADER};
 use cairn_connector::{ArchiveSink, ConnectorError, OnOversize, PipelineOptions, RunConfig};
 use cairn_engine::{Engine, EngineConfig, TopicPartition};
@@ -172,7 +171,7 @@ fn a_dead_letter_that_cannot_be_delivered_stops_the_run_before_it() {
     mock.clear_request_errors(rdkafka::types::RDKafkaApiKey::Produce);
     // Nothing committed past the record that is neither archived nor
     // dead-lettered.
-    let c = committed(&k.brokers, "dead-letter-group", &k.topic, 1).unwrap();
+    let c = k.committed("dead-letter-group", 1);
     assert!(c[&0] <= BIG, "committed {} past offset {BIG}", c[&0]);
     let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
     assert!(

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cairn_connector::cli::demo::{committed, demo_record, produce, DEMO_PARTITIONS};
+use cairn_connector::cli::demo::{demo_record, produce, DEMO_PARTITIONS};
 use cairn_connector::fetch::{Fetch, Flow, TAKE_MAX};
 use cairn_connector::{run_pipeline, ArchiveSink, PipelineOptions};
 use cairn_engine::{Engine, EngineConfig, TopicPartition};
@@ -300,13 +300,7 @@ fn a_fetch_error_that_stops_the_run_archives_nothing_after_it() {
         "{err}"
     );
     assert!(engine.durable_offsets().is_empty(), "archived nothing");
-    let kafka = committed(
-        &k.brokers,
-        "fetch-unauthorized-group",
-        &k.topic,
-        DEMO_PARTITIONS,
-    )
-    .unwrap();
+    let kafka = k.committed("fetch-unauthorized-group", DEMO_PARTITIONS);
     assert!(
         kafka.values().all(|&o| o == 0),
         "committed nothing: {kafka:?}"
@@ -427,7 +421,7 @@ fn a_topic_deleted_while_archived_stops_the_run() {
     // What was archived before stays, and nothing was committed past it.
     let durable = engine.durable_offsets();
     assert!(!durable.is_empty(), "archived before the topic went");
-    let kafka = committed(&k.brokers, "fetch-deleted-group", &k.topic, DEMO_PARTITIONS).unwrap();
+    let kafka = k.committed("fetch-deleted-group", DEMO_PARTITIONS);
     for (p, o) in kafka {
         let d = durable
             .get(&TopicPartition::new(&k.topic, p))

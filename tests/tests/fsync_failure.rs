@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use cairn_connector::cli::demo::{check_archive, committed, produce};
+use cairn_connector::cli::demo::{check_archive, produce};
 use cairn_connector::{ArchiveSink, PipelineOptions};
 use cairn_engine::{Engine, EngineConfig, Record, RecordBatch, TopicPartition};
 use cairn_tests::{
@@ -90,7 +90,7 @@ fn a_failed_fsync_poisons_stops_the_run_and_commits_nothing_more() {
     drop(engine);
 
     // Kafka never got an offset above what was durable when the fsync failed.
-    let kafka = committed(&k.brokers, "fsync-fail-group", &k.topic, 3).unwrap();
+    let kafka = k.committed("fsync-fail-group", 3);
     for (tp, d) in &durable_at_failure {
         assert!(
             kafka[&tp.partition] <= *d,

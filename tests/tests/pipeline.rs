@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use cairn_connector::cli::demo::{check_archive, committed, produce};
+use cairn_connector::cli::demo::{check_archive, produce};
 use cairn_connector::{run_pipeline, ArchiveSink, CommitPolicy, ConnectorError, PipelineOptions};
 use cairn_engine::{Engine, EngineConfig, TopicPartition};
 use cairn_tests::{
@@ -14,7 +14,7 @@ use rdkafka::types::RDKafkaApiKey;
 
 /// Kafka's committed offsets equal the archive's durable ones.
 fn assert_committed_equals_durable(k: &TestKafka, group: &str, engine: &Engine, why: &str) {
-    let kafka = committed(&k.brokers, group, &k.topic, 3).unwrap();
+    let kafka = k.committed(group, 3);
     for (tp, d) in engine.durable_offsets() {
         assert_eq!(kafka[&tp.partition], d, "{tp}: {why}");
     }
@@ -70,7 +70,7 @@ fn restart_without_commit_resumes_at_the_durable_offset() {
     let err = run_bounded(&cfg, Box::new(ArchiveSink::new(engine)), opts).unwrap_err();
     assert!(matches!(err, ConnectorError::SimulatedCrash), "{err}");
     let d = durable(dir.path());
-    let kafka = committed(&k.brokers, "restart-group", &k.topic, 3).unwrap();
+    let kafka = k.committed("restart-group", 3);
     let (d_sum, k_sum): (i64, i64) = (d.values().sum(), kafka.values().sum());
     assert!(d_sum >= 10_000);
     assert!(
@@ -425,7 +425,7 @@ fn latest_with_an_unreadable_log_end_stops_the_run_and_archives_nothing() {
         "{err}"
     );
     assert!(engine.durable_offsets().is_empty(), "archived nothing");
-    let kafka = committed(&k.brokers, "latest-end-group", &k.topic, 3).unwrap();
+    let kafka = k.committed("latest-end-group", 3);
     assert!(
         kafka.values().all(|&o| o == 0),
         "committed nothing: {kafka:?}"

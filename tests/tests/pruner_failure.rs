@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use cairn_connector::cli::demo::{committed, demo_next_offsets, produce};
+use cairn_connector::cli::demo::{demo_next_offsets, produce};
 use cairn_connector::pruner::{Retention, FAILPOINT_PASS};
 use cairn_connector::{ArchiveSink, PipelineOptions, SinkTask, TaskError};
 use cairn_engine::fuzzing::batch;
@@ -205,7 +205,7 @@ impl Idle {
     /// Everything produced is durable in the store and committed in Kafka.
     fn assert_all_kept(&self) {
         assert_eq!(durable(self.dir.path()), self.want);
-        let kafka = committed(&self.k.brokers, &self.group, &self.k.topic, 3).unwrap();
+        let kafka = self.k.committed(&self.group, 3);
         for (tp, o) in &self.want {
             assert_eq!(kafka[&tp.partition], *o, "{tp}");
         }

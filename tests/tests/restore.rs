@@ -511,9 +511,10 @@ fn a_failed_record_stops_the_restore_and_names_where_to_resume() {
     // Partition 0 resumes at the failed record; 1 and 2 were never
     // reached, so they start over.
     assert!(
-            next_step.contains(
-                "[--topic orders --partition 0 --from 20 --rename orders=resumed, --topic orders --partition 1 --from 0 --rename orders=resumed, --topic orders --partition 2 --from 0 --rename orders=resumed], with --append"
-            ),
+            next_step.contains(&format!(
+                "[--topic orders --partition 0 --from 20 --rename orders={t}, --topic orders --partition 1 --from 0 --rename orders={t}, --topic orders --partition 2 --from 0 --rename orders={t}], with --append",
+                t = k.topic
+            )),
             "{next_step}"
         );
     assert!(text.contains("Next: rerun"), "{text}");
@@ -976,9 +977,10 @@ fn a_stopped_restore_says_where_each_partition_resumes() {
         }) => {
             assert_eq!(delivered, 0);
             assert!(
-                next_step.contains(
-                    "[--topic orders --partition 0 --from 0 --rename orders=stopped, --topic orders --partition 1 --from 0 --rename orders=stopped, --topic orders --partition 2 --from 0 --rename orders=stopped]"
-                ),
+                next_step.contains(&format!(
+                    "[--topic orders --partition 0 --from 0 --rename orders={t}, --topic orders --partition 1 --from 0 --rename orders={t}, --topic orders --partition 2 --from 0 --rename orders={t}]",
+                    t = k.topic
+                )),
                 "{next_step}"
             );
         }

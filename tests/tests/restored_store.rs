@@ -47,7 +47,7 @@ fn a_store_restored_from_an_older_backup_archives_what_it_lost_again() {
     run_to_end(&config(&k, group, live.path()), 3_000, || {});
     let want = demo_next_offsets(&k.topic, 3_000);
     let tps: Vec<TopicPartition> = want.keys().cloned().collect();
-    let c = group_client(&k.brokers, group).unwrap();
+    let c = group_client(&k.brokers, &k.group(group)).unwrap();
     let kafka = committed_with_metadata(&c, &tps, Duration::from_secs(10)).unwrap();
     drop(c);
     for (tp, next) in &want {
@@ -214,7 +214,7 @@ fn a_restored_store_that_cannot_read_kafkas_offsets_stops_and_archives_nothing()
     );
     assert!(engine.durable_offsets().is_empty(), "archived nothing");
     drop(engine);
-    let c = group_client(&k.brokers, group).unwrap();
+    let c = group_client(&k.brokers, &k.group(group)).unwrap();
     let kafka = committed_with_metadata(&c, &tps, Duration::from_secs(10)).unwrap();
     // One partition Kafka fails to read (the mock has no partition 99) is
     // an error of that partition, never "nothing committed".

@@ -7,7 +7,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use cairn_connector::cli::demo::committed;
 use cairn_connector::{
     ArchiveSink, ConnectorError, OnOffsetOutOfRange, PipelineOptions, PutOutcome, SinkTask,
     TaskError,
@@ -19,8 +18,11 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
 const VALUE_BYTES: usize = 20_000;
 
-/// Produce records `range` of 20 kB each to partition 0.
+/// Produce records `range` of 20 kB each to partition 0, the only
+/// producer there, checking that Kafka's log then ends at `range.end`: a
+/// send that failed would leave the test's figures short unseen.
 fn produce_big(k: &TestKafka, range: std::ops::Range<u32>) {
+    let end = i64::from(range.end);
     let producer: BaseProducer = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", &k.brokers)
         .create()
@@ -49,6 +51,23 @@ fn produce_big(k: &TestKafka, range: std::ops::Range<u32>) {
         }
     }
     producer.flush(Duration::from_secs(30)).unwrap();
+    let (_, high) = producer
+        .client()
+        .fetch_watermarks(&k.topic, 0, Duration::from_secs(10))
+        .unwrap();
+    assert_eq!(high, end, "records produced but not in Kafka's log");
+}
+
+/// A test whose records did not age out tests nothing: on the mock
+/// cluster, whose retention (the newest 5 MiB of a partition) these tests
+/// are sized for, that is a failure; on a real broker, whose retention
+/// they cannot set, a skip.
+fn not_aged_out(k: &TestKafka, what: &str) {
+    assert!(
+        k.mock().is_none(),
+        "{what}: the mock cluster keeps only a partition's newest 5 MiB, so the test's records must have aged out"
+    );
+    eprintln!("SKIPPED: {what}; needs the mock cluster's 5 MiB retention");
 }
 
 fn log_start(k: &TestKafka) -> i64 {
@@ -70,7 +89,10 @@ fn archived_then_aged_out(k: &TestKafka, cfg: &cairn_connector::RunConfig) -> Op
     produce_big(k, 20..420);
     let low = log_start(k);
     if low <= 20 {
-        eprintln!("SKIPPED: the broker kept every record (log start {low}); needs the mock cluster's 5 MiB retention");
+        not_aged_out(
+            k,
+            &format!("the broker kept every record (log start {low})"),
+        );
         return None;
     }
     Some(low)
@@ -163,7 +185,7 @@ fn a_stored_offset_that_aged_out_stops_the_run_unless_told_to_skip() {
         archived_offsets(dir.path(), &k.topic),
         (0..20).collect::<Vec<_>>()
     );
-    assert_eq!(committed(&k.brokers, group, &k.topic, 1).unwrap()[&0], 20);
+    assert_eq!(k.committed(group, 1)[&0], 20);
 
     // `earliest`: skip the gap (logged), archive from the log start on.
     cfg.on_offset_out_of_range = OnOffsetOutOfRange::Earliest;
@@ -193,7 +215,7 @@ fn a_lost_partition_whose_commit_aged_out_stops_the_run_unless_told_to_skip() {
     cfg.batch_records_max = 10;
     stopped_aged_out_at_20(&cfg, low);
     assert_eq!(archived_offsets(&copy, &k.topic), Vec::<i64>::new());
-    assert_eq!(committed(&k.brokers, group, &k.topic, 1).unwrap()[&0], 20);
+    assert_eq!(k.committed(group, 1)[&0], 20);
 
     cfg.on_offset_out_of_range = OnOffsetOutOfRange::Earliest;
     archive_until(&cfg, 420).unwrap();
@@ -276,7 +298,10 @@ fn fall_behind_while_running(
     release.send(()).unwrap();
     let result = run.join().unwrap();
     if low <= 20 {
-        eprintln!("SKIPPED: the broker kept every record (log start {low}); needs the mock cluster's 5 MiB retention");
+        not_aged_out(
+            &k,
+            &format!("the broker kept every record (log start {low})"),
+        );
         return None;
     }
     Some((k, dir, result, low))
@@ -338,7 +363,10 @@ fn a_store_that_lost_its_newest_records_goes_on_past_those_that_aged_out() {
     archive_until(&cfg, 400).unwrap();
     let low = log_start(&k);
     if low <= 20 {
-        eprintln!("SKIPPED: the broker kept every record (log start {low}); needs the mock cluster's 5 MiB retention");
+        not_aged_out(
+            &k,
+            &format!("the broker kept every record (log start {low})"),
+        );
         return;
     }
     // The copy holds 0..20; Kafka holds this store's commit, 400.
@@ -376,7 +404,10 @@ fn a_lost_partition_goes_on_when_what_it_had_archived_ages_out_during_its_refetc
     release.send(()).unwrap();
     let report = run.join().unwrap();
     if from == 0 || low <= from + 40 {
-        eprintln!("SKIPPED: the broker kept too many records (log start {from}, then {low}); needs the mock cluster's 5 MiB retention");
+        not_aged_out(
+            &k,
+            &format!("the broker kept too many records (log start {from}, then {low})"),
+        );
         return;
     }
     assert!(
@@ -397,7 +428,7 @@ fn a_lost_partition_goes_on_when_what_it_had_archived_ages_out_during_its_refetc
     assert_eq!(archived[..=gap], (from..=before).collect::<Vec<_>>()[..]);
     assert_eq!(archived[gap + 1..], (after..500).collect::<Vec<_>>()[..]);
     assert_eq!(report.stats.records_written as usize, archived.len());
-    assert_eq!(committed(&k.brokers, group, &k.topic, 1).unwrap()[&0], 500);
+    assert_eq!(k.committed(group, 1)[&0], 500);
 }
 
 #[test]
@@ -428,7 +459,7 @@ fn a_fetch_position_that_ages_out_while_running_stops_the_run() {
         (0..stored).collect::<Vec<_>>(),
         "no gap may be archived"
     );
-    let kafka = committed(&k.brokers, "aged-running-group", &k.topic, 1).unwrap();
+    let kafka = k.committed("aged-running-group", 1);
     assert!(kafka[&0] <= stored);
 }
 
@@ -557,7 +588,7 @@ fn latest_is_kept_by_the_archive_until_the_first_record() {
         let p = engine.partition(&TopicPartition::new(&k.topic, 0)).unwrap();
         assert_eq!((p.first_offset, p.next_offset, p.record_count), (20, 20, 0));
     }
-    let kafka = committed(&k.brokers, "latest-kept-group", &k.topic, 1).unwrap();
+    let kafka = k.committed("latest-kept-group", 1);
     assert_eq!(kafka.get(&0), Some(&20), "{kafka:?}");
     produce_big(&k, 20..50);
     archive_until(&cfg, 50).unwrap();

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use cairn_connector::cli::demo::{committed, demo_record, produce, DEMO_PARTITIONS};
+use cairn_connector::cli::demo::{demo_record, produce, DEMO_PARTITIONS};
 use cairn_connector::{CommitPolicy, PipelineOptions, PutOutcome, RunConfig, SinkTask, TaskError};
 use cairn_engine::{Record, RecordBatch, TopicPartition};
 use cairn_tests::{fast_group, init_logs, run_bounded, TestKafka};
@@ -180,7 +180,12 @@ fn a_buffering_retrying_sink_gets_every_record_once_and_commits_only_what_it_flu
         CommitPolicy::Interval(std::time::Duration::from_millis(20)),
     ] {
         let group = format!("sinktask-{}", matches!(policy, CommitPolicy::EveryPut));
-        let mut cfg = RunConfig::new(&k.brokers, &group, vec![k.topic.clone()], dir.path().into());
+        let mut cfg = RunConfig::new(
+            &k.brokers,
+            k.group(&group),
+            vec![k.topic.clone()],
+            dir.path().into(),
+        );
         cfg.batch_records_max = 300;
         // Bounds the queue to the put too (interval): the first run stops
         // with most of the topic still to go.
@@ -200,7 +205,7 @@ fn a_buffering_retrying_sink_gets_every_record_once_and_commits_only_what_it_flu
                 s.retriable_failures > 0,
                 "seed {seed}: no retriable failure was injected"
             );
-            let kafka = committed(&k.brokers, &group, &k.topic, DEMO_PARTITIONS).unwrap();
+            let kafka = k.committed(&group, DEMO_PARTITIONS);
             let flushed = next_offsets(&s.flushed);
             // Every partition Kafka holds a commit for, including any the
             // sink flushed nothing of (it must then have no commit at all).
@@ -295,7 +300,12 @@ fn run_buggy(
     init_logs();
     produce(&k.brokers, &k.topic, 0..3_000).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = RunConfig::new(&k.brokers, group, vec![k.topic.clone()], dir.path().into());
+    let mut cfg = RunConfig::new(
+        &k.brokers,
+        k.group(group),
+        vec![k.topic.clone()],
+        dir.path().into(),
+    );
     cfg.batch_records_max = 500;
     fast_group(&mut cfg);
     let sink = std::cell::RefCell::new(Some(sink));
@@ -304,7 +314,7 @@ fn run_buggy(
         run_bounded(&cfg, Box::new(sink), PipelineOptions::default())
     };
     let err = around(&run).expect_err("the sink's bug must stop the run");
-    let kafka = committed(&k.brokers, group, &k.topic, DEMO_PARTITIONS).unwrap();
+    let kafka = k.committed(group, DEMO_PARTITIONS);
     (err.to_string(), kafka)
 }
 
