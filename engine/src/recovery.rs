@@ -313,6 +313,16 @@ pub(crate) fn recover(
         if cfg.recovery_mode == RecoveryMode::Strict {
             return Err(corrupt(at, reason));
         }
+        // The log as found (the torn frame too: `expected` stops below it)
+        // ending below the watermark lost records reported durable. When
+        // it reaches the watermark but the entry it would truncate does
+        // not end below it, that entry was reported durable: its cut is
+        // damage, named at the cut frame as a strict open and verify name
+        // it, not a lost suffix at the entry's start (before 2026-12-03).
+        watermark::check(expected.max(at + 1) - 1, durable_mark)?;
+        if durable_mark.is_some_and(|d| d >= first_lsn) {
+            return Err(corrupt(at, reason));
+        }
         torn_at = at;
         let frames = truncate_tail(tree, first_lsn, &mut repairs)?;
         tracing::warn!(first_lsn, frames, %reason, "truncated a torn tail entry");
@@ -326,8 +336,8 @@ pub(crate) fn recover(
         slots_end = 0;
     }
     // Before any repair is written: a log that ends below the watermark
-    // lost records that were reported durable. That includes a "torn tail"
-    // at or below it, which was no torn write but damage.
+    // lost records that were reported durable (a "torn tail" the watermark
+    // covers was refused above, as the damage it is).
     watermark::check(next_lsn - 1, durable_mark)?;
     if let Some(t) = &report.truncated {
         refuse_indexed_tail(tree, &rebuilt, t.first_lsn, torn_at, &t.reason)?;

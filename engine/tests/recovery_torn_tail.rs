@@ -237,16 +237,15 @@ fn acknowledged_tail_cut_off_is_lost_suffix_not_torn() {
     with_raw_tree(dir.path(), |t| t.remove(wal_key(last)).unwrap());
     for mode in [RecoveryMode::TolerateTail, RecoveryMode::Strict] {
         match opens(dir.path(), mode) {
+            // Named where the log as found ends, as verify names it (before
+            // 2026-12-03 the default open named the entry's first frame,
+            // log_end 1: the log as its truncation would leave it).
             Err(Error::Corruption {
-                location: Location::Wal { lsn: 2 },
-                kind:
-                    CorruptionKind::LostSuffix {
-                        log_end: 1,
-                        durable,
-                    },
-            }) if durable == last => {}
-            // Strict's full verify may name the broken chunk sequence
-            // first, at the same place.
+                location: Location::Wal { lsn },
+                kind: CorruptionKind::LostSuffix { log_end, durable },
+            }) if lsn == last && log_end == last - 1 && durable == last => {}
+            // Strict refuses the entry without its final chunk first, at
+            // the entry's first frame.
             Err(Error::Corruption {
                 location: Location::Wal { lsn: 2 },
                 ..
@@ -267,7 +266,10 @@ fn acknowledged_tail_cut_off_is_lost_suffix_not_torn() {
 
 /// The refusal names the frame that is cut, not the first frame of its
 /// entry (before, an entry of several chunks whose last one was cut was
-/// reported at its first, which is whole).
+/// reported at its first, which is whole), whether the watermark covers
+/// the entry (before 2026-12-03 the default open then called it a lost
+/// suffix at the entry's first frame) or lags it (the entry's index entry
+/// tells).
 #[test]
 fn an_indexed_entry_cut_in_its_last_chunk_is_named_at_that_chunk() {
     let (dir, tp, last) = crashed_store(1024, 600);
@@ -276,15 +278,21 @@ fn an_indexed_entry_cut_in_its_last_chunk_is_named_at_that_chunk() {
         let v = t.get(wal_key(last)).unwrap().unwrap();
         t.insert(wal_key(last), &v[..v.len() / 2]).unwrap();
     });
-    unacknowledge_after(dir.path(), 1);
-    for mode in [RecoveryMode::TolerateTail, RecoveryMode::Strict] {
-        match opens(dir.path(), mode) {
-            Err(Error::Corruption {
-                location: Location::Wal { lsn },
-                kind: CorruptionKind::Truncated { .. },
-            }) => assert_eq!(lsn, last, "{mode:?}"),
-            Err(other) => panic!("{mode:?}: expected a cut frame at lsn {last}, got {other}"),
-            Ok(_) => panic!("{mode:?}: opened, truncating an indexed entry"),
+    for watermark in ["covers the entry", "lags it"] {
+        if watermark == "lags it" {
+            unacknowledge_after(dir.path(), 1);
+        }
+        for mode in [RecoveryMode::TolerateTail, RecoveryMode::Strict] {
+            match opens(dir.path(), mode) {
+                Err(Error::Corruption {
+                    location: Location::Wal { lsn },
+                    kind: CorruptionKind::Truncated { .. },
+                }) => assert_eq!(lsn, last, "{mode:?}, the watermark {watermark}"),
+                Err(other) => panic!(
+                    "{mode:?}, the watermark {watermark}: expected a cut frame at lsn {last}, got {other}"
+                ),
+                Ok(_) => panic!("{mode:?}: opened, truncating an indexed entry"),
+            }
         }
     }
     assert!(with_raw_tree(dir.path(), |t| t
