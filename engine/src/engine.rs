@@ -36,7 +36,7 @@ use std::time::Instant;
 
 use crate::body::{encode_entry, ENTRY_BODY_BYTES_MAX};
 use crate::config::EngineConfig;
-use crate::error::{Error, InvalidInput, Result};
+use crate::error::{CorruptionKind, Error, InvalidInput, Result};
 use crate::frame::{self, FrameKind};
 use crate::index::IndexEntry;
 use crate::keys;
@@ -682,6 +682,19 @@ impl Engine {
                     let first_lsn = next_lsn;
                     let chunk_max = self.cfg.frame_body_bytes_max;
                     let n = frame::chunk_count(body.len(), chunk_max);
+                    if first_lsn.saturating_add(n) > keys::LSN_MAX {
+                        // Only a tombstone's span no build writes (2^62
+                        // LSNs) brings a store here; past it an entry could
+                        // not be indexed nor read back, so nothing is
+                        // written (the inserts come later).
+                        return Err(Error::corruption(
+                            crate::error::Location::Wal { lsn: first_lsn },
+                            CorruptionKind::LengthTooLarge {
+                                length: n,
+                                max: keys::LSN_MAX.saturating_sub(first_lsn),
+                            },
+                        ));
+                    }
                     for (i, (flags, chunk)) in frame::chunks(&body, chunk_max).enumerate() {
                         let lsn = first_lsn + i as u64;
                         let f = frame::encode(lsn, FrameKind::Records, flags, chunk);

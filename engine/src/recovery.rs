@@ -259,7 +259,10 @@ pub(crate) fn recover(
                 expected = f.lsn_after(lsn).map_err(|k| corrupt(lsn, k))?;
             }
             FrameKind::Records => {
-                expected = lsn + 1;
+                // A chunk at the largest LSN is refused as a span past it
+                // is: its index entry could not be decoded, nor a checkpoint
+                // on it (before 2026-12-03 one was taken in).
+                expected = f.lsn_after(lsn).map_err(|k| corrupt(lsn, k))?;
                 if let Fed::Complete {
                     first_lsn,
                     chunks,

@@ -751,6 +751,11 @@ fn verify_log(
             }
             continue;
         }
+        // A chunk at the largest LSN, which recovery refuses as it refuses
+        // a span past it.
+        if let Err(kind) = f.lsn_after(lsn) {
+            r.add(at.clone(), kind);
+        }
         // A first chunk while an entry is in progress: that entry is the one
         // cut short, named at its own first frame; this one is checked as
         // the intact entry it may be (feeding it would refuse it too).

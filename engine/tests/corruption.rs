@@ -1661,3 +1661,71 @@ fn an_unreadable_sled_page_ends_the_check_keeping_what_it_found() {
         v.notes
     );
 }
+
+/// A tombstone whose span (under a valid checksum: no build writes one)
+/// leaves the log's next LSN just below the largest: an append that would
+/// pass it is refused and writes nothing, one that fits is read back after
+/// a reopen, and a chunk at the largest LSN is refused by an open and
+/// reported by verify (before 2026-12-03 an append went past it, and an
+/// open took such a chunk in, with a checkpoint no later open accepts).
+#[test]
+fn the_largest_lsn_bounds_appends_and_opens() {
+    use cairn_engine::frame::{decode, encode, encode_tombstone, FrameKind};
+    use cairn_engine::keys::LSN_MAX;
+    let (dir, tp) = store();
+    with_raw_tree(dir.path(), |t| {
+        // The slots reserved above the log go: the span covers them.
+        for lsn in 4..1000 {
+            t.remove(wal_key(lsn)).unwrap();
+        }
+        // At LSN 4, spanning 4 ..= LSN_MAX - 2.
+        let tombstone = encode(4, FrameKind::Tombstone, 0, &encode_tombstone(LSN_MAX - 5));
+        t.insert(wal_key(4), tombstone).unwrap();
+    });
+    let cfg = || EngineConfig::new(dir.path()).frame_body_bytes_max(1024);
+    let e = Engine::open(cfg()).unwrap();
+    assert_eq!(e.stats().next_lsn, LSN_MAX - 1);
+    // Three chunks would end past the largest LSN.
+    let err = e.append(&[batch(&tp, 30..31, 3000)]).unwrap_err();
+    let kind = assert_corrupt_at(err, LSN_MAX - 1);
+    assert!(
+        matches!(kind, CorruptionKind::LengthTooLarge { length: 3, max: 1 }),
+        "{kind:?}"
+    );
+    assert_eq!(e.stats().next_lsn, LSN_MAX - 1, "nothing written");
+    // One chunk fits, at LSN_MAX - 1; after it nothing does.
+    e.append(&[batch(&tp, 30..31, 20)]).unwrap();
+    let err = e.append(&[batch(&tp, 31..32, 20)]).unwrap_err();
+    assert_corrupt_at(err, LSN_MAX);
+    e.close().unwrap();
+    let e = Engine::open(cfg()).unwrap();
+    let read: Vec<i64> = e.read(&tp, 0).unwrap().map(|r| r.unwrap().offset).collect();
+    assert_eq!(read, (0..31).collect::<Vec<_>>());
+    drop(e);
+    // That chunk again, sealed at the largest LSN, past the checkpoint.
+    with_raw_tree(dir.path(), |t| {
+        let v = t.get(wal_key(LSN_MAX - 1)).unwrap().unwrap();
+        let f = decode(LSN_MAX - 1, &v).unwrap();
+        t.insert(wal_key(LSN_MAX), encode(LSN_MAX, f.kind, f.flags, f.body))
+            .unwrap();
+    });
+    for mode in [RecoveryMode::TolerateTail, RecoveryMode::Strict] {
+        let err = Engine::open(cfg().recovery_mode(mode))
+            .map(|_| ())
+            .expect_err("a chunk at the largest lsn");
+        let kind = assert_corrupt_at(err, LSN_MAX);
+        assert!(
+            matches!(kind, CorruptionKind::LengthTooLarge { .. }),
+            "{mode:?}: {kind:?}"
+        );
+    }
+    let v = cairn_engine::verify_store(&cfg()).unwrap();
+    assert!(
+        v.problems
+            .iter()
+            .any(|p| p.location == Location::Wal { lsn: LSN_MAX }
+                && matches!(p.kind, CorruptionKind::LengthTooLarge { .. })),
+        "{:?}",
+        v.problems
+    );
+}
