@@ -17,8 +17,9 @@
 //!   until it succeeds, a fatal error, the run fails, or its stop's
 //!   deadline; a batch is never skipped, because later records would then
 //!   be committed past it.
-//! - A failed flush fails the run before its reply: no `pre_commit` runs
-//!   after a failed one.
+//! - A failed flush, open, start, close or stop fails the run before its
+//!   reply: no `pre_commit` runs after a failed one, nor after any other
+//!   call the sink failed.
 //! - After a fatal error the sink is not called again, `close` and `stop`
 //!   included: either may sync, and a failed fsync is never retried. The
 //!   sink is dropped instead.
@@ -158,11 +159,8 @@ impl Worker {
                     )));
                 }
                 Some(Job::Open { partitions, reply }) => {
-                    let r = self
-                        .sink
-                        .open(&partitions)
-                        .map_err(|e| sink_error("open", e));
-                    let _ = reply.send(r);
+                    let r = self.sink.open(&partitions);
+                    let _ = reply.send(self.failing_the_run("open", r));
                 }
                 Some(Job::Start { reply, .. }) if failed => {
                     let _ = reply.send(Err(ConnectorError::Sink(
@@ -170,8 +168,8 @@ impl Worker {
                     )));
                 }
                 Some(Job::Start { starts, reply }) => {
-                    let r = self.sink.start(&starts).map_err(|e| sink_error("start", e));
-                    let _ = reply.send(r);
+                    let r = self.sink.start(&starts);
+                    let _ = reply.send(self.failing_the_run("start", r));
                 }
                 Some(Job::Flush { batches, reply }) => {
                     let r = if failed {
@@ -212,19 +210,12 @@ impl Worker {
                     )));
                 }
                 Some(Job::Close { partitions, reply }) => {
-                    let r = self
-                        .sink
-                        .close(&partitions)
-                        .map_err(|e| sink_error("close", e));
-                    let _ = reply.send(r);
+                    let r = self.sink.close(&partitions);
+                    let _ = reply.send(self.failing_the_run("close", r));
                 }
                 Some(Job::Stop { partitions, reply }) => {
-                    let r = self
-                        .sink
-                        .close(&partitions)
-                        .and_then(|()| self.sink.stop())
-                        .map_err(|e| sink_error("stop", e));
-                    let _ = reply.send(r);
+                    let r = self.sink.close(&partitions).and_then(|()| self.sink.stop());
+                    let _ = reply.send(self.failing_the_run("stop", r));
                 }
             }
             if self.unsafe_puts && !self.pipeline.failed.load(Ordering::Acquire) {
@@ -242,6 +233,20 @@ impl Worker {
                 self.in_flight.fetch_sub(1, Ordering::AcqRel);
             }
         }
+    }
+
+    /// The result of a call to the sink for its requester. A failed open,
+    /// start, close or stop fails the run here, before the reply, as a
+    /// failed flush does: the requester fails it too, but only once it has
+    /// read the reply, and meanwhile this loop's pre-commit would call the
+    /// sink again, which may sync (a failed fsync is never retried). The
+    /// reply carries the same error.
+    fn failing_the_run<T>(&self, call: &str, r: std::result::Result<T, TaskError>) -> Result<T> {
+        r.map_err(|e| {
+            let message = format!("{call}: {e}");
+            self.pipeline.fail(ConnectorError::Sink(message.clone()));
+            ConnectorError::Sink(message)
+        })
     }
 
     fn put(&mut self, batches: &[RecordBatch], poll_us: u64) -> Result<()> {
@@ -619,5 +624,104 @@ mod tests {
         worker.run(rx);
         assert_eq!(*calls.lock().unwrap(), 1, "retried after the run failed");
         assert_eq!(pipeline.state().stats.puts, 0, "nothing put");
+    }
+
+    /// Every call but `put` fails fatally; `pre_commit`s are counted.
+    struct FailingCalls(Arc<Mutex<u32>>);
+
+    impl SinkTask for FailingCalls {
+        fn open(
+            &mut self,
+            _: &[TopicPartition],
+        ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+            Err(TaskError::Fatal("open failed".into()))
+        }
+        fn start(
+            &mut self,
+            _: &BTreeMap<TopicPartition, i64>,
+        ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+            Err(TaskError::Fatal("start failed".into()))
+        }
+        fn put(&mut self, _: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
+            Ok(PutOutcome::default())
+        }
+        fn pre_commit(
+            &mut self,
+            _: &BTreeMap<TopicPartition, i64>,
+        ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+            *self.0.lock().unwrap() += 1;
+            Ok(BTreeMap::new())
+        }
+        fn close(&mut self, _: &[TopicPartition]) -> Result<(), TaskError> {
+            Err(TaskError::Fatal("close failed".into()))
+        }
+        fn stop(&mut self) -> Result<(), TaskError> {
+            Err(TaskError::Fatal("stop failed".into()))
+        }
+    }
+
+    /// A failed open, start, close or stop fails the run before its reply,
+    /// as a failed flush does: with puts not yet declared safe and the
+    /// interval's pre-commit due, the task thread does not call the sink's
+    /// `pre_commit` after it (before 2026-12-03 it did, until the
+    /// requester read the reply and failed the run: with a sink whose
+    /// failed call was a failed fsync, a retry).
+    #[test]
+    fn a_failed_call_fails_the_run_before_the_interval_pre_commit() {
+        // Runs `job` on a task thread whose puts wait for a pre-commit that
+        // is due; checks the run failed with the call's error and no
+        // pre-commit followed.
+        fn check(call: &str, job: Job, failed: &str) {
+            let pre_commits = Arc::new(Mutex::new(0));
+            let pipeline = Arc::new(Pipeline::new(None, None, None, None));
+            let mut worker = worker(Box::new(FailingCalls(pre_commits.clone())), &pipeline);
+            worker.policy = CommitPolicy::Interval(Duration::from_secs(1));
+            worker.unsafe_puts = true;
+            worker.last_pre_commit = Instant::now()
+                .checked_sub(Duration::from_secs(10))
+                .expect("an instant 10 s ago");
+            let (sender, rx) = std::sync::mpsc::channel();
+            sender.send(job).unwrap();
+            drop(sender);
+            worker.run(rx);
+            assert!(
+                pipeline.failed.load(Ordering::Acquire),
+                "{call}: the run failed"
+            );
+            assert_eq!(
+                pipeline.take_fatal().map(|e| e.to_string()),
+                Some(format!("sink failed: {call}: fatal: {failed} failed")),
+                "{call}: the run reports the call's error"
+            );
+            assert_eq!(
+                *pre_commits.lock().unwrap(),
+                0,
+                "{call}: pre_commit called after it"
+            );
+        }
+        let tp = TopicPartition::new("t", 0);
+        let (reply, r) = std::sync::mpsc::channel();
+        let partitions = vec![tp.clone()];
+        check("open", Job::Open { partitions, reply }, "open");
+        assert!(r.recv().unwrap().is_err(), "open: the reply says it failed");
+        let (reply, r) = std::sync::mpsc::channel();
+        let starts = BTreeMap::from([(tp.clone(), 0)]);
+        check("start", Job::Start { starts, reply }, "start");
+        assert!(
+            r.recv().unwrap().is_err(),
+            "start: the reply says it failed"
+        );
+        let (reply, r) = std::sync::mpsc::channel();
+        let partitions = vec![tp.clone()];
+        check("close", Job::Close { partitions, reply }, "close");
+        assert!(
+            r.recv().unwrap().is_err(),
+            "close: the reply says it failed"
+        );
+        let (reply, r) = std::sync::mpsc::channel();
+        let partitions = vec![tp];
+        // A stop closes the partitions first: that close fails.
+        check("stop", Job::Stop { partitions, reply }, "close");
+        assert!(r.recv().unwrap().is_err(), "stop: the reply says it failed");
     }
 }
