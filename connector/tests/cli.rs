@@ -840,6 +840,55 @@ fn a_run_that_archived_nothing_leaves_no_new_directory() {
     );
 }
 
+/// A run stopped by a signal before the group assigned it anything (here
+/// the group's coordinator never answers) archived nothing either: the
+/// directory it made goes too (before 2026-12-03 only a failed run's did,
+/// and this one, exit 0, was kept and passed for an archive from then on).
+#[test]
+fn a_run_stopped_before_any_assignment_leaves_no_new_directory() {
+    use rdkafka::mocking::MockCluster;
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+    use std::io::{BufRead, BufReader};
+    let mock = MockCluster::new(1).unwrap();
+    mock.create_topic("nj", 1, 1).unwrap();
+    mock.request_errors(
+        RDKafkaApiKey::FindCoordinator,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_COORDINATOR_NOT_AVAILABLE; 100_000],
+    );
+    let brokers = mock.bootstrap_servers();
+    let dir = tempfile::tempdir().unwrap();
+    let new = dir.path().join("new");
+    let mut args = common::run_flags(&brokers, "nj-group", "nj", new.to_str().unwrap());
+    args.extend(["--connect-timeout-ms", "1000"]);
+    let mut run = common::cairn_run(&args, None);
+    let child = &mut run.0;
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        let waiting = line.contains("not in the group yet");
+        seen.push(line);
+        if waiting {
+            break;
+        }
+    }
+    assert!(
+        seen.last()
+            .is_some_and(|l| l.contains("not in the group yet")),
+        "the run never said it has no assignment: {seen:?}"
+    );
+    assert!(new.is_dir(), "the run made its directory");
+    common::send_signal(child.id(), "INT");
+    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    assert_eq!(child.wait().unwrap().code(), Some(0), "{rest:?}");
+    assert!(
+        rest.iter()
+            .any(|l| l.contains("removed the archive directory this run made")),
+        "{rest:?}"
+    );
+    assert!(!new.exists(), "the new directory is left");
+}
+
 #[test]
 fn bad_flags_and_config_name_the_setting() {
     let dir = tempfile::tempdir().unwrap();

@@ -282,18 +282,22 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
     let cfg = args.into_config()?;
     crate::allocator::tune_for(cfg.commit);
     refuse_foreign_dir(&cfg.data)?;
-    // A directory this run makes is removed again if the run fails having
-    // archived nothing (a broker that does not answer, a topic it lacks, a
-    // signal while waiting): left, it would pass for an archive from then
-    // on (a mistyped --data, kept). (A dangling link is taken as there.)
+    // A directory this run makes is removed again if the run fails or
+    // stops having archived nothing (a broker that does not answer, a topic
+    // it lacks, a signal while waiting, or a stop before the group assigned
+    // it anything): left, it would pass for an archive from then on (a
+    // mistyped --data, kept). (A dangling link is taken as there.)
     let made_here = std::fs::symlink_metadata(&cfg.data).is_err();
     // The open makes the missing folders above it too (`--data a/b/c`
     // with no `a`): those go with it, when empty.
     let made_above = missing_ancestors(&cfg.data);
     let data = cfg.data.clone();
     let ran = archive(cfg).await;
-    // (Not when the open failed before making it: nothing to remove.)
-    if ran.is_err() && made_here && data.exists() {
+    // (Not when the open failed before making it: nothing to remove. A run
+    // that wrote records keeps its archive without opening it again to
+    // look.)
+    let wrote = matches!(ran, Ok((_, written)) if written > 0);
+    if !wrote && made_here && data.exists() {
         remove_unused_archive(&data);
         if !data.exists() {
             for dir in made_above {
@@ -305,7 +309,7 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
             }
         }
     }
-    ran
+    ran.map(|(code, _)| code)
 }
 
 /// The folders above `path` that do not exist, nearest first.
@@ -319,7 +323,8 @@ fn missing_ancestors(path: &Path) -> Vec<PathBuf> {
 }
 
 /// The archive's run under `cfg`, from the engine's open on.
-async fn archive(cfg: RunConfig) -> Result<ExitCode> {
+/// The run, to its exit code and the records it wrote.
+async fn archive(cfg: RunConfig) -> Result<(ExitCode, u64)> {
     let engine_cfg = EngineConfig::new(&cfg.data).record_bytes_max(cfg.record_bytes_max);
     let engine = Arc::new(Engine::open(engine_cfg)?);
     let r = engine.recovery_report();
@@ -395,7 +400,7 @@ async fn archive(cfg: RunConfig) -> Result<ExitCode> {
         final_commit_failed = report.stats.final_commit_failed,
         "stopped cleanly"
     );
-    Ok(ExitCode::SUCCESS)
+    Ok((ExitCode::SUCCESS, report.stats.records_written))
 }
 
 /// SIGINT or SIGTERM.
