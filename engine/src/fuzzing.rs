@@ -12,9 +12,11 @@
 //!   same bytes; a body that decodes re-encodes to a body that decodes to
 //!   the same entry.
 //! - `wal_recover`: after arbitrary damage to a store written by the engine,
-//!   open, read and verify never panic; every record read equals the record
-//!   written at that offset; and a store that reads back differently from
-//!   what was written is reported by open, read or verify.
+//!   open (each mode on its own copy of the damage), read and verify never
+//!   panic; every record read equals the record written at that offset,
+//!   and a partition's records read back in increasing offsets, never one
+//!   twice; and a partition that reads back differently from what was
+//!   written is reported by its read, the open's truncation, or verify.
 //! - `engine_model`: arbitrary operation sequences agree with an in-memory
 //!   model after every step (see [`model`]).
 //! - `small_decode`: the small values (index entries, summaries, the
@@ -259,12 +261,13 @@ enum Damage {
 /// stored values as the input says, then open, read and verify it.
 pub fn wal_recover(data: &[u8], scratch: &Path) {
     let mut input = Input::new(data);
+    let store = scratch.join("store");
     let tps: Vec<TopicPartition> = (0..2).map(|p| TopicPartition::new("fz", p)).collect();
     let mut written: BTreeMap<TopicPartition, Vec<Record>> = BTreeMap::new();
     let appends = 1 + input.below(6);
     let clean_close = input.u8().is_multiple_of(2);
     {
-        let engine = Engine::open(small_config(scratch)).expect("open a fresh store");
+        let engine = Engine::open(small_config(&store)).expect("open a fresh store");
         for _ in 0..appends {
             let tp = &tps[input.below(tps.len())];
             let count = 1 + input.below(40);
@@ -314,10 +317,19 @@ pub fn wal_recover(data: &[u8], scratch: &Path) {
         };
         damages.push(d);
     }
-    let changed = damage(scratch, &damages);
+    let changed = damage(&store, &damages);
+    // Each mode opens the damage as it was left: an open that succeeds
+    // writes its repairs (a truncated tail, rebuilt index entries, a new
+    // checkpoint), so a strict open after it would only see repaired
+    // stores.
+    let strict = scratch.join("strict");
+    copy_dir(&store, &strict);
 
-    for mode in [RecoveryMode::TolerateTail, RecoveryMode::Strict] {
-        let engine = match Engine::open(small_config(scratch).recovery_mode(mode)) {
+    for (mode, dir) in [
+        (RecoveryMode::TolerateTail, &store),
+        (RecoveryMode::Strict, &strict),
+    ] {
+        let engine = match Engine::open(small_config(dir).recovery_mode(mode)) {
             Ok(engine) => engine,
             // Damage may keep the store from opening, as corruption (an
             // unknown format version is damage to `Mformat` too); nothing
@@ -325,11 +337,13 @@ pub fn wal_recover(data: &[u8], scratch: &Path) {
             Err(e) if changed && is_damage(&e) => continue,
             Err(e) => panic!("an undamaged store did not open in {mode:?}: {e}"),
         };
-        let mut read_error = false;
-        let mut complete = true;
+        // Per partition: read back whole, or else whether its read
+        // reported damage.
+        let mut reads: Vec<(&TopicPartition, bool, bool)> = Vec::new();
         for tp in &tps {
             let want = written.get(tp).map_or(&[][..], Vec::as_slice);
-            let mut got = 0usize;
+            let mut got: Vec<i64> = Vec::new();
+            let mut read_error = false;
             let damaged = |e: Error| {
                 assert!(
                     is_damage(&e),
@@ -354,35 +368,62 @@ pub fn wal_recover(data: &[u8], scratch: &Path) {
                                     "{tp}@{}: read a record that was never written (damage {damages:?})",
                                     r.offset
                                 );
-                                got += 1;
+                                // Never a record twice, nor out of order,
+                                // whatever the damage: a reader's records
+                                // go up.
+                                assert!(
+                                    got.last().is_none_or(|&last| last < r.offset),
+                                    "{tp}@{}: read after offset {:?} (damage {damages:?})",
+                                    r.offset,
+                                    got.last()
+                                );
+                                got.push(r.offset);
                             }
                         }
                     }
                 }
             }
-            complete &= got == want.len();
+            let whole = got.iter().eq(want.iter().map(|w| &w.offset));
+            reads.push((tp, whole, read_error));
         }
         let truncated = engine.recovery_report().truncated.is_some();
         let report = engine.verify();
-        let detected = read_error
-            || truncated
-            || match &report {
-                Ok(v) => !v.is_clean(),
-                // Verify reports damage as problems; an error is its own
-                // failure to read, which damage through sled cannot cause.
-                Err(e) => panic!("verify failed on a damaged store: {e} (damage {damages:?})"),
-            };
-        if !changed {
+        let verify_found = match &report {
+            Ok(v) => !v.is_clean(),
+            // Verify reports damage as problems; an error is its own
+            // failure to read, which damage through sled cannot cause.
+            Err(e) => panic!("verify failed on a damaged store: {e} (damage {damages:?})"),
+        };
+        for (tp, whole, read_error) in reads {
+            if !changed {
+                assert!(
+                    whole && !read_error && !truncated && !verify_found,
+                    "{tp}: an undamaged store did not read back whole: {report:?}"
+                );
+            }
+            // A partition that read back short is reported: by its own
+            // read, or by the open's truncation, or by verify.
             assert!(
-                complete && !detected,
-                "an undamaged store did not read back whole: {report:?}"
+                whole || read_error || truncated || verify_found,
+                "{tp}: records went missing and nothing reported it (damage {damages:?}, verify {report:?})"
             );
         }
-        assert!(
-            complete || detected,
-            "records went missing and nothing reported it (damage {damages:?}, verify {report:?})"
-        );
         drop(engine);
+    }
+}
+
+/// A copy of the directory tree `from` at `to` (a store, for a second open
+/// of the same bytes).
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("make the copy's directory");
+    for entry in std::fs::read_dir(from).expect("list the store") {
+        let entry = entry.expect("list the store");
+        let (src, dst) = (entry.path(), to.join(entry.file_name()));
+        if entry.file_type().expect("a file's type").is_dir() {
+            copy_dir(&src, &dst);
+        } else {
+            std::fs::copy(&src, &dst).expect("copy a store file");
+        }
     }
 }
 
