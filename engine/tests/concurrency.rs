@@ -92,12 +92,7 @@ fn slot_top_ups_beside_concurrent_writers_keep_the_log_whole() {
         frames,
         (threads * partitions_per_thread) as u64 * appends_per_thread as u64
     );
-    let (frame_lsns, slot_lsns) = common::wal_layout(dir.path());
-    assert_eq!(frame_lsns, (1..=frames).collect::<Vec<_>>());
-    assert_eq!(
-        slot_lsns,
-        (frames + 1..frames + 1 + slot_lsns.len() as u64).collect::<Vec<_>>()
-    );
+    common::assert_frames_then_reserve(dir.path(), frames);
     let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
     for p in 0..threads * partitions_per_thread {
         let tp = TopicPartition::new("top-up", p as i32);

@@ -10,24 +10,7 @@ mod common;
 use cairn_engine::{
     slots, CorruptionKind, Engine, EngineConfig, Error, Location, RecoveryMode, TopicPartition,
 };
-use common::{batch, read_all, wal_key, wal_layout, with_raw_tree};
-
-/// The stored log is frames `1..=frames` and right above them a contiguous
-/// reserve of slots, at least `SLOTS_AHEAD_MIN` and at most a full run.
-fn assert_frames_then_reserve(dir: &std::path::Path, frames: u64) {
-    let (stored, reserved) = wal_layout(dir);
-    assert_eq!(stored, (1..=frames).collect::<Vec<_>>());
-    let ahead = reserved.len() as u64;
-    assert!(
-        (slots::SLOTS_AHEAD_MIN..=slots::SLOTS_AHEAD_MIN + slots::SLOTS_RESERVED_CHUNK)
-            .contains(&ahead),
-        "{ahead} slots ahead"
-    );
-    assert_eq!(
-        reserved,
-        (frames + 1..frames + 1 + ahead).collect::<Vec<_>>()
-    );
-}
+use common::{assert_frames_then_reserve, batch, read_all, wal_key, wal_layout, with_raw_tree};
 
 /// `n` single-frame entries (LSNs 1..=n, offsets 0..10n), dropped without
 /// close so that every frame is in the recovery tail.

@@ -82,3 +82,21 @@ pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
         std::thread::yield_now();
     }
 }
+
+/// The stored log is frames `1..=frames` and right above them a contiguous
+/// reserve of slots, at least `SLOTS_AHEAD_MIN` and at most a full run.
+pub fn assert_frames_then_reserve(dir: &std::path::Path, frames: u64) {
+    use cairn_engine::slots;
+    let (stored, reserved) = wal_layout(dir);
+    assert_eq!(stored, (1..=frames).collect::<Vec<_>>());
+    let ahead = reserved.len() as u64;
+    assert!(
+        (slots::SLOTS_AHEAD_MIN..=slots::SLOTS_AHEAD_MIN + slots::SLOTS_RESERVED_CHUNK)
+            .contains(&ahead),
+        "{ahead} slots ahead"
+    );
+    assert_eq!(
+        reserved,
+        (frames + 1..frames + 1 + ahead).collect::<Vec<_>>()
+    );
+}
