@@ -25,6 +25,16 @@ fn put_to_commit_harness_runs_and_reports() {
             "--rounds",
             "2",
         ])
+        // A small disk probe: the default's 256 MiB, four times over, is
+        // most of what this test would write.
+        .args(["--disk-probe-mib", "8"])
+        // A real broker when the tests are given one; else the harness
+        // starts its own mock.
+        .args(
+            std::env::var("CAIRN_TEST_BROKERS")
+                .map(|b| vec!["--brokers".to_owned(), b])
+                .unwrap_or_default(),
+        )
         .arg("--out")
         .arg(out.path())
         .output()

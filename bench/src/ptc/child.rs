@@ -195,7 +195,6 @@ mod tests {
     #[test]
     fn a_child_past_its_limit_is_killed_and_reported() {
         let dir = tempfile::tempdir().unwrap();
-        let started = Instant::now();
         let e = match run_to_file(
             "sleeper",
             Command::new("sleep").arg("600"),
@@ -206,9 +205,9 @@ mod tests {
             Err(e) => e,
             Ok(_) => panic!("a child sleeping 600 s finished within its 100 ms limit"),
         };
+        // Killed at its limit, not waited out: a child waited out would
+        // have finished, and returned Ok.
         assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
         assert!(e.to_string().contains("sleeper"), "{e}");
-        // Killed, not waited out.
-        assert!(started.elapsed() < Duration::from_secs(300));
     }
 }

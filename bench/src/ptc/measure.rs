@@ -236,16 +236,17 @@ fn dir_bytes(dir: &Path) -> std::io::Result<(u64, u64)> {
     Ok((len, allocated))
 }
 
-/// The disk's sequential write bandwidth: 256 MiB in 1 MiB writes, then
-/// one fdatasync, timed together, in the directory the stores use.
-pub fn disk_bandwidth(out: &Path) -> Result<Throughput, String> {
+/// The disk's sequential write bandwidth: `mib` MiB (256 by default) in
+/// 1 MiB writes, then one fdatasync, timed together, in the directory the
+/// stores use.
+pub fn disk_bandwidth(out: &Path, mib: usize) -> Result<Throughput, String> {
     const CHUNK: usize = 1 << 20;
-    const TOTAL: usize = 256 << 20;
+    let total = mib.max(1) * CHUNK;
     let path = out.join("bandwidth.dat");
     let mut f = std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     let buf = vec![0xA5u8; CHUNK];
     let t = Instant::now();
-    for _ in 0..TOTAL / CHUNK {
+    for _ in 0..total / CHUNK {
         f.write_all(&buf)
             .map_err(|e| format!("bandwidth write: {e}"))?;
     }
@@ -255,8 +256,8 @@ pub fn disk_bandwidth(out: &Path) -> Result<Throughput, String> {
     drop(f);
     let _ = std::fs::remove_file(&path);
     Ok(Throughput::new(
-        (TOTAL / CHUNK) as u64,
-        TOTAL as u64,
+        (total / CHUNK) as u64,
+        total as u64,
         seconds,
     ))
 }
@@ -431,6 +432,8 @@ pub struct Case<'a> {
     pub size: usize,
     /// Where scratch stores go.
     pub out: &'a Path,
+    /// MiB the disk bandwidth probe writes.
+    pub disk_probe_mib: usize,
     /// The mock broker's process, whose CPU a run costs too.
     pub broker_pid: Option<u32>,
 }
@@ -509,7 +512,8 @@ pub fn archive_main(args: ArchiveArgs) -> Result<(), String> {
         let o: i64 = o.parse().map_err(|_| "--ends: offset")?;
         ends.insert(TopicPartition::new(&args.topic, p), o);
     }
-    // `archive` reads neither the record size nor the scratch directory.
+    // `archive` reads neither the record size, the scratch directory nor
+    // the disk probe's size.
     let case = Case {
         brokers: &args.brokers,
         topic: &args.topic,
@@ -517,6 +521,7 @@ pub fn archive_main(args: ArchiveArgs) -> Result<(), String> {
         batch_records_max: args.batch_records_max,
         size: 0,
         out: &args.data,
+        disk_probe_mib: 0,
         broker_pid: None,
     };
     // As `cairn run` does for its policy.

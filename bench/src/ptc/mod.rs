@@ -56,6 +56,11 @@ pub struct Args {
     /// Skip kcat and the Python loop.
     #[arg(long)]
     pub no_peers: bool,
+    /// MiB the disk bandwidth probe writes (with one fdatasync) each time
+    /// it runs: once at the start and once a round. Smaller is faster and
+    /// less exact (the test of the harness itself writes little).
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65_536))]
+    pub disk_probe_mib: u32,
     /// Rounds per record size. Each measures everything again, the order
     /// rotated by one step per round, and the targets are judged on the
     /// medians of the rounds' ratios: one round's spread on a shared
@@ -396,7 +401,7 @@ fn round(
                 order.push("floor".to_owned());
             }
             Step::Disk => {
-                let d = measure::disk_bandwidth(case.out)?;
+                let d = measure::disk_bandwidth(case.out, case.disk_probe_mib)?;
                 eprintln!(
                     "   disk: sequential writes + fdatasync {:.0} MB/s",
                     d.mb_per_s
@@ -472,7 +477,7 @@ pub fn run(args: Args) -> Result<(), String> {
         return Err(format!("--policies {}: each policy once", names.join(",")));
     }
     let broker = setup::Broker::start(&args)?;
-    let disk_bandwidth = measure::disk_bandwidth(&args.out)?;
+    let disk_bandwidth = measure::disk_bandwidth(&args.out, args.disk_probe_mib as usize)?;
     eprintln!(
         "disk: sequential writes + fdatasync {:.0} MB/s",
         disk_bandwidth.mb_per_s
@@ -497,6 +502,7 @@ pub fn run(args: Args) -> Result<(), String> {
             batch_records_max: args.batch_records_max,
             size,
             out: &args.out,
+            disk_probe_mib: args.disk_probe_mib as usize,
             broker_pid: broker.pid(),
         };
         let mut put_bytes = size * args.batch_records_max;
