@@ -130,11 +130,14 @@ impl RunArgs {
                     "data = \"\" in the config file: empty; give the archive's directory".into(),
                 ));
             }
-            // `~` is the shell's: TOML keeps it, and the archive would
-            // start in a folder named `~` beside the file.
-            if d.components().next() == Some(std::path::Component::Normal("~".as_ref())) {
+            // `~` (`~/a`, `~user/a`) and `$VAR` are the shell's: TOML keeps
+            // them, and the archive would start in a folder so named beside
+            // the file (a template never rendered: `data = "${DATA}/a"`).
+            // A real folder name with `$` in it is rarer than that mistake.
+            let text = d.to_string_lossy();
+            if text.starts_with('~') || text.contains('$') {
                 return Err(ConnectorError::Config(format!(
-                    "data = {:?} in the config file: `~` is expanded by a shell, not in the file; write the full path",
+                    "data = {:?} in the config file: `~` and `$VARIABLES` are expanded by a shell, not in the file; write the full path (or give --data)",
                     d.display().to_string()
                 )));
             }
@@ -636,9 +639,16 @@ mod tests {
         );
         // `~` is the shell's: kept by TOML, it named a folder `~` beside
         // the file (before 2026-12-03).
-        std::fs::write(&path, "data = \"~/arch\"\n").unwrap();
-        let err = parse(&[]).expect_err("refused").to_string();
-        assert!(err.contains("`~` is expanded by a shell"), "{err}");
+        // So are `~user` and `$VARIABLES` (a template never rendered):
+        // before 2026-12-03 each named a folder beside the file.
+        for data in ["~/arch", "~cairn/arch", "${DATA}/arch", "/srv/$ENV/arch"] {
+            std::fs::write(&path, format!("data = \"{data}\"\n")).unwrap();
+            let err = parse(&[]).expect_err("refused").to_string();
+            assert!(
+                err.contains("`~` and `$VARIABLES` are expanded by a shell"),
+                "{data}: {err}"
+            );
+        }
         assert_eq!(
             parse(&["--data", "/srv/a"]).unwrap().data,
             std::path::Path::new("/srv/a")
