@@ -915,6 +915,23 @@ fn bad_flags_and_config_name_the_setting() {
     ]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("security.protocol"), "{err}");
+    // One property under two names, as run refuses it (since 2026-12-03).
+    let (code, _, err) = cairn(&[
+        "status",
+        "--data",
+        dir.path().join("none").to_str().unwrap(),
+        "--brokers",
+        "b:1",
+        "-X",
+        "sasl.mechanism=PLAIN",
+        "-X",
+        "sasl.mechanisms=SCRAM-SHA-512",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("sasl.mechanism") && err.contains("sasl.mechanisms"),
+        "{err}"
+    );
     let (code, _, err) = cairn_run("b:1", "t", data, &["-X", "statistics.interval.ms=5000"]);
     assert_ne!(code, 0);
     assert!(err.contains("--progress-interval-s"), "{err}");

@@ -86,6 +86,9 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
     check_connect_timeout_ms(args.connect_timeout_ms)?;
     let kafka: BTreeMap<String, String> = super::kafka_flags(args.kafka.clone())?;
     refuse_managed_keys(&kafka, &MANAGED_CONSUMER_KEYS, "cairn status")?;
+    // As `run` and `restore` refuse it: which of two names librdkafka
+    // takes changes from run to run (before 2026-12-03 status took it).
+    crate::librdkafka::refuse_two_names(&kafka).map_err(ConnectorError::Config)?;
     // Made now, so that librdkafka checks the -X settings before the
     // archive is opened (an open may recover it, or upgrade its format).
     let consumer = match (&args.brokers, args.group.as_deref()) {
@@ -303,8 +306,19 @@ fn kafka_view(
             }
         }
     }
+    // One wait for all the watermarks, asked one partition at a time: a
+    // wait each (a partition without a leader is waited for to the end)
+    // made a hundred such partitions take a hundred timeouts (before
+    // 2026-12-03).
+    let deadline = std::time::Instant::now() + timeout;
+    let mut out_of_time = 0usize;
     for r in rows.iter_mut().filter(|r| asked(r)) {
-        let (low, high) = match consumer.fetch_watermarks(&r.topic, r.partition, timeout) {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            out_of_time += 1;
+            continue;
+        }
+        let (low, high) = match consumer.fetch_watermarks(&r.topic, r.partition, left) {
             Ok(w) => w,
             Err(e) => {
                 tracing::warn!(topic = %r.topic, partition = r.partition, error = %e, "no watermarks from Kafka: its columns are left empty");
@@ -332,6 +346,13 @@ fn kafka_view(
                 "Kafka's log ends below the group's committed offset (negative lag): the topic was deleted and recreated, or truncated"
             );
         }
+    }
+    if out_of_time > 0 {
+        tracing::warn!(
+            partitions = out_of_time,
+            connect_timeout_ms = timeout.as_millis() as u64,
+            "no watermarks asked for these partitions: --connect-timeout-ms had passed waiting for the others; their columns are left empty"
+        );
     }
     Ok(())
 }
