@@ -1151,10 +1151,13 @@ fn consume(
     // callback (`retention::restart_fetch`), and their fetch stops can
     // clear the forwards: forward them again on the next pass.
     let mut forward_now = false;
-    // Until the group first assigns this member anything, a WARN each
-    // connect timeout: librdkafka waits for a group coordinator quietly (at
-    // debug), and a run that never joins would otherwise look idle.
+    // Until the group first assigns this member anything, a WARN after the
+    // connect timeout and then each connect timeout or 10 s, the longer:
+    // librdkafka waits for a group coordinator quietly (at debug), and a
+    // run that never joins would otherwise look idle; a short timeout
+    // would flood the log during an ordinary join (3 s or more).
     let join_wait = Duration::from_millis(cfg.connect_timeout_ms);
+    let join_rewarn = join_wait.max(Duration::from_secs(10));
     let mut join_warn_at = Instant::now() + join_wait;
     // A reset error was seen and its partitions are not restarted yet; and
     // whether a restart was already put off once for an event that came
@@ -1280,7 +1283,7 @@ fn consume(
         let drained = !cut && handed < crate::fetch::TAKE_MAX;
         let mut s = lock(shared);
         if !s.joined && Instant::now() >= join_warn_at {
-            join_warn_at += join_wait;
+            join_warn_at += join_rewarn;
             tracing::warn!(
                 group = %cfg.group,
                 "not in the group yet: no partitions assigned. librdkafka keeps trying; if this lasts, the group's coordinator may be unavailable (on a cluster of fewer brokers than offsets.topic.replication.factor, 3 by default, Kafka cannot create __consumer_offsets) or the group is rebalancing around a slow member (after an unclean stop, this member's old self is one until session.timeout.ms, 45 s by default, ends it)"
