@@ -1012,6 +1012,19 @@ fn connect_once(path: &Path) -> std::io::Result<UnixStream> {
 /// answers it could make up.
 pub fn connect(data: &Path) -> Result<Option<UnixStream>> {
     let path = data.join(SOCKET_FILE);
+    // A run binds its socket in place, never a link to one: a symbolic link
+    // there (planted in a directory others may write to) would send the
+    // request to whatever socket it names, another archive's run of this
+    // user's included, which the peer check below trusts (before
+    // 2026-12-03 it was followed). The check and the connect are two
+    // steps; whoever can swap the file between them can also damage the
+    // archive's own files there.
+    if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(ConnectorError::Live(format!(
+            "{} is a symbolic link, not the running cairn's socket: not trusted with a request; remove it if no cairn of yours is running there",
+            path.display()
+        )));
+    }
     match connect_now(&path) {
         Ok(conn) => {
             use std::os::unix::fs::MetadataExt;
@@ -1554,6 +1567,32 @@ mod tests {
         };
         assert!(error.contains("takes no connections"), "{error}");
         assert!(!waiting.is_empty());
+    }
+
+    /// A symbolic link where the socket belongs (planted by someone who may
+    /// write in that directory) is refused, not followed to the socket it
+    /// names: this user's run of another archive would answer, and the peer
+    /// check trusts it.
+    #[test]
+    fn a_socket_path_that_is_a_symbolic_link_is_refused() {
+        let served = tempfile::tempdir().unwrap();
+        let _listener =
+            std::os::unix::net::UnixListener::bind(served.path().join(SOCKET_FILE)).unwrap();
+        assert!(
+            connect(served.path()).unwrap().is_some(),
+            "the socket answers"
+        );
+        let other = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(
+            served.path().join(SOCKET_FILE),
+            other.path().join(SOCKET_FILE),
+        )
+        .unwrap();
+        let error = connect(other.path()).unwrap_err().to_string();
+        assert!(
+            error.contains("is a symbolic link") && error.contains("not trusted"),
+            "{error}"
+        );
     }
 
     /// A data directory whose socket path is longer than a socket address
