@@ -152,6 +152,9 @@ struct Shared {
     /// first: when every place is taken, the oldest of them gives its
     /// place to a new connection (see [`take`]).
     waiting: Mutex<std::collections::VecDeque<u64>>,
+    /// A live backup is being made: one at a time, as each checks the free
+    /// space for its own copy only ([`room_for_backup`]).
+    backing_up: AtomicBool,
 }
 
 /// A place among the [`CONNECTIONS_MAX`] requests other than `status`
@@ -256,6 +259,7 @@ impl LiveServer {
             streams: Mutex::new(Vec::new()),
             serving: AtomicUsize::new(0),
             waiting: Mutex::new(std::collections::VecDeque::new()),
+            backing_up: AtomicBool::new(false),
         });
         let accept = {
             let shared = shared.clone();
@@ -672,7 +676,7 @@ fn serve(conn: UnixStream, id: u64, engine: &Engine, shared: &Shared) {
             // One in a prune's truncation poisons the engine (the engine's
             // own guard), so the run stops for it below.
             let exit = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                answer(&req, engine, stop, &mut out)
+                answer(&req, engine, stop, &shared.backing_up, &mut out)
             }))
             .unwrap_or_else(|payload| {
                 let what = cairn_engine::panic_message(&*payload);
@@ -758,7 +762,13 @@ fn beat(wire: &Arc<Mutex<Wire>>) -> std::io::Result<(std::sync::mpsc::Sender<()>
 
 /// The request's output, written to `out`, and the exit code the command
 /// would have had run on its own.
-fn answer(req: &Request, engine: &Engine, stop: &AtomicBool, out: &mut FrameWriter) -> Result<u8> {
+fn answer(
+    req: &Request,
+    engine: &Engine,
+    stop: &AtomicBool,
+    backing_up: &AtomicBool,
+    out: &mut FrameWriter,
+) -> Result<u8> {
     // A bug, injected: the containment of a panic is tested; in a prune,
     // inside its truncation.
     #[cfg(test)]
@@ -828,6 +838,22 @@ fn answer(req: &Request, engine: &Engine, stop: &AtomicBool, out: &mut FrameWrit
             to.display()
         ))),
         Request::Backup { to } => {
+            // One at a time: two, each checking the free space for its own
+            // copy alone, could together fill the archive's file system
+            // (before 2026-12-03 up to four ran at once).
+            if backing_up.swap(true, Ordering::SeqCst) {
+                return Err(ConnectorError::Live(format!(
+                    "backup to {}: another live backup of this archive is being made; one at a time (two copies could fill the archive's disk): run it again once that one is done",
+                    to.display()
+                )));
+            }
+            struct Done<'a>(&'a AtomicBool);
+            impl Drop for Done<'_> {
+                fn drop(&mut self) {
+                    self.0.store(false, Ordering::SeqCst);
+                }
+            }
+            let _done = Done(backing_up);
             room_for_backup(engine, to, BACKUP_HEADROOM_BYTES)?;
             let mut text = Vec::new();
             crate::cli::backup::backup(engine, to, stop, &mut text).and_then(|exit| {
@@ -1805,6 +1831,50 @@ mod tests {
                 room_for_backup(&e, &shm.join("cairn-backup-test"), 1 << 60).unwrap();
             }
         }
+    }
+
+    /// One live backup at a time: a second, while one is being made, is
+    /// refused before it looks at the target; the place is given back once
+    /// a backup ends, failed or not.
+    #[test]
+    fn a_second_live_backup_waits_for_the_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = engine(&dir.path().join("archive"));
+        let (stream, _client) = UnixStream::pair().unwrap();
+        let wire = Mutex::new(Wire {
+            stream,
+            stalled: false,
+        });
+        let mut out = FrameWriter {
+            wire: &wire,
+            buf: Vec::new(),
+        };
+        let stop = AtomicBool::new(false);
+        let backing_up = AtomicBool::new(true);
+        let to = dir.path().join("b1");
+        let req = Request::Backup { to: to.clone() };
+        match answer(&req, &e, &stop, &backing_up, &mut out) {
+            Err(ConnectorError::Live(m)) => {
+                assert!(m.contains("another live backup of this archive"), "{m}")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(!to.exists(), "nothing made");
+        assert!(
+            backing_up.load(Ordering::SeqCst),
+            "the first still holds it"
+        );
+        backing_up.store(false, Ordering::SeqCst);
+        assert_eq!(answer(&req, &e, &stop, &backing_up, &mut out).unwrap(), 0);
+        assert!(to.is_dir(), "backed up");
+        assert!(!backing_up.load(Ordering::SeqCst), "given back");
+        // A failed one gives it back too (a relative path is refused first,
+        // a target that holds something by the backup itself).
+        assert!(answer(&req, &e, &stop, &backing_up, &mut out).is_err());
+        assert!(
+            !backing_up.load(Ordering::SeqCst),
+            "given back after a failure"
+        );
     }
 
     #[test]
