@@ -1141,6 +1141,11 @@ fn request_within(
         _ => (Some(idle), None),
     };
     conn.set_read_timeout(timeout).map_err(socket_error)?;
+    // The request is written within the same bound: a run stopped with
+    // SIGSTOP still has its connections completed by the kernel, and a
+    // request larger than the socket's buffer (a long --topic list) would
+    // otherwise wait for ever to be written.
+    conn.set_write_timeout(timeout).map_err(socket_error)?;
     let mut line = serde_json::to_vec(req).expect("Request serialises");
     line.push(b'\n');
     // A server that refused at once (busy) may have closed before the
