@@ -135,7 +135,17 @@ impl SinkTask for FileSink {
                     data.display()
                 )));
             }
-            // Bytes past the mark were written but never synced.
+            // Bytes past the mark were written but never synced. Without a
+            // mark (a crash before the first sync, or a mark deleted since)
+            // that is all of them: said, since a deleted mark loses them.
+            if on_disk > len {
+                tracing::warn!(
+                    file = %data.display(),
+                    bytes = on_disk - len,
+                    marked = len,
+                    "dropping bytes past the mark, never synced (or their mark was lost)"
+                );
+            }
             file.set_len(len).map_err(io_fatal("truncate", &data))?;
             std::io::Seek::seek(&mut file, std::io::SeekFrom::End(0))
                 .map_err(io_fatal("seek", &data))?;

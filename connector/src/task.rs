@@ -30,10 +30,11 @@
 //!    and the loop treats them as `open`'s (the default records nothing).
 //! 2. **`put(batches)`** writes records, or buffers them. It returns what the
 //!    sink now reports durable, if anything (Kafka Connect's `put` reports
-//!    nothing; a sink that makes each put durable may say so at once). Only
-//!    `pre_commit`'s offsets are committed: `put`'s are checked against what
-//!    was handed over and timed, and a `pre_commit` that declares nothing
-//!    commits nothing.
+//!    nothing; a sink that makes each put durable may say so at once). Of
+//!    what follows a put, only `pre_commit`'s offsets are committed (`open`'s
+//!    and `start`'s are committed as they are given): `put`'s are checked
+//!    against what was handed over and timed, and a `pre_commit` that
+//!    declares nothing commits nothing.
 //! 3. **`pre_commit(consumed)`** runs after a `put` (after every one with
 //!    `--commit every-put`, once per interval with `interval:MS`), and on
 //!    revoke and on stop. Like Kafka Connect's `flush` / `preCommit`, it makes
@@ -55,7 +56,13 @@
 //!
 //! A retriable error from `put` retries the same batch (backoff from 10 ms,
 //! doubling to 1 s) until it succeeds; meanwhile nothing else is put and
-//! the consumer stops polling once its buffer is full. Once the run is
+//! the consumer stops polling once its buffer is full. It then calls
+//! nothing of librdkafka's, so a put that keeps failing past
+//! `max.poll.interval.ms` (300 s by default) gets the member put out of
+//! its group, its partitions given to others, and a rebalance of the group
+//! waits on it meanwhile (nothing is lost: commits of the old generation
+//! fail). A sink whose backend can be away longer returns `Fatal` instead,
+//! and the run stops, to be started again. Once the run is
 //! asked to stop, a put that keeps failing is retried for 5 s more, then
 //! the run fails. Only `put` is retried: a retriable error from any other
 //! call is fatal. So a `put` that syncs must return `Fatal` when its sync
@@ -69,8 +76,9 @@
 //! # Invariants
 //! - Offsets are "next offset to read" (last + 1), as Kafka commits them.
 //! - Batches reach `put` in offset order per partition, each record once
-//!   (a retried batch is the same batch); after a restart the loop resumes
-//!   where `open` says.
+//!   while the partition stays assigned (a retried batch is the same
+//!   batch); after a `close`, a restart or a rebalance the loop resumes
+//!   where `open` says, so records a sink dropped at `close` come again.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -137,7 +145,11 @@ pub trait SinkTask: Send {
     /// resumes there, not at a later log end, which would skip the records
     /// produced in between. The default records nothing, and such a
     /// partition's start is read again at each assignment until a record
-    /// of it is durable. Not called after the run has failed.
+    /// of it is durable. A sink with an [`identity`](SinkTask::identity)
+    /// should record them: for a partition it lost whole, Kafka keeps the
+    /// old commit, made under its name, until a record is durable, and a
+    /// member taking the partition over meanwhile resumes there, above the
+    /// records being fetched again. Not called after the run has failed.
     fn start(
         &mut self,
         starts: &BTreeMap<TopicPartition, i64>,
