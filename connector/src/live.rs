@@ -51,6 +51,13 @@ const PANICS_SERVING: &str = "live-panics-serving";
 /// without a frame of output until its client hangs up, in tests only.
 #[cfg(test)]
 const STALLS_SERVING: &str = "live-stalls-serving";
+/// A data directory of this name makes the server stuck on each request,
+/// deaf to the stop (as in a system call on a hung mount), until
+/// [`UNSTICK`] is set, in tests only.
+#[cfg(test)]
+const STUCK_SERVING: &str = "live-stuck-serving";
+#[cfg(test)]
+static UNSTICK: AtomicBool = AtomicBool::new(false);
 
 /// The socket's name in the data directory.
 pub const SOCKET_FILE: &str = "cairn.sock";
@@ -290,7 +297,23 @@ impl LiveServer {
         self.shared.stop.store(true, Ordering::SeqCst);
         self.shared.cut_off_all();
         self.shared.wake.notify_one();
-        if accept.join().is_err() {
+        // Cutting the connections off ends every request at its next check,
+        // but not a thread stuck in a system call (a backup into a hung NFS
+        // mount): the run's stop waits for it only so long, then goes on
+        // without it. Its reference to the engine then keeps the engine
+        // from being closed: the stop syncs it instead, and the next open
+        // re-checks the log since the last checkpoint.
+        let deadline = Instant::now() + STOP_WAIT;
+        while !accept.is_finished() && Instant::now() < deadline {
+            // Waiting for a condition, with a deadline.
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if !accept.is_finished() {
+            tracing::error!(
+                waited_s = STOP_WAIT.as_secs(),
+                "a live request is still being served (stuck in a system call?): the run stops without waiting for it"
+            );
+        } else if accept.join().is_err() {
             tracing::warn!("the live-read thread panicked");
         }
         let _ = std::fs::remove_file(&self.path);
@@ -800,6 +823,13 @@ fn answer(
         }
         return Ok(0);
     }
+    #[cfg(test)]
+    if engine.config().path.ends_with(STUCK_SERVING) {
+        while !UNSTICK.load(Ordering::SeqCst) {
+            std::thread::park_timeout(Duration::from_millis(10));
+        }
+        return Ok(0);
+    }
     match req {
         Request::Status => crate::cli::status::serve(engine, out),
         Request::Export { selection, format } => {
@@ -863,6 +893,15 @@ fn answer(
         }
     }
 }
+
+/// How long a stop waits for the requests being served to end after they
+/// were cut off (each ends at its next check: a prune finishes the durable
+/// step it is in).
+const STOP_WAIT: Duration = if cfg!(test) {
+    Duration::from_secs(1)
+} else {
+    Duration::from_secs(60)
+};
 
 /// Free space a live backup must leave on the archive's file system beyond
 /// its copy, for the archiving beside it.
@@ -1512,6 +1551,43 @@ mod tests {
         assert!(!stopped.load(Ordering::SeqCst));
         server.stop();
         assert_eq!(Arc::strong_count(&e), 1, "a thread kept the engine");
+    }
+
+    /// A request stuck where the stop cannot reach it (a system call on a
+    /// hung mount) holds the run's stop only [`STOP_WAIT`]: the stop goes
+    /// on without it (before 2026-12-03 it waited for ever), and the
+    /// request's thread lets go of the engine once it is freed.
+    #[test]
+    fn a_stuck_request_does_not_hold_the_stop_for_ever() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join(STUCK_SERVING);
+        let e = engine(&data);
+        let server = LiveServer::start(e.clone()).unwrap();
+        let mut conn = connect(&data).unwrap().unwrap();
+        conn.write_all(b"{\"command\":\"verify\"}\n").unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
+        let mut r = BufReader::new(conn);
+        // Taken: the heartbeat sent as the request is.
+        assert_eq!(
+            read_frame(&mut r, None).unwrap(),
+            Some((TAG_OUTPUT, Vec::new()))
+        );
+        server.stop();
+        assert!(!data.join(SOCKET_FILE).exists(), "the socket is removed");
+        assert!(
+            Arc::strong_count(&e) > 1,
+            "the stuck thread holds the engine"
+        );
+        UNSTICK.store(true, Ordering::SeqCst);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Arc::strong_count(&e) > 1 {
+            assert!(
+                Instant::now() < deadline,
+                "the freed thread kept the engine"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// An answer that takes long without output (a verify, an export's
