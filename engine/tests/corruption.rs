@@ -1729,3 +1729,62 @@ fn the_largest_lsn_bounds_appends_and_opens() {
         v.problems
     );
 }
+
+/// An entry past the checkpoint, with no index entry, that starts below the
+/// first offset its partition's summary keeps (which only a prune raises,
+/// deleting every entry below it): an open refuses it, and verify reports
+/// it as that, not only as an entry without an index entry that an open
+/// would repair (before 2026-12-03 its note said so).
+#[test]
+fn an_entry_below_the_partitions_first_offset_is_damage_for_verify_too() {
+    use cairn_engine::frame::{decode, encode};
+    let dir = tempfile::tempdir().unwrap();
+    let tp = TopicPartition::new("c", 0);
+    // The partition emptied by a prune: its summary keeps first offset 10.
+    let next_lsn = {
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        e.append(&[batch(&tp, 0..10, 20)]).unwrap();
+        assert_eq!(e.truncate_before(&tp, 10).unwrap().entries_deleted, 1);
+        let next = e.stats().next_lsn;
+        e.close().unwrap();
+        next
+    };
+    // The same entry, written in another store, sealed past this one's
+    // checkpoint: a valid frame no build writes there.
+    let other = tempfile::tempdir().unwrap();
+    {
+        let e = Engine::open(EngineConfig::new(other.path())).unwrap();
+        e.append(&[batch(&tp, 0..10, 20)]).unwrap();
+        e.close().unwrap();
+    }
+    let v = with_raw_tree(other.path(), |t| t.get(wal_key(1)).unwrap().unwrap());
+    let f = decode(1, &v).unwrap();
+    with_raw_tree(dir.path(), |t| {
+        t.insert(wal_key(next_lsn), encode(next_lsn, f.kind, f.flags, f.body))
+            .unwrap();
+    });
+    let err = Engine::open(EngineConfig::new(dir.path()))
+        .map(|_| ())
+        .expect_err("an entry below the partition's first offset");
+    let kind = assert_corrupt_at(err, next_lsn);
+    assert!(
+        matches!(kind, CorruptionKind::OffsetOrder { .. }),
+        "{kind:?}"
+    );
+    let v = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
+    assert!(
+        v.problems
+            .iter()
+            .any(|p| p.location == Location::Wal { lsn: next_lsn }
+                && matches!(p.kind, CorruptionKind::OffsetOrder { .. })),
+        "{:?}",
+        v.problems
+    );
+    assert!(
+        !v.notes
+            .iter()
+            .any(|n| n.contains("Opening the archive repairs them")),
+        "{:?}",
+        v.notes
+    );
+}
