@@ -1553,6 +1553,18 @@ mod tests {
         assert_eq!(Arc::strong_count(&e), 1, "a thread kept the engine");
     }
 
+    /// An archive at `data`, served, and a verify asked of it: the
+    /// engine, the server and the answer's reader.
+    fn verify_asked(data: &Path) -> (Arc<Engine>, LiveServer, BufReader<UnixStream>) {
+        let e = engine(data);
+        let server = LiveServer::start(e.clone()).unwrap();
+        let mut conn = connect(data).unwrap().unwrap();
+        conn.write_all(b"{\"command\":\"verify\"}\n").unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
+        (e, server, BufReader::new(conn))
+    }
+
     /// A request stuck where the stop cannot reach it (a system call on a
     /// hung mount) holds the run's stop only [`STOP_WAIT`]: the stop goes
     /// on without it (before 2026-12-03 it waited for ever), and the
@@ -1561,13 +1573,7 @@ mod tests {
     fn a_stuck_request_does_not_hold_the_stop_for_ever() {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join(STUCK_SERVING);
-        let e = engine(&data);
-        let server = LiveServer::start(e.clone()).unwrap();
-        let mut conn = connect(&data).unwrap().unwrap();
-        conn.write_all(b"{\"command\":\"verify\"}\n").unwrap();
-        conn.set_read_timeout(Some(Duration::from_secs(60)))
-            .unwrap();
-        let mut r = BufReader::new(conn);
+        let (e, server, mut r) = verify_asked(&data);
         // Taken: the heartbeat sent as the request is.
         assert_eq!(
             read_frame(&mut r, None).unwrap(),
@@ -1599,13 +1605,7 @@ mod tests {
     fn heartbeats_keep_a_long_answer_alive_and_silence_ends_it() {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join(STALLS_SERVING);
-        let e = engine(&data);
-        let server = LiveServer::start(e.clone()).unwrap();
-        let mut conn = connect(&data).unwrap().unwrap();
-        conn.write_all(b"{\"command\":\"verify\"}\n").unwrap();
-        conn.set_read_timeout(Some(Duration::from_secs(60)))
-            .unwrap();
-        let mut r = BufReader::new(conn);
+        let (e, server, mut r) = verify_asked(&data);
         for _ in 0..3 {
             let frame = read_frame(&mut r, None).unwrap();
             assert_eq!(frame, Some((TAG_OUTPUT, Vec::new())));
