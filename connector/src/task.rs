@@ -32,7 +32,8 @@
 //!    sink now reports durable, if anything (Kafka Connect's `put` reports
 //!    nothing; a sink that makes each put durable may say so at once). Of
 //!    what follows a put, only `pre_commit`'s offsets are committed (`open`'s
-//!    and `start`'s are committed as they are given): `put`'s are checked
+//!    are committed as checked against Kafka's log bounds, above, and
+//!    `start`'s as the sink recorded them): `put`'s are checked
 //!    against what was handed over and timed, and a `pre_commit` that
 //!    declares nothing commits nothing.
 //! 3. **`pre_commit(consumed)`** runs after a `put` (after every one with

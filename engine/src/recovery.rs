@@ -317,11 +317,12 @@ pub(crate) fn recover(
             return Err(corrupt(at, reason));
         }
         // The log as found (the torn frame too: `expected` stops below it)
-        // ending below the watermark lost records reported durable. When
-        // it reaches the watermark but the entry it would truncate does
-        // not end below it, that entry was reported durable: its cut is
-        // damage, named at the cut frame as a strict open and verify name
-        // it, not a lost suffix at the entry's start (before 2026-12-03).
+        // ending below the watermark lost records reported durable: frames
+        // missing at the end, a lost suffix. When it reaches the watermark
+        // but the entry it would truncate does not end below it, that entry
+        // was reported durable, and its last frame is cut: damage, named at
+        // that frame as a strict open and verify name it, not a lost suffix
+        // at the entry's start (before 2026-12-03).
         watermark::check(expected.max(at + 1) - 1, durable_mark)?;
         if durable_mark.is_some_and(|d| d >= first_lsn) {
             return Err(corrupt(at, reason));
