@@ -271,7 +271,12 @@ fn export_to_dev_stdout_appends_under_the_shells_redirection() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("a");
     archive_of(&data, &[("a", 0, 1)]);
-    for name in ["/dev/stdout", "-"] {
+    // Also spelt otherwise, or through a link of the user's (before
+    // 2026-12-03 those were followed to the file, which was replaced).
+    let link = dir.path().join("latest.jsonl");
+    std::os::unix::fs::symlink("/dev/stdout", &link).unwrap();
+    let link = link.to_str().unwrap();
+    for name in ["/dev/stdout", "-", "/dev/./stdout", "//dev//stdout", link] {
         let (stderr, text) = export_redirected(dir.path(), &data, name, ">>");
         assert!(stderr.contains("exit 0"), "{name}: {stderr}");
         let lines: Vec<&str> = text.lines().collect();
@@ -292,9 +297,14 @@ fn export_to_another_descriptor_or_a_slash_is_refused_and_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("a");
     archive_of(&data, &[("a", 0, 1)]);
+    let link = dir.path().join("fd3.jsonl");
+    std::os::unix::fs::symlink("/dev/fd/3", &link).unwrap();
+    let link = link.to_str().unwrap();
     for (name, redirect) in [
         ("/dev/fd/3", "3>>"),
         ("/proc/self/fd/3", "3>>"),
+        ("/dev/./fd/3", "3>>"),
+        (link, "3>>"),
         ("/dev/stderr", "2>>"),
         ("gone/", ">>"),
     ] {

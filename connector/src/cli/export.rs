@@ -145,29 +145,54 @@ fn parent_dir(path: &Path) -> &Path {
 /// (at most 40, as the kernel does) to a path that is no link, which may
 /// not exist yet (the export would create it).
 fn link_end(path: &Path) -> PathBuf {
+    link_chain(path).pop().unwrap_or_else(|| path.to_path_buf())
+}
+
+/// `path` and each path its symlinks lead to in turn (at most 40, as the
+/// kernel follows), each with `.` and repeated `/` taken out.
+fn link_chain(path: &Path) -> Vec<PathBuf> {
     let mut at = path.to_path_buf();
+    let mut chain = vec![at.components().collect::<PathBuf>()];
     for _ in 0..40 {
         match std::fs::read_link(&at) {
             // Relative to the link's own directory; an absolute one replaces.
             Ok(to) => at = parent_dir(&at).join(to),
             Err(_) => break,
         }
+        chain.push(at.components().collect());
     }
-    at
+    chain
 }
 
-/// Whether `--output` names this process's stdout rather than a file.
+/// Whether `--output` names this process's stdout rather than a file:
+/// spelt so, or a link to a name of it (`/dev/./stdout`, a `latest.jsonl`
+/// linked to `/dev/stdout`: before 2026-12-03 those were followed to the
+/// file behind stdout, which the export then replaced).
 fn names_stdout(output: &Path) -> bool {
-    ["-", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"]
-        .iter()
-        .any(|s| output.as_os_str() == *s)
+    output.as_os_str() == "-" || link_chain(output).iter().any(|p| is_stdout_name(p))
+}
+
+fn is_stdout_name(p: &Path) -> bool {
+    [
+        "/dev/stdout",
+        "/dev/fd/1",
+        "/proc/self/fd/1",
+        "/proc/thread-self/fd/1",
+    ]
+    .iter()
+    .any(|s| p.as_os_str() == *s)
 }
 
 /// Whether `--output` names one of this process's descriptors (other than
-/// stdout, which [`names_stdout`] takes first): `/dev/fd/N`,
-/// `/proc/self/fd/N`, `/proc/PID/fd/N`, `/dev/stderr`, `/dev/stdin`.
+/// stdout, which [`names_stdout`] takes first), spelt so or through links:
+/// `/dev/fd/N`, `/proc/self/fd/N`, `/proc/PID/fd/N`, `/dev/stderr`,
+/// `/dev/stdin`.
 fn names_descriptor(output: &Path) -> bool {
-    let Some(s) = output.to_str() else {
+    link_chain(output).iter().any(|p| is_descriptor_name(p))
+}
+
+fn is_descriptor_name(p: &Path) -> bool {
+    let Some(s) = p.to_str() else {
         return false;
     };
     let numbered = |rest: &str| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit());
