@@ -286,6 +286,33 @@ fn export_to_dev_stdout_appends_under_the_shells_redirection() {
     }
 }
 
+/// An output whose name is near the longest a file name may be (255
+/// bytes) is staged under a name cut to fit: before 2026-12-03 staging
+/// failed (ENAMETOOLONG) at the export's first flush.
+#[test]
+fn export_to_a_long_file_name_is_staged_and_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("a");
+    archive_of(&data, &[("a", 0, 1)]);
+    let out = dir.path().join("x".repeat(250));
+    let (code, _, err) = cairn(&[
+        "export",
+        "--data",
+        data.to_str().unwrap(),
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(text.lines().count(), 10, "{text}");
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n.to_string_lossy().contains("cairn-export"))
+        .collect();
+    assert!(left.is_empty(), "staged files left: {left:?}");
+}
+
 /// `--output` naming another descriptor (`/dev/fd/3`, `/dev/stderr`), or a
 /// directory by a trailing slash, is refused before anything is read, and
 /// the file behind the descriptor keeps what it held. Before 2026-12-03 the

@@ -576,13 +576,21 @@ impl FileOutput {
             let nanos = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.subsec_nanos());
-            let mut staged = std::ffi::OsString::from(".");
-            staged.push(name);
-            staged.push(format!(
+            let suffix = format!(
                 ".cairn-export-{}-{:08x}",
                 std::process::id(),
                 nanos ^ attempt
-            ));
+            );
+            // A file name holds at most 255 bytes: a long output name is cut
+            // in the staged one (before 2026-12-03 its staging failed at the
+            // first flush, after up to 1 MiB was read).
+            let room = 255usize.saturating_sub(1 + suffix.len());
+            let bytes = std::os::unix::ffi::OsStrExt::as_bytes(name);
+            let kept: &std::ffi::OsStr =
+                std::os::unix::ffi::OsStrExt::from_bytes(&bytes[..bytes.len().min(room)]);
+            let mut staged = std::ffi::OsString::from(".");
+            staged.push(kept);
+            staged.push(suffix);
             let staged = self.path.with_file_name(staged);
             match std::fs::OpenOptions::new()
                 .write(true)
