@@ -159,23 +159,23 @@ struct Shared {
     /// first: when every place is taken, the oldest of them gives its
     /// place to a new connection (see [`take`]).
     waiting: Mutex<std::collections::VecDeque<u64>>,
-    /// A live backup is being made: one at a time, as each checks the free
-    /// space for its own copy only ([`room_for_backup`]).
-    backing_up: AtomicBool,
+    /// Live backups being made ([`Slot`]): one at a time, as each checks
+    /// the free space for its own copy only ([`room_for_backup`]).
+    backing_up: AtomicUsize,
 }
 
-/// A place among the [`CONNECTIONS_MAX`] requests other than `status`
-/// served at once, given back when dropped.
+/// A place among at most `max` holders of a count: the [`CONNECTIONS_MAX`]
+/// requests other than `status` served at once, or the one live backup;
+/// given back when dropped.
 struct Slot<'a>(&'a AtomicUsize);
 
 impl<'a> Slot<'a> {
-    fn take(serving: &'a AtomicUsize) -> Option<Slot<'a>> {
-        serving
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-                (n < CONNECTIONS_MAX).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| Slot(serving))
+    fn take(held: &'a AtomicUsize, max: usize) -> Option<Slot<'a>> {
+        held.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+            (n < max).then_some(n + 1)
+        })
+        .ok()
+        .map(|_| Slot(held))
     }
 }
 
@@ -266,7 +266,7 @@ impl LiveServer {
             streams: Mutex::new(Vec::new()),
             serving: AtomicUsize::new(0),
             waiting: Mutex::new(std::collections::VecDeque::new()),
-            backing_up: AtomicBool::new(false),
+            backing_up: AtomicUsize::new(0),
         });
         let accept = {
             let shared = shared.clone();
@@ -613,7 +613,7 @@ fn serve(conn: UnixStream, id: u64, engine: &Engine, shared: &Shared) {
     // Status needs none of the slots the others share.
     let _slot = match &request {
         Ok(Request::Status) | Err(_) => None,
-        Ok(_) => Slot::take(&shared.serving),
+        Ok(_) => Slot::take(&shared.serving, CONNECTIONS_MAX),
     };
     let request = request.and_then(|req| match req {
         Request::Status => Ok(req),
@@ -789,7 +789,7 @@ fn answer(
     req: &Request,
     engine: &Engine,
     stop: &AtomicBool,
-    backing_up: &AtomicBool,
+    backing_up: &AtomicUsize,
     out: &mut FrameWriter,
 ) -> Result<u8> {
     // A bug, injected: the containment of a panic is tested; in a prune,
@@ -871,19 +871,12 @@ fn answer(
             // One at a time: two, each checking the free space for its own
             // copy alone, could together fill the archive's file system
             // (before 2026-12-03 up to four ran at once).
-            if backing_up.swap(true, Ordering::SeqCst) {
+            let Some(_one) = Slot::take(backing_up, 1) else {
                 return Err(ConnectorError::Live(format!(
                     "backup to {}: another live backup of this archive is being made; one at a time (two copies could fill the archive's disk): run it again once that one is done",
                     to.display()
                 )));
-            }
-            struct Done<'a>(&'a AtomicBool);
-            impl Drop for Done<'_> {
-                fn drop(&mut self) {
-                    self.0.store(false, Ordering::SeqCst);
-                }
-            }
-            let _done = Done(backing_up);
+            };
             room_for_backup(engine, to, BACKUP_HEADROOM_BYTES)?;
             let mut text = Vec::new();
             crate::cli::backup::backup(engine, to, stop, &mut text).and_then(|exit| {
@@ -1931,7 +1924,7 @@ mod tests {
             buf: Vec::new(),
         };
         let stop = AtomicBool::new(false);
-        let backing_up = AtomicBool::new(true);
+        let backing_up = AtomicUsize::new(1);
         let to = dir.path().join("b1");
         let req = Request::Backup { to: to.clone() };
         match answer(&req, &e, &stop, &backing_up, &mut out) {
@@ -1941,19 +1934,21 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(!to.exists(), "nothing made");
-        assert!(
+        assert_eq!(
             backing_up.load(Ordering::SeqCst),
+            1,
             "the first still holds it"
         );
-        backing_up.store(false, Ordering::SeqCst);
+        backing_up.store(0, Ordering::SeqCst);
         assert_eq!(answer(&req, &e, &stop, &backing_up, &mut out).unwrap(), 0);
         assert!(to.is_dir(), "backed up");
-        assert!(!backing_up.load(Ordering::SeqCst), "given back");
+        assert_eq!(backing_up.load(Ordering::SeqCst), 0, "given back");
         // A failed one gives it back too (a relative path is refused first,
         // a target that holds something by the backup itself).
         assert!(answer(&req, &e, &stop, &backing_up, &mut out).is_err());
-        assert!(
-            !backing_up.load(Ordering::SeqCst),
+        assert_eq!(
+            backing_up.load(Ordering::SeqCst),
+            0,
             "given back after a failure"
         );
     }
