@@ -111,7 +111,7 @@ pub(crate) struct Worker {
 /// asked to stop.
 const STOP_RETRY: Duration = Duration::from_secs(5);
 
-fn sink_error(call: &str, e: TaskError) -> ConnectorError {
+fn sink_error(call: &str, e: &TaskError) -> ConnectorError {
     ConnectorError::Sink(format!("{call}: {e}"))
 }
 
@@ -243,9 +243,8 @@ impl Worker {
     /// reply carries the same error.
     fn failing_the_run<T>(&self, call: &str, r: std::result::Result<T, TaskError>) -> Result<T> {
         r.map_err(|e| {
-            let message = format!("{call}: {e}");
-            self.pipeline.fail(ConnectorError::Sink(message.clone()));
-            ConnectorError::Sink(message)
+            self.pipeline.fail(sink_error(call, &e));
+            sink_error(call, &e)
         })
     }
 
@@ -292,7 +291,7 @@ impl Worker {
                     std::thread::sleep(backoff);
                     backoff = (backoff * 2).min(Duration::from_secs(1));
                 }
-                Err(e @ TaskError::Fatal(_)) => return Err(sink_error("put", e)),
+                Err(e @ TaskError::Fatal(_)) => return Err(sink_error("put", &e)),
             }
         };
         let mut guard = self.pipeline.state();
@@ -341,7 +340,7 @@ impl Worker {
         let safe = self
             .sink
             .pre_commit(&consumed)
-            .map_err(|e| sink_error("pre_commit", e))?;
+            .map_err(|e| sink_error("pre_commit", &e))?;
         tracing::trace!(
             pre_commit_us = t0.elapsed().as_micros() as u64,
             "pre_commit returned"
