@@ -20,7 +20,7 @@ use std::process::Command;
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
-use cairn_engine::fuzzing::batch;
+use cairn_engine::fuzzing::{batch, copy_dir};
 use cairn_engine::{Engine, EngineConfig, TopicPartition};
 use common::{env_count, seed, CAIRN};
 use rand::{Rng, SeedableRng};
@@ -76,19 +76,6 @@ fn write_archive(dir: &Path) -> BTreeMap<(i32, i64), Value> {
     }
     engine.close().unwrap();
     want
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let target = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &target);
-        } else {
-            std::fs::copy(e.path(), target).unwrap();
-        }
-    }
 }
 
 fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {

@@ -412,9 +412,10 @@ pub fn wal_recover(data: &[u8], scratch: &Path) {
     }
 }
 
-/// A copy of the directory tree `from` at `to` (a store, for a second open
-/// of the same bytes).
-fn copy_dir(from: &Path, to: &Path) {
+/// A copy of the directory tree `from` at `to`, files as they are now (a
+/// store, for a second open of the same bytes). One for the fuzz targets
+/// and the tests.
+pub fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).expect("make the copy's directory");
     for entry in std::fs::read_dir(from).expect("list the store") {
         let entry = entry.expect("list the store");

@@ -202,20 +202,6 @@ fn a_poisoned_engine_is_not_backed_up() {
     assert!(!dest.exists(), "a refused backup leaves nothing");
 }
 
-/// Copy the directory tree `from` to `to`, files as they are now.
-fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let target = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_tree(&e.path(), &target);
-        } else {
-            std::fs::copy(e.path(), target).unwrap();
-        }
-    }
-}
-
 /// A backup killed part-way leaves its directory as it was at that moment:
 /// such a directory (copied mid-backup, as `kill -9` would leave it) is
 /// refused by every open as an unfinished backup, rather than opened as an
@@ -230,7 +216,7 @@ fn a_backup_cut_short_is_refused_as_unfinished() {
     let (from, to) = (dest.clone(), killed.clone());
     fail::cfg_callback(cairn_engine::FAILPOINT_BACKUP_AFTER_LOG, move || {
         if !to.exists() {
-            copy_tree(&from, &to);
+            cairn_engine::fuzzing::copy_dir(&from, &to);
         }
     })
     .unwrap();
