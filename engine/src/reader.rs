@@ -378,7 +378,7 @@ fn missing_index_entry(tp: &TopicPartition, counted: String) -> crate::error::Er
 /// The first offset of `tp`'s summary as stored in the tree (not the
 /// durable view: a truncation changes both in one batch with its index
 /// removals), if there is one.
-fn stored_first_offset(tree: &sled::Tree, tp: &TopicPartition) -> Result<Option<i64>> {
+pub(crate) fn stored_first_offset(tree: &sled::Tree, tp: &TopicPartition) -> Result<Option<i64>> {
     let key = keys::partition_key(tp);
     let Some(v) = tree.get(&key).map_err(store_err("read summary"))? else {
         return Ok(None);

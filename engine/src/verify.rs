@@ -816,20 +816,20 @@ fn verify_log(
             // in the tail: before 2026-12-03 verify only saw one without an
             // index entry, and said an open would repair it). A summary
             // that does not read is reported where summaries are checked.
-            let k = keys::partition_key(&entry.tp);
-            let stored = tree.get(&k).map_err(store_err("read summary"))?;
-            if let Some(Ok((_, s))) = stored.map(|v| PartitionSummary::decode(&k, &v)) {
-                if described.first_offset < s.first_offset {
-                    r.add(
-                        Location::Wal { lsn: first_lsn },
-                        CorruptionKind::OffsetOrder {
-                            detail: format!(
-                                "{} entry starts at {} but the partition's first offset is {} (a prune deleted every entry below it)",
-                                entry.tp, described.first_offset, s.first_offset
-                            ),
-                        },
-                    );
-                }
+            let first = match crate::reader::stored_first_offset(tree, &entry.tp) {
+                Err(e) if e.is_corruption() => None,
+                read => read?,
+            };
+            if let Some(first) = first.filter(|&f| described.first_offset < f) {
+                r.add(
+                    Location::Wal { lsn: first_lsn },
+                    CorruptionKind::OffsetOrder {
+                        detail: format!(
+                            "{} entry starts at {} but the partition's first offset is {first} (a prune deleted every entry below it)",
+                            entry.tp, described.first_offset
+                        ),
+                    },
+                );
             }
         }
         check_index_entry(tree, &entry.tp, &described, &mut facts, r)?;
