@@ -526,16 +526,12 @@ async fn demo_in(n: u64, data: PathBuf) -> Result<ExitCode> {
     // What the crash shows, checked: Kafka's offsets never passed what the
     // archive holds durably, and the put that died between its fsync and
     // its commit left records durable and not committed.
-    for (p, c) in &kafka_committed {
-        let d = durable_after_crash
-            .get(&TopicPartition::new(DEMO_TOPIC, *p))
-            .copied()
-            .unwrap_or(0);
-        if *c > d {
-            return Err(ConnectorError::Sink(format!(
-                "demo: partition {p}: after the crash Kafka committed {c}, past the {d} the archive holds durably"
-            )));
-        }
+    if let Some((p, c, d)) =
+        beside_durable(&kafka_committed, &durable_after_crash).find(|&(_, c, d)| c > d)
+    {
+        return Err(ConnectorError::Sink(format!(
+            "demo: partition {p}: after the crash Kafka committed {c}, past the {d} the archive holds durably"
+        )));
     }
     if committed_total >= durable_total {
         return Err(ConnectorError::Sink(format!(
@@ -591,16 +587,10 @@ async fn demo_in(n: u64, data: PathBuf) -> Result<ExitCode> {
         .map_err(|e| ConnectorError::Sink(format!("demo verification failed: {e}")))?;
     let final_committed = committed(&brokers, &cfg.group, DEMO_TOPIC, DEMO_PARTITIONS)?;
     let durable = engine.durable_offsets();
-    for (p, c) in &final_committed {
-        let d = durable
-            .get(&TopicPartition::new(DEMO_TOPIC, *p))
-            .copied()
-            .unwrap_or(0);
-        if *c != d {
-            return Err(ConnectorError::Sink(format!(
-                "demo: partition {p}: Kafka committed {c}, the archive holds up to {d} (they must be equal once the run has finished)"
-            )));
-        }
+    if let Some((p, c, d)) = beside_durable(&final_committed, &durable).find(|&(_, c, d)| c != d) {
+        return Err(ConnectorError::Sink(format!(
+            "demo: partition {p}: Kafka committed {c}, the archive holds up to {d} (they must be equal once the run has finished)"
+        )));
     }
     let h = &report.put_to_commit_us;
     let stats = engine.stats();
@@ -676,6 +666,22 @@ pub const DEMO_PARENT_ENV: &str = "CAIRN_DEMO_PARENT";
 
 /// How to run this `cairn` again, for the commands the demo suggests: its
 /// path (after `cargo run`, `cairn` is on no PATH), or `cairn`.
+/// Each demo partition's committed offset (as [`committed`] reads them)
+/// beside the archive's durable one (0 where it holds none): (partition,
+/// committed, durable).
+fn beside_durable<'a>(
+    committed: &'a BTreeMap<i32, i64>,
+    durable: &'a BTreeMap<TopicPartition, i64>,
+) -> impl Iterator<Item = (i32, i64, i64)> + 'a {
+    committed.iter().map(|(&p, &c)| {
+        let d = durable
+            .get(&TopicPartition::new(DEMO_TOPIC, p))
+            .copied()
+            .unwrap_or(0);
+        (p, c, d)
+    })
+}
+
 fn this_cairn() -> String {
     std::env::current_exe().map_or_else(|_| "cairn".into(), |p| p.display().to_string())
 }
