@@ -1670,7 +1670,7 @@ fn an_unreadable_sled_page_ends_the_check_keeping_what_it_found() {
 /// open took such a chunk in, with a checkpoint no later open accepts).
 #[test]
 fn the_largest_lsn_bounds_appends_and_opens() {
-    use cairn_engine::frame::{decode, encode, encode_tombstone, FrameKind};
+    use cairn_engine::frame::{encode, encode_tombstone, FrameKind};
     use cairn_engine::keys::LSN_MAX;
     let (dir, tp) = store();
     with_raw_tree(dir.path(), |t| {
@@ -1702,13 +1702,8 @@ fn the_largest_lsn_bounds_appends_and_opens() {
     let read: Vec<i64> = e.read(&tp, 0).unwrap().map(|r| r.unwrap().offset).collect();
     assert_eq!(read, (0..31).collect::<Vec<_>>());
     drop(e);
-    // That chunk again, sealed at the largest LSN, past the checkpoint.
-    with_raw_tree(dir.path(), |t| {
-        let v = t.get(wal_key(LSN_MAX - 1)).unwrap().unwrap();
-        let f = decode(LSN_MAX - 1, &v).unwrap();
-        t.insert(wal_key(LSN_MAX), encode(LSN_MAX, f.kind, f.flags, f.body))
-            .unwrap();
-    });
+    // That entry again, sealed at the largest LSN, past the checkpoint.
+    with_raw_tree(dir.path(), |t| put_entry(t, &tp, LSN_MAX, 30..31));
     for mode in [RecoveryMode::TolerateTail, RecoveryMode::Strict] {
         let err = Engine::open(cfg().recovery_mode(mode))
             .map(|_| ())
@@ -1737,7 +1732,6 @@ fn the_largest_lsn_bounds_appends_and_opens() {
 /// would repair (before 2026-12-03 its note said so).
 #[test]
 fn an_entry_below_the_partitions_first_offset_is_damage_for_verify_too() {
-    use cairn_engine::frame::{decode, encode};
     let dir = tempfile::tempdir().unwrap();
     let tp = TopicPartition::new("c", 0);
     // The partition emptied by a prune: its summary keeps first offset 10.
@@ -1749,27 +1743,13 @@ fn an_entry_below_the_partitions_first_offset_is_damage_for_verify_too() {
         e.close().unwrap();
         next
     };
-    // The same entry, written in another store, sealed past this one's
-    // checkpoint: a valid frame no build writes there.
-    let other = tempfile::tempdir().unwrap();
-    {
-        let e = Engine::open(EngineConfig::new(other.path())).unwrap();
-        e.append(&[batch(&tp, 0..10, 20)]).unwrap();
-        e.close().unwrap();
-    }
-    let v = with_raw_tree(other.path(), |t| t.get(wal_key(1)).unwrap().unwrap());
-    let f = decode(1, &v).unwrap();
-    with_raw_tree(dir.path(), |t| {
-        t.insert(wal_key(next_lsn), encode(next_lsn, f.kind, f.flags, f.body))
-            .unwrap();
-    });
-    let err = Engine::open(EngineConfig::new(dir.path()))
-        .map(|_| ())
-        .expect_err("an entry below the partition's first offset");
-    let kind = assert_corrupt_at(err, next_lsn);
-    assert!(
-        matches!(kind, CorruptionKind::OffsetOrder { .. }),
-        "{kind:?}"
+    // The same entry sealed past the checkpoint: a valid frame no build
+    // writes there.
+    with_raw_tree(dir.path(), |t| put_entry(t, &tp, next_lsn, 0..10));
+    assert_order_refused(
+        dir.path(),
+        next_lsn,
+        "starts at 0 but the partition's first offset is 10",
     );
     let v = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
     assert!(
