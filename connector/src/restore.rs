@@ -602,7 +602,10 @@ fn standing(start: i64, finished: bool, d: &PartitionDeliveries) -> Standing {
 /// within the selection (`to`, exclusive) is `Complete`: the stop came
 /// right after the partition's last record, or a prune emptied it, and a
 /// rerun from there would be refused as restoring nothing. A read that
-/// fails keeps the resume point: the rerun reports the failure.
+/// fails keeps the resume point: the rerun reports the failure. The read
+/// is a range read, which counts the partition's index first: a lost
+/// index entry above the resume point fails it, rather than look like
+/// nothing left (a stop would then end "whole" with records unsent).
 fn left_to_restore(
     engine: &Engine,
     source: &TopicPartition,
@@ -613,7 +616,7 @@ fn left_to_restore(
         return st;
     };
     let end = to.unwrap_or(i64::MAX);
-    let holds = match engine.read(source, from) {
+    let holds = match engine.read_range(source, from, to) {
         Ok(mut records) => match records.next() {
             Some(Ok(r)) => r.offset < end,
             Some(Err(_)) => true,
@@ -1137,8 +1140,13 @@ fn check_last(
 }
 
 /// The archive's record of `source` at exactly `offset`, if it holds one.
+/// A range read: a lost index entry is `Corruption`, not a record the
+/// archive does not hold (which `--resume` would blame on the target).
 fn record_at(engine: &Engine, source: &TopicPartition, offset: i64) -> Result<Option<Record>> {
-    match engine.read(source, offset)?.next() {
+    match engine
+        .read_range(source, offset, Some(offset.saturating_add(1)))?
+        .next()
+    {
         Some(r) => {
             let r = r?;
             Ok((r.offset == offset).then_some(r))
@@ -1563,6 +1571,55 @@ mod tests {
             acknowledged: 2,
         };
         assert_eq!(left_to_restore(&engine, &kept, None, gap.clone()), gap);
+    }
+
+    /// A lost index entry above a resume point is damage, not "nothing
+    /// left": a stop there must not end whole with records unsent, and
+    /// `--resume`'s checks must report it rather than blame the target.
+    #[test]
+    fn a_lost_index_entry_is_not_nothing_left() {
+        use cairn_engine::{EngineConfig, Record, RecordBatch};
+        let dir = tempfile::tempdir().unwrap();
+        let tp = TopicPartition::new("t", 0);
+        let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        for entry in 0..3 {
+            let records = (entry * 5..entry * 5 + 5)
+                .map(|o| Record::with_value(o, "v"))
+                .collect();
+            let batch = RecordBatch {
+                tp: tp.clone(),
+                records,
+            };
+            engine.append(&[batch]).unwrap();
+        }
+        engine.close().unwrap();
+        let db = EngineConfig::new(dir.path()).open_sled().unwrap();
+        let tree = db.open_tree("cairn").unwrap();
+        tree.remove(cairn_engine::keys::index_key(&tp, 5)).unwrap();
+        db.flush().unwrap();
+        drop((tree, db));
+        let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        // A restore `--to 10` stopped at 5 or 7: the read from there
+        // meets offset 10 first, past the selection.
+        for from in [5, 7] {
+            assert_eq!(
+                left_to_restore(&engine, &tp, Some(10), Standing::Resume(from)),
+                Standing::Resume(from),
+                "a lost entry at the resume point {from}"
+            );
+        }
+        assert!(matches!(
+            record_at(&engine, &tp, 7),
+            Err(ConnectorError::Engine(
+                cairn_engine::Error::Corruption { .. }
+            ))
+        ));
+        assert!(matches!(
+            record_at(&engine, &tp, 12),
+            Err(ConnectorError::Engine(
+                cairn_engine::Error::Corruption { .. }
+            ))
+        ));
     }
 
     #[test]

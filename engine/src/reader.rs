@@ -175,14 +175,21 @@ impl Engine {
     /// (at most two) entries the range cuts. For a caller that checks a
     /// copy of a range against the archive without reading it all (a
     /// resumed restore). A truncation racing the count can make it count
-    /// records deleted meanwhile, or not.
+    /// records deleted meanwhile, or not. Like [`Engine::read_range`], it
+    /// first counts the partition's whole index against its summary: a
+    /// lost index entry is `Corruption`, not a count short by its records
+    /// (which a resumed restore would blame on the copy).
     pub fn count_range(&self, tp: &TopicPartition, from: i64, to: i64) -> Result<u64> {
         validate_tp(tp)?;
-        let to = to.min(self.durable_offset(tp).unwrap_or(0));
+        let Some(durable) = self.durable_view().partitions.get(tp).copied() else {
+            return Ok(0);
+        };
+        let to = to.min(durable.next_offset);
         let from = from.max(0);
         if from >= to {
             return Ok(0);
         }
+        check_index_count(&self.tree, tp, &durable)?;
         let mut count = 0u64;
         let start = self.index_key_from(tp, from)?;
         for item in self.tree.range(start..keys::index_prefix_end(tp)) {
