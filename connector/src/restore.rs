@@ -1034,7 +1034,9 @@ fn target_records(
                             .find_map(|h| h.value)
                     })
                     .and_then(|v| String::from_utf8(v).ok())
-                    .and_then(|s| s.parse::<i64>().ok());
+                    .and_then(|s| s.parse::<i64>().ok())
+                    // No Kafka offset is negative: not an archived one.
+                    .filter(|o| *o >= 0);
                 found.insert(
                     tp,
                     TargetRecord {
@@ -1127,7 +1129,7 @@ fn check_last(
             let first = engine.partition(source).map(|p| p.first_offset);
             match first {
                 Some(first) if archived < first => Err(ConnectorError::RestoreRefused(format!(
-                    "--resume: the last record of {target} (offset {}) names archived offset {archived}, which the archive no longer holds: a prune deleted it (the archive's {source} now starts at offset {first}), so what was archived between {} and {first} is gone from it, restored or not; to go on from what it holds, rerun with --append --from {first} in place of --resume",
+                    "--resume: the last record of {target} (offset {}) names archived offset {archived}, which is below what the archive holds (its {source} starts at offset {first}): a prune deleted it, if this archive held it, so what was archived between {} and {first} is gone from it, restored or not (if this archive never held it, the target's records are another archive's: restore into an empty topic); to go on from what it holds, rerun with --append --from {first} in place of --resume",
                     last.offset,
                     archived.saturating_add(1),
                 ))),
