@@ -148,6 +148,14 @@ impl RestoreConfig {
             }
         }
         check_producer_settings(&producer_config(self)).map_err(ConnectorError::Config)?;
+        if self.resume {
+            // The reader takes `-X` too: checked now, before the archive
+            // is opened and the brokers are asked anything.
+            crate::config::refuse_settings(&self.kafka, READER_SETS, "cairn restore --resume")?;
+            crate::librdkafka::check_consumer_settings(&reader_config(self)).map_err(|e| {
+                ConnectorError::Config(format!("reader settings for --resume: {e}"))
+            })?;
+        }
         Ok(())
     }
 
@@ -933,6 +941,15 @@ fn preflight(
 /// `-X` settings of the producer (security ones above all), and never moves
 /// on its own past what it was told to read.
 fn resume_reader(cfg: &RestoreConfig) -> Result<BaseConsumer<ReaderContext>> {
+    reader_config(cfg)
+        .create_with_context(ReaderContext)
+        .map_err(|e| ConnectorError::Config(format!("reader settings for --resume: {e}")))
+}
+
+/// The settings of `--resume`'s reader: `-X` (the producer's), and what
+/// the reader sets itself, which [`RestoreConfig::validate`] refuses from
+/// `-X` under any other name.
+fn reader_config(cfg: &RestoreConfig) -> ClientConfig {
     let mut c = ClientConfig::new();
     for (k, v) in &cfg.kafka {
         c.set(k, v);
@@ -946,9 +963,18 @@ fn resume_reader(cfg: &RestoreConfig) -> Result<BaseConsumer<ReaderContext>> {
     c.set("bootstrap.servers", &cfg.brokers)
         .set("enable.auto.commit", "false")
         .set("auto.offset.reset", "error");
-    c.create_with_context(ReaderContext)
-        .map_err(|e| ConnectorError::Config(format!("reader settings for --resume: {e}")))
+    c
 }
+
+/// What `--resume`'s reader sets, with the value it sets: `-X` may give
+/// the same value, under any name, but no other (under another name than
+/// the reader's, which of the two librdkafka took would change from run
+/// to run).
+const READER_SETS: [(&str, Option<&str>); 3] = [
+    ("enable.auto.commit", Some("false")),
+    ("auto.commit.enable", Some("false")),
+    ("auto.offset.reset", Some("error")),
+];
 
 /// A record of a target partition (its first or its last), as `--resume`
 /// needs it.
@@ -1533,6 +1559,40 @@ mod tests {
     }
 
     /// Without the brokers' API versions records would go without headers.
+    /// `--resume`'s reader takes `-X` too: what it sets itself may not be
+    /// given otherwise under another name, and what librdkafka refuses for
+    /// a consumer is refused before anything is opened.
+    #[test]
+    fn resume_reader_settings_are_checked_up_front() {
+        let with = |k: &str, v: &str, resume: bool| {
+            let mut cfg = RestoreConfig::new("127.0.0.1:1");
+            cfg.offset_header = Some("cairn.offset".into());
+            cfg.resume = resume;
+            cfg.kafka.insert(k.into(), v.into());
+            cfg.validate().map_err(|e| e.to_string())
+        };
+        for (k, v) in [
+            ("auto.commit.enable", "true"),
+            ("topic.auto.commit.enable", "true"),
+            ("topic.auto.offset.reset", "earliest"),
+            ("enable.auto.commit", "true"),
+        ] {
+            let e = with(k, v, true).unwrap_err();
+            assert!(
+                e.contains(&format!("-X {k}={v}: cairn restore --resume sets")),
+                "{e}"
+            );
+            assert_eq!(with(k, v, false), Ok(()), "no reader without --resume");
+        }
+        assert_eq!(with("auto.commit.enable", "false", true), Ok(()));
+        let e = with("fetch.max.bytes", "1024", true).unwrap_err();
+        assert!(
+            e.contains("reader settings for --resume") && e.contains("fetch.max.bytes"),
+            "{e}"
+        );
+        assert_eq!(with("fetch.max.bytes", "1024", false), Ok(()));
+    }
+
     #[test]
     fn the_old_protocol_is_refused() {
         let mut cfg = RestoreConfig::new("127.0.0.1:1");
