@@ -848,7 +848,9 @@ fn resume_checks_the_last_record_against_the_archive() {
     let mut cfg = config(&k);
     cfg.offset_header = Some("cairn.offset".into());
     cfg.resume = true;
-    // -X settings reach the reader too (producer-only ones are ignored there).
+    // -X settings reach the reader too: producer-only ones must not break
+    // it (librdkafka ignores them there). That the reader takes -X at all
+    // is `resume_reader_settings_are_checked_up_front`'s.
     cfg.kafka
         .insert("client.id".into(), "cairn-restore-test".into());
     cfg.kafka.insert("compression.type".into(), "lz4".into());
