@@ -430,20 +430,27 @@ impl Shared {
 
     /// librdkafka found a position Kafka no longer has (its
     /// `auto.offset.reset` is `error`) and stopped fetching that partition
-    /// until it is assigned again, without saying which partition it was.
+    /// until it is assigned again. An error from the run's queue names its
+    /// partition, and only the partitions named are judged (`scope`); one
+    /// from the consumer queue does not (rust-rdkafka drops the partition),
+    /// and then every assigned partition is. A partition not judged goes
+    /// on where it is: its position may already be below a log start that
+    /// retention moved while its next records wait, fetched, in the run's
+    /// queue, and moving it would throw those records away.
     ///
-    /// Each assigned partition's position (or, if it delivered nothing yet,
+    /// Each judged partition's position (or, if it delivered nothing yet,
     /// the offset it started from) is checked against Kafka's log
     /// (retention.rs; one refetching what this store lost, from its commit
     /// on: `Start::Refetch`). A partition out of the log starts again where
     /// the policy says; one whose bounds cannot be read, or that started at
     /// the log start and delivered nothing, starts again where it is (which
-    /// costs a re-fetch, nothing more). If no position is out of the log,
-    /// the error was stale (about a partition revoked since, or a second
-    /// error about one already restarted) or came from a fetch the check
-    /// cannot see (a log end cut back below librdkafka's fetch position,
-    /// fetching from a follower): every partition starts again where it is,
-    /// so none stays stopped.
+    /// costs a re-fetch, nothing more). A judged partition whose position is
+    /// in the log starts again where it is too: the error was stale (a
+    /// second error about one already restarted) or came from a fetch the
+    /// check cannot see (a log end cut back below librdkafka's fetch
+    /// position, fetching from a follower), and it must not stay stopped.
+    /// An error about a partition no longer assigned is stale: nothing is
+    /// restarted.
     ///
     /// Restarting assigns outside the rebalance callback, and librdkafka
     /// takes an `(incremental_)(un)assign` made while a rebalance waits on
@@ -457,6 +464,7 @@ impl Shared {
     fn offset_reset(
         &mut self,
         consumer: &BaseConsumer<SinkContext>,
+        scope: &ResetScope,
         events_waiting: &dyn Fn() -> bool,
     ) -> Result<bool> {
         use retention::Standing;
@@ -466,26 +474,54 @@ impl Shared {
         self.flush(None)?;
         let positions = retention::positions(consumer)?;
         let assigned: Vec<TopicPartition> = self.assigned.iter().cloned().collect();
+        let judged: Vec<TopicPartition> = assigned
+            .iter()
+            .filter(|tp| scope.covers(tp))
+            .cloned()
+            .collect();
+        if judged.is_empty() {
+            tracing::info!(
+                "the reset error was about partitions no longer assigned here: nothing to restart"
+            );
+            return Ok(true);
+        }
         let policy = self.on_offset_out_of_range;
-        let mut bounds = retention::Bounds::new(consumer, assigned.clone(), self.bounds_budget);
+        let mut bounds = retention::Bounds::new(consumer, judged.clone(), self.bounds_budget);
+        // Partitions not judged, each where it goes on (only the eager
+        // protocol's restart assigns them again, there).
         let mut going_on: BTreeMap<TopicPartition, Offset> = BTreeMap::new();
+        // Judged partitions in the log: restarted where they are unless
+        // some judged partition is out of it.
+        let mut in_log: BTreeMap<TopicPartition, Offset> = BTreeMap::new();
         let mut restart: BTreeMap<TopicPartition, Offset> = BTreeMap::new();
         // The partitions the policy moves, and where to.
         let mut moved: Vec<(TopicPartition, i64)> = Vec::new();
-        // Whether some partition is out of Kafka's log: what the error was
-        // about.
+        // Whether some judged partition is out of Kafka's log: what the
+        // error was about.
         let mut explained = false;
         for tp in &assigned {
-            let delivered = positions
-                .get(tp)
-                .copied()
-                .or_else(|| self.pipeline.state().consumed.get(tp).copied());
             let start = self.starts.get(tp).copied();
+            let started_at = match start {
+                Some(Start::At(o) | Start::Refetch { from: o, .. }) => Some(o),
+                _ => None,
+            };
+            // A fetch stop clears librdkafka's position: the offset after
+            // the last put then, unless the partition was moved past it
+            // since (by an earlier reset) and has delivered nothing yet.
+            let delivered = positions.get(tp).copied().or_else(|| {
+                let consumed = self.pipeline.state().consumed.get(tp).copied();
+                consumed.max(started_at.filter(|_| consumed.is_some()))
+            });
+            let judging = judged.contains(tp);
             let at = match (delivered, start) {
                 (Some(p), _) => p,
                 (None, Some(Start::At(o) | Start::Refetch { from: o, .. })) => o,
-                (None, Some(Start::Beginning)) => {
+                (None, Some(Start::Beginning)) if judging => {
                     restart.insert(tp.clone(), Offset::Beginning);
+                    continue;
+                }
+                (None, Some(Start::Beginning)) => {
+                    going_on.insert(tp.clone(), Offset::Beginning);
                     continue;
                 }
                 // Only a partition of an assignment that stopped the run:
@@ -503,10 +539,14 @@ impl Shared {
                     )))
                 }
             };
+            if !judging {
+                going_on.insert(tp.clone(), Offset::Offset(at));
+                continue;
+            }
             let archived_below = start.and_then(|s| s.archived_below());
             match retention::standing(&mut bounds, tp, at, archived_below, policy)? {
                 Standing::InLog => {
-                    going_on.insert(tp.clone(), Offset::Offset(at));
+                    in_log.insert(tp.clone(), Offset::Offset(at));
                 }
                 Standing::MoveTo(to) => {
                     explained = true;
@@ -518,9 +558,11 @@ impl Shared {
                 }
             }
         }
-        if !explained {
-            tracing::warn!("a reset error no partition's position explains: every partition fetches again from where it is");
-            restart.append(&mut going_on);
+        if explained {
+            going_on.append(&mut in_log);
+        } else {
+            tracing::warn!(partitions = ?in_log.keys().map(ToString::to_string).collect::<Vec<_>>(), "a reset error no position explains: its partitions fetch again from where they are");
+            restart.append(&mut in_log);
         }
         if restart.is_empty() {
             return Ok(true);
@@ -1049,6 +1091,35 @@ const EVENTS_WAIT_MAX: Duration = Duration::from_millis(10);
 /// events wait, but not forever while they keep arriving.
 const EVENTS_PER_PASS_MAX: usize = 64;
 
+/// The partitions a reset error (or several, before the restart) was
+/// about: those named, or every assigned one when an error named none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ResetScope {
+    All,
+    These(BTreeSet<TopicPartition>),
+}
+
+impl ResetScope {
+    /// Widen `wanted` by an error about `about` (`None`: it named none).
+    fn add(wanted: &mut Option<ResetScope>, about: Option<TopicPartition>) {
+        *wanted = Some(match (wanted.take(), about) {
+            (Some(ResetScope::All), _) | (_, None) => ResetScope::All,
+            (Some(ResetScope::These(mut tps)), Some(tp)) => {
+                tps.insert(tp);
+                ResetScope::These(tps)
+            }
+            (None, Some(tp)) => ResetScope::These(BTreeSet::from([tp])),
+        });
+    }
+
+    fn covers(&self, tp: &TopicPartition) -> bool {
+        match self {
+            ResetScope::All => true,
+            ResetScope::These(tps) => tps.contains(tp),
+        }
+    }
+}
+
 /// What a consumer error needs.
 enum ErrorAction {
     /// A position is out of Kafka's log: check retention and restart.
@@ -1162,7 +1233,7 @@ fn consume(
     // A reset error was seen and its partitions are not restarted yet; and
     // whether a restart was already put off once for an event that came
     // while it was being worked out.
-    let mut reset_wanted = false;
+    let mut reset_wanted: Option<ResetScope> = None;
     let mut reset_put_off = false;
     loop {
         // A failure first: a stop that arrives with it (a signal, or a
@@ -1186,7 +1257,10 @@ fn consume(
                 None => break,
                 Some(Err(e)) => {
                     let why = consumer.context().take_error_reason(&e);
-                    reset_wanted |= on_consume_error(e, why)?
+                    if on_consume_error(e, why)? {
+                        // rust-rdkafka's error names no partition.
+                        ResetScope::add(&mut reset_wanted, None);
+                    }
                 }
                 Some(Ok(m)) => {
                     use rdkafka::message::Message;
@@ -1209,13 +1283,13 @@ fn consume(
         // worked out puts it off once, to serve it; not twice, since any
         // event counts (a broker's errors keep coming while it is down) and
         // the run's queue is not taken from meanwhile.
-        if reset_wanted {
+        if let Some(scope) = &reset_wanted {
             let recheck = || !reset_put_off && fetch.events_waiting();
-            if !lock(shared).offset_reset(consumer, &recheck)? {
+            if !lock(shared).offset_reset(consumer, scope, &recheck)? {
                 reset_put_off = true;
                 continue;
             }
-            reset_wanted = false;
+            reset_wanted = None;
             reset_put_off = false;
             forward_now = true;
         }
@@ -1234,7 +1308,7 @@ fn consume(
         // record after a stopping error is never archived, one after an
         // offset reset is taken once the partitions go on).
         let mut cut = false;
-        let mut needs: Option<(rdkafka::error::KafkaError, String)> = None;
+        let mut needs: Option<(rdkafka::error::KafkaError, String, Option<TopicPartition>)> = None;
         let mut refused: Option<ConnectorError> = None;
         let mut held: Option<MutexGuard<'_, Shared>> = None;
         let handed = fetch.take(wait.min(EVENTS_WAIT_MAX), crate::fetch::TAKE_MAX, |m| {
@@ -1264,7 +1338,9 @@ fn consume(
                         Flow::Go
                     }
                     ErrorAction::Reset | ErrorAction::Stop => {
-                        needs = Some((e, m.describe_error()));
+                        let about = (!m.topic().is_empty())
+                            .then(|| TopicPartition::new(m.topic(), m.partition()));
+                        needs = Some((e, m.describe_error(), about));
                         Flow::Stop
                     }
                 },
@@ -1276,8 +1352,10 @@ fn consume(
         if let Some(e) = refused {
             return Err(e);
         }
-        if let Some((e, why)) = needs {
-            reset_wanted |= on_consume_error(e, Some(why))?;
+        if let Some((e, why, about)) = needs {
+            if on_consume_error(e, Some(why))? {
+                ResetScope::add(&mut reset_wanted, about);
+            }
         }
         // Nothing more was waiting when the call returned.
         let drained = !cut && handed < crate::fetch::TAKE_MAX;
@@ -1309,6 +1387,27 @@ mod tests {
     use super::stops_the_run;
     use rdkafka::error::KafkaError;
     use rdkafka::types::RDKafkaErrorCode as C;
+
+    /// Reset errors before a restart add up: the partitions they name, or
+    /// every assigned one once an error names none.
+    #[test]
+    fn reset_errors_widen_their_scope() {
+        use super::ResetScope;
+        use cairn_engine::TopicPartition;
+        let (a, b) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
+        let mut wanted = None;
+        ResetScope::add(&mut wanted, Some(a.clone()));
+        let scope = wanted.clone().unwrap();
+        assert!(scope.covers(&a) && !scope.covers(&b));
+        ResetScope::add(&mut wanted, Some(b.clone()));
+        let scope = wanted.clone().unwrap();
+        assert!(scope.covers(&a) && scope.covers(&b));
+        assert!(!scope.covers(&TopicPartition::new("u", 0)));
+        ResetScope::add(&mut wanted, None);
+        assert_eq!(wanted, Some(ResetScope::All));
+        ResetScope::add(&mut wanted, Some(a));
+        assert_eq!(wanted, Some(ResetScope::All));
+    }
 
     /// librdkafka's two descriptions of a log cut back below a fetched
     /// position (rdkafka_offset.c, with the error's own text appended by
