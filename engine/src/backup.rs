@@ -34,6 +34,7 @@ use crate::keys;
 use crate::lock::{DirLock, LOCK_FILE};
 use crate::meta;
 use crate::slots;
+use crate::sync::DurableSync;
 use crate::verify::{check_stop, VerifyReport};
 
 /// A file in a backup's directory from before anything is copied until the
@@ -45,13 +46,31 @@ pub const BACKUP_INCOMPLETE_FILE: &str = "cairn.backup-incomplete";
 /// `Error::IncompleteBackup` if `dir` holds [`BACKUP_INCOMPLETE_FILE`]:
 /// the check of every open, of a stopped verify, and of a command that
 /// looks for an archive there first.
+/// A mark that cannot be looked for (`stat` failing with EIO or EACCES)
+/// is an error too: taken for absent, it would let the remains of a copy
+/// pass for an archive.
 pub fn refuse_unfinished_backup(dir: &Path) -> Result<()> {
-    if dir.join(BACKUP_INCOMPLETE_FILE).exists() {
-        return Err(Error::IncompleteBackup {
+    let mark = dir.join(BACKUP_INCOMPLETE_FILE);
+    match std::fs::symlink_metadata(&mark) {
+        Ok(_) => Err(Error::IncompleteBackup {
             path: dir.to_owned(),
-        });
+        }),
+        // No such directory, or a file in its place: no mark there, and
+        // what looks for an archive says what is.
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+            ) =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(Error::Io {
+            op: "look for an unfinished backup's mark",
+            path: mark,
+            source: e,
+        }),
     }
-    Ok(())
 }
 
 /// Failpoint: in a backup, after the log is copied and before the index,
@@ -224,6 +243,9 @@ impl Engine {
                     .iter()
                     .find(|p| crate::verify::is_sled_log(&p.location))
                 {
+                    // Its disk may be failing: sled's fsync in its drop
+                    // would panic past the cleanup below.
+                    crate::engine::drop_failing_store(copy);
                     return Err(Error::corruption(p.location.clone(), p.kind.clone()));
                 }
                 copy.close()?;
@@ -294,25 +316,41 @@ impl Engine {
         let view = self.durable_view();
         let cfg = EngineConfig::new(dest);
         let db = cfg.open_sled()?;
-        let tree = db
-            .open_tree("cairn")
-            .map_err(store_err("open backup tree"))?;
-        // A copy that fails may have met a failing disk: its sled handles
-        // are dropped guarded (sled's drop fsyncs, and panics on one).
-        let copied = self.copy_into(&db, &tree, &view, stop);
-        if copied.is_err() {
-            crate::engine::drop_failing_store((tree, db));
-        }
+        // The copy's fdatasync handle, opened before anything is written
+        // to it: a writeback error the kernel reports meanwhile (to sled's
+        // own syncs) is still reported to this descriptor, which one
+        // opened after the copy (the copy's open below) would not be told
+        // of (sync.rs). Only this sync makes the copy durable: sled's
+        // `flush` does not, and sled's fsync in its drop unwraps.
+        let copied = DurableSync::open(&cfg.sled_path())
+            .map_err(|e| Error::Io {
+                op: "open the backup's data file for fdatasync",
+                path: cfg.sled_path(),
+                source: e,
+            })
+            .and_then(|syncer| {
+                let tree = db
+                    .open_tree("cairn")
+                    .map_err(store_err("open backup tree"))?;
+                let copied = self.copy_into(&db, &tree, &view, syncer, stop);
+                // Guarded on every path: after a sync that succeeded,
+                // sled's drop has nothing left to fail on, but a failing
+                // disk must fail the backup, not panic past its cleanup.
+                crate::engine::drop_failing_store(tree);
+                copied
+            });
+        crate::engine::drop_failing_store(db);
         copied
     }
 
     /// The body of [`copy_to`](Self::copy_to): the durable store as `view`
-    /// holds it, into the new store's `tree`, flushed.
+    /// holds it, into the new store's `tree`, synced by `syncer`.
     fn copy_into(
         &self,
         db: &sled::Db,
         tree: &sled::Tree,
         view: &DurableView,
+        mut syncer: DurableSync,
         stop: &AtomicBool,
     ) -> Result<BackupReport> {
         // Everything at or below the durable LSN was written whole before
@@ -434,7 +472,11 @@ impl Engine {
             keys::META_FORMAT,
             &meta::encode_format(meta::FORMAT_VERSION),
         )?;
-        db.flush().map_err(store_err("flush backup"))?;
+        syncer.sync(db, view.lsn).map_err(|e| Error::Io {
+            op: "fdatasync the backup",
+            path: syncer.data_path().to_owned(),
+            source: e,
+        })?;
         Ok(r)
     }
 }

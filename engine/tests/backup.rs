@@ -202,6 +202,58 @@ fn a_poisoned_engine_is_not_backed_up() {
     assert!(!dest.exists(), "a refused backup leaves nothing");
 }
 
+/// An unfinished backup's mark that cannot be looked for is an error, not
+/// taken for absent (the remains of a copy would pass for an archive);
+/// no directory there, or a file in its place, holds no mark.
+#[test]
+fn a_mark_that_cannot_be_looked_for_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let looped = dir.path().join("loop");
+    std::os::unix::fs::symlink(&looped, &looped).unwrap();
+    match cairn_engine::refuse_unfinished_backup(&looped) {
+        Err(Error::Io { op, path, .. }) => {
+            assert_eq!(op, "look for an unfinished backup's mark");
+            assert_eq!(path, looped.join(cairn_engine::BACKUP_INCOMPLETE_FILE));
+        }
+        other => panic!("expected an I/O error, got {other:?}"),
+    }
+    cairn_engine::refuse_unfinished_backup(&dir.path().join("none")).unwrap();
+    let file = dir.path().join("file");
+    std::fs::write(&file, b"").unwrap();
+    cairn_engine::refuse_unfinished_backup(&file).unwrap();
+    std::fs::write(dir.path().join(cairn_engine::BACKUP_INCOMPLETE_FILE), b"").unwrap();
+    assert!(matches!(
+        cairn_engine::refuse_unfinished_backup(dir.path()),
+        Err(Error::IncompleteBackup { .. })
+    ));
+}
+
+/// The copy is made durable by its own fdatasync, through a handle opened
+/// before the copy was written (sled's `flush` is no fsync, and the fsync
+/// in sled's drop unwraps). One that fails fails the backup, which removes
+/// its copy; the source is not touched, and a backup after it succeeds.
+#[test]
+fn a_failed_sync_of_the_copy_fails_the_backup_not_the_source() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let engine = source(&dir.path().join("src"));
+    let dest = dir.path().join("copy");
+    fail::cfg(cairn_engine::FAILPOINT_FLUSH_ERR, "return").unwrap();
+    let failed = engine.backup_to(&dest, &AtomicBool::new(false));
+    fail::remove(cairn_engine::FAILPOINT_FLUSH_ERR);
+    match failed {
+        Err(Error::Io { op, .. }) => assert_eq!(op, "fdatasync the backup"),
+        other => panic!("expected the copy's fdatasync to fail, got {other:?}"),
+    }
+    assert!(!dest.exists(), "a failed backup leaves nothing");
+    assert!(!engine.is_poisoned(), "the source is not the copy");
+    engine
+        .append(&[common::batch(&tps()[0], 500..510, 10)])
+        .unwrap();
+    let report = engine.backup_to(&dest, &AtomicBool::new(false)).unwrap();
+    assert!(report.verify.is_clean());
+}
+
 /// A backup killed part-way leaves its directory as it was at that moment:
 /// such a directory (copied mid-backup, as `kill -9` would leave it) is
 /// refused by every open as an unfinished backup, rather than opened as an
