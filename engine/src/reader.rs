@@ -223,16 +223,17 @@ impl Engine {
     /// it deletes, not what is kept (counting the kept entries instead read
     /// the whole retained index every pass). A store that lost an index
     /// entry, which verify and whole reads report, has the summary count
-    /// more than the index holds: the cut then takes one entry too many.
+    /// more than the index holds: the cut then keeps the lost entries'
+    /// bytes less than `bytes_max`. A cut that would delete every entry
+    /// has read them all, and checks: bytes the summary counts that no
+    /// entry holds are `Corruption` (a truncation would refuse only its
+    /// last step, after deleting in the others).
     pub fn offset_for_retained_bytes(&self, tp: &TopicPartition, bytes_max: u64) -> Result<i64> {
         validate_tp(tp)?;
-        let (end, mut held) = {
-            let view = self.durable_view();
-            match view.partitions.get(tp) {
-                Some(s) => (s.next_offset, s.payload_bytes),
-                None => return Ok(0),
-            }
+        let Some(summary) = self.durable_view().partitions.get(tp).copied() else {
+            return Ok(0);
         };
+        let (end, mut held) = (summary.next_offset, summary.payload_bytes);
         for item in self.tree.scan_prefix(keys::index_prefix(tp)) {
             let (_, e) = index_item(item)?;
             if e.first_offset >= end {
@@ -242,6 +243,17 @@ impl Engine {
                 return Ok(e.first_offset);
             }
             held = held.saturating_sub(e.payload_bytes);
+        }
+        // Unless a truncation ran meanwhile (it moves the stored first
+        // offset), and deleted entries this scan did not see.
+        if held > 0 && stored_first_offset(&self.tree, tp)? == Some(summary.first_offset) {
+            return Err(missing_index_entry(
+                tp,
+                format!(
+                    "the index holds {} payload bytes fewer below next offset {end} than the summary's {}",
+                    held, summary.payload_bytes
+                ),
+            ));
         }
         Ok(end)
     }

@@ -324,6 +324,37 @@ fn missing_index_entry_fails_a_whole_read() {
     assert!(!v.is_clean());
 }
 
+/// Retention by size over a lost index entry: a cut that keeps entries
+/// keeps the lost bytes less (documented), but one that would delete every
+/// entry has read them all, and refuses the bytes no entry holds before
+/// any step deletes anything.
+#[test]
+fn a_size_cut_of_every_entry_refuses_bytes_no_entry_holds() {
+    let (dir, tp) = store();
+    with_raw_tree(dir.path(), |t| {
+        t.remove(cairn_engine::keys::index_key(&tp, 10)).unwrap();
+    });
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let bytes = e.partition(&tp).unwrap().payload_bytes;
+    assert_eq!(e.offset_for_retained_bytes(&tp, bytes).unwrap(), 0);
+    match e.offset_for_retained_bytes(&tp, 0) {
+        Err(Error::Corruption {
+            location: Location::Partition { partition: 0, .. },
+            kind: CorruptionKind::SummaryMismatch { detail },
+        }) => assert!(
+            detail.contains("payload bytes fewer below next offset 30")
+                && detail.contains(&format!("than the summary's {bytes}")),
+            "{detail}"
+        ),
+        other => panic!("expected a byte count mismatch, got {other:?}"),
+    }
+    assert_eq!(
+        e.partition(&tp).unwrap().record_count,
+        30,
+        "nothing deleted"
+    );
+}
+
 /// A lost index entry below the newest is damage the store opens with
 /// (the summary's count is checked against it on a whole read); a
 /// truncation that would delete every remaining entry must refuse it, not
