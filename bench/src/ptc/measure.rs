@@ -218,6 +218,23 @@ fn peak_rss_bytes() -> Option<u64> {
 }
 
 /// File lengths and allocated bytes of everything under `dir`.
+/// Remove a scratch file and fsync the directory it was in: the removal's
+/// journal commit is paid here, not by the next measured step's first
+/// fsync.
+pub(crate) fn remove_synced(path: &Path) {
+    let _ = std::fs::remove_file(path);
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
+    }
+}
+
+/// A scratch store's directory, removed, and `out` (where it was) synced,
+/// for the same reason as [`remove_synced`].
+fn scratch_removed(dir: tempfile::TempDir, out: &Path) {
+    let _ = dir.close();
+    let _ = std::fs::File::open(out).and_then(|d| d.sync_all());
+}
+
 fn dir_bytes(dir: &Path) -> std::io::Result<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
     let (mut len, mut allocated) = (0, 0);
@@ -254,7 +271,7 @@ pub fn disk_bandwidth(out: &Path, mib: usize) -> Result<Throughput, String> {
         .map_err(|e| format!("bandwidth fdatasync: {e}"))?;
     let seconds = t.elapsed().as_secs_f64();
     drop(f);
-    let _ = std::fs::remove_file(&path);
+    remove_synced(&path);
     Ok(Throughput::new(
         (total / CHUNK) as u64,
         total as u64,
@@ -449,6 +466,7 @@ pub fn cairn(case: &Case, policy: CommitPolicy) -> Result<(CairnRun, Histogram<u
     let size = case.size;
     let (disk_bytes, disk_bytes_allocated) =
         dir_bytes(dir.path()).map_err(|e| format!("store size: {e}"))?;
+    scratch_removed(dir, case.out);
     let records = a.records;
     let report = a.report;
     let run = CairnRun {
@@ -595,6 +613,7 @@ pub fn footprint(case: &Case, policy: CommitPolicy) -> Result<Footprint, String>
         .ok_or_else(|| format!("archive child printed no peak RSS: {stdout}"))?;
     let (disk_bytes, disk_bytes_allocated) =
         dir_bytes(dir.path()).map_err(|e| format!("store size: {e}"))?;
+    scratch_removed(dir, case.out);
     let payload_bytes = produced(case.ends) * case.size as u64;
     Ok(Footprint {
         policy: policy_name(policy),
@@ -776,10 +795,9 @@ pub fn floor(
         fsync_us.push(t.elapsed().as_micros() as u64);
     }
     drop(f);
-    let _ = std::fs::remove_file(&path);
     // The removal's journal commit is paid here, not by the next step's
     // first fsync (rotated rounds keep the disk step right after this one).
-    let _ = std::fs::File::open(out).and_then(|d| d.sync_all());
+    remove_synced(&path);
 
     let c = consumer(brokers, &unique_group("floor"))?;
     c.subscribe(&[topic])

@@ -72,7 +72,8 @@ pub fn table(r: &Report) {
     println!("put-to-commit, {} ({})", r.date_utc, r.machine);
     println!("broker: {}", r.brokers);
     println!(
-        "disk: sequential writes of 256 MiB + fdatasync, {:.0} MB/s (before the cases; each round measures its own)",
+        "disk: sequential writes of {} MiB + fdatasync, {:.0} MB/s (before the cases; each round measures its own)",
+        r.disk_bandwidth.records,
         r.disk_bandwidth.mb_per_s
     );
     for c in &r.cases {
@@ -175,7 +176,7 @@ fn round_table(c: &Round, rounds: usize) {
         None,
         Some(&c.floor.sum),
         &format!(
-            "fdatasync of {} B p50 {} us, commit p50 {} us",
+            "write + fdatasync of {} B p50 {} us, commit p50 {} us",
             c.floor.put_bytes, c.floor.fdatasync.p50_us, c.floor.commit.p50_us
         ),
     );
@@ -190,8 +191,8 @@ fn round_table(c: &Round, rounds: usize) {
         None,
         None,
         &format!(
-            "256 MiB + fdatasync, {:.0} MB/s: this round's baseline for % of the disk's bandwidth",
-            c.disk_bandwidth.mb_per_s
+            "{} MiB + fdatasync, {:.0} MB/s: this round's baseline for % of the disk's bandwidth",
+            c.disk_bandwidth.records, c.disk_bandwidth.mb_per_s
         ),
     );
     match &c.kcat {

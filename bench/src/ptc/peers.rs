@@ -132,7 +132,7 @@ pub fn kcat(brokers: &str, topic: &str, records: u64, size: usize, out: &Path) -
             }
         },
     );
-    let _ = std::fs::remove_file(&path);
+    crate::ptc::measure::remove_synced(&path);
     let f = match finished {
         Ok(f) => f,
         Err(e) => {
@@ -237,7 +237,7 @@ pub fn python(
             .arg(&path),
         PEER_LIMIT,
     );
-    let _ = std::fs::remove_file(&path);
+    crate::ptc::measure::remove_synced(&path);
     let stdout = match finished {
         Ok((f, stdout)) if f.status.success() => stdout,
         Ok((f, _)) => {
