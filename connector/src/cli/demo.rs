@@ -367,12 +367,10 @@ async fn archive_scratch(
     let mut run_cfg = demo_config(brokers, data2.to_path_buf());
     run_cfg.group = "cairn-demo-restored".into();
     run_cfg.topics = vec![topic.to_owned()];
-    let sink = Box::new(ArchiveSink::new(Arc::new(Engine::open(
-        EngineConfig::new(data2),
-    )?)));
+    let engine = Arc::new(Engine::open(EngineConfig::new(data2))?);
     run_until_done(
         run_cfg,
-        sink,
+        engine,
         demo_next_offsets(topic, n),
         "archiving the restored topic",
     )
@@ -551,10 +549,9 @@ async fn demo_in(n: u64, data: PathBuf) -> Result<ExitCode> {
         rec.duration.as_secs_f64() * 1e3,
         rec.truncated.as_ref().map_or("none".to_owned(), |t| format!("truncated at lsn {}", t.first_lsn))
     )?;
-    let sink = Box::new(ArchiveSink::new(engine));
     let t2 = Instant::now();
     let want = demo_next_offsets(DEMO_TOPIC, n);
-    let report = run_until_done(cfg.clone(), sink, want, "the run after the crash").await?;
+    let report = run_until_done(cfg.clone(), engine, want, "the run after the crash").await?;
     let run2_secs = t2.elapsed().as_secs_f64();
     let rate_secs = report
         .stats
@@ -600,7 +597,7 @@ async fn demo_in(n: u64, data: PathBuf) -> Result<ExitCode> {
         report.stats.records_written as f64 / rate_secs
     )?;
     outln!(
-        "latency    put-to-commit p50 {:.2} ms, p99 {:.2} ms over {} puts ({} commits)",
+        "latency    put-to-commit p50 {:.2} ms, p99 {:.2} ms over {} puts ({} commits, each at or below the engine's durable offsets when sent)",
         h.value_at_quantile(0.5) as f64 / 1e3,
         h.value_at_quantile(0.99) as f64 / 1e3,
         report.stats.puts,
@@ -628,25 +625,49 @@ async fn demo_in(n: u64, data: PathBuf) -> Result<ExitCode> {
 /// The longest a run of the demo may take to archive its records.
 const RUN_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// Run the pipeline on `cfg` into `sink` until Kafka's committed offsets
-/// are `want`; an error if that takes over [`RUN_TIMEOUT`] (a stalled run
-/// is stopped cleanly, and the demo fails saying so, instead of hanging).
+/// Run the pipeline on `cfg` into `engine` until Kafka's committed
+/// offsets are `want`; an error if that takes over [`RUN_TIMEOUT`] (a
+/// stalled run is stopped cleanly, and the demo fails saying so, instead
+/// of hanging). Each commit, as it is handed to librdkafka, is checked
+/// against what the engine itself holds durable then (not what the puts
+/// reported): one past it fails the demo.
 async fn run_until_done(
     cfg: RunConfig,
-    sink: Box<ArchiveSink>,
+    engine: Arc<Engine>,
     want: BTreeMap<TopicPartition, i64>,
     what: &str,
 ) -> Result<RunReport> {
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let past_durable: Arc<std::sync::Mutex<Option<String>>> = Default::default();
+    let sink = Box::new(ArchiveSink::new(engine.clone()));
     let opts = PipelineOptions {
         done: Some(Box::new(move |committed| {
             want.iter().all(|(tp, o)| committed.get(tp) == Some(o))
+        })),
+        on_commit_sent: Some(Box::new({
+            let past_durable = past_durable.clone();
+            move |sent, _| {
+                let past = sent.iter().find_map(|(tp, &o)| {
+                    let durable = engine.durable_offset(tp).unwrap_or(0);
+                    (o > durable)
+                        .then(|| format!("a commit of {tp} at {o} was sent with {durable} durable"))
+                });
+                if let Some(past) = past {
+                    lock(&past_durable).get_or_insert(past);
+                }
+            }
         })),
         stop: stop.clone(),
         ..Default::default()
     };
     let mut run = tokio::task::spawn_blocking(move || run_pipeline(&cfg, sink, opts));
-    match tokio::time::timeout(RUN_TIMEOUT, &mut run).await {
+    let ran = tokio::time::timeout(RUN_TIMEOUT, &mut run).await;
+    if let Some(past) = lock(&past_durable).take() {
+        return Err(ConnectorError::Sink(format!(
+            "demo: {what}: {past}: Kafka's offset passed what the archive holds durably"
+        )));
+    }
+    match ran {
         Ok(ran) => ran.map_err(|e| ConnectorError::Sink(e.to_string()))?,
         Err(_) => {
             // Not finished: stop it cleanly (briefly waited for), and fail.
