@@ -330,12 +330,13 @@ impl Engine {
         }
         // A mark left by a poisoned engine: nothing is read through sled
         // before the store's cached pages are dropped (poisoned.rs).
-        let poisoned_before = crate::poisoned::before_open(&cfg)?;
+        // So is one left open by an engine that stopped without a close.
+        let before = crate::poisoned::before_open(&cfg)?;
         let path = cfg.path.clone();
-        let prior = poisoned_before.as_ref().map(|p| p.reason.clone());
+        let prior = before.poisoned.as_ref().map(|p| p.reason.clone());
         let mut lock = lock;
         let mut sled = None;
-        let opened = Self::open_store(cfg, &mut lock, poisoned_before, &mut sled);
+        let opened = Self::open_store(cfg, &mut lock, before, &mut sled);
         // An open that fails on I/O (its recovery's fsync, the watermark's)
         // may leave pages in the cache that the disk does not hold, as a
         // poisoned engine does: the next open treats the store the same way.
@@ -365,7 +366,7 @@ impl Engine {
     fn open_store(
         cfg: EngineConfig,
         lock: &mut Option<DirLock>,
-        poisoned_before: Option<crate::poisoned::PoisonedBefore>,
+        before: crate::poisoned::Before,
         sled: &mut Option<(sled::Db, Option<sled::Tree>)>,
     ) -> Result<Engine> {
         let io = |op, e| Error::Io {
@@ -384,11 +385,14 @@ impl Engine {
         let durable_mark = watermark::read(&cfg.path)?;
         let (state, mut report) = recovery::recover(&cfg, db, tree, &mut syncer, durable_mark)?;
         syncer.set_watermark(Watermark::open(&cfg.path, state.next_lsn - 1)?);
-        if poisoned_before.is_some() {
+        if before.poisoned.is_some() {
             // Recovered and synced: the mark has done its work.
             crate::poisoned::clear(&cfg.path).map_err(|e| io("remove the poison mark", e))?;
         }
-        report.poisoned_before = poisoned_before;
+        report.poisoned_before = before.poisoned;
+        report.unclean_stop_cache_dropped = before.unclean_cache_dropped;
+        // Last: an engine is handed out only with its mark there.
+        crate::poisoned::mark_open(&cfg.path).map_err(|e| io("leave the open mark", e))?;
         let durable = DurableView {
             partitions: state.partitions.clone(),
             lsn: state.next_lsn - 1,
@@ -1067,6 +1071,7 @@ impl Engine {
             return Err(self.poison("fsync", format!("watermark: {e}")));
         }
         self.closed.store(true, Ordering::Release);
+        crate::poisoned::unmark_open(&self.cfg.path);
         Ok(())
     }
 
@@ -1171,7 +1176,12 @@ impl Drop for Engine {
         // which poisons and leaves the mark when it fails.
         if !self.closed.load(Ordering::Acquire) && !self.is_poisoned() {
             if !std::thread::panicking() {
-                let _ = self.sync();
+                // Synced with nothing left to write (no handle is left to
+                // write with): what the open mark guards against would
+                // have failed this sync.
+                if self.sync().is_ok() {
+                    crate::poisoned::unmark_open(&self.cfg.path);
+                }
             } else if self.writes_unsynced() {
                 // Not synced while unwinding: a panic there would abort.
                 // sled's drop below would abort the process the same way

@@ -1,5 +1,6 @@
-//! The mark a poisoned engine leaves in its directory, and what the next
-//! open does about it.
+//! The mark a poisoned engine leaves in its directory, the mark an open
+//! engine keeps there until it is closed, and what the next open does
+//! about them.
 //!
 //! After a failed fsync, Linux marks the pages that did not reach the disk
 //! clean and keeps them in its page cache; a file handle opened later is not
@@ -11,6 +12,17 @@
 //! that still fails refuses the open) and then drops their cached pages, so
 //! that recovery reads what the disk holds. A successful open removes it.
 //!
+//! An engine that stops without a close (a crash, a kill) may have met the
+//! same failure without knowing it: sled writes full log buffers from its
+//! own threads with `sync_file_range`, which takes a writeback error from
+//! the file and only sets sled's error, reported at the engine's next
+//! flush, which never came. A descriptor opened by the next open is not
+//! told of that error either. So an open engine keeps [`OPEN_FILE`] in its
+//! directory, naming the boot, and removes it once closed (or dropped
+//! after a sync that succeeded, which would have reported such an error);
+//! an open that finds one from the same boot acts as on a poison mark:
+//! every store file is fsynced and its cached pages dropped first.
+//!
 //! # Invariants
 //! - The mark is written before the poisoned engine reports anything, also
 //!   when an open fails on an I/O error (its recovery's fsync, say), and
@@ -21,6 +33,10 @@
 //! - An open that finds a mark from this boot reads nothing through sled
 //!   before every store file was fsynced and its cache dropped.
 //! - The mark is removed only after recovery, including its fsync, succeeded.
+//! - An engine is handed out only once its open mark is written, and the
+//!   mark goes only after a sync that succeeded with nothing written
+//!   since. Like the poison mark it is not fsynced: it matters only in the
+//!   boot that wrote it.
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -29,6 +45,9 @@ use crate::config::EngineConfig;
 
 /// The mark's name in the data directory.
 pub const POISON_FILE: &str = "cairn.poisoned";
+
+/// The open engine's mark's name in the data directory.
+pub const OPEN_FILE: &str = "cairn.open";
 
 /// What an open found of an earlier poisoning.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,71 +76,131 @@ fn is_boot_id(text: &str) -> bool {
         })
 }
 
+/// Write `name` in `dir`: this boot's identity, then `lines`.
+fn write_mark(dir: &Path, name: &str, lines: &[&str]) -> io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    // Never through a link someone left in a directory that may be
+    // anyone's (as the lock file, lock.rs).
+    // Nor may a FIFO put there block it (the poison mark is written under
+    // the commit lock): O_NONBLOCK fails at once where no one reads one.
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(dir.join(name))?;
+    if !f.metadata()?.is_file() {
+        return Err(io::Error::other("not a regular file"));
+    }
+    f.set_len(0)?;
+    writeln!(f, "{}", boot_id().unwrap_or_default())?;
+    for line in lines {
+        writeln!(f, "{line}")?;
+    }
+    Ok(())
+}
+
 /// Leave the mark (best effort: the disk may be failing).
 pub(crate) fn record(dir: &Path, op: &str, reason: &str) {
-    let write = || -> io::Result<()> {
-        use std::os::unix::fs::OpenOptionsExt;
-        // Never through a link someone left in a directory that may be
-        // anyone's (as the lock file, lock.rs).
-        // Nor may a FIFO put there block it (it is written under the commit
-        // lock): O_NONBLOCK fails at once where no one reads one.
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(dir.join(POISON_FILE))?;
-        if !f.metadata()?.is_file() {
-            return Err(io::Error::other("not a regular file"));
-        }
-        f.set_len(0)?;
-        writeln!(f, "{}", boot_id().unwrap_or_default())?;
-        writeln!(f, "{op}: {reason}")
-    };
-    if let Err(e) = write() {
+    if let Err(e) = write_mark(dir, POISON_FILE, &[&format!("{op}: {reason}")]) {
         tracing::error!(error = %e, dir = %dir.display(), "could not leave the poison mark; a reopen in this boot may read pages the disk does not hold");
     }
 }
 
+/// Mark the store open (the last step of an open).
+pub(crate) fn mark_open(dir: &Path) -> io::Result<()> {
+    write_mark(dir, OPEN_FILE, &[])
+}
+
+/// The engine was closed, or synced with nothing written since: the open
+/// mark goes. A mark left costs the next open in this boot a cold read,
+/// nothing more: logged, not an error.
+pub(crate) fn unmark_open(dir: &Path) {
+    match std::fs::remove_file(dir.join(OPEN_FILE)) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => {
+            tracing::warn!(error = %e, dir = %dir.display(), "could not remove the open mark: the next open in this boot will sync the store and read it from the disk");
+        }
+        _ => {}
+    }
+}
+
+/// What an open found of the engines before it.
+#[derive(Debug, Default)]
+pub(crate) struct Before {
+    pub poisoned: Option<PoisonedBefore>,
+    /// An engine open in this boot stopped without a close: the cache was
+    /// dropped (also counted when a poison mark dropped it).
+    pub unclean_cache_dropped: bool,
+}
+
 /// Before sled opens the store: act on a mark, if there is one.
-pub(crate) fn before_open(cfg: &EngineConfig) -> crate::Result<Option<PoisonedBefore>> {
-    act_on_mark(cfg).map_err(|source| crate::Error::Io {
+pub(crate) fn before_open(cfg: &EngineConfig) -> crate::Result<Before> {
+    act_on_marks(cfg).map_err(|source| crate::Error::Io {
         op: "act on the poison mark",
         path: cfg.path.clone(),
         source,
     })
 }
 
-fn act_on_mark(cfg: &EngineConfig) -> io::Result<Option<PoisonedBefore>> {
+/// Whether a mark's first line names this boot. An unknown boot on either
+/// side counts as this one: dropping the cache costs a cold read, trusting
+/// it may cost records. So does a first line that is no boot identity (a
+/// mark cut short, stray bytes).
+fn marked_this_boot(marked_boot: &str) -> bool {
+    boot_id().is_none_or(|now| !is_boot_id(marked_boot) || now == marked_boot)
+}
+
+fn act_on_marks(cfg: &EngineConfig) -> io::Result<Before> {
+    let unclean = match read_mark(&cfg.path.join(OPEN_FILE)) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+        Err(e) => return Err(e),
+        Ok(text) => marked_this_boot(text.lines().next().unwrap_or_default().trim()),
+    };
     let text = match read_mark(&cfg.path.join(POISON_FILE)) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            if unclean {
+                tracing::warn!("the store was not closed by the engine that had it open in this boot (a crash or a kill): its files are synced and their cached pages dropped, so that recovery reads what the disk holds");
+                drop_store_cache(cfg, "the store was not closed")?;
+            }
+            return Ok(Before {
+                poisoned: None,
+                unclean_cache_dropped: unclean,
+            });
+        }
         Err(e) => return Err(e),
         Ok(text) => text,
     };
     let mut lines = text.lines();
     let marked_boot = lines.next().unwrap_or_default().trim();
     let reason = lines.next().unwrap_or("(no reason recorded)").to_owned();
-    // An unknown boot on either side counts as this one: dropping the
-    // cache costs a cold read, trusting it may cost records. So does a
-    // first line that is no boot identity (a mark cut short, stray bytes).
-    let same_boot = boot_id().is_none_or(|now| !is_boot_id(marked_boot) || now == marked_boot);
-    if same_boot {
-        for file in store_files(cfg)? {
-            drop_cached_pages(&file).map_err(|e| {
-                io::Error::new(
-                    e.kind(),
-                    format!(
-                        "{}: the store was poisoned ({reason}) and its files still cannot be synced: {e}",
-                        file.display()
-                    ),
-                )
-            })?;
-        }
+    let same_boot = marked_this_boot(marked_boot);
+    if same_boot || unclean {
+        drop_store_cache(cfg, &format!("the store was poisoned ({reason})"))?;
     }
-    tracing::warn!(%reason, cache_dropped = same_boot, "the store was poisoned before this open; recovering from what the disk holds");
-    Ok(Some(PoisonedBefore {
-        reason,
-        cache_dropped: same_boot,
-    }))
+    tracing::warn!(%reason, cache_dropped = same_boot || unclean, "the store was poisoned before this open; recovering from what the disk holds");
+    Ok(Before {
+        poisoned: Some(PoisonedBefore {
+            reason,
+            cache_dropped: same_boot || unclean,
+        }),
+        unclean_cache_dropped: unclean,
+    })
+}
+
+/// fsync every store file and drop its cached pages; `why` the store needs
+/// it, for the error of a file that cannot be synced.
+fn drop_store_cache(cfg: &EngineConfig, why: &str) -> io::Result<()> {
+    for file in store_files(cfg)? {
+        drop_cached_pages(&file).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "{}: {why} and its files still cannot be synced: {e}",
+                    file.display()
+                ),
+            )
+        })?;
+    }
+    Ok(())
 }
 
 /// The mark's text, at most 4 KiB of it. Whatever else stands there (a

@@ -72,6 +72,11 @@ pub struct RecoveryReport {
     /// its mark: what it recorded, and whether this open dropped the
     /// store's cached pages first (poisoned.rs).
     pub poisoned_before: Option<crate::poisoned::PoisonedBefore>,
+    /// An engine that had the store open in this boot stopped without a
+    /// close (a crash, a kill) and left its open mark: this open synced
+    /// the store's files and dropped their cached pages first
+    /// (poisoned.rs).
+    pub unclean_stop_cache_dropped: bool,
 }
 
 /// A torn last entry removed by recovery.
@@ -163,6 +168,7 @@ pub(crate) fn recover(
         next_lsn: 0,
         duration: Duration::ZERO,
         poisoned_before: None,
+        unclean_stop_cache_dropped: false,
     };
     let mut repairs = sled::Batch::default();
     let mut rebuilt: Rebuilt = BTreeMap::new();

@@ -199,17 +199,23 @@ pub fn verify_store(cfg: &EngineConfig) -> Result<VerifyReport> {
     }
     let _lock = DirLock::acquire(&cfg.path)?;
     crate::backup::refuse_unfinished_backup(&cfg.path)?;
-    // A poisoned store is checked as the disk holds it, not as the page
-    // cache remembers it (poisoned.rs); the mark stays for the next open.
-    let poisoned = crate::poisoned::before_open(cfg)?;
+    // A poisoned store, or one an engine left open in this boot, is
+    // checked as the disk holds it, not as the page cache remembers it
+    // (poisoned.rs); the marks stay for the next open.
+    let before = crate::poisoned::before_open(cfg)?;
     let db = cfg.open_sled()?;
     let tree = db.open_tree("cairn").map_err(store_err("open tree"))?;
     let (mut r, facts) = verify_tree_facts(&tree, None, &AtomicBool::new(false))?;
-    if let Some(p) = poisoned {
+    if let Some(p) = before.poisoned {
         r.notes.push(format!(
             "the last engine on this store was poisoned ({}): checked as the disk holds it; the next open recovers from what is durable",
             p.reason
         ));
+    } else if before.unclean_cache_dropped {
+        r.notes.push(
+            "the last engine on this store stopped without a close in this boot (a crash or a kill): checked as the disk holds it; the next open recovers from what is durable"
+                .into(),
+        );
     }
     if facts.unreadable_page {
         // The check stopped there: the log's end cannot be read either.

@@ -843,6 +843,59 @@ fn a_fifo_in_place_of_the_poison_mark_does_not_block_the_open() {
     assert_eq!(read_all(&e, &tp).len(), 10);
 }
 
+/// An open engine keeps its open mark until it is closed, or dropped after
+/// a sync that succeeded. One left by an engine of this boot that stopped
+/// without either (what a kill leaves: put back here by hand, since this
+/// process cannot die) makes the next open sync the store and drop its
+/// cached pages, and a verify say so; one of another boot does not.
+#[test]
+fn an_engine_that_stopped_without_a_close_is_recovered_from_the_disk() {
+    let (dir, tp) = closed_store_of_ten();
+    let mark = dir.path().join(cairn_engine::poisoned::OPEN_FILE);
+    assert!(!mark.exists(), "closed: no mark");
+    let e = open(dir.path());
+    assert!(!e.recovery_report().unclean_stop_cache_dropped);
+    let left = std::fs::read(&mark).expect("an open engine's mark");
+    e.close().unwrap();
+    assert!(!mark.exists(), "closed: no mark");
+    // A kill of the engine that held it.
+    std::fs::write(&mark, &left).unwrap();
+    let v = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
+    assert!(v.is_clean(), "{v:?}");
+    assert!(
+        v.notes
+            .iter()
+            .any(|n| n.contains("stopped without a close")),
+        "{:?}",
+        v.notes
+    );
+    assert!(mark.exists(), "verify leaves the mark for the next open");
+    let e = open(dir.path());
+    assert!(e.recovery_report().unclean_stop_cache_dropped);
+    assert_eq!(e.recovery_report().poisoned_before, None);
+    assert_eq!(read_all(&e, &tp).len(), 10);
+    e.append(&[batch(&tp, 10..20, 10)]).unwrap();
+    // Dropped without a close: its drop syncs, and then the mark goes.
+    drop(e);
+    assert!(!mark.exists(), "dropped after a sync: no mark");
+    let e = open(dir.path());
+    assert!(!e.recovery_report().unclean_stop_cache_dropped);
+    assert_eq!(read_all(&e, &tp).len(), 20);
+    e.close().unwrap();
+    if let Ok(now) = std::fs::read_to_string("/proc/sys/kernel/random/boot_id") {
+        let other = if now.starts_with('0') {
+            "10000000-0000-4000-8000-000000000000\n"
+        } else {
+            "00000000-0000-4000-8000-000000000000\n"
+        };
+        std::fs::write(&mark, other).unwrap();
+        let e = open(dir.path());
+        assert!(!e.recovery_report().unclean_stop_cache_dropped);
+        e.close().unwrap();
+        assert!(!mark.exists());
+    }
+}
+
 /// A mark whose first line is no boot identity (cut short, stray bytes,
 /// not UTF-8) is acted on as this boot's; only a well-formed identity of
 /// another boot lets the open trust the page cache.

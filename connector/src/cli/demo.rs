@@ -541,8 +541,15 @@ async fn demo_in(n: u64, data: PathBuf) -> Result<ExitCode> {
         durable_total - committed_total,
         t1.elapsed().as_secs_f64()
     )?;
+    // The crashed run left its open mark: this open synced the store and
+    // dropped its cached pages, and recovered from what the disk holds.
+    if !rec.unclean_stop_cache_dropped {
+        return Err(ConnectorError::Sink(
+            "demo: the crashed run left no open mark: its reopen trusted the page cache".into(),
+        ));
+    }
     outln!(
-        "recovered  {}: checked {} frames / {} records past the checkpoint in {:.1} ms, torn tail: {}",
+        "recovered  {}: read from the disk (the crashed run's cached pages dropped), checked {} frames / {} records past the checkpoint in {:.1} ms, torn tail: {}",
         data.display(),
         rec.frames_checked,
         rec.records_checked,
