@@ -84,6 +84,12 @@ fn io_err(op: &'static str, path: &Path) -> impl FnOnce(io::Error) -> Error {
     move |source| Error::Io { op, path, source }
 }
 
+/// `options` opened at `path`, refusing a symbolic link there (ELOOP).
+fn no_follow(options: &mut std::fs::OpenOptions, path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    options.custom_flags(libc::O_NOFOLLOW).open(path)
+}
+
 /// Read the watermark of the store at `dir`, if it has one.
 pub fn read(dir: &Path) -> Result<Option<u64>> {
     use std::io::Read;
@@ -91,7 +97,9 @@ pub fn read(dir: &Path) -> Result<Option<u64>> {
     // At most one byte more than a watermark: a longer file is damage
     // that `decode` names (with the file's length), never an allocation of
     // whatever length the file has.
-    let read = std::fs::File::open(&path).and_then(|f| {
+    // Never through a link someone left in a directory that may be
+    // anyone's (a backup's target), as the lock file and the marks.
+    let read = no_follow(std::fs::OpenOptions::new().read(true), &path).and_then(|f| {
         let file_bytes = f.metadata()?.len();
         let mut b = Vec::with_capacity(WATERMARK_BYTES + 1);
         f.take(WATERMARK_BYTES as u64 + 1).read_to_end(&mut b)?;
@@ -148,19 +156,24 @@ impl Watermark {
             // kept the directory entry but not the bytes) would leave an
             // empty file that every later open refuses as damaged.
             let tmp = replacement_path(dir);
-            let created = File::create(&tmp)
-                .and_then(|f| {
-                    f.write_all_at(&encode(lsn), 0)?;
-                    f.sync_data()
-                })
-                .and_then(|()| std::fs::rename(&tmp, &path));
+            // One a crash left is the store's own: replaced. One made new,
+            // never through a link someone planted under its name (a
+            // backup's directory may be anyone's): that would truncate the
+            // link's target.
+            let _ = std::fs::remove_file(&tmp);
+            let created = no_follow(
+                std::fs::OpenOptions::new().write(true).create_new(true),
+                &tmp,
+            )
+            .and_then(|f| {
+                f.write_all_at(&encode(lsn), 0)?;
+                f.sync_data()
+            })
+            .and_then(|()| std::fs::rename(&tmp, &path));
             created.map_err(io_err("create watermark", &path))?;
             crate::sync::sync_dir(dir).map_err(io_err("sync data directory", dir))?;
         }
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
+        let file = no_follow(std::fs::OpenOptions::new().read(true).write(true), &path)
             .map_err(io_err("open watermark", &path))?;
         let mut w = Watermark {
             file,

@@ -843,6 +843,35 @@ fn a_fifo_in_place_of_the_poison_mark_does_not_block_the_open() {
     assert_eq!(read_all(&e, &tp).len(), 10);
 }
 
+/// The watermark's files are never opened through a link someone planted
+/// under their names (a backup's directory may be anyone's): a planted
+/// `cairn.durable.new` is replaced, its target untouched, and a linked
+/// `cairn.durable` refuses the open.
+#[test]
+fn the_watermark_files_are_never_opened_through_a_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, b"not the store's").unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::os::unix::fs::symlink(&victim, data.join("cairn.durable.new")).unwrap();
+    let e = open(&data);
+    e.close().unwrap();
+    assert_eq!(std::fs::read(&victim).unwrap(), b"not the store's");
+    assert!(!data.join("cairn.durable.new").exists());
+    let durable = data.join("cairn.durable");
+    std::fs::remove_file(&durable).unwrap();
+    std::os::unix::fs::symlink(&victim, &durable).unwrap();
+    match Engine::open(EngineConfig::new(&data)) {
+        Err(cairn_engine::Error::Io { path, source, .. }) => {
+            assert_eq!(path, durable);
+            assert_eq!(source.raw_os_error(), Some(libc::ELOOP), "{source}");
+        }
+        other => panic!("expected the link refused, got {:?}", other.map(|_| ())),
+    }
+    assert_eq!(std::fs::read(&victim).unwrap(), b"not the store's");
+}
+
 /// An open engine keeps its open mark until it is closed, or dropped after
 /// a sync that succeeded. One left by an engine of this boot that stopped
 /// without either (what a kill leaves: put back here by hand, since this
