@@ -40,6 +40,50 @@ fn an_open_that_panics_is_an_error_naming_the_archive() {
     let said = err.to_string();
     assert!(said.contains(&dir.path().display().to_string()), "{said}");
     assert!(said.contains("sled lost its way"), "{said}");
+    // `run` and `restore` open the archive too (since 2026-12-03; before,
+    // their open's panic crashed them with exit 101). Their brokers are
+    // never asked: the open comes first.
+    let d = dir.path().to_str().unwrap();
+    for argv in [
+        &["cairn", "restore", "--data", d, "--brokers", "127.0.0.1:1"][..],
+        &[
+            "cairn",
+            "run",
+            "--data",
+            d,
+            "--brokers",
+            "127.0.0.1:1",
+            "--topics",
+            "t",
+            "--group",
+            "g",
+        ][..],
+    ] {
+        use clap::Parser;
+        let cli = cairn_connector::cli::Cli::try_parse_from(argv).unwrap();
+        fail::cfg(
+            cairn_engine::FAILPOINT_RECOVERY_MID_REPAIR,
+            "panic(sled lost its way)",
+        )
+        .unwrap();
+        let result = tokio::runtime::Runtime::new().unwrap().block_on(async {
+            match cli.command {
+                cairn_connector::cli::Command::Restore(a) => {
+                    cairn_connector::cli::restore::run(a).await
+                }
+                cairn_connector::cli::Command::Run(a) => cairn_connector::cli::run::run(a).await,
+                _ => unreachable!(),
+            }
+        });
+        fail::remove(cairn_engine::FAILPOINT_RECOVERY_MID_REPAIR);
+        match result {
+            Err(ConnectorError::OpenPanicked { path, detail }) => {
+                assert_eq!(path, dir.path(), "{argv:?}");
+                assert!(detail.contains("sled lost its way"), "{argv:?}: {detail}");
+            }
+            other => panic!("{argv:?}: expected the open's panic as an error, got {other:?}"),
+        }
+    }
     // Nothing was changed: it opens once the panic is gone.
     Engine::open(EngineConfig::new(dir.path())).unwrap();
 }

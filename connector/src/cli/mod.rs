@@ -138,15 +138,24 @@ pub fn open_archive(data: &std::path::Path) -> crate::Result<cairn_engine::Engin
 /// #1387): such an open is an error naming the archive, as `verify`'s is,
 /// not a crash with exit 101.
 pub(crate) fn open_unserved(data: &std::path::Path) -> crate::Result<cairn_engine::Engine> {
-    let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| open_archive(data)))
-        .map_err(|payload| crate::ConnectorError::OpenPanicked {
-            path: data.to_path_buf(),
-            detail: cairn_engine::panic_message(&*payload).to_string(),
-        })?;
-    opened.map_err(|e| match e {
+    unpanicked(data, || open_archive(data)).map_err(|e| match e {
         crate::ConnectorError::Engine(e) => open_failed(e),
         e => e,
     })
+}
+
+/// `open`, an open of the archive at `data`, with a panic in it (sled's,
+/// on some damage to its own files) made an error naming the archive.
+pub(crate) fn unpanicked<T>(
+    data: &std::path::Path,
+    open: impl FnOnce() -> crate::Result<T>,
+) -> crate::Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(open)).map_err(|payload| {
+        crate::ConnectorError::OpenPanicked {
+            path: data.to_path_buf(),
+            detail: cairn_engine::panic_message(&*payload).to_string(),
+        }
+    })?
 }
 
 /// Why an archive did not open, as a command that a running cairn answers

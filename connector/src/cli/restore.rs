@@ -71,7 +71,7 @@ pub async fn run(args: RestoreArgs) -> Result<ExitCode> {
     let data = args.data.data.clone();
     let cfg = args.into_config()?;
     cfg.validate()?;
-    let engine = super::open_archive(&data)?;
+    let engine = super::unpanicked(&data, || super::open_archive(&data))?;
     // SIGINT or SIGTERM: stop sending, wait for what was sent, and say where
     // each partition resumes, rather than die with records in flight. A
     // second signal exits at once (tokio keeps the handler installed, so
