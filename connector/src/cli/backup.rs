@@ -48,18 +48,25 @@ pub async fn run(args: BackupArgs) -> Result<ExitCode> {
     }
     let engine = super::open_unserved(data)?;
     // SIGINT or SIGTERM: give up, removing the partial copy. The handlers
-    // are in place before the backup starts.
+    // are in place before the backup starts, and stay until the command
+    // ends: a second signal exits at once (tokio keeps the handlers
+    // installed, so without this nothing short of SIGKILL would stop a
+    // removal hung on a failing disk).
     let stop = Arc::new(AtomicBool::new(false));
     let signals = {
-        let signal = super::run::signals().map_err(|source| ConnectorError::Io {
-            path: PathBuf::from("<signals>"),
-            source,
-        })?;
+        let mut signals = super::run::Signals::for_command()?;
         let stop = stop.clone();
+        let dest = to.clone();
         tokio::spawn(async move {
-            signal.await;
-            tracing::info!("signal received: stopping the backup and removing what it wrote");
+            signals.recv().await;
+            tracing::info!("signal received: stopping the backup and removing what it wrote (again to exit at once)");
             stop.store(true, Ordering::SeqCst);
+            signals.recv().await;
+            eprintln!(
+                "interrupted again: exiting at once; what the backup wrote in {} stays marked unfinished if it was not removed yet",
+                dest.display()
+            );
+            std::process::exit(i32::from(EXIT_INTERRUPTED));
         })
     };
     let dest = to.clone();
@@ -70,9 +77,10 @@ pub async fn run(args: BackupArgs) -> Result<ExitCode> {
     })
     .await
     .map_err(|e| ConnectorError::Sink(format!("backup thread: {e}")))?;
-    signals.abort();
-    // The source is closed however the backup went.
+    // The source is closed however the backup went (a second signal still
+    // exits at once meanwhile).
     let closed = engine.close();
+    signals.abort();
     if let Err(ConnectorError::Engine(cairn_engine::Error::Interrupted { .. })) = &done {
         // The mark stays on a partial copy the backup could not remove.
         if dest.join(cairn_engine::BACKUP_INCOMPLETE_FILE).exists() {

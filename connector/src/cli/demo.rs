@@ -477,8 +477,15 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode> {
             "--records {n}: must be 1..={DEMO_RECORDS_MAX} (the embedded mock cluster keeps only the newest 5 MiB of each partition, and its 3 partitions hold about 100k demo records; for more, run cairn against a real Kafka)"
         )));
     }
+    let made = args.data.is_none();
     let data = demo_dir(args.data)?;
     let demoed = demo_in(n, data.clone()).await;
+    // A folder the demo made and that it failed before writing into (the
+    // mock cluster did not start, say) goes: `remove_dir` removes only an
+    // empty one.
+    if demoed.is_err() && made && std::fs::remove_dir(&data).is_ok() {
+        return demoed;
+    }
     if demoed.is_err() && data.exists() {
         // The demo deletes nothing: say where what it archived is.
         eprintln!(

@@ -46,13 +46,16 @@ pub async fn run(args: MockBrokerArgs) -> Result<ExitCode> {
             .create_topic(name, *partitions, 1)
             .map_err(ConnectorError::kafka("create topic"))?;
     }
+    // Before the contract line: a script may send its signal as soon as
+    // it has read it, and that signal must stop the cluster cleanly.
+    let mut signals = super::run::Signals::for_command()?;
     // The first stdout line is the contract: tests and scripts read it.
     let mut out = std::io::stdout().lock();
     writeln!(out, "bootstrap.servers={}", cluster.bootstrap_servers()).ok();
     out.flush().ok();
     drop(out);
     tracing::info!(brokers = args.brokers, topics = ?args.topics, "mock cluster up; SIGINT or SIGTERM stops it");
-    super::run::wait_for_signal().await;
+    signals.recv().await;
     drop(cluster);
     Ok(ExitCode::SUCCESS)
 }

@@ -410,11 +410,6 @@ async fn archive(cfg: RunConfig) -> Result<(ExitCode, u64)> {
     Ok((ExitCode::SUCCESS, report.stats.records_written))
 }
 
-/// SIGINT or SIGTERM.
-pub async fn wait_for_signal() {
-    signals().expect("install signal handlers").await
-}
-
 /// SIGINT or SIGTERM, with both handlers installed before this returns (a
 /// signal that comes before the future is first polled is not lost).
 pub fn signals() -> std::io::Result<impl std::future::Future<Output = ()>> {
