@@ -558,10 +558,16 @@ impl Shared {
                 }
             }
         }
-        if explained {
+        // A judged partition in the log that an error named starts again
+        // where it is even when another was out of it: its own error may
+        // be one the check cannot see, and it must not stay stopped. With
+        // no partition named, an error out of the log explains the rest.
+        if explained && matches!(scope, ResetScope::All) {
             going_on.append(&mut in_log);
         } else {
-            tracing::warn!(partitions = ?in_log.keys().map(ToString::to_string).collect::<Vec<_>>(), "a reset error no position explains: its partitions fetch again from where they are");
+            if !explained {
+                tracing::warn!(partitions = ?in_log.keys().map(ToString::to_string).collect::<Vec<_>>(), "a reset error no position explains: its partitions fetch again from where they are");
+            }
             restart.append(&mut in_log);
         }
         if restart.is_empty() {
@@ -1338,7 +1344,8 @@ fn consume(
                         Flow::Go
                     }
                     ErrorAction::Reset | ErrorAction::Stop => {
-                        let about = (!m.topic().is_empty())
+                        // No partition (-1) names none: every one is judged.
+                        let about = (!m.topic().is_empty() && m.partition() >= 0)
                             .then(|| TopicPartition::new(m.topic(), m.partition()));
                         needs = Some((e, m.describe_error(), about));
                         Flow::Stop

@@ -332,6 +332,12 @@ impl Engine {
         // before the store's cached pages are dropped (poisoned.rs).
         // So is one left open by an engine that stopped without a close.
         let before = crate::poisoned::before_open(&cfg)?;
+        // Then this engine's own, before sled writes anything.
+        crate::poisoned::mark_open(&cfg.path).map_err(|e| Error::Io {
+            op: "leave the open mark",
+            path: cfg.path.join(crate::poisoned::OPEN_FILE),
+            source: e,
+        })?;
         let path = cfg.path.clone();
         let prior = before.poisoned.as_ref().map(|p| p.reason.clone());
         let mut lock = lock;
@@ -391,8 +397,6 @@ impl Engine {
         }
         report.poisoned_before = before.poisoned;
         report.unclean_stop_cache_dropped = before.unclean_cache_dropped;
-        // Last: an engine is handed out only with its mark there.
-        crate::poisoned::mark_open(&cfg.path).map_err(|e| io("leave the open mark", e))?;
         let durable = DurableView {
             partitions: state.partitions.clone(),
             lsn: state.next_lsn - 1,

@@ -33,9 +33,9 @@
 //! - An open that finds a mark from this boot reads nothing through sled
 //!   before every store file was fsynced and its cache dropped.
 //! - The mark is removed only after recovery, including its fsync, succeeded.
-//! - An engine is handed out only once its open mark is written, and the
-//!   mark goes only after a sync that succeeded with nothing written
-//!   since. Like the poison mark it is not fsynced: it matters only in the
+//! - The open mark is written before sled opens the store (recovery's
+//!   writes are covered), and goes only after a sync that succeeded with
+//!   nothing written since. Like the poison mark it is not fsynced: it matters only in the
 //!   boot that wrote it.
 
 use std::io::{self, Write};
@@ -106,8 +106,16 @@ pub(crate) fn record(dir: &Path, op: &str, reason: &str) {
     }
 }
 
-/// Mark the store open (the last step of an open).
+/// Mark the store open: before sled opens it, so that recovery's own
+/// writes are covered too (a failed open leaves the mark, which costs the
+/// next open a cold read). Whatever stands under the mark's name (one
+/// left, a link or FIFO someone planted) is replaced, never written
+/// through.
 pub(crate) fn mark_open(dir: &Path) -> io::Result<()> {
+    match std::fs::remove_file(dir.join(OPEN_FILE)) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
     write_mark(dir, OPEN_FILE, &[])
 }
 
@@ -127,8 +135,8 @@ pub(crate) fn unmark_open(dir: &Path) {
 #[derive(Debug, Default)]
 pub(crate) struct Before {
     pub poisoned: Option<PoisonedBefore>,
-    /// An engine open in this boot stopped without a close: the cache was
-    /// dropped (also counted when a poison mark dropped it).
+    /// An engine open in this boot stopped without a close (its open mark
+    /// was found): the cache was dropped.
     pub unclean_cache_dropped: bool,
 }
 

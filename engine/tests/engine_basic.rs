@@ -843,10 +843,10 @@ fn a_fifo_in_place_of_the_poison_mark_does_not_block_the_open() {
     assert_eq!(read_all(&e, &tp).len(), 10);
 }
 
-/// The watermark's files are never opened through a link someone planted
-/// under their names (a backup's directory may be anyone's): a planted
-/// `cairn.durable.new` is replaced, its target untouched, and a linked
-/// `cairn.durable` refuses the open.
+/// The watermark's files and the open mark are never opened through a
+/// link someone planted under their names (a backup's directory may be
+/// anyone's): a planted `cairn.durable.new` or `cairn.open` is replaced,
+/// its target untouched, and a linked `cairn.durable` refuses the open.
 #[test]
 fn the_watermark_files_are_never_opened_through_a_link() {
     let dir = tempfile::tempdir().unwrap();
@@ -855,7 +855,10 @@ fn the_watermark_files_are_never_opened_through_a_link() {
     let data = dir.path().join("data");
     std::fs::create_dir(&data).unwrap();
     std::os::unix::fs::symlink(&victim, data.join("cairn.durable.new")).unwrap();
+    // The open mark's name too: replaced, not written through.
+    std::os::unix::fs::symlink(&victim, data.join(cairn_engine::poisoned::OPEN_FILE)).unwrap();
     let e = open(&data);
+    assert!(!data.join(cairn_engine::poisoned::OPEN_FILE).is_symlink());
     e.close().unwrap();
     assert_eq!(std::fs::read(&victim).unwrap(), b"not the store's");
     assert!(!data.join("cairn.durable.new").exists());

@@ -556,7 +556,7 @@ async fn demo_in(n: u64, data: PathBuf) -> Result<ExitCode> {
         ));
     }
     outln!(
-        "recovered  {}: read from the disk (the crashed run's cached pages dropped), checked {} frames / {} records past the checkpoint in {:.1} ms, torn tail: {}",
+        "recovered  {}: the crashed run's open mark found, so the store was synced and its cached pages dropped first; checked {} frames / {} records past the checkpoint in {:.1} ms, torn tail: {}",
         data.display(),
         rec.frames_checked,
         rec.records_checked,

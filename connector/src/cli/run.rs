@@ -328,16 +328,10 @@ fn missing_ancestors(path: &Path) -> Vec<PathBuf> {
 /// The archive's run under `cfg`, from the engine's open on.
 /// The run, to its exit code and the records it wrote.
 async fn archive(cfg: RunConfig) -> Result<(ExitCode, u64)> {
-    // Installed before the archive is read (its recovery, or a format
-    // upgrade, can take minutes), not when the task first runs: a signal
-    // meanwhile waits for the watcher, and the run then stops cleanly.
+    // Installed, and watched, before the archive is read (its recovery,
+    // or a format upgrade, can take minutes): a signal meanwhile stops the
+    // run cleanly once the open is done, and a second exits at once.
     let mut signals = Signals::for_command()?;
-    let engine_cfg = EngineConfig::new(&cfg.data).record_bytes_max(cfg.record_bytes_max);
-    let engine = Arc::new(super::unpanicked(&cfg.data, || {
-        Ok(Engine::open(engine_cfg)?)
-    })?);
-    let r = engine.recovery_report();
-    tracing::info!(data = %cfg.data.display(), frames_checked = r.frames_checked, truncated = r.truncated.is_some(), "archive open");
     let stop = Arc::new(AtomicBool::new(false));
     let signal_stop = stop.clone();
     tokio::spawn(async move {
@@ -354,6 +348,12 @@ async fn archive(cfg: RunConfig) -> Result<(ExitCode, u64)> {
         tracing::error!("second signal: exiting at once, without the final commit; the next start recovers the archive and resumes from what is durable");
         std::process::exit(130);
     });
+    let engine_cfg = EngineConfig::new(&cfg.data).record_bytes_max(cfg.record_bytes_max);
+    let engine = Arc::new(super::unpanicked(&cfg.data, || {
+        Ok(Engine::open(engine_cfg)?)
+    })?);
+    let r = engine.recovery_report();
+    tracing::info!(data = %cfg.data.display(), frames_checked = r.frames_checked, truncated = r.truncated.is_some(), "archive open");
     let opts = PipelineOptions {
         stop: stop.clone(),
         ..Default::default()
