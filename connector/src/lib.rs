@@ -24,6 +24,10 @@ pub mod error;
 // not offer: the crate's only FFI beyond the allocator's.
 #[allow(unsafe_code)]
 pub mod fetch;
+// A commit handed to librdkafka under the pipeline's lock and waited for
+// outside it, which rust-rdkafka's `commit` does not offer.
+#[allow(unsafe_code)]
+mod handover;
 mod librdkafka;
 pub mod live;
 pub mod offsets;

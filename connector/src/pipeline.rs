@@ -23,12 +23,15 @@
 //!   rebalancing and cannot commit at all). A commit the committer chose
 //!   before the revoke began is dropped if the revoke has begun by the time
 //!   it would be handed to librdkafka, also if it has ended and the
-//!   partitions were assigned again meanwhile (revokes are counted); one
-//!   handed over before that is sent before the revoke's, and librdkafka
-//!   sends a client's commits in order. Two windows remain: between that
-//!   last check and the hand-over (a revoke with nothing new to flush is
-//!   quick), and librdkafka's own retry of a commit that timed out or met
-//!   a moving coordinator, which can land after the revoke's. Either moves Kafka's offset back, never
+//!   partitions were assigned again meanwhile (revokes are counted); the
+//!   check and the hand-over are made under the lock a revoke takes to
+//!   begin (`handover.rs`), so one handed over is queued before the
+//!   revoke's, and librdkafka serves a client's commits in order (before
+//!   2026-12-03 the hand-over came after the lock was let go: a commit
+//!   preempted there past a whole rebalance was sent under the new
+//!   generation, and accepted). One window remains: librdkafka's own retry
+//!   of a commit that timed out or met a moving coordinator, which can
+//!   land after the revoke's. It moves Kafka's offset back, never
 //!   above what is durable: the next owner archives the records between
 //!   again (duplicates across stores, each store still exactly once;
 //!   DURABILITY.md), the same outcome as a revoke whose commit fails.
@@ -54,7 +57,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
 use cairn_engine::TopicPartition;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::BaseConsumer;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::commit::CommitTracker;
@@ -265,7 +268,8 @@ impl Pipeline {
                 return CommitOutcome::Closed;
             }
         }
-        {
+        let t0 = Instant::now();
+        let handed = {
             let mut s = self.state();
             // Closed since these offsets were chosen (a failed fsync, a
             // crash, the end of the run): nothing more is committed, not
@@ -276,9 +280,10 @@ impl Pipeline {
             }
             // A revoke that began since these offsets were chosen commits
             // its partitions itself; this commit, sent after it, would move
-            // them back. Checked again just before handing the commit to
-            // librdkafka (which sends a client's commits in order); the
-            // windows left are in the invariants above.
+            // them back. Checked again, and the commit handed to librdkafka
+            // (which serves a client's commits in order), under the lock a
+            // revoke takes to begin: the window left is in the invariants
+            // above.
             if only.is_none() && s.revoked_since(revokes_begun, pending.offsets.keys()) {
                 s.tracker.commit_failed(pending);
                 tracing::debug!("commit dropped: a revoke began since it was chosen");
@@ -291,14 +296,15 @@ impl Pipeline {
             if let Some(f) = s.on_commit_sent.as_mut() {
                 f(&pending.offsets, &pending.durable);
             }
-        }
-        let t0 = Instant::now();
+            // Queued only (no I/O): the answer is waited for below.
+            crate::handover::hand_over(consumer, &tpl)
+        };
         let span = tracing::debug_span!(
             "commit",
             partitions = pending.offsets.len(),
             commit_us = tracing::field::Empty
         );
-        let result = span.in_scope(|| consumer.commit(&tpl, CommitMode::Sync));
+        let result = span.in_scope(|| handed.and_then(crate::handover::Handover::wait));
         span.record("commit_us", t0.elapsed().as_micros() as u64);
         let mut guard = self.state();
         let s = &mut *guard;
