@@ -21,7 +21,8 @@ pub mod crashpoint;
 pub mod dead_letter;
 pub mod error;
 // librdkafka's queue forwarding and queue consumer, which rust-rdkafka does
-// not offer: the crate's only FFI beyond the allocator's.
+// not offer: with `handover` below, the crate's only FFI beyond the
+// allocator's.
 #[allow(unsafe_code)]
 pub mod fetch;
 // A commit handed to librdkafka under the pipeline's lock and waited for
