@@ -8,8 +8,9 @@
 //! new generation, it was accepted and moved the partition's offset back
 //! below its new owner's. Handed over under the lock, it is queued on the
 //! consumer group's operations before any revoke's own commit (a revoke
-//! takes the lock first), and librdkafka serves them in order; only the
-//! wait for the broker's answer happens outside the lock.
+//! takes the lock first), and librdkafka serves them in order (unless it
+//! parks the first while the coordinator is not connected: pipeline.rs);
+//! only the wait for the broker's answer happens outside the lock.
 //!
 //! # Invariants
 //! - A [`Handover`] never outlives the consumer it was made from (its
@@ -44,8 +45,13 @@ extern "C" {
 /// A commit librdkafka has been handed, and its answer still to come.
 pub(crate) struct Handover<'c> {
     queue: NonNull<rd::rd_kafka_queue_t>,
+    rk: *mut rd::rd_kafka_t,
     consumer: PhantomData<&'c ()>,
 }
+
+/// How long one wait for the answer lasts before the consumer is asked
+/// whether it closed meanwhile.
+const CLOSED_CHECK_EVERY_MS: c_int = 100;
 
 /// `code` as rust-rdkafka's error for a failed commit, or `Ok` for none.
 fn commit_result(code: c_int) -> Result<(), KafkaError> {
@@ -70,6 +76,7 @@ pub(crate) fn hand_over<'c, C: ConsumerContext>(
         .ok_or(KafkaError::ConsumerCommit(RDKafkaErrorCode::Fail))?;
     let handover = Handover {
         queue,
+        rk,
         consumer: PhantomData,
     };
     // SAFETY: the list is valid for the call (librdkafka copies it); no
@@ -90,12 +97,20 @@ pub(crate) fn hand_over<'c, C: ConsumerContext>(
 
 impl Handover<'_> {
     /// The broker's answer, waited for as a synchronous commit waits (as
-    /// long as librdkafka takes: it gives up by itself).
+    /// long as librdkafka takes: it gives up by itself). One exception: a
+    /// commit handed over as the consumer group shut down is answered with
+    /// librdkafka's `__DESTROY`, which the event API drops without a word
+    /// (a synchronous commit returns it); so the wait also ends, with that
+    /// error, once the consumer has closed.
     pub(crate) fn wait(self) -> Result<(), KafkaError> {
         loop {
-            // SAFETY: the queue is ours until our drop; -1 waits.
-            let ev = unsafe { rd::rd_kafka_queue_poll(self.queue.as_ptr(), -1) };
+            // SAFETY: the queue is ours until our drop.
+            let ev = unsafe { rd::rd_kafka_queue_poll(self.queue.as_ptr(), CLOSED_CHECK_EVERY_MS) };
             let Some(ev) = NonNull::new(ev) else {
+                // SAFETY: `rk` is the consumer borrowed for 'c.
+                if unsafe { rd::rd_kafka_consumer_closed(self.rk) } != 0 {
+                    return Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::BrokerDestroy));
+                }
                 continue;
             };
             // SAFETY: `ev` is an event we own until it is destroyed here.

@@ -29,9 +29,12 @@
 //!   revoke's, and librdkafka serves a client's commits in order (before
 //!   2026-12-03 the hand-over came after the lock was let go: a commit
 //!   preempted there past a whole rebalance was sent under the new
-//!   generation, and accepted). One window remains: librdkafka's own retry
-//!   of a commit that timed out or met a moving coordinator, which can
-//!   land after the revoke's. It moves Kafka's offset back, never
+//!   generation, and accepted). Two windows remain, both librdkafka's: its
+//!   own retry of a commit that timed out or met a moving coordinator, and
+//!   a commit it parked while the coordinator was not connected, which it
+//!   sends again only after a revoke's commit served meanwhile (its
+//!   `rkcg_wait_coord_q`). Either can land after the revoke's, and moves
+//!   Kafka's offset back, never
 //!   above what is durable: the next owner archives the records between
 //!   again (duplicates across stores, each store still exactly once;
 //!   DURABILITY.md), the same outcome as a revoke whose commit fails.
@@ -268,8 +271,7 @@ impl Pipeline {
                 return CommitOutcome::Closed;
             }
         }
-        let t0 = Instant::now();
-        let handed = {
+        let (t0, handed) = {
             let mut s = self.state();
             // Closed since these offsets were chosen (a failed fsync, a
             // crash, the end of the run): nothing more is committed, not
@@ -297,7 +299,8 @@ impl Pipeline {
                 f(&pending.offsets, &pending.durable);
             }
             // Queued only (no I/O): the answer is waited for below.
-            crate::handover::hand_over(consumer, &tpl)
+            let t0 = Instant::now();
+            (t0, crate::handover::hand_over(consumer, &tpl))
         };
         let span = tracing::debug_span!(
             "commit",
