@@ -445,7 +445,8 @@ impl Shared {
     /// the policy says; one whose bounds cannot be read, or that started at
     /// the log start and delivered nothing, starts again where it is (which
     /// costs a re-fetch, nothing more). A judged partition whose position is
-    /// in the log starts again where it is too: the error was stale (a
+    /// in the log starts again where it is too (unless no error named a
+    /// partition and another was out of the log, which explains it): the error was stale (a
     /// second error about one already restarted) or came from a fetch the
     /// check cannot see (a log end cut back below librdkafka's fetch
     /// position, fetching from a follower), and it must not stay stopped.

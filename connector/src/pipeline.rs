@@ -49,10 +49,10 @@
 //!   stay behind in Kafka after such a round trip).
 //! - Once `commits_closed` is set (a fatal error, a simulated crash, the end
 //!   of the run) no further commit is chosen, and one chosen before is
-//!   dropped if it was closed by the time it is handed to librdkafka. A
-//!   closing in the moment between that check and the send does not stop
-//!   it: its offsets were durable when chosen, so it commits nothing past
-//!   what is durable.
+//!   dropped if it was closed by the time it is handed to librdkafka (the
+//!   check and the hand-over under one lock). One handed over before the
+//!   closing is still sent: its offsets were durable when chosen, so it
+//!   commits nothing past what is durable.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};

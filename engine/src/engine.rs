@@ -366,7 +366,8 @@ impl Engine {
     }
 
     /// The rest of [`open_locking`](Self::open_locking), with the
-    /// directory made, locked (if asked) and any poison mark acted on.
+    /// directory made, locked (if asked), any poison or open mark acted on,
+    /// and the open mark left.
     /// sled's handles are kept in `sled` from the moment they open until
     /// the engine takes them, so that a failed open can drop them guarded.
     fn open_store(
@@ -1074,8 +1075,8 @@ impl Engine {
         if let Err(e) = watermark {
             return Err(self.poison("fsync", format!("watermark: {e}")));
         }
+        // The open mark goes in the drop, once sled's handles are dropped.
         self.closed.store(true, Ordering::Release);
-        crate::poisoned::unmark_open(&self.cfg.path);
         Ok(())
     }
 
@@ -1173,19 +1174,17 @@ impl Drop for Engine {
     fn drop(&mut self) {
         // sled's own drop writes what sits in its buffers and fsyncs its
         // file, unwrapping the fsync. An engine dropped without `close`
-        // after a `write` it never synced would meet a failing disk there,
-        // with no poison mark left: the next open in this boot would trust
-        // the page cache whose writeback failed, and report its records
-        // durable. Synced here first instead, by the engine's own path,
-        // which poisons and leaves the mark when it fails.
+        // after a `write` it never synced would meet a failing disk there:
+        // the open mark stays for that, but the poison mark says why.
+        // Synced here first instead, by the engine's own path, which
+        // poisons and leaves the mark when it fails.
+        // Whether the open mark goes, once sled's handles are dropped: a
+        // close, or a sync here, succeeded with nothing left to write (no
+        // handle is left to write with).
+        let mut unmark = self.closed.load(Ordering::Acquire);
         if !self.closed.load(Ordering::Acquire) && !self.is_poisoned() {
             if !std::thread::panicking() {
-                // Synced with nothing left to write (no handle is left to
-                // write with): what the open mark guards against would
-                // have failed this sync.
-                if self.sync().is_ok() {
-                    crate::poisoned::unmark_open(&self.cfg.path);
-                }
+                unmark = self.sync().is_ok();
             } else if self.writes_unsynced() {
                 // Not synced while unwinding: a panic there would abort.
                 // sled's drop below would abort the process the same way
@@ -1216,6 +1215,12 @@ impl Drop for Engine {
         // would abort the process (what it wrote was durable already).
         if poisoned || std::thread::panicking() {
             drop_failing_store(handles);
+        } else {
+            // sled's own last flush and fsync, before the mark goes.
+            drop(handles);
+            if unmark {
+                crate::poisoned::unmark_open(&self.cfg.path);
+            }
         }
     }
 }

@@ -143,7 +143,7 @@ pub(crate) struct Before {
 /// Before sled opens the store: act on a mark, if there is one.
 pub(crate) fn before_open(cfg: &EngineConfig) -> crate::Result<Before> {
     act_on_marks(cfg).map_err(|source| crate::Error::Io {
-        op: "act on the poison mark",
+        op: "act on the poison or open mark",
         path: cfg.path.clone(),
         source,
     })

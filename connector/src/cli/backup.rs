@@ -46,15 +46,15 @@ pub async fn run(args: BackupArgs) -> Result<ExitCode> {
         let req = crate::live::Request::Backup { to };
         return Ok(crate::live::exit_code(&super::live_report(conn, &req)??));
     }
-    let engine = super::open_unserved(data)?;
     // SIGINT or SIGTERM: give up, removing the partial copy. The handlers
-    // are in place before the backup starts, and stay until the command
-    // ends: a second signal exits at once (tokio keeps the handlers
-    // installed, so without this nothing short of SIGKILL would stop a
-    // removal hung on a failing disk).
+    // are in place before the archive is opened (its recovery can take
+    // long), and stay until the command ends: a second signal exits at
+    // once (tokio keeps the handlers installed, so without this nothing
+    // short of SIGKILL would stop a removal hung on a failing disk).
+    let mut signals = super::run::Signals::for_command()?;
+    let engine = super::open_unserved(data)?;
     let stop = Arc::new(AtomicBool::new(false));
     let signals = {
-        let mut signals = super::run::Signals::for_command()?;
         let stop = stop.clone();
         let dest = to.clone();
         tokio::spawn(async move {

@@ -549,7 +549,7 @@ async fn demo_in(n: u64, data: PathBuf) -> Result<ExitCode> {
         t1.elapsed().as_secs_f64()
     )?;
     // The crashed run left its open mark: this open synced the store and
-    // dropped its cached pages, and recovered from what the disk holds.
+    // dropped its cached pages first.
     if !rec.unclean_stop_cache_dropped {
         return Err(ConnectorError::Sink(
             "demo: the crashed run left no open mark: its reopen trusted the page cache".into(),

@@ -71,15 +71,16 @@ pub async fn run(args: RestoreArgs) -> Result<ExitCode> {
     let data = args.data.data.clone();
     let cfg = args.into_config()?;
     cfg.validate()?;
+    // Installed before the archive is opened (its recovery can take long):
+    // a signal meanwhile stops the restore before it sends anything.
+    let mut signals = super::run::Signals::for_command()?;
     let engine = super::unpanicked(&data, || super::open_archive(&data))?;
     // SIGINT or SIGTERM: stop sending, wait for what was sent, and say where
     // each partition resumes, rather than die with records in flight. A
     // second signal exits at once (tokio keeps the handler installed, so
     // without this nothing short of SIGKILL would).
     let stop = Arc::new(AtomicBool::new(false));
-    // Installed now, not when the task first runs: a signal before that is
-    // not lost. One set, read twice.
-    let mut signals = super::run::Signals::for_command()?;
+    // One set, read twice.
     let watcher = tokio::spawn({
         let stop = stop.clone();
         async move {

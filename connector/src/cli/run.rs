@@ -410,16 +410,10 @@ async fn archive(cfg: RunConfig) -> Result<(ExitCode, u64)> {
     Ok((ExitCode::SUCCESS, report.stats.records_written))
 }
 
-/// SIGINT or SIGTERM, with both handlers installed before this returns (a
-/// signal that comes before the future is first polled is not lost).
-pub fn signals() -> std::io::Result<impl std::future::Future<Output = ()>> {
-    let mut s = Signals::install()?;
-    Ok(async move { s.recv().await })
-}
-
-/// SIGINT and SIGTERM, their handlers installed when this is made, for a
-/// caller that waits for more than one (`restore`: the second exits at
-/// once). Keep one and read it again: a second one made now would hear the
+/// SIGINT and SIGTERM, their handlers installed when this is made (a
+/// signal that comes before the first read is not lost), for every
+/// command that handles them; `run`, `restore` and `backup` read it twice
+/// (the second exits at once). Keep one and read it again: a second one made now would hear the
 /// first signal too, and one made after it could miss a quick second.
 pub struct Signals {
     term: tokio::signal::unix::Signal,
