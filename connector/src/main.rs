@@ -80,9 +80,12 @@ fn main() -> ExitCode {
     cairn_connector::allocator::tune();
     let cli = Cli::parse();
     as_a_crashing_child(matches!(cli.command, Command::Run(_)));
-    // The demo prints its own story; the pipeline's INFO lines would bury it.
+    // The demo prints its own story; the pipeline's INFO lines would bury
+    // it. Its crash is on purpose, and its "recovered" line says what the
+    // reopen did about the crashed run's open mark: the engine's WARN for
+    // that (poisoned.rs) would only come first and alarm.
     let default_filter = match cli.command {
-        Command::Demo(_) => "warn",
+        Command::Demo(_) => "warn,cairn_engine::poisoned=error",
         _ => "info,librdkafka=warn",
     };
     init_tracing(cli.log_format, default_filter);
