@@ -1181,8 +1181,9 @@ impl Drop for Engine {
         // Whether the open mark goes, once sled's handles are dropped: a
         // close, or a sync here, succeeded with nothing left to write (no
         // handle is left to write with).
-        let mut unmark = self.closed.load(Ordering::Acquire);
-        if !self.closed.load(Ordering::Acquire) && !self.is_poisoned() {
+        let closed = self.closed.load(Ordering::Acquire);
+        let mut unmark = closed;
+        if !closed && !self.is_poisoned() {
             if !std::thread::panicking() {
                 unmark = self.sync().is_ok();
             } else if self.writes_unsynced() {

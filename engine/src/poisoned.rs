@@ -163,32 +163,34 @@ fn act_on_marks(cfg: &EngineConfig) -> io::Result<Before> {
         Err(e) => return Err(e),
         Ok(text) => marked_this_boot(text.lines().next().unwrap_or_default().trim()),
     };
-    let text = match read_mark(&cfg.path.join(POISON_FILE)) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            if unclean {
-                tracing::warn!("the store was not closed by the engine that had it open in this boot (a crash or a kill): its files are synced and their cached pages dropped, so that recovery reads what the disk holds");
-                drop_store_cache(cfg, "the store was not closed")?;
-            }
-            return Ok(Before {
-                poisoned: None,
-                unclean_cache_dropped: unclean,
-            });
-        }
+    // The poison mark's reason, and whether it names this boot.
+    let poisoned = match read_mark(&cfg.path.join(POISON_FILE)) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
         Err(e) => return Err(e),
-        Ok(text) => text,
+        Ok(text) => {
+            let mut lines = text.lines();
+            let same_boot = marked_this_boot(lines.next().unwrap_or_default().trim());
+            let reason = lines.next().unwrap_or("(no reason recorded)").to_owned();
+            Some((reason, same_boot))
+        }
     };
-    let mut lines = text.lines();
-    let marked_boot = lines.next().unwrap_or_default().trim();
-    let reason = lines.next().unwrap_or("(no reason recorded)").to_owned();
-    let same_boot = marked_this_boot(marked_boot);
-    if same_boot || unclean {
-        drop_store_cache(cfg, &format!("the store was poisoned ({reason})"))?;
+    let cache_dropped = unclean || poisoned.as_ref().is_some_and(|(_, same_boot)| *same_boot);
+    if cache_dropped {
+        let why = match &poisoned {
+            Some((reason, _)) => format!("the store was poisoned ({reason})"),
+            None => "the store was not closed".to_owned(),
+        };
+        drop_store_cache(cfg, &why)?;
     }
-    tracing::warn!(%reason, cache_dropped = same_boot || unclean, "the store was poisoned before this open; recovering from what the disk holds");
+    match &poisoned {
+        Some((reason, _)) => tracing::warn!(%reason, cache_dropped, "the store was poisoned before this open; recovering from what the disk holds"),
+        None if unclean => tracing::warn!("the store was not closed by the engine that had it open in this boot (a crash or a kill): its files are synced and their cached pages dropped, so that recovery reads what the disk holds"),
+        None => {}
+    }
     Ok(Before {
-        poisoned: Some(PoisonedBefore {
+        poisoned: poisoned.map(|(reason, _)| PoisonedBefore {
             reason,
-            cache_dropped: same_boot || unclean,
+            cache_dropped,
         }),
         unclean_cache_dropped: unclean,
     })
