@@ -500,16 +500,11 @@ impl Taken<'_> {
                 .cast::<i32>()
                 .read()
         };
-        use rd::rd_kafka_resp_err_t as E;
-        match E::try_from(code) {
-            Ok(E::RD_KAFKA_RESP_ERR_NO_ERROR) => None,
-            Ok(E::RD_KAFKA_RESP_ERR__PARTITION_EOF) => {
+        match crate::librdkafka::error_code(code)? {
+            rdkafka::error::RDKafkaErrorCode::PartitionEOF => {
                 Some(KafkaError::PartitionEOF(self.raw().partition))
             }
-            Ok(e) => Some(KafkaError::MessageConsumption(e.into())),
-            Err(_) => Some(KafkaError::MessageConsumption(
-                rdkafka::error::RDKafkaErrorCode::Unknown,
-            )),
+            e => Some(KafkaError::MessageConsumption(e)),
         }
     }
 

@@ -55,12 +55,7 @@ const CLOSED_CHECK_EVERY_MS: c_int = 100;
 
 /// `code` as rust-rdkafka's error for a failed commit, or `Ok` for none.
 fn commit_result(code: c_int) -> Result<(), KafkaError> {
-    use rd::rd_kafka_resp_err_t as E;
-    match E::try_from(code) {
-        Ok(E::RD_KAFKA_RESP_ERR_NO_ERROR) => Ok(()),
-        Ok(e) => Err(KafkaError::ConsumerCommit(e.into())),
-        Err(_) => Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::Unknown)),
-    }
+    crate::librdkafka::error_code(code).map_or(Ok(()), |e| Err(KafkaError::ConsumerCommit(e)))
 }
 
 /// Hand `offsets` to librdkafka for a commit: queued now, in order with

@@ -35,6 +35,19 @@ pub fn settings_of<'a>(
         .map(|(k, v)| (k.as_str(), v.as_str()))
 }
 
+/// An error code librdkafka gives as the C `int` it is (`None` for no
+/// error). Read as that, not as the bindings' enum: librdkafka passes a
+/// broker's code it does not know through as it came, and an enum value
+/// with no variant would be undefined behaviour; such a code is `Unknown`.
+pub(crate) fn error_code(code: i32) -> Option<RDKafkaErrorCode> {
+    use rdkafka::bindings::rd_kafka_resp_err_t as E;
+    match E::try_from(code) {
+        Ok(E::RD_KAFKA_RESP_ERR_NO_ERROR) => None,
+        Ok(e) => Some(e.into()),
+        Err(_) => Some(RDKafkaErrorCode::Unknown),
+    }
+}
+
 /// Whether `-X` gives any of `names` (one property's names), under either
 /// form [`settings_of`] looks at: a default of cairn's for it is then left
 /// unset, since librdkafka takes settings in a hash map's order and cairn's
