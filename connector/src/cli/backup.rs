@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use cairn_engine::{BackupReport, Engine};
@@ -51,24 +51,18 @@ pub async fn run(args: BackupArgs) -> Result<ExitCode> {
     // long), and stay until the command ends: a second signal exits at
     // once (tokio keeps the handlers installed, so without this nothing
     // short of SIGKILL would stop a removal hung on a failing disk).
-    let mut signals = super::run::Signals::for_command()?;
+    let signals = super::run::Signals::for_command()?;
     let engine = super::open_unserved(data)?;
     let stop = Arc::new(AtomicBool::new(false));
-    let signals = {
-        let stop = stop.clone();
-        let dest = to.clone();
-        tokio::spawn(async move {
-            signals.recv().await;
-            tracing::info!("signal received: stopping the backup and removing what it wrote (again to exit at once)");
-            stop.store(true, Ordering::SeqCst);
-            signals.recv().await;
-            eprintln!(
-                "interrupted again: exiting at once; what the backup wrote in {} stays marked unfinished if it was not removed yet",
-                dest.display()
-            );
-            std::process::exit(i32::from(EXIT_INTERRUPTED));
-        })
-    };
+    let dest = to.clone();
+    let signals = signals.stop_then_exit(
+        stop.clone(),
+        || tracing::info!("signal received: stopping the backup and removing what it wrote (again to exit at once)"),
+        move || eprintln!(
+            "interrupted again: exiting at once; what the backup wrote in {} stays marked unfinished if it was not removed yet",
+            dest.display()
+        ),
+    );
     let dest = to.clone();
     let (engine, done) = tokio::task::spawn_blocking(move || {
         let mut text = Vec::new();

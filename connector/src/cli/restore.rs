@@ -73,27 +73,18 @@ pub async fn run(args: RestoreArgs) -> Result<ExitCode> {
     cfg.validate()?;
     // Installed before the archive is opened (its recovery can take long):
     // a signal meanwhile stops the restore before it sends anything.
-    let mut signals = super::run::Signals::for_command()?;
+    let signals = super::run::Signals::for_command()?;
     let engine = super::unpanicked(&data, || super::open_archive(&data))?;
     // SIGINT or SIGTERM: stop sending, wait for what was sent, and say where
     // each partition resumes, rather than die with records in flight. A
     // second signal exits at once (tokio keeps the handler installed, so
     // without this nothing short of SIGKILL would).
     let stop = Arc::new(AtomicBool::new(false));
-    // One set, read twice.
-    let watcher = tokio::spawn({
-        let stop = stop.clone();
-        async move {
-            signals.recv().await;
-            tracing::warn!(
-                "signal received: stopping the restore after what was sent is acknowledged (again to exit at once)"
-            );
-            stop.store(true, Ordering::Relaxed);
-            signals.recv().await;
-            tracing::error!("second signal: exiting without waiting; records in flight may or may not have been written");
-            std::process::exit(130);
-        }
-    });
+    let watcher = signals.stop_then_exit(
+        stop.clone(),
+        || tracing::warn!("signal received: stopping the restore after what was sent is acknowledged (again to exit at once)"),
+        || tracing::error!("second signal: exiting without waiting; records in flight may or may not have been written"),
+    );
     let result = tokio::task::block_in_place(|| {
         restore_until(&engine, &cfg, &|| stop.load(Ordering::Relaxed))
     });

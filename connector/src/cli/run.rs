@@ -331,23 +331,16 @@ async fn archive(cfg: RunConfig) -> Result<(ExitCode, u64)> {
     // Installed, and watched, before the archive is read (its recovery,
     // or a format upgrade, can take minutes): a signal meanwhile stops the
     // run cleanly once the open is done, and a second exits at once.
-    let mut signals = Signals::for_command()?;
     let stop = Arc::new(AtomicBool::new(false));
-    let signal_stop = stop.clone();
-    tokio::spawn(async move {
-        signals.recv().await;
-        tracing::info!(
-            "signal received: draining, fsyncing, committing, closing (again to exit at once)"
-        );
-        signal_stop.store(true, Ordering::Relaxed);
-        // A stop can take seconds (a put's fsync, the pruner's step or
-        // last pass, a live prune finishing its step, the consumer's close). Exiting
-        // at once loses nothing: only what is durable was committed, and
-        // the next start recovers the archive and resumes from it.
-        signals.recv().await;
-        tracing::error!("second signal: exiting at once, without the final commit; the next start recovers the archive and resumes from what is durable");
-        std::process::exit(130);
-    });
+    // A stop can take seconds (a put's fsync, the pruner's step or last
+    // pass, a live prune finishing its step, the consumer's close). Exiting
+    // at once loses nothing: only what is durable was committed, and the
+    // next start recovers the archive and resumes from it.
+    Signals::for_command()?.stop_then_exit(
+        stop.clone(),
+        || tracing::info!("signal received: draining, fsyncing, committing, closing (again to exit at once)"),
+        || tracing::error!("second signal: exiting at once, without the final commit; the next start recovers the archive and resumes from what is durable"),
+    );
     let engine_cfg = EngineConfig::new(&cfg.data).record_bytes_max(cfg.record_bytes_max);
     let engine = Arc::new(super::unpanicked(&cfg.data, || {
         Ok(Engine::open(engine_cfg)?)
@@ -442,6 +435,26 @@ impl Signals {
             _ = self.term.recv() => {}
             _ = self.int.recv() => {}
         }
+    }
+
+    /// A task that, at the first signal, calls `first` and sets `stop`
+    /// (the command stops cleanly), and at a second calls `second` and
+    /// exits at once with 130 (tokio keeps the handlers installed, so
+    /// without it nothing short of SIGKILL would stop a stop that hangs).
+    pub fn stop_then_exit(
+        mut self,
+        stop: Arc<AtomicBool>,
+        first: impl FnOnce() + Send + 'static,
+        second: impl FnOnce() + Send + 'static,
+    ) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            self.recv().await;
+            first();
+            stop.store(true, Ordering::SeqCst);
+            self.recv().await;
+            second();
+            std::process::exit(130);
+        })
     }
 }
 
