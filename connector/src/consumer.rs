@@ -51,6 +51,7 @@ use crate::pipeline::Pipeline;
 use crate::progress::{LogBounds, Progress, ProgressClock, Snapshot, Start};
 use crate::queue::{self, JobSender};
 use crate::rebalance::SinkContext;
+use crate::reset::{self, ResetScope};
 use crate::retention;
 use crate::task::SinkTask;
 use crate::worker::{Job, Reply, Worker};
@@ -468,7 +469,6 @@ impl Shared {
         scope: &ResetScope,
         events_waiting: &dyn Fn() -> bool,
     ) -> Result<bool> {
-        use retention::Standing;
         // Put what was polled first: `consumed` is then where every
         // partition goes on, and a partition fetched again cannot bring a
         // record into the buffer twice.
@@ -487,89 +487,36 @@ impl Shared {
             return Ok(true);
         }
         let policy = self.on_offset_out_of_range;
-        let mut bounds = retention::Bounds::new(consumer, judged.clone(), self.bounds_budget);
-        // Partitions not judged, each where it goes on (only the eager
-        // protocol's restart assigns them again, there).
-        let mut going_on: BTreeMap<TopicPartition, Offset> = BTreeMap::new();
-        // Judged partitions in the log: restarted where they are unless
-        // some judged partition is out of it.
-        let mut in_log: BTreeMap<TopicPartition, Offset> = BTreeMap::new();
-        let mut restart: BTreeMap<TopicPartition, Offset> = BTreeMap::new();
-        // The partitions the policy moves, and where to.
-        let mut moved: Vec<(TopicPartition, i64)> = Vec::new();
-        // Whether some judged partition is out of Kafka's log: what the
-        // error was about.
-        let mut explained = false;
-        for tp in &assigned {
-            let start = self.starts.get(tp).copied();
-            let started_at = match start {
-                Some(Start::At(o) | Start::Refetch { from: o, .. }) => Some(o),
-                _ => None,
-            };
-            // A fetch stop clears librdkafka's position: the offset after
-            // the last put then, unless the partition was moved past it
-            // since (by an earlier reset) and has delivered nothing yet.
-            let delivered = positions.get(tp).copied().or_else(|| {
-                let consumed = self.pipeline.state().consumed.get(tp).copied();
-                consumed.max(started_at.filter(|_| consumed.is_some()))
-            });
-            let judging = judged.contains(tp);
-            let at = match (delivered, start) {
-                (Some(p), _) => p,
-                (None, Some(Start::At(o) | Start::Refetch { from: o, .. })) => o,
-                (None, Some(Start::Beginning)) if judging => {
-                    restart.insert(tp.clone(), Offset::Beginning);
-                    continue;
-                }
-                (None, Some(Start::Beginning)) => {
-                    going_on.insert(tp.clone(), Offset::Beginning);
-                    continue;
-                }
-                // Only a partition of an assignment that stopped the run:
-                // never fetched.
-                (None, Some(Start::End)) => {
-                    going_on.insert(tp.clone(), Offset::End);
-                    continue;
-                }
-                // Every assignment records each partition's start
-                // (rebalance.rs), never librdkafka's read of the committed
-                // offset.
-                (None, None) => {
-                    return Err(ConnectorError::Sink(format!(
-                        "BUG: {tp} was assigned with no start recorded: stopping rather than guess where it fetches from"
-                    )))
-                }
-            };
-            if !judging {
-                going_on.insert(tp.clone(), Offset::Offset(at));
-                continue;
-            }
-            let archived_below = start.and_then(|s| s.archived_below());
-            match retention::standing(&mut bounds, tp, at, archived_below, policy)? {
-                Standing::InLog => {
-                    in_log.insert(tp.clone(), Offset::Offset(at));
-                }
-                Standing::MoveTo(to) => {
-                    explained = true;
-                    restart.insert(tp.clone(), Offset::Offset(to));
-                    moved.push((tp.clone(), to));
-                }
-                Standing::Unknown => {
-                    restart.insert(tp.clone(), Offset::Offset(at));
-                }
-            }
-        }
-        // A judged partition in the log that an error named starts again
-        // where it is even when another was out of it: its own error may
-        // be one the check cannot see, and it must not stay stopped. With
-        // no partition named, an error out of the log explains the rest.
-        if explained && matches!(scope, ResetScope::All) {
-            going_on.append(&mut in_log);
-        } else {
-            if !explained {
-                tracing::warn!(partitions = ?in_log.keys().map(ToString::to_string).collect::<Vec<_>>(), "a reset error no position explains: its partitions fetch again from where they are");
-            }
-            restart.append(&mut in_log);
+        let mut bounds = retention::Bounds::new(consumer, judged, self.bounds_budget);
+        let starts = &self.starts;
+        let pipeline = &self.pipeline;
+        let reset::Plan {
+            restart,
+            going_on,
+            moved,
+            unexplained,
+        } = reset::plan(
+            &assigned,
+            scope,
+            |tp| {
+                let consumed = pipeline.state().consumed.get(tp).copied();
+                reset::place(positions.get(tp).copied(), consumed, starts.get(tp).copied())
+                    // Every assignment records each partition's start
+                    // (rebalance.rs), never librdkafka's read of the
+                    // committed offset.
+                    .ok_or_else(|| {
+                        ConnectorError::Sink(format!(
+                            "BUG: {tp} was assigned with no start recorded: stopping rather than guess where it fetches from"
+                        ))
+                    })
+            },
+            |tp, at| {
+                let archived_below = starts.get(tp).and_then(Start::archived_below);
+                retention::standing(&mut bounds, tp, at, archived_below, policy)
+            },
+        )?;
+        if !unexplained.is_empty() {
+            tracing::warn!(partitions = ?unexplained.iter().map(ToString::to_string).collect::<Vec<_>>(), "a reset error no position explains: its partitions fetch again from where they are");
         }
         if restart.is_empty() {
             return Ok(true);
@@ -1098,35 +1045,6 @@ const EVENTS_WAIT_MAX: Duration = Duration::from_millis(10);
 /// events wait, but not forever while they keep arriving.
 const EVENTS_PER_PASS_MAX: usize = 64;
 
-/// The partitions a reset error (or several, before the restart) was
-/// about: those named, or every assigned one when an error named none.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum ResetScope {
-    All,
-    These(BTreeSet<TopicPartition>),
-}
-
-impl ResetScope {
-    /// Widen `wanted` by an error about `about` (`None`: it named none).
-    fn add(wanted: &mut Option<ResetScope>, about: Option<TopicPartition>) {
-        *wanted = Some(match (wanted.take(), about) {
-            (Some(ResetScope::All), _) | (_, None) => ResetScope::All,
-            (Some(ResetScope::These(mut tps)), Some(tp)) => {
-                tps.insert(tp);
-                ResetScope::These(tps)
-            }
-            (None, Some(tp)) => ResetScope::These(BTreeSet::from([tp])),
-        });
-    }
-
-    fn covers(&self, tp: &TopicPartition) -> bool {
-        match self {
-            ResetScope::All => true,
-            ResetScope::These(tps) => tps.contains(tp),
-        }
-    }
-}
-
 /// What a consumer error needs.
 enum ErrorAction {
     /// A position is out of Kafka's log: check retention and restart.
@@ -1395,27 +1313,6 @@ mod tests {
     use super::stops_the_run;
     use rdkafka::error::KafkaError;
     use rdkafka::types::RDKafkaErrorCode as C;
-
-    /// Reset errors before a restart add up: the partitions they name, or
-    /// every assigned one once an error names none.
-    #[test]
-    fn reset_errors_widen_their_scope() {
-        use super::ResetScope;
-        use cairn_engine::TopicPartition;
-        let (a, b) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
-        let mut wanted = None;
-        ResetScope::add(&mut wanted, Some(a.clone()));
-        let scope = wanted.clone().unwrap();
-        assert!(scope.covers(&a) && !scope.covers(&b));
-        ResetScope::add(&mut wanted, Some(b.clone()));
-        let scope = wanted.clone().unwrap();
-        assert!(scope.covers(&a) && scope.covers(&b));
-        assert!(!scope.covers(&TopicPartition::new("u", 0)));
-        ResetScope::add(&mut wanted, None);
-        assert_eq!(wanted, Some(ResetScope::All));
-        ResetScope::add(&mut wanted, Some(a));
-        assert_eq!(wanted, Some(ResetScope::All));
-    }
 
     /// librdkafka's two descriptions of a log cut back below a fetched
     /// position (rdkafka_offset.c, with the error's own text appended by

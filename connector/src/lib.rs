@@ -38,6 +38,7 @@ pub mod pruner;
 mod queue;
 pub mod rebalance;
 mod recycle;
+mod reset;
 pub mod restore;
 mod retention;
 pub mod selection;

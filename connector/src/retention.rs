@@ -310,6 +310,7 @@ fn judge(
 
 /// Where a position stands against Kafka's log, for a partition whose
 /// fetch may have stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Standing {
     /// Inside the log: it can go on from there.
     InLog,
