@@ -407,6 +407,12 @@ pub fn wal_recover(data: &[u8], scratch: &Path) {
                 whole || read_error || truncated || verify_found,
                 "{tp}: records went missing and nothing reported it (damage {damages:?}, verify {report:?})"
             );
+            // Verify reads all a read does: damage a read tripped on is
+            // damage verify must report.
+            assert!(
+                !read_error || verify_found,
+                "{tp}: its read reported damage that verify passed (damage {damages:?}, verify {report:?})"
+            );
         }
         drop(engine);
     }
