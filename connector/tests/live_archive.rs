@@ -356,7 +356,12 @@ fn a_socket_left_by_a_killed_run_is_not_in_the_way() {
             "{args:?}: {}",
             text(&out.stderr)
         );
+        // status and verify mark a live answer on stdout, export on stderr.
         assert!(!text(&out.stdout).contains("(live"), "{args:?}");
+        assert!(
+            !text(&out.stderr).contains("served by the running cairn run"),
+            "{args:?}"
+        );
     }
     // A refused export leaves an existing output file as it was here too.
     let keep = run.dir.path().join("keep.jsonl");

@@ -737,7 +737,8 @@ pub mod model {
                     );
                 }
                 Op::Reopen => {
-                    // Drop without close: a crash as far as the store can tell.
+                    // Drop without close: the drop syncs, as a failed
+                    // run's does, and the open recovers what it finds.
                     drop(engine.take());
                     engine = Some(open()?);
                 }

@@ -177,7 +177,7 @@ fn a_stored_offset_that_aged_out_stops_the_run_unless_told_to_skip() {
     let err = stopped_aged_out_at_20(&cfg, low);
     let msg = err.to_string();
     assert!(
-        msg.contains("aged-out/0") && msg.contains("aged out"),
+        msg.contains(&format!("{}/0", k.topic)) && msg.contains("aged out"),
         "{msg}"
     );
     assert_eq!(
