@@ -185,6 +185,16 @@ impl RunConfig {
                 self.linger_ms
             ));
         }
+        // The flag's parser checks this too; an embedder's `RunConfig` is
+        // checked here (a week's interval would commit nothing while the
+        // run lasts).
+        if let CommitPolicy::Interval(every) = self.commit {
+            if every < Duration::from_millis(1) || every > Duration::from_secs(3600) {
+                return bad(format!(
+                    "commit interval {every:?}: must be 1 ms..=1 h (1..=3600000 ms)"
+                ));
+            }
+        }
         if self.record_bytes_max == 0
             || self.record_bytes_max > cairn_engine::RECORD_BYTES_MAX_LIMIT
         {
@@ -598,6 +608,26 @@ mod tests {
         assert!("interval:".parse::<CommitPolicy>().is_err());
         assert!("interval:0".parse::<CommitPolicy>().is_err());
         assert!("sometimes".parse::<CommitPolicy>().is_err());
+    }
+
+    /// An embedder's commit interval is held to the flag's range.
+    #[test]
+    fn a_commit_interval_out_of_range_is_refused() {
+        let mut cfg = RunConfig::new("b:1", "g", vec!["t".into()], "d".into());
+        for (every, ok) in [
+            (Duration::ZERO, false),
+            (Duration::from_micros(999), false),
+            (Duration::from_millis(1), true),
+            (Duration::from_secs(3600), true),
+            (Duration::from_secs(3601), false),
+        ] {
+            cfg.commit = CommitPolicy::Interval(every);
+            let r = cfg.validate();
+            assert_eq!(r.is_ok(), ok, "{every:?}: {r:?}");
+            if let Err(e) = r {
+                assert!(e.to_string().contains("commit interval"), "{e}");
+            }
+        }
     }
 
     /// The dead-letter producer's settings are checked by `validate`, before

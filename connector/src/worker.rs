@@ -119,7 +119,11 @@ impl Worker {
     pub fn run(mut self, jobs: Receiver<Job>) {
         loop {
             let job = match self.policy {
-                CommitPolicy::Interval(every) if self.unsafe_puts => {
+                // A failed run makes no `pre_commit`, so its puts stay
+                // unsafe: waiting for a due one would spin.
+                CommitPolicy::Interval(every)
+                    if self.unsafe_puts && !self.pipeline.failed.load(Ordering::Acquire) =>
+                {
                     match jobs.recv_timeout(every.saturating_sub(self.last_pre_commit.elapsed())) {
                         Ok(j) => Some(j),
                         Err(RecvTimeoutError::Timeout) => None,
