@@ -276,7 +276,21 @@ fn export_to_dev_stdout_appends_under_the_shells_redirection() {
     let link = dir.path().join("latest.jsonl");
     std::os::unix::fs::symlink("/dev/stdout", &link).unwrap();
     let link = link.to_str().unwrap();
-    for name in ["/dev/stdout", "-", "/dev/./stdout", "//dev//stdout", link] {
+    // Through a directory that leads to the descriptors: before 2026-12-04
+    // these were followed to the file too.
+    let fds = dir.path().join("fds");
+    std::os::unix::fs::symlink("/proc/self/fd", &fds).unwrap();
+    let via_dir = format!("{}/1", fds.to_str().unwrap());
+    for name in [
+        "/dev/stdout",
+        "-",
+        "/dev/./stdout",
+        "//dev//stdout",
+        link,
+        "/dev/fd/../fd/1",
+        "/proc/self/../self/fd/1",
+        &via_dir,
+    ] {
         let (stderr, text) = export_redirected(dir.path(), &data, name, ">>");
         assert!(stderr.contains("exit 0"), "{name}: {stderr}");
         let lines: Vec<&str> = text.lines().collect();
@@ -331,6 +345,7 @@ fn export_to_another_descriptor_or_a_slash_is_refused_and_loses_nothing() {
         ("/dev/fd/3", "3>>"),
         ("/proc/self/fd/3", "3>>"),
         ("/dev/./fd/3", "3>>"),
+        ("/dev/fd/../fd/3", "3>>"),
         (link, "3>>"),
         ("/dev/stderr", "2>>"),
         ("gone/", ">>"),

@@ -167,20 +167,14 @@ fn link_chain(path: &Path) -> Vec<PathBuf> {
 /// Whether `--output` names this process's stdout rather than a file:
 /// spelt so, or a link to a name of it (`/dev/./stdout`, a `latest.jsonl`
 /// linked to `/dev/stdout`: before 2026-12-03 those were followed to the
-/// file behind stdout, which the export then replaced).
+/// file behind stdout, which the export then replaced), or through a
+/// directory that leads to one (`/dev/fd/../fd/1`, a `~/fd` linked to
+/// `/proc/self/fd`).
 fn names_stdout(output: &Path) -> bool {
-    output.as_os_str() == "-" || link_chain(output).iter().any(|p| is_stdout_name(p))
-}
-
-fn is_stdout_name(p: &Path) -> bool {
-    [
-        "/dev/stdout",
-        "/dev/fd/1",
-        "/proc/self/fd/1",
-        "/proc/thread-self/fd/1",
-    ]
-    .iter()
-    .any(|s| p.as_os_str() == *s)
+    output.as_os_str() == "-"
+        || output_names(output)
+            .iter()
+            .any(|p| descriptor_named(p) == Some(Descriptor::Stdout))
 }
 
 /// Whether `--output` names one of this process's descriptors (other than
@@ -188,26 +182,75 @@ fn is_stdout_name(p: &Path) -> bool {
 /// `/dev/fd/N`, `/proc/self/fd/N`, `/proc/PID/fd/N`, `/dev/stderr`,
 /// `/dev/stdin`.
 fn names_descriptor(output: &Path) -> bool {
-    link_chain(output).iter().any(|p| is_descriptor_name(p))
+    output_names(output)
+        .iter()
+        .any(|p| descriptor_named(p).is_some())
 }
 
-fn is_descriptor_name(p: &Path) -> bool {
-    let Some(s) = p.to_str() else {
-        return false;
+/// The names `output` goes by: each path of its [`link_chain`], and each
+/// again with its directory's links and `..` resolved (the directory's own
+/// path may pass through `/dev/fd`, a link to `/proc/self/fd`).
+fn output_names(output: &Path) -> Vec<PathBuf> {
+    let chain = link_chain(output);
+    let resolved: Vec<PathBuf> = chain
+        .iter()
+        .filter_map(|p| Some(parent_dir(p).canonicalize().ok()?.join(p.file_name()?)))
+        .collect();
+    chain.into_iter().chain(resolved).collect()
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Descriptor {
+    /// This process's descriptor 1.
+    Stdout,
+    /// Another descriptor, or another process's.
+    Other,
+}
+
+/// The descriptor `p` names, if it is spelt as one: `/dev/stdout`,
+/// `/dev/stderr`, `/dev/stdin`, `/dev/fd/N`, or `/proc/X/fd/N` with X
+/// `self`, `thread-self`, a process id or `PID/task/TID` (the last two
+/// are how a resolved `/proc/self` and `/proc/thread-self` read).
+fn descriptor_named(p: &Path) -> Option<Descriptor> {
+    let s = p.to_str()?;
+    let number = |rest: &str| -> Option<u32> {
+        if rest.is_empty() || !rest.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        // Too many digits for a u32 is still a descriptor's spelling.
+        Some(rest.parse().unwrap_or(u32::MAX))
     };
-    let numbered = |rest: &str| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit());
-    if matches!(s, "/dev/stderr" | "/dev/stdin") {
-        return true;
+    let ours = |fd: u32, own: bool| {
+        Some(if fd == 1 && own {
+            Descriptor::Stdout
+        } else {
+            Descriptor::Other
+        })
+    };
+    match s {
+        "/dev/stdout" => return Some(Descriptor::Stdout),
+        "/dev/stderr" | "/dev/stdin" => return Some(Descriptor::Other),
+        _ => {}
     }
     if let Some(rest) = s.strip_prefix("/dev/fd/") {
-        return numbered(rest);
+        return ours(number(rest)?, true);
     }
-    if let Some(rest) = s.strip_prefix("/proc/") {
-        if let Some((pid, fd)) = rest.split_once("/fd/") {
-            return (pid == "self" || pid == "thread-self" || numbered(pid)) && numbered(fd);
+    let (owner, fd) = s.strip_prefix("/proc/")?.split_once("/fd/")?;
+    let fd = number(fd)?;
+    let own = match owner {
+        "self" | "thread-self" => true,
+        _ => {
+            let pid = match owner.split_once("/task/") {
+                Some((pid, tid)) => {
+                    number(tid)?;
+                    pid
+                }
+                None => owner,
+            };
+            number(pid)? == std::process::id()
         }
-    }
-    false
+    };
+    ours(fd, own)
 }
 
 /// Refuses, before anything is read, an `--output` the export could not
@@ -800,6 +843,38 @@ mod tests {
     use cairn_engine::{Engine, EngineConfig, Header, Record, RecordBatch, TimestampType};
 
     use super::*;
+
+    /// Descriptors by every spelling a resolved path takes; stdout only
+    /// for this process's descriptor 1.
+    #[test]
+    fn descriptors_are_known_by_their_resolved_names() {
+        let pid = std::process::id();
+        for (name, want) in [
+            ("/dev/stdout".to_string(), Some(Descriptor::Stdout)),
+            ("/dev/fd/1".into(), Some(Descriptor::Stdout)),
+            ("/proc/self/fd/1".into(), Some(Descriptor::Stdout)),
+            ("/proc/thread-self/fd/1".into(), Some(Descriptor::Stdout)),
+            (format!("/proc/{pid}/fd/1"), Some(Descriptor::Stdout)),
+            (
+                format!("/proc/{pid}/task/{pid}/fd/1"),
+                Some(Descriptor::Stdout),
+            ),
+            (format!("/proc/{}/fd/1", pid + 1), Some(Descriptor::Other)),
+            (format!("/proc/{pid}/fd/3"), Some(Descriptor::Other)),
+            ("/dev/fd/99999999999".into(), Some(Descriptor::Other)),
+            ("/dev/stderr".into(), Some(Descriptor::Other)),
+            ("/dev/fd/".into(), None),
+            ("/proc/self/fd/x".into(), None),
+            ("/proc/x/fd/1".into(), None),
+            ("/tmp/fd/1".into(), None),
+        ] {
+            assert_eq!(descriptor_named(Path::new(&name)), want, "{name}");
+        }
+        // A directory that resolves to the descriptors.
+        assert!(names_stdout(Path::new("/dev/fd/../fd/1")));
+        assert!(names_descriptor(Path::new("/dev/fd/../fd/3")));
+        assert!(!names_descriptor(Path::new("/tmp/out.jsonl")));
+    }
 
     fn record(offset: i64, value: &[u8]) -> Record {
         Record {
