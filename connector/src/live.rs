@@ -20,9 +20,13 @@
 //!   and `backup`, which writes a new archive where it is asked to.
 //!   Exports stop at the durable next offset, and a verify checks the store
 //!   as it stood when the verify started (`Engine::verify`).
-//! - [`LiveServer::stop`] returns only once every connection's thread has
-//!   ended, so no reference to the engine outlives it: the archive sink
-//!   stops the server before it closes the engine.
+//! - [`LiveServer::stop`] returns once every connection's thread has
+//!   ended, so that no reference to the engine outlives it and the archive
+//!   sink can close the engine; or, with a thread stuck in a system call
+//!   (a backup into a hung mount), after `STOP_WAIT`, saying so: that
+//!   thread still holds the engine (and a live backup the truncation
+//!   lock), so the sink then syncs the engine rather than close it, and
+//!   waits for nothing that lock holds up (the pruner).
 //! - The socket is `0600`: only the user the run runs as connects, who can
 //!   write the data files anyway (a `prune` deletes). The data files are
 //!   made with the process's umask: others may be able to read them.
@@ -285,14 +289,16 @@ impl LiveServer {
 
     /// Stop listening, cut off the connections being served (a verify in
     /// progress gives up; a prune finishes the durable step it is in), wait
-    /// for their threads, and remove the socket.
-    pub fn stop(mut self) {
-        self.shut_down();
+    /// for their threads (for `STOP_WAIT` at most), and remove the socket.
+    /// Whether every thread ended: `false` leaves one behind, stuck, with
+    /// its hold on the engine.
+    pub fn stop(mut self) -> bool {
+        self.shut_down()
     }
 
-    fn shut_down(&mut self) {
+    fn shut_down(&mut self) -> bool {
         let Some(accept) = self.accept.take() else {
-            return;
+            return true;
         };
         self.shared.stop.store(true, Ordering::SeqCst);
         self.shared.cut_off_all();
@@ -308,7 +314,8 @@ impl LiveServer {
             // Waiting for a condition, with a deadline.
             std::thread::sleep(Duration::from_millis(10));
         }
-        if !accept.is_finished() {
+        let ended = accept.is_finished();
+        if !ended {
             tracing::error!(
                 waited_s = STOP_WAIT.as_secs(),
                 "a live request is still being served (stuck in a system call?): the run stops without waiting for it"
@@ -317,12 +324,13 @@ impl LiveServer {
             tracing::warn!("the live-read thread panicked");
         }
         let _ = std::fs::remove_file(&self.path);
+        ended
     }
 }
 
 impl Drop for LiveServer {
     fn drop(&mut self) {
-        self.shut_down();
+        let _ = self.shut_down();
     }
 }
 
@@ -1572,7 +1580,7 @@ mod tests {
             read_frame(&mut r, None).unwrap(),
             Some((TAG_OUTPUT, Vec::new()))
         );
-        server.stop();
+        assert!(!server.stop(), "the stop says it left a request behind");
         assert!(!data.join(SOCKET_FILE).exists(), "the socket is removed");
         assert!(
             Arc::strong_count(&e) > 1,
@@ -1605,7 +1613,7 @@ mod tests {
         }
         // The client hanging up ends the answer; stop waits for it.
         drop(r);
-        server.stop();
+        assert!(server.stop(), "every request ended");
         assert_eq!(Arc::strong_count(&e), 1, "a thread kept the engine");
 
         // A server that beat once and then went silent.

@@ -262,6 +262,20 @@ impl Pruner {
     }
 }
 
+impl Pruner {
+    /// End the thread without a last pass and without waiting for it: a
+    /// pass in progress may wait for ever behind a live backup stuck in a
+    /// system call (which holds truncations off). The thread stops at its
+    /// next check, or with the process; every pass step is durable alone.
+    pub fn abandon(mut self) {
+        self.cancelled.store(true, Ordering::Relaxed);
+        self.orders.take();
+        if self.thread.take().is_some_and(|t| !t.is_finished()) {
+            tracing::warn!("the retention pass in progress is not waited for (a live request is stuck): no last pass at this stop");
+        }
+    }
+}
+
 impl Drop for Pruner {
     /// Ends the thread without a last pass (a stop that is not clean),
     /// a pass in progress after its durable step.

@@ -193,10 +193,11 @@ pub trait SinkTask: Send {
 /// The archive: a sink on the cairn engine. The archive, not Kafka, is the
 /// source of truth for where each partition resumes.
 ///
-/// Fields drop in this order when a failed run drops the sink without its
-/// `stop`: the live server first, cutting off a live verify or backup
-/// (which holds truncations off), so that the pruner's thread, joined next,
-/// is not left waiting for one to finish.
+/// When a failed run drops the sink without its `stop`, the live server is
+/// stopped first, cutting off a live verify or backup (which holds
+/// truncations off), so that the pruner's thread, joined next, is not left
+/// waiting for one to finish; if one is stuck in a system call, the pruner
+/// is not waited for at all (`Drop`).
 pub struct ArchiveSink {
     /// Answers `status`, `export`, `verify`, `prune` and `backup` while the
     /// run holds the archive (live.rs).
@@ -359,10 +360,17 @@ impl SinkTask for ArchiveSink {
     fn stop(&mut self) -> Result<(), TaskError> {
         // The live reads, the pruner's last pass, and their threads'
         // references to the engine, end before the engine closes.
-        if let Some(live) = self.live.take() {
-            live.stop();
-        }
-        let pruned = self.pruner.take().map_or(Ok(()), Pruner::stop);
+        let pruned = if self.stop_live() {
+            self.pruner.take().map_or(Ok(()), Pruner::stop)
+        } else {
+            // A live backup stuck in a system call holds truncations off:
+            // a last pass (or the pass in progress) would wait for it for
+            // ever, and the stop with it.
+            if let Some(p) = self.pruner.take() {
+                p.abandon();
+            }
+            Ok(())
+        };
         if let Some(e) = self.engine.take() {
             match Arc::try_unwrap(e) {
                 Ok(e) => e.close().map_err(engine_error)?,
@@ -379,6 +387,27 @@ impl SinkTask for ArchiveSink {
             }
         }
         pruned.map_err(TaskError::Fatal)
+    }
+}
+
+impl ArchiveSink {
+    /// Stop the live server, if any; whether every request it served ended
+    /// (`false`: one is stuck, holding the engine).
+    fn stop_live(&mut self) -> bool {
+        self.live.take().is_none_or(LiveServer::stop)
+    }
+}
+
+impl Drop for ArchiveSink {
+    /// A failed run's sink, dropped without its `stop`: the pruner is
+    /// joined (its pass ends at its next check) unless a live request is
+    /// stuck.
+    fn drop(&mut self) {
+        if !self.stop_live() {
+            if let Some(p) = self.pruner.take() {
+                p.abandon();
+            }
+        }
     }
 }
 
