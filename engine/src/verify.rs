@@ -468,11 +468,19 @@ fn verify_checkpoint(tree: &sled::Tree, r: &mut VerifyReport) -> Result<()> {
         // An unreadable page of sled's log ends the check (verify_tree_facts).
         Err(e) if unreadable_page(&e) => return Err(e),
         Err(Error::Corruption { location, kind }) => {
-            if !r
-                .problems
-                .iter()
-                .any(|p| p.location == location && (p.kind == kind || (gap(&p.kind) && gap(&kind))))
-            {
+            // The scan names a gap at the frame it found after it, this
+            // check at the LSN it expected: the same gap either way.
+            let same_gap = |k: &CorruptionKind| match (k, &kind) {
+                (
+                    CorruptionKind::LsnGap { expected: a, .. },
+                    CorruptionKind::LsnGap { expected: b, .. },
+                ) => a == b,
+                _ => false,
+            };
+            if !r.problems.iter().any(|p| {
+                same_gap(&p.kind)
+                    || (p.location == location && (p.kind == kind || (gap(&p.kind) && gap(&kind))))
+            }) {
                 r.add(location, kind);
             }
         }
@@ -715,15 +723,21 @@ fn verify_log(
             orphans |= asm.in_progress().is_some();
             asm.reset();
         }
-        expected = lsn.saturating_add(1);
+        // A frame below the expected LSN (a stray within a tombstone's
+        // span) does not move the log's expected end back: the frame the
+        // span ends at is no second gap.
+        expected = expected.max(lsn.saturating_add(1));
         let f = match frame::decode(lsn, &v) {
             Ok(f) => f,
             Err(kind) => {
-                r.add(at, kind);
                 // Its flags cannot be trusted: the chunks after it, if it
-                // was an entry's, are orphans.
+                // was an entry's, are orphans. Its span is unknown unless
+                // its header says it is a records frame (one LSN): a
+                // tombstone's, or an unreadable header's, may have covered
+                // the LSNs up to the next frame.
+                span_unknown = !matches!(frame::header_kind(&v), Some(FrameKind::Records));
+                r.add(at, kind);
                 orphans = true;
-                span_unknown = true;
                 asm.reset();
                 continue;
             }
@@ -1074,6 +1088,11 @@ fn verify_summaries(
             Ok(x) => x,
             Err(kind) => {
                 r.add(summary_location(&k), kind);
+                // Damaged, not missing: its index entries are not reported
+                // again as a partition with no summary.
+                if let Ok(tp) = keys::parse_partition_key(&k) {
+                    totals.remove(&tp);
+                }
                 continue;
             }
         };
@@ -1102,6 +1121,18 @@ fn verify_summaries_at(
             Ok(x) => x,
             Err(kind) => {
                 r.add(summary_location(&k), kind);
+                // Damaged, not missing (nor "written, but no summary is
+                // stored"); counted once, as the stopped verify counts it.
+                match keys::parse_partition_key(&k) {
+                    Ok(tp) if at.contains_key(&tp) => {
+                        stored_seen.insert(tp);
+                    }
+                    Ok(tp) => {
+                        r.partitions += 1;
+                        totals.remove(&tp);
+                    }
+                    Err(_) => r.partitions += 1,
+                }
                 continue;
             }
         };

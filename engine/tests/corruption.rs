@@ -678,10 +678,20 @@ fn damaged_index_and_summary_are_reported() {
             ..
         }
     )));
-    assert!(v
+    // Damaged, not missing: one problem at the summary (before 2026-12-04
+    // a second said "index entries exist but the summary is missing").
+    let at_summary: Vec<_> = v
         .problems
         .iter()
-        .any(|p| matches!(&p.location, Location::Partition { .. })));
+        .filter(|p| matches!(&p.location, Location::Partition { .. }))
+        .collect();
+    assert_eq!(at_summary.len(), 1, "{:?}", v.problems);
+    assert!(
+        matches!(at_summary[0].kind, CorruptionKind::Checksum { .. }),
+        "{:?}",
+        at_summary[0]
+    );
+    assert_eq!(v.partitions, 1);
     // The summary is read on every open: a damaged one refuses it.
     let (location, kind) = open_refused(EngineConfig::new(dir.path()), "a damaged summary");
     assert!(
@@ -997,6 +1007,99 @@ fn damaged_tombstones_are_reported() {
         let kept: Vec<i64> = e.read(&tp, 0).unwrap().map(|r| r.unwrap().offset).collect();
         assert_eq!(kept, (20..30).collect::<Vec<_>>(), "{case}");
     }
+}
+
+/// A damaged records frame (its header intact) spans one LSN, so the gap
+/// right after it is reported too (before 2026-12-04 any damaged frame hid
+/// it, as one whose header may be a tombstone's still does).
+#[test]
+fn a_gap_right_after_a_damaged_records_frame_is_reported() {
+    let (dir, _) = store_of(5, true);
+    damage(dir.path(), 2, |v| v[30] ^= 0x10);
+    with_raw_tree(dir.path(), |t| {
+        t.remove(wal_key(3)).unwrap();
+    });
+    let v = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
+    let has = |lsn, kind: &dyn Fn(&CorruptionKind) -> bool| {
+        v.problems
+            .iter()
+            .any(|p| p.location == Location::Wal { lsn } && kind(&p.kind))
+    };
+    assert!(
+        has(2, &|k| matches!(k, CorruptionKind::Checksum { .. })),
+        "{:?}",
+        v.problems
+    );
+    assert!(
+        has(4, &|k| *k
+            == CorruptionKind::LsnGap {
+                expected: 3,
+                found: 4
+            }),
+        "{:?}",
+        v.problems
+    );
+}
+
+/// The same gap found by the log scan (at the frame after it) and by the
+/// checkpoint's check (at the LSN it expected) is one problem.
+#[test]
+fn a_gap_below_the_checkpoint_is_reported_once() {
+    let (dir, tp) = store_of(5, true);
+    with_raw_tree(dir.path(), |t| {
+        // Frame 3 and its index entry gone, the checkpoint at 3.
+        t.remove(wal_key(3)).unwrap();
+        t.remove(cairn_engine::keys::index_key(&tp, 20)).unwrap();
+        t.insert(
+            cairn_engine::keys::META_CHECKPOINT,
+            cairn_engine::meta::encode_checkpoint(3),
+        )
+        .unwrap();
+    });
+    let v = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
+    let gaps: Vec<_> = v
+        .problems
+        .iter()
+        .filter(|p| matches!(p.kind, CorruptionKind::LsnGap { .. }))
+        .collect();
+    assert_eq!(gaps.len(), 1, "{:?}", v.problems);
+    assert_eq!(
+        gaps[0].kind,
+        CorruptionKind::LsnGap {
+            expected: 3,
+            found: 4
+        }
+    );
+}
+
+/// A stray frame inside a tombstone's span is one gap: the frame the span
+/// ends at is not reported as a second one.
+#[test]
+fn a_stray_frame_inside_a_tombstones_span_is_one_gap() {
+    let (dir, tp) = store_of(5, true);
+    {
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        // Entries at LSNs 1 to 3 go: one tombstone at 1, span 3.
+        assert_eq!(e.truncate_before(&tp, 30).unwrap().entries_deleted, 3);
+        e.close().unwrap();
+    }
+    // A frame, checksum intact, back at LSN 2, inside the span.
+    with_raw_tree(dir.path(), |t| put_entry(t, &tp, 2, 100..110));
+    let v = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
+    let gaps: Vec<_> = v
+        .problems
+        .iter()
+        .filter(|p| matches!(p.kind, CorruptionKind::LsnGap { .. }))
+        .collect();
+    assert_eq!(gaps.len(), 1, "{:?}", v.problems);
+    assert_eq!(gaps[0].location, Location::Wal { lsn: 2 });
+    assert_eq!(
+        gaps[0].kind,
+        CorruptionKind::LsnGap {
+            expected: 4,
+            found: 2
+        }
+    );
 }
 
 /// A damaged frame hides only the gap right after it (its span may have
