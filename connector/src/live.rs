@@ -846,7 +846,7 @@ fn answer(
                 .choose(engine.partitions(), &[])
                 .and_then(|chosen| {
                     crate::cli::export::write_records(
-                        engine, &chosen, selection, *format, out, name,
+                        engine, &chosen, selection, *format, out, name, stop,
                     )
                 })
                 .map(|_| 0)

@@ -12,6 +12,7 @@ use std::borrow::Cow;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use base64::engine::general_purpose::STANDARD;
@@ -352,7 +353,9 @@ fn export_stopped(
 ) -> Result<ExitCode> {
     let engine = super::open_unserved(data)?;
     let chosen = select.choose(engine.partitions(), &[])?;
-    match write_records(&engine, &chosen, select, format, &mut out, out_path) {
+    // Not served: a signal ends this process (`remove_on_interrupt`).
+    let never = AtomicBool::new(false);
+    match write_records(&engine, &chosen, select, format, &mut out, out_path, &never) {
         Ok(count) => {
             if let (true, Some(records)) = (finish(out, out_path)?, count) {
                 tracing::info!(records, "export done");
@@ -782,6 +785,7 @@ pub(crate) fn write_records(
     format: Format,
     out: &mut dyn Write,
     out_name: &std::path::Path,
+    stop: &AtomicBool,
 ) -> Result<Option<u64>> {
     let mut count = 0u64;
     let mut last: Option<String> = None;
@@ -792,11 +796,27 @@ pub(crate) fn write_records(
             source: Box::new(source),
             output: String::new(),
         };
+    // A live export gives up between records once the run stops or the
+    // client goes, not only at its next full frame: with a narrow range,
+    // filling one could take a scan of every partition's index.
+    let stopping = |count, last: &Option<String>| {
+        stopped(
+            count,
+            last,
+            ConnectorError::Live("stopped (the run is stopping, or the command went away)".into()),
+        )
+    };
     for p in chosen {
+        if stop.load(Ordering::Relaxed) {
+            return Err(stopping(count, &last));
+        }
         let records = engine
             .read_range(&p.tp, select.from, select.to)
             .map_err(|e| stopped(count, &last, e.into()))?;
         for r in records {
+            if stop.load(Ordering::Relaxed) {
+                return Err(stopping(count, &last));
+            }
             let r = r.map_err(|e| stopped(count, &last, e.into()))?;
             let res = match format {
                 // `From` keeps the writer's own error (its kind: a closed
@@ -951,6 +971,47 @@ mod tests {
         );
     }
 
+    /// A live export gives up at the next record once its stop is set (the
+    /// run stopping, the client gone), saying how far it got.
+    #[test]
+    fn an_export_gives_up_between_records_once_stopped() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        let tp = TopicPartition::new("t", 0);
+        let records = (0..3).map(|o| record(o, b"v")).collect();
+        engine.append(&[RecordBatch { tp, records }]).unwrap();
+        let chosen = engine.partitions();
+        let stop = AtomicBool::new(true);
+        let mut out = Vec::new();
+        let e = write_records(
+            &engine,
+            &chosen,
+            &Selection::default(),
+            Format::Raw,
+            &mut out,
+            Path::new("-"),
+            &stop,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(out.is_empty());
+        assert!(
+            e.contains("export stopped after 0 records") && e.contains("the run is stopping"),
+            "{e}"
+        );
+        stop.store(false, Ordering::Relaxed);
+        let r = write_records(
+            &engine,
+            &chosen,
+            &Selection::default(),
+            Format::Raw,
+            &mut out,
+            Path::new("-"),
+            &stop,
+        );
+        assert_eq!(r.unwrap(), Some(3));
+    }
+
     /// `jsonl-text` writes byte strings as text, nulls as null; bytes that
     /// are not UTF-8 stop it at their record, naming it, the field and
     /// where the text ends, after the records before it. `jsonl` writes
@@ -973,7 +1034,15 @@ mod tests {
         let chosen = engine.partitions();
         let export = |format: Format, select: &Selection| {
             let mut out = Vec::new();
-            let r = write_records(&engine, &chosen, select, format, &mut out, Path::new("-"));
+            let r = write_records(
+                &engine,
+                &chosen,
+                select,
+                format,
+                &mut out,
+                Path::new("-"),
+                &AtomicBool::new(false),
+            );
             (r, String::from_utf8(out).unwrap())
         };
         let all = Selection::default();
