@@ -682,6 +682,9 @@ fn serve(conn: UnixStream, id: u64, engine: &Engine, shared: &Shared) {
         wire: &wire,
         buf: Vec::with_capacity(FRAME_BYTES_MAX),
     };
+    // Whether the last of the answer found the client gone (`| head`
+    // exited): its end is then no failure to log, as mid-stream.
+    let mut hung_up = false;
     let end = match request {
         Err(error) => End {
             exit: 2,
@@ -721,7 +724,14 @@ fn serve(conn: UnixStream, id: u64, engine: &Engine, shared: &Shared) {
             }
             // What was written goes out before the end, also after an
             // error (a prune's lines for the partitions it did).
-            let flushed = out.flush().map_err(socket_error);
+            let flushed = out.flush();
+            hung_up = flushed.as_ref().is_err_and(|e| {
+                matches!(
+                    e.kind(),
+                    std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+                )
+            });
+            let flushed = flushed.map_err(socket_error);
             match exit.and_then(|code| flushed.map(|()| code)) {
                 Ok(exit) => End {
                     exit,
@@ -751,7 +761,7 @@ fn serve(conn: UnixStream, id: u64, engine: &Engine, shared: &Shared) {
             ),
             // A connection closed before its request (a probe of the
             // socket) is no failure worth a warning.
-            Some(error) if asked => {
+            Some(error) if asked && !hung_up => {
                 tracing::warn!(%error, "live read failed, and its client is gone")
             }
             _ => tracing::debug!(error = %e, "live read: client gone"),
