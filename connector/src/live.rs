@@ -1203,12 +1203,28 @@ fn request_within(
     let sent = conn.write_all(&line);
     let mut conn = BufReader::with_capacity(FRAME_BYTES_MAX, conn);
     let mut out_gone = false;
+    // Closed before a first frame (every request taken is answered with a
+    // heartbeat at once): cut off before it was read, which the server
+    // does to an idle connection at its connection limit, or stopping.
+    let unanswered = || {
+        ConnectorError::Live(
+            "the running cairn closed this connection before taking the request (it is shutting down, or it cut this connection off to make room for another at its connection limit): run the command again".into(),
+        )
+    };
     if let Err(e) = sent {
         return match read_frame(&mut conn, timeout) {
             Ok(Some((TAG_END, body))) => parse_end(&body),
+            _ if matches!(
+                e.kind(),
+                std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+            ) =>
+            {
+                Err(unanswered())
+            }
             _ => Err(socket_error(e)),
         };
     }
+    let mut framed = false;
     loop {
         if let Some(deadline) = deadline {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -1221,6 +1237,7 @@ fn request_within(
         }
         let (tag, body) = match read_frame(&mut conn, timeout)? {
             Some(frame) => frame,
+            None if !framed => return Err(unanswered()),
             None => {
                 let (why, again) = match req {
                     Request::Backup { to } => (
@@ -1241,6 +1258,7 @@ fn request_within(
                 )));
             }
         };
+        framed = true;
         match tag {
             // A heartbeat: the server is alive, however long its answer
             // takes.
@@ -1888,6 +1906,17 @@ mod tests {
             !matches!(idle[0].read(&mut b), Ok(n) if n > 0),
             "the oldest idle connection was answered, not cut off"
         );
+        // Its client, writing its request only now, is told why, and to
+        // try again (before 2026-12-04: a bare broken pipe).
+        let mut sink = Vec::new();
+        let e = request(idle.remove(0), &Request::Status, &mut sink, Path::new("-"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("before taking the request") && e.contains("run the command again"),
+            "{e}"
+        );
+        idle.insert(0, connect(dir.path()).unwrap().unwrap());
         // The others still wait for their requests, and get answers.
         let mut line = serde_json::to_vec(&Request::Status).unwrap();
         line.push(b'\n');
