@@ -479,6 +479,64 @@ fn status_does_not_wait_on_a_partition_without_a_leader() {
     assert!(rows[1]["high_watermark"].is_null(), "{out}");
 }
 
+/// A leader that lets one watermark request time out is not asked again
+/// for its other partitions: the timeout bounds the wait per leader (before
+/// 2026-12-04, per partition: 200 partitions of an unreachable leader took
+/// 200 timeouts). Their columns are left empty, each with a WARN saying why,
+/// and the other leader's partition is filled.
+#[test]
+fn status_waits_once_for_a_leader_that_does_not_answer() {
+    use cairn_engine::{fuzzing::batch, Engine, EngineConfig, TopicPartition};
+    use rdkafka::mocking::MockCluster;
+    let mock = MockCluster::new(2).unwrap();
+    mock.create_topic("sl", 4, 1).unwrap();
+    mock.partition_leader("sl", 0, Some(1)).unwrap();
+    for p in 1..4 {
+        mock.partition_leader("sl", p, Some(2)).unwrap();
+    }
+    // Bootstrapped from broker 1 alone, which answers the metadata at
+    // once; broker 2 answers every request after 30 s.
+    let all = mock.bootstrap_servers();
+    let brokers = all.split(',').next().unwrap().to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        for p in 0..4 {
+            e.append(&[batch(&TopicPartition::new("sl", p), 0..1, 10)])
+                .unwrap();
+        }
+        e.close().unwrap();
+    }
+    mock.broker_round_trip_time(2, std::time::Duration::from_secs(30))
+        .unwrap();
+    let (code, out, err) = cairn(&[
+        "status",
+        "--data",
+        dir.path().to_str().unwrap(),
+        "--brokers",
+        &brokers,
+        "--connect-timeout-ms",
+        "2000",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        err.matches("no watermarks from Kafka").count(),
+        1,
+        "one request timed out: {err}"
+    );
+    assert_eq!(
+        err.matches("its leader did not answer in time").count(),
+        2,
+        "{err}"
+    );
+    let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(rows[0]["high_watermark"].is_i64(), "{out}");
+    for p in 1..4 {
+        assert!(rows[p]["high_watermark"].is_null(), "{out}");
+    }
+}
+
 /// `status --group` when Kafka cannot read the group's committed offsets
 /// (the mock cluster fails every OffsetFetch): the table still stands, with
 /// the high watermark and archive lag filled and the committed offset left

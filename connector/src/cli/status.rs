@@ -250,12 +250,20 @@ fn kafka_view(
     // Partitions without a leader: a watermark request for one waits out
     // the whole timeout, so none is made.
     let mut leaderless = std::collections::BTreeSet::new();
+    // Each partition's leader: one that did not answer in time is not
+    // asked again, for its other partitions.
+    let mut leader_of: BTreeMap<(String, i32), i32> = BTreeMap::new();
     for t in metadata.topics() {
         if let Some(ps) = in_kafka.get_mut(t.name()) {
             listed.insert(t.name().to_owned());
             match t.error() {
                 None => {
                     ps.extend(t.partitions().iter().map(|p| p.id()));
+                    leader_of.extend(
+                        t.partitions()
+                            .iter()
+                            .map(|p| ((t.name().to_owned(), p.id()), p.leader())),
+                    );
                     leaderless.extend(
                         t.partitions()
                             .iter()
@@ -317,16 +325,31 @@ fn kafka_view(
             }
         }
     }
+    // Leaders that let a watermark request time out: the timeout bounds
+    // the wait for each leader, not for each of its partitions (before
+    // 2026-12-04, 200 partitions of an unreachable leader took 200).
+    let mut silent_leaders = std::collections::BTreeSet::new();
     for r in rows.iter_mut().filter(|r| asked(r)) {
+        let key = (r.topic.clone(), r.partition);
         // Not asked: the request would wait out the timeout (before
         // 2026-12-03, a hundred leaderless partitions took a hundred).
-        if leaderless.contains(&(r.topic.clone(), r.partition)) {
+        if leaderless.contains(&key) {
             tracing::warn!(topic = %r.topic, partition = r.partition, "the partition has no leader in Kafka's metadata: no watermarks asked for, its columns are left empty");
+            continue;
+        }
+        let leader = leader_of.get(&key).copied();
+        if let Some(leader) = leader.filter(|l| silent_leaders.contains(l)) {
+            tracing::warn!(topic = %r.topic, partition = r.partition, leader, "its leader did not answer in time for another partition: no watermarks asked for, its columns are left empty");
             continue;
         }
         let (low, high) = match consumer.fetch_watermarks(&r.topic, r.partition, timeout) {
             Ok(w) => w,
             Err(e) => {
+                if e.rdkafka_error_code()
+                    == Some(rdkafka::types::RDKafkaErrorCode::OperationTimedOut)
+                {
+                    silent_leaders.extend(leader);
+                }
                 tracing::warn!(topic = %r.topic, partition = r.partition, error = %e, "no watermarks from Kafka: its columns are left empty");
                 continue;
             }
