@@ -761,7 +761,12 @@ fn serve(conn: UnixStream, id: u64, engine: &Engine, shared: &Shared) {
             ),
             // A connection closed before its request (a probe of the
             // socket) is no failure worth a warning.
-            Some(error) if asked && !hung_up => {
+            // Ended by its client going, or by the run's stop: said, with
+            // the error (which may be the stop's own), but no alarm.
+            Some(error) if asked && (hung_up || stop.load(Ordering::SeqCst)) => {
+                tracing::info!(%error, "live read ended early: its client is gone, or the run is stopping")
+            }
+            Some(error) if asked => {
                 tracing::warn!(%error, "live read failed, and its client is gone")
             }
             _ => tracing::debug!(error = %e, "live read: client gone"),
@@ -1203,12 +1208,13 @@ fn request_within(
     let sent = conn.write_all(&line);
     let mut conn = BufReader::with_capacity(FRAME_BYTES_MAX, conn);
     let mut out_gone = false;
-    // Closed before a first frame (every request taken is answered with a
-    // heartbeat at once): cut off before it was read, which the server
-    // does to an idle connection at its connection limit, or stopping.
+    // Closed before a first frame: cut off before the request was read,
+    // which the server does to an idle connection at its connection limit,
+    // or stopping (a request taken gets a heartbeat at once, but a status
+    // none, and the beat's thread may not have sent it yet).
     let unanswered = || {
         ConnectorError::Live(
-            "the running cairn closed this connection before taking the request (it is shutting down, or it cut this connection off to make room for another at its connection limit): run the command again".into(),
+            "the running cairn closed this connection before answering anything (it is shutting down, or it cut this connection off to make room for another at its connection limit): run the command again".into(),
         )
     };
     if let Err(e) = sent {
@@ -1913,7 +1919,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("before taking the request") && e.contains("run the command again"),
+            e.contains("before answering anything") && e.contains("run the command again"),
             "{e}"
         );
         idle.insert(0, connect(dir.path()).unwrap().unwrap());

@@ -271,7 +271,7 @@ impl Pruner {
         self.cancelled.store(true, Ordering::Relaxed);
         self.orders.take();
         if self.thread.take().is_some_and(|t| !t.is_finished()) {
-            tracing::warn!("the retention pass in progress is not waited for (a live request is stuck): no last pass at this stop");
+            tracing::warn!("the pruner is not waited for (a live request is stuck): no last retention pass at this stop, and one in progress ends at its next step or with the process");
         }
     }
 }

@@ -365,11 +365,16 @@ impl SinkTask for ArchiveSink {
         } else {
             // A live backup stuck in a system call holds truncations off:
             // a last pass (or the pass in progress) would wait for it for
-            // ever, and the stop with it.
-            if let Some(p) = self.pruner.take() {
-                p.abandon();
+            // ever, and the stop with it. A pass that failed before still
+            // fails the run.
+            match self.pruner.take() {
+                Some(p) => {
+                    let failure = p.failure();
+                    p.abandon();
+                    failure.map_or(Ok(()), Err)
+                }
+                None => Ok(()),
             }
-            Ok(())
         };
         if let Some(e) = self.engine.take() {
             match Arc::try_unwrap(e) {
