@@ -210,7 +210,7 @@ pub fn plan(engine: &Engine, cfg: &RestoreConfig) -> Result<Vec<(TopicPartition,
     // archive.)
     if !chosen.is_empty() && chosen.iter().all(|p| p.record_count == 0) {
         return Err(ConnectorError::RestoreRefused(format!(
-            "the chosen partitions hold no records (emptied by a prune): {}; nothing to restore",
+            "the chosen partitions hold no records (emptied by a prune, or started with none archived yet): {}; nothing to restore",
             crate::selection::held(&chosen)
         )));
     }
