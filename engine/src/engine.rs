@@ -1069,15 +1069,20 @@ impl Engine {
             w.checkpoint_lsn = lsn;
         }
         self.sync()?;
-        // The syncer's guard ends here, before `poison` takes `commit`: the
-        // lock order is `commit` before `syncer` (wait_durable).
-        let watermark = lock(&self.syncer).sync_watermark();
-        if let Err(e) = watermark {
-            return Err(self.poison("fsync", format!("watermark: {e}")));
-        }
+        self.sync_watermark()?;
         // The open mark goes in the drop, once sled's handles are dropped.
         self.closed.store(true, Ordering::Release);
         Ok(())
+    }
+
+    /// fdatasync a watermark value the last sync left pending (within its
+    /// interval), as a close and a drop end with; a failure poisons.
+    fn sync_watermark(&self) -> Result<()> {
+        // The syncer's guard ends with the statement, before `poison` takes
+        // `commit`: the lock order is `commit` before `syncer`
+        // (wait_durable).
+        let watermark = lock(&self.syncer).sync_watermark();
+        watermark.map_err(|e| self.poison("fsync", format!("watermark: {e}")))
     }
 
     /// Write a sled batch outside `append` (retention) and wait for it to be durable.
@@ -1185,7 +1190,9 @@ impl Drop for Engine {
         let mut unmark = closed;
         if !closed && !self.is_poisoned() {
             if !std::thread::panicking() {
-                unmark = self.sync().is_ok();
+                // The watermark too, as a close syncs it: the first open
+                // after a power loss checks the log against it.
+                unmark = self.sync().and_then(|()| self.sync_watermark()).is_ok();
             } else if self.writes_unsynced() {
                 // Not synced while unwinding: a panic there would abort.
                 // sled's drop below would abort the process the same way

@@ -18,8 +18,9 @@
 //!   durable has returned, so it is never ahead of the log, even after power
 //!   loss (an older value only narrows what can be detected).
 //! - It is written after every durable sync (into the page cache, which
-//!   survives a process crash) and fdatasynced on open, at close, and by the
-//!   first sync at least `WATERMARK_SYNC_INTERVAL` after its previous one.
+//!   survives a process crash) and fdatasynced on open, at close (and a
+//!   drop's sync), and by the first sync at least `WATERMARK_SYNC_INTERVAL`
+//!   after its previous one, whether or not that sync moves the LSN.
 //! - A store whose log ends below the watermark is refused on open.
 
 use std::fs::File;
@@ -205,12 +206,16 @@ impl Watermark {
 
     /// Record that `lsn` is durable in sled. Call only after the sync that
     /// made it durable returned.
+    ///
+    /// A value written since the last fdatasync is synced by the first
+    /// call at least [`WATERMARK_SYNC_INTERVAL`] after it, also one that
+    /// does not move the LSN (a retention step's sync, an idle archive's):
+    /// before 2026-12-04 only a sync that moved it did.
     pub fn advance(&mut self, lsn: u64) -> io::Result<()> {
-        if lsn <= self.written {
-            return Ok(());
+        if lsn > self.written {
+            self.write(lsn)?;
         }
-        self.write(lsn)?;
-        if self.last_sync.elapsed() >= WATERMARK_SYNC_INTERVAL {
+        if self.synced != self.written && self.last_sync.elapsed() >= WATERMARK_SYNC_INTERVAL {
             self.sync()?;
         }
         Ok(())
@@ -224,5 +229,33 @@ impl Watermark {
         }
         self.last_sync = Instant::now();
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A value left unsynced (written within the interval of the last
+    /// fdatasync) is synced by the first call after the interval, even
+    /// one that does not move the LSN; never before it.
+    #[test]
+    fn a_pending_value_is_synced_by_a_later_sync_that_does_not_move_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = Watermark::open(dir.path(), 1).unwrap();
+        assert_eq!((w.written, w.synced), (1, 1));
+        w.last_sync = Instant::now();
+        w.advance(5).unwrap();
+        assert_eq!((w.written, w.synced), (5, 1), "within the interval");
+        w.advance(5).unwrap();
+        assert_eq!(w.synced, 1, "still within the interval");
+        w.last_sync = Instant::now() - WATERMARK_SYNC_INTERVAL;
+        w.advance(5).unwrap();
+        assert_eq!((w.written, w.synced), (5, 5), "synced, the LSN unmoved");
+        // Nothing pending: nothing to sync, the interval's clock untouched.
+        let before = w.last_sync;
+        w.advance(4).unwrap();
+        assert_eq!((w.written, w.synced, w.last_sync), (5, 5, before));
+        assert_eq!(read(dir.path()).unwrap(), Some(5));
     }
 }
