@@ -579,6 +579,43 @@ mod tests {
         assert_eq!(none.kafka, None);
     }
 
+    /// The whole file OPERATIONS.md shows ("A whole file") loads, with
+    /// each key read as the flag reads it.
+    #[test]
+    fn the_documented_file_loads() {
+        let text = r#"
+brokers = "kafka-1:9092,kafka-2:9092"
+group = "archive"
+topics = ["orders", "payments"]
+data = "archive"
+commit = "interval:100"
+retain = "30d"
+retain-bytes = "50GiB"
+
+[kafka]
+"session.timeout.ms" = 10000
+"security.protocol" = "ssl"
+"#;
+        let docs = include_str!("../../docs/OPERATIONS.md");
+        let shown: String = text
+            .trim()
+            .lines()
+            .map(|l| format!("  {l}").trim_end().to_owned() + "\n")
+            .collect();
+        assert!(docs.contains(&shown), "OPERATIONS.md's example differs");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cairn.toml");
+        std::fs::write(&path, text).unwrap();
+        let f = FileConfig::load(&path).unwrap();
+        assert_eq!(f.topics, Some(vec!["orders".into(), "payments".into()]));
+        assert_eq!(f.retain_bytes.as_deref(), Some("50GiB"));
+        assert_eq!(f.kafka.unwrap()["session.timeout.ms"], "10000");
+        assert_eq!(
+            f.commit.unwrap().parse::<CommitPolicy>().unwrap(),
+            CommitPolicy::Interval(Duration::from_millis(100))
+        );
+    }
+
     /// A topic named twice is refused (subscribed once, it hides a typo
     /// for another topic, which would go unarchived).
     #[test]

@@ -1913,7 +1913,7 @@ mod tests {
             "the oldest idle connection was answered, not cut off"
         );
         // Its client, writing its request only now, is told why, and to
-        // try again (before 2026-12-04: a bare broken pipe).
+        // try again (until the night of 2026-12-03: a bare broken pipe).
         let mut sink = Vec::new();
         let e = request(idle.remove(0), &Request::Status, &mut sink, Path::new("-"))
             .unwrap_err()

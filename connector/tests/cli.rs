@@ -276,7 +276,7 @@ fn export_to_dev_stdout_appends_under_the_shells_redirection() {
     let link = dir.path().join("latest.jsonl");
     std::os::unix::fs::symlink("/dev/stdout", &link).unwrap();
     let link = link.to_str().unwrap();
-    // Through a directory that leads to the descriptors: before 2026-12-04
+    // Through a directory that leads to the descriptors: until the night of 2026-12-03,
     // these were followed to the file too.
     let fds = dir.path().join("fds");
     std::os::unix::fs::symlink("/proc/self/fd", &fds).unwrap();
@@ -480,8 +480,8 @@ fn status_does_not_wait_on_a_partition_without_a_leader() {
 }
 
 /// A leader that lets one watermark request time out is not asked again
-/// for its other partitions: the timeout bounds the wait per leader (before
-/// 2026-12-04, per partition: 200 partitions of an unreachable leader took
+/// for its other partitions: the timeout bounds the wait per leader (until
+/// the night of 2026-12-03, per partition: 200 partitions of an unreachable leader took
 /// 200 timeouts). Their columns are left empty, each with a WARN saying why,
 /// and the other leader's partition is filled.
 #[test]

@@ -210,7 +210,7 @@ impl Watermark {
     /// A value written since the last fdatasync is synced by the first
     /// call at least [`WATERMARK_SYNC_INTERVAL`] after it, also one that
     /// does not move the LSN (a retention step's sync, an idle archive's):
-    /// before 2026-12-04 only a sync that moved it did.
+    /// until the night of 2026-12-03, only a sync that moved it did.
     pub fn advance(&mut self, lsn: u64) -> io::Result<()> {
         if lsn > self.written {
             self.write(lsn)?;

@@ -678,7 +678,7 @@ fn damaged_index_and_summary_are_reported() {
             ..
         }
     )));
-    // Damaged, not missing: one problem at the summary (before 2026-12-04
+    // Damaged, not missing: one problem at the summary (until the night of 2026-12-03,
     // a second said "index entries exist but the summary is missing").
     let at_summary: Vec<_> = v
         .problems
@@ -1010,7 +1010,7 @@ fn damaged_tombstones_are_reported() {
 }
 
 /// A damaged records frame (its header intact) spans one LSN, so the gap
-/// right after it is reported too (before 2026-12-04 any damaged frame hid
+/// right after it is reported too (until the night of 2026-12-03, any damaged frame hid
 /// it, as one whose header may be a tombstone's still does).
 #[test]
 fn a_gap_right_after_a_damaged_records_frame_is_reported() {

@@ -326,8 +326,8 @@ fn kafka_view(
         }
     }
     // Leaders that let a watermark request time out: the timeout bounds
-    // the wait for each leader, not for each of its partitions (before
-    // 2026-12-04, 200 partitions of an unreachable leader took 200).
+    // the wait for each leader, not for each of its partitions (until
+    // the night of 2026-12-03, 200 partitions of an unreachable leader took 200).
     let mut silent_leaders = std::collections::BTreeSet::new();
     for r in rows.iter_mut().filter(|r| asked(r)) {
         let key = (r.topic.clone(), r.partition);
