@@ -85,6 +85,8 @@ pub struct RunStats {
 pub struct RunReport {
     pub stats: RunStats,
     pub put_to_commit_us: hdrhistogram::Histogram<u64>,
+    /// The offsets Kafka acknowledged, per partition, as the run ended
+    /// (read before the consumer's close, whose revoke forgets them).
     pub committed: BTreeMap<TopicPartition, i64>,
 }
 
@@ -898,6 +900,9 @@ pub fn run_pipeline(
         Err(e) => tracing::error!(error = %e, "pipeline stopped"),
         Ok(()) => {}
     }
+    // Read before the close: its revoke forgets the partitions it drops
+    // (until the night of 2026-12-03, a clean run reported almost nothing).
+    let committed = pipeline.state().tracker.committed.clone();
     match Arc::try_unwrap(consumer) {
         // No lock is held here: closing serves a final revoke callback.
         Ok(c) => close(c),
@@ -930,7 +935,7 @@ pub fn run_pipeline(
     Ok(RunReport {
         stats,
         put_to_commit_us: s.tracker.put_to_commit_us.clone(),
-        committed: s.tracker.committed.clone(),
+        committed,
     })
 }
 

@@ -33,6 +33,8 @@ fn end_to_end_50k_exact_and_committed_equals_durable() {
     let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
     check_archive(&engine, &k.topic, n).unwrap();
     assert!(engine.verify().unwrap().is_clean());
+    // The run's own report of what Kafka acknowledged says the same.
+    assert_eq!(report.committed, engine.durable_offsets());
     assert_committed_equals_durable(
         &k,
         "e2e-group",
