@@ -438,37 +438,51 @@ fn logged_before_a_commit(run: &mut common::KillOnDrop, needle: &str) -> Option<
     None
 }
 
+/// An archive at `dir` of one record of each of `topic`'s partitions
+/// `0..partitions`, closed.
+fn archive_one_record_each(dir: &std::path::Path, topic: &str, partitions: i32) {
+    use cairn_engine::{fuzzing::batch, Engine, EngineConfig, TopicPartition};
+    let e = Engine::open(EngineConfig::new(dir)).unwrap();
+    for p in 0..partitions {
+        e.append(&[batch(&TopicPartition::new(topic, p), 0..1, 10)])
+            .unwrap();
+    }
+    e.close().unwrap();
+}
+
+/// `cairn status --json` of the archive at `dir`, with Kafka's figures from
+/// `brokers`, waiting `timeout_ms` for them.
+fn status_json_with_brokers(
+    dir: &std::path::Path,
+    brokers: &str,
+    timeout_ms: &str,
+) -> (i32, String, String) {
+    cairn(&[
+        "status",
+        "--data",
+        dir.to_str().unwrap(),
+        "--brokers",
+        brokers,
+        "--connect-timeout-ms",
+        timeout_ms,
+        "--json",
+    ])
+}
+
 /// A partition without a leader is not asked for its watermarks (the
 /// request would wait out the timeout: before 2026-12-03, one per such
 /// partition); its columns are left empty with a WARN saying why, and the
 /// other partitions' are filled.
 #[test]
 fn status_does_not_wait_on_a_partition_without_a_leader() {
-    use cairn_engine::{fuzzing::batch, Engine, EngineConfig, TopicPartition};
     use rdkafka::mocking::MockCluster;
     let mock = MockCluster::new(1).unwrap();
     mock.create_topic("ll", 2, 1).unwrap();
     mock.partition_leader("ll", 1, None).unwrap();
     let brokers = mock.bootstrap_servers();
     let dir = tempfile::tempdir().unwrap();
-    {
-        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
-        for p in 0..2 {
-            e.append(&[batch(&TopicPartition::new("ll", p), 0..1, 10)])
-                .unwrap();
-        }
-        e.close().unwrap();
-    }
-    let (code, out, err) = cairn(&[
-        "status",
-        "--data",
-        dir.path().to_str().unwrap(),
-        "--brokers",
-        &brokers,
-        "--connect-timeout-ms",
-        "60000",
-        "--json",
-    ]);
+    archive_one_record_each(dir.path(), "ll", 2);
+    let (code, out, err) = status_json_with_brokers(dir.path(), &brokers, "60000");
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("the partition has no leader"), "{err}");
     assert!(!err.contains("no watermarks from Kafka"), "{err}");
@@ -486,7 +500,6 @@ fn status_does_not_wait_on_a_partition_without_a_leader() {
 /// and the other leader's partition is filled.
 #[test]
 fn status_waits_once_for_a_leader_that_does_not_answer() {
-    use cairn_engine::{fuzzing::batch, Engine, EngineConfig, TopicPartition};
     use rdkafka::mocking::MockCluster;
     let mock = MockCluster::new(2).unwrap();
     mock.create_topic("sl", 4, 1).unwrap();
@@ -499,26 +512,10 @@ fn status_waits_once_for_a_leader_that_does_not_answer() {
     let all = mock.bootstrap_servers();
     let brokers = all.split(',').next().unwrap().to_owned();
     let dir = tempfile::tempdir().unwrap();
-    {
-        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
-        for p in 0..4 {
-            e.append(&[batch(&TopicPartition::new("sl", p), 0..1, 10)])
-                .unwrap();
-        }
-        e.close().unwrap();
-    }
+    archive_one_record_each(dir.path(), "sl", 4);
     mock.broker_round_trip_time(2, std::time::Duration::from_secs(30))
         .unwrap();
-    let (code, out, err) = cairn(&[
-        "status",
-        "--data",
-        dir.path().to_str().unwrap(),
-        "--brokers",
-        &brokers,
-        "--connect-timeout-ms",
-        "2000",
-        "--json",
-    ]);
+    let (code, out, err) = status_json_with_brokers(dir.path(), &brokers, "2000");
     assert_eq!(code, 0, "{err}");
     assert_eq!(
         err.matches("no watermarks from Kafka").count(),

@@ -981,35 +981,30 @@ mod tests {
         let records = (0..3).map(|o| record(o, b"v")).collect();
         engine.append(&[RecordBatch { tp, records }]).unwrap();
         let chosen = engine.partitions();
-        let stop = AtomicBool::new(true);
-        let mut out = Vec::new();
-        let e = write_records(
-            &engine,
-            &chosen,
-            &Selection::default(),
-            Format::Raw,
-            &mut out,
-            Path::new("-"),
-            &stop,
-        )
-        .unwrap_err()
-        .to_string();
+        let export = |stopped: bool| {
+            let mut out = Vec::new();
+            let stop = AtomicBool::new(stopped);
+            let r = write_records(
+                &engine,
+                &chosen,
+                &Selection::default(),
+                Format::Raw,
+                &mut out,
+                Path::new("-"),
+                &stop,
+            );
+            (r, out)
+        };
+        let (r, out) = export(true);
+        let e = r.unwrap_err().to_string();
         assert!(out.is_empty());
         assert!(
             e.contains("export stopped after 0 records") && e.contains("the run is stopping"),
             "{e}"
         );
-        stop.store(false, Ordering::Relaxed);
-        let r = write_records(
-            &engine,
-            &chosen,
-            &Selection::default(),
-            Format::Raw,
-            &mut out,
-            Path::new("-"),
-            &stop,
-        );
+        let (r, out) = export(false);
         assert_eq!(r.unwrap(), Some(3));
+        assert_eq!(out, b"v\nv\nv\n");
     }
 
     /// `jsonl-text` writes byte strings as text, nulls as null; bytes that
