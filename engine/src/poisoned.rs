@@ -34,9 +34,11 @@
 //!   before every store file was fsynced and its cache dropped.
 //! - The mark is removed only after recovery, including its fsync, succeeded.
 //! - The open mark is written before sled opens the store (recovery's
-//!   writes are covered), and goes only after a sync that succeeded with
-//!   nothing written since. Like the poison mark it is not fsynced: it matters only in the
-//!   boot that wrote it.
+//!   writes are covered), and goes only after a close, or a drop's sync
+//!   that flushed sled whatever the write count said (sled writes what no
+//!   write counts: slots, a read's node split) with no slot top-up beside
+//!   it, succeeded. Like the poison mark it is not fsynced: it matters only
+//!   in the boot that wrote it.
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};

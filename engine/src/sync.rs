@@ -93,6 +93,21 @@ impl DurableSync {
         Ok(())
     }
 
+    /// [`Watermark::pending`], for the engine's tests.
+    #[cfg(test)]
+    pub(crate) fn watermark_pending(&mut self, age: bool) -> bool {
+        self.watermark.as_mut().is_some_and(|w| w.pending(age))
+    }
+
+    /// fdatasync the watermark file if a value waits past its interval
+    /// (an idle store's sync, which flushes nothing).
+    pub fn sync_watermark_if_due(&mut self) -> io::Result<()> {
+        match self.watermark.as_mut() {
+            Some(w) => w.sync_if_due(),
+            None => Ok(()),
+        }
+    }
+
     /// fdatasync the watermark file (at close).
     pub fn sync_watermark(&mut self) -> io::Result<()> {
         match self.watermark.as_mut() {

@@ -215,6 +215,23 @@ impl Watermark {
         if lsn > self.written {
             self.write(lsn)?;
         }
+        self.sync_if_due()
+    }
+
+    /// Whether a value waits for its fdatasync; with `age`, the interval
+    /// is taken to have passed. For the engine's tests.
+    #[cfg(test)]
+    pub(crate) fn pending(&mut self, age: bool) -> bool {
+        if age {
+            self.last_sync = Instant::now() - WATERMARK_SYNC_INTERVAL;
+        }
+        self.synced != self.written
+    }
+
+    /// fdatasync a value written since the last fdatasync, once
+    /// [`WATERMARK_SYNC_INTERVAL`] has passed since it: also for an idle
+    /// store, whose syncs have nothing to flush.
+    pub fn sync_if_due(&mut self) -> io::Result<()> {
         if self.synced != self.written && self.last_sync.elapsed() >= WATERMARK_SYNC_INTERVAL {
             self.sync()?;
         }
