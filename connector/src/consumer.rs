@@ -302,6 +302,21 @@ impl Shared {
         let Some((tp, true)) = &self.last_tp else {
             return Ok(());
         };
+        // A record at or below the last one buffered of its partition is a
+        // repeat: librdkafka can deliver one twice when a pause (a
+        // cooperative rebalance beginning) is served between the take of a
+        // record and its position's update. Buffered twice, the put would
+        // be refused (offsets must go up) and the run stop; a repeat of one
+        // already put is dropped by the engine as a duplicate.
+        if self
+            .pending
+            .get(tp)
+            .and_then(|v| v.last())
+            .is_some_and(|last| m.offset() <= last.offset)
+        {
+            tracing::debug!(%tp, offset = m.offset(), "a record taken again: dropped");
+            return Ok(());
+        }
         let stash = &mut self.stash;
         let r = match m.to_record_with(|bytes| stash.copy(bytes)) {
             Ok(r) => r,
