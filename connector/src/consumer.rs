@@ -314,7 +314,16 @@ impl Shared {
             .and_then(|v| v.last())
             .is_some_and(|last| m.offset() <= last.offset)
         {
-            tracing::debug!(%tp, offset = m.offset(), "a record taken again: dropped");
+            // The race repeats the last record; anything lower is not
+            // expected, and said.
+            if self.pending[tp]
+                .last()
+                .is_some_and(|l| m.offset() < l.offset)
+            {
+                tracing::warn!(%tp, offset = m.offset(), "a record below the last one buffered of its partition, taken again: dropped (the engine would drop it as a duplicate too)");
+            } else {
+                tracing::debug!(%tp, offset = m.offset(), "a record taken again: dropped");
+            }
             return Ok(());
         }
         let stash = &mut self.stash;

@@ -299,7 +299,7 @@ impl SinkTask for ArchiveSink {
         // durable offset would resume the fetch below records the engine
         // holds, and the next sync would then report an offset past what
         // was handed to it. Syncing first makes what the engine holds and
-        // what it reports one offset (a no-op when nothing is pending), and
+        // what it reports one offset (no flush when nothing is pending), and
         // a poisoned engine refuses it, so nothing is opened, and nothing
         // committed, on an engine that can no longer make records durable.
         e.sync().map_err(engine_error)?;

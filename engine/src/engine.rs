@@ -972,7 +972,8 @@ impl Engine {
         Ok(())
     }
 
-    /// Make every write so far durable (a no-op if it already is).
+    /// Make every write so far durable (no flush if it already is; a
+    /// watermark value pending past its interval is still fdatasynced).
     pub fn sync(&self) -> Result<()> {
         self.check_usable()?;
         let seq = self.write_state()?.seq;
