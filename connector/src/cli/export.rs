@@ -112,10 +112,12 @@ pub async fn run(args: ExportArgs) -> Result<ExitCode> {
     // file behind it, the export would be staged beside that file and
     // renamed over it, so that `--output /dev/stdout >> all.jsonl` lost
     // what the file held (before 2026-12-03; and `-` made a file named -).
-    let output = args.output.filter(|o| !names_stdout(o));
+    // Its names read once: stdout, or another descriptor (refused below).
+    let named = args.output.as_deref().and_then(output_descriptor);
+    let output = args.output.filter(|_| named != Some(Descriptor::Stdout));
     if let Some(output) = &output {
         let end = link_end(output);
-        check_output(output, &end)?;
+        check_output(output, &end, named)?;
         refuse_inside(output, &end, data)?;
     }
     let out_path = output.clone().unwrap_or_else(|| PathBuf::from("<stdout>"));
@@ -165,27 +167,27 @@ fn link_chain(path: &Path) -> Vec<PathBuf> {
     chain
 }
 
-/// Whether `--output` names this process's stdout rather than a file:
-/// spelt so, or a link to a name of it (`/dev/./stdout`, a `latest.jsonl`
+/// The descriptor `--output` names, if any: stdout when it is spelt so
+/// (`-` too), or a link to a name of it (`/dev/./stdout`, a `latest.jsonl`
 /// linked to `/dev/stdout`: before 2026-12-03 those were followed to the
 /// file behind stdout, which the export then replaced), or through a
 /// directory that leads to one (`/dev/fd/../fd/1`, a `~/fd` linked to
-/// `/proc/self/fd`).
-fn names_stdout(output: &Path) -> bool {
-    output.as_os_str() == "-"
-        || output_names(output)
-            .iter()
-            .any(|p| descriptor_named(p) == Some(Descriptor::Stdout))
-}
-
-/// Whether `--output` names one of this process's descriptors (other than
-/// stdout, which [`names_stdout`] takes first), spelt so or through links:
-/// `/dev/fd/N`, `/proc/self/fd/N`, `/proc/PID/fd/N`, `/dev/stderr`,
-/// `/dev/stdin`.
-fn names_descriptor(output: &Path) -> bool {
-    output_names(output)
+/// `/proc/self/fd`); else another of this process's descriptors, or
+/// another's, named so or through links (`/dev/fd/N`, `/proc/self/fd/N`,
+/// `/proc/PID/fd/N`, `/dev/stderr`, `/dev/stdin`).
+fn output_descriptor(output: &Path) -> Option<Descriptor> {
+    if output.as_os_str() == "-" {
+        return Some(Descriptor::Stdout);
+    }
+    let named: Vec<Descriptor> = output_names(output)
         .iter()
-        .any(|p| descriptor_named(p).is_some())
+        .filter_map(|p| descriptor_named(p))
+        .collect();
+    if named.contains(&Descriptor::Stdout) {
+        Some(Descriptor::Stdout)
+    } else {
+        named.into_iter().next()
+    }
 }
 
 /// The names `output` goes by: each path of its [`link_chain`], and each
@@ -258,15 +260,16 @@ fn descriptor_named(p: &Path) -> Option<Descriptor> {
 /// create: a directory, or a file in a directory that is not there. Found
 /// only at the first write, it would cost the read of up to 1 MiB of
 /// records (the whole export, when smaller) and read like an export cut
-/// short. `end`: where its links lead ([`link_end`]).
-fn check_output(output: &Path, end: &Path) -> Result<()> {
+/// short. `end`: where its links lead ([`link_end`]); `named`: the
+/// descriptor it names ([`output_descriptor`]), other than stdout.
+fn check_output(output: &Path, end: &Path, named: Option<Descriptor>) -> Result<()> {
     let refused = |why: String| {
         Err(ConnectorError::Config(format!(
             "--output {}: {why}; nothing was read or written",
             output.display()
         )))
     };
-    if names_descriptor(output) {
+    if named.is_some() {
         // Followed as a link, it leads to the file behind the descriptor,
         // which the export, staged beside it and renamed into place, would
         // replace rather than append to (or to a pipe, not renamed over).
@@ -891,9 +894,11 @@ mod tests {
             assert_eq!(descriptor_named(Path::new(&name)), want, "{name}");
         }
         // A directory that resolves to the descriptors.
-        assert!(names_stdout(Path::new("/dev/fd/../fd/1")));
-        assert!(names_descriptor(Path::new("/dev/fd/../fd/3")));
-        assert!(!names_descriptor(Path::new("/tmp/out.jsonl")));
+        let named = |p: &str| output_descriptor(Path::new(p));
+        assert_eq!(named("/dev/fd/../fd/1"), Some(Descriptor::Stdout));
+        assert_eq!(named("-"), Some(Descriptor::Stdout));
+        assert_eq!(named("/dev/fd/../fd/3"), Some(Descriptor::Other));
+        assert_eq!(named("/tmp/out.jsonl"), None);
     }
 
     fn record(offset: i64, value: &[u8]) -> Record {
