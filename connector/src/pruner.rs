@@ -255,24 +255,20 @@ impl Pruner {
             t.join()
                 .map_err(|_| "retention: the pruner thread panicked".to_owned())?;
         }
-        match self.failure() {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+        self.failure().map_or(Ok(()), Err)
     }
-}
 
-impl Pruner {
-    /// End the thread without a last pass and without waiting for it: a
-    /// pass in progress may wait for ever behind a live backup stuck in a
-    /// system call (which holds truncations off). The thread stops at its
-    /// next check, or with the process; every pass step is durable alone.
-    pub fn abandon(mut self) {
-        self.cancelled.store(true, Ordering::Relaxed);
-        self.orders.take();
+    /// [`stop`](Self::stop) without a last pass and without waiting for
+    /// the thread: a pass in progress may wait for ever behind a live
+    /// backup stuck in a system call (which holds truncations off). The
+    /// thread is left to stop at its next check (the drop cancels it), or
+    /// with the process; every pass step is durable alone. The error of a
+    /// pass that failed before, as `stop`'s.
+    pub fn abandon(mut self) -> Result<(), String> {
         if self.thread.take().is_some_and(|t| !t.is_finished()) {
             tracing::warn!("the pruner is not waited for (a live request is stuck): no last retention pass at this stop, and one in progress ends at its next step or with the process");
         }
+        self.failure().map_or(Ok(()), Err)
     }
 }
 

@@ -367,14 +367,7 @@ impl SinkTask for ArchiveSink {
             // a last pass (or the pass in progress) would wait for it for
             // ever, and the stop with it. A pass that failed before still
             // fails the run.
-            match self.pruner.take() {
-                Some(p) => {
-                    let failure = p.failure();
-                    p.abandon();
-                    failure.map_or(Ok(()), Err)
-                }
-                None => Ok(()),
-            }
+            self.pruner.take().map_or(Ok(()), Pruner::abandon)
         };
         if let Some(e) = self.engine.take() {
             match Arc::try_unwrap(e) {
@@ -409,8 +402,10 @@ impl Drop for ArchiveSink {
     /// stuck.
     fn drop(&mut self) {
         if !self.stop_live() {
+            // A failed pass was logged when it failed; the run failed
+            // anyway.
             if let Some(p) = self.pruner.take() {
-                p.abandon();
+                let _ = p.abandon();
             }
         }
     }
