@@ -21,6 +21,14 @@ pub enum CommitPolicy {
     Interval(Duration),
 }
 
+impl CommitPolicy {
+    /// An interval's bounds, 1 ms to an hour: for the flag's parser and for
+    /// an embedder's `RunConfig` (`validate`).
+    fn interval_in_range(every: Duration) -> bool {
+        (Duration::from_millis(1)..=Duration::from_secs(3600)).contains(&every)
+    }
+}
+
 impl FromStr for CommitPolicy {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
@@ -31,7 +39,7 @@ impl FromStr for CommitPolicy {
             let ms: u64 = ms.parse().map_err(|_| {
                 format!("commit policy {s:?}: interval must be a whole number of ms")
             })?;
-            if ms == 0 || ms > 3_600_000 {
+            if !CommitPolicy::interval_in_range(Duration::from_millis(ms)) {
                 return Err(format!(
                     "commit policy {s:?}: interval must be 1..=3600000 ms"
                 ));
@@ -189,7 +197,7 @@ impl RunConfig {
         // checked here (a week's interval would commit nothing while the
         // run lasts).
         if let CommitPolicy::Interval(every) = self.commit {
-            if every < Duration::from_millis(1) || every > Duration::from_secs(3600) {
+            if !CommitPolicy::interval_in_range(every) {
                 return bad(format!(
                     "commit interval {every:?}: must be 1 ms..=1 h (1..=3600000 ms)"
                 ));

@@ -308,18 +308,15 @@ impl Shared {
         // record and its position's update. Buffered twice, the put would
         // be refused (offsets must go up) and the run stop; a repeat of one
         // already put is dropped by the engine as a duplicate.
-        if self
+        let last = self
             .pending
             .get(tp)
             .and_then(|v| v.last())
-            .is_some_and(|last| m.offset() <= last.offset)
-        {
+            .map(|r| r.offset);
+        if let Some(last) = last.filter(|&last| m.offset() <= last) {
             // The race repeats the last record; anything lower is not
             // expected, and said.
-            if self.pending[tp]
-                .last()
-                .is_some_and(|l| m.offset() < l.offset)
-            {
+            if m.offset() < last {
                 tracing::warn!(%tp, offset = m.offset(), "a record below the last one buffered of its partition, taken again: dropped (the engine would drop it as a duplicate too)");
             } else {
                 tracing::debug!(%tp, offset = m.offset(), "a record taken again: dropped");

@@ -725,12 +725,7 @@ fn serve(conn: UnixStream, id: u64, engine: &Engine, shared: &Shared) {
             // What was written goes out before the end, also after an
             // error (a prune's lines for the partitions it did).
             let flushed = out.flush();
-            hung_up = flushed.as_ref().is_err_and(|e| {
-                matches!(
-                    e.kind(),
-                    std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
-                )
-            });
+            hung_up = flushed.as_ref().is_err_and(peer_gone);
             let flushed = flushed.map_err(socket_error);
             match exit.and_then(|code| flushed.map(|()| code)) {
                 Ok(exit) => End {
@@ -759,13 +754,13 @@ fn serve(conn: UnixStream, id: u64, engine: &Engine, shared: &Shared) {
                 "live read cut off: its client read nothing for {} s",
                 SEND_TIMEOUT.as_secs()
             ),
-            // A connection closed before its request (a probe of the
-            // socket) is no failure worth a warning.
             // Ended by its client going, or by the run's stop: said, with
             // the error (which may be the stop's own), but no alarm.
             Some(error) if asked && (hung_up || stop.load(Ordering::SeqCst)) => {
                 tracing::info!(%error, "live read ended early: its client is gone, or the run is stopping")
             }
+            // A connection closed before its request (a probe of the
+            // socket) is no failure worth a warning.
             Some(error) if asked => {
                 tracing::warn!(%error, "live read failed, and its client is gone")
             }
@@ -777,6 +772,15 @@ fn serve(conn: UnixStream, id: u64, engine: &Engine, shared: &Shared) {
     if let Some(w) = watcher {
         let _ = w.join();
     }
+}
+
+/// Whether an I/O error on a connection says its other end is gone: for
+/// the server, its client hung up; for a client, the server closed it.
+fn peer_gone(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+    )
 }
 
 /// Send an empty `o` frame on `wire` now and every [`HEARTBEAT`] until the
@@ -1220,13 +1224,7 @@ fn request_within(
     if let Err(e) = sent {
         return match read_frame(&mut conn, timeout) {
             Ok(Some((TAG_END, body))) => parse_end(&body),
-            _ if matches!(
-                e.kind(),
-                std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
-            ) =>
-            {
-                Err(unanswered())
-            }
+            _ if peer_gone(&e) => Err(unanswered()),
             _ => Err(socket_error(e)),
         };
     }
