@@ -986,7 +986,7 @@ impl Engine {
             Ok(mut s) => s.sync_watermark_if_due(),
             Err(_) => Ok(()),
         };
-        due.map_err(|e| self.poison("fsync", format!("watermark: {e}")))
+        due.map_err(|e| self.watermark_failed(e))
     }
 
     /// Durable next offset of every partition in the store.
@@ -1092,7 +1092,13 @@ impl Engine {
         // `commit`: the lock order is `commit` before `syncer`
         // (wait_durable).
         let watermark = lock(&self.syncer).sync_watermark();
-        watermark.map_err(|e| self.poison("fsync", format!("watermark: {e}")))
+        watermark.map_err(|e| self.watermark_failed(e))
+    }
+
+    /// A failed fdatasync of the watermark: poisons, as any failed fsync.
+    /// Called with the syncer's lock let go (`poison` takes `commit`).
+    fn watermark_failed(&self, e: std::io::Error) -> Error {
+        self.poison("fsync", format!("watermark: {e}"))
     }
 
     /// Write a sled batch outside `append` (retention) and wait for it to be durable.
