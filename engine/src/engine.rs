@@ -1286,7 +1286,15 @@ impl Drop for Engine {
         } else {
             // sled's own last flush and fsync, before the mark goes.
             drop(handles);
-            if unmark {
+            // A reader still alive holds sled's last handle (each holds a
+            // clone of `store_failing`): sled's final flush and fsync run at
+            // its drop, whose failures only sled's log hears of. So the
+            // mark stays, and the next open in this boot syncs the store
+            // before it trusts the page cache.
+            let readers_alive = Arc::strong_count(&self.store_failing) > 1;
+            if unmark && readers_alive {
+                tracing::debug!(dir = %self.cfg.path.display(), "engine dropped while a reader outlives it: the open mark stays, and the next open in this boot syncs the store first");
+            } else if unmark {
                 crate::poisoned::unmark_open(&self.cfg.path);
             }
         }

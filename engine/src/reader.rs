@@ -567,11 +567,22 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (e, it) = engine_and_reader(dir.path());
         let before = guarded_drops();
+        let mark = dir.path().join(crate::poisoned::OPEN_FILE);
         drop(e);
+        // The reader holds sled's last handle, whose final flush runs at
+        // its drop, unguarded: the open mark stays for that (until the
+        // night of 2026-12-03 it went with the engine).
+        assert!(mark.exists(), "the open mark outlives the engine");
         drop(it);
         assert_eq!(guarded_drops(), before);
         // And the store was shut down whole: it reopens with the record.
         let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
         assert_eq!(e.durable_offset(&TopicPartition::new("t", 0)), Some(1));
+        // Without a reader, a sound engine's drop removes its mark.
+        drop(e);
+        assert!(
+            !mark.exists(),
+            "the open mark of an engine no reader outlives"
+        );
     }
 }
