@@ -212,6 +212,11 @@ pub enum CorruptionKind {
     Truncated { expected: u64, actual: u64 },
     #[error("{actual} trailing bytes after the declared length {expected}")]
     TrailingBytes { expected: u64, actual: u64 },
+    /// A frame whose checksum matches the bytes stored once its length
+    /// field is read as their length: whole, with that field damaged (not
+    /// cut short, so never truncated as a torn tail).
+    #[error("length field reads {declared} body bytes, but the frame is whole at the {stored} stored: the length field is damaged")]
+    LengthDamaged { declared: u64, stored: u64 },
     #[error("length {length} exceeds the maximum {max}")]
     LengthTooLarge { length: u64, max: u64 },
     #[error("checksum mismatch: stored {expected:#010x}, computed {actual:#010x}")]

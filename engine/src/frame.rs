@@ -170,14 +170,28 @@ pub fn decode(lsn: u64, bytes: &[u8]) -> Result<Frame<'_>, CorruptionKind> {
     }
     let expected = FRAME_HEADER_BYTES as u64 + body_len;
     let actual = bytes.len() as u64;
-    if actual < expected {
-        return Err(CorruptionKind::Truncated { expected, actual });
-    }
-    if actual > expected {
-        return Err(CorruptionKind::TrailingBytes { expected, actual });
-    }
     let stored = u32::from_le_bytes([bytes[12], bytes[13], bytes[14], bytes[15]]);
     let body = &bytes[FRAME_HEADER_BYTES..];
+    if actual != expected {
+        // The CRC covers the length field: a frame whose checksum matches
+        // the bytes stored, under the length they have, is whole and its
+        // length field damaged. Told apart from a frame cut short, which
+        // recovery may truncate as torn: this one it must not.
+        let mut header = [0u8; 12];
+        header.copy_from_slice(&bytes[0..12]);
+        header[8..12].copy_from_slice(&(body.len() as u32).to_le_bytes());
+        if crc(lsn, &header, body) == stored {
+            return Err(CorruptionKind::LengthDamaged {
+                declared: body_len,
+                stored: body.len() as u64,
+            });
+        }
+        return Err(if actual < expected {
+            CorruptionKind::Truncated { expected, actual }
+        } else {
+            CorruptionKind::TrailingBytes { expected, actual }
+        });
+    }
     let computed = crc(lsn, &bytes[0..12], body);
     if stored != computed {
         return Err(CorruptionKind::Checksum {
@@ -284,6 +298,30 @@ mod tests {
         assert!(matches!(
             decode(3, &g),
             Err(CorruptionKind::TrailingBytes { .. })
+        ));
+    }
+
+    /// A whole frame whose length field reads more or fewer bytes than it
+    /// holds is damage, named as such, never a frame cut short (which
+    /// recovery may truncate as torn at the log's end).
+    #[test]
+    fn a_damaged_length_is_told_from_a_cut() {
+        let f = encode(3, FrameKind::Records, 0, b"body");
+        for declared in [0u32, 3, 5, 1000] {
+            let mut g = f.clone();
+            g[8..12].copy_from_slice(&declared.to_le_bytes());
+            assert_eq!(
+                decode(3, &g).unwrap_err(),
+                CorruptionKind::LengthDamaged {
+                    declared: declared.into(),
+                    stored: 4
+                }
+            );
+        }
+        // Cut short, the checksum matches no length: truncated.
+        assert!(matches!(
+            decode(3, &f[..f.len() - 1]),
+            Err(CorruptionKind::Truncated { .. })
         ));
     }
 

@@ -101,6 +101,36 @@ fn torn_last_frame_truncated_or_refused() {
     assert_eq!(read_all(&e, &tp), batch(&tp, 0..20, 20).records);
 }
 
+/// A whole last frame whose length field reads more bytes than it holds
+/// looks cut short, but its checksum matches the bytes it has: damage,
+/// refused in both modes and named, never truncated as a torn tail (until
+/// the night of 2026-12-03 TolerateTail truncated it, records and all).
+#[test]
+fn a_last_frame_with_a_damaged_length_is_refused_not_truncated() {
+    let (dir, _tp, last) = crashed_inside_second_append(64 << 10, 20);
+    assert_eq!(last, 2);
+    with_raw_tree(dir.path(), |t| {
+        let mut v = t.get(wal_key(2)).unwrap().unwrap().to_vec();
+        let len = u32::from_le_bytes(v[8..12].try_into().unwrap());
+        v[8..12].copy_from_slice(&(len + 100).to_le_bytes());
+        t.insert(wal_key(2), v).unwrap();
+    });
+    unacknowledge_after(dir.path(), 1);
+    for mode in [RecoveryMode::Strict, RecoveryMode::TolerateTail] {
+        match opens(dir.path(), mode) {
+            Err(Error::Corruption {
+                location: Location::Wal { lsn: 2 },
+                kind: CorruptionKind::LengthDamaged { .. },
+            }) => {}
+            Err(other) => panic!("{mode:?} must refuse at lsn 2, got {other}"),
+            Ok(e) => panic!(
+                "{mode:?} must refuse at lsn 2, opened with {:?}",
+                e.recovery_report().truncated
+            ),
+        }
+    }
+}
+
 #[test]
 fn entry_cut_off_between_chunks_is_torn() {
     // The second entry spans several 1 KiB frames; drop its last one.
