@@ -77,6 +77,10 @@ pub fn refuse_unfinished_backup(dir: &Path) -> Result<()> {
 /// where appends racing it are most likely to confuse it.
 pub const FAILPOINT_BACKUP_AFTER_LOG: &str = "backup::after_log";
 
+/// Failpoint: in a backup, at the directory sync that makes its mark's
+/// removal (the copy verified) durable; `return` fails that sync.
+pub const FAILPOINT_BACKUP_COMPLETE_SYNC: &str = "backup::complete_sync";
+
 /// What a backup copied.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackupReport {
@@ -155,21 +159,6 @@ impl Engine {
                 "the backup's directory must lie outside the archive's",
             ));
         }
-        // One found: no more open to group and others than the archive,
-        // or the copy's records could be read by users the archive keeps
-        // out (sled makes its files with the umask's modes, 0644 say).
-        if !made {
-            let found = std::fs::metadata(&real).map_err(io("back up"))?.mode() & 0o777;
-            let archive = source_mode.mode() & 0o777;
-            if found & 0o077 & !archive != 0 {
-                return Err(io("back up")(std::io::Error::new(
-                    std::io::ErrorKind::PermissionDenied,
-                    format!(
-                        "the backup's directory is mode {found:o}, open to users the archive ({archive:o}) keeps out, who could read the copy's records: chmod it to {mode:o} or tighter, or give a new directory"
-                    ),
-                )));
-            }
-        }
         if made {
             let parent = real.parent().unwrap_or(Path::new("/"));
             if let Err(e) = crate::sync::sync_dir(parent) {
@@ -199,6 +188,22 @@ impl Engine {
                 return Err(e);
             }
         }
+        // One found (and empty: a directory refused for what it holds is
+        // not told to change its mode): no more open to group and others than the archive,
+        // or the copy's records could be read by users the archive keeps
+        // out (sled makes its files with the umask's modes, 0644 say).
+        if !made {
+            let found = std::fs::metadata(&real).map_err(io("back up"))?.mode() & 0o777;
+            let archive = source_mode.mode() & 0o777;
+            if found & 0o077 & !archive != 0 {
+                return Err(io("back up")(std::io::Error::new(
+                    std::io::ErrorKind::PermissionDenied,
+                    format!(
+                        "the backup's directory is mode {found:o}, open to users the archive ({archive:o}) keeps out, who could read the copy's records: chmod it to {mode:o} or tighter, or give a new directory"
+                    ),
+                )));
+            }
+        }
         let lock = match DirLock::acquire(&real) {
             Ok(l) => l,
             Err(e) => {
@@ -221,10 +226,16 @@ impl Engine {
         }
         let marked = (|| {
             let mark = real.join(BACKUP_INCOMPLETE_FILE);
-            std::fs::File::create(&mark)?.sync_all()?;
+            // The directory is empty: a new file, never one a link names.
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&mark)?
+                .sync_all()?;
             crate::sync::sync_dir(&real)
         })()
         .map_err(io("mark the backup incomplete"));
+        let mut left_unsynced = false;
         let report = marked
             .and_then(|()| self.copy_to(&real, stop))
             .and_then(|mut r| {
@@ -255,7 +266,18 @@ impl Engine {
                 // backup's own failure).
                 let counts_differ =
                     r.verify.records != r.records || r.verify.index_entries != r.index_entries;
-                if created || (r.verify.is_clean() && counts_differ) {
+                if created {
+                    // The format key is the copy's last write: a copy that
+                    // opens as a new store lacks it, whatever it holds.
+                    return Err(Error::Io {
+                        op: "back up",
+                        path: dest.to_owned(),
+                        source: std::io::Error::other(
+                            "the copy opened as a new store: its format key, written last, is not in it",
+                        ),
+                    });
+                }
+                if r.verify.is_clean() && counts_differ {
                     return Err(Error::Io {
                         op: "back up",
                         path: dest.to_owned(),
@@ -266,13 +288,36 @@ impl Engine {
                     });
                 }
                 // Verified: the copy may be opened from now on.
-                std::fs::remove_file(real.join(BACKUP_INCOMPLETE_FILE))
-                    .and_then(|()| crate::sync::sync_dir(&real))
-                    .map_err(io("mark the backup complete"))?;
+                let mark = real.join(BACKUP_INCOMPLETE_FILE);
+                std::fs::remove_file(&mark).map_err(io("mark the backup complete"))?;
+                let synced = (|| {
+                    fail::fail_point!(FAILPOINT_BACKUP_COMPLETE_SYNC, |_| Err(
+                        std::io::Error::other("injected by the failpoint")
+                    ));
+                    crate::sync::sync_dir(&real)
+                })();
+                if let Err(e) = synced {
+                    // Whether the mark's removal is on disk is unknown, and
+                    // a failed fsync is never retried (a second one may pass
+                    // with nothing written): the mark is put back, unsynced,
+                    // and the copy left for its owner, not removed under a
+                    // directory sync that cannot be trusted.
+                    left_unsynced = true;
+                    if let Err(again) = std::fs::OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .open(&mark)
+                    {
+                        tracing::error!(path = %mark.display(), error = %again, "could not put the unfinished mark back");
+                    }
+                    return Err(io("mark the backup complete")(e));
+                }
                 r.duration = t0.elapsed();
                 Ok(r)
             });
-        if report.is_err() {
+        if left_unsynced {
+            tracing::error!(path = %real.display(), "the backup's directory could not be synced once its copy was verified: the copy is left, marked unfinished ({BACKUP_INCOMPLETE_FILE}) if the mark could be put back; remove it and back up again to another directory");
+        } else if report.is_err() {
             // Still under the lock: what the backup wrote, by name (anything
             // else put there meanwhile is not the backup's to remove).
             // Their removal is made durable before the mark's: a power cut

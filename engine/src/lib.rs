@@ -77,6 +77,7 @@ pub mod watermark;
 
 pub use backup::{
     refuse_unfinished_backup, BackupReport, BACKUP_INCOMPLETE_FILE, FAILPOINT_BACKUP_AFTER_LOG,
+    FAILPOINT_BACKUP_COMPLETE_SYNC,
 };
 pub use config::{
     EngineConfig, RecoveryMode, FRAME_BODY_BYTES_WRITE_MAX, RECORD_BYTES_MAX_LIMIT,

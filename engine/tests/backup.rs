@@ -254,6 +254,34 @@ fn a_failed_sync_of_the_copy_fails_the_backup_not_the_source() {
     assert!(report.verify.is_clean());
 }
 
+/// The directory sync that makes a verified copy's completion durable
+/// fails: the backup fails, the sync is not retried, and the copy is left
+/// marked unfinished, so no open takes it (until the night of 2026-12-03
+/// the mark was gone and the cleanup synced the directory again).
+#[test]
+fn a_failed_sync_of_the_completion_leaves_the_copy_marked_unfinished() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let engine = source(&dir.path().join("src"));
+    let dest = dir.path().join("copy");
+    fail::cfg(cairn_engine::FAILPOINT_BACKUP_COMPLETE_SYNC, "return").unwrap();
+    let failed = engine.backup_to(&dest, &AtomicBool::new(false));
+    fail::remove(cairn_engine::FAILPOINT_BACKUP_COMPLETE_SYNC);
+    match failed {
+        Err(Error::Io { op, .. }) => assert_eq!(op, "mark the backup complete"),
+        other => panic!("expected the completion's sync to fail, got {other:?}"),
+    }
+    assert!(dest.join(cairn_engine::BACKUP_INCOMPLETE_FILE).exists());
+    match Engine::open(EngineConfig::new(&dest)) {
+        Err(Error::IncompleteBackup { path }) => assert_eq!(path, dest),
+        other => panic!(
+            "expected the copy refused as unfinished, got {:?}",
+            other.map(|_| ())
+        ),
+    }
+    assert!(!engine.is_poisoned(), "the source is not the copy");
+}
+
 /// A backup killed part-way leaves its directory as it was at that moment:
 /// such a directory (copied mid-backup, as `kill -9` would leave it) is
 /// refused by every open as an unfinished backup, rather than opened as an
@@ -566,6 +594,22 @@ fn a_backup_directory_is_no_more_open_than_the_archive() {
         0,
         "nothing written"
     );
+    // One that holds something is refused for that, whatever its mode: it
+    // is not told to change a mode that would not make it usable (until
+    // the night of 2026-12-03 the mode was judged first).
+    let full = dir.path().join("full");
+    std::fs::create_dir(&full).unwrap();
+    std::fs::write(full.join("keep"), "mine").unwrap();
+    std::fs::set_permissions(&full, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let err = engine
+        .backup_to(&full, &AtomicBool::new(false))
+        .expect_err("a directory that holds something");
+    assert!(
+        err.to_string()
+            .contains("the backup's directory must be new or empty"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(full.join("keep")).unwrap(), b"mine");
     std::fs::set_permissions(&found, std::fs::Permissions::from_mode(0o700)).unwrap();
     let r = engine.backup_to(&found, &AtomicBool::new(false)).unwrap();
     assert!(r.verify.is_clean(), "{:?}", r.verify.problems);

@@ -88,7 +88,17 @@ pub async fn run(args: BackupArgs) -> Result<ExitCode> {
         closed?;
         return Ok(ExitCode::from(EXIT_INTERRUPTED));
     }
-    let (exit, text) = done?;
+    let (exit, text) = match done {
+        Ok(d) => d,
+        Err(e) => {
+            // The backup's error is the one returned; the source's close
+            // failing too is not dropped unheard.
+            if let Err(c) = closed {
+                tracing::error!(error = %c, "closing the archive failed too");
+            }
+            return Err(e);
+        }
+    };
     // The copy's report first: a source that fails to close does not
     // make a finished, verified copy go unreported; and its close's error
     // (a failed fsync, say) before a failed write of the report.
