@@ -474,7 +474,7 @@ pub fn restore_until_split(
         }
         if flushed.is_err() {
             detail = format!(
-                "{detail}; delivery reports were still missing after {flush_ms} ms, so the records in flight were given up and may have been written"
+                "{detail}; delivery reports were still missing after {flush_ms} ms, so the records in flight were given up and may have been written{REPLICAS_WAIT}"
             );
         }
         return Err(ConnectorError::RestoreFailed(Box::new(RestoreFailure {
@@ -578,6 +578,12 @@ fn confirm(
     Ok(())
 }
 
+/// Said of a record that may have been written although it failed: the
+/// leader can hold it above the high watermark, unseen by `--resume`'s
+/// reader until a follower catches up, when it appears behind the rerun's
+/// first records.
+const REPLICAS_WAIT: &str = " (it may be in Kafka, not yet visible: before --resume, wait until the target's replicas have caught up, at most replica.lag.time.max.ms, 30 s by default, or records still waiting for a follower may arrive twice)";
+
 /// Where a partition stands after a run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Standing {
@@ -600,7 +606,12 @@ fn standing(start: i64, finished: bool, d: &PartitionDeliveries) -> Standing {
             failed: f.offset,
             acknowledged: last,
         },
-        (Some(f), _) => Standing::Resume(f.offset),
+        // Below the first failure, every record is acknowledged unless
+        // its report never came (purged reports cut short at the flush's
+        // deadline): resumed after the last acknowledged one, not at the
+        // failure, so none of those is skipped (at worst sent twice, as
+        // the advice for a timeout says).
+        (Some(_), last) => Standing::Resume(last.map_or(start, |o| o + 1)),
         (None, _) if finished => Standing::Complete,
         (None, last) => Standing::Resume(last.map_or(start, |o| o + 1)),
     }
@@ -763,8 +774,13 @@ fn finish_the_rest(
         return None;
     }
     Some(format!(
-        "{}; records that timed out may be in Kafka already, so records from each resume point on that were in flight may arrive twice (restoring with --offset-header makes --resume exact)",
-        append(&left)
+        "{}; records that timed out may be in Kafka already, so records from each resume point on that were in flight may arrive twice{}",
+        append(&left),
+        if cfg.offset_header.is_some() {
+            ""
+        } else {
+            " (restoring with --offset-header makes --resume exact)"
+        }
     ))
 }
 
@@ -1410,6 +1426,12 @@ impl Deliveries {
             // message.max.bytes comes from `send`, not here.)
             detail.push_str(" (the brokers refused the batch that starts with this record: a record in it, or the batch itself, is over the topic's max.message.bytes; if no record is that large, lower -X batch.size below that limit, else raise the limit)");
         }
+        if matches!(
+            e.rdkafka_error_code(),
+            Some(RDKafkaErrorCode::MessageTimedOut | RDKafkaErrorCode::PurgeInflight)
+        ) {
+            detail.push_str(REPLICAS_WAIT);
+        }
         self.fail_with(target, offset, detail, is_consequence(e));
     }
 
@@ -1492,10 +1514,14 @@ impl ProducerContext for Deliveries {
                 d.first_acked = Some(d.first_acked.map_or(offset, |o| o.min(offset)));
                 d.last_acked = Some(d.last_acked.map_or(offset, |o| o.max(offset)));
                 let at = m.offset();
-                d.target_span = Some(
-                    d.target_span
-                        .map_or((at, at), |(lo, hi)| (lo.min(at), hi.max(at))),
-                );
+                // librdkafka reports a duplicate sequence as delivered with
+                // no offset (-1): it says nothing of where records went.
+                if at >= 0 {
+                    d.target_span = Some(
+                        d.target_span
+                            .map_or((at, at), |(lo, hi)| (lo.min(at), hi.max(at))),
+                    );
+                }
                 drop(s);
                 crate::crashpoint::reached(crate::crashpoint::RESTORE_AFTER_ACK);
             }
@@ -1550,6 +1576,7 @@ mod tests {
         assert_eq!(p.get("compression.type"), Some("zstd"));
         assert_eq!(p.get("linger.ms"), Some("5"));
         assert!(resume_reader(&cfg).is_ok());
+        assert_eq!(reader_config(&cfg).get("group.id"), Some("mine"));
         // A linger given under its other name is the only one.
         cfg.kafka
             .insert("queue.buffering.max.ms".into(), "50".into());
@@ -1558,7 +1585,6 @@ mod tests {
         assert_eq!(p.get("queue.buffering.max.ms"), Some("50"));
     }
 
-    /// Without the brokers' API versions records would go without headers.
     /// `--resume`'s reader takes `-X` too: what it sets itself may not be
     /// given otherwise under another name, and what librdkafka refuses for
     /// a consumer is refused before anything is opened.
@@ -1593,6 +1619,7 @@ mod tests {
         assert_eq!(with("fetch.max.bytes", "1024", false), Ok(()));
     }
 
+    /// Without the brokers' API versions records would go without headers.
     #[test]
     fn the_old_protocol_is_refused() {
         let mut cfg = RestoreConfig::new("127.0.0.1:1");
@@ -1701,6 +1728,17 @@ mod tests {
         assert_eq!(
             standing(7, false, &delivered(&[], Some(7))),
             Standing::Resume(7)
+        );
+        // Failed above records whose reports never came (given up at the
+        // flush's deadline): resumed after the last acknowledged one, not
+        // at the failure (until the night of 2026-12-03 at 5, skipping 2..5).
+        assert_eq!(
+            standing(0, false, &delivered(&[0, 1], Some(5))),
+            Standing::Resume(2)
+        );
+        assert_eq!(
+            standing(3, false, &delivered(&[], Some(5))),
+            Standing::Resume(3)
         );
         // Not failed: complete if every record was handed over, else after
         // the last acknowledged one, else where it started.
