@@ -81,6 +81,15 @@ pub const FAILPOINT_BACKUP_AFTER_LOG: &str = "backup::after_log";
 /// removal (the copy verified) durable; `return` fails that sync.
 pub const FAILPOINT_BACKUP_COMPLETE_SYNC: &str = "backup::complete_sync";
 
+/// The directory sync that makes a verified copy's completion (its mark's
+/// removal) durable, behind its failpoint.
+fn sync_completion(dir: &Path) -> std::io::Result<()> {
+    fail::fail_point!(FAILPOINT_BACKUP_COMPLETE_SYNC, |_| Err(
+        std::io::Error::other("injected by the failpoint")
+    ));
+    crate::sync::sync_dir(dir)
+}
+
 /// What a backup copied.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackupReport {
@@ -290,13 +299,7 @@ impl Engine {
                 // Verified: the copy may be opened from now on.
                 let mark = real.join(BACKUP_INCOMPLETE_FILE);
                 std::fs::remove_file(&mark).map_err(io("mark the backup complete"))?;
-                let synced = (|| {
-                    fail::fail_point!(FAILPOINT_BACKUP_COMPLETE_SYNC, |_| Err(
-                        std::io::Error::other("injected by the failpoint")
-                    ));
-                    crate::sync::sync_dir(&real)
-                })();
-                if let Err(e) = synced {
+                if let Err(e) = sync_completion(&real) {
                     // Whether the mark's removal is on disk is unknown, and
                     // a failed fsync is never retried (a second one may pass
                     // with nothing written): the mark is put back, unsynced,
