@@ -234,23 +234,29 @@ impl Engine {
         };
         let mut first_kept = None;
         let mut pending_tomb = None;
+        let mut last_counted = None;
         for (i, item) in self.tree.scan_prefix(keys::index_prefix(tp)).enumerate() {
+            let (_, e) = index_item(item)?;
+            // Before the ask: a plan that reached the cut is whole.
+            if e.last_offset >= offset {
+                first_kept = Some(e.first_offset);
+                break;
+            }
             if i % PLAN_ENTRIES_PER_ASK == PLAN_ENTRIES_PER_ASK - 1 && !go() {
                 // What is counted so far; where the cut would leave the
                 // log is not known yet.
                 return Ok((offset, report, false));
             }
-            let (_, e) = index_item(item)?;
-            if e.last_offset >= offset {
-                first_kept = Some(e.first_offset);
-                break;
-            }
             self.check_entry_ends(tp, &e)?;
+            last_counted = Some(e);
             // The frames beside each deleted run, read as the deletion
             // reads them to merge tombstones: damage there refuses the plan
             // as it would the deletion.
             pending_tomb = Some(self.tombstone_for(pending_tomb, &e, |_| {})?);
             report.count(&e);
+        }
+        if let Some(e) = last_counted {
+            self.check_last_deleted(tp, &e)?;
         }
         if report.entries_deleted > 0 {
             check_counts(tp, &summary, &report, first_kept.is_none())?;
@@ -445,19 +451,40 @@ impl Engine {
     /// appends add none below the cut. The same bounds as the step's.
     fn check_step_entries(&self, tp: &TopicPartition, offset: i64) -> Result<()> {
         let (mut entries, mut frames) = (0usize, 0u64);
+        let mut last = None;
         for item in self.tree.scan_prefix(keys::index_prefix(tp)) {
             let (_, e) = index_item(item)?;
-            if e.last_offset >= offset
-                || entries == TRUNCATE_ENTRIES_PER_STEP
-                || frames >= TRUNCATE_FRAMES_PER_STEP
-            {
+            if e.last_offset >= offset {
+                break;
+            }
+            if entries == TRUNCATE_ENTRIES_PER_STEP || frames >= TRUNCATE_FRAMES_PER_STEP {
+                // A later step deletes this one: the deletion does not end
+                // here.
+                last = None;
                 break;
             }
             self.check_entry_ends(tp, &e)?;
+            last = Some(e);
             entries += 1;
             frames += u64::from(e.chunks);
         }
+        if let Some(e) = last {
+            self.check_last_deleted(tp, &e)?;
+        }
         Ok(())
+    }
+
+    /// The last entry a deletion takes before the cut (or the partition's
+    /// end) is read whole and checked against its index entry: a damaged
+    /// index entry (under a valid CRC) whose last offset or newest
+    /// timestamp reads low would have records at or above the cut deleted
+    /// with it, which [`check_entry_ends`](Self::check_entry_ends) cannot
+    /// see (the first frame holds the first offset, not the last). An
+    /// entry below it is bounded by the next one's first offset, checked
+    /// against its frame, and is deleted whole either way. One entry read
+    /// (up to 32 MiB) per step; its damage refuses the deletion, named.
+    fn check_last_deleted(&self, tp: &TopicPartition, e: &IndexEntry) -> Result<()> {
+        crate::entry::read_entry(&self.tree, tp, e).map(|_| ())
     }
 
     /// The tombstone that deleting `e` leaves, as (lsn, span): `pending`

@@ -1229,6 +1229,52 @@ fn a_truncation_refuses_an_index_entry_that_names_the_wrong_frames() {
     }
 }
 
+/// An index entry (damage under a valid CRC) whose last offset or newest
+/// timestamp reads lower than its records: it would pass below a cut its
+/// records reach, and take them with it. The last entry a deletion takes
+/// is read whole, so the truncation and its plan refuse it, naming it, and
+/// delete nothing (until the night of 2026-12-03 records 15..20 went).
+#[test]
+fn a_truncation_refuses_an_index_entry_whose_last_offset_reads_low() {
+    for (what, forge) in [
+        (
+            "last offset",
+            (|e: &mut cairn_engine::index::IndexEntry| e.last_offset = 14) as fn(&mut _),
+        ),
+        ("newest timestamp", |e| e.timestamp_max_ms -= 1),
+    ] {
+        let (dir, tp) = store();
+        with_raw_tree(dir.path(), |t| {
+            let k = cairn_engine::keys::index_key(&tp, 10);
+            let (_, mut e) =
+                cairn_engine::index::IndexEntry::decode(&k, &t.get(&k).unwrap().unwrap()).unwrap();
+            forge(&mut e);
+            let (k, v) = e.encode(&tp);
+            t.insert(k, v).unwrap();
+        });
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        let cut = if what == "last offset" { 15 } else { 20 };
+        for (op, result) in [
+            ("plan", e.truncate_plan(&tp, cut)),
+            ("truncation", e.truncate_before(&tp, cut)),
+        ] {
+            match result {
+                Err(Error::Corruption {
+                    location: Location::Wal { lsn: 2 },
+                    kind: CorruptionKind::IndexMismatch { .. },
+                }) => {}
+                other => {
+                    panic!("{what}, {op}: expected the index entry refused at lsn 2, got {other:?}")
+                }
+            }
+        }
+        assert_eq!(e.partitions()[0].first_offset, 0, "{what}");
+        drop(e);
+        let (frames, _) = common::wal_layout(dir.path());
+        assert_eq!(frames, vec![1, 2, 3], "{what}: nothing deleted");
+    }
+}
+
 /// An index entry (damage under a valid CRC) whose chunk count is too
 /// large by the whole next entry: both ends it names look right (its own
 /// first chunk, the next entry's last), so the frames between are checked
