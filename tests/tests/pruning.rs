@@ -207,7 +207,7 @@ fn an_archive_the_pass_cannot_read_stops_the_start() {
         "the error names the damaged index entry: {err}"
     );
     assert!(
-        err.contains("start without --retain and --retain-bytes"),
+        err.contains("start with --retain none --retain-bytes none"),
         "and says how to go on archiving: {err}"
     );
     assert_eq!(engine.partitions()[0].record_count, 30, "nothing deleted");

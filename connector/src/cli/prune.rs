@@ -417,6 +417,30 @@ mod tests {
         assert!(lines.is_empty(), "{lines:?}");
         let kept: u64 = engine.partitions().iter().map(|p| p.record_count).sum();
         assert_eq!(kept, 10);
+        // A stop that comes once the first partition is pruned (at its
+        // line): the second is left whole, and the prune says it stopped.
+        let stop = AtomicBool::new(false);
+        let mut mid = Vec::new();
+        let mut emit = |a: std::fmt::Arguments<'_>| {
+            mid.push(a.to_string());
+            stop.store(true, std::sync::atomic::Ordering::SeqCst);
+            Ok(())
+        };
+        let r = prune(
+            &engine,
+            &Selection {
+                topics: vec!["t".into()],
+                ..Selection::default()
+            },
+            Cut::Offset(5),
+            false,
+            &stop,
+            &mut emit,
+        );
+        assert!(matches!(r, Err(ConnectorError::Live(_))), "{r:?}");
+        assert_eq!(mid.len(), 1, "{mid:?}");
+        let counts: Vec<u64> = engine.partitions().iter().map(|p| p.record_count).collect();
+        assert_eq!(counts, [0, 5], "the first pruned, the second left");
         prune_all(false, &mut lines).unwrap();
         assert_eq!(lines.len(), 4, "{lines:?}");
         let kept: u64 = engine.partitions().iter().map(|p| p.record_count).sum();
