@@ -40,10 +40,10 @@ const TIMESTAMP_BASE_MS: i64 = 1_767_225_600_000;
 
 #[derive(Debug, clap::Args)]
 pub struct DemoArgs {
-    /// Records to produce and archive, 1 to 100000 (what the embedded
+    /// Records to produce and archive, 10 to 100000 (what the embedded
     /// Kafka keeps of the demo's partitions).
     #[arg(long, default_value_t = 100_000, allow_negative_numbers = true)]
-    pub records: u64,
+    pub records: i64,
     /// Where to keep the archive: a new or empty folder (default: a new
     /// folder under the temp dir). The demo never deletes anything there.
     #[arg(long)]
@@ -54,6 +54,10 @@ pub struct DemoArgs {
 /// newest 5 MiB of each partition (`rdkafka_mock.c`, not configurable), and a
 /// demo record takes about 150 bytes of it, so 3 partitions hold about 105k.
 pub const DEMO_RECORDS_MAX: u64 = 100_000;
+/// Fewest records the demo produces: its first run dies once at most 40 %
+/// are durable, in puts of a tenth at most, so the run after the crash has
+/// records left to resume with (1 record would all be durable at the crash).
+pub const DEMO_RECORDS_MIN: u64 = 10;
 
 /// Every one of the `n` demo records produced is still in the mock cluster:
 /// each partition's low watermark is 0.
@@ -364,7 +368,7 @@ async fn archive_scratch(
     n: u64,
     data2: &std::path::Path,
 ) -> Result<()> {
-    let mut run_cfg = demo_config(brokers, data2.to_path_buf());
+    let mut run_cfg = demo_config(brokers, data2.to_path_buf(), n);
     run_cfg.group = "cairn-demo-restored".into();
     run_cfg.topics = vec![topic.to_owned()];
     let engine = Arc::new(Engine::open(EngineConfig::new(data2))?);
@@ -381,10 +385,13 @@ async fn archive_scratch(
     second.close().map_err(ConnectorError::from)
 }
 
-fn demo_config(brokers: &str, data: PathBuf) -> RunConfig {
+fn demo_config(brokers: &str, data: PathBuf, n: u64) -> RunConfig {
     let mut cfg = RunConfig::new(brokers, "cairn-demo", vec![DEMO_TOPIC.into()], data);
     cfg.commit = CommitPolicy::EveryPut;
-    cfg.batch_records_max = 5_000;
+    // A put holds a tenth of the records at most: the first run, which
+    // dies after the puts that hold 40 % at most, leaves the next one
+    // records to resume with, whatever the fetches hand over at once.
+    cfg.batch_records_max = (n / 10).clamp(1, 5_000) as usize;
     // The run after the crash waits out the dead member's session before
     // the group assigns it anything: short, with frequent heartbeats.
     cfg.kafka.insert("session.timeout.ms".into(), "3000".into());
@@ -435,7 +442,7 @@ type Scratch = Arc<Mutex<Option<tempfile::TempDir>>>;
 /// is, and exit 130 at once (the run's threads, and the crashing child,
 /// which dies with this process, are not waited for; the archive is
 /// recovered by its next open like any crashed one).
-fn exit_on_signal(data: PathBuf, scratch: Scratch) -> Result<()> {
+fn exit_on_signal(data: PathBuf, made: bool, scratch: Scratch) -> Result<()> {
     let mut signals = super::run::Signals::for_command()?;
     tokio::spawn(async move {
         signals.recv().await;
@@ -460,11 +467,17 @@ fn exit_on_signal(data: PathBuf, scratch: Scratch) -> Result<()> {
                 );
             }
         }
-        eprintln!(
-            "interrupted: the demo's archive, if it got that far, stays at {} (recovered by its next open: {} status --data {0})",
-            data.display(),
-            this_cairn()
-        );
+        // A folder the demo made, still empty: nothing was archived, and
+        // it goes (`remove_dir` removes only an empty one).
+        if made && std::fs::remove_dir(&data).is_ok() {
+            eprintln!("interrupted: nothing was archived yet");
+        } else {
+            eprintln!(
+                "interrupted: the demo's archive, if it got that far, stays at {} (recovered by its next open: {} status --data {0})",
+                data.display(),
+                this_cairn()
+            );
+        }
         std::process::exit(130);
     });
     Ok(())
@@ -472,14 +485,17 @@ fn exit_on_signal(data: PathBuf, scratch: Scratch) -> Result<()> {
 
 pub async fn run(args: DemoArgs) -> Result<ExitCode> {
     let n = args.records;
-    if n == 0 || n > DEMO_RECORDS_MAX {
+    let Some(n) = u64::try_from(n)
+        .ok()
+        .filter(|n| (DEMO_RECORDS_MIN..=DEMO_RECORDS_MAX).contains(n))
+    else {
         return Err(ConnectorError::Config(format!(
-            "--records {n}: must be 1..={DEMO_RECORDS_MAX} (the embedded mock cluster keeps only the newest 5 MiB of each partition, and its 3 partitions hold about 100k demo records; for more, run cairn against a real Kafka)"
+            "--records {n}: must be {DEMO_RECORDS_MIN}..={DEMO_RECORDS_MAX} (the demo's first run dies part-way and the next resumes, which needs {DEMO_RECORDS_MIN} at least; the embedded mock cluster keeps only the newest 5 MiB of each partition, and its 3 partitions hold about 100k demo records; for more, run cairn against a real Kafka)"
         )));
-    }
+    };
     let made = args.data.is_none();
     let data = demo_dir(args.data)?;
-    let demoed = demo_in(n, data.clone()).await;
+    let demoed = demo_in(n, data.clone(), made).await;
     // A folder the demo made and that it failed before writing into (the
     // mock cluster did not start, say) goes: `remove_dir` removes only an
     // empty one.
@@ -497,9 +513,9 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode> {
 }
 
 /// The demo of `n` records, archived into `data`.
-async fn demo_in(n: u64, data: PathBuf) -> Result<ExitCode> {
+async fn demo_in(n: u64, data: PathBuf, made: bool) -> Result<ExitCode> {
     let scratch = Scratch::default();
-    exit_on_signal(data.clone(), scratch.clone())?;
+    exit_on_signal(data.clone(), made, scratch.clone())?;
     let t_start = Instant::now();
     let cluster = MockCluster::new(1).map_err(ConnectorError::kafka("start mock cluster"))?;
     cluster
@@ -516,7 +532,7 @@ async fn demo_in(n: u64, data: PathBuf) -> Result<ExitCode> {
 
     // Run 1: `cairn run` as a child, which aborts after ~40% is durable,
     // between an fsync and its commit: a real death, nothing closed.
-    let cfg = demo_config(&brokers, data.clone());
+    let cfg = demo_config(&brokers, data.clone(), n);
     let crash_puts = (n * 2 / 5 / cfg.batch_records_max as u64).max(1);
     let t1 = Instant::now();
     tokio::task::block_in_place(|| crash_a_run(&cfg, crash_puts))?;
@@ -576,6 +592,11 @@ async fn demo_in(n: u64, data: PathBuf) -> Result<ExitCode> {
     // The second run resumed at the archive's offsets: it was handed
     // exactly the records the crash left undurable, none twice.
     let rest = n as i64 - durable_total;
+    if rest <= 0 {
+        return Err(ConnectorError::Sink(format!(
+            "demo: the crash left all {n} records durable, so the run after it had nothing to resume with"
+        )));
+    }
     if report.stats.records_written as i64 != rest || report.stats.records_duplicate != 0 {
         return Err(ConnectorError::Sink(format!(
             "demo: after the crash {durable_total} records were durable, so {rest} remained; the second run wrote {} and was handed {} it already held (it did not resume at the archive's offsets)",
@@ -596,6 +617,12 @@ async fn demo_in(n: u64, data: PathBuf) -> Result<ExitCode> {
     }
     check_archive(&engine, DEMO_TOPIC, n)
         .map_err(|e| ConnectorError::Sink(format!("demo verification failed: {e}")))?;
+    if v.records != n {
+        return Err(ConnectorError::Sink(format!(
+            "demo verification failed: the archive holds {} records, {n} were produced",
+            v.records
+        )));
+    }
     let final_committed = committed(&brokers, &cfg.group, DEMO_TOPIC, DEMO_PARTITIONS)?;
     let durable = engine.durable_offsets();
     if let Some((p, c, d)) = beside_durable(&final_committed, &durable).find(|&(_, c, d)| c != d) {
@@ -622,16 +649,18 @@ async fn demo_in(n: u64, data: PathBuf) -> Result<ExitCode> {
         v.records,
         v.frames,
     )?;
+    let on_disk_bytes = engine.size_on_disk().unwrap_or(0);
+    restore_round_trip(&cluster, &brokers, &engine, n, &scratch).await?;
+    engine.close()?;
+    // Once the demo has let go of it: `status` answers now.
     outln!(
         "archive    {} ({:.1} MB on disk, {} records stored) stays, for you to look into (remove it when done): try {} status --data {0}",
         data.display(),
-        engine.size_on_disk().unwrap_or(0) as f64 / 1e6,
+        on_disk_bytes as f64 / 1e6,
         stats.partitions.iter().map(|p| p.record_count).sum::<u64>(),
         this_cairn()
     )?;
-    restore_round_trip(&cluster, &brokers, &engine, n, &scratch).await?;
     outln!("done in {:.1} s", t_start.elapsed().as_secs_f64())?;
-    engine.close()?;
     drop(cluster);
     Ok(ExitCode::SUCCESS)
 }
@@ -699,8 +728,6 @@ async fn run_until_done(
 /// with the demo (`main.rs`).
 pub const DEMO_PARENT_ENV: &str = "CAIRN_DEMO_PARENT";
 
-/// How to run this `cairn` again, for the commands the demo suggests: its
-/// path (after `cargo run`, `cairn` is on no PATH), or `cairn`.
 /// Each demo partition's committed offset (as [`committed`] reads them)
 /// beside the archive's durable one (0 where it holds none): (partition,
 /// committed, durable).
@@ -717,6 +744,8 @@ fn beside_durable<'a>(
     })
 }
 
+/// How to run this `cairn` again, for the commands the demo suggests: its
+/// path (after `cargo run`, `cairn` is on no PATH), or `cairn`.
 fn this_cairn() -> String {
     std::env::current_exe().map_or_else(|_| "cairn".into(), |p| p.display().to_string())
 }

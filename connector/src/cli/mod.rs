@@ -21,7 +21,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 #[command(name = "cairn", version, propagate_version = true)]
 pub struct Cli {
     /// Log format on stderr (levels from RUST_LOG; default
-    /// info,librdkafka=warn, and warn for demo).
+    /// info,librdkafka=warn, and warn,cairn_engine::poisoned=error for
+    /// demo).
     #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
     pub log_format: LogFormat,
     #[command(subcommand)]

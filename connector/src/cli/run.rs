@@ -751,6 +751,11 @@ mod tests {
             (c.retain, c.retain_bytes, c.retention_check_interval_s),
             (Some(30 * DAY), Some(1 << 30), Some(30))
         );
+        // Sizes the file gives with a unit, read as they say.
+        for (given, bytes) in [("50GiB", 50u64 << 30), ("1000000B", 1_000_000)] {
+            let c = config(&format!("retain-bytes = \"{given}\"\n"), &[]).unwrap();
+            assert_eq!(c.retain_bytes, Some(bytes), "{given}");
+        }
         let c = config(file, &["--retain", "7d"]).unwrap();
         assert_eq!((c.retain, c.retain_bytes), (Some(7 * DAY), Some(1 << 30)));
         let c = config(file, &["--retain", "none"]).unwrap();
