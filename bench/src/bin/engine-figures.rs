@@ -51,12 +51,20 @@ fn measure(payload_bytes: usize, f: impl FnOnce() -> (Histogram<u64>, Duration))
     }
 }
 
+/// A scratch folder beside the workspace's target/, on the disk under
+/// test: TMPDIR may be a tmpfs, where every fdatasync is free.
+fn scratch() -> tempfile::TempDir {
+    let base = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/bench");
+    std::fs::create_dir_all(&base).expect("bench dir");
+    tempfile::tempdir_in(base).expect("scratch dir")
+}
+
 fn us(d: Duration) -> u64 {
     d.as_micros() as u64
 }
 
 fn engine_p50(batch: usize, iters: usize) -> (Histogram<u64>, Duration) {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch();
     let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
     let tp = TopicPartition::new("b", 0);
     let mut h = Histogram::<u64>::new(3).unwrap();
@@ -80,7 +88,7 @@ fn engine_p50(batch: usize, iters: usize) -> (Histogram<u64>, Duration) {
 /// where the slots a write reserves for the next frames would show (every
 /// ninth append at 32 frames each, before syncs topped them up).
 fn engine_spread(partitions: usize, iters: usize) -> (Histogram<u64>, cairn_engine::EngineStats) {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch();
     let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
     let tps: Vec<_> = (0..partitions)
         .map(|p| TopicPartition::new("s", p as i32))
@@ -149,7 +157,7 @@ fn sled_p50(
     fdatasync: bool,
     layout: Layout,
 ) -> (Histogram<u64>, Duration) {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch();
     let mut cfg = sled::Config::new()
         .path(dir.path())
         .flush_every_ms(None)
@@ -193,22 +201,68 @@ fn sled_p50(
     (h, total)
 }
 
-fn open_time(n_records: usize, clean: bool) -> (Duration, u64) {
-    let dir = tempfile::tempdir().unwrap();
+/// Set for a child that fills a store (`DIR:RECORDS`), says so, and waits
+/// to be killed.
+const CRASH_CHILD_ENV: &str = "CAIRN_FIGURES_CRASH_CHILD";
+
+/// A store of `n_records` in 4 partitions, in 1000-record appends.
+fn fill(dir: &std::path::Path, n_records: usize) -> Engine {
     let tps: Vec<_> = (0..4).map(|p| TopicPartition::new("o", p)).collect();
-    {
-        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
-        let per = n_records / tps.len();
-        let mut o = 0;
-        while o < per {
-            let n = 1000.min(per - o);
-            let batches: Vec<_> = tps.iter().map(|tp| records(tp, o as i64, n)).collect();
-            e.append(&batches).unwrap();
-            o += n;
-        }
-        if clean {
-            e.close().unwrap();
-        }
+    let e = Engine::open(EngineConfig::new(dir)).unwrap();
+    let per = n_records / tps.len();
+    let mut o = 0;
+    while o < per {
+        let n = 1000.min(per - o);
+        let batches: Vec<_> = tps.iter().map(|tp| records(tp, o as i64, n)).collect();
+        e.append(&batches).unwrap();
+        o += n;
+    }
+    e
+}
+
+/// The child's part: fill the store, say so on stdout, and wait (on
+/// stdin, which the parent never closes first) for the SIGKILL.
+fn crash_child(spec: &str) -> ! {
+    use std::io::{Read, Write};
+    let (dir, n) = spec.rsplit_once(':').expect("DIR:RECORDS");
+    let _open = fill(std::path::Path::new(dir), n.parse().expect("RECORDS"));
+    let mut out = std::io::stdout();
+    writeln!(out, "filled").and_then(|()| out.flush()).unwrap();
+    let _ = std::io::stdin().read(&mut [0u8; 1]);
+    panic!("stdin closed before the parent killed this child");
+}
+
+fn open_time(n_records: usize, clean: bool) -> (Duration, u64) {
+    let dir = scratch();
+    if clean {
+        fill(dir.path(), n_records).close().unwrap();
+    } else {
+        // A crash as `kill -9` leaves it, in a child process: nothing
+        // closed, flushed or dropped. (A drop without a close syncs and
+        // removes the open mark; a crash leaves the mark, and the next
+        // open in the boot fsyncs the store and drops its cached pages
+        // before recovery, which is part of what is timed here. Until the
+        // night of 2026-12-03 this case was such a drop.)
+        use std::io::BufRead;
+        use std::os::unix::process::ExitStatusExt;
+        use std::process::Stdio;
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .env(
+                CRASH_CHILD_ENV,
+                format!("{}:{n_records}", dir.path().display()),
+            )
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line, "filled\n", "the child did not fill its store");
+        child.kill().unwrap(); // SIGKILL
+        let status = child.wait().unwrap();
+        assert_eq!(status.signal(), Some(9), "{status}");
     }
     let t = Instant::now();
     let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
@@ -220,6 +274,9 @@ fn main() {
     // The allocator settings of the `cairn` binary, so the engine is measured
     // as users run it (and every baseline in the same process gets them too).
     cairn_connector::allocator::tune();
+    if let Ok(spec) = std::env::var(CRASH_CHILD_ENV) {
+        crash_child(&spec);
+    }
     let iters: usize = std::env::args()
         .nth(1)
         .and_then(|s| s.parse().ok())
