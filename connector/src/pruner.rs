@@ -314,7 +314,7 @@ fn pass(engine: &Engine, retention: &Retention, go: &dyn Fn() -> bool) -> Result
     let (r, finished) = prune(engine, retention, go).map_err(|e| match e {
         // Every start would meet it again: say how to go on meanwhile.
         cairn_engine::Error::Corruption { .. } => format!(
-            "retention: {e}; the archive is damaged there (cairn verify lists all its damage): to go on archiving meanwhile, start with --retain none --retain-bytes none, which also set aside a retention the config file gives (docs/OPERATIONS.md, \"When the archive is damaged\")"
+            "retention: {e}; the archive is damaged there (cairn verify lists all its damage): to go on archiving meanwhile, start with --retain none --retain-bytes none and without --retention-check-interval-s, which also set aside a retention the config file gives (docs/OPERATIONS.md, \"When the archive is damaged\")"
         ),
         e => format!("retention: {e}"),
     })?;

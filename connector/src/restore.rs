@@ -25,8 +25,9 @@
 //!   with no resume point that would skip it.
 //! - What the report (or the error) calls delivered was acknowledged by the
 //!   brokers. Every partition that is neither complete nor gapped gets a
-//!   resume point: its first failed record, else the one after its last
-//!   acknowledged record, else where it started. A failed or stopped run's
+//!   resume point: the one after its last acknowledged record (below its
+//!   first failure, whose lower records' reports may not all have come),
+//!   else where it started. A failed or stopped run's
 //!   error carries them; damage met in the archive is returned as itself,
 //!   with the resume points logged. Records from a resume point on that were
 //!   in flight when they failed (a timeout) may have been written anyway:
@@ -474,7 +475,9 @@ pub fn restore_until_split(
         }
         if flushed.is_err() {
             detail = format!(
-                "{detail}; delivery reports were still missing after {flush_ms} ms, so the records in flight were given up and may have been written{REPLICAS_WAIT}"
+                "{detail}; delivery reports were still missing after {flush_ms} ms, so the records in flight were given up and may have been written{}",
+                // Once: a purged record's own detail may say it already.
+                if detail.contains(REPLICAS_WAIT) { "" } else { REPLICAS_WAIT }
             );
         }
         return Err(ConnectorError::RestoreFailed(Box::new(RestoreFailure {
@@ -495,9 +498,8 @@ pub fn restore_until_split(
     // partition's records acknowledged at offsets with a hole between them
     // share it with someone else's.
     let interleaved = state.partitions.iter().find_map(|(target, d)| {
-        let (first, last) = d.target_span?;
-        let held = u64::try_from(last - first + 1).unwrap_or(0);
-        (held != d.acked).then(|| ConnectorError::RestoreInterleaved {
+        let (first, last, held) = foreign_in_span(d)?;
+        Some(ConnectorError::RestoreInterleaved {
             target: target.clone(),
             acknowledged: d.acked,
             first,
@@ -583,6 +585,17 @@ fn confirm(
 /// reader until a follower catches up, when it appears behind the rerun's
 /// first records.
 const REPLICAS_WAIT: &str = " (it may be in Kafka, not yet visible: before --resume, wait until the target's replicas have caught up, at most replica.lag.time.max.ms, 30 s by default, or records still waiting for a follower may arrive twice)";
+
+/// The target offsets a partition's acknowledgements span (first, last,
+/// how many offsets), if they hold records this restore did not write.
+fn foreign_in_span(d: &PartitionDeliveries) -> Option<(i64, i64, u64)> {
+    let (first, last) = d.target_span?;
+    let held = u64::try_from(last - first + 1).unwrap_or(0);
+    // Records acknowledged without an offset may lie in the span, or
+    // beside it: the span holds at least the placed ones, at most all.
+    let placed = d.acked - d.unplaced;
+    (!(placed..=d.acked).contains(&held)).then_some((first, last, held))
+}
 
 /// Where a partition stands after a run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -1355,6 +1368,10 @@ struct PartitionDeliveries {
     last_acked: Option<i64>,
     /// The lowest and highest target offsets Kafka acknowledged them at.
     target_span: Option<(i64, i64)>,
+    /// Acknowledged without an offset (-1: a duplicate sequence, whose
+    /// records an earlier attempt wrote, somewhere in the span or beside
+    /// it).
+    unplaced: u64,
     /// The lowest failed archived offset, with its error.
     first_failed: Option<Failed>,
 }
@@ -1521,6 +1538,8 @@ impl ProducerContext for Deliveries {
                         d.target_span
                             .map_or((at, at), |(lo, hi)| (lo.min(at), hi.max(at))),
                     );
+                } else {
+                    d.unplaced += 1;
                 }
                 drop(s);
                 crate::crashpoint::reached(crate::crashpoint::RESTORE_AFTER_ACK);
@@ -1558,10 +1577,38 @@ mod tests {
             first_acked: acked.iter().copied().min(),
             last_acked: acked.iter().copied().max(),
             target_span: None,
+            unplaced: 0,
             first_failed: failed.map(|offset| Failed {
                 offset,
                 detail: "boom".into(),
             }),
+        }
+    }
+
+    /// Acknowledged offsets with a hole between them hold someone else's
+    /// records; acknowledgements without an offset (a duplicate sequence)
+    /// may fill the span or lie beside it, and raise no false alarm (until
+    /// the night of 2026-12-03 they were counted as placed).
+    #[test]
+    fn a_span_with_records_not_written_here_is_found() {
+        let d = |acked: &[i64], span: Option<(i64, i64)>, unplaced: u64| PartitionDeliveries {
+            target_span: span,
+            unplaced,
+            ..delivered(acked, None)
+        };
+        assert_eq!(foreign_in_span(&d(&[0, 1, 2], Some((10, 12)), 0)), None);
+        assert_eq!(
+            foreign_in_span(&d(&[0, 1, 2], Some((10, 13)), 0)),
+            Some((10, 13, 4))
+        );
+        // Two of four acknowledged without an offset: the span may hold two
+        // to four records, as they lie beside it or in it.
+        for (span, foreign) in [((10, 11), false), ((10, 13), false), ((10, 14), true)] {
+            assert_eq!(
+                foreign_in_span(&d(&[0, 1, 2, 3], Some(span), 2)).is_some(),
+                foreign,
+                "{span:?}"
+            );
         }
     }
 

@@ -319,7 +319,7 @@ impl Engine {
                 Ok(r)
             });
         if left_unsynced {
-            tracing::error!(path = %real.display(), "the backup's directory could not be synced once its copy was verified: the copy is left, marked unfinished ({BACKUP_INCOMPLETE_FILE}) if the mark could be put back; remove it and back up again to another directory");
+            tracing::error!(path = %real.display(), "the backup's directory could not be synced once its copy was verified: the copy (whole and synced itself) is left, marked unfinished ({BACKUP_INCOMPLETE_FILE}) if the mark could be put back, unsynced (a power loss may take the mark); remove it and back up again to another directory");
         } else if report.is_err() {
             // Still under the lock: what the backup wrote, by name (anything
             // else put there meanwhile is not the backup's to remove).
