@@ -163,6 +163,11 @@ pub(crate) struct Shared {
     pub assigned: BTreeSet<TopicPartition>,
     /// The last record's partition, and whether it is assigned.
     last_tp: Option<(TopicPartition, bool)>,
+    /// A partition's last record taken when it was set aside (skipped or
+    /// dead-lettered), not buffered: the repeat check's other half. Kept
+    /// until a later record of the partition is buffered or the
+    /// assignment changes, so it is empty on the hot path.
+    set_aside: BTreeMap<TopicPartition, i64>,
     pending: BTreeMap<TopicPartition, Vec<Record>>,
     /// Buffers to copy the next records into (`recycle.rs`).
     stash: crate::recycle::Stash,
@@ -313,6 +318,12 @@ impl Shared {
             .get(tp)
             .and_then(|v| v.last())
             .map(|r| r.offset);
+        // Or set aside last: a repeat of a dead-lettered record would be
+        // sent again, and counted twice.
+        let last = match self.set_aside.get(tp) {
+            Some(&o) => Some(last.map_or(o, |l| l.max(o))),
+            None => last,
+        };
         if let Some(last) = last.filter(|&last| m.offset() <= last) {
             // The race repeats the last record; anything lower is not
             // expected, and said.
@@ -331,6 +342,7 @@ impl Shared {
                 if cfg.on_oversize == OnOversize::Skip {
                     tracing::warn!(%tp, offset = m.offset(), %detail, "skipping a record that cannot be archived");
                     self.stats.records_oversize_skipped += 1;
+                    self.set_aside.insert(tp.clone(), m.offset());
                     return Ok(());
                 }
                 // Dead-lettering would drop its headers: it stops the run,
@@ -384,6 +396,7 @@ impl Shared {
                 OnOversize::Skip => {
                     tracing::warn!(%tp, offset = r.offset, size_bytes = size, headers, %reason, "skipping oversize record");
                     self.stats.records_oversize_skipped += 1;
+                    self.set_aside.insert(tp.clone(), r.offset);
                     return Ok(());
                 }
                 OnOversize::DeadLetter => {
@@ -396,9 +409,13 @@ impl Shared {
                         .send(&tp, &r, &reason)?;
                     tracing::warn!(%tp, offset = r.offset, size_bytes = size, max = cfg.record_bytes_max, "oversize record dead-lettered");
                     self.stats.records_dead_lettered += 1;
+                    self.set_aside.insert(tp, r.offset);
                     return Ok(());
                 }
             }
+        }
+        if !self.set_aside.is_empty() {
+            self.set_aside.remove(tp);
         }
         self.stats.payload_bytes += size;
         self.pending_bytes += held_bytes(&r);
@@ -421,6 +438,9 @@ impl Shared {
     /// The assignment changed: forget the last partition's lookup.
     pub(crate) fn assignment_changed(&mut self) {
         self.last_tp = None;
+        // A partition assigned again restarts where the archive says: a
+        // record set aside there is taken anew, as the first time.
+        self.set_aside.clear();
     }
 
     /// Queue a job for the task thread, first waiting for room for it.
@@ -793,6 +813,7 @@ pub fn run_pipeline(
         bounds_budget: retention::bounds_budget(max_poll_interval(cfg)),
         assigned: BTreeSet::new(),
         last_tp: None,
+        set_aside: BTreeMap::new(),
         pending: BTreeMap::new(),
         stash: Default::default(),
         pending_bytes: 0,
