@@ -335,6 +335,9 @@ pub fn wal_recover(data: &[u8], scratch: &Path) {
             // unknown format version is damage to `Mformat` too); nothing
             // else may, and no other error may stand for it.
             Err(e) if changed && is_damage(&e) => continue,
+            Err(e) if changed => panic!(
+                "a damaged store's open failed in {mode:?} with an error that is not damage: {e}"
+            ),
             Err(e) => panic!("an undamaged store did not open in {mode:?}: {e}"),
         };
         // Per partition: read back whole, or else whether its read
@@ -780,6 +783,12 @@ pub mod model {
                         r.records_deleted
                     );
                     let remaining = read_all(e, &tps[tp], 0)?;
+                    ensure!(
+                        remaining.len() <= all.len(),
+                        "step {step} {op:?}: {} records after a truncation, {} before",
+                        remaining.len(),
+                        all.len()
+                    );
                     let deleted = all.len() - remaining.len();
                     ensure!(
                         deleted as u64 == r.records_deleted,

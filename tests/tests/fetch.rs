@@ -415,7 +415,10 @@ fn a_topic_deleted_while_archived_stops_the_run() {
     // minute, which then fails the test rather than hanging it.
     let watchdog = Watchdog::arm(stop.clone(), Duration::from_secs(60));
     let result = run.join().unwrap();
-    watchdog.disarm();
+    assert!(
+        !watchdog.disarm(),
+        "the run went on for a minute with the topic gone: {result:?}"
+    );
     let err = result.expect_err("the run must stop with the topic gone, not go on");
     assert!(err.contains(&k.topic), "the error names the topic: {err}");
     // What was archived before stays, and nothing was committed past it.

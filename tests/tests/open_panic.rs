@@ -92,6 +92,10 @@ fn an_open_that_panics_is_an_error_naming_the_archive() {
     // Nothing was changed: it opens once the panic is gone.
     let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
     assert!(e.recovery_report().unclean_stop_cache_dropped);
+    let tp = TopicPartition::new("t", 0);
+    assert_eq!(e.durable_offset(&tp), Some(10));
+    let offsets: Vec<i64> = e.read(&tp, 0).unwrap().map(|r| r.unwrap().offset).collect();
+    assert_eq!(offsets, (0..10).collect::<Vec<_>>());
     e.close().unwrap();
     assert!(!mark.exists());
 }
