@@ -95,8 +95,25 @@ impl CommitTracker {
         handed: &BTreeMap<TopicPartition, i64>,
     ) {
         for (tp, &o) in durable {
+            // Assigned with neither a put nor a resume offset of its own
+            // (`open` gave none, or one Kafka's log did not confirm): the
+            // sink speaks of what it holds from before, which nothing here
+            // can check. Ignored, as `pre_commit`'s word on such a
+            // partition is; before the night of 2026-12-03 it failed the
+            // handed-over check and the run.
+            if !handed.contains_key(tp) && !self.durable_reported.contains_key(tp) {
+                if !self.warned_unhanded {
+                    self.warned_unhanded = true;
+                    tracing::warn!(%tp, offset = o, "put reported a partition it was not handed since its assignment: ignored, as are any such later (this warning is not repeated)");
+                }
+                continue;
+            }
             self.assert_handed(tp, o, handed);
             raise(&mut self.durable_reported, tp, o);
+            // The sink's latest word, as for `pre_commit`: a durable offset
+            // below one declared safe before means it lost records, and
+            // the higher one is not committed unless it already was.
+            self.lower_safe(tp, o, "put");
         }
         if self.unsafe_puts.len() + self.safe_puts.len() < PUTS_WAITING_TIMED_MAX {
             self.unsafe_puts.push(started);
@@ -167,14 +184,24 @@ impl CommitTracker {
             // The sink's latest word: an offset it declared safe before and
             // no longer does (lower now) is not committed, if it was not
             // yet. Committed offsets never go back (`take_commit`).
-            if let Some(&before) = self.safe.get(tp) {
-                if o < before && self.warned_lowered.insert(tp.clone()) {
-                    tracing::warn!(%tp, offset = o, before, "pre_commit declared a lower offset safe than it did before: the higher one is committed only if it was already (commits never go back); a durable offset that goes back means the sink lost records or has a bug (told once a partition)");
-                }
-            }
+            self.lower_safe(tp, o, "pre_commit");
             self.safe.insert(tp.clone(), o);
         }
         self.safe_puts.append(&mut self.unsafe_puts);
+    }
+
+    /// The sink reported `tp` durable at `o`, by `call`: a safe offset
+    /// above it is lowered to it, with a warning once a partition.
+    fn lower_safe(&mut self, tp: &TopicPartition, o: i64, call: &str) {
+        let Some(safe) = self.safe.get_mut(tp) else {
+            return;
+        };
+        if o < *safe {
+            if self.warned_lowered.insert(tp.clone()) {
+                tracing::warn!(%tp, offset = o, before = *safe, "{call} reported a lower offset durable than was declared safe before: the higher one is committed only if it was already (commits never go back); a durable offset that goes back means the sink lost records or has a bug (told once a partition)");
+            }
+            *safe = o;
+        }
     }
 
     /// A sink cannot hold durably what it was never given: an offset past
@@ -251,6 +278,15 @@ impl CommitTracker {
     }
 
     /// A failed commit: its puts wait for the next one.
+    /// Whether every offset of a commit chosen earlier is still at or
+    /// below the sink's latest safe word (a put or `pre_commit` since may
+    /// have lowered it): checked again as the commit is handed over.
+    pub fn still_safe(&self, offsets: &BTreeMap<TopicPartition, i64>) -> bool {
+        offsets
+            .iter()
+            .all(|(tp, &o)| self.safe.get(tp).is_some_and(|&safe| o <= safe))
+    }
+
     pub fn commit_failed(&mut self, c: PendingCommit) {
         let mut puts = c.puts;
         puts.append(&mut self.safe_puts);
@@ -334,6 +370,35 @@ mod tests {
         // Below what Kafka acknowledged: nothing to commit.
         t.record_pre_commit(&BTreeMap::from([(tp(0), 300)]), &handed);
         assert!(t.take_commit(&assigned, None).is_none());
+    }
+
+    /// A put that reports a partition assigned with neither a put nor a
+    /// resume offset (an `open` whose offset the log did not confirm) is
+    /// ignored, not a reason to stop the run (until the night of
+    /// 2026-12-03 the handed-over check panicked); and a put that reports
+    /// less durable than was declared safe lowers what may be committed,
+    /// a commit chosen before included.
+    #[test]
+    fn a_put_speaks_for_what_it_was_handed_and_its_lower_word_holds() {
+        let mut t = CommitTracker::default();
+        let assigned = BTreeSet::from([tp(0), tp(1)]);
+        let handed = BTreeMap::from([(tp(0), 500)]);
+        t.record_put(
+            Instant::now(),
+            &BTreeMap::from([(tp(0), 500), (tp(1), 40)]),
+            &handed,
+        );
+        t.record_pre_commit(&BTreeMap::from([(tp(0), 500)]), &handed);
+        let c = t.take_commit(&assigned, None).unwrap();
+        assert_eq!(c.offsets, BTreeMap::from([(tp(0), 500)]));
+        // The sink lost records: 300 is its latest word.
+        t.record_put(Instant::now(), &BTreeMap::from([(tp(0), 300)]), &handed);
+        assert!(!t.still_safe(&c.offsets), "the chosen commit is above it");
+        t.commit_failed(c);
+        assert_eq!(
+            t.take_commit(&assigned, None).map(|c| c.offsets),
+            Some(BTreeMap::from([(tp(0), 300)]))
+        );
     }
 
     #[test]

@@ -295,6 +295,17 @@ impl Pipeline {
                 self.wake.notify_one();
                 return CommitOutcome::Done;
             }
+            // The sink lowered its word since these offsets were chosen
+            // (a put or `pre_commit` reporting less durable): nothing above
+            // it is committed; the next commit takes what it says now.
+            if !s.tracker.still_safe(&pending.offsets) {
+                s.tracker.commit_failed(pending);
+                tracing::debug!(
+                    "commit dropped: the sink reported less durable since it was chosen"
+                );
+                self.wake.notify_one();
+                return CommitOutcome::Done;
+            }
             if let Some(f) = s.on_commit_sent.as_mut() {
                 f(&pending.offsets, &pending.durable);
             }

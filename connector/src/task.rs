@@ -106,7 +106,13 @@ pub enum TaskError {
 /// The result of a `put`.
 #[derive(Debug, Default, Clone)]
 pub struct PutOutcome {
-    /// Per partition, the next offset the sink reports durable after this put.
+    /// Per partition, the next offset the sink reports durable after this
+    /// put. Checked against what was handed over (past it is a bug, and
+    /// stops the run); a partition handed nothing since its assignment is
+    /// ignored, with a warning; an offset below one declared safe before
+    /// is the sink's latest word, as for `pre_commit` (since the night of
+    /// 2026-12-03; before, the first failed the run and the second was
+    /// not heeded).
     pub durable: BTreeMap<TopicPartition, i64>,
     pub records_written: u64,
     pub records_duplicate: u64,
