@@ -538,6 +538,45 @@ fn status_waits_once_for_a_leader_that_does_not_answer() {
 /// (the mock cluster fails every OffsetFetch): the table still stands, with
 /// the high watermark and archive lag filled and the committed offset left
 /// out, a WARN says why, and the exit is 0 (before, exit 1 and no table).
+/// Brokers that do not answer at all: the archive's own figures are
+/// printed, table and JSON, with the Kafka columns empty, the error is
+/// logged, and the exit is 1 (until the night of 2026-12-03 nothing was
+/// printed).
+#[test]
+fn status_with_brokers_that_do_not_answer_prints_the_archive() {
+    use cairn_engine::{fuzzing::batch, Engine, EngineConfig, TopicPartition};
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    e.append(&[batch(&TopicPartition::new("quiet", 0), 0..7, 10)])
+        .unwrap();
+    e.close().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let base = [
+        "status",
+        "--data",
+        d,
+        "--brokers",
+        "127.0.0.1:1",
+        "--connect-timeout-ms",
+        "1000",
+    ];
+    let (code, out, err) = cairn(&base);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("could not read Kafka's figures"), "{err}");
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("quiet"))
+        .unwrap_or_default();
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cols[..5], ["quiet", "0", "0", "7", "7"], "{out}");
+    assert_eq!(cols[6..], ["-", "-", "-", "-"], "{out}");
+    let (code, out, err) = cairn(&[&base[..], &["--json"]].concat());
+    assert_eq!(code, 1, "{err}");
+    let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(rows[0]["durable_next_offset"], 7, "{out}");
+    assert!(rows[0]["kafka_committed"].is_null() && rows[0]["high_watermark"].is_null());
+}
+
 /// Needs the mock cluster's error injection, in process.
 #[test]
 fn status_leaves_out_committed_offsets_kafka_cannot_read() {

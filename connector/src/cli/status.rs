@@ -116,19 +116,31 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
         }
         None => (rows(&super::open_unserved(data)?), None),
     };
+    // Kafka's side failing whole (no metadata: brokers unreachable, a
+    // refused login) leaves the archive's own figures worth printing: they
+    // are, with the Kafka columns empty, and the run exits 1 with the
+    // error logged (until the night of 2026-12-03 it printed nothing).
+    let mut exit = ExitCode::SUCCESS;
     if let (Some(brokers), Some(consumer)) = (&args.brokers, consumer) {
         let timeout = Duration::from_millis(args.connect_timeout_ms);
-        kafka_view(
+        if let Err(e) = kafka_view(
             &consumer,
             brokers,
             args.group.as_deref(),
             timeout,
             &mut rows,
-        )?;
+        ) {
+            tracing::error!(error = %e, "could not read Kafka's figures: the archive's are printed, the Kafka columns left empty");
+            for r in &mut rows {
+                (r.kafka_committed, r.high_watermark, r.lag, r.archive_lag) =
+                    (None, None, None, None);
+            }
+            exit = ExitCode::FAILURE;
+        }
     }
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&rows).expect("json"))?;
-        return Ok(ExitCode::SUCCESS);
+        return Ok(exit);
     }
     outln!(
         "{:<30} {:>5} {:>12} {:>12} {:>10} {:>12} {:>12} {:>12} {:>8} {:>8}",
@@ -165,7 +177,7 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
     if let Some(pid) = served_by {
         outln!("(live: durable figures from the running cairn run, pid {pid})")?;
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(exit)
 }
 
 /// The archive's figures per partition (the Kafka columns empty).
