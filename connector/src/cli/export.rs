@@ -1016,6 +1016,98 @@ mod tests {
     /// are not UTF-8 stop it at their record, naming it, the field and
     /// where the text ends, after the records before it. `jsonl` writes
     /// the same record in base64.
+    /// jsonl read back gives the records archived, field for field: a null
+    /// key, value or header value apart from an empty one, each timestamp
+    /// type (none with -1), repeated header names in their order.
+    #[test]
+    fn jsonl_reads_back_as_the_records_archived() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        let tp = TopicPartition::new("t", 0);
+        let h = |name: &str, value: Option<&[u8]>| Header {
+            name: name.into(),
+            value: value.map(<[u8]>::to_vec),
+        };
+        let records = vec![
+            Record {
+                offset: 0,
+                timestamp_type: TimestampType::CreateTime,
+                timestamp_ms: 1_700_000_000_000,
+                key: None,
+                value: Some(Vec::new()),
+                headers: vec![h("a", Some(b"")), h("a", None), h("b", Some(b"\x00\xff"))],
+            },
+            Record {
+                offset: 1,
+                timestamp_type: TimestampType::LogAppendTime,
+                timestamp_ms: 5,
+                key: Some(Vec::new()),
+                value: None,
+                headers: Vec::new(),
+            },
+            Record {
+                offset: 2,
+                timestamp_type: TimestampType::NotAvailable,
+                timestamp_ms: -1,
+                key: Some(b"k".to_vec()),
+                value: Some(b"v\n".to_vec()),
+                headers: Vec::new(),
+            },
+        ];
+        engine
+            .append(&[RecordBatch {
+                tp: tp.clone(),
+                records: records.clone(),
+            }])
+            .unwrap();
+        let mut out = Vec::new();
+        let n = write_records(
+            &engine,
+            &engine.partitions(),
+            &Selection::default(),
+            Format::Jsonl,
+            &mut out,
+            Path::new("-"),
+            &AtomicBool::new(false),
+        )
+        .unwrap();
+        assert_eq!(n, Some(3));
+        let bytes = |v: &serde_json::Value| v.as_str().map(|s| STANDARD.decode(s).unwrap());
+        let back: Vec<Record> = String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                assert_eq!(
+                    (v["topic"].as_str(), v["partition"].as_i64()),
+                    (Some("t"), Some(0))
+                );
+                Record {
+                    offset: v["offset"].as_i64().unwrap(),
+                    timestamp_type: match v["timestamp_type"].as_str().unwrap() {
+                        "create" => TimestampType::CreateTime,
+                        "log-append" => TimestampType::LogAppendTime,
+                        "none" => TimestampType::NotAvailable,
+                        other => panic!("{other}"),
+                    },
+                    timestamp_ms: v["timestamp"].as_i64().unwrap(),
+                    key: bytes(&v["key"]),
+                    value: bytes(&v["value"]),
+                    headers: v["headers"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|p| Header {
+                            name: p[0].as_str().unwrap().into(),
+                            value: bytes(&p[1]),
+                        })
+                        .collect(),
+                }
+            })
+            .collect();
+        assert_eq!(back, records);
+    }
+
     #[test]
     fn jsonl_text_writes_text_and_stops_at_bytes_that_are_not() {
         let dir = tempfile::tempdir().unwrap();
