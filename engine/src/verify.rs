@@ -191,6 +191,7 @@ pub fn verify_store(cfg: &EngineConfig) -> Result<VerifyReport> {
         // A backup cut short before its store was made is that, not an
         // empty directory.
         crate::backup::refuse_unfinished_backup(&cfg.path)?;
+        crate::watermark::refuse_lost_store(cfg)?;
         return Err(Error::Io {
             op: "open store",
             path: cfg.path.clone(),

@@ -122,6 +122,27 @@ pub fn read(dir: &Path) -> Result<Option<u64>> {
     }
 }
 
+/// A store folder whose sled data file is gone while its watermark says
+/// records were durable lost them: damage, named, not "no store here"
+/// (which a read-only command would say of it, and an open would take as
+/// a new store). Reads only the watermark.
+pub fn refuse_lost_store(cfg: &crate::EngineConfig) -> Result<()> {
+    if cfg.store_exists() {
+        return Ok(());
+    }
+    match read(&cfg.path)? {
+        Some(durable) if durable > 0 => Err(Error::corruption(
+            Location::Watermark,
+            CorruptionKind::SledUnreadable {
+                detail: format!(
+                    "sled's data file (sled/db) is missing, while this file says lsn {durable} was durable: the store lost its records"
+                ),
+            },
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// The log ends at `last_lsn`; the watermark says `durable` was reached.
 pub fn check(last_lsn: u64, durable: Option<u64>) -> Result<()> {
     match durable {

@@ -1934,3 +1934,31 @@ fn an_entry_below_the_partitions_first_offset_is_damage_for_verify_too() {
         v.notes
     );
 }
+
+/// A store whose sled folder is gone, its watermark left: verify names the
+/// loss at the watermark (until the night of 2026-12-03 it said "no cairn
+/// store here", as of an empty folder), and an open refuses it rather than
+/// start a new, empty store under the old watermark.
+#[test]
+fn a_store_that_lost_its_sled_folder_is_damage_not_absence() {
+    let (dir, _tp) = store();
+    std::fs::remove_dir_all(dir.path().join("sled")).unwrap();
+    let cfg = EngineConfig::new(dir.path());
+    match cairn_engine::verify_store(&cfg) {
+        Err(Error::Corruption {
+            location: Location::Watermark,
+            kind: CorruptionKind::SledUnreadable { detail },
+        }) => assert!(detail.contains("sled/db) is missing"), "{detail}"),
+        other => panic!("expected the loss named, got {other:?}"),
+    }
+    match Engine::open(cfg) {
+        Err(Error::Corruption { kind, .. }) => assert!(
+            matches!(
+                kind,
+                CorruptionKind::LostSuffix { .. } | CorruptionKind::SledUnreadable { .. }
+            ),
+            "{kind}"
+        ),
+        other => panic!("expected the open refused, got {:?}", other.map(|_| ())),
+    }
+}

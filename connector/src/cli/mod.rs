@@ -121,6 +121,8 @@ pub fn open_archive(data: &std::path::Path) -> crate::Result<cairn_engine::Engin
     // Before "no archive there": a backup killed before sled wrote its
     // files has the mark and nothing else.
     cairn_engine::refuse_unfinished_backup(data)?;
+    // A store that lost its data file is damaged, not absent.
+    cairn_engine::watermark::refuse_lost_store(&cairn_engine::EngineConfig::new(data))?;
     if !holds_archive(data) {
         return Err(crate::ConnectorError::Config(format!(
             "--data {}: no cairn archive there",
