@@ -46,7 +46,10 @@ pub struct CommitTracker {
     pub puts_untimed: u64,
     /// `pre_commit` reported a partition it was never handed, and was told.
     warned_unhanded: bool,
-    /// Partitions whose safe offset `pre_commit` lowered, each told once.
+    /// The same, of a `put`.
+    warned_unhanded_put: bool,
+    /// Partitions whose safe offset a `put` or `pre_commit` lowered, each
+    /// told once.
     warned_lowered: BTreeSet<TopicPartition>,
 }
 
@@ -75,6 +78,7 @@ impl Default for CommitTracker {
             put_to_commit_us: Histogram::new(3).expect("histogram"),
             puts_untimed: 0,
             warned_unhanded: false,
+            warned_unhanded_put: false,
             warned_lowered: BTreeSet::new(),
         }
     }
@@ -102,8 +106,8 @@ impl CommitTracker {
             // partition is; before the night of 2026-12-03 it failed the
             // handed-over check and the run.
             if !handed.contains_key(tp) && !self.durable_reported.contains_key(tp) {
-                if !self.warned_unhanded {
-                    self.warned_unhanded = true;
+                if !self.warned_unhanded_put {
+                    self.warned_unhanded_put = true;
                     tracing::warn!(%tp, offset = o, "put reported a partition it was not handed since its assignment: ignored, as are any such later (this warning is not repeated)");
                 }
                 continue;
@@ -277,7 +281,6 @@ impl CommitTracker {
         self.settle(c.puts);
     }
 
-    /// A failed commit: its puts wait for the next one.
     /// Whether every offset of a commit chosen earlier is still at or
     /// below the sink's latest safe word (a put or `pre_commit` since may
     /// have lowered it): checked again as the commit is handed over.
@@ -287,6 +290,7 @@ impl CommitTracker {
             .all(|(tp, &o)| self.safe.get(tp).is_some_and(|&safe| o <= safe))
     }
 
+    /// A failed commit: its puts wait for the next one.
     pub fn commit_failed(&mut self, c: PendingCommit) {
         let mut puts = c.puts;
         puts.append(&mut self.safe_puts);

@@ -51,7 +51,10 @@ pub(crate) async fn run(pipeline: Arc<Pipeline>, consumer: Arc<BaseConsumer<Sink
             tokio::task::block_in_place(|| pipeline.commit_now(&consumer, None))
         }));
         match committed {
-            Ok(CommitOutcome::Done | CommitOutcome::Closed) => retry_ms = None,
+            // Stale: taken again at once (the commit woke this loop).
+            Ok(CommitOutcome::Done | CommitOutcome::Closed | CommitOutcome::Stale) => {
+                retry_ms = None
+            }
             Ok(CommitOutcome::Failed) => {
                 retry_ms = Some(retry_ms.map_or(RETRY_MS_MIN, |ms| (ms * 2).min(RETRY_MS_MAX)))
             }

@@ -436,11 +436,16 @@ impl Shared {
     }
 
     /// The assignment changed: forget the last partition's lookup.
-    pub(crate) fn assignment_changed(&mut self) {
+    pub(crate) fn assignment_changed(&mut self, changed: &[TopicPartition]) {
         self.last_tp = None;
         // A partition assigned again restarts where the archive says: a
-        // record set aside there is taken anew, as the first time.
-        self.set_aside.clear();
+        // record set aside there is taken anew, as the first time. Only
+        // the partitions that changed: a cooperative rebalance's pause,
+        // which the repeat follows, comes with one of these for the
+        // others.
+        for tp in changed {
+            self.set_aside.remove(tp);
+        }
     }
 
     /// Queue a job for the task thread, first waiting for room for it.

@@ -104,6 +104,10 @@ pub(crate) enum CommitOutcome {
     Closed,
     /// Kafka refused it or did not answer: left for the next commit.
     Failed,
+    /// Not sent: the sink reported less durable since its offsets were
+    /// chosen. Take them again (the committer is woken for it; a revoke's
+    /// or the final commit retakes at once).
+    Stale,
 }
 
 impl CommitState {
@@ -304,7 +308,7 @@ impl Pipeline {
                     "commit dropped: the sink reported less durable since it was chosen"
                 );
                 self.wake.notify_one();
-                return CommitOutcome::Done;
+                return CommitOutcome::Stale;
             }
             if let Some(f) = s.on_commit_sent.as_mut() {
                 f(&pending.offsets, &pending.durable);

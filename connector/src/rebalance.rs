@@ -242,6 +242,14 @@ pub(crate) fn commit_retrying(
     let mut backoff = Duration::from_millis(10);
     for attempt in 1.. {
         let outcome = pipeline.commit_now(c, only);
+        // Chosen before the sink lowered its word: taken again at once, at
+        // what it says now (until the deadline; never sent above it).
+        if outcome == CommitOutcome::Stale {
+            if std::time::Instant::now() < deadline {
+                continue;
+            }
+            return CommitOutcome::Failed;
+        }
         if outcome != CommitOutcome::Failed {
             if attempt > 1 && outcome == CommitOutcome::Done {
                 tracing::info!(attempt, "the commit went through on a retry");
@@ -540,8 +548,8 @@ impl SinkContext {
             st.assigned.extend(tps.iter().cloned());
             st.consumed.extend(consumed);
         }
+        s.assignment_changed(&tps);
         s.assigned.extend(tps);
-        s.assignment_changed();
         // A partition that resumes fully archived gets no put, yet its
         // durable offset may be ahead of Kafka's: commit it now.
         s.pipeline.wake.notify_one();
@@ -578,7 +586,7 @@ impl SinkContext {
                         CommitOutcome::Closed => {
                             tracing::warn!(partitions = ?revoked, "revoked while the run stops: their durable offsets were not committed");
                         }
-                        CommitOutcome::Failed => {
+                        CommitOutcome::Failed | CommitOutcome::Stale => {
                             // The next owner resumes from Kafka's older offset and
                             // archives the records between again (its store and
                             // this one each stay duplicate-free).
@@ -599,7 +607,7 @@ impl SinkContext {
             s.log_bounds.remove(tp);
             s.starts.remove(tp);
         }
-        s.assignment_changed();
+        s.assignment_changed(&tps);
         if !clean_finish {
             let partitions = tps;
             if let Err(e) = s.request(|reply| Job::Close { partitions, reply }) {

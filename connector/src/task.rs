@@ -34,8 +34,9 @@
 //!    what follows a put, only `pre_commit`'s offsets are committed (`open`'s
 //!    are committed as checked against Kafka's log bounds, above, and
 //!    `start`'s as the sink recorded them): `put`'s are checked
-//!    against what was handed over and timed, and a `pre_commit` that
-//!    declares nothing commits nothing.
+//!    against what was handed over and timed, and one below an offset
+//!    declared safe before lowers it (the sink's latest word, as for
+//!    `pre_commit`); a `pre_commit` that declares nothing commits nothing.
 //! 3. **`pre_commit(consumed)`** runs after a `put` (after every one with
 //!    `--commit every-put`, once per interval with `interval:MS`), and on
 //!    revoke and on stop. Like Kafka Connect's `flush` / `preCommit`, it makes

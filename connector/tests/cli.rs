@@ -534,10 +534,6 @@ fn status_waits_once_for_a_leader_that_does_not_answer() {
     }
 }
 
-/// `status --group` when Kafka cannot read the group's committed offsets
-/// (the mock cluster fails every OffsetFetch): the table still stands, with
-/// the high watermark and archive lag filled and the committed offset left
-/// out, a WARN says why, and the exit is 0 (before, exit 1 and no table).
 /// Brokers that do not answer at all: the archive's own figures are
 /// printed, table and JSON, with the Kafka columns empty, the error is
 /// logged, and the exit is 1 (until the night of 2026-12-03 nothing was
@@ -577,6 +573,10 @@ fn status_with_brokers_that_do_not_answer_prints_the_archive() {
     assert!(rows[0]["kafka_committed"].is_null() && rows[0]["high_watermark"].is_null());
 }
 
+/// `status --group` when Kafka cannot read the group's committed offsets
+/// (the mock cluster fails every OffsetFetch): the table still stands, with
+/// the high watermark and archive lag filled and the committed offset left
+/// out, a WARN says why, and the exit is 0 (before, exit 1 and no table).
 /// Needs the mock cluster's error injection, in process.
 #[test]
 fn status_leaves_out_committed_offsets_kafka_cannot_read() {
