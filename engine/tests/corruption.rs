@@ -35,6 +35,24 @@ fn store_of(entries: i64, close: bool) -> (tempfile::TempDir, TopicPartition) {
     (dir, tp)
 }
 
+/// Rewrite the index entry of `tp` at `first_offset` as `forge` changes
+/// it, sealed anew: damage under a valid CRC.
+fn forge_index_entry(
+    dir: &std::path::Path,
+    tp: &TopicPartition,
+    first_offset: i64,
+    forge: fn(&mut cairn_engine::index::IndexEntry),
+) {
+    with_raw_tree(dir, |t| {
+        let k = cairn_engine::keys::index_key(tp, first_offset);
+        let (_, mut e) =
+            cairn_engine::index::IndexEntry::decode(&k, &t.get(&k).unwrap().unwrap()).unwrap();
+        forge(&mut e);
+        let (k, v) = e.encode(tp);
+        t.insert(k, v).unwrap();
+    });
+}
+
 fn damage(dir: &std::path::Path, lsn: u64, f: impl FnOnce(&mut Vec<u8>)) {
     with_raw_tree(dir, |t| {
         let mut v = t.get(wal_key(lsn)).unwrap().unwrap().to_vec();
@@ -1195,14 +1213,7 @@ fn a_truncation_refuses_an_index_entry_that_names_the_wrong_frames() {
         ("the next entry", |e| e.lsn = 2),
     ] {
         let (dir, tp) = store();
-        with_raw_tree(dir.path(), |t| {
-            let k = cairn_engine::keys::index_key(&tp, 0);
-            let (_, mut e) =
-                cairn_engine::index::IndexEntry::decode(&k, &t.get(&k).unwrap().unwrap()).unwrap();
-            forge(&mut e);
-            let (k, v) = e.encode(&tp);
-            t.insert(k, v).unwrap();
-        });
+        forge_index_entry(dir.path(), &tp, 0, forge);
         let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
         let at = if what == "two frames" { 1 } else { 2 };
         // A dry run's plan refuses it as the truncation does: it does not
@@ -1244,14 +1255,7 @@ fn a_truncation_refuses_an_index_entry_whose_last_offset_reads_low() {
         ("newest timestamp", |e| e.timestamp_max_ms -= 1),
     ] {
         let (dir, tp) = store();
-        with_raw_tree(dir.path(), |t| {
-            let k = cairn_engine::keys::index_key(&tp, 10);
-            let (_, mut e) =
-                cairn_engine::index::IndexEntry::decode(&k, &t.get(&k).unwrap().unwrap()).unwrap();
-            forge(&mut e);
-            let (k, v) = e.encode(&tp);
-            t.insert(k, v).unwrap();
-        });
+        forge_index_entry(dir.path(), &tp, 10, forge);
         let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
         let cut = if what == "last offset" { 15 } else { 20 };
         for (op, result) in [

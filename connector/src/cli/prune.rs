@@ -394,23 +394,20 @@ mod tests {
             engine.append(&[RecordBatch { tp, records }]).unwrap();
         }
         let mut lines = Vec::new();
+        let prune_t =
+            |stop: &AtomicBool, emit: &mut dyn FnMut(std::fmt::Arguments<'_>) -> Result<()>| {
+                let all = Selection {
+                    topics: vec!["t".into()],
+                    ..Selection::default()
+                };
+                prune(&engine, &all, Cut::Offset(5), false, stop, emit)
+            };
         let prune_all = |stop: bool, lines: &mut Vec<String>| {
             let mut emit = |a: std::fmt::Arguments<'_>| {
                 lines.push(a.to_string());
                 Ok(())
             };
-            let stop = AtomicBool::new(stop);
-            prune(
-                &engine,
-                &Selection {
-                    topics: vec!["t".into()],
-                    ..Selection::default()
-                },
-                Cut::Offset(5),
-                false,
-                &stop,
-                &mut emit,
-            )
+            prune_t(&AtomicBool::new(stop), &mut emit)
         };
         let r = prune_all(true, &mut lines);
         assert!(matches!(r, Err(ConnectorError::Live(_))), "{r:?}");
@@ -426,17 +423,7 @@ mod tests {
             stop.store(true, std::sync::atomic::Ordering::SeqCst);
             Ok(())
         };
-        let r = prune(
-            &engine,
-            &Selection {
-                topics: vec!["t".into()],
-                ..Selection::default()
-            },
-            Cut::Offset(5),
-            false,
-            &stop,
-            &mut emit,
-        );
+        let r = prune_t(&stop, &mut emit);
         assert!(matches!(r, Err(ConnectorError::Live(_))), "{r:?}");
         assert_eq!(mid.len(), 1, "{mid:?}");
         let counts: Vec<u64> = engine.partitions().iter().map(|p| p.record_count).collect();
