@@ -166,7 +166,7 @@ pub(crate) struct Shared {
     /// A partition's last record taken when it was set aside (skipped or
     /// dead-lettered), not buffered: the repeat check's other half. Kept
     /// until a later record of the partition is buffered or the
-    /// assignment changes, so it is empty on the hot path.
+    /// partition is assigned or revoked, so it is empty on the hot path.
     set_aside: BTreeMap<TopicPartition, i64>,
     pending: BTreeMap<TopicPartition, Vec<Record>>,
     /// Buffers to copy the next records into (`recycle.rs`).
