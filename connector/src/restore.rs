@@ -619,14 +619,13 @@ fn standing(start: i64, finished: bool, d: &PartitionDeliveries) -> Standing {
             failed: f.offset,
             acknowledged: last,
         },
-        // Below the first failure, every record is acknowledged unless
-        // its report never came (purged reports cut short at the flush's
-        // deadline): resumed after the last acknowledged one, not at the
-        // failure, so none of those is skipped (at worst sent twice, as
-        // the advice for a timeout says).
-        (Some(_), last) => Standing::Resume(last.map_or(start, |o| o + 1)),
         (None, _) if finished => Standing::Complete,
-        (None, last) => Standing::Resume(last.map_or(start, |o| o + 1)),
+        // After the last acknowledged record, failed or not: below the
+        // first failure every record is acknowledged unless its report
+        // never came (purged reports cut short at the flush's deadline),
+        // and resuming at the failure would skip those (at worst they are
+        // sent twice, as the advice for a timeout says).
+        (_, last) => Standing::Resume(last.map_or(start, |o| o + 1)),
     }
 }
 

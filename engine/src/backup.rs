@@ -233,14 +233,16 @@ impl Engine {
             still_empty?;
             return Err(refuse("the backup's directory must be new or empty"));
         }
-        let marked = (|| {
-            let mark = real.join(BACKUP_INCOMPLETE_FILE);
-            // The directory is empty: a new file, never one a link names.
+        let mark = real.join(BACKUP_INCOMPLETE_FILE);
+        // The directory is empty: a new file, never one a link names.
+        let new_mark = || {
             std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
-                .open(&mark)?
-                .sync_all()?;
+                .open(&mark)
+        };
+        let marked = (|| {
+            new_mark()?.sync_all()?;
             crate::sync::sync_dir(&real)
         })()
         .map_err(io("mark the backup incomplete"));
@@ -278,26 +280,17 @@ impl Engine {
                 if created {
                     // The format key is the copy's last write: a copy that
                     // opens as a new store lacks it, whatever it holds.
-                    return Err(Error::Io {
-                        op: "back up",
-                        path: dest.to_owned(),
-                        source: std::io::Error::other(
-                            "the copy opened as a new store: its format key, written last, is not in it",
-                        ),
-                    });
+                    return Err(io("back up")(std::io::Error::other(
+                        "the copy opened as a new store: its format key, written last, is not in it",
+                    )));
                 }
                 if r.verify.is_clean() && counts_differ {
-                    return Err(Error::Io {
-                        op: "back up",
-                        path: dest.to_owned(),
-                        source: std::io::Error::other(format!(
-                            "the copy holds {} records in {} index entries; {} in {} were copied",
-                            r.verify.records, r.verify.index_entries, r.records, r.index_entries
-                        )),
-                    });
+                    return Err(io("back up")(std::io::Error::other(format!(
+                        "the copy holds {} records in {} index entries; {} in {} were copied",
+                        r.verify.records, r.verify.index_entries, r.records, r.index_entries
+                    ))));
                 }
                 // Verified: the copy may be opened from now on.
-                let mark = real.join(BACKUP_INCOMPLETE_FILE);
                 std::fs::remove_file(&mark).map_err(io("mark the backup complete"))?;
                 if let Err(e) = sync_completion(&real) {
                     // Whether the mark's removal is on disk is unknown, and
@@ -306,11 +299,7 @@ impl Engine {
                     // and the copy left for its owner, not removed under a
                     // directory sync that cannot be trusted.
                     left_unsynced = true;
-                    if let Err(again) = std::fs::OpenOptions::new()
-                        .write(true)
-                        .create_new(true)
-                        .open(&mark)
-                    {
+                    if let Err(again) = new_mark() {
                         tracing::error!(path = %mark.display(), error = %again, "could not put the unfinished mark back");
                     }
                     return Err(io("mark the backup complete")(e));
@@ -340,7 +329,7 @@ impl Engine {
             // failing disk) stays marked unfinished: without the mark, sled
             // would open the remains as a store.
             if removed {
-                let _ = std::fs::remove_file(real.join(BACKUP_INCOMPLETE_FILE));
+                let _ = std::fs::remove_file(&mark);
                 if !lock_file_before {
                     let _ = std::fs::remove_file(real.join(LOCK_FILE));
                 }
