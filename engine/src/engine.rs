@@ -912,7 +912,11 @@ impl Engine {
                 Err(e) => {
                     let reason = format!("{} on {}", e, lock(&self.syncer).data_path().display());
                     tracing::error!(%reason, "fsync failed; engine poisoned, never retried");
-                    self.set_poisoned(&mut c, "fsync", reason);
+                    // The first failure names the poison (a sync refused
+                    // after it says only that an earlier one failed).
+                    if c.poisoned.is_none() {
+                        self.set_poisoned(&mut c, "fsync", reason);
+                    }
                     self.commit_cv.notify_all();
                 }
             }
@@ -1284,8 +1288,20 @@ impl Drop for Engine {
         if poisoned || std::thread::panicking() {
             drop_failing_store(handles);
         } else {
-            // sled's own last flush and fsync, before the mark goes.
-            drop(handles);
+            // sled's own last flush and fsync, before the mark goes. It
+            // unwraps that fsync: a disk failing since the sync above
+            // panics there, caught so that no panic escapes this drop, and
+            // the mark stays (the next open syncs before it trusts the
+            // cache). Until the night of 2026-12-04 it escaped.
+            let dropped =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(handles)));
+            if let Err(p) = &dropped {
+                tracing::error!(
+                    error = %crate::error::panic_message(&**p),
+                    "sled's own shutdown of a sound store failed (its flush or fsync); the open mark stays, and the next open syncs the store first"
+                );
+                unmark = false;
+            }
             // A reader still alive holds sled's last handle (each holds a
             // clone of `store_failing`): sled's final flush and fsync run at
             // its drop, whose failures only sled's log hears of. So the

@@ -19,7 +19,14 @@
 //! the report would not be told.
 //!
 //! # Invariants
-//! - A failure here is never retried: the caller poisons the engine.
+//! - A failure here is never retried: the caller poisons the engine, and
+//!   this module refuses every later sync without a system call. The
+//!   refusal is its own, not left to the caller's poison check: a sync
+//!   leader that passed that check just before an idle `sync`'s watermark
+//!   fdatasync failed (the poison is set after the syncer is let go) would
+//!   otherwise fdatasync the watermark again, which Linux answers with
+//!   success once it has reported the error (until the night of
+//!   2026-12-04 it could).
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -44,6 +51,8 @@ pub struct DurableSync {
     blob_fsyncs: u64,
     /// Set once recovery is done; advanced after every successful sync.
     watermark: Option<Watermark>,
+    /// The first failure, once one happened: every later sync is refused.
+    failed: Option<String>,
 }
 
 impl DurableSync {
@@ -59,6 +68,7 @@ impl DurableSync {
             #[cfg(test)]
             blob_fsyncs: 0,
             watermark: None,
+            failed: None,
         };
         // Files sled created before we got here: sync them and their directories.
         s.sync_blobs(true)?;
@@ -81,16 +91,29 @@ impl DurableSync {
     /// Flush sled and make everything it wrote durable, then record that
     /// `durable_lsn` is durable in the watermark file.
     pub fn sync(&mut self, db: &sled::Db, durable_lsn: u64) -> io::Result<()> {
-        fail::fail_point!(FAILPOINT_FLUSH_ERR, |_| Err(io::Error::other(
-            "injected failure at wal::flush::err"
-        )));
-        db.flush().map_err(sled_to_io)?;
-        self.sync_blobs(false)?;
-        self.data_file.sync_data()?;
-        if let Some(w) = self.watermark.as_mut() {
-            w.advance(durable_lsn)?;
+        self.once(|s| {
+            fail::fail_point!(FAILPOINT_FLUSH_ERR, |_| Err(io::Error::other(
+                "injected failure at wal::flush::err"
+            )));
+            db.flush().map_err(sled_to_io)?;
+            s.sync_blobs(false)?;
+            s.data_file.sync_data()?;
+            if let Some(w) = s.watermark.as_mut() {
+                w.advance(durable_lsn)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Run `step` unless an earlier step failed, and remember its failure:
+    /// a failed sync is never followed by another (module invariants).
+    fn once(&mut self, step: impl FnOnce(&mut Self) -> io::Result<()>) -> io::Result<()> {
+        if let Some(first) = &self.failed {
+            return Err(io::Error::other(format!(
+                "an earlier sync of this store failed ({first}); never retried"
+            )));
         }
-        Ok(())
+        step(self).inspect_err(|e| self.failed = Some(e.to_string()))
     }
 
     /// [`Watermark::pending`], for the engine's tests.
@@ -102,18 +125,18 @@ impl DurableSync {
     /// fdatasync the watermark file if a value waits past its interval
     /// (an idle store's sync, which flushes nothing).
     pub fn sync_watermark_if_due(&mut self) -> io::Result<()> {
-        match self.watermark.as_mut() {
+        self.once(|s| match s.watermark.as_mut() {
             Some(w) => w.sync_if_due(),
             None => Ok(()),
-        }
+        })
     }
 
     /// fdatasync the watermark file (at close).
     pub fn sync_watermark(&mut self) -> io::Result<()> {
-        match self.watermark.as_mut() {
+        self.once(|s| match s.watermark.as_mut() {
             Some(w) => w.sync(),
             None => Ok(()),
-        }
+        })
     }
 
     fn sync_blobs(&mut self, force_dir: bool) -> io::Result<()> {
@@ -201,5 +224,32 @@ mod tests {
         std::fs::remove_file(&blob).unwrap();
         s.sync_blobs(false).unwrap();
         assert_eq!(s.blob_fsyncs, 2);
+    }
+
+    /// After one failed step, every later sync is refused without a system
+    /// call, the watermark's included, naming the first failure.
+    #[test]
+    fn a_failed_sync_refuses_every_later_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::Config::new()
+            .path(dir.path().join("sled"))
+            .open()
+            .unwrap();
+        let mut s = DurableSync::open(&dir.path().join("sled")).unwrap();
+        s.set_watermark(crate::watermark::Watermark::open(dir.path(), 1).unwrap());
+        s.sync(&db, 1).unwrap();
+        let failed = s.once(|_| Err(std::io::Error::other("the disk said no")));
+        assert!(failed.is_err());
+        for (what, later) in [
+            ("sync", s.sync(&db, 2)),
+            ("watermark", s.sync_watermark()),
+            ("watermark if due", s.sync_watermark_if_due()),
+        ] {
+            let e = later.expect_err(what).to_string();
+            assert!(
+                e.contains("the disk said no") && e.contains("never retried"),
+                "{what}: {e}"
+            );
+        }
     }
 }
