@@ -838,8 +838,18 @@ fn answer(
                 }]);
             }
             let _ = engine.sync();
-            let _ =
-                engine.truncate_by_while(&tp, |_| Ok(entries), || panic!("injected by the test"));
+            // Asked before each step, the first included: it panics after
+            // the first.
+            let mut asked = 0;
+            let _ = engine.truncate_by_while(
+                &tp,
+                |_| Ok(entries),
+                || {
+                    asked += 1;
+                    assert!(asked < 2, "injected by the test");
+                    true
+                },
+            );
         }
         panic!("injected by the test");
     }

@@ -113,11 +113,15 @@ impl Engine {
             .map(|(offset, report, _)| (offset, report))
     }
 
-    /// [`truncate_by`](Self::truncate_by), asking `go` before each step
-    /// after the first: once it says no, the truncation ends there, with
-    /// the steps done (each durable, the archive consistent), and the
-    /// `bool` returned is false. For a truncation that a stop should not
-    /// wait out (a large partition takes many steps, each fsynced).
+    /// [`truncate_by`](Self::truncate_by), asking `go` before each step:
+    /// once it says no, the truncation ends there, with the steps done
+    /// (each durable, the archive consistent), and the `bool` returned is
+    /// false. For a truncation that a stop should not wait out (a large
+    /// partition takes many steps, each fsynced). The first step is asked
+    /// too, once the lock is taken: a truncation that waited for it behind
+    /// a backup or a verify (minutes, or hours) may have lost its reason
+    /// meanwhile, its client gone or its run stopping (until the night of
+    /// 2026-12-04 it deleted a step whatever `go` said).
     pub fn truncate_by_while(
         &self,
         tp: &TopicPartition,
@@ -147,9 +151,9 @@ impl Engine {
         let finished = loop {
             if steps > 0 {
                 crate::crashpoint::reached(crate::crashpoint::TRUNCATE_BETWEEN_STEPS);
-                if !go() {
-                    break false;
-                }
+            }
+            if !go() {
+                break false;
             }
             let (step, more) = match self.truncate_step(tp, offset) {
                 Ok(s) => s,

@@ -532,10 +532,10 @@ fn a_truncation_stops_between_steps_when_told() {
     let asked = std::cell::Cell::new(0);
     let go = || {
         asked.set(asked.get() + 1);
-        false
+        asked.get() < 2
     };
     let (offset, r, finished) = e.truncate_by_while(&tp, |_| Ok(entries), go).unwrap();
-    assert_eq!((offset, finished, asked.get()), (entries, false, 1));
+    assert_eq!((offset, finished, asked.get()), (entries, false, 2));
     assert_eq!(r.entries_deleted, per_step as u64, "one step: {r:?}");
     assert_eq!(r.first_offset_after, Some(per_step));
     let p = &e.partitions()[0];
@@ -548,6 +548,25 @@ fn a_truncation_stops_between_steps_when_told() {
     assert!(finished);
     assert_eq!(rest.entries_deleted, (entries - per_step) as u64);
     assert_eq!(e.partitions()[0].record_count, 0);
+}
+
+/// A truncation told no before its first step (one that waited for the
+/// lock behind a backup while its client went) deletes nothing: until the
+/// night of 2026-12-04 it deleted a step first.
+#[test]
+fn a_truncation_told_no_at_once_deletes_nothing() {
+    let entries = cairn_engine::TRUNCATE_ENTRIES_PER_STEP as i64 / 2;
+    let (_dir, e, tp) = one_record_entries(entries);
+    let asked = std::cell::Cell::new(0);
+    let go = || {
+        asked.set(asked.get() + 1);
+        false
+    };
+    let (offset, r, finished) = e.truncate_by_while(&tp, |_| Ok(entries), go).unwrap();
+    assert_eq!((offset, finished, asked.get()), (entries, false, 1));
+    assert_eq!(r.entries_deleted, 0, "{r:?}");
+    assert_eq!(e.partitions()[0].record_count, entries as u64);
+    assert!(e.verify().unwrap().is_clean());
 }
 
 /// A plan told to stop ends within `PLAN_ENTRIES_PER_ASK` entries of its
@@ -591,11 +610,21 @@ fn a_truncation_that_panics_poisons_the_engine() {
         e.write(&[batch(&tp, [o], 10)]).unwrap();
     }
     e.sync().unwrap();
+    // `go` is asked before each step, the first included: it panics when
+    // asked after the first.
+    let asked = std::cell::Cell::new(0);
     let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         e.truncate_by_while(
             &tp,
             |_| Ok(entries),
-            || panic!("injected by the test, after the first step"),
+            || {
+                asked.set(asked.get() + 1);
+                assert!(
+                    asked.get() < 2,
+                    "injected by the test, after the first step"
+                );
+                true
+            },
         )
     }));
     assert!(panicked.is_err());
