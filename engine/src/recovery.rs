@@ -1,6 +1,7 @@
 //! Recovery on open: O(tail), not O(archive).
 //!
-//! 1. Check the store format; refuse an unknown version.
+//! 1. Check the store format; refuse an unknown version. Under `Strict`,
+//!    then verify the whole store (O(archive)) before anything else.
 //! 2. Load the checkpoint LSN and the partition summaries.
 //! 3. Verify every frame after the checkpoint (CRC, LSN continuity, chunk
 //!    sequence, body, and each entry's offsets starting above the entry
@@ -14,8 +15,7 @@
 //!    append indexes an entry only after all its frames, so an indexed
 //!    entry is damaged, not torn). Anything else is `Corruption` with its
 //!    LSN.
-//! 5. Under `Strict`, first verify the whole store (O(archive)).
-//! 6. Move the checkpoint to the end of the log and sync.
+//! 5. Move the checkpoint to the end of the log and sync.
 //!
 //! # Invariants
 //! - Frames at or below the checkpoint were made durable by a completed
@@ -679,8 +679,9 @@ fn truncate_tail(tree: &sled::Tree, first_lsn: u64, repairs: &mut sled::Batch) -
     Ok(frames)
 }
 
-/// Refuses, as `Corruption` at `first_lsn` with the tail's `reason`, a
-/// "torn" tail that an index entry points into: an append inserts its index
+/// Refuses, as `Corruption` at `at` (the damaged frame) with the tail's
+/// `reason`, a "torn" tail whose entry, from `first_lsn`, an index entry
+/// points into: an append inserts its index
 /// entry only after all of its frames, and sled keeps its log's order
 /// through a crash, so an indexed entry was written whole and is damaged,
 /// not torn. Truncating it would lose records and move the partition's
