@@ -123,6 +123,19 @@ pub enum Request {
     Backup { to: PathBuf },
 }
 
+impl Request {
+    /// The command's name, for messages.
+    fn name(&self) -> &'static str {
+        match self {
+            Request::Status => "status",
+            Request::Export { .. } => "export",
+            Request::Verify => "verify",
+            Request::Prune { .. } => "prune",
+            Request::Backup { .. } => "backup",
+        }
+    }
+}
+
 /// How an answer ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct End {
@@ -214,20 +227,28 @@ impl Shared {
     /// over: it is about to be served, and cut off, its client would be
     /// told the run stopped.
     fn cut_off_oldest_waiting(&self) -> bool {
-        let waiting: Vec<u64> = lock(&self.waiting).iter().copied().collect();
-        let victim = {
-            let streams = lock(&self.streams);
-            waiting
-                .into_iter()
-                .find(|id| !streams.iter().any(|(i, s)| i == id && request_arrived(s)))
-        };
+        // `waiting` is held to the end (and `streams` taken under it, the
+        // one place two of these locks nest): a thread that has read its
+        // request whole takes itself off the list under it (`serve`), so
+        // it is either cut off before that, and serves nothing, or not at
+        // all. Until the night of 2026-12-04 one whose request had just
+        // been read (nothing left to peek) could be cut off and still
+        // serve it, a prune included, to a client told to run it again.
+        let mut waiting = lock(&self.waiting);
+        let streams = lock(&self.streams);
+        let victim = waiting
+            .iter()
+            .copied()
+            .find(|id| !streams.iter().any(|(i, s)| i == id && request_arrived(s)));
         let Some(victim) = victim else {
             return false;
         };
-        lock(&self.waiting).retain(|i| *i != victim);
-        for (_, s) in lock(&self.streams).iter().filter(|(i, _)| *i == victim) {
+        waiting.retain(|i| *i != victim);
+        for (_, s) in streams.iter().filter(|(i, _)| *i == victim) {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
+        drop(streams);
+        drop(waiting);
         tracing::debug!("live read: a connection that sent no request gave its place to a new one");
         true
     }
@@ -277,8 +298,12 @@ impl LiveServer {
             let path = path.clone();
             std::thread::Builder::new()
                 .name("cairn-live".into())
-                .spawn(move || accept_loop(listener, &path, engine, shared))?
+                .spawn(move || accept_loop(listener, &path, engine, shared))
         };
+        // A socket nobody serves would be left for this run and after it.
+        let accept = accept.inspect_err(|_| {
+            let _ = std::fs::remove_file(&path);
+        })?;
         tracing::info!(socket = %path.display(), "serving status, export, verify, prune and backup of the live archive");
         Ok(LiveServer {
             path,
@@ -373,6 +398,9 @@ fn accept_loop(
         rt.block_on(async {
             let listener = tokio::net::UnixListener::from_std(listener)?;
             let mut next_id = 0u64;
+            // Accept failing (out of file descriptors, say) is logged once
+            // at WARN until an accept succeeds, not every 100 ms.
+            let mut accept_failing = false;
             loop {
                 let accepted = tokio::select! {
                     _ = shared.wake.notified() => break,
@@ -383,11 +411,19 @@ fn accept_loop(
                     c.set_nonblocking(false)?;
                     Ok(c)
                 }) {
-                    Ok(c) => c,
+                    Ok(c) => {
+                        accept_failing = false;
+                        c
+                    }
                     Err(e) => {
                         // Out of file descriptors, say: wait a little
                         // rather than spin.
-                        tracing::warn!(error = %e, "live read: accept failed");
+                        if accept_failing {
+                            tracing::debug!(error = %e, "live read: accept failed again");
+                        } else {
+                            tracing::warn!(error = %e, "live read: accept failed (retried every 100 ms; logged again once one has succeeded)");
+                        }
+                        accept_failing = true;
                         tokio::select! {
                             _ = shared.wake.notified() => break,
                             _ = tokio::time::sleep(Duration::from_millis(100)) => continue,
@@ -612,8 +648,22 @@ fn end_frame(end: &End) -> Vec<u8> {
 /// client is answered, so that the answer comes after.
 fn serve(conn: UnixStream, id: u64, engine: &Engine, shared: &Shared) {
     let request = read_request(&conn);
-    // Its request is in (or refused): its place is now its own.
-    lock(&shared.waiting).retain(|i| *i != id);
+    // Its request is in (or refused): its place is now its own, unless it
+    // was cut off meanwhile (`cut_off_oldest_waiting` takes it off the
+    // list, under the same lock): then its client was told to run the
+    // command again, and nothing is served.
+    let cut_off = {
+        let mut waiting = lock(&shared.waiting);
+        let listed = waiting.contains(&id);
+        waiting.retain(|i| *i != id);
+        !listed
+    };
+    if cut_off {
+        tracing::debug!(
+            "live read: a connection cut off to make room as its request came in; not served"
+        );
+        return;
+    }
     // Every clone shares the socket, and so the timeout.
     if let Err(e) = conn.set_write_timeout(Some(SEND_TIMEOUT)) {
         tracing::debug!(error = %e, "live read: no send timeout");
@@ -1153,7 +1203,7 @@ pub fn connect(data: &Path) -> Result<Option<UnixStream>> {
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
             tracing::warn!(
                 socket = %path.display(),
-                "the running cairn's socket refused this user (it is mode 0600: run the command as the user the run runs as)"
+                "the archive's socket refused this user (it is mode 0600): another user's cairn runs on this archive (run the command as that user), or a run of theirs was killed and left it"
             );
             Ok(None)
         }
@@ -1253,19 +1303,20 @@ fn request_within(
             Some(frame) => frame,
             None if !framed => return Err(unanswered()),
             None => {
-                let (why, again) = match req {
-                    Request::Backup { to } => (
-                        "it is shutting down?".into(),
-                        format!(
-                            "remove what it may have left in {} and run the command again",
-                            to.display()
-                        ),
+                // Any answer is cut off once its output goes unread for
+                // SEND_TIMEOUT (a verify's long list into a stalled pager,
+                // say), not only an export's.
+                let why = format!(
+                    "it is shutting down, or it cut this {} off after its output went unread for {} minutes?",
+                    req.name(),
+                    SEND_TIMEOUT.as_secs() / 60
+                );
+                let again = match req {
+                    Request::Backup { to } => format!(
+                        "remove what it may have left in {} and run the command again",
+                        to.display()
                     ),
-                    Request::Export { .. } => (
-                        format!("it is shutting down, or it cut this export off after its output went unread for {} minutes?", SEND_TIMEOUT.as_secs() / 60),
-                        "run the command again".into(),
-                    ),
-                    _ => ("it is shutting down?".into(), "run the command again".into()),
+                    _ => "run the command again".into(),
                 };
                 return Err(ConnectorError::Live(format!(
                     "the running cairn stopped before it finished answering ({why}): {again}"
