@@ -85,11 +85,14 @@ pub(crate) fn client_config(cfg: &RunConfig) -> (ClientConfig, u64) {
     let mut c = ClientConfig::new();
     // Dead letters are over the archive's limit, so as large as records
     // get: compressed (unless -X says otherwise, under either name), and
-    // librdkafka's own cap left at its maximum (the topic's
-    // `max.message.bytes` is what limits them).
+    // librdkafka's own cap at its maximum (the topic's `max.message.bytes`
+    // is what limits them), unless -X gives one: set before the -X
+    // settings, which override it (until the night of 2026-12-04 it was
+    // set after them, and a `-X message.max.bytes` was silently ignored).
     if !crate::librdkafka::given_any(&cfg.kafka, &["compression.type", "compression.codec"]) {
         c.set("compression.type", "lz4");
     }
+    c.set("message.max.bytes", "1000000000");
     // The run's -X settings (security ones above all); the consumer-only
     // ones draw a warning from librdkafka, logged at debug (`Report`).
     for (k, v) in &cfg.kafka {
@@ -106,8 +109,7 @@ pub(crate) fn client_config(cfg: &RunConfig) -> (ClientConfig, u64) {
         .set("allow.auto.create.topics", "false")
         // One record at a time, each waited for: nothing to batch.
         .set("linger.ms", "0")
-        .set("message.timeout.ms", message_timeout_ms.to_string())
-        .set("message.max.bytes", "1000000000");
+        .set("message.timeout.ms", message_timeout_ms.to_string());
     (c, message_timeout_ms)
 }
 
@@ -188,5 +190,27 @@ impl ProducerContext for Report {
     fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
         let outcome = result.as_ref().map(|_| ()).map_err(|(e, _)| e.to_string());
         *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(outcome);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::client_config;
+
+    /// librdkafka's cap on a dead letter is at its maximum unless `-X`
+    /// gives one, which is kept (it was overridden, silently).
+    #[test]
+    fn message_max_bytes_is_the_users_when_given() {
+        let mut cfg = crate::RunConfig::new("b:1", "g", vec!["t".into()], "/nonexistent".into());
+        let cap = |cfg: &crate::RunConfig| {
+            client_config(cfg)
+                .0
+                .get("message.max.bytes")
+                .map(str::to_owned)
+        };
+        assert_eq!(cap(&cfg).as_deref(), Some("1000000000"));
+        cfg.kafka
+            .insert("message.max.bytes".into(), "2000000".into());
+        assert_eq!(cap(&cfg).as_deref(), Some("2000000"));
     }
 }
