@@ -1223,7 +1223,7 @@ pub const STATUS_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long an answer other than `status`'s may go without a frame: the
 /// server sends a heartbeat as it takes the request and then every
-/// [`HEARTBEAT`], so a longer silence, the first included, means a process
+/// `HEARTBEAT` (10 s), so a longer silence, the first included, means a process
 /// that is wedged (stopped with SIGSTOP, say; the kernel completes a
 /// connect, and takes the request, while the run's queue of connections not
 /// yet taken has room). A server of before heartbeats (a run of a build

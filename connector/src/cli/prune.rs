@@ -85,7 +85,7 @@ pub enum Cut {
 }
 
 impl Cut {
-    /// Refuse a cut no command line may give; checked again by [`prune`],
+    /// Refuse a cut no command line may give; checked again by `prune`,
     /// which a running archive calls for a cut sent to it (live.rs).
     /// `--keep-bytes 0` would empty every chosen partition
     /// (`--retain-bytes 0` is refused as well); a time more than a day

@@ -14,7 +14,7 @@ use crate::restore::{restore_until, RestoreConfig};
 pub struct RestoreArgs {
     #[command(flatten)]
     pub data: super::DataArg,
-    /// Kafka bootstrap servers to restore into, host:port[,host:port].
+    /// Kafka bootstrap servers to restore into: host:port, comma-separated for several.
     #[arg(long, short = 'b')]
     pub brokers: String,
     #[command(flatten)]

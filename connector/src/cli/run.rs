@@ -20,7 +20,7 @@ use crate::task::ArchiveSink;
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// Kafka bootstrap servers, host:port[,host:port].
+    /// Kafka bootstrap servers: host:port, comma-separated for several.
     #[arg(long, short = 'b')]
     pub brokers: Option<String>,
     /// Consumer group id.
@@ -32,7 +32,7 @@ pub struct RunArgs {
     /// The archive's data directory (created if missing).
     #[arg(long)]
     pub data: Option<PathBuf>,
-    /// every-put: fsync each put and commit it at once; interval:<ms>: fsync and commit every <ms> (puts in between are written without an fsync).
+    /// every-put: fsync each put and commit it at once; interval:MS: fsync and commit every MS milliseconds (puts in between are written without an fsync).
     #[arg(long)]
     pub commit: Option<CommitPolicy>,
     /// Most records in one put [default: 10000].
