@@ -73,14 +73,20 @@ pub(crate) fn same_value(given: &str, ours: &str) -> bool {
 
 /// The first `-X` setting of `key` (under its own name or the `topic.`
 /// prefix, [`settings_of`]) whose value is not `ours` as librdkafka reads
-/// it ([`same_value`]); with `ours` `None`, the first setting of it at all.
-/// As (name given, value): what a refusal names.
+/// it ([`same_value`], or the same in another case: every `ours` is a
+/// boolean, a number or the name of an enum value such as
+/// `read_committed`, which librdkafka reads in any case); with `ours`
+/// `None`, the first setting of it at all. As (name given, value): what a
+/// refusal names. (Until the night of 2026-12-04, `-X
+/// isolation.level=READ_COMMITTED` was refused as if it asked for
+/// aborted transactions' records.)
 pub(crate) fn setting_other_than<'a>(
     kafka: &'a BTreeMap<String, String>,
     key: &str,
     ours: Option<&str>,
 ) -> Option<(&'a str, &'a str)> {
-    settings_of(kafka, key).find(|(_, v)| ours.is_none_or(|o| !same_value(v, o)))
+    settings_of(kafka, key)
+        .find(|(_, v)| ours.is_none_or(|o| !same_value(v, o) && !v.eq_ignore_ascii_case(o)))
 }
 
 /// The `-X` settings of the message timeout, under any of its names.
@@ -421,6 +427,25 @@ mod tests {
         ] {
             assert!(!same_value(a, b), "{a} != {b}");
         }
+    }
+
+    /// An enum's value in another case is the value librdkafka reads
+    /// (`rd_strcasecmp`): not refused; another value is.
+    #[test]
+    fn an_enum_value_in_another_case_is_not_refused() {
+        let x = |k: &str, v: &str| BTreeMap::from([(k.to_owned(), v.to_owned())]);
+        for (k, v, ours) in [
+            ("isolation.level", "READ_COMMITTED", "read_committed"),
+            ("group.protocol", "Classic", "classic"),
+            ("auto.offset.reset", "ERROR", "error"),
+        ] {
+            assert_eq!(setting_other_than(&x(k, v), k, Some(ours)), None, "{k}={v}");
+        }
+        let other = x("isolation.level", "READ_UNCOMMITTED");
+        assert_eq!(
+            setting_other_than(&other, "isolation.level", Some("read_committed")),
+            Some(("isolation.level", "READ_UNCOMMITTED"))
+        );
     }
 
     /// A broker whose every reply takes 600 ms: the slices that end before
