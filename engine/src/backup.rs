@@ -341,12 +341,7 @@ impl Engine {
     }
 
     fn copy_to(&self, dest: &Path, stop: &AtomicBool) -> Result<BackupReport> {
-        let _no_truncation = self
-            .truncating
-            .read()
-            // Poisoned only by a panicked truncation, which poisoned the
-            // engine too (retention.rs): checked below as such.
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _no_truncation = self.no_truncation_unless(stop, "backup")?;
         // A poisoned engine's durable view may not match its tree (a write
         // or truncation that failed part-way): nothing to copy consistently.
         self.check_usable()?;

@@ -100,3 +100,51 @@ fn slot_top_ups_beside_concurrent_writers_keep_the_log_whole() {
     }
     assert!(e.verify().unwrap().is_clean());
 }
+
+/// A verify or a backup waiting for the truncation lock behind a truncation
+/// ends at its stop, `Interrupted`, without waiting the truncation out (a
+/// live request's client gone, the run stopping); the backup leaves
+/// nothing behind. Until the night of 2026-12-04 the wait ignored the stop.
+#[test]
+fn a_verify_or_backup_waiting_behind_a_truncation_ends_at_its_stop() {
+    use cairn_engine::Error;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::mpsc;
+    let dir = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let tp = TopicPartition::new("t", 0);
+    // Two entries: the truncation deletes the first (entries go whole).
+    e.append(&[common::batch(&tp, 0..5, 100)]).unwrap();
+    e.append(&[common::batch(&tp, 5..10, 100)]).unwrap();
+    let (holding, held) = mpsc::channel();
+    let (release, released) = mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        // The truncation's cut runs under the lock: it holds it until told.
+        let truncation = s.spawn(|| {
+            e.truncate_by(&tp, move |_| {
+                holding.send(()).unwrap();
+                released.recv().unwrap();
+                Ok(5)
+            })
+        });
+        held.recv().unwrap();
+        let stop = AtomicBool::new(true);
+        let verified = e.verify_unless(&stop);
+        assert!(
+            matches!(verified, Err(Error::Interrupted { op: "verify" })),
+            "{verified:?}"
+        );
+        let to = elsewhere.path().join("copy");
+        let backed_up = e.backup_to(&to, &stop);
+        assert!(
+            matches!(backed_up, Err(Error::Interrupted { op: "backup" })),
+            "{backed_up:?}"
+        );
+        assert!(!to.exists(), "the interrupted backup left {to:?}");
+        release.send(()).unwrap();
+        let (offset, r) = truncation.join().unwrap().unwrap();
+        assert_eq!((offset, r.records_deleted), (5, 5));
+    });
+    assert!(e.verify().unwrap().is_clean());
+}
