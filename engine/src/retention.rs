@@ -213,7 +213,8 @@ impl Engine {
     /// [`truncate_plan_by`](Self::truncate_plan_by), asking `go` every
     /// [`PLAN_ENTRIES_PER_ASK`] entries: once it says no, the plan ends
     /// there with what it counted (and no `first_offset_after`), and the
-    /// `bool` returned is false. A plan
+    /// `bool` returned is false; told no while it waits for a truncation
+    /// to end, it ends `Interrupted`, nothing counted. A plan
     /// holds every truncation off while it scans (millions of entries on a
     /// large partition), so a stop must not wait it out.
     pub fn truncate_plan_by_while(
@@ -227,10 +228,9 @@ impl Engine {
         // appends go on (they add entries above what is scanned), where
         // the write lock would stop every partition's appends for a scan
         // that may cover millions of entries.
-        let _truncating = self
-            .truncating
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Waited for until `go` says no (a prune's dry run whose client
+        // went, behind a backup): then `Interrupted`, nothing counted.
+        let _truncating = self.no_truncation_until(|| !go(), "prune")?;
         let offset = self.durable_cut(tp, cut)?;
         let mut report = TruncateReport::default();
         let Some(summary) = self.lock_write()?.partitions.get(tp).copied() else {

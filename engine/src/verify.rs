@@ -194,6 +194,16 @@ impl Engine {
         stop: &AtomicBool,
         op: &'static str,
     ) -> Result<std::sync::RwLockReadGuard<'_, ()>> {
+        self.no_truncation_until(|| stop.load(Ordering::SeqCst), op)
+    }
+
+    /// [`no_truncation_unless`](Self::no_truncation_unless), asking
+    /// `stopped` while it waits.
+    pub(crate) fn no_truncation_until(
+        &self,
+        mut stopped: impl FnMut() -> bool,
+        op: &'static str,
+    ) -> Result<std::sync::RwLockReadGuard<'_, ()>> {
         loop {
             match self.truncating.try_read() {
                 Ok(g) => return Ok(g),
@@ -201,7 +211,7 @@ impl Engine {
                 // the engine too (retention.rs): the caller checks that.
                 Err(std::sync::TryLockError::Poisoned(p)) => return Ok(p.into_inner()),
                 Err(std::sync::TryLockError::WouldBlock) => {
-                    if stop.load(Ordering::SeqCst) {
+                    if stopped() {
                         return Err(Error::Interrupted { op });
                     }
                     std::thread::sleep(std::time::Duration::from_millis(20));

@@ -101,12 +101,12 @@ fn slot_top_ups_beside_concurrent_writers_keep_the_log_whole() {
     assert!(e.verify().unwrap().is_clean());
 }
 
-/// A verify or a backup waiting for the truncation lock behind a truncation
-/// ends at its stop, `Interrupted`, without waiting the truncation out (a
+/// A verify, a backup or a prune's dry run waiting for the truncation lock
+/// behind a truncation ends at its stop, `Interrupted`, without waiting the truncation out (a
 /// live request's client gone, the run stopping); the backup leaves
 /// nothing behind. Until the night of 2026-12-04 the wait ignored the stop.
 #[test]
-fn a_verify_or_backup_waiting_behind_a_truncation_ends_at_its_stop() {
+fn a_read_waiting_behind_a_truncation_ends_at_its_stop() {
     use cairn_engine::Error;
     use std::sync::atomic::AtomicBool;
     use std::sync::mpsc;
@@ -142,6 +142,12 @@ fn a_verify_or_backup_waiting_behind_a_truncation_ends_at_its_stop() {
             "{backed_up:?}"
         );
         assert!(!to.exists(), "the interrupted backup left {to:?}");
+        // A prune's dry run too, told no by its `go`.
+        let planned = e.truncate_plan_by_while(&tp, |_| Ok(10), || false);
+        assert!(
+            matches!(planned, Err(Error::Interrupted { op: "prune" })),
+            "{planned:?}"
+        );
         release.send(()).unwrap();
         let (offset, r) = truncation.join().unwrap().unwrap();
         assert_eq!((offset, r.records_deleted), (5, 5));
