@@ -1390,6 +1390,63 @@ fn an_interrupted_demo_leaves_no_scratch_archive() {
     assert!(cairn_engine::EngineConfig::new(&data).store_exists());
 }
 
+/// SIGINT before the demo's first run has written into the folder it made
+/// (it is still producing): the empty folder goes, and the demo says
+/// nothing was archived. The signal races the production of 100,000
+/// records, which it almost always wins; when the run had begun writing,
+/// the folder stays and is named instead. Either way the message matches
+/// what is on disk, and the exit is 130.
+#[test]
+fn an_interrupted_demo_removes_the_empty_folder_it_made() {
+    use std::io::{BufRead, BufReader};
+    let tmp = tempfile::tempdir().unwrap();
+    let mut demo = common::KillOnDrop::spawn(
+        Command::new(CAIRN)
+            .args(["demo", "--records", "100000"])
+            .env("TMPDIR", tmp.path())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped()),
+    );
+    // Its first line: the folder is made and the signal handled; the
+    // production starts right after it.
+    let mut first = String::new();
+    BufReader::new(demo.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.starts_with("cairn demo: embedded Kafka"), "{first}");
+    common::send_signal(demo.id(), "INT");
+    let status = demo.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut demo.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(130), "{err}");
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("cairn-demo-")
+        })
+        .collect();
+    if err.contains("interrupted: nothing was archived yet") {
+        assert!(left.is_empty(), "the empty folder is left: {left:?}\n{err}");
+    } else {
+        eprintln!("the run had begun writing before the signal: the folder stays");
+        assert_eq!(left.len(), 1, "{left:?}\n{err}");
+        // Only a folder the run wrote into stays: an empty one is removed.
+        assert!(
+            std::fs::read_dir(&left[0]).unwrap().next().is_some(),
+            "an empty folder is left: {left:?}\n{err}"
+        );
+        assert!(
+            err.contains(&format!("stays at {}", left[0].display())),
+            "{err}"
+        );
+    }
+}
+
 #[test]
 fn demo_archive_reads_back_with_status_export_verify() {
     let dir = tempfile::tempdir().unwrap();
