@@ -31,7 +31,7 @@
 use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
 use crate::body::{encode_entry, ENTRY_BODY_BYTES_MAX};
@@ -84,10 +84,13 @@ pub struct Engine {
     commit_cv: Condvar,
     syncer: Mutex<DurableSync>,
     /// Written for a whole `truncate_before` (all its steps), read for a
-    /// whole `verify`, which must not see a truncation half done. (Std's
-    /// `RwLock` on Linux, a futex lock, lets no new reader in while a
-    /// writer waits: verifies do not starve a truncation.)
-    pub(crate) truncating: RwLock<()>,
+    /// whole `verify`, which must not see a truncation half done.
+    /// parking_lot's, for its timed waits (a stop ends a wait for it:
+    /// retention.rs, `no_truncation_until` and `truncate_by_while`); its task-fair policy lets no new
+    /// reader in while a writer waits, so verifies do not starve a
+    /// truncation, and it has no poisoning (a panicked truncation poisons
+    /// the engine instead).
+    pub(crate) truncating: parking_lot::RwLock<()>,
     counters: Counters,
     closed: AtomicBool,
     /// Set by `close`: its syncs add no slots (nothing will be written).
@@ -430,7 +433,7 @@ impl Engine {
             }),
             commit_cv: Condvar::new(),
             syncer: Mutex::new(syncer),
-            truncating: RwLock::new(()),
+            truncating: parking_lot::RwLock::new(()),
             counters: Counters::default(),
             closed: AtomicBool::new(false),
             closing: AtomicBool::new(false),

@@ -27,6 +27,8 @@ use crate::index::IndexEntry;
 use crate::keys;
 use crate::record::TopicPartition;
 use crate::recovery::index_item;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 /// What `truncate_before` removed (or `truncate_plan` would remove).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -43,6 +45,10 @@ pub struct TruncateReport {
 /// Entries a plan counts between two asks whether to go on
 /// ([`Engine::truncate_plan_by_while`]): each is two frame reads.
 pub const PLAN_ENTRIES_PER_ASK: usize = 256;
+
+/// How long a wait for the truncation lock goes between two looks at its
+/// stop: the lock itself wakes the waiter as it is let go.
+const LOCK_WAIT_SLICE: Duration = Duration::from_millis(100);
 
 impl TruncateReport {
     /// Count `e` as deleted.
@@ -135,13 +141,27 @@ impl Engine {
         // first), and one in `cut` has changed nothing, so a later holder
         // may take the lock whatever the panic left: the engine's own
         // checks refuse what it must not do.
-        let _truncating = self
-            .truncating
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _truncating = loop {
+            if let Some(g) = self.truncating.try_write_for(LOCK_WAIT_SLICE) {
+                break g;
+            }
+            // Told no while it waits (behind a backup, say): nothing was
+            // picked or deleted; the cut reported is the partition's first
+            // offset, below which nothing is.
+            if !go() {
+                let first = self.partition(tp).map_or(0, |p| p.first_offset);
+                return Ok((first, TruncateReport::default(), false));
+            }
+        };
         // Picked before the guard: a caller's `cut` that panics has written
         // nothing, and is no reason to poison the engine.
         let offset = self.durable_cut(tp, cut)?;
+        // Asked before the first step as well (and before the guard: a
+        // `go` that panics then has written nothing either): a truncation
+        // that waited for the lock may have lost its reason meanwhile.
+        if !go() {
+            return Ok((offset, TruncateReport::default(), false));
+        }
         let _poison_on_panic = crate::engine::PoisonOnPanic {
             engine: self,
             op: "truncation",
@@ -151,9 +171,9 @@ impl Engine {
         let finished = loop {
             if steps > 0 {
                 crate::crashpoint::reached(crate::crashpoint::TRUNCATE_BETWEEN_STEPS);
-            }
-            if !go() {
-                break false;
+                if !go() {
+                    break false;
+                }
             }
             let (step, more) = match self.truncate_step(tp, offset) {
                 Ok(s) => s,
@@ -186,6 +206,39 @@ impl Engine {
             tracing::debug!(%tp, offset, ?report, steps, finished, "retention truncated");
         }
         Ok((offset, report, finished))
+    }
+
+    /// The truncation lock, shared (no truncation meanwhile), waited for
+    /// until `stop` is set: then `Err(Interrupted)` naming `op`. A
+    /// truncation holds it for all its steps (minutes on a large
+    /// partition), and one may wait for it behind a backup stuck in a
+    /// system call; a verify or backup waiting behind them must still end
+    /// when its client goes or the run stops. Until the night of
+    /// 2026-12-04 the wait ignored `stop`, and a live request kept its
+    /// place among the four with it.
+    pub(crate) fn no_truncation_unless(
+        &self,
+        stop: &AtomicBool,
+        op: &'static str,
+    ) -> Result<parking_lot::RwLockReadGuard<'_, ()>> {
+        self.no_truncation_until(&mut || stop.load(Ordering::SeqCst), op)
+    }
+
+    /// [`no_truncation_unless`](Self::no_truncation_unless), asking
+    /// `stopped` every [`LOCK_WAIT_SLICE`] of its wait.
+    pub(crate) fn no_truncation_until(
+        &self,
+        stopped: &mut dyn FnMut() -> bool,
+        op: &'static str,
+    ) -> Result<parking_lot::RwLockReadGuard<'_, ()>> {
+        loop {
+            if let Some(g) = self.truncating.try_read_for(LOCK_WAIT_SLICE) {
+                return Ok(g);
+            }
+            if stopped() {
+                return Err(Error::Interrupted { op });
+            }
+        }
     }
 
     /// What `truncate_before(tp, offset)` would delete now, without
@@ -230,7 +283,7 @@ impl Engine {
         // that may cover millions of entries.
         // Waited for until `go` says no (a prune's dry run whose client
         // went, behind a backup): then `Interrupted`, nothing counted.
-        let _truncating = self.no_truncation_until(|| !go(), "prune")?;
+        let _truncating = self.no_truncation_until(&mut || !go(), "prune")?;
         let offset = self.durable_cut(tp, cut)?;
         let mut report = TruncateReport::default();
         let Some(summary) = self.lock_write()?.partitions.get(tp).copied() else {

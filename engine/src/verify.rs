@@ -178,49 +178,6 @@ pub(crate) fn check_stop(stop: &AtomicBool, items: &mut u64, op: &'static str) -
     Ok(())
 }
 
-impl Engine {
-    /// The truncation lock, shared (no truncation meanwhile), waited for
-    /// until `stop` is set: then `Err(Interrupted)` naming `op`. A
-    /// truncation holds it for its steps (minutes on a large partition,
-    /// or for as long as a backup stuck in a system call holds it before
-    /// it), and a verify or backup waiting behind it must still end when
-    /// its client goes or the run stops; until the night of 2026-12-04
-    /// the wait ignored `stop`, and held the live request's place with it.
-    /// Polled, as std's lock has no wait that can be given up; a
-    /// truncation waiting for the lock keeps new readers out as before
-    /// (`try_read` fails then), so none is starved.
-    pub(crate) fn no_truncation_unless(
-        &self,
-        stop: &AtomicBool,
-        op: &'static str,
-    ) -> Result<std::sync::RwLockReadGuard<'_, ()>> {
-        self.no_truncation_until(|| stop.load(Ordering::SeqCst), op)
-    }
-
-    /// [`no_truncation_unless`](Self::no_truncation_unless), asking
-    /// `stopped` while it waits.
-    pub(crate) fn no_truncation_until(
-        &self,
-        mut stopped: impl FnMut() -> bool,
-        op: &'static str,
-    ) -> Result<std::sync::RwLockReadGuard<'_, ()>> {
-        loop {
-            match self.truncating.try_read() {
-                Ok(g) => return Ok(g),
-                // Poisoned only by a panicked truncation, which poisoned
-                // the engine too (retention.rs): the caller checks that.
-                Err(std::sync::TryLockError::Poisoned(p)) => return Ok(p.into_inner()),
-                Err(std::sync::TryLockError::WouldBlock) => {
-                    if stopped() {
-                        return Err(Error::Interrupted { op });
-                    }
-                    std::thread::sleep(std::time::Duration::from_millis(20));
-                }
-            }
-        }
-    }
-}
-
 /// Verify a store without opening an engine on it: no cairn recovery, and
 /// nothing of cairn's written (sled itself still recovers its own log when
 /// it opens, which can write: it has no read-only mode).

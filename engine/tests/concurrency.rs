@@ -101,8 +101,8 @@ fn slot_top_ups_beside_concurrent_writers_keep_the_log_whole() {
     assert!(e.verify().unwrap().is_clean());
 }
 
-/// A verify, a backup or a prune's dry run waiting for the truncation lock
-/// behind a truncation ends at its stop, `Interrupted`, without waiting the truncation out (a
+/// A verify, a backup, a prune's dry run or another truncation waiting for
+/// the truncation lock behind a truncation ends at its stop, `Interrupted`, without waiting the truncation out (a
 /// live request's client gone, the run stopping); the backup leaves
 /// nothing behind. Until the night of 2026-12-04 the wait ignored the stop.
 #[test]
@@ -148,6 +148,13 @@ fn a_read_waiting_behind_a_truncation_ends_at_its_stop() {
             matches!(planned, Err(Error::Interrupted { op: "prune" })),
             "{planned:?}"
         );
+        // And another truncation, which ends unfinished having picked and
+        // deleted nothing (its cut is never asked for).
+        let waited = e
+            .truncate_by_while(&tp, |_| panic!("picked while told no"), || false)
+            .unwrap();
+        assert_eq!(waited.0, 0, "the partition's first offset");
+        assert_eq!((waited.1.entries_deleted, waited.2), (0, false));
         release.send(()).unwrap();
         let (offset, r) = truncation.join().unwrap().unwrap();
         assert_eq!((offset, r.records_deleted), (5, 5));
