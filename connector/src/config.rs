@@ -242,6 +242,23 @@ impl RunConfig {
                 let (producer, message_timeout_ms) = crate::dead_letter::client_config(self);
                 crate::librdkafka::check_producer_settings(&producer)
                     .map_err(|e| ConnectorError::Config(format!("dead-letter producer: {e}")))?;
+                // Every dead letter is over --record-bytes-max: a producer
+                // cap at or below it (librdkafka checks a record's size
+                // before it compresses it) refuses every one, and the run
+                // would stop at its first oversize record.
+                if let Some((k, v)) =
+                    crate::librdkafka::settings_of(&self.kafka, "message.max.bytes").next()
+                {
+                    if v.trim()
+                        .parse::<u64>()
+                        .is_ok_and(|cap| cap <= self.record_bytes_max)
+                    {
+                        return bad(format!(
+                            "-X {k}={v}: with --on-oversize dead-letter it caps the dead letters too, and every dead letter is over --record-bytes-max ({}): give it a larger value, or leave it out",
+                            self.record_bytes_max
+                        ));
+                    }
+                }
                 // The consumer thread waits for each dead letter's report
                 // and polls nothing meanwhile: a wait as long as the poll
                 // interval would have the group drop this member mid-wait.
@@ -706,6 +723,12 @@ retain-bytes = "50GiB"
                 "900000",
                 "each is waited for up to 905000 ms, during which the archive polls nothing",
             ),
+            // A cap no dead letter fits under.
+            (
+                "message.max.bytes",
+                "8388608",
+                "-X message.max.bytes=8388608: with --on-oversize dead-letter it caps the dead letters too",
+            ),
         ] {
             let mut c = ok.clone();
             c.kafka.insert(k.into(), v.into());
@@ -720,6 +743,11 @@ retain-bytes = "50GiB"
         c.kafka.insert("message.timeout.ms".into(), "900000".into());
         c.kafka
             .insert("max.poll.interval.ms".into(), "1000000".into());
+        assert!(c.validate().is_ok());
+        // A cap above --record-bytes-max is taken (and kept: dead_letter.rs).
+        let mut c = ok.clone();
+        c.kafka
+            .insert("message.max.bytes".into(), "16777216".into());
         assert!(c.validate().is_ok());
         // The value cairn sets itself may be given (the consumer reads this
         // one too).
