@@ -39,6 +39,10 @@
 //!   write counts: slots, a read's node split) with no slot top-up beside
 //!   it, succeeded. Like the poison mark it is not fsynced: it matters only
 //!   in the boot that wrote it.
+//! - A verify of a stopped store (`verify_store`), which opens sled
+//!   without an engine, leaves the open mark before sled opens the store
+//!   too, and removes it (unless it found one of this boot) once sled's
+//!   handles are dropped cleanly: sled writes as it opens and drops.
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};

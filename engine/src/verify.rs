@@ -199,7 +199,46 @@ pub fn verify_store(cfg: &EngineConfig) -> Result<VerifyReport> {
     // checked as the disk holds it, not as the page cache remembers it
     // (poisoned.rs); the marks stay for the next open.
     let before = crate::poisoned::before_open(cfg)?;
+    // sled can write as it opens (its own log recovery) and as it drops
+    // (a flush and an fsync, whose failure it unwraps): the open mark is
+    // left before it opens, as an engine's is (poisoned.rs), so that the
+    // next open in this boot does not trust what that left in the page
+    // cache, also after a kill. It goes once sled's handles are dropped
+    // cleanly, unless it was there before (an engine stopped without a
+    // close in this boot: the next open says so, and syncs again). Until
+    // the night of 2026-12-04 a verify left no mark.
+    let marked = !before.unclean_cache_dropped;
+    if marked {
+        crate::poisoned::mark_open(&cfg.path).map_err(|source| Error::Io {
+            op: "leave the open mark",
+            path: cfg.path.join(crate::poisoned::OPEN_FILE),
+            source,
+        })?;
+    }
     let db = cfg.open_sled()?;
+    // sled panics on some damage to its own files (the CLI reports that):
+    // the handles are still dropped here, guarded, and the panic passed on.
+    let report = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        verify_opened(cfg, &db, before)
+    }));
+    let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(db)));
+    match dropped {
+        Ok(()) if marked => crate::poisoned::unmark_open(&cfg.path),
+        Ok(()) => {}
+        Err(p) => tracing::warn!(
+            error = %crate::error::panic_message(&*p),
+            "sled's own shutdown after the verify failed (its flush or fsync): the open mark stays, and the next open syncs the store before it trusts it"
+        ),
+    }
+    report.unwrap_or_else(|p| std::panic::resume_unwind(p))
+}
+
+/// [`verify_store`]'s checks, on the store's sled handle `db`.
+fn verify_opened(
+    cfg: &EngineConfig,
+    db: &sled::Db,
+    before: crate::poisoned::Before,
+) -> Result<VerifyReport> {
     let tree = db.open_tree("cairn").map_err(store_err("open tree"))?;
     let (mut r, facts) = verify_tree_facts(&tree, None, &AtomicBool::new(false))?;
     if let Some(p) = before.poisoned {
@@ -1247,6 +1286,45 @@ mod tests {
     use super::*;
     use crate::fuzzing::batch;
     use crate::EngineConfig;
+
+    /// A verify of a stopped store leaves the open mark while sled has it
+    /// (sled writes as it opens and drops): one whose sled open fails
+    /// keeps it; a clean one removes it; one left by an engine stopped
+    /// without a close in this boot stays, for the next open to act on.
+    #[test]
+    fn a_verify_of_a_stopped_store_keeps_the_open_mark_while_sled_has_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = EngineConfig::new(dir.path());
+        let tp = TopicPartition::new("t", 0);
+        let e = Engine::open(cfg.clone()).unwrap();
+        e.append(&[batch(&tp, 0..10, 10)]).unwrap();
+        e.close().unwrap();
+        let mark = dir.path().join(crate::poisoned::OPEN_FILE);
+        assert!(!mark.exists());
+        // sled's lock held by another handle: the verify's own sled open
+        // fails (after its bounded wait), with the mark already left.
+        let held = cfg.open_sled().unwrap();
+        assert!(verify_store(&cfg).is_err());
+        assert!(mark.exists(), "left before sled opened the store");
+        drop(held);
+        // The mark left by that verify (this boot's) stays through a clean
+        // verify, as one of an engine's would: the next open acts on it.
+        let v = verify_store(&cfg).unwrap();
+        assert!(v.is_clean(), "{:?}", v.problems);
+        assert!(v
+            .notes
+            .iter()
+            .any(|n| n.contains("stopped without a close")));
+        assert!(mark.exists());
+        drop(Engine::open(cfg.clone()).unwrap());
+        assert!(
+            !mark.exists(),
+            "the open acted on it, and its close removed it"
+        );
+        // A clean verify of a closed store leaves none.
+        assert!(verify_store(&cfg).unwrap().is_clean());
+        assert!(!mark.exists(), "a clean verify's mark goes");
+    }
 
     /// A live verify (a snapshot's bound) finds frames missing at the end
     /// of the log below the snapshot: here the tombstone that replaced the

@@ -54,7 +54,7 @@ fn check(args: VerifyArgs) -> Result<ExitCode> {
         Ok(v) => v,
         Err(payload) => {
             eprintln!(
-                "error: could not verify {}: the check panicked ({}): damage in sled's own files that sled does not handle, or a bug; nothing was changed",
+                "error: could not verify {}: the check panicked ({}): damage in sled's own files that sled does not handle, or a bug; the verify wrote nothing of the archive's",
                 path.display(),
                 cairn_engine::panic_message(&*payload)
             );
