@@ -90,10 +90,20 @@ impl DirLock {
                     .to_owned(),
             });
         }
-        file.set_len(0).map_err(|e| io("truncate lock file", e))?;
-        file.seek(SeekFrom::Start(0))
-            .map_err(|e| io("seek lock file", e))?;
-        writeln!(file, "{}", std::process::id()).map_err(|e| io("write lock file", e))?;
+        // The pid is written only into a file that is the lock file alone:
+        // one with other hard links (O_NOFOLLOW lets those through) may be
+        // anyone's file, which the truncation would destroy (a backup's
+        // directory may be anyone's). Its lock still holds; only its
+        // holder goes unnamed. Until the night of 2026-12-04 it was
+        // written whatever the link count.
+        if held.is_file() && held.nlink() == 1 {
+            file.set_len(0).map_err(|e| io("truncate lock file", e))?;
+            file.seek(SeekFrom::Start(0))
+                .map_err(|e| io("seek lock file", e))?;
+            writeln!(file, "{}", std::process::id()).map_err(|e| io("write lock file", e))?;
+        } else {
+            tracing::warn!(path = %path.display(), links = held.nlink(), "the lock file is linked elsewhere too (or is no regular file): locked, but its holder's pid is not written into it");
+        }
         Ok(DirLock { _file: file })
     }
 }
@@ -104,4 +114,23 @@ fn holder_pid(file: &mut File) -> Option<u32> {
     file.seek(SeekFrom::Start(0)).ok()?;
     file.read_to_string(&mut s).ok()?;
     s.trim().parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    /// A lock file hard-linked to another file locks, and leaves the other
+    /// file as it was.
+    #[test]
+    fn the_lock_never_writes_through_a_hard_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        let victim = elsewhere.path().join("victim");
+        std::fs::write(&victim, "not cairn's").unwrap();
+        std::fs::hard_link(&victim, dir.path().join(super::LOCK_FILE)).unwrap();
+        let lock = super::DirLock::acquire(dir.path()).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "not cairn's");
+        // Held all the same.
+        assert!(super::DirLock::acquire(dir.path()).is_err());
+        drop(lock);
+    }
 }

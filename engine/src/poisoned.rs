@@ -89,11 +89,20 @@ fn write_mark(dir: &Path, name: &str, lines: &[&str]) -> io::Result<()> {
     // anyone's (as the lock file, lock.rs).
     // Nor may a FIFO put there block it (the poison mark is written under
     // the commit lock): O_NONBLOCK fails at once where no one reads one.
+    // Nor through a hard link, which O_NOFOLLOW lets through: whatever
+    // stands under the name is removed, and the mark made new (until the
+    // night of 2026-12-04 the poison mark was written into an existing
+    // file, which a hard link to another file would have truncated).
+    let path = dir.join(name);
+    match std::fs::remove_file(&path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
     let mut f = std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
+        .create_new(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(dir.join(name))?;
+        .open(&path)?;
     if !f.metadata()?.is_file() {
         return Err(io::Error::other("not a regular file"));
     }
@@ -118,10 +127,6 @@ pub(crate) fn record(dir: &Path, op: &str, reason: &str) {
 /// left, a link or FIFO someone planted) is replaced, never written
 /// through.
 pub(crate) fn mark_open(dir: &Path) -> io::Result<()> {
-    match std::fs::remove_file(dir.join(OPEN_FILE)) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-        _ => {}
-    }
     write_mark(dir, OPEN_FILE, &[])
 }
 
@@ -289,4 +294,29 @@ fn drop_cached_pages(file: &Path) -> io::Result<()> {
     f.sync_all()?;
     rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    /// A mark's name hard-linked to another file: the mark is made new,
+    /// and the other file is left as it was.
+    #[test]
+    fn a_mark_is_never_written_through_a_hard_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        let victim = elsewhere.path().join("victim");
+        for name in [super::POISON_FILE, super::OPEN_FILE] {
+            std::fs::write(&victim, "not cairn's").unwrap();
+            std::fs::hard_link(&victim, dir.path().join(name)).unwrap();
+            if name == super::POISON_FILE {
+                super::record(dir.path(), "fsync", "injected");
+            } else {
+                super::mark_open(dir.path()).unwrap();
+            }
+            assert_eq!(std::fs::read_to_string(&victim).unwrap(), "not cairn's");
+            let mark = std::fs::read_to_string(dir.path().join(name)).unwrap();
+            assert_ne!(mark, "not cairn's", "{name}");
+            std::fs::remove_file(&victim).unwrap();
+        }
+    }
 }
