@@ -19,9 +19,11 @@ pub const STORE_MAGIC: [u8; 4] = *b"CRNM";
 /// a version-2 build's verify would report as an unknown key.
 pub const FORMAT_VERSION: u32 = 3;
 /// The oldest store format this build reads. An open of an older store
-/// that succeeds upgrades it to the current version (in recovery's last
-/// batch, before any slot is written), so that an older build then refuses
-/// it with `UnsupportedFormat` instead of reporting corruption.
+/// upgrades it to the current version once its recovery succeeds (in
+/// recovery's last batch, before any slot is written), so that an older
+/// build then refuses it with `UnsupportedFormat` instead of reporting
+/// corruption. The steps of the open after recovery (the watermark, the
+/// poison mark's removal) may still fail it: the store stays upgraded.
 pub const FORMAT_VERSION_OLDEST: u32 = 1;
 /// The first format whose stores carry `Mstore`: an older store gets one
 /// from the open that upgrades it.
