@@ -5,7 +5,7 @@
 //! after a crash the log is a prefix, and recovery rebuilds the derived keys.
 //!
 //! ```text
-//! M<name>                              metadata (format, checkpoint)
+//! M<name>                              metadata (format, checkpoint, store id)
 //! W<lsn u64 BE>                        a frame (frame.rs)
 //! I<tp><first_offset u64 BE>           a read-index entry (index.rs)
 //! P<tp>                                a partition summary (offsets.rs)
