@@ -84,13 +84,10 @@ pub struct Engine {
     commit_cv: Condvar,
     syncer: Mutex<DurableSync>,
     /// Written for a whole `truncate_before` (all its steps), read for a
-    /// whole `verify`, which must not see a truncation half done.
-    /// parking_lot's, for its timed waits (a stop ends a wait for it:
-    /// retention.rs, `no_truncation_until` and `truncate_by_while`); its task-fair policy lets no new
-    /// reader in while a writer waits, so verifies do not starve a
-    /// truncation, and it has no poisoning (a panicked truncation poisons
-    /// the engine instead).
-    pub(crate) truncating: parking_lot::RwLock<()>,
+    /// whole `verify`, which must not see a truncation half done; every
+    /// wait for it can be given up (truncation_lock.rs). It has no
+    /// poisoning: a panicked truncation poisons the engine instead.
+    pub(crate) truncating: crate::truncation_lock::TruncationLock,
     counters: Counters,
     closed: AtomicBool,
     /// Set by `close`: its syncs add no slots (nothing will be written).
@@ -433,7 +430,7 @@ impl Engine {
             }),
             commit_cv: Condvar::new(),
             syncer: Mutex::new(syncer),
-            truncating: parking_lot::RwLock::new(()),
+            truncating: Default::default(),
             counters: Counters::default(),
             closed: AtomicBool::new(false),
             closing: AtomicBool::new(false),

@@ -71,6 +71,7 @@ mod retention;
 #[doc(hidden)]
 pub mod slots;
 mod sync;
+mod truncation_lock;
 mod verify;
 #[doc(hidden)]
 pub mod watermark;

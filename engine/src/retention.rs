@@ -28,7 +28,6 @@ use crate::keys;
 use crate::record::TopicPartition;
 use crate::recovery::index_item;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 /// What `truncate_before` removed (or `truncate_plan` would remove).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -45,10 +44,6 @@ pub struct TruncateReport {
 /// Entries a plan counts between two asks whether to go on
 /// ([`Engine::truncate_plan_by_while`]): each is two frame reads.
 pub const PLAN_ENTRIES_PER_ASK: usize = 256;
-
-/// How long a wait for the truncation lock goes between two looks at its
-/// stop: the lock itself wakes the waiter as it is let go.
-const LOCK_WAIT_SLICE: Duration = Duration::from_millis(100);
 
 impl TruncateReport {
     /// Count `e` as deleted.
@@ -141,17 +136,12 @@ impl Engine {
         // first), and one in `cut` has changed nothing, so a later holder
         // may take the lock whatever the panic left: the engine's own
         // checks refuse what it must not do.
-        let _truncating = loop {
-            if let Some(g) = self.truncating.try_write_for(LOCK_WAIT_SLICE) {
-                break g;
-            }
+        let Some(_truncating) = self.truncating.write_until(&mut || !go()) else {
             // Told no while it waits (behind a backup, say): nothing was
             // picked or deleted; the cut reported is the partition's first
             // offset, below which nothing is.
-            if !go() {
-                let first = self.partition(tp).map_or(0, |p| p.first_offset);
-                return Ok((first, TruncateReport::default(), false));
-            }
+            let first = self.partition(tp).map_or(0, |p| p.first_offset);
+            return Ok((first, TruncateReport::default(), false));
         };
         // Picked before the guard: a caller's `cut` that panics has written
         // nothing, and is no reason to poison the engine.
@@ -225,20 +215,15 @@ impl Engine {
     }
 
     /// [`no_truncation_unless`](Self::no_truncation_unless), asking
-    /// `stopped` every [`LOCK_WAIT_SLICE`] of its wait.
+    /// `stopped` between the slices of its wait (truncation_lock.rs).
     pub(crate) fn no_truncation_until(
         &self,
         stopped: &mut dyn FnMut() -> bool,
         op: &'static str,
     ) -> Result<parking_lot::RwLockReadGuard<'_, ()>> {
-        loop {
-            if let Some(g) = self.truncating.try_read_for(LOCK_WAIT_SLICE) {
-                return Ok(g);
-            }
-            if stopped() {
-                return Err(Error::Interrupted { op });
-            }
-        }
+        self.truncating
+            .read_until(stopped)
+            .ok_or(Error::Interrupted { op })
     }
 
     /// What `truncate_before(tp, offset)` would delete now, without

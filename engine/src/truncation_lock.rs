@@ -1,0 +1,120 @@
+//! The engine's truncation lock: written for a whole truncation (all its
+//! steps), read for a whole verify, backup or truncation plan, which must
+//! not see a truncation half done.
+//!
+//! Every wait for it can be given up: a truncation holds it for minutes on
+//! a large partition, and one may wait behind a backup stuck in a system
+//! call, while a live request's client goes or the run stops. So it is
+//! taken in timed slices, asking between two whether to go on (until the
+//! night of 2026-12-04 the waits were std's, which nothing could end).
+//!
+//! # Invariants
+//! - A writer waiting keeps new readers out, so a stream of overlapping
+//!   verifies or backups never starves a truncation: every taker passes a
+//!   turnstile first, which a writer holds until it has the lock, and a
+//!   reader only until it has. (A timed-out `try_write_for` alone gives
+//!   its place up: parking_lot wakes the readers queued behind it.)
+//! - It is not reentrant: no thread that holds it takes it again (a
+//!   truncation's `cut` and `go` must not verify, back up, plan or
+//!   truncate).
+
+use std::time::Duration;
+
+use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// How long a wait goes between two looks at whether to go on: the locks
+/// themselves wake the waiter as they are let go.
+const WAIT_SLICE: Duration = Duration::from_millis(100);
+
+#[derive(Debug, Default)]
+pub(crate) struct TruncationLock {
+    turnstile: Mutex<()>,
+    lock: RwLock<()>,
+}
+
+impl TruncationLock {
+    /// Shared: `None` once `stopped` says so while it waits.
+    pub(crate) fn read_until(
+        &self,
+        stopped: &mut dyn FnMut() -> bool,
+    ) -> Option<RwLockReadGuard<'_, ()>> {
+        let _turn = self.turnstile(stopped)?;
+        loop {
+            if let Some(g) = self.lock.try_read_for(WAIT_SLICE) {
+                return Some(g);
+            }
+            if stopped() {
+                return None;
+            }
+        }
+    }
+
+    /// Exclusive: `None` once `stopped` says so while it waits. The
+    /// turnstile is held until the lock is taken: readers that come
+    /// meanwhile wait behind it.
+    pub(crate) fn write_until(
+        &self,
+        stopped: &mut dyn FnMut() -> bool,
+    ) -> Option<RwLockWriteGuard<'_, ()>> {
+        let _turn = self.turnstile(stopped)?;
+        loop {
+            if let Some(g) = self.lock.try_write_for(WAIT_SLICE) {
+                return Some(g);
+            }
+            if stopped() {
+                return None;
+            }
+        }
+    }
+
+    fn turnstile(&self, stopped: &mut dyn FnMut() -> bool) -> Option<MutexGuard<'_, ()>> {
+        loop {
+            if let Some(t) = self.turnstile.try_lock_for(WAIT_SLICE) {
+                return Some(t);
+            }
+            if stopped() {
+                return None;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TruncationLock;
+    use std::sync::mpsc;
+
+    /// A writer waiting behind a reader keeps a later reader out until it
+    /// has had the lock, and a wait told to stop ends.
+    #[test]
+    fn a_waiting_writer_keeps_later_readers_out() {
+        let l = TruncationLock::default();
+        let first = l.read_until(&mut || false).unwrap();
+        let (wrote, written) = mpsc::channel();
+        std::thread::scope(|s| {
+            let writer = s.spawn(|| {
+                let g = l.write_until(&mut || false).unwrap();
+                wrote.send(()).unwrap();
+                drop(g);
+            });
+            // The writer has the turnstile once a reader can no longer
+            // pass it (it waits on the first reader's lock meanwhile).
+            while l.turnstile.try_lock().is_some_and(drop_true) {
+                std::thread::yield_now();
+            }
+            // A later reader, told to stop at its first look, does not get
+            // in ahead of the writer.
+            assert!(l.read_until(&mut || true).is_none());
+            drop(first);
+            writer.join().unwrap();
+            written.recv().unwrap();
+        });
+        // Free again: readers and writers go in at once.
+        assert!(l.read_until(&mut || true).is_some());
+        assert!(l.write_until(&mut || true).is_some());
+    }
+
+    fn drop_true<T>(_: T) -> bool {
+        true
+    }
+}
