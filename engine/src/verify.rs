@@ -179,8 +179,10 @@ pub(crate) fn check_stop(stop: &AtomicBool, items: &mut u64, op: &'static str) -
 }
 
 /// Verify a store without opening an engine on it: no cairn recovery, and
-/// nothing of cairn's written (sled itself still recovers its own log when
-/// it opens, which can write: it has no read-only mode).
+/// nothing of the archive's written (sled itself still recovers its own
+/// log when it opens, which can write: it has no read-only mode). Only the
+/// open mark is written, for as long as sled has the store (left behind
+/// when the last sync fails: poisoned.rs).
 pub fn verify_store(cfg: &EngineConfig) -> Result<VerifyReport> {
     if !cfg.store_exists() {
         // A backup cut short before its store was made is that, not an
@@ -199,14 +201,17 @@ pub fn verify_store(cfg: &EngineConfig) -> Result<VerifyReport> {
     // checked as the disk holds it, not as the page cache remembers it
     // (poisoned.rs); the marks stay for the next open.
     let before = crate::poisoned::before_open(cfg)?;
-    // sled can write as it opens (its own log recovery) and as it drops
-    // (a flush and an fsync, whose failure it unwraps): the open mark is
-    // left before it opens, as an engine's is (poisoned.rs), so that the
-    // next open in this boot does not trust what that left in the page
-    // cache, also after a kill. It goes once sled's handles are dropped
-    // cleanly, unless it was there before (an engine stopped without a
-    // close in this boot: the next open says so, and syncs again). Until
-    // the night of 2026-12-04 a verify left no mark.
+    // sled can write as it opens (its own log recovery) and while it is
+    // read (a node split): the open mark is left before it opens, as an
+    // engine's is (poisoned.rs), so that the next open in this boot does
+    // not trust what that left in the page cache, also after a kill. It
+    // goes once a last flush and fdatasync succeeded, through a descriptor
+    // opened before sled's (one opened after a writeback error is not told
+    // of it, and sled's own drop skips its fsync once its threads met an
+    // error), and sled's handles dropped cleanly; unless it was there
+    // before (an engine stopped without a close in this boot: the next
+    // open says so, and syncs again). Until the night of 2026-12-04 a
+    // verify left no mark.
     let marked = !before.unclean_cache_dropped;
     if marked {
         crate::poisoned::mark_open(&cfg.path).map_err(|source| Error::Io {
@@ -215,15 +220,34 @@ pub fn verify_store(cfg: &EngineConfig) -> Result<VerifyReport> {
             source,
         })?;
     }
+    let mut syncer =
+        crate::sync::DurableSync::open(&cfg.sled_path()).map_err(|source| Error::Io {
+            op: "open data file for fdatasync",
+            path: cfg.sled_path(),
+            source,
+        })?;
     let db = cfg.open_sled()?;
     // sled panics on some damage to its own files (the CLI reports that):
     // the handles are still dropped here, guarded, and the panic passed on.
     let report = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         verify_opened(cfg, &db, before)
     }));
+    // Once, never retried: a failure leaves the mark.
+    let synced = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| syncer.sync(&db, 0)));
+    let synced = match synced {
+        Ok(Ok(())) => true,
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "the verify's last flush and fdatasync of the store failed: the open mark stays, and the next open syncs the store before it trusts it");
+            false
+        }
+        Err(p) => {
+            tracing::warn!(error = %crate::error::panic_message(&*p), "the verify's last flush of the store panicked: the open mark stays, and the next open syncs the store before it trusts it");
+            false
+        }
+    };
     let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(db)));
     match dropped {
-        Ok(()) if marked => crate::poisoned::unmark_open(&cfg.path),
+        Ok(()) if marked && synced => crate::poisoned::unmark_open(&cfg.path),
         Ok(()) => {}
         Err(p) => tracing::warn!(
             error = %crate::error::panic_message(&*p),
