@@ -55,6 +55,12 @@ pub const POISON_FILE: &str = "cairn.poisoned";
 /// The open engine's mark's name in the data directory.
 pub const OPEN_FILE: &str = "cairn.open";
 
+/// A mark's new copy, written whole and renamed over the mark: briefly,
+/// or left by a crash in between (replaced by the next write).
+pub fn replacement_name(name: &str) -> String {
+    format!("{name}.new")
+}
+
 /// What an open found of an earlier poisoning.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoisonedBefore {
@@ -89,12 +95,15 @@ fn write_mark(dir: &Path, name: &str, lines: &[&str]) -> io::Result<()> {
     // anyone's (as the lock file, lock.rs).
     // Nor may a FIFO put there block it (the poison mark is written under
     // the commit lock): O_NONBLOCK fails at once where no one reads one.
-    // Nor through a hard link, which O_NOFOLLOW lets through: whatever
-    // stands under the name is removed, and the mark made new (until the
-    // night of 2026-12-04 the poison mark was written into an existing
-    // file, which a hard link to another file would have truncated).
+    // Nor through a hard link, which O_NOFOLLOW lets through: the mark is
+    // written whole as a new file and renamed over whatever stands under
+    // its name, which is replaced, never written into, and stays until
+    // the new one is whole (until the night of 2026-12-04 the poison mark
+    // was written into an existing file, which a hard link to another file
+    // would have truncated).
     let path = dir.join(name);
-    match std::fs::remove_file(&path) {
+    let new = dir.join(replacement_name(name));
+    match std::fs::remove_file(&new) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
         _ => {}
     }
@@ -102,16 +111,13 @@ fn write_mark(dir: &Path, name: &str, lines: &[&str]) -> io::Result<()> {
         .write(true)
         .create_new(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(&path)?;
-    if !f.metadata()?.is_file() {
-        return Err(io::Error::other("not a regular file"));
-    }
-    f.set_len(0)?;
+        .open(&new)?;
     writeln!(f, "{}", boot_id().unwrap_or_default())?;
     for line in lines {
         writeln!(f, "{line}")?;
     }
-    Ok(())
+    drop(f);
+    std::fs::rename(&new, &path)
 }
 
 /// Leave the mark (best effort: the disk may be failing).

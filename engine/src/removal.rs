@@ -70,7 +70,7 @@ pub fn remove_if_empty(dir: &Path) -> Result<EmptyStoreRemoval> {
 
 /// Whether `name` is one the store itself puts in its directory (sled's
 /// folder, the lock, the watermark and its new copy, a poison mark, the
-/// open mark, an unfinished backup's mark): for a caller that refuses to start a store
+/// open mark and their new copies, an unfinished backup's mark): for a caller that refuses to start a store
 /// in a directory that holds anything else.
 pub fn is_store_file(name: &str) -> bool {
     name == crate::config::SLED_DIR
@@ -79,11 +79,13 @@ pub fn is_store_file(name: &str) -> bool {
         || name == crate::watermark::WATERMARK_REPLACEMENT_FILE
         || name == crate::poisoned::POISON_FILE
         || name == crate::poisoned::OPEN_FILE
+        || name == crate::poisoned::replacement_name(crate::poisoned::POISON_FILE)
+        || name == crate::poisoned::replacement_name(crate::poisoned::OPEN_FILE)
         || name == crate::backup::BACKUP_INCOMPLETE_FILE
 }
 
 /// Remove the store's own files in `dir` (sled's folder, the watermark and
-/// its new copy, a poison mark, the open mark), under the caller's lock; one that is not
+/// its new copy, a poison mark, the open mark and their new copies), under the caller's lock; one that is not
 /// there is no error. Not the lock file: the caller's, removed last.
 pub(crate) fn remove_store_files(dir: &Path) -> std::io::Result<()> {
     let gone = |r: std::io::Result<()>| match r {
@@ -96,6 +98,12 @@ pub(crate) fn remove_store_files(dir: &Path) -> std::io::Result<()> {
         crate::watermark::replacement_path(dir),
         dir.join(crate::poisoned::POISON_FILE),
         dir.join(crate::poisoned::OPEN_FILE),
+        dir.join(crate::poisoned::replacement_name(
+            crate::poisoned::POISON_FILE,
+        )),
+        dir.join(crate::poisoned::replacement_name(
+            crate::poisoned::OPEN_FILE,
+        )),
     ] {
         gone(std::fs::remove_file(path))?;
     }
