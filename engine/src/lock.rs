@@ -110,6 +110,11 @@ impl DirLock {
 
 /// The pid the lock file names, if it names one.
 fn holder_pid(file: &mut File) -> Option<u32> {
+    // A lock file with other links holds no pid of its holder's (`acquire`
+    // writes none into it): what it says is someone else's.
+    if file.metadata().ok()?.nlink() != 1 {
+        return None;
+    }
     let mut s = String::new();
     file.seek(SeekFrom::Start(0)).ok()?;
     file.read_to_string(&mut s).ok()?;
@@ -129,8 +134,15 @@ mod tests {
         std::fs::hard_link(&victim, dir.path().join(super::LOCK_FILE)).unwrap();
         let lock = super::DirLock::acquire(dir.path()).unwrap();
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "not cairn's");
-        // Held all the same.
-        assert!(super::DirLock::acquire(dir.path()).is_err());
+        // Held all the same, by a holder it cannot name (the file's text
+        // is not its pid).
+        std::fs::write(&victim, std::process::id().to_string()).unwrap();
+        match super::DirLock::acquire(dir.path()) {
+            Err(crate::Error::Locked { holder, .. }) => {
+                assert!(holder.contains("pid unknown"), "{holder}")
+            }
+            other => panic!("{other:?}"),
+        }
         drop(lock);
     }
 }

@@ -273,7 +273,14 @@ pub(crate) fn prune(
         } else {
             engine.truncate_by_while(&p.tp, pick, || !stopping())?
         };
-        let before = before.take().unwrap_or_else(|| p.clone());
+        // Never picked and not finished: stopped while it waited for the
+        // truncation lock (behind a backup or a verify), nothing deleted.
+        // No line for it, as for a dry run stopped there.
+        let picked = before.take();
+        if picked.is_none() && !finished {
+            return Err(stopped());
+        }
+        let before = picked.unwrap_or_else(|| p.clone());
         // Only a deletion moves the first offset: with none, the engine's
         // figure is its in-memory one, which a live write not yet durable
         // (into an emptied partition) may have moved.
