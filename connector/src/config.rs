@@ -246,13 +246,17 @@ impl RunConfig {
                 // cap at or below it (librdkafka checks a record's size
                 // before it compresses it) refuses every one, and the run
                 // would stop at its first oversize record.
+                // The cap as librdkafka read it (`strtol`: `0x800000` and
+                // `8388608B` are 8 MiB to it), not as the text reads.
+                let cap = producer
+                    .create_native_config()
+                    .and_then(|c| c.get("message.max.bytes"))
+                    .ok()
+                    .and_then(|v| v.parse::<u64>().ok());
                 if let Some((k, v)) =
                     crate::librdkafka::settings_of(&self.kafka, "message.max.bytes").next()
                 {
-                    if v.trim()
-                        .parse::<u64>()
-                        .is_ok_and(|cap| cap <= self.record_bytes_max)
-                    {
+                    if cap.is_some_and(|cap| cap <= self.record_bytes_max) {
                         return bad(format!(
                             "-X {k}={v}: with --on-oversize dead-letter it caps the dead letters too, and every dead letter is over --record-bytes-max ({}): give it a larger value, or leave it out",
                             self.record_bytes_max
@@ -723,11 +727,17 @@ retain-bytes = "50GiB"
                 "900000",
                 "each is waited for up to 905000 ms, during which the archive polls nothing",
             ),
-            // A cap no dead letter fits under.
+            // A cap no dead letter fits under, in any spelling librdkafka
+            // reads.
             (
                 "message.max.bytes",
                 "8388608",
                 "-X message.max.bytes=8388608: with --on-oversize dead-letter it caps the dead letters too",
+            ),
+            (
+                "message.max.bytes",
+                "0x800000",
+                "-X message.max.bytes=0x800000: with --on-oversize dead-letter it caps the dead letters too",
             ),
         ] {
             let mut c = ok.clone();
