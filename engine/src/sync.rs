@@ -53,30 +53,41 @@ pub struct DurableSync {
     watermark: Option<Watermark>,
     /// The first failure, once one happened: every later sync is refused.
     failed: Option<String>,
+    /// sled's folder, when its entries (and the folder's in its parent)
+    /// are still to be synced by the next sync (`open_unsynced`).
+    dirs_pending: Option<PathBuf>,
 }
 
 impl DurableSync {
     pub fn open(sled_dir: &Path) -> io::Result<Self> {
+        let mut s = Self::open_unsynced(sled_dir)?;
+        // Files sled created before we got here: sync them and their directories.
+        s.sync_blobs(true)?;
+        sync_dirs(sled_dir)?;
+        s.dirs_pending = None;
+        Ok(s)
+    }
+
+    /// The data file's handle alone, opened before sled opens the store (a
+    /// verify of a stopped store, which must not fail on a failing disk
+    /// before it has checked anything): nothing is synced here, and the
+    /// first `sync` also syncs what `open` would have (the blobs, sled's
+    /// folder and its entry in its parent; sled renames a new snapshot
+    /// into its folder as it opens).
+    pub fn open_unsynced(sled_dir: &Path) -> io::Result<Self> {
         let data_path = sled_dir.join("db");
         let data_file = File::open(&data_path)?;
-        let blobs_dir = sled_dir.join("blobs");
-        let mut s = DurableSync {
+        Ok(DurableSync {
             data_file,
             data_path,
-            blobs_dir,
+            blobs_dir: sled_dir.join("blobs"),
             synced_blobs: HashMap::new(),
             #[cfg(test)]
             blob_fsyncs: 0,
             watermark: None,
             failed: None,
-        };
-        // Files sled created before we got here: sync them and their directories.
-        s.sync_blobs(true)?;
-        sync_dir(sled_dir)?;
-        if let Some(parent) = sled_dir.parent() {
-            sync_dir(parent)?;
-        }
-        Ok(s)
+            dirs_pending: Some(sled_dir.to_owned()),
+        })
     }
 
     pub fn data_path(&self) -> &Path {
@@ -96,8 +107,11 @@ impl DurableSync {
                 "injected failure at wal::flush::err"
             )));
             db.flush().map_err(sled_to_io)?;
-            s.sync_blobs(false)?;
+            s.sync_blobs(s.dirs_pending.is_some())?;
             s.data_file.sync_data()?;
+            if let Some(dir) = s.dirs_pending.take() {
+                sync_dirs(&dir)?;
+            }
             if let Some(w) = s.watermark.as_mut() {
                 w.advance(durable_lsn)?;
             }
@@ -186,6 +200,15 @@ impl DurableSync {
 /// fsync a directory so that the entries created in it are durable.
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
+}
+
+/// fsync sled's folder and its parent (the folder's own entry).
+fn sync_dirs(sled_dir: &Path) -> io::Result<()> {
+    sync_dir(sled_dir)?;
+    if let Some(parent) = sled_dir.parent() {
+        sync_dir(parent)?;
+    }
+    Ok(())
 }
 
 fn sled_to_io(e: sled::Error) -> io::Error {

@@ -99,7 +99,12 @@ mod tests {
             });
             // The writer has the turnstile once a reader can no longer
             // pass it (it waits on the first reader's lock meanwhile).
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
             while l.turnstile.try_lock().is_some_and(drop_true) {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the waiting writer never took the turnstile"
+                );
                 std::thread::yield_now();
             }
             // A later reader, told to stop at its first look, does not get

@@ -215,15 +215,15 @@ pub fn verify_store(cfg: &EngineConfig) -> Result<VerifyReport> {
     let marked = !before.unclean_cache_dropped;
     if marked {
         crate::poisoned::mark_open(&cfg.path).map_err(|source| Error::Io {
-            op: "leave the open mark",
+            op: "leave the open mark (a verify writes it while sled has the store, as an open does: verify a copy of an archive whose folder cannot be written)",
             path: cfg.path.join(crate::poisoned::OPEN_FILE),
             source,
         })?;
     }
     let mut syncer =
-        crate::sync::DurableSync::open(&cfg.sled_path()).map_err(|source| Error::Io {
-            op: "open data file for fdatasync",
-            path: cfg.sled_path(),
+        crate::sync::DurableSync::open_unsynced(&cfg.sled_path()).map_err(|source| Error::Io {
+            op: "open sled's data file",
+            path: cfg.sled_path().join("db"),
             source,
         })?;
     let db = cfg.open_sled()?;

@@ -269,7 +269,12 @@ pub(crate) fn prune(
         // A stop does not wait out a large partition's steps: it ends the
         // prune after the step in progress, each step durable.
         let (offset, r, finished) = if dry_run {
-            engine.truncate_plan_by_while(&p.tp, pick, || !stopping())?
+            // Stopped while it waited for the truncation lock: ended as a
+            // prune stopped there ends.
+            match engine.truncate_plan_by_while(&p.tp, pick, || !stopping()) {
+                Err(cairn_engine::Error::Interrupted { .. }) => return Err(stopped()),
+                planned => planned?,
+            }
         } else {
             engine.truncate_by_while(&p.tp, pick, || !stopping())?
         };
