@@ -20,7 +20,7 @@
 
 use std::time::Duration;
 
-use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// How long a wait goes between two looks at whether to go on: the locks
 /// themselves wake the waiter as they are let go.
@@ -38,15 +38,8 @@ impl TruncationLock {
         &self,
         stopped: &mut dyn FnMut() -> bool,
     ) -> Option<RwLockReadGuard<'_, ()>> {
-        let _turn = self.turnstile(stopped)?;
-        loop {
-            if let Some(g) = self.lock.try_read_for(WAIT_SLICE) {
-                return Some(g);
-            }
-            if stopped() {
-                return None;
-            }
-        }
+        let _turn = waited(stopped, || self.turnstile.try_lock_for(WAIT_SLICE))?;
+        waited(stopped, || self.lock.try_read_for(WAIT_SLICE))
     }
 
     /// Exclusive: `None` once `stopped` says so while it waits. The
@@ -56,25 +49,20 @@ impl TruncationLock {
         &self,
         stopped: &mut dyn FnMut() -> bool,
     ) -> Option<RwLockWriteGuard<'_, ()>> {
-        let _turn = self.turnstile(stopped)?;
-        loop {
-            if let Some(g) = self.lock.try_write_for(WAIT_SLICE) {
-                return Some(g);
-            }
-            if stopped() {
-                return None;
-            }
-        }
+        let _turn = waited(stopped, || self.turnstile.try_lock_for(WAIT_SLICE))?;
+        waited(stopped, || self.lock.try_write_for(WAIT_SLICE))
     }
+}
 
-    fn turnstile(&self, stopped: &mut dyn FnMut() -> bool) -> Option<MutexGuard<'_, ()>> {
-        loop {
-            if let Some(t) = self.turnstile.try_lock_for(WAIT_SLICE) {
-                return Some(t);
-            }
-            if stopped() {
-                return None;
-            }
+/// What `take` (a wait of one slice) gives, asked again until it gives
+/// something or `stopped` says so between two slices.
+fn waited<G>(stopped: &mut dyn FnMut() -> bool, mut take: impl FnMut() -> Option<G>) -> Option<G> {
+    loop {
+        if let Some(g) = take() {
+            return Some(g);
+        }
+        if stopped() {
+            return None;
         }
     }
 }
