@@ -392,6 +392,8 @@ mod tests {
             &BTreeMap::from([(tp(0), 500), (tp(1), 40)]),
             &handed,
         );
+        // tp(1)'s word is ignored: nothing of it was handed over.
+        assert!(!t.durable_reported.contains_key(&tp(1)));
         t.record_pre_commit(&BTreeMap::from([(tp(0), 500)]), &handed);
         let c = t.take_commit(&assigned, None).unwrap();
         assert_eq!(c.offsets, BTreeMap::from([(tp(0), 500)]));

@@ -51,10 +51,11 @@ pub(crate) async fn run(pipeline: Arc<Pipeline>, consumer: Arc<BaseConsumer<Sink
             tokio::task::block_in_place(|| pipeline.commit_now(&consumer, None))
         }));
         match committed {
-            // Stale: taken again at once (the commit woke this loop).
-            Ok(CommitOutcome::Done | CommitOutcome::Closed | CommitOutcome::Stale) => {
-                retry_ms = None
-            }
+            Ok(CommitOutcome::Done | CommitOutcome::Closed) => retry_ms = None,
+            // Taken again at once (the commit woke this loop, and a stored
+            // wake-up ends the wait below), its backoff kept: a Stale says
+            // nothing of whether Kafka takes commits.
+            Ok(CommitOutcome::Stale) => {}
             Ok(CommitOutcome::Failed) => {
                 retry_ms = Some(retry_ms.map_or(RETRY_MS_MIN, |ms| (ms * 2).min(RETRY_MS_MAX)))
             }

@@ -240,7 +240,9 @@ pub(crate) fn commit_retrying(
 ) -> CommitOutcome {
     let deadline = std::time::Instant::now() + REVOKE_COMMIT_RETRY;
     let mut backoff = Duration::from_millis(10);
-    for attempt in 1.. {
+    // Commits Kafka refused; a Stale one was never sent.
+    let mut failed = 0u32;
+    loop {
         let outcome = pipeline.commit_now(c, only);
         // Chosen before the sink lowered its word: taken again at once, at
         // what it says now (until the deadline; never sent above it).
@@ -251,18 +253,18 @@ pub(crate) fn commit_retrying(
             return CommitOutcome::Failed;
         }
         if outcome != CommitOutcome::Failed {
-            if attempt > 1 && outcome == CommitOutcome::Done {
-                tracing::info!(attempt, "the commit went through on a retry");
+            if failed > 0 && outcome == CommitOutcome::Done {
+                tracing::info!(attempt = failed + 1, "the commit went through on a retry");
             }
             return outcome;
         }
+        failed += 1;
         if !retry || std::time::Instant::now() + backoff > deadline {
             return outcome;
         }
         std::thread::sleep(backoff);
         backoff = (backoff * 2).min(Duration::from_millis(200));
     }
-    unreachable!("the loop returns")
 }
 
 impl SinkContext {
