@@ -1012,10 +1012,6 @@ mod tests {
         assert_eq!(out, b"v\nv\nv\n");
     }
 
-    /// `jsonl-text` writes byte strings as text, nulls as null; bytes that
-    /// are not UTF-8 stop it at their record, naming it, the field and
-    /// where the text ends, after the records before it. `jsonl` writes
-    /// the same record in base64.
     /// jsonl read back gives the records archived, field for field: a null
     /// key, value or header value apart from an empty one, each timestamp
     /// type (none with -1), repeated header names in their order.
@@ -1108,6 +1104,10 @@ mod tests {
         assert_eq!(back, records);
     }
 
+    /// `jsonl-text` writes byte strings as text, nulls as null; bytes that
+    /// are not UTF-8 stop it at their record, naming it, the field and
+    /// where the text ends, after the records before it. `jsonl` writes
+    /// the same record in base64.
     #[test]
     fn jsonl_text_writes_text_and_stops_at_bytes_that_are_not() {
         let dir = tempfile::tempdir().unwrap();
