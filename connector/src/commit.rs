@@ -44,10 +44,9 @@ pub struct CommitTracker {
     /// (a coordinator away for hours), the start times of the puts waiting
     /// for one are kept up to [`PUTS_WAITING_TIMED_MAX`], not without bound.
     pub puts_untimed: u64,
-    /// `pre_commit` reported a partition it was never handed, and was told.
-    warned_unhanded: bool,
-    /// The same, of a `put`.
-    warned_unhanded_put: bool,
+    /// The calls (`put`, `pre_commit`) that reported a partition they were
+    /// not handed, and were told, once each.
+    warned_unhanded: BTreeSet<&'static str>,
     /// Partitions whose safe offset a `put` or `pre_commit` lowered, each
     /// told once.
     warned_lowered: BTreeSet<TopicPartition>,
@@ -77,8 +76,7 @@ impl Default for CommitTracker {
             safe_puts: Vec::new(),
             put_to_commit_us: Histogram::new(3).expect("histogram"),
             puts_untimed: 0,
-            warned_unhanded: false,
-            warned_unhanded_put: false,
+            warned_unhanded: BTreeSet::new(),
             warned_lowered: BTreeSet::new(),
         }
     }
@@ -99,25 +97,7 @@ impl CommitTracker {
         handed: &BTreeMap<TopicPartition, i64>,
     ) {
         for (tp, &o) in durable {
-            // Assigned with neither a put nor a resume offset of its own
-            // (`open` gave none, or one Kafka's log did not confirm): the
-            // sink speaks of what it holds from before, which nothing here
-            // can check. Ignored, as `pre_commit`'s word on such a
-            // partition is; before the night of 2026-12-03 it failed the
-            // handed-over check and the run.
-            if !handed.contains_key(tp) && !self.durable_reported.contains_key(tp) {
-                if !self.warned_unhanded_put {
-                    self.warned_unhanded_put = true;
-                    tracing::warn!(%tp, offset = o, "put reported a partition it was not handed since its assignment: ignored, as are any such later (this warning is not repeated)");
-                }
-                continue;
-            }
-            self.assert_handed(tp, o, handed);
-            raise(&mut self.durable_reported, tp, o);
-            // The sink's latest word, as for `pre_commit`: a durable offset
-            // below one declared safe before means it lost records, and
-            // the higher one is not committed unless it already was.
-            self.lower_safe(tp, o, "put");
+            self.heed("put", tp, o, handed);
         }
         if self.unsafe_puts.len() + self.safe_puts.len() < PUTS_WAITING_TIMED_MAX {
             self.unsafe_puts.push(started);
@@ -176,22 +156,41 @@ impl CommitTracker {
         handed: &BTreeMap<TopicPartition, i64>,
     ) {
         for (tp, &o) in safe {
-            if !handed.contains_key(tp) && !self.durable_reported.contains_key(tp) {
-                if !self.warned_unhanded {
-                    self.warned_unhanded = true;
-                    tracing::warn!(%tp, offset = o, "pre_commit reported a partition it was not handed (revoked, or not put to since its assignment): ignored, as are any such later (this warning is not repeated)");
-                }
-                continue;
+            if self.heed("pre_commit", tp, o, handed) {
+                self.safe.insert(tp.clone(), o);
             }
-            self.assert_handed(tp, o, handed);
-            raise(&mut self.durable_reported, tp, o);
-            // The sink's latest word: an offset it declared safe before and
-            // no longer does (lower now) is not committed, if it was not
-            // yet. Committed offsets never go back (`take_commit`).
-            self.lower_safe(tp, o, "pre_commit");
-            self.safe.insert(tp.clone(), o);
         }
         self.safe_puts.append(&mut self.unsafe_puts);
+    }
+
+    /// The sink's word, by `call`, that `tp` is durable at `o`: whether it
+    /// is heeded. A partition handed nothing (revoked since, or assigned
+    /// with neither a put nor a resume offset of its own: `open` gave
+    /// none, or one Kafka's log did not confirm) is ignored, with a
+    /// warning once a call: nothing here can check what the sink says of
+    /// it (before the night of 2026-12-03 a put's word on one failed the
+    /// handed-over check and the run). Otherwise it is checked against
+    /// what was handed over, and is the sink's latest word: a durable
+    /// offset below one declared safe before means it lost records, and
+    /// the higher one is not committed unless it already was (committed
+    /// offsets never go back, `take_commit`).
+    fn heed(
+        &mut self,
+        call: &'static str,
+        tp: &TopicPartition,
+        o: i64,
+        handed: &BTreeMap<TopicPartition, i64>,
+    ) -> bool {
+        if !handed.contains_key(tp) && !self.durable_reported.contains_key(tp) {
+            if self.warned_unhanded.insert(call) {
+                tracing::warn!(%tp, offset = o, "{call} reported a partition it was not handed (revoked, or not put to since its assignment): ignored, as are any such later (this warning is not repeated)");
+            }
+            return false;
+        }
+        self.assert_handed(tp, o, handed);
+        raise(&mut self.durable_reported, tp, o);
+        self.lower_safe(tp, o, call);
+        true
     }
 
     /// The sink reported `tp` durable at `o`, by `call`: a safe offset
