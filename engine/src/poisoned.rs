@@ -55,11 +55,13 @@ pub const POISON_FILE: &str = "cairn.poisoned";
 /// The open engine's mark's name in the data directory.
 pub const OPEN_FILE: &str = "cairn.open";
 
-/// A mark's new copy, written whole and renamed over the mark: briefly,
-/// or left by a crash in between (replaced by the next write).
-pub fn replacement_name(name: &str) -> String {
-    format!("{name}.new")
-}
+/// The poison mark's new copy, written whole and renamed over the mark:
+/// briefly, or left by a crash in between (replaced by the next write).
+pub const POISON_REPLACEMENT_FILE: &str = "cairn.poisoned.new";
+
+/// The open mark's new copy, as [`POISON_REPLACEMENT_FILE`] is the
+/// poison mark's.
+pub const OPEN_REPLACEMENT_FILE: &str = "cairn.open.new";
 
 /// What an open found of an earlier poisoning.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,8 +90,9 @@ fn is_boot_id(text: &str) -> bool {
         })
 }
 
-/// Write `name` in `dir`: this boot's identity, then `lines`.
-fn write_mark(dir: &Path, name: &str, lines: &[&str]) -> io::Result<()> {
+/// Write `name` in `dir`, by way of its new copy `replacement`: this
+/// boot's identity, then `lines`.
+fn write_mark(dir: &Path, name: &str, replacement: &str, lines: &[&str]) -> io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     // Never through a link someone left in a directory that may be
     // anyone's (as the lock file, lock.rs).
@@ -102,7 +105,7 @@ fn write_mark(dir: &Path, name: &str, lines: &[&str]) -> io::Result<()> {
     // was written into an existing file, which a hard link to another file
     // would have truncated).
     let path = dir.join(name);
-    let new = dir.join(replacement_name(name));
+    let new = dir.join(replacement);
     match std::fs::remove_file(&new) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
         _ => {}
@@ -122,7 +125,12 @@ fn write_mark(dir: &Path, name: &str, lines: &[&str]) -> io::Result<()> {
 
 /// Leave the mark (best effort: the disk may be failing).
 pub(crate) fn record(dir: &Path, op: &str, reason: &str) {
-    if let Err(e) = write_mark(dir, POISON_FILE, &[&format!("{op}: {reason}")]) {
+    if let Err(e) = write_mark(
+        dir,
+        POISON_FILE,
+        POISON_REPLACEMENT_FILE,
+        &[&format!("{op}: {reason}")],
+    ) {
         tracing::error!(error = %e, dir = %dir.display(), "could not leave the poison mark; a reopen in this boot may read pages the disk does not hold");
     }
 }
@@ -133,7 +141,7 @@ pub(crate) fn record(dir: &Path, op: &str, reason: &str) {
 /// left, a link or FIFO someone planted) is replaced, never written
 /// through.
 pub(crate) fn mark_open(dir: &Path) -> io::Result<()> {
-    write_mark(dir, OPEN_FILE, &[])
+    write_mark(dir, OPEN_FILE, OPEN_REPLACEMENT_FILE, &[])
 }
 
 /// The engine was closed, or synced with nothing written since: the open

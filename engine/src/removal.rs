@@ -79,8 +79,8 @@ pub fn is_store_file(name: &str) -> bool {
         || name == crate::watermark::WATERMARK_REPLACEMENT_FILE
         || name == crate::poisoned::POISON_FILE
         || name == crate::poisoned::OPEN_FILE
-        || name == crate::poisoned::replacement_name(crate::poisoned::POISON_FILE)
-        || name == crate::poisoned::replacement_name(crate::poisoned::OPEN_FILE)
+        || name == crate::poisoned::POISON_REPLACEMENT_FILE
+        || name == crate::poisoned::OPEN_REPLACEMENT_FILE
         || name == crate::backup::BACKUP_INCOMPLETE_FILE
 }
 
@@ -98,12 +98,8 @@ pub(crate) fn remove_store_files(dir: &Path) -> std::io::Result<()> {
         crate::watermark::replacement_path(dir),
         dir.join(crate::poisoned::POISON_FILE),
         dir.join(crate::poisoned::OPEN_FILE),
-        dir.join(crate::poisoned::replacement_name(
-            crate::poisoned::POISON_FILE,
-        )),
-        dir.join(crate::poisoned::replacement_name(
-            crate::poisoned::OPEN_FILE,
-        )),
+        dir.join(crate::poisoned::POISON_REPLACEMENT_FILE),
+        dir.join(crate::poisoned::OPEN_REPLACEMENT_FILE),
     ] {
         gone(std::fs::remove_file(path))?;
     }
