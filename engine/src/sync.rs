@@ -53,9 +53,9 @@ pub struct DurableSync {
     watermark: Option<Watermark>,
     /// The first failure, once one happened: every later sync is refused.
     failed: Option<String>,
-    /// sled's folder, when its entries (and the folder's in its parent)
+    /// Whether sled's folder's entries (and the folder's in its parent)
     /// are still to be synced by the next sync (`open_unsynced`).
-    dirs_pending: Option<PathBuf>,
+    dirs_pending: bool,
 }
 
 impl DurableSync {
@@ -64,7 +64,7 @@ impl DurableSync {
         // Files sled created before we got here: sync them and their directories.
         s.sync_blobs(true)?;
         sync_dirs(sled_dir)?;
-        s.dirs_pending = None;
+        s.dirs_pending = false;
         Ok(s)
     }
 
@@ -86,7 +86,7 @@ impl DurableSync {
             blob_fsyncs: 0,
             watermark: None,
             failed: None,
-            dirs_pending: Some(sled_dir.to_owned()),
+            dirs_pending: true,
         })
     }
 
@@ -107,10 +107,14 @@ impl DurableSync {
                 "injected failure at wal::flush::err"
             )));
             db.flush().map_err(sled_to_io)?;
-            s.sync_blobs(s.dirs_pending.is_some())?;
+            s.sync_blobs(s.dirs_pending)?;
             s.data_file.sync_data()?;
-            if let Some(dir) = s.dirs_pending.take() {
-                sync_dirs(&dir)?;
+            if s.dirs_pending {
+                // sled's folder: the data file's.
+                if let Some(dir) = s.data_path.parent() {
+                    sync_dirs(dir)?;
+                }
+                s.dirs_pending = false;
             }
             if let Some(w) = s.watermark.as_mut() {
                 w.advance(durable_lsn)?;
