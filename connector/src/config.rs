@@ -246,16 +246,16 @@ impl RunConfig {
                 // cap at or below it (librdkafka checks a record's size
                 // before it compresses it) refuses every one, and the run
                 // would stop at its first oversize record.
-                // The cap as librdkafka read it (`strtol`: `0x800000` and
-                // `8388608B` are 8 MiB to it), not as the text reads.
-                let cap = producer
-                    .create_native_config()
-                    .and_then(|c| c.get("message.max.bytes"))
-                    .ok()
-                    .and_then(|v| v.parse::<u64>().ok());
                 if let Some((k, v)) =
                     crate::librdkafka::settings_of(&self.kafka, "message.max.bytes").next()
                 {
+                    // The cap as librdkafka read it (`strtol`: `0x800000`
+                    // and `8388608B` are 8 MiB to it), not as the text reads.
+                    let cap = producer
+                        .create_native_config()
+                        .and_then(|c| c.get("message.max.bytes"))
+                        .ok()
+                        .and_then(|v| v.parse::<u64>().ok());
                     if cap.is_some_and(|cap| cap <= self.record_bytes_max) {
                         return bad(format!(
                             "-X {k}={v}: with --on-oversize dead-letter it caps the dead letters too, and every dead letter is over --record-bytes-max ({}): give it a larger value, or leave it out",

@@ -320,10 +320,7 @@ impl Shared {
             .map(|r| r.offset);
         // Or set aside last: a repeat of a dead-lettered record would be
         // sent again, and counted twice.
-        let last = match self.set_aside.get(tp) {
-            Some(&o) => Some(last.map_or(o, |l| l.max(o))),
-            None => last,
-        };
+        let last = last.max(self.set_aside.get(tp).copied());
         if let Some(last) = last.filter(|&last| m.offset() <= last) {
             // The race repeats the last record; anything lower is not
             // expected, and said.
