@@ -467,9 +467,7 @@ fn exit_on_signal(data: PathBuf, made: bool, scratch: Scratch) -> Result<()> {
                 );
             }
         }
-        // A folder the demo made, still empty: nothing was archived, and
-        // it goes (`remove_dir` removes only an empty one).
-        if made && std::fs::remove_dir(&data).is_ok() {
+        if removed_if_made_and_empty(made, &data) {
             eprintln!("interrupted: nothing was archived yet");
         } else {
             eprintln!(
@@ -497,9 +495,8 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode> {
     let data = demo_dir(args.data)?;
     let demoed = demo_in(n, data.clone(), made).await;
     // A folder the demo made and that it failed before writing into (the
-    // mock cluster did not start, say) goes: `remove_dir` removes only an
-    // empty one.
-    if demoed.is_err() && made && std::fs::remove_dir(&data).is_ok() {
+    // mock cluster did not start, say) goes.
+    if demoed.is_err() && removed_if_made_and_empty(made, &data) {
         return demoed;
     }
     if demoed.is_err() && data.exists() {
@@ -510,6 +507,12 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode> {
         );
     }
     demoed
+}
+
+/// Remove `data` if the demo `made` it and it is still empty (nothing
+/// was archived): `remove_dir` removes only an empty folder.
+fn removed_if_made_and_empty(made: bool, data: &std::path::Path) -> bool {
+    made && std::fs::remove_dir(data).is_ok()
 }
 
 /// The demo of `n` records, archived into `data`.
