@@ -82,11 +82,16 @@ impl IndexEntry {
             payload_bytes: f.u64(),
         };
         // Checked even under a good CRC (a CRC can be forged): every use of
-        // `lsn + chunks` and `last_offset + 1` then stays in range.
+        // `lsn + chunks` and `last_offset + 1` then stays in range, and the
+        // counts and times status and retention report are possible ones
+        // (more records than offsets in the range, or a newest time below
+        // the oldest, cannot be written).
         if e.chunks == 0
             || e.record_count == 0
             || e.last_offset < e.first_offset
             || e.last_offset == i64::MAX
+            || i128::from(e.record_count) > i128::from(e.last_offset) - i128::from(first_offset) + 1
+            || e.timestamp_min_ms > e.timestamp_max_ms
             || e.lsn == 0
             || e.chunks as usize > CHUNKS_PER_ENTRY_MAX
             || e.record_count as usize > crate::body::RECORDS_PER_ENTRY_MAX
@@ -137,6 +142,44 @@ mod tests {
                 ok,
                 "lsn {lsn}, {chunks} chunks"
             );
+        }
+    }
+
+    /// Refused under a valid CRC: more records than offsets in the entry's
+    /// range, or a newest timestamp below the oldest.
+    #[test]
+    fn impossible_counts_and_times_are_refused() {
+        let tp = TopicPartition::new("t", 1);
+        let recs = vec![Record::with_value(4, "ab"), Record::with_value(5, "c")];
+        let good = IndexEntry::describe(12, 1, &recs);
+        for (e, ok) in [
+            (good, true),
+            (
+                IndexEntry {
+                    record_count: 3,
+                    ..good
+                },
+                false,
+            ),
+            (
+                IndexEntry {
+                    timestamp_min_ms: good.timestamp_max_ms + 1,
+                    ..good
+                },
+                false,
+            ),
+            (
+                IndexEntry {
+                    first_offset: 0,
+                    last_offset: i64::MAX - 1,
+                    record_count: u32::MAX,
+                    ..good
+                },
+                false,
+            ),
+        ] {
+            let (k, v) = e.encode(&tp);
+            assert_eq!(IndexEntry::decode(&k, &v).is_ok(), ok, "{e:?}");
         }
     }
 }

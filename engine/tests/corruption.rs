@@ -1250,7 +1250,12 @@ fn a_truncation_refuses_an_index_entry_whose_last_offset_reads_low() {
     for (what, forge) in [
         (
             "last offset",
-            (|e: &mut cairn_engine::index::IndexEntry| e.last_offset = 14) as fn(&mut _),
+            // With a count to match: more records than offsets is
+            // refused as the entry is decoded (index.rs).
+            (|e: &mut cairn_engine::index::IndexEntry| {
+                e.last_offset = 14;
+                e.record_count = 5;
+            }) as fn(&mut _),
         ),
         ("newest timestamp", |e| e.timestamp_max_ms -= 1),
     ] {
