@@ -13,6 +13,10 @@
 //!   never reports durable an offset past the records handed to it.
 //!   `record_put`, `record_pre_commit` and `take_commit` panic otherwise:
 //!   that would be a bug that loses data on the next crash.
+//! - The sink's word never goes below an offset this run committed for the
+//!   partition since its assignment: `record_put`, `record_pre_commit` and
+//!   `commit_acked` return `SinkLostCommitted` otherwise (a sink that lost
+//!   records), and the run stops with nothing more committed.
 //! - A commit never moves a partition's committed offset backwards from
 //!   what the tracker knows Kafka holds. The one committed offset it is not
 //!   told of at an assignment (rebalance.rs, `ResumePoint::Lost`) is one
@@ -26,6 +30,8 @@ use std::time::Instant;
 use cairn_engine::TopicPartition;
 use hdrhistogram::Histogram;
 
+use crate::error::ConnectorError;
+
 #[derive(Debug)]
 pub struct CommitTracker {
     /// Highest next-offset each put (or open) reported durable.
@@ -34,6 +40,11 @@ pub struct CommitTracker {
     safe: BTreeMap<TopicPartition, i64>,
     /// Last offsets Kafka acknowledged.
     pub committed: BTreeMap<TopicPartition, i64>,
+    /// Highest offsets this run's own commits were acknowledged at, since
+    /// the partition's assignment: the sink's word may never go below one
+    /// (`committed` also holds what Kafka had at the assignment, which may
+    /// be another member's).
+    committed_here: BTreeMap<TopicPartition, i64>,
     /// Start times of puts no `pre_commit` has covered yet.
     unsafe_puts: Vec<Instant>,
     /// Start times of puts covered by `safe`, waiting for a commit.
@@ -72,6 +83,7 @@ impl Default for CommitTracker {
             durable_reported: BTreeMap::new(),
             safe: BTreeMap::new(),
             committed: BTreeMap::new(),
+            committed_here: BTreeMap::new(),
             unsafe_puts: Vec::new(),
             safe_puts: Vec::new(),
             put_to_commit_us: Histogram::new(3).expect("histogram"),
@@ -89,15 +101,17 @@ fn raise(map: &mut BTreeMap<TopicPartition, i64>, tp: &TopicPartition, o: i64) {
 
 impl CommitTracker {
     /// A put returned. `handed` is, per partition, the next offset of the
-    /// records handed to the sink so far (or resumed from).
+    /// records handed to the sink so far (or resumed from). An error when
+    /// the sink now reports less durable than this run committed
+    /// (`SinkLostCommitted`): the run must stop.
     pub fn record_put(
         &mut self,
         started: Instant,
         durable: &BTreeMap<TopicPartition, i64>,
         handed: &BTreeMap<TopicPartition, i64>,
-    ) {
+    ) -> Result<(), ConnectorError> {
         for (tp, &o) in durable {
-            self.heed("put", tp, o, handed);
+            self.heed("put", tp, o, handed)?;
         }
         if self.unsafe_puts.len() + self.safe_puts.len() < PUTS_WAITING_TIMED_MAX {
             self.unsafe_puts.push(started);
@@ -110,6 +124,7 @@ impl CommitTracker {
             }
             self.puts_untimed += 1;
         }
+        Ok(())
     }
 
     /// An assignment of `opened`: the sink's `open` reported these offsets
@@ -154,13 +169,14 @@ impl CommitTracker {
         &mut self,
         safe: &BTreeMap<TopicPartition, i64>,
         handed: &BTreeMap<TopicPartition, i64>,
-    ) {
+    ) -> Result<(), ConnectorError> {
         for (tp, &o) in safe {
-            if self.heed("pre_commit", tp, o, handed) {
+            if self.heed("pre_commit", tp, o, handed)? {
                 self.safe.insert(tp.clone(), o);
             }
         }
         self.safe_puts.append(&mut self.unsafe_puts);
+        Ok(())
     }
 
     /// The sink's word, by `call`, that `tp` is durable at `o`: whether it
@@ -173,24 +189,30 @@ impl CommitTracker {
     /// what was handed over, and is the sink's latest word: a durable
     /// offset below one declared safe before means it lost records, and
     /// the higher one is not committed unless it already was (committed
-    /// offsets never go back, `take_commit`).
+    /// offsets never go back, `take_commit`). Below an offset this run
+    /// committed, committed <= durable no longer holds: an error, and the
+    /// run stops (until the night of 2026-12-04 only a warning, and the
+    /// run went on with Kafka past what the sink held).
     fn heed(
         &mut self,
         call: &'static str,
         tp: &TopicPartition,
         o: i64,
         handed: &BTreeMap<TopicPartition, i64>,
-    ) -> bool {
+    ) -> Result<bool, ConnectorError> {
         if !handed.contains_key(tp) && !self.durable_reported.contains_key(tp) {
             if self.warned_unhanded.insert(call) {
                 tracing::warn!(%tp, offset = o, "{call} reported a partition it was not handed (revoked, or not put to since its assignment): ignored, as are any such later (this warning is not repeated)");
             }
-            return false;
+            return Ok(false);
         }
         self.assert_handed(tp, o, handed);
+        if let Some(&committed) = self.committed_here.get(tp).filter(|&&c| o < c) {
+            return Err(lost_committed(tp, o, committed));
+        }
         raise(&mut self.durable_reported, tp, o);
         self.lower_safe(tp, o, call);
-        true
+        Ok(true)
     }
 
     /// The sink reported `tp` durable at `o`, by `call`: a safe offset
@@ -270,14 +292,27 @@ impl CommitTracker {
     }
 
     /// Kafka acknowledged a commit. Partitions no longer `assigned` (revoked
-    /// while it was in flight) are not recorded: they were forgotten.
-    pub fn commit_acked(&mut self, c: PendingCommit, assigned: &BTreeSet<TopicPartition>) {
+    /// while it was in flight) are not recorded: they were forgotten. An
+    /// error when the sink lowered its word below an offset of this commit
+    /// while it was in flight (`still_safe` passed as it was handed over):
+    /// Kafka now holds more than the sink, and the run must stop.
+    pub fn commit_acked(
+        &mut self,
+        c: PendingCommit,
+        assigned: &BTreeSet<TopicPartition>,
+    ) -> Result<(), ConnectorError> {
+        let mut lost = None;
         for (tp, &o) in &c.offsets {
             if assigned.contains(tp) {
                 raise(&mut self.committed, tp, o);
+                raise(&mut self.committed_here, tp, o);
+                if let Some(&safe) = self.safe.get(tp).filter(|&&safe| safe < o) {
+                    lost.get_or_insert_with(|| lost_committed(tp, safe, o));
+                }
             }
         }
         self.settle(c.puts);
+        lost.map_or(Ok(()), Err)
     }
 
     /// Whether every offset of a commit chosen earlier is still at or
@@ -316,6 +351,16 @@ impl CommitTracker {
         self.durable_reported.remove(tp);
         self.safe.remove(tp);
         self.committed.remove(tp);
+        self.committed_here.remove(tp);
+    }
+}
+
+fn lost_committed(tp: &TopicPartition, durable: i64, committed: i64) -> ConnectorError {
+    ConnectorError::SinkLostCommitted {
+        topic: tp.topic.clone(),
+        partition: tp.partition,
+        durable,
+        committed,
     }
 }
 
@@ -332,8 +377,10 @@ mod tests {
     fn declaring_more_than_was_handed_over_panics() {
         let mut t = CommitTracker::default();
         let handed = BTreeMap::from([(tp(0), 5)]);
-        t.record_put(Instant::now(), &BTreeMap::new(), &handed);
-        t.record_pre_commit(&BTreeMap::from([(tp(0), 6)]), &handed);
+        t.record_put(Instant::now(), &BTreeMap::new(), &handed)
+            .unwrap();
+        t.record_pre_commit(&BTreeMap::from([(tp(0), 6)]), &handed)
+            .unwrap();
     }
 
     /// A partition the sink was never handed (revoked since, say) is not
@@ -342,8 +389,10 @@ mod tests {
     fn a_partition_never_handed_over_is_ignored() {
         let mut t = CommitTracker::default();
         let handed = BTreeMap::from([(tp(0), 5)]);
-        t.record_put(Instant::now(), &BTreeMap::new(), &handed);
-        t.record_pre_commit(&BTreeMap::from([(tp(0), 5), (tp(1), 9)]), &handed);
+        t.record_put(Instant::now(), &BTreeMap::new(), &handed)
+            .unwrap();
+        t.record_pre_commit(&BTreeMap::from([(tp(0), 5), (tp(1), 9)]), &handed)
+            .unwrap();
         let assigned = BTreeSet::from([tp(0), tp(1)]);
         let c = t.take_commit(&assigned, None).unwrap();
         assert_eq!(c.offsets, BTreeMap::from([(tp(0), 5)]));
@@ -351,28 +400,110 @@ mod tests {
 
     /// A sink that declares a lower offset safe than before (it lost
     /// records, or has a bug) has its higher one, not committed yet (a
-    /// failed commit), kept from Kafka: the commit follows its latest word,
-    /// and never goes back below what Kafka acknowledged.
+    /// failed commit), kept from Kafka: the commit follows its latest word.
+    /// Below what this run committed, the run stops (`SinkLostCommitted`).
     #[test]
     fn a_lowered_safe_offset_is_not_committed_above_the_sinks_latest_word() {
         let mut t = CommitTracker::default();
         let assigned = BTreeSet::from([tp(0)]);
         let handed = BTreeMap::from([(tp(0), 500)]);
-        t.record_put(Instant::now(), &BTreeMap::new(), &handed);
-        t.record_pre_commit(&BTreeMap::from([(tp(0), 400)]), &handed);
+        t.record_put(Instant::now(), &BTreeMap::new(), &handed)
+            .unwrap();
+        t.record_pre_commit(&BTreeMap::from([(tp(0), 400)]), &handed)
+            .unwrap();
         let c = t.take_commit(&assigned, None).unwrap();
-        t.commit_acked(c, &assigned);
-        t.record_pre_commit(&BTreeMap::from([(tp(0), 500)]), &handed);
+        t.commit_acked(c, &assigned).unwrap();
+        t.record_pre_commit(&BTreeMap::from([(tp(0), 500)]), &handed)
+            .unwrap();
         let c = t.take_commit(&assigned, None).unwrap();
         assert_eq!(c.offsets, BTreeMap::from([(tp(0), 500)]));
         t.commit_failed(c);
-        t.record_pre_commit(&BTreeMap::from([(tp(0), 450)]), &handed);
+        t.record_pre_commit(&BTreeMap::from([(tp(0), 450)]), &handed)
+            .unwrap();
         let c = t.take_commit(&assigned, None).unwrap();
         assert_eq!(c.offsets, BTreeMap::from([(tp(0), 450)]), "not the 500");
-        t.commit_acked(c, &assigned);
-        // Below what Kafka acknowledged: nothing to commit.
-        t.record_pre_commit(&BTreeMap::from([(tp(0), 300)]), &handed);
-        assert!(t.take_commit(&assigned, None).is_none());
+        t.commit_acked(c, &assigned).unwrap();
+        // Below what this run committed: Kafka counts records 300..450 as
+        // archived, and the sink no longer holds them.
+        let e = t
+            .record_pre_commit(&BTreeMap::from([(tp(0), 300)]), &handed)
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                ConnectorError::SinkLostCommitted {
+                    durable: 300,
+                    committed: 450,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        // A put's word is held to the same.
+        let e = t
+            .record_put(Instant::now(), &BTreeMap::from([(tp(0), 449)]), &handed)
+            .unwrap_err();
+        assert!(matches!(
+            e,
+            ConnectorError::SinkLostCommitted { durable: 449, .. }
+        ));
+        // At what was committed, and after a revoke (what Kafka holds then
+        // may be another member's), the word is taken.
+        t.record_pre_commit(&BTreeMap::from([(tp(0), 450)]), &handed)
+            .unwrap();
+        t.forget(&tp(0));
+        t.record_put(Instant::now(), &BTreeMap::from([(tp(0), 300)]), &handed)
+            .unwrap();
+    }
+
+    /// Kafka's committed offset at an assignment may be another member's:
+    /// a sink whose word is below it has lost nothing of this run's.
+    #[test]
+    fn only_this_runs_own_commits_bound_the_sinks_word() {
+        let mut t = CommitTracker::default();
+        let handed = BTreeMap::from([(tp(0), 500)]);
+        t.record_open(&[tp(0)], &BTreeMap::new(), &BTreeMap::from([(tp(0), 450)]));
+        t.record_put(Instant::now(), &BTreeMap::new(), &handed)
+            .unwrap();
+        t.record_pre_commit(&BTreeMap::from([(tp(0), 300)]), &handed)
+            .unwrap();
+    }
+
+    /// A sink that lowers its word while a commit above it is in flight
+    /// (it passed `still_safe` as it was handed over) has its ack refused:
+    /// Kafka now holds more than the sink, and the run stops.
+    #[test]
+    fn a_word_lowered_under_a_commit_in_flight_fails_its_ack() {
+        let mut t = CommitTracker::default();
+        let assigned = BTreeSet::from([tp(0)]);
+        let handed = BTreeMap::from([(tp(0), 500)]);
+        t.record_put(Instant::now(), &BTreeMap::new(), &handed)
+            .unwrap();
+        t.record_pre_commit(&BTreeMap::from([(tp(0), 500)]), &handed)
+            .unwrap();
+        let c = t.take_commit(&assigned, None).unwrap();
+        assert!(t.still_safe(&c.offsets));
+        t.record_put(Instant::now(), &BTreeMap::from([(tp(0), 300)]), &handed)
+            .unwrap();
+        let e = t.commit_acked(c, &assigned).unwrap_err();
+        assert!(matches!(
+            e,
+            ConnectorError::SinkLostCommitted {
+                durable: 300,
+                committed: 500,
+                ..
+            }
+        ));
+        // One acked after its partition was revoked checks nothing.
+        let mut t = CommitTracker::default();
+        t.record_put(Instant::now(), &BTreeMap::new(), &handed)
+            .unwrap();
+        t.record_pre_commit(&BTreeMap::from([(tp(0), 500)]), &handed)
+            .unwrap();
+        let c = t.take_commit(&assigned, None).unwrap();
+        t.record_put(Instant::now(), &BTreeMap::from([(tp(0), 300)]), &handed)
+            .unwrap();
+        t.commit_acked(c, &BTreeSet::new()).unwrap();
     }
 
     /// A put that reports a partition assigned with neither a put nor a
@@ -390,14 +521,17 @@ mod tests {
             Instant::now(),
             &BTreeMap::from([(tp(0), 500), (tp(1), 40)]),
             &handed,
-        );
+        )
+        .unwrap();
         // tp(1)'s word is ignored: nothing of it was handed over.
         assert!(!t.durable_reported.contains_key(&tp(1)));
-        t.record_pre_commit(&BTreeMap::from([(tp(0), 500)]), &handed);
+        t.record_pre_commit(&BTreeMap::from([(tp(0), 500)]), &handed)
+            .unwrap();
         let c = t.take_commit(&assigned, None).unwrap();
         assert_eq!(c.offsets, BTreeMap::from([(tp(0), 500)]));
         // The sink lost records: 300 is its latest word.
-        t.record_put(Instant::now(), &BTreeMap::from([(tp(0), 300)]), &handed);
+        t.record_put(Instant::now(), &BTreeMap::from([(tp(0), 300)]), &handed)
+            .unwrap();
         assert!(!t.still_safe(&c.offsets), "the chosen commit is above it");
         t.commit_failed(c);
         assert_eq!(
@@ -411,7 +545,8 @@ mod tests {
     fn a_put_reporting_more_than_was_handed_over_panics() {
         let mut t = CommitTracker::default();
         let handed = BTreeMap::from([(tp(0), 5)]);
-        t.record_put(Instant::now(), &BTreeMap::from([(tp(0), 7)]), &handed);
+        t.record_put(Instant::now(), &BTreeMap::from([(tp(0), 7)]), &handed)
+            .unwrap();
     }
 
     #[test]
@@ -431,19 +566,23 @@ mod tests {
             Instant::now(),
             &BTreeMap::from([(tp(0), 5), (tp(1), 7)]),
             &handed,
-        );
+        )
+        .unwrap();
         // Durable but not yet declared safe: nothing to commit.
         assert!(t.take_commit(&assigned, None).is_none());
-        t.record_put(Instant::now(), &BTreeMap::from([(tp(0), 9)]), &handed);
+        t.record_put(Instant::now(), &BTreeMap::from([(tp(0), 9)]), &handed)
+            .unwrap();
         // A buffering sink may declare less than what is durable.
-        t.record_pre_commit(&BTreeMap::from([(tp(0), 8), (tp(1), 7)]), &handed);
+        t.record_pre_commit(&BTreeMap::from([(tp(0), 8), (tp(1), 7)]), &handed)
+            .unwrap();
         let c = t.take_commit(&assigned, None).unwrap();
         assert_eq!(c.offsets, BTreeMap::from([(tp(0), 8), (tp(1), 7)]));
-        t.commit_acked(c, &assigned);
+        t.commit_acked(c, &assigned).unwrap();
         assert_eq!(t.put_to_commit_us.len(), 2, "both puts settled");
         assert!(t.take_commit(&assigned, None).is_none());
         // A revoked partition is never committed again.
-        t.record_pre_commit(&BTreeMap::from([(tp(0), 9)]), &handed);
+        t.record_pre_commit(&BTreeMap::from([(tp(0), 9)]), &handed)
+            .unwrap();
         assert!(t.take_commit(&BTreeSet::from([tp(1)]), None).is_none());
     }
 
@@ -452,15 +591,17 @@ mod tests {
         let mut t = CommitTracker::default();
         let assigned = BTreeSet::from([tp(0)]);
         let handed = BTreeMap::from([(tp(0), 5)]);
-        t.record_put(Instant::now(), &BTreeMap::new(), &handed);
+        t.record_put(Instant::now(), &BTreeMap::new(), &handed)
+            .unwrap();
         // The sink made it durable in pre_commit (a put that only buffers).
-        t.record_pre_commit(&BTreeMap::from([(tp(0), 5)]), &handed);
+        t.record_pre_commit(&BTreeMap::from([(tp(0), 5)]), &handed)
+            .unwrap();
         let c = t.take_commit(&assigned, None).unwrap();
         t.commit_failed(c);
         assert_eq!(t.put_to_commit_us.len(), 0);
         let c = t.take_commit(&assigned, None).unwrap();
         assert_eq!(c.offsets, BTreeMap::from([(tp(0), 5)]));
-        t.commit_acked(c, &assigned);
+        t.commit_acked(c, &assigned).unwrap();
         assert_eq!(t.put_to_commit_us.len(), 1);
     }
 
@@ -473,8 +614,10 @@ mod tests {
         let extra = 10u64;
         for i in 0..PUTS_WAITING_TIMED_MAX as i64 + extra as i64 {
             let handed = BTreeMap::from([(tp(0), i + 1)]);
-            t.record_put(Instant::now(), &BTreeMap::new(), &handed);
-            t.record_pre_commit(&BTreeMap::from([(tp(0), i + 1)]), &handed);
+            t.record_put(Instant::now(), &BTreeMap::new(), &handed)
+                .unwrap();
+            t.record_pre_commit(&BTreeMap::from([(tp(0), i + 1)]), &handed)
+                .unwrap();
             if i % 1000 == 0 {
                 let c = t.take_commit(&assigned, None).unwrap();
                 t.commit_failed(c);
@@ -483,7 +626,7 @@ mod tests {
         assert!(t.unsafe_puts.len() + t.safe_puts.len() <= PUTS_WAITING_TIMED_MAX);
         assert_eq!(t.puts_untimed, extra);
         let c = t.take_commit(&assigned, None).unwrap();
-        t.commit_acked(c, &assigned);
+        t.commit_acked(c, &assigned).unwrap();
         assert_eq!(t.put_to_commit_us.len(), PUTS_WAITING_TIMED_MAX as u64);
         assert_eq!(
             t.committed[&tp(0)],
@@ -514,8 +657,10 @@ mod tests {
     fn open_reporting_another_partition_is_ignored() {
         let mut t = CommitTracker::default();
         let handed = BTreeMap::from([(tp(0), 500)]);
-        t.record_put(Instant::now(), &BTreeMap::from([(tp(0), 500)]), &handed);
-        t.record_pre_commit(&BTreeMap::from([(tp(0), 500)]), &handed);
+        t.record_put(Instant::now(), &BTreeMap::from([(tp(0), 500)]), &handed)
+            .unwrap();
+        t.record_pre_commit(&BTreeMap::from([(tp(0), 500)]), &handed)
+            .unwrap();
         let ignored = t.record_open(
             &[tp(1)],
             &BTreeMap::from([(tp(0), 999), (tp(1), 10), (tp(2), 7)]),

@@ -345,13 +345,21 @@ impl Pipeline {
                 // nothing is recorded, and the next commit sends them again.
                 // (A revoke's own commit is of partitions being revoked,
                 // forgotten once it ends.)
-                if only.is_none() && s.revoked_since(revokes_begun, pending.offsets.keys()) {
-                    s.tracker.commit_acked(pending, &BTreeSet::new());
-                    self.wake.notify_one();
-                } else {
-                    s.tracker.commit_acked(pending, &s.assigned);
-                }
+                let acked =
+                    if only.is_none() && s.revoked_since(revokes_begun, pending.offsets.keys()) {
+                        self.wake.notify_one();
+                        s.tracker.commit_acked(pending, &BTreeSet::new())
+                    } else {
+                        s.tracker.commit_acked(pending, &s.assigned)
+                    };
                 s.stats.commits += 1;
+                if let Err(e) = acked {
+                    // The sink lowered its word below this commit while it
+                    // was in flight: Kafka holds more than the sink does.
+                    drop(guard);
+                    self.fail(e);
+                    return CommitOutcome::Closed;
+                }
                 self.check_done(s);
                 CommitOutcome::Done
             }

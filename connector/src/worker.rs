@@ -311,7 +311,8 @@ impl Worker {
             }
         }
         if outcome.durable.keys().all(|tp| s.assigned.contains(tp)) {
-            s.tracker.record_put(started, &outcome.durable, &s.consumed);
+            s.tracker
+                .record_put(started, &outcome.durable, &s.consumed)?;
         } else {
             let durable: BTreeMap<TopicPartition, i64> = outcome
                 .durable
@@ -319,7 +320,7 @@ impl Worker {
                 .filter(|(tp, _)| s.assigned.contains(*tp))
                 .map(|(tp, o)| (tp.clone(), *o))
                 .collect();
-            s.tracker.record_put(started, &durable, &s.consumed);
+            s.tracker.record_put(started, &durable, &s.consumed)?;
         }
         s.stats.puts += 1;
         s.stats.records_written += outcome.records_written;
@@ -365,7 +366,7 @@ impl Worker {
         // warning.
         let mut safe = safe;
         safe.retain(|tp, _| s.assigned.contains(tp) || !consumed.contains_key(tp));
-        s.tracker.record_pre_commit(&safe, &consumed);
+        s.tracker.record_pre_commit(&safe, &consumed)?;
         drop(s);
         self.unsafe_puts = false;
         self.last_pre_commit = Instant::now();

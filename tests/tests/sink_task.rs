@@ -358,3 +358,115 @@ fn a_resume_point_the_log_bounds_did_not_confirm_is_not_committed() {
     assert!(err.contains("1000000"), "{err}");
     assert!(kafka.values().all(|&o| o == 0), "committed {kafka:?}");
 }
+
+/// A sink that loses records after they were committed: every put is
+/// durable at once, until a commit is acknowledged; the next put then
+/// reports each committed partition durable one record below its commit.
+struct LosingSink {
+    /// The offsets of the first commit Kafka acknowledged, when it comes.
+    acked: Arc<(Mutex<BTreeMap<TopicPartition, i64>>, std::sync::Condvar)>,
+    puts: u64,
+}
+
+impl SinkTask for LosingSink {
+    fn open(
+        &mut self,
+        _partitions: &[TopicPartition],
+    ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+        Ok(BTreeMap::new())
+    }
+
+    fn put(&mut self, batches: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
+        self.puts += 1;
+        if self.puts == 1 {
+            let durable = batches
+                .iter()
+                .filter_map(|b| b.records.last().map(|r| (b.tp.clone(), r.offset + 1)))
+                .collect();
+            return Ok(outcome(batches, durable));
+        }
+        // The first put's records are committed by the committer while
+        // this put waits (every-put): woken by the ack, not timed.
+        let (lock, acked) = &*self.acked;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        let mut seen = lock.lock().unwrap();
+        while seen.is_empty() {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err(TaskError::Fatal("no commit was acknowledged".into()));
+            }
+            seen = acked.wait_timeout(seen, left).unwrap().0;
+        }
+        let lost = seen.iter().map(|(tp, o)| (tp.clone(), o - 1)).collect();
+        Ok(outcome(batches, lost))
+    }
+
+    fn pre_commit(
+        &mut self,
+        consumed: &BTreeMap<TopicPartition, i64>,
+    ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+        Ok(if self.puts == 1 {
+            consumed.clone()
+        } else {
+            BTreeMap::new()
+        })
+    }
+
+    fn close(&mut self, _partitions: &[TopicPartition]) -> Result<(), TaskError> {
+        Ok(())
+    }
+}
+
+/// committed <= durable, held after the fact: a sink whose word goes back
+/// below what the run committed stops the run with an error naming the
+/// partition and both offsets, and nothing more is committed. Until the
+/// night of 2026-12-04 this was a warning, and the run went on.
+#[test]
+fn a_sink_that_loses_committed_records_stops_the_run() {
+    init_logs();
+    let k = TestKafka::new("losing", DEMO_PARTITIONS);
+    produce(&k.brokers, &k.topic, 0..3_000).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = RunConfig::new(
+        &k.brokers,
+        k.group("losing"),
+        vec![k.topic.clone()],
+        dir.path().into(),
+    );
+    cfg.batch_records_max = 500;
+    cfg.commit = CommitPolicy::EveryPut;
+    fast_group(&mut cfg);
+    let acked = Arc::new((Mutex::new(BTreeMap::new()), std::sync::Condvar::new()));
+    let seen = acked.clone();
+    let opts = PipelineOptions {
+        on_commit: Some(Box::new(move |committed, _durable| {
+            let mut first = seen.0.lock().unwrap();
+            if first.is_empty() {
+                *first = committed.clone();
+                seen.1.notify_all();
+            }
+        })),
+        ..Default::default()
+    };
+    let sink = LosingSink {
+        acked: acked.clone(),
+        puts: 0,
+    };
+    let err = run_bounded(&cfg, Box::new(sink), opts)
+        .expect_err("a sink that lost committed records must stop the run")
+        .to_string();
+    let first = acked.0.lock().unwrap().clone();
+    let (tp, o) = first.iter().next().expect("a commit was acknowledged");
+    assert!(
+        err.contains(&format!(
+            "{tp} durable only up to offset {}, below offset {o}, which this run committed",
+            o - 1
+        )),
+        "{err}"
+    );
+    // Kafka holds the first commit, and nothing after it.
+    let kafka = k.committed("losing", DEMO_PARTITIONS);
+    for (tp, o) in &first {
+        assert_eq!(kafka.get(&tp.partition), Some(o), "{tp}: {kafka:?}");
+    }
+}
