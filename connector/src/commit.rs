@@ -110,8 +110,11 @@ impl CommitTracker {
         durable: &BTreeMap<TopicPartition, i64>,
         handed: &BTreeMap<TopicPartition, i64>,
     ) -> Result<(), ConnectorError> {
+        let mut lost = Ok(());
         for (tp, &o) in durable {
-            self.heed("put", tp, o, handed)?;
+            if let Err(e) = self.heed("put", tp, o, handed) {
+                lost = lost.and(Err(e));
+            }
         }
         if self.unsafe_puts.len() + self.safe_puts.len() < PUTS_WAITING_TIMED_MAX {
             self.unsafe_puts.push(started);
@@ -124,7 +127,7 @@ impl CommitTracker {
             }
             self.puts_untimed += 1;
         }
-        Ok(())
+        lost
     }
 
     /// An assignment of `opened`: the sink's `open` reported these offsets
@@ -170,13 +173,21 @@ impl CommitTracker {
         safe: &BTreeMap<TopicPartition, i64>,
         handed: &BTreeMap<TopicPartition, i64>,
     ) -> Result<(), ConnectorError> {
+        let mut lost = Ok(());
         for (tp, &o) in safe {
-            if self.heed("pre_commit", tp, o, handed)? {
-                self.safe.insert(tp.clone(), o);
+            match self.heed("pre_commit", tp, o, handed) {
+                Ok(false) => {}
+                Ok(true) => {
+                    self.safe.insert(tp.clone(), o);
+                }
+                Err(e) => {
+                    self.safe.insert(tp.clone(), o);
+                    lost = lost.and(Err(e));
+                }
             }
         }
         self.safe_puts.append(&mut self.unsafe_puts);
-        Ok(())
+        lost
     }
 
     /// The sink's word, by `call`, that `tp` is durable at `o`: whether it
@@ -192,7 +203,9 @@ impl CommitTracker {
     /// offsets never go back, `take_commit`). Below an offset this run
     /// committed, committed <= durable no longer holds: an error, and the
     /// run stops (until the night of 2026-12-04 only a warning, and the
-    /// run went on with Kafka past what the sink held).
+    /// run went on with Kafka past what the sink held). The word is taken
+    /// even then (the caller closes commits under the same lock), so that
+    /// no commit chosen before goes out above it meanwhile.
     fn heed(
         &mut self,
         call: &'static str,
@@ -207,12 +220,12 @@ impl CommitTracker {
             return Ok(false);
         }
         self.assert_handed(tp, o, handed);
-        if let Some(&committed) = self.committed_here.get(tp).filter(|&&c| o < c) {
-            return Err(lost_committed(tp, o, committed));
-        }
         raise(&mut self.durable_reported, tp, o);
         self.lower_safe(tp, o, call);
-        Ok(true)
+        match self.committed_here.get(tp) {
+            Some(&committed) if o < committed => Err(lost_committed(tp, o, committed)),
+            _ => Ok(true),
+        }
     }
 
     /// The sink reported `tp` durable at `o`, by `call`: a safe offset
@@ -223,7 +236,7 @@ impl CommitTracker {
         };
         if o < *safe {
             if self.warned_lowered.insert(tp.clone()) {
-                tracing::warn!(%tp, offset = o, before = *safe, "{call} reported a lower offset durable than was declared safe before: the higher one is committed only if it was already (commits never go back); a durable offset that goes back means the sink lost records or has a bug (told once a partition)");
+                tracing::warn!(%tp, offset = o, before = *safe, "{call} reported a lower offset durable than was declared safe before: the higher one is not committed (the run stops if it already was); a durable offset that goes back means the sink lost records or has a bug (told once a partition)");
             }
             *safe = o;
         }
@@ -439,6 +452,9 @@ mod tests {
             ),
             "{e}"
         );
+        // The lower word is taken all the same: nothing above it goes out
+        // before the run stops.
+        assert!(t.take_commit(&assigned, None).is_none());
         // A put's word is held to the same.
         let e = t
             .record_put(Instant::now(), &BTreeMap::from([(tp(0), 449)]), &handed)
@@ -467,6 +483,40 @@ mod tests {
             .unwrap();
         t.record_pre_commit(&BTreeMap::from([(tp(0), 300)]), &handed)
             .unwrap();
+    }
+
+    /// A lower word that stops the run also keeps a commit chosen before
+    /// it from going out (the committer checks `still_safe` as it hands a
+    /// commit over, and may get the lock before the run is failed).
+    #[test]
+    fn a_word_below_a_commit_stops_the_run_and_stales_a_chosen_commit() {
+        let mut t = CommitTracker::default();
+        let assigned = BTreeSet::from([tp(0), tp(1)]);
+        let handed = BTreeMap::from([(tp(0), 600), (tp(1), 600)]);
+        t.record_put(Instant::now(), &BTreeMap::new(), &handed)
+            .unwrap();
+        t.record_pre_commit(&BTreeMap::from([(tp(0), 500), (tp(1), 500)]), &handed)
+            .unwrap();
+        let c = t.take_commit(&assigned, None).unwrap();
+        t.commit_acked(c, &assigned).unwrap();
+        t.record_pre_commit(&BTreeMap::from([(tp(0), 600), (tp(1), 600)]), &handed)
+            .unwrap();
+        let chosen = t.take_commit(&assigned, None).unwrap();
+        // Both partitions' words are taken, the second after the error.
+        let e = t
+            .record_put(
+                Instant::now(),
+                &BTreeMap::from([(tp(0), 450), (tp(1), 550)]),
+                &handed,
+            )
+            .unwrap_err();
+        assert!(matches!(
+            e,
+            ConnectorError::SinkLostCommitted { durable: 450, .. }
+        ));
+        assert!(!t.still_safe(&BTreeMap::from([(tp(0), 600)])));
+        assert!(!t.still_safe(&BTreeMap::from([(tp(1), 600)])));
+        assert!(!t.still_safe(&chosen.offsets));
     }
 
     /// A sink that lowers its word while a commit above it is in flight

@@ -356,6 +356,8 @@ impl Pipeline {
                 if let Err(e) = acked {
                     // The sink lowered its word below this commit while it
                     // was in flight: Kafka holds more than the sink does.
+                    // Closed under this lock, before any other commit.
+                    s.commits_closed = true;
                     drop(guard);
                     self.fail(e);
                     return CommitOutcome::Closed;

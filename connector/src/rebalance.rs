@@ -586,7 +586,7 @@ impl SinkContext {
                             tracing::info!(partitions = ?revoked, "revoked partitions committed at their durable offsets");
                         }
                         CommitOutcome::Closed => {
-                            tracing::warn!(partitions = ?revoked, "revoked while the run stops: their durable offsets were not committed");
+                            tracing::warn!(partitions = ?revoked, "revoked as the run stops: commits are closed, and their durable offsets may not have been committed (the run's error says why it stops)");
                         }
                         CommitOutcome::Failed | CommitOutcome::Stale => {
                             // The next owner resumes from Kafka's older offset and

@@ -48,11 +48,12 @@
 //!    Kafka Connect ignores them. An offset below one declared before is
 //!    taken as the sink's latest word: the higher one is not committed
 //!    (with a warning; a durable offset that goes back means lost records
-//!    or a bug). If this run already committed the higher one (or has its
-//!    commit in flight), Kafka counts records as archived that the sink no
-//!    longer holds: the run fails (`SinkLostCommitted`, naming the
-//!    partition and both offsets) and commits nothing more; a sink with
-//!    an identity resumes at its own offset on the next run. The commit
+//!    or a bug). If this run already committed the higher one (or a commit
+//!    of it in flight is acknowledged after), Kafka counts records as
+//!    archived that the sink no longer holds: the run fails
+//!    (`SinkLostCommitted`, naming the partition and both offsets) and
+//!    commits nothing more; a sink with an identity resumes at its own
+//!    offset on the next run. The commit
 //!    itself follows on the loop's committer, while the next `put` runs.
 //! 4. **`close(partitions)`** runs after revoked partitions were committed
 //!    (or, for lost partitions, without any commit). A buffering sink drops

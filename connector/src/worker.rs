@@ -310,9 +310,8 @@ impl Worker {
                 s.consumed.insert(b.tp.clone(), last.offset + 1);
             }
         }
-        if outcome.durable.keys().all(|tp| s.assigned.contains(tp)) {
-            s.tracker
-                .record_put(started, &outcome.durable, &s.consumed)?;
+        let recorded = if outcome.durable.keys().all(|tp| s.assigned.contains(tp)) {
+            s.tracker.record_put(started, &outcome.durable, &s.consumed)
         } else {
             let durable: BTreeMap<TopicPartition, i64> = outcome
                 .durable
@@ -320,7 +319,13 @@ impl Worker {
                 .filter(|(tp, _)| s.assigned.contains(*tp))
                 .map(|(tp, o)| (tp.clone(), *o))
                 .collect();
-            s.tracker.record_put(started, &durable, &s.consumed)?;
+            s.tracker.record_put(started, &durable, &s.consumed)
+        };
+        if let Err(e) = recorded {
+            // The sink lost committed records: closed under this lock, so
+            // that the committer sends nothing more before the run fails.
+            s.commits_closed = true;
+            return Err(e);
         }
         s.stats.puts += 1;
         s.stats.records_written += outcome.records_written;
@@ -366,7 +371,11 @@ impl Worker {
         // warning.
         let mut safe = safe;
         safe.retain(|tp, _| s.assigned.contains(tp) || !consumed.contains_key(tp));
-        s.tracker.record_pre_commit(&safe, &consumed)?;
+        if let Err(e) = s.tracker.record_pre_commit(&safe, &consumed) {
+            // As for a put's word, above.
+            s.commits_closed = true;
+            return Err(e);
+        }
         drop(s);
         self.unsafe_puts = false;
         self.last_pre_commit = Instant::now();
