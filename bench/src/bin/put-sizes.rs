@@ -7,7 +7,8 @@
 //! `cargo run --release -p cairn-bench --bin put-sizes -- [RECORD_BYTES [PUTS [RECORDS_PER_PUT [PARTITIONS]]]]`
 //! (defaults 1024, 60, 1000, 32: a put as `--batch-records-max 1000`
 //! makes them over 32 partitions). Stores and the file go under
-//! `$TMPDIR`.
+//! `target/bench`, on the disk under test (not `$TMPDIR`, a tmpfs on some
+//! machines).
 
 use std::io::Write;
 use std::time::Instant;

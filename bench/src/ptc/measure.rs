@@ -733,7 +733,9 @@ pub struct Floor {
     pub put_bytes: usize,
     pub fdatasync: Latency,
     pub commit: Latency,
-    /// fdatasync sample i plus commit sample i.
+    /// The fdatasync's sample of rank i plus the commit's of rank i: each
+    /// percentile is the sum of the two percentiles (hdrhistogram's
+    /// precision aside).
     pub sum: Latency,
 }
 
@@ -754,6 +756,9 @@ const FLOOR_FILE_BYTES_MAX: u64 = 1 << 30;
 /// covered, about 3 of 32 here), from a consumer whose partitions are
 /// paused: one fetching the topic meanwhile slowed the commits it is the
 /// floor of, and so flattered cairn's ratio.
+///
+/// The two are paired by rank (below), so that each percentile of the
+/// floor is the fdatasync's plus the commit's.
 ///
 /// Every sample appends, as cairn's puts do (an append changes the file's
 /// size, which fdatasync must persist too; an overwrite would not): past
@@ -831,6 +836,14 @@ pub fn floor(
             .map_err(|e| format!("floor commit: {e}"))?;
         commit_us.push(t.elapsed().as_micros() as u64);
     }
+    // Paired by rank, not by time: the floor's every percentile is then the
+    // fdatasync's plus the commit's, as the issue defines the floor
+    // ("fdatasync p50 + commit-RTT p50"). Until the night of 2026-12-04
+    // sample i of one was paired with sample i of the other, in the order
+    // taken, which the two measured apart do not justify: that floor's p50
+    // read above the sum of the p50s, and its p99 below the sum of the p99s.
+    fsync_us.sort_unstable();
+    commit_us.sort_unstable();
     let (mut hf, mut hc, mut hs) = (histogram(), histogram(), histogram());
     for (a, b) in fsync_us.iter().zip(&commit_us) {
         hf.saturating_record((*a).max(1));
