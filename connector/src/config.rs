@@ -315,7 +315,7 @@ impl RunConfig {
             }
             Some(_) if !self.retention().is_set() => {
                 return bad(
-                    "retention-check-interval-s: only used with --retain or --retain-bytes".into(),
+                    "retention-check-interval-s (--retention-check-interval-s, or the config file's key): only used with a retention (--retain or --retain-bytes, or the file's retain or retain-bytes); leave it out".into(),
                 )
             }
             _ => {}
@@ -481,8 +481,12 @@ fn property_values<'de, D: serde::Deserializer<'de>>(
                         toml::Value::Boolean(b) => b.to_string(),
                         other => {
                             return Err(D::Error::custom(format!(
-                                "[kafka] {k:?}: a {} is no property value (quote a property name with dots: \"session.timeout.ms\" = 10000)",
-                                other.type_str()
+                                "[kafka] {k:?}: {} is no property value: give text, a number or a boolean (a list as librdkafka takes it, in one string: \"a,b\"; and quote a property name with dots: \"session.timeout.ms\" = 10000)",
+                                match other.type_str() {
+                                    "array" => "an array",
+                                    "table" => "a table",
+                                    _ => "a datetime",
+                                }
                             )))
                         }
                     };
@@ -518,7 +522,7 @@ pub fn parse_age(s: &str) -> Result<std::time::Duration, String> {
         ));
     }
     humantime::parse_duration(s)
-        .map_err(|e| format!("{e}: expected an age such as 7d, 12h or 90min"))
+        .map_err(|e| format!("{s:?}: {e}: expected an age such as 7d, 12h or 90min"))
 }
 
 /// A flag's value, or `none`, which clears what the config file sets: flags
@@ -567,13 +571,15 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     // 0 is 0 in any unit (and refused where a size must be positive).
     if s.trim().parse::<u64>().is_ok_and(|n| n != 0) {
         return Err(format!(
-            "{s}: give a unit (50GiB, 500MB, or {}B for bytes): a bare number would be bytes",
+            "{s:?}: give a unit (50GiB, 500MB, or {}B for bytes): a bare number would be bytes",
             s.trim()
         ));
     }
     s.parse::<bytesize::ByteSize>()
         .map(|b| b.as_u64())
-        .map_err(|e| format!("{e}: expected a size with its unit, such as 50GiB, 500MB or 4096B"))
+        .map_err(|e| {
+            format!("{s:?}: {e}: expected a size with its unit, such as 50GiB, 500MB or 4096B")
+        })
 }
 
 /// Parse `key=value` for `-X`.

@@ -168,12 +168,36 @@ pub(crate) fn refuse_two_names(
         if let [(k1, v1), rest @ ..] = given.as_slice() {
             if let Some((k2, v2)) = rest.iter().find(|(_, v)| !same_value(v, v1)) {
                 return Err(format!(
-                    "-X {k1}={v1} and -X {k2}={v2}: one property under two names with two values (librdkafka would keep either, at random); give it once"
+                    "-X {} and -X {}: one property under two names with two values (librdkafka would keep either, at random); give it once",
+                    shown(k1, v1),
+                    shown(k2, v2)
                 ));
             }
         }
     }
     Ok(())
+}
+
+/// `key=value` as an error may show it: the value of a property that
+/// holds a credential (librdkafka's sensitive ones: passwords, secrets,
+/// private keys, the OAUTHBEARER config) is left out, so that a refusal
+/// does not write it to stderr and the journal.
+pub(crate) fn shown(key: &str, value: &str) -> String {
+    let name = key.strip_prefix("topic.").unwrap_or(key);
+    let sensitive = [
+        "password",
+        "secret",
+        "key.pem",
+        "ssl_key",
+        "oauthbearer.config",
+    ]
+    .iter()
+    .any(|s| name.contains(s));
+    if sensitive {
+        format!("{key}=<{} characters, not shown>", value.chars().count())
+    } else {
+        format!("{key}={value}")
+    }
 }
 
 /// librdkafka's names for the brokers to start from.
@@ -406,6 +430,38 @@ mod tests {
         ] {
             assert_eq!(refuse_two_names(&kafka(taken)), Ok(()), "{taken:?}");
         }
+        // A credential's values are not shown (until the night of
+        // 2026-12-04 both were, on stderr).
+        let e = refuse_two_names(&kafka(&[
+            ("sasl.oauthbearer.client.secret", "s3cr3t-one"),
+            ("topic.sasl.oauthbearer.client.secret", "s3cr3t-two"),
+        ]))
+        .unwrap_err();
+        assert!(!e.contains("s3cr3t"), "{e}");
+        assert!(
+            e.contains("sasl.oauthbearer.client.secret=<10 characters, not shown>"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn credentials_are_not_shown() {
+        for key in [
+            "sasl.password",
+            "ssl.key.password",
+            "ssl.keystore.password",
+            "ssl.key.pem",
+            "sasl.oauthbearer.config",
+            "sasl.oauthbearer.client.secret",
+            "topic.sasl.password",
+        ] {
+            assert_eq!(
+                shown(key, "hunter2"),
+                format!("{key}=<7 characters, not shown>")
+            );
+        }
+        assert_eq!(shown("sasl.username", "alice"), "sasl.username=alice");
+        assert_eq!(shown("linger.ms", "5"), "linger.ms=5");
     }
 
     #[test]

@@ -9,8 +9,24 @@ fn init_tracing(format: LogFormat, default_filter: &str) {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     use tracing_subscriber::Layer;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
+    // RUST_LOG set but empty (`RUST_LOG=` in a unit file) is taken as
+    // unset: tracing-subscriber reads it as no directives, which turns off
+    // every line, errors included. One that does not parse falls back to
+    // the default, and says so once logging is up.
+    let mut unread = None;
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(v) if !v.trim().is_empty() => {
+            tracing_subscriber::EnvFilter::try_new(&v).unwrap_or_else(|e| {
+                unread = Some(format!("RUST_LOG={v:?} does not parse ({e})"));
+                tracing_subscriber::EnvFilter::new(default_filter)
+            })
+        }
+        Err(std::env::VarError::NotUnicode(_)) => {
+            unread = Some("RUST_LOG is not UTF-8".to_owned());
+            tracing_subscriber::EnvFilter::new(default_filter)
+        }
+        _ => tracing_subscriber::EnvFilter::new(default_filter),
+    };
     // rdkafka's BaseConsumer closes its queue again on drop, after cairn has
     // already closed it cleanly (bounded, see consumer.rs), and logs the
     // expected failure at ERROR. It is the only error that module logs; an
@@ -26,6 +42,9 @@ fn init_tracing(format: LogFormat, default_filter: &str) {
     tracing_subscriber::registry()
         .with(layer.with_filter(filter).with_filter(quiet))
         .init();
+    if let Some(why) = unread {
+        tracing::warn!("{why}: logging at the default, {default_filter}");
+    }
 }
 
 /// Panics print as usual, except the one a failing store's own shutdown

@@ -1156,7 +1156,7 @@ fn bad_flags_and_config_name_the_setting() {
         (&["--retain", "soon"][..], "7d"),
         (
             &["--retention-check-interval-s", "5"][..],
-            "only used with --retain or --retain-bytes",
+            "only used with a retention (--retain or --retain-bytes",
         ),
         (
             &["--retain", "1d", "--retention-check-interval-s", "0"][..],

@@ -102,7 +102,9 @@ pub(crate) fn kafka_flags(flags: Vec<(String, String)>) -> crate::Result<BTreeMa
         if let Some(prev) = settings.get(&k) {
             if !crate::librdkafka::same_value(&v, prev) {
                 return Err(crate::ConnectorError::Config(format!(
-                    "-X {k}={prev} and -X {k}={v}: one property given twice with two values; give it once"
+                    "-X {} and -X {}: one property given twice with two values; give it once",
+                    crate::librdkafka::shown(&k, prev),
+                    crate::librdkafka::shown(&k, &v)
                 )));
             }
         }

@@ -215,17 +215,14 @@ impl RunArgs {
             // The file's value is read only when no flag overrides it.
             None => file
                 .retain
-                .map(|s| parse_age(&s).map_err(|e| in_file("retain", format!("{s:?}: {e}"))))
+                .map(|s| parse_age(&s).map_err(|e| in_file("retain", e)))
                 .transpose()?,
         };
         c.retain_bytes = match self.retain_bytes {
             Some(flag) => flag.setting(),
             None => file
                 .retain_bytes
-                .map(|s| {
-                    crate::config::parse_size(&s)
-                        .map_err(|e| in_file("retain-bytes", format!("{s:?}: {e}")))
-                })
+                .map(|s| crate::config::parse_size(&s).map_err(|e| in_file("retain-bytes", e)))
                 .transpose()?,
         };
         // Likewise the file's check interval goes with the file's retention:
@@ -803,7 +800,7 @@ mod tests {
             ),
         ] {
             let e = config(file, flags).unwrap_err().to_string();
-            assert!(e.contains("only used with --retain"), "{flags:?}: {e}");
+            assert!(e.contains("only used with a retention"), "{flags:?}: {e}");
         }
         // A flag's value wins without the file's being read (as for --commit).
         let c = config("retain = \"soon\"\n", &["--retain", "7d"]).unwrap();
