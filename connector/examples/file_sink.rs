@@ -21,6 +21,10 @@
 //! - `open` cuts the data file back to the mark's length (bytes written
 //!   after it were never made durable, and may be torn) and resumes there.
 //!   A data file shorter than its mark is damage, and stops the run.
+//! - `open` syncs the directory before it returns any mark: a run killed
+//!   between a mark's rename and its directory sync leaves the new mark in
+//!   the page cache only, and the loop commits what `open` returns as
+//!   durable.
 //! - File names are built whole from the topic and partition: never with
 //!   `Path::with_extension`, which would cut a dotted topic name.
 //! - `pre_commit` never reports an offset whose record is not behind a
@@ -31,6 +35,10 @@
 //! It has no `identity`: its files are never put back from an older copy,
 //! so a Kafka offset past a mark is always another member's. A sink whose
 //! storage can go back in time needs one (see `SinkTask::identity`).
+//! Nor does it remember a failed fsync across runs: after one (the run
+//! stops), a next run in the same boot may read back what the disk never
+//! kept. The archive sink leaves a mark for that (`cairn.poisoned`, in
+//! docs/DURABILITY.md); a sink for production needs the same.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -109,7 +117,6 @@ impl SinkTask for FileSink {
         partitions: &[TopicPartition],
     ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
         let mut resume = BTreeMap::new();
-        let mut created = false;
         for tp in partitions {
             let name = format!("{}-{}", tp.topic, tp.partition);
             let data = self.dir.join(format!("{name}.lines"));
@@ -124,7 +131,6 @@ impl SinkTask for FileSink {
                 // stops if Kafka cannot read that offset.
                 None => (0, 0),
             };
-            created |= !data.exists();
             let mut file = OpenOptions::new()
                 .create(true)
                 .truncate(false)
@@ -164,13 +170,14 @@ impl SinkTask for FileSink {
                 },
             );
         }
-        if created {
-            // A mark must never name a data file whose directory entry a
-            // crash could still take away.
-            File::open(&self.dir)
-                .and_then(|d| d.sync_all())
-                .map_err(io_fatal("sync", &self.dir))?;
-        }
+        // Every time, not only when a data file was created here: a mark
+        // must never name a data file whose directory entry a crash could
+        // still take away, and a mark returned must itself be durable (a
+        // run killed after renaming it, before syncing the directory, left
+        // it in the page cache only).
+        File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io_fatal("sync", &self.dir))?;
         Ok(resume)
     }
 
@@ -183,9 +190,9 @@ impl SinkTask for FileSink {
                 .ok_or_else(|| TaskError::Fatal(format!("{} was never opened", b.tp)))?;
             let mut buf = Vec::new();
             for r in &b.records {
-                // The loop hands each record once, but Kafka may deliver
-                // again what this file already holds (after a restart that
-                // resumed from an older committed offset).
+                // The loop hands each record once, and none below the
+                // offset `open` resumed from; kept as a guard, since a
+                // record this file holds must never be written twice.
                 if r.offset < pf.next {
                     out.records_duplicate += 1;
                     continue;
