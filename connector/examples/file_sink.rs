@@ -64,9 +64,19 @@ struct PartitionFile {
     dirty: bool,
 }
 
-struct FileSink {
+pub(crate) struct FileSink {
     dir: PathBuf,
     open: BTreeMap<TopicPartition, PartitionFile>,
+}
+
+impl FileSink {
+    /// A sink keeping its files in `dir`.
+    pub(crate) fn new(dir: &Path) -> FileSink {
+        FileSink {
+            dir: dir.to_path_buf(),
+            open: BTreeMap::new(),
+        }
+    }
 }
 
 fn io_fatal(what: &str, path: &Path) -> impl FnOnce(std::io::Error) -> TaskError {
@@ -301,10 +311,7 @@ pub fn main() -> Result<(), Box<dyn std::error::Error>> {
             })),
             ..Default::default()
         };
-        let sink = FileSink {
-            dir: dir.path().to_path_buf(),
-            open: BTreeMap::new(),
-        };
+        let sink = FileSink::new(dir.path());
         let report = run_pipeline(&cfg, Box::new(sink), opts)?;
         let s = &report.stats;
         println!(
@@ -332,7 +339,7 @@ pub fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// The offsets in a data file, read back through its length prefixes.
-fn read_offsets(mut bytes: &[u8]) -> Result<Vec<i64>, String> {
+pub(crate) fn read_offsets(mut bytes: &[u8]) -> Result<Vec<i64>, String> {
     let mut offsets = Vec::new();
     while !bytes.is_empty() {
         let mut field = || -> Result<i64, String> {
