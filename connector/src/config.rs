@@ -517,12 +517,12 @@ pub fn parse_age(s: &str) -> Result<std::time::Duration, String> {
     if s.split(|c: char| !c.is_ascii_alphabetic())
         .any(|unit| unit == "m" || unit == "M")
     {
-        return Err(format!(
-            "{s:?}: the unit m is refused as ambiguous (minutes or months?): write min or months"
-        ));
+        return Err(
+            "the unit m is refused as ambiguous (minutes or months?): write min or months".into(),
+        );
     }
     humantime::parse_duration(s)
-        .map_err(|e| format!("{s:?}: {e}: expected an age such as 7d, 12h or 90min"))
+        .map_err(|e| format!("{e}: expected an age such as 7d, 12h or 90min"))
 }
 
 /// A flag's value, or `none`, which clears what the config file sets: flags
@@ -571,21 +571,25 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     // 0 is 0 in any unit (and refused where a size must be positive).
     if s.trim().parse::<u64>().is_ok_and(|n| n != 0) {
         return Err(format!(
-            "{s:?}: give a unit (50GiB, 500MB, or {}B for bytes): a bare number would be bytes",
+            "give a unit (50GiB, 500MB, or {}B for bytes): a bare number would be bytes",
             s.trim()
         ));
     }
     s.parse::<bytesize::ByteSize>()
         .map(|b| b.as_u64())
-        .map_err(|e| {
-            format!("{s:?}: {e}: expected a size with its unit, such as 50GiB, 500MB or 4096B")
-        })
+        .map_err(|e| format!("{e}: expected a size with its unit, such as 50GiB, 500MB or 4096B"))
 }
 
 /// Parse `key=value` for `-X`.
 pub fn parse_kv(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
         Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_owned(), v.to_owned())),
+        // An argument without `=` may hold a credential all the same
+        // (`sasl.password:x`): not shown then.
+        _ if crate::librdkafka::names_a_credential(s) => Err(format!(
+            "an argument of {} characters naming a credential (not shown): expected key=value",
+            s.chars().count()
+        )),
         _ => Err(format!("{s:?}: expected key=value")),
     }
 }

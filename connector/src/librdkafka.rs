@@ -178,22 +178,29 @@ pub(crate) fn refuse_two_names(
     Ok(())
 }
 
-/// `key=value` as an error may show it: the value of a property that
-/// holds a credential (librdkafka's sensitive ones: passwords, secrets,
-/// private keys, the OAUTHBEARER config) is left out, so that a refusal
-/// does not write it to stderr and the journal.
-pub(crate) fn shown(key: &str, value: &str) -> String {
-    let name = key.strip_prefix("topic.").unwrap_or(key);
-    let sensitive = [
+/// Whether `text` names a property that holds a credential: a password,
+/// passphrase or secret, a private key given inline, the OAUTHBEARER
+/// config. (librdkafka marks more as sensitive, such as `sasl.username`
+/// and key file locations; those are shown, since a user needs them to
+/// tell two settings apart and they hold no secret themselves.)
+pub(crate) fn names_a_credential(text: &str) -> bool {
+    [
         "password",
+        "passphrase",
         "secret",
         "key.pem",
         "ssl_key",
         "oauthbearer.config",
     ]
     .iter()
-    .any(|s| name.contains(s));
-    if sensitive {
+    .any(|s| text.contains(s))
+}
+
+/// `key=value` as an error may show it: the value of a property that
+/// holds a credential ([`names_a_credential`]) is left out, so that a
+/// refusal does not write it to stderr and the journal.
+pub(crate) fn shown(key: &str, value: &str) -> String {
+    if names_a_credential(key) {
         format!("{key}=<{} characters, not shown>", value.chars().count())
     } else {
         format!("{key}={value}")
@@ -453,6 +460,7 @@ mod tests {
             "ssl.key.pem",
             "sasl.oauthbearer.config",
             "sasl.oauthbearer.client.secret",
+            "sasl.oauthbearer.assertion.private.key.passphrase",
             "topic.sasl.password",
         ] {
             assert_eq!(

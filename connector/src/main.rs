@@ -9,13 +9,13 @@ fn init_tracing(format: LogFormat, default_filter: &str) {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     use tracing_subscriber::Layer;
-    // RUST_LOG set but empty (`RUST_LOG=` in a unit file) is taken as
-    // unset: tracing-subscriber reads it as no directives, which turns off
-    // every line, errors included. One that does not parse falls back to
-    // the default, and says so once logging is up.
+    // RUST_LOG set but empty (`RUST_LOG=` in a unit file, or commas only)
+    // is taken as unset: tracing-subscriber reads it as no directives,
+    // which turns off every line, errors included. One that does not parse
+    // falls back to the default, and says so once logging is up.
     let mut unread = None;
     let filter = match std::env::var("RUST_LOG") {
-        Ok(v) if !v.trim().is_empty() => {
+        Ok(v) if v.split(',').any(|d| !d.trim().is_empty()) => {
             tracing_subscriber::EnvFilter::try_new(&v).unwrap_or_else(|e| {
                 unread = Some(format!("RUST_LOG={v:?} does not parse ({e})"));
                 tracing_subscriber::EnvFilter::new(default_filter)

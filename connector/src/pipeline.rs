@@ -51,8 +51,11 @@
 //!   of the run) no further commit is chosen, and one chosen before is
 //!   dropped if it was closed by the time it is handed to librdkafka (the
 //!   check and the hand-over under one lock). One handed over before the
-//!   closing is still sent: its offsets were durable when chosen, so it
-//!   commits nothing past what is durable.
+//!   closing is still sent: its offsets were durable when chosen. If the
+//!   sink lowered its word below them while it was in flight, its ack
+//!   fails the run (`SinkLostCommitted`), unless a revoke began meanwhile:
+//!   then nothing of it is recorded, and the next commit of a partition
+//!   still assigned sends the sink's lower word, bringing Kafka back down.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};

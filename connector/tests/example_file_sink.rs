@@ -12,7 +12,8 @@ mod file_sink;
 use std::io::Write;
 
 use cairn_connector::cli::demo::{demo_next_offsets, produce};
-use cairn_connector::{run_pipeline, CommitPolicy, ConnectorError, PipelineOptions, RunConfig};
+use cairn_connector::testing::run_bounded;
+use cairn_connector::{CommitPolicy, ConnectorError, PipelineOptions, RunConfig};
 use rdkafka::mocking::MockCluster;
 
 #[test]
@@ -42,7 +43,7 @@ fn the_file_sink_resumes_from_its_marks_after_a_crash_before_the_commit() {
         crash_after_records: Some(3_000),
         ..Default::default()
     };
-    let crashed = run_pipeline(&cfg, Box::new(file_sink::FileSink::new(dir.path())), opts);
+    let crashed = run_bounded(&cfg, Box::new(file_sink::FileSink::new(dir.path())), opts);
     assert!(
         matches!(crashed, Err(ConnectorError::SimulatedCrash)),
         "{:?}",
@@ -76,7 +77,7 @@ fn the_file_sink_resumes_from_its_marks_after_a_crash_before_the_commit() {
         })),
         ..Default::default()
     };
-    let report = run_pipeline(&cfg, Box::new(file_sink::FileSink::new(dir.path())), opts)
+    let report = run_bounded(&cfg, Box::new(file_sink::FileSink::new(dir.path())), opts)
         .expect("the run after the crash");
     assert_eq!(report.stats.records_written, n - marks, "from the marks on");
     assert_eq!(report.stats.records_duplicate, 0);

@@ -168,14 +168,14 @@ mod tests {
                 },
                 false,
             ),
+            // The widest range any entry may name: no overflow, and taken.
             (
                 IndexEntry {
                     first_offset: 0,
                     last_offset: i64::MAX - 1,
-                    record_count: u32::MAX,
                     ..good
                 },
-                false,
+                true,
             ),
         ] {
             let (k, v) = e.encode(&tp);

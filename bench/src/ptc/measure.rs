@@ -841,7 +841,8 @@ pub fn floor(
     // ("fdatasync p50 + commit-RTT p50"). Until the night of 2026-12-04
     // sample i of one was paired with sample i of the other, in the order
     // taken, which the two measured apart do not justify: that floor's p50
-    // read above the sum of the p50s, and its p99 below the sum of the p99s.
+    // read mostly above the sum of the p50s, and its p99 below the sum of
+    // the p99s.
     fsync_us.sort_unstable();
     commit_us.sort_unstable();
     let (mut hf, mut hc, mut hs) = (histogram(), histogram(), histogram());

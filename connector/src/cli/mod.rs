@@ -243,3 +243,28 @@ macro_rules! outln {
     };
 }
 pub(crate) use outln;
+
+#[cfg(test)]
+mod tests {
+    /// One `-X` name given twice with two values is refused, and a
+    /// credential's values are not in the message.
+    #[test]
+    fn a_credential_given_twice_is_refused_unshown() {
+        let flags = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+            v.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let e = super::kafka_flags(flags(&[
+            ("sasl.password", "old-hunter2"),
+            ("sasl.password", "new-hunter2"),
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert!(!e.contains("hunter2"), "{e}");
+        assert!(e.contains("one property given twice"), "{e}");
+        let e = crate::config::parse_kv("sasl.password:hunter2").unwrap_err();
+        assert!(!e.contains("hunter2"), "{e}");
+        assert!(super::kafka_flags(flags(&[("linger.ms", "5"), ("linger.ms", "5")])).is_ok());
+    }
+}

@@ -215,14 +215,17 @@ impl RunArgs {
             // The file's value is read only when no flag overrides it.
             None => file
                 .retain
-                .map(|s| parse_age(&s).map_err(|e| in_file("retain", e)))
+                .map(|s| parse_age(&s).map_err(|e| in_file("retain", format!("{s:?}: {e}"))))
                 .transpose()?,
         };
         c.retain_bytes = match self.retain_bytes {
             Some(flag) => flag.setting(),
             None => file
                 .retain_bytes
-                .map(|s| crate::config::parse_size(&s).map_err(|e| in_file("retain-bytes", e)))
+                .map(|s| {
+                    crate::config::parse_size(&s)
+                        .map_err(|e| in_file("retain-bytes", format!("{s:?}: {e}")))
+                })
                 .transpose()?,
         };
         // Likewise the file's check interval goes with the file's retention:
