@@ -248,12 +248,7 @@ impl Shared {
         // is the new connection's now, and a count that still held the
         // victim could cut off one more (its client reconnecting at once).
         let mut streams = streams;
-        streams.retain(|(i, s)| {
-            if *i == victim {
-                let _ = s.shutdown(std::net::Shutdown::Both);
-            }
-            *i != victim
-        });
+        unlist(&mut streams, victim);
         drop(streams);
         drop(waiting);
         tracing::debug!("live read: a connection that sent no request gave its place to a new one");
@@ -474,27 +469,28 @@ struct Listed<'a> {
 
 impl Drop for Listed<'_> {
     fn drop(&mut self) {
-        // Unlisted first, then shut down: a client that has read to the
-        // end (this shutdown) and connects again must not find its old
-        // connection still counted among the places (`accept_loop`), which
-        // could cut off another's waiting one to make room. Until the night
-        // of 2026-12-04 the shutdown came first. Shut down, not only
-        // closed: the request's watcher holds another handle on the
-        // socket, which would keep it open (and the client waiting) after
-        // a panic.
-        let mine: Vec<(u64, UnixStream)> = {
-            let mut streams = lock(&self.shared.streams);
-            let (mine, others) = std::mem::take(&mut *streams)
-                .into_iter()
-                .partition(|(i, _)| *i == self.id);
-            *streams = others;
-            mine
-        };
+        // Shut down, not only closed: the request's watcher holds another
+        // handle on the socket, which would keep it open (and the client
+        // waiting) after a panic.
+        unlist(&mut lock(&self.shared.streams), self.id);
         lock(&self.shared.waiting).retain(|i| *i != self.id);
-        for (_, s) in mine {
+    }
+}
+
+/// Take connection `id` off `streams`, shutting it down, under the
+/// caller's lock: the accept loop counts the places under the same lock,
+/// so a client that reads the end of the connection and connects again
+/// at once finds its place free. For a finished connection and, since
+/// the night of 2026-12-04, a cut-off one (which stayed listed until its
+/// thread ended, and could have another's waiting connection cut off to
+/// make room for a place that was free).
+fn unlist(streams: &mut Vec<(u64, UnixStream)>, id: u64) {
+    streams.retain(|(i, s)| {
+        if *i == id {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
-    }
+        *i != id
+    });
 }
 
 /// Serve `conn` on a thread of its own, or refuse it as busy.
