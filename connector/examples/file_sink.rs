@@ -294,25 +294,9 @@ pub fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Each run's records written and records the sink skipped as already
     // held.
     let run = |label: &str| -> Result<(u64, u64), Box<dyn std::error::Error>> {
-        // The loop's settings; `data` is the archive's folder, which this
-        // sink does not use.
-        let mut cfg = RunConfig::new(&brokers, "file-sink", vec![topic.into()], dir.path().into());
-        cfg.commit = CommitPolicy::EveryPut;
-        // A short session, as the demo uses: the group then settles in
-        // seconds on the mock cluster (librdkafka's 45 s default makes each
-        // run wait for the previous member's session to end).
-        cfg.kafka.insert("session.timeout.ms".into(), "6000".into());
-        cfg.kafka
-            .insert("heartbeat.interval.ms".into(), "500".into());
-        let want = demo_next_offsets(topic, n);
-        let opts = PipelineOptions {
-            done: Some(Box::new(move |committed| {
-                want.iter().all(|(tp, o)| committed.get(tp) == Some(o))
-            })),
-            ..Default::default()
-        };
+        let cfg = loop_config(&brokers, topic, dir.path());
         let sink = FileSink::new(dir.path());
-        let report = run_pipeline(&cfg, Box::new(sink), opts)?;
+        let report = run_pipeline(&cfg, Box::new(sink), until_committed(topic, n))?;
         let s = &report.stats;
         println!(
             "{label}: {} records written, {} puts, {} commits",
@@ -324,22 +308,63 @@ pub fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Everything is committed and in the files: the second run resumes from
     // the sink's marks, so Kafka sends it nothing and it writes nothing.
     assert_eq!(run("second run")?, (0, 0));
-    let mut total = 0;
-    for p in 0..3 {
-        let path = dir.path().join(format!("{topic}-{p}.lines"));
-        let offsets = read_offsets(&std::fs::read(&path)?)?;
-        // Every offset once, in order, from 0.
-        assert!(offsets.iter().copied().eq(0..offsets.len() as i64));
-        println!("{}: offsets 0..{}", path.display(), offsets.len());
-        total += offsets.len() as u64;
-    }
+    let total = held_once(dir.path(), topic, 3)?;
     assert_eq!(total, n);
     println!("{total} records, each once");
     Ok(())
 }
 
+/// The loop's settings for this sink; `data` is the archive's folder,
+/// which this sink does not use. (Public, as the items below, for
+/// `connector/tests/example_file_sink.rs`.)
+pub(crate) fn loop_config(brokers: &str, topic: &str, dir: &Path) -> RunConfig {
+    let mut cfg = RunConfig::new(brokers, "file-sink", vec![topic.into()], dir.into());
+    cfg.commit = CommitPolicy::EveryPut;
+    // A short session, as the demo uses: the group then settles in
+    // seconds on the mock cluster (librdkafka's 45 s default makes each
+    // run wait for the previous member's session to end).
+    cfg.kafka.insert("session.timeout.ms".into(), "6000".into());
+    cfg.kafka
+        .insert("heartbeat.interval.ms".into(), "500".into());
+    cfg
+}
+
+/// A run that ends once Kafka holds the commits of all `n` demo records
+/// produced to `topic`.
+pub(crate) fn until_committed(topic: &str, n: u64) -> PipelineOptions {
+    let want = demo_next_offsets(topic, n);
+    PipelineOptions {
+        done: Some(Box::new(move |committed| {
+            want.iter().all(|(tp, o)| committed.get(tp) == Some(o))
+        })),
+        ..Default::default()
+    }
+}
+
+/// The records the files of `topic`'s `partitions` hold, each partition's
+/// checked to hold every offset once, in order, from 0.
+pub(crate) fn held_once(
+    dir: &Path,
+    topic: &str,
+    partitions: i32,
+) -> Result<u64, Box<dyn std::error::Error>> {
+    let mut total = 0;
+    for p in 0..partitions {
+        let path = dir.join(format!("{topic}-{p}.lines"));
+        let offsets = read_offsets(&std::fs::read(&path)?)?;
+        assert!(
+            offsets.iter().copied().eq(0..offsets.len() as i64),
+            "{}: each offset once, in order, from 0",
+            path.display()
+        );
+        println!("{}: offsets 0..{}", path.display(), offsets.len());
+        total += offsets.len() as u64;
+    }
+    Ok(total)
+}
+
 /// The offsets in a data file, read back through its length prefixes.
-pub(crate) fn read_offsets(mut bytes: &[u8]) -> Result<Vec<i64>, String> {
+fn read_offsets(mut bytes: &[u8]) -> Result<Vec<i64>, String> {
     let mut offsets = Vec::new();
     while !bytes.is_empty() {
         let mut field = || -> Result<i64, String> {

@@ -11,9 +11,9 @@ mod file_sink;
 
 use std::io::Write;
 
-use cairn_connector::cli::demo::{demo_next_offsets, produce};
+use cairn_connector::cli::demo::produce;
 use cairn_connector::testing::run_bounded;
-use cairn_connector::{CommitPolicy, ConnectorError, PipelineOptions, RunConfig};
+use cairn_connector::{ConnectorError, PipelineOptions};
 use rdkafka::mocking::MockCluster;
 
 #[test]
@@ -30,12 +30,8 @@ fn the_file_sink_resumes_from_its_marks_after_a_crash_before_the_commit() {
     let n = 9_000u64;
     produce(&brokers, topic, 0..n).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = RunConfig::new(&brokers, "file-sink", vec![topic.into()], dir.path().into());
-    cfg.commit = CommitPolicy::EveryPut;
+    let mut cfg = file_sink::loop_config(&brokers, topic, dir.path());
     cfg.batch_records_max = 500;
-    cfg.kafka.insert("session.timeout.ms".into(), "6000".into());
-    cfg.kafka
-        .insert("heartbeat.interval.ms".into(), "500".into());
 
     // Stopped once 3,000 records were written: after that put's
     // `pre_commit` synced them and moved the marks, before its commit.
@@ -70,26 +66,12 @@ fn the_file_sink_resumes_from_its_marks_after_a_crash_before_the_commit() {
         f.write_all(b"999999 12 torn-val").unwrap();
     }
 
-    let want = demo_next_offsets(topic, n);
-    let opts = PipelineOptions {
-        done: Some(Box::new(move |committed| {
-            want.iter().all(|(tp, o)| committed.get(tp) == Some(o))
-        })),
-        ..Default::default()
-    };
+    let opts = file_sink::until_committed(topic, n);
     let report = run_bounded(&cfg, Box::new(file_sink::FileSink::new(dir.path())), opts)
         .expect("the run after the crash");
     assert_eq!(report.stats.records_written, n - marks, "from the marks on");
     assert_eq!(report.stats.records_duplicate, 0);
-    let mut total = 0;
-    for p in 0..3 {
-        let bytes = std::fs::read(dir.path().join(format!("{topic}-{p}.lines"))).unwrap();
-        let offsets = file_sink::read_offsets(&bytes).unwrap();
-        assert!(
-            offsets.iter().copied().eq(0..offsets.len() as i64),
-            "partition {p}: each offset once, in order, from 0"
-        );
-        total += offsets.len() as u64;
-    }
+    // Each offset once, in order, from 0, in every partition's file.
+    let total = file_sink::held_once(dir.path(), topic, 3).unwrap();
     assert_eq!(total, n);
 }
