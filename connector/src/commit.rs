@@ -13,8 +13,10 @@
 //!   never reports durable an offset past the records handed to it.
 //!   `record_put`, `record_pre_commit` and `take_commit` panic otherwise:
 //!   that would be a bug that loses data on the next crash.
-//! - The sink's word never goes below an offset this run committed for the
-//!   partition since its assignment: `record_put`, `record_pre_commit` and
+//! - The sink's word never goes below an offset this run sent Kafka in a
+//!   commit for the partition since its assignment (`commit_sent`; Kafka
+//!   may hold it whatever the answer: a commit that partly failed or timed
+//!   out may have been applied): `record_put`, `record_pre_commit` and
 //!   `commit_acked` return `SinkLostCommitted` otherwise (a sink that lost
 //!   records), and the run stops with nothing more committed.
 //! - A commit never moves a partition's committed offset backwards from
@@ -40,11 +42,17 @@ pub struct CommitTracker {
     safe: BTreeMap<TopicPartition, i64>,
     /// Last offsets Kafka acknowledged.
     pub committed: BTreeMap<TopicPartition, i64>,
-    /// Highest offsets this run's own commits were acknowledged at, since
-    /// the partition's assignment: the sink's word may never go below one
-    /// (`committed` also holds what Kafka had at the assignment, which may
-    /// be another member's).
-    committed_here: BTreeMap<TopicPartition, i64>,
+    /// Highest offsets this run's own commits sent Kafka since the
+    /// partition's assignment, acknowledged or not: the sink's word may
+    /// never go below one (`committed` also holds what Kafka had at the
+    /// assignment, which may be another member's). Raised as a commit is
+    /// handed over, not as it is acknowledged: librdkafka answers a commit
+    /// that failed for one partition with that error for the whole commit,
+    /// though the broker took the others, and a commit that timed out may
+    /// have been applied (until the night of 2026-12-04 only acknowledged
+    /// commits counted, and a sink's word below such a commit went
+    /// unnoticed).
+    sent_here: BTreeMap<TopicPartition, i64>,
     /// Start times of puts no `pre_commit` has covered yet.
     unsafe_puts: Vec<Instant>,
     /// Start times of puts covered by `safe`, waiting for a commit.
@@ -83,7 +91,7 @@ impl Default for CommitTracker {
             durable_reported: BTreeMap::new(),
             safe: BTreeMap::new(),
             committed: BTreeMap::new(),
-            committed_here: BTreeMap::new(),
+            sent_here: BTreeMap::new(),
             unsafe_puts: Vec::new(),
             safe_puts: Vec::new(),
             put_to_commit_us: Histogram::new(3).expect("histogram"),
@@ -102,8 +110,8 @@ fn raise(map: &mut BTreeMap<TopicPartition, i64>, tp: &TopicPartition, o: i64) {
 impl CommitTracker {
     /// A put returned. `handed` is, per partition, the next offset of the
     /// records handed to the sink so far (or resumed from). An error when
-    /// the sink now reports less durable than this run committed
-    /// (`SinkLostCommitted`): the run must stop.
+    /// the sink now reports less durable than this run committed (sent in
+    /// a commit, `commit_sent`; `SinkLostCommitted`): the run must stop.
     pub fn record_put(
         &mut self,
         started: Instant,
@@ -201,7 +209,7 @@ impl CommitTracker {
     /// offset below one declared safe before means it lost records, and
     /// the higher one is not committed unless it already was (committed
     /// offsets never go back, `take_commit`). Below an offset this run
-    /// committed, committed <= durable no longer holds: an error, and the
+    /// committed (`commit_sent`), committed <= durable no longer holds: an error, and the
     /// run stops (until the night of 2026-12-04 only a warning, and the
     /// run went on with Kafka past what the sink held). The word is taken
     /// even then (the caller closes commits under the same lock), so that
@@ -222,7 +230,7 @@ impl CommitTracker {
         self.assert_handed(tp, o, handed);
         raise(&mut self.durable_reported, tp, o);
         self.lower_safe(tp, o, call);
-        match self.committed_here.get(tp) {
+        match self.sent_here.get(tp) {
             Some(&committed) if o < committed => Err(lost_committed(tp, o, committed)),
             _ => Ok(true),
         }
@@ -318,7 +326,7 @@ impl CommitTracker {
         for (tp, &o) in &c.offsets {
             if assigned.contains(tp) {
                 raise(&mut self.committed, tp, o);
-                raise(&mut self.committed_here, tp, o);
+                raise(&mut self.sent_here, tp, o);
                 if let Some(&safe) = self.safe.get(tp).filter(|&&safe| safe < o) {
                     lost.get_or_insert_with(|| lost_committed(tp, safe, o));
                 }
@@ -326,6 +334,15 @@ impl CommitTracker {
         }
         self.settle(c.puts);
         lost.map_or(Ok(()), Err)
+    }
+
+    /// A commit of `offsets` was handed to librdkafka: from now on Kafka
+    /// may hold them, whatever its answer, and the sink's word may not go
+    /// below them.
+    pub fn commit_sent(&mut self, offsets: &BTreeMap<TopicPartition, i64>) {
+        for (tp, &o) in offsets {
+            raise(&mut self.sent_here, tp, o);
+        }
     }
 
     /// Whether every offset of a commit chosen earlier is still at or
@@ -364,7 +381,7 @@ impl CommitTracker {
         self.durable_reported.remove(tp);
         self.safe.remove(tp);
         self.committed.remove(tp);
-        self.committed_here.remove(tp);
+        self.sent_here.remove(tp);
     }
 }
 
@@ -469,6 +486,55 @@ mod tests {
             .unwrap();
         t.forget(&tp(0));
         t.record_put(Instant::now(), &BTreeMap::from([(tp(0), 300)]), &handed)
+            .unwrap();
+    }
+
+    /// A commit whose answer was an error may still have been applied (one
+    /// partition refused fails the whole commit, though the broker took the
+    /// others; a timeout may come after the broker wrote it): a sink's word
+    /// below it stops the run as one below an acknowledged commit does.
+    #[test]
+    fn a_word_below_a_commit_sent_stops_the_run_whatever_its_answer() {
+        let mut t = CommitTracker::default();
+        let assigned = BTreeSet::from([tp(0), tp(1)]);
+        let handed = BTreeMap::from([(tp(0), 500), (tp(1), 500)]);
+        t.record_put(Instant::now(), &BTreeMap::new(), &handed)
+            .unwrap();
+        t.record_pre_commit(&BTreeMap::from([(tp(0), 200), (tp(1), 200)]), &handed)
+            .unwrap();
+        let c = t.take_commit(&assigned, None).unwrap();
+        t.commit_sent(&c.offsets);
+        t.commit_acked(c, &assigned).unwrap();
+        t.record_pre_commit(&BTreeMap::from([(tp(0), 400), (tp(1), 400)]), &handed)
+            .unwrap();
+        let c = t.take_commit(&assigned, None).unwrap();
+        t.commit_sent(&c.offsets);
+        t.commit_failed(c);
+        // Between what was acknowledged (200) and what was sent (400).
+        let e = t
+            .record_put(Instant::now(), &BTreeMap::from([(tp(1), 300)]), &handed)
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                ConnectorError::SinkLostCommitted {
+                    partition: 1,
+                    durable: 300,
+                    committed: 400,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        // A commit chosen but dropped before it was handed over does not count.
+        let mut t = CommitTracker::default();
+        t.record_put(Instant::now(), &BTreeMap::new(), &handed)
+            .unwrap();
+        t.record_pre_commit(&BTreeMap::from([(tp(0), 400)]), &handed)
+            .unwrap();
+        let c = t.take_commit(&assigned, None).unwrap();
+        t.commit_failed(c);
+        t.record_pre_commit(&BTreeMap::from([(tp(0), 300)]), &handed)
             .unwrap();
     }
 

@@ -170,8 +170,9 @@ pub enum ConnectorError {
     #[error("sink failed: {0}")]
     Sink(String),
     /// The sink's word went back below an offset this run committed on
-    /// its earlier word: committed <= durable no longer holds.
-    #[error("the sink reported {topic}/{partition} durable only up to offset {durable}, below offset {committed}, which this run committed to Kafka on its earlier word: records {durable}..{committed} are counted as archived by Kafka but the sink no longer holds them (it lost them, or has a bug); nothing more is committed. A sink with an identity resumes from its own offset on the next run and reads them again; for one without, set the group's offset of {topic}/{partition} back to {durable} before running again")]
+    /// its earlier word (a commit handed to librdkafka, acknowledged or
+    /// not): committed <= durable no longer holds.
+    #[error("the sink reported {topic}/{partition} durable only up to offset {durable}, below offset {committed}, which this run committed to Kafka on its earlier word (acknowledged or not, Kafka may hold it): records {durable}..{committed} may be counted as archived by Kafka but the sink no longer holds them (it lost them, or has a bug); nothing more is committed. A sink with an identity resumes from its own offset on the next run and reads them again; for one without, set the group's offset of {topic}/{partition} back to {durable} before running again")]
     SinkLostCommitted {
         topic: String,
         partition: i32,

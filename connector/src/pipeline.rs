@@ -51,11 +51,16 @@
 //!   of the run) no further commit is chosen, and one chosen before is
 //!   dropped if it was closed by the time it is handed to librdkafka (the
 //!   check and the hand-over under one lock). One handed over before the
-//!   closing is still sent: its offsets were durable when chosen. If the
-//!   sink lowered its word below them while it was in flight, its ack
-//!   fails the run (`SinkLostCommitted`), unless a revoke began meanwhile:
-//!   then nothing of it is recorded, and the next commit of a partition
-//!   still assigned sends the sink's lower word, bringing Kafka back down.
+//!   closing is still sent: its offsets were durable when chosen.
+//! - From its hand-over, a commit's offsets bound the sink's word
+//!   (`commit_sent`), whatever Kafka answers: librdkafka fails a whole
+//!   commit for one partition's error though the broker took the others,
+//!   and a commit that timed out may have been applied. A put or
+//!   `pre_commit` that goes below one fails the run (`SinkLostCommitted`)
+//!   until a revoke forgets the partition, and so does an ack of a commit
+//!   the sink's word went below while it was in flight (since the night of
+//!   2026-12-04; before, only acknowledged offsets counted, and a revoke
+//!   begun meanwhile skipped the ack's check).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -318,7 +323,12 @@ impl Pipeline {
             }
             // Queued only (no I/O): the answer is waited for below.
             let t0 = Instant::now();
-            (t0, crate::handover::hand_over(consumer, &tpl))
+            let handed = crate::handover::hand_over(consumer, &tpl);
+            if handed.is_ok() {
+                // Kafka may hold these from now on, whatever its answer.
+                s.tracker.commit_sent(&pending.offsets);
+            }
+            (t0, handed)
         };
         let span = tracing::debug_span!(
             "commit",

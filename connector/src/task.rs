@@ -48,9 +48,9 @@
 //!    Kafka Connect ignores them. An offset below one declared before is
 //!    taken as the sink's latest word: the higher one is not committed
 //!    (with a warning; a durable offset that goes back means lost records
-//!    or a bug). If this run already committed the higher one (or a commit
-//!    of it in flight is acknowledged after), Kafka counts records as
-//!    archived that the sink no longer holds: the run fails
+//!    or a bug). If this run already committed the higher one (handed a
+//!    commit of it to librdkafka, acknowledged or not), Kafka may count
+//!    records as archived that the sink no longer holds: the run fails
 //!    (`SinkLostCommitted`, naming the partition and both offsets) and
 //!    commits nothing more; a sink with an identity resumes at its own
 //!    offset on the next run. The commit
