@@ -1256,9 +1256,14 @@ fn consume(
         // `offset_reset` for why. An event that comes while the restart is
         // worked out puts it off once, to serve it; not twice, since any
         // event counts (a broker's errors keep coming while it is down) and
-        // the run's queue is not taken from meanwhile.
+        // the run's queue is not taken from meanwhile. A lost assignment
+        // (the session timed out) puts it off every time: its revoke waits
+        // to be served, and a restart would clear librdkafka's lost mark,
+        // so the revoke's callback would commit partitions no longer this
+        // member's (since the night of 2026-12-04).
         if let Some(scope) = &reset_wanted {
-            let recheck = || !reset_put_off && fetch.events_waiting();
+            let recheck =
+                || (!reset_put_off && fetch.events_waiting()) || consumer.assignment_lost();
             if !lock(shared).offset_reset(consumer, scope, &recheck)? {
                 reset_put_off = true;
                 continue;
