@@ -1182,10 +1182,24 @@ fn check_last(
             // maybe, and pruned since; not someone else's record.
             let first = engine.partition(source).map(|p| p.first_offset);
             match first {
+                // The archive goes on right after it (a prune that cut just
+                // above it, or one that emptied the partition): nothing it
+                // held is missed by going on. Its key and value cannot be
+                // compared any more, so a target written from another
+                // archive that names that very offset is not told apart
+                // (before the night of 2026-12-04 this was refused too, with
+                // advice for records that were never lost).
+                Some(first) if archived.checked_add(1) == Some(first) => {
+                    tracing::info!(%target, archived, "--resume: the archived record the target's last one names was pruned since; the archive goes on right after it, so nothing is missed (its key and value could not be compared)");
+                    Ok(archived)
+                }
                 Some(first) if archived < first => Err(ConnectorError::RestoreRefused(format!(
-                    "--resume: the last record of {target} (offset {}) names archived offset {archived}, which is below what the archive holds (its {source} starts at offset {first}): a prune deleted it, if this archive held it, so what was archived between {} and {first} is gone from it, restored or not (if this archive never held it, the target's records are another archive's: restore into an empty topic); to go on from what it holds, rerun with --append --from {first} in place of --resume",
+                    "--resume: the last record of {target} (offset {}) names archived offset {archived}, which is below what the archive holds (its {source} starts at offset {first}): a prune deleted it, if this archive held it, so whatever was archived between {} and {first} is gone from it, restored or not (if this archive never held it, the target's records are another archive's: restore into an empty topic); to go on with what it holds, restore this partition with --topic {} --partition {} --append --from {first}{} in place of --resume, and resume the others limited to them with --topic and --partition (a --resume that includes this partition is refused again)",
                     last.offset,
                     archived.saturating_add(1),
+                    source.topic,
+                    source.partition,
+                    cfg.rename.get(&source.topic).map_or(String::new(), |to| format!(" --rename {}={to}", source.topic)),
                 ))),
                 _ => Err(refuse(format!(
                     "names archived offset {archived}, which the archive does not hold"

@@ -961,12 +961,83 @@ fn resume_past_a_prune_says_what_the_archive_lost() {
             m.contains("names archived offset 3, which is below what the archive holds")
                 && m.contains("a prune deleted it, if this archive held it")
                 && m.contains(&format!("starts at offset {cut})"))
-                && m.contains(&format!("--append --from {cut}")),
+                && m.contains(&format!(
+                    "restore this partition with --topic {ARCHIVED} --partition 0 --append --from {cut} --rename {ARCHIVED}={} in place of --resume",
+                    k.topic
+                ))
+                && m.contains("resume the others limited to them"),
             "{m}"
         ),
         other => panic!("{other:?}"),
     }
     assert_eq!(highs(&k, 1), vec![1], "nothing produced");
+}
+
+/// A prune that cut just above the target's last restored record (or
+/// emptied the partition) lost nothing the restore had not sent: `--resume`
+/// goes on right after it. Until the night of 2026-12-04 it was refused as
+/// if records were gone, with advice that did not work on an emptied
+/// partition.
+#[test]
+fn resume_just_past_a_prune_goes_on() {
+    init_logs();
+    let dir = tempfile::tempdir().unwrap();
+    // Two entries, 0..6 and 6..20; the prune deletes the first.
+    let engine = archive_of(dir.path(), &[(ARCHIVED, 6)]);
+    let tp = TopicPartition::new(ARCHIVED, 0);
+    let cut = 6;
+    engine
+        .append(&[RecordBatch {
+            tp: tp.clone(),
+            records: (cut..20).map(|o| Record::with_value(o, "later")).collect(),
+        }])
+        .unwrap();
+    engine.truncate_before(&tp, cut).unwrap();
+    let k = TestKafka::new("pruned-just-below", 1);
+    produce_one(
+        &k,
+        0,
+        b"restored before the prune",
+        Some(("cairn.offset", "5")),
+    );
+    let mut cfg = config(&k);
+    cfg.offset_header = Some("cairn.offset".into());
+    cfg.resume = true;
+    restore(&engine, &cfg)
+        .expect("nothing between the last restored record and the archive's first is missing");
+    assert_eq!(
+        highs(&k, 1),
+        vec![1 + 20 - cut],
+        "offsets {cut}..20 sent once"
+    );
+    // A prune that emptied the partition after it was wholly restored,
+    // restored with one that holds records (with none, there is nothing to
+    // restore, and the restore says so).
+    engine.truncate_before(&tp, 20).unwrap();
+    let other = TopicPartition::new(ARCHIVED, 1);
+    engine
+        .append(&[RecordBatch {
+            tp: other,
+            records: (0..4).map(|o| Record::with_value(o, "other")).collect(),
+        }])
+        .unwrap();
+    let k = TestKafka::new("pruned-empty", 2);
+    produce_one(
+        &k,
+        0,
+        b"restored before the prune",
+        Some(("cairn.offset", "19")),
+    );
+    let mut cfg = config(&k);
+    cfg.offset_header = Some("cairn.offset".into());
+    cfg.resume = true;
+    restore(&engine, &cfg)
+        .expect("a wholly restored partition, emptied since, has nothing left to send");
+    assert_eq!(
+        highs(&k, 2),
+        vec![1, 4],
+        "only the other partition's records"
+    );
 }
 
 /// A restore asked to stop (SIGINT or SIGTERM in the CLI) stops sending,
