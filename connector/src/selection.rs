@@ -166,6 +166,9 @@ impl Selection {
 /// What `chosen` hold, for an error: each partition's offsets, or nothing
 /// and its next offset ([`first_few`]).
 pub(crate) fn held(chosen: &[PartitionInfo]) -> String {
+    if chosen.is_empty() {
+        return "no partition".to_owned();
+    }
     first_few(chosen.iter().map(|p| {
         if p.record_count == 0 {
             format!("{} nothing (next offset {})", p.tp, p.next_offset)

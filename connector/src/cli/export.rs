@@ -282,10 +282,40 @@ fn check_output(output: &Path, end: &Path, named: Option<Descriptor>) -> Result<
     }
     let dir = parent_dir(end);
     match std::fs::metadata(dir) {
-        Ok(m) if m.is_dir() => Ok(()),
-        Ok(_) => refused(format!("{} is not a directory", dir.display())),
-        Err(e) => refused(format!("its directory {}: {e}", dir.display())),
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => return refused(format!("{} is not a directory", dir.display())),
+        Err(e) => return refused(format!("its directory {}: {e}", dir.display())),
     }
+    // A special file (a FIFO, a device) is written in place, whatever its
+    // directory takes; a regular one is staged beside it, or written in
+    // place if its directory takes no new files. One neither can be
+    // written is refused here (a read-only filesystem, a directory and a
+    // file this user may not write), not after up to 1 MiB of records
+    // (until the night of 2026-12-04).
+    let existing = std::fs::metadata(end).ok();
+    if existing.as_ref().is_some_and(|m| !m.is_file()) {
+        return Ok(());
+    }
+    let Err(dir_refused) = writable(dir) else {
+        return Ok(());
+    };
+    match existing.map(|_| writable(end)) {
+        Some(Ok(())) => Ok(()),
+        Some(Err(e)) => refused(format!(
+            "its directory {} takes no new files ({dir_refused}), and it may not be written in place ({e})",
+            dir.display()
+        )),
+        None => refused(format!(
+            "its directory {} takes no new files ({dir_refused})",
+            dir.display()
+        )),
+    }
+}
+
+/// Whether this process may write `path` (access(2) with `W_OK`: a
+/// read-only filesystem refuses root too).
+fn writable(path: &Path) -> std::io::Result<()> {
+    rustix::fs::access(path, rustix::fs::Access::WRITE_OK).map_err(std::io::Error::from)
 }
 
 /// Refuses an `--output` in the archive's directory (or below it): the
@@ -387,6 +417,9 @@ enum Stage {
     Unstaged,
     /// Written under this hidden name until it is complete.
     Staged(PathBuf),
+    /// A regular file written in place (its directory takes no new
+    /// files), not complete yet.
+    InPlace(PathBuf),
     /// Complete and in place.
     Complete,
 }
@@ -425,6 +458,25 @@ fn remove_on_interrupt(staged: Staged, out: PathBuf) -> Result<tokio::task::Join
                 "interrupted after the export was complete: {} holds all of it",
                 out.display()
             ),
+            // Emptied, as a failed export's is (`abandon`), so that no
+            // prefix passes for the whole export (before the night of
+            // 2026-12-04 it was left holding one).
+            Stage::InPlace(path) => {
+                let emptied = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .and_then(|f| f.set_len(0));
+                match emptied {
+                    Ok(()) => eprintln!(
+                        "interrupted: {} (written in place: its directory takes no new files) was emptied, so that no part of the export passes for all of it",
+                        path.display()
+                    ),
+                    Err(e) => eprintln!(
+                        "interrupted: {} (written in place) holds part of the export and could not be emptied ({e}): the export is incomplete",
+                        path.display()
+                    ),
+                }
+            }
             Stage::Unstaged => eprintln!("interrupted: the export is incomplete"),
         }
         std::process::exit(130);
@@ -599,7 +651,16 @@ impl FileOutput {
             };
             let file = match staged {
                 Some(file) => file,
-                None => std::fs::File::create(&self.path).map_err(|e| named(e, &self.path))?,
+                None => {
+                    let file =
+                        std::fs::File::create(&self.path).map_err(|e| named(e, &self.path))?;
+                    // A signal from now on empties it (not a FIFO or a
+                    // device: nothing of theirs could pass for an export).
+                    if file.metadata().is_ok_and(|m| m.is_file()) {
+                        *lock_staged(&self.staged) = Stage::InPlace(self.path.clone());
+                    }
+                    file
+                }
             };
             self.file = Some(file);
         }
