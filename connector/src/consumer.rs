@@ -744,17 +744,14 @@ fn with_last_client_error(
                 let _ = consumer.poll(Duration::ZERO);
             }
             let last = lock(&consumer.context().last_cause).clone();
-            let detail = match last {
-                Some(why) if !detail.contains(&why) => {
-                    format!("{detail} (the client's last error: {why})")
-                }
-                _ => detail,
-            };
-            ConnectorError::BrokerUnreachable {
-                brokers,
-                waited_ms,
-                detail,
-            }
+            crate::librdkafka::with_cause(
+                ConnectorError::BrokerUnreachable {
+                    brokers,
+                    waited_ms,
+                    detail,
+                },
+                last,
+            )
         }
         e => e,
     }

@@ -325,6 +325,27 @@ pub(crate) fn cluster_metadata<X: ClientContext>(
     })
 }
 
+/// An unreachable broker's error with the client's last error, which
+/// names the cause librdkafka's bare "transport failure" leaves out (a
+/// refused connection, a failed TLS handshake, refused credentials).
+pub(crate) fn with_cause(e: ConnectorError, last: Option<String>) -> ConnectorError {
+    match (e, last) {
+        (
+            ConnectorError::BrokerUnreachable {
+                brokers,
+                waited_ms,
+                detail,
+            },
+            Some(why),
+        ) if !detail.contains(&why) => ConnectorError::BrokerUnreachable {
+            brokers,
+            waited_ms,
+            detail: format!("{detail} (the client's last error: {why})"),
+        },
+        (e, _) => e,
+    }
+}
+
 /// How a [`sliced_wait`] ended without an answer.
 pub(crate) enum Waited {
     /// `stop` said so between two slices: `ConnectorError::StoppedWaiting`.

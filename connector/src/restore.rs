@@ -845,7 +845,14 @@ fn preflight(
     stop: &dyn Fn() -> bool,
 ) -> Result<Preflight> {
     let timeout = Duration::from_millis(cfg.connect_timeout_ms);
-    let md = crate::librdkafka::cluster_metadata(producer.client(), &cfg.brokers, timeout, stop)?;
+    let md = crate::librdkafka::cluster_metadata(producer.client(), &cfg.brokers, timeout, stop)
+        .map_err(|e| {
+            // Their error events, served now, name the cause (as `run`'s
+            // does, since the night of 2026-12-04).
+            drain_reports(producer);
+            let last = producer.context().last_cause.lock();
+            crate::librdkafka::with_cause(e, last.unwrap_or_else(|e| e.into_inner()).clone())
+        })?;
     let mut needed: BTreeMap<&str, i32> = BTreeMap::new();
     for (_, target) in plan {
         let n = needed.entry(&target.topic).or_default();
@@ -1435,6 +1442,9 @@ struct Deliveries {
     /// Events served to this context (delivery reports, log lines,
     /// errors): `drain_reports` polls until a poll serves none.
     served: std::sync::atomic::AtomicU64,
+    /// The client's last error that names a cause (not "all brokers
+    /// down"), for an unreachable broker's error.
+    last_cause: Mutex<Option<String>>,
 }
 
 impl Deliveries {
@@ -1523,6 +1533,12 @@ impl ClientContext for Deliveries {
     fn error(&self, error: KafkaError, reason: &str) {
         self.note_served();
         tracing::warn!(%error, reason, "kafka producer");
+        if error
+            .rdkafka_error_code()
+            .is_some_and(|c| c != RDKafkaErrorCode::AllBrokersDown)
+        {
+            *self.last_cause.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.to_owned());
+        }
         if error.rdkafka_error_code() == Some(RDKafkaErrorCode::Fatal) {
             self.lock().fatal.get_or_insert_with(|| reason.to_owned());
         }

@@ -376,8 +376,15 @@ fn bad_targets_are_refused_before_anything_is_produced() {
     let mut cfg = RestoreConfig::new("127.0.0.1:1");
     cfg.connect_timeout_ms = 1_500;
     match restore(&engine, &cfg) {
-        Err(ConnectorError::BrokerUnreachable { brokers, .. }) => {
-            assert_eq!(brokers, "127.0.0.1:1")
+        Err(ConnectorError::BrokerUnreachable {
+            brokers, detail, ..
+        }) => {
+            assert_eq!(brokers, "127.0.0.1:1");
+            // The cause, not only librdkafka's bare transport failure.
+            assert!(
+                detail.contains("the client's last error") && detail.contains("Connection refused"),
+                "{detail}"
+            );
         }
         other => panic!("{other:?}"),
     }
