@@ -39,7 +39,7 @@ pub enum ConnectorError {
     },
     /// A topic the brokers list with an error of its own: it exists (or
     /// is being created), but cannot be read from yet.
-    #[error("topic {topic:?} on {brokers} cannot be read from now: Kafka answered {why} for it (a topic still being created, or partitions without a leader); run again once the topic has settled")]
+    #[error("topic {topic:?} on {brokers} cannot be used now: Kafka answered {why} for it (a topic still being created, or partitions without a leader); run again once the topic has settled")]
     TopicUnavailable {
         topic: String,
         brokers: String,

@@ -236,7 +236,7 @@ fn a_topic_kafka_cannot_serve_yet_is_named_as_such() {
     assert_eq!(code, 1, "{err}");
     assert!(
         err.contains("topic \"settling\"")
-            && err.contains("cannot be read from now")
+            && err.contains("cannot be used now")
             && err.contains("eader not available"),
         "{err}"
     );

@@ -390,6 +390,38 @@ fn bad_targets_are_refused_before_anything_is_produced() {
     }
 }
 
+/// A target topic Kafka lists with an error of its own (still being
+/// created, no leader) is named as one that cannot be used yet, as `run`
+/// names it (until the night of 2026-12-04, a bare metadata error).
+#[test]
+fn a_target_topic_kafka_cannot_serve_yet_is_named_as_such() {
+    use rdkafka::mocking::MockCluster;
+    use rdkafka::types::RDKafkaRespErr;
+    let (_dir, engine) = archived();
+    let mock = MockCluster::new(1).unwrap();
+    mock.create_topic("settling", 3, 1).unwrap();
+    mock.topic_error(
+        "settling",
+        RDKafkaRespErr::RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE,
+    )
+    .unwrap();
+    let mut cfg = RestoreConfig::new(&mock.bootstrap_servers());
+    cfg.rename.insert(ARCHIVED.into(), "settling".into());
+    cfg.connect_timeout_ms = 10_000;
+    match restore(&engine, &cfg) {
+        Err(e @ ConnectorError::TopicUnavailable { .. }) => {
+            let m = e.to_string();
+            assert!(
+                m.contains("topic \"settling\"")
+                    && m.contains("cannot be used now")
+                    && m.contains("eader not available"),
+                "{m}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 fn selections_that_name_nothing_in_the_archive_are_errors() {
     let (_dir, engine) = archived();
