@@ -367,7 +367,21 @@ fn kafka_view(
             }
         };
         r.high_watermark = Some(high);
-        r.archive_lag = Some(high - r.durable_next_offset.unwrap_or(low));
+        r.archive_lag = Some(archive_lag(
+            low,
+            high,
+            r.durable_next_offset,
+            r.kafka_committed,
+        ));
+        if let Some(durable) = r.durable_next_offset.filter(|&d| d < low) {
+            tracing::warn!(
+                topic = %r.topic,
+                partition = r.partition,
+                low,
+                durable,
+                "Kafka's log starts above what the archive holds: records {durable}..{low} left Kafka (retention) before this archive stored them, or another store archives this partition; they are not counted in the archive lag (cairn run handles them by --on-offset-out-of-range)"
+            );
+        }
         r.lag = r.kafka_committed.map(|c| high - c);
         if let Some(durable) = r.durable_next_offset.filter(|&d| high < d) {
             tracing::warn!(
@@ -389,4 +403,38 @@ fn kafka_view(
         }
     }
     Ok(())
+}
+
+/// What Kafka holds that the archive has not stored yet: from where a run
+/// would start (the archive's durable next offset; for a partition it holds
+/// nothing of, the group's committed offset, else the log start), but not
+/// below the log start, whose records can no longer be archived (before
+/// the night of 2026-12-04 they were counted, so a lag that could never
+/// close was shown, where a run's progress line showed none). Negative
+/// when the log ends below where the archive goes on (a recreated or
+/// truncated topic: warned about).
+fn archive_lag(low: i64, high: i64, durable: Option<i64>, committed: Option<i64>) -> i64 {
+    let from = durable.or(committed).unwrap_or(low);
+    high - from.max(low)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::archive_lag;
+
+    #[test]
+    fn archive_lag_counts_from_where_a_run_would_start_within_the_log() {
+        // Archived up to 100 of a log 0..120.
+        assert_eq!(archive_lag(0, 120, Some(100), None), 20);
+        // The log ends below the archive: negative, as warned.
+        assert_eq!(archive_lag(0, 20, Some(50), Some(10)), -30);
+        // Records 100..150 aged out of Kafka before they were archived: they
+        // can never be, and are not counted.
+        assert_eq!(archive_lag(150, 170, Some(100), Some(160)), 20);
+        // Nothing archived: from the group's committed offset, if any,
+        // else the log start; never below the log start.
+        assert_eq!(archive_lag(0, 10, None, Some(4)), 6);
+        assert_eq!(archive_lag(3, 10, None, None), 7);
+        assert_eq!(archive_lag(5, 10, None, Some(2)), 5);
+    }
 }
