@@ -84,6 +84,29 @@ fn an_open_that_panics_is_an_error_naming_the_archive() {
             other => panic!("{argv:?}: expected the open's panic as an error, got {other:?}"),
         }
     }
+    // A panic in `verify`'s read of sled's store (verify does not recover,
+    // so its own failpoint) is damage found, exit 1, not "not checked"
+    // (exit 2, which a monitor retries; until the night of 2026-12-04).
+    fail::cfg(
+        cairn_engine::FAILPOINT_VERIFY_AFTER_LOG,
+        "panic(sled lost its way)",
+    )
+    .unwrap();
+    let verified =
+        tokio::runtime::Runtime::new()
+            .unwrap()
+            .block_on(cairn_connector::cli::verify::run(
+                cairn_connector::cli::verify::VerifyArgs {
+                    data: DataArg {
+                        data: dir.path().to_path_buf(),
+                    },
+                },
+            ));
+    fail::remove(cairn_engine::FAILPOINT_VERIFY_AFTER_LOG);
+    assert_eq!(
+        verified.unwrap(),
+        std::process::ExitCode::from(cairn_connector::cli::verify::EXIT_DAMAGED)
+    );
     // The open mark was left before sled opened the store (so that
     // recovery's own writes are covered): the next open in this boot
     // syncs the store and drops its cache first.

@@ -48,17 +48,28 @@ fn check(args: VerifyArgs) -> Result<ExitCode> {
         return Ok(ExitCode::from(end.exit));
     }
     // sled 0.34.7 panics on some damage to its own files (its issues
-    // #1155, #1387): a check that could not finish is "not checked" (exit
-    // 2, as the live verify answers), never a crash with exit 101.
+    // #1155, #1387): never a crash with exit 101, and damage found (exit
+    // 1), not "not checked" (until the night of 2026-12-04 exit 2, which a
+    // monitor takes as "try again later", and so never raised an alarm for
+    // a store no open can read).
     let verified = match std::panic::catch_unwind(|| verify_store(&EngineConfig::new(path))) {
         Ok(v) => v,
         Err(payload) => {
-            eprintln!(
-                "error: could not verify {}: the check panicked ({}): damage in sled's own files that sled does not handle, or a bug; the verify wrote nothing of the archive's",
-                path.display(),
-                cairn_engine::panic_message(&*payload)
-            );
-            return Ok(ExitCode::from(EXIT_NOT_CHECKED));
+            let mut text = Vec::new();
+            {
+                let mut line = super::line_into(&mut text);
+                line(format_args!(
+                    "verified {}: the check stopped at a panic",
+                    path.display()
+                ));
+                line(format_args!(
+                    "problem: sled's own files: the check panicked in them ({}): damage sled does not handle (or a bug); the verify wrote nothing of the archive's",
+                    cairn_engine::panic_message(&*payload)
+                ));
+                line(format_args!("{}", problems(1)));
+            }
+            super::write_text(&text)?;
+            return Ok(ExitCode::from(EXIT_DAMAGED));
         }
     };
     let r = match verified {
