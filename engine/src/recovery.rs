@@ -20,7 +20,10 @@
 //! # Invariants
 //! - Frames at or below the checkpoint were made durable by a completed
 //!   fsync (or verified by an earlier recovery), so they are not re-read.
-//! - The checkpoint always sits on an entry boundary.
+//! - The checkpoint never sits inside a multi-frame entry: it is on a
+//!   frame boundary, or within a tombstone's span (retention merges
+//!   tombstones without moving it, so it often ends inside a merged span;
+//!   FORMAT.md, the checkpoint).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
