@@ -878,10 +878,14 @@ pub fn run_pipeline(
                 // more than it made durable): stop, and commit nothing more,
                 // even if no further record arrives to find the thread gone.
                 let run = std::panic::AssertUnwindSafe(|| worker.run(jobs_rx));
-                if std::panic::catch_unwind(run).is_err() {
-                    pipeline.fail(ConnectorError::Sink(
-                        "the task thread panicked (see above); nothing more is committed".into(),
-                    ));
+                // The error names what panicked (an invariant's message,
+                // as "past the records handed to it"), not only that
+                // something did (until the night of 2026-12-04).
+                if let Err(payload) = std::panic::catch_unwind(run) {
+                    pipeline.fail(ConnectorError::Sink(format!(
+                        "the task thread panicked ({}); nothing more is committed",
+                        cairn_engine::panic_message(&*payload)
+                    )));
                 }
                 // Nobody takes jobs any more: wake a sender waiting for room.
                 budget.close();

@@ -191,9 +191,15 @@ fn damaged_archives_are_intact_or_reported_never_wrong() {
         let mut seen = 0;
         let mut printed = BTreeSet::new();
         let mut last: BTreeMap<i32, i64> = BTreeMap::new();
-        for line in String::from_utf8_lossy(&export.stdout).lines() {
+        let printed_text = String::from_utf8_lossy(&export.stdout);
+        let lines: Vec<&str> = printed_text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
             let Ok(v) = serde_json::from_str::<Value>(line) else {
-                // A partial last line from a failed export is not a record.
+                // A partial last line from a failed export is not a record;
+                // any other line that does not parse is a wrong record.
+                if i + 1 != lines.len() || export.status.success() {
+                    wrong += 1;
+                }
                 continue;
             };
             let key = (

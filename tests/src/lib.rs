@@ -32,7 +32,16 @@ impl TestKafka {
                     brokers,
                     topic: String::new(),
                     mock: None,
-                    suffix: format!("-{}-{}", std::process::id(), unique()),
+                    // The clock too: identical CI containers often share
+                    // pids, and a shared broker keeps topics across runs.
+                    suffix: format!(
+                        "-{}-{}-{}",
+                        std::process::id(),
+                        std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .map_or(0, |d| d.as_nanos()),
+                        unique()
+                    ),
                     created: Vec::new(),
                 };
                 k.topic = k.create_topic(name, partitions);
