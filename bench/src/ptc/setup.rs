@@ -35,7 +35,15 @@ pub enum Broker {
 impl Broker {
     pub fn start(args: &Args) -> Result<Broker, String> {
         if let Some(b) = &args.brokers {
-            let run = format!("{}", std::process::id());
+            // The clock too: a shared broker keeps the topics of earlier
+            // runs, and a rerun in a fresh container may have the same pid.
+            let run = format!(
+                "{}-{}",
+                std::process::id(),
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs())
+            );
             for &size in &args.record_bytes {
                 create_topic(b, &format!("p2c-{run}-{size}"), args.partitions)?;
             }
