@@ -624,6 +624,7 @@ fn status_leaves_out_committed_offsets_kafka_cannot_read() {
     assert_eq!(code, 0, "{err}");
     let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(rows[0]["kafka_committed"], 1, "{out}");
+    assert!(rows[0]["kafka_missing"].is_null(), "{out}");
     // Now every OffsetFetch fails.
     mock.request_errors(
         RDKafkaApiKey::OffsetFetch,
@@ -643,6 +644,13 @@ fn status_leaves_out_committed_offsets_kafka_cannot_read() {
     assert_eq!(
         row.get("kafka_committed"),
         Some(&serde_json::Value::Null),
+        "{out}"
+    );
+    // Told apart from "nothing committed" in the JSON itself.
+    assert!(
+        row["kafka_missing"]
+            .as_str()
+            .is_some_and(|m| m.contains("the group's committed offsets could not be read")),
         "{out}"
     );
 }
@@ -2221,6 +2229,15 @@ fn status_with_brokers_shows_what_the_archive_lacks() {
         "{out}"
     );
     assert!(err.contains("Kafka's topic has no such partition"), "{err}");
+    assert_eq!(
+        row(&s, 5)["kafka_missing"],
+        "Kafka's topic has no such partition"
+    );
+    assert!(row(&s, 0)["kafka_missing"].is_null(), "{out}");
+    assert_eq!(
+        row(&gone, 0)["kafka_missing"],
+        "Kafka does not have the topic"
+    );
     assert_eq!(row(&s, 0)["high_watermark"], 120);
     assert_eq!(row(&s, 0)["archive_lag"], 20);
     assert_eq!(row(&s, 1)["archive_lag"], -30);

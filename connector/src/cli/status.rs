@@ -61,6 +61,12 @@ struct Row {
     /// high watermark − durable next offset: what the archive has yet to
     /// store (for a partition it holds nothing of, high − low watermark)
     archive_lag: Option<i64>,
+    /// Why Kafka figures asked for are missing (`null` when none is, or
+    /// none was asked for): a JSON reader tells a read that failed from
+    /// "nothing committed" without parsing stderr's WARN (since the night
+    /// of 2026-12-04). Reasons are joined with "; ".
+    #[serde(default)]
+    kafka_missing: Option<String>,
 }
 
 impl Row {
@@ -78,7 +84,17 @@ impl Row {
             high_watermark: None,
             lag: None,
             archive_lag: None,
+            kafka_missing: None,
         }
+    }
+
+    /// Note why some of this row's Kafka figures are missing.
+    fn missing(&mut self, why: impl std::fmt::Display) {
+        let why = why.to_string();
+        self.kafka_missing = Some(match self.kafka_missing.take() {
+            Some(before) => format!("{before}; {why}"),
+            None => why,
+        });
     }
 }
 
@@ -134,6 +150,7 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
             for r in &mut rows {
                 (r.kafka_committed, r.high_watermark, r.lag, r.archive_lag) =
                     (None, None, None, None);
+                r.kafka_missing = Some(format!("could not read Kafka's figures: {e}"));
             }
             exit = ExitCode::FAILURE;
         }
@@ -196,6 +213,7 @@ fn rows(engine: &cairn_engine::Engine) -> Vec<Row> {
             high_watermark: None,
             lag: None,
             archive_lag: None,
+            kafka_missing: None,
         })
         .collect()
 }
@@ -217,6 +235,14 @@ fn note_committed(
 ) {
     for (tp, error) in &committed.unread {
         tracing::warn!(%tp, %error, "Kafka could not read this partition's committed offset: its column is left empty");
+        if let Some(r) = rows
+            .iter_mut()
+            .find(|r| r.topic == tp.topic && r.partition == tp.partition)
+        {
+            r.missing(format_args!(
+                "its committed offset could not be read: {error}"
+            ));
+        }
     }
     // A mistyped group reads as one that committed nothing: say so,
     // rather than show an idle-looking table without a word.
@@ -233,10 +259,11 @@ fn note_committed(
         );
     }
     for r in rows.iter_mut() {
-        r.kafka_committed = committed
-            .offsets
-            .get(&TopicPartition::new(&r.topic, r.partition))
-            .map(|c| c.offset);
+        let tp = TopicPartition::new(&r.topic, r.partition);
+        r.kafka_committed = committed.offsets.get(&tp).map(|c| c.offset);
+        if tps.contains(&tp) && r.kafka_committed.is_none() && !committed.unread.contains_key(&tp) {
+            r.missing("the group has no committed offset for it");
+        }
     }
 }
 
@@ -265,10 +292,26 @@ fn kafka_view(
     // Each partition's leader: one that did not answer in time is not
     // asked again, for its other partitions.
     let mut leader_of: BTreeMap<(String, i32), i32> = BTreeMap::new();
+    // Why a whole topic has no Kafka figures.
+    let mut topic_missing: BTreeMap<String, String> = BTreeMap::new();
     for t in metadata.topics() {
         if let Some(ps) = in_kafka.get_mut(t.name()) {
             listed.insert(t.name().to_owned());
             match t.error() {
+                // Listed whole with no partition (a topic being deleted or
+                // created): said, as any other missing figure is (until
+                // the night of 2026-12-04 its rows were left empty without
+                // a word).
+                None if t.partitions().is_empty() => {
+                    tracing::warn!(
+                        topic = t.name(),
+                        "Kafka lists this topic with no partitions (being created or deleted?): no Kafka figures for it"
+                    );
+                    topic_missing.insert(
+                        t.name().to_owned(),
+                        "Kafka lists the topic with no partitions".into(),
+                    );
+                }
                 None => {
                     ps.extend(t.partitions().iter().map(|p| p.id()));
                     leader_of.extend(
@@ -283,11 +326,20 @@ fn kafka_view(
                             .map(|p| (t.name().to_owned(), p.id())),
                     );
                 }
-                Some(e) => tracing::warn!(
-                    topic = t.name(),
-                    error = ?e,
-                    "Kafka answered this topic's metadata with an error: no Kafka figures for it"
-                ),
+                Some(e) => {
+                    tracing::warn!(
+                        topic = t.name(),
+                        error = ?e,
+                        "Kafka answered this topic's metadata with an error: no Kafka figures for it"
+                    );
+                    topic_missing.insert(
+                        t.name().to_owned(),
+                        format!(
+                            "Kafka answered the topic's metadata with {}",
+                            rdkafka::error::RDKafkaErrorCode::from(e)
+                        ),
+                    );
+                }
             }
         }
     }
@@ -298,6 +350,7 @@ fn kafka_view(
                 brokers,
                 "the archive holds this topic but Kafka does not have it (deleted?): no Kafka figures for it"
             );
+            topic_missing.insert(topic.clone(), "Kafka does not have the topic".into());
         }
         for &p in partitions {
             if !rows.iter().any(|r| &r.topic == topic && r.partition == p) {
@@ -305,14 +358,17 @@ fn kafka_view(
             }
         }
     }
-    for r in rows.iter() {
+    for r in rows.iter_mut() {
         let ps = &in_kafka[&r.topic];
-        if !ps.is_empty() && !ps.contains(&r.partition) {
+        if let Some(why) = topic_missing.get(&r.topic) {
+            r.missing(why);
+        } else if !ps.contains(&r.partition) {
             tracing::warn!(
                 topic = %r.topic,
                 partition = r.partition,
                 "the archive holds this partition but Kafka's topic has no such partition (recreated with fewer?): no Kafka figures for it"
             );
+            r.missing("Kafka's topic has no such partition");
         }
     }
     rows.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
@@ -333,7 +389,12 @@ fn kafka_view(
             // WARN, as a failed watermark request leaves its own; the rest
             // of the table still stands.
             Err(error) => {
-                tracing::warn!(%error, group = group.unwrap_or_default(), "Kafka could not read the group's committed offsets: the committed and lag columns are left empty")
+                tracing::warn!(%error, group = group.unwrap_or_default(), "Kafka could not read the group's committed offsets: the committed and lag columns are left empty");
+                for r in rows.iter_mut().filter(|r| asked(r)) {
+                    r.missing(format_args!(
+                        "the group's committed offsets could not be read: {error}"
+                    ));
+                }
             }
         }
     }
@@ -347,11 +408,15 @@ fn kafka_view(
         // 2026-12-03, a hundred leaderless partitions took a hundred).
         if leaderless.contains(&key) {
             tracing::warn!(topic = %r.topic, partition = r.partition, "the partition has no leader in Kafka's metadata: no watermarks asked for, its columns are left empty");
+            r.missing("the partition has no leader: no watermarks asked for");
             continue;
         }
         let leader = leader_of.get(&key).copied();
         if let Some(leader) = leader.filter(|l| silent_leaders.contains(l)) {
             tracing::warn!(topic = %r.topic, partition = r.partition, leader, "its leader did not answer in time for another partition: no watermarks asked for, its columns are left empty");
+            r.missing(format_args!(
+                "its leader (broker {leader}) did not answer in time for another partition: no watermarks asked for"
+            ));
             continue;
         }
         let (low, high) = match consumer.fetch_watermarks(&r.topic, r.partition, timeout) {
@@ -363,6 +428,7 @@ fn kafka_view(
                     silent_leaders.extend(leader);
                 }
                 tracing::warn!(topic = %r.topic, partition = r.partition, error = %e, "no watermarks from Kafka: its columns are left empty");
+                r.missing(format_args!("no watermarks from Kafka: {e}"));
                 continue;
             }
         };
