@@ -56,20 +56,9 @@ fn check(args: VerifyArgs) -> Result<ExitCode> {
         Ok(v) => v,
         Err(payload) => {
             let mut text = Vec::new();
-            {
-                let mut line = super::line_into(&mut text);
-                line(format_args!(
-                    "verified {}: the check stopped at a panic",
-                    path.display()
-                ));
-                line(format_args!(
-                    "problem: sled's own files: the check panicked in them ({}): damage sled does not handle (or a bug); the verify wrote nothing of the archive's",
-                    cairn_engine::panic_message(&*payload)
-                ));
-                line(format_args!("{}", problems(1)));
-            }
+            let exit = panicked(&path.display().to_string(), &*payload, &mut text);
             super::write_text(&text)?;
-            return Ok(ExitCode::from(EXIT_DAMAGED));
+            return Ok(ExitCode::from(exit));
         }
     };
     let r = match verified {
@@ -113,20 +102,42 @@ pub(crate) fn serve(
         engine.config().path.display()
     );
     let mut text = Vec::new();
-    let exit = match engine.verify_unless(stop) {
-        Ok(r) => report(&label, &r, &mut text),
+    // A panic in sled's reads is damage found, as for the stopped archive
+    // (until the night of 2026-12-04 the live one answered exit 2).
+    let verified =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| engine.verify_unless(stop)));
+    let exit = match verified {
+        Err(payload) => panicked(&label, &*payload, &mut text),
+        Ok(Ok(r)) => report(&label, &r, &mut text),
         // A page of sled's log it could not read: damage, as the verify of
         // the stopped archive reports it, not a failure to check.
-        Err(cairn_engine::Error::Corruption { location, kind }) => stopped_by_damage(
+        Ok(Err(cairn_engine::Error::Corruption { location, kind })) => stopped_by_damage(
             &label,
             "the check stopped",
             Problem { location, kind },
             &mut text,
         ),
-        Err(e) => return Err(e.into()),
+        Ok(Err(e)) => return Err(e.into()),
     };
     out.write_all(&text).map_err(crate::live::socket_error)?;
     Ok(exit)
+}
+
+/// The lines of a check that panicked (sled 0.34.7 does on some damage
+/// to its own files: its issues #1155, #1387), and the exit code: damage
+/// found, never "not checked" (exit 2, which a monitor retries rather than
+/// raising an alarm).
+fn panicked(label: &str, payload: &(dyn std::any::Any + Send), out: &mut Vec<u8>) -> u8 {
+    let mut line = super::line_into(out);
+    line(format_args!(
+        "verified {label}: the check stopped at a panic"
+    ));
+    line(format_args!(
+        "problem: sled's own files: the check panicked in them ({}): damage sled does not handle (or a bug); the verify wrote nothing of the archive's",
+        cairn_engine::panic_message(payload)
+    ));
+    line(format_args!("{}", problems(1)));
+    EXIT_DAMAGED
 }
 
 /// The lines of a check that damage stopped (`otherwise` says how, when
