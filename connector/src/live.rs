@@ -682,13 +682,13 @@ fn serve(conn: UnixStream, id: u64, engine: &Engine, shared: &Shared) {
         tracing::debug!(error = %e, "live read: no send timeout");
     }
     // Status needs none of the slots the others share.
-    let _slot = match &request {
+    let slot = match &request {
         Ok(Request::Status) | Err(_) => None,
         Ok(_) => Slot::take(&shared.serving, CONNECTIONS_MAX),
     };
     let request = request.and_then(|req| match req {
         Request::Status => Ok(req),
-        _ if _slot.is_some() => Ok(req),
+        _ if slot.is_some() => Ok(req),
         _ => Err(busy()),
     });
     let stop = &shared.stop;
@@ -731,7 +731,7 @@ fn serve(conn: UnixStream, id: u64, engine: &Engine, shared: &Shared) {
     // bounds it as a whole.)
     let (request, heartbeat) = match request {
         Ok(Request::Status) | Err(_) => (request, None),
-        Ok(req) => match beat(&wire) {
+        Ok(req) => match beat(&wire, &gone) {
             Ok(h) => (Ok(req), Some(h)),
             Err(e) => (
                 Err(format!(
@@ -809,6 +809,11 @@ fn serve(conn: UnixStream, id: u64, engine: &Engine, shared: &Shared) {
         drop(stop_beating);
         let _ = beating.join();
     }
+    // The answer is whole: its slot is free before its client reads the
+    // end, so that a next request sent at once is not refused as busy for
+    // it (before the night of 2026-12-04 it was held until the thread
+    // ended).
+    drop(slot);
     // A client that went away (`| head`) is no error of the server's, but
     // an error it could not be told of is logged here instead.
     if let Err(e) = send(&wire, TAG_END, &end_frame(&end)) {
@@ -848,15 +853,23 @@ fn peer_gone(e: &std::io::Error) -> bool {
 
 /// Send an empty `o` frame on `wire` now and every [`HEARTBEAT`] until the
 /// sender returned is dropped; then join the thread returned. An error if
-/// no thread could be started.
-fn beat(wire: &Arc<Mutex<Wire>>) -> std::io::Result<(std::sync::mpsc::Sender<()>, JoinHandle<()>)> {
+/// no thread could be started. A beat that cannot be sent (the client is
+/// gone, or has read nothing for [`SEND_TIMEOUT`]) sets `gone`, which the
+/// answer is asked to stop by: a verify or backup, which writes its report
+/// only at its end, would otherwise run on for a client that will never
+/// read it, holding its slot and retention's lock (until the night of
+/// 2026-12-04).
+fn beat(
+    wire: &Arc<Mutex<Wire>>,
+    gone: &Arc<AtomicBool>,
+) -> std::io::Result<(std::sync::mpsc::Sender<()>, JoinHandle<()>)> {
     let (stop_beating, stopped) = std::sync::mpsc::channel::<()>();
-    let wire = wire.clone();
+    let (wire, gone) = (wire.clone(), gone.clone());
     let beating = std::thread::Builder::new()
         .name("cairn-live-beat".into())
         .spawn(move || loop {
             if send(&wire, TAG_OUTPUT, &[]).is_err() {
-                // The client is gone or stalled: the answer finds out too.
+                gone.store(true, Ordering::SeqCst);
                 break;
             }
             match stopped.recv_timeout(HEARTBEAT) {
