@@ -432,6 +432,20 @@ fn accept_loop(
                         }
                     }
                 };
+                // Its mode keeps other users out; this holds even if the
+                // socket was reached some other way (a swapped private
+                // directory in a data directory others may write to).
+                if let Some(refused) = untrusted_client(&conn) {
+                    tracing::warn!(%refused, "live read: a connection refused");
+                    let end = End {
+                        exit: 2,
+                        error: Some(refused),
+                        pid: std::process::id(),
+                    };
+                    let mut conn = conn;
+                    let _ = write_frame(&mut conn, TAG_END, &end_frame(&end));
+                    continue;
+                }
                 served.retain(|h| !h.is_finished());
                 next_id += 1;
                 // Counted by the connections still listed, not the threads
@@ -459,6 +473,25 @@ fn accept_loop(
     for h in served {
         let _ = h.join();
     }
+}
+
+/// Why a client may not be served, if it may not: only this process's
+/// user and root are (since the night of 2026-12-04; before, only the
+/// socket's mode said so).
+fn untrusted_client(conn: &UnixStream) -> Option<String> {
+    let peer = match rustix::net::sockopt::socket_peercred(conn) {
+        Ok(c) => c.uid.as_raw(),
+        Err(e) => return Some(format!("its user could not be read ({e})")),
+    };
+    let me = rustix::process::geteuid().as_raw();
+    (!serves(peer, me)).then(|| {
+        format!("the running cairn serves only its own user (uid {me}) and root, not uid {peer}")
+    })
+}
+
+/// Whether a run of uid `me` serves a client of uid `peer`.
+fn serves(peer: u32, me: u32) -> bool {
+    peer == me || peer == 0
 }
 
 /// A connection's place in the list of streams stop cuts off.
@@ -1528,6 +1561,17 @@ mod tests {
 
     /// A socket is asked only when this user's, the archive owner's or
     /// root's process serves it.
+    #[test]
+    fn only_its_own_user_and_root_are_served() {
+        assert!(serves(1000, 1000));
+        assert!(serves(0, 1000));
+        assert!(!serves(1001, 1000));
+        assert!(!serves(1000, 0), "root's run serves only root");
+        // This process, on both ends.
+        let (a, _b) = UnixStream::pair().unwrap();
+        assert_eq!(untrusted_client(&a), None);
+    }
+
     #[test]
     fn only_this_user_the_owner_or_root_is_trusted_to_serve() {
         // (peer, me, owner)
