@@ -430,8 +430,10 @@ mod tests {
 
     /// A sink that declares a lower offset safe than before (it lost
     /// records, or has a bug) has its higher one, not committed yet (a
-    /// failed commit), kept from Kafka: the commit follows its latest word.
-    /// Below what this run committed, the run stops (`SinkLostCommitted`).
+    /// commit of it dropped before it was handed over, as stale), kept from
+    /// Kafka: the commit follows its latest word. Below what this run
+    /// committed, the run stops (`SinkLostCommitted`); a commit that was
+    /// handed over and failed counts as committed (the test below).
     #[test]
     fn a_lowered_safe_offset_is_not_committed_above_the_sinks_latest_word() {
         let mut t = CommitTracker::default();

@@ -1262,11 +1262,17 @@ fn consume(
         // to be served, and a restart would clear librdkafka's lost mark,
         // so the revoke's callback would commit partitions no longer this
         // member's (since the night of 2026-12-04).
+        // A put-off for a lost assignment leaves the one-time put-off for
+        // events unspent: the try after the revoke still serves any event
+        // that comes meanwhile first.
         if let Some(scope) = &reset_wanted {
-            let recheck =
-                || (!reset_put_off && fetch.events_waiting()) || consumer.assignment_lost();
+            let lost = std::cell::Cell::new(false);
+            let recheck = || {
+                lost.set(consumer.assignment_lost());
+                lost.get() || (!reset_put_off && fetch.events_waiting())
+            };
             if !lock(shared).offset_reset(consumer, scope, &recheck)? {
-                reset_put_off = true;
+                reset_put_off |= !lost.get();
                 continue;
             }
             reset_wanted = None;

@@ -887,11 +887,11 @@ fn peer_gone(e: &std::io::Error) -> bool {
 /// Send an empty `o` frame on `wire` now and every [`HEARTBEAT`] until the
 /// sender returned is dropped; then join the thread returned. An error if
 /// no thread could be started. A beat that cannot be sent (the client is
-/// gone, or has read nothing for [`SEND_TIMEOUT`]) sets `gone`, which the
-/// answer is asked to stop by: a verify or backup, which writes its report
-/// only at its end, would otherwise run on for a client that will never
-/// read it, holding its slot and retention's lock (until the night of
-/// 2026-12-04).
+/// gone, or a beat waited [`SEND_TIMEOUT`] for room: one that reads nothing
+/// fills the socket's buffer only after many beats) sets `gone`, which the
+/// answer is asked to stop by, as the watcher's end of the read sets it
+/// (since the night of 2026-12-04: a verify or backup writes nothing else
+/// until its report).
 fn beat(
     wire: &Arc<Mutex<Wire>>,
     gone: &Arc<AtomicBool>,

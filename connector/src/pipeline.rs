@@ -57,10 +57,11 @@
 //!   commit for one partition's error though the broker took the others,
 //!   and a commit that timed out may have been applied. A put or
 //!   `pre_commit` that goes below one fails the run (`SinkLostCommitted`)
-//!   until a revoke forgets the partition, and so does an ack of a commit
-//!   the sink's word went below while it was in flight (since the night of
-//!   2026-12-04; before, only acknowledged offsets counted, and a revoke
-//!   begun meanwhile skipped the ack's check).
+//!   until a revoke forgets the partition (since the night of 2026-12-04;
+//!   before, only acknowledged offsets counted, and a word lowered while a
+//!   revoke was under way went unchecked). An ack checks again, except
+//!   for a commit a revoke began under (`commit_acked` with no partition):
+//!   the word it would check was already checked against the hand-over.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};

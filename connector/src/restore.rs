@@ -1216,7 +1216,7 @@ fn check_last(
                     Ok(archived)
                 }
                 Some(first) if archived < first => Err(ConnectorError::RestoreRefused(format!(
-                    "--resume: the last record of {target} (offset {}) names archived offset {archived}, which is below what the archive holds (its {source} starts at offset {first}): a prune deleted it, if this archive held it, so whatever was archived between {} and {first} is gone from it, restored or not (if this archive never held it, the target's records are another archive's: restore into an empty topic); to go on with what it holds, restore this partition with --topic {} --partition {} --append --from {first}{} in place of --resume, and resume the others limited to them with --topic and --partition (a --resume that includes this partition is refused again)",
+                    "--resume: the last record of {target} (offset {}) names archived offset {archived}, which is below what the archive holds (its {source} starts at offset {first}): a prune deleted it, if this archive held it, so whatever was archived between {} and {first} is gone from it, restored or not (if this archive never held it, the target's records are another archive's: restore into an empty topic); to go on with what it holds, restore this partition with --topic {} --partition {} --append --from {first}{} in place of --resume, and resume the others limited to them, one run each with --topic and --partition (a --resume that includes this partition is refused again)",
                     last.offset,
                     archived.saturating_add(1),
                     source.topic,

@@ -111,8 +111,13 @@ pub async fn run(args: BackupArgs) -> Result<ExitCode> {
     // 2026-12-04 nothing more was said).
     if stopped.load(std::sync::atomic::Ordering::Acquire) {
         eprintln!(
-            "interrupted after the backup was complete: {} holds all of it, and was kept",
-            dest.display()
+            "interrupted after the backup was complete: {} holds all of it, and was kept{}",
+            dest.display(),
+            if exit == 0 {
+                ""
+            } else {
+                " (with the problems its verify found, above)"
+            }
         );
     }
     closed?;

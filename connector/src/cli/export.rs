@@ -825,7 +825,23 @@ impl Write for Output {
                 *written |= n > 0;
                 Ok(n)
             }
-            Output::File(f) => f.open()?.write(buf),
+            Output::File(f) => {
+                let staged = f.staged.clone();
+                let file = f.open()?;
+                // A regular file written in place is written under the
+                // stage's lock, which the signal's handler holds from
+                // emptying it to the exit: no write lands after the
+                // emptying (at the old offset, past a hole). Not others: a
+                // write to a FIFO may block, and the signal must still end
+                // the export.
+                let guard = lock_staged(&staged);
+                if matches!(*guard, Stage::InPlace(_)) {
+                    file.write(buf)
+                } else {
+                    drop(guard);
+                    file.write(buf)
+                }
+            }
         }
     }
 

@@ -58,8 +58,7 @@ struct Row {
     high_watermark: Option<i64>,
     /// high watermark − committed offset
     lag: Option<i64>,
-    /// high watermark − durable next offset: what the archive has yet to
-    /// store (for a partition it holds nothing of, high − low watermark)
+    /// What the archive has yet to store: [`archive_lag`].
     archive_lag: Option<i64>,
     /// Why Kafka figures asked for are missing (`null` when none is, or
     /// none was asked for): a JSON reader tells a read that failed from
@@ -471,10 +470,10 @@ fn kafka_view(
     Ok(())
 }
 
-/// What Kafka holds that the archive has not stored yet: from where a run
-/// would start (the archive's durable next offset; for a partition it holds
-/// nothing of, the group's committed offset, else the log start), but not
-/// below the log start, whose records can no longer be archived (before
+/// What Kafka holds that the archive has not stored yet: from the archive's
+/// durable next offset (for a partition it holds nothing of, the group's
+/// committed offset, where a run would start it, else the log start), but
+/// not below the log start, whose records can no longer be archived (before
 /// the night of 2026-12-04 they were counted, so a lag that could never
 /// close was shown, where a run's progress line showed none). Negative
 /// when the log ends below where the archive goes on (a recreated or
