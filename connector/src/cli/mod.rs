@@ -20,9 +20,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 #[derive(Debug, Parser)]
 #[command(name = "cairn", version, propagate_version = true)]
 pub struct Cli {
-    /// Log format on stderr (levels from RUST_LOG; default
-    /// info,librdkafka=warn, and warn,cairn_engine::poisoned=error for
-    /// demo).
+    /// Log format on stderr. Levels come from RUST_LOG (unset:
+    /// info,librdkafka=warn; for demo, warn,cairn_engine::poisoned=error).
     #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
     pub log_format: LogFormat,
     #[command(subcommand)]
@@ -69,16 +68,21 @@ pub struct DataArg {
 #[derive(Debug, clap::Args)]
 pub struct SelectArgs {
     /// Only these archived topics, comma-separated (default: all).
-    #[arg(long, short = 't', value_delimiter = ',')]
+    #[arg(long, short = 't', visible_alias = "topics", value_delimiter = ',')]
     pub topic: Vec<String>,
     /// Only this partition.
     #[arg(long, allow_negative_numbers = true)]
     pub partition: Option<i32>,
     /// First archived offset to take (inclusive).
-    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    #[arg(
+        long,
+        default_value_t = 0,
+        allow_negative_numbers = true,
+        value_name = "OFFSET"
+    )]
     pub from: i64,
     /// Stop before this archived offset (exclusive).
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, allow_negative_numbers = true, value_name = "OFFSET")]
     pub to: Option<i64>,
 }
 

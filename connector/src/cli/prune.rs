@@ -33,7 +33,7 @@ pub struct PruneArgs {
     #[command(flatten)]
     pub data: super::DataArg,
     /// Only these archived topics, comma-separated (default: all).
-    #[arg(long, short = 't', value_delimiter = ',')]
+    #[arg(long, short = 't', visible_alias = "topics", value_delimiter = ',')]
     pub topic: Vec<String>,
     /// Only this partition.
     #[arg(long, allow_negative_numbers = true)]

@@ -20,19 +20,20 @@ use crate::task::ArchiveSink;
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// Kafka bootstrap servers: host:port, comma-separated for several.
+    /// Kafka bootstrap servers: host:port, comma-separated for several
+    /// (required, here or in --config).
     #[arg(long, short = 'b')]
     pub brokers: Option<String>,
-    /// Consumer group id.
+    /// Consumer group id (required, here or in --config).
     #[arg(long, short = 'g')]
     pub group: Option<String>,
-    /// Topics to archive, comma-separated.
-    #[arg(long, short = 't', value_delimiter = ',')]
+    /// Topics to archive, comma-separated (required, here or in --config).
+    #[arg(long, short = 't', visible_alias = "topic", value_delimiter = ',')]
     pub topics: Vec<String>,
-    /// The archive's data directory (created if missing).
+    /// The archive's data directory, created if missing (required, here or in --config).
     #[arg(long)]
     pub data: Option<PathBuf>,
-    /// every-put: fsync each put and commit it at once; interval:MS: fsync and commit every MS milliseconds (puts in between are written without an fsync).
+    /// every-put: fsync each put and commit it at once; interval:MS: fsync and commit every MS milliseconds (puts in between are written without an fsync) [default: every-put].
     #[arg(long)]
     pub commit: Option<CommitPolicy>,
     /// Most records in one put [default: 10000].
@@ -50,19 +51,19 @@ pub struct RunArgs {
     /// a larger one is handled as `--on-oversize` says.
     #[arg(long, allow_negative_numbers = true)]
     pub record_bytes_max: Option<u64>,
-    /// What to do with a record over --record-bytes-max.
+    /// What to do with a record over --record-bytes-max [default: fail].
     #[arg(long, value_enum)]
     pub on_oversize: Option<OnOversize>,
     /// The topic `--on-oversize dead-letter` produces oversize records to (it must exist).
     #[arg(long)]
     pub dead_letter_topic: Option<String>,
-    /// What to do when the archive's offset has aged out of Kafka's retention.
+    /// What to do when the archive's offset has aged out of Kafka's retention [default: fail].
     #[arg(long, value_enum)]
     pub on_offset_out_of_range: Option<OnOffsetOutOfRange>,
-    /// Where to start partitions neither the archive nor Kafka has an offset for.
-    #[arg(long)]
+    /// Where to start partitions neither the archive nor Kafka has an offset for: earliest or latest [default: earliest].
+    #[arg(long, value_name = "earliest|latest")]
     pub auto_offset_reset: Option<String>,
-    /// How long to wait for the brokers before giving up.
+    /// How long to wait for the brokers before giving up [default: 10000].
     #[arg(long, allow_negative_numbers = true)]
     pub connect_timeout_ms: Option<u64>,
     /// Log progress and lag this often, in seconds (0: only at stop) [default: 60].

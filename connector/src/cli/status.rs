@@ -21,10 +21,10 @@ pub struct StatusArgs {
     /// Also ask Kafka for its watermarks (and with `--group`, committed
     /// offsets), and list the partitions of archived topics that the
     /// archive holds nothing of.
-    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    #[arg(long, short = 'b', value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub brokers: Option<String>,
     /// The consumer group whose committed offsets to show (needs `--brokers`).
-    #[arg(long, requires = "brokers", value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    #[arg(long, short = 'g', requires = "brokers", value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub group: Option<String>,
     /// How long to wait for the brokers before giving up.
     #[arg(
