@@ -1474,7 +1474,7 @@ fn demo_archive_reads_back_with_status_export_verify() {
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("no loss, no duplicates"), "{out}");
     assert!(
-        out.contains("cairn run (a child process) aborted after the fsync of its put 4"),
+        out.contains("cairn run (a child process) aborted after the fsync of its 4th put"),
         "{out}"
     );
     assert!(
