@@ -168,6 +168,12 @@ pub(crate) struct Shared {
     /// until a later record of the partition is buffered or the
     /// partition is assigned or revoked, so it is empty on the hot path.
     set_aside: BTreeMap<TopicPartition, i64>,
+    /// Each partition's last record handed to the task thread since its
+    /// assignment: the repeat check's third half, for a partition whose
+    /// buffer was handed over just before the repeat came (until the night
+    /// of 2026-12-04 a sink other than the engine's got that record twice).
+    /// Set once per partition per hand-over, not per record.
+    handed_last: BTreeMap<TopicPartition, i64>,
     pending: BTreeMap<TopicPartition, Vec<Record>>,
     /// Buffers to copy the next records into (`recycle.rs`).
     stash: crate::recycle::Stash,
@@ -237,6 +243,9 @@ impl Shared {
         let mut batches = Vec::with_capacity(tps.len());
         for tp in tps {
             let records = self.pending.remove(&tp).unwrap_or_default();
+            if let Some(r) = records.last() {
+                self.handed_last.insert(tp.clone(), r.offset);
+            }
             self.pending_records -= records.len();
             self.pending_bytes -= records_held_bytes(&records);
             batches.push(RecordBatch { tp, records });
@@ -311,16 +320,19 @@ impl Shared {
         // repeat: librdkafka can deliver one twice when a pause (a
         // cooperative rebalance beginning) is served between the take of a
         // record and its position's update. Buffered twice, the put would
-        // be refused (offsets must go up) and the run stop; a repeat of one
-        // already put is dropped by the engine as a duplicate.
-        let last = self
-            .pending
-            .get(tp)
-            .and_then(|v| v.last())
-            .map(|r| r.offset);
+        // be refused (offsets must go up) and the run stop; one repeating
+        // the last record handed over would reach the sink twice (the
+        // engine's sink drops it as a duplicate; another may not).
         // Or set aside last: a repeat of a dead-lettered record would be
         // sent again, and counted twice.
-        let last = last.max(self.set_aside.get(tp).copied());
+        let last = last_taken(
+            self.pending
+                .get(tp)
+                .and_then(|v| v.last())
+                .map(|r| r.offset),
+            || self.handed_last.get(tp).copied(),
+            self.set_aside.get(tp).copied(),
+        );
         if let Some(last) = last.filter(|&last| m.offset() <= last) {
             // The race repeats the last record; anything lower is not
             // expected, and said.
@@ -442,6 +454,7 @@ impl Shared {
         // others.
         for tp in changed {
             self.set_aside.remove(tp);
+            self.handed_last.remove(tp);
         }
     }
 
@@ -813,6 +826,7 @@ pub fn run_pipeline(
         assigned: BTreeSet::new(),
         last_tp: None,
         set_aside: BTreeMap::new(),
+        handed_last: BTreeMap::new(),
         pending: BTreeMap::new(),
         stash: Default::default(),
         pending_bytes: 0,
@@ -1264,8 +1278,14 @@ fn consume(
         // member's (since the night of 2026-12-04).
         // A put-off for a lost assignment leaves the one-time put-off for
         // events unspent: the try after the revoke still serves any event
-        // that comes meanwhile first.
-        if let Some(scope) = &reset_wanted {
+        // that comes meanwhile first. While it is lost, no try is made at
+        // all (each would flush, fsync and read the log's bounds for
+        // nothing): the pass takes records as usual, and a later one,
+        // after the revoke was served, tries.
+        if let Some(scope) = reset_wanted
+            .as_ref()
+            .filter(|_| !consumer.assignment_lost())
+        {
             let lost = std::cell::Cell::new(false);
             let recheck = || {
                 lost.set(consumer.assignment_lost());
@@ -1369,9 +1389,34 @@ fn consume(
     }
 }
 
+/// A partition's last record taken, which a record must be above to be
+/// taken (`Shared::accept`): the last one buffered, else the last one
+/// handed over (asked only then: the hot path has a buffer), or one set
+/// aside after either.
+fn last_taken(
+    buffered: Option<i64>,
+    handed: impl FnOnce() -> Option<i64>,
+    set_aside: Option<i64>,
+) -> Option<i64> {
+    buffered.or_else(handed).max(set_aside)
+}
+
 #[cfg(test)]
 mod tests {
     use super::stops_the_run;
+
+    /// A repeat of the last record handed over is one, though the buffer
+    /// it was in has gone to the task thread (until the night of
+    /// 2026-12-04 only the buffer and records set aside counted).
+    #[test]
+    fn the_last_record_handed_over_counts_for_the_repeat_check() {
+        use super::last_taken;
+        assert_eq!(last_taken(None, || Some(41), None), Some(41));
+        assert_eq!(last_taken(Some(50), || panic!("not asked"), None), Some(50));
+        assert_eq!(last_taken(None, || Some(41), Some(45)), Some(45));
+        assert_eq!(last_taken(Some(50), || Some(41), Some(45)), Some(50));
+        assert_eq!(last_taken(None, || None, None), None);
+    }
     use rdkafka::error::KafkaError;
     use rdkafka::types::RDKafkaErrorCode as C;
 

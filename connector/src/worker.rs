@@ -279,8 +279,11 @@ impl Worker {
                     }
                     // A stopping run keeps retrying for a bounded time: a
                     // transient failure should not turn a clean stop into
-                    // a failed one, nor hold the stop forever.
-                    if self.stop.load(Ordering::Relaxed) {
+                    // a failed one, nor hold the stop forever. A run ended
+                    // by its done predicate (an embedder's) is stopping too.
+                    if self.stop.load(Ordering::Relaxed)
+                        || self.pipeline.finished.load(Ordering::Acquire)
+                    {
                         let deadline =
                             *stop_deadline.get_or_insert_with(|| Instant::now() + STOP_RETRY);
                         if Instant::now() >= deadline {
@@ -305,9 +308,15 @@ impl Worker {
         // next one): what it handed over is no longer this member's to
         // commit, and kept it would outlive the revoke, for a later
         // assignment of the partition to commit before any put of its own.
+        // Raised, never lowered: within an assignment the records handed
+        // over only go up (the consumer's repeat check), and a lower value
+        // would fail a sink's earlier, higher word on the handed-over check
+        // (an assertion: the run would stop for nothing).
         for b in batches {
             if let (Some(last), true) = (b.records.last(), s.assigned.contains(&b.tp)) {
-                s.consumed.insert(b.tp.clone(), last.offset + 1);
+                let next = last.offset + 1;
+                let e = s.consumed.entry(b.tp.clone()).or_insert(next);
+                *e = (*e).max(next);
             }
         }
         let recorded = if outcome.durable.keys().all(|tp| s.assigned.contains(tp)) {
