@@ -92,8 +92,8 @@ pub enum ConnectorError {
     #[error("topic {topic:?} has {partitions} partitions, but the archive's partition {last} needs {needed} (give it at least {needed} partitions, or restore fewer with --partition)", last = needed - 1)]
     TooFewPartitions {
         topic: String,
-        partitions: i32,
-        needed: i32,
+        partitions: i64,
+        needed: i64,
     },
     #[error("{target} already holds records (offsets {low}..{high}){others}; restoring would add the archive's records after them (pass --append to do that, or --resume to continue an earlier restore made with --offset-header)")]
     TargetNotEmpty {
@@ -160,6 +160,16 @@ pub enum ConnectorError {
     /// #1155, #1387): an open that panicked, caught and said as an error.
     #[error("the archive at {} could not be opened: the open panicked ({detail}): damage in sled's own files that sled does not handle, or a bug; nothing was changed (cairn verify --data {} says what it can)", path.display(), path.display())]
     OpenPanicked { path: PathBuf, detail: String },
+    /// A panic in sled after the open, while a command read (or pruned) a
+    /// stopped archive: caught and said as an error, as the open's is.
+    #[error("{command} of the archive at {} stopped: reading it panicked ({detail}): damage in sled's own files that sled does not handle, or a bug (cairn verify --data {} says what it can){output}", path.display(), path.display())]
+    ReadPanicked {
+        command: &'static str,
+        path: PathBuf,
+        detail: String,
+        /// What the command's output holds, or what it did.
+        output: String,
+    },
     /// A byte string `--format jsonl-text` cannot write as text.
     #[error("record {record}: its {field} is not UTF-8 (from byte {valid_up_to}), so --format jsonl-text cannot write it; --format jsonl writes it in base64")]
     NotText {

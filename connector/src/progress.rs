@@ -124,7 +124,8 @@ impl Progress {
     fn total(&self, lag: impl Fn(&PartitionProgress) -> Option<i64>) -> Lag {
         let known: Vec<i64> = self.partitions.iter().filter_map(&lag).collect();
         Lag {
-            records: known.iter().sum(),
+            // Saturating: log ends come from the brokers' statistics.
+            records: known.iter().fold(0i64, |a, &b| a.saturating_add(b)),
             unknown_partitions: self.partitions.len() - known.len(),
         }
     }

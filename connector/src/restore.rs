@@ -853,10 +853,12 @@ fn preflight(
             let last = producer.context().last_cause.lock();
             crate::librdkafka::with_cause(e, last.unwrap_or_else(|e| e.into_inner()).clone())
         })?;
-    let mut needed: BTreeMap<&str, i32> = BTreeMap::new();
+    // In i64: an archive may hold partition i32::MAX (the engine's API
+    // takes any partition), whose count does not fit an i32.
+    let mut needed: BTreeMap<&str, i64> = BTreeMap::new();
     for (_, target) in plan {
         let n = needed.entry(&target.topic).or_default();
-        *n = (*n).max(target.partition + 1);
+        *n = (*n).max(i64::from(target.partition) + 1);
     }
     for (topic, needed) in needed {
         let Some(t) = md.topics().iter().find(|t| t.name() == topic) else {
@@ -890,7 +892,7 @@ fn preflight(
                 source: KafkaError::MetadataFetch(err.into()),
             });
         }
-        let partitions = t.partitions().len() as i32;
+        let partitions = t.partitions().len() as i64;
         if partitions < needed {
             return Err(ConnectorError::TooFewPartitions {
                 topic: topic.to_owned(),

@@ -91,7 +91,7 @@ pub use engine::{
 pub use error::{panic_message, CorruptionKind, Error, InvalidInput, Location, Result};
 pub use meta::StoreId;
 pub use offsets::DurableOffsets;
-pub use reader::RecordIter;
+pub use reader::{RecordIter, FAILPOINT_READ_FILL};
 pub use record::{
     validate_topic, Header, Record, RecordBatch, TimestampType, TopicPartition,
     HEADERS_PER_RECORD_MAX,

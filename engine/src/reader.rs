@@ -447,6 +447,10 @@ impl RecordIter {
     }
 
     fn fill(&mut self) -> Result<()> {
+        // A read of sled's pages that panics (sled 0.34.7 does on some
+        // damage to its own files), injected: the commands that read a
+        // stopped archive say it as an error.
+        fail::fail_point!(FAILPOINT_READ_FILL);
         while self.buf.is_empty() {
             let mut entries = self
                 .tree
@@ -497,6 +501,9 @@ impl RecordIter {
         Ok(())
     }
 }
+
+/// Failpoint: each time a read fetches its next entry.
+pub const FAILPOINT_READ_FILL: &str = "reader::fill";
 
 impl Iterator for RecordIter {
     type Item = Result<Record>;

@@ -121,4 +121,43 @@ fn an_open_that_panics_is_an_error_naming_the_archive() {
     assert_eq!(offsets, (0..10).collect::<Vec<_>>());
     e.close().unwrap();
     assert!(!mark.exists());
+    // A panic in sled's reads past the open (an export of the stopped
+    // archive) is an error naming the archive and what the output holds,
+    // not a crash (since the night of 2026-12-04).
+    let elsewhere = tempfile::tempdir().unwrap();
+    let out = elsewhere.path().join("out.jsonl");
+    std::fs::write(&out, b"kept").unwrap();
+    let export = {
+        use clap::Parser;
+        let cli = cairn_connector::cli::Cli::try_parse_from([
+            "cairn",
+            "export",
+            "--data",
+            d,
+            "--output",
+            out.to_str().unwrap(),
+        ])
+        .unwrap();
+        let cairn_connector::cli::Command::Export(a) = cli.command else {
+            unreachable!()
+        };
+        fail::cfg(cairn_engine::FAILPOINT_READ_FILL, "panic(sled lost a page)").unwrap();
+        let result = tokio::runtime::Runtime::new()
+            .unwrap()
+            .block_on(cairn_connector::cli::export::run(a));
+        fail::remove(cairn_engine::FAILPOINT_READ_FILL);
+        result
+    };
+    match export {
+        Err(e @ ConnectorError::ReadPanicked { .. }) => {
+            let said = e.to_string();
+            assert!(
+                said.contains("reading it panicked (sled lost a page)"),
+                "{said}"
+            );
+            assert!(said.contains("was left as it was"), "{said}");
+        }
+        other => panic!("expected the read's panic as an error, got {other:?}"),
+    }
+    assert_eq!(std::fs::read(&out).unwrap(), b"kept");
 }

@@ -388,7 +388,10 @@ fn export_stopped(
     let chosen = select.choose(engine.partitions(), &[])?;
     // Not served: a signal ends this process (`remove_on_interrupt`).
     let never = AtomicBool::new(false);
-    match write_records(&engine, &chosen, select, format, &mut out, out_path, &never) {
+    let written = super::read_unpanicked("export", data, "", || {
+        write_records(&engine, &chosen, select, format, &mut out, out_path, &never)
+    });
+    match written {
         Ok(count) => {
             if let (true, Some(records)) = (finish(out, out_path)?, count) {
                 tracing::info!(records, "export done");
@@ -397,7 +400,9 @@ fn export_stopped(
         }
         Err(mut e) => {
             let note = abandon(out);
-            if let ConnectorError::ExportStopped { output, .. } = &mut e {
+            if let ConnectorError::ExportStopped { output, .. }
+            | ConnectorError::ReadPanicked { output, .. } = &mut e
+            {
                 *output = note;
             }
             Err(e)

@@ -167,6 +167,26 @@ pub(crate) fn unpanicked<T>(
     })?
 }
 
+/// Run `work` on a stopped archive at `data`, a panic in it (sled's, on
+/// damage to its own files past the open) returned as
+/// [`ReadPanicked`](crate::ConnectorError::ReadPanicked) with `output`
+/// (since the night of 2026-12-04; before, the command crashed, exit 101).
+pub(crate) fn read_unpanicked<T>(
+    command: &'static str,
+    data: &std::path::Path,
+    output: &str,
+    work: impl FnOnce() -> crate::Result<T>,
+) -> crate::Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).map_err(|payload| {
+        crate::ConnectorError::ReadPanicked {
+            command,
+            path: data.to_path_buf(),
+            detail: cairn_engine::panic_message(&*payload).to_string(),
+            output: output.to_owned(),
+        }
+    })?
+}
+
 /// Why an archive did not open, as a command that a running cairn answers
 /// says it (see [`open_unserved`]).
 pub(crate) fn open_failed(e: cairn_engine::Error) -> crate::ConnectorError {

@@ -200,13 +200,26 @@ pub async fn run(args: PruneArgs) -> Result<ExitCode> {
     }
     let engine = super::open_unserved(data)?;
     let never = std::sync::atomic::AtomicBool::new(false);
-    prune(
-        &engine,
-        &selection,
-        cut,
-        args.dry_run,
-        &never,
-        &mut super::write_line,
+    // A panic inside a truncation poisons the engine (its own guard): the
+    // steps before it stand, and a rerun finishes.
+    super::read_unpanicked(
+        "prune",
+        data,
+        if args.dry_run {
+            "; a dry run: nothing was changed"
+        } else {
+            "; the steps printed above were made, and a rerun of the prune finishes it"
+        },
+        || {
+            prune(
+                &engine,
+                &selection,
+                cut,
+                args.dry_run,
+                &never,
+                &mut super::write_line,
+            )
+        },
     )?;
     if !args.dry_run {
         engine.close()?;

@@ -86,7 +86,12 @@ pub async fn run(args: RestoreArgs) -> Result<ExitCode> {
         || tracing::error!("second signal: exiting without waiting; records in flight may or may not have been written"),
     );
     let result = tokio::task::block_in_place(|| {
-        restore_until(&engine, &cfg, &|| stop.load(Ordering::Relaxed))
+        super::read_unpanicked(
+            "restore",
+            &data,
+            "; records sent before it may or may not have been written, and no resume point was worked out: with --offset-header, --resume continues from what the target holds",
+            || restore_until(&engine, &cfg, &|| stop.load(Ordering::Relaxed)),
+        )
     });
     watcher.abort();
     if let Err(e @ ConnectorError::RestoreStopped { .. }) = &result {
