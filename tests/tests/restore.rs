@@ -803,9 +803,7 @@ fn resume_refuses_a_partition_this_restore_did_not_write() {
     let (_dir, engine) = archived();
     let k = TestKafka::new("foreign", 3);
     produce_one(&k, 2, b"someone else's", None);
-    let mut cfg = config(&k);
-    cfg.offset_header = Some("cairn.offset".into());
-    cfg.resume = true;
+    let cfg = resume_config(&k);
     match restore(&engine, &cfg) {
         Err(ConnectorError::RestoreRefused(m)) => {
             assert!(
@@ -889,9 +887,7 @@ fn resume_checks_the_last_record_against_the_archive() {
     // A record with the right header name and a plausible offset, but not
     // the archive's record there.
     produce_one(&k, 0, b"not from the archive", Some(("cairn.offset", "3")));
-    let mut cfg = config(&k);
-    cfg.offset_header = Some("cairn.offset".into());
-    cfg.resume = true;
+    let mut cfg = resume_config(&k);
     // -X settings reach the reader too: producer-only ones must not break
     // it (librdkafka ignores them there). That the reader takes -X at all
     // is `resume_reader_settings_are_checked_up_front`'s.
@@ -967,14 +963,12 @@ fn resume_refuses_a_target_missing_records_below_its_last() {
     }
 }
 
-/// A target whose last record names an archived offset a prune has deleted
-/// since is told apart from someone else's record: the error says the
-/// archive lost those records and how to go on from what it holds.
-#[test]
-fn resume_past_a_prune_says_what_the_archive_lost() {
+/// An archive of 20 records of one partition in two entries, 0..6 and
+/// 6..20, the first pruned: its directory, the engine, the partition and
+/// the cut (6).
+fn pruned_below_six() -> (tempfile::TempDir, Engine, TopicPartition, i64) {
     init_logs();
     let dir = tempfile::tempdir().unwrap();
-    // Two entries, 0..6 and 6..20; the prune deletes the first.
     let engine = archive_of(dir.path(), &[(ARCHIVED, 6)]);
     let tp = TopicPartition::new(ARCHIVED, 0);
     let cut = 6;
@@ -985,6 +979,23 @@ fn resume_past_a_prune_says_what_the_archive_lost() {
         }])
         .unwrap();
     engine.truncate_before(&tp, cut).unwrap();
+    (dir, engine, tp, cut)
+}
+
+/// `config(k)` resuming by the `cairn.offset` header.
+fn resume_config(k: &TestKafka) -> RestoreConfig {
+    let mut cfg = config(k);
+    cfg.offset_header = Some("cairn.offset".into());
+    cfg.resume = true;
+    cfg
+}
+
+/// A target whose last record names an archived offset a prune has deleted
+/// since is told apart from someone else's record: the error says the
+/// archive lost those records and how to go on from what it holds.
+#[test]
+fn resume_past_a_prune_says_what_the_archive_lost() {
+    let (_dir, engine, _, cut) = pruned_below_six();
     let k = TestKafka::new("pruned-since", 1);
     produce_one(
         &k,
@@ -992,9 +1003,7 @@ fn resume_past_a_prune_says_what_the_archive_lost() {
         b"restored before the prune",
         Some(("cairn.offset", "3")),
     );
-    let mut cfg = config(&k);
-    cfg.offset_header = Some("cairn.offset".into());
-    cfg.resume = true;
+    let cfg = resume_config(&k);
     match restore(&engine, &cfg) {
         Err(ConnectorError::RestoreRefused(m)) => assert!(
             m.contains("names archived offset 3, which is below what the archive holds")
@@ -1019,19 +1028,7 @@ fn resume_past_a_prune_says_what_the_archive_lost() {
 /// partition.
 #[test]
 fn resume_just_past_a_prune_goes_on() {
-    init_logs();
-    let dir = tempfile::tempdir().unwrap();
-    // Two entries, 0..6 and 6..20; the prune deletes the first.
-    let engine = archive_of(dir.path(), &[(ARCHIVED, 6)]);
-    let tp = TopicPartition::new(ARCHIVED, 0);
-    let cut = 6;
-    engine
-        .append(&[RecordBatch {
-            tp: tp.clone(),
-            records: (cut..20).map(|o| Record::with_value(o, "later")).collect(),
-        }])
-        .unwrap();
-    engine.truncate_before(&tp, cut).unwrap();
+    let (_dir, engine, tp, cut) = pruned_below_six();
     let k = TestKafka::new("pruned-just-below", 1);
     produce_one(
         &k,
@@ -1039,9 +1036,7 @@ fn resume_just_past_a_prune_goes_on() {
         b"restored before the prune",
         Some(("cairn.offset", "5")),
     );
-    let mut cfg = config(&k);
-    cfg.offset_header = Some("cairn.offset".into());
-    cfg.resume = true;
+    let cfg = resume_config(&k);
     restore(&engine, &cfg)
         .expect("nothing between the last restored record and the archive's first is missing");
     assert_eq!(
@@ -1067,9 +1062,7 @@ fn resume_just_past_a_prune_goes_on() {
         b"restored before the prune",
         Some(("cairn.offset", "19")),
     );
-    let mut cfg = config(&k);
-    cfg.offset_header = Some("cairn.offset".into());
-    cfg.resume = true;
+    let cfg = resume_config(&k);
     restore(&engine, &cfg)
         .expect("a wholly restored partition, emptied since, has nothing left to send");
     assert_eq!(
