@@ -230,6 +230,10 @@ impl Shared {
     /// Forget what is buffered for `tps` (revoked or lost partitions).
     pub(crate) fn drop_pending(&mut self, tps: &BTreeSet<TopicPartition>) {
         drop(self.take_batches(Some(tps)));
+        // Dropped, not handed over.
+        for tp in tps {
+            self.handed_last.remove(tp);
+        }
     }
 
     /// Take what is buffered (only `only`'s partitions, if given) as batches.
@@ -316,7 +320,8 @@ impl Shared {
         let Some((tp, true)) = &self.last_tp else {
             return Ok(());
         };
-        // A record at or below the last one buffered of its partition is a
+        // A record at or below the last one taken of its partition (buffered,
+        // handed over, or set aside) is a
         // repeat: librdkafka can deliver one twice when a pause (a
         // cooperative rebalance beginning) is served between the take of a
         // record and its position's update. Buffered twice, the put would
@@ -337,7 +342,7 @@ impl Shared {
             // The race repeats the last record; anything lower is not
             // expected, and said.
             if m.offset() < last {
-                tracing::warn!(%tp, offset = m.offset(), "a record below the last one buffered of its partition, taken again: dropped (the engine would drop it as a duplicate too)");
+                tracing::warn!(%tp, offset = m.offset(), "a record below the last one taken of its partition, taken again: dropped (the engine would drop it as a duplicate too)");
             } else {
                 tracing::debug!(%tp, offset = m.offset(), "a record taken again: dropped");
             }
@@ -1404,6 +1409,8 @@ fn last_taken(
 #[cfg(test)]
 mod tests {
     use super::stops_the_run;
+    use rdkafka::error::KafkaError;
+    use rdkafka::types::RDKafkaErrorCode as C;
 
     /// A repeat of the last record handed over is one, though the buffer
     /// it was in has gone to the task thread (until the night of
@@ -1417,8 +1424,6 @@ mod tests {
         assert_eq!(last_taken(Some(50), || Some(41), Some(45)), Some(50));
         assert_eq!(last_taken(None, || None, None), None);
     }
-    use rdkafka::error::KafkaError;
-    use rdkafka::types::RDKafkaErrorCode as C;
 
     /// librdkafka's two descriptions of a log cut back below a fetched
     /// position (rdkafka_offset.c, with the error's own text appended by

@@ -482,6 +482,15 @@ impl Engine {
     /// Poison the engine from a drop during a panic: the commit lock is
     /// taken even if poisoned (a second panic here would abort), `also`
     /// runs under it, and waiters are woken.
+    /// A panic its caller caught while using this engine (sled's, reading
+    /// pages of damaged files, say): the engine is poisoned, so that its
+    /// drop does not flush a store sled may have left half-changed, and
+    /// the next open in this boot does not trust the page cache.
+    pub fn poison_after_caught_panic(&self, op: &'static str, what: &str) {
+        tracing::error!(op, what, "a panic while using the engine: poisoned");
+        self.poison_after_panic(op, &format!("{op} panicked: {what}"), |_| {});
+    }
+
     fn poison_after_panic(
         &self,
         op: &'static str,

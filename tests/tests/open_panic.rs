@@ -160,4 +160,14 @@ fn an_open_that_panics_is_an_error_naming_the_archive() {
         other => panic!("expected the read's panic as an error, got {other:?}"),
     }
     assert_eq!(std::fs::read(&out).unwrap(), b"kept");
+    // The engine was poisoned (its drop flushed nothing sled may have left
+    // half-changed), and the archive opens as before.
+    assert!(dir
+        .path()
+        .join(cairn_engine::poisoned::POISON_FILE)
+        .exists());
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let offsets: Vec<i64> = e.read(&tp, 0).unwrap().map(|r| r.unwrap().offset).collect();
+    assert_eq!(offsets, (0..10).collect::<Vec<_>>());
+    e.close().unwrap();
 }

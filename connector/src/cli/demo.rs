@@ -662,7 +662,7 @@ async fn demo_in(n: u64, data: PathBuf, made: bool) -> Result<ExitCode> {
     restore_round_trip(&cluster, &brokers, &engine, n, &scratch).await?;
     engine.close()?;
     // Once the demo has let go of it: `status` answers now.
-    // Against the payload (keys, values and header values), as
+    // Against the payload (keys, values, header names and values), as
     // BENCHMARKS measures the store's space.
     let payload_bytes: u64 = stats.partitions.iter().map(|p| p.payload_bytes).sum();
     outln!(
@@ -694,15 +694,24 @@ fn ordinal(n: u64) -> String {
     format!("{n}{suffix}")
 }
 
-/// A rate to three significant figures or so: "671k", "1.23M".
+/// A rate to three significant figures: "671k", "12.3k", "1.23M".
 fn rate(per_s: f64) -> String {
-    if per_s >= 1e6 {
-        format!("{:.2}M", per_s / 1e6)
-    } else if per_s >= 1e3 {
-        format!("{:.0}k", per_s / 1e3)
+    // The unit a value takes once rounded: 999,999 is "1.00M", not "1000k".
+    let (v, unit) = if per_s >= 999_500.0 {
+        (per_s / 1e6, "M")
+    } else if per_s >= 999.5 {
+        (per_s / 1e3, "k")
     } else {
-        format!("{per_s:.0}")
-    }
+        return format!("{per_s:.0}");
+    };
+    let decimals = if v >= 99.95 {
+        0
+    } else if v >= 9.995 {
+        1
+    } else {
+        2
+    };
+    format!("{v:.decimals$}{unit}")
 }
 
 /// The longest a run of the demo may take to archive its records.
@@ -876,6 +885,10 @@ mod tests {
         assert_eq!(rate(671_166.4), "671k");
         assert_eq!(rate(1_234_567.0), "1.23M");
         assert_eq!(rate(950.2), "950");
+        assert_eq!(rate(12_345.0), "12.3k");
+        assert_eq!(rate(1_234.0), "1.23k");
+        assert_eq!(rate(999_999.0), "1.00M");
+        assert_eq!(rate(99_960.0), "100k");
     }
 
     #[test]

@@ -388,7 +388,7 @@ fn export_stopped(
     let chosen = select.choose(engine.partitions(), &[])?;
     // Not served: a signal ends this process (`remove_on_interrupt`).
     let never = AtomicBool::new(false);
-    let written = super::read_unpanicked("export", data, "", || {
+    let written = super::read_unpanicked("export", data, &engine, "", || {
         write_records(&engine, &chosen, select, format, &mut out, out_path, &never)
     });
     match written {

@@ -167,21 +167,26 @@ pub(crate) fn unpanicked<T>(
     })?
 }
 
-/// Run `work` on a stopped archive at `data`, a panic in it (sled's, on
-/// damage to its own files past the open) returned as
+/// Run `work` on `engine`, the stopped archive at `data`, a panic in it
+/// (sled's, on damage to its own files past the open) returned as
 /// [`ReadPanicked`](crate::ConnectorError::ReadPanicked) with `output`
 /// (since the night of 2026-12-04; before, the command crashed, exit 101).
+/// The engine is poisoned then: its drop does not flush what sled may have
+/// left half-changed.
 pub(crate) fn read_unpanicked<T>(
     command: &'static str,
     data: &std::path::Path,
+    engine: &cairn_engine::Engine,
     output: &str,
     work: impl FnOnce() -> crate::Result<T>,
 ) -> crate::Result<T> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).map_err(|payload| {
+        let detail = cairn_engine::panic_message(&*payload).to_string();
+        engine.poison_after_caught_panic(command, &detail);
         crate::ConnectorError::ReadPanicked {
             command,
             path: data.to_path_buf(),
-            detail: cairn_engine::panic_message(&*payload).to_string(),
+            detail,
             output: output.to_owned(),
         }
     })?

@@ -205,10 +205,11 @@ pub async fn run(args: PruneArgs) -> Result<ExitCode> {
     super::read_unpanicked(
         "prune",
         data,
+        &engine,
         if args.dry_run {
             "; a dry run: nothing was changed"
         } else {
-            "; the steps printed above were made, and a rerun of the prune finishes it"
+            "; the steps it made stand (a step is whole or not made); run cairn verify on the archive before pruning again"
         },
         || {
             prune(

@@ -89,6 +89,7 @@ pub async fn run(args: RestoreArgs) -> Result<ExitCode> {
         super::read_unpanicked(
             "restore",
             &data,
+            &engine,
             "; records sent before it may or may not have been written, and no resume point was worked out: with --offset-header, --resume continues from what the target holds",
             || restore_until(&engine, &cfg, &|| stop.load(Ordering::Relaxed)),
         )
