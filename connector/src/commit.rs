@@ -102,7 +102,8 @@ impl Default for CommitTracker {
     }
 }
 
-fn raise(map: &mut BTreeMap<TopicPartition, i64>, tp: &TopicPartition, o: i64) {
+/// Raise `tp`'s offset in `map` to `o`, never lowering it.
+pub(crate) fn raise(map: &mut BTreeMap<TopicPartition, i64>, tp: &TopicPartition, o: i64) {
     let e = map.entry(tp.clone()).or_insert(o);
     *e = (*e).max(o);
 }

@@ -320,9 +320,9 @@ impl Shared {
         let Some((tp, true)) = &self.last_tp else {
             return Ok(());
         };
-        // A record at or below the last one taken of its partition (buffered,
-        // handed over, or set aside) is a
-        // repeat: librdkafka can deliver one twice when a pause (a
+        // A record at or below the last one taken of its partition
+        // (buffered, handed over, or set aside) is a repeat: librdkafka
+        // can deliver one twice when a pause (a
         // cooperative rebalance beginning) is served between the take of a
         // record and its position's update. Buffered twice, the put would
         // be refused (offsets must go up) and the run stop; one repeating
@@ -707,15 +707,9 @@ pub fn preflight<C: Consumer<SinkContext>>(
         let listed = md.topics().iter().find(|mt| mt.name() == t);
         // Kafka lists a topic it does not have with an error of its own,
         // and so one it cannot serve yet (being created: no leader).
-        let unavailable = listed.and_then(|mt| mt.error()).filter(|e| {
-            use rdkafka::types::RDKafkaRespErr as E;
-            !matches!(
-                e,
-                E::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART
-                    | E::RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC
-                    | E::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED
-            )
-        });
+        let unavailable = listed
+            .and_then(|mt| mt.error())
+            .filter(|e| crate::librdkafka::topic_not_ready(*e));
         if let Some(e) = unavailable {
             return Err(ConnectorError::TopicUnavailable {
                 topic: t.clone(),
@@ -1276,17 +1270,15 @@ fn consume(
         // `offset_reset` for why. An event that comes while the restart is
         // worked out puts it off once, to serve it; not twice, since any
         // event counts (a broker's errors keep coming while it is down) and
-        // the run's queue is not taken from meanwhile. A lost assignment
-        // (the session timed out) puts it off every time: its revoke waits
-        // to be served, and a restart would clear librdkafka's lost mark,
-        // so the revoke's callback would commit partitions no longer this
-        // member's (since the night of 2026-12-04).
-        // A put-off for a lost assignment leaves the one-time put-off for
-        // events unspent: the try after the revoke still serves any event
-        // that comes meanwhile first. While it is lost, no try is made at
-        // all (each would flush, fsync and read the log's bounds for
-        // nothing): the pass takes records as usual, and a later one,
-        // after the revoke was served, tries.
+        // the run's queue is not taken from meanwhile. While the
+        // assignment is lost (the session timed out), no restart is made:
+        // its revoke waits to be served, and a restart would clear
+        // librdkafka's lost mark, so the revoke's callback would commit
+        // partitions no longer this member's (since the night of
+        // 2026-12-04). No try is made then (each would flush, fsync and
+        // read the log's bounds for nothing), and a loss during a try puts
+        // the restart off without spending the one-time put-off for
+        // events.
         if let Some(scope) = reset_wanted
             .as_ref()
             .filter(|_| !consumer.assignment_lost())

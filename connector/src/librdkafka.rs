@@ -346,6 +346,19 @@ pub(crate) fn with_cause(e: ConnectorError, last: Option<String>) -> ConnectorEr
     }
 }
 
+/// Whether a topic's own metadata error says it exists but cannot be used
+/// yet (being created, partitions without a leader), rather than that it
+/// is missing or refused to this client.
+pub(crate) fn topic_not_ready(e: rdkafka::types::RDKafkaRespErr) -> bool {
+    use rdkafka::types::RDKafkaRespErr as E;
+    !matches!(
+        e,
+        E::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART
+            | E::RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC
+            | E::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED
+    )
+}
+
 /// How a [`sliced_wait`] ended without an answer.
 pub(crate) enum Waited {
     /// `stop` said so between two slices: `ConnectorError::StoppedWaiting`.

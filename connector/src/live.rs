@@ -1559,8 +1559,7 @@ mod tests {
         assert!(!request_arrived(&server), "taken now");
     }
 
-    /// A socket is asked only when this user's, the archive owner's or
-    /// root's process serves it.
+    /// A run serves only clients of its own user and root.
     #[test]
     fn only_its_own_user_and_root_are_served() {
         assert!(serves(1000, 1000));
@@ -1572,6 +1571,8 @@ mod tests {
         assert_eq!(untrusted_client(&a), None);
     }
 
+    /// A socket is asked only when this user's, the archive owner's or
+    /// root's process serves it.
     #[test]
     fn only_this_user_the_owner_or_root_is_trusted_to_serve() {
         // (peer, me, owner)

@@ -873,13 +873,7 @@ fn preflight(
         if let Some(err) = t.error() {
             // Kafka lists a topic it cannot serve yet (being created, no
             // leader) with an error of its own: said as `run` says it.
-            use rdkafka::types::RDKafkaRespErr as E;
-            if !matches!(
-                err,
-                E::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART
-                    | E::RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC
-                    | E::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED
-            ) {
+            if crate::librdkafka::topic_not_ready(err) {
                 return Err(ConnectorError::TopicUnavailable {
                     topic: topic.to_owned(),
                     brokers: cfg.brokers.clone(),

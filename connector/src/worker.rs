@@ -314,9 +314,7 @@ impl Worker {
         // (an assertion: the run would stop for nothing).
         for b in batches {
             if let (Some(last), true) = (b.records.last(), s.assigned.contains(&b.tp)) {
-                let next = last.offset + 1;
-                let e = s.consumed.entry(b.tp.clone()).or_insert(next);
-                *e = (*e).max(next);
+                crate::commit::raise(&mut s.consumed, &b.tp, last.offset + 1);
             }
         }
         let recorded = if outcome.durable.keys().all(|tp| s.assigned.contains(tp)) {

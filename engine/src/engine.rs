@@ -479,9 +479,6 @@ impl Engine {
         self.commit.lock().map_or(true, |c| c.poisoned.is_some())
     }
 
-    /// Poison the engine from a drop during a panic: the commit lock is
-    /// taken even if poisoned (a second panic here would abort), `also`
-    /// runs under it, and waiters are woken.
     /// A panic its caller caught while using this engine (sled's, reading
     /// pages of damaged files, say): the engine is poisoned, so that its
     /// drop does not flush a store sled may have left half-changed, and
@@ -491,6 +488,9 @@ impl Engine {
         self.poison_after_panic(op, &format!("{op} panicked: {what}"), |_| {});
     }
 
+    /// Poison the engine from a drop during a panic: the commit lock is
+    /// taken even if poisoned (a second panic here would abort), `also`
+    /// runs under it, and waiters are woken.
     fn poison_after_panic(
         &self,
         op: &'static str,

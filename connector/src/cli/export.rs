@@ -466,22 +466,13 @@ fn remove_on_interrupt(staged: Staged, out: PathBuf) -> Result<tokio::task::Join
             // Emptied, as a failed export's is (`abandon`), so that no
             // prefix passes for the whole export (before the night of
             // 2026-12-04 it was left holding one).
-            Stage::InPlace(path) => {
-                let emptied = std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(&path)
-                    .and_then(|f| f.set_len(0));
-                match emptied {
-                    Ok(()) => eprintln!(
-                        "interrupted: {} (written in place: its directory takes no new files) was emptied, so that no part of the export passes for all of it",
-                        path.display()
-                    ),
-                    Err(e) => eprintln!(
-                        "interrupted: {} (written in place) holds part of the export and could not be emptied ({e}): the export is incomplete",
-                        path.display()
-                    ),
-                }
-            }
+            Stage::InPlace(path) => match std::fs::OpenOptions::new().write(true).open(&path) {
+                Ok(file) => eprintln!("interrupted: {}", empty_in_place(&file, &path)),
+                Err(e) => eprintln!(
+                    "interrupted: {} (written in place) holds part of the export and could not be emptied ({e}): the export is incomplete",
+                    path.display()
+                ),
+            },
             Stage::Unstaged => eprintln!("interrupted: the export is incomplete"),
         }
         std::process::exit(130);
@@ -840,12 +831,8 @@ impl Write for Output {
                 // write to a FIFO may block, and the signal must still end
                 // the export.
                 let guard = lock_staged(&staged);
-                if matches!(*guard, Stage::InPlace(_)) {
-                    file.write(buf)
-                } else {
-                    drop(guard);
-                    file.write(buf)
-                }
+                let _held = matches!(*guard, Stage::InPlace(_)).then_some(guard);
+                file.write(buf)
             }
         }
     }

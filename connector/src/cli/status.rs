@@ -234,14 +234,6 @@ fn note_committed(
 ) {
     for (tp, error) in &committed.unread {
         tracing::warn!(%tp, %error, "Kafka could not read this partition's committed offset: its column is left empty");
-        if let Some(r) = rows
-            .iter_mut()
-            .find(|r| r.topic == tp.topic && r.partition == tp.partition)
-        {
-            r.missing(format_args!(
-                "its committed offset could not be read: {error}"
-            ));
-        }
     }
     // A mistyped group reads as one that committed nothing: say so,
     // rather than show an idle-looking table without a word.
@@ -257,10 +249,17 @@ fn note_committed(
             "the group has no committed offset for these partitions (a group that never ran on them, or a mistyped --group): their committed and lag columns are left empty"
         );
     }
+    // Looked up, not scanned: a slice's `contains` per row would take
+    // time in the square of the partitions.
+    let asked: std::collections::BTreeSet<&TopicPartition> = tps.iter().collect();
     for r in rows.iter_mut() {
         let tp = TopicPartition::new(&r.topic, r.partition);
         r.kafka_committed = committed.offsets.get(&tp).map(|c| c.offset);
-        if tps.contains(&tp) && r.kafka_committed.is_none() && !committed.unread.contains_key(&tp) {
+        if let Some(error) = committed.unread.get(&tp) {
+            r.missing(format_args!(
+                "its committed offset could not be read: {error}"
+            ));
+        } else if r.kafka_committed.is_none() && asked.contains(&tp) {
             r.missing("the group has no committed offset for it");
         }
     }
