@@ -92,7 +92,7 @@ impl Frame<'_> {
     }
 }
 
-fn crc(lsn: u64, header12: &[u8], body: &[u8]) -> u32 {
+pub(crate) fn crc(lsn: u64, header12: &[u8], body: &[u8]) -> u32 {
     let mut h = crc32fast::Hasher::new();
     h.update(&lsn.to_le_bytes());
     h.update(header12);

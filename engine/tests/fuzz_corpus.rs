@@ -95,8 +95,9 @@ fn engine_model_corpus() {
 }
 
 /// Seeded random inputs through `wal_recover`, beyond the committed corpus:
-/// every damage kind, including a frame emptied into a hole and a value
-/// copied into a reserved slot. `CAIRN_FUZZ_CASES` (default 60) sets how
+/// every damage kind, including a frame emptied into a hole, a value
+/// copied into a reserved slot, and a flip whose checksum is made to hold
+/// again. `CAIRN_FUZZ_CASES` (default 60) sets how
 /// many; `CAIRN_SEED` replays a run.
 #[test]
 fn wal_recover_random_inputs() {
