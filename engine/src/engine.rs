@@ -1114,8 +1114,12 @@ impl Engine {
         self.poison("fsync", format!("watermark: {e}"))
     }
 
-    /// Write a sled batch outside `append` (retention) and wait for it to be durable.
-    pub(crate) fn apply_and_sync(&self, w: &mut WriteState, batch: sled::Batch) -> Result<u64> {
+    /// Write a sled batch outside `append` (retention) under the write lock
+    /// `w`, and return the sequence number a durable wait ([`Self::wait_seq`])
+    /// needs. It does not wait: the caller waits after letting go of `w`
+    /// (the sync leader takes the write lock for its snapshot, so a wait
+    /// under it never ends).
+    pub(crate) fn apply_batch_locked(&self, w: &mut WriteState, batch: sled::Batch) -> Result<u64> {
         if let Err(e) = self.tree.apply_batch(batch) {
             return Err(self.poison("write", e.to_string()));
         }
@@ -1151,7 +1155,10 @@ impl Engine {
     fn write_state(&self) -> Result<MutexGuard<'_, WriteState>> {
         match self.write.lock() {
             Ok(w) => Ok(w),
-            Err(_) => {
+            Err(held) => {
+                // Let go of the lock before `commit` is taken below (the
+                // lock order's claim: the leader never holds both).
+                drop(held);
                 self.check_usable()?;
                 Err(self.poison(
                     "write",

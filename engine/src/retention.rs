@@ -397,7 +397,7 @@ impl Engine {
             summary.next_offset_floor = summary.next_offset;
             let (k, v) = summary.encode(tp);
             batch.insert(k, v);
-            let seq = self.apply_and_sync(&mut w, batch)?;
+            let seq = self.apply_batch_locked(&mut w, batch)?;
             w.partitions.insert(tp.clone(), summary);
             seq
         };
