@@ -46,9 +46,11 @@ pub const META_CHECKPOINT: &[u8] = b"Mcheckpoint";
 /// The store's identity (format 3): see [`crate::meta::StoreId`].
 pub const META_STORE: &[u8] = b"Mstore";
 
-/// The largest LSN a store may reach. No store gets near it (2^62 frames),
-/// and recovery refuses a checkpoint or a tombstone's span past it, so LSN
-/// arithmetic on anything read from a store cannot overflow.
+/// The bound on LSNs: no frame lies at or past it (a frame's lsn + span,
+/// the LSN after it, is at most this), nor a checkpoint. No store gets
+/// near it (2^62 frames), and recovery refuses a frame, checkpoint or
+/// tombstone span past it, so LSN arithmetic on anything read from a
+/// store cannot overflow.
 pub const LSN_MAX: u64 = 1 << 62;
 
 pub fn wal_key(lsn: u64) -> [u8; 9] {
