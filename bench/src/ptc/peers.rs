@@ -130,7 +130,10 @@ pub fn kcat(brokers: &str, topic: &str, records: u64, size: usize, out: &Path) -
             if len > 0 {
                 first_len.get_or_insert(len);
             }
-            if len >= timed && done.is_none() {
+            // Only once output has begun: with fewer bytes wanted than
+            // the margin (`timed` 0), a first look at an empty file would
+            // otherwise end the timing before it began.
+            if len > 0 && len >= timed && done.is_none() {
                 done = Some((len, Instant::now()));
                 done_at_exit = exited;
             }
@@ -169,7 +172,7 @@ pub fn kcat(brokers: &str, topic: &str, records: u64, size: usize, out: &Path) -
         };
     }
     // The lines written between the two looks.
-    let records_timed = (last_len - first_len) / line;
+    let records_timed = last_len.saturating_sub(first_len) / line;
     if records_timed < KCAT_TIMED_RECORDS_MIN {
         return Peer::Skipped {
             skipped: format!(
