@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 
 use cairn_engine::{Record, RecordBatch, TopicPartition, HEADERS_PER_RECORD_MAX};
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::Offset;
 
 use crate::config::{CommitPolicy, OnOffsetOutOfRange, OnOversize, RunConfig};
@@ -686,8 +686,43 @@ pub fn client_config(cfg: &RunConfig) -> ClientConfig {
     c
 }
 
+/// What a client made only to check Kafka ([`check_kafka`]) keeps:
+/// librdkafka's log lines go to `tracing`, and its errors' cause is kept.
+#[derive(Default)]
+struct CheckContext {
+    last_cause: crate::librdkafka::LastCause,
+}
+
+impl rdkafka::ClientContext for CheckContext {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
+        crate::librdkafka::log_to_tracing(level, fac, message);
+    }
+
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        tracing::warn!(target: "librdkafka", %error, "{reason}");
+        self.last_cause.note(&error, reason);
+    }
+}
+
+impl ConsumerContext for CheckContext {}
+
+/// Check that the brokers answer and that every topic exists, as
+/// [`run_pipeline`] does first, with a client of its own that joins no
+/// group. `cairn run` asks it before it opens the archive (since
+/// 2026-12-04): the open may recover, upgrade the store's format (which
+/// older builds then refuse) and prune it, none of which a mistyped broker
+/// or topic should set off.
+pub fn check_kafka(cfg: &RunConfig, stop: &AtomicBool) -> Result<()> {
+    let consumer: BaseConsumer<CheckContext> = client_config(cfg)
+        .create_with_context(CheckContext::default())
+        .map_err(|e| ConnectorError::Config(format!("kafka client: {e}")))?;
+    tracing::info!(brokers = %cfg.brokers, connect_timeout_ms = cfg.connect_timeout_ms, "waiting for Kafka to answer, before the archive is opened");
+    preflight(&consumer, cfg, stop)
+        .map_err(|e| with_last_client_error(e, &consumer, |c| &c.last_cause))
+}
+
 /// Check the brokers answer and every topic exists, within the connect timeout.
-pub fn preflight<C: Consumer<SinkContext>>(
+pub fn preflight<X: ConsumerContext, C: Consumer<X>>(
     consumer: &C,
     cfg: &RunConfig,
     stop: &AtomicBool,
@@ -740,33 +775,20 @@ pub fn preflight<C: Consumer<SinkContext>>(
 /// the consumer yet: the error events waiting are served first (at most
 /// [`EVENTS_PER_PASS_MAX`] of them; the run is over, and nothing else
 /// waits there before the subscription).
-fn with_last_client_error(
+fn with_last_client_error<X: ConsumerContext>(
     e: ConnectorError,
-    consumer: &BaseConsumer<SinkContext>,
+    consumer: &BaseConsumer<X>,
+    last_cause: impl Fn(&X) -> &crate::librdkafka::LastCause,
 ) -> ConnectorError {
-    match e {
-        ConnectorError::BrokerUnreachable {
-            brokers,
-            waited_ms,
-            detail,
-        } => {
-            // `poll` answers `None` also for an event it served itself (a
-            // log line): no early end.
-            for _ in 0..EVENTS_PER_PASS_MAX {
-                let _ = consumer.poll(Duration::ZERO);
-            }
-            let last = lock(&consumer.context().last_cause).clone();
-            crate::librdkafka::with_cause(
-                ConnectorError::BrokerUnreachable {
-                    brokers,
-                    waited_ms,
-                    detail,
-                },
-                last,
-            )
-        }
-        e => e,
+    if !matches!(e, ConnectorError::BrokerUnreachable { .. }) {
+        return e;
     }
+    // `poll` answers `None` also for an event it served itself (a log
+    // line): no early end.
+    for _ in 0..EVENTS_PER_PASS_MAX {
+        let _ = consumer.poll(Duration::ZERO);
+    }
+    crate::librdkafka::with_cause(e, last_cause(consumer.context()))
 }
 
 /// Lock `m`, also after a panic while it was held: the connector's
@@ -846,12 +868,12 @@ pub fn run_pipeline(
             shared: shared.clone(),
             forwarder: Mutex::new(None),
             last_error: Mutex::new(None),
-            last_cause: Mutex::new(None),
+            last_cause: Default::default(),
         })
         .map_err(|e| ConnectorError::Config(format!("kafka client: {e}")))?;
     tracing::info!(brokers = %cfg.brokers, connect_timeout_ms = cfg.connect_timeout_ms, "waiting for Kafka to answer");
     if let Err(e) = preflight(&consumer, cfg, &opts.stop) {
-        let e = with_last_client_error(e, &consumer);
+        let e = with_last_client_error(e, &consumer, |c| &c.last_cause);
         let mut sink = sink;
         return Err(match e {
             // The stop may have come from beside the run (a failed

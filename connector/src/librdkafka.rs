@@ -325,10 +325,30 @@ pub(crate) fn cluster_metadata<X: ClientContext>(
     })
 }
 
+/// The description of a client's last error other than "all brokers are
+/// down" (which follows every failed connection and names no cause): a
+/// refused connection, a failed TLS handshake, credentials the brokers
+/// refuse. Each client's context keeps one, for [`with_cause`].
+#[derive(Debug, Default)]
+pub(crate) struct LastCause(std::sync::Mutex<Option<String>>);
+
+impl LastCause {
+    /// A client error reported to the context.
+    pub(crate) fn note(&self, error: &KafkaError, reason: &str) {
+        if error
+            .rdkafka_error_code()
+            .is_some_and(|c| c != RDKafkaErrorCode::AllBrokersDown)
+        {
+            *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.to_owned());
+        }
+    }
+}
+
 /// An unreachable broker's error with the client's last error, which
 /// names the cause librdkafka's bare "transport failure" leaves out (a
 /// refused connection, a failed TLS handshake, refused credentials).
-pub(crate) fn with_cause(e: ConnectorError, last: Option<String>) -> ConnectorError {
+pub(crate) fn with_cause(e: ConnectorError, last: &LastCause) -> ConnectorError {
+    let last = last.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
     match (e, last) {
         (
             ConnectorError::BrokerUnreachable {

@@ -46,11 +46,9 @@ pub struct SinkContext {
     /// topic ("Subscribed topic not available: t: ..."), so a run that
     /// stops on the error says which.
     pub(crate) last_error: Mutex<Option<(rdkafka::types::RDKafkaErrorCode, String)>>,
-    /// The description of the last client error other than "all brokers
-    /// are down" (which follows every failed connection and names no
-    /// cause): a refused connection, a failed TLS handshake, credentials
-    /// the brokers refuse. A run that cannot reach Kafka says it.
-    pub(crate) last_cause: Mutex<Option<String>>,
+    /// The cause of the last client error: a run that cannot reach Kafka
+    /// says it.
+    pub(crate) last_cause: crate::librdkafka::LastCause,
 }
 
 impl ClientContext for SinkContext {
@@ -71,10 +69,8 @@ impl ClientContext for SinkContext {
         tracing::warn!(target: "librdkafka", %error, "{reason}");
         if let Some(code) = error.rdkafka_error_code() {
             *lock(&self.last_error) = Some((code, reason.to_owned()));
-            if code != rdkafka::types::RDKafkaErrorCode::AllBrokersDown {
-                *lock(&self.last_cause) = Some(reason.to_owned());
-            }
         }
+        self.last_cause.note(&error, reason);
     }
 
     /// librdkafka's statistics, every `progress_interval_s`: keep each

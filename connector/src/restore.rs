@@ -850,8 +850,7 @@ fn preflight(
             // Their error events, served now, name the cause (as `run`'s
             // does, since the night of 2026-12-04).
             drain_reports(producer);
-            let last = producer.context().last_cause.lock();
-            crate::librdkafka::with_cause(e, last.unwrap_or_else(|e| e.into_inner()).clone())
+            crate::librdkafka::with_cause(e, &producer.context().last_cause)
         })?;
     // In i64: an archive may hold partition i32::MAX (the engine's API
     // takes any partition), whose count does not fit an i32.
@@ -1453,9 +1452,9 @@ struct Deliveries {
     /// Events served to this context (delivery reports, log lines,
     /// errors): `drain_reports` polls until a poll serves none.
     served: std::sync::atomic::AtomicU64,
-    /// The client's last error that names a cause (not "all brokers
-    /// down"), for an unreachable broker's error.
-    last_cause: Mutex<Option<String>>,
+    /// The client's last error that names a cause, for an unreachable
+    /// broker's error.
+    last_cause: crate::librdkafka::LastCause,
 }
 
 impl Deliveries {
@@ -1544,12 +1543,7 @@ impl ClientContext for Deliveries {
     fn error(&self, error: KafkaError, reason: &str) {
         self.note_served();
         tracing::warn!(%error, reason, "kafka producer");
-        if error
-            .rdkafka_error_code()
-            .is_some_and(|c| c != RDKafkaErrorCode::AllBrokersDown)
-        {
-            *self.last_cause.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.to_owned());
-        }
+        self.last_cause.note(&error, reason);
         if error.rdkafka_error_code() == Some(RDKafkaErrorCode::Fatal) {
             self.lock().fatal.get_or_insert_with(|| reason.to_owned());
         }

@@ -80,9 +80,11 @@ fn run_refuses_a_data_directory_that_is_not_an_archive() {
     assert!(!logs.path().join("sled").exists(), "nothing written");
 }
 
-/// A failed run that made `--data` and the folders above it (`a/b/c` with
-/// no `a`) removes them all, not only the last (before 2026-12-03 `a/b`
-/// stayed); and `--data` naming a file is refused as not a directory.
+/// A failed run leaves none of `--data` and the folders above it (`a/b/c`
+/// with no `a`; before 2026-12-03 `a/b` stayed; since 2026-12-04 an
+/// unreachable broker is found before any is made, and their removal is
+/// seen in `a_run_stopped_before_any_assignment_leaves_no_new_directory`);
+/// and `--data` naming a file is refused as not a directory.
 #[test]
 fn a_failed_run_removes_every_folder_it_made_and_a_file_is_no_data_directory() {
     let dir = tempfile::tempdir().unwrap();
@@ -957,6 +959,17 @@ fn unknown_topic_is_a_clear_error() {
         }
         producer.flush(std::time::Duration::from_secs(10)).unwrap();
     }
+    // An archive that holds a record already: refused before it is even
+    // opened (since 2026-12-04; before, it was recovered, perhaps upgraded
+    // and pruned first), so not one of its bytes changes.
+    {
+        use cairn_engine::{fuzzing::batch, Engine, EngineConfig, TopicPartition};
+        let e = Engine::open(EngineConfig::new(data)).unwrap();
+        e.append(&[batch(&TopicPartition::new("other", 0), 0..1, 10)])
+            .unwrap();
+        e.close().unwrap();
+    }
+    let before = files_of(dir.path());
     // Alone, or beside one that exists: refused before anything is archived
     // or committed, the existing topic included.
     for topics in [nope.clone(), format!("{exists},{nope}")] {
@@ -967,11 +980,32 @@ fn unknown_topic_is_a_clear_error() {
             err.contains(&format!("topic \"{nope}\" does not exist")) && err.contains("--topics"),
             "{err}"
         );
+        assert!(!err.contains("archive open"), "{topics}: opened: {err}");
         let kafka = cairn_connector::cli::demo::committed(&mb.brokers, &group, &exists, 1).unwrap();
         assert_eq!(kafka[&0], 0, "{topics}: committed {kafka:?}");
-        let e = cairn_engine::Engine::open(cairn_engine::EngineConfig::new(data)).unwrap();
-        assert!(e.durable_offsets().is_empty(), "{topics}: archived");
+        assert!(
+            files_of(dir.path()) == before,
+            "{topics}: the archive's files changed"
+        );
     }
+}
+
+/// Every file under `dir`, by path, with its bytes.
+fn files_of(dir: &std::path::Path) -> std::collections::BTreeMap<std::path::PathBuf, Vec<u8>> {
+    let mut files = std::collections::BTreeMap::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                let bytes = std::fs::read(&path).unwrap();
+                files.insert(path, bytes);
+            }
+        }
+    }
+    files
 }
 
 #[test]
@@ -1014,22 +1048,23 @@ fn unreachable_broker_names_the_brokers() {
 }
 
 /// A run that fails having archived nothing (here: no broker answers)
-/// removes the archive directory it made: left, a mistyped --data would pass for an
-/// archive from then on. A directory that was there, archive or empty,
-/// stays.
+/// leaves no archive directory behind: left, a mistyped --data would pass
+/// for an archive from then on. Since 2026-12-04 Kafka is asked before
+/// the archive is opened, so none is made (before, the one made was
+/// removed again: that removal is seen in
+/// `a_run_stopped_before_any_assignment_leaves_no_new_directory`). A
+/// directory that was there, archive or empty, stays.
 #[test]
 fn a_run_that_archived_nothing_leaves_no_new_directory() {
     let dir = tempfile::tempdir().unwrap();
     let new = dir.path().join("new");
     let timeout = ["--connect-timeout-ms", "500"];
-    let (code, _, err) = cairn_run("127.0.0.1:1", "t", new.to_str().unwrap(), &timeout);
+    let nested = new.join("a").join("b");
+    let (code, _, err) = cairn_run("127.0.0.1:1", "t", nested.to_str().unwrap(), &timeout);
     assert_ne!(code, 0);
     assert!(err.contains("cannot reach Kafka"), "{err}");
-    assert!(
-        err.contains("removed the archive directory this run made"),
-        "{err}"
-    );
-    assert!(!new.exists(), "the new directory is left");
+    assert!(!err.contains("archive open"), "{err}");
+    assert!(!new.exists(), "a new directory is left");
     let empty = dir.path().join("empty");
     std::fs::create_dir(&empty).unwrap();
     let (code, _, _) = cairn_run("127.0.0.1:1", "t", empty.to_str().unwrap(), &timeout);
@@ -1050,8 +1085,9 @@ fn a_run_that_archived_nothing_leaves_no_new_directory() {
 
 /// A run stopped by a signal before the group assigned it anything (here
 /// the group's coordinator never answers) archived nothing either: the
-/// directory it made goes too (before 2026-12-03 only a failed run's did,
-/// and this one, exit 0, was kept and passed for an archive from then on).
+/// directory it made goes too, with the folders above it that it made
+/// (before 2026-12-03 only a failed run's did, and this one, exit 0, was
+/// kept and passed for an archive from then on).
 #[test]
 fn a_run_stopped_before_any_assignment_leaves_no_new_directory() {
     use rdkafka::mocking::MockCluster;
@@ -1066,13 +1102,14 @@ fn a_run_stopped_before_any_assignment_leaves_no_new_directory() {
     let brokers = mock.bootstrap_servers();
     let dir = tempfile::tempdir().unwrap();
     let new = dir.path().join("new");
-    let mut args = common::run_flags(&brokers, "nj-group", "nj", new.to_str().unwrap());
+    let data = new.join("a").join("b");
+    let mut args = common::run_flags(&brokers, "nj-group", "nj", data.to_str().unwrap());
     args.extend(["--connect-timeout-ms", "1000"]);
     let mut run = common::cairn_run(&args, None);
     let child = &mut run.0;
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     lines_through(&mut lines, "not in the group yet");
-    assert!(new.is_dir(), "the run made its directory");
+    assert!(data.is_dir(), "the run made its directory");
     common::send_signal(child.id(), "INT");
     let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
     assert_eq!(child.wait().unwrap().code(), Some(0), "{rest:?}");

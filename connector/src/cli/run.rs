@@ -342,6 +342,10 @@ async fn archive(cfg: RunConfig) -> Result<(ExitCode, u64)> {
         || tracing::info!("signal received: draining, fsyncing, committing, closing (again to exit at once)"),
         || tracing::error!("second signal: exiting at once, without the final commit; the next start recovers the archive and resumes from what is durable"),
     );
+    // Kafka first: a mistyped broker or topic refused before the archive
+    // is opened (recovered, perhaps upgraded, pruned) or even made. The
+    // pipeline checks again, for embedders (a quick metadata read).
+    crate::consumer::check_kafka(&cfg, &stop)?;
     let engine_cfg = EngineConfig::new(&cfg.data).record_bytes_max(cfg.record_bytes_max);
     let engine = Arc::new(super::unpanicked(&cfg.data, || {
         Ok(Engine::open(engine_cfg)?)
