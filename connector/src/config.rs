@@ -575,9 +575,23 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
             s.trim()
         ));
     }
-    s.parse::<bytesize::ByteSize>()
+    let bytes = s
+        .parse::<bytesize::ByteSize>()
         .map(|b| b.as_u64())
-        .map_err(|e| format!("{e}: expected a size with its unit, such as 50GiB, 500MB or 4096B"))
+        .map_err(|e| {
+            format!("{e}: expected a size with its unit, such as 50GiB, 500MB or 4096B")
+        })?;
+    // A fraction of a byte (`0.5B`) parses as 0: said as given, not as a
+    // 0 nobody wrote.
+    let number: String = s
+        .trim()
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    if bytes == 0 && number.parse::<f64>().is_ok_and(|n| n != 0.0) {
+        return Err(format!("{:?} is less than one byte", s.trim()));
+    }
+    Ok(bytes)
 }
 
 /// Parse `key=value` for `-X`.
@@ -669,6 +683,19 @@ retain-bytes = "50GiB"
         assert!(e.contains("\"a\" is named twice"), "{e}");
         let once = RunConfig::new("b:1", "g", vec!["a".into(), "b".into()], "d".into());
         assert!(once.validate().is_ok());
+    }
+
+    /// A size is refused as given: a fraction of a byte is not a 0 nobody
+    /// wrote; 0 in any unit is 0 (refused later where a size must be
+    /// positive).
+    #[test]
+    fn a_size_under_one_byte_is_refused_as_given() {
+        let e = parse_size("0.5B").unwrap_err();
+        assert!(e.contains("\"0.5B\" is less than one byte"), "{e}");
+        assert_eq!(parse_size("0GiB"), Ok(0));
+        assert_eq!(parse_size("0"), Ok(0));
+        assert_eq!(parse_size("1.5KiB"), Ok(1536));
+        assert!(parse_size("50").unwrap_err().contains("give a unit"));
     }
 
     #[test]

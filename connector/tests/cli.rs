@@ -1277,6 +1277,41 @@ fn bad_flags_and_config_name_the_setting() {
     let (code, _, err) = cairn(&["run", "--config", cfg.to_str().unwrap()]);
     assert_ne!(code, 0);
     assert!(err.contains("brokerz"), "{err}");
+    // A value the file gives that is refused after parsing names the file
+    // and its key too (since 2026-12-04; before, only the value, as if a
+    // flag had given it).
+    std::fs::write(&cfg, "linger-ms = 70000\n").unwrap();
+    let (code, _, err) = cairn_run("b:1", "t", data, &["--config", cfg.to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}");
+    let named = format!(
+        "linger-ms 70000: must be at most 60000 (linger-ms set in {})",
+        cfg.display()
+    );
+    assert!(err.contains(&named), "{err}");
+    std::fs::write(&cfg, "topics = []\n").unwrap();
+    let (code, _, err) = cairn(&[
+        "run",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--brokers",
+        "b:1",
+        "--group",
+        "g",
+        "--data",
+        data,
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(&format!(
+            "topics: none given (use --topics t1,t2) (topics set in {})",
+            cfg.display()
+        )),
+        "{err}"
+    );
+    // A fraction of a byte is refused as given, not as a 0 nobody wrote.
+    let (code, _, err) = cairn_run("b:1", "t", data, &["--retain-bytes", "0.5B"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("\"0.5B\" is less than one byte"), "{err}");
     // librdkafka's aliases of the properties cairn manages: with both set,
     // which one wins depends on a hash map's order.
     for x in [

@@ -103,6 +103,34 @@ impl RunArgs {
             Some(p) => FileConfig::load(p)?,
             None => FileConfig::default(),
         };
+        // The keys whose value the file gave (no flag overrode it): a value
+        // refused after parsing is named with the file too.
+        let mut file_keys: Vec<&'static str> = Vec::new();
+        let mut from_file = |key: &'static str, flag_given: bool, file_gives: bool| {
+            if !flag_given && file_gives {
+                file_keys.push(key);
+            }
+        };
+        from_file("brokers", self.brokers.is_some(), file.brokers.is_some());
+        from_file("group", self.group.is_some(), file.group.is_some());
+        from_file("topics", !self.topics.is_empty(), file.topics.is_some());
+        from_file("commit", self.commit.is_some(), file.commit.is_some());
+        from_file("retain", self.retain.is_some(), file.retain.is_some());
+        from_file(
+            "retain-bytes",
+            self.retain_bytes.is_some(),
+            file.retain_bytes.is_some(),
+        );
+        from_file(
+            "retention-check-interval-s",
+            self.retention_check_interval_s.is_some(),
+            file.retention_check_interval_s.is_some(),
+        );
+        from_file(
+            "dead-letter-topic",
+            self.dead_letter_topic.is_some(),
+            file.dead_letter_topic.is_some(),
+        );
         let missing = |what: &str, flag: &str| {
             ConnectorError::Config(format!(
                 "{what}: missing (use {flag} or set it in --config)"
@@ -182,16 +210,17 @@ impl RunArgs {
             c.commit = v;
         }
         macro_rules! take {
-            ($field:ident) => {
+            ($field:ident, $key:literal) => {
+                from_file($key, self.$field.is_some(), file.$field.is_some());
                 if let Some(v) = self.$field.or(file.$field) {
                     c.$field = v;
                 }
             };
         }
-        take!(batch_records_max);
-        take!(batch_bytes_max);
-        take!(linger_ms);
-        take!(record_bytes_max);
+        take!(batch_records_max, "batch-records-max");
+        take!(batch_bytes_max, "batch-bytes-max");
+        take!(linger_ms, "linger-ms");
+        take!(record_bytes_max, "record-bytes-max");
         // The file's dead-letter topic goes with the file's `on-oversize =
         // "dead-letter"`: a flag choosing another policy leaves it unused,
         // not an error. (A topic the file sets without that policy is
@@ -200,16 +229,16 @@ impl RunArgs {
             && self
                 .on_oversize
                 .is_some_and(|o| o != OnOversize::DeadLetter);
-        take!(on_oversize);
+        take!(on_oversize, "on-oversize");
         c.dead_letter_topic = match self.dead_letter_topic {
             Some(t) => Some(t),
             None if dead_letter_overridden => None,
             None => file.dead_letter_topic,
         };
-        take!(on_offset_out_of_range);
-        take!(auto_offset_reset);
-        take!(connect_timeout_ms);
-        take!(progress_interval_s);
+        take!(on_offset_out_of_range, "on-offset-out-of-range");
+        take!(auto_offset_reset, "auto-offset-reset");
+        take!(connect_timeout_ms, "connect-timeout-ms");
+        take!(progress_interval_s, "progress-interval-s");
         let file_sets_retention = file.retain.is_some() || file.retain_bytes.is_some();
         c.retain = match self.retain {
             Some(flag) => flag.setting(),
@@ -254,7 +283,18 @@ impl RunArgs {
                     .map(String::as_str)
                     .collect();
                 if named.is_empty() {
-                    return ConnectorError::Config(m);
+                    // A value the file gave, refused after parsing (`linger-ms
+                    // = 70000`, `topics = []`): the error starts with its key.
+                    let key = file_keys.iter().find(|k| {
+                        m.strip_prefix(**k)
+                            .is_some_and(|rest| rest.starts_with([' ', ':']))
+                    });
+                    return match key {
+                        Some(k) => {
+                            ConnectorError::Config(format!("{m} ({k} set in {})", path.display()))
+                        }
+                        None => ConnectorError::Config(m),
+                    };
                 }
                 ConnectorError::Config(format!(
                     "{m} ({} set in [kafka] of {})",
