@@ -589,7 +589,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .take_while(|c| c.is_ascii_digit() || *c == '.')
         .collect();
     if bytes == 0 && number.parse::<f64>().is_ok_and(|n| n != 0.0) {
-        return Err(format!("{:?} is less than one byte", s.trim()));
+        return Err("less than one byte (a fraction of a byte)".into());
     }
     Ok(bytes)
 }
@@ -691,7 +691,7 @@ retain-bytes = "50GiB"
     #[test]
     fn a_size_under_one_byte_is_refused_as_given() {
         let e = parse_size("0.5B").unwrap_err();
-        assert!(e.contains("\"0.5B\" is less than one byte"), "{e}");
+        assert!(e.contains("less than one byte"), "{e}");
         assert_eq!(parse_size("0GiB"), Ok(0));
         assert_eq!(parse_size("0"), Ok(0));
         assert_eq!(parse_size("1.5KiB"), Ok(1536));

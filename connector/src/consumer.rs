@@ -124,6 +124,10 @@ pub struct PipelineOptions {
     /// the consumer thread, between polls: keep it quick, and do not panic
     /// (a panic ends the run without its clean stop).
     pub on_progress: Option<ProgressObserver>,
+    /// The caller asked Kafka already ([`check_kafka`], as `cairn run`
+    /// does before it opens the archive): the pipeline's own check, made
+    /// all the same, is logged at debug rather than as a second wait.
+    pub kafka_checked: bool,
 }
 
 /// librdkafka's `max.poll.interval.ms` when it cannot be read.
@@ -694,7 +698,13 @@ struct CheckContext {
 }
 
 impl rdkafka::ClientContext for CheckContext {
+    /// Configuration warnings at debug: the run's own consumer, made
+    /// from the same settings, gives them right after.
     fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
+        if fac == "CONFWARN" {
+            tracing::debug!(target: "librdkafka", "librdkafka: {fac} {message}");
+            return;
+        }
         crate::librdkafka::log_to_tracing(level, fac, message);
     }
 
@@ -702,6 +712,10 @@ impl rdkafka::ClientContext for CheckContext {
         tracing::warn!(target: "librdkafka", %error, "{reason}");
         self.last_cause.note(&error, reason);
     }
+
+    /// The statistics `client_config` asks for (progress reports) are the
+    /// run's consumer's business: dropped, not logged.
+    fn stats_raw(&self, _statistics: &[u8]) {}
 }
 
 impl ConsumerContext for CheckContext {}
@@ -871,7 +885,11 @@ pub fn run_pipeline(
             last_cause: Default::default(),
         })
         .map_err(|e| ConnectorError::Config(format!("kafka client: {e}")))?;
-    tracing::info!(brokers = %cfg.brokers, connect_timeout_ms = cfg.connect_timeout_ms, "waiting for Kafka to answer");
+    if opts.kafka_checked {
+        tracing::debug!(brokers = %cfg.brokers, "asking Kafka again, from the run's own consumer");
+    } else {
+        tracing::info!(brokers = %cfg.brokers, connect_timeout_ms = cfg.connect_timeout_ms, "waiting for Kafka to answer");
+    }
     if let Err(e) = preflight(&consumer, cfg, &opts.stop) {
         let e = with_last_client_error(e, &consumer, |c| &c.last_cause);
         let mut sink = sink;

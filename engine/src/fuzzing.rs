@@ -14,8 +14,9 @@
 //! - `wal_recover`: after arbitrary damage to a store written by the engine,
 //!   open (each mode on its own copy of the damage), read and verify never
 //!   panic; every record read equals the record written at that offset
-//!   (is one written at that offset, after a flip whose checksum was made
-//!   to hold again, which can change a record's bytes and nothing else),
+//!   (is one written at that offset, after a flip in a frame whose CRC was
+//!   made to hold again, which can change a record's bytes and nothing
+//!   else),
 //!   and a partition's records read back in increasing offsets, never one
 //!   twice; and a partition that reads back differently from what was
 //!   written is reported by its read, the open's truncation, or verify.
@@ -365,10 +366,11 @@ pub fn wal_recover(data: &[u8], scratch: &Path) {
         };
         damages.push(d);
     }
-    let changed = damage(&store, &damages);
-    // A re-sealed flip may change a record's bytes and nothing else: the
-    // records read back are then compared by offset only.
-    let resealed = damages.iter().any(|d| matches!(d, Damage::Reseal { .. }));
+    // A re-sealed flip in a frame may change a record's bytes and nothing
+    // else: the records read back are then compared by offset only (a
+    // re-sealed index entry, summary or metadata value cannot change a
+    // record's bytes, and leaves the byte-for-byte comparison on).
+    let Damaged { changed, resealed } = damage(&store, &damages);
     // Each mode opens the damage as it was left: an open that succeeds
     // writes its repairs (a truncated tail, rebuilt index entries, a new
     // checkpoint), so a strict open after it would only see repaired
@@ -507,11 +509,22 @@ fn is_damage(e: &Error) -> bool {
     e.is_corruption() || matches!(e, Error::UnsupportedFormat { .. })
 }
 
-/// Apply damage to the store's values through sled. Returns whether any
-/// stored byte changed.
-fn damage(dir: &Path, damages: &[Damage]) -> bool {
+/// What [`damage`] did.
+struct Damaged {
+    /// Some stored byte changed.
+    changed: bool,
+    /// A frame was changed under a CRC made to hold again.
+    resealed: bool,
+}
+
+/// Apply damage to the store's values through sled.
+fn damage(dir: &Path, damages: &[Damage]) -> Damaged {
+    let none = Damaged {
+        changed: false,
+        resealed: false,
+    };
     if damages.is_empty() {
-        return false;
+        return none;
     }
     let db = small_config(dir).open_sled().expect("open sled");
     let tree = db.open_tree("cairn").expect("open tree");
@@ -528,7 +541,7 @@ fn damage(dir: &Path, damages: &[Damage]) -> bool {
         }
     }
     if keys.is_empty() {
-        return false;
+        return none;
     }
     let pick = |i: usize| keys[i % keys.len()].clone();
     let get = |k: &sled::IVec| {
@@ -537,7 +550,7 @@ fn damage(dir: &Path, damages: &[Damage]) -> bool {
             .map(|v| v.to_vec())
             .unwrap_or_default()
     };
-    let mut changed = false;
+    let (mut changed, mut resealed) = (false, false);
     for d in damages {
         match *d {
             Damage::FlipBit { key, byte, bit } => {
@@ -597,6 +610,7 @@ fn damage(dir: &Path, damages: &[Damage]) -> bool {
             Damage::Reseal { key, byte, bit } => {
                 let k = pick(key);
                 if let Some(v) = resealed_flip(&k, get(&k), byte, bit) {
+                    resealed |= crate::keys::parse_wal_key(&k).is_ok();
                     tree.insert(k, v).expect("insert");
                     changed = true;
                 }
@@ -604,7 +618,7 @@ fn damage(dir: &Path, damages: &[Damage]) -> bool {
         }
     }
     db.flush().expect("flush");
-    changed
+    Damaged { changed, resealed }
 }
 
 /// `value`, stored under `key`, with one bit flipped and its checksum made

@@ -394,6 +394,7 @@ async fn archive(cfg: RunConfig) -> Result<(ExitCode, u64)> {
     tracing::info!(data = %cfg.data.display(), frames_checked = r.frames_checked, truncated = r.truncated.is_some(), "archive open");
     let opts = PipelineOptions {
         stop: stop.clone(),
+        kafka_checked: true,
         ..Default::default()
     };
     let mut sink = ArchiveSink::new(engine);
