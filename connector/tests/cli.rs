@@ -1606,6 +1606,8 @@ fn demo_archive_reads_back_with_status_export_verify() {
     let (code, out, _) = cairn(&["status", "--data", d, "--json"]);
     assert_eq!(code, 0);
     assert!(out.contains("\"durable_next_offset\": 1000"), "{out}");
+    // Read from the stopped archive, not a running cairn's answer.
+    assert!(out.contains("\"live_pid\": null"), "{out}");
     // A selection the archive does not hold is an error, not an empty export.
     for (args, want) in [
         (&["--topic", "cairn-dmeo"][..], "no such topic"),

@@ -150,6 +150,11 @@ fn a_running_archive_serves_status_export_verify_and_prune() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(rows.len(), 3, "{rows:?}");
+    // Each row says whose answer it is.
+    assert!(
+        rows.iter().all(|r| r["live_pid"].to_string() == pid),
+        "{rows:?}"
+    );
     let durable_then: u64 = rows.iter().map(|r| r["records"].as_u64().unwrap()).sum();
     // Each of the 3 partitions was durable past 13 before the status.
     assert!(durable_then >= 3 * 13, "{rows:?}");

@@ -66,6 +66,12 @@ struct Row {
     /// of 2026-12-04). Reasons are joined with "; ".
     #[serde(default)]
     kafka_missing: Option<String>,
+    /// The pid of the running `cairn run` whose answer the archive's
+    /// figures are (`null` when read from a stopped archive): the table's
+    /// "(live: ...)" line, for a JSON reader (since 2026-12-04). Set by
+    /// the asking side, so an answer from an older run parses too.
+    #[serde(default)]
+    live_pid: Option<u32>,
 }
 
 impl Row {
@@ -84,6 +90,7 @@ impl Row {
             lag: None,
             archive_lag: None,
             kafka_missing: None,
+            live_pid: None,
         }
     }
 
@@ -124,9 +131,12 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
             if end.error.is_some() {
                 return Ok(crate::live::exit_code(&end));
             }
-            let rows: Vec<Row> = serde_json::from_slice(&json).map_err(|e| {
+            let mut rows: Vec<Row> = serde_json::from_slice(&json).map_err(|e| {
                 ConnectorError::Live(format!("the running cairn's status did not parse: {e}"))
             })?;
+            for r in &mut rows {
+                r.live_pid = Some(end.pid);
+            }
             (rows, Some(end.pid))
         }
         None => (rows(&super::open_unserved(data)?), None),
@@ -213,6 +223,7 @@ fn rows(engine: &cairn_engine::Engine) -> Vec<Row> {
             lag: None,
             archive_lag: None,
             kafka_missing: None,
+            live_pid: None,
         })
         .collect()
 }
