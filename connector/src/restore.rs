@@ -835,6 +835,78 @@ struct Preflight {
     emptied: BTreeSet<TopicPartition>,
 }
 
+/// The cluster's metadata, waited for up to the connect timeout.
+fn metadata(
+    producer: &BaseProducer<Deliveries>,
+    cfg: &RestoreConfig,
+    stop: &dyn Fn() -> bool,
+) -> Result<rdkafka::metadata::Metadata> {
+    let timeout = Duration::from_millis(cfg.connect_timeout_ms);
+    crate::librdkafka::cluster_metadata(producer.client(), &cfg.brokers, timeout, stop).map_err(
+        |e| {
+            // Their error events, served now, name the cause (as `run`'s
+            // does, since the night of 2026-12-04).
+            drain_reports(producer);
+            crate::librdkafka::with_cause(e, &producer.context().last_cause)
+        },
+    )
+}
+
+/// `topic` as Kafka's metadata lists it; an error for one it lacks
+/// (`missing` says what to do), cannot serve yet, or lists with an error.
+fn target_topic<'m>(
+    md: &'m rdkafka::metadata::Metadata,
+    topic: &str,
+    cfg: &RestoreConfig,
+    missing: impl FnOnce() -> String,
+) -> Result<&'m rdkafka::metadata::MetadataTopic> {
+    let Some(t) = md.topics().iter().find(|t| t.name() == topic) else {
+        return Err(ConnectorError::UnknownTopic {
+            topic: topic.to_owned(),
+            brokers: cfg.brokers.clone(),
+            next_step: missing(),
+        });
+    };
+    if let Some(err) = t.error() {
+        // Kafka lists a topic it cannot serve yet (being created, no
+        // leader) with an error of its own: said as `run` says it.
+        if crate::librdkafka::topic_not_ready(err) {
+            return Err(ConnectorError::TopicUnavailable {
+                topic: topic.to_owned(),
+                brokers: cfg.brokers.clone(),
+                why: RDKafkaErrorCode::from(err).to_string(),
+            });
+        }
+        return Err(ConnectorError::KafkaAt {
+            op: "read the metadata",
+            at: format!("target topic {topic}"),
+            source: KafkaError::MetadataFetch(err.into()),
+        });
+    }
+    Ok(t)
+}
+
+/// Check that the brokers answer and that every target topic the flags
+/// name (`--rename`'s targets, and `--topic`'s through them) is there,
+/// before the archive is opened (since 2026-12-04): the open may recover
+/// it and upgrade its format (which older builds then refuse), none of
+/// which a mistyped broker or topic should set off. The full check, with
+/// the partitions the archive needs, follows the open ([`preflight`]).
+pub fn check_kafka(cfg: &RestoreConfig, stop: &dyn Fn() -> bool) -> Result<()> {
+    let producer = producer(cfg)?;
+    let md = metadata(&producer, cfg, stop)?;
+    let mut named: BTreeSet<&str> = cfg.rename.values().map(String::as_str).collect();
+    for t in &cfg.select.topics {
+        named.insert(cfg.rename.get(t).map_or(t.as_str(), String::as_str));
+    }
+    for topic in named {
+        target_topic(&md, topic, cfg, || {
+            "restore never creates a topic: check the name given to --topic or --rename, or create it (with at least as many partitions as the archive holds of the topic restored into it), then run the restore again".into()
+        })?;
+    }
+    Ok(())
+}
+
 /// Check the brokers answer, and every target partition exists and may be
 /// restored into, before anything is produced.
 fn preflight(
@@ -844,14 +916,8 @@ fn preflight(
     plan: &[(TopicPartition, TopicPartition)],
     stop: &dyn Fn() -> bool,
 ) -> Result<Preflight> {
+    let md = metadata(producer, cfg, stop)?;
     let timeout = Duration::from_millis(cfg.connect_timeout_ms);
-    let md = crate::librdkafka::cluster_metadata(producer.client(), &cfg.brokers, timeout, stop)
-        .map_err(|e| {
-            // Their error events, served now, name the cause (as `run`'s
-            // does, since the night of 2026-12-04).
-            drain_reports(producer);
-            crate::librdkafka::with_cause(e, &producer.context().last_cause)
-        })?;
     // In i64: an archive may hold partition i32::MAX (the engine's API
     // takes any partition), whose count does not fit an i32.
     let mut needed: BTreeMap<&str, i64> = BTreeMap::new();
@@ -860,31 +926,11 @@ fn preflight(
         *n = (*n).max(i64::from(target.partition) + 1);
     }
     for (topic, needed) in needed {
-        let Some(t) = md.topics().iter().find(|t| t.name() == topic) else {
-            return Err(ConnectorError::UnknownTopic {
-                topic: topic.to_owned(),
-                brokers: cfg.brokers.clone(),
-                next_step: format!(
-                    "restore never creates a topic: create it with at least {needed} partitions (or restore into another with --rename), then run the restore again"
-                ),
-            });
-        };
-        if let Some(err) = t.error() {
-            // Kafka lists a topic it cannot serve yet (being created, no
-            // leader) with an error of its own: said as `run` says it.
-            if crate::librdkafka::topic_not_ready(err) {
-                return Err(ConnectorError::TopicUnavailable {
-                    topic: topic.to_owned(),
-                    brokers: cfg.brokers.clone(),
-                    why: RDKafkaErrorCode::from(err).to_string(),
-                });
-            }
-            return Err(ConnectorError::KafkaAt {
-                op: "read the metadata",
-                at: format!("target topic {topic}"),
-                source: KafkaError::MetadataFetch(err.into()),
-            });
-        }
+        let t = target_topic(&md, topic, cfg, || {
+            format!(
+                "restore never creates a topic: create it with at least {needed} partitions (or restore into another with --rename), then run the restore again"
+            )
+        })?;
         let partitions = t.partitions().len() as i64;
         if partitions < needed {
             return Err(ConnectorError::TooFewPartitions {

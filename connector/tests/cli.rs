@@ -2420,8 +2420,65 @@ fn a_locked_archive_says_who_holds_it_and_when_to_try_again() {
             "{args:?}: {err}"
         );
     }
-    let (code, _, err) = cairn(&["restore", "--data", d, "--brokers", "127.0.0.1:1"]);
+    // Kafka is asked first (since 2026-12-04): brokers that answer.
+    let mb = TestBroker::start(&[]);
+    let (code, _, err) = cairn(&["restore", "--data", d, "--brokers", &mb.brokers]);
     assert_ne!(code, 0);
     assert!(err.contains(&pid) && !err.contains("try again"), "{err}");
     drop(held);
+}
+
+/// A restore is refused before the archive is opened when the brokers do
+/// not answer or a target topic the flags name does not exist (since
+/// 2026-12-04; before, the archive was opened, recovered and perhaps
+/// upgraded first): not one of the archive's bytes changes.
+#[test]
+fn a_restore_asks_kafka_before_it_opens_the_archive() {
+    use cairn_engine::{fuzzing::batch, Engine, EngineConfig, TopicPartition};
+    let mb = TestBroker::start(&["there:1"]);
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    {
+        let e = Engine::open(EngineConfig::new(d)).unwrap();
+        e.append(&[batch(&TopicPartition::new("t", 0), 0..3, 10)])
+            .unwrap();
+        e.close().unwrap();
+    }
+    let before = files_of(dir.path());
+    let nope = mb.topic("nope");
+    let rename = format!("t={nope}");
+    let (code, _, err) = cairn(&[
+        "restore",
+        "--data",
+        d,
+        "--brokers",
+        &mb.brokers,
+        "--rename",
+        &rename,
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(&format!("topic \"{nope}\" does not exist"))
+            && err.contains("check the name given to --topic or --rename"),
+        "{err}"
+    );
+    assert!(
+        files_of(dir.path()) == before,
+        "the archive's files changed"
+    );
+    let (code, _, err) = cairn(&[
+        "restore",
+        "--data",
+        d,
+        "--brokers",
+        "127.0.0.1:1",
+        "--connect-timeout-ms",
+        "500",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("cannot reach Kafka at 127.0.0.1:1"), "{err}");
+    assert!(
+        files_of(dir.path()) == before,
+        "the archive's files changed"
+    );
 }

@@ -71,10 +71,10 @@ pub async fn run(args: RestoreArgs) -> Result<ExitCode> {
     let data = args.data.data.clone();
     let cfg = args.into_config()?;
     cfg.validate()?;
-    // Installed before the archive is opened (its recovery can take long):
-    // a signal meanwhile stops the restore before it sends anything.
+    // Installed before Kafka is asked and the archive is opened (its
+    // recovery can take long): a signal meanwhile stops the restore before
+    // it sends anything.
     let signals = super::run::Signals::for_command()?;
-    let engine = super::unpanicked(&data, || super::open_archive(&data))?;
     // SIGINT or SIGTERM: stop sending, wait for what was sent, and say where
     // each partition resumes, rather than die with records in flight. A
     // second signal exits at once (tokio keeps the handler installed, so
@@ -85,6 +85,22 @@ pub async fn run(args: RestoreArgs) -> Result<ExitCode> {
         || tracing::warn!("signal received: stopping the restore after what was sent is acknowledged (again to exit at once)"),
         || tracing::error!("second signal: exiting without waiting; records in flight may or may not have been written"),
     );
+    // Kafka first: a mistyped broker or target topic is refused before the
+    // archive is opened (recovered, perhaps upgraded).
+    let checked = tokio::task::block_in_place(|| {
+        crate::restore::check_kafka(&cfg, &|| stop.load(Ordering::Relaxed))
+    });
+    if let Err(e) = checked {
+        watcher.abort();
+        return Err(e);
+    }
+    let engine = match super::unpanicked(&data, || super::open_archive(&data)) {
+        Ok(engine) => engine,
+        Err(e) => {
+            watcher.abort();
+            return Err(e);
+        }
+    };
     let result = tokio::task::block_in_place(|| {
         super::read_unpanicked(
             "restore",
