@@ -119,6 +119,7 @@ impl CommitTracker {
         durable: &BTreeMap<TopicPartition, i64>,
         handed: &BTreeMap<TopicPartition, i64>,
     ) -> Result<(), ConnectorError> {
+        self.assert_all_handed(durable, handed);
         let mut lost = Ok(());
         for (tp, &o) in durable {
             if let Err(e) = self.heed("put", tp, o, handed) {
@@ -182,6 +183,7 @@ impl CommitTracker {
         safe: &BTreeMap<TopicPartition, i64>,
         handed: &BTreeMap<TopicPartition, i64>,
     ) -> Result<(), ConnectorError> {
+        self.assert_all_handed(safe, handed);
         let mut lost = Ok(());
         for (tp, &o) in safe {
             match self.heed("pre_commit", tp, o, handed) {
@@ -248,6 +250,23 @@ impl CommitTracker {
                 tracing::warn!(%tp, offset = o, before = *safe, "{call} reported a lower offset durable than was declared safe before: the higher one is not committed (the run stops if it already was); a durable offset that goes back means the sink lost records or has a bug (told once a partition)");
             }
             *safe = o;
+        }
+    }
+
+    /// [`Self::assert_handed`] for every word of one call, before any is
+    /// taken: a call whose one word panics leaves none of its others
+    /// taken for a commit to carry while the run fails (until 2026-12-04
+    /// the words before it in the map were).
+    fn assert_all_handed(
+        &self,
+        words: &BTreeMap<TopicPartition, i64>,
+        handed: &BTreeMap<TopicPartition, i64>,
+    ) {
+        for (tp, &o) in words {
+            // Only those `heed` would take: one handed nothing is ignored.
+            if handed.contains_key(tp) || self.durable_reported.contains_key(tp) {
+                self.assert_handed(tp, o, handed);
+            }
         }
     }
 
@@ -412,6 +431,24 @@ mod tests {
             .unwrap();
         t.record_pre_commit(&BTreeMap::from([(tp(0), 6)]), &handed)
             .unwrap();
+    }
+
+    /// A `pre_commit` whose one word is past what was handed panics before
+    /// it takes any of its words: the valid one before it in the map is
+    /// not committed while the run fails.
+    #[test]
+    fn a_call_with_one_word_past_what_was_handed_takes_none() {
+        let mut t = CommitTracker::default();
+        let handed = BTreeMap::from([(tp(0), 100), (tp(1), 50)]);
+        t.record_put(Instant::now(), &BTreeMap::new(), &handed)
+            .unwrap();
+        let words = BTreeMap::from([(tp(0), 100), (tp(1), 60)]);
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            t.record_pre_commit(&words, &handed)
+        }));
+        assert!(panicked.is_err(), "no panic");
+        let assigned = BTreeSet::from([tp(0), tp(1)]);
+        assert!(t.take_commit(&assigned, None).is_none(), "a word was taken");
     }
 
     /// A partition the sink was never handed (revoked since, say) is not

@@ -42,10 +42,15 @@
 //!    revoke and on stop. Like Kafka Connect's `flush` / `preCommit`, it makes
 //!    what was put durable (or as much as the sink chooses) and returns the
 //!    offsets that are durable and safe to commit, never past the records
-//!    handed to it (the loop asserts this); an empty map opts out. Report
-//!    only partitions in `consumed`: one never handed over (revoked since,
-//!    or not put to since its assignment) is ignored, with a warning, as
-//!    Kafka Connect ignores them. An offset below one declared before is
+//!    handed to it (the loop asserts this); an empty map opts out.
+//!    `consumed` holds, per partition assigned, the next offset after what
+//!    was put, or, before any put since its assignment, where it resumed:
+//!    that may be past what this sink holds (Kafka's offset, committed by
+//!    another member), so a sink that returns `consumed` as it is
+//!    declares such a resume point durable (harmless, Kafka holds it
+//!    already; a sink that knows better reports what it holds). Report
+//!    only partitions in `consumed`: one never handed over (revoked since)
+//!    is ignored, with a warning, as Kafka Connect ignores them. An offset below one declared before is
 //!    taken as the sink's latest word: the higher one is not committed
 //!    (with a warning; a durable offset that goes back means lost records
 //!    or a bug). If this run already committed the higher one (handed a
@@ -78,14 +83,30 @@
 //! did write (the records carry their offsets): the same batch comes again.
 //! A fatal error stops the loop: nothing more is put or committed, the sink
 //! is called no more (not `close`, not `stop`: either may sync) and is
-//! dropped, and the run fails.
+//! dropped, and the run fails. A panic in a call on the task thread does
+//! the same (commits are closed before the sink is dropped: since
+//! 2026-12-04); one in `identity` or in a `stop` made before any `open`
+//! reaches the caller of the run.
+//!
+//! What else a sink can count on:
+//! - `open` and `close` name only the partitions added or removed (the
+//!   default assignment is cooperative, incremental), not the whole
+//!   assignment; a `close` at a clean stop names those still assigned,
+//!   and may name none.
+//! - `pre_commit` may come before any `open`, with an empty `consumed`:
+//!   the final flush of a run stopped before it was assigned anything.
+//! - `put` is never called with no batch, nor with an empty one, nor
+//!   (since 2026-12-04) with a batch of a partition lost since the put
+//!   was queued (another member owns it then; its records were never
+//!   committed, and that member fetches them again).
 //!
 //! # Invariants
 //! - Offsets are "next offset to read" (last + 1), as Kafka commits them.
 //! - Batches reach `put` in offset order per partition, each record once
 //!   while the partition stays assigned (a retried batch is the same
 //!   batch); after a `close`, a restart or a rebalance the loop resumes
-//!   where `open` says, so records a sink dropped at `close` come again.
+//!   where `open` says (or where Kafka's offset or a start says, in the
+//!   cases of 1. above), so records a sink dropped at `close` come again.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -117,6 +117,11 @@ fn sink_error(call: &str, e: &TaskError) -> ConnectorError {
 
 impl Worker {
     pub fn run(mut self, jobs: Receiver<Job>) {
+        // Dropped before `self` (the sink): a panic here closes commits
+        // before the sink's drop runs, however long that takes, so that
+        // nothing is committed between the panic and the run's failure,
+        // which is recorded only once the unwinding is caught.
+        let _close_on_panic = CloseCommitsOnPanic(self.pipeline.clone());
         loop {
             let job = match self.policy {
                 // A failed run makes no `pre_commit`, so its puts stay
@@ -253,6 +258,35 @@ impl Worker {
     }
 
     fn put(&mut self, batches: &[RecordBatch], poll_us: u64) -> Result<()> {
+        // A partition lost (its session timed out) since this put was
+        // queued is another member's now: its records are not handed to
+        // the sink (none was committed: the new owner fetches them again),
+        // so that a sink writing somewhere shared does not race the new
+        // owner with stale writes (until 2026-12-04 they were handed over,
+        // and only their report ignored). A revoked partition stays
+        // assigned until its revoke's flush, which comes after this put.
+        // The rare put that meets a loss is copied without those batches.
+        let kept: Vec<RecordBatch>;
+        let batches = {
+            let s = self.pipeline.state();
+            if batches.iter().all(|b| s.assigned.contains(&b.tp)) {
+                batches
+            } else {
+                kept = batches
+                    .iter()
+                    .filter(|b| s.assigned.contains(&b.tp))
+                    .cloned()
+                    .collect();
+                tracing::debug!(
+                    dropped = batches.len() - kept.len(),
+                    "a put's batches of partitions lost since it was queued are not handed to the sink"
+                );
+                &kept[..]
+            }
+        };
+        if batches.is_empty() {
+            return Ok(());
+        }
         let records: usize = batches.iter().map(|b| b.records.len()).sum();
         tracing::debug!(records, poll_us, "poll");
         let mut backoff = Duration::from_millis(10);
@@ -388,6 +422,17 @@ impl Worker {
         self.last_pre_commit = Instant::now();
         self.pipeline.wake.notify_one();
         Ok(())
+    }
+}
+
+/// Closes commits if dropped during a panic (see [`Worker::run`]).
+struct CloseCommitsOnPanic(Arc<Pipeline>);
+
+impl Drop for CloseCommitsOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.state().commits_closed = true;
+        }
     }
 }
 
@@ -574,11 +619,38 @@ mod tests {
         }
     }
 
-    /// A put queued before its partition was lost runs after the loss: it
-    /// leaves no handed-over offset behind for the partition (a later
-    /// assignment resuming without a stored offset would have committed
-    /// it before any put of its own, past what the sink then holds), and
-    /// the sink's report of it is no bug; the assigned partition's put
+    /// [`HandedIsSafe`], keeping the partitions each put was handed.
+    struct SeesPuts(Arc<Mutex<Vec<TopicPartition>>>);
+
+    impl SinkTask for SeesPuts {
+        fn open(
+            &mut self,
+            p: &[TopicPartition],
+        ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+            HandedIsSafe.open(p)
+        }
+        fn put(&mut self, batches: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
+            let mut seen = self.0.lock().unwrap();
+            seen.extend(batches.iter().map(|b| b.tp.clone()));
+            HandedIsSafe.put(batches)
+        }
+        fn pre_commit(
+            &mut self,
+            consumed: &BTreeMap<TopicPartition, i64>,
+        ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+            HandedIsSafe.pre_commit(consumed)
+        }
+        fn close(&mut self, p: &[TopicPartition]) -> Result<(), TaskError> {
+            HandedIsSafe.close(p)
+        }
+    }
+
+    /// A put queued before its partition was lost runs after the loss: the
+    /// lost partition's records are not handed to the sink (another member
+    /// owns it now: since 2026-12-04), it leaves no handed-over offset
+    /// behind for the partition (a later assignment resuming without a
+    /// stored offset would have committed it before any put of its own,
+    /// past what the sink then holds), and the assigned partition's put
     /// counts as before.
     #[test]
     fn a_put_run_after_its_partition_was_lost_leaves_nothing_to_commit() {
@@ -589,7 +661,8 @@ mod tests {
             .assigned
             .extend([lost.clone(), kept.clone()]);
         pipeline.drop_partitions(std::slice::from_ref(&lost));
-        let worker = worker(Box::new(HandedIsSafe), &pipeline);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let worker = worker(Box::new(SeesPuts(seen.clone())), &pipeline);
         let (jobs, rx) = std::sync::mpsc::channel();
         let records = |n: i64| {
             (0..n)
@@ -614,6 +687,7 @@ mod tests {
         drop(jobs);
         worker.run(rx);
         assert!(!pipeline.failed.load(Ordering::Acquire), "the run failed");
+        assert_eq!(*seen.lock().unwrap(), vec![kept.clone()], "the sink's puts");
         let s = pipeline.state();
         assert_eq!(s.consumed, BTreeMap::from([(kept, 10)]));
     }
@@ -629,6 +703,10 @@ mod tests {
             pipeline: pipeline.clone(),
             calls: calls.clone(),
         };
+        pipeline
+            .state()
+            .assigned
+            .insert(TopicPartition::new("t", 0));
         let worker = worker(Box::new(sink), &pipeline);
         let (jobs, rx) = std::sync::mpsc::channel();
         jobs.send(Job::Put {
