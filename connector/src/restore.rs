@@ -891,7 +891,7 @@ fn target_topic<'m>(
 /// before the archive is opened (since 2026-12-04): the open may recover
 /// it and upgrade its format (which older builds then refuse), none of
 /// which a mistyped broker or topic should set off. The full check, with
-/// the partitions the archive needs, follows the open ([`preflight`]).
+/// the partitions the archive needs, follows the open (`preflight`).
 pub fn check_kafka(cfg: &RestoreConfig, stop: &dyn Fn() -> bool) -> Result<()> {
     let producer = producer(cfg)?;
     let md = metadata(&producer, cfg, stop)?;
