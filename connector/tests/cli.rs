@@ -2428,6 +2428,46 @@ fn a_locked_archive_says_who_holds_it_and_when_to_try_again() {
     drop(held);
 }
 
+/// A mistyped `--to` is refused before the archive is opened (since
+/// 2026-12-04; before, after the open, which may recover the archive and
+/// upgrade its format): not one of the archive's bytes changes. A good one
+/// still works.
+#[test]
+fn a_backup_checks_its_destination_before_it_opens_the_archive() {
+    use cairn_engine::{fuzzing::batch, Engine, EngineConfig, TopicPartition};
+    let dir = tempfile::tempdir().unwrap();
+    let archive = dir.path().join("archive");
+    {
+        let e = Engine::open(EngineConfig::new(&archive)).unwrap();
+        e.append(&[batch(&TopicPartition::new("t", 0), 0..3, 10)])
+            .unwrap();
+        e.close().unwrap();
+    }
+    let before = files_of(&archive);
+    let full = dir.path().join("full");
+    std::fs::create_dir(&full).unwrap();
+    std::fs::write(full.join("x"), "kept").unwrap();
+    let d = archive.to_str().unwrap();
+    for (to, says) in [
+        (full.clone(), "must be new or empty"),
+        (archive.join("inside"), "must lie outside the archive's"),
+        (dir.path().join("no").join("copy"), "does not exist"),
+        (full.join("x"), "not a directory"),
+    ] {
+        let (code, _, err) = cairn(&["backup", "--data", d, "--to", to.to_str().unwrap()]);
+        assert_eq!(code, 1, "{to:?}: {err}");
+        assert!(err.contains(says), "{to:?}: {err}");
+        assert!(
+            files_of(&archive) == before,
+            "{to:?}: the archive's files changed"
+        );
+    }
+    assert_eq!(std::fs::read_to_string(full.join("x")).unwrap(), "kept");
+    let copy = dir.path().join("copy");
+    let (code, _, err) = cairn(&["backup", "--data", d, "--to", copy.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+}
+
 /// A restore is refused before the archive is opened when the brokers do
 /// not answer or a target topic the flags name does not exist (since
 /// 2026-12-04; before, the archive was opened, recovered and perhaps

@@ -29,6 +29,56 @@ pub struct BackupArgs {
     pub to: PathBuf,
 }
 
+/// The engine's own checks of the destination, made before the archive is
+/// opened (since 2026-12-04; before, a mistyped `--to` was refused only
+/// after the open, which may recover the archive and upgrade its format).
+/// The engine checks again as it makes the copy, under its lock (another
+/// process may fill or make the directory meanwhile).
+fn refuse_destination(data: &std::path::Path, to: &std::path::Path) -> Result<()> {
+    let refuse = |why: &str| ConnectorError::Config(format!("--to {}: {why}", to.display()));
+    let real = match std::fs::metadata(to) {
+        Ok(m) if !m.is_dir() => return Err(refuse("not a directory")),
+        Ok(_) => {
+            let mut entries = std::fs::read_dir(to).map_err(|source| ConnectorError::Io {
+                path: to.to_owned(),
+                source,
+            })?;
+            // Empty but for a lock file, as the engine allows.
+            let empty = entries.all(|e| {
+                e.is_ok_and(|e| {
+                    e.file_name() == cairn_engine::LOCK_FILE
+                        && e.file_type().is_ok_and(|t| t.is_file())
+                })
+            });
+            if !empty {
+                return Err(refuse("the backup's directory must be new or empty"));
+            }
+            to.canonicalize().ok()
+        }
+        Err(_) => {
+            let parent = to.parent().unwrap_or(std::path::Path::new("/"));
+            match parent.canonicalize() {
+                Ok(p) => to.file_name().map(|n| p.join(n)),
+                Err(_) => {
+                    return Err(refuse(&format!(
+                        "its parent {} does not exist (the backup makes one directory, not the folders above it)",
+                        parent.display()
+                    )))
+                }
+            }
+        }
+    };
+    let source = data.canonicalize().ok();
+    if let (Some(real), Some(source)) = (real, source) {
+        if real.starts_with(&source) {
+            return Err(refuse(
+                "the backup's directory must lie outside the archive's",
+            ));
+        }
+    }
+    Ok(())
+}
+
 pub async fn run(args: BackupArgs) -> Result<ExitCode> {
     let data = &args.data.data;
     // Absolute: a running cairn resolves it, from its own directory.
@@ -52,6 +102,7 @@ pub async fn run(args: BackupArgs) -> Result<ExitCode> {
     // once (tokio keeps the handlers installed, so without this nothing
     // short of SIGKILL would stop a removal hung on a failing disk).
     let signals = super::run::Signals::for_command()?;
+    refuse_destination(data, &to)?;
     let engine = super::open_unserved(data)?;
     let stop = Arc::new(AtomicBool::new(false));
     let dest = to.clone();
