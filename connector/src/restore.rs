@@ -895,10 +895,19 @@ fn target_topic<'m>(
 pub fn check_kafka(cfg: &RestoreConfig, stop: &dyn Fn() -> bool) -> Result<()> {
     let producer = producer(cfg)?;
     let md = metadata(&producer, cfg, stop)?;
-    let mut named: BTreeSet<&str> = cfg.rename.values().map(String::as_str).collect();
-    for t in &cfg.select.topics {
-        named.insert(cfg.rename.get(t).map_or(t.as_str(), String::as_str));
-    }
+    // The targets of what is selected: with `--topic`, each one through
+    // its rename; without, every rename's (a rename of a topic not
+    // selected, or of one the archive lacks, is the plan's to refuse,
+    // with its own message).
+    let named: BTreeSet<&str> = if cfg.select.topics.is_empty() {
+        cfg.rename.values().map(String::as_str).collect()
+    } else {
+        cfg.select
+            .topics
+            .iter()
+            .map(|t| cfg.rename.get(t).map_or(t.as_str(), String::as_str))
+            .collect()
+    };
     for topic in named {
         target_topic(&md, topic, cfg, || {
             "restore never creates a topic: check the name given to --topic or --rename, or create it (with at least as many partitions as the archive holds of the topic restored into it), then run the restore again".into()

@@ -504,6 +504,8 @@ mod tests {
             &pipeline,
         );
         let tp = TopicPartition::new("t", 0);
+        // Assigned: the flush's batch is put before its failing pre_commit.
+        pipeline.state().assigned.insert(tp.clone());
         let (jobs, rx) = std::sync::mpsc::channel();
         let (reply, replied) = std::sync::mpsc::channel();
         jobs.send(Job::Flush {

@@ -152,7 +152,8 @@ fn a_running_archive_serves_status_export_verify_and_prune() {
     assert_eq!(rows.len(), 3, "{rows:?}");
     // Each row says whose answer it is.
     assert!(
-        rows.iter().all(|r| r["live_pid"].to_string() == pid),
+        rows.iter()
+            .all(|r| r["live_pid"].as_u64() == pid.parse::<u64>().ok()),
         "{rows:?}"
     );
     let durable_then: u64 = rows.iter().map(|r| r["records"].as_u64().unwrap()).sum();

@@ -41,18 +41,22 @@ fn an_open_that_panics_is_an_error_naming_the_archive() {
     assert!(said.contains(&dir.path().display().to_string()), "{said}");
     assert!(said.contains("sled lost its way"), "{said}");
     // `run` and `restore` open the archive too (since 2026-12-03; before,
-    // their open's panic crashed them with exit 101). Their brokers are
-    // never asked: the open comes first.
+    // their open's panic crashed them with exit 101). They ask Kafka first
+    // (since 2026-12-04): a mock cluster with the topic answers, and the
+    // open's panic follows.
+    let mock = rdkafka::mocking::MockCluster::new(1).unwrap();
+    mock.create_topic("t", 1, 1).unwrap();
+    let brokers = mock.bootstrap_servers();
     let d = dir.path().to_str().unwrap();
     for argv in [
-        &["cairn", "restore", "--data", d, "--brokers", "127.0.0.1:1"][..],
+        &["cairn", "restore", "--data", d, "--brokers", &brokers][..],
         &[
             "cairn",
             "run",
             "--data",
             d,
             "--brokers",
-            "127.0.0.1:1",
+            &brokers,
             "--topics",
             "t",
             "--group",

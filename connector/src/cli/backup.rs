@@ -36,13 +36,22 @@ pub struct BackupArgs {
 /// process may fill or make the directory meanwhile).
 fn refuse_destination(data: &std::path::Path, to: &std::path::Path) -> Result<()> {
     let refuse = |why: &str| ConnectorError::Config(format!("--to {}: {why}", to.display()));
-    let real = match std::fs::metadata(to) {
-        Ok(m) if !m.is_dir() => return Err(refuse("not a directory")),
+    let io = |source| ConnectorError::Io {
+        path: to.to_owned(),
+        source,
+    };
+    let source = data.canonicalize().ok();
+    let outside = |real: &std::path::Path| match &source {
+        Some(source) if real.starts_with(source) => Err(refuse(
+            "the backup's directory must lie outside the archive's",
+        )),
+        _ => Ok(()),
+    };
+    match std::fs::metadata(to) {
+        Ok(m) if !m.is_dir() => Err(refuse("not a directory")),
         Ok(_) => {
-            let mut entries = std::fs::read_dir(to).map_err(|source| ConnectorError::Io {
-                path: to.to_owned(),
-                source,
-            })?;
+            outside(&to.canonicalize().map_err(io)?)?;
+            let mut entries = std::fs::read_dir(to).map_err(io)?;
             // Empty but for a lock file, as the engine allows.
             let empty = entries.all(|e| {
                 e.is_ok_and(|e| {
@@ -53,30 +62,24 @@ fn refuse_destination(data: &std::path::Path, to: &std::path::Path) -> Result<()
             if !empty {
                 return Err(refuse("the backup's directory must be new or empty"));
             }
-            to.canonicalize().ok()
+            Ok(())
         }
-        Err(_) => {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let parent = to.parent().unwrap_or(std::path::Path::new("/"));
             match parent.canonicalize() {
-                Ok(p) => to.file_name().map(|n| p.join(n)),
-                Err(_) => {
-                    return Err(refuse(&format!(
-                        "its parent {} does not exist (the backup makes one directory, not the folders above it)",
-                        parent.display()
-                    )))
-                }
+                Ok(p) => outside(&to.file_name().map_or(p.clone(), |n| p.join(n))),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(refuse(&format!(
+                    "its parent {} does not exist (the backup makes one directory, not the folders above it)",
+                    parent.display()
+                ))),
+                // Said as it is (a path through a file, a link loop, no
+                // permission), not as a missing parent.
+                Err(e) => Err(io(e)),
             }
         }
-    };
-    let source = data.canonicalize().ok();
-    if let (Some(real), Some(source)) = (real, source) {
-        if real.starts_with(&source) {
-            return Err(refuse(
-                "the backup's directory must lie outside the archive's",
-            ));
-        }
+        // A dangling link, no permission: the engine says what it finds.
+        Err(_) => Ok(()),
     }
-    Ok(())
 }
 
 pub async fn run(args: BackupArgs) -> Result<ExitCode> {

@@ -131,12 +131,9 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
             if end.error.is_some() {
                 return Ok(crate::live::exit_code(&end));
             }
-            let mut rows: Vec<Row> = serde_json::from_slice(&json).map_err(|e| {
+            let rows: Vec<Row> = serde_json::from_slice(&json).map_err(|e| {
                 ConnectorError::Live(format!("the running cairn's status did not parse: {e}"))
             })?;
-            for r in &mut rows {
-                r.live_pid = Some(end.pid);
-            }
             (rows, Some(end.pid))
         }
         None => (rows(&super::open_unserved(data)?), None),
@@ -163,6 +160,10 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
             }
             exit = ExitCode::FAILURE;
         }
+    }
+    // Every row, those `--brokers` added too.
+    for r in &mut rows {
+        r.live_pid = served_by;
     }
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&rows).expect("json"))?;
