@@ -106,6 +106,16 @@ pub struct BackupReport {
     pub duration: Duration,
 }
 
+/// Whether `dir` holds nothing but, at most, a lock file (a regular
+/// file, not a link): the directory a backup may be made in. Also asked
+/// by the command before it opens the archive.
+pub fn empty_but_for_a_lock(dir: &Path) -> std::io::Result<bool> {
+    let mut entries = std::fs::read_dir(dir)?;
+    Ok(entries.all(|e| {
+        e.is_ok_and(|e| e.file_name() == LOCK_FILE && e.file_type().is_ok_and(|t| t.is_file()))
+    }))
+}
+
 impl Engine {
     /// Copy what is durable now into a new store at `dest` (a directory
     /// that does not exist or is empty, outside this store's), sync it,
@@ -181,15 +191,7 @@ impl Engine {
         // backups cannot both find it empty. The lock is held to the end,
         // cleanup included.
         let lock_file_before = real.join(LOCK_FILE).is_file();
-        let empty = || -> Result<bool> {
-            let mut entries = std::fs::read_dir(&real).map_err(io("back up"))?;
-            Ok(entries.all(|e| {
-                e.is_ok_and(|e| {
-                    e.file_name() == LOCK_FILE && e.file_type().is_ok_and(|t| t.is_file())
-                })
-            }))
-        };
-        match empty() {
+        match empty_but_for_a_lock(&real).map_err(io("back up")) {
             Ok(true) => {}
             Ok(false) => return Err(refuse("the backup's directory must be new or empty")),
             Err(e) => {
@@ -221,7 +223,7 @@ impl Engine {
                 return Err(e);
             }
         };
-        let still_empty = empty();
+        let still_empty = empty_but_for_a_lock(&real).map_err(io("back up"));
         if !matches!(still_empty, Ok(true)) {
             // Something else was written meanwhile (not ours), or the
             // directory could not be read.

@@ -77,8 +77,8 @@ mod verify;
 pub mod watermark;
 
 pub use backup::{
-    refuse_unfinished_backup, BackupReport, BACKUP_INCOMPLETE_FILE, FAILPOINT_BACKUP_AFTER_LOG,
-    FAILPOINT_BACKUP_COMPLETE_SYNC,
+    empty_but_for_a_lock, refuse_unfinished_backup, BackupReport, BACKUP_INCOMPLETE_FILE,
+    FAILPOINT_BACKUP_AFTER_LOG, FAILPOINT_BACKUP_COMPLETE_SYNC,
 };
 pub use config::{
     EngineConfig, RecoveryMode, FRAME_BODY_BYTES_WRITE_MAX, RECORD_BYTES_MAX_LIMIT,
@@ -89,7 +89,6 @@ pub use engine::{
     FAILPOINT_AFTER_WRITE, FAILPOINT_MID_WRITE, FAILPOINT_TOP_UP,
 };
 pub use error::{panic_message, CorruptionKind, Error, InvalidInput, Location, Result};
-pub use lock::LOCK_FILE;
 pub use meta::StoreId;
 pub use offsets::DurableOffsets;
 pub use reader::{RecordIter, FAILPOINT_READ_FILL};

@@ -51,15 +51,7 @@ fn refuse_destination(data: &std::path::Path, to: &std::path::Path) -> Result<()
         Ok(m) if !m.is_dir() => Err(refuse("not a directory")),
         Ok(_) => {
             outside(&to.canonicalize().map_err(io)?)?;
-            let mut entries = std::fs::read_dir(to).map_err(io)?;
-            // Empty but for a lock file, as the engine allows.
-            let empty = entries.all(|e| {
-                e.is_ok_and(|e| {
-                    e.file_name() == cairn_engine::LOCK_FILE
-                        && e.file_type().is_ok_and(|t| t.is_file())
-                })
-            });
-            if !empty {
+            if !cairn_engine::empty_but_for_a_lock(to).map_err(io)? {
                 return Err(refuse("the backup's directory must be new or empty"));
             }
             Ok(())

@@ -87,14 +87,11 @@ pub async fn run(args: RestoreArgs) -> Result<ExitCode> {
     );
     // Kafka first: a mistyped broker or target topic is refused before the
     // archive is opened (recovered, perhaps upgraded).
-    let checked = tokio::task::block_in_place(|| {
+    let opened = tokio::task::block_in_place(|| {
         crate::restore::check_kafka(&cfg, &|| stop.load(Ordering::Relaxed))
-    });
-    if let Err(e) = checked {
-        watcher.abort();
-        return Err(e);
-    }
-    let engine = match super::unpanicked(&data, || super::open_archive(&data)) {
+    })
+    .and_then(|()| super::unpanicked(&data, || super::open_archive(&data)));
+    let engine = match opened {
         Ok(engine) => engine,
         Err(e) => {
             watcher.abort();
