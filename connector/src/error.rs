@@ -110,6 +110,17 @@ pub enum ConnectorError {
         "restore stopped on request after {delivered} records were delivered. Next: {next_step}"
     )]
     RestoreStopped { delivered: u64, next_step: String },
+    /// A restore that stopped part-way for a cause of its own (damage
+    /// met in the archive, its last flush failed), with what to run next.
+    #[error(
+        "restore stopped after {delivered} records were delivered: {source}. Next: {next_step}"
+    )]
+    RestoreCut {
+        delivered: u64,
+        #[source]
+        source: Box<ConnectorError>,
+        next_step: String,
+    },
     #[error("{target}: {sent} records were sent but {acknowledged} acknowledged, with no failure reported: the others may or may not be in Kafka. Next: {next_step}")]
     RestoreUnconfirmed {
         target: cairn_engine::TopicPartition,

@@ -490,8 +490,14 @@ pub fn restore_until_split(
         })));
     }
     if let Some(e) = unreadable {
-        tracing::error!(next_step = %next_step(cfg, &standings), "restore stopped by damage in the archive");
-        return Err(e);
+        return Err(ConnectorError::RestoreCut {
+            delivered: report.records,
+            source: Box::new(e),
+            next_step: format!(
+                "{}. The damage stays: a rerun stops at it again (cairn verify says what is damaged; the partition's records past it can be restored with --from and --append)",
+                next_step(cfg, &standings)
+            ),
+        });
     }
     confirm(&report, &sent, || next_step(cfg, &standings))?;
     // The idempotent producer writes each record once, in order: a
@@ -543,12 +549,13 @@ pub fn restore_until_split(
     }
     if let Err(e) = flushed {
         log_interleaved();
-        // The error names the flush; where each partition stands is
-        // logged here, as for damage, so the user knows what to run next.
-        tracing::error!(next_step = %next_step(cfg, &standings), "restore's last flush failed");
-        return Err(ConnectorError::Kafka {
-            op: "flush restored records",
-            source: e,
+        return Err(ConnectorError::RestoreCut {
+            delivered: report.records,
+            source: Box::new(ConnectorError::Kafka {
+                op: "flush restored records",
+                source: e,
+            }),
+            next_step: next_step(cfg, &standings),
         });
     }
     match interleaved {

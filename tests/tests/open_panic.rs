@@ -174,4 +174,44 @@ fn an_open_that_panics_is_an_error_naming_the_archive() {
     let offsets: Vec<i64> = e.read(&tp, 0).unwrap().map(|r| r.unwrap().offset).collect();
     assert_eq!(offsets, (0..10).collect::<Vec<_>>());
     e.close().unwrap();
+    // A restore's read that panics says how to go on: `--resume` only for
+    // a restore made with `--offset-header` (without one, --resume would
+    // be refused; until the night of 2026-12-04 it was named regardless).
+    for (header, next) in [
+        (
+            None,
+            "restore the rest with --partition, --from and --append",
+        ),
+        (
+            Some("cairn-offset"),
+            "--resume continues from what the target holds",
+        ),
+    ] {
+        use clap::Parser;
+        let mut argv = vec!["cairn", "restore", "--data", d, "--brokers", &brokers];
+        if let Some(h) = header {
+            argv.extend(["--offset-header", h]);
+        }
+        let cli = cairn_connector::cli::Cli::try_parse_from(&argv).unwrap();
+        let cairn_connector::cli::Command::Restore(a) = cli.command else {
+            unreachable!()
+        };
+        fail::cfg(cairn_engine::FAILPOINT_READ_FILL, "panic(sled lost a page)").unwrap();
+        let result = tokio::runtime::Runtime::new()
+            .unwrap()
+            .block_on(cairn_connector::cli::restore::run(a));
+        fail::remove(cairn_engine::FAILPOINT_READ_FILL);
+        match result {
+            Err(e @ ConnectorError::ReadPanicked { .. }) => {
+                let said = e.to_string();
+                assert!(said.contains(next), "{argv:?}: {said}");
+                assert_eq!(
+                    said.contains("--resume"),
+                    header.is_some(),
+                    "{argv:?}: {said}"
+                );
+            }
+            other => panic!("{argv:?}: expected the read's panic as an error, got {other:?}"),
+        }
+    }
 }

@@ -623,11 +623,28 @@ fn damage_met_while_reading_stops_after_what_was_sent_is_delivered() {
     let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
     let k = TestKafka::new("damaged", 3);
     match restore(&engine, &config(&k)) {
-        Err(ConnectorError::Engine(e)) => {
+        Err(ConnectorError::RestoreCut {
+            delivered,
+            source,
+            next_step,
+        }) => {
             assert!(
-                e.to_string().contains(&format!("lsn {lsn}")),
-                "{e} should name lsn {lsn}"
-            )
+                matches!(*source, ConnectorError::Engine(_)),
+                "{source:?} should be the engine's damage"
+            );
+            assert!(
+                source.to_string().contains(&format!("lsn {lsn}")),
+                "{source} should name lsn {lsn}"
+            );
+            // What to run next is in the error, not only in a log line:
+            // partition 1 from its first record, and partition 2.
+            assert_eq!(delivered, archived_records()[&0].len() as u64);
+            assert!(
+                next_step.contains("--partition 1 --from")
+                    && next_step.contains("--partition 2 --from")
+                    && next_step.contains("a rerun stops at it again"),
+                "{next_step}"
+            );
         }
         other => panic!("{other:?}"),
     }

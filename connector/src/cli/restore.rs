@@ -98,14 +98,17 @@ pub async fn run(args: RestoreArgs) -> Result<ExitCode> {
             return Err(e);
         }
     };
+    // Only a restore made with --offset-header can be resumed from what
+    // the target holds; without it, --resume would be refused.
+    let output = if cfg.offset_header.is_some() {
+        "; records sent before it may or may not have been written, and no resume point was worked out: --resume continues from what the target holds"
+    } else {
+        "; records sent before it may or may not have been written, and no resume point was worked out: the targets hold what was acknowledged (restore the rest with --partition, --from and --append, after reading each target's last record; records in flight may arrive twice)"
+    };
     let result = tokio::task::block_in_place(|| {
-        super::read_unpanicked(
-            "restore",
-            &data,
-            &engine,
-            "; records sent before it may or may not have been written, and no resume point was worked out: with --offset-header, --resume continues from what the target holds",
-            || restore_until(&engine, &cfg, &|| stop.load(Ordering::Relaxed)),
-        )
+        super::read_unpanicked("restore", &data, &engine, output, || {
+            restore_until(&engine, &cfg, &|| stop.load(Ordering::Relaxed))
+        })
     });
     watcher.abort();
     if let Err(e @ ConnectorError::RestoreStopped { .. }) = &result {
