@@ -136,7 +136,9 @@ pub struct PutOutcome {
     /// Per partition, the next offset the sink reports durable after this
     /// put. Checked against what was handed over (past it is a bug, and
     /// stops the run); a partition handed nothing since its assignment is
-    /// ignored, with a warning; an offset below one declared safe before
+    /// ignored, with a warning; one revoked or lost while the put ran is
+    /// ignored too (logged at INFO: no longer this member's to commit);
+    /// an offset below one declared safe before
     /// is the sink's latest word, as for `pre_commit` (since the night of
     /// 2026-12-03; before, the first failed the run and the second was
     /// not heeded).

@@ -354,12 +354,17 @@ impl Worker {
         let recorded = if outcome.durable.keys().all(|tp| s.assigned.contains(tp)) {
             s.tracker.record_put(started, &outcome.durable, &s.consumed)
         } else {
-            let durable: BTreeMap<TopicPartition, i64> = outcome
+            // Revoked or lost while the put ran: no longer this member's to
+            // commit. Said at INFO, not WARN: the sink did nothing wrong.
+            let (durable, gone): (BTreeMap<TopicPartition, i64>, BTreeMap<_, _>) = outcome
                 .durable
                 .iter()
-                .filter(|(tp, _)| s.assigned.contains(*tp))
                 .map(|(tp, o)| (tp.clone(), *o))
-                .collect();
+                .partition(|(tp, _)| s.assigned.contains(tp));
+            tracing::info!(
+                partitions = ?gone.keys().map(ToString::to_string).collect::<Vec<_>>(),
+                "a put's report on partitions revoked or lost while it ran is not recorded (they are another member's, or will be, and are committed by their next owner)"
+            );
             s.tracker.record_put(started, &durable, &s.consumed)
         };
         if let Err(e) = recorded {
