@@ -125,7 +125,7 @@ pub async fn run(args: ExportArgs) -> Result<ExitCode> {
     // export is complete: a refused, failed or interrupted export leaves an
     // existing file as it was.
     let staged = Staged::default();
-    let watcher = remove_on_interrupt(staged.clone(), out_path.clone())?;
+    let watcher = remove_on_interrupt(staged.clone(), out_path.clone(), output.is_some())?;
     let out = BufWriter::with_capacity(1 << 20, Output::new(output, staged));
     let result = match crate::live::connect(data) {
         Ok(Some(conn)) => export_live(conn, select, args.format, out, &out_path),
@@ -416,10 +416,12 @@ type Staged = Arc<Mutex<Stage>>;
 
 #[derive(Default)]
 enum Stage {
-    /// Nothing staged: standard output, a file written in place, or
-    /// nothing written yet.
+    /// Nothing staged: standard output, or nothing written yet.
     #[default]
     Unstaged,
+    /// A FIFO or a device written in place (nothing of theirs could pass
+    /// for an export, so nothing is emptied).
+    Special,
     /// Written under this hidden name until it is complete.
     Staged(PathBuf),
     /// A regular file written in place (its directory takes no new
@@ -447,7 +449,12 @@ fn lock_staged(s: &Staged) -> std::sync::MutexGuard<'_, Stage> {
 }
 
 /// On SIGINT or SIGTERM: remove the staged file, say so, exit 130.
-fn remove_on_interrupt(staged: Staged, out: PathBuf) -> Result<tokio::task::JoinHandle<()>> {
+/// `to_file`: `out` is `--output F`, not stdout.
+fn remove_on_interrupt(
+    staged: Staged,
+    out: PathBuf,
+    to_file: bool,
+) -> Result<tokio::task::JoinHandle<()>> {
     let mut signals = super::run::Signals::for_command()?;
     Ok(tokio::spawn(async move {
         signals.recv().await;
@@ -473,7 +480,16 @@ fn remove_on_interrupt(staged: Staged, out: PathBuf) -> Result<tokio::task::Join
                     path.display()
                 ),
             },
-            Stage::Unstaged => eprintln!("interrupted: the export is incomplete"),
+            // Not opened yet (before the first 1 MiB of records, or the
+            // archive's open): F is untouched, and says so as a staged
+            // F does (until the night of 2026-12-04, only "incomplete").
+            Stage::Unstaged if to_file => eprintln!(
+                "interrupted before anything was written: {} was left as it was",
+                out.display()
+            ),
+            Stage::Unstaged | Stage::Special => {
+                eprintln!("interrupted: the export is incomplete")
+            }
         }
         std::process::exit(130);
     }))
@@ -648,12 +664,26 @@ impl FileOutput {
             let file = match staged {
                 Some(file) => file,
                 None => {
+                    // Held around the create of a regular file, which
+                    // empties it: a signal in between would say it was left
+                    // as it was. Not around a FIFO's open, which blocks
+                    // until a reader comes (the signal must still end the
+                    // export).
+                    let special = existing.as_ref().is_some_and(|m| !m.file_type().is_file());
+                    let stage = self.staged.clone();
+                    let mut held = (!special).then(|| lock_staged(&stage));
                     let file =
                         std::fs::File::create(&self.path).map_err(|e| named(e, &self.path))?;
                     // A signal from now on empties it (not a FIFO or a
                     // device: nothing of theirs could pass for an export).
-                    if file.metadata().is_ok_and(|m| m.is_file()) {
-                        *lock_staged(&self.staged) = Stage::InPlace(self.path.clone());
+                    let now = if file.metadata().is_ok_and(|m| m.is_file()) {
+                        Stage::InPlace(self.path.clone())
+                    } else {
+                        Stage::Special
+                    };
+                    match held.as_deref_mut() {
+                        Some(stage) => *stage = now,
+                        None => *lock_staged(&self.staged) = now,
                     }
                     file
                 }
