@@ -210,7 +210,8 @@ pub enum CorruptionKind {
     UnknownFlags { found: u16 },
     #[error("truncated: need {expected} bytes, found {actual}")]
     Truncated { expected: u64, actual: u64 },
-    #[error("{actual} trailing bytes after the declared length {expected}")]
+    /// `actual` is the whole length found, not the bytes past `expected`.
+    #[error("{} trailing bytes after the declared length {expected} ({actual} bytes in all)", actual.saturating_sub(*expected))]
     TrailingBytes { expected: u64, actual: u64 },
     /// A frame whose checksum matches the bytes stored once its length
     /// field is read as their length: whole, with that field damaged (not
@@ -235,7 +236,9 @@ pub enum CorruptionKind {
     OffsetOrder { detail: String },
     #[error("index does not match the log: {detail}")]
     IndexMismatch { detail: String },
-    #[error("frame referenced by the index is missing")]
+    /// No frame where one must be: an index entry names this LSN, or it
+    /// lies below the log's end (a live verify's snapshot of it).
+    #[error("frame missing: the index or the log's end says one is stored here")]
     MissingFrame,
     #[error("bad key: {detail}")]
     BadKey { detail: String },

@@ -871,9 +871,12 @@ fn rebuild_summary(
     Ok(s)
 }
 
-/// Refuses an index entry pointing at or past `next_lsn`, the log's end
-/// after recovery: the frames it names are gone, and the next append would
-/// reuse their LSNs under it. Refuses a partition with index entries and
+/// Refuses a partition whose newest index entry points at or past
+/// `next_lsn`, the log's end after recovery: the frames it names are gone,
+/// and the next append would reuse their LSNs under it. (Only the newest
+/// entry of each partition is read here; an older one pointing past the
+/// log, damage below what recovery re-reads, is found by the read that
+/// meets it, as `MissingFrame`, and by verify.) Refuses a partition with index entries and
 /// no summary (in `partitions`, or recomputed by this recovery for the
 /// `dirty` ones): the summary is how the archive lists its partitions, so
 /// an export of every topic would leave it out without a word.

@@ -817,13 +817,16 @@ fn verify_log(
                 orphans = true;
                 asm.reset();
             }
+            // Never moved back: a stray tombstone inside another's span
+            // (a gap reported above) must not make the frames after it
+            // gaps too (until the night of 2026-12-04 it did).
             match f.lsn_after(lsn) {
-                Ok(next) => expected = next,
+                Ok(next) => expected = expected.max(next),
                 Err(kind) => {
                     // A span past the largest LSN (as recovery refuses it):
                     // the log is still expected to go on after it.
                     if let Ok(span) = f.span() {
-                        expected = lsn.saturating_add(span);
+                        expected = expected.max(lsn.saturating_add(span));
                     }
                     r.add(at, kind);
                 }
@@ -924,7 +927,17 @@ fn verify_log(
             },
         );
     }
-    if bound.is_some_and(|b| !b.poisoned && expected < b.lsn_end) {
+    if let Some(b) = bound.filter(|b| !b.poisoned && expected < b.lsn_end && span_unknown) {
+        // The log's last frame is damaged and may have been a tombstone
+        // (reported where it is): its span, and so whether frames after
+        // it are missing, cannot be told. Said as the stopped store's
+        // verify says it, not as a missing frame (until the night of
+        // 2026-12-04 it was one).
+        r.notes.push(format!(
+            "the log's last frame before lsn {} is damaged and may have been a tombstone: whether frames after it are missing cannot be told",
+            b.lsn_end
+        ));
+    } else if bound.is_some_and(|b| !b.poisoned && expected < b.lsn_end) {
         // Every LSN below the snapshot's end was written before it (under
         // the write lock), slots lie only above it, and retention waits
         // for the verify: frames, or a tombstone's span, reach it. (A
@@ -1393,6 +1406,117 @@ mod tests {
                 location: Location::Wal { lsn: 2 },
                 kind: CorruptionKind::MissingFrame
             }]
+        );
+        // No index entry names it: the message does not say one does.
+        let said = r.problems[0].to_string();
+        assert!(!said.contains("referenced by the index"), "{said}");
+    }
+
+    /// A live verify whose log ends in a damaged tombstone reports that
+    /// frame, and notes that whether frames after it are missing cannot be
+    /// told: its span covered them (until the night of 2026-12-04 the LSN
+    /// after it was reported missing too).
+    #[test]
+    fn a_live_verify_of_a_damaged_tombstone_at_the_log_end_reports_only_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (TopicPartition::new("a", 0), TopicPartition::new("b", 0));
+        let next_lsn = {
+            let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+            e.append(&[batch(&a, 0..10, 10)]).unwrap();
+            for i in 0..3 {
+                e.append(&[batch(&b, i..i + 1, 10)]).unwrap();
+            }
+            e.truncate_before(&b, 3).unwrap();
+            let next = e.stats().next_lsn;
+            e.close().unwrap();
+            next
+        };
+        assert_eq!(next_lsn, 5, "a at LSN 1, b's tombstone at 2 spanning 3");
+        let db = EngineConfig::new(dir.path()).open_sled().unwrap();
+        let tree = db.open_tree("cairn").unwrap();
+        let partitions = crate::recovery::load_summaries(&tree).unwrap();
+        let now = |_: &TopicPartition| None;
+        let next_lsn_now = || next_lsn;
+        let snapshot = Snapshot {
+            lsn_end: next_lsn,
+            partitions,
+            now: &now,
+            next_lsn_now: &next_lsn_now,
+            poisoned: false,
+        };
+        let mut v = tree.get(keys::wal_key(2)).unwrap().unwrap().to_vec();
+        let last = v.len() - 1;
+        v[last] ^= 0x01;
+        tree.insert(keys::wal_key(2), v).unwrap();
+        let r = verify_tree(&tree, Some(&snapshot), &AtomicBool::new(false)).unwrap();
+        assert_eq!(r.problems.len(), 1, "{:#?}", r.problems);
+        assert_eq!(r.problems[0].location, Location::Wal { lsn: 2 });
+        assert!(
+            matches!(r.problems[0].kind, CorruptionKind::Checksum { .. }),
+            "{:?}",
+            r.problems[0]
+        );
+        assert!(
+            r.notes
+                .iter()
+                .any(|n| n.contains("may have been a tombstone")),
+            "{:?}",
+            r.notes
+        );
+    }
+
+    /// A stray tombstone inside another's span is one gap, and the frames
+    /// after that span are none (until the night of 2026-12-04 the stray
+    /// moved the expected LSN back, and the next frame was a second gap).
+    #[test]
+    fn a_stray_tombstone_inside_a_span_is_one_gap() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = EngineConfig::new(dir.path());
+        let (a, b, c) = (
+            TopicPartition::new("a", 0),
+            TopicPartition::new("b", 0),
+            TopicPartition::new("c", 0),
+        );
+        {
+            let e = Engine::open(cfg.clone()).unwrap();
+            e.append(&[batch(&a, 0..10, 10)]).unwrap();
+            for i in 0..3 {
+                e.append(&[batch(&b, i..i + 1, 10)]).unwrap();
+            }
+            e.append(&[batch(&c, 0..10, 10)]).unwrap();
+            e.truncate_before(&b, 3).unwrap();
+            e.close().unwrap();
+        }
+        assert!(verify_store(&cfg).unwrap().is_clean());
+        {
+            let db = cfg.open_sled().unwrap();
+            let tree = db.open_tree("cairn").unwrap();
+            let stray = frame::encode(3, FrameKind::Tombstone, 0, &frame::encode_tombstone(1));
+            tree.insert(keys::wal_key(3), stray).unwrap();
+            db.flush().unwrap();
+        }
+        let r = verify_store(&cfg).unwrap();
+        let gaps: Vec<_> = r
+            .problems
+            .iter()
+            .filter(|p| matches!(p.kind, CorruptionKind::LsnGap { .. }))
+            .collect();
+        assert_eq!(gaps.len(), 1, "{:#?}", r.problems);
+        assert_eq!(gaps[0].location, Location::Wal { lsn: 3 });
+    }
+
+    /// `TrailingBytes` says how many bytes trail, not how many there are.
+    #[test]
+    fn trailing_bytes_are_counted_past_the_declared_length() {
+        let mut f = frame::encode(3, FrameKind::Records, 0, b"body");
+        let whole = f.len();
+        f.push(0);
+        let said = frame::decode(3, &f).unwrap_err().to_string();
+        assert!(
+            said.starts_with(&format!(
+                "1 trailing bytes after the declared length {whole}"
+            )),
+            "{said}"
         );
     }
 
