@@ -11,8 +11,8 @@
 //!   from an unchecked length, and a frame that decodes re-encodes to the
 //!   same bytes; a body that decodes re-encodes to a body that decodes to
 //!   the same entry.
-//! - `wal_recover`: after arbitrary damage to a store written by the engine,
-//!   open (each mode on its own copy of the damage), read and verify never
+//! - `wal_recover`: after arbitrary damage to a store written by the engine
+//!   (its values, its keys, its watermark file), open (each mode on its own copy of the damage), read and verify never
 //!   panic; every record read equals the record written at that offset
 //!   (is one written at that offset, after a flip in a frame whose CRC was
 //!   made to hold again, which can change a record's bytes and nothing
@@ -299,10 +299,31 @@ enum Damage {
         byte: usize,
         bit: u8,
     },
+    /// Move a stored value under a key with one bit flipped: a damaged
+    /// key, which may parse as another LSN, partition or offset, or not
+    /// at all (since the night of 2026-12-04).
+    MoveKey {
+        key: usize,
+        byte: usize,
+        bit: u8,
+    },
+    /// Flip a bit of the watermark file (`cairn.durable`), or cut it.
+    WatermarkFlip {
+        byte: usize,
+        bit: u8,
+        cut: bool,
+    },
+    /// Rewrite the watermark file, whole and checksummed, naming an LSN
+    /// `delta` from the one it names: above the log's end a lost suffix,
+    /// below it a narrower check (since the night of 2026-12-04).
+    WatermarkMove {
+        delta: i16,
+    },
 }
 
 /// Target `wal_recover`: write a store from the input's shape, damage its
-/// stored values as the input says, then open, read and verify it.
+/// stored values, keys and watermark file as the input says, then open,
+/// read and verify it.
 pub fn wal_recover(data: &[u8], scratch: &Path) {
     let mut input = Input::new(data);
     let store = scratch.join("store");
@@ -330,7 +351,7 @@ pub fn wal_recover(data: &[u8], scratch: &Path) {
     }
     let mut damages = Vec::new();
     while !input.is_empty() && damages.len() < 4 {
-        let d = match input.u8() % 8 {
+        let d = match input.u8() % 11 {
             0 => Damage::FlipBit {
                 key: input.u16() as usize,
                 byte: input.u16() as usize,
@@ -358,10 +379,23 @@ pub fn wal_recover(data: &[u8], scratch: &Path) {
                 from: input.u16() as usize,
                 slot: input.u16() as usize,
             },
-            _ => Damage::Reseal {
+            7 => Damage::Reseal {
                 key: input.u16() as usize,
                 byte: input.u16() as usize,
                 bit: input.u8() % 8,
+            },
+            8 => Damage::MoveKey {
+                key: input.u16() as usize,
+                byte: input.u16() as usize,
+                bit: input.u8() % 8,
+            },
+            9 => Damage::WatermarkFlip {
+                byte: input.u16() as usize,
+                bit: input.u8() % 8,
+                cut: input.u8() % 4 == 0,
+            },
+            _ => Damage::WatermarkMove {
+                delta: input.u16() as i16,
             },
         };
         damages.push(d);
@@ -612,6 +646,51 @@ fn damage(dir: &Path, damages: &[Damage]) -> Damaged {
                 if let Some(v) = resealed_flip(&k, get(&k), byte, bit) {
                     resealed |= crate::keys::parse_wal_key(&k).is_ok();
                     tree.insert(k, v).expect("insert");
+                    changed = true;
+                }
+            }
+            Damage::MoveKey { key, byte, bit } => {
+                let k = pick(key);
+                let mut moved = k.to_vec();
+                if moved.is_empty() {
+                    continue;
+                }
+                let i = byte % moved.len();
+                moved[i] ^= 1 << bit;
+                let v = get(&k);
+                tree.remove(&k).expect("remove");
+                tree.insert(moved, v).expect("insert");
+                changed = true;
+            }
+            Damage::WatermarkFlip { byte, bit, cut } => {
+                let path = dir.join(crate::watermark::WATERMARK_FILE);
+                let Ok(mut b) = std::fs::read(&path) else {
+                    continue;
+                };
+                if b.is_empty() {
+                    continue;
+                }
+                let i = byte % b.len();
+                if cut {
+                    b.truncate(i);
+                } else {
+                    b[i] ^= 1 << bit;
+                }
+                std::fs::write(&path, b).expect("write the watermark file");
+                changed = true;
+            }
+            Damage::WatermarkMove { delta } => {
+                let path = dir.join(crate::watermark::WATERMARK_FILE);
+                let Ok(b) = std::fs::read(&path) else {
+                    continue;
+                };
+                let Ok(lsn) = crate::watermark::decode(&b) else {
+                    continue;
+                };
+                let moved = lsn.saturating_add_signed(i64::from(delta));
+                if moved != lsn {
+                    std::fs::write(&path, crate::watermark::encode(moved))
+                        .expect("write the watermark file");
                     changed = true;
                 }
             }
