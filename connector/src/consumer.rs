@@ -965,8 +965,24 @@ pub fn run_pipeline(
             // The rebalance callback forwards each partition assigned from
             // now on (fetch.rs).
             *consumer.context().forwarder() = Some(fetch.forwarder());
-            let r = consume(&consumer, &shared, cfg, &opts.stop, &fetch)
-                .and_then(|()| finish(&shared, &consumer));
+            // A panic on this thread (an invariant assertion in a revoke's
+            // or the final commit, served inside `poll`, or an embedder's
+            // commit observer) fails the run as the task thread's does:
+            // unwound past this, it skipped closing commits, and the
+            // consumer's drop then served the revoke again, committing
+            // (until the night of 2026-12-04).
+            let run = std::panic::AssertUnwindSafe(|| {
+                consume(&consumer, &shared, cfg, &opts.stop, &fetch)
+                    .and_then(|()| finish(&shared, &consumer))
+            });
+            let r = std::panic::catch_unwind(run).unwrap_or_else(|payload| {
+                let why = format!(
+                    "the consumer thread panicked ({}); nothing more is committed",
+                    cairn_engine::panic_message(&*payload)
+                );
+                pipeline.fail(ConnectorError::Sink(why.clone()));
+                Err(ConnectorError::Sink(why))
+            });
             // The queue goes with `fetch`, before the consumer closes. An
             // assignment served while closing is neither archived nor
             // forwarded, and is no failure.

@@ -85,8 +85,12 @@
 //! is called no more (not `close`, not `stop`: either may sync) and is
 //! dropped, and the run fails. A panic in a call on the task thread does
 //! the same (commits are closed before the sink is dropped: since
-//! 2026-12-04); one in `identity` or in a `stop` made before any `open`
-//! reaches the caller of the run.
+//! 2026-12-04); so does one on the consumer thread (the loop's own, the
+//! thread that called the run: an invariant assertion in a revoke's or the
+//! final commit, or an embedder's observer), which until the night of
+//! 2026-12-04 unwound out of the run without closing commits. One in
+//! `identity` or in a `stop` made before any `open` reaches the caller of
+//! the run.
 //!
 //! What else a sink can count on:
 //! - `open` and `close` name only the partitions added or removed (the

@@ -545,3 +545,111 @@ impl cairn_connector::SinkTask for LargestPut {
         self.inner.identity()
     }
 }
+
+/// The archive, setting `stop` once it has been handed `n` records.
+struct StopWhenAllPut {
+    inner: cairn_connector::ArchiveSink,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    handed: u64,
+    n: u64,
+}
+
+impl cairn_connector::SinkTask for StopWhenAllPut {
+    fn open(
+        &mut self,
+        partitions: &[TopicPartition],
+    ) -> Result<std::collections::BTreeMap<TopicPartition, i64>, cairn_connector::TaskError> {
+        self.inner.open(partitions)
+    }
+    fn put(
+        &mut self,
+        batches: &[cairn_engine::RecordBatch],
+    ) -> Result<cairn_connector::PutOutcome, cairn_connector::TaskError> {
+        let out = self.inner.put(batches)?;
+        self.handed += batches.iter().map(|b| b.records.len() as u64).sum::<u64>();
+        if self.handed >= self.n {
+            self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(out)
+    }
+    fn pre_commit(
+        &mut self,
+        consumed: &std::collections::BTreeMap<TopicPartition, i64>,
+    ) -> Result<std::collections::BTreeMap<TopicPartition, i64>, cairn_connector::TaskError> {
+        self.inner.pre_commit(consumed)
+    }
+    fn close(&mut self, partitions: &[TopicPartition]) -> Result<(), cairn_connector::TaskError> {
+        self.inner.close(partitions)
+    }
+    fn stop(&mut self) -> Result<(), cairn_connector::TaskError> {
+        self.inner.stop()
+    }
+    fn identity(&self) -> Option<String> {
+        self.inner.identity()
+    }
+}
+
+/// A panic on the consumer thread (here an embedder's progress observer,
+/// at the report of a clean stop; an invariant assertion in a revoke's or
+/// the final commit would be the same) fails the run with an error naming
+/// it, and nothing more is committed: until the night of 2026-12-04 it
+/// unwound out of the run, past the closing of commits, and the consumer's
+/// drop served the revoke again, committing (or hung).
+#[test]
+fn a_panic_on_the_consumer_thread_fails_the_run_and_commits_nothing_more() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let k = TestKafka::new("consumer-panic", 3);
+    let n = 3_000;
+    produce(&k.brokers, &k.topic, 0..n).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&k, "consumer-panic-group", dir.path());
+    let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
+    let stop = Arc::new(AtomicBool::new(false));
+    let panicked = Arc::new(AtomicBool::new(false));
+    let sent_after = Arc::new(AtomicU64::new(0));
+    let opts = PipelineOptions {
+        stop: stop.clone(),
+        on_commit_sent: Some(Box::new({
+            let (panicked, sent_after) = (panicked.clone(), sent_after.clone());
+            move |_, _| {
+                if panicked.load(Ordering::SeqCst) {
+                    sent_after.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        })),
+        // Made on the consumer thread, after the final commit.
+        on_progress: Some(Box::new({
+            let panicked = panicked.clone();
+            move |p| {
+                if p.at_stop {
+                    panicked.store(true, Ordering::SeqCst);
+                    panic!("an observer's assertion");
+                }
+            }
+        })),
+        ..Default::default()
+    };
+    let sink = StopWhenAllPut {
+        inner: ArchiveSink::new(engine.clone()),
+        stop,
+        handed: 0,
+        n,
+    };
+    let err = run_bounded(&cfg, Box::new(sink), opts)
+        .expect_err("a panic on the consumer thread fails the run");
+    let said = err.to_string();
+    assert!(panicked.load(Ordering::SeqCst));
+    assert!(
+        said.contains("the consumer thread panicked (an observer's assertion)"),
+        "{said}"
+    );
+    assert_eq!(sent_after.load(Ordering::SeqCst), 0, "sent after the panic");
+    let kafka = k.committed("consumer-panic-group", 3);
+    for (tp, d) in engine.durable_offsets() {
+        let c = kafka.get(&tp.partition).copied().unwrap_or(-1);
+        assert!(c <= d, "{tp}: {kafka:?} past {d}");
+    }
+    drop(engine);
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    check_archive(&engine, &k.topic, n).unwrap();
+}
