@@ -392,7 +392,7 @@ pub fn wal_recover(data: &[u8], scratch: &Path) {
             9 => Damage::WatermarkFlip {
                 byte: input.u16() as usize,
                 bit: input.u8() % 8,
-                cut: input.u8() % 4 == 0,
+                cut: input.u8().is_multiple_of(4),
             },
             _ => Damage::WatermarkMove {
                 delta: input.u16() as i16,
