@@ -17,8 +17,12 @@
 //! - Records are taken in each partition's offset order, and a fetch error
 //!   on the run's queue is dealt with before any record queued after it is
 //!   taken: an error that stops the run leaves what follows it unarchived.
-//!   (Errors on the consumer queue, the group's and the client's, are
-//!   served between takes.)
+//!   One exception: an offset reset wanted while the assignment is lost
+//!   (the session timed out) waits for the revoke, and records of other
+//!   partitions queued after it are taken meanwhile (the errored
+//!   partition's fetch has stopped, so none of its own). (Errors on the
+//!   consumer queue, the group's and the client's, are served between
+//!   takes.)
 //! - Memory between taking and putting is bounded: the batch being filled
 //!   (`batch_bytes_max` plus one record), the puts queued for the task thread
 //!   (one under `every-put`; under `interval:MS` at most `batch_bytes_max`

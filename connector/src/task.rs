@@ -44,8 +44,11 @@
 //!    offsets that are durable and safe to commit, never past the records
 //!    handed to it (the loop asserts this); an empty map opts out.
 //!    `consumed` holds, per partition assigned, the next offset after what
-//!    was put, or, before any put since its assignment, where it resumed:
-//!    that may be past what this sink holds (Kafka's offset, committed by
+//!    was put, or, before any put since its assignment, where it resumed
+//!    (a partition whose resume point is not a known offset, one starting
+//!    at the log's beginning or one whose offset Kafka's log bounds could
+//!    not confirm, is left out until its first put): that may be past
+//!    what this sink holds (Kafka's offset, committed by
 //!    another member), so a sink that returns `consumed` as it is
 //!    declares such a resume point durable (harmless, Kafka holds it
 //!    already; a sink that knows better reports what it holds). Report
