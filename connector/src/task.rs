@@ -411,9 +411,10 @@ impl SinkTask for ArchiveSink {
             // fails the run.
             self.pruner.take().map_or(Ok(()), Pruner::abandon)
         };
-        if let Some(e) = self.engine.take() {
-            match Arc::try_unwrap(e) {
-                Ok(e) => e.close().map_err(engine_error)?,
+        let closed = match self.engine.take() {
+            None => Ok(()),
+            Some(e) => match Arc::try_unwrap(e) {
+                Ok(e) => e.close().map_err(engine_error),
                 Err(e) => {
                     // An embedder still holds the engine (`engine()`): its
                     // writes are made durable, but closing is the last
@@ -422,11 +423,21 @@ impl SinkTask for ArchiveSink {
                         holders = Arc::strong_count(&e),
                         "the engine is still held elsewhere: synced, not closed; the last holder closes it (until then the next open re-checks the log since the last checkpoint)"
                     );
-                    e.sync().map_err(engine_error)?
+                    e.sync().map_err(engine_error)
                 }
-            }
+            },
+        };
+        // Both said when both failed, the pruner's first: a failed pass
+        // (a failed fsync in it) is usually why the close fails too, and
+        // until the night of 2026-12-04 the close's error alone was
+        // returned.
+        match (pruned, closed) {
+            (Err(p), Err(c)) => Err(TaskError::Fatal(format!(
+                "{p}; and closing the engine then failed: {c}"
+            ))),
+            (Err(p), Ok(())) => Err(TaskError::Fatal(p)),
+            (Ok(()), c) => c,
         }
-        pruned.map_err(TaskError::Fatal)
     }
 }
 

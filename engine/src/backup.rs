@@ -123,6 +123,13 @@ impl Engine {
     /// up with `Error::Interrupted`, and what the backup wrote is removed.
     pub fn backup_to(&self, dest: &Path, stop: &AtomicBool) -> Result<BackupReport> {
         let t0 = Instant::now();
+        // A stop asked before anything is made (a signal while the archive
+        // opened) makes nothing: until the night of 2026-12-04 a small
+        // archive was then backed up whole, and a large one's directory
+        // made and removed again.
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(Error::Interrupted { op: "backup" });
+        }
         let io = |op: &'static str| {
             move |source| Error::Io {
                 op,
@@ -190,7 +197,9 @@ impl Engine {
         // directory that is refused, and again once it is held, so that two
         // backups cannot both find it empty. The lock is held to the end,
         // cleanup included.
-        let lock_file_before = real.join(LOCK_FILE).is_file();
+        // Anything of that name (a link too, which is refused below) is
+        // not this backup's to remove.
+        let lock_file_before = std::fs::symlink_metadata(real.join(LOCK_FILE)).is_ok();
         match empty_but_for_a_lock(&real).map_err(io("back up")) {
             Ok(true) => {}
             Ok(false) => return Err(refuse("the backup's directory must be new or empty")),
@@ -218,7 +227,14 @@ impl Engine {
         let lock = match DirLock::acquire(&real) {
             Ok(l) => l,
             Err(e) => {
-                // Another backup's lock file keeps a directory made here.
+                // A lock file the acquire made, and then could not lock
+                // (ENOLCK on a file system without locks) or write, goes:
+                // until the night of 2026-12-04 it stayed, and kept a
+                // directory made here. Another backup's (`Locked`) stays,
+                // and keeps the directory.
+                if !lock_file_before && !matches!(e, Error::Locked { .. }) {
+                    let _ = std::fs::remove_file(real.join(LOCK_FILE));
+                }
                 unmake(Some(&real));
                 return Err(e);
             }

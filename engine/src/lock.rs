@@ -14,6 +14,10 @@ use crate::error::{Error, Result};
 /// The lock file's name in the data directory.
 pub const LOCK_FILE: &str = "cairn.lock";
 
+/// Failpoint: in taking the lock, once the lock file is open and before it
+/// is locked; `return` fails as a file system without locks does (ENOLCK).
+pub const FAILPOINT_LOCK_AFTER_OPEN: &str = "lock::after_open";
+
 /// Held for the life of an engine; released on drop.
 #[derive(Debug)]
 pub struct DirLock {
@@ -40,6 +44,10 @@ impl DirLock {
             .custom_flags(libc::O_NOFOLLOW)
             .open(&path)
             .map_err(|e| io("open lock file", e))?;
+        fail::fail_point!(FAILPOINT_LOCK_AFTER_OPEN, |_| Err(io(
+            "lock",
+            std::io::Error::from_raw_os_error(libc::ENOLCK)
+        )));
         // A process that forks (to spawn a child) while another of its
         // engines holds a lock shares that lock's file description with the
         // child until the child's exec closes it: an engine dropped and

@@ -138,17 +138,38 @@ fn a_backup_refuses_a_directory_in_use_and_removes_itself_when_stopped() {
     }
     assert_eq!(std::fs::read_to_string(busy.join("keep")).unwrap(), "mine");
 
-    // Stopped: the partial copy goes; a directory that was there stays,
-    // empty.
-    for existed in [false, true] {
-        let dest = dir.path().join(format!("stopped-{existed}"));
+    // Stopped mid-copy (after the log): the partial copy goes; a directory
+    // that was there stays, empty. And stopped before it began: nothing is
+    // made.
+    static MID_COPY: AtomicBool = AtomicBool::new(false);
+    for (existed, stopped_first) in [(false, false), (true, false), (false, true), (true, true)] {
+        let dest = dir
+            .path()
+            .join(format!("stopped-{existed}-{stopped_first}"));
         if existed {
             std::fs::create_dir(&dest).unwrap();
         }
-        match engine.backup_to(&dest, &AtomicBool::new(true)) {
+        MID_COPY.store(stopped_first, Ordering::Relaxed);
+        let reached = Arc::new(AtomicBool::new(false));
+        fail::cfg_callback(cairn_engine::FAILPOINT_BACKUP_AFTER_LOG, {
+            let reached = reached.clone();
+            move || {
+                reached.store(true, Ordering::Relaxed);
+                MID_COPY.store(true, Ordering::Relaxed);
+            }
+        })
+        .unwrap();
+        let r = engine.backup_to(&dest, &MID_COPY);
+        fail::remove(cairn_engine::FAILPOINT_BACKUP_AFTER_LOG);
+        match r {
             Err(Error::Interrupted { op: "backup" }) => {}
             other => panic!("expected Interrupted, got {other:?}"),
         }
+        assert_eq!(
+            reached.load(Ordering::Relaxed),
+            !stopped_first,
+            "a stop asked first makes nothing"
+        );
         assert_eq!(dest.exists(), existed);
         if existed {
             assert_eq!(std::fs::read_dir(&dest).unwrap().count(), 0);
@@ -169,7 +190,7 @@ fn a_backup_refuses_a_directory_in_use_and_removes_itself_when_stopped() {
     let link = dir.path().join("link");
     std::os::unix::fs::symlink(&target, &link).unwrap();
     assert!(matches!(
-        engine.backup_to(&link, &AtomicBool::new(true)),
+        stopped_mid_copy(&engine, &link),
         Err(Error::Interrupted { .. })
     ));
     assert!(std::fs::symlink_metadata(&link)
@@ -361,6 +382,48 @@ fn a_second_backup_into_the_same_directory_is_refused_and_harms_nothing() {
     assert_eq!(copy.partitions(), engine.partitions());
 }
 
+/// A backup into `dest` stopped once its log is copied.
+fn stopped_mid_copy(engine: &Engine, dest: &std::path::Path) -> cairn_engine::Result<()> {
+    static STOP: AtomicBool = AtomicBool::new(false);
+    STOP.store(false, Ordering::Relaxed);
+    fail::cfg_callback(cairn_engine::FAILPOINT_BACKUP_AFTER_LOG, || {
+        STOP.store(true, Ordering::Relaxed)
+    })
+    .unwrap();
+    let r = engine.backup_to(dest, &STOP);
+    fail::remove(cairn_engine::FAILPOINT_BACKUP_AFTER_LOG);
+    r.map(|_| ())
+}
+
+/// A lock that cannot be taken once its file is made (a file system
+/// without locks: ENOLCK) leaves nothing behind: the lock file it made
+/// goes, and a directory the backup made too (until the night of
+/// 2026-12-04 the file stayed, and kept the directory).
+#[test]
+fn a_lock_that_cannot_be_taken_leaves_nothing() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let engine = source(&dir.path().join("src"));
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let new = dir.path().join("new");
+    fail::cfg(cairn_engine::FAILPOINT_LOCK_AFTER_OPEN, "return").unwrap();
+    let results = [&empty, &new].map(|d| engine.backup_to(d, &AtomicBool::new(false)));
+    fail::remove(cairn_engine::FAILPOINT_LOCK_AFTER_OPEN);
+    for r in results {
+        match r {
+            Err(Error::Io {
+                op: "lock", source, ..
+            }) => {
+                assert_eq!(source.raw_os_error(), Some(libc::ENOLCK))
+            }
+            other => panic!("expected the lock's failure, got {other:?}"),
+        }
+    }
+    assert_eq!(std::fs::read_dir(&empty).unwrap().count(), 0);
+    assert!(!new.exists());
+}
+
 #[test]
 fn a_lock_file_that_was_there_stays_and_a_linked_one_is_refused() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -372,7 +435,7 @@ fn a_lock_file_that_was_there_stays_and_a_linked_one_is_refused() {
     std::fs::create_dir(&dest).unwrap();
     std::fs::write(dest.join("cairn.lock"), "").unwrap();
     assert!(matches!(
-        engine.backup_to(&dest, &AtomicBool::new(true)),
+        stopped_mid_copy(&engine, &dest),
         Err(Error::Interrupted { .. })
     ));
     let left: Vec<_> = std::fs::read_dir(&dest)
