@@ -758,6 +758,12 @@ retain-bytes = "50GiB"
                 "false",
                 "-X enable.idempotence=false: the dead-letter producer sets",
             ),
+            // Every dead letter is waited for by its delivery report.
+            (
+                "delivery.report.only.error",
+                "true",
+                "-X delivery.report.only.error=true: the dead-letter producer sets delivery.report.only.error=false",
+            ),
             // Waited for on the consumer thread beyond the poll interval.
             (
                 "message.timeout.ms",

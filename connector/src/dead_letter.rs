@@ -62,8 +62,13 @@ pub(crate) struct DeadLetters {
 /// `transactional.id` (no value of cairn's) is refused outright: it would
 /// make the producer refuse every send outside a transaction it never
 /// begins.
-pub const MANAGED_KEYS: [(&str, Option<&str>); 5] = [
+pub const MANAGED_KEYS: [(&str, Option<&str>); 6] = [
     ("enable.idempotence", Some("true")),
+    // Each dead letter is waited for by its report: with only errors
+    // reported, every delivered one would time out and stop the run, and
+    // each restart would send it again (accepted until the night of
+    // 2026-12-04; `restore` refused it already).
+    ("delivery.report.only.error", Some("false")),
     ("allow.auto.create.topics", Some("false")),
     ("linger.ms", Some("0")),
     // librdkafka's alias of `linger.ms`.
@@ -107,6 +112,7 @@ pub(crate) fn client_config(cfg: &RunConfig) -> (ClientConfig, u64) {
     c.set("bootstrap.servers", &cfg.brokers)
         .set("enable.idempotence", "true")
         .set("allow.auto.create.topics", "false")
+        .set("delivery.report.only.error", "false")
         // One record at a time, each waited for: nothing to batch.
         .set("linger.ms", "0")
         .set("message.timeout.ms", message_timeout_ms.to_string());
