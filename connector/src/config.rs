@@ -76,11 +76,21 @@ pub enum OnOffsetOutOfRange {
 }
 
 /// Everything `cairn run` needs.
+///
+/// `run_pipeline` drives the sink it is given and does not make one: the
+/// fields `cairn run` builds its sink from are not read by it. An embedder
+/// gives its sink's engine `record_bytes_max` too (`EngineConfig`: the
+/// loop's oversize check uses this one, and an engine with a lower limit
+/// refuses what passed it, stopping the run), and attaches retention with
+/// `ArchiveSink::with_retention` (`retain`, `retain_bytes` and
+/// `retention_check_interval_s` are only checked here).
 #[derive(Debug, Clone)]
 pub struct RunConfig {
     pub brokers: String,
     pub group: String,
     pub topics: Vec<String>,
+    /// The archive's directory: `cairn run` opens the engine there
+    /// (`run_pipeline` does not read it).
     pub data: PathBuf,
     pub commit: CommitPolicy,
     pub batch_records_max: usize,
@@ -98,7 +108,8 @@ pub struct RunConfig {
     /// Log progress and lag this often (0: only at a clean stop).
     pub progress_interval_s: u64,
     /// Delete archived records older than this (pruner.rs); `None` keeps
-    /// everything.
+    /// everything. `cairn run` attaches the pruner; an embedder, with
+    /// `ArchiveSink::with_retention`.
     pub retain: Option<std::time::Duration>,
     /// Keep at most this many payload bytes per partition (the newest
     /// entries; pruner.rs); `None` sets no bound.
@@ -174,6 +185,16 @@ impl RunConfig {
                     "topics: {t:?} is named twice (was another topic meant?)"
                 ));
             }
+        }
+        // Before the checks that build librdkafka configurations from this
+        // one (the dead letters' wait reads the poll interval from the
+        // consumer's): out of librdkafka's range it would fail those, and
+        // be blamed on another setting (until the night of 2026-12-04).
+        if self.progress_interval_s > 86_400 {
+            return bad(format!(
+                "progress-interval-s {}: must be at most 86400 (0 reports only at stop)",
+                self.progress_interval_s
+            ));
         }
         if self.batch_records_max == 0 || self.batch_records_max > 1_000_000 {
             return bad(format!(
@@ -289,12 +310,6 @@ impl RunConfig {
             .is_some()
         {
             return bad("-X statistics.interval.ms: use --progress-interval-s; cairn reads librdkafka's statistics for its progress reports".into());
-        }
-        if self.progress_interval_s > 86_400 {
-            return bad(format!(
-                "progress-interval-s {}: must be at most 86400 (0 reports only at stop)",
-                self.progress_interval_s
-            ));
         }
         if self.retain_bytes == Some(0) {
             return bad(
@@ -731,6 +746,25 @@ retain-bytes = "50GiB"
                 assert!(e.to_string().contains("commit interval"), "{e}");
             }
         }
+    }
+
+    /// A progress interval out of range is named as itself, not as the
+    /// dead letters' wait that reads the consumer's configuration built
+    /// with it (until the night of 2026-12-04 that was blamed).
+    #[test]
+    fn a_progress_interval_out_of_range_is_named_before_the_dead_letter_wait() {
+        let mut cfg = RunConfig::new("b:1", "g", vec!["t".into()], "d".into());
+        cfg.on_oversize = OnOversize::DeadLetter;
+        cfg.dead_letter_topic = Some("dlq".into());
+        cfg.progress_interval_s = 100_000;
+        for (k, v) in [
+            ("max.poll.interval.ms", "1000000"),
+            ("message.timeout.ms", "900000"),
+        ] {
+            cfg.kafka.insert(k.into(), v.into());
+        }
+        let e = cfg.validate().unwrap_err().to_string();
+        assert!(e.contains("progress-interval-s 100000"), "{e}");
     }
 
     /// The dead-letter producer's settings are checked by `validate`, before

@@ -995,6 +995,31 @@ fn unknown_topic_is_a_clear_error() {
             "{topics}: the archive's files changed"
         );
     }
+    // Given by a config file, the topic's name is said to come from it
+    // (since the night of 2026-12-04; before, only --topics was named).
+    let cfg = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(cfg.path(), format!("topics = [{nope:?}]\n")).unwrap();
+    let group = mb.group("g");
+    let (code, _, err) = cairn(&[
+        "run",
+        "--config",
+        cfg.path().to_str().unwrap(),
+        "--brokers",
+        &mb.brokers,
+        "--group",
+        &group,
+        "--data",
+        data,
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(&format!("(topics set in {})", cfg.path().display())),
+        "{err}"
+    );
+    assert!(
+        files_of(dir.path()) == before,
+        "the archive's files changed"
+    );
 }
 
 /// Every file under `dir`, by path, with its bytes.
@@ -1326,6 +1351,28 @@ fn bad_flags_and_config_name_the_setting() {
         cfg.display()
     );
     assert!(err.contains(&named), "{err}");
+    // So is a data directory the file gives that is refused (a file is
+    // there): since the night of 2026-12-04.
+    let a_file = dir.path().join("a-file");
+    std::fs::write(&a_file, "not an archive").unwrap();
+    std::fs::write(&cfg, format!("data = {:?}\n", a_file.to_str().unwrap())).unwrap();
+    let (code, _, err) = cairn(&[
+        "run",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--brokers",
+        "b:1",
+        "--group",
+        "g",
+        "--topics",
+        "t",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("not a directory")
+            && err.contains(&format!("(data set in {})", cfg.display())),
+        "{err}"
+    );
     std::fs::write(&cfg, "topics = []\n").unwrap();
     let (code, _, err) = cairn(&[
         "run",

@@ -323,9 +323,22 @@ fn names_setting(m: &str, key: &str) -> bool {
 }
 
 pub async fn run(args: RunArgs) -> Result<ExitCode> {
+    // The checks below name a setting as its flag; one the config file
+    // gave is named with the file too, as `into_config` names its own
+    // (until the night of 2026-12-04 these named the flag alone).
+    let set_in = |flag_given: bool, key: &str| match (&args.config, flag_given) {
+        (Some(file), false) => format!(" ({key} set in {})", file.display()),
+        _ => String::new(),
+    };
+    let data_set_in = set_in(args.data.is_some(), "data");
+    let topics_set_in = set_in(!args.topics.is_empty(), "topics");
+    let dead_letter_set_in = set_in(args.dead_letter_topic.is_some(), "dead-letter-topic");
     let cfg = args.into_config()?;
     crate::allocator::tune_for(cfg.commit);
-    refuse_foreign_dir(&cfg.data)?;
+    refuse_foreign_dir(&cfg.data).map_err(|e| match e {
+        ConnectorError::Config(m) => ConnectorError::Config(format!("{m}{data_set_in}")),
+        e => e,
+    })?;
     // A directory this run makes is removed again if the run fails or
     // stops having archived nothing (a broker that does not answer, a topic
     // it lacks, a signal while waiting, or a stop before the group assigned
@@ -336,7 +349,26 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
     // with no `a`): those go with it, when empty.
     let made_above = missing_ancestors(&cfg.data);
     let data = cfg.data.clone();
-    let ran = archive(cfg).await;
+    let dead_letter_topic = cfg.dead_letter_topic.clone();
+    let ran = archive(cfg).await.map_err(|e| match e {
+        ConnectorError::UnknownTopic {
+            topic,
+            brokers,
+            next_step,
+        } => {
+            let set_in = if dead_letter_topic.as_ref() == Some(&topic) {
+                &dead_letter_set_in
+            } else {
+                &topics_set_in
+            };
+            ConnectorError::UnknownTopic {
+                topic,
+                brokers,
+                next_step: format!("{next_step}{set_in}"),
+            }
+        }
+        e => e,
+    });
     // (Not when the open failed before making it: nothing to remove. A run
     // that wrote records keeps its archive without opening it again to
     // look.)
