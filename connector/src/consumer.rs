@@ -939,10 +939,7 @@ pub fn run_pipeline(
                 // as "past the records handed to it"), not only that
                 // something did (until the night of 2026-12-04).
                 if let Err(payload) = std::panic::catch_unwind(run) {
-                    pipeline.fail(ConnectorError::Sink(format!(
-                        "the task thread panicked ({}); nothing more is committed",
-                        cairn_engine::panic_message(&*payload)
-                    )));
+                    pipeline.fail(panicked("task", &*payload));
                 }
                 // Nobody takes jobs any more: wake a sender waiting for room.
                 budget.close();
@@ -980,12 +977,8 @@ pub fn run_pipeline(
                     .and_then(|()| finish(&shared, &consumer))
             });
             let r = std::panic::catch_unwind(run).unwrap_or_else(|payload| {
-                let why = format!(
-                    "the consumer thread panicked ({}); nothing more is committed",
-                    cairn_engine::panic_message(&*payload)
-                );
-                pipeline.fail(ConnectorError::Sink(why.clone()));
-                Err(ConnectorError::Sink(why))
+                pipeline.fail(panicked("consumer", &*payload));
+                Err(panicked("consumer", &*payload))
             });
             // The queue goes with `fetch`, before the consumer closes. An
             // assignment served while closing is neither archived nor
@@ -1055,6 +1048,14 @@ pub fn run_pipeline(
         put_to_commit_us: s.tracker.put_to_commit_us.clone(),
         committed,
     })
+}
+
+/// A panic of one of the loop's threads, as the run's error.
+fn panicked(thread: &'static str, payload: &(dyn std::any::Any + Send)) -> ConnectorError {
+    ConnectorError::Panicked {
+        thread,
+        detail: cairn_engine::panic_message(payload).to_owned(),
+    }
 }
 
 /// Clean stop: drain, fsync, commit synchronously, close the sink.

@@ -190,6 +190,15 @@ pub enum ConnectorError {
     },
     #[error("sink failed: {0}")]
     Sink(String),
+    /// A thread of the loop panicked (an invariant assertion, a sink's or
+    /// an embedder's observer's panic): the run stopped, and nothing more
+    /// was committed.
+    #[error("the {thread} thread panicked ({detail}); nothing more is committed")]
+    Panicked {
+        /// `task` (the sink's calls), `consumer` (the loop's own).
+        thread: &'static str,
+        detail: String,
+    },
     /// The sink's word went back below an offset this run committed on
     /// its earlier word (a commit handed to librdkafka, acknowledged or
     /// not): committed <= durable no longer holds.

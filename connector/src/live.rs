@@ -794,7 +794,7 @@ fn serve(conn: UnixStream, id: u64, engine: &Engine, shared: &Shared) {
         },
         Ok(req) => {
             // A monitor polling status would fill the log at INFO; and a
-            // request may be up to 64 KiB long: logged cut to 512 bytes.
+            // request may be up to 16 MiB long: logged cut to 512 bytes.
             let mut said = format!("{req:?}");
             clip(&mut said, 512, "…");
             if matches!(req, Request::Status) {
@@ -1341,7 +1341,8 @@ fn request_within(
     conn.set_write_timeout(timeout).map_err(socket_error)?;
     let mut line = serde_json::to_vec(req).expect("Request serialises");
     line.push(b'\n');
-    if line.len() as u64 > REQUEST_BYTES_MAX {
+    // The server counts the line without its newline.
+    if line.len() as u64 - 1 > REQUEST_BYTES_MAX {
         return Err(ConnectorError::Live(format!(
             "this {} request is {} bytes, over the {REQUEST_BYTES_MAX} a running cairn takes: name fewer topics per command",
             req.name(),

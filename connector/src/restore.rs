@@ -63,6 +63,11 @@ const MESSAGE_TIMEOUT_MS_DEFAULT: u64 = 300_000;
 /// Added to the message timeout for the final flush: librdkafka scans for
 /// timed-out records about once a second.
 const FLUSH_MARGIN_MS: u64 = 30_000;
+
+/// Failpoint: the last flush, every report in, is taken as failed
+/// (reports missing past its wait: librdkafka owes them, so only a bug of
+/// its would leave them missing).
+pub const FAILPOINT_FLUSH_FAILS: &str = "restore::flush_fails";
 // A record's archived offset travels with it as librdkafka's opaque pointer
 // value (no allocation per record): offsets are non-negative `i64`s.
 const _: () = assert!(usize::BITS >= 64, "archived offsets travel as usize");
@@ -391,7 +396,12 @@ pub fn restore_until_split(
 
     // Every record sent gets its delivery report within message.timeout.ms.
     let flush_ms = cfg.message_timeout_ms() + FLUSH_MARGIN_MS;
-    let flushed = flush(&producer, Duration::from_millis(flush_ms));
+    let flushed = flush(&producer, Duration::from_millis(flush_ms)).and_then(|()| {
+        fail::fail_point!(FAILPOINT_FLUSH_FAILS, |_| Err(KafkaError::Flush(
+            RDKafkaErrorCode::OperationTimedOut
+        )));
+        Ok(())
+    });
     if flushed.is_err() {
         // Reports still missing: give up on those records (they fail with
         // "purged", and may have been written), and collect the reports.

@@ -232,7 +232,17 @@ impl Engine {
                 // until the night of 2026-12-04 it stayed, and kept a
                 // directory made here. Another backup's (`Locked`) stays,
                 // and keeps the directory.
-                if !lock_file_before && !matches!(e, Error::Locked { .. }) {
+                // Nor one whose open failed (ELOOP: a link put there since
+                // the look above): the acquire made nothing.
+                let made_it = !matches!(
+                    e,
+                    Error::Locked { .. }
+                        | Error::Io {
+                            op: "open lock file",
+                            ..
+                        }
+                );
+                if !lock_file_before && made_it {
                     let _ = std::fs::remove_file(real.join(LOCK_FILE));
                 }
                 unmake(Some(&real));

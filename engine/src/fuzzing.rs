@@ -551,7 +551,8 @@ struct Damaged {
     resealed: bool,
 }
 
-/// Apply damage to the store's values through sled.
+/// Apply damage to the store's values and keys through sled, and to its
+/// watermark file.
 fn damage(dir: &Path, damages: &[Damage]) -> Damaged {
     let none = Damaged {
         changed: false,
@@ -562,7 +563,7 @@ fn damage(dir: &Path, damages: &[Damage]) -> Damaged {
     }
     let db = small_config(dir).open_sled().expect("open sled");
     let tree = db.open_tree("cairn").expect("open tree");
-    // Damage lands on stored values. Empty values (reserved slots, slots.rs,
+    // Damage lands on stored values (and their keys). Empty values (reserved slots, slots.rs,
     // and the fence, keys.rs) are only targets of `FillSlot`, so that the
     // slots a store keeps ahead of its log do not absorb most of the damage.
     let (mut keys, mut slot_keys) = (Vec::new(), Vec::new());

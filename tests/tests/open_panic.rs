@@ -180,7 +180,7 @@ fn an_open_that_panics_is_an_error_naming_the_archive() {
     for (header, next) in [
         (
             None,
-            "restore the rest with --partition, --from and --append",
+            "restore the rest with --topic, --partition, --from and --append",
         ),
         (
             Some("cairn-offset"),

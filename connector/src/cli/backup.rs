@@ -130,7 +130,8 @@ pub async fn run(args: BackupArgs) -> Result<ExitCode> {
                 dest.display()
             );
         } else {
-            eprintln!("interrupted: the backup stopped, and removed what it had written");
+            // (Also a stop before the backup began, which wrote nothing.)
+            eprintln!("interrupted: the backup stopped, and nothing it wrote is left");
         }
         closed?;
         return Ok(ExitCode::from(EXIT_INTERRUPTED));

@@ -429,12 +429,15 @@ enum Stage {
     InPlace(PathBuf),
     /// Complete and in place.
     Complete,
+    /// The staged file was taken by the one putting it in place (or
+    /// removing it): what the output holds is said by that one's error.
+    Taken,
 }
 
 impl Stage {
     /// The staged file, which is no longer this stage's to remove.
     fn take_staged(&mut self) -> Option<PathBuf> {
-        match std::mem::take(self) {
+        match std::mem::replace(self, Stage::Taken) {
             Stage::Staged(path) => Some(path),
             other => {
                 *self = other;
@@ -487,7 +490,7 @@ fn remove_on_interrupt(
                 "interrupted before anything was written: {} was left as it was",
                 out.display()
             ),
-            Stage::Unstaged | Stage::Special => {
+            Stage::Unstaged | Stage::Special | Stage::Taken => {
                 eprintln!("interrupted: the export is incomplete")
             }
         }
@@ -669,7 +672,8 @@ impl FileOutput {
                     // as it was. Not around a FIFO's open, which blocks
                     // until a reader comes (the signal must still end the
                     // export).
-                    let special = existing.as_ref().is_some_and(|m| !m.file_type().is_file());
+                    // (Followed: a dangling link makes a regular file.)
+                    let special = std::fs::metadata(&self.path).is_ok_and(|m| !m.is_file());
                     let stage = self.staged.clone();
                     let mut held = (!special).then(|| lock_staged(&stage));
                     let file =

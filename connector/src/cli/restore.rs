@@ -103,7 +103,7 @@ pub async fn run(args: RestoreArgs) -> Result<ExitCode> {
     let output = if cfg.offset_header.is_some() {
         "; records sent before it may or may not have been written, and no resume point was worked out: --resume continues from what the target holds"
     } else {
-        "; records sent before it may or may not have been written, and no resume point was worked out: the targets hold what was acknowledged (restore the rest with --partition, --from and --append, after reading each target's last record; records in flight may arrive twice)"
+        "; records sent before it may or may not have been written, and no resume point was worked out: the targets hold what was acknowledged (restore the rest with --topic, --partition, --from and --append, after reading each target's last record; records in flight may arrive twice)"
     };
     let result = tokio::task::block_in_place(|| {
         super::read_unpanicked("restore", &data, &engine, output, || {
