@@ -490,9 +490,15 @@ fn records_of_no_payload_are_bounded_by_batch_bytes() {
     };
     let engine = std::sync::Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
     let largest = Arc::new(Mutex::new(0usize));
-    let sink = LargestPut {
+    let sink = WatchedArchive {
         inner: ArchiveSink::new(engine),
-        largest: largest.clone(),
+        on_put: Box::new({
+            let largest = largest.clone();
+            move |records| {
+                let mut largest = largest.lock().unwrap();
+                *largest = (*largest).max(records);
+            }
+        }),
     };
     let report = run_bounded(&cfg, Box::new(sink), opts).unwrap();
     assert_eq!(report.stats.records_written, n as u64);
@@ -506,55 +512,13 @@ fn records_of_no_payload_are_bounded_by_batch_bytes() {
     );
 }
 
-/// The archive, noting the most records any one put held.
-struct LargestPut {
+/// The archive, telling `on_put` the records of each put it takes.
+struct WatchedArchive {
     inner: ArchiveSink,
-    largest: Arc<Mutex<usize>>,
+    on_put: Box<dyn FnMut(usize) + Send>,
 }
 
-impl cairn_connector::SinkTask for LargestPut {
-    fn open(
-        &mut self,
-        partitions: &[TopicPartition],
-    ) -> Result<std::collections::BTreeMap<TopicPartition, i64>, cairn_connector::TaskError> {
-        self.inner.open(partitions)
-    }
-    fn put(
-        &mut self,
-        batches: &[cairn_engine::RecordBatch],
-    ) -> Result<cairn_connector::PutOutcome, cairn_connector::TaskError> {
-        let records = batches.iter().map(|b| b.records.len()).sum();
-        let mut largest = self.largest.lock().unwrap();
-        *largest = (*largest).max(records);
-        drop(largest);
-        self.inner.put(batches)
-    }
-    fn pre_commit(
-        &mut self,
-        consumed: &std::collections::BTreeMap<TopicPartition, i64>,
-    ) -> Result<std::collections::BTreeMap<TopicPartition, i64>, cairn_connector::TaskError> {
-        self.inner.pre_commit(consumed)
-    }
-    fn close(&mut self, partitions: &[TopicPartition]) -> Result<(), cairn_connector::TaskError> {
-        self.inner.close(partitions)
-    }
-    fn stop(&mut self) -> Result<(), cairn_connector::TaskError> {
-        self.inner.stop()
-    }
-    fn identity(&self) -> Option<String> {
-        self.inner.identity()
-    }
-}
-
-/// The archive, setting `stop` once it has been handed `n` records.
-struct StopWhenAllPut {
-    inner: cairn_connector::ArchiveSink,
-    stop: Arc<std::sync::atomic::AtomicBool>,
-    handed: u64,
-    n: u64,
-}
-
-impl cairn_connector::SinkTask for StopWhenAllPut {
+impl cairn_connector::SinkTask for WatchedArchive {
     fn open(
         &mut self,
         partitions: &[TopicPartition],
@@ -566,10 +530,7 @@ impl cairn_connector::SinkTask for StopWhenAllPut {
         batches: &[cairn_engine::RecordBatch],
     ) -> Result<cairn_connector::PutOutcome, cairn_connector::TaskError> {
         let out = self.inner.put(batches)?;
-        self.handed += batches.iter().map(|b| b.records.len() as u64).sum::<u64>();
-        if self.handed >= self.n {
-            self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
+        (self.on_put)(batches.iter().map(|b| b.records.len()).sum());
         Ok(out)
     }
     fn pre_commit(
@@ -629,11 +590,16 @@ fn a_panic_on_the_consumer_thread_fails_the_run_and_commits_nothing_more() {
         })),
         ..Default::default()
     };
-    let sink = StopWhenAllPut {
+    // Stopped once every record was put.
+    let mut handed = 0;
+    let sink = WatchedArchive {
         inner: ArchiveSink::new(engine.clone()),
-        stop,
-        handed: 0,
-        n,
+        on_put: Box::new(move |records| {
+            handed += records as u64;
+            if handed >= n {
+                stop.store(true, Ordering::Relaxed);
+            }
+        }),
     };
     let err = run_bounded(&cfg, Box::new(sink), opts)
         .expect_err("a panic on the consumer thread fails the run");
