@@ -72,6 +72,15 @@ struct Row {
     /// the asking side, so an answer from an older run parses too.
     #[serde(default)]
     live_pid: Option<u32>,
+    /// Kafka's log start, kept to work the archive lag out again from a
+    /// running archive's newer figures (`refresh`); not printed.
+    #[serde(skip)]
+    low_watermark: Option<i64>,
+    /// The group's committed offset was asked for and could not be read:
+    /// where a run would start a partition the archive holds nothing of
+    /// is then not known.
+    #[serde(skip)]
+    committed_unread: bool,
 }
 
 impl Row {
@@ -91,6 +100,8 @@ impl Row {
             archive_lag: None,
             kafka_missing: None,
             live_pid: None,
+            low_watermark: None,
+            committed_unread: false,
         }
     }
 
@@ -120,22 +131,10 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
     };
     let data = &args.data.data;
     let (mut rows, served_by) = match crate::live::connect(data)? {
-        Some(conn) => {
-            let mut json = Vec::new();
-            let end = crate::live::request(
-                conn,
-                &crate::live::Request::Status,
-                &mut json,
-                std::path::Path::new("<status>"),
-            )?;
-            if end.error.is_some() {
-                return Ok(crate::live::exit_code(&end));
-            }
-            let rows: Vec<Row> = serde_json::from_slice(&json).map_err(|e| {
-                ConnectorError::Live(format!("the running cairn's status did not parse: {e}"))
-            })?;
-            (rows, Some(end.pid))
-        }
+        Some(conn) => match live_rows(conn)? {
+            Ok((rows, pid)) => (rows, Some(pid)),
+            Err(end) => return Ok(crate::live::exit_code(&end)),
+        },
         None => (rows(&super::open_unserved(data)?), None),
     };
     // Kafka's side failing whole (no metadata: brokers unreachable, a
@@ -159,6 +158,18 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
                 r.kafka_missing = Some(format!("could not read Kafka's figures: {e}"));
             }
             exit = ExitCode::FAILURE;
+        }
+    }
+    // A running archive went on while Kafka was read: its figures are
+    // asked for again (`refresh`), from the same run.
+    if let (Some(pid), Some(_)) = (served_by, &args.brokers) {
+        let again = crate::live::connect(data).ok().flatten().map(live_rows);
+        match again {
+            Some(Ok(Ok((newer, p)))) if p == pid => refresh(&mut rows, newer),
+            other => tracing::debug!(
+                answered = other.is_some(),
+                "the running archive's figures were not read again after Kafka's: they are those read before"
+            ),
         }
     }
     // Every row, those `--brokers` added too.
@@ -225,8 +236,31 @@ fn rows(engine: &cairn_engine::Engine) -> Vec<Row> {
             archive_lag: None,
             kafka_missing: None,
             live_pid: None,
+            low_watermark: None,
+            committed_unread: false,
         })
         .collect()
+}
+
+/// A running archive's rows and the pid of the run that answered, or the
+/// end of an answer that refused.
+fn live_rows(
+    conn: std::os::unix::net::UnixStream,
+) -> Result<std::result::Result<(Vec<Row>, u32), crate::live::End>> {
+    let mut json = Vec::new();
+    let end = crate::live::request(
+        conn,
+        &crate::live::Request::Status,
+        &mut json,
+        std::path::Path::new("<status>"),
+    )?;
+    if end.error.is_some() {
+        return Ok(Err(end));
+    }
+    let rows: Vec<Row> = serde_json::from_slice(&json).map_err(|e| {
+        ConnectorError::Live(format!("the running cairn's status did not parse: {e}"))
+    })?;
+    Ok(Ok((rows, end.pid)))
 }
 
 /// The live answer to `status` (live.rs): the rows as JSON.
@@ -268,6 +302,7 @@ fn note_committed(
         let tp = TopicPartition::new(&r.topic, r.partition);
         r.kafka_committed = committed.offsets.get(&tp).map(|c| c.offset);
         if let Some(error) = committed.unread.get(&tp) {
+            r.committed_unread = true;
             r.missing(format_args!(
                 "its committed offset could not be read: {error}"
             ));
@@ -401,6 +436,7 @@ fn kafka_view(
             Err(error) => {
                 tracing::warn!(%error, group = group.unwrap_or_default(), "Kafka could not read the group's committed offsets: the committed and lag columns are left empty");
                 for r in rows.iter_mut().filter(|r| asked(r)) {
+                    r.committed_unread = true;
                     r.missing(format_args!(
                         "the group's committed offsets could not be read: {error}"
                     ));
@@ -443,12 +479,8 @@ fn kafka_view(
             }
         };
         r.high_watermark = Some(high);
-        r.archive_lag = Some(archive_lag(
-            low,
-            high,
-            r.durable_next_offset,
-            r.kafka_committed,
-        ));
+        r.low_watermark = Some(low);
+        r.archive_lag = row_archive_lag(r);
         if let Some(durable) = r.durable_next_offset.filter(|&d| d < low) {
             tracing::warn!(
                 topic = %r.topic,
@@ -481,6 +513,56 @@ fn kafka_view(
     Ok(())
 }
 
+/// A row's archive lag, from its watermarks; `None` (said in
+/// `kafka_missing`) for a partition the archive holds nothing of whose
+/// committed offset could not be read: where a run would start it is not
+/// known (until the night of 2026-12-04 it was counted from the log start,
+/// without a word).
+fn row_archive_lag(r: &mut Row) -> Option<i64> {
+    let (low, high) = (r.low_watermark?, r.high_watermark?);
+    if r.durable_next_offset.is_none() && r.committed_unread {
+        r.missing("no archive lag: it counts from the committed offset, which could not be read");
+        return None;
+    }
+    Some(archive_lag(
+        low,
+        high,
+        r.durable_next_offset,
+        r.kafka_committed,
+    ))
+}
+
+/// A running archive's figures asked for again once Kafka's were read
+/// (`newer`), into `rows`: a committed offset read before them is then
+/// never shown above the durable one (it was at most the durable offset
+/// when it was read, and that only grows), and the archive lag counts
+/// from the newer durable offset, never below 0 unless it was so before
+/// (a log that ends below the archive). Until the night of 2026-12-04 the
+/// archive's figures were the ones read before Kafka's, and a busy run
+/// showed a committed offset past its durable one and a lag it no longer
+/// had.
+fn refresh(rows: &mut [Row], newer: Vec<Row>) {
+    let mut newer: BTreeMap<(String, i32), Row> = newer
+        .into_iter()
+        .map(|n| ((n.topic.clone(), n.partition), n))
+        .collect();
+    for r in rows.iter_mut() {
+        let Some(n) = newer.remove(&(r.topic.clone(), r.partition)) else {
+            continue;
+        };
+        (r.first_offset, r.durable_next_offset, r.records, r.bytes) =
+            (n.first_offset, n.durable_next_offset, n.records, n.bytes);
+        let before = r.archive_lag;
+        if let Some(now) = row_archive_lag(r) {
+            r.archive_lag = Some(if before.is_some_and(|b| b >= 0) {
+                now.max(0)
+            } else {
+                now
+            });
+        }
+    }
+}
+
 /// What Kafka holds that the archive has not stored yet: from the archive's
 /// durable next offset (for a partition it holds nothing of, the group's
 /// committed offset, where a run would start it, else the log start), but
@@ -496,7 +578,46 @@ fn archive_lag(low: i64, high: i64, durable: Option<i64>, committed: Option<i64>
 
 #[cfg(test)]
 mod tests {
-    use super::archive_lag;
+    use super::{archive_lag, refresh, row_archive_lag, Row};
+
+    /// A running archive's newer figures replace the older ones: the
+    /// committed offset read between them is then at most the durable one,
+    /// and the lag counts from the newer durable offset, never below 0
+    /// when it was not before.
+    #[test]
+    fn a_running_archives_newer_figures_replace_the_older() {
+        let mut r = Row::unarchived("t", 0);
+        (r.first_offset, r.durable_next_offset, r.records) = (Some(0), Some(100), 100);
+        (r.low_watermark, r.high_watermark, r.kafka_committed) = (Some(0), Some(150), Some(120));
+        r.archive_lag = row_archive_lag(&mut r);
+        assert_eq!(r.archive_lag, Some(50));
+        let mut newer = Row::unarchived("t", 0);
+        (newer.first_offset, newer.durable_next_offset, newer.records) = (Some(0), Some(160), 160);
+        let mut rows = vec![r];
+        refresh(&mut rows, vec![newer, Row::unarchived("u", 0)]);
+        let r = &rows[0];
+        assert_eq!(r.durable_next_offset, Some(160));
+        assert!(r.kafka_committed <= r.durable_next_offset);
+        assert_eq!(r.records, 160);
+        // Archived past the high watermark read before: 0, not -10.
+        assert_eq!(r.archive_lag, Some(0));
+    }
+
+    /// A partition the archive holds nothing of, whose committed offset
+    /// could not be read, has no archive lag, and says why.
+    #[test]
+    fn no_archive_lag_without_the_committed_offset_it_counts_from() {
+        let mut r = Row::unarchived("t", 0);
+        (r.low_watermark, r.high_watermark, r.committed_unread) = (Some(0), Some(100), true);
+        assert_eq!(row_archive_lag(&mut r), None);
+        assert!(r
+            .kafka_missing
+            .as_deref()
+            .is_some_and(|m| m.contains("no archive lag")));
+        // Held records: the lag counts from the archive, read or not.
+        r.durable_next_offset = Some(40);
+        assert_eq!(row_archive_lag(&mut r), Some(60));
+    }
 
     #[test]
     fn archive_lag_counts_from_where_a_run_would_start_within_the_log() {
