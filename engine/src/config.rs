@@ -135,6 +135,48 @@ impl EngineConfig {
             .flush_every_ms(None)
     }
 
+    /// Wait, bounded as [`Self::open_sled`] is (5 s), until no sled
+    /// handle holds this store's files. A `RecordIter` or tree handle kept
+    /// after its engine was dropped still holds them, and writes and
+    /// fsyncs sled's buffers at its own drop: the poison and open marks
+    /// (poisoned.rs) are acted on only after that, since a sync and a
+    /// cache drop made before it would not cover what that drop writes
+    /// (until the night of 2026-12-04 an open acted on them first, and
+    /// then waited for sled's lock). A store not made yet, or a file system
+    /// without `flock`, waits for nothing: sled's own open says the rest.
+    pub(crate) fn wait_for_sled_handles(&self) -> Result<(), crate::Error> {
+        let db = self.sled_path().join("db");
+        let Ok(file) = std::fs::File::open(&db) else {
+            return Ok(());
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            match file.try_lock() {
+                Ok(()) => {
+                    // Let go at once: sled takes it through its own handle.
+                    let _ = file.unlock();
+                    return Ok(());
+                }
+                Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                    // Polling, as open_sled's wait: a handle's drop sends
+                    // no word.
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    return Err(crate::Error::Io {
+                        op: "wait for sled's files to be let go",
+                        path: db,
+                        source: std::io::Error::new(
+                            std::io::ErrorKind::WouldBlock,
+                            "still held after 5 s, by a RecordIter or tree handle that outlived an engine of this process, or by another process: nothing was done to the store",
+                        ),
+                    })
+                }
+                Err(std::fs::TryLockError::Error(_)) => return Ok(()),
+            }
+        }
+    }
+
     /// Open the sled database with [`Self::sled_config`].
     ///
     /// A store's sled lock can still be held for a moment by the I/O threads

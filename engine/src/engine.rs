@@ -328,6 +328,9 @@ impl Engine {
         if lock.is_some() {
             crate::backup::refuse_unfinished_backup(&cfg.path)?;
         }
+        // No handle of an earlier engine still writes the store: its
+        // drop's writes must come before the marks are acted on.
+        cfg.wait_for_sled_handles()?;
         // A mark left by a poisoned engine: nothing is read through sled
         // before the store's cached pages are dropped (poisoned.rs).
         // So is one left open by an engine that stopped without a close.

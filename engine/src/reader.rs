@@ -527,8 +527,23 @@ impl Iterator for RecordIter {
 impl Drop for RecordIter {
     fn drop(&mut self) {
         let tree = self.tree.take();
-        if self.store_failing.load(Ordering::SeqCst) {
+        if self.store_failing.load(Ordering::SeqCst) || std::thread::panicking() {
             drop_failing_store(tree);
+        } else {
+            // The last handle of a sound store (its engine dropped first)
+            // runs sled's own flush and fsync here, unwrapping the fsync:
+            // a failure is caught, as the engine's own drop catches it, so
+            // that no panic escapes this drop (until the night of
+            // 2026-12-04 it did). The engine's open mark stayed for this
+            // reader: the next open syncs the store first.
+            let dropped =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(tree)));
+            if let Err(p) = dropped {
+                tracing::error!(
+                    error = %crate::error::panic_message(&*p),
+                    "sled's own shutdown of the store, at the drop of a reader that outlived its engine, failed (its flush or fsync); the open mark stays, and the next open syncs the store first"
+                );
+            }
         }
     }
 }
@@ -591,5 +606,37 @@ mod tests {
             !mark.exists(),
             "the open mark of an engine no reader outlives"
         );
+    }
+
+    /// An open while a reader of a dropped engine still holds sled's files
+    /// waits for them, and acts on no mark meanwhile: the open mark the
+    /// dropped engine left stays its own (the same file), for the open
+    /// that comes once the reader's drop has written sled's buffers. Until
+    /// the night of 2026-12-04 the open replaced it, and synced and
+    /// dropped the cache, before it waited.
+    #[test]
+    fn an_open_acts_on_no_mark_while_a_reader_holds_the_store() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let (e, it) = engine_and_reader(dir.path());
+        let mark = dir.path().join(crate::poisoned::OPEN_FILE);
+        drop(e);
+        let ino = std::fs::metadata(&mark).unwrap().ino();
+        match Engine::open(EngineConfig::new(dir.path())) {
+            Err(crate::Error::Io { op, .. }) => {
+                assert_eq!(op, "wait for sled's files to be let go")
+            }
+            Err(other) => panic!("expected the wait to run out, got {other}"),
+            Ok(_) => panic!("opened while a reader held the store"),
+        }
+        assert_eq!(
+            std::fs::metadata(&mark).unwrap().ino(),
+            ino,
+            "the dropped engine's open mark was replaced"
+        );
+        drop(it);
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        assert!(e.recovery_report().unclean_stop_cache_dropped);
+        assert_eq!(e.durable_offset(&TopicPartition::new("t", 0)), Some(1));
     }
 }

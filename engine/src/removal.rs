@@ -92,7 +92,7 @@ pub(crate) fn remove_store_files(dir: &Path) -> std::io::Result<()> {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
         _ => Ok(()),
     };
-    gone(std::fs::remove_dir_all(EngineConfig::new(dir).sled_path()))?;
+    remove_sled_dir(&EngineConfig::new(dir).sled_path())?;
     for path in [
         dir.join(crate::watermark::WATERMARK_FILE),
         crate::watermark::replacement_path(dir),
@@ -106,9 +106,89 @@ pub(crate) fn remove_store_files(dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Remove sled's folder: every file in it but `db` first, then `db`,
+/// then the folder. A crash part-way leaves `db`, so that the folder still
+/// reads as a store (`EngineConfig::store_exists`), which opens (sled
+/// rebuilds from its log what a removed snapshot or `conf` held) and is
+/// removed again. Removed in listing order (until the night of 2026-12-04),
+/// a crash could leave a snapshot without its `db`: the next open made a
+/// new, empty `db` beside it, which sled's snapshot no longer matched.
+fn remove_sled_dir(sled: &Path) -> std::io::Result<()> {
+    let gone = |r: std::io::Result<()>| match r {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    };
+    let entries = match std::fs::read_dir(sled) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        r => r?,
+    };
+    for entry in entries {
+        let entry = entry?;
+        if entry.file_name() == "db" {
+            continue;
+        }
+        if entry.file_type()?.is_dir() {
+            gone(std::fs::remove_dir_all(entry.path()))?;
+        } else {
+            gone(std::fs::remove_file(entry.path()))?;
+        }
+    }
+    // Those removals reach the disk before `db`'s.
+    crate::sync::sync_dir(sled)?;
+    gone(std::fs::remove_file(sled.join("db")))?;
+    gone(std::fs::remove_dir(sled))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a crash part-way through removing sled's folder leaves (every
+    /// file but `db` gone: a store opened twice has a snapshot too) still
+    /// opens, and is removed by the next try.
+    #[test]
+    fn a_removal_cut_short_leaves_a_store_that_opens_and_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("store");
+        for _ in 0..2 {
+            Engine::open(EngineConfig::new(&store))
+                .unwrap()
+                .close()
+                .unwrap();
+        }
+        let sled = EngineConfig::new(&store).sled_path();
+        for entry in std::fs::read_dir(&sled).unwrap() {
+            let entry = entry.unwrap();
+            if entry.file_name() != "db" {
+                if entry.file_type().unwrap().is_dir() {
+                    std::fs::remove_dir_all(entry.path()).unwrap();
+                } else {
+                    std::fs::remove_file(entry.path()).unwrap();
+                }
+            }
+        }
+        assert!(EngineConfig::new(&store).store_exists());
+        Engine::open(EngineConfig::new(&store))
+            .unwrap()
+            .close()
+            .unwrap();
+        assert_eq!(remove_if_empty(&store).unwrap(), EmptyStoreRemoval::Removed);
+        assert!(!store.exists());
+        // Why `db` goes last: what the listing order could leave, `db`
+        // gone and the snapshot there, no longer opens, nor is removed.
+        for _ in 0..2 {
+            Engine::open(EngineConfig::new(&store))
+                .unwrap()
+                .close()
+                .unwrap();
+        }
+        std::fs::remove_file(sled.join("db")).unwrap();
+        assert!(matches!(
+            Engine::open(EngineConfig::new(&store)),
+            Err(Error::Corruption { .. })
+        ));
+        assert!(remove_if_empty(&store).is_err());
+    }
     use crate::fuzzing::batch;
     use crate::record::TopicPartition;
 
