@@ -222,6 +222,16 @@ impl EngineConfig {
                         source: sled::Error::Io(source),
                     })
                 }
+                // A file sled could not open or read (permissions, a
+                // missing folder): named, as every I/O error is (until the
+                // night of 2026-12-04 only sled's own text said which).
+                Err(sled::Error::Io(source)) => {
+                    return Err(crate::Error::Io {
+                        op: "open sled",
+                        path: self.sled_path(),
+                        source,
+                    })
+                }
                 Err(source) => {
                     return Err(crate::Error::Store {
                         op: "open sled",

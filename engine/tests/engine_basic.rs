@@ -1046,3 +1046,28 @@ fn a_recorded_start_is_durable_before_any_record() {
     }
     e.close().unwrap();
 }
+
+/// A sled file that cannot be read fails the open with an error naming
+/// sled's folder (until the night of 2026-12-04 only sled's own text, which
+/// names no path, said what failed).
+#[test]
+fn a_sled_file_that_cannot_be_read_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = EngineConfig::new(dir.path());
+    Engine::open(cfg.clone()).unwrap().close().unwrap();
+    // Not a file any more: reading it fails, as root too.
+    let conf = cfg.sled_path().join("conf");
+    std::fs::remove_file(&conf).unwrap();
+    std::fs::create_dir(&conf).unwrap();
+    match Engine::open(cfg.clone()) {
+        Err(e @ Error::Io { .. }) => {
+            let said = e.to_string();
+            assert!(
+                said.contains("open sled") && said.contains(&cfg.sled_path().display().to_string()),
+                "{said}"
+            );
+        }
+        Err(other) => panic!("expected an I/O error naming the path, got {other}"),
+        Ok(_) => panic!("opened with sled's conf unreadable"),
+    }
+}
