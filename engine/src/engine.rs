@@ -1205,6 +1205,9 @@ mod tests {
     fn an_idle_sync_syncs_a_pending_watermark() {
         let dir = tempfile::tempdir().unwrap();
         let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        // The interval is set, not raced (a slow fdatasync would end it):
+        // it begins now, and lasts until the test ages it.
+        assert!(!lock(&e.syncer).watermark_pending(false));
         let tp = TopicPartition::new("t", 0);
         let record = Record::with_value(0, "v");
         e.append(&[RecordBatch {

@@ -239,13 +239,17 @@ impl Watermark {
         self.sync_if_due()
     }
 
-    /// Whether a value waits for its fdatasync; with `age`, the interval
-    /// is taken to have passed. For the engine's tests.
+    /// Whether a value waits for its fdatasync; then, with `age`, the
+    /// interval is taken to have passed, and without it, to have just
+    /// begun (for an hour: a test's slow fdatasync does not end it). For
+    /// the engine's tests, which set the clock rather than race it.
     #[cfg(test)]
     pub(crate) fn pending(&mut self, age: bool) -> bool {
-        if age {
-            self.last_sync = Instant::now() - WATERMARK_SYNC_INTERVAL;
-        }
+        self.last_sync = if age {
+            Instant::now() - WATERMARK_SYNC_INTERVAL
+        } else {
+            Instant::now() + std::time::Duration::from_secs(3600)
+        };
         self.synced != self.written
     }
 
@@ -282,7 +286,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut w = Watermark::open(dir.path(), 1).unwrap();
         assert_eq!((w.written, w.synced), (1, 1));
-        w.last_sync = Instant::now();
+        // Set, not raced: the interval begins now and lasts (an hour).
+        w.last_sync = Instant::now() + std::time::Duration::from_secs(3600);
         w.advance(5).unwrap();
         assert_eq!((w.written, w.synced), (5, 1), "within the interval");
         w.advance(5).unwrap();

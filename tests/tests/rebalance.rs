@@ -1,7 +1,13 @@
 //! Rebalance: two archive sinks in one consumer group, the second joining
-//! and leaving while records keep arriving. Across the two stores every
-//! (topic, partition, offset) must be archived exactly once, and each store
-//! must be free of duplicates on its own.
+//! and leaving while records keep arriving. Every (topic, partition,
+//! offset) must be archived (none lost), each store must be free of
+//! duplicates on its own, and what both stores hold may only be a tail
+//! from an offset a revoke committed or sent (`join_and_leave`). Under the
+//! cooperative protocol, with every revoke's commit accepted, nothing may
+//! be in both: exactly once across the stores. A revoke commit Kafka
+//! refused (counted; the mock cluster does so while its group syncs) lets
+//! the next owner archive the uncommitted tail again, which is reported,
+//! not failed: DURABILITY.md says so.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -63,10 +63,13 @@ impl TestBroker {
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_nanos();
+        // And a count: two tests of one binary can read the same clock.
+        static STARTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut tb = TestBroker {
             child: None,
             brokers,
-            suffix: format!("-{}-{nanos}", std::process::id()),
+            suffix: format!("-{}-{nanos}-{n}", std::process::id()),
             created: Vec::new(),
         };
         let admin = admin(&tb.brokers);
