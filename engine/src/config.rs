@@ -135,7 +135,8 @@ impl EngineConfig {
             .flush_every_ms(None)
     }
 
-    /// Wait, bounded as [`Self::open_sled`] is (5 s), until no sled
+    /// Wait, for at most 5 s (as [`Self::open_sled`] may then wait
+    /// again, for a handle taken since), until no sled
     /// handle holds this store's files. A `RecordIter` or tree handle kept
     /// after its engine was dropped still holds them, and writes and
     /// fsyncs sled's buffers at its own drop: the poison and open marks

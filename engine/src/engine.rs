@@ -1326,7 +1326,7 @@ impl Drop for Engine {
             }
             // A reader still alive holds sled's last handle (each holds a
             // clone of `store_failing`): sled's final flush and fsync run at
-            // its drop, whose failures only sled's log hears of. So the
+            // its drop, whose failures only its log line hears of. So the
             // mark stays, and the next open in this boot syncs the store
             // before it trusts the page cache.
             let readers_alive = Arc::strong_count(&self.store_failing) > 1;

@@ -592,8 +592,9 @@ mod tests {
         let mark = dir.path().join(crate::poisoned::OPEN_FILE);
         drop(e);
         // The reader holds sled's last handle, whose final flush runs at
-        // its drop, unguarded: the open mark stays for that (until the
-        // night of 2026-12-03 it went with the engine).
+        // its drop (a failure caught and logged there, heard of by no
+        // sync): the open mark stays for that (until the night of
+        // 2026-12-03 it went with the engine).
         assert!(mark.exists(), "the open mark outlives the engine");
         drop(it);
         assert_eq!(guarded_drops(), before);

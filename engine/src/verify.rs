@@ -197,6 +197,9 @@ pub fn verify_store(cfg: &EngineConfig) -> Result<VerifyReport> {
     }
     let _lock = DirLock::acquire(&cfg.path)?;
     crate::backup::refuse_unfinished_backup(&cfg.path)?;
+    // As an engine's open: no handle of an earlier engine (a reader that
+    // outlived it) still writes the store when the marks are acted on.
+    cfg.wait_for_sled_handles()?;
     // A poisoned store, or one an engine left open in this boot, is
     // checked as the disk holds it, not as the page cache remembers it
     // (poisoned.rs); the marks stay for the next open.

@@ -533,9 +533,11 @@ fn row_archive_lag(r: &mut Row) -> Option<i64> {
 }
 
 /// A running archive's figures asked for again once Kafka's were read
-/// (`newer`), into `rows`: a committed offset read before them is then
-/// never shown above the durable one (it was at most the durable offset
-/// when it was read, and that only grows), and the archive lag counts
+/// (`newer`), into `rows`: a committed offset this archive's run made,
+/// read before them, is then never shown above the durable one (it was at
+/// most the durable offset when it was read, and that only grows; one
+/// another member made for its own store, or one a store restored from an
+/// older backup is behind, can still be above), and the archive lag counts
 /// from the newer durable offset, never below 0 unless it was so before
 /// (a log that ends below the archive). Until the night of 2026-12-04 the
 /// archive's figures were the ones read before Kafka's, and a busy run
@@ -550,6 +552,17 @@ fn refresh(rows: &mut [Row], newer: Vec<Row>) {
         let Some(n) = newer.remove(&(r.topic.clone(), r.partition)) else {
             continue;
         };
+        // Archived since the first read: its lag counts from the archive
+        // now, and the note that it had none goes.
+        if r.durable_next_offset.is_none() && n.durable_next_offset.is_some() {
+            r.kafka_missing = r.kafka_missing.take().and_then(|m| {
+                let kept: Vec<&str> = m
+                    .split("; ")
+                    .filter(|why| !why.starts_with("no archive lag"))
+                    .collect();
+                (!kept.is_empty()).then(|| kept.join("; "))
+            });
+        }
         (r.first_offset, r.durable_next_offset, r.records, r.bytes) =
             (n.first_offset, n.durable_next_offset, n.records, n.bytes);
         let before = r.archive_lag;
@@ -615,8 +628,23 @@ mod tests {
             .as_deref()
             .is_some_and(|m| m.contains("no archive lag")));
         // Held records: the lag counts from the archive, read or not.
-        r.durable_next_offset = Some(40);
-        assert_eq!(row_archive_lag(&mut r), Some(60));
+        let mut held = Row::unarchived("t", 0);
+        (
+            held.low_watermark,
+            held.high_watermark,
+            held.committed_unread,
+        ) = (Some(0), Some(100), true);
+        held.durable_next_offset = Some(40);
+        assert_eq!(row_archive_lag(&mut held), Some(60));
+        // Archived between a running archive's two answers: the lag is the
+        // archive's, and the note that there was none goes.
+        r.archive_lag = None;
+        let mut newer = Row::unarchived("t", 0);
+        newer.durable_next_offset = Some(40);
+        let mut rows = vec![r];
+        refresh(&mut rows, vec![newer]);
+        assert_eq!(rows[0].archive_lag, Some(60));
+        assert_eq!(rows[0].kafka_missing, None);
     }
 
     #[test]
