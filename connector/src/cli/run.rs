@@ -90,8 +90,34 @@ pub struct RunArgs {
     pub config: Option<PathBuf>,
 }
 
+/// The keys whose value the config file gave (no flag overrode it), and
+/// the file: an error about one of them names the file too.
+#[derive(Debug, Default)]
+pub struct FileKeys {
+    path: Option<PathBuf>,
+    keys: Vec<&'static str>,
+}
+
+impl FileKeys {
+    /// " (KEY set in FILE)" when the file gave `key`, else nothing: to
+    /// follow a message naming the setting.
+    pub fn said(&self, key: &str) -> String {
+        match &self.path {
+            Some(path) if self.keys.contains(&key) => {
+                format!(" ({key} set in {})", path.display())
+            }
+            _ => String::new(),
+        }
+    }
+}
+
 impl RunArgs {
     pub fn into_config(self) -> Result<RunConfig> {
+        self.into_config_noting().map(|(c, _)| c)
+    }
+
+    /// [`Self::into_config`], and which keys the config file gave.
+    pub fn into_config_noting(self) -> Result<(RunConfig, FileKeys)> {
         // A value the file gives that does not parse: named with the file
         // and its key (a flag's is named by clap).
         let file_path = self.config.clone();
@@ -112,6 +138,7 @@ impl RunArgs {
             }
         };
         from_file("brokers", self.brokers.is_some(), file.brokers.is_some());
+        from_file("data", self.data.is_some(), file.data.is_some());
         from_file("group", self.group.is_some(), file.group.is_some());
         from_file("topics", !self.topics.is_empty(), file.topics.is_some());
         from_file("commit", self.commit.is_some(), file.commit.is_some());
@@ -275,7 +302,11 @@ impl RunArgs {
             .collect();
         kafka.extend(super::kafka_flags(self.kafka)?);
         c.kafka = kafka;
-        c.validate().map_err(|e| match (e, &file_path) {
+        let noted = FileKeys {
+            path: file_path,
+            keys: file_keys,
+        };
+        c.validate().map_err(|e| match (e, &noted.path) {
             (ConnectorError::Config(m), Some(path)) => {
                 let named: Vec<&str> = from_file
                     .iter()
@@ -285,16 +316,12 @@ impl RunArgs {
                 if named.is_empty() {
                     // A value the file gave, refused after parsing (`linger-ms
                     // = 70000`, `topics = []`): the error starts with its key.
-                    let key = file_keys.iter().find(|k| {
+                    let key = noted.keys.iter().find(|k| {
                         m.strip_prefix(**k)
                             .is_some_and(|rest| rest.starts_with([' ', ':']))
                     });
-                    return match key {
-                        Some(k) => {
-                            ConnectorError::Config(format!("{m} ({k} set in {})", path.display()))
-                        }
-                        None => ConnectorError::Config(m),
-                    };
+                    let said = key.map_or(String::new(), |k| noted.said(k));
+                    return ConnectorError::Config(format!("{m}{said}"));
                 }
                 ConnectorError::Config(format!(
                     "{m} ({} set in [kafka] of {})",
@@ -304,7 +331,7 @@ impl RunArgs {
             }
             (e, _) => e,
         })?;
-        Ok(c)
+        Ok((c, noted))
     }
 }
 
@@ -326,17 +353,12 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
     // The checks below name a setting as its flag; one the config file
     // gave is named with the file too, as `into_config` names its own
     // (until the night of 2026-12-04 these named the flag alone).
-    let set_in = |flag_given: bool, key: &str| match (&args.config, flag_given) {
-        (Some(file), false) => format!(" ({key} set in {})", file.display()),
-        _ => String::new(),
-    };
-    let data_set_in = set_in(args.data.is_some(), "data");
-    let topics_set_in = set_in(!args.topics.is_empty(), "topics");
-    let dead_letter_set_in = set_in(args.dead_letter_topic.is_some(), "dead-letter-topic");
-    let cfg = args.into_config()?;
+    let (cfg, file_keys) = args.into_config_noting()?;
     crate::allocator::tune_for(cfg.commit);
     refuse_foreign_dir(&cfg.data).map_err(|e| match e {
-        ConnectorError::Config(m) => ConnectorError::Config(format!("{m}{data_set_in}")),
+        ConnectorError::Config(m) => {
+            ConnectorError::Config(format!("{m}{}", file_keys.said("data")))
+        }
         e => e,
     })?;
     // A directory this run makes is removed again if the run fails or
@@ -356,11 +378,11 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
             brokers,
             next_step,
         } => {
-            let set_in = if dead_letter_topic.as_ref() == Some(&topic) {
-                &dead_letter_set_in
+            let set_in = file_keys.said(if dead_letter_topic.as_ref() == Some(&topic) {
+                "dead-letter-topic"
             } else {
-                &topics_set_in
-            };
+                "topics"
+            });
             ConnectorError::UnknownTopic {
                 topic,
                 brokers,
