@@ -705,11 +705,7 @@ impl rdkafka::ClientContext for CheckContext {
     /// Configuration warnings at debug: the run's own consumer, made
     /// from the same settings, gives them right after.
     fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
-        if fac == "CONFWARN" {
-            tracing::debug!(target: "librdkafka", "librdkafka: {fac} {message}");
-            return;
-        }
-        crate::librdkafka::log_to_tracing(level, fac, message);
+        crate::librdkafka::log_ignoring_confwarn(level, fac, message);
     }
 
     fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
