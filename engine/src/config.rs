@@ -135,9 +135,8 @@ impl EngineConfig {
             .flush_every_ms(None)
     }
 
-    /// Wait, for at most 5 s (as [`Self::open_sled`] may then wait
-    /// again, for a handle taken since), until no sled
-    /// handle holds this store's files. A `RecordIter` or tree handle kept
+    /// Wait, for at most 5 s, until no sled handle holds this store's
+    /// files ([`Self::open_sled`] waits so too, before it opens them). A `RecordIter` or tree handle kept
     /// after its engine was dropped still holds them, and writes and
     /// fsyncs sled's buffers at its own drop: the poison and open marks
     /// (poisoned.rs) are acted on only after that, since a sync and a
@@ -159,8 +158,8 @@ impl EngineConfig {
                     return Ok(());
                 }
                 Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
-                    // Polling, as open_sled's wait: a handle's drop sends
-                    // no word.
+                    // Polling, not synchronisation: sled offers no way to
+                    // wait for another handle's threads to let go.
                     std::thread::sleep(std::time::Duration::from_millis(10));
                 }
                 Err(std::fs::TryLockError::WouldBlock) => {
@@ -181,65 +180,48 @@ impl EngineConfig {
     /// Open the sled database with [`Self::sled_config`].
     ///
     /// A store's sled lock can still be held for a moment by the I/O threads
-    /// of an engine that was just dropped in this process, so a lock
-    /// conflict is retried for a bounded 5 s before it is an error. Callers
-    /// outside the engine must hold `cairn.lock` or know the store is closed.
+    /// of an engine that was just dropped in this process, so the open
+    /// first waits for it, bounded ([`Self::wait_for_sled_handles`], 5 s).
+    /// Callers outside the engine must hold `cairn.lock` or know the store
+    /// is closed.
     pub fn open_sled(&self) -> Result<sled::Db, crate::Error> {
         // sled panics on some settings (a cache under 256 bytes): refused
         // here first, for every path that opens the store.
         self.validate()?;
-        let sled_cfg = self.sled_config();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        loop {
-            match sled_cfg.open() {
-                Ok(db) => return Ok(db),
-                Err(sled::Error::Io(e))
-                    if is_sled_lock_contention(&e) && std::time::Instant::now() < deadline =>
-                {
-                    // Polling, not synchronisation: sled offers no way to
-                    // wait for another handle's threads to let go.
-                    std::thread::sleep(std::time::Duration::from_millis(10));
-                }
-                // Damage sled found in its own files is corruption like any
-                // other: typed, and naming where.
-                Err(sled::Error::Corruption { at, .. }) => {
-                    return Err(crate::Error::Corruption {
-                        location: crate::error::Location::SledFiles {
-                            path: self.sled_path(),
-                            log_offset: at.map(|p| p.lid()),
-                        },
-                        kind: crate::error::CorruptionKind::SledUnreadable {
-                            detail: "a snapshot or log record failed sled's own checks on open"
-                                .into(),
-                        },
-                    })
-                }
-                // Still held when the wait ran out: by a handle of this
-                // process that outlived its engine, or by another process
-                // that got past cairn's own lock (cairn.lock).
-                Err(sled::Error::Io(source)) if is_sled_lock_contention(&source) => {
-                    return Err(crate::Error::Store {
-                        op: "open sled: its files are still held (by a RecordIter or tree handle that outlived an engine of this process, or by another process) after 5 s",
-                        source: sled::Error::Io(source),
-                    })
-                }
-                // A file sled could not open or read (permissions, a
-                // missing folder): named, as every I/O error is (until the
-                // night of 2026-12-04 only sled's own text said which).
-                Err(sled::Error::Io(source)) => {
-                    return Err(crate::Error::Io {
-                        op: "open sled",
-                        path: self.sled_path(),
-                        source,
-                    })
-                }
-                Err(source) => {
-                    return Err(crate::Error::Store {
-                        op: "open sled",
-                        source,
-                    })
-                }
+        self.wait_for_sled_handles()?;
+        match self.sled_config().open() {
+            Ok(db) => Ok(db),
+            // Damage sled found in its own files is corruption like any
+            // other: typed, and naming where.
+            Err(sled::Error::Corruption { at, .. }) => Err(crate::Error::Corruption {
+                location: crate::error::Location::SledFiles {
+                    path: self.sled_path(),
+                    log_offset: at.map(|p| p.lid()),
+                },
+                kind: crate::error::CorruptionKind::SledUnreadable {
+                    detail: "a snapshot or log record failed sled's own checks on open".into(),
+                },
+            }),
+            // Taken again since the wait: by another process that got past
+            // cairn's own lock (cairn.lock).
+            Err(sled::Error::Io(source)) if is_sled_lock_contention(&source) => {
+                Err(crate::Error::Store {
+                    op: "open sled: its files are held by another handle (another process, or a RecordIter or tree handle of this one)",
+                    source: sled::Error::Io(source),
+                })
             }
+            // A file sled could not open or read (permissions, a missing
+            // folder): named, as every I/O error is (until the night of
+            // 2026-12-04 only sled's own text said which).
+            Err(sled::Error::Io(source)) => Err(crate::Error::Io {
+                op: "open sled",
+                path: self.sled_path(),
+                source,
+            }),
+            Err(source) => Err(crate::Error::Store {
+                op: "open sled",
+                source,
+            }),
         }
     }
 
