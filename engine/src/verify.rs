@@ -930,26 +930,28 @@ fn verify_log(
             },
         );
     }
-    if let Some(b) = bound.filter(|b| !b.poisoned && expected < b.lsn_end && span_unknown) {
-        // The log's last frame is damaged and may have been a tombstone
-        // (reported where it is): its span, and so whether frames after
-        // it are missing, cannot be told. Said as the stopped store's
-        // verify says it, not as a missing frame (until the night of
-        // 2026-12-04 it was one).
-        r.notes.push(format!(
-            "the log's last frame before lsn {} is damaged and may have been a tombstone: whether frames after it are missing cannot be told",
-            b.lsn_end
-        ));
-    } else if bound.is_some_and(|b| !b.poisoned && expected < b.lsn_end) {
-        // Every LSN below the snapshot's end was written before it (under
-        // the write lock), slots lie only above it, and retention waits
-        // for the verify: frames, or a tombstone's span, reach it. (A
-        // stopped store's verify has the watermark to say where the log
-        // ends instead.)
-        r.add(
-            Location::Wal { lsn: expected },
-            CorruptionKind::MissingFrame,
-        );
+    if let Some(b) = bound.filter(|b| !b.poisoned && expected < b.lsn_end) {
+        if span_unknown {
+            // The log's last frame is damaged and may have been a tombstone
+            // (reported where it is): its span, and so whether frames after
+            // it are missing, cannot be told. Said as the stopped store's
+            // verify says it, not as a missing frame (until the night of
+            // 2026-12-04 it was one).
+            r.notes.push(format!(
+                "the log's last frame before lsn {} is damaged and may have been a tombstone: whether frames after it are missing cannot be told",
+                b.lsn_end
+            ));
+        } else {
+            // Every LSN below the snapshot's end was written before it
+            // (under the write lock), slots lie only above it, and
+            // retention waits for the verify: frames, or a tombstone's
+            // span, reach it. (A stopped store's verify has the watermark
+            // to say where the log ends instead.)
+            r.add(
+                Location::Wal { lsn: expected },
+                CorruptionKind::MissingFrame,
+            );
+        }
     }
     if let Some(b) = bound.filter(|b| !b.poisoned && !above.is_empty()) {
         // Taken under the write lock, after the scan: every frame the
