@@ -26,7 +26,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use crate::engine::{drop_failing_store, store_err, Engine, Held};
+use crate::engine::{drop_failing_store, drop_sound_store, store_err, Engine, Held};
 use crate::entry::read_entry;
 use crate::error::Result;
 use crate::index::IndexEntry;
@@ -536,14 +536,7 @@ impl Drop for RecordIter {
             // that no panic escapes this drop (until the night of
             // 2026-12-04 it did). The engine's open mark stayed for this
             // reader: the next open syncs the store first.
-            let dropped =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(tree)));
-            if let Err(p) = dropped {
-                tracing::error!(
-                    error = %crate::error::panic_message(&*p),
-                    "sled's own shutdown of the store, at the drop of a reader that outlived its engine, failed (its flush or fsync); the open mark stays, and the next open syncs the store first"
-                );
-            }
+            drop_sound_store(tree, "the drop of a reader that outlived its engine");
         }
     }
 }
