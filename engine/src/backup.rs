@@ -227,24 +227,9 @@ impl Engine {
         let lock = match DirLock::acquire(&real) {
             Ok(l) => l,
             Err(e) => {
-                // A lock file the acquire made, and then could not lock
-                // (ENOLCK on a file system without locks) or write, goes:
-                // until the night of 2026-12-04 it stayed, and kept a
-                // directory made here. Another backup's (`Locked`) stays,
-                // and keeps the directory.
-                // Nor one whose open failed (ELOOP: a link put there since
-                // the look above): the acquire made nothing.
-                let made_it = !matches!(
-                    e,
-                    Error::Locked { .. }
-                        | Error::Io {
-                            op: "open lock file",
-                            ..
-                        }
-                );
-                if !lock_file_before && made_it {
-                    let _ = std::fs::remove_file(real.join(LOCK_FILE));
-                }
+                // A lock file the acquire made and then could not lock is
+                // removed by the acquire; another backup's lock file keeps
+                // a directory made here.
                 unmake(Some(&real));
                 return Err(e);
             }

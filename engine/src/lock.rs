@@ -36,14 +36,46 @@ impl DirLock {
         // a link would aim that write (and the truncation before it) at a
         // file of someone else's choosing (a backup's directory may be
         // anyone's).
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)
-            .map_err(|e| io("open lock file", e))?;
+        let open = |new: bool| {
+            let mut o = OpenOptions::new();
+            o.read(true).write(true).custom_flags(libc::O_NOFOLLOW);
+            if new {
+                o.create_new(true);
+            } else {
+                o.create(true).truncate(false);
+            }
+            o.open(&path)
+        };
+        // Made here, or found: one made here and then not locked (ENOLCK
+        // on a file system without locks) or not written is removed again,
+        // so that a failed open or backup leaves no lock file in a
+        // directory it found empty (until the night of 2026-12-04 it
+        // stayed, and backup removed it itself). One another process
+        // locked first (`Locked`) is never removed: it is that holder's.
+        let (file, made) = match open(true) {
+            Ok(file) => (file, true),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                (open(false).map_err(|e| io("open lock file", e))?, false)
+            }
+            Err(e) => return Err(io("open lock file", e)),
+        };
+        let locked = Self::lock_opened(dir, &path, file);
+        if let Err(e) = &locked {
+            if made && !matches!(e, Error::Locked { .. }) {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+        locked
+    }
+
+    /// Lock the lock file `file`, opened at `path` in `dir`, and write this
+    /// process's pid into it.
+    fn lock_opened(dir: &Path, path: &Path, mut file: File) -> Result<DirLock> {
+        let io = |op, e| Error::Io {
+            op,
+            path: path.to_path_buf(),
+            source: e,
+        };
         fail::fail_point!(FAILPOINT_LOCK_AFTER_OPEN, |_| Err(io(
             "lock",
             std::io::Error::from_raw_os_error(libc::ENOLCK)
@@ -86,7 +118,7 @@ impl DirLock {
         // another file): a link count alone misses NFS's rename of an open
         // file and a directory copied with hard links.
         let held = file.metadata().map_err(|e| io("stat lock file", e))?;
-        let unlinked = match std::fs::symlink_metadata(&path) {
+        let unlinked = match std::fs::symlink_metadata(path) {
             Ok(named) => named.dev() != held.dev() || named.ino() != held.ino(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
             Err(e) => return Err(io("stat lock file", e)),
