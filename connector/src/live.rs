@@ -1141,13 +1141,12 @@ fn read_request(mut conn: &UnixStream) -> std::result::Result<Request, String> {
             Err(e) => break Err(e.to_string()),
         };
         // Only the line counts toward the limit, not bytes after it.
-        let line_bytes = newline;
-        if line_bytes.unwrap_or(line.len()) as u64 > REQUEST_BYTES_MAX {
+        if newline.unwrap_or(line.len()) as u64 > REQUEST_BYTES_MAX {
             break Err(format!(
                 "the request line is over {REQUEST_BYTES_MAX} bytes"
             ));
         }
-        if let Some(end) = line_bytes {
+        if let Some(end) = newline {
             line.truncate(end);
             break Ok(());
         }

@@ -513,6 +513,11 @@ fn kafka_view(
     Ok(())
 }
 
+/// Why a row has no archive lag ([`row_archive_lag`]), in its
+/// `kafka_missing`; taken out again by [`refresh`] once the lag is known.
+const NO_ARCHIVE_LAG: &str =
+    "no archive lag: it counts from the committed offset, which could not be read";
+
 /// A row's archive lag, from its watermarks; `None` (said in
 /// `kafka_missing`) for a partition the archive holds nothing of whose
 /// committed offset could not be read: where a run would start it is not
@@ -521,7 +526,7 @@ fn kafka_view(
 fn row_archive_lag(r: &mut Row) -> Option<i64> {
     let (low, high) = (r.low_watermark?, r.high_watermark?);
     if r.durable_next_offset.is_none() && r.committed_unread {
-        r.missing("no archive lag: it counts from the committed offset, which could not be read");
+        r.missing(NO_ARCHIVE_LAG);
         return None;
     }
     Some(archive_lag(
@@ -556,10 +561,7 @@ fn refresh(rows: &mut [Row], newer: Vec<Row>) {
         // now, and the note that it had none goes.
         if r.durable_next_offset.is_none() && n.durable_next_offset.is_some() {
             r.kafka_missing = r.kafka_missing.take().and_then(|m| {
-                let kept: Vec<&str> = m
-                    .split("; ")
-                    .filter(|why| !why.starts_with("no archive lag"))
-                    .collect();
+                let kept: Vec<&str> = m.split("; ").filter(|why| *why != NO_ARCHIVE_LAG).collect();
                 (!kept.is_empty()).then(|| kept.join("; "))
             });
         }
