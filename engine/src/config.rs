@@ -181,7 +181,7 @@ impl EngineConfig {
     ///
     /// A store's sled lock can still be held for a moment by the I/O threads
     /// of an engine that was just dropped in this process, so the open
-    /// first waits for it, bounded ([`Self::wait_for_sled_handles`], 5 s).
+    /// first waits for it, bounded (`wait_for_sled_handles`, 5 s).
     /// Callers outside the engine must hold `cairn.lock` or know the store
     /// is closed.
     pub fn open_sled(&self) -> Result<sled::Db, crate::Error> {
