@@ -20,6 +20,11 @@ use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::lock::{DirLock, LOCK_FILE};
 
+/// Failpoint: in removing sled's folder, once every file but `db` is gone
+/// and the folder synced, before `db` goes; `return` fails there as a
+/// crash would stop it.
+pub const FAILPOINT_REMOVAL_BEFORE_DB: &str = "removal::before_db";
+
 /// What [`remove_if_empty`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EmptyStoreRemoval {
@@ -135,6 +140,9 @@ fn remove_sled_dir(sled: &Path) -> std::io::Result<()> {
     }
     // Those removals reach the disk before `db`'s.
     crate::sync::sync_dir(sled)?;
+    fail::fail_point!(FAILPOINT_REMOVAL_BEFORE_DB, |_| Err(std::io::Error::other(
+        "failpoint removal::before_db"
+    )));
     gone(std::fs::remove_file(sled.join("db")))?;
     gone(std::fs::remove_dir(sled))
 }
@@ -143,39 +151,14 @@ fn remove_sled_dir(sled: &Path) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
-    /// What a crash part-way through removing sled's folder leaves (every
-    /// file but `db` gone: a store opened twice has a snapshot too) still
-    /// opens, and is removed by the next try.
+    /// Why `db` goes last (the order itself is tested through a failpoint
+    /// in `tests/removal_cut.rs`): what the listing order could leave, `db`
+    /// gone and the snapshot there, no longer opens, nor is removed.
     #[test]
-    fn a_removal_cut_short_leaves_a_store_that_opens_and_goes() {
+    fn a_snapshot_without_db_neither_opens_nor_goes() {
         let dir = tempfile::tempdir().unwrap();
         let store = dir.path().join("store");
-        for _ in 0..2 {
-            Engine::open(EngineConfig::new(&store))
-                .unwrap()
-                .close()
-                .unwrap();
-        }
         let sled = EngineConfig::new(&store).sled_path();
-        for entry in std::fs::read_dir(&sled).unwrap() {
-            let entry = entry.unwrap();
-            if entry.file_name() != "db" {
-                if entry.file_type().unwrap().is_dir() {
-                    std::fs::remove_dir_all(entry.path()).unwrap();
-                } else {
-                    std::fs::remove_file(entry.path()).unwrap();
-                }
-            }
-        }
-        assert!(EngineConfig::new(&store).store_exists());
-        Engine::open(EngineConfig::new(&store))
-            .unwrap()
-            .close()
-            .unwrap();
-        assert_eq!(remove_if_empty(&store).unwrap(), EmptyStoreRemoval::Removed);
-        assert!(!store.exists());
-        // Why `db` goes last: what the listing order could leave, `db`
-        // gone and the snapshot there, no longer opens, nor is removed.
         for _ in 0..2 {
             Engine::open(EngineConfig::new(&store))
                 .unwrap()
