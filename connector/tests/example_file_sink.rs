@@ -4,7 +4,11 @@
 //! write nothing), and checks every partition's file holds each offset once,
 //! in order, from 0. And its crash case: a run stopped between the sink's
 //! sync and the commit (Kafka's offsets behind its marks), with bytes past
-//! the marks as a killed run leaves them, then a run to the end.
+//! the marks as a killed run leaves them, then a run to the end. The
+//! example itself runs on its own mock cluster, as a reader runs it; the
+//! crash case runs against `cairn mock-broker` or `CAIRN_TEST_BROKERS`.
+
+mod common;
 
 #[path = "../examples/file_sink.rs"]
 mod file_sink;
@@ -14,7 +18,6 @@ use std::io::Write;
 use cairn_connector::cli::demo::produce;
 use cairn_connector::testing::run_bounded;
 use cairn_connector::{ConnectorError, PipelineOptions};
-use rdkafka::mocking::MockCluster;
 
 #[test]
 fn the_file_sink_example_holds_each_record_once_after_two_runs() {
@@ -23,14 +26,14 @@ fn the_file_sink_example_holds_each_record_once_after_two_runs() {
 
 #[test]
 fn the_file_sink_resumes_from_its_marks_after_a_crash_before_the_commit() {
-    let cluster = MockCluster::new(1).unwrap();
-    let topic = "shop.events";
-    cluster.create_topic(topic, 3, 1).unwrap();
-    let brokers = cluster.bootstrap_servers();
+    let broker = common::TestBroker::start(&["shop.events:3"]);
+    let topic = &broker.topic("shop.events");
+    let brokers = broker.brokers.clone();
     let n = 9_000u64;
     produce(&brokers, topic, 0..n).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = file_sink::loop_config(&brokers, topic, dir.path());
+    cfg.group = broker.group("file-sink");
     cfg.batch_records_max = 500;
 
     // Stopped once 3,000 records were written: after that put's

@@ -3,6 +3,7 @@
 //! an error naming the archive, as `cairn verify` does, not a crash with
 //! exit 101. The panic is a failpoint here, reached by every open: this
 //! file is a process of its own, so no other test's open meets it.
+//! Against the mock cluster, or `CAIRN_TEST_BROKERS`.
 
 use cairn_connector::cli::status::StatusArgs;
 use cairn_connector::cli::DataArg;
@@ -11,10 +12,13 @@ use cairn_engine::{fuzzing::batch, Engine, EngineConfig, TopicPartition};
 
 #[test]
 fn an_open_that_panics_is_an_error_naming_the_archive() {
+    // `run` and `restore` ask Kafka before they open the archive, so the
+    // archive's topic is one the Kafka under test has.
+    let kafka = cairn_tests::TestKafka::new("t", 1);
+    let tp = TopicPartition::new(&kafka.topic, 0);
     let dir = tempfile::tempdir().unwrap();
     let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
-    e.append(&[batch(&TopicPartition::new("t", 0), 0..10, 10)])
-        .unwrap();
+    e.append(&[batch(&tp, 0..10, 10)]).unwrap();
     e.close().unwrap();
     fail::cfg(
         cairn_engine::FAILPOINT_RECOVERY_MID_REPAIR,
@@ -42,11 +46,10 @@ fn an_open_that_panics_is_an_error_naming_the_archive() {
     assert!(said.contains("sled lost its way"), "{said}");
     // `run` and `restore` open the archive too (since 2026-12-03; before,
     // their open's panic crashed them with exit 101). They ask Kafka first
-    // (since 2026-12-04): a mock cluster with the topic answers, and the
-    // open's panic follows.
-    let mock = rdkafka::mocking::MockCluster::new(1).unwrap();
-    mock.create_topic("t", 1, 1).unwrap();
-    let brokers = mock.bootstrap_servers();
+    // (since 2026-12-04): a Kafka with the topic answers, and the open's
+    // panic follows.
+    let brokers = kafka.brokers.clone();
+    let group = kafka.group("g");
     let d = dir.path().to_str().unwrap();
     for argv in [
         &["cairn", "restore", "--data", d, "--brokers", &brokers][..],
@@ -58,9 +61,9 @@ fn an_open_that_panics_is_an_error_naming_the_archive() {
             "--brokers",
             &brokers,
             "--topics",
-            "t",
+            &kafka.topic,
             "--group",
-            "g",
+            &group,
         ][..],
     ] {
         use clap::Parser;
@@ -119,7 +122,6 @@ fn an_open_that_panics_is_an_error_naming_the_archive() {
     // Nothing was changed: it opens once the panic is gone.
     let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
     assert!(e.recovery_report().unclean_stop_cache_dropped);
-    let tp = TopicPartition::new("t", 0);
     assert_eq!(e.durable_offset(&tp), Some(10));
     let offsets: Vec<i64> = e.read(&tp, 0).unwrap().map(|r| r.unwrap().offset).collect();
     assert_eq!(offsets, (0..10).collect::<Vec<_>>());
