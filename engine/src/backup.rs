@@ -322,6 +322,15 @@ impl Engine {
             });
         if left_unsynced {
             tracing::error!(path = %real.display(), "the backup's directory could not be synced once its copy was verified: the copy (whole and synced itself) is left, marked unfinished ({BACKUP_INCOMPLETE_FILE}) if the mark could be put back, unsynced (a power loss may take the mark); remove it and back up again to another directory");
+        } else if report.as_ref().is_err_and(Error::is_failed_dir_sync) {
+            // A directory fsync failed (the mark's, or one of the copy's
+            // own): the cleanup's would be a retry, which may pass with
+            // nothing written, and without a trusted one the mark's removal
+            // could reach the disk before the copy's (until the night of
+            // 2026-12-04 it synced again and removed the mark). The copy's
+            // files go, the mark stays.
+            let removed = crate::removal::remove_store_files(&real);
+            tracing::error!(path = %real.display(), removed = removed.is_ok(), "a directory fsync failed during the backup: what it copied is removed as far as it could be, and the directory stays marked unfinished ({BACKUP_INCOMPLETE_FILE}), as no later fsync of it can be trusted; remove it by hand");
         } else if report.is_err() {
             // Still under the lock: what the backup wrote, by name (anything
             // else put there meanwhile is not the backup's to remove).

@@ -107,6 +107,12 @@ impl Error {
         Error::Corruption { location, kind }
     }
 
+    /// True when the error is a directory fsync that failed: one after it
+    /// of the same directory is not to be trusted.
+    pub(crate) fn is_failed_dir_sync(&self) -> bool {
+        matches!(self, Error::Io { source, .. } if crate::sync::is_failed_dir_sync(source))
+    }
+
     /// True when the error reports damaged stored bytes.
     pub fn is_corruption(&self) -> bool {
         matches!(self, Error::Corruption { .. })

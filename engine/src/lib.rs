@@ -102,7 +102,7 @@ pub use removal::{is_store_file, remove_if_empty, EmptyStoreRemoval, FAILPOINT_R
 pub use retention::{
     TruncateReport, PLAN_ENTRIES_PER_ASK, TRUNCATE_ENTRIES_PER_STEP, TRUNCATE_FRAMES_PER_STEP,
 };
-pub use sync::FAILPOINT_FLUSH_ERR;
+pub use sync::{FAILPOINT_FLUSH_ERR, FAILPOINT_SYNC_DIR};
 pub use verify::{
     verify_store, Problem, VerifyReport, FAILPOINT_VERIFY_AFTER_LOG, PROBLEMS_LISTED_MAX,
 };

@@ -201,9 +201,49 @@ impl DurableSync {
     }
 }
 
-/// fsync a directory so that the entries created in it are durable.
+/// Failpoint: at every directory fsync (`sync_dir`); `return` fails it
+/// as a failed fsync (`is_failed_dir_sync`).
+pub const FAILPOINT_SYNC_DIR: &str = "sync::dir";
+
+/// fsync a directory so that the entries created in it are durable. A
+/// failed fsync comes back marked ([`is_failed_dir_sync`]): one that
+/// failed must not be followed by another of the same directory that is
+/// trusted (a second may pass with nothing written).
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
+    let file = File::open(dir)?;
+    fail::fail_point!(FAILPOINT_SYNC_DIR, |_| Err(DirSyncFailed::wrap(
+        io::Error::other("injected by the failpoint sync::dir")
+    )));
+    file.sync_all().map_err(DirSyncFailed::wrap)
+}
+
+/// A directory fsync's error, as [`sync_dir`] returns it: the kind and
+/// the text are the fsync's own.
+#[derive(Debug)]
+struct DirSyncFailed(io::Error);
+
+impl DirSyncFailed {
+    fn wrap(e: io::Error) -> io::Error {
+        io::Error::new(e.kind(), DirSyncFailed(e))
+    }
+}
+
+impl std::fmt::Display for DirSyncFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for DirSyncFailed {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+/// Whether `e` is a directory fsync that failed ([`sync_dir`]'s, not its
+/// open of the directory).
+pub(crate) fn is_failed_dir_sync(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|inner| inner.is::<DirSyncFailed>())
 }
 
 /// fsync sled's folder and its parent (the folder's own entry).

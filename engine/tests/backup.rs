@@ -303,6 +303,39 @@ fn a_failed_sync_of_the_completion_leaves_the_copy_marked_unfinished() {
     assert!(!engine.is_poisoned(), "the source is not the copy");
 }
 
+/// A directory fsync that fails during the backup (here the first one,
+/// the mark's) is not followed by a trusted one: the backup fails, and its
+/// directory stays marked unfinished, so no open takes it (until the night
+/// of 2026-12-04 the cleanup synced the directory again and, that passing,
+/// removed the mark).
+#[test]
+fn a_failed_directory_sync_leaves_the_backup_marked_unfinished() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let engine = source(&dir.path().join("src"));
+    // Found, not made: the mark's sync is the backup's first of a
+    // directory (a made one syncs its parent first).
+    let dest = dir.path().join("copy");
+    std::fs::create_dir(&dest).unwrap();
+    fail::cfg(cairn_engine::FAILPOINT_SYNC_DIR, "1*return->off").unwrap();
+    let failed = engine.backup_to(&dest, &AtomicBool::new(false));
+    fail::remove(cairn_engine::FAILPOINT_SYNC_DIR);
+    match failed {
+        Err(Error::Io { op, .. }) => assert_eq!(op, "mark the backup incomplete"),
+        other => panic!("expected the mark's directory sync to fail, got {other:?}"),
+    }
+    assert!(dest.join(cairn_engine::BACKUP_INCOMPLETE_FILE).exists());
+    assert!(!EngineConfig::new(&dest).store_exists(), "nothing copied");
+    match Engine::open(EngineConfig::new(&dest)) {
+        Err(Error::IncompleteBackup { path }) => assert_eq!(path, dest),
+        other => panic!(
+            "expected the directory refused as unfinished, got {:?}",
+            other.map(|_| ())
+        ),
+    }
+    assert!(!engine.is_poisoned(), "the source is not the copy");
+}
+
 /// A backup killed part-way leaves its directory as it was at that moment:
 /// such a directory (copied mid-backup, as `kill -9` would leave it) is
 /// refused by every open as an unfinished backup, rather than opened as an
