@@ -154,9 +154,21 @@ impl DeadLetters {
         let last = &self.producer.context().last;
         let take = || last.lock().unwrap_or_else(|e| e.into_inner()).take();
         take();
-        self.producer
-            .send(record)
-            .map_err(|(e, _)| failed(e.to_string()))?;
+        self.producer.send(record).map_err(|(e, _)| {
+            failed(
+                if e.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::QueueFull) {
+                    // Only one dead letter is ever in the producer's queue,
+                    // and none is now (each is waited for): this one alone
+                    // does not fit it.
+                    format!(
+                        "{e}: its {} bytes do not fit librdkafka's queue even when it is empty: raise -X queue.buffering.max.kbytes (or leave it at its default)",
+                        r.payload_bytes()
+                    )
+                } else {
+                    e.to_string()
+                },
+            )
+        })?;
         // Wait for the report in short polls: rust-rdkafka's flush polls in
         // 100 ms steps that run to their end, which made every dead letter
         // take at least 100 ms.

@@ -468,7 +468,31 @@ pub fn restore_until_split(
             );
         }
     }
+    let interleaved = state.interleaved();
+    // A restore cut short (failed, stopped, or met damage) says so, with
+    // what is left to run, and logs the interleaving: its own error says
+    // every record was delivered, which only a whole restore can say.
+    let log_interleaved = || {
+        if let Some(ConnectorError::RestoreInterleaved {
+            target,
+            acknowledged,
+            first,
+            last,
+            held,
+        }) = &interleaved
+        {
+            tracing::error!(
+                target = %target,
+                acknowledged,
+                first,
+                last,
+                held,
+                "another producer wrote to the target during the restore: other records lie among the restored ones"
+            );
+        }
+    };
     if let Some(tp) = state.headline() {
+        log_interleaved();
         if let Some(e) = &unreadable {
             tracing::error!(error = %e, "the archive could not be read either");
         }
@@ -500,6 +524,7 @@ pub fn restore_until_split(
         })));
     }
     if let Some(e) = unreadable {
+        log_interleaved();
         return Err(ConnectorError::RestoreCut {
             delivered: report.records,
             source: Box::new(e),
@@ -509,42 +534,10 @@ pub fn restore_until_split(
             ),
         });
     }
-    confirm(&report, &sent, || next_step(cfg, &standings))?;
-    // The idempotent producer writes each record once, in order: a
-    // partition's records acknowledged at offsets with a hole between them
-    // share it with someone else's.
-    let interleaved = state.partitions.iter().find_map(|(target, d)| {
-        let (first, last, held) = foreign_in_span(d)?;
-        Some(ConnectorError::RestoreInterleaved {
-            target: target.clone(),
-            acknowledged: d.acked,
-            first,
-            last,
-            held,
-        })
-    });
-    // A restore cut short says so, with what is left to run, and logs the
-    // interleaving: its own error says every record was delivered, which
-    // only a whole restore can say.
-    let log_interleaved = || {
-        if let Some(ConnectorError::RestoreInterleaved {
-            target,
-            acknowledged,
-            first,
-            last,
-            held,
-        }) = &interleaved
-        {
-            tracing::error!(
-                target = %target,
-                acknowledged,
-                first,
-                last,
-                held,
-                "another producer wrote to the target during the restore: other records lie among the restored ones"
-            );
-        }
-    };
+    if let Err(e) = confirm(&report, &sent, || next_step(cfg, &standings)) {
+        log_interleaved();
+        return Err(e);
+    }
     // A stop that came after the last record was sent stopped nothing:
     // the restore is whole, and says so (exit 0, every partition listed).
     let left = standings
@@ -992,6 +985,22 @@ fn preflight(
         if cfg.append || high == 0 {
             starts.insert(target.clone(), cfg.select.from);
         } else if cfg.resume {
+            // All gone, and the archive has nothing of the selection for
+            // it: nothing to resume, so nothing to read (an earlier run
+            // counted it complete and advised a plain --resume, which this
+            // refused until the night of 2026-12-04).
+            if high <= low
+                && left_to_restore(
+                    engine,
+                    source,
+                    cfg.select.to,
+                    Standing::Resume(cfg.select.from),
+                ) == Standing::Complete
+            {
+                starts.insert(target.clone(), cfg.select.from);
+                emptied.insert(target.clone());
+                continue;
+            }
             if high <= low {
                 return Err(ConnectorError::RestoreRefused(format!(
                     "--resume: {target} held records (up to offset {high}) that are all gone (retention or deletion), so where an earlier restore stopped cannot be read; use --partition, --from and --append"
@@ -1283,12 +1292,17 @@ fn check_last(
                     Ok(archived)
                 }
                 Some(first) if archived < first => Err(ConnectorError::RestoreRefused(format!(
-                    "--resume: the last record of {target} (offset {}) names archived offset {archived}, which is below what the archive holds (its {source} starts at offset {first}): a prune deleted it, if this archive held it, so whatever was archived between {} and {first} is gone from it, restored or not (if this archive never held it, the target's records are another archive's: restore into an empty topic); to go on with what it holds, restore this partition with --topic {} --partition {} --append --from {first}{} in place of --resume, and resume the others limited to them, one run each with --topic and --partition (a --resume that includes this partition is refused again)",
+                    "--resume: the last record of {target} (offset {}) names archived offset {archived}, which is below what the archive holds (its {source} starts at offset {first}): a prune deleted it, if this archive held it, so whatever was archived between {} and {first} is gone from it, restored or not (if this archive never held it, the target's records are another archive's: restore into an empty topic); to go on with what it holds, restore this partition with --topic {} --partition {} --append --from {first}{} in place of --resume and of the command's own {}, and resume the others limited to them, one run each with --topic and --partition (a --resume that includes this partition is refused again)",
                     last.offset,
                     archived.saturating_add(1),
                     source.topic,
                     source.partition,
                     cfg.rename.get(&source.topic).map_or(String::new(), |to| format!(" --rename {}={to}", source.topic)),
+                    if cfg.rename.is_empty() {
+                        "--topic, --partition and --from"
+                    } else {
+                        "--topic, --partition, --from and every --rename"
+                    },
                 ))),
                 _ => Err(refuse(format!(
                     "names archived offset {archived}, which the archive does not hold"
@@ -1493,6 +1507,29 @@ struct DeliveryState {
 }
 
 impl DeliveryState {
+    /// The first target partition another producer wrote to during the
+    /// restore: the idempotent producer writes each record once, in order,
+    /// so records acknowledged at offsets with a hole between them share
+    /// it with someone else's. Only partitions where nothing failed are
+    /// judged (until the night of 2026-12-04 the check ran only when the
+    /// restore did not fail): a failed record may have been written (a
+    /// report that timed out), and would read as another's.
+    fn interleaved(&self) -> Option<ConnectorError> {
+        self.partitions.iter().find_map(|(target, d)| {
+            if d.first_failed.is_some() {
+                return None;
+            }
+            let (first, last, held) = foreign_in_span(d)?;
+            Some(ConnectorError::RestoreInterleaved {
+                target: target.clone(),
+                acknowledged: d.acked,
+                first,
+                last,
+                held,
+            })
+        })
+    }
+
     /// The partition an error should name: one with a gap, else the first
     /// real cause, else the first failure.
     fn headline(&self) -> Option<&TopicPartition> {
@@ -1715,6 +1752,34 @@ mod tests {
                 foreign,
                 "{span:?}"
             );
+        }
+    }
+
+    /// A partition that failed is not judged for another producer's records
+    /// (its failed record may be in the span); one beside it that did not
+    /// fail is, also when the restore as a whole failed.
+    #[test]
+    fn only_partitions_that_did_not_fail_are_judged_for_interleaving() {
+        let mut state = DeliveryState::default();
+        let (a, b) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
+        let holed = |failed| PartitionDeliveries {
+            target_span: Some((0, 3)),
+            ..delivered(&[0, 1, 2], failed)
+        };
+        state.partitions.insert(a.clone(), holed(Some(3)));
+        assert!(
+            state.interleaved().is_none(),
+            "a failed record may be there"
+        );
+        state.partitions.insert(b.clone(), holed(None));
+        match state.interleaved() {
+            Some(ConnectorError::RestoreInterleaved {
+                target,
+                acknowledged,
+                held,
+                ..
+            }) => assert_eq!((target, acknowledged, held), (b, 3, 4)),
+            other => panic!("{other:?}"),
         }
     }
 

@@ -183,6 +183,38 @@ fn a_dead_letter_that_cannot_be_delivered_stops_the_run_before_it() {
     );
 }
 
+/// A dead letter larger than the producer's queue (`-X
+/// queue.buffering.max.kbytes`) stops the run before it, with nothing
+/// committed past it, and says which setting to raise (until the night of
+/// 2026-12-04 it said only "Local: Queue full", on every restart).
+#[test]
+fn a_dead_letter_too_large_for_the_producers_queue_names_the_setting() {
+    let (k, dead) = source_and_dead_letter_topic("dl-queue");
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = dead_letter_config(&k, &dead, dir.path());
+    // 1 KiB: the 2 kB record does not fit even an empty queue.
+    cfg.kafka
+        .insert("queue.buffering.max.kbytes".into(), "1".into());
+    match run(&cfg, dir.path()) {
+        Err(ConnectorError::DeadLetterFailed {
+            partition: 0,
+            offset: BIG,
+            detail,
+            ..
+        }) => assert!(
+            detail.contains("do not fit librdkafka's queue")
+                && detail.contains("queue.buffering.max.kbytes"),
+            "{detail}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    let c = k.committed("dead-letter-group", 1);
+    assert!(
+        c.get(&0).is_none_or(|&o| o <= BIG),
+        "committed {c:?} past offset {BIG}"
+    );
+}
+
 #[test]
 fn a_missing_dead_letter_topic_is_refused_at_start() {
     init_logs();

@@ -1027,7 +1027,7 @@ fn resume_past_a_prune_says_what_the_archive_lost() {
                 && m.contains("a prune deleted it, if this archive held it")
                 && m.contains(&format!("starts at offset {cut})"))
                 && m.contains(&format!(
-                    "restore this partition with --topic {ARCHIVED} --partition 0 --append --from {cut} --rename {ARCHIVED}={} in place of --resume",
+                    "restore this partition with --topic {ARCHIVED} --partition 0 --append --from {cut} --rename {ARCHIVED}={} in place of --resume and of the command's own --topic, --partition, --from and every --rename,",
                     k.topic
                 ))
                 && m.contains("resume the others limited to them"),
