@@ -105,7 +105,10 @@
 //! - `put` is never called with no batch, nor with an empty one, nor
 //!   (since 2026-12-04) with a batch of a partition lost since the put
 //!   was queued (another member owns it then; its records were never
-//!   committed, and that member fetches them again).
+//!   committed, and that member fetches them again). A put retried after
+//!   `TaskError::Retriable` is the same batches, less those of partitions
+//!   lost since the last attempt (since the night of 2026-12-04; before,
+//!   the same batches whole), and is not retried when that leaves none.
 //!
 //! # Invariants
 //! - Offsets are "next offset to read" (last + 1), as Kafka commits them.
@@ -127,7 +130,8 @@ use crate::pruner::{FailureHook, Pruner, Retention};
 /// What a sink can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum TaskError {
-    /// Try the same batch again later. Only a `put` is retried: from any
+    /// Try the same batch again later (less the batches of partitions lost
+    /// meanwhile: see the module's docs). Only a `put` is retried: from any
     /// other call this fails the run, as `Fatal` does (a `pre_commit` may
     /// have failed an fsync, which is never retried).
     #[error("retriable: {0}")]

@@ -257,6 +257,28 @@ impl Worker {
         })
     }
 
+    /// `batches` without those of partitions no longer assigned (lost),
+    /// copied only when some are.
+    fn assigned_only<'b>(
+        &self,
+        batches: std::borrow::Cow<'b, [RecordBatch]>,
+    ) -> std::borrow::Cow<'b, [RecordBatch]> {
+        let s = self.pipeline.state();
+        if batches.iter().all(|b| s.assigned.contains(&b.tp)) {
+            return batches;
+        }
+        let kept: Vec<RecordBatch> = batches
+            .iter()
+            .filter(|b| s.assigned.contains(&b.tp))
+            .cloned()
+            .collect();
+        tracing::debug!(
+            dropped = batches.len() - kept.len(),
+            "a put's batches of partitions lost since it was queued are not handed to the sink"
+        );
+        std::borrow::Cow::Owned(kept)
+    }
+
     fn put(&mut self, batches: &[RecordBatch], poll_us: u64) -> Result<()> {
         // A partition lost (its session timed out) since this put was
         // queued is another member's now: its records are not handed to
@@ -265,25 +287,10 @@ impl Worker {
         // owner with stale writes (until 2026-12-04 they were handed over,
         // and only their report ignored). A revoked partition stays
         // assigned until its revoke's flush, which comes after this put.
-        // The rare put that meets a loss is copied without those batches.
-        let kept: Vec<RecordBatch>;
-        let batches = {
-            let s = self.pipeline.state();
-            if batches.iter().all(|b| s.assigned.contains(&b.tp)) {
-                batches
-            } else {
-                kept = batches
-                    .iter()
-                    .filter(|b| s.assigned.contains(&b.tp))
-                    .cloned()
-                    .collect();
-                tracing::debug!(
-                    dropped = batches.len() - kept.len(),
-                    "a put's batches of partitions lost since it was queued are not handed to the sink"
-                );
-                &kept[..]
-            }
-        };
+        // The rare put that meets a loss is copied without those batches;
+        // so is one whose retry meets one (until the night of 2026-12-04 a
+        // retry handed over the batches of its first attempt).
+        let mut batches = self.assigned_only(std::borrow::Cow::Borrowed(batches));
         if batches.is_empty() {
             return Ok(());
         }
@@ -297,7 +304,7 @@ impl Worker {
         let outcome = loop {
             let t0 = Instant::now();
             let span = tracing::debug_span!("put", records, put_us = tracing::field::Empty);
-            let r = span.in_scope(|| self.sink.put(batches));
+            let r = span.in_scope(|| self.sink.put(&batches));
             let put_us = t0.elapsed().as_micros() as u64;
             span.record("put_us", put_us);
             tracing::trace!(records, put_us, "put returned");
@@ -331,6 +338,10 @@ impl Worker {
                     // A backoff between attempts, not a synchronisation.
                     std::thread::sleep(backoff);
                     backoff = (backoff * 2).min(Duration::from_secs(1));
+                    batches = self.assigned_only(batches);
+                    if batches.is_empty() {
+                        return Ok(());
+                    }
                 }
                 Err(e @ TaskError::Fatal(_)) => return Err(sink_error("put", &e)),
             }
@@ -346,7 +357,7 @@ impl Worker {
         // over only go up (the consumer's repeat check), and a lower value
         // would fail a sink's earlier, higher word on the handed-over check
         // (an assertion: the run would stop for nothing).
-        for b in batches {
+        for b in batches.iter() {
             if let (Some(last), true) = (b.records.last(), s.assigned.contains(&b.tp)) {
                 crate::commit::raise(&mut s.consumed, &b.tp, last.offset + 1);
             }
@@ -697,6 +708,93 @@ mod tests {
         assert_eq!(*seen.lock().unwrap(), vec![kept.clone()], "the sink's puts");
         let s = pipeline.state();
         assert_eq!(s.consumed, BTreeMap::from([(kept, 10)]));
+    }
+
+    /// Loses `lose` during its first put, which fails retriably; records
+    /// the partitions of every put.
+    struct LosesDuringPut {
+        pipeline: Arc<Pipeline>,
+        lose: Vec<TopicPartition>,
+        seen: Arc<Mutex<Vec<Vec<TopicPartition>>>>,
+    }
+
+    impl SinkTask for LosesDuringPut {
+        fn open(
+            &mut self,
+            p: &[TopicPartition],
+        ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+            HandedIsSafe.open(p)
+        }
+        fn put(&mut self, batches: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
+            let mut seen = self.seen.lock().unwrap();
+            seen.push(batches.iter().map(|b| b.tp.clone()).collect());
+            if seen.len() == 1 {
+                self.pipeline.drop_partitions(&self.lose);
+                return Err(TaskError::Retriable("broker busy".into()));
+            }
+            HandedIsSafe.put(batches)
+        }
+        fn pre_commit(
+            &mut self,
+            consumed: &BTreeMap<TopicPartition, i64>,
+        ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+            HandedIsSafe.pre_commit(consumed)
+        }
+        fn close(&mut self, p: &[TopicPartition]) -> Result<(), TaskError> {
+            HandedIsSafe.close(p)
+        }
+    }
+
+    /// A partition lost while a put that failed retriably waits to retry
+    /// is not in the retry (until the night of 2026-12-04 the retry handed
+    /// over the first attempt's batches, racing the new owner); a put that
+    /// loses all of its partitions so is not retried at all.
+    #[test]
+    fn a_retry_leaves_out_partitions_lost_since_the_first_attempt() {
+        let (lost, kept) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
+        for lose in [vec![lost.clone()], vec![lost.clone(), kept.clone()]] {
+            let pipeline = Arc::new(Pipeline::new(None, None, None, None));
+            pipeline
+                .state()
+                .assigned
+                .extend([lost.clone(), kept.clone()]);
+            let seen = Arc::new(Mutex::new(Vec::new()));
+            let sink = LosesDuringPut {
+                pipeline: pipeline.clone(),
+                lose: lose.clone(),
+                seen: seen.clone(),
+            };
+            let worker = worker(Box::new(sink), &pipeline);
+            let (jobs, rx) = std::sync::mpsc::channel();
+            jobs.send(Job::Put {
+                batches: [&lost, &kept]
+                    .map(|tp| RecordBatch {
+                        tp: tp.clone(),
+                        records: vec![cairn_engine::Record::with_value(0, "v")],
+                    })
+                    .to_vec(),
+                poll_us: 0,
+                bytes: 1,
+            })
+            .unwrap();
+            drop(jobs);
+            worker.run(rx);
+            assert!(!pipeline.failed.load(Ordering::Acquire), "the run failed");
+            let seen = seen.lock().unwrap().clone();
+            let s = pipeline.state();
+            if lose.len() == 1 {
+                assert_eq!(
+                    seen,
+                    vec![vec![lost.clone(), kept.clone()], vec![kept.clone()]]
+                );
+                assert_eq!(s.consumed, BTreeMap::from([(kept.clone(), 1)]));
+                assert_eq!(s.stats.puts, 1);
+            } else {
+                assert_eq!(seen, vec![vec![lost.clone(), kept.clone()]], "not retried");
+                assert!(s.consumed.is_empty());
+                assert_eq!(s.stats.puts, 0);
+            }
+        }
     }
 
     /// A put failing retriably is not retried once the run failed: the
