@@ -477,13 +477,21 @@ pub struct Taken<'m> {
     _message: PhantomData<&'m rd::rd_kafka_message_t>,
 }
 
-impl Taken<'_> {
-    fn raw(&self) -> &rd::rd_kafka_message_t {
-        // SAFETY: valid for the taker's call, which this borrow cannot
-        // outlive (`take` destroys the message after it).
-        unsafe { self.m.as_ref() }
-    }
+/// One field of a [`Taken`]'s message, read through its pointer, never
+/// through a reference to the whole struct: its `err` may hold a code the
+/// bindings' enum has no variant for (see [`Taken::error`]), and a
+/// reference to a struct holding one is undefined behaviour (until the
+/// night of 2026-12-04 the other fields were read through one).
+macro_rules! field {
+    ($taken:expr, $name:ident) => {
+        // SAFETY: the message is valid for the taker's call, which the
+        // `Taken` borrowed cannot outlive (`take` destroys the message
+        // after it); the field is a plain C value of its declared type.
+        unsafe { std::ptr::addr_of!((*$taken.m.as_ptr()).$name).read() }
+    };
+}
 
+impl Taken<'_> {
     /// The error this message carries instead of a record, as rust-rdkafka's
     /// `poll` would give it.
     ///
@@ -502,7 +510,7 @@ impl Taken<'_> {
         };
         match crate::librdkafka::error_code(code)? {
             rdkafka::error::RDKafkaErrorCode::PartitionEOF => {
-                Some(KafkaError::PartitionEOF(self.raw().partition))
+                Some(KafkaError::PartitionEOF(field!(self, partition)))
             }
             e => Some(KafkaError::MessageConsumption(e)),
         }
@@ -538,11 +546,11 @@ impl Taken<'_> {
 
     /// The value, if any (an error's is its description).
     pub fn payload(&self) -> Option<&[u8]> {
-        self.bytes(self.raw().payload, self.raw().len)
+        self.bytes(field!(self, payload), field!(self, len))
     }
 
     fn key(&self) -> Option<&[u8]> {
-        self.bytes(self.raw().key, self.raw().key_len)
+        self.bytes(field!(self, key), field!(self, key_len))
     }
 
     fn timestamp(&self) -> (TimestampType, i64) {
@@ -607,7 +615,7 @@ impl Taken<'_> {
 
     /// The record's topic ("" for an error without one).
     pub fn topic(&self) -> &str {
-        let rkt = self.raw().rkt;
+        let rkt = field!(self, rkt);
         if rkt.is_null() {
             // Only an error can lack a topic; never archived.
             return "";
@@ -623,12 +631,12 @@ impl Taken<'_> {
 
     /// The record's partition.
     pub fn partition(&self) -> i32 {
-        self.raw().partition
+        field!(self, partition)
     }
 
     /// The record's offset (an error's: where it happened, if it says).
     pub fn offset(&self) -> i64 {
-        self.raw().offset
+        field!(self, offset)
     }
 
     /// The record as the archive stores it, or why it cannot be: headers
@@ -645,7 +653,7 @@ impl Taken<'_> {
     ) -> std::result::Result<Record, String> {
         let (timestamp_type, timestamp_ms) = self.timestamp();
         Ok(Record {
-            offset: self.raw().offset,
+            offset: field!(self, offset),
             timestamp_type,
             timestamp_ms,
             key: self.key().map(&mut copy),
