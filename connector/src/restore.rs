@@ -440,14 +440,13 @@ pub fn restore_until_split(
             // Finished: every record sent was acknowledged (a report that
             // never came leaves its records unconfirmed).
             let finished = sent.get(&p.target).is_some_and(|&n| n == d.acked);
+            let none_written = none_written(queued_to.contains(&p.target), flushed.is_ok(), &d);
             let st = match standing(starts[&p.target], finished, &d) {
-                // Nothing handed to librdkafka for a target whose records
-                // are all gone: it is as empty as before, and --resume would
-                // refuse it (no last record). (One sent, even unacknowledged,
-                // may be there: --resume reads it.)
-                Standing::Resume(o)
-                    if !queued_to.contains(&p.target) && emptied.contains(&p.target) =>
-                {
+                // Nothing written to a target whose records are all gone:
+                // it is as empty as before, and --resume would refuse it
+                // (no last record). (One sent, even unacknowledged, may be
+                // there: --resume reads it.)
+                Standing::Resume(o) if none_written && emptied.contains(&p.target) => {
                     Standing::AppendFrom(o)
                 }
                 st => st,
@@ -605,6 +604,15 @@ fn foreign_in_span(d: &PartitionDeliveries) -> Option<(i64, i64, u64)> {
     // beside it: the span holds at least the placed ones, at most all.
     let placed = d.acked - d.unplaced;
     (!(placed..=d.acked).contains(&held)).then_some((first, last, held))
+}
+
+/// Whether nothing of a run was written to a target partition: nothing
+/// was handed to librdkafka for it (`queued`), or all of it was purged
+/// from librdkafka's queue unsent (since the night of 2026-12-04): once
+/// the flush ended well every record handed over has its report, and none
+/// was acknowledged or failed otherwise.
+fn none_written(queued: bool, flushed: bool, d: &PartitionDeliveries) -> bool {
+    !queued || (flushed && d.acked == 0 && d.refused == d.purged_unsent)
 }
 
 /// Where a partition stands after a run.
@@ -1231,6 +1239,14 @@ fn check_count(
 ) -> Result<()> {
     let first_archived = match first.archived {
         Some(a) if record_at(engine, source, a)?.is_some_and(|r| first.is(&r)) => a,
+        // Below what the archive holds now: maybe this archive's, pruned
+        // since, and then the count is the one check a gap left by an
+        // earlier restore meets. Said, not skipped quietly (until the
+        // night of 2026-12-04 at DEBUG, as for another's record).
+        Some(a) if engine.partition(source).is_some_and(|p| a < p.first_offset) => {
+            tracing::warn!(%target, first_archived = a, "--resume: the target's first record names an archived offset pruned from the archive since, so the target's records cannot be counted against the archive's: a gap an earlier restore left (its error said not to resume this partition) is not caught");
+            return Ok(());
+        }
         _ => {
             tracing::debug!(%target, "--resume: the target's first record is not this archive's: its count is not checked");
             return Ok(());
@@ -1490,6 +1506,11 @@ struct PartitionDeliveries {
     unplaced: u64,
     /// The lowest failed archived offset, with its error.
     first_failed: Option<Failed>,
+    /// Records whose delivery report was a failure.
+    refused: u64,
+    /// Of those, records purged from librdkafka's queue before they were
+    /// sent (`PurgeQueue`): certainly not written.
+    purged_unsent: u64,
 }
 
 #[derive(Debug, Default)]
@@ -1590,6 +1611,14 @@ impl Deliveries {
             Some(RDKafkaErrorCode::MessageTimedOut | RDKafkaErrorCode::PurgeInflight)
         ) {
             detail.push_str(REPLICAS_WAIT);
+        }
+        {
+            let mut s = self.lock();
+            let d = s.partitions.entry(target.clone()).or_default();
+            d.refused += 1;
+            if e.rdkafka_error_code() == Some(RDKafkaErrorCode::PurgeQueue) {
+                d.purged_unsent += 1;
+            }
         }
         self.fail_with(target, offset, detail, is_consequence(e));
     }
@@ -1725,6 +1754,7 @@ mod tests {
                 offset,
                 detail: "boom".into(),
             }),
+            ..Default::default()
         }
     }
 
@@ -1753,6 +1783,25 @@ mod tests {
                 "{span:?}"
             );
         }
+    }
+
+    /// A target is written to unless nothing was handed over for it, or all
+    /// of it was purged unsent with every report in.
+    #[test]
+    fn only_records_purged_unsent_leave_a_target_unwritten() {
+        let purged = |refused, purged_unsent| PartitionDeliveries {
+            refused,
+            purged_unsent,
+            ..delivered(&[], Some(0))
+        };
+        assert!(none_written(false, false, &delivered(&[], None)));
+        assert!(none_written(true, true, &purged(3, 3)));
+        assert!(
+            !none_written(true, true, &purged(3, 2)),
+            "one may be written"
+        );
+        assert!(!none_written(true, false, &purged(3, 3)), "reports missing");
+        assert!(!none_written(true, true, &delivered(&[0], None)));
     }
 
     /// A partition that failed is not judged for another producer's records
