@@ -139,6 +139,22 @@ pub fn frame_decode(data: &[u8]) {
     };
     let again = frame::encode(lsn, f.kind, f.flags, f.body);
     assert_eq!(again, bytes, "a decoded frame re-encoded to other bytes");
+    // The LSNs it accounts for (a tombstone's span, decoded), and the LSN
+    // after it: never past LSN_MAX, never wrapped (since the night of
+    // 2026-12-04; neither was fuzzed before).
+    match (f.span(), f.lsn_after(lsn)) {
+        (Ok(span), Ok(next)) => {
+            assert!(span >= 1, "a frame spans at least its own LSN");
+            assert_eq!(Some(next), lsn.checked_add(span), "the LSN after it");
+            assert!(next <= crate::keys::LSN_MAX, "past LSN_MAX");
+        }
+        (Ok(span), Err(_)) => assert!(
+            lsn.checked_add(span)
+                .is_none_or(|next| next > crate::keys::LSN_MAX),
+            "a span within LSN_MAX refused"
+        ),
+        (Err(_), after) => assert!(after.is_err(), "no span, yet an LSN after it"),
+    }
     if f.kind == FrameKind::Records && f.flags & (FLAG_MORE | FLAG_CONT) == 0 {
         if let Ok(entry) = decode_entry(f.body) {
             assert_round_trips(&entry);
@@ -321,42 +337,56 @@ enum Damage {
     },
 }
 
-/// Target `wal_recover`: write a store from the input's shape, damage its
-/// stored values, keys and watermark file as the input says, then open,
-/// read and verify it.
-pub fn wal_recover(data: &[u8], scratch: &Path) {
-    let mut input = Input::new(data);
-    let store = scratch.join("store");
-    let tps: Vec<TopicPartition> = (0..2).map(|p| TopicPartition::new("fz", p)).collect();
-    let mut written: BTreeMap<TopicPartition, Vec<Record>> = BTreeMap::new();
-    let appends = 1 + input.below(6);
-    let clean_close = input.u8().is_multiple_of(2);
-    {
-        let engine = Engine::open(small_config(&store)).expect("open a fresh store");
-        for _ in 0..appends {
-            let tp = &tps[input.below(tps.len())];
-            let count = 1 + input.below(40);
-            let value_len = 1 + input.below(300);
-            let start = written
-                .get(tp)
-                .and_then(|v| v.last())
-                .map_or(0, |r| r.offset + 1);
-            let b = batch(tp, start..start + count as i64, value_len);
-            engine.append(std::slice::from_ref(&b)).expect("append");
-            written.entry(tp.clone()).or_default().extend(b.records);
-        }
-        if clean_close {
-            engine.close().expect("close");
+impl Damage {
+    /// The kind's name, as the committed seeds `kind_<name>*` name it.
+    #[cfg(test)]
+    fn kind(&self) -> &'static str {
+        match self {
+            Damage::FlipBit { .. } => "flip_bit",
+            Damage::Truncate { .. } => "truncate",
+            Damage::SwapValues { .. } => "swap_values",
+            Damage::CopyValue { .. } => "copy_value",
+            Damage::Remove { .. } => "remove",
+            Damage::Empty { .. } => "empty",
+            Damage::FillSlot { .. } => "fill_slot",
+            Damage::Reseal { .. } => "reseal",
+            Damage::MoveKey { .. } => "move_key",
+            Damage::WatermarkFlip { .. } => "watermark_flip",
+            Damage::WatermarkMove { .. } => "watermark_move",
         }
     }
+}
+
+/// A `wal_recover` input, read: the store to write and the damage to it.
+struct RecoverPlan {
+    /// Each append: its partition's index, its record count, its values'
+    /// length.
+    appends: Vec<(usize, usize, usize)>,
+    clean_close: bool,
+    damages: Vec<Damage>,
+}
+
+/// Read a `wal_recover` input. The damage selector takes a byte modulo
+/// 16, its kinds in a fixed order, values 11 to 15 reserved for kinds to
+/// come (flips until then), so that a kind added later does not change
+/// what the committed inputs select (the selector's modulus moved from 8
+/// to 11 on 2026-12-04 and shifted every input; fixed at 16 since the
+/// night of 2026-12-04).
+fn recover_plan(data: &[u8]) -> RecoverPlan {
+    let mut input = Input::new(data);
+    let appends_count = 1 + input.below(6);
+    let clean_close = input.u8().is_multiple_of(2);
+    let appends = (0..appends_count)
+        .map(|_| {
+            let tp = input.below(2);
+            let count = 1 + input.below(40);
+            let value_len = 1 + input.below(300);
+            (tp, count, value_len)
+        })
+        .collect();
     let mut damages = Vec::new();
     while !input.is_empty() && damages.len() < 4 {
-        let d = match input.u8() % 11 {
-            0 => Damage::FlipBit {
-                key: input.u16() as usize,
-                byte: input.u16() as usize,
-                bit: input.u8() % 8,
-            },
+        let d = match input.u8() % 16 {
             1 => Damage::Truncate {
                 key: input.u16() as usize,
                 len: input.u16() as usize,
@@ -394,17 +424,79 @@ pub fn wal_recover(data: &[u8], scratch: &Path) {
                 bit: input.u8() % 8,
                 cut: input.u8().is_multiple_of(4),
             },
-            _ => Damage::WatermarkMove {
+            10 => Damage::WatermarkMove {
                 delta: input.u16() as i16,
+            },
+            // 0, and 11 to 15 until kinds of their own take them.
+            _ => Damage::FlipBit {
+                key: input.u16() as usize,
+                byte: input.u16() as usize,
+                bit: input.u8() % 8,
             },
         };
         damages.push(d);
     }
+    RecoverPlan {
+        appends,
+        clean_close,
+        damages,
+    }
+}
+
+/// The two partitions `wal_recover` writes.
+fn recover_partitions() -> Vec<TopicPartition> {
+    (0..2).map(|p| TopicPartition::new("fz", p)).collect()
+}
+
+/// Write the store `plan` describes at `store`: every append acknowledged
+/// (durable), then a close or a drop. The records written, by partition.
+fn write_planned(plan: &RecoverPlan, store: &Path) -> BTreeMap<TopicPartition, Vec<Record>> {
+    let tps = recover_partitions();
+    let mut written: BTreeMap<TopicPartition, Vec<Record>> = BTreeMap::new();
+    let engine = Engine::open(small_config(store)).expect("open a fresh store");
+    for &(tp, count, value_len) in &plan.appends {
+        let tp = &tps[tp];
+        let start = written
+            .get(tp)
+            .and_then(|v| v.last())
+            .map_or(0, |r| r.offset + 1);
+        let b = batch(tp, start..start + count as i64, value_len);
+        engine.append(std::slice::from_ref(&b)).expect("append");
+        written.entry(tp.clone()).or_default().extend(b.records);
+    }
+    if plan.clean_close {
+        engine.close().expect("close");
+    }
+    written
+}
+
+/// Target `wal_recover`: write a store from the input's shape, damage its
+/// stored values, keys and watermark file as the input says, then open,
+/// read and verify it.
+pub fn wal_recover(data: &[u8], scratch: &Path) {
+    let plan = recover_plan(data);
+    let damages = &plan.damages;
+    let store = scratch.join("store");
+    let tps = recover_partitions();
+    let written = write_planned(&plan, &store);
     // A re-sealed flip in a frame may change a record's bytes and nothing
     // else: the records read back are then compared by offset only (a
     // re-sealed index entry, summary or metadata value cannot change a
     // record's bytes, and leaves the byte-for-byte comparison on).
-    let Damaged { changed, resealed } = damage(&store, &damages);
+    let Damaged {
+        changed,
+        resealed,
+        watermark_lowered,
+        watermark_before,
+        log_end_before,
+    } = damage(&store, damages);
+    // Every record written was acknowledged: with a watermark that covers
+    // the whole log, and was not lowered or broken by the damage, an open
+    // may truncate nothing at or below it, and no acknowledged record may
+    // go missing under the cover of a truncation (until the night of
+    // 2026-12-04 any truncation excused a partition that read back short).
+    let watermark_trusted = !watermark_lowered;
+    let covers_log = watermark_before.is_some() && watermark_before >= log_end_before;
     // Each mode opens the damage as it was left: an open that succeeds
     // writes its repairs (a truncated tail, rebuilt index entries, a new
     // checkpoint), so a strict open after it would only see repaired
@@ -488,7 +580,23 @@ pub fn wal_recover(data: &[u8], scratch: &Path) {
                 got.iter().zip(want.iter()).all(|(g, w)| *g == w.offset) && got.len() <= want.len();
             reads.push((tp, whole, read_error, prefix));
         }
-        let truncated = engine.recovery_report().truncated.is_some();
+        let truncated = match &engine.recovery_report().truncated {
+            Some(t) => {
+                if let (true, Some(w)) = (watermark_trusted, watermark_before) {
+                    assert!(
+                        t.first_lsn > w,
+                        "{mode:?} truncated from LSN {} at or below the watermark {w}, which the damage left as it was (damage {damages:?})",
+                        t.first_lsn
+                    );
+                }
+                true
+            }
+            None => false,
+        };
+        // A truncation explains a partition that reads back short only
+        // where acknowledged records may lie above the watermark the open
+        // trusted: one the damage lowered or broke, or one short of the log.
+        let truncation_may_cut = truncated && (!watermark_trusted || !covers_log);
         let report = engine.verify();
         let verify_found = match &report {
             Ok(v) => !v.is_clean(),
@@ -505,9 +613,9 @@ pub fn wal_recover(data: &[u8], scratch: &Path) {
             }
             // A partition that read back short is reported: by its own
             // read, or by verify, or by the open's truncation, which cuts
-            // only a tail.
+            // only a tail, and only one above the watermark.
             assert!(
-                whole || read_error || verify_found || (truncated && prefix),
+                whole || read_error || verify_found || (truncation_may_cut && prefix),
                 "{tp}: records went missing and nothing reported it (damage {damages:?}, verify {report:?})"
             );
             // Verify reads all a read does: damage a read tripped on is
@@ -549,14 +657,24 @@ struct Damaged {
     changed: bool,
     /// A frame was changed under a CRC made to hold again.
     resealed: bool,
+    /// The watermark file was rewritten naming a lower LSN, or damaged.
+    watermark_lowered: bool,
+    /// The watermark before any damage, if there was one to read.
+    watermark_before: Option<u64>,
+    /// The LSN of the log's last frame before any damage.
+    log_end_before: Option<u64>,
 }
 
 /// Apply damage to the store's values and keys through sled, and to its
 /// watermark file.
 fn damage(dir: &Path, damages: &[Damage]) -> Damaged {
-    let none = Damaged {
+    let watermark_before = crate::watermark::read(dir).ok().flatten();
+    let mut none = Damaged {
         changed: false,
         resealed: false,
+        watermark_lowered: false,
+        watermark_before,
+        log_end_before: None,
     };
     if damages.is_empty() {
         return none;
@@ -575,6 +693,10 @@ fn damage(dir: &Path, damages: &[Damage]) -> Damaged {
             keys.push(k);
         }
     }
+    none.log_end_before = keys
+        .iter()
+        .filter_map(|k| crate::keys::parse_wal_key(k).ok())
+        .max();
     if keys.is_empty() {
         return none;
     }
@@ -585,7 +707,7 @@ fn damage(dir: &Path, damages: &[Damage]) -> Damaged {
             .map(|v| v.to_vec())
             .unwrap_or_default()
     };
-    let (mut changed, mut resealed) = (false, false);
+    let (mut changed, mut resealed, mut watermark_lowered) = (false, false, false);
     for d in damages {
         match *d {
             Damage::FlipBit { key, byte, bit } => {
@@ -679,6 +801,7 @@ fn damage(dir: &Path, damages: &[Damage]) -> Damaged {
                 }
                 std::fs::write(&path, b).expect("write the watermark file");
                 changed = true;
+                watermark_lowered = true;
             }
             Damage::WatermarkMove { delta } => {
                 let path = dir.join(crate::watermark::WATERMARK_FILE);
@@ -693,12 +816,18 @@ fn damage(dir: &Path, damages: &[Damage]) -> Damaged {
                     std::fs::write(&path, crate::watermark::encode(moved))
                         .expect("write the watermark file");
                     changed = true;
+                    watermark_lowered |= moved < lsn;
                 }
             }
         }
     }
     db.flush().expect("flush");
-    Damaged { changed, resealed }
+    Damaged {
+        changed,
+        resealed,
+        watermark_lowered,
+        ..none
+    }
 }
 
 /// `value`, stored under `key`, with one bit flipped and its checksum made
@@ -1031,5 +1160,63 @@ pub fn engine_model(data: &[u8], scratch: &Path) {
     let ops = model::ops_from_bytes(data);
     if let Err(e) = model::check(&ops, scratch) {
         panic!("engine disagrees with the model: {e}\nops: {ops:?}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The committed seeds named for a damage kind (`kind_<name>*` in
+    /// fuzz/corpus/wal_recover) select that kind, and change the store
+    /// they write; `no_damage` selects none. Every kind has one: a change
+    /// to the selector that shifts them fails here, not silently in what
+    /// the corpus replay covers (the shift to `% 11` left ten inputs with
+    /// no damage at all).
+    #[test]
+    fn each_named_seed_selects_its_damage_and_changes_the_store() {
+        let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/wal_recover");
+        let mut kinds = std::collections::BTreeSet::new();
+        let mut names: Vec<String> = std::fs::read_dir(&corpus)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("kind_"))
+            .collect();
+        names.sort();
+        for name in &names {
+            let data = std::fs::read(corpus.join(name)).unwrap();
+            let plan = recover_plan(&data);
+            let kind = plan.damages.first().map(Damage::kind).unwrap_or("none");
+            assert!(
+                name.strip_prefix("kind_")
+                    .is_some_and(|rest| rest.starts_with(kind)),
+                "{name} selects {:?}",
+                plan.damages
+            );
+            let dir = tempfile::tempdir().unwrap();
+            let store = dir.path().join("store");
+            write_planned(&plan, &store);
+            assert!(
+                damage(&store, &plan.damages).changed,
+                "{name} changed nothing"
+            );
+            kinds.insert(kind);
+        }
+        let all = [
+            "flip_bit",
+            "truncate",
+            "swap_values",
+            "copy_value",
+            "remove",
+            "empty",
+            "fill_slot",
+            "reseal",
+            "move_key",
+            "watermark_flip",
+            "watermark_move",
+        ];
+        assert_eq!(kinds, all.into_iter().collect(), "a seed for every kind");
+        let none = recover_plan(&std::fs::read(corpus.join("no_damage")).unwrap());
+        assert!(none.damages.is_empty(), "{:?}", none.damages);
     }
 }
