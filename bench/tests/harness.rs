@@ -158,6 +158,12 @@ fn assert_round(round: &serde_json::Value) {
     }
     assert_eq!(round["ratios"].as_array().unwrap().len(), 2, "{round}");
     assert!(round["floor"]["sum"]["p50_us"].as_u64().unwrap() > 0);
+    // The write alone is part of the floor's first term, never more.
+    let f = &round["floor"];
+    assert!(
+        f["write"]["p50_us"].as_u64().unwrap() <= f["fdatasync"]["p50_us"].as_u64().unwrap(),
+        "{f}"
+    );
     assert!(round["ceiling"]["records_per_s"].as_f64().unwrap() > 0.0);
     assert!(round.get("ceiling_cpu").is_some(), "{round}");
     assert!(round["kcat"]["skipped"].is_string());

@@ -731,7 +731,14 @@ pub fn ceiling(
 pub struct Floor {
     /// Bytes appended before each fdatasync: cairn's mean put size.
     pub put_bytes: usize,
+    /// The write of a put's bytes and the fdatasync that makes them
+    /// durable, timed together (an fdatasync with nothing written before
+    /// it has nothing to do): the floor's first term.
     pub fdatasync: Latency,
+    /// The write alone, its share of `fdatasync` (reported since the night
+    /// of 2026-12-04; its copy into the page cache is a part of the floor
+    /// that grows with the record size).
+    pub write: Latency,
     pub commit: Latency,
     /// The fdatasync's sample of rank i plus the commit's of rank i: each
     /// percentile is the sum of the two percentiles (hdrhistogram's
@@ -786,6 +793,7 @@ pub fn floor(
     let mut file_bytes = 0u64;
     let buf = vec![b'f'; put_bytes];
     let mut fsync_us = Vec::with_capacity(samples);
+    let mut write_us = Vec::with_capacity(samples);
     for _ in 0..samples {
         if file_bytes > 0 && file_bytes + put_bytes as u64 > FLOOR_FILE_BYTES_MAX {
             drop(f);
@@ -796,6 +804,7 @@ pub fn floor(
         file_bytes += put_bytes as u64;
         let t = Instant::now();
         f.write_all(&buf).map_err(|e| format!("floor write: {e}"))?;
+        write_us.push(t.elapsed().as_micros() as u64);
         f.sync_data().map_err(|e| format!("floor fdatasync: {e}"))?;
         fsync_us.push(t.elapsed().as_micros() as u64);
     }
@@ -845,6 +854,10 @@ pub fn floor(
     // the p99s.
     fsync_us.sort_unstable();
     commit_us.sort_unstable();
+    let mut hw = histogram();
+    for w in &write_us {
+        hw.saturating_record((*w).max(1));
+    }
     let (mut hf, mut hc, mut hs) = (histogram(), histogram(), histogram());
     for (a, b) in fsync_us.iter().zip(&commit_us) {
         hf.saturating_record((*a).max(1));
@@ -855,6 +868,7 @@ pub fn floor(
         Floor {
             put_bytes,
             fdatasync: Latency::of(&hf),
+            write: Latency::of(&hw),
             commit: Latency::of(&hc),
             sum: Latency::of(&hs),
         },

@@ -200,12 +200,40 @@ impl Throughput {
     }
 }
 
-/// One measurement that may have been skipped, with the reason.
+/// One measurement that may have been skipped (the tool is missing, or
+/// the run could not be timed), or may have failed, with the reason. A
+/// failure fails the whole command once its report is written (until the
+/// night of 2026-12-04 every failure read as a skip, and the command
+/// exited 0 with that round's figure left out of the medians).
 #[derive(Debug, Clone, Serialize)]
 #[serde(untagged)]
 pub enum Peer<T> {
     Ran(T),
     Skipped { skipped: String },
+    Failed { failed: String },
+}
+
+impl<T> Peer<T> {
+    /// The measurement, if it ran.
+    pub fn ran(&self) -> Option<&T> {
+        match self {
+            Peer::Ran(t) => Some(t),
+            Peer::Skipped { .. } | Peer::Failed { .. } => None,
+        }
+    }
+
+    /// Why there is no measurement, as the table prints it.
+    pub fn why_not(&self) -> Option<String> {
+        match self {
+            Peer::Ran(_) => None,
+            Peer::Skipped { skipped } => Some(format!("skipped: {skipped}")),
+            Peer::Failed { failed } => Some(format!("FAILED: {failed}")),
+        }
+    }
+
+    fn failed(&self) -> bool {
+        matches!(self, Peer::Failed { .. })
+    }
 }
 
 /// One record size: every round measured, the medians of their ratios,
@@ -393,8 +421,8 @@ fn round(
                     case.out,
                 )?;
                 eprintln!(
-                    "   floor: fdatasync p50 {} us + commit p50 {} us",
-                    f.fdatasync.p50_us, f.commit.p50_us
+                    "   floor: write + fdatasync p50 {} us (the write {} us) + commit p50 {} us",
+                    f.fdatasync.p50_us, f.write.p50_us, f.commit.p50_us
                 );
                 pool(&mut histograms.floor, &h);
                 floor = Some(f);
@@ -427,6 +455,7 @@ fn round(
                         Peer::Ran(run)
                     }
                     Peer::Skipped { skipped } => Peer::Skipped { skipped },
+                    Peer::Failed { failed } => Peer::Failed { failed },
                 };
                 order.push("python".to_owned());
             }
@@ -535,8 +564,8 @@ pub fn run(args: Args) -> Result<(), String> {
                     );
                     Peer::Ran(f)
                 }
-                Err(e) => Peer::Skipped {
-                    skipped: format!("{}: {e}", measure::policy_name(*policy)),
+                Err(e) => Peer::Failed {
+                    failed: format!("{}: {e}", measure::policy_name(*policy)),
                 },
             };
             footprints.push(f);
@@ -572,6 +601,22 @@ pub fn run(args: Args) -> Result<(), String> {
         args.out.join("put_to_commit.json").display(),
         args.out.join("put_to_commit_cdf.svg").display()
     );
+    let failed = report
+        .cases
+        .iter()
+        .map(|c| {
+            c.footprints.iter().filter(|f| f.failed()).count()
+                + c.rounds
+                    .iter()
+                    .filter(|r| r.kcat.failed() || r.python.failed())
+                    .count()
+        })
+        .sum::<usize>();
+    if failed > 0 {
+        return Err(format!(
+            "{failed} measurement(s) FAILED (see the table; the JSON and the plot were written, without them)"
+        ));
+    }
     Ok(())
 }
 

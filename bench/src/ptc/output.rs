@@ -98,7 +98,11 @@ pub fn table(r: &Report) {
                     f.policy,
                     f.space_amplification
                 ),
-                Peer::Skipped { skipped } => println!("{:<34} skipped: {skipped}", "footprint"),
+                Peer::Skipped { .. } | Peer::Failed { .. } => println!(
+                    "{:<34} {}",
+                    "footprint",
+                    f.why_not().unwrap_or_default()
+                ),
             }
         }
         medians_table(c);
@@ -176,8 +180,11 @@ fn round_table(c: &Round, rounds: usize) {
         None,
         Some(&c.floor.sum),
         &format!(
-            "write + fdatasync of {} B p50 {} us, commit p50 {} us",
-            c.floor.put_bytes, c.floor.fdatasync.p50_us, c.floor.commit.p50_us
+            "write + fdatasync of {} B p50 {} us (the write alone {} us), commit p50 {} us",
+            c.floor.put_bytes,
+            c.floor.fdatasync.p50_us,
+            c.floor.write.p50_us,
+            c.floor.commit.p50_us
         ),
     );
     row(
@@ -202,7 +209,9 @@ fn round_table(c: &Round, rounds: usize) {
             None,
             &k.version,
         ),
-        Peer::Skipped { skipped } => row("kcat", None, None, &format!("skipped: {skipped}")),
+        Peer::Skipped { .. } | Peer::Failed { .. } => {
+            row("kcat", None, None, &c.kcat.why_not().unwrap_or_default())
+        }
     }
     match &c.python {
         Peer::Ran(p) => row(
@@ -211,7 +220,12 @@ fn round_table(c: &Round, rounds: usize) {
             Some(&p.write_to_commit),
             &format!("write + fdatasync + sync commit; {}", p.version),
         ),
-        Peer::Skipped { skipped } => row("python loop", None, None, &format!("skipped: {skipped}")),
+        Peer::Skipped { .. } | Peer::Failed { .. } => row(
+            "python loop",
+            None,
+            None,
+            &c.python.why_not().unwrap_or_default(),
+        ),
     }
 }
 

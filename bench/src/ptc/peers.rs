@@ -140,30 +140,34 @@ pub fn kcat(brokers: &str, topic: &str, records: u64, size: usize, out: &Path) -
         },
     );
     crate::ptc::measure::remove_synced(&path);
+    // A run that did not deliver every record failed; one that did but
+    // cannot be timed is skipped, with why.
     let f = match finished {
         Ok(f) => f,
         Err(e) => {
-            return Peer::Skipped {
-                skipped: format!("kcat: {e}"),
+            return Peer::Failed {
+                failed: format!("kcat: {e}"),
             }
         }
     };
     if !f.status.success() {
-        return Peer::Skipped {
-            skipped: format!("kcat exited with {}", f.status),
+        return Peer::Failed {
+            failed: format!("kcat exited with {}", f.status),
+        };
+    }
+    if got != want {
+        return Peer::Failed {
+            failed: format!("kcat wrote {got} bytes, expected {want}"),
         };
     }
     let (Some(first), Some(first_len), Some((last_len, last))) = (f.first_byte_at, first_len, done)
     else {
         return Peer::Skipped {
-            skipped: format!("kcat wrote {got} bytes, expected {want}"),
+            skipped: format!(
+                "kcat wrote all {got} bytes, but not in a way that can be timed (no first output, or no look at its last {margin} bytes)"
+            ),
         };
     };
-    if got != want {
-        return Peer::Skipped {
-            skipped: format!("kcat wrote {got} bytes, expected {want}"),
-        };
-    }
     if done_at_exit {
         return Peer::Skipped {
             skipped: format!(
@@ -245,30 +249,31 @@ pub fn python(
         PEER_LIMIT,
     );
     crate::ptc::measure::remove_synced(&path);
+    // Installed, so anything from here on is a failure, not a skip.
     let stdout = match finished {
         Ok((f, stdout)) if f.status.success() => stdout,
         Ok((f, _)) => {
-            return Peer::Skipped {
-                skipped: format!("hand_loop.py exited with {}", f.status),
+            return Peer::Failed {
+                failed: format!("hand_loop.py exited with {}", f.status),
             }
         }
         Err(e) => {
-            return Peer::Skipped {
-                skipped: format!("hand_loop.py: {e}"),
+            return Peer::Failed {
+                failed: format!("hand_loop.py: {e}"),
             }
         }
     };
     let parsed: PythonOut = match serde_json::from_slice(&stdout) {
         Ok(p) => p,
         Err(e) => {
-            return Peer::Skipped {
-                skipped: format!("hand_loop.py output: {e}"),
+            return Peer::Failed {
+                failed: format!("hand_loop.py output: {e}"),
             }
         }
     };
     if parsed.records != records {
-        return Peer::Skipped {
-            skipped: format!(
+        return Peer::Failed {
+            failed: format!(
                 "hand_loop.py consumed {} records of {records}",
                 parsed.records
             ),

@@ -33,10 +33,7 @@ pub struct Ratios {
 impl Ratios {
     pub fn of(run: &CairnRun, kcat: &Peer<KcatRun>, python: &Peer<PythonRun>) -> Ratios {
         let rps = run.throughput.records_per_s;
-        let python = match python {
-            Peer::Ran(p) => Some(p),
-            Peer::Skipped { .. } => None,
-        };
+        let python = python.ran();
         Ratios {
             policy: run.policy.clone(),
             p50_vs_floor: run.p50_vs_floor,
@@ -44,10 +41,7 @@ impl Ratios {
             pct_of_ceiling: run.pct_of_ceiling,
             steady_pct_of_ceiling: run.steady_pct_of_ceiling,
             pct_of_disk_bandwidth: run.pct_of_disk_bandwidth,
-            vs_kcat: match kcat {
-                Peer::Ran(k) => Some(rps / k.throughput.records_per_s),
-                Peer::Skipped { .. } => None,
-            },
+            vs_kcat: kcat.ran().map(|k| rps / k.throughput.records_per_s),
             vs_python: python.map(|p| rps / p.throughput.records_per_s),
             p50_vs_python: python.and_then(|p| {
                 let (own, loop_) = (run.put_to_commit.p50()?, p.write_to_commit.p50()?);
