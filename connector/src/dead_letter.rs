@@ -161,8 +161,8 @@ impl DeadLetters {
                     // and none is now (each is waited for): this one alone
                     // does not fit it.
                     format!(
-                        "{e}: its {} bytes do not fit librdkafka's queue even when it is empty: raise -X queue.buffering.max.kbytes (or leave it at its default)",
-                        r.payload_bytes()
+                        "{e}: its value's {} bytes do not fit librdkafka's queue even when it is empty: raise -X queue.buffering.max.kbytes (or leave it at its default)",
+                        r.value.as_ref().map_or(0, Vec::len)
                     )
                 } else {
                     e.to_string()

@@ -481,7 +481,9 @@ pub struct Taken<'m> {
 /// through a reference to the whole struct: its `err` may hold a code the
 /// bindings' enum has no variant for (see [`Taken::error`]), and a
 /// reference to a struct holding one is undefined behaviour (until the
-/// night of 2026-12-04 the other fields were read through one).
+/// night of 2026-12-04 the other fields were read through one). Never for
+/// `err` itself: read as the enum, an unknown code is that same undefined
+/// behaviour ([`Taken::error`] reads it as an `int`).
 macro_rules! field {
     ($taken:expr, $name:ident) => {
         // SAFETY: the message is valid for the taker's call, which the
@@ -501,7 +503,7 @@ impl Taken<'_> {
     /// and an enum value with no variant would be undefined behaviour. Such
     /// a code is `Unknown` here; the message's payload describes it.
     pub fn error(&self) -> Option<KafkaError> {
-        // SAFETY: the message is valid for the taker's call (`raw`); `err`
+        // SAFETY: the message is valid for the taker's call (`field!`); `err`
         // is a C enum, an `int`, read as one.
         let code = unsafe {
             std::ptr::addr_of!((*self.m.as_ptr()).err)
@@ -661,4 +663,14 @@ impl Taken<'_> {
             headers: self.headers(&mut copy)?,
         })
     }
+}
+
+/// Whether librdkafka reports a produced message certainly not persisted
+/// (`rd_kafka_message_status`: never sent, as one purged from its queue
+/// before its first send), as against possibly or certainly persisted.
+/// Here because this module holds the crate's FFI to messages.
+pub(crate) fn certainly_not_persisted(m: &rdkafka::message::BorrowedMessage<'_>) -> bool {
+    // SAFETY: the message is valid for the borrow; the call only reads it.
+    let status = unsafe { rd::rd_kafka_message_status(m.ptr()) };
+    status == rd::rd_kafka_msg_status_t::RD_KAFKA_MSG_STATUS_NOT_PERSISTED
 }

@@ -467,7 +467,13 @@ pub fn restore_until_split(
             );
         }
     }
-    let interleaved = state.interleaved();
+    // Judged only with every report in: records written whose reports
+    // never came would leave holes that read as another producer's.
+    let interleaved = if flushed.is_ok() {
+        state.interleaved()
+    } else {
+        None
+    };
     // A restore cut short (failed, stopped, or met damage) says so, with
     // what is left to run, and logs the interleaving: its own error says
     // every record was delivered, which only a whole restore can say.
@@ -607,12 +613,12 @@ fn foreign_in_span(d: &PartitionDeliveries) -> Option<(i64, i64, u64)> {
 }
 
 /// Whether nothing of a run was written to a target partition: nothing
-/// was handed to librdkafka for it (`queued`), or all of it was purged
-/// from librdkafka's queue unsent (since the night of 2026-12-04): once
-/// the flush ended well every record handed over has its report, and none
-/// was acknowledged or failed otherwise.
+/// was handed to librdkafka for it (`queued`), or every record was
+/// reported failed and certainly not persisted (since the night of
+/// 2026-12-04): once the flush ended well every record handed over has its
+/// report, and none was acknowledged or may have been written.
 fn none_written(queued: bool, flushed: bool, d: &PartitionDeliveries) -> bool {
-    !queued || (flushed && d.acked == 0 && d.refused == d.purged_unsent)
+    !queued || (flushed && d.acked == 0 && d.refused == d.not_persisted)
 }
 
 /// Where a partition stands after a run.
@@ -1508,9 +1514,10 @@ struct PartitionDeliveries {
     first_failed: Option<Failed>,
     /// Records whose delivery report was a failure.
     refused: u64,
-    /// Of those, records purged from librdkafka's queue before they were
-    /// sent (`PurgeQueue`): certainly not written.
-    purged_unsent: u64,
+    /// Of those, records librdkafka reports certainly not persisted
+    /// (`rd_kafka_message_status`: never sent, as one purged from its
+    /// queue before its first send).
+    not_persisted: u64,
 }
 
 #[derive(Debug, Default)]
@@ -1596,8 +1603,9 @@ impl Deliveries {
         self.fail_with(target, offset, e.to_string(), is_consequence(e));
     }
 
-    /// A record the brokers refused (its delivery report).
-    fn refused(&self, target: &TopicPartition, offset: i64, e: &KafkaError) {
+    /// A record the brokers refused (its delivery report); `unsent`: one
+    /// librdkafka reports certainly not persisted.
+    fn refused(&self, target: &TopicPartition, offset: i64, e: &KafkaError, unsent: bool) {
         let mut detail = e.to_string();
         if e.rdkafka_error_code() == Some(RDKafkaErrorCode::MessageSizeTooLarge) {
             // The brokers refuse a whole batch, and each record in it fails
@@ -1616,8 +1624,8 @@ impl Deliveries {
             let mut s = self.lock();
             let d = s.partitions.entry(target.clone()).or_default();
             d.refused += 1;
-            if e.rdkafka_error_code() == Some(RDKafkaErrorCode::PurgeQueue) {
-                d.purged_unsent += 1;
+            if unsent {
+                d.not_persisted += 1;
             }
         }
         self.fail_with(target, offset, detail, is_consequence(e));
@@ -1718,7 +1726,11 @@ impl ProducerContext for Deliveries {
             }
             Err((e, m)) => {
                 let tp = TopicPartition::new(m.topic(), m.partition());
-                self.refused(&tp, offset, e);
+                // librdkafka's own word on whether the record may be in
+                // Kafka: a purge from the queue alone does not say (a
+                // record sent, then queued again for a retry, may be).
+                let unsent = crate::fetch::certainly_not_persisted(m);
+                self.refused(&tp, offset, e, unsent);
                 let mut s = self.lock();
                 s.failed_in_delivery = true;
             }
@@ -1785,13 +1797,13 @@ mod tests {
         }
     }
 
-    /// A target is written to unless nothing was handed over for it, or all
-    /// of it was purged unsent with every report in.
+    /// A target is written to unless nothing was handed over for it, or
+    /// every record was reported certainly not persisted, every report in.
     #[test]
-    fn only_records_purged_unsent_leave_a_target_unwritten() {
-        let purged = |refused, purged_unsent| PartitionDeliveries {
+    fn only_records_not_persisted_leave_a_target_unwritten() {
+        let purged = |refused, not_persisted| PartitionDeliveries {
             refused,
-            purged_unsent,
+            not_persisted,
             ..delivered(&[], Some(0))
         };
         assert!(none_written(false, false, &delivered(&[], None)));

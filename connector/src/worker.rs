@@ -294,7 +294,7 @@ impl Worker {
         if batches.is_empty() {
             return Ok(());
         }
-        let records: usize = batches.iter().map(|b| b.records.len()).sum();
+        let mut records: usize = batches.iter().map(|b| b.records.len()).sum();
         tracing::debug!(records, poll_us, "poll");
         let mut backoff = Duration::from_millis(10);
         let mut stop_deadline: Option<Instant> = None;
@@ -334,7 +334,7 @@ impl Worker {
                             )));
                         }
                     }
-                    tracing::warn!(%msg, retry_in_ms = backoff.as_millis() as u64, "put failed (retriable); retrying the same batch");
+                    tracing::warn!(%msg, retry_in_ms = backoff.as_millis() as u64, "put failed (retriable); retrying the same batches (less any of partitions lost meanwhile)");
                     // A backoff between attempts, not a synchronisation.
                     std::thread::sleep(backoff);
                     backoff = (backoff * 2).min(Duration::from_secs(1));
@@ -342,6 +342,7 @@ impl Worker {
                     if batches.is_empty() {
                         return Ok(());
                     }
+                    records = batches.iter().map(|b| b.records.len()).sum();
                 }
                 Err(e @ TaskError::Fatal(_)) => return Err(sink_error("put", &e)),
             }

@@ -328,9 +328,10 @@ impl Engine {
             // nothing written, and without a trusted one the mark's removal
             // could reach the disk before the copy's (until the night of
             // 2026-12-04 it synced again and removed the mark). The copy's
-            // files go, the mark stays.
+            // files go, the mark stays: their removal syncs sled's folder
+            // (perhaps the one that failed), which nothing here relies on.
             let removed = crate::removal::remove_store_files(&real);
-            tracing::error!(path = %real.display(), removed = removed.is_ok(), "a directory fsync failed during the backup: what it copied is removed as far as it could be, and the directory stays marked unfinished ({BACKUP_INCOMPLETE_FILE}), as no later fsync of it can be trusted; remove it by hand");
+            tracing::error!(path = %real.display(), removal_error = ?removed.err(), "a directory fsync failed during the backup: what it copied is removed as far as it could be, and the directory stays marked unfinished ({BACKUP_INCOMPLETE_FILE}), as no later fsync of it can be trusted; remove it by hand");
         } else if report.is_err() {
             // Still under the lock: what the backup wrote, by name (anything
             // else put there meanwhile is not the backup's to remove).

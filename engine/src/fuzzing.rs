@@ -1193,6 +1193,16 @@ mod tests {
                 "{name} selects {:?}",
                 plan.damages
             );
+            // The variant the name's suffix tells, where it tells one.
+            match plan.damages[0] {
+                Damage::WatermarkMove { delta } => {
+                    assert_eq!(delta < 0, name.ends_with("_down"), "{name}: delta {delta}")
+                }
+                Damage::WatermarkFlip { cut, .. } => {
+                    assert_eq!(cut, name.ends_with("_cut"), "{name}")
+                }
+                _ => {}
+            }
             let dir = tempfile::tempdir().unwrap();
             let store = dir.path().join("store");
             write_planned(&plan, &store);

@@ -608,8 +608,8 @@ pub fn run(args: Args) -> Result<(), String> {
             c.footprints.iter().filter(|f| f.failed()).count()
                 + c.rounds
                     .iter()
-                    .filter(|r| r.kcat.failed() || r.python.failed())
-                    .count()
+                    .map(|r| usize::from(r.kcat.failed()) + usize::from(r.python.failed()))
+                    .sum::<usize>()
         })
         .sum::<usize>();
     if failed > 0 {
