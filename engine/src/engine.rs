@@ -157,7 +157,9 @@ struct Counters {
 /// Counters and per-partition figures.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EngineStats {
-    /// Calls to `append` or `write` that wrote something.
+    /// Calls to `append` or `write` that passed their checks, including
+    /// one whose records were all dropped as redelivered (it wrote
+    /// nothing; `records_duplicate` counts those records).
     pub appends: u64,
     pub entries: u64,
     pub frames: u64,

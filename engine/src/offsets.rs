@@ -59,9 +59,16 @@ impl PartitionSummary {
             payload_bytes: f.u64(),
             next_offset_floor: f.i64(),
         };
+        // Also under a good CRC (one can be forged), as an index entry's
+        // values are: a floor below 0 no writer makes (checked since the
+        // night of 2026-12-04). A record count above next − first is not
+        // refused here: a truncation over a lost index entry writes one
+        // (tests/corruption.rs), and the store must still open for verify
+        // to name the loss; reads and verify report the count instead.
         if s.first_offset < 0
             || s.next_offset < s.first_offset
             || s.next_offset_floor > s.next_offset
+            || s.next_offset_floor < 0
         {
             return Err(CorruptionKind::SummaryMismatch {
                 detail: format!("impossible summary {s:?}"),
@@ -105,6 +112,40 @@ mod tests {
             next_offset_floor: 0,
         };
         let (k, v) = s.encode(&tp);
-        assert_eq!(PartitionSummary::decode(&k, &v).unwrap(), (tp, s));
+        assert_eq!(PartitionSummary::decode(&k, &v).unwrap(), (tp.clone(), s));
+    }
+
+    /// Values no writer makes are refused even under a good CRC: a floor
+    /// below 0, as next below first.
+    #[test]
+    fn impossible_summaries_are_refused_under_a_good_crc() {
+        let tp = TopicPartition::new("t", 0);
+        let good = PartitionSummary {
+            first_offset: 3,
+            next_offset: 10,
+            record_count: 7,
+            payload_bytes: 70,
+            next_offset_floor: 0,
+        };
+        for bad in [
+            PartitionSummary {
+                next_offset_floor: -1,
+                ..good
+            },
+            PartitionSummary {
+                next_offset: 2,
+                next_offset_floor: 0,
+                ..good
+            },
+        ] {
+            let (k, v) = bad.encode(&tp);
+            assert!(
+                matches!(
+                    PartitionSummary::decode(&k, &v),
+                    Err(CorruptionKind::SummaryMismatch { .. })
+                ),
+                "{bad:?}"
+            );
+        }
     }
 }

@@ -247,12 +247,13 @@ impl Engine {
         // Unless a truncation ran meanwhile (it moves the stored first
         // offset), and deleted entries this scan did not see.
         if held > 0 && stored_first_offset(&self.tree, tp)? == Some(summary.first_offset) {
-            return Err(missing_index_entry(
+            return Err(count_mismatch(
                 tp,
                 format!(
                     "the index holds {} payload bytes fewer below next offset {end} than the summary's {}",
                     held, summary.payload_bytes
                 ),
+                true,
             ));
         }
         Ok(end)
@@ -374,22 +375,31 @@ fn check_index_count(tree: &sled::Tree, tp: &TopicPartition, s: &PartitionSummar
     if counted == s.record_count || stored_first_offset(tree, tp)? != Some(s.first_offset) {
         return Ok(());
     }
-    Err(missing_index_entry(
+    Err(count_mismatch(
         tp,
         format!(
             "the index counts {counted} records below next offset {}, where the summary counts {}",
             s.next_offset, s.record_count
         ),
+        counted < s.record_count,
     ))
 }
 
-/// `Corruption` at `tp`: its index counts fewer records than its summary
-/// (`counted` says how it was counted).
-fn missing_index_entry(tp: &TopicPartition, counted: String) -> crate::error::Error {
+/// `Corruption` at `tp`: its index counts other than its summary
+/// (`counted` says how it was counted; `fewer`: fewer than the summary).
+fn count_mismatch(tp: &TopicPartition, counted: String, fewer: bool) -> crate::error::Error {
+    // More than the summary counts is a stray or repeated index entry, or
+    // a summary that lags, not a missing entry (until the night of
+    // 2026-12-04 both read "missing").
+    let why = if fewer {
+        "an index entry is missing"
+    } else {
+        "the index holds an entry the summary does not count"
+    };
     crate::error::Error::corruption(
         crate::verify::partition_location(tp),
         crate::error::CorruptionKind::SummaryMismatch {
-            detail: format!("{counted}: an index entry is missing (cairn verify lists where)"),
+            detail: format!("{counted}: {why} (cairn verify lists where)"),
         },
     )
 }
@@ -419,12 +429,13 @@ impl RecordIter {
         {
             return Ok(());
         }
-        Err(missing_index_entry(
+        Err(count_mismatch(
             &self.tp,
             format!(
                 "read {} records below next offset {}, where the summary counts {}",
                 c.yielded, self.end, c.expected
             ),
+            c.yielded < c.expected,
         ))
     }
 
