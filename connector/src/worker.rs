@@ -638,8 +638,12 @@ mod tests {
         }
     }
 
-    /// [`HandedIsSafe`], keeping the partitions each put was handed.
-    struct SeesPuts(Arc<Mutex<Vec<TopicPartition>>>);
+    /// [`HandedIsSafe`], keeping the partitions each put was handed; with
+    /// `lose`, its first put loses those partitions and fails retriably.
+    struct SeesPuts {
+        seen: Arc<Mutex<Vec<Vec<TopicPartition>>>>,
+        lose: Option<(Arc<Pipeline>, Vec<TopicPartition>)>,
+    }
 
     impl SinkTask for SeesPuts {
         fn open(
@@ -649,8 +653,12 @@ mod tests {
             HandedIsSafe.open(p)
         }
         fn put(&mut self, batches: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
-            let mut seen = self.0.lock().unwrap();
-            seen.extend(batches.iter().map(|b| b.tp.clone()));
+            let mut seen = self.seen.lock().unwrap();
+            seen.push(batches.iter().map(|b| b.tp.clone()).collect());
+            if let (1, Some((pipeline, lose))) = (seen.len(), &self.lose) {
+                pipeline.drop_partitions(lose);
+                return Err(TaskError::Retriable("broker busy".into()));
+            }
             HandedIsSafe.put(batches)
         }
         fn pre_commit(
@@ -681,7 +689,11 @@ mod tests {
             .extend([lost.clone(), kept.clone()]);
         pipeline.drop_partitions(std::slice::from_ref(&lost));
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let worker = worker(Box::new(SeesPuts(seen.clone())), &pipeline);
+        let sink = SeesPuts {
+            seen: seen.clone(),
+            lose: None,
+        };
+        let worker = worker(Box::new(sink), &pipeline);
         let (jobs, rx) = std::sync::mpsc::channel();
         let records = |n: i64| {
             (0..n)
@@ -706,44 +718,13 @@ mod tests {
         drop(jobs);
         worker.run(rx);
         assert!(!pipeline.failed.load(Ordering::Acquire), "the run failed");
-        assert_eq!(*seen.lock().unwrap(), vec![kept.clone()], "the sink's puts");
+        assert_eq!(
+            *seen.lock().unwrap(),
+            vec![vec![kept.clone()]],
+            "the sink's puts"
+        );
         let s = pipeline.state();
         assert_eq!(s.consumed, BTreeMap::from([(kept, 10)]));
-    }
-
-    /// Loses `lose` during its first put, which fails retriably; records
-    /// the partitions of every put.
-    struct LosesDuringPut {
-        pipeline: Arc<Pipeline>,
-        lose: Vec<TopicPartition>,
-        seen: Arc<Mutex<Vec<Vec<TopicPartition>>>>,
-    }
-
-    impl SinkTask for LosesDuringPut {
-        fn open(
-            &mut self,
-            p: &[TopicPartition],
-        ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
-            HandedIsSafe.open(p)
-        }
-        fn put(&mut self, batches: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
-            let mut seen = self.seen.lock().unwrap();
-            seen.push(batches.iter().map(|b| b.tp.clone()).collect());
-            if seen.len() == 1 {
-                self.pipeline.drop_partitions(&self.lose);
-                return Err(TaskError::Retriable("broker busy".into()));
-            }
-            HandedIsSafe.put(batches)
-        }
-        fn pre_commit(
-            &mut self,
-            consumed: &BTreeMap<TopicPartition, i64>,
-        ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
-            HandedIsSafe.pre_commit(consumed)
-        }
-        fn close(&mut self, p: &[TopicPartition]) -> Result<(), TaskError> {
-            HandedIsSafe.close(p)
-        }
     }
 
     /// A partition lost while a put that failed retriably waits to retry
@@ -760,10 +741,9 @@ mod tests {
                 .assigned
                 .extend([lost.clone(), kept.clone()]);
             let seen = Arc::new(Mutex::new(Vec::new()));
-            let sink = LosesDuringPut {
-                pipeline: pipeline.clone(),
-                lose: lose.clone(),
+            let sink = SeesPuts {
                 seen: seen.clone(),
+                lose: Some((pipeline.clone(), lose.clone())),
             };
             let worker = worker(Box::new(sink), &pipeline);
             let (jobs, rx) = std::sync::mpsc::channel();
