@@ -616,9 +616,11 @@ fn foreign_in_span(d: &PartitionDeliveries) -> Option<(i64, i64, u64)> {
 /// was handed to librdkafka for it (`queued`), or every record was
 /// reported failed and certainly not persisted (since the night of
 /// 2026-12-04): once the flush ended well every record handed over has its
-/// report, and none was acknowledged or may have been written.
+/// report, and none was acknowledged or may have been written (at least
+/// one report is asked for: records handed over and never reported on are
+/// not taken as unwritten, however the flush ended).
 fn none_written(queued: bool, flushed: bool, d: &PartitionDeliveries) -> bool {
-    !queued || (flushed && d.acked == 0 && d.refused == d.not_persisted)
+    !queued || (flushed && d.acked == 0 && d.refused > 0 && d.refused == d.not_persisted)
 }
 
 /// Where a partition stands after a run.
@@ -1814,6 +1816,7 @@ mod tests {
         );
         assert!(!none_written(true, false, &purged(3, 3)), "reports missing");
         assert!(!none_written(true, true, &delivered(&[0], None)));
+        assert!(!none_written(true, true, &purged(0, 0)), "no report at all");
     }
 
     /// A partition that failed is not judged for another producer's records
