@@ -161,8 +161,10 @@ impl DeadLetters {
                     // and none is now (each is waited for): this one alone
                     // does not fit it.
                     format!(
-                        "{e}: its value's {} bytes do not fit librdkafka's queue even when it is empty: raise -X queue.buffering.max.kbytes (or leave it at its default)",
-                        r.value.as_ref().map_or(0, Vec::len)
+                        "{e}: its value's {}",
+                        crate::librdkafka::too_big_for_queue(
+                            r.value.as_ref().map_or(0, |v| v.len() as u64)
+                        )
                     )
                 } else {
                     e.to_string()

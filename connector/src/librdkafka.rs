@@ -264,6 +264,13 @@ pub(crate) fn message_timeout_ms(kafka: &BTreeMap<String, String>) -> Option<u64
         .and_then(|(_, v)| v.parse().ok())
 }
 
+/// Why a record librdkafka's producer refused as `QueueFull` with nothing
+/// else queued is refused: `bytes` alone do not fit the queue. Restore's
+/// sends and the dead letters say it alike.
+pub(crate) fn too_big_for_queue(bytes: u64) -> String {
+    format!("{bytes} bytes do not fit librdkafka's queue even when it is empty: raise -X queue.buffering.max.kbytes (or leave it at its default)")
+}
+
 /// librdkafka's log lines as rust-rdkafka's default context logs them.
 pub(crate) fn log_to_tracing(level: RDKafkaLogLevel, fac: &str, message: &str) {
     match level {

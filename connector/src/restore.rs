@@ -1473,10 +1473,9 @@ fn send(
                 // count only when its report is served (below): an empty
                 // queue now was empty when the send was refused.
                 if producer.in_flight_count() == 0 {
-                    return Err(Unsent::TooBigForQueue(format!(
-                        "{} bytes do not fit librdkafka's queue even when it is empty: raise -X queue.buffering.max.kbytes (or leave it at its default)",
-                        r.payload_bytes()
-                    )));
+                    return Err(Unsent::TooBigForQueue(
+                        crate::librdkafka::too_big_for_queue(r.payload_bytes()),
+                    ));
                 }
                 // Serves reports for the whole 10 ms (a timeout above zero
                 // keeps rust-rdkafka's poll serving until it ends).
