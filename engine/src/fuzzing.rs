@@ -495,7 +495,6 @@ pub fn wal_recover(data: &[u8], scratch: &Path) {
     // may truncate nothing at or below it, and no acknowledged record may
     // go missing under the cover of a truncation (until the night of
     // 2026-12-04 any truncation excused a partition that read back short).
-    let watermark_trusted = !watermark_lowered;
     let covers_log = watermark_before.is_some() && watermark_before >= log_end_before;
     // Each mode opens the damage as it was left: an open that succeeds
     // writes its repairs (a truncated tail, rebuilt index entries, a new
@@ -582,7 +581,7 @@ pub fn wal_recover(data: &[u8], scratch: &Path) {
         }
         let truncated = match &engine.recovery_report().truncated {
             Some(t) => {
-                if let (true, Some(w)) = (watermark_trusted, watermark_before) {
+                if let (false, Some(w)) = (watermark_lowered, watermark_before) {
                     assert!(
                         t.first_lsn > w,
                         "{mode:?} truncated from LSN {} at or below the watermark {w}, which the damage left as it was (damage {damages:?})",
@@ -596,7 +595,7 @@ pub fn wal_recover(data: &[u8], scratch: &Path) {
         // A truncation explains a partition that reads back short only
         // where acknowledged records may lie above the watermark the open
         // trusted: one the damage lowered or broke, or one short of the log.
-        let truncation_may_cut = truncated && (!watermark_trusted || !covers_log);
+        let truncation_may_cut = truncated && (watermark_lowered || !covers_log);
         let report = engine.verify();
         let verify_found = match &report {
             Ok(v) => !v.is_clean(),

@@ -234,6 +234,15 @@ impl<T> Peer<T> {
     fn failed(&self) -> bool {
         matches!(self, Peer::Failed { .. })
     }
+
+    /// The measurement through `f`, a skip or failure as it was.
+    fn map<U>(self, f: impl FnOnce(T) -> U) -> Peer<U> {
+        match self {
+            Peer::Ran(t) => Peer::Ran(f(t)),
+            Peer::Skipped { skipped } => Peer::Skipped { skipped },
+            Peer::Failed { failed } => Peer::Failed { failed },
+        }
+    }
 }
 
 /// One record size: every round measured, the medians of their ratios,
@@ -442,21 +451,18 @@ fn round(
                 order.push("kcat".to_owned());
             }
             Step::Python => {
-                python = match peers::python(
+                python = peers::python(
                     case.brokers,
                     case.topic,
                     records,
                     case.size,
                     python_batch(args.batch_records_max, case.size),
                     case.out,
-                ) {
-                    Peer::Ran((run, h)) => {
-                        pool(&mut histograms.python, &h);
-                        Peer::Ran(run)
-                    }
-                    Peer::Skipped { skipped } => Peer::Skipped { skipped },
-                    Peer::Failed { failed } => Peer::Failed { failed },
-                };
+                )
+                .map(|(run, h)| {
+                    pool(&mut histograms.python, &h);
+                    run
+                });
                 order.push("python".to_owned());
             }
         }
