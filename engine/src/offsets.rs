@@ -112,7 +112,7 @@ mod tests {
             next_offset_floor: 0,
         };
         let (k, v) = s.encode(&tp);
-        assert_eq!(PartitionSummary::decode(&k, &v).unwrap(), (tp.clone(), s));
+        assert_eq!(PartitionSummary::decode(&k, &v).unwrap(), (tp, s));
     }
 
     /// Values no writer makes are refused even under a good CRC: a floor
