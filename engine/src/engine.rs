@@ -97,7 +97,7 @@ pub struct Engine {
 }
 
 /// State owned by the writer lock.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct WriteState {
     pub next_lsn: u64,
     /// Number of sled batches applied; the group-commit ticket.
@@ -1025,6 +1025,13 @@ impl Engine {
             .partitions
             .get(tp)
             .map(|s| s.next_offset)
+    }
+
+    /// A copy of the write state: the crash-shape fuzz target
+    /// (`fuzzing::wal_crash`) rebuilds from it what a store held before a
+    /// write that a crash cut short.
+    pub(crate) fn write_state_copy(&self) -> WriteState {
+        lock_to_read(&self.write).clone()
     }
 
     pub(crate) fn durable_view(&self) -> Arc<DurableView> {

@@ -20,6 +20,10 @@
 //!   and a partition's records read back in increasing offsets, never one
 //!   twice; and a partition that reads back differently from what was
 //!   written is reported by its read, the open's truncation, or verify.
+//! - `wal_crash`: a store as a process crash leaves it (durable appends,
+//!   unsynced writes, the last cut after any of its inserts) opens, keeps
+//!   exactly what it must and truncates exactly the torn entry, verifies
+//!   clean and takes appends (`fuzzing/crash.rs`).
 //! - `engine_model`: arbitrary operation sequences agree with an in-memory
 //!   model after every step (see [`model`]).
 //! - `small_decode`: the small values (index entries, summaries, the
@@ -1155,6 +1159,9 @@ pub mod model {
 
 /// Target `engine_model`: the input decodes to operations checked against
 /// the model.
+mod crash;
+pub use crash::wal_crash;
+
 pub fn engine_model(data: &[u8], scratch: &Path) {
     let ops = model::ops_from_bytes(data);
     if let Err(e) = model::check(&ops, scratch) {
