@@ -13,10 +13,12 @@
 //!   sink (`CommitTracker::record_pre_commit` panics otherwise).
 //! - After a fatal error no put runs and no commit is sent: puts handed over
 //!   are dropped, flushes are refused.
-//! - A retriable put error retries the same batch (with a capped backoff)
-//!   until it succeeds, a fatal error, the run fails, or its stop's
-//!   deadline; a batch is never skipped, because later records would then
-//!   be committed past it.
+//! - A retriable put error retries the put (with a capped backoff) until it
+//!   succeeds, a fatal error, the run fails, or its stop's deadline; a
+//!   batch is never skipped, because later records would then be committed
+//!   past it. Each retry leaves out the batches of partitions lost since
+//!   the last attempt (never handed to the sink again), and one left with
+//!   none is not made.
 //! - A failed flush, open, start, close or stop fails the run before its
 //!   reply: no `pre_commit` runs after a failed one, nor after any other
 //!   call the sink failed.
