@@ -516,9 +516,43 @@ impl FileConfig {
     pub fn load(path: &std::path::Path) -> Result<FileConfig> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| ConnectorError::Config(format!("{}: {e}", path.display())))?;
-        toml::from_str(&text)
-            .map_err(|e| ConnectorError::Config(format!("{}: {e}", path.display())))
+        toml::from_str(&text).map_err(|e| {
+            ConnectorError::Config(format!(
+                "{}: {}",
+                path.display(),
+                shown_parse_error(&text, &e)
+            ))
+        })
     }
+}
+
+/// toml's parse error as an error message may show it: toml quotes the
+/// line it failed on, and a line that names a credential (a
+/// `"sasl.password"` above the `[kafka]` header, a bad escape in its
+/// value, the key given twice) would put the secret on stderr and in the
+/// journal, as `librdkafka::shown` keeps flags from doing. Such a line is
+/// left out, its line and column named instead (since the night of
+/// 2026-12-04; before, it was printed).
+fn shown_parse_error(text: &str, e: &toml::de::Error) -> String {
+    let Some(span) = e.span() else {
+        return e.to_string();
+    };
+    // Every line the span touches, from the start of the first.
+    let start = text[..span.start.min(text.len())]
+        .rfind('\n')
+        .map_or(0, |i| i + 1);
+    let end = text[span.end.min(text.len())..]
+        .find('\n')
+        .map_or(text.len(), |i| span.end.min(text.len()) + i);
+    if !crate::librdkafka::names_a_credential(&text[start..end]) {
+        return e.to_string();
+    }
+    let line = text[..start].matches('\n').count() + 1;
+    let column = text[start..span.start.min(text.len())].chars().count() + 1;
+    format!(
+        "TOML parse error at line {line}, column {column}: {} (the line is not shown: it names a credential)",
+        e.message().trim_end()
+    )
 }
 
 /// The pruner's check interval when `--retain` is set and it is not.
@@ -682,6 +716,38 @@ retain-bytes = "50GiB"
             f.commit.unwrap().parse::<CommitPolicy>().unwrap(),
             CommitPolicy::Interval(Duration::from_millis(100))
         );
+    }
+
+    /// A file toml cannot parse is refused naming the place, and a line
+    /// naming a credential is not quoted (toml's own message quotes it).
+    #[test]
+    fn a_parse_error_on_a_credential_line_does_not_show_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cairn.toml");
+        for (text, line) in [
+            // A bad escape in the secret.
+            ("[kafka]\n\"sasl.password\" = \"pa\\ss-hunter2\"\n", 2),
+            // Above the table's header: an unknown key of the file.
+            (
+                "brokers = \"b:1\"\n\"sasl.password\" = \"hunter2\"\n[kafka]\n",
+                2,
+            ),
+            // Given twice.
+            (
+                "[kafka]\n\"sasl.password\" = \"x\"\n\"sasl.password\" = \"hunter2\"\n",
+                3,
+            ),
+        ] {
+            std::fs::write(&path, text).unwrap();
+            let e = FileConfig::load(&path).unwrap_err().to_string();
+            assert!(!e.contains("hunter2"), "{e}");
+            assert!(e.contains(&format!("line {line}")), "{e}");
+            assert!(e.contains("not shown"), "{e}");
+        }
+        // Other lines are quoted as toml quotes them.
+        std::fs::write(&path, "group = \"g\"\nbrokers = b:1\n").unwrap();
+        let e = FileConfig::load(&path).unwrap_err().to_string();
+        assert!(e.contains("brokers = b:1"), "{e}");
     }
 
     /// A topic named twice is refused (subscribed once, it hides a typo
