@@ -99,12 +99,16 @@ impl SelectArgs {
 
 /// The `-X` flags as settings, refusing one name given twice with two
 /// values: the last would win without a word, where one property under two
-/// names is refused (`librdkafka::refuse_two_names`).
+/// names is refused (`librdkafka::refuse_two_names`). Two values are two
+/// texts: `librdkafka::same_value`, which reads `1` as `true` and `01` as
+/// `1`, is for cairn's own booleans and numbers, and would pass a string
+/// property (a password `0123`, then `123`) given twice (until the night
+/// of 2026-12-04 it did).
 pub(crate) fn kafka_flags(flags: Vec<(String, String)>) -> crate::Result<BTreeMap<String, String>> {
     let mut settings: BTreeMap<String, String> = BTreeMap::new();
     for (k, v) in flags {
         if let Some(prev) = settings.get(&k) {
-            if !crate::librdkafka::same_value(&v, prev) {
+            if v != *prev {
                 return Err(crate::ConnectorError::Config(format!(
                     "-X {} and -X {}: one property given twice with two values; give it once",
                     crate::librdkafka::shown(&k, prev),
@@ -295,5 +299,13 @@ mod tests {
         let e = crate::config::parse_kv("sasl.password:hunter2").unwrap_err();
         assert!(!e.contains("hunter2"), "{e}");
         assert!(super::kafka_flags(flags(&[("linger.ms", "5"), ("linger.ms", "5")])).is_ok());
+        // Two texts are two values, even where a number or a boolean would
+        // read the same: a string property's are not the same.
+        for (a, b) in [("0123", "123"), ("1", "true")] {
+            let e = super::kafka_flags(flags(&[("ssl.key.password", a), ("ssl.key.password", b)]))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("one property given twice"), "{e}");
+        }
     }
 }
