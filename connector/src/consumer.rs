@@ -762,6 +762,7 @@ pub fn preflight<X: ConsumerContext, C: Consumer<X>>(
         if let Some(e) = unavailable {
             return Err(ConnectorError::TopicUnavailable {
                 topic: t.clone(),
+                named_by: format!(" (given to {flag})"),
                 brokers: cfg.brokers.clone(),
                 why: rdkafka::error::RDKafkaErrorCode::from(e).to_string(),
             });

@@ -39,9 +39,13 @@ pub enum ConnectorError {
     },
     /// A topic the brokers list with an error of its own: it exists (or
     /// is being created), but cannot be read from yet.
-    #[error("topic {topic:?} on {brokers} cannot be used now: Kafka answered {why} for it (a topic still being created, or partitions without a leader); run again once the topic has settled")]
+    #[error("topic {topic:?}{named_by} on {brokers} cannot be used now: Kafka answered {why} for it (a topic still being created, or partitions without a leader); run again once the topic has settled")]
     TopicUnavailable {
         topic: String,
+        /// What named it, as ` (given to --dead-letter-topic)` or ` (topics
+        /// set in FILE)`, as `UnknownTopic`'s next step names it (since the
+        /// night of 2026-12-04).
+        named_by: String,
         brokers: String,
         why: String,
     },
@@ -190,6 +194,12 @@ pub enum ConnectorError {
     },
     #[error("sink failed: {0}")]
     Sink(String),
+    /// A step of a command outside the sink and the loop failed (the
+    /// first retention pass of a run, before it archives; installing the
+    /// signal handlers; joining the run's thread): the message names it.
+    /// Until the night of 2026-12-04 these read "sink failed".
+    #[error("{0}")]
+    Failed(String),
     /// A thread of the loop panicked (an invariant assertion, a sink's or
     /// an embedder's observer's panic): the run stopped, and nothing more
     /// was committed.

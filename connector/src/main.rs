@@ -108,6 +108,7 @@ fn main() -> ExitCode {
         _ => "info,librdkafka=warn",
     };
     init_tracing(cli.log_format, default_filter);
+    let log_format = cli.log_format;
     quiet_poisoned_drop_panics();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -136,7 +137,14 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e}");
+            match log_format {
+                LogFormat::Text => eprintln!("error: {e}"),
+                // One JSON line like every other: a shipper that reads
+                // stderr as JSON lines would drop a plain one, and it is
+                // the line that says why the exit was not 0 (until the
+                // night of 2026-12-04 it was plain text).
+                LogFormat::Json => tracing::error!(error = %e, "cairn stopped"),
+            }
             match e {
                 // Interrupted, as asked: the shell's convention for SIGINT.
                 cairn_connector::ConnectorError::StoppedWaiting { .. } => ExitCode::from(130),

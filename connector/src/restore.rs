@@ -899,6 +899,7 @@ fn target_topic<'m>(
         if crate::librdkafka::topic_not_ready(err) {
             return Err(ConnectorError::TopicUnavailable {
                 topic: topic.to_owned(),
+                named_by: " (the restore's target)".to_owned(),
                 brokers: cfg.brokers.clone(),
                 why: RDKafkaErrorCode::from(err).to_string(),
             });

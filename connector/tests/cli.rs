@@ -237,12 +237,35 @@ fn a_topic_kafka_cannot_serve_yet_is_named_as_such() {
     ]);
     assert_eq!(code, 1, "{err}");
     assert!(
-        err.contains("topic \"settling\"")
+        err.contains("topic \"settling\" (given to --topics)")
             && err.contains("cannot be used now")
             && err.contains("eader not available"),
         "{err}"
     );
     assert!(!err.contains("does not exist"), "{err}");
+    // Named by the config file: said so (since the night of 2026-12-04,
+    // as for a topic that does not exist).
+    let file = dir.path().join("cairn.toml");
+    std::fs::write(&file, "topics = [\"settling\"]\n").unwrap();
+    let (code, _, err) = cairn(&[
+        "run",
+        "--brokers",
+        &brokers,
+        "--group",
+        "settling-group",
+        "--config",
+        file.to_str().unwrap(),
+        "--data",
+        dir.path().join("archive").to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(&format!(
+            "topic \"settling\" (topics set in {}) on",
+            file.display()
+        )) && err.contains("cannot be used now"),
+        "{err}"
+    );
 }
 
 /// `status` refuses an empty `--brokers` or `--group` at once, as `run`
@@ -2578,5 +2601,39 @@ fn a_restore_asks_kafka_before_it_opens_the_archive() {
     assert!(
         files_of(dir.path()) == before,
         "the archive's files changed"
+    );
+}
+
+/// With `--log-format json` the error a command stops on is a JSON line
+/// like every other on stderr (before the night of 2026-12-04 it was plain
+/// text, which a shipper reading JSON lines drops); as text it is the
+/// usual `error:` line.
+#[test]
+fn the_stopping_error_follows_the_log_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-archive");
+    let missing = missing.to_str().unwrap();
+    let (code, _, err) = cairn(&["--log-format", "json", "export", "--data", missing]);
+    assert_eq!(code, 1, "{err}");
+    let lines: Vec<serde_json::Value> = err
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
+        .collect();
+    let stop = lines
+        .iter()
+        .find(|v| v["fields"]["message"] == "cairn stopped")
+        .unwrap_or_else(|| panic!("{err}"));
+    assert_eq!(stop["level"], "ERROR", "{err}");
+    assert!(
+        stop["fields"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("no-archive")),
+        "{err}"
+    );
+    let (code, _, err) = cairn(&["export", "--data", missing]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("error: ") && err.contains("no-archive"),
+        "{err}"
     );
 }

@@ -412,7 +412,7 @@ fn a_target_topic_kafka_cannot_serve_yet_is_named_as_such() {
         Err(e @ ConnectorError::TopicUnavailable { .. }) => {
             let m = e.to_string();
             assert!(
-                m.contains("topic \"settling\"")
+                m.contains("topic \"settling\" (the restore's target)")
                     && m.contains("cannot be used now")
                     && m.contains("eader not available"),
                 "{m}"

@@ -372,21 +372,36 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
     let made_above = missing_ancestors(&cfg.data);
     let data = cfg.data.clone();
     let dead_letter_topic = cfg.dead_letter_topic.clone();
+    // A topic the file named is said to be set there.
+    let set_in = |topic: &String| {
+        file_keys.said(if dead_letter_topic.as_ref() == Some(topic) {
+            "dead-letter-topic"
+        } else {
+            "topics"
+        })
+    };
     let ran = archive(cfg).await.map_err(|e| match e {
         ConnectorError::UnknownTopic {
             topic,
             brokers,
             next_step,
+        } => ConnectorError::UnknownTopic {
+            next_step: format!("{next_step}{}", set_in(&topic)),
+            topic,
+            brokers,
+        },
+        ConnectorError::TopicUnavailable {
+            topic,
+            named_by,
+            brokers,
+            why,
         } => {
-            let set_in = file_keys.said(if dead_letter_topic.as_ref() == Some(&topic) {
-                "dead-letter-topic"
-            } else {
-                "topics"
-            });
-            ConnectorError::UnknownTopic {
+            let set_in = set_in(&topic);
+            ConnectorError::TopicUnavailable {
+                named_by: if set_in.is_empty() { named_by } else { set_in },
                 topic,
                 brokers,
-                next_step: format!("{next_step}{set_in}"),
+                why,
             }
         }
         e => e,
@@ -474,7 +489,12 @@ async fn archive(cfg: RunConfig) -> Result<(ExitCode, u64)> {
                 on_failure,
                 stop.clone(),
             )
-            .map_err(|e| ConnectorError::Sink(e.to_string()))?;
+            .map_err(|e| {
+                let (crate::task::TaskError::Fatal(m) | crate::task::TaskError::Retriable(m)) = e;
+                ConnectorError::Failed(format!(
+                    "{m} (the first retention pass, before archiving began: nothing was archived or committed)"
+                ))
+            })?;
     }
     // Served once retention's first pass (synchronous, in `with_retention`)
     // is done: a live verify or backup arriving meanwhile would hold that
@@ -485,7 +505,7 @@ async fn archive(cfg: RunConfig) -> Result<(ExitCode, u64)> {
     })));
     let report = tokio::task::spawn_blocking(move || run_pipeline(&cfg, sink, opts))
         .await
-        .map_err(|e| ConnectorError::Sink(format!("pipeline thread: {e}")))??;
+        .map_err(|e| ConnectorError::Failed(format!("the run's thread failed: {e}")))??;
     let h = &report.put_to_commit_us;
     tracing::info!(
         records = report.stats.records_written,
@@ -518,7 +538,7 @@ impl Signals {
     /// command's error.
     pub fn for_command() -> crate::Result<Signals> {
         Signals::install()
-            .map_err(|e| ConnectorError::Sink(format!("cannot install signal handlers: {e}")))
+            .map_err(|e| ConnectorError::Failed(format!("cannot install signal handlers: {e}")))
     }
 
     pub fn install() -> std::io::Result<Signals> {
@@ -588,6 +608,24 @@ fn remove_unused_archive(data: &Path) {
 /// the folder it is bound in), only a fresh filesystem's `lost+found` is
 /// allowed.
 fn refuse_foreign_dir(data: &std::path::Path) -> Result<()> {
+    // `new/..` (a folder not there yet, then up out of it) would read as
+    // new below, and the open would make `new` and start the archive in
+    // the directory above it, whatever that holds: refused, naming the
+    // folder (since the night of 2026-12-04).
+    let mut walked = std::path::PathBuf::new();
+    for c in data.components() {
+        if c == std::path::Component::ParentDir
+            && !walked.as_os_str().is_empty()
+            && std::fs::symlink_metadata(&walked).is_err()
+        {
+            return Err(ConnectorError::Config(format!(
+                "--data {}: goes up out of {}, which does not exist; name the archive's directory without it",
+                data.display(),
+                walked.display()
+            )));
+        }
+        walked.push(c);
+    }
     if holds_archive(data) {
         return Ok(());
     }
@@ -634,6 +672,30 @@ mod tests {
     use std::time::Duration;
 
     use clap::Parser;
+
+    /// `--data new/..` is refused before anything is made: it reads as a
+    /// new directory, and the open would make `new` and archive into the
+    /// directory above, whatever it holds. `..` out of a folder that is
+    /// there is that folder's parent, checked as any other.
+    #[test]
+    fn data_that_goes_up_out_of_a_missing_folder_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("notes.txt"), "not an archive").unwrap();
+        let e = super::refuse_foreign_dir(&dir.path().join("new").join(".."))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("goes up out of") && e.contains("new"), "{e}");
+        assert!(!dir.path().join("new").exists());
+        std::fs::create_dir(dir.path().join("there")).unwrap();
+        let e = super::refuse_foreign_dir(&dir.path().join("there").join(".."))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("(it holds notes.txt, there)"), "{e}");
+        let empty = tempfile::tempdir().unwrap();
+        std::fs::create_dir(empty.path().join("there")).unwrap();
+        let e = super::refuse_foreign_dir(&empty.path().join("there").join("..").join("new"));
+        assert!(e.is_ok(), "{e:?}");
+    }
 
     use super::RunArgs;
     use crate::config::{OnOversize, RunConfig};
