@@ -311,8 +311,9 @@ fn read_back(engine: &Engine, what: &str) -> BTreeMap<TopicPartition, Vec<Record
     out
 }
 
-/// The records kept, compared partition by partition (a failure names the
-/// first offset that differs, not two dumps of records).
+/// The records kept, compared partition by partition: their offsets first
+/// (a failure shows two lists of numbers, not two dumps of records), then
+/// their bytes.
 fn assert_kept(
     got: &BTreeMap<TopicPartition, Vec<Record>>,
     want: &BTreeMap<TopicPartition, Vec<Record>>,
