@@ -669,6 +669,27 @@ const END_ERROR_BYTES_MAX: usize = 10 << 10;
 
 /// Cuts `s` to at most `max` bytes (at a character's boundary), marked
 /// with `mark`, if it is longer.
+/// `value`'s `Debug` text, formatting stopped once it is past `max` bytes
+/// and cut there, marked.
+fn debug_clipped(value: &impl std::fmt::Debug, max: usize) -> String {
+    struct Upto(String, usize);
+    impl std::fmt::Write for Upto {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            self.0.push_str(s);
+            // An error ends the formatting: the rest is never made.
+            if self.0.len() > self.1 {
+                Err(std::fmt::Error)
+            } else {
+                Ok(())
+            }
+        }
+    }
+    let mut text = Upto(String::new(), max);
+    let _ = std::fmt::write(&mut text, format_args!("{value:?}"));
+    clip(&mut text.0, max, "…");
+    text.0
+}
+
 fn clip(s: &mut String, max: usize, mark: &str) {
     if s.len() > max {
         let mut cut = max;
@@ -794,34 +815,41 @@ fn serve(conn: UnixStream, id: u64, engine: &Engine, shared: &Shared) {
         },
         Ok(req) => {
             // A monitor polling status would fill the log at INFO; and a
-            // request may be up to 16 MiB long: logged cut to 512 bytes.
-            let mut said = format!("{req:?}");
-            clip(&mut said, 512, "…");
+            // request may be up to 16 MiB long: logged cut to 512 bytes,
+            // formatted no further (a whole one's text was tens of MB).
+            let said = debug_clipped(&req, 512);
             if matches!(req, Request::Status) {
                 tracing::debug!(req = %said, "live read");
             } else {
                 tracing::info!(req = %said, "live read");
             }
-            let writes = matches!(req, Request::Prune { dry_run: false, .. });
-            // Only a prune that poisoned the engine itself stops the run
+            // Only a request that poisoned the engine itself stops the run
             // for it: one that found it poisoned (a failed put) did not.
             let was_poisoned = engine.is_poisoned();
-            // A panic (a bug) is answered as the request's error, not left
-            // to end the thread with its client told the run is stopping.
-            // One in a prune's truncation poisons the engine (the engine's
-            // own guard), so the run stops for it below.
+            // A panic is answered as the request's error, not left to end
+            // the thread with its client told nothing. It poisons the
+            // engine, and the run stops below: it may be sled's, on damage
+            // to its own files it does not handle (its reads run inside
+            // sled), after which what sled holds in memory is not to be
+            // flushed, as a stopped archive's command poisons its engine
+            // then (`read_unpanicked`); a bug cannot be told from it. One
+            // in a prune's truncation poisons the engine by the engine's
+            // own guard. (Until the night of 2026-12-04 only a prune's
+            // stopped the run; any other was answered and the run went on
+            // writing through that sled.)
             let exit = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 answer(&req, engine, stop, &shared.backing_up, &mut out)
             }))
             .unwrap_or_else(|payload| {
                 let what = cairn_engine::panic_message(&*payload);
-                tracing::error!(panic = %what, "a live request panicked");
+                engine.poison_after_caught_panic("live read", what);
                 Err(ConnectorError::Live(format!(
-                    "the running cairn failed serving this request (a bug: {what})"
+                    "the running cairn failed serving this request: it panicked ({what}): damage in sled's own files that sled does not handle, or a bug; the archive's engine is poisoned and the run stops, committing nothing more (once it has stopped, cairn verify --data {} says what it can)",
+                    engine.config().path.display()
                 )))
             });
-            if writes && !was_poisoned && engine.is_poisoned() {
-                shared.stop_run("a live prune left the engine poisoned");
+            if !was_poisoned && engine.is_poisoned() {
+                shared.stop_run(&format!("a live {} left the engine poisoned", req.name()));
             }
             // What was written goes out before the end, also after an
             // error (a prune's lines for the partitions it did).
@@ -1703,43 +1731,54 @@ mod tests {
         server.stop();
     }
 
-    /// A panic while serving (a bug) reaches the client as the request's
-    /// error (a verify's "could not check", 2), and the server goes on
-    /// serving; a panic in a prune's truncation poisons the engine, and
-    /// the run stops, as for one in the run's own pruner.
+    /// A panic while serving (sled's on damage to its own files, or a bug)
+    /// reaches the client as the request's error (a verify's "could not
+    /// check", 2), poisons the engine and stops the run, whatever the
+    /// request: what sled left in memory is not flushed (since the night
+    /// of 2026-12-04; before, only a prune's stopped the run, and the
+    /// others' went on writing through that sled). A panic in a prune's
+    /// truncation poisons it by the engine's own guard.
     #[test]
-    fn a_panic_serving_a_request_is_answered_as_an_error() {
-        let dir = tempfile::tempdir().unwrap();
-        let data = dir.path().join(PANICS_SERVING);
-        let e = engine(&data);
-        let stopped = Arc::new(AtomicBool::new(false));
-        let hook = stopped.clone();
-        let on_poisoned: OnPoisoned = Box::new(move || hook.store(true, Ordering::SeqCst));
-        let server = LiveServer::start_with(e.clone(), Some(on_poisoned)).unwrap();
+    fn a_panic_serving_a_request_poisons_the_engine_and_stops_the_run() {
         let prune = |dry_run| Request::Prune {
             selection: Selection::default(),
             cut: crate::cli::prune::Cut::Offset(2),
             dry_run,
         };
-        for (req, exit) in [(Request::Status, 1), (Request::Verify, 2), (prune(true), 1)] {
+        let requests = [
+            (Request::Status, 1),
+            (Request::Verify, 2),
+            (prune(true), 1),
+            (prune(false), 1),
+        ];
+        for (i, (req, exit)) in requests.into_iter().enumerate() {
+            let dir = tempfile::tempdir().unwrap();
+            let data = dir.path().join(i.to_string()).join(PANICS_SERVING);
+            let e = engine(&data);
+            let stopped = Arc::new(AtomicBool::new(false));
+            let hook = stopped.clone();
+            let on_poisoned: OnPoisoned = Box::new(move || hook.store(true, Ordering::SeqCst));
+            let server = LiveServer::start_with(e.clone(), Some(on_poisoned)).unwrap();
             let (end, out) = ask(&data, &req);
             assert_eq!(end.exit, exit, "{req:?}: {end:?}");
             let error = end.error.unwrap();
-            assert!(error.contains("a bug: injected by the test"), "{error}");
+            assert!(
+                error.contains("it panicked (injected by the test)")
+                    && error.contains("the run stops"),
+                "{error}"
+            );
             assert!(out.is_empty());
+            assert!(e.is_poisoned(), "{req:?}");
+            assert!(stopped.load(Ordering::SeqCst), "{req:?}: the run stops");
+            // A request that finds the engine poisoned already is not
+            // blamed.
+            stopped.store(false, Ordering::SeqCst);
+            ask(&data, &prune(false));
+            ask(&data, &Request::Status);
+            assert!(!stopped.load(Ordering::SeqCst));
+            server.stop();
+            assert_eq!(Arc::strong_count(&e), 1, "a thread kept the engine");
         }
-        assert!(!stopped.load(Ordering::SeqCst), "no request that writes");
-        assert!(!e.is_poisoned());
-        let (end, _) = ask(&data, &prune(false));
-        assert_eq!(end.exit, 1, "{end:?}");
-        assert!(e.is_poisoned(), "the truncation panicked");
-        assert!(stopped.load(Ordering::SeqCst), "and the run stops");
-        // A prune that finds the engine poisoned already is not blamed.
-        stopped.store(false, Ordering::SeqCst);
-        ask(&data, &prune(false));
-        assert!(!stopped.load(Ordering::SeqCst));
-        server.stop();
-        assert_eq!(Arc::strong_count(&e), 1, "a thread kept the engine");
     }
 
     /// An archive at `data`, served, and a verify asked of it: the

@@ -216,4 +216,49 @@ fn an_open_that_panics_is_an_error_naming_the_archive() {
             other => panic!("{argv:?}: expected the read's panic as an error, got {other:?}"),
         }
     }
+    // A panic in sled's reads while a running archive serves them (a live
+    // export): an error, the engine poisoned as a stopped archive's is,
+    // and the run told to stop (since the night of 2026-12-04; before, it
+    // went on writing through that sled).
+    let e = std::sync::Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
+    let stopped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let hook = stopped.clone();
+    let server = cairn_connector::live::LiveServer::start_with(
+        e.clone(),
+        Some(Box::new(move || {
+            hook.store(true, std::sync::atomic::Ordering::SeqCst)
+        })),
+    )
+    .unwrap();
+    let export = {
+        use clap::Parser;
+        let cli = cairn_connector::cli::Cli::try_parse_from([
+            "cairn",
+            "export",
+            "--data",
+            d,
+            "--output",
+            out.to_str().unwrap(),
+        ])
+        .unwrap();
+        let cairn_connector::cli::Command::Export(a) = cli.command else {
+            unreachable!()
+        };
+        fail::cfg(cairn_engine::FAILPOINT_READ_FILL, "panic(sled lost a page)").unwrap();
+        let result = tokio::runtime::Runtime::new()
+            .unwrap()
+            .block_on(cairn_connector::cli::export::run(a));
+        fail::remove(cairn_engine::FAILPOINT_READ_FILL);
+        result
+    };
+    // The answer's error is printed by the command (its text is checked
+    // in live.rs's tests); the exit is the export's failure.
+    assert_eq!(export.unwrap(), std::process::ExitCode::from(1));
+    assert_eq!(std::fs::read(&out).unwrap(), b"kept");
+    assert!(e.is_poisoned(), "the live read's panic poisons the engine");
+    assert!(
+        stopped.load(std::sync::atomic::Ordering::SeqCst),
+        "and stops the run"
+    );
+    server.stop();
 }

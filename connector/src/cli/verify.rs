@@ -103,11 +103,17 @@ pub(crate) fn serve(
     );
     let mut text = Vec::new();
     // A panic in sled's reads is damage found, as for the stopped archive
-    // (until the night of 2026-12-04 the live one answered exit 2).
+    // (until the night of 2026-12-04 the live one answered exit 2). The
+    // engine is poisoned, as the stopped archive's is: what sled left in
+    // memory is not to be flushed; the server then stops the run (since
+    // the night of 2026-12-04; before, the run went on writing).
     let verified =
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| engine.verify_unless(stop)));
     let exit = match verified {
-        Err(payload) => panicked(&label, &*payload, &mut text),
+        Err(payload) => {
+            engine.poison_after_caught_panic("live verify", cairn_engine::panic_message(&*payload));
+            panicked(&label, &*payload, &mut text)
+        }
         Ok(Ok(r)) => report(&label, &r, &mut text),
         // A page of sled's log it could not read: damage, as the verify of
         // the stopped archive reports it, not a failure to check.
