@@ -673,6 +673,10 @@ mod tests {
 
     use clap::Parser;
 
+    use super::RunArgs;
+    use crate::config::{OnOversize, RunConfig};
+    use crate::error::Result;
+
     /// `--data new/..` is refused before anything is made: it reads as a
     /// new directory, and the open would make `new` and archive into the
     /// directory above, whatever it holds. `..` out of a folder that is
@@ -696,10 +700,6 @@ mod tests {
         let e = super::refuse_foreign_dir(&empty.path().join("there").join("..").join("new"));
         assert!(e.is_ok(), "{e:?}");
     }
-
-    use super::RunArgs;
-    use crate::config::{OnOversize, RunConfig};
-    use crate::error::Result;
 
     #[derive(clap::Parser)]
     struct Cli {
