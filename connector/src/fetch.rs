@@ -559,8 +559,12 @@ impl Taken<'_> {
         let mut kind = rd::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;
         // SAFETY: the message is live.
         let ts = unsafe { rd::rd_kafka_message_timestamp(self.m.as_ptr(), &mut kind) };
+        // The type as librdkafka reports it, whatever the time: a record a
+        // broker up-converted from the oldest format is a create time of
+        // -1, as a Java client reports it too (until the night of
+        // 2026-12-04 any -1 was archived as no timestamp at all). Reads
+        // and retention treat every time below 0 as none either way.
         match kind {
-            _ if ts == -1 => (TimestampType::NotAvailable, -1),
             rd::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_CREATE_TIME => {
                 (TimestampType::CreateTime, ts)
             }
