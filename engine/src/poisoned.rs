@@ -290,8 +290,11 @@ fn store_files(cfg: &EngineConfig) -> io::Result<Vec<PathBuf>> {
             }
         }
     }
+    // Only a regular file, not through a link: a FIFO under its name
+    // would block this open for ever (the open refuses it after, naming
+    // it; since the night of 2026-12-04).
     let watermark = cfg.path.join(crate::watermark::WATERMARK_FILE);
-    if watermark.exists() {
+    if std::fs::symlink_metadata(&watermark).is_ok_and(|m| m.is_file()) {
         files.push(watermark);
     }
     Ok(files)

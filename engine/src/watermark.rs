@@ -85,10 +85,23 @@ fn io_err(op: &'static str, path: &Path) -> impl FnOnce(io::Error) -> Error {
     move |source| Error::Io { op, path, source }
 }
 
-/// `options` opened at `path`, refusing a symbolic link there (ELOOP).
+/// `options` opened at `path`, refusing a symbolic link there (ELOOP)
+/// and anything but a regular file: a FIFO put under the name would
+/// otherwise hang every open of the store, holding its lock, until
+/// something wrote to it (O_NONBLOCK opens it at once, to be refused; it
+/// changes nothing for a regular file). Since the night of 2026-12-04.
 fn no_follow(options: &mut std::fs::OpenOptions, path: &Path) -> io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
-    options.custom_flags(libc::O_NOFOLLOW).open(path)
+    let file = options
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file (the watermark is one; something else was put under its name)",
+        ));
+    }
+    Ok(file)
 }
 
 /// Read the watermark of the store at `dir`, if it has one.

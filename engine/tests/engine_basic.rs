@@ -907,6 +907,41 @@ fn the_watermark_files_are_never_opened_through_a_link() {
     assert_eq!(std::fs::read(&victim).unwrap(), b"not the store's");
 }
 
+/// A FIFO in place of the watermark refuses the open at once, naming the
+/// file, where it hung every open (holding the store's lock) until
+/// something wrote to it (since the night of 2026-12-04).
+#[test]
+fn a_fifo_in_place_of_the_watermark_refuses_the_open_at_once() {
+    let (dir, _tp) = closed_store_of_ten();
+    let durable = dir.path().join(cairn_engine::watermark::WATERMARK_FILE);
+    std::fs::remove_file(&durable).unwrap();
+    // Made in-process, as the poison mark's test makes its FIFO.
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &durable,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    match Engine::open(EngineConfig::new(dir.path())) {
+        Err(cairn_engine::Error::Io { path, source, .. }) => {
+            assert_eq!(path, durable);
+            assert!(
+                source.to_string().contains("not a regular file"),
+                "{source}"
+            );
+        }
+        other => panic!("expected the FIFO refused, got {:?}", other.map(|_| ())),
+    }
+    let v = cairn_engine::verify_store(&EngineConfig::new(dir.path()));
+    assert!(
+        v.is_err(),
+        "the stopped verify refuses it too: {:?}",
+        v.map(|_| ())
+    );
+}
+
 /// An open engine keeps its open mark until it is closed, or dropped after
 /// a sync that succeeded. One left by an engine of this boot that stopped
 /// without either (what a kill leaves: put back here by hand, since this
