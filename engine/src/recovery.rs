@@ -900,6 +900,9 @@ fn check_indexed_partitions(
     let mut indexed: BTreeSet<TopicPartition> = indexed_partitions(tree)?.into_iter().collect();
     indexed.extend(rebuilt.values().map(|(tp, _)| tp.clone()));
     for tp in &indexed {
+        if let Some(s) = partitions.get(tp).filter(|_| dirty.contains(tp)) {
+            refuse_summary_below_tail(tree, tp, s, rebuilt)?;
+        }
         let summary = partitions.get(tp).filter(|_| !dirty.contains(tp));
         if summary.is_none() && !dirty.contains(tp) {
             let (at, kind) = crate::verify::missing_summary(tp);
@@ -949,6 +952,61 @@ fn check_indexed_partitions(
         }
     }
     Ok(())
+}
+
+/// Refuses the stored summary of a partition the tail wrote to (`dirty`:
+/// recovery extends it with the tail's entries, from its next offset on)
+/// where it disagrees with the index entries below its next offset, read as
+/// the repairs will leave them: the newest of them must end just below it
+/// while it counts records, and there is none while it counts nothing. A
+/// summary is written after the entries it counts and before any later
+/// write's, so no crash leaves another shape; a damaged one would be
+/// extended as it stands (a tail entry straddling its next offset skipped,
+/// entries below it left uncounted) and written back, the partition's next
+/// offset then below records it holds, which a run would archive again.
+/// (Until the night of 2026-12-04 only a summary the tail did not touch was
+/// checked, by `check_indexed_partitions`.)
+fn refuse_summary_below_tail(
+    tree: &sled::Tree,
+    tp: &TopicPartition,
+    s: &PartitionSummary,
+    rebuilt: &Rebuilt,
+) -> Result<()> {
+    let end = keys::index_key(tp, s.next_offset.max(0));
+    let stored = tree
+        .range(keys::index_prefix(tp)..end.clone())
+        .next_back()
+        .transpose()
+        .map_err(store_err("scan index"))?;
+    let fresh = rebuilt.range(keys::index_prefix(tp)..end).next_back();
+    let below = match (stored, fresh) {
+        (Some((k, _)), Some((rk, (_, e)))) if rk.as_slice() >= k.as_ref() => Some(*e),
+        (Some(item), _) => Some(index_item(Ok(item))?.1),
+        (None, Some((_, (_, e)))) => Some(*e),
+        (None, None) => None,
+    };
+    let mismatch = match below {
+        Some(e) if s.record_count == 0 => Some(format!(
+            "summary counts no records (next offset {}), but an index entry below that ends at offset {}: the summary is damaged, or the entry is stray (cairn verify lists where)",
+            s.next_offset, e.last_offset
+        )),
+        Some(e) if e.last_offset.saturating_add(1) != s.next_offset => Some(format!(
+            "summary next offset {} with {} records, but the index entry below it ends at offset {}: the summary is damaged, or index entries are lost or stray (cairn verify lists where)",
+            s.next_offset, s.record_count, e.last_offset
+        )),
+        None if s.record_count > 0 => Some(format!(
+            "summary counts {} records below offset {}, but the partition has no index entry below it: the summary is damaged, or index entries are lost (cairn verify lists where)",
+            s.record_count, s.next_offset
+        )),
+        _ => None,
+    };
+    match mismatch {
+        Some(detail) => Err(Error::corruption(
+            crate::verify::partition_location(tp),
+            CorruptionKind::SummaryMismatch { detail },
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Index entries rebuilt from the log, not yet written: by key, with

@@ -567,6 +567,73 @@ fn a_summary_the_index_does_not_bear_out_is_refused() {
     }
 }
 
+/// The same damage to a summary when a crashed write of its partition is
+/// in the recovery tail (its frames and index entry there, its summary not
+/// yet written: recovery extends the stored summary with the tail's
+/// entries): refused too. Before the night of 2026-12-04 such a summary
+/// was extended as it stood and written back, with the tail entry that
+/// straddles its next offset skipped, or the entries below it left
+/// uncounted, the open succeeding with the partition's next offset below
+/// records it holds. The crash alone opens, its entry counted.
+#[test]
+fn a_damaged_summary_is_refused_under_a_crashed_write_of_its_partition() {
+    use cairn_engine::offsets::PartitionSummary;
+    type Forge = fn(&mut PartitionSummary);
+    let cases: [(Forge, Option<&str>); 3] = [
+        (|_| {}, None),
+        (
+            |s| {
+                s.next_offset += 5;
+                s.next_offset_floor = s.next_offset;
+            },
+            Some("summary next offset 35 with 30 records, but the index entry below it ends at offset 39"),
+        ),
+        (
+            |s| {
+                s.record_count = 0;
+                s.payload_bytes = 0;
+                s.first_offset = s.next_offset;
+            },
+            Some("summary counts no records (next offset 30), but an index entry below that ends at offset 29"),
+        ),
+    ];
+    for (forge, want) in cases {
+        let (dir, tp) = store();
+        let key = cairn_engine::keys::partition_key(&tp);
+        let before = with_raw_tree(dir.path(), |t| t.get(&key).unwrap().unwrap());
+        let watermark =
+            std::fs::read(dir.path().join(cairn_engine::watermark::WATERMARK_FILE)).unwrap();
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        e.append(&[batch(&tp, 30..40, 20)]).unwrap();
+        drop(e);
+        // The crash: the append's summary not written, nor acknowledged.
+        with_raw_tree(dir.path(), |t| {
+            let (_, mut s) = PartitionSummary::decode(&key, &before).unwrap();
+            forge(&mut s);
+            let (k, v) = s.encode(&tp);
+            t.insert(k, v).unwrap();
+        });
+        std::fs::write(
+            dir.path().join(cairn_engine::watermark::WATERMARK_FILE),
+            watermark,
+        )
+        .unwrap();
+        let Some(want) = want else {
+            let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+            assert_eq!(e.durable_offset(&tp), Some(40));
+            assert_eq!(e.partition(&tp).unwrap().record_count, 40);
+            continue;
+        };
+        match open_refused(EngineConfig::new(dir.path()), want) {
+            (
+                Location::Partition { partition: 0, .. },
+                CorruptionKind::SummaryMismatch { detail },
+            ) => assert!(detail.contains(want), "{detail}"),
+            other => panic!("{want}: expected a summary mismatch, got {other:?}"),
+        }
+    }
+}
+
 /// A frame stored under the highest possible key (LSN u64::MAX) is
 /// reported by the verify of the stopped store: it was taken for "above
 /// the log", which only a live verify may skip.
