@@ -26,7 +26,9 @@
 //!   error (the kernel reports a writeback error to every descriptor open
 //!   on the file). That panic is caught: cairn counts on neither that write
 //!   nor that fsync, nothing is acknowledged after the poisoning, and the
-//!   next open does not trust the page cache (poisoned.rs).
+//!   next open does not trust the page cache (poisoned.rs). An open that
+//!   panics (sled, on damage to its own files) counts as failed: its store
+//!   is marked and dropped guarded before the panic goes on to the caller.
 
 use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -347,7 +349,27 @@ impl Engine {
         let prior = before.poisoned.as_ref().map(|p| p.reason.clone());
         let mut lock = lock;
         let mut sled = None;
-        let opened = Self::open_store(cfg, &mut lock, before, &mut sled);
+        let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            Self::open_store(cfg, &mut lock, before, &mut sled)
+        }));
+        // A panic in the open (sled's, on damage to its own files it does
+        // not handle, or recovery's) goes on to the caller, as before, but
+        // first what a failed open does: the store is marked (the next
+        // open in this boot does not trust the page cache, as after a
+        // caught panic of a read), and sled's handles are dropped guarded
+        // (its drop fsyncs and unwraps: on a failing disk a second panic,
+        // during this one's unwind, would abort the process). Until the
+        // night of 2026-12-04 the unwind dropped them unguarded, unmarked.
+        let opened = match opened {
+            Ok(opened) => opened,
+            Err(payload) => {
+                let what = crate::error::panic_message(&*payload);
+                crate::poisoned::record(&path, "open", &format!("the open panicked: {what}"));
+                drop_failing_store(sled.take());
+                drop(lock);
+                std::panic::resume_unwind(payload);
+            }
+        };
         // An open that fails on I/O (its recovery's fsync, the watermark's)
         // may leave pages in the cache that the disk does not hold, as a
         // poisoned engine does: the next open treats the store the same way.

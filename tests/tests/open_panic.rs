@@ -44,6 +44,15 @@ fn an_open_that_panics_is_an_error_naming_the_archive() {
     let said = err.to_string();
     assert!(said.contains(&dir.path().display().to_string()), "{said}");
     assert!(said.contains("sled lost its way"), "{said}");
+    // The engine marked the store before the panic went on (since the
+    // night of 2026-12-04): the next open in this boot does not trust the
+    // page cache, and sled's handles were dropped guarded.
+    let poisoned = dir.path().join(cairn_engine::poisoned::POISON_FILE);
+    let marked = std::fs::read_to_string(&poisoned).expect("the poison mark");
+    assert!(
+        marked.contains("the open panicked: sled lost its way"),
+        "{marked}"
+    );
     // `run` and `restore` open the archive too (since 2026-12-03; before,
     // their open's panic crashed them with exit 101). They ask Kafka first
     // (since 2026-12-04): a Kafka with the topic answers, and the open's
