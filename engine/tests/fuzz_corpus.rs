@@ -100,19 +100,29 @@ fn wal_crash_corpus() {
 /// replays a run.
 #[test]
 fn wal_crash_random_inputs() {
+    random_inputs(
+        "wal_crash_random_inputs",
+        8..40,
+        cairn_engine::fuzzing::wal_crash,
+    );
+}
+
+/// `CAIRN_FUZZ_CASES` (default 60) random inputs of `len` bytes, seeded
+/// ([`cairn_engine::fuzzing::seed`]: printed, `CAIRN_SEED` replays), each
+/// through `target` in a scratch directory of its own.
+fn random_inputs(test: &str, len: std::ops::Range<usize>, target: fn(&[u8], &std::path::Path)) {
     use rand::{Rng, SeedableRng};
-    let seed = cairn_engine::fuzzing::seed("wal_crash_random_inputs");
+    let seed = cairn_engine::fuzzing::seed(test);
     let cases: usize = std::env::var("CAIRN_FUZZ_CASES")
         .ok()
         .map(|s| s.parse().expect("CAIRN_FUZZ_CASES must be a number"))
         .unwrap_or(60);
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     for case in 0..cases {
-        let len = rng.gen_range(8..40);
-        let data: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
+        let data: Vec<u8> = (0..rng.gen_range(len.clone())).map(|_| rng.gen()).collect();
         let dir = tempfile::tempdir().unwrap();
         eprintln!("case {case}: {} bytes", data.len());
-        cairn_engine::fuzzing::wal_crash(&data, dir.path());
+        target(&data, dir.path());
     }
 }
 
@@ -131,18 +141,9 @@ fn engine_model_corpus() {
 /// many; `CAIRN_SEED` replays a run.
 #[test]
 fn wal_recover_random_inputs() {
-    use rand::{Rng, SeedableRng};
-    let seed = cairn_engine::fuzzing::seed("wal_recover_random_inputs");
-    let cases: usize = std::env::var("CAIRN_FUZZ_CASES")
-        .ok()
-        .map(|s| s.parse().expect("CAIRN_FUZZ_CASES must be a number"))
-        .unwrap_or(60);
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    for case in 0..cases {
-        let len = rng.gen_range(8..200);
-        let data: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
-        let dir = tempfile::tempdir().unwrap();
-        eprintln!("case {case}: {} bytes", data.len());
-        cairn_engine::fuzzing::wal_recover(&data, dir.path());
-    }
+    random_inputs(
+        "wal_recover_random_inputs",
+        8..200,
+        cairn_engine::fuzzing::wal_recover,
+    );
 }

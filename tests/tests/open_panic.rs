@@ -142,27 +142,7 @@ fn an_open_that_panics_is_an_error_naming_the_archive() {
     let elsewhere = tempfile::tempdir().unwrap();
     let out = elsewhere.path().join("out.jsonl");
     std::fs::write(&out, b"kept").unwrap();
-    let export = {
-        use clap::Parser;
-        let cli = cairn_connector::cli::Cli::try_parse_from([
-            "cairn",
-            "export",
-            "--data",
-            d,
-            "--output",
-            out.to_str().unwrap(),
-        ])
-        .unwrap();
-        let cairn_connector::cli::Command::Export(a) = cli.command else {
-            unreachable!()
-        };
-        fail::cfg(cairn_engine::FAILPOINT_READ_FILL, "panic(sled lost a page)").unwrap();
-        let result = tokio::runtime::Runtime::new()
-            .unwrap()
-            .block_on(cairn_connector::cli::export::run(a));
-        fail::remove(cairn_engine::FAILPOINT_READ_FILL);
-        result
-    };
+    let export = export_where_reads_panic(d, &out);
     match export {
         Err(e @ ConnectorError::ReadPanicked { .. }) => {
             let said = e.to_string();
@@ -239,27 +219,7 @@ fn an_open_that_panics_is_an_error_naming_the_archive() {
         })),
     )
     .unwrap();
-    let export = {
-        use clap::Parser;
-        let cli = cairn_connector::cli::Cli::try_parse_from([
-            "cairn",
-            "export",
-            "--data",
-            d,
-            "--output",
-            out.to_str().unwrap(),
-        ])
-        .unwrap();
-        let cairn_connector::cli::Command::Export(a) = cli.command else {
-            unreachable!()
-        };
-        fail::cfg(cairn_engine::FAILPOINT_READ_FILL, "panic(sled lost a page)").unwrap();
-        let result = tokio::runtime::Runtime::new()
-            .unwrap()
-            .block_on(cairn_connector::cli::export::run(a));
-        fail::remove(cairn_engine::FAILPOINT_READ_FILL);
-        result
-    };
+    let export = export_where_reads_panic(d, &out);
     // The answer's error is printed by the command (its text is checked
     // in live.rs's tests); the exit is the export's failure.
     assert_eq!(export.unwrap(), std::process::ExitCode::from(1));
@@ -270,4 +230,31 @@ fn an_open_that_panics_is_an_error_naming_the_archive() {
         "and stops the run"
     );
     server.stop();
+}
+
+/// `cairn export --data data --output out`, with every read of sled's
+/// pages panicking (the failpoint) while it runs.
+fn export_where_reads_panic(
+    data: &str,
+    out: &std::path::Path,
+) -> cairn_connector::Result<std::process::ExitCode> {
+    use clap::Parser;
+    let cli = cairn_connector::cli::Cli::try_parse_from([
+        "cairn",
+        "export",
+        "--data",
+        data,
+        "--output",
+        out.to_str().unwrap(),
+    ])
+    .unwrap();
+    let cairn_connector::cli::Command::Export(a) = cli.command else {
+        unreachable!()
+    };
+    fail::cfg(cairn_engine::FAILPOINT_READ_FILL, "panic(sled lost a page)").unwrap();
+    let result = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(cairn_connector::cli::export::run(a));
+    fail::remove(cairn_engine::FAILPOINT_READ_FILL);
+    result
 }
