@@ -139,6 +139,17 @@ impl Request {
             Request::Backup { .. } => "backup",
         }
     }
+
+    /// The operation a panic serving it poisons the engine as.
+    fn op(&self) -> &'static str {
+        match self {
+            Request::Status => "live status",
+            Request::Export { .. } => "live export",
+            Request::Verify => "live verify",
+            Request::Prune { .. } => "live prune",
+            Request::Backup { .. } => "live backup",
+        }
+    }
 }
 
 /// How an answer ended.
@@ -160,8 +171,9 @@ pub struct LiveServer {
     accept: Option<JoinHandle<()>>,
 }
 
-/// Called when a live prune left the engine poisoned (its fsync failed, or
-/// its truncation panicked, which poisons the engine too): the run it
+/// Called when a live request left the engine poisoned (a prune's fsync
+/// failed, or any request panicked, which poisons the engine too: since
+/// the night of 2026-12-04, before which only a prune's did): the run it
 /// belongs to must stop, not only its next put. The run's clean stop then
 /// fails on the poisoned engine, with its reason, and exits non-zero.
 pub type OnPoisoned = Box<dyn Fn() + Send + Sync>;
@@ -282,8 +294,9 @@ impl LiveServer {
         Self::start_with(engine, None)
     }
 
-    /// [`start`](Self::start), calling `on_poisoned` when a live prune (the
-    /// one request that writes) leaves the engine poisoned or panics.
+    /// [`start`](Self::start), calling `on_poisoned` when a live request
+    /// leaves the engine poisoned: a prune (the one request that writes)
+    /// whose fsync failed, or any request that panicked.
     pub fn start_with(
         engine: Arc<Engine>,
         on_poisoned: Option<OnPoisoned>,
@@ -667,8 +680,6 @@ fn write_frame(w: &mut impl Write, tag: u8, body: &[u8]) -> std::io::Result<()> 
 /// six bytes (`\u0001`).
 const END_ERROR_BYTES_MAX: usize = 10 << 10;
 
-/// Cuts `s` to at most `max` bytes (at a character's boundary), marked
-/// with `mark`, if it is longer.
 /// `value`'s `Debug` text, formatting stopped once it is past `max` bytes
 /// and cut there, marked.
 fn debug_clipped(value: &impl std::fmt::Debug, max: usize) -> String {
@@ -690,6 +701,8 @@ fn debug_clipped(value: &impl std::fmt::Debug, max: usize) -> String {
     text.0
 }
 
+/// Cuts `s` to at most `max` bytes (at a character's boundary), marked
+/// with `mark`, if it is longer.
 fn clip(s: &mut String, max: usize, mark: &str) {
     if s.len() > max {
         let mut cut = max;
@@ -713,11 +726,11 @@ fn end_frame(end: &End) -> Vec<u8> {
 
 /// Answer one connection's request. The server stopping, or the client
 /// going away (its command interrupted), interrupts a verify and a backup,
-/// and a prune between its durable steps. A prune (the only request that
-/// writes to the archive) that left the engine poisoned (a failed fsync, or
-/// a panic in its truncation, which poisons it) stops the run
-/// (`on_poisoned`), as the run's own pruner stops it then: before its
-/// client is answered, so that the answer comes after.
+/// and a prune between its durable steps. A request that left the engine
+/// poisoned (a prune's failed fsync, or a panic in any request, which
+/// poisons it) stops the run (`on_poisoned`), as the run's own pruner
+/// stops it then: before its client is answered, so that the answer comes
+/// after.
 fn serve(conn: UnixStream, id: u64, engine: &Engine, shared: &Shared) {
     let request = read_request(&conn);
     // Its request is in (or refused): its place is now its own, unless it
@@ -842,14 +855,20 @@ fn serve(conn: UnixStream, id: u64, engine: &Engine, shared: &Shared) {
             }))
             .unwrap_or_else(|payload| {
                 let what = cairn_engine::panic_message(&*payload);
-                engine.poison_after_caught_panic("live read", what);
+                engine.poison_after_caught_panic(req.op(), what);
                 Err(ConnectorError::Live(format!(
                     "the running cairn failed serving this request: it panicked ({what}): damage in sled's own files that sled does not handle, or a bug; the archive's engine is poisoned and the run stops, committing nothing more (once it has stopped, cairn verify --data {} says what it can)",
                     engine.config().path.display()
                 )))
             });
+            // (Poisoned meanwhile: by this request, or by the run's own
+            // failed write beside it, which stops the run anyway; the log
+            // line blames neither.)
             if !was_poisoned && engine.is_poisoned() {
-                shared.stop_run(&format!("a live {} left the engine poisoned", req.name()));
+                shared.stop_run(&format!(
+                    "the engine was poisoned while a live {} was served",
+                    req.name()
+                ));
             }
             // What was written goes out before the end, also after an
             // error (a prune's lines for the partitions it did).

@@ -42,6 +42,9 @@ use crate::{
     TopicPartition,
 };
 
+mod crash;
+pub use crash::wal_crash;
+
 /// Reads fuzz input as a stream of small integers; zeros once exhausted.
 pub struct Input<'a> {
     data: &'a [u8],
@@ -1159,9 +1162,6 @@ pub mod model {
 
 /// Target `engine_model`: the input decodes to operations checked against
 /// the model.
-mod crash;
-pub use crash::wal_crash;
-
 pub fn engine_model(data: &[u8], scratch: &Path) {
     let ops = model::ops_from_bytes(data);
     if let Err(e) = model::check(&ops, scratch) {
