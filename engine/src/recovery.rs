@@ -883,7 +883,9 @@ fn rebuild_summary(
 ///
 /// And refuses a summary recovery does not recompute (its partition saw no
 /// write since the checkpoint) that disagrees with the index's ends, read
-/// with one index entry per partition: while it counts records, its next
+/// with one index entry per partition (one it does recompute, from the
+/// stored one on, is checked against the entry below its next offset:
+/// [`refuse_summary_below_tail`]): while it counts records, its next
 /// offset is one past its last index entry's last offset, and a summary
 /// that counts records has index entries. (Retention deletes from the
 /// oldest entry, and a summary is written after the entries it counts, so
@@ -972,19 +974,7 @@ fn refuse_summary_below_tail(
     s: &PartitionSummary,
     rebuilt: &Rebuilt,
 ) -> Result<()> {
-    let end = keys::index_key(tp, s.next_offset.max(0));
-    let stored = tree
-        .range(keys::index_prefix(tp)..end.clone())
-        .next_back()
-        .transpose()
-        .map_err(store_err("scan index"))?;
-    let fresh = rebuilt.range(keys::index_prefix(tp)..end).next_back();
-    let below = match (stored, fresh) {
-        (Some((k, _)), Some((rk, (_, e)))) if rk.as_slice() >= k.as_ref() => Some(*e),
-        (Some(item), _) => Some(index_item(Ok(item))?.1),
-        (None, Some((_, (_, e)))) => Some(*e),
-        (None, None) => None,
-    };
+    let below = index_entry_before(tree, tp, s.next_offset, rebuilt)?.map(|(_, e)| e);
     let mismatch = match below {
         Some(e) if s.record_count == 0 => Some(format!(
             "summary counts no records (next offset {}), but an index entry below that ends at offset {}: the summary is damaged, or the entry is stray (cairn verify lists where)",
@@ -1020,14 +1010,33 @@ fn newest_index_entry(
     tp: &TopicPartition,
     rebuilt: &Rebuilt,
 ) -> Result<Option<(Vec<u8>, IndexEntry)>> {
+    newest_index_entry_in(tree, tp, keys::index_prefix_end(tp), rebuilt)
+}
+
+/// [`newest_index_entry`] among those that start before `offset`.
+fn index_entry_before(
+    tree: &sled::Tree,
+    tp: &TopicPartition,
+    offset: i64,
+    rebuilt: &Rebuilt,
+) -> Result<Option<(Vec<u8>, IndexEntry)>> {
+    newest_index_entry_in(tree, tp, keys::index_key(tp, offset.max(0)), rebuilt)
+}
+
+/// The newest of `tp`'s index entries keyed below `end`, as the repairs
+/// will leave them.
+fn newest_index_entry_in(
+    tree: &sled::Tree,
+    tp: &TopicPartition,
+    end: Vec<u8>,
+    rebuilt: &Rebuilt,
+) -> Result<Option<(Vec<u8>, IndexEntry)>> {
     let stored = tree
-        .scan_prefix(keys::index_prefix(tp))
+        .range(keys::index_prefix(tp)..end.clone())
         .next_back()
         .transpose()
         .map_err(store_err("scan index"))?;
-    let fresh = rebuilt
-        .range(keys::index_prefix(tp)..keys::index_prefix_end(tp))
-        .next_back();
+    let fresh = rebuilt.range(keys::index_prefix(tp)..end).next_back();
     match (stored, fresh) {
         (Some((k, _)), Some((rk, (_, e)))) if rk.as_slice() >= k.as_ref() => {
             Ok(Some((rk.clone(), *e)))
