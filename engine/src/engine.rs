@@ -364,7 +364,11 @@ impl Engine {
             Ok(opened) => opened,
             Err(payload) => {
                 let what = crate::error::panic_message(&*payload);
-                crate::poisoned::record(&path, "open", &format!("the open panicked: {what}"));
+                let reason = match &prior {
+                    Some(prior) => format!("the open panicked: {what} (after an earlier {prior})"),
+                    None => format!("the open panicked: {what}"),
+                };
+                crate::poisoned::record(&path, "open", &reason);
                 drop_failing_store(sled.take());
                 drop(lock);
                 std::panic::resume_unwind(payload);
