@@ -544,7 +544,7 @@ fn shown_parse_error(text: &str, e: &toml::de::Error) -> String {
     let end = text[span.end.min(text.len())..]
         .find('\n')
         .map_or(text.len(), |i| span.end.min(text.len()) + i);
-    if !crate::librdkafka::names_a_credential(&text[start..end]) {
+    if !crate::librdkafka::names_a_credential(&text[start..end].to_ascii_lowercase()) {
         return e.to_string();
     }
     let line = text[..start].matches('\n').count() + 1;
