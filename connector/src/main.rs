@@ -94,6 +94,26 @@ fn as_a_crashing_child(run: bool) {
     }
 }
 
+/// The line a command stops on, in the log's format: as text `error: …`;
+/// as JSON one line shaped as the log's own (`timestamp`, `level`,
+/// `fields`, `target`), written here rather than through tracing, so that
+/// no `RUST_LOG` filter drops the line that says why the exit was not 0.
+/// (Until the night of 2026-12-04 it was plain text in both formats.)
+fn say_stopped(format: LogFormat, e: &dyn std::fmt::Display) {
+    match format {
+        LogFormat::Text => eprintln!("error: {e}"),
+        LogFormat::Json => {
+            let line = serde_json::json!({
+                "timestamp": humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string(),
+                "level": "ERROR",
+                "fields": { "message": "cairn stopped", "error": e.to_string() },
+                "target": "cairn",
+            });
+            eprintln!("{line}");
+        }
+    }
+}
+
 fn main() -> ExitCode {
     // Before any other thread starts (see the module's docs).
     cairn_connector::allocator::tune();
@@ -117,7 +137,7 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: cannot start runtime: {e}");
+            say_stopped(log_format, &format_args!("cannot start runtime: {e}"));
             return ExitCode::from(1);
         }
     };
@@ -137,14 +157,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            match log_format {
-                LogFormat::Text => eprintln!("error: {e}"),
-                // One JSON line like every other: a shipper that reads
-                // stderr as JSON lines would drop a plain one, and it is
-                // the line that says why the exit was not 0 (until the
-                // night of 2026-12-04 it was plain text).
-                LogFormat::Json => tracing::error!(error = %e, "cairn stopped"),
-            }
+            say_stopped(log_format, &e);
             match e {
                 // Interrupted, as asked: the shell's convention for SIGINT.
                 cairn_connector::ConnectorError::StoppedWaiting { .. } => ExitCode::from(130),

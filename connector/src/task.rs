@@ -300,7 +300,7 @@ impl ArchiveSink {
     /// archived all the same: the reads then wait for the run to stop.
     ///
     /// `on_poisoned` is called when a request leaves the engine poisoned (a
-    /// live prune whose fsync failed or whose truncation panicked), so that
+    /// live prune whose fsync failed, or any request that panicked), so that
     /// the run stops even when no
     /// put comes to find it out: `cairn run` sets its stop flag, and the
     /// clean stop's fsync then fails with the poisoning's reason.

@@ -2641,4 +2641,14 @@ fn the_stopping_error_follows_the_log_format() {
         err.contains("error: ") && err.contains("no-archive"),
         "{err}"
     );
+    // No log filter drops it: it is the line that says why.
+    let out = Command::new(CAIRN)
+        .args(["--log-format", "json", "export", "--data", missing])
+        .env("RUST_LOG", "off")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let line: serde_json::Value = serde_json::from_str(err.trim()).unwrap();
+    assert_eq!(line["fields"]["message"], "cairn stopped", "{err}");
 }
