@@ -44,12 +44,6 @@ impl Selection {
         }
     }
 
-    /// Whether the partition is selected.
-    pub fn wants(&self, topic: &str, partition: i32) -> bool {
-        (self.topics.is_empty() || self.topics.iter().any(|t| t == topic))
-            && self.partition.is_none_or(|p| p == partition)
-    }
-
     /// The selected partitions of `archived`. Every named topic must be in
     /// the archive, and a named partition in one of the chosen topics;
     /// `also_named` are further topic names the caller requires (restore's
@@ -60,10 +54,15 @@ impl Selection {
         also_named: &[&str],
     ) -> Result<Vec<PartitionInfo>> {
         self.check_range()?;
+        // Sets, looked up per name and per partition: a list of tens of
+        // thousands of names (`--topic`, a live request's) against as many
+        // partitions was a comparison of every pair.
+        let held_topics: std::collections::HashSet<&str> =
+            archived.iter().map(|p| p.tp.topic.as_str()).collect();
         let mut named: Vec<&str> = self.topics.iter().map(String::as_str).collect();
         named.extend_from_slice(also_named);
         for t in named {
-            if !archived.iter().any(|p| p.tp.topic == t) {
+            if !held_topics.contains(t) {
                 let mut held: Vec<String> = archived
                     .iter()
                     .map(|p| format!("{:?}", p.tp.topic))
@@ -79,9 +78,12 @@ impl Selection {
                 )));
             }
         }
-        let (chosen, others): (Vec<_>, Vec<_>) = archived
-            .into_iter()
-            .partition(|p| self.wants(&p.tp.topic, p.tp.partition));
+        let wanted: std::collections::HashSet<&str> =
+            self.topics.iter().map(String::as_str).collect();
+        let (chosen, others): (Vec<_>, Vec<_>) = archived.into_iter().partition(|p| {
+            (wanted.is_empty() || wanted.contains(p.tp.topic.as_str()))
+                && self.partition.is_none_or(|n| n == p.tp.partition)
+        });
         if let (Some(n), true) = (self.partition, chosen.is_empty()) {
             // What the chosen topics hold instead (every topic, if none
             // was named).
@@ -97,8 +99,10 @@ impl Selection {
         // A named topic without partition N would be left out without a
         // word while the others are read.
         if let Some(n) = self.partition {
+            let chosen_topics: std::collections::HashSet<&str> =
+                chosen.iter().map(|p| p.tp.topic.as_str()).collect();
             for t in &self.topics {
-                if !chosen.iter().any(|p| &p.tp.topic == t) {
+                if !chosen_topics.contains(t.as_str()) {
                     let of_t: Vec<_> = others
                         .iter()
                         .filter(|p| &p.tp.topic == t)
