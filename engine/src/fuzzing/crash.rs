@@ -59,6 +59,12 @@ struct CrashPlan {
     /// Leave the open mark as a crash does (the next open then fsyncs the
     /// store and drops its cached pages first, poisoned.rs).
     open_mark: bool,
+    /// The cut write also writes the other partition (a batch of this
+    /// record count and value length, after its own): a write of two
+    /// partitions, its entries in turn, then both summaries. Read from the
+    /// input's last bytes, so that inputs from before it (since the night
+    /// of 2026-12-04) still cut a write of one.
+    also: Option<(usize, usize)>,
 }
 
 fn crash_plan(data: &[u8]) -> CrashPlan {
@@ -75,12 +81,14 @@ fn crash_plan(data: &[u8]) -> CrashPlan {
     } else {
         0
     };
+    let also = (input.u8() % 2 == 1).then(|| (1 + input.below(40), 1 + input.below(300)));
     CrashPlan {
         acked,
         unacked,
         cut,
         watermark_back,
         open_mark: flags & 2 == 2,
+        also,
     }
 }
 
@@ -122,9 +130,9 @@ struct Crashed {
     /// The cut write left a trace a strict open refuses: some of its
     /// frames, without all of its frames, index entries and summary.
     trace: bool,
-    /// The cut write's partition and LSNs, where a strict open's refusal
+    /// The cut write's partitions and LSNs, where a strict open's refusal
     /// must point.
-    cut_tp: TopicPartition,
+    cut_tps: Vec<TopicPartition>,
     cut_lsns: std::ops::Range<u64>,
 }
 
@@ -161,10 +169,11 @@ fn crash(plan: &CrashPlan, store: &Path) -> Crashed {
         written.entry(b.tp).or_default().extend(b.records);
     }
     let before: WriteState = engine.write_state_copy();
-    let cut_batch = next_batch(&written, *last);
-    engine
-        .write(std::slice::from_ref(&cut_batch))
-        .expect("write");
+    let mut cut_batches = vec![next_batch(&written, *last)];
+    if let Some((count, value_len)) = plan.also {
+        cut_batches.push(next_batch(&written, (1 - last.0, count, value_len)));
+    }
+    engine.write(&cut_batches).expect("write");
     let after: WriteState = engine.write_state_copy();
     // A drop syncs (not a crash): the crash is made below, from sled's
     // tree and the two files.
@@ -172,29 +181,33 @@ fn crash(plan: &CrashPlan, store: &Path) -> Crashed {
 
     let db = small_config(store).open_sled().expect("open sled");
     let tree = db.open_tree("cairn").expect("open tree");
-    let tp = &cut_batch.tp;
-    let mut entries: Vec<(Vec<u8>, IndexEntry)> = tree
-        .scan_prefix(keys::index_prefix(tp))
-        .map(|kv| {
+    // The write's entries, in the order it wrote them: by LSN.
+    let mut entries: Vec<(Vec<u8>, TopicPartition, IndexEntry)> = Vec::new();
+    for b in &cut_batches {
+        for kv in tree.scan_prefix(keys::index_prefix(&b.tp)) {
             let (k, v) = kv.expect("scan");
-            let (_, e) = IndexEntry::decode(&k, &v).expect("an index entry the engine wrote");
-            (k.to_vec(), e)
-        })
-        .filter(|(_, e)| e.lsn >= before.next_lsn)
-        .collect();
-    entries.sort_by_key(|(_, e)| e.lsn);
+            let (tp, e) = IndexEntry::decode(&k, &v).expect("an index entry the engine wrote");
+            if e.lsn >= before.next_lsn {
+                entries.push((k.to_vec(), tp, e));
+            }
+        }
+    }
+    entries.sort_by_key(|(_, _, e)| e.lsn);
     let mut inserts: Vec<Insert> = slots::to_reserve(after.next_lsn, before.slots_end)
         .map(Insert::Slot)
         .collect();
     let mut lsn = before.next_lsn;
-    for (k, e) in &entries {
+    for (k, _, e) in &entries {
         assert_eq!(e.lsn, lsn, "the cut write's entries follow each other");
         inserts.extend((e.lsn..e.lsn + u64::from(e.chunks)).map(Insert::Frame));
         inserts.push(Insert::Index(k.clone()));
         lsn += u64::from(e.chunks);
     }
     assert_eq!(lsn, after.next_lsn, "the cut write's entries fill its LSNs");
-    inserts.push(Insert::Summary(tp.clone()));
+    // Its summaries after all its entries, in partition order (a map's).
+    let mut cut_tps: Vec<TopicPartition> = cut_batches.iter().map(|b| b.tp.clone()).collect();
+    cut_tps.sort();
+    inserts.extend(cut_tps.iter().cloned().map(Insert::Summary));
     if after.checkpoint_lsn != before.checkpoint_lsn {
         inserts.push(Insert::Checkpoint);
     }
@@ -244,13 +257,16 @@ fn crash(plan: &CrashPlan, store: &Path) -> Crashed {
         .max()
         .unwrap_or(before.next_lsn);
     let mut torn = None;
-    let mut kept_last = Vec::new();
-    for (_, e) in &entries {
+    for (_, tp, e) in &entries {
         let end = e.lsn + u64::from(e.chunks);
         if end <= frames_end {
-            kept_last.extend(
-                cut_batch
-                    .records
+            let records = &cut_batches
+                .iter()
+                .find(|b| &b.tp == tp)
+                .expect("an entry of the write's")
+                .records;
+            written.entry(tp.clone()).or_default().extend(
+                records
                     .iter()
                     .filter(|r| (e.first_offset..=e.last_offset).contains(&r.offset))
                     .cloned(),
@@ -259,7 +275,6 @@ fn crash(plan: &CrashPlan, store: &Path) -> Crashed {
             torn = Some((e.lsn, frames_end - e.lsn));
         }
     }
-    written.entry(tp.clone()).or_default().extend(kept_last);
 
     let watermark_path = store.join(watermark::WATERMARK_FILE);
     let mut watermark = None;
@@ -291,7 +306,7 @@ fn crash(plan: &CrashPlan, store: &Path) -> Crashed {
         watermark,
         first_undone: inserts.get(cut).map(Insert::kind),
         trace: made_frame && undid_write,
-        cut_tp: tp.clone(),
+        cut_tps,
         cut_lsns: before.next_lsn..after.next_lsn,
     }
 }
@@ -389,10 +404,10 @@ pub fn wal_crash(data: &[u8], scratch: &Path) {
         Location::Index {
             topic, partition, ..
         }
-        | Location::Partition { topic, partition } => {
-            (topic.as_str(), *partition)
-                == (crashed.cut_tp.topic.as_str(), crashed.cut_tp.partition)
-        }
+        | Location::Partition { topic, partition } => crashed
+            .cut_tps
+            .iter()
+            .any(|tp| (tp.topic.as_str(), tp.partition) == (topic.as_str(), *partition)),
         _ => false,
     };
     match Engine::open(small_config(&strict).recovery_mode(RecoveryMode::Strict)) {
