@@ -1,11 +1,11 @@
 //! Target `wal_crash`: a store as a process crash leaves it, no damage.
 //!
-//! Appends made durable, then writes never synced, the last of them cut
-//! by the crash after any of its inserts into sled. sled's log survives a
-//! crash as a prefix, so what the crash leaves is every insert of that
-//! write up to the cut and none after (engine.rs, `write`: its slots,
-//! then each entry's frames and its index entry, then its summary, then
-//! the checkpoint). The store is built as that prefix, from the whole
+//! Appends made durable, then writes never synced, the last of them (of
+//! one partition or both) cut by the crash after any of its inserts into
+//! sled. sled's log survives a crash as a prefix, so what the crash leaves
+//! is every insert of that write up to the cut and none after (engine.rs,
+//! `write`: its slots, then each entry's frames and its index entry, then
+//! its partitions' summaries, then the checkpoint). The store is built as that prefix, from the whole
 //! write and the write state before it, rather than by killing a process:
 //! every cut of every write is reachable, and each run is deterministic.
 //!
