@@ -80,6 +80,10 @@ pub struct RunStats {
     /// The clean stop's final commit failed even after retries (the same
     /// consequence as a failed revoke commit, for every partition).
     pub final_commit_failed: bool,
+    /// Partitions resumed at an assignment without Kafka's log bounds,
+    /// which could not be read (a leader moving): their resume point was
+    /// not checked against the log then (the fetch judges it instead).
+    pub resumed_unchecked: u64,
     pub first_record_at: Option<Instant>,
     pub last_put_at: Option<Instant>,
 }

@@ -446,7 +446,11 @@ impl SinkContext {
                 (Some(stored), _) if stopping => Offset::Offset(stored),
                 (Some(stored), lost_below) => {
                     let policy = s.on_offset_out_of_range;
-                    match resume_at(&mut bounds, tp, stored, lost_below, policy) {
+                    let resumed = resume_at(&mut bounds, tp, stored, lost_below, policy);
+                    if matches!(resumed, Ok((_, false))) {
+                        s.pipeline.state().stats.resumed_unchecked += 1;
+                    }
+                    match resumed {
                         // The archive's own offset, unchecked (the log's
                         // bounds were unreadable): not committed on `open`'s
                         // word alone, which could lie past the log's end

@@ -397,9 +397,12 @@ fn unreadable_log_bounds_at_assignment_do_not_stop_the_run() {
     run_to_end(&cfg, 1_000, || {});
     produce(&k.brokers, &k.topic, 1_000..2_000).unwrap();
     // More errors than the assignment's bounded reads can retry through.
-    with_request_errors(mock, RDKafkaApiKey::ListOffsets, 200, || {
+    let report = with_request_errors(mock, RDKafkaApiKey::ListOffsets, 200, || {
         run_to_end(&cfg, 2_000, || {})
     });
+    // The errors were met: the partitions resumed unchecked (before the
+    // night of 2026-12-04 nothing showed the run had met them at all).
+    assert!(report.stats.resumed_unchecked >= 3, "{:?}", report.stats);
     let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
     check_archive(&engine, &k.topic, 2_000).unwrap();
     assert_committed_equals_durable(&k, "bounds-group", &engine, "resumed and committed");

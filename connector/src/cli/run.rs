@@ -517,6 +517,7 @@ async fn archive(cfg: RunConfig) -> Result<(ExitCode, u64)> {
         dead_lettered = report.stats.records_dead_lettered,
         oversize_skipped = report.stats.records_oversize_skipped,
         revoke_commit_failures = report.stats.revoke_commit_failures,
+        resumed_unchecked = report.stats.resumed_unchecked,
         final_commit_failed = report.stats.final_commit_failed,
         "stopped cleanly"
     );
