@@ -507,13 +507,23 @@ async fn archive(cfg: RunConfig) -> Result<(ExitCode, u64)> {
         .await
         .map_err(|e| ConnectorError::Failed(format!("the run's thread failed: {e}")))??;
     let h = &report.put_to_commit_us;
+    // Of the whole run; `-` when no commit settled a put (an empty
+    // histogram's quantiles read 0, a latency nobody measured: until the
+    // night of 2026-12-04 it was printed so).
+    let quantile = |q| {
+        if h.is_empty() {
+            "-".to_owned()
+        } else {
+            h.value_at_quantile(q).to_string()
+        }
+    };
     tracing::info!(
         records = report.stats.records_written,
         duplicates = report.stats.records_duplicate,
         puts = report.stats.puts,
         commits = report.stats.commits,
-        put_to_commit_p50_us = h.value_at_quantile(0.5),
-        put_to_commit_p99_us = h.value_at_quantile(0.99),
+        put_to_commit_p50_us = %quantile(0.5),
+        put_to_commit_p99_us = %quantile(0.99),
         dead_lettered = report.stats.records_dead_lettered,
         oversize_skipped = report.stats.records_oversize_skipped,
         revoke_commit_failures = report.stats.revoke_commit_failures,
