@@ -22,7 +22,6 @@ use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::error::KafkaError;
-use rdkafka::statistics::Statistics;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{Offset, TopicPartitionList};
 
@@ -75,28 +74,69 @@ impl ClientContext for SinkContext {
 
     /// librdkafka's statistics, every `progress_interval_s`: keep each
     /// assigned partition's log bounds, and have the consumer loop report
-    /// progress (progress.rs).
-    fn stats(&self, statistics: Statistics) {
+    /// progress (progress.rs). Read for those bounds alone ([`log_bounds`]),
+    /// not into rust-rdkafka's whole `Statistics` (brokers, windows, some
+    /// forty fields a partition), whose parse failure it logs through the
+    /// `log` crate, which nothing here listens to: the progress lines then
+    /// stopped without a word (since the night of 2026-12-04, a WARN, and
+    /// the line still comes, its lags from the bounds known before).
+    fn stats_raw(&self, statistics: &[u8]) {
+        let bounds = log_bounds(statistics);
         let mut s = lock(&self.shared);
-        for (topic, t) in &statistics.topics {
-            for (p, part) in &t.partitions {
-                let tp = TopicPartition::new(topic, *p);
-                // Only ours (librdkafka keeps offsets of revoked partitions,
-                // and -1 is its internal unassigned partition).
-                if !s.assigned.contains(&tp) {
-                    continue;
+        match bounds {
+            Ok(bounds) => {
+                for (tp, b) in bounds {
+                    // Only ours (librdkafka keeps offsets of revoked
+                    // partitions, and -1 is its internal unassigned one).
+                    if s.assigned.contains(&tp) {
+                        s.log_bounds.insert(tp, b);
+                    }
                 }
-                s.log_bounds.insert(
-                    tp,
-                    LogBounds {
-                        start: part.lo_offset,
-                        end: part.ls_offset,
-                    },
-                );
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, bytes = statistics.len(), "librdkafka's statistics did not parse: this progress line's lags are from the log bounds known before")
             }
         }
         s.progress_due = true;
     }
+}
+
+/// Each partition's log start and last stable offset in a librdkafka
+/// statistics report (`topics.<name>.partitions.<id>.lo_offset` and
+/// `ls_offset`; every other field is passed over).
+fn log_bounds(statistics: &[u8]) -> serde_json::Result<Vec<(TopicPartition, LogBounds)>> {
+    #[derive(serde::Deserialize)]
+    struct Report {
+        #[serde(default)]
+        topics: BTreeMap<String, Topic>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Topic {
+        #[serde(default)]
+        partitions: BTreeMap<String, Partition>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Partition {
+        partition: i32,
+        lo_offset: i64,
+        ls_offset: i64,
+    }
+    let report: Report = serde_json::from_slice(statistics)?;
+    Ok(report
+        .topics
+        .into_iter()
+        .flat_map(|(topic, t)| {
+            t.partitions.into_values().map(move |p| {
+                (
+                    TopicPartition::new(&topic, p.partition),
+                    LogBounds {
+                        start: p.lo_offset,
+                        end: p.ls_offset,
+                    },
+                )
+            })
+        })
+        .collect())
 }
 
 fn tps_of(tpl: &TopicPartitionList) -> Vec<TopicPartition> {
@@ -669,6 +709,43 @@ pub(crate) fn resume_point(
 
 #[cfg(test)]
 mod tests {
+    /// The bounds are read out of a whole report, every other field passed
+    /// over; a report that does not parse is an error, not a silence.
+    #[test]
+    fn log_bounds_are_read_from_librdkafkas_statistics() {
+        let report = br#"{"name":"c#consumer-1","type":"consumer","ts":1,"brokers":{"b:1/1":{"name":"b:1/1","rtt":{"min":1,"p50":2}}},
+            "topics":{"t":{"topic":"t","age":5,"partitions":{
+                "0":{"partition":0,"fetch_state":"active","lo_offset":10,"hi_offset":120,"ls_offset":118,"msgs":5},
+                "-1":{"partition":-1,"lo_offset":-1001,"hi_offset":-1001,"ls_offset":-1001}}}},
+            "cgrp":{"state":"up"}}"#;
+        let mut got = super::log_bounds(report).unwrap();
+        got.sort_by_key(|(tp, _)| tp.partition);
+        assert_eq!(
+            got,
+            vec![
+                (
+                    super::TopicPartition::new("t", -1),
+                    super::LogBounds {
+                        start: -1001,
+                        end: -1001
+                    }
+                ),
+                (
+                    super::TopicPartition::new("t", 0),
+                    super::LogBounds {
+                        start: 10,
+                        end: 118
+                    }
+                ),
+            ]
+        );
+        assert!(
+            super::log_bounds(br#"{"topics":{"t":{"partitions":{"0":{"partition":01}}}}}"#)
+                .is_err()
+        );
+        assert_eq!(super::log_bounds(b"{}").unwrap(), vec![]);
+    }
+
     use super::*;
 
     fn committed(offset: i64, metadata: &str) -> Committed {
