@@ -74,7 +74,7 @@ impl ClientContext for SinkContext {
 
     /// librdkafka's statistics, every `progress_interval_s`: keep each
     /// assigned partition's log bounds, and have the consumer loop report
-    /// progress (progress.rs). Read for those bounds alone ([`log_bounds`]),
+    /// progress (progress.rs). Read for those bounds alone (`log_bounds`),
     /// not into rust-rdkafka's whole `Statistics` (brokers, windows, some
     /// forty fields a partition), whose parse failure it logs through the
     /// `log` crate, which nothing here listens to: the progress lines then
