@@ -462,6 +462,20 @@ mod tests {
     use std::sync::Mutex;
 
     /// A task thread for `sink` under `every-put`, with one job in flight.
+    /// A worker for `sink` given one put of `batches`, run to its end.
+    fn run_one_put(sink: Box<dyn SinkTask>, pipeline: &Arc<Pipeline>, batches: Vec<RecordBatch>) {
+        let worker = worker(sink, pipeline);
+        let (jobs, rx) = std::sync::mpsc::channel();
+        jobs.send(Job::Put {
+            batches,
+            poll_us: 0,
+            bytes: 1,
+        })
+        .unwrap();
+        drop(jobs);
+        worker.run(rx);
+    }
+
     fn worker(sink: Box<dyn SinkTask>, pipeline: &Arc<Pipeline>) -> Worker {
         let (_sender, _, budget) = crate::queue::bounded(1 << 20);
         Worker {
@@ -695,15 +709,15 @@ mod tests {
             seen: seen.clone(),
             lose: None,
         };
-        let worker = worker(Box::new(sink), &pipeline);
-        let (jobs, rx) = std::sync::mpsc::channel();
         let records = |n: i64| {
             (0..n)
                 .map(|o| cairn_engine::Record::with_value(o, "v"))
                 .collect()
         };
-        jobs.send(Job::Put {
-            batches: vec![
+        run_one_put(
+            Box::new(sink),
+            &pipeline,
+            vec![
                 RecordBatch {
                     tp: lost.clone(),
                     records: records(1000),
@@ -713,12 +727,7 @@ mod tests {
                     records: records(10),
                 },
             ],
-            poll_us: 0,
-            bytes: 1,
-        })
-        .unwrap();
-        drop(jobs);
-        worker.run(rx);
+        );
         assert!(!pipeline.failed.load(Ordering::Acquire), "the run failed");
         assert_eq!(
             *seen.lock().unwrap(),
@@ -747,21 +756,16 @@ mod tests {
                 seen: seen.clone(),
                 lose: Some((pipeline.clone(), lose.clone())),
             };
-            let worker = worker(Box::new(sink), &pipeline);
-            let (jobs, rx) = std::sync::mpsc::channel();
-            jobs.send(Job::Put {
-                batches: [&lost, &kept]
+            run_one_put(
+                Box::new(sink),
+                &pipeline,
+                [&lost, &kept]
                     .map(|tp| RecordBatch {
                         tp: tp.clone(),
                         records: vec![cairn_engine::Record::with_value(0, "v")],
                     })
                     .to_vec(),
-                poll_us: 0,
-                bytes: 1,
-            })
-            .unwrap();
-            drop(jobs);
-            worker.run(rx);
+            );
             assert!(!pipeline.failed.load(Ordering::Acquire), "the run failed");
             let seen = seen.lock().unwrap().clone();
             let s = pipeline.state();
@@ -795,19 +799,14 @@ mod tests {
             .state()
             .assigned
             .insert(TopicPartition::new("t", 0));
-        let worker = worker(Box::new(sink), &pipeline);
-        let (jobs, rx) = std::sync::mpsc::channel();
-        jobs.send(Job::Put {
-            batches: vec![RecordBatch {
+        run_one_put(
+            Box::new(sink),
+            &pipeline,
+            vec![RecordBatch {
                 tp: TopicPartition::new("t", 0),
                 records: vec![cairn_engine::Record::with_value(0, "v")],
             }],
-            poll_us: 0,
-            bytes: 1,
-        })
-        .unwrap();
-        drop(jobs);
-        worker.run(rx);
+        );
         assert_eq!(*calls.lock().unwrap(), 1, "retried after the run failed");
         assert_eq!(pipeline.state().stats.puts, 0, "nothing put");
     }
