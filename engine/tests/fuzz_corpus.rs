@@ -35,6 +35,15 @@ fn replay(target: &str, run: impl Fn(&[u8])) {
     }
 }
 
+/// [`replay`] for a target that writes a store: each input in a scratch
+/// directory of its own.
+fn replay_in_scratch(target: &str, run: fn(&[u8], &Path)) {
+    replay(target, |data| {
+        let dir = tempfile::tempdir().unwrap();
+        run(data, dir.path());
+    });
+}
+
 #[test]
 fn frame_decode_corpus() {
     replay("frame_decode", cairn_engine::fuzzing::frame_decode);
@@ -80,18 +89,12 @@ fn small_decode_random_inputs() {
 
 #[test]
 fn wal_recover_corpus() {
-    replay("wal_recover", |data| {
-        let dir = tempfile::tempdir().unwrap();
-        cairn_engine::fuzzing::wal_recover(data, dir.path());
-    });
+    replay_in_scratch("wal_recover", cairn_engine::fuzzing::wal_recover);
 }
 
 #[test]
 fn wal_crash_corpus() {
-    replay("wal_crash", |data| {
-        let dir = tempfile::tempdir().unwrap();
-        cairn_engine::fuzzing::wal_crash(data, dir.path());
-    });
+    replay_in_scratch("wal_crash", cairn_engine::fuzzing::wal_crash);
 }
 
 /// Seeded random inputs through `wal_crash`: stores as a crash left them
@@ -110,7 +113,7 @@ fn wal_crash_random_inputs() {
 /// `CAIRN_FUZZ_CASES` (default 60) random inputs of `len` bytes, seeded
 /// ([`cairn_engine::fuzzing::seed`]: printed, `CAIRN_SEED` replays), each
 /// through `target` in a scratch directory of its own.
-fn random_inputs(test: &str, len: std::ops::Range<usize>, target: fn(&[u8], &std::path::Path)) {
+fn random_inputs(test: &str, len: std::ops::Range<usize>, target: fn(&[u8], &Path)) {
     use rand::{Rng, SeedableRng};
     let seed = cairn_engine::fuzzing::seed(test);
     let cases: usize = std::env::var("CAIRN_FUZZ_CASES")
@@ -128,10 +131,7 @@ fn random_inputs(test: &str, len: std::ops::Range<usize>, target: fn(&[u8], &std
 
 #[test]
 fn engine_model_corpus() {
-    replay("engine_model", |data| {
-        let dir = tempfile::tempdir().unwrap();
-        cairn_engine::fuzzing::engine_model(data, dir.path());
-    });
+    replay_in_scratch("engine_model", cairn_engine::fuzzing::engine_model);
 }
 
 /// Seeded random inputs through `wal_recover`, beyond the committed corpus:
