@@ -347,6 +347,14 @@ impl Engine {
         })?;
         let path = cfg.path.clone();
         let prior = before.poisoned.as_ref().map(|p| p.reason.clone());
+        // A failed open's mark, keeping the reason of one it found.
+        let mark = |reason: String| {
+            let reason = match &prior {
+                Some(prior) => format!("{reason} (after an earlier {prior})"),
+                None => reason,
+            };
+            crate::poisoned::record(&path, "open", &reason);
+        };
         let mut lock = lock;
         let mut sled = None;
         let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -363,12 +371,10 @@ impl Engine {
         let opened = match opened {
             Ok(opened) => opened,
             Err(payload) => {
-                let what = crate::error::panic_message(&*payload);
-                let reason = match &prior {
-                    Some(prior) => format!("the open panicked: {what} (after an earlier {prior})"),
-                    None => format!("the open panicked: {what}"),
-                };
-                crate::poisoned::record(&path, "open", &reason);
+                mark(format!(
+                    "the open panicked: {}",
+                    crate::error::panic_message(&*payload)
+                ));
                 drop_failing_store(sled.take());
                 drop(lock);
                 std::panic::resume_unwind(payload);
@@ -382,11 +388,7 @@ impl Engine {
         // dropped (sled's drop fsyncs, and panics on the failed disk).
         if let Err(e) = &opened {
             if e.may_leave_unwritten_pages() {
-                let reason = match &prior {
-                    Some(prior) => format!("{e} (after an earlier {prior})"),
-                    None => e.to_string(),
-                };
-                crate::poisoned::record(&path, "open", &reason);
+                mark(e.to_string());
             }
             // Whatever the error: a disk that fails in other ways (a file
             // system remounted read-only) fails sled's own fsync too.
