@@ -139,17 +139,6 @@ impl Request {
             Request::Backup { .. } => "backup",
         }
     }
-
-    /// The operation a panic serving it poisons the engine as.
-    fn op(&self) -> &'static str {
-        match self {
-            Request::Status => "live status",
-            Request::Export { .. } => "live export",
-            Request::Verify => "live verify",
-            Request::Prune { .. } => "live prune",
-            Request::Backup { .. } => "live backup",
-        }
-    }
 }
 
 /// How an answer ended.
@@ -855,7 +844,7 @@ fn serve(conn: UnixStream, id: u64, engine: &Engine, shared: &Shared) {
             }))
             .unwrap_or_else(|payload| {
                 let what = cairn_engine::panic_message(&*payload);
-                engine.poison_after_caught_panic(req.op(), what);
+                engine.poison_after_caught_panic("live read", &format!("{}: {what}", req.name()));
                 Err(ConnectorError::Live(format!(
                     "the running cairn failed serving this request: it panicked ({what}): damage in sled's own files that sled does not handle, or a bug; the archive's engine is poisoned and the run stops, committing nothing more (once it has stopped, cairn verify --data {} says what it can)",
                     engine.config().path.display()
