@@ -537,18 +537,15 @@ fn shown_parse_error(text: &str, e: &toml::de::Error) -> String {
     let Some(span) = e.span() else {
         return e.to_string();
     };
+    let (from, to) = (span.start.min(text.len()), span.end.min(text.len()));
     // Every line the span touches, from the start of the first.
-    let start = text[..span.start.min(text.len())]
-        .rfind('\n')
-        .map_or(0, |i| i + 1);
-    let end = text[span.end.min(text.len())..]
-        .find('\n')
-        .map_or(text.len(), |i| span.end.min(text.len()) + i);
+    let start = text[..from].rfind('\n').map_or(0, |i| i + 1);
+    let end = text[to..].find('\n').map_or(text.len(), |i| to + i);
     if !crate::librdkafka::names_a_credential(&text[start..end].to_ascii_lowercase()) {
         return e.to_string();
     }
     let line = text[..start].matches('\n').count() + 1;
-    let column = text[start..span.start.min(text.len())].chars().count() + 1;
+    let column = text[start..from].chars().count() + 1;
     format!(
         "TOML parse error at line {line}, column {column}: {} (the line is not shown: it names a credential)",
         e.message().trim_end()
