@@ -607,8 +607,73 @@ impl Engine {
         &self,
         starts: &BTreeMap<TopicPartition, i64>,
     ) -> Result<BTreeMap<TopicPartition, i64>> {
+        self.put_summaries("partition start", starts, |current, offset| {
+            current.is_none().then_some(PartitionSummary {
+                first_offset: offset,
+                next_offset: offset,
+                record_count: 0,
+                payload_bytes: 0,
+                next_offset_floor: offset,
+            })
+        })?;
+        self.sync()?;
+        let view = self.durable_view();
+        Ok(starts
+            .keys()
+            .filter_map(|tp| view.partitions.get(tp).map(|s| (tp.clone(), s.next_offset)))
+            .collect())
+    }
+
+    /// Record that the offsets from each partition's next offset up to the
+    /// one given hold no record to archive: the source had none there
+    /// (Kafka's transaction markers, an aborted transaction's records,
+    /// offsets compacted away) or the caller set them aside. The
+    /// partition's next offset, and its next-offset floor, become the one
+    /// given; what it holds is unchanged (an empty partition now starts
+    /// there). A partition whose next offset is already at or past it is
+    /// left as it is; one the store holds nothing of is started there, as
+    /// [`start_partitions`](Self::start_partitions) does. Records below the
+    /// new next offset are refused as duplicates from then on.
+    ///
+    /// Like [`write`](Self::write), nothing is durable until a later
+    /// [`sync`](Self::sync) (or `append`) covers it; the durable offsets
+    /// move then. Each summary is one insert with no frame: a crash keeps
+    /// it or not, and either way the store is consistent (recovery and
+    /// verify take a next offset above the newest index entry when it is
+    /// the floor; FORMAT.md, "Partition summary").
+    pub fn advance_partitions(&self, to: &BTreeMap<TopicPartition, i64>) -> Result<()> {
+        self.put_summaries("partition advance", to, |current, offset| match current {
+            None => Some(PartitionSummary {
+                first_offset: offset,
+                next_offset: offset,
+                record_count: 0,
+                payload_bytes: 0,
+                next_offset_floor: offset,
+            }),
+            Some(s) if s.next_offset < offset => {
+                let mut s = *s;
+                if s.record_count == 0 {
+                    s.first_offset = offset;
+                }
+                s.next_offset = offset;
+                s.next_offset_floor = offset;
+                Some(s)
+            }
+            Some(_) => None,
+        })
+    }
+
+    /// Insert the summary `summary` makes of each partition in `offsets`
+    /// (from its current one, if any, and its offset; `None` leaves it),
+    /// after checking every offset. Not synced.
+    fn put_summaries(
+        &self,
+        op: &'static str,
+        offsets: &BTreeMap<TopicPartition, i64>,
+        summary: impl Fn(Option<&PartitionSummary>, i64) -> Option<PartitionSummary>,
+    ) -> Result<()> {
         self.check_usable()?;
-        for (tp, &offset) in starts {
+        for (tp, &offset) in offsets {
             crate::record::validate_tp(tp)?;
             if !(0..i64::MAX).contains(&offset) {
                 return Err(InvalidInput::StartOffset {
@@ -619,42 +684,25 @@ impl Engine {
                 .into());
             }
         }
-        {
-            let mut w = self.write_state()?;
-            let _poison_on_panic = PoisonOnPanic {
-                engine: self,
-                op: "partition start",
+        let mut w = self.write_state()?;
+        let _poison_on_panic = PoisonOnPanic { engine: self, op };
+        self.check_usable()?;
+        let mut changed = 0;
+        for (tp, &offset) in offsets {
+            let Some(s) = summary(w.partitions.get(tp), offset) else {
+                continue;
             };
-            self.check_usable()?;
-            let mut started = 0;
-            for (tp, &offset) in starts {
-                if w.partitions.contains_key(tp) {
-                    continue;
-                }
-                let s = PartitionSummary {
-                    first_offset: offset,
-                    next_offset: offset,
-                    record_count: 0,
-                    payload_bytes: 0,
-                    next_offset_floor: offset,
-                };
-                let (k, v) = s.encode(tp);
-                if let Err(e) = self.tree.insert(k, v) {
-                    return Err(self.poison("partition start", e.to_string()));
-                }
-                w.partitions.insert(tp.clone(), s);
-                started += 1;
+            let (k, v) = s.encode(tp);
+            if let Err(e) = self.tree.insert(k, v) {
+                return Err(self.poison(op, e.to_string()));
             }
-            if started > 0 {
-                w.seq += 1;
-            }
+            w.partitions.insert(tp.clone(), s);
+            changed += 1;
         }
-        self.sync()?;
-        let view = self.durable_view();
-        Ok(starts
-            .keys()
-            .filter_map(|tp| view.partitions.get(tp).map(|s| (tp.clone(), s.next_offset)))
-            .collect())
+        if changed > 0 {
+            w.seq += 1;
+        }
+        Ok(())
     }
 
     /// Write batches to the log without waiting for them to be durable: the

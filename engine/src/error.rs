@@ -317,7 +317,7 @@ pub enum InvalidInput {
         bytes: u64,
         max: u64,
     },
-    #[error("start offset {offset} of {topic}/{partition} is not a Kafka offset a partition can start at (0 up to, not including, {max})", max = i64::MAX)]
+    #[error("offset {offset} for {topic}/{partition} to start or resume at is not a Kafka offset a partition can start at (0 up to, not including, {max})", max = i64::MAX)]
     StartOffset {
         topic: String,
         partition: i32,

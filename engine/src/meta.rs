@@ -16,8 +16,11 @@ pub const STORE_MAGIC: [u8; 4] = *b"CRNM";
 /// The store format version this build writes. Version 2 added reserved
 /// slots (empty `W<lsn>` values, slots.rs), which a version-1 build would
 /// take for damaged frames; version 3 the store's identity (`Mstore`), which
-/// a version-2 build's verify would report as an unknown key.
-pub const FORMAT_VERSION: u32 = 3;
+/// a version-2 build's verify would report as an unknown key; version 4
+/// summaries whose next offset is their floor, above their newest index
+/// entry (`Engine::advance_partitions`), which a version-3 build's open
+/// would refuse as a damaged summary.
+pub const FORMAT_VERSION: u32 = 4;
 /// The oldest store format this build reads. An open of an older store
 /// upgrades it to the current version once its recovery succeeds (in
 /// recovery's last batch, before any slot is written), so that an older

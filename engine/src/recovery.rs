@@ -128,7 +128,7 @@ pub(crate) fn recover(
             return Err(Error::corruption(
                 Location::Meta { key: "store" },
                 CorruptionKind::BadMeta {
-                    detail: "store id missing from a format-3 store".into(),
+                    detail: "store id missing from a store of format 3 or later".into(),
                 },
             ))
         }
@@ -886,7 +886,9 @@ fn rebuild_summary(
 /// with one index entry per partition (one it does recompute, from the
 /// stored one on, is checked against the entry below its next offset:
 /// [`refuse_summary_below_tail`]): while it counts records, its next
-/// offset is one past its last index entry's last offset, and a summary
+/// offset is one past its last index entry's last offset, or its floor
+/// where that is higher (offsets advanced past, `advance_partitions`; since
+/// the night of 2026-12-04), and a summary
 /// that counts records has index entries. (Retention deletes from the
 /// oldest entry, and a summary is written after the entries it counts, so
 /// no healthy store differs. A damaged summary would have a run resume past
@@ -926,9 +928,9 @@ fn check_indexed_partitions(
                     "summary counts no records (next offset {}), but the partition has index entries, the last ending at offset {}: the summary is damaged, or the entries are stray (cairn verify lists where)",
                     s.next_offset, e.last_offset
                 )),
-                Some(s) if s.next_offset != e.last_offset.saturating_add(1) => Some(format!(
-                    "summary next offset {} with {} records, but the last index entry ends at offset {}: the summary is damaged, or the partition's newest index entries are lost or stray (cairn verify lists where)",
-                    s.next_offset, s.record_count, e.last_offset
+                Some(s) if s.next_offset != next_after(&e, s) => Some(format!(
+                    "summary next offset {} with {} records, but the last index entry ends at offset {}{}: the summary is damaged, or the partition's newest index entries are lost or stray (cairn verify lists where)",
+                    s.next_offset, s.record_count, e.last_offset, floor_said(s)
                 )),
                 _ => None,
             };
@@ -960,7 +962,8 @@ fn check_indexed_partitions(
 /// recovery extends it with the tail's entries, from its next offset on)
 /// where it disagrees with the index entries below its next offset, read as
 /// the repairs will leave them: the newest of them must end just below it
-/// while it counts records, and there is none while it counts nothing. A
+/// (or below its floor, when that is its next offset) while it counts
+/// records, and there is none while it counts nothing. A
 /// summary is written after the entries it counts and before any later
 /// write's, so no crash leaves another shape; a damaged one would be
 /// extended as it stands (a tail entry straddling its next offset skipped,
@@ -980,9 +983,9 @@ fn refuse_summary_below_tail(
             "summary counts no records (next offset {}), but an index entry below that ends at offset {}: the summary is damaged, or the entry is stray (cairn verify lists where)",
             s.next_offset, e.last_offset
         )),
-        Some(e) if e.last_offset.saturating_add(1) != s.next_offset => Some(format!(
-            "summary next offset {} with {} records, but the index entry below it ends at offset {}: the summary is damaged, or index entries are lost or stray (cairn verify lists where)",
-            s.next_offset, s.record_count, e.last_offset
+        Some(e) if next_after(&e, s) != s.next_offset => Some(format!(
+            "summary next offset {} with {} records, but the index entry below it ends at offset {}{}: the summary is damaged, or index entries are lost or stray (cairn verify lists where)",
+            s.next_offset, s.record_count, e.last_offset, floor_said(s)
         )),
         None if s.record_count > 0 => Some(format!(
             "summary counts {} records below offset {}, but the partition has no index entry below it: the summary is damaged, or index entries are lost (cairn verify lists where)",
@@ -996,6 +999,23 @@ fn refuse_summary_below_tail(
             CorruptionKind::SummaryMismatch { detail },
         )),
         None => Ok(()),
+    }
+}
+
+/// The next offset a summary `s` that counts records must have, its
+/// newest index entry being `e`: one past that entry, or the summary's
+/// floor where that is higher (offsets skipped since,
+/// `Engine::advance_partitions`, or a retention pass's floor).
+fn next_after(e: &IndexEntry, s: &PartitionSummary) -> i64 {
+    e.last_offset.saturating_add(1).max(s.next_offset_floor)
+}
+
+/// The summary's floor, for a mismatch's text, where it says something.
+fn floor_said(s: &PartitionSummary) -> String {
+    if s.next_offset_floor > 0 {
+        format!(" (and the summary's floor is {})", s.next_offset_floor)
+    } else {
+        String::new()
     }
 }
 

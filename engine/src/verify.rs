@@ -1270,11 +1270,13 @@ fn check_summary(
 ) {
     let first = t.first_offset.unwrap_or(s.next_offset);
     // While the index holds records, the summary's next offset is one past
-    // the last of them (retention deletes from the oldest entry); only an
-    // emptied partition keeps a next offset above what it holds.
+    // the last of them (retention deletes from the oldest entry), or its
+    // floor where that is higher (offsets that held no record,
+    // `Engine::advance_partitions`); an emptied partition keeps a next
+    // offset above what it holds.
     let next_ok = match t.record_count {
         0 => s.next_offset >= t.next_offset,
-        _ => s.next_offset == t.next_offset,
+        _ => s.next_offset == t.next_offset.max(s.next_offset_floor),
     };
     if t.record_count != s.record_count
         || t.payload_bytes != s.payload_bytes
