@@ -343,9 +343,9 @@ impl RunConfig {
         {
             return bad(format!("-X {k}={v}: cairn archives committed records only (read_committed, librdkafka's default); records of aborted transactions would be archived, and restored as if committed"));
         }
-        if let Some((k, v)) = setting_other_than(&self.kafka, "enable.partition.eof", Some("false"))
+        if let Some((k, v)) = setting_other_than(&self.kafka, "enable.partition.eof", Some("true"))
         {
-            return bad(format!("-X {k}={v}: cairn keeps end-of-partition events off (the run has no use for them, and would log each one as a consumer error)"));
+            return bad(format!("-X {k}={v}: cairn keeps end-of-partition events on (they say where a partition's fetch caught up, past transaction markers, which the archive records so that they are committed)"));
         }
         refuse_old_protocol(&self.kafka)?;
         crate::librdkafka::refuse_two_names(&self.kafka).map_err(ConnectorError::Config)?;
@@ -663,12 +663,12 @@ mod tests {
     #[test]
     fn kafka_table_values_are_text() {
         let f: FileConfig = toml::from_str(
-            "[kafka]\n\"session.timeout.ms\" = 10000\n\"enable.partition.eof\" = false\n\"x.y\" = \"z\"\n",
+            "[kafka]\n\"session.timeout.ms\" = 10000\n\"enable.partition.eof\" = true\n\"x.y\" = \"z\"\n",
         )
         .unwrap();
         let kafka = f.kafka.unwrap();
         assert_eq!(kafka["session.timeout.ms"], "10000");
-        assert_eq!(kafka["enable.partition.eof"], "false");
+        assert_eq!(kafka["enable.partition.eof"], "true");
         assert_eq!(kafka["x.y"], "z");
         let e = toml::from_str::<FileConfig>("[kafka]\nsession.timeout.ms = 10000\n")
             .unwrap_err()
@@ -926,9 +926,10 @@ retain-bytes = "50GiB"
         let ok = RunConfig::new("b:1", "g", vec!["t".into()], "d".into());
         assert!(ok.validate().is_ok());
         let mut c = ok.clone();
-        c.kafka.insert("enable.partition.eof".into(), "true".into());
+        c.kafka
+            .insert("enable.partition.eof".into(), "false".into());
         let e = c.validate().unwrap_err().to_string();
-        assert!(e.contains("-X enable.partition.eof=true"), "{e}");
+        assert!(e.contains("-X enable.partition.eof=false"), "{e}");
         let mut c = ok.clone();
         c.kafka.insert("api.version.request".into(), "false".into());
         let e = c.validate().unwrap_err().to_string();

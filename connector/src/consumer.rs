@@ -187,6 +187,13 @@ pub(crate) struct Shared {
     /// Set once per partition per hand-over, not per record.
     handed_last: BTreeMap<TopicPartition, i64>,
     pending: BTreeMap<TopicPartition, Vec<Record>>,
+    /// Where each partition's fetch caught up with its log end (librdkafka's
+    /// end-of-partition event) since the last hand-over, where that is past
+    /// the last record taken (or where the partition started): the offsets
+    /// between held no record (transaction markers, an aborted
+    /// transaction's records). Handed over after the records buffered with
+    /// it (`SinkTask::caught_up`).
+    caught_up: BTreeMap<TopicPartition, i64>,
     /// Buffers to copy the next records into (`recycle.rs`).
     stash: crate::recycle::Stash,
     pending_bytes: usize,
@@ -242,6 +249,7 @@ impl Shared {
     /// Forget what is buffered for `tps` (revoked or lost partitions).
     pub(crate) fn drop_pending(&mut self, tps: &BTreeSet<TopicPartition>) {
         drop(self.take_batches(Some(tps)));
+        drop(self.take_caught_up(Some(tps)));
         // Dropped, not handed over.
         for tp in tps {
             self.handed_last.remove(tp);
@@ -266,10 +274,68 @@ impl Shared {
             self.pending_bytes -= records_held_bytes(&records);
             batches.push(RecordBatch { tp, records });
         }
-        if self.pending.is_empty() {
+        if self.pending.is_empty() && self.caught_up.is_empty() {
             self.pending_since = None;
         }
         batches
+    }
+
+    /// Take where partitions caught up (only `only`'s, if given): handed
+    /// over with the batches taken at the same time, after them.
+    fn take_caught_up(
+        &mut self,
+        only: Option<&BTreeSet<TopicPartition>>,
+    ) -> BTreeMap<TopicPartition, i64> {
+        if self.caught_up.is_empty() {
+            return BTreeMap::new();
+        }
+        let taken = match only {
+            None => std::mem::take(&mut self.caught_up),
+            Some(o) => {
+                let (taken, kept) = std::mem::take(&mut self.caught_up)
+                    .into_iter()
+                    .partition(|(tp, _)| o.contains(tp));
+                self.caught_up = kept;
+                taken
+            }
+        };
+        if self.pending.is_empty() && self.caught_up.is_empty() {
+            self.pending_since = None;
+        }
+        taken
+    }
+
+    /// librdkafka's end-of-partition event `m`: the partition's fetch
+    /// reached its log end (for `read_committed`, the last stable offset)
+    /// at `m`'s offset, after every record before it in this queue (the
+    /// event follows the fetch's records; librdkafka drops one of a fetch
+    /// position since changed, `rd_kafka_op_version_outdated`). Kept when
+    /// that is past the last record taken of the partition (or, with none
+    /// taken since its assignment, past where it started): the offsets
+    /// between held no record. An ordinary topic's partition catches up
+    /// just past its last record, and is left out.
+    fn reached_end(&mut self, m: &Taken<'_>) {
+        let (offset, tp) = (m.offset(), TopicPartition::new(m.topic(), m.partition()));
+        if offset < 0 || !self.assigned.contains(&tp) {
+            return;
+        }
+        let last = last_taken(
+            self.pending
+                .get(&tp)
+                .and_then(|v| v.last())
+                .map(|r| r.offset),
+            || self.handed_last.get(&tp).copied(),
+            self.set_aside.get(&tp).copied(),
+        );
+        let past = match last {
+            Some(last) => offset > last.saturating_add(1),
+            None => !matches!(self.starts.get(&tp), Some(Start::At(o)) if *o >= offset),
+        };
+        tracing::debug!(%tp, offset, past, "caught up with the partition's log end");
+        if past {
+            crate::commit::raise(&mut self.caught_up, &tp, offset);
+            self.pending_since.get_or_insert_with(Instant::now);
+        }
     }
 
     /// Log the progress since the last report and hand it to the observer.
@@ -623,15 +689,18 @@ impl Shared {
         // The whole buffer is taken: the memory it holds is the put's.
         let bytes = self.pending_bytes;
         let batches = self.take_batches(None);
-        if batches.is_empty() {
+        let caught_up = self.take_caught_up(None);
+        if batches.is_empty() && caught_up.is_empty() {
             return Ok(());
         }
         let records: usize = batches.iter().map(|b| b.records.len()).sum();
         let t0 = Instant::now();
         self.send(Job::Put {
             batches,
+            caught_up,
             poll_us,
-            bytes,
+            // Never 0 (the queue's budget counts a put as at least a byte).
+            bytes: bytes.max(1),
         })?;
         // Time spent waiting for room in the queue: the backpressure.
         tracing::debug!(
@@ -647,7 +716,12 @@ impl Shared {
     /// declared safe by `pre_commit`.
     pub(crate) fn flush(&mut self, only: Option<&BTreeSet<TopicPartition>>) -> Result<()> {
         let batches = self.take_batches(only);
-        self.request(|reply| Job::Flush { batches, reply })
+        let caught_up = self.take_caught_up(only);
+        self.request(|reply| Job::Flush {
+            batches,
+            caught_up,
+            reply,
+        })
     }
 }
 
@@ -667,7 +741,11 @@ pub fn client_config(cfg: &RunConfig) -> ClientConfig {
         // a silent gap in the archive. Partitions with no offset anywhere
         // get an explicit start from `--auto-offset-reset` instead.
         .set("auto.offset.reset", "error")
-        .set("enable.partition.eof", "false")
+        // The end-of-partition event says where a partition's fetch caught
+        // up, past offsets that held no record (transaction markers): the
+        // archive records it, so that they are committed and never read as
+        // records that aged out of Kafka (`SinkTask::caught_up`).
+        .set("enable.partition.eof", "true")
         // Incremental rebalancing: a member gives up a partition, and commits
         // its durable offset, while the group is stable, before another
         // member is handed it. Under the eager protocol the revoke happens
@@ -868,6 +946,7 @@ pub fn run_pipeline(
         set_aside: BTreeMap::new(),
         handed_last: BTreeMap::new(),
         pending: BTreeMap::new(),
+        caught_up: BTreeMap::new(),
         stash: Default::default(),
         pending_bytes: 0,
         pending_records: 0,
@@ -1305,6 +1384,14 @@ fn consume(
             match consumer.poll(Duration::ZERO) {
                 None if fetch.events_waiting() => {}
                 None => break,
+                // Only a failed forward leaves one here (as for a record,
+                // below, which fails the run): its position is not taken.
+                Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => {
+                    tracing::debug!(
+                        partition = p,
+                        "an end-of-partition event on the consumer queue: ignored"
+                    );
+                }
                 Some(Err(e)) => {
                     let why = consumer.context().take_error_reason(&e);
                     if on_consume_error(e, why)? {
@@ -1389,6 +1476,10 @@ fn consume(
                 s
             });
             let flow = match m.error() {
+                Some(rdkafka::error::KafkaError::PartitionEOF(_)) => {
+                    s.reached_end(m);
+                    Flow::Go
+                }
                 None => match s.accept(m, cfg) {
                     Ok(()) if s.full(cfg) => Flow::Stop,
                     Ok(()) => Flow::Go,

@@ -63,6 +63,14 @@
 //!    commits nothing more; a sink with an identity resumes at its own
 //!    offset on the next run. The commit
 //!    itself follows on the loop's committer, while the next `put` runs.
+//!    **`caught_up(positions)`** runs, after the puts of every record
+//!    below them, where the consumer caught up with a partition's log end
+//!    at an offset past the records handed over (or past where it
+//!    resumed): the offsets between held no record to archive (Kafka's
+//!    transaction markers, an aborted transaction's records). They count
+//!    as consumed from then on, so a `pre_commit` may declare them
+//!    durable once the sink has recorded them (the default records
+//!    nothing, and its partition is committed below them, as before).
 //! 4. **`close(partitions)`** runs after revoked partitions were committed
 //!    (or, for lost partitions, without any commit). A buffering sink drops
 //!    what it holds of them that is not durable, or makes it durable now.
@@ -203,6 +211,26 @@ pub trait SinkTask: Send {
     ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
         let _ = starts;
         Ok(BTreeMap::new())
+    }
+    /// The consumer caught up with each partition's log end (librdkafka's
+    /// end-of-partition event) at the offset given, past every record
+    /// handed to `put` and past where the partition resumed: the offsets
+    /// between held no record for this run (Kafka's transaction markers,
+    /// which take an offset each, and an aborted transaction's records,
+    /// which `read_committed` never delivers; or a record the loop set
+    /// aside, under `--on-oversize skip` or `dead-letter`). Runs after the
+    /// puts of every record below them, and only where the offset is past
+    /// what was handed over. The offsets then count as consumed: a sink
+    /// that records, durably by its next `pre_commit`, that the partition
+    /// resumes there, may report them (the archive's does: a partition
+    /// whose last offsets are markers is committed past them, and its
+    /// restart does not read them as records that aged out of Kafka). The
+    /// default records nothing, so the partition's commit stays below them
+    /// until its next record. An error fails the run. Not called after the
+    /// run has failed.
+    fn caught_up(&mut self, positions: &BTreeMap<TopicPartition, i64>) -> Result<(), TaskError> {
+        let _ = positions;
+        Ok(())
     }
     /// Partitions were revoked (after their commit) or lost (without one).
     /// A sink that buffers drops what it holds of them that is not durable,
@@ -391,6 +419,15 @@ impl SinkTask for ArchiveSink {
         starts: &BTreeMap<TopicPartition, i64>,
     ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
         self.eng()?.start_partitions(starts).map_err(engine_error)
+    }
+
+    /// Records each partition's new next offset in the archive (a summary
+    /// whose next offset and floor are the one given; engine
+    /// `advance_partitions`), made durable by the next `pre_commit`'s sync.
+    fn caught_up(&mut self, positions: &BTreeMap<TopicPartition, i64>) -> Result<(), TaskError> {
+        let e = self.eng()?;
+        tracing::debug!(?positions, "caught up past offsets that held no record");
+        e.advance_partitions(positions).map_err(engine_error)
     }
 
     fn close(&mut self, _partitions: &[TopicPartition]) -> Result<(), TaskError> {

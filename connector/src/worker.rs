@@ -46,6 +46,9 @@ pub(crate) enum Job {
     /// Write a batch (one `RecordBatch` per partition).
     Put {
         batches: Vec<RecordBatch>,
+        /// Where the consumer caught up with partitions' log ends after
+        /// the batch's records (`SinkTask::caught_up`).
+        caught_up: BTreeMap<TopicPartition, i64>,
         /// From the batch's first polled record to its hand-over.
         poll_us: u64,
         /// Bytes its records hold in memory, released from the queue's budget when taken.
@@ -66,6 +69,8 @@ pub(crate) enum Job {
     /// once everything handed over so far is durable and declared safe.
     Flush {
         batches: Vec<RecordBatch>,
+        /// As a put's, after `batches`.
+        caught_up: BTreeMap<TopicPartition, i64>,
         reply: Reply<()>,
     },
     /// Partitions were revoked (after their commit) or lost.
@@ -150,12 +155,16 @@ impl Worker {
                 Some(Job::Put { bytes, .. }) if failed => self.budget.release(bytes),
                 Some(Job::Put {
                     batches,
+                    caught_up,
                     poll_us,
                     bytes,
                 }) => {
                     // Out of the queue: room for the consumer's next batch.
                     self.budget.release(bytes);
-                    if let Err(e) = self.put(&batches, poll_us) {
+                    let r = self
+                        .put(&batches, poll_us)
+                        .and_then(|()| self.caught_up(&caught_up));
+                    if let Err(e) = r {
                         self.pipeline.fail(e);
                     }
                     // Written (or failed): its buffers go back for the
@@ -182,7 +191,11 @@ impl Worker {
                     let r = self.sink.start(&starts);
                     let _ = reply.send(self.failing_the_run("start", r));
                 }
-                Some(Job::Flush { batches, reply }) => {
+                Some(Job::Flush {
+                    batches,
+                    caught_up,
+                    reply,
+                }) => {
                     let r = if failed {
                         Err(ConnectorError::Sink(
                             "not flushing after a fatal error".into(),
@@ -194,7 +207,8 @@ impl Worker {
                             self.put(&batches, 0)
                         };
                         self.pipeline.recycler.give_back(batches);
-                        r.and_then(|()| self.pre_commit())
+                        r.and_then(|()| self.caught_up(&caught_up))
+                            .and_then(|()| self.pre_commit())
                     };
                     // A failed flush is fatal to the run, whoever asked for
                     // it: recorded here, before the reply, so that the
@@ -396,6 +410,46 @@ impl Worker {
         Ok(())
     }
 
+    /// The consumer caught up with these partitions' log ends, after the
+    /// records just put: those still assigned whose offset is past what
+    /// was handed over (or where they resumed) are told to the sink
+    /// (`SinkTask::caught_up`), and then count as consumed up to there,
+    /// with a `pre_commit` due as after a put. A partition with nothing
+    /// handed over and no known resume point is left out: where it
+    /// resumes is not this run's number, and a commit of it would be a
+    /// guess. An error fails the run (the sink may have written part).
+    fn caught_up(&mut self, positions: &BTreeMap<TopicPartition, i64>) -> Result<()> {
+        if positions.is_empty() || self.pipeline.failed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let passed: BTreeMap<TopicPartition, i64> = {
+            let s = self.pipeline.state();
+            positions
+                .iter()
+                .filter(|&(tp, &o)| {
+                    s.assigned.contains(tp) && s.consumed.get(tp).is_some_and(|&c| o > c)
+                })
+                .map(|(tp, &o)| (tp.clone(), o))
+                .collect()
+        };
+        if passed.is_empty() {
+            return Ok(());
+        }
+        self.sink
+            .caught_up(&passed)
+            .map_err(|e| sink_error("caught_up", &e))?;
+        let mut s = self.pipeline.state();
+        for (tp, &o) in &passed {
+            // Lost while the sink ran: another member's now.
+            if s.assigned.contains(tp) {
+                crate::commit::raise(&mut s.consumed, tp, o);
+            }
+        }
+        drop(s);
+        self.unsafe_puts = true;
+        Ok(())
+    }
+
     /// Ask the sink what is safe to commit, record it, wake the committer.
     fn pre_commit(&mut self) -> Result<()> {
         let consumed: BTreeMap<TopicPartition, i64> = {
@@ -468,6 +522,7 @@ mod tests {
         let (jobs, rx) = std::sync::mpsc::channel();
         jobs.send(Job::Put {
             batches,
+            caught_up: BTreeMap::new(),
             poll_us: 0,
             bytes: 1,
         })
@@ -546,6 +601,7 @@ mod tests {
                 tp: tp.clone(),
                 records: vec![cairn_engine::Record::with_value(0, "v")],
             }],
+            caught_up: BTreeMap::new(),
             reply,
         })
         .unwrap();
@@ -736,6 +792,99 @@ mod tests {
         );
         let s = pipeline.state();
         assert_eq!(s.consumed, BTreeMap::from([(kept, 10)]));
+    }
+
+    /// [`HandedIsSafe`], keeping what each `caught_up` was told, and
+    /// failing it with `fail`.
+    struct ToldCaughtUp {
+        told: Arc<Mutex<Vec<BTreeMap<TopicPartition, i64>>>>,
+        fail: bool,
+    }
+
+    impl SinkTask for ToldCaughtUp {
+        fn open(
+            &mut self,
+            p: &[TopicPartition],
+        ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+            HandedIsSafe.open(p)
+        }
+        fn put(&mut self, batches: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
+            HandedIsSafe.put(batches)
+        }
+        fn caught_up(
+            &mut self,
+            positions: &BTreeMap<TopicPartition, i64>,
+        ) -> Result<(), TaskError> {
+            self.told.lock().unwrap().push(positions.clone());
+            match self.fail {
+                true => Err(TaskError::Fatal("disk gone".into())),
+                false => Ok(()),
+            }
+        }
+        fn pre_commit(
+            &mut self,
+            consumed: &BTreeMap<TopicPartition, i64>,
+        ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+            HandedIsSafe.pre_commit(consumed)
+        }
+        fn close(&mut self, p: &[TopicPartition]) -> Result<(), TaskError> {
+            HandedIsSafe.close(p)
+        }
+    }
+
+    /// Where the consumer caught up past the records of a put, told after
+    /// it: the sink hears of the partitions still assigned whose offset is
+    /// past what was handed over (not of one caught up just past its last
+    /// record, nor of one with nothing handed over and no known resume
+    /// point, nor of one lost), those offsets then count as consumed, and
+    /// the pre-commit that follows may declare them. A failed `caught_up`
+    /// fails the run, with no pre-commit after it.
+    #[test]
+    fn caught_up_past_the_records_put_is_told_to_the_sink_and_then_consumed() {
+        let tp = |p| TopicPartition::new("t", p);
+        for fail in [false, true] {
+            let pipeline = Arc::new(Pipeline::new(None, None, None, None));
+            pipeline.state().assigned.extend([tp(0), tp(1), tp(2)]);
+            let told = Arc::new(Mutex::new(Vec::new()));
+            let sink = ToldCaughtUp {
+                told: told.clone(),
+                fail,
+            };
+            let batch = |p, n: i64| RecordBatch {
+                tp: tp(p),
+                records: (0..n)
+                    .map(|o| cairn_engine::Record::with_value(o, "v"))
+                    .collect(),
+            };
+            let (jobs, rx) = std::sync::mpsc::channel();
+            jobs.send(Job::Put {
+                batches: vec![batch(0, 5), batch(1, 3)],
+                caught_up: BTreeMap::from([(tp(0), 8), (tp(1), 3), (tp(2), 4), (tp(3), 9)]),
+                poll_us: 0,
+                bytes: 1,
+            })
+            .unwrap();
+            drop(jobs);
+            worker(Box::new(sink), &pipeline).run(rx);
+            assert_eq!(*told.lock().unwrap(), vec![BTreeMap::from([(tp(0), 8)])]);
+            let s = pipeline.state();
+            if fail {
+                assert!(pipeline.failed.load(Ordering::Acquire));
+                assert_eq!(s.consumed, BTreeMap::from([(tp(0), 5), (tp(1), 3)]));
+                // The put's own report stands; nothing past it.
+                assert_eq!(
+                    s.tracker.durable_reported,
+                    BTreeMap::from([(tp(0), 5), (tp(1), 3)])
+                );
+            } else {
+                assert!(!pipeline.failed.load(Ordering::Acquire));
+                assert_eq!(s.consumed, BTreeMap::from([(tp(0), 8), (tp(1), 3)]));
+                assert_eq!(
+                    s.tracker.durable_reported,
+                    BTreeMap::from([(tp(0), 8), (tp(1), 3)])
+                );
+            }
+        }
     }
 
     /// A partition lost while a put that failed retriably waits to retry

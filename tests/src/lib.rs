@@ -307,3 +307,120 @@ pub fn durable(
         .unwrap()
         .durable_offsets()
 }
+
+/// Offsets that hold no record for a `read_committed` consumer, added to
+/// `partition` of `k`'s topic: on the mock cluster, a transaction's commit
+/// marker (a control batch, produced raw: the mock's transactions write
+/// none); on a real broker, a transaction of one record, aborted (the
+/// record and the abort marker). Returns how many offsets were taken.
+pub fn offsets_without_records(k: &TestKafka, partition: i32) -> i64 {
+    if k.mock().is_some() {
+        produce_raw(&k.brokers, &k.topic, partition, &commit_marker_batch());
+        return 1;
+    }
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let p: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", &k.brokers)
+        .set("transactional.id", format!("cairn-test-{}", unique()))
+        .create()
+        .expect("transactional producer");
+    let t = Duration::from_secs(30);
+    p.init_transactions(t).expect("init transactions");
+    p.begin_transaction().expect("begin transaction");
+    p.send(
+        BaseRecord::<(), [u8]>::to(&k.topic)
+            .partition(partition)
+            .payload(b"aborted"),
+    )
+    .map_err(|(e, _)| e)
+    .expect("send");
+    p.flush(t).expect("flush");
+    p.abort_transaction(t).expect("abort transaction");
+    2
+}
+
+/// A record batch (format v2) holding one control record: a transaction's
+/// commit marker, as a transaction coordinator writes it.
+fn commit_marker_batch() -> Vec<u8> {
+    // The control record: attributes, timestamp and offset deltas (0),
+    // key (version 0, type 1 = commit), value (version 0, coordinator
+    // epoch 0), no headers. Lengths and deltas are zigzag varints; all fit
+    // one byte here.
+    let mut record = vec![0u8, 0, 0, 4 << 1, 0, 0, 0, 1, 6 << 1, 0, 0, 0, 0, 0, 0, 0];
+    record.insert(0, (record.len() as u8) << 1);
+    let mut tail = Vec::new(); // from attributes on: what the CRC covers
+    tail.extend_from_slice(&0x30i16.to_be_bytes()); // transactional | control
+    tail.extend_from_slice(&0i32.to_be_bytes()); // last offset delta
+    tail.extend_from_slice(&0i64.to_be_bytes()); // first timestamp
+    tail.extend_from_slice(&0i64.to_be_bytes()); // max timestamp
+    tail.extend_from_slice(&4242i64.to_be_bytes()); // producer id
+    tail.extend_from_slice(&0i16.to_be_bytes()); // producer epoch
+    tail.extend_from_slice(&(-1i32).to_be_bytes()); // base sequence
+    tail.extend_from_slice(&1i32.to_be_bytes()); // records
+    tail.extend_from_slice(&record);
+    let mut batch = Vec::new();
+    batch.extend_from_slice(&0i64.to_be_bytes()); // base offset (the broker's)
+    batch.extend_from_slice(&((4 + 1 + 4 + tail.len()) as i32).to_be_bytes());
+    batch.extend_from_slice(&0i32.to_be_bytes()); // partition leader epoch
+    batch.push(2); // magic
+    batch.extend_from_slice(&crc32c(&tail).to_be_bytes());
+    batch.extend_from_slice(&tail);
+    batch
+}
+
+/// CRC-32C (Castagnoli), as Kafka's record batches carry it.
+fn crc32c(bytes: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in bytes {
+        crc ^= b as u32;
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ 0x82f6_3b78
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+/// Produce `records` (a record batch's bytes) to `topic`/`partition` with a
+/// Produce request (version 3, acks all) sent over TCP to the first of
+/// `brokers`, which must lead the partition (the mock cluster's one
+/// broker); panics unless the broker acknowledges it.
+fn produce_raw(brokers: &str, topic: &str, partition: i32, records: &[u8]) {
+    use std::io::{Read, Write};
+    let addr = brokers.split(',').next().expect("a broker");
+    let mut s = std::net::TcpStream::connect(addr).expect("connect to the broker");
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut req = Vec::new();
+    req.extend_from_slice(&0i16.to_be_bytes()); // Produce
+    req.extend_from_slice(&3i16.to_be_bytes()); // version
+    req.extend_from_slice(&7i32.to_be_bytes()); // correlation id
+    req.extend_from_slice(&(-1i16).to_be_bytes()); // client id: null
+    req.extend_from_slice(&(-1i16).to_be_bytes()); // transactional id: null
+    req.extend_from_slice(&(-1i16).to_be_bytes()); // acks: all
+    req.extend_from_slice(&30_000i32.to_be_bytes()); // timeout
+    req.extend_from_slice(&1i32.to_be_bytes()); // topics
+    req.extend_from_slice(&(topic.len() as i16).to_be_bytes());
+    req.extend_from_slice(topic.as_bytes());
+    req.extend_from_slice(&1i32.to_be_bytes()); // partitions
+    req.extend_from_slice(&partition.to_be_bytes());
+    req.extend_from_slice(&(records.len() as i32).to_be_bytes());
+    req.extend_from_slice(records);
+    s.write_all(&(req.len() as i32).to_be_bytes()).unwrap();
+    s.write_all(&req).unwrap();
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).expect("the broker's answer");
+    let mut resp = vec![0u8; i32::from_be_bytes(len) as usize];
+    s.read_exact(&mut resp).expect("the broker's answer");
+    // Correlation id, topics (1), name, partitions (1), index, error code.
+    let name_end = 4 + 4 + 2 + topic.len();
+    let error_at = name_end + 4 + 4;
+    assert_eq!(i32::from_be_bytes(resp[0..4].try_into().unwrap()), 7);
+    let error = i16::from_be_bytes(resp[error_at..error_at + 2].try_into().unwrap());
+    assert_eq!(
+        error, 0,
+        "the broker refused the control batch: error {error}"
+    );
+}
