@@ -68,9 +68,11 @@
 //!    at an offset past the records handed over (or past where it
 //!    resumed): the offsets between held no record to archive (Kafka's
 //!    transaction markers, an aborted transaction's records). They count
-//!    as consumed from then on, so a `pre_commit` may declare them
-//!    durable once the sink has recorded them (the default records
-//!    nothing, and its partition is committed below them, as before).
+//!    as consumed once it returns, so a `pre_commit` may declare them
+//!    durable: one that has recorded them (the archive's), or one that
+//!    returns `consumed` as it is (harmless: they hold no record). The
+//!    default records nothing; a sink that reports what it holds then
+//!    stays below them until its next record, as before.
 //! 4. **`close(partitions)`** runs after revoked partitions were committed
 //!    (or, for lost partitions, without any commit). A buffering sink drops
 //!    what it holds of them that is not durable, or makes it durable now.
@@ -220,12 +222,14 @@ pub trait SinkTask: Send {
     /// which `read_committed` never delivers; or a record the loop set
     /// aside, under `--on-oversize skip` or `dead-letter`). Runs after the
     /// puts of every record below them, and only where the offset is past
-    /// what was handed over. The offsets then count as consumed: a sink
-    /// that records, durably by its next `pre_commit`, that the partition
-    /// resumes there, may report them (the archive's does: a partition
-    /// whose last offsets are markers is committed past them, and its
-    /// restart does not read them as records that aged out of Kafka). The
-    /// default records nothing, so the partition's commit stays below them
+    /// what was handed over. Once it returns `Ok`, the offsets count as
+    /// consumed: a sink that records, durably by its next `pre_commit`,
+    /// that the partition resumes there, may report them (the archive's
+    /// does: a partition whose last offsets are markers is committed past
+    /// them, and its restart does not read them as records that aged out
+    /// of Kafka); one whose `pre_commit` returns `consumed` as it is
+    /// declares them too (harmless: they hold no record). The default
+    /// records nothing: a sink that reports what it holds stays below them
     /// until its next record. An error fails the run. Not called after the
     /// run has failed.
     fn caught_up(&mut self, positions: &BTreeMap<TopicPartition, i64>) -> Result<(), TaskError> {

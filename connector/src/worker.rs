@@ -795,10 +795,12 @@ mod tests {
     }
 
     /// [`HandedIsSafe`], keeping what each `caught_up` was told, and
-    /// failing it with `fail`.
+    /// failing it with `fail`; with `lose`, the partitions told are lost
+    /// while it runs.
     struct ToldCaughtUp {
         told: Arc<Mutex<Vec<BTreeMap<TopicPartition, i64>>>>,
         fail: bool,
+        lose: Option<Arc<Pipeline>>,
     }
 
     impl SinkTask for ToldCaughtUp {
@@ -816,6 +818,9 @@ mod tests {
             positions: &BTreeMap<TopicPartition, i64>,
         ) -> Result<(), TaskError> {
             self.told.lock().unwrap().push(positions.clone());
+            if let Some(p) = &self.lose {
+                p.drop_partitions(&positions.keys().cloned().collect::<Vec<_>>());
+            }
             match self.fail {
                 true => Err(TaskError::Fatal("disk gone".into())),
                 false => Ok(()),
@@ -838,17 +843,19 @@ mod tests {
     /// record, nor of one with nothing handed over and no known resume
     /// point, nor of one lost), those offsets then count as consumed, and
     /// the pre-commit that follows may declare them. A failed `caught_up`
-    /// fails the run, with no pre-commit after it.
+    /// fails the run, with no pre-commit after it; one whose partition is
+    /// lost while it runs leaves nothing of it to commit.
     #[test]
     fn caught_up_past_the_records_put_is_told_to_the_sink_and_then_consumed() {
         let tp = |p| TopicPartition::new("t", p);
-        for fail in [false, true] {
+        for (fail, lose) in [(false, false), (true, false), (false, true)] {
             let pipeline = Arc::new(Pipeline::new(None, None, None, None));
             pipeline.state().assigned.extend([tp(0), tp(1), tp(2)]);
             let told = Arc::new(Mutex::new(Vec::new()));
             let sink = ToldCaughtUp {
                 told: told.clone(),
                 fail,
+                lose: lose.then(|| pipeline.clone()),
             };
             let batch = |p, n: i64| RecordBatch {
                 tp: tp(p),
@@ -868,7 +875,11 @@ mod tests {
             worker(Box::new(sink), &pipeline).run(rx);
             assert_eq!(*told.lock().unwrap(), vec![BTreeMap::from([(tp(0), 8)])]);
             let s = pipeline.state();
-            if fail {
+            if lose {
+                assert!(!pipeline.failed.load(Ordering::Acquire));
+                assert_eq!(s.consumed, BTreeMap::from([(tp(1), 3)]));
+                assert_eq!(s.tracker.durable_reported, BTreeMap::from([(tp(1), 3)]));
+            } else if fail {
                 assert!(pipeline.failed.load(Ordering::Acquire));
                 assert_eq!(s.consumed, BTreeMap::from([(tp(0), 5), (tp(1), 3)]));
                 // The put's own report stands; nothing past it.

@@ -892,6 +892,12 @@ pub mod model {
             tp: usize,
             offset: i64,
         },
+        /// `advance_partitions` for one partition to `ahead` past its next
+        /// offset (0: to it, which changes nothing), then a sync.
+        Advance {
+            tp: usize,
+            ahead: i64,
+        },
     }
 
     /// Decode fuzz input into at most 40 operations.
@@ -900,7 +906,17 @@ pub mod model {
         let mut ops = Vec::new();
         while !input.is_empty() && ops.len() < 40 {
             let tp = input.below(3);
-            ops.push(match input.u8() % 13 {
+            let kind = input.u8();
+            // The top of the range, so that inputs written before the
+            // advance mostly keep their meaning.
+            if kind >= 247 {
+                ops.push(Op::Advance {
+                    tp,
+                    ahead: input.below(5) as i64,
+                });
+                continue;
+            }
+            ops.push(match kind % 13 {
                 0..=5 => Op::Append {
                     tp,
                     gap: input.below(3) as i64,
@@ -1081,6 +1097,14 @@ pub mod model {
                         "step {step} {op:?}: start reported {:?}, want {next}",
                         d.get(&tps[tp])
                     );
+                }
+                Op::Advance { tp, ahead } => {
+                    let to = model.next.get(&tp).copied().unwrap_or(0) + ahead;
+                    let advance = [(tps[tp].clone(), to)].into_iter().collect();
+                    e.advance_partitions(&advance)
+                        .and_then(|()| e.sync())
+                        .map_err(|e| format!("step {step}: advance: {e}"))?;
+                    model.next.insert(tp, to);
                 }
                 Op::Truncate { tp, offset } => {
                     let r = e

@@ -394,7 +394,16 @@ impl Engine {
             summary.payload_bytes = summary
                 .payload_bytes
                 .saturating_sub(report.payload_bytes_deleted);
-            summary.next_offset_floor = summary.next_offset;
+            // Emptied: the floor keeps its next offset (no index entry
+            // says it any more). With records left, the floor stays: the
+            // newest entry still says it, and a floor at the next offset
+            // above an entry is an advance's mark (`advance_partitions`),
+            // which would excuse newest entries lost after this pass from
+            // the open's check. (Builds before format 4 raised it at every
+            // pass.)
+            if new_first.is_none() {
+                summary.next_offset_floor = summary.next_offset;
+            }
             let (k, v) = summary.encode(tp);
             batch.insert(k, v);
             let seq = self.apply_batch_locked(&mut w, batch)?;

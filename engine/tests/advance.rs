@@ -55,7 +55,7 @@ fn an_advance_is_durable_at_the_next_sync_and_outlives_reopens() {
         assert_eq!(offsets(&e, &tp), vec![0, 1, 2, 3, 4, 7, 8]);
         let report = e.verify().unwrap();
         assert!(report.is_clean(), "{report:?}");
-        drop(e); // without close: a crash's open finds the same
+        drop(e); // without close (the drop syncs): the next open recovers
     }
 }
 
@@ -184,4 +184,47 @@ fn a_format_3_store_is_upgraded_to_4() {
         decode_format(&t.get(META_FORMAT).unwrap().unwrap()).unwrap()
     });
     assert_eq!(stored, 4);
+}
+
+/// A retention pass that leaves records keeps the floor where it was: the
+/// newest index entry still says the next offset, so its loss after the
+/// pass is refused by the open as before (until format 4 the pass raised
+/// the floor to the next offset, the shape an advance leaves, which the
+/// open would have excused). Verify reports it too.
+#[test]
+fn a_pruned_partition_that_lost_its_newest_index_entry_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let tp = TopicPartition::new("t", 0);
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    for first in (0..40).step_by(10) {
+        e.append(&[batch(&tp, first..first + 10, 20)]).unwrap();
+    }
+    e.truncate_before(&tp, 20).unwrap();
+    e.close().unwrap();
+    with_raw_tree(dir.path(), |t| {
+        let k = cairn_engine::keys::partition_key(&tp);
+        let (_, s) =
+            cairn_engine::offsets::PartitionSummary::decode(&k, &t.get(&k).unwrap().unwrap())
+                .unwrap();
+        assert_eq!((s.next_offset, s.next_offset_floor), (40, 0), "floor kept");
+        t.remove(cairn_engine::keys::index_key(&tp, 30))
+            .unwrap()
+            .unwrap();
+    });
+    let (at, kind) = common::open_refused(EngineConfig::new(dir.path()), "newest entry lost");
+    assert_eq!(
+        at,
+        cairn_engine::Location::Partition {
+            topic: "t".into(),
+            partition: 0
+        }
+    );
+    assert!(
+        kind.to_string().contains(
+            "summary next offset 40 with 20 records, but the last index entry ends at offset 29"
+        ),
+        "{kind}"
+    );
+    let v = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
+    assert!(!v.is_clean(), "{v:?}");
 }

@@ -161,6 +161,7 @@ fn every_documented_value_is_pinned_byte_for_byte() {
         ("index entry", index, "0700000000000000010000000200000006000000000000000a0000000000000014000000000000001e00000000000000caf8c676"),
         ("partition summary", summary, "0500000000000000070000000000000002000000000000001e000000000000000300000000000000cbae59cf"),
         ("Mformat 3", cairn_engine::meta::encode_format(3), "43524e4d030000003b9d3de8"),
+        ("Mformat 4 (written since format 4)", cairn_engine::meta::encode_format(cairn_engine::meta::FORMAT_VERSION), "43524e4d0400000082a5ea75"),
         ("Mcheckpoint 258", cairn_engine::meta::encode_checkpoint(258), "020100000000000086feb5a6"),
         ("Mstore", cairn_engine::meta::encode_store_id(id), "0123456789abcdeffedcba9876543210136e80ee"),
         (

@@ -19,6 +19,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Reopen),
         1 => (0..3usize, 0..200i64).prop_map(|(tp, offset)| Op::Truncate { tp, offset }),
         1 => (0..3usize, 0..200i64).prop_map(|(tp, offset)| Op::Start { tp, offset }),
+        1 => (0..3usize, 0..5i64).prop_map(|(tp, ahead)| Op::Advance { tp, ahead }),
     ]
 }
 

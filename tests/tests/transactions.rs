@@ -67,10 +67,14 @@ fn offsets_past_the_last_record_that_hold_none_are_archived_as_such_and_committe
     }
 
     // A record after the markers: the next run resumes at the archive's
-    // offset, past them, and archives it once, with nothing again.
+    // offset, past them, and archives it once, with nothing again. And a
+    // marker on a partition that takes nothing before it in this run (it
+    // resumes at the archive's offset, below the marker).
     produce_one(&k, 0, b"after the marker");
+    let skipped2 = offsets_without_records(&k, 2);
     let mut after = ends.clone();
     after.insert(tp(0), 10 + skipped0 + 1);
+    after.insert(tp(2), 10 + skipped2);
     let again = run_until_committed(&cfg, after.clone());
     assert_eq!(again.stats.records_written, 1);
     assert_eq!(again.stats.records_duplicate, 0);
