@@ -65,6 +65,12 @@ struct CrashPlan {
     /// input's last bytes, so that inputs from before it (since the night
     /// of 2026-12-04) still cut a write of one.
     also: Option<(usize, usize)>,
+    /// After the durable appends, a partition (its index) advanced this far
+    /// past its next offset (`advance_partitions`, as past transaction
+    /// markers) and synced: the writes after it go on from there. Read
+    /// after `also`, so that inputs from before it (since the night of
+    /// 2026-12-04) advance nothing.
+    advance: Option<(usize, i64)>,
 }
 
 fn crash_plan(data: &[u8]) -> CrashPlan {
@@ -82,6 +88,7 @@ fn crash_plan(data: &[u8]) -> CrashPlan {
         0
     };
     let also = (input.u8() % 2 == 1).then(|| (1 + input.below(40), 1 + input.below(300)));
+    let advance = (input.u8() % 2 == 1).then(|| (input.below(2), 1 + input.below(4) as i64));
     CrashPlan {
         acked,
         unacked,
@@ -89,6 +96,7 @@ fn crash_plan(data: &[u8]) -> CrashPlan {
         watermark_back,
         open_mark: flags & 2 == 2,
         also,
+        advance,
     }
 }
 
@@ -118,6 +126,8 @@ impl Insert {
 struct Crashed {
     /// Per partition, the records every open must keep, in order.
     kept: BTreeMap<TopicPartition, Vec<Record>>,
+    /// The partition advanced, and to where (`CrashPlan::advance`).
+    floors: BTreeMap<TopicPartition, i64>,
     /// The entry the cut tore, if it fell among an entry's frames: its
     /// first LSN and the frames of it that made it.
     torn: Option<(u64, u64)>,
@@ -136,16 +146,26 @@ struct Crashed {
     cut_lsns: std::ops::Range<u64>,
 }
 
-/// The next batch of `shape` for its partition, after what `written` holds.
+/// The next offset of `tp` after what `written` holds, and where
+/// `floors` says it was advanced to; `None` for a partition with neither.
+fn next_offset(
+    written: &BTreeMap<TopicPartition, Vec<Record>>,
+    floors: &BTreeMap<TopicPartition, i64>,
+    tp: &TopicPartition,
+) -> Option<i64> {
+    let last = written.get(tp).and_then(|v| v.last()).map(|r| r.offset + 1);
+    last.max(floors.get(tp).copied())
+}
+
+/// The next batch of `shape` for its partition, after what `written`
+/// holds and where `floors` advanced it.
 fn next_batch(
     written: &BTreeMap<TopicPartition, Vec<Record>>,
+    floors: &BTreeMap<TopicPartition, i64>,
     (tp, count, value_len): (usize, usize, usize),
 ) -> RecordBatch {
     let tp = &recover_partitions()[tp];
-    let start = written
-        .get(tp)
-        .and_then(|v| v.last())
-        .map_or(0, |r| r.offset + 1);
+    let start = next_offset(written, floors, tp).unwrap_or(0);
     batch(tp, start..start + count as i64, value_len)
 }
 
@@ -153,10 +173,18 @@ fn next_batch(
 fn crash(plan: &CrashPlan, store: &Path) -> Crashed {
     let mut written: BTreeMap<TopicPartition, Vec<Record>> = BTreeMap::new();
     let engine = Engine::open(small_config(store)).expect("open a fresh store");
+    let mut floors: BTreeMap<TopicPartition, i64> = BTreeMap::new();
     for &shape in &plan.acked {
-        let b = next_batch(&written, shape);
+        let b = next_batch(&written, &floors, shape);
         engine.append(std::slice::from_ref(&b)).expect("append");
         written.entry(b.tp).or_default().extend(b.records);
+    }
+    if let Some((p, ahead)) = plan.advance {
+        let tp = recover_partitions()[p].clone();
+        let to = next_offset(&written, &floors, &tp).unwrap_or(0) + ahead;
+        floors.insert(tp, to);
+        engine.advance_partitions(&floors).expect("advance");
+        engine.sync().expect("sync the advance");
     }
     // The files as the crash finds them: the watermark is rewritten (into
     // the page cache) after every sync, the open mark stays while open.
@@ -164,14 +192,18 @@ fn crash(plan: &CrashPlan, store: &Path) -> Crashed {
     let open_mark = std::fs::read(store.join(poisoned::OPEN_FILE)).ok();
     let (last, earlier) = plan.unacked.split_last().expect("one unsynced write");
     for &shape in earlier {
-        let b = next_batch(&written, shape);
+        let b = next_batch(&written, &floors, shape);
         engine.write(std::slice::from_ref(&b)).expect("write");
         written.entry(b.tp).or_default().extend(b.records);
     }
     let before: WriteState = engine.write_state_copy();
-    let mut cut_batches = vec![next_batch(&written, *last)];
+    let mut cut_batches = vec![next_batch(&written, &floors, *last)];
     if let Some((count, value_len)) = plan.also {
-        cut_batches.push(next_batch(&written, (1 - last.0, count, value_len)));
+        cut_batches.push(next_batch(
+            &written,
+            &floors,
+            (1 - last.0, count, value_len),
+        ));
     }
     engine.write(&cut_batches).expect("write");
     let after: WriteState = engine.write_state_copy();
@@ -302,6 +334,7 @@ fn crash(plan: &CrashPlan, store: &Path) -> Crashed {
         .any(|i| matches!(i, Insert::Frame(_) | Insert::Index(_) | Insert::Summary(_)));
     Crashed {
         kept: written,
+        floors,
         torn,
         watermark,
         first_undone: inserts.get(cut).map(Insert::kind),
@@ -377,17 +410,16 @@ pub fn wal_crash(data: &[u8], scratch: &Path) {
         "verify after recovery: {verified:?} ({what})"
     );
     for tp in recover_partitions() {
-        let last = crashed.kept.get(&tp).and_then(|rs| rs.last());
         assert_eq!(
             engine.durable_offset(&tp),
-            last.map(|r| r.offset + 1),
+            next_offset(&crashed.kept, &crashed.floors, &tp),
             "{tp}'s durable offset ({what})"
         );
     }
     // The recovered store takes the next records of both partitions.
     let mut kept = crashed.kept.clone();
     for p in 0..2 {
-        let b = next_batch(&kept, (p, 3, 50));
+        let b = next_batch(&kept, &crashed.floors, (p, 3, 50));
         engine
             .append(std::slice::from_ref(&b))
             .unwrap_or_else(|e| panic!("append after recovery: {e} ({what})"));
