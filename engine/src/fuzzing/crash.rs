@@ -498,4 +498,31 @@ mod tests {
             "a seed for each cut"
         );
     }
+
+    /// The committed `advanced_then_cut_*` seeds advance a partition
+    /// before the cut write, and between them cut it before its index
+    /// entry and before its summary: recovery then rebuilds or extends
+    /// an advanced summary.
+    #[test]
+    fn advanced_seeds_advance_and_cut_before_the_summary() {
+        let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/wal_crash");
+        let mut undone = std::collections::BTreeSet::new();
+        for entry in std::fs::read_dir(&corpus).unwrap() {
+            let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+            if !name.starts_with("advanced_") {
+                continue;
+            }
+            let data = std::fs::read(corpus.join(&name)).unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            let plan = crash_plan(&data);
+            assert!(plan.advance.is_some(), "{name}: {plan:?}");
+            let crashed = crash(&plan, &dir.path().join("store"));
+            assert_eq!(crashed.floors.len(), 1, "{name}");
+            undone.insert(crashed.first_undone.unwrap_or("whole"));
+        }
+        assert!(
+            undone.contains("index") && undone.contains("summary"),
+            "{undone:?}"
+        );
+    }
 }
