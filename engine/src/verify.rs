@@ -9,10 +9,13 @@
 //! - Never panics and never allocates by an unchecked length, whatever bytes
 //!   are in the store. Only sled errors (I/O), or a stop asked for through
 //!   `verify_unless`, end it early.
-//! - Memory does not grow with the archive: a live verify runs inside
-//!   `cairn run`, on archives of any size. The log scan looks each entry's
-//!   index entry up as it goes and keeps counts per partition; what it
-//!   keeps besides is bounded by [`PROBLEMS_LISTED_MAX`]. Only a partition
+//! - Memory does not grow with the archive's records or entries: a live
+//!   verify runs inside `cairn run`, on archives of any size. The log scan
+//!   looks each entry's index entry up as it goes and keeps counts per
+//!   partition (so it grows with the partitions, as the engine's own
+//!   summaries do: a store forged with an index entry of a new topic each
+//!   makes it grow with those entries); what it keeps besides is bounded by
+//!   [`PROBLEMS_LISTED_MAX`]. Only a partition
 //!   whose counts say its index holds entries the log did not bear out has
 //!   its index read a second time, with the log at each entry, to name them.
 

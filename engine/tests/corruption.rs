@@ -275,6 +275,45 @@ fn missing_frame_is_a_gap() {
         .any(|p| matches!(p.kind, CorruptionKind::IndexMismatch { .. })));
 }
 
+/// A stray index entry below the partition's first offset (valid CRCs,
+/// whole frames: a summary damaged to start later, here): a `read_range`
+/// of the range below the first offset counts the index first and says
+/// so, rather than yield records the summary does not count (until the
+/// night of 2026-12-04 a range below the first offset skipped the count).
+#[test]
+fn a_range_below_the_first_offset_counts_the_index_first() {
+    use cairn_engine::offsets::PartitionSummary;
+    let (dir, tp) = store();
+    with_raw_tree(dir.path(), |t| {
+        let key = cairn_engine::keys::partition_key(&tp);
+        let (_, mut s) = PartitionSummary::decode(&key, &t.get(&key).unwrap().unwrap()).unwrap();
+        assert_eq!((s.first_offset, s.record_count), (0, 30));
+        s.first_offset = 10;
+        s.record_count = 20;
+        let (k, v) = s.encode(&tp);
+        t.insert(k, v).unwrap();
+    });
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    match e.read_range(&tp, 0, Some(10)) {
+        Err(cairn_engine::Error::Corruption { location, kind }) => {
+            assert_eq!(
+                location,
+                Location::Partition {
+                    topic: "c".into(),
+                    partition: 0
+                }
+            );
+            assert!(
+                kind.to_string().contains("the index counts 30 records"),
+                "{kind}"
+            );
+        }
+        Err(other) => panic!("expected corruption, got {other}"),
+        Ok(it) => panic!("read: {:?}", it.collect::<Vec<_>>()),
+    }
+    assert!(e.count_range(&tp, 0, 10).is_err());
+}
+
 /// An index entry lost below the recovery tail: the frames are whole and
 /// offsets may have gaps, so only the count tells. A read of the whole
 /// partition says so at its end, as verify does; a plain read from inside
