@@ -332,18 +332,19 @@ pub fn restore_until_split(
         let from = starts[target];
         let mut n = 0u64;
         if cfg.select.to.is_none_or(|to| from < to) {
-            let records = match engine.read_range(source, from, cfg.select.to) {
-                Ok(it) => it,
-                Err(e) => {
-                    unreadable = Some(e.into());
-                    break;
-                }
-            };
-            for r in records {
+            let mut records =
+                match read_caught(engine, || engine.read_range(source, from, cfg.select.to)) {
+                    Ok(it) => it,
+                    Err(e) => {
+                        unreadable = Some(e);
+                        break;
+                    }
+                };
+            while let Some(r) = read_caught(engine, || records.next().transpose()).transpose() {
                 let r = match r {
                     Ok(r) => r,
                     Err(e) => {
-                        unreadable = Some(e.into());
+                        unreadable = Some(e);
                         break 'partitions;
                     }
                 };
@@ -449,6 +450,14 @@ pub fn restore_until_split(
                 Standing::Resume(o) if none_written && emptied.contains(&p.target) => {
                     Standing::AppendFrom(o)
                 }
+                // An --append run into a target it sent nothing: its last
+                // record is another producer's (or none), which --resume
+                // refuses. One it sent records to, with --offset-header,
+                // --resume continues exactly (since the night of
+                // 2026-12-04; before, every partition of an --append run
+                // was advised --from and --append, its records in flight
+                // then sent twice).
+                Standing::Resume(o) if none_written && cfg.append => Standing::AppendFrom(o),
                 st => st,
             };
             (p, left_to_restore(engine, &p.source, cfg.select.to, st))
@@ -672,6 +681,11 @@ fn left_to_restore(
     let (Standing::Resume(from) | Standing::AppendFrom(from)) = st else {
         return st;
     };
+    // Not read again after a read panicked (it poisoned the engine: sled
+    // may panic again): records may be left.
+    if engine.is_poisoned() {
+        return st;
+    }
     let end = to.unwrap_or(i64::MAX);
     let holds = match engine.read_range(source, from, to) {
         Ok(mut records) => match records.next() {
@@ -685,6 +699,29 @@ fn left_to_restore(
         st
     } else {
         Standing::Complete
+    }
+}
+
+/// `read`, a read of the archive in the send loop, with a panic in it
+/// (sled on damage to its own files that it does not handle) caught: the
+/// engine is poisoned, as a command's read poisons it
+/// (`cli::read_unpanicked`), and the restore stops as on damage it can
+/// read, after what was sent is acknowledged, with exact resume points.
+/// Until the night of 2026-12-04 the panic unwound out of the restore,
+/// whose producer's drop then purged the records in flight unreported.
+fn read_caught<T>(engine: &Engine, read: impl FnOnce() -> cairn_engine::Result<T>) -> Result<T> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(read)) {
+        Ok(r) => r.map_err(Into::into),
+        Err(payload) => {
+            let detail = cairn_engine::panic_message(&*payload).to_string();
+            engine.poison_after_caught_panic("restore", &detail);
+            Err(ConnectorError::ReadPanicked {
+                command: "restore",
+                path: engine.config().path.clone(),
+                detail,
+                output: String::new(),
+            })
+        }
     }
 }
 
@@ -778,29 +815,40 @@ fn finish_the_rest(
             in_place_of(&["--topic", "--partition", "--from"])
         )
     };
-    if cfg.offset_header.is_some() && !cfg.append {
+    if cfg.offset_header.is_some() {
         let (to_resume, to_append) = (left(true, false), left(false, true));
+        // An --append run's command has --append and --from, which
+        // --resume refuses: it takes their place.
+        let replaced: &[&str] = if cfg.append {
+            &["--topic", "--partition", "--append", "--from"]
+        } else {
+            &["--topic", "--partition"]
+        };
         let resume = if to_resume.is_empty() {
             None
         } else if gaps || !to_append.is_empty() {
             Some(format!(
                 "rerun the same command with --resume once for each of [{}], in place of its own {} (a plain --resume would {})",
                 named(&to_resume, false),
-                in_place_of(&["--topic", "--partition"]),
+                in_place_of(replaced),
                 if gaps {
                     "continue the gapped partitions too"
                 } else {
                     "be refused by the partitions named next"
                 }
             ))
+        } else if cfg.append {
+            Some("rerun the same command with --resume in place of its own --append and --from: it continues each partition after the last record found there (this restore's, which carry the offset header)".into())
         } else {
             Some("rerun the same command with --resume: it continues each partition after the last record found there".into())
         };
         let appended = (!to_append.is_empty()).then(|| {
-            format!(
-                "{}: their targets held records that are all gone, and were sent none of this restore's records, so --resume cannot read where they stand",
-                append(&to_append)
-            )
+            let why = if cfg.append {
+                "this restore sent them none of its records, so their last records are another producer's (or none), and --resume cannot read where they stand"
+            } else {
+                "their targets held records that are all gone, and were sent none of this restore's records, so --resume cannot read where they stand"
+            };
+            format!("{}: {why}", append(&to_append))
         });
         return match (resume, appended) {
             (Some(r), Some(a)) => Some(format!("{r}; and {a}")),
@@ -2064,9 +2112,25 @@ mod tests {
         );
         cfg.offset_header = Some("cairn.offset".into());
         assert!(next_step(&cfg, &resumable).contains("--resume"));
-        // --resume refuses --append: a run with --append gets --from advice.
+        // An --append run with the offset header: --resume in place of its
+        // --append and --from, for the partitions it sent records to
+        // (`Resume`); one it sent none (`AppendFrom`) gets --from advice.
         cfg.append = true;
-        assert!(next_step(&cfg, &resumable).contains("--partition 0 --from 20"));
+        let step = next_step(&cfg, &resumable);
+        assert!(
+            step.starts_with(
+                "rerun the same command with --resume in place of its own --append and --from"
+            ),
+            "{step}"
+        );
+        let mixed = [(&p0, Standing::Resume(20)), (&p2, Standing::AppendFrom(0))];
+        let step = next_step(&cfg, &mixed);
+        assert!(
+            step.starts_with("rerun the same command with --resume once for each of [--topic orders --partition 0], in place of its own --topic, --partition, --append and --from")
+                && step.contains("[--topic orders --partition 2 --from 0], with --append")
+                && step.contains("this restore sent them none of its records"),
+            "{step}"
+        );
         // A gap anywhere wins, named, with no resume point.
         let gapped = [
             (&p0, Standing::Resume(20)),
@@ -2084,7 +2148,7 @@ mod tests {
         assert!(
             step.starts_with("records above a failed one")
                 && step.contains("restored/2 lacks archived offset 3")
-                && step.contains("[--topic orders --partition 0 --from 20], with --append")
+                && step.contains("--resume once for each of [--topic orders --partition 0], in place of its own --topic, --partition, --append and --from (a plain --resume would continue the gapped partitions too)")
                 && !step.contains("--partition 2"),
             "{step}"
         );
@@ -2137,6 +2201,12 @@ mod tests {
             "{step}"
         );
         cfg.append = true;
+        let step = next_step(&cfg, &gapped);
+        assert!(
+            step.contains("[--topic orders --partition 0 --rename orders=o2], in place of its own --topic, --partition, --append, --from and every --rename"),
+            "{step}"
+        );
+        cfg.offset_header = None;
         let step = next_step(&cfg, &gapped);
         assert!(
             step.contains("[--topic orders --partition 0 --from 20 --rename orders=o2], with --append, in place of its own --topic, --partition, --from and every --rename"),

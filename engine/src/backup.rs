@@ -185,12 +185,14 @@ impl Engine {
                 "the backup's directory must lie outside the archive's",
             ));
         }
-        if made {
-            let parent = real.parent().unwrap_or(Path::new("/"));
-            if let Err(e) = crate::sync::sync_dir(parent) {
-                unmake(Some(&real));
-                return Err(io("sync backup's parent directory")(e));
-            }
+        // Found as well as made: a directory made just before the backup
+        // (`mkdir` then `cairn backup --to` it) may not be durable in its
+        // parent either, and a complete copy must not vanish with it
+        // (until the night of 2026-12-04 only one made here was synced).
+        let parent = real.parent().unwrap_or(Path::new("/"));
+        if let Err(e) = crate::sync::sync_dir(parent) {
+            unmake(Some(&real));
+            return Err(io("sync backup's parent directory")(e));
         }
         // Empty but for a lock file (a regular file, not a link): checked
         // before the lock is taken, so that nothing is created in a
@@ -388,14 +390,9 @@ impl Engine {
                     .open_tree("cairn")
                     .map_err(store_err("open backup tree"))?;
                 let copied = self.copy_into(&db, &tree, &view, syncer, stop);
-                // Guarded on every path: after a sync that succeeded,
-                // sled's drop has nothing left to fail on, but a failing
-                // disk must fail the backup, not panic past its cleanup.
-                crate::engine::drop_failing_store(tree);
-                copied
+                drop_copy_handles(tree, copied)
             });
-        crate::engine::drop_failing_store(db);
-        copied
+        drop_copy_handles(db, copied)
     }
 
     /// The body of [`copy_to`](Self::copy_to): the durable store as `view`
@@ -533,5 +530,30 @@ impl Engine {
             source: e,
         })?;
         Ok(r)
+    }
+}
+
+/// Drop sled's handles of a backup's copy, guarded: after a copy that
+/// succeeded, a failure of sled's own shutdown (its flush or fsync: the
+/// disk failing since the copy's fdatasync) fails the backup, which is
+/// then not taken for complete (nothing marks the copy for the next open
+/// to sync first, as an engine's open mark would; until the night of
+/// 2026-12-04 it was logged and the copy verified from the page cache);
+/// after a failed one, it is logged and the copy's error stands.
+fn drop_copy_handles<T, R>(handles: T, copied: Result<R>) -> Result<R> {
+    if copied.is_err() {
+        crate::engine::drop_failing_store(handles);
+        return copied;
+    }
+    if crate::engine::drop_sound_store(handles, "the backup's copy: the backup fails") {
+        copied
+    } else {
+        Err(Error::Io {
+            op: "close the backup's copy",
+            path: std::path::PathBuf::new(),
+            source: std::io::Error::other(
+                "sled's own shutdown of the copy failed (its flush or fsync): the disk may be failing",
+            ),
+        })
     }
 }

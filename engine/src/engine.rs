@@ -1400,7 +1400,10 @@ impl Drop for Engine {
             // panics there, caught so that no panic escapes this drop, and
             // the mark stays (the next open syncs before it trusts the
             // cache). Until the night of 2026-12-04 it escaped.
-            if !drop_sound_store(handles, "the engine's drop") {
+            if !drop_sound_store(
+                handles,
+                "the engine's drop: the open mark stays, and the next open syncs the store first",
+            ) {
                 unmark = false;
             }
             // A reader still alive holds sled's last handle (each holds a
@@ -1421,15 +1424,17 @@ impl Drop for Engine {
 /// Drop sled's last handles of a sound store, whose drop runs sled's own
 /// flush and fsync, unwrapping the fsync: a failure (the disk failing
 /// since the last sync) is caught and logged, so that no panic escapes the
-/// drop that calls this (`at`: which). Whether it went cleanly: if not,
-/// the open mark must stay, for the next open to sync the store first.
+/// drop that calls this (`at`: which, and what follows from a failure).
+/// Whether it went cleanly: if not, an engine's open mark must stay, for
+/// the next open to sync the store first, and a backup's copy is not
+/// complete.
 pub(crate) fn drop_sound_store<T>(handles: T, at: &str) -> bool {
     let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(handles)));
     if let Err(p) = &dropped {
         tracing::error!(
             error = %crate::error::panic_message(&**p),
             at,
-            "sled's own shutdown of a sound store failed (its flush or fsync); the open mark stays, and the next open syncs the store first"
+            "sled's own shutdown of a sound store failed (its flush or fsync)"
         );
     }
     dropped.is_ok()

@@ -549,7 +549,10 @@ impl Drop for RecordIter {
             // that no panic escapes this drop (until the night of
             // 2026-12-04 it did). The engine's open mark stayed for this
             // reader: the next open syncs the store first.
-            drop_sound_store(tree, "the drop of a reader that outlived its engine");
+            drop_sound_store(
+                tree,
+                "the drop of a reader that outlived its engine: the open mark stays, and the next open syncs the store first",
+            );
         }
     }
 }

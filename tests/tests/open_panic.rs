@@ -165,17 +165,23 @@ fn an_open_that_panics_is_an_error_naming_the_archive() {
     let offsets: Vec<i64> = e.read(&tp, 0).unwrap().map(|r| r.unwrap().offset).collect();
     assert_eq!(offsets, (0..10).collect::<Vec<_>>());
     e.close().unwrap();
-    // A restore's read that panics says how to go on: `--resume` only for
-    // a restore made with `--offset-header` (without one, --resume would
-    // be refused; until the night of 2026-12-04 it was named regardless).
+    // A restore's read that panics once it sends stops it as damage it
+    // can read does, after what was sent is acknowledged, with resume
+    // points (since the night of 2026-12-04; before, the panic unwound out
+    // of the restore, the records in flight given up): `--resume` only
+    // for a restore made with `--offset-header` (without one, --resume
+    // would be refused).
     for (header, next) in [
         (
             None,
-            "restore the rest with --topic, --partition, --from and --append",
+            format!(
+                "rerun the same command once for each of [--topic {} --partition 0 --from 0], with --append",
+                kafka.topic
+            ),
         ),
         (
             Some("cairn-offset"),
-            "--resume continues from what the target holds",
+            "rerun the same command with --resume".to_owned(),
         ),
     ] {
         use clap::Parser;
@@ -193,17 +199,26 @@ fn an_open_that_panics_is_an_error_naming_the_archive() {
             .block_on(cairn_connector::cli::restore::run(a));
         fail::remove(cairn_engine::FAILPOINT_READ_FILL);
         match result {
-            Err(e @ ConnectorError::ReadPanicked { .. }) => {
+            Err(e @ ConnectorError::RestoreCut { .. }) => {
                 let said = e.to_string();
-                assert!(said.contains(next), "{argv:?}: {said}");
+                assert!(
+                    said.contains("reading it panicked (sled lost a page)"),
+                    "{argv:?}: {said}"
+                );
+                assert!(said.contains(&next), "{argv:?}: {said}");
                 assert_eq!(
-                    said.contains("--resume"),
+                    said.contains("with --resume"),
                     header.is_some(),
                     "{argv:?}: {said}"
                 );
             }
-            other => panic!("{argv:?}: expected the read's panic as an error, got {other:?}"),
+            other => panic!("{argv:?}: expected the read's panic to cut the restore, got {other:?}"),
         }
+        // The panic poisoned the engine, which the restore dropped: the
+        // archive opens as before.
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        assert_eq!(e.durable_offset(&tp), Some(10));
+        e.close().unwrap();
     }
     // A panic in sled's reads while a running archive serves them (a live
     // export): an error, the engine poisoned as a stopped archive's is,
