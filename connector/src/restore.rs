@@ -379,7 +379,21 @@ pub fn restore_until_split(
                         break 'partitions;
                     }
                     Err(Unsent::Kafka(e)) => {
-                        producer.context().fail(target, r.offset, &e);
+                        let mut detail = e.to_string();
+                        if e.rdkafka_error_code() == Some(RDKafkaErrorCode::MessageSizeTooLarge) {
+                            // librdkafka's own check in `send`: no broker
+                            // saw it, though the text says "Broker".
+                            detail.push_str(&format!(
+                                " (refused by the producer before it was sent, not by a broker: the record ({} bytes of key, value and headers) is over the producer's message.max.bytes{}; raise it with -X message.max.bytes, within the topic's max.message.bytes)",
+                                r.payload_bytes(),
+                                cfg.kafka
+                                    .get("message.max.bytes")
+                                    .map_or(String::new(), |v| format!(" ({v}, set by -X)"))
+                            ));
+                        }
+                        producer
+                            .context()
+                            .fail_with(target, r.offset, detail, is_consequence(&e));
                         break 'partitions;
                     }
                     Err(Unsent::TooBigForQueue(detail)) => {
@@ -1334,7 +1348,7 @@ fn check_last(
     let name = cfg.offset_header.as_deref().expect("validated");
     let refuse = |why: String| {
         ConnectorError::RestoreRefused(format!(
-            "--resume: the last record of {target} (offset {}) {why}, so it was not written by restoring {source} with --offset-header {name}; restore into an empty topic, or use --append",
+            "--resume: the last record of {target} (offset {}) {why}, so it was not written by restoring {source} with --offset-header {name}; restore into an empty topic, or use --append with --from the first archived offset the target lacks (read the target for it: --append without --from starts at the archive's first record, and would send the partition again)",
             last.offset
         ))
     };
@@ -1351,7 +1365,8 @@ fn check_last(
         None => {
             // Below what the archive still holds: written by this restore,
             // maybe, and pruned since; not someone else's record.
-            let first = engine.partition(source).map(|p| p.first_offset);
+            let held = engine.partition(source);
+            let first = held.as_ref().map(|p| p.first_offset);
             match first {
                 // The archive goes on right after it (a prune that cut just
                 // above it, or one that emptied the partition): nothing it
@@ -1363,6 +1378,17 @@ fn check_last(
                 Some(first) if archived.checked_add(1) == Some(first) => {
                     tracing::info!(%target, archived, "--resume: the archived record the target's last one names was pruned since; the archive goes on right after it, so nothing is missed (its key and value could not be compared)");
                     Ok(archived)
+                }
+                // Emptied by a prune since: nothing is left to restore of
+                // it, and --append --from there would be refused as
+                // holding no records (seen in review, the night of
+                // 2026-12-04: it was advised).
+                Some(first) if archived < first && held.is_some_and(|p| p.record_count == 0) => {
+                    Err(ConnectorError::RestoreRefused(format!(
+                        "--resume: the last record of {target} (offset {}) names archived offset {archived}, but the archive holds nothing of {source} any more (a prune emptied it; its next offset is {first}): whatever was archived between {} and {first} is gone from it, restored or not, and nothing is left to restore of this partition: resume the others limited to them, one run each with --topic and --partition (a --resume that includes this partition is refused again)",
+                        last.offset,
+                        archived.saturating_add(1),
+                    )))
                 }
                 Some(first) if archived < first => Err(ConnectorError::RestoreRefused(format!(
                     "--resume: the last record of {target} (offset {}) names archived offset {archived}, which is below what the archive holds (its {source} starts at offset {first}): a prune deleted it, if this archive held it, so whatever was archived between {} and {first} is gone from it, restored or not (if this archive never held it, the target's records are another archive's: restore into an empty topic); to go on with what it holds, restore this partition with --topic {} --partition {} --append --from {first}{} in place of --resume and of the command's own {}, and resume the others limited to them, one run each with --topic and --partition (a --resume that includes this partition is refused again)",
@@ -1632,6 +1658,26 @@ fn is_consequence(e: &KafkaError) -> bool {
     )
 }
 
+/// What to change for a refusal a rerun would meet again at the same
+/// record, said after the broker's text (which names no setting). Only the
+/// size had one until the night of 2026-12-04: the others read as a bare
+/// broker error followed by "--resume", which stopped there again.
+fn refusal_advice(code: RDKafkaErrorCode) -> Option<&'static str> {
+    Some(match code {
+        // The brokers refuse a whole batch, and each record in it fails
+        // with this: the one named is the batch's first, which need not be
+        // large itself. (librdkafka's own refusal of one record over
+        // message.max.bytes comes from `send`, not here.)
+        RDKafkaErrorCode::MessageSizeTooLarge => " (the brokers refused the batch that starts with this record: a record in it, or the batch itself, is over the topic's max.message.bytes; if no record is that large, lower -X batch.size below that limit, else raise the limit)",
+        RDKafkaErrorCode::InvalidTimestamp => " (the target topic refuses the record's timestamp as too far from the brokers' clock: its message.timestamp.before.max.ms and message.timestamp.after.max.ms, or message.timestamp.difference.max.ms on brokers before 3.6, are narrower than the archive's timestamps; widen them on the topic, or set message.timestamp.type=LogAppendTime there, which keeps the time of restore instead)",
+        RDKafkaErrorCode::InvalidRecord => " (the brokers refused the record itself: a record with no key into a compacted topic (cleanup.policy=compact) is the usual cause; restore into a topic that is not compacted, or that the archive's keys suit)",
+        RDKafkaErrorCode::PolicyViolation => " (a policy on the brokers refused the write: ask the cluster's administrator which, or restore into another topic)",
+        RDKafkaErrorCode::TopicAuthorizationFailed => " (the restore's principal may not write the target topic: it needs WRITE on it, and DESCRIBE)",
+        RDKafkaErrorCode::ClusterAuthorizationFailed => " (the restore's principal may not write idempotently, as the restore does: it needs IDEMPOTENT_WRITE on the cluster, on brokers before 2.8, or WRITE on the topic)",
+        _ => return None,
+    })
+}
+
 /// Delivery reports, per target partition.
 #[derive(Debug, Default)]
 struct Deliveries {
@@ -1649,6 +1695,8 @@ impl Deliveries {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The record at `offset` failed with `e` (the tests' shorthand).
+    #[cfg(test)]
     fn fail(&self, target: &TopicPartition, offset: i64, e: &KafkaError) {
         self.fail_with(target, offset, e.to_string(), is_consequence(e));
     }
@@ -1657,12 +1705,8 @@ impl Deliveries {
     /// librdkafka reports certainly not persisted.
     fn refused(&self, target: &TopicPartition, offset: i64, e: &KafkaError, unsent: bool) {
         let mut detail = e.to_string();
-        if e.rdkafka_error_code() == Some(RDKafkaErrorCode::MessageSizeTooLarge) {
-            // The brokers refuse a whole batch, and each record in it fails
-            // with this: the one named is the batch's first, which need not
-            // be large itself. (librdkafka's own refusal of one record over
-            // message.max.bytes comes from `send`, not here.)
-            detail.push_str(" (the brokers refused the batch that starts with this record: a record in it, or the batch itself, is over the topic's max.message.bytes; if no record is that large, lower -X batch.size below that limit, else raise the limit)");
+        if let Some(advice) = e.rdkafka_error_code().and_then(refusal_advice) {
+            detail.push_str(advice);
         }
         if matches!(
             e.rdkafka_error_code(),
@@ -2212,6 +2256,25 @@ mod tests {
             step.contains("[--topic orders --partition 0 --from 20 --rename orders=o2], with --append, in place of its own --topic, --partition, --from and every --rename"),
             "{step}"
         );
+    }
+
+    /// Each refusal a rerun would meet again at the same record names what
+    /// to change; a passing one (a timeout) has none of these.
+    #[test]
+    fn refusals_that_repeat_name_what_to_change() {
+        use RDKafkaErrorCode as C;
+        for (code, names) in [
+            (C::MessageSizeTooLarge, "max.message.bytes"),
+            (C::InvalidTimestamp, "message.timestamp.before.max.ms"),
+            (C::InvalidRecord, "cleanup.policy=compact"),
+            (C::PolicyViolation, "administrator"),
+            (C::TopicAuthorizationFailed, "WRITE"),
+            (C::ClusterAuthorizationFailed, "IDEMPOTENT_WRITE"),
+        ] {
+            let advice = refusal_advice(code).unwrap_or_else(|| panic!("{code:?}"));
+            assert!(advice.contains(names), "{code:?}: {advice}");
+        }
+        assert_eq!(refusal_advice(C::MessageTimedOut), None);
     }
 
     #[test]

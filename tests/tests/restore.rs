@@ -1038,6 +1038,42 @@ fn resume_past_a_prune_says_what_the_archive_lost() {
     assert_eq!(highs(&k, 1), vec![1], "nothing produced");
 }
 
+/// A target whose last record names an archived offset below a partition
+/// a prune has emptied since: nothing is left to restore of it, and the
+/// refusal says so, where it advised an `--append --from` that the restore
+/// then refused as holding no records (seen in review, the night of
+/// 2026-12-04).
+#[test]
+fn resume_into_a_partition_a_prune_emptied_says_nothing_is_left() {
+    let (_dir, engine, tp, _) = pruned_below_six();
+    engine.truncate_before(&tp, 20).unwrap();
+    engine
+        .append(&[RecordBatch {
+            tp: TopicPartition::new(ARCHIVED, 1),
+            records: (0..4).map(|o| Record::with_value(o, "other")).collect(),
+        }])
+        .unwrap();
+    let k = TestKafka::new("pruned-emptied", 2);
+    produce_one(
+        &k,
+        0,
+        b"restored before the prune",
+        Some(("cairn.offset", "3")),
+    );
+    let cfg = resume_config(&k);
+    match restore(&engine, &cfg) {
+        Err(ConnectorError::RestoreRefused(m)) => assert!(
+            m.contains("names archived offset 3, but the archive holds nothing of")
+                && m.contains("its next offset is 20")
+                && m.contains("nothing is left to restore of this partition")
+                && !m.contains("--append --from"),
+            "{m}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(highs(&k, 2), vec![1, 0], "nothing produced");
+}
+
 /// A prune that cut just above the target's last restored record (or
 /// emptied the partition) lost nothing the restore had not sent: `--resume`
 /// goes on right after it. Until the night of 2026-12-04 it was refused as
