@@ -712,9 +712,16 @@ mod tests {
 
     /// [`HandedIsSafe`], keeping the partitions each put was handed; with
     /// `lose`, its first put loses those partitions and fails retriably.
+    /// It also keeps what each `caught_up` was told (`told`), failing it
+    /// with `caught_up_fails`, and with `lose_told` losing the partitions
+    /// told while it runs.
+    #[derive(Default)]
     struct SeesPuts {
         seen: Arc<Mutex<Vec<Vec<TopicPartition>>>>,
         lose: Option<(Arc<Pipeline>, Vec<TopicPartition>)>,
+        told: Arc<Mutex<Vec<BTreeMap<TopicPartition, i64>>>>,
+        caught_up_fails: bool,
+        lose_told: Option<Arc<Pipeline>>,
     }
 
     impl SinkTask for SeesPuts {
@@ -732,6 +739,19 @@ mod tests {
                 return Err(TaskError::Retriable("broker busy".into()));
             }
             HandedIsSafe.put(batches)
+        }
+        fn caught_up(
+            &mut self,
+            positions: &BTreeMap<TopicPartition, i64>,
+        ) -> Result<(), TaskError> {
+            self.told.lock().unwrap().push(positions.clone());
+            if let Some(p) = &self.lose_told {
+                p.drop_partitions(&positions.keys().cloned().collect::<Vec<_>>());
+            }
+            match self.caught_up_fails {
+                true => Err(TaskError::Fatal("disk gone".into())),
+                false => Ok(()),
+            }
         }
         fn pre_commit(
             &mut self,
@@ -763,7 +783,7 @@ mod tests {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let sink = SeesPuts {
             seen: seen.clone(),
-            lose: None,
+            ..SeesPuts::default()
         };
         let records = |n: i64| {
             (0..n)
@@ -794,49 +814,6 @@ mod tests {
         assert_eq!(s.consumed, BTreeMap::from([(kept, 10)]));
     }
 
-    /// [`HandedIsSafe`], keeping what each `caught_up` was told, and
-    /// failing it with `fail`; with `lose`, the partitions told are lost
-    /// while it runs.
-    struct ToldCaughtUp {
-        told: Arc<Mutex<Vec<BTreeMap<TopicPartition, i64>>>>,
-        fail: bool,
-        lose: Option<Arc<Pipeline>>,
-    }
-
-    impl SinkTask for ToldCaughtUp {
-        fn open(
-            &mut self,
-            p: &[TopicPartition],
-        ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
-            HandedIsSafe.open(p)
-        }
-        fn put(&mut self, batches: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
-            HandedIsSafe.put(batches)
-        }
-        fn caught_up(
-            &mut self,
-            positions: &BTreeMap<TopicPartition, i64>,
-        ) -> Result<(), TaskError> {
-            self.told.lock().unwrap().push(positions.clone());
-            if let Some(p) = &self.lose {
-                p.drop_partitions(&positions.keys().cloned().collect::<Vec<_>>());
-            }
-            match self.fail {
-                true => Err(TaskError::Fatal("disk gone".into())),
-                false => Ok(()),
-            }
-        }
-        fn pre_commit(
-            &mut self,
-            consumed: &BTreeMap<TopicPartition, i64>,
-        ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
-            HandedIsSafe.pre_commit(consumed)
-        }
-        fn close(&mut self, p: &[TopicPartition]) -> Result<(), TaskError> {
-            HandedIsSafe.close(p)
-        }
-    }
-
     /// Where the consumer caught up past the records of a put, told after
     /// it: the sink hears of the partitions still assigned whose offset is
     /// past what was handed over (not of one caught up just past its last
@@ -852,10 +829,11 @@ mod tests {
             let pipeline = Arc::new(Pipeline::new(None, None, None, None));
             pipeline.state().assigned.extend([tp(0), tp(1), tp(2)]);
             let told = Arc::new(Mutex::new(Vec::new()));
-            let sink = ToldCaughtUp {
+            let sink = SeesPuts {
                 told: told.clone(),
-                fail,
-                lose: lose.then(|| pipeline.clone()),
+                caught_up_fails: fail,
+                lose_told: lose.then(|| pipeline.clone()),
+                ..SeesPuts::default()
             };
             let batch = |p, n: i64| RecordBatch {
                 tp: tp(p),
@@ -915,6 +893,7 @@ mod tests {
             let sink = SeesPuts {
                 seen: seen.clone(),
                 lose: Some((pipeline.clone(), lose.clone())),
+                ..SeesPuts::default()
             };
             run_one_put(
                 Box::new(sink),

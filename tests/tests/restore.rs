@@ -1014,15 +1014,8 @@ fn resume_config(k: &TestKafka) -> RestoreConfig {
 fn resume_past_a_prune_says_what_the_archive_lost() {
     let (_dir, engine, _, cut) = pruned_below_six();
     let k = TestKafka::new("pruned-since", 1);
-    produce_one(
-        &k,
-        0,
-        b"restored before the prune",
-        Some(("cairn.offset", "3")),
-    );
-    let cfg = resume_config(&k);
-    match restore(&engine, &cfg) {
-        Err(ConnectorError::RestoreRefused(m)) => assert!(
+    let m = resume_refused_after_restoring_3(&engine, &k, 1);
+    assert!(
             m.contains("names archived offset 3, which is below what the archive holds")
                 && m.contains("a prune deleted it, if this archive held it")
                 && m.contains(&format!("starts at offset {cut})"))
@@ -1032,10 +1025,26 @@ fn resume_past_a_prune_says_what_the_archive_lost() {
                 ))
                 && m.contains("resume the others limited to them"),
             "{m}"
-        ),
+    );
+}
+
+/// The refusal of a `--resume` into `k`'s topic (of `partitions`
+/// partitions) once its partition 0 holds a record restored from archived
+/// offset 3, and that nothing was produced.
+fn resume_refused_after_restoring_3(engine: &Engine, k: &TestKafka, partitions: i32) -> String {
+    produce_one(
+        k,
+        0,
+        b"restored before the prune",
+        Some(("cairn.offset", "3")),
+    );
+    let before = highs(k, partitions);
+    let refused = restore(engine, &resume_config(k));
+    assert_eq!(highs(k, partitions), before, "nothing produced");
+    match refused {
+        Err(ConnectorError::RestoreRefused(m)) => m,
         other => panic!("{other:?}"),
     }
-    assert_eq!(highs(&k, 1), vec![1], "nothing produced");
 }
 
 /// A target whose last record names an archived offset below a partition
@@ -1054,24 +1063,14 @@ fn resume_into_a_partition_a_prune_emptied_says_nothing_is_left() {
         }])
         .unwrap();
     let k = TestKafka::new("pruned-emptied", 2);
-    produce_one(
-        &k,
-        0,
-        b"restored before the prune",
-        Some(("cairn.offset", "3")),
+    let m = resume_refused_after_restoring_3(&engine, &k, 2);
+    assert!(
+        m.contains("names archived offset 3, but the archive holds nothing of")
+            && m.contains("its next offset is 20")
+            && m.contains("nothing is left to restore of this partition")
+            && !m.contains("--append --from"),
+        "{m}"
     );
-    let cfg = resume_config(&k);
-    match restore(&engine, &cfg) {
-        Err(ConnectorError::RestoreRefused(m)) => assert!(
-            m.contains("names archived offset 3, but the archive holds nothing of")
-                && m.contains("its next offset is 20")
-                && m.contains("nothing is left to restore of this partition")
-                && !m.contains("--append --from"),
-            "{m}"
-        ),
-        other => panic!("{other:?}"),
-    }
-    assert_eq!(highs(&k, 2), vec![1, 0], "nothing produced");
 }
 
 /// A prune that cut just above the target's last restored record (or
