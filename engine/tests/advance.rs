@@ -23,6 +23,15 @@ fn summary(e: &Engine, tp: &TopicPartition) -> (i64, i64, u64) {
     (p.first_offset, p.next_offset, p.record_count)
 }
 
+/// The store at `dir` reopens with `tp`'s summary `want` (first, next,
+/// records), and verify finds it clean.
+fn reopens_to(dir: &std::path::Path, tp: &TopicPartition, want: (i64, i64, u64)) {
+    let e = Engine::open(EngineConfig::new(dir)).unwrap();
+    assert_eq!(summary(&e, tp), want);
+    let report = e.verify().unwrap();
+    assert!(report.is_clean(), "{report:?}");
+}
+
 #[test]
 fn an_advance_is_durable_at_the_next_sync_and_outlives_reopens() {
     let dir = tempfile::tempdir().unwrap();
@@ -73,9 +82,7 @@ fn an_advance_starts_a_partition_the_store_holds_nothing_of() {
     e.append(&[batch(&tp, 40..42, 20)]).unwrap();
     assert_eq!(summary(&e, &tp), (40, 42, 2));
     e.close().unwrap();
-    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
-    assert_eq!(summary(&e, &tp), (40, 42, 2));
-    assert!(e.verify().unwrap().is_clean());
+    reopens_to(dir.path(), &tp, (40, 42, 2));
 }
 
 #[test]
@@ -113,9 +120,7 @@ fn retention_keeps_an_advanced_next_offset() {
     e.truncate_before(&tp, 45).unwrap();
     assert_eq!(summary(&e, &tp), (45, 45, 0));
     e.close().unwrap();
-    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
-    assert_eq!(summary(&e, &tp), (45, 45, 0));
-    assert!(e.verify().unwrap().is_clean());
+    reopens_to(dir.path(), &tp, (45, 45, 0));
 }
 
 /// The floor does not excuse every next offset: a summary whose next
