@@ -1248,6 +1248,12 @@ fn bad_flags_and_config_name_the_setting() {
             ][..],
             &["sasl.mechanism", "sasl.mechanisms"][..],
         ),
+        // status reads the high watermark, uncommitted (since the night of
+        // 2026-12-04).
+        (
+            &["-X", "isolation.level=read_committed"][..],
+            &["isolation.level=read_committed", "high watermark"][..],
+        ),
     ] {
         let mut args = vec![
             "status",

@@ -117,8 +117,21 @@ impl Row {
 
 pub async fn run(args: StatusArgs) -> Result<ExitCode> {
     check_connect_timeout_ms(args.connect_timeout_ms)?;
-    let kafka: BTreeMap<String, String> = super::kafka_flags(args.kafka.clone())?;
+    let mut kafka: BTreeMap<String, String> = super::kafka_flags(args.kafka.clone())?;
     refuse_managed_keys(&kafka, &MANAGED_CONSUMER_KEYS, "cairn status")?;
+    // The watermarks are read uncommitted: the `high` column is the high
+    // watermark, records of a transaction still open included, which a
+    // hung producer holds back from `run` (its progress line counts to the
+    // last stable offset). librdkafka's default, read_committed, answered
+    // the last stable offset (seen in review, the night of 2026-12-04).
+    if let Some((k, v)) =
+        crate::librdkafka::setting_other_than(&kafka, "isolation.level", Some("read_uncommitted"))
+    {
+        return Err(ConnectorError::Config(format!(
+            "-X {k}={v}: cairn status reads Kafka's high watermark (isolation.level=read_uncommitted), whatever a run reads"
+        )));
+    }
+    kafka.insert("isolation.level".into(), "read_uncommitted".into());
     // As `run` and `restore` refuse it: which of two names librdkafka
     // takes changes from run to run (before 2026-12-03 status took it).
     crate::librdkafka::refuse_two_names(&kafka).map_err(ConnectorError::Config)?;
@@ -487,7 +500,7 @@ fn kafka_view(
                 partition = r.partition,
                 low,
                 durable,
-                "Kafka's log starts above what the archive holds: records {durable}..{low} left Kafka (retention) before this archive stored them, or another store archives this partition; they are not counted in the archive lag (cairn run handles them by --on-offset-out-of-range)"
+                "Kafka's log starts above what the archive holds: offsets {durable}..{low} (records, or transaction markers the archive had not caught up past) left Kafka (retention) before this archive stored them, or another store archives this partition; they are not counted in the archive lag (cairn run handles them by --on-offset-out-of-range)"
             );
         }
         r.lag = r.kafka_committed.map(|c| high - c);
@@ -567,12 +580,16 @@ fn refresh(rows: &mut [Row], newer: Vec<Row>) {
         }
         (r.first_offset, r.durable_next_offset, r.records, r.bytes) =
             (n.first_offset, n.durable_next_offset, n.records, n.bytes);
+        // Below 0 only when the first read was (a log that ends below the
+        // archive: warned about then); otherwise the run archived past the
+        // high watermark read before (until the night of 2026-12-04 a row
+        // with no lag at the first read could show one below 0 here).
         let before = r.archive_lag;
         if let Some(now) = row_archive_lag(r) {
-            r.archive_lag = Some(if before.is_some_and(|b| b >= 0) {
-                now.max(0)
-            } else {
+            r.archive_lag = Some(if before.is_some_and(|b| b < 0) {
                 now
+            } else {
+                now.max(0)
             });
         }
     }
@@ -647,6 +664,18 @@ mod tests {
         refresh(&mut rows, vec![newer]);
         assert_eq!(rows[0].archive_lag, Some(60));
         assert_eq!(rows[0].kafka_missing, None);
+        // Archived past the high watermark read before, with no lag at the
+        // first read: 0, not below (a negative lag means a log that ends
+        // below the archive, which the first read would have shown).
+        let mut r = Row::unarchived("t", 0);
+        (r.low_watermark, r.high_watermark, r.committed_unread) = (Some(0), Some(100), true);
+        r.archive_lag = row_archive_lag(&mut r);
+        assert_eq!(r.archive_lag, None);
+        let mut newer = Row::unarchived("t", 0);
+        newer.durable_next_offset = Some(130);
+        let mut rows = vec![r];
+        refresh(&mut rows, vec![newer]);
+        assert_eq!(rows[0].archive_lag, Some(0));
     }
 
     #[test]
