@@ -652,6 +652,15 @@ fn status_leaves_out_committed_offsets_kafka_cannot_read() {
     let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(rows[0]["kafka_committed"], 1, "{out}");
     assert!(rows[0]["kafka_missing"].is_null(), "{out}");
+    // Committed by a plain client (no cairn identity in its metadata),
+    // beside the archive's identity (since the night of 2026-12-04).
+    assert_eq!(rows[0]["committed_by"], "not cairn", "{out}");
+    assert!(
+        rows[0]["store"]
+            .as_str()
+            .is_some_and(|s| s.len() == 32 && s.bytes().all(|b| b.is_ascii_hexdigit())),
+        "{out}"
+    );
     // Now every OffsetFetch fails.
     mock.request_errors(
         RDKafkaApiKey::OffsetFetch,

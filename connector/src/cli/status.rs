@@ -72,6 +72,20 @@ struct Row {
     /// the asking side, so an answer from an older run parses too.
     #[serde(default)]
     live_pid: Option<u32>,
+    /// The archive's identity (`Mstore`: 32 hex digits), as its run names
+    /// it in the metadata of every offset it commits (`cairn-store:`), in
+    /// every row (since the night of 2026-12-04; `null` in an answer from
+    /// an older run).
+    #[serde(default)]
+    store: Option<String>,
+    /// Who committed `kafka_committed`, by its metadata: `this archive`,
+    /// `another store` (another archive's identity), `not cairn` (no cairn
+    /// identity: another tool, or a member without one); `null` with no
+    /// commit, or with no identity to compare (an older run's answer).
+    /// Where a run would resume depends on it, and the archive lag counts
+    /// from there (since the night of 2026-12-04).
+    #[serde(default)]
+    committed_by: Option<String>,
     /// Kafka's log start, kept to work the archive lag out again from a
     /// running archive's newer figures (`refresh`); not printed.
     #[serde(skip)]
@@ -100,6 +114,8 @@ impl Row {
             archive_lag: None,
             kafka_missing: None,
             live_pid: None,
+            store: None,
+            committed_by: None,
             low_watermark: None,
             committed_unread: false,
         }
@@ -249,6 +265,8 @@ fn rows(engine: &cairn_engine::Engine) -> Vec<Row> {
             archive_lag: None,
             kafka_missing: None,
             live_pid: None,
+            store: Some(engine.store_id().to_string()),
+            committed_by: None,
             low_watermark: None,
             committed_unread: false,
         })
@@ -290,6 +308,7 @@ fn note_committed(
     tps: &[TopicPartition],
     committed: &crate::offsets::CommittedRead,
     group: Option<&str>,
+    store: Option<&str>,
 ) {
     for (tp, error) in &committed.unread {
         tracing::warn!(%tp, %error, "Kafka could not read this partition's committed offset: its column is left empty");
@@ -314,6 +333,11 @@ fn note_committed(
     for r in rows.iter_mut() {
         let tp = TopicPartition::new(&r.topic, r.partition);
         r.kafka_committed = committed.offsets.get(&tp).map(|c| c.offset);
+        r.committed_by = committed
+            .offsets
+            .get(&tp)
+            .and_then(|c| committed_by(&c.metadata, store))
+            .map(str::to_owned);
         if let Some(error) = committed.unread.get(&tp) {
             r.committed_unread = true;
             r.missing(format_args!(
@@ -338,6 +362,8 @@ fn kafka_view(
 ) -> Result<()> {
     let metadata =
         crate::librdkafka::cluster_metadata(consumer.client(), brokers, timeout, &|| false)?;
+    // The archive's identity, which every row of it carries.
+    let store: Option<String> = rows.iter().find_map(|r| r.store.clone());
     // Partitions per archived topic, as Kafka has them.
     let mut in_kafka: BTreeMap<String, Vec<i32>> = BTreeMap::new();
     for r in rows.iter() {
@@ -412,7 +438,9 @@ fn kafka_view(
         }
         for &p in partitions {
             if !rows.iter().any(|r| &r.topic == topic && r.partition == p) {
-                rows.push(Row::unarchived(topic, p));
+                let mut r = Row::unarchived(topic, p);
+                r.store = store.clone();
+                rows.push(r);
             }
         }
     }
@@ -442,7 +470,7 @@ fn kafka_view(
             .map(|r| TopicPartition::new(&r.topic, r.partition))
             .collect();
         match read_committed(consumer, &tps, timeout) {
-            Ok(committed) => note_committed(rows, &tps, &committed, group),
+            Ok(committed) => note_committed(rows, &tps, &committed, group, store.as_deref()),
             // Failed whole: every committed column is left empty, with one
             // WARN, as a failed watermark request leaves its own; the rest
             // of the table still stands.
@@ -542,12 +570,44 @@ fn row_archive_lag(r: &mut Row) -> Option<i64> {
         r.missing(NO_ARCHIVE_LAG);
         return None;
     }
-    Some(archive_lag(
-        low,
-        high,
+    let from = resume_from(
         r.durable_next_offset,
         r.kafka_committed,
-    ))
+        r.committed_by.as_deref(),
+    );
+    Some(archive_lag(low, high, from))
+}
+
+/// Who made a commit whose metadata is `metadata`, for the `committed_by`
+/// column: `None` without this archive's identity to compare.
+fn committed_by(metadata: &str, store: Option<&str>) -> Option<&'static str> {
+    let store = store?;
+    Some(match metadata.strip_prefix("cairn-store:") {
+        Some(id) if id == store => THIS_ARCHIVE,
+        Some(_) => "another store",
+        None => "not cairn",
+    })
+}
+
+const THIS_ARCHIVE: &str = "this archive";
+
+/// Where a run of this archive would resume a partition, as its
+/// assignment decides it (`rebalance::resume_point`): the archive's next
+/// offset, unless Kafka's committed offset is past it and was committed by
+/// another store or another tool (another member archived what lies
+/// between); for a partition the archive holds nothing of, Kafka's
+/// committed offset, unless this archive committed it itself (it lost
+/// those records: the run starts at the log start, `None`). With no
+/// identity to compare (`by` unknown), the archive's offset wins, as
+/// before the night of 2026-12-04, when status did not tell them apart.
+fn resume_from(durable: Option<i64>, committed: Option<i64>, by: Option<&str>) -> Option<i64> {
+    let ours = by == Some(THIS_ARCHIVE);
+    match (durable, committed) {
+        (Some(d), Some(k)) if k > d && by.is_some() && !ours => Some(k),
+        (Some(d), _) => Some(d),
+        (None, Some(_)) if ours => None,
+        (None, k) => k,
+    }
 }
 
 /// A running archive's figures asked for again once Kafka's were read
@@ -595,22 +655,20 @@ fn refresh(rows: &mut [Row], newer: Vec<Row>) {
     }
 }
 
-/// What Kafka holds that the archive has not stored yet: from the archive's
-/// durable next offset (for a partition it holds nothing of, the group's
-/// committed offset, where a run would start it, else the log start), but
-/// not below the log start, whose records can no longer be archived (before
-/// the night of 2026-12-04 they were counted, so a lag that could never
-/// close was shown, where a run's progress line showed none). Negative
-/// when the log ends below where the archive goes on (a recreated or
-/// truncated topic: warned about).
-fn archive_lag(low: i64, high: i64, durable: Option<i64>, committed: Option<i64>) -> i64 {
-    let from = durable.or(committed).unwrap_or(low);
-    high - from.max(low)
+/// What Kafka holds that the archive has not stored yet: from where a run
+/// would resume the partition ([`resume_from`]; the log start when that is
+/// nowhere), but not below the log start, whose records can no longer be
+/// archived (before the night of 2026-12-04 they were counted, so a lag
+/// that could never close was shown, where a run's progress line showed
+/// none). Negative when the log ends below where the archive goes on (a
+/// recreated or truncated topic: warned about).
+fn archive_lag(low: i64, high: i64, from: Option<i64>) -> i64 {
+    high - from.unwrap_or(low).max(low)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{archive_lag, refresh, row_archive_lag, Row};
+    use super::{archive_lag, committed_by, refresh, resume_from, row_archive_lag, Row};
 
     /// A running archive's newer figures replace the older ones: the
     /// committed offset read between them is then at most the durable one,
@@ -680,17 +738,54 @@ mod tests {
 
     #[test]
     fn archive_lag_counts_from_where_a_run_would_start_within_the_log() {
+        let lag = |low, high, durable, committed, by| {
+            archive_lag(low, high, resume_from(durable, committed, by))
+        };
+        let (ours, other, tool) = (
+            Some("this archive"),
+            Some("another store"),
+            Some("not cairn"),
+        );
         // Archived up to 100 of a log 0..120.
-        assert_eq!(archive_lag(0, 120, Some(100), None), 20);
+        assert_eq!(lag(0, 120, Some(100), None, None), 20);
         // The log ends below the archive: negative, as warned.
-        assert_eq!(archive_lag(0, 20, Some(50), Some(10)), -30);
+        assert_eq!(lag(0, 20, Some(50), Some(10), ours), -30);
         // Records 100..150 aged out of Kafka before they were archived: they
         // can never be, and are not counted.
-        assert_eq!(archive_lag(150, 170, Some(100), Some(160)), 20);
+        assert_eq!(lag(150, 170, Some(100), Some(160), ours), 20);
         // Nothing archived: from the group's committed offset, if any,
         // else the log start; never below the log start.
-        assert_eq!(archive_lag(0, 10, None, Some(4)), 6);
-        assert_eq!(archive_lag(3, 10, None, None), 7);
-        assert_eq!(archive_lag(5, 10, None, Some(2)), 5);
+        assert_eq!(lag(0, 10, None, Some(4), other), 6);
+        assert_eq!(lag(3, 10, None, None, None), 7);
+        assert_eq!(lag(5, 10, None, Some(2), tool), 5);
+        // Another store, or another tool, committed past the archive: a
+        // run resumes there (another member archived what lies between),
+        // so the lag counts from it (since the night of 2026-12-04; before,
+        // from the archive's offset, a lag that never closed).
+        assert_eq!(lag(0, 1_000, Some(100), Some(900), other), 100);
+        assert_eq!(lag(0, 1_000, Some(100), Some(900), tool), 100);
+        // This archive's own commit past what it holds (restored from an
+        // older copy): the run resumes at the archive's offset; with
+        // nothing of the partition held, at the log start.
+        assert_eq!(lag(0, 1_000, Some(100), Some(900), ours), 900);
+        assert_eq!(lag(0, 1_000, None, Some(900), ours), 1_000);
+        // No identity to compare (an older run's answer): the archive's
+        // offset, as before.
+        assert_eq!(lag(0, 1_000, Some(100), Some(900), None), 900);
+    }
+
+    /// A commit's metadata says whose it is, against the archive's
+    /// identity; without one, nothing is said.
+    #[test]
+    fn committed_by_reads_the_commits_metadata() {
+        let id = "0123456789abcdef0123456789abcdef";
+        let ours = format!("cairn-store:{id}");
+        assert_eq!(committed_by(&ours, Some(id)), Some("this archive"));
+        assert_eq!(
+            committed_by("cairn-store:ffffffffffffffffffffffffffffffff", Some(id)),
+            Some("another store")
+        );
+        assert_eq!(committed_by("", Some(id)), Some("not cairn"));
+        assert_eq!(committed_by(&ours, None), None);
     }
 }
