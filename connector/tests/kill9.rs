@@ -101,7 +101,14 @@ fn sigkill_at_seeded_moments_loses_and_duplicates_nothing() {
         // commit (each put's commit comes after its append and its fsync,
         // and the first assignment before any): the round fails if it is
         // not (a renamed or moved point).
-        let abort_at = rng.gen_bool(0.5).then(|| match rng.gen_range(0..3) {
+        //
+        // The first round always commits before its SIGKILL: with every
+        // round free to die before its first commit (at the assignment's
+        // crash point, or inside the store's open), one seed in about a
+        // thousand made no commit in five rounds and failed the check
+        // below (seen the night of 2026-12-04, CAIRN_SEED=1796377853994789805).
+        let free = round > 0;
+        let abort_at = (free && rng.gen_bool(0.5)).then(|| match rng.gen_range(0..3) {
             0 => format!("{PUT_BEFORE_COMMIT}:{}", rng.gen_range(1..=12)),
             1 => format!("{APPEND_BEFORE_FSYNC}:{}", rng.gen_range(1..=12)),
             _ => format!("{ASSIGN_AFTER_OPEN}:1"),
@@ -126,7 +133,7 @@ fn sigkill_at_seeded_moments_loses_and_duplicates_nothing() {
         } else {
             rng.gen_range(1..=20u32)
         };
-        let kill_at_open = abort_at.is_none() && rng.gen_ratio(1, 6);
+        let kill_at_open = free && abort_at.is_none() && rng.gen_ratio(1, 6);
         let mut recovered = false;
         let mut how = format!("SIGKILL after {kill_after} commits");
         let deadline = Instant::now() + Duration::from_secs(60);

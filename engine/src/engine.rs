@@ -687,19 +687,20 @@ impl Engine {
         let mut w = self.write_state()?;
         let _poison_on_panic = PoisonOnPanic { engine: self, op };
         self.check_usable()?;
-        let mut changed = 0;
-        for (tp, &offset) in offsets {
-            let Some(s) = summary(w.partitions.get(tp), offset) else {
-                continue;
-            };
+        let changed: Vec<(TopicPartition, PartitionSummary)> = offsets
+            .iter()
+            .filter_map(|(tp, &offset)| Some((tp.clone(), summary(w.partitions.get(tp), offset)?)))
+            .collect();
+        for (tp, s) in &changed {
             let (k, v) = s.encode(tp);
             if let Err(e) = self.tree.insert(k, v) {
                 return Err(self.poison(op, e.to_string()));
             }
-            w.partitions.insert(tp.clone(), s);
-            changed += 1;
         }
-        if changed > 0 {
+        // Into the engine's state once every insert is made, as a write's
+        // summaries are: a failed one leaves it as it was (poisoned).
+        if !changed.is_empty() {
+            w.partitions.extend(changed);
             w.seq += 1;
         }
         Ok(())
@@ -1078,7 +1079,14 @@ impl Engine {
         // (the lock taken) sees to it itself.
         let due = match self.syncer.try_lock() {
             Ok(mut s) => s.sync_watermark_if_due(),
-            Err(_) => Ok(()),
+            Err(std::sync::TryLockError::WouldBlock) => Ok(()),
+            // A panic while a sync held it (the next leader's lock would
+            // panic too): the store's state is unknown, as after any panic
+            // in the engine (seen in review, the night of 2026-12-04; it
+            // was passed over as a busy lock).
+            Err(std::sync::TryLockError::Poisoned(_)) => {
+                return Err(self.poison("sync", "a sync panicked while it held the syncer".into()))
+            }
         };
         due.map_err(|e| self.watermark_failed(e))
     }
