@@ -18,8 +18,12 @@
 //!   rebuilds what is missing (`torn_append.rs` cuts after every insert).
 //! - Frames are written into slots reserved ahead of them (slots.rs), which
 //!   are inserted before the frames that fill them.
-//! - Lock order: `truncating` before `write` before `commit`; the sync
-//!   leader never holds both of the last two.
+//! - Lock order: `truncating` before `write` before `commit` before
+//!   `syncer`. The sync leader never holds both `write` and `commit`; it
+//!   holds `syncer` only for its sync, beside a slot top-up thread that
+//!   takes `write` with `try_lock` (never waiting for it), and joins that
+//!   thread before it takes `commit` again. `commit` is held over `syncer`
+//!   only to name the data file in a failed sync's reason.
 //! - Dropping a poisoned engine, or the store of a failed open, never
 //!   panics. sled's own drop writes out its buffers and fsyncs its file,
 //!   and unwraps that fsync, which after a failed fdatasync meets the same
