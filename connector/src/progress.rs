@@ -83,8 +83,10 @@ pub struct PartitionProgress {
 
 impl PartitionProgress {
     /// Records Kafka has past the committed offset: what a lag monitor sees
-    /// for the group. A transaction's commit marker takes an offset too, so
-    /// on transactional topics this (and the archive lag) can stay at 1.
+    /// for the group. A transaction's commit marker takes an offset too: on
+    /// transactional topics this (and the archive lag) reads 1 until the
+    /// fetch catches up past the marker and that is committed
+    /// (`SinkTask::caught_up`; before the night of 2026-12-04, for ever).
     pub fn commit_lag(&self) -> Option<i64> {
         Some((self.log_end? - self.committed?).max(0))
     }

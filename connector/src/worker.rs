@@ -748,10 +748,10 @@ mod tests {
             if let Some(p) = &self.lose_told {
                 p.drop_partitions(&positions.keys().cloned().collect::<Vec<_>>());
             }
-            match self.caught_up_fails {
-                true => Err(TaskError::Fatal("disk gone".into())),
-                false => Ok(()),
+            if self.caught_up_fails {
+                return Err(TaskError::Fatal("disk gone".into()));
             }
+            Ok(())
         }
         fn pre_commit(
             &mut self,

@@ -189,10 +189,20 @@ impl Engine {
         // (`mkdir` then `cairn backup --to` it) may not be durable in its
         // parent either, and a complete copy must not vanish with it
         // (until the night of 2026-12-04 only one made here was synced).
+        // A parent this user may not read (0711, say) cannot be opened to
+        // be synced: fatal for a directory made here (its entry must be
+        // durable), a WARN for one found (as it was before); a failed
+        // fsync is fatal either way.
         let parent = real.parent().unwrap_or(Path::new("/"));
-        if let Err(e) = crate::sync::sync_dir(parent) {
-            unmake(Some(&real));
-            return Err(io("sync backup's parent directory")(e));
+        match crate::sync::sync_dir(parent) {
+            Ok(()) => {}
+            Err(e) if !made && !crate::sync::is_failed_dir_sync(&e) => {
+                tracing::warn!(parent = %parent.display(), error = %e, "the backup directory's parent could not be opened to be synced: the directory's own entry in it may not survive a power loss (it was there before the backup)");
+            }
+            Err(e) => {
+                unmake(Some(&real));
+                return Err(io("sync backup's parent directory")(e));
+            }
         }
         // Empty but for a lock file (a regular file, not a link): checked
         // before the lock is taken, so that nothing is created in a
@@ -390,9 +400,9 @@ impl Engine {
                     .open_tree("cairn")
                     .map_err(store_err("open backup tree"))?;
                 let copied = self.copy_into(&db, &tree, &view, syncer, stop);
-                drop_copy_handles(tree, copied)
+                drop_copy_handles(tree, copied, &cfg)
             });
-        drop_copy_handles(db, copied)
+        drop_copy_handles(db, copied, &cfg)
     }
 
     /// The body of [`copy_to`](Self::copy_to): the durable store as `view`
@@ -540,7 +550,7 @@ impl Engine {
 /// to sync first, as an engine's open mark would; until the night of
 /// 2026-12-04 it was logged and the copy verified from the page cache);
 /// after a failed one, it is logged and the copy's error stands.
-fn drop_copy_handles<T, R>(handles: T, copied: Result<R>) -> Result<R> {
+fn drop_copy_handles<T, R>(handles: T, copied: Result<R>, cfg: &EngineConfig) -> Result<R> {
     if copied.is_err() {
         crate::engine::drop_failing_store(handles);
         return copied;
@@ -550,7 +560,7 @@ fn drop_copy_handles<T, R>(handles: T, copied: Result<R>) -> Result<R> {
     } else {
         Err(Error::Io {
             op: "close the backup's copy",
-            path: std::path::PathBuf::new(),
+            path: cfg.sled_path(),
             source: std::io::Error::other(
                 "sled's own shutdown of the copy failed (its flush or fsync): the disk may be failing",
             ),

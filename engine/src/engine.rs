@@ -193,7 +193,8 @@ pub struct PartitionInfo {
     /// `next_offset` when the partition holds no record.
     pub first_offset: i64,
     /// One past the highest offset ever stored (or where the partition was
-    /// started): the offset to commit and to resume from. It never goes
+    /// started, or advanced to past offsets that held no record): the
+    /// offset to commit and to resume from. It never goes
     /// down, not even when retention deletes every record.
     pub next_offset: i64,
     /// Records held, between `first_offset` and `next_offset` (fewer than

@@ -893,7 +893,8 @@ pub mod model {
             offset: i64,
         },
         /// `advance_partitions` for one partition to `ahead` past its next
-        /// offset (0: to it, which changes nothing), then a sync.
+        /// offset (0: to it, which changes nothing, except that a partition
+        /// the store holds nothing of is started at 0), then a sync.
         Advance {
             tp: usize,
             ahead: i64,

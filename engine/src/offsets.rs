@@ -8,8 +8,11 @@
 //!
 //! # Invariants
 //! - `next_offset` is one past the highest offset ever appended for the
-//!   partition. It never decreases, not even when retention deletes frames:
-//!   `next_offset_floor` remembers it across truncation.
+//!   partition, or the offset it was advanced to past offsets that held no
+//!   record (`Engine::advance_partitions`, format 4), whichever is higher.
+//!   It never decreases, not even when retention deletes frames:
+//!   `next_offset_floor` remembers it across a truncation that empties the
+//!   partition, and an advance sets both.
 //! - The summary is inserted after the frames and index entries it counts,
 //!   into the same sled log, which a crash cuts to a prefix: a summary never
 //!   counts frames that are not there. One that lags its frames is brought
@@ -28,11 +31,14 @@ const VALUE_BYTES: usize = 40;
 pub struct PartitionSummary {
     /// Lowest offset still stored (after retention); equals `next_offset` when empty.
     pub first_offset: i64,
-    /// One past the highest offset appended: where a consumer resumes.
+    /// One past the highest offset appended, or where it was advanced to:
+    /// where a consumer resumes.
     pub next_offset: i64,
     pub record_count: u64,
     pub payload_bytes: u64,
-    /// `next_offset` as it was at the last truncation; a lower bound for it.
+    /// A lower bound for `next_offset` whatever the index holds: as it was
+    /// at the last truncation that emptied the partition, or at the last
+    /// advance; the start for a partition `start_partitions` made.
     pub next_offset_floor: i64,
 }
 

@@ -816,7 +816,13 @@ fn extend_summary(
             Some(item) => decode(item)?.last_offset + 1,
             None => return Ok(None),
         };
-        if end < old.next_offset {
+        // Or, for an advanced summary (its next offset is its floor, above
+        // its newest entry: `advance_partitions`), below its floor: offsets
+        // that held no record are not a removed entry. (Such a summary is
+        // recomputed only when the tail wrote past it, so its index then
+        // ends past it anyway; the open cannot tell its lost entries from
+        // those offsets, as check_indexed_partitions says.)
+        if end.max(old.next_offset_floor) < old.next_offset {
             return Ok(None);
         }
     }

@@ -55,5 +55,44 @@ fn a_write_cut_after_an_advance_recovers_to_a_sound_store() {
     // checkpoint), extending the advanced summary: cut after the frame,
     // and after its index entry.
     assert!(cuts >= 2, "only {cuts} cuts");
+
+    // A partition of 200 entries, advanced, then a write cut after its
+    // first inserts: recovery extends the advanced summary from the tail's
+    // entries, not from the partition's whole index (a transactional
+    // partition of `cairn run`'s is advanced after most puts).
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        for o in (0..20_000).step_by(100) {
+            e.append(&[batch(&tp, o..o + 100, 20)]).unwrap();
+        }
+        e.advance_partitions(&BTreeMap::from([(tp.clone(), 20_003)]))
+            .unwrap();
+        e.sync().unwrap();
+    }
+    let mut extended = None;
+    for after in 1..14 {
+        fail::cfg(FAILPOINT_MID_WRITE, &format!("{after}*off->return(crash)")).unwrap();
+        let cut = {
+            let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+            e.append(&[batch(&tp, 20_003..20_005, 20)]).is_err()
+        };
+        fail::remove(FAILPOINT_MID_WRITE);
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        let report = e.recovery_report().clone();
+        if report.partitions_repaired > 0 && report.truncated.is_none() {
+            extended = Some((report, e));
+            break;
+        }
+        assert!(cut, "no cut left the summary behind its entry");
+    }
+    let (report, e) = extended.expect("a cut between the entry and its summary");
+    assert!(
+        report.summary_index_entries_read <= 2,
+        "read {} index entries to repair an advanced summary one entry behind",
+        report.summary_index_entries_read
+    );
+    assert_eq!(e.durable_offset(&tp), Some(20_005));
+    assert!(e.verify().unwrap().is_clean());
     scenario.teardown();
 }

@@ -584,12 +584,15 @@ fn committed_by(metadata: &str, store: Option<&str>) -> Option<&'static str> {
     let store = store?;
     Some(match metadata.strip_prefix("cairn-store:") {
         Some(id) if id == store => THIS_ARCHIVE,
-        Some(_) => "another store",
-        None => "not cairn",
+        Some(_) => ANOTHER_STORE,
+        None => NOT_CAIRN,
     })
 }
 
+/// `committed_by`'s values.
 const THIS_ARCHIVE: &str = "this archive";
+const ANOTHER_STORE: &str = "another store";
+const NOT_CAIRN: &str = "not cairn";
 
 /// Where a run of this archive would resume a partition, as its
 /// assignment decides it (`rebalance::resume_point`): the archive's next
@@ -668,7 +671,10 @@ fn archive_lag(low: i64, high: i64, from: Option<i64>) -> i64 {
 
 #[cfg(test)]
 mod tests {
-    use super::{archive_lag, committed_by, refresh, resume_from, row_archive_lag, Row};
+    use super::{
+        archive_lag, committed_by, refresh, resume_from, row_archive_lag, Row, ANOTHER_STORE,
+        NOT_CAIRN, THIS_ARCHIVE,
+    };
 
     /// A running archive's newer figures replace the older ones: the
     /// committed offset read between them is then at most the durable one,
@@ -741,11 +747,7 @@ mod tests {
         let lag = |low, high, durable, committed, by| {
             archive_lag(low, high, resume_from(durable, committed, by))
         };
-        let (ours, other, tool) = (
-            Some("this archive"),
-            Some("another store"),
-            Some("not cairn"),
-        );
+        let (ours, other, tool) = (Some(THIS_ARCHIVE), Some(ANOTHER_STORE), Some(NOT_CAIRN));
         // Archived up to 100 of a log 0..120.
         assert_eq!(lag(0, 120, Some(100), None, None), 20);
         // The log ends below the archive: negative, as warned.
@@ -780,12 +782,12 @@ mod tests {
     fn committed_by_reads_the_commits_metadata() {
         let id = "0123456789abcdef0123456789abcdef";
         let ours = format!("cairn-store:{id}");
-        assert_eq!(committed_by(&ours, Some(id)), Some("this archive"));
+        assert_eq!(committed_by(&ours, Some(id)), Some(THIS_ARCHIVE));
         assert_eq!(
             committed_by("cairn-store:ffffffffffffffffffffffffffffffff", Some(id)),
-            Some("another store")
+            Some(ANOTHER_STORE)
         );
-        assert_eq!(committed_by("", Some(id)), Some("not cairn"));
+        assert_eq!(committed_by("", Some(id)), Some(NOT_CAIRN));
         assert_eq!(committed_by(&ours, None), None);
     }
 }

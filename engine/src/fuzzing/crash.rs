@@ -71,6 +71,13 @@ struct CrashPlan {
     /// after `also`, so that inputs from before it (since the night of
     /// 2026-12-04) advance nothing.
     advance: Option<(usize, i64)>,
+    /// After the cut write, unsynced, its first partition advanced this far
+    /// past the write's last record: the order `cairn run` writes in (a
+    /// put, then `caught_up`, then one sync). The advance's summary is then
+    /// the crash's last insert to keep or lose. Read after `advance`, so
+    /// that inputs from before it (since later the same night) leave it
+    /// out.
+    advance_after: Option<i64>,
 }
 
 fn crash_plan(data: &[u8]) -> CrashPlan {
@@ -89,6 +96,7 @@ fn crash_plan(data: &[u8]) -> CrashPlan {
     };
     let also = (input.u8() % 2 == 1).then(|| (1 + input.below(40), 1 + input.below(300)));
     let advance = (input.u8() % 2 == 1).then(|| (input.below(2), 1 + input.below(4) as i64));
+    let advance_after = (input.u8() % 2 == 1).then(|| 1 + input.below(4) as i64);
     CrashPlan {
         acked,
         unacked,
@@ -97,6 +105,7 @@ fn crash_plan(data: &[u8]) -> CrashPlan {
         open_mark: flags & 2 == 2,
         also,
         advance,
+        advance_after,
     }
 }
 
@@ -108,6 +117,8 @@ enum Insert {
     Index(Vec<u8>),
     Summary(TopicPartition),
     Checkpoint,
+    /// The summary of an advance made after the write (`advance_after`).
+    Advance(TopicPartition),
 }
 
 impl Insert {
@@ -118,6 +129,7 @@ impl Insert {
             Insert::Index(_) => "index",
             Insert::Summary(_) => "summary",
             Insert::Checkpoint => "checkpoint",
+            Insert::Advance(_) => "advance",
         }
     }
 }
@@ -207,6 +219,15 @@ fn crash(plan: &CrashPlan, store: &Path) -> Crashed {
     }
     engine.write(&cut_batches).expect("write");
     let after: WriteState = engine.write_state_copy();
+    let advanced_after = plan.advance_after.map(|ahead| {
+        let b = &cut_batches[0];
+        let last = b.records.last().expect("a batch holds records").offset;
+        let to = (b.tp.clone(), last + 1 + ahead);
+        engine
+            .advance_partitions(&[to.clone()].into_iter().collect())
+            .expect("advance after the write");
+        to
+    });
     // A drop syncs (not a crash): the crash is made below, from sled's
     // tree and the two files.
     drop(engine);
@@ -243,6 +264,9 @@ fn crash(plan: &CrashPlan, store: &Path) -> Crashed {
     if after.checkpoint_lsn != before.checkpoint_lsn {
         inserts.push(Insert::Checkpoint);
     }
+    if let Some((tp, _)) = &advanced_after {
+        inserts.push(Insert::Advance(tp.clone()));
+    }
     let cut = plan.cut % (inserts.len() + 1);
     // Undone last to first: a frame goes back to the slot it filled, and
     // that slot goes too if its own insert is undone.
@@ -273,6 +297,11 @@ fn crash(plan: &CrashPlan, store: &Path) -> Crashed {
                     meta::encode_checkpoint(before.checkpoint_lsn),
                 )
                 .expect("insert");
+            }
+            // Back to the summary the write left.
+            Insert::Advance(tp) => {
+                let (k, v) = after.partitions[tp].encode(tp);
+                tree.insert(k, v).expect("insert");
             }
         }
     }
@@ -327,6 +356,11 @@ fn crash(plan: &CrashPlan, store: &Path) -> Crashed {
     }
     if let (true, Some(mark)) = (plan.open_mark, open_mark) {
         std::fs::write(store.join(poisoned::OPEN_FILE), mark).expect("write the open mark");
+    }
+    // The advance after the write outlived the crash only if every insert
+    // did (it was the last).
+    if let (Some((tp, to)), true) = (advanced_after, cut == inserts.len()) {
+        floors.insert(tp, to);
     }
     let made_frame = inserts[..cut].iter().any(|i| matches!(i, Insert::Frame(_)));
     let undid_write = inserts[cut..]
@@ -509,19 +543,53 @@ mod tests {
         let mut undone = std::collections::BTreeSet::new();
         for entry in std::fs::read_dir(&corpus).unwrap() {
             let name = entry.unwrap().file_name().to_string_lossy().into_owned();
-            if !name.starts_with("advanced_") {
+            if !name.starts_with("advanced_then_cut_") {
                 continue;
             }
             let data = std::fs::read(corpus.join(&name)).unwrap();
             let dir = tempfile::tempdir().unwrap();
             let plan = crash_plan(&data);
-            assert!(plan.advance.is_some(), "{name}: {plan:?}");
+            let advanced = plan.advance.expect("an advance").0;
+            // The advanced partition's write is the one cut.
+            assert_eq!(plan.unacked.last().unwrap().0, advanced, "{name}: {plan:?}");
             let crashed = crash(&plan, &dir.path().join("store"));
             assert_eq!(crashed.floors.len(), 1, "{name}");
             undone.insert(crashed.first_undone.unwrap_or("whole"));
         }
         assert!(
             undone.contains("index") && undone.contains("summary"),
+            "{undone:?}"
+        );
+    }
+
+    /// The committed `advanced_after_the_write_cut_*` seeds advance the
+    /// cut write's partition after it, unsynced (as `cairn run` does: a
+    /// put, `caught_up`, one sync), and between them lose only the
+    /// advance's summary, and keep it.
+    #[test]
+    fn advanced_after_seeds_lose_and_keep_the_advance() {
+        let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/wal_crash");
+        let mut undone = std::collections::BTreeSet::new();
+        for entry in std::fs::read_dir(&corpus).unwrap() {
+            let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+            if !name.starts_with("advanced_after_the_write_cut_") {
+                continue;
+            }
+            let data = std::fs::read(corpus.join(&name)).unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            let plan = crash_plan(&data);
+            assert!(plan.advance_after.is_some(), "{name}: {plan:?}");
+            let crashed = crash(&plan, &dir.path().join("store"));
+            let first_undone = crashed.first_undone.unwrap_or("whole");
+            assert_eq!(
+                crashed.floors.len(),
+                usize::from(first_undone == "whole"),
+                "{name}"
+            );
+            undone.insert(first_undone);
+        }
+        assert!(
+            undone.contains("advance") && undone.contains("whole"),
             "{undone:?}"
         );
     }
