@@ -312,8 +312,12 @@ impl Shared {
     /// position since changed, `rd_kafka_op_version_outdated`). Kept when
     /// that is past the last record taken of the partition (or, with none
     /// taken since its assignment, past where it started): the offsets
-    /// between held no record. An ordinary topic's partition catches up
-    /// just past its last record, and is left out.
+    /// between held no record. Or just past a record set aside (skipped as
+    /// oversize, or dead-lettered and acknowledged): it is no record of the
+    /// archive's, and committed past, a dead letter that ended its
+    /// partition is not sent again at every assignment (since the night of
+    /// 2026-12-04). An ordinary topic's partition catches up just past its
+    /// last record, and is left out.
     fn reached_end(&mut self, m: &Taken<'_>) {
         let (offset, tp) = (m.offset(), TopicPartition::new(m.topic(), m.partition()));
         if offset < 0 || !self.assigned.contains(&tp) {
@@ -328,6 +332,7 @@ impl Shared {
             self.set_aside.get(&tp).copied(),
         );
         let past = match last {
+            Some(last) if self.set_aside.get(&tp) == Some(&last) => offset > last,
             Some(last) => offset > last.saturating_add(1),
             None => !matches!(self.starts.get(&tp), Some(Start::At(o)) if *o >= offset),
         };
@@ -811,7 +816,9 @@ impl ConsumerContext for CheckContext {}
 pub fn check_kafka(cfg: &RunConfig, stop: &AtomicBool) -> Result<()> {
     let consumer: BaseConsumer<CheckContext> = client_config(cfg)
         .create_with_context(CheckContext::default())
-        .map_err(|e| ConnectorError::Config(format!("kafka client: {e}")))?;
+        .map_err(|e| {
+            ConnectorError::Config(format!("kafka client: {}", crate::librdkafka::redacted(e)))
+        })?;
     tracing::info!(brokers = %cfg.brokers, connect_timeout_ms = cfg.connect_timeout_ms, "waiting for Kafka to answer, before the archive is opened");
     preflight(&consumer, cfg, stop)
         .map_err(|e| with_last_client_error(e, &consumer, |c| &c.last_cause))
@@ -968,7 +975,9 @@ pub fn run_pipeline(
             last_error: Mutex::new(None),
             last_cause: Default::default(),
         })
-        .map_err(|e| ConnectorError::Config(format!("kafka client: {e}")))?;
+        .map_err(|e| {
+            ConnectorError::Config(format!("kafka client: {}", crate::librdkafka::redacted(e)))
+        })?;
     if opts.kafka_checked {
         tracing::debug!(brokers = %cfg.brokers, "asking Kafka again, from the run's own consumer");
     } else {

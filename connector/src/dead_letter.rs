@@ -126,9 +126,12 @@ impl DeadLetters {
             return Ok(None);
         };
         let (c, message_timeout_ms) = client_config(cfg);
-        let producer = c
-            .create_with_context(Report::default())
-            .map_err(|e| ConnectorError::Config(format!("dead-letter producer: {e}")))?;
+        let producer = c.create_with_context(Report::default()).map_err(|e| {
+            ConnectorError::Config(format!(
+                "dead-letter producer: {}",
+                crate::librdkafka::redacted(e)
+            ))
+        })?;
         Ok(Some(DeadLetters {
             producer,
             topic: topic.clone(),

@@ -209,6 +209,28 @@ pub(crate) fn shown(key: &str, value: &str) -> String {
     }
 }
 
+/// A client's creation error with the credentials it quotes left out:
+/// rdkafka shows a refused property's value (`ClientConfig`'s text ends
+/// with it), and librdkafka's own description may quote it too. The value
+/// of a property that names a credential ([`names_a_credential`]) is
+/// hidden, and so is an unknown property's (a mistyped credential's name,
+/// `sasl.pasword`, does not say it is one). Until the night of 2026-12-04
+/// such a value went to stderr and the journal (an OAuth client secret,
+/// which this build's librdkafka refuses: it has no OIDC support).
+pub(crate) fn redacted(e: KafkaError) -> KafkaError {
+    match e {
+        KafkaError::ClientConfig(res, desc, key, value)
+            if !value.is_empty()
+                && (names_a_credential(&key)
+                    || res == rdkafka::types::RDKafkaConfRes::RD_KAFKA_CONF_UNKNOWN) =>
+        {
+            let not_shown = format!("<{} characters, not shown>", value.chars().count());
+            KafkaError::ClientConfig(res, desc.replace(&value, &not_shown), key, not_shown)
+        }
+        e => e,
+    }
+}
+
 /// librdkafka's names for the brokers to start from.
 const BOOTSTRAP_KEYS: [&str; 2] = ["bootstrap.servers", "metadata.broker.list"];
 
@@ -256,7 +278,7 @@ where
     }
     c.create_with_context::<_, T>(SettingsCheck)
         .map(drop)
-        .map_err(|e| format!("-X: {e}"))
+        .map_err(|e| format!("-X: {}", redacted(e)))
 }
 
 /// The message timeout `-X` sets, if it sets one that parses.
@@ -604,5 +626,44 @@ mod tests {
         // Not timed: without the stop the wait would end in a reply or a
         // timeout, never in `StoppedWaiting`.
         assert!(matches!(e, ConnectorError::StoppedWaiting { .. }), "{e}");
+    }
+
+    /// A refused or unknown property's value is not shown where it may be
+    /// a credential: neither in rdkafka's text of the error (which ends
+    /// with the value) nor in librdkafka's description quoting it.
+    #[test]
+    fn a_refused_credential_is_not_shown() {
+        use rdkafka::types::RDKafkaConfRes as Res;
+        let secret = "hunter2-secret";
+        let shown = |e: KafkaError| redacted(e).to_string();
+        let invalid = KafkaError::ClientConfig(
+            Res::RD_KAFKA_CONF_INVALID,
+            format!("Invalid value \"{secret}\" for configuration property"),
+            "sasl.oauthbearer.client.secret".into(),
+            secret.into(),
+        );
+        let text = shown(invalid);
+        assert!(
+            !text.contains("hunter2") && text.contains("<14 characters, not shown>"),
+            "{text}"
+        );
+        // An unknown property: a mistyped credential's name.
+        let mut c = ClientConfig::new();
+        c.set("sasl.pasword", secret);
+        let e = check_consumer_settings(&c).unwrap_err();
+        assert!(e.contains("sasl.pasword") && !e.contains("hunter2"), "{e}");
+        // Any other property's value is shown as it was.
+        let mut c = ClientConfig::new();
+        c.set("fetch.wait.max.ms", "not-a-number");
+        let e = check_consumer_settings(&c).unwrap_err();
+        assert!(e.contains("not-a-number"), "{e}");
+        // This build's librdkafka has no OIDC: a client secret for it is
+        // refused, its value not shown.
+        let mut c = ClientConfig::new();
+        c.set("sasl.oauthbearer.method", "oidc")
+            .set("sasl.oauthbearer.client.secret", secret);
+        if let Err(e) = check_consumer_settings(&c) {
+            assert!(!e.contains("hunter2"), "{e}");
+        }
     }
 }

@@ -139,7 +139,7 @@ pub fn group_client_with(
     client_config(brokers, kafka)
         .set("group.id", group)
         .create()
-        .map_err(ConnectorError::kafka("create client"))
+        .map_err(|e| ConnectorError::kafka("create client")(crate::librdkafka::redacted(e)))
 }
 
 /// A client for metadata and watermarks only, in no group, with
@@ -147,7 +147,7 @@ pub fn group_client_with(
 pub fn client_with(brokers: &str, kafka: &BTreeMap<String, String>) -> Result<BaseConsumer> {
     client_config(brokers, kafka)
         .create()
-        .map_err(ConnectorError::kafka("create client"))
+        .map_err(|e| ConnectorError::kafka("create client")(crate::librdkafka::redacted(e)))
 }
 
 fn client_config(brokers: &str, kafka: &BTreeMap<String, String>) -> ClientConfig {

@@ -887,7 +887,12 @@ fn finish_the_rest(
 fn producer(cfg: &RestoreConfig) -> Result<BaseProducer<Deliveries>> {
     producer_config(cfg)
         .create_with_context(Deliveries::default())
-        .map_err(|e| ConnectorError::Config(format!("producer settings: {e}")))
+        .map_err(|e| {
+            ConnectorError::Config(format!(
+                "producer settings: {}",
+                crate::librdkafka::redacted(e)
+            ))
+        })
 }
 
 fn producer_config(cfg: &RestoreConfig) -> ClientConfig {
@@ -1148,7 +1153,12 @@ fn preflight(
 fn resume_reader(cfg: &RestoreConfig) -> Result<BaseConsumer<ReaderContext>> {
     reader_config(cfg)
         .create_with_context(ReaderContext)
-        .map_err(|e| ConnectorError::Config(format!("reader settings for --resume: {e}")))
+        .map_err(|e| {
+            ConnectorError::Config(format!(
+                "reader settings for --resume: {}",
+                crate::librdkafka::redacted(e)
+            ))
+        })
 }
 
 /// The settings of `--resume`'s reader: `-X` (the producer's), and what

@@ -21,12 +21,17 @@ const BIG: i64 = 5;
 
 /// Records 0..10 to partition 0, all small but record 5 (2 kB).
 fn produce(k: &TestKafka) {
+    produce_big_at(k, BIG);
+}
+
+/// Records 0..10 to partition 0, all small but record `big` (2 kB).
+fn produce_big_at(k: &TestKafka, big: i64) {
     let p: BaseProducer = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", &k.brokers)
         .create()
         .unwrap();
     for i in 0..RECORDS {
-        let value = if i == BIG {
+        let value = if i == big {
             vec![b'b'; 2_000]
         } else {
             format!("small {i}").into_bytes()
@@ -137,6 +142,36 @@ fn an_oversize_record_is_dead_lettered_and_the_rest_archived_once() {
             (SOURCE_HEADER.to_owned(), format!("{}/0@{BIG}", k.topic)),
         ]
     );
+    let (_, high) = c
+        .fetch_watermarks(&dead, 0, Duration::from_secs(10))
+        .unwrap();
+    assert_eq!(high, 1, "one dead letter");
+}
+
+/// A dead letter that ends its partition is committed past once the fetch
+/// catches up past it (`SinkTask::caught_up`), so the next run does not
+/// send it again (until the night of 2026-12-04 the commit stayed below it
+/// until a later record came, and every assignment sent it again).
+#[test]
+fn a_dead_letter_that_ends_its_partition_is_committed_past_and_sent_once() {
+    init_logs();
+    let mut k = TestKafka::new("dl-last", 1);
+    let dead = k.create_topic("dl-last-dead-letters", 1);
+    produce_big_at(&k, RECORDS - 1);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dead_letter_config(&k, &dead, dir.path());
+    let report = run(&cfg, dir.path()).unwrap();
+    assert_eq!(report.stats.records_dead_lettered, 1);
+    assert_eq!(report.stats.records_written, RECORDS as u64 - 1);
+    assert_eq!(k.committed("dead-letter-group", 1)[&0], RECORDS);
+    // Again: nothing to archive, nothing dead-lettered twice.
+    let again = run(&cfg, dir.path()).unwrap();
+    assert_eq!(again.stats.records_dead_lettered, 0);
+    assert_eq!(again.stats.records_written, 0);
+    let c: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &k.brokers)
+        .create()
+        .unwrap();
     let (_, high) = c
         .fetch_watermarks(&dead, 0, Duration::from_secs(10))
         .unwrap();
