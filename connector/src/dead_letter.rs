@@ -211,7 +211,14 @@ impl ProducerContext for Report {
     type DeliveryOpaque = ();
 
     fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
-        let outcome = result.as_ref().map(|_| ()).map_err(|(e, _)| e.to_string());
+        let outcome = result.as_ref().map(|_| ()).map_err(|(e, _)| {
+            let advice = match e.rdkafka_error_code() {
+                Some(rdkafka::types::RDKafkaErrorCode::MessageSizeTooLarge) => Some(" (the dead-letter topic's max.message.bytes is below this record, whose key, value and headers are sent whole: raise it on the topic, or run with --on-oversize skip or fail)"),
+                Some(code) => crate::librdkafka::produce_refusal_advice(code),
+                None => None,
+            };
+            format!("{e}{}", advice.unwrap_or_default())
+        });
         *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(outcome);
     }
 }

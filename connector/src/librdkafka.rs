@@ -231,6 +231,23 @@ pub(crate) fn redacted(e: KafkaError) -> KafkaError {
     }
 }
 
+/// What to change for a record the brokers refused for good (a resend
+/// meets the same refusal), said after the broker's text, which names no
+/// setting; the size is the caller's to say (a batch's, or one record's).
+pub(crate) fn produce_refusal_advice(
+    code: rdkafka::types::RDKafkaErrorCode,
+) -> Option<&'static str> {
+    use rdkafka::types::RDKafkaErrorCode as C;
+    Some(match code {
+        C::InvalidTimestamp => " (the target topic refuses the record's timestamp as too far from the brokers' clock: its message.timestamp.before.max.ms and message.timestamp.after.max.ms, or message.timestamp.difference.max.ms on brokers before 3.6, are narrower than the archive's timestamps; widen them on the topic, or set message.timestamp.type=LogAppendTime there, which stamps each record with the time it is written instead)",
+        C::InvalidRecord => " (the brokers refused the record itself: a record with no key into a compacted topic (cleanup.policy=compact) is the usual cause; send to a topic that is not compacted, or that the records' keys suit)",
+        C::PolicyViolation => " (a policy on the brokers refused the write: ask the cluster's administrator which, or use another topic)",
+        C::TopicAuthorizationFailed => " (the principal may not write the topic: it needs WRITE on it, and DESCRIBE)",
+        C::ClusterAuthorizationFailed => " (the principal may not write idempotently, as cairn's producers do: it needs IDEMPOTENT_WRITE on the cluster, on brokers before 2.8, or WRITE on the topic)",
+        _ => return None,
+    })
+}
+
 /// librdkafka's names for the brokers to start from.
 const BOOTSTRAP_KEYS: [&str; 2] = ["bootstrap.servers", "metadata.broker.list"];
 

@@ -1673,19 +1673,14 @@ fn is_consequence(e: &KafkaError) -> bool {
 /// size had one until the night of 2026-12-04: the others read as a bare
 /// broker error followed by "--resume", which stopped there again.
 fn refusal_advice(code: RDKafkaErrorCode) -> Option<&'static str> {
-    Some(match code {
+    match code {
         // The brokers refuse a whole batch, and each record in it fails
         // with this: the one named is the batch's first, which need not be
         // large itself. (librdkafka's own refusal of one record over
         // message.max.bytes comes from `send`, not here.)
-        RDKafkaErrorCode::MessageSizeTooLarge => " (the brokers refused the batch that starts with this record: a record in it, or the batch itself, is over the topic's max.message.bytes; if no record is that large, lower -X batch.size below that limit, else raise the limit)",
-        RDKafkaErrorCode::InvalidTimestamp => " (the target topic refuses the record's timestamp as too far from the brokers' clock: its message.timestamp.before.max.ms and message.timestamp.after.max.ms, or message.timestamp.difference.max.ms on brokers before 3.6, are narrower than the archive's timestamps; widen them on the topic, or set message.timestamp.type=LogAppendTime there, which keeps the time of restore instead)",
-        RDKafkaErrorCode::InvalidRecord => " (the brokers refused the record itself: a record with no key into a compacted topic (cleanup.policy=compact) is the usual cause; restore into a topic that is not compacted, or that the archive's keys suit)",
-        RDKafkaErrorCode::PolicyViolation => " (a policy on the brokers refused the write: ask the cluster's administrator which, or restore into another topic)",
-        RDKafkaErrorCode::TopicAuthorizationFailed => " (the restore's principal may not write the target topic: it needs WRITE on it, and DESCRIBE)",
-        RDKafkaErrorCode::ClusterAuthorizationFailed => " (the restore's principal may not write idempotently, as the restore does: it needs IDEMPOTENT_WRITE on the cluster, on brokers before 2.8, or WRITE on the topic)",
-        _ => return None,
-    })
+        RDKafkaErrorCode::MessageSizeTooLarge => Some(" (the brokers refused the batch that starts with this record: a record in it, or the batch itself, is over the topic's max.message.bytes; if no record is that large, lower -X batch.size below that limit, else raise the limit)"),
+        code => crate::librdkafka::produce_refusal_advice(code),
+    }
 }
 
 /// Delivery reports, per target partition.
