@@ -533,26 +533,37 @@ mod tests {
         );
     }
 
+    /// The committed wal_crash seeds whose names start with `prefix`, each
+    /// with its plan and the store its crash left (in a scratch directory
+    /// dropped meanwhile: only what the crash says is kept).
+    fn crashed_seeds(prefix: &str) -> Vec<(String, CrashPlan, Crashed)> {
+        let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/wal_crash");
+        let mut seeds = Vec::new();
+        for entry in std::fs::read_dir(&corpus).unwrap() {
+            let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+            if !name.starts_with(prefix) {
+                continue;
+            }
+            let plan = crash_plan(&std::fs::read(corpus.join(&name)).unwrap());
+            let dir = tempfile::tempdir().unwrap();
+            let crashed = crash(&plan, &dir.path().join("store"));
+            seeds.push((name, plan, crashed));
+        }
+        assert!(!seeds.is_empty(), "no seed {prefix}*");
+        seeds
+    }
+
     /// The committed `advanced_then_cut_*` seeds advance a partition
     /// before the cut write, and between them cut it before its index
     /// entry and before its summary: recovery then rebuilds or extends
     /// an advanced summary.
     #[test]
     fn advanced_seeds_advance_and_cut_before_the_summary() {
-        let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/wal_crash");
         let mut undone = std::collections::BTreeSet::new();
-        for entry in std::fs::read_dir(&corpus).unwrap() {
-            let name = entry.unwrap().file_name().to_string_lossy().into_owned();
-            if !name.starts_with("advanced_then_cut_") {
-                continue;
-            }
-            let data = std::fs::read(corpus.join(&name)).unwrap();
-            let dir = tempfile::tempdir().unwrap();
-            let plan = crash_plan(&data);
+        for (name, plan, crashed) in crashed_seeds("advanced_then_cut_") {
             let advanced = plan.advance.expect("an advance").0;
             // The advanced partition's write is the one cut.
             assert_eq!(plan.unacked.last().unwrap().0, advanced, "{name}: {plan:?}");
-            let crashed = crash(&plan, &dir.path().join("store"));
             assert_eq!(crashed.floors.len(), 1, "{name}");
             undone.insert(crashed.first_undone.unwrap_or("whole"));
         }
@@ -568,18 +579,9 @@ mod tests {
     /// advance's summary, and keep it.
     #[test]
     fn advanced_after_seeds_lose_and_keep_the_advance() {
-        let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/wal_crash");
         let mut undone = std::collections::BTreeSet::new();
-        for entry in std::fs::read_dir(&corpus).unwrap() {
-            let name = entry.unwrap().file_name().to_string_lossy().into_owned();
-            if !name.starts_with("advanced_after_the_write_cut_") {
-                continue;
-            }
-            let data = std::fs::read(corpus.join(&name)).unwrap();
-            let dir = tempfile::tempdir().unwrap();
-            let plan = crash_plan(&data);
+        for (name, plan, crashed) in crashed_seeds("advanced_after_the_write_cut_") {
             assert!(plan.advance_after.is_some(), "{name}: {plan:?}");
-            let crashed = crash(&plan, &dir.path().join("store"));
             let first_undone = crashed.first_undone.unwrap_or("whole");
             assert_eq!(
                 crashed.floors.len(),
