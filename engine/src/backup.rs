@@ -148,6 +148,26 @@ impl Engine {
             path: self.cfg.path.clone(),
             source,
         })?;
+        // Refused before anything is made where the parent already says
+        // so: a directory made inside the archive, then found there and
+        // removed, would be left in it by a crash in between (seen in
+        // review, the night of 2026-12-04). Checked again below on the
+        // directory itself (a link among its own path).
+        if let (Some(parent), Some(name)) = (dest.parent(), dest.file_name()) {
+            let parent = if parent.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                parent
+            };
+            if parent
+                .canonicalize()
+                .is_ok_and(|p| p.join(name).starts_with(&source))
+            {
+                return Err(refuse(
+                    "the backup's directory must lie outside the archive's",
+                ));
+            }
+        }
         // Made here (create_dir fails if another made it meanwhile), or
         // found empty. Either way only what the backup writes into it is
         // removed on failure: the directory itself only if it made it, and

@@ -195,10 +195,27 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
         let again = crate::live::connect(data).ok().flatten().map(live_rows);
         match again {
             Some(Ok(Ok((newer, p)))) if p == pid => refresh(&mut rows, newer),
-            other => tracing::debug!(
-                answered = other.is_some(),
-                "the running archive's figures were not read again after Kafka's: they are those read before"
-            ),
+            // Said (a WARN and every row's `kafka_missing`), not only
+            // logged at DEBUG: a committed offset read after the archive's
+            // first figures can then show above the durable one, which
+            // status otherwise never shows of this archive's own commits
+            // (seen in review, the night of 2026-12-04).
+            other => {
+                let why = match other {
+                    None => "the running cairn run no longer answers".to_owned(),
+                    Some(Ok(Ok((_, p)))) => format!("another cairn run (pid {p}) answered"),
+                    Some(Ok(Err(end))) => {
+                        format!("the run refused: {}", end.error.unwrap_or_default())
+                    }
+                    Some(Err(e)) => e.to_string(),
+                };
+                tracing::warn!(%why, "the running archive's figures were not read again after Kafka's: they are those read before, and a committed offset read since may be above them");
+                for r in &mut rows {
+                    r.missing(format_args!(
+                        "the archive's figures are from before Kafka's were read ({why})"
+                    ));
+                }
+            }
         }
     }
     // Every row, those `--brokers` added too.
