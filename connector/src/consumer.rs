@@ -784,8 +784,8 @@ pub fn client_config(cfg: &RunConfig) -> ClientConfig {
 /// What a client made only to check Kafka ([`check_kafka`]) keeps:
 /// librdkafka's log lines go to `tracing`, and its errors' cause is kept.
 #[derive(Default)]
-struct CheckContext {
-    last_cause: crate::librdkafka::LastCause,
+pub(crate) struct CheckContext {
+    pub(crate) last_cause: crate::librdkafka::LastCause,
 }
 
 impl rdkafka::ClientContext for CheckContext {
@@ -879,7 +879,7 @@ pub fn preflight<X: ConsumerContext, C: Consumer<X>>(
 /// the consumer yet: the error events waiting are served first (at most
 /// [`EVENTS_PER_PASS_MAX`] of them; the run is over, and nothing else
 /// waits there before the subscription).
-fn with_last_client_error<X: ConsumerContext>(
+pub(crate) fn with_last_client_error<X: ConsumerContext>(
     e: ConnectorError,
     consumer: &BaseConsumer<X>,
     last_cause: impl Fn(&X) -> &crate::librdkafka::LastCause,

@@ -136,18 +136,31 @@ pub fn group_client_with(
     group: &str,
     kafka: &BTreeMap<String, String>,
 ) -> Result<BaseConsumer> {
-    client_config(brokers, kafka)
-        .set("group.id", group)
-        .create()
+    client_in(brokers, Some(group), kafka, rdkafka::consumer::DefaultConsumerContext)
+}
+
+/// A client in `group` (none without one) with librdkafka properties, as
+/// [`group_client_with`] takes them, and a context of the caller's (one
+/// that keeps the client's last error, say, to name why brokers did not
+/// answer).
+pub(crate) fn client_in<X: ConsumerContext>(
+    brokers: &str,
+    group: Option<&str>,
+    kafka: &BTreeMap<String, String>,
+    context: X,
+) -> Result<BaseConsumer<X>> {
+    let mut c = client_config(brokers, kafka);
+    if let Some(group) = group {
+        c.set("group.id", group);
+    }
+    c.create_with_context(context)
         .map_err(|e| ConnectorError::kafka("create client")(crate::librdkafka::redacted(e)))
 }
 
 /// A client for metadata and watermarks only, in no group, with
 /// librdkafka properties as [`group_client_with`] takes them.
 pub fn client_with(brokers: &str, kafka: &BTreeMap<String, String>) -> Result<BaseConsumer> {
-    client_config(brokers, kafka)
-        .create()
-        .map_err(|e| ConnectorError::kafka("create client")(crate::librdkafka::redacted(e)))
+    client_in(brokers, None, kafka, rdkafka::consumer::DefaultConsumerContext)
 }
 
 fn client_config(brokers: &str, kafka: &BTreeMap<String, String>) -> ClientConfig {

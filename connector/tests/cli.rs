@@ -586,6 +586,11 @@ fn status_with_brokers_that_do_not_answer_prints_the_archive() {
     let (code, out, err) = cairn(&base);
     assert_eq!(code, 1, "{out}{err}");
     assert!(err.contains("could not read Kafka's figures"), "{err}");
+    // With why, as `run` says it (since the night of 2026-12-04).
+    assert!(
+        err.contains("the client's last error") && err.contains("Connection refused"),
+        "{err}"
+    );
     let row = out
         .lines()
         .find(|l| l.starts_with("quiet"))

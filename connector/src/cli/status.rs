@@ -12,7 +12,8 @@ use serde::{Deserialize, Serialize};
 use super::outln;
 use crate::config::{check_connect_timeout_ms, refuse_managed_keys, MANAGED_CONSUMER_KEYS};
 use crate::error::{ConnectorError, Result};
-use crate::offsets::{client_with, group_client_with, read_committed};
+use crate::consumer::CheckContext;
+use crate::offsets::{client_in, read_committed};
 
 #[derive(Debug, clap::Args)]
 pub struct StatusArgs {
@@ -153,10 +154,18 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
     crate::librdkafka::refuse_two_names(&kafka).map_err(ConnectorError::Config)?;
     // Made now, so that librdkafka checks the -X settings before the
     // archive is opened (an open may recover it, or upgrade its format).
-    let consumer = match (&args.brokers, args.group.as_deref()) {
-        (None, _) => None,
-        (Some(brokers), Some(group)) => Some(group_client_with(brokers, group, &kafka)?),
-        (Some(brokers), None) => Some(client_with(brokers, &kafka)?),
+    // Its context keeps the client's last error: brokers that do not
+    // answer are said with why (a refused login, a failed TLS handshake),
+    // as `run` says it (since the night of 2026-12-04; before, only
+    // "cannot reach Kafka").
+    let consumer = match &args.brokers {
+        None => None,
+        Some(brokers) => Some(client_in(
+            brokers,
+            args.group.as_deref(),
+            &kafka,
+            CheckContext::default(),
+        )?),
     };
     let data = &args.data.data;
     let (mut rows, served_by) = match crate::live::connect(data)? {
@@ -180,6 +189,7 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
             timeout,
             &mut rows,
         ) {
+            let e = crate::consumer::with_last_client_error(e, &consumer, |c| &c.last_cause);
             tracing::error!(error = %e, "could not read Kafka's figures: the archive's are printed, the Kafka columns left empty");
             for r in &mut rows {
                 (r.kafka_committed, r.high_watermark, r.lag, r.archive_lag) =
@@ -371,7 +381,7 @@ fn note_committed(
 /// the archive holds nothing of. A figure Kafka did not give is left empty
 /// with a WARN saying why, never silently.
 fn kafka_view(
-    consumer: &rdkafka::consumer::BaseConsumer,
+    consumer: &rdkafka::consumer::BaseConsumer<CheckContext>,
     brokers: &str,
     group: Option<&str>,
     timeout: Duration,
