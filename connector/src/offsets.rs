@@ -136,7 +136,12 @@ pub fn group_client_with(
     group: &str,
     kafka: &BTreeMap<String, String>,
 ) -> Result<BaseConsumer> {
-    client_in(brokers, Some(group), kafka, rdkafka::consumer::DefaultConsumerContext)
+    client_in(
+        brokers,
+        Some(group),
+        kafka,
+        rdkafka::consumer::DefaultConsumerContext,
+    )
 }
 
 /// A client in `group` (none without one) with librdkafka properties, as
@@ -160,7 +165,12 @@ pub(crate) fn client_in<X: ConsumerContext>(
 /// A client for metadata and watermarks only, in no group, with
 /// librdkafka properties as [`group_client_with`] takes them.
 pub fn client_with(brokers: &str, kafka: &BTreeMap<String, String>) -> Result<BaseConsumer> {
-    client_in(brokers, None, kafka, rdkafka::consumer::DefaultConsumerContext)
+    client_in(
+        brokers,
+        None,
+        kafka,
+        rdkafka::consumer::DefaultConsumerContext,
+    )
 }
 
 fn client_config(brokers: &str, kafka: &BTreeMap<String, String>) -> ClientConfig {

@@ -156,6 +156,7 @@ impl Engine {
             engine: self,
             op: "truncation",
         };
+        self.check_emptying(tp, offset)?;
         let mut report = TruncateReport::default();
         let mut steps = 0u64;
         let finished = loop {
@@ -309,6 +310,32 @@ impl Engine {
             first_kept.unwrap_or(summary.next_offset)
         });
         Ok((offset, report, true))
+    }
+
+    /// Before the first step of a truncation that empties `tp` (its cut
+    /// past the newest index entry): the whole index counted against the
+    /// summary, as a plan counts it, so that a lost index entry refuses the
+    /// truncation before any step deletes around it. The emptying step
+    /// refuses it too, but only after the steps before it (1,024 entries
+    /// each) have deleted the rest, leaving the lost entry's frames with
+    /// no index entry (seen in review, the night of 2026-12-04).
+    fn check_emptying(&self, tp: &TopicPartition, offset: i64) -> Result<()> {
+        let Some(summary) = self.lock_write()?.partitions.get(tp).copied() else {
+            return Ok(());
+        };
+        let prefix = keys::index_prefix(tp);
+        let newest = match self.tree.scan_prefix(&prefix).next_back() {
+            Some(item) => index_item(item)?.1,
+            None => return Ok(()),
+        };
+        if newest.last_offset >= offset {
+            return Ok(());
+        }
+        let mut all = TruncateReport::default();
+        for item in self.tree.scan_prefix(&prefix) {
+            all.count(&index_item(item)?.1);
+        }
+        check_counts(tp, &summary, &all, true)
     }
 
     /// The offset `cut` picks, clamped to what is durable: an entry written

@@ -2079,3 +2079,45 @@ fn a_store_that_lost_its_sled_folder_is_damage_not_absence() {
         other => panic!("expected the open refused, got {:?}", other.map(|_| ())),
     }
 }
+
+/// A truncation that empties a partition counts its whole index against
+/// the summary before its first step: a lost index entry (the store opens:
+/// only the newest is checked there) refuses it with nothing deleted.
+/// Until the night of 2026-12-04 the steps before the emptying one (1,024
+/// entries each) deleted around the lost entry first, leaving its frames
+/// with no index entry, and only the last step refused.
+#[test]
+fn an_emptying_truncation_refuses_a_lost_index_entry_before_deleting() {
+    let dir = tempfile::tempdir().unwrap();
+    let tp = TopicPartition::new("c", 0);
+    {
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        for o in 0..1500 {
+            e.write(&[batch(&tp, o..o + 1, 10)]).unwrap();
+        }
+        e.close().unwrap();
+    }
+    with_raw_tree(dir.path(), |t| {
+        t.remove(cairn_engine::keys::index_key(&tp, 700))
+            .unwrap()
+            .unwrap();
+    });
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    match e.truncate_before(&tp, 1500) {
+        Err(Error::Corruption {
+            location: Location::Partition { partition: 0, .. },
+            kind: CorruptionKind::SummaryMismatch { detail },
+        }) => assert!(detail.contains("index entries are lost"), "{detail}"),
+        other => panic!("expected the lost entry refused, got {other:?}"),
+    }
+    let p = e.partition(&tp).unwrap();
+    assert_eq!(
+        (p.first_offset, p.record_count),
+        (0, 1500),
+        "nothing deleted"
+    );
+    // Every record but the lost entry's is still read (a whole read then
+    // ends with the count's error).
+    let readable = e.read(&tp, 0).unwrap().filter(Result::is_ok).count();
+    assert_eq!(readable, 1499);
+}

@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 
 use super::outln;
 use crate::config::{check_connect_timeout_ms, refuse_managed_keys, MANAGED_CONSUMER_KEYS};
-use crate::error::{ConnectorError, Result};
 use crate::consumer::CheckContext;
+use crate::error::{ConnectorError, Result};
 use crate::offsets::{client_in, read_committed};
 
 #[derive(Debug, clap::Args)]
