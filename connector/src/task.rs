@@ -268,6 +268,15 @@ pub trait SinkTask: Send {
     }
 }
 
+/// What an archive's run commits as every offset's metadata, naming the
+/// store (`store`: its `Mstore`, as 32 hex digits).
+pub(crate) fn store_identity(store: &str) -> String {
+    format!("{STORE_IDENTITY_PREFIX}{store}")
+}
+
+/// How [`store_identity`] begins.
+pub(crate) const STORE_IDENTITY_PREFIX: &str = "cairn-store:";
+
 /// The archive: a sink on the cairn engine. The archive, not Kafka, is the
 /// source of truth for where each partition resumes.
 ///
@@ -441,7 +450,7 @@ impl SinkTask for ArchiveSink {
     /// The store's identity (format 3's `Mstore`), which a backup keeps.
     fn identity(&self) -> Option<String> {
         let e = self.engine.as_ref()?;
-        Some(format!("cairn-store:{}", e.store_id()))
+        Some(store_identity(&e.store_id().to_string()))
     }
 
     fn stop(&mut self) -> Result<(), TaskError> {

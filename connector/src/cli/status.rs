@@ -87,6 +87,10 @@ struct Row {
     /// from there (since the night of 2026-12-04).
     #[serde(default)]
     committed_by: Option<String>,
+    /// The committed offset with its metadata, kept to work out where a
+    /// run would resume (`resume_from`); not printed.
+    #[serde(skip)]
+    committed: Option<crate::offsets::Committed>,
     /// Kafka's log start, kept to work the archive lag out again from a
     /// running archive's newer figures (`refresh`); not printed.
     #[serde(skip)]
@@ -117,6 +121,7 @@ impl Row {
             live_pid: None,
             store: None,
             committed_by: None,
+            committed: None,
             low_watermark: None,
             committed_unread: false,
         }
@@ -294,6 +299,7 @@ fn rows(engine: &cairn_engine::Engine) -> Vec<Row> {
             live_pid: None,
             store: Some(engine.store_id().to_string()),
             committed_by: None,
+            committed: None,
             low_watermark: None,
             committed_unread: false,
         })
@@ -359,10 +365,11 @@ fn note_committed(
     let asked: std::collections::BTreeSet<&TopicPartition> = tps.iter().collect();
     for r in rows.iter_mut() {
         let tp = TopicPartition::new(&r.topic, r.partition);
-        r.kafka_committed = committed.offsets.get(&tp).map(|c| c.offset);
-        r.committed_by = committed
-            .offsets
-            .get(&tp)
+        r.committed = committed.offsets.get(&tp).cloned();
+        r.kafka_committed = r.committed.as_ref().map(|c| c.offset);
+        r.committed_by = r
+            .committed
+            .as_ref()
             .and_then(|c| committed_by(&c.metadata, store))
             .map(str::to_owned);
         if let Some(error) = committed.unread.get(&tp) {
@@ -599,8 +606,8 @@ fn row_archive_lag(r: &mut Row) -> Option<i64> {
     }
     let from = resume_from(
         r.durable_next_offset,
-        r.kafka_committed,
-        r.committed_by.as_deref(),
+        r.committed.as_ref(),
+        r.store.as_deref(),
     );
     Some(archive_lag(low, high, from))
 }
@@ -609,11 +616,13 @@ fn row_archive_lag(r: &mut Row) -> Option<i64> {
 /// column: `None` without this archive's identity to compare.
 fn committed_by(metadata: &str, store: Option<&str>) -> Option<&'static str> {
     let store = store?;
-    Some(match metadata.strip_prefix("cairn-store:") {
-        Some(id) if id == store => THIS_ARCHIVE,
-        Some(_) => ANOTHER_STORE,
-        None => NOT_CAIRN,
-    })
+    Some(
+        match metadata.strip_prefix(crate::task::STORE_IDENTITY_PREFIX) {
+            Some(id) if id == store => THIS_ARCHIVE,
+            Some(_) => ANOTHER_STORE,
+            None => NOT_CAIRN,
+        },
+    )
 }
 
 /// `committed_by`'s values.
@@ -621,22 +630,29 @@ const THIS_ARCHIVE: &str = "this archive";
 const ANOTHER_STORE: &str = "another store";
 const NOT_CAIRN: &str = "not cairn";
 
-/// Where a run of this archive would resume a partition, as its
-/// assignment decides it (`rebalance::resume_point`): the archive's next
-/// offset, unless Kafka's committed offset is past it and was committed by
-/// another store or another tool (another member archived what lies
-/// between); for a partition the archive holds nothing of, Kafka's
-/// committed offset, unless this archive committed it itself (it lost
-/// those records: the run starts at the log start, `None`). With no
-/// identity to compare (`by` unknown), the archive's offset wins, as
-/// before the night of 2026-12-04, when status did not tell them apart.
-fn resume_from(durable: Option<i64>, committed: Option<i64>, by: Option<&str>) -> Option<i64> {
-    let ours = by == Some(THIS_ARCHIVE);
-    match (durable, committed) {
-        (Some(d), Some(k)) if k > d && by.is_some() && !ours => Some(k),
-        (Some(d), _) => Some(d),
-        (None, Some(_)) if ours => None,
-        (None, k) => k,
+/// Where a run of the archive `store` would resume a partition, by the
+/// rule its assignment follows (`rebalance::resume_point`): the archive's
+/// next offset, unless Kafka's committed offset is past it and was
+/// committed by another store or another tool (another member archived
+/// what lies between); for a partition the archive holds nothing of,
+/// Kafka's committed offset, unless this archive committed it itself (it
+/// lost those records: the run starts at the log start, `None`). With no
+/// identity to compare (an older run's answer), the archive's offset wins,
+/// as before the night of 2026-12-04, when status did not tell them apart.
+fn resume_from(
+    durable: Option<i64>,
+    committed: Option<&crate::offsets::Committed>,
+    store: Option<&str>,
+) -> Option<i64> {
+    use crate::rebalance::ResumePoint;
+    let Some(store) = store else {
+        return durable.or(committed.map(|c| c.offset));
+    };
+    let identity = crate::task::store_identity(store);
+    match crate::rebalance::resume_point(durable, committed, Some(&identity)) {
+        ResumePoint::Archive(o) | ResumePoint::Kafka(o) => Some(o),
+        ResumePoint::Lost { archive, .. } => archive,
+        ResumePoint::Nowhere => None,
     }
 }
 
@@ -771,10 +787,23 @@ mod tests {
 
     #[test]
     fn archive_lag_counts_from_where_a_run_would_start_within_the_log() {
-        let lag = |low, high, durable, committed, by| {
-            archive_lag(low, high, resume_from(durable, committed, by))
+        // `by`: the commit's metadata (`None`: no identity to compare, an
+        // older run's answer).
+        const STORE: &str = "0123456789abcdef0123456789abcdef";
+        let lag = |low, high, durable, committed: Option<i64>, by: Option<&str>| {
+            let committed = committed.map(|offset| crate::offsets::Committed {
+                offset,
+                metadata: by.unwrap_or_default().to_owned(),
+            });
+            let store = by.map(|_| STORE);
+            archive_lag(low, high, resume_from(durable, committed.as_ref(), store))
         };
-        let (ours, other, tool) = (Some(THIS_ARCHIVE), Some(ANOTHER_STORE), Some(NOT_CAIRN));
+        let mine = crate::task::store_identity(STORE);
+        let (ours, other, tool) = (
+            Some(mine.as_str()),
+            Some("cairn-store:ffffffffffffffffffffffffffffffff"),
+            Some(""),
+        );
         // Archived up to 100 of a log 0..120.
         assert_eq!(lag(0, 120, Some(100), None, None), 20);
         // The log ends below the archive: negative, as warned.
