@@ -613,13 +613,9 @@ impl Engine {
         starts: &BTreeMap<TopicPartition, i64>,
     ) -> Result<BTreeMap<TopicPartition, i64>> {
         self.put_summaries("partition start", starts, |current, offset| {
-            current.is_none().then_some(PartitionSummary {
-                first_offset: offset,
-                next_offset: offset,
-                record_count: 0,
-                payload_bytes: 0,
-                next_offset_floor: offset,
-            })
+            current
+                .is_none()
+                .then(|| PartitionSummary::empty_at(offset))
         })?;
         self.sync()?;
         let view = self.durable_view();
@@ -648,13 +644,7 @@ impl Engine {
     /// the floor; FORMAT.md, "Partition summary").
     pub fn advance_partitions(&self, to: &BTreeMap<TopicPartition, i64>) -> Result<()> {
         self.put_summaries("partition advance", to, |current, offset| match current {
-            None => Some(PartitionSummary {
-                first_offset: offset,
-                next_offset: offset,
-                record_count: 0,
-                payload_bytes: 0,
-                next_offset_floor: offset,
-            }),
+            None => Some(PartitionSummary::empty_at(offset)),
             Some(s) if s.next_offset < offset => {
                 let mut s = *s;
                 if s.record_count == 0 {

@@ -43,6 +43,19 @@ pub struct PartitionSummary {
 }
 
 impl PartitionSummary {
+    /// A partition that holds nothing and resumes at `offset`: first, next
+    /// and floor all there (a start, or an advance of a partition the store
+    /// held nothing of).
+    pub fn empty_at(offset: i64) -> PartitionSummary {
+        PartitionSummary {
+            first_offset: offset,
+            next_offset: offset,
+            record_count: 0,
+            payload_bytes: 0,
+            next_offset_floor: offset,
+        }
+    }
+
     pub fn encode(&self, tp: &TopicPartition) -> (Vec<u8>, Vec<u8>) {
         let key = keys::partition_key(tp);
         let mut v = Vec::with_capacity(VALUE_BYTES + 4);
