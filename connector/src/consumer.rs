@@ -305,6 +305,18 @@ impl Shared {
         taken
     }
 
+    /// `tp`'s last record taken ([`last_taken`]).
+    fn last_taken_of(&self, tp: &TopicPartition) -> Option<i64> {
+        last_taken(
+            self.pending
+                .get(tp)
+                .and_then(|v| v.last())
+                .map(|r| r.offset),
+            || self.handed_last.get(tp).copied(),
+            self.set_aside.get(tp).copied(),
+        )
+    }
+
     /// librdkafka's end-of-partition event `m`: the partition's fetch
     /// reached its log end (for `read_committed`, the last stable offset)
     /// at `m`'s offset, after every record before it in this queue (the
@@ -323,14 +335,7 @@ impl Shared {
         if offset < 0 || !self.assigned.contains(&tp) {
             return;
         }
-        let last = last_taken(
-            self.pending
-                .get(&tp)
-                .and_then(|v| v.last())
-                .map(|r| r.offset),
-            || self.handed_last.get(&tp).copied(),
-            self.set_aside.get(&tp).copied(),
-        );
+        let last = self.last_taken_of(&tp);
         let past = match last {
             Some(last) if self.set_aside.get(&tp) == Some(&last) => offset > last,
             Some(last) => offset > last.saturating_add(1),
@@ -413,14 +418,7 @@ impl Shared {
         // engine's sink drops it as a duplicate; another may not).
         // Or set aside last: a repeat of a dead-lettered record would be
         // sent again, and counted twice.
-        let last = last_taken(
-            self.pending
-                .get(tp)
-                .and_then(|v| v.last())
-                .map(|r| r.offset),
-            || self.handed_last.get(tp).copied(),
-            self.set_aside.get(tp).copied(),
-        );
+        let last = self.last_taken_of(tp);
         if let Some(last) = last.filter(|&last| m.offset() <= last) {
             // The race repeats the last record; anything lower is not
             // expected, and said.

@@ -724,19 +724,9 @@ fn left_to_restore(
 /// Until the night of 2026-12-04 the panic unwound out of the restore,
 /// whose producer's drop then purged the records in flight unreported.
 fn read_caught<T>(engine: &Engine, read: impl FnOnce() -> cairn_engine::Result<T>) -> Result<T> {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(read)) {
-        Ok(r) => r.map_err(Into::into),
-        Err(payload) => {
-            let detail = cairn_engine::panic_message(&*payload).to_string();
-            engine.poison_after_caught_panic("restore", &detail);
-            Err(ConnectorError::ReadPanicked {
-                command: "restore",
-                path: engine.config().path.clone(),
-                detail,
-                output: String::new(),
-            })
-        }
-    }
+    crate::cli::read_unpanicked("restore", &engine.config().path, engine, "", || {
+        read().map_err(Into::into)
+    })
 }
 
 /// What to run next, for the error message: the partitions with a gap
