@@ -814,9 +814,7 @@ impl ConsumerContext for CheckContext {}
 pub fn check_kafka(cfg: &RunConfig, stop: &AtomicBool) -> Result<()> {
     let consumer: BaseConsumer<CheckContext> = client_config(cfg)
         .create_with_context(CheckContext::default())
-        .map_err(|e| {
-            ConnectorError::Config(format!("kafka client: {}", crate::librdkafka::redacted(e)))
-        })?;
+        .map_err(ConnectorError::client_settings("kafka client"))?;
     tracing::info!(brokers = %cfg.brokers, connect_timeout_ms = cfg.connect_timeout_ms, "waiting for Kafka to answer, before the archive is opened");
     preflight(&consumer, cfg, stop)
         .map_err(|e| with_last_client_error(e, &consumer, |c| &c.last_cause))
@@ -973,9 +971,7 @@ pub fn run_pipeline(
             last_error: Mutex::new(None),
             last_cause: Default::default(),
         })
-        .map_err(|e| {
-            ConnectorError::Config(format!("kafka client: {}", crate::librdkafka::redacted(e)))
-        })?;
+        .map_err(ConnectorError::client_settings("kafka client"))?;
     if opts.kafka_checked {
         tracing::debug!(brokers = %cfg.brokers, "asking Kafka again, from the run's own consumer");
     } else {

@@ -126,12 +126,9 @@ impl DeadLetters {
             return Ok(None);
         };
         let (c, message_timeout_ms) = client_config(cfg);
-        let producer = c.create_with_context(Report::default()).map_err(|e| {
-            ConnectorError::Config(format!(
-                "dead-letter producer: {}",
-                crate::librdkafka::redacted(e)
-            ))
-        })?;
+        let producer = c
+            .create_with_context(Report::default())
+            .map_err(ConnectorError::client_settings("dead-letter producer"))?;
         Ok(Some(DeadLetters {
             producer,
             topic: topic.clone(),

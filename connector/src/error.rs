@@ -252,8 +252,21 @@ pub enum ConnectorError {
 }
 
 impl ConnectorError {
+    /// A librdkafka error of `op`, with any credential a refused setting
+    /// quotes left out ([`crate::librdkafka::redacted`]).
     pub fn kafka(op: &'static str) -> impl FnOnce(rdkafka::error::KafkaError) -> Self {
-        move |source| ConnectorError::Kafka { op, source }
+        move |source| ConnectorError::Kafka {
+            op,
+            source: crate::librdkafka::redacted(source),
+        }
+    }
+
+    /// A client's settings that librdkafka refused when `what` was made,
+    /// as a configuration error, with any credential it quotes left out.
+    pub(crate) fn client_settings(
+        what: &'static str,
+    ) -> impl FnOnce(rdkafka::error::KafkaError) -> Self {
+        move |e| ConnectorError::Config(format!("{what}: {}", crate::librdkafka::redacted(e)))
     }
 
     /// [`kafka`](Self::kafka), naming what it concerned (`t`, `t/p`).
@@ -264,7 +277,7 @@ impl ConnectorError {
         move |source| ConnectorError::KafkaAt {
             op,
             at: at.to_string(),
-            source,
+            source: crate::librdkafka::redacted(source),
         }
     }
 }

@@ -159,7 +159,7 @@ pub(crate) fn client_in<X: ConsumerContext>(
         c.set("group.id", group);
     }
     c.create_with_context(context)
-        .map_err(|e| ConnectorError::kafka("create client")(crate::librdkafka::redacted(e)))
+        .map_err(ConnectorError::kafka("create client"))
 }
 
 /// A client for metadata and watermarks only, in no group, with

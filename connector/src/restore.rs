@@ -877,12 +877,7 @@ fn finish_the_rest(
 fn producer(cfg: &RestoreConfig) -> Result<BaseProducer<Deliveries>> {
     producer_config(cfg)
         .create_with_context(Deliveries::default())
-        .map_err(|e| {
-            ConnectorError::Config(format!(
-                "producer settings: {}",
-                crate::librdkafka::redacted(e)
-            ))
-        })
+        .map_err(ConnectorError::client_settings("producer settings"))
 }
 
 fn producer_config(cfg: &RestoreConfig) -> ClientConfig {
@@ -1143,12 +1138,9 @@ fn preflight(
 fn resume_reader(cfg: &RestoreConfig) -> Result<BaseConsumer<ReaderContext>> {
     reader_config(cfg)
         .create_with_context(ReaderContext)
-        .map_err(|e| {
-            ConnectorError::Config(format!(
-                "reader settings for --resume: {}",
-                crate::librdkafka::redacted(e)
-            ))
-        })
+        .map_err(ConnectorError::client_settings(
+            "reader settings for --resume",
+        ))
 }
 
 /// The settings of `--resume`'s reader: `-X` (the producer's), and what
