@@ -193,11 +193,7 @@ fn an_open_that_panics_is_an_error_naming_the_archive() {
         let cairn_connector::cli::Command::Restore(a) = cli.command else {
             unreachable!()
         };
-        fail::cfg(cairn_engine::FAILPOINT_READ_FILL, "panic(sled lost a page)").unwrap();
-        let result = tokio::runtime::Runtime::new()
-            .unwrap()
-            .block_on(cairn_connector::cli::restore::run(a));
-        fail::remove(cairn_engine::FAILPOINT_READ_FILL);
+        let result = where_reads_panic(cairn_connector::cli::restore::run(a));
         match result {
             Err(e @ ConnectorError::RestoreCut { .. }) => {
                 let said = e.to_string();
@@ -266,10 +262,14 @@ fn export_where_reads_panic(
     let cairn_connector::cli::Command::Export(a) = cli.command else {
         unreachable!()
     };
+    where_reads_panic(cairn_connector::cli::export::run(a))
+}
+
+/// `command` run to its end with every read of sled's pages panicking
+/// (the failpoint), removed after.
+fn where_reads_panic<T>(command: impl std::future::Future<Output = T>) -> T {
     fail::cfg(cairn_engine::FAILPOINT_READ_FILL, "panic(sled lost a page)").unwrap();
-    let result = tokio::runtime::Runtime::new()
-        .unwrap()
-        .block_on(cairn_connector::cli::export::run(a));
+    let result = tokio::runtime::Runtime::new().unwrap().block_on(command);
     fail::remove(cairn_engine::FAILPOINT_READ_FILL);
     result
 }
