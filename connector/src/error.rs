@@ -253,7 +253,7 @@ pub enum ConnectorError {
 
 impl ConnectorError {
     /// A librdkafka error of `op`, with any credential a refused setting
-    /// quotes left out ([`crate::librdkafka::redacted`]).
+    /// quotes left out (`librdkafka::redacted`).
     pub fn kafka(op: &'static str) -> impl FnOnce(rdkafka::error::KafkaError) -> Self {
         move |source| ConnectorError::Kafka {
             op,
