@@ -3,9 +3,10 @@ batch, append its values to a file, fdatasync, commit synchronously.
 
 Usage: hand_loop.py BROKERS TOPIC RECORDS BATCH FILE
 Prints one JSON object: the client's versions, records, seconds from the
-first record (consumed alone, then written with the rest of its batch), and
-the latency of every batch from the start of its write to the commit's
-return. Exits non-zero unless it consumed exactly RECORDS.
+first record (consumed alone, then written with the rest of its batch), the
+latency of every batch from the start of its write to the commit's return,
+and its progress: seconds from the first record and records committed, at
+each commit. Exits non-zero unless it consumed exactly RECORDS.
 """
 import json
 import os
@@ -31,6 +32,7 @@ def main():
     c.subscribe([topic])
     n = 0
     lat_us = []
+    progress = []
     # The clock starts at the first record, as cairn's and the ceiling's do:
     # that record is consumed alone and leads the first batch, so the time
     # the rest of that batch takes to arrive is counted too.
@@ -58,8 +60,10 @@ def main():
             f.flush()
             os.fdatasync(f.fileno())
             c.commit(asynchronous=False)
-            lat_us.append(int((time.monotonic() - t) * 1e6))
+            done = time.monotonic()
+            lat_us.append(int((done - t) * 1e6))
             n += len(msgs)
+            progress.append((done - first, n))
     seconds = time.monotonic() - first
     c.close()
     if n != records:
@@ -74,6 +78,7 @@ def main():
         "records": n,
         "seconds": seconds,
         "lat_us": lat_us,
+        "progress": progress,
     }, sys.stdout)
 
 

@@ -155,6 +155,32 @@ fn assert_round(round: &serde_json::Value) {
             "{cpu}"
         );
         assert!(r.get("ceiling_cpu_ratio").is_some(), "{r}");
+        // The steady window, where the run's commits give one: inside the
+        // records, and at least half of them.
+        if let Some(s) = r["throughput"].get("steady") {
+            let n = s["records"].as_u64().unwrap();
+            assert!((1500..=2400).contains(&n), "{s}");
+            assert!(s["records_per_s"].as_f64().unwrap() > 0.0, "{s}");
+        }
+    }
+    // every-put commits each put, about 30 of them: enough points.
+    assert!(
+        runs[0]["throughput"]["steady"]["records_per_s"]
+            .as_f64()
+            .is_some(),
+        "{}",
+        runs[0]
+    );
+    for r in round["ratios"].as_array().unwrap() {
+        for key in [
+            "steady_pct_of_ceiling",
+            "steady_vs_kcat",
+            "steady_vs_python",
+        ] {
+            assert!(r.get(key).is_some(), "{key}: {r}");
+        }
+        // Peers were skipped: no ratio to them.
+        assert!(r["steady_vs_kcat"].is_null(), "{r}");
     }
     assert_eq!(round["ratios"].as_array().unwrap().len(), 2, "{round}");
     assert!(round["floor"]["sum"]["p50_us"].as_u64().unwrap() > 0);

@@ -54,13 +54,10 @@ pub struct CairnRun {
     pub p99_vs_floor: Option<f64>,
     /// Records/s as a percentage of the consume-only ceiling.
     pub pct_of_ceiling: f64,
-    /// Records/s between the first and the next-to-last commit: the run
-    /// without its ends (before the first commit, and the last commit's
-    /// wait for its interval after the last put, which the ceiling, timed
-    /// to its last record, does not have). `None` with fewer than three
-    /// commits.
-    pub steady_records_per_s: Option<f64>,
-    /// `steady_records_per_s` as a percentage of the ceiling.
+    /// The steady records/s (`throughput.steady`, by commits) as a
+    /// percentage of the ceiling's steady records/s (by records taken).
+    /// Until 2026-12-05 this divided by the ceiling's whole run, and
+    /// cairn's window ran from its first commit to its next-to-last.
     pub steady_pct_of_ceiling: Option<f64>,
     /// Payload MB/s as a percentage of the disk's sequential write
     /// bandwidth measured in the same round (target for 1 KiB: >= 70).
@@ -103,8 +100,10 @@ impl CairnRun {
             .map(|(own, floor)| own as f64 / floor.max(1) as f64);
         self.pct_of_ceiling = 100.0 * self.throughput.records_per_s / ceiling.records_per_s;
         self.steady_pct_of_ceiling = self
-            .steady_records_per_s
-            .map(|r| 100.0 * r / ceiling.records_per_s);
+            .throughput
+            .steady
+            .zip(ceiling.steady)
+            .map(|(own, c)| 100.0 * own.records_per_s / c.records_per_s);
         self.pct_of_disk_bandwidth = 100.0 * self.throughput.mb_per_s / disk.mb_per_s;
     }
 }
@@ -307,8 +306,9 @@ struct Archived {
     fsyncs: u64,
     /// From the first record polled to the commit of the last.
     seconds: f64,
-    /// Records/s between the first and the next-to-last commit.
-    steady_records_per_s: Option<f64>,
+    /// Records committed over time: (seconds from the first record
+    /// polled, records committed by then), at each commit.
+    progress: Vec<(f64, u64)>,
     /// CPU used from just before the run to the commit of the last record.
     cpu: Option<Cpu>,
 }
@@ -416,26 +416,25 @@ fn archive(
     let first = report.stats.first_record_at.ok_or("no record consumed")?;
     let (end, used) = done_at.lock().unwrap().ok_or("never done")?;
     let seconds = end.duration_since(first).as_secs_f64();
-    let steady_records_per_s = steady_rate(&commits.lock().unwrap());
+    let progress = commits
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(t, n)| {
+            (
+                t.saturating_duration_since(first).as_secs_f64(),
+                u64::try_from(*n).unwrap_or(0),
+            )
+        })
+        .collect();
     Ok(Archived {
         report,
         records,
         fsyncs: stats.fsyncs,
         seconds,
-        steady_records_per_s,
+        progress,
         cpu: per_record(used, records, seconds),
     })
-}
-
-/// Records/s between the first and the next-to-last of `commits` (each a
-/// time and the records committed by then); `None` with fewer than three,
-/// or no time between.
-fn steady_rate(commits: &[(Instant, i64)]) -> Option<f64> {
-    let [(t0, c0), .., (t1, c1), _] = commits else {
-        return None;
-    };
-    let seconds = t1.duration_since(*t0).as_secs_f64();
-    (seconds > 0.0).then(|| (c1 - c0) as f64 / seconds)
 }
 
 /// What every measurement of cairn on one case shares.
@@ -471,7 +470,8 @@ pub fn cairn(case: &Case, policy: CommitPolicy) -> Result<(CairnRun, Histogram<u
     let report = a.report;
     let run = CairnRun {
         policy: policy_name(policy),
-        throughput: Throughput::new(records, records * size as u64, a.seconds),
+        throughput: Throughput::new(records, records * size as u64, a.seconds)
+            .with_steady(&a.progress),
         put_to_commit: Latency::of(&report.put_to_commit_us),
         puts: report.stats.puts,
         commits: report.stats.commits,
@@ -481,7 +481,6 @@ pub fn cairn(case: &Case, policy: CommitPolicy) -> Result<(CairnRun, Histogram<u
         p50_vs_floor: None,
         p99_vs_floor: None,
         pct_of_ceiling: 0.0,
-        steady_records_per_s: a.steady_records_per_s,
         steady_pct_of_ceiling: None,
         pct_of_disk_bandwidth: 0.0,
         disk_bytes,
@@ -683,6 +682,9 @@ pub fn ceiling(
     let deadline = Instant::now() + Duration::from_secs(600);
     let (mut n, mut bytes, mut first, mut last_commit) = (0u64, 0u64, None, Instant::now());
     let mut failed = None;
+    // Records taken by then, after each take that took any: its steady
+    // window.
+    let mut progress: Vec<(Instant, u64)> = Vec::new();
     while n < records {
         if Instant::now() > deadline {
             return Err(format!("ceiling: {n} of {records} records in 600 s"));
@@ -706,23 +708,28 @@ pub fn ceiling(
         if let Some(e) = failed {
             return Err(e);
         }
+        if progress.last().map_or(0, |&(_, done)| done) < n {
+            progress.push((Instant::now(), n));
+        }
         if last_commit.elapsed() >= Duration::from_millis(100) && first.is_some() {
             let _ = c.commit_consumer_state(CommitMode::Async);
             last_commit = Instant::now();
         }
     }
     let used = meter.used();
-    let seconds = first
-        .ok_or("ceiling: no record consumed")?
-        .elapsed()
-        .as_secs_f64();
+    let first = first.ok_or("ceiling: no record consumed")?;
+    let seconds = first.elapsed().as_secs_f64();
+    let progress: Vec<(f64, u64)> = progress
+        .iter()
+        .map(|(t, n)| (t.saturating_duration_since(first).as_secs_f64(), *n))
+        .collect();
     if bytes != records * size as u64 {
         return Err(format!(
             "ceiling: {bytes} payload bytes for {records} records of {size} B"
         ));
     }
     Ok((
-        Throughput::new(records, bytes, seconds),
+        Throughput::new(records, bytes, seconds).with_steady(&progress),
         per_record(used, records, seconds),
     ))
 }

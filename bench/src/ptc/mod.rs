@@ -186,6 +186,10 @@ pub struct Throughput {
     pub seconds: f64,
     pub records_per_s: f64,
     pub mb_per_s: f64,
+    /// The run without its ends ([`Steady`]); `None` where the run has no
+    /// such window, or is not a consumer's (the disk probe).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steady: Option<Steady>,
 }
 
 impl Throughput {
@@ -196,7 +200,63 @@ impl Throughput {
             seconds,
             records_per_s: records as f64 / seconds,
             mb_per_s: bytes as f64 / seconds / 1e6,
+            steady: None,
         }
+    }
+
+    /// With the steady window of `progress`, a run of `self.records`.
+    pub fn with_steady(mut self, progress: &[(f64, u64)]) -> Throughput {
+        self.steady = Steady::of(progress, self.records);
+        self
+    }
+}
+
+/// Where a steady window starts and ends: at the first point of a run's
+/// progress with at least a tenth of its records done, and at the last
+/// with at most nine tenths done.
+pub const STEADY_FROM: f64 = 0.1;
+pub const STEADY_TO: f64 = 0.9;
+/// The least share of a run's records a steady window must span to give a
+/// rate: progress seen at too few points gives none.
+pub const STEADY_SPAN_MIN: f64 = 0.5;
+
+/// A consumer's records/s without the ends of its run, by one rule for
+/// every consumer measured, each by its own progress: cairn's commits
+/// (records committed), the ceiling's takes (records taken), kcat's
+/// output (lines in its file, looked at every millisecond) and the Python
+/// loop's commits.
+///
+/// Why (since 2026-12-05): the whole-run figures end at different points.
+/// cairn's end at the commit of its last record, which under
+/// `interval:MS` waits for the interval after the last put, up to 100 ms
+/// of a run under a second; the ceiling's at its last record, kcat's at
+/// its last output, the Python loop's at its last commit (it commits each
+/// batch). Each also starts with its own ramp. The window from a tenth of
+/// the records to nine tenths leaves out both ends of every run alike.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Steady {
+    pub records: u64,
+    pub seconds: f64,
+    pub records_per_s: f64,
+}
+
+impl Steady {
+    /// From `progress`, points of (seconds on one clock, records done by
+    /// then) in time order, of a run of `total` records. `None` when no
+    /// two points span [`STEADY_SPAN_MIN`] of the records inside the
+    /// window, or no time passed between them.
+    pub fn of(progress: &[(f64, u64)], total: u64) -> Option<Steady> {
+        let from = (total as f64 * STEADY_FROM).ceil() as u64;
+        let to = (total as f64 * STEADY_TO).floor() as u64;
+        let &(t0, c0) = progress.iter().find(|(_, c)| *c >= from)?;
+        let &(t1, c1) = progress.iter().rev().find(|(_, c)| *c <= to)?;
+        let records = c1.checked_sub(c0)?;
+        let seconds = t1 - t0;
+        ((records as f64) >= total as f64 * STEADY_SPAN_MIN && seconds > 0.0).then(|| Steady {
+            records,
+            seconds,
+            records_per_s: records as f64 / seconds,
+        })
     }
 }
 
@@ -628,7 +688,42 @@ pub fn run(args: Args) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::python_batch;
+    use super::{python_batch, Steady};
+
+    /// The window runs from the first point with a tenth of the records
+    /// done to the last with at most nine tenths; too few points, or none
+    /// inside the window, give no rate.
+    #[test]
+    fn the_steady_window_leaves_out_both_ends_alike() {
+        // A slow start, then 100 records per 0.1 s, then a long tail.
+        let progress = [
+            (0.0, 0),
+            (1.0, 5),
+            (1.1, 100),
+            (1.2, 200),
+            (1.3, 300),
+            (1.4, 400),
+            (1.5, 500),
+            (1.6, 600),
+            (1.7, 700),
+            (1.8, 800),
+            (1.9, 900),
+            (5.0, 1000),
+        ];
+        let s = Steady::of(&progress, 1000).unwrap();
+        assert_eq!(s.records, 800);
+        assert!((s.seconds - 0.8).abs() < 1e-9, "{s:?}");
+        assert!((s.records_per_s - 1000.0).abs() < 1e-6, "{s:?}");
+        // Points only at the ends: nothing spans half the records inside.
+        assert!(Steady::of(&[(0.0, 50), (0.2, 950), (0.3, 1000)], 1000).is_none());
+        // Half the records, exactly, is enough.
+        let s = Steady::of(&[(0.0, 200), (0.5, 700), (0.6, 1000)], 1000).unwrap();
+        assert_eq!((s.records, s.records_per_s.round()), (500, 1000.0));
+        // No time between the two points.
+        assert!(Steady::of(&[(1.0, 100), (1.0, 900)], 1000).is_none());
+        assert!(Steady::of(&[], 1000).is_none());
+        assert!(Steady::of(&[(0.0, 1)], 0).is_none());
+    }
 
     /// The Python loop batches as cairn's puts do: by records while they
     /// are small, by the 8 MiB byte bound once that comes first.

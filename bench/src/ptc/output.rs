@@ -138,14 +138,35 @@ fn round_table(c: &Round, rounds: usize) {
             ),
         );
     }
+    // Every consumer's steady window, by one rule (`Steady`): what the
+    // throughput targets are judged on.
+    let mut steady = Vec::new();
     for run in &c.cairn {
-        if let (Some(r), Some(pct)) = (run.steady_records_per_s, run.steady_pct_of_ceiling) {
-            println!(
-                    "{:<34} steady {r:.0} records/s between the first and the next-to-last of {} commits = {pct:.0}% of ceiling (without the run's ends: the last commit waits for its interval)",
-                    format!("  cairn {}", run.policy),
-                    run.commits
-                );
-        }
+        steady.push((format!("cairn {}", run.policy), Some(&run.throughput)));
+    }
+    steady.push(("ceiling".to_owned(), Some(&c.ceiling)));
+    steady.push(("kcat".to_owned(), c.kcat.ran().map(|k| &k.throughput)));
+    steady.push((
+        "python loop".to_owned(),
+        c.python.ran().map(|p| &p.throughput),
+    ));
+    for (name, t) in steady {
+        let Some(t) = t else { continue };
+        let text = t.steady.map_or_else(
+            || "none: its progress was seen at too few points".to_owned(),
+            |s| {
+                format!(
+                    "{:.0} records/s, {} records in {:.3} s",
+                    s.records_per_s, s.records, s.seconds
+                )
+            },
+        );
+        println!(
+            "{:<34} steady (from {:.0}% of its records done to {:.0}%): {text}",
+            format!("  {name}"),
+            100.0 * super::STEADY_FROM,
+            100.0 * super::STEADY_TO
+        );
     }
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
     for run in &c.cairn {

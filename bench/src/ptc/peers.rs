@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use super::{child, histogram, Latency, Peer, Throughput};
+use super::{child, histogram, Latency, Peer, Steady, Throughput};
 
 /// The end of kcat's output left out of its timing (see [`kcat`]).
 const KCAT_UNTIMED_BYTES: u64 = 64 << 10;
@@ -100,6 +100,11 @@ pub fn kcat(brokers: &str, topic: &str, records: u64, size: usize, out: &Path) -
     let mut first_len = None;
     let mut done = None;
     let mut done_at_exit = false;
+    // Whole lines in the file at each look that found more, before kcat
+    // exited (its exit writes what its stdio buffer held): its steady
+    // window.
+    let origin = Instant::now();
+    let mut progress: Vec<(f64, u64)> = Vec::new();
     let path = out.join("kcat.out");
     let finished = child::run_to_file(
         "kcat",
@@ -129,6 +134,10 @@ pub fn kcat(brokers: &str, topic: &str, records: u64, size: usize, out: &Path) -
             got = len;
             if len > 0 {
                 first_len.get_or_insert(len);
+            }
+            let lines = len / line;
+            if !exited && progress.last().map_or(0, |&(_, n)| n) < lines {
+                progress.push((origin.elapsed().as_secs_f64(), lines));
             }
             // Only once output has begun: with fewer bytes wanted than
             // the margin (`timed` 0), a first look at an empty file would
@@ -190,7 +199,8 @@ pub fn kcat(brokers: &str, topic: &str, records: u64, size: usize, out: &Path) -
         };
     }
     let seconds = last.duration_since(first).as_secs_f64();
-    let throughput = Throughput::new(records_timed, records_timed * size as u64, seconds);
+    let mut throughput = Throughput::new(records_timed, records_timed * size as u64, seconds);
+    throughput.steady = Steady::of(&progress, records);
     eprintln!("   kcat: {:.0} records/s", throughput.records_per_s);
     Peer::Ran(KcatRun {
         version,
@@ -215,6 +225,9 @@ struct PythonOut {
     records: u64,
     seconds: f64,
     lat_us: Vec<u64>,
+    /// (seconds from the first record, records committed by then), at
+    /// each commit: its steady window.
+    progress: Vec<(f64, u64)>,
 }
 
 /// bench/peers/hand_loop.py: consume a batch, write, fdatasync, commit
@@ -289,7 +302,8 @@ pub fn python(
             parsed.version, parsed.librdkafka
         ),
         batch,
-        throughput: Throughput::new(parsed.records, parsed.records * size as u64, parsed.seconds),
+        throughput: Throughput::new(parsed.records, parsed.records * size as u64, parsed.seconds)
+            .with_steady(&parsed.progress),
         write_to_commit: Latency::of(&h),
     };
     eprintln!(
