@@ -6,8 +6,8 @@
 //!
 //! Outcomes are counted as clean (the damage hit bytes nothing reads),
 //! detected (verify or export failed), and silently wrong (a wrong record
-//! printed, or verify passing an archive that export cannot read whole:
-//! failing, or with records missing). The last must be 0.
+//! printed, an export that succeeds with records missing, or verify
+//! passing an archive that export cannot read whole). The last must be 0.
 //!
 //! `CAIRN_CORRUPTION_TRIALS` sets the trial count (default 24);
 //! `CAIRN_SEED` replays a run.
@@ -219,7 +219,12 @@ fn damaged_archives_are_intact_or_reported_never_wrong() {
         // A clean verify vouches for the whole archive: an export of it
         // that fails, or that misses records, means verify missed damage.
         let verify_missed = verify.status.success() && (!ok || seen != want.len());
-        let outcome = if wrong > 0 || verify_missed {
+        // An export that succeeds vouches for what it printed being the
+        // whole archive, whatever verify said: one that exits 0 missing
+        // records loses them for a user who only exports (until 2026-12-05
+        // this counted as detected when verify failed).
+        let export_missed = export.status.success() && seen != want.len();
+        let outcome = if wrong > 0 || verify_missed || export_missed {
             tally.silently_wrong += 1;
             wrong_cases.push(format!(
                 "trial {trial}: {what}: {wrong} wrong records, {seen}/{} intact, verify {:?}, export {:?}",

@@ -13,6 +13,15 @@
 //! machine is no bug; but not every round may end so). (Inside a revoke
 //! before its commit needs a second member: revoke_crash.rs.)
 //!
+//! What "durable" means here: a SIGKILL keeps the page cache, so the store
+//! reopened after it keeps writes that were never synced, and the check
+//! after each death is against what a process crash keeps. That a commit
+//! never passes what was *synced* (what a power loss keeps) is checked as
+//! each commit is sent, against the engine's own durable offsets: in the
+//! final run here, and in every in-process pipeline test
+//! (`cairn_tests::run_to_end`). Losing unsynced writes is the engine's
+//! crash tests' (`torn_append.rs`, the `wal_crash` fuzz target).
+//!
 //! `CAIRN_CRASH_ROUNDS` sets the rounds (default 5), `CAIRN_SEED` replays.
 
 mod common;
@@ -237,8 +246,10 @@ fn sigkill_at_seeded_moments_loses_and_duplicates_nothing() {
         done: Some(Box::new(move |c| {
             want.iter().all(|(tp, o)| c.get(tp) == Some(o))
         })),
-        // Against the engine's own durable offsets, not only the sink's report.
-        on_commit: Some(Box::new(move |committed, durable| {
+        // Against the engine's own durable offsets, not only the sink's
+        // report, as each commit is sent (by its acknowledgement the fsync
+        // could have finished; until 2026-12-05 this checked there).
+        on_commit_sent: Some(Box::new(move |committed, durable| {
             let engine = store.upgrade();
             for (tp, o) in committed {
                 let d = engine

@@ -70,7 +70,7 @@ fn disk_full_poisons_and_recovers_after_space_returns() {
     let mut acknowledged = 0i64;
     let err = {
         let e = open(&fs.path()).unwrap();
-        loop {
+        let err = loop {
             let b = batch(&tp, acknowledged..acknowledged + 200, 1000);
             match e.append(&[b]) {
                 Ok(d) => {
@@ -79,7 +79,20 @@ fn disk_full_poisons_and_recovers_after_space_returns() {
                 }
                 Err(err) => break err,
             }
-        }
+        };
+        // Poisoned, nothing more acknowledged, durable where the last
+        // acknowledgement left it: a failed write or flush is never
+        // retried (until 2026-12-05 this test stopped at the error).
+        assert!(e.is_poisoned(), "a failed write must poison the engine");
+        let more = batch(&tp, acknowledged..acknowledged + 1, 10);
+        let again = e.append(&[more]);
+        assert!(
+            matches!(again, Err(Error::Poisoned { .. })),
+            "an append after the failure: {again:?}"
+        );
+        assert!(e.sync().is_err(), "a sync after the failure succeeded");
+        assert_eq!(e.durable_offset(&tp), Some(acknowledged));
+        err
     };
     eprintln!("disk full after {acknowledged} records: {err}");
     let text = err.to_string();
