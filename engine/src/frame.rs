@@ -137,46 +137,71 @@ pub(crate) fn header_kind(bytes: &[u8]) -> Option<FrameKind> {
     FrameKind::from_u8(bytes[5]).ok()
 }
 
+/// Check the header fields `bytes` reaches, all of them once it holds a
+/// whole header (the length against [`FRAME_BODY_BYTES_MAX`] only once its
+/// four bytes are there). A value shorter than a header is a frame cut
+/// short only if it is the start of a header this build writes: anything
+/// else is refused by what is wrong with it (until 2026-12-05 every value
+/// under 16 bytes was `Truncated`, and recovery truncated short garbage at
+/// the log's end as a torn frame).
+fn check_header(bytes: &[u8]) -> Result<(), CorruptionKind> {
+    let n = bytes.len().min(FRAME_MAGIC.len());
+    if bytes[..n] != FRAME_MAGIC[..n] {
+        let mut found = [0u8; 4];
+        found[..n].copy_from_slice(&bytes[..n]);
+        return Err(CorruptionKind::BadMagic { found });
+    }
+    if let Some(&found) = bytes.get(4) {
+        if found != FRAME_VERSION {
+            return Err(CorruptionKind::UnsupportedVersion { found });
+        }
+    }
+    let kind = bytes.get(5).map(|&k| FrameKind::from_u8(k)).transpose()?;
+    // Flags are u16 LE: with only the low byte there, its bits are known.
+    let flags = match bytes.get(6..8) {
+        Some(f) => Some(u16::from_le_bytes([f[0], f[1]])),
+        None => bytes.get(6).map(|&low| u16::from(low)),
+    };
+    if let Some(found) = flags {
+        if found & !FLAGS_KNOWN != 0 || (kind == Some(FrameKind::Tombstone) && found != 0) {
+            return Err(CorruptionKind::UnknownFlags { found });
+        }
+    }
+    if let Some(l) = bytes.get(8..12) {
+        let length = u64::from(u32::from_le_bytes([l[0], l[1], l[2], l[3]]));
+        if length > FRAME_BODY_BYTES_MAX as u64 {
+            return Err(CorruptionKind::LengthTooLarge {
+                length,
+                max: FRAME_BODY_BYTES_MAX as u64,
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Decode and verify a frame stored under `lsn`. Never panics, never allocates.
 pub fn decode(lsn: u64, bytes: &[u8]) -> Result<Frame<'_>, CorruptionKind> {
     if bytes.len() < FRAME_HEADER_BYTES {
+        check_header(bytes)?;
         return Err(CorruptionKind::Truncated {
             expected: FRAME_HEADER_BYTES as u64,
             actual: bytes.len() as u64,
         });
     }
-    let mut magic = [0u8; 4];
-    magic.copy_from_slice(&bytes[0..4]);
-    if magic != FRAME_MAGIC {
-        return Err(CorruptionKind::BadMagic { found: magic });
-    }
-    if bytes[4] != FRAME_VERSION {
-        return Err(CorruptionKind::UnsupportedVersion { found: bytes[4] });
-    }
-    let kind = FrameKind::from_u8(bytes[5])?;
-    let flags = u16::from_le_bytes([bytes[6], bytes[7]]);
-    if flags & !FLAGS_KNOWN != 0 {
-        return Err(CorruptionKind::UnknownFlags { found: flags });
-    }
-    if kind == FrameKind::Tombstone && flags != 0 {
-        return Err(CorruptionKind::UnknownFlags { found: flags });
-    }
-    let body_len = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as u64;
-    if body_len > FRAME_BODY_BYTES_MAX as u64 {
-        return Err(CorruptionKind::LengthTooLarge {
-            length: body_len,
-            max: FRAME_BODY_BYTES_MAX as u64,
-        });
-    }
+    let body_len = u64::from(u32::from_le_bytes([
+        bytes[8], bytes[9], bytes[10], bytes[11],
+    ]));
     let expected = FRAME_HEADER_BYTES as u64 + body_len;
     let actual = bytes.len() as u64;
     let stored = u32::from_le_bytes([bytes[12], bytes[13], bytes[14], bytes[15]]);
     let body = &bytes[FRAME_HEADER_BYTES..];
-    if actual != expected {
+    if actual != expected && u32::try_from(body.len()).is_ok() {
         // The CRC covers the length field: a frame whose checksum matches
         // the bytes stored, under the length they have, is whole and its
         // length field damaged. Told apart from a frame cut short, which
-        // recovery may truncate as torn: this one it must not.
+        // recovery may truncate as torn: this one it must not. Checked
+        // before the length's bound (since 2026-12-05), so that a length
+        // damaged past the bound is named for what it is too.
         let mut header = [0u8; 12];
         header.copy_from_slice(&bytes[0..12]);
         header[8..12].copy_from_slice(&(body.len() as u32).to_le_bytes());
@@ -186,6 +211,11 @@ pub fn decode(lsn: u64, bytes: &[u8]) -> Result<Frame<'_>, CorruptionKind> {
                 stored: body.len() as u64,
             });
         }
+    }
+    check_header(bytes)?;
+    let kind = FrameKind::from_u8(bytes[5])?;
+    let flags = u16::from_le_bytes([bytes[6], bytes[7]]);
+    if actual != expected {
         return Err(if actual < expected {
             CorruptionKind::Truncated { expected, actual }
         } else {
@@ -329,10 +359,73 @@ mod tests {
     fn oversize_length_refused_before_use() {
         let mut f = encode(3, FrameKind::Records, 0, b"body");
         f[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
+        // The checksum matches the bytes under their own length: a whole
+        // frame whose length field was damaged, named so (until 2026-12-05
+        // `LengthTooLarge`, where FORMAT.md said `LengthDamaged`).
+        assert_eq!(
+            decode(3, &f).unwrap_err(),
+            CorruptionKind::LengthDamaged {
+                declared: u32::MAX.into(),
+                stored: 4
+            }
+        );
+        // With no length under which it matches: over the bound.
+        f[12] ^= 1;
         assert!(matches!(
             decode(3, &f),
             Err(CorruptionKind::LengthTooLarge { .. })
         ));
+        // So too in a value shorter than a header, once the length's four
+        // bytes are there.
+        assert!(matches!(
+            decode(3, &f[..12]),
+            Err(CorruptionKind::LengthTooLarge { .. })
+        ));
+    }
+
+    /// A value shorter than a header is a frame cut short only if it is
+    /// the start of one this build writes; anything else is refused by
+    /// what is wrong with it, as the same bytes in a whole header are, and
+    /// recovery never truncates it as torn.
+    #[test]
+    fn a_short_value_is_cut_only_if_it_starts_a_header() {
+        let tombstone = encode(3, FrameKind::Tombstone, 0, &encode_tombstone(1));
+        for n in 0..FRAME_HEADER_BYTES {
+            assert!(matches!(
+                decode(3, &tombstone[..n]),
+                Err(CorruptionKind::Truncated { .. })
+            ));
+        }
+        let cases: [(&[u8], CorruptionKind); 7] = [
+            (
+                b"\x00",
+                CorruptionKind::BadMagic {
+                    found: [0, 0, 0, 0],
+                },
+            ),
+            (b"garbage", CorruptionKind::BadMagic { found: *b"garb" }),
+            (b"CRX", CorruptionKind::BadMagic { found: *b"CRX\0" }),
+            (b"CRNF\x07", CorruptionKind::UnsupportedVersion { found: 7 }),
+            (
+                b"CRNF\x01\x09\x00",
+                CorruptionKind::UnknownKind { found: 9 },
+            ),
+            (
+                b"CRNF\x01\x01\x04",
+                CorruptionKind::UnknownFlags { found: 4 },
+            ),
+            (
+                b"CRNF\x01\x02\x01\x00\x08",
+                CorruptionKind::UnknownFlags { found: 1 },
+            ),
+        ];
+        for (bytes, want) in cases {
+            assert_eq!(decode(3, bytes).unwrap_err(), want, "{bytes:?}");
+            // The same bytes padded to a whole header: the same refusal.
+            let mut whole = bytes.to_vec();
+            whole.resize(FRAME_HEADER_BYTES, 0);
+            assert_eq!(decode(3, &whole).unwrap_err(), want, "{bytes:?} padded");
+        }
     }
 
     #[test]

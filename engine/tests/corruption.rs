@@ -695,6 +695,50 @@ fn a_frame_at_the_highest_lsn_key_is_reported() {
     );
 }
 
+/// A key in the log's key space below LSN 1 (`W` + LSN 0, or `W` and
+/// fewer than 8 bytes) is refused by an open in both modes, named by its
+/// key, as verify reports it: until 2026-12-05 the open's scan started
+/// above them and passed over them.
+#[test]
+fn a_log_key_below_lsn_1_is_refused_by_an_open() {
+    for (key, closed) in [
+        (wal_key(0).to_vec(), true),
+        (wal_key(0).to_vec(), false),
+        (b"W".to_vec(), true),
+        (b"W\0\0".to_vec(), false),
+    ] {
+        let (dir, _) = store_closed(closed);
+        with_raw_tree(dir.path(), |t| {
+            let v = t.get(wal_key(1)).unwrap().unwrap();
+            t.insert(key.clone(), v).unwrap();
+        });
+        for mode in [RecoveryMode::Strict, RecoveryMode::TolerateTail] {
+            let (location, kind) = open_refused(
+                EngineConfig::new(dir.path()).recovery_mode(mode),
+                &format!("{key:?}, {mode:?}"),
+            );
+            let want = if key.len() == 9 {
+                Location::Wal { lsn: 0 }
+            } else {
+                Location::Key {
+                    key_hex: key.iter().map(|b| format!("{b:02x}")).collect(),
+                }
+            };
+            assert_eq!(location, want, "{key:?}, {mode:?}: {kind:?}");
+            // A closed store's open finds LSN 0 first as a gap before LSN 1.
+            assert!(
+                matches!(
+                    kind,
+                    CorruptionKind::BadKey { .. } | CorruptionKind::LsnGap { found: 0, .. }
+                ),
+                "{key:?}, {mode:?}: {kind:?}"
+            );
+        }
+        let v = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
+        assert!(!v.is_clean(), "verify passed {key:?}");
+    }
+}
+
 /// A read racing a truncation that deletes records it has not reached yet
 /// is told so, naming them, rather than step over them into a gap (before
 /// 2026-12-03 it went on silently: a live export held 0..10, 20..30); and
@@ -1271,20 +1315,26 @@ fn a_truncation_refuses_a_tombstone_spanning_past_the_largest_lsn() {
 /// A malformed key in the log's key space just below an entry a
 /// truncation deletes (below the checkpoint, where no open reads): the
 /// truncation names that key, and deletes nothing, rather than take it for
-/// "no tombstone below" and go on; so does its plan (a dry run).
+/// "no tombstone below" and go on; so does its plan (a dry run). (Until
+/// 2026-12-05 the key sat below LSN 1, which an open now refuses itself:
+/// `a_log_key_below_lsn_1_is_refused_by_an_open`; another partition's
+/// entry at LSN 1 now puts it above.)
 #[test]
 fn a_truncation_names_a_malformed_log_key_below_it() {
     let dir = tempfile::tempdir().unwrap();
     let tp = TopicPartition::new("c", 0);
     {
         let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        let other = TopicPartition::new("other", 0);
+        e.append(&[batch(&other, 0..10, 20)]).unwrap();
         for i in 0..3 {
             e.append(&[batch(&tp, i * 10..i * 10 + 10, 20)]).unwrap();
         }
         e.close().unwrap();
     }
     let (frames, _) = common::wal_layout(dir.path());
-    let mut k = wal_key(frames[0] - 1).to_vec();
+    assert_eq!(frames[..2], [1, 2]);
+    let mut k = wal_key(frames[1] - 1).to_vec();
     k.push(0);
     with_raw_tree(dir.path(), |t| t.insert(&k, b"junk".to_vec()).unwrap());
     let hex: String = k.iter().map(|b| format!("{b:02x}")).collect();

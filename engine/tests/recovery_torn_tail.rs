@@ -131,6 +131,67 @@ fn a_last_frame_with_a_damaged_length_is_refused_not_truncated() {
     }
 }
 
+/// A last value shorter than a frame header that is not the start of one
+/// (garbage, another version, an unknown kind or flags) is damage in both
+/// modes, refused by what is wrong with it; until 2026-12-05 any value
+/// under 16 bytes read as a frame cut short, and TolerateTail truncated
+/// it as a torn tail. A length damaged past the bound in a whole frame is
+/// named `LengthDamaged` too (it was `LengthTooLarge`).
+#[test]
+fn a_short_last_value_that_starts_no_frame_is_refused_not_truncated() {
+    let cases: [(&[u8], fn(&CorruptionKind) -> bool); 5] = [
+        (b"\x00", |k| matches!(k, CorruptionKind::BadMagic { .. })),
+        (b"garbage", |k| matches!(k, CorruptionKind::BadMagic { .. })),
+        (b"CRNF\x07\x01\x00\x00", |k| {
+            matches!(k, CorruptionKind::UnsupportedVersion { found: 7 })
+        }),
+        (b"CRNF\x01\x09", |k| {
+            matches!(k, CorruptionKind::UnknownKind { found: 9 })
+        }),
+        (b"CRNF\x01\x01\xff\xff", |k| {
+            matches!(k, CorruptionKind::UnknownFlags { .. })
+        }),
+    ];
+    for (bytes, named) in cases {
+        let (dir, _tp, last) = crashed_inside_second_append(64 << 10, 20);
+        assert_eq!(last, 2);
+        with_raw_tree(dir.path(), |t| {
+            t.insert(wal_key(2), bytes).unwrap();
+        });
+        unacknowledge_after(dir.path(), 1);
+        for mode in [RecoveryMode::Strict, RecoveryMode::TolerateTail] {
+            match opens(dir.path(), mode) {
+                Err(Error::Corruption {
+                    location: Location::Wal { lsn: 2 },
+                    kind,
+                }) if named(&kind) => {}
+                Err(other) => panic!("{bytes:?}, {mode:?}: refused as {other}"),
+                Ok(e) => panic!(
+                    "{bytes:?}, {mode:?}: opened with {:?}",
+                    e.recovery_report().truncated
+                ),
+            }
+        }
+    }
+    // A whole last frame whose length was damaged past the bound.
+    let (dir, _tp, _) = crashed_inside_second_append(64 << 10, 20);
+    with_raw_tree(dir.path(), |t| {
+        let mut v = t.get(wal_key(2)).unwrap().unwrap().to_vec();
+        let len = u32::from_le_bytes(v[8..12].try_into().unwrap());
+        v[8..12].copy_from_slice(&(len | 1 << 24).to_le_bytes());
+        t.insert(wal_key(2), v).unwrap();
+    });
+    unacknowledge_after(dir.path(), 1);
+    match opens(dir.path(), RecoveryMode::TolerateTail) {
+        Err(Error::Corruption {
+            location: Location::Wal { lsn: 2 },
+            kind: CorruptionKind::LengthDamaged { .. },
+        }) => {}
+        Err(other) => panic!("refused as {other}"),
+        Ok(_) => panic!("opened"),
+    }
+}
+
 #[test]
 fn entry_cut_off_between_chunks_is_torn() {
     // The second entry spans several 1 KiB frames; drop its last one.
