@@ -139,7 +139,8 @@ fn a_last_frame_with_a_damaged_length_is_refused_not_truncated() {
 /// named `LengthDamaged` too (it was `LengthTooLarge`).
 #[test]
 fn a_short_last_value_that_starts_no_frame_is_refused_not_truncated() {
-    let cases: [(&[u8], fn(&CorruptionKind) -> bool); 5] = [
+    type Named = fn(&CorruptionKind) -> bool;
+    let cases: [(&[u8], Named); 5] = [
         (b"\x00", |k| matches!(k, CorruptionKind::BadMagic { .. })),
         (b"garbage", |k| matches!(k, CorruptionKind::BadMagic { .. })),
         (b"CRNF\x07\x01\x00\x00", |k| {
