@@ -70,13 +70,20 @@ pub(crate) enum Place {
 }
 
 /// Where a partition fetches from: librdkafka's `position` while it has
-/// one, else the offset after the last record taken (`consumed`, unless
-/// an earlier reset moved the partition past it since: its `start` is
-/// then higher), else its `start`. `None` for a partition with no start
-/// recorded, which every assignment records (rebalance.rs).
+/// one, or `consumed` where that is higher, else `consumed` (the offset
+/// after the last record taken, or past the transaction markers the fetch
+/// caught up past), unless an earlier reset moved the partition past it
+/// since (its `start` is then higher), else its `start`. `None` for a
+/// partition with no start recorded, which every assignment records
+/// (rebalance.rs).
 ///
 /// A fetch stop clears librdkafka's position, which is why the others are
-/// needed.
+/// needed. A position moves only with records taken, so past markers that
+/// `SinkTask::caught_up` advanced the archive over it lags `consumed`:
+/// judged there, a partition whose markers then aged out read as records
+/// lost (stopping a run under `fail`) although its commit was past them
+/// (seen in review, 2026-12-05). `consumed` is never past where the fetch
+/// has been: it counts records taken and end-of-partition offsets reached.
 pub(crate) fn place(
     position: Option<i64>,
     consumed: Option<i64>,
@@ -86,7 +93,8 @@ pub(crate) fn place(
         Some(Start::At(o) | Start::Refetch { from: o, .. }) => Some(o),
         _ => None,
     };
-    if let Some(at) = position.or_else(|| consumed.max(started_at.filter(|_| consumed.is_some()))) {
+    let fetched = position.map(|p| consumed.map_or(p, |c| p.max(c)));
+    if let Some(at) = fetched.or_else(|| consumed.max(started_at.filter(|_| consumed.is_some()))) {
         return Some(Place::At(at));
     }
     Some(match start? {
@@ -213,15 +221,22 @@ mod tests {
         assert_eq!(wanted, Some(ResetScope::All));
     }
 
-    /// librdkafka's position wins; without one (a stopped fetch clears
-    /// it), the offset after the last record taken, unless a reset moved
-    /// the partition past it; with nothing taken, where it started.
+    /// librdkafka's position wins, unless what was consumed is past it;
+    /// without one (a stopped fetch clears it), the offset after the last
+    /// record taken, unless a reset moved the partition past it; with
+    /// nothing taken, where it started.
     #[test]
     fn a_partition_is_placed_where_its_fetch_goes_on() {
         // A position is where the fetch is, whatever else is known.
         assert_eq!(
             place(Some(7), Some(3), Some(Start::At(9))),
             Some(Place::At(7))
+        );
+        // Caught up past a transaction marker at 100 (the last record at
+        // 99): the position stays at 100, the archive is at 101.
+        assert_eq!(
+            place(Some(100), Some(101), Some(Start::At(0))),
+            Some(Place::At(101))
         );
         // Stopped after taking records below 5, started at 2.
         assert_eq!(place(None, Some(5), Some(Start::At(2))), Some(Place::At(5)));
