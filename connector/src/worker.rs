@@ -451,7 +451,16 @@ impl Worker {
     }
 
     /// Ask the sink what is safe to commit, record it, wake the committer.
+    /// Not after a fatal error, which another thread (the committer) may
+    /// have recorded while this one ran the put before it (until 2026-12-05
+    /// a flush's `pre_commit` still ran then, a sync the module's
+    /// invariants rule out).
     fn pre_commit(&mut self) -> Result<()> {
+        if self.pipeline.failed.load(Ordering::Acquire) {
+            return Err(ConnectorError::Sink(
+                "not calling pre_commit after a fatal error".into(),
+            ));
+        }
         let consumed: BTreeMap<TopicPartition, i64> = {
             let s = self.pipeline.state();
             s.consumed
@@ -639,6 +648,75 @@ mod tests {
             .unwrap()
             .to_string()
             .contains("fsync failed"));
+    }
+
+    /// Puts succeed after failing the run, as the committer would while a
+    /// put runs (a commit refused for good); `pre_commit`s are counted.
+    struct FailedWhilePutting {
+        pipeline: Arc<Pipeline>,
+        pre_commits: Arc<Mutex<u32>>,
+    }
+
+    impl SinkTask for FailedWhilePutting {
+        fn open(
+            &mut self,
+            _: &[TopicPartition],
+        ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+            Ok(BTreeMap::new())
+        }
+        fn put(&mut self, _: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
+            self.pipeline
+                .fail(ConnectorError::Sink("a commit failed for good".into()));
+            Ok(PutOutcome::default())
+        }
+        fn pre_commit(
+            &mut self,
+            consumed: &BTreeMap<TopicPartition, i64>,
+        ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+            *self.pre_commits.lock().unwrap() += 1;
+            Ok(consumed.clone())
+        }
+        fn close(&mut self, _: &[TopicPartition]) -> Result<(), TaskError> {
+            Ok(())
+        }
+    }
+
+    /// A fatal error recorded by another thread while a flush's put runs:
+    /// the flush fails and its `pre_commit` (a sync) is never called
+    /// (until 2026-12-05 it was; seen in review).
+    #[test]
+    fn a_flush_calls_no_pre_commit_after_a_failure_during_its_put() {
+        let pipeline = Arc::new(Pipeline::new(None, None, None, None));
+        let pre_commits = Arc::new(Mutex::new(0));
+        let worker = worker(
+            Box::new(FailedWhilePutting {
+                pipeline: pipeline.clone(),
+                pre_commits: pre_commits.clone(),
+            }),
+            &pipeline,
+        );
+        let tp = TopicPartition::new("t", 0);
+        pipeline.state().assigned.insert(tp.clone());
+        let (jobs, rx) = std::sync::mpsc::channel();
+        let (reply, replied) = std::sync::mpsc::channel();
+        jobs.send(Job::Flush {
+            batches: vec![RecordBatch {
+                tp,
+                records: vec![cairn_engine::Record::with_value(0, "v")],
+            }],
+            caught_up: BTreeMap::new(),
+            reply,
+        })
+        .unwrap();
+        drop(jobs);
+        worker.run(rx);
+        assert!(replied.recv().unwrap().is_err(), "the flush succeeded");
+        assert_eq!(*pre_commits.lock().unwrap(), 0, "pre_commit was called");
+        assert!(pipeline
+            .take_fatal()
+            .unwrap()
+            .to_string()
+            .contains("a commit failed for good"));
     }
 
     /// Puts fail retriably, the first one after failing the run (as a
