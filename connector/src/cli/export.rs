@@ -847,6 +847,24 @@ impl Drop for FileOutput {
     }
 }
 
+/// Failpoint: a write to an `--output` file fails with EPIPE, as a FUSE or
+/// network file system's can (tests, with the `failpoints` feature).
+pub const FAILPOINT_FILE_WRITE: &str = "export::file_write";
+
+/// A closed pipe ends an export quietly, with exit 0, only where the output
+/// can be one: stdout, or a special file (a FIFO). A regular file that
+/// answers EPIPE (a FUSE or network file system can) has failed like any
+/// other: until 2026-12-05 that too read as a reader gone, the export
+/// exited 0, and a live export's staged file, cut short, was put in place
+/// as if whole (seen in review).
+fn pipe_only_if_special(e: std::io::Error, special: bool) -> std::io::Error {
+    if e.kind() == std::io::ErrorKind::BrokenPipe && !special {
+        std::io::Error::other(format!("{e}, from a regular file"))
+    } else {
+        e
+    }
+}
+
 impl Write for Output {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         match self {
@@ -865,8 +883,15 @@ impl Write for Output {
                 // write to a FIFO may block, and the signal must still end
                 // the export.
                 let guard = lock_staged(&staged);
+                let special = matches!(*guard, Stage::Special);
                 let _held = matches!(*guard, Stage::InPlace(_)).then_some(guard);
-                file.write(buf)
+                let written = (|| {
+                    fail::fail_point!(FAILPOINT_FILE_WRITE, |_| Err(
+                        std::io::ErrorKind::BrokenPipe.into()
+                    ));
+                    file.write(buf)
+                })();
+                written.map_err(|e| pipe_only_if_special(e, special))
             }
         }
     }
