@@ -292,7 +292,21 @@ fn check_output(output: &Path, end: &Path, named: Option<Descriptor>) -> Result<
     // written is refused here (a read-only filesystem, a directory and a
     // file this user may not write), not after up to 1 MiB of records
     // (until the night of 2026-12-04).
-    let existing = std::fs::metadata(end).ok();
+    let existing = match std::fs::metadata(end) {
+        Ok(m) => Some(m),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        // A link loop (ELOOP), a path through a file: nothing can be
+        // created there (found only at the first write until 2026-12-05).
+        Err(e) => return refused(format!("cannot be written: {e}")),
+    };
+    if existing
+        .as_ref()
+        .is_some_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()))
+    {
+        // open(2) answers ENXIO for a socket (found only at the first
+        // write until 2026-12-05).
+        return refused("a socket, which no export can be written to".into());
+    }
     if existing.as_ref().is_some_and(|m| !m.is_file()) {
         return Ok(());
     }
@@ -994,6 +1008,40 @@ mod tests {
     use cairn_engine::{Engine, EngineConfig, Header, Record, RecordBatch, TimestampType};
 
     use super::*;
+
+    /// Outputs nothing can be written to are refused before anything is
+    /// read: a socket (open(2) answers ENXIO) and a link loop (ELOOP);
+    /// until 2026-12-05 both were found at the first write, after up to
+    /// 1 MiB of records. A FIFO and a new file pass.
+    #[test]
+    fn a_socket_or_a_link_loop_is_refused_before_anything_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        let looped = dir.path().join("loop");
+        std::os::unix::fs::symlink(&looped, &looped).unwrap();
+        for (path, says) in [(&socket, "a socket"), (&looped, "cannot be written")] {
+            let err = check_output(path, &link_end(path), None).unwrap_err();
+            let said = err.to_string();
+            assert!(
+                said.contains(says) && said.contains("nothing was read or written"),
+                "{said}"
+            );
+        }
+        let fifo = dir.path().join("fifo");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let new = dir.path().join("new.jsonl");
+        for path in [&fifo, &new] {
+            check_output(path, &link_end(path), None).unwrap();
+        }
+    }
 
     /// Descriptors by every spelling a resolved path takes; stdout only
     /// for this process's descriptor 1.
