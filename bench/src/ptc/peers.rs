@@ -308,7 +308,11 @@ pub fn python(
     };
     eprintln!(
         "   python loop: {:.0} records/s, write-to-commit p50 {} us (of {} batches)",
-        run.throughput.records_per_s, run.write_to_commit.p50_us, run.write_to_commit.samples
+        run.throughput.records_per_s,
+        run.write_to_commit
+            .p50()
+            .map_or_else(|| "n/a".to_owned(), |v| v.to_string()),
+        run.write_to_commit.samples
     );
     Peer::Ran((run, h))
 }
