@@ -527,27 +527,34 @@ impl FileConfig {
 }
 
 /// toml's parse error as an error message may show it: toml quotes the
-/// line it failed on, and a line that names a credential (a
-/// `"sasl.password"` above the `[kafka]` header, a bad escape in its
-/// value, the key given twice) would put the secret on stderr and in the
-/// journal, as `librdkafka::shown` keeps flags from doing. Such a line is
-/// left out, its line and column named instead (since the night of
-/// 2026-12-04; before, it was printed).
+/// line it failed on, and in a file that names a credential that line may
+/// hold the secret (a `"sasl.password"` above the `[kafka]` header, a bad
+/// escape in its value, the key given twice), and so may a line that does
+/// not name it: one inside a multi-line value (an inline `ssl.key.pem`
+/// whose closing `"""` is missing, a password with a bad escape on its
+/// second line). The secret would go to stderr and the journal, as
+/// `librdkafka::shown` keeps flags from doing. So in a file that names a
+/// credential anywhere no line is quoted, only its line and column (since
+/// 2026-12-05; since the night of 2026-12-04 only a line naming one was
+/// left out, and before, every line was quoted).
 fn shown_parse_error(text: &str, e: &toml::de::Error) -> String {
     let Some(span) = e.span() else {
         return e.to_string();
     };
-    let (from, to) = (span.start.min(text.len()), span.end.min(text.len()));
-    // Every line the span touches, from the start of the first.
-    let start = text[..from].rfind('\n').map_or(0, |i| i + 1);
-    let end = text[to..].find('\n').map_or(text.len(), |i| to + i);
-    if !crate::librdkafka::names_a_credential(&text[start..end].to_ascii_lowercase()) {
+    if !crate::librdkafka::names_a_credential(&text.to_ascii_lowercase()) {
         return e.to_string();
     }
+    let from = span.start.min(text.len());
+    // A span inside a character counts from the character's start.
+    let from = (0..=from)
+        .rev()
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(0);
+    let start = text[..from].rfind('\n').map_or(0, |i| i + 1);
     let line = text[..start].matches('\n').count() + 1;
     let column = text[start..from].chars().count() + 1;
     format!(
-        "TOML parse error at line {line}, column {column}: {} (the line is not shown: it names a credential)",
+        "TOML parse error at line {line}, column {column}: {} (the line is not shown: the file names a credential)",
         e.message().trim_end()
     )
 }
@@ -733,6 +740,18 @@ retain-bytes = "50GiB"
             (
                 "[kafka]\n\"sasl.password\" = \"x\"\n\"sasl.password\" = \"hunter2\"\n",
                 3,
+            ),
+            // Inside a multi-line value, on a line that names no
+            // credential (until 2026-12-05 quoted): not closed, and a bad
+            // escape on its second line.
+            ("[kafka]\n\"sasl.password\" = \"\"\"\nhunter2\n", 4),
+            (
+                "[kafka]\n\"sasl.password\" = \"\"\"\nhunter2\\q\"\"\"\n",
+                3,
+            ),
+            (
+                "[kafka]\n\"ssl.key.pem\" = \"\"\"\n-----BEGIN PRIVATE KEY-----\nMIIEhunter2\n-----END PRIVATE KEY-----\n",
+                6,
             ),
         ] {
             std::fs::write(&path, text).unwrap();
