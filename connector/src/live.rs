@@ -1553,7 +1553,7 @@ fn parse_end(body: &[u8]) -> Result<End> {
 pub fn exit_code(end: &End) -> std::process::ExitCode {
     match &end.error {
         Some(e) => {
-            eprintln!("error: {e}");
+            crate::cli::say_stopped(e);
             std::process::ExitCode::from(end.exit.max(1))
         }
         None => std::process::ExitCode::from(end.exit),

@@ -56,6 +56,65 @@ fn cairn_run_in(
 /// a volume not mounted yet) is refused before anything is written into
 /// it: a second archive there would resume from Kafka's offsets and keep
 /// the records it takes apart from the real one.
+/// A command line clap refuses: the rest of a credential the shell split
+/// at a space (an unquoted `-X sasl.password=$PW`) is not quoted, and
+/// under `--log-format json` the refusal is one JSON line, exit 2 either
+/// way (since 2026-12-05; before, clap quoted the word, in text).
+#[test]
+fn a_refused_command_line_shows_no_credential_and_keeps_the_log_format() {
+    let split = [
+        "run",
+        "--brokers",
+        "b:1",
+        "--group",
+        "g",
+        "--topics",
+        "t",
+        "--data",
+        "/nonexistent",
+        "-X",
+        "sasl.password=hunter2",
+        "part2",
+    ];
+    let (code, _, stderr) = cairn(&split);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        !stderr.contains("hunter2") && !stderr.contains("part2"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("unexpected argument"), "{stderr}");
+    let (code, _, stderr) = cairn(&["--log-format", "json", "run", "--commit", "bogus"]);
+    assert_eq!(code, 2, "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    let line: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+    assert!(
+        line["fields"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("--commit"),
+        "{line}"
+    );
+    // A command's own report of why it could not check, too (verify wrote
+    // it as text until 2026-12-05).
+    let (code, _, stderr) = cairn(&["--log-format", "json", "verify", "--data", "/nonexistent"]);
+    assert_eq!(code, 2, "{stderr}");
+    for line in stderr.lines() {
+        let line: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert!(
+            line["fields"]["error"]
+                .as_str()
+                .unwrap()
+                .contains("could not verify"),
+            "{line}"
+        );
+    }
+    // Help is no error.
+    let (code, stdout, _) = cairn(&["run", "--help"]);
+    assert_eq!(code, 0);
+    assert!(stdout.contains("Usage: cairn run"), "{stdout}");
+}
+
 #[test]
 fn run_refuses_a_data_directory_that_is_not_an_archive() {
     let dir = tempfile::tempdir().unwrap();

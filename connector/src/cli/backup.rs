@@ -104,7 +104,7 @@ pub async fn run(args: BackupArgs) -> Result<ExitCode> {
     let signals = signals.stop_then_exit(
         stop.clone(),
         || tracing::info!("signal received: stopping the backup and removing what it wrote (again to exit at once)"),
-        move || eprintln!(
+        move || super::say_warn!(
             "interrupted again: exiting at once; what the backup wrote in {} stays marked unfinished if it was not removed yet",
             dest.display()
         ),
@@ -125,13 +125,13 @@ pub async fn run(args: BackupArgs) -> Result<ExitCode> {
     if let Err(ConnectorError::Engine(cairn_engine::Error::Interrupted { .. })) = &done {
         // The mark stays on a partial copy the backup could not remove.
         if dest.join(cairn_engine::BACKUP_INCOMPLETE_FILE).exists() {
-            eprintln!(
+            super::say_warn!(
                 "interrupted: the backup stopped, but could not remove what it had written: {} stays marked unfinished; remove what is in it",
                 dest.display()
             );
         } else {
             // (Also a stop before the backup began, which wrote nothing.)
-            eprintln!("interrupted: the backup stopped, and nothing it wrote is left");
+            super::say_warn!("interrupted: the backup stopped, and nothing it wrote is left");
         }
         closed?;
         return Ok(ExitCode::from(EXIT_INTERRUPTED));
@@ -157,7 +157,7 @@ pub async fn run(args: BackupArgs) -> Result<ExitCode> {
     // "stopping" log line alone would not say (until the night of
     // 2026-12-04 nothing more was said).
     if stopped.load(std::sync::atomic::Ordering::Acquire) {
-        eprintln!(
+        super::say_warn!(
             "interrupted after the backup was complete: {} holds all of it, and was kept{}",
             dest.display(),
             if exit == 0 {

@@ -461,16 +461,16 @@ fn exit_on_signal(data: PathBuf, made: bool, scratch: Scratch) -> Result<()> {
                 }
             }
             if dir.path().exists() {
-                eprintln!(
+                super::say_warn!(
                     "interrupted: could not remove the scratch archive {}",
                     dir.path().display()
                 );
             }
         }
         if removed_if_made_and_empty(made, &data) {
-            eprintln!("interrupted: nothing was archived yet");
+            super::say_warn!("interrupted: nothing was archived yet");
         } else {
-            eprintln!(
+            super::say_warn!(
                 "interrupted: the demo's archive, if it got that far, stays at {} (recovered by its next open: {} status --data {0})",
                 data.display(),
                 this_cairn()
@@ -501,7 +501,7 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode> {
     }
     if demoed.is_err() && data.exists() {
         // The demo deletes nothing: say where what it archived is.
-        eprintln!(
+        super::say_warn!(
             "note: the demo's archive is left at {} (remove it when done with it)",
             data.display()
         );

@@ -481,9 +481,9 @@ fn remove_on_interrupt(
         match std::mem::take(&mut *guard) {
             Stage::Staged(path) => {
                 let _ = std::fs::remove_file(path);
-                eprintln!("interrupted: {} was left as it was", out.display());
+                super::say_warn!("interrupted: {} was left as it was", out.display());
             }
-            Stage::Complete => eprintln!(
+            Stage::Complete => super::say_warn!(
                 "interrupted after the export was complete: {} holds all of it",
                 out.display()
             ),
@@ -491,8 +491,8 @@ fn remove_on_interrupt(
             // prefix passes for the whole export (before the night of
             // 2026-12-04 it was left holding one).
             Stage::InPlace(path) => match std::fs::OpenOptions::new().write(true).open(&path) {
-                Ok(file) => eprintln!("interrupted: {}", empty_in_place(&file, &path)),
-                Err(e) => eprintln!(
+                Ok(file) => super::say_warn!("interrupted: {}", empty_in_place(&file, &path)),
+                Err(e) => super::say_warn!(
                     "interrupted: {} (written in place) holds part of the export and could not be emptied ({e}): the export is incomplete",
                     path.display()
                 ),
@@ -500,12 +500,12 @@ fn remove_on_interrupt(
             // Not opened yet (before the first 1 MiB of records, or the
             // archive's open): F is untouched, and says so as a staged
             // F does (until the night of 2026-12-04, only "incomplete").
-            Stage::Unstaged if to_file => eprintln!(
+            Stage::Unstaged if to_file => super::say_warn!(
                 "interrupted before anything was written: {} was left as it was",
                 out.display()
             ),
             Stage::Unstaged | Stage::Special | Stage::Taken => {
-                eprintln!("interrupted: the export is incomplete")
+                super::say_warn!("interrupted: the export is incomplete")
             }
         }
         std::process::exit(130);

@@ -34,6 +34,103 @@ pub enum LogFormat {
     Json,
 }
 
+static LOG_FORMAT: std::sync::OnceLock<LogFormat> = std::sync::OnceLock::new();
+
+/// The binary's `--log-format`, for the lines [`say`] writes (set once, at
+/// start; text until then).
+pub fn set_log_format(format: LogFormat) {
+    let _ = LOG_FORMAT.set(format);
+}
+
+/// A line for stderr that is no tracing event (what an interrupted command
+/// says it left, the error a command stops on): as it is, or under
+/// `--log-format json` one JSON line shaped as tracing's, at `level`, with
+/// `text` its message, and `error` in a field of its own when given.
+/// Written whatever `RUST_LOG` keeps. (Until 2026-12-05 several commands
+/// wrote such lines as text under `--log-format json`.)
+pub fn say(level: &str, text: &dyn std::fmt::Display, error: Option<&dyn std::fmt::Display>) {
+    match LOG_FORMAT.get().copied().unwrap_or(LogFormat::Text) {
+        LogFormat::Text => match error {
+            Some(e) => eprintln!("error: {e}"),
+            None => eprintln!("{text}"),
+        },
+        LogFormat::Json => {
+            let mut fields = serde_json::json!({ "message": text.to_string() });
+            if let Some(e) = error {
+                fields["error"] = e.to_string().into();
+            }
+            let line = serde_json::json!({
+                "timestamp": humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string(),
+                "level": level,
+                "fields": fields,
+                "target": "cairn",
+            });
+            eprintln!("{line}");
+        }
+    }
+}
+
+/// [`say`] at WARN, taking its arguments as `eprintln!` does.
+macro_rules! say_warn {
+    ($($t:tt)*) => {
+        $crate::cli::say("WARN", &format_args!($($t)*), None)
+    };
+}
+pub(crate) use say_warn;
+
+/// The error a command stops on: `error: …` as text, or a JSON ERROR line
+/// `cairn stopped` with the error in its `error` field ([`say`]).
+pub fn say_stopped(e: &dyn std::fmt::Display) {
+    say("ERROR", &"cairn stopped", Some(e));
+}
+
+/// The command line as a refusal of it may quote it: `None` when it sets
+/// no credential; else `args` with each credential's value (`-X
+/// sasl.password=…`, `-Xsasl.password=…`) and every bare word after it
+/// (up to the next flag) replaced. A value the shell split at a space (an
+/// unquoted `$PW`) leaves its rest as a word of its own, which clap
+/// refuses as an unexpected argument by quoting it (seen in review,
+/// 2026-12-05).
+pub fn shown_command_line(args: &[std::ffi::OsString]) -> Option<Vec<std::ffi::OsString>> {
+    const HIDDEN: &str = "<not shown>";
+    let secret = |kv: &str| {
+        let key = kv.split_once('=').map_or(kv, |(k, _)| k);
+        crate::librdkafka::names_a_credential(&key.to_ascii_lowercase())
+    };
+    let mut shown = Vec::with_capacity(args.len());
+    let (mut hid, mut after_secret) = (false, false);
+    let mut i = 0;
+    while i < args.len() {
+        let a = args[i].to_string_lossy();
+        let (flag, kv) = match a.as_ref() {
+            "-X" => ("-X", args.get(i + 1).map(|v| v.to_string_lossy())),
+            x if x.starts_with("-X") => ("", Some(std::borrow::Cow::Borrowed(x))),
+            _ => ("", None),
+        };
+        match kv {
+            Some(kv) if secret(kv.trim_start_matches("-X")) => {
+                let key = kv.split_once('=').map_or(kv.as_ref(), |(k, _)| k);
+                if !flag.is_empty() {
+                    shown.push(flag.into());
+                    i += 1;
+                }
+                shown.push(format!("{key}={HIDDEN}").into());
+                (hid, after_secret) = (true, true);
+            }
+            _ if after_secret && !a.starts_with('-') => {
+                shown.push(HIDDEN.into());
+                hid = true;
+            }
+            _ => {
+                after_secret = false;
+                shown.push(args[i].clone());
+            }
+        }
+        i += 1;
+    }
+    hid.then_some(shown)
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Archive Kafka topics durably into a local directory.
@@ -279,6 +376,31 @@ pub(crate) use outln;
 
 #[cfg(test)]
 mod tests {
+    /// A credential's value, and what the shell split off it, are never
+    /// quoted; nor are the words of a command line that sets none changed.
+    #[test]
+    fn a_credential_on_the_command_line_is_not_shown() {
+        let line = |s: &str| -> Vec<std::ffi::OsString> { s.split(' ').map(Into::into).collect() };
+        let shown = |s: &str| {
+            super::shown_command_line(&line(s)).map(|v| {
+                v.iter()
+                    .map(|a| a.to_string_lossy().into_owned())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+        };
+        assert_eq!(
+            shown("cairn run -X sasl.password=hunter2 part2 --brokers b:1 x"),
+            Some("cairn run -X sasl.password=<not shown> <not shown> --brokers b:1 x".into())
+        );
+        assert_eq!(
+            shown("cairn run -Xsasl.jaas.secret=a b -X acks=all"),
+            Some("cairn run -Xsasl.jaas.secret=<not shown> <not shown> -X acks=all".into())
+        );
+        assert_eq!(shown("cairn run -X acks=all stray --brokers b:1"), None);
+        assert_eq!(shown("cairn run -X"), None);
+    }
+
     /// One `-X` name given twice with two values is refused, and a
     /// credential's values are not in the message.
     #[test]

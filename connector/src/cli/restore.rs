@@ -113,7 +113,7 @@ pub async fn run(args: RestoreArgs) -> Result<ExitCode> {
     watcher.abort();
     if let Err(e @ ConnectorError::RestoreStopped { .. }) = &result {
         // Interrupted, as asked: the shell's convention for SIGINT.
-        eprintln!("error: {e}");
+        super::say_stopped(&e);
         return Ok(ExitCode::from(130));
     }
     let report = result?;

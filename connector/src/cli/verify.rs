@@ -27,7 +27,7 @@ pub async fn run(args: VerifyArgs) -> Result<ExitCode> {
     // A report that cannot be written (a full disk behind a redirect) was
     // not seen: to a script that is "not checked", never "damaged".
     Ok(check(args).unwrap_or_else(|e| {
-        eprintln!("error: {e}");
+        super::say_stopped(&e);
         ExitCode::from(EXIT_NOT_CHECKED)
     }))
 }
@@ -38,12 +38,12 @@ fn check(args: VerifyArgs) -> Result<ExitCode> {
         let end = match super::live_report(conn, &crate::live::Request::Verify)? {
             Ok(end) => end,
             Err(e) => {
-                eprintln!("error: could not verify {}: {e}", path.display());
+                super::say_stopped(&format_args!("could not verify {}: {e}", path.display()));
                 return Ok(ExitCode::from(EXIT_NOT_CHECKED));
             }
         };
         if let Some(e) = end.error {
-            eprintln!("error: could not verify {}: {e}", path.display());
+            super::say_stopped(&format_args!("could not verify {}: {e}", path.display()));
         }
         return Ok(ExitCode::from(end.exit));
     }
@@ -78,7 +78,7 @@ fn check(args: VerifyArgs) -> Result<ExitCode> {
         }
         Err(e) => {
             let e = super::open_failed(e);
-            eprintln!("error: could not verify {}: {e}", path.display());
+            super::say_stopped(&format_args!("could not verify {}: {e}", path.display()));
             return Ok(ExitCode::from(EXIT_NOT_CHECKED));
         }
     };
