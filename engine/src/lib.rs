@@ -100,7 +100,8 @@ pub use record::{
 pub use recovery::{RecoveryReport, TruncatedTail, FAILPOINT_RECOVERY_MID_REPAIR};
 pub use removal::{is_store_file, remove_if_empty, EmptyStoreRemoval, FAILPOINT_REMOVAL_BEFORE_DB};
 pub use retention::{
-    TruncateReport, PLAN_ENTRIES_PER_ASK, TRUNCATE_ENTRIES_PER_STEP, TRUNCATE_FRAMES_PER_STEP,
+    TruncateReport, FAILPOINT_EMPTYING_COUNT, PLAN_ENTRIES_PER_ASK, TRUNCATE_ENTRIES_PER_STEP,
+    TRUNCATE_FRAMES_PER_STEP,
 };
 pub use sync::{FAILPOINT_FLUSH_ERR, FAILPOINT_SYNC_DIR};
 pub use verify::{
