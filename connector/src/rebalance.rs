@@ -412,7 +412,15 @@ impl SinkContext {
                 }
                 ResumePoint::Nowhere => None,
                 ResumePoint::Kafka(k) => {
-                    let named = committed.get(tp).is_some_and(|c| !c.metadata.is_empty());
+                    // Another store's commit carries its identity; other
+                    // metadata (Kafka Streams', a Java client's
+                    // `OffsetAndMetadata`) names no archive, and the
+                    // records skipped are in none (until 2026-12-05 any
+                    // metadata read as another store's, logged at INFO;
+                    // `cairn status` already told them apart).
+                    let named = committed.get(tp).is_some_and(|c| {
+                        c.metadata.starts_with(crate::task::STORE_IDENTITY_PREFIX)
+                    });
                     if let (Some(a), false) = (archive, named) {
                         skipped.push(format!("{tp}@{a}..{k}"));
                     } else if archive.is_some() {

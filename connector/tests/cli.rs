@@ -249,19 +249,23 @@ fn a_new_archive_starting_at_the_groups_offsets_is_warned_about() {
 /// by something other than an archive (an offsets reset, another client:
 /// its commit names no store) gets a WARN at its assignment, naming the
 /// records the archive will not hold; before 2026-12-03 an INFO line took
-/// it for another archive's commit.
+/// it for another archive's commit, and until 2026-12-05 so it did for a
+/// commit with metadata other than a store's (Kafka Streams', a Java
+/// client's `OffsetAndMetadata`).
 #[test]
 fn a_group_offset_past_the_archive_naming_no_store_is_warned_about() {
     let mb = TestBroker::start(&["reset:3"]);
     let (topic, group) = (mb.topic("reset"), mb.group("reset-group"));
     cairn_connector::cli::demo::produce(&mb.brokers, &topic, 0..90).unwrap();
-    let dir = archive_of_ten(&topic);
+    let dir = archive_of_ten_in(&topic, &[0, 1]);
     commit_as_another_client(&mb.brokers, &group, &topic, 25);
+    commit_with_metadata(&mb.brokers, &group, &topic, 1, 20, "app-v1");
     let d = dir.path().to_str().unwrap();
     let mut run = common::cairn_run(&common::run_flags(&mb.brokers, &group, &topic, d), None);
     let warned = logged_before_a_commit(&mut run, "name no archive")
         .expect("the run ended without the warning");
     assert!(warned.contains(&format!("{topic}/0@10..25")), "{warned}");
+    assert!(warned.contains(&format!("{topic}/1@10..20")), "{warned}");
     assert!(warned.contains(r#""level":"WARN""#), "{warned}");
 }
 
@@ -478,11 +482,18 @@ fn export_redirected(
 
 /// An archive holding records 0..10 of `topic`'s partition 0.
 fn archive_of_ten(topic: &str) -> tempfile::TempDir {
+    archive_of_ten_in(topic, &[0])
+}
+
+/// An archive holding offsets 0..10 of `topic`'s `partitions`.
+fn archive_of_ten_in(topic: &str, partitions: &[i32]) -> tempfile::TempDir {
     use cairn_engine::{fuzzing::batch, Engine, EngineConfig, TopicPartition};
     let dir = tempfile::tempdir().unwrap();
     let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
-    e.append(&[batch(&TopicPartition::new(topic, 0), 0..10, 10)])
-        .unwrap();
+    for &p in partitions {
+        e.append(&[batch(&TopicPartition::new(topic, p), 0..10, 10)])
+            .unwrap();
+    }
     e.close().unwrap();
     dir
 }
@@ -490,6 +501,19 @@ fn archive_of_ten(topic: &str) -> tempfile::TempDir {
 /// Commit `offset` for `topic`'s partition 0 in `group` as a plain client
 /// does: no metadata.
 fn commit_as_another_client(brokers: &str, group: &str, topic: &str, offset: i64) {
+    commit_with_metadata(brokers, group, topic, 0, offset, "");
+}
+
+/// Commit `offset` for `topic`'s `partition` in `group` as another client,
+/// with `metadata` (none when empty).
+fn commit_with_metadata(
+    brokers: &str,
+    group: &str,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    metadata: &str,
+) {
     use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
     let other: BaseConsumer = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", brokers)
@@ -497,8 +521,13 @@ fn commit_as_another_client(brokers: &str, group: &str, topic: &str, offset: i64
         .create()
         .unwrap();
     let mut tpl = rdkafka::TopicPartitionList::new();
-    tpl.add_partition_offset(topic, 0, rdkafka::Offset::Offset(offset))
+    tpl.add_partition_offset(topic, partition, rdkafka::Offset::Offset(offset))
         .unwrap();
+    if !metadata.is_empty() {
+        tpl.find_partition(topic, partition)
+            .unwrap()
+            .set_metadata(metadata);
+    }
     other.commit(&tpl, CommitMode::Sync).unwrap();
 }
 
