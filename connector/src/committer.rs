@@ -51,7 +51,9 @@ pub(crate) async fn run(pipeline: Arc<Pipeline>, consumer: Arc<BaseConsumer<Sink
             tokio::task::block_in_place(|| pipeline.commit_now(&consumer, None))
         }));
         match committed {
-            Ok(CommitOutcome::Done | CommitOutcome::Closed) => retry_ms = None,
+            Ok(CommitOutcome::Done | CommitOutcome::Nothing | CommitOutcome::Closed) => {
+                retry_ms = None
+            }
             // Taken again at once (the commit woke this loop, and a stored
             // wake-up ends the wait below), its backoff kept: a Stale says
             // nothing of whether Kafka takes commits.

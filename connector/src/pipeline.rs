@@ -104,10 +104,13 @@ pub(crate) struct CommitState {
 /// How a [`Pipeline::commit_now`] ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum CommitOutcome {
-    /// Kafka acknowledged it, there was nothing to commit, or (for the
-    /// committer) it was dropped for a revoke that commits those
-    /// partitions itself.
+    /// Kafka acknowledged it, or (for the committer) it was dropped for a
+    /// revoke that commits those partitions itself.
     Done,
+    /// Nothing to commit: Kafka holds offsets at or past what is durable
+    /// here, or none is known (told apart from `Done` since 2026-12-05, so
+    /// that a revoke does not say it committed what it did not).
+    Nothing,
     /// Commits are closed (a fatal error, the end of the run): nothing was
     /// sent.
     Closed,
@@ -266,7 +269,7 @@ impl Pipeline {
                     // fully archived and committed): nothing will be
                     // committed, so ask here.
                     self.check_done(s);
-                    return CommitOutcome::Done;
+                    return CommitOutcome::Nothing;
                 }
             }
         };

@@ -633,6 +633,9 @@ impl SinkContext {
                         CommitOutcome::Done => {
                             tracing::info!(partitions = ?revoked, "revoked partitions committed at their durable offsets");
                         }
+                        CommitOutcome::Nothing => {
+                            tracing::info!(partitions = ?revoked, "revoked partitions: nothing to commit (Kafka holds offsets at or past what is durable here, or none is known here: the next owner resumes at Kafka's)");
+                        }
                         CommitOutcome::Closed => {
                             tracing::warn!(partitions = ?revoked, "revoked as the run stops: commits are closed, and their durable offsets may not have been committed (the run's error says why it stops)");
                         }
