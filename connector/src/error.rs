@@ -24,7 +24,7 @@ pub enum ConnectorError {
         asked_for: String,
         waited_ms: u64,
     },
-    #[error("cannot reach Kafka at {brokers} after {waited_ms} ms: {detail}")]
+    #[error("cannot reach Kafka at {brokers} after {waited_ms} ms: {detail}; check the address and any -X security settings, or give Kafka longer with --connect-timeout-ms")]
     BrokerUnreachable {
         brokers: String,
         waited_ms: u64,

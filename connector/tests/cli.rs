@@ -1211,6 +1211,30 @@ fn unreachable_broker_names_the_brokers() {
     let (code, _, err) = cairn_run("127.0.0.1:1", "t", data, &secured);
     assert_ne!(code, 0);
     assert!(err.contains("cannot reach Kafka at 127.0.0.1:1"), "{err}");
+    // Brokers a config file gave are said to be set there, and the error
+    // says what to check (since 2026-12-05).
+    let conf = tempfile::tempdir().unwrap();
+    let file = conf.path().join("b.toml");
+    std::fs::write(&file, "brokers = \"127.0.0.1:1\"\n").unwrap();
+    let (code, _, err) = cairn(&[
+        "run",
+        "--config",
+        file.to_str().unwrap(),
+        "--group",
+        "g",
+        "--topics",
+        "t",
+        "--data",
+        data,
+        "--connect-timeout-ms",
+        "300",
+    ]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains(&format!("127.0.0.1:1 (brokers set in {})", file.display()))
+            && err.contains("--connect-timeout-ms"),
+        "{err}"
+    );
 }
 
 /// A run that fails having archived nothing (here: no broker answers)

@@ -404,6 +404,17 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
                 why,
             }
         }
+        // Where the brokers came from, when the file gave them (since
+        // 2026-12-05).
+        ConnectorError::BrokerUnreachable {
+            brokers,
+            waited_ms,
+            detail,
+        } => ConnectorError::BrokerUnreachable {
+            brokers: format!("{brokers}{}", file_keys.said("brokers")),
+            waited_ms,
+            detail,
+        },
         e => e,
     });
     // (Not when the open failed before making it: nothing to remove. A run
