@@ -200,18 +200,31 @@ impl Forwarder {
     /// it is assigned again. Its forward stays until its fetch stops, so
     /// what it had fetched still arrives in order (and is not archived:
     /// it is no longer assigned).
+    ///
+    /// It is forwarded once more first: a fetch stop clears a forward, and
+    /// one a restart made (`retention::restart_fetch`, then
+    /// [`Fetch::forward_again`]) can be cleared by the stop still in
+    /// flight, until the next re-forward. A revoke in that window left
+    /// the partition's fetched records in its own queue, which nothing
+    /// then pops, holding their fetch response buffers until the client
+    /// was destroyed (seen in review, 2026-12-05). Forwarded, they reach
+    /// the run's queue, where they are dropped as outdated or unassigned.
     pub(crate) fn release<C: ConsumerContext>(
         &self,
         consumer: &BaseConsumer<C>,
         tp: &TopicPartition,
     ) {
         let mut q = lock(&self.0);
-        if q.live(consumer).is_none() {
+        let Some(target) = q.live(consumer) else {
             return;
-        }
+        };
         if let Some(pq) = q.partitions.remove(tp) {
-            // SAFETY: live (`live`), destroyed once: removed above.
-            unsafe { rd::rd_kafka_queue_destroy(pq.0.as_ptr()) };
+            // SAFETY: both handles are live (`live`, and held here); the
+            // partition's is destroyed once: removed above.
+            unsafe {
+                rd::rd_kafka_queue_forward(pq.0.as_ptr(), target.0.as_ptr());
+                rd::rd_kafka_queue_destroy(pq.0.as_ptr());
+            }
         }
     }
 }
@@ -265,9 +278,10 @@ impl Reaper {
 }
 
 // SAFETY: librdkafka's queue functions used here are thread-safe; the
-// shared state is behind a mutex.
+// shared state is behind a mutex. Not `Sync`: two threads taking at once
+// would each take a partition's records in turn, out of order across the
+// two (no caller does; since 2026-12-05 none can).
 unsafe impl Send for Fetch<'_> {}
-unsafe impl Sync for Fetch<'_> {}
 
 impl<'c> Fetch<'c> {
     /// A queue of `consumer`'s own, which lives no longer than the consumer.
