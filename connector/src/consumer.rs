@@ -923,6 +923,7 @@ pub fn run_pipeline(
         opts.on_commit_sent,
         opts.done,
         sink.identity(),
+        sink.durable_check(),
     ));
     // Puts wait here while the task thread is busy (queue.rs). Under
     // `interval:MS` up to a full batch's bytes: polling goes on through the

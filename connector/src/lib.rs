@@ -54,4 +54,4 @@ pub use consumer::{
 };
 pub use error::{ConnectorError, RestoreFailure, Result};
 pub use progress::{Lag, PartitionProgress, Progress};
-pub use task::{ArchiveSink, PutOutcome, SinkTask, TaskError};
+pub use task::{ArchiveSink, DurableCheck, PutOutcome, SinkTask, TaskError};

@@ -148,6 +148,9 @@ pub(crate) struct Pipeline {
     /// The sink's identity ([`crate::SinkTask::identity`]): committed as
     /// every offset's metadata, and compared with it at an assignment.
     pub identity: Option<String>,
+    /// The sink's own word on what is durable now
+    /// ([`crate::SinkTask::durable_check`]), asked as each commit is sent.
+    pub durable_check: Option<crate::task::DurableCheck>,
     /// Written records' buffers, on their way back to the consumer thread
     /// (`recycle.rs`).
     pub recycler: crate::recycle::Recycler,
@@ -159,6 +162,7 @@ impl Pipeline {
         on_commit_sent: Option<CommitObserver>,
         done: Option<DonePredicate>,
         identity: Option<String>,
+        durable_check: Option<crate::task::DurableCheck>,
     ) -> Self {
         Pipeline {
             state: Mutex::new(CommitState {
@@ -180,6 +184,7 @@ impl Pipeline {
             finished: AtomicBool::new(false),
             recycler: Default::default(),
             identity,
+            durable_check,
         }
     }
 
@@ -322,6 +327,23 @@ impl Pipeline {
                 self.wake.notify_one();
                 return CommitOutcome::Stale;
             }
+            // Committed <= durable, against the store's own word: a commit
+            // above it is a bug, and is not sent (module invariants).
+            let above = self.durable_check.as_ref().and_then(|durable| {
+                pending
+                    .offsets
+                    .iter()
+                    .find_map(|(tp, &o)| durable(tp).filter(|&d| o > d).map(|d| (tp.clone(), o, d)))
+            });
+            if let Some((tp, o, d)) = above {
+                s.tracker.commit_failed(pending);
+                s.commits_closed = true;
+                s.fatal.get_or_insert(ConnectorError::Sink(format!(
+                    "BUG: a commit of {tp}@{o} was about to pass what the store holds durable ({d}): not sent; nothing more is committed"
+                )));
+                self.failed.store(true, Ordering::Release);
+                return CommitOutcome::Closed;
+            }
             if let Some(f) = s.on_commit_sent.as_mut() {
                 f(&pending.offsets, &pending.durable);
             }
@@ -429,7 +451,7 @@ mod tests {
     /// sent: its offset may be below what the revoke committed.
     #[test]
     fn a_commit_chosen_before_a_revoke_and_reassignment_is_stale() {
-        let p = Pipeline::new(None, None, None, None);
+        let p = Pipeline::new(None, None, None, None, None);
         let tp = TopicPartition::new("t", 0);
         let tps = BTreeSet::from([tp.clone()]);
         p.state().assigned.insert(tp.clone());

@@ -266,7 +266,21 @@ pub trait SinkTask: Send {
     fn identity(&self) -> Option<String> {
         None
     }
+    /// What the store holds durable for a partition, as the store itself
+    /// knows it now (`None` for a partition it does not hold), asked by the
+    /// loop for each offset of each commit just before it is sent, on the
+    /// committer's thread: a second word, besides what `put` and
+    /// `pre_commit` reported, that a commit above it is a bug the loop
+    /// stops on, failing the run with the commit unsent. Asked once, on
+    /// the thread that starts the run; `None` (the default): no such check.
+    fn durable_check(&self) -> Option<DurableCheck> {
+        None
+    }
 }
+
+/// [`SinkTask::durable_check`]'s answer: the durable next offset the store
+/// holds for a partition now.
+pub type DurableCheck = Box<dyn Fn(&TopicPartition) -> Option<i64> + Send + Sync>;
 
 /// What an archive's run commits as every offset's metadata, naming the
 /// store (`store`: its `Mstore`, as 32 hex digits).
@@ -451,6 +465,17 @@ impl SinkTask for ArchiveSink {
     fn identity(&self) -> Option<String> {
         let e = self.engine.as_ref()?;
         Some(store_identity(&e.store_id().to_string()))
+    }
+
+    /// The engine's own durable offsets (published only after the fsync
+    /// that made them durable), not the offsets this sink reported: the
+    /// loop's runtime check of committed <= durable (since 2026-12-05;
+    /// before, the code's assertion compared a commit with the sink's
+    /// reports, which it is chosen from, and so could not fail). Held
+    /// weakly, so that `stop` still closes the engine.
+    fn durable_check(&self) -> Option<DurableCheck> {
+        let engine = Arc::downgrade(self.engine.as_ref()?);
+        Some(Box::new(move |tp| engine.upgrade()?.durable_offset(tp)))
     }
 
     fn stop(&mut self) -> Result<(), TaskError> {

@@ -595,7 +595,7 @@ mod tests {
     fn a_failed_flush_is_fatal_and_never_retried() {
         let calls = Arc::new(Mutex::new(0));
         let closes = Arc::new(Mutex::new(0));
-        let pipeline = Arc::new(Pipeline::new(None, None, None, None));
+        let pipeline = Arc::new(Pipeline::new(None, None, None, None, None));
         let worker = worker(
             Box::new(FailingPreCommit(calls.clone(), closes.clone())),
             &pipeline,
@@ -686,7 +686,7 @@ mod tests {
     /// (until 2026-12-05 it was; seen in review).
     #[test]
     fn a_flush_calls_no_pre_commit_after_a_failure_during_its_put() {
-        let pipeline = Arc::new(Pipeline::new(None, None, None, None));
+        let pipeline = Arc::new(Pipeline::new(None, None, None, None, None));
         let pre_commits = Arc::new(Mutex::new(0));
         let worker = worker(
             Box::new(FailedWhilePutting {
@@ -851,7 +851,7 @@ mod tests {
     /// counts as before.
     #[test]
     fn a_put_run_after_its_partition_was_lost_leaves_nothing_to_commit() {
-        let pipeline = Arc::new(Pipeline::new(None, None, None, None));
+        let pipeline = Arc::new(Pipeline::new(None, None, None, None, None));
         let (lost, kept) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
         pipeline
             .state()
@@ -904,7 +904,7 @@ mod tests {
     fn caught_up_past_the_records_put_is_told_to_the_sink_and_then_consumed() {
         let tp = |p| TopicPartition::new("t", p);
         for (fail, lose) in [(false, false), (true, false), (false, true)] {
-            let pipeline = Arc::new(Pipeline::new(None, None, None, None));
+            let pipeline = Arc::new(Pipeline::new(None, None, None, None, None));
             pipeline.state().assigned.extend([tp(0), tp(1), tp(2)]);
             let told = Arc::new(Mutex::new(Vec::new()));
             let sink = SeesPuts {
@@ -962,7 +962,7 @@ mod tests {
     fn a_retry_leaves_out_partitions_lost_since_the_first_attempt() {
         let (lost, kept) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
         for lose in [vec![lost.clone()], vec![lost.clone(), kept.clone()]] {
-            let pipeline = Arc::new(Pipeline::new(None, None, None, None));
+            let pipeline = Arc::new(Pipeline::new(None, None, None, None, None));
             pipeline
                 .state()
                 .assigned
@@ -1007,7 +1007,7 @@ mod tests {
     #[test]
     fn a_retriable_put_is_not_retried_after_the_run_failed() {
         let calls = Arc::new(Mutex::new(0));
-        let pipeline = Arc::new(Pipeline::new(None, None, None, None));
+        let pipeline = Arc::new(Pipeline::new(None, None, None, None, None));
         let sink = RetriableAfterFailure {
             pipeline: pipeline.clone(),
             calls: calls.clone(),
@@ -1075,7 +1075,7 @@ mod tests {
         // pre-commit followed.
         fn check(call: &str, job: Job, failed: &str) {
             let pre_commits = Arc::new(Mutex::new(0));
-            let pipeline = Arc::new(Pipeline::new(None, None, None, None));
+            let pipeline = Arc::new(Pipeline::new(None, None, None, None, None));
             let mut worker = worker(Box::new(FailingCalls(pre_commits.clone())), &pipeline);
             worker.policy = CommitPolicy::Interval(Duration::from_secs(1));
             worker.unsafe_puts = true;

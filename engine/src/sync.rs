@@ -248,6 +248,15 @@ pub(crate) fn is_failed_dir_sync(e: &io::Error) -> bool {
 
 /// fsync sled's folder and its parent (the folder's own entry).
 fn sync_dirs(sled_dir: &Path) -> io::Result<()> {
+    // sled writes its `conf` once, as it creates a store, and never
+    // fsyncs it: a power loss soon after could leave it part-written, and
+    // sled then refuses the store (seen in review, 2026-12-05; its
+    // directory entry was synced, its bytes not).
+    match File::open(sled_dir.join("conf")) {
+        Ok(conf) => conf.sync_all()?,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
     sync_dir(sled_dir)?;
     if let Some(parent) = sled_dir.parent() {
         sync_dir(parent)?;

@@ -1,9 +1,17 @@
-//! Proves the engine fdatasyncs sled's data file before an append returns.
+//! Proves the engine fdatasyncs sled's data file before an append returns,
+//! after sled's writes of it and before the durable watermark moves.
 //!
 //! The test re-runs itself under `strace -f -y` as a child that performs
 //! appends between marker writes, then checks that between every
-//! `APPEND_START i` and `APPEND_END i` there is an `fdatasync` on `sled/db`.
+//! `APPEND_START i` and `APPEND_END i` there is an `fdatasync` on `sled/db`,
+//! after every `pwrite64` sled made to it there, and before any write of
+//! the watermark `cairn.durable` there; and that before the first append
+//! the open has fsynced sled's `conf`, its folder and the folder above.
 //! sled's own flush only calls `sync_file_range`, which is not durable.
+//! (Since 2026-12-05 the order, the watermark and the open's syncs; before,
+//! only that some fdatasync of `sled/db` came between the markers: moving
+//! the watermark's advance before the fdatasync, or dropping the folders'
+//! syncs, failed no test.)
 
 mod common;
 
@@ -49,7 +57,7 @@ fn every_append_fdatasyncs_the_data_file() {
             "-f",
             "-y",
             "-e",
-            "trace=fdatasync,fsync,sync_file_range,write",
+            "trace=fdatasync,fsync,sync_file_range,write,pwrite64",
             "-o",
         ])
         .arg(&trace)
@@ -80,9 +88,14 @@ fn every_append_fdatasyncs_the_data_file() {
     assert!(status.status.success(), "{stderr}");
     let text = std::fs::read_to_string(&trace).unwrap();
     let mut inside: Option<usize> = None;
+    // Whether sled/db was fdatasynced in this append since sled last
+    // wrote it, and whether the watermark was written in it at all.
     let mut synced = false;
+    let mut watermark_written = 0;
     let mut seen = 0;
     let mut sync_file_range = 0;
+    let mut before_first = Vec::new();
+    let data = std::fs::canonicalize(&data).unwrap();
     for line in text.lines() {
         if let Some(i) = marker(line, "APPEND_START") {
             inside = Some(i);
@@ -91,22 +104,50 @@ fn every_append_fdatasyncs_the_data_file() {
             assert_eq!(inside, Some(i));
             assert!(
                 synced,
-                "append {i} returned without an fdatasync of sled/db:\n{text}"
+                "append {i} returned without an fdatasync of sled/db after sled's writes of it:\n{text}"
             );
             inside = None;
             seen += 1;
-        } else if inside.is_some()
-            && line.contains("fdatasync(")
-            && line.contains("/sled/db>")
-            && line.ends_with("= 0")
-        {
-            synced = true;
+        } else if inside.is_some() {
+            let db = line.contains("/sled/db>");
+            if line.contains("pwrite64(") && db {
+                synced = false;
+            } else if line.contains("fdatasync(") && db && line.ends_with("= 0") {
+                synced = true;
+            } else if line.contains("pwrite64(") && line.contains("/cairn.durable>") {
+                watermark_written += 1;
+                assert!(
+                    synced,
+                    "the watermark was written before sled/db's fdatasync in append {inside:?}: {line}\n{text}"
+                );
+            }
+        } else if seen == 0 {
+            before_first.push(line);
         }
         if line.contains("sync_file_range(") {
             sync_file_range += 1;
         }
     }
     assert_eq!(seen, APPENDS, "markers missing:\n{text}");
+    assert!(watermark_written > 0, "no watermark written:\n{text}");
+    // The open synced sled's conf and folder, and the folder above.
+    let fsynced = |path: &std::path::Path| {
+        let name = format!("<{}>", path.display());
+        before_first
+            .iter()
+            .any(|l| l.contains("fsync(") && l.contains(&name) && l.ends_with("= 0"))
+    };
+    for path in [
+        data.join("sled").join("conf"),
+        data.join("sled"),
+        data.clone(),
+    ] {
+        assert!(
+            fsynced(&path),
+            "{} not fsynced before the first append:\n{text}",
+            path.display()
+        );
+    }
     eprintln!("{APPENDS} appends, each with fdatasync on sled/db; sled's own sync_file_range calls: {sync_file_range}");
 }
 

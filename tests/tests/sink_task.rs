@@ -253,11 +253,13 @@ fn a_buffering_retrying_sink_gets_every_record_once_and_commits_only_what_it_flu
 }
 
 /// A sink with a bug: `open` says every partition resumes at `open_at`
-/// (if given), and `pre_commit` declares durable `overclaim` records more
-/// than it was handed.
+/// (if given), `pre_commit` declares durable `overclaim` records more
+/// than it was handed, and (if given) its store's own word is that
+/// `store_durable` is durable for every partition.
 struct BuggySink {
     open_at: Option<i64>,
     overclaim: i64,
+    store_durable: Option<i64>,
 }
 
 impl SinkTask for BuggySink {
@@ -288,6 +290,11 @@ impl SinkTask for BuggySink {
 
     fn close(&mut self, _partitions: &[TopicPartition]) -> Result<(), TaskError> {
         Ok(())
+    }
+
+    fn durable_check(&self) -> Option<cairn_connector::DurableCheck> {
+        let d = self.store_durable?;
+        Some(Box::new(move |_| Some(d)))
     }
 }
 
@@ -329,6 +336,7 @@ fn a_sink_declaring_records_it_was_never_handed_stops_the_run_and_nothing_is_com
     let sink = BuggySink {
         open_at: None,
         overclaim: 1,
+        store_durable: None,
     };
     let (err, kafka) = run_buggy(&k, "overclaim", sink, |run| run());
     // The handed-over assertion itself, not any panic of the task thread.
@@ -338,6 +346,28 @@ fn a_sink_declaring_records_it_was_never_handed_stops_the_run_and_nothing_is_com
     );
     // The first pre_commit tripped the assertion: nothing may have been
     // committed.
+    assert!(kafka.values().all(|&o| o == 0), "committed {kafka:?}");
+}
+
+/// A sink whose reports run ahead of what its store holds durable (its
+/// `pre_commit` declares what it was handed; its store says nothing is
+/// durable): the loop's check against the store's own word
+/// (`SinkTask::durable_check`) stops the run with the commit unsent (since
+/// 2026-12-05; before, the only check in the code compared a commit with
+/// the sink's reports, which it is chosen from).
+#[test]
+fn a_commit_above_what_the_store_holds_durable_is_not_sent() {
+    let k = TestKafka::new("unsynced", DEMO_PARTITIONS);
+    let sink = BuggySink {
+        open_at: None,
+        overclaim: 0,
+        store_durable: Some(0),
+    };
+    let (err, kafka) = run_buggy(&k, "unsynced", sink, |run| run());
+    assert!(
+        err.contains("BUG: a commit of") && err.contains("not sent"),
+        "{err}"
+    );
     assert!(kafka.values().all(|&o| o == 0), "committed {kafka:?}");
 }
 
@@ -357,6 +387,7 @@ fn a_resume_point_the_log_bounds_did_not_confirm_is_not_committed() {
     let sink = BuggySink {
         open_at: Some(1_000_000),
         overclaim: 0,
+        store_durable: None,
     };
     let (err, kafka) = run_buggy(&k, "far-open", sink, |run| {
         let list_offsets = rdkafka::types::RDKafkaApiKey::ListOffsets;

@@ -217,14 +217,20 @@ impl Throughput {
 pub const STEADY_FROM: f64 = 0.1;
 pub const STEADY_TO: f64 = 0.9;
 /// The least share of a run's records a steady window must span to give a
-/// rate: progress seen at too few points gives none.
-pub const STEADY_SPAN_MIN: f64 = 0.5;
+/// rate, and the fewest points of its progress it must hold: progress seen
+/// at too few points gives none (since 2026-12-05 after review: the
+/// first rule, half the records and any two points, let cairn's
+/// `interval:100` commits, 2 to 7 a run, give windows of 58-65 % where
+/// every other consumer's spanned 80 %).
+pub const STEADY_SPAN_MIN: f64 = 0.7;
+pub const STEADY_POINTS_MIN: usize = 8;
 
 /// A consumer's records/s without the ends of its run, by one rule for
-/// every consumer measured, each by its own progress: cairn's commits
-/// (records committed), the ceiling's takes (records taken), kcat's
-/// output (lines in its file, looked at every millisecond) and the Python
-/// loop's commits.
+/// every consumer measured, each by its own progress: cairn's puts
+/// (records written, at each put's return), the ceiling's takes (records
+/// taken), kcat's output (lines in its file, looked at every millisecond)
+/// and the Python loop's commits (one a batch, after its write and
+/// fdatasync).
 ///
 /// Why (since 2026-12-05): the whole-run figures end at different points.
 /// cairn's end at the commit of its last record, which under
@@ -238,25 +244,33 @@ pub struct Steady {
     pub records: u64,
     pub seconds: f64,
     pub records_per_s: f64,
+    /// Points of the run's progress in the window, its ends included.
+    pub points: usize,
 }
 
 impl Steady {
     /// From `progress`, points of (seconds on one clock, records done by
-    /// then) in time order, of a run of `total` records. `None` when no
-    /// two points span [`STEADY_SPAN_MIN`] of the records inside the
-    /// window, or no time passed between them.
+    /// then) in time order, of a run of `total` records. `None` when the
+    /// window spans less than [`STEADY_SPAN_MIN`] of the records, holds
+    /// fewer than [`STEADY_POINTS_MIN`] points, or no time passed in it.
     pub fn of(progress: &[(f64, u64)], total: u64) -> Option<Steady> {
         let from = (total as f64 * STEADY_FROM).ceil() as u64;
         let to = (total as f64 * STEADY_TO).floor() as u64;
-        let &(t0, c0) = progress.iter().find(|(_, c)| *c >= from)?;
-        let &(t1, c1) = progress.iter().rev().find(|(_, c)| *c <= to)?;
+        let i0 = progress.iter().position(|(_, c)| *c >= from)?;
+        let i1 = progress.iter().rposition(|(_, c)| *c <= to)?;
+        let ((t0, c0), (t1, c1)) = (progress[i0], progress[i1]);
         let records = c1.checked_sub(c0)?;
+        let points = i1.checked_sub(i0)? + 1;
         let seconds = t1 - t0;
-        ((records as f64) >= total as f64 * STEADY_SPAN_MIN && seconds > 0.0).then(|| Steady {
-            records,
-            seconds,
-            records_per_s: records as f64 / seconds,
-        })
+        ((records as f64) >= total as f64 * STEADY_SPAN_MIN
+            && points >= STEADY_POINTS_MIN
+            && seconds > 0.0)
+            .then(|| Steady {
+                records,
+                seconds,
+                records_per_s: records as f64 / seconds,
+                points,
+            })
     }
 }
 
@@ -714,16 +728,41 @@ mod tests {
             (5.0, 1000),
         ];
         let s = Steady::of(&progress, 1000).unwrap();
-        assert_eq!(s.records, 800);
+        assert_eq!((s.records, s.points), (800, 9));
         assert!((s.seconds - 0.8).abs() < 1e-9, "{s:?}");
         assert!((s.records_per_s - 1000.0).abs() < 1e-6, "{s:?}");
-        // Points only at the ends: nothing spans half the records inside.
+        // Points only at the ends: nothing spans the records inside.
         assert!(Steady::of(&[(0.0, 50), (0.2, 950), (0.3, 1000)], 1000).is_none());
-        // Half the records, exactly, is enough.
-        let s = Steady::of(&[(0.0, 200), (0.5, 700), (0.6, 1000)], 1000).unwrap();
-        assert_eq!((s.records, s.records_per_s.round()), (500, 1000.0));
-        // No time between the two points.
-        assert!(Steady::of(&[(1.0, 100), (1.0, 900)], 1000).is_none());
+        // Seven tenths of the records, exactly, is enough, at enough points.
+        let even: Vec<(f64, u64)> = (0..=10).map(|i| (i as f64 * 0.1, i * 100)).collect();
+        let mut spanning = even.clone();
+        spanning.retain(|&(_, c)| c != 100);
+        let s = Steady::of(&spanning, 1000).unwrap();
+        assert_eq!(
+            (s.records, s.points, s.records_per_s.round()),
+            (700, 8, 1000.0)
+        );
+        // ... but one point fewer than the least is not.
+        let few: Vec<(f64, u64)> = spanning
+            .iter()
+            .copied()
+            .filter(|&(_, c)| c != 500)
+            .collect();
+        assert!(Steady::of(&few, 1000).is_none());
+        // Commits every fifth of a run (as interval:100's in a short run):
+        // the window between them spans too little.
+        let coarse = [
+            (0.0, 0),
+            (0.1, 150),
+            (0.2, 400),
+            (0.3, 650),
+            (0.4, 850),
+            (0.5, 1000),
+        ];
+        assert!(Steady::of(&coarse, 1000).is_none());
+        // No time between the two ends.
+        let still: Vec<(f64, u64)> = (1..=9).map(|i| (1.0, i * 100)).collect();
+        assert!(Steady::of(&still, 1000).is_none());
         assert!(Steady::of(&[], 1000).is_none());
         assert!(Steady::of(&[(0.0, 1)], 0).is_none());
     }

@@ -156,8 +156,8 @@ fn round_table(c: &Round, rounds: usize) {
             || "none: its progress was seen at too few points".to_owned(),
             |s| {
                 format!(
-                    "{:.0} records/s, {} records in {:.3} s",
-                    s.records_per_s, s.records, s.seconds
+                    "{:.0} records/s, {} records in {:.3} s, {} points of its progress",
+                    s.records_per_s, s.records, s.seconds, s.points
                 )
             },
         );
@@ -254,7 +254,7 @@ fn round_table(c: &Round, rounds: usize) {
 fn medians_table(c: &super::CaseResult) {
     println!();
     println!(
-        "ratios to the baselines of the same round; the median over {} rounds is what the targets are judged on",
+        "ratios to the baselines of the same round; the median over the rounds that had each ({} here, unless the range says fewer) is what the targets are judged on",
         c.rounds.len()
     );
     let mut header = format!("{:<36}", "");
@@ -271,7 +271,19 @@ fn medians_table(c: &super::CaseResult) {
     };
     for m in &c.medians {
         for metric in &summary::METRICS {
+            let target = metric
+                .target
+                .filter(|(policy, _)| *policy == m.policy)
+                .map_or("", |(_, target)| target);
             let Some(spread) = m.ratios.get(metric.name) else {
+                // A target no round could judge is said, not left out
+                // (until 2026-12-05 its row was missing).
+                if target.starts_with(['<', '>']) {
+                    println!(
+                        "{:<36} no round had it  {target}",
+                        format!("{} {}", m.policy, metric.name)
+                    );
+                }
                 continue;
             };
             let mut line = format!("{:<36}", format!("{} {}", m.policy, metric.name));
@@ -286,18 +298,19 @@ fn medians_table(c: &super::CaseResult) {
                     v.map_or("-".to_owned(), |v| show(v, metric.percent))
                 );
             }
+            let fewer = if spread.rounds < c.rounds.len() {
+                format!(" ({} rounds)", spread.rounds)
+            } else {
+                String::new()
+            };
             println!(
-                "{line} {:>9} {:>17}  {}",
+                "{line} {:>9} {:>17}  {target}{fewer}",
                 show(spread.median, metric.percent),
                 format!(
                     "{}-{}",
                     show(spread.min, metric.percent),
                     show(spread.max, metric.percent)
                 ),
-                metric
-                    .target
-                    .filter(|(policy, _)| *policy == m.policy)
-                    .map_or("", |(_, target)| target)
             );
         }
     }

@@ -218,7 +218,7 @@ pub struct PythonRun {
     pub write_to_commit: Latency,
 }
 
-#[derive(serde::Deserialize)]
+#[derive(Debug, serde::Deserialize)]
 struct PythonOut {
     version: String,
     librdkafka: String,
@@ -315,4 +315,33 @@ pub fn python(
         run.write_to_commit.samples
     );
     Peer::Ran((run, h))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PythonOut;
+
+    /// hand_loop.py's output as the harness reads it, its progress giving
+    /// the loop's steady window (the harness's own test skips the peers,
+    /// so this is where the field is checked).
+    #[test]
+    fn the_python_loops_progress_gives_its_steady_window() {
+        let progress: Vec<String> = (1..=10)
+            .map(|i| format!("[{}, {}]", f64::from(i) * 0.01, i * 100))
+            .collect();
+        let text = format!(
+            r#"{{"version": "2.16.1", "librdkafka": "2.16.0", "records": 1000, "seconds": 0.1, "lat_us": [500, 600], "progress": [{}]}}"#,
+            progress.join(", ")
+        );
+        let out: PythonOut = serde_json::from_str(&text).unwrap();
+        let t = super::Throughput::new(out.records, out.records * 100, out.seconds)
+            .with_steady(&out.progress);
+        let s = t.steady.expect("a steady window");
+        assert_eq!((s.records, s.points), (800, 9));
+        assert!((s.records_per_s - 10_000.0).abs() < 1e-6, "{s:?}");
+        // Output without progress (an older script) is refused, not read
+        // as a loop with no steady window.
+        let old = r#"{"version": "2.16.1", "librdkafka": "2.16.0", "records": 1000, "seconds": 0.1, "lat_us": []}"#;
+        assert!(serde_json::from_str::<PythonOut>(old).is_err());
+    }
 }
