@@ -495,6 +495,10 @@ impl SinkTask for Written {
     fn identity(&self) -> Option<String> {
         self.inner.identity()
     }
+
+    fn durable_check(&self) -> Option<cairn_connector::DurableCheck> {
+        self.inner.durable_check()
+    }
 }
 
 /// What every measurement of cairn on one case shares.
