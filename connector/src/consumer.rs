@@ -1160,6 +1160,12 @@ fn finish(shared: &Mutex<Shared>, consumer: &BaseConsumer<SinkContext>) -> Resul
     if let Some(e) = s.pipeline.take_fatal() {
         return Err(e);
     }
+    // Nothing is committed after the final commit: the committer's own
+    // retries would otherwise go on while the sink stops, and the
+    // archive's `durable_check` (a weak reference to the engine, made
+    // strong for each check) could keep its stop from closing the engine
+    // (seen in review, 2026-12-05).
+    s.pipeline.close_commits();
     s.report_progress(true);
     let partitions: Vec<TopicPartition> = s.assigned.iter().cloned().collect();
     s.request(|reply| Job::Stop { partitions, reply })

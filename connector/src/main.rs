@@ -117,7 +117,12 @@ fn say_stopped(format: LogFormat, e: &dyn std::fmt::Display) {
 /// (Seen in review, 2026-12-05.)
 fn refused_command_line(e: clap::Error) -> ExitCode {
     use clap::error::ErrorKind;
-    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
         let _ = e.print();
         return ExitCode::from(e.exit_code() as u8);
     }
@@ -139,9 +144,19 @@ fn refused_command_line(e: clap::Error) -> ExitCode {
         .any(|w| w[0] == "--log-format" && w[1] == "json")
         || args.iter().any(|a| a == "--log-format=json");
     if json {
+        // clap's message without its usage lines, its lines joined: a
+        // missing argument's names come on the lines after the first.
         let text = e.render().to_string();
-        let first = text.lines().next().unwrap_or_default();
-        say_stopped(LogFormat::Json, &first.trim_start_matches("error: "));
+        let said: Vec<&str> = text
+            .lines()
+            .map(str::trim)
+            .take_while(|l| !l.starts_with("Usage:"))
+            .filter(|l| !l.is_empty())
+            .collect();
+        say_stopped(
+            LogFormat::Json,
+            &said.join(" ").trim_start_matches("error: "),
+        );
     } else {
         let _ = e.print();
     }

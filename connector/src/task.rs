@@ -273,6 +273,11 @@ pub trait SinkTask: Send {
     /// `pre_commit` reported, that a commit above it is a bug the loop
     /// stops on, failing the run with the commit unsent. Asked once, on
     /// the thread that starts the run; `None` (the default): no such check.
+    /// A sink that gives one must report from `pre_commit` only what its
+    /// store holds: one that returns `consumed` as it is (harmless without
+    /// the check, see `caught_up`) would be stopped by it where Kafka's
+    /// offsets run ahead of the store (a partition resumed at another
+    /// store's commit).
     fn durable_check(&self) -> Option<DurableCheck> {
         None
     }

@@ -87,6 +87,7 @@ fn every_append_fdatasyncs_the_data_file() {
     }
     assert!(status.status.success(), "{stderr}");
     let text = std::fs::read_to_string(&trace).unwrap();
+    let lines = whole_calls(&text);
     let mut inside: Option<usize> = None;
     // Whether sled/db was fdatasynced in this append since sled last
     // wrote it, and whether the watermark was written in it at all.
@@ -96,7 +97,7 @@ fn every_append_fdatasyncs_the_data_file() {
     let mut sync_file_range = 0;
     let mut before_first = Vec::new();
     let data = std::fs::canonicalize(&data).unwrap();
-    for line in text.lines() {
+    for line in lines.iter().map(String::as_str) {
         if let Some(i) = marker(line, "APPEND_START") {
             inside = Some(i);
             synced = false;
@@ -149,6 +150,31 @@ fn every_append_fdatasyncs_the_data_file() {
         );
     }
     eprintln!("{APPENDS} appends, each with fdatasync on sled/db; sled's own sync_file_range calls: {sync_file_range}");
+}
+
+/// strace's lines with each call whole: under `-f` a call another thread's
+/// call overlaps is split into `… <unfinished ...>` and, later, `<... name
+/// resumed>…` from the same thread; the two are joined, in the place of
+/// the second (where the call returned), so that the path (on the first)
+/// and the result (on the second) are on one line.
+fn whole_calls(text: &str) -> Vec<String> {
+    let mut unfinished: std::collections::HashMap<&str, &str> = Default::default();
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let (pid, rest) = line.split_once(' ').unwrap_or(("", line));
+        if let Some(start) = rest.strip_suffix(" <unfinished ...>") {
+            unfinished.insert(pid, start);
+        } else if let Some(resumed) = rest.strip_prefix("<... ") {
+            let tail = resumed.split_once("resumed>").map_or("", |(_, t)| t);
+            match unfinished.remove(pid) {
+                Some(start) => out.push(format!("{pid} {start}{tail}")),
+                None => out.push(line.to_owned()),
+            }
+        } else {
+            out.push(line.to_owned());
+        }
+    }
+    out
 }
 
 /// One write(2) syscall per marker (stderr is unbuffered, and formatting

@@ -153,7 +153,7 @@ fn round_table(c: &Round, rounds: usize) {
     for (name, t) in steady {
         let Some(t) = t else { continue };
         let text = t.steady.map_or_else(
-            || "none: its progress was seen at too few points".to_owned(),
+            || "none: no window spans 70 % of its records at 8 points of its progress".to_owned(),
             |s| {
                 format!(
                     "{:.0} records/s, {} records in {:.3} s, {} points of its progress",

@@ -102,19 +102,28 @@ pub fn shown_command_line(args: &[std::ffi::OsString]) -> Option<Vec<std::ffi::O
     let mut i = 0;
     while i < args.len() {
         let a = args[i].to_string_lossy();
-        let (flag, kv) = match a.as_ref() {
-            "-X" => ("-X", args.get(i + 1).map(|v| v.to_string_lossy())),
-            x if x.starts_with("-X") => ("", Some(std::borrow::Cow::Borrowed(x))),
-            _ => ("", None),
+        // `-X k=v`, `-Xk=v` or `-X=k=v`: the flag given apart, what comes
+        // before the property in the same word, and the property.
+        let (flag, before, kv) = match a.as_ref() {
+            "-X" => (
+                "-X",
+                String::new(),
+                args.get(i + 1).map(|v| v.to_string_lossy().into_owned()),
+            ),
+            x if x.starts_with("-X") => {
+                let kv = x["-X".len()..].trim_start_matches('=');
+                ("", x[..x.len() - kv.len()].to_owned(), Some(kv.to_owned()))
+            }
+            _ => ("", String::new(), None),
         };
         match kv {
-            Some(kv) if secret(kv.trim_start_matches("-X")) => {
-                let key = kv.split_once('=').map_or(kv.as_ref(), |(k, _)| k);
+            Some(kv) if secret(&kv) => {
+                let key = kv.split_once('=').map_or(kv.as_str(), |(k, _)| k);
                 if !flag.is_empty() {
                     shown.push(flag.into());
                     i += 1;
                 }
-                shown.push(format!("{key}={HIDDEN}").into());
+                shown.push(format!("{before}{key}={HIDDEN}").into());
                 (hid, after_secret) = (true, true);
             }
             _ if after_secret && !a.starts_with('-') => {
@@ -396,6 +405,10 @@ mod tests {
         assert_eq!(
             shown("cairn run -Xsasl.jaas.secret=a b -X acks=all"),
             Some("cairn run -Xsasl.jaas.secret=<not shown> <not shown> -X acks=all".into())
+        );
+        assert_eq!(
+            shown("cairn run -X=sasl.password=a b"),
+            Some("cairn run -X=sasl.password=<not shown> <not shown>".into())
         );
         assert_eq!(shown("cairn run -X acks=all stray --brokers b:1"), None);
         assert_eq!(shown("cairn run -X"), None);
