@@ -1507,8 +1507,22 @@ fn consume(
                         // No partition (-1) names none: every one is judged.
                         let about = (!m.topic().is_empty() && m.partition() >= 0)
                             .then(|| TopicPartition::new(m.topic(), m.partition()));
-                        needs = Some((e, m.describe_error(), about));
-                        Flow::Stop
+                        match about {
+                            // A partition revoked or lost since its fetch
+                            // queued the error (a revoke forwards what its
+                            // queue held, `fetch::Forwarder::release`): no
+                            // longer this member's, so its error stops
+                            // nothing here, as its records are not taken
+                            // (`accept`; since 2026-12-05, seen in review).
+                            Some(tp) if !s.assigned.contains(&tp) => {
+                                tracing::info!(%tp, error = %e, "an error about a partition no longer assigned here: ignored");
+                                Flow::Go
+                            }
+                            about => {
+                                needs = Some((e, m.describe_error(), about));
+                                Flow::Stop
+                            }
+                        }
                     }
                 },
             };
