@@ -74,3 +74,110 @@ impl Drop for Watchdog {
         self.end();
     }
 }
+
+/// A hook run before each `put` of a [`WatchedSink`], with the batches; an
+/// error is the put's.
+pub type BeforePut =
+    Box<dyn FnMut(&[cairn_engine::RecordBatch]) -> Result<(), crate::TaskError> + Send>;
+/// A hook run after each successful `put` of a [`WatchedSink`], with its
+/// outcome.
+pub type AfterPut = Box<dyn FnMut(&crate::PutOutcome) + Send>;
+
+/// A sink that hands every call to another, with hooks around `put`: for
+/// tests and benches that watch or hold a sink's puts. Every method of
+/// [`crate::SinkTask`] is handed on here, once: a wrapper of its own that
+/// left one out would get the trait's default instead (no `caught_up`, no
+/// `durable_check`), and run another loop than `cairn run`'s (since
+/// 2026-12-05; two test wrappers had left out `caught_up` and
+/// `durable_check`).
+pub struct WatchedSink {
+    inner: Box<dyn crate::SinkTask>,
+    before_put: Option<BeforePut>,
+    after_put: Option<AfterPut>,
+}
+
+impl WatchedSink {
+    pub fn new(inner: Box<dyn crate::SinkTask>) -> WatchedSink {
+        WatchedSink {
+            inner,
+            before_put: None,
+            after_put: None,
+        }
+    }
+
+    pub fn before_put(mut self, hook: BeforePut) -> WatchedSink {
+        self.before_put = Some(hook);
+        self
+    }
+
+    pub fn after_put(mut self, hook: AfterPut) -> WatchedSink {
+        self.after_put = Some(hook);
+        self
+    }
+}
+
+impl crate::SinkTask for WatchedSink {
+    fn open(
+        &mut self,
+        partitions: &[cairn_engine::TopicPartition],
+    ) -> Result<std::collections::BTreeMap<cairn_engine::TopicPartition, i64>, crate::TaskError>
+    {
+        self.inner.open(partitions)
+    }
+
+    fn put(
+        &mut self,
+        batches: &[cairn_engine::RecordBatch],
+    ) -> Result<crate::PutOutcome, crate::TaskError> {
+        if let Some(hook) = self.before_put.as_mut() {
+            hook(batches)?;
+        }
+        let outcome = self.inner.put(batches)?;
+        if let Some(hook) = self.after_put.as_mut() {
+            hook(&outcome);
+        }
+        Ok(outcome)
+    }
+
+    fn pre_commit(
+        &mut self,
+        consumed: &std::collections::BTreeMap<cairn_engine::TopicPartition, i64>,
+    ) -> Result<std::collections::BTreeMap<cairn_engine::TopicPartition, i64>, crate::TaskError>
+    {
+        self.inner.pre_commit(consumed)
+    }
+
+    fn start(
+        &mut self,
+        starts: &std::collections::BTreeMap<cairn_engine::TopicPartition, i64>,
+    ) -> Result<std::collections::BTreeMap<cairn_engine::TopicPartition, i64>, crate::TaskError>
+    {
+        self.inner.start(starts)
+    }
+
+    fn caught_up(
+        &mut self,
+        positions: &std::collections::BTreeMap<cairn_engine::TopicPartition, i64>,
+    ) -> Result<(), crate::TaskError> {
+        self.inner.caught_up(positions)
+    }
+
+    fn close(
+        &mut self,
+        partitions: &[cairn_engine::TopicPartition],
+    ) -> Result<(), crate::TaskError> {
+        self.inner.close(partitions)
+    }
+
+    fn stop(&mut self) -> Result<(), crate::TaskError> {
+        self.inner.stop()
+    }
+
+    fn identity(&self) -> Option<String> {
+        self.inner.identity()
+    }
+
+    fn durable_check(&self) -> Option<crate::task::DurableCheck> {
+        self.inner.durable_check()
+    }
+}

@@ -16,9 +16,9 @@ use std::time::Duration;
 
 use cairn_connector::cli::demo::{check_archive, demo_next_offsets, produce, DEMO_PARTITIONS};
 use cairn_connector::offsets::{committed_with_metadata, group_client, read_committed};
-use cairn_connector::testing::{run_bounded, RUN_LIMIT};
-use cairn_connector::{ArchiveSink, PipelineOptions, PutOutcome, SinkTask, TaskError};
-use cairn_engine::{Engine, EngineConfig, RecordBatch, TopicPartition};
+use cairn_connector::testing::{run_bounded, WatchedSink, RUN_LIMIT};
+use cairn_connector::{ArchiveSink, PipelineOptions, TaskError};
+use cairn_engine::{Engine, EngineConfig, TopicPartition};
 use cairn_tests::{
     config, durable, init_logs, run_to_end, run_to_error, with_request_errors, TestKafka,
 };
@@ -104,11 +104,21 @@ fn a_partition_lost_entirely_is_committed_at_its_log_start_before_any_put() {
     let engine = Arc::new(Engine::open(EngineConfig::new(&copy)).unwrap());
     let (commits, first_commit) = std::sync::mpsc::channel();
     let seen_by_first_put = Arc::new(Mutex::new(None));
-    let sink = PutAfterACommit {
-        inner: ArchiveSink::new(engine.clone()),
-        first_commit: Some(first_commit),
-        seen: seen_by_first_put.clone(),
-    };
+    // The archive, whose first put waits (at most `RUN_LIMIT`) for the
+    // run's first commit, and keeps what it committed.
+    let mut first_commit = Some(first_commit);
+    let seen = seen_by_first_put.clone();
+    let sink = WatchedSink::new(Box::new(ArchiveSink::new(engine.clone()))).before_put(Box::new(
+        move |_| {
+            if let Some(first_commit) = first_commit.take() {
+                let committed = first_commit
+                    .recv_timeout(RUN_LIMIT)
+                    .map_err(|_| TaskError::Fatal("no commit came before the first put".into()))?;
+                *seen.lock().unwrap() = Some(committed);
+            }
+            Ok(())
+        },
+    ));
     let done = want.clone();
     let opts = PipelineOptions {
         done: Some(Box::new(move |c| {
@@ -129,53 +139,6 @@ fn a_partition_lost_entirely_is_committed_at_its_log_start_before_any_put() {
     );
     check_archive(&engine, &k.topic, 1_500).unwrap();
     assert_eq!(engine.durable_offsets(), want);
-}
-
-/// The archive, whose first put waits (at most [`RUN_LIMIT`]) for the run's
-/// first commit, and keeps what it committed.
-struct PutAfterACommit {
-    inner: ArchiveSink,
-    first_commit: Option<std::sync::mpsc::Receiver<BTreeMap<TopicPartition, i64>>>,
-    seen: Arc<Mutex<Option<BTreeMap<TopicPartition, i64>>>>,
-}
-
-impl SinkTask for PutAfterACommit {
-    fn open(
-        &mut self,
-        partitions: &[TopicPartition],
-    ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
-        self.inner.open(partitions)
-    }
-    fn start(
-        &mut self,
-        starts: &BTreeMap<TopicPartition, i64>,
-    ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
-        self.inner.start(starts)
-    }
-    fn put(&mut self, batches: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
-        if let Some(first_commit) = self.first_commit.take() {
-            let committed = first_commit
-                .recv_timeout(RUN_LIMIT)
-                .map_err(|_| TaskError::Fatal("no commit came before the first put".into()))?;
-            *self.seen.lock().unwrap() = Some(committed);
-        }
-        self.inner.put(batches)
-    }
-    fn pre_commit(
-        &mut self,
-        consumed: &BTreeMap<TopicPartition, i64>,
-    ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
-        self.inner.pre_commit(consumed)
-    }
-    fn close(&mut self, partitions: &[TopicPartition]) -> Result<(), TaskError> {
-        self.inner.close(partitions)
-    }
-    fn stop(&mut self) -> Result<(), TaskError> {
-        self.inner.stop()
-    }
-    fn identity(&self) -> Option<String> {
-        self.inner.identity()
-    }
 }
 
 /// As above, when Kafka's committed offsets cannot be read at assignment:

@@ -8,11 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cairn_connector::cli::demo::DeliveryCheck;
-use cairn_connector::{
-    ArchiveSink, ConnectorError, OnOffsetOutOfRange, PipelineOptions, PutOutcome, SinkTask,
-    TaskError,
-};
-use cairn_engine::{Engine, EngineConfig, RecordBatch, TopicPartition};
+use cairn_connector::testing::WatchedSink;
+use cairn_connector::{ArchiveSink, ConnectorError, OnOffsetOutOfRange, PipelineOptions};
+use cairn_engine::{Engine, EngineConfig, TopicPartition};
 use cairn_tests::{config, init_logs, run_bounded, TestKafka};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
@@ -226,41 +224,19 @@ fn a_lost_partition_whose_commit_aged_out_stops_the_run_unless_told_to_skip() {
 
 /// The archive, with a hook for the tests: its first put can wait for
 /// `release` (the run falls behind while the test pushes records out of
-/// Kafka).
-struct HeldArchive {
-    inner: ArchiveSink,
+/// Kafka): `held` tells the test it is holding, then waits for the release.
+fn held_archive(
+    engine: Arc<Engine>,
     held: Option<(std::sync::mpsc::Sender<()>, std::sync::mpsc::Receiver<()>)>,
-}
-
-impl SinkTask for HeldArchive {
-    fn open(
-        &mut self,
-        partitions: &[TopicPartition],
-    ) -> Result<std::collections::BTreeMap<TopicPartition, i64>, TaskError> {
-        self.inner.open(partitions)
-    }
-    fn put(&mut self, batches: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
-        if let Some((holding, release)) = self.held.take() {
+) -> WatchedSink {
+    let mut held = held;
+    WatchedSink::new(Box::new(ArchiveSink::new(engine))).before_put(Box::new(move |_| {
+        if let Some((holding, release)) = held.take() {
             holding.send(()).unwrap();
             release.recv().unwrap();
         }
-        self.inner.put(batches)
-    }
-    fn pre_commit(
-        &mut self,
-        consumed: &std::collections::BTreeMap<TopicPartition, i64>,
-    ) -> Result<std::collections::BTreeMap<TopicPartition, i64>, TaskError> {
-        self.inner.pre_commit(consumed)
-    }
-    fn close(&mut self, partitions: &[TopicPartition]) -> Result<(), TaskError> {
-        self.inner.close(partitions)
-    }
-    fn stop(&mut self) -> Result<(), TaskError> {
-        self.inner.stop()
-    }
-    fn identity(&self) -> Option<String> {
-        self.inner.identity()
-    }
+        Ok(())
+    }))
 }
 
 /// A run that falls behind retention while it is running: the fetch
@@ -320,10 +296,7 @@ fn held_run(
     let (holding_tx, holding) = std::sync::mpsc::channel();
     let (release, release_rx) = std::sync::mpsc::channel();
     let engine = Arc::new(Engine::open(EngineConfig::new(&cfg.data)).unwrap());
-    let sink = HeldArchive {
-        inner: ArchiveSink::new(engine),
-        held: Some((holding_tx, release_rx)),
-    };
+    let sink = held_archive(engine, Some((holding_tx, release_rx)));
     let tp = TopicPartition::new(&cfg.topics[0], 0);
     let opts = PipelineOptions {
         done: Some(Box::new(move |c| c.get(&tp) == Some(&until))),
@@ -609,12 +582,10 @@ fn latest_after_the_end(k: &TestKafka) {
     // then could include them all, leaving nothing to archive.)
     cfg.progress_interval_s = 1;
     let (report_tx, reports) = std::sync::mpsc::channel();
-    let sink = HeldArchive {
-        inner: ArchiveSink::new(Arc::new(
-            Engine::open(EngineConfig::new(dir.path())).unwrap(),
-        )),
-        held: None,
-    };
+    let sink = held_archive(
+        Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap()),
+        None,
+    );
     let tp = TopicPartition::new(&k.topic, 0);
     let opts = PipelineOptions {
         done: Some(Box::new({

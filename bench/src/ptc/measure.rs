@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use cairn_connector::fetch::{Fetch, Flow};
 use cairn_connector::pruner::Retention;
+use cairn_connector::testing::WatchedSink;
 use cairn_connector::{
-    run_pipeline, ArchiveSink, CommitPolicy, PipelineOptions, PutOutcome, RunConfig, RunReport,
-    SinkTask, TaskError,
+    run_pipeline, ArchiveSink, CommitPolicy, PipelineOptions, RunConfig, RunReport,
 };
 use cairn_engine::{Engine, EngineConfig, TopicPartition};
 use hdrhistogram::Histogram;
@@ -347,7 +347,7 @@ fn archive(
     let meter = CpuMeter::start(case.broker_pid);
     let done_at = Arc::new(Mutex::new(None));
     let done_at_w = done_at.clone();
-    // Each put's return and the records written by then (see `Written`).
+    // Each put's return and the records written by then (below).
     let written = Arc::new(Mutex::new(Vec::<(Instant, u64)>::new()));
     // A run that never completes (a broker that stopped answering) is
     // stopped cleanly at the deadline and reported, not waited on forever.
@@ -377,11 +377,22 @@ fn archive(
             .with_retention(r, every, hook)
             .map_err(|e| format!("retention: {e}"))?;
     }
-    let sink = Written {
-        inner: Box::new(sink),
-        records: 0,
-        progress: written.clone(),
-    };
+    // cairn's progress for its steady window ([`super::Steady`]): each
+    // put's return and the records written by then. Puts, not commits
+    // (until 2026-12-05, the first published steady run): under
+    // `interval:100` commits come every 100 ms, 2 to 7 a run here, so a
+    // window between commits spanned 58-65 % of the records where every
+    // other consumer's, with hundreds of points, spanned 80 %, and its
+    // rate rested on three or four intervals (seen in review). A put's
+    // return is the stage kcat's lines in its file are at (written, not
+    // durable): the task thread runs the interval's syncs between puts,
+    // so their time is inside the window all the same.
+    let mut records = 0;
+    let progress = written.clone();
+    let sink = WatchedSink::new(Box::new(sink)).after_put(Box::new(move |outcome| {
+        records += outcome.records_written;
+        progress.lock().unwrap().push((Instant::now(), records));
+    }));
     let report = run_pipeline(&cfg, Box::new(sink), opts);
     drop(finished);
     let timed_out = watchdog.join().unwrap_or(true);
@@ -426,79 +437,6 @@ fn archive(
         progress,
         cpu: per_record(used, records, seconds),
     })
-}
-
-/// The archive's sink, recording each put's return and the records
-/// written by then: cairn's progress for its steady window
-/// ([`super::Steady`]). Every call goes to the sink as it is (all of the
-/// trait's methods, its defaults' included, so that none is answered by a
-/// default instead).
-///
-/// Puts, not commits (until 2026-12-05, the first published steady run):
-/// under `interval:100` commits come every 100 ms, 2 to 7 a run here, so
-/// a window between commits spanned 58-65 % of the records where every
-/// other consumer's, with hundreds of points, spanned 80 %, and its rate
-/// rested on three or four intervals (seen in review). A put's return is
-/// the stage kcat's lines in its file are at (written, not durable): the
-/// task thread runs the interval's syncs between puts, so their time
-/// is inside the window all the same.
-struct Written {
-    inner: Box<dyn SinkTask>,
-    records: u64,
-    progress: Arc<Mutex<Vec<(Instant, u64)>>>,
-}
-
-impl SinkTask for Written {
-    fn open(
-        &mut self,
-        partitions: &[TopicPartition],
-    ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
-        self.inner.open(partitions)
-    }
-
-    fn put(&mut self, batches: &[cairn_engine::RecordBatch]) -> Result<PutOutcome, TaskError> {
-        let outcome = self.inner.put(batches)?;
-        self.records += outcome.records_written;
-        self.progress
-            .lock()
-            .unwrap()
-            .push((Instant::now(), self.records));
-        Ok(outcome)
-    }
-
-    fn pre_commit(
-        &mut self,
-        consumed: &BTreeMap<TopicPartition, i64>,
-    ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
-        self.inner.pre_commit(consumed)
-    }
-
-    fn start(
-        &mut self,
-        starts: &BTreeMap<TopicPartition, i64>,
-    ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
-        self.inner.start(starts)
-    }
-
-    fn caught_up(&mut self, positions: &BTreeMap<TopicPartition, i64>) -> Result<(), TaskError> {
-        self.inner.caught_up(positions)
-    }
-
-    fn close(&mut self, partitions: &[TopicPartition]) -> Result<(), TaskError> {
-        self.inner.close(partitions)
-    }
-
-    fn stop(&mut self) -> Result<(), TaskError> {
-        self.inner.stop()
-    }
-
-    fn identity(&self) -> Option<String> {
-        self.inner.identity()
-    }
-
-    fn durable_check(&self) -> Option<cairn_connector::DurableCheck> {
-        self.inner.durable_check()
-    }
 }
 
 /// What every measurement of cairn on one case shares.
