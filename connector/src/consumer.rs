@@ -665,6 +665,12 @@ impl Shared {
         if restart.is_empty() {
             return Ok(true);
         }
+        // The archive records each move before the fetch goes on from it;
+        // before the check for events, as that wait could let one in. If
+        // one came, the moved partitions are restarted at their next try
+        // (or revoked, and committed) where the archive now says.
+        let moves: BTreeMap<TopicPartition, i64> = moved.iter().cloned().collect();
+        self.record_moves(&moves)?;
         if events_waiting() {
             tracing::debug!(
                 "an event came while checking retention: serving it before restarting fetches"
@@ -712,6 +718,28 @@ impl Shared {
             "hand-over"
         );
         Ok(())
+    }
+
+    /// Record, durably, that `moved`'s partitions go on at the offset
+    /// given, past records that aged out of Kafka before they were archived
+    /// (`--on-offset-out-of-range earliest` moved them): the offsets
+    /// between hold no record for this run (`SinkTask::caught_up`). Put
+    /// first with what is buffered of them, and waited for, so that the
+    /// move is in the archive before their fetch goes on: a partition whose
+    /// log retention emptied brings no record to carry it, and until
+    /// 2026-12-05 every later start judged and logged the same range again,
+    /// Kafka's commit stayed below the log start, and a run under `fail`
+    /// stopped for the range `earliest` had accepted. A partition the
+    /// worker finds already past its offset is left as it is.
+    pub(crate) fn record_moves(&mut self, moved: &BTreeMap<TopicPartition, i64>) -> Result<()> {
+        if moved.is_empty() {
+            return Ok(());
+        }
+        for (tp, &to) in moved {
+            crate::commit::raise(&mut self.caught_up, tp, to);
+        }
+        let only: BTreeSet<TopicPartition> = moved.keys().cloned().collect();
+        self.flush(Some(&only))
     }
 
     /// Put what is buffered (only `only`'s partitions, if given) and wait

@@ -396,6 +396,10 @@ impl SinkContext {
         // `--auto-offset-reset latest`, and the log start a partition this
         // store lost entirely is fetched again from.
         let mut recorded_starts = BTreeMap::new();
+        // Partitions `--on-offset-out-of-range earliest` moved past records
+        // that aged out of Kafka, and where to: recorded in the archive
+        // (`Shared::record_moves`) once they are assigned here.
+        let mut moved = BTreeMap::new();
         for tp in &tps {
             let archive = resume.get(tp).copied();
             let point = resume_point(archive, committed.get(tp), identity.as_deref());
@@ -513,6 +517,15 @@ impl SinkContext {
                             resume.remove(tp);
                             Offset::Offset(offset)
                         }
+                        // Moved past records that aged out of Kafka
+                        // (`earliest`): consumed up to where the archive
+                        // is, and the move recorded in it below, before the
+                        // first fetch.
+                        Ok((offset, _)) if offset > stored => {
+                            consumed.insert(tp.clone(), stored);
+                            moved.insert(tp.clone(), offset);
+                            Offset::Offset(offset)
+                        }
                         Ok((offset, _)) => {
                             consumed.insert(tp.clone(), offset);
                             Offset::Offset(offset)
@@ -600,6 +613,11 @@ impl SinkContext {
         }
         s.assignment_changed(&tps);
         s.assigned.extend(tps);
+        if !moved.is_empty() && !s.pipeline.failed.load(Ordering::Acquire) {
+            if let Err(e) = s.record_moves(&moved) {
+                s.pipeline.fail(e);
+            }
+        }
         // A partition that resumes fully archived gets no put, yet its
         // durable offset may be ahead of Kafka's: commit it now.
         s.pipeline.wake.notify_one();

@@ -141,13 +141,56 @@ fn archive_until(
     cfg: &cairn_connector::RunConfig,
     until: i64,
 ) -> Result<cairn_connector::RunReport, ConnectorError> {
+    archive_watched(cfg, until).0
+}
+
+/// What the archive held durable of partition 0 before each put that
+/// carried records of it, with the first of them: (first offset put,
+/// durable offset then).
+type DurableBeforePuts = Arc<std::sync::Mutex<Seen>>;
+
+/// (first offset put, durable offset then), put by put.
+type Seen = Vec<(i64, Option<i64>)>;
+
+/// A hook that notes, before each put of partition 0's records, the first
+/// offset put and what `engine` holds durable of it then.
+fn note_durable_before_puts(
+    engine: Arc<Engine>,
+    topic: &str,
+    seen: DurableBeforePuts,
+) -> impl FnMut(&[cairn_engine::RecordBatch]) + Send {
+    let tp = TopicPartition::new(topic, 0);
+    move |batches| {
+        if let Some(first) = batches
+            .iter()
+            .find(|b| b.tp == tp)
+            .and_then(|b| b.records.first())
+        {
+            seen.lock()
+                .unwrap()
+                .push((first.offset, engine.durable_offset(&tp)));
+        }
+    }
+}
+
+/// [`archive_until`], and what the archive held durable before each put.
+fn archive_watched(cfg: &cairn_connector::RunConfig, until: i64) -> (RunResult, Seen) {
     let engine = Arc::new(Engine::open(EngineConfig::new(&cfg.data)).unwrap());
     let tp = TopicPartition::new(&cfg.topics[0], 0);
     let opts = PipelineOptions {
         done: Some(Box::new(move |c| c.get(&tp) == Some(&until))),
         ..Default::default()
     };
-    run_bounded(cfg, Box::new(ArchiveSink::new(engine)), opts)
+    let seen = DurableBeforePuts::default();
+    let mut note = note_durable_before_puts(engine.clone(), &cfg.topics[0], seen.clone());
+    let sink =
+        WatchedSink::new(Box::new(ArchiveSink::new(engine))).before_put(Box::new(move |batches| {
+            note(batches);
+            Ok(())
+        }));
+    let result = run_bounded(cfg, Box::new(sink), opts);
+    let seen = std::mem::take(&mut *seen.lock().unwrap());
+    (result, seen)
 }
 
 fn archived_offsets(data: &std::path::Path, topic: &str) -> Vec<i64> {
@@ -185,11 +228,19 @@ fn a_stored_offset_that_aged_out_stops_the_run_unless_told_to_skip() {
     assert_eq!(k.committed(group, 1)[&0], 20);
 
     // `earliest`: skip the gap (logged), archive from the log start on.
+    // The archive records the move before the first record after it is
+    // put (a partition whose log retention emptied brings none to carry
+    // it).
     cfg.on_offset_out_of_range = OnOffsetOutOfRange::Earliest;
-    let report = archive_until(&cfg, 420).unwrap();
-    assert_eq!(report.stats.records_written as i64, 420 - low);
+    let (report, seen) = archive_watched(&cfg, 420);
+    assert_eq!(report.unwrap().stats.records_written as i64, 420 - low);
     let want: Vec<i64> = (0..20).chain(low..420).collect();
     assert_eq!(archived_offsets(dir.path(), &k.topic), want);
+    assert_eq!(
+        seen.first(),
+        Some(&(low, Some(low))),
+        "the move to the log start must be durable before the first put after it: {seen:?}"
+    );
 }
 
 /// A store restored from a backup made before it held the partition
@@ -228,13 +279,15 @@ fn a_lost_partition_whose_commit_aged_out_stops_the_run_unless_told_to_skip() {
 fn held_archive(
     engine: Arc<Engine>,
     held: Option<(std::sync::mpsc::Sender<()>, std::sync::mpsc::Receiver<()>)>,
+    mut note: impl FnMut(&[cairn_engine::RecordBatch]) + Send + 'static,
 ) -> WatchedSink {
     let mut held = held;
-    WatchedSink::new(Box::new(ArchiveSink::new(engine))).before_put(Box::new(move |_| {
+    WatchedSink::new(Box::new(ArchiveSink::new(engine))).before_put(Box::new(move |batches| {
         if let Some((holding, release)) = held.take() {
             holding.send(()).unwrap();
             release.recv().unwrap();
         }
+        note(batches);
         Ok(())
     }))
 }
@@ -242,16 +295,12 @@ fn held_archive(
 /// A run that falls behind retention while it is running: the fetch
 /// position ages out under it. Without a check librdkafka would reset to
 /// the log start on its own, and the archive would hold a silent gap.
+/// Also what the archive held durable before each put.
 fn fall_behind_while_running(
     name: &str,
     policy: OnOffsetOutOfRange,
     eager: bool,
-) -> Option<(
-    TestKafka,
-    tempfile::TempDir,
-    Result<cairn_connector::RunReport, ConnectorError>,
-    i64,
-)> {
+) -> Option<(TestKafka, tempfile::TempDir, RunResult, i64, Seen)> {
     let k = TestKafka::new(name, 1);
     produce_big(&k, 0..20);
     let dir = tempfile::tempdir().unwrap();
@@ -267,7 +316,7 @@ fn fall_behind_while_running(
         cfg.kafka
             .insert("partition.assignment.strategy".into(), "range".into());
     }
-    let (run, release) = held_run(cfg, 420);
+    let (run, release, seen) = held_run(cfg, 420);
     produce_big(&k, 20..420);
     let low = log_start(&k);
     release.send(()).unwrap();
@@ -279,7 +328,8 @@ fn fall_behind_while_running(
         );
         return None;
     }
-    Some((k, dir, result, low))
+    let seen = std::mem::take(&mut *seen.lock().unwrap());
+    Some((k, dir, result, low, seen))
 }
 
 type RunResult = Result<cairn_connector::RunReport, ConnectorError>;
@@ -292,11 +342,14 @@ fn held_run(
 ) -> (
     std::thread::JoinHandle<RunResult>,
     std::sync::mpsc::Sender<()>,
+    DurableBeforePuts,
 ) {
     let (holding_tx, holding) = std::sync::mpsc::channel();
     let (release, release_rx) = std::sync::mpsc::channel();
     let engine = Arc::new(Engine::open(EngineConfig::new(&cfg.data)).unwrap());
-    let sink = held_archive(engine, Some((holding_tx, release_rx)));
+    let seen = DurableBeforePuts::default();
+    let note = note_durable_before_puts(engine.clone(), &cfg.topics[0], seen.clone());
+    let sink = held_archive(engine, Some((holding_tx, release_rx)), note);
     let tp = TopicPartition::new(&cfg.topics[0], 0);
     let opts = PipelineOptions {
         done: Some(Box::new(move |c| c.get(&tp) == Some(&until))),
@@ -309,7 +362,7 @@ fn held_run(
             run.join().unwrap().err()
         );
     }
-    (run, release)
+    (run, release, seen)
 }
 
 /// A store that lost only its newest records (restored from a backup that
@@ -370,7 +423,7 @@ fn a_lost_partition_goes_on_when_what_it_had_archived_ages_out_during_its_refetc
         .insert("queued.max.messages.kbytes".into(), "1".into());
     cfg.kafka
         .insert("max.partition.fetch.bytes".into(), "30000".into());
-    let (run, release) = held_run(cfg, 500);
+    let (run, release, _) = held_run(cfg, 500);
     produce_big(&k, 400..500);
     let low = log_start(&k);
     release.send(()).unwrap();
@@ -406,7 +459,7 @@ fn a_lost_partition_goes_on_when_what_it_had_archived_ages_out_during_its_refetc
 #[test]
 fn a_fetch_position_that_ages_out_while_running_stops_the_run() {
     init_logs();
-    let Some((k, dir, result, low)) =
+    let Some((k, dir, result, low, _)) =
         fall_behind_while_running("aged-running", OnOffsetOutOfRange::Fail, false)
     else {
         return;
@@ -438,7 +491,7 @@ fn a_fetch_position_that_ages_out_while_running_stops_the_run() {
 /// `earliest`: the gap is skipped (and logged), everything after it archived.
 fn earliest_skips_the_gap(name: &str, eager: bool) {
     init_logs();
-    let Some((k, dir, result, low)) =
+    let Some((k, dir, result, low, seen)) =
         fall_behind_while_running(name, OnOffsetOutOfRange::Earliest, eager)
     else {
         return;
@@ -457,6 +510,14 @@ fn earliest_skips_the_gap(name: &str, eager: bool) {
     assert_eq!(archived[..=gap], (0..=before).collect::<Vec<_>>()[..]);
     assert_eq!(archived[gap + 1..], (after..420).collect::<Vec<_>>()[..]);
     assert_eq!(report.stats.records_written as usize, archived.len());
+    // The move was recorded in the archive, durably, before the first put
+    // after the gap.
+    let first_after = seen.iter().find(|(first, _)| *first >= after);
+    assert_eq!(
+        first_after,
+        Some(&(after, Some(after))),
+        "the move past the gap must be durable before the first put after it: {seen:?}"
+    );
 }
 
 #[test]
@@ -585,6 +646,7 @@ fn latest_after_the_end(k: &TestKafka) {
     let sink = held_archive(
         Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap()),
         None,
+        |_: &[cairn_engine::RecordBatch]| {},
     );
     let tp = TopicPartition::new(&k.topic, 0);
     let opts = PipelineOptions {
