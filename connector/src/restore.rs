@@ -828,21 +828,29 @@ fn finish_the_rest(
         } else {
             &["--topic", "--partition"]
         };
+        // After an --append run, --resume is always limited to the
+        // partitions it sent records to, each with its resume point as
+        // --from: a plain one would take the others again too (those it
+        // had nothing left to send, whose targets' last records are
+        // another producer's, and are refused; or which are empty, and
+        // would get the archive's records from the first, outside the
+        // command's --from). Until 2026-12-05 it was advised plain, with
+        // --from dropped.
         let resume = if to_resume.is_empty() {
             None
-        } else if gaps || !to_append.is_empty() {
+        } else if gaps || !to_append.is_empty() || cfg.append {
             Some(format!(
                 "rerun the same command with --resume once for each of [{}], in place of its own {} (a plain --resume would {})",
-                named(&to_resume, false),
+                named(&to_resume, cfg.append),
                 in_place_of(replaced),
                 if gaps {
                     "continue the gapped partitions too"
-                } else {
+                } else if !to_append.is_empty() {
                     "be refused by the partitions named next"
+                } else {
+                    "take again the partitions this --append run had nothing left to send to: refused where a target's last record is another producer's, and from the archive's first record, outside --from, where a target is empty"
                 }
             ))
-        } else if cfg.append {
-            Some("rerun the same command with --resume in place of its own --append and --from: it continues each partition after the last record found there (this restore's, which carry the offset header)".into())
         } else {
             Some("rerun the same command with --resume: it continues each partition after the last record found there".into())
         };
@@ -2144,20 +2152,23 @@ mod tests {
         cfg.offset_header = Some("cairn.offset".into());
         assert!(next_step(&cfg, &resumable).contains("--resume"));
         // An --append run with the offset header: --resume in place of its
-        // --append and --from, for the partitions it sent records to
-        // (`Resume`); one it sent none (`AppendFrom`) gets --from advice.
+        // --append, for the partitions it sent records to (`Resume`), each
+        // named with its resume point as --from, and never the others: a
+        // plain --resume would take the complete one (p1) again, whose
+        // target may hold another producer's records (refused) or none
+        // (restored from the archive's first record, outside --from).
         cfg.append = true;
         let step = next_step(&cfg, &resumable);
         assert!(
             step.starts_with(
-                "rerun the same command with --resume in place of its own --append and --from"
-            ),
+                "rerun the same command with --resume once for each of [--topic orders --partition 0 --from 20, --topic orders --partition 2 --from 0], in place of its own --topic, --partition, --append and --from (a plain --resume would take again the partitions this --append run had nothing left to send to"
+            ) && !step.contains("--partition 1"),
             "{step}"
         );
         let mixed = [(&p0, Standing::Resume(20)), (&p2, Standing::AppendFrom(0))];
         let step = next_step(&cfg, &mixed);
         assert!(
-            step.starts_with("rerun the same command with --resume once for each of [--topic orders --partition 0], in place of its own --topic, --partition, --append and --from")
+            step.starts_with("rerun the same command with --resume once for each of [--topic orders --partition 0 --from 20], in place of its own --topic, --partition, --append and --from")
                 && step.contains("[--topic orders --partition 2 --from 0], with --append")
                 && step.contains("this restore sent them none of its records"),
             "{step}"
@@ -2179,7 +2190,7 @@ mod tests {
         assert!(
             step.starts_with("records above a failed one")
                 && step.contains("restored/2 lacks archived offset 3")
-                && step.contains("--resume once for each of [--topic orders --partition 0], in place of its own --topic, --partition, --append and --from (a plain --resume would continue the gapped partitions too)")
+                && step.contains("--resume once for each of [--topic orders --partition 0 --from 20], in place of its own --topic, --partition, --append and --from (a plain --resume would continue the gapped partitions too)")
                 && !step.contains("--partition 2"),
             "{step}"
         );
@@ -2234,7 +2245,7 @@ mod tests {
         cfg.append = true;
         let step = next_step(&cfg, &gapped);
         assert!(
-            step.contains("[--topic orders --partition 0 --rename orders=o2], in place of its own --topic, --partition, --append, --from and every --rename"),
+            step.contains("[--topic orders --partition 0 --from 20 --rename orders=o2], in place of its own --topic, --partition, --append, --from and every --rename"),
             "{step}"
         );
         cfg.offset_header = None;
