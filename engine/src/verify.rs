@@ -314,9 +314,15 @@ fn verify_opened(
             };
             // A frame that does not decode is reported by verify_tree; its
             // own LSN is then the best end there is.
+            // Unknown unless its header says it is a records frame (one
+            // LSN), as the scan below takes it: a tombstone's, or an
+            // unreadable header's (a flipped magic byte), may have covered
+            // LSNs up to the watermark (until 2026-12-05 only a readable
+            // tombstone header counted, and a tombstone with a damaged
+            // magic read as records lost after it).
             let span = frame::decode(lsn, &v).ok().and_then(|f| f.span().ok());
             last_unknown_span =
-                span.is_none() && frame::header_kind(&v) == Some(FrameKind::Tombstone);
+                span.is_none() && !matches!(frame::header_kind(&v), Some(FrameKind::Records));
             last_lsn = lsn.saturating_add(span.unwrap_or(1).max(1) - 1);
             break;
         }
@@ -335,7 +341,7 @@ fn verify_opened(
                     // refuses the damage first). A damaged records frame
                     // covers its own LSN only: a lost suffix past it is one.
                     Err(Error::Corruption { .. }) if last_unknown_span => r.notes.push(format!(
-                        "the log's last frame (lsn {last_lsn}) is a damaged tombstone, and the watermark names lsn {}: whether frames after it were lost cannot be told",
+                        "the log's last frame (lsn {last_lsn}) is damaged, and may have been a tombstone (its header does not say it held records), and the watermark names lsn {}: whether frames after it were lost cannot be told",
                         mark.unwrap_or(0)
                     )),
                     Err(Error::Corruption { location, kind }) => r.add(location, kind),
@@ -470,7 +476,13 @@ fn verify_tree_facts(
         verify_meta(tree, &mut r)?;
         facts = verify_log(tree, bound, stop, &mut r)?;
         verify_checkpoint(tree, &mut r)?;
-        fail::fail_point!(FAILPOINT_VERIFY_AFTER_LOG);
+        // `return`: a read of the store failing there (a failing disk's
+        // EIO).
+        fail::fail_point!(FAILPOINT_VERIFY_AFTER_LOG, |_| Err(Error::Io {
+            op: "verify (failpoint verify::after_log)",
+            path: std::path::PathBuf::new(),
+            source: std::io::Error::from_raw_os_error(5),
+        }));
         let totals = verify_index(tree, bound, stop, &facts, &mut r)?;
         match bound {
             None => verify_summaries(tree, totals, &mut r),
@@ -486,6 +498,17 @@ fn verify_tree_facts(
             r.notes.push(
                 "sled could not read a page of its log, and the check stopped there: the problems listed are those found before it, and what lies after it was not checked".into(),
             );
+            facts.unreadable_page = true;
+        }
+        // An error reading the store (EIO from a failing disk) after
+        // problems were found: those are reported, with the error as a
+        // note, and the report is not clean (a monitor reads exit 2 as
+        // "try again later", and would never see them; until 2026-12-05
+        // they were dropped). With nothing found, it stays the error.
+        Err(e @ (Error::Store { .. } | Error::Io { .. })) if !r.is_clean() => {
+            r.notes.push(format!(
+                "the check stopped at an error reading the store ({e}): the problems listed are those found before it, and what lies after it was not checked"
+            ));
             facts.unreadable_page = true;
         }
         Err(e) => return Err(e),
@@ -681,7 +704,8 @@ fn report_foreign_keys(
 /// notes).
 #[derive(Default)]
 struct LogFacts {
-    /// The check stopped at a page of sled's log that sled cannot read.
+    /// The check stopped at a page of sled's log that sled cannot read, or
+    /// at an error reading the store after problems were found.
     unreadable_page: bool,
     /// Per partition, its last intact entry's first LSN and last offset.
     last_entry: BTreeMap<TopicPartition, (u64, i64)>,
