@@ -292,15 +292,41 @@ impl Engine {
         })()
         .map_err(io("mark the backup incomplete"));
         let mut left_unsynced = false;
+        // A panic reading the archive (sled's, on damage to its own files):
+        // the partial copy is cleaned up below as after any failure, and
+        // the panic then goes on to the caller, which poisons the engine as
+        // for any read that panicked (a stopped archive's command, or the
+        // run serving a live backup). Panics on the copy's own store are
+        // the destination's failures, errors here (`on_the_copy`).
+        let mut source_panic = None;
         let report = marked
-            .and_then(|()| self.copy_to(&real, stop))
+            .and_then(|()| {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.copy_to(&real, stop)))
+                    .unwrap_or_else(|payload| {
+                        let what = crate::error::panic_message(&*payload).to_owned();
+                        source_panic = Some(payload);
+                        Err(io("back up")(std::io::Error::other(format!(
+                            "reading the archive panicked ({what})"
+                        ))))
+                    })
+            })
             .and_then(|mut r| {
                 // The copy, as any archive is opened (under the lock held
                 // here): cairn's recovery, then a full verify; its close syncs
                 // it and writes its watermark.
-                let copy = Engine::open_locking(EngineConfig::new(&real), false)?;
+                let copy = on_the_copy(&real, "open the backup's copy", || {
+                    Engine::open_locking(EngineConfig::new(&real), false)
+                })?;
                 let created = copy.recovery_report().created;
-                r.verify = copy.verify_unless(stop)?;
+                r.verify = match on_the_copy(&real, "verify the backup's copy", || {
+                    copy.verify_unless(stop)
+                }) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        crate::engine::drop_failing_store(copy);
+                        return Err(e);
+                    }
+                };
                 // A page of the copy's own sled log that cannot be read is
                 // the copy's failure (its disk), not damage copied from the
                 // source.
@@ -315,7 +341,7 @@ impl Engine {
                     crate::engine::drop_failing_store(copy);
                     return Err(Error::corruption(p.location.clone(), p.kind.clone()));
                 }
-                copy.close()?;
+                on_the_copy(&real, "close the backup's copy", || copy.close())?;
                 // Damage copied from the source reads as fewer records in the
                 // copy: the verify's problems say where it is, and the report
                 // carries them (counts that differ in a clean copy are the
@@ -392,6 +418,9 @@ impl Engine {
                 unmake(Some(&real));
             }
         }
+        if let Some(payload) = source_panic {
+            std::panic::resume_unwind(payload);
+        }
         report
     }
 
@@ -402,7 +431,7 @@ impl Engine {
         self.check_usable()?;
         let view = self.durable_view();
         let cfg = EngineConfig::new(dest);
-        let db = cfg.open_sled()?;
+        let db = on_the_copy(dest, "open the backup's store", || cfg.open_sled())?;
         // The copy's fdatasync handle, opened before anything is written
         // to it: a writeback error the kernel reports meanwhile (to sled's
         // own syncs) is still reported to this descriptor, which one
@@ -416,10 +445,10 @@ impl Engine {
                 source: e,
             })
             .and_then(|syncer| {
-                let tree = db
-                    .open_tree("cairn")
-                    .map_err(store_err("open backup tree"))?;
-                let copied = self.copy_into(&db, &tree, &view, syncer, stop);
+                let tree = on_the_copy(dest, "open the backup's tree", || {
+                    db.open_tree("cairn").map_err(store_err("open backup tree"))
+                })?;
+                let copied = self.copy_into(dest, &db, &tree, &view, syncer, stop);
                 drop_copy_handles(tree, copied, &cfg)
             });
         drop_copy_handles(db, copied, &cfg)
@@ -429,6 +458,7 @@ impl Engine {
     /// holds it, into the new store's `tree`, synced by `syncer`.
     fn copy_into(
         &self,
+        dest: &Path,
         db: &sled::Db,
         tree: &sled::Tree,
         view: &DurableView,
@@ -459,7 +489,9 @@ impl Engine {
         let mut written = 0u64;
         let mut put = |k: &[u8], v: &[u8]| -> Result<()> {
             check_stop(stop, &mut written, "backup")?;
-            tree.insert(k, v).map_err(store_err("write backup"))?;
+            on_the_copy(dest, "write the backup's copy", || {
+                tree.insert(k, v).map_err(store_err("write backup"))
+            })?;
             Ok(())
         };
         // In the order a new store is made (recovery.rs): the fence before
@@ -554,13 +586,35 @@ impl Engine {
             keys::META_FORMAT,
             &meta::encode_format(meta::FORMAT_VERSION),
         )?;
-        syncer.sync(db, view.lsn).map_err(|e| Error::Io {
-            op: "fdatasync the backup",
-            path: syncer.data_path().to_owned(),
-            source: e,
+        on_the_copy(dest, "fdatasync the backup", || {
+            syncer.sync(db, view.lsn).map_err(|e| Error::Io {
+                op: "fdatasync the backup",
+                path: syncer.data_path().to_owned(),
+                source: e,
+            })
         })?;
         Ok(r)
     }
+}
+
+/// Run `f` on the backup's copy, a store of its own on the destination's
+/// disk: a panic in it (sled's, on a failing destination) is the
+/// destination's failure, returned as an error naming it (`op`), and the
+/// backup's cleanup runs. The archive's engine is not poisoned for it:
+/// until 2026-12-05 such a panic reached the caller, which took it for
+/// damage in the archive (a live backup's poisoned the archive and
+/// stopped its run), and skipped the cleanup.
+fn on_the_copy<T>(dest: &Path, op: &'static str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|payload| {
+        Err(Error::Io {
+            op,
+            path: dest.to_owned(),
+            source: std::io::Error::other(format!(
+                "sled panicked on the backup's copy ({}): the destination's disk may be failing; the archive itself is not affected",
+                crate::error::panic_message(&*payload)
+            )),
+        })
+    })
 }
 
 /// Drop sled's handles of a backup's copy, guarded: after a copy that

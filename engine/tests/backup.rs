@@ -313,6 +313,67 @@ fn a_failed_sync_of_the_copy_fails_the_backup_not_the_source() {
     assert!(report.verify.is_clean());
 }
 
+/// A panic on the copy's own store (sled's, on a failing destination disk;
+/// here in its fdatasync) is the destination's failure: an error naming
+/// it, the copy removed, the source neither poisoned nor harmed. Until
+/// 2026-12-05 it reached the caller as a panic, which a running archive
+/// serving a live backup took for damage in the archive: it poisoned it,
+/// and stopped the run.
+#[test]
+fn a_panic_on_the_copy_fails_the_backup_not_the_source() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let engine = source(&dir.path().join("src"));
+    let dest = dir.path().join("copy");
+    fail::cfg(cairn_engine::FAILPOINT_FLUSH_ERR, "panic(the copy's disk)").unwrap();
+    let failed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        engine.backup_to(&dest, &AtomicBool::new(false))
+    }));
+    fail::remove(cairn_engine::FAILPOINT_FLUSH_ERR);
+    match failed {
+        Ok(Err(Error::Io { op, source, .. })) => {
+            assert_eq!(op, "fdatasync the backup");
+            assert!(source.to_string().contains("the copy's disk"), "{source}");
+        }
+        Ok(other) => panic!("expected the copy's panic as an error, got {other:?}"),
+        Err(_) => panic!("a panic on the copy's store reached the caller"),
+    }
+    assert!(!dest.exists(), "a failed backup leaves nothing");
+    assert!(!engine.is_poisoned(), "the source is not the copy");
+    engine
+        .append(&[common::batch(&tps()[0], 500..510, 10)])
+        .unwrap();
+    let report = engine.backup_to(&dest, &AtomicBool::new(false)).unwrap();
+    assert!(report.verify.is_clean());
+}
+
+/// A panic reading the archive (sled's, on damage to its own files) goes
+/// on to the caller, which poisons the engine as for any read that
+/// panicked; the partial copy is removed first, as after any failure
+/// (until 2026-12-05 it was left, marked unfinished).
+#[test]
+fn a_panic_reading_the_source_cleans_up_and_goes_on_to_the_caller() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let engine = source(&dir.path().join("src"));
+    let dest = dir.path().join("copy");
+    fail::cfg(
+        cairn_engine::FAILPOINT_BACKUP_AFTER_LOG,
+        "panic(the archive's page)",
+    )
+    .unwrap();
+    let failed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        engine.backup_to(&dest, &AtomicBool::new(false))
+    }));
+    fail::remove(cairn_engine::FAILPOINT_BACKUP_AFTER_LOG);
+    let payload = failed.expect_err("the source's panic goes on to the caller");
+    assert!(cairn_engine::panic_message(&*payload).contains("the archive's page"));
+    assert!(
+        !dest.exists(),
+        "the partial copy is removed before the panic goes on"
+    );
+}
+
 /// The directory sync that makes a verified copy's completion durable
 /// fails: the backup fails, the sync is not retried, and the copy is left
 /// marked unfinished, so no open takes it (until the night of 2026-12-03

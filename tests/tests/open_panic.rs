@@ -165,6 +165,37 @@ fn an_open_that_panics_is_an_error_naming_the_archive() {
     let offsets: Vec<i64> = e.read(&tp, 0).unwrap().map(|r| r.unwrap().offset).collect();
     assert_eq!(offsets, (0..10).collect::<Vec<_>>());
     e.close().unwrap();
+    assert!(!dir
+        .path()
+        .join(cairn_engine::poisoned::POISON_FILE)
+        .exists());
+    // A backup's read of the archive that panics: the same error, the
+    // engine poisoned, and the partial copy removed (since 2026-12-05;
+    // before, "backup thread: … panicked", the engine not poisoned, and
+    // the copy left marked unfinished).
+    let to = elsewhere.path().join("copy");
+    let backup = backup_where_reads_panic(d, &to);
+    match backup {
+        Err(e @ ConnectorError::ReadPanicked { .. }) => {
+            let said = e.to_string();
+            assert!(
+                said.starts_with("backup of the archive at")
+                    && said.contains("reading it panicked (sled lost a page)")
+                    && said.contains("was removed"),
+                "{said}"
+            );
+        }
+        other => panic!("expected the backup's read panic as an error, got {other:?}"),
+    }
+    assert!(!to.exists(), "the partial copy is removed");
+    assert!(dir
+        .path()
+        .join(cairn_engine::poisoned::POISON_FILE)
+        .exists());
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let offsets: Vec<i64> = e.read(&tp, 0).unwrap().map(|r| r.unwrap().offset).collect();
+    assert_eq!(offsets, (0..10).collect::<Vec<_>>());
+    e.close().unwrap();
     // A restore's read that panics once it sends stops it as damage it
     // can read does, after what was sent is acknowledged, with resume
     // points (since the night of 2026-12-04; before, the panic unwound out
@@ -263,6 +294,37 @@ fn export_where_reads_panic(
         unreachable!()
     };
     where_reads_panic(cairn_connector::cli::export::run(a))
+}
+
+/// `cairn backup --data data --to to`, its copy of the archive's log
+/// panicking (the failpoint, where a read of the archive's pages would).
+fn backup_where_reads_panic(
+    data: &str,
+    to: &std::path::Path,
+) -> cairn_connector::Result<std::process::ExitCode> {
+    use clap::Parser;
+    let cli = cairn_connector::cli::Cli::try_parse_from([
+        "cairn",
+        "backup",
+        "--data",
+        data,
+        "--to",
+        to.to_str().unwrap(),
+    ])
+    .unwrap();
+    let cairn_connector::cli::Command::Backup(a) = cli.command else {
+        unreachable!()
+    };
+    fail::cfg(
+        cairn_engine::FAILPOINT_BACKUP_AFTER_LOG,
+        "panic(sled lost a page)",
+    )
+    .unwrap();
+    let result = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(cairn_connector::cli::backup::run(a));
+    fail::remove(cairn_engine::FAILPOINT_BACKUP_AFTER_LOG);
+    result
 }
 
 /// `command` run to its end with every read of sled's pages panicking

@@ -111,9 +111,22 @@ pub async fn run(args: BackupArgs) -> Result<ExitCode> {
     );
     let dest = to.clone();
     let stopped = stop.clone();
+    let archive = data.to_path_buf();
     let (engine, done) = tokio::task::spawn_blocking(move || {
         let mut text = Vec::new();
-        let done = backup(&engine, &to, &stop, &mut text).map(|exit| (exit, text));
+        // A panic reading the archive (sled's, on damage to its own files)
+        // is said as export's and prune's are, the engine poisoned (until
+        // 2026-12-05 it ended the command as "backup thread: … panicked").
+        // The backup removed its partial copy before the panic went on.
+        let left = format!(
+            "; what the backup wrote in {} was removed, or, where it could not be, stays marked unfinished ({})",
+            to.display(),
+            cairn_engine::BACKUP_INCOMPLETE_FILE
+        );
+        let done = super::read_unpanicked("backup", &archive, &engine, &left, || {
+            backup(&engine, &to, &stop, &mut text)
+        })
+        .map(|exit| (exit, text));
         (engine, done)
     })
     .await
