@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cairn_connector::dead_letter::{REASON_HEADER, SOURCE_HEADER};
+use cairn_connector::testing::WatchedSink;
 use cairn_connector::{ArchiveSink, ConnectorError, OnOversize, PipelineOptions, RunConfig};
 use cairn_engine::{Engine, EngineConfig, TopicPartition};
 use cairn_tests::{config, init_logs, run_bounded, TestKafka};
@@ -146,6 +147,65 @@ fn an_oversize_record_is_dead_lettered_and_the_rest_archived_once() {
         .fetch_watermarks(&dead, 0, Duration::from_secs(10))
         .unwrap();
     assert_eq!(high, 1, "one dead letter");
+}
+
+/// The dead letter is acknowledged before any record after it is put: the
+/// brokers answer its produce with retriable errors first (on the mock
+/// cluster; a real broker answers at once), so a send that did not wait
+/// for its report (fire and forget, flushed at the stop) would put the
+/// records after it while it is still unwritten, and this test sees the
+/// dead-letter topic empty then.
+#[test]
+fn a_dead_letter_is_acknowledged_before_any_record_after_it_is_put() {
+    let (k, dead) = source_and_dead_letter_topic("dl-acked-first");
+    if let Some(mock) = k.mock() {
+        // librdkafka retries these (`retry.backoff.ms`, 100 ms and up).
+        mock.request_errors(
+            rdkafka::types::RDKafkaApiKey::Produce,
+            &[rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS; 3],
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dead_letter_config(&k, &dead, dir.path());
+    let engine = Arc::new(
+        Engine::open(EngineConfig::new(dir.path()).record_bytes_max(cfg.record_bytes_max)).unwrap(),
+    );
+    let tp = TopicPartition::new(&k.topic, 0);
+    let watcher: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &k.brokers)
+        .create()
+        .unwrap();
+    // For each put of records after the dead letter: the dead-letter
+    // topic's log end then.
+    let seen: Arc<std::sync::Mutex<Vec<i64>>> = Arc::default();
+    let sink = WatchedSink::new(Box::new(ArchiveSink::new(engine))).before_put(Box::new({
+        let (seen, tp, dead) = (seen.clone(), tp.clone(), dead.clone());
+        move |batches| {
+            let after = batches
+                .iter()
+                .filter(|b| b.tp == tp)
+                .any(|b| b.records.iter().any(|r| r.offset > BIG));
+            if after {
+                let (_, high) = watcher
+                    .fetch_watermarks(&dead, 0, Duration::from_secs(10))
+                    .unwrap();
+                seen.lock().unwrap().push(high);
+            }
+            Ok(())
+        }
+    }));
+    let opts = PipelineOptions {
+        done: Some(Box::new(move |c| c.get(&tp) == Some(&RECORDS))),
+        ..Default::default()
+    };
+    let report = run_bounded(&cfg, Box::new(sink), opts).unwrap();
+    assert_eq!(report.stats.records_dead_lettered, 1);
+    assert_eq!(report.stats.records_written, RECORDS as u64 - 1);
+    let seen = seen.lock().unwrap().clone();
+    assert!(
+        !seen.is_empty() && seen.iter().all(|&high| high == 1),
+        "the dead-letter topic's log end at each put of records after it: {seen:?}"
+    );
 }
 
 /// A dead letter that ends its partition is committed past once the fetch
