@@ -827,6 +827,47 @@ fn a_read_racing_a_truncation_is_told_what_it_deleted_not_skipped() {
     );
 }
 
+/// One damaged index entry, its summary sound: problems at the entry (and
+/// at its log entry, which has no index entry that decodes), none at the
+/// summary, which was not compared with totals that lack the entry (a
+/// note says so). Until 2026-12-05 the summary was called wrong too.
+#[test]
+fn a_damaged_index_entry_does_not_blame_its_summary() {
+    let (dir, tp) = store();
+    with_raw_tree(dir.path(), |t| {
+        let k = cairn_engine::keys::index_key(&tp, 10);
+        let mut v = t.get(&k).unwrap().unwrap().to_vec();
+        v[0] ^= 1;
+        t.insert(k, v).unwrap();
+    });
+    let v = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
+    assert!(
+        v.problems.iter().any(|p| matches!(
+            &p.location,
+            Location::Index {
+                first_offset: 10,
+                ..
+            }
+        )),
+        "{:#?}",
+        v.problems
+    );
+    assert!(
+        !v.problems
+            .iter()
+            .any(|p| matches!(&p.location, Location::Partition { .. })),
+        "{:#?}",
+        v.problems
+    );
+    assert!(
+        v.notes
+            .iter()
+            .any(|n| n.contains("was not compared with its index")),
+        "{:?}",
+        v.notes
+    );
+}
+
 #[test]
 fn damaged_index_and_summary_are_reported() {
     let (dir, tp) = store();
