@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cairn_connector::cli::demo::{check_archive, produce};
+use cairn_connector::testing::WatchedSink;
 use cairn_connector::{ArchiveSink, PipelineOptions};
 use cairn_engine::{Engine, EngineConfig, Record, RecordBatch, TopicPartition};
 use cairn_tests::{
@@ -28,10 +29,15 @@ fn a_failed_fsync_poisons_stops_the_run_and_commits_nothing_more() {
     cfg.batch_records_max = 500;
     let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
 
-    // The first commit arms the failpoint for one fsync, so there are
-    // acknowledged, committed records to keep and a put that loses its
-    // fsync. Only one fails: a retry would succeed, and must not happen.
+    // The third put waits for the first commit's acknowledgement and then
+    // arms the failpoint for one fsync, its own: so there are
+    // acknowledged, committed records to keep, and a put that loses its
+    // fsync, whatever the timing (armed at the first acknowledgement, as
+    // until 2026-12-05, a run whose puts had all been synced by then had
+    // no fsync left to fail, and ran to the test's time limit). Only one
+    // fails: a retry would succeed, and must not happen.
     let armed = Arc::new(AtomicBool::new(false));
+    let acked = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
     let last_acknowledged: Arc<Mutex<BTreeMap<TopicPartition, i64>>> = Default::default();
     let opts = PipelineOptions {
         on_commit_sent: Some(Box::new({
@@ -39,17 +45,37 @@ fn a_failed_fsync_poisons_stops_the_run_and_commits_nothing_more() {
             move |committed, durable| assert_committed_within_durable(&store, committed, durable)
         })),
         on_commit: Some(Box::new({
-            let (armed, last) = (armed.clone(), last_acknowledged.clone());
+            let (acked, last) = (acked.clone(), last_acknowledged.clone());
             move |_, durable| {
                 last.lock().unwrap().extend(durable.clone());
-                if !armed.swap(true, Ordering::SeqCst) {
-                    fail::cfg(FLUSH_ERR, "1*return").unwrap();
-                }
+                *acked.0.lock().unwrap() = true;
+                acked.1.notify_all();
             }
         })),
         ..Default::default()
     };
-    let err = run_bounded(&cfg, Box::new(ArchiveSink::new(engine.clone())), opts)
+    let mut puts = 0;
+    let sink = WatchedSink::new(Box::new(ArchiveSink::new(engine.clone()))).before_put(Box::new({
+        let armed = armed.clone();
+        move |_| {
+            puts += 1;
+            if puts == 3 {
+                let (done, woken) = &*acked;
+                let (done, _) = woken
+                    .wait_timeout_while(
+                        done.lock().unwrap(),
+                        std::time::Duration::from_secs(60),
+                        |done| !*done,
+                    )
+                    .unwrap();
+                assert!(*done, "no commit was acknowledged within 60 s");
+                fail::cfg(FLUSH_ERR, "1*return").unwrap();
+                armed.store(true, Ordering::SeqCst);
+            }
+            Ok(())
+        }
+    }));
+    let err = run_bounded(&cfg, Box::new(sink), opts)
         .expect_err("a run whose fsync fails must stop with an error");
     let msg = err.to_string();
     assert!(

@@ -4,6 +4,7 @@
 use std::sync::{Arc, Mutex};
 
 use cairn_connector::cli::demo::{check_archive, produce};
+use cairn_connector::testing::WatchedSink;
 use cairn_connector::{run_pipeline, ArchiveSink, CommitPolicy, ConnectorError, PipelineOptions};
 use cairn_engine::{Engine, EngineConfig, TopicPartition};
 use cairn_tests::{
@@ -493,16 +494,15 @@ fn records_of_no_payload_are_bounded_by_batch_bytes() {
     };
     let engine = std::sync::Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
     let largest = Arc::new(Mutex::new(0usize));
-    let sink = WatchedArchive {
-        inner: ArchiveSink::new(engine),
-        on_put: Box::new({
-            let largest = largest.clone();
-            move |records| {
-                let mut largest = largest.lock().unwrap();
-                *largest = (*largest).max(records);
-            }
-        }),
-    };
+    let sink = WatchedSink::new(Box::new(ArchiveSink::new(engine))).before_put(Box::new({
+        let largest = largest.clone();
+        move |batches| {
+            let records = batches.iter().map(|b| b.records.len()).sum();
+            let mut largest = largest.lock().unwrap();
+            *largest = (*largest).max(records);
+            Ok(())
+        }
+    }));
     let report = run_bounded(&cfg, Box::new(sink), opts).unwrap();
     assert_eq!(report.stats.records_written, n as u64);
     assert_eq!(report.stats.payload_bytes, 0);
@@ -515,50 +515,15 @@ fn records_of_no_payload_are_bounded_by_batch_bytes() {
     );
 }
 
-/// The archive, telling `on_put` the records of each put it takes.
-struct WatchedArchive {
-    inner: ArchiveSink,
-    on_put: Box<dyn FnMut(usize) + Send>,
-}
-
-impl cairn_connector::SinkTask for WatchedArchive {
-    fn open(
-        &mut self,
-        partitions: &[TopicPartition],
-    ) -> Result<std::collections::BTreeMap<TopicPartition, i64>, cairn_connector::TaskError> {
-        self.inner.open(partitions)
-    }
-    fn put(
-        &mut self,
-        batches: &[cairn_engine::RecordBatch],
-    ) -> Result<cairn_connector::PutOutcome, cairn_connector::TaskError> {
-        let out = self.inner.put(batches)?;
-        (self.on_put)(batches.iter().map(|b| b.records.len()).sum());
-        Ok(out)
-    }
-    fn pre_commit(
-        &mut self,
-        consumed: &std::collections::BTreeMap<TopicPartition, i64>,
-    ) -> Result<std::collections::BTreeMap<TopicPartition, i64>, cairn_connector::TaskError> {
-        self.inner.pre_commit(consumed)
-    }
-    fn close(&mut self, partitions: &[TopicPartition]) -> Result<(), cairn_connector::TaskError> {
-        self.inner.close(partitions)
-    }
-    fn stop(&mut self) -> Result<(), cairn_connector::TaskError> {
-        self.inner.stop()
-    }
-    fn identity(&self) -> Option<String> {
-        self.inner.identity()
-    }
-}
-
-/// A panic on the consumer thread (here an embedder's progress observer,
-/// at the report of a clean stop; an invariant assertion in a revoke's or
-/// the final commit would be the same) fails the run with an error naming
-/// it, and nothing more is committed: until the night of 2026-12-04 it
-/// unwound out of the run, past the closing of commits, and the consumer's
-/// drop served the revoke again, committing (or hung).
+/// A panic on the consumer thread (here an embedder's progress observer;
+/// an invariant assertion in a revoke's or the final commit would be the
+/// same) fails the run with an error naming it, and nothing more is
+/// committed: until the night of 2026-12-04 it unwound out of the run,
+/// past the closing of commits, and the consumer's drop served the revoke
+/// again, committing (or hung). The panic comes at a periodic report once
+/// every record is written, under a commit interval that has not come
+/// round: so there is something to commit (written, not yet committed),
+/// and a commit after the panic would be seen.
 #[test]
 fn a_panic_on_the_consumer_thread_fails_the_run_and_commits_nothing_more() {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -566,26 +531,27 @@ fn a_panic_on_the_consumer_thread_fails_the_run_and_commits_nothing_more() {
     let n = 3_000;
     produce(&k.brokers, &k.topic, 0..n).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let cfg = config(&k, "consumer-panic-group", dir.path());
+    let mut cfg = config(&k, "consumer-panic-group", dir.path());
+    cfg.commit = CommitPolicy::Interval(std::time::Duration::from_secs(3_600));
+    cfg.progress_interval_s = 1;
     let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
-    let stop = Arc::new(AtomicBool::new(false));
     let panicked = Arc::new(AtomicBool::new(false));
-    let sent_after = Arc::new(AtomicU64::new(0));
+    let (sent, sent_after) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let opts = PipelineOptions {
-        stop: stop.clone(),
         on_commit_sent: Some(Box::new({
-            let (panicked, sent_after) = (panicked.clone(), sent_after.clone());
+            let (panicked, sent, sent_after) = (panicked.clone(), sent.clone(), sent_after.clone());
             move |_, _| {
+                sent.fetch_add(1, Ordering::SeqCst);
                 if panicked.load(Ordering::SeqCst) {
                     sent_after.fetch_add(1, Ordering::SeqCst);
                 }
             }
         })),
-        // Made on the consumer thread, after the final commit.
+        // Made on the consumer thread.
         on_progress: Some(Box::new({
             let panicked = panicked.clone();
             move |p| {
-                if p.at_stop {
+                if !p.at_stop && p.records_written >= n {
                     panicked.store(true, Ordering::SeqCst);
                     panic!("an observer's assertion");
                 }
@@ -593,17 +559,7 @@ fn a_panic_on_the_consumer_thread_fails_the_run_and_commits_nothing_more() {
         })),
         ..Default::default()
     };
-    // Stopped once every record was put.
-    let mut handed = 0;
-    let sink = WatchedArchive {
-        inner: ArchiveSink::new(engine.clone()),
-        on_put: Box::new(move |records| {
-            handed += records as u64;
-            if handed >= n {
-                stop.store(true, Ordering::Relaxed);
-            }
-        }),
-    };
+    let sink = WatchedSink::new(Box::new(ArchiveSink::new(engine.clone())));
     let err = run_bounded(&cfg, Box::new(sink), opts)
         .expect_err("a panic on the consumer thread fails the run");
     let said = err.to_string();
@@ -613,11 +569,14 @@ fn a_panic_on_the_consumer_thread_fails_the_run_and_commits_nothing_more() {
         "{said}"
     );
     assert_eq!(sent_after.load(Ordering::SeqCst), 0, "sent after the panic");
+    // The interval never came round: nothing was committed at all, though
+    // every record was written (and is durable once the engine is dropped).
+    assert_eq!(sent.load(Ordering::SeqCst), 0, "commits sent");
     let kafka = k.committed("consumer-panic-group", 3);
-    for (tp, d) in engine.durable_offsets() {
-        let c = kafka.get(&tp.partition).copied().unwrap_or(-1);
-        assert!(c <= d, "{tp}: {kafka:?} past {d}");
-    }
+    assert!(
+        kafka.values().all(|&c| c == 0),
+        "nothing may be committed (0: none): {kafka:?}"
+    );
     drop(engine);
     let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
     check_archive(&engine, &k.topic, n).unwrap();

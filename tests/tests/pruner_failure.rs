@@ -219,13 +219,17 @@ impl Idle {
 }
 
 /// `cairn run`'s wiring: the hook sets the run's stop flag. The run has
-/// archived and committed everything and is idle when the pass fails; it
-/// stops cleanly (fsync, final commit) and fails naming retention.
+/// written everything and is idle when the pass fails, under a commit
+/// interval that has not come round, so nothing is synced or committed
+/// yet: it stops cleanly (the final sync and commit) and fails naming
+/// retention. (Until 2026-12-05 the pass failed once everything was
+/// committed, and a stop that skipped the final commit passed too.)
 #[test]
 fn a_failed_pass_stops_an_idle_run_which_fails_naming_retention() {
     let _turn = serial();
     init_logs();
-    let run = idle("pruner-fail");
+    let mut run = idle("pruner-fail");
+    run.cfg.commit = cairn_connector::CommitPolicy::Interval(Duration::from_secs(3_600));
     let stop_run = run.stop.clone();
     let sink = ArchiveSink::new(run.engine())
         .with_retention(
@@ -236,11 +240,33 @@ fn a_failed_pass_stops_an_idle_run_which_fails_naming_retention() {
         .unwrap();
     let armed: Arc<Mutex<Option<Armed>>> = Arc::default();
     let arm = armed.clone();
+    // Only once every record is written does every pass fail.
+    let total: usize = run.want.values().map(|&o| o as usize).sum();
+    let handed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let sink = cairn_connector::testing::WatchedSink::new(Box::new(sink))
+        .before_put(Box::new({
+            let handed = handed.clone();
+            move |batches| {
+                let records: usize = batches.iter().map(|b| b.records.len()).sum();
+                handed.fetch_add(records, Ordering::SeqCst);
+                Ok(())
+            }
+        }))
+        .after_put(Box::new(move |_| {
+            if handed.load(Ordering::SeqCst) == total {
+                arm.lock()
+                    .unwrap()
+                    .get_or_insert_with(|| Armed::new(FAILPOINT_PASS, "return(injected)"));
+            }
+        }));
+    let sent = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let opts = PipelineOptions {
         stop: run.stop.clone(),
-        // Only once the run is idle does every pass fail.
-        on_commit: Some(run.once_all_committed(move || {
-            *arm.lock().unwrap() = Some(Armed::new(FAILPOINT_PASS, "return(injected)"));
+        on_commit_sent: Some(Box::new({
+            let sent = sent.clone();
+            move |_, _| {
+                sent.fetch_add(1, Ordering::SeqCst);
+            }
         })),
         ..Default::default()
     };
@@ -252,8 +278,10 @@ fn a_failed_pass_stops_an_idle_run_which_fails_naming_retention() {
         "the run's error names the failed pass: {msg}"
     );
     assert!(armed.lock().unwrap().take().is_some(), "never armed");
-    // Stopped cleanly: all archived, all durable, Kafka committed to there.
+    // Stopped cleanly: all archived, all durable, Kafka committed to there,
+    // by the final commit (the interval never came round).
     run.assert_all_kept();
+    assert!(sent.load(Ordering::SeqCst) >= 1, "the final commit");
 }
 
 /// A live `cairn prune` (served on the run's socket) whose fsync fails
