@@ -350,3 +350,61 @@ fn a_live_prune_that_poisons_the_engine_stops_an_idle_run() {
     // Kafka holds exactly what was committed before; the store keeps it.
     run.assert_all_kept();
 }
+
+/// A periodic pass cut short by the run's stop (here set as the pass
+/// empties t/0, before it reaches t/1) ends there, and no last pass
+/// follows at the stop: it would do the work the stop cut short, which the
+/// next start's first pass does instead. (pruning.rs's test of a first
+/// pass cut short sets the stop before the pass begins, and never reaches
+/// the thread's own loop.)
+#[test]
+fn a_periodic_pass_cut_short_by_the_stop_ends_the_pruner_without_a_last_pass() {
+    let _turn = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
+    let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
+    let stop = Arc::new(AtomicBool::new(false));
+    let (on_failure, failures) = hook();
+    // Every 10 ms; the first pass, on an empty store, runs whole.
+    let mut sink = ArchiveSink::new(engine.clone())
+        .with_retention_until(
+            by_age(DAY),
+            Duration::from_millis(10),
+            on_failure,
+            stop.clone(),
+        )
+        .unwrap();
+    let (emptied_tx, emptied) = mpsc::channel();
+    fail::cfg_callback(cairn_engine::FAILPOINT_EMPTYING_COUNT, {
+        let (stop, emptied_tx) = (stop.clone(), Mutex::new(emptied_tx));
+        move || {
+            stop.store(true, Ordering::SeqCst);
+            let _ = emptied_tx.lock().unwrap().send(());
+        }
+    })
+    .unwrap();
+    let _armed = Armed(cairn_engine::FAILPOINT_EMPTYING_COUNT);
+    // Records of 2023, due for pruning at the next pass.
+    sink.open(&[a.clone(), b.clone()]).unwrap();
+    sink.put(&[batch(&a, 0..50, 20), batch(&b, 0..30, 20)])
+        .unwrap();
+    let consumed = BTreeMap::from([(a.clone(), 50), (b.clone(), 30)]);
+    assert_eq!(sink.pre_commit(&consumed).unwrap(), consumed);
+    emptied
+        .recv_timeout(Duration::from_secs(60))
+        .expect("a periodic pass emptied a partition");
+    drop(engine);
+    sink.stop().unwrap();
+    assert_eq!(failures.try_iter().count(), 0);
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let held: BTreeMap<TopicPartition, u64> = e
+        .partitions()
+        .into_iter()
+        .map(|p| (p.tp, p.record_count))
+        .collect();
+    assert_eq!(
+        held,
+        BTreeMap::from([(a, 0), (b, 30)]),
+        "the pass ends after t/0, and no last pass prunes t/1"
+    );
+}
