@@ -399,7 +399,9 @@ fn kafka_view(
     // The archive's identity, which every row of it carries.
     let store: Option<String> = rows.iter().find_map(|r| r.store.clone());
     // Partitions per archived topic, as Kafka has them.
-    let mut in_kafka: BTreeMap<String, Vec<i32>> = BTreeMap::new();
+    // Sets, not lists: looked up once per row (tens of thousands of
+    // partitions made the lists' scans quadratic).
+    let mut in_kafka: BTreeMap<String, std::collections::BTreeSet<i32>> = BTreeMap::new();
     for r in rows.iter() {
         in_kafka.entry(r.topic.clone()).or_default();
     }
@@ -461,6 +463,10 @@ fn kafka_view(
             }
         }
     }
+    let archived: std::collections::BTreeSet<(String, i32)> = rows
+        .iter()
+        .map(|r| (r.topic.clone(), r.partition))
+        .collect();
     for (topic, partitions) in &in_kafka {
         if !listed.contains(topic) {
             tracing::warn!(
@@ -471,7 +477,7 @@ fn kafka_view(
             topic_missing.insert(topic.clone(), "Kafka does not have the topic".into());
         }
         for &p in partitions {
-            if !rows.iter().any(|r| &r.topic == topic && r.partition == p) {
+            if !archived.contains(&(topic.clone(), p)) {
                 let mut r = Row::unarchived(topic, p);
                 r.store = store.clone();
                 rows.push(r);
