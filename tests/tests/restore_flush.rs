@@ -2,6 +2,17 @@
 //! error, with what to run next (until the night of 2026-12-04 that was
 //! only in an ERROR log line before a bare flush error). A file of its
 //! own: the failpoint is process-wide, and other restores must not meet it.
+//!
+//! What this shows is the wording of a guard, not the path a real timeout
+//! takes: the flush waits `message.timeout.ms` and a margin, and librdkafka
+//! reports every record by `message.timeout.ms`, so a real flush ends with
+//! every report in, those of records that timed out as failures ("may have
+//! been written": restore.rs `a_timeout_is_reported_as_possibly_written`).
+//! The failpoint fails a flush whose reports are all in, which only a
+//! librdkafka that broke its own deadline would do (seen in review,
+//! 2026-12-05). A record written by the brokers but timed out at the client
+//! (its response delayed) is not reached by any test: the mock cluster's
+//! per-request delay is not in rust-rdkafka's API.
 
 use cairn_connector::restore::{restore, RestoreConfig, FAILPOINT_FLUSH_FAILS};
 use cairn_connector::ConnectorError;
