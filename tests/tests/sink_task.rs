@@ -20,6 +20,9 @@ struct Store {
     /// Flushed ("durable") records per partition, in put order.
     flushed: BTreeMap<TopicPartition, Vec<Record>>,
     retriable_failures: u64,
+    /// Retries met, and any whose batches were not the failed put's.
+    retries: u64,
+    retries_changed: Vec<String>,
     closed: BTreeSet<TopicPartition>,
     stopped: bool,
 }
@@ -31,6 +34,9 @@ struct BufferingSink {
     rng: rand::rngs::StdRng,
     /// Put calls so far: the first always fails, so every run retries.
     put_calls: u64,
+    /// The batches of the put that failed last, which the loop must retry
+    /// as they were (less any partition lost meanwhile).
+    failed: Option<Vec<RecordBatch>>,
     /// Stop the run once this many records were put.
     stop_after: u64,
     stop: Arc<AtomicBool>,
@@ -81,8 +87,21 @@ impl SinkTask for BufferingSink {
     fn put(&mut self, batches: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
         let mut store = self.store.lock().unwrap();
         self.put_calls += 1;
+        if let Some(failed) = self.failed.take() {
+            store.retries += 1;
+            let was: BTreeMap<&TopicPartition, &Vec<Record>> =
+                failed.iter().map(|b| (&b.tp, &b.records)).collect();
+            for b in batches {
+                if was.get(&b.tp) != Some(&&b.records) {
+                    store
+                        .retries_changed
+                        .push(format!("put {}: {} differs", self.put_calls, b.tp));
+                }
+            }
+        }
         if self.put_calls == 1 || self.rng.gen_ratio(1, 4) {
             store.retriable_failures += 1;
+            self.failed = Some(batches.to_vec());
             return Err(TaskError::Retriable("injected".into()));
         }
         // The previous put's records become durable; this one's are buffered.
@@ -143,6 +162,7 @@ fn run(
         buffer: Vec::new(),
         rng: rand::rngs::StdRng::seed_from_u64(seed),
         put_calls: 0,
+        failed: None,
         stop_after,
         stop: stop.clone(),
     };
@@ -249,6 +269,14 @@ fn a_buffering_retrying_sink_gets_every_record_once_and_commits_only_what_it_flu
             total += records.len() as u64;
         }
         assert_eq!(total, n, "seed {seed}: every record handed over once");
+        // Each failed put was retried with its own batches, record for
+        // record (none lost here: one member).
+        assert!(s.retries > 0);
+        assert!(
+            s.retries_changed.is_empty(),
+            "seed {seed}: retries with other batches: {:?}",
+            s.retries_changed
+        );
     }
 }
 
