@@ -671,19 +671,20 @@ impl Shared {
         // (or revoked, and committed) where the archive now says.
         let moves: BTreeMap<TopicPartition, i64> = moved.iter().cloned().collect();
         self.record_moves(&moves)?;
+        // A new start only where the fetch moves: one restarted where it
+        // is keeps its start (for a partition that delivered records, the
+        // position would hide from its lag what is handed over and not yet
+        // durable). Set with the move's record, before the check for
+        // events: a retry after one judges the partition from there.
+        for (tp, to) in moved {
+            let refetch = self.starts.get(&tp).and_then(Start::archived_below);
+            self.started_at(&tp, Offset::Offset(to), refetch);
+        }
         if events_waiting() {
             tracing::debug!(
                 "an event came while checking retention: serving it before restarting fetches"
             );
             return Ok(false);
-        }
-        // A new start only where the fetch moves: one restarted where it
-        // is keeps its start (for a partition that delivered records, the
-        // position would hide from its lag what is handed over and not yet
-        // durable).
-        for (tp, to) in moved {
-            let refetch = self.starts.get(&tp).and_then(Start::archived_below);
-            self.started_at(&tp, Offset::Offset(to), refetch);
         }
         retention::restart_fetch(consumer, &restart, &going_on)?;
         Ok(true)
@@ -734,6 +735,25 @@ impl Shared {
     pub(crate) fn record_moves(&mut self, moved: &BTreeMap<TopicPartition, i64>) -> Result<()> {
         if moved.is_empty() {
             return Ok(());
+        }
+        {
+            // A partition resumed unchecked (its bounds unreadable at the
+            // assignment) has no consumed offset, so that its unchecked
+            // start is not committed before a put: the worker would pass
+            // over its move. Its bounds are read now: it has consumed
+            // nothing past where it started (seen in review, 2026-12-05).
+            let mut st = self.pipeline.state();
+            for (tp, &to) in moved {
+                let started = match self.starts.get(tp) {
+                    Some(Start::At(o) | Start::Refetch { from: o, .. }) => Some(*o),
+                    _ => None,
+                };
+                if let (Some(o), true) = (started, st.assigned.contains(tp)) {
+                    if o < to && !st.consumed.contains_key(tp) {
+                        st.consumed.insert(tp.clone(), o);
+                    }
+                }
+            }
         }
         for (tp, &to) in moved {
             crate::commit::raise(&mut self.caught_up, tp, to);

@@ -109,6 +109,8 @@ pub struct Progress {
     /// The report made at a clean stop (the others are periodic).
     pub at_stop: bool,
     pub elapsed: Duration,
+    /// The time this report covers: since the previous one, or, at the
+    /// stop, the whole run (as `elapsed`).
     pub interval: Duration,
     pub records_written: u64,
     /// Records written per second over the interval.
