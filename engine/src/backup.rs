@@ -327,6 +327,15 @@ impl Engine {
                         return Err(e);
                     }
                 };
+                // An error reading the copy that stopped its verify
+                // part-way (after problems copied from the source) is the
+                // copy's failure too: it is not verified whole.
+                if let Some(e) = r.verify.stopped_at_error.clone() {
+                    crate::engine::drop_failing_store(copy);
+                    return Err(io("verify the backup's copy")(std::io::Error::other(
+                        format!("the copy's verify stopped at an error reading it: {e}"),
+                    )));
+                }
                 // A page of the copy's own sled log that cannot be read is
                 // the copy's failure (its disk), not damage copied from the
                 // source.

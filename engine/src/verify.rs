@@ -79,6 +79,10 @@ pub struct VerifyReport {
     /// What the verify saw that is no damage but limits or explains it (a
     /// store without its watermark, a poison mark): said, not counted.
     pub notes: Vec<String>,
+    /// The error reading the store that stopped the check part-way, after
+    /// the problems listed were found (also in `notes`): what lies after
+    /// it was not checked. A backup's verify of its copy fails on it.
+    pub stopped_at_error: Option<String>,
 }
 
 impl VerifyReport {
@@ -512,6 +516,7 @@ fn verify_tree_facts(
             r.notes.push(format!(
                 "the check stopped at an error reading the store ({e}): the problems listed are those found before it, and what lies after it was not checked"
             ));
+            r.stopped_at_error = Some(e.to_string());
             facts.unreadable_page = true;
         }
         Err(e) => return Err(e),
@@ -1264,6 +1269,11 @@ fn verify_summaries_at(
                 r.partitions += 1;
                 let t = totals.remove(&tp).unwrap_or_default();
                 check_summary(&tp, &stored, &t, r);
+            } else {
+                // Not looked at; totals made of its index entries that do
+                // not decode (reported where they are) are no partition
+                // with a summary missing.
+                totals.remove(&tp);
             }
             continue;
         };

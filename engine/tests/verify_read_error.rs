@@ -59,5 +59,26 @@ fn a_read_error_after_problems_were_found_keeps_them() {
         v.notes
     );
     assert!(!v.is_clean());
+    assert!(v.stopped_at_error.is_some());
+
+    // A backup's verify of its copy meets the same error after the
+    // damage copied from the source: the copy is not verified whole, and
+    // the backup fails and removes it (it kept it, marked complete, when
+    // the verify's report stood without a word of the error).
+    fail::cfg(FAILPOINT_VERIFY_AFTER_LOG, "return").unwrap();
+    let dest = tempfile::tempdir().unwrap();
+    let to = dest.path().join("copy");
+    let source = Engine::open(cfg.clone()).unwrap();
+    let backed_up = source.backup_to(&to, &std::sync::atomic::AtomicBool::new(false));
+    fail::remove(FAILPOINT_VERIFY_AFTER_LOG);
+    match backed_up {
+        Err(cairn_engine::Error::Io { op, source, .. }) => {
+            assert_eq!(op, "verify the backup's copy");
+            assert!(source.to_string().contains("verify::after_log"), "{source}");
+        }
+        other => panic!("expected the copy's verify error, got {other:?}"),
+    }
+    assert!(!to.exists(), "the unverified copy is removed");
+    source.close().unwrap();
     scenario.teardown();
 }
