@@ -141,8 +141,9 @@ pub fn frame_decode(data: &[u8]) {
     }
     let lsn = u64::from_le_bytes(data[..8].try_into().expect("8 bytes"));
     let bytes = &data[8..];
-    let Ok(f) = frame::decode(lsn, bytes) else {
-        return;
+    let f = match frame::decode(lsn, bytes) {
+        Ok(f) => f,
+        Err(kind) => return assert_refused_as_described(lsn, bytes, &kind),
     };
     let again = frame::encode(lsn, f.kind, f.flags, f.body);
     assert_eq!(again, bytes, "a decoded frame re-encoded to other bytes");
@@ -166,6 +167,85 @@ pub fn frame_decode(data: &[u8]) {
         if let Ok(entry) = decode_entry(f.body) {
             assert_round_trips(&entry);
         }
+    }
+}
+
+/// The verdicts recovery acts on, checked against FORMAT.md's rules as
+/// stated there, not as `decode` orders its checks (since 2026-12-05; only
+/// accepted frames were checked before). `Truncated`, which recovery cuts
+/// as a torn frame at the log's end, only for a frame cut short: a value
+/// shorter than a header that starts one this build writes, or a whole
+/// header whose declared body runs past the bytes there. `LengthDamaged`,
+/// which it never cuts, only for a frame whose checksum matches under the
+/// length it has.
+fn assert_refused_as_described(lsn: u64, bytes: &[u8], kind: &crate::CorruptionKind) {
+    use crate::CorruptionKind as K;
+    let header = frame::FRAME_HEADER_BYTES;
+    let declared = bytes
+        .get(8..12)
+        .map(|l| u64::from(u32::from_le_bytes([l[0], l[1], l[2], l[3]])));
+    match kind {
+        K::Truncated { .. } => {
+            let n = bytes.len().min(4);
+            assert_eq!(
+                bytes[..n],
+                frame::FRAME_MAGIC[..n],
+                "cut short, yet no magic"
+            );
+            if let Some(&v) = bytes.get(4) {
+                assert_eq!(v, frame::FRAME_VERSION, "cut short, yet another version");
+            }
+            if let Some(&k) = bytes.get(5) {
+                // FORMAT.md: 1 records, 2 tombstone.
+                assert!(matches!(k, 1 | 2), "cut short, yet no kind");
+            }
+            // Flags are u16 LE; with only their low byte there, its bits.
+            let flags = match bytes.get(6..8) {
+                Some(f) => Some(u16::from_le_bytes([f[0], f[1]])),
+                None => bytes.get(6).map(|&low| u16::from(low)),
+            };
+            if let Some(fl) = flags {
+                assert_eq!(
+                    fl & !(FLAG_MORE | FLAG_CONT),
+                    0,
+                    "cut short, yet unknown flags"
+                );
+                assert!(
+                    bytes[5] != 2 || fl == 0,
+                    "cut short, yet a tombstone's flags"
+                );
+            }
+            if let Some(l) = declared {
+                assert!(
+                    l <= frame::FRAME_BODY_BYTES_MAX as u64,
+                    "cut short, yet too long"
+                );
+            }
+            if bytes.len() >= header {
+                let l = declared.expect("a whole header has a length");
+                assert!(
+                    (bytes.len() as u64) < header as u64 + l,
+                    "cut short, yet every declared byte is there"
+                );
+            }
+        }
+        K::LengthDamaged { stored, .. } => {
+            assert!(
+                bytes.len() >= header,
+                "a damaged length, yet no whole header"
+            );
+            assert_eq!(*stored, (bytes.len() - header) as u64);
+            let mut h = [0u8; 12];
+            h.copy_from_slice(&bytes[..12]);
+            h[8..12].copy_from_slice(&(*stored as u32).to_le_bytes());
+            let sealed = u32::from_le_bytes(bytes[12..16].try_into().expect("4 bytes"));
+            assert_eq!(
+                frame::crc(lsn, &h, &bytes[header..]),
+                sealed,
+                "a damaged length, yet the checksum does not match the length there"
+            );
+        }
+        _ => {}
     }
 }
 
@@ -201,12 +281,45 @@ pub fn small_decode(data: &[u8]) {
             let v = seal(key, value);
             if let Ok((tp, e)) = crate::index::IndexEntry::decode(key, &v) {
                 assert_eq!(e.encode(&tp), (key.to_vec(), v), "index entry");
+                // FORMAT.md's ranges, checked on every decode (since
+                // 2026-12-05 here; a dropped check re-encodes the same).
+                assert!(e.lsn >= 1, "index entry: lsn 0");
+                assert!((1..=32_768).contains(&e.chunks), "index entry: chunks");
+                assert!(
+                    e.lsn
+                        .checked_add(u64::from(e.chunks))
+                        .is_some_and(|end| end <= 1 << 62),
+                    "index entry: past 2^62"
+                );
+                assert!(
+                    (1..=262_145).contains(&e.record_count),
+                    "index entry: record count"
+                );
+                assert!(
+                    e.first_offset <= e.last_offset && e.last_offset < i64::MAX,
+                    "index entry: offsets"
+                );
+                assert!(
+                    i128::from(e.record_count)
+                        <= i128::from(e.last_offset) - i128::from(e.first_offset) + 1,
+                    "index entry: more records than offsets"
+                );
+                assert!(
+                    e.timestamp_min_ms <= e.timestamp_max_ms,
+                    "index entry: timestamps"
+                );
             }
         }
         1 => {
             let v = seal(key, value);
             if let Ok((tp, s)) = crate::offsets::PartitionSummary::decode(key, &v) {
                 assert_eq!(s.encode(&tp), (key.to_vec(), v), "summary");
+                assert!(
+                    s.first_offset >= 0
+                        && s.next_offset >= s.first_offset
+                        && (0..=s.next_offset).contains(&s.next_offset_floor),
+                    "summary: FORMAT.md's ranges"
+                );
             }
         }
         2 => {
@@ -219,6 +332,7 @@ pub fn small_decode(data: &[u8]) {
             let v = seal(crate::keys::META_CHECKPOINT, rest);
             if let Ok(lsn) = crate::meta::decode_checkpoint(&v) {
                 assert_eq!(crate::meta::encode_checkpoint(lsn), v, "Mcheckpoint");
+                assert!(lsn < crate::keys::LSN_MAX, "Mcheckpoint: at or past 2^62");
             }
         }
         4 => {
