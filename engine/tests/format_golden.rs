@@ -192,3 +192,113 @@ fn every_documented_value_is_pinned_byte_for_byte() {
         drifted.join("\n")
     );
 }
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// The pinned bytes above, read back by the decoders: each gives the fields
+/// it was written from (the test above pins the encoders only; a decoder
+/// that read a field from the wrong place, or in the wrong order, would
+/// pass it).
+#[test]
+fn pinned_bytes_decode_to_their_fields() {
+    let tp = TopicPartition::new("t", 1);
+    let (_, index) = IndexEntry::decode(
+        &unhex("490174000000010000000000000005"),
+        &unhex("0700000000000000010000000200000006000000000000000a0000000000000014000000000000001e00000000000000caf8c676"),
+    )
+    .unwrap();
+    assert_eq!(
+        index,
+        IndexEntry {
+            first_offset: 5,
+            lsn: 7,
+            chunks: 1,
+            record_count: 2,
+            last_offset: 6,
+            timestamp_min_ms: 10,
+            timestamp_max_ms: 20,
+            payload_bytes: 30,
+        }
+    );
+    let (summary_tp, summary) = PartitionSummary::decode(
+        &unhex("50017400000001"),
+        &unhex("0500000000000000070000000000000002000000000000001e000000000000000300000000000000cbae59cf"),
+    )
+    .unwrap();
+    assert_eq!(summary_tp, tp);
+    assert_eq!(
+        (
+            summary.first_offset,
+            summary.next_offset,
+            summary.record_count,
+            summary.payload_bytes,
+            summary.next_offset_floor
+        ),
+        (5, 7, 2, 30, 3)
+    );
+    assert_eq!(
+        cairn_engine::meta::decode_format(&unhex("43524e4d030000003b9d3de8")).unwrap(),
+        3
+    );
+    assert_eq!(
+        cairn_engine::meta::decode_format(&unhex("43524e4d0400000082a5ea75")).unwrap(),
+        4
+    );
+    assert_eq!(
+        cairn_engine::meta::decode_checkpoint(&unhex("020100000000000086feb5a6")).unwrap(),
+        258
+    );
+    assert_eq!(
+        cairn_engine::meta::decode_store_id(&unhex("0123456789abcdeffedcba9876543210136e80ee"))
+            .unwrap(),
+        cairn_engine::meta::StoreId(0x0123_4567_89ab_cdef_fedc_ba98_7654_3210)
+    );
+    assert_eq!(
+        cairn_engine::watermark::decode(&unhex("43524e570201000000000000efd0e86e")).unwrap(),
+        258
+    );
+    assert_eq!(
+        cairn_engine::keys::parse_wal_key(&unhex("570000000000000102")).unwrap(),
+        258
+    );
+    let tombstone = unhex("43524e4601020000080000009a5eb7e10300000000000000");
+    let f = frame::decode(4, &tombstone).unwrap();
+    assert_eq!(
+        (f.kind, f.flags, f.span().unwrap()),
+        (FrameKind::Tombstone, 0, 3)
+    );
+    let chunks = [
+        (
+            "43524e460101010004000000738c6fbb61626364",
+            9,
+            frame::FLAG_MORE,
+            &b"abcd"[..],
+        ),
+        (
+            "43524e460101030004000000c243350265666768",
+            10,
+            frame::FLAG_MORE | frame::FLAG_CONT,
+            &b"efgh"[..],
+        ),
+        (
+            "43524e460101020002000000515cbf75696a",
+            11,
+            frame::FLAG_CONT,
+            &b"ij"[..],
+        ),
+    ];
+    for (bytes, lsn, flags, body) in chunks {
+        let bytes = unhex(bytes);
+        let f = frame::decode(lsn, &bytes).unwrap();
+        assert_eq!(
+            (f.kind, f.flags, f.body),
+            (FrameKind::Records, flags, body),
+            "lsn {lsn}"
+        );
+    }
+}
