@@ -38,8 +38,8 @@ use std::path::Path;
 use crate::body::{decode_entry, encode_entry};
 use crate::frame::{self, FrameKind, FLAG_CONT, FLAG_MORE};
 use crate::{
-    Engine, EngineConfig, Error, Header, Record, RecordBatch, RecoveryMode, TimestampType,
-    TopicPartition,
+    Engine, EngineConfig, Error, Header, Location, Record, RecordBatch, RecoveryMode,
+    TimestampType, TopicPartition,
 };
 
 mod crash;
@@ -591,6 +591,24 @@ fn write_planned(plan: &RecoverPlan, store: &Path) -> BTreeMap<TopicPartition, V
     written
 }
 
+/// The LSNs of each partition's entries in the (closed) store at `store`,
+/// read from its index before any damage.
+fn partition_lsns(store: &Path) -> BTreeMap<TopicPartition, std::collections::BTreeSet<u64>> {
+    let db = small_config(store)
+        .open_sled()
+        .expect("open the store's sled");
+    let tree = db.open_tree("cairn").expect("open the store's tree");
+    let mut lsns: BTreeMap<TopicPartition, std::collections::BTreeSet<u64>> = BTreeMap::new();
+    for item in tree.scan_prefix([crate::keys::PREFIX_INDEX]) {
+        let (k, v) = item.expect("read the index");
+        let (tp, e) = crate::index::IndexEntry::decode(&k, &v).expect("an undamaged index entry");
+        lsns.entry(tp)
+            .or_default()
+            .extend(e.lsn..e.lsn + u64::from(e.chunks));
+    }
+    lsns
+}
+
 /// Target `wal_recover`: write a store from the input's shape, damage its
 /// stored values, keys and watermark file as the input says, then open,
 /// read and verify it.
@@ -600,6 +618,7 @@ pub fn wal_recover(data: &[u8], scratch: &Path) {
     let store = scratch.join("store");
     let tps = recover_partitions();
     let written = write_planned(&plan, &store);
+    let lsns_of = partition_lsns(&store);
     // A re-sealed flip in a frame may change a record's bytes and nothing
     // else: the records read back are then compared by offset only (a
     // re-sealed index entry, summary or metadata value cannot change a
@@ -718,13 +737,27 @@ pub fn wal_recover(data: &[u8], scratch: &Path) {
         // trusted: one the damage lowered or broke, or one short of the log.
         let truncation_may_cut = truncated && (watermark_lowered || !covers_log);
         let report = engine.verify();
-        let verify_found = match &report {
-            Ok(v) => !v.is_clean(),
+        let problems = match &report {
+            Ok(v) => v,
             // Verify reports damage as problems; an error is its own
             // failure to read, which damage through sled cannot cause.
             Err(e) => panic!("verify failed on a damaged store: {e} (damage {damages:?})"),
         };
         for (tp, whole, read_error, prefix) in reads {
+            // Verify reported damage that bears on this partition: at its
+            // summary, its index, a frame of one of its entries, or
+            // anything of the whole store (metadata, keys, the watermark,
+            // sled's files). One problem elsewhere does not excuse records
+            // of this one gone missing (until 2026-12-05 any did).
+            let verify_found = problems.problems_unlisted > 0
+                || problems.problems.iter().any(|p| match &p.location {
+                    Location::Partition { topic, partition }
+                    | Location::Index {
+                        topic, partition, ..
+                    } => *topic == tp.topic && *partition == tp.partition,
+                    Location::Wal { lsn } => lsns_of.get(tp).is_some_and(|l| l.contains(lsn)),
+                    _ => true,
+                });
             if !changed {
                 assert!(
                     whole && !read_error && !truncated && !verify_found,
