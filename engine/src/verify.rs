@@ -814,7 +814,8 @@ fn verify_log(
         let span_known = !std::mem::take(&mut span_unknown);
         // A run of stray frames inside a tombstone's span is one gap, at
         // its first frame (until 2026-12-05, one per frame).
-        let stray_goes_on = lsn < expected && lsn.checked_sub(1) == last_stray;
+        let stray_goes_on =
+            lsn < expected && last_stray.is_some_and(|l| lsn.checked_sub(1) == Some(l));
         last_stray = (lsn < expected).then_some(lsn);
         if lsn != expected && span_known && !stray_goes_on {
             r.add(
