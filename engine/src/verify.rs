@@ -1592,6 +1592,22 @@ mod tests {
         }
         let r = verify_store(&cfg).unwrap();
         assert_eq!(gaps(&r), [Location::Wal { lsn: 3 }], "{:#?}", r.problems);
+        // A well-formed tombstone at LSN 0, below every frame: a gap of
+        // its own (the first frame has no stray before it; c1ec8de took
+        // its missing predecessor for one).
+        {
+            let db = cfg.open_sled().unwrap();
+            let tree = db.open_tree("cairn").unwrap();
+            let stray = frame::encode(0, FrameKind::Tombstone, 0, &frame::encode_tombstone(1));
+            tree.insert(keys::wal_key(0), stray).unwrap();
+            db.flush().unwrap();
+        }
+        let r = verify_store(&cfg).unwrap();
+        assert!(
+            gaps(&r).contains(&Location::Wal { lsn: 0 }),
+            "{:#?}",
+            r.problems
+        );
     }
 
     /// `TrailingBytes` says how many bytes trail, not how many there are.

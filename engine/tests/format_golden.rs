@@ -207,11 +207,12 @@ fn unhex(s: &str) -> Vec<u8> {
 #[test]
 fn pinned_bytes_decode_to_their_fields() {
     let tp = TopicPartition::new("t", 1);
-    let (_, index) = IndexEntry::decode(
+    let (index_tp, index) = IndexEntry::decode(
         &unhex("490174000000010000000000000005"),
         &unhex("0700000000000000010000000200000006000000000000000a0000000000000014000000000000001e00000000000000caf8c676"),
     )
     .unwrap();
+    assert_eq!(index_tp, tp);
     assert_eq!(
         index,
         IndexEntry {
