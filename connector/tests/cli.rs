@@ -882,6 +882,21 @@ fn an_output_that_fails_part_way_says_what_may_be_missing() {
         err.contains("<stdout> received the records before it but up to the last 1 MiB of them (the output failed): the export is incomplete"),
         "{err}"
     );
+    // A backup whose report cannot be written is still made, and kept:
+    // said, beside the error (since 2026-12-05; before, the error alone,
+    // which reads as a failed backup).
+    let copies = tempfile::tempdir().unwrap();
+    let to = copies.path().join("copy");
+    let (code, err) = cairn_into_dev_full(&["backup", "--data", d, "--to", to.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains(&format!("the backup is complete in {}", to.display()))
+            && err.contains("No space left on device"),
+        "{err}"
+    );
+    assert!(!to.join(cairn_engine::BACKUP_INCOMPLETE_FILE).exists());
+    let copy = Engine::open(EngineConfig::new(&to)).unwrap();
+    assert!(copy.verify().unwrap().is_clean());
 }
 
 /// An export range that meets no record is an error, also when it lies

@@ -181,7 +181,16 @@ pub async fn run(args: BackupArgs) -> Result<ExitCode> {
         );
     }
     closed?;
-    written?;
+    if let Err(e) = written {
+        // The copy is made and kept whatever its report met (a full disk
+        // behind a redirect): said, so that the error is not taken for a
+        // failed backup (until 2026-12-05 it was not).
+        super::say_warn!(
+            "the backup is complete in {} (its verify's exit: {exit}), but its report could not be written",
+            dest.display()
+        );
+        return Err(e);
+    }
     Ok(ExitCode::from(exit))
 }
 
