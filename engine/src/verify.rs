@@ -1565,13 +1565,15 @@ mod tests {
             e.close().unwrap();
         }
         assert!(verify_store(&cfg).unwrap().is_clean());
-        {
+        // A tombstone of one LSN put at `lsn`, past the engine.
+        let stray_at = |lsn: u64| {
             let db = cfg.open_sled().unwrap();
             let tree = db.open_tree("cairn").unwrap();
-            let stray = frame::encode(3, FrameKind::Tombstone, 0, &frame::encode_tombstone(1));
-            tree.insert(keys::wal_key(3), stray).unwrap();
+            let stray = frame::encode(lsn, FrameKind::Tombstone, 0, &frame::encode_tombstone(1));
+            tree.insert(keys::wal_key(lsn), stray).unwrap();
             db.flush().unwrap();
-        }
+        };
+        stray_at(3);
         let gaps = |r: &VerifyReport| -> Vec<Location> {
             r.problems
                 .iter()
@@ -1583,25 +1585,13 @@ mod tests {
         assert_eq!(gaps(&r), [Location::Wal { lsn: 3 }], "{:#?}", r.problems);
         // Two stray frames in a row inside the span: still one gap, at the
         // first.
-        {
-            let db = cfg.open_sled().unwrap();
-            let tree = db.open_tree("cairn").unwrap();
-            let stray = frame::encode(4, FrameKind::Tombstone, 0, &frame::encode_tombstone(1));
-            tree.insert(keys::wal_key(4), stray).unwrap();
-            db.flush().unwrap();
-        }
+        stray_at(4);
         let r = verify_store(&cfg).unwrap();
         assert_eq!(gaps(&r), [Location::Wal { lsn: 3 }], "{:#?}", r.problems);
         // A well-formed tombstone at LSN 0, below every frame: a gap of
         // its own (the first frame has no stray before it; c1ec8de took
         // its missing predecessor for one).
-        {
-            let db = cfg.open_sled().unwrap();
-            let tree = db.open_tree("cairn").unwrap();
-            let stray = frame::encode(0, FrameKind::Tombstone, 0, &frame::encode_tombstone(1));
-            tree.insert(keys::wal_key(0), stray).unwrap();
-            db.flush().unwrap();
-        }
+        stray_at(0);
         let r = verify_store(&cfg).unwrap();
         assert!(
             gaps(&r).contains(&Location::Wal { lsn: 0 }),

@@ -202,17 +202,46 @@ fn archived_offsets(data: &std::path::Path, topic: &str) -> Vec<i64> {
         .collect()
 }
 
+/// A store of topic `name` (one partition, group `<name>-group`) that
+/// archived records 0..20, which then aged out of Kafka: the topic, the
+/// store's directory, a configuration of 10-record batches, and Kafka's log
+/// start; `None` where the broker kept every record (said to be skipped).
+fn aged_out_store(
+    name: &str,
+) -> Option<(
+    TestKafka,
+    tempfile::TempDir,
+    cairn_connector::RunConfig,
+    i64,
+)> {
+    init_logs();
+    let k = TestKafka::new(name, 1);
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&k, &format!("{name}-group"), dir.path());
+    cfg.batch_records_max = 10;
+    let low = archived_then_aged_out(&k, &cfg)?;
+    Some((k, dir, cfg, low))
+}
+
+/// The archive at `dir` holds 0..20 and `low..420` of `topic`'s partition
+/// 0, and the move to `low` was durable before the first put after it
+/// (`seen`: what the archive held durable before each put).
+fn assert_skipped_to_the_log_start(dir: &std::path::Path, topic: &str, low: i64, seen: &Seen) {
+    let want: Vec<i64> = (0..20).chain(low..420).collect();
+    assert_eq!(archived_offsets(dir, topic), want);
+    assert_eq!(
+        seen.first(),
+        Some(&(low, Some(low))),
+        "the move to the log start must be durable before the first put after it: {seen:?}"
+    );
+}
+
 #[test]
 fn a_stored_offset_that_aged_out_stops_the_run_unless_told_to_skip() {
-    init_logs();
-    let k = TestKafka::new("aged-out", 1);
-    let group = "aged-out-group";
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(&k, group, dir.path());
-    cfg.batch_records_max = 10;
-    let Some(low) = archived_then_aged_out(&k, &cfg) else {
+    let Some((k, dir, mut cfg, low)) = aged_out_store("aged-out") else {
         return;
     };
+    let group = "aged-out-group";
 
     // Default policy: stop, name the partition and the lost range, commit nothing.
     let err = stopped_aged_out_at_20(&cfg, low);
@@ -234,13 +263,7 @@ fn a_stored_offset_that_aged_out_stops_the_run_unless_told_to_skip() {
     cfg.on_offset_out_of_range = OnOffsetOutOfRange::Earliest;
     let (report, seen) = archive_watched(&cfg, 420);
     assert_eq!(report.unwrap().stats.records_written as i64, 420 - low);
-    let want: Vec<i64> = (0..20).chain(low..420).collect();
-    assert_eq!(archived_offsets(dir.path(), &k.topic), want);
-    assert_eq!(
-        seen.first(),
-        Some(&(low, Some(low))),
-        "the move to the log start must be durable before the first put after it: {seen:?}"
-    );
+    assert_skipped_to_the_log_start(dir.path(), &k.topic, low, &seen);
 }
 
 /// The range `earliest` accepted is not judged again: a run that moved
@@ -252,12 +275,7 @@ fn a_stored_offset_that_aged_out_stops_the_run_unless_told_to_skip() {
 /// record archived).
 #[test]
 fn a_range_earliest_accepted_does_not_stop_a_later_fail_run() {
-    init_logs();
-    let k = TestKafka::new("aged-accepted", 1);
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(&k, "aged-accepted-group", dir.path());
-    cfg.batch_records_max = 10;
-    let Some(low) = archived_then_aged_out(&k, &cfg) else {
+    let Some((k, dir, mut cfg, low)) = aged_out_store("aged-accepted") else {
         return;
     };
     cfg.on_offset_out_of_range = OnOffsetOutOfRange::Earliest;
@@ -299,16 +317,11 @@ fn a_range_earliest_accepted_does_not_stop_a_later_fail_run() {
 #[test]
 fn an_unchecked_resume_that_aged_out_records_its_move_at_the_reset() {
     use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
-    init_logs();
-    let k = TestKafka::new("aged-unchecked", 1);
-    let Some(mock) = k.mock() else {
-        eprintln!("SKIPPED: error injection needs the mock cluster");
+    let Some((k, dir, mut cfg, low)) = aged_out_store("aged-unchecked") else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(&k, "aged-unchecked-group", dir.path());
-    cfg.batch_records_max = 10;
-    let Some(low) = archived_then_aged_out(&k, &cfg) else {
+    let Some(mock) = k.mock() else {
+        eprintln!("SKIPPED: error injection needs the mock cluster");
         return;
     };
     cfg.on_offset_out_of_range = OnOffsetOutOfRange::Earliest;
@@ -326,13 +339,7 @@ fn an_unchecked_resume_that_aged_out_records_its_move_at_the_reset() {
         "the assignment must have met the errors: {:?}",
         report.stats
     );
-    let want: Vec<i64> = (0..20).chain(low..420).collect();
-    assert_eq!(archived_offsets(dir.path(), &k.topic), want);
-    assert_eq!(
-        seen.first(),
-        Some(&(low, Some(low))),
-        "the move to the log start must be durable before the first put after it: {seen:?}"
-    );
+    assert_skipped_to_the_log_start(dir.path(), &k.topic, low, &seen);
 }
 
 /// A store restored from a backup made before it held the partition
