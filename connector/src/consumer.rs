@@ -744,10 +744,7 @@ impl Shared {
             // nothing past where it started (seen in review, 2026-12-05).
             let mut st = self.pipeline.state();
             for (tp, &to) in moved {
-                let started = match self.starts.get(tp) {
-                    Some(Start::At(o) | Start::Refetch { from: o, .. }) => Some(*o),
-                    _ => None,
-                };
+                let started = self.starts.get(tp).and_then(Start::offset);
                 if let (Some(o), true) = (started, st.assigned.contains(tp)) {
                     if o < to && !st.consumed.contains_key(tp) {
                         st.consumed.insert(tp.clone(), o);

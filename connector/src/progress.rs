@@ -47,6 +47,14 @@ pub(crate) enum Start {
 }
 
 impl Start {
+    /// The offset it starts at, when that is a number (`At`, `Refetch`).
+    pub(crate) fn offset(&self) -> Option<i64> {
+        match self {
+            Start::At(o) | Start::Refetch { from: o, .. } => Some(*o),
+            Start::Beginning | Start::End => None,
+        }
+    }
+
     /// The commit below which records were archived once, of a
     /// [`Start::Refetch`].
     pub(crate) fn archived_below(&self) -> Option<i64> {

@@ -89,10 +89,7 @@ pub(crate) fn place(
     consumed: Option<i64>,
     start: Option<Start>,
 ) -> Option<Place> {
-    let started_at = match start {
-        Some(Start::At(o) | Start::Refetch { from: o, .. }) => Some(o),
-        _ => None,
-    };
+    let started_at = start.as_ref().and_then(Start::offset);
     let fetched = position.map(|p| consumed.map_or(p, |c| p.max(c)));
     if let Some(at) = fetched.or_else(|| consumed.max(started_at.filter(|_| consumed.is_some()))) {
         return Some(Place::At(at));
