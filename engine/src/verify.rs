@@ -286,7 +286,7 @@ fn verify_opened(
                 .into(),
         );
     }
-    if facts.unreadable_page {
+    if facts.stopped_short {
         // The check stopped there: the log's end cannot be read either.
         return Ok(r);
     }
@@ -505,7 +505,7 @@ fn verify_tree_facts(
             r.notes.push(
                 "sled could not read a page of its log, and the check stopped there: the problems listed are those found before it, and what lies after it was not checked".into(),
             );
-            facts.unreadable_page = true;
+            facts.stopped_short = true;
         }
         // An error reading the store (EIO from a failing disk) after
         // problems were found: those are reported, with the error as a
@@ -517,7 +517,7 @@ fn verify_tree_facts(
                 "the check stopped at an error reading the store ({e}): the problems listed are those found before it, and what lies after it was not checked"
             ));
             r.stopped_at_error = Some(e.to_string());
-            facts.unreadable_page = true;
+            facts.stopped_short = true;
         }
         Err(e) => return Err(e),
     }
@@ -712,9 +712,9 @@ fn report_foreign_keys(
 /// notes).
 #[derive(Default)]
 struct LogFacts {
-    /// The check stopped at a page of sled's log that sled cannot read, or
-    /// at an error reading the store after problems were found.
-    unreadable_page: bool,
+    /// The check stopped short: at a page of sled's log that sled cannot
+    /// read, or at an error reading the store after problems were found.
+    stopped_short: bool,
     /// Per partition, its last intact entry's first LSN and last offset.
     last_entry: BTreeMap<TopicPartition, (u64, i64)>,
     /// Per partition, the index entries equal to the log's entry at their
