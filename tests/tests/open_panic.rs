@@ -315,23 +315,23 @@ fn backup_where_reads_panic(
     let cairn_connector::cli::Command::Backup(a) = cli.command else {
         unreachable!()
     };
-    fail::cfg(
+    panicking_at(
         cairn_engine::FAILPOINT_BACKUP_AFTER_LOG,
-        "panic(sled lost a page)",
+        cairn_connector::cli::backup::run(a),
     )
-    .unwrap();
-    let result = tokio::runtime::Runtime::new()
-        .unwrap()
-        .block_on(cairn_connector::cli::backup::run(a));
-    fail::remove(cairn_engine::FAILPOINT_BACKUP_AFTER_LOG);
-    result
 }
 
 /// `command` run to its end with every read of sled's pages panicking
 /// (the failpoint), removed after.
 fn where_reads_panic<T>(command: impl std::future::Future<Output = T>) -> T {
-    fail::cfg(cairn_engine::FAILPOINT_READ_FILL, "panic(sled lost a page)").unwrap();
+    panicking_at(cairn_engine::FAILPOINT_READ_FILL, command)
+}
+
+/// `command` run to its end with `failpoint` panicking ("sled lost a
+/// page"), removed after.
+fn panicking_at<T>(failpoint: &str, command: impl std::future::Future<Output = T>) -> T {
+    fail::cfg(failpoint, "panic(sled lost a page)").unwrap();
     let result = tokio::runtime::Runtime::new().unwrap().block_on(command);
-    fail::remove(cairn_engine::FAILPOINT_READ_FILL);
+    fail::remove(failpoint);
     result
 }
