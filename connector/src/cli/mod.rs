@@ -93,10 +93,11 @@ pub fn say_stopped(e: &dyn std::fmt::Display) {
 /// 2026-12-05).
 pub fn shown_command_line(args: &[std::ffi::OsString]) -> Option<Vec<std::ffi::OsString>> {
     const HIDDEN: &str = "<not shown>";
-    let secret = |kv: &str| {
+    /// The key of `kv` (`key=value`, or a bare key) if it names a credential.
+    fn credential_key(kv: &str) -> Option<&str> {
         let key = kv.split_once('=').map_or(kv, |(k, _)| k);
-        crate::librdkafka::names_a_credential(&key.to_ascii_lowercase())
-    };
+        crate::librdkafka::names_a_credential(&key.to_ascii_lowercase()).then_some(key)
+    }
     let mut shown = Vec::with_capacity(args.len());
     let (mut hid, mut after_secret) = (false, false);
     let mut i = 0;
@@ -116,9 +117,8 @@ pub fn shown_command_line(args: &[std::ffi::OsString]) -> Option<Vec<std::ffi::O
             }
             _ => ("", String::new(), None),
         };
-        match kv {
-            Some(kv) if secret(&kv) => {
-                let key = kv.split_once('=').map_or(kv.as_str(), |(k, _)| k);
+        match kv.as_deref().and_then(credential_key) {
+            Some(key) => {
                 if !flag.is_empty() {
                     shown.push(flag.into());
                     i += 1;
