@@ -1048,6 +1048,33 @@ pub mod model {
             tp: usize,
             ahead: i64,
         },
+        /// One call with a batch per part, the parts in this order (a
+        /// partition may come more than once: its offsets go on increasing
+        /// from part to part), through [`Engine::write`] alone (`Durability::None`:
+        /// nothing new is durable, and reads and durable offsets must not
+        /// show it), a write then a sync, or an append.
+        Write {
+            parts: Vec<Part>,
+            durability: Durability,
+        },
+    }
+
+    /// One batch of an [`Op::Write`]: `count` records of `tp` from `gap`
+    /// past what the model has written of it.
+    #[derive(Debug, Clone)]
+    pub struct Part {
+        pub tp: usize,
+        pub gap: i64,
+        pub count: usize,
+        pub value_len: usize,
+    }
+
+    /// How an [`Op::Write`] is made durable.
+    #[derive(Debug, Clone, Copy)]
+    pub enum Durability {
+        None,
+        Synced,
+        Appended,
     }
 
     /// Decode fuzz input into at most 40 operations.
@@ -1064,6 +1091,26 @@ pub mod model {
                     tp,
                     ahead: input.below(5) as i64,
                 });
+                continue;
+            }
+            // Below the advance's range, for the same reason (since
+            // 2026-12-05).
+            if kind >= 234 {
+                let parts = (0..1 + input.below(4))
+                    .map(|i| Part {
+                        // The op's own partition first, then any.
+                        tp: if i == 0 { tp } else { input.below(3) },
+                        gap: input.below(3) as i64,
+                        count: 1 + input.below(29),
+                        value_len: 1 + input.below(2999),
+                    })
+                    .collect();
+                let durability = match kind % 3 {
+                    0 => Durability::None,
+                    1 => Durability::Synced,
+                    _ => Durability::Appended,
+                };
+                ops.push(Op::Write { parts, durability });
                 continue;
             }
             ops.push(match kind % 13 {
@@ -1096,15 +1143,19 @@ pub mod model {
         ops
     }
 
-    /// Per partition: groups of records in append order, and the next offset.
+    /// Per partition: groups of records in write order, the next offset
+    /// written, and the next offset durable (below or at it: the writes
+    /// since the last sync are not durable yet).
     #[derive(Default)]
     struct Model {
         entries: BTreeMap<usize, Vec<Vec<Record>>>,
         next: BTreeMap<usize, i64>,
+        durable: BTreeMap<usize, i64>,
     }
 
     impl Model {
-        fn records(&self, tp: usize) -> Vec<Record> {
+        /// Every record written, durable or not.
+        fn written(&self, tp: usize) -> Vec<Record> {
             self.entries
                 .get(&tp)
                 .into_iter()
@@ -1112,6 +1163,20 @@ pub mod model {
                 .flatten()
                 .cloned()
                 .collect()
+        }
+
+        /// The records a read must return: the durable ones.
+        fn records(&self, tp: usize) -> Vec<Record> {
+            let end = self.durable.get(&tp).copied().unwrap_or(0);
+            let mut all = self.written(tp);
+            all.retain(|r| r.offset < end);
+            all
+        }
+
+        /// A sync, an append, a reopen or anything else that syncs the
+        /// whole store made every write durable.
+        fn all_durable(&mut self) {
+            self.durable = self.next.clone();
         }
     }
 
@@ -1172,6 +1237,62 @@ pub mod model {
                     );
                     model.entries.entry(tp).or_default().push(b.records);
                     model.next.insert(tp, next);
+                    model.all_durable();
+                }
+                Op::Write {
+                    ref parts,
+                    durability,
+                } => {
+                    let mut batches = Vec::new();
+                    let mut next = model.next.clone();
+                    for part in parts {
+                        let start = next.get(&part.tp).copied().unwrap_or(0) + part.gap;
+                        let b = batch(
+                            &tps[part.tp],
+                            (0..part.count as i64).map(|i| start + i * (1 + part.gap % 2)),
+                            part.value_len,
+                        );
+                        next.insert(part.tp, b.records.last().expect("count >= 1").offset + 1);
+                        batches.push(b);
+                    }
+                    let records: u64 = parts.iter().map(|p| p.count as u64).sum();
+                    let (appended, reported) = match durability {
+                        Durability::Appended => {
+                            let d = e
+                                .append(&batches)
+                                .map_err(|e| format!("step {step}: append: {e}"))?;
+                            (d.appended_records, d.offsets)
+                        }
+                        Durability::None | Durability::Synced => {
+                            let w = e
+                                .write(&batches)
+                                .map_err(|e| format!("step {step}: write: {e}"))?;
+                            if matches!(durability, Durability::Synced) {
+                                e.sync().map_err(|e| format!("step {step}: sync: {e}"))?;
+                            }
+                            (w.appended_records, w.offsets)
+                        }
+                    };
+                    ensure!(
+                        appended == records,
+                        "step {step} {op:?}: {appended} records written, want {records}"
+                    );
+                    for part in parts {
+                        ensure!(
+                            reported.get(&tps[part.tp]) == next.get(&part.tp),
+                            "step {step} {op:?}: {} reported at {:?}, want {:?}",
+                            tps[part.tp],
+                            reported.get(&tps[part.tp]),
+                            next.get(&part.tp)
+                        );
+                    }
+                    for (part, b) in parts.iter().zip(batches) {
+                        model.entries.entry(part.tp).or_default().push(b.records);
+                    }
+                    model.next = next;
+                    if !matches!(durability, Durability::None) {
+                        model.all_durable();
+                    }
                 }
                 Op::AppendDuplicate { tp, back, count } => {
                     let next = model.next.get(&tp).copied().unwrap_or(0);
@@ -1192,6 +1313,7 @@ pub mod model {
                         model.next.insert(tp, last.offset + 1);
                         model.entries.entry(tp).or_default().push(fresh);
                     }
+                    model.all_durable();
                 }
                 Op::Read { tp, from } => {
                     let got = read_all(e, &tps[tp], from)?;
@@ -1222,7 +1344,7 @@ pub mod model {
                     let cut = e
                         .offset_for_retention(&tps[tp], t)
                         .map_err(|e| format!("step {step}: offset_for_retention: {e}"))?;
-                    let next = model.next.get(&tp).copied().unwrap_or(0);
+                    let next = model.durable.get(&tp).copied().unwrap_or(0);
                     ensure!(
                         cut == first.unwrap_or(next),
                         "step {step} {op:?}: offset_for_retention {cut}, model {:?}",
@@ -1234,14 +1356,17 @@ pub mod model {
                     // run's does, and the open recovers what it finds.
                     drop(engine.take());
                     engine = Some(open()?);
+                    model.all_durable();
                 }
                 Op::Start { tp, offset } => {
                     let starts = [(tps[tp].clone(), offset)].into_iter().collect();
                     let d = e
                         .start_partitions(&starts)
                         .map_err(|e| format!("step {step}: start: {e}"))?;
-                    // A partition the store holds keeps its offset.
+                    // A partition the store holds keeps its offset, written
+                    // or durable; the start's sync makes every write durable.
                     let next = *model.next.entry(tp).or_insert(offset);
+                    model.all_durable();
                     ensure!(
                         d.get(&tps[tp]) == Some(&next),
                         "step {step} {op:?}: start reported {:?}, want {next}",
@@ -1255,19 +1380,42 @@ pub mod model {
                         .and_then(|()| e.sync())
                         .map_err(|e| format!("step {step}: advance: {e}"))?;
                     model.next.insert(tp, to);
+                    model.all_durable();
                 }
                 Op::Truncate { tp, offset } => {
                     let r = e
                         .truncate_before(&tps[tp], offset)
                         .map_err(|e| format!("step {step}: truncate: {e}"))?;
+                    // Only durable entries are deleted: the cut is the
+                    // lower of the offset and the durable next offset.
+                    let cut = offset.min(model.durable.get(&tp).copied().unwrap_or(0));
+                    // A step's sync makes every write so far durable, in
+                    // every partition, or, with nothing deleted, there is
+                    // no sync and nothing more is durable.
+                    let durable = e.durable_offsets();
+                    let synced = durable
+                        .iter()
+                        .map(|(tp, next)| (tp.partition as usize, *next))
+                        .collect::<BTreeMap<_, _>>();
+                    ensure!(
+                        synced == model.durable || synced == model.next,
+                        "step {step} {op:?}: durable {synced:?}, model durable {:?}, written {:?}",
+                        model.durable,
+                        model.next
+                    );
+                    ensure!(
+                        synced == model.durable || r.records_deleted > 0,
+                        "step {step} {op:?}: writes made durable by a truncation that deleted nothing"
+                    );
+                    model.durable = synced;
                     let all = model.records(tp);
                     let entries = model.entries.entry(tp).or_default();
-                    // The engine may split an append into several entries; the
-                    // model keeps whole appends, so check the bounds: nothing at
-                    // or above the cut is deleted, every append wholly below is.
+                    // The engine may split a write into several entries; the
+                    // model keeps whole writes, so check the bounds: nothing at
+                    // or above the cut is deleted, every write wholly below is.
                     let wholly_below: u64 = entries
                         .iter()
-                        .filter(|g| g.last().expect("non-empty").offset < offset)
+                        .filter(|g| g.last().expect("non-empty").offset < cut)
                         .map(|g| g.len() as u64)
                         .sum();
                     ensure!(
@@ -1293,8 +1441,8 @@ pub mod model {
                         "step {step} {op:?}: survivors differ"
                     );
                     ensure!(
-                        all[..deleted].iter().all(|x| x.offset < offset),
-                        "step {step} {op:?}: deleted at or above the cut"
+                        all[..deleted].iter().all(|x| x.offset < cut),
+                        "step {step} {op:?}: deleted at or above the cut {cut}"
                     );
                     let mut left = deleted;
                     entries.retain_mut(|g| {
@@ -1313,19 +1461,22 @@ pub mod model {
             let durable = e.durable_offsets();
             for (i, tp) in tps.iter().enumerate() {
                 ensure!(
-                    durable.get(tp).copied() == model.next.get(&i).copied(),
+                    durable.get(tp).copied() == model.durable.get(&i).copied(),
                     "step {step} {op:?}: {tp} durable {:?}, model {:?}",
                     durable.get(tp),
-                    model.next.get(&i)
+                    model.durable.get(&i)
                 );
             }
         }
         let e = engine.take().expect("engine is open");
         let v = e.verify().map_err(|e| format!("verify: {e}"))?;
         ensure!(v.is_clean(), "verify found {:?}", v.problems);
+        // Writes not synced yet are kept by a sync.
+        e.sync().map_err(|e| format!("sync: {e}"))?;
+        model.all_durable();
         for (i, tp) in tps.iter().enumerate() {
             ensure!(
-                read_all(&e, tp, 0)? == model.records(i),
+                read_all(&e, tp, 0)? == model.written(i),
                 "{tp}: final read differs from the model"
             );
         }
@@ -1346,6 +1497,55 @@ pub fn engine_model(data: &[u8], scratch: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The committed seed `multi_partition_writes` in
+    /// fuzz/corpus/engine_model decodes to the writes it was made for:
+    /// several partitions in one call, one of them twice, each way of
+    /// making it durable, and truncations while writes are pending. A
+    /// change to the decoder that shifts it fails here, not silently in
+    /// what the corpus replay covers.
+    #[test]
+    fn the_multi_partition_seed_decodes_to_its_writes() {
+        use model::{Durability, Op};
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../fuzz/corpus/engine_model/multi_partition_writes");
+        let ops = model::ops_from_bytes(&std::fs::read(path).expect("seed"));
+        let shapes: Vec<String> = ops
+            .iter()
+            .map(|op| match op {
+                Op::Write { parts, durability } => {
+                    let tps: Vec<String> = parts
+                        .iter()
+                        .map(|p| format!("{}x{}", p.tp, p.count))
+                        .collect();
+                    let how = match durability {
+                        Durability::None => "none",
+                        Durability::Synced => "synced",
+                        Durability::Appended => "appended",
+                    };
+                    format!("write {} {how}", tps.join(","))
+                }
+                Op::Read { tp, from } => format!("read {tp} {from}"),
+                Op::Truncate { tp, offset } => format!("truncate {tp} {offset}"),
+                Op::Reopen => "reopen".into(),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            shapes,
+            [
+                "write 0x10,1x5,0x3 none",
+                "read 0 0",
+                "truncate 1 5",
+                "write 2x20 synced",
+                "write 0x5 none",
+                "truncate 0 11",
+                "write 1x4,2x6 appended",
+                "reopen",
+                "read 1 0",
+            ]
+        );
+    }
 
     /// The committed seeds named for a damage kind (`kind_<name>*` in
     /// fuzz/corpus/wal_recover) select that kind, and change the store

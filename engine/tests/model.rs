@@ -1,12 +1,13 @@
 //! Model test: random operations against the engine and an in-memory model.
-//! Durable offsets and read results must match the model after every step.
+//! Durable offsets and read results must match the model after every step,
+//! with writes not yet synced neither read nor reported durable.
 //!
 //! Seeded: the seed is printed; `CAIRN_SEED=<n>` replays it.
 //! `CAIRN_MODEL_CASES` sets the number of cases (default 48).
 
 mod common;
 
-use cairn_engine::fuzzing::model::{self, Op};
+use cairn_engine::fuzzing::model::{self, Durability, Op, Part};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
@@ -20,6 +21,26 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..3usize, 0..200i64).prop_map(|(tp, offset)| Op::Truncate { tp, offset }),
         1 => (0..3usize, 0..200i64).prop_map(|(tp, offset)| Op::Start { tp, offset }),
         1 => (0..3usize, 0..5i64).prop_map(|(tp, ahead)| Op::Advance { tp, ahead }),
+        3 => (proptest::collection::vec(part(), 1..5), durability())
+            .prop_map(|(parts, durability)| Op::Write { parts, durability }),
+    ]
+}
+
+/// A batch of a multi-partition write: a partition may come twice.
+fn part() -> impl Strategy<Value = Part> {
+    (0..3usize, 0..3i64, 1..30usize, 1..3000usize).prop_map(|(tp, gap, count, value_len)| Part {
+        tp,
+        gap,
+        count,
+        value_len,
+    })
+}
+
+fn durability() -> impl Strategy<Value = Durability> {
+    prop_oneof![
+        Just(Durability::None),
+        Just(Durability::Synced),
+        Just(Durability::Appended)
     ]
 }
 
