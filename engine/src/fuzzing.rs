@@ -480,11 +480,37 @@ impl Damage {
 
 /// A `wal_recover` input, read: the store to write and the damage to it.
 struct RecoverPlan {
-    /// Each append: its partition's index, its record count, its values'
-    /// length.
-    appends: Vec<(usize, usize, usize)>,
+    appends: Vec<PlannedAppend>,
     clean_close: bool,
     damages: Vec<Damage>,
+}
+
+/// One durable append of `wal_recover`'s store, and what follows it.
+struct PlannedAppend {
+    /// The partition's index (0 or 1).
+    tp: usize,
+    count: usize,
+    value_len: usize,
+    then: Then,
+}
+
+/// What `wal_recover` does to the store after an append, so that damage
+/// meets tombstones and advanced or started summaries as well as records
+/// (since 2026-12-05). Read from the high bits of the append's partition
+/// number, which inputs before it mostly left zero, so that they keep
+/// their meaning.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Then {
+    Nothing,
+    /// Truncate the partition before its `n`th record held (`n` modulo
+    /// one more than it holds: all of them at the top), as retention does.
+    Truncate(usize),
+    /// Advance the partition 1 to 5 offsets past its next, then sync, as
+    /// a run does past records that aged out of Kafka.
+    Advance(i64),
+    /// Start the other partition at this offset, if the store holds
+    /// nothing of it (the engine leaves a held partition as it is).
+    StartOther(i64),
 }
 
 /// Read a `wal_recover` input. The damage selector takes a byte modulo
@@ -499,10 +525,20 @@ fn recover_plan(data: &[u8]) -> RecoverPlan {
     let clean_close = input.u8().is_multiple_of(2);
     let appends = (0..appends_count)
         .map(|_| {
-            let tp = input.below(2);
-            let count = 1 + input.below(40);
-            let value_len = 1 + input.below(300);
-            (tp, count, value_len)
+            let raw = input.u16();
+            let arg = usize::from(raw >> 5);
+            let then = match (raw >> 1) % 16 {
+                13 => Then::Truncate(arg),
+                14 => Then::Advance(1 + (arg % 5) as i64),
+                15 => Then::StartOther((arg % 100) as i64),
+                _ => Then::Nothing,
+            };
+            PlannedAppend {
+                tp: usize::from(raw % 2),
+                count: 1 + input.below(40),
+                value_len: 1 + input.below(300),
+                then,
+            }
         })
         .collect();
     let mut damages = Vec::new();
@@ -569,42 +605,148 @@ fn recover_partitions() -> Vec<TopicPartition> {
     (0..2).map(|p| TopicPartition::new("fz", p)).collect()
 }
 
+/// What [`write_planned`] left in the store.
+struct Planted {
+    /// The records the store holds, by partition.
+    written: BTreeMap<TopicPartition, Vec<Record>>,
+    /// The LSNs of the frames truncations deleted, by partition: a
+    /// tombstone over one of them bears on that partition.
+    deleted: BTreeMap<TopicPartition, LsnSet>,
+}
+
+type LsnSet = std::collections::BTreeSet<u64>;
+
+/// The LSNs of `tp`'s entries' frames, from the index of an open engine.
+fn index_lsns(engine: &Engine, tp: &TopicPartition) -> LsnSet {
+    let mut lsns = LsnSet::new();
+    for item in engine.tree.scan_prefix(crate::keys::index_prefix(tp)) {
+        let (k, v) = item.expect("read the index");
+        let (_, e) = crate::index::IndexEntry::decode(&k, &v).expect("an undamaged index entry");
+        lsns.extend(e.lsn..e.lsn + u64::from(e.chunks));
+    }
+    lsns
+}
+
 /// Write the store `plan` describes at `store`: every append acknowledged
-/// (durable), then a close or a drop. The records written, by partition.
-fn write_planned(plan: &RecoverPlan, store: &Path) -> BTreeMap<TopicPartition, Vec<Record>> {
+/// (durable), each followed by its truncation, advance or start, then a
+/// close or a drop.
+fn write_planned(plan: &RecoverPlan, store: &Path) -> Planted {
     let tps = recover_partitions();
     let mut written: BTreeMap<TopicPartition, Vec<Record>> = BTreeMap::new();
+    let mut deleted: BTreeMap<TopicPartition, LsnSet> = BTreeMap::new();
+    // The next offset of each partition the store holds.
+    let mut next: BTreeMap<usize, i64> = BTreeMap::new();
     let engine = Engine::open(small_config(store)).expect("open a fresh store");
-    for &(tp, count, value_len) in &plan.appends {
-        let tp = &tps[tp];
-        let start = written
-            .get(tp)
-            .and_then(|v| v.last())
-            .map_or(0, |r| r.offset + 1);
-        let b = batch(tp, start..start + count as i64, value_len);
+    for a in &plan.appends {
+        let i = a.tp;
+        let tp = &tps[i];
+        let start = next.get(&i).copied().unwrap_or(0);
+        let b = batch(tp, start..start + a.count as i64, a.value_len);
         engine.append(std::slice::from_ref(&b)).expect("append");
         written.entry(tp.clone()).or_default().extend(b.records);
+        next.insert(i, start + a.count as i64);
+        match a.then {
+            Then::Nothing => {}
+            Then::Truncate(n) => {
+                let held = written.get_mut(tp).expect("just appended");
+                let cut = held
+                    .get(n % (held.len() + 1))
+                    .map_or(next[&i], |r| r.offset);
+                let before = index_lsns(&engine, tp);
+                engine.truncate_before(tp, cut).expect("truncate");
+                let after = index_lsns(&engine, tp);
+                deleted
+                    .entry(tp.clone())
+                    .or_default()
+                    .extend(before.difference(&after));
+                // Whole entries go, so the cut may keep records below it:
+                // what is held is what reads back, checked whole below
+                // (an undamaged store must read back exactly this).
+                let kept: Vec<i64> = engine
+                    .read(tp, 0)
+                    .expect("read after a truncation")
+                    .map(|r| r.expect("read after a truncation").offset)
+                    .collect();
+                let gone = held
+                    .len()
+                    .checked_sub(kept.len())
+                    .expect("a truncation added records");
+                assert!(
+                    held[gone..]
+                        .iter()
+                        .map(|r| r.offset)
+                        .eq(kept.iter().copied())
+                        && held[..gone].iter().all(|r| r.offset < cut),
+                    "{tp}: a truncation before {cut} kept {kept:?}"
+                );
+                held.drain(..gone);
+            }
+            Then::Advance(ahead) => {
+                let to = next[&i] + ahead;
+                let advance = [(tp.clone(), to)].into_iter().collect();
+                engine.advance_partitions(&advance).expect("advance");
+                engine.sync().expect("sync the advance");
+                next.insert(i, to);
+            }
+            Then::StartOther(offset) => {
+                let other = 1 - i;
+                let starts = [(tps[other].clone(), offset)].into_iter().collect();
+                engine.start_partitions(&starts).expect("start");
+                next.entry(other).or_insert(offset);
+            }
+        }
+    }
+    for (i, tp) in tps.iter().enumerate() {
+        assert_eq!(
+            engine.durable_offset(tp),
+            next.get(&i).copied(),
+            "{tp}: the store's next offset before any damage"
+        );
     }
     if plan.clean_close {
         engine.close().expect("close");
     }
-    written
+    Planted { written, deleted }
 }
 
-/// The LSNs of each partition's entries in the (closed) store at `store`,
-/// read from its index before any damage.
-fn partition_lsns(store: &Path) -> BTreeMap<TopicPartition, std::collections::BTreeSet<u64>> {
+/// The LSNs of the frames that bear on each partition in the (closed)
+/// store at `store`, read before any damage: its entries' frames, from the
+/// index, and each tombstone over frames a truncation of it deleted
+/// (`deleted`).
+fn partition_lsns(
+    store: &Path,
+    deleted: &BTreeMap<TopicPartition, LsnSet>,
+) -> BTreeMap<TopicPartition, LsnSet> {
     let db = small_config(store)
         .open_sled()
         .expect("open the store's sled");
     let tree = db.open_tree("cairn").expect("open the store's tree");
-    let mut lsns: BTreeMap<TopicPartition, std::collections::BTreeSet<u64>> = BTreeMap::new();
+    let mut lsns: BTreeMap<TopicPartition, LsnSet> = BTreeMap::new();
     for item in tree.scan_prefix([crate::keys::PREFIX_INDEX]) {
         let (k, v) = item.expect("read the index");
         let (tp, e) = crate::index::IndexEntry::decode(&k, &v).expect("an undamaged index entry");
         lsns.entry(tp)
             .or_default()
             .extend(e.lsn..e.lsn + u64::from(e.chunks));
+    }
+    for item in tree.scan_prefix([crate::keys::PREFIX_WAL]) {
+        let (k, v) = item.expect("read the log");
+        let Ok(lsn) = crate::keys::parse_wal_key(&k) else {
+            continue;
+        };
+        // Reserved slots are empty values: no frame.
+        let Ok(f) = frame::decode(lsn, &v) else {
+            continue;
+        };
+        if f.kind != FrameKind::Tombstone {
+            continue;
+        }
+        let span = f.span().expect("an undamaged tombstone");
+        for (tp, gone) in deleted {
+            if gone.range(lsn..lsn.saturating_add(span)).next().is_some() {
+                lsns.entry(tp.clone()).or_default().insert(lsn);
+            }
+        }
     }
     lsns
 }
@@ -617,8 +759,8 @@ pub fn wal_recover(data: &[u8], scratch: &Path) {
     let damages = &plan.damages;
     let store = scratch.join("store");
     let tps = recover_partitions();
-    let written = write_planned(&plan, &store);
-    let lsns_of = partition_lsns(&store);
+    let Planted { written, deleted } = write_planned(&plan, &store);
+    let lsns_of = partition_lsns(&store, &deleted);
     // A re-sealed flip in a frame may change a record's bytes and nothing
     // else: the records read back are then compared by offset only (a
     // re-sealed index entry, summary or metadata value cannot change a
@@ -1497,6 +1639,73 @@ pub fn engine_model(data: &[u8], scratch: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The committed seeds `then_<what>_<damage>_<target>` in
+    /// fuzz/corpus/wal_recover shape the store as named (a truncation, an
+    /// advance, a start of the other partition), apply the damage named,
+    /// and land it on the value named: a tombstone frame, or the summary of
+    /// the partition the shape changed. A change to the input's reading
+    /// that shifts them fails here.
+    #[test]
+    fn the_shaped_seeds_shape_the_store_and_damage_what_they_name() {
+        let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/wal_recover");
+        let mut names: Vec<String> = std::fs::read_dir(&corpus)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("then_"))
+            .collect();
+        names.sort();
+        assert_eq!(names.len(), 4, "{names:?}");
+        for name in &names {
+            let plan = recover_plan(&std::fs::read(corpus.join(name)).unwrap());
+            let thens: Vec<Then> = plan.appends.iter().map(|a| a.then).collect();
+            let (shape, shaped) = if name.starts_with("then_truncate_") {
+                let i = thens.iter().position(|t| matches!(t, Then::Truncate(_)));
+                ("truncate", i.map(|i| plan.appends[i].tp))
+            } else if name.starts_with("then_advance_") {
+                let i = thens.iter().position(|t| matches!(t, Then::Advance(_)));
+                ("advance", i.map(|i| plan.appends[i].tp))
+            } else {
+                let i = thens.iter().position(|t| matches!(t, Then::StartOther(_)));
+                ("start", i.map(|i| 1 - plan.appends[i].tp))
+            };
+            let shaped = shaped.unwrap_or_else(|| panic!("{name}: no {shape} in {thens:?}"));
+            let (kind, key) = match plan.damages[..] {
+                [Damage::Reseal { key, .. }] => ("reseal", key),
+                [Damage::Remove { key }] => ("remove", key),
+                ref other => panic!("{name}: damages {other:?}"),
+            };
+            assert!(name.contains(&format!("_{kind}_")), "{name}: {kind}");
+            let dir = tempfile::tempdir().unwrap();
+            let store = dir.path().join("store");
+            write_planned(&plan, &store);
+            let db = small_config(&store).open_sled().unwrap();
+            let tree = db.open_tree("cairn").unwrap();
+            // The keys `damage` picks from: those with values.
+            let keys: Vec<(sled::IVec, sled::IVec)> = tree
+                .iter()
+                .map(|kv| kv.unwrap())
+                .filter(|(_, v)| !v.is_empty())
+                .collect();
+            let (k, v) = &keys[key % keys.len()];
+            if name.ends_with("_tombstone") {
+                let lsn = crate::keys::parse_wal_key(k).expect("a log key");
+                let f = frame::decode(lsn, v).expect("an undamaged frame");
+                assert_eq!(f.kind, FrameKind::Tombstone, "{name}");
+            } else {
+                assert!(name.ends_with("_summary"), "{name}");
+                let tp = &recover_partitions()[shaped];
+                let (summary_key, _) = crate::offsets::PartitionSummary::empty_at(0).encode(tp);
+                assert_eq!(k.as_ref(), &summary_key[..], "{name}");
+            }
+            drop(tree);
+            drop(db);
+            assert!(
+                damage(&store, &plan.damages).changed,
+                "{name} changed nothing"
+            );
+        }
+    }
 
     /// The committed seed `multi_partition_writes` in
     /// fuzz/corpus/engine_model decodes to the writes it was made for:
