@@ -138,8 +138,12 @@ pub(crate) fn header_kind(bytes: &[u8]) -> Option<FrameKind> {
 }
 
 /// Check the header fields `bytes` reaches, all of them once it holds a
-/// whole header (the length against [`FRAME_BODY_BYTES_MAX`] only once its
-/// four bytes are there). A value shorter than a header is a frame cut
+/// whole header. The length is little-endian, so its bytes that are there
+/// are its low ones and bound it from below: past
+/// [`FRAME_BODY_BYTES_MAX`] already, it is too large whatever follows
+/// (until 2026-12-05 it was checked only once all four bytes were there,
+/// and an 11-byte value whose three length bytes were already past the
+/// bound was `Truncated`). A value shorter than a header is a frame cut
 /// short only if it is the start of a header this build writes: anything
 /// else is refused by what is wrong with it (until 2026-12-05 every value
 /// under 16 bytes was `Truncated`, and recovery truncated short garbage at
@@ -167,8 +171,7 @@ fn check_header(bytes: &[u8]) -> Result<(), CorruptionKind> {
             return Err(CorruptionKind::UnknownFlags { found });
         }
     }
-    if let Some(l) = bytes.get(8..12) {
-        let length = u64::from(u32::from_le_bytes([l[0], l[1], l[2], l[3]]));
+    if let Some(length) = length_at_least(bytes) {
         if length > FRAME_BODY_BYTES_MAX as u64 {
             return Err(CorruptionKind::LengthTooLarge {
                 length,
@@ -177,6 +180,18 @@ fn check_header(bytes: &[u8]) -> Result<(), CorruptionKind> {
         }
     }
     Ok(())
+}
+
+/// The least body length the length bytes `bytes` reaches can declare
+/// (those missing taken as 0; the whole length once all four are there),
+/// if it reaches any.
+pub(crate) fn length_at_least(bytes: &[u8]) -> Option<u64> {
+    let present = bytes
+        .get(8..bytes.len().min(12))
+        .filter(|l| !l.is_empty())?;
+    let mut l = [0u8; 4];
+    l[..present.len()].copy_from_slice(present);
+    Some(u64::from(u32::from_le_bytes(l)))
 }
 
 /// Decode and verify a frame stored under `lsn`. Never panics, never allocates.
@@ -396,7 +411,14 @@ mod tests {
                 Err(CorruptionKind::Truncated { .. })
             ));
         }
-        let cases: [(&[u8], CorruptionKind); 7] = [
+        // Three of the length's four bytes: a bound at most, within it,
+        // cut short; past it whatever the fourth byte is, too large (since
+        // 2026-12-05).
+        assert!(matches!(
+            decode(3, b"CRNF\x01\x01\x00\x00\x00\x00\x10"),
+            Err(CorruptionKind::Truncated { .. })
+        ));
+        let cases: [(&[u8], CorruptionKind); 8] = [
             (
                 b"\x00",
                 CorruptionKind::BadMagic {
@@ -417,6 +439,13 @@ mod tests {
             (
                 b"CRNF\x01\x02\x01\x00\x08",
                 CorruptionKind::UnknownFlags { found: 1 },
+            ),
+            (
+                b"CRNF\x01\x01\x00\x00\x01\x00\x10",
+                CorruptionKind::LengthTooLarge {
+                    length: FRAME_BODY_BYTES_MAX as u64 + 1,
+                    max: FRAME_BODY_BYTES_MAX as u64,
+                },
             ),
         ];
         for (bytes, want) in cases {

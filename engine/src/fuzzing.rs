@@ -215,12 +215,16 @@ fn assert_refused_as_described(lsn: u64, bytes: &[u8], kind: &crate::CorruptionK
                     "cut short, yet a tombstone's flags"
                 );
             }
-            if let Some(l) = declared {
-                assert!(
-                    l <= frame::FRAME_BODY_BYTES_MAX as u64,
-                    "cut short, yet too long"
-                );
-            }
+            // FORMAT.md: "a length within the bound, as far as the value
+            // reaches". Little-endian: the bytes there are the low ones,
+            // the missing ones at least 0.
+            let mut low = [0u8; 4];
+            let there = bytes.get(8..bytes.len().min(12)).unwrap_or(&[]);
+            low[..there.len()].copy_from_slice(there);
+            assert!(
+                u64::from(u32::from_le_bytes(low)) <= frame::FRAME_BODY_BYTES_MAX as u64,
+                "cut short, yet too long"
+            );
             if bytes.len() >= header {
                 let l = declared.expect("a whole header has a length");
                 assert!(
