@@ -364,7 +364,7 @@ pub(crate) fn recover(
     // the repairs will leave it: the stored one, with the rebuilt entries
     // over it. (A damaged older index entry met while a summary is
     // recomputed below is still refused after the repairs are written.)
-    check_indexed_partitions(tree, next_lsn, &partitions, &dirty, &rebuilt)?;
+    check_indexed_partitions(tree, checkpoint, next_lsn, &partitions, &dirty, &rebuilt)?;
     // Apply index repairs before recomputing summaries from the index.
     let truncated = report.truncated.is_some();
     // Every repair either rebuilt an index entry or belongs to a truncation;
@@ -927,6 +927,7 @@ fn rebuild_summary(
 /// newest index entry hides archived records from every read.)
 fn check_indexed_partitions(
     tree: &sled::Tree,
+    checkpoint: u64,
     next_lsn: u64,
     partitions: &BTreeMap<TopicPartition, PartitionSummary>,
     dirty: &BTreeSet<TopicPartition>,
@@ -942,6 +943,24 @@ fn check_indexed_partitions(
         if summary.is_none() && !dirty.contains(tp) {
             let (at, kind) = crate::verify::missing_summary(tp);
             return Err(Error::corruption(at, kind));
+        }
+        // A partition the tail wrote to with no stored summary is the
+        // first write to it cut before its summary, and the summary is
+        // rebuilt, only if all its entries are in the tail: an entry at or
+        // below the checkpoint had its summary durable before the
+        // checkpoint was written (a write inserts it first; recovery writes
+        // both in one batch). So its summary was lost, and a rebuild would
+        // drop what it held beyond the index (the floor of an advance or
+        // of a prune that emptied the partition) without a word (seen in
+        // review, 2026-12-05: it was rebuilt and counted as a repair).
+        if dirty.contains(tp) && !partitions.contains_key(tp) {
+            if let Some(item) = tree.scan_prefix(keys::index_prefix(tp)).next() {
+                let (_, oldest) = index_item(item)?;
+                if oldest.lsn <= checkpoint {
+                    let (at, kind) = crate::verify::missing_summary(tp);
+                    return Err(Error::corruption(at, kind));
+                }
+            }
         }
         if let Some((k, e)) = newest_index_entry(tree, tp, rebuilt)? {
             if e.lsn + e.chunks as u64 > next_lsn {
