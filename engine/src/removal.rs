@@ -4,8 +4,9 @@
 //! for an archive from then on.
 //!
 //! # Invariants
-//! - Nothing is removed from a store that holds a partition: one record
-//!   ever appended (even if retention pruned it since) keeps the store.
+//! - Nothing is removed from a store that holds a partition or ever held
+//!   a frame: one record ever appended (even if retention pruned it since,
+//!   and even if the partition's summary was lost since) keeps the store.
 //! - The directory's lock is held from before the store is looked at until
 //!   its files are gone, and the lock file goes last: no other process can
 //!   open the store in between (`DirLock::acquire` refuses a lock file
@@ -43,7 +44,11 @@ pub fn remove_if_empty(dir: &Path) -> Result<EmptyStoreRemoval> {
     let lock = DirLock::acquire(dir)?;
     crate::backup::refuse_unfinished_backup(dir)?;
     let engine = Engine::open_locking(EngineConfig::new(dir), false)?;
-    let empty = engine.partitions().is_empty();
+    // No partition, and no frame ever written: a store whose summaries
+    // were lost (damage) after retention emptied it still has its
+    // tombstones, and its identity may be in offsets committed to Kafka
+    // (seen in review, 2026-12-05; until then summaries alone decided).
+    let empty = engine.partitions().is_empty() && engine.stats().next_lsn <= 1;
     // Closed (sled's handles dropped, and its own lock on its files with
     // them) before anything is removed.
     engine.close()?;
@@ -213,5 +218,33 @@ mod tests {
         );
         assert!(other.join("notes.txt").exists());
         assert!(!EngineConfig::new(&other).store_exists());
+    }
+
+    /// A store retention emptied whose partition summary was then lost
+    /// (damage) lists no partition, but its log holds the tombstone: it
+    /// is kept. A fresh store is removed.
+    #[test]
+    fn a_store_with_frames_is_kept_even_with_no_partition_listed() {
+        let dir = tempfile::tempdir().unwrap();
+        let fresh = dir.path().join("fresh");
+        Engine::open(EngineConfig::new(&fresh))
+            .unwrap()
+            .close()
+            .unwrap();
+        assert_eq!(remove_if_empty(&fresh).unwrap(), EmptyStoreRemoval::Removed);
+
+        let store = dir.path().join("pruned");
+        let tp = TopicPartition::new("t", 0);
+        let e = Engine::open(EngineConfig::new(&store)).unwrap();
+        e.append(&[crate::fuzzing::batch(&tp, 0..10, 20)]).unwrap();
+        assert_eq!(e.truncate_before(&tp, 10).unwrap().records_deleted, 10);
+        let (key, _) = crate::offsets::PartitionSummary::empty_at(0).encode(&tp);
+        assert!(e.tree.remove(key).unwrap().is_some());
+        e.close().unwrap();
+        let e = Engine::open(EngineConfig::new(&store)).unwrap();
+        assert!(e.partitions().is_empty(), "the lost summary lists nothing");
+        e.close().unwrap();
+        assert_eq!(remove_if_empty(&store).unwrap(), EmptyStoreRemoval::Kept);
+        assert!(EngineConfig::new(&store).store_exists());
     }
 }
