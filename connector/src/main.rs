@@ -86,10 +86,10 @@ fn as_a_crashing_child(run: bool) {
     let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
     // The demo died before the line above: nothing would kill this.
     if rustix::process::Pid::as_raw(rustix::process::getppid()) != parent {
-        eprintln!(
+        cairn_connector::cli::stderr_line(&format_args!(
             "error: {} names pid {parent}, which is not this process's parent: the demo that started this run is gone (unset it to run cairn yourself)",
             cairn_connector::cli::demo::DEMO_PARENT_ENV
-        );
+        ));
         std::process::exit(1);
     }
 }

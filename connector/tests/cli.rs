@@ -38,6 +38,39 @@ fn cairn_into_dev_full(args: &[&str]) -> (Option<i32>, String) {
     )
 }
 
+/// A stderr that cannot be written (a full disk behind it, a reader gone)
+/// loses the error line but not the exit code: `eprintln!` panicked there,
+/// and the process exited 101 in place of the 1 or 2 the line was about
+/// (seen in review, 2026-12-05).
+#[test]
+fn an_unwritable_stderr_keeps_the_exit_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-archive");
+    let missing = missing.to_str().unwrap();
+    let on_full_stderr = |args: &[&str]| {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let out = Command::new(CAIRN)
+            .args(args)
+            .stderr(full)
+            .output()
+            .unwrap();
+        out.status.code()
+    };
+    for (args, code) in [
+        (vec!["status", "--data", missing], 1),
+        (vec!["--log-format", "json", "status", "--data", missing], 1),
+        (vec!["verify", "--data", missing], 2),
+        (vec!["--log-format", "json", "run", "--no-such-flag"], 2),
+    ] {
+        // The same exit with a stderr that takes the line.
+        assert_eq!(cairn(&args).0, code, "{args:?}");
+        assert_eq!(on_full_stderr(&args), Some(code), "{args:?}");
+    }
+}
+
 /// [`cairn_run`] in `group`.
 fn cairn_run_in(
     group: &str,

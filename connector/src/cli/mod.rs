@@ -51,8 +51,8 @@ pub fn set_log_format(format: LogFormat) {
 pub fn say(level: &str, text: &dyn std::fmt::Display, error: Option<&dyn std::fmt::Display>) {
     match LOG_FORMAT.get().copied().unwrap_or(LogFormat::Text) {
         LogFormat::Text => match error {
-            Some(e) => eprintln!("error: {e}"),
-            None => eprintln!("{text}"),
+            Some(e) => stderr_line(&format_args!("error: {e}")),
+            None => stderr_line(text),
         },
         LogFormat::Json => {
             let mut fields = serde_json::json!({ "message": text.to_string() });
@@ -65,12 +65,22 @@ pub fn say(level: &str, text: &dyn std::fmt::Display, error: Option<&dyn std::fm
                 "fields": fields,
                 "target": "cairn",
             });
-            eprintln!("{line}");
+            stderr_line(&line);
         }
     }
 }
 
-/// [`say`] at WARN, taking its arguments as `eprintln!` does.
+/// One line to stderr, whatever becomes of it: a stderr that cannot be
+/// written (a full disk behind it, a pipe whose reader is gone) loses the
+/// line but must not change the exit code. `eprintln!` panics then, and
+/// the process exited 101 in place of the 1 or 2 the line was about (seen
+/// in review, 2026-12-05).
+pub fn stderr_line(line: &dyn std::fmt::Display) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
+/// [`say`] at WARN, taking its arguments as `format!` does.
 macro_rules! say_warn {
     ($($t:tt)*) => {
         $crate::cli::say("WARN", &format_args!($($t)*), None)
@@ -86,11 +96,13 @@ pub fn say_stopped(e: &dyn std::fmt::Display) {
 
 /// The command line as a refusal of it may quote it: `None` when it sets
 /// no credential; else `args` with each credential's value (`-X
-/// sasl.password=…`, `-Xsasl.password=…`) and every bare word after it
-/// (up to the next flag) replaced. A value the shell split at a space (an
-/// unquoted `$PW`) leaves its rest as a word of its own, which clap
-/// refuses as an unexpected argument by quoting it (seen in review,
-/// 2026-12-05).
+/// sasl.password=…`, `-Xsasl.password=…`) and every word after it up to
+/// the next of cairn's own flags replaced. A value the shell split at a
+/// space (an unquoted `$PW`) leaves its rest as a word of its own, which
+/// clap refuses as an unexpected argument by quoting it (seen in review,
+/// 2026-12-05); a piece that starts with `-` is such a word too, unless it
+/// is one of cairn's flags (until the second review of 2026-12-05 any word
+/// starting with `-` ended the hiding).
 pub fn shown_command_line(args: &[std::ffi::OsString]) -> Option<Vec<std::ffi::OsString>> {
     const HIDDEN: &str = "<not shown>";
     /// The key of `kv` (`key=value`, or a bare key) if it names a credential.
@@ -126,7 +138,7 @@ pub fn shown_command_line(args: &[std::ffi::OsString]) -> Option<Vec<std::ffi::O
                 shown.push(format!("{before}{key}={HIDDEN}").into());
                 (hid, after_secret) = (true, true);
             }
-            _ if after_secret && !a.starts_with('-') => {
+            _ if after_secret && !is_cairn_flag(&a) => {
                 shown.push(HIDDEN.into());
                 hid = true;
             }
@@ -138,6 +150,36 @@ pub fn shown_command_line(args: &[std::ffi::OsString]) -> Option<Vec<std::ffi::O
         i += 1;
     }
     hid.then_some(shown)
+}
+
+/// Whether `word` is one of the flags of cairn's command line, as a word of
+/// its own (`--brokers`, `--brokers=b:1`, `-t`, `-X…`, or `--`).
+fn is_cairn_flag(word: &str) -> bool {
+    use clap::CommandFactory;
+    if word == "--" || word.starts_with("-X") {
+        return true;
+    }
+    let cmd = Cli::command();
+    let mut args = cmd.get_arguments().collect::<Vec<_>>();
+    for sub in cmd.get_subcommands() {
+        args.extend(sub.get_arguments());
+    }
+    let long = word
+        .strip_prefix("--")
+        .map(|w| w.split_once('=').map_or(w, |(name, _)| name));
+    let short = word
+        .strip_prefix('-')
+        .filter(|w| !w.starts_with('-'))
+        .and_then(|w| {
+            let mut c = w.chars();
+            c.next().filter(|_| c.next().is_none())
+        });
+    args.iter().any(|a| {
+        long.is_some_and(|l| {
+            a.get_long() == Some(l) || a.get_all_aliases().is_some_and(|al| al.contains(&l))
+        }) || short.is_some_and(|c| a.get_short() == Some(c))
+    }) || matches!(long, Some("help" | "version"))
+        || matches!(short, Some('h' | 'V'))
 }
 
 #[derive(Debug, Subcommand)]
@@ -409,6 +451,12 @@ mod tests {
         assert_eq!(
             shown("cairn run -X=sasl.password=a b"),
             Some("cairn run -X=sasl.password=<not shown> <not shown>".into())
+        );
+        // A piece of the secret that starts with `-` is hidden too, up to
+        // one of cairn's own flags.
+        assert_eq!(
+            shown("cairn run -X sasl.password=abc -xyz --oops --brokers b:1 -t t --data=d"),
+            Some("cairn run -X sasl.password=<not shown> <not shown> <not shown> --brokers b:1 -t t --data=d".into())
         );
         assert_eq!(shown("cairn run -X acks=all stray --brokers b:1"), None);
         assert_eq!(shown("cairn run -X"), None);
