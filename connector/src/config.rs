@@ -644,8 +644,20 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     if bytes == 0 && number.parse::<f64>().is_ok_and(|n| n != 0.0) {
         return Err("less than one byte (a fraction of a byte)".into());
     }
+    // bytesize saturates a size past u64 (`20000000000EiB`) to u64::MAX,
+    // which reads as no bound at all: said, not taken (since 2026-12-05).
+    if bytes >= SIZE_BYTES_MAX {
+        return Err(format!(
+            "too large: at most {} bytes (8 EiB), or `none` for no bound",
+            SIZE_BYTES_MAX - 1
+        ));
+    }
     Ok(bytes)
 }
+
+/// Sizes from [`parse_size`] are below this (2^63 bytes, 8 EiB): more than
+/// any disk, and far from where bytesize's arithmetic saturates.
+pub const SIZE_BYTES_MAX: u64 = 1 << 63;
 
 /// Parse `key=value` for `-X`.
 pub fn parse_kv(s: &str) -> Result<(String, String), String> {
@@ -793,6 +805,29 @@ retain-bytes = "50GiB"
         assert_eq!(parse_size("0"), Ok(0));
         assert_eq!(parse_size("1.5KiB"), Ok(1536));
         assert!(parse_size("50").unwrap_err().contains("give a unit"));
+    }
+
+    /// A size past what a u64 holds is refused, not saturated into no
+    /// bound; the largest taken is just under 8 EiB.
+    #[test]
+    fn a_size_too_large_is_refused() {
+        for s in [
+            "20000000000EiB",
+            "99999999999999999999GiB",
+            "8EiB",
+            "16EiB",
+            "1e30B",
+        ] {
+            let e = parse_size(s).unwrap_err();
+            assert!(
+                e.contains("too large") || e.contains("expected a size"),
+                "{s}: {e}"
+            );
+        }
+        assert!(parse_size("20000000000EiB")
+            .unwrap_err()
+            .contains("too large"));
+        assert_eq!(parse_size("7EiB"), Ok(7 << 60));
     }
 
     #[test]
