@@ -307,23 +307,41 @@ fn check_output(output: &Path, end: &Path, named: Option<Descriptor>) -> Result<
         // write until 2026-12-05).
         return refused("a socket, which no export can be written to".into());
     }
-    if existing.as_ref().is_some_and(|m| !m.is_file()) {
-        return Ok(());
-    }
-    let Err(dir_refused) = writable(dir) else {
-        return Ok(());
+    let Some(existing) = existing else {
+        return match writable(dir) {
+            Ok(()) => Ok(()),
+            Err(dir_refused) => refused(format!(
+                "its directory {} takes no new files ({dir_refused})",
+                dir.display()
+            )),
+        };
     };
-    match existing.map(|_| writable(end)) {
-        Some(Ok(())) => Ok(()),
-        Some(Err(e)) => refused(format!(
-            "its directory {} takes no new files ({dir_refused}), and it may not be written in place ({e})",
-            dir.display()
-        )),
-        None => refused(format!(
-            "its directory {} takes no new files ({dir_refused})",
-            dir.display()
-        )),
+    if !existing.is_file() {
+        return Ok(());
     }
+    // A file this user may not write is not replaced by the staged export
+    // (a shell's `>` refuses it too), and one a sticky directory keeps for
+    // another user could not be renamed over, which was found only after
+    // the whole export (seen in review, 2026-12-05: the first was replaced
+    // without a word).
+    if let Err(e) = writable(end) {
+        return refused(format!("may not be written ({e})"));
+    }
+    {
+        use std::os::unix::fs::MetadataExt;
+        let euid = rustix::process::geteuid();
+        let sticky_other = std::fs::metadata(dir)
+            .is_ok_and(|d| d.mode() & 0o1000 != 0 && d.uid() != euid.as_raw());
+        if !euid.is_root() && sticky_other && existing.uid() != euid.as_raw() {
+            return refused(format!(
+                "another user's file in {}, whose sticky bit keeps it from being replaced (name a file of your own)",
+                dir.display()
+            ));
+        }
+    }
+    // Staged beside it, or, if its directory takes no new files, written
+    // in place.
+    Ok(())
 }
 
 /// Whether this process may write `path` (access(2) with `W_OK`: a
@@ -1107,53 +1125,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("daily.jsonl");
         std::fs::write(&out, "the previous export\n").unwrap();
-        // No new files there: `chattr +i` as root (who may create files in
-        // any directory), a read-only mode otherwise; taken off again
-        // however the test ends, so that the directory can be removed.
-        let root = rustix::process::geteuid().is_root();
-        let set = |on: bool| {
-            if root {
-                let flag = if on { "+i" } else { "-i" };
-                std::process::Command::new("chattr")
-                    .arg(flag)
-                    .arg(dir.path())
-                    .status()
-                    .is_ok_and(|s| s.success())
-            } else {
-                use std::os::unix::fs::PermissionsExt;
-                let mode = if on { 0o555 } else { 0o755 };
-                std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(mode)).is_ok()
-            }
-        };
-        struct Undo<F: Fn(bool) -> bool>(F);
-        impl<F: Fn(bool) -> bool> Drop for Undo<F> {
-            fn drop(&mut self) {
-                (self.0)(false);
-            }
-        }
-        // As root, `chattr` and the capability to set the immutable flag
-        // are the machine's (an unprivileged container has neither): the
-        // test is skipped without them outside CI, which has them (until
-        // the night of 2026-12-04 it failed `cargo test` there).
-        if !set(true) {
-            // A mode change of one's own directory does not fail.
-            assert!(
-                root,
-                "could not make {} refuse new files",
-                dir.path().display()
-            );
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "chattr +i {} failed, which CI needs",
-                dir.path().display()
-            );
-            eprintln!(
-                "SKIPPED: chattr +i {} failed (no chattr, or no CAP_LINUX_IMMUTABLE)",
-                dir.path().display()
-            );
+        let Some(_undo) = refusing_writes(dir.path()) else {
             return;
-        }
-        let _undo = Undo(set);
+        };
         assert!(
             std::fs::File::create(dir.path().join("probe")).is_err(),
             "the directory still takes new files"
@@ -1167,6 +1141,82 @@ mod tests {
             std::fs::read_to_string(&out).unwrap(),
             "the previous export\n"
         );
+    }
+
+    /// Makes `path` refuse writes (a directory new files, a file any
+    /// write): `chattr +i` as root (who may write anything else), a
+    /// read-only mode otherwise; undone when what is returned drops, so
+    /// that the test's directory can be removed. As root, `chattr` and the
+    /// capability to set the immutable flag are the machine's (an
+    /// unprivileged container has neither): `None`, the test skipped,
+    /// outside CI, which has them (until the night of 2026-12-04 it failed
+    /// `cargo test` there).
+    fn refusing_writes(path: &Path) -> Option<impl Drop> {
+        let root = rustix::process::geteuid().is_root();
+        let dir = path.is_dir();
+        let path = path.to_owned();
+        let set = move |on: bool| {
+            if root {
+                let flag = if on { "+i" } else { "-i" };
+                std::process::Command::new("chattr")
+                    .arg(flag)
+                    .arg(&path)
+                    .status()
+                    .is_ok_and(|s| s.success())
+            } else {
+                use std::os::unix::fs::PermissionsExt;
+                let mode = match (on, dir) {
+                    (true, true) => 0o555,
+                    (false, true) => 0o755,
+                    (true, false) => 0o444,
+                    (false, false) => 0o644,
+                };
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).is_ok()
+            }
+        };
+        struct Undo<F: Fn(bool) -> bool>(F);
+        impl<F: Fn(bool) -> bool> Drop for Undo<F> {
+            fn drop(&mut self) {
+                (self.0)(false);
+            }
+        }
+        if !set(true) {
+            // A mode change of one's own file does not fail.
+            assert!(root, "could not make it refuse writes");
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "chattr +i failed, which CI needs"
+            );
+            eprintln!("SKIPPED: chattr +i failed (no chattr, or no CAP_LINUX_IMMUTABLE)");
+            return None;
+        }
+        Some(Undo(set))
+    }
+
+    /// An `--output` file this user may not write is refused before
+    /// anything is read, and left as it was: the export, staged beside it,
+    /// used to be renamed over it (or, for a file that may not be
+    /// unlinked, to fail only after the whole export).
+    #[test]
+    fn a_write_protected_output_is_refused_before_anything_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("kept.jsonl");
+        std::fs::write(&out, "kept\n").unwrap();
+        let Some(_undo) = refusing_writes(&out) else {
+            return;
+        };
+        let e = check_output(&out, &link_end(&out), None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("may not be written") && e.contains("nothing was read or written"),
+            "{e}"
+        );
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "kept\n");
+        // A writable file in the same directory is taken.
+        let other = dir.path().join("other.jsonl");
+        std::fs::write(&other, "old\n").unwrap();
+        check_output(&other, &link_end(&other), None).unwrap();
     }
 
     /// A live export gives up at the next record once its stop is set (the
