@@ -36,11 +36,19 @@ use crate::error::ConnectorError;
 
 #[derive(Debug)]
 pub struct CommitTracker {
-    /// Highest next-offset each put (or open) reported durable.
+    /// Highest next-offset each put (or open) reported durable: with what
+    /// was handed over, the bound of what the sink may report.
     pub durable_reported: BTreeMap<TopicPartition, i64>,
+    /// The sink's latest word per partition (put, `pre_commit` or open),
+    /// which may be below its highest: what a commit is checked against
+    /// and carries (since 2026-12-05; the highest word was, so a commit
+    /// above a lowered word would have passed the check).
+    durable_latest: BTreeMap<TopicPartition, i64>,
     /// Highest offsets `pre_commit` declared safe to commit.
     safe: BTreeMap<TopicPartition, i64>,
-    /// Last offsets Kafka acknowledged.
+    /// Last offsets Kafka acknowledged to this run's commits, or, where
+    /// higher, what Kafka held at the partition's assignment (`record_open`:
+    /// possibly another store's commit).
     pub committed: BTreeMap<TopicPartition, i64>,
     /// Highest offsets this run's own commits sent Kafka since the
     /// partition's assignment, acknowledged or not: the sink's word may
@@ -78,9 +86,9 @@ pub const PUTS_WAITING_TIMED_MAX: usize = 100_000;
 #[derive(Debug)]
 pub struct PendingCommit {
     pub offsets: BTreeMap<TopicPartition, i64>,
-    /// What puts had reported durable for those partitions when the
-    /// offsets were chosen (a revoke may forget a partition while its
-    /// commit is in flight).
+    /// The sink's latest word for those partitions when the offsets were
+    /// chosen (a revoke may forget a partition while its commit is in
+    /// flight).
     pub durable: BTreeMap<TopicPartition, i64>,
     puts: Vec<Instant>,
 }
@@ -89,6 +97,7 @@ impl Default for CommitTracker {
     fn default() -> Self {
         CommitTracker {
             durable_reported: BTreeMap::new(),
+            durable_latest: BTreeMap::new(),
             safe: BTreeMap::new(),
             committed: BTreeMap::new(),
             sent_here: BTreeMap::new(),
@@ -163,6 +172,7 @@ impl CommitTracker {
                 continue;
             }
             raise(&mut self.durable_reported, tp, o);
+            raise(&mut self.durable_latest, tp, o);
             raise(&mut self.safe, tp, o);
         }
         for (tp, &o) in kafka_committed {
@@ -232,6 +242,7 @@ impl CommitTracker {
         }
         self.assert_handed(tp, o, handed);
         raise(&mut self.durable_reported, tp, o);
+        self.durable_latest.insert(tp.clone(), o);
         self.lower_safe(tp, o, call);
         match self.sent_here.get(tp) {
             Some(&committed) if o < committed => Err(lost_committed(tp, o, committed)),
@@ -284,7 +295,7 @@ impl CommitTracker {
     }
 
     fn assert_durable(&self, tp: &TopicPartition, o: i64) {
-        let durable = self.durable_reported.get(tp).copied();
+        let durable = self.durable_latest.get(tp).copied();
         assert!(
             durable.is_some_and(|d| o <= d),
             "BUG: would commit {tp}@{o} above the durable offset {durable:?}"
@@ -323,7 +334,7 @@ impl CommitTracker {
         }
         let durable = offsets
             .keys()
-            .map(|tp| (tp.clone(), self.durable_reported[tp]))
+            .map(|tp| (tp.clone(), self.durable_latest[tp]))
             .collect();
         Some(PendingCommit {
             offsets,
@@ -399,6 +410,7 @@ impl CommitTracker {
     /// A revoked or lost partition: forget everything about it.
     pub fn forget(&mut self, tp: &TopicPartition) {
         self.durable_reported.remove(tp);
+        self.durable_latest.remove(tp);
         self.safe.remove(tp);
         self.committed.remove(tp);
         self.sent_here.remove(tp);
@@ -492,6 +504,8 @@ mod tests {
             .unwrap();
         let c = t.take_commit(&assigned, None).unwrap();
         assert_eq!(c.offsets, BTreeMap::from([(tp(0), 450)]), "not the 500");
+        // It carries the word it was chosen against, not the highest.
+        assert_eq!(c.durable, BTreeMap::from([(tp(0), 450)]), "not the 500");
         t.commit_acked(c, &assigned).unwrap();
         // Below what this run committed: Kafka counts records 300..450 as
         // archived, and the sink no longer holds them.

@@ -93,8 +93,10 @@ pub struct RunStats {
 pub struct RunReport {
     pub stats: RunStats,
     pub put_to_commit_us: hdrhistogram::Histogram<u64>,
-    /// The offsets Kafka acknowledged, per partition, as the run ended
-    /// (read before the consumer's close, whose revoke forgets them).
+    /// The offsets Kafka held, per partition, as the run ended (read before
+    /// the consumer's close, whose revoke forgets them): those this run's
+    /// commits had acknowledged, or, where higher, what Kafka held at the
+    /// partition's assignment, which may be another store's commit.
     pub committed: BTreeMap<TopicPartition, i64>,
 }
 

@@ -268,8 +268,9 @@ pub trait SinkTask: Send {
     }
     /// What the store holds durable for a partition, as the store itself
     /// knows it now (`None` for a partition it does not hold), asked by the
-    /// loop for each offset of each commit just before it is sent, on the
-    /// committer's thread: a second word, besides what `put` and
+    /// loop for each offset of each commit just before it is sent (on the
+    /// committer's thread, or, for a revoke's commit and the final one, on
+    /// the consumer thread): a second word, besides what `put` and
     /// `pre_commit` reported, that a commit above it is a bug the loop
     /// stops on, failing the run with the commit unsent. Asked once, on
     /// the thread that starts the run; `None` (the default): no such check.
