@@ -1054,6 +1054,7 @@ pub fn run_pipeline(
         budget: budget.clone(),
         unsafe_puts: false,
         last_pre_commit: Instant::now(),
+        revoke_retry: crate::worker::REVOKE_RETRY,
     };
     let task_thread = std::thread::Builder::new()
         .name("cairn-task".into())

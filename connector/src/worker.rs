@@ -112,11 +112,24 @@ pub(crate) struct Worker {
     /// Puts whose offsets no `pre_commit` has declared safe yet.
     pub unsafe_puts: bool,
     pub last_pre_commit: Instant,
+    /// How long a put failing retriably is retried while a revoke waits
+    /// behind it ([`REVOKE_RETRY`]; shorter in tests).
+    pub revoke_retry: Duration,
 }
 
 /// How long a put that fails retriably is still retried once the run was
 /// asked to stop.
 const STOP_RETRY: Duration = Duration::from_secs(5);
+
+/// How long a put that fails retriably is still retried once a revoke
+/// began: the revoke's flush waits behind it on the consumer thread, inside
+/// librdkafka's rebalance callback, and past `max.poll.interval.ms` (300 s
+/// by default) the member is dropped from the group, its revoke's commit
+/// then refused. Well inside that, the run fails instead: nothing more is
+/// committed, and the next owner archives from Kafka's offset (seen in
+/// review, 2026-12-05: a revoke waited on such a put with no bound). The
+/// archive's own sink never fails retriably.
+pub const REVOKE_RETRY: Duration = Duration::from_secs(60);
 
 fn sink_error(call: &str, e: &TaskError) -> ConnectorError {
     ConnectorError::Sink(format!("{call}: {e}"))
@@ -314,6 +327,7 @@ impl Worker {
         tracing::debug!(records, poll_us, "poll");
         let mut backoff = Duration::from_millis(10);
         let mut stop_deadline: Option<Instant> = None;
+        let mut revoke_deadline: Option<Instant> = None;
         // Put-to-commit counts from the first attempt: the failed ones and
         // their backoffs are part of what the records waited.
         let started = Instant::now();
@@ -347,6 +361,16 @@ impl Worker {
                             return Err(ConnectorError::Sink(format!(
                                 "put still failing {} s after the run was asked to stop ({msg}); committing nothing more",
                                 STOP_RETRY.as_secs()
+                            )));
+                        }
+                    }
+                    if !self.pipeline.state().revoking.is_empty() {
+                        let deadline = *revoke_deadline
+                            .get_or_insert_with(|| Instant::now() + self.revoke_retry);
+                        if Instant::now() >= deadline {
+                            return Err(ConnectorError::Sink(format!(
+                                "put still failing {} s after a revoke began ({msg}), which waits behind it and cannot wait past max.poll.interval.ms; committing nothing more",
+                                self.revoke_retry.as_secs_f64()
                             )));
                         }
                     }
@@ -552,6 +576,7 @@ mod tests {
             budget,
             unsafe_puts: false,
             last_pre_commit: Instant::now(),
+            revoke_retry: REVOKE_RETRY,
         }
     }
 
@@ -1025,6 +1050,83 @@ mod tests {
             }],
         );
         assert_eq!(*calls.lock().unwrap(), 1, "retried after the run failed");
+        assert_eq!(pipeline.state().stats.puts, 0, "nothing put");
+    }
+
+    /// Fails every put retriably, counting them; begins a revoke of its
+    /// partition at the first, as the consumer thread would while the put
+    /// is retried ahead of the revoke's flush.
+    struct RetriableDuringRevoke {
+        pipeline: Arc<Pipeline>,
+        calls: Arc<Mutex<u32>>,
+    }
+
+    impl SinkTask for RetriableDuringRevoke {
+        fn open(
+            &mut self,
+            _: &[TopicPartition],
+        ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+            Ok(BTreeMap::new())
+        }
+        fn put(&mut self, _: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
+            let mut calls = self.calls.lock().unwrap();
+            if *calls == 0 {
+                self.pipeline
+                    .begin_revoke(&std::collections::BTreeSet::from([TopicPartition::new(
+                        "t", 0,
+                    )]));
+            }
+            *calls += 1;
+            Err(TaskError::Retriable("the sink's store is away".into()))
+        }
+        fn pre_commit(
+            &mut self,
+            _: &BTreeMap<TopicPartition, i64>,
+        ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+            Ok(BTreeMap::new())
+        }
+        fn close(&mut self, _: &[TopicPartition]) -> Result<(), TaskError> {
+            Ok(())
+        }
+    }
+
+    /// A put failing retriably is retried only up to the revoke deadline
+    /// once a revoke began (the revoke's flush waits behind it), then the
+    /// run fails with nothing put; before 2026-12-05 it was retried for as
+    /// long as it failed, and the revoke waited past max.poll.interval.ms.
+    #[test]
+    fn a_retriable_put_holds_a_revoke_only_up_to_its_deadline() {
+        let calls = Arc::new(Mutex::new(0));
+        let pipeline = Arc::new(Pipeline::new(None, None, None, None, None));
+        pipeline
+            .state()
+            .assigned
+            .insert(TopicPartition::new("t", 0));
+        let mut w = worker(
+            Box::new(RetriableDuringRevoke {
+                pipeline: pipeline.clone(),
+                calls: calls.clone(),
+            }),
+            &pipeline,
+        );
+        w.revoke_retry = Duration::from_millis(200);
+        let (jobs, rx) = std::sync::mpsc::channel();
+        jobs.send(Job::Put {
+            batches: vec![RecordBatch {
+                tp: TopicPartition::new("t", 0),
+                records: vec![cairn_engine::Record::with_value(0, "v")],
+            }],
+            caught_up: BTreeMap::new(),
+            poll_us: 0,
+            bytes: 1,
+        })
+        .unwrap();
+        drop(jobs);
+        w.run(rx);
+        assert!(*calls.lock().unwrap() > 1, "retried within the deadline");
+        assert!(pipeline.failed.load(Ordering::Acquire), "the run failed");
+        let e = pipeline.take_fatal().expect("the run's error").to_string();
+        assert!(e.contains("after a revoke began"), "{e}");
         assert_eq!(pipeline.state().stats.puts, 0, "nothing put");
     }
 
