@@ -659,6 +659,21 @@ fn refuse_foreign_dir(data: &std::path::Path) -> Result<()> {
                 data.display()
             )));
         }
+        // A link to nothing (a volume not mounted): the open would fail
+        // with EEXIST, after Kafka was asked (seen in review, 2026-12-05).
+        Err(_)
+            if std::fs::symlink_metadata(data).is_ok_and(|m| m.is_symlink())
+                && std::fs::metadata(data)
+                    .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) =>
+        {
+            let to = std::fs::read_link(data)
+                .map(|t| t.display().to_string())
+                .unwrap_or_else(|e| format!("(unreadable: {e})"));
+            return Err(ConnectorError::Config(format!(
+                "--data {}: a symbolic link to {to}, which does not exist (a volume not mounted?); nothing was made there",
+                data.display()
+            )));
+        }
         // New (created by the open), or unreadable (the open names why).
         Err(_) => return Ok(()),
     };
@@ -698,6 +713,25 @@ mod tests {
     use super::RunArgs;
     use crate::config::{OnOversize, RunConfig};
     use crate::error::Result;
+
+    /// `--data` that is a link to nothing (a volume not mounted) is refused
+    /// naming the link's target, before Kafka is asked; a link to a
+    /// directory that is there is followed.
+    #[test]
+    fn data_that_links_to_nothing_is_refused_naming_the_target() {
+        let dir = tempfile::tempdir().unwrap();
+        let link = dir.path().join("archive");
+        let target = dir.path().join("volume").join("cairn");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let e = super::refuse_foreign_dir(&link).unwrap_err().to_string();
+        assert!(
+            e.contains("a symbolic link to") && e.contains(&*target.to_string_lossy()),
+            "{e}"
+        );
+        assert!(!target.exists() && !dir.path().join("volume").exists());
+        std::fs::create_dir_all(&target).unwrap();
+        assert!(super::refuse_foreign_dir(&link).is_ok());
+    }
 
     /// `--data new/..` is refused before anything is made: it reads as a
     /// new directory, and the open would make `new` and archive into the
