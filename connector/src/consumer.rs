@@ -345,6 +345,11 @@ impl Shared {
         };
         tracing::debug!(%tp, offset, past, "caught up with the partition's log end");
         if past {
+            // The fetch reached the log's end from where the partition
+            // started: that start was in the log (seen in review,
+            // 2026-12-05: one resumed unchecked, with no consumed offset,
+            // had its catch-up past markers dropped by the worker).
+            self.confirm_unchecked_start(&tp, offset);
             crate::commit::raise(&mut self.caught_up, &tp, offset);
             self.pending_since.get_or_insert_with(Instant::now);
         }
@@ -723,6 +728,22 @@ impl Shared {
         Ok(())
     }
 
+    /// A partition resumed unchecked (its bounds unreadable at the
+    /// assignment) has no consumed offset, so that its unchecked start is
+    /// not committed before a put, and the worker passes over a catch-up
+    /// or a move of it. Once its start is known to be in the log (its
+    /// bounds read at a reset, or its fetch at the log's end `to`), it has
+    /// consumed nothing past where it started: that is its consumed offset.
+    fn confirm_unchecked_start(&self, tp: &TopicPartition, to: i64) {
+        let Some(o) = self.starts.get(tp).and_then(Start::offset) else {
+            return;
+        };
+        let mut st = self.pipeline.state();
+        if o < to && st.assigned.contains(tp) && !st.consumed.contains_key(tp) {
+            st.consumed.insert(tp.clone(), o);
+        }
+    }
+
     /// Record, durably, that `moved`'s partitions go on at the offset
     /// given, past records that aged out of Kafka before they were archived
     /// (`--on-offset-out-of-range earliest` moved them): the offsets
@@ -738,21 +759,9 @@ impl Shared {
         if moved.is_empty() {
             return Ok(());
         }
-        {
-            // A partition resumed unchecked (its bounds unreadable at the
-            // assignment) has no consumed offset, so that its unchecked
-            // start is not committed before a put: the worker would pass
-            // over its move. Its bounds are read now: it has consumed
-            // nothing past where it started (seen in review, 2026-12-05).
-            let mut st = self.pipeline.state();
-            for (tp, &to) in moved {
-                let started = self.starts.get(tp).and_then(Start::offset);
-                if let (Some(o), true) = (started, st.assigned.contains(tp)) {
-                    if o < to && !st.consumed.contains_key(tp) {
-                        st.consumed.insert(tp.clone(), o);
-                    }
-                }
-            }
+        // Its bounds are read now (seen in review, 2026-12-05).
+        for (tp, &to) in moved {
+            self.confirm_unchecked_start(tp, to);
         }
         for (tp, &to) in moved {
             crate::commit::raise(&mut self.caught_up, tp, to);
