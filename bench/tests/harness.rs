@@ -155,16 +155,20 @@ fn assert_round(round: &serde_json::Value) {
             "{cpu}"
         );
         assert!(r.get("ceiling_cpu_ratio").is_some(), "{r}");
-        // The steady window, by puts (about 30 of at most 100 records,
-        // under either policy: enough points): inside the records, at
-        // least seven tenths of them, at least 8 points.
+        // The steady window, by syncs (records durable): under every-put
+        // one a put (about 30 of at most 100 records: enough points),
+        // inside the records, at least seven tenths of them, at least 8
+        // points. Under interval:100, one sync an interval: a window only
+        // where that gives as many points, by the same rule.
         let s = &r["throughput"]["steady"];
-        let n = s["records"]
-            .as_u64()
-            .unwrap_or_else(|| panic!("no steady window: {r}"));
-        assert!((2100..=2400).contains(&n), "{s}");
-        assert!(s["points"].as_u64().unwrap() >= 8, "{s}");
-        assert!(s["records_per_s"].as_f64().unwrap() > 0.0, "{s}");
+        if r["policy"] == "every-put" || !s.is_null() {
+            let n = s["records"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("no steady window: {r}"));
+            assert!((2100..=2400).contains(&n), "{s}");
+            assert!(s["points"].as_u64().unwrap() >= 8, "{s}");
+            assert!(s["records_per_s"].as_f64().unwrap() > 0.0, "{s}");
+        }
     }
     for r in round["ratios"].as_array().unwrap() {
         for key in [

@@ -82,8 +82,13 @@ pub type BeforePut =
 /// A hook run after each successful `put` of a [`WatchedSink`], with its
 /// outcome.
 pub type AfterPut = Box<dyn FnMut(&crate::PutOutcome) + Send>;
+/// A hook run after each successful `pre_commit` of a [`WatchedSink`],
+/// with the offsets it declared safe (durable, for the archive's sink).
+pub type AfterPreCommit =
+    Box<dyn FnMut(&std::collections::BTreeMap<cairn_engine::TopicPartition, i64>) + Send>;
 
-/// A sink that hands every call to another, with hooks around `put`: for
+/// A sink that hands every call to another, with hooks around `put` and
+/// after `pre_commit`: for
 /// tests and benches that watch or hold a sink's puts. Every method of
 /// [`crate::SinkTask`] is handed on here, once: a wrapper of its own that
 /// left one out would get the trait's default instead (no `caught_up`, no
@@ -94,6 +99,7 @@ pub struct WatchedSink {
     inner: Box<dyn crate::SinkTask>,
     before_put: Option<BeforePut>,
     after_put: Option<AfterPut>,
+    after_pre_commit: Option<AfterPreCommit>,
 }
 
 impl WatchedSink {
@@ -102,6 +108,7 @@ impl WatchedSink {
             inner,
             before_put: None,
             after_put: None,
+            after_pre_commit: None,
         }
     }
 
@@ -112,6 +119,11 @@ impl WatchedSink {
 
     pub fn after_put(mut self, hook: AfterPut) -> WatchedSink {
         self.after_put = Some(hook);
+        self
+    }
+
+    pub fn after_pre_commit(mut self, hook: AfterPreCommit) -> WatchedSink {
+        self.after_pre_commit = Some(hook);
         self
     }
 }
@@ -144,7 +156,11 @@ impl crate::SinkTask for WatchedSink {
         consumed: &std::collections::BTreeMap<cairn_engine::TopicPartition, i64>,
     ) -> Result<std::collections::BTreeMap<cairn_engine::TopicPartition, i64>, crate::TaskError>
     {
-        self.inner.pre_commit(consumed)
+        let safe = self.inner.pre_commit(consumed)?;
+        if let Some(hook) = self.after_pre_commit.as_mut() {
+            hook(&safe);
+        }
+        Ok(safe)
     }
 
     fn start(

@@ -307,8 +307,8 @@ struct Archived {
     fsyncs: u64,
     /// From the first record polled to the commit of the last.
     seconds: f64,
-    /// Records written over time: (seconds from the first record polled,
-    /// records written by then), at each put's return.
+    /// Records durable over time: (seconds from the first record polled,
+    /// records durable by then), at each `pre_commit`'s return.
     progress: Vec<(f64, u64)>,
     /// CPU used from just before the run to the commit of the last record.
     cpu: Option<Cpu>,
@@ -347,8 +347,8 @@ fn archive(
     let meter = CpuMeter::start(case.broker_pid);
     let done_at = Arc::new(Mutex::new(None));
     let done_at_w = done_at.clone();
-    // Each put's return and the records written by then (below).
-    let written = Arc::new(Mutex::new(Vec::<(Instant, u64)>::new()));
+    // Each `pre_commit`'s return and the records durable by then (below).
+    let durable_at = Arc::new(Mutex::new(Vec::<(Instant, u64)>::new()));
     // A run that never completes (a broker that stopped answering) is
     // stopped cleanly at the deadline and reported, not waited on forever.
     let stop = Arc::new(AtomicBool::new(false));
@@ -378,19 +378,25 @@ fn archive(
             .map_err(|e| format!("retention: {e}"))?;
     }
     // cairn's progress for its steady window ([`super::Steady`]): each
-    // put's return and the records written by then. Puts, not commits
-    // (until 2026-12-05, the first published steady run): under
-    // `interval:100` commits come every 100 ms, 2 to 7 a run here, so a
-    // window between commits spanned 58-65 % of the records where every
-    // other consumer's, with hundreds of points, spanned 80 %, and its
-    // rate rested on three or four intervals (seen in review). A put's
-    // return is the stage kcat's lines in its file are at (written, not
-    // durable): the task thread runs the interval's syncs between puts,
-    // so their time is inside the window all the same.
-    let mut records = 0;
-    let progress = written.clone();
-    let sink = WatchedSink::new(Box::new(sink)).after_put(Box::new(move |outcome| {
-        records += outcome.records_written;
+    // `pre_commit`'s return and the records durable by then (each
+    // partition's durable next offset, its records: fresh topics from 0,
+    // no markers). Durable, as the Python loop's progress is (after its
+    // fdatasync): until the second review of 2026-12-05 it was each put's
+    // return and the records written, which under `interval:100` are in
+    // the page cache until the next interval's sync, so a window could
+    // leave the sync of its last records out (cairn's interval:100 steady
+    // rate ran at up to 2.2x its whole run's at 1 KiB, every other
+    // consumer's at 0.84-1.23x). Under `interval:100` that is one point an
+    // interval, a handful a run: too few for a steady window, which is
+    // then not given, and the run is judged whole.
+    let mut durable = BTreeMap::<TopicPartition, i64>::new();
+    let progress = durable_at.clone();
+    let sink = WatchedSink::new(Box::new(sink)).after_pre_commit(Box::new(move |safe| {
+        for (tp, &o) in safe {
+            let d = durable.entry(tp.clone()).or_insert(o);
+            *d = (*d).max(o);
+        }
+        let records = durable.values().map(|&o| o.max(0) as u64).sum();
         progress.lock().unwrap().push((Instant::now(), records));
     }));
     let report = run_pipeline(&cfg, Box::new(sink), opts);
@@ -423,7 +429,7 @@ fn archive(
     let first = report.stats.first_record_at.ok_or("no record consumed")?;
     let (end, used) = done_at.lock().unwrap().ok_or("never done")?;
     let seconds = end.duration_since(first).as_secs_f64();
-    let progress = written
+    let progress = durable_at
         .lock()
         .unwrap()
         .iter()

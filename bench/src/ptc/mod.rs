@@ -76,7 +76,8 @@ fn default_out() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/bench")
 }
 
-/// The Python loop's batch: as many records as cairn's puts hold, which
+/// The Python loop's batch until an every-put run measures cairn's mean
+/// put: as many records as cairn's puts hold, which
 /// stop at `--batch-records-max` records or at the connector's default
 /// `batch_bytes_max` (8 MiB) of buffered records, as the consumer counts
 /// them (a value's buffer plus the record's own struct; these records have
@@ -226,8 +227,11 @@ pub const STEADY_SPAN_MIN: f64 = 0.7;
 pub const STEADY_POINTS_MIN: usize = 8;
 
 /// A consumer's records/s without the ends of its run, by one rule for
-/// every consumer measured, each by its own progress: cairn's puts
-/// (records written, at each put's return), the ceiling's takes (records
+/// every consumer measured, each by its own progress: cairn's syncs
+/// (records durable, at each `pre_commit`'s return; records written at
+/// each put's return until the second review of 2026-12-05, which left
+/// the sync of a window's last records out under `interval:MS`), the
+/// ceiling's takes (records
 /// taken), kcat's output (lines in its file, looked at every millisecond)
 /// and the Python loop's commits (one a batch, after its write and
 /// fdatasync).
@@ -434,8 +438,9 @@ fn steps(policies: usize, peers: bool, round: usize) -> Vec<Step> {
 }
 
 /// One round of a case: every step measured once, in `steps`' order.
-/// `put_bytes` is the floor's put size: every-put's mean put, from this
-/// round's run when it came first, else from the last one measured.
+/// `put_bytes` is the floor's put size and, over the record size, the
+/// Python loop's batch: every-put's mean put, from this round's run when
+/// it came first, else from the last one measured.
 #[allow(clippy::too_many_arguments)]
 fn round(
     args: &Args,
@@ -533,7 +538,11 @@ fn round(
                     case.topic,
                     records,
                     case.size,
-                    python_batch(args.batch_records_max, case.size),
+                    // cairn's mean put, as the floor takes it: measured
+                    // by every-put once it ran (since the second review
+                    // of 2026-12-05: at 10 KiB cairn's puts held 768
+                    // records where this estimate gave the loop 812).
+                    ((*put_bytes as f64 / case.size as f64).round() as usize).max(1),
                     case.out,
                 )
                 .map(|(run, h)| {

@@ -75,9 +75,12 @@ pub fn kcat(brokers: &str, topic: &str, records: u64, size: usize, out: &Path) -
                 skipped: "kcat is not installed (apt-get install kcat)".into(),
             }
         }
+        // Installed but not runnable (permissions, a broken binary): a
+        // failure to see to, not a tool that is missing (until the second
+        // review of 2026-12-05, a skip).
         Err(e) => {
-            return Peer::Skipped {
-                skipped: format!("kcat -V: {e}"),
+            return Peer::Failed {
+                failed: format!("kcat -V: {e}"),
             }
         }
     };
@@ -241,15 +244,38 @@ pub fn python(
     out: &Path,
 ) -> Peer<(PythonRun, Histogram<u64>)> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("peers/hand_loop.py");
+    // Skipped only when the module (or python3) is missing; a module
+    // that is there and fails to import (a librdkafka or ABI mismatch) is
+    // a failure to see to, with Python's own words (until the second
+    // review of 2026-12-05, any failure read as "not installed").
     let probe = Command::new("python3")
         .args(["-c", "import confluent_kafka"])
-        .stderr(Stdio::null())
-        .status();
-    if !probe.is_ok_and(|s| s.success()) {
-        return Peer::Skipped {
-            skipped: "python3 with confluent-kafka is not installed (pip install confluent-kafka)"
-                .into(),
-        };
+        .output();
+    let missing = "python3 with confluent-kafka is not installed (pip install confluent-kafka)";
+    match probe {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Peer::Skipped {
+                skipped: missing.into(),
+            }
+        }
+        Err(e) => {
+            return Peer::Failed {
+                failed: format!("python3: {e}"),
+            }
+        }
+        Ok(o) if !o.status.success() => {
+            let said = String::from_utf8_lossy(&o.stderr);
+            if said.contains("ModuleNotFoundError") {
+                return Peer::Skipped {
+                    skipped: missing.into(),
+                };
+            }
+            let last = said.lines().last().unwrap_or("no message").to_owned();
+            return Peer::Failed {
+                failed: format!("python3 -c 'import confluent_kafka' failed: {last}"),
+            };
+        }
+        Ok(_) => {}
     }
     let path = out.join("python.out");
     let _ = std::fs::remove_file(&path);
