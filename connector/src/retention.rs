@@ -227,6 +227,20 @@ pub(crate) fn resume_at<X: ConsumerContext>(
     policy: OnOffsetOutOfRange,
 ) -> Result<(i64, bool)> {
     match bounds.of(tp) {
+        // The log end read here is the last stable offset (cairn reads
+        // `read_committed`, and ListOffsets answers for that isolation
+        // level): a position past it may lie in a transaction still open
+        // (a commit set by a tool that reads uncommitted), where a fetch
+        // is legal. Resumed there unconfirmed, as when the bounds cannot
+        // be read: a position past the log's true end (a topic truncated
+        // or recreated) comes back from the fetch as an offset reset
+        // error, and the same judgement stops the run then (seen in
+        // review, 2026-12-05: it stopped every start while a transaction
+        // stayed open, its error blaming a recreated topic).
+        Ok((_, high)) if position > high && archived_below.is_none() => {
+            tracing::warn!(%tp, position, last_stable_offset = high, "the resume point is past the log's last stable offset: a transaction still open, or a log that ends below it (truncated or recreated); resuming there unconfirmed (past the log's end, the fetch reports it and the run stops), and committing it only after a put of the partition");
+            Ok((position, false))
+        }
         Ok((low, high)) => {
             go_on_from(tp, position, archived_below, low, high, policy).map(|at| (at, true))
         }
@@ -506,6 +520,41 @@ mod tests {
         ));
         // Not a partition of the set: refused without a request.
         assert!(bounds.of(&TopicPartition::new("u", 0)).is_err());
+    }
+
+    /// A resume point past the log end read at the assignment (the last
+    /// stable offset, under `read_committed`) is resumed at, unconfirmed:
+    /// it may lie in a transaction still open. A fetch that then finds it
+    /// past the log's true end reports an offset reset, and the standing
+    /// judged there stops the run as before (the mock cluster answers the
+    /// high watermark for either isolation level, so only this test shows
+    /// the first half).
+    #[test]
+    fn a_resume_point_past_the_last_stable_offset_is_resumed_at_unconfirmed() {
+        let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", "127.0.0.1:1")
+            .create()
+            .unwrap();
+        let t0 = TopicPartition::new("t", 0);
+        let mut bounds = Bounds::new(&consumer, vec![t0.clone()], Duration::from_secs(1));
+        bounds.read = Some(BTreeMap::from([(t0.clone(), Ok((100, 500)))]));
+        let fail = OnOffsetOutOfRange::Fail;
+        assert_eq!(
+            resume_at(&mut bounds, &t0, 510, None, fail).unwrap(),
+            (510, false)
+        );
+        assert_eq!(
+            resume_at(&mut bounds, &t0, 400, None, fail).unwrap(),
+            (400, true)
+        );
+        assert!(matches!(
+            standing(&mut bounds, &t0, 510, None, fail),
+            Err(ConnectorError::OffsetBeyondLogEnd {
+                position: 510,
+                log_end: 500,
+                ..
+            })
+        ));
     }
 
     #[test]
