@@ -744,14 +744,17 @@ mod tests {
             .contains("a commit failed for good"));
     }
 
-    /// Puts fail retriably, the first one after failing the run (as a
-    /// consumer error would, meanwhile); a few calls later they succeed.
-    struct RetriableAfterFailure {
+    /// Puts fail retriably, counted; the first one first does `at_first`
+    /// to the pipeline (fails the run, or begins a revoke, as the consumer
+    /// thread would meanwhile); from call `ok_from` on they succeed.
+    struct Retriable {
         pipeline: Arc<Pipeline>,
         calls: Arc<Mutex<u32>>,
+        at_first: fn(&Pipeline),
+        ok_from: u32,
     }
 
-    impl SinkTask for RetriableAfterFailure {
+    impl SinkTask for Retriable {
         fn open(
             &mut self,
             _: &[TopicPartition],
@@ -762,10 +765,9 @@ mod tests {
             let mut calls = self.calls.lock().unwrap();
             *calls += 1;
             if *calls == 1 {
-                self.pipeline
-                    .fail(ConnectorError::Sink("the consumer failed".into()));
+                (self.at_first)(&self.pipeline);
             }
-            if *calls < 5 {
+            if *calls < self.ok_from {
                 return Err(TaskError::Retriable("broker busy".into()));
             }
             Ok(PutOutcome::default())
@@ -1033,9 +1035,11 @@ mod tests {
     fn a_retriable_put_is_not_retried_after_the_run_failed() {
         let calls = Arc::new(Mutex::new(0));
         let pipeline = Arc::new(Pipeline::new(None, None, None, None, None));
-        let sink = RetriableAfterFailure {
+        let sink = Retriable {
             pipeline: pipeline.clone(),
             calls: calls.clone(),
+            at_first: |p| p.fail(ConnectorError::Sink("the consumer failed".into())),
+            ok_from: 5,
         };
         pipeline
             .state()
@@ -1053,43 +1057,6 @@ mod tests {
         assert_eq!(pipeline.state().stats.puts, 0, "nothing put");
     }
 
-    /// Fails every put retriably, counting them; begins a revoke of its
-    /// partition at the first, as the consumer thread would while the put
-    /// is retried ahead of the revoke's flush.
-    struct RetriableDuringRevoke {
-        pipeline: Arc<Pipeline>,
-        calls: Arc<Mutex<u32>>,
-    }
-
-    impl SinkTask for RetriableDuringRevoke {
-        fn open(
-            &mut self,
-            _: &[TopicPartition],
-        ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
-            Ok(BTreeMap::new())
-        }
-        fn put(&mut self, _: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
-            let mut calls = self.calls.lock().unwrap();
-            if *calls == 0 {
-                self.pipeline
-                    .begin_revoke(&std::collections::BTreeSet::from([TopicPartition::new(
-                        "t", 0,
-                    )]));
-            }
-            *calls += 1;
-            Err(TaskError::Retriable("the sink's store is away".into()))
-        }
-        fn pre_commit(
-            &mut self,
-            _: &BTreeMap<TopicPartition, i64>,
-        ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
-            Ok(BTreeMap::new())
-        }
-        fn close(&mut self, _: &[TopicPartition]) -> Result<(), TaskError> {
-            Ok(())
-        }
-    }
-
     /// A put failing retriably is retried only up to the revoke deadline
     /// once a revoke began (the revoke's flush waits behind it), then the
     /// run fails with nothing put; before 2026-12-05 it was retried for as
@@ -1103,9 +1070,17 @@ mod tests {
             .assigned
             .insert(TopicPartition::new("t", 0));
         let mut w = worker(
-            Box::new(RetriableDuringRevoke {
+            Box::new(Retriable {
                 pipeline: pipeline.clone(),
                 calls: calls.clone(),
+                // As the consumer thread would while the put is retried
+                // ahead of the revoke's flush.
+                at_first: |p| {
+                    p.begin_revoke(&std::collections::BTreeSet::from([TopicPartition::new(
+                        "t", 0,
+                    )]))
+                },
+                ok_from: u32::MAX,
             }),
             &pipeline,
         );

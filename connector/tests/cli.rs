@@ -23,19 +23,23 @@ fn cairn_run(brokers: &str, topics: &str, data: &str, extra: &[&str]) -> (i32, S
 /// `cairn <args>` with its stdout on `/dev/full` (every write ENOSPC): its
 /// exit code and stderr.
 fn cairn_into_dev_full(args: &[&str]) -> (Option<i32>, String) {
-    let full = std::fs::OpenOptions::new()
-        .write(true)
-        .open("/dev/full")
-        .unwrap();
     let out = Command::new(CAIRN)
         .args(args)
-        .stdout(full)
+        .stdout(dev_full())
         .output()
         .unwrap();
     (
         out.status.code(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// `/dev/full`, for writing: every write fails with ENOSPC.
+fn dev_full() -> std::fs::File {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap()
 }
 
 /// A stderr that cannot be written (a full disk behind it, a reader gone)
@@ -48,13 +52,9 @@ fn an_unwritable_stderr_keeps_the_exit_code() {
     let missing = dir.path().join("no-archive");
     let missing = missing.to_str().unwrap();
     let on_full_stderr = |args: &[&str]| {
-        let full = std::fs::OpenOptions::new()
-            .write(true)
-            .open("/dev/full")
-            .unwrap();
         let out = Command::new(CAIRN)
             .args(args)
-            .stderr(full)
+            .stderr(dev_full())
             .output()
             .unwrap();
         out.status.code()
