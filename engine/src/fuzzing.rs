@@ -501,8 +501,9 @@ struct PlannedAppend {
 /// What `wal_recover` does to the store after an append, so that damage
 /// meets tombstones and advanced or started summaries as well as records
 /// (since 2026-12-05). Read from the high bits of the append's partition
-/// number, which inputs before it mostly left zero, so that they keep
-/// their meaning.
+/// number: the hand-made seeds before it left them zero and keep their
+/// meaning; about 3 in 16 appends of the fuzzer's older inputs now have a
+/// shape after them.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Then {
     Nothing,
@@ -1543,15 +1544,17 @@ pub mod model {
                         .iter()
                         .map(|(tp, next)| (tp.partition as usize, *next))
                         .collect::<BTreeMap<_, _>>();
+                    let want = if r.records_deleted > 0 {
+                        &model.next
+                    } else {
+                        &model.durable
+                    };
                     ensure!(
-                        synced == model.durable || synced == model.next,
-                        "step {step} {op:?}: durable {synced:?}, model durable {:?}, written {:?}",
+                        synced == *want,
+                        "step {step} {op:?}: durable {synced:?} after a truncation that deleted {}, model durable {:?}, written {:?}",
+                        r.records_deleted,
                         model.durable,
                         model.next
-                    );
-                    ensure!(
-                        synced == model.durable || r.records_deleted > 0,
-                        "step {step} {op:?}: writes made durable by a truncation that deleted nothing"
                     );
                     model.durable = synced;
                     let all = model.records(tp);
