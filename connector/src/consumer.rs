@@ -1063,7 +1063,7 @@ pub fn run_pipeline(
         budget: budget.clone(),
         unsafe_puts: false,
         last_pre_commit: Instant::now(),
-        revoke_retry: crate::worker::REVOKE_RETRY,
+        revoke_retry: crate::worker::revoke_retry(max_poll_interval(cfg)),
     };
     let task_thread = std::thread::Builder::new()
         .name("cairn-task".into())

@@ -122,14 +122,21 @@ pub(crate) struct Worker {
 const STOP_RETRY: Duration = Duration::from_secs(5);
 
 /// How long a put that fails retriably is still retried once a revoke
-/// began: the revoke's flush waits behind it on the consumer thread, inside
-/// librdkafka's rebalance callback, and past `max.poll.interval.ms` (300 s
-/// by default) the member is dropped from the group, its revoke's commit
-/// then refused. Well inside that, the run fails instead: nothing more is
-/// committed, and the next owner archives from Kafka's offset (seen in
-/// review, 2026-12-05: a revoke waited on such a put with no bound). The
-/// archive's own sink never fails retriably.
+/// began, at most: the revoke's flush waits behind it on the consumer
+/// thread, inside librdkafka's rebalance callback, and past
+/// `max.poll.interval.ms` (300 s by default) the member is dropped from the
+/// group, its revoke's commit then refused. Well inside that, the run fails
+/// instead: nothing more is committed, and the next owner archives from
+/// Kafka's offset (seen in review, 2026-12-05: a revoke waited on such a
+/// put with no bound). The archive's own sink never fails retriably.
 pub const REVOKE_RETRY: Duration = Duration::from_secs(60);
+
+/// [`REVOKE_RETRY`], or half the run's `max.poll.interval.ms` where that is
+/// shorter (a review of the change found a fixed 60 s past a shorter
+/// setting).
+pub(crate) fn revoke_retry(max_poll_interval: Duration) -> Duration {
+    REVOKE_RETRY.min(max_poll_interval / 2)
+}
 
 fn sink_error(call: &str, e: &TaskError) -> ConnectorError {
     ConnectorError::Sink(format!("{call}: {e}"))
@@ -1062,6 +1069,13 @@ mod tests {
     /// run fails with nothing put; before 2026-12-05 it was retried for as
     /// long as it failed, and the revoke waited past max.poll.interval.ms.
     #[test]
+    fn the_revoke_deadline_is_inside_the_poll_interval() {
+        let s = Duration::from_secs;
+        assert_eq!(revoke_retry(s(300)), s(60));
+        assert_eq!(revoke_retry(s(30)), s(15));
+    }
+
+    #[test]
     fn a_retriable_put_holds_a_revoke_only_up_to_its_deadline() {
         let calls = Arc::new(Mutex::new(0));
         let pipeline = Arc::new(Pipeline::new(None, None, None, None, None));
@@ -1097,7 +1111,15 @@ mod tests {
         })
         .unwrap();
         drop(jobs);
-        w.run(rx);
+        // On a thread of its own, so that a put retried without bound
+        // fails the test at a deadline rather than hang it.
+        let (ran, done) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            w.run(rx);
+            let _ = ran.send(());
+        });
+        done.recv_timeout(Duration::from_secs(60))
+            .expect("the put was still retried a minute after the revoke began");
         assert!(*calls.lock().unwrap() > 1, "retried within the deadline");
         assert!(pipeline.failed.load(Ordering::Acquire), "the run failed");
         let e = pipeline.take_fatal().expect("the run's error").to_string();
