@@ -651,26 +651,29 @@ fn refuse_foreign_dir(data: &std::path::Path) -> Result<()> {
     if holds_archive(data) {
         return Ok(());
     }
+    // A link to nothing (a volume not mounted), at `data` or above it: the
+    // open would fail with EEXIST, after Kafka was asked (seen in review,
+    // 2026-12-05; a second review found a link above `data` passed over).
+    if std::fs::metadata(data).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
+        for at in data.ancestors() {
+            let link = std::fs::symlink_metadata(at).is_ok_and(|m| m.is_symlink());
+            if link && std::fs::metadata(at).is_err() {
+                let to = std::fs::read_link(at)
+                    .map(|t| t.display().to_string())
+                    .unwrap_or_else(|e| format!("(unreadable: {e})"));
+                return Err(ConnectorError::Config(format!(
+                    "--data {}: {} is a symbolic link to {to}, which does not exist (a volume not mounted?); nothing was made there",
+                    data.display(),
+                    at.display()
+                )));
+            }
+        }
+    }
     let entries = match std::fs::read_dir(data) {
         Ok(entries) => entries,
         Err(_) if std::fs::metadata(data).is_ok_and(|m| !m.is_dir()) => {
             return Err(ConnectorError::Config(format!(
                 "--data {}: not a directory (a file is there; the archive is a directory of its own)",
-                data.display()
-            )));
-        }
-        // A link to nothing (a volume not mounted): the open would fail
-        // with EEXIST, after Kafka was asked (seen in review, 2026-12-05).
-        Err(_)
-            if std::fs::symlink_metadata(data).is_ok_and(|m| m.is_symlink())
-                && std::fs::metadata(data)
-                    .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) =>
-        {
-            let to = std::fs::read_link(data)
-                .map(|t| t.display().to_string())
-                .unwrap_or_else(|e| format!("(unreadable: {e})"));
-            return Err(ConnectorError::Config(format!(
-                "--data {}: a symbolic link to {to}, which does not exist (a volume not mounted?); nothing was made there",
                 data.display()
             )));
         }
@@ -714,23 +717,26 @@ mod tests {
     use crate::config::{OnOversize, RunConfig};
     use crate::error::Result;
 
-    /// `--data` that is a link to nothing (a volume not mounted) is refused
-    /// naming the link's target, before Kafka is asked; a link to a
-    /// directory that is there is followed.
+    /// `--data` that is, or lies under, a link to nothing (a volume not
+    /// mounted) is refused naming the link's target, before Kafka is
+    /// asked; a link to a directory that is there is followed.
     #[test]
     fn data_that_links_to_nothing_is_refused_naming_the_target() {
         let dir = tempfile::tempdir().unwrap();
         let link = dir.path().join("archive");
         let target = dir.path().join("volume").join("cairn");
         std::os::unix::fs::symlink(&target, &link).unwrap();
-        let e = super::refuse_foreign_dir(&link).unwrap_err().to_string();
-        assert!(
-            e.contains("a symbolic link to") && e.contains(&*target.to_string_lossy()),
-            "{e}"
-        );
+        for data in [link.clone(), link.join("store")] {
+            let e = super::refuse_foreign_dir(&data).unwrap_err().to_string();
+            assert!(
+                e.contains("is a symbolic link to") && e.contains(&*target.to_string_lossy()),
+                "{e}"
+            );
+        }
         assert!(!target.exists() && !dir.path().join("volume").exists());
         std::fs::create_dir_all(&target).unwrap();
         assert!(super::refuse_foreign_dir(&link).is_ok());
+        assert!(super::refuse_foreign_dir(&link.join("store")).is_ok());
     }
 
     /// `--data new/..` is refused before anything is made: it reads as a
