@@ -330,9 +330,16 @@ fn check_output(output: &Path, end: &Path, named: Option<Descriptor>) -> Result<
     {
         use std::os::unix::fs::MetadataExt;
         let euid = rustix::process::geteuid();
-        let sticky_other = std::fs::metadata(dir)
-            .is_ok_and(|d| d.mode() & 0o1000 != 0 && d.uid() != euid.as_raw());
-        if !euid.is_root() && sticky_other && existing.uid() != euid.as_raw() {
+        let kept = std::fs::metadata(dir).is_ok_and(|d| {
+            sticky_keeps(
+                d.mode(),
+                d.uid(),
+                existing.uid(),
+                euid.as_raw(),
+                euid.is_root(),
+            )
+        });
+        if kept {
             return refused(format!(
                 "another user's file in {}, whose sticky bit keeps it from being replaced (name a file of your own)",
                 dir.display()
@@ -342,6 +349,14 @@ fn check_output(output: &Path, end: &Path, named: Option<Descriptor>) -> Result<
     // Staged beside it, or, if its directory takes no new files, written
     // in place.
     Ok(())
+}
+
+/// Whether a directory of `dir_mode`, owned by `dir_uid`, keeps a file of
+/// `file_uid` from being renamed over by a process of `euid`: its sticky
+/// bit lets only the file's owner, the directory's owner, or root remove
+/// or replace it (rename(2), EPERM).
+fn sticky_keeps(dir_mode: u32, dir_uid: u32, file_uid: u32, euid: u32, root: bool) -> bool {
+    dir_mode & 0o1000 != 0 && !root && dir_uid != euid && file_uid != euid
 }
 
 /// Whether this process may write `path` (access(2) with `W_OK`: a
@@ -1191,6 +1206,22 @@ mod tests {
             return None;
         }
         Some(Undo(set))
+    }
+
+    /// A sticky directory (`/tmp`) keeps another user's file from being
+    /// replaced, unless the directory is this user's, or this user is root.
+    #[test]
+    fn a_sticky_directory_keeps_only_another_users_file() {
+        let (tmp, plain) = (0o41777, 0o40777);
+        let (me, other, root_uid) = (1000, 1001, 0);
+        assert!(sticky_keeps(tmp, root_uid, other, me, false));
+        assert!(!sticky_keeps(tmp, root_uid, me, me, false), "my own file");
+        assert!(!sticky_keeps(tmp, me, other, me, false), "my own directory");
+        assert!(!sticky_keeps(tmp, root_uid, other, root_uid, true), "root");
+        assert!(
+            !sticky_keeps(plain, root_uid, other, me, false),
+            "no sticky bit"
+        );
     }
 
     /// An `--output` file this user may not write is refused before
