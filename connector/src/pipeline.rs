@@ -328,18 +328,28 @@ impl Pipeline {
                 return CommitOutcome::Stale;
             }
             // Committed <= durable, against the store's own word: a commit
-            // above it is a bug, and is not sent (module invariants).
+            // above it is a bug, and is not sent (module invariants). So
+            // is one of a partition the store holds nothing of, which has
+            // nothing durable to commit (until the last review of
+            // 2026-12-05 such a commit passed the check).
             let above = self.durable_check.as_ref().and_then(|durable| {
                 pending
                     .offsets
                     .iter()
-                    .find_map(|(tp, &o)| durable(tp).filter(|&d| o > d).map(|d| (tp.clone(), o, d)))
+                    .find_map(|(tp, &o)| match durable(tp) {
+                        Some(d) if o <= d => None,
+                        d => Some((tp.clone(), o, d)),
+                    })
             });
             if let Some((tp, o, d)) = above {
                 s.tracker.commit_failed(pending);
                 s.commits_closed = true;
+                let held = d.map_or_else(
+                    || "the store holds nothing of it".to_owned(),
+                    |d| format!("it would pass what the store holds durable ({d})"),
+                );
                 s.fatal.get_or_insert(ConnectorError::Sink(format!(
-                    "BUG: a commit of {tp}@{o} was about to pass what the store holds durable ({d}): not sent; nothing more is committed"
+                    "BUG: a commit of {tp}@{o} was about to be sent, but {held}: not sent; nothing more is committed"
                 )));
                 self.failed.store(true, Ordering::Release);
                 return CommitOutcome::Closed;

@@ -267,7 +267,9 @@ pub trait SinkTask: Send {
         None
     }
     /// What the store holds durable for a partition, as the store itself
-    /// knows it now (`None` for a partition it does not hold), asked by the
+    /// knows it now (`None` for a partition it does not hold, or a store
+    /// that can no longer say: a commit of it is refused as one above its
+    /// word), asked by the
     /// loop for each offset of each commit just before it is sent (on the
     /// committer's thread, or, for a revoke's commit and the final one, on
     /// the consumer thread): a second word, besides what `put` and

@@ -283,11 +283,12 @@ fn a_buffering_retrying_sink_gets_every_record_once_and_commits_only_what_it_flu
 /// A sink with a bug: `open` says every partition resumes at `open_at`
 /// (if given), `pre_commit` declares durable `overclaim` records more
 /// than it was handed, and (if given) its store's own word is that
-/// `store_durable` is durable for every partition.
+/// `store_durable` is durable for every partition (`Some(None)`: that it
+/// holds nothing of any).
 struct BuggySink {
     open_at: Option<i64>,
     overclaim: i64,
-    store_durable: Option<i64>,
+    store_durable: Option<Option<i64>>,
 }
 
 impl SinkTask for BuggySink {
@@ -322,7 +323,7 @@ impl SinkTask for BuggySink {
 
     fn durable_check(&self) -> Option<cairn_connector::DurableCheck> {
         let d = self.store_durable?;
-        Some(Box::new(move |_| Some(d)))
+        Some(Box::new(move |_| d))
     }
 }
 
@@ -389,11 +390,31 @@ fn a_commit_above_what_the_store_holds_durable_is_not_sent() {
     let sink = BuggySink {
         open_at: None,
         overclaim: 0,
-        store_durable: Some(0),
+        store_durable: Some(Some(0)),
     };
     let (err, kafka) = run_buggy(&k, "unsynced", sink, |run| run());
     assert!(
         err.contains("BUG: a commit of") && err.contains("not sent"),
+        "{err}"
+    );
+    assert!(kafka.values().all(|&o| o == 0), "committed {kafka:?}");
+}
+
+/// The same where the store says it holds nothing of the partitions: a
+/// commit of one has nothing durable under it, and is not sent (until the
+/// last review of 2026-12-05 the check passed a partition its store did
+/// not hold).
+#[test]
+fn a_commit_of_a_partition_the_store_does_not_hold_is_not_sent() {
+    let k = TestKafka::new("unheld", DEMO_PARTITIONS);
+    let sink = BuggySink {
+        open_at: None,
+        overclaim: 0,
+        store_durable: Some(None),
+    };
+    let (err, kafka) = run_buggy(&k, "unheld", sink, |run| run());
+    assert!(
+        err.contains("BUG: a commit of") && err.contains("the store holds nothing of it"),
         "{err}"
     );
     assert!(kafka.values().all(|&o| o == 0), "committed {kafka:?}");
