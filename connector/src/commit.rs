@@ -41,9 +41,10 @@ pub struct CommitTracker {
     pub durable_reported: BTreeMap<TopicPartition, i64>,
     /// The sink's latest word per partition (put, `pre_commit` or open),
     /// which may be below its highest: what a commit is checked against
-    /// and carries (since 2026-12-05; the highest word was, so a commit
-    /// above a lowered word would have passed the check).
-    durable_latest: BTreeMap<TopicPartition, i64>,
+    /// and carries, and what progress reports show (since 2026-12-05; the
+    /// highest word was, so a commit above a lowered word would have
+    /// passed the check, and a lag counted from it understated).
+    pub durable_latest: BTreeMap<TopicPartition, i64>,
     /// Highest offsets `pre_commit` declared safe to commit.
     safe: BTreeMap<TopicPartition, i64>,
     /// Last offsets Kafka acknowledged to this run's commits, or, where

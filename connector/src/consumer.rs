@@ -368,7 +368,7 @@ impl Shared {
                     commits: st.stats.commits,
                     latency: &st.tracker.put_to_commit_us,
                     assigned: &self.assigned,
-                    durable: &st.tracker.durable_reported,
+                    durable: &st.tracker.durable_latest,
                     committed: &st.tracker.committed,
                     starts: &self.starts,
                     bounds: &self.log_bounds,

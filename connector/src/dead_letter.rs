@@ -1,5 +1,6 @@
 //! Dead letters: records the archive will not hold (over
-//! `--record-bytes-max`), produced with their reason to a Kafka topic
+//! `--record-bytes-max`, or with more headers than a record may carry),
+//! produced with their reason to a Kafka topic
 //! (`--on-oversize dead-letter --dead-letter-topic T`) before the run goes
 //! on.
 //!

@@ -8,10 +8,9 @@
 //!
 //! The interval is librdkafka's `statistics.interval.ms`: its statistics
 //! carry each assigned partition's log start and end as the last fetch saw
-//! them (the end is the last stable offset: under librdkafka's default
-//! `read_committed` the high watermark unless transactions are open, under
-//! `read_uncommitted` the high watermark), so a report costs no request to
-//! Kafka. The commit tracker knows what is durable and what is committed.
+//! them (the end is the last stable offset, as cairn reads
+//! `read_committed`: the high watermark unless transactions are open), so
+//! a report costs no request to Kafka. The commit tracker knows what is durable and what is committed.
 //!
 //! Limits, by design: the report at stop uses the last statistics (up to an
 //! interval old; asking the consumer's own connection for watermarks queues
@@ -85,7 +84,9 @@ pub struct PartitionProgress {
     /// The offset last committed to Kafka.
     pub committed: Option<i64>,
     /// Records Kafka has that the archive has not made durable: from the
-    /// durable offset, or, before one, from where the partition started.
+    /// later of the durable offset and where the partition started
+    /// (records below where the run fetches from are not waiting for it:
+    /// another store in the group archived them, or they aged out).
     pub archive_lag: Option<i64>,
 }
 
