@@ -940,26 +940,24 @@ fn check_indexed_partitions(
             refuse_summary_below_tail(tree, tp, s, rebuilt)?;
         }
         let summary = partitions.get(tp).filter(|_| !dirty.contains(tp));
-        if summary.is_none() && !dirty.contains(tp) {
-            let (at, kind) = crate::verify::missing_summary(tp);
-            return Err(Error::corruption(at, kind));
-        }
-        // A partition the tail wrote to with no stored summary is the
-        // first write to it cut before its summary, and the summary is
-        // rebuilt, only if all its entries are in the tail: an entry at or
-        // below the checkpoint had its summary durable before the
+        // With no stored summary, a partition is refused, unless the tail
+        // wrote to it and all its entries are in the tail: that is its
+        // first write cut before its summary, which is rebuilt. An entry
+        // at or below the checkpoint had its summary durable before the
         // checkpoint was written (a write inserts it first; recovery writes
-        // both in one batch). So its summary was lost, and a rebuild would
-        // drop what it held beyond the index (the floor of an advance or
-        // of a prune that emptied the partition) without a word (seen in
-        // review, 2026-12-05: it was rebuilt and counted as a repair).
-        if dirty.contains(tp) && !partitions.contains_key(tp) {
-            if let Some(item) = tree.scan_prefix(keys::index_prefix(tp)).next() {
-                let (_, oldest) = index_item(item)?;
-                if oldest.lsn <= checkpoint {
-                    let (at, kind) = crate::verify::missing_summary(tp);
-                    return Err(Error::corruption(at, kind));
-                }
+        // both in one batch), so that summary was lost, and a rebuild
+        // would drop what it held beyond the index (the floor of an
+        // advance) without a word (seen in review, 2026-12-05: it was
+        // rebuilt and counted as a repair).
+        if !partitions.contains_key(tp) {
+            let lost = !dirty.contains(tp)
+                || match tree.scan_prefix(keys::index_prefix(tp)).next() {
+                    Some(item) => index_item(item)?.1.lsn <= checkpoint,
+                    None => false,
+                };
+            if lost {
+                let (at, kind) = crate::verify::missing_summary(tp);
+                return Err(Error::corruption(at, kind));
             }
         }
         if let Some((k, e)) = newest_index_entry(tree, tp, rebuilt)? {
