@@ -621,15 +621,25 @@ struct Planted {
 
 type LsnSet = std::collections::BTreeSet<u64>;
 
-/// The LSNs of `tp`'s entries' frames, from the index of an open engine.
-fn index_lsns(engine: &Engine, tp: &TopicPartition) -> LsnSet {
-    let mut lsns = LsnSet::new();
-    for item in engine.tree.scan_prefix(crate::keys::index_prefix(tp)) {
+/// The LSNs of the entries' frames the index entries under `prefix` name
+/// (all of them, or one partition's), by partition.
+fn index_lsns(tree: &sled::Tree, prefix: &[u8]) -> BTreeMap<TopicPartition, LsnSet> {
+    let mut lsns: BTreeMap<TopicPartition, LsnSet> = BTreeMap::new();
+    for item in tree.scan_prefix(prefix) {
         let (k, v) = item.expect("read the index");
-        let (_, e) = crate::index::IndexEntry::decode(&k, &v).expect("an undamaged index entry");
-        lsns.extend(e.lsn..e.lsn + u64::from(e.chunks));
+        let (tp, e) = crate::index::IndexEntry::decode(&k, &v).expect("an undamaged index entry");
+        lsns.entry(tp)
+            .or_default()
+            .extend(e.lsn..e.lsn + u64::from(e.chunks));
     }
     lsns
+}
+
+/// The LSNs of `tp`'s entries' frames, from the index of an open engine.
+fn partition_index_lsns(engine: &Engine, tp: &TopicPartition) -> LsnSet {
+    index_lsns(&engine.tree, &crate::keys::index_prefix(tp))
+        .remove(tp)
+        .unwrap_or_default()
 }
 
 /// Write the store `plan` describes at `store`: every append acknowledged
@@ -657,9 +667,9 @@ fn write_planned(plan: &RecoverPlan, store: &Path) -> Planted {
                 let cut = held
                     .get(n % (held.len() + 1))
                     .map_or(next[&i], |r| r.offset);
-                let before = index_lsns(&engine, tp);
+                let before = partition_index_lsns(&engine, tp);
                 engine.truncate_before(tp, cut).expect("truncate");
-                let after = index_lsns(&engine, tp);
+                let after = partition_index_lsns(&engine, tp);
                 deleted
                     .entry(tp.clone())
                     .or_default()
@@ -726,14 +736,7 @@ fn partition_lsns(
         .open_sled()
         .expect("open the store's sled");
     let tree = db.open_tree("cairn").expect("open the store's tree");
-    let mut lsns: BTreeMap<TopicPartition, LsnSet> = BTreeMap::new();
-    for item in tree.scan_prefix([crate::keys::PREFIX_INDEX]) {
-        let (k, v) = item.expect("read the index");
-        let (tp, e) = crate::index::IndexEntry::decode(&k, &v).expect("an undamaged index entry");
-        lsns.entry(tp)
-            .or_default()
-            .extend(e.lsn..e.lsn + u64::from(e.chunks));
-    }
+    let mut lsns = index_lsns(&tree, &[crate::keys::PREFIX_INDEX]);
     for item in tree.scan_prefix([crate::keys::PREFIX_WAL]) {
         let (k, v) = item.expect("read the log");
         let Ok(lsn) = crate::keys::parse_wal_key(&k) else {
