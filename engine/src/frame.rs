@@ -185,7 +185,7 @@ fn check_header(bytes: &[u8]) -> Result<(), CorruptionKind> {
 /// The least body length the length bytes `bytes` reaches can declare
 /// (those missing taken as 0; the whole length once all four are there),
 /// if it reaches any.
-pub(crate) fn length_at_least(bytes: &[u8]) -> Option<u64> {
+fn length_at_least(bytes: &[u8]) -> Option<u64> {
     let present = bytes
         .get(8..bytes.len().min(12))
         .filter(|l| !l.is_empty())?;

@@ -48,7 +48,8 @@ pub fn remove_if_empty(dir: &Path) -> Result<EmptyStoreRemoval> {
     // were lost (damage) after retention emptied it still has its
     // tombstones, and its identity may be in offsets committed to Kafka
     // (seen in review, 2026-12-05; until then summaries alone decided).
-    let empty = engine.partitions().is_empty() && engine.stats().next_lsn <= 1;
+    let stats = engine.stats();
+    let empty = stats.partitions.is_empty() && stats.next_lsn <= 1;
     // Closed (sled's handles dropped, and its own lock on its files with
     // them) before anything is removed.
     engine.close()?;
