@@ -138,6 +138,12 @@ pub(crate) fn revoke_retry(max_poll_interval: Duration) -> Duration {
     REVOKE_RETRY.min(max_poll_interval / 2)
 }
 
+/// Whether `within` has passed since the first call for `deadline` (which
+/// sets it then): the retry bounds of a stopping run and of a revoke.
+fn expired(deadline: &mut Option<Instant>, within: Duration) -> bool {
+    Instant::now() >= *deadline.get_or_insert_with(|| Instant::now() + within)
+}
+
 fn sink_error(call: &str, e: &TaskError) -> ConnectorError {
     ConnectorError::Sink(format!("{call}: {e}"))
 }
@@ -359,27 +365,20 @@ impl Worker {
                     // transient failure should not turn a clean stop into
                     // a failed one, nor hold the stop forever. A run ended
                     // by its done predicate (an embedder's) is stopping too.
-                    if self.stop.load(Ordering::Relaxed)
-                        || self.pipeline.finished.load(Ordering::Acquire)
-                    {
-                        let deadline =
-                            *stop_deadline.get_or_insert_with(|| Instant::now() + STOP_RETRY);
-                        if Instant::now() >= deadline {
-                            return Err(ConnectorError::Sink(format!(
-                                "put still failing {} s after the run was asked to stop ({msg}); committing nothing more",
-                                STOP_RETRY.as_secs()
-                            )));
-                        }
+                    let stopping = self.stop.load(Ordering::Relaxed)
+                        || self.pipeline.finished.load(Ordering::Acquire);
+                    if stopping && expired(&mut stop_deadline, STOP_RETRY) {
+                        return Err(ConnectorError::Sink(format!(
+                            "put still failing {} s after the run was asked to stop ({msg}); committing nothing more",
+                            STOP_RETRY.as_secs()
+                        )));
                     }
-                    if !self.pipeline.state().revoking.is_empty() {
-                        let deadline = *revoke_deadline
-                            .get_or_insert_with(|| Instant::now() + self.revoke_retry);
-                        if Instant::now() >= deadline {
-                            return Err(ConnectorError::Sink(format!(
-                                "put still failing {} s after a revoke began ({msg}), which waits behind it and cannot wait past max.poll.interval.ms; committing nothing more",
-                                self.revoke_retry.as_secs_f64()
-                            )));
-                        }
+                    let revoking = !self.pipeline.state().revoking.is_empty();
+                    if revoking && expired(&mut revoke_deadline, self.revoke_retry) {
+                        return Err(ConnectorError::Sink(format!(
+                            "put still failing {} s after a revoke began ({msg}), which waits behind it and cannot wait past max.poll.interval.ms; committing nothing more",
+                            self.revoke_retry.as_secs_f64()
+                        )));
                     }
                     tracing::warn!(%msg, retry_in_ms = backoff.as_millis() as u64, "put failed (retriable); retrying the same batches (less any of partitions lost meanwhile)");
                     // A backoff between attempts, not a synchronisation.
@@ -1064,10 +1063,8 @@ mod tests {
         assert_eq!(pipeline.state().stats.puts, 0, "nothing put");
     }
 
-    /// A put failing retriably is retried only up to the revoke deadline
-    /// once a revoke began (the revoke's flush waits behind it), then the
-    /// run fails with nothing put; before 2026-12-05 it was retried for as
-    /// long as it failed, and the revoke waited past max.poll.interval.ms.
+    /// The revoke's retry bound is 60 s, or half the poll interval where
+    /// that is shorter.
     #[test]
     fn the_revoke_deadline_is_inside_the_poll_interval() {
         let s = Duration::from_secs;
@@ -1075,6 +1072,10 @@ mod tests {
         assert_eq!(revoke_retry(s(30)), s(15));
     }
 
+    /// A put failing retriably is retried only up to the revoke deadline
+    /// once a revoke began (the revoke's flush waits behind it), then the
+    /// run fails with nothing put; before 2026-12-05 it was retried for as
+    /// long as it failed, and the revoke waited past max.poll.interval.ms.
     #[test]
     fn a_retriable_put_holds_a_revoke_only_up_to_its_deadline() {
         let calls = Arc::new(Mutex::new(0));
