@@ -41,8 +41,9 @@ pub struct PruneArgs {
     /// Delete records below this offset.
     #[arg(long, value_name = "OFFSET", allow_negative_numbers = true)]
     pub before: Option<i64>,
-    /// Delete records with a timestamp before this time: RFC 3339 in UTC
-    /// (`2026-11-01T00:00:00Z`) or milliseconds since the Unix epoch.
+    /// Delete records with a timestamp before this time: RFC 3339 with its
+    /// zone (`2026-11-01T00:00:00Z`, `2026-11-01T09:00:00+09:00`) or
+    /// milliseconds since the Unix epoch.
     #[arg(long, value_name = "TIME", value_parser = parse_time_ms, allow_negative_numbers = true)]
     pub before_time: Option<i64>,
     /// Delete records older than this age (`7d`, `12h`, `90min`), measured
@@ -65,14 +66,53 @@ pub fn parse_time_ms(s: &str) -> std::result::Result<i64, String> {
             return Err(format!("before 1973 in milliseconds since the Unix epoch, which would delete nothing; it takes milliseconds (was this seconds? then {ms}000) or RFC 3339"));
         }
         Ok(ms) => ms,
-        Err(_) => pruner::epoch_millis(humantime::parse_rfc3339_weak(s).map_err(|e| {
-            format!("{e}: expected RFC 3339 in UTC (2026-11-01T00:00:00Z) or milliseconds since the Unix epoch")
-        })?),
+        Err(_) => rfc3339_ms(s)?,
     };
     if ms < 0 {
         return Err("must not be before the Unix epoch".into());
     }
     Ok(ms)
+}
+
+/// An RFC 3339 time with its zone, `Z` or an offset (`+09:00`), as
+/// milliseconds since the Unix epoch. A time without a zone is refused
+/// (since 2026-12-05; before, it was read as UTC): an operator east of UTC
+/// who meant local time would have deleted hours of records more than
+/// asked, and a deletion is not undone.
+fn rfc3339_ms(s: &str) -> std::result::Result<i64, String> {
+    const EXPECTED: &str = "expected RFC 3339 with its zone (2026-11-01T00:00:00Z, or an offset: 2026-11-01T09:00:00+09:00) or milliseconds since the Unix epoch";
+    let parse = |t: &str| {
+        humantime::parse_rfc3339_weak(t)
+            .map(pruner::epoch_millis)
+            .map_err(|e| format!("{e}: {EXPECTED}"))
+    };
+    if s.ends_with('Z') || s.ends_with('z') {
+        return parse(&s[..s.len() - 1]);
+    }
+    // `+HH:MM` or `-HH:MM` last; humantime reads only UTC.
+    let offset = s.len().checked_sub(6).and_then(|at| {
+        let zone = s.get(at..)?.as_bytes();
+        let sign = match zone[0] {
+            b'+' => 1,
+            b'-' => -1,
+            _ => return None,
+        };
+        let digits = |d: &[u8]| -> Option<i64> {
+            d.iter().try_fold(0i64, |n, b| {
+                b.is_ascii_digit().then(|| n * 10 + i64::from(b - b'0'))
+            })
+        };
+        let (hours, minutes) = (digits(&zone[1..3])?, digits(&zone[4..6])?);
+        (zone[3] == b':' && hours < 24 && minutes < 60)
+            .then(|| (at, sign * (hours * 60 + minutes) * 60_000))
+    });
+    match offset {
+        Some((at, offset_ms)) => parse(&s[..at]).map(|ms| ms - offset_ms),
+        None if parse(s).is_ok() => Err(format!(
+            "{s:?} has no zone, and a time without one is ambiguous (local time, or UTC?): end it with Z for UTC or an offset such as +09:00"
+        )),
+        None => parse(s),
+    }
 }
 
 /// Where the cut falls, before it is resolved per partition.
@@ -493,6 +533,32 @@ mod tests {
             Ok(1_700_000_000_500)
         );
         assert!(parse_time_ms("-1").is_err());
+        // With an offset, or with a space for the `T`.
+        for t in [
+            "2023-11-15T07:13:20+09:00",
+            "2023-11-14T22:13:20+00:00",
+            "2023-11-14T17:43:20-04:30",
+            "2023-11-14 22:13:20Z",
+            "2023-11-14T22:13:20z",
+        ] {
+            assert_eq!(parse_time_ms(t), Ok(1_700_000_000_000), "{t}");
+        }
+        // No zone: ambiguous, refused (it was read as UTC).
+        for t in ["2023-11-14T22:13:20", "2023-11-14 22:13:20"] {
+            let e = parse_time_ms(t).unwrap_err();
+            assert!(
+                e.contains("has no zone") && e.contains("+09:00"),
+                "{t}: {e}"
+            );
+        }
+        for t in [
+            "2023-11-14T22:13:20+24:00",
+            "2023-11-14T22:13:20+0900",
+            "2023-11-14T22:13:20+09:60",
+        ] {
+            let e = parse_time_ms(t).unwrap_err();
+            assert!(e.contains("RFC 3339 with its zone"), "{t}: {e}");
+        }
         // Seconds for milliseconds.
         let e = parse_time_ms("1767225600").unwrap_err();
         assert!(e.contains("was this seconds? then 1767225600000"), "{e}");
