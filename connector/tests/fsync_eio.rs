@@ -261,3 +261,73 @@ fn an_eio_from_fdatasync_stops_the_run_non_zero_and_is_never_retried() {
     check_archive(&engine, &topic, produced).unwrap();
     assert!(engine.verify().unwrap().is_clean());
 }
+
+/// A command that reads a stopped archive (`status`, `export`, a dry-run
+/// `prune`) and meets a failed fsync as it closes the archive exits 1,
+/// without a panic, and leaves the poison mark (since 2026-12-05; the
+/// engine's drop synced it, poisoned, and left the mark, but the command
+/// exited 0 and a monitor polling `status` saw a sound disk). The failing
+/// call is the last fdatasync a clean run of the same command makes.
+#[test]
+fn a_read_command_whose_closing_fsync_fails_exits_1() {
+    if !have_strace() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().canonicalize().unwrap();
+    let tp = cairn_engine::TopicPartition::new("t", 0);
+    let commands: [&[&str]; 3] = [
+        &["status"],
+        &["export", "--output", "-"],
+        &["prune", "--older-than", "1d", "--dry-run"],
+    ];
+    for (i, args) in commands.into_iter().enumerate() {
+        let data = base.join(format!("data{i}"));
+        {
+            let e = Engine::open(EngineConfig::new(&data)).unwrap();
+            e.append(&[cairn_engine::fuzzing::batch(&tp, 0..100, 50)])
+                .unwrap();
+            e.close().unwrap();
+        }
+        let run = |when: &str, trace: &std::path::Path| {
+            let mut cmd = cairn_under_strace(&data, trace, when, when);
+            cmd.args(&args[..1])
+                .arg("--data")
+                .arg(&data)
+                .args(&args[1..])
+                .stdout(Stdio::null());
+            cmd.output().unwrap()
+        };
+        // A clean run, to count the fdatasyncs (per thread, as strace
+        // counts them for `when=`).
+        let trace = base.join(format!("clean{i}.txt"));
+        let out = run("65535", &trace);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        if strace_refused(&trace, &stderr) {
+            return;
+        }
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        let text = std::fs::read_to_string(&trace).unwrap();
+        let syncs: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("fdatasync(") && !l.contains("resumed"))
+            .collect();
+        let last = syncs.last().expect("a clean run syncs as it closes");
+        let pid = last.split_whitespace().next().unwrap();
+        let nth = syncs
+            .iter()
+            .filter(|l| l.split_whitespace().next() == Some(pid))
+            .count();
+        // The same command, that call failing.
+        let trace = base.join(format!("failing{i}.txt"));
+        let out = run(&format!("{nth}+"), &trace);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains("poisoned"), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: a panic:\n{stderr}");
+        assert!(data.join("cairn.poisoned").exists(), "{args:?}: no mark");
+        let e = Engine::open(EngineConfig::new(&data)).unwrap();
+        assert!(e.recovery_report().poisoned_before.is_some());
+        assert_eq!(e.read(&tp, 0).unwrap().count(), 100);
+    }
+}

@@ -438,6 +438,15 @@ fn export_stopped(
     let written = super::read_unpanicked("export", data, &engine, "", || {
         write_records(&engine, &chosen, select, format, &mut out, out_path, &never)
     });
+    // Closed before the output is put in place: a failed sync of what the
+    // open wrote (recovery, a node split) exits 1, as any failed fsync
+    // does, and leaves no file that looks like a finished export (since
+    // 2026-12-05; the drop's sync left the poison mark, but the command
+    // exited 0).
+    let written = written.and_then(|count| {
+        engine.close()?;
+        Ok(count)
+    });
     match written {
         Ok(count) => {
             if let (true, Some(records)) = (finish(out, out_path)?, count) {

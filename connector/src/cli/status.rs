@@ -178,7 +178,16 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
             Ok((rows, pid)) => (rows, Some(pid)),
             Err(end) => return Ok(crate::live::exit_code(&end)),
         },
-        None => (rows(&super::open_unserved(data)?), None),
+        None => {
+            let engine = super::open_unserved(data)?;
+            let rows = rows(&engine);
+            // Closed, not dropped: a failed sync of what the open wrote
+            // (recovery, a node split) exits 1, as any failed fsync does
+            // (since 2026-12-05; the drop's sync left the poison mark, but
+            // the command exited 0).
+            engine.close()?;
+            (rows, None)
+        }
     };
     // Kafka's side failing whole (no metadata: brokers unreachable, a
     // refused login) leaves the archive's own figures worth printing: they
