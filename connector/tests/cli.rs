@@ -932,6 +932,56 @@ fn an_output_that_fails_part_way_says_what_may_be_missing() {
     assert!(copy.verify().unwrap().is_clean());
 }
 
+/// A restore whose report cannot be written (a full disk behind a
+/// redirect) has still sent every record, acknowledged: said, beside the
+/// error, so that a rerun with --append does not send them all twice
+/// (since 2026-12-05; before, the error alone, which reads as a failed
+/// restore).
+#[test]
+fn a_restore_whose_report_cannot_be_written_says_it_is_complete() {
+    use cairn_engine::{fuzzing::batch, Engine, EngineConfig, TopicPartition};
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        e.append(&[batch(&TopicPartition::new("t", 0), 0..10, 100)])
+            .unwrap();
+        e.close().unwrap();
+    }
+    let mb = TestBroker::start(&["r:1"]);
+    let rename = format!("t={}", mb.topic("r"));
+    let d = dir.path().to_str().unwrap();
+    let (code, err) = cairn_into_dev_full(&[
+        "restore",
+        "--data",
+        d,
+        "--brokers",
+        &mb.brokers,
+        "--rename",
+        &rename,
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("the restore is complete (10 records into 1 partition, all acknowledged), but its report could not be written")
+            && err.contains("No space left on device"),
+        "{err}"
+    );
+    // All ten are there: a second restore finds the target not empty.
+    let (code, _, err) = cairn(&[
+        "restore",
+        "--data",
+        d,
+        "--brokers",
+        &mb.brokers,
+        "--rename",
+        &rename,
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("already holds records (offsets 0..10)"),
+        "{err}"
+    );
+}
+
 /// An export range that meets no record is an error, also when it lies
 /// within what the partition holds but in a gap of its offsets; and an
 /// export is never written into the archive's own directory.

@@ -263,7 +263,7 @@ fn an_eio_from_fdatasync_stops_the_run_non_zero_and_is_never_retried() {
 }
 
 /// A command that reads a stopped archive (`status`, `export`, a dry-run
-/// `prune`) and meets a failed fsync as it closes the archive exits 1,
+/// `prune`, `restore`) and meets a failed fsync as it closes the archive exits 1,
 /// without a panic, and leaves the poison mark (since 2026-12-05; the
 /// engine's drop synced it, poisoned, and left the mark, but the command
 /// exited 0 and a monitor polling `status` saw a sound disk). The failing
@@ -276,10 +276,21 @@ fn a_read_command_whose_closing_fsync_fails_exits_1() {
     let dir = tempfile::tempdir().unwrap();
     let base = dir.path().canonicalize().unwrap();
     let tp = cairn_engine::TopicPartition::new("t", 0);
-    let commands: [&[&str]; 3] = [
+    let mb = TestBroker::start(&["r:1"]);
+    let rename = format!("t={}", mb.topic("r"));
+    let commands: [&[&str]; 4] = [
         &["status"],
         &["export", "--output", "-"],
         &["prune", "--older-than", "1d", "--dry-run"],
+        // Both runs append: the clean one's records are in the target.
+        &[
+            "restore",
+            "--brokers",
+            &mb.brokers,
+            "--rename",
+            &rename,
+            "--append",
+        ],
     ];
     for (i, args) in commands.into_iter().enumerate() {
         let data = base.join(format!("data{i}"));
@@ -325,6 +336,12 @@ fn a_read_command_whose_closing_fsync_fails_exits_1() {
         assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
         assert!(stderr.contains("poisoned"), "{args:?}: {stderr}");
         assert!(!stderr.contains("panicked"), "{args:?}: a panic:\n{stderr}");
+        // The records were all acknowledged: not to be sent again.
+        assert_eq!(
+            args[0] == "restore",
+            stderr.contains("the restore is complete (100 records into 1 partition, all acknowledged), but the archive's closing sync failed"),
+            "{args:?}: {stderr}"
+        );
         assert!(data.join("cairn.poisoned").exists(), "{args:?}: no mark");
         let e = Engine::open(EngineConfig::new(&data)).unwrap();
         assert!(e.recovery_report().poisoned_before.is_some());

@@ -117,6 +117,39 @@ pub async fn run(args: RestoreArgs) -> Result<ExitCode> {
         return Ok(ExitCode::from(130));
     }
     let report = result?;
+    // Closed, not dropped: a failed sync of what the open wrote exits 1,
+    // as any failed fsync does (since 2026-12-05; the drop's sync left the
+    // poison mark, but the command exited 0). After the report, which
+    // says what Kafka acknowledged whatever the archive's disk does.
+    let written = print_report(&report);
+    let closed = engine.close();
+    if written.is_err() || closed.is_err() {
+        // Every record was acknowledged: said, so that neither error is
+        // taken for a failed restore and run again with --append, which
+        // would send everything twice (until 2026-12-05 it was not).
+        super::say_warn!(
+            "the restore is complete ({} records into {} partition{}, all acknowledged), but {}",
+            report.records,
+            report.partitions.len(),
+            if report.partitions.len() == 1 {
+                ""
+            } else {
+                "s"
+            },
+            match &written {
+                Err(_) => "its report could not be written",
+                Ok(()) =>
+                    "the archive's closing sync failed (the archive, not the restore, needs a look)",
+            }
+        );
+    }
+    written?;
+    closed?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The restore's report, on standard output.
+fn print_report(report: &crate::restore::RestoreReport) -> Result<()> {
     for p in &report.partitions {
         let range = match (p.first_offset, p.last_offset) {
             (Some(a), Some(b)) => format!("archived offsets {a}..={b}"),
@@ -148,5 +181,5 @@ pub async fn run(args: RestoreArgs) -> Result<ExitCode> {
         },
         secs
     )?;
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
