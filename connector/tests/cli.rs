@@ -982,6 +982,44 @@ fn a_restore_whose_report_cannot_be_written_says_it_is_complete() {
     );
 }
 
+/// A prune whose report cannot be written stops at the first line it
+/// cannot write, and says what it had pruned by then (since 2026-12-05;
+/// before, the error alone, which reads as a prune that deleted nothing).
+#[test]
+fn a_prune_whose_report_cannot_be_written_says_what_it_pruned() {
+    use cairn_engine::{fuzzing::batch, Engine, EngineConfig, TopicPartition};
+    let dir = tempfile::tempdir().unwrap();
+    let tps = [TopicPartition::new("t", 0), TopicPartition::new("t", 1)];
+    {
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        // Two entries each: a prune deletes whole entries.
+        for tp in &tps {
+            e.append(&[batch(tp, 0..5, 100)]).unwrap();
+            e.append(&[batch(tp, 5..10, 100)]).unwrap();
+        }
+        e.close().unwrap();
+    }
+    let d = dir.path().to_str().unwrap();
+    let prune = ["prune", "--data", d, "--topic", "t", "--before", "5"];
+    let (code, err) = cairn_into_dev_full(&prune);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("the prune stopped because its report could not be written, after 0 lines of it: each partition reported, and the one it was reporting, is pruned")
+            && err.contains("No space left on device"),
+        "{err}"
+    );
+    let firsts = || {
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        tps.iter()
+            .map(|tp| e.partition(tp).unwrap().first_offset)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(firsts(), [5, 0]);
+    let (code, out, err) = cairn(&prune);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(firsts(), [5, 5]);
+}
+
 /// An export range that meets no record is an error, also when it lies
 /// within what the partition holds but in a gap of its offsets; and an
 /// export is never written into the archive's own directory.

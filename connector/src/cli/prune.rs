@@ -240,9 +240,18 @@ pub async fn run(args: PruneArgs) -> Result<ExitCode> {
     }
     let engine = super::open_unserved(data)?;
     let never = std::sync::atomic::AtomicBool::new(false);
+    // Whether a report line failed (a full disk behind a redirect): the
+    // prune stops there, and says what it had done by then.
+    let mut lines = 0usize;
+    let mut report_failed = false;
+    let mut emit = |args: std::fmt::Arguments<'_>| {
+        super::write_line(args)
+            .inspect(|()| lines += 1)
+            .inspect_err(|_| report_failed = true)
+    };
     // A panic inside a truncation poisons the engine (its own guard): the
     // steps before it stand, and a rerun finishes.
-    super::read_unpanicked(
+    let pruned = super::read_unpanicked(
         "prune",
         data,
         &engine,
@@ -251,17 +260,17 @@ pub async fn run(args: PruneArgs) -> Result<ExitCode> {
         } else {
             "; the steps it made stand (a step is whole or not made); run cairn verify on the archive before pruning again"
         },
-        || {
-            prune(
-                &engine,
-                &selection,
-                cut,
-                args.dry_run,
-                &never,
-                &mut super::write_line,
-            )
-        },
-    )?;
+        || prune(&engine, &selection, cut, args.dry_run, &never, &mut emit),
+    );
+    if pruned.is_err() && report_failed && !args.dry_run {
+        // Said, so that the error is not taken for a prune that deleted
+        // nothing (until 2026-12-05 it was the error alone).
+        super::say_warn!(
+            "the prune stopped because its report could not be written, after {lines} line{} of it: each partition reported, and the one it was reporting, is pruned (each step durable); a rerun prunes the rest",
+            if lines == 1 { "" } else { "s" }
+        );
+    }
+    pruned?;
     // A dry run's too (since 2026-12-05; its drop's failed sync left the
     // poison mark, but the command exited 0).
     engine.close()?;
