@@ -183,7 +183,14 @@ impl Watermark {
     /// Open (creating it at `lsn` if missing) the watermark file of `dir`.
     pub fn open(dir: &Path, lsn: u64) -> Result<Watermark> {
         let path = dir.join(WATERMARK_FILE);
-        let existed = path.exists();
+        // Only a file that is not there is missing: a stat that fails for
+        // another reason (EIO, a parent's permission) must not have a
+        // witness that is still there replaced (`exists` says false then).
+        let existed = match std::fs::symlink_metadata(&path) {
+            Ok(_) => true,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+            Err(e) => return Err(io_err("stat watermark", &path)(e)),
+        };
         if !existed {
             // Created whole or not at all: written and synced under another
             // name, then renamed into place. Created in place, a crash
@@ -313,5 +320,18 @@ mod tests {
         w.advance(4).unwrap();
         assert_eq!((w.written, w.synced, w.last_sync), (5, 5, before));
         assert_eq!(read(dir.path()).unwrap(), Some(5));
+    }
+
+    /// Something under the watermark's name that a stat sees (here a
+    /// link to nothing, which `Path::exists` took for no file) is never
+    /// replaced as if the watermark were missing: the open fails.
+    #[test]
+    fn a_name_taken_by_something_else_is_not_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(WATERMARK_FILE);
+        std::os::unix::fs::symlink(dir.path().join("nowhere"), &path).unwrap();
+        let e = Watermark::open(dir.path(), 7).unwrap_err();
+        assert!(matches!(e, Error::Io { .. }), "{e}");
+        assert!(std::fs::symlink_metadata(&path).unwrap().is_symlink());
     }
 }
