@@ -1073,15 +1073,18 @@ impl Engine {
         // fdatasynced once the interval has passed. A sync leading now
         // (the lock taken) sees to it itself.
         let due = match self.syncer.try_lock() {
-            Ok(mut s) => s.sync_watermark_if_due(),
-            Err(std::sync::TryLockError::WouldBlock) => Ok(()),
+            Ok(mut s) => Some(s.sync_watermark_if_due()),
+            Err(std::sync::TryLockError::WouldBlock) => Some(Ok(())),
             // A panic while a sync held it (the next leader's lock would
             // panic too): the store's state is unknown, as after any panic
             // in the engine (seen in review, the night of 2026-12-04; it
-            // was passed over as a busy lock).
-            Err(std::sync::TryLockError::Poisoned(_)) => {
-                return Err(self.poison("sync", "a sync panicked while it held the syncer".into()))
-            }
+            // was passed over as a busy lock). Poisoned below, once the
+            // guard inside the error is dropped (with this `let`): the
+            // poisoning takes `commit`, which comes before `syncer`.
+            Err(std::sync::TryLockError::Poisoned(_)) => None,
+        };
+        let Some(due) = due else {
+            return Err(self.poison("sync", "a sync panicked while it held the syncer".into()));
         };
         due.map_err(|e| self.watermark_failed(e))
     }
