@@ -1023,6 +1023,46 @@ fn unknown_format_version_is_refused() {
         Err(other) => panic!("expected UnsupportedFormat, got {other}"),
         Ok(_) => panic!("expected UnsupportedFormat, got an engine"),
     }
+    // A later format's longer value (its first 8 bytes kept, FORMAT.md) is
+    // that format, not damage (since 2026-12-05; it was `TrailingBytes`);
+    // one that names this build's version is damage still.
+    let grown = |version: u32| {
+        let mut v = b"CRNM".to_vec();
+        v.extend_from_slice(&version.to_le_bytes());
+        v.extend_from_slice(&[7; 8]);
+        cairn_engine::keys::seal(cairn_engine::keys::META_FORMAT, v)
+    };
+    let next = cairn_engine::meta::FORMAT_VERSION + 1;
+    with_raw_tree(dir.path(), |t| {
+        t.insert(cairn_engine::keys::META_FORMAT, grown(next))
+            .unwrap();
+    });
+    match Engine::open(EngineConfig::new(dir.path())) {
+        Err(Error::UnsupportedFormat { found, .. }) => assert_eq!(found, next),
+        Err(other) => panic!("expected UnsupportedFormat, got {other}"),
+        Ok(_) => panic!("expected UnsupportedFormat, got an engine"),
+    }
+    let report = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
+    assert!(
+        matches!(&report.problems[..], [p] if p.to_string().contains(&format!("format version {next}, this build reads"))),
+        "{report:?}"
+    );
+    with_raw_tree(dir.path(), |t| {
+        t.insert(
+            cairn_engine::keys::META_FORMAT,
+            grown(cairn_engine::meta::FORMAT_VERSION),
+        )
+        .unwrap();
+    });
+    let (location, kind) = open_refused(
+        EngineConfig::new(dir.path()),
+        "a grown value of this version",
+    );
+    assert!(
+        matches!(kind, CorruptionKind::TrailingBytes { .. })
+            && location.to_string().contains("format"),
+        "{location}: {kind}"
+    );
 }
 
 #[test]
