@@ -1407,6 +1407,15 @@ fn request_within(
         )
     };
     if let Err(e) = sent {
+        // Not taken within the bound (a run stopped with SIGSTOP): said
+        // as a silence is, without waiting the bound again for an answer
+        // (until 2026-12-05 a bare "Resource temporarily unavailable",
+        // after twice the bound).
+        if let (Some(t), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) =
+            (timeout, e.kind())
+        {
+            return Err(no_answer_within(t));
+        }
         return match read_frame(&mut conn, timeout) {
             Ok(Some((TAG_END, body))) => parse_end(&body),
             _ if peer_gone(&e) => Err(unanswered()),
@@ -1414,6 +1423,9 @@ fn request_within(
         };
     }
     let mut framed = false;
+    // The report's output failed (a full disk behind a redirect): the
+    // answer is read on to its end, so that what the run did is known.
+    let mut out_failed: Option<std::io::Error> = None;
     loop {
         if let Some(deadline) = deadline {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -1453,7 +1465,7 @@ fn request_within(
             // A heartbeat: the server is alive, however long its answer
             // takes.
             TAG_OUTPUT if body.is_empty() => {}
-            TAG_OUTPUT if out_gone => {}
+            TAG_OUTPUT if out_gone || out_failed.is_some() => {}
             TAG_OUTPUT => match out.write_all(&body) {
                 Ok(()) => {}
                 // An export stops with its reader, as a local one does;
@@ -1469,14 +1481,54 @@ fn request_within(
                     }
                     out_gone = true;
                 }
-                Err(source) => {
+                // An export's records are its output: it ends here. A
+                // backup or a prune goes on, as a local one would have
+                // done its step before the line failed.
+                Err(source) if matches!(req, Request::Export { .. }) => {
                     return Err(ConnectorError::Io {
                         path: out_name.to_owned(),
                         source,
                     })
                 }
+                Err(source) => out_failed = Some(source),
             },
-            TAG_END => return parse_end(&body),
+            TAG_END => {
+                let end = parse_end(&body)?;
+                let Some(source) = out_failed else {
+                    return Ok(end);
+                };
+                // Said, so that the error is not taken for a request that
+                // did nothing (until 2026-12-05 it was the error alone,
+                // and a complete backup read as a failed one).
+                let done = match (req, end.exit) {
+                    _ if end.error.is_some() => format!(
+                        "the running cairn's {} failed (exit {}: {})",
+                        req.name(),
+                        end.exit,
+                        end.error.as_deref().unwrap_or_default()
+                    ),
+                    (Request::Backup { to }, 0) => format!(
+                        "the backup is complete in {} (its verify found it clean)",
+                        to.display()
+                    ),
+                    (Request::Backup { to }, 1) => format!(
+                        "the backup is complete in {} (its verify found problems in it)",
+                        to.display()
+                    ),
+                    (Request::Prune { dry_run: false, .. }, 0) => {
+                        "the prune is complete (each partition pruned as asked)".to_owned()
+                    }
+                    (req, exit) => format!(
+                        "the running cairn answered the {} to its end (exit {exit})",
+                        req.name()
+                    ),
+                };
+                crate::cli::say_warn!("{done}, but its report could not be written");
+                return Err(ConnectorError::Io {
+                    path: out_name.to_owned(),
+                    source,
+                });
+            }
             tag => {
                 return Err(ConnectorError::Live(format!(
                     "the running cairn answered with an unknown frame tag {tag:#04x}"
@@ -1887,6 +1939,11 @@ mod tests {
             Request::Verify,
             Request::Backup {
                 to: dir.path().join("copy"),
+            },
+            // Larger than the socket's buffer: its write is what times out
+            // (until 2026-12-05 "Resource temporarily unavailable").
+            Request::Backup {
+                to: dir.path().join("x".repeat(4 << 20)),
             },
         ] {
             let conn = UnixStream::connect(&frozen).unwrap();

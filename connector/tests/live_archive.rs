@@ -284,6 +284,59 @@ fn a_running_archive_serves_status_export_verify_and_prune() {
         report.contains("backed up") && report.contains("clean"),
         "{report}"
     );
+    // A report that cannot be written (a full disk behind a redirect):
+    // the run's backup and prune go on to their ends, and the command says
+    // they are complete beside the error (since 2026-12-05; before, the
+    // error alone, which reads as a failed backup or no prune).
+    let into_full = |args: &[&str]| {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let out = Command::new(CAIRN)
+            .args(args)
+            .stdout(full)
+            .output()
+            .unwrap();
+        (out.status.code(), text(&out.stderr))
+    };
+    let second = dir.path().join("second");
+    let (code, err) = into_full(&["backup", "--data", d, "--to", second.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "the backup is complete in {} (its verify found it clean), but its report could not be written",
+            second.display()
+        )) && err.contains("No space left on device"),
+        "{err}"
+    );
+    assert!(!second.join(cairn_engine::BACKUP_INCOMPLETE_FILE).exists());
+    let (code, err) = into_full(&[
+        "prune",
+        "--data",
+        d,
+        "--keep-bytes",
+        "1B",
+        "--topic",
+        &topic,
+        "--partition",
+        "0",
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("the prune is complete (each partition pruned as asked), but its report could not be written"),
+        "{err}"
+    );
+    // The run logs each line it sends: partition 0's second prune is in
+    // its log (a line already written, not awaited).
+    let pruned_0 = format!("{topic}/0: pruned");
+    let mut seen = 0;
+    while seen < 2 {
+        let line = lines.next().expect("the run's log ended").unwrap();
+        if line.contains("live prune") && line.contains(&pruned_0) {
+            seen += 1;
+        }
+    }
     // Not into a directory that holds something.
     let out = cairn(&["backup", "--data", d, "--to", c]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
