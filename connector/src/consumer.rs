@@ -235,12 +235,47 @@ fn held_bytes(r: &Record) -> usize {
             .map(|h| h.name.capacity() + bytes(&h.value))
             .sum::<usize>()
         + std::mem::size_of::<Record>()
-        + r.headers.len() * std::mem::size_of::<cairn_engine::Header>()
+        + r.headers.capacity() * std::mem::size_of::<cairn_engine::Header>()
 }
 
 /// [`held_bytes`] of buffered records.
 fn records_held_bytes(records: &[Record]) -> usize {
     records.iter().map(held_bytes).sum()
+}
+
+/// What a partition's buffer holds in memory: its records' [`held_bytes`]
+/// and the room it has for more (a `Vec` grows by doubling, and is handed
+/// over with its spare room: up to about as much again as its records'
+/// own structs, uncounted until 2026-12-05).
+fn buffer_held_bytes(records: &Vec<Record>) -> usize {
+    records_held_bytes(records)
+        + (records.capacity() - records.len()) * std::mem::size_of::<Record>()
+}
+
+/// Append `r` to `tp`'s buffer in `pending`; the bytes it added, as
+/// [`buffer_held_bytes`] counts them (its spare room included).
+fn buffer_push(
+    pending: &mut BTreeMap<TopicPartition, Vec<Record>>,
+    tp: &TopicPartition,
+    r: Record,
+) -> usize {
+    // Only the record's own buffers and any room the push added: its
+    // struct takes a slot already counted as room, or the new room.
+    let own = held_bytes(&r) - std::mem::size_of::<Record>();
+    let (room_before, room_after) = match pending.get_mut(tp) {
+        Some(v) => {
+            let room = v.capacity();
+            v.push(r);
+            (room, v.capacity())
+        }
+        None => {
+            let v = vec![r];
+            let room = v.capacity();
+            pending.insert(tp.clone(), v);
+            (0, room)
+        }
+    };
+    own + (room_after - room_before) * std::mem::size_of::<Record>()
 }
 
 fn task_thread_gone() -> ConnectorError {
@@ -273,7 +308,7 @@ impl Shared {
                 self.handed_last.insert(tp.clone(), r.offset);
             }
             self.pending_records -= records.len();
-            self.pending_bytes -= records_held_bytes(&records);
+            self.pending_bytes -= buffer_held_bytes(&records);
             batches.push(RecordBatch { tp, records });
         }
         if self.pending.is_empty() && self.caught_up.is_empty() {
@@ -520,16 +555,9 @@ impl Shared {
             self.set_aside.remove(tp);
         }
         self.stats.payload_bytes += size;
-        self.pending_bytes += held_bytes(&r);
+        self.pending_bytes += buffer_push(&mut self.pending, tp, r);
         self.pending_records += 1;
         self.pending_since.get_or_insert_with(Instant::now);
-        match self.pending.get_mut(tp) {
-            Some(v) => v.push(r),
-            None => {
-                let tp = tp.clone();
-                self.pending.insert(tp, vec![r]);
-            }
-        }
         Ok(())
     }
 
@@ -1731,6 +1759,33 @@ mod tests {
         assert_eq!(
             super::records_held_bytes(&[empty.clone(), with_value]),
             2 * super::held_bytes(&empty) + 100
+        );
+    }
+
+    /// What a buffer's pushes add up to is what the buffer holds, its
+    /// spare room included: never less than its capacity's structs (until
+    /// 2026-12-05 the room a doubling `Vec` had left went uncounted, up
+    /// to about as much again as its records' structs).
+    #[test]
+    fn a_buffer_counts_its_spare_room() {
+        use cairn_engine::{Record, TopicPartition};
+        let mut pending = std::collections::BTreeMap::new();
+        let (a, b) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
+        let mut counted = 0;
+        for o in 0..1_000 {
+            let tp = if o % 3 == 0 { &b } else { &a };
+            counted += super::buffer_push(&mut pending, tp, Record::with_value(o, vec![1; 10]));
+            let held: usize = pending.values().map(super::buffer_held_bytes).sum();
+            assert_eq!(counted, held, "after {o}");
+        }
+        let structs: usize = pending
+            .values()
+            .map(|v| v.capacity() * std::mem::size_of::<Record>())
+            .sum();
+        assert!(counted >= structs + 1_000 * 10, "{counted} < {structs}");
+        assert!(
+            pending.values().any(|v| v.capacity() > v.len()),
+            "no room left to count"
         );
     }
 
