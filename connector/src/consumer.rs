@@ -125,8 +125,10 @@ pub struct PipelineOptions {
     /// for checks that must hold when a commit is sent (committed ≤
     /// durable), which [`on_commit`](Self::on_commit), called at the
     /// broker's acknowledgement, would make too late to catch a commit
-    /// that overtook its fsync. Called under the pipeline's lock: keep it
-    /// quick.
+    /// that overtook its fsync. So it is called before librdkafka is
+    /// asked, also for a commit librdkafka then refuses to queue (an
+    /// unknown group, a fatal error): a count of calls may pass the
+    /// commits sent. Called under the pipeline's lock: keep it quick.
     pub on_commit_sent: Option<CommitObserver>,
     /// Stop cleanly once this returns true for the committed offsets.
     pub done: Option<DonePredicate>,
