@@ -9,17 +9,20 @@ use std::process::ExitCode;
 
 use cairn_engine::{fuzzing::batch, Engine, EngineConfig, TopicPartition};
 
+/// `cairn export --data DATA [--output OUT]`, in this process.
 fn export_to(data: &std::path::Path, out: &std::path::Path) -> cairn_connector::Result<ExitCode> {
-    use clap::Parser;
-    let cli = cairn_connector::cli::Cli::try_parse_from([
-        "cairn",
-        "export",
+    export(&[
         "--data",
         data.to_str().unwrap(),
         "--output",
         out.to_str().unwrap(),
     ])
-    .unwrap();
+}
+
+fn export(args: &[&str]) -> cairn_connector::Result<ExitCode> {
+    use clap::Parser;
+    let cli =
+        cairn_connector::cli::Cli::try_parse_from(["cairn", "export"].iter().chain(args)).unwrap();
     let cairn_connector::cli::Command::Export(a) = cli.command else {
         unreachable!()
     };
@@ -28,18 +31,23 @@ fn export_to(data: &std::path::Path, out: &std::path::Path) -> cairn_connector::
         .block_on(cairn_connector::cli::export::run(a))
 }
 
-#[test]
-fn an_epipe_from_an_output_file_fails_the_export_and_keeps_the_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+/// An archive of 2,000 records of 2,000 bytes at `data`: over the 1 MiB an
+/// export buffers before it writes.
+fn archive(data: &std::path::Path) {
     let tp = TopicPartition::new("t", 0);
-    let e = Engine::open(EngineConfig::new(&data)).unwrap();
-    // Over the 1 MiB an export buffers before it opens its file.
+    let e = Engine::open(EngineConfig::new(data)).unwrap();
     for i in 0..10 {
         e.append(&[batch(&tp, i * 200..(i + 1) * 200, 2_000)])
             .unwrap();
     }
     e.close().unwrap();
+}
+
+#[test]
+fn an_epipe_from_an_output_file_fails_the_export_and_keeps_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    archive(&data);
     let out = dir.path().join("out.jsonl");
     // Every write, and a single one (a transient error: what follows would
     // be written, leaving a file with a hole of records).
@@ -64,4 +72,31 @@ fn an_epipe_from_an_output_file_fails_the_export_and_keeps_the_file() {
     assert_eq!(result, ExitCode::SUCCESS);
     let lines = std::fs::read_to_string(&out).unwrap().lines().count();
     assert_eq!(lines, 2_000);
+}
+
+/// Standard output redirected into a regular file that answers EPIPE has
+/// failed too: not a reader gone, which ends an export with exit 0 (since
+/// 2026-12-05; before, `cairn export > F` on such a file system exited 0
+/// with F cut short). This process's own standard output is the file for
+/// the export's length, and put back after.
+#[test]
+fn an_epipe_from_stdout_redirected_into_a_file_fails_the_export() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    archive(&data);
+    let file = std::fs::File::create(dir.path().join("stdout")).unwrap();
+    let saved = rustix::io::dup(std::io::stdout()).unwrap();
+    rustix::stdio::dup2_stdout(&file).unwrap();
+    fail::cfg(
+        cairn_connector::cli::export::FAILPOINT_STDOUT_WRITE,
+        "return",
+    )
+    .unwrap();
+    let result = export(&["--data", data.to_str().unwrap()]);
+    fail::remove(cairn_connector::cli::export::FAILPOINT_STDOUT_WRITE);
+    rustix::stdio::dup2_stdout(&saved).unwrap();
+    match result {
+        Err(e) => assert!(e.to_string().contains("from a regular file"), "{e}"),
+        Ok(code) => panic!("the export ended {code:?}, as if its reader went away"),
+    }
 }

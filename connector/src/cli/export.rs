@@ -640,11 +640,18 @@ fn empty_in_place(file: &std::fs::File, path: &Path) -> String {
     }
 }
 
-/// Standard output (and whether it was written to), or a file.
+/// Standard output (and whether it was written to, and whether it is
+/// something other than a regular file), or a file.
 enum Output {
     Stdout {
         stdout: std::io::Stdout,
         written: bool,
+        /// Not a regular file (a pipe, a terminal): a closed pipe there is
+        /// a reader gone. A redirect into a regular file that answers
+        /// EPIPE (FUSE, a network file system) has failed, as an
+        /// `--output` file's has (since 2026-12-05; before, the export
+        /// exited 0 with the file cut short).
+        special: bool,
     },
     File(FileOutput),
 }
@@ -652,10 +659,15 @@ enum Output {
 impl Output {
     fn new(path: Option<PathBuf>, staged: Staged) -> Output {
         match path {
-            None => Output::Stdout {
-                stdout: std::io::stdout(),
-                written: false,
-            },
+            None => {
+                let stdout = std::io::stdout();
+                let special = !is_regular_file(&stdout);
+                Output::Stdout {
+                    stdout,
+                    written: false,
+                    special,
+                }
+            }
             Some(path) => Output::File(FileOutput {
                 path,
                 file: None,
@@ -907,6 +919,18 @@ impl Drop for FileOutput {
 /// network file system's can (tests, with the `failpoints` feature).
 pub const FAILPOINT_FILE_WRITE: &str = "export::file_write";
 
+/// Failpoint: a write to standard output fails with EPIPE (tests, with the
+/// `failpoints` feature).
+pub const FAILPOINT_STDOUT_WRITE: &str = "export::stdout_write";
+
+/// Whether `fd` is a regular file (one whose `fstat` fails is taken for
+/// something else: a closed pipe there stays a reader gone).
+fn is_regular_file(fd: impl std::os::fd::AsFd) -> bool {
+    rustix::fs::fstat(fd).is_ok_and(|st| {
+        rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile
+    })
+}
+
 /// A closed pipe ends an export quietly, with exit 0, only where the output
 /// can be one: stdout, or a special file (a FIFO). A regular file that
 /// answers EPIPE (a FUSE or network file system can) has failed like any
@@ -924,8 +948,18 @@ fn pipe_only_if_special(e: std::io::Error, special: bool) -> std::io::Error {
 impl Write for Output {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         match self {
-            Output::Stdout { stdout, written } => {
-                let n = stdout.write(buf)?;
+            Output::Stdout {
+                stdout,
+                written,
+                special,
+            } => {
+                let written_now = (|| {
+                    fail::fail_point!(FAILPOINT_STDOUT_WRITE, |_| Err(
+                        std::io::ErrorKind::BrokenPipe.into()
+                    ));
+                    stdout.write(buf)
+                })();
+                let n = written_now.map_err(|e| pipe_only_if_special(e, *special))?;
                 *written |= n > 0;
                 Ok(n)
             }
@@ -954,7 +988,11 @@ impl Write for Output {
 
     fn flush(&mut self) -> std::io::Result<()> {
         match self {
-            Output::Stdout { stdout, .. } => stdout.flush(),
+            Output::Stdout {
+                stdout, special, ..
+            } => stdout
+                .flush()
+                .map_err(|e| pipe_only_if_special(e, *special)),
             Output::File(FileOutput { file: Some(f), .. }) => f.flush(),
             Output::File(_) => Ok(()),
         }
