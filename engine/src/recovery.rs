@@ -949,16 +949,9 @@ fn check_indexed_partitions(
         // would drop what it held beyond the index (the floor of an
         // advance) without a word (seen in review, 2026-12-05: it was
         // rebuilt and counted as a repair).
-        if !partitions.contains_key(tp) {
-            let lost = !dirty.contains(tp)
-                || match tree.scan_prefix(keys::index_prefix(tp)).next() {
-                    Some(item) => index_item(item)?.1.lsn <= checkpoint,
-                    None => false,
-                };
-            if lost {
-                let (at, kind) = crate::verify::missing_summary(tp);
-                return Err(Error::corruption(at, kind));
-            }
+        if !partitions.contains_key(tp) && summary_lost(tree, tp, checkpoint, dirty.contains(tp))? {
+            let (at, kind) = crate::verify::missing_summary(tp);
+            return Err(Error::corruption(at, kind));
         }
         if let Some((k, e)) = newest_index_entry(tree, tp, rebuilt)? {
             if e.lsn + e.chunks as u64 > next_lsn {
@@ -1004,6 +997,34 @@ fn check_indexed_partitions(
         }
     }
     Ok(())
+}
+
+/// Whether `tp`, indexed with no stored summary, lost its summary (the
+/// open refuses it) rather than had its first write cut before its
+/// summary (rebuilt): the tail did not write to it (`dirty` false), or an
+/// entry of it is at or below the checkpoint. Verify asks the same, to say
+/// whether an open repairs what it found.
+pub(crate) fn summary_lost(
+    tree: &sled::Tree,
+    tp: &TopicPartition,
+    checkpoint: u64,
+    dirty: bool,
+) -> Result<bool> {
+    Ok(!dirty
+        || match tree.scan_prefix(keys::index_prefix(tp)).next() {
+            Some(item) => index_item(item)?.1.lsn <= checkpoint,
+            None => false,
+        })
+}
+
+/// [`refuse_summary_below_tail`] with no index entry rebuilt: for verify,
+/// which lists the tail's entries without one as problems of their own.
+pub(crate) fn refuse_summary_below_tail_as_stored(
+    tree: &sled::Tree,
+    tp: &TopicPartition,
+    s: &PartitionSummary,
+) -> Result<()> {
+    refuse_summary_below_tail(tree, tp, s, &Rebuilt::new())
 }
 
 /// Refuses the stored summary of a partition the tail wrote to (`dirty`:

@@ -411,9 +411,12 @@ impl Tail<'_> {
     /// repairs: an entry past the checkpoint without its index entry; a
     /// last entry cut short past what was durable (never acknowledged); a
     /// partition summary missing, or behind the end of the partition's
-    /// last entry when that lies past the checkpoint (recovery recomputes
-    /// such a summary, and no other: a summary ahead of its entries, or
-    /// one whose counts alone are off, is damage). A frame cut short is
+    /// last entry when that lies past the checkpoint, as recovery decides
+    /// it (recovery.rs `summary_lost`, `refuse_summary_below_tail`):
+    /// missing with no entry at or below the checkpoint, or behind with
+    /// the entries below it agreeing. Recovery recomputes such a summary,
+    /// and no other: a summary ahead of its entries, or one whose counts
+    /// alone are off, is damage. A frame cut short is
     /// not counted in, though recovery truncates one at the log's end:
     /// sled writes values whole, so no crash leaves one.
     fn repairs(&self, p: &Problem) -> Result<bool> {
@@ -431,10 +434,23 @@ impl Tail<'_> {
                 };
                 let k = keys::partition_key(&tp);
                 let stored = self.tree.get(&k).map_err(store_err("read summary"))?;
+                // As recovery decides (since 2026-12-05; before, a lost
+                // summary, or one whose entries below disagree with it,
+                // was said to be repaired by an open that refuses it).
+                // Damage met while deciding is no repair.
                 lsn > self.checkpoint
                     && match stored.map(|v| PartitionSummary::decode(&k, &v)) {
-                        None => true,
-                        Some(Ok((_, s))) => s.next_offset <= last_offset,
+                        None => matches!(
+                            crate::recovery::summary_lost(self.tree, &tp, self.checkpoint, true),
+                            Ok(false)
+                        ),
+                        Some(Ok((_, s))) => {
+                            s.next_offset <= last_offset
+                                && crate::recovery::refuse_summary_below_tail_as_stored(
+                                    self.tree, &tp, &s,
+                                )
+                                .is_ok()
+                        }
                         Some(Err(_)) => false,
                     }
             }

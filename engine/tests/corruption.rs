@@ -2199,6 +2199,60 @@ fn an_entry_below_the_partitions_first_offset_is_damage_for_verify_too() {
     );
 }
 
+/// A crash's tail (an entry past the checkpoint without its index entry,
+/// the summary behind it) is said to be repaired by an open, as it is; the
+/// same tail over a summary that disagrees with the entries below it is
+/// not, as the open refuses it (until 2026-12-05 verify said an open
+/// repairs both: its test was not recovery's).
+#[test]
+fn verify_says_an_open_repairs_only_what_the_open_repairs() {
+    use cairn_engine::offsets::PartitionSummary;
+    let dir = tempfile::tempdir().unwrap();
+    let (store, damaged) = (dir.path().join("store"), dir.path().join("damaged"));
+    let tp = TopicPartition::new("c", 0);
+    let next_lsn = {
+        let e = Engine::open(EngineConfig::new(&store)).unwrap();
+        e.append(&[batch(&tp, 0..10, 20)]).unwrap();
+        e.append(&[batch(&tp, 10..20, 20)]).unwrap();
+        let next = e.stats().next_lsn;
+        e.close().unwrap();
+        next
+    };
+    with_raw_tree(&store, |t| put_entry(t, &tp, next_lsn, 20..30));
+    cairn_engine::fuzzing::copy_dir(&store, &damaged);
+    let (key, _) = PartitionSummary::empty_at(0).encode(&tp);
+    with_raw_tree(&damaged, |t| {
+        let v = t.get(&key).unwrap().unwrap();
+        let (_, mut s) = PartitionSummary::decode(&key, &v).unwrap();
+        assert_eq!(s.next_offset, 20);
+        s.next_offset = 15;
+        t.insert(&key, s.encode(&tp).1).unwrap();
+    });
+    let says_repaired = |store: &std::path::Path| {
+        let v = cairn_engine::verify_store(&EngineConfig::new(store)).unwrap();
+        assert!(!v.is_clean(), "{v:?}");
+        v.notes
+            .iter()
+            .any(|n| n.contains("Opening the archive repairs them"))
+    };
+    assert!(says_repaired(&store));
+    assert!(!says_repaired(&damaged));
+    let (location, kind) = open_refused(EngineConfig::new(&damaged), "summary at 15");
+    assert!(
+        matches!(kind, CorruptionKind::SummaryMismatch { .. })
+            && location
+                == Location::Partition {
+                    topic: "c".into(),
+                    partition: 0
+                },
+        "{location}: {kind}"
+    );
+    let e = Engine::open(EngineConfig::new(&store)).unwrap();
+    assert_eq!(e.durable_offset(&tp), Some(30));
+    assert!(e.verify().unwrap().is_clean());
+    drop(e);
+}
+
 /// A store whose sled folder is gone, its watermark left: verify names the
 /// loss at the watermark (until the night of 2026-12-03 it said "no cairn
 /// store here", as of an empty folder), and an open refuses it rather than

@@ -91,6 +91,18 @@ fn a_lost_summary_is_refused_whatever_cut_the_write_after_it_had() {
             want.clone(),
             "cut after {after} inserts (whole: {whole}, next offset before the loss {next:?})"
         );
+        // Nor does verify say an open repairs it (until 2026-12-05 it did,
+        // the tail having written to the partition).
+        let report = cairn_engine::verify_store(&EngineConfig::new(&store)).unwrap();
+        assert!(!report.is_clean(), "cut after {after}: {report:?}");
+        assert!(
+            !report
+                .notes
+                .iter()
+                .any(|n| n.contains("Opening the archive repairs them")),
+            "cut after {after}: {:?}",
+            report.notes
+        );
         if whole {
             break;
         }
