@@ -1139,6 +1139,42 @@ fn newest_index_entry_in(
     }
 }
 
+/// A key as hex, for a location: whole up to [`KEY_HEX_BYTES_MAX`] bytes,
+/// past that its first bytes and its length. A foreign or damaged key may
+/// be megabytes long, and verify lists up to a thousand of them: each held
+/// whole, twice over as hex, made its memory grow with their length (until
+/// 2026-12-05).
 pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    use std::fmt::Write;
+    let shown = &bytes[..bytes.len().min(KEY_HEX_BYTES_MAX)];
+    let mut s = String::with_capacity(shown.len() * 2 + 24);
+    for b in shown {
+        let _ = write!(s, "{b:02x}");
+    }
+    if shown.len() < bytes.len() {
+        let _ = write!(s, "…({} bytes)", bytes.len());
+    }
+    s
+}
+
+/// Bytes of a key a location shows ([`hex`]): every key cairn writes is
+/// shorter, a topic name taking at most 249.
+pub(crate) const KEY_HEX_BYTES_MAX: usize = 512;
+
+#[cfg(test)]
+mod tests {
+    /// A key is shown whole up to the bound, and past it by its first
+    /// bytes and its length, never the whole of a key megabytes long.
+    #[test]
+    fn a_long_key_is_shown_by_its_first_bytes_and_length() {
+        assert_eq!(super::hex(&[0x53, 0x05]), "5305");
+        let whole = vec![0xab; super::KEY_HEX_BYTES_MAX];
+        assert_eq!(super::hex(&whole), "ab".repeat(super::KEY_HEX_BYTES_MAX));
+        let long = vec![0xab; 4 << 20];
+        let shown = super::hex(&long);
+        assert_eq!(
+            shown,
+            format!("{}…(4194304 bytes)", "ab".repeat(super::KEY_HEX_BYTES_MAX))
+        );
+    }
 }
