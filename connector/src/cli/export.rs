@@ -627,12 +627,21 @@ fn abandon(mut out: BufWriter<Output>) -> String {
 
 /// Empty a regular file the export was written into in place, so that no
 /// part of it passes for the whole export, and say what it holds now.
+/// The emptying is synced: the writes before it may be on the disk
+/// already (the page cache writes back on its own), and a power loss would
+/// otherwise bring a part of the export back (since 2026-12-05).
 fn empty_in_place(file: &std::fs::File, path: &Path) -> String {
     match file.set_len(0) {
-        Ok(()) => format!(
-            "{} (written in place: its directory takes no new files) was emptied, so that no part of the export passes for all of it",
-            path.display()
-        ),
+        Ok(()) => match file.sync_all() {
+            Ok(()) => format!(
+                "{} (written in place: its directory takes no new files) was emptied, so that no part of the export passes for all of it",
+                path.display()
+            ),
+            Err(e) => format!(
+                "{} (written in place) was emptied, but the emptying could not be synced ({e}): after a power loss it may hold part of the export, which is incomplete",
+                path.display()
+            ),
+        },
         Err(e) => format!(
             "{} (written in place) holds part of the export and could not be emptied ({e}): the export is incomplete",
             path.display()
@@ -1203,6 +1212,27 @@ mod tests {
             std::fs::read_to_string(&out).unwrap(),
             "the previous export\n"
         );
+    }
+
+    /// An export that fails after its output, written in place (its
+    /// directory takes no new files), was opened: the file is emptied (and
+    /// the emptying synced, which this test cannot see), and said so.
+    #[test]
+    fn a_failure_after_the_output_is_opened_in_place_empties_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("daily.jsonl");
+        std::fs::write(&out, "the previous export\n").unwrap();
+        let Some(_undo) = refusing_writes(dir.path()) else {
+            return;
+        };
+        let mut w =
+            BufWriter::with_capacity(1 << 20, Output::new(Some(out.clone()), Staged::default()));
+        // Past the buffer: the file is opened and written.
+        w.write_all(&vec![b'x'; 3 << 20]).unwrap();
+        assert!(std::fs::metadata(&out).unwrap().len() >= 2 << 20);
+        let said = abandon(w);
+        assert!(said.contains("was emptied, so that no part"), "{said}");
+        assert_eq!(std::fs::metadata(&out).unwrap().len(), 0);
     }
 
     /// Makes `path` refuse writes (a directory new files, a file any
