@@ -689,8 +689,9 @@ impl Output {
 /// A file output: a regular file (or none yet) is written under a staged
 /// name beside it, renamed into place by [`FileOutput::complete`] and
 /// removed when dropped before; through a symlink, beside the file the link
-/// names. A special file (a FIFO, `/dev/null`), a dangling link, or a file
-/// in a directory the export may not create files in, is written in place.
+/// names, or, for a link to nothing yet, beside where it leads. A special
+/// file (a FIFO, `/dev/null`), or a file in a directory the export may not
+/// create files in, is written in place.
 struct FileOutput {
     path: PathBuf,
     file: Option<std::fs::File>,
@@ -718,6 +719,20 @@ impl FileOutput {
                     if std::fs::metadata(&target).is_ok_and(|m| m.is_file()) {
                         existing = std::fs::symlink_metadata(&target).ok();
                         self.path = target;
+                    }
+                } else {
+                    // A link to nothing yet (`latest.jsonl` to tomorrow's
+                    // name): staged beside where it leads, and renamed
+                    // there, durably, or removed on failure (since
+                    // 2026-12-05; before, the file was created in place
+                    // through the link, its directory never synced, and a
+                    // failed export left it empty).
+                    let end = link_end(&self.path);
+                    if std::fs::symlink_metadata(&end)
+                        .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+                    {
+                        existing = None;
+                        self.path = end;
                     }
                 }
             }
@@ -1233,6 +1248,40 @@ mod tests {
         let said = abandon(w);
         assert!(said.contains("was emptied, so that no part"), "{said}");
         assert_eq!(std::fs::metadata(&out).unwrap().len(), 0);
+    }
+
+    /// An `--output` link to nothing yet is staged beside where it leads:
+    /// a complete export is renamed there (the link left as it was), and a
+    /// failed one leaves nothing there. Until 2026-12-05 the file was made
+    /// in place through the link, its directory never synced, and a failed
+    /// export left it there, empty.
+    #[test]
+    fn a_link_to_nothing_yet_is_staged_where_it_leads() {
+        let dir = tempfile::tempdir().unwrap();
+        let (link, there) = (
+            dir.path().join("latest.jsonl"),
+            dir.path().join("day2.jsonl"),
+        );
+        std::os::unix::fs::symlink("day2.jsonl", &link).unwrap();
+        let export = |data: &[u8]| {
+            let mut w = BufWriter::with_capacity(
+                1 << 20,
+                Output::new(Some(link.clone()), Staged::default()),
+            );
+            w.write_all(data).unwrap();
+            w
+        };
+        // Failed, after its output was opened: nothing is left there.
+        let w = export(&vec![b'x'; 3 << 20]);
+        assert!(!there.exists(), "written in place");
+        let said = abandon(w);
+        assert!(!there.exists(), "{said}");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "{said}");
+        // Complete: renamed where the link leads.
+        let w = export(b"{\"offset\":0}\n");
+        assert!(finish(w, &link).unwrap());
+        assert_eq!(std::fs::read(&there).unwrap(), b"{\"offset\":0}\n");
+        assert!(std::fs::symlink_metadata(&link).unwrap().is_symlink());
     }
 
     /// Makes `path` refuse writes (a directory new files, a file any
