@@ -338,6 +338,13 @@ fn a_read_command_whose_closing_fsync_fails_exits_1() {
         assert!(!stderr.contains("panicked"), "{args:?}: a panic:\n{stderr}");
         // The records were all acknowledged: not to be sent again.
         assert_eq!(
+            args[0] == "export",
+            stderr.contains(
+                "the export is complete (in <stdout>), but the archive's closing sync failed"
+            ),
+            "{args:?}: {stderr}"
+        );
+        assert_eq!(
             args[0] == "restore",
             stderr.contains("the restore is complete (100 records into 1 partition, all acknowledged), but the archive's closing sync failed"),
             "{args:?}: {stderr}"

@@ -438,18 +438,24 @@ fn export_stopped(
     let written = super::read_unpanicked("export", data, &engine, "", || {
         write_records(&engine, &chosen, select, format, &mut out, out_path, &never)
     });
-    // Closed before the output is put in place: a failed sync of what the
-    // open wrote (recovery, a node split) exits 1, as any failed fsync
-    // does, and leaves no file that looks like a finished export (since
-    // 2026-12-05; the drop's sync left the poison mark, but the command
-    // exited 0).
-    let written = written.and_then(|count| {
-        engine.close()?;
-        Ok(count)
-    });
     match written {
         Ok(count) => {
-            if let (true, Some(records)) = (finish(out, out_path)?, count) {
+            let delivered = finish(out, out_path)?;
+            // Closed, not dropped: a failed sync of what the open wrote
+            // (recovery, a node split) exits 1, as any failed fsync does
+            // (since 2026-12-05; the drop's sync left the poison mark, but
+            // the command exited 0). The export itself is whole: said, so
+            // that the error is not taken for it.
+            if let Err(e) = engine.close() {
+                if delivered {
+                    super::say_warn!(
+                        "the export is complete (in {}), but the archive's closing sync failed: the archive needs a look, not the export",
+                        out_path.display()
+                    );
+                }
+                return Err(e.into());
+            }
+            if let (true, Some(records)) = (delivered, count) {
                 tracing::info!(records, "export done");
             }
             Ok(ExitCode::SUCCESS)
