@@ -103,7 +103,9 @@ fn rfc3339_ms(s: &str) -> std::result::Result<i64, String> {
             })
         };
         let (hours, minutes) = (digits(&zone[1..3])?, digits(&zone[4..6])?);
-        (zone[3] == b':' && hours < 24 && minutes < 60)
+        // `-00:00` is RFC 3339's "offset unknown": the ambiguity refused.
+        let unknown = sign < 0 && hours == 0 && minutes == 0;
+        (zone[3] == b':' && hours < 24 && minutes < 60 && !unknown)
             .then(|| (at, sign * (hours * 60 + minutes) * 60_000))
     });
     match offset {
@@ -243,11 +245,13 @@ pub async fn run(args: PruneArgs) -> Result<ExitCode> {
     // Whether a report line failed (a full disk behind a redirect): the
     // prune stops there, and says what it had done by then.
     let mut lines = 0usize;
-    let mut report_failed = false;
+    // The line that failed, if one did: a partition's, or one of the
+    // totals after every partition was pruned.
+    let mut failed_line: Option<String> = None;
     let mut emit = |args: std::fmt::Arguments<'_>| {
         super::write_line(args)
             .inspect(|()| lines += 1)
-            .inspect_err(|_| report_failed = true)
+            .inspect_err(|_| failed_line = Some(args.to_string()))
     };
     // A panic inside a truncation poisons the engine (its own guard): the
     // steps before it stand, and a rerun finishes.
@@ -262,19 +266,31 @@ pub async fn run(args: PruneArgs) -> Result<ExitCode> {
         },
         || prune(&engine, &selection, cut, args.dry_run, &never, &mut emit),
     );
-    if pruned.is_err() && report_failed && !args.dry_run {
+    if let Some(line) = failed_line.filter(|_| pruned.is_err() && !args.dry_run) {
         // Said, so that the error is not taken for a prune that deleted
         // nothing (until 2026-12-05 it was the error alone).
-        super::say_warn!(
-            "the prune stopped because its report could not be written, after {lines} line{} of it: each partition reported, and the one it was reporting, is pruned (each step durable); a rerun prunes the rest",
-            if lines == 1 { "" } else { "s" }
-        );
+        super::say_warn!("{}", unwritten_report(&line, lines));
     }
     pruned?;
     // A dry run's too (since 2026-12-05; its drop's failed sync left the
     // poison mark, but the command exited 0).
     engine.close()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// What a prune whose report line `line` could not be written, after
+/// `lines` lines were, had done. A partition's line starts with its topic,
+/// which has no space in it (Kafka's rule); the totals' lines, written once
+/// every partition is pruned, start with words.
+fn unwritten_report(line: &str, lines: usize) -> String {
+    if line.starts_with("pruned ") || line.starts_with("store on disk") {
+        "the prune is complete (every partition chosen was pruned as asked), but its report could not be written".into()
+    } else {
+        format!(
+            "the prune stopped because its report could not be written, after {lines} line{} of it: each partition reported, and the one it was reporting, is pruned (each step durable); a rerun prunes the rest",
+            if lines == 1 { "" } else { "s" }
+        )
+    }
 }
 
 /// One prune of the selected partitions of `engine` below `cut` (or, with
@@ -533,6 +549,65 @@ mod tests {
         assert!(matches!(cut(&["--before-time", &soon]), Ok(Cut::TimeMs(_))));
     }
 
+    /// A report that fails at a partition's line says the prune stopped
+    /// there; one that fails at the totals, after every partition was
+    /// pruned, says it is complete (until 2026-12-05 both said the first).
+    #[test]
+    fn an_unwritten_report_says_how_far_the_prune_got() {
+        use cairn_engine::{EngineConfig, Record, RecordBatch};
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        for p in 0..2 {
+            let tp = cairn_engine::TopicPartition::new("t.x-1", p);
+            for o in [0, 5] {
+                let records = (o..o + 5).map(|o| Record::with_value(o, "v")).collect();
+                engine
+                    .append(&[RecordBatch {
+                        tp: tp.clone(),
+                        records,
+                    }])
+                    .unwrap();
+            }
+        }
+        let selection = Selection {
+            topics: vec!["t.x-1".into()],
+            ..Selection::default()
+        };
+        // Fails at the line numbered `at` (0-based): what is said then.
+        let said = |at: usize| {
+            let (mut lines, mut failed) = (0, None);
+            let mut emit = |args: std::fmt::Arguments<'_>| {
+                if lines == at {
+                    failed = Some(args.to_string());
+                    return Err(ConnectorError::Live("full".into()));
+                }
+                lines += 1;
+                Ok(())
+            };
+            let never = AtomicBool::new(false);
+            assert!(prune(
+                &engine,
+                &selection,
+                Cut::Offset(5),
+                false,
+                &never,
+                &mut emit
+            )
+            .is_err());
+            unwritten_report(&failed.expect("a line failed"), lines)
+        };
+        assert!(said(0).contains("stopped because its report could not be written, after 0 lines"));
+        assert!(said(1).contains("after 1 line of it"));
+        // The partitions are pruned by now: the totals, then the sizes.
+        for at in [2, 3] {
+            assert!(
+                said(at).starts_with("the prune is complete"),
+                "{at}: {}",
+                said(at)
+            );
+        }
+    }
+
     #[test]
     fn times_parse_as_rfc3339_or_millis() {
         assert_eq!(parse_time_ms("1700000000000"), Ok(1_700_000_000_000));
@@ -564,6 +639,8 @@ mod tests {
             "2023-11-14T22:13:20+24:00",
             "2023-11-14T22:13:20+0900",
             "2023-11-14T22:13:20+09:60",
+            // RFC 3339's "offset unknown".
+            "2023-11-14T22:13:20-00:00",
         ] {
             let e = parse_time_ms(t).unwrap_err();
             assert!(e.contains("RFC 3339 with its zone"), "{t}: {e}");
