@@ -1326,8 +1326,23 @@ fn check_count(
     let held = u64::try_from(high - low).unwrap_or(0);
     let archived = engine.count_range(source, first_archived, last_archived.saturating_add(1))?;
     if held != archived {
+        // Extra records only: another producer's, between an earlier
+        // restore of this archive and an --append one (whose own advice
+        // was --resume), leave nothing missing after the last, which
+        // names where to go on (since 2026-12-05; before, only the
+        // general advice, which names no offset).
+        let extra = if held > archived {
+            format!(
+                "; if they are another producer's, written between restores of this archive, nothing is missing after the last: go on with --topic {} --partition {} --append --from {} in place of --resume",
+                source.topic,
+                source.partition,
+                last_archived.saturating_add(1)
+            )
+        } else {
+            String::new()
+        };
         return Err(ConnectorError::RestoreRefused(format!(
-            "--resume: {target} holds {held} records (offsets {low}..{high}) from archived offset {first_archived} to {last_archived}, but the archive holds {archived} between those two: records are {} (an earlier restore that stopped with a gap, whose error said not to resume this partition; another producer; or a compacted target), so resuming after the last would not make it whole; restore into an empty topic, or use --partition, --from and --append for what is missing",
+            "--resume: {target} holds {held} records (offsets {low}..{high}) from archived offset {first_archived} to {last_archived}, but the archive holds {archived} between those two: records are {} (an earlier restore that stopped with a gap, whose error said not to resume this partition; another producer; or a compacted target), so resuming after the last would not make it whole; restore into an empty topic, or use --partition, --from and --append for what is missing{extra}",
             if held < archived { "missing from the target" } else { "in the target that the archive does not account for" }
         )));
     }

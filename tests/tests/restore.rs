@@ -949,9 +949,12 @@ fn resume_refuses_a_target_missing_records_below_its_last() {
     init_logs();
     let dir = tempfile::tempdir().unwrap();
     let engine = archive_of(dir.path(), &[(ARCHIVED, 20)]);
+    let go_on = format!("if they are another producer's, written between restores of this archive, nothing is missing after the last: go on with --topic {ARCHIVED} --partition 0 --append --from 11 in place of --resume");
     for (name, extra, want) in [
         ("gap", None, "holds 11 records (offsets 0..11) from archived offset 0 to 15, but the archive holds 16 between those two: records are missing from the target"),
         ("extra", Some(10), "holds 12 records (offsets 0..12) from archived offset 0 to 10, but the archive holds 11 between those two: records are in the target that the archive does not account for"),
+        // Extra records only: where to go on is known (since 2026-12-05).
+        ("extra-then", Some(10), go_on.as_str()),
     ] {
         let k = TestKafka::new(name, 1);
         let mut cfg = config(&k);
@@ -973,7 +976,10 @@ fn resume_refuses_a_target_missing_records_below_its_last() {
         cfg.select.to = None;
         cfg.resume = true;
         match restore(&engine, &cfg) {
-            Err(ConnectorError::RestoreRefused(m)) => assert!(m.contains(want), "{name}: {m}"),
+            Err(ConnectorError::RestoreRefused(m)) => {
+                assert!(m.contains(want), "{name}: {m}");
+                assert_eq!(m.contains("--append --from"), extra.is_some(), "{name}: {m}");
+            }
             other => panic!("{name}: {other:?}"),
         }
         assert_eq!(highs(&k, 1), before, "{name}: nothing produced");

@@ -127,19 +127,17 @@ pub async fn run(args: RestoreArgs) -> Result<ExitCode> {
         // Every record was acknowledged: said, so that neither error is
         // taken for a failed restore and run again with --append, which
         // would send everything twice (until 2026-12-05 it was not).
+        let plural = |n: usize| if n == 1 { "" } else { "s" };
         super::say_warn!(
-            "the restore is complete ({} records into {} partition{}, all acknowledged), but {}",
+            "the restore is complete ({} record{} into {} partition{}, all acknowledged), but {}",
             report.records,
+            plural(report.records as usize),
             report.partitions.len(),
-            if report.partitions.len() == 1 {
-                ""
-            } else {
-                "s"
-            },
-            match &written {
-                Err(_) => "its report could not be written",
-                Ok(()) =>
-                    "the archive's closing sync failed (the archive, not the restore, needs a look)",
+            plural(report.partitions.len()),
+            match (&written, &closed) {
+                (Err(_), Ok(())) => "its report could not be written".to_owned(),
+                (Ok(()), _) => "the archive's closing sync failed (the archive, not the restore, needs a look)".to_owned(),
+                (Err(_), Err(e)) => format!("its report could not be written, and the archive's closing sync failed too ({e}): the archive, not the restore, needs a look"),
             }
         );
     }
