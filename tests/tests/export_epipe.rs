@@ -85,18 +85,38 @@ fn an_epipe_from_stdout_redirected_into_a_file_fails_the_export() {
     let data = dir.path().join("data");
     archive(&data);
     let file = std::fs::File::create(dir.path().join("stdout")).unwrap();
-    let saved = rustix::io::dup(std::io::stdout()).unwrap();
-    rustix::stdio::dup2_stdout(&file).unwrap();
-    fail::cfg(
-        cairn_connector::cli::export::FAILPOINT_STDOUT_WRITE,
-        "return",
-    )
-    .unwrap();
-    let result = export(&["--data", data.to_str().unwrap()]);
-    fail::remove(cairn_connector::cli::export::FAILPOINT_STDOUT_WRITE);
-    rustix::stdio::dup2_stdout(&saved).unwrap();
+    let result = {
+        let _redirected = StdoutInto::new(&file);
+        export(&["--data", data.to_str().unwrap()])
+    };
     match result {
         Err(e) => assert!(e.to_string().contains("from a regular file"), "{e}"),
         Ok(code) => panic!("the export ended {code:?}, as if its reader went away"),
+    }
+}
+
+/// This process's standard output redirected into a file, and the stdout
+/// failpoint set, until dropped (also by a panic): then both are undone.
+/// (The other test of this binary writes to a file of its own; its line in
+/// the harness's report may land in the file meanwhile.)
+struct StdoutInto(rustix::fd::OwnedFd);
+
+impl StdoutInto {
+    fn new(file: &std::fs::File) -> StdoutInto {
+        let saved = rustix::io::dup(std::io::stdout()).unwrap();
+        rustix::stdio::dup2_stdout(file).unwrap();
+        fail::cfg(
+            cairn_connector::cli::export::FAILPOINT_STDOUT_WRITE,
+            "return",
+        )
+        .unwrap();
+        StdoutInto(saved)
+    }
+}
+
+impl Drop for StdoutInto {
+    fn drop(&mut self) {
+        fail::remove(cairn_connector::cli::export::FAILPOINT_STDOUT_WRITE);
+        let _ = rustix::stdio::dup2_stdout(&self.0);
     }
 }

@@ -167,6 +167,22 @@ fn link_chain(path: &Path) -> Vec<PathBuf> {
     chain
 }
 
+/// Whether a link on the way from `path` (see [`link_chain`]) names its
+/// target with a trailing `/`: a directory, which the chain's paths, their
+/// trailing `/` taken out, no longer say.
+fn link_names_a_directory(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let mut at = path.to_path_buf();
+    for _ in 0..40 {
+        match std::fs::read_link(&at) {
+            Ok(to) if to.as_os_str().as_bytes().ends_with(b"/") => return true,
+            Ok(to) => at = parent_dir(&at).join(to),
+            Err(_) => return false,
+        }
+    }
+    false
+}
+
 /// The descriptor `--output` names, if any: stdout when it is spelt so
 /// (`-` too), or a link to a name of it (`/dev/./stdout`, a `latest.jsonl`
 /// linked to `/dev/stdout`: before 2026-12-03 those were followed to the
@@ -733,9 +749,12 @@ impl FileOutput {
                     // 2026-12-05; before, the file was created in place
                     // through the link, its directory never synced, and a
                     // failed export left it empty).
+                    // (Not one that names a directory, `newdir/`: its
+                    // create fails, as it did, rather than make a file.)
                     let end = link_end(&self.path);
-                    if std::fs::symlink_metadata(&end)
-                        .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+                    if !link_names_a_directory(&self.path)
+                        && std::fs::symlink_metadata(&end)
+                            .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
                     {
                         existing = None;
                         self.path = end;
@@ -1283,6 +1302,17 @@ mod tests {
         let said = abandon(w);
         assert!(!there.exists(), "{said}");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "{said}");
+        // A link to a directory not made yet is no file to make.
+        let to_dir = dir.path().join("to-dir");
+        std::os::unix::fs::symlink("newdir/", &to_dir).unwrap();
+        let mut w = BufWriter::with_capacity(
+            1 << 20,
+            Output::new(Some(to_dir.clone()), Staged::default()),
+        );
+        assert!(w.write_all(&vec![b'x'; 3 << 20]).is_err());
+        drop(w);
+        assert!(!dir.path().join("newdir").exists());
+        std::fs::remove_file(&to_dir).unwrap();
         // Complete: renamed where the link leads.
         let w = export(b"{\"offset\":0}\n");
         assert!(finish(w, &link).unwrap());
