@@ -2235,6 +2235,36 @@ fn archive_of(data: &std::path::Path, tps: &[(&str, i32, i64)]) {
     e.close().unwrap();
 }
 
+/// An archive a later cairn wrote (its `Mformat` names a later version)
+/// is not damage: verify says it cannot check it (exit 2, the version
+/// named), as status does; it was "1 problem", exit 1, until 2026-12-05.
+#[test]
+fn verify_of_a_later_format_says_not_checked_not_damaged() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("a");
+    let d = data.to_str().unwrap();
+    archive_of(&data, &[("a", 0, 3)]);
+    let later = cairn_engine::meta::FORMAT_VERSION + 1;
+    {
+        let db = cairn_engine::EngineConfig::new(&data).open_sled().unwrap();
+        let t = db.open_tree("cairn").unwrap();
+        t.insert(
+            cairn_engine::keys::META_FORMAT,
+            cairn_engine::meta::encode_format(later),
+        )
+        .unwrap();
+        db.flush().unwrap();
+    }
+    let want = format!("unsupported format version {later}");
+    let (code, out, err) = cairn(&["verify", "--data", d]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains(&want), "{err}");
+    assert!(!out.contains("problem"), "{out}");
+    let (code, _, err) = cairn(&["status", "--data", d]);
+    assert_ne!(code, 0);
+    assert!(err.contains(&want), "{err}");
+}
+
 /// `(first, next, records)` of each partition, from `status --json`.
 fn partitions_of(d: &str) -> Vec<(String, i64, i64, i64, i64)> {
     let (code, out, err) = cairn(&["status", "--data", d, "--json"]);

@@ -274,6 +274,7 @@ fn verify_opened(
     before: crate::poisoned::Before,
 ) -> Result<VerifyReport> {
     let tree = db.open_tree("cairn").map_err(store_err("open tree"))?;
+    refuse_later_format(cfg, &tree)?;
     let (mut r, facts) = verify_tree_facts(&tree, None, &AtomicBool::new(false))?;
     if let Some(p) = before.poisoned {
         r.notes.push(format!(
@@ -437,19 +438,31 @@ impl Tail<'_> {
                 // As recovery decides (since 2026-12-05; before, a lost
                 // summary, or one whose entries below disagree with it,
                 // was said to be repaired by an open that refuses it).
-                // Damage met while deciding is no repair.
+                // Damage met while deciding is no repair; a failed read
+                // is an error (the caller notes what went unchecked), not
+                // a "no" that would send a plain crash tail to salvage.
+                let refused = |e: Error| if e.is_corruption() { Ok(false) } else { Err(e) };
                 lsn > self.checkpoint
                     && match stored.map(|v| PartitionSummary::decode(&k, &v)) {
-                        None => matches!(
-                            crate::recovery::summary_lost(self.tree, &tp, self.checkpoint, true),
-                            Ok(false)
-                        ),
+                        None => {
+                            match crate::recovery::summary_lost(
+                                self.tree,
+                                &tp,
+                                self.checkpoint,
+                                true,
+                            ) {
+                                Ok(lost) => !lost,
+                                Err(e) => refused(e)?,
+                            }
+                        }
                         Some(Ok((_, s))) => {
                             s.next_offset <= last_offset
-                                && crate::recovery::refuse_summary_below_tail_as_stored(
+                                && match crate::recovery::refuse_summary_below_tail_as_stored(
                                     self.tree, &tp, &s,
-                                )
-                                .is_ok()
+                                ) {
+                                    Ok(()) => true,
+                                    Err(e) => refused(e)?,
+                                }
                         }
                         Some(Err(_)) => false,
                     }
@@ -599,6 +612,29 @@ fn verify_checkpoint(tree: &sled::Tree, r: &mut VerifyReport) -> Result<()> {
         Err(e) => return Err(e),
     }
     Ok(())
+}
+
+/// A store of a later format (its `Mformat` sealed and naming a version
+/// past this build's) is refused as an open refuses it: this build cannot
+/// check it, which is not damage. Until 2026-12-05 verify listed it as a
+/// problem and went on checking it under this build's layout (exit 1,
+/// "damaged", for a healthy store a newer cairn reads). A version below
+/// the oldest (none was ever written) stays a problem: damage.
+fn refuse_later_format(cfg: &EngineConfig, tree: &sled::Tree) -> Result<()> {
+    let Some(v) = tree
+        .get(keys::META_FORMAT)
+        .map_err(store_err("read format"))?
+    else {
+        return Ok(());
+    };
+    match meta::decode_format(&v) {
+        Ok(found) if found > meta::FORMAT_VERSION => Err(Error::UnsupportedFormat {
+            path: cfg.path.clone(),
+            found,
+            supported: meta::FORMAT_VERSION,
+        }),
+        _ => Ok(()),
+    }
 }
 
 fn verify_meta(tree: &sled::Tree, r: &mut VerifyReport) -> Result<()> {

@@ -1042,11 +1042,12 @@ fn unknown_format_version_is_refused() {
         Err(other) => panic!("expected UnsupportedFormat, got {other}"),
         Ok(_) => panic!("expected UnsupportedFormat, got an engine"),
     }
-    let report = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
-    assert!(
-        matches!(&report.problems[..], [p] if p.to_string().contains(&format!("format version {next}, this build reads"))),
-        "{report:?}"
-    );
+    // verify cannot check it either, and says so: not damage (since
+    // 2026-12-05; it was one problem, exit 1).
+    match cairn_engine::verify_store(&EngineConfig::new(dir.path())) {
+        Err(Error::UnsupportedFormat { found, .. }) => assert_eq!(found, next),
+        other => panic!("expected UnsupportedFormat from verify, got {other:?}"),
+    }
     with_raw_tree(dir.path(), |t| {
         t.insert(
             cairn_engine::keys::META_FORMAT,
@@ -1062,6 +1063,22 @@ fn unknown_format_version_is_refused() {
         matches!(kind, CorruptionKind::TrailingBytes { .. })
             && location.to_string().contains("format"),
         "{location}: {kind}"
+    );
+    // Version 0 was never written: damage, which verify lists.
+    with_raw_tree(dir.path(), |t| {
+        t.insert(
+            cairn_engine::keys::META_FORMAT,
+            cairn_engine::meta::encode_format(0),
+        )
+        .unwrap();
+    });
+    let report = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.to_string().contains("format version 0, this build reads")),
+        "{report:?}"
     );
 }
 
