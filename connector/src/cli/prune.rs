@@ -81,7 +81,13 @@ pub fn parse_time_ms(s: &str) -> std::result::Result<i64, String> {
 /// asked, and a deletion is not undone.
 fn rfc3339_ms(s: &str) -> std::result::Result<i64, String> {
     const EXPECTED: &str = "expected RFC 3339 with its zone (2026-11-01T00:00:00Z, or an offset: 2026-11-01T09:00:00+09:00) or milliseconds since the Unix epoch";
+    // `t` is the time with its zone taken off: humantime's weak parse
+    // takes a `Z` of its own, which would let `…Z+09:00` or `…ZZ` through
+    // with two zones, one of them ignored.
     let parse = |t: &str| {
+        if t.ends_with(['Z', 'z']) {
+            return Err(format!("{s:?} has two zones: {EXPECTED}"));
+        }
         humantime::parse_rfc3339_weak(t)
             .map(pruner::epoch_millis)
             .map_err(|e| format!("{e}: {EXPECTED}"))
@@ -103,13 +109,17 @@ fn rfc3339_ms(s: &str) -> std::result::Result<i64, String> {
             })
         };
         let (hours, minutes) = (digits(&zone[1..3])?, digits(&zone[4..6])?);
-        // `-00:00` is RFC 3339's "offset unknown": the ambiguity refused.
-        let unknown = sign < 0 && hours == 0 && minutes == 0;
-        (zone[3] == b':' && hours < 24 && minutes < 60 && !unknown)
-            .then(|| (at, sign * (hours * 60 + minutes) * 60_000))
+        (zone[3] == b':' && hours < 24 && minutes < 60)
+            .then(|| (at, sign * (hours * 60 + minutes) * 60_000, sign < 0))
     });
     match offset {
-        Some((at, offset_ms)) => parse(&s[..at]).map(|ms| ms - offset_ms),
+        // `-00:00` is RFC 3339's "offset unknown": as ambiguous as none.
+        Some((at, 0, true)) => parse(&s[..at]).and_then(|_| {
+            Err(format!(
+                "{s:?} ends with -00:00, RFC 3339's unknown offset, and a time in an unknown zone is ambiguous: end it with Z for UTC or its offset such as +09:00"
+            ))
+        }),
+        Some((at, offset_ms, _)) => parse(&s[..at]).map(|ms| ms - offset_ms),
         None if parse(s).is_ok() => Err(format!(
             "{s:?} has no zone, and a time without one is ambiguous (local time, or UTC?): end it with Z for UTC or an offset such as +09:00"
         )),
@@ -639,11 +649,24 @@ mod tests {
             "2023-11-14T22:13:20+24:00",
             "2023-11-14T22:13:20+0900",
             "2023-11-14T22:13:20+09:60",
-            // RFC 3339's "offset unknown".
-            "2023-11-14T22:13:20-00:00",
+            // A bad time before an unknown offset is said as bad.
+            "2023-11-14T25:13:20-00:00",
+            // Two zones, one of which humantime's weak parse took.
+            "2023-11-14T22:13:20Z+09:00",
+            "2023-11-14T22:13:20ZZ",
+            "2023-11-14T22:13:20zZ",
         ] {
             let e = parse_time_ms(t).unwrap_err();
             assert!(e.contains("RFC 3339 with its zone"), "{t}: {e}");
+        }
+        // RFC 3339's "offset unknown": ambiguous, and said so (it was
+        // told as a time badly written).
+        for t in ["2023-11-14T22:13:20-00:00", "2023-11-14T22:13:20.5-00:00"] {
+            let e = parse_time_ms(t).unwrap_err();
+            assert!(
+                e.contains("unknown offset") && e.contains("ambiguous") && e.contains("+09:00"),
+                "{t}: {e}"
+            );
         }
         // Seconds for milliseconds.
         let e = parse_time_ms("1767225600").unwrap_err();
