@@ -1125,7 +1125,7 @@ fn preflight(
             let record = last.remove(target).expect("read above");
             let archived = check_last(engine, source, target, &record, cfg)?;
             let first = first.remove(target).expect("read above");
-            check_count(engine, source, target, (low, high), &first, archived)?;
+            check_count(engine, cfg, source, target, (low, high), &first, archived)?;
             let next = archived.checked_add(1).ok_or_else(|| {
                 ConnectorError::RestoreRefused(format!(
                     "--resume: the last record of {target} names archived offset {archived}, past any archive"
@@ -1302,6 +1302,7 @@ fn target_records(
 /// an `--append` into a topic that held other records starts with those.
 fn check_count(
     engine: &Engine,
+    cfg: &RestoreConfig,
     source: &TopicPartition,
     target: &TopicPartition,
     (low, high): (i64, i64),
@@ -1330,13 +1331,22 @@ fn check_count(
         // restore of this archive and an --append one (whose own advice
         // was --resume), leave nothing missing after the last, which
         // names where to go on (since 2026-12-05; before, only the
-        // general advice, which names no offset).
+        // general advice, which names no offset). The rerun is this
+        // partition's alone, as the advice for a pruned one says: the
+        // command's own --topic and --partition would select the others
+        // too, and --append checks no overlap.
         let extra = if held > archived {
             format!(
-                "; if they are another producer's, written between restores of this archive, nothing is missing after the last: go on with --topic {} --partition {} --append --from {} in place of --resume",
+                "; if the difference is another producer's records, written between restores of this archive, and none of this archive's are missing before the last, go on with this partition alone: --topic {} --partition {} --append --from {}{} in place of --resume and of the command's own {}, and resume the others limited to them, one run each with --topic and --partition (a --resume that includes this partition is refused again)",
                 source.topic,
                 source.partition,
-                last_archived.saturating_add(1)
+                last_archived.saturating_add(1),
+                cfg.rename.get(&source.topic).map_or(String::new(), |to| format!(" --rename {}={to}", source.topic)),
+                if cfg.rename.is_empty() {
+                    "--topic, --partition and --from"
+                } else {
+                    "--topic, --partition, --from and every --rename"
+                },
             )
         } else {
             String::new()

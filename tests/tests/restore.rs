@@ -949,7 +949,7 @@ fn resume_refuses_a_target_missing_records_below_its_last() {
     init_logs();
     let dir = tempfile::tempdir().unwrap();
     let engine = archive_of(dir.path(), &[(ARCHIVED, 20)]);
-    let go_on = format!("if they are another producer's, written between restores of this archive, nothing is missing after the last: go on with --topic {ARCHIVED} --partition 0 --append --from 11 in place of --resume");
+    let go_on = format!("if the difference is another producer's records, written between restores of this archive, and none of this archive's are missing before the last, go on with this partition alone: --topic {ARCHIVED} --partition 0 --append --from 11 --rename {ARCHIVED}=");
     for (name, extra, want) in [
         ("gap", None, "holds 11 records (offsets 0..11) from archived offset 0 to 15, but the archive holds 16 between those two: records are missing from the target"),
         ("extra", Some(10), "holds 12 records (offsets 0..12) from archived offset 0 to 10, but the archive holds 11 between those two: records are in the target that the archive does not account for"),
@@ -979,6 +979,10 @@ fn resume_refuses_a_target_missing_records_below_its_last() {
             Err(ConnectorError::RestoreRefused(m)) => {
                 assert!(m.contains(want), "{name}: {m}");
                 assert_eq!(m.contains("--append --from"), extra.is_some(), "{name}: {m}");
+                // This partition alone: the command's own --topic and
+                // --partition would select the others too.
+                let alone = format!("--rename {ARCHIVED}={} in place of --resume and of the command's own --topic, --partition, --from and every --rename, and resume the others limited to them", k.topic);
+                assert_eq!(m.contains(&alone), extra.is_some(), "{name}: {m}");
             }
             other => panic!("{name}: {other:?}"),
         }
