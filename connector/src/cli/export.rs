@@ -168,14 +168,18 @@ fn link_chain(path: &Path) -> Vec<PathBuf> {
 }
 
 /// Whether a link on the way from `path` (see [`link_chain`]) names its
-/// target with a trailing `/`: a directory, which the chain's paths, their
-/// trailing `/` taken out, no longer say.
+/// target as a directory: with a trailing `/`, or ending in `.` or `..`
+/// (`newdir/.`), which the chain's paths, normalised, no longer say.
 fn link_names_a_directory(path: &Path) -> bool {
     use std::os::unix::ffi::OsStrExt;
+    let as_directory = |to: &[u8]| {
+        let last = to.rsplit(|&b| b == b'/').next().unwrap_or_default();
+        matches!(last, b"" | b"." | b"..")
+    };
     let mut at = path.to_path_buf();
     for _ in 0..40 {
         match std::fs::read_link(&at) {
-            Ok(to) if to.as_os_str().as_bytes().ends_with(b"/") => return true,
+            Ok(to) if as_directory(to.as_os_str().as_bytes()) => return true,
             Ok(to) => at = parent_dir(&at).join(to),
             Err(_) => return false,
         }
@@ -1302,17 +1306,20 @@ mod tests {
         let said = abandon(w);
         assert!(!there.exists(), "{said}");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "{said}");
-        // A link to a directory not made yet is no file to make.
+        // A link to a directory not made yet is no file to make, however
+        // it says so.
         let to_dir = dir.path().join("to-dir");
-        std::os::unix::fs::symlink("newdir/", &to_dir).unwrap();
-        let mut w = BufWriter::with_capacity(
-            1 << 20,
-            Output::new(Some(to_dir.clone()), Staged::default()),
-        );
-        assert!(w.write_all(&vec![b'x'; 3 << 20]).is_err());
-        drop(w);
-        assert!(!dir.path().join("newdir").exists());
-        std::fs::remove_file(&to_dir).unwrap();
+        for named in ["newdir/", "newdir/.", "newdir/..", "newdir//"] {
+            std::os::unix::fs::symlink(named, &to_dir).unwrap();
+            let mut w = BufWriter::with_capacity(
+                1 << 20,
+                Output::new(Some(to_dir.clone()), Staged::default()),
+            );
+            assert!(w.write_all(&vec![b'x'; 3 << 20]).is_err(), "{named}");
+            drop(w);
+            assert!(!dir.path().join("newdir").exists(), "{named}");
+            std::fs::remove_file(&to_dir).unwrap();
+        }
         // Complete: renamed where the link leads.
         let w = export(b"{\"offset\":0}\n");
         assert!(finish(w, &link).unwrap());
