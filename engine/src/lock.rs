@@ -155,9 +155,18 @@ fn holder_pid(file: &mut File) -> Option<u32> {
     if file.metadata().ok()?.nlink() != 1 {
         return None;
     }
+    // Bounded, as every side file's read is: a pid and a newline are at
+    // most 11 bytes, and a file held by someone else may hold anything.
+    const READ_MAX: u64 = 64;
     let mut s = String::new();
     file.seek(SeekFrom::Start(0)).ok()?;
-    file.read_to_string(&mut s).ok()?;
+    let n = Read::by_ref(file)
+        .take(READ_MAX)
+        .read_to_string(&mut s)
+        .ok()?;
+    if n as u64 == READ_MAX {
+        return None;
+    }
     s.trim().parse().ok()
 }
 
@@ -184,5 +193,21 @@ mod tests {
             other => panic!("{other:?}"),
         }
         drop(lock);
+    }
+
+    /// The holder's pid is read from at most 64 bytes: a larger file names
+    /// none (it was read whole into memory, whatever its size).
+    #[test]
+    fn a_lock_file_is_read_within_a_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lock");
+        let pid = |text: &[u8]| {
+            std::fs::write(&path, text).unwrap();
+            super::holder_pid(&mut std::fs::File::open(&path).unwrap())
+        };
+        assert_eq!(pid(b"4242\n"), Some(4242));
+        assert_eq!(pid(format!("{:>62}\n", 4242).as_bytes()), Some(4242));
+        assert_eq!(pid(format!("{:>63}\n", 4242).as_bytes()), None);
+        assert_eq!(pid(&vec![b'7'; 1 << 20]), None);
     }
 }
