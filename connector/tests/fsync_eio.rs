@@ -183,6 +183,18 @@ fn an_eio_from_fdatasync_stops_the_run_non_zero_and_is_never_retried() {
         stderr.contains("shutdown failed too"),
         "sled's shutdown fsync met the failed disk and was caught:\n{stderr}"
     );
+    // The archive it made, and wrote to, is kept unopened, its poison mark
+    // for the next open (since 2026-12-05; before, the exit path opened it
+    // again to see whether it was empty, in the process whose fsync
+    // failed).
+    assert!(
+        data.join(cairn_engine::poisoned::POISON_FILE).exists(),
+        "the poison mark:\n{stderr}"
+    );
+    assert!(
+        !stderr.contains("archive this run made"),
+        "the archive was opened again to be removed:\n{stderr}"
+    );
 
     // Exactly one fdatasync failed, cairn's, and none was called after it,
     // nor an fsync on cairn's descriptor (`-y` prints it: `7</…/db>`). The

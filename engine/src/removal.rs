@@ -13,6 +13,11 @@
 //!   unlinked while it locked it).
 //! - Only the store's own files are removed, by name; the directory itself
 //!   only if that empties it (`remove_dir`, never recursive).
+//! - A poisoned store (its mark there), or one whose watermark names a
+//!   durable frame, is kept without being opened: the open would recover
+//!   and sync it (and clear the poison mark) in the process whose fsync or
+//!   write just failed, where the next run's open is where recovery
+//!   belongs.
 
 use std::path::Path;
 
@@ -43,6 +48,14 @@ pub enum EmptyStoreRemoval {
 pub fn remove_if_empty(dir: &Path) -> Result<EmptyStoreRemoval> {
     let lock = DirLock::acquire(dir)?;
     crate::backup::refuse_unfinished_backup(dir)?;
+    // Kept without an open (since 2026-12-05; before, `cairn run` failing
+    // on a failed fsync in an archive it made reopened it here, recovered
+    // it, synced it again and cleared the poison mark before it exited).
+    let poisoned = std::fs::symlink_metadata(dir.join(crate::poisoned::POISON_FILE)).is_ok();
+    let durable_frame = matches!(crate::watermark::read(dir), Ok(Some(lsn)) if lsn >= 1);
+    if poisoned || durable_frame {
+        return Ok(EmptyStoreRemoval::Kept);
+    }
     let engine = Engine::open_locking(EngineConfig::new(dir), false)?;
     // No partition, and no frame ever written: a store whose summaries
     // were lost (damage) after retention emptied it still has its

@@ -44,6 +44,14 @@ fn failed_fsync_poisons_and_reopen_recovers() {
     let mark = dir.path().join(cairn_engine::poisoned::POISON_FILE);
     let text = std::fs::read_to_string(&mark).expect("the poison mark");
     assert!(text.contains("fsync: "), "{text}");
+    // A command removing the store it made, were it empty, keeps a
+    // poisoned one without opening it (an open here would recover it and
+    // clear the mark in the process whose fsync failed).
+    assert_eq!(
+        cairn_engine::remove_if_empty(dir.path()).unwrap(),
+        cairn_engine::EmptyStoreRemoval::Kept
+    );
+    assert!(mark.exists(), "the poison mark stays for the next open");
     let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
     let before = e.recovery_report().poisoned_before.clone().unwrap();
     assert!(

@@ -419,7 +419,8 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
     });
     // (Not when the open failed before making it: nothing to remove. A run
     // that wrote records keeps its archive without opening it again to
-    // look.)
+    // look; one that failed after writing some (a failed fsync), by its
+    // poison mark or its watermark, also unopened: `remove_if_empty`.)
     let wrote = matches!(ran, Ok((_, written)) if written > 0);
     if !wrote && made_here && data.exists() {
         remove_unused_archive(&data);
@@ -466,6 +467,9 @@ async fn archive(cfg: RunConfig) -> Result<(ExitCode, u64)> {
     // is opened (recovered, perhaps upgraded, pruned) or even made. The
     // pipeline checks again, for embedders (a quick metadata read).
     crate::consumer::check_kafka(&cfg, &stop)?;
+    // Said, so that a long recovery does not read as Kafka's silence (the
+    // last line was "waiting for Kafka to answer" until "archive open").
+    tracing::info!(data = %cfg.data.display(), "Kafka answered; opening the archive (a recovery after a crash, or a format upgrade, can take a while)");
     let engine_cfg = EngineConfig::new(&cfg.data).record_bytes_max(cfg.record_bytes_max);
     let engine = Arc::new(super::unpanicked(&cfg.data, || {
         Ok(Engine::open(engine_cfg)?)
@@ -617,7 +621,7 @@ fn remove_unused_archive(data: &Path) {
             tracing::info!(data = %at, "removed the empty archive this run made; the directory stays, as it holds other files")
         }
         Err(e) => {
-            tracing::warn!(data = %at, error = %e, "could not remove the new, empty archive this run made")
+            tracing::warn!(data = %at, error = %e, "the archive this run made stays: it could not be checked for records, to be removed if it held none")
         }
     }
 }
