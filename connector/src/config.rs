@@ -176,7 +176,15 @@ impl RunConfig {
         }
         for (i, t) in self.topics.iter().enumerate() {
             if let Err(e) = cairn_engine::validate_topic(t) {
-                return bad(format!("topics: {e}"));
+                // librdkafka subscribes to a name starting with `^` as a
+                // pattern; cairn archives named topics only.
+                let pattern = t.starts_with('^') || t.contains(['*', '[', '(', '|', '$', '+', '?']);
+                let hint = if pattern {
+                    " (a pattern? cairn subscribes to topics by name only: list each topic)"
+                } else {
+                    ""
+                };
+                return bad(format!("topics: {e}{hint}"));
             }
             // Named twice, it is subscribed to once: a typo for another
             // topic, most likely, which would then go unarchived.
@@ -792,6 +800,24 @@ retain-bytes = "50GiB"
         assert!(e.contains("\"a\" is named twice"), "{e}");
         let once = RunConfig::new("b:1", "g", vec!["a".into(), "b".into()], "d".into());
         assert!(once.validate().is_ok());
+    }
+
+    /// A pattern (librdkafka's `^…` subscription) is refused, saying that
+    /// topics are named one by one; a plain bad name is refused without
+    /// that guess.
+    #[test]
+    fn a_topic_pattern_is_refused_as_one() {
+        for t in ["^orders-.*", "orders-[0-9]", "orders|payments"] {
+            let cfg = RunConfig::new("b:1", "g", vec![t.into()], "d".into());
+            let e = cfg.validate().unwrap_err().to_string();
+            assert!(
+                e.contains("a pattern? cairn subscribes to topics by name only"),
+                "{t}: {e}"
+            );
+        }
+        let cfg = RunConfig::new("b:1", "g", vec!["orders/eu".into()], "d".into());
+        let e = cfg.validate().unwrap_err().to_string();
+        assert!(e.contains("orders/eu") && !e.contains("a pattern?"), "{e}");
     }
 
     /// A size is refused as given: a fraction of a byte is not a 0 nobody
