@@ -383,7 +383,10 @@ fn a_running_archive_serves_status_export_verify_and_prune() {
         copied.contains_key(&1) && copied.contains_key(&2),
         "{copied:?}"
     );
-    for (p, lines) in &copied {
+    // (Partition 0 was pruned again after the backup, by the prune whose
+    // report could not be written: what the backup holds of it may be gone
+    // from the archive.)
+    for (p, lines) in copied.iter().filter(|(p, _)| **p != 0) {
         assert_eq!(
             &all[p][..lines.len()],
             &lines[..],
