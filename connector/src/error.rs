@@ -236,11 +236,15 @@ pub enum ConnectorError {
         output: String,
     },
     /// An export that stopped part-way: damage met, or its output failed.
-    #[error("export stopped after {records} records{after}: {source}{output}", after = last.as_ref().map(|l| format!(" (the last {l})")).unwrap_or_default())]
+    #[error("export stopped after {records} records{after}{at}: {source}{output}", after = last.as_ref().map(|l| format!(" (the last {l})")).unwrap_or_default(), at = reading.as_ref().map(|r| format!(", reading {r}")).unwrap_or_default())]
     ExportStopped {
         records: u64,
         /// The last record written, as `t/p@o`.
         last: Option<String>,
+        /// Where the read stood when the archive's damage (or a read
+        /// error) stopped it: the partition, and the offset after which
+        /// its records are missing; `None` when the output stopped it.
+        reading: Option<String>,
         #[source]
         source: Box<ConnectorError>,
         /// What the output holds, as the command that owns it tells

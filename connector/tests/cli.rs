@@ -2597,12 +2597,23 @@ fn export_stops_cleanly_and_says_what_its_output_holds() {
     let (code, _, err) = cairn(&["export", "--data", d, "--output", f]);
     assert_eq!(code, 1, "{err}");
     assert!(
-        err.contains("export stopped after 1900 records (the last t/1@899)")
+        err.contains("export stopped after 1900 records (the last t/1@899), reading t/1 after its offset 899: ")
             && err.contains(&format!("wal lsn {lsn_in_t1}"))
             && err.contains(&format!("{f} was left as it was")),
         "{err}"
     );
     assert_eq!(std::fs::read(&file).unwrap(), whole);
+    // The damaged partition is named where none of its records came
+    // before (the last record written was t/0's, or none: until
+    // 2026-12-05 that alone was said).
+    let (code, _, err) = cairn(&["export", "--data", d, "--partition", "1", "--from", "950"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(
+            "export stopped after 0 records, reading t/1 before any of its records was written: "
+        ) && err.contains(&format!("wal lsn {lsn_in_t1}")),
+        "{err}"
+    );
     let left: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()
         .map(|e| e.unwrap().file_name())

@@ -1071,9 +1071,30 @@ pub(crate) fn write_records(
         |records, last: &Option<String>, source: ConnectorError| ConnectorError::ExportStopped {
             records,
             last: last.clone(),
+            reading: None,
             source: Box::new(source),
             output: String::new(),
         };
+    // A read that fails names its partition, and the offset its missing
+    // records start after: the last record written may be another
+    // partition's (until 2026-12-05 it alone was named), and a --from
+    // that skips the damage is chosen from this.
+    let stopped_reading = |records,
+                           last: &Option<String>,
+                           tp: &cairn_engine::TopicPartition,
+                           written_in_tp: Option<i64>,
+                           source: cairn_engine::Error| {
+        ConnectorError::ExportStopped {
+            records,
+            last: last.clone(),
+            reading: Some(match written_in_tp {
+                Some(o) => format!("{tp} after its offset {o}"),
+                None => format!("{tp} before any of its records was written"),
+            }),
+            source: Box::new(source.into()),
+            output: String::new(),
+        }
+    };
     // A live export gives up between records once the run stops or the
     // client goes, not only at its next full frame: with a narrow range,
     // filling one could take a scan of every partition's index.
@@ -1088,14 +1109,15 @@ pub(crate) fn write_records(
         if stop.load(Ordering::Relaxed) {
             return Err(stopping(count, &last));
         }
+        let mut written_in_tp: Option<i64> = None;
         let records = engine
             .read_range(&p.tp, select.from, select.to)
-            .map_err(|e| stopped(count, &last, e.into()))?;
+            .map_err(|e| stopped_reading(count, &last, &p.tp, None, e))?;
         for r in records {
             if stop.load(Ordering::Relaxed) {
                 return Err(stopping(count, &last));
             }
-            let r = r.map_err(|e| stopped(count, &last, e.into()))?;
+            let r = r.map_err(|e| stopped_reading(count, &last, &p.tp, written_in_tp, e))?;
             let res = match format {
                 // `From` keeps the writer's own error (its kind: a closed
                 // pipe), where `io::Error::other` would hide it.
@@ -1113,6 +1135,7 @@ pub(crate) fn write_records(
             match res {
                 Ok(()) => {
                     count += 1;
+                    written_in_tp = Some(r.offset);
                     last = Some(format!("{}@{}", p.tp, r.offset));
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(None),
