@@ -89,7 +89,7 @@ impl Selection {
             // was named).
             let topics: Vec<_> = others
                 .into_iter()
-                .filter(|p| self.topics.is_empty() || self.topics.contains(&p.tp.topic))
+                .filter(|p| wanted.is_empty() || wanted.contains(p.tp.topic.as_str()))
                 .collect();
             return Err(ConnectorError::Config(format!(
                 "--partition {n}: the archive holds no such partition of the chosen topics (they hold {})",
