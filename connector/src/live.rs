@@ -1198,8 +1198,19 @@ fn read_request(mut conn: &UnixStream) -> std::result::Result<Request, String> {
     // The watcher that follows waits for the client without a timeout.
     let _ = conn.set_read_timeout(None);
     read.map_err(|e| format!("reading the request: {e}"))?;
+    // serde's tagged enum first copies every value into an interim tree
+    // of its own, some times the line's size: lines over 1 MiB (long
+    // topic lists) are parsed one at a time, so that the connections'
+    // lines parsed at once (before the slots, which come after the
+    // request) do not add up to gigabytes beside the archiving run.
+    static LARGE_PARSE: Mutex<()> = Mutex::new(());
+    let _one_at_a_time =
+        (line.len() > REQUEST_PARSED_AT_ONCE_BYTES_MAX).then(|| lock(&LARGE_PARSE));
     serde_json::from_slice(&line).map_err(|e| format!("bad request: {e}"))
 }
+
+/// The longest request line parsed beside others (`read_request`).
+const REQUEST_PARSED_AT_ONCE_BYTES_MAX: usize = 1 << 20;
 
 /// The longest path a socket address holds (`sun_path`, less its NUL).
 const SOCKET_PATH_BYTES_MAX: usize = 107;
@@ -1246,17 +1257,44 @@ fn connect_now(path: &Path) -> std::io::Result<UnixStream> {
     }
 }
 
-/// One non-blocking connect to the socket at `path`.
+/// One non-blocking connect to the socket at `path`, never through a
+/// symbolic link: the socket's own inode is opened without following one
+/// (`O_PATH | O_NOFOLLOW`), and the connect made through that descriptor
+/// (`/proc/self/fd/N`), so a link swapped in after [`connect`]'s check (in
+/// a data directory others may write to, sticky: they cannot touch this
+/// user's files, but can make a name that is not there) cannot send the
+/// request to another socket, another archive's run of this user's
+/// included, which the peer check trusts (since 2026-12-05; before, the
+/// check and the connect were two steps). Without /proc, the name.
 fn connect_once(path: &Path) -> std::io::Result<UnixStream> {
+    use rustix::fs::{FileType, Mode, OFlags};
     use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+    use std::os::unix::io::AsRawFd;
     let (_dir, name) = socket_name(path)?;
+    let pinned = rustix::fs::open(
+        &name,
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    if FileType::from_raw_mode(rustix::fs::fstat(&pinned)?.st_mode) == FileType::Symlink {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "a symbolic link where the socket was: not followed",
+        ));
+    }
+    let proc_fd = Path::new("/proc/self/fd");
+    let through = if proc_fd.is_dir() {
+        proc_fd.join(pinned.as_raw_fd().to_string())
+    } else {
+        name
+    };
     let fd = rustix::net::socket_with(
         AddressFamily::UNIX,
         SocketType::STREAM,
         SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
         None,
     )?;
-    rustix::net::connect(&fd, &SocketAddrUnix::new(name)?)?;
+    rustix::net::connect(&fd, &SocketAddrUnix::new(through)?)?;
     let conn = UnixStream::from(fd);
     conn.set_nonblocking(false)?;
     Ok(conn)
@@ -1634,6 +1672,36 @@ mod tests {
             .collect();
         e.append(&[RecordBatch { tp, records }]).unwrap();
         Arc::new(e)
+    }
+
+    /// A connect goes to the socket its name holds, through a descriptor
+    /// of that inode, and never through a symbolic link: one swapped in
+    /// after `connect`'s check is refused, not followed to the socket it
+    /// names.
+    #[test]
+    fn a_connect_follows_no_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("real.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        let conn = connect_once(&sock).unwrap();
+        let (accepted, _) = listener.accept().unwrap();
+        let (a, b) = (
+            rustix::net::sockopt::socket_peercred(&conn).unwrap().pid,
+            rustix::net::sockopt::socket_peercred(&accepted)
+                .unwrap()
+                .pid,
+        );
+        assert_eq!(a, b);
+        let link = dir.path().join("planted.sock");
+        std::os::unix::fs::symlink(&sock, &link).unwrap();
+        let e = connect_once(&link).unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        // Nothing reached the listener through the link.
+        listener.set_nonblocking(true).unwrap();
+        assert_eq!(
+            listener.accept().unwrap_err().kind(),
+            std::io::ErrorKind::WouldBlock
+        );
     }
 
     /// The first `o` frame with output, past the heartbeats.
