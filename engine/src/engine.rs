@@ -200,7 +200,8 @@ pub struct PartitionInfo {
     /// Records held, between `first_offset` and `next_offset` (fewer than
     /// their difference where the source's offsets have gaps).
     pub record_count: u64,
-    /// Bytes of keys, values and header values held.
+    /// Bytes of keys, values, header names and header values held
+    /// (`Record::payload_bytes`).
     pub payload_bytes: u64,
 }
 
