@@ -1316,9 +1316,11 @@ pub fn connect(data: &Path) -> Result<Option<UnixStream>> {
     // there (planted in a directory others may write to) would send the
     // request to whatever socket it names, another archive's run of this
     // user's included, which the peer check below trusts (before
-    // 2026-12-03 it was followed). The check and the connect are two
-    // steps; whoever can swap the file between them can also damage the
-    // archive's own files there.
+    // 2026-12-03 it was followed). This check gives the error its words;
+    // the connect itself goes through a descriptor of the socket's inode,
+    // opened without following a link (`connect_once`), so a link swapped
+    // in after it is not followed either (without /proc, the connect is by
+    // name, and the two are two steps).
     if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
         return Err(ConnectorError::Live(format!(
             "{} is a symbolic link, not the running cairn's socket: not trusted with a request; remove it if no cairn of yours is running there",

@@ -613,7 +613,9 @@ fn remove_unused_archive(data: &Path) {
     use cairn_engine::EmptyStoreRemoval;
     let at = data.display();
     match cairn_engine::remove_if_empty(data) {
-        Ok(EmptyStoreRemoval::Kept) => {}
+        Ok(EmptyStoreRemoval::Kept) => {
+            tracing::info!(data = %at, "the archive this run made stays: it holds records, or its engine was poisoned (the next open recovers it)")
+        }
         Ok(EmptyStoreRemoval::Removed) => {
             tracing::info!(data = %at, "removed the archive directory this run made: nothing was archived")
         }
