@@ -154,37 +154,37 @@ fn link_end(path: &Path) -> PathBuf {
 /// `path` and each path its symlinks lead to in turn (at most 40, as the
 /// kernel follows), each with `.` and repeated `/` taken out.
 fn link_chain(path: &Path) -> Vec<PathBuf> {
+    links_followed(path)
+        .iter()
+        .map(|at| at.components().collect())
+        .collect()
+}
+
+/// `path` and each path its symlinks lead to in turn (at most 40), as
+/// the links spell them.
+fn links_followed(path: &Path) -> Vec<PathBuf> {
     let mut at = path.to_path_buf();
-    let mut chain = vec![at.components().collect::<PathBuf>()];
+    let mut chain = vec![at.clone()];
     for _ in 0..40 {
         match std::fs::read_link(&at) {
             // Relative to the link's own directory; an absolute one replaces.
             Ok(to) => at = parent_dir(&at).join(to),
             Err(_) => break,
         }
-        chain.push(at.components().collect());
+        chain.push(at.clone());
     }
     chain
 }
 
-/// Whether a link on the way from `path` (see [`link_chain`]) names its
-/// target as a directory: with a trailing `/`, or ending in `.` or `..`
-/// (`newdir/.`), which the chain's paths, normalised, no longer say.
+/// Whether a link on the way from `path` names its target as a
+/// directory: with a trailing `/`, or ending in `.` or `..` (`newdir/.`),
+/// which [`link_chain`]'s paths, normalised, no longer say.
 fn link_names_a_directory(path: &Path) -> bool {
     use std::os::unix::ffi::OsStrExt;
-    let as_directory = |to: &[u8]| {
-        let last = to.rsplit(|&b| b == b'/').next().unwrap_or_default();
-        matches!(last, b"" | b"." | b"..")
-    };
-    let mut at = path.to_path_buf();
-    for _ in 0..40 {
-        match std::fs::read_link(&at) {
-            Ok(to) if as_directory(to.as_os_str().as_bytes()) => return true,
-            Ok(to) => at = parent_dir(&at).join(to),
-            Err(_) => return false,
-        }
-    }
-    false
+    links_followed(path).iter().skip(1).any(|to| {
+        let last = to.as_os_str().as_bytes().rsplit(|&b| b == b'/').next();
+        matches!(last, Some(b"" | b"." | b".."))
+    })
 }
 
 /// The descriptor `--output` names, if any: stdout when it is spelt so
