@@ -1236,6 +1236,19 @@ fn socket_name(path: &Path) -> std::io::Result<(Option<std::fs::File>, PathBuf)>
     Ok((Some(dir), short))
 }
 
+/// What [`connect_once`] found where the socket should be: a symbolic
+/// link, which it does not follow.
+#[derive(Debug)]
+struct LinkRefused;
+
+impl std::fmt::Display for LinkRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a symbolic link where the socket should be: not followed")
+    }
+}
+
+impl std::error::Error for LinkRefused {}
+
 /// How long a connect retries while the run's queue of connections not yet
 /// taken is full: a burst of commands at once fills it for a moment.
 const CONNECT_BUSY_FOR: Duration = Duration::from_secs(2);
@@ -1265,28 +1278,27 @@ fn connect_now(path: &Path) -> std::io::Result<UnixStream> {
 /// user's files, but can make a name that is not there) cannot send the
 /// request to another socket, another archive's run of this user's
 /// included, which the peer check trusts (since 2026-12-05; before, the
-/// check and the connect were two steps). Without /proc, the name.
+/// check and the connect were two steps). The descriptor's name is short
+/// whatever the path's length (a socket address holds 107 bytes). Without
+/// /proc, the path itself (a link is still refused, but by a check before
+/// the connect).
 fn connect_once(path: &Path) -> std::io::Result<UnixStream> {
     use rustix::fs::{FileType, Mode, OFlags};
     use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
     use std::os::unix::io::AsRawFd;
-    let (_dir, name) = socket_name(path)?;
     let pinned = rustix::fs::open(
-        &name,
+        path,
         OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::empty(),
     )?;
     if FileType::from_raw_mode(rustix::fs::fstat(&pinned)?.st_mode) == FileType::Symlink {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "a symbolic link where the socket was: not followed",
-        ));
+        return Err(std::io::Error::other(LinkRefused));
     }
     let proc_fd = Path::new("/proc/self/fd");
     let through = if proc_fd.is_dir() {
         proc_fd.join(pinned.as_raw_fd().to_string())
     } else {
-        name
+        path.to_owned()
     };
     let fd = rustix::net::socket_with(
         AddressFamily::UNIX,
@@ -1316,17 +1328,8 @@ pub fn connect(data: &Path) -> Result<Option<UnixStream>> {
     // there (planted in a directory others may write to) would send the
     // request to whatever socket it names, another archive's run of this
     // user's included, which the peer check below trusts (before
-    // 2026-12-03 it was followed). This check gives the error its words;
-    // the connect itself goes through a descriptor of the socket's inode,
-    // opened without following a link (`connect_once`), so a link swapped
-    // in after it is not followed either (without /proc, the connect is by
-    // name, and the two are two steps).
-    if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
-        return Err(ConnectorError::Live(format!(
-            "{} is a symbolic link, not the running cairn's socket: not trusted with a request; remove it if no cairn of yours is running there",
-            path.display()
-        )));
-    }
+    // 2026-12-03 it was followed). `connect_once` refuses one, also one
+    // swapped in as it connects.
     match connect_now(&path) {
         Ok(conn) => {
             use std::os::unix::fs::MetadataExt;
@@ -1352,6 +1355,12 @@ pub fn connect(data: &Path) -> Result<Option<UnixStream>> {
         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
             Err(ConnectorError::Live(format!(
                 "the running cairn at {} takes no connections: too many are waiting to be taken (is it stopped, or wedged?)",
+                path.display()
+            )))
+        }
+        Err(e) if e.get_ref().is_some_and(|e| e.is::<LinkRefused>()) => {
+            Err(ConnectorError::Live(format!(
+                "{} is a symbolic link, not the running cairn's socket: not trusted with a request; remove it if no cairn of yours is running there",
                 path.display()
             )))
         }
