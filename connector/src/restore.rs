@@ -1337,16 +1337,8 @@ fn check_count(
         // too, and --append checks no overlap.
         let extra = if held > archived {
             format!(
-                "; if the difference is another producer's records, written between restores of this archive, and none of this archive's are missing before the last, go on with this partition alone: --topic {} --partition {} --append --from {}{} in place of --resume and of the command's own {}, and resume the others limited to them, one run each with --topic and --partition (a --resume that includes this partition is refused again)",
-                source.topic,
-                source.partition,
-                last_archived.saturating_add(1),
-                cfg.rename.get(&source.topic).map_or(String::new(), |to| format!(" --rename {}={to}", source.topic)),
-                if cfg.rename.is_empty() {
-                    "--topic, --partition and --from"
-                } else {
-                    "--topic, --partition, --from and every --rename"
-                },
+                "; if the difference is another producer's records, written between restores of this archive, and none of this archive's are missing before the last, go on with this partition alone: {}",
+                this_partition_alone(cfg, source, last_archived.saturating_add(1))
             )
         } else {
             String::new()
@@ -1416,17 +1408,10 @@ fn check_last(
                     )))
                 }
                 Some(first) if archived < first => Err(ConnectorError::RestoreRefused(format!(
-                    "--resume: the last record of {target} (offset {}) names archived offset {archived}, which is below what the archive holds (its {source} starts at offset {first}): a prune deleted it, if this archive held it, so whatever was archived between {} and {first} is gone from it, restored or not (if this archive never held it, the target's records are another archive's: restore into an empty topic); to go on with what it holds, restore this partition with --topic {} --partition {} --append --from {first}{} in place of --resume and of the command's own {}, and resume the others limited to them, one run each with --topic and --partition (a --resume that includes this partition is refused again)",
+                    "--resume: the last record of {target} (offset {}) names archived offset {archived}, which is below what the archive holds (its {source} starts at offset {first}): a prune deleted it, if this archive held it, so whatever was archived between {} and {first} is gone from it, restored or not (if this archive never held it, the target's records are another archive's: restore into an empty topic); to go on with what it holds, restore this partition with {}",
                     last.offset,
                     archived.saturating_add(1),
-                    source.topic,
-                    source.partition,
-                    cfg.rename.get(&source.topic).map_or(String::new(), |to| format!(" --rename {}={to}", source.topic)),
-                    if cfg.rename.is_empty() {
-                        "--topic, --partition and --from"
-                    } else {
-                        "--topic, --partition, --from and every --rename"
-                    },
+                    this_partition_alone(cfg, source, first),
                 ))),
                 _ => Err(refuse(format!(
                     "names archived offset {archived}, which the archive does not hold"
@@ -1434,6 +1419,24 @@ fn check_last(
             }
         }
     }
+}
+
+/// The flags that restore `source` alone from `from` on, in place of a
+/// refused `--resume` (the command's own `--topic` and `--partition` would
+/// select its other partitions too, and `--append` checks no overlap), and
+/// what to do with the others.
+fn this_partition_alone(cfg: &RestoreConfig, source: &TopicPartition, from: i64) -> String {
+    format!(
+        "--topic {} --partition {} --append --from {from}{} in place of --resume and of the command's own {}, and resume the others limited to them, one run each with --topic and --partition (a --resume that includes this partition is refused again)",
+        source.topic,
+        source.partition,
+        cfg.rename.get(&source.topic).map_or(String::new(), |to| format!(" --rename {}={to}", source.topic)),
+        if cfg.rename.is_empty() {
+            "--topic, --partition and --from"
+        } else {
+            "--topic, --partition, --from and every --rename"
+        },
+    )
 }
 
 /// The archive's record of `source` at exactly `offset`, if it holds one.
