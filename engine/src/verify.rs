@@ -451,28 +451,24 @@ impl Tail<'_> {
                 // Damage met while deciding is no repair; a failed read
                 // is an error (the caller notes what went unchecked), not
                 // a "no" that would send a plain crash tail to salvage.
-                let refused = |e: Error| if e.is_corruption() { Ok(false) } else { Err(e) };
+                let unless_damage = |decided: Result<bool>| match decided {
+                    Err(e) if e.is_corruption() => Ok(false),
+                    decided => decided,
+                };
                 lsn > self.checkpoint
                     && match stored.map(|v| PartitionSummary::decode(&k, &v)) {
-                        None => {
-                            match crate::recovery::summary_lost(
-                                self.tree,
-                                &tp,
-                                self.checkpoint,
-                                true,
-                            ) {
-                                Ok(lost) => !lost,
-                                Err(e) => refused(e)?,
-                            }
-                        }
+                        None => unless_damage(
+                            crate::recovery::summary_lost(self.tree, &tp, self.checkpoint, true)
+                                .map(|lost| !lost),
+                        )?,
                         Some(Ok((_, s))) => {
                             s.next_offset <= last_offset
-                                && match crate::recovery::refuse_summary_below_tail_as_stored(
-                                    self.tree, &tp, &s,
-                                ) {
-                                    Ok(()) => true,
-                                    Err(e) => refused(e)?,
-                                }
+                                && unless_damage(
+                                    crate::recovery::refuse_summary_below_tail_as_stored(
+                                        self.tree, &tp, &s,
+                                    )
+                                    .map(|()| true),
+                                )?
                         }
                         Some(Err(_)) => false,
                     }
