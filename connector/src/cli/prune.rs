@@ -120,10 +120,11 @@ fn rfc3339_ms(s: &str) -> std::result::Result<i64, String> {
             ))
         }),
         Some((at, offset_ms, _)) => parse(&s[..at]).map(|ms| ms - offset_ms),
-        None if parse(s).is_ok() => Err(format!(
-            "{s:?} has no zone, and a time without one is ambiguous (local time, or UTC?): end it with Z for UTC or an offset such as +09:00"
-        )),
-        None => parse(s),
+        None => parse(s).and_then(|_| {
+            Err(format!(
+                "{s:?} has no zone, and a time without one is ambiguous (local time, or UTC?): end it with Z for UTC or an offset such as +09:00"
+            ))
+        }),
     }
 }
 
@@ -252,11 +253,11 @@ pub async fn run(args: PruneArgs) -> Result<ExitCode> {
     }
     let engine = super::open_unserved(data)?;
     let never = std::sync::atomic::AtomicBool::new(false);
-    // Whether a report line failed (a full disk behind a redirect): the
-    // prune stops there, and says what it had done by then.
+    // The report lines written, and the line that failed, if one did (a
+    // full disk behind a redirect): a partition's, or one of the totals
+    // after every partition was pruned. The prune stops there, and says
+    // what it had done by then.
     let mut lines = 0usize;
-    // The line that failed, if one did: a partition's, or one of the
-    // totals after every partition was pruned.
     let mut failed_line: Option<String> = None;
     let mut emit = |args: std::fmt::Arguments<'_>| {
         super::write_line(args)
