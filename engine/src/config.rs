@@ -47,6 +47,13 @@ pub const FRAME_BODY_BYTES_MIN: usize = 1024;
 /// Hard cap on `record_bytes_max`: a record must fit in one entry body.
 pub const RECORD_BYTES_MAX_LIMIT: u64 = 16 << 20;
 
+/// Smallest and largest `checkpoint_interval_bytes`. Below the smallest,
+/// nearly every write would add a checkpoint insert; above the largest,
+/// an open after a crash could scan that much of the log again (the
+/// checkpoint bounds recovery's work: ARCHITECTURE.md).
+pub const CHECKPOINT_INTERVAL_BYTES_MIN: u64 = 4 << 10;
+pub const CHECKPOINT_INTERVAL_BYTES_MAX: u64 = 16 << 30;
+
 /// How an engine is opened.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
@@ -249,6 +256,14 @@ impl EngineConfig {
                 "entry_bytes_target {} must be in 1..={}",
                 self.entry_bytes_target,
                 ENTRY_BODY_BYTES_MAX / 4
+            ));
+        }
+        if !(CHECKPOINT_INTERVAL_BYTES_MIN..=CHECKPOINT_INTERVAL_BYTES_MAX)
+            .contains(&self.checkpoint_interval_bytes)
+        {
+            return bad(format!(
+                "checkpoint_interval_bytes {} must be in {CHECKPOINT_INTERVAL_BYTES_MIN}..={CHECKPOINT_INTERVAL_BYTES_MAX}",
+                self.checkpoint_interval_bytes
             ));
         }
         if self.cache_capacity_bytes < (1 << 20) {

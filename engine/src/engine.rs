@@ -7,8 +7,9 @@
 //! - The offsets an `append` reports are taken from a snapshot made *before*
 //!   the fsync that covered them started: what is reported durable is durable.
 //! - Per partition, stored offsets strictly increase; records below the
-//!   partition's next offset (at or below its last stored offset) are
-//!   dropped as duplicates, never rewritten.
+//!   partition's next offset (its last stored offset + 1, or a start or
+//!   advance above that) are dropped and counted as duplicates, never
+//!   rewritten.
 //! - After a failed write, fsync or slot top-up the engine is poisoned: every
 //!   later write returns `Error::Poisoned`; the fsync is never retried.
 //! - An append's values are inserted in log order: each entry's frames, then
@@ -635,7 +636,8 @@ impl Engine {
     /// there). A partition whose next offset is already at or past it is
     /// left as it is; one the store holds nothing of is started there, as
     /// [`start_partitions`](Self::start_partitions) does. Records below the
-    /// new next offset are refused as duplicates from then on.
+    /// new next offset are dropped from then on, and counted as
+    /// duplicates (`duplicate_records`), not refused with an error.
     ///
     /// Like [`write`](Self::write), nothing is durable until a later
     /// [`sync`](Self::sync) (or `append`) covers it; the durable offsets

@@ -81,8 +81,8 @@ pub use backup::{
     FAILPOINT_BACKUP_AFTER_LOG, FAILPOINT_BACKUP_COMPLETE_SYNC,
 };
 pub use config::{
-    EngineConfig, RecoveryMode, FRAME_BODY_BYTES_WRITE_MAX, RECORD_BYTES_MAX_LIMIT,
-    SLED_SEGMENT_BYTES,
+    EngineConfig, RecoveryMode, CHECKPOINT_INTERVAL_BYTES_MAX, CHECKPOINT_INTERVAL_BYTES_MIN,
+    FRAME_BODY_BYTES_WRITE_MAX, RECORD_BYTES_MAX_LIMIT, SLED_SEGMENT_BYTES,
 };
 pub use engine::{
     dropping_failing_store, Engine, EngineStats, PartitionInfo, Written, FAILPOINT_AFTER_SYNC,

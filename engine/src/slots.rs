@@ -42,6 +42,8 @@
 
 use std::ops::Range;
 
+use crate::keys::LSN_MAX;
+
 /// Slots kept reserved beyond the last frame a write fills. Four leaves'
 /// worth: the frames written land in leaves no later run of slots splits.
 pub const SLOTS_AHEAD_MIN: u64 = 64;
@@ -67,11 +69,22 @@ pub fn is_slot(value: &[u8]) -> bool {
 /// The slots to insert before a write whose frames end (exclusive) at
 /// `frames_end`, when slots are reserved up to `slots_end` (exclusive).
 /// Empty while enough are reserved.
+/// Never past [`LSN_MAX`], where no frame can go (the write refuses
+/// frames past it before asking).
 pub fn to_reserve(frames_end: u64, slots_end: u64) -> Range<u64> {
-    if slots_end >= frames_end + SLOTS_AHEAD_MIN {
+    if slots_end >= frames_end.saturating_add(SLOTS_AHEAD_MIN).min(LSN_MAX) {
         return slots_end..slots_end;
     }
-    slots_end..frames_end + SLOTS_AHEAD_MIN + SLOTS_RESERVED_CHUNK
+    slots_end..reserve_end(frames_end)
+}
+
+/// Where a full reserve ends for frames that end at `frames_end`: capped at
+/// [`LSN_MAX`] (until 2026-12-05 a store whose log neared it, which only a
+/// forged tombstone can make, got up to 320 slots past it).
+fn reserve_end(frames_end: u64) -> u64 {
+    frames_end
+        .saturating_add(SLOTS_AHEAD_MIN + SLOTS_RESERVED_CHUNK)
+        .min(LSN_MAX)
 }
 
 /// The slots a sync inserts beside its flush and fdatasync, while the
@@ -83,7 +96,7 @@ pub fn to_reserve(frames_end: u64, slots_end: u64) -> Range<u64> {
 pub fn to_top_up(next_lsn: u64, slots_end: u64) -> Range<u64> {
     // Never at or below a frame: slots only ever go above the log's tail.
     let start = slots_end.max(next_lsn);
-    let end = next_lsn + SLOTS_AHEAD_MIN + SLOTS_RESERVED_CHUNK;
+    let end = reserve_end(next_lsn);
     // Saturating: `slots_end` comes from the store, where damage can put
     // a slot anywhere up to the top of the key space.
     if start.saturating_add(SLOTS_TOPPED_UP_MIN) > end {
@@ -125,6 +138,28 @@ mod tests {
         // Slots that end below the frames (no reserve at all) start at the
         // frames, never over them.
         assert_eq!(to_top_up(100, 0), 100..100 + SLOTS_TOPPED_UP_MAX);
+    }
+
+    /// A log near the top of the key space: no slot at or past `LSN_MAX`.
+    #[test]
+    fn no_slot_is_reserved_at_or_past_the_largest_lsn() {
+        for tail in [LSN_MAX - 400, LSN_MAX - 100, LSN_MAX - 5, LSN_MAX] {
+            for slots_end in [tail, tail + 10, LSN_MAX] {
+                let r = to_reserve(tail, slots_end);
+                assert!(
+                    r.is_empty() || r.end <= LSN_MAX,
+                    "{tail} {slots_end}: {r:?}"
+                );
+                let t = to_top_up(tail, slots_end);
+                assert!(
+                    t.is_empty() || t.end <= LSN_MAX,
+                    "{tail} {slots_end}: {t:?}"
+                );
+            }
+        }
+        // Far from the top, the same runs as before.
+        assert_eq!(to_reserve(LSN_MAX - 400, LSN_MAX - 400).end, LSN_MAX - 80);
+        assert_eq!(to_reserve(LSN_MAX - 100, LSN_MAX - 100).end, LSN_MAX);
     }
 
     #[test]

@@ -737,6 +737,36 @@ fn settings_out_of_range_are_refused_by_verify_store_too() {
     ));
 }
 
+/// A checkpoint interval of 0 (a checkpoint insert at nearly every write)
+/// or of `u64::MAX` (an open after a crash scans the whole log) is refused,
+/// naming the setting; the bounds themselves are taken.
+#[test]
+fn a_checkpoint_interval_out_of_range_is_refused() {
+    use cairn_engine::{CHECKPOINT_INTERVAL_BYTES_MAX, CHECKPOINT_INTERVAL_BYTES_MIN};
+    let dir = tempfile::tempdir().unwrap();
+    for n in [
+        0,
+        CHECKPOINT_INTERVAL_BYTES_MIN - 1,
+        CHECKPOINT_INTERVAL_BYTES_MAX + 1,
+        u64::MAX,
+    ] {
+        let cfg = EngineConfig::new(dir.path()).checkpoint_interval_bytes(n);
+        match cfg.validate() {
+            Err(InvalidInput::Config(m)) => assert!(m.contains("checkpoint_interval_bytes"), "{m}"),
+            other => panic!("{n}: {other:?}"),
+        }
+        assert!(matches!(
+            Engine::open(cfg),
+            Err(Error::InvalidInput(InvalidInput::Config(_)))
+        ));
+    }
+    assert!(!dir.path().join("sled").exists(), "nothing was made");
+    for n in [CHECKPOINT_INTERVAL_BYTES_MIN, CHECKPOINT_INTERVAL_BYTES_MAX] {
+        let cfg = EngineConfig::new(dir.path()).checkpoint_interval_bytes(n);
+        cfg.validate().unwrap();
+    }
+}
+
 /// Partitions interleaved in the log, pruned one after another in either
 /// order: the tombstones merge both ways into one per deleted run of the
 /// log. Before they merged upwards too, ~one tombstone per append stayed in
