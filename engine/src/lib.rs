@@ -98,7 +98,10 @@ pub use record::{
     HEADERS_PER_RECORD_MAX,
 };
 pub use recovery::{RecoveryReport, TruncatedTail, FAILPOINT_RECOVERY_MID_REPAIR};
-pub use removal::{is_store_file, remove_if_empty, EmptyStoreRemoval, FAILPOINT_REMOVAL_BEFORE_DB};
+pub use removal::{
+    is_store_file, remove_if_empty, EmptyStoreRemoval, FAILPOINT_REMOVAL_BEFORE_DB,
+    FAILPOINT_REMOVAL_DIR,
+};
 pub use retention::{
     TruncateReport, FAILPOINT_EMPTYING_COUNT, PLAN_ENTRIES_PER_ASK, TRUNCATE_ENTRIES_PER_STEP,
     TRUNCATE_FRAMES_PER_STEP,

@@ -622,6 +622,9 @@ fn remove_unused_archive(data: &Path) {
         Ok(EmptyStoreRemoval::DirectoryKept) => {
             tracing::info!(data = %at, "removed the empty archive this run made; the directory stays, as it holds other files")
         }
+        Ok(EmptyStoreRemoval::DirectoryNotRemoved(error)) => {
+            tracing::warn!(data = %at, %error, "removed the empty archive this run made; its directory, left empty of it, could not be removed and stays")
+        }
         Err(e) => {
             tracing::warn!(data = %at, error = %e, "the archive this run made stays: it could not be checked for records, to be removed if it held none")
         }
