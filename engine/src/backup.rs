@@ -234,7 +234,12 @@ impl Engine {
         let lock_file_before = std::fs::symlink_metadata(real.join(LOCK_FILE)).is_ok();
         match empty_but_for_a_lock(&real).map_err(io("back up")) {
             Ok(true) => {}
-            Ok(false) => return Err(refuse("the backup's directory must be new or empty")),
+            Ok(false) => {
+                // Made here and filled by someone else since: left, as
+                // `remove_dir` leaves a directory that holds anything.
+                unmake(Some(&real));
+                return Err(refuse("the backup's directory must be new or empty"));
+            }
             Err(e) => {
                 unmake(Some(&real));
                 return Err(e);

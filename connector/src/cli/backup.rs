@@ -137,14 +137,24 @@ pub async fn run(args: BackupArgs) -> Result<ExitCode> {
     signals.abort();
     if let Err(ConnectorError::Engine(cairn_engine::Error::Interrupted { .. })) = &done {
         // The mark stays on a partial copy the backup could not remove.
-        if dest.join(cairn_engine::BACKUP_INCOMPLETE_FILE).exists() {
-            super::say_warn!(
+        // Looked for as the engine's opens do: a mark that cannot be
+        // looked for (a failing disk) is not taken for one gone (until
+        // 2026-12-05 `exists()` took it so, and said nothing was left).
+        let mark = dest.join(cairn_engine::BACKUP_INCOMPLETE_FILE);
+        match std::fs::symlink_metadata(&mark) {
+            Ok(_) => super::say_warn!(
                 "interrupted: the backup stopped, but could not remove what it had written: {} stays marked unfinished; remove what is in it",
                 dest.display()
-            );
-        } else {
+            ),
             // (Also a stop before the backup began, which wrote nothing.)
-            super::say_warn!("interrupted: the backup stopped, and nothing it wrote is left");
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                super::say_warn!("interrupted: the backup stopped, and nothing it wrote is left")
+            }
+            Err(e) => super::say_warn!(
+                "interrupted: the backup stopped; whether what it wrote in {} was removed could not be told ({}: {e}): every open refuses the directory while the mark stays",
+                dest.display(),
+                mark.display()
+            ),
         }
         closed?;
         return Ok(ExitCode::from(EXIT_INTERRUPTED));
