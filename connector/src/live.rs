@@ -721,7 +721,18 @@ fn end_frame(end: &End) -> Vec<u8> {
 /// stops it then: before its client is answered, so that the answer comes
 /// after.
 fn serve(conn: UnixStream, id: u64, engine: &Engine, shared: &Shared) {
-    let request = read_request(&conn);
+    let Some(request) = read_request(&conn) else {
+        // The client hung up before sending anything: no one to answer.
+        // Its place goes at once, off both lists under the locks the cut-off
+        // takes (until 2026-12-05 it stayed counted among the places, off
+        // the waiting list, until this thread had tried to answer and
+        // ended: a connection made meanwhile at the limit had a live
+        // client's waiting connection cut off instead).
+        let mut waiting = lock(&shared.waiting);
+        waiting.retain(|i| *i != id);
+        unlist(&mut lock(&shared.streams), id);
+        return;
+    };
     // Its request is in (or refused): its place is now its own, unless it
     // was cut off meanwhile (`cut_off_oldest_waiting` takes it off the
     // list, under the same lock): then its client was told to run the
@@ -1144,7 +1155,19 @@ fn room_for_backup(engine: &Engine, to: &Path, headroom: u64) -> Result<()> {
 
 /// The request line, whole within [`REQUEST_TIMEOUT`] of the connection: a
 /// client that trickles a byte now and then does not hold a slot longer.
-fn read_request(mut conn: &UnixStream) -> std::result::Result<Request, String> {
+/// `None` when the client hung up having sent nothing.
+fn read_request(conn: &UnixStream) -> Option<std::result::Result<Request, String>> {
+    let mut sent_nothing = false;
+    let request = read_request_line(conn, &mut sent_nothing);
+    (!sent_nothing).then_some(request)
+}
+
+/// [`read_request`]'s work; `sent_nothing` is set when the connection
+/// ended before its first byte.
+fn read_request_line(
+    mut conn: &UnixStream,
+    sent_nothing: &mut bool,
+) -> std::result::Result<Request, String> {
     let deadline = Instant::now() + REQUEST_TIMEOUT;
     let mut line = Vec::new();
     let mut buf = vec![0u8; 64 * 1024];
@@ -1160,7 +1183,10 @@ fn read_request(mut conn: &UnixStream) -> std::result::Result<Request, String> {
             break Err(e.to_string());
         }
         let newline = match conn.read(&mut buf) {
-            Ok(0) => break Ok(()),
+            Ok(0) => {
+                *sent_nothing = line.is_empty();
+                break Ok(());
+            }
             Ok(n) => {
                 // Only the new bytes are searched for the newline: the
                 // line before them has none (a search of the whole line
@@ -1738,6 +1764,35 @@ mod tests {
         let end = request(conn, req, &mut out, Path::new("<test>")).unwrap();
         rest.read_to_end(&mut Vec::new()).unwrap();
         (end, out)
+    }
+
+    /// A client that hangs up having sent nothing gives its place back by
+    /// the time its thread leaves `serve`, off both lists at once: until
+    /// 2026-12-05 it left the waiting list first and stayed counted among
+    /// the places until its thread's end, and a connection made meanwhile
+    /// at the limit cut off a live client's waiting one (a flake of
+    /// `a_bad_request_and_one_too_many_are_refused` under load).
+    #[test]
+    fn a_client_that_hangs_up_unsent_is_unlisted_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        let shared = Shared {
+            on_poisoned: None,
+            stop: AtomicBool::new(false),
+            wake: tokio::sync::Notify::new(),
+            streams: Mutex::new(Vec::new()),
+            serving: AtomicUsize::new(0),
+            waiting: Mutex::new(std::collections::VecDeque::new()),
+            backing_up: AtomicUsize::new(0),
+        };
+        let (client, server) = UnixStream::pair().unwrap();
+        lock(&shared.streams).push((7, server.try_clone().unwrap()));
+        lock(&shared.waiting).push_back(7);
+        drop(client);
+        serve(server, 7, &engine, &shared);
+        assert!(lock(&shared.waiting).is_empty());
+        assert!(lock(&shared.streams).is_empty(), "still counted as a place");
+        engine.close().unwrap();
     }
 
     /// A request's first bytes are seen on the socket without being read
