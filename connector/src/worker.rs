@@ -148,6 +148,25 @@ fn sink_error(call: &str, e: &TaskError) -> ConnectorError {
     ConnectorError::Sink(format!("{call}: {e}"))
 }
 
+/// The offsets a sink returned, refused whole if one is negative: an offset
+/// is the next one to read (last + 1), never below 0. Until 2026-12-05 one
+/// went on to librdkafka, which refused it far from the sink's call (an
+/// `open`'s as "set assignment offset", after a false report of records
+/// aged out of Kafka; a `pre_commit`'s as "build commit list", taking the
+/// other partitions' commit with it), naming neither the call nor the
+/// partition.
+fn offsets_in_range(
+    call: &str,
+    offsets: &BTreeMap<TopicPartition, i64>,
+) -> std::result::Result<(), TaskError> {
+    match offsets.iter().find(|(_, o)| **o < 0) {
+        Some((tp, o)) => Err(TaskError::Fatal(format!(
+            "{call} returned the offset {o} for {tp}: offsets are the next offset to read (last + 1), never below 0; nothing of this call is resumed from or committed"
+        ))),
+        None => Ok(()),
+    }
+}
+
 impl Worker {
     pub fn run(mut self, jobs: Receiver<Job>) {
         // Dropped before `self` (the sink): a panic here closes commits
@@ -205,7 +224,10 @@ impl Worker {
                     )));
                 }
                 Some(Job::Open { partitions, reply }) => {
-                    let r = self.sink.open(&partitions);
+                    let r = self
+                        .sink
+                        .open(&partitions)
+                        .and_then(|m| offsets_in_range("open", &m).map(|()| m));
                     let _ = reply.send(self.failing_the_run("open", r));
                 }
                 Some(Job::Start { reply, .. }) if failed => {
@@ -214,7 +236,10 @@ impl Worker {
                     )));
                 }
                 Some(Job::Start { starts, reply }) => {
-                    let r = self.sink.start(&starts);
+                    let r = self
+                        .sink
+                        .start(&starts)
+                        .and_then(|m| offsets_in_range("start", &m).map(|()| m));
                     let _ = reply.send(self.failing_the_run("start", r));
                 }
                 Some(Job::Flush {
@@ -352,7 +377,10 @@ impl Worker {
             span.record("put_us", put_us);
             tracing::trace!(records, put_us, "put returned");
             match r {
-                Ok(outcome) => break outcome,
+                Ok(outcome) => {
+                    offsets_in_range("put", &outcome.durable).map_err(|e| sink_error("put", &e))?;
+                    break outcome;
+                }
                 Err(TaskError::Retriable(msg)) => {
                     // A failed run commits nothing more: retrying is for
                     // nothing, and would hold up its stop.
@@ -503,6 +531,7 @@ impl Worker {
         let safe = self
             .sink
             .pre_commit(&consumed)
+            .and_then(|m| offsets_in_range("pre_commit", &m).map(|()| m))
             .map_err(|e| sink_error("pre_commit", &e))?;
         tracing::trace!(
             pre_commit_us = t0.elapsed().as_micros() as u64,
@@ -1159,6 +1188,124 @@ mod tests {
         }
         fn stop(&mut self) -> Result<(), TaskError> {
             Err(TaskError::Fatal("stop failed".into()))
+        }
+    }
+
+    /// Returns -1 for every partition from the call named `.0`, and
+    /// everything handed over from the others; counts `pre_commit`s.
+    struct NegativeOffsets(&'static str, Arc<Mutex<u32>>);
+
+    impl SinkTask for NegativeOffsets {
+        fn open(
+            &mut self,
+            partitions: &[TopicPartition],
+        ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+            let o = if self.0 == "open" { -1 } else { 0 };
+            Ok(partitions.iter().map(|tp| (tp.clone(), o)).collect())
+        }
+        fn start(
+            &mut self,
+            starts: &BTreeMap<TopicPartition, i64>,
+        ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+            let o = if self.0 == "start" { -1 } else { 0 };
+            Ok(starts.keys().map(|tp| (tp.clone(), o)).collect())
+        }
+        fn put(&mut self, batches: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
+            let durable = batches
+                .iter()
+                .map(|b| {
+                    let next = b.records.last().map_or(0, |r| r.offset + 1);
+                    (b.tp.clone(), if self.0 == "put" { -1 } else { next })
+                })
+                .collect();
+            Ok(PutOutcome {
+                durable,
+                ..PutOutcome::default()
+            })
+        }
+        fn pre_commit(
+            &mut self,
+            consumed: &BTreeMap<TopicPartition, i64>,
+        ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+            *self.1.lock().unwrap() += 1;
+            if self.0 == "pre_commit" {
+                return Ok(consumed.keys().map(|tp| (tp.clone(), -1)).collect());
+            }
+            Ok(consumed.clone())
+        }
+        fn close(&mut self, _: &[TopicPartition]) -> Result<(), TaskError> {
+            Ok(())
+        }
+    }
+
+    /// A negative offset from `open`, `start`, a put's report or
+    /// `pre_commit` fails the run there, naming the call, the offset and
+    /// the partition, and nothing of it is kept to commit or resume from
+    /// (until 2026-12-05 librdkafka refused it later, naming neither).
+    #[test]
+    fn a_negative_offset_from_the_sink_fails_the_run_naming_the_call() {
+        let tp = TopicPartition::new("t", 3);
+        for call in ["open", "start", "put", "pre_commit"] {
+            let pre_commits = Arc::new(Mutex::new(0));
+            let pipeline = Arc::new(Pipeline::new(None, None, None, None, None));
+            pipeline.state().assigned.insert(tp.clone());
+            let worker = worker(
+                Box::new(NegativeOffsets(call, pre_commits.clone())),
+                &pipeline,
+            );
+            let (jobs, rx) = std::sync::mpsc::channel();
+            // The reply of an open or a start (a put has none).
+            let (reply_open, replied_open) = std::sync::mpsc::channel();
+            let (reply_start, replied_start) = std::sync::mpsc::channel();
+            let job = match call {
+                "open" => Job::Open {
+                    partitions: vec![tp.clone()],
+                    reply: reply_open,
+                },
+                "start" => Job::Start {
+                    starts: BTreeMap::from([(tp.clone(), 0)]),
+                    reply: reply_start,
+                },
+                _ => Job::Put {
+                    batches: vec![RecordBatch {
+                        tp: tp.clone(),
+                        records: vec![cairn_engine::Record::with_value(7, "v")],
+                    }],
+                    caught_up: BTreeMap::new(),
+                    poll_us: 0,
+                    bytes: 1,
+                },
+            };
+            jobs.send(job).unwrap();
+            drop(jobs);
+            worker.run(rx);
+            match call {
+                "open" => assert!(replied_open.recv().unwrap().is_err(), "open's reply"),
+                "start" => assert!(replied_start.recv().unwrap().is_err(), "start's reply"),
+                _ => {}
+            }
+            assert!(
+                pipeline.failed.load(Ordering::Acquire),
+                "{call}: the run failed"
+            );
+            let e = pipeline.take_fatal().unwrap().to_string();
+            assert!(
+                e.contains(&format!("{call} returned the offset -1 for t/3")),
+                "{call}: {e}"
+            );
+            if call == "put" {
+                assert_eq!(
+                    *pre_commits.lock().unwrap(),
+                    0,
+                    "pre_commit after a bad put"
+                );
+            }
+            let mut s = pipeline.state();
+            let all = s.assigned.clone();
+            assert!(
+                s.tracker.take_commit(&all, None).is_none(),
+                "{call}: something was left to commit"
+            );
         }
     }
 
