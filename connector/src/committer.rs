@@ -61,11 +61,14 @@ pub(crate) async fn run(pipeline: Arc<Pipeline>, consumer: Arc<BaseConsumer<Sink
             Ok(CommitOutcome::Failed) => {
                 retry_ms = Some(retry_ms.map_or(RETRY_MS_MIN, |ms| (ms * 2).min(RETRY_MS_MAX)))
             }
-            Err(_) => {
-                // An invariant assertion fired inside the commit: commit nothing more.
-                pipeline.fail(ConnectorError::Sink(
-                    "commit task failed: a commit invariant panicked".into(),
-                ));
+            Err(payload) => {
+                // An invariant assertion fired inside the commit, or the
+                // sink's `durable_check` panicked: commit nothing more, and
+                // say which (until 2026-12-05 the message was dropped).
+                pipeline.fail(ConnectorError::Sink(format!(
+                    "commit task failed: a commit invariant, or the sink's durable_check, panicked: {}",
+                    cairn_engine::panic_message(&*payload)
+                )));
                 return;
             }
         }

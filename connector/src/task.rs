@@ -3,7 +3,14 @@
 //! The consumer loop drives a [`SinkTask`] from one thread of its own, the
 //! task thread (`worker.rs`): every call below runs there, one at a time, in
 //! the order the consumer thread handed the work over. A sink needs no
-//! locking of its own. Two calls come from the thread that started the run
+//! locking of its own, except for what its
+//! [`durable_check`](SinkTask::durable_check) closure shares with it: that
+//! is called on other threads, while the task thread may be in a call.
+//! Every call should be bounded in time: the loop has no deadline on a
+//! call that never returns (only a `put` that keeps failing retriably is
+//! bounded, below), and a revoke, the final commit and the run's stop wait
+//! behind it (`cairn run` exits at a second signal; an embedder's run has
+//! no such way out). Two calls come from the thread that started the run
 //! instead, before the task thread exists: `identity`, and the `stop` of a
 //! run stopped (a signal, a failed retention pass) while it waited for Kafka
 //! to answer, before any `open`: the sink then holds nothing of this run.
@@ -36,13 +43,19 @@
 //!    `start`'s as the sink recorded them): `put`'s are checked
 //!    against what was handed over and timed, and one below an offset
 //!    declared safe before lowers it (the sink's latest word, as for
-//!    `pre_commit`); a `pre_commit` that declares nothing commits nothing.
+//!    `pre_commit`). A partition a `put` or `pre_commit` leaves out keeps
+//!    the sink's earlier word for it: an offset declared safe and not yet
+//!    committed (its commit due, or failed and retried) is still committed
+//!    (unlike Kafka Connect, which commits only its latest `preCommit`'s
+//!    map). A word is a durability promise, so this keeps committed ≤
+//!    durable; a sink that must take one back reports a lower offset.
 //! 3. **`pre_commit(consumed)`** runs after a `put` (after every one with
 //!    `--commit every-put`, once per interval with `interval:MS`), and on
 //!    revoke and on stop. Like Kafka Connect's `flush` / `preCommit`, it makes
 //!    what was put durable (or as much as the sink chooses) and returns the
 //!    offsets that are durable and safe to commit, never past the records
-//!    handed to it (the loop asserts this); an empty map opts out.
+//!    handed to it (the loop asserts this); an empty map declares nothing
+//!    new (an earlier word still stands: 2. above).
 //!    `consumed` holds, per partition assigned, the next offset after what
 //!    was put, or, before any put since its assignment, where it resumed
 //!    (a partition whose resume point is not a known offset, one starting
@@ -182,9 +195,29 @@ pub trait SinkTask: Send {
         &mut self,
         partitions: &[TopicPartition],
     ) -> Result<BTreeMap<TopicPartition, i64>, TaskError>;
-    /// Write records (one batch per partition, offsets increasing).
+    /// Write records: at most one batch per partition, each non-empty,
+    /// offsets increasing within it and across puts while the partition
+    /// stays assigned. Offsets may have gaps (Kafka's transaction markers,
+    /// compacted records, records set aside as oversize or dead-lettered),
+    /// and a partition's first batch after `open` may start above the
+    /// offset `open` returned (Kafka's committed offset was ahead: module
+    /// docs, 1.; or `--on-offset-out-of-range earliest` moved it). A
+    /// `Retriable` error brings the same batches again, less those of
+    /// partitions lost since; `Fatal` stops the run. `PutOutcome::durable`
+    /// may report what is durable already (checked, as `pre_commit`'s
+    /// offsets are); its counters only feed the run's statistics. Every
+    /// offset returned here, by `open`, `start` or `pre_commit` must be
+    /// at least 0: a negative one fails the run (since 2026-12-05).
     fn put(&mut self, batches: &[RecordBatch]) -> Result<PutOutcome, TaskError>;
-    /// Offsets safe to commit for the partitions consumed so far.
+    /// Make what was put durable (as much as the sink chooses) and return,
+    /// per partition of `consumed`, the next offset that is durable and
+    /// safe to commit: never past `consumed`'s (the loop stops the run on
+    /// one past what was handed over), and not below an earlier word
+    /// unless records were lost (that lowers it, or fails the run if it
+    /// was committed already: module docs, 3.). A partition left out keeps
+    /// its earlier word. Called after puts (per `--commit`), before a
+    /// revoke's commit and at a clean stop; an error fails the run, and
+    /// `pre_commit` is never called again (it may have failed an fsync).
     fn pre_commit(
         &mut self,
         consumed: &BTreeMap<TopicPartition, i64>,
@@ -281,6 +314,13 @@ pub trait SinkTask: Send {
     /// the check, see `caught_up`) would be stopped by it where Kafka's
     /// offsets run ahead of the store (a partition resumed at another
     /// store's commit).
+    ///
+    /// The closure runs while the loop holds its own state lock, beside
+    /// any call on the task thread: it must not block (not on a lock a
+    /// sink call holds across a flush, which would stall the commits and
+    /// the rebalance callbacks behind it), and should read an atomic or a
+    /// short-held snapshot. A panic in it fails the run, with its message,
+    /// as a commit invariant's does.
     fn durable_check(&self) -> Option<DurableCheck> {
         None
     }
