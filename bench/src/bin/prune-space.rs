@@ -46,8 +46,11 @@ fn main() {
         .collect();
     let per_tp = RECORDS_PER_ROUND / PARTITIONS as i64;
     let step = RECORDS_PER_APPEND / PARTITIONS as i64;
-    let pruned_dir = tempfile::tempdir().expect("tempdir");
-    let kept_dir = tempfile::tempdir().expect("tempdir");
+    // Under target/bench, as the other benches' stores: `$TMPDIR` may be a
+    // tmpfs, where the passes' fsyncs cost nothing (until 2026-12-05 this
+    // bench wrote there, seen in review).
+    let pruned_dir = scratch();
+    let kept_dir = scratch();
     let pruned = Engine::open(EngineConfig::new(pruned_dir.path())).expect("open");
     let kept = Engine::open(EngineConfig::new(kept_dir.path())).expect("open");
     println!("round | written | pruned store after writing | after pruning (time) | store without pruning");
@@ -82,4 +85,10 @@ fn main() {
     let v = pruned.verify().expect("verify");
     assert!(v.is_clean(), "{:?}", v.problems);
     println!("pruned store: {} records left, verify clean", v.records);
+}
+
+fn scratch() -> tempfile::TempDir {
+    let base = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/bench");
+    std::fs::create_dir_all(&base).expect("bench dir");
+    tempfile::tempdir_in(base).expect("scratch dir")
 }

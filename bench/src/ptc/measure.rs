@@ -55,7 +55,8 @@ pub struct CairnRun {
     pub p99_vs_floor: Option<f64>,
     /// Records/s as a percentage of the consume-only ceiling.
     pub pct_of_ceiling: f64,
-    /// The steady records/s (`throughput.steady`, by puts) as a
+    /// The steady records/s (`throughput.steady`, counted at each
+    /// `pre_commit`'s return: records durable, not put) as a
     /// percentage of the ceiling's steady records/s (by records taken).
     /// Until 2026-12-05 this divided by the ceiling's whole run, and
     /// cairn's window ran from its first commit to its next-to-last.
