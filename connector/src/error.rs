@@ -142,6 +142,16 @@ pub enum ConnectorError {
         last: i64,
         held: u64,
     },
+    /// The restore's records lie together, but records appeared in the
+    /// target between its check (which found it ending at `checked_end`)
+    /// and the first of them (at `first`).
+    #[error("{target}: the restore's {acknowledged} records were acknowledged from offset {first}, but the target ended at offset {checked_end} when it was checked: records appeared at offsets {checked_end} to {appeared_last} meanwhile. Either another producer wrote them, or an earlier restore of this archive that was stopped (killed) had written them and they were not yet replicated when this run read the target: then they are in it twice. Every record of this run was delivered, once: do not run it again; read those offsets to tell which (kcat -C -t TOPIC -p PARTITION -o {checked_end}), and for the archive's records alone and once, restore into an empty topic nothing else writes to", appeared_last = .first - 1)]
+    RestoreStartedPast {
+        target: cairn_engine::TopicPartition,
+        acknowledged: u64,
+        checked_end: i64,
+        first: i64,
+    },
     #[error("kafka error during {op}: {source}")]
     Kafka {
         op: &'static str,

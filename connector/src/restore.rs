@@ -308,7 +308,11 @@ pub fn restore_until_split(
     let t0 = Instant::now();
     let plan = plan(engine, cfg)?;
     let producer = producer(cfg)?;
-    let Preflight { starts, emptied } = preflight(engine, &producer, cfg, &plan, stop_waiting)?;
+    let Preflight {
+        starts,
+        emptied,
+        highs,
+    } = preflight(engine, &producer, cfg, &plan, stop_waiting)?;
 
     let mut report = RestoreReport::default();
     // Records handed to librdkafka, per partition whose every selected record
@@ -493,31 +497,40 @@ pub fn restore_until_split(
     // Judged only with every report in: records written whose reports
     // never came would leave holes that read as another producer's.
     let interleaved = if flushed.is_ok() {
-        state.interleaved()
+        state.interleaved(&highs)
     } else {
         None
     };
     // A restore cut short (failed, stopped, or met damage) says so, with
     // what is left to run, and logs the interleaving: its own error says
     // every record was delivered, which only a whole restore can say.
-    let log_interleaved = || {
-        if let Some(ConnectorError::RestoreInterleaved {
+    let log_interleaved = || match &interleaved {
+        Some(ConnectorError::RestoreInterleaved {
             target,
             acknowledged,
             first,
             last,
             held,
-        }) = &interleaved
-        {
-            tracing::error!(
-                target = %target,
-                acknowledged,
-                first,
-                last,
-                held,
-                "another producer wrote to the target during the restore: other records lie among the restored ones"
-            );
-        }
+        }) => tracing::error!(
+            target = %target,
+            acknowledged,
+            first,
+            last,
+            held,
+            "another producer wrote to the target during the restore: other records lie among the restored ones"
+        ),
+        Some(ConnectorError::RestoreStartedPast {
+            target,
+            checked_end,
+            first,
+            ..
+        }) => tracing::error!(
+            target = %target,
+            checked_end,
+            first,
+            "records appeared in the target between its check and the restore's first record: another producer's, or an earlier restore's not yet replicated when it was checked (now there twice)"
+        ),
+        _ => {}
     };
     if let Some(tp) = state.headline() {
         log_interleaved();
@@ -917,6 +930,9 @@ fn producer_config(cfg: &RestoreConfig) -> ClientConfig {
 struct Preflight {
     /// The archived offset each target partition starts at.
     starts: BTreeMap<TopicPartition, i64>,
+    /// Each target partition's high watermark as checked: where this
+    /// restore's first record must land if nothing else is written to it.
+    highs: BTreeMap<TopicPartition, i64>,
     /// Targets that held records once, all gone now (taken as empty).
     emptied: BTreeSet<TopicPartition>,
 }
@@ -1038,6 +1054,7 @@ fn preflight(
     }
     let mut starts = BTreeMap::new();
     let mut emptied = BTreeSet::new();
+    let mut highs = BTreeMap::new();
     // Partitions whose last record says where an earlier restore stopped:
     // read together (one at a time, each waited out the reader's previous
     // fetch long-poll: 15.7 s for 32 partitions).
@@ -1059,6 +1076,7 @@ fn preflight(
                 format!("target partition {target}"),
             )(error),
         })?;
+        highs.insert(target.clone(), high);
         if cfg.append || high == 0 {
             starts.insert(target.clone(), cfg.select.from);
         } else if cfg.resume {
@@ -1137,7 +1155,11 @@ fn preflight(
             starts.insert(target.clone(), cfg.select.from.max(next));
         }
     }
-    Ok(Preflight { starts, emptied })
+    Ok(Preflight {
+        starts,
+        emptied,
+        highs,
+    })
 }
 
 /// The consumer `--resume` reads target partitions with: the brokers and
@@ -1646,18 +1668,38 @@ impl DeliveryState {
     /// judged (until the night of 2026-12-04 the check ran only when the
     /// restore did not fail): a failed record may have been written (a
     /// report that timed out), and would read as another's.
-    fn interleaved(&self) -> Option<ConnectorError> {
+    ///
+    /// Nor may records come before the first: `highs` holds where each
+    /// target ended when it was checked, and a first record acknowledged
+    /// past it (by more than the records acknowledged without an offset)
+    /// has records before it that appeared since. Another producer's, or
+    /// a killed restore's that the leader held above the high watermark,
+    /// unreplicated, when `--resume` read the target: those are now there
+    /// twice (until 2026-12-05 this went unseen, exit 0; seen in review).
+    fn interleaved(&self, highs: &BTreeMap<TopicPartition, i64>) -> Option<ConnectorError> {
         self.partitions.iter().find_map(|(target, d)| {
             if d.first_failed.is_some() {
                 return None;
             }
-            let (first, last, held) = foreign_in_span(d)?;
-            Some(ConnectorError::RestoreInterleaved {
-                target: target.clone(),
-                acknowledged: d.acked,
-                first,
-                last,
-                held,
+            if let Some((first, last, held)) = foreign_in_span(d) {
+                return Some(ConnectorError::RestoreInterleaved {
+                    target: target.clone(),
+                    acknowledged: d.acked,
+                    first,
+                    last,
+                    held,
+                });
+            }
+            let (first, _) = d.target_span?;
+            let checked_end = *highs.get(target)?;
+            let unplaced = i64::try_from(d.unplaced).unwrap_or(i64::MAX);
+            (first > checked_end.saturating_add(unplaced)).then(|| {
+                ConnectorError::RestoreStartedPast {
+                    target: target.clone(),
+                    acknowledged: d.acked,
+                    checked_end,
+                    first,
+                }
             })
         })
     }
@@ -1946,12 +1988,13 @@ mod tests {
             ..delivered(&[0, 1, 2], failed)
         };
         state.partitions.insert(a.clone(), holed(Some(3)));
+        let highs = BTreeMap::new();
         assert!(
-            state.interleaved().is_none(),
+            state.interleaved(&highs).is_none(),
             "a failed record may be there"
         );
         state.partitions.insert(b.clone(), holed(None));
-        match state.interleaved() {
+        match state.interleaved(&highs) {
             Some(ConnectorError::RestoreInterleaved {
                 target,
                 acknowledged,
@@ -1960,6 +2003,36 @@ mod tests {
             }) => assert_eq!((target, acknowledged, held), (b, 3, 4)),
             other => panic!("{other:?}"),
         }
+    }
+
+    /// A first record acknowledged past where the target ended at its
+    /// check is reported, unless records acknowledged without an offset
+    /// (an earlier attempt's) can fill the offsets before it; one at the
+    /// check's end is not.
+    #[test]
+    fn records_before_the_first_acknowledged_are_found() {
+        let tp = TopicPartition::new("t", 0);
+        let at = |first: i64, unplaced: u64| {
+            let mut state = DeliveryState::default();
+            let mut d = delivered(&[0, 1, 2], None);
+            d.target_span = Some((first, first + 2));
+            d.acked += unplaced;
+            d.unplaced = unplaced;
+            state.partitions.insert(tp.clone(), d);
+            state.interleaved(&BTreeMap::from([(tp.clone(), 10)]))
+        };
+        assert!(at(10, 0).is_none());
+        assert!(at(11, 1).is_none(), "one unplaced record may lie before");
+        match at(12, 1) {
+            Some(ConnectorError::RestoreStartedPast {
+                checked_end, first, ..
+            }) => assert_eq!((checked_end, first), (10, 12)),
+            other => panic!("{other:?}"),
+        }
+        assert!(at(12, 0)
+            .unwrap()
+            .to_string()
+            .contains("offsets 10 to 11 meanwhile"),);
     }
 
     /// `-X group.id` is the `--resume` reader's, never the producer's.

@@ -1329,6 +1329,48 @@ fn a_restore_interleaved_with_another_producer_says_so() {
     assert_eq!(highs(&k, 1), vec![2_001]);
 }
 
+/// Records that appear in the target between the restore's check of it
+/// and its first record (another producer's; or a killed restore's that the
+/// leader held unreplicated, above the high watermark, when `--resume` read
+/// the target) come before the restore's, which lie together: the
+/// restore, every record acknowledged, says so and fails (until 2026-12-05
+/// it ended whole, exit 0, with those records possibly there twice).
+#[test]
+fn records_that_appear_before_the_restore_s_first_are_reported() {
+    init_logs();
+    let k = TestKafka::new("started-past", 1);
+    let dir = tempfile::tempdir().unwrap();
+    let engine = archive_of(dir.path(), &[("orders", 300)]);
+    let cfg = config(&k);
+    let asked = std::sync::atomic::AtomicU32::new(0);
+    // The first question whether to stop comes at the partition's start,
+    // after the check and before anything is sent.
+    let stop = || {
+        if asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 0 {
+            produce_one(&k, 0, b"someone else's", None);
+        }
+        false
+    };
+    match cairn_connector::restore::restore_until_split(&engine, &cfg, &|| false, &stop) {
+        Err(e @ ConnectorError::RestoreStartedPast { .. }) => {
+            let ConnectorError::RestoreStartedPast {
+                acknowledged,
+                checked_end,
+                first,
+                ..
+            } = &e
+            else {
+                unreachable!()
+            };
+            assert_eq!((*acknowledged, *checked_end, *first), (300, 0, 1));
+            let m = e.to_string();
+            assert!(m.contains("in it twice") && m.contains("-o 0"), "{m}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(highs(&k, 1), vec![301]);
+}
+
 /// A restore stopped with records left is reported as stopped, with what
 /// is left to run, also when another producer wrote among its records: the
 /// interleaving's own error says every record was delivered.
