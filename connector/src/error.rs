@@ -99,7 +99,7 @@ pub enum ConnectorError {
         partitions: i64,
         needed: i64,
     },
-    #[error("{target} already holds records (offsets {low}..{high}){others}; restoring would add the archive's records after them (pass --append to do that, or --resume to continue an earlier restore made with --offset-header)")]
+    #[error("{target} already holds records (offsets {low}..{high}){others}; restoring would add the archive's records after them (pass --append to do that, or --resume to continue an earlier restore made with --offset-header). If they are an earlier restore's of this archive, stopped or killed, --append would write them a second time: read the target's last record and go on after it with --from and --append, per partition")]
     TargetNotEmpty {
         target: cairn_engine::TopicPartition,
         low: i64,

@@ -1013,7 +1013,7 @@ pub fn check_kafka(cfg: &RestoreConfig, stop: &dyn Fn() -> bool) -> Result<()> {
     };
     for topic in named {
         target_topic(&md, topic, cfg, || {
-            "restore never creates a topic: check the name given to --topic or --rename, or create it (with at least as many partitions as the archive holds of the topic restored into it), then run the restore again".into()
+            "restore never creates a topic: check the name given to --topic or --rename (the archive is not opened yet, so a name it does not hold is refused here too), or, if the archive holds that topic, create it (with at least as many partitions as the archive holds of the topic restored into it), then run the restore again".into()
         })?;
     }
     Ok(())
@@ -1342,7 +1342,11 @@ fn check_count(
             return Ok(());
         }
         _ => {
-            tracing::debug!(%target, "--resume: the target's first record is not this archive's: its count is not checked");
+            // An `--append` into a topic that held other records starts
+            // with theirs: said at WARN as the pruned case is (until
+            // 2026-12-05 at DEBUG), since a gap an earlier `--append` run
+            // left goes uncaught here too.
+            tracing::warn!(%target, "--resume: the target's first record is not this archive's (an --append into a topic that held other records), so the target's records cannot be counted against the archive's: a gap an earlier restore left (its error said not to resume this partition) is not caught");
             return Ok(());
         }
     };
