@@ -1485,6 +1485,14 @@ fn bad_flags_and_config_name_the_setting() {
     let (code, _, err) = cairn_run("b:1", "t", data, &["--commit", "sometimes"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("commit"), "{err}");
+    // As every choice's flag (until 2026-12-05 this one was checked after
+    // parsing, exit 1).
+    let (code, _, err) = cairn_run("b:1", "t", data, &["--auto-offset-reset", "sometimes"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--auto-offset-reset") && err.contains("earliest"),
+        "{err}"
+    );
     let (code, _, err) = cairn_run("b:1", "bad topic", data, &[]);
     assert_ne!(code, 0);
     assert!(err.contains("topics"), "{err}");

@@ -61,7 +61,9 @@ pub struct RunArgs {
     #[arg(long, value_enum)]
     pub on_offset_out_of_range: Option<OnOffsetOutOfRange>,
     /// Where to start partitions neither the archive nor Kafka has an offset for: earliest or latest [default: earliest].
-    #[arg(long, value_name = "earliest|latest")]
+    // Refused by its parser, exit 2, as the other choices are (until
+    // 2026-12-05 a bad value was found after parsing, exit 1).
+    #[arg(long, value_name = "earliest|latest", value_parser = ["earliest", "latest"])]
     pub auto_offset_reset: Option<String>,
     /// How long to wait for the brokers before giving up [default: 10000].
     #[arg(long, allow_negative_numbers = true)]
