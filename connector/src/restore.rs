@@ -415,12 +415,8 @@ pub fn restore_until_split(
 
     // Every record sent gets its delivery report within message.timeout.ms.
     let flush_ms = cfg.message_timeout_ms() + FLUSH_MARGIN_MS;
-    let flushed = flush(&producer, Duration::from_millis(flush_ms)).and_then(|()| {
-        fail::fail_point!(FAILPOINT_FLUSH_FAILS, |_| Err(KafkaError::Flush(
-            RDKafkaErrorCode::OperationTimedOut
-        )));
-        Ok(())
-    });
+    let flushed =
+        flush(&producer, Duration::from_millis(flush_ms)).and_then(|()| flush_failpoint());
     if flushed.is_err() {
         // Reports still missing: give up on those records (they fail with
         // "purged", and may have been written), and collect the reports.
@@ -606,6 +602,14 @@ pub fn restore_until_split(
         Some(e) => Err(e),
         None => Ok(report),
     }
+}
+
+/// The failpoint [`FAILPOINT_FLUSH_FAILS`], after a flush that ended well.
+fn flush_failpoint() -> KafkaResult<()> {
+    fail::fail_point!(FAILPOINT_FLUSH_FAILS, |_| Err(KafkaError::Flush(
+        RDKafkaErrorCode::OperationTimedOut
+    )));
+    Ok(())
 }
 
 /// Every finished partition (in `sent`) had each record it sent

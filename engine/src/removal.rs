@@ -92,13 +92,7 @@ pub fn remove_if_empty(dir: &Path) -> Result<EmptyStoreRemoval> {
     // store, or no directory).
     std::fs::remove_file(dir.join(LOCK_FILE)).map_err(io("remove the lock file"))?;
     drop(lock);
-    let removed = (|| {
-        fail::fail_point!(FAILPOINT_REMOVAL_DIR, |_| Err(std::io::Error::other(
-            "failpoint removal::dir"
-        )));
-        std::fs::remove_dir(dir)
-    })();
-    match removed {
+    match remove_store_dir(dir) {
         Ok(()) => Ok(EmptyStoreRemoval::Removed),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(EmptyStoreRemoval::Removed),
         // Something else is in it: not ours to remove.
@@ -107,6 +101,15 @@ pub fn remove_if_empty(dir: &Path) -> Result<EmptyStoreRemoval> {
         }
         Err(e) => Ok(EmptyStoreRemoval::DirectoryNotRemoved(e.to_string())),
     }
+}
+
+/// Remove the store's directory, empty of the store (the failpoint
+/// [`FAILPOINT_REMOVAL_DIR`] fails it).
+fn remove_store_dir(dir: &Path) -> std::io::Result<()> {
+    fail::fail_point!(FAILPOINT_REMOVAL_DIR, |_| Err(std::io::Error::other(
+        "failpoint removal::dir"
+    )));
+    std::fs::remove_dir(dir)
 }
 
 /// Whether `name` is one the store itself puts in its directory (sled's

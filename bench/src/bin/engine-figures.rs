@@ -41,6 +41,16 @@ struct Case {
     amplification: f64,
 }
 
+impl Case {
+    /// Two runs of one case as one: their samples, times and bytes pooled.
+    fn pooled(mut self, other: Case) -> Case {
+        self.hist.add(&other.hist).expect("same histogram bounds");
+        self.elapsed += other.elapsed;
+        self.amplification = (self.amplification + other.amplification) / 2.0;
+        self
+    }
+}
+
 fn measure(payload_bytes: usize, f: impl FnOnce() -> (Histogram<u64>, Duration)) -> Case {
     let w0 = written_bytes();
     let (hist, elapsed) = f();
@@ -281,15 +291,38 @@ fn main() {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(500);
-    println!("iterations per case: {iters}; 100-byte records; all in one run");
+    println!(
+        "iterations per case: {iters} in two halves, the cases run in one order and then the reverse; 100-byte records; all in one run"
+    );
     for batch in [1usize, 1000] {
-        let payload = iters * batch * 100;
-        let e = measure(payload, || engine_p50(batch, iters));
-        let s = measure(payload, || sled_p50(batch, iters, false, Layout::OneValue));
-        let sd = measure(payload, || sled_p50(batch, iters, true, Layout::OneValue));
-        let ss = measure(payload, || {
-            sled_p50(batch, iters, true, Layout::EngineShaped)
-        });
+        // Each case runs twice, in one order and then the reverse, and the
+        // two halves are pooled: the disk drifts within minutes here, and
+        // a fixed order gave each case the same place in the drift
+        // (until 2026-12-05 the engine always ran first; seen in review).
+        let half = iters.div_ceil(2);
+        let payload = half * batch * 100;
+        let run = |case: usize| match case {
+            0 => measure(payload, || engine_p50(batch, half)),
+            1 => measure(payload, || sled_p50(batch, half, false, Layout::OneValue)),
+            2 => measure(payload, || sled_p50(batch, half, true, Layout::OneValue)),
+            _ => measure(payload, || {
+                sled_p50(batch, half, true, Layout::EngineShaped)
+            }),
+        };
+        let mut first: Vec<Option<Case>> = (0..4).map(|c| Some(run(c))).collect();
+        let mut pooled: Vec<Option<Case>> = vec![None, None, None, None];
+        for c in (0..4).rev() {
+            let second = run(c);
+            pooled[c] = first[c].take().map(|f| f.pooled(second));
+        }
+        let mut pooled = pooled.into_iter().map(|c| c.expect("every case ran"));
+        let (e, s, sd, ss) = (
+            pooled.next().unwrap(),
+            pooled.next().unwrap(),
+            pooled.next().unwrap(),
+            pooled.next().unwrap(),
+        );
+        let iters = half * 2;
         let p50 = |c: &Case| c.hist.value_at_quantile(0.5);
         let rps = |c: &Case| (iters * batch) as f64 / c.elapsed.as_secs_f64();
         println!(

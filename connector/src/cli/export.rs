@@ -998,6 +998,20 @@ fn pipe_only_if_special(e: std::io::Error, special: bool) -> std::io::Error {
     }
 }
 
+/// `w.write(buf)`, which `failpoint` fails as a broken pipe. A function of
+/// its own: without the failpoints feature the macro is empty, and a
+/// closure around it would be called where it is declared.
+fn write_failpointed<W: Write + ?Sized>(
+    failpoint: &str,
+    w: &mut W,
+    buf: &[u8],
+) -> std::io::Result<usize> {
+    fail::fail_point!(failpoint, |_| Err(std::io::ErrorKind::BrokenPipe.into()));
+    // Read by the macro only with the failpoints feature.
+    let _ = failpoint;
+    w.write(buf)
+}
+
 impl Write for Output {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         match self {
@@ -1006,12 +1020,7 @@ impl Write for Output {
                 written,
                 special,
             } => {
-                let written_now = (|| {
-                    fail::fail_point!(FAILPOINT_STDOUT_WRITE, |_| Err(
-                        std::io::ErrorKind::BrokenPipe.into()
-                    ));
-                    stdout.write(buf)
-                })();
+                let written_now = write_failpointed(FAILPOINT_STDOUT_WRITE, stdout, buf);
                 let n = written_now.map_err(|e| pipe_only_if_special(e, *special))?;
                 *written |= n > 0;
                 Ok(n)
@@ -1028,12 +1037,8 @@ impl Write for Output {
                 let guard = lock_staged(&staged);
                 let special = matches!(*guard, Stage::Special);
                 let _held = matches!(*guard, Stage::InPlace(_)).then_some(guard);
-                let written = (|| {
-                    fail::fail_point!(FAILPOINT_FILE_WRITE, |_| Err(
-                        std::io::ErrorKind::BrokenPipe.into()
-                    ));
-                    file.write(buf)
-                })();
+                let mut file = file;
+                let written = write_failpointed(FAILPOINT_FILE_WRITE, &mut file, buf);
                 written.map_err(|e| pipe_only_if_special(e, special))
             }
         }
