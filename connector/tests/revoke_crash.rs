@@ -221,12 +221,41 @@ fn abort_inside_a_revoke_loses_nothing_and_stores_stay_duplicate_free() {
     }
     let status = a.wait().unwrap();
     assert_eq!(status.signal(), Some(6), "A aborted (SIGABRT): {status:?}");
-    let durable_a = Engine::open(EngineConfig::new(dir_a.path()))
-        .unwrap()
-        .durable_offsets();
+    let (durable_a, identity_a) = {
+        let e = Arc::new(Engine::open(EngineConfig::new(dir_a.path())).unwrap());
+        let sink = cairn_connector::ArchiveSink::new(e.clone());
+        let identity = cairn_connector::SinkTask::identity(&sink);
+        (e.durable_offsets(), identity.expect("an archive has one"))
+    };
     // Every offset A committed is within what A's store holds durably.
     assert!(!committed_by_a.is_empty(), "A logged no commit's offsets");
     common::assert_committed_le_durable(&committed_by_a, &durable_a, "A at its abort");
+    // So is every offset Kafka holds under A's name, also one A sent and
+    // did not live to log acknowledged (seen in review, 2026-12-05: only
+    // A's log was checked). B's commits carry B's name.
+    {
+        let c = cairn_connector::offsets::group_client(&mb.brokers, &group).unwrap();
+        let tps: Vec<_> = (0..DEMO_PARTITIONS)
+            .map(|p| cairn_engine::TopicPartition::new(&topic, p))
+            .collect();
+        let held =
+            cairn_connector::offsets::committed_with_metadata(&c, &tps, Duration::from_secs(10))
+                .unwrap();
+        // A held every partition until B joined, and B is given A's only
+        // once A's session times out (3 s): A's commits are there to check
+        // (counted, not asserted, so that a host slow enough for B to have
+        // committed them all first does not fail the test).
+        let under_a = held.values().filter(|k| k.metadata == identity_a).count();
+        eprintln!("{under_a} of Kafka's offsets are under A's name");
+        for (tp, k) in held.iter().filter(|(_, k)| k.metadata == identity_a) {
+            let d = durable_a.get(tp).copied().unwrap_or(0);
+            assert!(
+                k.offset <= d,
+                "{tp}: Kafka holds {} committed under A's name, A's store only {d}",
+                k.offset
+            );
+        }
+    }
     let kafka = committed(&mb.brokers, &group, &topic, DEMO_PARTITIONS).unwrap();
     eprintln!(
         "A aborted inside a revoke at {} produced; A durable {:?}, Kafka committed {kafka:?}",
