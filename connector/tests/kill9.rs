@@ -223,10 +223,13 @@ fn sigkill_at_seeded_moments_loses_and_duplicates_nothing() {
 
     // The rounds did what they are for: children reached their kill points
     // (one that meets the generous 60 s deadline instead is counted, not
-    // failed: a slow machine is no bug), and committed between deaths.
+    // failed: a slow machine is no bug; but more than a quarter of the
+    // rounds, at least one, is no longer a slow machine: a child that
+    // hangs in recovery would look the same. Until 2026-12-05 all but one
+    // round could time out; seen in review), and committed between deaths.
     assert!(
-        rounds == 0 || kills_by_deadline < rounds,
-        "no child reached its kill point in {rounds} rounds (CAIRN_SEED={seed})"
+        kills_by_deadline <= (rounds / 4).max(1),
+        "{kills_by_deadline} of {rounds} children met the 60 s deadline before their kill point (CAIRN_SEED={seed})"
     );
     assert!(
         rounds == 0 || commits_total > 0,
