@@ -116,6 +116,10 @@ pub fn read_entry(tree: &sled::Tree, tp: &TopicPartition, idx: &IndexEntry) -> R
         let bytes = tree
             .get(keys::wal_key(lsn))
             .map_err(crate::engine::store_err("read frame"))?
+            // A reserved slot (an empty value) holds no frame: missing, as
+            // retention's check says, not a torn frame (until 2026-12-05 it
+            // was decoded, and read as one cut short).
+            .filter(|v| !crate::slots::is_slot(v))
             .ok_or_else(|| corrupt(lsn, CorruptionKind::MissingFrame))?;
         let f = frame::decode(lsn, &bytes).map_err(|k| corrupt(lsn, k))?;
         if f.kind != FrameKind::Records {

@@ -472,6 +472,29 @@ fn a_size_cut_of_every_entry_refuses_bytes_no_entry_holds() {
     );
 }
 
+/// An index entry (valid CRC) pointing into the reserved slots, which hold
+/// no frame: read as a missing frame at that lsn, not as a torn one.
+#[test]
+fn an_index_entry_pointing_at_a_slot_reads_as_a_missing_frame() {
+    let (dir, tp) = store();
+    forge_index_entry(dir.path(), &tp, 10, |e| e.lsn = 200);
+    with_raw_tree(dir.path(), |t| {
+        let v = t
+            .get(wal_key(200))
+            .unwrap()
+            .expect("a reserved slot at 200");
+        assert!(v.is_empty(), "lsn 200 is a slot");
+    });
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    match e.read(&tp, 10).unwrap().next() {
+        Some(Err(Error::Corruption {
+            location: Location::Wal { lsn: 200 },
+            kind: CorruptionKind::MissingFrame,
+        })) => {}
+        other => panic!("expected a missing frame at lsn 200, got {other:?}"),
+    }
+}
+
 /// A lost index entry below the newest is damage the store opens with
 /// (the summary's count is checked against it on a whole read); a
 /// truncation that would delete every remaining entry must refuse it, not
