@@ -22,6 +22,28 @@ pub const FAILPOINT_LOCK_AFTER_OPEN: &str = "lock::after_open";
 #[derive(Debug)]
 pub struct DirLock {
     _file: File,
+    /// The lock file's identity, listed in [`HELD_HERE`] while held.
+    id: (u64, u64),
+}
+
+/// The lock files (device, inode) this process holds: how a lock found
+/// taken is told to be this process's own, not by the pid written in it,
+/// which another PID namespace (two containers on one `--data`, each
+/// `cairn` its pid 1) or another NFS host can share (until 2026-12-05 the
+/// pid alone decided, and such a holder was called "this process").
+static HELD_HERE: std::sync::Mutex<Vec<(u64, u64)>> = std::sync::Mutex::new(Vec::new());
+
+fn held_here() -> std::sync::MutexGuard<'static, Vec<(u64, u64)>> {
+    HELD_HERE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Drop for DirLock {
+    fn drop(&mut self) {
+        let mut held = held_here();
+        if let Some(i) = held.iter().position(|id| *id == self.id) {
+            held.swap_remove(i);
+        }
+    }
 }
 
 impl DirLock {
@@ -59,18 +81,29 @@ impl DirLock {
             }
             Err(e) => return Err(io("open lock file", e)),
         };
-        let locked = Self::lock_opened(dir, &path, file);
-        if let Err(e) = &locked {
-            if made && !matches!(e, Error::Locked { .. }) {
-                let _ = std::fs::remove_file(&path);
+        let mut file = file;
+        match Self::lock_opened(dir, &path, &mut file) {
+            Ok(id) => {
+                held_here().push(id);
+                Ok(DirLock { _file: file, id })
+            }
+            Err(e) => {
+                // Removed while still held (the file is closed below, after
+                // it), so that no other opener can lock it in between and
+                // then hold a lock on a file no longer there (until
+                // 2026-12-05 it was closed first; seen in review).
+                if made && !matches!(e, Error::Locked { .. }) {
+                    let _ = std::fs::remove_file(&path);
+                }
+                drop(file);
+                Err(e)
             }
         }
-        locked
     }
 
     /// Lock the lock file `file`, opened at `path` in `dir`, and write this
-    /// process's pid into it.
-    fn lock_opened(dir: &Path, path: &Path, mut file: File) -> Result<DirLock> {
+    /// process's pid into it; its identity (device, inode) once done.
+    fn lock_opened(dir: &Path, path: &Path, file: &mut File) -> Result<(u64, u64)> {
         let io = |op, e| Error::Io {
             op,
             path: path.to_path_buf(),
@@ -89,7 +122,7 @@ impl DirLock {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
         let mut locked = file.try_lock();
         while matches!(locked, Err(TryLockError::WouldBlock))
-            && holder_pid(&mut file) == Some(std::process::id())
+            && holder_pid(file) == Some(std::process::id())
             && std::time::Instant::now() < deadline
         {
             std::thread::sleep(std::time::Duration::from_millis(10));
@@ -98,10 +131,19 @@ impl DirLock {
         match locked {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => {
-                let holder = match holder_pid(&mut file) {
-                    Some(pid) if pid == std::process::id() => {
-                        format!("this process (pid {pid}): an engine on it is already open")
-                    }
+                let here = file
+                    .metadata()
+                    .is_ok_and(|m| held_here().contains(&(m.dev(), m.ino())));
+                let holder = match holder_pid(file) {
+                    _ if here => format!(
+                        "this process (pid {}): an engine on it is already open",
+                        std::process::id()
+                    ),
+                    // Not one of this process's locks, yet its pid: another
+                    // PID namespace's or host's process with the same number.
+                    Some(pid) if pid == std::process::id() => format!(
+                        "pid {pid}, this process's own number, though no engine of this process holds it: a process of another PID namespace (a container) or host, or a child this process forked that still holds the lock's file"
+                    ),
                     Some(pid) => format!("pid {pid}"),
                     None => "another process (pid unknown)".to_owned(),
                 };
@@ -144,7 +186,7 @@ impl DirLock {
         } else {
             tracing::warn!(path = %path.display(), links = held.nlink(), "the lock file is linked elsewhere too (or is no regular file): locked, but its holder's pid is not written into it");
         }
-        Ok(DirLock { _file: file })
+        Ok((held.dev(), held.ino()))
     }
 }
 
@@ -183,16 +225,62 @@ mod tests {
         std::fs::hard_link(&victim, dir.path().join(super::LOCK_FILE)).unwrap();
         let lock = super::DirLock::acquire(dir.path()).unwrap();
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "not cairn's");
-        // Held all the same, by a holder it cannot name (the file's text
-        // is not its pid).
-        std::fs::write(&victim, std::process::id().to_string()).unwrap();
+        // Held all the same, by this process, which knows its own locks
+        // without reading a pid from a file that is not only its own.
+        std::fs::write(&victim, "4242").unwrap();
         match super::DirLock::acquire(dir.path()) {
             Err(crate::Error::Locked { holder, .. }) => {
-                assert!(holder.contains("pid unknown"), "{holder}")
+                assert!(holder.starts_with("this process"), "{holder}")
             }
             other => panic!("{other:?}"),
         }
         drop(lock);
+    }
+
+    /// A lock held by another process whose file names this process's pid
+    /// (another PID namespace's pid 1, say) is not called this process's
+    /// own (until 2026-12-05 the pid alone decided); one an engine of this
+    /// process holds is.
+    #[test]
+    fn only_a_lock_this_process_holds_is_called_its_own() {
+        use std::io::BufRead;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(super::LOCK_FILE);
+        std::fs::write(&path, format!("{}\n", std::process::id())).unwrap();
+        let mut child = std::process::Command::new("flock")
+            // -o: the command does not inherit the lock; killing flock
+            // lets go of it.
+            .args(["-x", "-o"])
+            .arg(&path)
+            .args(["-c", "echo locked; exec sleep 60"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("flock (util-linux)");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line, "locked\n");
+        let refused = super::DirLock::acquire(dir.path());
+        let _ = child.kill();
+        let _ = child.wait();
+        match refused {
+            Err(crate::Error::Locked { holder, .. }) => assert!(
+                !holder.starts_with("this process") && holder.contains("another PID namespace"),
+                "{holder}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        // Held by this process now: its own.
+        let lock = super::DirLock::acquire(dir.path()).unwrap();
+        match super::DirLock::acquire(dir.path()) {
+            Err(crate::Error::Locked { holder, .. }) => {
+                assert!(holder.starts_with("this process"), "{holder}")
+            }
+            other => panic!("{other:?}"),
+        }
+        drop(lock);
+        drop(super::DirLock::acquire(dir.path()).unwrap());
     }
 
     /// The holder's pid is read from at most 64 bytes: a larger file names
