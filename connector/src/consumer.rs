@@ -184,6 +184,8 @@ pub(crate) struct Shared {
     /// until a later record of the partition is buffered or the
     /// partition is assigned or revoked, so it is empty on the hot path.
     set_aside: BTreeMap<TopicPartition, i64>,
+    /// A record was dead-lettered in the take under way: it ends after it.
+    dead_lettered_in_take: bool,
     /// Each partition's last record handed to the task thread since its
     /// assignment: the repeat check's third half, for a partition whose
     /// buffer was handed over just before the repeat came (until the night
@@ -548,6 +550,7 @@ impl Shared {
                         .send(&tp, &r, &reason)?;
                     tracing::warn!(%tp, offset = r.offset, size_bytes = size, max = cfg.record_bytes_max, "oversize record dead-lettered");
                     self.stats.records_dead_lettered += 1;
+                    self.dead_lettered_in_take = true;
                     self.set_aside.insert(tp, r.offset);
                     return Ok(());
                 }
@@ -1034,6 +1037,7 @@ pub fn run_pipeline(
         assigned: BTreeSet::new(),
         last_tp: None,
         set_aside: BTreeMap::new(),
+        dead_lettered_in_take: false,
         handed_last: BTreeMap::new(),
         pending: BTreeMap::new(),
         caught_up: BTreeMap::new(),
@@ -1579,6 +1583,15 @@ fn consume(
                 }
                 None => match s.accept(m, cfg) {
                     Ok(()) if s.full(cfg) => Flow::Stop,
+                    // A dead letter waits for its acknowledgement inside
+                    // the take: the take ends after it, so that a backlog
+                    // of oversize records does not hold rebalances and the
+                    // stop behind up to TAKE_MAX acknowledgements in a row
+                    // (until 2026-12-05 it went on; seen in review).
+                    Ok(()) if s.dead_lettered_in_take => {
+                        s.dead_lettered_in_take = false;
+                        Flow::Stop
+                    }
                     Ok(()) => Flow::Go,
                     Err(e) => {
                         refused = Some(e);
@@ -1587,7 +1600,10 @@ fn consume(
                 },
                 Some(e) => match action(&e) {
                     ErrorAction::Log => {
-                        log_retried(&e);
+                        // With the message's own description (topic,
+                        // partition, offset), which the error alone lacks
+                        // (until 2026-12-05 it went unlogged).
+                        tracing::warn!(error = %e, detail = %m.describe_error(), topic = m.topic(), partition = m.partition(), offset = m.offset(), "consumer error (librdkafka retries)");
                         Flow::Go
                     }
                     ErrorAction::Reset | ErrorAction::Stop => {
