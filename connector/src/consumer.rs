@@ -1582,17 +1582,19 @@ fn consume(
                     Flow::Go
                 }
                 None => match s.accept(m, cfg) {
-                    Ok(()) if s.full(cfg) => Flow::Stop,
                     // A dead letter waits for its acknowledgement inside
                     // the take: the take ends after it, so that a backlog
                     // of oversize records does not hold rebalances and the
                     // stop behind up to TAKE_MAX acknowledgements in a row
                     // (until 2026-12-05 it went on; seen in review).
-                    Ok(()) if s.dead_lettered_in_take => {
-                        s.dead_lettered_in_take = false;
-                        Flow::Stop
+                    Ok(()) => {
+                        let dead_lettered = std::mem::take(&mut s.dead_lettered_in_take);
+                        if s.full(cfg) || dead_lettered {
+                            Flow::Stop
+                        } else {
+                            Flow::Go
+                        }
                     }
-                    Ok(()) => Flow::Go,
                     Err(e) => {
                         refused = Some(e);
                         Flow::Stop
