@@ -159,6 +159,18 @@ impl Progress {
             .max_by_key(|p| p.archive_lag)
     }
 
+    /// A lag as the line shows it: `-` when no partition's is known
+    /// (none assigned yet, no statistics yet, `--progress-interval-s 0`),
+    /// never a 0 that reads as caught up (until 2026-12-05 it was 0 then;
+    /// seen in review).
+    fn shown(&self, lag: &Lag) -> String {
+        if lag.unknown_partitions == self.partitions.len() {
+            "-".to_owned()
+        } else {
+            lag.records.to_string()
+        }
+    }
+
     /// One log line's worth.
     pub fn log(&self) {
         let (archive, commit) = (self.archive_lag(), self.commit_lag());
@@ -172,8 +184,8 @@ impl Progress {
             put_to_commit_p50_ms = %ms(self.put_to_commit_p50_us),
             put_to_commit_p99_ms = %ms(self.put_to_commit_p99_us),
             partitions = self.partitions.len(),
-            archive_lag = archive.records,
-            commit_lag = commit.records,
+            archive_lag = %self.shown(&archive),
+            commit_lag = %self.shown(&commit),
             lag_unknown_partitions = archive.unknown_partitions,
             commit_lag_unknown_partitions = commit.unknown_partitions,
             most_behind = %self.most_behind().map_or("-".to_owned(), |p| p.tp.to_string()),
@@ -366,6 +378,25 @@ mod tests {
                 unknown_partitions: 1
             }
         );
+        assert_eq!(p.shown(&p.archive_lag()), "40");
+        // No partition's lag known (none assigned, here): `-`, not 0.
+        let none = Progress {
+            partitions: Vec::new(),
+            ..p.clone()
+        };
+        assert_eq!(none.shown(&none.archive_lag()), "-");
+        let unknown = Progress {
+            partitions: p
+                .partitions
+                .iter()
+                .map(|q| PartitionProgress {
+                    archive_lag: None,
+                    ..q.clone()
+                })
+                .collect(),
+            ..p.clone()
+        };
+        assert_eq!(unknown.shown(&unknown.archive_lag()), "-");
         assert_eq!(
             p.commit_lag(),
             Lag {
