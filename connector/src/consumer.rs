@@ -1604,7 +1604,7 @@ fn consume(
                     ErrorAction::Log => {
                         // With the message's own description (topic,
                         // partition, offset), which the error alone lacks
-                        // (until 2026-12-05 it went unlogged).
+                        // (until 2026-12-05 it was logged without them).
                         tracing::warn!(error = %e, detail = %m.describe_error(), topic = m.topic(), partition = m.partition(), offset = m.offset(), "consumer error (librdkafka retries)");
                         Flow::Go
                     }

@@ -159,16 +159,13 @@ impl Progress {
             .max_by_key(|p| p.archive_lag)
     }
 
-    /// A lag as the line shows it: `-` when no partition's is known
-    /// (none assigned yet, no statistics yet, `--progress-interval-s 0`),
-    /// never a 0 that reads as caught up (until 2026-12-05 it was 0 then;
-    /// seen in review).
-    fn shown(&self, lag: &Lag) -> String {
-        if lag.unknown_partitions == self.partitions.len() {
-            "-".to_owned()
-        } else {
-            lag.records.to_string()
-        }
+    /// A lag as the line gives it: none (the field left out) when no
+    /// partition's is known (none assigned yet, no statistics yet,
+    /// `--progress-interval-s 0`), never a 0 that reads as caught up
+    /// (until 2026-12-05 it was 0 then; seen in review). A number when
+    /// given, also in `--log-format json`.
+    fn shown(&self, lag: &Lag) -> Option<i64> {
+        (lag.unknown_partitions != self.partitions.len()).then_some(lag.records)
     }
 
     /// One log line's worth.
@@ -184,8 +181,8 @@ impl Progress {
             put_to_commit_p50_ms = %ms(self.put_to_commit_p50_us),
             put_to_commit_p99_ms = %ms(self.put_to_commit_p99_us),
             partitions = self.partitions.len(),
-            archive_lag = %self.shown(&archive),
-            commit_lag = %self.shown(&commit),
+            archive_lag = self.shown(&archive),
+            commit_lag = self.shown(&commit),
             lag_unknown_partitions = archive.unknown_partitions,
             commit_lag_unknown_partitions = commit.unknown_partitions,
             most_behind = %self.most_behind().map_or("-".to_owned(), |p| p.tp.to_string()),
@@ -378,13 +375,13 @@ mod tests {
                 unknown_partitions: 1
             }
         );
-        assert_eq!(p.shown(&p.archive_lag()), "40");
+        assert_eq!(p.shown(&p.archive_lag()), Some(40));
         // No partition's lag known (none assigned, here): `-`, not 0.
         let none = Progress {
             partitions: Vec::new(),
             ..p.clone()
         };
-        assert_eq!(none.shown(&none.archive_lag()), "-");
+        assert_eq!(none.shown(&none.archive_lag()), None);
         let unknown = Progress {
             partitions: p
                 .partitions
@@ -396,7 +393,7 @@ mod tests {
                 .collect(),
             ..p.clone()
         };
-        assert_eq!(unknown.shown(&unknown.archive_lag()), "-");
+        assert_eq!(unknown.shown(&unknown.archive_lag()), None);
         assert_eq!(
             p.commit_lag(),
             Lag {

@@ -66,7 +66,8 @@
 //!    declares such a resume point durable (harmless, Kafka holds it
 //!    already; a sink that knows better reports what it holds). Report
 //!    only partitions in `consumed`: one never handed over (revoked since)
-//!    is ignored, with a warning, as Kafka Connect ignores them. An offset below one declared before is
+//!    is ignored, with a warning, as Kafka Connect ignores them (a negative
+//!    offset fails the run, whatever its partition). An offset below one declared before is
 //!    taken as the sink's latest word: the higher one is not committed
 //!    (with a warning; a durable offset that goes back means lost records
 //!    or a bug). If this run already committed the higher one (handed a
@@ -188,7 +189,8 @@ pub trait SinkTask: Send {
     /// `--auto-offset-reset`); if Kafka cannot read that offset at the
     /// assignment, twice, the run stops with an error naming the partition
     /// rather than guess where it starts. An offset returned for a
-    /// partition not in `partitions` is ignored, with a WARN. Not called
+    /// partition not in `partitions` is ignored, with a WARN; a negative
+    /// one, for any partition, fails the run (as from every call). Not called
     /// after the run has failed (its open may sync, and a failed fsync is
     /// never retried).
     fn open(
@@ -229,7 +231,7 @@ pub trait SinkTask: Send {
     /// and `open` gives none), the log start it is fetched again from.
     /// Nothing below them is wanted. A sink
     /// that records a start durably returns it as given (any other offset
-    /// is ignored, with a WARN);
+    /// is ignored, with a WARN, but a negative one fails the run);
     /// the loop then takes it as it takes `open`'s offsets, commits it,
     /// and a restart or rebalance before the partition's first record
     /// resumes there, not at a later log end, which would skip the records

@@ -252,7 +252,9 @@ mod tests {
             // lets go of it.
             .args(["-x", "-o"])
             .arg(&path)
-            .args(["-c", "echo locked; exec sleep 60"])
+            // Held until its stdin closes: nothing outlives the test.
+            .args(["-c", "echo locked; exec cat >/dev/null"])
+            .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .spawn()
             .expect("flock (util-linux)");
@@ -262,8 +264,8 @@ mod tests {
             .unwrap();
         assert_eq!(line, "locked\n");
         let refused = super::DirLock::acquire(dir.path());
-        let _ = child.kill();
-        let _ = child.wait();
+        drop(child.stdin.take());
+        assert!(child.wait().unwrap().success());
         match refused {
             Err(crate::Error::Locked { holder, .. }) => assert!(
                 !holder.starts_with("this process") && holder.contains("another PID namespace"),
