@@ -227,6 +227,18 @@ fn busy() -> String {
 }
 
 impl Shared {
+    fn new(on_poisoned: Option<OnPoisoned>) -> Shared {
+        Shared {
+            on_poisoned,
+            stop: AtomicBool::new(false),
+            wake: tokio::sync::Notify::new(),
+            streams: Mutex::new(Vec::new()),
+            serving: AtomicUsize::new(0),
+            waiting: Mutex::new(std::collections::VecDeque::new()),
+            backing_up: AtomicUsize::new(0),
+        }
+    }
+
     /// Cuts off the oldest connection that has sent no request yet, if
     /// any: its read of the request ends, and its thread with it. One
     /// whose request has arrived, not yet read by its thread, is passed
@@ -293,15 +305,7 @@ impl LiveServer {
         let dir = engine.config().path.clone();
         let path = dir.join(SOCKET_FILE);
         let listener = bind_private(&dir, &path)?;
-        let shared = Arc::new(Shared {
-            on_poisoned,
-            stop: AtomicBool::new(false),
-            wake: tokio::sync::Notify::new(),
-            streams: Mutex::new(Vec::new()),
-            serving: AtomicUsize::new(0),
-            waiting: Mutex::new(std::collections::VecDeque::new()),
-            backing_up: AtomicUsize::new(0),
-        });
+        let shared = Arc::new(Shared::new(on_poisoned));
         let accept = {
             let shared = shared.clone();
             let path = path.clone();
@@ -1776,15 +1780,7 @@ mod tests {
     fn a_client_that_hangs_up_unsent_is_unlisted_at_once() {
         let dir = tempfile::tempdir().unwrap();
         let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
-        let shared = Shared {
-            on_poisoned: None,
-            stop: AtomicBool::new(false),
-            wake: tokio::sync::Notify::new(),
-            streams: Mutex::new(Vec::new()),
-            serving: AtomicUsize::new(0),
-            waiting: Mutex::new(std::collections::VecDeque::new()),
-            backing_up: AtomicUsize::new(0),
-        };
+        let shared = Shared::new(None);
         let (client, server) = UnixStream::pair().unwrap();
         lock(&shared.streams).push((7, server.try_clone().unwrap()));
         lock(&shared.waiting).push_back(7);

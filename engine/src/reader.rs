@@ -370,14 +370,7 @@ fn deleted_since(tree: &sled::Tree, key: &[u8]) -> Result<bool> {
 /// (its stored first offset is no longer `s`'s): the check a whole read
 /// makes at its end.
 fn check_index_count(tree: &sled::Tree, tp: &TopicPartition, s: &PartitionSummary) -> Result<()> {
-    let mut counted = 0u64;
-    for item in tree.scan_prefix(keys::index_prefix(tp)) {
-        let (_, e) = index_item(item)?;
-        if e.first_offset >= s.next_offset {
-            break;
-        }
-        counted = counted.saturating_add(e.record_count as u64);
-    }
+    let counted = count_below(tree, tp, s.next_offset)?;
     if counted == s.record_count {
         return Ok(());
     }
@@ -394,6 +387,19 @@ fn check_index_count(tree: &sled::Tree, tp: &TopicPartition, s: &PartitionSummar
         ),
         counted < s.record_count,
     ))
+}
+
+/// The records `tp`'s index entries below `next` count.
+fn count_below(tree: &sled::Tree, tp: &TopicPartition, next: i64) -> Result<u64> {
+    let mut counted = 0u64;
+    for item in tree.scan_prefix(keys::index_prefix(tp)) {
+        let (_, e) = index_item(item)?;
+        if e.first_offset >= next {
+            break;
+        }
+        counted = counted.saturating_add(e.record_count as u64);
+    }
+    Ok(counted)
 }
 
 /// How many times [`check_stored_count`] counts again while truncation
@@ -419,14 +425,7 @@ fn check_stored_count(tree: &sled::Tree, tp: &TopicPartition) -> Result<()> {
         let Some(s) = stored_summary(tree, tp)? else {
             return Ok(());
         };
-        let mut counted = 0u64;
-        for item in tree.scan_prefix(keys::index_prefix(tp)) {
-            let (_, e) = index_item(item)?;
-            if e.first_offset >= s.next_offset {
-                break;
-            }
-            counted = counted.saturating_add(e.record_count as u64);
-        }
+        let counted = count_below(tree, tp, s.next_offset)?;
         if counted == s.record_count {
             return Ok(());
         }
