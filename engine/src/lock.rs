@@ -37,12 +37,17 @@ fn held_here() -> std::sync::MutexGuard<'static, Vec<(u64, u64)>> {
     HELD_HERE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Take one listing of `id` off [`HELD_HERE`].
+fn unlist(id: (u64, u64)) {
+    let mut held = held_here();
+    if let Some(i) = held.iter().position(|h| *h == id) {
+        held.swap_remove(i);
+    }
+}
+
 impl Drop for DirLock {
     fn drop(&mut self) {
-        let mut held = held_here();
-        if let Some(i) = held.iter().position(|id| *id == self.id) {
-            held.swap_remove(i);
-        }
+        unlist(self.id);
     }
 }
 
@@ -83,10 +88,7 @@ impl DirLock {
         };
         let mut file = file;
         match Self::lock_opened(dir, &path, &mut file) {
-            Ok(id) => {
-                held_here().push(id);
-                Ok(DirLock { _file: file, id })
-            }
+            Ok(id) => Ok(DirLock { _file: file, id }),
             Err(e) => {
                 // Removed while still held (the file is closed below, after
                 // it), so that no other opener can lock it in between and
@@ -160,6 +162,27 @@ impl DirLock {
         // another file): a link count alone misses NFS's rename of an open
         // file and a directory copied with hard links.
         let held = file.metadata().map_err(|e| io("stat lock file", e))?;
+        // Listed as this process's as soon as it is known which file is
+        // held, so that another thread of this process meeting it takes it
+        // for its own (listed only once the pid was written, until review
+        // the same day), and taken off again if it is not kept.
+        let id = (held.dev(), held.ino());
+        held_here().push(id);
+        let claimed = Self::claim(dir, path, file, &held);
+        if claimed.is_err() {
+            unlist(id);
+        }
+        claimed.map(|()| id)
+    }
+
+    /// The lock on `file` (metadata `held`) is taken: check that `path`
+    /// still names it, and write this process's pid into it.
+    fn claim(dir: &Path, path: &Path, file: &mut File, held: &std::fs::Metadata) -> Result<()> {
+        let io = |op, e| Error::Io {
+            op,
+            path: path.to_path_buf(),
+            source: e,
+        };
         let unlinked = match std::fs::symlink_metadata(path) {
             Ok(named) => named.dev() != held.dev() || named.ino() != held.ino(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
@@ -186,7 +209,7 @@ impl DirLock {
         } else {
             tracing::warn!(path = %path.display(), links = held.nlink(), "the lock file is linked elsewhere too (or is no regular file): locked, but its holder's pid is not written into it");
         }
-        Ok((held.dev(), held.ino()))
+        Ok(())
     }
 }
 
