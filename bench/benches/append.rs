@@ -23,12 +23,9 @@ fn batch(tp: &TopicPartition, start: i64, n: usize, size: usize) -> RecordBatch 
     }
 }
 
-fn scratch() -> tempfile::TempDir {
-    // Beside the workspace's target/, on the disk under test (not a tmpfs).
-    let base = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/bench");
-    std::fs::create_dir_all(&base).expect("bench dir");
-    tempfile::tempdir_in(base).expect("scratch dir")
-}
+#[path = "../src/scratch.rs"]
+mod scratch;
+use scratch::scratch;
 
 /// Payload bytes a store or file takes before it is replaced by a new one,
 /// outside the timing, on all three sides alike: criterion's warm-up and

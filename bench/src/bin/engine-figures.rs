@@ -61,13 +61,9 @@ fn measure(payload_bytes: usize, f: impl FnOnce() -> (Histogram<u64>, Duration))
     }
 }
 
-/// A scratch folder beside the workspace's target/, on the disk under
-/// test: TMPDIR may be a tmpfs, where every fdatasync is free.
-fn scratch() -> tempfile::TempDir {
-    let base = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/bench");
-    std::fs::create_dir_all(&base).expect("bench dir");
-    tempfile::tempdir_in(base).expect("scratch dir")
-}
+#[path = "../scratch.rs"]
+mod scratch;
+use scratch::scratch;
 
 fn us(d: Duration) -> u64 {
     d.as_micros() as u64
@@ -310,19 +306,12 @@ fn main() {
                 sled_p50(batch, half, true, Layout::EngineShaped)
             }),
         };
-        let mut first: Vec<Option<Case>> = (0..4).map(|c| Some(run(c))).collect();
-        let mut pooled: Vec<Option<Case>> = vec![None, None, None, None];
-        for c in (0..4).rev() {
-            let second = run(c);
-            pooled[c] = first[c].take().map(|f| f.pooled(second));
-        }
-        let mut pooled = pooled.into_iter().map(|c| c.expect("every case ran"));
-        let (e, s, sd, ss) = (
-            pooled.next().unwrap(),
-            pooled.next().unwrap(),
-            pooled.next().unwrap(),
-            pooled.next().unwrap(),
-        );
+        let first: Vec<Case> = (0..4).map(&run).collect();
+        let mut second: Vec<Case> = (0..4).rev().map(&run).collect();
+        second.reverse();
+        let mut pooled = first.into_iter().zip(second).map(|(a, b)| a.pooled(b));
+        let mut next = || pooled.next().expect("four cases");
+        let (e, s, sd, ss) = (next(), next(), next(), next());
         let iters = half * 2;
         let p50 = |c: &Case| c.hist.value_at_quantile(0.5);
         let rps = |c: &Case| (iters * batch) as f64 / c.elapsed.as_secs_f64();

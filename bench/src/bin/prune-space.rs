@@ -87,8 +87,6 @@ fn main() {
     println!("pruned store: {} records left, verify clean", v.records);
 }
 
-fn scratch() -> tempfile::TempDir {
-    let base = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/bench");
-    std::fs::create_dir_all(&base).expect("bench dir");
-    tempfile::tempdir_in(base).expect("scratch dir")
-}
+#[path = "../scratch.rs"]
+mod scratch;
+use scratch::scratch;

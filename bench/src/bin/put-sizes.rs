@@ -16,6 +16,9 @@ use std::time::Instant;
 use cairn_engine::{Engine, EngineConfig, Record, RecordBatch, TopicPartition};
 use hdrhistogram::Histogram;
 
+#[path = "../scratch.rs"]
+mod scratch;
+
 /// The file is replaced past this size, as the put-to-commit floor's is.
 const FILE_BYTES_MAX: u64 = 1 << 30;
 
@@ -43,11 +46,7 @@ fn main() {
     cairn_connector::allocator::tune();
     let (size, puts, per_put, partitions) = (arg(1, 1024), arg(2, 60), arg(3, 1000), arg(4, 32));
     assert!(size > 0 && puts > 0 && partitions > 0 && per_put >= partitions);
-    // Beside the workspace's target/, on the disk under test: TMPDIR may
-    // be a tmpfs, where every fdatasync is free.
-    let base = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/bench");
-    std::fs::create_dir_all(&base).expect("bench dir");
-    let dir = tempfile::tempdir_in(base).expect("scratch dir");
+    let dir = scratch::scratch();
     let engine = Engine::open(EngineConfig::new(dir.path().join("store"))).expect("engine");
     let path = dir.path().join("floor.dat");
     let mut file = new_floor_file(&path);
