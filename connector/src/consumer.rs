@@ -1427,15 +1427,17 @@ fn on_consume_error(e: rdkafka::error::KafkaError, why: Option<String>) -> Resul
             })
         }
         ErrorAction::Log => {
-            log_retried(&e);
+            log_retried(&e, why.as_deref());
             Ok(false)
         }
     }
 }
 
-/// A consumer error librdkafka retries on its own.
-fn log_retried(e: &rdkafka::error::KafkaError) {
-    tracing::warn!(error = %e, "consumer error (librdkafka retries)");
+/// A consumer error librdkafka retries on its own, with librdkafka's
+/// description of it (`t/p@o: …` for a fetch error), which the error alone
+/// lacks (until 2026-12-05 it was logged without it).
+fn log_retried(e: &rdkafka::error::KafkaError, why: Option<&str>) {
+    tracing::warn!(error = %e, why, "consumer error (librdkafka retries)");
 }
 
 fn consume(
@@ -1602,10 +1604,7 @@ fn consume(
                 },
                 Some(e) => match action(&e) {
                     ErrorAction::Log => {
-                        // With the message's own description (topic,
-                        // partition, offset), which the error alone lacks
-                        // (until 2026-12-05 it was logged without them).
-                        tracing::warn!(error = %e, detail = %m.describe_error(), topic = m.topic(), partition = m.partition(), offset = m.offset(), "consumer error (librdkafka retries)");
+                        log_retried(&e, Some(&m.describe_error()));
                         Flow::Go
                     }
                     ErrorAction::Reset | ErrorAction::Stop => {
