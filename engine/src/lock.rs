@@ -54,11 +54,7 @@ impl Drop for DirLock {
 impl DirLock {
     pub fn acquire(dir: &Path) -> Result<DirLock> {
         let path = dir.join(LOCK_FILE);
-        let io = |op, e| Error::Io {
-            op,
-            path: path.clone(),
-            source: e,
-        };
+        let io = io_at(&path);
         // Not through a link: the pid is written into the file opened, and
         // a link would aim that write (and the truncation before it) at a
         // file of someone else's choosing (a backup's directory may be
@@ -106,11 +102,7 @@ impl DirLock {
     /// Lock the lock file `file`, opened at `path` in `dir`, and write this
     /// process's pid into it; its identity (device, inode) once done.
     fn lock_opened(dir: &Path, path: &Path, file: &mut File) -> Result<(u64, u64)> {
-        let io = |op, e| Error::Io {
-            op,
-            path: path.to_path_buf(),
-            source: e,
-        };
+        let io = io_at(path);
         fail::fail_point!(FAILPOINT_LOCK_AFTER_OPEN, |_| Err(io(
             "lock",
             std::io::Error::from_raw_os_error(libc::ENOLCK)
@@ -178,11 +170,7 @@ impl DirLock {
     /// The lock on `file` (metadata `held`) is taken: check that `path`
     /// still names it, and write this process's pid into it.
     fn claim(dir: &Path, path: &Path, file: &mut File, held: &std::fs::Metadata) -> Result<()> {
-        let io = |op, e| Error::Io {
-            op,
-            path: path.to_path_buf(),
-            source: e,
-        };
+        let io = io_at(path);
         let unlinked = match std::fs::symlink_metadata(path) {
             Ok(named) => named.dev() != held.dev() || named.ino() != held.ino(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
@@ -210,6 +198,15 @@ impl DirLock {
             tracing::warn!(path = %path.display(), links = held.nlink(), "the lock file is linked elsewhere too (or is no regular file): locked, but its holder's pid is not written into it");
         }
         Ok(())
+    }
+}
+
+/// An I/O error of the lock file at `path`, for the operation named.
+fn io_at(path: &Path) -> impl Fn(&'static str, std::io::Error) -> Error + '_ {
+    move |op, source| Error::Io {
+        op,
+        path: path.to_path_buf(),
+        source,
     }
 }
 
