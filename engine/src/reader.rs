@@ -366,27 +366,39 @@ fn deleted_since(tree: &sled::Tree, key: &[u8]) -> Result<bool> {
 }
 
 /// `tp`'s index entries below the durable summary `s`'s next offset count
-/// as many records as `s` does, unless a truncation touched the partition
-/// (its stored first offset is no longer `s`'s): the check a whole read
-/// makes at its end.
+/// as many records as `s` does (against the summary as stored, when a
+/// truncation moved the first offset since `s`: [`judge_count`]): the
+/// check a whole read makes at its end.
 fn check_index_count(tree: &sled::Tree, tp: &TopicPartition, s: &PartitionSummary) -> Result<()> {
     let counted = count_below(tree, tp, s.next_offset)?;
-    if counted == s.record_count {
-        return Ok(());
-    }
-    if stored_first_offset(tree, tp)? != Some(s.first_offset) {
-        // A truncation moved the partition since `s`: counted again
-        // against the summary as stored now.
-        return check_stored_count(tree, tp);
-    }
-    Err(count_mismatch(
-        tp,
+    judge_count(tree, tp, counted, s.record_count, s.first_offset, || {
         format!(
             "the index counts {counted} records below next offset {}, where the summary counts {}",
             s.next_offset, s.record_count
-        ),
-        counted < s.record_count,
-    ))
+        )
+    })
+}
+
+/// `counted` records against the `expected` of a summary whose first
+/// offset was `first_offset`: equal is sound; a truncation that moved the
+/// first offset since makes the comparison moot, and the partition is
+/// counted again as stored ([`check_stored_count`]); else the index has
+/// lost (or gained) entries, said as `counted_as` says the count.
+fn judge_count(
+    tree: &sled::Tree,
+    tp: &TopicPartition,
+    counted: u64,
+    expected: u64,
+    first_offset: i64,
+    counted_as: impl FnOnce() -> String,
+) -> Result<()> {
+    if counted == expected {
+        return Ok(());
+    }
+    if stored_first_offset(tree, tp)? != Some(first_offset) {
+        return check_stored_count(tree, tp);
+    }
+    Err(count_mismatch(tp, counted_as(), counted < expected))
 }
 
 /// The records `tp`'s index entries below `next` count.
@@ -493,22 +505,19 @@ impl RecordIter {
         let Some(c) = self.count.take() else {
             return Ok(());
         };
-        if c.yielded == c.expected {
-            return Ok(());
-        }
-        if stored_first_offset(&self.tree, &self.tp)? != Some(c.first_offset) {
-            // A truncation ran under the read: its own count is moot, the
-            // partition's as stored now is not.
-            return check_stored_count(&self.tree, &self.tp);
-        }
-        Err(count_mismatch(
+        judge_count(
+            &self.tree,
             &self.tp,
-            format!(
-                "read {} records below next offset {}, where the summary counts {}",
-                c.yielded, self.end, c.expected
-            ),
-            c.yielded < c.expected,
-        ))
+            c.yielded,
+            c.expected,
+            c.first_offset,
+            || {
+                format!(
+                    "read {} records below next offset {}, where the summary counts {}",
+                    c.yielded, self.end, c.expected
+                )
+            },
+        )
     }
 
     /// The entry expected next (starting at `expected`) is not where it
