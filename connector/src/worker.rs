@@ -830,12 +830,8 @@ mod tests {
             Ok(BTreeMap::new())
         }
         fn put(&mut self, batches: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
-            let durable = batches
-                .iter()
-                .filter_map(|b| Some((b.tp.clone(), b.records.last()?.offset + 1)))
-                .collect();
             Ok(PutOutcome {
-                durable,
+                durable: durable_through(batches),
                 ..PutOutcome::default()
             })
         }
@@ -1191,6 +1187,15 @@ mod tests {
         }
     }
 
+    /// What a sink that makes each put durable reports: per batch's
+    /// partition, the offset after its last record.
+    fn durable_through(batches: &[RecordBatch]) -> BTreeMap<TopicPartition, i64> {
+        batches
+            .iter()
+            .filter_map(|b| Some((b.tp.clone(), b.records.last()?.offset + 1)))
+            .collect()
+    }
+
     /// Returns -1 for every partition from the call named `.0`, and
     /// everything handed over from the others; counts `pre_commit`s.
     struct NegativeOffsets(&'static str, Arc<Mutex<u32>>);
@@ -1211,13 +1216,10 @@ mod tests {
             Ok(starts.keys().map(|tp| (tp.clone(), o)).collect())
         }
         fn put(&mut self, batches: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
-            let durable = batches
-                .iter()
-                .map(|b| {
-                    let next = b.records.last().map_or(0, |r| r.offset + 1);
-                    (b.tp.clone(), if self.0 == "put" { -1 } else { next })
-                })
-                .collect();
+            let mut durable = durable_through(batches);
+            if self.0 == "put" {
+                durable.values_mut().for_each(|o| *o = -1);
+            }
             Ok(PutOutcome {
                 durable,
                 ..PutOutcome::default()
