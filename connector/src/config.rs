@@ -319,6 +319,15 @@ impl RunConfig {
         {
             return bad("-X statistics.interval.ms: use --progress-interval-s; cairn reads librdkafka's statistics for its progress reports".into());
         }
+        // librdkafka leaves a topic it matches out of its metadata cache and
+        // of the group's assignment without a word, while the metadata
+        // cairn checks the topics against still lists it: a named topic
+        // would go unarchived, and a run of only such topics would wait
+        // for a group it never joins.
+        if let Some((k, v)) = crate::librdkafka::settings_of(&self.kafka, "topic.blacklist").next()
+        {
+            return bad(format!("-X {k}={v}: name the topics to archive with --topics (librdkafka would leave a topic it matches unassigned and unarchived without an error)"));
+        }
         if self.retain_bytes == Some(0) {
             return bad(
                 "retain-bytes 0: must be positive (leave --retain-bytes out, or give --retain-bytes none, to set no bound)"
@@ -380,15 +389,40 @@ pub const MANAGED_CONSUMER_KEYS: [&str; 6] = [
     "enable.auto.offset.store",
 ];
 
-/// Refuse `-X api.version.request=false`: librdkafka then speaks the
-/// protocol of `broker.version.fallback` (0.10.0 by default), whose records
-/// have no headers, and whose fetch knows no transactions (read_committed
-/// is lost). Archiving and restoring both need Kafka 0.11's.
+/// Refuse settings that can make librdkafka speak a protocol older than
+/// Kafka 0.11's, whose records have no headers and whose fetch knows no
+/// transactions (read_committed is lost). Archiving and restoring both
+/// need 0.11's.
+///
+/// - `-X api.version.request=false`: librdkafka then takes the protocol
+///   `broker.version.fallback` names instead of asking the broker.
+/// - `-X broker.version.fallback` below 0.10 (librdkafka knows 0.9.0 and
+///   0.8.x): the fallback applies whenever a broker's answer to the API
+///   version request is lost (a connection dropped mid-request, for
+///   `api.version.fallback.ms`), so even with the request on, a broker
+///   would then be fetched from without headers or transactions. (From
+///   0.10 on, librdkafka asks the broker anyway.)
 pub fn refuse_old_protocol(kafka: &BTreeMap<String, String>) -> Result<()> {
-    match setting_other_than(kafka, "api.version.request", Some("true")) {
-        Some((k, v)) => Err(ConnectorError::Config(format!("-X {k}={v}: cairn needs the brokers' API versions (record headers and read_committed need Kafka 0.11 or later, which answer the request)"))),
-        None => Ok(()),
+    if let Some((k, v)) = setting_other_than(kafka, "api.version.request", Some("true")) {
+        return Err(ConnectorError::Config(format!("-X {k}={v}: cairn needs the brokers' API versions (record headers and read_committed need Kafka 0.11 or later, which answer the request)")));
     }
+    if let Some((k, v)) = crate::librdkafka::settings_of(kafka, "broker.version.fallback")
+        .find(|(_, v)| below_0_10(v))
+    {
+        return Err(ConnectorError::Config(format!("-X {k}={v}: a broker version below 0.10 would have librdkafka fetch without record headers or read_committed whenever a broker's API versions are not known; cairn needs Kafka 0.11 or later (leave the setting out)")));
+    }
+    Ok(())
+}
+
+/// Whether a `broker.version.fallback` value names a version below 0.10:
+/// `0.` then a minor version under 10 (`0.9.0`, `0.8.2`, `0.9`).
+fn below_0_10(version: &str) -> bool {
+    let mut parts = version.trim().split('.');
+    parts.next() == Some("0")
+        && parts
+            .next()
+            .and_then(|minor| minor.parse::<u32>().ok())
+            .is_some_and(|minor| minor < 10)
 }
 
 /// Refuse `-X` settings of properties `who` (a command) sets itself.
@@ -1014,6 +1048,23 @@ retain-bytes = "50GiB"
         c.kafka.insert("api.version.request".into(), "false".into());
         let e = c.validate().unwrap_err().to_string();
         assert!(e.contains("-X api.version.request=false"), "{e}");
+        for fallback in ["0.9.0", "0.8.2", "0.9", "0.8.0"] {
+            let mut c = ok.clone();
+            c.kafka
+                .insert("broker.version.fallback".into(), fallback.into());
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains("-X broker.version.fallback="), "{fallback}: {e}");
+        }
+        for fallback in ["0.10.0", "0.10.2.1", "2.8.0", "1.0"] {
+            let mut c = ok.clone();
+            c.kafka
+                .insert("broker.version.fallback".into(), fallback.into());
+            assert!(c.validate().is_ok(), "{fallback}");
+        }
+        let mut c = ok.clone();
+        c.kafka.insert("topic.blacklist".into(), "^t$".into());
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("-X topic.blacklist=^t$"), "{e}");
         let mut c = ok.clone();
         c.topics = vec!["bad topic".into()];
         assert!(c.validate().unwrap_err().to_string().contains("topics"));
