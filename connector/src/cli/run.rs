@@ -339,7 +339,8 @@ impl RunArgs {
 
 /// Whether the error `m` names the librdkafka setting `key`: as cairn
 /// names one (`-X key=value`, `-X key:`, `-X key)`, `-X key and`), or as
-/// librdkafka does (`"key"`).
+/// librdkafka does (`"key"` for one property, `` `key` `` in a check
+/// across several).
 fn names_setting(m: &str, key: &str) -> bool {
     let as_flag = format!("-X {key}");
     let flagged = m.match_indices(&as_flag).any(|(at, _)| {
@@ -348,7 +349,7 @@ fn names_setting(m: &str, key: &str) -> bool {
             .next()
             .is_none_or(|c| matches!(c, '=' | ':' | ')' | ' ' | ','))
     });
-    flagged || m.contains(&format!("\"{key}\""))
+    flagged || m.contains(&format!("\"{key}\"")) || m.contains(&format!("`{key}`"))
 }
 
 pub async fn run(args: RunArgs) -> Result<ExitCode> {
@@ -970,6 +971,15 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("(no.such.thing set in [kafka] of "), "{e}");
+        // And as librdkafka names properties in a check across several.
+        let e = config("[kafka]\n\"max.poll.interval.ms\" = 1000\n", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("`max.poll.interval.ms`")
+                && e.contains("(max.poll.interval.ms set in [kafka] of "),
+            "{e}"
+        );
         // Not a longer name that starts the same.
         assert!(!super::names_setting(
             "-X topic.group.id=x: no",
