@@ -37,6 +37,13 @@ pub fn is_readable(version: u32) -> bool {
     (FORMAT_VERSION_OLDEST..=FORMAT_VERSION).contains(&version)
 }
 
+/// The damage a sealed format version below [`FORMAT_VERSION_OLDEST`] is.
+pub(crate) fn format_below_oldest(found: u32) -> String {
+    format!(
+        "format version {found}, below the oldest ({FORMAT_VERSION_OLDEST}): no build writes it"
+    )
+}
+
 pub fn encode_format(version: u32) -> Vec<u8> {
     let mut v = STORE_MAGIC.to_vec();
     v.extend_from_slice(&version.to_le_bytes());

@@ -439,6 +439,18 @@ fn check_format(
     {
         Some(v) => {
             let found = meta::decode_format(&v).map_err(meta_err)?;
+            // Below the oldest format no build ever wrote: sealed bytes
+            // that say so are damage, as verify reports them, not a store
+            // another build reads (until 2026-12-05 it was
+            // `UnsupportedFormat`, which sent the operator looking for one).
+            if found < meta::FORMAT_VERSION_OLDEST {
+                return Err(Error::corruption(
+                    Location::Meta { key: "format" },
+                    CorruptionKind::BadMeta {
+                        detail: meta::format_below_oldest(found),
+                    },
+                ));
+            }
             if !meta::is_readable(found) {
                 return Err(Error::UnsupportedFormat {
                     path: cfg.path.clone(),
@@ -491,6 +503,9 @@ pub(crate) fn load_summaries(
 /// or `W` and fewer than 8 bytes): no build writes one, and the tail scan
 /// starts above them, so until 2026-12-05 an open passed over them
 /// without a word (verify reported them).
+/// What a log key below LSN 1 is, to the open and to verify.
+pub(crate) const BELOW_THE_LOG: &str = "a log key below LSN 1, which no build writes";
+
 fn refuse_keys_below_the_log(tree: &sled::Tree) -> Result<()> {
     let below = tree
         .range(vec![keys::PREFIX_WAL]..keys::wal_key(1).to_vec())
@@ -505,7 +520,7 @@ fn refuse_keys_below_the_log(tree: &sled::Tree) -> Result<()> {
                 Location::Key { key_hex: hex(&k) }
             },
             CorruptionKind::BadKey {
-                detail: "a log key below LSN 1, which no build writes".into(),
+                detail: BELOW_THE_LOG.into(),
             },
         )),
     }

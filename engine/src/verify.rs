@@ -331,6 +331,14 @@ fn verify_opened(
             last_lsn = lsn.saturating_add(span.unwrap_or(1).max(1) - 1);
             break;
         }
+        // A stray frame inside the last tombstone's span (reported by the
+        // scan as a gap) sorts last but does not end the log: the span
+        // does, and no record past the stray is lost (until 2026-12-05 a
+        // lost suffix was reported there too).
+        if facts.covered_end > last_lsn {
+            last_lsn = facts.covered_end;
+            last_unknown_span = false;
+        }
         let mut watermark = None;
         match crate::watermark::read(&cfg.path) {
             Ok(None) => r.notes.push(format!(
@@ -662,6 +670,15 @@ fn verify_meta(tree: &sled::Tree, r: &mut VerifyReport) -> Result<()> {
                 r.add(l, k);
                 None
             }
+            Ok(found) if found < meta::FORMAT_VERSION_OLDEST => {
+                r.add(
+                    Location::Meta { key: "format" },
+                    CorruptionKind::BadMeta {
+                        detail: meta::format_below_oldest(found),
+                    },
+                );
+                None
+            }
             Ok(found) if !meta::is_readable(found) => {
                 r.add(
                     Location::Meta { key: "format" },
@@ -787,6 +804,10 @@ struct LogFacts {
     /// counted, and such an entry may be counted twice: the set does not
     /// grow with damage to a whole index.)
     reported_keys: BTreeSet<(TopicPartition, i64)>,
+    /// The last LSN the log's frames cover, a tombstone's span included
+    /// (0 for none): past a stray frame inside the last tombstone's span,
+    /// which sorts last, the span's end.
+    covered_end: u64,
 }
 
 /// The log, or with a snapshot the log below its LSN. Keys that are not
@@ -856,6 +877,19 @@ fn verify_log(
             continue;
         }
         let at = Location::Wal { lsn };
+        if lsn == 0 {
+            // Whatever its value (a slot's too): the open refuses any key
+            // below LSN 1 (recovery's `refuse_keys_below_the_log`). Until
+            // 2026-12-05 an empty value there passed for a reserved slot,
+            // and a store with no frame after it was called clean.
+            r.add(
+                at,
+                CorruptionKind::BadKey {
+                    detail: crate::recovery::BELOW_THE_LOG.into(),
+                },
+            );
+            continue;
+        }
         if slots::is_slot(&v) {
             first_slot.get_or_insert(lsn);
             continue;
@@ -1031,6 +1065,7 @@ fn verify_log(
             },
         );
     }
+    facts.covered_end = expected.saturating_sub(1);
     if let Some(b) = bound.filter(|b| !b.poisoned && expected < b.lsn_end) {
         if span_unknown {
             // The log's last frame is damaged and may have been a tombstone
@@ -1688,16 +1723,97 @@ mod tests {
         stray_at(4);
         let r = verify_store(&cfg).unwrap();
         assert_eq!(gaps(&r), [Location::Wal { lsn: 3 }], "{:#?}", r.problems);
-        // A well-formed tombstone at LSN 0, below every frame: a gap of
-        // its own (the first frame has no stray before it; c1ec8de took
-        // its missing predecessor for one).
+        // A well-formed tombstone at LSN 0, below every frame: a key no
+        // build writes, named as the open names it (until 2026-12-05 a
+        // gap, and an empty value there passed for a slot), and no gap
+        // after it (c1ec8de took its missing predecessor for one).
         stray_at(0);
         let r = verify_store(&cfg).unwrap();
         assert!(
-            gaps(&r).contains(&Location::Wal { lsn: 0 }),
+            r.problems
+                .iter()
+                .any(|p| p.location == Location::Wal { lsn: 0 }
+                    && matches!(p.kind, CorruptionKind::BadKey { .. })),
             "{:#?}",
             r.problems
         );
+        assert_eq!(gaps(&r), [Location::Wal { lsn: 3 }], "{:#?}", r.problems);
+    }
+
+    /// A stray frame inside the span of the log's last tombstone sorts
+    /// last, but the span ends the log: one gap at the stray, and no
+    /// records said lost after it.
+    #[test]
+    fn a_stray_inside_the_last_span_is_no_lost_suffix() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = EngineConfig::new(dir.path());
+        let (a, b) = (TopicPartition::new("a", 0), TopicPartition::new("b", 0));
+        {
+            let e = Engine::open(cfg.clone()).unwrap();
+            e.append(&[batch(&a, 0..10, 10)]).unwrap();
+            for i in 0..3 {
+                e.append(&[batch(&b, i..i + 1, 10)]).unwrap();
+            }
+            // The newest entries (LSNs 2 to 4) go: one tombstone at 2.
+            e.truncate_before(&b, 3).unwrap();
+            e.close().unwrap();
+        }
+        assert!(verify_store(&cfg).unwrap().is_clean());
+        {
+            let db = cfg.open_sled().unwrap();
+            let tree = db.open_tree("cairn").unwrap();
+            let stray = frame::encode(3, FrameKind::Tombstone, 0, &frame::encode_tombstone(1));
+            tree.insert(keys::wal_key(3), stray).unwrap();
+            db.flush().unwrap();
+        }
+        let r = verify_store(&cfg).unwrap();
+        assert!(
+            r.problems
+                .iter()
+                .all(|p| !matches!(p.kind, CorruptionKind::LostSuffix { .. })),
+            "{:#?}",
+            r.problems
+        );
+        assert!(
+            r.problems
+                .iter()
+                .any(|p| p.location == Location::Wal { lsn: 3 }
+                    && matches!(p.kind, CorruptionKind::LsnGap { .. })),
+            "{:#?}",
+            r.problems
+        );
+    }
+
+    /// An empty value at LSN 0 is no reserved slot: the open refuses it,
+    /// and verify reports it where the open does.
+    #[test]
+    fn an_empty_value_at_lsn_0_is_a_bad_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = EngineConfig::new(dir.path());
+        Engine::open(cfg.clone()).unwrap().close().unwrap();
+        {
+            let db = cfg.open_sled().unwrap();
+            let tree = db.open_tree("cairn").unwrap();
+            tree.insert(keys::wal_key(0), &[][..]).unwrap();
+            db.flush().unwrap();
+        }
+        let r = verify_store(&cfg).unwrap();
+        assert!(
+            r.problems
+                .iter()
+                .any(|p| p.location == Location::Wal { lsn: 0 }
+                    && matches!(p.kind, CorruptionKind::BadKey { .. })),
+            "{r:?}"
+        );
+        match Engine::open(cfg.clone()) {
+            Err(Error::Corruption { location, kind }) => assert!(
+                location == Location::Wal { lsn: 0 }
+                    && matches!(kind, CorruptionKind::BadKey { .. }),
+                "{location}: {kind}"
+            ),
+            Err(other) => panic!("expected the open to refuse it, got {other}"),
+            Ok(_) => panic!("expected the open to refuse it, got an engine"),
+        }
     }
 
     /// `TrailingBytes` says how many bytes trail, not how many there are.

@@ -1147,7 +1147,9 @@ fn unknown_format_version_is_refused() {
             && location.to_string().contains("format"),
         "{location}: {kind}"
     );
-    // Version 0 was never written: damage, which verify lists.
+    // Version 0 was never written: damage, which verify lists, and the
+    // open names as verify does (until 2026-12-05 the open said
+    // `UnsupportedFormat`, as if another build read it).
     with_raw_tree(dir.path(), |t| {
         t.insert(
             cairn_engine::keys::META_FORMAT,
@@ -1160,8 +1162,14 @@ fn unknown_format_version_is_refused() {
         report
             .problems
             .iter()
-            .any(|p| p.to_string().contains("format version 0, this build reads")),
+            .any(|p| p.to_string().contains("format version 0, below the oldest")),
         "{report:?}"
+    );
+    let (location, kind) = open_refused(EngineConfig::new(dir.path()), "format version 0");
+    assert!(
+        matches!(&kind, CorruptionKind::BadMeta { detail } if detail.contains("format version 0, below the oldest"))
+            && location == Location::Meta { key: "format" },
+        "{location}: {kind}"
     );
 }
 
