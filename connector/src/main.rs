@@ -47,19 +47,6 @@ fn init_tracing(format: LogFormat, default_filter: &str) {
     }
 }
 
-/// Panics print as usual, except the one a failing store's own shutdown
-/// may raise on the failed disk (sled unwraps its last fsync; after a
-/// poisoning, a failed open or a failed backup): the engine catches it and
-/// logs it in one line, and a backtrace would only alarm.
-fn quiet_poisoned_drop_panics() {
-    let default = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        if !cairn_engine::dropping_failing_store() {
-            default(info);
-        }
-    }));
-}
-
 /// A crash point armed (`CAIRN_ABORT_AT`, torture tests and the demo's
 /// crashing run) aborts on purpose: no core file for it. And the demo's
 /// crashing `cairn run` (`run`) dies with the demo (the mock cluster it talks to
@@ -182,7 +169,7 @@ fn main() -> ExitCode {
     init_tracing(cli.log_format, default_filter);
     cli::set_log_format(cli.log_format);
     let log_format = cli.log_format;
-    quiet_poisoned_drop_panics();
+    cli::install_panic_hook();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
