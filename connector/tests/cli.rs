@@ -723,6 +723,27 @@ fn status_with_brokers_that_do_not_answer_prints_the_archive() {
     assert_eq!(code, 1, "{err}");
     let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(rows[0]["durable_next_offset"], 7, "{out}");
+    // Why the exit is 1 is said whatever RUST_LOG keeps (since 2026-12-05;
+    // a filter naming only librdkafka dropped it), as JSON too.
+    let out = Command::new(CAIRN)
+        .args(["--log-format", "json"])
+        .args(base)
+        .env("RUST_LOG", "librdkafka=debug")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let said = err
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|l| l["target"] == "cairn" && l["level"] == "ERROR")
+        .unwrap_or_else(|| panic!("no ERROR line of cairn's: {err}"));
+    assert!(
+        said["fields"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("could not read Kafka's figures")),
+        "{said}"
+    );
     assert!(rows[0]["kafka_committed"].is_null() && rows[0]["high_watermark"].is_null());
 }
 

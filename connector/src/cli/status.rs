@@ -204,7 +204,14 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
             &mut rows,
         ) {
             let e = crate::consumer::with_last_client_error(e, &consumer, |c| &c.last_cause);
-            tracing::error!(error = %e, "could not read Kafka's figures: the archive's are printed, the Kafka columns left empty");
+            // Said whatever `RUST_LOG` keeps: it is why the exit is 1
+            // (until 2026-12-05 a tracing event, which a filter naming
+            // other targets dropped).
+            super::say(
+                "ERROR",
+                &"could not read Kafka's figures: the archive's are printed, the Kafka columns left empty",
+                Some(&format_args!("could not read Kafka's figures: {e}")),
+            );
             for r in &mut rows {
                 (r.kafka_committed, r.high_watermark, r.lag, r.archive_lag) =
                     (None, None, None, None);
