@@ -551,9 +551,12 @@ fn remove_on_interrupt(
                 let _ = std::fs::remove_file(path);
                 super::say_warn!("interrupted: {} was left as it was", out.display());
             }
-            Stage::Complete => super::say_warn!(
+            Stage::Complete if to_file => super::say_warn!(
                 "interrupted after the export was complete: {} holds all of it",
                 out.display()
+            ),
+            Stage::Complete => super::say_warn!(
+                "interrupted after the export was complete: <stdout> received all of it"
             ),
             // Emptied, as a failed export's is (`abandon`), so that no
             // prefix passes for the whole export (before the night of
@@ -595,7 +598,12 @@ fn finish(mut out: BufWriter<Output>, out_path: &Path) -> Result<bool> {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
         Err(e) => Err(failed(e, abandon(out))),
         Ok(()) => match out.into_parts().0 {
-            Output::Stdout { .. } => Ok(true),
+            // Until 2026-12-05 a signal from here on (the archive's
+            // closing sync) said the export was incomplete.
+            Output::Stdout { staged, .. } => {
+                *lock_staged(&staged) = Stage::Complete;
+                Ok(true)
+            }
             // Its errors say what the file holds.
             Output::File(mut f) => f
                 .complete()
@@ -680,6 +688,10 @@ fn empty_in_place(file: &std::fs::File, path: &Path) -> String {
 enum Output {
     Stdout {
         stdout: std::io::Stdout,
+        /// Set `Complete` once the last flush took every record, so that a
+        /// signal after it (the archive's closing sync may take a while)
+        /// says the export was complete.
+        staged: Staged,
         written: bool,
         /// Not a regular file (a pipe, a terminal): a closed pipe there is
         /// a reader gone. A redirect into a regular file that answers
@@ -699,6 +711,7 @@ impl Output {
                 let special = !is_regular_file(&stdout);
                 Output::Stdout {
                     stdout,
+                    staged,
                     written: false,
                     special,
                 }
@@ -1019,6 +1032,7 @@ impl Write for Output {
                 stdout,
                 written,
                 special,
+                ..
             } => {
                 let written_now = write_failpointed(FAILPOINT_STDOUT_WRITE, stdout, buf);
                 let n = written_now.map_err(|e| pipe_only_if_special(e, *special))?;
@@ -1256,6 +1270,18 @@ mod tests {
                 },
             ],
         }
+    }
+
+    /// Standard output that took an export's last flush has all of it: a
+    /// signal from then on (the archive's closing sync) says the export
+    /// was complete, not incomplete.
+    #[test]
+    fn stdout_is_complete_once_its_last_flush_took_everything() {
+        let staged = Staged::default();
+        let w = BufWriter::new(Output::new(None, staged.clone()));
+        assert!(matches!(*lock_staged(&staged), Stage::Unstaged));
+        assert!(finish(w, Path::new("<stdout>")).unwrap());
+        assert!(matches!(*lock_staged(&staged), Stage::Complete));
     }
 
     /// An export that fails within its first 1 MiB, its output a file in a
