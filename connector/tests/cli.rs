@@ -148,6 +148,35 @@ fn a_refused_command_line_shows_no_credential_and_keeps_the_log_format() {
     assert!(stdout.contains("Usage: cairn run"), "{stdout}");
 }
 
+/// A `--data` that is a file is said to be no directory by every command
+/// that reads an archive (until 2026-12-05 the watermark's read error:
+/// "Not a directory" on FILE/cairn.durable), and left as it was.
+#[test]
+fn a_data_path_that_is_a_file_is_said_to_be_no_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("hostname");
+    std::fs::write(&file, "box\n").unwrap();
+    let f = file.to_str().unwrap();
+    let copy = dir.path().join("copy");
+    let copy = copy.to_str().unwrap();
+    for (args, exit) in [
+        (&["status", "--data", f][..], 1),
+        (&["export", "--data", f], 1),
+        (&["prune", "--data", f, "--topic", "t", "--before", "1"], 1),
+        (&["backup", "--data", f, "--to", copy], 1),
+        (&["verify", "--data", f], 2),
+    ] {
+        let (code, _, err) = cairn(args);
+        assert_eq!(code, exit, "{args:?}: {err}");
+        assert!(
+            err.contains(&format!("--data {f}: not a directory")),
+            "{args:?}: {err}"
+        );
+    }
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "box\n");
+    assert!(!dir.path().join("copy").exists());
+}
+
 #[test]
 fn run_refuses_a_data_directory_that_is_not_an_archive() {
     let dir = tempfile::tempdir().unwrap();

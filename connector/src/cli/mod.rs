@@ -329,8 +329,25 @@ pub fn holds_archive(dir: &std::path::Path) -> bool {
     cairn_engine::EngineConfig::new(dir).store_exists()
 }
 
+/// Refuse a `--data` that is there but no directory (a file, or a link to
+/// one): an archive is a directory. Until 2026-12-05 a file got the
+/// watermark's read error ("i/o error during read watermark on
+/// FILE/cairn.durable: Not a directory"), which names the path but not
+/// what is wrong.
+pub(crate) fn refuse_not_a_directory(data: &std::path::Path) -> crate::Result<()> {
+    match std::fs::metadata(data) {
+        Ok(m) if !m.is_dir() => Err(crate::ConnectorError::Config(format!(
+            "--data {}: not a directory, so no cairn archive (an archive is the directory `cairn run --data` was given)",
+            data.display()
+        ))),
+        // Missing, or unreadable: said where it is read.
+        _ => Ok(()),
+    }
+}
+
 /// Open an archive for reading, with a clear message when it is in use.
 pub fn open_archive(data: &std::path::Path) -> crate::Result<cairn_engine::Engine> {
+    refuse_not_a_directory(data)?;
     // Before "no archive there": a backup killed before sled wrote its
     // files has the mark and nothing else.
     cairn_engine::refuse_unfinished_backup(data)?;

@@ -34,6 +34,7 @@ pub async fn run(args: VerifyArgs) -> Result<ExitCode> {
 
 fn check(args: VerifyArgs) -> Result<ExitCode> {
     let path = &args.data.data;
+    super::refuse_not_a_directory(path)?;
     if let Some(conn) = crate::live::connect(path)? {
         let end = match super::live_report(conn, &crate::live::Request::Verify)? {
             Ok(end) => end,
