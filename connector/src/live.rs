@@ -98,6 +98,15 @@ const HEARTBEAT: Duration = Duration::from_millis(20);
 /// reads nothing for this long (an export paged in `less` and left there)
 /// is cut off, and gives its slot back.
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+/// [`SEND_TIMEOUT`] for a `status` answer (and a refusal): its client waits
+/// no longer than [`STATUS_TIMEOUT`] for all of it. Until 2026-12-05 it
+/// was `SEND_TIMEOUT`, so that five status clients suspended mid-answer
+/// (Ctrl-Z on a large archive's status, a frozen monitor) held every
+/// listed place, and every request was refused as busy, for 15 minutes.
+#[cfg(not(test))]
+const STATUS_SEND_TIMEOUT: Duration = STATUS_TIMEOUT;
+#[cfg(test)]
+const STATUS_SEND_TIMEOUT: Duration = Duration::from_millis(500);
 
 const TAG_OUTPUT: u8 = b'o';
 const TAG_END: u8 = b'e';
@@ -598,16 +607,29 @@ fn take(
 /// heartbeat: a frame is written whole under the lock.
 struct Wire {
     stream: UnixStream,
-    /// A write ran out of [`SEND_TIMEOUT`]: the client reads nothing, and
-    /// is not written to again (an end frame would wait as long again).
+    /// A write ran out of its timeout ([`SEND_TIMEOUT`], or
+    /// [`STATUS_SEND_TIMEOUT`]): the client reads nothing, and is not
+    /// written to again (an end frame would wait as long again).
     stalled: bool,
+}
+
+impl Wire {
+    /// The write timeout the stream was given, for what a stall says.
+    fn timeout_s(&self) -> u64 {
+        self.stream
+            .write_timeout()
+            .ok()
+            .flatten()
+            .unwrap_or(SEND_TIMEOUT)
+            .as_secs()
+    }
 }
 
 /// Write one frame to `wire`, unless a write to it already stalled.
 fn send(wire: &Mutex<Wire>, tag: u8, body: &[u8]) -> std::io::Result<()> {
     let mut w = lock(wire);
     if w.stalled {
-        return Err(stalled());
+        return Err(stalled(w.timeout_s()));
     }
     let sent = write_frame(&mut w.stream, tag, body);
     if let Err(e) = &sent {
@@ -616,16 +638,16 @@ fn send(wire: &Mutex<Wire>, tag: u8, body: &[u8]) -> std::io::Result<()> {
             std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
         ) {
             w.stalled = true;
-            return Err(stalled());
+            return Err(stalled(w.timeout_s()));
         }
     }
     sent
 }
 
-fn stalled() -> std::io::Error {
+fn stalled(timeout_s: u64) -> std::io::Error {
     std::io::Error::new(
         std::io::ErrorKind::TimedOut,
-        format!("the client read nothing for {} s", SEND_TIMEOUT.as_secs()),
+        format!("the client read nothing for {timeout_s} s"),
     )
 }
 
@@ -754,7 +776,11 @@ fn serve(conn: UnixStream, id: u64, engine: &Engine, shared: &Shared) {
         return;
     }
     // Every clone shares the socket, and so the timeout.
-    if let Err(e) = conn.set_write_timeout(Some(SEND_TIMEOUT)) {
+    let send_timeout = match &request {
+        Ok(Request::Status) | Err(_) => STATUS_SEND_TIMEOUT,
+        Ok(_) => SEND_TIMEOUT,
+    };
+    if let Err(e) = conn.set_write_timeout(Some(send_timeout)) {
         tracing::debug!(error = %e, "live read: no send timeout");
     }
     // Status needs none of the slots the others share.
@@ -909,7 +935,7 @@ fn serve(conn: UnixStream, id: u64, engine: &Engine, shared: &Shared) {
         match &end.error {
             _ if lock(&wire).stalled => tracing::warn!(
                 "live read cut off: its client read nothing for {} s",
-                SEND_TIMEOUT.as_secs()
+                lock(&wire).timeout_s()
             ),
             // Ended by its client going, or by the run's stop: said, with
             // the error (which may be the stop's own), but no alarm.
@@ -1886,6 +1912,60 @@ mod tests {
         let (end, out) = ask(dir.path(), &Request::Status);
         assert_eq!((end.exit, end.error), (0, None));
         assert!(!out.is_empty());
+        drop(stalled);
+        server.stop();
+    }
+
+    /// Status clients that stop reading mid-answer (suspended) are cut off
+    /// after their short send timeout, not [`SEND_TIMEOUT`]: every listed
+    /// place they held is free again, and the next request is served.
+    #[test]
+    fn stalled_status_clients_give_their_places_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        // Status rows for far more than the socket buffers hold.
+        let batches: Vec<_> = (0..6_000)
+            .map(|p| RecordBatch {
+                tp: TopicPartition::new("a-topic-with-a-longer-name", p),
+                records: vec![Record::with_value(0, b"v".to_vec())],
+            })
+            .collect();
+        e.append(&batches).unwrap();
+        let server = LiveServer::start(Arc::new(e)).unwrap();
+        // Every place a status may take.
+        let stalled: Vec<_> = (0..CONNECTIONS_MAX + STATUS_CONNECTIONS_RESERVED)
+            .map(|_| {
+                let mut conn = connect(dir.path()).unwrap().unwrap();
+                conn.write_all(b"{\"command\":\"status\"}\n").unwrap();
+                // Its first frame: the server is writing its answer.
+                let mut r = BufReader::new(conn);
+                assert!(matches!(read_frame(&mut r, None), Ok(Some(_))));
+                r
+            })
+            .collect();
+        // Served once the stalled answers are cut off (until 2026-12-05
+        // refused as busy for 15 minutes).
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            // Not `ask`: a refusal closes the connection with the request
+            // unread, which resets the read to its end.
+            let mut out = Vec::new();
+            let conn = connect(dir.path()).unwrap().expect("server answers");
+            let end = request(conn, &Request::Status, &mut out, Path::new("<test>")).unwrap();
+            if end.exit == 0 {
+                assert!(!out.is_empty());
+                break;
+            }
+            assert!(
+                end.error
+                    .as_deref()
+                    .is_some_and(|e| e.contains("already serving")),
+                "{end:?}"
+            );
+            assert!(Instant::now() < deadline, "still busy after 60 s");
+            // Pacing the retries, not synchronising with anything.
+            std::thread::sleep(Duration::from_millis(50));
+        }
         drop(stalled);
         server.stop();
     }
