@@ -306,6 +306,20 @@ fn request_arrived(stream: &UnixStream) -> bool {
     )
 }
 
+/// Whether `stream`'s client has closed its side, its end read next
+/// (nothing more sent), without taking anything or waiting.
+fn hung_up(stream: &UnixStream) -> bool {
+    let mut byte = [0u8; 1];
+    matches!(
+        rustix::net::recv(
+            stream,
+            &mut byte,
+            rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT
+        ),
+        Ok((0, _))
+    )
+}
+
 fn busy() -> String {
     format!("the running cairn is already serving as many requests as it takes ({CONNECTIONS_MAX}, and one more status); try again when one has finished")
 }
@@ -871,8 +885,14 @@ fn serve(conn: UnixStream, id: u64, engine: &Engine, shared: &Shared) {
     let stop = &shared.stop;
     let pid = std::process::id();
     // A client sends nothing after its request: a read that ends means it
-    // hung up (or the server cut the connection off at stop).
-    let gone = Arc::new(AtomicBool::new(stop.load(Ordering::SeqCst)));
+    // hung up (or the server cut the connection off at stop). One whose end
+    // is in already (a `shutdown(SHUT_WR)` right after its line) is gone
+    // from the start: until 2026-12-05 only the watcher, below, found it,
+    // and whether a prune had made its first step by then was the
+    // threads' race.
+    let gone = Arc::new(AtomicBool::new(
+        stop.load(Ordering::SeqCst) || hung_up(&conn),
+    ));
     let watcher = conn.try_clone().ok().and_then(|mut c| {
         let gone = gone.clone();
         std::thread::Builder::new()
@@ -2131,6 +2151,46 @@ mod tests {
             server.stop();
             assert_eq!(Arc::strong_count(&e), 1, "a thread kept the engine");
         }
+    }
+
+    /// A prune whose client closed its side right after the request
+    /// (`shutdown(SHUT_WR)`, which counts as a hang-up) deletes nothing:
+    /// its client is gone before the first step, whichever thread runs
+    /// first.
+    #[test]
+    fn a_prune_from_a_client_already_gone_deletes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
+        // An entry per record: a prune to 3 deletes whole entries.
+        for o in 0..5 {
+            let records = vec![Record::with_value(o, format!("v{o}"))];
+            let tp = TopicPartition::new("t", 0);
+            e.append(&[RecordBatch { tp, records }]).unwrap();
+        }
+        let server = LiveServer::start(e.clone()).unwrap();
+        let req = Request::Prune {
+            selection: Selection {
+                topics: vec!["t".into()],
+                ..Selection::default()
+            },
+            cut: crate::cli::prune::Cut::Offset(3),
+            dry_run: false,
+        };
+        for _ in 0..20 {
+            let mut conn = connect(dir.path()).unwrap().unwrap();
+            let mut line = serde_json::to_vec(&req).unwrap();
+            line.push(b'\n');
+            conn.write_all(&line).unwrap();
+            conn.shutdown(std::net::Shutdown::Write).unwrap();
+            conn.read_to_end(&mut Vec::new()).unwrap();
+            let info = e.partitions();
+            assert_eq!(info[0].first_offset, 0, "{info:?}");
+        }
+        // The same prune from a client that waits for its answer deletes.
+        let (end, _) = ask(dir.path(), &req);
+        assert_eq!(end.exit, 0, "{end:?}");
+        assert_eq!(e.partitions()[0].first_offset, 3);
+        server.stop();
     }
 
     /// An archive at `data`, served, and a verify asked of it: the
