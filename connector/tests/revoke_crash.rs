@@ -230,6 +230,17 @@ fn abort_inside_a_revoke_loses_nothing_and_stores_stay_duplicate_free() {
     // Every offset A committed is within what A's store holds durably.
     assert!(!committed_by_a.is_empty(), "A logged no commit's offsets");
     common::assert_committed_le_durable(&committed_by_a, &durable_a, "A at its abort");
+    // And the abort met records made durable but not committed (its
+    // lingering buffer, flushed by the revoke): without them this would be
+    // a crash with nothing in flight (until 2026-12-05 not checked). Which
+    // partition the revoke took, and so whether B archives them again, is
+    // the assignor's: the overlap below is printed, not asserted.
+    assert!(
+        durable_a
+            .iter()
+            .any(|(tp, d)| committed_by_a.get(&tp.partition).is_none_or(|c| c < d)),
+        "A aborted with everything durable committed: durable {durable_a:?}, committed {committed_by_a:?}"
+    );
     // So is every offset Kafka holds under A's name, also one A sent and
     // did not live to log acknowledged (seen in review, 2026-12-05: only
     // A's log was checked). B's commits carry B's name.
