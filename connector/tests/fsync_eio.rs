@@ -239,7 +239,7 @@ fn an_eio_from_fdatasync_stops_the_run_non_zero_and_is_never_retried() {
     let durable = engine.durable_offsets();
     drop(engine);
     let kafka = committed(&mb.brokers, &group, &topic, 3).unwrap();
-    common::assert_committed_le_durable(&kafka, &durable, "after the failed fsync");
+    common::assert_committed_le_durable(&topic, &kafka, &durable, "after the failed fsync");
     assert!(
         kafka.values().sum::<i64>() > 0,
         "nothing was committed before the failure: {kafka:?}"

@@ -54,7 +54,12 @@ fn check_committed_le_durable(mb: &TestBroker, data: &std::path::Path, round: u3
         .unwrap()
         .durable_offsets();
     let kafka = committed(&mb.brokers, &mb.group(GROUP), &mb.topic(TOPIC), 3).unwrap();
-    common::assert_committed_le_durable(&kafka, &durable, &format!("round {round}"));
+    common::assert_committed_le_durable(
+        &mb.topic(TOPIC),
+        &kafka,
+        &durable,
+        &format!("round {round}"),
+    );
     (durable.values().sum(), kafka.values().sum())
 }
 

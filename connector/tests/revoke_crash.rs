@@ -229,7 +229,7 @@ fn abort_inside_a_revoke_loses_nothing_and_stores_stay_duplicate_free() {
     };
     // Every offset A committed is within what A's store holds durably.
     assert!(!committed_by_a.is_empty(), "A logged no commit's offsets");
-    common::assert_committed_le_durable(&committed_by_a, &durable_a, "A at its abort");
+    common::assert_committed_le_durable(&topic, &committed_by_a, &durable_a, "A at its abort");
     // And the abort met records made durable but not committed (its
     // lingering buffer, flushed by the revoke): without them this would be
     // a crash with nothing in flight (until 2026-12-05 not checked). Which
