@@ -207,7 +207,11 @@ pub trait SinkTask: Send {
     /// `Retriable` error brings the same batches again, less those of
     /// partitions lost since; `Fatal` stops the run. `PutOutcome::durable`
     /// may report what is durable already (checked, as `pre_commit`'s
-    /// offsets are); its counters only feed the run's statistics. Every
+    /// offsets are), but is never committed itself: only `pre_commit`'s
+    /// offsets are, and a put's report can only lower one declared safe
+    /// before (module docs, 2.), so a sink that makes each put durable
+    /// still returns its offsets from `pre_commit` (an empty map there
+    /// commits nothing new). Its counters only feed the run's statistics. Every
     /// offset returned here, by `open`, `start` or `pre_commit` must be
     /// at least 0: a negative one fails the run (since 2026-12-05).
     fn put(&mut self, batches: &[RecordBatch]) -> Result<PutOutcome, TaskError>;
