@@ -862,9 +862,7 @@ pub fn client_config(cfg: &RunConfig) -> ClientConfig {
         // check stops the run (`stops_the_run`). `-X check.crcs=false` may
         // turn it off (docs/BENCHMARKS.md has its cost).
         .set("check.crcs", "true");
-    for (k, v) in &cfg.kafka {
-        c.set(k, v);
-    }
+    crate::librdkafka::set_kafka(&mut c, &cfg.kafka, &[]);
     c
 }
 

@@ -101,9 +101,7 @@ pub(crate) fn client_config(cfg: &RunConfig) -> (ClientConfig, u64) {
     c.set("message.max.bytes", "1000000000");
     // The run's -X settings (security ones above all); the consumer-only
     // ones draw a warning from librdkafka, logged at debug (`Report`).
-    for (k, v) in &cfg.kafka {
-        c.set(k, v);
-    }
+    crate::librdkafka::set_kafka(&mut c, &cfg.kafka, &[]);
     // Every dead letter gets a definite delivery report before the wait
     // for it ends: librdkafka gives up at message.timeout.ms.
     // RunConfig::validate refused a timeout given twice or not positive.

@@ -56,6 +56,28 @@ pub(crate) fn given_any(kafka: &BTreeMap<String, String>, names: &[&str]) -> boo
     names.iter().any(|k| settings_of(kafka, k).next().is_some())
 }
 
+/// The names of the settings that give librdkafka its TLS trust anchors.
+const CA_KEYS: [&str; 3] = ["ssl.ca.location", "ssl.ca.pem", "ssl.ca.certificate.stores"];
+
+/// Set every `-X` setting of `kafka` on `c` but those named in `skip`,
+/// and, unless `-X` names the TLS trust anchors itself,
+/// `ssl.ca.location=probe`: cairn's librdkafka links a vendored OpenSSL,
+/// whose default certificate paths (under `/usr/local/ssl`) no Linux
+/// distribution fills, so a TLS connection to a broker with a public
+/// CA's certificate failed its verification unless the user named the
+/// system's bundle (until 2026-12-05; seen in review). `probe` has
+/// librdkafka look in the distributions' usual places
+/// (`/etc/ssl/certs/ca-certificates.crt` and the like). Without TLS it is
+/// not read.
+pub(crate) fn set_kafka(c: &mut ClientConfig, kafka: &BTreeMap<String, String>, skip: &[&str]) {
+    for (k, v) in kafka.iter().filter(|(k, _)| !skip.contains(&k.as_str())) {
+        c.set(k, v);
+    }
+    if !given_any(kafka, &CA_KEYS) {
+        c.set("ssl.ca.location", "probe");
+    }
+}
+
 /// Whether two `-X` values mean the same to librdkafka, as far as cairn
 /// compares them: booleans as librdkafka reads them (`true`/`t`/`1`,
 /// `false`/`f`/`0`, any case), numbers by value, anything else exactly.
@@ -501,6 +523,32 @@ mod tests {
     use super::*;
     use rdkafka::consumer::{BaseConsumer, Consumer};
     use rdkafka::mocking::MockCluster;
+
+    /// Every client cairn makes from `-X` looks for the system's CA
+    /// certificates (`probe`) unless `-X` names its trust anchors: the
+    /// vendored OpenSSL's own default paths hold none. A TLS client so
+    /// configured is made (its TLS context loads the bundle found).
+    #[test]
+    fn clients_probe_for_the_systems_ca_certificates_unless_told() {
+        let cfg = crate::RunConfig::new("b:1", "g", vec!["t".into()], "d".into());
+        let consumer = crate::consumer::client_config(&cfg);
+        assert_eq!(consumer.get("ssl.ca.location"), Some("probe"));
+        let mut c = ClientConfig::new();
+        let mut given = BTreeMap::new();
+        given.insert("ssl.ca.location".to_owned(), "/srv/ca.pem".to_owned());
+        set_kafka(&mut c, &given, &[]);
+        assert_eq!(c.get("ssl.ca.location"), Some("/srv/ca.pem"));
+        let mut c = ClientConfig::new();
+        let mut given = BTreeMap::new();
+        given.insert("ssl.ca.pem".to_owned(), "-----BEGIN".to_owned());
+        given.insert("group.id".to_owned(), "x".to_owned());
+        set_kafka(&mut c, &given, &["group.id"]);
+        assert_eq!((c.get("ssl.ca.location"), c.get("group.id")), (None, None));
+        let mut tls = consumer.clone();
+        tls.set("security.protocol", "ssl");
+        tls.create::<BaseConsumer>()
+            .expect("a TLS client that probes for the CA certificates");
+    }
 
     /// One property under two names (an alias, or the `topic.` prefix)
     /// with two values is refused; with one value, or once, it is not.

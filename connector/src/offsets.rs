@@ -175,9 +175,7 @@ pub fn client_with(brokers: &str, kafka: &BTreeMap<String, String>) -> Result<Ba
 
 fn client_config(brokers: &str, kafka: &BTreeMap<String, String>) -> ClientConfig {
     let mut c = ClientConfig::new();
-    for (k, v) in kafka {
-        c.set(k, v);
-    }
+    crate::librdkafka::set_kafka(&mut c, kafka, &[]);
     c.set("bootstrap.servers", brokers)
         .set("enable.auto.commit", "false");
     c

@@ -924,9 +924,7 @@ fn producer_config(cfg: &RestoreConfig) -> ClientConfig {
     }
     // `group.id` names the `--resume` reader's group; a producer has none
     // (librdkafka would warn that it ignores it).
-    for (k, v) in cfg.kafka.iter().filter(|(k, _)| *k != "group.id") {
-        c.set(k, v);
-    }
+    crate::librdkafka::set_kafka(&mut c, &cfg.kafka, &["group.id"]);
     c
 }
 
@@ -1182,9 +1180,7 @@ fn resume_reader(cfg: &RestoreConfig) -> Result<BaseConsumer<ReaderContext>> {
 /// `-X` under any other name.
 fn reader_config(cfg: &RestoreConfig) -> ClientConfig {
     let mut c = ClientConfig::new();
-    for (k, v) in &cfg.kafka {
-        c.set(k, v);
-    }
+    crate::librdkafka::set_kafka(&mut c, &cfg.kafka, &[]);
     // librdkafka assigns only within a group; this one never commits or
     // subscribes. `-X group.id` names it (a secured cluster may allow only
     // some groups), else cairn does.
