@@ -833,25 +833,48 @@ fn resume_refuses_a_partition_this_restore_did_not_write() {
     assert_eq!(highs(&k, 3), vec![0, 0, 1]);
 }
 
+/// A timestamp of 0, which Kafka's producer reads as "now", is replaced,
+/// counted and said; a negative one (before 1970, or -1, Kafka's "no
+/// timestamp") is sent as archived (until 2026-12-05 it was replaced too).
 #[test]
 fn a_timestamp_kafka_cannot_send_is_counted_not_hidden() {
     init_logs();
     let dir = tempfile::tempdir().unwrap();
     let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
-    let mut r = Record::with_value(0, "epoch");
-    r.timestamp_type = TimestampType::CreateTime;
-    r.timestamp_ms = 0;
+    let records = [0, -86_400_000, -1]
+        .into_iter()
+        .enumerate()
+        .map(|(o, ts)| {
+            let mut r = Record::with_value(o as i64, "epoch");
+            r.timestamp_type = TimestampType::CreateTime;
+            r.timestamp_ms = ts;
+            r
+        })
+        .collect();
     engine
         .append(&[RecordBatch {
             tp: TopicPartition::new(ARCHIVED, 0),
-            records: vec![r],
+            records,
         }])
         .unwrap();
     let k = TestKafka::new("epoch", 1);
     let report = restore(&engine, &config(&k)).unwrap();
-    assert_eq!((report.records, report.timestamps_replaced), (1, 1));
+    assert_eq!((report.records, report.timestamps_replaced), (3, 1));
     let got = consume_all(&k, 1);
-    assert!(matches!(got[&0][0].timestamp, Timestamp::CreateTime(t) if t > 0));
+    let stamps: Vec<_> = got[&0].iter().map(|r| r.timestamp).collect();
+    assert!(
+        matches!(stamps[..], [Timestamp::CreateTime(now), Timestamp::CreateTime(-86_400_000), _] if now > 0),
+        "{stamps:?}"
+    );
+    // -1 comes back as Kafka's "no timestamp", whichever way the client
+    // names it.
+    assert!(
+        matches!(
+            stamps[2],
+            Timestamp::CreateTime(-1) | Timestamp::NotAvailable
+        ),
+        "{stamps:?}"
+    );
 }
 
 /// Records that keep failing with a retriable error time out; the restore

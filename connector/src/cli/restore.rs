@@ -162,7 +162,7 @@ fn print_report(report: &crate::restore::RestoreReport) -> Result<()> {
     }
     if report.timestamps_replaced > 0 {
         outln!(
-            "{} records were archived with a timestamp of 0 or below, which Kafka's producer cannot send: they carry the time of restore",
+            "{} records were archived with a timestamp of 0, which Kafka's producer cannot send: they carry the time of restore",
             report.timestamps_replaced
         )?;
     }
