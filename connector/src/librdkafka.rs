@@ -478,6 +478,13 @@ pub(crate) fn sliced_wait<T>(
     mut request: impl FnMut(Duration) -> KafkaResult<T>,
 ) -> std::result::Result<T, Waited> {
     let t0 = Instant::now();
+    let stopped = |waited_ms| {
+        Waited::Stopped(ConnectorError::StoppedWaiting {
+            brokers: brokers.to_owned(),
+            asked_for: asked_for.to_owned(),
+            waited_ms,
+        })
+    };
     let mut slice = WAIT_SLICE;
     loop {
         // Whole milliseconds, rounded up: librdkafka takes milliseconds,
@@ -487,6 +494,12 @@ pub(crate) fn sliced_wait<T>(
         let wait = Duration::from_millis(left_ms as u64).min(slice);
         let asked = Instant::now();
         let error = match request(wait) {
+            // A signal during the request (or the pause before it) stops
+            // the wait, answered or not: what the caller would do next
+            // (open the archive) is not to be done. Until 2026-12-05 an
+            // answer won, and a run stopped while waiting opened its
+            // archive and exited 0.
+            Ok(_) if stop() => return Err(stopped(t0.elapsed().as_millis() as u64)),
             Ok(answer) => return Ok(answer),
             Err(e) => e,
         };
@@ -494,11 +507,7 @@ pub(crate) fn sliced_wait<T>(
         let elapsed = t0.elapsed();
         let waited_ms = elapsed.as_millis() as u64;
         if stop() {
-            return Err(Waited::Stopped(ConnectorError::StoppedWaiting {
-                brokers: brokers.to_owned(),
-                asked_for: asked_for.to_owned(),
-                waited_ms,
-            }));
+            return Err(stopped(waited_ms));
         }
         use RDKafkaErrorCode as C;
         slice = match error.rdkafka_error_code() {
@@ -523,6 +532,34 @@ mod tests {
     use super::*;
     use rdkafka::consumer::{BaseConsumer, Consumer};
     use rdkafka::mocking::MockCluster;
+
+    /// A signal during a request that is then answered stops the wait all
+    /// the same: its caller does not go on to open the archive.
+    #[test]
+    fn a_stop_during_an_answered_request_stops_the_wait() {
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let answered = sliced_wait(
+            "b:1",
+            "x",
+            Duration::from_secs(10),
+            &|| stop.load(std::sync::atomic::Ordering::SeqCst),
+            |_| {
+                stop.store(true, std::sync::atomic::Ordering::SeqCst);
+                Ok(7)
+            },
+        );
+        match answered {
+            Err(Waited::Stopped(ConnectorError::StoppedWaiting { asked_for, .. })) => {
+                assert_eq!(asked_for, "x")
+            }
+            Err(Waited::Failed { error, .. }) => panic!("failed: {error}"),
+            Err(Waited::Stopped(e)) => panic!("stopped as {e}"),
+            Ok(n) => panic!("answered {n} after the stop"),
+        }
+        // Without a stop, the answer.
+        let answered = sliced_wait("b:1", "x", Duration::from_secs(10), &|| false, |_| Ok(7));
+        assert!(matches!(answered, Ok(7)));
+    }
 
     /// Every client cairn makes from `-X` looks for the system's CA
     /// certificates (`probe`) unless `-X` names its trust anchors: the
