@@ -83,7 +83,7 @@ pub async fn run(args: RestoreArgs) -> Result<ExitCode> {
     let watcher = signals.stop_then_exit(
         stop.clone(),
         || tracing::warn!("signal received: stopping the restore after what was sent is acknowledged (again to exit at once)"),
-        || tracing::error!("second signal: exiting without waiting; records in flight may or may not have been written"),
+        || super::say("ERROR", &"second signal: exiting without waiting; records in flight may or may not have been written", None),
     );
     // Kafka first: a mistyped broker or target topic is refused before the
     // archive is opened (recovered, perhaps upgraded).

@@ -464,7 +464,9 @@ async fn archive(cfg: RunConfig) -> Result<(ExitCode, u64)> {
     Signals::for_command()?.stop_then_exit(
         stop.clone(),
         || tracing::info!("signal received: draining, fsyncing, committing, closing (again to exit at once)"),
-        || tracing::error!("second signal: exiting at once, without the final commit; the next start recovers the archive and resumes from what is durable"),
+        // Said whatever RUST_LOG keeps: it is why the exit is 130 (until
+        // 2026-12-05 a tracing event, which a filter could drop).
+        || super::say("ERROR", &"second signal: exiting at once, without the final commit; the next start recovers the archive and resumes from what is durable", None),
     );
     // Kafka first: a mistyped broker or topic refused before the archive
     // is opened (recovered, perhaps upgraded, pruned) or even made. The
