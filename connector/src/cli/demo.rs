@@ -740,7 +740,17 @@ async fn run_until_done(
         })),
         on_commit_sent: Some(Box::new({
             let past_durable = past_durable.clone();
+            // Held weakly, as the run's own check holds it, so that the
+            // sink's stop closes the engine as `cairn run`'s does (until
+            // 2026-12-05 this kept it, and the demo's runs only synced it).
+            let engine = Arc::downgrade(&engine);
             move |sent, _| {
+                // Every commit the loop sends comes before the sink's stop.
+                let Some(engine) = engine.upgrade() else {
+                    lock(&past_durable)
+                        .get_or_insert("a commit was sent after the engine closed".into());
+                    return;
+                };
                 let past = sent.iter().find_map(|(tp, &o)| {
                     let durable = engine.durable_offset(tp).unwrap_or(0);
                     (o > durable)
@@ -754,6 +764,8 @@ async fn run_until_done(
         stop: stop.clone(),
         ..Default::default()
     };
+    // The sink's is the one strong reference: its stop closes the engine.
+    drop(engine);
     let mut run = tokio::task::spawn_blocking(move || run_pipeline(&cfg, sink, opts));
     let ran = tokio::time::timeout(RUN_TIMEOUT, &mut run).await;
     if let Some(past) = lock(&past_durable).take() {
