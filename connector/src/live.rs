@@ -292,32 +292,29 @@ impl Drop for Slot<'_> {
     }
 }
 
-/// Whether bytes wait to be read on `stream` (a request sent, its first
-/// bytes at least), without taking them or waiting.
-fn request_arrived(stream: &UnixStream) -> bool {
+/// What a read of `stream` would take next, looked at without taking it
+/// or waiting: `Some(0)` its end (the client closed its side), `Some(n)`
+/// bytes, `None` nothing yet (or an error).
+fn peek(stream: &UnixStream) -> Option<usize> {
     let mut byte = [0u8; 1];
-    matches!(
-        rustix::net::recv(
-            stream,
-            &mut byte,
-            rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT
-        ),
-        Ok((n, _)) if n > 0
+    rustix::net::recv(
+        stream,
+        &mut byte,
+        rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT,
     )
+    .ok()
+    .map(|(n, _)| n)
 }
 
-/// Whether `stream`'s client has closed its side, its end read next
-/// (nothing more sent), without taking anything or waiting.
+/// Whether bytes wait to be read on `stream` (a request sent, its first
+/// bytes at least).
+fn request_arrived(stream: &UnixStream) -> bool {
+    peek(stream).is_some_and(|n| n > 0)
+}
+
+/// Whether `stream`'s client has closed its side, with nothing more sent.
 fn hung_up(stream: &UnixStream) -> bool {
-    let mut byte = [0u8; 1];
-    matches!(
-        rustix::net::recv(
-            stream,
-            &mut byte,
-            rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT
-        ),
-        Ok((0, _))
-    )
+    peek(stream) == Some(0)
 }
 
 fn busy() -> String {
@@ -889,7 +886,9 @@ fn serve(conn: UnixStream, id: u64, engine: &Engine, shared: &Shared) {
     // is in already (a `shutdown(SHUT_WR)` right after its line) is gone
     // from the start: until 2026-12-05 only the watcher, below, found it,
     // and whether a prune had made its first step by then was the
-    // threads' race.
+    // threads' race. An end that arrives after the line was read is still
+    // the watcher's to find: a prune may have made a step by then, as a
+    // close at any time stops it between steps.
     let gone = Arc::new(AtomicBool::new(
         stop.load(Ordering::SeqCst) || hung_up(&conn),
     ));
@@ -2153,44 +2152,24 @@ mod tests {
         }
     }
 
-    /// A prune whose client closed its side right after the request
-    /// (`shutdown(SHUT_WR)`, which counts as a hang-up) deletes nothing:
-    /// its client is gone before the first step, whichever thread runs
-    /// first.
+    /// A client that closed its side after its request (`shutdown(SHUT_WR)`,
+    /// which counts as a hang-up) is seen as gone once its line is read,
+    /// without the watcher thread: a serve that finds it so starts with
+    /// its client gone, and a prune then makes no step. One still
+    /// connected, or with more bytes sent, is not.
     #[test]
-    fn a_prune_from_a_client_already_gone_deletes_nothing() {
-        let dir = tempfile::tempdir().unwrap();
-        let e = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
-        // An entry per record: a prune to 3 deletes whole entries.
-        for o in 0..5 {
-            let records = vec![Record::with_value(o, format!("v{o}"))];
-            let tp = TopicPartition::new("t", 0);
-            e.append(&[RecordBatch { tp, records }]).unwrap();
-        }
-        let server = LiveServer::start(e.clone()).unwrap();
-        let req = Request::Prune {
-            selection: Selection {
-                topics: vec!["t".into()],
-                ..Selection::default()
-            },
-            cut: crate::cli::prune::Cut::Offset(3),
-            dry_run: false,
-        };
-        for _ in 0..20 {
-            let mut conn = connect(dir.path()).unwrap().unwrap();
-            let mut line = serde_json::to_vec(&req).unwrap();
-            line.push(b'\n');
-            conn.write_all(&line).unwrap();
-            conn.shutdown(std::net::Shutdown::Write).unwrap();
-            conn.read_to_end(&mut Vec::new()).unwrap();
-            let info = e.partitions();
-            assert_eq!(info[0].first_offset, 0, "{info:?}");
-        }
-        // The same prune from a client that waits for its answer deletes.
-        let (end, _) = ask(dir.path(), &req);
-        assert_eq!(end.exit, 0, "{end:?}");
-        assert_eq!(e.partitions()[0].first_offset, 3);
-        server.stop();
+    fn a_client_that_closed_its_side_is_hung_up() {
+        let (mut client, server) = UnixStream::pair().unwrap();
+        client.write_all(b"{\"command\":\"status\"}\n").unwrap();
+        // The line read, as `read_request` takes it.
+        let mut line = [0u8; 21];
+        (&server).read_exact(&mut line).unwrap();
+        assert!(!hung_up(&server) && !request_arrived(&server));
+        client.write_all(b"x").unwrap();
+        assert!(!hung_up(&server) && request_arrived(&server));
+        (&server).read_exact(&mut [0u8; 1]).unwrap();
+        client.shutdown(std::net::Shutdown::Write).unwrap();
+        assert!(hung_up(&server) && !request_arrived(&server));
     }
 
     /// An archive at `data`, served, and a verify asked of it: the

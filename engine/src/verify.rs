@@ -1677,6 +1677,36 @@ mod tests {
         );
     }
 
+    /// A closed, clean store at `cfg`: partition a's entry at LSN 1, then b's
+    /// three entries (LSNs 2 to 4) pruned, one tombstone at 2 spanning
+    /// them, then, with `entry_after`, partition c's entry at 5. Returns
+    /// what puts a tombstone of one LSN at `lsn`, past the engine.
+    fn store_with_a_pruned_span(cfg: &EngineConfig, entry_after: bool) -> impl Fn(u64) + '_ {
+        let (a, b, c) = (
+            TopicPartition::new("a", 0),
+            TopicPartition::new("b", 0),
+            TopicPartition::new("c", 0),
+        );
+        let e = Engine::open(cfg.clone()).unwrap();
+        e.append(&[batch(&a, 0..10, 10)]).unwrap();
+        for i in 0..3 {
+            e.append(&[batch(&b, i..i + 1, 10)]).unwrap();
+        }
+        if entry_after {
+            e.append(&[batch(&c, 0..10, 10)]).unwrap();
+        }
+        e.truncate_before(&b, 3).unwrap();
+        e.close().unwrap();
+        assert!(verify_store(cfg).unwrap().is_clean());
+        move |lsn| {
+            let db = cfg.open_sled().unwrap();
+            let tree = db.open_tree("cairn").unwrap();
+            let stray = frame::encode(lsn, FrameKind::Tombstone, 0, &frame::encode_tombstone(1));
+            tree.insert(keys::wal_key(lsn), stray).unwrap();
+            db.flush().unwrap();
+        }
+    }
+
     /// A stray tombstone inside another's span is one gap, and the frames
     /// after that span are none (until the night of 2026-12-04 the stray
     /// moved the expected LSN back, and the next frame was a second gap).
@@ -1684,30 +1714,8 @@ mod tests {
     fn a_stray_tombstone_inside_a_span_is_one_gap() {
         let dir = tempfile::tempdir().unwrap();
         let cfg = EngineConfig::new(dir.path());
-        let (a, b, c) = (
-            TopicPartition::new("a", 0),
-            TopicPartition::new("b", 0),
-            TopicPartition::new("c", 0),
-        );
-        {
-            let e = Engine::open(cfg.clone()).unwrap();
-            e.append(&[batch(&a, 0..10, 10)]).unwrap();
-            for i in 0..3 {
-                e.append(&[batch(&b, i..i + 1, 10)]).unwrap();
-            }
-            e.append(&[batch(&c, 0..10, 10)]).unwrap();
-            e.truncate_before(&b, 3).unwrap();
-            e.close().unwrap();
-        }
-        assert!(verify_store(&cfg).unwrap().is_clean());
-        // A tombstone of one LSN put at `lsn`, past the engine.
-        let stray_at = |lsn: u64| {
-            let db = cfg.open_sled().unwrap();
-            let tree = db.open_tree("cairn").unwrap();
-            let stray = frame::encode(lsn, FrameKind::Tombstone, 0, &frame::encode_tombstone(1));
-            tree.insert(keys::wal_key(lsn), stray).unwrap();
-            db.flush().unwrap();
-        };
+        // Partition c's entry after the span.
+        let stray_at = store_with_a_pruned_span(&cfg, true);
         stray_at(3);
         let gaps = |r: &VerifyReport| -> Vec<Location> {
             r.problems
@@ -1747,25 +1755,9 @@ mod tests {
     fn a_stray_inside_the_last_span_is_no_lost_suffix() {
         let dir = tempfile::tempdir().unwrap();
         let cfg = EngineConfig::new(dir.path());
-        let (a, b) = (TopicPartition::new("a", 0), TopicPartition::new("b", 0));
-        {
-            let e = Engine::open(cfg.clone()).unwrap();
-            e.append(&[batch(&a, 0..10, 10)]).unwrap();
-            for i in 0..3 {
-                e.append(&[batch(&b, i..i + 1, 10)]).unwrap();
-            }
-            // The newest entries (LSNs 2 to 4) go: one tombstone at 2.
-            e.truncate_before(&b, 3).unwrap();
-            e.close().unwrap();
-        }
-        assert!(verify_store(&cfg).unwrap().is_clean());
-        {
-            let db = cfg.open_sled().unwrap();
-            let tree = db.open_tree("cairn").unwrap();
-            let stray = frame::encode(3, FrameKind::Tombstone, 0, &frame::encode_tombstone(1));
-            tree.insert(keys::wal_key(3), stray).unwrap();
-            db.flush().unwrap();
-        }
+        // No entry after the span: it ends the log.
+        let stray_at = store_with_a_pruned_span(&cfg, false);
+        stray_at(3);
         let r = verify_store(&cfg).unwrap();
         assert!(
             r.problems
