@@ -34,15 +34,18 @@ pub(crate) fn headers_of<H: Headers>(hs: &H) -> Result<Vec<Header>, String> {
     .ok_or_else(|| HEADER_NAME_NOT_UTF8.to_owned())
 }
 
-/// The archived timestamp, if Kafka's producer can send it: librdkafka
-/// reads 0 as "now", and sends every other value as given, a negative one
-/// too (a time before 1970, or -1, Kafka's "no timestamp", which a broker
-/// gives a record it up-converts from its oldest format; until 2026-12-05
-/// every one at or below 0 was replaced). A record archived without one
-/// has none. A log-append time is sent as a create time (a topic set to
-/// LogAppendTime replaces it on arrival).
+/// The archived timestamp, if Kafka can take it: librdkafka reads 0 as
+/// "now", and a broker that rebuilds a batch (to recompress it, or to
+/// convert its format) refuses any negative timestamp but -1, Kafka's "no
+/// timestamp" (its `MemoryRecordsBuilder`), failing the whole batch. So
+/// -1, which a broker gives a record it up-converts from its oldest
+/// format, is sent as archived (since 2026-12-05; before, it was replaced
+/// too), and 0 and every other negative one are not. A record archived
+/// without one has none. A log-append time is sent as a create time (a
+/// topic set to LogAppendTime replaces it on arrival).
 pub fn sendable_timestamp(r: &Record) -> Option<i64> {
-    (r.timestamp_type != TimestampType::NotAvailable && r.timestamp_ms != 0)
+    (r.timestamp_type != TimestampType::NotAvailable
+        && (r.timestamp_ms > 0 || r.timestamp_ms == -1))
         .then_some(r.timestamp_ms)
 }
 

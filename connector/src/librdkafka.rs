@@ -56,26 +56,45 @@ pub(crate) fn given_any(kafka: &BTreeMap<String, String>, names: &[&str]) -> boo
     names.iter().any(|k| settings_of(kafka, k).next().is_some())
 }
 
-/// The names of the settings that give librdkafka its TLS trust anchors.
-const CA_KEYS: [&str; 3] = ["ssl.ca.location", "ssl.ca.pem", "ssl.ca.certificate.stores"];
+/// The names of the settings that give librdkafka its TLS trust anchors
+/// (`ssl.ca.certificate.stores` is Windows' only).
+const CA_KEYS: [&str; 2] = ["ssl.ca.location", "ssl.ca.pem"];
+
+/// Where the vendored OpenSSL looks for CA certificates by default (its
+/// `--openssldir`), and the variables that move it: `probe` would pass
+/// them over, so any of them there leaves OpenSSL's own lookup alone.
+const OPENSSL_DEFAULT_CA: [&str; 2] = ["/usr/local/ssl/cert.pem", "/usr/local/ssl/certs"];
+const OPENSSL_CA_ENV: [&str; 2] = ["SSL_CERT_FILE", "SSL_CERT_DIR"];
 
 /// Set every `-X` setting of `kafka` on `c` but those named in `skip`,
-/// and, unless `-X` names the TLS trust anchors itself,
-/// `ssl.ca.location=probe`: cairn's librdkafka links a vendored OpenSSL,
-/// whose default certificate paths (under `/usr/local/ssl`) no Linux
+/// and `ssl.ca.location=probe` unless the TLS trust anchors are given
+/// some other way: cairn's librdkafka links a vendored OpenSSL, whose
+/// default certificate paths (under `/usr/local/ssl`) no Linux
 /// distribution fills, so a TLS connection to a broker with a public
 /// CA's certificate failed its verification unless the user named the
 /// system's bundle (until 2026-12-05; seen in review). `probe` has
 /// librdkafka look in the distributions' usual places
-/// (`/etc/ssl/certs/ca-certificates.crt` and the like). Without TLS it is
-/// not read.
+/// (`/etc/ssl/certs/ca-certificates.crt` and the like) and use the first
+/// it finds, in place of OpenSSL's own lookup: so not when `-X` names the
+/// anchors, nor when `SSL_CERT_FILE` or `SSL_CERT_DIR` is set or
+/// OpenSSL's own paths exist (where a private CA may have been put for
+/// this build). Without TLS it is not read.
 pub(crate) fn set_kafka(c: &mut ClientConfig, kafka: &BTreeMap<String, String>, skip: &[&str]) {
     for (k, v) in kafka.iter().filter(|(k, _)| !skip.contains(&k.as_str())) {
         c.set(k, v);
     }
-    if !given_any(kafka, &CA_KEYS) {
+    if !given_any(kafka, &CA_KEYS) && !openssl_finds_ca() {
         c.set("ssl.ca.location", "probe");
     }
+}
+
+/// Whether the vendored OpenSSL's own lookup has CA certificates to find:
+/// a variable that moves it is set, or one of its default paths exists.
+fn openssl_finds_ca() -> bool {
+    OPENSSL_CA_ENV.iter().any(|v| std::env::var_os(v).is_some())
+        || OPENSSL_DEFAULT_CA
+            .iter()
+            .any(|p| std::path::Path::new(p).exists())
 }
 
 /// Whether two `-X` values mean the same to librdkafka, as far as cairn
@@ -569,7 +588,9 @@ mod tests {
     fn clients_probe_for_the_systems_ca_certificates_unless_told() {
         let cfg = crate::RunConfig::new("b:1", "g", vec!["t".into()], "d".into());
         let consumer = crate::consumer::client_config(&cfg);
-        assert_eq!(consumer.get("ssl.ca.location"), Some("probe"));
+        // (Unless OpenSSL's own lookup finds some: left to it then.)
+        let probed = (!openssl_finds_ca()).then_some("probe");
+        assert_eq!(consumer.get("ssl.ca.location"), probed);
         let mut c = ClientConfig::new();
         let mut given = BTreeMap::new();
         given.insert("ssl.ca.location".to_owned(), "/srv/ca.pem".to_owned());

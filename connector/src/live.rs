@@ -861,14 +861,6 @@ fn serve(conn: UnixStream, id: u64, engine: &Engine, shared: &Shared) {
         );
         return;
     }
-    // Every clone shares the socket, and so the timeout.
-    let send_timeout = match &request {
-        Ok(Request::Status) | Err(_) => STATUS_SEND_TIMEOUT,
-        Ok(_) => SEND_TIMEOUT,
-    };
-    if let Err(e) = conn.set_write_timeout(Some(send_timeout)) {
-        tracing::debug!(error = %e, "live read: no send timeout");
-    }
     // Status needs none of the slots the others share.
     let slot = match &request {
         Ok(Request::Status) | Err(_) => None,
@@ -879,6 +871,14 @@ fn serve(conn: UnixStream, id: u64, engine: &Engine, shared: &Shared) {
         _ if slot.is_some() => Ok(req),
         _ => Err(busy()),
     });
+    // Every clone shares the socket, and so the timeout.
+    let send_timeout = match &request {
+        Ok(Request::Status) | Err(_) => STATUS_SEND_TIMEOUT,
+        Ok(_) => SEND_TIMEOUT,
+    };
+    if let Err(e) = conn.set_write_timeout(Some(send_timeout)) {
+        tracing::debug!(error = %e, "live read: no send timeout");
+    }
     let stop = &shared.stop;
     let pid = std::process::id();
     // A client sends nothing after its request: a read that ends means it

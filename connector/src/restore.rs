@@ -443,7 +443,7 @@ pub fn restore_until_split(
     if report.timestamps_replaced > 0 {
         tracing::warn!(
             records = report.timestamps_replaced,
-            "records archived with a timestamp of 0 or below carry the time of restore: Kafka's producer cannot send those"
+            "records archived with a timestamp of 0 or below -1 carry the time of restore: Kafka cannot take those"
         );
     }
 
@@ -998,6 +998,7 @@ fn target_topic<'m>(
 /// which a mistyped broker or topic should set off. The full check, with
 /// the partitions the archive needs, follows the open (`preflight`).
 pub fn check_kafka(cfg: &RestoreConfig, stop: &dyn Fn() -> bool) -> Result<()> {
+    let t0 = std::time::Instant::now();
     let producer = producer(cfg)?;
     let md = metadata(&producer, cfg, stop)?;
     // The targets of what is selected: with `--topic`, each one through
@@ -1018,7 +1019,7 @@ pub fn check_kafka(cfg: &RestoreConfig, stop: &dyn Fn() -> bool) -> Result<()> {
             "restore never creates a topic: check the name given to --topic or --rename (the archive is not opened yet, so a name it does not hold is refused here too), or, if the archive holds that topic, create it (with at least as many partitions as the archive holds of the topic restored into it), then run the restore again".into()
         })?;
     }
-    Ok(())
+    crate::consumer::stopped_while_checking(stop(), &cfg.brokers, t0)
 }
 
 /// Check the brokers answer, and every target partition exists and may be

@@ -164,6 +164,7 @@ fn a_data_path_that_is_a_file_is_said_to_be_no_directory() {
         (&["export", "--data", f], 1),
         (&["prune", "--data", f, "--topic", "t", "--before", "1"], 1),
         (&["backup", "--data", f, "--to", copy], 1),
+        (&["restore", "--data", f, "--brokers", "127.0.0.1:1"], 1),
         (&["verify", "--data", f], 2),
     ] {
         let (code, _, err) = cairn(args);

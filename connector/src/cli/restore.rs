@@ -71,6 +71,9 @@ pub async fn run(args: RestoreArgs) -> Result<ExitCode> {
     let data = args.data.data.clone();
     let cfg = args.into_config()?;
     cfg.validate()?;
+    // Before the wait for Kafka: a file named as the archive is said at
+    // once, not after "cannot reach Kafka".
+    super::refuse_not_a_directory(&data)?;
     // Installed before Kafka is asked and the archive is opened (its
     // recovery can take long): a signal meanwhile stops the restore before
     // it sends anything.
@@ -162,7 +165,7 @@ fn print_report(report: &crate::restore::RestoreReport) -> Result<()> {
     }
     if report.timestamps_replaced > 0 {
         outln!(
-            "{} records were archived with a timestamp of 0, which Kafka's producer cannot send: they carry the time of restore",
+            "{} records were archived with a timestamp of 0 or below -1, which Kafka cannot take: they carry the time of restore",
             report.timestamps_replaced
         )?;
     }
