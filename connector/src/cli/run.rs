@@ -60,7 +60,7 @@ pub struct RunArgs {
     /// What to do when the archive's offset has aged out of Kafka's retention [default: fail].
     #[arg(long, value_enum)]
     pub on_offset_out_of_range: Option<OnOffsetOutOfRange>,
-    /// Where to start partitions neither the archive nor Kafka has an offset for: earliest or latest [default: earliest]. `latest` applies to topics new to the archive: a partition added to one already archived starts at its log start.
+    /// Where to start partitions neither the archive nor Kafka has an offset for: earliest or latest [default: earliest].
     // Refused by its parser, exit 2, as the other choices are (until
     // 2026-12-05 a bad value was found after parsing, exit 1).
     #[arg(long, value_name = "earliest|latest", value_parser = ["earliest", "latest"])]
