@@ -171,11 +171,6 @@ pub(crate) struct Shared {
     pub on_offset_out_of_range: OnOffsetOutOfRange,
     /// `--auto-offset-reset`: where a partition with no offset anywhere starts.
     pub auto_offset_reset: String,
-    /// Topics this run has been assigned partitions of, or whose partitions
-    /// the sink resumed: a partition of one with no offset anywhere is new
-    /// to a topic being archived (added while it ran), and starts at its
-    /// log start whatever `--auto-offset-reset` says (`rebalance.rs`).
-    pub topics_started: BTreeSet<String>,
     /// How long reading the log bounds of an assignment (or a reset) may
     /// take, and at most each read of the committed offsets beside it, from
     /// `max.poll.interval.ms` (`retention::bounds_budget`).
@@ -1053,7 +1048,6 @@ pub fn run_pipeline(
         task_exit,
         on_offset_out_of_range: cfg.on_offset_out_of_range,
         auto_offset_reset: cfg.auto_offset_reset.clone(),
-        topics_started: BTreeSet::new(),
         bounds_budget: retention::bounds_budget(max_poll_interval(cfg)),
         assigned: BTreeSet::new(),
         last_tp: None,

@@ -400,18 +400,6 @@ impl SinkContext {
         // that aged out of Kafka, and where to: recorded in the archive
         // (`Shared::record_moves`) once they are assigned here.
         let mut moved = BTreeMap::new();
-        // Topics archived before this assignment, in this run or (a
-        // partition of it resumed) in an earlier one: under `latest`, a
-        // partition of one with no offset anywhere was added while the
-        // topic was archived, and its log end would skip what producers
-        // wrote to it before this member was told of it (up to
-        // librdkafka's metadata refresh, 5 minutes). It starts at its log
-        // start instead (since 2026-12-05; seen in review).
-        let mut known_topics = s.topics_started.clone();
-        known_topics.extend(resume.keys().map(|tp| tp.topic.clone()));
-        s.topics_started
-            .extend(tps.iter().map(|tp| tp.topic.clone()));
-        let mut added: Vec<String> = Vec::new();
         for tp in &tps {
             let archive = resume.get(tp).copied();
             let point = resume_point(archive, committed.get(tp), identity.as_deref());
@@ -494,12 +482,6 @@ impl SinkContext {
                         }
                     }
                 }
-                (None, None)
-                    if known_topics.contains(&tp.topic) && s.auto_offset_reset == "latest" =>
-                {
-                    added.push(tp.to_string());
-                    Offset::Beginning
-                }
                 (None, None) => match no_offset_start(&mut bounds, tp, &s.auto_offset_reset) {
                     Ok(start) => {
                         tracing::debug!(%tp, ?start, "neither the archive nor Kafka has an offset for this partition: --auto-offset-reset");
@@ -581,13 +563,6 @@ impl SinkContext {
                 partitions = skipped.len(),
                 skipped = %crate::selection::first_few(skipped.into_iter()),
                 "the group's committed offsets for these partitions are past this archive's and name no archive (an offsets reset, or a client other than an archive committed them): this run resumes at them, so this archive will not hold the records between (shown as archive..committed). If no other archive holds them and they should be archived, stop now, reset the group's offsets for these partitions to the archive's (kafka-consumer-groups --reset-offsets --to-offset), and run again"
-            );
-        }
-        if !added.is_empty() {
-            tracing::info!(
-                partitions = added.len(),
-                added = %crate::selection::first_few(added.into_iter()),
-                "partitions with no offset in the archive or Kafka, of topics already archived (added while the topic was archived): starting at their log start, not at their end (--auto-offset-reset latest applies to topics new to the archive), so that what was produced to them before this member was told of them is archived"
             );
         }
         if !uncommitted.is_empty() {

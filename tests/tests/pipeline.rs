@@ -409,43 +409,6 @@ fn unreadable_log_bounds_at_assignment_do_not_stop_the_run() {
     assert_committed_equals_durable(&k, "bounds-group", &engine, "resumed and committed");
 }
 
-/// Under `--auto-offset-reset latest`, a partition with no offset in the
-/// archive or Kafka, of a topic the archive already holds (one added while
-/// the topic was archived), starts at its log start: what producers wrote
-/// to it before the run was told of it is archived (until 2026-12-05 it
-/// started at its log end, and those records were never archived).
-#[test]
-fn latest_starts_a_partition_added_to_an_archived_topic_at_its_log_start() {
-    let k = TestKafka::new("latest-added", 3);
-    let n = 300;
-    produce(&k.brokers, &k.topic, 0..n).unwrap();
-    let want = cairn_connector::cli::demo::demo_next_offsets(&k.topic, n);
-    let dir = tempfile::tempdir().unwrap();
-    // The archive holds partition 0 (an earlier run's), to its log end;
-    // partitions 1 and 2 it has never held, nor has the group committed.
-    let p0 = TopicPartition::new(&k.topic, 0);
-    {
-        let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
-        engine
-            .append(&[cairn_engine::fuzzing::batch(&p0, 0..want[&p0], 10)])
-            .unwrap();
-        engine.close().unwrap();
-    }
-    let mut cfg = config(&k, "latest-added-group", dir.path());
-    cfg.auto_offset_reset = "latest".into();
-    run_to_end(&cfg, n, || {});
-    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
-    for p in [1, 2] {
-        let tp = TopicPartition::new(&k.topic, p);
-        let info = engine.partition(&tp);
-        assert_eq!(
-            info.map(|i| (i.first_offset, i.record_count as i64)),
-            Some((0, want[&tp])),
-            "{tp}: every record from the log start"
-        );
-    }
-}
-
 /// `--auto-offset-reset latest` for a partition with no offset anywhere,
 /// when its log end cannot be read at assignment: the run stops with an
 /// error naming the partition, and archives and commits nothing. (It
