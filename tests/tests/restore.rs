@@ -1227,13 +1227,25 @@ fn a_stop_ends_the_wait_for_a_slow_leaders_watermarks() {
     let mut cfg = RestoreConfig::new(first);
     cfg.rename.insert(ARCHIVED.into(), "slow-leader".into());
     cfg.connect_timeout_ms = 120_000;
-    // Not timed: a wait the stop did not end would end in the watermarks
-    // (after a minute) or a timeout, never in `StoppedWaiting`.
-    match cairn_connector::restore::restore_until(&engine, &cfg, &|| true) {
+    // The stop comes once the metadata has been answered (at once, here):
+    // a stop before an answer ends the wait there (since 2026-12-05, also
+    // one the answer comes back to). A wait the stop did not end would end
+    // in the watermarks (after a minute) or a timeout, never in
+    // `StoppedWaiting`.
+    let t0 = std::time::Instant::now();
+    let stop = || t0.elapsed() >= Duration::from_secs(5);
+    match cairn_connector::restore::restore_until(&engine, &cfg, &stop) {
         Err(ConnectorError::StoppedWaiting { asked_for, .. }) => assert_eq!(
             asked_for,
             "the watermarks of target partition slow-leader/0"
         ),
+        other => panic!("{other:?}"),
+    }
+    // Stopped from the start: the metadata's answer does not carry it on.
+    match cairn_connector::restore::restore_until(&engine, &cfg, &|| true) {
+        Err(ConnectorError::StoppedWaiting { asked_for, .. }) => {
+            assert_eq!(asked_for, "the cluster's metadata")
+        }
         other => panic!("{other:?}"),
     }
 }
