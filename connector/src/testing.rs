@@ -197,3 +197,25 @@ impl crate::SinkTask for WatchedSink {
         self.inner.durable_check()
     }
 }
+
+/// Assert that every offset in `committed` (by partition of `topic`, as
+/// Kafka or a member's log gives them) is at or below the store's next
+/// offset of that partition in `held` (none: 0). `what` prefixes a
+/// failure. (Until 2026-12-05 the partition was looked up in any topic.)
+pub fn assert_committed_le_durable(
+    topic: &str,
+    committed: &std::collections::BTreeMap<i32, i64>,
+    held: &std::collections::BTreeMap<cairn_engine::TopicPartition, i64>,
+    what: &str,
+) {
+    for (p, k) in committed {
+        let d = held
+            .get(&cairn_engine::TopicPartition::new(topic, *p))
+            .copied()
+            .unwrap_or(0);
+        assert!(
+            *k <= d,
+            "{what}: partition {p} committed {k} above durable {d}"
+        );
+    }
+}

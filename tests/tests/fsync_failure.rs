@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cairn_connector::cli::demo::{check_archive, produce};
-use cairn_connector::testing::WatchedSink;
+use cairn_connector::testing::{assert_committed_le_durable, WatchedSink};
 use cairn_connector::{ArchiveSink, PipelineOptions};
 use cairn_engine::{Engine, EngineConfig, Record, RecordBatch, TopicPartition};
 use cairn_tests::{
@@ -119,14 +119,7 @@ fn a_failed_fsync_poisons_stops_the_run_and_commits_nothing_more() {
     // Every partition Kafka holds an offset for, one with nothing durable
     // included (durable 0 then).
     let kafka = k.committed("fsync-fail-group", 3);
-    for (&partition, &committed) in &kafka {
-        let tp = TopicPartition::new(k.topic.clone(), partition);
-        let d = durable_at_failure.get(&tp).copied().unwrap_or(0);
-        assert!(
-            committed <= d,
-            "{tp}: committed {committed} above durable {d} at the failure"
-        );
-    }
+    assert_committed_le_durable(&k.topic, &kafka, &durable_at_failure, "at the failure");
     // Reopen recovers every acknowledged record, and more: everything the
     // engine reported durable before the failure, which the commit last
     // acknowledged may lag (a commit sent and never acknowledged lies in
@@ -148,14 +141,7 @@ fn a_failed_fsync_poisons_stops_the_run_and_commits_nothing_more() {
             reopened.get(tp)
         );
     }
-    for (&partition, &committed) in &kafka {
-        let tp = TopicPartition::new(k.topic.clone(), partition);
-        let r = reopened.get(&tp).copied().unwrap_or(0);
-        assert!(
-            committed <= r,
-            "{tp}: Kafka holds {committed}, the reopened store only {r}"
-        );
-    }
+    assert_committed_le_durable(&k.topic, &kafka, &reopened, "the reopened store");
     // And a restart archives the rest, each record once.
     let report = run_to_end(&cfg, n, || {});
     eprintln!(

@@ -300,27 +300,7 @@ impl Drop for KillOnDrop {
 
 pub use cairn_engine::fuzzing::seed;
 
-/// Assert that every offset in `committed` (by partition of `topic`, as
-/// Kafka or a member's log gives them) is at or below the store's durable
-/// next offset of that partition in `durable` (none: 0). `what` prefixes a
-/// failure. (Until 2026-12-05 the partition was looked up in any topic.)
-pub fn assert_committed_le_durable(
-    topic: &str,
-    committed: &std::collections::BTreeMap<i32, i64>,
-    durable: &std::collections::BTreeMap<cairn_engine::TopicPartition, i64>,
-    what: &str,
-) {
-    for (p, k) in committed {
-        let d = durable
-            .get(&cairn_engine::TopicPartition::new(topic, *p))
-            .copied()
-            .unwrap_or(0);
-        assert!(
-            *k <= d,
-            "{what}: partition {p} committed {k} above durable {d}"
-        );
-    }
-}
+pub use cairn_connector::testing::assert_committed_le_durable;
 
 /// A count from the environment (`CAIRN_CRASH_ROUNDS`, ...), or `default`.
 pub fn env_count(name: &str, default: u32) -> u32 {
