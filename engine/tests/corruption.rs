@@ -15,6 +15,17 @@ fn store() -> (tempfile::TempDir, TopicPartition) {
     store_closed(true)
 }
 
+/// [`store`] with its index entry at offset 10 lost (its frames whole),
+/// opened.
+fn store_with_a_lost_index_entry() -> (tempfile::TempDir, TopicPartition, Engine) {
+    let (dir, tp) = store();
+    with_raw_tree(dir.path(), |t| {
+        t.remove(cairn_engine::keys::index_key(&tp, 10)).unwrap();
+    });
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    (dir, tp, e)
+}
+
 /// [`store`], closed or dropped without a close (then every frame is in
 /// the recovery tail: the next open reads the whole log).
 fn store_closed(close: bool) -> (tempfile::TempDir, TopicPartition) {
@@ -322,11 +333,7 @@ fn a_range_below_the_first_offset_counts_the_index_first() {
 /// says so before it yields anything.
 #[test]
 fn missing_index_entry_fails_a_whole_read() {
-    let (dir, tp) = store();
-    with_raw_tree(dir.path(), |t| {
-        t.remove(cairn_engine::keys::index_key(&tp, 10)).unwrap();
-    });
-    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let (dir, tp, e) = store_with_a_lost_index_entry();
     let mut offsets = Vec::new();
     let mut err = None;
     for r in e.read(&tp, 0).unwrap() {
@@ -390,11 +397,7 @@ fn missing_index_entry_fails_a_whole_read() {
 /// under the same truncation.
 #[test]
 fn a_lost_index_entry_is_said_also_when_a_truncation_runs_under_the_read() {
-    let (dir, tp) = store();
-    with_raw_tree(dir.path(), |t| {
-        t.remove(cairn_engine::keys::index_key(&tp, 10)).unwrap();
-    });
-    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let (_dir, tp, e) = store_with_a_lost_index_entry();
     for range in [false, true] {
         if range {
             // And after it: a part read counts first, against the
@@ -447,11 +450,7 @@ fn a_lost_index_entry_is_said_also_when_a_truncation_runs_under_the_read() {
 /// any step deletes anything.
 #[test]
 fn a_size_cut_of_every_entry_refuses_bytes_no_entry_holds() {
-    let (dir, tp) = store();
-    with_raw_tree(dir.path(), |t| {
-        t.remove(cairn_engine::keys::index_key(&tp, 10)).unwrap();
-    });
-    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let (_dir, tp, e) = store_with_a_lost_index_entry();
     let bytes = e.partition(&tp).unwrap().payload_bytes;
     assert_eq!(e.offset_for_retained_bytes(&tp, bytes).unwrap(), 0);
     match e.offset_for_retained_bytes(&tp, 0) {
@@ -502,11 +501,7 @@ fn an_index_entry_pointing_at_a_slot_reads_as_a_missing_frame() {
 /// open would refuse.
 #[test]
 fn a_truncation_refuses_counts_the_summary_does_not_bear_out() {
-    let (dir, tp) = store();
-    with_raw_tree(dir.path(), |t| {
-        t.remove(cairn_engine::keys::index_key(&tp, 10)).unwrap();
-    });
-    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let (dir, tp, e) = store_with_a_lost_index_entry();
     let expect_mismatch = |r: Result<cairn_engine::TruncateReport, Error>, deleted, counted| match r
     {
         Err(Error::Corruption {
