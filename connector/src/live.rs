@@ -367,6 +367,15 @@ impl Shared {
         tracing::debug!("live read: a connection that sent no request gave its place to a new one");
         true
     }
+    /// Take connection `id` off both lists, shutting it down, with
+    /// `waiting` held while `streams` is taken (the nesting
+    /// `cut_off_oldest_waiting` uses): its place is free at once.
+    fn forget(&self, id: u64) {
+        let mut waiting = lock(&self.waiting);
+        waiting.retain(|i| *i != id);
+        unlist(&mut lock(&self.streams), id);
+    }
+
     /// Stop the run (its `on_poisoned` hook), for `why`.
     fn stop_run(&self, why: &str) {
         if let Some(stop_run) = &self.on_poisoned {
@@ -611,8 +620,7 @@ impl Drop for Listed<'_> {
         // Shut down, not only closed: the request's watcher holds another
         // handle on the socket, which would keep it open (and the client
         // waiting) after a panic.
-        unlist(&mut lock(&self.shared.streams), self.id);
-        lock(&self.shared.waiting).retain(|i| *i != self.id);
+        self.shared.forget(self.id);
     }
 }
 
@@ -682,8 +690,7 @@ fn take(
         Ok(h) => Some(h),
         Err(e) => {
             tracing::warn!(error = %e, "live read: cannot start a thread");
-            lock(&shared.streams).retain(|(i, _)| *i != id);
-            lock(&shared.waiting).retain(|i| *i != id);
+            shared.forget(id);
             None
         }
     }
@@ -840,9 +847,7 @@ fn serve(conn: UnixStream, id: u64, engine: &Engine, shared: &Shared) {
         // the waiting list, until this thread had tried to answer and
         // ended: a connection made meanwhile at the limit had a live
         // client's waiting connection cut off instead).
-        let mut waiting = lock(&shared.waiting);
-        waiting.retain(|i| *i != id);
-        unlist(&mut lock(&shared.streams), id);
+        shared.forget(id);
         return;
     };
     // Its request is in (or refused): its place is now its own, unless it
