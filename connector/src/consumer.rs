@@ -906,22 +906,7 @@ pub fn check_kafka(cfg: &RunConfig, stop: &AtomicBool) -> Result<()> {
     let t0 = Instant::now();
     preflight(&consumer, cfg, stop)
         .map_err(|e| with_last_client_error(e, &consumer, |c| &c.last_cause))?;
-    stopped_while_checking(stop.load(Ordering::Relaxed), &cfg.brokers, t0)
-}
-
-/// A signal during the checks of Kafka, answered as they were, stops the
-/// command before the archive is opened, as one during the wait for the
-/// brokers does (until 2026-12-05 the archive was opened, and the run
-/// exited 0).
-pub(crate) fn stopped_while_checking(stopped: bool, brokers: &str, t0: Instant) -> Result<()> {
-    if !stopped {
-        return Ok(());
-    }
-    Err(ConnectorError::StoppedWaiting {
-        brokers: brokers.to_owned(),
-        asked_for: "the topics' metadata".into(),
-        waited_ms: t0.elapsed().as_millis() as u64,
-    })
+    crate::librdkafka::stopped_while_checking(stop.load(Ordering::Relaxed), &cfg.brokers, t0)
 }
 
 /// Check the brokers answer and every topic exists, within the connect timeout.

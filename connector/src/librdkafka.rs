@@ -476,6 +476,25 @@ pub(crate) enum Waited {
     Failed { error: KafkaError, waited_ms: u64 },
 }
 
+/// A signal during the checks of Kafka after [`sliced_wait`]'s answers
+/// (a topic's metadata looked through) stops the command before the
+/// archive is opened, as one during the wait does (until 2026-12-05 the
+/// archive was opened, and the run exited 0). `t0`: when the checks began.
+pub(crate) fn stopped_while_checking(
+    stopped: bool,
+    brokers: &str,
+    t0: Instant,
+) -> Result<(), ConnectorError> {
+    if !stopped {
+        return Ok(());
+    }
+    Err(ConnectorError::StoppedWaiting {
+        brokers: brokers.to_owned(),
+        asked_for: "the topics' metadata".into(),
+        waited_ms: t0.elapsed().as_millis() as u64,
+    })
+}
+
 /// `request` (a read: asking again is harmless) for `asked_for`, given up
 /// to `timeout` for the brokers at `brokers` to answer. The wait is cut
 /// into slices so that `stop` ends it within one, not at the timeout.

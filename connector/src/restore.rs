@@ -1019,7 +1019,7 @@ pub fn check_kafka(cfg: &RestoreConfig, stop: &dyn Fn() -> bool) -> Result<()> {
             "restore never creates a topic: check the name given to --topic or --rename (the archive is not opened yet, so a name it does not hold is refused here too), or, if the archive holds that topic, create it (with at least as many partitions as the archive holds of the topic restored into it), then run the restore again".into()
         })?;
     }
-    crate::consumer::stopped_while_checking(stop(), &cfg.brokers, t0)
+    crate::librdkafka::stopped_while_checking(stop(), &cfg.brokers, t0)
 }
 
 /// Check the brokers answer, and every target partition exists and may be
