@@ -483,7 +483,8 @@ impl Shared {
                 if cfg.on_oversize == OnOversize::Skip {
                     tracing::warn!(%tp, offset = m.offset(), %detail, "skipping a record that cannot be archived");
                     self.stats.records_oversize_skipped += 1;
-                    self.set_aside.insert(tp.clone(), m.offset());
+                    let tp = tp.clone();
+                    self.set_aside(tp, m.offset(), last.is_none());
                     return Ok(());
                 }
                 // Dead-lettering would drop its headers: it stops the run,
@@ -537,7 +538,8 @@ impl Shared {
                 OnOversize::Skip => {
                     tracing::warn!(%tp, offset = r.offset, size_bytes = size, headers, %reason, "skipping oversize record");
                     self.stats.records_oversize_skipped += 1;
-                    self.set_aside.insert(tp.clone(), r.offset);
+                    let tp = tp.clone();
+                    self.set_aside(tp, r.offset, last.is_none());
                     return Ok(());
                 }
                 OnOversize::DeadLetter => {
@@ -551,7 +553,7 @@ impl Shared {
                     tracing::warn!(%tp, offset = r.offset, size_bytes = size, max = cfg.record_bytes_max, "oversize record dead-lettered");
                     self.stats.records_dead_lettered += 1;
                     self.dead_lettered_in_take = true;
-                    self.set_aside.insert(tp, r.offset);
+                    self.set_aside(tp, r.offset, last.is_none());
                     return Ok(());
                 }
             }
@@ -564,6 +566,26 @@ impl Shared {
         self.pending_records += 1;
         self.pending_since.get_or_insert_with(Instant::now);
         Ok(())
+    }
+
+    /// `tp`'s record at `offset` is set aside (skipped, or dead-lettered
+    /// and acknowledged). `first`: nothing of `tp` was taken before it
+    /// since its assignment. A partition that started at a logical offset
+    /// (the log's beginning or end, resolved by librdkafka) has no consumed
+    /// offset until a put, and the worker passes over its catch-up past
+    /// the records set aside; one holding only such records was then never
+    /// recorded past them, and each assignment read them again (dead
+    /// letters sent again; seen in review, 2026-12-05). Its first record
+    /// taken is where its fetch began in the log: the offsets below it
+    /// hold nothing for this run, so it has consumed up to there.
+    fn set_aside(&mut self, tp: TopicPartition, offset: i64, first: bool) {
+        if first && matches!(self.starts.get(&tp), Some(Start::Beginning | Start::End)) {
+            let mut st = self.pipeline.state();
+            if st.assigned.contains(&tp) && !st.consumed.contains_key(&tp) {
+                st.consumed.insert(tp.clone(), offset);
+            }
+        }
+        self.set_aside.insert(tp, offset);
     }
 
     fn full(&self, cfg: &RunConfig) -> bool {

@@ -238,6 +238,82 @@ fn a_dead_letter_that_ends_its_partition_is_committed_past_and_sent_once() {
     assert_eq!(high, 1, "one dead letter");
 }
 
+/// A partition that starts at its log's beginning (nothing archived,
+/// nothing committed) and holds only records set aside is committed past
+/// them, and the next run archives, skips and sends nothing (until
+/// 2026-12-05 it had no consumed offset until a put, its catch-up was
+/// passed over, and every run read the records again: dead letters sent
+/// again at each assignment).
+#[test]
+fn a_partition_of_only_set_aside_records_is_committed_past_them() {
+    init_logs();
+    for policy in [OnOversize::DeadLetter, OnOversize::Skip] {
+        let name = format!("dl-only-{policy:?}").to_lowercase();
+        let mut k = TestKafka::new(&name, 1);
+        let dead = k.create_topic(&format!("{name}-dead-letters"), 1);
+        let p: BaseProducer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &k.brokers)
+            .create()
+            .unwrap();
+        for _ in 0..2 {
+            p.send(
+                BaseRecord::<[u8], [u8]>::to(&k.topic)
+                    .partition(0)
+                    .payload(&[b'b'; 2_000][..]),
+            )
+            .unwrap();
+        }
+        p.flush(Duration::from_secs(10)).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = dead_letter_config(&k, &dead, dir.path());
+        if policy == OnOversize::Skip {
+            cfg.on_oversize = policy;
+            cfg.dead_letter_topic = None;
+        }
+        let tp = TopicPartition::new(&k.topic, 0);
+        let run = || {
+            let engine = Arc::new(
+                Engine::open(EngineConfig::new(dir.path()).record_bytes_max(cfg.record_bytes_max))
+                    .unwrap(),
+            );
+            let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let watchdog = cairn_tests::Watchdog::arm(stop.clone(), Duration::from_secs(60));
+            let want = tp.clone();
+            let report = cairn_connector::run_pipeline(
+                &cfg,
+                Box::new(ArchiveSink::new(engine)),
+                PipelineOptions {
+                    stop,
+                    done: Some(Box::new(move |c| c.get(&want) == Some(&2))),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            assert!(
+                !watchdog.disarm(),
+                "{policy:?}: never committed past the two records set aside"
+            );
+            report
+        };
+        let first = run();
+        assert_eq!(
+            first.stats.records_dead_lettered + first.stats.records_oversize_skipped,
+            2,
+            "{policy:?}: {:?}",
+            first.stats
+        );
+        assert_eq!(k.committed("dead-letter-group", 1)[&0], 2, "{policy:?}");
+        let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        assert_eq!(engine.durable_offset(&tp), Some(2), "{policy:?}");
+        drop(engine);
+        // The next run starts past them: nothing read again.
+        let again = run();
+        assert_eq!(again.stats.records_dead_lettered, 0, "{policy:?}");
+        assert_eq!(again.stats.records_oversize_skipped, 0, "{policy:?}");
+        assert_eq!(again.stats.records_written, 0, "{policy:?}");
+    }
+}
+
 #[test]
 fn a_dead_letter_that_cannot_be_delivered_stops_the_run_before_it() {
     let (k, dead) = source_and_dead_letter_topic("dl-refused");
