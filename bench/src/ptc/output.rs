@@ -92,10 +92,16 @@ pub fn table(r: &Report) {
         for f in &c.footprints {
             match f {
                 Peer::Ran(f) => println!(
-                    "{:<34} peak RSS {:.0} MiB archiving every record in a process of its own ({}); store {:.2}x the payload",
+                    "{:<34} peak RSS {:.0} MiB archiving every record in a process of its own ({}; target <= {} MiB: {}); store {:.2}x the payload",
                     "footprint",
                     mib(f.peak_rss_bytes),
                     f.policy,
+                    summary::PEAK_RSS_MIB_MAX,
+                    if mib(f.peak_rss_bytes) <= summary::PEAK_RSS_MIB_MAX as f64 {
+                        "met"
+                    } else {
+                        "MISSED"
+                    },
                     f.space_amplification
                 ),
                 Peer::Skipped { .. } | Peer::Failed { .. } => println!(
@@ -271,18 +277,12 @@ fn medians_table(c: &super::CaseResult) {
     };
     for m in &c.medians {
         for metric in &summary::METRICS {
-            let target = metric
-                .target
-                .filter(|(policy, _)| *policy == m.policy)
-                .map_or("", |(_, target)| target);
+            let target = summary::judgement(metric, &m.policy, c.record_bytes, &m.ratios);
             let Some(spread) = m.ratios.get(metric.name) else {
                 // A target no round could judge is said, not left out
                 // (until 2026-12-05 its row was missing).
-                if target.starts_with(['<', '>']) {
-                    println!(
-                        "{:<36} no round had it  {target}",
-                        format!("{} {}", m.policy, metric.name)
-                    );
+                if !target.is_empty() {
+                    println!("{:<36} {target}", format!("{} {}", m.policy, metric.name));
                 }
                 continue;
             };
