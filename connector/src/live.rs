@@ -2706,6 +2706,138 @@ mod tests {
         );
     }
 
+    /// Request lines mutated at random (seeded: `CAIRN_SEED` replays): the
+    /// parse never panics, any request it takes reads back the same from
+    /// the JSON it writes, and answering it (a backup's aside: its path
+    /// could name any directory) never panics either, whatever it asks of
+    /// the archive: a panic there would poison the running archive's
+    /// engine (found missing in review, 2026-12-05: only fixed lines were
+    /// tested).
+    #[test]
+    fn mutated_requests_neither_panic_nor_change_on_a_round_trip() {
+        use rand::{Rng, SeedableRng};
+        const TRIALS: usize = 20_000;
+        let seed = cairn_engine::fuzzing::seed("mutated_requests");
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let dir = tempfile::tempdir().unwrap();
+        let e = engine(&dir.path().join("archive"));
+        let (stream, client) = UnixStream::pair().unwrap();
+        // Drained, so that no answer waits on a full socket.
+        let drain = std::thread::spawn(move || std::io::copy(&mut &client, &mut std::io::sink()));
+        let wire = Mutex::new(Wire {
+            stream,
+            stalled: false,
+        });
+        let bases: [&[u8]; 6] = [
+            br#"{"command":"status"}"#,
+            br#"{"command":"verify"}"#,
+            br#"{"command":"export","selection":{"topics":["t"],"partition":0,"from":1,"to":3},"format":"jsonl"}"#,
+            br#"{"command":"prune","selection":{"topics":["t"],"partition":null,"from":0,"to":null},"cut":{"offset":2},"dry_run":true}"#,
+            br#"{"command":"prune","selection":{"topics":[],"partition":null,"from":0,"to":null},"cut":{"keep-bytes":5},"dry_run":false}"#,
+            br#"{"command":"backup","to":"/b/c"}"#,
+        ];
+        let tokens: [&[u8]; 16] = [
+            b"-1",
+            b"0",
+            b"9223372036854775807",
+            b"-9223372036854775808",
+            b"18446744073709551616",
+            b"1e400",
+            b"null",
+            b"\"\"",
+            b"[]",
+            b"{}",
+            b"true",
+            b"\"t\"",
+            b"\"\\u0000\"",
+            b"\"time-ms\"",
+            b"\"jsonl\"",
+            b",",
+        ];
+        let (mut taken, mut answered) = (0, 0);
+        for trial in 0..TRIALS {
+            let mut line = bases[rng.gen_range(0..bases.len())].to_vec();
+            for _ in 0..rng.gen_range(1..=2) {
+                let mut at = rng.gen_range(0..=line.len());
+                let kind = rng.gen_range(0..10);
+                if kind >= 3 {
+                    // Most replace a value whole, so that the line stays
+                    // JSON and reaches the request's own checks.
+                    let values: Vec<usize> = (0..line.len())
+                        .filter(|&i| matches!(line[i], b':' | b'['))
+                        .map(|i| i + 1)
+                        .collect();
+                    if !values.is_empty() {
+                        at = values[rng.gen_range(0..values.len())];
+                    }
+                }
+                match kind {
+                    0 if at < line.len() => line[at] = rng.gen(),
+                    1 => {
+                        let t = tokens[rng.gen_range(0..tokens.len())];
+                        line.splice(at..at, t.iter().copied());
+                    }
+                    2 => {
+                        let end = (at + rng.gen_range(1..8)).min(line.len());
+                        line.drain(at..end);
+                    }
+                    _ => {
+                        // A value replaced by a token.
+                        let t = tokens[rng.gen_range(0..tokens.len())];
+                        let end = line[at..]
+                            .iter()
+                            .position(|b| matches!(b, b',' | b'}' | b']'))
+                            .map_or(line.len(), |i| at + i);
+                        line.splice(at..end, t.iter().copied());
+                    }
+                }
+            }
+            let shown = String::from_utf8_lossy(&line).into_owned();
+            let parsed = std::panic::catch_unwind(|| parse_request(&line)).unwrap_or_else(|_| {
+                panic!("trial {trial}: parsing {shown} panicked (CAIRN_SEED={seed})")
+            });
+            let Ok(req) = parsed else { continue };
+            taken += 1;
+            let json = serde_json::to_vec(&req).unwrap();
+            assert_eq!(
+                parse_request(&json).ok().as_ref(),
+                Some(&req),
+                "trial {trial}: {shown} read back differently from {} (CAIRN_SEED={seed})",
+                String::from_utf8_lossy(&json)
+            );
+            if matches!(req, Request::Backup { .. }) {
+                continue;
+            }
+            let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let mut out = FrameWriter {
+                    wire: &wire,
+                    buf: Vec::new(),
+                };
+                answer(
+                    &req,
+                    &e,
+                    &AtomicBool::new(false),
+                    &AtomicUsize::new(0),
+                    &mut out,
+                )
+            }));
+            assert!(
+                served.is_ok(),
+                "trial {trial}: answering {shown} panicked (CAIRN_SEED={seed})"
+            );
+            answered += 1;
+        }
+        eprintln!("mutated requests: {taken} of {TRIALS} taken, {answered} answered");
+        // The mutations leave enough lines whole for the answers to run.
+        assert!(
+            answered > TRIALS / 100,
+            "{answered} answered (CAIRN_SEED={seed})"
+        );
+        assert!(!e.is_poisoned(), "CAIRN_SEED={seed}");
+        drop(wire);
+        drain.join().unwrap().unwrap();
+    }
+
     #[test]
     fn a_broken_answer_is_an_error_not_a_panic() {
         let dir = tempfile::tempdir().unwrap();
