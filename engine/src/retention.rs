@@ -479,7 +479,7 @@ impl Engine {
                 Location::Wal { lsn },
                 CorruptionKind::IndexMismatch {
                     detail: format!(
-                        "the index entry of offsets {}..={} ({} frames from lsn {}) names this frame as {role}, and it is not",
+                        "the index entry of {tp} offsets {}..={} ({} frames from lsn {}) names this frame as {role}, and it is not",
                         e.first_offset, e.last_offset, e.chunks, e.lsn
                     ),
                 },
