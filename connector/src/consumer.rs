@@ -405,6 +405,8 @@ impl Shared {
                     records_written: st.stats.records_written,
                     puts: st.stats.puts,
                     commits: st.stats.commits,
+                    records_skipped: self.stats.records_oversize_skipped,
+                    records_dead_lettered: self.stats.records_dead_lettered,
                     latency: &st.tracker.put_to_commit_us,
                     assigned: &self.assigned,
                     durable: &st.tracker.durable_latest,

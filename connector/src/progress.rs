@@ -126,6 +126,12 @@ pub struct Progress {
     pub records_per_s: f64,
     pub puts: u64,
     pub commits: u64,
+    /// Records set aside so far, as `--on-oversize` says: skipped (with a
+    /// record that cannot be read as the archive stores it), and sent to
+    /// the dead-letter topic. Until 2026-12-05 only the stop's line said
+    /// how many, and a run that failed never did.
+    pub records_skipped: u64,
+    pub records_dead_lettered: u64,
     /// Put-to-commit of the puts whose commit was acknowledged in the
     /// interval (None when there was none).
     pub put_to_commit_p50_us: Option<u64>,
@@ -178,6 +184,8 @@ impl Progress {
             records_per_s = self.records_per_s.round() as u64,
             puts = self.puts,
             commits = self.commits,
+            records_skipped = self.records_skipped,
+            records_dead_lettered = self.records_dead_lettered,
             put_to_commit_p50_ms = %ms(self.put_to_commit_p50_us),
             put_to_commit_p99_ms = %ms(self.put_to_commit_p99_us),
             partitions = self.partitions.len(),
@@ -274,6 +282,8 @@ impl ProgressClock {
             records_per_s: written as f64 / interval.as_secs_f64().max(1e-3),
             puts: run.puts,
             commits: run.commits,
+            records_skipped: run.records_skipped,
+            records_dead_lettered: run.records_dead_lettered,
             put_to_commit_p50_us: p50,
             put_to_commit_p99_us: p99,
             partitions,
@@ -291,6 +301,8 @@ pub(crate) struct Snapshot<'a> {
     pub records_written: u64,
     pub puts: u64,
     pub commits: u64,
+    pub records_skipped: u64,
+    pub records_dead_lettered: u64,
     pub latency: &'a Histogram<u64>,
     pub assigned: &'a BTreeSet<TopicPartition>,
     pub durable: &'a BTreeMap<TopicPartition, i64>,
@@ -343,6 +355,8 @@ mod tests {
             records_written: written,
             puts,
             commits: 6,
+            records_skipped: 2,
+            records_dead_lettered: 3,
             latency,
             assigned: &assigned,
             durable: &durable,
@@ -421,5 +435,7 @@ mod tests {
             p.records_per_s
         );
         assert_eq!(p.put_to_commit_p50_us, Some(1_000));
+        // The run's counts so far, as given.
+        assert_eq!((p.records_skipped, p.records_dead_lettered), (2, 3));
     }
 }

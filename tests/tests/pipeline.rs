@@ -255,12 +255,25 @@ fn oversize_skip_logs_counts_and_archives_everything_else() {
     let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
     let tp = TopicPartition::new(&k.topic, 0);
     let want = tp.clone();
+    // The progress reports count them too (the one at the stop, at least).
+    let skipped_said: Arc<Mutex<Vec<(bool, u64)>>> = Arc::default();
     let opts = PipelineOptions {
         done: Some(Box::new(move |c| c.get(&want) == Some(&30))),
+        on_progress: Some(Box::new({
+            let said = skipped_said.clone();
+            move |p: &cairn_connector::Progress| {
+                said.lock().unwrap().push((p.at_stop, p.records_skipped))
+            }
+        })),
         ..Default::default()
     };
     let report = run_bounded(&cfg, Box::new(ArchiveSink::new(engine)), opts).unwrap();
     assert_eq!(report.stats.records_oversize_skipped, 2);
+    assert_eq!(
+        skipped_said.lock().unwrap().last(),
+        Some(&(true, 2)),
+        "the report at the stop"
+    );
     assert_eq!(report.stats.records_written, 28);
     let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
     let offsets: Vec<i64> = engine
