@@ -54,6 +54,9 @@ pub(crate) struct DeadLetters {
     producer: BaseProducer<Report>,
     topic: String,
     timeout: Duration,
+    /// The producer's `message.max.bytes`, for the message of a dead
+    /// letter it refuses as over it.
+    message_max_bytes: String,
 }
 
 /// Producer properties the dead-letter producer sets, with the value it
@@ -125,6 +128,7 @@ impl DeadLetters {
             return Ok(None);
         };
         let (c, message_timeout_ms) = client_config(cfg);
+        let message_max_bytes = c.get("message.max.bytes").unwrap_or("?").to_owned();
         let producer = c
             .create_with_context(Report::default())
             .map_err(ConnectorError::client_settings("dead-letter producer"))?;
@@ -132,6 +136,7 @@ impl DeadLetters {
             producer,
             topic: topic.clone(),
             timeout: report_wait(message_timeout_ms),
+            message_max_bytes,
         }))
     }
 
@@ -154,21 +159,25 @@ impl DeadLetters {
         let take = || last.lock().unwrap_or_else(|e| e.into_inner()).take();
         take();
         self.producer.send(record).map_err(|(e, _)| {
-            failed(
-                if e.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::QueueFull) {
-                    // Only one dead letter is ever in the producer's queue,
-                    // and none is now (each is waited for): this one alone
-                    // does not fit it.
-                    format!(
-                        "{e}: its value's {}",
-                        crate::librdkafka::too_big_for_queue(
-                            r.value.as_ref().map_or(0, |v| v.len() as u64)
-                        )
+            failed(match e.rdkafka_error_code() {
+                // Only one dead letter is ever in the producer's queue,
+                // and none is now (each is waited for): this one alone
+                // does not fit it.
+                Some(rdkafka::types::RDKafkaErrorCode::QueueFull) => format!(
+                    "{e}: its value's {}",
+                    crate::librdkafka::too_big_for_queue(
+                        r.value.as_ref().map_or(0, |v| v.len() as u64)
                     )
-                } else {
-                    e.to_string()
-                },
-            )
+                ),
+                // Refused before it was sent: librdkafka's words name the
+                // broker, whose limit is not what refused it.
+                Some(rdkafka::types::RDKafkaErrorCode::MessageSizeTooLarge) => format!(
+                    "{e}: refused by this producer, not the broker: the record ({} bytes of key, value and headers, and the dead letter's two headers) is over -X message.max.bytes ({}); raise it, or leave it unset (cairn then sets librdkafka's maximum)",
+                    r.payload_bytes(),
+                    self.message_max_bytes
+                ),
+                _ => e.to_string(),
+            })
         })?;
         // Wait for the report in short polls: rust-rdkafka's flush polls in
         // 100 ms steps that run to their end, which made every dead letter

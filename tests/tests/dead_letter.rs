@@ -386,6 +386,37 @@ fn a_dead_letter_too_large_for_the_producers_queue_names_the_setting() {
     );
 }
 
+/// A dead letter over the producer's own cap (`-X message.max.bytes`,
+/// which only has to exceed `--record-bytes-max`) stops the run before it,
+/// and says which setting refused it: librdkafka's words alone ("Broker:
+/// Message size too large") sent the operator to the broker (until
+/// 2026-12-05).
+#[test]
+fn a_dead_letter_over_the_producers_cap_names_the_setting() {
+    let (k, dead) = source_and_dead_letter_topic("dl-cap");
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = dead_letter_config(&k, &dead, dir.path());
+    // Above --record-bytes-max (1000), below the 2 kB record.
+    cfg.kafka.insert("message.max.bytes".into(), "1500".into());
+    match run(&cfg, dir.path()) {
+        Err(ConnectorError::DeadLetterFailed {
+            partition: 0,
+            offset: BIG,
+            detail,
+            ..
+        }) => assert!(
+            detail.contains("-X message.max.bytes (1500)") && detail.contains("not the broker"),
+            "{detail}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    let c = k.committed("dead-letter-group", 1);
+    assert!(
+        c.get(&0).is_none_or(|&o| o <= BIG),
+        "committed {c:?} past offset {BIG}"
+    );
+}
+
 #[test]
 fn a_missing_dead_letter_topic_is_refused_at_start() {
     init_logs();
