@@ -2710,7 +2710,8 @@ mod tests {
     /// parse never panics, any request it takes reads back the same from
     /// the JSON it writes, and answering it (a backup's aside: its path
     /// could name any directory) never panics either, whatever it asks of
-    /// the archive: a panic there would poison the running archive's
+    /// the archive (refilled after a prune takes its records): a panic
+    /// there would poison the running archive's
     /// engine (found missing in review, 2026-12-05: only fixed lines were
     /// tested).
     #[test]
@@ -2826,6 +2827,15 @@ mod tests {
                 "trial {trial}: answering {shown} panicked (CAIRN_SEED={seed})"
             );
             answered += 1;
+            // A prune that took records: the next answers get records
+            // again, not an empty archive.
+            let tp = TopicPartition::new("t", 0);
+            if let Some(p) = e.partition(&tp).filter(|p| p.record_count < 5) {
+                let records = (p.next_offset..p.next_offset + 5)
+                    .map(|o| Record::with_value(o, format!("v{o}")))
+                    .collect();
+                e.append(&[RecordBatch { tp, records }]).unwrap();
+            }
         }
         eprintln!("mutated requests: {taken} of {TRIALS} taken, {answered} answered");
         // The mutations leave enough lines whole for the answers to run.
