@@ -11,12 +11,14 @@
 //! A failed commit is retried after a backoff (`RETRY_MS_MIN`, doubling to
 //! `RETRY_MS_MAX`) even if no put wakes the committer: an idle partition's
 //! last durable offset must not stay uncommitted until the next record. A
-//! put's wake-up ends the backoff early: its offsets are tried at once, so
-//! that a commit does not wait out a backoff after the group has settled.
-//! The backoff therefore paces only a run with no puts; while puts go on,
-//! a group that answers `RebalanceInProgress` gets one commit a put (a
-//! review of 2026-12-05 found this comment claiming the backoff held those
-//! off too). Each attempt commits only what is durable either way.
+//! `pre_commit`'s wake-up ends the backoff early: its offsets are tried at
+//! once, so that a commit does not wait out a backoff after the group has
+//! settled. The backoff therefore paces only a run with no `pre_commit`;
+//! while they go on, a group that answers `RebalanceInProgress` gets at
+//! most one commit for each (each put under `every-put`, each interval
+//! under `interval:MS`; wake-ups during a commit merge). A review of
+//! 2026-12-05 found this comment claiming the backoff held those off too.
+//! Each attempt commits only what is durable either way.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
