@@ -92,16 +92,11 @@ pub fn table(r: &Report) {
         for f in &c.footprints {
             match f {
                 Peer::Ran(f) => println!(
-                    "{:<34} peak RSS {:.0} MiB archiving every record in a process of its own ({}; target <= {} MiB: {}); store {:.2}x the payload",
+                    "{:<34} peak RSS {:.0} MiB archiving every record in a process of its own ({}; {}); store {:.2}x the payload",
                     "footprint",
                     mib(f.peak_rss_bytes),
                     f.policy,
-                    summary::PEAK_RSS_MIB_MAX,
-                    if mib(f.peak_rss_bytes) <= summary::PEAK_RSS_MIB_MAX as f64 {
-                        "met"
-                    } else {
-                        "MISSED"
-                    },
+                    summary::rss_judgement(mib(f.peak_rss_bytes), c.records),
                     f.space_amplification
                 ),
                 Peer::Skipped { .. } | Peer::Failed { .. } => println!(
