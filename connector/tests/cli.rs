@@ -2902,6 +2902,12 @@ fn a_backup_checks_its_destination_before_it_opens_the_archive() {
             .unwrap();
         e.close().unwrap();
     }
+    // A link inside the archive to an empty directory outside it: named
+    // inside, refused as the engine refuses it (until 2026-12-05 this
+    // check followed it, and the archive was opened first).
+    let outside = dir.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::os::unix::fs::symlink(&outside, archive.join("link")).unwrap();
     let before = files_of(&archive);
     let full = dir.path().join("full");
     std::fs::create_dir(&full).unwrap();
@@ -2910,6 +2916,7 @@ fn a_backup_checks_its_destination_before_it_opens_the_archive() {
     for (to, says) in [
         (full.clone(), "must be new or empty"),
         (archive.join("inside"), "must lie outside the archive's"),
+        (archive.join("link"), "must lie outside the archive's"),
         (dir.path().join("no").join("copy"), "does not exist"),
         (full.join("x"), "not a directory"),
     ] {

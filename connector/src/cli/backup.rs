@@ -47,6 +47,20 @@ fn refuse_destination(data: &std::path::Path, to: &std::path::Path) -> Result<()
         )),
         _ => Ok(()),
     };
+    // Its place as named, the link itself if it is one: the engine refuses
+    // a COPY named inside DIR even where it links to a directory outside
+    // (until 2026-12-05 this check followed the link, passed it, and the
+    // archive was opened for a backup the engine then refused).
+    if let (Some(parent), Some(name)) = (to.parent(), to.file_name()) {
+        let parent = if parent.as_os_str().is_empty() {
+            std::path::Path::new(".")
+        } else {
+            parent
+        };
+        if let Ok(p) = parent.canonicalize() {
+            outside(&p.join(name))?;
+        }
+    }
     match std::fs::metadata(to) {
         Ok(m) if !m.is_dir() => Err(refuse("not a directory")),
         Ok(_) => {
