@@ -1207,6 +1207,11 @@ fn answer(
             room_for_backup(engine, to, BACKUP_HEADROOM_BYTES)?;
             let mut text = Vec::new();
             crate::cli::backup::backup(engine, to, stop, &mut text).and_then(|exit| {
+                // Said here too: a client gone before it reads the report
+                // leaves a finished copy, which is kept, and until
+                // 2026-12-05 the run's log said only that the read ended
+                // early (found in review).
+                tracing::info!(to = %to.display(), exit, "live backup finished: the copy is kept (exit 0: verified clean; 1: its verify found damage, listed in the report)");
                 out.write_all(&text).map_err(socket_error)?;
                 Ok(exit)
             })
