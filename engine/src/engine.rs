@@ -999,7 +999,10 @@ impl Engine {
                     self.commit_cv.notify_all();
                 }
                 Err(e) => {
-                    let reason = format!("{} on {}", e, lock(&self.syncer).data_path().display());
+                    // The data file's path from the configuration, not
+                    // from the syncer: taking its lock under `commit` would
+                    // wait behind an idle watermark fsync on a hung disk.
+                    let reason = format!("{} on {}", e, self.cfg.sled_path().join("db").display());
                     tracing::error!(%reason, "fsync failed; engine poisoned, never retried");
                     // The first failure names the poison (a sync refused
                     // after it says only that an earlier one failed).
@@ -1371,8 +1374,22 @@ impl Drop for Engine {
                     w.seq += 1;
                 }
                 // The watermark too, as a close syncs it: the first open
-                // after a power loss checks the log against it.
-                unmark = self.sync().and_then(|()| self.sync_watermark()).is_ok();
+                // after a power loss checks the log against it. A panic
+                // inside it (sled's flush) has poisoned the engine (its
+                // sync leader does) and is caught here: escaping this drop,
+                // it left sled's handles to an unguarded drop whose fsync
+                // unwraps, and a second panic while unwinding aborts the
+                // process (found in review, 2026-12-05).
+                let synced = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    self.sync().and_then(|()| self.sync_watermark())
+                }));
+                unmark = match synced {
+                    Ok(r) => r.is_ok(),
+                    Err(payload) => {
+                        tracing::error!(error = %crate::error::panic_message(&*payload), "the engine's drop: its last sync panicked; the engine is poisoned, and the next open recovers from the disk");
+                        false
+                    }
+                };
             } else if self.writes_unsynced() {
                 // Not synced while unwinding: a panic there would abort.
                 // sled's drop below would abort the process the same way
