@@ -987,6 +987,11 @@ fn an_engine_that_stopped_without_a_close_is_recovered_from_the_disk() {
     let e = open(dir.path());
     assert!(!e.recovery_report().unclean_stop_cache_dropped);
     let left = std::fs::read(&mark).expect("an open engine's mark");
+    // Its shape, as FORMAT.md documents it: the boot's identity, one line.
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|b| b.trim().to_owned())
+        .unwrap_or_default();
+    assert_eq!(String::from_utf8_lossy(&left), format!("{boot}\n"));
     e.close().unwrap();
     assert!(!mark.exists(), "closed: no mark");
     // A kill of the engine that held it.

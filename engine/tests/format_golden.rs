@@ -141,6 +141,19 @@ fn every_documented_value_is_pinned_byte_for_byte() {
         payload_bytes: 30,
     }
     .encode(&tp);
+    // Kafka's "no timestamp" (-1), as records without one are indexed:
+    // two's complement, little endian.
+    let (_, index_untimed) = IndexEntry {
+        first_offset: 5,
+        lsn: 7,
+        chunks: 1,
+        record_count: 2,
+        last_offset: 6,
+        timestamp_min_ms: -1,
+        timestamp_max_ms: -1,
+        payload_bytes: 30,
+    }
+    .encode(&tp);
     let (summary_key, summary) = PartitionSummary {
         first_offset: 5,
         next_offset: 7,
@@ -159,6 +172,7 @@ fn every_documented_value_is_pinned_byte_for_byte() {
         ("summary key", summary_key, "50017400000001"),
         ("wal key 258", cairn_engine::keys::wal_key(258).to_vec(), "570000000000000102"),
         ("index entry", index, "0700000000000000010000000200000006000000000000000a0000000000000014000000000000001e00000000000000caf8c676"),
+        ("index entry, timestamps -1", index_untimed, "070000000000000001000000020000000600000000000000ffffffffffffffffffffffffffffffff1e00000000000000f5a69c74"),
         ("partition summary", summary, "0500000000000000070000000000000002000000000000001e000000000000000300000000000000cbae59cf"),
         ("Mformat 3", cairn_engine::meta::encode_format(3), "43524e4d030000003b9d3de8"),
         ("Mformat 4 (written since format 4)", cairn_engine::meta::encode_format(cairn_engine::meta::FORMAT_VERSION), "43524e4d0400000082a5ea75"),

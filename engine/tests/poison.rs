@@ -43,7 +43,19 @@ fn failed_fsync_poisons_and_reopen_recovers() {
     // that recovery reads the disk) and removes it once recovered.
     let mark = dir.path().join(cairn_engine::poisoned::POISON_FILE);
     let text = std::fs::read_to_string(&mark).expect("the poison mark");
-    assert!(text.contains("fsync: "), "{text}");
+    // Its shape, as FORMAT.md documents it: the boot's identity, then
+    // `op: reason`, each a line.
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|b| b.trim().to_owned())
+        .unwrap_or_default();
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    assert!(
+        lines.len() == 2
+            && lines[0] == format!("{boot}\n")
+            && lines[1].starts_with("fsync: ")
+            && lines[1].ends_with('\n'),
+        "{text:?}"
+    );
     // A command removing the store it made, were it empty, keeps a
     // poisoned one without opening it (an open here would recover it and
     // clear the mark in the process whose fsync failed).
