@@ -366,24 +366,32 @@ fn a_dead_letter_too_large_for_the_producers_queue_names_the_setting() {
     // 1 KiB: the 2 kB record does not fit even an empty queue.
     cfg.kafka
         .insert("queue.buffering.max.kbytes".into(), "1".into());
-    match run(&cfg, dir.path()) {
+    let detail = refused_at_big(&k, &cfg, dir.path());
+    assert!(
+        detail.contains("do not fit librdkafka's queue")
+            && detail.contains("queue.buffering.max.kbytes"),
+        "{detail}"
+    );
+}
+
+/// Run `cfg`, which must stop at the dead letter of record `BIG` with
+/// nothing committed past it: the failure's detail.
+fn refused_at_big(k: &TestKafka, cfg: &RunConfig, dir: &std::path::Path) -> String {
+    let detail = match run(cfg, dir) {
         Err(ConnectorError::DeadLetterFailed {
             partition: 0,
             offset: BIG,
             detail,
             ..
-        }) => assert!(
-            detail.contains("do not fit librdkafka's queue")
-                && detail.contains("queue.buffering.max.kbytes"),
-            "{detail}"
-        ),
+        }) => detail,
         other => panic!("{other:?}"),
-    }
+    };
     let c = k.committed("dead-letter-group", 1);
     assert!(
         c.get(&0).is_none_or(|&o| o <= BIG),
         "committed {c:?} past offset {BIG}"
     );
+    detail
 }
 
 /// A dead letter over the producer's own cap (`-X message.max.bytes`,
@@ -398,22 +406,10 @@ fn a_dead_letter_over_the_producers_cap_names_the_setting() {
     let mut cfg = dead_letter_config(&k, &dead, dir.path());
     // Above --record-bytes-max (1000), below the 2 kB record.
     cfg.kafka.insert("message.max.bytes".into(), "1500".into());
-    match run(&cfg, dir.path()) {
-        Err(ConnectorError::DeadLetterFailed {
-            partition: 0,
-            offset: BIG,
-            detail,
-            ..
-        }) => assert!(
-            detail.contains("-X message.max.bytes (1500)") && detail.contains("not the broker"),
-            "{detail}"
-        ),
-        other => panic!("{other:?}"),
-    }
-    let c = k.committed("dead-letter-group", 1);
+    let detail = refused_at_big(&k, &cfg, dir.path());
     assert!(
-        c.get(&0).is_none_or(|&o| o <= BIG),
-        "committed {c:?} past offset {BIG}"
+        detail.contains("-X message.max.bytes (1500)") && detail.contains("not the broker"),
+        "{detail}"
     );
 }
 

@@ -395,89 +395,130 @@ mod tests {
     /// did, and says which.
     #[test]
     fn each_target_is_judged_where_it_applies_and_said_how() {
-        let judge = |name, policy, bytes, medians: &BTreeMap<&'static str, Spread>| {
-            judgement(metric(name), policy, bytes, medians)
+        let medians = |m: &[(&'static str, f64)]| -> BTreeMap<&'static str, Spread> {
+            m.iter().map(|&(n, v)| (n, spread(v))).collect()
         };
-        let latency = BTreeMap::from([
-            ("p50_vs_floor", spread(4.42)),
-            ("p99_vs_floor", spread(2.9)),
+        let latency = medians(&[("p50_vs_floor", 4.42), ("p99_vs_floor", 2.9)]);
+        let whole_only = medians(&[
+            ("pct_of_ceiling", 62.0),
+            ("vs_kcat", 1.02),
+            ("pct_of_disk_bandwidth", 31.0),
         ]);
-        assert_eq!(
-            judge("p50_vs_floor", "every-put", 100, &latency),
-            "<= 1.5x: MISSED"
-        );
-        assert_eq!(
-            judge("p99_vs_floor", "every-put", 100, &latency),
-            "<= 3x: met"
-        );
-        assert_eq!(judge("p50_vs_floor", "interval:100", 100, &latency), "");
-        let whole_only = BTreeMap::from([
-            ("pct_of_ceiling", spread(62.0)),
-            ("vs_kcat", spread(1.02)),
-            ("pct_of_disk_bandwidth", spread(31.0)),
-        ]);
-        assert_eq!(
-            judge("steady_pct_of_ceiling", "interval:100", 100, &whole_only),
-            ">= 80%: no round had a steady window; judged on the whole runs (below)"
-        );
-        assert_eq!(
-            judge("pct_of_ceiling", "interval:100", 100, &whole_only),
-            ">= 80%: MISSED (whole runs: no round had a steady window)"
-        );
-        assert_eq!(
-            judge("vs_kcat", "interval:100", 100, &whole_only),
-            ">= 1x: met (whole runs: no round had a steady window)"
-        );
-        // The Python loop skipped: neither of its ratios exists.
-        assert_eq!(
-            judge("steady_vs_python", "interval:100", 100, &whole_only),
-            ">= 5x: no round had it"
-        );
-        assert_eq!(
-            judge("vs_python", "interval:100", 100, &whole_only),
-            ">= 5x: no round had it"
-        );
-        // The disk target is judged at 1 KiB only.
-        assert_eq!(
-            judge("pct_of_disk_bandwidth", "interval:100", 100, &whole_only),
-            ""
-        );
-        assert_eq!(
-            judge("pct_of_disk_bandwidth", "interval:100", 1024, &whole_only),
-            ">= 70%: MISSED"
-        );
-        let steady = BTreeMap::from([
-            ("steady_pct_of_ceiling", spread(81.0)),
-            ("pct_of_ceiling", spread(62.0)),
-        ]);
-        assert_eq!(
-            judge("steady_pct_of_ceiling", "interval:100", 100, &steady),
-            ">= 80%: met"
-        );
-        assert_eq!(
-            judge("pct_of_ceiling", "interval:100", 100, &steady),
-            "(whole runs; the steady ratio above is judged)"
-        );
+        let steady = medians(&[("steady_pct_of_ceiling", 81.0), ("pct_of_ceiling", 62.0)]);
         // Rounded onto the bound by the table: said exactly.
-        let near = BTreeMap::from([
-            ("p50_vs_floor", spread(1.503)),
-            ("p99_vs_floor", spread(3.0)),
+        let near = medians(&[
+            ("p50_vs_floor", 1.503),
+            ("p99_vs_floor", 3.0),
+            ("pct_of_ceiling", 79.6),
         ]);
-        assert_eq!(
-            judge("p50_vs_floor", "every-put", 100, &near),
-            "<= 1.5x: MISSED (median 1.5030)"
-        );
-        assert_eq!(judge("p99_vs_floor", "every-put", 100, &near), "<= 3x: met");
-        let near = BTreeMap::from([("pct_of_ceiling", spread(79.6))]);
-        assert_eq!(
-            judge("pct_of_ceiling", "interval:100", 100, &near),
-            ">= 80%: MISSED (median 79.6000) (whole runs: no round had a steady window)"
-        );
-        let python = BTreeMap::from([("p50_vs_python", spread(1.18))]);
-        assert_eq!(
-            judge("p50_vs_python", "every-put", 100, &python),
-            "< 1x (the loop batches as cairn does): MISSED"
-        );
+        let python = medians(&[("p50_vs_python", 1.18)]);
+        type ByName = BTreeMap<&'static str, Spread>;
+        let cases: [(&str, &str, usize, &ByName, &str); 17] = [
+            (
+                "p50_vs_floor",
+                "every-put",
+                100,
+                &latency,
+                "<= 1.5x: MISSED",
+            ),
+            ("p99_vs_floor", "every-put", 100, &latency, "<= 3x: met"),
+            ("p50_vs_floor", "interval:100", 100, &latency, ""),
+            (
+                "steady_pct_of_ceiling",
+                "interval:100",
+                100,
+                &whole_only,
+                ">= 80%: no round had a steady window; judged on the whole runs (below)",
+            ),
+            (
+                "pct_of_ceiling",
+                "interval:100",
+                100,
+                &whole_only,
+                ">= 80%: MISSED (whole runs: no round had a steady window)",
+            ),
+            (
+                "vs_kcat",
+                "interval:100",
+                100,
+                &whole_only,
+                ">= 1x: met (whole runs: no round had a steady window)",
+            ),
+            // The Python loop skipped: neither of its ratios exists.
+            (
+                "steady_vs_python",
+                "interval:100",
+                100,
+                &whole_only,
+                ">= 5x: no round had it",
+            ),
+            (
+                "vs_python",
+                "interval:100",
+                100,
+                &whole_only,
+                ">= 5x: no round had it",
+            ),
+            // The disk target is judged at 1 KiB only.
+            (
+                "pct_of_disk_bandwidth",
+                "interval:100",
+                100,
+                &whole_only,
+                "",
+            ),
+            (
+                "pct_of_disk_bandwidth",
+                "interval:100",
+                1024,
+                &whole_only,
+                ">= 70%: MISSED",
+            ),
+            (
+                "steady_pct_of_ceiling",
+                "interval:100",
+                100,
+                &steady,
+                ">= 80%: met",
+            ),
+            (
+                "pct_of_ceiling",
+                "interval:100",
+                100,
+                &steady,
+                "(whole runs; the steady ratio above is judged)",
+            ),
+            (
+                "p50_vs_floor",
+                "every-put",
+                100,
+                &near,
+                "<= 1.5x: MISSED (median 1.5030)",
+            ),
+            ("p99_vs_floor", "every-put", 100, &near, "<= 3x: met"),
+            (
+                "pct_of_ceiling",
+                "interval:100",
+                100,
+                &near,
+                ">= 80%: MISSED (median 79.6000) (whole runs: no round had a steady window)",
+            ),
+            (
+                "p50_vs_python",
+                "every-put",
+                100,
+                &python,
+                "< 1x (the loop batches as cairn does): MISSED",
+            ),
+            ("p50_vs_python", "interval:100", 100, &python, ""),
+        ];
+        for (name, policy, bytes, medians, want) in cases {
+            assert_eq!(
+                judgement(metric(name), policy, bytes, medians),
+                want,
+                "{name} on {policy} at {bytes} B"
+            );
+        }
     }
 
     #[test]
