@@ -621,12 +621,19 @@ impl Engine {
 /// backup's cleanup runs. The archive's engine is not poisoned for it:
 /// until 2026-12-05 such a panic reached the caller, which took it for
 /// damage in the archive (a live backup's poisoned the archive and
-/// stopped its run), and skipped the cleanup.
+/// stopped its run), and skipped the cleanup. Likewise a page of the copy
+/// sled refuses to read back ([`copy_unreadable`]); other corruption is
+/// passed on as it is.
 fn on_the_copy<T>(dest: &Path, op: &'static str, f: impl FnOnce() -> Result<T>) -> Result<T> {
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    // Only sled's own refusal of a page: cairn-level corruption the
+    // copy's open or verify finds was copied from the archive as it was
+    // (a damaged key, say), and is the archive's.
     let result = result.map(|r| {
         r.map_err(|e| match e {
-            e @ Error::Corruption { .. } => copy_unreadable(dest, op, e),
+            Error::Corruption { ref location, .. } if crate::verify::is_sled_log(location) => {
+                copy_unreadable(dest, op, e)
+            }
             e => e,
         })
     });
@@ -721,5 +728,27 @@ mod tests {
             Err::<(), _>(Error::Interrupted { op: "backup" })
         });
         assert!(matches!(interrupted, Err(Error::Interrupted { .. })));
+        // Damage the copy holds because the archive held it is the
+        // archive's: passed on as the corruption it is.
+        let copied = on_the_copy(dest, "open the backup's copy", || {
+            Err::<(), _>(Error::corruption(
+                Location::Key {
+                    key_hex: "49".into(),
+                },
+                CorruptionKind::BadKey {
+                    detail: "a forged index key".into(),
+                },
+            ))
+        });
+        assert!(
+            matches!(
+                copied,
+                Err(Error::Corruption {
+                    location: Location::Key { .. },
+                    ..
+                })
+            ),
+            "{copied:?}"
+        );
     }
 }
