@@ -1386,7 +1386,16 @@ impl Drop for Engine {
                 unmark = match synced {
                     Ok(r) => r.is_ok(),
                     Err(payload) => {
-                        tracing::error!(error = %crate::error::panic_message(&*payload), "the engine's drop: its last sync panicked; the engine is poisoned, and the next open recovers from the disk");
+                        // Poisoned here whatever panicked: a panic outside
+                        // the sync leader (the watermark's fsync) poisons
+                        // nothing on its way out.
+                        self.poison_after_caught_panic(
+                            "drop",
+                            &format!(
+                                "its last sync: {}; the next open recovers from the disk",
+                                crate::error::panic_message(&*payload)
+                            ),
+                        );
                         false
                     }
                 };
