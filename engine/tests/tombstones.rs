@@ -84,7 +84,20 @@ fn adjacent_tombstones_are_read_verified_and_pruned_past() {
     e.append(&[common::batch(&a, 5..6, 20)]).unwrap();
     assert_eq!(offsets(&e, &a), [5]);
     e.close().unwrap();
-    // What is left of the log: tombstones and a's new entry, in order.
+    // What is left of the log: the older build's tombstone at LSN 1 as it
+    // was, the one at LSN 2 grown over every entry pruned since (LSNs 2 to
+    // 6), and a's new entry.
     let (frames, _) = common::wal_layout(dir.path());
-    assert_eq!(frames.first(), Some(&1), "{frames:?}");
+    assert_eq!(frames, [1, 2, 7]);
+    common::with_raw_tree(dir.path(), |t| {
+        for (lsn, span) in [(1, 1), (2, 5)] {
+            let v = t.get(common::wal_key(lsn)).unwrap().unwrap();
+            let f = frame::decode(lsn, &v).unwrap();
+            assert_eq!(
+                (f.kind, f.span().unwrap()),
+                (FrameKind::Tombstone, span),
+                "LSN {lsn}"
+            );
+        }
+    });
 }
