@@ -2737,7 +2737,7 @@ mod tests {
         let bases: [&[u8]; 6] = [
             br#"{"command":"status"}"#,
             br#"{"command":"verify"}"#,
-            br#"{"command":"export","selection":{"topics":["t"],"partition":0,"from":1,"to":3},"format":"jsonl"}"#,
+            br#"{"command":"export","selection":{"topics":["t"],"partition":0,"from":0,"to":null},"format":"jsonl"}"#,
             br#"{"command":"prune","selection":{"topics":["t"],"partition":null,"from":0,"to":null},"cut":{"offset":2},"dry_run":true}"#,
             br#"{"command":"prune","selection":{"topics":[],"partition":null,"from":0,"to":null},"cut":{"keep-bytes":5},"dry_run":false}"#,
             br#"{"command":"backup","to":"/b/c"}"#,

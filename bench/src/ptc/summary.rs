@@ -80,8 +80,9 @@ pub fn rss_judgement(mib: f64, records: u64) -> String {
     }
     let bound = PEAK_RSS_MIB_MAX as f64;
     let verdict = if mib <= bound { "met" } else { "MISSED" };
-    // A figure the line rounds onto the bound is given exactly.
-    let exact = if mib.round() == bound && mib != bound {
+    // A figure the line rounds onto the bound is given exactly (as the
+    // line rounds it: `{:.0}`, ties to even).
+    let exact = if format!("{mib:.0}") == PEAK_RSS_MIB_MAX.to_string() && mib != bound {
         format!(" ({mib:.2} MiB)")
     } else {
         String::new()
@@ -528,6 +529,10 @@ mod tests {
         assert_eq!(
             rss_judgement(256.4, 1_000_000),
             "target <= 256 MiB: MISSED (256.40 MiB)"
+        );
+        assert_eq!(
+            rss_judgement(256.5, 1_000_000),
+            "target <= 256 MiB: MISSED (256.50 MiB)"
         );
         assert_eq!(rss_judgement(285.0, 2_000_000), "target <= 256 MiB: MISSED");
         assert_eq!(
