@@ -1351,7 +1351,13 @@ fn check_count(
             return Ok(());
         }
     };
-    let held = u64::try_from(high - low).unwrap_or(0);
+    // From the first record read, not the log start: offsets between hold
+    // no record a reader gets (compacted away, or an aborted producer's),
+    // and counted, a target whose first record had gone was refused as
+    // holding records the archive does not account for (until 2026-12-05;
+    // found in review).
+    let from = first.offset.max(low);
+    let held = u64::try_from(high - from).unwrap_or(0);
     let archived = engine.count_range(source, first_archived, last_archived.saturating_add(1))?;
     if held != archived {
         // Extra records only: another producer's, between an earlier
@@ -1371,7 +1377,7 @@ fn check_count(
             String::new()
         };
         return Err(ConnectorError::RestoreRefused(format!(
-            "--resume: {target} holds {held} records (offsets {low}..{high}) from archived offset {first_archived} to {last_archived}, but the archive holds {archived} between those two: records are {} (an earlier restore that stopped with a gap, whose error said not to resume this partition; another producer; or a compacted target), so resuming after the last would not make it whole; restore into an empty topic, or use --partition, --from and --append for what is missing{extra}",
+            "--resume: {target} holds {held} records (offsets {from}..{high}) from archived offset {first_archived} to {last_archived}, but the archive holds {archived} between those two: records are {} (an earlier restore that stopped with a gap, whose error said not to resume this partition; another producer; or a compacted target), so resuming after the last would not make it whole; restore into an empty topic, or use --partition, --from and --append for what is missing{extra}",
             if held < archived { "missing from the target" } else { "in the target that the archive does not account for" }
         )));
     }
@@ -1918,6 +1924,42 @@ impl ConsumerContext for ReaderContext {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The target's records are counted from the first one read: offsets
+    /// below it (its log start, compacted or aborted records) hold none.
+    #[test]
+    fn the_count_starts_at_the_first_record_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::open(cairn_engine::EngineConfig::new(dir.path())).unwrap();
+        let source = TopicPartition::new("t", 0);
+        let records: Vec<Record> = (0..10)
+            .map(|o| Record::with_value(o, format!("v{o}")))
+            .collect();
+        engine
+            .append(&[cairn_engine::RecordBatch {
+                tp: source.clone(),
+                records: records.clone(),
+            }])
+            .unwrap();
+        let target = TopicPartition::new("t-restored", 0);
+        let cfg = RestoreConfig::new("b:1");
+        // Archived 0..=9 restored at target offsets 3..13: 3 offsets below
+        // the first record read held nothing.
+        let first = TargetRecord {
+            offset: 3,
+            key: None,
+            value: records[0].value.clone(),
+            archived: Some(0),
+        };
+        check_count(&engine, &cfg, &source, &target, (0, 13), &first, 9).unwrap();
+        // One missing: refused, naming the offsets counted.
+        match check_count(&engine, &cfg, &source, &target, (0, 12), &first, 9) {
+            Err(ConnectorError::RestoreRefused(m)) => {
+                assert!(m.contains("holds 9 records (offsets 3..12)"), "{m}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 
     fn delivered(acked: &[i64], failed: Option<i64>) -> PartitionDeliveries {
         PartitionDeliveries {
