@@ -594,3 +594,63 @@ fn a_panic_on_the_consumer_thread_fails_the_run_and_commits_nothing_more() {
     let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
     check_archive(&engine, &k.topic, n).unwrap();
 }
+
+/// A put that outlasts `max.poll.interval.ms` (a slow disk, modelled: the
+/// consumer thread waits to hand over its next batch and polls nothing)
+/// gets the member dropped from the group: librdkafka marks the
+/// assignment lost and resets the member id. The commit that follows the
+/// put is not sent (it would be refused as from an unknown member, or
+/// fenced for a static one, and another member may own the partitions by
+/// then); the run serves the loss, joins again, resumes at the archive's
+/// offsets and archives everything once.
+#[test]
+fn no_commit_is_sent_while_the_assignment_is_lost() {
+    cairn_tests::init_logs();
+    let k = TestKafka::new("lost", 3);
+    if k.mock().is_none() {
+        eprintln!("SKIPPED: the timing below is the mock cluster's");
+        return;
+    }
+    // Six batches: the consumer has more to hand over than the queue
+    // takes while the slow put runs.
+    let n = 6_000;
+    produce(&k.brokers, &k.topic, 0..n).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&k, "lost-group", dir.path());
+    cfg.commit = CommitPolicy::EveryPut;
+    cfg.batch_records_max = 1_000;
+    // As low as librdkafka takes it: no lower than session.timeout.ms,
+    // which the mock cluster's group joins need at about 6 s.
+    cfg.kafka
+        .insert("max.poll.interval.ms".into(), "6000".into());
+    let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
+    let puts = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let sink = WatchedSink::new(Box::new(ArchiveSink::new(engine.clone()))).before_put(Box::new({
+        let puts = puts.clone();
+        move |_| {
+            // The second put takes longer than max.poll.interval.ms.
+            if puts.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 1 {
+                std::thread::sleep(std::time::Duration::from_millis(9_000));
+            }
+            Ok(())
+        }
+    }));
+    let want = cairn_connector::cli::demo::demo_next_offsets(&k.topic, n);
+    let opts = PipelineOptions {
+        done: Some(Box::new(move |c| {
+            want.iter().all(|(tp, o)| c.get(tp) == Some(o))
+        })),
+        ..Default::default()
+    };
+    let report = run_bounded(&cfg, Box::new(sink), opts).unwrap();
+    eprintln!("lost run: {:?}", report.stats);
+    assert_eq!(report.stats.records_duplicate, 0);
+    assert_eq!(
+        report.stats.commit_failures, 0,
+        "a commit was sent while the assignment was lost: {:?}",
+        report.stats
+    );
+    drop(engine);
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    check_archive(&engine, &k.topic, n).unwrap();
+}
