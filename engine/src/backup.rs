@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::EngineConfig;
 use crate::engine::{store_err, DurableView, Engine};
-use crate::error::{Error, Result};
+use crate::error::{Error, Location, Result};
 use crate::keys;
 use crate::lock::{DirLock, LOCK_FILE};
 use crate::meta;
@@ -631,9 +631,13 @@ fn on_the_copy<T>(dest: &Path, op: &'static str, f: impl FnOnce() -> Result<T>) 
     // (a damaged key, say), and is the archive's.
     let result = result.map(|r| {
         r.map_err(|e| match e {
-            Error::Corruption { ref location, .. } if crate::verify::is_sled_log(location) => {
-                copy_unreadable(dest, op, e)
-            }
+            // sled's log or its files as sled opens them: the copy's sled
+            // files are written by sled alone, so damage found there is
+            // the destination's.
+            Error::Corruption {
+                location: Location::SledLog { .. } | Location::SledFiles { .. },
+                ..
+            } => copy_unreadable(dest, op, e),
             e => e,
         })
     });
@@ -692,7 +696,7 @@ fn drop_copy_handles<T, R>(handles: T, copied: Result<R>, cfg: &EngineConfig) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::{CorruptionKind, Location};
+    use crate::error::CorruptionKind;
 
     /// sled's refusal of a page of the copy comes back as the copy's I/O
     /// failure, naming the copy, not as corruption (which the commands
@@ -728,6 +732,19 @@ mod tests {
             Err::<(), _>(Error::Interrupted { op: "backup" })
         });
         assert!(matches!(interrupted, Err(Error::Interrupted { .. })));
+        // sled's files of the copy, as sled opens them: the copy's too.
+        let files = on_the_copy(dest, "open the backup's copy", || {
+            Err::<(), _>(Error::corruption(
+                Location::SledFiles {
+                    path: dest.join("sled"),
+                    log_offset: None,
+                },
+                CorruptionKind::SledUnreadable {
+                    detail: "sled panicked".into(),
+                },
+            ))
+        });
+        assert!(matches!(files, Err(Error::Io { .. })), "{files:?}");
         // Damage the copy holds because the archive held it is the
         // archive's: passed on as the corruption it is.
         let copied = on_the_copy(dest, "open the backup's copy", || {
