@@ -47,6 +47,12 @@
 //!   member and back, so what Kafka holds is not known; the partition is
 //!   then committed again (since 2026-12-02; before, an idle partition could
 //!   stay behind in Kafka after such a round trip).
+//! - Nothing is handed to librdkafka while it marks the assignment lost
+//!   (the member left the group, or under the cooperative protocol a
+//!   subscribed topic went away): another member may own the partitions,
+//!   and the member id is reset (since 2026-12-05). Left: a commit already
+//!   in librdkafka's hands at the loss, and a loss during a rebalance,
+//!   which librdkafka does not mark.
 //! - Once `commits_closed` is set (a fatal error, a simulated crash, the end
 //!   of the run) no further commit is chosen, and one chosen before is
 //!   dropped if it was closed by the time it is handed to librdkafka (the
@@ -303,7 +309,8 @@ impl Pipeline {
             }
             // librdkafka has marked the assignment lost (the member left
             // the group: `max.poll.interval.ms` passed while a put or its
-            // fsync held the consumer thread, or the session timed out)
+            // fsync held the consumer thread, or the session timed out; or,
+            // under the cooperative protocol, a subscribed topic went away)
             // and the consumer thread has not served the loss yet: another
             // member may own these partitions now, and librdkafka has
             // reset the member id, so the commit is refused at best (a

@@ -295,7 +295,10 @@ pub(crate) fn commit_retrying(
             return outcome;
         }
         failed += 1;
-        if !retry || std::time::Instant::now() + backoff > deadline {
+        // Lost meanwhile (`commit_now` sends nothing then): no retry goes
+        // through until the loss is served, which waits for this caller
+        // to return (found in review, 2026-12-05: 2 s of retries).
+        if !retry || c.assignment_lost() || std::time::Instant::now() + backoff > deadline {
             return outcome;
         }
         std::thread::sleep(backoff);
