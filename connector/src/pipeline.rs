@@ -48,11 +48,15 @@
 //!   then committed again (since 2026-12-02; before, an idle partition could
 //!   stay behind in Kafka after such a round trip).
 //! - Nothing is handed to librdkafka while it marks the assignment lost
-//!   (the member left the group, or under the cooperative protocol a
-//!   subscribed topic went away): another member may own the partitions,
-//!   and the member id is reset (since 2026-12-05). Left: a commit already
-//!   in librdkafka's hands at the loss, and a loss during a rebalance,
-//!   which librdkafka does not mark.
+//!   (since 2026-12-05). When the member left the group, another member
+//!   may own the partitions and the member id is reset. Under the
+//!   cooperative protocol a subscribed topic that went away marks the
+//!   whole assignment lost while only its partitions are revoked: commits
+//!   of the partitions still owned are then held back until that revoke is
+//!   served (at worst one counted failure, and the next owner archives the
+//!   records since the last commit again). Left: a commit already in
+//!   librdkafka's hands at the loss, and a loss during a rebalance, which
+//!   librdkafka does not mark.
 //! - Once `commits_closed` is set (a fatal error, a simulated crash, the end
 //!   of the run) no further commit is chosen, and one chosen before is
 //!   dropped if it was closed by the time it is handed to librdkafka (the

@@ -644,8 +644,9 @@ fn no_commit_is_sent_while_the_assignment_is_lost() {
     };
     let report = run_bounded(&cfg, Box::new(sink), opts).unwrap();
     eprintln!("lost run: {:?}", report.stats);
-    // The loss happened: what was buffered then was dropped and fetched
-    // again after the rejoin (without it the run takes each record once).
+    // The loss happened: the put queued at the loss was dropped (its
+    // partitions were no longer assigned) and its records fetched again
+    // after the rejoin (without a loss the run takes each record once).
     assert!(
         report.stats.records_polled > n,
         "the assignment was never lost: {:?}",
