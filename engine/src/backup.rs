@@ -106,6 +106,24 @@ pub struct BackupReport {
     pub duration: Duration,
 }
 
+/// Whether `dest`, by its place as named (its parent resolved, its own
+/// name as it is: a link named inside is inside, wherever it leads), lies
+/// inside the archive at `source` (canonical). Also asked by the command
+/// before it opens the archive.
+pub fn named_inside(dest: &Path, source: &Path) -> bool {
+    let (Some(parent), Some(name)) = (dest.parent(), dest.file_name()) else {
+        return false;
+    };
+    let parent = if parent.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        parent
+    };
+    parent
+        .canonicalize()
+        .is_ok_and(|p| p.join(name).starts_with(source))
+}
+
 /// Whether `dir` holds nothing but, at most, a lock file (a regular
 /// file, not a link): the directory a backup may be made in. Also asked
 /// by the command before it opens the archive.
@@ -153,20 +171,10 @@ impl Engine {
         // removed, would be left in it by a crash in between (seen in
         // review, the night of 2026-12-04). Checked again below on the
         // directory itself (a link among its own path).
-        if let (Some(parent), Some(name)) = (dest.parent(), dest.file_name()) {
-            let parent = if parent.as_os_str().is_empty() {
-                Path::new(".")
-            } else {
-                parent
-            };
-            if parent
-                .canonicalize()
-                .is_ok_and(|p| p.join(name).starts_with(&source))
-            {
-                return Err(refuse(
-                    "the backup's directory must lie outside the archive's",
-                ));
-            }
+        if named_inside(dest, &source) {
+            return Err(refuse(
+                "the backup's directory must lie outside the archive's",
+            ));
         }
         // Made here (create_dir fails if another made it meanwhile), or
         // found empty. Either way only what the backup writes into it is

@@ -77,8 +77,8 @@ mod verify;
 pub mod watermark;
 
 pub use backup::{
-    empty_but_for_a_lock, refuse_unfinished_backup, BackupReport, BACKUP_INCOMPLETE_FILE,
-    FAILPOINT_BACKUP_AFTER_LOG, FAILPOINT_BACKUP_COMPLETE_SYNC,
+    empty_but_for_a_lock, named_inside, refuse_unfinished_backup, BackupReport,
+    BACKUP_INCOMPLETE_FILE, FAILPOINT_BACKUP_AFTER_LOG, FAILPOINT_BACKUP_COMPLETE_SYNC,
 };
 pub use config::{
     EngineConfig, RecoveryMode, CHECKPOINT_INTERVAL_BYTES_MAX, CHECKPOINT_INTERVAL_BYTES_MIN,

@@ -47,19 +47,18 @@ fn refuse_destination(data: &std::path::Path, to: &std::path::Path) -> Result<()
         )),
         _ => Ok(()),
     };
-    // Its place as named, the link itself if it is one: the engine refuses
-    // a COPY named inside DIR even where it links to a directory outside
-    // (until 2026-12-05 this check followed the link, passed it, and the
-    // archive was opened for a backup the engine then refused).
-    if let (Some(parent), Some(name)) = (to.parent(), to.file_name()) {
-        let parent = if parent.as_os_str().is_empty() {
-            std::path::Path::new(".")
-        } else {
-            parent
-        };
-        if let Ok(p) = parent.canonicalize() {
-            outside(&p.join(name))?;
-        }
+    // Its place as named, the link itself if it is one, by the engine's
+    // own rule: a COPY named inside DIR is refused even where it links to
+    // a directory outside (until 2026-12-05 this check followed the link,
+    // passed it, and the archive was opened for a backup the engine then
+    // refused).
+    if source
+        .as_ref()
+        .is_some_and(|s| cairn_engine::named_inside(to, s))
+    {
+        return Err(refuse(
+            "the backup's directory must lie outside the archive's",
+        ));
     }
     match std::fs::metadata(to) {
         Ok(m) if !m.is_dir() => Err(refuse("not a directory")),
