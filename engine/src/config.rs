@@ -123,10 +123,15 @@ impl EngineConfig {
         self.path.join(SLED_DIR)
     }
 
+    /// sled's data file, `<path>/sled/db`: the file cairn fdatasyncs.
+    pub fn sled_data_path(&self) -> PathBuf {
+        self.sled_path().join("db")
+    }
+
     /// Whether a store is here: sled's data file exists (an empty or new
     /// folder holds none, and opening one starts a new store).
     pub fn store_exists(&self) -> bool {
-        self.sled_path().join("db").exists()
+        self.sled_data_path().exists()
     }
 
     /// The sled configuration for this store. Tools that open the sled tree
@@ -152,7 +157,7 @@ impl EngineConfig {
     /// then waited for sled's lock). A store not made yet, or a file system
     /// without `flock`, waits for nothing: sled's own open says the rest.
     pub(crate) fn wait_for_sled_handles(&self) -> Result<(), crate::Error> {
-        let db = self.sled_path().join("db");
+        let db = self.sled_data_path();
         let Ok(file) = std::fs::File::open(&db) else {
             return Ok(());
         };

@@ -1002,7 +1002,7 @@ impl Engine {
                     // The data file's path from the configuration, not
                     // from the syncer: taking its lock under `commit` would
                     // wait behind an idle watermark fsync on a hung disk.
-                    let reason = format!("{} on {}", e, self.cfg.sled_path().join("db").display());
+                    let reason = format!("{} on {}", e, self.cfg.sled_data_path().display());
                     tracing::error!(%reason, "fsync failed; engine poisoned, never retried");
                     // The first failure names the poison (a sync refused
                     // after it says only that an earlier one failed).

@@ -233,7 +233,7 @@ pub fn verify_store(cfg: &EngineConfig) -> Result<VerifyReport> {
     let mut syncer =
         crate::sync::DurableSync::open_unsynced(&cfg.sled_path()).map_err(|source| Error::Io {
             op: "open sled's data file",
-            path: cfg.sled_path().join("db"),
+            path: cfg.sled_data_path(),
             source,
         })?;
     let db = cfg.open_sled()?;
@@ -1707,6 +1707,22 @@ mod tests {
         }
     }
 
+    /// Where `r` reports gaps in the log, in order.
+    fn gaps(r: &VerifyReport) -> Vec<Location> {
+        r.problems
+            .iter()
+            .filter(|p| matches!(p.kind, CorruptionKind::LsnGap { .. }))
+            .map(|p| p.location.clone())
+            .collect()
+    }
+
+    /// Whether `r` reports a bad key at log LSN `lsn`.
+    fn bad_key_at(r: &VerifyReport, lsn: u64) -> bool {
+        r.problems.iter().any(|p| {
+            p.location == Location::Wal { lsn } && matches!(p.kind, CorruptionKind::BadKey { .. })
+        })
+    }
+
     /// A stray tombstone inside another's span is one gap, and the frames
     /// after that span are none (until the night of 2026-12-04 the stray
     /// moved the expected LSN back, and the next frame was a second gap).
@@ -1717,13 +1733,6 @@ mod tests {
         // Partition c's entry after the span.
         let stray_at = store_with_a_pruned_span(&cfg, true);
         stray_at(3);
-        let gaps = |r: &VerifyReport| -> Vec<Location> {
-            r.problems
-                .iter()
-                .filter(|p| matches!(p.kind, CorruptionKind::LsnGap { .. }))
-                .map(|p| p.location.clone())
-                .collect()
-        };
         let r = verify_store(&cfg).unwrap();
         assert_eq!(gaps(&r), [Location::Wal { lsn: 3 }], "{:#?}", r.problems);
         // Two stray frames in a row inside the span: still one gap, at the
@@ -1737,14 +1746,7 @@ mod tests {
         // after it (c1ec8de took its missing predecessor for one).
         stray_at(0);
         let r = verify_store(&cfg).unwrap();
-        assert!(
-            r.problems
-                .iter()
-                .any(|p| p.location == Location::Wal { lsn: 0 }
-                    && matches!(p.kind, CorruptionKind::BadKey { .. })),
-            "{:#?}",
-            r.problems
-        );
+        assert!(bad_key_at(&r, 0), "{:#?}", r.problems);
         assert_eq!(gaps(&r), [Location::Wal { lsn: 3 }], "{:#?}", r.problems);
     }
 
@@ -1767,10 +1769,7 @@ mod tests {
             r.problems
         );
         assert!(
-            r.problems
-                .iter()
-                .any(|p| p.location == Location::Wal { lsn: 3 }
-                    && matches!(p.kind, CorruptionKind::LsnGap { .. })),
+            gaps(&r).contains(&Location::Wal { lsn: 3 }),
             "{:#?}",
             r.problems
         );
@@ -1790,13 +1789,7 @@ mod tests {
             db.flush().unwrap();
         }
         let r = verify_store(&cfg).unwrap();
-        assert!(
-            r.problems
-                .iter()
-                .any(|p| p.location == Location::Wal { lsn: 0 }
-                    && matches!(p.kind, CorruptionKind::BadKey { .. })),
-            "{r:?}"
-        );
+        assert!(bad_key_at(&r, 0), "{r:?}");
         match Engine::open(cfg.clone()) {
             Err(Error::Corruption { location, kind }) => assert!(
                 location == Location::Wal { lsn: 0 }
