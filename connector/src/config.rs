@@ -1039,50 +1039,38 @@ retain-bytes = "50GiB"
     fn validation_names_the_setting() {
         let ok = RunConfig::new("b:1", "g", vec!["t".into()], "d".into());
         assert!(ok.validate().is_ok());
-        let mut c = ok.clone();
-        c.kafka
-            .insert("enable.partition.eof".into(), "false".into());
-        let e = c.validate().unwrap_err().to_string();
+        // `ok` with one -X setting more, validated.
+        let with = |key: &str, value: &str| {
+            let mut c = ok.clone();
+            c.kafka.insert(key.into(), value.into());
+            c.validate().map_err(|e| e.to_string())
+        };
+        let e = with("enable.partition.eof", "false").unwrap_err();
         assert!(e.contains("-X enable.partition.eof=false"), "{e}");
-        let mut c = ok.clone();
-        c.kafka.insert("api.version.request".into(), "false".into());
-        let e = c.validate().unwrap_err().to_string();
+        let e = with("api.version.request", "false").unwrap_err();
         assert!(e.contains("-X api.version.request=false"), "{e}");
         for fallback in ["0.9.0", "0.8.2", "0.9", "0.8.0"] {
-            let mut c = ok.clone();
-            c.kafka
-                .insert("broker.version.fallback".into(), fallback.into());
-            let e = c.validate().unwrap_err().to_string();
+            let e = with("broker.version.fallback", fallback).unwrap_err();
             assert!(e.contains("-X broker.version.fallback="), "{fallback}: {e}");
         }
         for fallback in ["0.10.0", "0.10.2.1", "2.8.0", "1.0"] {
-            let mut c = ok.clone();
-            c.kafka
-                .insert("broker.version.fallback".into(), fallback.into());
-            assert!(c.validate().is_ok(), "{fallback}");
+            assert!(
+                with("broker.version.fallback", fallback).is_ok(),
+                "{fallback}"
+            );
         }
-        let mut c = ok.clone();
-        c.kafka.insert("topic.blacklist".into(), "^t$".into());
-        let e = c.validate().unwrap_err().to_string();
+        let e = with("topic.blacklist", "^t$").unwrap_err();
         assert!(e.contains("-X topic.blacklist=^t$"), "{e}");
-        let mut c = ok.clone();
-        c.topics = vec!["bad topic".into()];
-        assert!(c.validate().unwrap_err().to_string().contains("topics"));
-        let mut c = ok.clone();
-        c.kafka.insert("enable.auto.commit".into(), "true".into());
-        assert!(c
-            .validate()
-            .unwrap_err()
-            .to_string()
-            .contains("enable.auto.commit"));
-        let mut c = ok.clone();
-        c.kafka
-            .insert("auto.offset.reset".into(), "earliest".into());
-        let e = c.validate().unwrap_err().to_string();
+        let e = with("enable.auto.commit", "true").unwrap_err();
+        assert!(e.contains("enable.auto.commit"), "{e}");
+        let e = with("auto.offset.reset", "earliest").unwrap_err();
         assert!(
             e.contains("auto.offset.reset") && e.contains("--auto-offset-reset"),
             "{e}"
         );
+        let mut c = ok.clone();
+        c.topics = vec!["bad topic".into()];
+        assert!(c.validate().unwrap_err().to_string().contains("topics"));
         let mut c = ok;
         c.batch_records_max = 0;
         assert!(c
