@@ -582,12 +582,19 @@ impl Shared {
     /// hold nothing for this run, so it has consumed up to there.
     fn set_aside(&mut self, tp: TopicPartition, offset: i64, first: bool) {
         if first && matches!(self.starts.get(&tp), Some(Start::Beginning | Start::End)) {
-            let mut st = self.pipeline.state();
-            if st.assigned.contains(&tp) && !st.consumed.contains_key(&tp) {
-                st.consumed.insert(tp.clone(), offset);
-            }
+            self.consumed_from(&tp, offset);
         }
         self.set_aside.insert(tp, offset);
+    }
+
+    /// `tp`, still assigned and with no consumed offset yet, has consumed
+    /// nothing at or past `offset`: its consumed offset (where its start is
+    /// known to be in the log).
+    fn consumed_from(&self, tp: &TopicPartition, offset: i64) {
+        let mut st = self.pipeline.state();
+        if st.assigned.contains(tp) && !st.consumed.contains_key(tp) {
+            st.consumed.insert(tp.clone(), offset);
+        }
     }
 
     fn full(&self, cfg: &RunConfig) -> bool {
@@ -792,12 +799,9 @@ impl Shared {
     /// bounds read at a reset, or its fetch at the log's end `to`), it has
     /// consumed nothing past where it started: that is its consumed offset.
     fn confirm_unchecked_start(&self, tp: &TopicPartition, to: i64) {
-        let Some(o) = self.starts.get(tp).and_then(Start::offset) else {
-            return;
-        };
-        let mut st = self.pipeline.state();
-        if o < to && st.assigned.contains(tp) && !st.consumed.contains_key(tp) {
-            st.consumed.insert(tp.clone(), o);
+        match self.starts.get(tp).and_then(Start::offset) {
+            Some(o) if o < to => self.consumed_from(tp, o),
+            _ => {}
         }
     }
 
