@@ -2564,6 +2564,54 @@ fn prune_killed_between_steps_leaves_a_clean_archive_and_a_rerun_finishes() {
     );
 }
 
+/// A partition whose index lost an entry, exported whole to stdout: none
+/// of its records is written, and the error says so. Until 2026-12-05 the
+/// records on both sides of the lost entry went out first, and the error
+/// came at the partition's end, naming the offset after the last (seen in
+/// review).
+#[test]
+fn an_export_writes_nothing_of_a_partition_that_lost_an_index_entry() {
+    use cairn_engine::{Engine, EngineConfig, Record, RecordBatch, TopicPartition};
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("archive");
+    let d = data.to_str().unwrap();
+    let damaged = TopicPartition::new("t", 1);
+    {
+        let e = Engine::open(EngineConfig::new(&data)).unwrap();
+        for p in 0..2 {
+            for first in [0, 10, 20] {
+                let records = (first..first + 10)
+                    .map(|o| Record::with_value(o, "v"))
+                    .collect();
+                e.write(&[RecordBatch {
+                    tp: TopicPartition::new("t", p),
+                    records,
+                }])
+                .unwrap();
+            }
+        }
+        e.close().unwrap();
+        let db = EngineConfig::new(&data).open_sled().unwrap();
+        let t = db.open_tree("cairn").unwrap();
+        t.remove(cairn_engine::keys::index_key(&damaged, 10))
+            .unwrap();
+        db.flush().unwrap();
+    }
+    let (code, out, err) = cairn(&["export", "--data", d]);
+    assert_eq!(code, 1, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 30, "t/0 whole, nothing of t/1: {out}");
+    assert!(
+        lines.iter().all(|l| l.contains(r#""partition":0"#)),
+        "{out}"
+    );
+    assert!(
+        err.contains("reading t/1 before any of its records was written")
+            && err.contains("the index counts 20 records below next offset 30"),
+        "{err}"
+    );
+}
+
 /// Export's ends: a reader that goes away after megabytes (`| head`) is a
 /// quiet success; damage met part-way leaves an existing `--output` as it
 /// was and says how far stdout got; a range that meets nothing is an

@@ -11,8 +11,10 @@
 //!   durable summary counted when it began; otherwise it ends with
 //!   `Corruption` naming the partition (a lost index entry hides whole
 //!   entries from the index walk, and offsets may have gaps, so nothing
-//!   else would tell). A `read_range` of part of a partition makes the
-//!   same check before it yields anything, from the index alone. When a
+//!   else would tell). A `read_range`, of part of a partition or of all
+//!   of it, makes the same check before it yields anything, from the index
+//!   alone (for a whole one since 2026-12-05: before, only at its end,
+//!   after the records past a lost entry were yielded). When a
 //!   truncation moved the partition's first offset (meanwhile, or before
 //!   the read, not yet durable), that count is moot: the index is counted
 //!   again against the summary as stored now (since 2026-12-05; before,
@@ -89,13 +91,15 @@ impl Engine {
     }
 
     /// Records of `tp` with offsets in `from..to` (`to` `None`: up to the
-    /// durable next offset), in offset order. A read of part of the
-    /// partition (from inside it, or cut short by `to`) first counts the
-    /// records of the partition's whole index against its summary, which a
-    /// whole read does at its end: a lost index entry anywhere in the
-    /// partition is then `Corruption`, not records missing from the range
-    /// without a word. That reads every index entry of the partition (one
-    /// small value per entry), not its frames.
+    /// durable next offset), in offset order. It first counts the records
+    /// of the partition's whole index against its summary, for a read of
+    /// the whole partition too: a lost index entry anywhere in the
+    /// partition is then `Corruption` before any record is yielded, not
+    /// records missing from the range without a word, nor (for a whole
+    /// read, which [`Engine::read`] checks only at its end) records past
+    /// the hole already handed on when the count tells. That reads every
+    /// index entry of the partition (one small value per entry), not its
+    /// frames.
     pub fn read_range(
         &self,
         tp: &TopicPartition,
@@ -118,12 +122,16 @@ impl Engine {
         let end = to.map_or(next, |to| to.min(next));
         let from = from.max(0);
         let whole = durable.is_some_and(|s| from <= s.first_offset) && end == next;
-        // Every part read counts the index first, a range below the
+        // Every ranged read counts the index first, a range below the
         // partition's first offset too: it yields nothing, unless a stray
         // index entry (valid CRCs, no build writes one) is there, whose
         // records would otherwise be yielded without a word (seen in
-        // review, the night of 2026-12-04).
-        if let Some(s) = durable.filter(|_| check_part && !whole && from < end) {
+        // review, the night of 2026-12-04). A whole read too: its own
+        // count at the end tells only after the records past a lost entry
+        // were yielded, and an export to a pipe or a restore into Kafka
+        // has passed them on by then, a hole no later run can fill in
+        // order (seen in review, 2026-12-05).
+        if let Some(s) = durable.filter(|_| check_part && from < end) {
             check_index_count(&self.tree, tp, &s)?;
         }
         // The durable summary's first offset, beside its count: a

@@ -690,6 +690,51 @@ fn a_range_hidden_by_a_lost_index_entry_is_damage_not_a_gap() {
     }
 }
 
+/// A whole partition whose index lost an entry in its middle: the restore
+/// sends none of it. Until 2026-12-05 a whole read counted the index only
+/// at its end, so the records on either side of the lost entry were sent
+/// first, and the target kept a hole no later run could fill in order
+/// (seen in review).
+#[test]
+fn a_lost_index_entry_in_a_whole_partition_sends_none_of_it() {
+    init_logs();
+    let dir = tempfile::tempdir().unwrap();
+    let tp = TopicPartition::new(ARCHIVED, 0);
+    {
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        for first in [0, 10, 20] {
+            let records = (first..first + 10)
+                .map(|o| Record::with_value(o, "v"))
+                .collect();
+            e.append(&[RecordBatch {
+                tp: tp.clone(),
+                records,
+            }])
+            .unwrap();
+        }
+        e.close().unwrap();
+    }
+    {
+        let db = EngineConfig::new(dir.path()).open_sled().unwrap();
+        let t = db.open_tree("cairn").unwrap();
+        t.remove(cairn_engine::keys::index_key(&tp, 10)).unwrap();
+        db.flush().unwrap();
+    }
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let k = TestKafka::new("lost-entry", 1);
+    match restore(&engine, &config(&k)) {
+        Err(e) => {
+            let text = format!("{e} {e:?}");
+            assert!(
+                text.contains("the index counts 20 records below next offset 30"),
+                "{text}"
+            );
+        }
+        Ok(r) => panic!("restored {} records", r.records),
+    }
+    assert_eq!(highs(&k, 1), vec![0]);
+}
+
 #[test]
 fn an_empty_archive_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
