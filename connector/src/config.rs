@@ -171,6 +171,22 @@ impl RunConfig {
         if self.group.trim().is_empty() {
             return bad("group: empty (use --group NAME)".into());
         }
+        // Kafka takes any text as a group id, so these would run as another
+        // group than meant, without a word: a new one, with no committed
+        // offsets (its lag watched under the meant name), and, for a new
+        // archive under `--auto-offset-reset latest`, the backlog skipped.
+        if self.group.trim() != self.group {
+            return bad(format!(
+                "group {:?}: leading or trailing whitespace (Kafka would take it as part of the group's name)",
+                self.group
+            ));
+        }
+        if self.group.contains("${") {
+            return bad(format!(
+                "group {:?}: `${{VARIABLES}}` are expanded by a shell, not by cairn or in the config file (a template never rendered?): give the group's name",
+                self.group
+            ));
+        }
         if self.topics.is_empty() {
             return bad("topics: none given (use --topics t1,t2)".into());
         }
@@ -328,6 +344,16 @@ impl RunConfig {
         {
             return bad(format!("-X {k}={v}: name the topics to archive with --topics (librdkafka would leave a topic it matches unassigned and unarchived without an error)"));
         }
+        // librdkafka looks for partitions added to a subscribed topic only
+        // in its periodic metadata refresh: turned off (librdkafka starts
+        // its timer only for a positive interval), an added partition
+        // would go unassigned and unarchived without an error.
+        if let Some((k, v)) =
+            crate::librdkafka::settings_of(&self.kafka, "topic.metadata.refresh.interval.ms")
+                .find(|(_, v)| v.trim().parse::<i64>().is_ok_and(|ms| ms <= 0))
+        {
+            return bad(format!("-X {k}={v}: must be positive (librdkafka's default is 300000): with the periodic metadata refresh off, partitions added to an archived topic would never be assigned, and go unarchived without an error"));
+        }
         if self.retain_bytes == Some(0) {
             return bad(
                 "retain-bytes 0: must be positive (leave --retain-bytes out, or give --retain-bytes none, to set no bound)"
@@ -446,12 +472,38 @@ pub(crate) fn refuse_settings<'k>(
         if let Some((k, v)) = crate::librdkafka::setting_other_than(kafka, key, ours) {
             let why = match ours {
                 Some(o) => format!("{who} sets {key}={o}"),
-                None => format!("{who} manages this property itself"),
+                None => format!("{who} manages this property itself{}", managed_hint(key)),
             };
             return Err(ConnectorError::Config(format!("-X {k}={v}: {why}")));
         }
     }
     Ok(())
+}
+
+/// What to do instead of setting a property a command manages itself, or
+/// why it may not be set: the refusal alone left an operator guessing
+/// which flag gives it (seen in review, 2026-12-05).
+fn managed_hint(key: &str) -> &'static str {
+    match key {
+        "bootstrap.servers" | "metadata.broker.list" => ": give the brokers with --brokers",
+        "group.id" => ": give the consumer group with --group",
+        "enable.auto.commit" | "auto.commit.enable" | "enable.auto.offset.store" => {
+            ": cairn commits an offset only once the archive holds its record durably (after its fsync); librdkafka's own commits would run ahead of that"
+        }
+        "transactional.id" => {
+            ": the producer sends outside any transaction, and a transactional one refuses every such send"
+        }
+        "enable.idempotence" | "enable.gapless.guarantee" => {
+            ": the restore keeps them on, so that a retried send neither duplicates nor reorders records"
+        }
+        "delivery.report.only.error" => {
+            ": the restore waits for every record's report to know what was delivered"
+        }
+        "allow.auto.create.topics" => {
+            ": the restore never creates a topic (create the target with the partitions it needs)"
+        }
+        _ => "",
+    }
 }
 
 /// The longest `--connect-timeout-ms`: an hour. librdkafka takes a timeout
@@ -1059,10 +1111,38 @@ retain-bytes = "50GiB"
                 "{fallback}"
             );
         }
+        for ms in ["-1", "0"] {
+            let e = with("topic.metadata.refresh.interval.ms", ms).unwrap_err();
+            assert!(
+                e.contains(&format!("-X topic.metadata.refresh.interval.ms={ms}")),
+                "{e}"
+            );
+        }
+        assert!(with("topic.metadata.refresh.interval.ms", "60000").is_ok());
         let e = with("topic.blacklist", "^t$").unwrap_err();
         assert!(e.contains("-X topic.blacklist=^t$"), "{e}");
         let e = with("enable.auto.commit", "true").unwrap_err();
-        assert!(e.contains("enable.auto.commit"), "{e}");
+        assert!(
+            e.contains("enable.auto.commit") && e.contains("after its fsync"),
+            "{e}"
+        );
+        for group in ["archive ", " archive", "${GROUP}", "cairn-${ENV}"] {
+            let mut c = ok.clone();
+            c.group = group.into();
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains(&format!(": group {group:?}: ")), "{e}");
+        }
+        let mut c = ok.clone();
+        c.group = "a$b".into();
+        assert!(c.validate().is_ok(), "a `$` alone is a name");
+        // A managed property says which flag gives it.
+        let e = with("group.id", "other").unwrap_err();
+        assert!(
+            e.contains("-X group.id=other") && e.contains("--group"),
+            "{e}"
+        );
+        let e = with("bootstrap.servers", "h:1").unwrap_err();
+        assert!(e.contains("--brokers"), "{e}");
         let e = with("auto.offset.reset", "earliest").unwrap_err();
         assert!(
             e.contains("auto.offset.reset") && e.contains("--auto-offset-reset"),
