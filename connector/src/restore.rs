@@ -210,6 +210,9 @@ pub fn plan(engine: &Engine, cfg: &RestoreConfig) -> Result<Vec<(TopicPartition,
     }
     let renamed: Vec<&str> = cfg.rename.keys().map(String::as_str).collect();
     let chosen = cfg.select.choose(archived, &renamed)?;
+    if let Some(later) = cfg.select.starts_below_held(&chosen) {
+        tracing::warn!("{later}");
+    }
     // Partitions a prune emptied are still listed, with nothing in them: a
     // restore of only those would send nothing and look like success.
     // (An export of them is empty and fine: retention may empty an idle

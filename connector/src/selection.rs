@@ -127,6 +127,35 @@ impl Selection {
         self.from > 0 || self.to.is_some()
     }
 
+    /// The chosen partitions a given `--from` lies below, whose range
+    /// still meets what they hold: their first records were pruned, or
+    /// never archived (the archive started later), and the read begins at
+    /// their first offset. Said, not refused: the rest of the range is
+    /// there. `None` when there is none, or no `--from` was given. Until
+    /// 2026-12-05 an export or restore of `--from 100` that began at 150
+    /// said nothing (seen in review).
+    pub fn starts_below_held(&self, chosen: &[PartitionInfo]) -> Option<String> {
+        if self.from == 0 {
+            return None;
+        }
+        let later: Vec<&PartitionInfo> = chosen
+            .iter()
+            .filter(|p| {
+                p.record_count > 0
+                    && self.from < p.first_offset
+                    && self.to.is_none_or(|to| to > p.first_offset)
+            })
+            .collect();
+        if later.is_empty() {
+            return None;
+        }
+        Some(format!(
+            "--from {}: below the first offset held of {}; read from there (the records below were pruned, or never archived)",
+            self.from,
+            first_few(later.iter().map(|p| format!("{} ({})", p.tp, p.first_offset)))
+        ))
+    }
+
     /// The error of a range that met no record, although it lies within
     /// what the chosen partitions hold: it fell into a gap of offsets.
     pub fn nothing_in_range(&self) -> ConnectorError {
@@ -285,6 +314,32 @@ mod tests {
         };
         let e = err(s.choose(archive(), &[]));
         assert!(e.contains("--partition 1"), "{e}");
+    }
+
+    #[test]
+    fn says_which_partitions_start_past_from() {
+        let mut later = info("a", 1);
+        later.first_offset = 6;
+        let mut emptied = info("b", 0);
+        (emptied.first_offset, emptied.record_count) = (10, 0);
+        let chosen = [info("a", 0), later, emptied];
+        let said = |from, to| {
+            Selection {
+                from,
+                to,
+                ..Default::default()
+            }
+            .starts_below_held(&chosen)
+        };
+        assert_eq!(
+            said(4, None).as_deref(),
+            Some("--from 4: below the first offset held of a/1 (6); read from there (the records below were pruned, or never archived)")
+        );
+        // No --from, one at or past the first offset, or a range that
+        // ends before it (nothing of a/1 read): nothing to say.
+        for (from, to) in [(0, None), (6, None), (7, Some(9)), (4, Some(6))] {
+            assert_eq!(said(from, to), None, "{from}..{to:?}");
+        }
     }
 
     #[test]

@@ -2468,6 +2468,27 @@ fn prune_deletes_below_the_cut_and_keeps_next_offsets() {
         out.starts_with("{\"topic\":\"a\",\"partition\":0,\"offset\":200,"),
         "{out}"
     );
+    // A --from below what the prune left reads from the first offset
+    // held, and says so.
+    let (code, out, err) = cairn(&[
+        "export",
+        "--data",
+        d,
+        "-t",
+        "a",
+        "--partition",
+        "0",
+        "--from",
+        "150",
+        "--to",
+        "210",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.lines().count(), 10);
+    assert!(
+        err.contains("--from 150: below the first offset held of a/0 (200); read from there"),
+        "{err}"
+    );
 
     // A size per partition: b's entries hold ~194 payload bytes each, so
     // 400 bytes keep its newest two.

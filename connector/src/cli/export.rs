@@ -453,6 +453,9 @@ fn export_stopped(
 ) -> Result<ExitCode> {
     let engine = super::open_unserved(data)?;
     let chosen = select.choose(engine.partitions(), &[])?;
+    if let Some(later) = select.starts_below_held(&chosen) {
+        super::say_warn!("{later}");
+    }
     // Not served: a signal ends this process (`remove_on_interrupt`).
     let never = AtomicBool::new(false);
     let written = super::read_unpanicked("export", data, &engine, "", || {
