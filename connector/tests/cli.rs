@@ -1361,6 +1361,29 @@ fn files_of(dir: &std::path::Path) -> std::collections::BTreeMap<std::path::Path
     files
 }
 
+/// An archive on tmpfs (fsyncs there make nothing durable) is warned
+/// about before anything else. (/dev/shm is tmpfs on Linux.)
+#[test]
+fn an_archive_in_memory_is_warned_about() {
+    let shm = std::path::Path::new("/dev/shm");
+    if !shm.is_dir() {
+        eprintln!("no /dev/shm here: not checked");
+        return;
+    }
+    let dir = tempfile::tempdir_in(shm).unwrap();
+    let data = dir.path().join("archive");
+    let d = data.to_str().unwrap();
+    let (code, _, err) = cairn_run("127.0.0.1:1", "t", d, &["--connect-timeout-ms", "200"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(&format!(
+            "--data {d}: on tmpfs, which keeps files in memory only"
+        )) && err.contains("cannot reach Kafka"),
+        "{err}"
+    );
+    assert!(!data.exists(), "made for the run, removed with it");
+}
+
 #[test]
 fn unreachable_broker_names_the_brokers() {
     let dir = tempfile::tempdir().unwrap();

@@ -364,6 +364,13 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
         }
         e => e,
     })?;
+    if let Some(fs) = memory_backed(&cfg.data) {
+        super::say_warn!(
+            "--data {}: on {fs}, which keeps files in memory only: its fsyncs make nothing durable, so Kafka's offsets will be committed for records a reboot or power loss takes from the archive (put the archive on a disk){}",
+            cfg.data.display(),
+            file_keys.said("data")
+        );
+    }
     // A directory this run makes is removed again if the run fails or
     // stops having archived nothing (a broker that does not answer, a topic
     // it lacks, a signal while waiting, or a stop before the group assigned
@@ -721,6 +728,42 @@ fn refuse_foreign_dir(data: &std::path::Path) -> Result<()> {
     )))
 }
 
+/// The kind of file system `path` (or, not made yet, its nearest folder
+/// that is there) is on, when that keeps its files in memory only (tmpfs,
+/// ramfs: `/dev/shm`, and `/tmp` on many systems). An fsync there returns
+/// at once and makes nothing durable, so an archive there breaks the one
+/// promise cairn makes: what Kafka is told is archived survives a crash of
+/// the machine. `None` for a disk, or when the kind cannot be read.
+fn memory_backed(path: &Path) -> Option<&'static str> {
+    use std::os::unix::ffi::OsStrExt;
+    let there = path
+        .ancestors()
+        .find(|a| !a.as_os_str().is_empty() && a.exists())
+        .unwrap_or(Path::new("."));
+    let c_path = std::ffi::CString::new(there.as_os_str().as_bytes()).ok()?;
+    // SAFETY: `c_path` is a NUL-terminated path; `statfs` only writes the
+    // struct it is given, which is plain old data.
+    #[allow(unsafe_code)]
+    let fs = unsafe {
+        let mut fs: libc::statfs = std::mem::zeroed();
+        if libc::statfs(c_path.as_ptr(), &mut fs) != 0 {
+            return None;
+        }
+        fs
+    };
+    // linux/magic.h (libc names only tmpfs's).
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    const RAMFS_MAGIC: i64 = 0x8584_58f6;
+    // `f_type` is 32 bits wide (signed) on some targets, 64 on others:
+    // its low 32 bits are the magic.
+    #[allow(clippy::useless_conversion)]
+    match i64::from(fs.f_type) & 0xffff_ffff {
+        TMPFS_MAGIC => Some("tmpfs"),
+        RAMFS_MAGIC => Some("ramfs"),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -730,6 +773,29 @@ mod tests {
     use super::RunArgs;
     use crate::config::{OnOversize, RunConfig};
     use crate::error::Result;
+
+    /// An archive in memory (tmpfs) is told apart from one on a disk, also
+    /// where the folder is not made yet. /dev/shm is tmpfs on Linux; the
+    /// working tree (target/) is on a disk here: either not so on another
+    /// machine is said, and that half is not checked.
+    #[test]
+    fn an_archive_in_memory_is_told_apart() {
+        let shm = std::path::Path::new("/dev/shm");
+        if shm.is_dir() {
+            assert_eq!(super::memory_backed(shm), Some("tmpfs"));
+            assert_eq!(
+                super::memory_backed(&shm.join("not-made").join("archive")),
+                Some("tmpfs")
+            );
+        } else {
+            eprintln!("no /dev/shm here: the tmpfs half is not checked");
+        }
+        let disk = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        match super::memory_backed(disk) {
+            None => assert_eq!(super::memory_backed(&disk.join("not-made")), None),
+            Some(fs) => eprintln!("the source tree is on {fs} here: the disk half is not checked"),
+        }
+    }
 
     /// `--data` that is, or lies under, a link to nothing (a volume not
     /// mounted) is refused naming the link's target, before Kafka is
