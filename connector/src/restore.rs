@@ -68,6 +68,11 @@ const FLUSH_MARGIN_MS: u64 = 30_000;
 /// (reports missing past its wait: librdkafka owes them, so only a bug of
 /// its would leave them missing).
 pub const FAILPOINT_FLUSH_FAILS: &str = "restore::flush_fails";
+
+/// Failpoint: the preflight is about to wait for a target partition's
+/// watermarks (the cluster's metadata answered). For a test to act on that
+/// moment rather than on a clock.
+pub const FAILPOINT_WATERMARKS: &str = "restore::watermarks";
 // A record's archived offset travels with it as librdkafka's opaque pointer
 // value (no allocation per record): offsets are non-negative `i64`s.
 const _: () = assert!(usize::BITS >= 64, "archived offsets travel as usize");
@@ -1070,6 +1075,7 @@ fn preflight(
     let mut occupied: Vec<(&TopicPartition, i64, i64)> = Vec::new();
     for (source, target) in plan {
         let asked_for = format!("the watermarks of target partition {target}");
+        fail::fail_point!(FAILPOINT_WATERMARKS);
         let (low, high) = sliced_wait(&cfg.brokers, &asked_for, timeout, stop, |wait| {
             producer
                 .client()

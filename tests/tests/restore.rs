@@ -1272,14 +1272,30 @@ fn a_stop_ends_the_wait_for_a_slow_leaders_watermarks() {
     let mut cfg = RestoreConfig::new(first);
     cfg.rename.insert(ARCHIVED.into(), "slow-leader".into());
     cfg.connect_timeout_ms = 120_000;
-    // The stop comes once the metadata has been answered (at once, here):
-    // a stop before an answer ends the wait there (since 2026-12-05, also
-    // one the answer comes back to). A wait the stop did not end would end
-    // in the watermarks (after a minute) or a timeout, never in
-    // `StoppedWaiting`.
-    let t0 = std::time::Instant::now();
-    let stop = || t0.elapsed() >= Duration::from_secs(5);
-    match cairn_connector::restore::restore_until(&engine, &cfg, &stop) {
+    // The stop comes once the metadata has been answered, as the wait for
+    // the watermarks begins (a failpoint says when, on this thread: other
+    // tests here restore too): a stop before an answer ends the wait there
+    // (since 2026-12-05, also one the answer comes back to). A wait the
+    // stop did not end would end in the watermarks (after a minute) or a
+    // timeout, never in `StoppedWaiting`. (Until 2026-12-05 the stop came
+    // 5 s after the start: a clock standing in for the metadata's answer.)
+    use cairn_connector::restore::FAILPOINT_WATERMARKS;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let waiting = std::sync::Arc::new(AtomicBool::new(false));
+    let this_test = std::thread::current().id();
+    fail::cfg_callback(FAILPOINT_WATERMARKS, {
+        let waiting = waiting.clone();
+        move || {
+            if std::thread::current().id() == this_test {
+                waiting.store(true, Ordering::SeqCst);
+            }
+        }
+    })
+    .unwrap();
+    let stop = || waiting.load(Ordering::SeqCst);
+    let stopped = cairn_connector::restore::restore_until(&engine, &cfg, &stop);
+    fail::remove(FAILPOINT_WATERMARKS);
+    match stopped {
         Err(ConnectorError::StoppedWaiting { asked_for, .. }) => assert_eq!(
             asked_for,
             "the watermarks of target partition slow-leader/0"
