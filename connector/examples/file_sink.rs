@@ -232,6 +232,14 @@ impl SinkTask for FileSink {
     ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
         let mut safe = BTreeMap::new();
         for (tp, pf) in &mut self.open {
+            // A partition held here but not in `consumed` was lost (or
+            // revoked) since: its `close` comes next, and another member
+            // may own it already. Not written on: its unsynced bytes stay
+            // past its mark, which the next `open` cuts off. (A sink whose
+            // store other members share must not write it either.)
+            if !consumed.contains_key(tp) {
+                continue;
+            }
             if pf.dirty {
                 pf.file
                     .sync_data()
@@ -239,7 +247,7 @@ impl SinkTask for FileSink {
                 write_mark(&self.dir, &pf.mark, pf.next, pf.len)?;
                 pf.dirty = false;
             }
-            if consumed.contains_key(tp) && pf.len > 0 {
+            if pf.len > 0 {
                 safe.insert(tp.clone(), pf.next);
             }
         }

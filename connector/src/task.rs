@@ -66,7 +66,13 @@
 //!    declares such a resume point durable (harmless, Kafka holds it
 //!    already; a sink that knows better reports what it holds). Report
 //!    only partitions in `consumed`: one never handed over (revoked since)
-//!    is ignored, with a warning, as Kafka Connect ignores them (a negative
+//!    is ignored, with a warning, as Kafka Connect ignores them. A
+//!    partition the sink holds that `consumed` leaves out (it was lost
+//!    while the put before ran, a loss not waiting for the task thread)
+//!    gets its `close` next: a sink whose storage other members share
+//!    must not write it here, since another member may own it already
+//!    (Kafka Connect closes a lost partition before any further
+//!    `preCommit`; the example sink leaves it unsynced). (A negative
 //!    offset fails the run, whatever its partition). An offset below one declared before is
 //!    taken as the sink's latest word: the higher one is not committed
 //!    (with a warning; a durable offset that goes back means lost records

@@ -24,6 +24,39 @@ fn the_file_sink_example_holds_each_record_once_after_two_runs() {
     file_sink::main().expect("the file sink example");
 }
 
+/// A partition `pre_commit`'s `consumed` leaves out (lost while the put
+/// before ran) is not written on: no sync, no mark moved. The example is
+/// the template a sink writing to a shared store copies, and until
+/// 2026-12-05 it synced and marked every partition it held (seen in
+/// review).
+#[test]
+fn the_file_sink_writes_nothing_of_a_partition_left_out_of_consumed() {
+    use cairn_connector::SinkTask;
+    use cairn_engine::{Record, RecordBatch, TopicPartition};
+    let dir = tempfile::tempdir().unwrap();
+    let (kept, lost) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
+    let mut sink = file_sink::FileSink::new(dir.path());
+    sink.open(&[kept.clone(), lost.clone()]).unwrap();
+    let batch = |tp: &TopicPartition| RecordBatch {
+        tp: tp.clone(),
+        records: (0..5).map(|o| Record::with_value(o, "v")).collect(),
+    };
+    sink.put(&[batch(&kept), batch(&lost)]).unwrap();
+    let consumed = std::collections::BTreeMap::from([(kept.clone(), 5)]);
+    let safe = sink.pre_commit(&consumed).unwrap();
+    assert_eq!(safe, consumed);
+    let mark = |tp: &TopicPartition| {
+        dir.path()
+            .join(format!("{}-{}.mark", tp.topic, tp.partition))
+    };
+    assert!(mark(&kept).exists());
+    assert!(!mark(&lost).exists(), "the lost partition was marked");
+    sink.close(std::slice::from_ref(&lost)).unwrap();
+    // Opened again, its unsynced records are cut off: it resumes at 0.
+    let resume = sink.open(std::slice::from_ref(&lost)).unwrap();
+    assert_eq!(resume.get(&lost), None);
+}
+
 #[test]
 fn the_file_sink_resumes_from_its_marks_after_a_crash_before_the_commit() {
     let broker = common::TestBroker::start(&["shop.events:3"]);
