@@ -46,10 +46,12 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use cairn_connector::cli::demo::{demo_next_offsets, produce};
+// The record types come re-exported: a sink needs no `cairn-engine`.
 use cairn_connector::{
-    run_pipeline, CommitPolicy, PipelineOptions, PutOutcome, RunConfig, SinkTask, TaskError,
+    run_pipeline, CommitPolicy, PipelineOptions, PutOutcome, RecordBatch, RunConfig, SinkTask,
+    TaskError, TopicPartition,
 };
-use cairn_engine::{RecordBatch, TopicPartition};
+
 use rdkafka::mocking::MockCluster;
 
 /// One partition's data file, and where it stands.

@@ -48,6 +48,9 @@ pub mod task;
 pub mod testing;
 mod worker;
 
+/// The record types a [`SinkTask`] is handed, re-exported so that a sink
+/// of its own needs no dependency on `cairn-engine`.
+pub use cairn_engine::{Header, Record, RecordBatch, TimestampType, TopicPartition};
 pub use config::{CommitPolicy, OnOffsetOutOfRange, OnOversize, RunConfig};
 pub use consumer::{
     run_pipeline, CommitObserver, DonePredicate, PipelineOptions, ProgressObserver, RunReport,

@@ -50,8 +50,10 @@
 //!    map). A word is a durability promise, so this keeps committed ≤
 //!    durable; a sink that must take one back reports a lower offset.
 //! 3. **`pre_commit(consumed)`** runs after a `put` (after every one with
-//!    `--commit every-put`, once per interval with `interval:MS`), and on
-//!    revoke and on stop. Like Kafka Connect's `flush` / `preCommit`, it makes
+//!    `--commit every-put`, once per interval with `interval:MS`), on
+//!    revoke and on stop, and inside an assignment whose partitions
+//!    `--on-offset-out-of-range earliest` moved (after `caught_up`, so
+//!    that the move is durable before their fetch goes on). Like Kafka Connect's `flush` / `preCommit`, it makes
 //!    what was put durable (or as much as the sink chooses) and returns the
 //!    offsets that are durable and safe to commit, never past the records
 //!    handed to it (the loop asserts this); an empty map declares nothing
@@ -228,7 +230,11 @@ pub trait SinkTask: Send {
     /// unless records were lost (that lowers it, or fails the run if it
     /// was committed already: module docs, 3.). A partition left out keeps
     /// its earlier word. Called after puts (per `--commit`), before a
-    /// revoke's commit and at a clean stop; an error fails the run, and
+    /// revoke's commit, at a clean stop and where an assignment's
+    /// partitions were moved past records gone from Kafka (module docs,
+    /// 3.). Only `put` is retried: a backend that can fail for a moment
+    /// (a remote store's 503) retries inside this call, within the time a
+    /// revoke can wait. An error fails the run, and
     /// `pre_commit` is never called again (it may have failed an fsync).
     fn pre_commit(
         &mut self,
@@ -325,7 +331,13 @@ pub trait SinkTask: Send {
     /// store holds: one that returns `consumed` as it is (harmless without
     /// the check, see `caught_up`) would be stopped by it where Kafka's
     /// offsets run ahead of the store (a partition resumed at another
-    /// store's commit).
+    /// store's commit). It must also answer for partitions the store holds
+    /// no record of but a position: the offsets `open` returned and the
+    /// starts `start` recorded are committed at once, each asked here
+    /// first, so a store that answers `None` for a recorded start (one
+    /// that knows only partitions holding records) fails the run at its
+    /// first `--auto-offset-reset latest` assignment; so do positions
+    /// `caught_up` recorded, once `pre_commit` declares them.
     ///
     /// The closure runs while the loop holds its own state lock, beside
     /// any call on the task thread: it must not block (not on a lock a

@@ -32,7 +32,7 @@ fn the_file_sink_example_holds_each_record_once_after_two_runs() {
 #[test]
 fn the_file_sink_writes_nothing_of_a_partition_left_out_of_consumed() {
     use cairn_connector::SinkTask;
-    use cairn_engine::{Record, RecordBatch, TopicPartition};
+    use cairn_connector::{Record, RecordBatch, TopicPartition};
     let dir = tempfile::tempdir().unwrap();
     let (kept, lost) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
     let mut sink = file_sink::FileSink::new(dir.path());
