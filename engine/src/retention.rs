@@ -141,7 +141,18 @@ impl Engine {
         // first), and one in `cut` has changed nothing, so a later holder
         // may take the lock whatever the panic left: the engine's own
         // checks refuse what it must not do.
-        let Some(_truncating) = self.truncating.write_until(&mut || !go()) else {
+        let mut long_wait = crate::truncation_lock::LongWait::starting(std::time::Instant::now());
+        let truncating = self.truncating.write_until(&mut || {
+            if let Some(waited) = long_wait.due(std::time::Instant::now()) {
+                tracing::warn!(
+                    partition = %tp,
+                    waited_s = waited.as_secs(),
+                    "a truncation (retention, or a prune) is waiting for a verify or backup of the archive to end: records due for deletion stay until it does, while archiving goes on"
+                );
+            }
+            !go()
+        });
+        let Some(_truncating) = truncating else {
             // Told no while it waits (behind a backup, say): nothing was
             // picked or deleted; the cut reported is the partition's first
             // offset, below which nothing is.

@@ -18,7 +18,7 @@
 //!   truncation's `cut` and `go` must not verify, back up, plan or
 //!   truncate).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -67,10 +67,64 @@ fn waited<G>(stopped: &mut dyn FnMut() -> bool, mut take: impl FnMut() -> Option
     }
 }
 
+/// When a truncation's wait for the lock is worth a WARN: a live verify
+/// or backup of a large archive (into a slow disk) holds it for hours,
+/// and retention waits meanwhile, without a word until 2026-12-05, while
+/// archiving goes on filling the disk (seen in review). First after
+/// [`LongWait::FIRST`], then every [`LongWait::EVERY`].
+#[derive(Debug)]
+pub(crate) struct LongWait {
+    since: Instant,
+    said_at: Option<Instant>,
+}
+
+impl LongWait {
+    pub(crate) const FIRST: Duration = Duration::from_secs(60);
+    pub(crate) const EVERY: Duration = Duration::from_secs(10 * 60);
+
+    pub(crate) fn starting(now: Instant) -> LongWait {
+        LongWait {
+            since: now,
+            said_at: None,
+        }
+    }
+
+    /// How long it has waited, when that is to be said now.
+    pub(crate) fn due(&mut self, now: Instant) -> Option<Duration> {
+        let waited = now.saturating_duration_since(self.since);
+        let due = match self.said_at {
+            None => waited >= Self::FIRST,
+            Some(at) => now.saturating_duration_since(at) >= Self::EVERY,
+        };
+        due.then(|| {
+            self.said_at = Some(now);
+            waited
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::TruncationLock;
+    use super::{LongWait, TruncationLock};
     use std::sync::mpsc;
+    use std::time::{Duration, Instant};
+
+    /// A long wait is said after a minute, then every ten, not at every
+    /// slice of it.
+    #[test]
+    fn a_long_wait_is_said_once_a_minute_in_then_every_ten() {
+        let t0 = Instant::now();
+        let mut w = LongWait::starting(t0);
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        assert_eq!(w.due(at(0)), None);
+        assert_eq!(w.due(at(59)), None);
+        assert_eq!(w.due(at(60)), Some(Duration::from_secs(60)));
+        assert_eq!(w.due(at(61)), None);
+        assert_eq!(w.due(at(659)), None);
+        assert_eq!(w.due(at(660)), Some(Duration::from_secs(660)));
+        assert_eq!(w.due(at(661)), None);
+        assert_eq!(w.due(at(1260)), Some(Duration::from_secs(1260)));
+    }
 
     /// A writer waiting behind a reader keeps a later reader out until it
     /// has had the lock, and a wait told to stop ends.
