@@ -27,11 +27,16 @@
 //!   thread still holds the engine (and a live backup the truncation
 //!   lock), so the sink then syncs the engine rather than close it, and
 //!   waits for nothing that lock holds up (the pruner).
-//! - The socket is `0600`: only the user the run runs as connects, who can
-//!   write the data files anyway (a `prune` deletes). The data files are
+//! - The socket is `0600`: only the user the run runs as (and root)
+//!   connects. A request that [writes](Request::writes) (a prune deletes,
+//!   a backup writes as the run's user) is served only with the proof
+//!   that the client may write the archive itself ([`write_proof`]): the
+//!   socket's user check alone let a process that sees the archive
+//!   read-only (a read-only mount of it) prune it. The data files are
 //!   made with the process's umask: others may be able to read them.
 
 use std::io::{BufReader, Read, Write};
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -213,6 +218,16 @@ pub fn parse_request(line: &[u8]) -> std::result::Result<Request, serde_json::Er
 }
 
 impl Request {
+    /// Whether it changes the archive (a prune) or writes as the run's
+    /// user (a backup): served only to a client that shows it may write
+    /// the archive itself ([`write_proof`]).
+    pub fn writes(&self) -> bool {
+        matches!(
+            self,
+            Request::Prune { dry_run: false, .. } | Request::Backup { .. }
+        )
+    }
+
     /// The command's name, for messages.
     fn name(&self) -> &'static str {
         match self {
@@ -840,7 +855,7 @@ fn end_frame(end: &End) -> Vec<u8> {
 /// stops it then: before its client is answered, so that the answer comes
 /// after.
 fn serve(conn: UnixStream, id: u64, engine: &Engine, shared: &Shared) {
-    let Some(request) = read_request(&conn) else {
+    let Some((request, proof)) = read_request(&conn) else {
         // The client hung up before sending anything: no one to answer.
         // Its place goes at once, off both lists under the locks the cut-off
         // takes (until 2026-12-05 it stayed counted among the places, off
@@ -866,6 +881,14 @@ fn serve(conn: UnixStream, id: u64, engine: &Engine, shared: &Shared) {
         );
         return;
     }
+    // A prune or a backup, only for a client that can write the archive.
+    let request = request.and_then(|req| {
+        if req.writes() {
+            may_write(engine, proof).map(|()| req)
+        } else {
+            Ok(req)
+        }
+    });
     // Status needs none of the slots the others share.
     let slot = match &request {
         Ok(Request::Status) | Err(_) => None,
@@ -1290,17 +1313,22 @@ fn room_for_backup(engine: &Engine, to: &Path, headroom: u64) -> Result<()> {
 /// The request line, whole within [`REQUEST_TIMEOUT`] of the connection: a
 /// client that trickles a byte now and then does not hold a slot longer.
 /// `None` when the client hung up having sent nothing.
-fn read_request(conn: &UnixStream) -> Option<std::result::Result<Request, String>> {
+fn read_request(
+    conn: &UnixStream,
+) -> Option<(std::result::Result<Request, String>, Option<OwnedFd>)> {
     let mut sent_nothing = false;
-    let request = read_request_line(conn, &mut sent_nothing);
-    (!sent_nothing).then_some(request)
+    let mut proof = None;
+    let request = read_request_line(conn, &mut sent_nothing, &mut proof);
+    (!sent_nothing).then_some((request, proof))
 }
 
 /// [`read_request`]'s work; `sent_nothing` is set when the connection
-/// ended before its first byte.
+/// ended before its first byte, `proof` to the first file descriptor the
+/// client sent with its line ([`write_proof`]; any more are closed).
 fn read_request_line(
-    mut conn: &UnixStream,
+    conn: &UnixStream,
     sent_nothing: &mut bool,
+    proof: &mut Option<OwnedFd>,
 ) -> std::result::Result<Request, String> {
     let deadline = Instant::now() + REQUEST_TIMEOUT;
     let mut line = Vec::new();
@@ -1316,7 +1344,7 @@ fn read_request_line(
         if let Err(e) = conn.set_read_timeout(Some(left)) {
             break Err(e.to_string());
         }
-        let newline = match conn.read(&mut buf) {
+        let newline = match receive(conn, &mut buf, proof) {
             Ok(0) => {
                 *sent_nothing = line.is_empty();
                 break Ok(());
@@ -1370,6 +1398,93 @@ fn read_request_line(
 
 /// The longest request line parsed beside others (`read_request`).
 const REQUEST_PARSED_AT_ONCE_BYTES_MAX: usize = 1 << 20;
+
+/// A read of the request's bytes into `buf` that also takes the file
+/// descriptors sent with them: the first is kept in `proof`, any other
+/// closed (a plain read would close them all).
+fn receive(
+    conn: &UnixStream,
+    buf: &mut [u8],
+    proof: &mut Option<OwnedFd>,
+) -> std::io::Result<usize> {
+    use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(4))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let got = rustix::net::recvmsg(
+        conn,
+        &mut [std::io::IoSliceMut::new(buf)],
+        &mut control,
+        RecvFlags::CMSG_CLOEXEC,
+    )?;
+    for message in control.drain() {
+        if let RecvAncillaryMessage::ScmRights(fds) = message {
+            for fd in fds {
+                if proof.is_none() {
+                    *proof = Some(fd);
+                }
+            }
+        }
+    }
+    Ok(got.bytes)
+}
+
+/// Whether the client showed it may write the archive: it sent the
+/// archive's lock file opened for writing ([`write_proof`]). The socket
+/// alone does not say so: its mode lets this user (and root) connect, and
+/// the kernel checks no mount's read-only flag on a connect, so a process
+/// that sees the archive through a read-only mount (a monitoring container
+/// given it `:ro`, a service with `ReadOnlyPaths=`) reaches the socket as
+/// well, and could otherwise prune the archive or have this run write a
+/// backup wherever it may (seen in review, 2026-12-05). A file opened for
+/// writing is a capability such a process cannot get: the open fails with
+/// "read-only file system".
+fn may_write(engine: &Engine, proof: Option<OwnedFd>) -> std::result::Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let lock = engine.config().path.join(cairn_engine::LOCK_FILE);
+    let refused = |why: String| {
+        Err(format!(
+            "refused: a prune or a backup of a running archive is served only to a client that can write the archive itself, and {why} (a client that sees the archive read-only, through a read-only mount, cannot; run the command where the archive is writable)"
+        ))
+    };
+    let Some(fd) = proof else {
+        return refused(format!(
+            "this one did not show it can: it sends {} opened for writing with its request (a cairn of 2026-12-05 or later does)",
+            lock.display()
+        ));
+    };
+    let file = std::fs::File::from(fd);
+    let mode = rustix::fs::fcntl_getfl(&file).map(|f| f & rustix::fs::OFlags::RWMODE);
+    if !matches!(mode, Ok(m) if m == rustix::fs::OFlags::WRONLY || m == rustix::fs::OFlags::RDWR) {
+        return refused("the file it sent is open for reading only".into());
+    }
+    let same = match (file.metadata(), std::fs::metadata(&lock)) {
+        (Ok(sent), Ok(ours)) => sent.dev() == ours.dev() && sent.ino() == ours.ino(),
+        _ => false,
+    };
+    if !same {
+        return refused(format!("the file it sent is not {}", lock.display()));
+    }
+    Ok(())
+}
+
+/// The archive's lock file, opened for writing (nothing written, created
+/// or cut): what a client sends with a request that [writes](Request::writes)
+/// to show that it may write the archive ([`may_write`]). Fails, saying
+/// so, where the archive is read-only to this process.
+pub fn write_proof(data: &Path) -> Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let lock = data.join(cairn_engine::LOCK_FILE);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&lock)
+        .map_err(|e| {
+            ConnectorError::Live(format!(
+                "{}: cannot open it for writing ({e}): the running cairn prunes or backs up its archive only for a client that can write the archive itself (is it mounted read-only here?); run the command where the archive is writable",
+                lock.display()
+            ))
+        })
+}
 
 /// The longest path a socket address holds (`sun_path`, less its NUL).
 const SOCKET_PATH_BYTES_MAX: usize = 107;
@@ -1567,14 +1682,27 @@ pub fn request(
     out: &mut dyn Write,
     out_name: &Path,
 ) -> Result<End> {
-    request_within(conn, req, out, out_name, IDLE_TIMEOUT)
+    request_within(conn, req, None, out, out_name, IDLE_TIMEOUT)
 }
 
-/// [`request`], giving up `idle` after the last frame (status: after
-/// [`STATUS_TIMEOUT`] in all).
+/// [`request`], sending `proof` ([`write_proof`]) with it: what a request
+/// that [writes](Request::writes) needs to be served.
+pub fn request_proving(
+    conn: UnixStream,
+    req: &Request,
+    proof: &std::fs::File,
+    out: &mut dyn Write,
+    out_name: &Path,
+) -> Result<End> {
+    request_within(conn, req, Some(proof), out, out_name, IDLE_TIMEOUT)
+}
+
+/// [`request`], with `proof` if given, giving up `idle` after the last
+/// frame (status: after [`STATUS_TIMEOUT`] in all).
 fn request_within(
     mut conn: UnixStream,
     req: &Request,
+    proof: Option<&std::fs::File>,
     out: &mut dyn Write,
     out_name: &Path,
     idle: Duration,
@@ -1602,7 +1730,13 @@ fn request_within(
     }
     // A server that refused at once (busy) may have closed before the
     // request arrived: its answer is still there to read, and says why.
-    let sent = conn.write_all(&line);
+    let sent = match proof {
+        None => conn.write_all(&line),
+        // The proof goes with the line's first byte, the rest after it.
+        Some(proof) => {
+            send_with(&conn, &line[..1], proof).and_then(|()| conn.write_all(&line[1..]))
+        }
+    };
     let mut conn = BufReader::with_capacity(FRAME_BYTES_MAX, conn);
     let mut out_gone = false;
     // Closed before a first frame: cut off before the request was read,
@@ -1747,6 +1881,31 @@ fn request_within(
 }
 
 /// An I/O error on the live-read socket, naming it.
+/// Send `bytes` (a few: they go in one call) with `file`'s descriptor.
+fn send_with(conn: &UnixStream, bytes: &[u8], file: &std::fs::File) -> std::io::Result<()> {
+    use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+    use std::os::fd::AsFd;
+    let fds = [file.as_fd()];
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
+        return Err(std::io::Error::other("no room for the file descriptor"));
+    }
+    let sent = rustix::net::sendmsg(
+        conn,
+        &[std::io::IoSlice::new(bytes)],
+        &mut control,
+        SendFlags::NOSIGNAL,
+    )?;
+    if sent < bytes.len() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::WriteZero,
+            "the request's first bytes were not all sent",
+        ));
+    }
+    Ok(())
+}
+
 pub(crate) fn socket_error(source: std::io::Error) -> ConnectorError {
     ConnectorError::Io {
         path: PathBuf::from(SOCKET_FILE),
@@ -1894,7 +2053,12 @@ mod tests {
         let mut out = Vec::new();
         let conn = connect(dir).unwrap().expect("server answers");
         let mut rest = conn.try_clone().unwrap();
-        let end = request(conn, req, &mut out, Path::new("<test>")).unwrap();
+        let end = if req.writes() {
+            let proof = write_proof(dir).unwrap();
+            request_proving(conn, req, &proof, &mut out, Path::new("<test>")).unwrap()
+        } else {
+            request(conn, req, &mut out, Path::new("<test>")).unwrap()
+        };
         rest.read_to_end(&mut Vec::new()).unwrap();
         (end, out)
     }
@@ -2258,7 +2422,14 @@ mod tests {
         let conn = UnixStream::connect(&sock).unwrap();
         let mut out = Vec::new();
         let idle = Duration::from_millis(200);
-        let got = request_within(conn, &Request::Verify, &mut out, Path::new("<test>"), idle);
+        let got = request_within(
+            conn,
+            &Request::Verify,
+            None,
+            &mut out,
+            Path::new("<test>"),
+            idle,
+        );
         let error = got.unwrap_err().to_string();
         assert!(error.contains("did not answer within 0.2 s"), "{error}");
         silent.join().unwrap();
@@ -2280,7 +2451,7 @@ mod tests {
             },
         ] {
             let conn = UnixStream::connect(&frozen).unwrap();
-            let got = request_within(conn, &req, &mut out, Path::new("<test>"), idle);
+            let got = request_within(conn, &req, None, &mut out, Path::new("<test>"), idle);
             let error = got.unwrap_err().to_string();
             assert!(error.contains("did not answer within 0.2 s"), "{error}");
         }
@@ -2334,6 +2505,152 @@ mod tests {
             error.contains("is a symbolic link") && error.contains("not trusted"),
             "{error}"
         );
+    }
+
+    /// A prune or a backup is served only to a client that sends the
+    /// archive's lock file opened for writing: not to one that sends
+    /// nothing (an older cairn, or one that sees the archive through a
+    /// read-only mount, where it cannot open the file so), the file opened
+    /// for reading, or another file opened for writing. Nothing is pruned
+    /// or made meanwhile; reads need no proof; with it, the prune is made.
+    #[test]
+    fn a_prune_or_backup_needs_proof_that_the_client_may_write() {
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let e = engine(dir.path());
+        let server = LiveServer::start(e.clone()).unwrap();
+        let tp = TopicPartition::new("t", 0);
+        let prune = Request::Prune {
+            selection: Selection {
+                topics: vec!["t".into()],
+                ..Default::default()
+            },
+            cut: crate::cli::prune::Cut::Offset(5),
+            dry_run: false,
+        };
+        let copy = dir.path().with_extension("copy");
+        let backup = Request::Backup { to: copy.clone() };
+        let lock = dir.path().join(cairn_engine::LOCK_FILE);
+        let other = dir.path().join("other");
+        std::fs::write(&other, "").unwrap();
+        let read_only = std::fs::File::open(&lock).unwrap();
+        let not_the_lock = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(&other)
+            .unwrap();
+        for req in [&prune, &backup] {
+            for (proof, why) in [
+                (None, "this one did not show it can"),
+                (Some(&read_only), "open for reading only"),
+                (Some(&not_the_lock), "the file it sent is not"),
+            ] {
+                let conn = connect(dir.path()).unwrap().expect("served");
+                let mut rest = conn.try_clone().unwrap();
+                let mut out = Vec::new();
+                let end = request_within(
+                    conn,
+                    req,
+                    proof,
+                    &mut out,
+                    Path::new("<test>"),
+                    IDLE_TIMEOUT,
+                )
+                .unwrap();
+                rest.read_to_end(&mut Vec::new()).unwrap();
+                let error = end.error.unwrap_or_default();
+                assert_eq!(end.exit, 2, "{}: {error}", req.name());
+                assert!(
+                    error.contains("only to a client that can write the archive itself")
+                        && error.contains(why),
+                    "{}: {error}",
+                    req.name()
+                );
+                assert_eq!(e.partition(&tp).unwrap().first_offset, 0, "pruned");
+                assert!(!copy.exists(), "a backup was made");
+            }
+        }
+        let (end, _) = ask(dir.path(), &Request::Verify);
+        assert_eq!((end.exit, end.error), (0, None), "a read needs no proof");
+        let dry = Request::Prune {
+            selection: Selection {
+                topics: vec!["t".into()],
+                ..Default::default()
+            },
+            cut: crate::cli::prune::Cut::Offset(5),
+            dry_run: true,
+        };
+        let (end, _) = ask(dir.path(), &dry);
+        assert_eq!((end.exit, end.error), (0, None), "a dry run needs no proof");
+        // `ask` sends the proof for a prune.
+        let (end, _) = ask(dir.path(), &prune);
+        assert_eq!((end.exit, end.error), (0, None));
+        assert_eq!(e.partition(&tp).unwrap().first_offset, 5);
+        server.stop();
+    }
+
+    /// Through a read-only bind mount of the archive's directory (what a
+    /// monitoring container given it `:ro` sees), the socket is reached
+    /// (the kernel checks no read-only flag on a connect) and a status is
+    /// served, but a prune cannot be asked: the proof cannot be opened
+    /// there. Needs root to mount; fails under CI without it.
+    #[test]
+    fn a_read_only_view_of_the_archive_reads_but_cannot_prune() {
+        struct Mounted(PathBuf);
+        impl Drop for Mounted {
+            fn drop(&mut self) {
+                let _ = std::process::Command::new("umount").arg(&self.0).status();
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("archive");
+        let view = dir.path().join("view");
+        std::fs::create_dir(&view).unwrap();
+        let e = engine(&data);
+        let mount = |args: &[&str]| {
+            std::process::Command::new("mount")
+                .args(args)
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        let (d, v) = (data.to_str().unwrap(), view.to_str().unwrap());
+        if !mount(&["--bind", d, v]) {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "a bind mount is required in CI (run as root)"
+            );
+            eprintln!("SKIPPED: cannot bind-mount here (needs root)");
+            return;
+        }
+        let _mounted = Mounted(view.clone());
+        assert!(mount(&["-o", "remount,bind,ro", v]), "remount read-only");
+        let server = LiveServer::start(e.clone()).unwrap();
+        let (end, _) = ask(&view, &Request::Status);
+        assert_eq!((end.exit, end.error), (0, None), "reads are served");
+        let error = write_proof(&view).unwrap_err().to_string();
+        assert!(
+            error.contains("cannot open it for writing") && error.contains("Read-only file system"),
+            "{error}"
+        );
+        let prune = Request::Prune {
+            selection: Selection {
+                topics: vec!["t".into()],
+                ..Default::default()
+            },
+            cut: crate::cli::prune::Cut::Offset(5),
+            dry_run: false,
+        };
+        let conn = connect(&view).unwrap().expect("the socket is reached");
+        let end = request(conn, &prune, &mut Vec::new(), Path::new("<test>")).unwrap();
+        assert_eq!(end.exit, 2, "{:?}", end.error);
+        assert_eq!(
+            e.partition(&TopicPartition::new("t", 0))
+                .unwrap()
+                .first_offset,
+            0
+        );
+        server.stop();
     }
 
     /// A data directory whose socket path is longer than a socket address

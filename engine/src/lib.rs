@@ -89,7 +89,7 @@ pub use engine::{
     FAILPOINT_AFTER_WRITE, FAILPOINT_MID_WRITE, FAILPOINT_TOP_UP,
 };
 pub use error::{panic_message, CorruptionKind, Error, InvalidInput, Location, Result};
-pub use lock::FAILPOINT_LOCK_AFTER_OPEN;
+pub use lock::{FAILPOINT_LOCK_AFTER_OPEN, LOCK_FILE};
 pub use meta::StoreId;
 pub use offsets::DurableOffsets;
 pub use reader::{RecordIter, FAILPOINT_READ_FILL};

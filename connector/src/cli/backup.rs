@@ -102,7 +102,9 @@ pub async fn run(args: BackupArgs) -> Result<ExitCode> {
             )));
         }
         let req = crate::live::Request::Backup { to };
-        return Ok(crate::live::exit_code(&super::live_report(conn, &req)??));
+        return Ok(crate::live::exit_code(&super::live_report(
+            conn, &req, data,
+        )??));
     }
     // SIGINT or SIGTERM: give up, removing the partial copy. The handlers
     // are in place before the archive is opened (its recovery can take

@@ -456,14 +456,26 @@ pub(crate) fn line_into(out: &mut Vec<u8>) -> impl FnMut(std::fmt::Arguments<'_>
 /// partition once that partition is done, as a local prune prints them,
 /// so that an interrupted one has shown what it deleted. The outer error is
 /// stdout's at the last flush; the inner one is the request's, including a
-/// write to stdout that failed while the answer arrived.
+/// write to stdout that failed while the answer arrived. A request that
+/// writes (a prune, a backup) goes with the proof that this process may
+/// write the archive at `data` (`live::write_proof`), or not at all.
 pub(crate) fn live_report(
     conn: std::os::unix::net::UnixStream,
     req: &crate::live::Request,
+    data: &std::path::Path,
 ) -> crate::Result<crate::Result<crate::live::End>> {
     use std::io::Write;
+    let proof = if req.writes() {
+        Some(crate::live::write_proof(data)?)
+    } else {
+        None
+    };
     let mut out = std::io::stdout().lock();
-    let end = crate::live::request(conn, req, &mut out, std::path::Path::new("<stdout>"));
+    let stdout = std::path::Path::new("<stdout>");
+    let end = match &proof {
+        Some(proof) => crate::live::request_proving(conn, req, proof, &mut out, stdout),
+        None => crate::live::request(conn, req, &mut out, stdout),
+    };
     stdout_written(out.flush())?;
     Ok(end)
 }

@@ -249,7 +249,9 @@ pub async fn run(args: PruneArgs) -> Result<ExitCode> {
             cut,
             dry_run: args.dry_run,
         };
-        return Ok(crate::live::exit_code(&super::live_report(conn, &req)??));
+        return Ok(crate::live::exit_code(&super::live_report(
+            conn, &req, data,
+        )??));
     }
     let engine = super::open_unserved(data)?;
     let never = std::sync::atomic::AtomicBool::new(false);

@@ -36,7 +36,7 @@ fn check(args: VerifyArgs) -> Result<ExitCode> {
     let path = &args.data.data;
     super::refuse_not_a_directory(path)?;
     if let Some(conn) = crate::live::connect(path)? {
-        let end = match super::live_report(conn, &crate::live::Request::Verify)? {
+        let end = match super::live_report(conn, &crate::live::Request::Verify, path)? {
             Ok(end) => end,
             Err(e) => {
                 super::say_stopped(&format_args!("could not verify {}: {e}", path.display()));
