@@ -1469,7 +1469,7 @@ fn may_write(engine: &Engine, proof: Option<OwnedFd>) -> std::result::Result<(),
 
 /// The archive's lock file, opened for writing (nothing written, created
 /// or cut): what a client sends with a request that [writes](Request::writes)
-/// to show that it may write the archive ([`may_write`]). Fails, saying
+/// to show that it may write the archive (the server checks it in `may_write`). Fails, saying
 /// so, where the archive is read-only to this process.
 pub fn write_proof(data: &Path) -> Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
