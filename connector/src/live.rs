@@ -1436,8 +1436,13 @@ fn receive(
 /// given it `:ro`, a service with `ReadOnlyPaths=`) reaches the socket as
 /// well, and could otherwise prune the archive or have this run write a
 /// backup wherever it may (seen in review, 2026-12-05). A file opened for
-/// writing is a capability such a process cannot get: the open fails with
-/// "read-only file system".
+/// writing is a capability such a process cannot get through its own view:
+/// the open fails with "read-only file system". One limit: a process of
+/// the same user that can open the run's `/proc/<pid>/fd` (it shares the
+/// run's PID namespace, with no `hidepid` or `ProtectProc=invisible`
+/// between them) or is root can reopen the run's own descriptor of the
+/// lock file, on the run's writable mount, and pass the check; a
+/// container with a PID namespace of its own cannot (OPERATIONS.md).
 fn may_write(engine: &Engine, proof: Option<OwnedFd>) -> std::result::Result<(), String> {
     use std::os::unix::fs::MetadataExt;
     let lock = engine.config().path.join(cairn_engine::LOCK_FILE);
@@ -1457,10 +1462,18 @@ fn may_write(engine: &Engine, proof: Option<OwnedFd>) -> std::result::Result<(),
     if !matches!(mode, Ok(m) if m == rustix::fs::OFlags::WRONLY || m == rustix::fs::OFlags::RDWR) {
         return refused("the file it sent is open for reading only".into());
     }
-    let same = match (file.metadata(), std::fs::metadata(&lock)) {
-        (Ok(sent), Ok(ours)) => sent.dev() == ours.dev() && sent.ino() == ours.ino(),
-        _ => false,
+    let ours = match std::fs::metadata(&lock) {
+        Ok(m) => m,
+        Err(e) => {
+            return Err(format!(
+                "the running cairn cannot look at its own lock file {} ({e}) to check this client's proof that it may write the archive: nothing done",
+                lock.display()
+            ))
+        }
     };
+    let same = file
+        .metadata()
+        .is_ok_and(|sent| sent.dev() == ours.dev() && sent.ino() == ours.ino());
     if !same {
         return refused(format!("the file it sent is not {}", lock.display()));
     }
@@ -1880,7 +1893,6 @@ fn request_within(
     }
 }
 
-/// An I/O error on the live-read socket, naming it.
 /// Send `bytes` (a few: they go in one call) with `file`'s descriptor.
 fn send_with(conn: &UnixStream, bytes: &[u8], file: &std::fs::File) -> std::io::Result<()> {
     use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
@@ -1906,6 +1918,7 @@ fn send_with(conn: &UnixStream, bytes: &[u8], file: &std::fs::File) -> std::io::
     Ok(())
 }
 
+/// An I/O error on the live-read socket, naming it.
 pub(crate) fn socket_error(source: std::io::Error) -> ConnectorError {
     ConnectorError::Io {
         path: PathBuf::from(SOCKET_FILE),
@@ -2534,6 +2547,12 @@ mod tests {
         let other = dir.path().join("other");
         std::fs::write(&other, "").unwrap();
         let read_only = std::fs::File::open(&lock).unwrap();
+        // A descriptor of the file that opens nothing (`O_PATH`).
+        let path_only = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
+            .open(&lock)
+            .unwrap();
         let not_the_lock = std::fs::OpenOptions::new()
             .write(true)
             .custom_flags(libc::O_CLOEXEC)
@@ -2543,6 +2562,7 @@ mod tests {
             for (proof, why) in [
                 (None, "this one did not show it can"),
                 (Some(&read_only), "open for reading only"),
+                (Some(&path_only), "open for reading only"),
                 (Some(&not_the_lock), "the file it sent is not"),
             ] {
                 let conn = connect(dir.path()).unwrap().expect("served");

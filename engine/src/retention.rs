@@ -147,7 +147,7 @@ impl Engine {
                 tracing::warn!(
                     partition = %tp,
                     waited_s = waited.as_secs(),
-                    "a truncation (retention, or a prune) is waiting for a verify or backup of the archive to end: records due for deletion stay until it does, while archiving goes on"
+                    "a truncation (retention, or a prune) is waiting for the truncation lock, held by a verify, a backup or another prune of the archive: records due for deletion stay until it is let go, while archiving goes on"
                 );
             }
             !go()

@@ -68,7 +68,8 @@ fn waited<G>(stopped: &mut dyn FnMut() -> bool, mut take: impl FnMut() -> Option
 }
 
 /// When a truncation's wait for the lock is worth a WARN: a live verify
-/// or backup of a large archive (into a slow disk) holds it for hours,
+/// or backup of a large archive (into a slow disk), or another prune of a
+/// large partition, holds it for hours,
 /// and retention waits meanwhile, without a word until 2026-12-05, while
 /// archiving goes on filling the disk (seen in review). First after
 /// [`LongWait::FIRST`], then every [`LongWait::EVERY`].

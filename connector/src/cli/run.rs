@@ -735,29 +735,20 @@ fn refuse_foreign_dir(data: &std::path::Path) -> Result<()> {
 /// promise cairn makes: what Kafka is told is archived survives a crash of
 /// the machine. `None` for a disk, or when the kind cannot be read.
 fn memory_backed(path: &Path) -> Option<&'static str> {
-    use std::os::unix::ffi::OsStrExt;
     let there = path
         .ancestors()
         .find(|a| !a.as_os_str().is_empty() && a.exists())
         .unwrap_or(Path::new("."));
-    let c_path = std::ffi::CString::new(there.as_os_str().as_bytes()).ok()?;
-    // SAFETY: `c_path` is a NUL-terminated path; `statfs` only writes the
-    // struct it is given, which is plain old data.
-    #[allow(unsafe_code)]
-    let fs = unsafe {
-        let mut fs: libc::statfs = std::mem::zeroed();
-        if libc::statfs(c_path.as_ptr(), &mut fs) != 0 {
-            return None;
-        }
-        fs
-    };
+    // statfs64 where the C library has both: no overflow on a large file
+    // system of a 32-bit target.
+    let fs = rustix::fs::statfs(there).ok()?;
     // linux/magic.h (libc names only tmpfs's).
-    const TMPFS_MAGIC: i64 = 0x0102_1994;
-    const RAMFS_MAGIC: i64 = 0x8584_58f6;
-    // `f_type` is 32 bits wide (signed) on some targets, 64 on others:
-    // its low 32 bits are the magic.
-    #[allow(clippy::useless_conversion)]
-    match i64::from(fs.f_type) & 0xffff_ffff {
+    const TMPFS_MAGIC: u64 = 0x0102_1994;
+    const RAMFS_MAGIC: u64 = 0x8584_58f6;
+    // `f_type` is signed or not, 32 or 64 bits wide, by target and C
+    // library: its low 32 bits are the magic.
+    #[allow(clippy::unnecessary_cast)]
+    match fs.f_type as u64 & 0xffff_ffff {
         TMPFS_MAGIC => Some("tmpfs"),
         RAMFS_MAGIC => Some("ramfs"),
         _ => None,
