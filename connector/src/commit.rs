@@ -11,8 +11,9 @@
 //! - A commit never carries an offset above what the sink reported durable
 //!   for that partition (from `put`, `open` or `pre_commit`), and a sink
 //!   never reports durable an offset past the records handed to it.
-//!   `record_put`, `record_pre_commit` and `take_commit` panic otherwise:
-//!   that would be a bug that loses data on the next crash.
+//!   `take_commit` panics otherwise (the loop's own bug), `record_put` and
+//!   `record_pre_commit` return `SinkOverclaimed` (the sink's), taking no
+//!   word of that call: either would lose data on the next crash.
 //! - The sink's word never goes below an offset this run sent Kafka in a
 //!   commit for the partition since its assignment (`commit_sent`; Kafka
 //!   may hold it whatever the answer: a commit that partly failed or timed
@@ -129,7 +130,7 @@ impl CommitTracker {
         durable: &BTreeMap<TopicPartition, i64>,
         handed: &BTreeMap<TopicPartition, i64>,
     ) -> Result<(), ConnectorError> {
-        self.assert_all_handed(durable, handed);
+        self.check_all_handed("put", durable, handed)?;
         let mut lost = Ok(());
         for (tp, &o) in durable {
             if let Err(e) = self.heed("put", tp, o, handed) {
@@ -194,7 +195,7 @@ impl CommitTracker {
         safe: &BTreeMap<TopicPartition, i64>,
         handed: &BTreeMap<TopicPartition, i64>,
     ) -> Result<(), ConnectorError> {
-        self.assert_all_handed(safe, handed);
+        self.check_all_handed("pre_commit", safe, handed)?;
         let mut lost = Ok(());
         for (tp, &o) in safe {
             match self.heed("pre_commit", tp, o, handed) {
@@ -241,7 +242,7 @@ impl CommitTracker {
             }
             return Ok(false);
         }
-        self.assert_handed(tp, o, handed);
+        self.check_handed(call, tp, o, handed)?;
         raise(&mut self.durable_reported, tp, o);
         self.durable_latest.insert(tp.clone(), o);
         self.lower_safe(tp, o, call);
@@ -265,34 +266,51 @@ impl CommitTracker {
         }
     }
 
-    /// [`Self::assert_handed`] for every word of one call, before any is
-    /// taken: a call whose one word panics leaves none of its others
-    /// taken for a commit to carry while the run fails (until 2026-12-04
-    /// the words before it in the map were).
-    fn assert_all_handed(
+    /// [`Self::check_handed`] for every word of one call, before any is
+    /// taken: a call with one word past what was handed has none of its
+    /// others taken for a commit to carry while the run fails (until
+    /// 2026-12-04 the words before it in the map were).
+    fn check_all_handed(
         &self,
+        call: &'static str,
         words: &BTreeMap<TopicPartition, i64>,
         handed: &BTreeMap<TopicPartition, i64>,
-    ) {
+    ) -> Result<(), ConnectorError> {
         for (tp, &o) in words {
             // Only those `heed` would take: one handed nothing is ignored.
             if handed.contains_key(tp) || self.durable_reported.contains_key(tp) {
-                self.assert_handed(tp, o, handed);
+                self.check_handed(call, tp, o, handed)?;
             }
         }
+        Ok(())
     }
 
     /// A sink cannot hold durably what it was never given: an offset past
-    /// the records handed over (or the offset `open` resumed from) is a bug.
-    fn assert_handed(&self, tp: &TopicPartition, o: i64, handed: &BTreeMap<TopicPartition, i64>) {
+    /// the records handed over (or the offset `open` resumed from) is a bug
+    /// of the sink's, `SinkOverclaimed`, and the run stops with nothing more
+    /// committed. (A panic until 2026-12-05: an embedder built with
+    /// `panic = "abort"` lost its whole process to its sink's bug.)
+    fn check_handed(
+        &self,
+        call: &'static str,
+        tp: &TopicPartition,
+        o: i64,
+        handed: &BTreeMap<TopicPartition, i64>,
+    ) -> Result<(), ConnectorError> {
         let limit = handed
             .get(tp)
             .copied()
             .max(self.durable_reported.get(tp).copied());
-        assert!(
-            limit.is_some_and(|h| o <= h),
-            "BUG: sink reported {tp}@{o} durable, past the records handed to it ({limit:?})"
-        );
+        if limit.is_some_and(|h| o <= h) {
+            return Ok(());
+        }
+        Err(ConnectorError::SinkOverclaimed {
+            call,
+            topic: tp.topic.clone(),
+            partition: tp.partition,
+            offset: o,
+            handed: limit.map_or("none".to_owned(), |h| format!("below {h}")),
+        })
     }
 
     fn assert_durable(&self, tp: &TopicPartition, o: i64) {
@@ -436,17 +454,25 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "past the records handed to it")]
-    fn declaring_more_than_was_handed_over_panics() {
+    fn declaring_more_than_was_handed_over_is_the_sinks_error() {
         let mut t = CommitTracker::default();
         let handed = BTreeMap::from([(tp(0), 5)]);
         t.record_put(Instant::now(), &BTreeMap::new(), &handed)
             .unwrap();
-        t.record_pre_commit(&BTreeMap::from([(tp(0), 6)]), &handed)
-            .unwrap();
+        let e = t
+            .record_pre_commit(&BTreeMap::from([(tp(0), 6)]), &handed)
+            .unwrap_err();
+        assert!(
+            matches!(e, ConnectorError::SinkOverclaimed { offset: 6, .. }),
+            "{e}"
+        );
+        assert!(
+            e.to_string().contains("pre_commit reported t/0 durable at offset 6, past the records handed to it (below 5)"),
+            "{e}"
+        );
     }
 
-    /// A `pre_commit` whose one word is past what was handed panics before
+    /// A `pre_commit` whose one word is past what was handed fails before
     /// it takes any of its words: the valid one before it in the map is
     /// not committed while the run fails.
     #[test]
@@ -456,10 +482,10 @@ mod tests {
         t.record_put(Instant::now(), &BTreeMap::new(), &handed)
             .unwrap();
         let words = BTreeMap::from([(tp(0), 100), (tp(1), 60)]);
-        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            t.record_pre_commit(&words, &handed)
-        }));
-        assert!(panicked.is_err(), "no panic");
+        assert!(matches!(
+            t.record_pre_commit(&words, &handed),
+            Err(ConnectorError::SinkOverclaimed { partition: 1, .. })
+        ));
         let assigned = BTreeSet::from([tp(0), tp(1)]);
         assert!(t.take_commit(&assigned, None).is_none(), "a word was taken");
     }
@@ -712,12 +738,23 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "past the records handed to it")]
-    fn a_put_reporting_more_than_was_handed_over_panics() {
+    fn a_put_reporting_more_than_was_handed_over_is_the_sinks_error() {
         let mut t = CommitTracker::default();
         let handed = BTreeMap::from([(tp(0), 5)]);
-        t.record_put(Instant::now(), &BTreeMap::from([(tp(0), 7)]), &handed)
-            .unwrap();
+        let e = t
+            .record_put(Instant::now(), &BTreeMap::from([(tp(0), 7)]), &handed)
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                ConnectorError::SinkOverclaimed {
+                    call: "put",
+                    offset: 7,
+                    ..
+                }
+            ),
+            "{e}"
+        );
     }
 
     #[test]

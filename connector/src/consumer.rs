@@ -1134,13 +1134,14 @@ pub fn run_pipeline(
             move || {
                 // Dropped last, when the reason for exiting is recorded.
                 let _exit = task_exit_tx;
-                // A panic here is an invariant assertion (a sink declaring
-                // more than it made durable): stop, and commit nothing more,
-                // even if no further record arrives to find the thread gone.
+                // A panic here is the sink's, or an invariant assertion of
+                // the loop's own: stop, and commit nothing more, even if no
+                // further record arrives to find the thread gone. (A sink
+                // declaring more than it was handed is an error of its
+                // own, `SinkOverclaimed`, since 2026-12-05.)
                 let run = std::panic::AssertUnwindSafe(|| worker.run(jobs_rx));
-                // The error names what panicked (an invariant's message,
-                // as "past the records handed to it"), not only that
-                // something did (until the night of 2026-12-04).
+                // The error names what panicked (the panic's message), not
+                // only that something did (until the night of 2026-12-04).
                 if let Err(payload) = std::panic::catch_unwind(run) {
                     pipeline.fail(panicked("task", &*payload));
                 }

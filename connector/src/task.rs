@@ -56,7 +56,8 @@
 //!    that the move is durable before their fetch goes on). Like Kafka Connect's `flush` / `preCommit`, it makes
 //!    what was put durable (or as much as the sink chooses) and returns the
 //!    offsets that are durable and safe to commit, never past the records
-//!    handed to it (the loop asserts this); an empty map declares nothing
+//!    handed to it (the loop checks: the run fails, `SinkOverclaimed`, with
+//!    nothing of that call committed); an empty map declares nothing
 //!    new (an earlier word still stands: 2. above).
 //!    `consumed` holds, per partition assigned, the next offset after what
 //!    was put, or, before any put since its assignment, where it resumed
@@ -293,7 +294,7 @@ pub trait SinkTask: Send {
     /// offset `open` then returns (or Kafka's), and a `pre_commit` that
     /// reported records put before the close, and not durable by that
     /// `open`, would name offsets never handed over since (the loop
-    /// asserts against it). Not called after the run has failed: the sink
+    /// fails the run on it). Not called after the run has failed: the sink
     /// is dropped instead.
     fn close(&mut self, partitions: &[TopicPartition]) -> Result<(), TaskError>;
     /// The loop is stopping cleanly, after its final commit and a `close`
