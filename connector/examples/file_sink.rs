@@ -374,7 +374,7 @@ pub(crate) fn held_once(
 }
 
 /// The offsets in a data file, read back through its length prefixes.
-fn read_offsets(mut bytes: &[u8]) -> Result<Vec<i64>, String> {
+pub(crate) fn read_offsets(mut bytes: &[u8]) -> Result<Vec<i64>, String> {
     let mut offsets = Vec::new();
     while !bytes.is_empty() {
         let mut field = || -> Result<i64, String> {

@@ -8,6 +8,15 @@
 //! refused (counted; the mock cluster does so while its group syncs) lets
 //! the next owner archive the uncommitted tail again, which is reported,
 //! not failed: DURABILITY.md says so.
+//!
+//! The same with the README's second sink (`connector/examples/file_sink.rs`)
+//! in place of the archive: the commit-after-durable loop across
+//! rebalances for a sink that is not cairn's engine, each commit checked
+//! against the marks the sink has on disk.
+
+#[allow(dead_code)]
+#[path = "../../connector/examples/file_sink.rs"]
+mod file_sink;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -18,7 +27,7 @@ use std::thread;
 use cairn_connector::cli::demo::{
     archived_offsets, demo_next_offsets, demo_producer, produce_with, DEMO_PARTITIONS,
 };
-use cairn_connector::{ArchiveSink, CommitPolicy, PipelineOptions, RunConfig, RunReport};
+use cairn_connector::{ArchiveSink, CommitPolicy, PipelineOptions, RunConfig, RunReport, SinkTask};
 use cairn_engine::{Engine, EngineConfig, TopicPartition};
 use cairn_tests::{assert_committed_within_durable, fast_group, run_bounded, TestKafka};
 
@@ -29,8 +38,28 @@ const CHUNK: u64 = 1_000;
 /// applied by the broker.
 type Sent = Arc<std::sync::Mutex<BTreeMap<i32, std::collections::BTreeSet<i64>>>>;
 
+/// What a member stores its records in.
+#[derive(Clone, Copy, Debug)]
+enum Store {
+    /// cairn's archive (`ArchiveSink` on the engine).
+    Archive,
+    /// The example file sink: a file per partition, and a mark beside it.
+    Files,
+}
+
+/// The offset the example file sink's mark for `tp` in `dir` says is
+/// durable (its next offset), and the data file's length it covers.
+fn file_mark(dir: &std::path::Path, tp: &TopicPartition) -> Option<(i64, usize)> {
+    let mark =
+        std::fs::read_to_string(dir.join(format!("{}-{}.mark", tp.topic, tp.partition))).ok()?;
+    let mut fields = mark.split_whitespace().map(|f| f.parse::<i64>().unwrap());
+    Some((fields.next()?, fields.next()? as usize))
+}
+
+#[allow(clippy::too_many_arguments)]
 fn member(
     k: &TestKafka,
+    store_kind: Store,
     strategy: &str,
     policy: CommitPolicy,
     data: &std::path::Path,
@@ -55,12 +84,40 @@ fn member(
         .insert("partition.assignment.strategy".into(), strategy.into());
     let topic = k.topic.clone();
     thread::spawn(move || {
-        let engine = Arc::new(Engine::open(EngineConfig::new(&cfg.data)).unwrap());
-        let store = Arc::downgrade(&engine);
+        let (sink, mut check): (Box<dyn SinkTask>, cairn_connector::CommitObserver) =
+            match store_kind {
+                Store::Archive => {
+                    let engine = Arc::new(Engine::open(EngineConfig::new(&cfg.data)).unwrap());
+                    let store = Arc::downgrade(&engine);
+                    (
+                        Box::new(ArchiveSink::new(engine)),
+                        Box::new(move |committed, durable| {
+                            assert_committed_within_durable(&store, committed, durable)
+                        }),
+                    )
+                }
+                Store::Files => {
+                    let dir = cfg.data.clone();
+                    (
+                        Box::new(file_sink::FileSink::new(&cfg.data)),
+                        // Against the sink's marks on disk: each commit at or
+                        // below what its mark says is durable.
+                        Box::new(move |committed, _| {
+                            for (tp, &o) in committed {
+                                let marked = file_mark(&dir, tp).map_or(0, |(next, _)| next);
+                                assert!(
+                                    o <= marked,
+                                    "committed {tp}@{o} above the sink's mark {marked}"
+                                );
+                            }
+                        }),
+                    )
+                }
+            };
         let opts = PipelineOptions {
             stop,
             on_commit_sent: Some(Box::new(move |committed, durable| {
-                assert_committed_within_durable(&store, committed, durable);
+                check(committed, durable);
                 let mut sent = sent.lock().unwrap();
                 for (tp, o) in committed {
                     sent.entry(tp.partition).or_default().insert(*o);
@@ -80,13 +137,32 @@ fn member(
             }),
             ..Default::default()
         };
-        run_bounded(&cfg, Box::new(ArchiveSink::new(engine)), opts).unwrap()
+        run_bounded(&cfg, sink, opts).unwrap()
     })
 }
 
 /// Every record in the store at `dir`, as (partition, offset), checking each
-/// against what was produced and that offsets strictly increase.
-fn archived(dir: &std::path::Path, topic: &str) -> Vec<(i32, i64)> {
+/// against what was produced and that offsets strictly increase. For the
+/// file sink, what its marks say is durable (a partition lost without a
+/// commit may hold bytes past its mark, which its next open cuts off).
+fn archived(store: Store, dir: &std::path::Path, topic: &str) -> Vec<(i32, i64)> {
+    if let Store::Files = store {
+        let mut held = Vec::new();
+        for p in 0..DEMO_PARTITIONS {
+            let Some((next, len)) = file_mark(dir, &TopicPartition::new(topic, p)) else {
+                continue;
+            };
+            let bytes = std::fs::read(dir.join(format!("{topic}-{p}.lines"))).unwrap();
+            let offsets = file_sink::read_offsets(&bytes[..len]).unwrap();
+            assert!(
+                offsets.windows(2).all(|w| w[0] < w[1]),
+                "{topic}/{p}: offsets rise"
+            );
+            assert!(offsets.last().is_none_or(|&o| o < next), "{topic}/{p}");
+            held.extend(offsets.into_iter().map(|o| (p, o)));
+        }
+        return held;
+    }
     let engine = Engine::open(EngineConfig::new(dir)).unwrap();
     assert!(engine.verify().unwrap().is_clean());
     archived_offsets(&engine, topic)
@@ -104,7 +180,15 @@ fn archived(dir: &std::path::Path, topic: &str) -> Vec<(i32, i64)> {
 /// uncommitted tail again (DURABILITY.md).
 #[test]
 fn member_joining_and_leaving_archives_every_offset_exactly_once() {
-    exactly_once_unless_a_revoke_failed("rebalance-coop", CommitPolicy::EveryPut);
+    exactly_once_unless_a_revoke_failed("rebalance-coop", Store::Archive, CommitPolicy::EveryPut);
+}
+
+/// The same with the example file sink: the loop's guarantees hold for a
+/// sink that is not cairn's engine (every commit at or below the sink's
+/// marks, every offset held, none twice unless a revoke's commit failed).
+#[test]
+fn file_sinks_joining_and_leaving_hold_every_offset_exactly_once() {
+    exactly_once_unless_a_revoke_failed("rebalance-files", Store::Files, CommitPolicy::EveryPut);
 }
 
 /// The same under `interval:MS`: puts are written without an fsync and wait
@@ -113,12 +197,14 @@ fn member_joining_and_leaving_archives_every_offset_exactly_once() {
 fn member_joining_and_leaving_under_interval_commits_archives_every_offset_exactly_once() {
     exactly_once_unless_a_revoke_failed(
         "rebalance-coop-interval",
+        Store::Archive,
         CommitPolicy::Interval(std::time::Duration::from_millis(50)),
     );
 }
 
-fn exactly_once_unless_a_revoke_failed(topic: &str, policy: CommitPolicy) {
-    let (overlap, revoke_commit_failures) = join_and_leave(topic, "cooperative-sticky", policy);
+fn exactly_once_unless_a_revoke_failed(topic: &str, store: Store, policy: CommitPolicy) {
+    let (overlap, revoke_commit_failures) =
+        join_and_leave(topic, store, "cooperative-sticky", policy);
     if revoke_commit_failures == 0 {
         assert_eq!(overlap, 0, "records archived by both members");
     } else {
@@ -135,13 +221,18 @@ fn exactly_once_unless_a_revoke_failed(topic: &str, policy: CommitPolicy) {
 /// tail (checked in `join_and_leave`).
 #[test]
 fn eager_rebalance_loses_nothing_and_each_store_stays_duplicate_free() {
-    let (overlap, _) = join_and_leave("rebalance-eager", "range", CommitPolicy::EveryPut);
+    let (overlap, _) = join_and_leave(
+        "rebalance-eager",
+        Store::Archive,
+        "range",
+        CommitPolicy::EveryPut,
+    );
     eprintln!("eager protocol: {overlap} records archived by both members");
 }
 
 /// Run the join-and-leave scenario; return how many records both stores
 /// hold, and how many revokes failed to commit.
-fn join_and_leave(topic: &str, strategy: &str, policy: CommitPolicy) -> (usize, u64) {
+fn join_and_leave(topic: &str, store: Store, strategy: &str, policy: CommitPolicy) -> (usize, u64) {
     cairn_tests::init_logs();
     let k = TestKafka::new(topic, DEMO_PARTITIONS);
     let mut produced = 0u64;
@@ -159,6 +250,7 @@ fn join_and_leave(topic: &str, strategy: &str, policy: CommitPolicy) -> (usize, 
     let sent = Sent::default();
     let a = member(
         &k,
+        store,
         strategy,
         policy,
         dir_a.path(),
@@ -181,6 +273,7 @@ fn join_and_leave(topic: &str, strategy: &str, policy: CommitPolicy) -> (usize, 
     let (tx_b, rx_b) = mpsc::channel();
     let b = member(
         &k,
+        store,
         strategy,
         policy,
         dir_b.path(),
@@ -224,7 +317,7 @@ fn join_and_leave(topic: &str, strategy: &str, policy: CommitPolicy) -> (usize, 
 
     let mut union: BTreeMap<(i32, i64), u32> = BTreeMap::new();
     for dir in [dir_a.path(), dir_b.path()] {
-        for key in archived(dir, &k.topic) {
+        for key in archived(store, dir, &k.topic) {
             *union.entry(key).or_default() += 1;
         }
     }
