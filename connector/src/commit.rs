@@ -9,7 +9,7 @@
 //!
 //! # Invariants
 //! - A commit never carries an offset above what the sink reported durable
-//!   for that partition (from `put`, `open` or `pre_commit`), and a sink
+//!   for that partition (from `put`, `open`, `start` or `pre_commit`), and a sink
 //!   never reports durable an offset past the records handed to it.
 //!   `take_commit` panics otherwise (the loop's own bug), `record_put` and
 //!   `record_pre_commit` return `SinkOverclaimed` (the sink's), taking no

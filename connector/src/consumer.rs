@@ -33,8 +33,9 @@
 //!   at most four takes' worth of librdkafka's fetch responses alive
 //!   (`fetch.rs`, the reaper).
 //! - The batch being filled grows while the task thread is busy, up to the
-//!   batch limits: only full batches (or a lingered one when nothing more is
-//!   waiting to be polled) are queued, so under load puts get larger, not more.
+//!   batch limits: only full batches (or a lingered one, when nothing more is
+//!   waiting to be polled or the task thread is free) are queued, so under
+//!   load puts get larger, not more.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -1018,8 +1019,9 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Run the loop until stopped, done, a fatal error, or a simulated crash.
 ///
 /// Blocking: call it from a thread of its own (`cairn run` uses tokio's
-/// blocking pool). The committer runs on a one-thread tokio runtime of its
-/// own, whatever runtime the caller runs in.
+/// blocking pool). The committer runs on a tokio runtime of its own with
+/// one worker (multi-thread: its `block_in_place` panics on a
+/// `current_thread` one), whatever runtime the caller runs in.
 pub fn run_pipeline(
     cfg: &RunConfig,
     sink: Box<dyn SinkTask>,

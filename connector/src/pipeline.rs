@@ -6,8 +6,10 @@
 //! 1. the **consumer thread** polls rdkafka, buffers records, and serves
 //!    rebalance callbacks (`consumer.rs`, `rebalance.rs`);
 //! 2. the **task thread** owns the [`SinkTask`](crate::task::SinkTask) and
-//!    runs `open`, `put`, `pre_commit` and `close`, one job at a time, in the
-//!    order the consumer thread hands them over (`worker.rs`);
+//!    runs `open`, `start`, `put`, `caught_up`, `pre_commit`, `close` and
+//!    `stop`, one job at a time, in the order the consumer thread hands them
+//!    over (`worker.rs`; `identity`, `durable_check` and the `stop` of a run
+//!    stopped before it joined run on the thread that started the run);
 //! 3. the **committer**, a tokio task, commits what `pre_commit` declared
 //!    safe whenever the task thread wakes it (`committer.rs`). Its commit is
 //!    in flight while the next put writes.

@@ -10,7 +10,8 @@
 //! # Invariants
 //! - `pre_commit` runs after `put` returned, on this thread, and what it
 //!   declares durable and safe is checked against the records handed to the
-//!   sink (`CommitTracker::record_pre_commit` panics otherwise).
+//!   sink (`CommitTracker::record_pre_commit` returns `SinkOverclaimed`
+//!   otherwise, taking no word of that call, and the run fails).
 //! - After a fatal error no put runs and no commit is sent: puts handed over
 //!   are dropped, flushes are refused.
 //! - A retriable put error retries the put (with a capped backoff) until it

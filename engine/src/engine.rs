@@ -23,8 +23,9 @@
 //!   `syncer`. The sync leader never holds both `write` and `commit`; it
 //!   holds `syncer` only for its sync, beside a slot top-up thread that
 //!   takes `write` with `try_lock` (never waiting for it), and joins that
-//!   thread before it takes `commit` again. `commit` is held over `syncer`
-//!   only to name the data file in a failed sync's reason.
+//!   thread before it takes `commit` again. `syncer` is never taken under
+//!   `commit` (a failed sync's reason names the data file from the config,
+//!   `EngineConfig::sled_data_path`).
 //! - Dropping a poisoned engine, or the store of a failed open, never
 //!   panics. sled's own drop writes out its buffers and fsyncs its file,
 //!   and unwraps that fsync, which after a failed fdatasync meets the same

@@ -70,7 +70,8 @@ pub struct RecordIter {
 
 /// A read of a whole partition yields every record its summary counts, or
 /// an index entry is missing (damage no frame check can see: offsets may
-/// have gaps). Checked at the end unless a truncation ran meanwhile.
+/// have gaps). Checked at the end; when a truncation ran meanwhile, the
+/// index is counted again against the summary as stored (`judge_count`).
 struct CountCheck {
     /// The durable summary's record count when the read began.
     expected: u64,
@@ -136,7 +137,8 @@ impl Engine {
         }
         // The durable summary's first offset, beside its count: a
         // truncation applied but not yet durable (or whose fsync failed)
-        // has already moved the stored one, and the check is then skipped.
+        // has already moved the stored one, and the index is then counted
+        // again against the summary as stored.
         let count = match durable {
             Some(s) if whole => Some(CountCheck {
                 expected: s.record_count,
