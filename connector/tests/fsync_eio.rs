@@ -18,7 +18,7 @@
 //!
 //! The in-process twin, `tests/tests/fsync_failure.rs`, fails the flush
 //! through a failpoint; this one fails the system call itself, as a dying
-//! disk would. Needs strace (`.ci/run` installs it; under `CI` a missing
+//! disk would. Needs strace (`.ci/run` installs it; under `CAIRN_CI` a missing
 //! strace fails the test instead of skipping it).
 
 mod common;
@@ -43,7 +43,10 @@ const FAILING_CALL: u32 = 12;
 /// Skip a test for `why` (the machine lacks what it needs), except under
 /// CI, where it fails: a skipped proof must not pass for a green run.
 fn skip(why: &str) {
-    assert!(std::env::var_os("CI").is_none(), "{why}, which CI needs");
+    assert!(
+        std::env::var_os("CAIRN_CI").is_none(),
+        "{why}, which CI needs"
+    );
     eprintln!("SKIPPED: {why}");
 }
 

@@ -4,7 +4,7 @@
 //! hold every acknowledged record and take new appends.
 //!
 //! Needs permission to mount a tmpfs (root, as on the CI machines). Where
-//! mounting is refused the test says so and passes, except under CI (`CI`
+//! mounting is refused the test says so and passes, except under CI (`CAIRN_CI`
 //! set, as `.ci/run` does), where it fails; the same failure path (a failed
 //! flush poisons the engine) is covered by a failpoint in `poison.rs`.
 
@@ -60,7 +60,7 @@ fn open(path: &Path) -> Result<Engine, Error> {
 fn disk_full_poisons_and_recovers_after_space_returns() {
     let Some(fs) = Tmpfs::mount("24m") else {
         assert!(
-            std::env::var_os("CI").is_none(),
+            std::env::var_os("CAIRN_CI").is_none(),
             "mounting a tmpfs is required in CI (run as root)"
         );
         eprintln!("SKIPPED: cannot mount a tmpfs here (needs root); see poison.rs for the failpoint variant");

@@ -1034,12 +1034,12 @@ fn an_engine_that_stopped_without_a_close_is_recovered_from_the_disk() {
 }
 
 /// This boot's identity; `None`, skipping the test's part that needs it,
-/// on a kernel without one, which fails under `CI` (Linux has one).
+/// on a kernel without one, which fails under `CAIRN_CI` (Linux has one).
 fn boot_id() -> Option<String> {
     let read = std::fs::read_to_string("/proc/sys/kernel/random/boot_id");
     if read.is_err() {
         assert!(
-            std::env::var_os("CI").is_none(),
+            std::env::var_os("CAIRN_CI").is_none(),
             "no /proc/sys/kernel/random/boot_id, which CI needs"
         );
         eprintln!("SKIPPED: no boot identity on this kernel: every mark counts as this boot's");

@@ -43,7 +43,7 @@ fn strace_child() {
 fn every_append_fdatasyncs_the_data_file() {
     if Command::new("strace").arg("-V").output().is_err() {
         assert!(
-            std::env::var("CI").is_err(),
+            std::env::var("CAIRN_CI").is_err(),
             "strace is required in CI (.ci/run installs it)"
         );
         eprintln!("SKIPPED: strace not installed (apt-get install strace)");
@@ -79,7 +79,7 @@ fn every_append_fdatasyncs_the_data_file() {
     let stderr = String::from_utf8_lossy(&status.stderr);
     if !trace.exists() || stderr.lines().any(|l| l.starts_with("strace: ")) {
         assert!(
-            std::env::var("CI").is_err(),
+            std::env::var("CAIRN_CI").is_err(),
             "strace could not trace here, which CI needs:\n{stderr}"
         );
         eprintln!("SKIPPED: strace could not trace here:\n{stderr}");
