@@ -2520,6 +2520,18 @@ mod tests {
         );
     }
 
+    /// A prune of topic `t` below offset 5 (all of `engine`'s records).
+    fn prune_t_before_5(dry_run: bool) -> Request {
+        Request::Prune {
+            selection: Selection {
+                topics: vec!["t".into()],
+                ..Default::default()
+            },
+            cut: crate::cli::prune::Cut::Offset(5),
+            dry_run,
+        }
+    }
+
     /// A prune or a backup is served only to a client that sends the
     /// archive's lock file opened for writing: not to one that sends
     /// nothing (an older cairn, or one that sees the archive through a
@@ -2533,14 +2545,7 @@ mod tests {
         let e = engine(dir.path());
         let server = LiveServer::start(e.clone()).unwrap();
         let tp = TopicPartition::new("t", 0);
-        let prune = Request::Prune {
-            selection: Selection {
-                topics: vec!["t".into()],
-                ..Default::default()
-            },
-            cut: crate::cli::prune::Cut::Offset(5),
-            dry_run: false,
-        };
+        let prune = prune_t_before_5(false);
         let copy = dir.path().with_extension("copy");
         let backup = Request::Backup { to: copy.clone() };
         let lock = dir.path().join(cairn_engine::LOCK_FILE);
@@ -2592,14 +2597,7 @@ mod tests {
         }
         let (end, _) = ask(dir.path(), &Request::Verify);
         assert_eq!((end.exit, end.error), (0, None), "a read needs no proof");
-        let dry = Request::Prune {
-            selection: Selection {
-                topics: vec!["t".into()],
-                ..Default::default()
-            },
-            cut: crate::cli::prune::Cut::Offset(5),
-            dry_run: true,
-        };
+        let dry = prune_t_before_5(true);
         let (end, _) = ask(dir.path(), &dry);
         assert_eq!((end.exit, end.error), (0, None), "a dry run needs no proof");
         // `ask` sends the proof for a prune.
@@ -2653,14 +2651,7 @@ mod tests {
             error.contains("cannot open it for writing") && error.contains("Read-only file system"),
             "{error}"
         );
-        let prune = Request::Prune {
-            selection: Selection {
-                topics: vec!["t".into()],
-                ..Default::default()
-            },
-            cut: crate::cli::prune::Cut::Offset(5),
-            dry_run: false,
-        };
+        let prune = prune_t_before_5(false);
         let conn = connect(&view).unwrap().expect("the socket is reached");
         let end = request(conn, &prune, &mut Vec::new(), Path::new("<test>")).unwrap();
         assert_eq!(end.exit, 2, "{:?}", end.error);

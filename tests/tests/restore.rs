@@ -653,32 +653,40 @@ fn damage_met_while_reading_stops_after_what_was_sent_is_delivered() {
     assert_eq!(highs(&k, 3), vec![want[&0].len() as i64, 0, 0]);
 }
 
+/// An archive of `ARCHIVED` partition 0 with an entry per range of
+/// offsets, whose index entry at `lost` was then removed (damage under
+/// valid CRCs), opened again.
+fn lost_index_entry<const N: usize>(
+    dir: &std::path::Path,
+    entries: [std::ops::Range<i64>; N],
+    lost: i64,
+) -> Engine {
+    let tp = TopicPartition::new(ARCHIVED, 0);
+    let e = Engine::open(EngineConfig::new(dir)).unwrap();
+    for range in entries {
+        let records = range.map(|o| Record::with_value(o, "v")).collect();
+        e.append(&[RecordBatch {
+            tp: tp.clone(),
+            records,
+        }])
+        .unwrap();
+    }
+    e.close().unwrap();
+    let db = EngineConfig::new(dir).open_sled().unwrap();
+    let t = db.open_tree("cairn").unwrap();
+    t.remove(cairn_engine::keys::index_key(&tp, lost)).unwrap();
+    db.flush().unwrap();
+    drop((t, db));
+    Engine::open(EngineConfig::new(dir)).unwrap()
+}
+
 /// A range that meets no record because the index entry of the records
 /// in it was lost is that damage (`Corruption` at the partition), not a
 /// range that falls in a gap of offsets.
 #[test]
 fn a_range_hidden_by_a_lost_index_entry_is_damage_not_a_gap() {
     let dir = tempfile::tempdir().unwrap();
-    let tp = TopicPartition::new(ARCHIVED, 0);
-    {
-        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
-        for range in [0..10, 100..110] {
-            let records = range.map(|o| Record::with_value(o, "v")).collect();
-            e.append(&[RecordBatch {
-                tp: tp.clone(),
-                records,
-            }])
-            .unwrap();
-        }
-        e.close().unwrap();
-    }
-    {
-        let db = EngineConfig::new(dir.path()).open_sled().unwrap();
-        let t = db.open_tree("cairn").unwrap();
-        t.remove(cairn_engine::keys::index_key(&tp, 0)).unwrap();
-        db.flush().unwrap();
-    }
-    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let engine = lost_index_entry(dir.path(), [0..10, 100..110], 0);
     let mut cfg = RestoreConfig::new("unused:9092");
     cfg.select.from = 2;
     cfg.select.to = Some(8);
@@ -699,28 +707,7 @@ fn a_range_hidden_by_a_lost_index_entry_is_damage_not_a_gap() {
 fn a_lost_index_entry_in_a_whole_partition_sends_none_of_it() {
     init_logs();
     let dir = tempfile::tempdir().unwrap();
-    let tp = TopicPartition::new(ARCHIVED, 0);
-    {
-        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
-        for first in [0, 10, 20] {
-            let records = (first..first + 10)
-                .map(|o| Record::with_value(o, "v"))
-                .collect();
-            e.append(&[RecordBatch {
-                tp: tp.clone(),
-                records,
-            }])
-            .unwrap();
-        }
-        e.close().unwrap();
-    }
-    {
-        let db = EngineConfig::new(dir.path()).open_sled().unwrap();
-        let t = db.open_tree("cairn").unwrap();
-        t.remove(cairn_engine::keys::index_key(&tp, 10)).unwrap();
-        db.flush().unwrap();
-    }
-    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let engine = lost_index_entry(dir.path(), [0..10, 10..20, 20..30], 10);
     let k = TestKafka::new("lost-entry", 1);
     match restore(&engine, &config(&k)) {
         Err(e) => {
