@@ -203,6 +203,8 @@ impl CommitTracker {
                 Ok(true) => {
                     self.safe.insert(tp.clone(), o);
                 }
+                // Checked for every word above already; never taken as safe.
+                Err(e @ ConnectorError::SinkOverclaimed { .. }) => return Err(e),
                 Err(e) => {
                     self.safe.insert(tp.clone(), o);
                     lost = lost.and(Err(e));

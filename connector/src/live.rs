@@ -2638,7 +2638,7 @@ mod tests {
         if !(bound && mount(&["-o", "remount,bind,ro", v])) {
             assert!(
                 std::env::var_os("CAIRN_CI").is_none(),
-                "a read-only bind mount is required in CI (run as root)"
+                "a read-only bind mount is required under CAIRN_CI (run as root)"
             );
             eprintln!("SKIPPED: cannot make a read-only bind mount here (needs root)");
             return;

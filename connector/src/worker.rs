@@ -432,7 +432,7 @@ impl Worker {
         // Raised, never lowered: within an assignment the records handed
         // over only go up (the consumer's repeat check), and a lower value
         // would fail a sink's earlier, higher word on the handed-over check
-        // (an assertion: the run would stop for nothing).
+        // (`SinkOverclaimed`: the run would stop for nothing).
         for b in batches.iter() {
             if let (Some(last), true) = (b.records.last(), s.assigned.contains(&b.tp)) {
                 crate::commit::raise(&mut s.consumed, &b.tp, last.offset + 1);
@@ -455,8 +455,9 @@ impl Worker {
             s.tracker.record_put(started, &durable, &s.consumed)
         };
         if let Err(e) = recorded {
-            // The sink lost committed records: closed under this lock, so
-            // that the committer sends nothing more before the run fails.
+            // The sink lost committed records, or reported some it was
+            // never handed: closed under this lock, so that the committer
+            // sends nothing more before the run fails.
             s.commits_closed = true;
             return Err(e);
         }

@@ -61,7 +61,7 @@ fn disk_full_poisons_and_recovers_after_space_returns() {
     let Some(fs) = Tmpfs::mount("24m") else {
         assert!(
             std::env::var_os("CAIRN_CI").is_none(),
-            "mounting a tmpfs is required in CI (run as root)"
+            "mounting a tmpfs is required under CAIRN_CI (run as root)"
         );
         eprintln!("SKIPPED: cannot mount a tmpfs here (needs root); see poison.rs for the failpoint variant");
         return;

@@ -44,7 +44,7 @@ fn every_append_fdatasyncs_the_data_file() {
     if Command::new("strace").arg("-V").output().is_err() {
         assert!(
             std::env::var("CAIRN_CI").is_err(),
-            "strace is required in CI (.ci/run installs it)"
+            "strace is required under CAIRN_CI (.ci/run installs it)"
         );
         eprintln!("SKIPPED: strace not installed (apt-get install strace)");
         return;

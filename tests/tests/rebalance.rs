@@ -141,10 +141,12 @@ fn member(
     })
 }
 
-/// Every record in the store at `dir`, as (partition, offset), checking each
-/// against what was produced and that offsets strictly increase. For the
-/// file sink, what its marks say is durable (a partition lost without a
-/// commit may hold bytes past its mark, which its next open cuts off).
+/// Every record in the store at `dir`, as (partition, offset), checking
+/// that offsets strictly increase, and for the archive each record against
+/// what was produced. For the file sink, what its marks say is durable (a
+/// partition lost without a commit may hold bytes past its mark, which its
+/// next open cuts off); its values are the example's own test's to check
+/// (`example_file_sink.rs`), here only its offsets.
 fn archived(store: Store, dir: &std::path::Path, topic: &str) -> Vec<(i32, i64)> {
     if let Store::Files = store {
         let mut held = Vec::new();
