@@ -419,21 +419,19 @@ impl SinkContext {
                 }
                 ResumePoint::Nowhere => None,
                 ResumePoint::Kafka(k) => {
-                    // Another store's commit carries its identity; other
-                    // metadata (Kafka Streams', a Java client's
-                    // `OffsetAndMetadata`) names no archive, and the
-                    // records skipped are in none (until 2026-12-05 any
-                    // metadata read as another store's, logged at INFO;
-                    // `cairn status` already told them apart).
                     let named = committed.get(tp).is_some_and(|c| {
                         c.metadata.starts_with(crate::task::STORE_IDENTITY_PREFIX)
                     });
-                    if let (Some(a), false) = (archive, named) {
-                        skipped.push(format!("{tp}@{a}..{k}"));
-                    } else if archive.is_some() {
-                        tracing::info!(%tp, archive = ?archive, kafka = k, "another store in this group archived past this one; resuming at Kafka's committed offset");
-                    } else if k > 0 {
-                        unheld.push(format!("{tp}@{k}"));
+                    match kafka_resume(archive, k, named, identity.is_some()) {
+                        KafkaResume::Skipped(a) => skipped.push(format!("{tp}@{a}..{k}")),
+                        KafkaResume::AnotherStore => {
+                            tracing::info!(%tp, archive = ?archive, kafka = k, "another store in this group archived past this one; resuming at Kafka's committed offset")
+                        }
+                        KafkaResume::Untold(a) => {
+                            tracing::info!(%tp, archive = a, kafka = k, "the group's committed offset is past this sink's; resuming there (the sink has no identity, so another member's commit cannot be told from an offsets reset)")
+                        }
+                        KafkaResume::Unheld => unheld.push(format!("{tp}@{k}")),
+                        KafkaResume::Start => {}
                     }
                     Some(k)
                 }
@@ -715,6 +713,48 @@ pub(crate) enum ResumePoint {
 /// metadata is not `identity`). Alone, committed <= durable always holds and
 /// the archive's offset wins; a store that finds its own commit past what
 /// it holds was restored from an older backup, or lost its newest records.
+/// What a partition resuming at Kafka's committed offset `kafka` says,
+/// given what the store holds of it (`archive`), whether that commit names
+/// a store (`named`) and whether this sink has an identity at all.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum KafkaResume {
+    /// Past the store's records, and named by no store: an offsets reset
+    /// or another client's commit, and the records between are in no
+    /// archive (a WARN, gathered).
+    Skipped(i64),
+    /// Past the store's records, committed by another store of the group.
+    AnotherStore,
+    /// Past the records of a sink without an identity: no member of its
+    /// group names its commits, so another member's cannot be told from
+    /// an offsets reset (until 2026-12-05 the WARN for a reset, at every
+    /// ordinary rebalance of such a group, the example file sink's).
+    Untold(i64),
+    /// The store holds nothing of it, and the group committed past 0.
+    Unheld,
+    /// The store holds nothing of it, and the commit is at 0.
+    Start,
+}
+
+/// [`KafkaResume`] for one partition. Another store's commit carries its
+/// identity; other metadata (Kafka Streams', a Java client's
+/// `OffsetAndMetadata`) names no archive, and the records skipped are in
+/// none (until 2026-12-05 any metadata read as another store's, logged at
+/// INFO; `cairn status` already told them apart).
+pub(crate) fn kafka_resume(
+    archive: Option<i64>,
+    kafka: i64,
+    named: bool,
+    has_identity: bool,
+) -> KafkaResume {
+    match archive {
+        Some(_) if named => KafkaResume::AnotherStore,
+        Some(a) if has_identity => KafkaResume::Skipped(a),
+        Some(a) => KafkaResume::Untold(a),
+        None if kafka > 0 => KafkaResume::Unheld,
+        None => KafkaResume::Start,
+    }
+}
+
 pub(crate) fn resume_point(
     archive: Option<i64>,
     kafka: Option<&Committed>,
@@ -785,6 +825,29 @@ mod tests {
             offset,
             metadata: metadata.to_owned(),
         }
+    }
+
+    /// A commit past the store's records is a WARN (records skipped into
+    /// no archive) only where the commit names no store and this sink has
+    /// an identity to tell one by: a sink without one (the example file
+    /// sink) cannot, and its ordinary rebalances are not alarms.
+    #[test]
+    fn only_a_sink_with_an_identity_calls_an_unnamed_commit_a_skip() {
+        use super::{kafka_resume, KafkaResume};
+        assert_eq!(
+            kafka_resume(Some(5), 9, false, true),
+            KafkaResume::Skipped(5)
+        );
+        assert_eq!(
+            kafka_resume(Some(5), 9, true, true),
+            KafkaResume::AnotherStore
+        );
+        assert_eq!(
+            kafka_resume(Some(5), 9, false, false),
+            KafkaResume::Untold(5)
+        );
+        assert_eq!(kafka_resume(None, 9, false, false), KafkaResume::Unheld);
+        assert_eq!(kafka_resume(None, 0, false, true), KafkaResume::Start);
     }
 
     #[test]

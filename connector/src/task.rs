@@ -314,7 +314,9 @@ pub trait SinkTask: Send {
     /// stored those records, and the partition resumes at Kafka's offset;
     /// committed under this name, this store held them and lost them
     /// (restored from an older backup, say), and the partition resumes at
-    /// `open`'s offset, to store them again. Without a name, the first.
+    /// `open`'s offset, to store them again. Without a name, the first
+    /// (logged at INFO: another member's commit cannot be told from an
+    /// offsets reset, so neither is called a skip).
     fn identity(&self) -> Option<String> {
         None
     }
