@@ -901,6 +901,32 @@ pub fn wal_recover(data: &[u8], scratch: &Path) {
                     }
                 }
             }
+            // A ranged read of the whole partition (export's and
+            // restore's) says an index that does not bear out its summary
+            // before it hands on any record, never after some (since
+            // 2026-12-05: a whole one counted only at its end).
+            if let Ok(iter) = engine.read_range(tp, 0, None) {
+                let mut yielded = 0u64;
+                for r in iter {
+                    match r {
+                        Ok(_) => yielded += 1,
+                        Err(Error::Corruption {
+                            kind: crate::CorruptionKind::SummaryMismatch { detail },
+                            ..
+                        }) => {
+                            assert_eq!(
+                                yielded, 0,
+                                "{tp}: a whole read_range handed on {yielded} records before its count failed ({detail}; damage {damages:?})"
+                            );
+                            break;
+                        }
+                        Err(e) => {
+                            damaged(e);
+                            break;
+                        }
+                    }
+                }
+            }
             let whole = got.iter().eq(want.iter().map(|w| &w.offset));
             // What a truncated torn tail leaves: the partition's records
             // up to some point, none after.
