@@ -280,7 +280,11 @@ pub trait SinkTask: Send {
     /// does: a partition whose last offsets are markers is committed past
     /// them, and its restart does not read them as records that aged out
     /// of Kafka); one whose `pre_commit` returns `consumed` as it is
-    /// declares them too (harmless: they hold no record). The default
+    /// declares them too (harmless: they hold no record; but a sink with
+    /// an [`identity`](SinkTask::identity) whose `open` then returns less
+    /// than was committed under it is taken to have lost records, with a
+    /// WARN, and fetches from its own offset: so such a sink records the
+    /// position, or reports only what it holds). The default
     /// records nothing: a sink that reports what it holds stays below them
     /// until its next record. An error fails the run. Not called after the
     /// run has failed.
