@@ -431,6 +431,9 @@ impl SinkContext {
                             tracing::info!(%tp, archive = a, kafka = k, "the group's committed offset is past this sink's; resuming there (the sink has no identity, so another member's commit cannot be told from an offsets reset)")
                         }
                         KafkaResume::Unheld => unheld.push(format!("{tp}@{k}")),
+                        KafkaResume::UnheldUntold => {
+                            tracing::info!(%tp, kafka = k, "this sink holds nothing of the partition, and the group committed an offset for it: resuming there (the sink has no identity: another member's commit, as in an ordinary rebalance, cannot be told from another tool's)")
+                        }
                         KafkaResume::Start => {}
                     }
                     Some(k)
@@ -729,8 +732,13 @@ pub(crate) enum KafkaResume {
     /// an offsets reset (until 2026-12-05 the WARN for a reset, at every
     /// ordinary rebalance of such a group, the example file sink's).
     Untold(i64),
-    /// The store holds nothing of it, and the group committed past 0.
+    /// The store holds nothing of it, and the group committed past 0 (a
+    /// WARN, gathered: for an archive, a new member, or a `--data` that
+    /// should have held it).
     Unheld,
+    /// The same for a sink without an identity, which has no `--data` to
+    /// mistype and whose group's commits name no member: INFO.
+    UnheldUntold,
     /// The store holds nothing of it, and the commit is at 0.
     Start,
 }
@@ -750,7 +758,8 @@ pub(crate) fn kafka_resume(
         Some(_) if named => KafkaResume::AnotherStore,
         Some(a) if has_identity => KafkaResume::Skipped(a),
         Some(a) => KafkaResume::Untold(a),
-        None if kafka > 0 => KafkaResume::Unheld,
+        None if kafka > 0 && has_identity => KafkaResume::Unheld,
+        None if kafka > 0 => KafkaResume::UnheldUntold,
         None => KafkaResume::Start,
     }
 }
@@ -830,7 +839,9 @@ mod tests {
     /// A commit past the store's records is a WARN (records skipped into
     /// no archive) only where the commit names no store and this sink has
     /// an identity to tell one by: a sink without one (the example file
-    /// sink) cannot, and its ordinary rebalances are not alarms.
+    /// sink) cannot, and its ordinary rebalances are not alarms. Nor is a
+    /// partition such a sink holds nothing of, which a group committed:
+    /// an archive's WARN there is about a mistyped `--data`.
     #[test]
     fn only_a_sink_with_an_identity_calls_an_unnamed_commit_a_skip() {
         use super::{kafka_resume, KafkaResume};
@@ -846,7 +857,11 @@ mod tests {
             kafka_resume(Some(5), 9, false, false),
             KafkaResume::Untold(5)
         );
-        assert_eq!(kafka_resume(None, 9, false, false), KafkaResume::Unheld);
+        assert_eq!(kafka_resume(None, 9, false, true), KafkaResume::Unheld);
+        assert_eq!(
+            kafka_resume(None, 9, false, false),
+            KafkaResume::UnheldUntold
+        );
         assert_eq!(kafka_resume(None, 0, false, true), KafkaResume::Start);
     }
 
