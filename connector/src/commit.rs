@@ -203,8 +203,6 @@ impl CommitTracker {
                 Ok(true) => {
                     self.safe.insert(tp.clone(), o);
                 }
-                // Checked for every word above already; never taken as safe.
-                Err(e @ ConnectorError::SinkOverclaimed { .. }) => return Err(e),
                 Err(e) => {
                     self.safe.insert(tp.clone(), o);
                     lost = lost.and(Err(e));
@@ -221,8 +219,10 @@ impl CommitTracker {
     /// none, or one Kafka's log did not confirm) is ignored, with a
     /// warning once a call: nothing here can check what the sink says of
     /// it (before the night of 2026-12-03 a put's word on one failed the
-    /// handed-over check and the run). Otherwise it is checked against
-    /// what was handed over, and is the sink's latest word: a durable
+    /// handed-over check and the run). Otherwise, checked against what
+    /// was handed over by the caller first ([`Self::check_all_handed`], for
+    /// every word of the call before any is taken), it is the sink's
+    /// latest word: a durable
     /// offset below one declared safe before means it lost records, and
     /// the higher one is not committed unless it already was (committed
     /// offsets never go back, `take_commit`). Below an offset this run
@@ -244,7 +244,6 @@ impl CommitTracker {
             }
             return Ok(false);
         }
-        self.check_handed(call, tp, o, handed)?;
         raise(&mut self.durable_reported, tp, o);
         self.durable_latest.insert(tp.clone(), o);
         self.lower_safe(tp, o, call);
