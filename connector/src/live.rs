@@ -1698,16 +1698,19 @@ pub fn request(
     request_within(conn, req, None, out, out_name, IDLE_TIMEOUT)
 }
 
-/// [`request`], sending `proof` ([`write_proof`]) with it: what a request
-/// that [writes](Request::writes) needs to be served.
-pub fn request_proving(
+/// [`request`] of the run serving the archive at `data`, sending with a
+/// request that [writes](Request::writes) the proof it needs to be served
+/// ([`write_proof`]; failing, as it does, where the archive is read-only
+/// to this process).
+pub fn request_for(
+    data: &Path,
     conn: UnixStream,
     req: &Request,
-    proof: &std::fs::File,
     out: &mut dyn Write,
     out_name: &Path,
 ) -> Result<End> {
-    request_within(conn, req, Some(proof), out, out_name, IDLE_TIMEOUT)
+    let proof = req.writes().then(|| write_proof(data)).transpose()?;
+    request_within(conn, req, proof.as_ref(), out, out_name, IDLE_TIMEOUT)
 }
 
 /// [`request`], with `proof` if given, giving up `idle` after the last
@@ -2066,12 +2069,7 @@ mod tests {
         let mut out = Vec::new();
         let conn = connect(dir).unwrap().expect("server answers");
         let mut rest = conn.try_clone().unwrap();
-        let end = if req.writes() {
-            let proof = write_proof(dir).unwrap();
-            request_proving(conn, req, &proof, &mut out, Path::new("<test>")).unwrap()
-        } else {
-            request(conn, req, &mut out, Path::new("<test>")).unwrap()
-        };
+        let end = request_for(dir, conn, req, &mut out, Path::new("<test>")).unwrap();
         rest.read_to_end(&mut Vec::new()).unwrap();
         (end, out)
     }

@@ -291,7 +291,7 @@ fn a_failed_pass_stops_an_idle_run_which_fails_naming_retention() {
 #[test]
 fn a_live_prune_that_poisons_the_engine_stops_an_idle_run() {
     use cairn_connector::cli::prune::Cut;
-    use cairn_connector::live::{connect, request_proving, write_proof, End, Request};
+    use cairn_connector::live::{connect, request_for, End, Request};
     use cairn_connector::selection::Selection;
 
     let _turn = serial();
@@ -326,11 +326,10 @@ fn a_live_prune_that_poisons_the_engine_stops_an_idle_run() {
                     cut,
                     dry_run: false,
                 };
-                let proof = write_proof(&data).unwrap();
-                request_proving(
+                request_for(
+                    &data,
                     conn,
                     &req,
-                    &proof,
                     &mut Vec::new(),
                     std::path::Path::new("<test>"),
                 )

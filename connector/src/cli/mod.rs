@@ -465,17 +465,9 @@ pub(crate) fn live_report(
     data: &std::path::Path,
 ) -> crate::Result<crate::Result<crate::live::End>> {
     use std::io::Write;
-    let proof = if req.writes() {
-        Some(crate::live::write_proof(data)?)
-    } else {
-        None
-    };
     let mut out = std::io::stdout().lock();
     let stdout = std::path::Path::new("<stdout>");
-    let end = match &proof {
-        Some(proof) => crate::live::request_proving(conn, req, proof, &mut out, stdout),
-        None => crate::live::request(conn, req, &mut out, stdout),
-    };
+    let end = crate::live::request_for(data, conn, req, &mut out, stdout);
     stdout_written(out.flush())?;
     Ok(end)
 }
