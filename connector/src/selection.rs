@@ -140,11 +140,7 @@ impl Selection {
         }
         let later: Vec<&PartitionInfo> = chosen
             .iter()
-            .filter(|p| {
-                p.record_count > 0
-                    && self.from < p.first_offset
-                    && self.to.is_none_or(|to| to > p.first_offset)
-            })
+            .filter(|p| p.record_count > 0 && self.from < p.first_offset && self.meets(p))
             .collect();
         if later.is_empty() {
             return None;
@@ -174,16 +170,18 @@ impl Selection {
         )
     }
 
+    /// Whether the range overlaps the offsets `p` holds.
+    fn meets(&self, p: &PartitionInfo) -> bool {
+        self.from < p.next_offset && self.to.is_none_or(|to| to > p.first_offset)
+    }
+
     /// A range given (`--from` above 0, or `--to`) must meet what one of
     /// the chosen partitions holds: after a prune, say, `--to` below the
     /// first offset left selects nothing, and an empty result would look
     /// like success.
     fn check_held(&self, chosen: &[PartitionInfo]) -> Result<()> {
         let ranged = self.ranged();
-        let meets = |p: &PartitionInfo| {
-            self.from < p.next_offset && self.to.is_none_or(|to| to > p.first_offset)
-        };
-        if !ranged || chosen.iter().any(|p| p.record_count > 0 && meets(p)) {
+        if !ranged || chosen.iter().any(|p| p.record_count > 0 && self.meets(p)) {
             return Ok(());
         }
         // An archive that holds no partition at all meets no range either.
