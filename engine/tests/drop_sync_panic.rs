@@ -31,7 +31,7 @@ fn a_panic_in_the_drops_sync_is_caught_and_poisons() {
     );
     let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
     assert!(e.recovery_report().poisoned_before.is_some());
-    let offsets: Vec<i64> = e.read(&tp, 0).unwrap().map(|r| r.unwrap().offset).collect();
+    let offsets: Vec<i64> = common::read_all(&e, &tp).iter().map(|r| r.offset).collect();
     assert!(
         offsets.len() >= 10 && offsets.iter().copied().eq(0..offsets.len() as i64),
         "{offsets:?}"
