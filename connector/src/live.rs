@@ -1489,7 +1489,7 @@ pub fn write_proof(data: &Path) -> Result<std::fs::File> {
     let lock = data.join(cairn_engine::LOCK_FILE);
     std::fs::OpenOptions::new()
         .write(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(&lock)
         .map_err(|e| {
             ConnectorError::Live(format!(
@@ -2553,12 +2553,11 @@ mod tests {
         // A descriptor of the file that opens nothing (`O_PATH`).
         let path_only = std::fs::OpenOptions::new()
             .read(true)
-            .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
+            .custom_flags(libc::O_PATH)
             .open(&lock)
             .unwrap();
         let not_the_lock = std::fs::OpenOptions::new()
             .write(true)
-            .custom_flags(libc::O_CLOEXEC)
             .open(&other)
             .unwrap();
         for req in [&prune, &backup] {
