@@ -250,6 +250,13 @@ pub struct End {
     /// The serving process; 0 when the client ended an export itself,
     /// its reader gone (a closed pipe).
     pub pid: u32,
+    /// What the command would have said as a WARN run on its own (an
+    /// export's `--from` below a partition's first offset held), for the
+    /// client to say. Absent from the JSON when there is none: a client of
+    /// before ignores it, and a server of before sends none (since
+    /// 2026-12-05; before, a live export said nothing of it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
 }
 
 /// Serves reading commands for the archive a run holds.
@@ -571,6 +578,7 @@ fn accept_loop(
                         exit: 2,
                         error: Some(refused),
                         pid: std::process::id(),
+                        warning: None,
                     };
                     let mut conn = conn;
                     let _ = write_frame(&mut conn, TAG_END, &end_frame(&end));
@@ -675,6 +683,7 @@ fn take(
             exit: 2,
             error: Some(busy()),
             pid: std::process::id(),
+            warning: None,
         };
         let _ = write_frame(&mut conn, TAG_END, &end_frame(&end));
         return None;
@@ -977,6 +986,7 @@ fn serve(conn: UnixStream, id: u64, engine: &Engine, shared: &Shared) {
             exit: 2,
             error: Some(error),
             pid,
+            warning: None,
         },
         Ok(req) => {
             // A monitor polling status would fill the log at INFO; and a
@@ -1002,8 +1012,9 @@ fn serve(conn: UnixStream, id: u64, engine: &Engine, shared: &Shared) {
             // own guard. (Until the night of 2026-12-04 only a prune's
             // stopped the run; any other was answered and the run went on
             // writing through that sled.)
+            let mut warning = None;
             let exit = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                answer(&req, engine, stop, &shared.backing_up, &mut out)
+                answer(&req, engine, stop, &shared.backing_up, &mut out, &mut warning)
             }))
             .unwrap_or_else(|payload| {
                 let what = cairn_engine::panic_message(&*payload);
@@ -1032,11 +1043,13 @@ fn serve(conn: UnixStream, id: u64, engine: &Engine, shared: &Shared) {
                     exit,
                     error: None,
                     pid,
+                    warning,
                 },
                 Err(e) => End {
                     exit: if matches!(req, Request::Verify) { 2 } else { 1 },
                     error: Some(e.to_string()),
                     pid,
+                    warning,
                 },
             }
         }
@@ -1124,13 +1137,15 @@ fn beat(
 }
 
 /// The request's output, written to `out`, and the exit code the command
-/// would have had run on its own.
+/// would have had run on its own; what it would have said as a WARN, in
+/// `warning`.
 fn answer(
     req: &Request,
     engine: &Engine,
     stop: &AtomicBool,
     backing_up: &AtomicUsize,
     out: &mut FrameWriter,
+    warning: &mut Option<String>,
 ) -> Result<u8> {
     // A bug, injected: the containment of a panic is tested; in a prune,
     // inside its truncation.
@@ -1187,6 +1202,9 @@ fn answer(
             selection
                 .choose(engine.partitions(), &[])
                 .and_then(|chosen| {
+                    // Said before the records, as a stopped archive's
+                    // export says it; the client shows it at the end.
+                    *warning = selection.starts_below_held(&chosen);
                     crate::cli::export::write_records(
                         engine, &chosen, selection, *format, out, name, stop,
                     )
@@ -1835,6 +1853,7 @@ fn request_within(
                             exit: 0,
                             error: None,
                             pid: 0,
+                            warning: None,
                         });
                     }
                     out_gone = true;
@@ -1994,6 +2013,9 @@ fn parse_end(body: &[u8]) -> Result<End> {
 /// The exit code an answer ends with, its error (if any) printed as the
 /// command's own would be.
 pub fn exit_code(end: &End) -> std::process::ExitCode {
+    if let Some(warning) = &end.warning {
+        crate::cli::say_warn!("{warning}");
+    }
     match &end.error {
         Some(e) => {
             crate::cli::say_stopped(e);
@@ -2677,6 +2699,61 @@ mod tests {
         assert!(!data.join(SOCKET_FILE).exists());
     }
 
+    /// A live export of a `--from` below a partition's first offset held
+    /// ends with the WARN a stopped archive's export gives, for the client
+    /// to say; one that starts within what is held, or gives no `--from`,
+    /// has none. The field is left out of the JSON when empty, so that a
+    /// client of before reads the end as it did.
+    #[test]
+    fn a_live_export_below_the_first_offset_held_warns_as_a_local_one_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        let records = (100..103)
+            .map(|o| Record::with_value(o, format!("v{o}")))
+            .collect();
+        let tp = TopicPartition::new("t", 0);
+        e.append(&[RecordBatch { tp, records }]).unwrap();
+        let server = LiveServer::start(Arc::new(e)).unwrap();
+        let export = |from| Request::Export {
+            selection: Selection {
+                from,
+                ..Default::default()
+            },
+            format: crate::cli::export::Format::Raw,
+        };
+        let (end, out) = ask(dir.path(), &export(50));
+        assert_eq!((end.exit, end.error), (0, None));
+        assert_eq!(out, b"v100\nv101\nv102\n");
+        let warning = end.warning.expect("a warning");
+        assert!(
+            warning.contains("--from 50: below the first offset held of t/0 (100)"),
+            "{warning}"
+        );
+        for from in [0, 100, 101] {
+            let (end, out) = ask(dir.path(), &export(from));
+            assert_eq!(
+                (end.exit, end.error, end.warning),
+                (0, None, None),
+                "{from}"
+            );
+            assert!(!out.is_empty());
+        }
+        server.stop();
+        let quiet = End {
+            exit: 0,
+            error: None,
+            pid: 7,
+            warning: None,
+        };
+        let json = String::from_utf8(end_frame(&quiet)).unwrap();
+        assert!(!json.contains("warning"), "{json}");
+        // A server of before sends no warning field.
+        assert_eq!(
+            parse_end(br#"{"exit":0,"error":null,"pid":7}"#).unwrap(),
+            quiet
+        );
+    }
+
     #[test]
     fn serves_requests_and_lets_go_of_the_engine_at_stop() {
         let dir = tempfile::tempdir().unwrap();
@@ -2753,6 +2830,7 @@ mod tests {
                 exit: 1,
                 error: Some(unit.repeat(FRAME_BYTES_MAX)),
                 pid: 7,
+                warning: None,
             };
             let mut wire = Vec::new();
             write_frame(&mut wire, TAG_END, &end_frame(&end)).unwrap();
@@ -2939,7 +3017,7 @@ mod tests {
         let backing_up = AtomicUsize::new(1);
         let to = dir.path().join("b1");
         let req = Request::Backup { to: to.clone() };
-        match answer(&req, &e, &stop, &backing_up, &mut out) {
+        match answer(&req, &e, &stop, &backing_up, &mut out, &mut None) {
             Err(ConnectorError::Live(m)) => {
                 assert!(m.contains("another live backup of this archive"), "{m}")
             }
@@ -2952,12 +3030,15 @@ mod tests {
             "the first still holds it"
         );
         backing_up.store(0, Ordering::SeqCst);
-        assert_eq!(answer(&req, &e, &stop, &backing_up, &mut out).unwrap(), 0);
+        assert_eq!(
+            answer(&req, &e, &stop, &backing_up, &mut out, &mut None).unwrap(),
+            0
+        );
         assert!(to.is_dir(), "backed up");
         assert_eq!(backing_up.load(Ordering::SeqCst), 0, "given back");
         // A failed one gives it back too (a relative path is refused first,
         // a target that holds something by the backup itself).
-        assert!(answer(&req, &e, &stop, &backing_up, &mut out).is_err());
+        assert!(answer(&req, &e, &stop, &backing_up, &mut out, &mut None).is_err());
         assert_eq!(
             backing_up.load(Ordering::SeqCst),
             0,
@@ -3029,6 +3110,7 @@ mod tests {
             exit: 1,
             error: Some("e".into()),
             pid: 7,
+            warning: None,
         };
         assert_eq!(
             serde_json::to_string(&end).unwrap(),
@@ -3150,6 +3232,7 @@ mod tests {
                     &AtomicBool::new(false),
                     &AtomicUsize::new(0),
                     &mut out,
+                    &mut None,
                 )
             }));
             assert!(
