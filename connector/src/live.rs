@@ -89,7 +89,12 @@ pub const STATUS_CONNECTIONS_RESERVED: usize = 1;
 /// sends, and says so.
 pub const REQUEST_BYTES_MAX: u64 = 16 << 20;
 /// How long the server waits for a connection's request line.
+#[cfg(not(test))]
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// (Not shorter in tests: a 16 MiB line is read within it, in a debug
+/// build beside the other tests.)
+#[cfg(test)]
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
 /// How often the server sends an empty `o` frame while it answers, the
 /// first at once: a client that receives one knows the server beats, and
 /// gives up on it only after [`IDLE_TIMEOUT`] without a frame, however long
@@ -1356,7 +1361,7 @@ fn read_request_line(
         if left.is_zero() {
             break Err(format!(
                 "no whole request line within {} s",
-                REQUEST_TIMEOUT.as_secs()
+                REQUEST_TIMEOUT.as_secs_f64()
             ));
         }
         if let Err(e) = conn.set_read_timeout(Some(left)) {
@@ -2213,6 +2218,46 @@ mod tests {
         assert_eq!((end.exit, end.error), (0, None));
         assert!(!out.is_empty());
         drop(stalled);
+        server.stop();
+    }
+
+    /// A client that sends part of a request line and then nothing is
+    /// answered with an error once [`REQUEST_TIMEOUT`] has passed since it
+    /// connected, and the connection is closed: it holds no place longer.
+    /// A status asked meanwhile and after is answered.
+    #[test]
+    fn a_request_line_not_whole_in_time_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let server = LiveServer::start(engine(dir.path())).unwrap();
+        let mut conn = connect(dir.path()).unwrap().unwrap();
+        let started = Instant::now();
+        conn.write_all(br#"{"command":"sta"#).unwrap();
+        let (end, out) = ask(dir.path(), &Request::Status);
+        assert_eq!((end.exit, end.error), (0, None));
+        assert!(!out.is_empty());
+        // Bounded, so that a server that waited for ever fails the test
+        // rather than hangs it.
+        let bound = Duration::from_secs(60);
+        conn.set_read_timeout(Some(bound)).unwrap();
+        let mut conn = BufReader::new(conn);
+        let end = match read_frame(&mut conn, Some(bound)).unwrap() {
+            Some((TAG_END, body)) => parse_end(&body).unwrap(),
+            other => panic!("{other:?}"),
+        };
+        assert!(started.elapsed() >= REQUEST_TIMEOUT);
+        assert_eq!(end.exit, 2, "{end:?}");
+        let error = end.error.unwrap();
+        assert!(
+            error.contains("no whole request line within 3 s"),
+            "{error}"
+        );
+        assert_eq!(
+            read_frame(&mut conn, Some(bound)).unwrap(),
+            None,
+            "then closed"
+        );
+        let (end, _) = ask(dir.path(), &Request::Status);
+        assert_eq!((end.exit, end.error), (0, None));
         server.stop();
     }
 
