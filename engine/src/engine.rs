@@ -426,7 +426,7 @@ impl Engine {
         let tree = &*tree.insert(db.open_tree("cairn").map_err(store_err("open tree"))?);
         let db = &*db;
         let mut syncer = DurableSync::open(&cfg.sled_path()).map_err(|e| Error::Io {
-            op: "open data file for fdatasync",
+            op: "open sled's data file for fdatasync, and sync what sled made before it",
             path: cfg.sled_path(),
             source: e,
         })?;
@@ -552,6 +552,14 @@ impl Engine {
         crate::poisoned::record(&self.cfg.path, op, &reason);
         self.store_failing.store(true, Ordering::SeqCst);
         c.poisoned = Some((op, reason));
+    }
+
+    /// [`Self::poison`] for a failed write into sled (an insert, a batch):
+    /// sled's error names no file (a full disk is a bare "No space left on
+    /// device"), so the reason names sled's folder (since 2026-12-05).
+    fn write_failed(&self, op: &'static str, e: impl std::fmt::Display) -> Error {
+        let sled = self.cfg.sled_path();
+        self.poison(op, format!("{e}, writing into {}", sled.display()))
     }
 
     pub(crate) fn poison(&self, op: &'static str, reason: String) -> Error {
@@ -850,10 +858,10 @@ impl Engine {
                     .map(|lsn| (keys::wal_key(lsn).to_vec(), Vec::new()));
                 for (k, v) in slot_writes.chain(writes) {
                     if let Err(e) = mid_write_failpoint() {
-                        return Err(self.poison("write", e.to_string()));
+                        return Err(self.write_failed("write", e));
                     }
                     if let Err(e) = self.tree.insert(k, v) {
-                        return Err(self.poison("write", e.to_string()));
+                        return Err(self.write_failed("write", e));
                     }
                 }
                 w.slots_end = w.slots_end.max(slots.end);
@@ -1000,10 +1008,10 @@ impl Engine {
                     self.commit_cv.notify_all();
                 }
                 Err(e) => {
-                    // The data file's path from the configuration, not
-                    // from the syncer: taking its lock under `commit` would
-                    // wait behind an idle watermark fsync on a hung disk.
-                    let reason = format!("{} on {}", e, self.cfg.sled_data_path().display());
+                    // The error names the step and its file (sync.rs):
+                    // the data file, a blob, a folder or the watermark
+                    // (until 2026-12-05 the data file was named for any).
+                    let reason = e.to_string();
                     tracing::error!(%reason, "fsync failed; engine poisoned, never retried");
                     // The first failure names the poison (a sync refused
                     // after it says only that an earlier one failed).
@@ -1059,7 +1067,7 @@ impl Engine {
                     .map_err(store_err("insert slot"))
             });
             if let Err(e) = inserted {
-                return Err(self.poison("reserve slots", e.to_string()));
+                return Err(self.write_failed("reserve slots", e));
             }
         }
         w.slots_end = w.slots_end.max(run.end);
@@ -1185,7 +1193,7 @@ impl Engine {
             .tree
             .insert(keys::META_CHECKPOINT, meta::encode_checkpoint(lsn))
         {
-            return Err(self.poison("write", format!("checkpoint: {e}")));
+            return Err(self.write_failed("write", format_args!("checkpoint: {e}")));
         }
         {
             let mut w = lock(&self.write);
@@ -1222,7 +1230,7 @@ impl Engine {
     /// under it never ends).
     pub(crate) fn apply_batch_locked(&self, w: &mut WriteState, batch: sled::Batch) -> Result<u64> {
         if let Err(e) = self.tree.apply_batch(batch) {
-            return Err(self.poison("write", e.to_string()));
+            return Err(self.write_failed("write", e));
         }
         w.seq += 1;
         Ok(w.seq)

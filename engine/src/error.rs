@@ -37,7 +37,7 @@ pub enum Error {
     },
     /// A durability step failed earlier. The engine refuses all writes; close
     /// it and open it again to recover from what is on disk.
-    #[error("engine is poisoned after a failed {op} ({reason}); it never retries an fsync: reopen to recover")]
+    #[error("engine is poisoned after a failed {op} ({reason}); it retries no failed write or fsync, and writes nothing more: reopen to recover from what is durable")]
     Poisoned { op: &'static str, reason: String },
     /// The caller passed something the engine will not write. Nothing was written.
     #[error("invalid input: {0}")]

@@ -76,7 +76,7 @@ impl DurableSync {
     /// into its folder as it opens).
     pub fn open_unsynced(sled_dir: &Path) -> io::Result<Self> {
         let data_path = sled_dir.join("db");
-        let data_file = File::open(&data_path)?;
+        let data_file = File::open(&data_path).map_err(at("open", &data_path))?;
         Ok(DurableSync {
             data_file,
             data_path,
@@ -103,12 +103,16 @@ impl DurableSync {
     /// `durable_lsn` is durable in the watermark file.
     pub fn sync(&mut self, db: &sled::Db, durable_lsn: u64) -> io::Result<()> {
         self.once(|s| {
-            fail::fail_point!(FAILPOINT_FLUSH_ERR, |_| Err(io::Error::other(
-                "injected failure at wal::flush::err"
+            let flushing = "flush sled's log into";
+            fail::fail_point!(FAILPOINT_FLUSH_ERR, |_| Err(at(flushing, &s.data_path)(
+                io::Error::other("injected failure at wal::flush::err")
             )));
-            db.flush().map_err(sled_to_io)?;
+            db.flush()
+                .map_err(|e| at(flushing, &s.data_path)(sled_to_io(e)))?;
             s.sync_blobs(s.dirs_pending)?;
-            s.data_file.sync_data()?;
+            s.data_file
+                .sync_data()
+                .map_err(at("fdatasync", &s.data_path))?;
             if s.dirs_pending {
                 // sled's folder: the data file's.
                 if let Some(dir) = s.data_path.parent() {
@@ -117,7 +121,8 @@ impl DurableSync {
                 s.dirs_pending = false;
             }
             if let Some(w) = s.watermark.as_mut() {
-                w.advance(durable_lsn)?;
+                w.advance(durable_lsn)
+                    .map_err(at("write or fdatasync", w.path()))?;
             }
             Ok(())
         })
@@ -144,7 +149,7 @@ impl DurableSync {
     /// (an idle store's sync, which flushes nothing).
     pub fn sync_watermark_if_due(&mut self) -> io::Result<()> {
         self.once(|s| match s.watermark.as_mut() {
-            Some(w) => w.sync_if_due(),
+            Some(w) => w.sync_if_due().map_err(at("fdatasync", w.path())),
             None => Ok(()),
         })
     }
@@ -152,24 +157,26 @@ impl DurableSync {
     /// fdatasync the watermark file (at close).
     pub fn sync_watermark(&mut self) -> io::Result<()> {
         self.once(|s| match s.watermark.as_mut() {
-            Some(w) => w.sync(),
+            Some(w) => w.sync().map_err(at("fdatasync", w.path())),
             None => Ok(()),
         })
     }
 
     fn sync_blobs(&mut self, force_dir: bool) -> io::Result<()> {
-        let entries = match std::fs::read_dir(&self.blobs_dir) {
+        let blobs = &self.blobs_dir;
+        let entries = match std::fs::read_dir(blobs) {
             Ok(e) => e,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(e),
+            Err(e) => return Err(at("list", blobs)(e)),
         };
         let mut present = HashMap::new();
         let mut new_files = false;
         // sled may delete a blob it no longer needs at any time.
         let gone = |e: &io::Error| e.kind() == io::ErrorKind::NotFound;
         for entry in entries {
-            let entry = entry?;
+            let entry = entry.map_err(at("list", blobs))?;
             let name = entry.file_name();
+            let path = entry.path();
             // Its length, read before the fsync: a blob sled was still
             // writing (an insert beside this sync writes it in three
             // `write_all`s) is fsynced again once it has grown, so the
@@ -177,13 +184,13 @@ impl DurableSync {
             let len = match entry.metadata() {
                 Ok(m) => m.len(),
                 Err(e) if gone(&e) => continue,
-                Err(e) => return Err(e),
+                Err(e) => return Err(at("stat", &path)(e)),
             };
             if self.synced_blobs.get(&name) != Some(&len) {
-                match File::open(entry.path()) {
-                    Ok(f) => f.sync_all()?,
+                match File::open(&path) {
+                    Ok(f) => f.sync_all().map_err(at("fsync", &path))?,
                     Err(e) if gone(&e) => continue,
-                    Err(e) => return Err(e),
+                    Err(e) => return Err(at("open", &path)(e)),
                 }
                 #[cfg(test)]
                 {
@@ -195,7 +202,7 @@ impl DurableSync {
         }
         self.synced_blobs = present;
         if new_files || force_dir {
-            sync_dir(&self.blobs_dir)?;
+            sync_dir(blobs).map_err(at("fsync directory", blobs))?;
         }
         Ok(())
     }
@@ -252,16 +259,35 @@ fn sync_dirs(sled_dir: &Path) -> io::Result<()> {
     // fsyncs it: a power loss soon after could leave it part-written, and
     // sled then refuses the store (seen in review, 2026-12-05; its
     // directory entry was synced, its bytes not).
-    match File::open(sled_dir.join("conf")) {
-        Ok(conf) => conf.sync_all()?,
+    let conf = sled_dir.join("conf");
+    match File::open(&conf) {
+        Ok(f) => f.sync_all().map_err(at("fsync", &conf))?,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
+        Err(e) => return Err(at("open", &conf)(e)),
     }
-    sync_dir(sled_dir)?;
+    sync_dir(sled_dir).map_err(at("fsync directory", sled_dir))?;
     if let Some(parent) = sled_dir.parent() {
-        sync_dir(parent)?;
+        sync_dir(parent).map_err(at("fsync directory", parent))?;
     }
     Ok(())
+}
+
+/// `e` with what failed, and on which file, before its text: a sync
+/// touches several (sled's data file and blobs, its folder and that
+/// folder's parent, the watermark), and the errors name none (until
+/// 2026-12-05 the engine blamed `sled/db` for any of them, in its log and
+/// its poison mark). The kind is kept, and so is a failed directory
+/// fsync's mark ([`is_failed_dir_sync`]).
+fn at<'a>(what: &'a str, path: &'a Path) -> impl Fn(io::Error) -> io::Error + 'a {
+    move |e| {
+        let kind = e.kind();
+        let text = io::Error::new(kind, format!("{what} {}: {e}", path.display()));
+        if is_failed_dir_sync(&e) {
+            DirSyncFailed::wrap(text)
+        } else {
+            text
+        }
+    }
 }
 
 fn sled_to_io(e: sled::Error) -> io::Error {
@@ -275,6 +301,31 @@ fn sled_to_io(e: sled::Error) -> io::Error {
 mod tests {
     use super::DurableSync;
     use std::io::Write;
+
+    /// A failing step's error names the step and its file, keeps its
+    /// kind, and a failed directory fsync stays marked as one.
+    #[test]
+    fn a_failed_step_names_its_file() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("db"), b"").unwrap();
+        // A file where sled keeps its blobs' folder: listing it fails.
+        let blobs = dir.path().join("blobs");
+        std::fs::write(&blobs, b"").unwrap();
+        let e = DurableSync::open(dir.path()).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::NotADirectory);
+        let listed = format!("list {}: ", blobs.display());
+        assert!(e.to_string().starts_with(&listed), "{e}");
+        let e = DurableSync::open_unsynced(&dir.path().join("gone")).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+        assert!(e.to_string().contains("gone/db: "), "{e}");
+        let failed = super::DirSyncFailed::wrap(std::io::Error::other("EIO"));
+        let e = super::at("fsync directory", dir.path())(failed);
+        assert!(super::is_failed_dir_sync(&e));
+        assert_eq!(
+            e.to_string(),
+            format!("fsync directory {}: EIO", dir.path().display())
+        );
+    }
 
     /// A blob listed while sled was still writing it (fsynced part-written)
     /// is fsynced again once it has grown; one unchanged is not.

@@ -83,6 +83,14 @@ pub struct VerifyReport {
     /// the problems listed were found (also in `notes`): what lies after
     /// it was not checked. A backup's verify of its copy fails on it.
     pub stopped_at_error: Option<String>,
+    /// A verify of a stopped store ([`verify_store`]): its last flush and
+    /// fdatasync of the store failed (or sled's own shutdown panicked on
+    /// its flush), never retried. What was read was checked; what sled
+    /// wrote as it opened and was read may not be on the disk, and the
+    /// disk may be failing. The command stops non-zero on it, as on any
+    /// failed fsync (since 2026-12-05; before, a clean report exited 0 and
+    /// only a WARN said so).
+    pub closing_sync_failed: Option<String>,
 }
 
 impl VerifyReport {
@@ -244,27 +252,38 @@ pub fn verify_store(cfg: &EngineConfig) -> Result<VerifyReport> {
     }));
     // Once, never retried: a failure leaves the mark.
     let synced = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| syncer.sync(&db, 0)));
-    let synced = match synced {
-        Ok(Ok(())) => true,
-        Ok(Err(e)) => {
-            tracing::warn!(error = %e, "the verify's last flush and fdatasync of the store failed: the open mark stays, and the next open syncs the store before it trusts it");
-            false
-        }
-        Err(p) => {
-            tracing::warn!(error = %crate::error::panic_message(&*p), "the verify's last flush of the store panicked: the open mark stays, and the next open syncs the store before it trusts it");
-            false
-        }
+    let mut sync_failed = match synced {
+        Ok(Ok(())) => None,
+        Ok(Err(e)) => Some(e.to_string()),
+        Err(p) => Some(format!("it panicked: {}", crate::error::panic_message(&*p))),
     };
-    let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(db)));
+    // After a failed sync sled's own shutdown meets the failed disk too
+    // (it unwraps its fsync): dropped as a failing store's handles are,
+    // its panic caught and logged in one line, not printed.
+    let dropped = match sync_failed {
+        Some(_) => {
+            crate::engine::drop_failing_store(db);
+            Ok(())
+        }
+        None => std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(db))),
+    };
     match dropped {
-        Ok(()) if marked && synced => crate::poisoned::unmark_open(&cfg.path),
+        Ok(()) if marked && sync_failed.is_none() => crate::poisoned::unmark_open(&cfg.path),
         Ok(()) => {}
-        Err(p) => tracing::warn!(
-            error = %crate::error::panic_message(&*p),
-            "sled's own shutdown after the verify failed (its flush or fsync): the open mark stays, and the next open syncs the store before it trusts it"
-        ),
+        Err(p) => {
+            let shutdown = format!(
+                "sled's own shutdown (its flush or fsync) panicked: {}",
+                crate::error::panic_message(&*p)
+            );
+            sync_failed.get_or_insert(shutdown);
+        }
     }
-    report.unwrap_or_else(|p| std::panic::resume_unwind(p))
+    if let Some(e) = &sync_failed {
+        tracing::warn!(error = %e, "the verify's last flush and fdatasync of the store failed: the open mark stays, and the next open syncs the store before it trusts it");
+    }
+    let mut report = report.unwrap_or_else(|p| std::panic::resume_unwind(p))?;
+    report.closing_sync_failed = sync_failed;
+    Ok(report)
 }
 
 /// [`verify_store`]'s checks, on the store's sled handle `db`.

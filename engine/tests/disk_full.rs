@@ -107,6 +107,13 @@ fn disk_full_poisons_and_recovers_after_space_returns() {
         text.contains("No space left") || text.contains("space") || text.contains("os error 28"),
         "the error should say the disk is full: {text}"
     );
+    // And where: sled's errors name no file (until 2026-12-05 a write's
+    // said only "No space left on device").
+    let store = fs.path().display().to_string();
+    assert!(
+        text.contains(&store),
+        "the error should name the store: {text}"
+    );
     assert!(acknowledged > 0);
 
     // Space returns; everything acknowledged is there, and appends go on.

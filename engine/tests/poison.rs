@@ -56,6 +56,10 @@ fn failed_fsync_poisons_and_reopen_recovers() {
             && lines[1].ends_with('\n'),
         "{text:?}"
     );
+    // The reason names the step that failed and its file.
+    let data_file = dir.path().join("sled").join("db");
+    let step = format!("flush sled's log into {}", data_file.display());
+    assert!(lines[1].contains(&step), "{text:?}");
     // A command removing the store it made, were it empty, keeps a
     // poisoned one without opening it (an open here would recover it and
     // clear the mark in the process whose fsync failed).

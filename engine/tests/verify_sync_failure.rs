@@ -23,8 +23,15 @@ fn a_verify_whose_last_sync_fails_keeps_the_open_mark() {
     fail::cfg(FAILPOINT_FLUSH_ERR, "return").unwrap();
     let v = verify_store(&cfg).unwrap();
     fail::remove(FAILPOINT_FLUSH_ERR);
-    // The check itself stands; only the mark says the sync failed.
+    // The check itself stands; the report and the mark say the sync
+    // failed, naming its step and file (the command exits 1 on it).
     assert!(v.is_clean(), "{:?}", v.problems);
+    let failed = v.closing_sync_failed.expect("the failed sync, reported");
+    let step = format!(
+        "flush sled's log into {}: injected failure",
+        cfg.sled_data_path().display()
+    );
+    assert!(failed.contains(&step), "{failed}");
     assert!(mark.exists(), "the open mark stays after a failed sync");
     // The next open acts on it (and says the store was not closed).
     let e = Engine::open(cfg.clone()).unwrap();
@@ -32,7 +39,8 @@ fn a_verify_whose_last_sync_fails_keeps_the_open_mark() {
     e.close().unwrap();
     assert!(!mark.exists());
     // Without the failure, a verify leaves no mark.
-    assert!(verify_store(&cfg).unwrap().is_clean());
+    let v = verify_store(&cfg).unwrap();
+    assert!(v.is_clean() && v.closing_sync_failed.is_none(), "{v:?}");
     assert!(!mark.exists());
     scenario.teardown();
 }

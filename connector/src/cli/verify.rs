@@ -1,7 +1,8 @@
 //! `cairn verify`: check every frame, index entry and summary.
 //!
 //! Exit status: 0 clean; 1 damage found (each problem on a `problem:` line,
-//! naming where); 2 the archive could not be checked (no archive there,
+//! naming where), or the check's own last fdatasync of the store failed;
+//! 2 the archive could not be checked (no archive there,
 //! held by a process that does not serve it, an I/O error, a live verify
 //! cut off or refused as busy; also clap's usage errors). An archive a
 //! running `cairn run` holds is verified by that run (live.rs).
@@ -179,7 +180,7 @@ fn report(label: &str, r: &VerifyReport, out: &mut Vec<u8>) -> u8 {
     for n in &r.notes {
         line(format_args!("note: {n}"));
     }
-    if r.is_clean() {
+    if r.is_clean() && r.closing_sync_failed.is_none() {
         line(format_args!("clean"));
         return 0;
     }
@@ -192,7 +193,20 @@ fn report(label: &str, r: &VerifyReport, out: &mut Vec<u8>) -> u8 {
             r.problems_unlisted
         ));
     }
-    line(format_args!("{}", problems(r.problem_count())));
+    // A failed fsync stops a command non-zero, this one's too (since
+    // 2026-12-05: before, a clean report exited 0 on it). Damage to a
+    // monitor, not "not checked" (exit 2), which it would retry for ever
+    // on a disk that keeps failing.
+    if let Some(e) = &r.closing_sync_failed {
+        line(format_args!(
+            "problem: {label}: the verify's last flush and fdatasync of the store failed ({e}); never retried: the disk may be failing, and what sled wrote as the verify opened and read the store may not be on it (the check above stands for what was read; the next open re-reads the store from the disk)"
+        ));
+    }
+    let failed_sync = u64::from(r.closing_sync_failed.is_some());
+    line(format_args!(
+        "{}",
+        problems(r.problem_count() + failed_sync)
+    ));
     EXIT_DAMAGED
 }
 
