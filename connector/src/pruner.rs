@@ -27,8 +27,9 @@
 //!   was archived is fsynced and committed unless the engine itself
 //!   failed), and the sink's `stop` returns the error, so the run fails
 //!   with it.
-//! - A record without a timestamp (-1) has no age: it and everything above
-//!   it stay.
+//! - A record without a timestamp (any negative one) has no age: it and
+//!   everything above it stay, and a pass reports it ([`HeldBack`], as it
+//!   does a record stamped more than a day ahead).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -56,10 +57,62 @@ pub fn cut_for_age_ms(age: Duration) -> i64 {
 }
 
 /// What one pass over the archive deleted.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PassReport {
     pub partitions_pruned: u64,
     pub deleted: TruncateReport,
+    /// The partitions whose age cut stopped at a record that holds it back
+    /// ([`HeldBack`]).
+    pub held_back: Vec<HeldBack>,
+}
+
+/// How far ahead of this machine's clock a timestamp must be to hold age
+/// retention back in the pass's report: a day, as `prune --before-time`
+/// refuses a time more than a day ahead (a few minutes of clock skew is
+/// no such record).
+pub const FUTURE_SLACK_MS: i64 = 24 * 3600 * 1000;
+
+/// A partition whose age cut stopped at a record with no age (a negative
+/// timestamp) or stamped more than [`FUTURE_SLACK_MS`] ahead: it and every
+/// record above it are kept, whatever their age, for good or until then.
+/// The pass says so (a WARN, once per partition and offset in a run): the
+/// archive would otherwise grow under a `--retain` the operator believes
+/// in force, with nothing but a DEBUG "nothing to prune" (found in review,
+/// 2026-12-05).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldBack {
+    pub tp: TopicPartition,
+    pub offset: i64,
+    pub timestamp_ms: i64,
+}
+
+impl HeldBack {
+    /// What holds retention back, and what to do about it.
+    pub fn why(&self) -> String {
+        let Self {
+            tp,
+            offset,
+            timestamp_ms: ts,
+        } = self;
+        let what = if *ts < 0 {
+            format!("has no timestamp ({ts}), so no age")
+        } else {
+            // humantime formats years up to 9999 only.
+            let date = if *ts < 253_402_300_800_000 {
+                let at = UNIX_EPOCH + Duration::from_millis(*ts as u64);
+                format!("{} ", humantime::format_rfc3339_millis(at))
+            } else {
+                String::new()
+            };
+            format!("is stamped {date}({ts} ms since the epoch), more than a day ahead of this machine's clock (a producer's clock set ahead, or a timestamp in microseconds), and is young until then")
+        };
+        format!(
+            "retention by age is held back in {tp} at offset {offset}: that record {what}; it and every record above it are kept whatever their age. Bound the partition by size (--retain-bytes), or delete below it with cairn prune --topic {} --partition {} --before {} once it is no longer needed",
+            tp.topic,
+            tp.partition,
+            offset.saturating_add(1)
+        )
+    }
 }
 
 /// What `cairn run` keeps: records younger than `age`, and per partition
@@ -129,6 +182,20 @@ pub fn prune(
         if !finished {
             return Ok((pass, false));
         }
+        if let Some(age) = retention.age {
+            // The age cut, again: the truncation's was taken under its
+            // lock, with the size's. An index lookup unless it stopped at
+            // a record that may hold it back (`timestamp_holding_back`).
+            let cut = engine.offset_for_retention(&p.tp, cut_for_age_ms(age))?;
+            let ahead = epoch_millis(SystemTime::now()).saturating_add(FUTURE_SLACK_MS);
+            if let Some(ts) = engine.timestamp_holding_back(&p.tp, cut, ahead)? {
+                pass.held_back.push(HeldBack {
+                    tp: p.tp.clone(),
+                    offset: cut,
+                    timestamp_ms: ts,
+                });
+            }
+        }
     }
     Ok((pass, true))
 }
@@ -194,7 +261,8 @@ impl Pruner {
             failure: Arc::new(Mutex::new(None)),
             cancelled: cancelled.clone(),
         };
-        if !guarded_pass(&engine, &retention, &go)? {
+        let mut warned = Warned::new();
+        if !guarded_pass(&engine, &retention, &go, &mut warned)? {
             return Ok(no_thread());
         }
         let (tx, rx) = mpsc::channel::<Order>();
@@ -214,7 +282,7 @@ impl Pruner {
                 // set the flag already (a second signal exits at once).
                 let whole = || true;
                 let go: &dyn Fn() -> bool = if last { &whole } else { &go };
-                match guarded_pass(&engine, &retention, go) {
+                match guarded_pass(&engine, &retention, go, &mut warned) {
                     Err(e) => {
                         tracing::error!(error = %e, "retention pass failed; not retried, the run stops");
                         *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
@@ -296,16 +364,29 @@ fn guarded_pass(
     engine: &Engine,
     retention: &Retention,
     go: &dyn Fn() -> bool,
+    warned: &mut Warned,
 ) -> Result<bool, String> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pass(engine, retention, go)))
-        .unwrap_or_else(|payload| {
-            let what = cairn_engine::panic_message(&*payload);
-            Err(format!("retention: the pruner panicked: {what}"))
-        })
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        pass(engine, retention, go, warned)
+    }))
+    .unwrap_or_else(|payload| {
+        let what = cairn_engine::panic_message(&*payload);
+        Err(format!("retention: the pruner panicked: {what}"))
+    })
 }
 
+/// The offset each partition's age retention was last said to be held
+/// back at ([`HeldBack`]): said once per partition and offset in a run,
+/// not every pass.
+type Warned = std::collections::HashMap<TopicPartition, i64>;
+
 /// One pass, logged; whether it finished (`go` said no part-way).
-fn pass(engine: &Engine, retention: &Retention, go: &dyn Fn() -> bool) -> Result<bool, String> {
+fn pass(
+    engine: &Engine,
+    retention: &Retention,
+    go: &dyn Fn() -> bool,
+    warned: &mut Warned,
+) -> Result<bool, String> {
     fail::fail_point!(FAILPOINT_PASS, |a| Err(format!(
         "retention: failpoint {FAILPOINT_PASS}: {}",
         a.unwrap_or_default()
@@ -338,6 +419,11 @@ fn pass(engine: &Engine, retention: &Retention, go: &dyn Fn() -> bool) -> Result
         );
     } else {
         tracing::debug!(took_ms, "retention pass: nothing to prune");
+    }
+    for h in &r.held_back {
+        if warned.insert(h.tp.clone(), h.offset) != Some(h.offset) {
+            tracing::warn!(partition = %h.tp, offset = h.offset, timestamp_ms = h.timestamp_ms, "{}", h.why());
+        }
     }
     Ok(true)
 }

@@ -294,6 +294,47 @@ impl Engine {
         Ok(found.unwrap_or(end))
     }
 
+    /// The timestamp of `tp`'s durable record at `offset` when it has no
+    /// age (negative) or is later than `after_ms`: the record an age cut
+    /// ([`Engine::offset_for_retention`]) stopped at, when it holds age
+    /// retention back for good or until a date far ahead, rather than
+    /// because it is young. `None` for any other record, or none at
+    /// `offset`. Reads the entry holding `offset` only when its index entry
+    /// says it holds such a timestamp: an age cut that stopped at a young
+    /// record costs one index lookup.
+    pub fn timestamp_holding_back(
+        &self,
+        tp: &TopicPartition,
+        offset: i64,
+        after_ms: i64,
+    ) -> Result<Option<i64>> {
+        validate_tp(tp)?;
+        let Some(s) = self.durable_view().partitions.get(tp).copied() else {
+            return Ok(None);
+        };
+        if offset < s.first_offset || offset >= s.next_offset {
+            return Ok(None);
+        }
+        let key = self.index_key_from(tp, offset)?;
+        let Some(v) = self.tree.get(&key).map_err(store_err("read index"))? else {
+            return Ok(None);
+        };
+        let (_, e) = IndexEntry::decode(&key, &v).map_err(|kind| index_corruption(&key, kind))?;
+        let holds = |ts: i64| ts < 0 || ts > after_ms;
+        if e.first_offset > offset || !(holds(e.timestamp_min_ms) || holds(e.timestamp_max_ms)) {
+            return Ok(None);
+        }
+        let Some(entry) = read_entry_unless_deleted(&self.tree, tp, &key, &e)? else {
+            return Ok(None);
+        };
+        Ok(entry
+            .records
+            .iter()
+            .find(|r| r.offset == offset)
+            .map(|r| r.timestamp_ms)
+            .filter(|&ts| holds(ts)))
+    }
+
     /// The earliest offset whose timestamp is ≥ `timestamp_ms` (Kafka's
     /// ListOffsets semantics), or `None` if no stored record qualifies.
     /// A negative `timestamp_ms` is a time before the epoch, not one of

@@ -312,6 +312,45 @@ fn offset_for_time_finds_earliest_at_or_after() {
     assert_eq!(e.offset_for_retention(&tp, i64::MIN).unwrap(), 0);
 }
 
+/// The record an age cut stops at is named when it has no age or is
+/// stamped past a given time (it holds retention back), not when it is
+/// merely young, nor at an offset the partition does not hold.
+#[test]
+fn timestamp_holding_back_names_a_record_without_age_or_from_the_future() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = open(dir.path());
+    let tp = TopicPartition::new("t", 0);
+    // record() stamps offset o with 1_700_000_000_000 + 10 * o.
+    let base = 1_700_000_000_000;
+    e.append(&[batch(&tp, 0..20, 10)]).unwrap();
+    let mut b = batch(&tp, 20..40, 10);
+    b.records[3].timestamp_ms = -1;
+    b.records[5].timestamp_ms = base + 1_000_000;
+    e.append(&[b]).unwrap();
+    let far = base + 500_000;
+    let held = |o| e.timestamp_holding_back(&tp, o, far).unwrap();
+    assert_eq!(held(23), Some(-1));
+    assert_eq!(held(25), Some(base + 1_000_000));
+    for young in [0, 10, 19, 20, 24, 39] {
+        assert_eq!(held(young), None, "{young}");
+    }
+    for outside in [-1, 40, 1_000] {
+        assert_eq!(held(outside), None, "{outside}");
+    }
+    assert_eq!(
+        e.timestamp_holding_back(&TopicPartition::new("none", 0), 0, far)
+            .unwrap(),
+        None
+    );
+    // Past the date: only the record without one still holds it back.
+    let later = base + 2_000_000;
+    assert_eq!(e.timestamp_holding_back(&tp, 25, later).unwrap(), None);
+    assert_eq!(e.timestamp_holding_back(&tp, 23, later).unwrap(), Some(-1));
+    e.truncate_before(&tp, 20).unwrap();
+    assert_eq!(held(10), None, "pruned");
+    assert_eq!(held(23), Some(-1));
+}
+
 #[test]
 fn truncate_before_deletes_whole_entries_only() {
     let dir = tempfile::tempdir().unwrap();

@@ -237,6 +237,81 @@ fn records_without_a_timestamp_are_kept() {
     sink.stop().unwrap();
 }
 
+/// A pass reports each partition whose age cut stopped at a record that
+/// holds it back for good (no timestamp) or until a date over a day ahead
+/// (the run says so as a WARN, once per partition and offset), and not
+/// one whose cut stopped at a young record, nor one it emptied.
+#[test]
+fn a_pass_reports_what_holds_age_retention_back() {
+    use cairn_connector::pruner::{prune, HeldBack, FUTURE_SLACK_MS};
+    let dir = tempfile::tempdir().unwrap();
+    let tp = |p| TopicPartition::new("t", p);
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    // t/0: old, then one without a timestamp, then old again.
+    e.append(&[batch(&tp(0), 0..10, 20)]).unwrap();
+    e.append(&[unstamped(&tp(0), 10..11)]).unwrap();
+    e.append(&[batch(&tp(0), 11..20, 20)]).unwrap();
+    // t/1: old, then one stamped two days ahead, then old again.
+    let ahead = now_ms() + 2 * FUTURE_SLACK_MS;
+    e.append(&[batch(&tp(1), 0..10, 20)]).unwrap();
+    let mut future = batch(&tp(1), 10..11, 20);
+    future.records[0].timestamp_ms = ahead;
+    e.append(&[future]).unwrap();
+    e.append(&[batch(&tp(1), 11..20, 20)]).unwrap();
+    // t/2: old, then young; t/3: old only (emptied); t/4: an hour ahead
+    // (clock skew, not a record that holds retention back).
+    e.append(&[batch(&tp(2), 0..10, 20), fresh(&tp(2), 10..20)])
+        .unwrap();
+    e.append(&[batch(&tp(3), 0..10, 20)]).unwrap();
+    let mut skewed = fresh(&tp(4), 0..1);
+    skewed.records[0].timestamp_ms = now_ms() + 3_600_000;
+    e.append(&[skewed]).unwrap();
+    let (report, finished) = prune(&e, &by_age(DAY), &|| true).unwrap();
+    assert!(finished);
+    assert_eq!(
+        report.held_back,
+        [
+            HeldBack {
+                tp: tp(0),
+                offset: 10,
+                timestamp_ms: -1
+            },
+            HeldBack {
+                tp: tp(1),
+                offset: 10,
+                timestamp_ms: ahead
+            },
+        ]
+    );
+    assert_eq!(
+        held(&e)[&tp(0)],
+        (10, 20, 10),
+        "nothing at or above it went"
+    );
+    assert_eq!(held(&e)[&tp(1)], (10, 20, 10));
+    assert_eq!(held(&e)[&tp(2)], (10, 20, 10));
+    assert_eq!(held(&e)[&tp(3)], (10, 10, 0));
+    let why = report.held_back[0].why();
+    assert!(
+        why.contains("held back in t/0 at offset 10: that record has no timestamp (-1)")
+            && why.contains("cairn prune --topic t --partition 0 --before 11"),
+        "{why}"
+    );
+    let why = report.held_back[1].why();
+    assert!(
+        why.contains(&format!(
+            "({ahead} ms since the epoch), more than a day ahead"
+        )),
+        "{why}"
+    );
+    // Size retention alone looks at no timestamp.
+    let by_size = Retention {
+        partition_bytes_max: Some(u64::MAX),
+        ..Retention::default()
+    };
+    assert_eq!(prune(&e, &by_size, &|| true).unwrap().0.held_back, []);
+}
+
 /// A sink dropped without a clean stop (the run failed) ends the pruner
 /// without a last pass: nothing is deleted on the way out.
 #[test]
