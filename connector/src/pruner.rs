@@ -51,9 +51,75 @@ pub fn epoch_millis(t: SystemTime) -> i64 {
 /// The time `age` before now, in milliseconds since the Unix epoch:
 /// negative before 1970, where no Kafka timestamp is, so nothing is older.
 pub fn cut_for_age_ms(age: Duration) -> i64 {
-    SystemTime::now()
-        .checked_sub(age)
-        .map_or(i64::MIN, epoch_millis)
+    age_cut_ms(epoch_millis(SystemTime::now()), age)
+}
+
+/// The time `age` before `now_ms` (saturating: an age beyond the epoch
+/// cuts nothing).
+pub fn age_cut_ms(now_ms: i64, age: Duration) -> i64 {
+    now_ms.saturating_sub(i64::try_from(age.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// How far this machine's clock may run ahead of the time a run has
+/// counted since it started before `cairn run`'s retention stops following
+/// it ([`RunClock`]): an hour. Clock corrections of a synchronised host
+/// are seconds; a jump of hours is a bad time source, or a VM resumed with
+/// the wrong time.
+pub const CLOCK_JUMP_MS: i64 = 3_600_000;
+
+/// The clock `cairn run`'s retention measures ages from: this machine's,
+/// unless it has jumped ahead (by more than [`CLOCK_JUMP_MS`]) of the
+/// machine's clock at the pruner's start plus the time counted since on
+/// `CLOCK_BOOTTIME` (which, unlike `Instant`, counts a suspend); then that
+/// count, until the next start. A clock set ahead by days would otherwise
+/// delete, at the next pass, every record younger than the retention by
+/// as much, for good (seen in review, 2026-12-05). A clock that jumps back
+/// is followed: its cut deletes less. One wrong when the run starts is
+/// taken as it is.
+pub struct RunClock {
+    wall0_ms: i64,
+    boot0: Duration,
+}
+
+impl RunClock {
+    pub fn start() -> RunClock {
+        RunClock {
+            wall0_ms: epoch_millis(SystemTime::now()),
+            boot0: boot_time(),
+        }
+    }
+
+    /// Now, in milliseconds since the epoch, as age cuts take it; and how
+    /// far the machine's clock is ahead of it, when it is not followed.
+    pub fn now_ms(&self) -> (i64, Option<i64>) {
+        let counted = boot_time().saturating_sub(self.boot0);
+        let counted_ms = i64::try_from(counted.as_millis()).unwrap_or(i64::MAX);
+        judge_clock(
+            epoch_millis(SystemTime::now()),
+            self.wall0_ms.saturating_add(counted_ms),
+        )
+    }
+}
+
+/// `CLOCK_BOOTTIME`: the time since boot, suspends included.
+fn boot_time() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+    Duration::new(
+        t.tv_sec.max(0) as u64,
+        t.tv_nsec.clamp(0, 999_999_999) as u32,
+    )
+}
+
+/// [`RunClock::now_ms`]'s judgement: the machine's clock `wall_ms`, unless
+/// it is more than [`CLOCK_JUMP_MS`] ahead of the run's count `run_ms`;
+/// then the count, and by how much the clock is ahead.
+pub fn judge_clock(wall_ms: i64, run_ms: i64) -> (i64, Option<i64>) {
+    let ahead = wall_ms.saturating_sub(run_ms);
+    if ahead > CLOCK_JUMP_MS {
+        (run_ms, Some(ahead))
+    } else {
+        (wall_ms, None)
+    }
 }
 
 /// What one pass over the archive deleted.
@@ -140,16 +206,18 @@ impl Retention {
     }
 }
 
-/// Where `tp` is cut under `retention`, with the age measured from now: the
-/// higher of the age's cut and the size's.
+/// Where `tp` is cut under `retention`, with the age measured from `now_ms`
+/// (milliseconds since the epoch): the higher of the age's cut and the
+/// size's.
 pub fn cut_offset(
     engine: &Engine,
     tp: &TopicPartition,
     retention: &Retention,
+    now_ms: i64,
 ) -> cairn_engine::Result<i64> {
     let mut cut = 0;
     if let Some(age) = retention.age {
-        cut = cut.max(engine.offset_for_retention(tp, cut_for_age_ms(age))?);
+        cut = cut.max(engine.offset_for_retention(tp, age_cut_ms(now_ms, age))?);
     }
     if let Some(bytes) = retention.partition_bytes_max {
         cut = cut.max(engine.offset_for_retained_bytes(tp, bytes)?);
@@ -157,13 +225,16 @@ pub fn cut_offset(
     Ok(cut)
 }
 
-/// One pass: prune every archived partition to `retention`, asking `go`
-/// before each partition and between a partition's durable steps. Once it
-/// says no the pass ends after the step in progress, with what it deleted
-/// (a prefix of each partition, the archive consistent) and `false`.
+/// One pass: prune every archived partition to `retention`, ages measured
+/// from `now_ms()` (milliseconds since the epoch, read at each cut), asking
+/// `go` before each partition and between a partition's durable steps. Once
+/// it says no the pass ends after the step in progress, with what it
+/// deleted (a prefix of each partition, the archive consistent) and
+/// `false`.
 pub fn prune(
     engine: &Engine,
     retention: &Retention,
+    now_ms: &dyn Fn() -> i64,
     go: &dyn Fn() -> bool,
 ) -> cairn_engine::Result<(PassReport, bool)> {
     // A poisoned engine fails the pass even when nothing is due.
@@ -177,7 +248,7 @@ pub fn prune(
             return Ok((pass, false));
         }
         let (_, deleted, finished) =
-            engine.truncate_by_while(&p.tp, |e| cut_offset(e, &p.tp, retention), go)?;
+            engine.truncate_by_while(&p.tp, |e| cut_offset(e, &p.tp, retention, now_ms()), go)?;
         pass.add(&deleted);
         if !finished {
             return Ok((pass, false));
@@ -186,8 +257,9 @@ pub fn prune(
             // The age cut, again: the truncation's was taken under its
             // lock, with the size's. An index lookup unless it stopped at
             // a record that may hold it back (`timestamp_holding_back`).
-            let cut = engine.offset_for_retention(&p.tp, cut_for_age_ms(age))?;
-            let ahead = epoch_millis(SystemTime::now()).saturating_add(FUTURE_SLACK_MS);
+            let now = now_ms();
+            let cut = engine.offset_for_retention(&p.tp, age_cut_ms(now, age))?;
+            let ahead = now.saturating_add(FUTURE_SLACK_MS);
             if let Some(ts) = engine.timestamp_holding_back(&p.tp, cut, ahead)? {
                 pass.held_back.push(HeldBack {
                     tp: p.tp.clone(),
@@ -261,8 +333,12 @@ impl Pruner {
             failure: Arc::new(Mutex::new(None)),
             cancelled: cancelled.clone(),
         };
-        let mut warned = Warned::new();
-        if !guarded_pass(&engine, &retention, &go, &mut warned)? {
+        let mut passes = Passes {
+            clock: RunClock::start(),
+            held_said: Default::default(),
+            jump_said: None,
+        };
+        if !guarded_pass(&engine, &retention, &go, &mut passes)? {
             return Ok(no_thread());
         }
         let (tx, rx) = mpsc::channel::<Order>();
@@ -282,7 +358,7 @@ impl Pruner {
                 // set the flag already (a second signal exits at once).
                 let whole = || true;
                 let go: &dyn Fn() -> bool = if last { &whole } else { &go };
-                match guarded_pass(&engine, &retention, go, &mut warned) {
+                match guarded_pass(&engine, &retention, go, &mut passes) {
                     Err(e) => {
                         tracing::error!(error = %e, "retention pass failed; not retried, the run stops");
                         *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
@@ -364,10 +440,10 @@ fn guarded_pass(
     engine: &Engine,
     retention: &Retention,
     go: &dyn Fn() -> bool,
-    warned: &mut Warned,
+    passes: &mut Passes,
 ) -> Result<bool, String> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        pass(engine, retention, go, warned)
+        pass(engine, retention, go, passes)
     }))
     .unwrap_or_else(|payload| {
         let what = cairn_engine::panic_message(&*payload);
@@ -375,24 +451,58 @@ fn guarded_pass(
     })
 }
 
-/// The offset each partition's age retention was last said to be held
-/// back at ([`HeldBack`]): said once per partition and offset in a run,
-/// not every pass.
-type Warned = std::collections::HashMap<TopicPartition, i64>;
+/// What a run's passes keep from one to the next.
+struct Passes {
+    /// Where ages are measured from.
+    clock: RunClock,
+    /// The offset each partition's age retention was last said to be held
+    /// back at ([`HeldBack`]): said once per partition and offset in a
+    /// run, not every pass.
+    held_said: std::collections::HashMap<TopicPartition, i64>,
+    /// How far ahead the machine's clock was when that was last said:
+    /// said again only for another jump.
+    jump_said: Option<i64>,
+}
 
 /// One pass, logged; whether it finished (`go` said no part-way).
 fn pass(
     engine: &Engine,
     retention: &Retention,
     go: &dyn Fn() -> bool,
-    warned: &mut Warned,
+    passes: &mut Passes,
 ) -> Result<bool, String> {
     fail::fail_point!(FAILPOINT_PASS, |a| Err(format!(
         "retention: failpoint {FAILPOINT_PASS}: {}",
         a.unwrap_or_default()
     )));
     let t0 = std::time::Instant::now();
-    let (r, finished) = prune(engine, retention, go).map_err(|e| match e {
+    if retention.age.is_some() {
+        let (now, ahead) = passes.clock.now_ms();
+        let again = ahead.is_some_and(|a| {
+            passes
+                .jump_said
+                .is_none_or(|said| (a - said).abs() > CLOCK_JUMP_MS)
+        });
+        if again {
+            let ahead_s = ahead.unwrap_or_default() / 1000;
+            tracing::warn!(
+                ahead_s,
+                "this machine's clock is {ahead_s} s ahead of the time this run has counted since it started: retention by age goes on measuring from the run's count ({}), not from the clock, which would delete records younger than the retention; set the clock right, or, if it is right now, start the run again to measure from it",
+                humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(now.max(0) as u64))
+            );
+        }
+        if ahead.is_none() && passes.jump_said.is_some() {
+            tracing::info!("this machine's clock is back in line with the time this run has counted: retention by age measures from the clock again");
+        }
+        passes.jump_said = match ahead {
+            Some(a) if again => Some(a),
+            Some(_) => passes.jump_said,
+            None => None,
+        };
+    }
+    let clock = &passes.clock;
+    let now_ms = || clock.now_ms().0;
+    let (r, finished) = prune(engine, retention, &now_ms, go).map_err(|e| match e {
         // Every start would meet it again: say how to go on meanwhile.
         cairn_engine::Error::Corruption { .. } => format!(
             "retention: {e}; the archive is damaged there (cairn verify lists all its damage): to go on archiving meanwhile, start with --retain none --retain-bytes none and without --retention-check-interval-s, which also set aside a retention the config file gives (docs/OPERATIONS.md, \"When the archive is damaged\")"
@@ -421,9 +531,91 @@ fn pass(
         tracing::debug!(took_ms, "retention pass: nothing to prune");
     }
     for h in &r.held_back {
-        if warned.insert(h.tp.clone(), h.offset) != Some(h.offset) {
+        if passes.held_said.insert(h.tp.clone(), h.offset) != Some(h.offset) {
             tracing::warn!(partition = %h.tp, offset = h.offset, timestamp_ms = h.timestamp_ms, "{}", h.why());
         }
     }
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_engine::{EngineConfig, Record, RecordBatch};
+
+    const DAY_MS: i64 = 86_400_000;
+
+    /// The machine's clock is followed unless it is more than an hour
+    /// ahead of the run's count; behind it, it is followed (it deletes
+    /// less).
+    #[test]
+    fn a_clock_far_ahead_of_the_runs_count_is_not_followed() {
+        let run = 1_700_000_000_000;
+        assert_eq!(judge_clock(run, run), (run, None));
+        assert_eq!(
+            judge_clock(run + CLOCK_JUMP_MS, run),
+            (run + CLOCK_JUMP_MS, None)
+        );
+        assert_eq!(
+            judge_clock(run + CLOCK_JUMP_MS + 1, run),
+            (run, Some(CLOCK_JUMP_MS + 1))
+        );
+        assert_eq!(
+            judge_clock(run - 30 * DAY_MS, run),
+            (run - 30 * DAY_MS, None)
+        );
+        assert_eq!(judge_clock(i64::MAX, i64::MIN), (i64::MIN, Some(i64::MAX)));
+    }
+
+    /// A run whose machine clock jumped ten days ahead of its count keeps
+    /// records a week old under a week's retention, measuring from its
+    /// count; the clock, followed, would have deleted them. Once the clock
+    /// is in line again the same pass deletes them.
+    #[test]
+    fn a_pass_after_a_jump_ahead_measures_ages_from_the_runs_count() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        let tp = TopicPartition::new("t", 0);
+        let wall = epoch_millis(SystemTime::now());
+        let aged = |o: i64, ts: i64| {
+            let mut r = Record::with_value(o, "v");
+            r.timestamp_ms = ts;
+            r
+        };
+        // Eight days old by the clock, then an hour old.
+        e.append(&[RecordBatch {
+            tp: tp.clone(),
+            records: vec![aged(0, wall - 8 * DAY_MS)],
+        }])
+        .unwrap();
+        e.append(&[RecordBatch {
+            tp: tp.clone(),
+            records: vec![aged(1, wall - 3_600_000)],
+        }])
+        .unwrap();
+        let week = Retention {
+            age: Some(Duration::from_secs(7 * 86_400)),
+            ..Retention::default()
+        };
+        // The run started, by its count, ten days before the clock's now.
+        let mut passes = Passes {
+            clock: RunClock {
+                wall0_ms: wall - 10 * DAY_MS,
+                boot0: boot_time(),
+            },
+            held_said: Default::default(),
+            jump_said: None,
+        };
+        let (now, ahead) = passes.clock.now_ms();
+        assert!(now < wall - 9 * DAY_MS, "{now}");
+        assert!(ahead.is_some_and(|a| a > 9 * DAY_MS), "{ahead:?}");
+        assert!(pass(&e, &week, &|| true, &mut passes).unwrap());
+        assert!(passes.jump_said.is_some());
+        assert_eq!(e.partitions()[0].first_offset, 0, "nothing deleted");
+        // In line again: the week old record goes.
+        passes.clock = RunClock::start();
+        assert!(pass(&e, &week, &|| true, &mut passes).unwrap());
+        assert_eq!(passes.jump_said, None);
+        assert_eq!(e.partitions()[0].first_offset, 1);
+    }
 }

@@ -266,7 +266,7 @@ fn a_pass_reports_what_holds_age_retention_back() {
     let mut skewed = fresh(&tp(4), 0..1);
     skewed.records[0].timestamp_ms = now_ms() + 3_600_000;
     e.append(&[skewed]).unwrap();
-    let (report, finished) = prune(&e, &by_age(DAY), &|| true).unwrap();
+    let (report, finished) = prune(&e, &by_age(DAY), &now_ms, &|| true).unwrap();
     assert!(finished);
     assert_eq!(
         report.held_back,
@@ -309,7 +309,17 @@ fn a_pass_reports_what_holds_age_retention_back() {
         partition_bytes_max: Some(u64::MAX),
         ..Retention::default()
     };
-    assert_eq!(prune(&e, &by_size, &|| true).unwrap().0.held_back, []);
+    assert_eq!(
+        prune(&e, &by_size, &now_ms, &|| true).unwrap().0.held_back,
+        []
+    );
+    // Ages are measured from the clock given: ten days on, the record
+    // stamped two days ahead holds it back no more, and what lay below
+    // it (old) and it (eight days old then) go.
+    let later = || now_ms() + 10 * 86_400_000;
+    let (report, _) = prune(&e, &by_age(DAY), &later, &|| true).unwrap();
+    assert_eq!(report.held_back.len(), 1, "{:?}", report.held_back);
+    assert_eq!(held(&e)[&tp(1)], (20, 20, 0));
 }
 
 /// A sink dropped without a clean stop (the run failed) ends the pruner
