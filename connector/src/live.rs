@@ -2229,8 +2229,10 @@ mod tests {
     fn a_request_line_not_whole_in_time_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let server = LiveServer::start(engine(dir.path())).unwrap();
-        let mut conn = connect(dir.path()).unwrap().unwrap();
+        // Before the connect: the server's deadline starts once it has
+        // the connection.
         let started = Instant::now();
+        let mut conn = connect(dir.path()).unwrap().unwrap();
         conn.write_all(br#"{"command":"sta"#).unwrap();
         let (end, out) = ask(dir.path(), &Request::Status);
         assert_eq!((end.exit, end.error), (0, None));

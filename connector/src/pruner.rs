@@ -132,10 +132,10 @@ pub struct PassReport {
     pub held_back: Vec<HeldBack>,
 }
 
-/// How far ahead of this machine's clock a timestamp must be to hold age
-/// retention back in the pass's report: a day, as `prune --before-time`
-/// refuses a time more than a day ahead (a few minutes of clock skew is
-/// no such record).
+/// A day: how far ahead of this machine's clock a timestamp must be to
+/// hold age retention back in a pass's report (a few minutes of clock skew
+/// is no such record), and how far ahead a `prune --before-time` may lie
+/// (a time further ahead is a timestamp in another unit).
 pub const FUTURE_SLACK_MS: i64 = 24 * 3600 * 1000;
 
 /// A partition whose age cut stopped at a record with no age (a negative
@@ -150,15 +150,20 @@ pub struct HeldBack {
     pub tp: TopicPartition,
     pub offset: i64,
     pub timestamp_ms: i64,
+    /// The offset above the last record of its entry: `prune --before`
+    /// deletes whole entries, so this is the lowest that deletes it.
+    pub entry_next_offset: i64,
 }
 
 impl HeldBack {
-    /// What holds retention back, and what to do about it.
-    pub fn why(&self) -> String {
+    /// What holds retention back, and what to do about it (`by_size`: a
+    /// size bound is set already).
+    pub fn why(&self, by_size: bool) -> String {
         let Self {
             tp,
             offset,
             timestamp_ms: ts,
+            entry_next_offset: end,
         } = self;
         let what = if *ts < 0 {
             format!("has no timestamp ({ts}), so no age")
@@ -172,11 +177,15 @@ impl HeldBack {
             };
             format!("is stamped {date}({ts} ms since the epoch), more than a day ahead of this machine's clock (a producer's clock set ahead, or a timestamp in microseconds), and is young until then")
         };
+        let bound = if by_size {
+            ""
+        } else {
+            "bound the partition by size (--retain-bytes), or "
+        };
         format!(
-            "retention by age is held back in {tp} at offset {offset}: that record {what}; it and every record above it are kept whatever their age. Bound the partition by size (--retain-bytes), or delete below it with cairn prune --topic {} --partition {} --before {} once it is no longer needed",
+            "retention by age is held back in {tp} at offset {offset}: that record {what}; it and every record above it are kept whatever their age. To go on, {bound}delete it once it is no longer needed with cairn prune --topic {} --partition {} --before {end} (a prune deletes whole entries: that deletes every record below offset {end}, the younger ones of its entry too)",
             tp.topic,
             tp.partition,
-            offset.saturating_add(1)
         )
     }
 }
@@ -208,21 +217,22 @@ impl Retention {
 
 /// Where `tp` is cut under `retention`, with the age measured from `now_ms`
 /// (milliseconds since the epoch): the higher of the age's cut and the
-/// size's.
+/// size's; and the age's cut alone, if one is set.
 pub fn cut_offset(
     engine: &Engine,
     tp: &TopicPartition,
     retention: &Retention,
     now_ms: i64,
-) -> cairn_engine::Result<i64> {
-    let mut cut = 0;
-    if let Some(age) = retention.age {
-        cut = cut.max(engine.offset_for_retention(tp, age_cut_ms(now_ms, age))?);
-    }
+) -> cairn_engine::Result<(i64, Option<i64>)> {
+    let by_age = retention
+        .age
+        .map(|age| engine.offset_for_retention(tp, age_cut_ms(now_ms, age)))
+        .transpose()?;
+    let mut cut = by_age.unwrap_or(0);
     if let Some(bytes) = retention.partition_bytes_max {
         cut = cut.max(engine.offset_for_retained_bytes(tp, bytes)?);
     }
-    Ok(cut)
+    Ok((cut, by_age))
 }
 
 /// One pass: prune every archived partition to `retention`, ages measured
@@ -247,24 +257,33 @@ pub fn prune(
         if !go() {
             return Ok((pass, false));
         }
-        let (_, deleted, finished) =
-            engine.truncate_by_while(&p.tp, |e| cut_offset(e, &p.tp, retention, now_ms()), go)?;
+        // The age's cut and the time it was measured from, kept from the
+        // truncation's pick (under its lock) for the report below.
+        let mut by_age = None;
+        let (_, deleted, finished) = engine.truncate_by_while(
+            &p.tp,
+            |e| {
+                let now = now_ms();
+                let (cut, age_cut) = cut_offset(e, &p.tp, retention, now)?;
+                by_age = age_cut.map(|c| (c, now));
+                Ok(cut)
+            },
+            go,
+        )?;
         pass.add(&deleted);
         if !finished {
             return Ok((pass, false));
         }
-        if let Some(age) = retention.age {
-            // The age cut, again: the truncation's was taken under its
-            // lock, with the size's. An index lookup unless it stopped at
-            // a record that may hold it back (`timestamp_holding_back`).
-            let now = now_ms();
-            let cut = engine.offset_for_retention(&p.tp, age_cut_ms(now, age))?;
+        // An index lookup, unless the cut stopped at a record that may
+        // hold it back (`timestamp_holding_back`).
+        if let Some((cut, now)) = by_age {
             let ahead = now.saturating_add(FUTURE_SLACK_MS);
-            if let Some(ts) = engine.timestamp_holding_back(&p.tp, cut, ahead)? {
+            if let Some(h) = engine.timestamp_holding_back(&p.tp, cut, ahead)? {
                 pass.held_back.push(HeldBack {
                     tp: p.tp.clone(),
                     offset: cut,
-                    timestamp_ms: ts,
+                    timestamp_ms: h.timestamp_ms,
+                    entry_next_offset: h.entry_next_offset,
                 });
             }
         }
@@ -532,7 +551,8 @@ fn pass(
     }
     for h in &r.held_back {
         if passes.held_said.insert(h.tp.clone(), h.offset) != Some(h.offset) {
-            tracing::warn!(partition = %h.tp, offset = h.offset, timestamp_ms = h.timestamp_ms, "{}", h.why());
+            let why = h.why(retention.partition_bytes_max.is_some());
+            tracing::warn!(partition = %h.tp, offset = h.offset, timestamp_ms = h.timestamp_ms, "{why}");
         }
     }
     Ok(true)
@@ -617,5 +637,47 @@ mod tests {
         assert!(pass(&e, &week, &|| true, &mut passes).unwrap());
         assert_eq!(passes.jump_said, None);
         assert_eq!(e.partitions()[0].first_offset, 1);
+    }
+}
+
+#[cfg(test)]
+mod said {
+    use super::*;
+    use cairn_engine::{EngineConfig, Record, RecordBatch};
+
+    /// A record that holds age retention back is said once per partition
+    /// and offset in a run: not again at the next pass, again once another
+    /// record holds it back.
+    #[test]
+    fn a_hold_is_said_once_per_partition_and_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        let tp = TopicPartition::new("t", 0);
+        let unstamped = |o| {
+            let mut r = Record::with_value(o, "v");
+            r.timestamp_ms = -1;
+            RecordBatch {
+                tp: tp.clone(),
+                records: vec![r],
+            }
+        };
+        e.append(&[unstamped(0)]).unwrap();
+        let day = Retention {
+            age: Some(Duration::from_secs(86_400)),
+            ..Retention::default()
+        };
+        let mut passes = Passes {
+            clock: RunClock::start(),
+            held_said: Default::default(),
+            jump_said: None,
+        };
+        assert!(pass(&e, &day, &|| true, &mut passes).unwrap());
+        assert_eq!(passes.held_said.get(&tp), Some(&0));
+        // Another record without a timestamp, the first deleted by hand:
+        // said for its own offset.
+        e.append(&[unstamped(1)]).unwrap();
+        e.truncate_before(&tp, 1).unwrap();
+        assert!(pass(&e, &day, &|| true, &mut passes).unwrap());
+        assert_eq!(passes.held_said.get(&tp), Some(&1));
     }
 }

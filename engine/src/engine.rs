@@ -701,7 +701,7 @@ impl Engine {
         for (tp, s) in &changed {
             let (k, v) = s.encode(tp);
             if let Err(e) = self.tree.insert(k, v) {
-                return Err(self.poison(op, e.to_string()));
+                return Err(self.write_failed(op, e));
             }
         }
         // Into the engine's state once every insert is made, as a write's

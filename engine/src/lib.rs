@@ -92,7 +92,7 @@ pub use error::{panic_message, CorruptionKind, Error, InvalidInput, Location, Re
 pub use lock::{FAILPOINT_LOCK_AFTER_OPEN, LOCK_FILE};
 pub use meta::StoreId;
 pub use offsets::DurableOffsets;
-pub use reader::{RecordIter, FAILPOINT_READ_FILL};
+pub use reader::{HoldingRecord, RecordIter, FAILPOINT_READ_FILL};
 pub use record::{
     validate_topic, Header, Record, RecordBatch, TimestampType, TopicPartition,
     HEADERS_PER_RECORD_MAX,

@@ -83,6 +83,17 @@ struct CountCheck {
     first_offset: i64,
 }
 
+/// A record that holds age retention back ([`Engine::timestamp_holding_back`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HoldingRecord {
+    /// Its timestamp: negative (none), or later than the time asked about.
+    pub timestamp_ms: i64,
+    /// The offset above the last record of its entry: a truncation deletes
+    /// whole entries, so one before this offset is the lowest that deletes
+    /// it (with the records after it in its entry).
+    pub entry_next_offset: i64,
+}
+
 impl Engine {
     /// Records of `tp` with offset ≥ `from`, in offset order, up to the
     /// durable next offset. A read of the whole partition checks the count
@@ -168,22 +179,33 @@ impl Engine {
     /// at: the entry that holds `from` (it starts at or before it), if one
     /// does, else `from`'s own.
     fn index_key_from(&self, tp: &TopicPartition, from: i64) -> Result<Vec<u8>> {
-        if from < i64::MAX {
-            if let Some((k, v)) = self
-                .tree
-                .get_lt(keys::index_key(tp, from + 1))
-                .map_err(store_err("seek index"))?
-            {
-                if k.starts_with(&keys::index_prefix(tp)) {
-                    let (_, e) =
-                        IndexEntry::decode(&k, &v).map_err(|kind| index_corruption(&k, kind))?;
-                    if e.last_offset >= from {
-                        return Ok(k.to_vec());
-                    }
-                }
-            }
+        Ok(self
+            .index_entry_holding(tp, from)?
+            .map_or_else(|| keys::index_key(tp, from), |(k, _)| k))
+    }
+
+    /// The index entry (and its key) that holds `offset` of `tp`: the last
+    /// one starting at or before it, if it reaches it.
+    fn index_entry_holding(
+        &self,
+        tp: &TopicPartition,
+        offset: i64,
+    ) -> Result<Option<(Vec<u8>, IndexEntry)>> {
+        if offset == i64::MAX {
+            return Ok(None);
         }
-        Ok(keys::index_key(tp, from))
+        let Some((k, v)) = self
+            .tree
+            .get_lt(keys::index_key(tp, offset + 1))
+            .map_err(store_err("seek index"))?
+        else {
+            return Ok(None);
+        };
+        if !k.starts_with(&keys::index_prefix(tp)) {
+            return Ok(None);
+        }
+        let (_, e) = IndexEntry::decode(&k, &v).map_err(|kind| index_corruption(&k, kind))?;
+        Ok((e.last_offset >= offset).then(|| (k.to_vec(), e)))
     }
 
     /// How many durable records of `tp` have offsets in `from..to`: from
@@ -294,8 +316,8 @@ impl Engine {
         Ok(found.unwrap_or(end))
     }
 
-    /// The timestamp of `tp`'s durable record at `offset` when it has no
-    /// age (negative) or is later than `after_ms`: the record an age cut
+    /// `tp`'s durable record at `offset` when its timestamp has no age
+    /// (negative) or is later than `after_ms`: the record an age cut
     /// ([`Engine::offset_for_retention`]) stopped at, when it holds age
     /// retention back for good or until a date far ahead, rather than
     /// because it is young. `None` for any other record, or none at
@@ -307,7 +329,7 @@ impl Engine {
         tp: &TopicPartition,
         offset: i64,
         after_ms: i64,
-    ) -> Result<Option<i64>> {
+    ) -> Result<Option<HoldingRecord>> {
         validate_tp(tp)?;
         let Some(s) = self.durable_view().partitions.get(tp).copied() else {
             return Ok(None);
@@ -315,13 +337,11 @@ impl Engine {
         if offset < s.first_offset || offset >= s.next_offset {
             return Ok(None);
         }
-        let key = self.index_key_from(tp, offset)?;
-        let Some(v) = self.tree.get(&key).map_err(store_err("read index"))? else {
+        let Some((key, e)) = self.index_entry_holding(tp, offset)? else {
             return Ok(None);
         };
-        let (_, e) = IndexEntry::decode(&key, &v).map_err(|kind| index_corruption(&key, kind))?;
         let holds = |ts: i64| ts < 0 || ts > after_ms;
-        if e.first_offset > offset || !(holds(e.timestamp_min_ms) || holds(e.timestamp_max_ms)) {
+        if !(holds(e.timestamp_min_ms) || holds(e.timestamp_max_ms)) {
             return Ok(None);
         }
         let Some(entry) = read_entry_unless_deleted(&self.tree, tp, &key, &e)? else {
@@ -330,9 +350,11 @@ impl Engine {
         Ok(entry
             .records
             .iter()
-            .find(|r| r.offset == offset)
-            .map(|r| r.timestamp_ms)
-            .filter(|&ts| holds(ts)))
+            .find(|r| r.offset == offset && holds(r.timestamp_ms))
+            .map(|r| HoldingRecord {
+                timestamp_ms: r.timestamp_ms,
+                entry_next_offset: e.last_offset.saturating_add(1),
+            }))
     }
 
     /// The earliest offset whose timestamp is ≥ `timestamp_ms` (Kafka's

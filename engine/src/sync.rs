@@ -217,7 +217,9 @@ pub const FAILPOINT_SYNC_DIR: &str = "sync::dir";
 /// failed must not be followed by another of the same directory that is
 /// trusted (a second may pass with nothing written).
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
-    let file = File::open(dir)?;
+    // Said, so that a caller's "fsync directory D" is not taken for the
+    // fsync's failure.
+    let file = File::open(dir).map_err(|e| io::Error::new(e.kind(), format!("open: {e}")))?;
     fail::fail_point!(FAILPOINT_SYNC_DIR, |_| Err(DirSyncFailed::wrap(
         io::Error::other("injected by the failpoint sync::dir")
     )));

@@ -328,9 +328,13 @@ fn timestamp_holding_back_names_a_record_without_age_or_from_the_future() {
     b.records[5].timestamp_ms = base + 1_000_000;
     e.append(&[b]).unwrap();
     let far = base + 500_000;
-    let held = |o| e.timestamp_holding_back(&tp, o, far).unwrap();
-    assert_eq!(held(23), Some(-1));
-    assert_eq!(held(25), Some(base + 1_000_000));
+    let held = |o| {
+        e.timestamp_holding_back(&tp, o, far)
+            .unwrap()
+            .map(|h| (h.timestamp_ms, h.entry_next_offset))
+    };
+    assert_eq!(held(23), Some((-1, 40)));
+    assert_eq!(held(25), Some((base + 1_000_000, 40)));
     for young in [0, 10, 19, 20, 24, 39] {
         assert_eq!(held(young), None, "{young}");
     }
@@ -345,10 +349,14 @@ fn timestamp_holding_back_names_a_record_without_age_or_from_the_future() {
     // Past the date: only the record without one still holds it back.
     let later = base + 2_000_000;
     assert_eq!(e.timestamp_holding_back(&tp, 25, later).unwrap(), None);
-    assert_eq!(e.timestamp_holding_back(&tp, 23, later).unwrap(), Some(-1));
+    let h = e.timestamp_holding_back(&tp, 23, later).unwrap().unwrap();
+    assert_eq!((h.timestamp_ms, h.entry_next_offset), (-1, 40));
     e.truncate_before(&tp, 20).unwrap();
     assert_eq!(held(10), None, "pruned");
-    assert_eq!(held(23), Some(-1));
+    assert_eq!(held(23), Some((-1, 40)));
+    // A truncation before the entry's next offset deletes the record.
+    e.truncate_before(&tp, 40).unwrap();
+    assert_eq!(held(23), None);
 }
 
 #[test]

@@ -247,10 +247,13 @@ fn a_pass_reports_what_holds_age_retention_back() {
     let dir = tempfile::tempdir().unwrap();
     let tp = |p| TopicPartition::new("t", p);
     let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
-    // t/0: old, then one without a timestamp, then old again.
+    // t/0: old, then one without a timestamp in an entry with old ones
+    // after it, then old again.
     e.append(&[batch(&tp(0), 0..10, 20)]).unwrap();
-    e.append(&[unstamped(&tp(0), 10..11)]).unwrap();
-    e.append(&[batch(&tp(0), 11..20, 20)]).unwrap();
+    let mut b = batch(&tp(0), 10..15, 20);
+    b.records[0].timestamp_ms = -1;
+    e.append(&[b]).unwrap();
+    e.append(&[batch(&tp(0), 15..20, 20)]).unwrap();
     // t/1: old, then one stamped two days ahead, then old again.
     let ahead = now_ms() + 2 * FUTURE_SLACK_MS;
     e.append(&[batch(&tp(1), 0..10, 20)]).unwrap();
@@ -274,12 +277,14 @@ fn a_pass_reports_what_holds_age_retention_back() {
             HeldBack {
                 tp: tp(0),
                 offset: 10,
-                timestamp_ms: -1
+                timestamp_ms: -1,
+                entry_next_offset: 15,
             },
             HeldBack {
                 tp: tp(1),
                 offset: 10,
-                timestamp_ms: ahead
+                timestamp_ms: ahead,
+                entry_next_offset: 11,
             },
         ]
     );
@@ -291,13 +296,15 @@ fn a_pass_reports_what_holds_age_retention_back() {
     assert_eq!(held(&e)[&tp(1)], (10, 20, 10));
     assert_eq!(held(&e)[&tp(2)], (10, 20, 10));
     assert_eq!(held(&e)[&tp(3)], (10, 10, 0));
-    let why = report.held_back[0].why();
+    let why = report.held_back[0].why(false);
     assert!(
         why.contains("held back in t/0 at offset 10: that record has no timestamp (-1)")
-            && why.contains("cairn prune --topic t --partition 0 --before 11"),
+            && why.contains("(--retain-bytes)")
+            && why.contains("cairn prune --topic t --partition 0 --before 15 "),
         "{why}"
     );
-    let why = report.held_back[1].why();
+    assert!(!report.held_back[0].why(true).contains("--retain-bytes"));
+    let why = report.held_back[1].why(false);
     assert!(
         why.contains(&format!(
             "({ahead} ms since the epoch), more than a day ahead"
@@ -320,6 +327,12 @@ fn a_pass_reports_what_holds_age_retention_back() {
     let (report, _) = prune(&e, &by_age(DAY), &later, &|| true).unwrap();
     assert_eq!(report.held_back.len(), 1, "{:?}", report.held_back);
     assert_eq!(held(&e)[&tp(1)], (20, 20, 0));
+    // The prune the WARN advises deletes the record that held it back,
+    // and the next pass the old records above it.
+    e.truncate_before(&tp(0), 15).unwrap();
+    let (report, _) = prune(&e, &by_age(DAY), &now_ms, &|| true).unwrap();
+    assert_eq!(report.held_back, []);
+    assert_eq!(held(&e)[&tp(0)], (20, 20, 0));
 }
 
 /// A sink dropped without a clean stop (the run failed) ends the pruner

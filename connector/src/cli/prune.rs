@@ -170,7 +170,7 @@ fn cut_of(args: &PruneArgs) -> Result<Cut> {
 
 /// How far ahead of now a `--before-time` may be: a clock a little ahead
 /// is allowed for; anything further is a timestamp in another unit.
-const BEFORE_TIME_AHEAD_MS_MAX: i64 = 86_400_000;
+const BEFORE_TIME_AHEAD_MS_MAX: i64 = pruner::FUTURE_SLACK_MS;
 
 /// The earliest `--before-time` taken as a number, 1973-03-03 in
 /// milliseconds: any time of this century in seconds is below it, and no

@@ -13,7 +13,8 @@ use cairn_engine::{verify_store, EngineConfig, Problem, VerifyReport};
 
 use crate::error::Result;
 
-/// `cairn verify` found damage.
+/// `cairn verify` found damage, or its own last fdatasync of a stopped
+/// archive failed (a failed fsync stops a command non-zero).
 pub const EXIT_DAMAGED: u8 = 1;
 /// `cairn verify` could not check the archive at all.
 pub const EXIT_NOT_CHECKED: u8 = 2;
