@@ -68,31 +68,30 @@ pub fn age_cut_ms(now_ms: i64, age: Duration) -> i64 {
 pub const CLOCK_JUMP_MS: i64 = 3_600_000;
 
 /// The clock `cairn run`'s retention measures ages from: this machine's,
-/// unless it has jumped ahead (by more than [`CLOCK_JUMP_MS`]) of the
-/// machine's clock at the pruner's start plus the time counted since on
-/// `CLOCK_BOOTTIME` (which, unlike `Instant`, counts a suspend); then that
-/// count, until the next start. A clock set ahead by days would otherwise
-/// delete, at the next pass, every record younger than the retention by
-/// as much, for good (seen in review, 2026-12-05). A clock that jumps back
-/// is followed: its cut deletes less. One wrong when the run starts is
-/// taken as it is.
+/// unless it has run ahead (by more than [`CLOCK_JUMP_MS`]) of the
+/// machine's clock at the pruner's start plus the time counted since
+/// (`counted_time`: the raw monotonic clock, plus suspends); then that count, until the clock is in line again
+/// or the next start. A clock set ahead by days would otherwise delete, at
+/// the next pass, every record younger than the retention by as much, for
+/// good (seen in review, 2026-12-05). A clock that goes back is followed:
+/// its cut deletes less. One wrong when the run starts is taken as it is.
 pub struct RunClock {
     wall0_ms: i64,
-    boot0: Duration,
+    counted0: Duration,
 }
 
 impl RunClock {
     pub fn start() -> RunClock {
         RunClock {
             wall0_ms: epoch_millis(SystemTime::now()),
-            boot0: boot_time(),
+            counted0: counted_time(),
         }
     }
 
     /// Now, in milliseconds since the epoch, as age cuts take it; and how
     /// far the machine's clock is ahead of it, when it is not followed.
     pub fn now_ms(&self) -> (i64, Option<i64>) {
-        let counted = boot_time().saturating_sub(self.boot0);
+        let counted = counted_time().saturating_sub(self.counted0);
         let counted_ms = i64::try_from(counted.as_millis()).unwrap_or(i64::MAX);
         judge_clock(
             epoch_millis(SystemTime::now()),
@@ -101,13 +100,25 @@ impl RunClock {
     }
 }
 
-/// `CLOCK_BOOTTIME`: the time since boot, suspends included.
-fn boot_time() -> Duration {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
-    Duration::new(
-        t.tv_sec.max(0) as u64,
-        t.tv_nsec.clamp(0, 999_999_999) as u32,
-    )
+/// The time since boot as the hardware counts it: `CLOCK_MONOTONIC_RAW`,
+/// which no time daemon adjusts (`CLOCK_MONOTONIC` and `CLOCK_BOOTTIME`
+/// are slewed with the machine's clock, so a bad time source that slews
+/// it ahead would move the count along with it), plus the time spent
+/// suspended (`CLOCK_BOOTTIME` less `CLOCK_MONOTONIC`), which the raw
+/// clock does not count. It drifts from true time by the oscillator's
+/// error, tens of parts per million: seconds a day, far below
+/// [`CLOCK_JUMP_MS`] for any run but one of years.
+fn counted_time() -> Duration {
+    use rustix::time::{clock_gettime, ClockId};
+    let at = |id| {
+        let t = clock_gettime(id);
+        Duration::new(
+            t.tv_sec.max(0) as u64,
+            t.tv_nsec.clamp(0, 999_999_999) as u32,
+        )
+    };
+    let suspended = at(ClockId::Boottime).saturating_sub(at(ClockId::Monotonic));
+    at(ClockId::MonotonicRaw).saturating_add(suspended)
 }
 
 /// [`RunClock::now_ms`]'s judgement: the machine's clock `wall_ms`, unless
@@ -175,7 +186,7 @@ impl HeldBack {
             } else {
                 String::new()
             };
-            format!("is stamped {date}({ts} ms since the epoch), more than a day ahead of this machine's clock (a producer's clock set ahead, or a timestamp in microseconds), and is young until then")
+            format!("is stamped {date}({ts} ms since the epoch), more than a day in the future (a producer's clock set ahead, or a timestamp in microseconds), and is young until then")
         };
         let bound = if by_size {
             ""
@@ -506,8 +517,8 @@ fn pass(
             let ahead_s = ahead.unwrap_or_default() / 1000;
             tracing::warn!(
                 ahead_s,
-                "this machine's clock is {ahead_s} s ahead of the time this run has counted since it started: retention by age goes on measuring from the run's count ({}), not from the clock, which would delete records younger than the retention; set the clock right, or, if it is right now, start the run again to measure from it",
-                humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(now.max(0) as u64))
+                counted_ms = now,
+                "this machine's clock is {ahead_s} s ahead of the time this run has counted since it started: retention by age goes on measuring from the run's count, not from the clock, which would delete records younger than the retention; set the clock right, or, if it is right now (corrected after a VM was paused, or after a start before the first time sync), start the run again to measure from it",
             );
         }
         if ahead.is_none() && passes.jump_said.is_some() {
@@ -621,7 +632,7 @@ mod tests {
         let mut passes = Passes {
             clock: RunClock {
                 wall0_ms: wall - 10 * DAY_MS,
-                boot0: boot_time(),
+                counted0: counted_time(),
             },
             held_said: Default::default(),
             jump_said: None,
@@ -646,8 +657,8 @@ mod said {
     use cairn_engine::{EngineConfig, Record, RecordBatch};
 
     /// A record that holds age retention back is said once per partition
-    /// and offset in a run: not again at the next pass, again once another
-    /// record holds it back.
+    /// and offset in a run: what decides it, the offsets said, follows the
+    /// record that holds it back (the WARN itself is not captured).
     #[test]
     fn a_hold_is_said_once_per_partition_and_offset() {
         let dir = tempfile::tempdir().unwrap();

@@ -307,7 +307,7 @@ fn a_pass_reports_what_holds_age_retention_back() {
     let why = report.held_back[1].why(false);
     assert!(
         why.contains(&format!(
-            "({ahead} ms since the epoch), more than a day ahead"
+            "({ahead} ms since the epoch), more than a day in the future"
         )),
         "{why}"
     );
