@@ -70,8 +70,8 @@ pub const CLOCK_JUMP_MS: i64 = 3_600_000;
 /// The clock `cairn run`'s retention measures ages from: this machine's,
 /// unless it has run ahead (by more than [`CLOCK_JUMP_MS`]) of the
 /// machine's clock at the pruner's start plus the time counted since
-/// (`counted_time`: the raw monotonic clock, plus suspends); then that count, until the clock is in line again
-/// or the next start. A clock set ahead by days would otherwise delete, at
+/// (`counted_time`: the raw monotonic clock, plus suspends); then that
+/// count, until the clock is in line again or the next start. A clock set ahead by days would otherwise delete, at
 /// the next pass, every record younger than the retention by as much, for
 /// good (seen in review, 2026-12-05). A clock that goes back is followed:
 /// its cut deletes less. One wrong when the run starts is taken as it is.
