@@ -629,11 +629,7 @@ impl Engine {
                 .then(|| PartitionSummary::empty_at(offset))
         })?;
         self.sync()?;
-        let view = self.durable_view();
-        Ok(starts
-            .keys()
-            .filter_map(|tp| view.partitions.get(tp).map(|s| (tp.clone(), s.next_offset)))
-            .collect())
+        Ok(self.durable_offsets_of(starts))
     }
 
     /// Record that the offsets from each partition's next offset up to the
@@ -1111,6 +1107,28 @@ impl Engine {
             .partitions
             .iter()
             .map(|(tp, s)| (tp.clone(), s.next_offset))
+            .collect()
+    }
+
+    /// [`durable_offsets`](Self::durable_offsets) of the partitions that
+    /// are keys of `tps` (those the store holds), read from one view: for a
+    /// caller that asks about some partitions (a sink's `pre_commit`, about
+    /// those consumed) without a copy of every partition's first. Both maps
+    /// are in the same order, so they are walked side by side, not searched
+    /// (at 10,000 partitions the searches were a third of a `pre_commit`:
+    /// BENCHMARKS.md, "Partitions").
+    pub fn durable_offsets_of<V>(
+        &self,
+        tps: &BTreeMap<TopicPartition, V>,
+    ) -> BTreeMap<TopicPartition, i64> {
+        let view = self.durable_view();
+        let mut held = view.partitions.iter().peekable();
+        tps.keys()
+            .filter_map(|tp| {
+                while held.next_if(|(h, _)| *h < tp).is_some() {}
+                let (_, s) = held.next_if(|(h, _)| *h == tp)?;
+                Some((tp.clone(), s.next_offset))
+            })
             .collect()
     }
 

@@ -312,6 +312,51 @@ fn offset_for_time_finds_earliest_at_or_after() {
     assert_eq!(e.offset_for_retention(&tp, i64::MIN).unwrap(), 0);
 }
 
+/// `durable_offsets_of` answers as a lookup of each key in
+/// `durable_offsets` would: the partitions held, none that are not, for
+/// keys before, between and after those held (it walks both in order).
+#[test]
+fn durable_offsets_of_is_durable_offsets_for_the_keys_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = open(dir.path());
+    let held: Vec<TopicPartition> = [("b", 0), ("b", 2), ("b2", 1), ("d", 0), ("d", 7)]
+        .iter()
+        .map(|&(t, p)| TopicPartition::new(t, p))
+        .collect();
+    for (i, tp) in held.iter().enumerate() {
+        e.append(&[batch(tp, 0..(i as i64 + 1), 10)]).unwrap();
+    }
+    let all = e.durable_offsets();
+    let asked: Vec<TopicPartition> = [
+        ("a", 0),
+        ("b", 0),
+        ("b", 1),
+        ("b", 2),
+        ("b2", 0),
+        ("b2", 1),
+        ("c", 0),
+        ("d", 7),
+        ("e", 0),
+    ]
+    .iter()
+    .map(|&(t, p)| TopicPartition::new(t, p))
+    .collect();
+    // Every subset of the keys asked, as a mask.
+    for mask in 0u32..(1 << asked.len()) {
+        let keys: std::collections::BTreeMap<TopicPartition, ()> = asked
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| mask & (1 << i) != 0)
+            .map(|(_, tp)| (tp.clone(), ()))
+            .collect();
+        let want: std::collections::BTreeMap<TopicPartition, i64> = keys
+            .keys()
+            .filter_map(|tp| Some((tp.clone(), *all.get(tp)?)))
+            .collect();
+        assert_eq!(e.durable_offsets_of(&keys), want, "{mask:b}");
+    }
+}
+
 /// The record an age cut stops at is named when it has no age or is
 /// stamped past a given time (it holds retention back), not when it is
 /// merely young, nor at an offset the partition does not hold.
