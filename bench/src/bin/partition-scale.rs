@@ -1,0 +1,134 @@
+//! What one small put costs as the number of partitions grows: the archive
+//! sink's `put` of one record, then its `pre_commit` (the engine's flush
+//! and fdatasync, then the durable offsets of every partition consumed),
+//! with the consumed map the worker builds from every assigned partition
+//! before it (worker.rs), at 32, 1,000 and 10,000 partitions archived and
+//! assigned. A trickle spread over many partitions under `every-put`: each
+//! put touches one partition, and pays for all of them.
+//!
+//! `cargo run --release -p cairn-bench --bin partition-scale -- [PUTS]`
+//! (default 2000 per size). The store goes under `target/bench`, on the disk
+//! under test. Reports the p50 and p99 of the whole step, and of the part
+//! that is not the engine's sync (measured apart, as a sync with nothing
+//! to write), each against the 32-partition figure of the same run.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use cairn_connector::{ArchiveSink, SinkTask};
+use cairn_engine::{Engine, EngineConfig, Record, RecordBatch, TopicPartition};
+use hdrhistogram::Histogram;
+
+#[path = "../scratch.rs"]
+mod scratch;
+
+/// The partitions of a store of `count`, spread over topics of 20 each.
+fn partitions(count: usize) -> Vec<TopicPartition> {
+    (0..count)
+        .map(|i| TopicPartition::new(format!("topic-{:04}", i / 20), (i % 20) as i32))
+        .collect()
+}
+
+struct Figures {
+    partitions: usize,
+    /// The put alone (the engine's write, no sync).
+    put_p50_us: u64,
+    step_p50_us: u64,
+    step_p99_us: u64,
+    /// The step less a sync of its own taken right after it (nothing to
+    /// write: what the engine's sync costs beyond the disk).
+    bookkeeping_p50_us: u64,
+}
+
+fn measure(dir: &std::path::Path, count: usize, puts: usize) -> Figures {
+    let path = dir.join(format!("scale-{count}"));
+    let _ = std::fs::remove_dir_all(&path);
+    let engine = Arc::new(Engine::open(EngineConfig::new(&path)).expect("open"));
+    let tps = partitions(count);
+    // Every partition archived once, in puts of up to 1,000 partitions.
+    for chunk in tps.chunks(1000) {
+        let batches: Vec<RecordBatch> = chunk
+            .iter()
+            .map(|tp| RecordBatch {
+                tp: tp.clone(),
+                records: vec![Record::with_value(0, vec![b'v'; 100])],
+            })
+            .collect();
+        engine.append(&batches).expect("seed");
+    }
+    let mut sink = ArchiveSink::new(engine.clone());
+    let assigned: BTreeSet<TopicPartition> = tps.iter().cloned().collect();
+    let mut consumed: BTreeMap<TopicPartition, i64> =
+        tps.iter().map(|tp| (tp.clone(), 1)).collect();
+    let mut step = Histogram::<u64>::new(3).expect("histogram");
+    let mut idle = Histogram::<u64>::new(3).expect("histogram");
+    let mut put = Histogram::<u64>::new(3).expect("histogram");
+    for i in 0..puts {
+        let tp = &tps[i % count];
+        let offset = consumed[tp];
+        let t0 = Instant::now();
+        let batch = RecordBatch {
+            tp: tp.clone(),
+            records: vec![Record::with_value(offset, vec![b'v'; 100])],
+        };
+        sink.put(std::slice::from_ref(&batch)).expect("put");
+        let put_took = t0.elapsed();
+        consumed.insert(tp.clone(), offset + 1);
+        // As the worker builds it: every assigned partition consumed.
+        let asked: BTreeMap<TopicPartition, i64> = consumed
+            .iter()
+            .filter(|(tp, _)| assigned.contains(*tp))
+            .map(|(tp, o)| (tp.clone(), *o))
+            .collect();
+        let safe = sink.pre_commit(&asked).expect("pre_commit");
+        assert_eq!(safe.get(tp), Some(&(offset + 1)), "committed ≤ durable");
+        let took = t0.elapsed();
+        let t1 = Instant::now();
+        sink.pre_commit(&asked).expect("idle pre_commit");
+        let idle_took = t1.elapsed();
+        step.record(took.as_micros() as u64).expect("record");
+        put.record(put_took.as_micros() as u64).expect("record");
+        idle.record(idle_took.as_micros() as u64).expect("record");
+    }
+    let _ = sink.stop();
+    drop(sink);
+    drop(engine);
+    let _ = std::fs::remove_dir_all(&path);
+    Figures {
+        partitions: count,
+        put_p50_us: put.value_at_quantile(0.5),
+        step_p50_us: step.value_at_quantile(0.5),
+        step_p99_us: step.value_at_quantile(0.99),
+        bookkeeping_p50_us: idle.value_at_quantile(0.5),
+    }
+}
+
+fn main() {
+    cairn_connector::allocator::tune();
+    let puts: usize = std::env::args()
+        .nth(1)
+        .map(|a| a.parse().expect("a whole number of puts"))
+        .unwrap_or(2000);
+    let scratch = scratch::scratch();
+    let dir = scratch.path().to_owned();
+    println!("{puts} puts of one 100-byte record each, put + pre_commit as the worker calls them");
+    println!("| partitions | put p50 µs | step p50 µs | step p99 µs | idle pre_commit p50 µs | step p50 × 32's | idle × 32's |");
+    println!("|---|---|---|---|---|---|---|");
+    let mut base: Option<(u64, u64)> = None;
+    for count in [32, 1_000, 10_000] {
+        let f = measure(&dir, count, puts);
+        let (b_step, b_idle) =
+            *base.get_or_insert((f.step_p50_us.max(1), f.bookkeeping_p50_us.max(1)));
+        println!(
+            "| {} | {} | {} | {} | {} | {:.2} | {:.2} |",
+            f.partitions,
+            f.put_p50_us,
+            f.step_p50_us,
+            f.step_p99_us,
+            f.bookkeeping_p50_us,
+            f.step_p50_us as f64 / b_step as f64,
+            f.bookkeeping_p50_us as f64 / b_idle as f64
+        );
+    }
+}
