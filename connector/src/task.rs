@@ -510,9 +510,10 @@ impl SinkTask for ArchiveSink {
         let e = self.eng()?;
         // A poisoned engine refuses the sync, naming the failed operation.
         e.sync().map_err(engine_error)?;
-        // Only the partitions consumed: not a copy of every partition's
-        // first (at 10,000 partitions that copy was a third of a put's
-        // pre_commit: BENCHMARKS.md, "Partitions").
+        // Only the partitions consumed, read beside the durable view: not a
+        // copy of every partition's offset searched for each (at 10,000
+        // partitions about 30 % of a put's pre_commit: BENCHMARKS.md,
+        // "Partitions").
         Ok(e.durable_offsets_of(consumed))
     }
 

@@ -327,6 +327,7 @@ fn durable_offsets_of_is_durable_offsets_for_the_keys_given() {
         e.append(&[batch(tp, 0..(i as i64 + 1), 10)]).unwrap();
     }
     let all = e.durable_offsets();
+    assert_eq!(all.len(), 5, "{all:?}");
     let asked: Vec<TopicPartition> = [
         ("a", 0),
         ("b", 0),
