@@ -92,6 +92,35 @@ fn strace_refused(trace: &std::path::Path, stderr: &str) -> bool {
     refused
 }
 
+/// A closed archive at `data` of t/0's offsets 0..100; its partition.
+fn archive_of_100(data: &std::path::Path) -> cairn_engine::TopicPartition {
+    let tp = cairn_engine::TopicPartition::new("t", 0);
+    let e = Engine::open(EngineConfig::new(data)).unwrap();
+    e.append(&[cairn_engine::fuzzing::batch(&tp, 0..100, 50)])
+        .unwrap();
+    e.close().unwrap();
+    tp
+}
+
+/// An archive of 100 records ([`archive_of_100`]) at `data` in a new
+/// temporary folder, and where strace's trace goes beside it; `None` (the
+/// test skips) where strace is missing.
+fn archive_to_trace() -> Option<(
+    tempfile::TempDir,
+    std::path::PathBuf,
+    std::path::PathBuf,
+    cairn_engine::TopicPartition,
+)> {
+    if !have_strace() {
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().canonicalize().unwrap();
+    let (data, trace) = (base.join("data"), base.join("trace.txt"));
+    let tp = archive_of_100(&data);
+    Some((dir, data, trace, tp))
+}
+
 /// An open that fails on the disk: recovery's fdatasync of an existing
 /// archive fails with EIO (`cairn status` opens it), and so does sled's
 /// own fsync at its shutdown. The command fails with exit 1 naming the
@@ -100,19 +129,9 @@ fn strace_refused(trace: &std::path::Path, stderr: &str) -> bool {
 /// whole archive.
 #[test]
 fn an_eio_during_an_open_is_an_error_and_leaves_the_mark() {
-    if !have_strace() {
+    let Some((_dir, data, trace, tp)) = archive_to_trace() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let base = dir.path().canonicalize().unwrap();
-    let (data, trace) = (base.join("data"), base.join("trace.txt"));
-    let tp = cairn_engine::TopicPartition::new("t", 0);
-    {
-        let e = Engine::open(EngineConfig::new(&data)).unwrap();
-        e.append(&[cairn_engine::fuzzing::batch(&tp, 0..100, 50)])
-            .unwrap();
-        e.close().unwrap();
-    }
+    };
     // sled's own fsync as it opens succeeds; every one after fails.
     let out = cairn_under_strace(&data, &trace, "1", "2+")
         .args(["status", "--data"])
@@ -144,19 +163,9 @@ fn an_eio_during_an_open_is_an_error_and_leaves_the_mark() {
 /// open (until 2026-12-05 it said "clean" and exited 0).
 #[test]
 fn a_verify_whose_last_fdatasync_fails_exits_1() {
-    if !have_strace() {
+    let Some((_dir, data, trace, tp)) = archive_to_trace() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let base = dir.path().canonicalize().unwrap();
-    let (data, trace) = (base.join("data"), base.join("trace.txt"));
-    let tp = cairn_engine::TopicPartition::new("t", 0);
-    {
-        let e = Engine::open(EngineConfig::new(&data)).unwrap();
-        e.append(&[cairn_engine::fuzzing::batch(&tp, 0..100, 50)])
-            .unwrap();
-        e.close().unwrap();
-    }
+    };
     // The verify's one fdatasync fails, and sled's own fsyncs after its
     // open (its shutdown's).
     let out = cairn_under_strace(&data, &trace, "1+", "2+")
@@ -365,12 +374,7 @@ fn a_read_command_whose_closing_fsync_fails_exits_1() {
     ];
     for (i, args) in commands.into_iter().enumerate() {
         let data = base.join(format!("data{i}"));
-        {
-            let e = Engine::open(EngineConfig::new(&data)).unwrap();
-            e.append(&[cairn_engine::fuzzing::batch(&tp, 0..100, 50)])
-                .unwrap();
-            e.close().unwrap();
-        }
+        archive_of_100(&data);
         let run = |when: &str, trace: &std::path::Path| {
             let mut cmd = cairn_under_strace(&data, trace, when, when);
             cmd.args(&args[..1])
