@@ -363,11 +363,7 @@ impl Pruner {
             failure: Arc::new(Mutex::new(None)),
             cancelled: cancelled.clone(),
         };
-        let mut passes = Passes {
-            clock: RunClock::start(),
-            held_said: Default::default(),
-            jump_said: None,
-        };
+        let mut passes = Passes::new(RunClock::start());
         if !guarded_pass(&engine, &retention, &go, &mut passes)? {
             return Ok(no_thread());
         }
@@ -494,6 +490,43 @@ struct Passes {
     jump_said: Option<i64>,
 }
 
+impl Passes {
+    fn new(clock: RunClock) -> Passes {
+        Passes {
+            clock,
+            held_said: Default::default(),
+            jump_said: None,
+        }
+    }
+
+    /// Say (a WARN) when the machine's clock has jumped ahead of the run's
+    /// count, once per jump, and (an INFO) when it is back in line: a
+    /// pass's ages are measured from the count meanwhile ([`RunClock`]).
+    fn say_clock(&mut self) {
+        let (now, ahead) = self.clock.now_ms();
+        let again = ahead.is_some_and(|a| {
+            self.jump_said
+                .is_none_or(|said| (a - said).abs() > CLOCK_JUMP_MS)
+        });
+        if again {
+            let ahead_s = ahead.unwrap_or_default() / 1000;
+            tracing::warn!(
+                ahead_s,
+                counted_ms = now,
+                "this machine's clock is {ahead_s} s ahead of the time this run has counted since it started: retention by age goes on measuring from the run's count, not from the clock, which would delete records younger than the retention; set the clock right, or, if it is right now (corrected after a VM was paused, or after a start before the first time sync), start the run again to measure from it",
+            );
+        }
+        if ahead.is_none() && self.jump_said.is_some() {
+            tracing::info!("this machine's clock is back in line with the time this run has counted: retention by age measures from the clock again");
+        }
+        self.jump_said = match ahead {
+            Some(a) if again => Some(a),
+            Some(_) => self.jump_said,
+            None => None,
+        };
+    }
+}
+
 /// One pass, logged; whether it finished (`go` said no part-way).
 fn pass(
     engine: &Engine,
@@ -507,28 +540,7 @@ fn pass(
     )));
     let t0 = std::time::Instant::now();
     if retention.age.is_some() {
-        let (now, ahead) = passes.clock.now_ms();
-        let again = ahead.is_some_and(|a| {
-            passes
-                .jump_said
-                .is_none_or(|said| (a - said).abs() > CLOCK_JUMP_MS)
-        });
-        if again {
-            let ahead_s = ahead.unwrap_or_default() / 1000;
-            tracing::warn!(
-                ahead_s,
-                counted_ms = now,
-                "this machine's clock is {ahead_s} s ahead of the time this run has counted since it started: retention by age goes on measuring from the run's count, not from the clock, which would delete records younger than the retention; set the clock right, or, if it is right now (corrected after a VM was paused, or after a start before the first time sync), start the run again to measure from it",
-            );
-        }
-        if ahead.is_none() && passes.jump_said.is_some() {
-            tracing::info!("this machine's clock is back in line with the time this run has counted: retention by age measures from the clock again");
-        }
-        passes.jump_said = match ahead {
-            Some(a) if again => Some(a),
-            Some(_) => passes.jump_said,
-            None => None,
-        };
+        passes.say_clock();
     }
     let clock = &passes.clock;
     let now_ms = || clock.now_ms().0;
@@ -576,6 +588,30 @@ mod tests {
 
     const DAY_MS: i64 = 86_400_000;
 
+    /// A store in a new temporary folder, and a put of one record of
+    /// t/0 at `offset` stamped `ts`.
+    fn store() -> (tempfile::TempDir, Engine, impl Fn(i64, i64) -> RecordBatch) {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        let one = |offset, ts| {
+            let mut r = Record::with_value(offset, "v");
+            r.timestamp_ms = ts;
+            RecordBatch {
+                tp: TopicPartition::new("t", 0),
+                records: vec![r],
+            }
+        };
+        (dir, e, one)
+    }
+
+    /// Age retention of `days`.
+    fn keeping_days(days: u64) -> Retention {
+        Retention {
+            age: Some(Duration::from_secs(days * 86_400)),
+            ..Retention::default()
+        }
+    }
+
     /// The machine's clock is followed unless it is more than an hour
     /// ahead of the run's count; behind it, it is followed (it deletes
     /// less).
@@ -604,39 +640,17 @@ mod tests {
     /// is in line again the same pass deletes them.
     #[test]
     fn a_pass_after_a_jump_ahead_measures_ages_from_the_runs_count() {
-        let dir = tempfile::tempdir().unwrap();
-        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
-        let tp = TopicPartition::new("t", 0);
+        let (_dir, e, one) = store();
         let wall = epoch_millis(SystemTime::now());
-        let aged = |o: i64, ts: i64| {
-            let mut r = Record::with_value(o, "v");
-            r.timestamp_ms = ts;
-            r
-        };
         // Eight days old by the clock, then an hour old.
-        e.append(&[RecordBatch {
-            tp: tp.clone(),
-            records: vec![aged(0, wall - 8 * DAY_MS)],
-        }])
-        .unwrap();
-        e.append(&[RecordBatch {
-            tp: tp.clone(),
-            records: vec![aged(1, wall - 3_600_000)],
-        }])
-        .unwrap();
-        let week = Retention {
-            age: Some(Duration::from_secs(7 * 86_400)),
-            ..Retention::default()
-        };
+        e.append(&[one(0, wall - 8 * DAY_MS)]).unwrap();
+        e.append(&[one(1, wall - 3_600_000)]).unwrap();
+        let week = keeping_days(7);
         // The run started, by its count, ten days before the clock's now.
-        let mut passes = Passes {
-            clock: RunClock {
-                wall0_ms: wall - 10 * DAY_MS,
-                counted0: counted_time(),
-            },
-            held_said: Default::default(),
-            jump_said: None,
-        };
+        let mut passes = Passes::new(RunClock {
+            wall0_ms: wall - 10 * DAY_MS,
+            counted0: counted_time(),
+        });
         let (now, ahead) = passes.clock.now_ms();
         assert!(now < wall - 9 * DAY_MS, "{now}");
         assert!(ahead.is_some_and(|a| a > 9 * DAY_MS), "{ahead:?}");
@@ -649,44 +663,22 @@ mod tests {
         assert_eq!(passes.jump_said, None);
         assert_eq!(e.partitions()[0].first_offset, 1);
     }
-}
-
-#[cfg(test)]
-mod said {
-    use super::*;
-    use cairn_engine::{EngineConfig, Record, RecordBatch};
 
     /// A record that holds age retention back is said once per partition
     /// and offset in a run: what decides it, the offsets said, follows the
     /// record that holds it back (the WARN itself is not captured).
     #[test]
     fn a_hold_is_said_once_per_partition_and_offset() {
-        let dir = tempfile::tempdir().unwrap();
-        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        let (_dir, e, one) = store();
         let tp = TopicPartition::new("t", 0);
-        let unstamped = |o| {
-            let mut r = Record::with_value(o, "v");
-            r.timestamp_ms = -1;
-            RecordBatch {
-                tp: tp.clone(),
-                records: vec![r],
-            }
-        };
-        e.append(&[unstamped(0)]).unwrap();
-        let day = Retention {
-            age: Some(Duration::from_secs(86_400)),
-            ..Retention::default()
-        };
-        let mut passes = Passes {
-            clock: RunClock::start(),
-            held_said: Default::default(),
-            jump_said: None,
-        };
+        e.append(&[one(0, -1)]).unwrap();
+        let day = keeping_days(1);
+        let mut passes = Passes::new(RunClock::start());
         assert!(pass(&e, &day, &|| true, &mut passes).unwrap());
         assert_eq!(passes.held_said.get(&tp), Some(&0));
         // Another record without a timestamp, the first deleted by hand:
         // said for its own offset.
-        e.append(&[unstamped(1)]).unwrap();
+        e.append(&[one(1, -1)]).unwrap();
         e.truncate_before(&tp, 1).unwrap();
         assert!(pass(&e, &day, &|| true, &mut passes).unwrap());
         assert_eq!(passes.held_said.get(&tp), Some(&1));
