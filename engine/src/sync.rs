@@ -202,7 +202,7 @@ impl DurableSync {
         }
         self.synced_blobs = present;
         if new_files || force_dir {
-            sync_dir(blobs).map_err(at("fsync directory", blobs))?;
+            sync_dir_named(blobs)?;
         }
         Ok(())
     }
@@ -267,11 +267,16 @@ fn sync_dirs(sled_dir: &Path) -> io::Result<()> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(at("open", &conf)(e)),
     }
-    sync_dir(sled_dir).map_err(at("fsync directory", sled_dir))?;
+    sync_dir_named(sled_dir)?;
     if let Some(parent) = sled_dir.parent() {
-        sync_dir(parent).map_err(at("fsync directory", parent))?;
+        sync_dir_named(parent)?;
     }
     Ok(())
+}
+
+/// [`sync_dir`], its error naming the directory ([`at`]).
+fn sync_dir_named(dir: &Path) -> io::Result<()> {
+    sync_dir(dir).map_err(at("fsync directory", dir))
 }
 
 /// `e` with what failed, and on which file, before its text: a sync
