@@ -278,9 +278,14 @@ impl CommitTracker {
         handed: &BTreeMap<TopicPartition, i64>,
     ) -> Result<(), ConnectorError> {
         for (tp, &o) in words {
-            // Only those `heed` would take: one handed nothing is ignored.
-            if handed.contains_key(tp) || self.durable_reported.contains_key(tp) {
-                self.check_handed(call, tp, o, handed)?;
+            // Only those `heed` would take: one handed nothing (and never
+            // reported) is ignored.
+            let limit = handed
+                .get(tp)
+                .copied()
+                .max(self.durable_reported.get(tp).copied());
+            if let Some(limit) = limit {
+                self.check_handed(call, tp, o, limit)?;
             }
         }
         Ok(())
@@ -296,13 +301,9 @@ impl CommitTracker {
         call: &'static str,
         tp: &TopicPartition,
         o: i64,
-        handed: &BTreeMap<TopicPartition, i64>,
+        limit: i64,
     ) -> Result<(), ConnectorError> {
-        let limit = handed
-            .get(tp)
-            .copied()
-            .max(self.durable_reported.get(tp).copied());
-        if limit.is_some_and(|h| o <= h) {
+        if o <= limit {
             return Ok(());
         }
         Err(ConnectorError::SinkOverclaimed {
@@ -310,7 +311,7 @@ impl CommitTracker {
             topic: tp.topic.clone(),
             partition: tp.partition,
             offset: o,
-            handed: limit.map_or("none".to_owned(), |h| format!("below {h}")),
+            handed: limit,
         })
     }
 

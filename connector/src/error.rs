@@ -232,14 +232,15 @@ pub enum ConnectorError {
     /// The sink reported durable an offset past the records handed to it
     /// (or where its partition resumed): a bug of the sink's, which would
     /// have Kafka count records the sink never held.
-    #[error("the sink's {call} reported {topic}/{partition} durable at offset {offset}, past the records handed to it ({handed}): a bug in the sink; nothing more is committed, and none of that call's offsets")]
+    #[error("the sink's {call} reported {topic}/{partition} durable at offset {offset}, past the records handed to it (below {handed}): a bug in the sink; nothing more is committed, and none of that call's offsets")]
     SinkOverclaimed {
         call: &'static str,
         topic: String,
         partition: i32,
         offset: i64,
-        /// What was handed: `below N`, or `none`.
-        handed: String,
+        /// The offset below which records were handed (or where the
+        /// partition resumed).
+        handed: i64,
     },
     #[error("i/o error on {path}: {source}")]
     Io {
