@@ -140,7 +140,7 @@ impl Selection {
         }
         let later: Vec<&PartitionInfo> = chosen
             .iter()
-            .filter(|p| p.record_count > 0 && self.from < p.first_offset && self.meets(p))
+            .filter(|p| self.from < p.first_offset && self.meets(p))
             .collect();
         if later.is_empty() {
             return None;
@@ -170,9 +170,12 @@ impl Selection {
         )
     }
 
-    /// Whether the range overlaps the offsets `p` holds.
+    /// Whether the range overlaps the offsets `p` holds (a partition that
+    /// holds no record meets none).
     fn meets(&self, p: &PartitionInfo) -> bool {
-        self.from < p.next_offset && self.to.is_none_or(|to| to > p.first_offset)
+        p.record_count > 0
+            && self.from < p.next_offset
+            && self.to.is_none_or(|to| to > p.first_offset)
     }
 
     /// A range given (`--from` above 0, or `--to`) must meet what one of
@@ -181,7 +184,7 @@ impl Selection {
     /// like success.
     fn check_held(&self, chosen: &[PartitionInfo]) -> Result<()> {
         let ranged = self.ranged();
-        if !ranged || chosen.iter().any(|p| p.record_count > 0 && self.meets(p)) {
+        if !ranged || chosen.iter().any(|p| self.meets(p)) {
             return Ok(());
         }
         // An archive that holds no partition at all meets no range either.
