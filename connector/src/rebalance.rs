@@ -711,11 +711,6 @@ pub(crate) enum ResumePoint {
     Nowhere,
 }
 
-/// The rule for [`ResumePoint`]: the archive's offset, unless Kafka's
-/// committed offset is past it and was committed by another store (its
-/// metadata is not `identity`). Alone, committed <= durable always holds and
-/// the archive's offset wins; a store that finds its own commit past what
-/// it holds was restored from an older backup, or lost its newest records.
 /// What a partition resuming at Kafka's committed offset `kafka` says,
 /// given what the store holds of it (`archive`), whether that commit names
 /// a store (`named`) and whether this sink has an identity at all.
@@ -764,6 +759,11 @@ pub(crate) fn kafka_resume(
     }
 }
 
+/// The rule for [`ResumePoint`]: the archive's offset, unless Kafka's
+/// committed offset is past it and was committed by another store (its
+/// metadata is not `identity`). Alone, committed <= durable always holds and
+/// the archive's offset wins; a store that finds its own commit past what
+/// it holds was restored from an older backup, or lost its newest records.
 pub(crate) fn resume_point(
     archive: Option<i64>,
     kafka: Option<&Committed>,
