@@ -2702,11 +2702,7 @@ mod tests {
         let bound = mount(&["--bind", d, v]);
         let _mounted = bound.then(|| Mounted(view.clone()));
         if !(bound && mount(&["-o", "remount,bind,ro", v])) {
-            assert!(
-                std::env::var_os("CAIRN_CI").is_none(),
-                "a read-only bind mount is required under CAIRN_CI (run as root)"
-            );
-            eprintln!("SKIPPED: cannot make a read-only bind mount here (needs root)");
+            cairn_engine::fuzzing::skip("cannot make a read-only bind mount here (needs root)");
             return;
         }
         let server = LiveServer::start(e.clone()).unwrap();

@@ -30,7 +30,7 @@ use std::process::{Command, Stdio};
 use cairn_connector::cli::demo::{check_archive, committed, demo_next_offsets, produce};
 use cairn_connector::{ArchiveSink, PipelineOptions, RunConfig};
 use cairn_engine::{Engine, EngineConfig};
-use common::{KillOnDrop, TestBroker, CAIRN, FAST_GROUP};
+use common::{skip, KillOnDrop, TestBroker, CAIRN, FAST_GROUP};
 
 /// Which fdatasync of the file fails, counted per thread (strace counts
 /// injections per system call and per tracee). Opening the archive takes
@@ -40,16 +40,6 @@ use common::{KillOnDrop, TestBroker, CAIRN, FAST_GROUP};
 /// before the failure leave time for some to land (of the 30 puts 3,000
 /// records take in batches of 100).
 const FAILING_CALL: u32 = 12;
-
-/// Skip a test for `why` (the machine lacks what it needs), except under
-/// CI, where it fails: a skipped proof must not pass for a green run.
-fn skip(why: &str) {
-    assert!(
-        std::env::var_os("CAIRN_CI").is_none(),
-        "{why}, which CI needs"
-    );
-    eprintln!("SKIPPED: {why}");
-}
 
 /// Whether strace is here (the tests skip without it).
 fn have_strace() -> bool {

@@ -4,6 +4,8 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
+pub use cairn_engine::fuzzing::skip;
+
 pub const CAIRN: &str = env!("CARGO_BIN_EXE_cairn");
 
 /// The Kafka a test runs against: `cairn mock-broker` as a child (killed

@@ -4,7 +4,7 @@
 use cairn_engine::{Record, TopicPartition};
 
 // One implementation for the tests, the fuzz targets and the benches.
-pub use cairn_engine::fuzzing::{batch, record, seed};
+pub use cairn_engine::fuzzing::{batch, record, seed, skip};
 
 /// Open the store's sled tree directly, bypassing the engine, to damage it.
 /// The engine must be closed or dropped first.
