@@ -89,7 +89,7 @@ fn io_fatal(what: &str, path: &Path) -> impl FnOnce(std::io::Error) -> TaskError
 }
 
 /// The mark: "next_offset length\n", or none yet.
-fn read_mark(path: &Path) -> Result<Option<(i64, u64)>, TaskError> {
+pub(crate) fn read_mark(path: &Path) -> Result<Option<(i64, u64)>, TaskError> {
     match std::fs::read_to_string(path) {
         Ok(s) => {
             let mut it = s.split_whitespace().map(str::parse::<i64>);

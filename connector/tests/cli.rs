@@ -2610,26 +2610,13 @@ fn prune_killed_between_steps_leaves_a_clean_archive_and_a_rerun_finishes() {
 /// review).
 #[test]
 fn an_export_writes_nothing_of_a_partition_that_lost_an_index_entry() {
-    use cairn_engine::{Engine, EngineConfig, Record, RecordBatch, TopicPartition};
+    use cairn_engine::{EngineConfig, TopicPartition};
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("archive");
     let d = data.to_str().unwrap();
     let damaged = TopicPartition::new("t", 1);
+    archive_of(&data, &[("t", 0, 3), ("t", 1, 3)]);
     {
-        let e = Engine::open(EngineConfig::new(&data)).unwrap();
-        for p in 0..2 {
-            for first in [0, 10, 20] {
-                let records = (first..first + 10)
-                    .map(|o| Record::with_value(o, "v"))
-                    .collect();
-                e.write(&[RecordBatch {
-                    tp: TopicPartition::new("t", p),
-                    records,
-                }])
-                .unwrap();
-            }
-        }
-        e.close().unwrap();
         let db = EngineConfig::new(&data).open_sled().unwrap();
         let t = db.open_tree("cairn").unwrap();
         t.remove(cairn_engine::keys::index_key(&damaged, 10))

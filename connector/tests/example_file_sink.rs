@@ -85,11 +85,10 @@ fn the_file_sink_resumes_from_its_marks_after_a_crash_before_the_commit() {
     // records twice.
     let marks: u64 = (0..3)
         .map(|p| {
-            let mark = std::fs::read_to_string(dir.path().join(format!("{topic}-{p}.mark")))
-                .unwrap_or_default();
-            mark.split_whitespace()
-                .next()
-                .map_or(0, |o| o.parse::<u64>().unwrap())
+            let mark = dir.path().join(format!("{topic}-{p}.mark"));
+            file_sink::read_mark(&mark)
+                .unwrap()
+                .map_or(0, |(next, _)| next as u64)
         })
         .sum();
     assert!(marks >= 3_000, "the marks hold {marks} records");

@@ -48,12 +48,11 @@ enum Store {
 }
 
 /// The offset the example file sink's mark for `tp` in `dir` says is
-/// durable (its next offset), and the data file's length it covers.
-fn file_mark(dir: &std::path::Path, tp: &TopicPartition) -> Option<(i64, usize)> {
-    let mark =
-        std::fs::read_to_string(dir.join(format!("{}-{}.mark", tp.topic, tp.partition))).ok()?;
-    let mut fields = mark.split_whitespace().map(|f| f.parse::<i64>().unwrap());
-    Some((fields.next()?, fields.next()? as usize))
+/// durable (its next offset), and the data file's length it covers: read
+/// as the sink reads it.
+fn file_mark(dir: &std::path::Path, tp: &TopicPartition) -> Option<(i64, u64)> {
+    let mark = dir.join(format!("{}-{}.mark", tp.topic, tp.partition));
+    file_sink::read_mark(&mark).unwrap()
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -155,7 +154,7 @@ fn archived(store: Store, dir: &std::path::Path, topic: &str) -> Vec<(i32, i64)>
                 continue;
             };
             let bytes = std::fs::read(dir.join(format!("{topic}-{p}.lines"))).unwrap();
-            let offsets = file_sink::read_offsets(&bytes[..len]).unwrap();
+            let offsets = file_sink::read_offsets(&bytes[..len as usize]).unwrap();
             assert!(
                 offsets.windows(2).all(|w| w[0] < w[1]),
                 "{topic}/{p}: offsets rise"
