@@ -31,7 +31,8 @@ use crate::config::OnOffsetOutOfRange;
 use crate::error::{ConnectorError, Result};
 use crate::offsets::offsets_of;
 
-/// How long each of the two requests of a [`Bounds`] read may take.
+/// How long each request of a [`Bounds`] read may take (two, or two per
+/// [`LIST_OFFSETS_PARTITIONS_MAX`] partitions).
 const BOUNDS_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// How long each request of one partition's own bounds read may take (see
@@ -57,7 +58,8 @@ pub(crate) fn bounds_budget(max_poll_interval: Duration) -> Duration {
 
 /// The bounds (log start, log end) of a set of partitions, read together
 /// the first time one is asked for: one request per leader for all the log
-/// starts and one for all the log ends (`ListOffsets`, as librdkafka's
+/// starts and one for all the log ends (per 1,000 partitions: see
+/// [`LIST_OFFSETS_PARTITIONS_MAX`]; `ListOffsets`, as librdkafka's
 /// per-partition watermark query sends, so under the same isolation
 /// level). Read one partition at a time, a large assignment with a distant
 /// broker spent minutes in the rebalance callback.
@@ -139,16 +141,16 @@ impl<'c, X: ConsumerContext> Bounds<'c, X> {
 /// The bounds of `tps`: their log starts, then the log ends of those whose
 /// start was read (with no broker, the first request's failure is the
 /// answer for all), each request within `cap` and before `deadline`.
-fn read_bounds<X: ConsumerContext>(
+pub(crate) fn read_bounds<X: ConsumerContext>(
     consumer: &BaseConsumer<X>,
     tps: &[TopicPartition],
     cap: Duration,
     deadline: Instant,
 ) -> BTreeMap<TopicPartition, KafkaResult<(i64, i64)>> {
     let timeout = || deadline.saturating_duration_since(Instant::now()).min(cap);
-    let low = log_offsets(consumer, tps, Offset::Beginning, timeout());
+    let low = log_offsets(consumer, tps, Offset::Beginning, &timeout);
     let started: Vec<TopicPartition> = tps.iter().filter(|tp| low[*tp].is_ok()).cloned().collect();
-    let mut high = log_offsets(consumer, &started, Offset::End, timeout());
+    let mut high = log_offsets(consumer, &started, Offset::End, &timeout);
     low.into_iter()
         .map(|(tp, l)| {
             let bounds = l.and_then(|l| Ok((l, high.remove(&tp).expect("asked")?)));
@@ -157,10 +159,67 @@ fn read_bounds<X: ConsumerContext>(
         .collect()
 }
 
+/// [`read_bounds`] with no budget: each request within `timeout`, however
+/// many `tps` takes (a request that times out still ends the rest).
+pub(crate) fn read_bounds_each_within<X: ConsumerContext>(
+    consumer: &BaseConsumer<X>,
+    tps: &[TopicPartition],
+    timeout: Duration,
+) -> BTreeMap<TopicPartition, KafkaResult<(i64, i64)>> {
+    let requests = 2 * tps.len().div_ceil(LIST_OFFSETS_PARTITIONS_MAX).max(1);
+    let budget = timeout.saturating_mul(u32::try_from(requests).unwrap_or(u32::MAX));
+    read_bounds(consumer, tps, timeout, Instant::now() + budget)
+}
+
+/// The most partitions one `offsets_for_times` call asks about. librdkafka
+/// matches each partition of the answer by a linear search of the list
+/// asked, so a call's CPU time grows with the square of its partitions:
+/// 10,000 in one call took 2.0 s of CPU, in calls of 1,000 0.2 s (ten
+/// more round trips).
+const LIST_OFFSETS_PARTITIONS_MAX: usize = 1_000;
+
 /// Each partition's log start (`which` = `Beginning`) or log end (`End`),
-/// in one `offsets_for_times` call: these two special timestamps ask
-/// `ListOffsets` for the earliest and the latest offset.
+/// in `offsets_for_times` calls of at most [`LIST_OFFSETS_PARTITIONS_MAX`]
+/// partitions, each within `timeout()` as it stands when the call is made:
+/// these two special timestamps ask `ListOffsets` for the earliest and the
+/// latest offset. After a call [`unanswered`] the rest are not asked: they
+/// fail as it did.
 fn log_offsets<X: ConsumerContext>(
+    consumer: &BaseConsumer<X>,
+    tps: &[TopicPartition],
+    which: Offset,
+    timeout: &dyn Fn() -> Duration,
+) -> BTreeMap<TopicPartition, KafkaResult<i64>> {
+    let mut got = BTreeMap::new();
+    let mut timed_out: Option<KafkaError> = None;
+    for chunk in tps.chunks(LIST_OFFSETS_PARTITIONS_MAX) {
+        if let Some(e) = &timed_out {
+            got.extend(chunk.iter().map(|tp| (tp.clone(), Err(e.clone()))));
+            continue;
+        }
+        let answered = log_offsets_of(consumer, chunk, which, timeout());
+        timed_out = answered
+            .values()
+            .filter_map(|o| o.as_ref().err())
+            .find(|e| unanswered(e))
+            .cloned();
+        got.extend(answered);
+    }
+    got
+}
+
+/// Whether `e` says that Kafka did not answer in time: the request timed
+/// out, or no connection to a broker it needed came up (librdkafka's "all
+/// broker connections are down" when the timeout ends before any).
+pub(crate) fn unanswered(e: &KafkaError) -> bool {
+    matches!(
+        e.rdkafka_error_code(),
+        Some(RDKafkaErrorCode::OperationTimedOut | RDKafkaErrorCode::AllBrokersDown)
+    )
+}
+
+/// [`log_offsets`] in one `offsets_for_times` call.
+fn log_offsets_of<X: ConsumerContext>(
     consumer: &BaseConsumer<X>,
     tps: &[TopicPartition],
     which: Offset,
@@ -555,6 +614,87 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    /// More partitions than one `offsets_for_times` call asks about: each
+    /// partition's bounds come back all the same, read in calls of
+    /// [`LIST_OFFSETS_PARTITIONS_MAX`] (three for the log starts, three for
+    /// the ends), and a partition that holds records has its own.
+    #[test]
+    fn bounds_of_more_partitions_than_one_call_asks_about() {
+        use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+        let mock = rdkafka::mocking::MockCluster::new(1).unwrap();
+        let n = 2 * LIST_OFFSETS_PARTITIONS_MAX as i32 + 500;
+        mock.create_topic("w", n, 1).unwrap();
+        let producer: BaseProducer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", mock.bootstrap_servers())
+            .create()
+            .unwrap();
+        for _ in 0..3 {
+            producer
+                .send(
+                    BaseRecord::<[u8], [u8]>::to("w")
+                        .partition(n - 1)
+                        .payload(b"x"),
+                )
+                .unwrap();
+        }
+        producer.flush(Duration::from_secs(30)).unwrap();
+        let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", mock.bootstrap_servers())
+            .create()
+            .unwrap();
+        let tps: Vec<TopicPartition> = (0..n).map(|p| TopicPartition::new("w", p)).collect();
+        let calls = std::cell::Cell::new(0);
+        let timeout = || {
+            calls.set(calls.get() + 1);
+            Duration::from_secs(30)
+        };
+        let low = log_offsets(&consumer, &tps, Offset::Beginning, &timeout);
+        let high = log_offsets(&consumer, &tps, Offset::End, &timeout);
+        assert_eq!(calls.get(), 6);
+        assert_eq!(low.len(), tps.len());
+        for tp in &tps {
+            let end = if tp.partition == n - 1 { 3 } else { 0 };
+            assert_eq!(
+                (*low[tp].as_ref().unwrap(), *high[tp].as_ref().unwrap()),
+                (0, end),
+                "{tp}"
+            );
+        }
+        let each =
+            read_bounds_each_within(&consumer, &tps[n as usize - 2..], Duration::from_secs(30));
+        assert_eq!(
+            each.into_values().map(Result::unwrap).collect::<Vec<_>>(),
+            [(0, 0), (0, 3)]
+        );
+    }
+
+    /// A call that Kafka does not answer in time ends the reads: the
+    /// partitions of the calls after it are not asked (a silent broker is
+    /// waited for once), and fail as it did.
+    #[test]
+    fn a_call_that_times_out_ends_the_reads() {
+        let mock = rdkafka::mocking::MockCluster::new(1).unwrap();
+        mock.broker_round_trip_time(1, Duration::from_secs(30))
+            .unwrap();
+        let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", mock.bootstrap_servers())
+            .create()
+            .unwrap();
+        let n = 2 * LIST_OFFSETS_PARTITIONS_MAX as i32 + 1;
+        let tps: Vec<TopicPartition> = (0..n).map(|p| TopicPartition::new("t", p)).collect();
+        let calls = std::cell::Cell::new(0);
+        let timeout = || {
+            calls.set(calls.get() + 1);
+            Duration::from_millis(200)
+        };
+        let low = log_offsets(&consumer, &tps, Offset::Beginning, &timeout);
+        assert_eq!(calls.get(), 1, "asked once");
+        assert_eq!(low.len(), tps.len());
+        for (tp, got) in low {
+            assert!(unanswered(&got.expect_err("no answer")), "{tp}");
+        }
     }
 
     #[test]

@@ -669,11 +669,11 @@ fn status_does_not_wait_on_a_partition_without_a_leader() {
     assert!(rows[1]["high_watermark"].is_null(), "{out}");
 }
 
-/// A leader that lets one watermark request time out is not asked again
-/// for its other partitions: the timeout bounds the wait per leader (until
-/// the night of 2026-12-03, per partition: 200 partitions of an unreachable leader took
-/// 200 timeouts). Their columns are left empty, each with a WARN saying why,
-/// and the other leader's partition is filled.
+/// A leader that lets its watermark request time out is asked once, for
+/// all its partitions: the timeout bounds the wait per leader (until the
+/// night of 2026-12-03, per partition: 200 partitions of an unreachable
+/// leader took 200 timeouts). Their columns are left empty, each with a
+/// WARN naming the leader, and the other leader's partition is filled.
 #[test]
 fn status_waits_once_for_a_leader_that_does_not_answer() {
     use rdkafka::mocking::MockCluster;
@@ -696,19 +696,84 @@ fn status_waits_once_for_a_leader_that_does_not_answer() {
     let (code, out, err) = status_json_with_brokers(dir.path(), &brokers, "20000");
     assert_eq!(code, 0, "{err}");
     assert_eq!(
-        err.matches("no watermarks from Kafka").count(),
-        1,
-        "one request timed out: {err}"
-    );
-    assert_eq!(
-        err.matches("its leader did not answer in time").count(),
-        2,
+        err.matches("its leader (broker 2) did not answer the watermark request within 20000 ms")
+            .count(),
+        3,
         "{err}"
     );
+    assert!(!err.contains("no watermarks from Kafka"), "{err}");
     let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert!(rows[0]["high_watermark"].is_i64(), "{out}");
     for p in 1..4 {
         assert!(rows[p]["high_watermark"].is_null(), "{out}");
+        assert!(
+            rows[p]["kafka_missing"]
+                .as_str()
+                .is_some_and(|m| m.contains("did not answer")),
+            "{out}"
+        );
+    }
+}
+
+/// `cairn mock-broker --round-trip-ms` delays every answer: a status that
+/// waits less than the delay for Kafka gets no figures (exit 1), one that
+/// waits longer gets them. Out of its range, the flag is refused (exit 2).
+#[test]
+fn mock_broker_round_trip_ms_delays_every_answer() {
+    use std::io::BufRead;
+    let (code, _, err) = cairn(&["mock-broker", "--round-trip-ms", "60001"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("60001"), "{err}");
+    let mut child = common::KillOnDrop::spawn(
+        Command::new(CAIRN)
+            .args(["mock-broker", "--topic", "rt:1", "--round-trip-ms", "1500"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null()),
+    );
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let brokers = line.trim().strip_prefix("bootstrap.servers=").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    archive_one_record_each(dir.path(), "rt", 1);
+    let (code, _, err) = status_json_with_brokers(dir.path(), brokers, "500");
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("could not read Kafka's figures"), "{err}");
+    let (code, out, err) = status_json_with_brokers(dir.path(), brokers, "60000");
+    assert_eq!(code, 0, "{err}");
+    let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(rows[0]["high_watermark"], 0, "{out}");
+}
+
+/// Watermarks are read for all of a leader's partitions in one request,
+/// which librdkafka fails whole for one partition's error. So a partition
+/// whose batched read failed is asked again alone: here the mock cluster
+/// fails the batched request, then the first partition's own, and the
+/// other two partitions are filled all the same, with one WARN for the
+/// first (a leader that answers with an error is not a silent one).
+#[test]
+fn status_asks_again_alone_for_watermarks_a_batched_request_failed() {
+    use rdkafka::mocking::MockCluster;
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+    let mock = MockCluster::new(1).unwrap();
+    mock.create_topic("ba", 3, 1).unwrap();
+    let brokers = mock.bootstrap_servers();
+    let dir = tempfile::tempdir().unwrap();
+    archive_one_record_each(dir.path(), "ba", 3);
+    mock.request_errors(
+        RDKafkaApiKey::ListOffsets,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_POLICY_VIOLATION; 2],
+    );
+    let (code, out, err) = status_json_with_brokers(dir.path(), &brokers, "20000");
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(err.matches("no watermarks from Kafka").count(), 1, "{err}");
+    assert!(!err.contains("did not answer"), "{err}");
+    let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(rows[0]["high_watermark"].is_null(), "{out}");
+    for p in 1..3 {
+        assert_eq!(rows[p]["high_watermark"], 0, "{out}");
+        assert_eq!(rows[p]["partition"], p, "{out}");
     }
 }
 

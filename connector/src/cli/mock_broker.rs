@@ -16,6 +16,10 @@ pub struct MockBrokerArgs {
     /// Topic to create, as name:partitions (repeatable).
     #[arg(long = "topic", value_parser = parse_topic)]
     pub topics: Vec<(String, i32)>,
+    /// Delay every broker's every answer by this many milliseconds
+    /// (0 to 60000), to see how cairn fares with a distant Kafka.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    pub round_trip_ms: u64,
 }
 
 fn parse_topic(s: &str) -> std::result::Result<(String, i32), String> {
@@ -41,6 +45,16 @@ pub async fn run(args: MockBrokerArgs) -> Result<ExitCode> {
     }
     let cluster =
         MockCluster::new(args.brokers).map_err(ConnectorError::kafka("start mock cluster"))?;
+    if args.round_trip_ms > 0 {
+        for broker in 1..=args.brokers {
+            cluster
+                .broker_round_trip_time(
+                    broker,
+                    std::time::Duration::from_millis(args.round_trip_ms),
+                )
+                .map_err(ConnectorError::kafka("set a broker's round trip time"))?;
+        }
+    }
     for (name, partitions) in &args.topics {
         cluster
             .create_topic(name, *partitions, 1)
@@ -54,7 +68,7 @@ pub async fn run(args: MockBrokerArgs) -> Result<ExitCode> {
     writeln!(out, "bootstrap.servers={}", cluster.bootstrap_servers()).ok();
     out.flush().ok();
     drop(out);
-    tracing::info!(brokers = args.brokers, topics = ?args.topics, "mock cluster up; SIGINT or SIGTERM stops it");
+    tracing::info!(brokers = args.brokers, topics = ?args.topics, round_trip_ms = args.round_trip_ms, "mock cluster up; SIGINT or SIGTERM stops it");
     signals.recv().await;
     drop(cluster);
     Ok(ExitCode::SUCCESS)
