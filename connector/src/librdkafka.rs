@@ -547,14 +547,7 @@ pub(crate) fn sliced_wait<T>(
         if stop() {
             return Err(stopped(waited_ms));
         }
-        use RDKafkaErrorCode as C;
-        slice = match error.rdkafka_error_code() {
-            Some(C::BrokerTransportFailure | C::AllBrokersDown) => WAIT_SLICE,
-            Some(C::OperationTimedOut | C::TimedOutQueue | C::SSL) => {
-                slice.saturating_mul(2).min(WAIT_SLICE_MAX)
-            }
-            _ => Duration::ZERO,
-        };
+        slice = next_slice(&error, slice);
         if slice.is_zero() || elapsed >= timeout {
             return Err(Waited::Failed { error, waited_ms });
         }
@@ -563,6 +556,25 @@ pub(crate) fn sliced_wait<T>(
         // length, passes first.
         std::thread::sleep(wait.min(WAIT_SLICE).saturating_sub(asked.elapsed()));
     }
+}
+
+/// The slice a [`sliced_wait`] waits next after a request failed with
+/// `error` in a slice of `slice`: zero to wait no more.
+fn next_slice(error: &KafkaError, slice: Duration) -> Duration {
+    use RDKafkaErrorCode as C;
+    match error.rdkafka_error_code() {
+        Some(C::BrokerTransportFailure | C::AllBrokersDown) => WAIT_SLICE,
+        Some(C::OperationTimedOut | C::TimedOutQueue | C::SSL) => {
+            slice.saturating_mul(2).min(WAIT_SLICE_MAX)
+        }
+        _ => Duration::ZERO,
+    }
+}
+
+/// Whether a [`sliced_wait`] asks again after a request failed with
+/// `error`: the brokers did not answer yet.
+pub(crate) fn worth_waiting_for(error: &KafkaError) -> bool {
+    !next_slice(error, WAIT_SLICE).is_zero()
 }
 
 #[cfg(test)]

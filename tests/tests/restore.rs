@@ -393,6 +393,60 @@ fn bad_targets_are_refused_before_anything_is_produced() {
 /// A target topic Kafka lists with an error of its own (still being
 /// created, no leader) is named as one that cannot be used yet, as `run`
 /// names it (until the night of 2026-12-04, a bare metadata error).
+/// The targets' watermarks are read together, and librdkafka fails such a
+/// request whole for one partition's error: each partition it failed for
+/// is asked again alone, and the restore goes on (here the mock fails the
+/// first request). An error that stays stops the restore before anything
+/// is produced, naming the partition.
+#[test]
+fn a_failed_watermark_request_is_asked_again_alone() {
+    use rdkafka::mocking::MockCluster;
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+    let (_dir, engine) = archived();
+    let mock = MockCluster::new(1).unwrap();
+    mock.create_topic("watermarks", 3, 1).unwrap();
+    let mut cfg = RestoreConfig::new(&mock.bootstrap_servers());
+    cfg.rename.insert(ARCHIVED.into(), "watermarks".into());
+    cfg.connect_timeout_ms = 10_000;
+    let policy = RDKafkaRespErr::RD_KAFKA_RESP_ERR_POLICY_VIOLATION;
+    mock.request_errors(RDKafkaApiKey::ListOffsets, &[policy; 1_000]);
+    match restore(&engine, &cfg) {
+        Err(e @ ConnectorError::KafkaAt { .. }) => {
+            let m = e.to_string();
+            assert!(
+                m.contains("fetch the watermarks") && m.contains("target partition watermarks/0"),
+                "{m}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    mock.clear_request_errors(RDKafkaApiKey::ListOffsets);
+    let c: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", mock.bootstrap_servers())
+        .create()
+        .unwrap();
+    let high = |p| {
+        c.fetch_watermarks("watermarks", p, Duration::from_secs(10))
+            .unwrap()
+            .1
+    };
+    assert_eq!(
+        (0..3).map(high).collect::<Vec<_>>(),
+        [0, 0, 0],
+        "nothing produced"
+    );
+    mock.request_errors(RDKafkaApiKey::ListOffsets, &[policy; 1]);
+    let report = restore(&engine, &cfg).expect("asked again alone");
+    let want = archived_records();
+    assert_eq!(
+        report.records as usize,
+        want.values().map(Vec::len).sum::<usize>()
+    );
+    for (p, records) in &want {
+        assert_eq!(high(*p), records.len() as i64);
+    }
+}
+
 #[test]
 fn a_target_topic_kafka_cannot_serve_yet_is_named_as_such() {
     use rdkafka::mocking::MockCluster;
@@ -1238,7 +1292,7 @@ fn a_stop_after_the_last_record_is_a_whole_restore() {
     assert_eq!(highs(&k, 1), vec![256]);
 }
 
-/// A stop ends the preflight's wait for a target partition's watermarks
+/// A stop ends the preflight's wait for the target partitions' watermarks
 /// (here from a leader whose every reply takes a minute), rather than
 /// waiting out `--connect-timeout-ms`; nothing is sent.
 #[test]
@@ -1283,9 +1337,11 @@ fn a_stop_ends_the_wait_for_a_slow_leaders_watermarks() {
     let stopped = cairn_connector::restore::restore_until(&engine, &cfg, &stop);
     fail::remove(FAILPOINT_WATERMARKS);
     match stopped {
+        // All three, asked together (since 2026-12-06; before, one at a
+        // time, and the stop came during the first).
         Err(ConnectorError::StoppedWaiting { asked_for, .. }) => assert_eq!(
             asked_for,
-            "the watermarks of target partition slow-leader/0"
+            "the watermarks of target partitions slow-leader/0, slow-leader/1, slow-leader/2"
         ),
         other => panic!("{other:?}"),
     }
