@@ -55,7 +55,7 @@ use crate::librdkafka::{
     check_message_timeout, check_producer_settings, log_ignoring_confwarn, log_to_tracing,
     message_timeout_ms, sliced_wait, worth_waiting_for, Waited,
 };
-use crate::retention::read_bounds_each_within;
+use crate::retention::read_bounds;
 use crate::selection::Selection;
 
 /// librdkafka's default `message.timeout.ms`: every record sent gets its
@@ -1167,10 +1167,10 @@ fn preflight(
 
 /// The watermarks (log start, log end) of every target partition, read
 /// together: two `ListOffsets` requests per leader (per 1,000 partitions),
-/// in one wait of up to `timeout` that a partition Kafka did not answer for
-/// yet keeps going, and that `stop` ends. A partition whose read failed
-/// otherwise (librdkafka fails a whole request for one partition's error)
-/// is asked again alone, in a wait of its own. Asked one partition at a time
+/// in a wait that a partition Kafka did not answer for yet keeps going, and
+/// that `stop` ends. A partition whose read failed otherwise (librdkafka
+/// fails a whole request for one partition's error) is asked again alone.
+/// All of it within `timeout`. Asked one partition at a time
 /// in turn until 2026-12-06, 9,808 targets behind a 5 ms round trip took
 /// 52 s before the first record was produced; 0.45 s now.
 fn target_watermarks(
@@ -1190,7 +1190,7 @@ fn target_watermarks(
             )(error),
         }
     };
-    let reader = watermark_reader(cfg)?;
+    let t0 = Instant::now();
     let mut pending: Vec<TopicPartition> = targets.into_iter().collect();
     let mut got = BTreeMap::new();
     let mut alone = Vec::new();
@@ -1202,28 +1202,43 @@ fn target_watermarks(
             crate::selection::first_few(all.iter().map(ToString::to_string))
         ),
     };
-    sliced_wait(&cfg.brokers, &asked_for, timeout, stop, |wait| {
-        let mut again = Vec::new();
-        let mut waiting_for = None;
-        for (tp, read) in read_bounds_each_within(&reader, &pending, wait) {
-            match read {
-                Ok(w) => {
-                    got.insert(tp, w);
-                }
-                Err(e) if worth_waiting_for(&e) => {
-                    waiting_for.get_or_insert(e);
-                    again.push(tp);
-                }
-                Err(_) => alone.push(tp),
-            }
+    match watermark_reader(cfg) {
+        // A setting a producer takes and a consumer refuses (a fetch size
+        // below `fetch.max.bytes`): one at a time, as before.
+        Err(error) => {
+            tracing::debug!(%error, "no consumer for the targets' watermarks: reading them one at a time");
+            alone = std::mem::take(&mut pending);
         }
-        pending = again;
-        waiting_for.map_or(Ok(()), Err)
-    })
-    .map_err(|e| failed(pending.first().or(first.as_ref()).expect("a target"))(e))?;
+        Ok(reader) => {
+            sliced_wait(&cfg.brokers, &asked_for, timeout, stop, |wait| {
+                let mut again = Vec::new();
+                let mut waiting_for = None;
+                // All the slice's requests within the slice, so that a stop
+                // ends the wait within one: what they answered stays read.
+                let slice_end = Instant::now() + wait;
+                for (tp, read) in read_bounds(&reader, &pending, wait, slice_end) {
+                    match read {
+                        Ok(w) => {
+                            got.insert(tp, w);
+                        }
+                        Err(e) if worth_waiting_for(&e) => {
+                            waiting_for.get_or_insert(e);
+                            again.push(tp);
+                        }
+                        Err(_) => alone.push(tp),
+                    }
+                }
+                pending = again;
+                waiting_for.map_or(Ok(()), Err)
+            })
+            .map_err(|e| failed(pending.first().or(first.as_ref()).expect("a target"))(e))?;
+        }
+    }
     for target in alone {
+        // Within what is left of the one timeout.
+        let left = timeout.saturating_sub(t0.elapsed());
         let asked_for = format!("the watermarks of target partition {target}");
-        let w = sliced_wait(&cfg.brokers, &asked_for, timeout, stop, |wait| {
+        let w = sliced_wait(&cfg.brokers, &asked_for, left, stop, |wait| {
             producer
                 .client()
                 .fetch_watermarks(&target.topic, target.partition, wait)

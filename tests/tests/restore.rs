@@ -390,9 +390,6 @@ fn bad_targets_are_refused_before_anything_is_produced() {
     }
 }
 
-/// A target topic Kafka lists with an error of its own (still being
-/// created, no leader) is named as one that cannot be used yet, as `run`
-/// names it (until the night of 2026-12-04, a bare metadata error).
 /// The targets' watermarks are read together, and librdkafka fails such a
 /// request whole for one partition's error: each partition it failed for
 /// is asked again alone, and the restore goes on (here the mock fails the
@@ -447,6 +444,37 @@ fn a_failed_watermark_request_is_asked_again_alone() {
     }
 }
 
+/// A `-X` setting a producer takes and a consumer refuses (a receive size
+/// below the consumer's fetch size) does not stop a restore: the targets'
+/// watermarks are then read one at a time, with the producer, as before
+/// they were read together.
+#[test]
+fn a_setting_only_a_consumer_refuses_still_restores() {
+    let (_dir, engine) = archived();
+    let k = TestKafka::new("consumer-refuses", 3);
+    let mut cfg = config(&k);
+    cfg.kafka
+        .insert("receive.message.max.bytes".into(), "40000000".into());
+    let refused = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &k.brokers)
+        .set("receive.message.max.bytes", "40000000")
+        .create::<BaseConsumer>();
+    assert!(
+        refused.is_err(),
+        "a consumer takes it now: this test shows nothing"
+    );
+    let report = restore(&engine, &cfg).expect("restored");
+    let want = archived_records();
+    assert_eq!(
+        report.records as usize,
+        want.values().map(Vec::len).sum::<usize>()
+    );
+    assert_restored(&consume_all(&k, 3), &want);
+}
+
+/// A target topic Kafka lists with an error of its own (still being
+/// created, no leader) is named as one that cannot be used yet, as `run`
+/// names it (until the night of 2026-12-04, a bare metadata error).
 #[test]
 fn a_target_topic_kafka_cannot_serve_yet_is_named_as_such() {
     use rdkafka::mocking::MockCluster;
