@@ -29,10 +29,11 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use crate::config::OnOffsetOutOfRange;
 use crate::error::{ConnectorError, Result};
+use crate::librdkafka::PARTITIONS_PER_CALL_MAX;
 use crate::offsets::offsets_of;
 
 /// How long each request of a [`Bounds`] read may take (two, or two per
-/// [`LIST_OFFSETS_PARTITIONS_MAX`] partitions).
+/// [`PARTITIONS_PER_CALL_MAX`] partitions).
 const BOUNDS_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// How long each request of one partition's own bounds read may take (see
@@ -59,7 +60,7 @@ pub(crate) fn bounds_budget(max_poll_interval: Duration) -> Duration {
 /// The bounds (log start, log end) of a set of partitions, read together
 /// the first time one is asked for: one request per leader for all the log
 /// starts and one for all the log ends (per 1,000 partitions: see
-/// [`LIST_OFFSETS_PARTITIONS_MAX`]; `ListOffsets`, as librdkafka's
+/// [`PARTITIONS_PER_CALL_MAX`]; `ListOffsets`, as librdkafka's
 /// per-partition watermark query sends, so under the same isolation
 /// level). Read one partition at a time, a large assignment with a distant
 /// broker spent minutes in the rebalance callback.
@@ -166,20 +167,13 @@ pub(crate) fn read_bounds_each_within<X: ConsumerContext>(
     tps: &[TopicPartition],
     timeout: Duration,
 ) -> BTreeMap<TopicPartition, KafkaResult<(i64, i64)>> {
-    let requests = 2 * tps.len().div_ceil(LIST_OFFSETS_PARTITIONS_MAX).max(1);
+    let requests = 2 * tps.len().div_ceil(PARTITIONS_PER_CALL_MAX).max(1);
     let budget = timeout.saturating_mul(u32::try_from(requests).unwrap_or(u32::MAX));
     read_bounds(consumer, tps, timeout, Instant::now() + budget)
 }
 
-/// The most partitions one `offsets_for_times` call asks about. librdkafka
-/// matches each partition of the answer by a linear search of the list
-/// asked, so a call's CPU time grows with the square of its partitions:
-/// 10,000 in one call took 2.0 s of CPU, in calls of 1,000 0.2 s (ten
-/// more round trips).
-const LIST_OFFSETS_PARTITIONS_MAX: usize = 1_000;
-
 /// Each partition's log start (`which` = `Beginning`) or log end (`End`),
-/// in `offsets_for_times` calls of at most [`LIST_OFFSETS_PARTITIONS_MAX`]
+/// in `offsets_for_times` calls of at most [`PARTITIONS_PER_CALL_MAX`]
 /// partitions, each within `timeout()` as it stands when the call is made:
 /// these two special timestamps ask `ListOffsets` for the earliest and the
 /// latest offset. After a call [`unanswered`] the rest are not asked: they
@@ -192,7 +186,7 @@ fn log_offsets<X: ConsumerContext>(
 ) -> BTreeMap<TopicPartition, KafkaResult<i64>> {
     let mut got = BTreeMap::new();
     let mut timed_out: Option<KafkaError> = None;
-    for chunk in tps.chunks(LIST_OFFSETS_PARTITIONS_MAX) {
+    for chunk in tps.chunks(PARTITIONS_PER_CALL_MAX) {
         if let Some(e) = &timed_out {
             got.extend(chunk.iter().map(|tp| (tp.clone(), Err(e.clone()))));
             continue;
@@ -618,13 +612,13 @@ mod tests {
 
     /// More partitions than one `offsets_for_times` call asks about: each
     /// partition's bounds come back all the same, read in calls of
-    /// [`LIST_OFFSETS_PARTITIONS_MAX`] (three for the log starts, three for
+    /// [`PARTITIONS_PER_CALL_MAX`] (three for the log starts, three for
     /// the ends), and a partition that holds records has its own.
     #[test]
     fn bounds_of_more_partitions_than_one_call_asks_about() {
         use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
         let mock = rdkafka::mocking::MockCluster::new(1).unwrap();
-        let n = 2 * LIST_OFFSETS_PARTITIONS_MAX as i32 + 500;
+        let n = 2 * PARTITIONS_PER_CALL_MAX as i32 + 500;
         mock.create_topic("w", n, 1).unwrap();
         let producer: BaseProducer = rdkafka::ClientConfig::new()
             .set("bootstrap.servers", mock.bootstrap_servers())
@@ -682,7 +676,7 @@ mod tests {
             .set("bootstrap.servers", mock.bootstrap_servers())
             .create()
             .unwrap();
-        let n = 2 * LIST_OFFSETS_PARTITIONS_MAX as i32 + 1;
+        let n = 2 * PARTITIONS_PER_CALL_MAX as i32 + 1;
         let tps: Vec<TopicPartition> = (0..n).map(|p| TopicPartition::new("t", p)).collect();
         let calls = std::cell::Cell::new(0);
         let timeout = || {
