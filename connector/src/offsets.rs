@@ -73,7 +73,7 @@ pub struct CommittedRead {
 /// Kafka gave apart from the ones it failed to read. A read that fails as
 /// a whole is an error.
 ///
-/// Asked [`PARTITIONS_PER_CALL_MAX`] at a time (since 2026-12-06: in one
+/// Asked 1,000 partitions at a time (since 2026-12-06: in one
 /// call, librdkafka's matching of the answer took 0.85 s of CPU for 10,000
 /// partitions, and grows with the square), each call within what is left
 /// of `timeout`. A call that fails as a whole fails its partitions, unread;

@@ -139,9 +139,12 @@ impl<'c, X: ConsumerContext> Bounds<'c, X> {
     }
 }
 
-/// The bounds of `tps`: their log starts, then the log ends of those whose
-/// start was read (with no broker, the first request's failure is the
-/// answer for all), each request within `cap` and before `deadline`.
+/// The bounds of `tps`, [`PARTITIONS_PER_CALL_MAX`] at a time: their log
+/// starts, then the log ends of those whose start was read, each request
+/// within `cap` and before `deadline`. A time that runs short leaves the
+/// partitions read so far read, start and end (all starts first, a budget
+/// that ran out between them wasted every start it read). After a request
+/// Kafka left [`unanswered`], the rest are not asked: they fail as it did.
 pub(crate) fn read_bounds<X: ConsumerContext>(
     consumer: &BaseConsumer<X>,
     tps: &[TopicPartition],
@@ -149,15 +152,46 @@ pub(crate) fn read_bounds<X: ConsumerContext>(
     deadline: Instant,
 ) -> BTreeMap<TopicPartition, KafkaResult<(i64, i64)>> {
     let timeout = || deadline.saturating_duration_since(Instant::now()).min(cap);
-    let low = log_offsets(consumer, tps, Offset::Beginning, &timeout);
-    let started: Vec<TopicPartition> = tps.iter().filter(|tp| low[*tp].is_ok()).cloned().collect();
-    let mut high = log_offsets(consumer, &started, Offset::End, &timeout);
-    low.into_iter()
-        .map(|(tp, l)| {
+    read_bounds_timed(consumer, tps, &timeout)
+}
+
+/// [`read_bounds`], each request within `timeout()` as it stands when the
+/// request is made.
+fn read_bounds_timed<X: ConsumerContext>(
+    consumer: &BaseConsumer<X>,
+    tps: &[TopicPartition],
+    timeout: &dyn Fn() -> Duration,
+) -> BTreeMap<TopicPartition, KafkaResult<(i64, i64)>> {
+    let mut got = BTreeMap::new();
+    let mut unanswered_by: Option<KafkaError> = None;
+    for chunk in tps.chunks(PARTITIONS_PER_CALL_MAX) {
+        if let Some(e) = &unanswered_by {
+            got.extend(chunk.iter().map(|tp| (tp.clone(), Err(e.clone()))));
+            continue;
+        }
+        let low = log_offsets(consumer, chunk, Offset::Beginning, timeout());
+        let started: Vec<TopicPartition> = chunk
+            .iter()
+            .filter(|tp| low[*tp].is_ok())
+            .cloned()
+            .collect();
+        // With no broker, the first request's failure is the answer for all.
+        let mut high = match started.is_empty() {
+            true => BTreeMap::new(),
+            false => log_offsets(consumer, &started, Offset::End, timeout()),
+        };
+        for (tp, l) in low {
             let bounds = l.and_then(|l| Ok((l, high.remove(&tp).expect("asked")?)));
-            (tp, bounds)
-        })
-        .collect()
+            match &bounds {
+                Err(e) if unanswered_by.is_none() && unanswered(e) => {
+                    unanswered_by = Some(e.clone());
+                }
+                _ => {}
+            }
+            got.insert(tp, bounds);
+        }
+    }
+    got
 }
 
 /// [`read_bounds`] with no budget: each request within `timeout`, however
@@ -172,36 +206,6 @@ pub(crate) fn read_bounds_each_within<X: ConsumerContext>(
     read_bounds(consumer, tps, timeout, Instant::now() + budget)
 }
 
-/// Each partition's log start (`which` = `Beginning`) or log end (`End`),
-/// in `offsets_for_times` calls of at most [`PARTITIONS_PER_CALL_MAX`]
-/// partitions, each within `timeout()` as it stands when the call is made:
-/// these two special timestamps ask `ListOffsets` for the earliest and the
-/// latest offset. After a call [`unanswered`] the rest are not asked: they
-/// fail as it did.
-fn log_offsets<X: ConsumerContext>(
-    consumer: &BaseConsumer<X>,
-    tps: &[TopicPartition],
-    which: Offset,
-    timeout: &dyn Fn() -> Duration,
-) -> BTreeMap<TopicPartition, KafkaResult<i64>> {
-    let mut got = BTreeMap::new();
-    let mut timed_out: Option<KafkaError> = None;
-    for chunk in tps.chunks(PARTITIONS_PER_CALL_MAX) {
-        if let Some(e) = &timed_out {
-            got.extend(chunk.iter().map(|tp| (tp.clone(), Err(e.clone()))));
-            continue;
-        }
-        let answered = log_offsets_of(consumer, chunk, which, timeout());
-        timed_out = answered
-            .values()
-            .filter_map(|o| o.as_ref().err())
-            .find(|e| unanswered(e))
-            .cloned();
-        got.extend(answered);
-    }
-    got
-}
-
 /// Whether `e` says that Kafka did not answer in time: the request timed
 /// out, or no connection to a broker it needed came up (librdkafka's "all
 /// broker connections are down" when the timeout ends before any).
@@ -212,8 +216,10 @@ pub(crate) fn unanswered(e: &KafkaError) -> bool {
     )
 }
 
-/// [`log_offsets`] in one `offsets_for_times` call.
-fn log_offsets_of<X: ConsumerContext>(
+/// Each partition's log start (`which` = `Beginning`) or log end (`End`),
+/// in one `offsets_for_times` call: these two special timestamps ask
+/// `ListOffsets` for the earliest and the latest offset.
+fn log_offsets<X: ConsumerContext>(
     consumer: &BaseConsumer<X>,
     tps: &[TopicPartition],
     which: Offset,
@@ -613,7 +619,8 @@ mod tests {
     /// More partitions than one `offsets_for_times` call asks about: each
     /// partition's bounds come back all the same, read in calls of
     /// [`PARTITIONS_PER_CALL_MAX`] (three for the log starts, three for
-    /// the ends), and a partition that holds records has its own.
+    /// the ends), and a partition that holds records has its own. A time
+    /// that runs out after the first 1,000 keeps their bounds read.
     #[test]
     fn bounds_of_more_partitions_than_one_call_asks_about() {
         use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
@@ -644,17 +651,30 @@ mod tests {
             calls.set(calls.get() + 1);
             Duration::from_secs(30)
         };
-        let low = log_offsets(&consumer, &tps, Offset::Beginning, &timeout);
-        let high = log_offsets(&consumer, &tps, Offset::End, &timeout);
+        let bounds = read_bounds_timed(&consumer, &tps, &timeout);
         assert_eq!(calls.get(), 6);
-        assert_eq!(low.len(), tps.len());
+        assert_eq!(bounds.len(), tps.len());
         for tp in &tps {
             let end = if tp.partition == n - 1 { 3 } else { 0 };
-            assert_eq!(
-                (*low[tp].as_ref().unwrap(), *high[tp].as_ref().unwrap()),
-                (0, end),
-                "{tp}"
-            );
+            assert_eq!(*bounds[tp].as_ref().unwrap(), (0, end), "{tp}");
+        }
+        calls.set(0);
+        let short = || {
+            calls.set(calls.get() + 1);
+            match calls.get() {
+                1 | 2 => Duration::from_secs(30),
+                _ => Duration::ZERO,
+            }
+        };
+        let bounds = read_bounds_timed(&consumer, &tps, &short);
+        assert_eq!(calls.get(), 3, "nothing asked after the time ran out");
+        let (first, rest) = tps.split_at(PARTITIONS_PER_CALL_MAX);
+        for tp in first {
+            assert_eq!(*bounds[tp].as_ref().unwrap(), (0, 0), "{tp}");
+        }
+        for tp in rest {
+            let e = bounds[tp].as_ref().expect_err("no time left");
+            assert!(unanswered(e), "{tp}: {e}");
         }
         let each =
             read_bounds_each_within(&consumer, &tps[n as usize - 2..], Duration::from_secs(30));
@@ -683,10 +703,10 @@ mod tests {
             calls.set(calls.get() + 1);
             Duration::from_millis(200)
         };
-        let low = log_offsets(&consumer, &tps, Offset::Beginning, &timeout);
+        let bounds = read_bounds_timed(&consumer, &tps, &timeout);
         assert_eq!(calls.get(), 1, "asked once");
-        assert_eq!(low.len(), tps.len());
-        for (tp, got) in low {
+        assert_eq!(bounds.len(), tps.len());
+        for (tp, got) in bounds {
             assert!(unanswered(&got.expect_err("no answer")), "{tp}");
         }
     }

@@ -350,9 +350,10 @@ pub(crate) fn serve(engine: &cairn_engine::Engine, out: &mut dyn std::io::Write)
     Ok(0)
 }
 
-/// The group's committed offsets into `rows`, with a WARN for each
-/// partition Kafka could not read, and one for partitions the group
-/// committed nothing for.
+/// The group's committed offsets into `rows`, with a WARN for each error
+/// Kafka could not read partitions for (naming how many and the first few:
+/// read 1,000 partitions a request, one that fails whole fails them all),
+/// and one for partitions the group committed nothing for.
 fn note_committed(
     rows: &mut [Row],
     tps: &[TopicPartition],
@@ -360,8 +361,17 @@ fn note_committed(
     group: Option<&str>,
     store: Option<&str>,
 ) {
+    let mut unread: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (tp, error) in &committed.unread {
-        tracing::warn!(%tp, %error, "Kafka could not read this partition's committed offset: its column is left empty");
+        unread
+            .entry(error.to_string())
+            .or_default()
+            .push(tp.to_string());
+    }
+    for (error, tps) in unread {
+        let count = tps.len();
+        let first = crate::selection::first_few(tps.into_iter());
+        tracing::warn!(%error, partitions = count, first = %first, "Kafka could not read these partitions' committed offsets: their column is left empty");
     }
     // A mistyped group reads as one that committed nothing: say so,
     // rather than show an idle-looking table without a word.
