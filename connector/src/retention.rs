@@ -229,6 +229,11 @@ fn log_offsets<X: ConsumerContext>(
     if tps.is_empty() {
         return BTreeMap::new();
     }
+    // No time left: not asked (librdkafka would send the request, and not
+    // wait for its answer).
+    if timeout.is_zero() {
+        return all(KafkaError::OffsetFetch(RDKafkaErrorCode::OperationTimedOut));
+    }
     let mut tpl = TopicPartitionList::new();
     for tp in tps {
         if let Err(e) = tpl.add_partition_offset(&tp.topic, tp.partition, which) {

@@ -652,17 +652,16 @@ fn read_watermarks(
             "its leader ({leader_name}) did not answer the watermark request within {} ms",
             timeout.as_millis()
         );
-        let mut silent = false;
-        for (tp, got) in read_bounds_each_within(consumer, &tps, timeout) {
+        let read = read_bounds_each_within(consumer, &tps, timeout);
+        // Known before any partition is asked alone, whichever sorts first.
+        let mut silent = read.values().any(|r| matches!(r, Err(e) if unanswered(e)));
+        for (tp, got) in read {
             let (error, why) = match got {
                 Ok(w) => {
                     answers.insert(tp, Ok(w));
                     continue;
                 }
-                Err(e) if unanswered(&e) => {
-                    silent = true;
-                    (e, silent_why.clone())
-                }
+                Err(e) if unanswered(&e) => (e, silent_why.clone()),
                 Err(e) if silent => {
                     let why = format!("no watermarks from Kafka: {e}; not asked again alone, as its leader ({leader_name}) did not answer for another partition within {} ms", timeout.as_millis());
                     (e, why)
