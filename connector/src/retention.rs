@@ -98,10 +98,12 @@ impl<'c, X: ConsumerContext> Bounds<'c, X> {
     /// could not be read.
     ///
     /// librdkafka fails a whole `ListOffsets` request for one partition's
-    /// error (a leader that moved, say), and a request that times out
-    /// fails every partition in it. So a partition whose batched read
-    /// failed is asked again alone, once, within what is left of the
-    /// budget: one partition's trouble does not become every partition's.
+    /// error (a leader that moved, say), which the batched read answers by
+    /// asking the request's halves again (`log_offsets_split`); a request
+    /// that times out fails every partition in it. So a partition whose
+    /// batched read still failed is asked again alone, once, within what is
+    /// left of the budget: one partition's trouble does not become every
+    /// partition's.
     fn of(&mut self, tp: &TopicPartition) -> KafkaResult<(i64, i64)> {
         let deadline = *self
             .deadline
@@ -169,7 +171,7 @@ fn read_bounds_timed<X: ConsumerContext>(
             got.extend(chunk.iter().map(|tp| (tp.clone(), Err(e.clone()))));
             continue;
         }
-        let low = log_offsets(consumer, chunk, Offset::Beginning, timeout());
+        let low = log_offsets_split(consumer, chunk, Offset::Beginning, timeout);
         let started: Vec<TopicPartition> = chunk
             .iter()
             .filter(|tp| low[*tp].is_ok())
@@ -178,7 +180,7 @@ fn read_bounds_timed<X: ConsumerContext>(
         // With no broker, the first request's failure is the answer for all.
         let mut high = match started.is_empty() {
             true => BTreeMap::new(),
-            false => log_offsets(consumer, &started, Offset::End, timeout()),
+            false => log_offsets_split(consumer, &started, Offset::End, timeout),
         };
         for (tp, l) in low {
             let bounds = l.and_then(|l| Ok((l, high.remove(&tp).expect("asked")?)));
@@ -216,34 +218,103 @@ pub(crate) fn unanswered(e: &KafkaError) -> bool {
     )
 }
 
+/// `e` for each of `tps`.
+fn all_failed<T>(
+    tps: &[TopicPartition],
+    e: &KafkaError,
+) -> BTreeMap<TopicPartition, KafkaResult<T>> {
+    tps.iter().map(|tp| (tp.clone(), Err(e.clone()))).collect()
+}
+
+/// [`log_offsets`], each call within `timeout()` as it stands when it is
+/// made; and where a call failed whole for an error a broker answered, its
+/// two halves asked again, and so on down the half that alone still fails.
+/// librdkafka fails a whole call for the first partition error in any
+/// broker's answer: one partition whose leader just moved (`NOT_LEADER`,
+/// `OFFSET_NOT_AVAILABLE` during a rolling restart) failed all 1,000, and
+/// each was then asked alone, two round trips apiece; halving finds it in
+/// two calls per halving. When both halves fail, more than one partition
+/// is in error (or all are: a topic the client may not read), and each
+/// half is left failed for the caller to ask its partitions alone: halving
+/// on would cost up to twice the calls. Local errors (no connection, a
+/// time out) are not split: each half would wait as long again. After an
+/// [`unanswered`] call nothing more is asked.
+fn log_offsets_split<X: ConsumerContext>(
+    consumer: &BaseConsumer<X>,
+    tps: &[TopicPartition],
+    which: Offset,
+    timeout: &dyn Fn() -> Duration,
+) -> BTreeMap<TopicPartition, KafkaResult<i64>> {
+    match log_offsets(consumer, tps, which, timeout()) {
+        Ok(got) => got,
+        Err(e) => halves(consumer, tps, which, timeout, e),
+    }
+}
+
+/// What [`log_offsets_split`] makes of `tps` after a call for all of them
+/// failed whole with `e`.
+fn halves<X: ConsumerContext>(
+    consumer: &BaseConsumer<X>,
+    tps: &[TopicPartition],
+    which: Offset,
+    timeout: &dyn Fn() -> Duration,
+    e: KafkaError,
+) -> BTreeMap<TopicPartition, KafkaResult<i64>> {
+    let answered_by_a_broker = e.rdkafka_error_code().is_some_and(|c| c as i32 > 0);
+    if tps.len() < 2 || !answered_by_a_broker {
+        return all_failed(tps, &e);
+    }
+    let (first, second) = tps.split_at(tps.len() / 2);
+    let a = log_offsets(consumer, first, which, timeout());
+    let b = match &a {
+        Err(e) if unanswered(e) => Err(e.clone()),
+        _ => log_offsets(consumer, second, which, timeout()),
+    };
+    match (a, b) {
+        (Ok(mut a), Ok(b)) => {
+            a.extend(b);
+            a
+        }
+        (Ok(mut a), Err(eb)) => {
+            a.extend(halves(consumer, second, which, timeout, eb));
+            a
+        }
+        (Err(ea), Ok(b)) => {
+            let mut a = halves(consumer, first, which, timeout, ea);
+            a.extend(b);
+            a
+        }
+        (Err(ea), Err(eb)) => {
+            let mut a = all_failed(first, &ea);
+            a.extend(all_failed(second, &eb));
+            a
+        }
+    }
+}
+
 /// Each partition's log start (`which` = `Beginning`) or log end (`End`),
 /// in one `offsets_for_times` call: these two special timestamps ask
-/// `ListOffsets` for the earliest and the latest offset.
+/// `ListOffsets` for the earliest and the latest offset. `Err`: the call
+/// failed whole.
 fn log_offsets<X: ConsumerContext>(
     consumer: &BaseConsumer<X>,
     tps: &[TopicPartition],
     which: Offset,
     timeout: Duration,
-) -> BTreeMap<TopicPartition, KafkaResult<i64>> {
-    let all = |e: KafkaError| tps.iter().map(|tp| (tp.clone(), Err(e.clone()))).collect();
+) -> KafkaResult<BTreeMap<TopicPartition, KafkaResult<i64>>> {
     if tps.is_empty() {
-        return BTreeMap::new();
+        return Ok(BTreeMap::new());
     }
     // No time left: not asked (librdkafka would send the request, and not
     // wait for its answer).
     if timeout.is_zero() {
-        return all(KafkaError::OffsetFetch(RDKafkaErrorCode::OperationTimedOut));
+        return Err(KafkaError::OffsetFetch(RDKafkaErrorCode::OperationTimedOut));
     }
     let mut tpl = TopicPartitionList::new();
     for tp in tps {
-        if let Err(e) = tpl.add_partition_offset(&tp.topic, tp.partition, which) {
-            return all(e);
-        }
+        tpl.add_partition_offset(&tp.topic, tp.partition, which)?;
     }
-    let answered = match consumer.offsets_for_times(tpl, timeout) {
-        Ok(l) => l,
-        Err(e) => return all(e),
-    };
+    let answered = consumer.offsets_for_times(tpl, timeout)?;
     // The list stays inside this function: librdkafka lists must be dropped
     // before the consumer (see offsets.rs).
     let mut got: BTreeMap<TopicPartition, KafkaResult<i64>> = BTreeMap::new();
@@ -258,14 +329,15 @@ fn log_offsets<X: ConsumerContext>(
         };
         got.insert(TopicPartition::new(e.topic(), e.partition()), offset);
     }
-    tps.iter()
+    Ok(tps
+        .iter()
         .map(|tp| {
             let o = got.remove(tp).unwrap_or(Err(KafkaError::OffsetFetch(
                 RDKafkaErrorCode::UnknownPartition,
             )));
             (tp.clone(), o)
         })
-        .collect()
+        .collect())
 }
 
 /// Where `tp`, positioned at `position`, may resume: `position` itself
@@ -687,6 +759,64 @@ mod tests {
             each.into_values().map(Result::unwrap).collect::<Vec<_>>(),
             [(0, 0), (0, 3)]
         );
+    }
+
+    /// A call that a broker fails whole (librdkafka does, for one
+    /// partition's error in its answer) is asked again in halves: here the
+    /// mock fails the first call, for the first 1,000 log starts, and its
+    /// halves are answered; then the half holding the one partition in
+    /// error is halved on, down to it; and when both halves fail (every
+    /// call fails), each partition is left its error after three calls.
+    #[test]
+    fn a_call_failed_whole_is_asked_again_in_halves() {
+        use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+        let mock = rdkafka::mocking::MockCluster::new(1).unwrap();
+        let n = 2 * PARTITIONS_PER_CALL_MAX as i32 + 500;
+        mock.create_topic("h", n, 1).unwrap();
+        let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", mock.bootstrap_servers())
+            .create()
+            .unwrap();
+        let tps: Vec<TopicPartition> = (0..n).map(|p| TopicPartition::new("h", p)).collect();
+        let calls = std::cell::Cell::new(0);
+        let timeout = || {
+            calls.set(calls.get() + 1);
+            Duration::from_secs(30)
+        };
+        let policy = RDKafkaRespErr::RD_KAFKA_RESP_ERR_POLICY_VIOLATION;
+        mock.request_errors(RDKafkaApiKey::ListOffsets, &[policy]);
+        let bounds = read_bounds_timed(&consumer, &tps, &timeout);
+        // The failed call, its two halves, and the other five.
+        assert_eq!(calls.get(), 8);
+        for tp in &tps {
+            assert_eq!(*bounds[tp].as_ref().unwrap(), (0, 0), "{tp}");
+        }
+        // Four partitions, the first in error: [0, 1, 2, 3] fails, [0, 1]
+        // fails, [2, 3] is answered, [0] fails, [1] is answered.
+        calls.set(0);
+        let four = &tps[..4];
+        let mock_fails = |n| mock.request_errors(RDKafkaApiKey::ListOffsets, &vec![policy; n]);
+        let ok = RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR;
+        mock.request_errors(RDKafkaApiKey::ListOffsets, &[policy, policy, ok, policy]);
+        let low = log_offsets_split(&consumer, four, Offset::Beginning, &timeout);
+        assert_eq!(calls.get(), 5);
+        assert!(low[&four[0]].is_err());
+        for tp in &four[1..] {
+            assert_eq!(*low[tp].as_ref().unwrap(), 0, "{tp}");
+        }
+        calls.set(0);
+        mock_fails(100);
+        let low = log_offsets_split(&consumer, four, Offset::Beginning, &timeout);
+        mock.clear_request_errors(RDKafkaApiKey::ListOffsets);
+        assert_eq!(calls.get(), 3, "the call and its two halves");
+        for tp in four {
+            let e = low[tp].as_ref().expect_err("failed");
+            assert_eq!(
+                e.rdkafka_error_code(),
+                Some(RDKafkaErrorCode::PolicyViolation),
+                "{tp}"
+            );
+        }
     }
 
     /// A call that Kafka does not answer in time ends the reads: the

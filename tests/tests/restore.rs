@@ -391,10 +391,11 @@ fn bad_targets_are_refused_before_anything_is_produced() {
 }
 
 /// The targets' watermarks are read together, and librdkafka fails such a
-/// request whole for one partition's error: each partition it failed for
-/// is asked again alone, and the restore goes on (here the mock fails the
-/// first request). An error that stays stops the restore before anything
-/// is produced, naming the partition.
+/// request whole for one partition's error: the request is asked again in
+/// halves, each partition whose read still failed once more alone, and the
+/// restore goes on (here the mock fails the first request, and then the
+/// first target's own, which is asked alone). An error that stays stops the
+/// restore before anything is produced, naming the partition.
 #[test]
 fn a_failed_watermark_request_is_asked_again_alone() {
     use rdkafka::mocking::MockCluster;
@@ -432,8 +433,8 @@ fn a_failed_watermark_request_is_asked_again_alone() {
         [0, 0, 0],
         "nothing produced"
     );
-    mock.request_errors(RDKafkaApiKey::ListOffsets, &[policy; 1]);
-    let report = restore(&engine, &cfg).expect("asked again alone");
+    mock.request_errors(RDKafkaApiKey::ListOffsets, &[policy; 2]);
+    let report = restore(&engine, &cfg).expect("asked again in halves, then alone");
     let want = archived_records();
     assert_eq!(
         report.records as usize,

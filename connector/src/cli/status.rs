@@ -627,8 +627,8 @@ fn kafka_view(
 /// time out is not asked again: the timeout bounds the wait per leader
 /// (until the night of 2026-12-03 it bounded it per partition). A request
 /// that failed otherwise may have failed for one partition's error
-/// (librdkafka fails the whole request), so each of its partitions is asked
-/// again alone.
+/// (librdkafka fails the whole request): the read asks its halves again,
+/// down to that partition, which is then asked once more alone.
 fn read_watermarks(
     consumer: &rdkafka::consumer::BaseConsumer<CheckContext>,
     to_ask: Vec<(TopicPartition, Option<i32>)>,
