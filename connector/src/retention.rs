@@ -236,39 +236,69 @@ fn all_failed<T>(
 /// two calls per halving. When both halves fail, more than one partition
 /// is in error (or all are: a topic the client may not read), and each
 /// half is left failed for the caller to ask its partitions alone: halving
-/// on would cost up to twice the calls. Local errors (no connection, a
-/// time out) are not split: each half would wait as long again. After an
-/// [`unanswered`] call nothing more is asked.
+/// on would cost up to twice the calls. Only a quick failure is split: a
+/// local error (no connection, a time out), or a broker's error that came
+/// after half the call's time (librdkafka waits for every leader's answer,
+/// and another leader was slow or silent), would have each half wait as
+/// long again. After an [`unanswered`] call nothing more is asked.
 fn log_offsets_split<X: ConsumerContext>(
     consumer: &BaseConsumer<X>,
     tps: &[TopicPartition],
     which: Offset,
     timeout: &dyn Fn() -> Duration,
 ) -> BTreeMap<TopicPartition, KafkaResult<i64>> {
-    match log_offsets(consumer, tps, which, timeout()) {
+    match split_call(consumer, tps, which, timeout) {
         Ok(got) => got,
-        Err(e) => halves(consumer, tps, which, timeout, e),
+        Err(failed) => halves(consumer, tps, which, timeout, failed),
     }
 }
 
+/// How a call of [`log_offsets_split`] failed whole: its error, and
+/// whether it may be split.
+struct FailedWhole {
+    error: KafkaError,
+    splittable: bool,
+}
+
+/// One [`log_offsets`] call within `timeout()`, its whole failure judged.
+fn split_call<X: ConsumerContext>(
+    consumer: &BaseConsumer<X>,
+    tps: &[TopicPartition],
+    which: Offset,
+    timeout: &dyn Fn() -> Duration,
+) -> std::result::Result<BTreeMap<TopicPartition, KafkaResult<i64>>, FailedWhole> {
+    let (t0, limit) = (Instant::now(), timeout());
+    log_offsets(consumer, tps, which, limit).map_err(|error| {
+        // A broker's error code, UNKNOWN_SERVER_ERROR (-1) included; local
+        // ones are below it.
+        let a_brokers = error.rdkafka_error_code().is_some_and(|c| c as i32 >= -1);
+        FailedWhole {
+            splittable: a_brokers && t0.elapsed() < limit / 2,
+            error,
+        }
+    })
+}
+
 /// What [`log_offsets_split`] makes of `tps` after a call for all of them
-/// failed whole with `e`.
+/// failed whole.
 fn halves<X: ConsumerContext>(
     consumer: &BaseConsumer<X>,
     tps: &[TopicPartition],
     which: Offset,
     timeout: &dyn Fn() -> Duration,
-    e: KafkaError,
+    failed: FailedWhole,
 ) -> BTreeMap<TopicPartition, KafkaResult<i64>> {
-    let answered_by_a_broker = e.rdkafka_error_code().is_some_and(|c| c as i32 > 0);
-    if tps.len() < 2 || !answered_by_a_broker {
-        return all_failed(tps, &e);
+    if tps.len() < 2 || !failed.splittable {
+        return all_failed(tps, &failed.error);
     }
     let (first, second) = tps.split_at(tps.len() / 2);
-    let a = log_offsets(consumer, first, which, timeout());
+    let a = split_call(consumer, first, which, timeout);
     let b = match &a {
-        Err(e) if unanswered(e) => Err(e.clone()),
-        _ => log_offsets(consumer, second, which, timeout()),
+        Err(f) if unanswered(&f.error) || !f.splittable => Err(FailedWhole {
+            error: f.error.clone(),
+            splittable: false,
+        }),
+        _ => split_call(consumer, second, which, timeout),
     };
     match (a, b) {
         (Ok(mut a), Ok(b)) => {
@@ -285,8 +315,8 @@ fn halves<X: ConsumerContext>(
             a
         }
         (Err(ea), Err(eb)) => {
-            let mut a = all_failed(first, &ea);
-            a.extend(all_failed(second, &eb));
+            let mut a = all_failed(first, &ea.error);
+            a.extend(all_failed(second, &eb.error));
             a
         }
     }
@@ -817,6 +847,39 @@ mod tests {
                 "{tp}"
             );
         }
+    }
+
+    /// A call a broker failed whole only after half its time (librdkafka
+    /// waited on a slow leader) is not split: each half would wait as
+    /// long. (Failed or timed out, it is asked once.)
+    #[test]
+    fn a_slow_failure_is_not_split() {
+        use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+        let mock = rdkafka::mocking::MockCluster::new(1).unwrap();
+        mock.create_topic("s", 4, 1).unwrap();
+        let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", mock.bootstrap_servers())
+            .create()
+            .unwrap();
+        let tps: Vec<TopicPartition> = (0..4).map(|p| TopicPartition::new("s", p)).collect();
+        let calls = std::cell::Cell::new(0);
+        let timeout = || {
+            calls.set(calls.get() + 1);
+            Duration::from_secs(4)
+        };
+        // Metadata cached, then every answer takes 2.5 s, and fails.
+        assert!(log_offsets_split(&consumer, &tps, Offset::End, &timeout)
+            .values()
+            .all(Result::is_ok));
+        mock.broker_round_trip_time(1, Duration::from_millis(2_500))
+            .unwrap();
+        let policy = RDKafkaRespErr::RD_KAFKA_RESP_ERR_POLICY_VIOLATION;
+        mock.request_errors(RDKafkaApiKey::ListOffsets, &[policy; 10]);
+        calls.set(0);
+        let got = log_offsets_split(&consumer, &tps, Offset::End, &timeout);
+        mock.clear_request_errors(RDKafkaApiKey::ListOffsets);
+        assert_eq!(calls.get(), 1);
+        assert!(got.values().all(Result::is_err), "{got:?}");
     }
 
     /// A call that Kafka does not answer in time ends the reads: the
