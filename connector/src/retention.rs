@@ -723,6 +723,29 @@ mod tests {
         ));
     }
 
+    type Mock = rdkafka::mocking::MockCluster<'static, rdkafka::producer::DefaultProducerContext>;
+
+    /// A mock cluster of one broker holding `topic`, of `n` partitions, a
+    /// consumer of it, and the partitions.
+    fn cluster_of(topic: &str, n: i32) -> (Mock, BaseConsumer, Vec<TopicPartition>) {
+        let mock = rdkafka::mocking::MockCluster::new(1).unwrap();
+        mock.create_topic(topic, n, 1).unwrap();
+        let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", mock.bootstrap_servers())
+            .create()
+            .unwrap();
+        let tps = (0..n).map(|p| TopicPartition::new(topic, p)).collect();
+        (mock, consumer, tps)
+    }
+
+    /// A timeout of `each` that counts in `calls` how often it is asked.
+    fn counted(calls: &std::cell::Cell<u32>, each: Duration) -> impl Fn() -> Duration + '_ {
+        move || {
+            calls.set(calls.get() + 1);
+            each
+        }
+    }
+
     /// More partitions than one `offsets_for_times` call asks about: each
     /// partition's bounds come back all the same, read in calls of
     /// [`PARTITIONS_PER_CALL_MAX`] (three for the log starts, three for
@@ -731,9 +754,8 @@ mod tests {
     #[test]
     fn bounds_of_more_partitions_than_one_call_asks_about() {
         use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-        let mock = rdkafka::mocking::MockCluster::new(1).unwrap();
         let n = 2 * PARTITIONS_PER_CALL_MAX as i32 + 500;
-        mock.create_topic("w", n, 1).unwrap();
+        let (mock, consumer, tps) = cluster_of("w", n);
         let producer: BaseProducer = rdkafka::ClientConfig::new()
             .set("bootstrap.servers", mock.bootstrap_servers())
             .create()
@@ -748,16 +770,8 @@ mod tests {
                 .unwrap();
         }
         producer.flush(Duration::from_secs(30)).unwrap();
-        let consumer: BaseConsumer = rdkafka::ClientConfig::new()
-            .set("bootstrap.servers", mock.bootstrap_servers())
-            .create()
-            .unwrap();
-        let tps: Vec<TopicPartition> = (0..n).map(|p| TopicPartition::new("w", p)).collect();
         let calls = std::cell::Cell::new(0);
-        let timeout = || {
-            calls.set(calls.get() + 1);
-            Duration::from_secs(30)
-        };
+        let timeout = counted(&calls, Duration::from_secs(30));
         let bounds = read_bounds_timed(&consumer, &tps, &timeout);
         assert_eq!(calls.get(), 6);
         assert_eq!(bounds.len(), tps.len());
@@ -800,19 +814,9 @@ mod tests {
     #[test]
     fn a_call_failed_whole_is_asked_again_in_halves() {
         use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
-        let mock = rdkafka::mocking::MockCluster::new(1).unwrap();
-        let n = 2 * PARTITIONS_PER_CALL_MAX as i32 + 500;
-        mock.create_topic("h", n, 1).unwrap();
-        let consumer: BaseConsumer = rdkafka::ClientConfig::new()
-            .set("bootstrap.servers", mock.bootstrap_servers())
-            .create()
-            .unwrap();
-        let tps: Vec<TopicPartition> = (0..n).map(|p| TopicPartition::new("h", p)).collect();
+        let (mock, consumer, tps) = cluster_of("h", 2 * PARTITIONS_PER_CALL_MAX as i32 + 500);
         let calls = std::cell::Cell::new(0);
-        let timeout = || {
-            calls.set(calls.get() + 1);
-            Duration::from_secs(30)
-        };
+        let timeout = counted(&calls, Duration::from_secs(30));
         let policy = RDKafkaRespErr::RD_KAFKA_RESP_ERR_POLICY_VIOLATION;
         mock.request_errors(RDKafkaApiKey::ListOffsets, &[policy]);
         let bounds = read_bounds_timed(&consumer, &tps, &timeout);
@@ -855,18 +859,9 @@ mod tests {
     #[test]
     fn a_slow_failure_is_not_split() {
         use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
-        let mock = rdkafka::mocking::MockCluster::new(1).unwrap();
-        mock.create_topic("s", 4, 1).unwrap();
-        let consumer: BaseConsumer = rdkafka::ClientConfig::new()
-            .set("bootstrap.servers", mock.bootstrap_servers())
-            .create()
-            .unwrap();
-        let tps: Vec<TopicPartition> = (0..4).map(|p| TopicPartition::new("s", p)).collect();
+        let (mock, consumer, tps) = cluster_of("s", 4);
         let calls = std::cell::Cell::new(0);
-        let timeout = || {
-            calls.set(calls.get() + 1);
-            Duration::from_secs(4)
-        };
+        let timeout = counted(&calls, Duration::from_secs(4));
         // Metadata cached, then every answer takes 2.5 s, and fails.
         assert!(log_offsets_split(&consumer, &tps, Offset::End, &timeout)
             .values()
@@ -887,20 +882,11 @@ mod tests {
     /// waited for once), and fail as it did.
     #[test]
     fn a_call_that_times_out_ends_the_reads() {
-        let mock = rdkafka::mocking::MockCluster::new(1).unwrap();
+        let (mock, consumer, tps) = cluster_of("t", 2 * PARTITIONS_PER_CALL_MAX as i32 + 1);
         mock.broker_round_trip_time(1, Duration::from_secs(30))
             .unwrap();
-        let consumer: BaseConsumer = rdkafka::ClientConfig::new()
-            .set("bootstrap.servers", mock.bootstrap_servers())
-            .create()
-            .unwrap();
-        let n = 2 * PARTITIONS_PER_CALL_MAX as i32 + 1;
-        let tps: Vec<TopicPartition> = (0..n).map(|p| TopicPartition::new("t", p)).collect();
         let calls = std::cell::Cell::new(0);
-        let timeout = || {
-            calls.set(calls.get() + 1);
-            Duration::from_millis(200)
-        };
+        let timeout = counted(&calls, Duration::from_millis(200));
         let bounds = read_bounds_timed(&consumer, &tps, &timeout);
         assert_eq!(calls.get(), 1, "asked once");
         assert_eq!(bounds.len(), tps.len());
