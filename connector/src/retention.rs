@@ -132,9 +132,7 @@ impl<'c, X: ConsumerContext> Bounds<'c, X> {
             // only, each offset checked on its own. (librdkafka's watermark
             // query lifts a start it could not get to the end, without an
             // error.)
-            read_bounds(consumer, std::slice::from_ref(tp), ALONE_TIMEOUT, deadline)
-                .remove(tp)
-                .expect("asked")
+            read_bounds_of(consumer, tp, ALONE_TIMEOUT, deadline)
         };
         read.insert(tp.clone(), alone.clone());
         alone
@@ -155,6 +153,18 @@ pub(crate) fn read_bounds<X: ConsumerContext>(
 ) -> BTreeMap<TopicPartition, KafkaResult<(i64, i64)>> {
     let timeout = || deadline.saturating_duration_since(Instant::now()).min(cap);
     read_bounds_timed(consumer, tps, &timeout)
+}
+
+/// [`read_bounds`] of `tp` alone.
+pub(crate) fn read_bounds_of<X: ConsumerContext>(
+    consumer: &BaseConsumer<X>,
+    tp: &TopicPartition,
+    cap: Duration,
+    deadline: Instant,
+) -> KafkaResult<(i64, i64)> {
+    read_bounds(consumer, std::slice::from_ref(tp), cap, deadline)
+        .remove(tp)
+        .expect("asked")
 }
 
 /// [`read_bounds`], each request within `timeout()` as it stands when the

@@ -14,7 +14,7 @@ use crate::config::{check_connect_timeout_ms, refuse_managed_keys, MANAGED_CONSU
 use crate::consumer::CheckContext;
 use crate::error::{ConnectorError, Result};
 use crate::offsets::{client_in, read_committed};
-use crate::retention::{read_bounds, read_bounds_each_within, unanswered};
+use crate::retention::{read_bounds_each_within, read_bounds_of, unanswered};
 
 #[derive(Debug, clap::Args)]
 pub struct StatusArgs {
@@ -636,11 +636,8 @@ fn read_watermarks(
 ) -> BTreeMap<TopicPartition, std::result::Result<(i64, i64), String>> {
     // Alone: both requests within the one timeout, as one partition's
     // watermark query took.
-    let alone = |tp: &TopicPartition| {
-        let tps = std::slice::from_ref(tp);
-        let mut read = read_bounds(consumer, tps, timeout, Instant::now() + timeout);
-        read.remove(tp).expect("asked")
-    };
+    let alone =
+        |tp: &TopicPartition| read_bounds_of(consumer, tp, timeout, Instant::now() + timeout);
     let mut by_leader: BTreeMap<Option<i32>, Vec<TopicPartition>> = BTreeMap::new();
     for (tp, leader) in to_ask {
         by_leader.entry(leader).or_default().push(tp);
