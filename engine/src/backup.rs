@@ -602,6 +602,13 @@ impl Engine {
             let (k, v) = s.encode(tp);
             put(&k, &v)?;
         }
+        // The copy archives the same topics: restored in the archive's
+        // place, it must refuse the same recreated ones. Copied as they
+        // are (a damaged one for the copy's verify to report).
+        for item in self.tree.scan_prefix([keys::PREFIX_TOPIC]) {
+            let (k, v) = item.map_err(store_err("read topic ids"))?;
+            put(&k, &v)?;
+        }
         put(keys::META_CHECKPOINT, &meta::encode_checkpoint(view.lsn))?;
         // The copy is the same store, at an earlier point: restored in its
         // place, it must know the offsets Kafka holds under this identity

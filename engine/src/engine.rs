@@ -666,6 +666,53 @@ impl Engine {
         })
     }
 
+    /// The Kafka topic id recorded for each topic bound so far
+    /// ([`bind_topics`](Self::bind_topics)), by topic name. A damaged
+    /// binding is an error naming its topic (or its key), not skipped: the
+    /// caller would take the topic for unbound and record another id over
+    /// it.
+    pub fn topic_ids(&self) -> Result<BTreeMap<String, crate::TopicId>> {
+        self.check_usable()?;
+        let mut ids = BTreeMap::new();
+        for item in self.tree.scan_prefix([keys::PREFIX_TOPIC]) {
+            let (k, v) = item.map_err(store_err("read topic ids"))?;
+            let (topic, id) =
+                crate::topics::decode_entry(&k, &v).map_err(|(l, k)| Error::corruption(l, k))?;
+            ids.insert(topic, id);
+        }
+        Ok(ids)
+    }
+
+    /// Record, durably, the Kafka topic id of each topic in `ids`, in
+    /// place of any recorded before (a binding the caller was told to
+    /// change). Returns once they are durable; a failed write or fsync
+    /// poisons the engine, as an append's does.
+    pub fn bind_topics(&self, ids: &BTreeMap<String, crate::TopicId>) -> Result<()> {
+        self.check_usable()?;
+        for topic in ids.keys() {
+            crate::record::validate_topic(topic)?;
+        }
+        if ids.is_empty() {
+            return Ok(());
+        }
+        {
+            let mut w = self.write_state()?;
+            let op = "topic binding";
+            let _poison_on_panic = PoisonOnPanic { engine: self, op };
+            self.check_usable()?;
+            for (topic, &id) in ids {
+                let v = crate::topics::encode(topic, id);
+                if let Err(e) = self.tree.insert(crate::topics::key(topic), v) {
+                    return Err(self.write_failed(op, e));
+                }
+            }
+            // A new write for the next sync to cover (it flushes sled's
+            // log and fdatasyncs it).
+            w.seq += 1;
+        }
+        self.sync()
+    }
+
     /// Insert the summary `summary` makes of each partition in `offsets`
     /// (from its current one, if any, and its offset; `None` leaves it),
     /// after checking every offset. Not synced.

@@ -152,6 +152,8 @@ pub enum Location {
     Partition { topic: String, partition: i32 },
     /// A metadata key.
     Meta { key: &'static str },
+    /// The Kafka topic id recorded for a topic (format 5).
+    TopicId { topic: String },
     /// A key that does not belong to any known key space.
     Key { key_hex: String },
     /// The durable watermark file, `cairn.durable`, beside sled.
@@ -182,6 +184,7 @@ impl fmt::Display for Location {
                 write!(f, "partition summary {topic}/{partition}")
             }
             Location::Meta { key } => write!(f, "meta key {key}"),
+            Location::TopicId { topic } => write!(f, "topic id of {topic}"),
             Location::Key { key_hex } => write!(f, "key {key_hex}"),
             Location::Watermark => write!(f, "watermark file cairn.durable"),
             Location::SledFiles { path, log_offset } => {

@@ -272,7 +272,7 @@ fn assert_round_trips(entry: &crate::body::Entry) {
 }
 
 /// Fuzz body for the small sealed values and the keys: arbitrary bytes into
-/// the index entry, partition summary, meta values, watermark and key
+/// the index entry, partition summary, meta values, watermark, topic id and key
 /// decoders. None may panic, and whatever one accepts must re-encode to the
 /// same bytes (a decoder that accepted a form no build writes would let
 /// damage pass as data). The first byte picks the decoder; its top bit
@@ -390,6 +390,15 @@ pub fn small_decode(data: &[u8]) {
                     "decode_start's first offset"
                 );
                 assert_round_trips(&entry);
+            }
+        }
+        // A topic id binding (format 5): key and value, as verify reads
+        // them.
+        7 => {
+            let v = seal(key, value);
+            if let Ok((topic, id)) = crate::topics::decode_entry(key, &v) {
+                assert_eq!(crate::topics::key(&topic), key, "topic id key");
+                assert_eq!(crate::topics::encode(&topic, id), v, "topic id");
             }
         }
         _ => {

@@ -10,6 +10,7 @@
 //! I<tp><first_offset u64 BE>           a read-index entry (index.rs)
 //! P<tp>                                a partition summary (offsets.rs)
 //! S<i u8>, i < 32                      the fence: empty values, written once
+//! T<topic_len u8><topic bytes>         a topic's Kafka id (topics.rs, format 5)
 //! <tp> = <topic_len u8><topic bytes><partition u32 BE>
 //! ```
 //! Big-endian numbers make sled's byte order the numeric order.
@@ -38,6 +39,8 @@ pub const PREFIX_WAL: u8 = b'W';
 pub const PREFIX_INDEX: u8 = b'I';
 pub const PREFIX_PARTITION: u8 = b'P';
 pub const PREFIX_FENCE: u8 = b'S';
+/// A topic's identity at its source (topics.rs, format 5).
+pub const PREFIX_TOPIC: u8 = b'T';
 /// Keys in the fence: two leaves' worth, so a split falls inside it.
 pub const FENCE_KEYS: u8 = 32;
 

@@ -71,6 +71,7 @@ mod retention;
 #[doc(hidden)]
 pub mod slots;
 mod sync;
+pub mod topics;
 mod truncation_lock;
 mod verify;
 #[doc(hidden)]
@@ -107,6 +108,7 @@ pub use retention::{
     TRUNCATE_FRAMES_PER_STEP,
 };
 pub use sync::{FAILPOINT_FLUSH_ERR, FAILPOINT_SYNC_DIR};
+pub use topics::TopicId;
 pub use verify::{
     verify_store, Problem, VerifyReport, FAILPOINT_VERIFY_AFTER_LOG, PROBLEMS_LISTED_MAX,
 };

@@ -19,8 +19,10 @@ pub const STORE_MAGIC: [u8; 4] = *b"CRNM";
 /// a version-2 build's verify would report as an unknown key; version 4
 /// summaries whose next offset is their floor, above their newest index
 /// entry (`Engine::advance_partitions`), which a version-3 build's open
-/// would refuse as a damaged summary.
-pub const FORMAT_VERSION: u32 = 4;
+/// would refuse as a damaged summary; version 5 topic ids (`T` keys,
+/// topics.rs), which a version-4 build's verify would report as keys
+/// outside its key spaces.
+pub const FORMAT_VERSION: u32 = 5;
 /// The oldest store format this build reads. An open of an older store
 /// upgrades it to the current version once its recovery succeeds (in
 /// recovery's last batch, before any slot is written), so that an older

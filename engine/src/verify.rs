@@ -767,13 +767,22 @@ fn verify_meta(tree: &sled::Tree, r: &mut VerifyReport) -> Result<()> {
             r.add(Location::Key { key_hex: hex(&k) }, kind);
         }
     }
-    // Keys outside the five key spaces can only lie in the gaps between
+    // Topic ids (format 5, topics.rs): a valid topic in each key, a
+    // sealed id that is not zero in each value.
+    for item in tree.scan_prefix([keys::PREFIX_TOPIC]) {
+        let (k, v) = item.map_err(store_err("scan topic ids"))?;
+        if let Err((l, kind)) = crate::topics::decode_entry(&k, &v) {
+            r.add(l, kind);
+        }
+    }
+    // Keys outside the six key spaces can only lie in the gaps between
     // their prefixes: scan those gaps, not the whole store a second time.
     let mut prefixes = [
         keys::PREFIX_INDEX,
         keys::PREFIX_META,
         keys::PREFIX_PARTITION,
         keys::PREFIX_FENCE,
+        keys::PREFIX_TOPIC,
         keys::PREFIX_WAL,
     ];
     prefixes.sort_unstable();

@@ -175,7 +175,10 @@ fn every_documented_value_is_pinned_byte_for_byte() {
         ("index entry, timestamps -1", index_untimed, "070000000000000001000000020000000600000000000000ffffffffffffffffffffffffffffffff1e00000000000000f5a69c74"),
         ("partition summary", summary, "0500000000000000070000000000000002000000000000001e000000000000000300000000000000cbae59cf"),
         ("Mformat 3", cairn_engine::meta::encode_format(3), "43524e4d030000003b9d3de8"),
-        ("Mformat 4 (written since format 4)", cairn_engine::meta::encode_format(cairn_engine::meta::FORMAT_VERSION), "43524e4d0400000082a5ea75"),
+        ("Mformat 4", cairn_engine::meta::encode_format(4), "43524e4d0400000082a5ea75"),
+        ("Mformat 5 (written since format 5)", cairn_engine::meta::encode_format(cairn_engine::meta::FORMAT_VERSION), "43524e4d05000000e7c256cd"),
+        ("topic id key of orders", cairn_engine::topics::key("orders"), "54066f7264657273"),
+        ("topic id of orders", cairn_engine::topics::encode("orders", cairn_engine::TopicId::new(0x0123_4567_89ab_cdef_fedc_ba98_7654_3210).unwrap()), "0123456789abcdeffedcba9876543210873ab02c"),
         ("Mcheckpoint 258", cairn_engine::meta::encode_checkpoint(258), "020100000000000086feb5a6"),
         ("Mstore", cairn_engine::meta::encode_store_id(id), "0123456789abcdeffedcba9876543210136e80ee"),
         (
@@ -263,6 +266,23 @@ fn pinned_bytes_decode_to_their_fields() {
     assert_eq!(
         cairn_engine::meta::decode_format(&unhex("43524e4d0400000082a5ea75")).unwrap(),
         4
+    );
+    assert_eq!(
+        cairn_engine::meta::decode_format(&unhex("43524e4d05000000e7c256cd")).unwrap(),
+        5
+    );
+    assert_eq!(
+        cairn_engine::topics::parse_key(&unhex("54066f7264657273")).unwrap(),
+        "orders"
+    );
+    assert_eq!(
+        cairn_engine::topics::decode(
+            &unhex("54066f7264657273"),
+            &unhex("0123456789abcdeffedcba9876543210873ab02c")
+        )
+        .unwrap()
+        .to_string(),
+        "ASNFZ4mrze_-3LqYdlQyEA"
     );
     assert_eq!(
         cairn_engine::meta::decode_checkpoint(&unhex("020100000000000086feb5a6")).unwrap(),
