@@ -118,6 +118,11 @@ pub struct RunConfig {
     pub retention_check_interval_s: Option<u64>,
     /// librdkafka properties passed through (`-X key=value`).
     pub kafka: BTreeMap<String, String>,
+    /// `--rebind-topic`: topics of `topics` whose Kafka topic id is taken
+    /// for the archived one's when they differ, and recorded in its place
+    /// (`ArchiveSink::with_rebound_topics`; `run_pipeline` does not read
+    /// it). A flag only, for one run: not in the config file.
+    pub rebind_topics: Vec<String>,
 }
 
 impl RunConfig {
@@ -150,6 +155,7 @@ impl RunConfig {
             retain_bytes: None,
             retention_check_interval_s: None,
             kafka: BTreeMap::new(),
+            rebind_topics: Vec::new(),
         }
     }
 
@@ -207,6 +213,16 @@ impl RunConfig {
             if self.topics[..i].contains(t) {
                 return bad(format!(
                     "topics: {t:?} is named twice (was another topic meant?)"
+                ));
+            }
+        }
+        // A topic the run does not archive would never be rebound: a
+        // typo, which would leave the refused topic refused.
+        for t in &self.rebind_topics {
+            if !self.topics.contains(t) {
+                return bad(format!(
+                    "rebind-topic: {t:?} is not among the topics archived ({})",
+                    self.topics.join(",")
                 ));
             }
         }
@@ -886,6 +902,21 @@ retain-bytes = "50GiB"
         assert!(e.contains("\"a\" is named twice"), "{e}");
         let once = RunConfig::new("b:1", "g", vec!["a".into(), "b".into()], "d".into());
         assert!(once.validate().is_ok());
+    }
+
+    /// `--rebind-topic` names a topic the run archives: another (a typo)
+    /// would leave the refused topic refused, and is said at once.
+    #[test]
+    fn a_rebound_topic_not_archived_is_refused() {
+        let mut c = RunConfig::new("b:1", "g", vec!["a".into(), "b".into()], "d".into());
+        c.rebind_topics = vec!["b".into()];
+        assert!(c.validate().is_ok());
+        c.rebind_topics = vec!["b".into(), "c".into()];
+        let e = c.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("rebind-topic: \"c\" is not among the topics archived (a,b)"),
+            "{e}"
+        );
     }
 
     /// A pattern (librdkafka's `^…` subscription) is refused, saying that

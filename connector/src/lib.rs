@@ -44,8 +44,12 @@ pub mod restore;
 mod retention;
 pub mod selection;
 pub mod task;
+// librdkafka's DescribeTopics (Kafka's topic ids), which rust-rdkafka does
+// not offer.
 #[doc(hidden)]
 pub mod testing;
+#[allow(unsafe_code)]
+mod topic_ids;
 mod worker;
 
 /// The record types a [`SinkTask`] is handed, re-exported so that a sink

@@ -151,11 +151,11 @@
 //!   where `open` says (or where Kafka's offset or a start says, in the
 //!   cases of 1. above), so records a sink dropped at `close` come again.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cairn_engine::{Engine, RecordBatch, TopicPartition};
+use cairn_engine::{Engine, RecordBatch, TopicId, TopicPartition};
 
 use crate::live::LiveServer;
 use crate::pruner::{FailureHook, Pruner, Retention};
@@ -193,6 +193,23 @@ pub struct PutOutcome {
 
 /// A sink driven by cairn's commit-after-durable consumer loop.
 pub trait SinkTask: Send {
+    /// Kafka's topic id (KIP-516) of each topic of an assignment that
+    /// Kafka gave one for, called before `open` for its partitions. A
+    /// sink that resumes from offsets it stored checks that each topic is
+    /// the one it stored them for: a topic deleted and created again under
+    /// its name, or the same name in another cluster, reuses those offsets
+    /// for other records, and resuming at them would skip the new topic's
+    /// records below them. An error fails the run before anything of the
+    /// assignment is fetched. A topic left out (Kafka gave no id, or the
+    /// read failed: logged) is not checked at this assignment. The default
+    /// checks nothing. Not called after the run has failed.
+    fn check_topics(
+        &mut self,
+        ids: &BTreeMap<String, cairn_engine::TopicId>,
+    ) -> Result<(), TaskError> {
+        let _ = ids;
+        Ok(())
+    }
     /// Partitions were assigned. Return the offsets to resume from. A
     /// partition given none starts at Kafka's committed offset (or by
     /// `--auto-offset-reset`); if Kafka cannot read that offset at the
@@ -385,6 +402,9 @@ pub struct ArchiveSink {
     /// `--retain`: deletes archived records older than an age.
     pruner: Option<Pruner>,
     engine: Option<Arc<Engine>>,
+    /// `--rebind-topic`: topics whose Kafka id may differ from the one
+    /// recorded, and is recorded in its place.
+    rebind: BTreeSet<String>,
 }
 
 impl ArchiveSink {
@@ -393,7 +413,18 @@ impl ArchiveSink {
             engine: Some(engine),
             pruner: None,
             live: None,
+            rebind: BTreeSet::new(),
         }
+    }
+
+    /// Take Kafka's id of each of `topics` for the one the archive holds
+    /// (`--rebind-topic`), recording it in place of the one recorded,
+    /// with a WARN naming both: for a topic moved to another cluster with
+    /// its offsets kept, whose records at each offset are the archived
+    /// ones. A topic whose ids agree is left as it is.
+    pub fn with_rebound_topics(mut self, topics: impl IntoIterator<Item = String>) -> Self {
+        self.rebind.extend(topics);
+        self
     }
 
     /// Also prune the archive to `retention`: now (an archive that cannot
@@ -492,6 +523,40 @@ impl SinkTask for ArchiveSink {
     /// Writes the records to the log without an fsync: `pre_commit` pays
     /// one fsync for every put since the last (all of them under
     /// `--commit every-put`, one per interval under `interval:MS`).
+    /// Refuses a topic whose Kafka id is not the one the archive recorded
+    /// for it (unless `--rebind-topic` names it), and records, durably,
+    /// the id of each topic it has none for, before any of its partitions
+    /// resumes.
+    fn check_topics(&mut self, ids: &BTreeMap<String, TopicId>) -> Result<(), TaskError> {
+        let e = self.eng()?;
+        let recorded = e.topic_ids().map_err(engine_error)?;
+        let mut bind = BTreeMap::new();
+        let mut other = Vec::new();
+        for (topic, &kafka) in ids {
+            match recorded.get(topic) {
+                Some(&archived) if archived == kafka => {}
+                Some(&archived) if self.rebind.contains(topic) => {
+                    tracing::warn!(%topic, %archived, %kafka, "--rebind-topic: recording Kafka's topic id in place of the archive's; the archive's offsets are taken to name this topic's records (remove the flag once this run has started)");
+                    bind.insert(topic.clone(), kafka);
+                }
+                Some(&archived) => other.push(format!(
+                    "{topic} (archived: {archived}, Kafka's now: {kafka})"
+                )),
+                None => {
+                    tracing::info!(%topic, id = %kafka, "recording the topic's Kafka id: a topic of this name with another id will be refused");
+                    bind.insert(topic.clone(), kafka);
+                }
+            }
+        }
+        if !other.is_empty() {
+            return Err(TaskError::Fatal(format!(
+                "Kafka's topic id is not the one archived for {}: the topic was deleted and created again, or these brokers are another cluster's, and its offsets name other records than the archive's. Resuming at the archive's offsets would skip the new topic's records below them, so nothing of it is fetched. Archive the new topic into a new --data (with a new --group); if it is the same topic, moved to another cluster with its offsets kept, run once with --rebind-topic TOPIC",
+                other.join(", ")
+            )));
+        }
+        e.bind_topics(&bind).map_err(engine_error)
+    }
+
     fn put(&mut self, batches: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
         let w = self.eng()?.write(batches).map_err(engine_error)?;
         Ok(PutOutcome {

@@ -55,6 +55,12 @@ pub(crate) enum Job {
         /// Bytes its records hold in memory, released from the queue's budget when taken.
         bytes: usize,
     },
+    /// Kafka's topic ids of an assignment's topics, before its partitions
+    /// resume (`SinkTask::check_topics`).
+    CheckTopics {
+        ids: BTreeMap<String, cairn_engine::TopicId>,
+        reply: Reply<()>,
+    },
     /// Partitions were assigned: where does each resume?
     Open {
         partitions: Vec<TopicPartition>,
@@ -230,6 +236,15 @@ impl Worker {
                         .open(&partitions)
                         .and_then(|m| offsets_in_range("open", &m).map(|()| m));
                     let _ = reply.send(self.failing_the_run("open", r));
+                }
+                Some(Job::CheckTopics { reply, .. }) if failed => {
+                    let _ = reply.send(Err(ConnectorError::Sink(
+                        "not checking topics after a fatal error".into(),
+                    )));
+                }
+                Some(Job::CheckTopics { ids, reply }) => {
+                    let r = self.sink.check_topics(&ids);
+                    let _ = reply.send(self.failing_the_run("check_topics", r));
                 }
                 Some(Job::Start { reply, .. }) if failed => {
                     let _ = reply.send(Err(ConnectorError::Sink(

@@ -107,6 +107,43 @@ impl TestKafka {
         topic
     }
 
+    /// The test's topic again, empty, under the same name and with a new
+    /// Kafka topic id: on the mock cluster, which cannot delete a topic,
+    /// in a new cluster (`brokers` changes; the old one's topics and
+    /// groups are gone), the case of a restore's target; on a real broker,
+    /// deleted and created again, asked again while Kafka is still
+    /// deleting it (for up to a minute).
+    pub fn recreate_topic(&mut self, partitions: i32) {
+        if self.mock.is_some() {
+            let mock = MockCluster::new(1).expect("mock cluster");
+            mock.create_topic(&self.topic, partitions, 1)
+                .expect("create topic");
+            self.brokers = mock.bootstrap_servers();
+            self.mock = Some(mock);
+            return;
+        }
+        let admin = admin(&self.brokers);
+        let wait = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+        for r in tokio_free_block_on(admin.delete_topics(&[self.topic.as_str()], &wait))
+            .expect("delete topic")
+        {
+            r.expect("delete topic");
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let topic = NewTopic::new(&self.topic, partitions, TopicReplication::Fixed(1));
+            let created =
+                tokio_free_block_on(admin.create_topics(&[topic], &wait)).expect("create topic");
+            match &created[0] {
+                Ok(_) => return,
+                // Still being deleted.
+                Err((_, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists))
+                    if std::time::Instant::now() < deadline => {}
+                Err(e) => panic!("create topic {}: {e:?}", self.topic),
+            }
+        }
+    }
+
     /// The mock cluster, for error injection (None against a real broker).
     pub fn mock(&self) -> Option<&MockCluster<'static, rdkafka::producer::DefaultProducerContext>> {
         self.mock.as_ref()

@@ -87,6 +87,12 @@ pub struct RunArgs {
     /// librdkafka property, as with kcat (repeatable).
     #[arg(short = 'X', value_parser = parse_kv, value_name = "KEY=VALUE")]
     pub kafka: Vec<(String, String)>,
+    /// Take Kafka's topic id of these archived topics for the archive's
+    /// when they differ, and record it (comma-separated, repeatable): for
+    /// a topic moved to another cluster with its offsets kept. For this
+    /// run only; not a config file key.
+    #[arg(long, value_name = "TOPIC", value_delimiter = ',')]
+    pub rebind_topic: Vec<String>,
     /// TOML file with the same keys as these flags; flags win.
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -304,6 +310,7 @@ impl RunArgs {
             .collect();
         kafka.extend(super::kafka_flags(self.kafka)?);
         c.kafka = kafka;
+        c.rebind_topics = self.rebind_topic;
         let noted = FileKeys {
             path: file_path,
             keys: file_keys,
@@ -493,7 +500,7 @@ async fn archive(cfg: RunConfig) -> Result<(ExitCode, u64)> {
         kafka_checked: true,
         ..Default::default()
     };
-    let mut sink = ArchiveSink::new(engine);
+    let mut sink = ArchiveSink::new(engine).with_rebound_topics(cfg.rebind_topics.clone());
     let retention = cfg.retention();
     if retention.is_set() {
         let every_s = cfg
