@@ -62,4 +62,4 @@ pub use consumer::{
 };
 pub use error::{ConnectorError, RestoreFailure, Result};
 pub use progress::{Lag, PartitionProgress, Progress};
-pub use task::{ArchiveSink, DurableCheck, PutOutcome, SinkTask, TaskError};
+pub use task::{ArchiveSink, DurableCheck, KafkaTopicId, PutOutcome, SinkTask, TaskError};

@@ -219,51 +219,27 @@ const REVOKE_COMMIT_RETRY: Duration = Duration::from_millis(2_000);
 /// may take (less under a short `max.poll.interval.ms`: `Shared::bounds_budget`).
 const COMMITTED_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// `tps`' committed offsets, read again once for the partitions the first
-/// read failed on (a coordinator moving fails a read that the next one
-/// answers). A read that fails as a whole leaves every partition unread.
-/// Kafka's topic id of each topic of `tps` that has one, read within
-/// `timeout`. A topic whose id could not be read, or that has none (a
-/// broker before Kafka 2.8), is left out, and logged: it is not checked at
-/// this assignment.
+/// Kafka's topic id of each topic of `tps`, read within `timeout` (one
+/// metadata request to learn a broker, one `DescribeTopics`), or why it
+/// could not be: the sink decides what a missing one means
+/// (`SinkTask::check_topics`).
 fn read_topic_ids<X: ConsumerContext>(
     c: &BaseConsumer<X>,
     tps: &[TopicPartition],
     timeout: std::time::Duration,
-) -> BTreeMap<String, cairn_engine::TopicId> {
-    use crate::topic_ids::Described;
+) -> BTreeMap<String, crate::task::KafkaTopicId> {
     let topics: Vec<String> = tps
         .iter()
         .map(|tp| tp.topic.clone())
         .collect::<std::collections::BTreeSet<_>>()
         .into_iter()
         .collect();
-    let mut ids = BTreeMap::new();
-    let (mut unread, mut no_id) = (Vec::new(), Vec::new());
-    for (topic, d) in crate::topic_ids::describe(c.client(), &topics, timeout) {
-        match d {
-            Described::Id(id) => {
-                ids.insert(topic, id);
-            }
-            Described::NoId => no_id.push(topic),
-            Described::Unread(why) => unread.push(format!("{topic} ({why})")),
-        }
-    }
-    if !unread.is_empty() {
-        tracing::warn!(
-            topics = %crate::selection::first_few(unread.into_iter()),
-            "Kafka's topic ids of these topics could not be read: they are not checked against the archive's at this assignment (a topic deleted and created again under its name, or another cluster's, would be taken for the one archived)"
-        );
-    }
-    if !no_id.is_empty() {
-        tracing::info!(
-            topics = %crate::selection::first_few(no_id.into_iter()),
-            "Kafka gave these topics no topic id (brokers before Kafka 2.8): they are not checked against the archive's"
-        );
-    }
-    ids
+    crate::topic_ids::describe(c.client(), &topics, timeout)
 }
 
+/// `tps`' committed offsets, read again once for the partitions the first
+/// read failed on (a coordinator moving fails a read that the next one
+/// answers). A read that fails as a whole leaves every partition unread.
 fn read_committed_twice<X: ConsumerContext>(
     c: &BaseConsumer<X>,
     tps: &[TopicPartition],
@@ -383,7 +359,12 @@ impl SinkContext {
         }
         // Before any partition resumes: is each topic the one the sink
         // stored offsets for? (topic_ids.rs)
-        let ids = read_topic_ids(c, &tps, s.bounds_budget.min(COMMITTED_READ_TIMEOUT));
+        // Not read for a run already failed: its stop need not wait on it.
+        let ids = if s.pipeline.failed.load(Ordering::Acquire) {
+            BTreeMap::new()
+        } else {
+            read_topic_ids(c, &tps, s.bounds_budget.min(COMMITTED_READ_TIMEOUT))
+        };
         if let Err(e) = s.request(|reply| Job::CheckTopics { ids, reply }) {
             s.pipeline.fail(e);
             return;

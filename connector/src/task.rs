@@ -191,22 +191,33 @@ pub struct PutOutcome {
     pub records_duplicate: u64,
 }
 
+/// What Kafka said of a topic's id, read at an assignment
+/// ([`SinkTask::check_topics`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KafkaTopicId {
+    Id(TopicId),
+    /// The topic exists and Kafka gave it no id (zero: brokers before
+    /// Kafka 2.8 have none, and so does a client kept to old requests,
+    /// `api.version.request=false`).
+    NoId,
+    /// Not read, and why: the topic's own error (not authorized to
+    /// describe it, unknown), or the request's (no answer in time).
+    Unread(String),
+}
+
 /// A sink driven by cairn's commit-after-durable consumer loop.
 pub trait SinkTask: Send {
-    /// Kafka's topic id (KIP-516) of each topic of an assignment that
-    /// Kafka gave one for, called before `open` for its partitions. A
-    /// sink that resumes from offsets it stored checks that each topic is
-    /// the one it stored them for: a topic deleted and created again under
-    /// its name, or the same name in another cluster, reuses those offsets
-    /// for other records, and resuming at them would skip the new topic's
-    /// records below them. An error fails the run before anything of the
-    /// assignment is fetched. A topic left out (Kafka gave no id, or the
-    /// read failed: logged) is not checked at this assignment. The default
-    /// checks nothing. Not called after the run has failed.
-    fn check_topics(
-        &mut self,
-        ids: &BTreeMap<String, cairn_engine::TopicId>,
-    ) -> Result<(), TaskError> {
+    /// Kafka's topic id (KIP-516) of each topic of an assignment, as read
+    /// just before (or why it could not be), called before `open` for its
+    /// partitions. A sink that resumes from offsets it stored checks that
+    /// each topic is the one it stored them for: a topic deleted and
+    /// created again under its name, or the same name in another cluster,
+    /// reuses those offsets for other records, and resuming at them would
+    /// skip the new topic's records below them. An error fails the run
+    /// before `open`: nothing of the assignment is handed to the sink or
+    /// committed. The default checks nothing. Not called after the run has
+    /// failed.
+    fn check_topics(&mut self, ids: &BTreeMap<String, KafkaTopicId>) -> Result<(), TaskError> {
         let _ = ids;
         Ok(())
     }
@@ -418,10 +429,14 @@ impl ArchiveSink {
     }
 
     /// Take Kafka's id of each of `topics` for the one the archive holds
-    /// (`--rebind-topic`), recording it in place of the one recorded,
-    /// with a WARN naming both: for a topic moved to another cluster with
-    /// its offsets kept, whose records at each offset are the archived
-    /// ones. A topic whose ids agree is left as it is.
+    /// (`--rebind-topic`), recording it in place of the one recorded (or
+    /// of a damaged one), with a WARN naming both: for a topic moved to
+    /// another cluster with its offsets kept, whose records at each offset
+    /// are the archived ones. A topic whose ids agree is left as it is.
+    /// Used once per topic: the assignment that records the new id ends
+    /// it, so a later change in the same run is refused. A topic Kafka
+    /// gives no id for is taken unchecked, with a WARN, at every
+    /// assignment.
     pub fn with_rebound_topics(mut self, topics: impl IntoIterator<Item = String>) -> Self {
         self.rebind.extend(topics);
         self
@@ -520,43 +535,87 @@ impl SinkTask for ArchiveSink {
             .collect())
     }
 
-    /// Writes the records to the log without an fsync: `pre_commit` pays
-    /// one fsync for every put since the last (all of them under
-    /// `--commit every-put`, one per interval under `interval:MS`).
     /// Refuses a topic whose Kafka id is not the one the archive recorded
-    /// for it (unless `--rebind-topic` names it), and records, durably,
-    /// the id of each topic it has none for, before any of its partitions
-    /// resumes.
-    fn check_topics(&mut self, ids: &BTreeMap<String, TopicId>) -> Result<(), TaskError> {
-        let e = self.eng()?;
-        let recorded = e.topic_ids().map_err(engine_error)?;
+    /// for it, or whose id Kafka did not give while the archive has one
+    /// (it cannot be told from a recreated topic), unless `--rebind-topic`
+    /// names it; records, durably, the id of each topic it has none for,
+    /// before any of its partitions resumes. A rebinding is used once:
+    /// later assignments of the run check against the id it recorded.
+    fn check_topics(&mut self, ids: &BTreeMap<String, KafkaTopicId>) -> Result<(), TaskError> {
+        let e = self.eng()?.clone();
         let mut bind = BTreeMap::new();
-        let mut other = Vec::new();
-        for (topic, &kafka) in ids {
-            match recorded.get(topic) {
-                Some(&archived) if archived == kafka => {}
-                Some(&archived) if self.rebind.contains(topic) => {
-                    tracing::warn!(%topic, %archived, %kafka, "--rebind-topic: recording Kafka's topic id in place of the archive's; the archive's offsets are taken to name this topic's records (remove the flag once this run has started)");
-                    bind.insert(topic.clone(), kafka);
+        // Another id than the archive's, and ids that could not be
+        // compared with the archive's.
+        let (mut other, mut unknown) = (Vec::new(), Vec::new());
+        for (topic, read) in ids {
+            let rebind = self.rebind.contains(topic);
+            let recorded = match e.topic_id(topic) {
+                Ok(r) => r,
+                // Written over below: what was recorded is unreadable.
+                Err(err) if err.is_corruption() && rebind => {
+                    tracing::warn!(%topic, error = %err, "--rebind-topic: the topic id the archive recorded is damaged; recording Kafka's in its place");
+                    None
                 }
-                Some(&archived) => other.push(format!(
-                    "{topic} (archived: {archived}, Kafka's now: {kafka})"
-                )),
-                None => {
+                Err(err) if err.is_corruption() => {
+                    return Err(TaskError::Fatal(format!(
+                        "{err}: the archive cannot tell whether Kafka's topic {topic} is the one it archived, so nothing of it is fetched. If it is, run once with --rebind-topic {topic} to record its id again"
+                    )))
+                }
+                Err(err) => return Err(engine_error(err)),
+            };
+            match (recorded, read) {
+                (Some(archived), KafkaTopicId::Id(kafka)) if archived == *kafka => {}
+                (Some(archived), KafkaTopicId::Id(kafka)) if rebind => {
+                    tracing::warn!(%topic, %archived, %kafka, "--rebind-topic: recording Kafka's topic id in place of the archive's; the archive's offsets are taken to name this topic's records");
+                    bind.insert(topic.clone(), *kafka);
+                }
+                (Some(archived), KafkaTopicId::Id(kafka)) => {
+                    other.push(format!("{topic} (archived: {archived}, Kafka's now: {kafka})"))
+                }
+                (None, KafkaTopicId::Id(kafka)) => {
                     tracing::info!(%topic, id = %kafka, "recording the topic's Kafka id: a topic of this name with another id will be refused");
-                    bind.insert(topic.clone(), kafka);
+                    bind.insert(topic.clone(), *kafka);
+                }
+                (Some(archived), KafkaTopicId::NoId | KafkaTopicId::Unread(_)) if rebind => {
+                    tracing::warn!(%topic, %archived, read = ?read, "--rebind-topic: Kafka gave no topic id to compare with the archive's; taken for the archived topic, unchecked");
+                }
+                (Some(archived), KafkaTopicId::NoId) => unknown.push(format!(
+                    "{topic} (archived: {archived}; Kafka gave none: brokers before Kafka 2.8, or -X api.version.request=false)"
+                )),
+                (Some(archived), KafkaTopicId::Unread(why)) => {
+                    unknown.push(format!("{topic} (archived: {archived}; not read: {why})"))
+                }
+                (None, KafkaTopicId::NoId) => {
+                    tracing::info!(%topic, "Kafka gave this topic no topic id (brokers before Kafka 2.8): none recorded, and it is not checked");
+                }
+                (None, KafkaTopicId::Unread(why)) => {
+                    tracing::warn!(%topic, %why, "Kafka's topic id of this topic could not be read: none recorded yet (the next assignment tries again), and a topic of this name deleted and created again meanwhile would be taken for the archived one");
                 }
             }
         }
         if !other.is_empty() {
             return Err(TaskError::Fatal(format!(
-                "Kafka's topic id is not the one archived for {}: the topic was deleted and created again, or these brokers are another cluster's, and its offsets name other records than the archive's. Resuming at the archive's offsets would skip the new topic's records below them, so nothing of it is fetched. Archive the new topic into a new --data (with a new --group); if it is the same topic, moved to another cluster with its offsets kept, run once with --rebind-topic TOPIC",
+                "Kafka's topic id is not the one archived for {}: the topic was deleted and created again, or these brokers are another cluster's, and its offsets name other records than the archive's. Resuming at the archive's offsets would skip the new topic's records below them, so nothing of it is archived or committed. Archive the new topic into a new --data (with a new --group); if it is the same topic, moved to another cluster with its offsets kept, run once with --rebind-topic TOPIC",
                 other.join(", ")
             )));
         }
-        e.bind_topics(&bind).map_err(engine_error)
+        if !unknown.is_empty() {
+            return Err(TaskError::Fatal(format!(
+                "Kafka's topic id could not be compared with the one archived for {}: a topic deleted and created again under its name could not be told from the archived one, and resuming at the archive's offsets would skip its records below them, so nothing of it is archived or committed. Run again once Kafka answers; for brokers that give no topic id, run with --rebind-topic TOPIC",
+                unknown.join(", ")
+            )));
+        }
+        e.bind_topics(&bind).map_err(engine_error)?;
+        // Used: a later id change in this run is refused as any other.
+        for topic in bind.keys() {
+            self.rebind.remove(topic);
+        }
+        Ok(())
     }
 
+    /// Writes the records to the log without an fsync: `pre_commit` pays
+    /// one fsync for every put since the last (all of them under
+    /// `--commit every-put`, one per interval under `interval:MS`).
     fn put(&mut self, batches: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
         let w = self.eng()?.write(batches).map_err(engine_error)?;
         Ok(PutOutcome {
@@ -691,6 +750,116 @@ impl Drop for ArchiveSink {
 mod tests {
     use super::*;
     use cairn_engine::{EngineConfig, Record};
+
+    fn id(bits: u128) -> TopicId {
+        TopicId::new(bits).unwrap()
+    }
+
+    fn read(pairs: &[(&str, KafkaTopicId)]) -> BTreeMap<String, KafkaTopicId> {
+        pairs
+            .iter()
+            .map(|(t, r)| (t.to_string(), r.clone()))
+            .collect()
+    }
+
+    fn fatal(r: Result<(), TaskError>) -> String {
+        match r {
+            Err(TaskError::Fatal(m)) => m,
+            other => panic!("expected a fatal error, got {other:?}"),
+        }
+    }
+
+    /// What the archive does with each answer Kafka can give about a
+    /// topic's id: records the first, refuses another or a missing one
+    /// where it has one (it could be a recreated topic), lets
+    /// `--rebind-topic` take Kafka's in its place once.
+    #[test]
+    fn check_topics_records_refuses_and_rebinds() {
+        use KafkaTopicId::{Id, NoId, Unread};
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
+        let mut sink = ArchiveSink::new(engine.clone());
+        // Unknown to the archive: recorded if Kafka gave one.
+        let unread = Unread("timed out".into());
+        sink.check_topics(&read(&[
+            ("a", Id(id(1))),
+            ("b", NoId),
+            ("c", unread.clone()),
+        ]))
+        .unwrap();
+        assert_eq!(
+            engine.topic_ids().unwrap(),
+            [("a".to_owned(), id(1))].into()
+        );
+        // The same id: nothing to do.
+        sink.check_topics(&read(&[("a", Id(id(1)))])).unwrap();
+        // Another id, none, or one not read, where the archive has one:
+        // refused, the binding kept.
+        let m = fatal(sink.check_topics(&read(&[("a", Id(id(2)))])));
+        assert!(
+            m.contains(&format!(
+                "archived for a (archived: {}, Kafka's now: {})",
+                id(1),
+                id(2)
+            )) && m.contains("--rebind-topic"),
+            "{m}"
+        );
+        for answer in [NoId, unread] {
+            let m = fatal(sink.check_topics(&read(&[("a", answer.clone())])));
+            assert!(
+                m.contains("could not be compared with the one archived for a"),
+                "{answer:?}: {m}"
+            );
+        }
+        assert_eq!(engine.topic_id("a").unwrap(), Some(id(1)));
+        // Rebound: Kafka's taken, once.
+        let mut sink = ArchiveSink::new(engine.clone()).with_rebound_topics(["a".to_owned()]);
+        sink.check_topics(&read(&[("a", NoId)])).unwrap();
+        assert_eq!(
+            engine.topic_id("a").unwrap(),
+            Some(id(1)),
+            "nothing to record"
+        );
+        sink.check_topics(&read(&[("a", Id(id(2)))])).unwrap();
+        assert_eq!(engine.topic_id("a").unwrap(), Some(id(2)));
+        sink.check_topics(&read(&[("a", Id(id(2)))])).unwrap();
+        fatal(sink.check_topics(&read(&[("a", Id(id(3)))])));
+        assert_eq!(engine.topic_id("a").unwrap(), Some(id(2)));
+    }
+
+    /// A damaged binding is not taken for none (the run would record
+    /// Kafka's over it unchecked): refused, naming the way out, which
+    /// `--rebind-topic` takes.
+    #[test]
+    fn a_damaged_binding_is_refused_until_rebound() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        engine
+            .bind_topics(&[("a".to_owned(), id(1))].into())
+            .unwrap();
+        engine.close().unwrap();
+        {
+            let db = EngineConfig::new(dir.path()).open_sled().unwrap();
+            let tree = db.open_tree("cairn").unwrap();
+            let k = cairn_engine::topics::key("a");
+            let mut v = tree.get(&k).unwrap().unwrap().to_vec();
+            v[0] ^= 1;
+            tree.insert(k, v).unwrap();
+            db.flush().unwrap();
+        }
+        let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
+        let kafka = read(&[("a", KafkaTopicId::Id(id(1)))]);
+        let m = fatal(ArchiveSink::new(engine.clone()).check_topics(&kafka));
+        assert!(
+            m.contains("topic id of a") && m.contains("--rebind-topic a"),
+            "{m}"
+        );
+        ArchiveSink::new(engine.clone())
+            .with_rebound_topics(["a".to_owned()])
+            .check_topics(&kafka)
+            .unwrap();
+        assert_eq!(engine.topic_id("a").unwrap(), Some(id(1)));
+    }
 
     /// A partition lost and assigned again before the interval's sync: the
     /// records written for it are made durable and reported, so the fetch

@@ -16,8 +16,8 @@
 //!   reference to the queue (librdkafka's admin ops do), so destroying
 //!   ours is safe.
 //! - No answer is taken for an id: a failed or missing description is
-//!   [`Described::Unread`], and Kafka's zero id (a broker before 2.8) is
-//!   [`Described::NoId`].
+//!   [`KafkaTopicId::Unread`], and Kafka's zero id (a broker before 2.8) is
+//!   [`KafkaTopicId::NoId`].
 
 use std::collections::BTreeMap;
 use std::ffi::{CStr, CString};
@@ -26,6 +26,8 @@ use std::ptr::NonNull;
 use std::time::Duration;
 
 use cairn_engine::TopicId;
+
+use crate::task::KafkaTopicId;
 use rdkafka::bindings as rd;
 use rdkafka::client::Client;
 use rdkafka::ClientContext;
@@ -38,22 +40,10 @@ extern "C" {
     fn rd_kafka_error_code(error: *const rd::rd_kafka_error_t) -> c_int;
 }
 
-/// What Kafka said of one topic's id.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Described {
-    Id(TopicId),
-    /// The topic exists and Kafka gave it no id (zero: a broker before
-    /// Kafka 2.8, which has none).
-    NoId,
-    /// Not read, and why: the topic's own error (not authorized to
-    /// describe it, unknown), or the request's.
-    Unread(String),
-}
-
 /// Describe `topics` within `timeout`: a metadata read of the first, to
 /// learn a broker that answers, then one request to that broker, whose
 /// answer covers every topic (a request that fails or is not answered in
-/// time makes each [`Described::Unread`] with the same reason).
+/// time makes each [`KafkaTopicId::Unread`] with the same reason).
 ///
 /// librdkafka sends an admin request to the controller unless told which
 /// broker: any broker answers this one (it is a metadata request), and
@@ -64,11 +54,11 @@ pub(crate) fn describe<C: ClientContext>(
     client: &Client<C>,
     topics: &[String],
     timeout: Duration,
-) -> BTreeMap<String, Described> {
+) -> BTreeMap<String, KafkaTopicId> {
     let unread = |why: &str| {
         topics
             .iter()
-            .map(|t| (t.clone(), Described::Unread(why.to_owned())))
+            .map(|t| (t.clone(), KafkaTopicId::Unread(why.to_owned())))
             .collect()
     };
     if topics.is_empty() {
@@ -159,8 +149,8 @@ pub(crate) fn describe<C: ClientContext>(
         )
     };
     // The request's own timeout ends it with an error event; the margin
-    // is for that event to arrive.
-    let wait_ms = timeout_ms.saturating_add(1_000);
+    // (a tenth) is for that event to arrive.
+    let wait_ms = timeout_ms.saturating_add(timeout_ms / 10 + 50);
     let Some(event) = Guard::new(
         unsafe { rd::rd_kafka_queue_poll(queue.ptr.as_ptr(), wait_ms) },
         |p| unsafe { rd::rd_kafka_event_destroy(p) },
@@ -183,27 +173,30 @@ pub(crate) fn describe<C: ClientContext>(
         let mut out = BTreeMap::new();
         for i in 0..count {
             let d = *descriptions.add(i);
+            // A topic the broker's answer left out is a hole in the
+            // array (librdkafka's list, set by position): said below.
+            if d.is_null() {
+                continue;
+            }
             let name = c_string(rd::rd_kafka_TopicDescription_name(d));
             let error = rd::rd_kafka_TopicDescription_error(d);
             let described = if !error.is_null() && rd_kafka_error_code(error) != 0 {
-                Described::Unread(c_string(rd::rd_kafka_error_string(error)))
+                KafkaTopicId::Unread(c_string(rd::rd_kafka_error_string(error)))
             } else {
+                // Never null (a field of the description); zero is Kafka's
+                // "no id".
                 let id = rd::rd_kafka_TopicDescription_topic_id(d);
-                if id.is_null() {
-                    Described::NoId
-                } else {
-                    let high = rd::rd_kafka_Uuid_most_significant_bits(id) as u64;
-                    let low = rd::rd_kafka_Uuid_least_significant_bits(id) as u64;
-                    TopicId::new(u128::from(high) << 64 | u128::from(low))
-                        .map_or(Described::NoId, Described::Id)
-                }
+                let high = rd::rd_kafka_Uuid_most_significant_bits(id) as u64;
+                let low = rd::rd_kafka_Uuid_least_significant_bits(id) as u64;
+                TopicId::new(u128::from(high) << 64 | u128::from(low))
+                    .map_or(KafkaTopicId::NoId, KafkaTopicId::Id)
             };
             out.insert(name, described);
         }
         // A topic the answer left out is unread, not taken for unbound.
         for t in topics {
             out.entry(t.clone())
-                .or_insert_with(|| Described::Unread("left out of Kafka's answer".into()));
+                .or_insert_with(|| KafkaTopicId::Unread("left out of Kafka's answer".into()));
         }
         out.retain(|t, _| topics.contains(t));
         out
@@ -271,25 +264,67 @@ mod tests {
         let ca = consumer_of(&a.bootstrap_servers());
         let got = describe(ca.client(), &topics, Duration::from_secs(10));
         assert_eq!(got.len(), 3, "{got:?}");
-        let (Described::Id(orders), Described::Id(audit)) = (&got["orders"], &got["audit"]) else {
+        let (KafkaTopicId::Id(orders), KafkaTopicId::Id(audit)) = (&got["orders"], &got["audit"])
+        else {
             panic!("{got:?}");
         };
         assert_ne!(orders, audit);
         assert!(
-            matches!(&got["nothere"], Described::Unread(why) if !why.is_empty()),
+            matches!(&got["nothere"], KafkaTopicId::Unread(why) if !why.is_empty()),
             "{got:?}"
         );
         // Asked again: the same ids.
         let again = describe(ca.client(), &topics[..1], Duration::from_secs(10));
-        assert_eq!(again["orders"], Described::Id(*orders));
+        assert_eq!(again["orders"], KafkaTopicId::Id(*orders));
         // The same name in another cluster is another topic.
         let cb = consumer_of(&b.bootstrap_servers());
         let other = describe(cb.client(), &topics[..1], Duration::from_secs(10));
-        let Described::Id(other) = other["orders"] else {
+        let KafkaTopicId::Id(other) = other["orders"] else {
             panic!("{other:?}");
         };
         assert_ne!(other, *orders);
         assert!(describe(ca.client(), &[], Duration::from_secs(1)).is_empty());
+    }
+
+    /// Brokers that give no topic id (Metadata below version 10, as
+    /// before Kafka 2.8) leave each existing topic `NoId`, never an id.
+    #[test]
+    fn brokers_without_topic_ids_give_none() {
+        let m = MockCluster::new(1).unwrap();
+        m.create_topic("orders", 1, 1).unwrap();
+        m.apiversion(rdkafka::types::RDKafkaApiKey::Metadata, Some(0), Some(9))
+            .unwrap();
+        let c = consumer_of(&m.bootstrap_servers());
+        let got = describe(c.client(), &["orders".to_owned()], Duration::from_secs(10));
+        assert_eq!(got["orders"], KafkaTopicId::NoId, "{got:?}");
+    }
+
+    /// A broker that answers the metadata request and then lets the
+    /// `DescribeTopics` run past the time left: every topic unread, saying
+    /// so, within the timeout and its margin, and the request's handles
+    /// let go while it may still be in flight.
+    #[test]
+    fn a_describe_that_runs_out_of_time_leaves_every_topic_unread() {
+        let m = MockCluster::new(1).unwrap();
+        m.create_topic("orders", 1, 1).unwrap();
+        let c = consumer_of(&m.bootstrap_servers());
+        let topics = ["orders".to_owned()];
+        // Connected first, so that the metadata request alone waits.
+        assert!(matches!(
+            describe(c.client(), &topics, Duration::from_secs(10))["orders"],
+            KafkaTopicId::Id(_)
+        ));
+        m.broker_round_trip_time(1, Duration::from_millis(2_000))
+            .unwrap();
+        let t0 = std::time::Instant::now();
+        let got = describe(c.client(), &topics, Duration::from_millis(3_000));
+        assert!(
+            matches!(&got["orders"], KafkaTopicId::Unread(why) if why.contains("imed out")),
+            "{got:?}"
+        );
+        // Bounded by the timeout, not waited out past it (a generous
+        // bound: not a measure of speed).
+        assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
     }
 
     #[test]
@@ -300,7 +335,7 @@ mod tests {
         let got = describe(c.client(), &topics, Duration::from_millis(300));
         assert_eq!(got.len(), 2, "{got:?}");
         assert!(
-            got.values().all(|d| matches!(d, Described::Unread(_))),
+            got.values().all(|d| matches!(d, KafkaTopicId::Unread(_))),
             "{got:?}"
         );
     }

@@ -58,7 +58,7 @@ pub(crate) enum Job {
     /// Kafka's topic ids of an assignment's topics, before its partitions
     /// resume (`SinkTask::check_topics`).
     CheckTopics {
-        ids: BTreeMap<String, cairn_engine::TopicId>,
+        ids: BTreeMap<String, crate::task::KafkaTopicId>,
         reply: Reply<()>,
     },
     /// Partitions were assigned: where does each resume?

@@ -308,6 +308,46 @@ fn a_new_archive_starting_at_the_groups_offsets_is_warned_about() {
     assert!(!warned.contains(&format!("{topic}/2@")), "{warned}");
 }
 
+/// `cairn run` of an archive that recorded another topic id for its topic
+/// (deleted and created again, or another cluster's) exits 1 naming both
+/// ids and the way out, before anything is committed; `--rebind-topic`
+/// records Kafka's id (a WARN, before the first commit) and archives on.
+#[test]
+fn a_topic_with_another_id_is_refused_until_rebound() {
+    let mb = TestBroker::start(&["ident:3"]);
+    let topic = mb.topic("ident");
+    cairn_connector::cli::demo::produce(&mb.brokers, &topic, 0..60).unwrap();
+    let dir = archive_of_ten_in(&topic, &[0, 1, 2]);
+    let d = dir.path().to_str().unwrap();
+    let archived = cairn_engine::TopicId::new(1).unwrap();
+    let e = cairn_engine::Engine::open(cairn_engine::EngineConfig::new(dir.path())).unwrap();
+    e.bind_topics(&[(topic.clone(), archived)].into()).unwrap();
+    e.close().unwrap();
+    let group = mb.group("ident-group");
+    let (code, _, err) = cairn_run_in(&group, &mb.brokers, &topic, d, &[]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(&format!(
+            "Kafka's topic id is not the one archived for {topic} (archived: {archived}, Kafka's now: "
+        )) && err.contains("--rebind-topic"),
+        "{err}"
+    );
+    let held = partitions_of(d);
+    assert!(
+        held.len() == 3 && held.iter().all(|p| p.3 == 10),
+        "nothing archived: {held:?}"
+    );
+    // In another group: librdkafka's mock cluster holds a member that
+    // just left (cleanly too) until its session times out, 45 s.
+    let group = mb.group("ident-group-rebound");
+    let mut flags = common::run_flags(&mb.brokers, &group, &topic, d);
+    flags.extend(["--rebind-topic", topic.as_str()]);
+    let mut run = common::cairn_run(&flags, None);
+    let warned = logged_before_a_commit(&mut run, "--rebind-topic: recording Kafka's topic id")
+        .expect("the run ended without rebinding");
+    assert!(warned.contains(&archived.to_string()), "{warned}");
+}
+
 /// An archived partition whose group offset was moved past the archive's
 /// by something other than an archive (an offsets reset, another client:
 /// its commit names no store) gets a WARN at its assignment, naming the
@@ -643,6 +683,70 @@ fn status_json_with_brokers(
         timeout_ms,
         "--json",
     ])
+}
+
+/// `status` shows the Kafka topic id the archive recorded for each row's
+/// topic (`null` before a run recorded one) and, with `--brokers`, Kafka's
+/// own; where they differ (a recreated topic, another cluster) it says so
+/// with a WARN and in the row, and shows no archive lag, whose offsets
+/// would name another topic's records.
+#[test]
+fn status_shows_the_archived_topic_id_beside_kafkas() {
+    use rdkafka::mocking::MockCluster;
+    let mock = MockCluster::new(1).unwrap();
+    mock.create_topic("ti", 2, 1).unwrap();
+    let brokers = mock.bootstrap_servers();
+    let dir = tempfile::tempdir().unwrap();
+    archive_one_record_each(dir.path(), "ti", 1);
+    let (code, out, err) = status_json_with_brokers(dir.path(), &brokers, "60000");
+    assert_eq!(code, 0, "{err}");
+    let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(rows[0]["topic_id"].is_null(), "{out}");
+    let kafka = rows[0]["kafka_topic_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{out}"));
+    assert_eq!(kafka.len(), 22, "Kafka's form: {out}");
+    // The partition the archive holds nothing of carries it too.
+    assert_eq!(rows[1]["kafka_topic_id"], kafka, "{out}");
+    // The empty topic's log ends below the archive's one record.
+    assert_eq!(rows[0]["archive_lag"], -1, "{out}");
+    assert!(!err.contains("topic id"), "{err}");
+    // Another id recorded: the topic Kafka has now is not the archived one.
+    let e = cairn_engine::Engine::open(cairn_engine::EngineConfig::new(dir.path())).unwrap();
+    let archived = cairn_engine::TopicId::new(1).unwrap();
+    e.bind_topics(&[("ti".to_owned(), archived)].into_iter().collect())
+        .unwrap();
+    e.close().unwrap();
+    let (code, out, err) = status_json_with_brokers(dir.path(), &brokers, "60000");
+    assert_eq!(code, 0, "{err}");
+    let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
+    for r in [&rows[0], &rows[1]] {
+        assert_eq!(r["topic_id"], archived.to_string(), "{out}");
+        assert_eq!(r["kafka_topic_id"], kafka, "{out}");
+        assert!(r["archive_lag"].is_null(), "{out}");
+        assert!(
+            r["kafka_missing"]
+                .as_str()
+                .is_some_and(|m| m.contains("Kafka's topic id is not the one archived")),
+            "{out}"
+        );
+    }
+    assert!(
+        err.contains("Kafka's topic id is not the one archived"),
+        "{err}"
+    );
+    assert_eq!(
+        err.matches("Kafka's topic id is not the one archived")
+            .count(),
+        1,
+        "one WARN per topic: {err}"
+    );
+    // Without --brokers, the archive's own.
+    let (code, out, err) = cairn(&["status", "--data", dir.path().to_str().unwrap(), "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(rows[0]["topic_id"], archived.to_string(), "{out}");
+    assert!(rows[0]["kafka_topic_id"].is_null(), "{out}");
 }
 
 /// A partition without a leader is not asked for its watermarks (the

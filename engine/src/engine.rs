@@ -683,6 +683,22 @@ impl Engine {
         Ok(ids)
     }
 
+    /// The Kafka topic id recorded for `topic`, if any: its key alone is
+    /// read, so a damaged binding of another topic does not stand in the
+    /// way. A damaged one of this topic is an error naming it; a
+    /// [`bind_topics`](Self::bind_topics) of the topic writes over it.
+    pub fn topic_id(&self, topic: &str) -> Result<Option<crate::TopicId>> {
+        self.check_usable()?;
+        crate::record::validate_topic(topic)?;
+        let key = crate::topics::key(topic);
+        let Some(v) = self.tree.get(&key).map_err(store_err("read topic id"))? else {
+            return Ok(None);
+        };
+        crate::topics::decode_entry(&key, &v)
+            .map(|(_, id)| Some(id))
+            .map_err(|(l, k)| Error::corruption(l, k))
+    }
+
     /// Record, durably, the Kafka topic id of each topic in `ids`, in
     /// place of any recorded before (a binding the caller was told to
     /// change). Returns once they are durable; a failed write or fsync

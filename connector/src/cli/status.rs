@@ -88,6 +88,20 @@ struct Row {
     /// from there (since the night of 2026-12-04).
     #[serde(default)]
     committed_by: Option<String>,
+    /// The Kafka topic id the archive recorded for the row's topic
+    /// (store format 5; Kafka's own form, as `kafka-topics --describe`
+    /// prints it): `null` before a run recorded one (since 2026-12-06;
+    /// `null` in an answer from an older run).
+    #[serde(default)]
+    topic_id: Option<String>,
+    /// With `--brokers`: the topic's id in Kafka now (`null` when Kafka
+    /// gave none or it could not be read). Another than `topic_id` means
+    /// the topic was deleted and created again, or the brokers are
+    /// another cluster's: `cairn run` would stop at its assignment, and
+    /// the row has no archive lag (its offsets name another topic's
+    /// records).
+    #[serde(default)]
+    kafka_topic_id: Option<String>,
     /// The committed offset with its metadata, kept to work out where a
     /// run would resume (`resume_from`); not printed.
     #[serde(skip)]
@@ -122,10 +136,17 @@ impl Row {
             live_pid: None,
             store: None,
             committed_by: None,
+            topic_id: None,
+            kafka_topic_id: None,
             committed: None,
             low_watermark: None,
             committed_unread: false,
         }
+    }
+
+    /// Kafka's topic id is known and is not the one archived.
+    fn topic_replaced(&self) -> bool {
+        matches!((&self.topic_id, &self.kafka_topic_id), (Some(a), Some(k)) if a != k)
     }
 
     /// Note why some of this row's Kafka figures are missing.
@@ -181,7 +202,7 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
         },
         None => {
             let engine = super::open_unserved(data)?;
-            let rows = rows(&engine);
+            let rows = rows(&engine)?;
             // Closed, not dropped: a failed sync of what the open wrote
             // (recovery, a node split) exits 1, as any failed fsync does
             // (since 2026-12-05; the drop's sync left the poison mark, but
@@ -296,12 +317,15 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
     Ok(exit)
 }
 
-/// The archive's figures per partition (the Kafka columns empty).
-fn rows(engine: &cairn_engine::Engine) -> Vec<Row> {
-    engine
+/// The archive's figures per partition (the Kafka columns empty). A
+/// damaged topic id is an error, as any damage an open finds.
+fn rows(engine: &cairn_engine::Engine) -> Result<Vec<Row>> {
+    let ids = engine.topic_ids()?;
+    Ok(engine
         .partitions()
         .into_iter()
         .map(|p| Row {
+            topic_id: ids.get(&p.tp.topic).map(|id| id.to_string()),
             topic: p.tp.topic,
             partition: p.tp.partition,
             first_offset: Some(p.first_offset),
@@ -316,11 +340,12 @@ fn rows(engine: &cairn_engine::Engine) -> Vec<Row> {
             live_pid: None,
             store: Some(engine.store_id().to_string()),
             committed_by: None,
+            kafka_topic_id: None,
             committed: None,
             low_watermark: None,
             committed_unread: false,
         })
-        .collect()
+        .collect())
 }
 
 /// A running archive's rows and the pid of the run that answered, or the
@@ -346,7 +371,7 @@ fn live_rows(
 
 /// The live answer to `status` (live.rs): the rows as JSON.
 pub(crate) fn serve(engine: &cairn_engine::Engine, out: &mut dyn std::io::Write) -> Result<u8> {
-    serde_json::to_writer(out, &rows(engine)).map_err(|e| crate::live::socket_error(e.into()))?;
+    serde_json::to_writer(out, &rows(engine)?).map_err(|e| crate::live::socket_error(e.into()))?;
     Ok(0)
 }
 
@@ -425,6 +450,12 @@ fn kafka_view(
         crate::librdkafka::cluster_metadata(consumer.client(), brokers, timeout, &|| false)?;
     // The archive's identity, which every row of it carries.
     let store: Option<String> = rows.iter().find_map(|r| r.store.clone());
+    // The topic ids the archive recorded, which every row of the topic
+    // carries.
+    let topic_ids: BTreeMap<String, String> = rows
+        .iter()
+        .filter_map(|r| Some((r.topic.clone(), r.topic_id.clone()?)))
+        .collect();
     // Partitions per archived topic, as Kafka has them.
     // Sets, not lists: looked up once per row (tens of thousands of
     // partitions made the lists' scans quadratic).
@@ -507,10 +538,12 @@ fn kafka_view(
             if !archived.contains(&(topic.clone(), p)) {
                 let mut r = Row::unarchived(topic, p);
                 r.store = store.clone();
+                r.topic_id = topic_ids.get(topic).cloned();
                 rows.push(r);
             }
         }
     }
+    note_topic_ids(consumer, timeout, rows, &listed);
     for r in rows.iter_mut() {
         let ps = &in_kafka[&r.topic];
         if let Some(why) = topic_missing.get(&r.topic) {
@@ -685,6 +718,51 @@ fn read_watermarks(
     answers
 }
 
+/// Kafka's topic id of each topic of `rows` Kafka lists (`listed`), into
+/// the rows, with a WARN for a topic whose id is not the one archived (a
+/// run would stop at its assignment: OPERATIONS.md, "Where a partition
+/// resumes", rule 0), whose rows get no archive lag, and one for the
+/// topics whose id could not be read.
+fn note_topic_ids(
+    consumer: &rdkafka::consumer::BaseConsumer<CheckContext>,
+    timeout: Duration,
+    rows: &mut [Row],
+    listed: &std::collections::BTreeSet<String>,
+) {
+    use crate::task::KafkaTopicId;
+    let topics: Vec<String> = listed.iter().cloned().collect();
+    let mut unread = Vec::new();
+    let mut kafka: BTreeMap<String, String> = BTreeMap::new();
+    for (topic, d) in crate::topic_ids::describe(consumer.client(), &topics, timeout) {
+        match d {
+            KafkaTopicId::Id(id) => {
+                kafka.insert(topic, id.to_string());
+            }
+            KafkaTopicId::NoId => {}
+            KafkaTopicId::Unread(why) => unread.push(format!("{topic} ({why})")),
+        }
+    }
+    if !unread.is_empty() {
+        tracing::warn!(topics = %crate::selection::first_few(unread.into_iter()), "Kafka's topic ids of these topics could not be read: not compared with the archive's");
+    }
+    let mut warned = std::collections::BTreeSet::new();
+    for r in rows.iter_mut() {
+        r.kafka_topic_id = kafka.get(&r.topic).cloned();
+        if !r.topic_replaced() {
+            continue;
+        }
+        if warned.insert(r.topic.clone()) {
+            tracing::warn!(
+                topic = %r.topic,
+                archived = r.topic_id.as_deref().unwrap_or_default(),
+                kafka = r.kafka_topic_id.as_deref().unwrap_or_default(),
+                "Kafka's topic id is not the one archived: the topic was deleted and created again, or these brokers are another cluster's. Its offsets name other records than the archive's: cairn run would stop at its assignment, and no archive lag is shown for it"
+            );
+        }
+        r.missing("Kafka's topic id is not the one archived: no archive lag (its offsets name another topic's records)");
+    }
+}
+
 /// Why a row has no archive lag ([`row_archive_lag`]), in its
 /// `kafka_missing`; taken out again by [`refresh`] once the lag is known.
 const NO_ARCHIVE_LAG: &str =
@@ -697,6 +775,10 @@ const NO_ARCHIVE_LAG: &str =
 /// without a word).
 fn row_archive_lag(r: &mut Row) -> Option<i64> {
     let (low, high) = (r.low_watermark?, r.high_watermark?);
+    // Said in `kafka_missing` once, by `note_topic_ids`.
+    if r.topic_replaced() {
+        return None;
+    }
     if r.durable_next_offset.is_none() && r.committed_unread {
         r.missing(NO_ARCHIVE_LAG);
         return None;
