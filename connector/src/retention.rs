@@ -52,8 +52,8 @@ const BOUNDS_BUDGET_MAX: Duration = Duration::from_secs(60);
 /// fifth of librdkafka's default 300 s), at least 1 s. The same callbacks
 /// read the committed offsets, at most twice, and the topic ids once
 /// (topic_ids.rs), each read within it too (and within 10 s; the topic ids'
-/// answer waited for a tenth longer), so all together take at most about
-/// four fifths of any interval of 5 s or more.
+/// answer waited for a tenth longer, at least 250 ms), so all together
+/// take at most about 0.85 of any interval of 5 s or more.
 pub(crate) fn bounds_budget(max_poll_interval: Duration) -> Duration {
     (max_poll_interval / 5).clamp(Duration::from_secs(1), BOUNDS_BUDGET_MAX)
 }

@@ -433,10 +433,11 @@ impl ArchiveSink {
     /// of a damaged one), with a WARN naming both: for a topic moved to
     /// another cluster with its offsets kept, whose records at each offset
     /// are the archived ones. A topic whose ids agree is left as it is.
-    /// Used once per topic: the assignment that records the new id ends
-    /// it, so a later change in the same run is refused. A topic Kafka
-    /// gives no id for is taken unchecked, with a WARN, at every
-    /// assignment.
+    /// Spent at the first assignment that reads Kafka's id of the topic
+    /// (recorded or found equal), so a later change in the same run is
+    /// refused. A topic Kafka gives no id for is taken unchecked, with a
+    /// WARN, at every assignment; one whose id could not be read is
+    /// refused all the same.
     pub fn with_rebound_topics(mut self, topics: impl IntoIterator<Item = String>) -> Self {
         self.rebind.extend(topics);
         self
@@ -536,59 +537,79 @@ impl SinkTask for ArchiveSink {
     }
 
     /// Refuses a topic whose Kafka id is not the one the archive recorded
-    /// for it, or whose id Kafka did not give while the archive has one
-    /// (it cannot be told from a recreated topic), unless `--rebind-topic`
-    /// names it; records, durably, the id of each topic it has none for,
-    /// before any of its partitions resumes. A rebinding is used once:
-    /// later assignments of the run check against the id it recorded.
+    /// for it, or whose id could not be compared with it (not read, or
+    /// none given: it cannot be told from a recreated topic), unless
+    /// `--rebind-topic` names it; records, durably, the id of each topic it
+    /// has none for, before any of its partitions resumes. The flag takes
+    /// Kafka's id in place of the archive's (or of a damaged one) at the
+    /// first assignment that reads one, and is spent then, whether the ids
+    /// differed or not: later assignments of the run check against the id
+    /// recorded. Against brokers that give no id it passes the topic
+    /// unchecked, at every assignment; an id that could not be read is
+    /// refused with or without it.
     fn check_topics(&mut self, ids: &BTreeMap<String, KafkaTopicId>) -> Result<(), TaskError> {
         let e = self.eng()?.clone();
         let mut bind = BTreeMap::new();
         // Another id than the archive's, and ids that could not be
         // compared with the archive's.
         let (mut other, mut unknown) = (Vec::new(), Vec::new());
+        // `--rebind-topic` topics Kafka gave an id for: the flag is spent.
+        let mut spent = Vec::new();
         for (topic, read) in ids {
             let rebind = self.rebind.contains(topic);
+            if rebind && matches!(read, KafkaTopicId::Id(_)) {
+                spent.push(topic.clone());
+            }
             let recorded = match e.topic_id(topic) {
-                Ok(r) => r,
-                // Written over below: what was recorded is unreadable.
-                Err(err) if err.is_corruption() && rebind => {
-                    tracing::warn!(%topic, error = %err, "--rebind-topic: the topic id the archive recorded is damaged; recording Kafka's in its place");
-                    None
-                }
-                Err(err) if err.is_corruption() => {
-                    return Err(TaskError::Fatal(format!(
-                        "{err}: the archive cannot tell whether Kafka's topic {topic} is the one it archived, so nothing of it is fetched. If it is, run once with --rebind-topic {topic} to record its id again"
-                    )))
-                }
+                Ok(r) => Ok(r),
+                Err(err) if err.is_corruption() => Err(err),
                 Err(err) => return Err(engine_error(err)),
             };
             match (recorded, read) {
-                (Some(archived), KafkaTopicId::Id(kafka)) if archived == *kafka => {}
-                (Some(archived), KafkaTopicId::Id(kafka)) if rebind => {
+                (Err(err), KafkaTopicId::Id(kafka)) if rebind => {
+                    tracing::warn!(%topic, error = %err, %kafka, "--rebind-topic: the topic id the archive recorded is damaged; recording Kafka's in its place");
+                    bind.insert(topic.clone(), *kafka);
+                }
+                (Err(err), KafkaTopicId::NoId) if rebind => {
+                    tracing::warn!(%topic, error = %err, "--rebind-topic: the topic id the archive recorded is damaged, and Kafka gives none to record in its place: taken for the archived topic, unchecked");
+                }
+                (Err(err), KafkaTopicId::Unread(why)) => {
+                    unknown.push(format!("{topic} (the archive's is damaged: {err}; Kafka's not read: {why})"))
+                }
+                (Err(err), _) => {
+                    return Err(TaskError::Fatal(format!(
+                        "{err}: the archive cannot tell whether Kafka's topic {topic} is the one it archived, so nothing of it is archived or committed. If it is, run once with --rebind-topic {topic} to record Kafka's id in place of the damaged one (against brokers that give no topic id, the flag is needed at every run)"
+                    )))
+                }
+                (Ok(Some(archived)), KafkaTopicId::Id(kafka)) if archived == *kafka => {
+                    if rebind {
+                        tracing::warn!(%topic, id = %kafka, "--rebind-topic: Kafka's topic id is the one archived, nothing to rebind (the flag is spent for this run)");
+                    }
+                }
+                (Ok(Some(archived)), KafkaTopicId::Id(kafka)) if rebind => {
                     tracing::warn!(%topic, %archived, %kafka, "--rebind-topic: recording Kafka's topic id in place of the archive's; the archive's offsets are taken to name this topic's records");
                     bind.insert(topic.clone(), *kafka);
                 }
-                (Some(archived), KafkaTopicId::Id(kafka)) => {
+                (Ok(Some(archived)), KafkaTopicId::Id(kafka)) => {
                     other.push(format!("{topic} (archived: {archived}, Kafka's now: {kafka})"))
                 }
-                (None, KafkaTopicId::Id(kafka)) => {
+                (Ok(None), KafkaTopicId::Id(kafka)) => {
                     tracing::info!(%topic, id = %kafka, "recording the topic's Kafka id: a topic of this name with another id will be refused");
                     bind.insert(topic.clone(), *kafka);
                 }
-                (Some(archived), KafkaTopicId::NoId | KafkaTopicId::Unread(_)) if rebind => {
-                    tracing::warn!(%topic, %archived, read = ?read, "--rebind-topic: Kafka gave no topic id to compare with the archive's; taken for the archived topic, unchecked");
+                (Ok(Some(archived)), KafkaTopicId::NoId) if rebind => {
+                    tracing::warn!(%topic, %archived, "--rebind-topic: Kafka gives no topic id to compare with the archive's: taken for the archived topic, unchecked");
                 }
-                (Some(archived), KafkaTopicId::NoId) => unknown.push(format!(
-                    "{topic} (archived: {archived}; Kafka gave none: brokers before Kafka 2.8, or -X api.version.request=false)"
+                (Ok(Some(archived)), KafkaTopicId::NoId) => unknown.push(format!(
+                    "{topic} (archived: {archived}; Kafka gave none: brokers before Kafka 2.8, or -X api.version.request=false; against such brokers, --rebind-topic {topic} at every run takes it unchecked)"
                 )),
-                (Some(archived), KafkaTopicId::Unread(why)) => {
+                (Ok(Some(archived)), KafkaTopicId::Unread(why)) => {
                     unknown.push(format!("{topic} (archived: {archived}; not read: {why})"))
                 }
-                (None, KafkaTopicId::NoId) => {
+                (Ok(None), KafkaTopicId::NoId) => {
                     tracing::info!(%topic, "Kafka gave this topic no topic id (brokers before Kafka 2.8): none recorded, and it is not checked");
                 }
-                (None, KafkaTopicId::Unread(why)) => {
+                (Ok(None), KafkaTopicId::Unread(why)) => {
                     tracing::warn!(%topic, %why, "Kafka's topic id of this topic could not be read: none recorded yet (the next assignment tries again), and a topic of this name deleted and created again meanwhile would be taken for the archived one");
                 }
             }
@@ -601,14 +622,15 @@ impl SinkTask for ArchiveSink {
         }
         if !unknown.is_empty() {
             return Err(TaskError::Fatal(format!(
-                "Kafka's topic id could not be compared with the one archived for {}: a topic deleted and created again under its name could not be told from the archived one, and resuming at the archive's offsets would skip its records below them, so nothing of it is archived or committed. Run again once Kafka answers; for brokers that give no topic id, run with --rebind-topic TOPIC",
+                "Kafka's topic id could not be compared with the one archived for {}: a topic deleted and created again under its name could not be told from the archived one, and resuming at the archive's offsets would skip its records below them, so nothing of it is archived or committed. Run again once Kafka answers",
                 unknown.join(", ")
             )));
         }
         e.bind_topics(&bind).map_err(engine_error)?;
-        // Used: a later id change in this run is refused as any other.
-        for topic in bind.keys() {
-            self.rebind.remove(topic);
+        // Spent once written: a later id change in this run is refused as
+        // any other.
+        for topic in spent {
+            self.rebind.remove(&topic);
         }
         Ok(())
     }
@@ -820,10 +842,19 @@ mod tests {
             Some(id(1)),
             "nothing to record"
         );
+        // One not read is refused all the same.
+        let m = fatal(sink.check_topics(&read(&[("a", Unread("timed out".into()))])));
+        assert!(m.contains("not read: timed out"), "{m}");
         sink.check_topics(&read(&[("a", Id(id(2)))])).unwrap();
         assert_eq!(engine.topic_id("a").unwrap(), Some(id(2)));
         sink.check_topics(&read(&[("a", Id(id(2)))])).unwrap();
         fatal(sink.check_topics(&read(&[("a", Id(id(3)))])));
+        assert_eq!(engine.topic_id("a").unwrap(), Some(id(2)));
+        // Spent by an assignment that finds the ids equal too: a flag left
+        // in a unit file does not take a later recreation.
+        let mut sink = ArchiveSink::new(engine.clone()).with_rebound_topics(["a".to_owned()]);
+        sink.check_topics(&read(&[("a", Id(id(2)))])).unwrap();
+        fatal(sink.check_topics(&read(&[("a", Id(id(4)))])));
         assert_eq!(engine.topic_id("a").unwrap(), Some(id(2)));
     }
 
@@ -854,6 +885,16 @@ mod tests {
             m.contains("topic id of a") && m.contains("--rebind-topic a"),
             "{m}"
         );
+        let rebound = || ArchiveSink::new(engine.clone()).with_rebound_topics(["a".to_owned()]);
+        // Nothing to write over it with: refused when not read, taken
+        // unchecked where Kafka gives none.
+        let unread = read(&[("a", KafkaTopicId::Unread("timed out".into()))]);
+        let m = fatal(rebound().check_topics(&unread));
+        assert!(m.contains("the archive's is damaged"), "{m}");
+        rebound()
+            .check_topics(&read(&[("a", KafkaTopicId::NoId)]))
+            .unwrap();
+        assert!(engine.topic_id("a").is_err(), "still damaged");
         ArchiveSink::new(engine.clone())
             .with_rebound_topics(["a".to_owned()])
             .check_topics(&kafka)

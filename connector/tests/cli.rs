@@ -343,9 +343,35 @@ fn a_topic_with_another_id_is_refused_until_rebound() {
     let mut flags = common::run_flags(&mb.brokers, &group, &topic, d);
     flags.extend(["--rebind-topic", topic.as_str()]);
     let mut run = common::cairn_run(&flags, None);
-    let warned = logged_before_a_commit(&mut run, "--rebind-topic: recording Kafka's topic id")
-        .expect("the run ended without rebinding");
+    // The WARN before any commit, and the new id recorded by the first.
+    use std::io::{BufRead, BufReader};
+    let (mut warned, mut committed) = (None, false);
+    for line in BufReader::new(run.stderr.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+    {
+        if line.contains("--rebind-topic: recording Kafka's topic id") {
+            warned = Some(line);
+        } else if line.contains(r#""message":"commit""#) {
+            assert!(warned.is_some(), "committed before rebinding: {line}");
+            committed = true;
+            break;
+        }
+    }
+    let warned = warned.expect("the run ended without rebinding");
+    assert!(committed, "the run ended without a commit");
     assert!(warned.contains(&archived.to_string()), "{warned}");
+    drop(run);
+    let (code, out, err) = cairn(&["status", "--data", d, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let now = rows[0]["topic_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        now != archived.to_string() && warned.contains(now),
+        "{now}: {warned}"
+    );
 }
 
 /// An archived partition whose group offset was moved past the archive's
@@ -747,6 +773,74 @@ fn status_shows_the_archived_topic_id_beside_kafkas() {
     let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(rows[0]["topic_id"], archived.to_string(), "{out}");
     assert!(rows[0]["kafka_topic_id"].is_null(), "{out}");
+}
+
+/// A damaged recorded topic id is shown in its topic's rows
+/// (`topic_id_damage`), the rest printed, exit 1 with an ERROR naming it;
+/// where Kafka gives no id (Metadata below v10, as before Kafka 2.8) for a
+/// topic the archive recorded one for, status says it was not compared,
+/// as a run would stop on it.
+#[test]
+fn status_names_a_damaged_topic_id_and_one_kafka_does_not_give() {
+    use rdkafka::mocking::MockCluster;
+    let mock = MockCluster::new(1).unwrap();
+    mock.create_topic("ok", 1, 1).unwrap();
+    mock.create_topic("bad", 1, 1).unwrap();
+    mock.apiversion(rdkafka::types::RDKafkaApiKey::Metadata, Some(0), Some(9))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    archive_one_record_each(dir.path(), "ok", 1);
+    archive_one_record_each(dir.path(), "bad", 1);
+    let e = cairn_engine::Engine::open(cairn_engine::EngineConfig::new(dir.path())).unwrap();
+    let id = cairn_engine::TopicId::new(7).unwrap();
+    e.bind_topics(&[("ok".to_owned(), id), ("bad".to_owned(), id)].into())
+        .unwrap();
+    e.close().unwrap();
+    {
+        let db = cairn_engine::EngineConfig::new(dir.path())
+            .open_sled()
+            .unwrap();
+        let t = db.open_tree("cairn").unwrap();
+        let k = cairn_engine::topics::key("bad");
+        let mut v = t.get(&k).unwrap().unwrap().to_vec();
+        v[5] ^= 4;
+        t.insert(k, v).unwrap();
+        db.flush().unwrap();
+    }
+    let (code, out, err) = status_json_with_brokers(dir.path(), &mock.bootstrap_servers(), "60000");
+    assert_eq!(code, 1, "{err}");
+    let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let (bad, ok) = (&rows[0], &rows[1]);
+    assert_eq!(
+        (bad["topic"].as_str(), ok["topic"].as_str()),
+        (Some("bad"), Some("ok")),
+        "{out}"
+    );
+    assert!(bad["topic_id"].is_null(), "{out}");
+    assert!(
+        bad["topic_id_damage"]
+            .as_str()
+            .is_some_and(|d| d.contains("topic id of bad")),
+        "{out}"
+    );
+    assert!(
+        err.contains("ERROR")
+            && err.contains("the topic id the archive recorded for this topic is damaged"),
+        "{err}"
+    );
+    assert_eq!(ok["topic_id"], id.to_string(), "{out}");
+    assert!(ok["topic_id_damage"].is_null(), "{out}");
+    assert!(ok["kafka_topic_id"].is_null(), "{out}");
+    assert!(
+        ok["kafka_missing"]
+            .as_str()
+            .is_some_and(|m| m.contains("Kafka gives no topic id")),
+        "{out}"
+    );
+    assert!(
+        err.contains("Kafka gives no topic id for this topic"),
+        "{err}"
+    );
 }
 
 /// A partition without a leader is not asked for its watermarks (the

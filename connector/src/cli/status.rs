@@ -94,6 +94,11 @@ struct Row {
     /// `null` in an answer from an older run).
     #[serde(default)]
     topic_id: Option<String>,
+    /// The damage found where the topic's id is recorded (`topic_id` is
+    /// then `null`; `cairn verify` names it too, and a run stops on it
+    /// until `--rebind-topic` writes Kafka's over it); the command exits 1.
+    #[serde(default)]
+    topic_id_damage: Option<String>,
     /// With `--brokers`: the topic's id in Kafka now (`null` when Kafka
     /// gave none or it could not be read). Another than `topic_id` means
     /// the topic was deleted and created again, or the brokers are
@@ -137,6 +142,7 @@ impl Row {
             store: None,
             committed_by: None,
             topic_id: None,
+            topic_id_damage: None,
             kafka_topic_id: None,
             committed: None,
             low_watermark: None,
@@ -275,6 +281,17 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
     for r in &mut rows {
         r.live_pid = served_by;
     }
+    // Damage is an error, said after the figures are printed.
+    let damaged: std::collections::BTreeSet<(&str, &str)> = rows
+        .iter()
+        .filter_map(|r| Some((r.topic.as_str(), r.topic_id_damage.as_deref()?)))
+        .collect();
+    for (topic, damage) in &damaged {
+        tracing::error!(%topic, %damage, "the topic id the archive recorded for this topic is damaged: cairn run stops on it until run once with --rebind-topic (cairn verify names it too)");
+    }
+    if !damaged.is_empty() {
+        exit = ExitCode::FAILURE;
+    }
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&rows).expect("json"))?;
         return Ok(exit);
@@ -318,14 +335,28 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
 }
 
 /// The archive's figures per partition (the Kafka columns empty). A
-/// damaged topic id is an error, as any damage an open finds.
+/// damaged topic id is shown as such in its topic's rows
+/// (`topic_id_damage`), the rest of the table printed: the command then
+/// exits 1.
 fn rows(engine: &cairn_engine::Engine) -> Result<Vec<Row>> {
-    let ids = engine.topic_ids()?;
-    Ok(engine
-        .partitions()
+    let partitions = engine.partitions();
+    let mut ids: BTreeMap<String, (Option<String>, Option<String>)> = BTreeMap::new();
+    for p in &partitions {
+        if ids.contains_key(&p.tp.topic) {
+            continue;
+        }
+        let read = match engine.topic_id(&p.tp.topic) {
+            Ok(id) => (id.map(|id| id.to_string()), None),
+            Err(e) if e.is_corruption() => (None, Some(e.to_string())),
+            Err(e) => return Err(e.into()),
+        };
+        ids.insert(p.tp.topic.clone(), read);
+    }
+    Ok(partitions
         .into_iter()
         .map(|p| Row {
-            topic_id: ids.get(&p.tp.topic).map(|id| id.to_string()),
+            topic_id: ids[&p.tp.topic].0.clone(),
+            topic_id_damage: ids[&p.tp.topic].1.clone(),
             topic: p.tp.topic,
             partition: p.tp.partition,
             first_offset: Some(p.first_offset),
@@ -452,9 +483,12 @@ fn kafka_view(
     let store: Option<String> = rows.iter().find_map(|r| r.store.clone());
     // The topic ids the archive recorded, which every row of the topic
     // carries.
-    let topic_ids: BTreeMap<String, String> = rows
+    let topic_ids: BTreeMap<String, (Option<String>, Option<String>)> = rows
         .iter()
-        .filter_map(|r| Some((r.topic.clone(), r.topic_id.clone()?)))
+        .map(|r| {
+            let id = (r.topic_id.clone(), r.topic_id_damage.clone());
+            (r.topic.clone(), id)
+        })
         .collect();
     // Partitions per archived topic, as Kafka has them.
     // Sets, not lists: looked up once per row (tens of thousands of
@@ -538,7 +572,7 @@ fn kafka_view(
             if !archived.contains(&(topic.clone(), p)) {
                 let mut r = Row::unarchived(topic, p);
                 r.store = store.clone();
-                r.topic_id = topic_ids.get(topic).cloned();
+                (r.topic_id, r.topic_id_damage) = topic_ids[topic].clone();
                 rows.push(r);
             }
         }
@@ -732,14 +766,10 @@ fn note_topic_ids(
     use crate::task::KafkaTopicId;
     let topics: Vec<String> = listed.iter().cloned().collect();
     let mut unread = Vec::new();
-    let mut kafka: BTreeMap<String, String> = BTreeMap::new();
-    for (topic, d) in crate::topic_ids::describe(consumer.client(), &topics, timeout) {
-        match d {
-            KafkaTopicId::Id(id) => {
-                kafka.insert(topic, id.to_string());
-            }
-            KafkaTopicId::NoId => {}
-            KafkaTopicId::Unread(why) => unread.push(format!("{topic} ({why})")),
+    let read = crate::topic_ids::describe(consumer.client(), &topics, timeout);
+    for (topic, d) in &read {
+        if let KafkaTopicId::Unread(why) = d {
+            unread.push(format!("{topic} ({why})"));
         }
     }
     if !unread.is_empty() {
@@ -747,7 +777,26 @@ fn note_topic_ids(
     }
     let mut warned = std::collections::BTreeSet::new();
     for r in rows.iter_mut() {
-        r.kafka_topic_id = kafka.get(&r.topic).cloned();
+        let answer = read.get(&r.topic);
+        r.kafka_topic_id = match answer {
+            Some(KafkaTopicId::Id(id)) => Some(id.to_string()),
+            _ => None,
+        };
+        // Recorded, and nothing to compare it with: a run stops on it.
+        if r.topic_id.is_some() {
+            match answer {
+                Some(KafkaTopicId::NoId) => {
+                    if warned.insert(r.topic.clone()) {
+                        tracing::warn!(topic = %r.topic, "Kafka gives no topic id for this topic (brokers before Kafka 2.8, or -X api.version.request=false), and the archive recorded one: it cannot be told from a recreated topic, and cairn run would stop at its assignment (--rebind-topic takes it unchecked)");
+                    }
+                    r.missing("Kafka gives no topic id: not compared with the archive's");
+                }
+                Some(KafkaTopicId::Unread(why)) => {
+                    r.missing(format_args!("Kafka's topic id could not be read ({why}): not compared with the archive's"));
+                }
+                _ => {}
+            }
+        }
         if !r.topic_replaced() {
             continue;
         }
@@ -865,6 +914,11 @@ fn refresh(rows: &mut [Row], newer: Vec<Row>) {
         }
         (r.first_offset, r.durable_next_offset, r.records, r.bytes) =
             (n.first_offset, n.durable_next_offset, n.records, n.bytes);
+        // Recorded since the first read (a run's assignment): compared
+        // with Kafka's again below.
+        if r.topic_id.is_none() {
+            (r.topic_id, r.topic_id_damage) = (n.topic_id, n.topic_id_damage);
+        }
         // Below 0 only when the first read was (a log that ends below the
         // archive: warned about then); otherwise the run archived past the
         // high watermark read before (until the night of 2026-12-04 a row
