@@ -622,7 +622,7 @@ impl SinkTask for ArchiveSink {
         }
         if !unknown.is_empty() {
             return Err(TaskError::Fatal(format!(
-                "Kafka's topic id could not be compared with the one archived for {}: a topic deleted and created again under its name could not be told from the archived one, and resuming at the archive's offsets would skip its records below them, so nothing of it is archived or committed. Run again once Kafka answers",
+                "Kafka's topic id could not be compared with the one archived for {}: a topic deleted and created again under its name could not be told from the archived one, and resuming at the archive's offsets would skip its records below them, so nothing of it is archived or committed. Run again once Kafka answers (where the archive's is damaged, with --rebind-topic TOPIC)",
                 unknown.join(", ")
             )));
         }

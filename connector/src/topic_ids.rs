@@ -156,10 +156,7 @@ pub(crate) fn describe<C: ClientContext>(
         unsafe { rd::rd_kafka_queue_poll(queue.ptr.as_ptr(), wait_ms) },
         |p| unsafe { rd::rd_kafka_event_destroy(p) },
     ) else {
-        return unread(&format!(
-            "DescribeTopics: no answer within {} ms",
-            timeout.as_millis()
-        ));
+        return unread(&format!("DescribeTopics: no answer within {wait_ms} ms"));
     };
     let ev = event.ptr.as_ptr();
     // SAFETY: `ev` is live until `event` drops; the strings it hands out
@@ -321,10 +318,12 @@ mod tests {
             describe(c.client(), &topics, Duration::from_secs(10))["orders"],
             KafkaTopicId::Id(_)
         ));
-        m.broker_round_trip_time(1, Duration::from_millis(2_000))
+        // The metadata request's 3 s leave 2 s of the 5 for the second,
+        // which takes 3: slack of 2 s for the first on a busy host.
+        m.broker_round_trip_time(1, Duration::from_millis(3_000))
             .unwrap();
         let t0 = std::time::Instant::now();
-        let got = describe(c.client(), &topics, Duration::from_millis(3_000));
+        let got = describe(c.client(), &topics, Duration::from_millis(5_000));
         // The metadata request answered; the DescribeTopics did not, in
         // time (its own timeout's error, or the wait's end).
         assert!(

@@ -824,8 +824,7 @@ fn status_names_a_damaged_topic_id_and_one_kafka_does_not_give() {
         "{out}"
     );
     assert!(
-        err.contains("ERROR")
-            && err.contains("the topic id the archive recorded for this topic is damaged"),
+        err.contains("error: the topic id the archive recorded for bad is damaged (corruption at topic id of bad"),
         "{err}"
     );
     assert_eq!(ok["topic_id"], id.to_string(), "{out}");

@@ -286,8 +286,15 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
         .iter()
         .filter_map(|r| Some((r.topic.as_str(), r.topic_id_damage.as_deref()?)))
         .collect();
+    // Said whatever `RUST_LOG` keeps: it is why the exit is 1.
     for (topic, damage) in &damaged {
-        tracing::error!(%topic, %damage, "the topic id the archive recorded for this topic is damaged: cairn run stops on it until run once with --rebind-topic (cairn verify names it too)");
+        super::say(
+            "ERROR",
+            &format_args!("the topic id the archive recorded for {topic} is damaged"),
+            Some(&format_args!(
+                "the topic id the archive recorded for {topic} is damaged ({damage}): cairn run stops on it until a run with --rebind-topic {topic} records Kafka's over it (against brokers that give no topic id, the flag is needed at every run); cairn verify names it too"
+            )),
+        );
     }
     if !damaged.is_empty() {
         exit = ExitCode::FAILURE;
@@ -782,6 +789,9 @@ fn note_topic_ids(
             Some(KafkaTopicId::Id(id)) => Some(id.to_string()),
             _ => None,
         };
+        if r.topic_id_damage.is_some() {
+            r.missing("the archive's topic id is damaged: not compared with Kafka's (cairn run stops on it)");
+        }
         // Recorded, and nothing to compare it with: a run stops on it.
         if r.topic_id.is_some() {
             match answer {
@@ -808,9 +818,13 @@ fn note_topic_ids(
                 "Kafka's topic id is not the one archived: the topic was deleted and created again, or these brokers are another cluster's. Its offsets name other records than the archive's: cairn run would stop at its assignment, and no archive lag is shown for it"
             );
         }
-        r.missing("Kafka's topic id is not the one archived: no archive lag (its offsets name another topic's records)");
+        r.missing(TOPIC_REPLACED);
     }
 }
+
+/// Why a row whose topic Kafka has under another id has no archive lag.
+const TOPIC_REPLACED: &str =
+    "Kafka's topic id is not the one archived: no archive lag (its offsets name another topic's records)";
 
 /// Why a row has no archive lag ([`row_archive_lag`]), in its
 /// `kafka_missing`; taken out again by [`refresh`] once the lag is known.
@@ -914,10 +928,19 @@ fn refresh(rows: &mut [Row], newer: Vec<Row>) {
         }
         (r.first_offset, r.durable_next_offset, r.records, r.bytes) =
             (n.first_offset, n.durable_next_offset, n.records, n.bytes);
-        // Recorded since the first read (a run's assignment): compared
-        // with Kafka's again below.
-        if r.topic_id.is_none() {
-            (r.topic_id, r.topic_id_damage) = (n.topic_id, n.topic_id_damage);
+        // Recorded or rebound since the first read (a run's assignment):
+        // the newer word, compared with Kafka's id read between.
+        let was_replaced = r.topic_replaced();
+        (r.topic_id, r.topic_id_damage) = (n.topic_id, n.topic_id_damage);
+        if was_replaced && !r.topic_replaced() {
+            r.kafka_missing = r.kafka_missing.take().and_then(|m| {
+                let kept: Vec<&str> = m.split("; ").filter(|why| *why != TOPIC_REPLACED).collect();
+                (!kept.is_empty()).then(|| kept.join("; "))
+            });
+        } else if !was_replaced && r.topic_replaced() {
+            tracing::warn!(topic = %r.topic, "the running archive recorded a topic id since Kafka's was read, and they differ: no archive lag is shown for it");
+            r.missing(TOPIC_REPLACED);
+            r.archive_lag = None;
         }
         // Below 0 only when the first read was (a log that ends below the
         // archive: warned about then); otherwise the run archived past the
@@ -949,8 +972,42 @@ fn archive_lag(low: i64, high: i64, from: Option<i64>) -> i64 {
 mod tests {
     use super::{
         archive_lag, committed_by, refresh, resume_from, row_archive_lag, Row, ANOTHER_STORE,
-        NOT_CAIRN, THIS_ARCHIVE,
+        NOT_CAIRN, THIS_ARCHIVE, TOPIC_REPLACED,
     };
+
+    /// A topic id the running archive recorded between the two reads is
+    /// the one compared with Kafka's: rebound to Kafka's, the row gets its
+    /// archive lag back and loses the note; recorded as another, it loses
+    /// its lag and gets the note.
+    #[test]
+    fn a_topic_id_recorded_between_the_reads_is_compared_again() {
+        let archived = |id: Option<&str>| {
+            let mut r = Row::unarchived("t", 0);
+            (r.first_offset, r.durable_next_offset, r.records) = (Some(0), Some(100), 100);
+            r.topic_id = id.map(str::to_owned);
+            r
+        };
+        // Replaced at the first read, rebound since.
+        let mut r = archived(Some("old"));
+        (r.low_watermark, r.high_watermark) = (Some(0), Some(150));
+        r.kafka_topic_id = Some("new".into());
+        r.missing(TOPIC_REPLACED);
+        assert_eq!(row_archive_lag(&mut r), None);
+        let mut rows = vec![r];
+        refresh(&mut rows, vec![archived(Some("new"))]);
+        assert_eq!(rows[0].archive_lag, Some(50));
+        assert_eq!(rows[0].kafka_missing, None);
+        // Not recorded at the first read, recorded as another since.
+        let mut r = archived(None);
+        (r.low_watermark, r.high_watermark) = (Some(0), Some(150));
+        r.kafka_topic_id = Some("new".into());
+        r.archive_lag = row_archive_lag(&mut r);
+        assert_eq!(r.archive_lag, Some(50));
+        let mut rows = vec![r];
+        refresh(&mut rows, vec![archived(Some("other"))]);
+        assert_eq!(rows[0].archive_lag, None);
+        assert_eq!(rows[0].kafka_missing.as_deref(), Some(TOPIC_REPLACED));
+    }
 
     /// A running archive's newer figures replace the older ones: the
     /// committed offset read between them is then at most the durable one,
