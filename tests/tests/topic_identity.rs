@@ -79,6 +79,8 @@ fn a_recreated_topic_is_refused_until_rebound() {
     );
     let new_id = engine.topic_ids().unwrap()[&k.topic];
     assert_ne!(new_id, archived_id);
+    // The refusal named the new topic's id too.
+    assert!(err.contains(&format!("Kafka's now: {new_id})")), "{err}");
     check_archive(&engine, &k.topic, 2 * n).unwrap();
     assert!(engine.verify().unwrap().is_clean());
     drop(engine);
