@@ -163,6 +163,15 @@ impl Row {
             None => why,
         });
     }
+
+    /// Take back a note [`missing`](Self::missing) made (`why`, whole),
+    /// once what it said no longer holds.
+    fn unsay(&mut self, why: &str) {
+        self.kafka_missing = self.kafka_missing.take().and_then(|m| {
+            let kept: Vec<&str> = m.split("; ").filter(|w| *w != why).collect();
+            (!kept.is_empty()).then(|| kept.join("; "))
+        });
+    }
 }
 
 pub async fn run(args: StatusArgs) -> Result<ExitCode> {
@@ -921,10 +930,7 @@ fn refresh(rows: &mut [Row], newer: Vec<Row>) {
         // Archived since the first read: its lag counts from the archive
         // now, and the note that it had none goes.
         if r.durable_next_offset.is_none() && n.durable_next_offset.is_some() {
-            r.kafka_missing = r.kafka_missing.take().and_then(|m| {
-                let kept: Vec<&str> = m.split("; ").filter(|why| *why != NO_ARCHIVE_LAG).collect();
-                (!kept.is_empty()).then(|| kept.join("; "))
-            });
+            r.unsay(NO_ARCHIVE_LAG);
         }
         (r.first_offset, r.durable_next_offset, r.records, r.bytes) =
             (n.first_offset, n.durable_next_offset, n.records, n.bytes);
@@ -933,10 +939,7 @@ fn refresh(rows: &mut [Row], newer: Vec<Row>) {
         let was_replaced = r.topic_replaced();
         (r.topic_id, r.topic_id_damage) = (n.topic_id, n.topic_id_damage);
         if was_replaced && !r.topic_replaced() {
-            r.kafka_missing = r.kafka_missing.take().and_then(|m| {
-                let kept: Vec<&str> = m.split("; ").filter(|why| *why != TOPIC_REPLACED).collect();
-                (!kept.is_empty()).then(|| kept.join("; "))
-            });
+            r.unsay(TOPIC_REPLACED);
         } else if !was_replaced && r.topic_replaced() {
             tracing::warn!(topic = %r.topic, "the running archive recorded a topic id since Kafka's was read, and they differ: no archive lag is shown for it");
             r.missing(TOPIC_REPLACED);
