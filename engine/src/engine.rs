@@ -54,6 +54,7 @@ use crate::offsets::{DurableOffsets, PartitionSummary};
 use crate::record::{validate_batches, Record, RecordBatch, TopicPartition};
 use crate::recovery::{self, RecoveryReport};
 use crate::slots;
+use crate::summaries::Summaries;
 use crate::sync::DurableSync;
 use crate::watermark::{self, Watermark};
 
@@ -110,8 +111,9 @@ pub(crate) struct WriteState {
     pub next_lsn: u64,
     /// Number of sled batches applied; the group-commit ticket.
     pub seq: u64,
-    /// Summaries including writes not yet durable.
-    pub partitions: BTreeMap<TopicPartition, PartitionSummary>,
+    /// Summaries including writes not yet durable, with those changed
+    /// since the last sync took them (summaries.rs).
+    pub partitions: Summaries,
     pub bytes_since_checkpoint: u64,
     pub checkpoint_lsn: u64,
     /// First LSN with no reserved slot (slots.rs): slots fill
@@ -127,11 +129,38 @@ struct CommitState {
     durable: Arc<DurableView>,
 }
 
-/// What the last completed fsync made durable.
-#[derive(Debug, Default)]
+/// What the last completed fsync made durable. Updated in place by each
+/// sync with the summaries changed since the one before (summaries.rs),
+/// unless a reader still holds it: then the sync updates a copy.
+#[derive(Debug, Default, Clone)]
 pub(crate) struct DurableView {
     pub partitions: BTreeMap<TopicPartition, PartitionSummary>,
     pub lsn: u64,
+}
+
+/// What a sync makes durable, taken before it starts: the summaries
+/// changed since the sync before, and the log's end.
+struct ViewChanges {
+    summaries: Vec<(TopicPartition, PartitionSummary)>,
+    lsn: u64,
+    /// Every summary at the snapshot, in debug builds: the view updated
+    /// with the changes must equal it (summaries.rs, invariants).
+    #[cfg(debug_assertions)]
+    whole: BTreeMap<TopicPartition, PartitionSummary>,
+}
+
+impl ViewChanges {
+    /// Applied in the order the syncs were led (one at a time, each after
+    /// the one before it published), so the view is the snapshot's.
+    fn apply(self, view: &mut DurableView) {
+        view.partitions.extend(self.summaries);
+        view.lsn = self.lsn;
+        #[cfg(debug_assertions)]
+        assert!(
+            view.partitions == self.whole,
+            "BUG: the durable view updated with a sync's changes is not the snapshot"
+        );
+    }
 }
 
 /// What [`Engine::write`] stored. Not durable yet.
@@ -440,7 +469,7 @@ impl Engine {
         report.poisoned_before = before.poisoned;
         report.unclean_stop_cache_dropped = before.unclean_cache_dropped;
         let durable = DurableView {
-            partitions: state.partitions.clone(),
+            partitions: (*state.partitions).clone(),
             lsn: state.next_lsn - 1,
         };
         tracing::info!(
@@ -992,14 +1021,17 @@ impl Engine {
             // followers waiting for a sync that will never end.
             let leading = SyncLeader { engine: self };
             // Snapshot before syncing: everything in it is covered by the sync.
-            let (target, view, top_up) = {
-                let w = self.write_state()?;
+            let (target, changes, top_up) = {
+                let mut w = self.write_state()?;
+                let changes = ViewChanges {
+                    summaries: w.partitions.take_changed(),
+                    lsn: w.next_lsn - 1,
+                    #[cfg(debug_assertions)]
+                    whole: (*w.partitions).clone(),
+                };
                 (
                     w.seq,
-                    DurableView {
-                        partitions: w.partitions.clone(),
-                        lsn: w.next_lsn - 1,
-                    },
+                    changes,
                     !self.closing.load(Ordering::Acquire)
                         && !slots::to_top_up(w.next_lsn, w.slots_end).is_empty(),
                 )
@@ -1016,7 +1048,7 @@ impl Engine {
                         .ok()
                 });
                 let t0 = Instant::now();
-                let res = lock(&self.syncer).sync(&self.db, view.lsn);
+                let res = lock(&self.syncer).sync(&self.db, changes.lsn);
                 let nanos = t0.elapsed().as_nanos() as u64;
                 if let Some(Some(t)) = topping_up {
                     // A failed insert poisoned the engine, which the loop
@@ -1047,10 +1079,10 @@ impl Engine {
             // a bug, and the engine stops rather than report it (a panic
             // here would leave the followers waiting).
             let res = res.and_then(|()| {
-                if target < c.synced_seq || view.lsn < c.durable.lsn {
+                if target < c.synced_seq || changes.lsn < c.durable.lsn {
                     Err(std::io::Error::other(format!(
                         "the durable view would go backwards (seq {target} < {}, or lsn {} < {}): a bug",
-                        c.synced_seq, view.lsn, c.durable.lsn
+                        c.synced_seq, changes.lsn, c.durable.lsn
                     )))
                 } else {
                     Ok(())
@@ -1063,7 +1095,7 @@ impl Engine {
                         .fsync_nanos
                         .fetch_add(nanos, Ordering::Relaxed);
                     c.synced_seq = target;
-                    c.durable = Arc::new(view);
+                    changes.apply(Arc::make_mut(&mut c.durable));
                     self.commit_cv.notify_all();
                 }
                 Err(e) => {
@@ -1176,16 +1208,25 @@ impl Engine {
     /// [`durable_offsets`](Self::durable_offsets) of the partitions that
     /// are keys of `tps` (those the store holds), read from one view: for a
     /// caller that asks about some partitions (a sink's `pre_commit`, about
-    /// those consumed) without a copy of every partition's first. Both maps
-    /// are in the same order, so they are walked side by side, not searched
-    /// (at 10,000 partitions, copying every offset and searching the copy
-    /// took about two thirds of a `pre_commit` with nothing to write, and
-    /// 30 % of a put's: BENCHMARKS.md, "Partitions").
+    /// those consumed) without a copy of every partition's first (at 10,000
+    /// partitions, copying every offset and searching the copy took about
+    /// two thirds of a `pre_commit` with nothing to write, and 30 % of a
+    /// put's: BENCHMARKS.md, "Partitions"). A few are searched for; many
+    /// are walked side by side with the view, both maps being in the same
+    /// order.
     pub fn durable_offsets_of<V>(
         &self,
         tps: &BTreeMap<TopicPartition, V>,
     ) -> BTreeMap<TopicPartition, i64> {
         let view = self.durable_view();
+        // A search costs about log2(held) comparisons, a walk one per held
+        // partition: searches win while they are fewer than held / 16.
+        if tps.len().saturating_mul(16) < view.partitions.len() {
+            return tps
+                .keys()
+                .filter_map(|tp| Some((tp.clone(), view.partitions.get(tp)?.next_offset)))
+                .collect();
+        }
         let mut held = view.partitions.iter().peekable();
         tps.keys()
             .filter_map(|tp| {
@@ -1414,6 +1455,51 @@ mod tests {
         e.sync().unwrap();
         assert!(!lock(&e.syncer).watermark_pending(false));
         assert_eq!(e.stats().fsyncs, fsyncs, "nothing of sled's synced");
+        e.close().unwrap();
+    }
+
+    /// A sync updates the durable view in place with what changed, unless a
+    /// reader still holds the view: then that reader's view stays as it
+    /// was, and the sync publishes an updated copy.
+    #[test]
+    fn a_durable_view_held_by_a_reader_is_not_changed_by_later_syncs() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        let (a, b) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
+        let put = |tp: &TopicPartition, offset: i64| {
+            e.append(&[RecordBatch {
+                tp: tp.clone(),
+                records: vec![Record::with_value(offset, "v")],
+            }])
+            .unwrap()
+        };
+        put(&a, 0);
+        put(&b, 0);
+        let held = e.durable_view();
+        put(&a, 1);
+        let lsn_held = held.lsn;
+        assert_eq!(held.partitions[&a].next_offset, 1, "the held view moved");
+        assert_eq!(held.partitions[&b].next_offset, 1);
+        let now = e.durable_view();
+        assert!(
+            !Arc::ptr_eq(&held, &now),
+            "a held view is copied, not changed"
+        );
+        assert_eq!(now.partitions[&a].next_offset, 2);
+        assert_eq!(
+            now.partitions[&b].next_offset, 1,
+            "an unchanged partition kept"
+        );
+        assert!(now.lsn > lsn_held);
+        drop((held, now));
+        // Held by nobody: updated in place.
+        let before = Arc::as_ptr(&e.durable_view());
+        put(&b, 1);
+        let after = e.durable_view();
+        assert_eq!(Arc::as_ptr(&after), before, "updated in place");
+        assert_eq!(after.partitions[&b].next_offset, 2);
+        assert_eq!(e.durable_offsets(), BTreeMap::from([(a, 2), (b, 2)]));
+        drop(after);
         e.close().unwrap();
     }
 }

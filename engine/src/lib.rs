@@ -70,6 +70,7 @@ mod removal;
 mod retention;
 #[doc(hidden)]
 pub mod slots;
+mod summaries;
 mod sync;
 pub mod topics;
 mod truncation_lock;

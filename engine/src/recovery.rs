@@ -418,7 +418,7 @@ pub(crate) fn recover(
     let state = WriteState {
         next_lsn,
         seq: 0,
-        partitions,
+        partitions: crate::summaries::Summaries::recovered(partitions),
         bytes_since_checkpoint: 0,
         checkpoint_lsn: next_lsn - 1,
         slots_end: slots_end.max(next_lsn),

@@ -138,7 +138,7 @@ impl Engine {
             let w = lock_to_read(&self.write);
             Snapshot {
                 lsn_end: w.next_lsn,
-                partitions: w.partitions.clone(),
+                partitions: (*w.partitions).clone(),
                 now: &now,
                 next_lsn_now: &next_lsn_now,
                 // A write that failed part-way may have stored what the
