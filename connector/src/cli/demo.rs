@@ -350,7 +350,7 @@ async fn restore_round_trip(
         *at = Some(scratch);
         path
     };
-    let archived = archive_scratch(brokers, &topic, n, &data2).await;
+    let archived = archive_scratch(brokers, &topic, n, &data2, scratch_at).await;
     drop(lock(scratch_at).take());
     archived?;
     outln!(
@@ -367,11 +367,12 @@ async fn archive_scratch(
     topic: &str,
     n: u64,
     data2: &std::path::Path,
+    scratch_at: &Scratch,
 ) -> Result<()> {
     let mut run_cfg = demo_config(brokers, data2.to_path_buf(), n);
     run_cfg.group = "cairn-demo-restored".into();
     run_cfg.topics = vec![topic.to_owned()];
-    let engine = Arc::new(Engine::open(EngineConfig::new(data2))?);
+    let engine = Arc::new(open_scratch(scratch_at, data2)?);
     run_until_done(
         run_cfg,
         engine,
@@ -379,10 +380,22 @@ async fn archive_scratch(
         "archiving the restored topic",
     )
     .await?;
-    let second = Engine::open(EngineConfig::new(data2))?;
+    let second = open_scratch(scratch_at, data2)?;
     check_archive(&second, topic, n)
         .map_err(|e| ConnectorError::Sink(format!("demo: the restored topic differs: {e}")))?;
     second.close().map_err(ConnectorError::from)
+}
+
+/// Open the scratch archive under the lock a signal's exit takes: an open
+/// creates its folder if it is missing, so one that ran after the exit
+/// removed the folder and before the process ended (the run's open, on a
+/// thread descheduled just after the folder was made) made it again, left
+/// behind (seen once in the test suite under load, 2026-12-06; shown by
+/// widening both windows with sleeps). After the exit has taken the lock,
+/// the open waits for the process to end.
+fn open_scratch(scratch_at: &Scratch, data2: &std::path::Path) -> Result<Engine> {
+    let _held = lock(scratch_at);
+    Ok(Engine::open(EngineConfig::new(data2))?)
 }
 
 fn demo_config(brokers: &str, data: PathBuf, n: u64) -> RunConfig {
