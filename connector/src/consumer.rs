@@ -594,7 +594,7 @@ impl Shared {
     fn consumed_from(&self, tp: &TopicPartition, offset: i64) {
         let mut st = self.pipeline.state();
         if st.assigned.contains(tp) && !st.consumed.contains_key(tp) {
-            st.consumed.insert(tp.clone(), offset);
+            st.consumed.insert_if_absent(tp, offset);
         }
     }
 

@@ -21,6 +21,7 @@ pub mod convert;
 pub mod crashpoint;
 pub mod dead_letter;
 pub mod error;
+mod handed;
 // librdkafka's queue forwarding and queue consumer, which rust-rdkafka does
 // not offer: with `handover` below, the crate's only FFI beyond the
 // allocator's.

@@ -87,6 +87,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use crate::commit::CommitTracker;
 use crate::consumer::{CommitObserver, DonePredicate, RunStats};
 use crate::error::ConnectorError;
+use crate::handed::Handed;
 use crate::rebalance::SinkContext;
 
 /// What the stages share, behind one short-held lock.
@@ -101,8 +102,9 @@ pub(crate) struct CommitState {
     /// it would be sent (a whole revoke and re-assignment while the
     /// committer was descheduled would pass a look at `revoking` alone).
     pub revokes_begun: u64,
-    /// Next offset after what was put (or where it resumed), per partition.
-    pub consumed: BTreeMap<TopicPartition, i64>,
+    /// Next offset after what was put (or where it resumed), per
+    /// partition, and which the sink has not declared safe (handed.rs).
+    pub consumed: Handed,
     pub fatal: Option<ConnectorError>,
     pub commits_closed: bool,
     /// Counters of the task thread and the committer.
@@ -182,7 +184,7 @@ impl Pipeline {
                 assigned: BTreeSet::new(),
                 revoking: BTreeSet::new(),
                 revokes_begun: 0,
-                consumed: BTreeMap::new(),
+                consumed: Handed::default(),
                 fatal: None,
                 commits_closed: false,
                 stats: RunStats::default(),
@@ -274,12 +276,18 @@ impl Pipeline {
                 return CommitOutcome::Closed;
             }
             // The committer (`only` = None) leaves partitions being revoked
-            // to the revoke's own commit.
-            let committable: BTreeSet<TopicPartition> = match only {
-                Some(_) => s.assigned.clone(),
-                None => s.assigned.difference(&s.revoking).cloned().collect(),
+            // to the revoke's own commit. (No set of them is built: at
+            // 10,000 partitions a copy of `assigned` per commit cost a put
+            // of one record more than the commit's own work.)
+            let (assigned, revoking) = (&s.assigned, &s.revoking);
+            let committable = |tp: &TopicPartition| {
+                assigned.contains(tp)
+                    && match only {
+                        Some(only) => only.contains(tp),
+                        None => !revoking.contains(tp),
+                    }
             };
-            match s.tracker.take_commit(&committable, only) {
+            match s.tracker.take_commit_of(committable, only.is_none()) {
                 Some(p) => (p, s.revokes_begun),
                 None => {
                     // Kafka may already hold everything (a run that resumes

@@ -59,7 +59,8 @@
 //!    handed to it (the loop checks: the run fails, `SinkOverclaimed`, with
 //!    nothing of that call committed); an empty map declares nothing
 //!    new (an earlier word still stands: 2. above).
-//!    `consumed` holds, per partition assigned, the next offset after what
+//!    `consumed` holds, per partition assigned that the sink has not yet
+//!    declared safe up to what it was handed, the next offset after what
 //!    was put, or, before any put since its assignment, where it resumed
 //!    (a partition whose resume point is not a known offset, one starting
 //!    at the log's beginning or one whose offset Kafka's log bounds could
@@ -67,14 +68,21 @@
 //!    what this sink holds (Kafka's offset, committed by
 //!    another member), so a sink that returns `consumed` as it is
 //!    declares such a resume point durable (harmless, Kafka holds it
-//!    already; a sink that knows better reports what it holds). Report
-//!    only partitions in `consumed`: one never handed over (revoked since)
-//!    is ignored, with a warning, as Kafka Connect ignores them. A
-//!    partition the sink holds that `consumed` leaves out (it was lost
-//!    while the put before ran, a loss not waiting for the task thread)
-//!    gets its `close` next: a sink whose storage other members share
-//!    must not write it here, since another member may own it already
-//!    (Kafka Connect closes a lost partition before any further
+//!    already; a sink that knows better reports what it holds). A
+//!    partition is in it until the sink's word reaches what it was handed,
+//!    and again once more is handed over (or a word falls below it): a
+//!    partition declared in full, with nothing put since, is left out.
+//!    (Until 2026-12-06 it held every assigned partition, as Kafka
+//!    Connect's `preCommit` does, and a put of one record paid for all of
+//!    them: BENCHMARKS.md, "Partitions".) A word on an assigned partition
+//!    left out is checked against what it was handed, as any; one on a
+//!    partition never handed over (revoked since) is ignored, with a
+//!    warning, as Kafka Connect ignores them. A partition the sink holds
+//!    with records put since its last word that `consumed` leaves out (it
+//!    was lost while the put before ran, a loss not waiting for the task
+//!    thread) gets its `close` next: a sink whose storage other members
+//!    share must not write it here, since another member may own it
+//!    already (Kafka Connect closes a lost partition before any further
 //!    `preCommit`; the example sink leaves it unsynced). (A negative
 //!    offset fails the run, whatever its partition). An offset below one declared before is
 //!    taken as the sink's latest word: the higher one is not committed
@@ -253,7 +261,9 @@ pub trait SinkTask: Send {
     /// at least 0: a negative one fails the run (since 2026-12-05).
     fn put(&mut self, batches: &[RecordBatch]) -> Result<PutOutcome, TaskError>;
     /// Make what was put durable (as much as the sink chooses) and return,
-    /// per partition of `consumed`, the next offset that is durable and
+    /// per partition of `consumed` (those with something handed over that
+    /// the sink has not declared safe yet: module docs, 3.), the next
+    /// offset that is durable and
     /// safe to commit: never past `consumed`'s (the loop stops the run on
     /// one past what was handed over), and not below an earlier word
     /// unless records were lost (that lowers it, or fails the run if it

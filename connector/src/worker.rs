@@ -450,7 +450,7 @@ impl Worker {
         // (`SinkOverclaimed`: the run would stop for nothing).
         for b in batches.iter() {
             if let (Some(last), true) = (b.records.last(), s.assigned.contains(&b.tp)) {
-                crate::commit::raise(&mut s.consumed, &b.tp, last.offset + 1);
+                s.consumed.raise(&b.tp, last.offset + 1);
             }
         }
         let recorded = if outcome.durable.keys().all(|tp| s.assigned.contains(tp)) {
@@ -475,6 +475,11 @@ impl Worker {
             // sends nothing more before the run fails.
             s.commits_closed = true;
             return Err(e);
+        }
+        // A report below what was handed (a sink that lost records, or
+        // lowered a word): the partition is asked about again.
+        for (tp, &o) in &outcome.durable {
+            s.consumed.reported(tp, o);
         }
         s.stats.puts += 1;
         s.stats.records_written += outcome.records_written;
@@ -517,7 +522,7 @@ impl Worker {
         for (tp, &o) in &passed {
             // Lost while the sink ran: another member's now.
             if s.assigned.contains(tp) {
-                crate::commit::raise(&mut s.consumed, tp, o);
+                s.consumed.raise(tp, o);
             }
         }
         drop(s);
@@ -536,13 +541,12 @@ impl Worker {
                 "not calling pre_commit after a fatal error".into(),
             ));
         }
+        // Only the partitions with something not declared safe yet
+        // (handed.rs): not every one assigned, which a put of one record
+        // would pay for at every put.
         let consumed: BTreeMap<TopicPartition, i64> = {
             let s = self.pipeline.state();
-            s.consumed
-                .iter()
-                .filter(|(tp, _)| s.assigned.contains(*tp))
-                .map(|(tp, o)| (tp.clone(), *o))
-                .collect()
+            s.consumed.to_ask(&s.assigned)
         };
         let t0 = Instant::now();
         let safe = self
@@ -570,10 +574,21 @@ impl Worker {
         // warning.
         let mut safe = safe;
         safe.retain(|tp, _| s.assigned.contains(tp) || !consumed.contains_key(tp));
-        if let Err(e) = s.tracker.record_pre_commit(&safe, &consumed) {
+        // What was handed over, as asked; and for a word on a partition not
+        // asked about (a sink may answer for all it holds), as it is now.
+        let mut handed = consumed;
+        for tp in safe.keys() {
+            if let (false, Some(&o)) = (handed.contains_key(tp), s.consumed.get(tp)) {
+                handed.insert(tp.clone(), o);
+            }
+        }
+        if let Err(e) = s.tracker.record_pre_commit(&safe, &handed) {
             // As for a put's word, above.
             s.commits_closed = true;
             return Err(e);
+        }
+        for (tp, &o) in &safe {
+            s.consumed.declared(tp, o);
         }
         drop(s);
         self.unsafe_puts = false;
@@ -917,6 +932,98 @@ mod tests {
         }
     }
 
+    /// Declares one less than handed for `.0` the first time it is asked
+    /// about it, and what it was handed otherwise; keeps every map it was
+    /// asked about (`.1`).
+    struct DeclaresLessOnce(
+        TopicPartition,
+        Arc<Mutex<Vec<BTreeMap<TopicPartition, i64>>>>,
+    );
+
+    impl SinkTask for DeclaresLessOnce {
+        fn open(
+            &mut self,
+            p: &[TopicPartition],
+        ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+            HandedIsSafe.open(p)
+        }
+        fn put(&mut self, batches: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
+            HandedIsSafe.put(batches)
+        }
+        fn pre_commit(
+            &mut self,
+            consumed: &BTreeMap<TopicPartition, i64>,
+        ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+            let mut asked = self.1.lock().unwrap();
+            let first = !asked.iter().any(|m| m.contains_key(&self.0));
+            asked.push(consumed.clone());
+            let mut safe = consumed.clone();
+            if let (true, Some(o)) = (first, safe.get_mut(&self.0)) {
+                *o -= 1;
+            }
+            Ok(safe)
+        }
+        fn close(&mut self, _: &[TopicPartition]) -> Result<(), TaskError> {
+            Ok(())
+        }
+    }
+
+    /// `pre_commit` is asked about the partitions handed something it has
+    /// not declared safe yet, not about every one assigned (at 10,000
+    /// partitions a put of one record paid for all of them): a partition
+    /// declared in full is left out until more is put, one declared short
+    /// is asked about again, and every partition's last word is committed.
+    #[test]
+    fn pre_commit_is_asked_only_about_what_it_has_not_declared() {
+        let tp = |p| TopicPartition::new("t", p);
+        let pipeline = Arc::new(Pipeline::new(None, None, None, None, None));
+        pipeline
+            .state()
+            .assigned
+            .extend([tp(0), tp(1), tp(2), tp(3)]);
+        // tp(3) resumed where the sink holds it, with nothing put since.
+        pipeline.state().consumed.extend([(tp(3), 5)]);
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let worker = worker(Box::new(DeclaresLessOnce(tp(1), asked.clone())), &pipeline);
+        let put = |batches: Vec<(TopicPartition, std::ops::Range<i64>)>| Job::Put {
+            batches: batches
+                .into_iter()
+                .map(|(tp, offsets)| RecordBatch {
+                    tp,
+                    records: offsets
+                        .map(|o| cairn_engine::Record::with_value(o, "v"))
+                        .collect(),
+                })
+                .collect(),
+            caught_up: BTreeMap::new(),
+            poll_us: 0,
+            bytes: 1,
+        };
+        let (jobs, rx) = std::sync::mpsc::channel();
+        jobs.send(put(vec![(tp(0), 0..3), (tp(1), 0..2)])).unwrap();
+        jobs.send(put(vec![(tp(2), 0..1)])).unwrap();
+        jobs.send(put(vec![(tp(0), 3..4)])).unwrap();
+        drop(jobs);
+        worker.run(rx);
+        assert!(!pipeline.failed.load(Ordering::Acquire), "the run failed");
+        assert_eq!(
+            *asked.lock().unwrap(),
+            vec![
+                BTreeMap::from([(tp(0), 3), (tp(1), 2), (tp(3), 5)]),
+                // tp(1) declared one short: asked again.
+                BTreeMap::from([(tp(1), 2), (tp(2), 1)]),
+                BTreeMap::from([(tp(0), 4)]),
+            ]
+        );
+        let mut s = pipeline.state();
+        let all = s.assigned.clone();
+        let c = s.tracker.take_commit(&all, None).expect("a commit");
+        assert_eq!(
+            c.offsets,
+            BTreeMap::from([(tp(0), 4), (tp(1), 2), (tp(2), 1), (tp(3), 5)])
+        );
+    }
+
     /// A put queued before its partition was lost runs after the loss: the
     /// lost partition's records are not handed to the sink (another member
     /// owns it now: since 2026-12-04), it leaves no handed-over offset
@@ -964,7 +1071,7 @@ mod tests {
             "the sink's puts"
         );
         let s = pipeline.state();
-        assert_eq!(s.consumed, BTreeMap::from([(kept, 10)]));
+        assert_eq!(*s.consumed, BTreeMap::from([(kept, 10)]));
     }
 
     /// Where the consumer caught up past the records of a put, told after
@@ -1008,11 +1115,11 @@ mod tests {
             let s = pipeline.state();
             if lose {
                 assert!(!pipeline.failed.load(Ordering::Acquire));
-                assert_eq!(s.consumed, BTreeMap::from([(tp(1), 3)]));
+                assert_eq!(*s.consumed, BTreeMap::from([(tp(1), 3)]));
                 assert_eq!(s.tracker.durable_reported, BTreeMap::from([(tp(1), 3)]));
             } else if fail {
                 assert!(pipeline.failed.load(Ordering::Acquire));
-                assert_eq!(s.consumed, BTreeMap::from([(tp(0), 5), (tp(1), 3)]));
+                assert_eq!(*s.consumed, BTreeMap::from([(tp(0), 5), (tp(1), 3)]));
                 // The put's own report stands; nothing past it.
                 assert_eq!(
                     s.tracker.durable_reported,
@@ -1020,7 +1127,7 @@ mod tests {
                 );
             } else {
                 assert!(!pipeline.failed.load(Ordering::Acquire));
-                assert_eq!(s.consumed, BTreeMap::from([(tp(0), 8), (tp(1), 3)]));
+                assert_eq!(*s.consumed, BTreeMap::from([(tp(0), 8), (tp(1), 3)]));
                 assert_eq!(
                     s.tracker.durable_reported,
                     BTreeMap::from([(tp(0), 8), (tp(1), 3)])
@@ -1066,7 +1173,7 @@ mod tests {
                     seen,
                     vec![vec![lost.clone(), kept.clone()], vec![kept.clone()]]
                 );
-                assert_eq!(s.consumed, BTreeMap::from([(kept.clone(), 1)]));
+                assert_eq!(*s.consumed, BTreeMap::from([(kept.clone(), 1)]));
                 assert_eq!(s.stats.puts, 1);
             } else {
                 assert_eq!(seen, vec![vec![lost.clone(), kept.clone()]], "not retried");
