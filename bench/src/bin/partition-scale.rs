@@ -1,23 +1,29 @@
 //! What one small put costs as the number of partitions grows: the archive
 //! sink's `put` of one record, then its `pre_commit` (the engine's flush
-//! and fdatasync, then the durable offsets of every partition consumed),
-//! with the consumed map the worker builds from every assigned partition
-//! before it (worker.rs), at 32, 1,000 and 10,000 partitions archived and
-//! assigned. A trickle spread over many partitions under `every-put`: each
-//! put touches one partition, and pays for all of them.
+//! and fdatasync, then the durable offsets of the partitions asked about),
+//! asked about what the worker asks (worker.rs, handed.rs: since
+//! 2026-12-06 the partitions put to since the sink last declared them,
+//! here the one just put; every assigned partition before), then the
+//! commit tracker's part (the sink's word taken, the commit chosen, its
+//! acknowledgement recorded: commit.rs), at 32, 1,000 and 10,000
+//! partitions archived and assigned. A trickle spread over many partitions
+//! under `every-put`: each put touches one partition.
 //!
 //! `cargo run --release -p cairn-bench --bin partition-scale -- [PUTS]`
 //! (default 2000 per size). The store goes under `target/bench`, on the disk
 //! under test. Reports the p50 of the put alone, the p50 and p99 of the
 //! whole step, and the p50 of a second `pre_commit` right after it, with
-//! nothing to write (the bookkeeping: a sync that flushes nothing, and the
-//! durable offsets of every partition consumed), each against the
-//! 32-partition figure of the same run.
+//! nothing to write and nothing to ask about (the bookkeeping: a sync that
+//! flushes nothing), each against the
+//! 32-partition figure of the same run. Until 2026-12-06 the step was the
+//! put and the `pre_commit` alone, asked about every assigned partition,
+//! and the idle `pre_commit` was asked about every one too.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Instant;
 
+use cairn_connector::commit::CommitTracker;
 use cairn_connector::{ArchiveSink, SinkTask};
 use cairn_engine::{Engine, EngineConfig, Record, RecordBatch, TopicPartition};
 use hdrhistogram::Histogram;
@@ -63,6 +69,10 @@ fn measure(dir: &std::path::Path, count: usize, puts: usize) -> Figures {
     let assigned: BTreeSet<TopicPartition> = tps.iter().cloned().collect();
     let mut consumed: BTreeMap<TopicPartition, i64> =
         tps.iter().map(|tp| (tp.clone(), 1)).collect();
+    // Every partition resumed at 1, declared and committed there, as after
+    // an assignment's first commit.
+    let mut tracker = CommitTracker::default();
+    tracker.record_open(&tps, &consumed, &consumed);
     let mut step = Histogram::<u64>::new(3).expect("histogram");
     let mut idle = Histogram::<u64>::new(3).expect("histogram");
     let mut put = Histogram::<u64>::new(3).expect("histogram");
@@ -77,24 +87,32 @@ fn measure(dir: &std::path::Path, count: usize, puts: usize) -> Figures {
         sink.put(std::slice::from_ref(&batch)).expect("put");
         let put_took = t0.elapsed();
         consumed.insert(tp.clone(), offset + 1);
-        // As the worker builds it: every assigned partition consumed.
-        let asked: BTreeMap<TopicPartition, i64> = consumed
-            .iter()
-            .filter(|(tp, _)| assigned.contains(*tp))
-            .map(|(tp, o)| (tp.clone(), *o))
-            .collect();
+        // As the worker asks: the partition put to since the last word.
+        let asked = BTreeMap::from([(tp.clone(), offset + 1)]);
         let safe = sink.pre_commit(&asked).expect("pre_commit");
+        tracker
+            .record_pre_commit(&safe, &asked)
+            .expect("the sink's word");
+        let commit = tracker
+            .take_commit_of(|tp| assigned.contains(tp), true)
+            .expect("a commit");
+        let chosen = commit.offsets.clone();
+        tracker
+            .commit_acked(commit, &assigned)
+            .expect("acknowledged");
         let took = t0.elapsed();
         let t1 = Instant::now();
-        let again = sink.pre_commit(&asked).expect("idle pre_commit");
+        // Nothing put since: the worker asks about nothing.
+        let again = sink.pre_commit(&BTreeMap::new()).expect("idle pre_commit");
         let idle_took = t1.elapsed();
-        // Outside the timings: every partition consumed is answered, at
-        // what is durable.
-        assert_eq!(safe.get(tp), Some(&(offset + 1)), "committed ≤ durable");
-        assert!(
-            safe.len() == count && again == safe,
-            "every partition answered"
-        );
+        // Outside the timings: the partition put to is answered, at what
+        // is durable, and committed there alone.
+        assert_eq!(safe, asked, "committed ≤ durable");
+        assert_eq!(chosen, asked, "only the partition put to is committed");
+        assert!(again.is_empty());
+        assert!(tracker
+            .take_commit_of(|tp| assigned.contains(tp), true)
+            .is_none());
         step.record(took.as_micros() as u64).expect("record");
         put.record(put_took.as_micros() as u64).expect("record");
         idle.record(idle_took.as_micros() as u64).expect("record");
