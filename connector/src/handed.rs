@@ -7,8 +7,8 @@
 //! `preCommit` is handed every assigned partition, and so was cairn's until
 //! 2026-12-06: under `--commit every-put`, a put of one record then paid
 //! for every partition assigned (a map of all of them built, and answered,
-//! at every put: 3.6 ms a put at 10,000 partitions, 30× the put at 32;
-//! BENCHMARKS.md, "Partitions").
+//! at every put: 3.5–4.1 ms a put at 10,000 partitions, about 40× the put
+//! at 32; BENCHMARKS.md, "Partitions").
 //!
 //! # Invariants
 //! - A partition is asked about until the sink's word reaches what it was
