@@ -234,11 +234,12 @@ impl SinkTask for FileSink {
     ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
         let mut safe = BTreeMap::new();
         for (tp, pf) in &mut self.open {
-            // A partition held here but not in `consumed` was lost (or
-            // revoked) since: its `close` comes next, and another member
-            // may own it already. Not written on: its unsynced bytes stay
-            // past its mark, which the next `open` cuts off. (A sink whose
-            // store other members share must not write it either.)
+            // A partition held here but not in `consumed` was declared in
+            // full already, with nothing put since (not dirty), or was lost
+            // (or revoked) since: its `close` comes next, and another
+            // member may own it already. Not written on: its unsynced bytes
+            // stay past its mark, which the next `open` cuts off. (A sink
+            // whose store other members share must not write it either.)
             if !consumed.contains_key(tp) {
                 continue;
             }

@@ -19,7 +19,12 @@
 //!   may hold it whatever the answer: a commit that partly failed or timed
 //!   out may have been applied): `record_put`, `record_pre_commit` and
 //!   `commit_acked` return `SinkLostCommitted` otherwise (a sink that lost
-//!   records), and the run stops with nothing more committed.
+//!   records), and the run stops with nothing more committed. Only a word
+//!   is checked: since 2026-12-06 `pre_commit` is asked about partitions
+//!   with something not yet declared (handed.rs), so a loss on a partition
+//!   declared in full and idle since is found at its next put (or the
+//!   sink's own `durable_check` refuses a commit above it first,
+//!   pipeline.rs).
 //! - A commit never moves a partition's committed offset backwards from
 //!   what the tracker knows Kafka holds. The one committed offset it is not
 //!   told of at an assignment (rebalance.rs, `ResumePoint::Lost`) is one
@@ -837,6 +842,46 @@ mod tests {
         t.record_pre_commit(&BTreeMap::from([(tp(0), 9)]), &handed)
             .unwrap();
         assert!(t.take_commit(&BTreeSet::from([tp(1)]), None).is_none());
+    }
+
+    /// A commit looks only at partitions whose safe offset moved: one is
+    /// offered until Kafka is known to hold it (a commit dropped for a
+    /// revoke in flight, or failed, offers it again), and one whose safe
+    /// offset Kafka held already is offered again once it moves past.
+    #[test]
+    fn a_moved_partition_is_offered_until_kafka_is_known_to_hold_it() {
+        let mut t = CommitTracker::default();
+        let assigned = BTreeSet::from([tp(0), tp(1)]);
+        let offers = |t: &mut CommitTracker| t.take_commit(&assigned, None);
+        // tp(1) resumed at 2, Kafka holding 4 (another store's commit).
+        t.record_open(
+            &[tp(0), tp(1)],
+            &BTreeMap::from([(tp(0), 5), (tp(1), 2)]),
+            &BTreeMap::from([(tp(1), 4)]),
+        );
+        let c = offers(&mut t).unwrap();
+        assert_eq!(c.offsets, BTreeMap::from([(tp(0), 5)]));
+        // Acknowledged after a revoke began: nothing recorded.
+        t.commit_acked(c, &BTreeSet::new()).unwrap();
+        let c = offers(&mut t).unwrap();
+        assert_eq!(c.offsets, BTreeMap::from([(tp(0), 5)]), "offered again");
+        t.commit_failed(c);
+        let c = offers(&mut t).unwrap();
+        assert_eq!(c.offsets, BTreeMap::from([(tp(0), 5)]), "offered again");
+        t.commit_acked(c, &assigned).unwrap();
+        assert!(offers(&mut t).is_none());
+        // Past what Kafka held: offered.
+        t.record_pre_commit(&BTreeMap::from([(tp(1), 6)]), &BTreeMap::from([(tp(1), 6)]))
+            .unwrap();
+        let c = offers(&mut t).unwrap();
+        assert_eq!(c.offsets, BTreeMap::from([(tp(1), 6)]));
+        // Not offered to a commit of others only, nor lost by it.
+        let only = BTreeSet::from([tp(0)]);
+        assert!(t.take_commit(&assigned, Some(&only)).is_none());
+        assert_eq!(
+            offers(&mut t).map(|c| c.offsets),
+            Some(BTreeMap::from([(tp(1), 6)]))
+        );
     }
 
     #[test]

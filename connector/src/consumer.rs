@@ -1126,6 +1126,7 @@ pub fn run_pipeline(
         in_flight,
         budget: budget.clone(),
         unsafe_puts: false,
+        reask: None,
         last_pre_commit: Instant::now(),
         revoke_retry: crate::worker::revoke_retry(max_poll_interval(cfg)),
     };

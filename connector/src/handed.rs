@@ -15,8 +15,9 @@
 //!   handed: every change goes through [`Handed::raise`],
 //!   [`Handed::insert_if_absent`] or [`Handed::extend`], which mark the
 //!   partition undeclared, and only [`Handed::declared`], of a
-//!   `pre_commit`'s word at or past it, clears the mark (a `put`'s report
-//!   is never committed, so it never does). There is no mutable access to the map otherwise
+//!   `pre_commit`'s word at or past it, or [`Handed::held_by_kafka`], of a
+//!   committed offset at or past it (nothing is left to commit), clears
+//!   the mark (a `put`'s report is never committed, so it never does). There is no mutable access to the map otherwise
 //!   (`Deref` only).
 //! - A word below what was handed (a sink that declares less, or reports
 //!   less durable in a `put`) marks the partition again.
@@ -78,6 +79,22 @@ impl Handed {
             Some(_) => self.mark(tp),
             None => {}
         }
+    }
+
+    /// Kafka holds `committed` for `tp` (an assignment's committed offset,
+    /// or this run's commit): at or past what was handed, there is nothing
+    /// to commit, so it is not asked about again until more is handed (a
+    /// partition resumed at another store's commit, past what this sink
+    /// holds, would otherwise be asked about at every `pre_commit`).
+    pub fn held_by_kafka(&mut self, tp: &TopicPartition, committed: i64) {
+        if self.map.get(tp).is_some_and(|&handed| committed >= handed) {
+            self.undeclared.remove(tp);
+        }
+    }
+
+    /// Whether `tp` is still to be asked about.
+    pub fn is_undeclared(&self, tp: &TopicPartition) -> bool {
+        self.undeclared.contains(tp)
     }
 
     /// A `put`'s report on `tp`: asked about again if it is below what was

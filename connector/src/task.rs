@@ -69,9 +69,15 @@
 //!    another member), so a sink that returns `consumed` as it is
 //!    declares such a resume point durable (harmless, Kafka holds it
 //!    already; a sink that knows better reports what it holds). A
-//!    partition is in it until the sink's word reaches what it was handed,
-//!    and again once more is handed over (or a word falls below it): a
-//!    partition declared in full, with nothing put since, is left out.
+//!    partition is in it until the sink's word reaches what it was handed
+//!    (or Kafka's committed offset does: a partition resumed at another
+//!    store's commit has nothing to commit), and again once more is
+//!    handed over (or a word falls below it): a partition declared in
+//!    full, with nothing put since, is left out. While a word stays below
+//!    what was handed (a sink that buffers), `pre_commit` is called again
+//!    with no put: after 50 ms doubling to 1 s under `every-put`, at each
+//!    interval under `interval:MS` (since 2026-12-06; Kafka Connect calls
+//!    `preCommit` on its interval too).
 //!    (Until 2026-12-06 it held every assigned partition, as Kafka
 //!    Connect's `preCommit` does, and a put of one record paid for all of
 //!    them: BENCHMARKS.md, "Partitions".) A word on an assigned partition
@@ -268,8 +274,9 @@ pub trait SinkTask: Send {
     /// one past what was handed over), and not below an earlier word
     /// unless records were lost (that lowers it, or fails the run if it
     /// was committed already: module docs, 3.). A partition left out keeps
-    /// its earlier word. Called after puts (per `--commit`), before a
-    /// revoke's commit, at a clean stop and where an assignment's
+    /// its earlier word. Called after puts (per `--commit`), with no put
+    /// while an earlier word stays below what was handed (module docs,
+    /// 3.), before a revoke's commit, at a clean stop and where an assignment's
     /// partitions were moved past records gone from Kafka (module docs,
     /// 3.). Only `put` is retried: a backend that can fail for a moment
     /// (a remote store's 503) retries inside this call, within the time a

@@ -119,10 +119,25 @@ pub(crate) struct Worker {
     /// Puts whose offsets no `pre_commit` has declared safe yet.
     pub unsafe_puts: bool,
     pub last_pre_commit: Instant,
+    /// Under `every-put`, where the last `pre_commit` declared a partition
+    /// short of what it was handed (a sink that buffers): when to ask
+    /// again with no put, and the wait that led there ([`REASK_MIN`]
+    /// doubling to [`REASK_MAX`]). Under `interval:MS` such a
+    /// `pre_commit` leaves `unsafe_puts` set instead: asked again at the
+    /// next interval. Kafka Connect likewise calls `preCommit` on its
+    /// interval, put or not; before 2026-12-06 the rest of such a
+    /// partition stayed uncommitted until the next put.
+    pub reask: Option<(Instant, Duration)>,
     /// How long a put failing retriably is retried while a revoke waits
     /// behind it ([`REVOKE_RETRY`]; shorter in tests).
     pub revoke_retry: Duration,
 }
+
+/// First wait before `pre_commit` is asked again about a partition it
+/// declared short, under `every-put` ([`Worker::reask`]).
+pub(crate) const REASK_MIN: Duration = Duration::from_millis(50);
+/// Longest such wait.
+pub(crate) const REASK_MAX: Duration = Duration::from_secs(1);
 
 /// How long a put that fails retriably is still retried once the run was
 /// asked to stop.
@@ -189,6 +204,16 @@ impl Worker {
                     if self.unsafe_puts && !self.pipeline.failed.load(Ordering::Acquire) =>
                 {
                     match jobs.recv_timeout(every.saturating_sub(self.last_pre_commit.elapsed())) {
+                        Ok(j) => Some(j),
+                        Err(RecvTimeoutError::Timeout) => None,
+                        Err(RecvTimeoutError::Disconnected) => break,
+                    }
+                }
+                CommitPolicy::EveryPut
+                    if self.reask.is_some() && !self.pipeline.failed.load(Ordering::Acquire) =>
+                {
+                    let at = self.reask.map_or_else(Instant::now, |(at, _)| at);
+                    match jobs.recv_timeout(at.saturating_duration_since(Instant::now())) {
                         Ok(j) => Some(j),
                         Err(RecvTimeoutError::Timeout) => None,
                         Err(RecvTimeoutError::Disconnected) => break,
@@ -310,10 +335,14 @@ impl Worker {
                     let _ = reply.send(self.failing_the_run("stop", r));
                 }
             }
-            if self.unsafe_puts && !self.pipeline.failed.load(Ordering::Acquire) {
+            if !self.pipeline.failed.load(Ordering::Acquire) {
                 let due = match self.policy {
-                    CommitPolicy::EveryPut => true,
-                    CommitPolicy::Interval(every) => self.last_pre_commit.elapsed() >= every,
+                    CommitPolicy::EveryPut => {
+                        self.unsafe_puts || self.reask.is_some_and(|(at, _)| Instant::now() >= at)
+                    }
+                    CommitPolicy::Interval(every) => {
+                        self.unsafe_puts && self.last_pre_commit.elapsed() >= every
+                    }
                 };
                 if due {
                     if let Err(e) = self.pre_commit() {
@@ -566,7 +595,8 @@ impl Worker {
             return Err(ConnectorError::SimulatedCrash);
         }
         crate::crashpoint::reached(crate::crashpoint::PUT_BEFORE_COMMIT);
-        let mut s = self.pipeline.state();
+        let mut guard = self.pipeline.state();
+        let s = &mut *guard;
         // A partition lost while the sink made it durable (a loss does not
         // wait for the task thread) was forgotten meanwhile: its report
         // must not come back for a later assignment to commit. One the sink
@@ -590,8 +620,28 @@ impl Worker {
         for (tp, &o) in &safe {
             s.consumed.declared(tp, o);
         }
-        drop(s);
+        for tp in handed.keys() {
+            if let Some(&k) = s.tracker.committed.get(tp) {
+                s.consumed.held_by_kafka(tp, k);
+            }
+        }
+        // Declared short of what was handed (a sink that buffers): asked
+        // again with no put (`reask`).
+        let short = handed
+            .keys()
+            .any(|tp| s.assigned.contains(tp) && s.consumed.is_undeclared(tp));
+        drop(guard);
         self.unsafe_puts = false;
+        let reasked = self.reask.take();
+        if short {
+            match self.policy {
+                CommitPolicy::Interval(_) => self.unsafe_puts = true,
+                CommitPolicy::EveryPut => {
+                    let wait = reasked.map_or(REASK_MIN, |(_, wait)| (wait * 2).min(REASK_MAX));
+                    self.reask = Some((Instant::now() + wait, wait));
+                }
+            }
+        }
         self.last_pre_commit = Instant::now();
         self.pipeline.wake.notify_one();
         Ok(())
@@ -643,6 +693,7 @@ mod tests {
             budget,
             unsafe_puts: false,
             last_pre_commit: Instant::now(),
+            reask: None,
             revoke_retry: REVOKE_RETRY,
         }
     }
@@ -934,10 +985,11 @@ mod tests {
 
     /// Declares one less than handed for `.0` the first time it is asked
     /// about it, and what it was handed otherwise; keeps every map it was
-    /// asked about (`.1`).
+    /// asked about (`.1`), and tells `.2` of each.
     struct DeclaresLessOnce(
         TopicPartition,
         Arc<Mutex<Vec<BTreeMap<TopicPartition, i64>>>>,
+        Option<std::sync::mpsc::Sender<()>>,
     );
 
     impl SinkTask for DeclaresLessOnce {
@@ -957,6 +1009,9 @@ mod tests {
             let mut asked = self.1.lock().unwrap();
             let first = !asked.iter().any(|m| m.contains_key(&self.0));
             asked.push(consumed.clone());
+            if let Some(told) = &self.2 {
+                let _ = told.send(());
+            }
             let mut safe = consumed.clone();
             if let (true, Some(o)) = (first, safe.get_mut(&self.0)) {
                 *o -= 1;
@@ -984,7 +1039,10 @@ mod tests {
         // tp(3) resumed where the sink holds it, with nothing put since.
         pipeline.state().consumed.extend([(tp(3), 5)]);
         let asked = Arc::new(Mutex::new(Vec::new()));
-        let worker = worker(Box::new(DeclaresLessOnce(tp(1), asked.clone())), &pipeline);
+        let worker = worker(
+            Box::new(DeclaresLessOnce(tp(1), asked.clone(), None)),
+            &pipeline,
+        );
         let put = |batches: Vec<(TopicPartition, std::ops::Range<i64>)>| Job::Put {
             batches: batches
                 .into_iter()
@@ -1022,6 +1080,110 @@ mod tests {
             c.offsets,
             BTreeMap::from([(tp(0), 4), (tp(1), 2), (tp(2), 1), (tp(3), 5)])
         );
+    }
+
+    /// A partition declared short of what it was handed is asked about
+    /// again with no put (after a backoff under `every-put`, at the next
+    /// interval under `interval:MS`), as Kafka Connect calls `preCommit` on
+    /// its interval: a sink that buffers gets the rest of an idle
+    /// partition committed (before 2026-12-06 it waited for the next put).
+    #[test]
+    fn a_partition_declared_short_is_asked_about_again_with_no_put() {
+        let tp = TopicPartition::new("t", 0);
+        for policy in [
+            CommitPolicy::EveryPut,
+            CommitPolicy::Interval(Duration::from_millis(20)),
+        ] {
+            let pipeline = Arc::new(Pipeline::new(None, None, None, None, None));
+            pipeline.state().assigned.insert(tp.clone());
+            let asked = Arc::new(Mutex::new(Vec::new()));
+            let (told, heard) = std::sync::mpsc::channel();
+            let mut w = worker(
+                Box::new(DeclaresLessOnce(tp.clone(), asked.clone(), Some(told))),
+                &pipeline,
+            );
+            w.policy = policy;
+            let (jobs, rx) = std::sync::mpsc::channel();
+            jobs.send(Job::Put {
+                batches: vec![RecordBatch {
+                    tp: tp.clone(),
+                    records: (0..3)
+                        .map(|o| cairn_engine::Record::with_value(o, "v"))
+                        .collect(),
+                }],
+                caught_up: BTreeMap::new(),
+                poll_us: 0,
+                bytes: 1,
+            })
+            .unwrap();
+            let task = std::thread::spawn(move || w.run(rx));
+            // The put's pre_commit, then one with no put (the bound is a
+            // failure's, not a synchronisation).
+            for _ in 0..2 {
+                heard
+                    .recv_timeout(Duration::from_secs(30))
+                    .unwrap_or_else(|_| panic!("{policy:?}: not asked again"));
+            }
+            drop(jobs);
+            task.join().unwrap();
+            assert!(!pipeline.failed.load(Ordering::Acquire), "the run failed");
+            assert_eq!(
+                *asked.lock().unwrap(),
+                vec![BTreeMap::from([(tp.clone(), 3)]); 2],
+                "{policy:?}"
+            );
+            let mut s = pipeline.state();
+            let all = s.assigned.clone();
+            let c = s.tracker.take_commit(&all, None).expect("a commit");
+            assert_eq!(c.offsets, BTreeMap::from([(tp.clone(), 3)]), "{policy:?}");
+        }
+    }
+
+    /// A partition resumed at an offset Kafka holds past what the sink
+    /// does (another store's commit) is asked about once, not at every
+    /// `pre_commit`: there is nothing of it to commit, and a sink's word
+    /// cannot reach what it was handed until more is put.
+    #[test]
+    fn a_partition_kafka_holds_past_the_sinks_word_is_not_asked_about_again() {
+        let tp = |p| TopicPartition::new("t", p);
+        let pipeline = Arc::new(Pipeline::new(None, None, None, None, None));
+        {
+            let mut s = pipeline.state();
+            s.assigned.extend([tp(0), tp(5)]);
+            s.consumed.extend([(tp(5), 10)]);
+            s.tracker
+                .record_open(&[tp(5)], &BTreeMap::new(), &BTreeMap::from([(tp(5), 10)]));
+        }
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let worker = worker(
+            Box::new(DeclaresLessOnce(tp(5), asked.clone(), None)),
+            &pipeline,
+        );
+        let put = |offsets: std::ops::Range<i64>| Job::Put {
+            batches: vec![RecordBatch {
+                tp: tp(0),
+                records: offsets
+                    .map(|o| cairn_engine::Record::with_value(o, "v"))
+                    .collect(),
+            }],
+            caught_up: BTreeMap::new(),
+            poll_us: 0,
+            bytes: 1,
+        };
+        let (jobs, rx) = std::sync::mpsc::channel();
+        jobs.send(put(0..3)).unwrap();
+        jobs.send(put(3..4)).unwrap();
+        drop(jobs);
+        worker.run(rx);
+        assert!(!pipeline.failed.load(Ordering::Acquire), "the run failed");
+        assert_eq!(
+            *asked.lock().unwrap(),
+            vec![
+                BTreeMap::from([(tp(0), 3), (tp(5), 10)]),
+                BTreeMap::from([(tp(0), 4)]),
+            ]
+        );
+        assert!(!pipeline.state().consumed.is_undeclared(&tp(5)));
     }
 
     /// A put queued before its partition was lost runs after the loss: the

@@ -150,16 +150,30 @@ struct ViewChanges {
 }
 
 impl ViewChanges {
+    /// In debug builds, whether `view` updated with these changes is the
+    /// snapshot (summaries.rs, invariants): checked on a copy before the
+    /// view is touched, so that a mismatch poisons the engine through the
+    /// sync's error path instead of panicking under the commit lock with
+    /// the view half updated. Always true in release builds.
+    fn reach_snapshot(&self, view: &DurableView) -> bool {
+        #[cfg(debug_assertions)]
+        {
+            let mut would = view.partitions.clone();
+            would.extend(self.summaries.iter().cloned());
+            would == self.whole
+        }
+        #[cfg(not(debug_assertions))]
+        {
+            let _ = view;
+            true
+        }
+    }
+
     /// Applied in the order the syncs were led (one at a time, each after
     /// the one before it published), so the view is the snapshot's.
     fn apply(self, view: &mut DurableView) {
         view.partitions.extend(self.summaries);
         view.lsn = self.lsn;
-        #[cfg(debug_assertions)]
-        assert!(
-            view.partitions == self.whole,
-            "BUG: the durable view updated with a sync's changes is not the snapshot"
-        );
     }
 }
 
@@ -615,16 +629,17 @@ impl Engine {
     pub fn append(&self, batches: &[RecordBatch]) -> Result<DurableOffsets> {
         let t0 = Instant::now();
         let written = self.write(batches)?;
-        let view = self.wait_durable(written.ticket)?;
+        let offsets = self.wait_durable(written.ticket, |view| {
+            written
+                .offsets
+                .into_keys()
+                .filter_map(|tp| view.partitions.get(&tp).map(|s| (tp, s.next_offset)))
+                .collect()
+        })?;
         fail::fail_point!(FAILPOINT_AFTER_SYNC, |a| failpoint_action(
             FAILPOINT_AFTER_SYNC,
             a
         ));
-        let offsets = written
-            .offsets
-            .into_keys()
-            .filter_map(|tp| view.partitions.get(&tp).map(|s| (tp, s.next_offset)))
-            .collect();
         tracing::debug!(
             records = written.appended_records,
             duplicates = written.duplicate_records,
@@ -998,8 +1013,11 @@ impl Engine {
         })
     }
 
-    /// Wait until write ticket `seq` is durable, leading the sync if nobody is.
-    fn wait_durable(&self, seq: u64) -> Result<Arc<DurableView>> {
+    /// Wait until write ticket `seq` is durable, leading the sync if nobody
+    /// is, and `read` the durable view then, under the commit lock: a caller
+    /// that kept the view itself would make the next sync copy it whole
+    /// (`Arc::make_mut`), as group commit's followers often would.
+    fn wait_durable<R>(&self, seq: u64, read: impl FnOnce(&DurableView) -> R) -> Result<R> {
         let mut c = lock(&self.commit);
         loop {
             if let Some((op, reason)) = &c.poisoned {
@@ -1009,7 +1027,7 @@ impl Engine {
                 });
             }
             if c.synced_seq >= seq {
-                return Ok(c.durable.clone());
+                return Ok(read(&c.durable));
             }
             if c.syncing {
                 c = self.commit_cv.wait(c).expect("engine lock poisoned");
@@ -1084,6 +1102,10 @@ impl Engine {
                         "the durable view would go backwards (seq {target} < {}, or lsn {} < {}): a bug",
                         c.synced_seq, changes.lsn, c.durable.lsn
                     )))
+                } else if !changes.reach_snapshot(&c.durable) {
+                    Err(std::io::Error::other(
+                        "the durable view updated with a sync's changes would not be the sync's snapshot: a bug",
+                    ))
                 } else {
                     Ok(())
                 }
@@ -1173,7 +1195,7 @@ impl Engine {
     pub fn sync(&self) -> Result<()> {
         self.check_usable()?;
         let seq = self.write_state()?.seq;
-        self.wait_durable(seq)?;
+        self.wait_durable(seq, |_| ())?;
         // Nothing to flush leaves a watermark value the last sync wrote
         // within its interval pending: an idle store's syncs see it
         // fdatasynced once the interval has passed. A sync leading now
@@ -1360,7 +1382,7 @@ impl Engine {
     }
 
     pub(crate) fn wait_seq(&self, seq: u64) -> Result<()> {
-        self.wait_durable(seq).map(|_| ())
+        self.wait_durable(seq, |_| ())
     }
 
     pub(crate) fn lock_write(&self) -> Result<MutexGuard<'_, WriteState>> {
