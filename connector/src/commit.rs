@@ -22,9 +22,10 @@
 //!   records), and the run stops with nothing more committed. Only a word
 //!   is checked: since 2026-12-06 `pre_commit` is asked about partitions
 //!   with something not yet declared (handed.rs), so a loss on a partition
-//!   declared in full and idle since is found at its next put (or the
-//!   sink's own `durable_check` refuses a commit above it first,
-//!   pipeline.rs).
+//!   declared in full and idle since is found at the `pre_commit` after its
+//!   next put (a commit of it already chosen is refused by the sink's
+//!   `durable_check` as it is sent, pipeline.rs; an idle partition
+//!   declared in full is not offered for commit again).
 //! - A commit never moves a partition's committed offset backwards from
 //!   what the tracker knows Kafka holds. The one committed offset it is not
 //!   told of at an assignment (rebalance.rs, `ResumePoint::Lost`) is one

@@ -1127,6 +1127,7 @@ pub fn run_pipeline(
         budget: budget.clone(),
         unsafe_puts: false,
         reask: None,
+        reask_min: crate::worker::REASK_MIN,
         last_pre_commit: Instant::now(),
         revoke_retry: crate::worker::revoke_retry(max_poll_interval(cfg)),
     };

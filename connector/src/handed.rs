@@ -17,7 +17,8 @@
 //!   partition undeclared, and only [`Handed::declared`], of a
 //!   `pre_commit`'s word at or past it, or [`Handed::held_by_kafka`], of a
 //!   committed offset at or past it (nothing is left to commit), clears
-//!   the mark (a `put`'s report is never committed, so it never does). There is no mutable access to the map otherwise
+//!   the mark (a `put`'s report is never committed, so it never does), as
+//!   does [`Handed::remove`] of a partition revoked or lost. There is no mutable access to the map otherwise
 //!   (`Deref` only).
 //! - A word below what was handed (a sink that declares less, or reports
 //!   less durable in a `put`) marks the partition again.
@@ -186,7 +187,17 @@ mod tests {
         );
         h.remove(&tp(2));
         h.declared(&tp(2), 0);
-        assert_eq!(h.to_ask(&assigned), BTreeMap::from([(tp(0), 9)]));
+        // Kafka holding it at or past what was handed: nothing to ask.
+        h.held_by_kafka(&tp(0), 8);
+        assert!(h.is_undeclared(&tp(0)), "below what was handed");
+        h.held_by_kafka(&tp(0), 9);
+        assert!(!h.is_undeclared(&tp(0)));
+        h.raise(&tp(0), 9);
+        h.held_by_kafka(&tp(3), 100);
+        assert!(
+            h.to_ask(&assigned).is_empty(),
+            "one never handed is not marked"
+        );
         assert_eq!(h.len(), 2);
     }
 }

@@ -64,7 +64,8 @@
 //!    was put, or, before any put since its assignment, where it resumed
 //!    (a partition whose resume point is not a known offset, one starting
 //!    at the log's beginning or one whose offset Kafka's log bounds could
-//!    not confirm, is left out until its first put): that may be past
+//!    not confirm, is left out until its first put, or until a record of
+//!    it is set aside, from that record's offset): that may be past
 //!    what this sink holds (Kafka's offset, committed by
 //!    another member), so a sink that returns `consumed` as it is
 //!    declares such a resume point durable (harmless, Kafka holds it

@@ -119,15 +119,17 @@ pub(crate) struct Worker {
     /// Puts whose offsets no `pre_commit` has declared safe yet.
     pub unsafe_puts: bool,
     pub last_pre_commit: Instant,
-    /// Under `every-put`, where the last `pre_commit` declared a partition
-    /// short of what it was handed (a sink that buffers): when to ask
-    /// again with no put, and the wait that led there ([`REASK_MIN`]
-    /// doubling to [`REASK_MAX`]). Under `interval:MS` such a
-    /// `pre_commit` leaves `unsafe_puts` set instead: asked again at the
-    /// next interval. Kafka Connect likewise calls `preCommit` on its
-    /// interval, put or not; before 2026-12-06 the rest of such a
-    /// partition stayed uncommitted until the next put.
+    /// Where the last `pre_commit` declared a partition short of what it
+    /// was handed (a sink that buffers): when to ask again with no put,
+    /// and the wait that led there ([`REASK_MIN`] after a put, doubling
+    /// while only re-asks find it short, to [`REASK_MAX`]; never below the
+    /// interval under `interval:MS`). Kafka Connect likewise calls
+    /// `preCommit` on its interval, put or not; before 2026-12-06 the rest
+    /// of such a partition stayed uncommitted until the next put. Dropped
+    /// at `stop`, after which nothing is called.
     pub reask: Option<(Instant, Duration)>,
+    /// The first re-ask's wait: [`REASK_MIN`] (0 in tests).
+    pub reask_min: Duration,
     /// How long a put failing retriably is retried while a revoke waits
     /// behind it ([`REVOKE_RETRY`]; shorter in tests).
     pub revoke_retry: Duration,
@@ -197,29 +199,32 @@ impl Worker {
         // which is recorded only once the unwinding is caught.
         let _close_on_panic = CloseCommitsOnPanic(self.pipeline.clone());
         loop {
-            let job = match self.policy {
-                // A failed run makes no `pre_commit`, so its puts stay
-                // unsafe: waiting for a due one would spin.
-                CommitPolicy::Interval(every)
-                    if self.unsafe_puts && !self.pipeline.failed.load(Ordering::Acquire) =>
-                {
-                    match jobs.recv_timeout(every.saturating_sub(self.last_pre_commit.elapsed())) {
-                        Ok(j) => Some(j),
-                        Err(RecvTimeoutError::Timeout) => None,
-                        Err(RecvTimeoutError::Disconnected) => break,
+            // When a `pre_commit` with no job falls due: an interval's
+            // (`interval:MS`, puts not yet declared), or a re-ask's. A
+            // failed run makes no `pre_commit`, so its puts stay unsafe:
+            // waiting for a due one would spin.
+            let due_at = if self.pipeline.failed.load(Ordering::Acquire) {
+                None
+            } else {
+                let interval = match self.policy {
+                    CommitPolicy::Interval(every) if self.unsafe_puts => {
+                        Some(self.last_pre_commit + every)
                     }
+                    _ => None,
+                };
+                let reask = self.reask.map(|(at, _)| at);
+                match (interval, reask) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
                 }
-                CommitPolicy::EveryPut
-                    if self.reask.is_some() && !self.pipeline.failed.load(Ordering::Acquire) =>
-                {
-                    let at = self.reask.map_or_else(Instant::now, |(at, _)| at);
-                    match jobs.recv_timeout(at.saturating_duration_since(Instant::now())) {
-                        Ok(j) => Some(j),
-                        Err(RecvTimeoutError::Timeout) => None,
-                        Err(RecvTimeoutError::Disconnected) => break,
-                    }
-                }
-                _ => match jobs.recv() {
+            };
+            let job = match due_at {
+                Some(at) => match jobs.recv_timeout(at.saturating_duration_since(Instant::now())) {
+                    Ok(j) => Some(j),
+                    Err(RecvTimeoutError::Timeout) => None,
+                    Err(RecvTimeoutError::Disconnected) => break,
+                },
+                None => match jobs.recv() {
                     Ok(j) => Some(j),
                     Err(_) => break,
                 },
@@ -332,20 +337,22 @@ impl Worker {
                 }
                 Some(Job::Stop { partitions, reply }) => {
                     let r = self.sink.close(&partitions).and_then(|()| self.sink.stop());
+                    // Nothing is called after `stop`: a re-ask due (the
+                    // final flush's `pre_commit` declared short) is dropped.
+                    self.reask = None;
+                    self.unsafe_puts = false;
                     let _ = reply.send(self.failing_the_run("stop", r));
                 }
             }
             if !self.pipeline.failed.load(Ordering::Acquire) {
-                let due = match self.policy {
-                    CommitPolicy::EveryPut => {
-                        self.unsafe_puts || self.reask.is_some_and(|(at, _)| Instant::now() >= at)
-                    }
-                    CommitPolicy::Interval(every) => {
-                        self.unsafe_puts && self.last_pre_commit.elapsed() >= every
-                    }
-                };
-                if due {
-                    if let Err(e) = self.pre_commit() {
+                let puts_due = self.unsafe_puts
+                    && match self.policy {
+                        CommitPolicy::EveryPut => true,
+                        CommitPolicy::Interval(every) => self.last_pre_commit.elapsed() >= every,
+                    };
+                let reask_due = self.reask.is_some_and(|(at, _)| Instant::now() >= at);
+                if puts_due || reask_due {
+                    if let Err(e) = self.pre_commit_after(puts_due) {
                         self.pipeline.fail(e);
                     }
                 }
@@ -565,6 +572,13 @@ impl Worker {
     /// a flush's `pre_commit` still ran then, a sync the module's
     /// invariants rule out).
     fn pre_commit(&mut self) -> Result<()> {
+        self.pre_commit_after(true)
+    }
+
+    /// [`Self::pre_commit`]; `handed_since` unless it is a re-ask with no
+    /// put since the last one (`reask`), which asks the sink only if some
+    /// partition is still undeclared and backs off further.
+    fn pre_commit_after(&mut self, handed_since: bool) -> Result<()> {
         if self.pipeline.failed.load(Ordering::Acquire) {
             return Err(ConnectorError::Sink(
                 "not calling pre_commit after a fatal error".into(),
@@ -577,6 +591,11 @@ impl Worker {
             let s = self.pipeline.state();
             s.consumed.to_ask(&s.assigned)
         };
+        if !handed_since && consumed.is_empty() {
+            // Declared since, or revoked: nothing to ask again.
+            self.reask = None;
+            return Ok(());
+        }
         let t0 = Instant::now();
         let safe = self
             .sink
@@ -634,13 +653,19 @@ impl Worker {
         self.unsafe_puts = false;
         let reasked = self.reask.take();
         if short {
-            match self.policy {
-                CommitPolicy::Interval(_) => self.unsafe_puts = true,
-                CommitPolicy::EveryPut => {
-                    let wait = reasked.map_or(REASK_MIN, |(_, wait)| (wait * 2).min(REASK_MAX));
-                    self.reask = Some((Instant::now() + wait, wait));
-                }
-            }
+            // From the shortest wait after records were handed over (a sink
+            // that lags under steady puts is asked again soon), doubling
+            // while only re-asks find it short; never sooner than the
+            // interval under `interval:MS`.
+            let wait = match reasked {
+                Some((_, wait)) if !handed_since => (wait * 2).min(REASK_MAX),
+                _ => self.reask_min,
+            };
+            let wait = match self.policy {
+                CommitPolicy::Interval(every) => wait.max(every),
+                CommitPolicy::EveryPut => wait,
+            };
+            self.reask = Some((Instant::now() + wait, wait));
         }
         self.last_pre_commit = Instant::now();
         self.pipeline.wake.notify_one();
@@ -694,6 +719,7 @@ mod tests {
             unsafe_puts: false,
             last_pre_commit: Instant::now(),
             reask: None,
+            reask_min: REASK_MIN,
             revoke_retry: REVOKE_RETRY,
         }
     }
@@ -1136,6 +1162,82 @@ mod tests {
             let all = s.assigned.clone();
             let c = s.tracker.take_commit(&all, None).expect("a commit");
             assert_eq!(c.offsets, BTreeMap::from([(tp.clone(), 3)]), "{policy:?}");
+        }
+    }
+
+    /// Always declares one less than it was handed, and counts the
+    /// `pre_commit`s after its `stop` (`.1`).
+    struct AlwaysShort(Arc<Mutex<(bool, u32)>>);
+
+    impl SinkTask for AlwaysShort {
+        fn open(
+            &mut self,
+            p: &[TopicPartition],
+        ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+            HandedIsSafe.open(p)
+        }
+        fn put(&mut self, batches: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
+            HandedIsSafe.put(batches)
+        }
+        fn pre_commit(
+            &mut self,
+            consumed: &BTreeMap<TopicPartition, i64>,
+        ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+            let mut s = self.0.lock().unwrap();
+            if s.0 {
+                s.1 += 1;
+            }
+            Ok(consumed.iter().map(|(tp, o)| (tp.clone(), o - 1)).collect())
+        }
+        fn close(&mut self, _: &[TopicPartition]) -> Result<(), TaskError> {
+            Ok(())
+        }
+        fn stop(&mut self) -> Result<(), TaskError> {
+            self.0.lock().unwrap().0 = true;
+            Ok(())
+        }
+    }
+
+    /// Nothing is called after `stop`: a re-ask due when the run stops (its
+    /// final flush declared short) is dropped. With no wait before a
+    /// re-ask, the flush's is due at once, and so is the one after it,
+    /// when the queued `stop` has just run.
+    #[test]
+    fn no_pre_commit_is_called_after_stop() {
+        let tp = TopicPartition::new("t", 0);
+        for policy in [
+            CommitPolicy::EveryPut,
+            CommitPolicy::Interval(Duration::ZERO),
+        ] {
+            let pipeline = Arc::new(Pipeline::new(None, None, None, None, None));
+            pipeline.state().assigned.insert(tp.clone());
+            let calls = Arc::new(Mutex::new((false, 0)));
+            let mut w = worker(Box::new(AlwaysShort(calls.clone())), &pipeline);
+            w.policy = policy;
+            w.reask_min = Duration::ZERO;
+            let (jobs, rx) = std::sync::mpsc::channel();
+            let (flushed, flush_reply) = std::sync::mpsc::channel();
+            let (stopped, stop_reply) = std::sync::mpsc::channel();
+            jobs.send(Job::Flush {
+                batches: vec![RecordBatch {
+                    tp: tp.clone(),
+                    records: vec![cairn_engine::Record::with_value(0, "v")],
+                }],
+                caught_up: BTreeMap::new(),
+                reply: flushed,
+            })
+            .unwrap();
+            jobs.send(Job::Stop {
+                partitions: vec![tp.clone()],
+                reply: stopped,
+            })
+            .unwrap();
+            drop(jobs);
+            w.run(rx);
+            flush_reply.recv().unwrap().unwrap();
+            stop_reply.recv().unwrap().unwrap();
+            assert!(!pipeline.failed.load(Ordering::Acquire), "{policy:?}");
+            assert_eq!(*calls.lock().unwrap(), (true, 0), "{policy:?}");
         }
     }
 
