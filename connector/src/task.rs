@@ -64,8 +64,9 @@
 //!    was put, or, before any put since its assignment, where it resumed
 //!    (a partition whose resume point is not a known offset, one starting
 //!    at the log's beginning or one whose offset Kafka's log bounds could
-//!    not confirm, is left out until its first put, or until a record of
-//!    it is set aside, from that record's offset): that may be past
+//!    not confirm, is left out until its first put; one starting at the
+//!    log's beginning or end also once a record of it is set aside, from
+//!    that record's offset): that may be past
 //!    what this sink holds (Kafka's offset, committed by
 //!    another member), so a sink that returns `consumed` as it is
 //!    declares such a resume point durable (harmless, Kafka holds it
@@ -76,9 +77,11 @@
 //!    handed over (or a word falls below it): a partition declared in
 //!    full, with nothing put since, is left out. While a word stays below
 //!    what was handed (a sink that buffers), `pre_commit` is called again
-//!    with no put: after 50 ms doubling to 1 s under `every-put`, at each
-//!    interval under `interval:MS` (since 2026-12-06; Kafka Connect calls
-//!    `preCommit` on its interval too).
+//!    with no put, about the partitions still short: 50 ms after the
+//!    `pre_commit` that followed a put, the wait doubling to 1 s while
+//!    only such calls find it short, never sooner than the interval under
+//!    `interval:MS`, and not after `stop` (since 2026-12-06; Kafka Connect
+//!    calls `preCommit` on its interval, put or not).
 //!    (Until 2026-12-06 it held every assigned partition, as Kafka
 //!    Connect's `preCommit` does, and a put of one record paid for all of
 //!    them: BENCHMARKS.md, "Partitions".) A word on an assigned partition

@@ -136,7 +136,8 @@ pub(crate) struct Worker {
 }
 
 /// First wait before `pre_commit` is asked again about a partition it
-/// declared short, under `every-put` ([`Worker::reask`]).
+/// declared short ([`Worker::reask`]; never below the interval under
+/// `interval:MS`).
 pub(crate) const REASK_MIN: Duration = Duration::from_millis(50);
 /// Longest such wait.
 pub(crate) const REASK_MAX: Duration = Duration::from_secs(1);
@@ -352,7 +353,9 @@ impl Worker {
                     };
                 let reask_due = self.reask.is_some_and(|(at, _)| Instant::now() >= at);
                 if puts_due || reask_due {
-                    if let Err(e) = self.pre_commit_after(puts_due) {
+                    // A re-ask that finds puts waiting (due a moment before
+                    // their interval) asks as after a put.
+                    if let Err(e) = self.pre_commit_after(self.unsafe_puts) {
                         self.pipeline.fail(e);
                     }
                 }
@@ -650,6 +653,7 @@ impl Worker {
             .keys()
             .any(|tp| s.assigned.contains(tp) && s.consumed.is_undeclared(tp));
         drop(guard);
+        let now = Instant::now();
         self.unsafe_puts = false;
         let reasked = self.reask.take();
         if short {
@@ -665,9 +669,9 @@ impl Worker {
                 CommitPolicy::Interval(every) => wait.max(every),
                 CommitPolicy::EveryPut => wait,
             };
-            self.reask = Some((Instant::now() + wait, wait));
+            self.reask = Some((now + wait, wait));
         }
-        self.last_pre_commit = Instant::now();
+        self.last_pre_commit = now;
         self.pipeline.wake.notify_one();
         Ok(())
     }
@@ -1109,7 +1113,7 @@ mod tests {
     }
 
     /// A partition declared short of what it was handed is asked about
-    /// again with no put (after a backoff under `every-put`, at the next
+    /// again with no put (after a backoff from 50 ms, never sooner than the
     /// interval under `interval:MS`), as Kafka Connect calls `preCommit` on
     /// its interval: a sink that buffers gets the rest of an idle
     /// partition committed (before 2026-12-06 it waited for the next put).
@@ -1165,9 +1169,9 @@ mod tests {
         }
     }
 
-    /// Always declares one less than it was handed, and counts the
-    /// `pre_commit`s after its `stop` (`.1`).
-    struct AlwaysShort(Arc<Mutex<(bool, u32)>>);
+    /// Always declares one less than it was handed, and counts its
+    /// `pre_commit`s before its `stop` (`.1`) and after (`.2`).
+    struct AlwaysShort(Arc<Mutex<(bool, u32, u32)>>);
 
     impl SinkTask for AlwaysShort {
         fn open(
@@ -1185,6 +1189,8 @@ mod tests {
         ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
             let mut s = self.0.lock().unwrap();
             if s.0 {
+                s.2 += 1;
+            } else {
                 s.1 += 1;
             }
             Ok(consumed.iter().map(|(tp, o)| (tp.clone(), o - 1)).collect())
@@ -1211,7 +1217,7 @@ mod tests {
         ] {
             let pipeline = Arc::new(Pipeline::new(None, None, None, None, None));
             pipeline.state().assigned.insert(tp.clone());
-            let calls = Arc::new(Mutex::new((false, 0)));
+            let calls = Arc::new(Mutex::new((false, 0, 0)));
             let mut w = worker(Box::new(AlwaysShort(calls.clone())), &pipeline);
             w.policy = policy;
             w.reask_min = Duration::ZERO;
@@ -1237,7 +1243,10 @@ mod tests {
             flush_reply.recv().unwrap().unwrap();
             stop_reply.recv().unwrap().unwrap();
             assert!(!pipeline.failed.load(Ordering::Acquire), "{policy:?}");
-            assert_eq!(*calls.lock().unwrap(), (true, 0), "{policy:?}");
+            let (stopped, before, after) = *calls.lock().unwrap();
+            assert!(stopped, "{policy:?}");
+            assert!(before >= 2, "{policy:?}: the flush's, then a re-ask");
+            assert_eq!(after, 0, "{policy:?}: called after stop");
         }
     }
 
