@@ -101,6 +101,17 @@ impl ClientContext for SinkContext {
     }
 }
 
+/// An assignment's start as the resuming line shows it: the offset, or
+/// where in the log.
+fn offset_text(start: Offset) -> String {
+    match start {
+        Offset::Offset(o) => o.to_string(),
+        Offset::Beginning => "beginning".into(),
+        Offset::End => "end".into(),
+        other => format!("{other:?}"),
+    }
+}
+
 /// Each partition's log start and last stable offset in a librdkafka
 /// statistics report (`topics.<name>.partitions.<id>.lo_offset` and
 /// `ls_offset`; every other field is passed over).
@@ -433,6 +444,10 @@ impl SinkContext {
         // that aged out of Kafka, and where to: recorded in the archive
         // (`Shared::record_moves`) once they are assigned here.
         let mut moved = BTreeMap::new();
+        // Where each partition resumes: one INFO line for the assignment,
+        // each partition at DEBUG (an assignment of 10,000 partitions wrote
+        // 10,000 INFO lines until 2026-12-06).
+        let mut resuming: Vec<String> = Vec::with_capacity(tps.len());
         for tp in &tps {
             let archive = resume.get(tp).copied();
             let point = resume_point(archive, committed.get(tp), identity.as_deref());
@@ -578,7 +593,15 @@ impl SinkContext {
                     source: e,
                 });
             }
-            tracing::info!(%tp, ?start, "resuming");
+            tracing::debug!(%tp, ?start, "resuming");
+            resuming.push(format!("{tp}@{}", offset_text(start)));
+        }
+        if !resuming.is_empty() {
+            tracing::info!(
+                partitions = resuming.len(),
+                at = %crate::selection::first_few(resuming.into_iter()),
+                "resuming (each partition at DEBUG)"
+            );
         }
         if !unheld.is_empty() {
             // Expected of a new member of a group of several archives; also

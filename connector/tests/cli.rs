@@ -286,6 +286,39 @@ fn an_archived_partition_without_a_committed_offset_is_warned_about() {
     assert!(warned.contains(&format!("{topic}/0@10")), "{warned}");
 }
 
+/// An assignment says where its partitions resume in one INFO line (each
+/// partition at DEBUG): an assignment of 10,000 partitions wrote 10,000
+/// INFO lines until 2026-12-06.
+#[test]
+fn an_assignment_says_where_it_resumes_in_one_line() {
+    use std::io::{BufRead, BufReader};
+    let mb = TestBroker::start(&["resume:3"]);
+    let (topic, group) = (mb.topic("resume"), mb.group("resume-group"));
+    cairn_connector::cli::demo::produce(&mb.brokers, &topic, 0..60).unwrap();
+    let dir = archive_of_ten(&topic);
+    let d = dir.path().to_str().unwrap();
+    let mut run = common::cairn_run(&common::run_flags(&mb.brokers, &group, &topic, d), None);
+    let mut before = Vec::new();
+    let line = BufReader::new(run.stderr.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+        .find(|l| {
+            before.push(l.clone());
+            l.contains("resuming (each partition at DEBUG)")
+        })
+        .expect("the run ended without the resuming line");
+    assert!(line.contains(r#""partitions":3"#), "{line}");
+    assert!(line.contains(&format!("{topic}/0@10")), "{line}");
+    let per_partition = before
+        .iter()
+        .filter(|l| l.contains(r#""message":"resuming""#))
+        .count();
+    assert_eq!(
+        per_partition, 0,
+        "a line per partition at INFO: {before:#?}"
+    );
+}
+
 /// A new archive whose group has committed offsets it holds nothing below
 /// (a second member of a group of several archives, or an archive folder
 /// on a volume not mounted yet) gets a WARN at its assignment, naming
