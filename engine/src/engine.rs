@@ -1480,6 +1480,44 @@ mod tests {
         e.close().unwrap();
     }
 
+    /// `durable_offsets_of` answers the same whether it searches for a
+    /// few partitions or walks the view beside many: those held, at their
+    /// durable next offset, and none of those the store does not hold.
+    #[test]
+    fn durable_offsets_of_few_and_of_many_agree_with_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        let held: Vec<TopicPartition> = (0..40).map(|p| TopicPartition::new("t", p)).collect();
+        let batches: Vec<RecordBatch> = held
+            .iter()
+            .map(|tp| RecordBatch {
+                tp: tp.clone(),
+                records: (0..=i64::from(tp.partition))
+                    .map(|o| Record::with_value(o, "v"))
+                    .collect(),
+            })
+            .collect();
+        e.append(&batches).unwrap();
+        let all = e.durable_offsets();
+        let absent = TopicPartition::new("u", 0);
+        for asked in [1, 2, 10, 40] {
+            let mut tps: BTreeMap<TopicPartition, ()> = held
+                .iter()
+                .rev()
+                .take(asked)
+                .map(|tp| (tp.clone(), ()))
+                .collect();
+            tps.insert(absent.clone(), ());
+            let want: BTreeMap<TopicPartition, i64> = tps
+                .keys()
+                .filter_map(|tp| Some((tp.clone(), *all.get(tp)?)))
+                .collect();
+            assert_eq!(want.len(), asked);
+            assert_eq!(e.durable_offsets_of(&tps), want, "{asked} asked");
+        }
+        e.close().unwrap();
+    }
+
     /// A sync updates the durable view in place with what changed, unless a
     /// reader still holds the view: then that reader's view stays as it
     /// was, and the sync publishes an updated copy.
