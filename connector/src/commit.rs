@@ -281,6 +281,13 @@ impl CommitTracker {
         }
     }
 
+    /// Whether a call was warned about for reporting a partition it was
+    /// not handed.
+    #[cfg(test)]
+    pub(crate) fn warned_unhanded(&self) -> bool {
+        !self.warned_unhanded.is_empty()
+    }
+
     /// The sink reported `tp` durable at `o`, by `call`: a safe offset
     /// above it is lowered to it, with a warning once a partition.
     fn lower_safe(&mut self, tp: &TopicPartition, o: i64, call: &str) {

@@ -590,9 +590,9 @@ impl Worker {
         // Only the partitions with something not declared safe yet
         // (handed.rs): not every one assigned, which a put of one record
         // would pay for at every put.
-        let consumed: BTreeMap<TopicPartition, i64> = {
+        let (consumed, revokes_before) = {
             let s = self.pipeline.state();
-            s.consumed.to_ask(&s.assigned)
+            (s.consumed.to_ask(&s.assigned), s.revokes_begun)
         };
         if !handed_since && consumed.is_empty() {
             // Declared since, or revoked: nothing to ask again.
@@ -621,11 +621,16 @@ impl Worker {
         let s = &mut *guard;
         // A partition lost while the sink made it durable (a loss does not
         // wait for the task thread) was forgotten meanwhile: its report
-        // must not come back for a later assignment to commit. One the sink
-        // was never handed goes on to the tracker, which ignores it with a
-        // warning.
+        // must not come back for a later assignment to commit. Dropped
+        // without a word if it was asked about, or if a revoke or loss
+        // began during the call (a sink may answer for every partition it
+        // holds, asked or not). One the sink was never handed goes on to
+        // the tracker, which ignores it with a warning.
         let mut safe = safe;
-        safe.retain(|tp, _| s.assigned.contains(tp) || !consumed.contains_key(tp));
+        let lost_meanwhile = s.revokes_begun != revokes_before;
+        safe.retain(|tp, _| {
+            s.assigned.contains(tp) || !(lost_meanwhile || consumed.contains_key(tp))
+        });
         // What was handed over, as asked; and for a word on a partition not
         // asked about (a sink may answer for all it holds), as it is now.
         let mut handed = consumed;
@@ -1248,6 +1253,83 @@ mod tests {
             assert!(before >= 2, "{policy:?}: the flush's, then a re-ask");
             assert_eq!(after, 0, "{policy:?}: called after stop");
         }
+    }
+
+    /// Answers `pre_commit` for every partition it was ever handed, asked
+    /// or not; its second `pre_commit` loses `.1` (a loss served while it
+    /// runs).
+    struct AnswersForAll(
+        BTreeMap<TopicPartition, i64>,
+        TopicPartition,
+        Arc<Pipeline>,
+        u32,
+    );
+
+    impl SinkTask for AnswersForAll {
+        fn open(
+            &mut self,
+            p: &[TopicPartition],
+        ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+            HandedIsSafe.open(p)
+        }
+        fn put(&mut self, batches: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
+            self.0.extend(durable_through(batches));
+            HandedIsSafe.put(batches)
+        }
+        fn pre_commit(
+            &mut self,
+            _: &BTreeMap<TopicPartition, i64>,
+        ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+            self.3 += 1;
+            if self.3 == 2 {
+                self.2.drop_partitions(std::slice::from_ref(&self.1));
+            }
+            Ok(self.0.clone())
+        }
+        fn close(&mut self, _: &[TopicPartition]) -> Result<(), TaskError> {
+            Ok(())
+        }
+    }
+
+    /// A word on a partition lost while `pre_commit` ran, from a sink that
+    /// answers for all it holds, is dropped without a warning (it was
+    /// handed over, though not asked about this time), and leaves nothing
+    /// of the partition to commit.
+    #[test]
+    fn a_word_on_a_partition_lost_during_pre_commit_is_dropped_quietly() {
+        let tp = |p| TopicPartition::new("t", p);
+        let pipeline = Arc::new(Pipeline::new(None, None, None, None, None));
+        pipeline.state().assigned.extend([tp(0), tp(1)]);
+        let sink = AnswersForAll(BTreeMap::new(), tp(1), pipeline.clone(), 0);
+        let worker = worker(Box::new(sink), &pipeline);
+        let put = |batches: Vec<(TopicPartition, std::ops::Range<i64>)>| Job::Put {
+            batches: batches
+                .into_iter()
+                .map(|(tp, offsets)| RecordBatch {
+                    tp,
+                    records: offsets
+                        .map(|o| cairn_engine::Record::with_value(o, "v"))
+                        .collect(),
+                })
+                .collect(),
+            caught_up: BTreeMap::new(),
+            poll_us: 0,
+            bytes: 1,
+        };
+        let (jobs, rx) = std::sync::mpsc::channel();
+        jobs.send(put(vec![(tp(0), 0..2), (tp(1), 0..2)])).unwrap();
+        jobs.send(put(vec![(tp(0), 2..3)])).unwrap();
+        drop(jobs);
+        worker.run(rx);
+        assert!(!pipeline.failed.load(Ordering::Acquire), "the run failed");
+        let mut s = pipeline.state();
+        assert!(
+            !s.tracker.warned_unhanded(),
+            "warned about a lost partition"
+        );
+        let all = std::collections::BTreeSet::from([tp(0), tp(1)]);
+        let c = s.tracker.take_commit(&all, None).expect("a commit");
+        assert_eq!(c.offsets, BTreeMap::from([(tp(0), 3)]));
     }
 
     /// A partition resumed at an offset Kafka holds past what the sink
