@@ -33,6 +33,10 @@ pub(crate) struct Handed {
     map: BTreeMap<TopicPartition, i64>,
     /// Partitions of `map` whose offset the sink has not declared safe.
     undeclared: BTreeSet<TopicPartition>,
+    /// Partitions handed something and then revoked or lost, until handed
+    /// something again: a sink's later word on one is not a sink's bug (it
+    /// may answer for all it holds, asked or not, until their `close`).
+    gone: BTreeSet<TopicPartition>,
 }
 
 impl Handed {
@@ -64,10 +68,18 @@ impl Handed {
         }
     }
 
-    /// A partition revoked or lost: forgotten.
+    /// A partition revoked or lost: forgotten (but for [`Handed::was_handed`]).
     pub fn remove(&mut self, tp: &TopicPartition) {
-        self.map.remove(tp);
+        if self.map.remove(tp).is_some() && !self.gone.contains(tp) {
+            self.gone.insert(tp.clone());
+        }
         self.undeclared.remove(tp);
+    }
+
+    /// Whether `tp` was handed something before it was revoked or lost
+    /// (and nothing since).
+    pub fn was_handed(&self, tp: &TopicPartition) -> bool {
+        self.gone.contains(tp)
     }
 
     /// `pre_commit`'s word on `tp`: asked about again unless it reaches
@@ -120,6 +132,7 @@ impl Handed {
         if !self.undeclared.contains(tp) {
             self.undeclared.insert(tp.clone());
         }
+        self.gone.remove(tp);
     }
 }
 
@@ -185,7 +198,11 @@ mod tests {
             BTreeMap::from([(tp(2), 1)]),
             "only assigned ones"
         );
+        assert!(!h.was_handed(&tp(2)));
         h.remove(&tp(2));
+        assert!(h.was_handed(&tp(2)), "handed before its loss");
+        h.remove(&tp(7));
+        assert!(!h.was_handed(&tp(7)), "never handed");
         h.declared(&tp(2), 0);
         // Kafka holding it at or past what was handed: nothing to ask.
         h.held_by_kafka(&tp(0), 8);

@@ -590,9 +590,9 @@ impl Worker {
         // Only the partitions with something not declared safe yet
         // (handed.rs): not every one assigned, which a put of one record
         // would pay for at every put.
-        let (consumed, revokes_before) = {
+        let consumed: BTreeMap<TopicPartition, i64> = {
             let s = self.pipeline.state();
-            (s.consumed.to_ask(&s.assigned), s.revokes_begun)
+            s.consumed.to_ask(&s.assigned)
         };
         if !handed_since && consumed.is_empty() {
             // Declared since, or revoked: nothing to ask again.
@@ -622,14 +622,13 @@ impl Worker {
         // A partition lost while the sink made it durable (a loss does not
         // wait for the task thread) was forgotten meanwhile: its report
         // must not come back for a later assignment to commit. Dropped
-        // without a word if it was asked about, or if a revoke or loss
-        // began during the call (a sink may answer for every partition it
-        // holds, asked or not). One the sink was never handed goes on to
-        // the tracker, which ignores it with a warning.
+        // without a word if it was handed something before (asked about
+        // now or not: a sink may answer for every partition it holds,
+        // until its `close`). One the sink was never handed goes on to the
+        // tracker, which ignores it with a warning.
         let mut safe = safe;
-        let lost_meanwhile = s.revokes_begun != revokes_before;
         safe.retain(|tp, _| {
-            s.assigned.contains(tp) || !(lost_meanwhile || consumed.contains_key(tp))
+            s.assigned.contains(tp) || !(consumed.contains_key(tp) || s.consumed.was_handed(tp))
         });
         // What was handed over, as asked; and for a word on a partition not
         // asked about (a sink may answer for all it holds), as it is now.
@@ -713,6 +712,24 @@ mod tests {
         .unwrap();
         drop(jobs);
         worker.run(rx);
+    }
+
+    /// A put of records with value "v" at these offsets of each partition.
+    fn put_of(batches: Vec<(TopicPartition, std::ops::Range<i64>)>) -> Job {
+        Job::Put {
+            batches: batches
+                .into_iter()
+                .map(|(tp, offsets)| RecordBatch {
+                    tp,
+                    records: offsets
+                        .map(|o| cairn_engine::Record::with_value(o, "v"))
+                        .collect(),
+                })
+                .collect(),
+            caught_up: BTreeMap::new(),
+            poll_us: 0,
+            bytes: 1,
+        }
     }
 
     fn worker(sink: Box<dyn SinkTask>, pipeline: &Arc<Pipeline>) -> Worker {
@@ -1078,24 +1095,11 @@ mod tests {
             Box::new(DeclaresLessOnce(tp(1), asked.clone(), None)),
             &pipeline,
         );
-        let put = |batches: Vec<(TopicPartition, std::ops::Range<i64>)>| Job::Put {
-            batches: batches
-                .into_iter()
-                .map(|(tp, offsets)| RecordBatch {
-                    tp,
-                    records: offsets
-                        .map(|o| cairn_engine::Record::with_value(o, "v"))
-                        .collect(),
-                })
-                .collect(),
-            caught_up: BTreeMap::new(),
-            poll_us: 0,
-            bytes: 1,
-        };
         let (jobs, rx) = std::sync::mpsc::channel();
-        jobs.send(put(vec![(tp(0), 0..3), (tp(1), 0..2)])).unwrap();
-        jobs.send(put(vec![(tp(2), 0..1)])).unwrap();
-        jobs.send(put(vec![(tp(0), 3..4)])).unwrap();
+        jobs.send(put_of(vec![(tp(0), 0..3), (tp(1), 0..2)]))
+            .unwrap();
+        jobs.send(put_of(vec![(tp(2), 0..1)])).unwrap();
+        jobs.send(put_of(vec![(tp(0), 3..4)])).unwrap();
         drop(jobs);
         worker.run(rx);
         assert!(!pipeline.failed.load(Ordering::Acquire), "the run failed");
@@ -1139,18 +1143,7 @@ mod tests {
             );
             w.policy = policy;
             let (jobs, rx) = std::sync::mpsc::channel();
-            jobs.send(Job::Put {
-                batches: vec![RecordBatch {
-                    tp: tp.clone(),
-                    records: (0..3)
-                        .map(|o| cairn_engine::Record::with_value(o, "v"))
-                        .collect(),
-                }],
-                caught_up: BTreeMap::new(),
-                poll_us: 0,
-                bytes: 1,
-            })
-            .unwrap();
+            jobs.send(put_of(vec![(tp.clone(), 0..3)])).unwrap();
             let task = std::thread::spawn(move || w.run(rx));
             // The put's pre_commit, then one with no put (the bound is a
             // failure's, not a synchronisation).
@@ -1294,33 +1287,21 @@ mod tests {
     /// A word on a partition lost while `pre_commit` ran, from a sink that
     /// answers for all it holds, is dropped without a warning (it was
     /// handed over, though not asked about this time), and leaves nothing
-    /// of the partition to commit.
+    /// of the partition to commit. A word on one never handed over is
+    /// still warned about.
     #[test]
     fn a_word_on_a_partition_lost_during_pre_commit_is_dropped_quietly() {
         let tp = |p| TopicPartition::new("t", p);
         let pipeline = Arc::new(Pipeline::new(None, None, None, None, None));
         pipeline.state().assigned.extend([tp(0), tp(1)]);
         let sink = AnswersForAll(BTreeMap::new(), tp(1), pipeline.clone(), 0);
-        let worker = worker(Box::new(sink), &pipeline);
-        let put = |batches: Vec<(TopicPartition, std::ops::Range<i64>)>| Job::Put {
-            batches: batches
-                .into_iter()
-                .map(|(tp, offsets)| RecordBatch {
-                    tp,
-                    records: offsets
-                        .map(|o| cairn_engine::Record::with_value(o, "v"))
-                        .collect(),
-                })
-                .collect(),
-            caught_up: BTreeMap::new(),
-            poll_us: 0,
-            bytes: 1,
-        };
+        let first = worker(Box::new(sink), &pipeline);
         let (jobs, rx) = std::sync::mpsc::channel();
-        jobs.send(put(vec![(tp(0), 0..2), (tp(1), 0..2)])).unwrap();
-        jobs.send(put(vec![(tp(0), 2..3)])).unwrap();
+        jobs.send(put_of(vec![(tp(0), 0..2), (tp(1), 0..2)]))
+            .unwrap();
+        jobs.send(put_of(vec![(tp(0), 2..3)])).unwrap();
         drop(jobs);
-        worker.run(rx);
+        first.run(rx);
         assert!(!pipeline.failed.load(Ordering::Acquire), "the run failed");
         let mut s = pipeline.state();
         assert!(
@@ -1330,6 +1311,18 @@ mod tests {
         let all = std::collections::BTreeSet::from([tp(0), tp(1)]);
         let c = s.tracker.take_commit(&all, None).expect("a commit");
         assert_eq!(c.offsets, BTreeMap::from([(tp(0), 3)]));
+        drop(s);
+        // A sink reporting a partition never handed over: warned about.
+        let pipeline = Arc::new(Pipeline::new(None, None, None, None, None));
+        pipeline.state().assigned.insert(tp(0));
+        let sink = AnswersForAll(BTreeMap::from([(tp(9), 4)]), tp(1), pipeline.clone(), 0);
+        let second = worker(Box::new(sink), &pipeline);
+        let (jobs, rx) = std::sync::mpsc::channel();
+        jobs.send(put_of(vec![(tp(0), 0..2)])).unwrap();
+        drop(jobs);
+        second.run(rx);
+        assert!(!pipeline.failed.load(Ordering::Acquire), "the run failed");
+        assert!(pipeline.state().tracker.warned_unhanded(), "not warned");
     }
 
     /// A partition resumed at an offset Kafka holds past what the sink
@@ -1352,20 +1345,9 @@ mod tests {
             Box::new(DeclaresLessOnce(tp(5), asked.clone(), None)),
             &pipeline,
         );
-        let put = |offsets: std::ops::Range<i64>| Job::Put {
-            batches: vec![RecordBatch {
-                tp: tp(0),
-                records: offsets
-                    .map(|o| cairn_engine::Record::with_value(o, "v"))
-                    .collect(),
-            }],
-            caught_up: BTreeMap::new(),
-            poll_us: 0,
-            bytes: 1,
-        };
         let (jobs, rx) = std::sync::mpsc::channel();
-        jobs.send(put(0..3)).unwrap();
-        jobs.send(put(3..4)).unwrap();
+        jobs.send(put_of(vec![(tp(0), 0..3)])).unwrap();
+        jobs.send(put_of(vec![(tp(0), 3..4)])).unwrap();
         drop(jobs);
         worker.run(rx);
         assert!(!pipeline.failed.load(Ordering::Acquire), "the run failed");
