@@ -27,7 +27,9 @@
 //!   `durable_check` as it is sent, pipeline.rs; an idle partition
 //!   declared in full is not offered for commit again).
 //! - A commit never moves a partition's committed offset backwards from
-//!   what the tracker knows Kafka holds. The one committed offset it is not
+//!   what the tracker knows Kafka holds, and is never handed over below
+//!   one this run has sent for the partition since its assignment
+//!   (`not_below_sent`, checked at the hand-over: since 2026-12-06). The one committed offset it is not
 //!   told of at an assignment (rebalance.rs, `ResumePoint::Lost`) is one
 //!   this store committed and no longer holds: the next commit brings Kafka
 //!   back down to what the store holds, so that committed <= durable holds
@@ -461,6 +463,19 @@ impl CommitTracker {
             .all(|(tp, &o)| self.safe.get(tp).is_some_and(|&safe| o <= safe))
     }
 
+    /// Whether no offset of a commit chosen earlier is below one this run
+    /// has sent Kafka for its partition since then (`commit_sent`): a
+    /// commit chosen before a higher one, and handed over after it, would
+    /// move Kafka back (the committer preempted between its choice and its
+    /// hand-over while the final commit, or another, went out; since
+    /// 2026-12-06 a re-ask can raise a word between the two). Checked
+    /// again as the commit is handed over.
+    pub fn not_below_sent(&self, offsets: &BTreeMap<TopicPartition, i64>) -> bool {
+        offsets
+            .iter()
+            .all(|(tp, &o)| self.sent_here.get(tp).is_none_or(|&sent| o >= sent))
+    }
+
     /// A failed commit: its puts wait for the next one.
     pub fn commit_failed(&mut self, c: PendingCommit) {
         let mut puts = c.puts;
@@ -890,6 +905,29 @@ mod tests {
             offers(&mut t).map(|c| c.offsets),
             Some(BTreeMap::from([(tp(1), 6)]))
         );
+    }
+
+    /// A commit chosen before a higher one was sent is no longer sendable
+    /// (it would move Kafka back); the next one chosen is.
+    #[test]
+    fn a_commit_below_one_sent_since_it_was_chosen_is_not_sendable() {
+        let mut t = CommitTracker::default();
+        let assigned = BTreeSet::from([tp(0)]);
+        let handed = BTreeMap::from([(tp(0), 150)]);
+        t.record_pre_commit(&BTreeMap::from([(tp(0), 100)]), &handed)
+            .unwrap();
+        let early = t.take_commit(&assigned, None).unwrap();
+        assert!(t.not_below_sent(&early.offsets), "nothing sent yet");
+        t.record_pre_commit(&BTreeMap::from([(tp(0), 150)]), &handed)
+            .unwrap();
+        let late = t.take_commit(&assigned, None).unwrap();
+        assert_eq!(late.offsets, BTreeMap::from([(tp(0), 150)]));
+        t.commit_sent(&late.offsets);
+        assert!(!t.not_below_sent(&early.offsets), "would move Kafka back");
+        assert!(t.not_below_sent(&late.offsets), "the same again may go");
+        t.commit_failed(early);
+        let next = t.take_commit(&assigned, None).unwrap();
+        assert!(t.not_below_sent(&next.offsets));
     }
 
     #[test]

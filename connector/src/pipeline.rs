@@ -364,6 +364,18 @@ impl Pipeline {
                 self.wake.notify_one();
                 return CommitOutcome::Stale;
             }
+            // A higher commit of one of its partitions went out since these
+            // offsets were chosen (this committer preempted between its
+            // choice and here, while the final commit or a revoke's was
+            // sent): sent after it, this one would move Kafka back. (Found
+            // in review, 2026-12-06: a re-ask raising a word between the
+            // final flush and the final commit opened the window.)
+            if !s.tracker.not_below_sent(&pending.offsets) {
+                s.tracker.commit_failed(pending);
+                tracing::debug!("commit dropped: a higher one was sent since it was chosen");
+                self.wake.notify_one();
+                return CommitOutcome::Stale;
+            }
             // Committed <= durable, against the store's own word: a commit
             // above it is a bug, and is not sent (module invariants). So
             // is one of a partition the store holds nothing of, which has
