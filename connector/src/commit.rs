@@ -129,10 +129,21 @@ impl Default for CommitTracker {
     }
 }
 
-/// Raise `tp`'s offset in `map` to `o`, never lowering it.
-pub(crate) fn raise(map: &mut BTreeMap<TopicPartition, i64>, tp: &TopicPartition, o: i64) {
-    let e = map.entry(tp.clone()).or_insert(o);
-    *e = (*e).max(o);
+/// Raise `tp`'s offset in `map` to `o`, never lowering it: whether it
+/// changed (or was added). The key is cloned only when it is added (these
+/// run for every word of every call).
+pub(crate) fn raise(map: &mut BTreeMap<TopicPartition, i64>, tp: &TopicPartition, o: i64) -> bool {
+    match map.get_mut(tp) {
+        Some(at) if *at >= o => false,
+        Some(at) => {
+            *at = o;
+            true
+        }
+        None => {
+            map.insert(tp.clone(), o);
+            true
+        }
+    }
 }
 
 impl CommitTracker {

@@ -42,14 +42,9 @@ pub(crate) struct Handed {
 impl Handed {
     /// Raise `tp`'s offset to `o`, never lowering it.
     pub fn raise(&mut self, tp: &TopicPartition, o: i64) {
-        match self.map.get_mut(tp) {
-            Some(at) if *at >= o => return,
-            Some(at) => *at = o,
-            None => {
-                self.map.insert(tp.clone(), o);
-            }
+        if crate::commit::raise(&mut self.map, tp, o) {
+            self.mark(tp);
         }
-        self.mark(tp);
     }
 
     /// `tp` starts at `o`, unless it has an offset already.
