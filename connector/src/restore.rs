@@ -2301,11 +2301,9 @@ mod tests {
             engine.append(&[batch]).unwrap();
         }
         engine.close().unwrap();
-        let db = EngineConfig::new(dir.path()).open_sled().unwrap();
-        let tree = db.open_tree("cairn").unwrap();
-        tree.remove(cairn_engine::keys::index_key(&tp, 5)).unwrap();
-        db.flush().unwrap();
-        drop((tree, db));
+        cairn_engine::fuzzing::with_raw_tree(dir.path(), |tree| {
+            tree.remove(cairn_engine::keys::index_key(&tp, 5)).unwrap();
+        });
         let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
         // A restore `--to 10` stopped at 5 or 7: the read from there
         // meets offset 10 first, past the selection.

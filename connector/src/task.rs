@@ -890,15 +890,12 @@ mod tests {
             .bind_topics(&[("a".to_owned(), id(1))].into())
             .unwrap();
         engine.close().unwrap();
-        {
-            let db = EngineConfig::new(dir.path()).open_sled().unwrap();
-            let tree = db.open_tree("cairn").unwrap();
+        cairn_engine::fuzzing::with_raw_tree(dir.path(), |tree| {
             let k = cairn_engine::topics::key("a");
             let mut v = tree.get(&k).unwrap().unwrap().to_vec();
             v[0] ^= 1;
             tree.insert(k, v).unwrap();
-            db.flush().unwrap();
-        }
+        });
         let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
         let kafka = read(&[("a", KafkaTopicId::Id(id(1)))]);
         let m = fatal(ArchiveSink::new(engine.clone()).check_topics(&kafka));

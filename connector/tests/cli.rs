@@ -829,17 +829,12 @@ fn status_names_a_damaged_topic_id_and_one_kafka_does_not_give() {
     e.bind_topics(&[("ok".to_owned(), id), ("bad".to_owned(), id)].into())
         .unwrap();
     e.close().unwrap();
-    {
-        let db = cairn_engine::EngineConfig::new(dir.path())
-            .open_sled()
-            .unwrap();
-        let t = db.open_tree("cairn").unwrap();
+    cairn_engine::fuzzing::with_raw_tree(dir.path(), |t| {
         let k = cairn_engine::topics::key("bad");
         let mut v = t.get(&k).unwrap().unwrap().to_vec();
         v[5] ^= 4;
         t.insert(k, v).unwrap();
-        db.flush().unwrap();
-    }
+    });
     let (code, out, err) = status_json_with_brokers(dir.path(), &mock.bootstrap_servers(), "60000");
     assert_eq!(code, 1, "{err}");
     let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -2418,16 +2413,12 @@ fn demo_archive_reads_back_with_status_export_verify() {
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
     // A damaged archive: verify names the location and exits non-zero, never panics.
-    {
-        let cfg = cairn_engine::EngineConfig::new(&data);
-        let db = cfg.open_sled().unwrap();
-        let t = db.open_tree("cairn").unwrap();
+    cairn_engine::fuzzing::with_raw_tree(&data, |t| {
         let k = cairn_engine::keys::wal_key(2);
         let mut v = t.get(k).unwrap().unwrap().to_vec();
         v[40] ^= 0xff;
         t.insert(k, v).unwrap();
-        db.flush().unwrap();
-    }
+    });
     let (code, out, err) = cairn(&["verify", "--data", d]);
     assert_eq!(code, 1, "{out}{err}");
     assert!(
@@ -2630,16 +2621,13 @@ fn verify_of_a_later_format_says_not_checked_not_damaged() {
     let d = data.to_str().unwrap();
     archive_of(&data, &[("a", 0, 3)]);
     let later = cairn_engine::meta::FORMAT_VERSION + 1;
-    {
-        let db = cairn_engine::EngineConfig::new(&data).open_sled().unwrap();
-        let t = db.open_tree("cairn").unwrap();
+    cairn_engine::fuzzing::with_raw_tree(&data, |t| {
         t.insert(
             cairn_engine::keys::META_FORMAT,
             cairn_engine::meta::encode_format(later),
         )
         .unwrap();
-        db.flush().unwrap();
-    }
+    });
     let want = format!("unsupported format version {later}");
     let (code, out, err) = cairn(&["verify", "--data", d]);
     assert_eq!(code, 2, "{out}{err}");

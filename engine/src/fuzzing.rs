@@ -145,6 +145,19 @@ pub fn batch(
     }
 }
 
+/// Open the store's sled tree at `dir` directly, bypassing the engine, to
+/// damage it (the tests of both crates); flushed after `f`. The engine must
+/// be closed or dropped first.
+pub fn with_raw_tree<T>(dir: &Path, f: impl FnOnce(&sled::Tree) -> T) -> T {
+    let db = crate::EngineConfig::new(dir)
+        .open_sled()
+        .expect("open sled directly");
+    let tree = db.open_tree("cairn").expect("open the tree");
+    let out = f(&tree);
+    db.flush().expect("flush sled");
+    out
+}
+
 /// Target `frame_decode`: the first 8 bytes are the LSN, the rest a frame.
 pub fn frame_decode(data: &[u8]) {
     if data.len() < 8 {

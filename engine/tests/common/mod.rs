@@ -4,19 +4,7 @@
 use cairn_engine::{Record, TopicPartition};
 
 // One implementation for the tests, the fuzz targets and the benches.
-pub use cairn_engine::fuzzing::{batch, record, seed, skip};
-
-/// Open the store's sled tree directly, bypassing the engine, to damage it.
-/// The engine must be closed or dropped first.
-pub fn with_raw_tree<T>(dir: &std::path::Path, f: impl FnOnce(&sled::Tree) -> T) -> T {
-    let db = cairn_engine::EngineConfig::new(dir)
-        .open_sled()
-        .expect("open sled directly");
-    let tree = db.open_tree("cairn").unwrap();
-    let out = f(&tree);
-    db.flush().unwrap();
-    out
-}
+pub use cairn_engine::fuzzing::{batch, record, seed, skip, with_raw_tree};
 
 /// (frame LSNs, reserved slot LSNs) as stored, read through sled directly.
 /// The engine must be closed or dropped first.
