@@ -18,12 +18,17 @@
 //! 32-partition figure of the same run. Until 2026-12-06 the step was the
 //! put and the `pre_commit` alone, asked about every assigned partition,
 //! and the idle `pre_commit` was asked about every one too.
+//!
+//! Then, at each size, one retention pass (`pruner::prune`) that deletes
+//! an entry or more of every partition: its wall time and the engine's
+//! fsyncs during it (one per partition until 2026-12-06).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Instant;
 
 use cairn_connector::commit::CommitTracker;
+use cairn_connector::pruner::{self, Retention};
 use cairn_connector::{ArchiveSink, SinkTask};
 use cairn_engine::{Engine, EngineConfig, Record, RecordBatch, TopicPartition};
 use hdrhistogram::Histogram;
@@ -47,6 +52,10 @@ struct Figures {
     /// A second `pre_commit` right after the step, with nothing to write:
     /// the bookkeeping without the disk.
     bookkeeping_p50_us: u64,
+    /// A retention pass that prunes one entry of every partition.
+    prune_ms: u64,
+    prune_fsyncs: u64,
+    pruned: u64,
 }
 
 fn measure(dir: &std::path::Path, count: usize, puts: usize) -> Figures {
@@ -119,6 +128,7 @@ fn measure(dir: &std::path::Path, count: usize, puts: usize) -> Figures {
     }
     let _ = sink.stop();
     drop(sink);
+    let (prune_ms, prune_fsyncs, pruned) = prune_pass(&engine, &tps, &consumed);
     drop(engine);
     let _ = std::fs::remove_dir_all(&path);
     Figures {
@@ -127,7 +137,49 @@ fn measure(dir: &std::path::Path, count: usize, puts: usize) -> Figures {
         step_p50_us: step.value_at_quantile(0.5),
         step_p99_us: step.value_at_quantile(0.99),
         bookkeeping_p50_us: idle.value_at_quantile(0.5),
+        prune_ms,
+        prune_fsyncs,
+        pruned,
     }
+}
+
+/// One retention pass that deletes an entry of every partition: each gets
+/// one more record, and the pass keeps 100 bytes a partition (the newest
+/// entry). Its wall time in milliseconds, the engine's fsyncs during it,
+/// and the partitions it pruned.
+fn prune_pass(
+    engine: &Arc<Engine>,
+    tps: &[TopicPartition],
+    consumed: &BTreeMap<TopicPartition, i64>,
+) -> (u64, u64, u64) {
+    for chunk in tps.chunks(1000) {
+        let batches: Vec<RecordBatch> = chunk
+            .iter()
+            .map(|tp| RecordBatch {
+                tp: tp.clone(),
+                records: vec![Record::with_value(consumed[tp], vec![b'v'; 100])],
+            })
+            .collect();
+        engine.append(&batches).expect("one more record each");
+    }
+    let retention = Retention {
+        age: None,
+        partition_bytes_max: Some(100),
+    };
+    let fsyncs_before = engine.stats().fsyncs;
+    let t0 = Instant::now();
+    let (report, finished) =
+        pruner::prune(engine, &retention, &|| i64::MAX, &|| true).expect("prune pass");
+    let took = t0.elapsed();
+    let fsyncs = engine.stats().fsyncs - fsyncs_before;
+    assert!(finished);
+    // Outside the timing: every partition lost all but its newest entry.
+    assert_eq!(report.partitions_pruned, tps.len() as u64);
+    for tp in tps {
+        let p = engine.partition(tp).expect("archived");
+        assert_eq!(p.first_offset, consumed[tp], "only the newest entry kept");
+    }
+    (took.as_millis() as u64, fsyncs, report.partitions_pruned)
 }
 
 fn main() {
@@ -139,22 +191,25 @@ fn main() {
     let scratch = scratch::scratch();
     let dir = scratch.path().to_owned();
     println!("{puts} puts of one 100-byte record each, put + pre_commit as the worker calls them");
-    println!("| partitions | put p50 µs | step p50 µs | step p99 µs | idle pre_commit p50 µs | step p50 × 32's | idle × 32's |");
-    println!("|---|---|---|---|---|---|---|");
+    println!("| partitions | put p50 µs | step p50 µs | step p99 µs | idle pre_commit p50 µs | step p50 × 32's | idle × 32's | prune pass ms | its fsyncs |");
+    println!("|---|---|---|---|---|---|---|---|---|");
     let mut base: Option<(u64, u64)> = None;
     for count in [32, 1_000, 10_000] {
         let f = measure(&dir, count, puts);
         let (b_step, b_idle) =
             *base.get_or_insert((f.step_p50_us.max(1), f.bookkeeping_p50_us.max(1)));
         println!(
-            "| {} | {} | {} | {} | {} | {:.2} | {:.2} |",
+            "| {} | {} | {} | {} | {} | {:.2} | {:.2} | {} | {} |",
             f.partitions,
             f.put_p50_us,
             f.step_p50_us,
             f.step_p99_us,
             f.bookkeeping_p50_us,
             f.step_p50_us as f64 / b_step as f64,
-            f.bookkeeping_p50_us as f64 / b_idle as f64
+            f.bookkeeping_p50_us as f64 / b_idle as f64,
+            f.prune_ms,
+            f.prune_fsyncs
         );
+        assert_eq!(f.pruned, f.partitions as u64);
     }
 }
