@@ -10,7 +10,10 @@
 //!   partially covered entry is kept whole.
 //! - The durable next offset never moves backwards.
 //! - Each step is one atomic sled batch, made durable before the next
-//!   begins: a crash keeps a prefix of the steps.
+//!   step of its partition begins; steps of many partitions in one
+//!   [`TruncationPass`] are made durable together, at most a step's worth
+//!   at a time, before the pass lets go of the truncation lock. A crash
+//!   keeps a prefix of the steps.
 //! - A step never deletes more records or bytes than the partition's
 //!   summary counts, and a step that deletes every index entry deletes
 //!   exactly what it counts: anything else is a damaged summary or lost or
@@ -62,6 +65,198 @@ impl TruncateReport {
         self.payload_bytes_deleted = self
             .payload_bytes_deleted
             .saturating_add(other.payload_bytes_deleted);
+    }
+}
+
+/// Truncations of many partitions made durable together
+/// ([`Engine::truncation_pass`]).
+///
+/// # Invariants
+/// - Deletions not yet durable exist only while the pass holds the
+///   truncation lock: a verify or a backup (which take it shared) never
+///   sees an index or frames that no longer agree with the durable
+///   summaries they read. The lock is let go only once the pass's steps
+///   are durable ([`finish`](Self::finish), or its drop).
+/// - A step followed by another step of the same partition is durable
+///   before that one begins, and the pass makes its deletions durable
+///   once they reach a step's bounds ([`TRUNCATE_ENTRIES_PER_STEP`],
+///   [`TRUNCATE_FRAMES_PER_STEP`]): a crash loses at most that much
+///   deletion, which a later pass does again. Each step is one atomic sled
+///   batch, and sled's log keeps a prefix of them through a crash.
+/// - The durable next offset of no partition moves, whatever the pass
+///   deletes or a crash keeps of it.
+#[must_use = "finish() makes the pass's deletions durable and lets go of the truncation lock"]
+pub struct TruncationPass<'e> {
+    engine: &'e Engine,
+    /// The truncation lock, from the pass's first step until its steps
+    /// are durable.
+    held: Option<parking_lot::RwLockWriteGuard<'e, ()>>,
+    /// The write sequence of the newest step not yet durable.
+    unsynced_seq: Option<u64>,
+    unsynced_entries: u64,
+    unsynced_frames: u64,
+}
+
+impl TruncationPass<'_> {
+    /// [`Engine::truncate_by_while`] of `tp` inside the pass: its steps
+    /// are durable once the pass [`finish`](Self::finish)es (or sooner, by
+    /// the bounds above). `go` is asked as there, also while the pass waits
+    /// for the truncation lock, which it keeps after the truncation when
+    /// deletions are not yet durable.
+    pub fn truncate_by_while(
+        &mut self,
+        tp: &TopicPartition,
+        cut: impl FnOnce(&Engine) -> Result<i64>,
+        mut go: impl FnMut() -> bool,
+    ) -> Result<(i64, TruncateReport, bool)> {
+        let engine = self.engine;
+        crate::record::validate_tp(tp)?;
+        // Held across the pick and the steps: another truncation waits, and
+        // so does a verify or backup running meanwhile (verify.rs, backup.rs).
+        // A panic in the steps poisons the engine (the guard below, dropped
+        // first), and one in `cut` has changed nothing, so a later holder
+        // may take the lock whatever the panic left: the engine's own
+        // checks refuse what it must not do.
+        if self.held.is_none() {
+            let mut long_wait =
+                crate::truncation_lock::LongWait::starting(std::time::Instant::now());
+            let truncating = engine.truncating.write_until(&mut || {
+                if let Some(waited) = long_wait.due(std::time::Instant::now()) {
+                    tracing::warn!(
+                        partition = %tp,
+                        waited_s = waited.as_secs(),
+                        "a truncation (retention, or a prune) is waiting for the truncation lock, held by a verify, a backup or another prune of the archive: records due for deletion stay until it is let go, while archiving goes on"
+                    );
+                }
+                !go()
+            });
+            let Some(truncating) = truncating else {
+                // Told no while it waits (behind a backup, say): nothing was
+                // picked or deleted; the cut reported is the partition's first
+                // offset, below which nothing is.
+                let first = engine.partition(tp).map_or(0, |p| p.first_offset);
+                return Ok((first, TruncateReport::default(), false));
+            };
+            self.held = Some(truncating);
+        }
+        // Picked before the guard: a caller's `cut` that panics has written
+        // nothing, and is no reason to poison the engine.
+        let offset = engine.durable_cut(tp, cut)?;
+        // Asked before the first step as well (and before the guard: a
+        // `go` that panics then has written nothing either): a truncation
+        // that waited for the lock may have lost its reason meanwhile.
+        if !go() {
+            return Ok((offset, TruncateReport::default(), false));
+        }
+        let _poison_on_panic = crate::engine::PoisonOnPanic {
+            engine,
+            op: "truncation",
+        };
+        engine.check_emptying(tp, offset)?;
+        let mut report = TruncateReport::default();
+        let mut steps = 0u64;
+        let finished = loop {
+            if steps > 0 {
+                crate::crashpoint::reached(crate::crashpoint::TRUNCATE_BETWEEN_STEPS);
+                if !go() {
+                    break false;
+                }
+            }
+            let (step, more) = match engine.truncate_step(tp, offset) {
+                Ok((step, more, seq)) => {
+                    if let Some(seq) = seq {
+                        self.unsynced_seq = Some(seq);
+                        self.unsynced_entries += step.entries_deleted;
+                        self.unsynced_frames += step.frames_deleted;
+                    }
+                    (step, more)
+                }
+                Err(e) => {
+                    // The error is the caller's; what the steps before it
+                    // deleted would otherwise go unsaid.
+                    if report.entries_deleted > 0 {
+                        tracing::warn!(
+                            %tp,
+                            offset,
+                            steps,
+                            records = report.records_deleted,
+                            payload_bytes = report.payload_bytes_deleted,
+                            first_offset_after = ?report.first_offset_after,
+                            error = %e,
+                            "truncation failed after its first steps had deleted records (those deletions stand, made durable with the pass)"
+                        );
+                    }
+                    return Err(e);
+                }
+            };
+            steps += 1;
+            report.add_counts(&step);
+            report.first_offset_after = step.first_offset_after;
+            if more
+                || self.unsynced_entries >= TRUNCATE_ENTRIES_PER_STEP as u64
+                || self.unsynced_frames >= TRUNCATE_FRAMES_PER_STEP
+            {
+                // Made durable before this partition's next step, and
+                // once the pass holds a step's worth (the bounds above).
+                self.sync()?;
+            }
+            if !more {
+                break true;
+            }
+        };
+        if report.entries_deleted > 0 {
+            tracing::debug!(%tp, offset, ?report, steps, finished, "retention truncated");
+        }
+        if self.unsynced_seq.is_none() {
+            // Nothing of the pass waits to be durable: a verify or backup
+            // need not wait for the rest of it.
+            self.held = None;
+        }
+        Ok((offset, report, finished))
+    }
+
+    /// Make the pass's deletions durable (one wait for all of them) and
+    /// let go of the truncation lock. A failed fsync poisons the engine,
+    /// as any sync's does, and is returned.
+    pub fn finish(mut self) -> Result<()> {
+        self.sync()
+    }
+
+    /// The steps so far made durable; the lock let go only then (see the
+    /// invariants), and kept if the sync fails (the engine is poisoned:
+    /// the lock is let go with the pass).
+    fn sync(&mut self) -> Result<()> {
+        if let Some(seq) = self.unsynced_seq {
+            self.engine.wait_seq(seq)?;
+            self.unsynced_seq = None;
+            self.unsynced_entries = 0;
+            self.unsynced_frames = 0;
+        }
+        self.held = None;
+        Ok(())
+    }
+}
+
+impl Drop for TruncationPass<'_> {
+    /// A pass dropped unfinished (an error returned through it, a panic)
+    /// still makes its deletions durable before it lets go of the lock.
+    fn drop(&mut self) {
+        if let Err(e) = self.sync() {
+            tracing::error!(error = %e, "a truncation pass dropped unfinished could not make its deletions durable");
+        }
+    }
+}
+
+/// A truncation's result once its pass has synced: a failed sync (the
+/// engine poisoned) outranks the truncation's own error, which is logged.
+fn after_sync<T>(truncated: Result<T>, synced: Result<()>) -> Result<T> {
+    match (truncated, synced) {
+        (truncated, Ok(())) => truncated,
+        (Ok(_), Err(s)) => Err(s),
+        (Err(e), Err(s)) => {
+            tracing::error!(error = %e, "a truncation failed, and making its earlier steps durable failed after it");
+            Err(s)
+        }
     }
 }
 
@@ -121,98 +316,40 @@ impl Engine {
 
     /// [`truncate_by`](Self::truncate_by), asking `go` before each step:
     /// once it says no, the truncation ends there, with the steps done
-    /// (each durable, the archive consistent), and the `bool` returned is
+    /// (durable, the archive consistent), and the `bool` returned is
     /// false. For a truncation that a stop should not wait out (a large
     /// partition takes many steps, each fsynced). The first step is asked
     /// too, once the lock is taken: a truncation that waited for it behind
     /// a backup or a verify (minutes, or hours) may have lost its reason
     /// meanwhile, its client gone or its run stopping (until the night of
     /// 2026-12-04 it deleted a step whatever `go` said).
+    ///
+    /// One partition's truncation, durable on return: a [`TruncationPass`]
+    /// with one partition in it.
     pub fn truncate_by_while(
         &self,
         tp: &TopicPartition,
         cut: impl FnOnce(&Engine) -> Result<i64>,
-        mut go: impl FnMut() -> bool,
+        go: impl FnMut() -> bool,
     ) -> Result<(i64, TruncateReport, bool)> {
-        crate::record::validate_tp(tp)?;
-        // Held across the pick and the steps: another truncation waits, and
-        // so does a verify or backup running meanwhile (verify.rs, backup.rs).
-        // A panic in the steps poisons the engine (the guard below, dropped
-        // first), and one in `cut` has changed nothing, so a later holder
-        // may take the lock whatever the panic left: the engine's own
-        // checks refuse what it must not do.
-        let mut long_wait = crate::truncation_lock::LongWait::starting(std::time::Instant::now());
-        let truncating = self.truncating.write_until(&mut || {
-            if let Some(waited) = long_wait.due(std::time::Instant::now()) {
-                tracing::warn!(
-                    partition = %tp,
-                    waited_s = waited.as_secs(),
-                    "a truncation (retention, or a prune) is waiting for the truncation lock, held by a verify, a backup or another prune of the archive: records due for deletion stay until it is let go, while archiving goes on"
-                );
-            }
-            !go()
-        });
-        let Some(_truncating) = truncating else {
-            // Told no while it waits (behind a backup, say): nothing was
-            // picked or deleted; the cut reported is the partition's first
-            // offset, below which nothing is.
-            let first = self.partition(tp).map_or(0, |p| p.first_offset);
-            return Ok((first, TruncateReport::default(), false));
-        };
-        // Picked before the guard: a caller's `cut` that panics has written
-        // nothing, and is no reason to poison the engine.
-        let offset = self.durable_cut(tp, cut)?;
-        // Asked before the first step as well (and before the guard: a
-        // `go` that panics then has written nothing either): a truncation
-        // that waited for the lock may have lost its reason meanwhile.
-        if !go() {
-            return Ok((offset, TruncateReport::default(), false));
-        }
-        let _poison_on_panic = crate::engine::PoisonOnPanic {
+        let mut pass = self.truncation_pass();
+        let truncated = pass.truncate_by_while(tp, cut, go);
+        let synced = pass.finish();
+        after_sync(truncated, synced)
+    }
+
+    /// A pass that truncates many partitions and makes their deletions
+    /// durable together: one fsync for many small truncations (a
+    /// retention pass over thousands of partitions, each losing an entry,
+    /// made an fsync per partition until 2026-12-06).
+    pub fn truncation_pass(&self) -> TruncationPass<'_> {
+        TruncationPass {
             engine: self,
-            op: "truncation",
-        };
-        self.check_emptying(tp, offset)?;
-        let mut report = TruncateReport::default();
-        let mut steps = 0u64;
-        let finished = loop {
-            if steps > 0 {
-                crate::crashpoint::reached(crate::crashpoint::TRUNCATE_BETWEEN_STEPS);
-                if !go() {
-                    break false;
-                }
-            }
-            let (step, more) = match self.truncate_step(tp, offset) {
-                Ok(s) => s,
-                Err(e) => {
-                    // The error is the caller's; what the durable steps
-                    // before it deleted would otherwise go unsaid.
-                    if report.entries_deleted > 0 {
-                        tracing::warn!(
-                            %tp,
-                            offset,
-                            steps,
-                            records = report.records_deleted,
-                            payload_bytes = report.payload_bytes_deleted,
-                            first_offset_after = ?report.first_offset_after,
-                            error = %e,
-                            "truncation failed after its first steps had deleted records (those deletions are durable)"
-                        );
-                    }
-                    return Err(e);
-                }
-            };
-            steps += 1;
-            report.add_counts(&step);
-            report.first_offset_after = step.first_offset_after;
-            if !more {
-                break true;
-            }
-        };
-        if report.entries_deleted > 0 {
-            tracing::debug!(%tp, offset, ?report, steps, finished, "retention truncated");
+            held: None,
+            unsynced_seq: None,
+            unsynced_entries: 0,
+            unsynced_frames: 0,
         }
-        Ok((offset, report, finished))
     }
 
     /// The truncation lock, shared (no truncation meanwhile), waited for
@@ -379,9 +516,16 @@ impl Engine {
         Ok(cut(self)?.min(self.durable_offset(tp).unwrap_or(0)))
     }
 
-    /// One durable step: delete the lowest entries below `offset`, up to the
-    /// step's bounds. Also says whether entries below `offset` remain.
-    fn truncate_step(&self, tp: &TopicPartition, offset: i64) -> Result<(TruncateReport, bool)> {
+    /// One step: delete the lowest entries below `offset`, up to the
+    /// step's bounds, in one sled batch. Also says whether entries below
+    /// `offset` remain, and the write sequence to wait for to make the step
+    /// durable (none when it deleted nothing). The caller holds the
+    /// truncation lock until then ([`TruncationPass`]).
+    fn truncate_step(
+        &self,
+        tp: &TopicPartition,
+        offset: i64,
+    ) -> Result<(TruncateReport, bool, Option<u64>)> {
         self.check_step_entries(tp, offset)?;
         let mut report = TruncateReport::default();
         let mut more = false;
@@ -394,7 +538,7 @@ impl Engine {
                 op: "truncation",
             };
             let Some(mut summary) = w.partitions.get(tp).copied() else {
-                return Ok((report, false));
+                return Ok((report, false, None));
             };
             report.first_offset_after = Some(summary.first_offset);
             let mut batch = sled::Batch::default();
@@ -434,7 +578,7 @@ impl Engine {
                 deleted_through = Some(e.last_offset);
             }
             if report.entries_deleted == 0 {
-                return Ok((report, false));
+                return Ok((report, false, None));
             }
             check_counts(tp, &summary, &report, new_first.is_none())?;
             // Before the deletion is applied: a reader that finds these
@@ -466,8 +610,7 @@ impl Engine {
             w.partitions.insert(tp.clone(), summary);
             seq
         };
-        self.wait_seq(seq)?;
-        Ok((report, more))
+        Ok((report, more, Some(seq)))
     }
 
     /// Check the first and last frames of an entry about to be deleted:
@@ -716,4 +859,101 @@ fn check_counts(
             ),
         },
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fuzzing::batch;
+    use crate::EngineConfig;
+
+    /// Whether a verify or a backup could take the truncation lock now.
+    fn lock_free(e: &Engine) -> bool {
+        e.no_truncation_until(&mut || true, "test").is_ok()
+    }
+
+    /// A pass over many partitions, each losing an entry, makes one fsync
+    /// for them all; it holds the truncation lock while any of its
+    /// deletions waits to be durable, so a verify or backup never reads
+    /// an index that disagrees with the durable summaries; once finished,
+    /// the archive is clean and a reopen finds every deletion.
+    #[test]
+    fn a_pass_makes_many_partitions_deletions_durable_with_one_fsync() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        let tps: Vec<_> = (0..64).map(|p| TopicPartition::new("t", p)).collect();
+        for tp in &tps {
+            e.append(&[batch(tp, 0..2, 10)]).unwrap();
+            e.append(&[batch(tp, 2..4, 10)]).unwrap();
+        }
+        let before = e.stats().fsyncs;
+        let mut pass = e.truncation_pass();
+        assert!(lock_free(&e), "nothing taken before the first truncation");
+        for tp in &tps {
+            let (offset, r, finished) = pass.truncate_by_while(tp, |_| Ok(2), || true).unwrap();
+            assert_eq!((offset, r.records_deleted, finished), (2, 2, true));
+            // Asked of two only: a held lock answers after a wait slice.
+            if tp == &tps[0] || tp == &tps[63] {
+                assert!(
+                    !lock_free(&e),
+                    "a deletion not yet durable: the lock is held"
+                );
+            }
+        }
+        assert_eq!(e.stats().fsyncs, before, "nothing synced before the finish");
+        pass.finish().unwrap();
+        assert_eq!(e.stats().fsyncs, before + 1, "one fsync for the pass");
+        assert!(lock_free(&e));
+        assert!(e.verify().unwrap().is_clean());
+        e.close().unwrap();
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        for tp in &tps {
+            let p = e.partition(tp).unwrap();
+            assert_eq!((p.first_offset, p.next_offset, p.record_count), (2, 4, 2));
+        }
+    }
+
+    /// A truncation that deletes nothing keeps no lock; one that brings
+    /// the pass's unsynced deletions to a step's bound is made durable at
+    /// once, and lets go; a pass dropped unfinished makes its deletions
+    /// durable too.
+    #[test]
+    fn a_pass_syncs_at_a_steps_bound_and_when_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        let (a, b, c) = (
+            TopicPartition::new("a", 0),
+            TopicPartition::new("b", 0),
+            TopicPartition::new("c", 0),
+        );
+        let bound = TRUNCATE_ENTRIES_PER_STEP as i64;
+        // One record an entry: `bound` entries below the cut, one above.
+        for o in 0..=bound {
+            e.write(&[batch(&b, [o], 10)]).unwrap();
+        }
+        e.append(&[batch(&a, 0..2, 10)]).unwrap();
+        e.append(&[batch(&c, 0..2, 10)]).unwrap();
+        e.append(&[batch(&c, 2..4, 10)]).unwrap();
+
+        let before = e.stats().fsyncs;
+        let mut pass = e.truncation_pass();
+        let (_, r, _) = pass.truncate_by_while(&a, |_| Ok(1), || true).unwrap();
+        assert_eq!(r.entries_deleted, 0);
+        assert!(lock_free(&e), "nothing waits to be durable");
+        let (_, r, _) = pass.truncate_by_while(&b, |_| Ok(bound), || true).unwrap();
+        assert_eq!(r.entries_deleted, bound as u64);
+        assert_eq!(e.stats().fsyncs, before + 1, "synced at the bound");
+        assert!(lock_free(&e));
+        let (_, r, _) = pass.truncate_by_while(&c, |_| Ok(2), || true).unwrap();
+        assert_eq!(r.entries_deleted, 1);
+        assert!(!lock_free(&e));
+        drop(pass);
+        assert_eq!(e.stats().fsyncs, before + 2, "synced as it was dropped");
+        assert!(lock_free(&e));
+        assert!(e.verify().unwrap().is_clean());
+        e.close().unwrap();
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        assert_eq!(e.partition(&b).unwrap().first_offset, bound);
+        assert_eq!(e.partition(&c).unwrap().first_offset, 2);
+    }
 }
