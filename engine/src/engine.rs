@@ -68,6 +68,13 @@ pub const FAILPOINT_MID_WRITE: &str = "wal::append::mid_write";
 /// Failpoint: before each slot a sync inserts for the next writes (slots.rs
 /// `to_top_up`). `return` stops the run there and poisons the engine.
 pub const FAILPOINT_TOP_UP: &str = "wal::sync::top_up";
+/// Failpoint: the durable view's checks after a sync's fsync succeeded.
+/// `return` fails them, as a bug in the view's bookkeeping would.
+pub const FAILPOINT_VIEW_CHECK: &str = "wal::sync::view_check";
+
+/// The poison's step when the durable view's checks fail after an fsync
+/// that succeeded: a bug, not the disk.
+pub const DURABLE_VIEW_OP: &str = "durable view";
 
 /// Per partition, the highest offset a truncation by this engine deleted
 /// ([`Engine::pruned_through`]).
@@ -1096,15 +1103,28 @@ impl Engine {
             // The durable view only moves forward; if it would not, that is
             // a bug, and the engine stops rather than report it (a panic
             // here would leave the followers waiting).
-            let res = res.and_then(|()| {
+            // The failing step, for the poison: the fsync, or the view's
+            // checks after one that succeeded (until 2026-12-06 both were
+            // called a failed fsync).
+            let res = res.map_err(|e| ("fsync", e)).and_then(|()| {
+                fail::fail_point!(FAILPOINT_VIEW_CHECK, |_| Err((
+                    DURABLE_VIEW_OP,
+                    std::io::Error::other("injected by the failpoint"),
+                )));
                 if target < c.synced_seq || changes.lsn < c.durable.lsn {
-                    Err(std::io::Error::other(format!(
-                        "the durable view would go backwards (seq {target} < {}, or lsn {} < {}): a bug",
-                        c.synced_seq, changes.lsn, c.durable.lsn
-                    )))
+                    Err((
+                        DURABLE_VIEW_OP,
+                        std::io::Error::other(format!(
+                            "the durable view would go backwards (seq {target} < {}, or lsn {} < {}): a bug",
+                            c.synced_seq, changes.lsn, c.durable.lsn
+                        )),
+                    ))
                 } else if !changes.reach_snapshot(&c.durable) {
-                    Err(std::io::Error::other(
-                        "the durable view updated with a sync's changes would not be the sync's snapshot: a bug",
+                    Err((
+                        DURABLE_VIEW_OP,
+                        std::io::Error::other(
+                            "the durable view updated with a sync's changes would not be the sync's snapshot: a bug",
+                        ),
                     ))
                 } else {
                     Ok(())
@@ -1120,16 +1140,20 @@ impl Engine {
                     changes.apply(Arc::make_mut(&mut c.durable));
                     self.commit_cv.notify_all();
                 }
-                Err(e) => {
+                Err((op, e)) => {
                     // The error names the step and its file (sync.rs):
                     // the data file, a blob, a folder or the watermark
                     // (until 2026-12-05 the data file was named for any).
                     let reason = e.to_string();
-                    tracing::error!(%reason, "fsync failed; engine poisoned, never retried");
+                    if op == DURABLE_VIEW_OP {
+                        tracing::error!(%reason, "the fsync succeeded, but the durable view's check after it failed; engine poisoned");
+                    } else {
+                        tracing::error!(%reason, "fsync failed; engine poisoned, never retried");
+                    }
                     // The first failure names the poison (a sync refused
                     // after it says only that an earlier one failed).
                     if c.poisoned.is_none() {
-                        self.set_poisoned(&mut c, "fsync", reason);
+                        self.set_poisoned(&mut c, op, reason);
                     }
                     self.commit_cv.notify_all();
                 }

@@ -87,8 +87,9 @@ pub use config::{
     FRAME_BODY_BYTES_WRITE_MAX, RECORD_BYTES_MAX_LIMIT, SLED_SEGMENT_BYTES,
 };
 pub use engine::{
-    dropping_failing_store, Engine, EngineStats, PartitionInfo, Written, FAILPOINT_AFTER_SYNC,
-    FAILPOINT_AFTER_WRITE, FAILPOINT_MID_WRITE, FAILPOINT_TOP_UP,
+    dropping_failing_store, Engine, EngineStats, PartitionInfo, Written, DURABLE_VIEW_OP,
+    FAILPOINT_AFTER_SYNC, FAILPOINT_AFTER_WRITE, FAILPOINT_MID_WRITE, FAILPOINT_TOP_UP,
+    FAILPOINT_VIEW_CHECK,
 };
 pub use error::{panic_message, CorruptionKind, Error, InvalidInput, Location, Result};
 pub use lock::{FAILPOINT_LOCK_AFTER_OPEN, LOCK_FILE};
