@@ -447,10 +447,8 @@ impl SinkContext {
         // Where each partition resumes: one INFO line for the assignment,
         // each partition at DEBUG (an assignment of 10,000 partitions wrote
         // 10,000 INFO lines until 2026-12-06).
-        // The first few only are kept for it, and how many there were.
-        const RESUMING_SHOWN: usize = 8;
-        let mut resuming: Vec<String> = Vec::with_capacity(RESUMING_SHOWN);
-        let mut resuming_count = 0usize;
+        // Only the first few are written out (`first_few`).
+        let mut resuming: Vec<(&TopicPartition, Offset)> = Vec::with_capacity(tps.len());
         for tp in &tps {
             let archive = resume.get(tp).copied();
             let point = resume_point(archive, committed.get(tp), identity.as_deref());
@@ -597,18 +595,14 @@ impl SinkContext {
                 });
             }
             tracing::debug!(%tp, ?start, "resuming");
-            if resuming.len() < RESUMING_SHOWN {
-                resuming.push(format!("{tp}@{}", offset_text(start)));
-            }
-            resuming_count += 1;
+            resuming.push((tp, start));
         }
-        if resuming_count > 0 {
-            if resuming_count > RESUMING_SHOWN {
-                resuming.push(format!("and {} more", resuming_count - RESUMING_SHOWN));
-            }
+        if !resuming.is_empty() {
             tracing::info!(
-                partitions = resuming_count,
-                at = %resuming.join(", "),
+                partitions = resuming.len(),
+                at = %crate::selection::first_few(
+                    resuming.iter().map(|(tp, start)| format!("{tp}@{}", offset_text(*start)))
+                ),
                 "resuming (each partition at DEBUG)"
             );
         }

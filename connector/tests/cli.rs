@@ -288,11 +288,11 @@ fn an_archived_partition_without_a_committed_offset_is_warned_about() {
 
 /// An assignment says where its partitions resume in one INFO line (each
 /// partition at DEBUG): an assignment of 10,000 partitions wrote 10,000
-/// INFO lines until 2026-12-06.
+/// INFO lines until 2026-12-06. The first 8 are named, and how many more.
 #[test]
 fn an_assignment_says_where_it_resumes_in_one_line() {
     use std::io::{BufRead, BufReader};
-    let mb = TestBroker::start(&["resume:3"]);
+    let mb = TestBroker::start(&["resume:10"]);
     let (topic, group) = (mb.topic("resume"), mb.group("resume-group"));
     cairn_connector::cli::demo::produce(&mb.brokers, &topic, 0..60).unwrap();
     let dir = archive_of_ten(&topic);
@@ -307,8 +307,9 @@ fn an_assignment_says_where_it_resumes_in_one_line() {
             l.contains("resuming (each partition at DEBUG)")
         })
         .expect("the run ended without the resuming line");
-    assert!(line.contains(r#""partitions":3"#), "{line}");
+    assert!(line.contains(r#""partitions":10"#), "{line}");
     assert!(line.contains(&format!("{topic}/0@10")), "{line}");
+    assert!(line.contains(", and 2 more"), "{line}");
     let per_partition = before
         .iter()
         .filter(|l| l.contains(r#""message":"resuming""#))
