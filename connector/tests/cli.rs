@@ -2895,6 +2895,54 @@ fn prune_killed_between_steps_leaves_a_clean_archive_and_a_rerun_finishes() {
     );
 }
 
+/// A `--retain` pass killed after its second partition, with deletions
+/// not yet durable (a pass makes its partitions' deletions durable
+/// together since 2026-12-06), leaves a clean archive in which each
+/// partition is as before the pass or as after it; a prune with the same
+/// cut then finishes it.
+#[test]
+fn a_retention_pass_killed_before_its_sync_leaves_a_clean_archive() {
+    let mb = TestBroker::start(&["kept:3"]);
+    let (topic, group) = (mb.topic("kept"), mb.group("kept-group"));
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("a");
+    let d = data.to_str().unwrap();
+    // Three entries of 10 records of 20 B each (200 payload bytes an entry)
+    // in each partition: keeping 200 B deletes two entries of each.
+    archive_of(&data, &[(&topic, 0, 3), (&topic, 1, 3), (&topic, 2, 3)]);
+    let mut args = vec!["run"];
+    args.extend(common::run_flags(&mb.brokers, &group, &topic, d));
+    args.extend(["--retain-bytes", "200B"]);
+    let out = Command::new(CAIRN)
+        .args(&args)
+        .env("CAIRN_ABORT_AT", "truncate-pass-unsynced:2")
+        .output()
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(6), "aborted: {out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("aborting at truncate-pass-unsynced"),
+        "{stderr}"
+    );
+    let (code, out, _) = cairn(&["verify", "--data", d]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("clean"), "{out}");
+    for (t, p, first, next, records) in partitions_of(d) {
+        assert_eq!(t, topic);
+        assert!(
+            (first, records) == (0, 30) || (first, records) == (20, 10),
+            "{t}/{p}: neither before nor after the pass: first {first}, {records} records"
+        );
+        assert_eq!(next, 30, "the next offset never moves");
+    }
+    let (code, _, err) = cairn(&["prune", "--data", d, "-t", &topic, "--before", "20"]);
+    assert_eq!(code, 0, "{err}");
+    for (_, _, first, next, records) in partitions_of(d) {
+        assert_eq!((first, next, records), (20, 30, 10));
+    }
+}
+
 /// A partition whose index lost an entry, exported whole to stdout: none
 /// of its records is written, and the error says so. Until 2026-12-05 the
 /// records on both sides of the lost entry went out first, and the error

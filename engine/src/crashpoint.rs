@@ -10,6 +10,9 @@
 //!   are written into sled (its buffers, or the page cache), not fsynced.
 //! - `truncate-between-steps`: a truncation has made one step of its
 //!   deletion durable and not begun the next.
+//! - `truncate-pass-unsynced`: a truncation pass (`run --retain`) has
+//!   truncated a partition and holds deletions not yet durable (its own
+//!   or earlier partitions').
 //!
 //! The connector adds its own (`cairn_connector::crashpoint`).
 
@@ -18,6 +21,7 @@ use std::sync::OnceLock;
 
 pub const APPEND_BEFORE_FSYNC: &str = "append-before-fsync";
 pub const TRUNCATE_BETWEEN_STEPS: &str = "truncate-between-steps";
+pub const TRUNCATE_PASS_UNSYNCED: &str = "truncate-pass-unsynced";
 
 struct Armed {
     point: String,

@@ -99,8 +99,10 @@ pub struct Engine {
     commit: Mutex<CommitState>,
     commit_cv: Condvar,
     syncer: Mutex<DurableSync>,
-    /// Written for a whole `truncate_before` (all its steps), read for a
-    /// whole `verify`, which must not see a truncation half done; every
+    /// Written for a whole `truncate_before` (all its steps), and by a
+    /// `TruncationPass` across partitions until its deletions are durable;
+    /// read for a whole `verify` or backup, which must not see a
+    /// truncation half done or not yet durable; every
     /// wait for it can be given up (truncation_lock.rs). It has no
     /// poisoning: a panicked truncation poisons the engine instead.
     pub(crate) truncating: crate::truncation_lock::TruncationLock,

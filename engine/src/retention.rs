@@ -107,6 +107,26 @@ impl TruncationPass<'_> {
         &mut self,
         tp: &TopicPartition,
         cut: impl FnOnce(&Engine) -> Result<i64>,
+        go: impl FnMut() -> bool,
+    ) -> Result<(i64, TruncateReport, bool)> {
+        let truncated = self.truncate_in(tp, cut, go);
+        if self.unsynced_seq.is_some() {
+            crate::crashpoint::reached(crate::crashpoint::TRUNCATE_PASS_UNSYNCED);
+        }
+        // On every way out, an error's included: nothing of the pass waits
+        // to be durable, so a verify or backup need not wait for the rest
+        // of it. (Never between two steps of a partition: the next step's
+        // entries must stay as its checks found them.)
+        if self.unsynced_seq.is_none() {
+            self.held = None;
+        }
+        truncated
+    }
+
+    fn truncate_in(
+        &mut self,
+        tp: &TopicPartition,
+        cut: impl FnOnce(&Engine) -> Result<i64>,
         mut go: impl FnMut() -> bool,
     ) -> Result<(i64, TruncateReport, bool)> {
         let engine = self.engine;
@@ -207,11 +227,6 @@ impl TruncationPass<'_> {
         if report.entries_deleted > 0 {
             tracing::debug!(%tp, offset, ?report, steps, finished, "retention truncated");
         }
-        if self.unsynced_seq.is_none() {
-            // Nothing of the pass waits to be durable: a verify or backup
-            // need not wait for the rest of it.
-            self.held = None;
-        }
         Ok((offset, report, finished))
     }
 
@@ -219,31 +234,38 @@ impl TruncationPass<'_> {
     /// let go of the truncation lock. A failed fsync poisons the engine,
     /// as any sync's does, and is returned.
     pub fn finish(mut self) -> Result<()> {
-        self.sync()
+        let synced = self.sync();
+        self.held = None;
+        synced
     }
 
-    /// The steps so far made durable; the lock let go only then (see the
-    /// invariants), and kept if the sync fails (the engine is poisoned:
-    /// the lock is let go with the pass).
+    /// The steps so far made durable. The lock is kept: between two steps
+    /// of a partition it must be (the caller lets it go where it may).
+    /// After a failed sync nothing is left to wait for: the engine is
+    /// poisoned, and writes nothing more (so a drop after a failed
+    /// `finish` neither waits nor reports again).
     fn sync(&mut self) -> Result<()> {
-        if let Some(seq) = self.unsynced_seq {
-            self.engine.wait_seq(seq)?;
-            self.unsynced_seq = None;
-            self.unsynced_entries = 0;
-            self.unsynced_frames = 0;
-        }
-        self.held = None;
-        Ok(())
+        let Some(seq) = self.unsynced_seq.take() else {
+            return Ok(());
+        };
+        self.unsynced_entries = 0;
+        self.unsynced_frames = 0;
+        self.engine.wait_seq(seq)
     }
 }
 
 impl Drop for TruncationPass<'_> {
-    /// A pass dropped unfinished (an error returned through it, a panic)
-    /// still makes its deletions durable before it lets go of the lock.
+    /// A pass dropped unfinished (an error returned through it, a panic in
+    /// a caller's `cut` or `go`) still makes its deletions durable before
+    /// it lets go of the lock: released with deletions not durable, a
+    /// verify or backup would read them beside the durable summaries. While
+    /// unwinding too: a panic in the sync itself (a bug) then aborts the
+    /// process, which recovery on reopen handles as any crash.
     fn drop(&mut self) {
         if let Err(e) = self.sync() {
             tracing::error!(error = %e, "a truncation pass dropped unfinished could not make its deletions durable");
         }
+        self.held = None;
     }
 }
 
@@ -901,9 +923,14 @@ mod tests {
             }
         }
         assert_eq!(e.stats().fsyncs, before, "nothing synced before the finish");
+        // The durable view moves at a sync: none of it durable yet.
+        assert_eq!(e.partition(&tps[0]).unwrap().first_offset, 0);
         pass.finish().unwrap();
         assert_eq!(e.stats().fsyncs, before + 1, "one fsync for the pass");
         assert!(lock_free(&e));
+        for tp in &tps {
+            assert_eq!(e.partition(tp).unwrap().first_offset, 2, "durable: {tp}");
+        }
         assert!(e.verify().unwrap().is_clean());
         e.close().unwrap();
         let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
@@ -955,5 +982,76 @@ mod tests {
         let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
         assert_eq!(e.partition(&b).unwrap().first_offset, bound);
         assert_eq!(e.partition(&c).unwrap().first_offset, 2);
+    }
+
+    /// A partition whose truncation takes several steps keeps the lock
+    /// between them (each step's checks read entries no other truncation
+    /// may change, and a verify or backup must not see a step not yet
+    /// durable); deletions of several partitions that reach a step's bound
+    /// together are made durable then.
+    #[test]
+    fn a_pass_holds_the_lock_between_steps_and_sums_the_bound_over_partitions() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        let step = TRUNCATE_ENTRIES_PER_STEP as i64;
+        let long = TopicPartition::new("long", 0);
+        for o in 0..step * 2 + 1 {
+            e.write(&[batch(&long, [o], 10)]).unwrap();
+        }
+        // Three partitions of 400 entries, 2 of 3 above a step's bound.
+        let three: Vec<_> = (0..3).map(|p| TopicPartition::new("three", p)).collect();
+        for tp in &three {
+            for o in 0..401 {
+                e.write(&[batch(tp, [o], 10)]).unwrap();
+            }
+        }
+        e.sync().unwrap();
+
+        let mut pass = e.truncation_pass();
+        let mut asks = 0;
+        let (_, r, finished) = pass
+            .truncate_by_while(
+                &long,
+                |_| Ok(step * 2),
+                || {
+                    asks += 1;
+                    // Asked before the first step and then between steps.
+                    if asks > 1 {
+                        assert!(!lock_free(&e), "let go between two steps");
+                    }
+                    true
+                },
+            )
+            .unwrap();
+        assert!(finished);
+        assert_eq!(r.entries_deleted, 2 * step as u64);
+        assert_eq!(asks, 2, "two steps");
+        assert!(lock_free(&e), "both steps durable: let go");
+
+        let before = e.stats().fsyncs;
+        for (i, tp) in three.iter().enumerate() {
+            let (_, r, _) = pass.truncate_by_while(tp, |_| Ok(400), || true).unwrap();
+            assert_eq!(r.entries_deleted, 400);
+            if i < 2 {
+                assert_eq!(
+                    e.stats().fsyncs,
+                    before,
+                    "800 entries wait: below the bound"
+                );
+                assert!(!lock_free(&e));
+            }
+        }
+        assert_eq!(
+            e.stats().fsyncs,
+            before + 1,
+            "1,200 entries: synced at the bound"
+        );
+        assert!(lock_free(&e));
+        for tp in &three {
+            assert_eq!(e.partition(tp).unwrap().first_offset, 400, "durable: {tp}");
+        }
+        pass.finish().unwrap();
+        assert_eq!(e.stats().fsyncs, before + 1, "nothing left for the finish");
+        assert!(e.verify().unwrap().is_clean());
     }
 }

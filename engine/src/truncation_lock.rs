@@ -1,6 +1,7 @@
 //! The engine's truncation lock: written for a whole truncation (all its
-//! steps), read for a whole verify, backup or truncation plan, which must
-//! not see a truncation half done.
+//! steps; a `TruncationPass` keeps it across partitions until their
+//! deletions are durable), read for a whole verify, backup or truncation
+//! plan, which must not see a truncation half done or not yet durable.
 //!
 //! Every wait for it can be given up: a truncation holds it for minutes on
 //! a large partition, and one may wait behind a backup stuck in a system

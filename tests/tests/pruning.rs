@@ -420,6 +420,11 @@ fn a_pass_over_many_partitions_makes_one_fsync() {
     assert_eq!(report.partitions_pruned, 40);
     assert_eq!(report.deleted.records_deleted, 400);
     assert_eq!(e.stats().fsyncs, fsyncs + 1, "one fsync for the pass");
+    // The durable view (what `partitions` reads) moves only at a sync:
+    // every deletion is durable before the pass returns.
+    for tp in &tps {
+        assert_eq!(held(&e)[tp], (10, 15, 5), "{tp}");
+    }
     e.close().unwrap();
     let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
     assert!(e.verify().unwrap().is_clean());
