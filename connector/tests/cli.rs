@@ -2898,8 +2898,10 @@ fn prune_killed_between_steps_leaves_a_clean_archive_and_a_rerun_finishes() {
 /// A `--retain` pass killed after its second partition, with deletions
 /// not yet durable (a pass makes its partitions' deletions durable
 /// together since 2026-12-06), leaves a clean archive in which each
-/// partition is as before the pass or as after it; a prune with the same
-/// cut then finishes it.
+/// partition is as before the pass or as after it (sled most likely loses
+/// both unsynced deletions to the abort: "after" is allowed for, not made
+/// to happen), the third untouched; a prune with the same cut then
+/// finishes it.
 #[test]
 fn a_retention_pass_killed_before_its_sync_leaves_a_clean_archive() {
     let mb = TestBroker::start(&["kept:3"]);
@@ -2907,8 +2909,8 @@ fn a_retention_pass_killed_before_its_sync_leaves_a_clean_archive() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("a");
     let d = data.to_str().unwrap();
-    // Three entries of 10 records of 20 B each (200 payload bytes an entry)
-    // in each partition: keeping 200 B deletes two entries of each.
+    // Three entries of 10 records in each partition (about 190 payload
+    // bytes an entry): keeping 200 B deletes the two older of each.
     archive_of(&data, &[(&topic, 0, 3), (&topic, 1, 3), (&topic, 2, 3)]);
     let mut args = vec!["run"];
     args.extend(common::run_flags(&mb.brokers, &group, &topic, d));
@@ -2928,7 +2930,14 @@ fn a_retention_pass_killed_before_its_sync_leaves_a_clean_archive() {
     let (code, out, _) = cairn(&["verify", "--data", d]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("clean"), "{out}");
-    for (t, p, first, next, records) in partitions_of(d) {
+    let held = partitions_of(d);
+    assert_eq!(held.len(), 3);
+    assert_eq!(
+        (held[2].2, held[2].4),
+        (0, 30),
+        "the pass aborted before the third"
+    );
+    for (t, p, first, next, records) in held {
         assert_eq!(t, topic);
         assert!(
             (first, records) == (0, 30) || (first, records) == (20, 10),

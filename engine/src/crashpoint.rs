@@ -10,9 +10,11 @@
 //!   are written into sled (its buffers, or the page cache), not fsynced.
 //! - `truncate-between-steps`: a truncation has made one step of its
 //!   deletion durable and not begun the next.
-//! - `truncate-pass-unsynced`: a truncation pass (`run --retain`) has
-//!   truncated a partition and holds deletions not yet durable (its own
-//!   or earlier partitions').
+//! - `truncate-pass-unsynced`: a truncation pass has truncated a
+//!   partition and holds deletions not yet durable (its own or earlier
+//!   partitions'): a `run --retain` pass, and the one-partition pass of
+//!   each truncation of `cairn prune` (also a live one) whose last step
+//!   is below a step's bounds.
 //!
 //! The connector adds its own (`cairn_connector::crashpoint`).
 

@@ -101,8 +101,8 @@ pub struct Engine {
     syncer: Mutex<DurableSync>,
     /// Written for a whole `truncate_before` (all its steps), and by a
     /// `TruncationPass` across partitions until its deletions are durable;
-    /// read for a whole `verify` or backup, which must not see a
-    /// truncation half done or not yet durable; every
+    /// read for a whole `verify`, backup or truncation plan, which must
+    /// not see a truncation half done or not yet durable; every
     /// wait for it can be given up (truncation_lock.rs). It has no
     /// poisoning: a panicked truncation poisons the engine instead.
     pub(crate) truncating: crate::truncation_lock::TruncationLock,

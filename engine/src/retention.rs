@@ -76,7 +76,9 @@ impl TruncateReport {
 ///   truncation lock: a verify or a backup (which take it shared) never
 ///   sees an index or frames that no longer agree with the durable
 ///   summaries they read. The lock is let go only once the pass's steps
-///   are durable ([`finish`](Self::finish), or its drop).
+///   are durable ([`finish`](Self::finish), or its drop), or once a sync
+///   failed (the engine is then poisoned: a backup refuses it, a verify
+///   says so, and no truncation goes on).
 /// - A step followed by another step of the same partition is durable
 ///   before that one begins, and the pass makes its deletions durable
 ///   once they reach a step's bounds ([`TRUNCATE_ENTRIES_PER_STEP`],
@@ -998,7 +1000,8 @@ mod tests {
         for o in 0..step * 2 + 1 {
             e.write(&[batch(&long, [o], 10)]).unwrap();
         }
-        // Three partitions of 400 entries, 2 of 3 above a step's bound.
+        // Three partitions of 401 entries, 400 of each deleted: two make
+        // less than a step's bound, three more.
         let three: Vec<_> = (0..3).map(|p| TopicPartition::new("three", p)).collect();
         for tp in &three {
             for o in 0..401 {
@@ -1053,5 +1056,35 @@ mod tests {
         pass.finish().unwrap();
         assert_eq!(e.stats().fsyncs, before + 1, "nothing left for the finish");
         assert!(e.verify().unwrap().is_clean());
+    }
+
+    /// A truncation that ends before its first step (its cut fails, or
+    /// `go` says no) keeps no lock when nothing of the pass waits; with
+    /// an earlier partition's deletion waiting, it keeps it.
+    #[test]
+    fn a_pass_lets_go_on_early_exits_when_nothing_waits() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        let (a, b) = (TopicPartition::new("a", 0), TopicPartition::new("b", 0));
+        for tp in [&a, &b] {
+            e.append(&[batch(tp, 0..2, 10)]).unwrap();
+            e.append(&[batch(tp, 2..4, 10)]).unwrap();
+        }
+        let mut pass = e.truncation_pass();
+        let failed =
+            pass.truncate_by_while(&a, |_| Err(Error::Interrupted { op: "test" }), || true);
+        assert!(failed.is_err());
+        assert!(lock_free(&e), "a failed cut, nothing waiting");
+        let (_, r, finished) = pass.truncate_by_while(&a, |_| Ok(2), || false).unwrap();
+        assert_eq!((r.entries_deleted, finished), (0, false));
+        assert!(lock_free(&e), "told no, nothing waiting");
+        pass.truncate_by_while(&a, |_| Ok(2), || true).unwrap();
+        let failed =
+            pass.truncate_by_while(&b, |_| Err(Error::Interrupted { op: "test" }), || true);
+        assert!(failed.is_err());
+        assert!(!lock_free(&e), "a's deletion waits: kept");
+        pass.finish().unwrap();
+        assert!(lock_free(&e));
+        assert_eq!(e.partition(&a).unwrap().first_offset, 2);
     }
 }
