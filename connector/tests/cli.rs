@@ -2952,6 +2952,48 @@ fn a_retention_pass_killed_before_its_sync_leaves_a_clean_archive() {
     }
 }
 
+/// Damage that stops an export names the partitions after the damaged
+/// one, which were not read, and says how to export the rest: a bare
+/// `--from` past the damage (the docs' advice until 2026-12-06) would skip
+/// their records below it without a word.
+#[test]
+fn an_export_stopped_by_damage_names_the_partitions_not_read() {
+    use cairn_engine::{fuzzing::batch, Engine, EngineConfig, TopicPartition};
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("a");
+    let d = data.to_str().unwrap();
+    let tp = |p| TopicPartition::new("t", p);
+    let e = Engine::open(EngineConfig::new(&data)).unwrap();
+    // t/1's values alone are large: its frame is the one above 1000 bytes.
+    e.append(&[batch(&tp(0), 0..10, 20)]).unwrap();
+    e.append(&[batch(&tp(1), 0..10, 2000)]).unwrap();
+    e.append(&[batch(&tp(2), 0..10, 20)]).unwrap();
+    e.close().unwrap();
+    cairn_engine::fuzzing::with_raw_tree(&data, |t| {
+        let (k, v) = t
+            .scan_prefix(b"W")
+            .filter_map(|kv| kv.ok())
+            .find(|(_, v)| v.len() > 1000)
+            .unwrap();
+        let mut v = v.to_vec();
+        v[100] ^= 0xff;
+        t.insert(&k, v).unwrap();
+    });
+    let (code, _, err) = cairn(&["export", "--data", d]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("reading t/1 before any of its records was written (t/2 not read either: a --from applies to every partition chosen, so export t/1 on with --topic t --partition 1 and a --from past the damage"),
+        "{err}"
+    );
+    // The last partition chosen names none after it.
+    let (code, _, err) = cairn(&["export", "--data", d, "--partition", "1"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("reading t/1 before any of its records was written: "),
+        "{err}"
+    );
+}
+
 /// A partition whose index lost an entry, exported whole to stdout: none
 /// of its records is written, and the error says so. Until 2026-12-05 the
 /// records on both sides of the lost entry went out first, and the error

@@ -1101,18 +1101,35 @@ pub(crate) fn write_records(
     // records start after: the last record written may be another
     // partition's (until 2026-12-05 it alone was named), and a --from
     // that skips the damage is chosen from this.
+    // The partitions after it were not read either, and a `--from` past
+    // the damage would skip their records below it too (it applies to
+    // every partition chosen): named, with the way round (seen in review,
+    // 2026-12-06: the docs advised a bare `--from`).
     let stopped_reading = |records,
                            last: &Option<String>,
-                           tp: &cairn_engine::TopicPartition,
+                           i: usize,
                            written_in_tp: Option<i64>,
                            source: cairn_engine::Error| {
+        let tp: &cairn_engine::TopicPartition = &chosen[i].tp;
+        let at = match written_in_tp {
+            Some(o) => format!("{tp} after its offset {o}"),
+            None => format!("{tp} before any of its records was written"),
+        };
+        let rest = &chosen[i + 1..];
+        let reading = if rest.is_empty() {
+            at
+        } else {
+            format!(
+                "{at} ({} not read either: a --from applies to every partition chosen, so export {tp} on with --topic {} --partition {} and a --from past the damage, which `cairn verify` names, and those with --partition of their own)",
+                crate::selection::first_few(rest.iter().map(|p| p.tp.to_string())),
+                tp.topic,
+                tp.partition
+            )
+        };
         ConnectorError::ExportStopped {
             records,
             last: last.clone(),
-            reading: Some(match written_in_tp {
-                Some(o) => format!("{tp} after its offset {o}"),
-                None => format!("{tp} before any of its records was written"),
-            }),
+            reading: Some(reading),
             source: Box::new(source.into()),
             output: String::new(),
         }
@@ -1127,19 +1144,19 @@ pub(crate) fn write_records(
             ConnectorError::Live("stopped (the run is stopping, or the command went away)".into()),
         )
     };
-    for p in chosen {
+    for (i, p) in chosen.iter().enumerate() {
         if stop.load(Ordering::Relaxed) {
             return Err(stopping(count, &last));
         }
         let mut written_in_tp: Option<i64> = None;
         let records = engine
             .read_range(&p.tp, select.from, select.to)
-            .map_err(|e| stopped_reading(count, &last, &p.tp, None, e))?;
+            .map_err(|e| stopped_reading(count, &last, i, None, e))?;
         for r in records {
             if stop.load(Ordering::Relaxed) {
                 return Err(stopping(count, &last));
             }
-            let r = r.map_err(|e| stopped_reading(count, &last, &p.tp, written_in_tp, e))?;
+            let r = r.map_err(|e| stopped_reading(count, &last, i, written_in_tp, e))?;
             let res = match format {
                 // `From` keeps the writer's own error (its kind: a closed
                 // pipe), where `io::Error::other` would hide it.
