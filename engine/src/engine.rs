@@ -68,6 +68,9 @@ pub const FAILPOINT_MID_WRITE: &str = "wal::append::mid_write";
 /// Failpoint: before each slot a sync inserts for the next writes (slots.rs
 /// `to_top_up`). `return` stops the run there and poisons the engine.
 pub const FAILPOINT_TOP_UP: &str = "wal::sync::top_up";
+/// Failpoint: before sled's read of a topic's recorded id
+/// (`Engine::topic_id`), where damage to sled's pages would panic it.
+pub const FAILPOINT_READ_TOPIC_ID: &str = "topics::read_id";
 /// Failpoint: the durable view's checks after a sync's fsync succeeded.
 /// `return` fails them, as a bug in the view's bookkeeping would.
 pub const FAILPOINT_VIEW_CHECK: &str = "wal::sync::view_check";
@@ -744,6 +747,7 @@ impl Engine {
         self.check_usable()?;
         crate::record::validate_topic(topic)?;
         let key = crate::topics::key(topic);
+        fail::fail_point!(FAILPOINT_READ_TOPIC_ID);
         let Some(v) = self.tree.get(&key).map_err(store_err("read topic id"))? else {
             return Ok(None);
         };

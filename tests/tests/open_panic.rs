@@ -155,6 +155,33 @@ fn an_open_that_panics_is_an_error_naming_the_archive() {
         other => panic!("expected the read's panic as an error, got {other:?}"),
     }
     assert_eq!(std::fs::read(&out).unwrap(), b"kept");
+    // `status` reads each archived topic's recorded id through sled past
+    // the open: a panic there is the same error (since 2026-12-06; before,
+    // a crash, exit 101).
+    let status = panicking_at(
+        cairn_engine::FAILPOINT_READ_TOPIC_ID,
+        cairn_connector::cli::status::run(StatusArgs {
+            data: DataArg {
+                data: dir.path().to_path_buf(),
+            },
+            brokers: None,
+            group: None,
+            connect_timeout_ms: 10_000,
+            kafka: Vec::new(),
+            json: false,
+        }),
+    );
+    match status {
+        Err(e @ ConnectorError::ReadPanicked { .. }) => {
+            let said = e.to_string();
+            assert!(
+                said.starts_with("status of the archive at")
+                    && said.contains("reading it panicked (sled lost a page)"),
+                "{said}"
+            );
+        }
+        other => panic!("expected the status read's panic as an error, got {other:?}"),
+    }
     // The engine was poisoned (its drop flushed nothing sled may have left
     // half-changed), and the archive opens as before.
     assert!(dir

@@ -217,7 +217,10 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
         },
         None => {
             let engine = super::open_unserved(data)?;
-            let rows = rows(&engine)?;
+            // Its reads of the topic ids go through sled: a panic there
+            // (sled's, on damage to its own files) is an error naming the
+            // archive, as the open's is (until 2026-12-06 it exited 101).
+            let rows = super::read_unpanicked("status", data, &engine, "", || rows(&engine))?;
             // Closed, not dropped: a failed sync of what the open wrote
             // (recovery, a node split) exits 1, as any failed fsync does
             // (since 2026-12-05; the drop's sync left the poison mark, but
