@@ -711,7 +711,7 @@ impl Output {
         match path {
             None => {
                 let stdout = std::io::stdout();
-                let special = !is_regular_file(&stdout);
+                let special = !super::is_regular_file(&stdout);
                 Output::Stdout {
                     stdout,
                     staged,
@@ -992,28 +992,6 @@ pub const FAILPOINT_FILE_WRITE: &str = "export::file_write";
 /// `failpoints` feature).
 pub const FAILPOINT_STDOUT_WRITE: &str = "export::stdout_write";
 
-/// Whether `fd` is a regular file (one whose `fstat` fails is taken for
-/// something else: a closed pipe there stays a reader gone).
-fn is_regular_file(fd: impl std::os::fd::AsFd) -> bool {
-    rustix::fs::fstat(fd).is_ok_and(|st| {
-        rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile
-    })
-}
-
-/// A closed pipe ends an export quietly, with exit 0, only where the output
-/// can be one: stdout, or a special file (a FIFO). A regular file that
-/// answers EPIPE (a FUSE or network file system can) has failed like any
-/// other: until 2026-12-05 that too read as a reader gone, the export
-/// exited 0, and a live export's staged file, cut short, was put in place
-/// as if whole (seen in review).
-fn pipe_only_if_special(e: std::io::Error, special: bool) -> std::io::Error {
-    if e.kind() == std::io::ErrorKind::BrokenPipe && !special {
-        std::io::Error::other(format!("{e}, from a regular file"))
-    } else {
-        e
-    }
-}
-
 /// `w.write(buf)`, which `failpoint` fails as a broken pipe. A function of
 /// its own: without the failpoints feature the macro is empty, and a
 /// closure around it would be called where it is declared.
@@ -1038,7 +1016,7 @@ impl Write for Output {
                 ..
             } => {
                 let written_now = write_failpointed(FAILPOINT_STDOUT_WRITE, stdout, buf);
-                let n = written_now.map_err(|e| pipe_only_if_special(e, *special))?;
+                let n = written_now.map_err(|e| super::pipe_only_if_special(e, *special))?;
                 *written |= n > 0;
                 Ok(n)
             }
@@ -1056,7 +1034,7 @@ impl Write for Output {
                 let _held = matches!(*guard, Stage::InPlace(_)).then_some(guard);
                 let mut file = file;
                 let written = write_failpointed(FAILPOINT_FILE_WRITE, &mut file, buf);
-                written.map_err(|e| pipe_only_if_special(e, special))
+                written.map_err(|e| super::pipe_only_if_special(e, special))
             }
         }
     }
@@ -1067,7 +1045,7 @@ impl Write for Output {
                 stdout, special, ..
             } => stdout
                 .flush()
-                .map_err(|e| pipe_only_if_special(e, *special)),
+                .map_err(|e| super::pipe_only_if_special(e, *special)),
             Output::File(FileOutput { file: Some(f), .. }) => f.flush(),
             Output::File(_) => Ok(()),
         }

@@ -473,14 +473,49 @@ pub(crate) fn live_report(
 }
 
 /// A write to stdout's result, where a reader that went away is not an
-/// error.
+/// error: a closed pipe, where stdout can be one (not a regular file, which
+/// answering EPIPE has failed: `status --json > F` on a FUSE or network file
+/// system exited 0 with F cut short until 2026-12-06, as an export did
+/// until 2026-12-05; found in review).
 fn stdout_written(written: std::io::Result<()>) -> crate::Result<()> {
+    written_to_stdout(written, || is_regular_file(std::io::stdout()))
+}
+
+/// [`stdout_written`], asking `regular` whether stdout is a regular file
+/// only when a write met a closed pipe.
+fn written_to_stdout(
+    written: std::io::Result<()>,
+    regular: impl FnOnce() -> bool,
+) -> crate::Result<()> {
     match written {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(crate::ConnectorError::Io {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe && !regular() => Ok(()),
+        Err(e) => Err(crate::ConnectorError::Io {
             path: PathBuf::from("<stdout>"),
-            source: e,
+            source: pipe_only_if_special(e, false),
         }),
-        _ => Ok(()),
+    }
+}
+
+/// Whether `fd` is a regular file (one whose `fstat` fails is taken for
+/// something else: a closed pipe there stays a reader gone).
+pub(crate) fn is_regular_file(fd: impl std::os::fd::AsFd) -> bool {
+    rustix::fs::fstat(fd).is_ok_and(|st| {
+        rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile
+    })
+}
+
+/// A closed pipe ends an export quietly, with exit 0, only where the output
+/// can be one: stdout, or a special file (a FIFO). A regular file that
+/// answers EPIPE (a FUSE or network file system can) has failed like any
+/// other: until 2026-12-05 that too read as a reader gone, the export
+/// exited 0, and a live export's staged file, cut short, was put in place
+/// as if whole (seen in review).
+pub(crate) fn pipe_only_if_special(e: std::io::Error, special: bool) -> std::io::Error {
+    if e.kind() == std::io::ErrorKind::BrokenPipe && !special {
+        std::io::Error::other(format!("{e}, from a regular file"))
+    } else {
+        e
     }
 }
 
@@ -503,6 +538,22 @@ pub(crate) use outln;
 
 #[cfg(test)]
 mod tests {
+    /// A closed pipe on stdout is a reader gone (exit 0) unless stdout is
+    /// a regular file, which answering EPIPE has failed; any other error
+    /// fails either way.
+    #[test]
+    fn epipe_on_stdout_is_quiet_only_where_stdout_can_be_a_pipe() {
+        use std::io::{Error, ErrorKind};
+        let pipe = || Err(Error::from(ErrorKind::BrokenPipe));
+        assert!(super::written_to_stdout(pipe(), || false).is_ok());
+        let err = super::written_to_stdout(pipe(), || true).unwrap_err();
+        assert!(err.to_string().contains("from a regular file"), "{err}");
+        let full = || Err(Error::from_raw_os_error(28));
+        assert!(super::written_to_stdout(full(), || false).is_err());
+        assert!(super::written_to_stdout(full(), || true).is_err());
+        assert!(super::written_to_stdout(Ok(()), || panic!("not asked")).is_ok());
+    }
+
     /// A credential's value, and what the shell split off it, are never
     /// quoted; nor are the words of a command line that sets none changed.
     #[test]
