@@ -1560,6 +1560,21 @@ fn export_refuses_an_output_it_could_not_create_before_reading() {
     let (code, _, err) = cairn(&["export", "--data", d, "--output", good.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(std::fs::read_to_string(&good).unwrap().lines().count(), 10);
+    // A name ending in `/.` or `/..` names a directory, as one ending in
+    // `/` does, whatever it leads to: refused before reading (until
+    // 2026-12-06 `F/.` was taken for F, and refused only at the rename,
+    // after the whole export).
+    let before = std::fs::read(&good).unwrap();
+    for end in ["/.", "/.."] {
+        let named = format!("{}{end}", good.display());
+        let (code, out, err) = cairn(&["export", "--data", d, "--output", &named]);
+        assert_eq!((code, out.as_str()), (1, ""), "{named}: {err}");
+        assert!(
+            err.contains("a directory") && err.contains("nothing was read or written"),
+            "{named}: {err}"
+        );
+    }
+    assert_eq!(std::fs::read(&good).unwrap(), before);
 }
 
 #[test]

@@ -295,8 +295,15 @@ fn check_output(output: &Path, end: &Path, named: Option<Descriptor>) -> Result<
         // replace rather than append to (or to a pipe, not renamed over).
         return refused("names a file descriptor other than stdout, not a file (write to stdout, `--output -` or none, and redirect it; or name the file)".into());
     }
+    // Its last component as given: `F/.` (which the links followed above
+    // normalise to `F`) names a directory as `F/` does, and was refused
+    // only at the rename, after the whole export (until 2026-12-06).
+    let given = output.as_os_str().as_encoded_bytes();
+    let last = given.rsplit(|b| *b == b'/').next().unwrap_or_default();
     if std::fs::metadata(end).is_ok_and(|m| m.is_dir())
-        || output.as_os_str().as_encoded_bytes().ends_with(b"/")
+        || given.ends_with(b"/")
+        || last == b"."
+        || last == b".."
     {
         return refused("a directory (name a file to write the export to)".into());
     }
