@@ -330,6 +330,8 @@ pub fn restore_until_split(
     // Damage met while reading stops the restore after what was sent has
     // been acknowledged, so that the resume points logged below are exact.
     let mut unreadable: Option<ConnectorError> = None;
+    // The archived partition being read when that came.
+    let mut damaged: Option<TopicPartition> = None;
     let mut interrupted = false;
     // Targets some record was handed to librdkafka for (written, or maybe
     // written if it failed after).
@@ -350,6 +352,7 @@ pub fn restore_until_split(
                     Ok(it) => it,
                     Err(e) => {
                         unreadable = Some(e);
+                        damaged = Some(source.clone());
                         break;
                     }
                 };
@@ -358,6 +361,7 @@ pub fn restore_until_split(
                     Ok(r) => r,
                     Err(e) => {
                         unreadable = Some(e);
+                        damaged = Some(source.clone());
                         break 'partitions;
                     }
                 };
@@ -571,13 +575,11 @@ pub fn restore_until_split(
     }
     if let Some(e) = unreadable {
         log_interleaved();
+        let damaged = damaged.expect("set with unreadable");
         return Err(ConnectorError::RestoreCut {
             delivered: report.records,
             source: Box::new(e),
-            next_step: format!(
-                "{}. The damage stays: a rerun stops at it again (cairn verify says what is damaged; the partition's records past it can be restored with --from and --append)",
-                next_step(cfg, &standings)
-            ),
+            next_step: next_step_past_damage(cfg, &standings, &damaged),
         });
     }
     if let Err(e) = confirm(&report, &sent, || next_step(cfg, &standings)) {
@@ -758,6 +760,65 @@ fn read_caught<T>(engine: &Engine, read: impl FnOnce() -> cairn_engine::Result<T
 /// What to run next, for the error message: the partitions with a gap
 /// first (no resume point fills one), then how to finish the others.
 fn next_step(cfg: &RestoreConfig, standings: &[(&PartitionRestore, Standing)]) -> String {
+    next_step_around(cfg, standings, false)
+}
+
+/// [`next_step`] for a restore that damage in archived partition
+/// `damaged` stopped: a rerun of that partition stops at the damage again,
+/// so it is left out of the others' advice, which names each partition
+/// (a plain `--resume` would stop there again and never reach those after
+/// it; until 2026-12-06 it was advised, found in review), and it is told
+/// apart: its records past the damage, with `--from` and `--append`.
+fn next_step_past_damage(
+    cfg: &RestoreConfig,
+    standings: &[(&PartitionRestore, Standing)],
+    damaged: &TopicPartition,
+) -> String {
+    let others: Vec<(&PartitionRestore, Standing)> = standings
+        .iter()
+        .filter(|(p, _)| p.source != *damaged)
+        .map(|(p, st)| (*p, st.clone()))
+        .collect();
+    let rename = cfg.rename.get(&damaged.topic).map_or(String::new(), |to| {
+        format!(" --rename {}={to}", damaged.topic)
+    });
+    let part = format!(
+        "--topic {} --partition {}",
+        damaged.topic, damaged.partition
+    );
+    let in_place = if cfg.rename.is_empty() {
+        "in place of its own --topic, --partition and --from"
+    } else {
+        "in place of its own --topic, --partition, --from and every --rename"
+    };
+    // Where the damaged partition stands: what a rerun once the damage is
+    // repaired takes, as for any partition.
+    let standing = standings
+        .iter()
+        .find(|(p, _)| p.source == *damaged)
+        .map(|(_, st)| st);
+    let once_repaired = match standing {
+        Some(Standing::Resume(_)) if cfg.offset_header.is_some() && !cfg.append => {
+            format!("once it is repaired, the same command with --resume and {part}{rename}, {in_place}; ")
+        }
+        Some(Standing::Resume(o) | Standing::AppendFrom(o)) => format!(
+            "once it is repaired, the same command with {part} --from {o}{rename} and --append, {in_place}, without --resume; "
+        ),
+        _ => String::new(),
+    };
+    format!(
+        "{}. The damage stays in {damaged}: a rerun of it stops there again while it does (cairn verify says what is damaged); {once_repaired}to skip the damaged records instead, the same command with {part} --from an offset past the damaged entry (cairn verify names its offsets){rename} and --append, {in_place}, without --resume",
+        next_step_around(cfg, &others, true),
+    )
+}
+
+/// [`next_step`]; `damage` when a partition was left out for damage, so
+/// that every partition left is named (see [`next_step_past_damage`]).
+fn next_step_around(
+    cfg: &RestoreConfig,
+    standings: &[(&PartitionRestore, Standing)],
+    damage: bool,
+) -> String {
     let gaps: Vec<String> = standings
         .iter()
         .filter_map(|(p, st)| match st {
@@ -771,9 +832,15 @@ fn next_step(cfg: &RestoreConfig, standings: &[(&PartitionRestore, Standing)]) -
             _ => None,
         })
         .collect();
-    let rest = finish_the_rest(cfg, standings, !gaps.is_empty());
+    let rest = finish_the_rest(cfg, standings, !gaps.is_empty(), damage);
     if gaps.is_empty() {
-        return rest.unwrap_or_else(|| "nothing is left to restore".into());
+        return rest.unwrap_or_else(|| {
+            if damage {
+                "every other partition is restored whole".into()
+            } else {
+                "nothing is left to restore".into()
+            }
+        });
     }
     let gaps = format!(
         "records above a failed one were acknowledged ({}): restore those partitions again into an empty topic; no resume point would fill the gap",
@@ -792,6 +859,7 @@ fn finish_the_rest(
     cfg: &RestoreConfig,
     standings: &[(&PartitionRestore, Standing)],
     gaps: bool,
+    damage: bool,
 ) -> Option<String> {
     // The partitions left, with their resume points: those `--resume`
     // can continue, or those it cannot (`AppendFrom`), or both.
@@ -864,12 +932,14 @@ fn finish_the_rest(
         // --from dropped.
         let resume = if to_resume.is_empty() {
             None
-        } else if gaps || !to_append.is_empty() || cfg.append {
+        } else if gaps || damage || !to_append.is_empty() || cfg.append {
             Some(format!(
                 "rerun the same command with --resume once for each of [{}], in place of its own {} (a plain --resume would {})",
                 named(&to_resume, cfg.append),
                 in_place_of(replaced),
-                if gaps {
+                if damage {
+                    "stop at the damage again, and never reach the partitions after it"
+                } else if gaps {
                     "continue the gapped partitions too"
                 } else if !to_append.is_empty() {
                     "be refused by the partitions named next"

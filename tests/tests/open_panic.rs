@@ -228,18 +228,22 @@ fn an_open_that_panics_is_an_error_naming_the_archive() {
     // points (since the night of 2026-12-04; before, the panic unwound out
     // of the restore, the records in flight given up): `--resume` only
     // for a restore made with `--offset-header` (without one, --resume
-    // would be refused).
+    // would be refused). The partition being read is told apart: a rerun
+    // stops at the damage again while it stays (since 2026-12-06).
     for (header, next) in [
         (
             None,
             format!(
-                "rerun the same command once for each of [--topic {} --partition 0 --from 0], with --append",
+                "once it is repaired, the same command with --topic {} --partition 0 --from 0 and --append",
                 kafka.topic
             ),
         ),
         (
             Some("cairn-offset"),
-            "rerun the same command with --resume".to_owned(),
+            format!(
+                "once it is repaired, the same command with --resume and --topic {} --partition 0",
+                kafka.topic
+            ),
         ),
     ] {
         use clap::Parser;

@@ -720,20 +720,42 @@ fn damage_met_while_reading_stops_after_what_was_sent_is_delivered() {
                 "{source} should name lsn {lsn}"
             );
             // What to run next is in the error, not only in a log line:
-            // partition 1 from its first record, and partition 2.
+            // partition 2 from its first record, and partition 1 apart (a
+            // rerun from its first record stops at the damage again while
+            // it stays; until 2026-12-06 it was listed with partition 2).
             assert_eq!(delivered, archived_records()[&0].len() as u64);
-            assert!(
-                next_step.contains("--partition 1 --from")
-                    && next_step.contains("--partition 2 --from")
-                    && next_step.contains("a rerun stops at it again"),
-                "{next_step}"
-            );
+            for said in [
+                "once for each of [--topic orders --partition 2 --from 0 --rename orders=damaged], with --append",
+                "The damage stays in orders/1: a rerun of it stops there again",
+                "once it is repaired, the same command with --topic orders --partition 1 --from 0 --rename orders=damaged and --append",
+                "--partition 1 --from an offset past the damaged entry",
+            ] {
+                assert!(next_step.contains(said), "{said}: {next_step}");
+            }
         }
         other => panic!("{other:?}"),
     }
     // Partition 0, before the damage, arrived whole; nothing after it.
     let want = archived_records();
     assert_eq!(highs(&k, 3), vec![want[&0].len() as i64, 0, 0]);
+
+    // With --offset-header: --resume is advised for partition 2 alone, not
+    // plain (which would stop at partition 1's damage again and never
+    // reach it; advised until 2026-12-06).
+    let k = TestKafka::new("damaged-h", 3);
+    let mut cfg = config(&k);
+    cfg.offset_header = Some("cairn.offset".into());
+    match restore(&engine, &cfg) {
+        Err(ConnectorError::RestoreCut { next_step, .. }) => {
+            assert!(
+                next_step.contains("rerun the same command with --resume once for each of [--topic orders --partition 2")
+                    && next_step.contains("a plain --resume would stop at the damage again")
+                    && next_step.contains("--partition 1 --from an offset past the damaged entry"),
+                "{next_step}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 /// An archive of `ARCHIVED` partition 0 with an entry per range of
