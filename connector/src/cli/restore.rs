@@ -86,7 +86,9 @@ pub async fn run(args: RestoreArgs) -> Result<ExitCode> {
     let watcher = signals.stop_then_exit(
         stop.clone(),
         || tracing::warn!("signal received: stopping the restore after what was sent is acknowledged (again to exit at once)"),
-        || super::say("ERROR", &"second signal: exiting without waiting; records in flight may or may not have been written", None),
+        // What a killed restore needs, said as it exits like one (seen in
+        // review, 2026-12-06: it named no way on).
+        || super::say("ERROR", &"second signal: exiting without waiting; records in flight may or may not have been written: as after a killed restore, wait until the targets' replicas have caught up (at most replica.lag.time.max.ms, 30 s by default), then rerun with --resume if it was restored with --offset-header; without one, read each target's last record and restore the rest with --topic, --partition, --from and --append", None),
     );
     // Kafka first: a mistyped broker or target topic is refused before the
     // archive is opened (recovered, perhaps upgraded).
