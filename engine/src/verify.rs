@@ -919,6 +919,13 @@ fn verify_log(
             continue;
         }
         if slots::is_slot(&v) {
+            // Inside the log (a tombstone's span), as the open refuses it;
+            // not after damage whose span is unknown, nor among slots
+            // already seen (a hole, reported at the frame after it).
+            if lsn < expected && first_slot.is_none() && !span_unknown {
+                r.add(at, crate::recovery::slot_inside_the_log(expected));
+                continue;
+            }
             first_slot.get_or_insert(lsn);
             continue;
         }

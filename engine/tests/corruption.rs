@@ -1084,6 +1084,50 @@ fn a_checkpoint_that_the_log_does_not_bear_out_is_reported() {
     }
 }
 
+/// An empty value (a reserved slot's) inside the log, within the span of
+/// the tombstone that ends it, is refused by the open that meets it, and
+/// reported by verify. Until 2026-12-06 the open passed over it when no
+/// frame followed, wrote its checkpoint above it, and every later open
+/// then refused the store (found in review).
+#[test]
+fn a_slot_inside_the_last_tombstones_span_is_refused_at_once() {
+    // Entries of 3 frames: LSNs 1-3, 4-6, 7-9, all pruned into one
+    // tombstone at LSN 1 spanning 9.
+    let cfg = |d: &std::path::Path| EngineConfig::new(d).frame_body_bytes_max(1024);
+    let dir = tempfile::tempdir().unwrap();
+    let tp = TopicPartition::new("c", 0);
+    let e = Engine::open(cfg(dir.path())).unwrap();
+    for i in 0..3 {
+        e.append(&[batch(&tp, i * 10..i * 10 + 10, 250)]).unwrap();
+    }
+    assert_eq!(e.stats().next_lsn, 10, "three entries of three frames");
+    e.truncate_before(&tp, 30).unwrap();
+    e.close().unwrap();
+    // The checkpoint below the tombstone (as a crash before the last
+    // checkpoint leaves it), and an empty value at LSN 5, inside its span.
+    with_raw_tree(dir.path(), |t| {
+        t.insert(
+            cairn_engine::keys::META_CHECKPOINT,
+            cairn_engine::meta::encode_checkpoint(0),
+        )
+        .unwrap();
+        t.insert(cairn_engine::keys::wal_key(5), Vec::<u8>::new())
+            .unwrap();
+    });
+    let inside = |l: &Location, k: &CorruptionKind| {
+        *l == Location::Wal { lsn: 5 }
+            && matches!(k, CorruptionKind::BadKey { detail } if detail.contains("inside the log, below its next LSN 10"))
+    };
+    let (location, kind) = open_refused(cfg(dir.path()), "a slot inside the log");
+    assert!(inside(&location, &kind), "{location}: {kind}");
+    let report = cairn_engine::verify_store(&cfg(dir.path())).unwrap();
+    assert_eq!(report.problems.len(), 1, "{report:?}");
+    assert!(
+        inside(&report.problems[0].location, &report.problems[0].kind),
+        "{report:?}"
+    );
+}
+
 #[test]
 fn unknown_format_version_is_refused() {
     let (dir, _) = store();
