@@ -137,6 +137,17 @@ pub(crate) fn header_kind(bytes: &[u8]) -> Option<FrameKind> {
     FrameKind::from_u8(bytes[5]).ok()
 }
 
+/// Whether a frame's header declares it a continuation chunk (CONT), if its
+/// bytes reach the flags' low byte after the magic: unchecked, as
+/// [`header_kind`], for telling whether a frame cut short follows the
+/// frame before it.
+pub(crate) fn header_cont(bytes: &[u8]) -> Option<bool> {
+    if bytes.len() < 7 || bytes[0..4] != FRAME_MAGIC {
+        return None;
+    }
+    Some(u16::from(bytes[6]) & FLAG_CONT != 0)
+}
+
 /// Check the header fields `bytes` reaches, all of them once it holds a
 /// whole header. The length is little-endian, so its bytes that are there
 /// are its low ones and bound it from below: past

@@ -254,6 +254,27 @@ pub(crate) fn recover(
             {
                 return Err(corrupt(lsn, kind));
             }
+            Err(CorruptionKind::Truncated { .. })
+                if is_last
+                    && frame::header_cont(&v)
+                        .is_some_and(|cont| cont != asm.in_progress().is_some()) =>
+            {
+                // Its chunk flags do not follow the frame before it (a
+                // continuation with no entry begun, or a new entry inside
+                // one): damage, which the same frame whole is refused as,
+                // not an append cut short (until 2026-12-06 it was
+                // truncated as torn; found in review).
+                return Err(corrupt(
+                    lsn,
+                    CorruptionKind::BadChunkSequence {
+                        detail: if asm.in_progress().is_some() {
+                            "a frame cut short at the log's end starts a new entry before the previous one ended".into()
+                        } else {
+                            "a frame cut short at the log's end is a continuation chunk without a first chunk".into()
+                        },
+                    },
+                ));
+            }
             Err(kind @ CorruptionKind::Truncated { .. }) if is_last => {
                 // Keep scanning: only slots may follow a torn last frame. A
                 // frame above them means the "slot" after this one is a hole

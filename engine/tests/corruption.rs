@@ -1128,6 +1128,44 @@ fn a_slot_inside_the_last_tombstones_span_is_refused_at_once() {
     );
 }
 
+/// A frame cut short at the log's end is truncated as torn only if its
+/// chunk flags follow the frame before it: a continuation chunk after a
+/// whole entry is damage (the same frame whole is refused so), refused by
+/// the open; until 2026-12-06 it was truncated as torn (found in review).
+#[test]
+fn a_frame_cut_short_whose_flags_do_not_follow_is_refused_not_truncated() {
+    let dir = tempfile::tempdir().unwrap();
+    let tp = TopicPartition::new("c", 0);
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    e.append(&[batch(&tp, 0..10, 20)]).unwrap();
+    let last = e.stats().next_lsn - 1;
+    e.close().unwrap();
+    // Magic, version 1, kind 1 (records), flags CONT, a body length of 100,
+    // and nothing more: 12 of the 116 bytes.
+    let mut cut = b"CRNF".to_vec();
+    cut.extend([1, 1, 2, 0, 100, 0, 0, 0]);
+    with_raw_tree(dir.path(), |t| {
+        t.insert(cairn_engine::keys::wal_key(last + 1), cut.clone())
+            .unwrap();
+    });
+    let (location, kind) = open_refused(EngineConfig::new(dir.path()), "a CONT frame cut short");
+    assert_eq!(location, Location::Wal { lsn: last + 1 });
+    assert!(
+        matches!(&kind, CorruptionKind::BadChunkSequence { detail } if detail.contains("continuation chunk without a first chunk")),
+        "{kind}"
+    );
+    // The same cut short as a first chunk (flags MORE) is an append's torn
+    // tail: truncated.
+    cut[6] = 1;
+    with_raw_tree(dir.path(), |t| {
+        t.insert(cairn_engine::keys::wal_key(last + 1), cut.clone())
+            .unwrap();
+    });
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    assert!(e.recovery_report().truncated.is_some());
+    assert_eq!(e.durable_offset(&tp), Some(10));
+}
+
 #[test]
 fn unknown_format_version_is_refused() {
     let (dir, _) = store();
