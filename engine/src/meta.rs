@@ -33,6 +33,9 @@ pub const FORMAT_VERSION_OLDEST: u32 = 1;
 /// The first format whose stores carry `Mstore`: an older store gets one
 /// from the open that upgrades it.
 pub const FORMAT_STORE_ID: u32 = 3;
+/// The first format with reserved slots (empty values under log keys,
+/// slots.rs): in an older store an empty value is damage.
+pub const FORMAT_SLOTS: u32 = 2;
 
 /// True when this build reads stores of format `version`.
 pub fn is_readable(version: u32) -> bool {

@@ -198,6 +198,21 @@ pub(crate) fn recover(
         let lsn = keys::parse_wal_key(&k)
             .map_err(|kind| Error::corruption(Location::Key { key_hex: hex(&k) }, kind))?;
         if slots::is_slot(&v) {
+            // A format-1 store has no slots (format 2 brought them, and an
+            // upgrade is durable before any is written): an empty value is
+            // a frame emptied, which must not pass for the log's end and
+            // truncate the entry below it as torn (found in review,
+            // 2026-12-06).
+            if found_format < meta::FORMAT_SLOTS {
+                return Err(corrupt(
+                    lsn,
+                    CorruptionKind::BadKey {
+                        detail: format!(
+                            "an empty value under a log key in a format-{found_format} store, which has no reserved slots: a frame emptied"
+                        ),
+                    },
+                ));
+            }
             // Below the next LSN, inside a tombstone's span: refused now.
             // Passed over until 2026-12-06 when no frame followed, and the
             // checkpoint then written above it refused every later open

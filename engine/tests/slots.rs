@@ -163,6 +163,26 @@ fn a_version_1_store_is_upgraded_on_open() {
     assert!(v.problems.is_empty(), "{:?}", v.problems);
 }
 
+/// A version-1 store has no reserved slots: an emptied last frame in one
+/// is damage at its LSN, not the log's end (an entry below it not yet
+/// indexed would have been truncated as torn; since 2026-12-06).
+#[test]
+fn an_empty_value_in_a_version_1_store_is_damage_not_a_slot() {
+    let (dir, _tp) = crashed_store_of(4);
+    with_raw_tree(dir.path(), |t| {
+        make_version_1(t);
+        t.insert(wal_key(4), Vec::new()).unwrap();
+    });
+    match Engine::open(EngineConfig::new(dir.path())) {
+        Err(Error::Corruption {
+            location: Location::Wal { lsn: 4 },
+            kind: CorruptionKind::BadKey { detail },
+        }) => assert!(detail.contains("format-1 store"), "{detail}"),
+        Err(other) => panic!("expected the empty value refused at lsn 4, got {other}"),
+        Ok(_) => panic!("expected the empty value refused at lsn 4; the store opened"),
+    }
+}
+
 /// What a version-1 build left: no slots, no fence, format 1.
 fn make_version_1(t: &sled::Tree) {
     for lsn in layout_slots(t) {
