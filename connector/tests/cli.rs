@@ -1570,7 +1570,7 @@ fn export_refuses_an_output_it_could_not_create_before_reading() {
         let (code, out, err) = cairn(&["export", "--data", d, "--output", &named]);
         assert_eq!((code, out.as_str()), (1, ""), "{named}: {err}");
         assert!(
-            err.contains("a directory") && err.contains("nothing was read or written"),
+            err.contains("a directory (name a file") && err.contains("nothing was read or written"),
             "{named}: {err}"
         );
     }

@@ -204,14 +204,7 @@ pub(crate) fn recover(
             // truncate the entry below it as torn (found in review,
             // 2026-12-06).
             if found_format < meta::FORMAT_SLOTS {
-                return Err(corrupt(
-                    lsn,
-                    CorruptionKind::BadKey {
-                        detail: format!(
-                            "an empty value under a log key in a format-{found_format} store, which has no reserved slots: a frame emptied"
-                        ),
-                    },
-                ));
+                return Err(corrupt(lsn, empty_value_without_slots(found_format)));
             }
             // Below the next LSN, inside a tombstone's span: refused now.
             // Passed over until 2026-12-06 when no frame followed, and the
@@ -548,6 +541,16 @@ pub(crate) fn load_summaries(
 /// without a word (verify reported them).
 /// What a log key below LSN 1 is, to the open and to verify.
 pub(crate) const BELOW_THE_LOG: &str = "a log key below LSN 1, which no build writes";
+
+/// The damage an empty value under a log key is in a store of `format`,
+/// older than reserved slots.
+pub(crate) fn empty_value_without_slots(format: u32) -> CorruptionKind {
+    CorruptionKind::BadKey {
+        detail: format!(
+            "an empty value under a log key in a format-{format} store, which has no reserved slots: a frame emptied"
+        ),
+    }
+}
 
 /// The damage an empty value below the log's next LSN is: a reserved slot
 /// lies only above the last frame, so one inside the log (within a

@@ -542,8 +542,8 @@ fn verify_tree_facts(
     let mut r = VerifyReport::default();
     let mut facts = LogFacts::default();
     let checked = (|| {
-        verify_meta(tree, &mut r)?;
-        facts = verify_log(tree, bound, stop, &mut r)?;
+        let format = verify_meta(tree, &mut r)?;
+        facts = verify_log(tree, bound, stop, format, &mut r)?;
         verify_checkpoint(tree, &mut r)?;
         // `return`: a read of the store failing there (a failing disk's
         // EIO).
@@ -670,7 +670,8 @@ fn refuse_later_format(cfg: &EngineConfig, tree: &sled::Tree) -> Result<()> {
     }
 }
 
-fn verify_meta(tree: &sled::Tree, r: &mut VerifyReport) -> Result<()> {
+/// The format version, when it is one this build reads.
+fn verify_meta(tree: &sled::Tree, r: &mut VerifyReport) -> Result<Option<u32>> {
     let format = match tree
         .get(keys::META_FORMAT)
         .map_err(store_err("read format"))?
@@ -791,7 +792,8 @@ fn verify_meta(tree: &sled::Tree, r: &mut VerifyReport) -> Result<()> {
         report_foreign_keys(tree, (gap_start, Bound::Excluded(vec![p])), r)?;
         gap_start = Bound::Included(vec![p + 1]);
     }
-    report_foreign_keys(tree, (gap_start, Bound::Unbounded), r)
+    report_foreign_keys(tree, (gap_start, Bound::Unbounded), r)?;
+    Ok(format)
 }
 
 fn report_foreign_keys(
@@ -846,6 +848,7 @@ fn verify_log(
     tree: &sled::Tree,
     bound: Option<&Snapshot<'_>>,
     stop: &AtomicBool,
+    format: Option<u32>,
     r: &mut VerifyReport,
 ) -> Result<LogFacts> {
     // None without a snapshot: every key is checked, also one at u64::MAX.
@@ -919,12 +922,18 @@ fn verify_log(
             continue;
         }
         if slots::is_slot(&v) {
+            // In a store of a format without slots, every empty value is
+            // damage, as the open refuses it.
+            if let Some(found) = format.filter(|f| *f < meta::FORMAT_SLOTS) {
+                r.add(at, crate::recovery::empty_value_without_slots(found));
+                continue;
+            }
             // Inside the log (a tombstone's span), as the open refuses it;
             // not after damage whose span is unknown, nor among slots
-            // already seen (a hole, reported at the frame after it).
+            // already seen (a hole, reported at the frame after it): the
+            // first of a run only, the rest are taken as a hole's.
             if lsn < expected && first_slot.is_none() && !span_unknown {
                 r.add(at, crate::recovery::slot_inside_the_log(expected));
-                continue;
             }
             first_slot.get_or_insert(lsn);
             continue;

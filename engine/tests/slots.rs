@@ -181,6 +181,14 @@ fn an_empty_value_in_a_version_1_store_is_damage_not_a_slot() {
         Err(other) => panic!("expected the empty value refused at lsn 4, got {other}"),
         Ok(_) => panic!("expected the empty value refused at lsn 4; the store opened"),
     }
+    // Verify says so too (it read it as a slot, and the store clean).
+    let v = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
+    assert!(
+        v.problems.iter().any(|p| p.location == Location::Wal { lsn: 4 }
+            && matches!(&p.kind, CorruptionKind::BadKey { detail } if detail.contains("format-1 store"))),
+        "{:?}",
+        v.problems
+    );
 }
 
 /// What a version-1 build left: no slots, no fence, format 1.
