@@ -564,12 +564,17 @@ pub fn restore_until_split(
                 if detail.contains(REPLICAS_WAIT) { "" } else { REPLICAS_WAIT }
             );
         }
+        // Damage met as well: its partition told apart, as below.
+        let next_step = match &damaged {
+            Some(d) => next_step_past_damage(cfg, &standings, d),
+            None => next_step(cfg, &standings),
+        };
         return Err(ConnectorError::RestoreFailed(Box::new(RestoreFailure {
             archived: p.source.clone(),
             target: p.target.clone(),
             offset: f.offset,
             delivered: p.records,
-            next_step: next_step(cfg, &standings),
+            next_step,
             detail,
         })));
     }
@@ -774,9 +779,11 @@ fn next_step_past_damage(
     standings: &[(&PartitionRestore, Standing)],
     damaged: &TopicPartition,
 ) -> String {
+    // A gap in it (a delivery failure met as well) stays among the
+    // others: its advice (restore it again whole) is the one that holds.
     let others: Vec<(&PartitionRestore, Standing)> = standings
         .iter()
-        .filter(|(p, _)| p.source != *damaged)
+        .filter(|(p, st)| p.source != *damaged || matches!(st, Standing::Gap { .. }))
         .map(|(p, st)| (*p, st.clone()))
         .collect();
     let rename = cfg.rename.get(&damaged.topic).map_or(String::new(), |to| {
@@ -798,9 +805,11 @@ fn next_step_past_damage(
         .find(|(p, _)| p.source == *damaged)
         .map(|(_, st)| st);
     let once_repaired = match standing {
-        Some(Standing::Resume(_)) if cfg.offset_header.is_some() && !cfg.append => {
-            format!("once it is repaired, the same command with --resume and {part}{rename}, {in_place}; ")
-        }
+        // Its own --from kept: --resume starts an empty target there.
+        Some(Standing::Resume(_)) if cfg.offset_header.is_some() && !cfg.append => format!(
+            "once it is repaired, the same command with --resume and {part}{rename}, in place of its own --topic and --partition{}; ",
+            if cfg.rename.is_empty() { "" } else { " and every --rename" }
+        ),
         Some(Standing::Resume(o) | Standing::AppendFrom(o)) => format!(
             "once it is repaired, the same command with {part} --from {o}{rename} and --append, {in_place}, without --resume; "
         ),
@@ -2609,5 +2618,55 @@ mod tests {
         d.lock().partitions.entry(c.clone()).or_default().last_acked = Some(4);
         d.fail(&c, 2, &purged);
         assert_eq!(d.lock().headline(), Some(&c), "a gap comes first");
+    }
+
+    /// Damage met in a partition: it is told apart from the others, which
+    /// are each named (a plain --resume would stop at the damage again),
+    /// with its own --from kept under --resume; a gap in it (a delivery
+    /// failure met too) stays with the others, whose advice holds.
+    #[test]
+    fn next_step_past_damage_tells_the_damaged_partition_apart() {
+        let (p0, p1, p2) = (part(0), part(1), part(2));
+        let mut cfg = RestoreConfig::new("b:9092");
+        cfg.offset_header = Some("cairn.offset".into());
+        let standings = [
+            (&p0, Standing::Complete),
+            (&p1, Standing::Resume(7)),
+            (&p2, Standing::Resume(0)),
+        ];
+        let step = next_step_past_damage(&cfg, &standings, &p1.source);
+        for said in [
+            "rerun the same command with --resume once for each of [--topic orders --partition 2], in place of its own --topic and --partition (a plain --resume would stop at the damage again",
+            "The damage stays in orders/1",
+            "once it is repaired, the same command with --resume and --topic orders --partition 1, in place of its own --topic and --partition;",
+            "--topic orders --partition 1 --from an offset past the damaged entry",
+        ] {
+            assert!(step.contains(said), "{said}: {step}");
+        }
+        // Without the header: --from and --append, at its resume point.
+        cfg.offset_header = None;
+        let step = next_step_past_damage(&cfg, &standings, &p1.source);
+        assert!(
+            step.contains("[--topic orders --partition 2 --from 0], with --append")
+                && step.contains("once it is repaired, the same command with --topic orders --partition 1 --from 7 and --append"),
+            "{step}"
+        );
+        // A gap in the damaged partition is said as a gap.
+        let gapped = [
+            (
+                &p1,
+                Standing::Gap {
+                    failed: 3,
+                    acknowledged: 5,
+                },
+            ),
+            (&p2, Standing::Resume(0)),
+        ];
+        let step = next_step_past_damage(&cfg, &gapped, &p1.source);
+        assert!(
+            step.contains("restored/1 lacks archived offset 3")
+                && !step.contains("once it is repaired"),
+            "{step}"
+        );
     }
 }

@@ -241,7 +241,7 @@ fn an_open_that_panics_is_an_error_naming_the_archive() {
         (
             Some("cairn-offset"),
             format!(
-                "once it is repaired, the same command with --resume and --topic {} --partition 0",
+                "once it is repaired, the same command with --resume and --topic {} --partition 0, in place of its own --topic and --partition;",
                 kafka.topic
             ),
         ),

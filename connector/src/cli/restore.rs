@@ -83,12 +83,16 @@ pub async fn run(args: RestoreArgs) -> Result<ExitCode> {
     // second signal exits at once (tokio keeps the handler installed, so
     // without this nothing short of SIGKILL would).
     let stop = Arc::new(AtomicBool::new(false));
+    // What a killed restore needs, said as it exits like one (seen in
+    // review, 2026-12-06: it named no way on).
+    let second = format!(
+        "second signal: exiting without waiting; records in flight may or may not have been written: as after a killed restore, wait until the targets' replicas have caught up (at most replica.lag.time.max.ms, 30 s by default), then {}",
+        way_on_unplanned(&cfg)
+    );
     let watcher = signals.stop_then_exit(
         stop.clone(),
         || tracing::warn!("signal received: stopping the restore after what was sent is acknowledged (again to exit at once)"),
-        // What a killed restore needs, said as it exits like one (seen in
-        // review, 2026-12-06: it named no way on).
-        || super::say("ERROR", &"second signal: exiting without waiting; records in flight may or may not have been written: as after a killed restore, wait until the targets' replicas have caught up (at most replica.lag.time.max.ms, 30 s by default), then rerun with --resume if it was restored with --offset-header; without one, read each target's last record and restore the rest with --topic, --partition, --from and --append", None),
+        move || super::say("ERROR", &second, None),
     );
     // Kafka first: a mistyped broker or target topic is refused before the
     // archive is opened (recovered, perhaps upgraded).
@@ -103,13 +107,11 @@ pub async fn run(args: RestoreArgs) -> Result<ExitCode> {
             return Err(e);
         }
     };
-    // Only a restore made with --offset-header can be resumed from what
-    // the target holds; without it, --resume would be refused.
-    let output = if cfg.offset_header.is_some() {
-        "; records sent before it may or may not have been written, and no resume point was worked out: --resume continues from what the target holds"
-    } else {
-        "; records sent before it may or may not have been written, and no resume point was worked out: the targets hold what was acknowledged (restore the rest with --topic, --partition, --from and --append, after reading each target's last record; records in flight may arrive twice)"
-    };
+    let output = format!(
+        "; records sent before it may or may not have been written, and no resume point was worked out: the targets hold what was acknowledged; {}",
+        way_on_unplanned(&cfg)
+    );
+    let output = output.as_str();
     let result = tokio::task::block_in_place(|| {
         super::read_unpanicked("restore", &data, &engine, output, || {
             restore_until(&engine, &cfg, &|| stop.load(Ordering::Relaxed))
@@ -185,4 +187,18 @@ fn print_report(report: &crate::restore::RestoreReport) -> Result<()> {
         secs
     )?;
     Ok(())
+}
+
+/// How a restore goes on that stopped with no resume points worked out
+/// (killed by a second signal, or its planning cut short): only one made
+/// with `--offset-header`, and not `--append` (which `--resume` refuses,
+/// and after which a plain one would take partitions the run sent
+/// nothing to), continues with `--resume` (until 2026-12-06 an `--append`
+/// run was told to as well; found in review).
+fn way_on_unplanned(cfg: &RestoreConfig) -> &'static str {
+    if cfg.offset_header.is_some() && !cfg.append {
+        "rerun the same command with --resume: it continues from what each target holds"
+    } else {
+        "read each target's last record and restore the rest with --topic, --partition, --from and --append (records in flight may arrive twice)"
+    }
 }
