@@ -2997,7 +2997,7 @@ fn an_export_stopped_by_damage_names_the_partitions_not_read() {
     let (code, _, err) = cairn(&["export", "--data", d]);
     assert_eq!(code, 1, "{err}");
     assert!(
-        err.contains("reading t/1 before any of its records was written (t/2 not read either: a --from applies to every partition chosen, so export t/1 on with --topic t --partition 1 and a --from past the damage"),
+        err.contains("reading t/1 before any of its records was written (the partitions after it, in the order `cairn status` lists them, were not read either: t/2; a --from applies to every partition chosen, so go on one partition at a time, keeping this export's --from and --to: --topic t --partition 1 with a --from past the damage, which `cairn verify` names, and --topic T --partition N for each of those"),
         "{err}"
     );
     // The last partition chosen names none after it.

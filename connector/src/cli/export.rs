@@ -1105,7 +1105,7 @@ pub(crate) fn write_records(
             at
         } else {
             format!(
-                "{at} ({} not read either: a --from applies to every partition chosen, so export {tp} on with --topic {} --partition {} and a --from past the damage, which `cairn verify` names, and those with --partition of their own)",
+                "{at} (the partitions after it, in the order `cairn status` lists them, were not read either: {}; a --from applies to every partition chosen, so go on one partition at a time, keeping this export's --from and --to: --topic {} --partition {} with a --from past the damage, which `cairn verify` names, and --topic T --partition N for each of those; where the output was left as it was or emptied, as said below, the partitions before {tp} and {tp}'s records below the damage as well)",
                 crate::selection::first_few(rest.iter().map(|p| p.tp.to_string())),
                 tp.topic,
                 tp.partition

@@ -465,11 +465,39 @@ pub(crate) fn live_report(
     data: &std::path::Path,
 ) -> crate::Result<crate::Result<crate::live::End>> {
     use std::io::Write;
-    let mut out = std::io::stdout().lock();
+    // A closed pipe is a reader gone only where stdout can be one: a
+    // regular file answering EPIPE has failed (until 2026-12-06 the live
+    // answer's report, cut short into such a file, exited quietly; found
+    // in review).
+    let mut out = PipeOnlyIfSpecial {
+        inner: std::io::stdout().lock(),
+        special: !is_regular_file(std::io::stdout()),
+    };
     let stdout = std::path::Path::new("<stdout>");
     let end = crate::live::request_for(data, conn, req, &mut out, stdout);
     stdout_written(out.flush())?;
     Ok(end)
+}
+
+/// `inner`, whose EPIPE is a reader gone only when `special` (stdout not
+/// a regular file): [`pipe_only_if_special`] on every write.
+struct PipeOnlyIfSpecial<W> {
+    inner: W,
+    special: bool,
+}
+
+impl<W: std::io::Write> std::io::Write for PipeOnlyIfSpecial<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.inner
+            .write(buf)
+            .map_err(|e| pipe_only_if_special(e, self.special))
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner
+            .flush()
+            .map_err(|e| pipe_only_if_special(e, self.special))
+    }
 }
 
 /// A write to stdout's result, where a reader that went away is not an
@@ -552,6 +580,26 @@ mod tests {
         assert!(super::written_to_stdout(full(), || false).is_err());
         assert!(super::written_to_stdout(full(), || true).is_err());
         assert!(super::written_to_stdout(Ok(()), || panic!("not asked")).is_ok());
+        // The live answers' writer: the same rule, write by write.
+        struct Closed;
+        impl std::io::Write for Closed {
+            fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+                Err(ErrorKind::BrokenPipe.into())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        use std::io::Write;
+        let kind = |special| {
+            let mut w = super::PipeOnlyIfSpecial {
+                inner: Closed,
+                special,
+            };
+            w.write(b"x").unwrap_err().kind()
+        };
+        assert_eq!(kind(true), ErrorKind::BrokenPipe);
+        assert_eq!(kind(false), ErrorKind::Other);
     }
 
     /// A credential's value, and what the shell split off it, are never
