@@ -268,15 +268,7 @@ pub fn prune(
     // 2026-12-06): made durable before the report goes out.
     let mut truncations = engine.truncation_pass();
     let pruned = prune_in(engine, &mut truncations, retention, now_ms, go);
-    let synced = truncations.finish();
-    match (pruned, synced) {
-        (pruned, Ok(())) => pruned,
-        (Ok(_), Err(s)) => Err(s),
-        (Err(e), Err(s)) => {
-            tracing::error!(error = %e, "a retention pass failed, and making its deletions before the failure durable failed after it");
-            Err(s)
-        }
-    }
+    truncations.finish_after(pruned)
 }
 
 /// [`prune`]'s partitions, truncated in `truncations`.

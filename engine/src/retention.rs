@@ -241,6 +241,13 @@ impl TruncationPass<'_> {
         synced
     }
 
+    /// [`finish`](Self::finish) after `done`, the work done in the pass:
+    /// its result, unless the sync fails (the engine poisoned), which
+    /// outranks it (its error is then logged).
+    pub fn finish_after<T>(self, done: Result<T>) -> Result<T> {
+        after_sync(done, self.finish())
+    }
+
     /// The steps so far made durable. The lock is kept: between two steps
     /// of a partition it must be (the caller lets it go where it may).
     /// After a failed sync nothing is left to wait for: the engine is
@@ -278,7 +285,7 @@ fn after_sync<T>(truncated: Result<T>, synced: Result<()>) -> Result<T> {
         (truncated, Ok(())) => truncated,
         (Ok(_), Err(s)) => Err(s),
         (Err(e), Err(s)) => {
-            tracing::error!(error = %e, "a truncation failed, and making its earlier steps durable failed after it");
+            tracing::error!(error = %e, "a truncation failed, and making its pass's earlier deletions durable failed after it");
             Err(s)
         }
     }
@@ -358,8 +365,7 @@ impl Engine {
     ) -> Result<(i64, TruncateReport, bool)> {
         let mut pass = self.truncation_pass();
         let truncated = pass.truncate_by_while(tp, cut, go);
-        let synced = pass.finish();
-        after_sync(truncated, synced)
+        pass.finish_after(truncated)
     }
 
     /// A pass that truncates many partitions and makes their deletions

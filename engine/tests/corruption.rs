@@ -1042,13 +1042,18 @@ fn a_watermark_of_the_wrong_length_is_reported_not_read() {
     }
 }
 
-/// A checkpoint (with a good checksum) that points past the log or into
-/// an entry refuses the open, and verify of the stopped store reports it
-/// rather than calling the store clean.
-#[test]
-fn a_checkpoint_that_the_log_does_not_bear_out_is_reported() {
-    // Entries of 3 frames: LSNs 1-3, 4-6, 7-9.
-    let cfg = |d: &std::path::Path| EngineConfig::new(d).frame_body_bytes_max(1024);
+/// A closed store of c/0 in three entries of three frames each (LSNs 1-3,
+/// 4-6, 7-9), `then` done to it before the close; its directory, its
+/// config and the partition.
+fn three_entries_of_three_frames(
+    then: impl FnOnce(&Engine),
+) -> (
+    tempfile::TempDir,
+    fn(&std::path::Path) -> EngineConfig,
+    TopicPartition,
+) {
+    let cfg: fn(&std::path::Path) -> EngineConfig =
+        |d| EngineConfig::new(d).frame_body_bytes_max(1024);
     let dir = tempfile::tempdir().unwrap();
     let tp = TopicPartition::new("c", 0);
     let e = Engine::open(cfg(dir.path())).unwrap();
@@ -1056,7 +1061,17 @@ fn a_checkpoint_that_the_log_does_not_bear_out_is_reported() {
         e.append(&[batch(&tp, i * 10..i * 10 + 10, 250)]).unwrap();
     }
     assert_eq!(e.stats().next_lsn, 10, "three entries of three frames");
+    then(&e);
     e.close().unwrap();
+    (dir, cfg, tp)
+}
+
+/// A checkpoint (with a good checksum) that points past the log or into
+/// an entry refuses the open, and verify of the stopped store reports it
+/// rather than calling the store clean.
+#[test]
+fn a_checkpoint_that_the_log_does_not_bear_out_is_reported() {
+    let (dir, cfg, _) = three_entries_of_three_frames(|_| {});
     type Want = fn(&Location, &CorruptionKind) -> bool;
     let cases: [(u64, Want); 2] = [
         (20, |l, k| {
@@ -1091,18 +1106,10 @@ fn a_checkpoint_that_the_log_does_not_bear_out_is_reported() {
 /// then refused the store (found in review).
 #[test]
 fn a_slot_inside_the_last_tombstones_span_is_refused_at_once() {
-    // Entries of 3 frames: LSNs 1-3, 4-6, 7-9, all pruned into one
-    // tombstone at LSN 1 spanning 9.
-    let cfg = |d: &std::path::Path| EngineConfig::new(d).frame_body_bytes_max(1024);
-    let dir = tempfile::tempdir().unwrap();
-    let tp = TopicPartition::new("c", 0);
-    let e = Engine::open(cfg(dir.path())).unwrap();
-    for i in 0..3 {
-        e.append(&[batch(&tp, i * 10..i * 10 + 10, 250)]).unwrap();
-    }
-    assert_eq!(e.stats().next_lsn, 10, "three entries of three frames");
-    e.truncate_before(&tp, 30).unwrap();
-    e.close().unwrap();
+    // All pruned into one tombstone at LSN 1 spanning 9.
+    let (dir, cfg, _) = three_entries_of_three_frames(|e| {
+        e.truncate_before(&TopicPartition::new("c", 0), 30).unwrap();
+    });
     // The checkpoint below the tombstone (as a crash before the last
     // checkpoint leaves it), and an empty value at LSN 5, inside its span.
     with_raw_tree(dir.path(), |t| {

@@ -25,16 +25,7 @@ fn an_open_that_panics_is_an_error_naming_the_archive() {
         "panic(sled lost its way)",
     )
     .unwrap();
-    let args = StatusArgs {
-        data: DataArg {
-            data: dir.path().to_path_buf(),
-        },
-        brokers: None,
-        group: None,
-        connect_timeout_ms: 10_000,
-        kafka: Vec::new(),
-        json: false,
-    };
+    let args = status_of(dir.path());
     let result = tokio::runtime::Runtime::new()
         .unwrap()
         .block_on(cairn_connector::cli::status::run(args));
@@ -160,16 +151,7 @@ fn an_open_that_panics_is_an_error_naming_the_archive() {
     // a crash, exit 101).
     let status = panicking_at(
         cairn_engine::FAILPOINT_READ_TOPIC_ID,
-        cairn_connector::cli::status::run(StatusArgs {
-            data: DataArg {
-                data: dir.path().to_path_buf(),
-            },
-            brokers: None,
-            group: None,
-            connect_timeout_ms: 10_000,
-            kafka: Vec::new(),
-            json: false,
-        }),
+        cairn_connector::cli::status::run(status_of(dir.path())),
     );
     match status {
         Err(e @ ConnectorError::ReadPanicked { .. }) => {
@@ -350,6 +332,20 @@ fn backup_where_reads_panic(
         cairn_engine::FAILPOINT_BACKUP_AFTER_LOG,
         cairn_connector::cli::backup::run(a),
     )
+}
+
+/// `cairn status --data data`, without Kafka.
+fn status_of(data: &std::path::Path) -> StatusArgs {
+    StatusArgs {
+        data: DataArg {
+            data: data.to_path_buf(),
+        },
+        brokers: None,
+        group: None,
+        connect_timeout_ms: 10_000,
+        kafka: Vec::new(),
+        json: false,
+    }
 }
 
 /// `command` run to its end with every read of sled's pages panicking
