@@ -876,6 +876,8 @@ fn verify_log(
     let mut first_slot: Option<u64> = None;
     // The last frame, if it lay below the expected LSN (a stray inside a
     // tombstone's span).
+    // The last slot reported (or passed over) inside the log.
+    let mut last_inside: Option<u64> = None;
     let mut last_stray: Option<u64> = None;
     let mut items = 0;
     for item in tree.scan_prefix([keys::PREFIX_WAL]) {
@@ -924,16 +926,28 @@ fn verify_log(
         if slots::is_slot(&v) {
             // In a store of a format without slots, every empty value is
             // damage, as the open refuses it.
+            // Taken as a frame that does not decode: its kind is unknown
+            // (a tombstone's span may follow), and an entry it was part of
+            // is cut short there, so what follows is no second report.
             if let Some(found) = format.filter(|f| *f < meta::FORMAT_SLOTS) {
                 r.add(at, crate::recovery::empty_value_without_slots(found));
+                expected = expected.max(lsn.saturating_add(1));
+                span_unknown = true;
+                orphans = true;
+                asm.reset();
                 continue;
             }
             // Inside the log (a tombstone's span), as the open refuses it;
             // not after damage whose span is unknown, nor among slots
-            // already seen (a hole, reported at the frame after it): the
-            // first of a run only, the rest are taken as a hole's.
+            // already seen (a hole, reported at the frame after it). The
+            // first of a run only; not taken for the reserve either, so a
+            // frame after it is no hole.
             if lsn < expected && first_slot.is_none() && !span_unknown {
-                r.add(at, crate::recovery::slot_inside_the_log(expected));
+                if last_inside.is_none_or(|l| l.checked_add(1) != Some(lsn)) {
+                    r.add(at, crate::recovery::slot_inside_the_log(expected));
+                }
+                last_inside = Some(lsn);
+                continue;
             }
             first_slot.get_or_insert(lsn);
             continue;

@@ -1106,9 +1106,12 @@ fn a_checkpoint_that_the_log_does_not_bear_out_is_reported() {
 /// then refused the store (found in review).
 #[test]
 fn a_slot_inside_the_last_tombstones_span_is_refused_at_once() {
-    // All pruned into one tombstone at LSN 1 spanning 9.
+    // All pruned into one tombstone at LSN 1 spanning 9, then an entry
+    // of one frame at LSN 10 (a frame after the slot is no hole).
     let (dir, cfg, _) = three_entries_of_three_frames(|e| {
-        e.truncate_before(&TopicPartition::new("c", 0), 30).unwrap();
+        let tp = TopicPartition::new("c", 0);
+        e.truncate_before(&tp, 30).unwrap();
+        e.append(&[batch(&tp, 30..31, 10)]).unwrap();
     });
     // The checkpoint below the tombstone (as a crash before the last
     // checkpoint leaves it), and an empty value at LSN 5, inside its span.

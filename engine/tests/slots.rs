@@ -189,6 +189,27 @@ fn an_empty_value_in_a_version_1_store_is_damage_not_a_slot() {
         "{:?}",
         v.problems
     );
+    // One emptied in the middle of the log: reported there, and the frame
+    // after it is no gap.
+    with_raw_tree(dir.path(), |t| {
+        t.insert(wal_key(2), Vec::new()).unwrap();
+    });
+    let v = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
+    assert!(
+        v.problems
+            .iter()
+            .any(|p| p.location == Location::Wal { lsn: 2 }
+                && matches!(&p.kind, CorruptionKind::BadKey { .. })),
+        "{:?}",
+        v.problems
+    );
+    assert!(
+        !v.problems
+            .iter()
+            .any(|p| matches!(p.kind, CorruptionKind::LsnGap { .. })),
+        "{:?}",
+        v.problems
+    );
 }
 
 /// What a version-1 build left: no slots, no fence, format 1.
