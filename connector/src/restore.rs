@@ -815,6 +815,15 @@ fn next_step_past_damage(
         ),
         _ => String::new(),
     };
+    // A gap in it is restored again whole into an empty topic (the advice
+    // above): the damage then stops that restore too, so it goes in two
+    // parts there, never appended into the target with the gap.
+    if matches!(standing, Some(Standing::Gap { .. })) {
+        return format!(
+            "{}. The damage stays in {damaged} too: restoring it again stops there while it does (cairn verify says what is damaged, and names the damaged entry's offsets), so restore it into the empty topic in two parts: {part}{rename} with --to the damaged entry's first offset, then {part} --from an offset past the damaged entry{rename} and --append",
+            next_step_around(cfg, &others, true),
+        );
+    }
     format!(
         "{}. The damage stays in {damaged}: a rerun of it stops there again while it does (cairn verify says what is damaged); {once_repaired}to skip the damaged records instead, the same command with {part} --from an offset past the damaged entry (cairn verify names its offsets){rename} and --append, {in_place}, without --resume",
         next_step_around(cfg, &others, true),
@@ -2665,7 +2674,9 @@ mod tests {
         let step = next_step_past_damage(&cfg, &gapped, &p1.source);
         assert!(
             step.contains("restored/1 lacks archived offset 3")
-                && !step.contains("once it is repaired"),
+                && step.contains("restore it into the empty topic in two parts")
+                && !step.contains("once it is repaired")
+                && !step.contains("to skip the damaged records instead"),
             "{step}"
         );
     }
