@@ -819,9 +819,12 @@ fn next_step_past_damage(
     // above): the damage then stops that restore too, so it goes in two
     // parts there, never appended into the target with the gap.
     if matches!(standing, Some(Standing::Gap { .. })) {
+        // Named for the empty topic, not the target with the gap; part 1
+        // keeps the command's own --from, part 2 replaces it.
         return format!(
-            "{}. The damage stays in {damaged} too: restoring it again stops there while it does (cairn verify says what is damaged, and names the damaged entry's offsets), so restore it into the empty topic in two parts: {part}{rename} with --to the damaged entry's first offset, then {part} --from an offset past the damaged entry{rename} and --append",
+            "{}. The damage stays in {damaged} too: restoring it again stops there while it does (cairn verify says what is damaged, and names the damaged entry's offsets), so restore it into the empty topic in two parts, each the same command with {part} --rename {}=<the empty topic>, in place of its own --topic, --partition and any --rename, without --resume or --append: first with --to the damaged entry's first offset, then with --from an offset past the damaged entry (in place of its own --from) and --append",
             next_step_around(cfg, &others, true),
+            damaged.topic,
         );
     }
     format!(
@@ -2674,7 +2677,8 @@ mod tests {
         let step = next_step_past_damage(&cfg, &gapped, &p1.source);
         assert!(
             step.contains("restored/1 lacks archived offset 3")
-                && step.contains("restore it into the empty topic in two parts")
+                && step.contains("restore it into the empty topic in two parts, each the same command with --topic orders --partition 1 --rename orders=<the empty topic>")
+                && step.contains("without --resume or --append")
                 && !step.contains("once it is repaired")
                 && !step.contains("to skip the damaged records instead"),
             "{step}"

@@ -876,9 +876,9 @@ fn verify_log(
     let mut first_slot: Option<u64> = None;
     // The last frame, if it lay below the expected LSN (a stray inside a
     // tombstone's span).
+    let mut last_stray: Option<u64> = None;
     // The last slot reported (or passed over) inside the log.
     let mut last_inside: Option<u64> = None;
-    let mut last_stray: Option<u64> = None;
     let mut items = 0;
     for item in tree.scan_prefix([keys::PREFIX_WAL]) {
         check_stop(stop, &mut items, "verify")?;

@@ -1136,6 +1136,15 @@ fn a_slot_inside_the_last_tombstones_span_is_refused_at_once() {
         inside(&report.problems[0].location, &report.problems[0].kind),
         "{report:?}"
     );
+    // A run of them is one report (6 after 5); another run is another (8).
+    for (lsn, reports) in [(6, 1), (8, 2)] {
+        with_raw_tree(dir.path(), |t| {
+            t.insert(cairn_engine::keys::wal_key(lsn), Vec::<u8>::new())
+                .unwrap();
+        });
+        let report = cairn_engine::verify_store(&cfg(dir.path())).unwrap();
+        assert_eq!(report.problems.len(), reports, "{lsn}: {report:?}");
+    }
 }
 
 /// A frame cut short at the log's end is truncated as torn only if its
