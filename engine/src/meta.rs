@@ -36,6 +36,9 @@ pub const FORMAT_STORE_ID: u32 = 3;
 /// The first format with reserved slots (empty values under log keys,
 /// slots.rs): in an older store an empty value is damage.
 pub const FORMAT_SLOTS: u32 = 2;
+/// The first format with recorded Kafka topic ids (`T` keys, topics.rs):
+/// in an older store one is damage.
+pub const FORMAT_TOPIC_IDS: u32 = 5;
 
 /// True when this build reads stores of format `version`.
 pub fn is_readable(version: u32) -> bool {

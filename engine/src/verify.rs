@@ -770,8 +770,23 @@ fn verify_meta(tree: &sled::Tree, r: &mut VerifyReport) -> Result<Option<u32>> {
     }
     // Topic ids (format 5, topics.rs): a valid topic in each key, a
     // sealed id that is not zero in each value.
+    // In a store of an older format, none at all: no build of one wrote
+    // them, and the open that upgrades it would take one for recorded
+    // (until 2026-12-06 verify accepted them).
     for item in tree.scan_prefix([keys::PREFIX_TOPIC]) {
         let (k, v) = item.map_err(store_err("scan topic ids"))?;
+        if let Some(found) = format.filter(|f| *f < meta::FORMAT_TOPIC_IDS) {
+            r.add(
+                Location::Key { key_hex: hex(&k) },
+                CorruptionKind::BadKey {
+                    detail: format!(
+                        "a topic id in a format-{found} store, which has none (format {} brought them)",
+                        meta::FORMAT_TOPIC_IDS
+                    ),
+                },
+            );
+            continue;
+        }
         if let Err((l, kind)) = crate::topics::decode_entry(&k, &v) {
             r.add(l, kind);
         }

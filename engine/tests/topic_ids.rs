@@ -147,3 +147,36 @@ fn a_binding_whose_fsync_fails_poisons_the_engine() {
     let got = e.topic_ids().unwrap();
     assert!(got.is_empty() || got == ids(&[("orders", 7)]), "{got:?}");
 }
+
+/// A topic id in a store of a format before 5, which has none (no build
+/// of one wrote them), is damage to verify, named by its key (until
+/// 2026-12-06 it was accepted, and the open's upgrade then took it for
+/// recorded).
+#[test]
+fn a_topic_id_in_a_store_before_format_5_is_damage_to_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    let tp = TopicPartition::new("orders", 0);
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    e.append(&[common::batch(&tp, 0..10, 20)]).unwrap();
+    e.bind_topics(&ids(&[("orders", 7)])).unwrap();
+    e.close().unwrap();
+    assert!(cairn_engine::verify_store(&EngineConfig::new(dir.path()))
+        .unwrap()
+        .problems
+        .is_empty());
+    with_raw_tree(dir.path(), |t| {
+        t.insert(
+            cairn_engine::keys::META_FORMAT,
+            cairn_engine::meta::encode_format(4),
+        )
+        .unwrap();
+    });
+    let report = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
+    assert_eq!(report.problems.len(), 1, "{report:?}");
+    let p = &report.problems[0];
+    assert!(
+        matches!(&p.location, Location::Key { .. })
+            && matches!(&p.kind, CorruptionKind::BadKey { detail } if detail.contains("a topic id in a format-4 store")),
+        "{p}"
+    );
+}
