@@ -364,11 +364,19 @@ impl RunConfig {
         // in its periodic metadata refresh: turned off (librdkafka starts
         // its timer only for a positive interval), an added partition
         // would go unassigned and unarchived without an error.
-        if let Some((k, v)) =
+        // As librdkafka reads it (`0.5`, `0x0` and `4294967296` are 0 to
+        // it; until 2026-12-06 only the text was read, found in review); a
+        // value it refuses is refused when the consumer is made.
+        if let Some((k, v, ms)) =
             crate::librdkafka::settings_of(&self.kafka, "topic.metadata.refresh.interval.ms")
-                .find(|(_, v)| v.trim().parse::<i64>().is_ok_and(|ms| ms <= 0))
+                .find_map(|(k, v)| {
+                    crate::librdkafka::read_as_librdkafka(k, v)
+                        .ok()
+                        .filter(|ms| *ms <= 0)
+                        .map(|ms| (k, v, ms))
+                })
         {
-            return bad(format!("-X {k}={v}: must be positive (librdkafka's default is 300000): with the periodic metadata refresh off, partitions added to an archived topic would never be assigned, and go unarchived without an error"));
+            return bad(format!("-X {k}={v}: librdkafka reads it as {ms}: must be positive (librdkafka's default is 300000): with the periodic metadata refresh off, partitions added to an archived topic would never be assigned, and go unarchived without an error"));
         }
         if self.retain_bytes == Some(0) {
             return bad(
@@ -1142,7 +1150,9 @@ retain-bytes = "50GiB"
                 "{fallback}"
             );
         }
-        for ms in ["-1", "0"] {
+        // As librdkafka reads them: `0ms`, `0.5`, `0x0` and 2^32 are 0 to
+        // its `strtol` into an int.
+        for ms in ["-1", "0", "0ms", "0.5", "0x0", "4294967296"] {
             let e = with("topic.metadata.refresh.interval.ms", ms).unwrap_err();
             assert!(
                 e.contains(&format!("-X topic.metadata.refresh.interval.ms={ms}")),
@@ -1150,6 +1160,7 @@ retain-bytes = "50GiB"
             );
         }
         assert!(with("topic.metadata.refresh.interval.ms", "60000").is_ok());
+        assert!(with("topic.metadata.refresh.interval.ms", "0xEA60").is_ok());
         let e = with("topic.blacklist", "^t$").unwrap_err();
         assert!(e.contains("-X topic.blacklist=^t$"), "{e}");
         let e = with("enable.auto.commit", "true").unwrap_err();

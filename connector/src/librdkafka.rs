@@ -153,15 +153,38 @@ pub(crate) fn check_message_timeout(
             names.join(" and ")
         ));
     }
-    match timeouts
-        .iter()
-        .find(|(_, v)| !v.parse::<u64>().is_ok_and(|ms| ms > 0))
-    {
-        Some((k, v)) => Err(format!(
-            "-X {k}={v}: must be a positive number of ms ({what}'s message timeout; 0 would wait forever)"
-        )),
-        None => Ok(()),
+    // As librdkafka reads it (`strtol` into an int: `09000` is 0 to it,
+    // `4294967296` too), not as the text reads: until 2026-12-06 a value
+    // Rust read as positive could leave librdkafka waiting forever (found
+    // in review).
+    for (k, v) in &timeouts {
+        match read_as_librdkafka(k, v) {
+            Ok(ms) if ms > 0 => {}
+            Ok(ms) => {
+                return Err(format!(
+                    "-X {k}={v}: librdkafka reads it as {ms}: must be a positive number of ms, written plainly ({what}'s message timeout; 0 would wait forever)"
+                ))
+            }
+            Err(e) => return Err(format!("-X {k}={v}: {e}")),
+        }
     }
+    Ok(())
+}
+
+/// The number librdkafka stores for `key` given `value` (its own parse:
+/// `strtol` with base 0, which takes hex and octal, stops at the first
+/// character that is not a digit, and is cut to an int), or its refusal.
+pub(crate) fn read_as_librdkafka(key: &str, value: &str) -> std::result::Result<i64, String> {
+    let mut c = ClientConfig::new();
+    c.set(key, value);
+    let stored = c
+        .create_native_config()
+        .and_then(|n| n.get(key))
+        .map_err(|e| e.to_string())?;
+    stored
+        .trim()
+        .parse()
+        .map_err(|_| format!("librdkafka stores {stored:?}, not a number"))
 }
 
 /// Properties librdkafka knows under two names (`_RK_C_ALIAS` in
@@ -343,7 +366,8 @@ where
 pub(crate) fn message_timeout_ms(kafka: &BTreeMap<String, String>) -> Option<u64> {
     message_timeout_settings(kafka)
         .first()
-        .and_then(|(_, v)| v.parse().ok())
+        .and_then(|(k, v)| read_as_librdkafka(k, v).ok())
+        .and_then(|ms| u64::try_from(ms).ok())
 }
 
 /// Why a record librdkafka's producer refused as `QueueFull` with nothing
@@ -590,6 +614,23 @@ mod tests {
     use super::*;
     use rdkafka::consumer::{BaseConsumer, Consumer};
     use rdkafka::mocking::MockCluster;
+
+    /// A message timeout is taken as librdkafka reads it: `09000` (octal
+    /// that stops at the 9) and 2^32 are 0 to its `strtol` into an int,
+    /// which would wait forever, and are refused; hex it reads is taken.
+    #[test]
+    fn a_message_timeout_is_read_as_librdkafka_reads_it() {
+        let given = |v: &str| BTreeMap::from([("delivery.timeout.ms".to_owned(), v.to_owned())]);
+        for v in ["0", "09000", "4294967296", "0.5"] {
+            let e = check_message_timeout(&given(v), "these").unwrap_err();
+            assert!(e.contains("librdkafka reads it as 0"), "{v}: {e}");
+        }
+        let e = check_message_timeout(&given("-5"), "these").unwrap_err();
+        assert!(e.contains("-X delivery.timeout.ms=-5"), "{e}");
+        assert!(check_message_timeout(&given("0x2328"), "these").is_ok());
+        assert_eq!(message_timeout_ms(&given("0x2328")), Some(9000));
+        assert_eq!(message_timeout_ms(&given("9000")), Some(9000));
+    }
 
     /// A signal during a request that is then answered stops the wait all
     /// the same: its caller does not go on to open the archive.
