@@ -259,7 +259,10 @@ pub(crate) fn names_a_credential(text: &str) -> bool {
         "oauthbearer.config",
     ]
     .iter()
-    .any(|s| text.contains(s))
+    // In any letter case: librdkafka takes `SASL.PASSWORD` as an unknown
+    // property and says so, quoting it (until 2026-12-06 its value was
+    // shown where the name was not in lower case; found in review).
+    .any(|s| text.to_ascii_lowercase().contains(s))
 }
 
 /// `key=value` as an error may show it: the value of a property that

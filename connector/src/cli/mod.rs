@@ -656,6 +656,16 @@ mod tests {
         assert!(e.contains("one property given twice"), "{e}");
         let e = crate::config::parse_kv("sasl.password:hunter2").unwrap_err();
         assert!(!e.contains("hunter2"), "{e}");
+        // In any letter case (until 2026-12-06 only lower case was hidden).
+        let e = super::kafka_flags(flags(&[
+            ("SASL.PASSWORD", "old-hunter2"),
+            ("SASL.PASSWORD", "new-hunter2"),
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert!(!e.contains("hunter2"), "{e}");
+        let e = crate::config::parse_kv("SASL.PASSWORD:hunter2").unwrap_err();
+        assert!(!e.contains("hunter2"), "{e}");
         assert!(super::kafka_flags(flags(&[("linger.ms", "5"), ("linger.ms", "5")])).is_ok());
         // Two texts are two values, even where a number or a boolean would
         // read the same: a string property's are not the same.
