@@ -280,6 +280,18 @@ impl RunConfig {
             ));
         }
         refuse_managed_keys(&self.kafka, &MANAGED_CONSUMER_KEYS, "cairn")?;
+        // The consumer's metadata requests would create a subscribed topic
+        // that is gone: one deleted while the run holds it could come back
+        // empty under the same name, widening the window in which a
+        // recreated topic is not told apart ("Where a partition resumes",
+        // rule 0; found in review, 2026-12-06).
+        if let Some((k, v)) = crate::librdkafka::setting_other_than(
+            &self.kafka,
+            "allow.auto.create.topics",
+            Some("false"),
+        ) {
+            return bad(format!("-X {k}={v}: cairn never creates a topic (its metadata requests would bring back an archived topic deleted while it runs, empty, under the same name); create topics with Kafka's tools"));
+        }
         match (self.on_oversize, &self.dead_letter_topic) {
             (OnOversize::DeadLetter, None) => {
                 return bad("on-oversize dead-letter: needs --dead-letter-topic".into())
@@ -1161,6 +1173,12 @@ retain-bytes = "50GiB"
         }
         assert!(with("topic.metadata.refresh.interval.ms", "60000").is_ok());
         assert!(with("topic.metadata.refresh.interval.ms", "0xEA60").is_ok());
+        let e = with("allow.auto.create.topics", "true").unwrap_err();
+        assert!(
+            e.contains("-X allow.auto.create.topics=true") && e.contains("never creates a topic"),
+            "{e}"
+        );
+        assert!(with("allow.auto.create.topics", "false").is_ok());
         let e = with("topic.blacklist", "^t$").unwrap_err();
         assert!(e.contains("-X topic.blacklist=^t$"), "{e}");
         let e = with("enable.auto.commit", "true").unwrap_err();
