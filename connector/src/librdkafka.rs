@@ -177,9 +177,14 @@ pub(crate) fn check_message_timeout(
 pub(crate) fn read_as_librdkafka(key: &str, value: &str) -> std::result::Result<i64, String> {
     let mut c = ClientConfig::new();
     c.set(key, value);
+    // librdkafka drops a `topic.` prefix when it sets a property, but
+    // not when it reads one back.
     let stored = c
         .create_native_config()
-        .and_then(|n| n.get(key))
+        .and_then(|n| {
+            n.get(key)
+                .or_else(|e| key.strip_prefix("topic.").map_or(Err(e), |k| n.get(k)))
+        })
         .map_err(|e| e.to_string())?;
     stored
         .trim()
@@ -633,6 +638,16 @@ mod tests {
         assert!(check_message_timeout(&given("0x2328"), "these").is_ok());
         assert_eq!(message_timeout_ms(&given("0x2328")), Some(9000));
         assert_eq!(message_timeout_ms(&given("9000")), Some(9000));
+        // Under its topic-level names too (librdkafka reads those back
+        // without the prefix).
+        for key in ["topic.message.timeout.ms", "topic.delivery.timeout.ms"] {
+            let given = BTreeMap::from([(key.to_owned(), "0x2328".to_owned())]);
+            assert!(check_message_timeout(&given, "these").is_ok(), "{key}");
+            assert_eq!(message_timeout_ms(&given), Some(9000), "{key}");
+            let zero = BTreeMap::from([(key.to_owned(), "0".to_owned())]);
+            let e = check_message_timeout(&zero, "these").unwrap_err();
+            assert!(e.contains("librdkafka reads it as 0"), "{key}: {e}");
+        }
     }
 
     /// A signal during a request that is then answered stops the wait all

@@ -154,6 +154,7 @@ fn a_binding_whose_fsync_fails_poisons_the_engine() {
 /// recorded).
 #[test]
 fn a_topic_id_in_a_store_before_format_5_is_damage_to_verify() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let tp = TopicPartition::new("orders", 0);
     let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
