@@ -1754,6 +1754,38 @@ fn unreachable_broker_names_the_brokers() {
             && err.contains("--connect-timeout-ms"),
         "{err}"
     );
+    assert!(
+        !err.contains("override these keys"),
+        "no flag overrode: {err}"
+    );
+    // Flags that override the file's keys are said to (since 2026-12-06:
+    // `--topics` replaced the file's list without a word).
+    std::fs::write(
+        &file,
+        "brokers = \"127.0.0.1:1\"\ntopics = [\"a\", \"b\"]\n[kafka]\n\"linger.ms\" = \"5\"\n",
+    )
+    .unwrap();
+    let (code, _, err) = cairn(&[
+        "run",
+        "--config",
+        file.to_str().unwrap(),
+        "--group",
+        "g",
+        "--topics",
+        "t",
+        "--data",
+        data,
+        "--connect-timeout-ms",
+        "300",
+        "-X",
+        "linger.ms=7",
+    ]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("override these keys of the config file")
+            && err.contains("topics, kafka.linger.ms"),
+        "{err}"
+    );
 }
 
 /// A run that fails having archived nothing (here: no broker answers)

@@ -104,9 +104,24 @@ pub struct RunArgs {
 pub struct FileKeys {
     path: Option<PathBuf>,
     keys: Vec<&'static str>,
+    /// Keys the file gave that a flag overrode (`-X` ones as `kafka.KEY`).
+    overridden: Vec<String>,
 }
 
 impl FileKeys {
+    /// An INFO line naming the file's keys that flags overrode, if any:
+    /// flags win, and until 2026-12-06 nothing said so when they did
+    /// (`--topics` replaces the file's whole list; seen in review).
+    pub fn say_overridden(&self) {
+        if let (Some(path), false) = (&self.path, self.overridden.is_empty()) {
+            tracing::info!(
+                file = %path.display(),
+                keys = %self.overridden.join(", "),
+                "flags given on the command line override these keys of the config file (a flag's value replaces the file's whole value: --topics replaces its list of topics)"
+            );
+        }
+    }
+
     /// " (KEY set in FILE)" when the file gave `key`, else nothing: to
     /// follow a message naming the setting.
     pub fn said(&self, key: &str) -> String {
@@ -140,9 +155,13 @@ impl RunArgs {
         // The keys whose value the file gave (no flag overrode it): a value
         // refused after parsing is named with the file too.
         let mut file_keys: Vec<&'static str> = Vec::new();
+        let mut overridden: Vec<String> = Vec::new();
         let mut from_file = |key: &'static str, flag_given: bool, file_gives: bool| {
             if !flag_given && file_gives {
                 file_keys.push(key);
+            }
+            if flag_given && file_gives {
+                overridden.push(key.to_owned());
             }
         };
         from_file("brokers", self.brokers.is_some(), file.brokers.is_some());
@@ -308,12 +327,19 @@ impl RunArgs {
             .filter(|k| !self.kafka.iter().any(|(f, _)| f == *k))
             .cloned()
             .collect();
+        overridden.extend(
+            kafka
+                .keys()
+                .filter(|k| self.kafka.iter().any(|(f, _)| f == *k))
+                .map(|k| format!("kafka.{k}")),
+        );
         kafka.extend(super::kafka_flags(self.kafka)?);
         c.kafka = kafka;
         c.rebind_topics = self.rebind_topic;
         let noted = FileKeys {
             path: file_path,
             keys: file_keys,
+            overridden,
         };
         c.validate().map_err(|e| match (e, &noted.path) {
             (ConnectorError::Config(m), Some(path)) => {
@@ -364,6 +390,7 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
     // gave is named with the file too, as `into_config` names its own
     // (until the night of 2026-12-04 these named the flag alone).
     let (cfg, file_keys) = args.into_config_noting()?;
+    file_keys.say_overridden();
     crate::allocator::tune_for(cfg.commit);
     refuse_foreign_dir(&cfg.data).map_err(|e| match e {
         ConnectorError::Config(m) => {
