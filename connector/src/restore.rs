@@ -786,35 +786,17 @@ fn next_step_past_damage(
         .filter(|(p, st)| p.source != *damaged || matches!(st, Standing::Gap { .. }))
         .map(|(p, st)| (*p, st.clone()))
         .collect();
-    let rename = cfg.rename.get(&damaged.topic).map_or(String::new(), |to| {
-        format!(" --rename {}={to}", damaged.topic)
-    });
+    let rest = next_step_around(cfg, &others, true);
     let part = format!(
         "--topic {} --partition {}",
         damaged.topic, damaged.partition
     );
-    let in_place = if cfg.rename.is_empty() {
-        "in place of its own --topic, --partition and --from"
-    } else {
-        "in place of its own --topic, --partition, --from and every --rename"
-    };
     // Where the damaged partition stands: what a rerun once the damage is
     // repaired takes, as for any partition.
     let standing = standings
         .iter()
         .find(|(p, _)| p.source == *damaged)
         .map(|(_, st)| st);
-    let once_repaired = match standing {
-        // Its own --from kept: --resume starts an empty target there.
-        Some(Standing::Resume(_)) if cfg.offset_header.is_some() && !cfg.append => format!(
-            "once it is repaired, the same command with --resume and {part}{rename}, in place of its own --topic and --partition{}; ",
-            if cfg.rename.is_empty() { "" } else { " and every --rename" }
-        ),
-        Some(Standing::Resume(o) | Standing::AppendFrom(o)) => format!(
-            "once it is repaired, the same command with {part} --from {o}{rename} and --append, {in_place}, without --resume; "
-        ),
-        _ => String::new(),
-    };
     // A gap in it is restored again whole into an empty topic (the advice
     // above): the damage then stops that restore too, so it goes in two
     // parts there, never appended into the target with the gap.
@@ -822,15 +804,49 @@ fn next_step_past_damage(
         // Named for the empty topic, not the target with the gap; part 1
         // keeps the command's own --from, part 2 replaces it.
         return format!(
-            "{}. The damage stays in {damaged} too: restoring it again stops there while it does (cairn verify says what is damaged, and names the damaged entry's offsets), so restore it into the empty topic in two parts, each the same command with {part} --rename {}=<the empty topic>, in place of its own --topic, --partition and any --rename, without --resume or --append: first with --to the damaged entry's first offset, then with --from an offset past the damaged entry (in place of its own --from) and --append",
-            next_step_around(cfg, &others, true),
+            "{rest}. The damage stays in {damaged} too: restoring it again stops there while it does (cairn verify says what is damaged, and names the damaged entry's offsets), so restore it into the empty topic in two parts, each the same command with {part} --rename {}=<the empty topic>, in place of its own --topic, --partition and any --rename, without --resume or --append: first with --to the damaged entry's first offset, then with --from an offset past the damaged entry (in place of its own --from) and --append",
             damaged.topic,
         );
     }
+    let rename = rename_of(cfg, &damaged.topic);
+    let in_place = in_place_of(cfg, &["--topic", "--partition", "--from"]);
+    let once_repaired = match standing {
+        // Its own --from kept: --resume starts an empty target there.
+        Some(Standing::Resume(_)) if cfg.offset_header.is_some() && !cfg.append => format!(
+            "once it is repaired, the same command with --resume and {part}{rename}, in place of its own {}; ",
+            in_place_of(cfg, &["--topic", "--partition"])
+        ),
+        Some(Standing::Resume(o) | Standing::AppendFrom(o)) => format!(
+            "once it is repaired, the same command with {part} --from {o}{rename} and --append, in place of its own {in_place}, without --resume; "
+        ),
+        _ => String::new(),
+    };
     format!(
-        "{}. The damage stays in {damaged}: a rerun of it stops there again while it does (cairn verify says what is damaged); {once_repaired}to skip the damaged records instead, the same command with {part} --from an offset past the damaged entry (cairn verify names its offsets){rename} and --append, {in_place}, without --resume",
-        next_step_around(cfg, &others, true),
+        "{rest}. The damage stays in {damaged}: a rerun of it stops there again while it does (cairn verify says what is damaged); {once_repaired}to skip the damaged records instead, the same command with {part} --from an offset past the damaged entry (cairn verify names its offsets){rename} and --append, in place of its own {in_place}, without --resume"
     )
+}
+
+/// ` --rename T=TO` for archived topic `topic` when the command renames
+/// it, else nothing: only this topic's rename, since a rerun for one of
+/// its partitions restores only this topic, and a rename of another
+/// would be refused.
+fn rename_of(cfg: &RestoreConfig, topic: &str) -> String {
+    cfg.rename
+        .get(topic)
+        .map_or(String::new(), |to| format!(" --rename {topic}={to}"))
+}
+
+/// The flags a named rerun stands in for, as "A, B and C", with every
+/// `--rename` among them when the command has any.
+fn in_place_of(cfg: &RestoreConfig, flags: &[&str]) -> String {
+    let mut all = flags.to_vec();
+    if !cfg.rename.is_empty() {
+        all.push("every --rename");
+    }
+    match all.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+        _ => all.concat(),
+    }
 }
 
 /// [`next_step`]; `damage` when a partition was left out for damage, so
@@ -903,30 +919,17 @@ fn finish_the_rest(
                 } else {
                     String::new()
                 };
-                // Only this topic's rename: the rerun restores only this
-                // topic, and a rename of another would be refused.
-                let rename = cfg.rename.get(&p.source.topic).map_or(String::new(), |to| {
-                    format!(" --rename {}={to}", p.source.topic)
-                });
                 format!(
-                    "--topic {} --partition {}{from}{rename}",
-                    p.source.topic, p.source.partition
+                    "--topic {} --partition {}{from}{}",
+                    p.source.topic,
+                    p.source.partition,
+                    rename_of(cfg, &p.source.topic)
                 )
             })
             .collect();
         each.join(", ")
     };
-    // The flags each named command stands in for.
-    let in_place_of = |flags: &[&str]| {
-        let mut all = flags.to_vec();
-        if !cfg.rename.is_empty() {
-            all.push("every --rename");
-        }
-        match all.split_last() {
-            Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
-            _ => all.concat(),
-        }
-    };
+    let in_place_of = |flags: &[&str]| in_place_of(cfg, flags);
     let append = |left: &[(&PartitionRestore, i64)]| {
         format!(
             "rerun the same command once for each of [{}], with --append, in place of its own {}",
