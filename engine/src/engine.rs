@@ -1112,26 +1112,21 @@ impl Engine {
             // The failing step, for the poison: the fsync, or the view's
             // checks after one that succeeded (until 2026-12-06 both were
             // called a failed fsync).
+            let view_bug = |why: String| Err((DURABLE_VIEW_OP, std::io::Error::other(why)));
             let res = res.map_err(|e| ("fsync", e)).and_then(|()| {
-                fail::fail_point!(FAILPOINT_VIEW_CHECK, |_| Err((
-                    DURABLE_VIEW_OP,
-                    std::io::Error::other("injected by the failpoint"),
-                )));
+                fail::fail_point!(FAILPOINT_VIEW_CHECK, |_| view_bug(
+                    "injected by the failpoint".into()
+                ));
                 if target < c.synced_seq || changes.lsn < c.durable.lsn {
-                    Err((
-                        DURABLE_VIEW_OP,
-                        std::io::Error::other(format!(
-                            "the durable view would go backwards (seq {target} < {}, or lsn {} < {}): a bug",
-                            c.synced_seq, changes.lsn, c.durable.lsn
-                        )),
+                    view_bug(format!(
+                        "the durable view would go backwards (seq {target} < {}, or lsn {} < {}): a bug",
+                        c.synced_seq, changes.lsn, c.durable.lsn
                     ))
                 } else if !changes.reach_snapshot(&c.durable) {
-                    Err((
-                        DURABLE_VIEW_OP,
-                        std::io::Error::other(
-                            "the durable view updated with a sync's changes would not be the sync's snapshot: a bug",
-                        ),
-                    ))
+                    view_bug(
+                        "the durable view updated with a sync's changes would not be the sync's snapshot: a bug"
+                            .into(),
+                    )
                 } else {
                     Ok(())
                 }

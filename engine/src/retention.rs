@@ -245,7 +245,14 @@ impl TruncationPass<'_> {
     /// its result, unless the sync fails (the engine poisoned), which
     /// outranks it (its error is then logged).
     pub fn finish_after<T>(self, done: Result<T>) -> Result<T> {
-        after_sync(done, self.finish())
+        match (done, self.finish()) {
+            (done, Ok(())) => done,
+            (Ok(_), Err(s)) => Err(s),
+            (Err(e), Err(s)) => {
+                tracing::error!(error = %e, "a truncation failed, and making its pass's earlier deletions durable failed after it");
+                Err(s)
+            }
+        }
     }
 
     /// The steps so far made durable. The lock is kept: between two steps
@@ -275,19 +282,6 @@ impl Drop for TruncationPass<'_> {
             tracing::error!(error = %e, "a truncation pass dropped unfinished could not make its deletions durable");
         }
         self.held = None;
-    }
-}
-
-/// A truncation's result once its pass has synced: a failed sync (the
-/// engine poisoned) outranks the truncation's own error, which is logged.
-fn after_sync<T>(truncated: Result<T>, synced: Result<()>) -> Result<T> {
-    match (truncated, synced) {
-        (truncated, Ok(())) => truncated,
-        (Ok(_), Err(s)) => Err(s),
-        (Err(e), Err(s)) => {
-            tracing::error!(error = %e, "a truncation failed, and making its pass's earlier deletions durable failed after it");
-            Err(s)
-        }
     }
 }
 
