@@ -671,7 +671,7 @@ fn shown_parse_error(text: &str, e: &toml::de::Error) -> String {
     let Some(span) = e.span() else {
         return e.to_string();
     };
-    if !crate::librdkafka::names_a_credential(&text.to_ascii_lowercase()) {
+    if !crate::librdkafka::names_a_credential(text) {
         return e.to_string();
     }
     let from = span.start.min(text.len());

@@ -255,6 +255,7 @@ pub(crate) fn refuse_two_names(
 /// and key file locations; those are shown, since a user needs them to
 /// tell two settings apart and they hold no secret themselves.)
 pub(crate) fn names_a_credential(text: &str) -> bool {
+    let text = text.to_ascii_lowercase();
     [
         "password",
         "passphrase",
@@ -267,7 +268,7 @@ pub(crate) fn names_a_credential(text: &str) -> bool {
     // In any letter case: librdkafka takes `SASL.PASSWORD` as an unknown
     // property and says so, quoting it (until 2026-12-06 its value was
     // shown where the name was not in lower case; found in review).
-    .any(|s| text.to_ascii_lowercase().contains(s))
+    .any(|s| text.contains(s))
 }
 
 /// `key=value` as an error may show it: the value of a property that

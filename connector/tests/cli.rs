@@ -1734,20 +1734,25 @@ fn unreachable_broker_names_the_brokers() {
     // says what to check (since 2026-12-05).
     let conf = tempfile::tempdir().unwrap();
     let file = conf.path().join("b.toml");
+    let run_with_file = |extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            "--config",
+            file.to_str().unwrap(),
+            "--group",
+            "g",
+            "--topics",
+            "t",
+            "--data",
+            data,
+            "--connect-timeout-ms",
+            "300",
+        ];
+        args.extend_from_slice(extra);
+        cairn(&args)
+    };
     std::fs::write(&file, "brokers = \"127.0.0.1:1\"\n").unwrap();
-    let (code, _, err) = cairn(&[
-        "run",
-        "--config",
-        file.to_str().unwrap(),
-        "--group",
-        "g",
-        "--topics",
-        "t",
-        "--data",
-        data,
-        "--connect-timeout-ms",
-        "300",
-    ]);
+    let (code, _, err) = run_with_file(&[]);
     assert_ne!(code, 0);
     assert!(
         err.contains(&format!("127.0.0.1:1 (brokers set in {})", file.display()))
@@ -1765,21 +1770,7 @@ fn unreachable_broker_names_the_brokers() {
         "brokers = \"127.0.0.1:1\"\ntopics = [\"a\", \"b\"]\n[kafka]\n\"linger.ms\" = \"5\"\n",
     )
     .unwrap();
-    let (code, _, err) = cairn(&[
-        "run",
-        "--config",
-        file.to_str().unwrap(),
-        "--group",
-        "g",
-        "--topics",
-        "t",
-        "--data",
-        data,
-        "--connect-timeout-ms",
-        "300",
-        "-X",
-        "linger.ms=7",
-    ]);
+    let (code, _, err) = run_with_file(&["-X", "linger.ms=7"]);
     assert_ne!(code, 0);
     assert!(
         err.contains("override these keys of the config file")

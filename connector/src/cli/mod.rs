@@ -163,7 +163,7 @@ pub fn shown_command_line(args: &[std::ffi::OsString]) -> Option<Vec<std::ffi::O
     /// The key of `kv` (`key=value`, or a bare key) if it names a credential.
     fn credential_key(kv: &str) -> Option<&str> {
         let key = kv.split_once('=').map_or(kv, |(k, _)| k);
-        crate::librdkafka::names_a_credential(&key.to_ascii_lowercase()).then_some(key)
+        crate::librdkafka::names_a_credential(key).then_some(key)
     }
     let mut shown = Vec::with_capacity(args.len());
     let (mut hid, mut after_secret) = (false, false);

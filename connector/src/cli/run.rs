@@ -322,17 +322,12 @@ impl RunArgs {
         // The file's settings no flag overrides: an error about one names
         // it as `-X` (the form every source shares), so it says where it
         // came from too.
-        let from_file: Vec<String> = kafka
+        // And those a flag overrides, said at the start.
+        let (overridden_x, from_file): (Vec<String>, Vec<String>) = kafka
             .keys()
-            .filter(|k| !self.kafka.iter().any(|(f, _)| f == *k))
             .cloned()
-            .collect();
-        overridden.extend(
-            kafka
-                .keys()
-                .filter(|k| self.kafka.iter().any(|(f, _)| f == *k))
-                .map(|k| format!("kafka.{k}")),
-        );
+            .partition(|k| self.kafka.iter().any(|(f, _)| f == k));
+        overridden.extend(overridden_x.iter().map(|k| format!("kafka.{k}")));
         kafka.extend(super::kafka_flags(self.kafka)?);
         c.kafka = kafka;
         c.rebind_topics = self.rebind_topic;
