@@ -232,6 +232,14 @@ impl TruncationPass<'_> {
         Ok((offset, report, finished))
     }
 
+    /// Whether deletions of the pass wait to be made durable (by the
+    /// pass's next sync: at a bound, before a partition's next step, or at
+    /// [`finish`](Self::finish)). A caller that reports each partition's
+    /// deletion holds its report back while this is so.
+    pub fn waiting(&self) -> bool {
+        self.unsynced_seq.is_some()
+    }
+
     /// Make the pass's deletions durable (one wait for all of them) and
     /// let go of the truncation lock. A failed fsync poisons the engine,
     /// as any sync's does, and is returned.
