@@ -21,7 +21,13 @@
 //!
 //! Then, at each size, one retention pass (`pruner::prune`) that deletes
 //! an entry or more of every partition: its wall time and the engine's
-//! fsyncs during it (one per partition until 2026-12-06).
+//! fsyncs during it (one per partition until 2026-12-06). Then the same
+//! with the `cairn prune` command line (`cairn prune --keep-bytes 100B`,
+//! after one more record each): the whole command's wall time, its open
+//! and close of the archive included (one fsync per partition pruned until
+//! 2026-12-06). The binary is the `cairn` beside this harness (built with
+//! `cargo build --release --bin cairn`), or `$CAIRN_BIN`, to time
+//! another build's.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -56,6 +62,8 @@ struct Figures {
     prune_ms: u64,
     prune_fsyncs: u64,
     pruned: u64,
+    /// `cairn prune` of one entry of every partition, the whole command.
+    command_prune_ms: u64,
 }
 
 fn measure(dir: &std::path::Path, count: usize, puts: usize) -> Figures {
@@ -129,7 +137,14 @@ fn measure(dir: &std::path::Path, count: usize, puts: usize) -> Figures {
     let _ = sink.stop();
     drop(sink);
     let (prune_ms, prune_fsyncs, pruned) = prune_pass(&engine, &tps, &consumed);
-    drop(engine);
+    let consumed: BTreeMap<TopicPartition, i64> =
+        consumed.into_iter().map(|(tp, o)| (tp, o + 1)).collect();
+    one_more_each(&engine, &tps, &consumed);
+    Arc::into_inner(engine)
+        .expect("the harness's alone")
+        .close()
+        .expect("close");
+    let command_prune_ms = command_prune(&path, &tps, &consumed);
     let _ = std::fs::remove_dir_all(&path);
     Figures {
         partitions: count,
@@ -140,7 +155,73 @@ fn measure(dir: &std::path::Path, count: usize, puts: usize) -> Figures {
         prune_ms,
         prune_fsyncs,
         pruned,
+        command_prune_ms,
     }
+}
+
+/// One more 100-byte record in every partition, at its offset in `next`.
+fn one_more_each(engine: &Engine, tps: &[TopicPartition], next: &BTreeMap<TopicPartition, i64>) {
+    for chunk in tps.chunks(1000) {
+        let batches: Vec<RecordBatch> = chunk
+            .iter()
+            .map(|tp| RecordBatch {
+                tp: tp.clone(),
+                records: vec![Record::with_value(next[tp], vec![b'v'; 100])],
+            })
+            .collect();
+        engine.append(&batches).expect("one more record each");
+    }
+}
+
+/// `cairn prune --keep-bytes 100B` of the archive at `path`, whose every
+/// partition holds one entry more than that: the command's wall time in
+/// milliseconds, checked to have pruned every partition (its totals line,
+/// and the first offsets read back after it).
+fn command_prune(
+    path: &std::path::Path,
+    tps: &[TopicPartition],
+    newest: &BTreeMap<TopicPartition, i64>,
+) -> u64 {
+    let bin = std::env::var_os("CAIRN_BIN").map_or_else(
+        || {
+            std::env::current_exe()
+                .expect("this harness's path")
+                .with_file_name("cairn")
+        },
+        std::path::PathBuf::from,
+    );
+    let t0 = Instant::now();
+    let out = std::process::Command::new(&bin)
+        .args(["prune", "--keep-bytes", "100B", "--data"])
+        .arg(path)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (build it: cargo build --release --bin cairn)",
+                bin.display()
+            )
+        });
+    let took = t0.elapsed();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}: {}\n{stdout}{}",
+        bin.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let n = tps.len();
+    assert!(
+        stdout.contains(&format!(" in {n} of {n} partitions")),
+        "{stdout}"
+    );
+    let engine = Engine::open(EngineConfig::new(path)).expect("reopen");
+    for tp in tps {
+        let p = engine.partition(tp).expect("archived");
+        assert_eq!(p.first_offset, newest[tp], "only the newest entry kept");
+    }
+    engine.close().expect("close");
+    took.as_millis() as u64
 }
 
 /// One retention pass that deletes an entry of every partition: each gets
@@ -152,16 +233,7 @@ fn prune_pass(
     tps: &[TopicPartition],
     consumed: &BTreeMap<TopicPartition, i64>,
 ) -> (u64, u64, u64) {
-    for chunk in tps.chunks(1000) {
-        let batches: Vec<RecordBatch> = chunk
-            .iter()
-            .map(|tp| RecordBatch {
-                tp: tp.clone(),
-                records: vec![Record::with_value(consumed[tp], vec![b'v'; 100])],
-            })
-            .collect();
-        engine.append(&batches).expect("one more record each");
-    }
+    one_more_each(engine, tps, consumed);
     let retention = Retention {
         age: None,
         partition_bytes_max: Some(100),
@@ -191,15 +263,15 @@ fn main() {
     let scratch = scratch::scratch();
     let dir = scratch.path().to_owned();
     println!("{puts} puts of one 100-byte record each, put + pre_commit as the worker calls them");
-    println!("| partitions | put p50 µs | step p50 µs | step p99 µs | idle pre_commit p50 µs | step p50 × 32's | idle × 32's | prune pass ms | its fsyncs |");
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("| partitions | put p50 µs | step p50 µs | step p99 µs | idle pre_commit p50 µs | step p50 × 32's | idle × 32's | prune pass ms | its fsyncs | cairn prune ms |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     let mut base: Option<(u64, u64)> = None;
     for count in [32, 1_000, 10_000] {
         let f = measure(&dir, count, puts);
         let (b_step, b_idle) =
             *base.get_or_insert((f.step_p50_us.max(1), f.bookkeeping_p50_us.max(1)));
         println!(
-            "| {} | {} | {} | {} | {} | {:.2} | {:.2} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {:.2} | {:.2} | {} | {} | {} |",
             f.partitions,
             f.put_p50_us,
             f.step_p50_us,
@@ -208,7 +280,8 @@ fn main() {
             f.step_p50_us as f64 / b_step as f64,
             f.bookkeeping_p50_us as f64 / b_idle as f64,
             f.prune_ms,
-            f.prune_fsyncs
+            f.prune_fsyncs,
+            f.command_prune_ms
         );
         assert_eq!(f.pruned, f.partitions as u64);
     }
