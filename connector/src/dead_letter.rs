@@ -4,9 +4,16 @@
 //! (`--on-oversize dead-letter --dead-letter-topic T`) before the run goes
 //! on.
 //!
-//! A dead letter keeps the record's key, value, headers and timestamp, and
-//! adds two headers: `cairn.dead-letter.reason` and
-//! `cairn.dead-letter.source` (`topic/partition@offset`).
+//! A dead letter keeps the record's key, value and headers, and adds
+//! `cairn.dead-letter.reason`, `cairn.dead-letter.source`
+//! (`topic/partition@offset`) and, when the record has one,
+//! `cairn.dead-letter.timestamp` (its timestamp, milliseconds since the
+//! epoch, in decimal). Its own timestamp is the time it is sent: the dead-
+//! letter topic's time-based retention counts from a record's timestamp,
+//! so a dead letter of a record older than that retention (a backlog being
+//! caught up) would be deleted minutes after Kafka acknowledged it, and
+//! then be neither archived nor dead-lettered (until 2026-12-06 the
+//! record's own timestamp was sent).
 //!
 //! # Invariants
 //! - A dead letter is acknowledged by Kafka (idempotent producer, all
@@ -36,6 +43,10 @@ use crate::librdkafka::{log_ignoring_confwarn, message_timeout_ms};
 pub const REASON_HEADER: &str = "cairn.dead-letter.reason";
 /// Header naming where a dead letter came from: `topic/partition@offset`.
 pub const SOURCE_HEADER: &str = "cairn.dead-letter.source";
+/// Header holding the record's own timestamp (milliseconds since the
+/// epoch, in decimal), when it has one: the dead letter's is the time it
+/// was sent.
+pub const TIMESTAMP_HEADER: &str = "cairn.dead-letter.timestamp";
 /// librdkafka's "any partition": the producer's partitioner picks.
 const ANY_PARTITION: i32 = -1;
 /// librdkafka's `message.timeout.ms` for dead letters, unless `-X` sets it.
@@ -47,6 +58,13 @@ const WAIT_MARGIN_MS: u64 = 5_000;
 /// message timeout.
 pub(crate) fn report_wait(message_timeout_ms: u64) -> Duration {
     Duration::from_millis(message_timeout_ms.saturating_add(WAIT_MARGIN_MS))
+}
+
+/// The timestamp `r` came with, for [`TIMESTAMP_HEADER`]: none when it
+/// has no timestamp type, or Kafka's -1 ("no timestamp").
+fn original_timestamp(r: &Record) -> Option<i64> {
+    (r.timestamp_type != cairn_engine::TimestampType::NotAvailable && r.timestamp_ms != -1)
+        .then_some(r.timestamp_ms)
 }
 
 /// The dead-letter producer of a run.
@@ -143,11 +161,21 @@ impl DeadLetters {
     /// Produce `r` of `tp` with its reason, and wait until Kafka has it.
     pub fn send(&self, tp: &TopicPartition, r: &Record, reason: &str) -> Result<()> {
         let source = format!("{tp}@{}", r.offset);
-        let extra = [
+        let timestamp = original_timestamp(r).map(|ts| ts.to_string());
+        let mut extra = vec![
             (REASON_HEADER, reason.as_bytes()),
             (SOURCE_HEADER, source.as_bytes()),
         ];
-        let record = to_base_record(r, &self.topic, ANY_PARTITION, (), &extra);
+        extra.extend(
+            timestamp
+                .as_deref()
+                .map(|ts| (TIMESTAMP_HEADER, ts.as_bytes())),
+        );
+        let mut record = to_base_record(r, &self.topic, ANY_PARTITION, (), &extra);
+        // Stamped by the producer as it sends: the topic's retention then
+        // counts from now, not from the record's own time (the header
+        // keeps that).
+        record.timestamp = None;
         let failed = |detail: String| ConnectorError::DeadLetterFailed {
             topic: tp.topic.clone(),
             partition: tp.partition,
@@ -172,7 +200,7 @@ impl DeadLetters {
                 // Refused before it was sent: librdkafka's words name the
                 // broker, whose limit is not what refused it.
                 Some(rdkafka::types::RDKafkaErrorCode::MessageSizeTooLarge) => format!(
-                    "{e}: refused by this producer, not the broker: the record ({} bytes of key, value and headers, and the dead letter's two headers) is over -X message.max.bytes ({}); raise it, or leave it unset (cairn then sets librdkafka's maximum)",
+                    "{e}: refused by this producer, not the broker: the record ({} bytes of key, value and headers, and the dead letter's own headers) is over -X message.max.bytes ({}); raise it, or leave it unset (cairn then sets librdkafka's maximum)",
                     r.payload_bytes(),
                     self.message_max_bytes
                 ),

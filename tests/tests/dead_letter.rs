@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cairn_connector::dead_letter::{REASON_HEADER, SOURCE_HEADER};
+use cairn_connector::dead_letter::{REASON_HEADER, SOURCE_HEADER, TIMESTAMP_HEADER};
 use cairn_connector::testing::WatchedSink;
 use cairn_connector::{ArchiveSink, ConnectorError, OnOversize, PipelineOptions, RunConfig};
 use cairn_engine::{Engine, EngineConfig, TopicPartition};
@@ -19,6 +19,8 @@ use rdkafka::{Offset, TopicPartitionList};
 
 const RECORDS: i64 = 10;
 const BIG: i64 = 5;
+/// The records' timestamp: 2001, older than any topic's retention.
+const PRODUCED_MS: i64 = 1_000_000_000_000;
 
 /// Records 0..10 to partition 0, all small but record 5 (2 kB).
 fn produce(k: &TestKafka) {
@@ -41,7 +43,8 @@ fn produce_big_at(k: &TestKafka, big: i64) {
             BaseRecord::<[u8], [u8]>::to(&k.topic)
                 .partition(0)
                 .key(b"k")
-                .payload(&value),
+                .payload(&value)
+                .timestamp(PRODUCED_MS),
         )
         .unwrap();
     }
@@ -86,6 +89,10 @@ fn an_oversize_record_is_dead_lettered_and_the_rest_archived_once() {
     let (k, dead) = source_and_dead_letter_topic("dl-source");
     let dir = tempfile::tempdir().unwrap();
     let cfg = dead_letter_config(&k, &dead, dir.path());
+    let started_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
     let report = run(&cfg, dir.path()).unwrap();
     assert_eq!(report.stats.records_dead_lettered, 1);
     assert_eq!(report.stats.records_written, RECORDS as u64 - 1);
@@ -141,8 +148,18 @@ fn an_oversize_record_is_dead_lettered_and_the_rest_archived_once() {
                 "2001 bytes, over --record-bytes-max 1000".to_owned()
             ),
             (SOURCE_HEADER.to_owned(), format!("{}/0@{BIG}", k.topic)),
+            (TIMESTAMP_HEADER.to_owned(), PRODUCED_MS.to_string()),
         ]
     );
+    // Stamped as sent, not with the record's time of 2001: the topic's
+    // retention would delete a dead letter of it minutes after it was
+    // acknowledged (until 2026-12-06 it was sent with it).
+    match m.timestamp() {
+        rdkafka::Timestamp::CreateTime(ms) => {
+            assert!(ms >= started_ms, "{ms}, before the run ({started_ms})")
+        }
+        other => panic!("{other:?}"),
+    }
     let (_, high) = c
         .fetch_watermarks(&dead, 0, Duration::from_secs(10))
         .unwrap();
