@@ -244,6 +244,13 @@ fn a_running_archive_serves_status_export_verify_and_prune() {
         report.contains("(live, as it stood") && report.contains("clean"),
         "{report}"
     );
+    // What it did not check is said, not left to the docs.
+    assert!(
+        report.contains(
+            "note: live: sled's own files and the cairn.durable watermark are not checked"
+        ),
+        "{report}"
+    );
 
     // prune: served too. A dry run deletes nothing; then partition 0 is
     // pruned to its newest entry's worth (none fits in 1 byte: all of its
