@@ -2584,6 +2584,16 @@ fn restore_puts_the_demo_archive_back_and_refuses_to_do_it_twice() {
     let d = data.to_str().unwrap();
     let (code, out, err) = cairn(&["demo", "--records", "3000", "--data", d]);
     assert_eq!(code, 0, "{out}{err}");
+    // The archive left for the reader holds no socket of its crashed run,
+    // which nothing serves (until 2026-12-06 it did).
+    let names: Vec<_> = std::fs::read_dir(&data)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(
+        !names.iter().any(|n| n == "cairn.sock" || n == ".live"),
+        "{names:?}"
+    );
     let mb = TestBroker::start(&["restored:3", "narrow:2"]);
     let (restored, narrow) = (mb.topic("restored"), mb.topic("narrow"));
     let to_restored = format!("cairn-demo={restored}");
