@@ -146,6 +146,11 @@ pub struct PipelineOptions {
 /// librdkafka's `max.poll.interval.ms` when it cannot be read.
 const MAX_POLL_INTERVAL_MS_DEFAULT: u64 = 300_000;
 
+/// Failpoint: the end-of-partition events of the topic its argument names
+/// are not seen (`return(TOPIC)`), as when a stop or a revoke comes before
+/// the fetch's event (tests).
+pub const FAILPOINT_END_UNSEEN: &str = "consumer::end_unseen";
+
 /// The `max.poll.interval.ms` the consumer runs with, as librdkafka reads
 /// it (`-X` may give it in any form its `strtol` takes: hex, octal).
 pub(crate) fn max_poll_interval(cfg: &RunConfig) -> Duration {
@@ -373,6 +378,10 @@ impl Shared {
     /// 2026-12-04). An ordinary topic's partition catches up just past its
     /// last record, and is left out.
     fn reached_end(&mut self, m: &Taken<'_>) {
+        #[cfg(feature = "failpoints")]
+        if fail::eval(FAILPOINT_END_UNSEEN, |t| t.as_deref() == Some(m.topic())) == Some(true) {
+            return;
+        }
         let (offset, tp) = (m.offset(), TopicPartition::new(m.topic(), m.partition()));
         if offset < 0 || !self.assigned.contains(&tp) {
             return;
@@ -581,10 +590,19 @@ impl Shared {
     /// letters sent again; seen in review, 2026-12-05). Its first record
     /// taken is where its fetch began in the log: the offsets below it
     /// hold nothing for this run, so it has consumed up to there.
+    ///
+    /// The partition is caught up just past it at once, as a record taken
+    /// after it would carry it: a stop or a revoke that comes before the
+    /// fetch's end-of-partition event (or the next record) then commits
+    /// past it too, and a dead letter that ended its partition is not sent
+    /// again by the next run or owner (until 2026-12-06 only that event
+    /// carried it).
     fn set_aside(&mut self, tp: TopicPartition, offset: i64, first: bool) {
         if first && matches!(self.starts.get(&tp), Some(Start::Beginning | Start::End)) {
             self.consumed_from(&tp, offset);
         }
+        crate::commit::raise(&mut self.caught_up, &tp, offset.saturating_add(1));
+        self.pending_since.get_or_insert_with(Instant::now);
         self.set_aside.insert(tp, offset);
     }
 

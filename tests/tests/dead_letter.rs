@@ -255,6 +255,51 @@ fn a_dead_letter_that_ends_its_partition_is_committed_past_and_sent_once() {
     assert_eq!(high, 1, "one dead letter");
 }
 
+/// The same, with the fetch's end-of-partition event never seen, as when
+/// a stop or a revoke comes before it: the dead letter is committed past
+/// all the same, since the record set aside carries the partition's catch
+/// up as a record taken after it would (until 2026-12-06 only that event
+/// did, and a stop in between left the commit below the dead letter, which
+/// the next run or owner sent again).
+#[test]
+fn a_dead_letter_that_ends_its_partition_is_committed_past_before_the_end_event() {
+    init_logs();
+    let mut k = TestKafka::new("dl-no-end", 1);
+    let dead = k.create_topic("dl-no-end-dead-letters", 1);
+    produce_big_at(&k, RECORDS - 1);
+    // This topic's events only: the failpoints are the process's.
+    fail::cfg(
+        cairn_connector::consumer::FAILPOINT_END_UNSEEN,
+        &format!("return({})", k.topic),
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dead_letter_config(&k, &dead, dir.path());
+    let engine = Arc::new(
+        Engine::open(EngineConfig::new(dir.path()).record_bytes_max(cfg.record_bytes_max)).unwrap(),
+    );
+    let tp = TopicPartition::new(&cfg.topics[0], 0);
+    let opts = PipelineOptions {
+        done: Some(Box::new(move |c| c.get(&tp) == Some(&RECORDS))),
+        ..Default::default()
+    };
+    // Stopped, not failed, if the commit never gets there: said below.
+    let watchdog = cairn_tests::Watchdog::arm(opts.stop.clone(), Duration::from_secs(120));
+    let report = cairn_connector::run_pipeline(&cfg, Box::new(ArchiveSink::new(engine)), opts);
+    let stopped_by_watchdog = watchdog.disarm();
+    let report = report.unwrap();
+    assert_eq!(report.stats.records_dead_lettered, 1);
+    assert!(
+        !stopped_by_watchdog,
+        "the commit never passed the dead letter (committed {:?})",
+        k.committed("dead-letter-group", 1)
+    );
+    assert_eq!(k.committed("dead-letter-group", 1)[&0], RECORDS);
+    let again = run(&cfg, dir.path()).unwrap();
+    assert_eq!(again.stats.records_dead_lettered, 0);
+    fail::remove(cairn_connector::consumer::FAILPOINT_END_UNSEEN);
+}
+
 /// A partition that starts at its log's beginning (nothing archived,
 /// nothing committed) and holds only records set aside is committed past
 /// them, and the next run archives, skips and sends nothing (until
