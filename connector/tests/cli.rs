@@ -1349,7 +1349,7 @@ fn a_prune_whose_report_cannot_be_written_says_what_it_pruned() {
     let (code, err) = cairn_into_dev_full(&prune);
     assert_eq!(code, Some(1), "{err}");
     assert!(
-        err.contains("the prune stopped because its report could not be written, after 0 lines of it: each partition reported, the one it was reporting and perhaps a few after it are pruned")
+        err.contains("the prune stopped because its report could not be written, after 0 lines of it: each partition reported, the one it was reporting and each a warning names are pruned")
             && err.contains("No space left on device"),
         "{err}"
     );

@@ -97,6 +97,10 @@ pub struct TruncationPass<'e> {
     unsynced_seq: Option<u64>,
     unsynced_entries: u64,
     unsynced_frames: u64,
+    /// A sync of the pass failed (the engine is poisoned): whether its
+    /// deletions are durable is unknown, and [`finish`](Self::finish)
+    /// says so again, whatever was asked of the pass after it.
+    sync_failed: bool,
 }
 
 impl TruncationPass<'_> {
@@ -236,8 +240,10 @@ impl TruncationPass<'_> {
     /// pass's next sync: at a bound, before a partition's next step, or at
     /// [`finish`](Self::finish)). A caller that reports each partition's
     /// deletion holds its report back while this is so.
+    /// After a failed sync, always: the deletions it was to make durable
+    /// may not be, and no later sync of the pass tells.
     pub fn waiting(&self) -> bool {
-        self.unsynced_seq.is_some()
+        self.unsynced_seq.is_some() || self.sync_failed
     }
 
     /// Make the pass's deletions durable (one wait for all of them) and
@@ -270,11 +276,21 @@ impl TruncationPass<'_> {
     /// `finish` neither waits nor reports again).
     fn sync(&mut self) -> Result<()> {
         let Some(seq) = self.unsynced_seq.take() else {
-            return Ok(());
+            // Said again after a failed sync (never retried: the engine is
+            // poisoned, and this reads that), so that a finish after it
+            // does not pass for deletions made durable (seen in review,
+            // 2026-12-06: `cairn prune` then wrote the lines it held).
+            return if self.sync_failed {
+                self.engine.check_usable()
+            } else {
+                Ok(())
+            };
         };
         self.unsynced_entries = 0;
         self.unsynced_frames = 0;
-        self.engine.wait_seq(seq)
+        self.engine
+            .wait_seq(seq)
+            .inspect_err(|_| self.sync_failed = true)
     }
 }
 
@@ -286,8 +302,11 @@ impl Drop for TruncationPass<'_> {
     /// unwinding too: a panic in the sync itself (a bug) then aborts the
     /// process, which recovery on reopen handles as any crash.
     fn drop(&mut self) {
-        if let Err(e) = self.sync() {
-            tracing::error!(error = %e, "a truncation pass dropped unfinished could not make its deletions durable");
+        // Only what waits: a failed sync was reported where it failed.
+        if self.unsynced_seq.is_some() {
+            if let Err(e) = self.sync() {
+                tracing::error!(error = %e, "a truncation pass dropped unfinished could not make its deletions durable");
+            }
         }
         self.held = None;
     }
@@ -381,6 +400,7 @@ impl Engine {
             unsynced_seq: None,
             unsynced_entries: 0,
             unsynced_frames: 0,
+            sync_failed: false,
         }
     }
 

@@ -415,3 +415,59 @@ fn a_periodic_pass_cut_short_by_the_stop_ends_the_pruner_without_a_last_pass() {
         "the pass ends after t/0, and no last pass prunes t/1"
     );
 }
+
+/// A `cairn prune` whose fsync fails part-way writes no line for the
+/// partitions whose deletions that fsync was to make durable: their lines
+/// are held until the pass has made them durable, and its failed sync is
+/// said again at its finish (seen in review, 2026-12-06: the sync that
+/// failed had nothing left to wait for, the finish passed, and the lines
+/// were written as pruned). The archive reopens clean.
+#[test]
+fn a_prune_whose_fsync_fails_reports_no_deletion_it_held() {
+    use cairn_connector::cli::prune::{prune, Cut};
+    use cairn_connector::selection::Selection;
+    let _turn = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    // t/0..3: two entries each, both below the cut (their lines wait for
+    // the pass's sync); t/3: more entries below it than a step takes, so
+    // that the pass syncs before that partition's next step.
+    for p in 0..3 {
+        let tp = TopicPartition::new("t", p);
+        engine.write(&[batch(&tp, 0..5, 10)]).unwrap();
+        engine.write(&[batch(&tp, 5..10, 10)]).unwrap();
+    }
+    let cut = cairn_engine::TRUNCATE_ENTRIES_PER_STEP as i64 + 1;
+    let big = TopicPartition::new("t", 3);
+    for o in 0..=cut {
+        engine.write(&[batch(&big, o..o + 1, 10)]).unwrap();
+    }
+    engine.sync().unwrap();
+    let selection = Selection {
+        topics: vec!["t".into()],
+        ..Selection::default()
+    };
+    let mut lines = Vec::new();
+    let mut emit = |a: std::fmt::Arguments<'_>| {
+        lines.push(a.to_string());
+        Ok(())
+    };
+    let never = AtomicBool::new(false);
+    let armed = Armed::new(FAILPOINT_FLUSH_ERR, "return");
+    let pruned = prune(
+        &engine,
+        &selection,
+        Cut::Offset(cut),
+        false,
+        &never,
+        &mut emit,
+    );
+    drop(armed);
+    let e = pruned.expect_err("the fsync failed");
+    assert!(e.to_string().contains("poisoned"), "{e}");
+    assert!(lines.is_empty(), "reported as pruned: {lines:?}");
+    drop(engine);
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    assert!(engine.verify().unwrap().is_clean());
+    assert_eq!(engine.partition(&big).unwrap().next_offset, cut + 1);
+}

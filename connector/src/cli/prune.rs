@@ -300,10 +300,29 @@ fn unwritten_report(line: &str, lines: usize) -> String {
         "the prune is complete (every partition chosen was pruned as asked), but its report could not be written".into()
     } else {
         format!(
-            "the prune stopped because its report could not be written, after {lines} line{} of it: each partition reported, the one it was reporting and perhaps a few after it are pruned (durably); a rerun prunes the rest",
+            "the prune stopped because its report could not be written, after {lines} line{} of it: each partition reported, the one it was reporting and each a warning names are pruned (durably); a rerun prunes the rest",
             if lines == 1 { "" } else { "s" }
         )
     }
+}
+
+/// Write the lines of partitions whose deletions are durable to `emit`.
+/// Once one cannot be written, the rest are logged instead (each says a
+/// durable deletion: said somewhere, also to a live prune's run log), and
+/// the first error is returned.
+fn say_durable(
+    lines: impl Iterator<Item = String>,
+    emit: &mut dyn FnMut(std::fmt::Arguments<'_>) -> Result<()>,
+) -> Result<()> {
+    let mut unwritten = None;
+    for line in lines {
+        if unwritten.is_some() {
+            tracing::warn!(%line, "pruned (durably); its report line was not written");
+        } else if let Err(e) = emit(format_args!("{line}")) {
+            unwritten = Some(e);
+        }
+    }
+    unwritten.map_or(Ok(()), Err)
 }
 
 /// One prune of the selected partitions of `engine` below `cut` (or, with
@@ -312,7 +331,7 @@ fn unwritten_report(line: &str, lines: usize) -> String {
 /// error (a dry run, within 256 entries of its count). The
 /// selection and the cut are checked first, as the command line checks
 /// them: a running archive serves requests no command line built.
-pub(crate) fn prune(
+pub fn prune(
     engine: &Engine,
     selection: &Selection,
     cut: Cut,
@@ -409,9 +428,7 @@ pub(crate) fn prune(
                 before.next_offset
             ));
             if !pass.waiting() {
-                for line in unsynced_lines.drain(..) {
-                    emit(format_args!("{line}"))?;
-                }
+                say_durable(unsynced_lines.drain(..), emit)?;
             }
             if !finished {
                 return Err(stopped());
@@ -421,18 +438,27 @@ pub(crate) fn prune(
         Ok(())
     })();
     // The lines held back are written only once the pass has made their
-    // deletions durable; a failed sync (the engine poisoned) leaves them
-    // unsaid, and outranks how the loop ended.
+    // deletions durable. A failed sync (the engine poisoned, by this pass
+    // or by the run) leaves their durability unknown, and outranks how
+    // the loop ended: they are logged as such, not reported as pruned.
     if let Err(synced) = pass.finish() {
         if let Err(e) = looped {
             tracing::error!(error = %e, "a prune failed, and making its earlier deletions durable failed after it");
         }
+        for line in unsynced_lines {
+            tracing::warn!(%line, "deleted, but not known to be durable (the engine is poisoned): a reopen shows whether it stands");
+        }
         return Err(synced.into());
     }
-    for line in unsynced_lines {
-        emit(format_args!("{line}"))?;
+    match (looped, say_durable(unsynced_lines.into_iter(), emit)) {
+        (looped, Ok(())) => looped?,
+        (looped, Err(unwritten)) => {
+            if let Err(e) = looped {
+                tracing::error!(error = %e, "the prune had stopped on this error before its report could not be written");
+            }
+            return Err(unwritten);
+        }
     }
-    looped?;
     emit(format_args!(
         "{verb} {} records ({} payload bytes) in {} of {} partitions",
         total.deleted.records_deleted,
