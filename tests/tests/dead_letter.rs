@@ -19,8 +19,15 @@ use rdkafka::{Offset, TopicPartitionList};
 
 const RECORDS: i64 = 10;
 const BIG: i64 = 5;
-/// The records' timestamp: 2001, older than any topic's retention.
-const PRODUCED_MS: i64 = 1_000_000_000_000;
+/// The records' timestamp: an hour before the test began, which any
+/// broker takes (a real one with `CAIRN_TEST_BROKERS` too: a time of years
+/// ago would be deleted by its retention, or refused).
+static PRODUCED_MS: std::sync::LazyLock<i64> = std::sync::LazyLock::new(|| {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    now.as_millis() as i64 - 3_600_000
+});
 
 /// Records 0..10 to partition 0, all small but record 5 (2 kB).
 fn produce(k: &TestKafka) {
@@ -44,7 +51,7 @@ fn produce_big_at(k: &TestKafka, big: i64) {
                 .partition(0)
                 .key(b"k")
                 .payload(&value)
-                .timestamp(PRODUCED_MS),
+                .timestamp(*PRODUCED_MS),
         )
         .unwrap();
     }
@@ -151,9 +158,10 @@ fn an_oversize_record_is_dead_lettered_and_the_rest_archived_once() {
             (TIMESTAMP_HEADER.to_owned(), PRODUCED_MS.to_string()),
         ]
     );
-    // Stamped as sent, not with the record's time of 2001: the topic's
-    // retention would delete a dead letter of it minutes after it was
-    // acknowledged (until 2026-12-06 it was sent with it).
+    // Stamped as sent, not with the record's time of an hour before: the
+    // topic's retention would delete a dead letter of a record older than
+    // it minutes after it was acknowledged (until 2026-12-06 it was sent
+    // with the record's time).
     match m.timestamp() {
         rdkafka::Timestamp::CreateTime(ms) => {
             assert!(ms >= started_ms, "{ms}, before the run ({started_ms})")
