@@ -121,9 +121,9 @@ pub(crate) fn serve(
             panicked(&label, &*payload, &mut text)
         }
         Ok(Ok(mut r)) => {
-            // Said on every live report, "clean" or not: a monitor that
-            // reads only the verdict would take it for the stopped
-            // archive's, which checks more.
+            // Said on every live report of a check that ran to its end,
+            // "clean" or not: a monitor that reads only the verdict would
+            // take it for the stopped archive's, which checks more.
             r.notes.push(LIVE_LIMITS.to_owned());
             report(&label, &r, &mut text)
         }
