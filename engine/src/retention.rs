@@ -259,8 +259,12 @@ impl TruncationPass<'_> {
     /// its result, unless the sync fails (the engine poisoned), which
     /// outranks it (its error is then logged).
     pub fn finish_after<T>(self, done: Result<T>) -> Result<T> {
+        // A sync that failed inside the pass ended the work with its error:
+        // the finish says the same failure again, not a second one.
+        let failed_inside = self.sync_failed;
         match (done, self.finish()) {
             (done, Ok(())) => done,
+            (Err(e), Err(_)) if failed_inside => Err(e),
             (Ok(_), Err(s)) => Err(s),
             (Err(e), Err(s)) => {
                 tracing::error!(error = %e, "a truncation failed, and making its pass's earlier deletions durable failed after it");
