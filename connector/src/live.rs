@@ -290,9 +290,10 @@ struct Shared {
     /// Requests other than `status` being served ([`Slot`]).
     serving: AtomicUsize,
     /// Connections that have not sent their request line yet, oldest
-    /// first: when every place is taken, the oldest of them gives its
+    /// first, each with whether its first bytes were read: when every
+    /// place is taken, the oldest of them that has sent nothing gives its
     /// place to a new connection (see [`take`]).
-    waiting: Mutex<std::collections::VecDeque<u64>>,
+    waiting: Mutex<std::collections::VecDeque<(u64, bool)>>,
     /// Live backups being made ([`Slot`]): one at a time, as each checks
     /// the free space for its own copy only ([`room_for_backup`]).
     backing_up: AtomicUsize,
@@ -365,7 +366,10 @@ impl Shared {
     /// any: its read of the request ends, and its thread with it. One
     /// whose request has arrived, not yet read by its thread, is passed
     /// over: it is about to be served, and cut off, its client would be
-    /// told the run stopped.
+    /// told the run stopped. So is one whose thread has read bytes of its
+    /// request (a long line part-way in, with nothing left to peek, or one
+    /// read whole and waiting to be parsed: until 2026-12-06 those were
+    /// cut off for a newer connection, found by an audit).
     fn cut_off_oldest_waiting(&self) -> bool {
         // `waiting` is held to the end (and `streams` taken under it, the
         // one place two of these locks nest): a thread that has read its
@@ -378,12 +382,13 @@ impl Shared {
         let streams = lock(&self.streams);
         let victim = waiting
             .iter()
-            .copied()
+            .filter(|(_, heard)| !heard)
+            .map(|(id, _)| *id)
             .find(|id| !streams.iter().any(|(i, s)| i == id && request_arrived(s)));
         let Some(victim) = victim else {
             return false;
         };
-        waiting.retain(|i| *i != victim);
+        waiting.retain(|(i, _)| *i != victim);
         // Unlisted as it is cut off, not when its thread ends: the place
         // is the new connection's now, and a count that still held the
         // victim could cut off one more (its client reconnecting at once).
@@ -399,8 +404,16 @@ impl Shared {
     /// `cut_off_oldest_waiting` uses): its place is free at once.
     fn forget(&self, id: u64) {
         let mut waiting = lock(&self.waiting);
-        waiting.retain(|i| *i != id);
+        waiting.retain(|(i, _)| *i != id);
         unlist(&mut lock(&self.streams), id);
+    }
+
+    /// Connection `id`'s first bytes were read: it is sending its request,
+    /// and keeps its place ([`cut_off_oldest_waiting`](Self::cut_off_oldest_waiting)).
+    fn heard_from(&self, id: u64) {
+        if let Some(entry) = lock(&self.waiting).iter_mut().find(|(i, _)| *i == id) {
+            entry.1 = true;
+        }
     }
 
     /// Stop the run (its `on_poisoned` hook), for `why`.
@@ -696,7 +709,7 @@ fn take(
     match conn.try_clone() {
         Ok(c) => {
             lock(&shared.streams).push((id, c));
-            lock(&shared.waiting).push_back(id);
+            lock(&shared.waiting).push_back((id, false));
         }
         Err(e) => {
             tracing::warn!(error = %e, "live read: cannot keep the connection");
@@ -869,7 +882,7 @@ fn end_frame(end: &End) -> Vec<u8> {
 /// stops it then: before its client is answered, so that the answer comes
 /// after.
 fn serve(conn: UnixStream, id: u64, engine: &Engine, shared: &Shared) {
-    let Some((request, proof)) = read_request(&conn) else {
+    let Some((request, proof)) = read_request(&conn, &mut || shared.heard_from(id)) else {
         // The client hung up before sending anything: no one to answer.
         // Its place goes at once, off both lists under the locks the cut-off
         // takes (until 2026-12-05 it stayed counted among the places, off
@@ -885,8 +898,8 @@ fn serve(conn: UnixStream, id: u64, engine: &Engine, shared: &Shared) {
     // command again, and nothing is served.
     let cut_off = {
         let mut waiting = lock(&shared.waiting);
-        let listed = waiting.contains(&id);
-        waiting.retain(|i| *i != id);
+        let listed = waiting.iter().any(|(i, _)| *i == id);
+        waiting.retain(|(i, _)| *i != id);
         !listed
     };
     if cut_off {
@@ -1338,20 +1351,23 @@ fn room_for_backup(engine: &Engine, to: &Path, headroom: u64) -> Result<()> {
 /// `None` when the client hung up having sent nothing.
 fn read_request(
     conn: &UnixStream,
+    first_bytes: &mut dyn FnMut(),
 ) -> Option<(std::result::Result<Request, String>, Option<OwnedFd>)> {
     let mut sent_nothing = false;
     let mut proof = None;
-    let request = read_request_line(conn, &mut sent_nothing, &mut proof);
+    let request = read_request_line(conn, &mut sent_nothing, &mut proof, first_bytes);
     (!sent_nothing).then_some((request, proof))
 }
 
 /// [`read_request`]'s work; `sent_nothing` is set when the connection
 /// ended before its first byte, `proof` to the first file descriptor the
 /// client sent with its line ([`write_proof`]; any more are closed).
+/// `first_bytes` is called once its first bytes are read.
 fn read_request_line(
     conn: &UnixStream,
     sent_nothing: &mut bool,
     proof: &mut Option<OwnedFd>,
+    first_bytes: &mut dyn FnMut(),
 ) -> std::result::Result<Request, String> {
     let deadline = Instant::now() + REQUEST_TIMEOUT;
     let mut line = Vec::new();
@@ -1373,6 +1389,9 @@ fn read_request_line(
                 break Ok(());
             }
             Ok(n) => {
+                if line.is_empty() {
+                    first_bytes();
+                }
                 // Only the new bytes are searched for the newline: the
                 // line before them has none (a search of the whole line
                 // per read took quadratic time, seconds at megabytes).
@@ -2114,7 +2133,7 @@ mod tests {
         let shared = Shared::new(None);
         let (client, server) = UnixStream::pair().unwrap();
         lock(&shared.streams).push((7, server.try_clone().unwrap()));
-        lock(&shared.waiting).push_back(7);
+        lock(&shared.waiting).push_back((7, false));
         drop(client);
         serve(server, 7, &engine, &shared);
         assert!(lock(&shared.waiting).is_empty());
@@ -2136,6 +2155,58 @@ mod tests {
         (&server).read_exact(&mut b).unwrap();
         assert_eq!(&b, b"{");
         assert!(!request_arrived(&server), "taken now");
+    }
+
+    /// At the limit, the connection cut off for a new one is the oldest
+    /// that has sent nothing: one whose thread has read bytes of its
+    /// request (nothing left on its socket to peek) keeps its place (until
+    /// 2026-12-06 it was cut off, its client told to run the command
+    /// again), and when every waiting connection has sent something, none
+    /// is cut off (the new one is refused as busy).
+    #[test]
+    fn a_connection_part_way_through_its_request_keeps_its_place() {
+        use std::io::Write as _;
+        let shared = Shared::new(None);
+        let (mut sending, sending_server) = UnixStream::pair().unwrap();
+        let (_silent, silent_server) = UnixStream::pair().unwrap();
+        for (id, s) in [(1, &sending_server), (2, &silent_server)] {
+            lock(&shared.streams).push((id, s.try_clone().unwrap()));
+            lock(&shared.waiting).push_back((id, false));
+        }
+        // Connection 1's thread reads the first part of a long line: its
+        // socket is drained, the rest not sent yet.
+        sending.write_all(b"{\"command\":\"sta").unwrap();
+        let mut heard = 0;
+        let mut first_part = [0u8; 15];
+        (&sending_server).read_exact(&mut first_part).unwrap();
+        assert!(!request_arrived(&sending_server));
+        let read = {
+            // As `read_request_line` calls it on its first bytes (the
+            // rest of the line follows, then the connection closes).
+            sending.write_all(b"tus\"}\n").unwrap();
+            let mut proof = None;
+            let mut sent_nothing = false;
+            let r = read_request_line(&sending_server, &mut sent_nothing, &mut proof, &mut || {
+                heard += 1;
+                shared.heard_from(1)
+            });
+            r.map(|_| ())
+        };
+        // (The test's own read took the first bytes: the line's rest is
+        // what this read saw, and called back once for.)
+        assert_eq!(heard, 1);
+        assert!(read.is_err(), "not a whole request: {read:?}");
+        assert!(!request_arrived(&sending_server));
+        assert!(
+            shared.cut_off_oldest_waiting(),
+            "the silent one gives its place"
+        );
+        let ids: Vec<u64> = lock(&shared.waiting).iter().map(|(id, _)| *id).collect();
+        assert_eq!(ids, [1], "the one sending keeps it");
+        assert!(
+            !shared.cut_off_oldest_waiting(),
+            "none that sent nothing is left"
+        );
     }
 
     /// A run serves only clients of its own user and root.
