@@ -201,10 +201,11 @@ pub(crate) struct Shared {
     pending: BTreeMap<TopicPartition, Vec<Record>>,
     /// Where each partition's fetch caught up with its log end (librdkafka's
     /// end-of-partition event) since the last hand-over, where that is past
-    /// the last record taken (or where the partition started): the offsets
-    /// between held no record (transaction markers, an aborted
-    /// transaction's records). Handed over after the records buffered with
-    /// it (`SinkTask::caught_up`).
+    /// the last record taken (or where the partition started), or just past
+    /// a record set aside: the offsets between held no record to archive
+    /// (transaction markers, an aborted transaction's records, the record
+    /// set aside). Handed over after the records buffered with it
+    /// (`SinkTask::caught_up`).
     caught_up: BTreeMap<TopicPartition, i64>,
     /// Buffers to copy the next records into (`recycle.rs`).
     stash: crate::recycle::Stash,
@@ -600,6 +601,12 @@ impl Shared {
     fn set_aside(&mut self, tp: TopicPartition, offset: i64, first: bool) {
         if first && matches!(self.starts.get(&tp), Some(Start::Beginning | Start::End)) {
             self.consumed_from(&tp, offset);
+        }
+        // A partition resumed unchecked (its bounds unread): a record
+        // fetched from its start shows that start was in the log, as its
+        // end-of-partition event would.
+        if first {
+            self.confirm_unchecked_start(&tp, offset.saturating_add(1));
         }
         crate::commit::raise(&mut self.caught_up, &tp, offset.saturating_add(1));
         self.pending_since.get_or_insert_with(Instant::now);

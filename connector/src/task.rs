@@ -107,8 +107,10 @@
 //!    **`caught_up(positions)`** runs, after the puts of every record
 //!    below them, where the consumer caught up with a partition's log end
 //!    at an offset past the records handed over (or past where it
-//!    resumed): the offsets between held no record to archive (Kafka's
-//!    transaction markers, an aborted transaction's records). They count
+//!    resumed), or took a record it set aside (over `--record-bytes-max`:
+//!    skipped, or dead-lettered), just past it: the offsets between held
+//!    no record to archive (Kafka's transaction markers, an aborted
+//!    transaction's records, the record set aside). They count
 //!    as consumed once it returns, so a `pre_commit` may declare them
 //!    durable: one that has recorded them (the archive's), or one that
 //!    returns `consumed` as it is (harmless: they hold no record). The
@@ -699,7 +701,10 @@ impl SinkTask for ArchiveSink {
     /// `advance_partitions`), made durable by the next `pre_commit`'s sync.
     fn caught_up(&mut self, positions: &BTreeMap<TopicPartition, i64>) -> Result<(), TaskError> {
         let e = self.eng()?;
-        tracing::debug!(?positions, "caught up past offsets that held no record");
+        tracing::debug!(
+            ?positions,
+            "caught up past offsets that held no record to archive"
+        );
         e.advance_partitions(positions).map_err(engine_error)
     }
 
