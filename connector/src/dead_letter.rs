@@ -249,7 +249,7 @@ impl ProducerContext for Report {
                 Some(rdkafka::types::RDKafkaErrorCode::MessageSizeTooLarge) => Some(" (the dead-letter topic's max.message.bytes is below this record, whose key, value and headers are sent whole: raise it on the topic, or run with --on-oversize skip or fail)"),
                 // Sent with the time of sending, not the record's: only
                 // this machine's clock can be out of the topic's limits.
-                Some(rdkafka::types::RDKafkaErrorCode::InvalidTimestamp) => Some(" (the dead-letter topic refuses the time the dead letter was sent, which this machine's clock gave, as too far from the brokers' clock: its message.timestamp.before.max.ms and message.timestamp.after.max.ms, or message.timestamp.difference.max.ms on brokers before 3.6, are narrower than the difference; set this machine's clock right, or widen them on the topic)"),
+                Some(rdkafka::types::RDKafkaErrorCode::InvalidTimestamp) => Some(" (the dead-letter topic refuses the time the dead letter was sent, which this machine's clock gave, as too far from the brokers' clock: its message.timestamp.before.max.ms and message.timestamp.after.max.ms, or message.timestamp.difference.max.ms on brokers before 3.6, are narrower than the difference; set this machine's clock right, widen them on the topic, or set message.timestamp.type=LogAppendTime there, which stamps each record with the time it is written instead)"),
                 Some(code) => crate::librdkafka::produce_refusal_advice(code),
                 None => None,
             };

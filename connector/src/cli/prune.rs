@@ -319,6 +319,7 @@ fn say_durable(
         if unwritten.is_some() {
             tracing::warn!(%line, "pruned (durably); its report line was not written");
         } else if let Err(e) = emit(format_args!("{line}")) {
+            tracing::warn!(%line, "pruned (durably); its report line could not be written");
             unwritten = Some(e);
         }
     }
@@ -331,6 +332,7 @@ fn say_durable(
 /// error (a dry run, within 256 entries of its count). The
 /// selection and the cut are checked first, as the command line checks
 /// them: a running archive serves requests no command line built.
+#[doc(hidden)] // Public for the fault-injection tests (tests/).
 pub fn prune(
     engine: &Engine,
     selection: &Selection,
