@@ -71,15 +71,26 @@ fn run(
     cfg: &RunConfig,
     dir: &std::path::Path,
 ) -> cairn_connector::Result<cairn_connector::RunReport> {
+    let (sink, opts) = archive_until_committed(cfg, dir, RECORDS);
+    run_bounded(cfg, sink, opts)
+}
+
+/// The archive at `dir` as a sink, and options that end a run of `cfg`
+/// once Kafka's commit of partition 0 is `want`.
+fn archive_until_committed(
+    cfg: &RunConfig,
+    dir: &std::path::Path,
+    want: i64,
+) -> (Box<dyn cairn_connector::SinkTask>, PipelineOptions) {
     let engine = Arc::new(
         Engine::open(EngineConfig::new(dir).record_bytes_max(cfg.record_bytes_max)).unwrap(),
     );
     let tp = TopicPartition::new(&cfg.topics[0], 0);
     let opts = PipelineOptions {
-        done: Some(Box::new(move |c| c.get(&tp) == Some(&RECORDS))),
+        done: Some(Box::new(move |c| c.get(&tp) == Some(&want))),
         ..Default::default()
     };
-    run_bounded(cfg, Box::new(ArchiveSink::new(engine)), opts)
+    (Box::new(ArchiveSink::new(engine)), opts)
 }
 
 /// A source topic holding the test's records, and a dead-letter topic
@@ -295,18 +306,11 @@ fn run_until_committed(
     dir: &std::path::Path,
     want: i64,
 ) -> (cairn_connector::RunReport, bool) {
-    let engine = Arc::new(
-        Engine::open(EngineConfig::new(dir).record_bytes_max(cfg.record_bytes_max)).unwrap(),
-    );
-    let tp = TopicPartition::new(&cfg.topics[0], 0);
-    let opts = PipelineOptions {
-        done: Some(Box::new(move |c| c.get(&tp) == Some(&want))),
-        ..Default::default()
-    };
+    let (sink, opts) = archive_until_committed(cfg, dir, want);
     // Stopped, not failed, if the commit never gets there: the caller
     // says so.
     let watchdog = cairn_tests::Watchdog::arm(opts.stop.clone(), Duration::from_secs(120));
-    let report = cairn_connector::run_pipeline(cfg, Box::new(ArchiveSink::new(engine)), opts);
+    let report = cairn_connector::run_pipeline(cfg, sink, opts);
     let stopped_by_watchdog = watchdog.disarm();
     (report.unwrap(), !stopped_by_watchdog)
 }
