@@ -413,8 +413,9 @@ fn demo_config(brokers: &str, data: PathBuf, n: u64) -> RunConfig {
     cfg
 }
 
-/// Where the demo archives: `--data` if it is new or an empty folder,
-/// otherwise a new folder under the temp dir. The demo starts from nothing
+/// Where the demo archives: `--data` if it is new or an empty folder (any
+/// other `--data` is refused), or, without `--data`, a new folder under the
+/// temp dir. The demo starts from nothing
 /// and deletes nothing: a folder that holds anything (an archive of
 /// `cairn run`, say) is refused, not emptied.
 fn demo_dir(data: Option<PathBuf>) -> Result<PathBuf> {

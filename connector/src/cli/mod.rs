@@ -249,9 +249,9 @@ pub enum Command {
     Status(status::StatusArgs),
     /// Stream archived records out as JSON lines or raw values.
     Export(export::ExportArgs),
-    /// Re-read and check every byte of an archive.
+    /// Re-read and check every frame, index entry and summary of an archive (a running archive's: what the run can check, which it says).
     Verify(verify::VerifyArgs),
-    /// Produce archived records back into Kafka: same partitions, keys, values, headers and timestamps.
+    /// Produce archived records back into Kafka: same partitions, keys, values, headers and timestamps (as create time; see docs/OPERATIONS.md).
     Restore(restore::RestoreArgs),
     /// Delete archived records below an offset, a time or an age, per partition, or the oldest beyond a size.
     Prune(prune::PruneArgs),
