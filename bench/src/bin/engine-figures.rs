@@ -3,8 +3,10 @@
 //! `insert(one value)` + `flush` (not durable) and + `fdatasync` of the data
 //! file and an fsync of every blob file sled created (durable),
 //! records/s at 1000-record batches, open time of 1M vs 1k records, and
-//! the bytes each case made the process write per payload byte (write
-//! amplification, from `/proc/self/io`).
+//! the bytes each case made the process write per payload byte while its
+//! appends ran (write amplification, from `/proc/self/io`; until
+//! 2026-12-06 the store's creation, open and close were counted too,
+//! which at batch 1, 50 KB of payload a half, dwarfed the appends' own).
 //!
 //! `cargo run --release -p cairn-bench --bin engine-figures [-- iterations]`
 
@@ -51,14 +53,24 @@ impl Case {
     }
 }
 
-fn measure(payload_bytes: usize, f: impl FnOnce() -> (Histogram<u64>, Duration)) -> Case {
-    let w0 = written_bytes();
-    let (hist, elapsed) = f();
+/// A case from `f`'s timings and the bytes it wrote while its appends ran
+/// ([`Appends`]).
+fn measure(payload_bytes: usize, f: impl FnOnce() -> Appends) -> Case {
+    let a = f();
     Case {
-        hist,
-        elapsed,
-        amplification: (written_bytes() - w0) as f64 / payload_bytes as f64,
+        hist: a.hist,
+        elapsed: a.elapsed,
+        amplification: a.written_bytes as f64 / payload_bytes as f64,
     }
+}
+
+/// What a case's appends took: their timings, their summed time, and the
+/// bytes the process wrote from the first to the last (not the store's
+/// creation, open or close).
+struct Appends {
+    hist: Histogram<u64>,
+    elapsed: Duration,
+    written_bytes: u64,
 }
 
 #[path = "../scratch.rs"]
@@ -69,7 +81,7 @@ fn us(d: Duration) -> u64 {
     d.as_micros() as u64
 }
 
-fn engine_p50(batch: usize, iters: usize) -> (Histogram<u64>, Duration) {
+fn engine_p50(batch: usize, iters: usize) -> Appends {
     let dir = scratch();
     let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
     let tp = TopicPartition::new("b", 0);
@@ -77,6 +89,7 @@ fn engine_p50(batch: usize, iters: usize) -> (Histogram<u64>, Duration) {
     // Only the appends are timed: the records are built before and freed
     // after, as the sled baselines reuse one prebuilt value.
     let mut total = Duration::ZERO;
+    let w0 = written_bytes();
     for i in 0..iters {
         let b = [records(&tp, (i * batch) as i64, batch)];
         let t = Instant::now();
@@ -86,7 +99,11 @@ fn engine_p50(batch: usize, iters: usize) -> (Histogram<u64>, Duration) {
         h.record(us(took).max(1)).unwrap();
         drop(b);
     }
-    (h, total)
+    Appends {
+        hist: h,
+        elapsed: total,
+        written_bytes: written_bytes() - w0,
+    }
 }
 
 /// Appends of 1000 records spread over `partitions` partitions (a frame
@@ -157,12 +174,7 @@ fn sync_new_blobs(
     }
 }
 
-fn sled_p50(
-    batch: usize,
-    iters: usize,
-    fdatasync: bool,
-    layout: Layout,
-) -> (Histogram<u64>, Duration) {
+fn sled_p50(batch: usize, iters: usize, fdatasync: bool, layout: Layout) -> Appends {
     let dir = scratch();
     let mut cfg = sled::Config::new()
         .path(dir.path())
@@ -178,6 +190,7 @@ fn sled_p50(
     let mut h = Histogram::<u64>::new(3).unwrap();
     // Timed like the engine's case: the sum of the appends alone.
     let mut total = Duration::ZERO;
+    let w0 = written_bytes();
     for i in 0..iters as u64 {
         let t = Instant::now();
         match layout {
@@ -204,7 +217,11 @@ fn sled_p50(
         total += took;
         h.record(us(took).max(1)).unwrap();
     }
-    (h, total)
+    Appends {
+        hist: h,
+        elapsed: total,
+        written_bytes: written_bytes() - w0,
+    }
 }
 
 /// Set for a child that fills a store (`DIR:RECORDS`), says so, and waits
