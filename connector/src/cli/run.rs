@@ -93,7 +93,7 @@ pub struct RunArgs {
     /// run only; not a config file key.
     #[arg(long, value_name = "TOPIC", value_delimiter = ',')]
     pub rebind_topic: Vec<String>,
-    /// TOML file with the keys of these flags (not --rebind-topic or --log-format; -X as a [kafka] table); flags win.
+    /// TOML file with the keys of these flags (not --rebind-topic or --log-format; -X as a table named kafka); flags win.
     #[arg(long)]
     pub config: Option<PathBuf>,
 }
