@@ -289,11 +289,11 @@ struct Shared {
     streams: Mutex<Vec<(u64, UnixStream)>>,
     /// Requests other than `status` being served ([`Slot`]).
     serving: AtomicUsize,
-    /// Connections that have not sent their request line yet, oldest
-    /// first, each with whether its first bytes were read: when every
-    /// place is taken, the oldest of them that has sent nothing gives its
-    /// place to a new connection (see [`take`]).
-    waiting: Mutex<std::collections::VecDeque<(u64, bool)>>,
+    /// Connections whose request line is not yet taken, oldest first,
+    /// each with how much of it was read: when every place is taken, the
+    /// oldest that sent nothing gives its place to a new connection, else
+    /// the oldest part-way through its line (see [`take`]).
+    waiting: Mutex<std::collections::VecDeque<(u64, Heard)>>,
     /// Live backups being made ([`Slot`]): one at a time, as each checks
     /// the free space for its own copy only ([`room_for_backup`]).
     backing_up: AtomicUsize,
@@ -345,6 +345,16 @@ fn hung_up(stream: &UnixStream) -> bool {
     peek(stream) == Some(0)
 }
 
+/// How much of a connection's request line its thread has read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Heard {
+    Nothing,
+    /// Bytes of it, not its end.
+    Part,
+    /// All of it, to its newline.
+    Whole,
+}
+
 fn busy() -> String {
     format!("the running cairn is already serving as many requests as it takes ({CONNECTIONS_MAX}, and one more status); try again when one has finished")
 }
@@ -363,13 +373,15 @@ impl Shared {
     }
 
     /// Cuts off the oldest connection that has sent no request yet, if
-    /// any: its read of the request ends, and its thread with it. One
-    /// whose request has arrived, not yet read by its thread, is passed
-    /// over: it is about to be served, and cut off, its client would be
-    /// told the run stopped. So is one whose thread has read bytes of its
-    /// request (a long line part-way in, with nothing left to peek, or one
-    /// read whole and waiting to be parsed: until 2026-12-06 those were
-    /// cut off for a newer connection, found by an audit).
+    /// any, else the oldest part-way through its request line: its read of
+    /// the request ends, and its thread with it. One whose bytes wait on
+    /// its socket, not yet read by its thread, is passed over: it is about
+    /// to be served, and cut off, its client would be told the run
+    /// stopped. So is one whose line was read whole (waiting to be
+    /// parsed). Until 2026-12-06 (an audit) one part-way through its line
+    /// was cut off as readily as a silent one, whatever silent ones there
+    /// were; it is still cut off when none is left, so that stalled
+    /// clients cannot keep the places (and `status`) from others.
     fn cut_off_oldest_waiting(&self) -> bool {
         // `waiting` is held to the end (and `streams` taken under it, the
         // one place two of these locks nest): a thread that has read its
@@ -380,11 +392,15 @@ impl Shared {
         // serve it, a prune included, to a client told to run it again.
         let mut waiting = lock(&self.waiting);
         let streams = lock(&self.streams);
-        let victim = waiting
-            .iter()
-            .filter(|(_, heard)| !heard)
-            .map(|(id, _)| *id)
-            .find(|id| !streams.iter().any(|(i, s)| i == id && request_arrived(s)));
+        let idle = |id: &u64| !streams.iter().any(|(i, s)| i == id && request_arrived(s));
+        let oldest = |of: Heard| {
+            waiting
+                .iter()
+                .filter(|(_, heard)| *heard == of)
+                .map(|(id, _)| *id)
+                .find(idle)
+        };
+        let victim = oldest(Heard::Nothing).or_else(|| oldest(Heard::Part));
         let Some(victim) = victim else {
             return false;
         };
@@ -408,11 +424,12 @@ impl Shared {
         unlist(&mut lock(&self.streams), id);
     }
 
-    /// Connection `id`'s first bytes were read: it is sending its request,
-    /// and keeps its place ([`cut_off_oldest_waiting`](Self::cut_off_oldest_waiting)).
-    fn heard_from(&self, id: u64) {
+    /// How much of connection `id`'s request line was read
+    /// ([`cut_off_oldest_waiting`](Self::cut_off_oldest_waiting) chooses
+    /// by it).
+    fn heard_from(&self, id: u64, heard: Heard) {
         if let Some(entry) = lock(&self.waiting).iter_mut().find(|(i, _)| *i == id) {
-            entry.1 = true;
+            entry.1 = heard;
         }
     }
 
@@ -683,11 +700,12 @@ fn unlist(streams: &mut Vec<(u64, UnixStream)>, id: u64) {
 
 /// Serve `conn` on a thread of its own, or refuse it as busy.
 ///
-/// When every place is taken and some connection has still sent no
-/// request, the oldest such one is cut off and `conn` takes its place: a
-/// client sends its request at once, so connections that sent nothing
-/// (held up to [`REQUEST_TIMEOUT`] each) must not turn `status`, or
-/// anything, away. Only requests being answered fill the places for good.
+/// When every place is taken and some connection has still not sent its
+/// whole request, the oldest that sent nothing (else the oldest part-way
+/// through its line) is cut off and `conn` takes its place: a client sends
+/// its request at once, so connections that have not (held up to
+/// [`REQUEST_TIMEOUT`] each) must not turn `status`, or anything, away.
+/// Only requests being answered fill the places for good.
 fn take(
     mut conn: UnixStream,
     id: u64,
@@ -709,7 +727,7 @@ fn take(
     match conn.try_clone() {
         Ok(c) => {
             lock(&shared.streams).push((id, c));
-            lock(&shared.waiting).push_back((id, false));
+            lock(&shared.waiting).push_back((id, Heard::Nothing));
         }
         Err(e) => {
             tracing::warn!(error = %e, "live read: cannot keep the connection");
@@ -882,7 +900,8 @@ fn end_frame(end: &End) -> Vec<u8> {
 /// stops it then: before its client is answered, so that the answer comes
 /// after.
 fn serve(conn: UnixStream, id: u64, engine: &Engine, shared: &Shared) {
-    let Some((request, proof)) = read_request(&conn, &mut || shared.heard_from(id)) else {
+    let Some((request, proof)) = read_request(&conn, &mut |heard| shared.heard_from(id, heard))
+    else {
         // The client hung up before sending anything: no one to answer.
         // Its place goes at once, off both lists under the locks the cut-off
         // takes (until 2026-12-05 it stayed counted among the places, off
@@ -1351,23 +1370,24 @@ fn room_for_backup(engine: &Engine, to: &Path, headroom: u64) -> Result<()> {
 /// `None` when the client hung up having sent nothing.
 fn read_request(
     conn: &UnixStream,
-    first_bytes: &mut dyn FnMut(),
+    heard: &mut dyn FnMut(Heard),
 ) -> Option<(std::result::Result<Request, String>, Option<OwnedFd>)> {
     let mut sent_nothing = false;
     let mut proof = None;
-    let request = read_request_line(conn, &mut sent_nothing, &mut proof, first_bytes);
+    let request = read_request_line(conn, &mut sent_nothing, &mut proof, heard);
     (!sent_nothing).then_some((request, proof))
 }
 
 /// [`read_request`]'s work; `sent_nothing` is set when the connection
 /// ended before its first byte, `proof` to the first file descriptor the
 /// client sent with its line ([`write_proof`]; any more are closed).
-/// `first_bytes` is called once its first bytes are read.
+/// `heard` is told once its first bytes are read, and once it is read
+/// whole.
 fn read_request_line(
     conn: &UnixStream,
     sent_nothing: &mut bool,
     proof: &mut Option<OwnedFd>,
-    first_bytes: &mut dyn FnMut(),
+    heard: &mut dyn FnMut(Heard),
 ) -> std::result::Result<Request, String> {
     let deadline = Instant::now() + REQUEST_TIMEOUT;
     let mut line = Vec::new();
@@ -1390,7 +1410,7 @@ fn read_request_line(
             }
             Ok(n) => {
                 if line.is_empty() {
-                    first_bytes();
+                    heard(Heard::Part);
                 }
                 // Only the new bytes are searched for the newline: the
                 // line before them has none (a search of the whole line
@@ -1422,6 +1442,7 @@ fn read_request_line(
         }
         if let Some(end) = newline {
             line.truncate(end);
+            heard(Heard::Whole);
             break Ok(());
         }
     };
@@ -2133,7 +2154,7 @@ mod tests {
         let shared = Shared::new(None);
         let (client, server) = UnixStream::pair().unwrap();
         lock(&shared.streams).push((7, server.try_clone().unwrap()));
-        lock(&shared.waiting).push_back((7, false));
+        lock(&shared.waiting).push_back((7, Heard::Nothing));
         drop(client);
         serve(server, 7, &engine, &shared);
         assert!(lock(&shared.waiting).is_empty());
@@ -2158,55 +2179,51 @@ mod tests {
     }
 
     /// At the limit, the connection cut off for a new one is the oldest
-    /// that has sent nothing: one whose thread has read bytes of its
-    /// request (nothing left on its socket to peek) keeps its place (until
-    /// 2026-12-06 it was cut off, its client told to run the command
-    /// again), and when every waiting connection has sent something, none
-    /// is cut off (the new one is refused as busy).
+    /// that has sent nothing, then the oldest part-way through its request
+    /// line (a long line still coming, or a client that stalled), never one
+    /// whose line was read whole (until 2026-12-06 one part-way through
+    /// was cut off before an older silent one); and `read_request_line`
+    /// says how much it has read.
     #[test]
-    fn a_connection_part_way_through_its_request_keeps_its_place() {
+    fn the_connection_cut_off_at_the_limit_is_the_one_that_sent_least() {
         use std::io::Write as _;
         let shared = Shared::new(None);
-        let (mut sending, sending_server) = UnixStream::pair().unwrap();
+        let (mut whole, whole_server) = UnixStream::pair().unwrap();
+        let (mut part, part_server) = UnixStream::pair().unwrap();
         let (_silent, silent_server) = UnixStream::pair().unwrap();
-        for (id, s) in [(1, &sending_server), (2, &silent_server)] {
+        for (id, s) in [(1, &whole_server), (2, &part_server), (3, &silent_server)] {
             lock(&shared.streams).push((id, s.try_clone().unwrap()));
-            lock(&shared.waiting).push_back((id, false));
+            lock(&shared.waiting).push_back((id, Heard::Nothing));
         }
-        // Connection 1's thread reads the first part of a long line: its
-        // socket is drained, the rest not sent yet.
-        sending.write_all(b"{\"command\":\"sta").unwrap();
-        let mut heard = 0;
-        let mut first_part = [0u8; 15];
-        (&sending_server).read_exact(&mut first_part).unwrap();
-        assert!(!request_arrived(&sending_server));
-        let read = {
-            // As `read_request_line` calls it on its first bytes (the
-            // rest of the line follows, then the connection closes).
-            sending.write_all(b"tus\"}\n").unwrap();
-            let mut proof = None;
-            let mut sent_nothing = false;
-            let r = read_request_line(&sending_server, &mut sent_nothing, &mut proof, &mut || {
-                heard += 1;
-                shared.heard_from(1)
-            });
-            r.map(|_| ())
+        // Connection 1's line is read whole (a bad one: it is not parsed
+        // before the check below, as a large line waiting its turn).
+        whole.write_all(b"{\"command\":\"nope\"}\n").unwrap();
+        let mut told = Vec::new();
+        let read = read_request_line(&whole_server, &mut false, &mut None, &mut |h| {
+            told.push(h);
+            shared.heard_from(1, h)
+        });
+        assert!(read.is_err(), "{read:?}");
+        assert_eq!(told, [Heard::Part, Heard::Whole]);
+        // Connection 2's first bytes are read, and its thread waits for the
+        // rest: nothing left on its socket to peek.
+        part.write_all(b"{\"command\":\"sta").unwrap();
+        let mut first = [0u8; 15];
+        (&part_server).read_exact(&mut first).unwrap();
+        shared.heard_from(2, Heard::Part);
+        assert!(!request_arrived(&part_server));
+        let left = |shared: &Shared| -> Vec<u64> {
+            lock(&shared.waiting).iter().map(|(id, _)| *id).collect()
         };
-        // (The test's own read took the first bytes: the line's rest is
-        // what this read saw, and called back once for.)
-        assert_eq!(heard, 1);
-        assert!(read.is_err(), "not a whole request: {read:?}");
-        assert!(!request_arrived(&sending_server));
-        assert!(
-            shared.cut_off_oldest_waiting(),
-            "the silent one gives its place"
+        assert!(shared.cut_off_oldest_waiting());
+        assert_eq!(
+            left(&shared),
+            [1, 2],
+            "the silent one goes first, though newest"
         );
-        let ids: Vec<u64> = lock(&shared.waiting).iter().map(|(id, _)| *id).collect();
-        assert_eq!(ids, [1], "the one sending keeps it");
-        assert!(
-            !shared.cut_off_oldest_waiting(),
-            "none that sent nothing is left"
-        );
+        assert!(shared.cut_off_oldest_waiting());
+        assert_eq!(left(&shared), [1], "then the one part-way through");
+        assert!(!shared.cut_off_oldest_waiting(), "never one read whole");
     }
 
     /// A run serves only clients of its own user and root.
