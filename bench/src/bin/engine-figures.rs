@@ -6,7 +6,9 @@
 //! the bytes each case made the process write per payload byte while its
 //! appends ran (write amplification, from `/proc/self/io`; until
 //! 2026-12-06 the store's creation, open and close were counted too,
-//! which at batch 1, 50 KB of payload a half, dwarfed the appends' own).
+//! which a review thought would swamp batch 1's 25 KB of payload a half
+//! at the default 500 iterations: measured, it moved nothing,
+//! docs/BENCHMARKS.md).
 //!
 //! `cargo run --release -p cairn-bench --bin engine-figures [-- iterations]`
 

@@ -1107,12 +1107,12 @@ pub(crate) fn write_records(
             // The last of several: a --from past the damage alone would
             // skip the earlier partitions' records below it as well.
             format!(
-                "{at} (the last partition chosen: a --from applies to every partition chosen, so go on with --topic {} --partition {} and a --from past the damage, which `cairn verify` names, keeping this export's --to; where the output was left as it was or emptied, as said below, the partitions before {tp} and {tp}'s records below the damage as well, one partition at a time, keeping this export's --from and --to)",
+                "{at} (the last partition chosen: a --from applies to every partition chosen, so go on with --topic {} --partition {} and a --from past the damage, which `cairn verify` names, keeping this export's --to; where the output was left as it was or emptied, as said below, the partitions before {tp}, one at a time with this export's --from and --to, and {tp}'s records below the damage, with --to the damaged entry's first offset, which `cairn verify` names)",
                 tp.topic, tp.partition
             )
         } else {
             format!(
-                "{at} (the partitions after it, in the order `cairn status` lists them, were not read either: {}; a --from applies to every partition chosen, so go on one partition at a time, keeping this export's --from and --to: --topic {} --partition {} with a --from past the damage, which `cairn verify` names, and --topic T --partition N for each of those; where the output was left as it was or emptied, as said below, the partitions before {tp} and {tp}'s records below the damage as well)",
+                "{at} (the partitions after it, in the order `cairn status` lists them, were not read either: {}; a --from applies to every partition chosen, so go on one partition at a time, keeping this export's --from and --to: --topic {} --partition {} with a --from past the damage, which `cairn verify` names, and --topic T --partition N for each of those; where the output was left as it was or emptied, as said below, the partitions before {tp} as well, and {tp}'s records below the damage, with --to the damaged entry's first offset, which `cairn verify` names)",
                 crate::selection::first_few(rest.iter().map(|p| p.tp.to_string())),
                 tp.topic,
                 tp.partition
