@@ -3202,7 +3202,8 @@ fn export_stops_cleanly_and_says_what_its_output_holds() {
     let (code, _, err) = cairn(&["export", "--data", d, "--output", f]);
     assert_eq!(code, 1, "{err}");
     assert!(
-        err.contains("export stopped after 1900 records (the last t/1@899), reading t/1 after its offset 899: ")
+        err.contains("export stopped after 1900 records (the last t/1@899), reading t/1 after its offset 899 (the last partition chosen: ")
+            && err.contains("and t/1's records below the damage, with this export's --from and --to the damaged entry's first offset")
             && err.contains(&format!("wal lsn {lsn_in_t1}"))
             && err.contains(&format!("{f} was left as it was")),
         "{err}"

@@ -18,7 +18,8 @@
 //!   durable has returned, so it is never ahead of the log, even after power
 //!   loss (an older value only narrows what can be detected).
 //! - It is written after a durable sync that moved the durable LSN (into
-//!   the page cache, which survives a process crash) and fdatasynced on open, at close (and a
+//!   the page cache, which survives a process crash); a value written and
+//!   not yet synced is fdatasynced on open, at close (and a
 //!   drop's sync), and by the first sync at least `WATERMARK_SYNC_INTERVAL`
 //!   after its previous one, whether or not that sync moves the LSN.
 //! - A store whose log ends below the watermark is refused on open.

@@ -1101,18 +1101,26 @@ pub(crate) fn write_records(
             None => format!("{tp} before any of its records was written"),
         };
         let rest = &chosen[i + 1..];
+        // Records of it below the damage went out only when some of it
+        // was written: then, into an output left as it was, they are to
+        // be exported again, up to (`--to`, exclusive) the damaged entry.
+        let below = if written_in_tp.is_some() {
+            format!(", and {tp}'s records below the damage, with this export's --from and --to the damaged entry's first offset, which `cairn verify` names")
+        } else {
+            String::new()
+        };
         let reading = if rest.is_empty() && i == 0 {
             at
         } else if rest.is_empty() {
             // The last of several: a --from past the damage alone would
             // skip the earlier partitions' records below it as well.
             format!(
-                "{at} (the last partition chosen: a --from applies to every partition chosen, so go on with --topic {} --partition {} and a --from past the damage, which `cairn verify` names, keeping this export's --to; where the output was left as it was or emptied, as said below, the partitions before {tp}, one at a time with this export's --from and --to, and {tp}'s records below the damage, with --to the damaged entry's first offset, which `cairn verify` names)",
+                "{at} (the last partition chosen: a --from applies to every partition chosen, so go on with --topic {} --partition {} and a --from past the damage, which `cairn verify` names, keeping this export's --to; where the output was left as it was or emptied, as said below, the partitions before {tp}, one at a time with this export's --from and --to{below})",
                 tp.topic, tp.partition
             )
         } else {
             format!(
-                "{at} (the partitions after it, in the order `cairn status` lists them, were not read either: {}; a --from applies to every partition chosen, so go on one partition at a time, keeping this export's --from and --to: --topic {} --partition {} with a --from past the damage, which `cairn verify` names, and --topic T --partition N for each of those; where the output was left as it was or emptied, as said below, the partitions before {tp} as well, and {tp}'s records below the damage, with --to the damaged entry's first offset, which `cairn verify` names)",
+                "{at} (the partitions after it, in the order `cairn status` lists them, were not read either: {}; a --from applies to every partition chosen, so go on one partition at a time, keeping this export's --from and --to: --topic {} --partition {} with a --from past the damage, which `cairn verify` names, and --topic T --partition N for each of those; where the output was left as it was or emptied, as said below, the partitions before {tp} as well{below})",
                 crate::selection::first_few(rest.iter().map(|p| p.tp.to_string())),
                 tp.topic,
                 tp.partition
