@@ -673,6 +673,8 @@ struct Planted {
     /// The LSNs of the frames truncations deleted, by partition: a
     /// tombstone over one of them bears on that partition.
     deleted: BTreeMap<TopicPartition, LsnSet>,
+    /// Each partition's durable next offset before any damage.
+    durable: BTreeMap<TopicPartition, Option<i64>>,
 }
 
 type LsnSet = std::collections::BTreeSet<u64>;
@@ -767,17 +769,23 @@ fn write_planned(plan: &RecoverPlan, store: &Path) -> Planted {
             }
         }
     }
+    let mut durable = BTreeMap::new();
     for (i, tp) in tps.iter().enumerate() {
         assert_eq!(
             engine.durable_offset(tp),
             next.get(&i).copied(),
             "{tp}: the store's next offset before any damage"
         );
+        durable.insert(tp.clone(), next.get(&i).copied());
     }
     if plan.clean_close {
         engine.close().expect("close");
     }
-    Planted { written, deleted }
+    Planted {
+        written,
+        deleted,
+        durable,
+    }
 }
 
 /// The LSNs of the frames that bear on each partition in the (closed)
@@ -823,7 +831,11 @@ pub fn wal_recover(data: &[u8], scratch: &Path) {
     let damages = &plan.damages;
     let store = scratch.join("store");
     let tps = recover_partitions();
-    let Planted { written, deleted } = write_planned(&plan, &store);
+    let Planted {
+        written,
+        deleted,
+        durable,
+    } = write_planned(&plan, &store);
     let lsns_of = partition_lsns(&store, &deleted);
     // A re-sealed flip in a frame may change a record's bytes and nothing
     // else: the records read back are then compared by offset only (a
@@ -881,8 +893,8 @@ pub fn wal_recover(data: &[u8], scratch: &Path) {
             Err(e) => panic!("an undamaged store did not open in {mode:?}: {e}"),
         };
         // Per partition: read back whole, or else whether its read
-        // reported damage.
-        let mut reads: Vec<(&TopicPartition, bool, bool, bool)> = Vec::new();
+        // reported damage; and its durable next offset now.
+        let mut reads: Vec<(&TopicPartition, bool, bool, bool, Option<i64>)> = Vec::new();
         for tp in &tps {
             let want = written.get(tp).map_or(&[][..], Vec::as_slice);
             let mut got: Vec<i64> = Vec::new();
@@ -965,7 +977,7 @@ pub fn wal_recover(data: &[u8], scratch: &Path) {
             // up to some point, none after.
             let prefix =
                 got.iter().zip(want.iter()).all(|(g, w)| *g == w.offset) && got.len() <= want.len();
-            reads.push((tp, whole, read_error, prefix));
+            reads.push((tp, whole, read_error, prefix, engine.durable_offset(tp)));
         }
         let truncated = match &engine.recovery_report().truncated {
             Some(t) => {
@@ -991,7 +1003,7 @@ pub fn wal_recover(data: &[u8], scratch: &Path) {
             // failure to read, which damage through sled cannot cause.
             Err(e) => panic!("verify failed on a damaged store: {e} (damage {damages:?})"),
         };
-        for (tp, whole, read_error, prefix) in reads {
+        for (tp, whole, read_error, prefix, durable_after) in reads {
             // Verify reported damage that bears on this partition: at its
             // summary, its index, a frame of one of its entries, or
             // anything of the whole store (metadata, keys, the watermark,
@@ -1020,6 +1032,26 @@ pub fn wal_recover(data: &[u8], scratch: &Path) {
             assert!(
                 whole || read_error || verify_found || (truncation_may_cut && prefix),
                 "{tp}: records went missing and nothing reported it (damage {damages:?}, verify {report:?})"
+            );
+            // The durable next offset, where a run resumes and what Kafka
+            // may be committed to: never above what it was (a resume past
+            // records never archived), unless a re-sealed flip forged it;
+            // and moved only where something reported it, or a truncated
+            // tail may have cut it (since 2026-12-06, an audit: before,
+            // only the records read back were checked).
+            let durable_before = durable.get(tp).copied().flatten();
+            if !resealed {
+                assert!(
+                    durable_after <= durable_before,
+                    "{tp}: its durable next offset rose from {durable_before:?} to {durable_after:?} (damage {damages:?})"
+                );
+            }
+            assert!(
+                durable_after == durable_before
+                    || read_error
+                    || verify_found
+                    || truncation_may_cut,
+                "{tp}: its durable next offset moved from {durable_before:?} to {durable_after:?} and nothing reported it (damage {damages:?}, verify {report:?})"
             );
             // Verify reads all a read does: damage a read tripped on is
             // damage verify must report.
