@@ -258,17 +258,34 @@ impl TruncationPass<'_> {
     /// [`finish`](Self::finish) after `done`, the work done in the pass:
     /// its result, unless the sync fails (the engine poisoned), which
     /// outranks it (its error is then logged).
-    pub fn finish_after<T>(self, done: Result<T>) -> Result<T> {
+    pub fn finish_after<T, E>(self, done: std::result::Result<T, E>) -> std::result::Result<T, E>
+    where
+        E: From<Error> + std::fmt::Display,
+    {
+        self.finish_after_telling(done).0
+    }
+
+    /// [`finish_after`](Self::finish_after), and whether the pass's
+    /// deletions are durable (its sync, and every one before it,
+    /// succeeded): a caller that held back reports of them says them only
+    /// then.
+    pub fn finish_after_telling<T, E>(
+        self,
+        done: std::result::Result<T, E>,
+    ) -> (std::result::Result<T, E>, bool)
+    where
+        E: From<Error> + std::fmt::Display,
+    {
         // A sync that failed inside the pass ended the work with its error:
         // the finish says the same failure again, not a second one.
         let failed_inside = self.sync_failed;
         match (done, self.finish()) {
-            (done, Ok(())) => done,
-            (Err(e), Err(_)) if failed_inside => Err(e),
-            (Ok(_), Err(s)) => Err(s),
+            (done, Ok(())) => (done, true),
+            (Err(e), Err(_)) if failed_inside => (Err(e), false),
+            (Ok(_), Err(s)) => (Err(s.into()), false),
             (Err(e), Err(s)) => {
                 tracing::error!(error = %e, "a truncation failed, and making its pass's earlier deletions durable failed after it");
-                Err(s)
+                (Err(s.into()), false)
             }
         }
     }

@@ -443,14 +443,12 @@ pub fn prune(
     // deletions durable. A failed sync (the engine poisoned, by this pass
     // or by the run) leaves their durability unknown, and outranks how
     // the loop ended: they are logged as such, not reported as pruned.
-    if let Err(synced) = pass.finish() {
-        if let Err(e) = looped {
-            tracing::error!(error = %e, "a prune failed, and making its earlier deletions durable failed after it");
-        }
+    let (looped, durable) = pass.finish_after_telling(looped);
+    if !durable {
         for line in unsynced_lines {
             tracing::warn!(%line, "deleted, but not known to be durable (the engine is poisoned): a reopen shows whether it stands");
         }
-        return Err(synced.into());
+        return looped;
     }
     match (looped, say_durable(unsynced_lines.into_iter(), emit)) {
         (looped, Ok(())) => looped?,
