@@ -585,8 +585,9 @@ impl Shared {
     /// and acknowledged). `first`: nothing of `tp` was taken before it
     /// since its assignment. A partition that started at a logical offset
     /// (the log's beginning or end, resolved by librdkafka) has no consumed
-    /// offset until a put, and the worker passes over its catch-up past
-    /// the records set aside; one holding only such records was then never
+    /// offset until a put, and the worker passed over its catch-up past
+    /// the records set aside (until 2026-12-06; it now takes one above 0,
+    /// for the log-start case of `reached_end`); one holding only such records was then never
     /// recorded past them, and each assignment read them again (dead
     /// letters sent again; seen in review, 2026-12-05). Its first record
     /// taken is where its fetch began in the log: the offsets below it
@@ -820,8 +821,10 @@ impl Shared {
 
     /// A partition resumed unchecked (its bounds unreadable at the
     /// assignment) has no consumed offset, so that its unchecked start is
-    /// not committed before a put, and the worker passes over a catch-up
-    /// or a move of it. Once its start is known to be in the log (its
+    /// not committed before a put. A catch-up or a move of it is raised
+    /// only after this (the worker takes one above 0 of a partition with
+    /// no consumed offset, for a partition that started at the log's
+    /// start). Once its start is known to be in the log (its
     /// bounds read at a reset, or its fetch at the log's end `to`), it has
     /// consumed nothing past where it started: that is its consumed offset.
     fn confirm_unchecked_start(&self, tp: &TopicPartition, to: i64) {

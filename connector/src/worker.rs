@@ -534,9 +534,17 @@ impl Worker {
     /// was handed over (or where they resumed) are told to the sink
     /// (`SinkTask::caught_up`), and then count as consumed up to there,
     /// with a `pre_commit` due as after a put. A partition with nothing
-    /// handed over and no known resume point is left out: where it
-    /// resumes is not this run's number, and a commit of it would be a
-    /// guess. An error fails the run (the sink may have written part).
+    /// handed over and no consumed offset yet is told of an offset above 0:
+    /// the consumer raises a catch-up of such a partition only where it
+    /// started at Kafka's log start (`--auto-offset-reset earliest`) and
+    /// its fetch reached the log's end with nothing taken, past transaction
+    /// markers alone (every other start has a consumed offset by then: at
+    /// the assignment, or confirmed by the consumer before it raises
+    /// anything). At 0 nothing was passed: an empty partition is not
+    /// recorded. Until 2026-12-06 such a partition was left out whatever
+    /// its offset, never committed (lag tools showed no offset), and read
+    /// from the log start again at every start. An error fails the run
+    /// (the sink may have written part).
     fn caught_up(&mut self, positions: &BTreeMap<TopicPartition, i64>) -> Result<()> {
         if positions.is_empty() || self.pipeline.failed.load(Ordering::Acquire) {
             return Ok(());
@@ -546,7 +554,7 @@ impl Worker {
             positions
                 .iter()
                 .filter(|&(tp, &o)| {
-                    s.assigned.contains(tp) && s.consumed.get(tp).is_some_and(|&c| o > c)
+                    s.assigned.contains(tp) && o > s.consumed.get(tp).copied().unwrap_or(0)
                 })
                 .map(|(tp, &o)| (tp.clone(), o))
                 .collect()
@@ -1413,9 +1421,9 @@ mod tests {
 
     /// Where the consumer caught up past the records of a put, told after
     /// it: the sink hears of the partitions still assigned whose offset is
-    /// past what was handed over (not of one caught up just past its last
-    /// record, nor of one with nothing handed over and no known resume
-    /// point, nor of one lost), those offsets then count as consumed, and
+    /// past what was handed over or where it resumed, or above 0 with
+    /// neither yet (not of one caught up just past its last record, nor of
+    /// one unassigned, nor of one lost), those offsets then count as consumed, and
     /// the pre-commit that follows may declare them. A failed `caught_up`
     /// fails the run, with no pre-commit after it; one whose partition is
     /// lost while it runs leaves nothing of it to commit.
@@ -1424,7 +1432,10 @@ mod tests {
         let tp = |p| TopicPartition::new("t", p);
         for (fail, lose) in [(false, false), (true, false), (false, true)] {
             let pipeline = Arc::new(Pipeline::new(None, None, None, None, None));
-            pipeline.state().assigned.extend([tp(0), tp(1), tp(2)]);
+            pipeline
+                .state()
+                .assigned
+                .extend([tp(0), tp(1), tp(2), tp(4)]);
             let told = Arc::new(Mutex::new(Vec::new()));
             let sink = SeesPuts {
                 told: told.clone(),
@@ -1441,14 +1452,23 @@ mod tests {
             let (jobs, rx) = std::sync::mpsc::channel();
             jobs.send(Job::Put {
                 batches: vec![batch(0, 5), batch(1, 3)],
-                caught_up: BTreeMap::from([(tp(0), 8), (tp(1), 3), (tp(2), 4), (tp(3), 9)]),
+                caught_up: BTreeMap::from([
+                    (tp(0), 8),
+                    (tp(1), 3),
+                    (tp(2), 4),
+                    (tp(3), 9),
+                    (tp(4), 0),
+                ]),
                 poll_us: 0,
                 bytes: 1,
             })
             .unwrap();
             drop(jobs);
             worker(Box::new(sink), &pipeline).run(rx);
-            assert_eq!(*told.lock().unwrap(), vec![BTreeMap::from([(tp(0), 8)])]);
+            assert_eq!(
+                *told.lock().unwrap(),
+                vec![BTreeMap::from([(tp(0), 8), (tp(2), 4)])]
+            );
             let s = pipeline.state();
             if lose {
                 assert!(!pipeline.failed.load(Ordering::Acquire));
@@ -1464,11 +1484,9 @@ mod tests {
                 );
             } else {
                 assert!(!pipeline.failed.load(Ordering::Acquire));
-                assert_eq!(*s.consumed, BTreeMap::from([(tp(0), 8), (tp(1), 3)]));
-                assert_eq!(
-                    s.tracker.durable_reported,
-                    BTreeMap::from([(tp(0), 8), (tp(1), 3)])
-                );
+                let all = BTreeMap::from([(tp(0), 8), (tp(1), 3), (tp(2), 4)]);
+                assert_eq!(*s.consumed, all);
+                assert_eq!(s.tracker.durable_reported, all);
             }
         }
     }

@@ -137,6 +137,55 @@ fn offsets_past_the_last_record_that_hold_none_are_archived_as_such_and_committe
     assert!(engine.verify().unwrap().is_clean());
 }
 
+/// A partition that holds only transaction markers from its log start,
+/// met by a group with no offsets (`--auto-offset-reset earliest`): the
+/// fetch reaches the log's end with nothing taken, and the archive records
+/// and commits where, so lag tools see an offset and the next run does not
+/// read the markers again. Until 2026-12-06 it was never committed (no
+/// record was handed over and no start recorded, and the worker left such
+/// a partition out). An empty partition passed nothing, and is not
+/// recorded.
+#[test]
+fn a_partition_of_only_markers_from_its_start_is_committed_at_its_end() {
+    cairn_tests::init_logs();
+    let k = TestKafka::new("txn-only-markers", 2);
+    let skipped = offsets_without_records(&k, 0) + offsets_without_records(&k, 0);
+    let tp = |p| TopicPartition::new(&k.topic, p);
+    let ends = BTreeMap::from([(tp(0), skipped)]);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&k, "txn-only-group", dir.path());
+    let report = run_until_committed(&cfg, ends.clone());
+    assert_eq!(report.stats.records_written, 0);
+    assert_eq!(report.committed, ends, "committed at the log's end");
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    assert_eq!(engine.durable_offsets(), ends, "durable at the log's end");
+    let summary = engine.partition(&tp(0)).unwrap();
+    assert_eq!((summary.record_count, summary.next_offset), (0, skipped));
+    assert!(engine.partition(&tp(1)).is_none(), "the empty partition");
+    assert!(engine.verify().unwrap().is_clean());
+    drop(engine);
+    let kafka = k.committed("txn-only-group", 2);
+    assert_eq!(kafka[&0], skipped, "Kafka's committed offset");
+
+    // The next run resumes past the markers and archives the record after
+    // them once, at its own offset, and the empty partition's first record.
+    produce_one(&k, 0, b"after the markers");
+    produce_one(&k, 1, b"first");
+    let after = BTreeMap::from([(tp(0), skipped + 1), (tp(1), 1)]);
+    let again = run_until_committed(&cfg, after.clone());
+    assert_eq!(again.stats.records_written, 2);
+    assert_eq!(again.stats.records_duplicate, 0);
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let p0: Vec<(i64, Option<Vec<u8>>)> = engine
+        .read(&tp(0), 0)
+        .unwrap()
+        .map(|r| r.map(|r| (r.offset, r.value)).unwrap())
+        .collect();
+    assert_eq!(p0, vec![(skipped, Some(b"after the markers".to_vec()))]);
+    assert_eq!(engine.durable_offsets(), after);
+    assert!(engine.verify().unwrap().is_clean());
+}
+
 /// One record of `value` to partition `partition` of `k`'s topic.
 fn produce_one(k: &TestKafka, partition: i32, value: &[u8]) {
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
