@@ -440,7 +440,18 @@ pub fn restore_until_split(
         }
     }
     producer.poll(Duration::ZERO);
-    let state = producer.context().take();
+    let mut state = producer.context().take();
+    // The client's own word on a fatal error, with what to change: its
+    // error event may not have been served by now, and a refusal of the
+    // producer's id comes before any record leaves, each then failing as
+    // only "purged" (until 2026-12-06 the error said no more than that, and
+    // to rerun, which met the same refusal; found by an audit).
+    if let Some((code, reason)) = producer.client().fatal_error() {
+        state.fatal = Some(format!(
+            "the producer stopped for good, and a rerun meets the same until it is changed: {reason}{}",
+            fatal_advice(code).unwrap_or("")
+        ));
+    }
     for (source, target) in &plan {
         let d = state.partitions.get(target).cloned().unwrap_or_default();
         report.records += d.acked;
@@ -555,7 +566,8 @@ pub fn restore_until_split(
         let f = d.first_failed.as_ref().expect("a failed partition");
         let mut detail = f.detail.clone();
         if let Some(fatal) = &state.fatal {
-            detail = format!("{detail} ({fatal})");
+            // The cause first: the record's own failure only follows it.
+            detail = format!("{fatal}; this record then failed with: {detail}");
         }
         if flushed.is_err() {
             detail = format!(
@@ -1947,6 +1959,15 @@ fn refusal_advice(code: RDKafkaErrorCode) -> Option<&'static str> {
         // message.max.bytes comes from `send`, not here.)
         RDKafkaErrorCode::MessageSizeTooLarge => Some(" (the brokers refused the batch that starts with this record: a record in it, or the batch itself, is over the topic's max.message.bytes; if no record is that large, lower -X batch.size below that limit, else raise the limit)"),
         code => crate::librdkafka::produce_refusal_advice(code),
+    }
+}
+
+/// What to change for librdkafka's fatal error `code` (the error under
+/// `Fatal`), which every rerun would meet again until it is changed.
+fn fatal_advice(code: RDKafkaErrorCode) -> Option<&'static str> {
+    match code {
+        RDKafkaErrorCode::UnsupportedFeature => Some(" (the brokers do not support the idempotent producer restore uses, which keeps each partition's records in order and once across retries: Kafka 0.11 or later is needed)"),
+        code => refusal_advice(code),
     }
 }
 

@@ -882,6 +882,35 @@ fn a_batch_refused_for_its_size_says_what_to_change() {
     );
 }
 
+/// The brokers refuse the idempotent producer its id (a principal with
+/// neither IDEMPOTENT_WRITE nor WRITE: an archiver's read-only
+/// credentials), which librdkafka makes fatal before any record leaves:
+/// the error says which permission to grant (until 2026-12-06 it said only
+/// "Fatal error" and to rerun, which met the same refusal), and nothing is
+/// in the target.
+#[test]
+fn a_producer_refused_its_id_names_the_permission_to_grant() {
+    let (_dir, engine) = archived();
+    let k = TestKafka::new("no-producer-id", 3);
+    let Some(mock) = k.mock() else {
+        eprintln!("skipped: error injection needs the mock cluster");
+        return;
+    };
+    let cfg = config(&k);
+    mock.request_errors(
+        rdkafka::types::RDKafkaApiKey::InitProducerId,
+        &[rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED],
+    );
+    let text = failure(restore(&engine, &cfg)).to_string();
+    assert!(
+        text.contains("the producer stopped for good")
+            && text.contains("Cluster authorization failed")
+            && text.contains("IDEMPOTENT_WRITE"),
+        "{text}"
+    );
+    assert_eq!(highs(&k, 3), vec![0, 0, 0], "nothing in the target");
+}
+
 /// A failure reported by the broker, after the record left: the restore
 /// stops there, the error says to `--resume`, and resuming (which reads the
 /// offset header of each partition's last record) completes it exactly
