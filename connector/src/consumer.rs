@@ -391,7 +391,11 @@ impl Shared {
         let past = match last {
             Some(last) if self.set_aside.get(&tp) == Some(&last) => offset > last,
             Some(last) => offset > last.saturating_add(1),
-            None => !matches!(self.starts.get(&tp), Some(Start::At(o)) if *o >= offset),
+            None => self
+                .starts
+                .get(&tp)
+                .and_then(Start::offset)
+                .is_none_or(|o| o < offset),
         };
         tracing::debug!(%tp, offset, past, "caught up with the partition's log end");
         if past {
@@ -586,8 +590,7 @@ impl Shared {
     /// since its assignment. A partition that started at a logical offset
     /// (the log's beginning or end, resolved by librdkafka) has no consumed
     /// offset until a put, and the worker passed over its catch-up past
-    /// the records set aside (until 2026-12-06; it now takes one above 0,
-    /// for the log-start case of `reached_end`); one holding only such records was then never
+    /// the records set aside; one holding only such records was then never
     /// recorded past them, and each assignment read them again (dead
     /// letters sent again; seen in review, 2026-12-05). Its first record
     /// taken is where its fetch began in the log: the offsets below it

@@ -99,7 +99,7 @@ pub enum ConnectorError {
         partitions: i64,
         needed: i64,
     },
-    #[error("{target} already holds records (offsets {low}..{high}){others}; restoring would add the archive's records after them (pass --append to do that, or --resume to continue an earlier restore made with --offset-header). If they are an earlier restore's of this archive, stopped or killed, --append would write them a second time: read the target's last record and go on after it with --from and --append, per partition")]
+    #[error("{target} already holds records (offsets {low}..{high}){others}; restoring would add the archive's records after them (pass --append to do that, or --resume to continue an earlier restore made with --offset-header). If they are an earlier restore's of this archive, stopped or killed, --append would write them a second time: read the target's last record, find its archived offset (cairn export of that partition prints each record's: match its key, value and timestamp; the target's offsets are not the archive's wherever the archive's have gaps, as transaction markers and compaction leave), and go on after it with --from and --append, per partition")]
     TargetNotEmpty {
         target: cairn_engine::TopicPartition,
         low: i64,

@@ -441,17 +441,15 @@ pub fn restore_until_split(
     }
     producer.poll(Duration::ZERO);
     let mut state = producer.context().take();
-    // The client's own word on a fatal error, with what to change: its
-    // error event may not have been served by now, and a refusal of the
-    // producer's id comes before any record leaves, each then failing as
-    // only "purged" (until 2026-12-06 the error said no more than that, and
-    // to rerun, which met the same refusal; found by an audit).
-    if let Some((code, reason)) = producer.client().fatal_error() {
-        state.fatal = Some(format!(
-            "the producer stopped for good, and a rerun meets the same until it is changed: {reason}{}",
-            fatal_advice(code).unwrap_or("")
-        ));
-    }
+    // The client's own word on a fatal error: its error event may not have
+    // been served by now. A refusal of the producer's id comes before any
+    // record leaves, each then failing as only "purged" (until 2026-12-06
+    // the error said no more than that, and to rerun, which met the same
+    // refusal; found by an audit).
+    let fatal_code = producer.client().fatal_error().map(|(code, reason)| {
+        state.fatal.get_or_insert(reason);
+        code
+    });
     for (source, target) in &plan {
         let d = state.partitions.get(target).cloned().unwrap_or_default();
         report.records += d.acked;
@@ -565,9 +563,28 @@ pub fn restore_until_split(
             .expect("failures are reported for planned partitions");
         let f = d.first_failed.as_ref().expect("a failed partition");
         let mut detail = f.detail.clone();
-        if let Some(fatal) = &state.fatal {
-            // The cause first: the record's own failure only follows it.
-            detail = format!("{fatal}; this record then failed with: {detail}");
+        // Refused its id: a rerun meets the same refusal until the cause
+        // is fixed, and one that changed nothing in the targets is the
+        // same command again.
+        let refused_id = state.first_cause.is_none() && fatal_code.is_some_and(refuses_producer);
+        match (&state.fatal, fatal_code) {
+            // Every record's failure followed from it (purged, or fatal
+            // itself): the cause leads.
+            (Some(fatal), Some(code)) if state.first_cause.is_none() => {
+                detail = format!(
+                    "the producer stopped for good{}: {fatal}{}; this record then failed with: {detail}",
+                    if refused_id {
+                        ", and every rerun fails the same way until this is fixed"
+                    } else {
+                        ""
+                    },
+                    fatal_advice(code).unwrap_or("")
+                );
+            }
+            // A record's own refusal made it fatal (the gapless guarantee
+            // restore asks for): the record's failure is the cause.
+            (Some(fatal), _) => detail = format!("{detail} ({fatal})"),
+            (None, _) => {}
         }
         if flushed.is_err() {
             detail = format!(
@@ -577,8 +594,16 @@ pub fn restore_until_split(
             );
         }
         // Damage met as well: its partition told apart, as below.
+        let untouched = plan.iter().all(|(_, target)| {
+            let d = state.partitions.get(target).cloned().unwrap_or_default();
+            none_written(queued_to.contains(target), flushed.is_ok(), &d)
+        });
         let next_step = match &damaged {
             Some(d) => next_step_past_damage(cfg, &standings, d),
+            None if refused_id && untouched => {
+                "fix that, then run the same command again: nothing of this run reached the targets"
+                    .to_owned()
+            }
             None => next_step(cfg, &standings),
         };
         return Err(ConnectorError::RestoreFailed(Box::new(RestoreFailure {
@@ -1962,11 +1987,24 @@ fn refusal_advice(code: RDKafkaErrorCode) -> Option<&'static str> {
     }
 }
 
+/// Whether librdkafka's fatal error `code` is the brokers' refusal of the
+/// idempotent producer itself (its id), which every rerun meets again
+/// until it is fixed.
+fn refuses_producer(code: RDKafkaErrorCode) -> bool {
+    matches!(
+        code,
+        RDKafkaErrorCode::ClusterAuthorizationFailed
+            | RDKafkaErrorCode::TopicAuthorizationFailed
+            | RDKafkaErrorCode::TransactionalIdAuthorizationFailed
+            | RDKafkaErrorCode::UnsupportedFeature
+    )
+}
+
 /// What to change for librdkafka's fatal error `code` (the error under
-/// `Fatal`), which every rerun would meet again until it is changed.
+/// `Fatal`).
 fn fatal_advice(code: RDKafkaErrorCode) -> Option<&'static str> {
     match code {
-        RDKafkaErrorCode::UnsupportedFeature => Some(" (the brokers do not support the idempotent producer restore uses, which keeps each partition's records in order and once across retries: Kafka 0.11 or later is needed)"),
+        RDKafkaErrorCode::UnsupportedFeature => Some(" (restore's producer is idempotent, to keep each partition's records in order and once across retries)"),
         code => refusal_advice(code),
     }
 }

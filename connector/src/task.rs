@@ -321,7 +321,8 @@ pub trait SinkTask: Send {
     /// end-of-partition event) at the offset given, past every record
     /// handed to `put` and past where the partition resumed (or, for one
     /// that started at Kafka's log start and was handed nothing, above 0:
-    /// its offsets from the log start on): the offsets
+    /// its offsets from the log start on, so a partition `open` returned
+    /// nothing for may be named): the offsets
     /// between held no record for this run (Kafka's transaction markers,
     /// which take an offset each, and an aborted transaction's records,
     /// which `read_committed` never delivers; or a record the loop set

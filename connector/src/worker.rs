@@ -541,10 +541,15 @@ impl Worker {
     /// markers alone (every other start has a consumed offset by then: at
     /// the assignment, or confirmed by the consumer before it raises
     /// anything). At 0 nothing was passed: an empty partition is not
-    /// recorded. Until 2026-12-06 such a partition was left out whatever
-    /// its offset, never committed (lag tools showed no offset), and read
-    /// from the log start again at every start. An error fails the run
-    /// (the sink may have written part).
+    /// recorded (one whose records all aged out, its log start and end at
+    /// the same offset above 0, is, at that offset). What keeps an
+    /// end-of-partition event of an earlier assignment out is librdkafka's
+    /// version check, which drops an event of a fetch since restarted; for
+    /// such a partition the consumed offset was a second guard until
+    /// 2026-12-06, when it was left out whatever its offset: never
+    /// committed (lag tools showed no offset), and read from the log start
+    /// again at every start. An error fails the run (the sink may have
+    /// written part).
     fn caught_up(&mut self, positions: &BTreeMap<TopicPartition, i64>) -> Result<()> {
         if positions.is_empty() || self.pipeline.failed.load(Ordering::Acquire) {
             return Ok(());

@@ -885,9 +885,11 @@ fn a_batch_refused_for_its_size_says_what_to_change() {
 /// The brokers refuse the idempotent producer its id (a principal with
 /// neither IDEMPOTENT_WRITE nor WRITE: an archiver's read-only
 /// credentials), which librdkafka makes fatal before any record leaves:
-/// the error says which permission to grant (until 2026-12-06 it said only
-/// "Fatal error" and to rerun, which met the same refusal), and nothing is
-/// in the target.
+/// the error leads with that cause and the permission to grant, and says
+/// to run the same command again once it is (until 2026-12-06 it said only
+/// that each partition's first record was purged, and to rerun each with
+/// `--from` and `--append`, which met the same refusal); nothing is in the
+/// target.
 #[test]
 fn a_producer_refused_its_id_names_the_permission_to_grant() {
     let (_dir, engine) = archived();
@@ -903,9 +905,10 @@ fn a_producer_refused_its_id_names_the_permission_to_grant() {
     );
     let text = failure(restore(&engine, &cfg)).to_string();
     assert!(
-        text.contains("the producer stopped for good")
+        text.contains("the producer stopped for good, and every rerun fails the same way")
             && text.contains("Cluster authorization failed")
-            && text.contains("IDEMPOTENT_WRITE"),
+            && text.contains("IDEMPOTENT_WRITE")
+            && text.contains("Next: fix that, then run the same command again"),
         "{text}"
     );
     assert_eq!(highs(&k, 3), vec![0, 0, 0], "nothing in the target");

@@ -140,11 +140,12 @@ fn offsets_past_the_last_record_that_hold_none_are_archived_as_such_and_committe
 /// A partition that holds only transaction markers from its log start,
 /// met by a group with no offsets (`--auto-offset-reset earliest`): the
 /// fetch reaches the log's end with nothing taken, and the archive records
-/// and commits where, so lag tools see an offset and the next run does not
-/// read the markers again. Until 2026-12-06 it was never committed (no
-/// record was handed over and no start recorded, and the worker left such
-/// a partition out). An empty partition passed nothing, and is not
-/// recorded.
+/// and commits where it ends, so lag tools see an offset and the next run
+/// does not read the markers again. Until 2026-12-06 it was never committed
+/// (no record was handed over and no start recorded, and the worker left
+/// such a partition out). That an empty partition, which passed nothing, is
+/// not recorded is the worker's unit test's (`caught_up_past_…`): here its
+/// end-of-partition event may come after the run is done.
 #[test]
 fn a_partition_of_only_markers_from_its_start_is_committed_at_its_end() {
     cairn_tests::init_logs();
@@ -161,7 +162,6 @@ fn a_partition_of_only_markers_from_its_start_is_committed_at_its_end() {
     assert_eq!(engine.durable_offsets(), ends, "durable at the log's end");
     let summary = engine.partition(&tp(0)).unwrap();
     assert_eq!((summary.record_count, summary.next_offset), (0, skipped));
-    assert!(engine.partition(&tp(1)).is_none(), "the empty partition");
     assert!(engine.verify().unwrap().is_clean());
     drop(engine);
     let kafka = k.committed("txn-only-group", 2);

@@ -199,6 +199,6 @@ fn way_on_unplanned(cfg: &RestoreConfig) -> &'static str {
     if cfg.offset_header.is_some() && !cfg.append {
         "rerun the same command with --resume: it continues from what each target holds"
     } else {
-        "read each target's last record and restore the rest with --topic, --partition, --from and --append (records in flight may arrive twice)"
+        "read each target's last record, find it in the archive (cairn export of that partition prints each record's archived offset: match its key, value and timestamp; the target's own offsets differ wherever the archive's have gaps, as transaction markers and compaction leave), and restore the rest from the archived offset after it with --topic, --partition, --from and --append (records in flight may arrive twice)"
     }
 }
