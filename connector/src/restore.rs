@@ -225,10 +225,15 @@ pub fn plan(engine: &Engine, cfg: &RestoreConfig) -> Result<Vec<(TopicPartition,
     // archive.)
     if !chosen.is_empty() && chosen.iter().all(|p| p.record_count == 0) {
         return Err(ConnectorError::RestoreRefused(format!(
-            "the chosen partitions hold no records (emptied by a prune, or started with none archived yet): {}; nothing to restore",
+            "the chosen partitions hold no records (emptied by a prune, or recorded with none archived: a `latest` start, or a log end past offsets that held none, such as transaction markers): {}; nothing to restore",
             crate::selection::held(&chosen)
         )));
     }
+    let empty: BTreeSet<TopicPartition> = chosen
+        .iter()
+        .filter(|p| p.record_count == 0)
+        .map(|p| p.tp.clone())
+        .collect();
     let chosen: Vec<_> = chosen
         .into_iter()
         .map(|p| {
@@ -246,6 +251,23 @@ pub fn plan(engine: &Engine, cfg: &RestoreConfig) -> Result<Vec<(TopicPartition,
             "--rename {unused}=…: nothing of topic {unused:?} is among the partitions chosen to restore (check --topic and --partition, or leave the rename out)"
         )));
     }
+    // A partition that holds no record sends nothing: it needs no target
+    // partition, and a target's records are no reason to refuse it (until
+    // 2026-12-06 both were asked of it; found by an audit). `--resume`
+    // keeps it: it reads where each target stands, and refuses one whose
+    // records a prune deleted, restored or not, as it should.
+    let chosen: Vec<_> = if cfg.resume || empty.is_empty() {
+        chosen
+    } else {
+        tracing::info!(
+            partitions = %crate::selection::first_few(empty.iter().map(ToString::to_string)),
+            "holding no records: nothing of them to restore"
+        );
+        chosen
+            .into_iter()
+            .filter(|(source, _)| !empty.contains(source))
+            .collect()
+    };
     // A range within what the partitions hold that meets no record (a gap
     // of offsets) is refused before anything is produced, as export
     // refuses it: an empty restore would look like success. (A resumed

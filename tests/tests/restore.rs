@@ -266,6 +266,41 @@ fn every_field_comes_back_in_order_once() {
     assert_restored(&consume_all(&k, 3), &want);
 }
 
+/// Archived partitions that hold no record (here one recorded at offset 7
+/// past offsets that held none, as transaction markers leave it) send
+/// nothing: the target needs no partition for them, and its records there
+/// are no reason to refuse (until 2026-12-06 the restore was refused for
+/// a target with too few partitions, and for one holding records at the
+/// empty partition's number). Every record of the others comes back once.
+#[test]
+fn partitions_with_no_record_need_no_target_partition() {
+    let (_dir, engine) = archived();
+    let empty = TopicPartition::new(ARCHIVED, 3);
+    engine
+        .advance_partitions(&BTreeMap::from([(empty.clone(), 7)]))
+        .unwrap();
+    engine.sync().unwrap();
+    assert_eq!(engine.partition(&empty).unwrap().record_count, 0);
+    let want = archived_records();
+    let total: usize = want.values().map(Vec::len).sum();
+
+    // Three partitions for an archive of four, the fourth empty.
+    let k = TestKafka::new("no-room-for-empty", 3);
+    let report = restore(&engine, &config(&k)).unwrap();
+    assert_eq!(report.records, total as u64);
+    assert_restored(&consume_all(&k, 3), &want);
+
+    // Four partitions, the fourth holding another producer's record.
+    let k = TestKafka::new("occupied-where-empty", 4);
+    produce_one(&k, 3, b"someone else's", None);
+    let report = restore(&engine, &config(&k)).unwrap();
+    assert_eq!(report.records, total as u64);
+    assert_restored(&consume_all(&k, 3), &want);
+    let mut ends: Vec<i64> = (0..3).map(|p| want[&p].len() as i64).collect();
+    ends.push(1);
+    assert_eq!(highs(&k, 4), ends, "the fourth holds only its own record");
+}
+
 #[test]
 fn offset_header_range_and_partition_filters() {
     let (_dir, engine) = archived();
