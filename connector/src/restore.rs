@@ -422,9 +422,22 @@ pub fn restore_until_split(
                         if e.rdkafka_error_code() == Some(RDKafkaErrorCode::MessageSizeTooLarge) {
                             // librdkafka's own check in `send`: no broker
                             // saw it, though the text says "Broker".
+                            // The offset header counts, and librdkafka
+                            // adds the record's framing (until 2026-12-06
+                            // the size said neither, and could read below
+                            // the limit; found by an audit).
+                            let header = cfg
+                                .offset_header
+                                .as_deref()
+                                .map_or(0, |name| name.len() + r.offset.to_string().len());
                             detail.push_str(&format!(
-                                " (refused by the producer before it was sent, not by a broker: the record ({} bytes of key, value and headers) is over the producer's message.max.bytes{}; raise it with -X message.max.bytes, within the topic's max.message.bytes)",
-                                r.payload_bytes(),
+                                " (refused by the producer before it was sent, not by a broker: the record ({} bytes of key, value and headers{}, and the framing librdkafka counts with them) is over the producer's message.max.bytes{}; raise it with -X message.max.bytes, within the topic's max.message.bytes)",
+                                r.payload_bytes() + header as u64,
+                                if header > 0 {
+                                    format!(", the offset header's {header} included")
+                                } else {
+                                    String::new()
+                                },
                                 cfg.kafka
                                     .get("message.max.bytes")
                                     .map_or(String::new(), |v| format!(" ({v}, set by -X)"))

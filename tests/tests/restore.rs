@@ -680,6 +680,11 @@ fn a_failed_record_stops_the_restore_and_names_where_to_resume() {
             "{next_step}"
         );
     assert!(text.contains("Next: rerun"), "{text}");
+    assert!(
+        text.contains("refused by the producer before it was sent")
+            && text.contains("bytes of key, value and headers, and the framing"),
+        "{text}"
+    );
     // Everything before the failed record arrived, and nothing after it.
     assert_eq!(highs(&k, 3), vec![BIG_OFFSET, 0, 0]);
 
@@ -695,6 +700,15 @@ fn a_failed_record_stops_the_restore_and_names_where_to_resume() {
         restore(&engine, &cfg).unwrap();
     }
     assert_restored(&consume_all(&k, 3), &archived_records());
+
+    // With the offset header, its bytes count in the size said ("cairn.offset"
+    // and "20": 14), as they do in librdkafka's check.
+    let k = TestKafka::new("resumed-header", 3);
+    let mut cfg = config(&k);
+    cfg.kafka.insert("message.max.bytes".into(), "5000".into());
+    cfg.offset_header = Some("cairn.offset".into());
+    let text = failure(restore(&engine, &cfg)).to_string();
+    assert!(text.contains("the offset header's 14 included"), "{text}");
 }
 
 #[test]
