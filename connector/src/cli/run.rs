@@ -701,6 +701,20 @@ fn refuse_foreign_dir(data: &std::path::Path) -> Result<()> {
     if holds_archive(data) {
         return Ok(());
     }
+    // `~` and `$VAR` are a shell's to expand, and none did: bash leaves
+    // `--data=~/a` as it is, as do systemd's `ExecStart` and Docker's exec
+    // form, and the archive would start in a folder so named (the run
+    // after the path is fixed then starts a new archive at the group's
+    // offsets, without this one's records). Refused as the config file's
+    // `data` is (since 2026-12-06; found by an audit); an archive already
+    // there is taken, above.
+    let text = data.to_string_lossy();
+    if text.starts_with('~') || text.contains('$') {
+        return Err(ConnectorError::Config(format!(
+            "--data {}: `~` and `$VARIABLES` are expanded by a shell, and none expanded these (bash leaves `--data=~/a` as it is, as do systemd's ExecStart and Docker's exec form): write the full path",
+            data.display()
+        )));
+    }
     // A link to nothing (a volume not mounted), at `data` or above it: the
     // open would fail with EEXIST, after Kafka was asked (seen in review,
     // 2026-12-05; a second review found a link above `data` passed over).
@@ -839,6 +853,27 @@ mod tests {
         std::fs::create_dir_all(&target).unwrap();
         assert!(super::refuse_foreign_dir(&link).is_ok());
         assert!(super::refuse_foreign_dir(&link.join("store")).is_ok());
+    }
+
+    /// `--data` with a `~` or `$VARIABLE` no shell expanded is refused
+    /// before anything is made; a `~` inside a name is a name.
+    #[test]
+    fn data_with_an_unexpanded_tilde_or_variable_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        for data in [
+            std::path::PathBuf::from("~/archive"),
+            std::path::PathBuf::from("~cairn/archive"),
+            dir.path().join("$DATA").join("archive"),
+            dir.path().join("${DATA}"),
+        ] {
+            let e = super::refuse_foreign_dir(&data).unwrap_err().to_string();
+            assert!(
+                e.contains("are expanded by a shell") && e.contains("write the full path"),
+                "{e}"
+            );
+            assert!(!data.exists());
+        }
+        assert!(super::refuse_foreign_dir(&dir.path().join("a~b")).is_ok());
     }
 
     /// `--data new/..` is refused before anything is made: it reads as a
