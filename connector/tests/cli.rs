@@ -227,6 +227,32 @@ fn a_failed_run_removes_every_folder_it_made_and_a_file_is_no_data_directory() {
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "not an archive");
 }
 
+/// `-X check.crcs=false` is allowed, but said at WARN before anything
+/// else: a copied client command line can carry it, and damaged batches
+/// would then be archived as they arrive. The default says nothing of it.
+#[test]
+fn switching_off_the_batch_crc_check_is_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("archive");
+    let data = data.to_str().unwrap();
+    let (code, _, err) = cairn_run(
+        "127.0.0.1:1",
+        "t",
+        data,
+        &["--connect-timeout-ms", "200", "-X", "check.crcs=false"],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("WARN")
+            && err.contains("-X check.crcs=false")
+            && err.contains("will not check the CRC"),
+        "{err}"
+    );
+    let (code, _, err) = cairn_run("127.0.0.1:1", "t", data, &["--connect-timeout-ms", "200"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(!err.contains("check.crcs"), "{err}");
+}
+
 /// A run that cannot join its group says so, each connect timeout, rather
 /// than sit idle without a word: here the group waits for a member that
 /// holds the partition and stopped polling, so the join waits out its

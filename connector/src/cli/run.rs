@@ -400,6 +400,18 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
             file_keys.said("data")
         );
     }
+    // Allowed (OPERATIONS.md), but never silently: a copied kcat or
+    // client command line can carry it, and then a batch Kafka damaged in
+    // flight or at rest is archived as it arrives (since 2026-12-06; found
+    // by an audit).
+    if let Some((key, value)) =
+        crate::librdkafka::setting_other_than(&cfg.kafka, "check.crcs", Some("true"))
+    {
+        super::say_warn!(
+            "-X {key}={value}: librdkafka will not check the CRC of the record batches it fetches, so a batch damaged on the way or on the brokers' disks is archived as it arrives, its damage checksummed as if it were the record (leave it out to keep the check){}",
+            file_keys.said("kafka")
+        );
+    }
     // A directory this run makes is removed again if the run fails or
     // stops having archived nothing (a broker that does not answer, a topic
     // it lacks, a signal while waiting, or a stop before the group assigned
