@@ -1552,6 +1552,48 @@ fn an_export_waiting_for_a_fifos_reader_ends_at_a_signal() {
     );
 }
 
+/// An `--output` that is another user's symbolic link in a sticky
+/// directory others may write (`/tmp`), leading to this user's file, is
+/// refused before anything is read, as the kernel refuses to follow it
+/// (`fs.protected_symlinks`), and the file it leads to is left as it was;
+/// until 2026-12-06 the export followed it and replaced that file. Needs
+/// root, to give the link another owner.
+#[test]
+fn export_refuses_another_users_link_in_a_sticky_directory() {
+    use std::os::unix::fs::PermissionsExt;
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("SKIPPED: giving a link another owner needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let data = ten_record_archive(dir.path());
+    let d = data.to_str().unwrap();
+    let shared = dir.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let victim = dir.path().join("notes.txt");
+    std::fs::write(&victim, "mine").unwrap();
+    let link = shared.join("orders.jsonl");
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    std::os::unix::fs::lchown(&link, Some(65534), Some(65534)).unwrap();
+    let (code, out, err) = cairn(&["export", "--data", d, "--output", link.to_str().unwrap()]);
+    assert_eq!((code, out.as_str()), (1, ""), "{err}");
+    assert!(
+        err.contains("a symbolic link of another user's in the sticky directory")
+            && err.contains("nothing was read or written"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "mine");
+    // A link of this user's own there is followed, as the kernel would.
+    std::os::unix::fs::lchown(&link, Some(0), Some(0)).unwrap();
+    let (code, _, err) = cairn(&["export", "--data", d, "--output", link.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        std::fs::read_to_string(&victim).unwrap().lines().count(),
+        10
+    );
+}
+
 /// An `--output` the export could not create (a directory, a file in a
 /// directory that is not there) is refused before any record is read, and
 /// says so, rather than failing at the first write as an export cut short.

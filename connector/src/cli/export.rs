@@ -295,6 +295,31 @@ fn check_output(output: &Path, end: &Path, named: Option<Descriptor>) -> Result<
         // replace rather than append to (or to a pipe, not renamed over).
         return refused("names a file descriptor other than stdout, not a file (write to stdout, `--output -` or none, and redirect it; or name the file)".into());
     }
+    // A link another user planted in a sticky, world-writable directory
+    // (`/tmp`) is not followed, as the kernel refuses to follow it
+    // (`fs.protected_symlinks`, on by default, root included): the export
+    // follows `--output`'s links itself (`links_followed`, and the staged
+    // file renamed onto where they lead), which the kernel's check never
+    // sees, so such a link could have an export replace, or create, any
+    // file this user may write (found by an audit, 2026-12-06).
+    let chain = links_followed(output);
+    for link in &chain[..chain.len() - 1] {
+        use std::os::unix::fs::MetadataExt;
+        let (Ok(l), Ok(d)) = (
+            std::fs::symlink_metadata(link),
+            std::fs::metadata(parent_dir(link)),
+        ) else {
+            continue;
+        };
+        let fsuid = rustix::process::geteuid().as_raw();
+        if protected_link(d.mode(), d.uid(), l.uid(), fsuid) {
+            return refused(format!(
+                "{} is a symbolic link of another user's in the sticky directory {}, which the kernel refuses to follow for this user (as a shell's `>` would be refused): name the file it leads to, or a file of your own",
+                link.display(),
+                parent_dir(link).display()
+            ));
+        }
+    }
     // Its last component as given: `F/.` (which the links followed above
     // normalise to `F`) names a directory as `F/` does, and was refused
     // only at the rename, after the whole export (until 2026-12-06).
@@ -384,6 +409,15 @@ fn check_output(output: &Path, end: &Path, named: Option<Descriptor>) -> Result<
 /// or replace it (rename(2), EPERM).
 fn sticky_keeps(dir_mode: u32, dir_uid: u32, file_uid: u32, euid: u32, root: bool) -> bool {
     dir_mode & 0o1000 != 0 && !root && dir_uid != euid && file_uid != euid
+}
+
+/// Whether the kernel refuses to follow a symlink owned by `link_uid`, in
+/// a directory of `dir_mode` owned by `dir_uid`, for a process of `fsuid`
+/// (`fs.protected_symlinks`, `may_follow_link`): in a sticky directory
+/// that others may write, only a link of the process's own or of the
+/// directory's owner is followed. Root is held to it too.
+fn protected_link(dir_mode: u32, dir_uid: u32, link_uid: u32, fsuid: u32) -> bool {
+    dir_mode & 0o1000 != 0 && dir_mode & 0o002 != 0 && link_uid != fsuid && link_uid != dir_uid
 }
 
 /// Whether this process may write `path` (access(2) with `W_OK`: a
@@ -1445,6 +1479,33 @@ mod tests {
             return None;
         }
         Some(Undo(set))
+    }
+
+    /// A sticky directory that others may write (`/tmp`) keeps another
+    /// user's link from being followed, unless the directory is the link
+    /// owner's: for root too.
+    #[test]
+    fn a_sticky_directory_protects_only_another_users_link() {
+        let tmp = 0o41777;
+        let (me, other, root_uid) = (1000, 1001, 0);
+        assert!(
+            protected_link(tmp, root_uid, other, me),
+            "another's link in /tmp"
+        );
+        assert!(protected_link(tmp, root_uid, other, root_uid), "root too");
+        assert!(!protected_link(tmp, root_uid, me, me), "my own link");
+        assert!(
+            !protected_link(tmp, other, other, me),
+            "the directory owner's"
+        );
+        assert!(
+            !protected_link(0o40777, root_uid, other, me),
+            "no sticky bit"
+        );
+        assert!(
+            !protected_link(0o41755, root_uid, other, me),
+            "not world-writable"
+        );
     }
 
     /// A sticky directory (`/tmp`) keeps another user's file from being
