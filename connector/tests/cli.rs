@@ -1762,6 +1762,26 @@ fn an_archive_in_memory_is_warned_about() {
         "{err}"
     );
     assert!(!data.exists(), "made for the run, removed with it");
+    // A backup there is made, and warned about (since 2026-12-06).
+    let src = tempfile::tempdir().unwrap();
+    let archive = ten_record_archive(src.path());
+    let copy = dir.path().join("copy");
+    let (code, _, err) = cairn(&[
+        "backup",
+        "--data",
+        archive.to_str().unwrap(),
+        "--to",
+        copy.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains(&format!(
+            "--to {}: on tmpfs, which keeps files in memory only",
+            copy.display()
+        )),
+        "{err}"
+    );
+    assert!(copy.is_dir(), "the copy is made");
 }
 
 #[test]

@@ -125,12 +125,19 @@ pub fn named_inside(dest: &Path, source: &Path) -> bool {
 }
 
 /// Whether `dir` holds nothing but, at most, a lock file (a regular
-/// file, not a link): the directory a backup may be made in. Also asked
-/// by the command before it opens the archive.
+/// file, not a link) and a fresh filesystem's `lost+found` (a directory,
+/// not a link: the root of a new disk, as `cairn run` takes for `--data`;
+/// refused until 2026-12-06, found by an audit; the backup neither writes
+/// nor removes it): the directory a backup may be made in. Also asked by
+/// the command before it opens the archive.
 pub fn empty_but_for_a_lock(dir: &Path) -> std::io::Result<bool> {
     let mut entries = std::fs::read_dir(dir)?;
     Ok(entries.all(|e| {
-        e.is_ok_and(|e| e.file_name() == LOCK_FILE && e.file_type().is_ok_and(|t| t.is_file()))
+        e.is_ok_and(|e| {
+            let kind = e.file_type();
+            (e.file_name() == LOCK_FILE && kind.as_ref().is_ok_and(|t| t.is_file()))
+                || (e.file_name() == "lost+found" && kind.is_ok_and(|t| t.is_dir()))
+        })
     }))
 }
 

@@ -528,6 +528,46 @@ fn stopped_mid_copy(engine: &Engine, dest: &std::path::Path) -> cairn_engine::Re
     r.map(|_| ())
 }
 
+/// The root of a fresh filesystem (an empty directory but for
+/// `lost+found`, a new disk mounted for backups) takes a backup, which
+/// opens and verifies; the backup's own stop removes what it wrote and
+/// leaves `lost+found`. A file of that name is something else, and refused
+/// (until 2026-12-06 the directory was refused too, as not empty).
+#[test]
+fn a_fresh_filesystems_root_takes_a_backup() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let engine = source(&dir.path().join("src"));
+    let disk = dir.path().join("disk");
+    std::fs::create_dir_all(disk.join("lost+found")).unwrap();
+    stopped_mid_copy(&engine, &disk).expect_err("stopped");
+    let left: Vec<_> = std::fs::read_dir(&disk)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, vec!["lost+found"], "what the stopped backup left");
+    let r = engine.backup_to(&disk, &AtomicBool::new(false)).unwrap();
+    assert!(r.verify.is_clean(), "{:?}", r.verify.problems);
+    let copy = Engine::open(small_config(&disk)).unwrap();
+    for tp in tps() {
+        assert_eq!(all_records(&copy, &tp), all_records(&engine, &tp), "{tp}");
+    }
+    drop(copy);
+    assert!(disk.join("lost+found").is_dir());
+
+    let file = dir.path().join("file");
+    std::fs::create_dir(&file).unwrap();
+    std::fs::write(file.join("lost+found"), "not a directory").unwrap();
+    let err = engine
+        .backup_to(&file, &AtomicBool::new(false))
+        .expect_err("a file named lost+found");
+    assert!(
+        err.to_string()
+            .contains("the backup's directory must be new or empty"),
+        "{err}"
+    );
+}
+
 /// A lock that cannot be taken once its file is made (a file system
 /// without locks: ENOLCK) leaves nothing behind: the lock file it made
 /// goes, and a directory the backup made too (until the night of

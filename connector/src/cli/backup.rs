@@ -94,6 +94,15 @@ pub async fn run(args: BackupArgs) -> Result<ExitCode> {
         path: args.to.clone(),
         source,
     })?;
+    // Said, as `run` says it of `--data` (since 2026-12-06; found by an
+    // audit): the copy is synced and verified, and then a reboot takes it
+    // (`/tmp` is tmpfs on many systems).
+    if let Some(fs) = super::run::memory_backed(&to) {
+        super::say_warn!(
+            "--to {}: on {fs}, which keeps files in memory only: the backup's fsyncs make nothing durable, and a reboot or power loss takes the copy (put it on a disk)",
+            to.display()
+        );
+    }
     if let Some(conn) = crate::live::connect(data)? {
         if to.to_str().is_none() {
             return Err(ConnectorError::Config(format!(
@@ -205,7 +214,16 @@ pub async fn run(args: BackupArgs) -> Result<ExitCode> {
             }
         );
     }
-    closed?;
+    if let Err(e) = closed {
+        // The copy is made, verified and kept: said, so that the error is
+        // not taken for a failed backup, as for a report that could not be
+        // written below (until 2026-12-06 it was not; found by an audit).
+        super::say_warn!(
+            "the backup is complete in {} (its verify's exit: {exit}), but closing the archive it was taken from failed",
+            dest.display()
+        );
+        return Err(e.into());
+    }
     if let Err(e) = written {
         // The copy is made and kept whatever its report met (a full disk
         // behind a redirect): said, so that the error is not taken for a

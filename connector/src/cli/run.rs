@@ -789,7 +789,7 @@ fn refuse_foreign_dir(data: &std::path::Path) -> Result<()> {
 /// at once and makes nothing durable, so an archive there breaks the one
 /// promise cairn makes: what Kafka is told is archived survives a crash of
 /// the machine. `None` for a disk, or when the kind cannot be read.
-fn memory_backed(path: &Path) -> Option<&'static str> {
+pub(crate) fn memory_backed(path: &Path) -> Option<&'static str> {
     let there = path
         .ancestors()
         .find(|a| !a.as_os_str().is_empty() && a.exists())
