@@ -2775,7 +2775,10 @@ fn verify_of_a_later_format_says_not_checked_not_damaged() {
     assert!(!out.contains("problem"), "{out}");
     let (code, _, err) = cairn(&["status", "--data", d]);
     assert_ne!(code, 0);
-    assert!(err.contains(&want), "{err}");
+    assert!(
+        err.contains(&want) && err.contains("a newer cairn wrote it"),
+        "{err}"
+    );
 }
 
 /// `(first, next, records)` of each partition, from `status --json`.

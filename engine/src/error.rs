@@ -44,7 +44,7 @@ pub enum Error {
     InvalidInput(#[from] InvalidInput),
     /// The store was written by a format this build does not read.
     #[error(
-        "unsupported format version {found} in {path} (this build reads versions 1 to {supported})"
+        "unsupported format version {found} in {path} (this build reads versions 1 to {supported}): a newer cairn wrote it: open it with that cairn or a later one (its records are untouched)"
     )]
     UnsupportedFormat {
         path: PathBuf,
