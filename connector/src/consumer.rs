@@ -139,7 +139,9 @@ pub struct PipelineOptions {
     pub on_progress: Option<ProgressObserver>,
     /// The caller asked Kafka already ([`check_kafka`], as `cairn run`
     /// does before it opens the archive): the pipeline's own check, made
-    /// all the same, is logged at debug rather than as a second wait.
+    /// all the same, is logged at debug rather than as a second wait, and
+    /// a `stop` set before it is a clean stop, not one while waiting for
+    /// Kafka (`StoppedWaiting`).
     pub kafka_checked: bool,
 }
 
@@ -1129,7 +1131,20 @@ pub fn run_pipeline(
     } else {
         tracing::info!(brokers = %cfg.brokers, connect_timeout_ms = cfg.connect_timeout_ms, "waiting for Kafka to answer");
     }
-    if let Err(e) = preflight(&consumer, cfg, &opts.stop) {
+    // Kafka answered the caller's own check just before (`kafka_checked`:
+    // `cairn run` asks, then opens the archive): a stop asked for since (a
+    // signal during the open, whose recovery or upgrade can take minutes)
+    // is no stop while waiting for Kafka, and ends the run below as any
+    // stop before the first assignment does, cleanly; until 2026-12-06 it
+    // ended here, exit 130, saying nothing was archived (found by an
+    // audit). A signal again exits at once meanwhile.
+    let not_stopped = AtomicBool::new(false);
+    let stop_waiting = if opts.kafka_checked {
+        &not_stopped
+    } else {
+        &*opts.stop
+    };
+    if let Err(e) = preflight(&consumer, cfg, stop_waiting) {
         let e = with_last_client_error(e, &consumer, |c| &c.last_cause);
         let mut sink = sink;
         return Err(match e {

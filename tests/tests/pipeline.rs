@@ -52,6 +52,43 @@ fn end_to_end_50k_exact_and_committed_equals_durable() {
     assert_eq!(again.stats.commits, 0);
 }
 
+/// A stop asked for once Kafka has answered the caller's own check
+/// (`kafka_checked`: `cairn run` asks Kafka, then opens the archive, and a
+/// signal during that open sets the stop) ends the run cleanly, before any
+/// assignment, with nothing archived or committed and the sink stopped: not
+/// as a stop while waiting for Kafka (`StoppedWaiting`, exit 130, "nothing
+/// was archived"), which a recovered or upgraded archive belies (until
+/// 2026-12-06; found by an audit). Without the check the same stop is one
+/// while waiting for Kafka, as before.
+#[test]
+fn a_stop_after_kafka_answered_the_callers_check_is_a_clean_one() {
+    let k = TestKafka::new("stop-after-check", 3);
+    produce(&k.brokers, &k.topic, 0..100).unwrap();
+    for checked in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config(&k, "stop-after-check-group", dir.path());
+        let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
+        let opts = PipelineOptions {
+            stop: Arc::new(std::sync::atomic::AtomicBool::new(true)),
+            kafka_checked: checked,
+            ..Default::default()
+        };
+        let r = run_pipeline(&cfg, Box::new(ArchiveSink::new(engine.clone())), opts);
+        if checked {
+            let report = r.unwrap_or_else(|e| panic!("not a clean stop: {e}"));
+            assert_eq!(report.stats.records_written, 0);
+            assert!(report.committed.is_empty(), "{:?}", report.committed);
+        } else {
+            assert!(
+                matches!(r, Err(ConnectorError::StoppedWaiting { .. })),
+                "{:?}",
+                r.map(|r| r.stats)
+            );
+        }
+        assert!(engine.durable_offsets().is_empty());
+    }
+}
+
 /// A run stopped between a put's fsync and its commit (`SimulatedCrash`:
 /// the run then ends as after any fatal error, the consumer leaving its
 /// group and the engine dropped, synced) resumes at the archive's durable
