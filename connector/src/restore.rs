@@ -254,8 +254,9 @@ pub fn plan(engine: &Engine, cfg: &RestoreConfig) -> Result<Vec<(TopicPartition,
     // A partition that holds no record sends nothing: it needs no target
     // partition, and a target's records are no reason to refuse it (until
     // 2026-12-06 both were asked of it; found by an audit). `--resume`
-    // keeps it: it reads where each target stands, and refuses one whose
-    // records a prune deleted, restored or not, as it should.
+    // keeps it, to tell a prune that emptied it under an earlier restore
+    // that stopped part-way, where the target's last record is that
+    // restore's; `preflight` leaves it out where it is not.
     let chosen: Vec<_> = if cfg.resume || empty.is_empty() {
         chosen
     } else {
@@ -431,7 +432,7 @@ pub fn restore_until_split(
                                 .as_deref()
                                 .map_or(0, |name| name.len() + r.offset.to_string().len());
                             detail.push_str(&format!(
-                                " (refused by the producer before it was sent, not by a broker: the record ({} bytes of key, value and headers{}, and the framing librdkafka counts with them) is over the producer's message.max.bytes{}; raise it with -X message.max.bytes, within the topic's max.message.bytes)",
+                                " (refused by the producer before it was sent, not by a broker: the record ({} bytes of key, value and headers{}, plus the framing librdkafka counts with them) is over the producer's message.max.bytes{}; raise it with -X message.max.bytes, within the topic's max.message.bytes)",
                                 r.payload_bytes() + header as u64,
                                 if header > 0 {
                                     format!(", the offset header's {header} included")
@@ -1210,8 +1211,20 @@ fn preflight(
     let timeout = Duration::from_millis(cfg.connect_timeout_ms);
     // In i64: an archive may hold partition i32::MAX (the engine's API
     // takes any partition), whose count does not fit an i32.
+    // Under `--resume`, the chosen partitions that hold no record (`plan`
+    // leaves them out otherwise): one with no target partition, or whose
+    // target's last record is not a restore's, has nothing to resume, and
+    // is passed over (a first run into such a target is accepted, and its
+    // `--resume` must go on: seen in review, 2026-12-06); one whose
+    // target's last record is a restore's is judged by it, and refused if
+    // a prune emptied it under that restore (`check_last`).
+    let empty: BTreeSet<&TopicPartition> = plan
+        .iter()
+        .filter(|(source, _)| engine.partition(source).is_none_or(|p| p.record_count == 0))
+        .map(|(_, target)| target)
+        .collect();
     let mut needed: BTreeMap<&str, i64> = BTreeMap::new();
-    for (_, target) in plan {
+    for (_, target) in plan.iter().filter(|(_, t)| !empty.contains(t)) {
         let n = needed.entry(&target.topic).or_default();
         *n = (*n).max(i64::from(target.partition) + 1);
     }
@@ -1241,10 +1254,25 @@ fn preflight(
     // Every target that holds records, to name them all in one refusal.
     let mut occupied: Vec<(&TopicPartition, i64, i64)> = Vec::new();
     fail::fail_point!(FAILPOINT_WATERMARKS);
-    let targets: BTreeSet<TopicPartition> = plan.iter().map(|(_, t)| t.clone()).collect();
+    let missing = |t: &TopicPartition| {
+        md.topics()
+            .iter()
+            .find(|m| m.name() == t.topic)
+            .is_none_or(|m| i64::from(t.partition) >= m.partitions().len() as i64)
+    };
+    let targets: BTreeSet<TopicPartition> = plan
+        .iter()
+        .map(|(_, t)| t)
+        .filter(|t| !(empty.contains(t) && missing(t)))
+        .cloned()
+        .collect();
     let watermarks = target_watermarks(producer, cfg, targets, timeout, stop)?;
     for (source, target) in plan {
-        let (low, high) = watermarks[target];
+        let Some(&(low, high)) = watermarks.get(target) else {
+            // An empty source with no target partition: nothing to send.
+            starts.insert(target.clone(), cfg.select.from);
+            continue;
+        };
         highs.insert(target.clone(), high);
         if cfg.append || high == 0 {
             starts.insert(target.clone(), cfg.select.from);
@@ -1310,6 +1338,12 @@ fn preflight(
         let mut last = target_records(&reader, &at(false), "last", cfg, timeout, stop)?;
         for (source, target, low, high) in to_read {
             let record = last.remove(target).expect("read above");
+            if empty.contains(target) && record.archived.is_none() {
+                // Another producer's records, not a restore's: nothing of
+                // this partition to resume.
+                starts.insert(target.clone(), cfg.select.from);
+                continue;
+            }
             let archived = check_last(engine, source, target, &record, cfg)?;
             let first = first.remove(target).expect("read above");
             check_count(engine, cfg, source, target, (low, high), &first, archived)?;
@@ -2039,7 +2073,7 @@ fn refuses_producer(code: RDKafkaErrorCode) -> bool {
 /// `Fatal`).
 fn fatal_advice(code: RDKafkaErrorCode) -> Option<&'static str> {
     match code {
-        RDKafkaErrorCode::UnsupportedFeature => Some(" (restore's producer is idempotent, to keep each partition's records in order and once across retries)"),
+        RDKafkaErrorCode::UnsupportedFeature => Some(" (restore's producer is idempotent, to keep each partition's records in order and once across retries: the target's brokers must run Kafka 0.11 or later)"),
         code => refusal_advice(code),
     }
 }

@@ -1868,6 +1868,19 @@ fn unreachable_broker_names_the_brokers() {
             && err.contains("topics, kafka.linger.ms"),
         "{err}"
     );
+    // A warned-of setting the file gave is said to come from it.
+    std::fs::write(
+        &file,
+        "brokers = \"127.0.0.1:1\"\ntopics = [\"a\"]\n[kafka]\n\"check.crcs\" = \"false\"\n",
+    )
+    .unwrap();
+    let (code, _, err) = run_with_file(&[]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("-X check.crcs=false: librdkafka will not check")
+            && err.contains("(check.crcs set in [kafka] of"),
+        "{err}"
+    );
 }
 
 /// A run that fails having archived nothing (here: no broker answers)

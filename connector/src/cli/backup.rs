@@ -222,6 +222,9 @@ pub async fn run(args: BackupArgs) -> Result<ExitCode> {
             "the backup is complete in {} (its verify's exit: {exit}), but closing the archive it was taken from failed",
             dest.display()
         );
+        if let Err(w) = written {
+            tracing::error!(error = %w, "the backup's report could not be written either");
+        }
         return Err(e.into());
     }
     if let Err(e) = written {

@@ -106,6 +106,8 @@ pub struct FileKeys {
     keys: Vec<&'static str>,
     /// Keys the file gave that a flag overrode (`-X` ones as `kafka.KEY`).
     overridden: Vec<String>,
+    /// The keys of the file's `[kafka]` table no `-X` overrode.
+    kafka: Vec<String>,
 }
 
 impl FileKeys {
@@ -119,6 +121,18 @@ impl FileKeys {
                 keys = %self.overridden.join(", "),
                 "flags given on the command line override these keys of the config file (a flag's value replaces the file's whole value: --topics replaces its list of topics)"
             );
+        }
+    }
+
+    /// " (KEY set in [kafka] of FILE)" when the file's `[kafka]` table
+    /// gave the librdkafka setting `key` and no `-X` overrode it, else
+    /// nothing: to follow a message naming it as `-X KEY`.
+    pub fn said_kafka(&self, key: &str) -> String {
+        match &self.path {
+            Some(path) if self.kafka.iter().any(|k| k == key) => {
+                format!(" ({key} set in [kafka] of {})", path.display())
+            }
+            _ => String::new(),
         }
     }
 
@@ -335,6 +349,7 @@ impl RunArgs {
             path: file_path,
             keys: file_keys,
             overridden,
+            kafka: from_file.clone(),
         };
         c.validate().map_err(|e| match (e, &noted.path) {
             (ConnectorError::Config(m), Some(path)) => {
@@ -409,7 +424,7 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
     {
         super::say_warn!(
             "-X {key}={value}: librdkafka will not check the CRC of the record batches it fetches, so a batch damaged on the way or on the brokers' disks is archived as it arrives, its damage checksummed as if it were the record (leave it out to keep the check){}",
-            file_keys.said("kafka")
+            file_keys.said_kafka(key)
         );
     }
     // A directory this run makes is removed again if the run fails or
