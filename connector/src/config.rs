@@ -208,6 +208,12 @@ impl RunConfig {
                 };
                 return bad(format!("topics: {e}{hint}"));
             }
+            // Every commit, this run's own included, is a record there:
+            // each would be archived and committed in turn, a new record to
+            // archive, without end (seen in an audit, 2026-12-06).
+            if t == "__consumer_offsets" {
+                return bad("topics: \"__consumer_offsets\" holds the groups' committed offsets, and every commit cairn makes adds a record to it: archiving it would archive each of cairn's own commits and commit again, without end (leave it out)".into());
+            }
             // Named twice, it is subscribed to once: a typo for another
             // topic, most likely, which would then go unarchived.
             if self.topics[..i].contains(t) {
@@ -922,6 +928,26 @@ retain-bytes = "50GiB"
         assert!(e.contains("\"a\" is named twice"), "{e}");
         let once = RunConfig::new("b:1", "g", vec!["a".into(), "b".into()], "d".into());
         assert!(once.validate().is_ok());
+    }
+
+    /// `__consumer_offsets` is refused: every commit cairn makes is a
+    /// record in it, which archived would be committed again, without end.
+    /// Other internal-looking names are topics like any.
+    #[test]
+    fn the_committed_offsets_topic_is_refused() {
+        let cfg = RunConfig::new(
+            "b:1",
+            "g",
+            vec!["a".into(), "__consumer_offsets".into()],
+            "d".into(),
+        );
+        let e = cfg.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("every commit cairn makes adds a record to it"),
+            "{e}"
+        );
+        let cfg = RunConfig::new("b:1", "g", vec!["__transaction_state".into()], "d".into());
+        assert!(cfg.validate().is_ok());
     }
 
     /// `--rebind-topic` names a topic the run archives: another (a typo)
