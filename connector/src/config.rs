@@ -791,6 +791,30 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     Ok(bytes)
 }
 
+/// Parse `--batch-bytes-max` and `--record-bytes-max`: a number of bytes
+/// (`8388608`), as always, or a size with its unit (`8MiB`, as
+/// `--retain-bytes` takes: since 2026-12-06; before, `8MiB` was refused as
+/// an "invalid digit", which did not say what was wanted).
+pub fn parse_byte_count(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    if let Ok(n) = t.parse::<u64>() {
+        return Ok(n);
+    }
+    if t.starts_with('-') {
+        return Err(
+            "negative: give a number of bytes (8388608) or a size with its unit (8MiB)".into(),
+        );
+    }
+    parse_size(t)
+        .map_err(|e| format!("{e} (a number of bytes, such as 8388608, is taken as it is)"))
+}
+
+/// [`parse_byte_count`] for a `usize` flag.
+pub fn parse_byte_count_usize(s: &str) -> Result<usize, String> {
+    let n = parse_byte_count(s)?;
+    usize::try_from(n).map_err(|_| format!("too large: at most {} bytes", usize::MAX))
+}
+
 /// Sizes from [`parse_size`] are below this (2^63 bytes, 8 EiB): more than
 /// any disk, and far from where bytesize's arithmetic saturates.
 pub const SIZE_BYTES_MAX: u64 = 1 << 63;

@@ -40,16 +40,17 @@ pub struct RunArgs {
     #[arg(long, allow_negative_numbers = true)]
     pub batch_records_max: Option<usize>,
     /// Most bytes a batch holds between poll and put (the backpressure
-    /// bound): payload plus ~100 per record and 48 per header [default:
-    /// 8388608].
-    #[arg(long, allow_negative_numbers = true)]
+    /// bound): payload plus ~100 per record and 48 per header; a number of
+    /// bytes, or a size with its unit (8MiB) [default: 8388608].
+    #[arg(long, allow_negative_numbers = true, value_name = "BYTES", value_parser = crate::config::parse_byte_count_usize)]
     pub batch_bytes_max: Option<usize>,
     /// Longest a polled record waits before its put [default: 5].
     #[arg(long, allow_negative_numbers = true)]
     pub linger_ms: Option<u64>,
-    /// Largest record accepted (key + value + headers) [default: 8388608];
-    /// a larger one is handled as `--on-oversize` says.
-    #[arg(long, allow_negative_numbers = true)]
+    /// Largest record accepted (key + value + headers), a number of bytes
+    /// or a size with its unit (16MiB) [default: 8388608]; a larger one is
+    /// handled as `--on-oversize` says.
+    #[arg(long, allow_negative_numbers = true, value_name = "BYTES", value_parser = crate::config::parse_byte_count)]
     pub record_bytes_max: Option<u64>,
     /// What to do with a record over --record-bytes-max [default: fail].
     #[arg(long, value_enum)]
@@ -124,7 +125,7 @@ impl FileKeys {
         }
     }
 
-    /// " (KEY set in [kafka] of FILE)" when the file's `[kafka]` table
+    /// `" (KEY set in [kafka] of FILE)"` when the file's `[kafka]` table
     /// gave the librdkafka setting `key` and no `-X` overrode it, else
     /// nothing: to follow a message naming it as `-X KEY`.
     pub fn said_kafka(&self, key: &str) -> String {
@@ -980,6 +981,45 @@ mod tests {
             parse("data = \"archive\"\n", &["--data", "here"]),
             std::path::Path::new("here")
         );
+    }
+
+    /// `--batch-bytes-max` and `--record-bytes-max` take a number of bytes,
+    /// as always, or a size with its unit; anything else is refused at
+    /// parsing saying both forms (until 2026-12-06 `8MiB` was an "invalid
+    /// digit").
+    #[test]
+    fn byte_limits_take_a_number_or_a_size_with_its_unit() {
+        let c = config(
+            "",
+            &["--batch-bytes-max", "4MiB", "--record-bytes-max", "1048576"],
+        )
+        .unwrap();
+        assert_eq!((c.batch_bytes_max, c.record_bytes_max), (4 << 20, 1 << 20));
+        let c = config("", &["--record-bytes-max", "1.5KiB"]).unwrap();
+        assert_eq!(c.record_bytes_max, 1536);
+        for bad in ["8 apples", "-1", "0.5B"] {
+            let dir = tempfile::tempdir().unwrap();
+            let e = Cli::try_parse_from([
+                "run",
+                "--brokers",
+                "b:1",
+                "--group",
+                "g",
+                "--topics",
+                "t",
+                "--data",
+                dir.path().to_str().unwrap(),
+                "--record-bytes-max",
+                bad,
+            ])
+            .err()
+            .unwrap_or_else(|| panic!("{bad} parsed"))
+            .to_string();
+            assert!(
+                e.contains("--record-bytes-max") && (e.contains("8MiB") || e.contains("byte")),
+                "{bad}: {e}"
+            );
+        }
     }
 
     /// One `-X` name given twice with two values is refused (before
