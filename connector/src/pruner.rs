@@ -479,8 +479,15 @@ pub const FAILPOINT_PASS: &str = "pruner::pass";
 
 /// [`pass`], with a panic turned into its error: the first pass runs on
 /// the starting thread, the others on the pruner's, and either way a
-/// panicking pass is a failed pass that stops the run cleanly, not a
-/// process ended by the panic.
+/// panicking pass is a failed pass that stops the run, not a process ended
+/// by the panic. The engine is poisoned first, as for any panic caught
+/// while the engine was used (a live request's, a command's): the pass
+/// reads through sled (its cuts, the record holding age retention back),
+/// which panics on damage to its own files, and a store it may have left
+/// half-changed is then neither flushed by the engine's close nor trusted
+/// from the page cache by the next open; nothing more is committed (until
+/// 2026-12-06 the run's clean stop committed and closed it as usual; found
+/// by an audit).
 fn guarded_pass(
     engine: &Engine,
     retention: &Retention,
@@ -492,6 +499,7 @@ fn guarded_pass(
     }))
     .unwrap_or_else(|payload| {
         let what = cairn_engine::panic_message(&*payload);
+        engine.poison_after_caught_panic("retention pass", what);
         Err(format!("retention: the pruner panicked: {what}"))
     })
 }

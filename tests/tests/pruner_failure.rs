@@ -115,6 +115,8 @@ fn a_panicking_pass_is_reported_with_its_message() {
         .recv_timeout(Duration::from_secs(60))
         .expect("the failure hook was called");
     assert!(e.contains("the pruner panicked: boom"), "{e}");
+    // Poisoned before the hook was told (since 2026-12-06).
+    assert!(engine.is_poisoned());
     drop(armed);
     drop(engine);
     match sink.stop() {
@@ -145,8 +147,12 @@ fn a_panicking_first_pass_is_the_starts_error() {
     }
     // Refused at the start: no thread, so no hook call.
     assert_eq!(failures.try_iter().count(), 0);
-    // The engine is usable: the panic was in the pass, not under its lock.
-    assert!(engine.partitions().is_empty());
+    // The engine is poisoned, as for any panic caught while it was used
+    // (the pass reads through sled, which panics on damage to its files):
+    // nothing more is written or committed, and its drop flushes nothing
+    // (until 2026-12-06 it stayed usable; found by an audit).
+    assert!(engine.is_poisoned());
+    assert!(engine.check_usable().is_err());
 }
 
 /// 3,000 records produced to a fresh topic, and what a run archiving them
