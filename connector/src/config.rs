@@ -805,8 +805,11 @@ pub fn parse_byte_count(s: &str) -> Result<u64, String> {
             "negative: give a number of bytes (8388608) or a size with its unit (8MiB)".into(),
         );
     }
-    parse_size(t)
-        .map_err(|e| format!("{e} (a number of bytes, such as 8388608, is taken as it is)"))
+    parse_size(t).map_err(|e| {
+        // These flags take no `none`.
+        let e = e.replace(", or `none` for no bound", "");
+        format!("{e} (a number of bytes, such as 8388608, is taken as it is)")
+    })
 }
 
 /// [`parse_byte_count`] for a `usize` flag.

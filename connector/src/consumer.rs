@@ -879,6 +879,27 @@ impl Shared {
     }
 }
 
+/// The error a run ends with when its check of Kafka failed: the client's
+/// last error beside it, and a stop while waiting for Kafka stops the sink
+/// first.
+fn preflight_failed(
+    e: ConnectorError,
+    consumer: &BaseConsumer<SinkContext>,
+    mut sink: Box<dyn SinkTask>,
+) -> ConnectorError {
+    let e = with_last_client_error(e, consumer, |c| &c.last_cause);
+    match e {
+        // The stop may have come from beside the run (a failed retention
+        // pass, a live request that poisoned the archive): the sink's clean
+        // stop reports that, not a signal.
+        ConnectorError::StoppedWaiting { .. } => match sink.stop() {
+            Ok(()) => e,
+            Err(failure) => ConnectorError::Sink(format!("stop: {failure}")),
+        },
+        e => e,
+    }
+}
+
 /// Build the consumer configuration. Auto-commit and the auto offset store
 /// are off: committing is this loop's job, and only after fsync.
 pub fn client_config(cfg: &RunConfig) -> ClientConfig {
@@ -1131,32 +1152,20 @@ pub fn run_pipeline(
     } else {
         tracing::info!(brokers = %cfg.brokers, connect_timeout_ms = cfg.connect_timeout_ms, "waiting for Kafka to answer");
     }
-    // Kafka answered the caller's own check just before (`kafka_checked`:
-    // `cairn run` asks, then opens the archive): a stop asked for since (a
-    // signal during the open, whose recovery or upgrade can take minutes)
-    // is no stop while waiting for Kafka, and ends the run below as any
-    // stop before the first assignment does, cleanly; until 2026-12-06 it
-    // ended here, exit 130, saying nothing was archived (found by an
-    // audit). A signal again exits at once meanwhile.
-    let not_stopped = AtomicBool::new(false);
-    let stop_waiting = if opts.kafka_checked {
-        &not_stopped
-    } else {
-        &*opts.stop
-    };
-    if let Err(e) = preflight(&consumer, cfg, stop_waiting) {
-        let e = with_last_client_error(e, &consumer, |c| &c.last_cause);
-        let mut sink = sink;
-        return Err(match e {
-            // The stop may have come from beside the run (a failed
-            // retention pass, a live request that poisoned the archive):
-            // the sink's clean stop reports that, not a signal.
-            ConnectorError::StoppedWaiting { .. } => match sink.stop() {
-                Ok(()) => e,
-                Err(failure) => ConnectorError::Sink(format!("stop: {failure}")),
-            },
-            e => e,
-        });
+    match preflight(&consumer, cfg, &opts.stop) {
+        Ok(()) => {}
+        // Kafka answered the caller's own check before (`kafka_checked`:
+        // `cairn run` asks, then opens the archive): a stop asked for since
+        // (a signal during the open, whose recovery or upgrade can take
+        // minutes, or during this check) is no stop while waiting for
+        // Kafka, and ends the run below as any stop before the first
+        // assignment does, cleanly, before anything is fetched; until
+        // 2026-12-06 it ended here, exit 130, saying nothing was archived
+        // (found by an audit).
+        Err(ConnectorError::StoppedWaiting { .. }) if opts.kafka_checked => {
+            tracing::debug!("stopped during the pipeline's own check of Kafka: stopping cleanly");
+        }
+        Err(e) => return Err(preflight_failed(e, &consumer, sink)),
     }
     let topics: Vec<&str> = cfg.topics.iter().map(String::as_str).collect();
     consumer

@@ -1338,9 +1338,11 @@ fn preflight(
         let mut last = target_records(&reader, &at(false), "last", cfg, timeout, stop)?;
         for (source, target, low, high) in to_read {
             let record = last.remove(target).expect("read above");
-            if empty.contains(target) && record.archived.is_none() {
-                // Another producer's records, not a restore's: nothing of
-                // this partition to resume.
+            // Another producer's record, or another archive's restore's
+            // (an offset this partition never reached): nothing of it to
+            // resume. One below its next offset is this archive's, judged.
+            let next = engine.partition(source).map_or(0, |p| p.next_offset);
+            if empty.contains(target) && record.archived.is_none_or(|a| a >= next) {
                 starts.insert(target.clone(), cfg.select.from);
                 continue;
             }

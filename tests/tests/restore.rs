@@ -314,6 +314,19 @@ fn partitions_with_no_record_need_no_target_partition() {
     let mut ends: Vec<i64> = (0..3).map(|p| want[&p].len() as i64).collect();
     ends.push(1);
     assert_eq!(highs(&k, 4), ends, "the fourth holds only its own record");
+
+    // The same with the fourth's last record another archive's restore's
+    // (its header names offset 9, which this partition never reached: its
+    // next offset is 7): passed over too, not refused as naming an offset
+    // the archive does not hold.
+    let k = TestKafka::new("restored-where-empty", 4);
+    produce_one(&k, 3, b"another archive's", Some(("cairn.offset", "9")));
+    let mut cfg = config(&k);
+    cfg.offset_header = Some("cairn.offset".into());
+    assert_eq!(restore(&engine, &cfg).unwrap().records, total as u64);
+    cfg.resume = true;
+    assert_eq!(restore(&engine, &cfg).unwrap().records, 0);
+    assert_eq!(highs(&k, 4), ends);
 }
 
 #[test]
