@@ -2967,6 +2967,12 @@ fn prune_deletes_below_the_cut_and_keeps_next_offsets() {
             && out.contains("first offset 0 -> 30; next offset 50"),
         "{out}"
     );
+    // A bound below the size entries are written at is said to be (since
+    // 2026-12-06): deletion is by whole entries.
+    assert!(
+        err.contains("--keep-bytes 400B: below the size entries are written at (about 1024 KiB)"),
+        "{err}"
+    );
     let (code, _, err) = cairn(&["prune", "--data", d, "--keep-bytes", "lots"]);
     assert_ne!(code, 0);
     assert!(err.contains("50GiB"), "{err}");

@@ -143,6 +143,21 @@ macro_rules! say_warn {
 }
 pub(crate) use say_warn;
 
+/// A size bound for retention below the size the engine cuts entries at
+/// (`EngineConfig::entry_bytes_target`, 1 MiB by default): deletion is by
+/// whole entries, and a partition whose newest entry alone is larger than
+/// the bound is emptied by every pass, its newest records included
+/// (documented, and until 2026-12-06 said nowhere else; found by an audit).
+pub(crate) fn warn_if_below_an_entry(flag: &str, bytes: u64) {
+    let entry = cairn_engine::EngineConfig::new("").entry_bytes_target as u64;
+    if bytes < entry {
+        say_warn!(
+            "{flag} {bytes}B: below the size entries are written at (about {} KiB), and retention deletes whole entries: a partition whose newest entry alone is larger than that is emptied at every pass, its newest records included",
+            entry / 1024
+        );
+    }
+}
+
 /// The error a command stops on: `error: …` as text, or a JSON ERROR line
 /// `cairn stopped` with the error in its `error` field ([`say`]).
 pub fn say_stopped(e: &dyn std::fmt::Display) {

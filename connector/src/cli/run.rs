@@ -416,6 +416,9 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
             file_keys.said("data")
         );
     }
+    if let Some(b) = cfg.retain_bytes {
+        super::warn_if_below_an_entry("--retain-bytes", b);
+    }
     // Allowed (OPERATIONS.md), but never silently: a copied kcat or
     // client command line can carry it, and then a batch Kafka damaged in
     // flight or at rest is archived as it arrives (since 2026-12-06; found
