@@ -89,11 +89,7 @@ fn offsets_past_the_last_record_that_hold_none_are_archived_as_such_and_committe
     assert_eq!(again.stats.records_written, 1);
     assert_eq!(again.stats.records_duplicate, 0);
     let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
-    let p0: Vec<(i64, Option<Vec<u8>>)> = engine
-        .read(&tp(0), 0)
-        .unwrap()
-        .map(|r| r.map(|r| (r.offset, r.value)).unwrap())
-        .collect();
+    let p0 = offsets_and_values(&engine, &tp(0));
     assert_eq!(p0.len(), 11);
     assert_eq!(
         p0.last().unwrap(),
@@ -176,14 +172,19 @@ fn a_partition_of_only_markers_from_its_start_is_committed_at_its_end() {
     assert_eq!(again.stats.records_written, 2);
     assert_eq!(again.stats.records_duplicate, 0);
     let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
-    let p0: Vec<(i64, Option<Vec<u8>>)> = engine
-        .read(&tp(0), 0)
-        .unwrap()
-        .map(|r| r.map(|r| (r.offset, r.value)).unwrap())
-        .collect();
+    let p0 = offsets_and_values(&engine, &tp(0));
     assert_eq!(p0, vec![(skipped, Some(b"after the markers".to_vec()))]);
     assert_eq!(engine.durable_offsets(), after);
     assert!(engine.verify().unwrap().is_clean());
+}
+
+/// Each record of `tp` in `engine`, as its offset and value.
+fn offsets_and_values(engine: &Engine, tp: &TopicPartition) -> Vec<(i64, Option<Vec<u8>>)> {
+    engine
+        .read(tp, 0)
+        .unwrap()
+        .map(|r| r.map(|r| (r.offset, r.value)).unwrap())
+        .collect()
 }
 
 /// One record of `value` to partition `partition` of `k`'s topic.
