@@ -687,6 +687,47 @@ fn archive_of_ten_in(topic: &str, partitions: &[i32]) -> tempfile::TempDir {
     dir
 }
 
+/// An age prune stopped by a record with no timestamp (the partition's
+/// first, here; the others are from 2023) says so on a line of its own,
+/// naming the record and the `--before` that deletes it, as a run's
+/// retention does (until 2026-12-06 it printed "pruned 0 records" and
+/// nothing more); a dry run says it too.
+#[test]
+fn an_age_prune_held_back_by_a_record_with_no_timestamp_says_so() {
+    use cairn_engine::{fuzzing::record, Engine, EngineConfig, RecordBatch, TopicPartition};
+    let dir = tempfile::tempdir().unwrap();
+    let tp = TopicPartition::new("held", 0);
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let mut first = record(&tp, 0, 10);
+    first.timestamp_ms = -1;
+    e.append(&[RecordBatch {
+        tp: tp.clone(),
+        records: vec![first],
+    }])
+    .unwrap();
+    e.append(&[RecordBatch {
+        tp: tp.clone(),
+        records: (1..10).map(|o| record(&tp, o, 10)).collect(),
+    }])
+    .unwrap();
+    e.close().unwrap();
+    let d = dir.path().to_str().unwrap();
+    for dry in [true, false] {
+        let mut args = vec!["prune", "--data", d, "--older-than", "1day"];
+        if dry {
+            args.push("--dry-run");
+        }
+        let (code, out, err) = cairn(&args);
+        assert_eq!(code, 0, "{err}");
+        assert!(
+            out.contains("held/0: ") && out.contains("0 records")
+                && out.contains("retention by age is held back in held/0 at offset 0: that record has no timestamp (-1)")
+                && out.contains("--topic held --partition 0 --before 1"),
+            "{out}"
+        );
+    }
+}
+
 /// Commit `offset` for `topic`'s partition 0 in `group` as a plain client
 /// does: no metadata.
 fn commit_as_another_client(brokers: &str, group: &str, topic: &str, offset: i64) {

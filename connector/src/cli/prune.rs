@@ -432,6 +432,25 @@ pub fn prune(
                 r.entries_deleted,
                 before.next_offset
             ));
+            // An age cut stopped by a record with no timestamp, or one far
+            // ahead, not by a young one: said on a line of its own, with
+            // what to do, as a run's retention says it (until 2026-12-06
+            // only the run did; found by an audit).
+            if let (Cut::TimeMs(_), true) = (cut, finished) {
+                let ahead = pruner::RunClock::start()
+                    .now_ms()
+                    .0
+                    .saturating_add(pruner::FUTURE_SLACK_MS);
+                if let Some(h) = engine.timestamp_holding_back(&p.tp, offset, ahead)? {
+                    let held = pruner::HeldBack {
+                        tp: p.tp.clone(),
+                        offset,
+                        timestamp_ms: h.timestamp_ms,
+                        entry_next_offset: h.entry_next_offset,
+                    };
+                    unsynced_lines.push(held.why(true));
+                }
+            }
             if !pass.waiting() {
                 say_durable(unsynced_lines.drain(..), emit)?;
             }
