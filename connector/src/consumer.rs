@@ -140,8 +140,9 @@ pub struct PipelineOptions {
     /// The caller asked Kafka already ([`check_kafka`], as `cairn run`
     /// does before it opens the archive): the pipeline's own check, made
     /// all the same, is logged at debug rather than as a second wait, and
-    /// a `stop` set before it is a clean stop, not one while waiting for
-    /// Kafka (`StoppedWaiting`).
+    /// a `stop` set before or during it ends the run as any stop before
+    /// the first assignment does (clean, if the sink stops cleanly), not as
+    /// one while waiting for Kafka (`StoppedWaiting`).
     pub kafka_checked: bool,
 }
 

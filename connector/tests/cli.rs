@@ -3011,7 +3011,7 @@ fn prune_deletes_below_the_cut_and_keeps_next_offsets() {
     // A bound below the size entries are written at is said to be (since
     // 2026-12-06): deletion is by whole entries.
     assert!(
-        err.contains("--keep-bytes 400B: below the size entries are written at (about 1024 KiB)"),
+        err.contains("--keep-bytes 400B: entries hold up to about 1 MiB of payload each"),
         "{err}"
     );
     let (code, _, err) = cairn(&["prune", "--data", d, "--keep-bytes", "lots"]);

@@ -148,12 +148,12 @@ pub(crate) use say_warn;
 /// whole entries, and a partition whose newest entry alone is larger than
 /// the bound is emptied by every pass, its newest records included
 /// (documented, and until 2026-12-06 said nowhere else; found by an audit).
-pub(crate) fn warn_if_below_an_entry(flag: &str, bytes: u64) {
+pub(crate) fn warn_if_below_an_entry(flag: &str, bytes: u64, said: &str) {
     let entry = cairn_engine::EngineConfig::new("").entry_bytes_target as u64;
     if bytes < entry {
         say_warn!(
-            "{flag} {bytes}B: below the size entries are written at (about {} KiB), and retention deletes whole entries: a partition whose newest entry alone is larger than that is emptied at every pass, its newest records included",
-            entry / 1024
+            "{flag} {bytes}B{said}: entries hold up to about {} MiB of payload each (a put's records of one partition; a larger record is an entry of its own), and retention deletes whole entries: a partition whose newest entry holds more than this bound is emptied at every pass, its newest records included",
+            entry >> 20
         );
     }
 }

@@ -417,7 +417,7 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
         );
     }
     if let Some(b) = cfg.retain_bytes {
-        super::warn_if_below_an_entry("--retain-bytes", b);
+        super::warn_if_below_an_entry("--retain-bytes", b, &file_keys.said("retain-bytes"));
     }
     // Allowed (OPERATIONS.md), but never silently: a copied kcat or
     // client command line can carry it, and then a batch Kafka damaged in
@@ -566,7 +566,9 @@ async fn archive(cfg: RunConfig) -> Result<(ExitCode, u64)> {
             "pruning the archive to its retention"
         );
         // A failed pass stops the run, even an idle one: a clean stop,
-        // whose end reports the pruner's error and exits non-zero.
+        // whose end reports the pruner's error and exits non-zero (a
+        // panicking pass poisons the engine first: the stop then commits
+        // nothing more, and the run ends on the poisoning, which names it).
         let stop_run = stop.clone();
         let on_failure = Box::new(move |_: &str| stop_run.store(true, Ordering::Relaxed));
         sink = sink
