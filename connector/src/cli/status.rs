@@ -25,7 +25,12 @@ pub struct StatusArgs {
     /// archive holds nothing of.
     #[arg(long, short = 'b', value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub brokers: Option<String>,
-    /// The consumer group whose committed offsets to show (needs `--brokers`).
+    /// The archive's own consumer group, as `cairn run --group` names it
+    /// (needs `--brokers`): its committed offsets are shown, and the archive
+    /// lag counts from where that run resumes, which is that group's commit
+    /// where it is past the archive's and made by another store or tool. Not
+    /// another application's group: its commits would be taken for the
+    /// archive's resume points.
     #[arg(long, short = 'g', requires = "brokers", value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub group: Option<String>,
     /// How long to wait for the brokers before giving up.
