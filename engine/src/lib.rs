@@ -112,5 +112,6 @@ pub use retention::{
 pub use sync::{FAILPOINT_FLUSH_ERR, FAILPOINT_SYNC_DIR};
 pub use topics::TopicId;
 pub use verify::{
-    verify_store, Problem, VerifyReport, FAILPOINT_VERIFY_AFTER_LOG, PROBLEMS_LISTED_MAX,
+    verify_store, verify_store_unless, Problem, VerifyReport, FAILPOINT_VERIFY_AFTER_LOG,
+    PROBLEMS_LISTED_MAX,
 };

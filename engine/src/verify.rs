@@ -199,6 +199,15 @@ pub(crate) fn check_stop(stop: &AtomicBool, items: &mut u64, op: &'static str) -
 /// open mark is written, for as long as sled has the store (left behind
 /// when the last sync fails: poisoned.rs).
 pub fn verify_store(cfg: &EngineConfig) -> Result<VerifyReport> {
+    verify_store_unless(cfg, &AtomicBool::new(false))
+}
+
+/// [`verify_store`], given up with `Error::Interrupted` soon after `stop`
+/// is set (a signal to `cairn verify`): the store is synced and let go as
+/// after a whole verify, the open mark removed with it, so that a verify
+/// stopped part-way does not read as a crash to the next open in this boot
+/// (until 2026-12-06 a signal killed the process, leaving the mark).
+pub fn verify_store_unless(cfg: &EngineConfig, stop: &AtomicBool) -> Result<VerifyReport> {
     if !cfg.store_exists() {
         // A backup cut short before its store was made is that, not an
         // empty directory.
@@ -248,7 +257,7 @@ pub fn verify_store(cfg: &EngineConfig) -> Result<VerifyReport> {
     // sled panics on some damage to its own files (the CLI reports that):
     // the handles are still dropped here, guarded, and the panic passed on.
     let report = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        verify_opened(cfg, &db, before)
+        verify_opened(cfg, &db, before, stop)
     }));
     // Once, never retried: a failure leaves the mark.
     let synced = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| syncer.sync(&db, 0)));
@@ -291,10 +300,11 @@ fn verify_opened(
     cfg: &EngineConfig,
     db: &sled::Db,
     before: crate::poisoned::Before,
+    stop: &AtomicBool,
 ) -> Result<VerifyReport> {
     let tree = db.open_tree("cairn").map_err(store_err("open tree"))?;
     refuse_later_format(cfg, &tree)?;
-    let (mut r, facts) = verify_tree_facts(&tree, None, &AtomicBool::new(false))?;
+    let (mut r, facts) = verify_tree_facts(&tree, None, stop)?;
     if let Some(p) = before.poisoned {
         r.notes.push(format!(
             "the last engine on this store was poisoned ({}): checked as the disk holds it; the next open recovers from what is durable",

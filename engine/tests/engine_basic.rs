@@ -1067,6 +1067,36 @@ fn a_fifo_in_place_of_the_watermark_refuses_the_open_at_once() {
     );
 }
 
+/// A verify of a stopped store given up part-way (`cairn verify` after a
+/// signal) is `Interrupted`, and lets the store go as a whole verify does:
+/// its open mark removed, so that the next open in this boot does not take
+/// it for a crash (until 2026-12-06 the signal killed the process, leaving
+/// the mark); a mark that was there before stays.
+#[test]
+fn a_verify_given_up_removes_its_open_mark() {
+    let (dir, tp) = closed_store_of_ten();
+    let mark = dir.path().join(cairn_engine::poisoned::OPEN_FILE);
+    let stop = std::sync::atomic::AtomicBool::new(true);
+    match cairn_engine::verify_store_unless(&EngineConfig::new(dir.path()), &stop) {
+        Err(Error::Interrupted { .. }) => {}
+        other => panic!("expected Interrupted, got {other:?}"),
+    }
+    assert!(!mark.exists(), "the verify's own mark went with it");
+    let e = open(dir.path());
+    assert!(!e.recovery_report().unclean_stop_cache_dropped);
+    assert_eq!(read_all(&e, &tp).len(), 10);
+    // A mark that was there before (an engine of this boot killed: put
+    // back by hand) stays for the next open.
+    let left = std::fs::read(&mark).expect("an open engine's mark");
+    e.close().unwrap();
+    std::fs::write(&mark, &left).unwrap();
+    match cairn_engine::verify_store_unless(&EngineConfig::new(dir.path()), &stop) {
+        Err(Error::Interrupted { .. }) => {}
+        other => panic!("expected Interrupted, got {other:?}"),
+    }
+    assert!(mark.exists(), "the killed engine's mark stays");
+}
+
 /// An open engine keeps its open mark until it is closed, or dropped after
 /// a sync that succeeded. One left by an engine of this boot that stopped
 /// without either (what a kill leaves: put back here by hand, since this

@@ -9,7 +9,7 @@
 
 use std::process::ExitCode;
 
-use cairn_engine::{verify_store, EngineConfig, Problem, VerifyReport};
+use cairn_engine::{verify_store_unless, EngineConfig, Problem, VerifyReport};
 
 use crate::error::Result;
 
@@ -55,7 +55,29 @@ fn check(args: VerifyArgs) -> Result<ExitCode> {
     // 1), not "not checked" (until the night of 2026-12-04 exit 2, which a
     // monitor takes as "try again later", and so never raised an alarm for
     // a store no open can read).
-    let verified = match std::panic::catch_unwind(|| verify_store(&EngineConfig::new(path))) {
+    // SIGINT or SIGTERM: the verify stops soon after, lets the store go as
+    // a whole verify does (its open mark removed), and says so, exit 130
+    // (until 2026-12-06 the signal killed it, and the mark it left read as
+    // a crash to the next open in this boot; found by an audit). Again to
+    // exit at once.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let signals = super::run::Signals::for_command()?.stop_then_exit(
+        stop.clone(),
+        || tracing::info!("signal received: stopping the verify (again to exit at once)"),
+        || super::say("ERROR", &"second signal: exiting at once; the store's open mark stays, and the next open in this boot syncs the store before it trusts it", None),
+    );
+    let verified =
+        std::panic::catch_unwind(|| verify_store_unless(&EngineConfig::new(path), &stop));
+    signals.abort();
+    if let Ok(Err(cairn_engine::Error::Interrupted { .. })) = &verified {
+        super::say(
+            "ERROR",
+            &format_args!("interrupted: the verify of {} stopped before it finished, so nothing is judged (not checked)", path.display()),
+            None,
+        );
+        return Ok(ExitCode::from(super::backup::EXIT_INTERRUPTED));
+    }
+    let verified = match verified {
         Ok(v) => v,
         Err(payload) => {
             let mut text = Vec::new();
