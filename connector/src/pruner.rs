@@ -176,21 +176,10 @@ impl HeldBack {
         let Self {
             tp,
             offset,
-            timestamp_ms: ts,
             entry_next_offset: end,
+            ..
         } = self;
-        let what = if *ts < 0 {
-            format!("has no timestamp ({ts}), so no age")
-        } else {
-            // humantime formats years up to 9999 only.
-            let date = if *ts < 253_402_300_800_000 {
-                let at = UNIX_EPOCH + Duration::from_millis(*ts as u64);
-                format!("{} ", humantime::format_rfc3339_millis(at))
-            } else {
-                String::new()
-            };
-            format!("is stamped {date}({ts} ms since the epoch), more than a day in the future (a producer's clock set ahead, or a timestamp in microseconds), and is young until then")
-        };
+        let what = self.what();
         let bound = if by_size {
             ""
         } else {
@@ -201,6 +190,40 @@ impl HeldBack {
             tp.topic,
             tp.partition,
         )
+    }
+
+    /// The same for `cairn prune --older-than` / `--before-time`: a line
+    /// of the prune's report, after the partition's own.
+    pub fn why_for_prune(&self) -> String {
+        let Self {
+            tp,
+            offset,
+            entry_next_offset: end,
+            ..
+        } = self;
+        format!(
+            "{tp}: the age cut stops at offset {offset}: that record {}; it and every record above it are kept whatever their age. To delete it once it is no longer needed: cairn prune --topic {} --partition {} --before {end} (whole entries: every record below offset {end}, the younger ones of its entry too)",
+            self.what(),
+            tp.topic,
+            tp.partition,
+        )
+    }
+
+    /// What the record's timestamp is, as it holds an age cut back.
+    fn what(&self) -> String {
+        let ts = &self.timestamp_ms;
+        if *ts < 0 {
+            format!("has no timestamp ({ts}), so no age")
+        } else {
+            // humantime formats years up to 9999 only.
+            let date = if *ts < 253_402_300_800_000 {
+                let at = UNIX_EPOCH + Duration::from_millis(*ts as u64);
+                format!("{} ", humantime::format_rfc3339_millis(at))
+            } else {
+                String::new()
+            };
+            format!("is stamped {date}({ts} ms since the epoch), more than a day in the future (a producer's clock set ahead, or a timestamp in microseconds), and is young until then")
+        }
     }
 }
 

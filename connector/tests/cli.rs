@@ -720,8 +720,11 @@ fn an_age_prune_held_back_by_a_record_with_no_timestamp_says_so() {
         let (code, out, err) = cairn(&args);
         assert_eq!(code, 0, "{err}");
         assert!(
-            out.contains("held/0: ") && out.contains("0 records")
-                && out.contains("retention by age is held back in held/0 at offset 0: that record has no timestamp (-1)")
+            out.contains("held/0: ")
+                && out.contains("0 records")
+                && out.contains(
+                    "held/0: the age cut stops at offset 0: that record has no timestamp (-1)"
+                )
                 && out.contains("--topic held --partition 0 --before 1"),
             "{out}"
         );
@@ -3011,7 +3014,7 @@ fn prune_deletes_below_the_cut_and_keeps_next_offsets() {
     // A bound below the size entries are written at is said to be (since
     // 2026-12-06): deletion is by whole entries.
     assert!(
-        err.contains("--keep-bytes 400B: entries hold up to about 1 MiB of payload each"),
+        err.contains("--keep-bytes 400B: entries (a put's records of one partition) are cut once they reach about 1 MiB"),
         "{err}"
     );
     let (code, _, err) = cairn(&["prune", "--data", d, "--keep-bytes", "lots"]);

@@ -302,6 +302,11 @@ fn verify_opened(
     before: crate::poisoned::Before,
     stop: &AtomicBool,
 ) -> Result<VerifyReport> {
+    // A stop before anything is read (a signal while sled opened): seen
+    // now, not after the first items of the scan.
+    if stop.load(Ordering::Relaxed) {
+        return Err(Error::Interrupted { op: "verify" });
+    }
     let tree = db.open_tree("cairn").map_err(store_err("open tree"))?;
     refuse_later_format(cfg, &tree)?;
     let (mut r, facts) = verify_tree_facts(&tree, None, stop)?;

@@ -152,7 +152,7 @@ pub(crate) fn warn_if_below_an_entry(flag: &str, bytes: u64, said: &str) {
     let entry = cairn_engine::EngineConfig::new("").entry_bytes_target as u64;
     if bytes < entry {
         say_warn!(
-            "{flag} {bytes}B{said}: entries hold up to about {} MiB of payload each (a put's records of one partition; a larger record is an entry of its own), and retention deletes whole entries: a partition whose newest entry holds more than this bound is emptied at every pass, its newest records included",
+            "{flag} {bytes}B{said}: entries (a put's records of one partition) are cut once they reach about {} MiB, so one holds up to about that plus its last record, and retention deletes whole entries: a partition whose newest entry holds more than this bound is emptied at every pass, its newest records included",
             entry >> 20
         );
     }

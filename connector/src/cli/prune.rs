@@ -295,9 +295,10 @@ pub async fn run(args: PruneArgs) -> Result<ExitCode> {
 }
 
 /// What a prune whose report line `line` could not be written, after
-/// `lines` lines were, had done. A partition's line starts with its topic,
-/// which has no space in it (Kafka's rule); the totals' lines, written once
-/// every partition is pruned, start with words.
+/// `lines` lines were, had done. A partition's lines start with its topic
+/// (its own, and a held-back age cut's), which has no space in it (Kafka's
+/// rule); the totals' lines, written once every partition is pruned, start
+/// with words.
 fn unwritten_report(line: &str, lines: usize) -> String {
     if line.starts_with("pruned ") || line.starts_with("store on disk") {
         "the prune is complete (every partition chosen was pruned as asked), but its report could not be written".into()
@@ -375,6 +376,15 @@ pub fn prune(
     // line never reports a deletion a crash could undo.
     let mut pass = engine.truncation_pass();
     let mut unsynced_lines: Vec<String> = Vec::new();
+    // A record stamped more than a day past now holds an age cut back.
+    let ahead_ms = i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis(),
+    )
+    .unwrap_or(i64::MAX)
+    .saturating_add(pruner::FUTURE_SLACK_MS);
     let looped = (|| -> Result<()> {
         for p in &chosen {
             if stopping() {
@@ -437,18 +447,21 @@ pub fn prune(
             // what to do, as a run's retention says it (until 2026-12-06
             // only the run did; found by an audit).
             if let (Cut::TimeMs(_), true) = (cut, finished) {
-                let ahead = pruner::RunClock::start()
-                    .now_ms()
-                    .0
-                    .saturating_add(pruner::FUTURE_SLACK_MS);
-                if let Some(h) = engine.timestamp_holding_back(&p.tp, offset, ahead)? {
-                    let held = pruner::HeldBack {
-                        tp: p.tp.clone(),
-                        offset,
-                        timestamp_ms: h.timestamp_ms,
-                        entry_next_offset: h.entry_next_offset,
-                    };
-                    unsynced_lines.push(held.why(true));
+                // A failed read here fails nothing the prune did: said.
+                match engine.timestamp_holding_back(&p.tp, offset, ahead_ms) {
+                    Ok(Some(h)) => unsynced_lines.push(
+                        pruner::HeldBack {
+                            tp: p.tp.clone(),
+                            offset,
+                            timestamp_ms: h.timestamp_ms,
+                            entry_next_offset: h.entry_next_offset,
+                        }
+                        .why_for_prune(),
+                    ),
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::warn!(tp = %p.tp, error = %e, "could not tell whether a record with no timestamp, or one far ahead, holds the age cut back")
+                    }
                 }
             }
             if !pass.waiting() {

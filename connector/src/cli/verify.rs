@@ -4,8 +4,9 @@
 //! naming where), or the check's own last fdatasync of the store failed;
 //! 2 the archive could not be checked (no archive there,
 //! held by a process that does not serve it, an I/O error, a live verify
-//! cut off or refused as busy; also clap's usage errors). An archive a
-//! running `cairn run` holds is verified by that run (live.rs).
+//! cut off or refused as busy; also clap's usage errors); 130 a verify of a
+//! stopped archive stopped by SIGINT or SIGTERM, nothing judged. An archive
+//! a running `cairn run` holds is verified by that run (live.rs).
 
 use std::process::ExitCode;
 
@@ -66,9 +67,17 @@ fn check(args: VerifyArgs) -> Result<ExitCode> {
         || tracing::info!("signal received: stopping the verify (again to exit at once)"),
         || super::say("ERROR", &"second signal: exiting at once; the store's open mark stays, and the next open in this boot syncs the store before it trusts it", None),
     );
+    // Kept to the command's end: a second signal exits at once while the
+    // report is written too (a stalled pipe).
+    struct Abort(tokio::task::JoinHandle<()>);
+    impl Drop for Abort {
+        fn drop(&mut self) {
+            self.0.abort();
+        }
+    }
+    let _signals = Abort(signals);
     let verified =
         std::panic::catch_unwind(|| verify_store_unless(&EngineConfig::new(path), &stop));
-    signals.abort();
     if let Ok(Err(cairn_engine::Error::Interrupted { .. })) = &verified {
         super::say(
             "ERROR",
