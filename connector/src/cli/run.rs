@@ -941,11 +941,16 @@ mod tests {
 
     /// `cairn run` with the required flags, `file` as its --config, and
     /// `flags`.
+    /// `cairn run` with its required flags but `--data`.
+    fn required() -> Vec<&'static str> {
+        vec!["run", "--brokers", "b:1", "--group", "g", "--topics", "t"]
+    }
+
     fn config(file: &str, flags: &[&str]) -> Result<RunConfig> {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("cairn.toml");
         std::fs::write(&path, file).unwrap();
-        let mut args = vec!["run", "--brokers", "b:1", "--group", "g", "--topics", "t"];
+        let mut args = required();
         args.extend(["--data", "/nonexistent", "--config", path.to_str().unwrap()]);
         args.extend_from_slice(flags);
         Cli::try_parse_from(args)
@@ -1003,23 +1008,12 @@ mod tests {
         let c = config("", &["--record-bytes-max", "1.5KiB"]).unwrap();
         assert_eq!(c.record_bytes_max, 1536);
         for bad in ["8 apples", "-1", "0.5B"] {
-            let dir = tempfile::tempdir().unwrap();
-            let e = Cli::try_parse_from([
-                "run",
-                "--brokers",
-                "b:1",
-                "--group",
-                "g",
-                "--topics",
-                "t",
-                "--data",
-                dir.path().to_str().unwrap(),
-                "--record-bytes-max",
-                bad,
-            ])
-            .err()
-            .unwrap_or_else(|| panic!("{bad} parsed"))
-            .to_string();
+            let mut args = required();
+            args.extend(["--data", "/nonexistent", "--record-bytes-max", bad]);
+            let e = Cli::try_parse_from(args)
+                .err()
+                .unwrap_or_else(|| panic!("{bad} parsed"))
+                .to_string();
             assert!(
                 e.contains("--record-bytes-max") && (e.contains("8MiB") || e.contains("byte")),
                 "{bad}: {e}"
@@ -1114,17 +1108,8 @@ mod tests {
             .unwrap()
             .to_owned();
         std::fs::write(&path, format!("data = {rel:?}\n")).unwrap();
-        let args = vec![
-            "run",
-            "--brokers",
-            "b:1",
-            "--group",
-            "g",
-            "--topics",
-            "t",
-            "--config",
-            path.to_str().unwrap(),
-        ];
+        let mut args = required();
+        args.extend(["--config", path.to_str().unwrap()]);
         let e = Cli::try_parse_from(args.clone())
             .unwrap()
             .run
