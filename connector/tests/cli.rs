@@ -3521,6 +3521,20 @@ fn status_with_brokers_shows_what_the_archive_lacks() {
         err.contains("Kafka's log ends below what the archive holds"),
         "{err}"
     );
+    // What stops `cairn run` is said whatever RUST_LOG keeps (since
+    // 2026-12-06).
+    let quiet = Command::new(CAIRN)
+        .args(["status", "--data", d, "--brokers", &mb.brokers])
+        .env("RUST_LOG", "error")
+        .output()
+        .unwrap();
+    let quiet_err = String::from_utf8_lossy(&quiet.stderr);
+    assert!(
+        quiet_err.contains(&format!(
+            "{s}/1: Kafka's log ends below what the archive holds"
+        )),
+        "{quiet_err}"
+    );
     // The table marks what the archive does not hold with "-".
     let (code, out, err) = cairn(&["status", "--data", d, "--brokers", &mb.brokers]);
     assert_eq!(code, 0, "{err}");

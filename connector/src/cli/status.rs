@@ -685,13 +685,14 @@ fn kafka_view(
             );
         }
         r.lag = r.kafka_committed.map(|c| high - c);
+        // What stops `cairn run` is said whatever RUST_LOG keeps (since
+        // 2026-12-06: a filter dropped it, and the table's empty columns
+        // went unexplained; found by an audit).
         if let Some(durable) = r.durable_next_offset.filter(|&d| high < d) {
-            tracing::warn!(
-                topic = %r.topic,
-                partition = r.partition,
-                high,
-                durable,
-                "Kafka's log ends below what the archive holds: the topic was deleted and recreated, or truncated (cairn run stops on it; see OPERATIONS.md, \"Where a partition resumes\")"
+            super::say_warn!(
+                "{}/{}: Kafka's log ends below what the archive holds (Kafka's end {high}, the archive's next offset {durable}): the topic was deleted and recreated, or truncated (cairn run stops on it; see OPERATIONS.md, \"Where a partition resumes\")",
+                r.topic,
+                r.partition
             );
         }
         if let Some(committed) = r.kafka_committed.filter(|&c| high < c) {
@@ -814,7 +815,7 @@ fn note_topic_ids(
             match answer {
                 Some(KafkaTopicId::NoId) => {
                     if warned.insert(r.topic.clone()) {
-                        tracing::warn!(topic = %r.topic, "Kafka gives no topic id for this topic (brokers before Kafka 2.8, or -X api.version.request=false), and the archive recorded one: it cannot be told from a recreated topic, and cairn run would stop at its assignment (--rebind-topic takes it unchecked)");
+                        super::say_warn!("topic {}: Kafka gives no topic id for this topic (brokers before Kafka 2.8, or -X api.version.request=false), and the archive recorded one: it cannot be told from a recreated topic, and cairn run would stop at its assignment (--rebind-topic takes it unchecked)", r.topic);
                     }
                     r.missing("Kafka gives no topic id: not compared with the archive's");
                 }
@@ -828,11 +829,11 @@ fn note_topic_ids(
             continue;
         }
         if warned.insert(r.topic.clone()) {
-            tracing::warn!(
-                topic = %r.topic,
-                archived = r.topic_id.as_deref().unwrap_or_default(),
-                kafka = r.kafka_topic_id.as_deref().unwrap_or_default(),
-                "Kafka's topic id is not the one archived: the topic was deleted and created again, or these brokers are another cluster's. Its offsets name other records than the archive's: cairn run would stop at its assignment, and no archive lag is shown for it"
+            super::say_warn!(
+                "topic {}: Kafka's topic id is not the one archived (archived: {}, Kafka's: {}): the topic was deleted and created again, or these brokers are another cluster's. Its offsets name other records than the archive's: cairn run would stop at its assignment, and no archive lag is shown for it",
+                r.topic,
+                r.topic_id.as_deref().unwrap_or_default(),
+                r.kafka_topic_id.as_deref().unwrap_or_default()
             );
         }
         r.missing(TOPIC_REPLACED);
