@@ -1218,13 +1218,16 @@ fn preflight(
     // `--resume` must go on: seen in review, 2026-12-06); one whose
     // target's last record is a restore's is judged by it, and refused if
     // a prune emptied it under that restore (`check_last`).
-    let empty: BTreeSet<&TopicPartition> = plan
+    // (by target, with the source's next offset)
+    let empty: BTreeMap<&TopicPartition, i64> = plan
         .iter()
-        .filter(|(source, _)| engine.partition(source).is_none_or(|p| p.record_count == 0))
-        .map(|(_, target)| target)
+        .filter_map(|(source, target)| match engine.partition(source) {
+            Some(p) if p.record_count > 0 => None,
+            p => Some((target, p.map_or(0, |p| p.next_offset))),
+        })
         .collect();
     let mut needed: BTreeMap<&str, i64> = BTreeMap::new();
-    for (_, target) in plan.iter().filter(|(_, t)| !empty.contains(t)) {
+    for (_, target) in plan.iter().filter(|(_, t)| !empty.contains_key(t)) {
         let n = needed.entry(&target.topic).or_default();
         *n = (*n).max(i64::from(target.partition) + 1);
     }
@@ -1263,7 +1266,7 @@ fn preflight(
     let targets: BTreeSet<TopicPartition> = plan
         .iter()
         .map(|(_, t)| t)
-        .filter(|t| !(empty.contains(t) && missing(t)))
+        .filter(|t| !(empty.contains_key(t) && missing(t)))
         .cloned()
         .collect();
     let watermarks = target_watermarks(producer, cfg, targets, timeout, stop)?;
@@ -1341,8 +1344,10 @@ fn preflight(
             // Another producer's record, or another archive's restore's
             // (an offset this partition never reached): nothing of it to
             // resume. One below its next offset is this archive's, judged.
-            let next = engine.partition(source).map_or(0, |p| p.next_offset);
-            if empty.contains(target) && record.archived.is_none_or(|a| a >= next) {
+            let passed_over = empty
+                .get(target)
+                .is_some_and(|&next| record.archived.is_none_or(|a| a >= next));
+            if passed_over {
                 starts.insert(target.clone(), cfg.select.from);
                 continue;
             }

@@ -377,14 +377,8 @@ pub fn prune(
     let mut pass = engine.truncation_pass();
     let mut unsynced_lines: Vec<String> = Vec::new();
     // A record stamped more than a day past now holds an age cut back.
-    let ahead_ms = i64::try_from(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_millis(),
-    )
-    .unwrap_or(i64::MAX)
-    .saturating_add(pruner::FUTURE_SLACK_MS);
+    let ahead_ms =
+        pruner::epoch_millis(std::time::SystemTime::now()).saturating_add(pruner::FUTURE_SLACK_MS);
     let looped = (|| -> Result<()> {
         for p in &chosen {
             if stopping() {

@@ -125,13 +125,22 @@ impl FileKeys {
         }
     }
 
-    /// `" (KEY set in [kafka] of FILE)"` when the file's `[kafka]` table
-    /// gave the librdkafka setting `key` and no `-X` overrode it, else
-    /// nothing: to follow a message naming it as `-X KEY`.
-    pub fn said_kafka(&self, key: &str) -> String {
+    /// `" (KEY, … set in [kafka] of FILE)"` for those of the librdkafka
+    /// settings `keys` the file's `[kafka]` table gave and no `-X`
+    /// overrode, or nothing if none: to follow a message naming them as
+    /// `-X KEY`.
+    pub fn said_kafka<'k>(&self, keys: impl IntoIterator<Item = &'k str>) -> String {
+        let named: Vec<&str> = keys
+            .into_iter()
+            .filter(|key| self.kafka.iter().any(|k| k == key))
+            .collect();
         match &self.path {
-            Some(path) if self.kafka.iter().any(|k| k == key) => {
-                format!(" ({key} set in [kafka] of {})", path.display())
+            Some(path) if !named.is_empty() => {
+                format!(
+                    " ({} set in [kafka] of {})",
+                    named.join(", "),
+                    path.display()
+                )
             }
             _ => String::new(),
         }
@@ -350,15 +359,17 @@ impl RunArgs {
             path: file_path,
             keys: file_keys,
             overridden,
-            kafka: from_file.clone(),
+            kafka: from_file,
         };
         c.validate().map_err(|e| match (e, &noted.path) {
-            (ConnectorError::Config(m), Some(path)) => {
-                let named: Vec<&str> = from_file
-                    .iter()
-                    .filter(|k| names_setting(&m, k))
-                    .map(String::as_str)
-                    .collect();
+            (ConnectorError::Config(m), Some(_)) => {
+                let named = noted.said_kafka(
+                    noted
+                        .kafka
+                        .iter()
+                        .map(String::as_str)
+                        .filter(|k| names_setting(&m, k)),
+                );
                 if named.is_empty() {
                     // A value the file gave, refused after parsing (`linger-ms
                     // = 70000`, `topics = []`): the error starts with its key.
@@ -369,11 +380,7 @@ impl RunArgs {
                     let said = key.map_or(String::new(), |k| noted.said(k));
                     return ConnectorError::Config(format!("{m}{said}"));
                 }
-                ConnectorError::Config(format!(
-                    "{m} ({} set in [kafka] of {})",
-                    named.join(", "),
-                    path.display()
-                ))
+                ConnectorError::Config(format!("{m}{named}"))
             }
             (e, _) => e,
         })?;
@@ -428,7 +435,7 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
     {
         super::say_warn!(
             "-X {key}={value}: librdkafka will not check the CRC of the record batches it fetches, so a batch damaged on the way or on the brokers' disks is archived as it arrives, its damage checksummed as if it were the record (leave it out to keep the check){}",
-            file_keys.said_kafka(key)
+            file_keys.said_kafka([key])
         );
     }
     // A directory this run makes is removed again if the run fails or
@@ -939,13 +946,13 @@ mod tests {
         run: RunArgs,
     }
 
-    /// `cairn run` with the required flags, `file` as its --config, and
-    /// `flags`.
     /// `cairn run` with its required flags but `--data`.
     fn required() -> Vec<&'static str> {
         vec!["run", "--brokers", "b:1", "--group", "g", "--topics", "t"]
     }
 
+    /// `cairn run` with the required flags, `file` as its --config, and
+    /// `flags`.
     fn config(file: &str, flags: &[&str]) -> Result<RunConfig> {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("cairn.toml");
