@@ -1773,6 +1773,35 @@ pub mod model {
                         got.len(),
                         want.len()
                     );
+                    // Ranged reads and counts (export's, restore's, a
+                    // resumed restore's check): the whole rest of the
+                    // partition, and a window of 7 offsets from `from`
+                    // (since 2026-12-06, an audit: only `read` was compared).
+                    for to in [None, Some(from.saturating_add(7))] {
+                        let ranged: Vec<Record> = e
+                            .read_range(&tps[tp], from, to)
+                            .map_err(|e| format!("step {step}: read_range: {e}"))?
+                            .collect::<Result<_, _>>()
+                            .map_err(|e| format!("step {step}: read_range: {e}"))?;
+                        let within: Vec<&Record> = want
+                            .iter()
+                            .filter(|r| to.is_none_or(|to| r.offset < to))
+                            .collect();
+                        ensure!(
+                            ranged.iter().eq(within.iter().copied()),
+                            "step {step} {op:?}: read_range to {to:?} read {} records, model has {}",
+                            ranged.len(),
+                            within.len()
+                        );
+                        let counted = e
+                            .count_range(&tps[tp], from, to.unwrap_or(i64::MAX))
+                            .map_err(|e| format!("step {step}: count_range: {e}"))?;
+                        ensure!(
+                            counted == within.len() as u64,
+                            "step {step} {op:?}: count_range to {to:?} counted {counted}, model has {}",
+                            within.len()
+                        );
+                    }
                     // By time: records are stamped in offset order, so the
                     // first at or after offset `from`'s stamp (or 5 ms
                     // before it) is the first at or after `from`; with none,
