@@ -381,25 +381,35 @@ impl Pipeline {
             // is one of a partition the store holds nothing of, which has
             // nothing durable to commit (until the last review of
             // 2026-12-05 such a commit passed the check).
+            // A store that takes no more commits (poisoned) refuses with
+            // its reason, which is no bug of the loop's.
             let above = self.durable_check.as_ref().and_then(|durable| {
                 pending
                     .offsets
                     .iter()
                     .find_map(|(tp, &o)| match durable(tp) {
-                        Some(d) if o <= d => None,
+                        Ok(Some(d)) if o <= d => None,
                         d => Some((tp.clone(), o, d)),
                     })
             });
             if let Some((tp, o, d)) = above {
                 s.tracker.commit_failed(pending);
                 s.commits_closed = true;
-                let held = d.map_or_else(
-                    || "the store holds nothing of it".to_owned(),
-                    |d| format!("it would pass what the store holds durable ({d})"),
-                );
-                s.fatal.get_or_insert(ConnectorError::Sink(format!(
-                    "BUG: a commit of {tp}@{o} was about to be sent, but {held}: not sent; nothing more is committed"
-                )));
+                let why = match d {
+                    Err(why) => format!(
+                        "a commit of {tp}@{o} was not sent: the store takes no more commits: {why}; nothing more is committed"
+                    ),
+                    Ok(d) => {
+                        let held = d.map_or_else(
+                            || "the store holds nothing of it".to_owned(),
+                            |d| format!("it would pass what the store holds durable ({d})"),
+                        );
+                        format!(
+                            "BUG: a commit of {tp}@{o} was about to be sent, but {held}: not sent; nothing more is committed"
+                        )
+                    }
+                };
+                s.fatal.get_or_insert(ConnectorError::Sink(why));
                 self.failed.store(true, Ordering::Release);
                 return CommitOutcome::Closed;
             }

@@ -379,9 +379,10 @@ pub trait SinkTask: Send {
         None
     }
     /// What the store holds durable for a partition, as the store itself
-    /// knows it now (`None` for a partition it does not hold, or a store
-    /// that can no longer say: a commit of it is refused as one above its
-    /// word), asked by the
+    /// knows it now (`Ok(None)` for a partition it does not hold; `Err`
+    /// with the reason for a store that takes no more commits, one
+    /// poisoned by a failed write or fsync: the commit is not sent, and the
+    /// run fails with that reason), asked by the
     /// loop for each offset of each commit just before it is sent (on the
     /// committer's thread, or, for a revoke's commit and the final one, on
     /// the consumer thread): a second word, besides what `put` and
@@ -412,8 +413,10 @@ pub trait SinkTask: Send {
 }
 
 /// [`SinkTask::durable_check`]'s answer: the durable next offset the store
-/// holds for a partition now.
-pub type DurableCheck = Box<dyn Fn(&TopicPartition) -> Option<i64> + Send + Sync>;
+/// holds for a partition now (`None`: it holds none), or why nothing more
+/// may be committed (a store poisoned by a failed write or fsync, or
+/// closed).
+pub type DurableCheck = Box<dyn Fn(&TopicPartition) -> Result<Option<i64>, String> + Send + Sync>;
 
 /// What an archive's run commits as every offset's metadata, naming the
 /// store (`store`: its `Mstore`, as 32 hex digits).
@@ -726,10 +729,21 @@ impl SinkTask for ArchiveSink {
     /// loop's runtime check of committed <= durable (since 2026-12-05;
     /// before, the code's assertion compared a commit with the sink's
     /// reports, which it is chosen from, and so could not fail). Held
-    /// weakly, so that `stop` still closes the engine.
+    /// weakly, so that `stop` still closes the engine. A poisoned engine
+    /// refuses: its offsets were durable before the failure, but nothing
+    /// more is committed after a failed write or fsync, whichever thread
+    /// met it (a retention pass, a live prune), not only once the loop
+    /// has heard of it (since 2026-12-06, an audit: the committer went on
+    /// sending until the loop stopped).
     fn durable_check(&self) -> Option<DurableCheck> {
         let engine = Arc::downgrade(self.engine.as_ref()?);
-        Some(Box::new(move |tp| engine.upgrade()?.durable_offset(tp)))
+        Some(Box::new(move |tp| {
+            let engine = engine
+                .upgrade()
+                .ok_or_else(|| "the archive's engine is closed".to_owned())?;
+            engine.check_usable().map_err(|e| e.to_string())?;
+            Ok(engine.durable_offset(tp))
+        }))
     }
 
     fn stop(&mut self) -> Result<(), TaskError> {
@@ -959,5 +973,34 @@ mod tests {
         sink.open(std::slice::from_ref(&tp)).unwrap();
         assert_eq!(engine.stats().fsyncs, fsyncs + 1);
         sink.stop().unwrap();
+    }
+    /// The archive's check of a commit against its engine answers the
+    /// durable offset while the engine takes writes, and refuses with the
+    /// poisoning's reason once a write or fsync failed anywhere (here a
+    /// caught panic, as a retention pass's poisons it), though the offset
+    /// it held was durable (since 2026-12-06, an audit).
+    #[test]
+    fn durable_check_refuses_once_the_engine_is_poisoned() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
+        let mut sink = ArchiveSink::new(engine.clone());
+        let tp = TopicPartition::new("t", 0);
+        sink.open(std::slice::from_ref(&tp)).unwrap();
+        let batch = RecordBatch {
+            tp: tp.clone(),
+            records: (0..5).map(|o| Record::with_value(o, vec![1])).collect(),
+        };
+        sink.put(&[batch]).unwrap();
+        sink.pre_commit(&BTreeMap::from([(tp.clone(), 5)])).unwrap();
+        let check = sink.durable_check().expect("the archive checks commits");
+        assert_eq!(check(&tp), Ok(Some(5)));
+        assert_eq!(check(&TopicPartition::new("t", 1)), Ok(None));
+        engine.poison_after_caught_panic("retention pass", "injected");
+        let why = check(&tp).expect_err("a poisoned engine refuses");
+        assert!(
+            why.contains("poisoned") && why.contains("retention pass"),
+            "{why}"
+        );
+        drop(sink.stop());
     }
 }

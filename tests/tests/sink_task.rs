@@ -283,12 +283,13 @@ fn a_buffering_retrying_sink_gets_every_record_once_and_commits_only_what_it_flu
 /// A sink with a bug: `open` says every partition resumes at `open_at`
 /// (if given), `pre_commit` declares durable `overclaim` records more
 /// than it was handed, and (if given) its store's own word is that
-/// `store_durable` is durable for every partition (`Some(None)`: that it
-/// holds nothing of any).
+/// `store_durable` is durable for every partition (`Some(Ok(None))`: that
+/// it holds nothing of any; `Some(Err(why))`: that it takes no more
+/// commits, as a poisoned store says).
 struct BuggySink {
     open_at: Option<i64>,
     overclaim: i64,
-    store_durable: Option<Option<i64>>,
+    store_durable: Option<Result<Option<i64>, &'static str>>,
 }
 
 impl SinkTask for BuggySink {
@@ -323,7 +324,7 @@ impl SinkTask for BuggySink {
 
     fn durable_check(&self) -> Option<cairn_connector::DurableCheck> {
         let d = self.store_durable?;
-        Some(Box::new(move |_| d))
+        Some(Box::new(move |_| d.map_err(str::to_owned)))
     }
 }
 
@@ -393,7 +394,7 @@ fn a_commit_above_what_the_store_holds_durable_is_not_sent() {
     let sink = BuggySink {
         open_at: None,
         overclaim: 0,
-        store_durable: Some(Some(0)),
+        store_durable: Some(Ok(Some(0))),
     };
     let (err, kafka) = run_buggy(&k, "unsynced", sink, |run| run());
     assert!(
@@ -413,11 +414,35 @@ fn a_commit_of_a_partition_the_store_does_not_hold_is_not_sent() {
     let sink = BuggySink {
         open_at: None,
         overclaim: 0,
-        store_durable: Some(None),
+        store_durable: Some(Ok(None)),
     };
     let (err, kafka) = run_buggy(&k, "unheld", sink, |run| run());
     assert!(
         err.contains("BUG: a commit of") && err.contains("the store holds nothing of it"),
+        "{err}"
+    );
+    assert!(kafka.values().all(|&o| o == 0), "committed {kafka:?}");
+}
+
+/// A store that takes no more commits (its engine poisoned by a failed
+/// write or fsync on another thread than the loop's, a retention pass's
+/// say) refuses every commit from then on, offsets it held durable before
+/// the failure too: none is sent, and the run fails with the store's
+/// reason, not as a bug of the loop's (since 2026-12-06, an audit: the
+/// committer went on sending until the loop itself stopped).
+#[test]
+fn a_store_that_takes_no_more_commits_stops_the_run_with_nothing_committed() {
+    let k = TestKafka::new("refusing", DEMO_PARTITIONS);
+    let sink = BuggySink {
+        open_at: None,
+        overclaim: 0,
+        store_durable: Some(Err("engine is poisoned after a failed sync (injected)")),
+    };
+    let (err, kafka) = run_buggy(&k, "refusing", sink, |run| run());
+    assert!(
+        err.contains("was not sent: the store takes no more commits")
+            && err.contains("engine is poisoned after a failed sync (injected)")
+            && !err.contains("BUG"),
         "{err}"
     );
     assert!(kafka.values().all(|&o| o == 0), "committed {kafka:?}");
