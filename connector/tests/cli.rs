@@ -3563,6 +3563,40 @@ fn status_with_brokers_shows_what_the_archive_lacks() {
     );
 }
 
+/// A `cairn.sock` that is a symbolic link (planted in a data directory
+/// others may write to, where this user may not remove it) is passed over
+/// with a WARN, never followed, and the commands read the stopped archive
+/// themselves (since 2026-12-06; before, every command failed on it while
+/// it was there).
+#[test]
+fn a_planted_socket_link_is_passed_over_and_the_stopped_archive_read() {
+    use cairn_engine::{Engine, EngineConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    Engine::open(EngineConfig::new(dir.path()))
+        .unwrap()
+        .close()
+        .unwrap();
+    // A socket that answers, which a followed link would reach.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let served = elsewhere.path().join("cairn.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&served).unwrap();
+    std::os::unix::fs::symlink(&served, dir.path().join("cairn.sock")).unwrap();
+    for args in [
+        &["status", "--data", d][..],
+        &["export", "--data", d],
+        &["verify", "--data", d],
+    ] {
+        let (code, _, err) = cairn(args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        assert!(
+            err.contains("a symbolic link, not the running cairn's socket")
+                && err.contains("passed over"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
 /// An archive another process holds, with no running cairn answering on
 /// its socket (a run still recovering, or in its first retention pass):
 /// the commands a run answers say who holds it and when to try again;
@@ -3585,6 +3619,7 @@ fn a_locked_archive_says_who_holds_it_and_when_to_try_again() {
         assert!(
             err.contains(&pid)
                 && err.contains("so try again then")
+                && err.contains("serves no reads until it stops")
                 && !err.contains("stop that process"),
             "{args:?}: {err}"
         );

@@ -444,7 +444,7 @@ pub(crate) fn open_failed(e: cairn_engine::Error) -> crate::ConnectorError {
 
 /// Said of an archive found locked by a command that a running cairn
 /// answers: the run's socket opens only once it has started.
-pub const LOCKED_BY_A_RUN_STARTING: &str = "a cairn run answers status, export, verify, prune and backup on its socket once it has started (recovery, or a first --retain pass over a large archive, can take minutes), so try again then; any other holder (a restore, a command reading the stopped archive) must finish first";
+pub const LOCKED_BY_A_RUN_STARTING: &str = "a cairn run answers status, export, verify, prune and backup on its socket once it has started (recovery, or a first --retain pass over a large archive, can take minutes), so try again then; a run that logged 'cannot serve the live archive' or 'live reads are off' (a file system that makes no socket files, say) serves no reads until it stops; any other holder (a restore, a command reading the stopped archive) must finish first";
 
 /// Write one line to stdout. A reader that went away (`cairn status | head`)
 /// is not an error: the rest of the output is dropped quietly, where
