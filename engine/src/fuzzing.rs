@@ -910,6 +910,7 @@ pub fn wal_recover(data: &[u8], scratch: &Path) {
                     is_damage(&e),
                     "{tp}: damage read back as another error: {e} (damage {damages:?})"
                 );
+                assert_names_no_other_partition(tp, &e, damages);
                 true
             };
             match engine.read(tp, 0) {
@@ -979,15 +980,21 @@ pub fn wal_recover(data: &[u8], scratch: &Path) {
                     }
                 }
             }
-            if !read_error {
-                check_ranges(&engine, tp, &got_records, damages);
-            }
+            // A ranged read's or count's damage is held to what a whole
+            // read's is, below: reported by verify too.
+            let ranged_error = !read_error && check_ranges(&engine, tp, &got_records, damages);
             let whole = got.iter().eq(want.iter().map(|w| &w.offset));
             // What a truncated torn tail leaves: the partition's records
             // up to some point, none after.
             let prefix =
                 got.iter().zip(want.iter()).all(|(g, w)| *g == w.offset) && got.len() <= want.len();
-            reads.push((tp, whole, read_error, prefix, engine.durable_offset(tp)));
+            reads.push((
+                tp,
+                whole,
+                read_error || ranged_error,
+                prefix,
+                engine.durable_offset(tp),
+            ));
             seen.push((got, read_error, engine.durable_offset(tp)));
         }
         let truncated = match &engine.recovery_report().truncated {
@@ -1075,6 +1082,26 @@ pub fn wal_recover(data: &[u8], scratch: &Path) {
     }
 }
 
+/// Damage a read of `tp` reports at a partition's summary or index names
+/// `tp`'s, not another's: the operator is sent where the read tripped
+/// (since 2026-12-06, an audit: no location was checked).
+fn assert_names_no_other_partition(tp: &TopicPartition, e: &Error, damages: &[Damage]) {
+    if let Error::Corruption {
+        location:
+            Location::Partition { topic, partition }
+            | Location::Index {
+                topic, partition, ..
+            },
+        ..
+    } = e
+    {
+        assert!(
+            (topic.as_str(), *partition) == (tp.topic.as_str(), tp.partition),
+            "{tp}: its read reported damage of another partition: {e} (damage {damages:?})"
+        );
+    }
+}
+
 /// A partition's offsets as one open of a `wal_recover` store read them
 /// back, whether its read reported damage, and its durable next offset.
 type PartitionSeen = (Vec<i64>, bool, Option<i64>);
@@ -1085,7 +1112,15 @@ type PartitionSeen = (Vec<i64>, bool, Option<i64>);
 /// other records nor fewer without a word; and [`Engine::count_range`]
 /// counts what the range holds (since 2026-12-06, an audit: only a ranged
 /// read from 0, and only its order against its count, were checked).
-fn check_ranges(engine: &Engine, tp: &TopicPartition, whole: &[Record], damages: &[Damage]) {
+/// True if any reported damage, which the caller holds to verify's report
+/// as it does a whole read's (none may be reported in an undamaged store).
+fn check_ranges(
+    engine: &Engine,
+    tp: &TopicPartition,
+    whole: &[Record],
+    damages: &[Damage],
+) -> bool {
+    let mut any_failed = false;
     let next = engine.durable_offset(tp).unwrap_or(0);
     let offsets: Vec<i64> = whole.iter().map(|r| r.offset).collect();
     let (first, mid, last) = match offsets.as_slice() {
@@ -1106,11 +1141,13 @@ fn check_ranges(engine: &Engine, tp: &TopicPartition, whole: &[Record], damages:
             .iter()
             .filter(|r| r.offset >= from && to.is_none_or(|to| r.offset < to))
             .collect();
-        let reported = |e: &Error, what: &str| {
+        let mut reported = |e: &Error, what: &str| {
             assert!(
                 is_damage(e),
                 "{tp}: {what} {from}..{to:?} failed with an error that is not damage: {e} (damage {damages:?})"
             );
+            assert_names_no_other_partition(tp, e, damages);
+            any_failed = true;
         };
         match engine.read_range(tp, from, to) {
             Err(e) => reported(&e, "read_range"),
@@ -1146,6 +1183,7 @@ fn check_ranges(engine: &Engine, tp: &TopicPartition, whole: &[Record], damages:
             ),
         }
     }
+    any_failed
 }
 
 /// Close the engine an open of a damaged store left, and open it again in
@@ -1179,14 +1217,21 @@ fn reopen_reads_the_same(
     for (tp, (offsets, read_error, durable)) in recover_partitions().iter().zip(seen) {
         let mut again: Vec<i64> = Vec::new();
         let mut failed = false;
+        let damaged = |e: Error| {
+            assert!(
+                is_damage(&e),
+                "{mode:?} {tp}: after reopening, damage read back as another error: {e} (damage {damages:?})"
+            );
+            true
+        };
         match engine.read(tp, 0) {
-            Err(_) => failed = true,
+            Err(e) => failed = damaged(e),
             Ok(iter) => {
                 for r in iter {
                     match r {
                         Ok(r) => again.push(r.offset),
-                        Err(_) => {
-                            failed = true;
+                        Err(e) => {
+                            failed = damaged(e);
                             break;
                         }
                     }
