@@ -1662,6 +1662,25 @@ fn connect_once(path: &Path) -> std::io::Result<UnixStream> {
     Ok(conn)
 }
 
+/// `conn`, to a socket at `path` served by a process of uid `peer`, if this
+/// user (uid `me`) may trust it with a request: the peer is `me`, the
+/// archive's owner (uid `owner`) or root. Else `None`, with a WARN: passed
+/// over, not fatal, so the command opens the archive itself, which a run
+/// of this archive refuses as it holds the lock. Refused outright (until
+/// 2026-12-06, a review of live reads), a socket another user planted in
+/// a sticky directory, where this user cannot remove it, kept every
+/// command from a stopped archive.
+fn served_by(conn: UnixStream, peer: u32, me: u32, owner: u32, path: &Path) -> Option<UnixStream> {
+    if trusted_peer(peer, me, owner) {
+        return Some(conn);
+    }
+    tracing::warn!(
+        socket = %path.display(),
+        "the socket is served by a process of uid {peer}, neither this user (uid {me}), the archive's owner (uid {owner}) nor root: not trusted with a request, passed over; the archive is read directly if no run holds it"
+    );
+    None
+}
+
 /// The running `cairn run` serving `data`, if one answers there. A socket
 /// left by a run that did not stop cleanly refuses the connection, and the
 /// archive is then opened as usual. A run that is there but takes no
@@ -1695,20 +1714,7 @@ pub fn connect(data: &Path) -> Result<Option<UnixStream>> {
                     source,
                 })?
                 .uid();
-            // Passed over, not fatal: the command then opens the archive
-            // itself, which a run of this archive refuses as it holds the
-            // lock. Refused outright, a socket another user planted in a
-            // sticky directory (where this user cannot remove it) kept
-            // every command from a stopped archive (until 2026-12-06, a
-            // review of live reads).
-            if !trusted_peer(peer, me, owner) {
-                tracing::warn!(
-                    socket = %path.display(),
-                    "the socket is served by a process of uid {peer}, neither this user (uid {me}), the archive's owner (uid {owner}) nor root: not trusted with a request, passed over; the archive is read directly if no run holds it"
-                );
-                return Ok(None);
-            }
-            Ok(Some(conn))
+            Ok(served_by(conn, peer, me, owner, &path))
         }
         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
             Err(ConnectorError::Live(format!(
@@ -2667,7 +2673,7 @@ mod tests {
     /// it names: this user's run of another archive would answer, and the
     /// peer check trusts it.
     #[test]
-    fn a_socket_path_that_is_a_symbolic_link_is_refused() {
+    fn a_socket_path_that_is_a_symbolic_link_is_passed_over() {
         let served = tempfile::tempdir().unwrap();
         let _listener =
             std::os::unix::net::UnixListener::bind(served.path().join(SOCKET_FILE)).unwrap();
@@ -2685,6 +2691,23 @@ mod tests {
         // which kept every command from a stopped archive while it was
         // there): the command reads the archive itself.
         assert!(connect(other.path()).unwrap().is_none());
+    }
+
+    /// A socket served by a user this one may not trust (neither itself,
+    /// the archive's owner nor root) is passed over, as a socket nobody
+    /// serves, not sent a request; a trusted one is used (since 2026-12-06:
+    /// before, an untrusted one failed the command).
+    #[test]
+    fn a_socket_served_by_an_untrusted_user_is_passed_over() {
+        let path = Path::new("/data/cairn.sock");
+        let conn = || UnixStream::pair().unwrap().0;
+        assert!(served_by(conn(), 1001, 1000, 1002, path).is_none());
+        for (peer, owner) in [(1000, 1002), (1002, 1002), (0, 1002)] {
+            assert!(
+                served_by(conn(), peer, 1000, owner, path).is_some(),
+                "peer {peer}, owner {owner}"
+            );
+        }
     }
 
     /// A prune of topic `t` below offset 5 (all of `engine`'s records).
