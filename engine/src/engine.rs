@@ -726,7 +726,10 @@ impl Engine {
     /// ([`bind_topics`](Self::bind_topics)), by topic name. A damaged
     /// binding is an error naming its topic (or its key), not skipped: the
     /// caller would take the topic for unbound and record another id over
-    /// it.
+    /// it. Refused once the engine is poisoned, unlike record reads: this
+    /// reads sled's tree as it stands, which after a failed fsync may hold
+    /// a binding that never became durable, where a record read stops at
+    /// the durable view the last successful fsync published.
     pub fn topic_ids(&self) -> Result<BTreeMap<String, crate::TopicId>> {
         self.check_usable()?;
         let mut ids = BTreeMap::new();

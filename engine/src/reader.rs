@@ -98,6 +98,11 @@ impl Engine {
     /// Records of `tp` with offset ≥ `from`, in offset order, up to the
     /// durable next offset. A read of the whole partition checks the count
     /// at its end; one from inside it cannot ([`Engine::read_range`] does).
+    /// A poisoned engine still serves reads (a live export of a run that is
+    /// stopping on a failed fsync): they stop at the durable view the last
+    /// successful fsync published, so they yield nothing the failure may
+    /// have lost ([`Engine::topic_ids`], which reads the tree as it
+    /// stands, refuses instead).
     pub fn read(&self, tp: &TopicPartition, from: i64) -> Result<RecordIter> {
         self.read_within(tp, from, None, false)
     }
