@@ -413,9 +413,9 @@ pub trait SinkTask: Send {
 }
 
 /// [`SinkTask::durable_check`]'s answer: the durable next offset the store
-/// holds for a partition now (`None`: it holds none), or why nothing more
-/// may be committed (a store poisoned by a failed write or fsync, or
-/// closed).
+/// holds for a partition now (`None`: it holds none; the archive's says so
+/// too once its engine is gone, after `stop`), or why nothing more may be
+/// committed (a store poisoned by a failed write or fsync).
 pub type DurableCheck = Box<dyn Fn(&TopicPartition) -> Result<Option<i64>, String> + Send + Sync>;
 
 /// What an archive's run commits as every offset's metadata, naming the
@@ -738,10 +738,11 @@ impl SinkTask for ArchiveSink {
     fn durable_check(&self) -> Option<DurableCheck> {
         let engine = Arc::downgrade(self.engine.as_ref()?);
         Some(Box::new(move |tp| {
-            // Gone only after `stop`, which comes after the final commit: a
-            // commit asked about then is the loop's bug, refused as one
-            // (`Ok(None)`: the store holds nothing of it), not blamed on
-            // the store.
+            // Gone only after `stop`, which comes after the final commit, or
+            // the drop of a failed run's sink (whose fatal error is already
+            // recorded): a commit asked about then is the loop's bug,
+            // refused as one (`Ok(None)`: the store holds nothing of it),
+            // not blamed on the store.
             let Some(engine) = engine.upgrade() else {
                 return Ok(None);
             };
