@@ -381,7 +381,8 @@ pub trait SinkTask: Send {
     /// What the store holds durable for a partition, as the store itself
     /// knows it now (`Ok(None)` for a partition it does not hold; `Err`
     /// with the reason for a store that takes no more commits, one
-    /// poisoned by a failed write or fsync: the commit is not sent, and the
+    /// poisoned by a failed write or fsync, or by a panic while it was
+    /// used: the commit is not sent, and the
     /// run fails with that reason), asked by the
     /// loop for each offset of each commit just before it is sent (on the
     /// committer's thread, or, for a revoke's commit and the final one, on
@@ -414,8 +415,9 @@ pub trait SinkTask: Send {
 
 /// [`SinkTask::durable_check`]'s answer: the durable next offset the store
 /// holds for a partition now (`None`: it holds none; the archive's says so
-/// too once its engine is gone, after `stop`), or why nothing more may be
-/// committed (a store poisoned by a failed write or fsync).
+/// too once its engine is gone, after `stop` or once a failed run drops the
+/// sink), or why nothing more may be committed (a store poisoned: a failed
+/// write or fsync, or a panic while it was used).
 pub type DurableCheck = Box<dyn Fn(&TopicPartition) -> Result<Option<i64>, String> + Send + Sync>;
 
 /// What an archive's run commits as every offset's metadata, naming the
@@ -739,8 +741,9 @@ impl SinkTask for ArchiveSink {
         let engine = Arc::downgrade(self.engine.as_ref()?);
         Some(Box::new(move |tp| {
             // Gone only after `stop`, which comes after the final commit, or
-            // the drop of a failed run's sink (whose fatal error is already
-            // recorded): a commit asked about then is the loop's bug,
+            // the drop of a failed or crashed run's sink (commits are closed
+            // by then; after a panic on the task thread, before its error
+            // is recorded): a commit asked about then is the loop's bug,
             // refused as one (`Ok(None)`: the store holds nothing of it),
             // not blamed on the store.
             let Some(engine) = engine.upgrade() else {
