@@ -902,82 +902,56 @@ pub fn wal_recover(data: &[u8], scratch: &Path) {
         let mut seen: Vec<PartitionSeen> = Vec::new();
         for tp in &tps {
             let want = written.get(tp).map_or(&[][..], Vec::as_slice);
-            let mut got: Vec<i64> = Vec::new();
-            let mut got_records: Vec<Record> = Vec::new();
-            let mut read_error = false;
-            let damaged = |e: Error| {
-                assert!(
-                    is_damage(&e),
-                    "{tp}: damage read back as another error: {e} (damage {damages:?})"
-                );
-                assert_names_no_other_partition(tp, &e, damages);
+            let (got_records, error) = read_until_error(engine.read(tp, 0));
+            let read_error = error.is_some_and(|e| {
+                assert_read_damage(tp, &e, damages);
                 true
-            };
-            match engine.read(tp, 0) {
-                Err(e) => read_error = damaged(e),
-                Ok(iter) => {
-                    for r in iter {
-                        match r {
-                            Err(e) => {
-                                read_error = damaged(e);
-                                break;
-                            }
-                            Ok(r) => {
-                                let original = want.iter().find(|w| w.offset == r.offset);
-                                if resealed {
-                                    assert!(
-                                        original.is_some(),
-                                        "{tp}@{}: read an offset that was never written (damage {damages:?})",
-                                        r.offset
-                                    );
-                                } else {
-                                    assert_eq!(
-                                        Some(&r),
-                                        original,
-                                        "{tp}@{}: read a record that was never written (damage {damages:?})",
-                                        r.offset
-                                    );
-                                }
-                                // Never a record twice, nor out of order,
-                                // whatever the damage: a reader's records
-                                // go up.
-                                assert!(
-                                    got.last().is_none_or(|&last| last < r.offset),
-                                    "{tp}@{}: read after offset {:?} (damage {damages:?})",
-                                    r.offset,
-                                    got.last()
-                                );
-                                got.push(r.offset);
-                                got_records.push(r);
-                            }
-                        }
-                    }
+            });
+            let mut got: Vec<i64> = Vec::new();
+            for r in &got_records {
+                let original = want.iter().find(|w| w.offset == r.offset);
+                if resealed {
+                    assert!(
+                        original.is_some(),
+                        "{tp}@{}: read an offset that was never written (damage {damages:?})",
+                        r.offset
+                    );
+                } else {
+                    assert_eq!(
+                        Some(r),
+                        original,
+                        "{tp}@{}: read a record that was never written (damage {damages:?})",
+                        r.offset
+                    );
                 }
+                // Never a record twice, nor out of order, whatever the
+                // damage: a reader's records go up.
+                assert!(
+                    got.last().is_none_or(|&last| last < r.offset),
+                    "{tp}@{}: read after offset {:?} (damage {damages:?})",
+                    r.offset,
+                    got.last()
+                );
+                got.push(r.offset);
             }
             // A ranged read of the whole partition (export's and
             // restore's) says an index that does not bear out its summary
             // before it hands on any record, never after some (since
             // 2026-12-05: a whole one counted only at its end).
             if let Ok(iter) = engine.read_range(tp, 0, None) {
-                let mut yielded = 0u64;
-                for r in iter {
-                    match r {
-                        Ok(_) => yielded += 1,
-                        Err(Error::Corruption {
-                            kind: crate::CorruptionKind::SummaryMismatch { detail },
-                            ..
-                        }) => {
-                            assert_eq!(
-                                yielded, 0,
-                                "{tp}: a whole read_range handed on {yielded} records before its count failed ({detail}; damage {damages:?})"
-                            );
-                            break;
-                        }
-                        Err(e) => {
-                            damaged(e);
-                            break;
-                        }
-                    }
+                let (yielded, error) = read_until_error(Ok(iter));
+                match error {
+                    Some(Error::Corruption {
+                        kind: crate::CorruptionKind::SummaryMismatch { detail },
+                        ..
+                    }) => assert_eq!(
+                        yielded.len(),
+                        0,
+                        "{tp}: a whole read_range handed on {} records before its count failed ({detail}; damage {damages:?})",
+                        yielded.len()
+                    ),
+                    Some(e) => assert_read_damage(tp, &e, damages),
+                    None => {}
                 }
             }
             // A ranged read's or count's damage is held to what a whole
@@ -1091,6 +1065,34 @@ pub fn wal_recover(data: &[u8], scratch: &Path) {
     }
 }
 
+/// The records a read yields up to its first error (at its start, or
+/// after some), and that error: what each of `wal_recover`'s reads judges.
+fn read_until_error(read: crate::Result<crate::RecordIter>) -> (Vec<Record>, Option<Error>) {
+    let mut records = Vec::new();
+    match read {
+        Err(e) => return (records, Some(e)),
+        Ok(iter) => {
+            for r in iter {
+                match r {
+                    Ok(r) => records.push(r),
+                    Err(e) => return (records, Some(e)),
+                }
+            }
+        }
+    }
+    (records, None)
+}
+
+/// Damage a read of `tp` reported: damage, never another error, and not
+/// named at another partition's summary or index.
+fn assert_read_damage(tp: &TopicPartition, e: &Error, damages: &[Damage]) {
+    assert!(
+        is_damage(e),
+        "{tp}: damage read back as another error: {e} (damage {damages:?})"
+    );
+    assert_names_no_other_partition(tp, e, damages);
+}
+
 /// Damage a read of `tp` reports at a partition's summary or index names
 /// `tp`'s, not another's: the operator is sent where the read tripped
 /// (since 2026-12-06, an audit: no location was checked).
@@ -1158,30 +1160,14 @@ fn check_ranges(
             assert_names_no_other_partition(tp, e, damages);
             any_failed = true;
         };
-        match engine.read_range(tp, from, to) {
-            Err(e) => reported(&e, "read_range"),
-            Ok(iter) => {
-                let mut got: Vec<Record> = Vec::new();
-                let mut failed = false;
-                for r in iter {
-                    match r {
-                        Ok(r) => got.push(r),
-                        Err(e) => {
-                            reported(&e, "read_range");
-                            failed = true;
-                            break;
-                        }
-                    }
-                }
-                if !failed {
-                    assert!(
-                        got.iter().eq(expected.iter().copied()),
-                        "{tp}: read_range {from}..{to:?} yielded offsets {:?}, its whole read {:?} (damage {damages:?})",
-                        got.iter().map(|r| r.offset).collect::<Vec<_>>(),
-                        expected.iter().map(|r| r.offset).collect::<Vec<_>>()
-                    );
-                }
-            }
+        match read_until_error(engine.read_range(tp, from, to)) {
+            (_, Some(e)) => reported(&e, "read_range"),
+            (got, None) => assert!(
+                got.iter().eq(expected.iter().copied()),
+                "{tp}: read_range {from}..{to:?} yielded offsets {:?}, its whole read {:?} (damage {damages:?})",
+                got.iter().map(|r| r.offset).collect::<Vec<_>>(),
+                expected.iter().map(|r| r.offset).collect::<Vec<_>>()
+            ),
         }
         match engine.count_range(tp, from, to.unwrap_or(i64::MAX)) {
             Err(e) => reported(&e, "count_range"),
@@ -1224,29 +1210,15 @@ fn reopen_reads_the_same(
         engine.recovery_report().truncated
     );
     for (tp, (offsets, read_error, durable)) in recover_partitions().iter().zip(seen) {
-        let mut again: Vec<i64> = Vec::new();
-        let mut failed = false;
-        let damaged = |e: Error| {
+        let (records, error) = read_until_error(engine.read(tp, 0));
+        let again: Vec<i64> = records.iter().map(|r| r.offset).collect();
+        let failed = error.is_some_and(|e| {
             assert!(
                 is_damage(&e),
                 "{mode:?} {tp}: after reopening, damage read back as another error: {e} (damage {damages:?})"
             );
             true
-        };
-        match engine.read(tp, 0) {
-            Err(e) => failed = damaged(e),
-            Ok(iter) => {
-                for r in iter {
-                    match r {
-                        Ok(r) => again.push(r.offset),
-                        Err(e) => {
-                            failed = damaged(e);
-                            break;
-                        }
-                    }
-                }
-            }
-        }
+        });
         assert!(
             again == *offsets && failed == *read_error,
             "{mode:?} {tp}: read back {again:?} (damage reported: {failed}) after reopening, {offsets:?} (reported: {read_error}) before (damage {damages:?})"
