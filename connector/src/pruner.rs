@@ -170,6 +170,27 @@ pub struct HeldBack {
 }
 
 impl HeldBack {
+    /// The record holding `tp`'s age cut back at `cut`, if one does: one
+    /// with no timestamp, or stamped more than [`FUTURE_SLACK_MS`] past
+    /// `now_ms` (`Engine::timestamp_holding_back`). For a run's pass and a
+    /// `cairn prune` alike.
+    pub fn find(
+        engine: &Engine,
+        tp: &TopicPartition,
+        cut: i64,
+        now_ms: i64,
+    ) -> cairn_engine::Result<Option<HeldBack>> {
+        let ahead = now_ms.saturating_add(FUTURE_SLACK_MS);
+        Ok(engine
+            .timestamp_holding_back(tp, cut, ahead)?
+            .map(|h| HeldBack {
+                tp: tp.clone(),
+                offset: cut,
+                timestamp_ms: h.timestamp_ms,
+                entry_next_offset: h.entry_next_offset,
+            }))
+    }
+
     /// What holds retention back, and what to do about it (`by_size`: a
     /// size bound is set already).
     pub fn why(&self, by_size: bool) -> String {
@@ -330,15 +351,8 @@ fn prune_in(
         // An index lookup, unless the cut stopped at a record that may
         // hold it back (`timestamp_holding_back`).
         if let Some((cut, now)) = by_age {
-            let ahead = now.saturating_add(FUTURE_SLACK_MS);
-            if let Some(h) = engine.timestamp_holding_back(&p.tp, cut, ahead)? {
-                pass.held_back.push(HeldBack {
-                    tp: p.tp.clone(),
-                    offset: cut,
-                    timestamp_ms: h.timestamp_ms,
-                    entry_next_offset: h.entry_next_offset,
-                });
-            }
+            pass.held_back
+                .extend(HeldBack::find(engine, &p.tp, cut, now)?);
         }
     }
     Ok((pass, true))

@@ -982,6 +982,7 @@ mod tests {
         assert_eq!(engine.stats().fsyncs, fsyncs + 1);
         sink.stop().unwrap();
     }
+
     /// The archive's check of a commit against its engine answers the
     /// durable offset while the engine takes writes, and refuses with the
     /// poisoning's reason once a write or fsync failed anywhere (here a

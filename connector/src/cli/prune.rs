@@ -377,8 +377,7 @@ pub fn prune(
     let mut pass = engine.truncation_pass();
     let mut unsynced_lines: Vec<String> = Vec::new();
     // A record stamped more than a day past now holds an age cut back.
-    let ahead_ms =
-        pruner::epoch_millis(std::time::SystemTime::now()).saturating_add(pruner::FUTURE_SLACK_MS);
+    let now_ms = pruner::epoch_millis(std::time::SystemTime::now());
     let looped = (|| -> Result<()> {
         for p in &chosen {
             if stopping() {
@@ -442,16 +441,8 @@ pub fn prune(
             // only the run did; found by an audit).
             if let (Cut::TimeMs(_), true) = (cut, finished) {
                 // A failed read here fails nothing the prune did: said.
-                match engine.timestamp_holding_back(&p.tp, offset, ahead_ms) {
-                    Ok(Some(h)) => unsynced_lines.push(
-                        pruner::HeldBack {
-                            tp: p.tp.clone(),
-                            offset,
-                            timestamp_ms: h.timestamp_ms,
-                            entry_next_offset: h.entry_next_offset,
-                        }
-                        .why_for_prune(),
-                    ),
+                match pruner::HeldBack::find(engine, &p.tp, offset, now_ms) {
+                    Ok(Some(h)) => unsynced_lines.push(h.why_for_prune()),
                     Ok(None) => {}
                     Err(e) => {
                         tracing::warn!(tp = %p.tp, error = %e, "could not tell whether a record with no timestamp, or one far ahead, holds the age cut back")
