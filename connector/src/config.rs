@@ -710,8 +710,18 @@ pub fn parse_age(s: &str) -> Result<std::time::Duration, String> {
             "the unit m is refused as ambiguous (minutes or months?): write min or months".into(),
         );
     }
-    humantime::parse_duration(s)
-        .map_err(|e| format!("{e}: expected an age such as 7d, 12h or 90min"))
+    let age = humantime::parse_duration(s)
+        .map_err(|e| format!("{e}: expected an age such as 7d, 12h or 90min"))?;
+    // Kafka's timestamps are milliseconds, and an age is cut in them: one
+    // under a millisecond cuts at now, as an age of 0 would, and deletes
+    // every record (`500us` passed the check for 0 until 2026-12-06, found
+    // in an audit).
+    if !age.is_zero() && age.as_millis() == 0 {
+        return Err(format!(
+            "{s:?} is under a millisecond, the unit of Kafka's timestamps: it would cut at now, as an age of 0 would, and delete every record: give at least 1ms (or an age such as 7d)"
+        ));
+    }
+    Ok(age)
 }
 
 /// A flag's value, or `none`, which clears what the config file sets: flags

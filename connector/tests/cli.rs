@@ -2123,6 +2123,7 @@ fn bad_flags_and_config_name_the_setting() {
     assert!(err.contains("progress-interval-s 100000"), "{err}");
     for (args, want) in [
         (&["--retain", "0s"][..], "retain 0s"),
+        (&["--retain", "500us"][..], "under a millisecond"),
         (&["--retain", "soon"][..], "7d"),
         (
             &["--retention-check-interval-s", "5"][..],
@@ -2882,6 +2883,7 @@ fn prune_deletes_below_the_cut_and_keeps_next_offsets() {
         (&["--before-time", "yesterday"][..], "RFC 3339"),
         (&["--older-than", "soon"][..], "7d"),
         (&["--older-than", "0s"][..], "positive"),
+        (&["--older-than", "500us"][..], "under a millisecond"),
         (&["--before", "1", "-t", "c"][..], "no such topic"),
         (
             &["--before", "1", "-t", "a", "--partition", "9"][..],

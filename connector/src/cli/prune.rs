@@ -820,6 +820,13 @@ mod tests {
         assert!(e.contains("RFC 3339"), "{e}");
         assert!(crate::config::parse_age("7d").is_ok());
         assert!(crate::config::parse_age("soon").unwrap_err().contains("7d"));
+        // Under a millisecond, an age cuts at now: every record would go.
+        for age in ["500us", "999999ns", "1ns"] {
+            let e = crate::config::parse_age(age).unwrap_err();
+            assert!(e.contains("under a millisecond"), "{age}: {e}");
+        }
+        assert_eq!(crate::config::parse_age("1ms").unwrap().as_millis(), 1);
+        assert!(crate::config::parse_age("0s").unwrap().is_zero());
         // `m` is minutes to humantime and months to many people.
         for age in ["6m", "6M", "1h30m", "2 m"] {
             let e = crate::config::parse_age(age).unwrap_err();
