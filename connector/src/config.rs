@@ -315,6 +315,16 @@ impl RunConfig {
                         "dead-letter-topic {t:?}: it is also archived (its dead letters would come back)"
                     ));
                 }
+                // Kafka's own topics exist, so the start-up check passes
+                // them, but a broker refuses a client's records there: the
+                // first oversize record, perhaps days later, would stop
+                // the run, and every restart at it (found in an audit,
+                // 2026-12-06).
+                if INTERNAL_TOPICS.contains(&t.as_str()) {
+                    return bad(format!(
+                        "dead-letter-topic {t:?}: it is one of Kafka's internal topics, which brokers take no client's records into (the first oversize record would stop the run there): name a topic of its own"
+                    ));
+                }
                 // Checked now, not when the producer is made after the
                 // archive has been opened (and perhaps upgraded).
                 crate::dead_letter::refuse_managed_keys(&self.kafka)?;
@@ -626,6 +636,9 @@ fn property_values<'de, D: serde::Deserializer<'de>>(
             t.into_iter()
                 .map(|(k, v)| {
                     let text = match v {
+                        toml::Value::String(s) if s.is_empty() => {
+                            return Err(D::Error::custom(empty_property(&k, "[kafka] ", " = \"\"")))
+                        }
                         toml::Value::String(s) => s,
                         toml::Value::Integer(i) => i.to_string(),
                         toml::Value::Float(f) => f.to_string(),
@@ -832,9 +845,26 @@ pub fn parse_byte_count_usize(s: &str) -> Result<usize, String> {
 /// any disk, and far from where bytesize's arithmetic saturates.
 pub const SIZE_BYTES_MAX: u64 = 1 << 63;
 
+/// Why a librdkafka property given an empty value is refused: librdkafka
+/// reads "" as unset and goes back to its own default, which an empty
+/// value does not say, and which may undo one of cairn's own (its
+/// cooperative assignment, its fetch backoff) or turn on what was meant to
+/// be turned off (`ssl.endpoint.identification.algorithm=` keeps checking
+/// host names). Until 2026-12-06 it was taken (found in an audit).
+fn empty_property(key: &str, before: &str, after: &str) -> String {
+    format!(
+        "{before}{key}{after}: an empty value makes librdkafka go back to its own default for {key} (it reads \"\" as unset), which is not what it says: leave {key} out for that default, or give the value (none, to turn a feature off, where the property takes it)"
+    )
+}
+
+/// Kafka's internal topics: its groups' committed offsets and its
+/// transactions' state. Brokers take no client's records into them.
+const INTERNAL_TOPICS: [&str; 2] = ["__consumer_offsets", "__transaction_state"];
+
 /// Parse `key=value` for `-X`.
 pub fn parse_kv(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
+        Some((k, "")) if !k.trim().is_empty() => Err(empty_property(k.trim(), "-X ", "=")),
         Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_owned(), v.to_owned())),
         // An argument without `=` may hold a credential all the same
         // (`sasl.password:x`): not shown then.
@@ -849,6 +879,28 @@ pub fn parse_kv(s: &str) -> Result<(String, String), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An empty property value, which librdkafka reads as its own default,
+    /// is refused as a flag and in the file, naming the key.
+    #[test]
+    fn an_empty_property_value_is_refused() {
+        let e = parse_kv("partition.assignment.strategy=").unwrap_err();
+        assert!(
+            e.contains("-X partition.assignment.strategy=: an empty value makes librdkafka go back to its own default"),
+            "{e}"
+        );
+        assert_eq!(
+            parse_kv("client.id= ").unwrap(),
+            ("client.id".to_owned(), " ".to_owned())
+        );
+        let e = toml::from_str::<FileConfig>("[kafka]\n\"fetch.queue.backoff.ms\" = \"\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("[kafka] fetch.queue.backoff.ms = \"\": an empty value"),
+            "{e}"
+        );
+    }
 
     /// `[kafka]` takes numbers and booleans as their text; a table (an
     /// unquoted name with dots) is refused, saying to quote it.
@@ -1108,6 +1160,21 @@ retain-bytes = "50GiB"
         }
         let e = cfg.validate().unwrap_err().to_string();
         assert!(e.contains("progress-interval-s 100000"), "{e}");
+    }
+
+    /// Kafka's internal topics, where a broker refuses a client's records,
+    /// are refused as the dead-letter topic up front.
+    #[test]
+    fn an_internal_topic_is_no_dead_letter_topic() {
+        let mut cfg = RunConfig::new("b:1", "g", vec!["t".into()], "d".into());
+        cfg.on_oversize = OnOversize::DeadLetter;
+        for t in INTERNAL_TOPICS {
+            cfg.dead_letter_topic = Some(t.to_string());
+            let e = cfg.validate().unwrap_err().to_string();
+            assert!(e.contains("one of Kafka's internal topics"), "{t}: {e}");
+        }
+        cfg.dead_letter_topic = Some("__dead_letters".into());
+        assert!(cfg.validate().is_ok());
     }
 
     /// The dead-letter producer's settings are checked by `validate`, before
