@@ -57,6 +57,7 @@ use crate::librdkafka::{
 };
 use crate::retention::read_bounds;
 use crate::selection::Selection;
+use crate::task::KafkaTopicId;
 
 /// librdkafka's default `message.timeout.ms`: every record sent gets its
 /// delivery report within it.
@@ -116,6 +117,10 @@ pub struct RestoreConfig {
     pub connect_timeout_ms: u64,
     /// librdkafka producer properties passed through (`-X`).
     pub kafka: BTreeMap<String, String>,
+    /// Restore into a topic this archive archives (by Kafka's topic id),
+    /// whose run would archive the restored records again: refused
+    /// without it.
+    pub into_archived_topic: bool,
 }
 
 impl RestoreConfig {
@@ -129,6 +134,7 @@ impl RestoreConfig {
             resume: false,
             connect_timeout_ms: 30_000,
             kafka: BTreeMap::new(),
+            into_archived_topic: false,
         }
     }
 
@@ -1246,6 +1252,7 @@ fn preflight(
             });
         }
     }
+    check_not_archived_here(engine, producer, cfg, plan, &empty, timeout)?;
     let mut starts = BTreeMap::new();
     let mut emptied = BTreeSet::new();
     let mut highs = BTreeMap::new();
@@ -1370,6 +1377,74 @@ fn preflight(
         emptied,
         highs,
     })
+}
+
+/// Refuse, without `--into-archived-topic`, a target topic that is one
+/// this archive archives: the same Kafka topic id as one its runs
+/// recorded. A run of this archive would take the restored records for new
+/// ones, at the offsets Kafka gives them, and archive each again beside
+/// its original (the common case: a topic emptied by retention or a
+/// deletion, restored into itself; found in an audit, 2026-12-06). A
+/// topic of the same name with another id (another cluster's, or one
+/// created again) is another topic. An id Kafka does not give (brokers
+/// before 2.8) or that could not be read cannot be compared: said, not
+/// refused.
+fn check_not_archived_here(
+    engine: &Engine,
+    producer: &BaseProducer<Deliveries>,
+    cfg: &RestoreConfig,
+    plan: &[(TopicPartition, TopicPartition)],
+    empty: &BTreeMap<&TopicPartition, i64>,
+    timeout: Duration,
+) -> Result<()> {
+    let archived = engine.topic_ids()?;
+    // Only targets that records are sent to: an empty source sends none.
+    let targets: BTreeSet<String> = plan
+        .iter()
+        .filter(|(_, t)| !empty.contains_key(t))
+        .map(|(_, t)| t.topic.clone())
+        .collect();
+    if archived.is_empty() || targets.is_empty() {
+        return Ok(());
+    }
+    let targets: Vec<String> = targets.into_iter().collect();
+    let mut unread = Vec::new();
+    for (target, kafka_id) in crate::topic_ids::describe(producer.client(), &targets, timeout) {
+        let id = match kafka_id {
+            KafkaTopicId::Id(id) => id,
+            KafkaTopicId::NoId => continue,
+            KafkaTopicId::Unread(why) => {
+                unread.push(format!("{target} ({why})"));
+                continue;
+            }
+        };
+        let Some(as_topic) = archived
+            .iter()
+            .find_map(|(name, a)| (*a == id).then_some(name))
+        else {
+            continue;
+        };
+        let named = if *as_topic == target {
+            String::new()
+        } else {
+            format!(" as {as_topic:?}")
+        };
+        let source = plan
+            .iter()
+            .find(|(_, t)| t.topic == target)
+            .map_or(as_topic.as_str(), |(s, _)| s.topic.as_str());
+        if cfg.into_archived_topic {
+            tracing::warn!(topic = %target, archived_as = %as_topic, topic_id = %id, "restoring into a topic this archive archives (--into-archived-topic): a run of this archive will archive the restored records again, at their new offsets, beside the originals");
+            continue;
+        }
+        return Err(ConnectorError::RestoreRefused(format!(
+            "{target:?} is a topic this archive archives{named} (Kafka's topic id {id}, recorded by its runs): a `cairn run` of this archive would take the restored records for new ones and archive each again, at the offset Kafka gives it, beside its original. Restore into another topic (--rename {source}=NEW), or give --into-archived-topic to restore into it all the same (and archive it afterwards into a new --data, or expect each restored record twice in this one); nothing was sent"
+        )));
+    }
+    if !unread.is_empty() {
+        tracing::warn!(topics = %crate::selection::first_few(unread.into_iter()), "Kafka's topic ids of these target topics could not be read, so whether this archive archives them is not known: if it does, a run of it will archive the restored records again");
+    }
+    Ok(())
 }
 
 /// The watermarks (log start, log end) of every target partition, read

@@ -459,6 +459,51 @@ fn bad_targets_are_refused_before_anything_is_produced() {
 /// restore goes on (here the mock fails the first request, and then the
 /// first target's own, which is asked alone). An error that stays stops the
 /// restore before anything is produced, naming the partition.
+/// A restore into a topic this archive archives (the same Kafka topic id:
+/// a topic emptied by retention, say, restored into itself; here with
+/// `--append`, past the emptiness check) is refused before anything is
+/// sent, since a run of the archive would archive each restored record
+/// again beside its original. `--into-archived-topic` restores all the
+/// same; a topic of the same name with another id is another topic.
+#[test]
+fn a_topic_this_archive_archives_is_refused_as_the_target() {
+    init_logs();
+    let mut k = TestKafka::new("into-itself", 3);
+    let n = 200u64;
+    cairn_connector::cli::demo::produce(&k.brokers, &k.topic, 0..n).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let run = cairn_tests::config(&k, "into-itself-group", dir.path());
+    cairn_tests::run_to_end(&run, n, || {});
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let id = engine.topic_ids().unwrap()[&k.topic];
+    let mut cfg = RestoreConfig::new(&k.brokers);
+    cfg.connect_timeout_ms = 10_000;
+    cfg.append = true;
+    let e = restore(&engine, &cfg).unwrap_err().to_string();
+    assert!(
+        e.contains(&format!(
+            "{:?} is a topic this archive archives (Kafka's topic id {id}",
+            k.topic
+        )),
+        "{e}"
+    );
+    assert!(e.contains(&format!("--rename {}=NEW", k.topic)), "{e}");
+    assert!(e.contains("nothing was sent"), "{e}");
+    let total = |k: &TestKafka| highs(k, 3).iter().sum::<i64>();
+    assert_eq!(total(&k), n as i64, "nothing sent");
+    // Told: restored after the records already there.
+    cfg.into_archived_topic = true;
+    restore(&engine, &cfg).unwrap();
+    assert_eq!(total(&k), 2 * n as i64);
+    // The same name, another topic (another id): restored into without
+    // being told.
+    k.recreate_topic(3);
+    let mut cfg = RestoreConfig::new(&k.brokers);
+    cfg.connect_timeout_ms = 10_000;
+    restore(&engine, &cfg).unwrap();
+    assert_eq!(total(&k), n as i64);
+}
+
 #[test]
 fn a_failed_watermark_request_is_asked_again_alone() {
     use rdkafka::mocking::MockCluster;

@@ -37,6 +37,9 @@ pub struct RestoreArgs {
     /// librdkafka producer property, as with kcat (repeatable).
     #[arg(short = 'X', value_parser = parse_kv, value_name = "KEY=VALUE")]
     pub kafka: Vec<(String, String)>,
+    /// Restore into a topic this archive archives (the same Kafka topic id), which is refused without it: a run of this archive then archives the restored records again, at their new offsets.
+    #[arg(long)]
+    pub into_archived_topic: bool,
 }
 
 fn parse_rename(s: &str) -> std::result::Result<(String, String), String> {
@@ -60,6 +63,7 @@ impl RestoreArgs {
         cfg.append = self.append;
         cfg.offset_header = self.offset_header;
         cfg.resume = self.resume;
+        cfg.into_archived_topic = self.into_archived_topic;
         cfg.connect_timeout_ms = self.connect_timeout_ms;
         cfg.kafka = super::kafka_flags(self.kafka)?;
         Ok(cfg)
@@ -200,5 +204,34 @@ fn way_on_unplanned(cfg: &RestoreConfig) -> &'static str {
         "rerun the same command with --resume: it continues from what each target holds"
     } else {
         "read each target's last record, find it in the archive (cairn export of that partition prints each record's archived offset: match its key, value and timestamp; the target's own offsets differ wherever the archive's have gaps, as transaction markers and compaction leave), and restore the rest from the archived offset after it with --topic, --partition, --from and --append (records in flight may arrive twice)"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RestoreArgs;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Command {
+        #[command(flatten)]
+        args: RestoreArgs,
+    }
+
+    /// `--into-archived-topic` reaches the restore's settings; without it
+    /// a topic the archive archives is refused.
+    #[test]
+    fn into_archived_topic_is_off_unless_given() {
+        let cfg = |flags: &[&str]| {
+            let base = ["restore", "--data", "d", "--brokers", "b:1"];
+            let argv = base.iter().chain(flags);
+            Command::try_parse_from(argv)
+                .unwrap()
+                .args
+                .into_config()
+                .unwrap()
+        };
+        assert!(!cfg(&[]).into_archived_topic);
+        assert!(cfg(&["--into-archived-topic"]).into_archived_topic);
     }
 }
