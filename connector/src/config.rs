@@ -583,8 +583,12 @@ pub struct FileConfig {
     pub data: Option<PathBuf>,
     pub commit: Option<String>,
     pub batch_records_max: Option<usize>,
+    /// A number of bytes, or a size with its unit (`"8MiB"`), as the flag.
+    #[serde(default, deserialize_with = "byte_count")]
     pub batch_bytes_max: Option<usize>,
     pub linger_ms: Option<u64>,
+    /// A number of bytes, or a size with its unit (`"8MiB"`), as the flag.
+    #[serde(default, deserialize_with = "byte_count")]
     pub record_bytes_max: Option<u64>,
     pub on_oversize: Option<OnOversize>,
     pub dead_letter_topic: Option<String>,
@@ -621,6 +625,36 @@ fn size_text<'de, D: serde::Deserializer<'de>>(
             other.type_str()
         ))),
     }
+}
+
+/// A number of bytes (a TOML integer), or a size with its unit as text
+/// (`"8MiB"`), as `--batch-bytes-max` and `--record-bytes-max` take it.
+/// Until 2026-12-06 the file took only the number and refused `"8MiB"`
+/// as a type error, while `retain-bytes` beside it needs the unit (found
+/// in an audit).
+fn byte_count<'de, D: serde::Deserializer<'de>, T: TryFrom<u64>>(
+    d: D,
+) -> std::result::Result<Option<T>, D::Error> {
+    use serde::de::Error;
+    let forms = "give a number of bytes (8388608) or a size with its unit (\"8MiB\")";
+    let n = match <Option<toml::Value> as serde::Deserialize>::deserialize(d)? {
+        None => return Ok(None),
+        Some(toml::Value::String(s)) => {
+            parse_byte_count(&s).map_err(|e| D::Error::custom(format!("{s:?}: {e}")))?
+        }
+        Some(toml::Value::Integer(i)) => {
+            u64::try_from(i).map_err(|_| D::Error::custom(format!("{i}: negative: {forms}")))?
+        }
+        Some(other) => {
+            return Err(D::Error::custom(format!(
+                "a {} is no size: {forms}",
+                other.type_str()
+            )))
+        }
+    };
+    T::try_from(n)
+        .map(Some)
+        .map_err(|_| D::Error::custom(format!("{n}: too large for this machine")))
 }
 
 /// The `[kafka]` table's values as librdkafka takes them: text. A number
@@ -879,6 +913,39 @@ pub fn parse_kv(s: &str) -> Result<(String, String), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The file's byte limits take a number of bytes or a size with its
+    /// unit, as the flags do; anything else is refused saying both forms.
+    #[test]
+    fn the_files_byte_limits_take_a_number_or_a_size_with_its_unit() {
+        let f: FileConfig =
+            toml::from_str("batch-bytes-max = \"4MiB\"\nrecord-bytes-max = 1048576\n").unwrap();
+        assert_eq!(
+            (f.batch_bytes_max, f.record_bytes_max),
+            (Some(4 << 20), Some(1 << 20))
+        );
+        let f: FileConfig = toml::from_str("record-bytes-max = \"1.5KiB\"\n").unwrap();
+        assert_eq!(f.record_bytes_max, Some(1536));
+        for (bad, says) in [
+            ("record-bytes-max = \"8 apples\"", "8 apples"),
+            ("record-bytes-max = -1", "-1: negative"),
+            ("batch-bytes-max = 1.5", "a float is no size"),
+            ("batch-bytes-max = \"50\"", ""),
+        ] {
+            match toml::from_str::<FileConfig>(bad) {
+                Err(e) if !says.is_empty() => {
+                    let e = e.to_string();
+                    assert!(
+                        e.contains(says) && e.contains("a number of bytes"),
+                        "{bad}: {e}"
+                    );
+                }
+                // A quoted bare number is bytes, as the flag's.
+                Ok(f) if says.is_empty() => assert_eq!(f.batch_bytes_max, Some(50)),
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+    }
 
     /// An empty property value, which librdkafka reads as its own default,
     /// is refused as a flag and in the file, naming the key.
