@@ -33,6 +33,13 @@
 //!   in flight when they failed (a timeout) may have been written anyway:
 //!   `from` cannot settle that, `resume` can (it reads the target, and checks
 //!   its last record against the archive).
+//! - The archive is written only to pass over copies restored into a topic
+//!   it archives (Kafka's topic id is the one it recorded under that name):
+//!   a target partition's next offset moves past a span Kafka acknowledged
+//!   whole, starting where the archive's log and Kafka's both ended, so a
+//!   run does not archive the copies again; into such a topic whose log
+//!   ends elsewhere, or which cannot be told apart, nothing is produced
+//!   unless `into_archived_topic`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
@@ -199,10 +206,22 @@ pub struct PartitionRestore {
     pub last_offset: Option<i64>,
 }
 
+/// Restored copies in a partition of a topic the archive archives, passed
+/// over in the archive: its next offset moved from `from` to `to`, past
+/// them, so that a run does not archive them again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PassedOver {
+    pub partition: TopicPartition,
+    pub from: i64,
+    pub to: i64,
+}
+
 /// What a restore did.
 #[derive(Debug, Clone, Default)]
 pub struct RestoreReport {
     pub partitions: Vec<PartitionRestore>,
+    /// The archive's partitions whose restored copies it passes over.
+    pub passed_over: Vec<PassedOver>,
     pub records: u64,
     pub payload_bytes: u64,
     /// Records whose archived timestamp Kafka's producer cannot send (0 or
@@ -350,6 +369,7 @@ pub fn restore_until_split(
         starts,
         emptied,
         highs,
+        pass_over,
     } = preflight(engine, &producer, cfg, &plan, stop_waiting)?;
 
     let mut report = RestoreReport::default();
@@ -492,6 +512,10 @@ pub fn restore_until_split(
         state.fatal.get_or_insert(reason);
         code
     });
+    // Before any way out, failed ones too: a `--resume` then finds the
+    // archive's log ending where Kafka's does again.
+    let (passed, pass_failed) = passed_over(engine, &pass_over, &state);
+    report.passed_over = passed;
     for (source, target) in &plan {
         let d = state.partitions.get(target).cloned().unwrap_or_default();
         report.records += d.acked;
@@ -693,9 +717,13 @@ pub fn restore_until_split(
             next_step: next_step(cfg, &standings),
         });
     }
-    match interleaved {
-        Some(e) => Err(e),
-        None => Ok(report),
+    match (interleaved, pass_failed) {
+        (Some(e), _) => Err(e),
+        (None, Some(e)) => Err(ConnectorError::CopiesNotPassedOver {
+            delivered: report.records,
+            source: Box::new(e),
+        }),
+        (None, None) => Ok(report),
     }
 }
 
@@ -1119,6 +1147,9 @@ struct Preflight {
     highs: BTreeMap<TopicPartition, i64>,
     /// Targets that held records once, all gone now (taken as empty).
     emptied: BTreeSet<TopicPartition>,
+    /// Target partitions of topics this archive archives whose copies it
+    /// passes over, with where Kafka's log and the archive's ended.
+    pass_over: BTreeMap<TopicPartition, i64>,
 }
 
 /// The cluster's metadata, waited for up to the connect timeout.
@@ -1252,7 +1283,7 @@ fn preflight(
             });
         }
     }
-    check_not_archived_here(engine, producer, cfg, plan, &empty, timeout)?;
+    let here = archived_here(engine, producer, cfg, plan, &empty, timeout)?;
     let mut starts = BTreeMap::new();
     let mut emptied = BTreeSet::new();
     let mut highs = BTreeMap::new();
@@ -1372,79 +1403,177 @@ fn preflight(
             starts.insert(target.clone(), cfg.select.from.max(next));
         }
     }
+    let pass_over = pass_over(engine, cfg, plan, &empty, &here, &highs)?;
     Ok(Preflight {
         starts,
         emptied,
         highs,
+        pass_over,
     })
 }
 
-/// Refuse, without `--into-archived-topic`, a target topic that is one
-/// this archive archives: the same Kafka topic id as one its runs
-/// recorded. A run of this archive would take the restored records for new
-/// ones, at the offsets Kafka gives them, and archive each again beside
-/// its original (the common case: a topic emptied by retention or a
-/// deletion, restored into itself; found in an audit, 2026-12-06). A
-/// topic of the same name with another id (another cluster's, or one
-/// created again) is another topic. An id Kafka does not give (brokers
-/// before 2.8) or that could not be read cannot be compared: said, not
-/// refused.
-fn check_not_archived_here(
+/// The target topics this archive archives: Kafka's topic id of the
+/// target is the one the archive recorded under that name. A run of the
+/// archive would take records restored there for new ones and archive
+/// each again, beside its original (found in an audit, 2026-12-06): the
+/// restore passes over them in the archive instead, where it can
+/// ([`pass_over`]). A topic of the same name with another id (another
+/// cluster's, or one deleted and created again) is another topic. Where
+/// the two cannot be compared (Kafka's id could not be read, or it gives
+/// none for a topic the archive recorded one for, or that record is
+/// damaged), the restore is refused unless `--into-archived-topic`, as a
+/// run would stop there. Only targets records are sent to are asked.
+fn archived_here(
     engine: &Engine,
     producer: &BaseProducer<Deliveries>,
     cfg: &RestoreConfig,
     plan: &[(TopicPartition, TopicPartition)],
     empty: &BTreeMap<&TopicPartition, i64>,
     timeout: Duration,
-) -> Result<()> {
-    let archived = engine.topic_ids()?;
-    // Only targets that records are sent to: an empty source sends none.
-    let targets: BTreeSet<String> = plan
-        .iter()
-        .filter(|(_, t)| !empty.contains_key(t))
-        .map(|(_, t)| t.topic.clone())
-        .collect();
-    if archived.is_empty() || targets.is_empty() {
-        return Ok(());
-    }
-    let targets: Vec<String> = targets.into_iter().collect();
-    let mut unread = Vec::new();
-    for (target, kafka_id) in crate::topic_ids::describe(producer.client(), &targets, timeout) {
-        let id = match kafka_id {
-            KafkaTopicId::Id(id) => id,
-            KafkaTopicId::NoId => continue,
-            KafkaTopicId::Unread(why) => {
-                unread.push(format!("{target} ({why})"));
-                continue;
-            }
-        };
-        let Some(as_topic) = archived
-            .iter()
-            .find_map(|(name, a)| (*a == id).then_some(name))
-        else {
-            continue;
-        };
-        let named = if *as_topic == target {
-            String::new()
-        } else {
-            format!(" as {as_topic:?}")
-        };
-        let source = plan
-            .iter()
-            .find(|(_, t)| t.topic == target)
-            .map_or(as_topic.as_str(), |(s, _)| s.topic.as_str());
-        if cfg.into_archived_topic {
-            tracing::warn!(topic = %target, archived_as = %as_topic, topic_id = %id, "restoring into a topic this archive archives (--into-archived-topic): a run of this archive will archive the restored records again, at their new offsets, beside the originals");
+) -> Result<BTreeSet<String>> {
+    let mut recorded = BTreeMap::new();
+    let mut unknown = Vec::new();
+    for (_, target) in plan.iter().filter(|(_, t)| !empty.contains_key(t)) {
+        if recorded.contains_key(&target.topic) {
             continue;
         }
-        return Err(ConnectorError::RestoreRefused(format!(
-            "{target:?} is a topic this archive archives{named} (Kafka's topic id {id}, recorded by its runs): a `cairn run` of this archive would take the restored records for new ones and archive each again, at the offset Kafka gives it, beside its original. Restore into another topic (--rename {source}=NEW), or give --into-archived-topic to restore into it all the same (and archive it afterwards into a new --data, or expect each restored record twice in this one); nothing was sent"
-        )));
+        // The target's own binding alone: a damaged one of another topic
+        // does not stand in the way of a restore.
+        match engine.topic_id(&target.topic) {
+            Ok(Some(id)) => {
+                recorded.insert(target.topic.clone(), id);
+            }
+            Ok(None) => {}
+            Err(e) => unknown.push(format!(
+                "{} (the archive's record of its id is unreadable: {e})",
+                target.topic
+            )),
+        }
     }
-    if !unread.is_empty() {
-        tracing::warn!(topics = %crate::selection::first_few(unread.into_iter()), "Kafka's topic ids of these target topics could not be read, so whether this archive archives them is not known: if it does, a run of it will archive the restored records again");
+    let topics: Vec<String> = recorded.keys().cloned().collect();
+    let mut here = BTreeSet::new();
+    if !topics.is_empty() {
+        for (topic, kafka) in crate::topic_ids::describe(producer.client(), &topics, timeout) {
+            match kafka {
+                KafkaTopicId::Id(id) if id == recorded[&topic] => {
+                    here.insert(topic);
+                }
+                KafkaTopicId::Id(_) => {}
+                KafkaTopicId::NoId => unknown.push(format!(
+                    "{topic} (Kafka gives it no topic id, and the archive recorded {})",
+                    recorded[&topic]
+                )),
+                KafkaTopicId::Unread(why) => unknown.push(format!(
+                    "{topic} (Kafka's topic id could not be read: {why})"
+                )),
+            }
+        }
     }
-    Ok(())
+    if !unknown.is_empty() {
+        let topics = crate::selection::first_few(unknown.into_iter());
+        if !cfg.into_archived_topic {
+            return Err(ConnectorError::RestoreRefused(format!(
+                "whether these target topics are ones this archive archives cannot be told: {topics}. Into a topic it archives, the restore must pass over its copies in the archive, or a `cairn run` of it would archive each again beside its original. Run again once Kafka answers; or, if they are other topics, or to have the copies archived again, give --into-archived-topic; nothing was sent"
+            )));
+        }
+        tracing::warn!(topics = %topics, "whether these target topics are ones this archive archives cannot be told (--into-archived-topic): if they are, a run of this archive will archive the restored records again");
+    }
+    Ok(here)
+}
+
+/// The target partitions of topics this archive archives (`here`) whose
+/// copies the restore can pass over in the archive, with where Kafka's log
+/// of each ends: the archive's next offset there is that end, so the
+/// copies land right after what it holds (a topic emptied by retention or
+/// by `kafka-delete-records`, or, with `--append`, one it has archived to
+/// the end; or a `--resume` of such a restore, which passed over what it
+/// delivered). Anywhere else the copies would be archived again after
+/// records the archive lacks: refused unless `--into-archived-topic`.
+fn pass_over(
+    engine: &Engine,
+    cfg: &RestoreConfig,
+    plan: &[(TopicPartition, TopicPartition)],
+    empty: &BTreeMap<&TopicPartition, i64>,
+    here: &BTreeSet<String>,
+    highs: &BTreeMap<TopicPartition, i64>,
+) -> Result<BTreeMap<TopicPartition, i64>> {
+    let mut at = BTreeMap::new();
+    let mut apart = Vec::new();
+    for (_, target) in plan {
+        if !here.contains(&target.topic) || empty.contains_key(target) {
+            continue;
+        }
+        let Some(&high) = highs.get(target) else {
+            continue;
+        };
+        match engine.durable_offset(target) {
+            Some(next) if next == high => {
+                at.insert(target.clone(), high);
+            }
+            next => apart.push(format!(
+                "{target} (Kafka's log ends at {high}, the archive's {})",
+                next.map_or("holds nothing of it".to_owned(), |n| format!("at {n}"))
+            )),
+        }
+    }
+    if !apart.is_empty() {
+        let parts = crate::selection::first_few(apart.into_iter());
+        if !cfg.into_archived_topic {
+            return Err(ConnectorError::RestoreRefused(format!(
+                "these target partitions are of topics this archive archives, and its log of them does not end where Kafka's does: {parts}. Restored there, the copies would land after records the archive lacks, and a `cairn run` of it would archive each copy again beside its original. Run the archive until it is caught up first (with Kafka's log ahead of it), restore into another topic (--rename, into a topic created for it), or give --into-archived-topic to have the copies archived again; nothing was sent"
+            )));
+        }
+        tracing::warn!(partitions = %parts, "restoring into partitions of topics this archive archives whose copies it cannot pass over (--into-archived-topic): a run of this archive will archive them again");
+    }
+    Ok(at)
+}
+
+/// Pass over, in the archive, the copies a restore delivered into a topic
+/// it archives (`at`: each target partition, with where Kafka's log ended
+/// and the archive's did), so that a run of it does not archive them
+/// again: its next offset moves past them, as past offsets that held no
+/// record to archive. Only a span Kafka acknowledged whole, each offset a
+/// record of this restore, is passed over; one with other records among
+/// them (another producer's), or records whose report never came, is not,
+/// and a run archives them (said).
+fn passed_over(
+    engine: &Engine,
+    at: &BTreeMap<TopicPartition, i64>,
+    state: &DeliveryState,
+) -> (Vec<PassedOver>, Option<ConnectorError>) {
+    let mut to = BTreeMap::new();
+    let mut done = Vec::new();
+    for (target, &high) in at {
+        let Some(d) = state.partitions.get(target).filter(|d| d.acked > 0) else {
+            continue;
+        };
+        let end = high.saturating_add(i64::try_from(d.acked).unwrap_or(i64::MAX));
+        if d.unplaced == 0 && d.target_span == Some((high, end - 1)) {
+            to.insert(target.clone(), end);
+            done.push(PassedOver {
+                partition: target.clone(),
+                from: high,
+                to: end,
+            });
+        } else {
+            tracing::warn!(%target, acknowledged = d.acked, span = ?d.target_span, from = high, "the restored copies in this partition of a topic the archive archives are not where they alone would be: not passed over, a run of the archive will archive them again");
+        }
+    }
+    if to.is_empty() {
+        return (done, None);
+    }
+    match engine.advance_partitions(&to).and_then(|()| engine.sync()) {
+        Ok(()) => {
+            for p in &done {
+                tracing::info!(partition = %p.partition, from = p.from, to = p.to, "the archive passes over the restored copies");
+            }
+            (done, None)
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "the archive could not record that it passes over the restored copies: a run of it would archive them again");
+            (Vec::new(), Some(e.into()))
+        }
+    }
 }
 
 /// The watermarks (log start, log end) of every target partition, read

@@ -453,57 +453,131 @@ fn bad_targets_are_refused_before_anything_is_produced() {
     }
 }
 
+/// A restore into a topic this archive archives (the same Kafka topic id:
+/// a topic emptied by retention, restored into itself, or here, with
+/// `--append`, after the records it still holds) passes over its copies in
+/// the archive, so that a run of it does not archive each again beside
+/// its original: its next offsets move past them. Where the archive's log
+/// does not end where Kafka's does (a run behind), the copies would land
+/// after records it lacks: refused before anything is sent, unless
+/// `--into-archived-topic`. A topic of the same name with another id is
+/// another topic.
+#[test]
+fn a_restore_into_a_topic_this_archive_archives_passes_over_its_copies() {
+    init_logs();
+    let mut k = TestKafka::new("into-itself", 3);
+    let produce = |k: &TestKafka, r: std::ops::Range<u64>| {
+        cairn_connector::cli::demo::produce(&k.brokers, &k.topic, r).unwrap()
+    };
+    let next = |n| cairn_connector::cli::demo::demo_next_offsets(&k.topic, n);
+    let total = |k: &TestKafka| highs(k, 3).iter().sum::<i64>();
+    let n = 200u64;
+    produce(&k, 0..n);
+    let dir = tempfile::tempdir().unwrap();
+    let run = cairn_tests::config(&k, "into-itself-group", dir.path());
+    cairn_tests::run_to_end(&run, n, || {});
+
+    // Kafka's log runs ahead of the archive's: refused, nothing sent.
+    produce(&k, n..n + 30);
+    let mut cfg = RestoreConfig::new(&k.brokers);
+    cfg.connect_timeout_ms = 10_000;
+    cfg.append = true;
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let e = restore(&engine, &cfg).unwrap_err().to_string();
+    assert!(
+        e.contains(
+            "of topics this archive archives, and its log of them does not end where Kafka's does"
+        ) && e.contains(&format!(
+            "{}/0 (Kafka's log ends at 77, the archive's at 67)",
+            k.topic
+        )) && e.contains("--into-archived-topic")
+            && e.contains("nothing was sent"),
+        "{e}"
+    );
+    assert_eq!(total(&k), (n + 30) as i64, "nothing sent");
+    drop(engine);
+
+    // Caught up: restored, and its copies passed over; in two parts, the
+    // second finding the archive's log ending where Kafka's does again.
+    let n = n + 30;
+    cairn_tests::run_to_end(&run, n, || {});
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let passed = |r: &cairn_connector::restore::RestoreReport| -> Vec<(i32, i64, i64)> {
+        r.passed_over
+            .iter()
+            .map(|p| (p.partition.partition, p.from, p.to))
+            .collect()
+    };
+    let part = 40;
+    cfg.select.to = Some(part);
+    let first = restore(&engine, &cfg).unwrap();
+    assert_eq!(first.records, 3 * part as u64);
+    cfg.select.to = None;
+    cfg.select.from = part;
+    let rest = restore(&engine, &cfg).unwrap();
+    assert_eq!(first.records + rest.records, n);
+    assert_eq!(total(&k), 2 * n as i64);
+    let ends = next(n);
+    let (want_first, want_rest): (Vec<_>, Vec<_>) = ends
+        .values()
+        .enumerate()
+        .map(|(p, &o)| ((p as i32, o, o + part), (p as i32, o + part, 2 * o)))
+        .unzip();
+    assert_eq!(passed(&first), want_first);
+    assert_eq!(passed(&rest), want_rest);
+    assert_eq!(
+        engine.durable_offsets().into_values().collect::<Vec<_>>(),
+        ends.values().map(|o| 2 * o).collect::<Vec<_>>()
+    );
+    drop(engine);
+
+    // A run goes on after the copies: new records only, none twice.
+    produce(&k, n..n + 30);
+    let added = next(n + 30);
+    let end: BTreeMap<TopicPartition, i64> = next(n)
+        .into_iter()
+        .map(|(tp, o)| {
+            let new = added[&tp] - o;
+            (tp, 2 * o + new)
+        })
+        .collect();
+    let engine = std::sync::Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
+    let opts = cairn_connector::PipelineOptions {
+        done: Some(Box::new({
+            let end = end.clone();
+            move |c| end.iter().all(|(tp, o)| c.get(tp) == Some(o))
+        })),
+        ..Default::default()
+    };
+    let after = cairn_tests::run_bounded(
+        &run,
+        Box::new(cairn_connector::ArchiveSink::new(engine.clone())),
+        opts,
+    )
+    .unwrap();
+    assert_eq!(after.stats.records_written, 30, "{:?}", after.stats);
+    assert_eq!(after.stats.records_duplicate, 0, "{:?}", after.stats);
+    drop(engine);
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    assert_eq!(engine.durable_offsets(), end);
+    let held: u64 = engine.partitions().iter().map(|p| p.record_count).sum();
+    assert_eq!(held, n + 30, "the originals and the new records, once each");
+
+    // The same name, another topic (another id): restored into as any.
+    k.recreate_topic(3);
+    let mut cfg = RestoreConfig::new(&k.brokers);
+    cfg.connect_timeout_ms = 10_000;
+    let report = restore(&engine, &cfg).unwrap();
+    assert!(report.passed_over.is_empty());
+    assert_eq!(total(&k), (n + 30) as i64);
+}
+
 /// The targets' watermarks are read together, and librdkafka fails such a
 /// request whole for one partition's error: the request is asked again in
 /// halves, each partition whose read still failed once more alone, and the
 /// restore goes on (here the mock fails the first request, and then the
 /// first target's own, which is asked alone). An error that stays stops the
 /// restore before anything is produced, naming the partition.
-/// A restore into a topic this archive archives (the same Kafka topic id:
-/// a topic emptied by retention, say, restored into itself; here with
-/// `--append`, past the emptiness check) is refused before anything is
-/// sent, since a run of the archive would archive each restored record
-/// again beside its original. `--into-archived-topic` restores all the
-/// same; a topic of the same name with another id is another topic.
-#[test]
-fn a_topic_this_archive_archives_is_refused_as_the_target() {
-    init_logs();
-    let mut k = TestKafka::new("into-itself", 3);
-    let n = 200u64;
-    cairn_connector::cli::demo::produce(&k.brokers, &k.topic, 0..n).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let run = cairn_tests::config(&k, "into-itself-group", dir.path());
-    cairn_tests::run_to_end(&run, n, || {});
-    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
-    let id = engine.topic_ids().unwrap()[&k.topic];
-    let mut cfg = RestoreConfig::new(&k.brokers);
-    cfg.connect_timeout_ms = 10_000;
-    cfg.append = true;
-    let e = restore(&engine, &cfg).unwrap_err().to_string();
-    assert!(
-        e.contains(&format!(
-            "{:?} is a topic this archive archives (Kafka's topic id {id}",
-            k.topic
-        )),
-        "{e}"
-    );
-    assert!(e.contains(&format!("--rename {}=NEW", k.topic)), "{e}");
-    assert!(e.contains("nothing was sent"), "{e}");
-    let total = |k: &TestKafka| highs(k, 3).iter().sum::<i64>();
-    assert_eq!(total(&k), n as i64, "nothing sent");
-    // Told: restored after the records already there.
-    cfg.into_archived_topic = true;
-    restore(&engine, &cfg).unwrap();
-    assert_eq!(total(&k), 2 * n as i64);
-    // The same name, another topic (another id): restored into without
-    // being told.
-    k.recreate_topic(3);
-    let mut cfg = RestoreConfig::new(&k.brokers);
-    cfg.connect_timeout_ms = 10_000;
-    restore(&engine, &cfg).unwrap();
-    assert_eq!(total(&k), n as i64);
-}
-
 #[test]
 fn a_failed_watermark_request_is_asked_again_alone() {
     use rdkafka::mocking::MockCluster;

@@ -37,7 +37,7 @@ pub struct RestoreArgs {
     /// librdkafka producer property, as with kcat (repeatable).
     #[arg(short = 'X', value_parser = parse_kv, value_name = "KEY=VALUE")]
     pub kafka: Vec<(String, String)>,
-    /// Restore into a topic this archive archives (the same Kafka topic id), which is refused without it: a run of this archive then archives the restored records again, at their new offsets.
+    /// Restore into a topic this archive archives even where the archive cannot pass over the copies (its log of a target partition does not end where Kafka's does, or the topic's id cannot be compared): a run of the archive then archives them again. Refused without it.
     #[arg(long)]
     pub into_archived_topic: bool,
 }
@@ -171,6 +171,16 @@ fn print_report(report: &crate::restore::RestoreReport) -> Result<()> {
             p.records
         )?;
     }
+    for p in &report.passed_over {
+        outln!(
+            "archive: {} passes over the {} restored copies at offsets {}..{}: a run of it resumes at {}",
+            p.partition,
+            p.to - p.from,
+            p.from,
+            p.to,
+            p.to
+        )?;
+    }
     if report.timestamps_replaced > 0 {
         outln!(
             "{} records were archived with a timestamp of 0 or below -1, which Kafka cannot take: they carry the time of restore",
@@ -218,8 +228,8 @@ mod tests {
         args: RestoreArgs,
     }
 
-    /// `--into-archived-topic` reaches the restore's settings; without it
-    /// a topic the archive archives is refused.
+    /// `--into-archived-topic` reaches the restore's settings, and is off
+    /// unless given (tests/tests/restore.rs has what it changes).
     #[test]
     fn into_archived_topic_is_off_unless_given() {
         let cfg = |flags: &[&str]| {
