@@ -670,8 +670,12 @@ fn property_values<'de, D: serde::Deserializer<'de>>(
             t.into_iter()
                 .map(|(k, v)| {
                     let text = match v {
-                        toml::Value::String(s) if s.is_empty() => {
-                            return Err(D::Error::custom(empty_property(&k, "[kafka] ", " = \"\"")))
+                        toml::Value::String(s) if s.trim().is_empty() => {
+                            return Err(D::Error::custom(empty_property(
+                                &k,
+                                "[kafka] ",
+                                &format!(" = {s:?}"),
+                            )))
                         }
                         toml::Value::String(s) => s,
                         toml::Value::Integer(i) => i.to_string(),
@@ -764,9 +768,9 @@ pub fn parse_age(s: &str) -> Result<std::time::Duration, String> {
     // every record (`500us` passed the check for 0 until 2026-12-06, found
     // in an audit).
     if !age.is_zero() && age.as_millis() == 0 {
-        return Err(format!(
-            "{s:?} is under a millisecond, the unit of Kafka's timestamps: it would cut at now, as an age of 0 would, and delete every record: give at least 1ms (or an age such as 7d)"
-        ));
+        return Err(
+            "under a millisecond, the unit of Kafka's timestamps: it would cut at now, as an age of 0 would, and delete every record (a unit slip? an age is most likely days or hours: 7d, 12h)".into()
+        );
     }
     Ok(age)
 }
@@ -879,26 +883,36 @@ pub fn parse_byte_count_usize(s: &str) -> Result<usize, String> {
 /// any disk, and far from where bytesize's arithmetic saturates.
 pub const SIZE_BYTES_MAX: u64 = 1 << 63;
 
-/// Why a librdkafka property given an empty value is refused: librdkafka
-/// reads "" as unset and goes back to its own default, which an empty
-/// value does not say, and which may undo one of cairn's own (its
-/// cooperative assignment, its fetch backoff) or turn on what was meant to
-/// be turned off (`ssl.endpoint.identification.algorithm=` keeps checking
-/// host names). Until 2026-12-06 it was taken (found in an audit).
+/// Why a librdkafka property given an empty value (or only spaces) is
+/// refused: librdkafka reads "" as unset, and a text property then goes
+/// back to librdkafka's own default, which may undo one of cairn's
+/// (`partition.assignment.strategy=`, its cooperative assignment); one of
+/// a list of choices given only spaces keeps what it had, silently
+/// (`debug= `). Neither is what the empty value says, and a template that
+/// rendered nothing gives one. Other kinds librdkafka refuses itself.
+/// Until 2026-12-06 they were taken (found in an audit).
 fn empty_property(key: &str, before: &str, after: &str) -> String {
     format!(
-        "{before}{key}{after}: an empty value makes librdkafka go back to its own default for {key} (it reads \"\" as unset), which is not what it says: leave {key} out for that default, or give the value (none, to turn a feature off, where the property takes it)"
+        "{before}{key}{after}: an empty value is no value: librdkafka takes it as unset (a text property goes back to librdkafka's own default, which may undo cairn's), or, given spaces, may keep what it had: leave {key} out for the default, or give the value"
     )
 }
 
-/// Kafka's internal topics: its groups' committed offsets and its
-/// transactions' state. Brokers take no client's records into them.
-const INTERNAL_TOPICS: [&str; 2] = ["__consumer_offsets", "__transaction_state"];
+/// Kafka's internal topics: its groups' committed offsets, its
+/// transactions' state, its share groups' state (Kafka 4) and a KRaft
+/// cluster's metadata log. Brokers take no client's records into them.
+const INTERNAL_TOPICS: [&str; 4] = [
+    "__consumer_offsets",
+    "__transaction_state",
+    "__share_group_state",
+    "__cluster_metadata",
+];
 
 /// Parse `key=value` for `-X`.
 pub fn parse_kv(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
-        Some((k, "")) if !k.trim().is_empty() => Err(empty_property(k.trim(), "-X ", "=")),
+        Some((k, v)) if !k.trim().is_empty() && v.trim().is_empty() => {
+            Err(empty_property(k.trim(), "-X ", &format!("={v}")))
+        }
         Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_owned(), v.to_owned())),
         // An argument without `=` may hold a credential all the same
         // (`sasl.password:x`): not shown then.
@@ -953,20 +967,26 @@ mod tests {
     fn an_empty_property_value_is_refused() {
         let e = parse_kv("partition.assignment.strategy=").unwrap_err();
         assert!(
-            e.contains("-X partition.assignment.strategy=: an empty value makes librdkafka go back to its own default"),
+            e.contains("-X partition.assignment.strategy=: an empty value is no value"),
             "{e}"
         );
+        let e = parse_kv("debug= ").unwrap_err();
+        assert!(e.contains("-X debug= : an empty value is no value"), "{e}");
         assert_eq!(
-            parse_kv("client.id= ").unwrap(),
-            ("client.id".to_owned(), " ".to_owned())
+            parse_kv("client.id= x").unwrap(),
+            ("client.id".to_owned(), " x".to_owned())
         );
-        let e = toml::from_str::<FileConfig>("[kafka]\n\"fetch.queue.backoff.ms\" = \"\"\n")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("[kafka] fetch.queue.backoff.ms = \"\": an empty value"),
-            "{e}"
-        );
+        for (value, shown) in [("\"\"", "\"\""), ("\"  \"", "\"  \"")] {
+            let e = toml::from_str::<FileConfig>(&format!("[kafka]\n\"client.id\" = {value}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(&format!(
+                    "[kafka] client.id = {shown}: an empty value is no value"
+                )),
+                "{e}"
+            );
+        }
     }
 
     /// `[kafka]` takes numbers and booleans as their text; a table (an

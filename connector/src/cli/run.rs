@@ -1192,6 +1192,9 @@ mod tests {
         }
         let c = config(file, &["--retain", "7d"]).unwrap();
         assert_eq!((c.retain, c.retain_bytes), (Some(7 * DAY), Some(1 << 30)));
+        // The file's age is refused under a millisecond, as the flag's.
+        let e = config("retain = \"500us\"\n", &[]).unwrap_err().to_string();
+        assert!(e.contains("retain: \"500us\": under a millisecond"), "{e}");
         let c = config(file, &["--retain", "none"]).unwrap();
         assert_eq!(
             (c.retain, c.retain_bytes, c.retention_check_interval_s),
