@@ -941,6 +941,42 @@ fn status_names_a_damaged_topic_id_and_one_kafka_does_not_give() {
     );
 }
 
+/// A partition summary whose figures cannot be true together (more
+/// records than offsets; checksum intact, so the store opens, for verify
+/// to name the loss) is shown as the summary says and said to be damaged,
+/// exit 1, in the table and in JSON (since 2026-12-06; before, exit 0 and
+/// not a word).
+#[test]
+fn status_says_a_summary_that_cannot_be_true_is_damaged() {
+    use cairn_engine::offsets::PartitionSummary;
+    let dir = tempfile::tempdir().unwrap();
+    archive_one_record_each(dir.path(), "t", 2);
+    cairn_engine::fuzzing::with_raw_tree(dir.path(), |t| {
+        let tp = cairn_engine::TopicPartition::new("t", 1);
+        let key = cairn_engine::keys::partition_key(&tp);
+        let (_, mut s) = PartitionSummary::decode(&key, &t.get(&key).unwrap().unwrap()).unwrap();
+        s.record_count = 500;
+        let (k, v) = s.encode(&tp);
+        t.insert(k, v).unwrap();
+    });
+    let d = dir.path().to_str().unwrap();
+    let says =
+        "partition summary t/1: 500 records between offsets 0 and 1, more than the 1 offsets there";
+    let (code, out, err) = cairn(&["status", "--data", d, "--json"]);
+    assert_eq!(code, 1, "{err}");
+    let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(rows[0]["summary_damage"].is_null(), "{out}");
+    assert_eq!(rows[1]["records"], 500, "{out}");
+    assert_eq!(rows[1]["summary_damage"], says, "{out}");
+    assert!(
+        err.contains(&format!("error: {says}: its row's figures")),
+        "{err}"
+    );
+    let (code, out, err) = cairn(&["status", "--data", d]);
+    assert_eq!(code, 1, "{err}");
+    assert!(out.contains("t") && err.contains(says), "{out}\n{err}");
+}
+
 /// A partition without a leader is not asked for its watermarks (the
 /// request would wait out the timeout: before 2026-12-03, one per such
 /// partition); its columns are left empty with a WARN saying why, and the

@@ -104,6 +104,14 @@ struct Row {
     /// until `--rebind-topic` writes Kafka's over it); the command exits 1.
     #[serde(default)]
     topic_id_damage: Option<String>,
+    /// Why the partition's summary, whose figures these are, cannot be
+    /// true (more records than offsets, payload bytes in no record): a
+    /// store opens with such a summary so that `cairn verify` can name the
+    /// loss behind it; the command exits 1 (since 2026-12-06; before, the
+    /// figures were printed as they were, exit 0). `null` when sound, or
+    /// in an answer from an older run.
+    #[serde(default)]
+    summary_damage: Option<String>,
     /// With `--brokers`: the topic's id in Kafka now (`null` when Kafka
     /// gave none or it could not be read). Another than `topic_id` means
     /// the topic was deleted and created again, or the brokers are
@@ -148,6 +156,7 @@ impl Row {
             committed_by: None,
             topic_id: None,
             topic_id_damage: None,
+            summary_damage: None,
             kafka_topic_id: None,
             committed: None,
             low_watermark: None,
@@ -316,6 +325,16 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
     if !damaged.is_empty() {
         exit = ExitCode::FAILURE;
     }
+    for damage in rows.iter().filter_map(|r| r.summary_damage.as_deref()) {
+        super::say(
+            "ERROR",
+            &format_args!("a partition's summary in the archive is damaged"),
+            Some(&format_args!(
+                "{damage}: its row's figures are what the summary says, not what the archive holds; cairn verify names the damage behind it"
+            )),
+        );
+        exit = ExitCode::FAILURE;
+    }
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&rows).expect("json"))?;
         return Ok(exit);
@@ -381,6 +400,7 @@ fn rows(engine: &cairn_engine::Engine) -> Result<Vec<Row>> {
         .map(|p| Row {
             topic_id: ids[&p.tp.topic].0.clone(),
             topic_id_damage: ids[&p.tp.topic].1.clone(),
+            summary_damage: summary_damage(&p),
             topic: p.tp.topic,
             partition: p.tp.partition,
             first_offset: Some(p.first_offset),
@@ -401,6 +421,29 @@ fn rows(engine: &cairn_engine::Engine) -> Result<Vec<Row>> {
             committed_unread: false,
         })
         .collect())
+}
+
+/// Why `p`'s figures cannot be true together, if they cannot: more records
+/// than offsets between its first and next offsets, or payload bytes with
+/// no record. The engine opens a store with such a summary (a truncation
+/// over a lost index entry writes one) so that verify can name the loss;
+/// status shows the figures it has, and says they are damaged (found in
+/// an audit, 2026-12-06).
+fn summary_damage(p: &cairn_engine::PartitionInfo) -> Option<String> {
+    let offsets = u64::try_from(p.next_offset.saturating_sub(p.first_offset)).unwrap_or(0);
+    if p.record_count > offsets {
+        return Some(format!(
+            "partition summary {}: {} records between offsets {} and {}, more than the {offsets} offsets there",
+            p.tp, p.record_count, p.first_offset, p.next_offset
+        ));
+    }
+    if p.record_count == 0 && p.payload_bytes > 0 {
+        return Some(format!(
+            "partition summary {}: {} payload bytes in no record",
+            p.tp, p.payload_bytes
+        ));
+    }
+    None
 }
 
 /// A running archive's rows and the pid of the run that answered, or the
