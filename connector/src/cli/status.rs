@@ -969,8 +969,11 @@ fn resume_from(
 /// (a log that ends below the archive). Until the night of 2026-12-04 the
 /// archive's figures were the ones read before Kafka's, and a busy run
 /// showed a committed offset past its durable one and a lag it no longer
-/// had.
-fn refresh(rows: &mut [Row], newer: Vec<Row>) {
+/// had. A partition first archived between the two reads, of a topic the
+/// first had no row of (a run's first assignment), is added as the newer
+/// answer has it, its Kafka figures said not read (until 2026-12-06 it was
+/// left out, its topic missing from the table; found in an audit).
+fn refresh(rows: &mut Vec<Row>, newer: Vec<Row>) {
     let mut newer: BTreeMap<(String, i32), Row> = newer
         .into_iter()
         .map(|n| ((n.topic.clone(), n.partition), n))
@@ -990,6 +993,7 @@ fn refresh(rows: &mut [Row], newer: Vec<Row>) {
         // the newer word, compared with Kafka's id read between.
         let was_replaced = r.topic_replaced();
         (r.topic_id, r.topic_id_damage) = (n.topic_id, n.topic_id_damage);
+        r.summary_damage = n.summary_damage;
         if was_replaced && !r.topic_replaced() {
             r.unsay(TOPIC_REPLACED);
         } else if !was_replaced && r.topic_replaced() {
@@ -1010,7 +1014,18 @@ fn refresh(rows: &mut [Row], newer: Vec<Row>) {
             });
         }
     }
+    if !newer.is_empty() {
+        for mut n in newer.into_values() {
+            n.missing(ARCHIVED_SINCE);
+            rows.push(n);
+        }
+        rows.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+    }
 }
+
+/// Why a row [`refresh`] added has no Kafka figures.
+const ARCHIVED_SINCE: &str =
+    "first archived after Kafka's figures were read: run status again for them";
 
 /// What Kafka holds that the archive has not stored yet: from where a run
 /// would resume the partition ([`resume_from`]; the log start when that is
@@ -1078,7 +1093,16 @@ mod tests {
         let mut newer = Row::unarchived("t", 0);
         (newer.first_offset, newer.durable_next_offset, newer.records) = (Some(0), Some(160), 160);
         let mut rows = vec![r];
-        refresh(&mut rows, vec![newer, Row::unarchived("u", 0)]);
+        let mut added = Row::unarchived("u", 0);
+        (added.first_offset, added.durable_next_offset, added.records) = (Some(0), Some(5), 5);
+        refresh(&mut rows, vec![added, newer]);
+        // A topic first archived between the reads is added, said.
+        assert_eq!((rows.len(), rows[1].topic.as_str()), (2, "u"), "{rows:?}");
+        assert_eq!(rows[1].records, 5);
+        assert_eq!(
+            rows[1].kafka_missing.as_deref(),
+            Some(super::ARCHIVED_SINCE)
+        );
         let r = &rows[0];
         assert_eq!(r.durable_next_offset, Some(160));
         assert!(r.kafka_committed <= r.durable_next_offset);
