@@ -317,6 +317,9 @@ pub(crate) fn produce_refusal_advice(
         C::PolicyViolation => " (a policy on the brokers refused the write: ask the cluster's administrator which, or use another topic)",
         C::TopicAuthorizationFailed => " (the principal may not write the topic: it needs WRITE on it, and DESCRIBE)",
         C::ClusterAuthorizationFailed => " (the principal may not write idempotently, as cairn's producers do: it needs IDEMPOTENT_WRITE on the cluster, on brokers before 2.8, or WRITE on the topic)",
+        // Checked to exist at the start: deleted since (found in an audit,
+        // 2026-12-06: a bare "Unknown topic or partition" said nothing).
+        C::UnknownTopicOrPartition | C::UnknownTopic => " (the brokers no longer have the topic, or that partition of it: deleted since the start? cairn's producers never create a topic: create it again, with as many partitions as before, then run again)",
         _ => return None,
     })
 }
@@ -620,6 +623,17 @@ pub(crate) fn worth_waiting_for(error: &KafkaError) -> bool {
 
 #[cfg(test)]
 mod tests {
+    /// A topic deleted while it was produced to is said as such, for the
+    /// dead letters and for a restore alike.
+    #[test]
+    fn a_topic_gone_while_produced_to_is_said() {
+        use rdkafka::types::RDKafkaErrorCode as C;
+        for code in [C::UnknownTopicOrPartition, C::UnknownTopic] {
+            let advice = super::produce_refusal_advice(code).unwrap();
+            assert!(advice.contains("deleted since the start?"), "{advice}");
+        }
+    }
+
     use super::*;
     use rdkafka::consumer::{BaseConsumer, Consumer};
     use rdkafka::mocking::MockCluster;
