@@ -110,11 +110,11 @@ pub enum ConnectorError {
     },
     #[error(transparent)]
     RestoreFailed(Box<RestoreFailure>),
-    /// A whole restore into a topic the archive archives, whose passing
-    /// over of its copies in the archive failed.
-    #[error("the restore is complete ({delivered} records, all acknowledged), but the archive could not record that it passes over the copies restored into a topic it archives: {source}. A `cairn run` of it would archive them again beside their originals: archive that topic into a new --data from now on, or expect each copy twice in this archive")]
+    /// A restore into the archive's own topic whose passing over of its
+    /// copies in the archive failed (`head`: how the restore itself went).
+    #[error("{head}, but the archive could not record that it passes over the copies restored into its own topic: {source}. A `cairn run` of it would archive them again beside their originals: archive that topic into a new --data from now on, or expect each copy twice in this archive")]
     CopiesNotPassedOver {
-        delivered: u64,
+        head: String,
         #[source]
         source: Box<ConnectorError>,
     },

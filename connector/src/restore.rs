@@ -33,13 +33,19 @@
 //!   in flight when they failed (a timeout) may have been written anyway:
 //!   `from` cannot settle that, `resume` can (it reads the target, and checks
 //!   its last record against the archive).
-//! - The archive is written only to pass over copies restored into a topic
-//!   it archives (Kafka's topic id is the one it recorded under that name):
-//!   a target partition's next offset moves past a span Kafka acknowledged
-//!   whole, starting where the archive's log and Kafka's both ended, so a
-//!   run does not archive the copies again; into such a topic whose log
-//!   ends elsewhere, or which cannot be told apart, nothing is produced
-//!   unless `into_archived_topic`.
+//! - The archive is written only to pass over copies of a topic's own
+//!   records restored into it (Kafka's topic id is the one the archive
+//!   recorded under that name), so a run does not archive them again: a
+//!   target partition's next offset moves to where Kafka's log and the
+//!   archive's both ended plus the records Kafka acknowledged, when those
+//!   acknowledgements, each at an offset of its own (the producer is
+//!   idempotent), fill exactly the offsets up to it; a failed or stopped
+//!   restore's too. Nothing of another producer's is passed over: it
+//!   would take an offset in that span. Into such a topic whose log ends
+//!   elsewhere than the archive's, or which cannot be told apart, nothing
+//!   is produced unless `into_archived_topic`. (An unclean leader election
+//!   that drops acknowledged copies, whose offsets other records then
+//!   take, is outside what the brokers promise and this relies on.)
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
@@ -512,10 +518,6 @@ pub fn restore_until_split(
         state.fatal.get_or_insert(reason);
         code
     });
-    // Before any way out, failed ones too: a `--resume` then finds the
-    // archive's log ending where Kafka's does again.
-    let (passed, pass_failed) = passed_over(engine, &pass_over, &state);
-    report.passed_over = passed;
     for (source, target) in &plan {
         let d = state.partitions.get(target).cloned().unwrap_or_default();
         report.records += d.acked;
@@ -565,6 +567,24 @@ pub fn restore_until_split(
             (p, left_to_restore(engine, &p.source, cfg.select.to, st))
         })
         .collect();
+    // After the resume points are worked out (a failed pass-over poisons
+    // the engine, which they read), before any way out, failed ones too: a
+    // `--resume` then finds the archive's log ending where Kafka's does.
+    let (passed, mut pass_failed) = passed_over(engine, &pass_over, &state);
+    let delivered = report.records;
+    // A failed pass-over leads whatever else stopped the restore: it holds
+    // for the archive, not for one run.
+    let mut with_pass = |e: ConnectorError| -> ConnectorError {
+        match pass_failed.take() {
+            None => e,
+            Some(p) => ConnectorError::CopiesNotPassedOver {
+                head: format!(
+                    "{delivered} records were acknowledged before the restore stopped ({e})"
+                ),
+                source: Box::new(p),
+            },
+        }
+    };
     let stopped =
         state.first_failed.is_some() || unreadable.is_some() || flushed.is_err() || interrupted;
     if stopped {
@@ -672,27 +692,29 @@ pub fn restore_until_split(
             }
             None => next_step(cfg, &standings),
         };
-        return Err(ConnectorError::RestoreFailed(Box::new(RestoreFailure {
-            archived: p.source.clone(),
-            target: p.target.clone(),
-            offset: f.offset,
-            delivered: p.records,
-            next_step,
-            detail,
-        })));
+        return Err(with_pass(ConnectorError::RestoreFailed(Box::new(
+            RestoreFailure {
+                archived: p.source.clone(),
+                target: p.target.clone(),
+                offset: f.offset,
+                delivered: p.records,
+                next_step,
+                detail,
+            },
+        ))));
     }
     if let Some(e) = unreadable {
         log_interleaved();
         let damaged = damaged.expect("set with unreadable");
-        return Err(ConnectorError::RestoreCut {
+        return Err(with_pass(ConnectorError::RestoreCut {
             delivered: report.records,
             source: Box::new(e),
             next_step: next_step_past_damage(cfg, &standings, &damaged),
-        });
+        }));
     }
     if let Err(e) = confirm(&report, &sent, || next_step(cfg, &standings)) {
         log_interleaved();
-        return Err(e);
+        return Err(with_pass(e));
     }
     // A stop that came after the last record was sent stopped nothing:
     // the restore is whole, and says so (exit 0, every partition listed).
@@ -701,30 +723,36 @@ pub fn restore_until_split(
         .any(|(_, st)| !matches!(st, Standing::Complete));
     if interrupted && flushed.is_ok() && left {
         log_interleaved();
-        return Err(ConnectorError::RestoreStopped {
+        return Err(with_pass(ConnectorError::RestoreStopped {
             delivered: report.records,
             next_step: next_step(cfg, &standings),
-        });
+        }));
     }
     if let Err(e) = flushed {
         log_interleaved();
-        return Err(ConnectorError::RestoreCut {
+        return Err(with_pass(ConnectorError::RestoreCut {
             delivered: report.records,
             source: Box::new(ConnectorError::Kafka {
                 op: "flush restored records",
                 source: e,
             }),
             next_step: next_step(cfg, &standings),
+        }));
+    }
+    if let Some(e) = interleaved {
+        return Err(with_pass(e));
+    }
+    if let Some(e) = pass_failed {
+        return Err(ConnectorError::CopiesNotPassedOver {
+            head: format!(
+                "the restore is complete ({} records, all acknowledged)",
+                report.records
+            ),
+            source: Box::new(e),
         });
     }
-    match (interleaved, pass_failed) {
-        (Some(e), _) => Err(e),
-        (None, Some(e)) => Err(ConnectorError::CopiesNotPassedOver {
-            delivered: report.records,
-            source: Box::new(e),
-        }),
-        (None, None) => Ok(report),
-    }
+    report.passed_over.extend(passed);
+    Ok(report)
 }
 
 /// The failpoint [`FAILPOINT_FLUSH_FAILS`], after a flush that ended well.
@@ -1412,17 +1440,24 @@ fn preflight(
     })
 }
 
-/// The target topics this archive archives: Kafka's topic id of the
-/// target is the one the archive recorded under that name. A run of the
-/// archive would take records restored there for new ones and archive
-/// each again, beside its original (found in an audit, 2026-12-06): the
-/// restore passes over them in the archive instead, where it can
-/// ([`pass_over`]). A topic of the same name with another id (another
-/// cluster's, or one deleted and created again) is another topic. Where
-/// the two cannot be compared (Kafka's id could not be read, or it gives
-/// none for a topic the archive recorded one for, or that record is
-/// damaged), the restore is refused unless `--into-archived-topic`, as a
-/// run would stop there. Only targets records are sent to are asked.
+/// Whether `source` is restored into its own topic: only such copies are
+/// ones the archive holds already (under `--rename`, another topic's
+/// records become new records of the target, which a run archives as its).
+fn into_itself(source: &TopicPartition, target: &TopicPartition) -> bool {
+    source.topic == target.topic
+}
+
+/// The target topics this archive archives that records of their own are
+/// restored into: Kafka's topic id of the target is the one the archive
+/// recorded under that name. A run of the archive would take the copies
+/// for new records and archive each again, beside its original (found in
+/// an audit, 2026-12-06): the restore passes over them in the archive
+/// instead ([`pass_over`]). A topic of the same name with another id
+/// (another cluster's, or one deleted and created again), or with none
+/// (brokers before 2.8, which no id was recorded from), is another topic.
+/// Where the two cannot be compared (Kafka's id could not be read, or the
+/// archive's record of it is damaged), the restore is refused unless
+/// `--into-archived-topic`. Only topics records are sent to are asked.
 fn archived_here(
     engine: &Engine,
     producer: &BaseProducer<Deliveries>,
@@ -1433,22 +1468,31 @@ fn archived_here(
 ) -> Result<BTreeSet<String>> {
     let mut recorded = BTreeMap::new();
     let mut unknown = Vec::new();
-    for (_, target) in plan.iter().filter(|(_, t)| !empty.contains_key(t)) {
-        if recorded.contains_key(&target.topic) {
+    let mut unbound = BTreeSet::new();
+    let sending = plan
+        .iter()
+        .filter(|(s, t)| into_itself(s, t) && !empty.contains_key(t));
+    for (_, target) in sending {
+        let topic = &target.topic;
+        if recorded.contains_key(topic) || unbound.contains(topic) {
             continue;
         }
         // The target's own binding alone: a damaged one of another topic
         // does not stand in the way of a restore.
-        match engine.topic_id(&target.topic) {
+        match engine.topic_id(topic) {
             Ok(Some(id)) => {
-                recorded.insert(target.topic.clone(), id);
+                recorded.insert(topic.clone(), id);
             }
-            Ok(None) => {}
+            Ok(None) => {
+                unbound.insert(topic.clone());
+            }
             Err(e) => unknown.push(format!(
-                "{} (the archive's record of its id is unreadable: {e})",
-                target.topic
+                "{topic} (the archive's record of its id is unreadable: {e})"
             )),
         }
+    }
+    if !unbound.is_empty() {
+        tracing::warn!(topics = %crate::selection::first_few(unbound.iter().cloned()), "the archive recorded no Kafka topic id for these target topics (its runs were by builds before format 5, or against brokers before 2.8), so whether they are the topics it archives cannot be told: if they are, a run of this archive will archive the restored records again");
     }
     let topics: Vec<String> = recorded.keys().cloned().collect();
     let mut here = BTreeSet::new();
@@ -1459,10 +1503,9 @@ fn archived_here(
                     here.insert(topic);
                 }
                 KafkaTopicId::Id(_) => {}
-                KafkaTopicId::NoId => unknown.push(format!(
-                    "{topic} (Kafka gives it no topic id, and the archive recorded {})",
-                    recorded[&topic]
-                )),
+                KafkaTopicId::NoId => {
+                    tracing::info!(%topic, "Kafka gives the target topic no id (brokers before 2.8), and the archive recorded one: taken for another cluster's topic");
+                }
                 KafkaTopicId::Unread(why) => unknown.push(format!(
                     "{topic} (Kafka's topic id could not be read: {why})"
                 )),
@@ -1473,22 +1516,22 @@ fn archived_here(
         let topics = crate::selection::first_few(unknown.into_iter());
         if !cfg.into_archived_topic {
             return Err(ConnectorError::RestoreRefused(format!(
-                "whether these target topics are ones this archive archives cannot be told: {topics}. Into a topic it archives, the restore must pass over its copies in the archive, or a `cairn run` of it would archive each again beside its original. Run again once Kafka answers; or, if they are other topics, or to have the copies archived again, give --into-archived-topic; nothing was sent"
+                "whether these target topics are the ones this archive archives cannot be told: {topics}. Restored into its own topic, the restore must pass over the copies in the archive, or a `cairn run` of it would archive each again beside its original. Run again once Kafka answers; or, if they are other topics (another cluster's), or to have the copies archived again, give --into-archived-topic; nothing was sent"
             )));
         }
-        tracing::warn!(topics = %topics, "whether these target topics are ones this archive archives cannot be told (--into-archived-topic): if they are, a run of this archive will archive the restored records again");
+        tracing::warn!(topics = %topics, "whether these target topics are the ones this archive archives cannot be told (--into-archived-topic): if they are, a run of this archive will archive the restored records again");
     }
     Ok(here)
 }
 
-/// The target partitions of topics this archive archives (`here`) whose
-/// copies the restore can pass over in the archive, with where Kafka's log
-/// of each ends: the archive's next offset there is that end, so the
-/// copies land right after what it holds (a topic emptied by retention or
-/// by `kafka-delete-records`, or, with `--append`, one it has archived to
-/// the end; or a `--resume` of such a restore, which passed over what it
-/// delivered). Anywhere else the copies would be archived again after
-/// records the archive lacks: refused unless `--into-archived-topic`.
+/// The target partitions of topics this archive archives (`here`),
+/// restored into with records of their own, whose copies the restore can
+/// pass over in the archive, with where Kafka's log of each ends: the
+/// archive's next offset there is that end, so the copies land right after
+/// what it holds (a topic emptied by retention or `kafka-delete-records`;
+/// with `--append`, one it has archived to the end; a `--resume` of such a
+/// restore, which passed over what it delivered). Anywhere else the copies
+/// would not follow what it holds: refused unless `--into-archived-topic`.
 fn pass_over(
     engine: &Engine,
     cfg: &RestoreConfig,
@@ -1499,8 +1542,11 @@ fn pass_over(
 ) -> Result<BTreeMap<TopicPartition, i64>> {
     let mut at = BTreeMap::new();
     let mut apart = Vec::new();
-    for (_, target) in plan {
-        if !here.contains(&target.topic) || empty.contains_key(target) {
+    for (source, target) in plan {
+        if !into_itself(source, target)
+            || !here.contains(&target.topic)
+            || empty.contains_key(target)
+        {
             continue;
         }
         let Some(&high) = highs.get(target) else {
@@ -1510,32 +1556,55 @@ fn pass_over(
             Some(next) if next == high => {
                 at.insert(target.clone(), high);
             }
-            next => apart.push(format!(
-                "{target} (Kafka's log ends at {high}, the archive's {})",
-                next.map_or("holds nothing of it".to_owned(), |n| format!("at {n}"))
+            Some(next) if next < high => apart.push(format!(
+                "{target} (the archive's log ends at {next}, Kafka's at {high})"
+            )),
+            Some(next) => apart.push(format!(
+                "{target} (the archive's log ends at {next}, past Kafka's at {high})"
+            )),
+            None => apart.push(format!(
+                "{target} (the archive holds nothing of it; Kafka's log ends at {high})"
             )),
         }
     }
     if !apart.is_empty() {
         let parts = crate::selection::first_few(apart.into_iter());
         if !cfg.into_archived_topic {
+            let why = if cfg.resume {
+                "Under --resume, where the archive's log ends before Kafka's, an earlier restore delivered copies it did not pass over (it was killed, or could not record it): which records past the archive's end are copies cannot be told for certain without reading them all (a record of another producer's passed over would be lost to the archive), so they are not passed over now"
+            } else {
+                "Where the archive is behind, run it until it has archived what Kafka holds (with the topic's producers stopped), then restore"
+            };
             return Err(ConnectorError::RestoreRefused(format!(
-                "these target partitions are of topics this archive archives, and its log of them does not end where Kafka's does: {parts}. Restored there, the copies would land after records the archive lacks, and a `cairn run` of it would archive each copy again beside its original. Run the archive until it is caught up first (with Kafka's log ahead of it), restore into another topic (--rename, into a topic created for it), or give --into-archived-topic to have the copies archived again; nothing was sent"
+                "these target partitions are the archive's own topics' (the same Kafka topic id), and its log of them does not end where Kafka's does: {parts}. The copies would not follow what the archive holds, so it cannot pass over them, and a `cairn run` of it would archive each again beside its original. {why}; or restore into another topic (--rename, into one created for it), or give --into-archived-topic to have the copies archived again; nothing was sent"
             )));
         }
-        tracing::warn!(partitions = %parts, "restoring into partitions of topics this archive archives whose copies it cannot pass over (--into-archived-topic): a run of this archive will archive them again");
+        tracing::warn!(partitions = %parts, "restoring into the archive's own topics where it cannot pass over the copies (--into-archived-topic): a run of this archive will archive them again");
     }
     Ok(at)
 }
 
-/// Pass over, in the archive, the copies a restore delivered into a topic
-/// it archives (`at`: each target partition, with where Kafka's log ended
-/// and the archive's did), so that a run of it does not archive them
-/// again: its next offset moves past them, as past offsets that held no
-/// record to archive. Only a span Kafka acknowledged whole, each offset a
-/// record of this restore, is passed over; one with other records among
-/// them (another producer's), or records whose report never came, is not,
-/// and a run archives them (said).
+/// Failpoint: `return(TOPIC)` leaves the copies delivered into `TOPIC`
+/// not passed over, as a restore killed after its last delivery would.
+pub const FAILPOINT_PASS_OVER_LOST: &str = "restore::pass_over_lost";
+
+/// Pass over, in the archive, the copies a restore delivered into its own
+/// topics (`at`: each target partition, with where Kafka's log and the
+/// archive's ended), so that a run of it does not archive them again: its
+/// next offset moves past them, as past offsets that held no record to
+/// archive, and is fsynced. Passed over: `acked` records acknowledged at
+/// offsets from where the logs ended to `acked` − 1 past it, none without
+/// an offset. The producer is idempotent (its settings are cairn's), so
+/// each record is acknowledged once, at an offset of its own: that many
+/// filling that many offsets leaves none for another producer's record, a
+/// transaction marker, or a record written before the first copy (any of
+/// which moves the span). A failed or stopped restore passes over its
+/// acknowledged records the same way, so a `--resume` finds the logs
+/// ending together again. Otherwise (records among the copies, or copies
+/// Kafka reported no offset for) nothing is passed over, said: a run
+/// archives them. (An unclean leader election that drops acknowledged
+/// copies, whose offsets other records then take, is outside what the
+/// brokers promised and this relies on.)
 fn passed_over(
     engine: &Engine,
     at: &BTreeMap<TopicPartition, i64>,
@@ -1547,6 +1616,12 @@ fn passed_over(
         let Some(d) = state.partitions.get(target).filter(|d| d.acked > 0) else {
             continue;
         };
+        if fail::eval(FAILPOINT_PASS_OVER_LOST, |t| {
+            t.as_deref() == Some(&target.topic)
+        }) == Some(true)
+        {
+            continue;
+        }
         let end = high.saturating_add(i64::try_from(d.acked).unwrap_or(i64::MAX));
         if d.unplaced == 0 && d.target_span == Some((high, end - 1)) {
             to.insert(target.clone(), end);
@@ -1556,22 +1631,31 @@ fn passed_over(
                 to: end,
             });
         } else {
-            tracing::warn!(%target, acknowledged = d.acked, span = ?d.target_span, from = high, "the restored copies in this partition of a topic the archive archives are not where they alone would be: not passed over, a run of the archive will archive them again");
+            tracing::warn!(%target, acknowledged = d.acked, span = ?d.target_span, from = high, "the restored copies in this partition of the archive's own topic are not where they alone would be (other records among them, or copies Kafka gave no offset for): not passed over, so a run of the archive will archive them again, and a --resume of this partition is refused without --into-archived-topic");
         }
     }
     if to.is_empty() {
         return (done, None);
     }
-    match engine.advance_partitions(&to).and_then(|()| engine.sync()) {
+    match advance_past_copies(engine, &to) {
+        Ok(()) => (done, None),
+        Err(e) => (Vec::new(), Some(e)),
+    }
+}
+
+/// Move each partition's next offset in the archive to `to`'s, past
+/// restored copies, durably; logged per partition.
+fn advance_past_copies(engine: &Engine, to: &BTreeMap<TopicPartition, i64>) -> Result<()> {
+    match engine.advance_partitions(to).and_then(|()| engine.sync()) {
         Ok(()) => {
-            for p in &done {
-                tracing::info!(partition = %p.partition, from = p.from, to = p.to, "the archive passes over the restored copies");
+            for (partition, to) in to {
+                tracing::info!(%partition, to, "the archive passes over the restored copies");
             }
-            (done, None)
+            Ok(())
         }
         Err(e) => {
             tracing::error!(error = %e, "the archive could not record that it passes over the restored copies: a run of it would archive them again");
-            (Vec::new(), Some(e.into()))
+            Err(e.into())
         }
     }
 }

@@ -486,11 +486,12 @@ fn a_restore_into_a_topic_this_archive_archives_passes_over_its_copies() {
     let e = restore(&engine, &cfg).unwrap_err().to_string();
     assert!(
         e.contains(
-            "of topics this archive archives, and its log of them does not end where Kafka's does"
+            "are the archive's own topics' (the same Kafka topic id), and its log of them does not end where Kafka's does"
         ) && e.contains(&format!(
-            "{}/0 (Kafka's log ends at 77, the archive's at 67)",
+            "{}/0 (the archive's log ends at 67, Kafka's at 77)",
             k.topic
-        )) && e.contains("--into-archived-topic")
+        )) && e.contains("run it until it has archived what Kafka holds")
+            && e.contains("--into-archived-topic")
             && e.contains("nothing was sent"),
         "{e}"
     );
@@ -570,6 +571,135 @@ fn a_restore_into_a_topic_this_archive_archives_passes_over_its_copies() {
     let report = restore(&engine, &cfg).unwrap();
     assert!(report.passed_over.is_empty());
     assert_eq!(total(&k), (n + 30) as i64);
+}
+
+/// Around a restore into the archive's own topic: another archived topic's
+/// records restored into it (`--rename`) are new records of it, neither
+/// passed over nor refused; a restore stopped part way passes over what it
+/// delivered, so each partition left goes on after it; and copies a
+/// restore delivered but did not pass over (killed first) leave the logs
+/// apart, refused, `--resume` included, until `--into-archived-topic`.
+#[test]
+fn copies_are_passed_over_only_when_they_are_the_archives_own() {
+    init_logs();
+    let k = TestKafka::new("own-copies", 3);
+    let n = 90u64;
+    cairn_connector::cli::demo::produce(&k.brokers, &k.topic, 0..n).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let run = cairn_tests::config(&k, "own-copies-group", dir.path());
+    cairn_tests::run_to_end(&run, n, || {});
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    // Another topic's records, archived beside it (no id recorded).
+    let other = TopicPartition::new("other-source", 0);
+    engine
+        .append(&[cairn_engine::fuzzing::batch(&other, 0..5, 10)])
+        .unwrap();
+    let own = engine.durable_offsets();
+    let total = |k: &TestKafka| highs(k, 3).iter().sum::<i64>();
+    let mut cfg = RestoreConfig::new(&k.brokers);
+    cfg.connect_timeout_ms = 10_000;
+    cfg.append = true;
+
+    // --rename: new records of the target, passed over by nothing.
+    cfg.select.topics = vec![other.topic.clone()];
+    cfg.rename.insert(other.topic.clone(), k.topic.clone());
+    let report = restore(&engine, &cfg).unwrap();
+    assert_eq!((report.records, report.passed_over.len()), (5, 0));
+    assert_eq!(engine.durable_offsets(), own);
+    let renamed_into = TopicPartition::new(&k.topic, 0);
+    let high0 = own[&renamed_into] + 5;
+    assert_eq!(highs(&k, 3)[0], high0);
+    // The archive now lags on partition 0 (by the renamed records, which
+    // a run would archive as the topic's): refused there until archived.
+    cfg.select.topics = vec![k.topic.clone()];
+    cfg.rename.clear();
+    let e = restore(&engine, &cfg).unwrap_err().to_string();
+    assert!(
+        e.contains(&format!(
+            "{}/0 (the archive's log ends at 30, Kafka's at {high0})",
+            k.topic
+        )),
+        "{e}"
+    );
+    drop(engine);
+    let mut caught_up = run.clone();
+    caught_up.topics = vec![k.topic.clone()];
+    let end = own
+        .iter()
+        .filter(|(tp, _)| tp.topic == k.topic)
+        .map(|(tp, &o)| (tp.clone(), if tp.partition == 0 { high0 } else { o }))
+        .collect::<BTreeMap<_, _>>();
+    let engine = std::sync::Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
+    let opts = cairn_connector::PipelineOptions {
+        done: Some(Box::new({
+            let end = end.clone();
+            move |c| end.iter().all(|(tp, o)| c.get(tp) == Some(o))
+        })),
+        ..Default::default()
+    };
+    cairn_tests::run_bounded(
+        &caught_up,
+        Box::new(cairn_connector::ArchiveSink::new(engine.clone())),
+        opts,
+    )
+    .unwrap();
+    drop(engine);
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    assert_eq!(engine.durable_offset(&renamed_into), Some(high0));
+
+    // Stopped after its first partition (35 records: the 30 produced, and
+    // the 5 renamed, archived as its): its copies passed over, the others
+    // untouched; each then goes on after them.
+    let before = total(&k);
+    let asked = std::sync::atomic::AtomicUsize::new(0);
+    let stop = || asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= 1;
+    match cairn_connector::restore::restore_until_split(&engine, &cfg, &|| false, &stop) {
+        Err(ConnectorError::RestoreStopped { delivered, .. }) => assert_eq!(delivered, 35),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(total(&k), before + 35);
+    assert_eq!(engine.durable_offset(&renamed_into), Some(high0 + 35));
+    for p in 1..3 {
+        let tp = TopicPartition::new(&k.topic, p);
+        assert_eq!(engine.durable_offset(&tp), Some(end[&tp]), "untouched");
+        let mut rest = cfg.clone();
+        rest.select.partition = Some(p);
+        let report = restore(&engine, &rest).unwrap();
+        assert_eq!(report.passed_over.len(), 1);
+        assert_eq!(engine.durable_offset(&tp), Some(2 * end[&tp]));
+    }
+
+    // Delivered, not passed over (as if killed before): the logs stay
+    // apart, and the next restore is refused, --resume too.
+    let before = total(&k);
+    fail::cfg(
+        cairn_connector::restore::FAILPOINT_PASS_OVER_LOST,
+        &format!("return({})", k.topic),
+    )
+    .unwrap();
+    let mut partition0 = cfg.clone();
+    partition0.select.partition = Some(0);
+    partition0.offset_header = Some("cairn.offset".into());
+    let lost = restore(&engine, &partition0);
+    fail::remove(cairn_connector::restore::FAILPOINT_PASS_OVER_LOST);
+    assert_eq!(lost.unwrap().passed_over, vec![]);
+    assert_eq!(total(&k), before + 35);
+    let e = restore(&engine, &partition0).unwrap_err().to_string();
+    assert!(
+        e.contains("its log of them does not end where Kafka's does"),
+        "{e}"
+    );
+    let mut resume = partition0.clone();
+    (resume.append, resume.resume) = (false, true);
+    let e = restore(&engine, &resume).unwrap_err().to_string();
+    assert!(
+        e.contains("Under --resume, where the archive's log ends before Kafka's"),
+        "{e}"
+    );
+    // Told: restored, and archived again by a run (not passed over).
+    partition0.into_archived_topic = true;
+    let report = restore(&engine, &partition0).unwrap();
+    assert_eq!((report.records, report.passed_over.len()), (35, 0));
 }
 
 /// The targets' watermarks are read together, and librdkafka fails such a
