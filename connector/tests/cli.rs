@@ -2555,6 +2555,13 @@ fn demo_archive_reads_back_with_status_export_verify() {
         err.contains("not empty") && err.contains("never deletes"),
         "{err}"
     );
+    // A file there: said as one (until 2026-12-06 an i/o error).
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let (code, _, err) = cairn(&["demo", "--records", "10", "--data", file.to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("a file, not a folder"), "{err}");
+    std::fs::remove_file(&file).unwrap();
     let (code, out, _) = cairn(&["verify", "--data", d]);
     assert_eq!(code, 0);
     assert!(

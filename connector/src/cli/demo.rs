@@ -432,6 +432,15 @@ fn demo_dir(data: Option<PathBuf>) -> Result<PathBuf> {
     };
     match std::fs::read_dir(&data) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(data),
+        // A file: said as one, not as an i/o error (until 2026-12-06 "i/o
+        // error on F: Not a directory").
+        Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => {
+            Err(ConnectorError::Config(format!(
+                "--data {}: a file, not a folder; the demo archives into a new or empty folder (give another path, or leave --data out for a new folder under {})",
+                data.display(),
+                std::env::temp_dir().display()
+            )))
+        }
         Err(e) => Err(io_err(&data)(e)),
         Ok(mut entries) => {
             if entries.next().is_none() {
