@@ -253,6 +253,14 @@ impl Engine {
                 // Made here and filled by someone else since: left, as
                 // `remove_dir` leaves a directory that holds anything.
                 unmake(Some(&real));
+                // The remains of a backup cut short are named as such:
+                // "must be new or empty" alone left the user to find out
+                // what they were (found in an audit, 2026-12-06).
+                if std::fs::symlink_metadata(real.join(BACKUP_INCOMPLETE_FILE)).is_ok() {
+                    return Err(refuse(&format!(
+                        "the backup's directory must be new or empty, and this one holds what an earlier backup left when it was cut short ({BACKUP_INCOMPLETE_FILE} is there): it is no archive; remove the directory, or give another"
+                    )));
+                }
                 return Err(refuse("the backup's directory must be new or empty"));
             }
             Err(e) => {

@@ -846,6 +846,18 @@ fn a_backup_directory_is_no_more_open_than_the_archive() {
         "{err}"
     );
     assert_eq!(std::fs::read(full.join("keep")).unwrap(), b"mine");
+    // One holding a backup's remains, cut short: said as such.
+    let remains = dir.path().join("remains");
+    std::fs::create_dir(&remains).unwrap();
+    std::fs::write(remains.join(cairn_engine::BACKUP_INCOMPLETE_FILE), "").unwrap();
+    let err = engine
+        .backup_to(&remains, &AtomicBool::new(false))
+        .expect_err("a directory holding a backup's remains");
+    assert!(
+        err.to_string()
+            .contains("holds what an earlier backup left when it was cut short"),
+        "{err}"
+    );
     std::fs::set_permissions(&found, std::fs::Permissions::from_mode(0o700)).unwrap();
     let r = engine.backup_to(&found, &AtomicBool::new(false)).unwrap();
     assert!(r.verify.is_clean(), "{:?}", r.verify.problems);
