@@ -579,7 +579,7 @@ pub fn restore_until_split(
             None => e,
             Some(p) => ConnectorError::CopiesNotPassedOver {
                 head: format!(
-                    "{delivered} records were acknowledged before the restore stopped ({e})"
+                    "{delivered} records were acknowledged, and the restore ended in an error ({e})"
                 ),
                 source: Box::new(p),
             },
@@ -1431,7 +1431,7 @@ fn preflight(
             starts.insert(target.clone(), cfg.select.from.max(next));
         }
     }
-    let pass_over = pass_over(engine, cfg, plan, &empty, &here, &highs)?;
+    let pass_over = pass_over(engine, cfg, plan, &empty, &here, &highs, &starts)?;
     Ok(Preflight {
         starts,
         emptied,
@@ -1504,7 +1504,7 @@ fn archived_here(
                 }
                 KafkaTopicId::Id(_) => {}
                 KafkaTopicId::NoId => {
-                    tracing::info!(%topic, "Kafka gives the target topic no id (brokers before 2.8), and the archive recorded one: taken for another cluster's topic");
+                    tracing::warn!(%topic, "Kafka gives the target topic no id (brokers before 2.8, or a client kept to old requests), and the archive recorded one: taken for another cluster's topic, its copies not passed over (if it is the archive's own, a run of it will archive them again)");
                 }
                 KafkaTopicId::Unread(why) => unknown.push(format!(
                     "{topic} (Kafka's topic id could not be read: {why})"
@@ -1516,7 +1516,7 @@ fn archived_here(
         let topics = crate::selection::first_few(unknown.into_iter());
         if !cfg.into_archived_topic {
             return Err(ConnectorError::RestoreRefused(format!(
-                "whether these target topics are the ones this archive archives cannot be told: {topics}. Restored into its own topic, the restore must pass over the copies in the archive, or a `cairn run` of it would archive each again beside its original. Run again once Kafka answers; or, if they are other topics (another cluster's), or to have the copies archived again, give --into-archived-topic; nothing was sent"
+                "whether these target topics are the ones this archive archives cannot be told: {topics}. Restored into its own topic, the restore must pass over the copies in the archive, or a `cairn run` of it would archive each again beside its original. Run again once Kafka answers (a damaged record of an id is written over by a `cairn run` with --rebind-topic T); or, if they are other topics (another cluster's), or to have the copies archived again, give --into-archived-topic; nothing was sent"
             )));
         }
         tracing::warn!(topics = %topics, "whether these target topics are the ones this archive archives cannot be told (--into-archived-topic): if they are, a run of this archive will archive the restored records again");
@@ -1539,6 +1539,7 @@ fn pass_over(
     empty: &BTreeMap<&TopicPartition, i64>,
     here: &BTreeSet<String>,
     highs: &BTreeMap<TopicPartition, i64>,
+    starts: &BTreeMap<TopicPartition, i64>,
 ) -> Result<BTreeMap<TopicPartition, i64>> {
     let mut at = BTreeMap::new();
     let mut apart = Vec::new();
@@ -1546,6 +1547,14 @@ fn pass_over(
         if !into_itself(source, target)
             || !here.contains(&target.topic)
             || empty.contains_key(target)
+        {
+            continue;
+        }
+        // Nothing left to send to it (past `--to`, or a `--resume` that
+        // finished it): no copies, nothing to pass over or refuse.
+        let start = starts.get(target).copied().unwrap_or(cfg.select.from);
+        if left_to_restore(engine, source, cfg.select.to, Standing::Resume(start))
+            == Standing::Complete
         {
             continue;
         }
@@ -1560,7 +1569,7 @@ fn pass_over(
                 "{target} (the archive's log ends at {next}, Kafka's at {high})"
             )),
             Some(next) => apart.push(format!(
-                "{target} (the archive's log ends at {next}, past Kafka's at {high})"
+                "{target} (the archive's log ends at {next}, past Kafka's at {high}: Kafka lost records the archive holds)"
             )),
             None => apart.push(format!(
                 "{target} (the archive holds nothing of it; Kafka's log ends at {high})"
@@ -1570,13 +1579,8 @@ fn pass_over(
     if !apart.is_empty() {
         let parts = crate::selection::first_few(apart.into_iter());
         if !cfg.into_archived_topic {
-            let why = if cfg.resume {
-                "Under --resume, where the archive's log ends before Kafka's, an earlier restore delivered copies it did not pass over (it was killed, or could not record it): which records past the archive's end are copies cannot be told for certain without reading them all (a record of another producer's passed over would be lost to the archive), so they are not passed over now"
-            } else {
-                "Where the archive is behind, run it until it has archived what Kafka holds (with the topic's producers stopped), then restore"
-            };
             return Err(ConnectorError::RestoreRefused(format!(
-                "these target partitions are the archive's own topics' (the same Kafka topic id), and its log of them does not end where Kafka's does: {parts}. The copies would not follow what the archive holds, so it cannot pass over them, and a `cairn run` of it would archive each again beside its original. {why}; or restore into another topic (--rename, into one created for it), or give --into-archived-topic to have the copies archived again; nothing was sent"
+                "these target partitions are the archive's own topics' (the same Kafka topic id), and its log of them does not end where Kafka's does: {parts}. The copies would not follow what the archive holds, so it cannot pass over them, and a `cairn run` of it would archive each again beside its original. Past the archive's end lie records it has not archived yet, or copies an earlier restore wrote and did not pass over (it was killed, or wrote them without their acknowledgement). Where they are the topic's own, run the archive until it has archived them (with the topic's producers stopped), then restore; copies an earlier restore left there cannot be told apart for certain without reading them all (a record of another producer's passed over would be lost to the archive), so they are not passed over. Or restore into another topic (--rename, into one created for it), or give --into-archived-topic to restore all the same, the copies then archived again; nothing was sent"
             )));
         }
         tracing::warn!(partitions = %parts, "restoring into the archive's own topics where it cannot pass over the copies (--into-archived-topic): a run of this archive will archive them again");
@@ -2543,6 +2547,76 @@ impl ConsumerContext for ReaderContext {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The rule that keeps a pass-over from skipping a record of anyone
+    /// else's: copies are passed over only where Kafka acknowledged
+    /// exactly that many records, each with an offset, filling the offsets
+    /// from where the logs ended. A record of another producer's among
+    /// them widens the span; one written before the first copy moves it;
+    /// an acknowledgement without an offset may be a copy anywhere. Each
+    /// moves nothing.
+    #[test]
+    fn only_a_span_the_copies_fill_is_passed_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::open(cairn_engine::EngineConfig::new(dir.path())).unwrap();
+        let tp = TopicPartition::new("t", 0);
+        let records: Vec<Record> = (0..10).map(|o| Record::with_value(o, "v")).collect();
+        engine
+            .append(&[cairn_engine::RecordBatch {
+                tp: tp.clone(),
+                records,
+            }])
+            .unwrap();
+        let at = BTreeMap::from([(tp.clone(), 10)]);
+        let state = |acked, target_span, unplaced| {
+            let mut s = DeliveryState::default();
+            s.partitions.insert(
+                tp.clone(),
+                PartitionDeliveries {
+                    acked,
+                    target_span,
+                    unplaced,
+                    ..Default::default()
+                },
+            );
+            s
+        };
+        for (acked, span, unplaced, why) in [
+            (
+                5,
+                Some((10, 15)),
+                0,
+                "a record of another producer's among them",
+            ),
+            (
+                5,
+                Some((11, 15)),
+                0,
+                "a record written before the first copy",
+            ),
+            (4, Some((10, 13)), 1, "an acknowledgement without an offset"),
+            (5, Some((9, 13)), 0, "a span below where the logs ended"),
+            (0, None, 0, "nothing acknowledged"),
+        ] {
+            let (done, failed) = passed_over(&engine, &at, &state(acked, span, unplaced));
+            assert!(done.is_empty() && failed.is_none(), "{why}");
+            assert_eq!(engine.durable_offset(&tp), Some(10), "{why}");
+        }
+        let (done, failed) = passed_over(&engine, &at, &state(5, Some((10, 14)), 0));
+        assert!(failed.is_none());
+        let want = PassedOver {
+            partition: tp.clone(),
+            from: 10,
+            to: 15,
+        };
+        assert_eq!(done, vec![want]);
+        assert_eq!(engine.durable_offset(&tp), Some(15));
+        // Durable: it holds through a reopen, the records as they were.
+        drop(engine);
+        let engine = Engine::open(cairn_engine::EngineConfig::new(dir.path())).unwrap();
+        let p = engine.partition(&tp).unwrap();
+        assert_eq!((p.next_offset, p.record_count), (15, 10));
+    }
 
     /// The target's records are counted from the first one read: offsets
     /// below it (its log start, compacted or aborted records) hold none.

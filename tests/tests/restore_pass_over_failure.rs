@@ -3,7 +3,7 @@
 //! with what it means: a run would archive the copies again. The engine is
 //! poisoned, as after any failed fsync, and the command exits 1. A file of
 //! its own: the failpoint is process-wide, and other tests' appends must
-//! not meet it.
+//! not meet it (the two here take turns).
 
 use cairn_connector::restore::{restore, RestoreConfig};
 use cairn_connector::ConnectorError;
@@ -12,8 +12,13 @@ use cairn_tests::{init_logs, TestKafka};
 
 const FLUSH_ERR: &str = "wal::flush::err";
 
+/// Held by each test for its whole length: the failpoint would fail the
+/// other's syncs (its run's, its open's).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn a_pass_over_whose_fsync_fails_is_said_first() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     init_logs();
     let k = TestKafka::new("pass-over-fsync", 3);
     let n = 60u64;
@@ -48,4 +53,45 @@ fn a_pass_over_whose_fsync_fails_is_said_first() {
     // Nothing moved in the durable view the failed fsync would have
     // published.
     assert_eq!(engine.durable_offsets(), before);
+}
+
+/// A restore stopped part way whose pass-over of what it delivered fails:
+/// the failure leads, with how the restore ended behind it, exit 1 rather
+/// than a stop's 130.
+#[test]
+fn a_stopped_restore_whose_pass_over_fails_says_that_first() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    init_logs();
+    let k = TestKafka::new("pass-over-fsync-stopped", 3);
+    let n = 60u64;
+    cairn_connector::cli::demo::produce(&k.brokers, &k.topic, 0..n).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    cairn_tests::run_to_end(
+        &cairn_tests::config(&k, "pass-over-fsync-stopped-group", dir.path()),
+        n,
+        || {},
+    );
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let mut cfg = RestoreConfig::new(&k.brokers);
+    cfg.connect_timeout_ms = 10_000;
+    cfg.append = true;
+    // Asked before each partition (and every 256 records, more than one
+    // holds): the restore stops at the second partition's start.
+    let asked = std::sync::atomic::AtomicUsize::new(0);
+    let stop = || asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= 1;
+    fail::cfg(FLUSH_ERR, "1*return").unwrap();
+    let r = cairn_connector::restore::restore_until_split(&engine, &cfg, &|| false, &stop);
+    fail::remove(FLUSH_ERR);
+    match r {
+        Err(e @ ConnectorError::CopiesNotPassedOver { .. }) => {
+            let said = e.to_string();
+            assert!(
+                said.starts_with("20 records were acknowledged, and the restore ended in an error (restore stopped on request after 20 records were delivered")
+                    && said.contains("but the archive could not record that it passes over"),
+                "{said}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(engine.is_poisoned());
 }

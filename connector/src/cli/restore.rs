@@ -37,7 +37,7 @@ pub struct RestoreArgs {
     /// librdkafka producer property, as with kcat (repeatable).
     #[arg(short = 'X', value_parser = parse_kv, value_name = "KEY=VALUE")]
     pub kafka: Vec<(String, String)>,
-    /// Restore into a topic this archive archives even where the archive cannot pass over the copies (its log of a target partition does not end where Kafka's does, or the topic's id cannot be compared): a run of the archive then archives them again. Refused without it.
+    /// Restore into the archive's own topic even where the archive cannot pass over the copies (its log of a target partition does not end where Kafka's does, or the topic's id cannot be compared): a run of the archive then archives those past its log's end again. Refused without it.
     #[arg(long)]
     pub into_archived_topic: bool,
 }
