@@ -185,8 +185,12 @@ fn abort_inside_a_revoke_loses_nothing_and_stores_stay_duplicate_free() {
         dir_a.path(),
         Some("revoke-before-commit:1"),
         // Records linger in A's buffer, so the revoke has some to make
-        // durable before the abort.
-        &["--linger-ms", "500", "--batch-records-max", "100000"],
+        // durable before the abort: B joins right after A's first commit,
+        // and its join (seconds) ends well inside the next linger. With a
+        // linger of 500 ms, a revoke could fall just after a later hand-
+        // over, the buffer empty, and the check below failed (once in a
+        // full local suite, 2026-12-06).
+        &["--linger-ms", "10000", "--batch-records-max", "100000"],
         tx.clone(),
     );
     // A's commits, as its own log reports each one Kafka acknowledged
