@@ -886,14 +886,14 @@ pub const SIZE_BYTES_MAX: u64 = 1 << 63;
 /// Why a librdkafka property given an empty value (or only spaces) is
 /// refused: librdkafka reads "" as unset, and a text property then goes
 /// back to librdkafka's own default, which may undo one of cairn's
-/// (`partition.assignment.strategy=`, its cooperative assignment); one of
-/// a list of choices given only spaces keeps what it had, silently
-/// (`debug= `). Neither is what the empty value says, and a template that
+/// (`partition.assignment.strategy=`, its cooperative assignment), or,
+/// given spaces, is left empty; one of a list of choices given only
+/// spaces keeps what it had, silently (`debug= `). Neither is what the empty value says, and a template that
 /// rendered nothing gives one. Other kinds librdkafka refuses itself.
 /// Until 2026-12-06 they were taken (found in an audit).
 fn empty_property(key: &str, before: &str, after: &str) -> String {
     format!(
-        "{before}{key}{after}: an empty value is no value: librdkafka takes it as unset (a text property goes back to librdkafka's own default, which may undo cairn's), or, given spaces, may keep what it had: leave {key} out for the default, or give the value"
+        "{before}{key}{after}: an empty value is no value: librdkafka takes it as unset or empty (a text property loses its value, librdkafka's or cairn's; a list of choices keeps what it had) or refuses it: leave {key} out for the default, or give the value"
     )
 }
 

@@ -319,7 +319,7 @@ pub(crate) fn produce_refusal_advice(
         C::ClusterAuthorizationFailed => " (the principal may not write idempotently, as cairn's producers do: it needs IDEMPOTENT_WRITE on the cluster, on brokers before 2.8, or WRITE on the topic)",
         // Checked to exist at the start: deleted since (found in an audit,
         // 2026-12-06: a bare "Unknown topic or partition" said nothing).
-        C::UnknownTopicOrPartition | C::UnknownTopic => " (the brokers no longer have the topic, or that partition of it: deleted since the start? cairn's producers never create a topic: create it again, with as many partitions as before, then run again)",
+        C::UnknownTopicOrPartition | C::UnknownTopic | C::UnknownPartition => " (the brokers no longer have the topic, or that partition of it: deleted since the start? cairn's producers never create a topic: create it again, with as many partitions as before, then run again)",
         _ => return None,
     })
 }
@@ -628,7 +628,11 @@ mod tests {
     #[test]
     fn a_topic_gone_while_produced_to_is_said() {
         use rdkafka::types::RDKafkaErrorCode as C;
-        for code in [C::UnknownTopicOrPartition, C::UnknownTopic] {
+        for code in [
+            C::UnknownTopicOrPartition,
+            C::UnknownTopic,
+            C::UnknownPartition,
+        ] {
             let advice = super::produce_refusal_advice(code).unwrap();
             assert!(advice.contains("deleted since the start?"), "{advice}");
         }

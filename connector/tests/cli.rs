@@ -974,7 +974,10 @@ fn status_says_a_summary_that_cannot_be_true_is_damaged() {
     );
     let (code, out, err) = cairn(&["status", "--data", d]);
     assert_eq!(code, 1, "{err}");
-    assert!(out.contains("t") && err.contains(says), "{out}\n{err}");
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("t ") && l.contains(" 500 "));
+    assert!(row.is_some() && err.contains(says), "{out}\n{err}");
 }
 
 /// A partition without a leader is not asked for its watermarks (the
@@ -3702,9 +3705,18 @@ fn a_backup_checks_its_destination_before_it_opens_the_archive() {
     let full = dir.path().join("full");
     std::fs::create_dir(&full).unwrap();
     std::fs::write(full.join("x"), "kept").unwrap();
+    // What a backup cut short left: named as such (since 2026-12-06).
+    let remains = dir.path().join("remains");
+    std::fs::create_dir(&remains).unwrap();
+    std::fs::write(remains.join(cairn_engine::BACKUP_INCOMPLETE_FILE), "").unwrap();
+    std::fs::write(remains.join("x"), "").unwrap();
     let d = archive.to_str().unwrap();
     for (to, says) in [
         (full.clone(), "must be new or empty"),
+        (
+            remains.clone(),
+            "holds what an earlier backup left when it was cut short",
+        ),
         (archive.join("inside"), "must lie outside the archive's"),
         (archive.join("link"), "must lie outside the archive's"),
         (dir.path().join("no").join("copy"), "does not exist"),

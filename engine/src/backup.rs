@@ -43,6 +43,14 @@ use crate::verify::{check_stop, VerifyReport};
 /// verify, never passes for a whole archive.
 pub const BACKUP_INCOMPLETE_FILE: &str = "cairn.backup-incomplete";
 
+/// Why a backup's target holding [`BACKUP_INCOMPLETE_FILE`] (and more) is
+/// refused: the remains of a backup cut short, named as such.
+pub fn backup_remains_refusal() -> String {
+    format!(
+        "the backup's directory must be new or empty, and this one holds what an earlier backup left when it was cut short ({BACKUP_INCOMPLETE_FILE} is there): it is no archive; remove the directory, or give another"
+    )
+}
+
 /// `Error::IncompleteBackup` if `dir` holds [`BACKUP_INCOMPLETE_FILE`]:
 /// the check of every open, of a stopped verify, and of a command that
 /// looks for an archive there first.
@@ -257,9 +265,7 @@ impl Engine {
                 // "must be new or empty" alone left the user to find out
                 // what they were (found in an audit, 2026-12-06).
                 if std::fs::symlink_metadata(real.join(BACKUP_INCOMPLETE_FILE)).is_ok() {
-                    return Err(refuse(&format!(
-                        "the backup's directory must be new or empty, and this one holds what an earlier backup left when it was cut short ({BACKUP_INCOMPLETE_FILE} is there): it is no archive; remove the directory, or give another"
-                    )));
+                    return Err(refuse(&backup_remains_refusal()));
                 }
                 return Err(refuse("the backup's directory must be new or empty"));
             }

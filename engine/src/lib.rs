@@ -79,8 +79,9 @@ mod verify;
 pub mod watermark;
 
 pub use backup::{
-    empty_but_for_a_lock, named_inside, refuse_unfinished_backup, BackupReport,
-    BACKUP_INCOMPLETE_FILE, FAILPOINT_BACKUP_AFTER_LOG, FAILPOINT_BACKUP_COMPLETE_SYNC,
+    backup_remains_refusal, empty_but_for_a_lock, named_inside, refuse_unfinished_backup,
+    BackupReport, BACKUP_INCOMPLETE_FILE, FAILPOINT_BACKUP_AFTER_LOG,
+    FAILPOINT_BACKUP_COMPLETE_SYNC,
 };
 pub use config::{
     EngineConfig, RecoveryMode, CHECKPOINT_INTERVAL_BYTES_MAX, CHECKPOINT_INTERVAL_BYTES_MIN,

@@ -434,7 +434,10 @@ fn demo_dir(data: Option<PathBuf>) -> Result<PathBuf> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(data),
         // A file: said as one, not as an i/o error (until 2026-12-06 "i/o
         // error on F: Not a directory").
-        Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => {
+        Err(e)
+            if e.kind() == std::io::ErrorKind::NotADirectory
+                && std::fs::metadata(&data).is_ok_and(|m| m.is_file()) =>
+        {
             Err(ConnectorError::Config(format!(
                 "--data {}: a file, not a folder; the demo archives into a new or empty folder (give another path, or leave --data out for a new folder under {})",
                 data.display(),

@@ -50,7 +50,7 @@ pub struct StatusArgs {
     pub json: bool,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct Row {
     topic: String,
     partition: i32,
@@ -248,6 +248,9 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
     // are, with the Kafka columns empty, and the run exits 1 with the
     // error logged (until the night of 2026-12-03 it printed nothing).
     let mut exit = ExitCode::SUCCESS;
+    // Why Kafka's figures are missing from every row, if they are: rows a
+    // refresh adds say the same.
+    let mut kafka_unread: Option<String> = None;
     if let (Some(brokers), Some(consumer)) = (&args.brokers, consumer) {
         let timeout = Duration::from_millis(args.connect_timeout_ms);
         if let Err(e) = kafka_view(
@@ -266,11 +269,13 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
                 &"could not read Kafka's figures: the archive's are printed, the Kafka columns left empty",
                 Some(&format_args!("could not read Kafka's figures: {e}")),
             );
+            let why = format!("could not read Kafka's figures: {e}");
             for r in &mut rows {
                 (r.kafka_committed, r.high_watermark, r.lag, r.archive_lag) =
                     (None, None, None, None);
-                r.kafka_missing = Some(format!("could not read Kafka's figures: {e}"));
+                r.kafka_missing = Some(why.clone());
             }
+            kafka_unread = Some(why);
             exit = ExitCode::FAILURE;
         }
     }
@@ -279,7 +284,9 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
     if let (Some(pid), Some(_)) = (served_by, &args.brokers) {
         let again = crate::live::connect(data).ok().flatten().map(live_rows);
         match again {
-            Some(Ok(Ok((newer, p)))) if p == pid => refresh(&mut rows, newer),
+            Some(Ok(Ok((newer, p)))) if p == pid => {
+                refresh(&mut rows, newer, kafka_unread.as_deref())
+            }
             // Said (a WARN and every row's `kafka_missing`), not only
             // logged at DEBUG: a committed offset read after the archive's
             // first figures can then show above the durable one, which
@@ -306,6 +313,7 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
     // Every row, those `--brokers` added too.
     for r in &mut rows {
         r.live_pid = served_by;
+        r.summary_damage = summary_damage(r);
     }
     // Damage is an error, said after the figures are printed.
     let damaged: std::collections::BTreeSet<(&str, &str)> = rows
@@ -400,7 +408,7 @@ fn rows(engine: &cairn_engine::Engine) -> Result<Vec<Row>> {
         .map(|p| Row {
             topic_id: ids[&p.tp.topic].0.clone(),
             topic_id_damage: ids[&p.tp.topic].1.clone(),
-            summary_damage: summary_damage(&p),
+            summary_damage: None,
             topic: p.tp.topic,
             partition: p.tp.partition,
             first_offset: Some(p.first_offset),
@@ -423,24 +431,30 @@ fn rows(engine: &cairn_engine::Engine) -> Result<Vec<Row>> {
         .collect())
 }
 
-/// Why `p`'s figures cannot be true together, if they cannot: more records
-/// than offsets between its first and next offsets, or payload bytes with
-/// no record. The engine opens a store with such a summary (a truncation
-/// over a lost index entry writes one) so that verify can name the loss;
-/// status shows the figures it has, and says they are damaged (found in
-/// an audit, 2026-12-06).
-fn summary_damage(p: &cairn_engine::PartitionInfo) -> Option<String> {
-    let offsets = u64::try_from(p.next_offset.saturating_sub(p.first_offset)).unwrap_or(0);
-    if p.record_count > offsets {
+/// Why the archive's figures in `r` (its partition's summary) cannot be
+/// true together, if they cannot: more records than offsets between its
+/// first and next offsets, or payload bytes with no record. The engine
+/// opens a store with such a summary (a truncation over a lost index entry
+/// writes one) so that verify can name the loss; status shows the figures
+/// it has, and says they are damaged (found in an audit, 2026-12-06).
+/// Worked out by the asking side, from the row, so that an answer from a
+/// run older than the check is judged too.
+fn summary_damage(r: &Row) -> Option<String> {
+    let (Some(first), Some(next)) = (r.first_offset, r.durable_next_offset) else {
+        return None;
+    };
+    let offsets = u64::try_from(next.saturating_sub(first)).unwrap_or(0);
+    let tp = format!("{}/{}", r.topic, r.partition);
+    if r.records > offsets {
         return Some(format!(
-            "partition summary {}: {} records between offsets {} and {}, more than the {offsets} offsets there",
-            p.tp, p.record_count, p.first_offset, p.next_offset
+            "partition summary {tp}: {} records between offsets {first} and {next}, more than the {offsets} offsets there",
+            r.records
         ));
     }
-    if p.record_count == 0 && p.payload_bytes > 0 {
+    if r.records == 0 && r.bytes > 0 {
         return Some(format!(
-            "partition summary {}: {} payload bytes in no record",
-            p.tp, p.payload_bytes
+            "partition summary {tp}: {} payload bytes in no record",
+            r.bytes
         ));
     }
     None
@@ -969,11 +983,12 @@ fn resume_from(
 /// (a log that ends below the archive). Until the night of 2026-12-04 the
 /// archive's figures were the ones read before Kafka's, and a busy run
 /// showed a committed offset past its durable one and a lag it no longer
-/// had. A partition first archived between the two reads, of a topic the
-/// first had no row of (a run's first assignment), is added as the newer
-/// answer has it, its Kafka figures said not read (until 2026-12-06 it was
-/// left out, its topic missing from the table; found in an audit).
-fn refresh(rows: &mut Vec<Row>, newer: Vec<Row>) {
+/// had. A partition first archived between the two reads (a run's first
+/// assignment of it; of a topic the first read had no row of, or one
+/// `--brokers` did not list) is added as the newer answer has it, its
+/// Kafka figures said not read (`kafka_unread`: why none were, if none
+/// were) (until 2026-12-06 it was left out; found in an audit).
+fn refresh(rows: &mut Vec<Row>, newer: Vec<Row>, kafka_unread: Option<&str>) {
     let mut newer: BTreeMap<(String, i32), Row> = newer
         .into_iter()
         .map(|n| ((n.topic.clone(), n.partition), n))
@@ -993,7 +1008,6 @@ fn refresh(rows: &mut Vec<Row>, newer: Vec<Row>) {
         // the newer word, compared with Kafka's id read between.
         let was_replaced = r.topic_replaced();
         (r.topic_id, r.topic_id_damage) = (n.topic_id, n.topic_id_damage);
-        r.summary_damage = n.summary_damage;
         if was_replaced && !r.topic_replaced() {
             r.unsay(TOPIC_REPLACED);
         } else if !was_replaced && r.topic_replaced() {
@@ -1016,7 +1030,7 @@ fn refresh(rows: &mut Vec<Row>, newer: Vec<Row>) {
     }
     if !newer.is_empty() {
         for mut n in newer.into_values() {
-            n.missing(ARCHIVED_SINCE);
+            n.missing(kafka_unread.unwrap_or(ARCHIVED_SINCE));
             rows.push(n);
         }
         rows.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
@@ -1041,8 +1055,8 @@ fn archive_lag(low: i64, high: i64, from: Option<i64>) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::{
-        archive_lag, committed_by, refresh, resume_from, row_archive_lag, Row, ANOTHER_STORE,
-        NOT_CAIRN, THIS_ARCHIVE, TOPIC_REPLACED,
+        archive_lag, committed_by, refresh, resume_from, row_archive_lag, summary_damage, Row,
+        ANOTHER_STORE, NOT_CAIRN, THIS_ARCHIVE, TOPIC_REPLACED,
     };
 
     /// A topic id the running archive recorded between the two reads is
@@ -1064,7 +1078,7 @@ mod tests {
         r.missing(TOPIC_REPLACED);
         assert_eq!(row_archive_lag(&mut r), None);
         let mut rows = vec![r];
-        refresh(&mut rows, vec![archived(Some("new"))]);
+        refresh(&mut rows, vec![archived(Some("new"))], None);
         assert_eq!(rows[0].archive_lag, Some(50));
         assert_eq!(rows[0].kafka_missing, None);
         // Not recorded at the first read, recorded as another since.
@@ -1074,9 +1088,41 @@ mod tests {
         r.archive_lag = row_archive_lag(&mut r);
         assert_eq!(r.archive_lag, Some(50));
         let mut rows = vec![r];
-        refresh(&mut rows, vec![archived(Some("other"))]);
+        refresh(&mut rows, vec![archived(Some("other"))], None);
         assert_eq!(rows[0].archive_lag, None);
         assert_eq!(rows[0].kafka_missing.as_deref(), Some(TOPIC_REPLACED));
+    }
+
+    /// A row's archive figures that no sound summary gives (more records
+    /// than offsets, payload bytes in no record) are damage; gaps, an
+    /// emptied partition and an advance past offsets with no record are
+    /// not.
+    #[test]
+    fn figures_that_cannot_be_true_together_are_damage() {
+        let row = |first, next, records, bytes| {
+            let mut r = Row::unarchived("t", 3);
+            (r.first_offset, r.durable_next_offset, r.records, r.bytes) =
+                (Some(first), Some(next), records, bytes);
+            r
+        };
+        // Sound: gaps in the offsets, an emptied partition, an advance.
+        for r in [
+            row(0, 10, 10, 99),
+            row(0, 10, 3, 5),
+            row(7, 7, 0, 0),
+            row(0, 50, 0, 0),
+        ] {
+            assert_eq!(summary_damage(&r), None, "{r:?}");
+        }
+        assert_eq!(
+            summary_damage(&row(0, 10, 11, 5)).as_deref(),
+            Some("partition summary t/3: 11 records between offsets 0 and 10, more than the 10 offsets there")
+        );
+        assert_eq!(
+            summary_damage(&row(10, 10, 0, 7)).as_deref(),
+            Some("partition summary t/3: 7 payload bytes in no record")
+        );
+        assert_eq!(summary_damage(&Row::unarchived("t", 0)), None);
     }
 
     /// A running archive's newer figures replace the older ones: the
@@ -1093,17 +1139,29 @@ mod tests {
         let mut newer = Row::unarchived("t", 0);
         (newer.first_offset, newer.durable_next_offset, newer.records) = (Some(0), Some(160), 160);
         let mut rows = vec![r];
-        let mut added = Row::unarchived("u", 0);
+        let mut added = Row::unarchived("a", 0);
         (added.first_offset, added.durable_next_offset, added.records) = (Some(0), Some(5), 5);
-        refresh(&mut rows, vec![added, newer]);
-        // A topic first archived between the reads is added, said.
-        assert_eq!((rows.len(), rows[1].topic.as_str()), (2, "u"), "{rows:?}");
-        assert_eq!(rows[1].records, 5);
+        refresh(&mut rows, vec![newer, added.clone()], None);
+        // A topic first archived between the reads is added, in its place
+        // among the others, said.
+        assert_eq!((rows.len(), rows[0].topic.as_str()), (2, "a"), "{rows:?}");
+        assert_eq!(rows[0].records, 5);
         assert_eq!(
-            rows[1].kafka_missing.as_deref(),
+            rows[0].kafka_missing.as_deref(),
             Some(super::ARCHIVED_SINCE)
         );
-        let r = &rows[0];
+        // When Kafka could not be read at all, it says that instead.
+        let mut unread = vec![Row::unarchived("t", 0)];
+        refresh(
+            &mut unread,
+            vec![added],
+            Some("could not read Kafka's figures: down"),
+        );
+        assert_eq!(
+            unread[0].kafka_missing.as_deref(),
+            Some("could not read Kafka's figures: down")
+        );
+        let r = &rows[1];
         assert_eq!(r.durable_next_offset, Some(160));
         assert!(r.kafka_committed <= r.durable_next_offset);
         assert_eq!(r.records, 160);
@@ -1137,7 +1195,7 @@ mod tests {
         let mut newer = Row::unarchived("t", 0);
         newer.durable_next_offset = Some(40);
         let mut rows = vec![r];
-        refresh(&mut rows, vec![newer]);
+        refresh(&mut rows, vec![newer], None);
         assert_eq!(rows[0].archive_lag, Some(60));
         assert_eq!(rows[0].kafka_missing, None);
         // Archived past the high watermark read before, with no lag at the
@@ -1150,7 +1208,7 @@ mod tests {
         let mut newer = Row::unarchived("t", 0);
         newer.durable_next_offset = Some(130);
         let mut rows = vec![r];
-        refresh(&mut rows, vec![newer]);
+        refresh(&mut rows, vec![newer], None);
         assert_eq!(rows[0].archive_lag, Some(0));
     }
 
