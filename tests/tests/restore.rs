@@ -453,6 +453,28 @@ fn bad_targets_are_refused_before_anything_is_produced() {
     }
 }
 
+/// A run of `run` into its archive until Kafka holds `end` committed for
+/// every partition named, the archive closed after it.
+fn run_until_committed(
+    run: &cairn_connector::RunConfig,
+    end: &BTreeMap<TopicPartition, i64>,
+) -> cairn_connector::RunReport {
+    let engine = std::sync::Arc::new(Engine::open(EngineConfig::new(&run.data)).unwrap());
+    let end = end.clone();
+    let opts = cairn_connector::PipelineOptions {
+        done: Some(Box::new(move |c| {
+            end.iter().all(|(tp, o)| c.get(tp) == Some(o))
+        })),
+        ..Default::default()
+    };
+    cairn_tests::run_bounded(
+        run,
+        Box::new(cairn_connector::ArchiveSink::new(engine)),
+        opts,
+    )
+    .unwrap()
+}
+
 /// A restore into a topic this archive archives (the same Kafka topic id:
 /// a topic emptied by retention, restored into itself, or here, with
 /// `--append`, after the records it still holds) passes over its copies in
@@ -542,23 +564,9 @@ fn a_restore_into_a_topic_this_archive_archives_passes_over_its_copies() {
             (tp, 2 * o + new)
         })
         .collect();
-    let engine = std::sync::Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
-    let opts = cairn_connector::PipelineOptions {
-        done: Some(Box::new({
-            let end = end.clone();
-            move |c| end.iter().all(|(tp, o)| c.get(tp) == Some(o))
-        })),
-        ..Default::default()
-    };
-    let after = cairn_tests::run_bounded(
-        &run,
-        Box::new(cairn_connector::ArchiveSink::new(engine.clone())),
-        opts,
-    )
-    .unwrap();
+    let after = run_until_committed(&run, &end);
     assert_eq!(after.stats.records_written, 30, "{:?}", after.stats);
     assert_eq!(after.stats.records_duplicate, 0, "{:?}", after.stats);
-    drop(engine);
     let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
     assert_eq!(engine.durable_offsets(), end);
     let held: u64 = engine.partitions().iter().map(|p| p.record_count).sum();
@@ -630,21 +638,7 @@ fn copies_are_passed_over_only_when_they_are_the_archives_own() {
         .filter(|(tp, _)| tp.topic == k.topic)
         .map(|(tp, &o)| (tp.clone(), if tp.partition == 0 { high0 } else { o }))
         .collect::<BTreeMap<_, _>>();
-    let engine = std::sync::Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
-    let opts = cairn_connector::PipelineOptions {
-        done: Some(Box::new({
-            let end = end.clone();
-            move |c| end.iter().all(|(tp, o)| c.get(tp) == Some(o))
-        })),
-        ..Default::default()
-    };
-    cairn_tests::run_bounded(
-        &caught_up,
-        Box::new(cairn_connector::ArchiveSink::new(engine.clone())),
-        opts,
-    )
-    .unwrap();
-    drop(engine);
+    run_until_committed(&caught_up, &end);
     let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
     assert_eq!(engine.durable_offset(&renamed_into), Some(high0));
 

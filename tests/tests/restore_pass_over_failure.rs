@@ -16,24 +16,32 @@ const FLUSH_ERR: &str = "wal::flush::err";
 /// other's syncs (its run's, its open's).
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-#[test]
-fn a_pass_over_whose_fsync_fails_is_said_first() {
-    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+/// Demo records produced into a topic of its own.
+const N: u64 = 60;
+
+/// `N` demo records produced into a topic named for `name` and archived by
+/// a run to their end, the archive open, and a restore of it into that
+/// same topic, after its records.
+fn archived_to_its_end(name: &str) -> (TestKafka, tempfile::TempDir, Engine, RestoreConfig) {
     init_logs();
-    let k = TestKafka::new("pass-over-fsync", 3);
-    let n = 60u64;
-    cairn_connector::cli::demo::produce(&k.brokers, &k.topic, 0..n).unwrap();
+    let k = TestKafka::new(name, 3);
+    cairn_connector::cli::demo::produce(&k.brokers, &k.topic, 0..N).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    cairn_tests::run_to_end(
-        &cairn_tests::config(&k, "pass-over-fsync-group", dir.path()),
-        n,
-        || {},
-    );
+    let group = format!("{name}-group");
+    cairn_tests::run_to_end(&cairn_tests::config(&k, &group, dir.path()), N, || {});
     let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
-    let before = engine.durable_offsets();
     let mut cfg = RestoreConfig::new(&k.brokers);
     cfg.connect_timeout_ms = 10_000;
     cfg.append = true;
+    (k, dir, engine, cfg)
+}
+
+#[test]
+fn a_pass_over_whose_fsync_fails_is_said_first() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (_k, _dir, engine, cfg) = archived_to_its_end("pass-over-fsync");
+    let n = N;
+    let before = engine.durable_offsets();
     fail::cfg(FLUSH_ERR, "1*return").unwrap();
     let r = restore(&engine, &cfg);
     fail::remove(FLUSH_ERR);
@@ -61,20 +69,7 @@ fn a_pass_over_whose_fsync_fails_is_said_first() {
 #[test]
 fn a_stopped_restore_whose_pass_over_fails_says_that_first() {
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    init_logs();
-    let k = TestKafka::new("pass-over-fsync-stopped", 3);
-    let n = 60u64;
-    cairn_connector::cli::demo::produce(&k.brokers, &k.topic, 0..n).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    cairn_tests::run_to_end(
-        &cairn_tests::config(&k, "pass-over-fsync-stopped-group", dir.path()),
-        n,
-        || {},
-    );
-    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
-    let mut cfg = RestoreConfig::new(&k.brokers);
-    cfg.connect_timeout_ms = 10_000;
-    cfg.append = true;
+    let (_k, _dir, engine, cfg) = archived_to_its_end("pass-over-fsync-stopped");
     // Asked before each partition (and every 256 records, more than one
     // holds): the restore stops at the second partition's start.
     let asked = std::sync::atomic::AtomicUsize::new(0);
