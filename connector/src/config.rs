@@ -888,8 +888,9 @@ pub const SIZE_BYTES_MAX: u64 = 1 << 63;
 /// back to librdkafka's own default, which may undo one of cairn's
 /// (`partition.assignment.strategy=`, its cooperative assignment), or,
 /// given spaces, is left empty; one of a list of choices given only
-/// spaces keeps what it had, silently (`debug= `). Neither is what the empty value says, and a template that
-/// rendered nothing gives one. Other kinds librdkafka refuses itself.
+/// spaces keeps what it had, silently (`debug= `). Neither is what the
+/// empty value says, and a template that rendered nothing gives one.
+/// Other kinds librdkafka refuses itself.
 /// Until 2026-12-06 they were taken (found in an audit).
 fn empty_property(key: &str, before: &str, after: &str) -> String {
     format!(

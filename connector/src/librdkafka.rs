@@ -623,6 +623,10 @@ pub(crate) fn worth_waiting_for(error: &KafkaError) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::mocking::MockCluster;
+
     /// A topic deleted while it was produced to is said as such, for the
     /// dead letters and for a restore alike.
     #[test]
@@ -633,14 +637,10 @@ mod tests {
             C::UnknownTopic,
             C::UnknownPartition,
         ] {
-            let advice = super::produce_refusal_advice(code).unwrap();
+            let advice = produce_refusal_advice(code).unwrap();
             assert!(advice.contains("deleted since the start?"), "{advice}");
         }
     }
-
-    use super::*;
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    use rdkafka::mocking::MockCluster;
 
     /// A message timeout is taken as librdkafka reads it: `09000` (octal
     /// that stops at the 9) and 2^32 are 0 to its `strtol` into an int,

@@ -130,9 +130,10 @@ pub struct RestoreConfig {
     pub connect_timeout_ms: u64,
     /// librdkafka producer properties passed through (`-X`).
     pub kafka: BTreeMap<String, String>,
-    /// Restore into a topic this archive archives (by Kafka's topic id),
-    /// whose run would archive the restored records again: refused
-    /// without it.
+    /// Restore into the archive's own topic even where its copies cannot
+    /// be passed over in the archive (its log and Kafka's apart, or the
+    /// topic's id not comparable): refused without it; a run then
+    /// archives the copies again.
     pub into_archived_topic: bool,
 }
 
@@ -571,7 +572,6 @@ pub fn restore_until_split(
     // the engine, which they read), before any way out, failed ones too: a
     // `--resume` then finds the archive's log ending where Kafka's does.
     let (passed, mut pass_failed) = passed_over(engine, &pass_over, &state);
-    let delivered = report.records;
     // A failed pass-over leads whatever else stopped the restore: it holds
     // for the archive, not for one run.
     let mut with_pass = |e: ConnectorError| -> ConnectorError {
@@ -579,7 +579,7 @@ pub fn restore_until_split(
             None => e,
             Some(p) => ConnectorError::CopiesNotPassedOver {
                 head: format!(
-                    "{delivered} records were acknowledged, and the restore ended in an error ({e})"
+                    "the restore did not finish ({e}; a next step named there is refused for the partitions restored into the archive's own topic unless given --into-archived-topic, the archive's log no longer ending where Kafka's does)"
                 ),
                 source: Box::new(p),
             },
@@ -1410,10 +1410,10 @@ fn preflight(
             // Another producer's record, or another archive's restore's
             // (an offset this partition never reached): nothing of it to
             // resume. One below its next offset is this archive's, judged.
-            let passed_over = empty
+            let skipped = empty
                 .get(target)
                 .is_some_and(|&next| record.archived.is_none_or(|a| a >= next));
-            if passed_over {
+            if skipped {
                 starts.insert(target.clone(), cfg.select.from);
                 continue;
             }
@@ -1569,8 +1569,10 @@ fn pass_over(
                 "{target} (the archive's log ends at {next}, Kafka's at {high})"
             )),
             Some(next) => apart.push(format!(
-                "{target} (the archive's log ends at {next}, past Kafka's at {high}: Kafka lost records the archive holds)"
+                "{target} (the archive's log ends at {next}, past Kafka's at {high}: Kafka lost records the archive holds, so only another topic will do)"
             )),
+            // Not met: a source with records is the archive's partition
+            // itself, which then has a summary. Said rather than unwrapped.
             None => apart.push(format!(
                 "{target} (the archive holds nothing of it; Kafka's log ends at {high})"
             )),
@@ -1580,7 +1582,7 @@ fn pass_over(
         let parts = crate::selection::first_few(apart.into_iter());
         if !cfg.into_archived_topic {
             return Err(ConnectorError::RestoreRefused(format!(
-                "these target partitions are the archive's own topics' (the same Kafka topic id), and its log of them does not end where Kafka's does: {parts}. The copies would not follow what the archive holds, so it cannot pass over them, and a `cairn run` of it would archive each again beside its original. Past the archive's end lie records it has not archived yet, or copies an earlier restore wrote and did not pass over (it was killed, or wrote them without their acknowledgement). Where they are the topic's own, run the archive until it has archived them (with the topic's producers stopped), then restore; copies an earlier restore left there cannot be told apart for certain without reading them all (a record of another producer's passed over would be lost to the archive), so they are not passed over. Or restore into another topic (--rename, into one created for it), or give --into-archived-topic to restore all the same, the copies then archived again; nothing was sent"
+                "these target partitions are the archive's own topics' (the same Kafka topic id), and its log of them does not end where Kafka's does: {parts}. The copies would not follow what the archive holds, so it cannot pass over them, and a `cairn run` of it would archive each again beside its original. Where Kafka's log ends past the archive's, past it lie records the archive has not archived yet, or copies an earlier restore wrote and did not pass over (it was killed, or wrote them without their acknowledgement). Where they are the topic's own, run the archive until it has archived them (with the topic's producers stopped), then restore; copies an earlier restore left there cannot be told apart for certain without reading them all (a record of another producer's passed over would be lost to the archive), so they are not passed over. Or restore into another topic (--rename, into one created for it), or give --into-archived-topic to restore all the same, the copies then archived again; nothing was sent"
             )));
         }
         tracing::warn!(partitions = %parts, "restoring into the archive's own topics where it cannot pass over the copies (--into-archived-topic): a run of this archive will archive them again");
@@ -1635,7 +1637,7 @@ fn passed_over(
                 to: end,
             });
         } else {
-            tracing::warn!(%target, acknowledged = d.acked, span = ?d.target_span, from = high, "the restored copies in this partition of the archive's own topic are not where they alone would be (other records among them, or copies Kafka gave no offset for): not passed over, so a run of the archive will archive them again, and a --resume of this partition is refused without --into-archived-topic");
+            tracing::warn!(%target, acknowledged = d.acked, span = ?d.target_span, from = high, "the restored copies in this partition of the archive's own topic are not where they alone would be (other records among them, or copies Kafka gave no offset for): not passed over, so a run of the archive will archive them again, and the next restore into this partition is refused without --into-archived-topic");
         }
     }
     if to.is_empty() {

@@ -232,7 +232,7 @@ impl Engine {
         // (`mkdir` then `cairn backup --to` it) may not be durable in its
         // parent either, and a complete copy must not vanish with it
         // (until the night of 2026-12-04 only one made here was synced).
-        // A parent this user may not read (0711, say) cannot be opened to
+        // A parent this user may not read (0311, say) cannot be opened to
         // be synced: fatal for a directory made here (its entry must be
         // durable), a WARN for one found (as it was before); a failed
         // fsync is fatal either way.

@@ -173,11 +173,11 @@ fn print_report(report: &crate::restore::RestoreReport) -> Result<()> {
     }
     for p in &report.passed_over {
         outln!(
-            "archive: {} passes over the {} restored copies at offsets {}..{}: a run of it resumes at {}",
+            "archive: {} passes over the {} restored copies at offsets {}..={}: a run of the archive resumes at {}",
             p.partition,
             p.to - p.from,
             p.from,
-            p.to,
+            p.to - 1,
             p.to
         )?;
     }

@@ -108,8 +108,9 @@ struct Row {
     /// true (more records than offsets, payload bytes in no record): a
     /// store opens with such a summary so that `cairn verify` can name the
     /// loss behind it; the command exits 1 (since 2026-12-06; before, the
-    /// figures were printed as they were, exit 0). `null` when sound, or
-    /// in an answer from an older run.
+    /// figures were printed as they were, exit 0). `null` when sound.
+    /// Worked out by `status` itself from the row's figures, also those
+    /// of an older run's answer.
     #[serde(default)]
     summary_damage: Option<String>,
     /// With `--brokers`: the topic's id in Kafka now (`null` when Kafka
