@@ -1469,14 +1469,12 @@ fn archived_here(
     let mut recorded = BTreeMap::new();
     let mut unknown = Vec::new();
     let mut unbound = BTreeSet::new();
-    let sending = plan
+    let sending: BTreeSet<&String> = plan
         .iter()
-        .filter(|(s, t)| into_itself(s, t) && !empty.contains_key(t));
-    for (_, target) in sending {
-        let topic = &target.topic;
-        if recorded.contains_key(topic) || unbound.contains(topic) {
-            continue;
-        }
+        .filter(|(s, t)| into_itself(s, t) && !empty.contains_key(t))
+        .map(|(_, t)| &t.topic)
+        .collect();
+    for topic in sending {
         // The target's own binding alone: a damaged one of another topic
         // does not stand in the way of a restore.
         match engine.topic_id(topic) {
@@ -1616,7 +1614,6 @@ fn passed_over(
     at: &BTreeMap<TopicPartition, i64>,
     state: &DeliveryState,
 ) -> (Vec<PassedOver>, Option<ConnectorError>) {
-    let mut to = BTreeMap::new();
     let mut done = Vec::new();
     for (target, &high) in at {
         let Some(d) = state.partitions.get(target).filter(|d| d.acked > 0) else {
@@ -1630,7 +1627,6 @@ fn passed_over(
         }
         let end = high.saturating_add(i64::try_from(d.acked).unwrap_or(i64::MAX));
         if d.unplaced == 0 && d.target_span == Some((high, end - 1)) {
-            to.insert(target.clone(), end);
             done.push(PassedOver {
                 partition: target.clone(),
                 from: high,
@@ -1640,28 +1636,21 @@ fn passed_over(
             tracing::warn!(%target, acknowledged = d.acked, span = ?d.target_span, from = high, "the restored copies in this partition of the archive's own topic are not where they alone would be (other records among them, or copies Kafka gave no offset for): not passed over, so a run of the archive will archive them again, and the next restore into this partition is refused without --into-archived-topic");
         }
     }
-    if to.is_empty() {
+    if done.is_empty() {
         return (done, None);
     }
-    match advance_past_copies(engine, &to) {
-        Ok(()) => (done, None),
-        Err(e) => (Vec::new(), Some(e)),
-    }
-}
-
-/// Move each partition's next offset in the archive to `to`'s, past
-/// restored copies, durably; logged per partition.
-fn advance_past_copies(engine: &Engine, to: &BTreeMap<TopicPartition, i64>) -> Result<()> {
-    match engine.advance_partitions(to).and_then(|()| engine.sync()) {
+    let to: BTreeMap<TopicPartition, i64> =
+        done.iter().map(|p| (p.partition.clone(), p.to)).collect();
+    match engine.advance_partitions(&to).and_then(|()| engine.sync()) {
         Ok(()) => {
-            for (partition, to) in to {
-                tracing::info!(%partition, to, "the archive passes over the restored copies");
+            for p in &done {
+                tracing::info!(partition = %p.partition, to = p.to, "the archive passes over the restored copies");
             }
-            Ok(())
+            (done, None)
         }
         Err(e) => {
             tracing::error!(error = %e, "the archive could not record that it passes over the restored copies: a run of it would archive them again");
-            Err(e.into())
+            (Vec::new(), Some(e.into()))
         }
     }
 }

@@ -43,12 +43,20 @@ use crate::verify::{check_stop, VerifyReport};
 /// verify, never passes for a whole archive.
 pub const BACKUP_INCOMPLETE_FILE: &str = "cairn.backup-incomplete";
 
-/// Why a backup's target holding [`BACKUP_INCOMPLETE_FILE`] (and more) is
-/// refused: the remains of a backup cut short, named as such.
-pub fn backup_remains_refusal() -> String {
-    format!(
-        "the backup's directory must be new or empty, and this one holds what an earlier backup left when it was cut short ({BACKUP_INCOMPLETE_FILE} is there): it is no archive; remove the directory, or give another"
-    )
+/// Why a backup's target `dir` that is not empty ([`empty_but_for_a_lock`]
+/// said no) is refused: the remains of a backup cut short
+/// ([`BACKUP_INCOMPLETE_FILE`] there) are named as such, since "must be
+/// new or empty" alone left the user to find out what they were (found in
+/// an audit, 2026-12-06). Asked by the engine and, before it opens the
+/// archive, by the command.
+pub fn occupied_refusal(dir: &Path) -> String {
+    if std::fs::symlink_metadata(dir.join(BACKUP_INCOMPLETE_FILE)).is_ok() {
+        format!(
+            "the backup's directory must be new or empty, and this one holds what an earlier backup left when it was cut short ({BACKUP_INCOMPLETE_FILE} is there): it is no archive; remove the directory, or give another"
+        )
+    } else {
+        "the backup's directory must be new or empty".to_owned()
+    }
 }
 
 /// `Error::IncompleteBackup` if `dir` holds [`BACKUP_INCOMPLETE_FILE`]:
@@ -261,13 +269,7 @@ impl Engine {
                 // Made here and filled by someone else since: left, as
                 // `remove_dir` leaves a directory that holds anything.
                 unmake(Some(&real));
-                // The remains of a backup cut short are named as such:
-                // "must be new or empty" alone left the user to find out
-                // what they were (found in an audit, 2026-12-06).
-                if std::fs::symlink_metadata(real.join(BACKUP_INCOMPLETE_FILE)).is_ok() {
-                    return Err(refuse(&backup_remains_refusal()));
-                }
-                return Err(refuse("the backup's directory must be new or empty"));
+                return Err(refuse(&occupied_refusal(&real)));
             }
             Err(e) => {
                 unmake(Some(&real));

@@ -79,9 +79,8 @@ mod verify;
 pub mod watermark;
 
 pub use backup::{
-    backup_remains_refusal, empty_but_for_a_lock, named_inside, refuse_unfinished_backup,
-    BackupReport, BACKUP_INCOMPLETE_FILE, FAILPOINT_BACKUP_AFTER_LOG,
-    FAILPOINT_BACKUP_COMPLETE_SYNC,
+    empty_but_for_a_lock, named_inside, occupied_refusal, refuse_unfinished_backup, BackupReport,
+    BACKUP_INCOMPLETE_FILE, FAILPOINT_BACKUP_AFTER_LOG, FAILPOINT_BACKUP_COMPLETE_SYNC,
 };
 pub use config::{
     EngineConfig, RecoveryMode, CHECKPOINT_INTERVAL_BYTES_MAX, CHECKPOINT_INTERVAL_BYTES_MIN,

@@ -65,13 +65,7 @@ fn refuse_destination(data: &std::path::Path, to: &std::path::Path) -> Result<()
         Ok(_) => {
             outside(&to.canonicalize().map_err(io)?)?;
             if !cairn_engine::empty_but_for_a_lock(to).map_err(io)? {
-                // The remains of a backup cut short, named as the engine
-                // names them (before the archive is opened).
-                if std::fs::symlink_metadata(to.join(cairn_engine::BACKUP_INCOMPLETE_FILE)).is_ok()
-                {
-                    return Err(refuse(&cairn_engine::backup_remains_refusal()));
-                }
-                return Err(refuse("the backup's directory must be new or empty"));
+                return Err(refuse(&cairn_engine::occupied_refusal(to)));
             }
             Ok(())
         }
