@@ -92,9 +92,11 @@ pub type AfterPreCommit =
 /// tests and benches that watch or hold a sink's puts. Every method of
 /// [`crate::SinkTask`] is handed on here, once: a wrapper of its own that
 /// left one out would get the trait's default instead (no `caught_up`, no
-/// `durable_check`), and run another loop than `cairn run`'s (since
-/// 2026-12-05; two test wrappers had left out `caught_up` and
-/// `durable_check`).
+/// `durable_check`, no topic id check), and run another loop than `cairn
+/// run`'s (since 2026-12-05; two test wrappers had left out `caught_up`
+/// and `durable_check`, and until 2026-12-06 this one left out
+/// `check_topics`, so that the tests and benches it wraps ran with the
+/// archive's topic id check off).
 pub struct WatchedSink {
     inner: Box<dyn crate::SinkTask>,
     before_put: Option<BeforePut>,
@@ -129,6 +131,13 @@ impl WatchedSink {
 }
 
 impl crate::SinkTask for WatchedSink {
+    fn check_topics(
+        &mut self,
+        ids: &std::collections::BTreeMap<String, crate::KafkaTopicId>,
+    ) -> Result<(), crate::TaskError> {
+        self.inner.check_topics(ids)
+    }
+
     fn open(
         &mut self,
         partitions: &[cairn_engine::TopicPartition],
@@ -216,6 +225,116 @@ pub fn assert_committed_le_durable(
         assert!(
             *k <= d,
             "{what}: partition {p} committed {k} above durable {d}"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::WatchedSink;
+    use crate::{KafkaTopicId, PutOutcome, SinkTask, TaskError};
+    use cairn_engine::{RecordBatch, TopicPartition};
+    use std::collections::BTreeMap;
+    use std::sync::{Arc, Mutex};
+
+    /// A sink that answers every call of the trait, defaults included, and
+    /// notes which were made.
+    struct Calls(Arc<Mutex<Vec<&'static str>>>);
+
+    impl Calls {
+        fn note(&self, call: &'static str) {
+            self.0.lock().unwrap().push(call);
+        }
+    }
+
+    impl SinkTask for Calls {
+        fn check_topics(&mut self, _: &BTreeMap<String, KafkaTopicId>) -> Result<(), TaskError> {
+            self.note("check_topics");
+            Err(TaskError::Fatal("the wrapped sink's check".into()))
+        }
+        fn open(
+            &mut self,
+            _: &[TopicPartition],
+        ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+            self.note("open");
+            Ok(BTreeMap::new())
+        }
+        fn put(&mut self, _: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
+            self.note("put");
+            Ok(PutOutcome::default())
+        }
+        fn pre_commit(
+            &mut self,
+            _: &BTreeMap<TopicPartition, i64>,
+        ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+            self.note("pre_commit");
+            Ok(BTreeMap::new())
+        }
+        fn start(
+            &mut self,
+            _: &BTreeMap<TopicPartition, i64>,
+        ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+            self.note("start");
+            Ok(BTreeMap::new())
+        }
+        fn caught_up(&mut self, _: &BTreeMap<TopicPartition, i64>) -> Result<(), TaskError> {
+            self.note("caught_up");
+            Ok(())
+        }
+        fn close(&mut self, _: &[TopicPartition]) -> Result<(), TaskError> {
+            self.note("close");
+            Ok(())
+        }
+        fn stop(&mut self) -> Result<(), TaskError> {
+            self.note("stop");
+            Ok(())
+        }
+        fn identity(&self) -> Option<String> {
+            self.note("identity");
+            Some("calls".into())
+        }
+        fn durable_check(&self) -> Option<crate::task::DurableCheck> {
+            self.note("durable_check");
+            Some(Box::new(|_| Ok(Some(7))))
+        }
+    }
+
+    /// Every call of the trait reaches the wrapped sink, with its answer
+    /// back: a method left out would run the trait's default instead.
+    #[test]
+    fn a_watched_sink_hands_on_every_call() {
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let mut sink = WatchedSink::new(Box::new(Calls(calls.clone())));
+        let none = BTreeMap::new();
+        let err = sink.check_topics(&BTreeMap::new()).unwrap_err();
+        assert!(
+            err.to_string().contains("the wrapped sink's check"),
+            "{err}"
+        );
+        sink.open(&[]).unwrap();
+        sink.put(&[]).unwrap();
+        sink.pre_commit(&none).unwrap();
+        sink.start(&none).unwrap();
+        sink.caught_up(&none).unwrap();
+        sink.close(&[]).unwrap();
+        assert_eq!(sink.identity().as_deref(), Some("calls"));
+        let check = sink.durable_check().expect("the wrapped sink's check");
+        assert_eq!(check(&TopicPartition::new("t", 0)), Ok(Some(7)));
+        sink.stop().unwrap();
+        assert_eq!(
+            *calls.lock().unwrap(),
+            [
+                "check_topics",
+                "open",
+                "put",
+                "pre_commit",
+                "start",
+                "caught_up",
+                "close",
+                "identity",
+                "durable_check",
+                "stop"
+            ]
         );
     }
 }
