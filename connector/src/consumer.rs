@@ -867,8 +867,9 @@ impl Shared {
     }
 
     /// Put what is buffered (only `only`'s partitions, if given) and wait
-    /// until it, and every put handed over before it, is durable and
-    /// declared safe by `pre_commit`.
+    /// until it, and every put handed over before it, is written and
+    /// `pre_commit` has answered once (what it declared safe is what the
+    /// caller commits: a sink that buffers may declare less).
     pub(crate) fn flush(&mut self, only: Option<&BTreeSet<TopicPartition>>) -> Result<()> {
         let batches = self.take_batches(only);
         let caught_up = self.take_caught_up(only);

@@ -55,7 +55,7 @@ mod worker;
 
 /// The record types a [`SinkTask`] is handed, re-exported so that a sink
 /// of its own needs no dependency on `cairn-engine`.
-pub use cairn_engine::{Header, Record, RecordBatch, TimestampType, TopicPartition};
+pub use cairn_engine::{Header, Record, RecordBatch, TimestampType, TopicId, TopicPartition};
 pub use config::{CommitPolicy, OnOffsetOutOfRange, OnOversize, RunConfig};
 pub use consumer::{
     run_pipeline, CommitObserver, DonePredicate, PipelineOptions, ProgressObserver, RunReport,
@@ -64,3 +64,4 @@ pub use consumer::{
 pub use error::{ConnectorError, RestoreFailure, Result};
 pub use progress::{Lag, PartitionProgress, Progress};
 pub use task::{ArchiveSink, DurableCheck, KafkaTopicId, PutOutcome, SinkTask, TaskError};
+pub use worker::REVOKE_RETRY;

@@ -7,8 +7,9 @@
 //!   after assign can fail with "Erroneous state". A resume offset that
 //!   Kafka no longer has follows `retention.rs`.
 //! - **Revoke:** wait for the puts already handed to the task thread, put
-//!   what is buffered for the revoked partitions, make it durable, commit
-//!   their durable offsets synchronously, then `close`. The committer leaves
+//!   what is buffered for the revoked partitions, ask the sink's
+//!   `pre_commit` once (the archive makes it all durable), commit what it
+//!   declared synchronously, then `close`. The committer leaves
 //!   the revoked partitions alone from the start of the revoke.
 //! - **Lost:** commit nothing; drop the buffer; `close`.
 
@@ -465,9 +466,9 @@ impl SinkContext {
                 }
                 ResumePoint::Nowhere => None,
                 ResumePoint::Kafka(k) => {
-                    let named = committed.get(tp).is_some_and(|c| {
-                        c.metadata.starts_with(crate::task::STORE_IDENTITY_PREFIX)
-                    });
+                    let named = committed
+                        .get(tp)
+                        .is_some_and(|c| names_a_store(&c.metadata, identity.as_deref()));
                     match kafka_resume(archive, k, named, identity.is_some()) {
                         KafkaResume::Skipped(a) => skipped.push(format!("{tp}@{a}..{k}")),
                         KafkaResume::AnotherStore => {
@@ -794,6 +795,21 @@ pub(crate) enum KafkaResume {
     Start,
 }
 
+/// Whether a commit's `metadata` names another store of this sink's kind:
+/// it begins with the kind of `identity`, its text up to and including
+/// the first `:` (`cairn-store:` for an archive's, `pg:` for a sink
+/// named `pg:db-a`). A sink without an identity, or with one that has no
+/// `:`, takes the archive's kind (until 2026-12-06 the archive's kind was
+/// the only one, so another member of a group of sinks of another kind,
+/// each named, was taken for an offsets reset, with its WARN, at every
+/// ordinary rebalance).
+pub(crate) fn names_a_store(metadata: &str, identity: Option<&str>) -> bool {
+    let kind = identity
+        .and_then(|id| id.find(':').map(|end| &id[..=end]))
+        .unwrap_or(crate::task::STORE_IDENTITY_PREFIX);
+    metadata.starts_with(kind)
+}
+
 /// [`KafkaResume`] for one partition. Another store's commit carries its
 /// identity; other metadata (Kafka Streams', a Java client's
 /// `OffsetAndMetadata`) names no archive, and the records skipped are in
@@ -919,6 +935,27 @@ mod tests {
             KafkaResume::UnheldUntold
         );
         assert_eq!(kafka_resume(None, 0, false, true), KafkaResume::Start);
+    }
+
+    /// Another store is told by its identity's kind, the archive's or a
+    /// sink's own (a sink of another kind, named, took every other
+    /// member's commit for an offsets reset until 2026-12-06).
+    #[test]
+    fn another_store_is_one_of_this_sinks_kind() {
+        let archive = Some("cairn-store:aa");
+        assert!(names_a_store("cairn-store:bb", archive));
+        assert!(!names_a_store("pg:db-b", archive));
+        assert!(!names_a_store("", archive));
+        let pg = Some("pg:db-a");
+        assert!(names_a_store("pg:db-b", pg));
+        assert!(!names_a_store("cairn-store:bb", pg));
+        assert!(!names_a_store("pgx:db-b", pg));
+        assert!(!names_a_store("", pg));
+        // No kind of its own: the archive's.
+        for none in [None, Some("plain")] {
+            assert!(names_a_store("cairn-store:bb", none));
+            assert!(!names_a_store("pg:db-b", none));
+        }
     }
 
     #[test]

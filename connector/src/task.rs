@@ -15,7 +15,12 @@
 //! run stopped (a signal, a failed retention pass) while it waited for Kafka
 //! to answer, before any `open`: the sink then holds nothing of this run.
 //!
-//! 1. **`open(partitions)`** runs after every assignment, before the first
+//! 1. **`check_topics(ids)`** runs first at every assignment, with Kafka's
+//!    topic id of each topic in it (or why it could not be read): a sink
+//!    that resumes from offsets it stored refuses a topic that is not the
+//!    one it stored them for (deleted and created again under its name),
+//!    and the run fails before `open`.
+//!    **`open(partitions)`** runs after every assignment, before the first
 //!    fetch. It returns the offset to resume each partition from, if the sink
 //!    owns it; the loop rewinds the consumer there ("rewind on open"), and
 //!    commits it as it is, with no `pre_commit`: it must be durable already
@@ -117,8 +122,15 @@
 //!    default records nothing; a sink that reports what it holds then
 //!    stays below them until its next record, as before.
 //! 4. **`close(partitions)`** runs after revoked partitions were committed
-//!    (or, for lost partitions, without any commit). A buffering sink drops
-//!    what it holds of them that is not durable, or makes it durable now.
+//!    (or, for lost partitions, without any commit). The revoke's commit
+//!    holds what its one `pre_commit` declared: a sink that declares less
+//!    there (one that buffers) has the rest fetched again by the
+//!    partition's next owner. So a buffering sink drops here what it holds
+//!    of them that it did not declare: made durable now, it would be held
+//!    twice, once here and once by the next owner. `close` is not told
+//!    whether a partition was revoked or lost; a lost one may be another
+//!    member's already, so a sink whose store members share must not
+//!    write it here either.
 //! 5. **`stop()`** runs once, after the final commit of a clean stop and a
 //!    `close` of every partition still assigned.
 //!
@@ -129,7 +141,11 @@
 //! `max.poll.interval.ms` (300 s by default) gets the member put out of
 //! its group, its partitions given to others, and a rebalance of the group
 //! waits on it meanwhile (nothing is lost: commits of the old generation
-//! fail). A sink whose backend can be away longer returns `Fatal` instead,
+//! fail). Once a revoke has begun, the put is retried for at most
+//! [`REVOKE_RETRY`](crate::REVOKE_RETRY) (60 s), or half of
+//! `max.poll.interval.ms` where that is shorter, and then the run fails:
+//! nothing more is committed, and the partitions' next owner fetches from
+//! Kafka's committed offset. A sink whose backend can be away longer returns `Fatal` instead,
 //! and the run stops, to be started again. Once the run is
 //! asked to stop, a put that keeps failing is retried for 5 s more, then
 //! the run fails. Only `put` is retried: a retriable error from any other
@@ -225,7 +241,26 @@ pub enum KafkaTopicId {
     Unread(String),
 }
 
-/// A sink driven by cairn's commit-after-durable consumer loop.
+/// A sink driven by cairn's commit-after-durable consumer loop
+/// ([`run_pipeline`](crate::run_pipeline)): Kafka Connect's sink contract.
+/// The [module docs](crate::task) say it in full; in short:
+/// - every call runs on one thread of the loop's, one at a time, in the
+///   order `check_topics`, `open` (and `start`) at each assignment, then
+///   `put`s each followed (now or on the commit interval) by `pre_commit`,
+///   `close` at a revoke or a loss, and `stop` once at a clean stop;
+/// - offsets are the next offset to read (the last record's + 1), as Kafka
+///   commits them;
+/// - only what `open`, `start` and `pre_commit` (or `put`) declare durable
+///   is committed, never past the records handed over (the loop checks,
+///   and fails the run);
+/// - an error fails the run and nothing more is committed, except a
+///   [`TaskError::Retriable`] from `put`, which brings the same batches
+///   again;
+/// - a revoke's one `pre_commit` is the sink's last word on a revoked
+///   partition: records it does not declare there are fetched again by the
+///   partition's next owner.
+///
+/// `connector/examples/file_sink.rs` is a complete one.
 pub trait SinkTask: Send {
     /// Kafka's topic id (KIP-516) of each topic of an assignment, as read
     /// just before (or why it could not be), called before `open` for its
@@ -375,6 +410,14 @@ pub trait SinkTask: Send {
     /// `open`'s offset, to store them again. Without a name, the first
     /// (logged at INFO: another member's commit cannot be told from an
     /// offsets reset, so neither is called a skip).
+    ///
+    /// Give it a kind, the text up to its first `:` (`pg:db-a`, with
+    /// `pg:db-b` for another member's store): a commit under another name
+    /// of the same kind is another member's, resumed after at INFO, and
+    /// one under no name of the kind (an offsets reset, another tool's
+    /// commit) is a WARN naming the records this store will not hold. A
+    /// name with no `:` is of the archive's kind (`cairn-store:`), as is
+    /// every commit to a sink without a name.
     fn identity(&self) -> Option<String> {
         None
     }

@@ -72,8 +72,11 @@ pub(crate) enum Job {
         starts: BTreeMap<TopicPartition, i64>,
         reply: Reply<BTreeMap<TopicPartition, i64>>,
     },
-    /// Put these (a revoke's or the final buffer), then `pre_commit`; reply
-    /// once everything handed over so far is durable and declared safe.
+    /// Put these (a revoke's or the final buffer), then `pre_commit` once;
+    /// reply once it has answered. What it declared safe is committed; a
+    /// sink that declares less (one that buffers) is not asked again, and
+    /// the rest is fetched again by the partition's next owner (or the
+    /// next run).
     Flush {
         batches: Vec<RecordBatch>,
         /// As a put's, after `batches`.
