@@ -166,7 +166,10 @@ impl TruncationPass<'_> {
             self.held = Some(truncating);
         }
         // Picked before the guard: a caller's `cut` that panics has written
-        // nothing, and is no reason to poison the engine.
+        // nothing, and is no reason to poison the engine (unless earlier
+        // deletions of the pass wait for its sync: its drop, unwinding,
+        // poisons rather than flush a store sled may have left
+        // half-changed).
         let offset = engine.durable_cut(tp, cut)?;
         // Asked before the first step as well (and before the guard: a
         // `go` that panics then has written nothing either): a truncation
@@ -316,15 +319,27 @@ impl TruncationPass<'_> {
 }
 
 impl Drop for TruncationPass<'_> {
-    /// A pass dropped unfinished (an error returned through it, a panic in
-    /// a caller's `cut` or `go`) still makes its deletions durable before
-    /// it lets go of the lock: released with deletions not durable, a
-    /// verify or backup would read them beside the durable summaries. While
-    /// unwinding too: a panic in the sync itself (a bug) then aborts the
-    /// process, which recovery on reopen handles as any crash.
+    /// A pass dropped unfinished (an error returned through it) still
+    /// makes its deletions durable before it lets go of the lock: released
+    /// with deletions not durable, a verify or backup would read them
+    /// beside the durable summaries. Not while unwinding (a panic in a
+    /// caller's `cut` or `go`, or sled's, reading pages of damaged files):
+    /// sled may be half-changed then, so nothing is flushed from it and the
+    /// engine is poisoned before the lock goes, as for any panic while the
+    /// engine is used (until 2026-12-06 the pass synced first, and its
+    /// caller poisoned the engine after; found by an audit). Each step is
+    /// one atomic batch, so the next open finds a prefix of the pass's
+    /// deletions, as after a crash.
     fn drop(&mut self) {
-        // Only what waits: a failed sync was reported where it failed.
-        if self.unsynced_seq.is_some() {
+        if std::thread::panicking() {
+            if self.unsynced_seq.take().is_some() {
+                self.engine.poison_after_caught_panic(
+                    "truncation pass",
+                    "unwinding with deletions not yet durable: not synced; the next open recovers from the disk",
+                );
+            }
+        } else if self.unsynced_seq.is_some() {
+            // Only what waits: a failed sync was reported where it failed.
             if let Err(e) = self.sync() {
                 tracing::error!(error = %e, "a truncation pass dropped unfinished could not make its deletions durable");
             }
