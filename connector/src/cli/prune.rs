@@ -263,11 +263,12 @@ pub async fn run(args: PruneArgs) -> Result<ExitCode> {
     // after every partition was pruned. The prune stops there, and says
     // what it had done by then.
     let mut lines = 0usize;
-    let mut failed_line: Option<String> = None;
+    // The line, and the write's error.
+    let mut failed: Option<(String, String)> = None;
     let mut emit = |args: std::fmt::Arguments<'_>| {
         super::write_line(args)
             .inspect(|()| lines += 1)
-            .inspect_err(|_| failed_line = Some(args.to_string()))
+            .inspect_err(|e| failed = Some((args.to_string(), e.to_string())))
     };
     // A panic inside a truncation poisons the engine (its own guard): the
     // steps before it stand, and a rerun finishes.
@@ -282,10 +283,14 @@ pub async fn run(args: PruneArgs) -> Result<ExitCode> {
         },
         || prune(&engine, &selection, cut, args.dry_run, &never, &mut emit),
     );
-    if let Some(line) = failed_line.filter(|_| pruned.is_err() && !args.dry_run) {
-        // Said, so that the error is not taken for a prune that deleted
-        // nothing (until 2026-12-05 it was the error alone).
-        super::say_warn!("{}", unwritten_report(&line, lines));
+    if let (Some((line, write_error)), Err(e)) = (failed, &pruned) {
+        if !args.dry_run {
+            // Said, so that the error is not taken for a prune that
+            // deleted nothing (until 2026-12-05 it was the error alone);
+            // and whether the failed write stopped it, or damage did first.
+            let by_report = e.to_string() == write_error;
+            super::say_warn!("{}", unwritten_report(&line, lines, by_report));
+        }
     }
     pruned?;
     // A dry run's too (since 2026-12-05; its drop's failed sync left the
@@ -299,13 +304,19 @@ pub async fn run(args: PruneArgs) -> Result<ExitCode> {
 /// (its own, and a held-back age cut's), which has no space in it (Kafka's
 /// rule); the totals' lines, written once every partition is pruned, start
 /// with words.
-fn unwritten_report(line: &str, lines: usize) -> String {
+/// `by_report`: the failed write is what stopped it (else an error before
+/// it did, which the command ends on: a rerun meets it again).
+fn unwritten_report(line: &str, lines: usize, by_report: bool) -> String {
+    let s = if lines == 1 { "" } else { "s" };
     if line.starts_with("pruned ") || line.starts_with("store on disk") {
         "the prune is complete (every partition chosen was pruned as asked), but its report could not be written".into()
+    } else if by_report {
+        format!(
+            "the prune stopped because its report could not be written, after {lines} line{s} of it: each partition reported, the one it was reporting and each a warning names are pruned (durably); a rerun prunes the rest"
+        )
     } else {
         format!(
-            "the prune stopped because its report could not be written, after {lines} line{} of it: each partition reported, the one it was reporting and each a warning names are pruned (durably); a rerun prunes the rest",
-            if lines == 1 { "" } else { "s" }
+            "the prune stopped on the error below, and its report could not be written either, after {lines} line{s} of it: each partition reported, the one it was reporting and each a warning names are pruned (durably)"
         )
     }
 }
@@ -472,12 +483,16 @@ pub fn prune(
     }
     match (looped, say_durable(unsynced_lines.into_iter(), emit)) {
         (looped, Ok(())) => looped?,
-        (looped, Err(unwritten)) => {
-            if let Err(e) = looped {
-                tracing::error!(error = %e, "the prune had stopped on this error before its report could not be written");
-            }
-            return Err(unwritten);
+        // What stopped the prune (damage met in a later partition) is the
+        // error, not the report's failure to be written after it: a rerun
+        // meets the first again, and is told so (until 2026-12-06 the
+        // command ended on the write's error, saying a rerun prunes the
+        // rest; found by an audit).
+        (Err(e), Err(unwritten)) => {
+            tracing::error!(error = %unwritten, "the prune's report could not be written either");
+            return Err(e);
         }
+        (Ok(()), Err(unwritten)) => return Err(unwritten),
     }
     emit(format_args!(
         "{verb} {} records ({} payload bytes) in {} of {} partitions",
@@ -749,7 +764,7 @@ mod tests {
                 &mut emit
             )
             .is_err());
-            unwritten_report(&failed.expect("a line failed"), lines)
+            unwritten_report(&failed.expect("a line failed"), lines, true)
         };
         assert!(said(0).contains("stopped because its report could not be written, after 0 lines"));
         assert!(said(1).contains("after 1 line of it"));
@@ -761,6 +776,66 @@ mod tests {
                 said(at)
             );
         }
+    }
+
+    /// Damage that stops a prune at a later partition is what it ends on,
+    /// not the failure to write the earlier partitions' lines after it
+    /// (held until the pass's fsync), and what it says of itself names
+    /// both (until 2026-12-06 it ended on the write's error, saying a rerun
+    /// prunes the rest, which meets the damage again; found by an audit).
+    #[test]
+    fn damage_outranks_an_unwritten_report() {
+        use cairn_engine::{EngineConfig, Record, RecordBatch, TopicPartition};
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+            for p in 0..2 {
+                let tp = TopicPartition::new("t", p);
+                for o in [0, 5] {
+                    let records = (o..o + 5).map(|o| Record::with_value(o, "v")).collect();
+                    let tp = tp.clone();
+                    engine.append(&[RecordBatch { tp, records }]).unwrap();
+                }
+            }
+            engine.close().unwrap();
+        }
+        cairn_engine::fuzzing::with_raw_tree(dir.path(), |t| {
+            let k = cairn_engine::keys::index_key(&TopicPartition::new("t", 1), 0);
+            let mut v = t.get(&k).unwrap().expect("t/1's first entry").to_vec();
+            v[2] ^= 1;
+            t.insert(k, v).unwrap();
+        });
+        let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        let selection = Selection {
+            topics: vec!["t".into()],
+            ..Selection::default()
+        };
+        let mut failed = None;
+        let mut emit = |args: std::fmt::Arguments<'_>| {
+            failed = Some(args.to_string());
+            Err(ConnectorError::Live("full".into()))
+        };
+        let never = AtomicBool::new(false);
+        let err = prune(
+            &engine,
+            &selection,
+            Cut::Offset(5),
+            false,
+            &never,
+            &mut emit,
+        )
+        .expect_err("t/1 is damaged");
+        assert!(
+            matches!(&err, ConnectorError::Engine(e) if e.is_corruption()),
+            "{err}"
+        );
+        let line = failed.expect("t/0's line was written after the damage");
+        assert!(line.starts_with("t/0: pruned 5 records"), "{line}");
+        let said = unwritten_report(&line, 0, false);
+        assert!(
+            said.starts_with("the prune stopped on the error below, and its report could not be written either, after 0 lines"),
+            "{said}"
+        );
     }
 
     #[test]
