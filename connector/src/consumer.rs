@@ -1167,7 +1167,23 @@ pub fn run_pipeline(
         Err(ConnectorError::StoppedWaiting { .. }) if opts.kafka_checked => {
             tracing::debug!("stopped during the pipeline's own check of Kafka: stopping cleanly");
         }
-        Err(e) => return Err(preflight_failed(e, &consumer, sink)),
+        Err(e) => {
+            return Err(match preflight_failed(e, &consumer, sink) {
+                // Not the address or its settings, which Kafka took at the
+                // caller's check: it went away since (until 2026-12-06 the
+                // error said to check them; found by an audit).
+                ConnectorError::BrokerUnreachable {
+                    brokers,
+                    waited_ms,
+                    detail,
+                } if opts.kafka_checked => ConnectorError::KafkaGone {
+                    brokers,
+                    waited_ms,
+                    detail,
+                },
+                e => e,
+            });
+        }
     }
     let topics: Vec<&str> = cfg.topics.iter().map(String::as_str).collect();
     consumer

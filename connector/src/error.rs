@@ -30,6 +30,15 @@ pub enum ConnectorError {
         waited_ms: u64,
         detail: String,
     },
+    /// Kafka answered the caller's check before the store was opened
+    /// (`cairn run`'s), and not the run's own after it: gone meanwhile (a
+    /// broker restarting during a long recovery), not a mistyped address.
+    #[error("Kafka at {brokers} answered before the archive was opened, but not again within {waited_ms} ms after it: {detail}; nothing was fetched or committed. Run again once Kafka is back (a broker restarting, a network cut)")]
+    KafkaGone {
+        brokers: String,
+        waited_ms: u64,
+        detail: String,
+    },
     #[error("topic {topic:?} does not exist on {brokers} (or is not visible to this client: check its ACLs); {next_step}")]
     UnknownTopic {
         topic: String,

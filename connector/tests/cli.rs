@@ -1297,7 +1297,10 @@ fn lines_through(
 
 /// A signal while the run waits for brokers that do not answer ends the
 /// wait then, not at the connect timeout (an hour here): the run exits 130
-/// saying it was stopped while waiting, having committed nothing.
+/// saying it was stopped while waiting, having committed nothing. The
+/// signal is acknowledged whatever RUST_LOG keeps (here it drops the run
+/// command's own events), so that a stop that takes a while is not taken
+/// for a hang (until 2026-12-06 the line was such an event).
 #[test]
 fn a_signal_ends_the_wait_for_brokers_that_do_not_answer() {
     use std::io::{BufRead, BufReader};
@@ -1305,7 +1308,7 @@ fn a_signal_ends_the_wait_for_brokers_that_do_not_answer() {
     let d = dir.path().to_str().unwrap();
     let mut args = common::run_flags("127.0.0.1:1", "g", "t", d);
     args.extend(["--connect-timeout-ms", "3600000"]);
-    let mut run = common::cairn_run(&args, None);
+    let mut run = common::cairn_run_logging(&args, None, "info,cairn_connector::cli::run=error");
     let child = &mut run.0;
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     lines_through(&mut lines, "waiting for Kafka to answer");
@@ -1317,6 +1320,12 @@ fn a_signal_ends_the_wait_for_brokers_that_do_not_answer() {
             && l.contains("waiting for Kafka at 127.0.0.1:1")),
         "{rest:?}"
     );
+    assert!(
+        rest.iter().any(|l| l.contains("signal received: draining")),
+        "{rest:?}"
+    );
+    // The directory it would have made is not there.
+    assert!(!dir.path().join("sled").exists());
 }
 
 /// An output that fails part-way (here `/dev/full`: every write is
@@ -2069,6 +2078,38 @@ fn a_run_stopped_before_any_assignment_leaves_no_new_directory() {
         "{rest:?}"
     );
     assert!(!new.exists(), "the new directory is left");
+}
+
+/// A run of a new directory under `--auto-offset-reset latest`, stopped
+/// cleanly before any record came, keeps the archive it made: it records
+/// where its partitions start (committed to Kafka), and says so, not that
+/// it holds records or was poisoned (until 2026-12-06; found by an audit).
+#[test]
+fn a_clean_stop_before_any_record_keeps_the_starts_it_recorded() {
+    use rdkafka::mocking::MockCluster;
+    use std::io::{BufRead, BufReader};
+    let mock = MockCluster::new(1).unwrap();
+    mock.create_topic("idle", 1, 1).unwrap();
+    let brokers = mock.bootstrap_servers();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("new");
+    let mut args = common::run_flags(&brokers, "idle-group", "idle", data.to_str().unwrap());
+    args.extend(["--auto-offset-reset", "latest"]);
+    let mut run = common::cairn_run(&args, None);
+    let child = &mut run.0;
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    lines_through(&mut lines, "resuming");
+    common::send_signal(child.id(), "INT");
+    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    assert_eq!(child.wait().unwrap().code(), Some(0), "{rest:?}");
+    assert!(
+        rest.iter().any(|l| l.contains(
+            "it holds no record yet, but records where its partitions start, which this run committed to Kafka"
+        )),
+        "{rest:?}"
+    );
+    assert!(!rest.iter().any(|l| l.contains("poisoned")), "{rest:?}");
+    assert!(data.join("sled").is_dir(), "the archive is gone");
 }
 
 #[test]

@@ -89,6 +89,48 @@ fn a_stop_after_kafka_answered_the_callers_check_is_a_clean_one() {
     }
 }
 
+/// Kafka unreachable at the pipeline's own check, after it answered the
+/// caller's (`kafka_checked`): gone since, which the error says, rather
+/// than advising a look at the address and its settings, which Kafka took
+/// (until 2026-12-06; found by an audit). Without the caller's check, the
+/// same failure is an unreachable broker, as before.
+#[test]
+fn kafka_gone_after_the_callers_check_is_not_called_a_bad_address() {
+    for checked in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = cairn_connector::RunConfig::new(
+            "127.0.0.1:1",
+            "gone-group",
+            vec!["gone".into()],
+            dir.path().to_path_buf(),
+        );
+        cfg.connect_timeout_ms = 200;
+        let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
+        let opts = PipelineOptions {
+            kafka_checked: checked,
+            ..Default::default()
+        };
+        let err = run_pipeline(&cfg, Box::new(ArchiveSink::new(engine.clone())), opts)
+            .map(|r| r.stats)
+            .unwrap_err();
+        if checked {
+            assert!(matches!(err, ConnectorError::KafkaGone { .. }), "{err:?}");
+            let said = err.to_string();
+            assert!(
+                said.contains("answered before the archive was opened")
+                    && !said.contains("check the address"),
+                "{said}"
+            );
+        } else {
+            assert!(
+                matches!(err, ConnectorError::BrokerUnreachable { .. }),
+                "{err:?}"
+            );
+        }
+        assert!(engine.durable_offsets().is_empty());
+    }
+}
+
 /// A run stopped between a put's fsync and its commit (`SimulatedCrash`:
 /// the run then ends as after any fatal error, the consumer leaving its
 /// group and the engine dropped, synced) resumes at the archive's durable

@@ -127,7 +127,8 @@ pub async fn run(args: BackupArgs) -> Result<ExitCode> {
     let dest = to.clone();
     let signals = signals.stop_then_exit(
         stop.clone(),
-        || tracing::info!("signal received: stopping the backup and removing what it wrote (again to exit at once)"),
+        // Said whatever RUST_LOG keeps, as `run`'s.
+        || super::say("INFO", &"signal received: stopping the backup and removing what it wrote (again to exit at once)", None),
         move || super::say_warn!(
             "interrupted again: exiting at once; what the backup wrote in {} stays marked unfinished if it was not removed yet",
             dest.display()

@@ -95,7 +95,8 @@ pub async fn run(args: RestoreArgs) -> Result<ExitCode> {
     );
     let watcher = signals.stop_then_exit(
         stop.clone(),
-        || tracing::warn!("signal received: stopping the restore after what was sent is acknowledged (again to exit at once)"),
+        // Said whatever RUST_LOG keeps, as `run`'s.
+        || super::say("WARN", &"signal received: stopping the restore after what was sent is acknowledged (again to exit at once)", None),
         move || super::say("ERROR", &second, None),
     );
     // Kafka first: a mistyped broker or target topic is refused before the

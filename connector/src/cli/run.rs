@@ -500,7 +500,7 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
     // poison mark or its watermark, also unopened: `remove_if_empty`.)
     let wrote = matches!(ran, Ok((_, written)) if written > 0);
     if !wrote && made_here && data.exists() {
-        remove_unused_archive(&data);
+        remove_unused_archive(&data, ran.is_ok());
         if !data.exists() {
             for dir in made_above {
                 // Only an empty one: another process may have put
@@ -537,10 +537,15 @@ async fn archive(cfg: RunConfig) -> Result<(ExitCode, u64)> {
     // next start recovers the archive and resumes from it.
     Signals::for_command()?.stop_then_exit(
         stop.clone(),
-        || tracing::info!("signal received: draining, fsyncing, committing, closing (again to exit at once)"),
-        // Said whatever RUST_LOG keeps: it is why the exit is 130 (until
-        // 2026-12-05 a tracing event, which a filter could drop).
-        || super::say("ERROR", &"second signal: exiting at once, without the final commit; the next start recovers the archive and resumes from what is durable", None),
+        // Both said whatever RUST_LOG keeps: the first so that a stop that
+        // takes a while is not taken for a hang and signalled again (until
+        // 2026-12-06 a tracing event, which RUST_LOG=warn dropped; found by
+        // an audit), the second because it is why the exit is 130 (until
+        // 2026-12-05 a tracing event too). The second comes in any phase
+        // (Kafka's check, the open, the run, its stop), so it claims no
+        // more than holds in each.
+        || super::say("INFO", &"signal received: draining, fsyncing, committing, closing (again to exit at once)", None),
+        || super::say("ERROR", &"second signal: exiting at once, without waiting for the stop to finish (a final commit not made yet is not made); Kafka's committed offsets never pass what is durable, so the next start loses nothing: it recovers the archive and resumes from what it holds", None),
     );
     // Kafka first: a mistyped broker or topic refused before the archive
     // is opened (recovered, perhaps upgraded, pruned) or even made. The
@@ -690,12 +695,20 @@ impl Signals {
 /// so an engine of this run still open, or another process's, keeps it).
 /// What cannot be removed stays, with a WARN: an empty archive harms
 /// nothing.
-fn remove_unused_archive(data: &Path) {
+fn remove_unused_archive(data: &Path, ran_ok: bool) {
     use cairn_engine::EmptyStoreRemoval;
     let at = data.display();
     match cairn_engine::remove_if_empty(data) {
+        // A run that ended well and wrote no record keeps a store that
+        // holds its partitions' starts (`--auto-offset-reset latest`'s log
+        // ends, recorded and committed before any record): its own words,
+        // not the failed run's (until 2026-12-06 such a clean stop was told
+        // of records and a poisoned engine; found by an audit).
+        Ok(EmptyStoreRemoval::Kept) if ran_ok => {
+            tracing::info!(data = %at, "the archive this run made stays: it holds no record yet, but records where its partitions start, which this run committed to Kafka")
+        }
         Ok(EmptyStoreRemoval::Kept) => {
-            tracing::info!(data = %at, "the archive this run made stays: it holds records, or its engine was poisoned (the next open recovers it)")
+            tracing::info!(data = %at, "the archive this run made stays: it holds records or where its partitions start, or its engine was poisoned (the next open recovers it)")
         }
         Ok(EmptyStoreRemoval::Removed) => {
             tracing::info!(data = %at, "removed the archive directory this run made: nothing was archived")

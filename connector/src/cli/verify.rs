@@ -64,7 +64,8 @@ fn check(args: VerifyArgs) -> Result<ExitCode> {
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let signals = super::run::Signals::for_command()?.stop_then_exit(
         stop.clone(),
-        || tracing::info!("signal received: stopping the verify (again to exit at once)"),
+        // Said whatever RUST_LOG keeps, as `run`'s.
+        || super::say("INFO", &"signal received: stopping the verify (again to exit at once)", None),
         || super::say("ERROR", &"second signal: exiting at once; the store's open mark stays, and the next open in this boot syncs the store before it trusts it", None),
     );
     // Kept to the command's end: a second signal exits at once while the

@@ -206,6 +206,15 @@ pub fn run_flags<'a>(
 /// commits, and the engine's "opening store", so it can kill inside
 /// recovery), with `CAIRN_ABORT_AT` set to `abort_at` or cleared.
 pub fn cairn_run(args: &[&str], abort_at: Option<&str>) -> KillOnDrop {
+    cairn_run_logging(
+        args,
+        abort_at,
+        "info,cairn_connector::pipeline=debug,cairn_engine::open=debug",
+    )
+}
+
+/// [`cairn_run`] with `rust_log` for `RUST_LOG`.
+pub fn cairn_run_logging(args: &[&str], abort_at: Option<&str>, rust_log: &str) -> KillOnDrop {
     let mut cmd = Command::new(CAIRN);
     cmd.args(["--log-format", "json", "run"]).args(args);
     for (k, v) in FAST_GROUP {
@@ -215,12 +224,9 @@ pub fn cairn_run(args: &[&str], abort_at: Option<&str>) -> KillOnDrop {
         Some(a) => cmd.env("CAIRN_ABORT_AT", a),
         None => cmd.env_remove("CAIRN_ABORT_AT"),
     };
-    cmd.env(
-        "RUST_LOG",
-        "info,cairn_connector::pipeline=debug,cairn_engine::open=debug",
-    )
-    .stdout(Stdio::null())
-    .stderr(Stdio::piped());
+    cmd.env("RUST_LOG", rust_log)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
     KillOnDrop::spawn(&mut cmd)
 }
 
