@@ -123,14 +123,18 @@
 //!    stays below them until its next record, as before.
 //! 4. **`close(partitions)`** runs after revoked partitions were committed
 //!    (or, for lost partitions, without any commit). The revoke's commit
-//!    holds what its one `pre_commit` declared: a sink that declares less
-//!    there (one that buffers) has the rest fetched again by the
-//!    partition's next owner. So a buffering sink drops here what it holds
-//!    of them that it did not declare: made durable now, it would be held
-//!    twice, once here and once by the next owner. `close` is not told
-//!    whether a partition was revoked or lost; a lost one may be another
-//!    member's already, so a sink whose store members share must not
-//!    write it here either.
+//!    holds what its one `pre_commit` declared (it is not asked about them
+//!    again): a sink that declares less there (one that buffers) has the
+//!    rest fetched again by the partition's next owner. So a sink whose
+//!    store members share drops here what it holds of them that it did
+//!    not declare (made durable, the shared store would hold it twice); one
+//!    with a store of its own may drop it or make it durable now (its
+//!    `open` then resumes after it, should the partition come back, and
+//!    the next owner's store holds those records too, as across stores
+//!    after any revoke whose commit fails). `close` is not told whether a
+//!    partition was revoked or lost; a lost one may be another member's
+//!    already, which is one more reason a store members share is not
+//!    written here.
 //! 5. **`stop()`** runs once, after the final commit of a clean stop and a
 //!    `close` of every partition still assigned.
 //!
@@ -141,9 +145,10 @@
 //! `max.poll.interval.ms` (300 s by default) gets the member put out of
 //! its group, its partitions given to others, and a rebalance of the group
 //! waits on it meanwhile (nothing is lost: commits of the old generation
-//! fail). Once a revoke has begun, the put is retried for at most
-//! [`REVOKE_RETRY`](crate::REVOKE_RETRY) (60 s), or half of
-//! `max.poll.interval.ms` where that is shorter, and then the run fails:
+//! fail). Once a revoke has begun, each such put is retried for at most
+//! [`REVOKE_RETRY`](crate::REVOKE_RETRY) (60 s) from its first failure
+//! after that, or half of `max.poll.interval.ms` where that is shorter,
+//! and then the run fails (a put that never returns is not bounded: above):
 //! nothing more is committed, and the partitions' next owner fetches from
 //! Kafka's committed offset. A sink whose backend can be away longer returns `Fatal` instead,
 //! and the run stops, to be started again. Once the run is
@@ -244,8 +249,9 @@ pub enum KafkaTopicId {
 /// A sink driven by cairn's commit-after-durable consumer loop
 /// ([`run_pipeline`](crate::run_pipeline)): Kafka Connect's sink contract.
 /// The [module docs](crate::task) say it in full; in short:
-/// - every call runs on one thread of the loop's, one at a time, in the
-///   order `check_topics`, `open` (and `start`) at each assignment, then
+/// - the calls run on one thread of the loop's, one at a time (but for the
+///   two below), in the order `check_topics`, `open` (and `start`) at each
+///   assignment, then
 ///   `put`s each followed (now or on the commit interval) by `pre_commit`,
 ///   `close` at a revoke or a loss, and `stop` once at a clean stop;
 /// - offsets are the next offset to read (the last record's + 1), as Kafka
@@ -258,7 +264,10 @@ pub enum KafkaTopicId {
 ///   again;
 /// - a revoke's one `pre_commit` is the sink's last word on a revoked
 ///   partition: records it does not declare there are fetched again by the
-///   partition's next owner.
+///   partition's next owner;
+/// - `identity` and `durable_check` are asked on the thread that starts the
+///   run, and `durable_check`'s closure runs on the loop's other threads,
+///   beside the calls above.
 ///
 /// `connector/examples/file_sink.rs` is a complete one.
 pub trait SinkTask: Send {
@@ -381,9 +390,11 @@ pub trait SinkTask: Send {
         let _ = positions;
         Ok(())
     }
-    /// Partitions were revoked (after their commit) or lost (without one).
-    /// A sink that buffers drops what it holds of them that is not durable,
-    /// or makes it durable now: if they are assigned again, the loop fetches from the
+    /// Partitions were revoked (after their commit) or lost (without one);
+    /// the sink is not told which. A sink that buffers drops what it holds
+    /// of them that is not durable, or, with a store of its own, may make
+    /// it durable now (module docs, 4.: a store members share must not be
+    /// written here): if they are assigned again, the loop fetches from the
     /// offset `open` then returns (or Kafka's), and a `pre_commit` that
     /// reported records put before the close, and not durable by that
     /// `open`, would name offsets never handed over since (the loop
@@ -416,8 +427,8 @@ pub trait SinkTask: Send {
     /// of the same kind is another member's, resumed after at INFO, and
     /// one under no name of the kind (an offsets reset, another tool's
     /// commit) is a WARN naming the records this store will not hold. A
-    /// name with no `:` is of the archive's kind (`cairn-store:`), as is
-    /// every commit to a sink without a name.
+    /// name without a `:`, or one that starts with it, is of the archive's
+    /// kind (`cairn-store:`), as is every commit to a sink without a name.
     fn identity(&self) -> Option<String> {
         None
     }

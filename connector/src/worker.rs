@@ -72,11 +72,14 @@ pub(crate) enum Job {
         starts: BTreeMap<TopicPartition, i64>,
         reply: Reply<BTreeMap<TopicPartition, i64>>,
     },
-    /// Put these (a revoke's or the final buffer), then `pre_commit` once;
-    /// reply once it has answered. What it declared safe is committed; a
-    /// sink that declares less (one that buffers) is not asked again, and
-    /// the rest is fetched again by the partition's next owner (or the
-    /// next run).
+    /// Put these (a revoke's or the final buffer, or, inside an
+    /// assignment, that of partitions `--on-offset-out-of-range earliest`
+    /// moved), then `pre_commit` once; reply once it has answered. What it
+    /// declared safe is what the requester commits. After a revoke's, a
+    /// sink that declared less (one that buffers) is not asked about the
+    /// revoked partitions again, and the rest is fetched again by their
+    /// next owner; after the final one, nothing more is called but `close`
+    /// and `stop`, and the next run fetches the rest again.
     Flush {
         batches: Vec<RecordBatch>,
         /// As a put's, after `batches`.
@@ -358,7 +361,7 @@ impl Worker {
                 if puts_due || reask_due {
                     // A re-ask that finds puts waiting (due a moment before
                     // their interval) asks as after a put.
-                    if let Err(e) = self.pre_commit_after(self.unsafe_puts) {
+                    if let Err(e) = self.pre_commit_after(self.unsafe_puts, false) {
                         self.pipeline.fail(e);
                     }
                 }
@@ -591,13 +594,19 @@ impl Worker {
     /// a flush's `pre_commit` still ran then, a sync the module's
     /// invariants rule out).
     fn pre_commit(&mut self) -> Result<()> {
-        self.pre_commit_after(true)
+        self.pre_commit_after(true, true)
     }
 
     /// [`Self::pre_commit`]; `handed_since` unless it is a re-ask with no
     /// put since the last one (`reask`), which asks the sink only if some
-    /// partition is still undeclared and backs off further.
-    fn pre_commit_after(&mut self, handed_since: bool) -> Result<()> {
+    /// partition is still undeclared and backs off further. `revoking_too`
+    /// for a flush's: otherwise partitions being revoked are left out. A
+    /// revoke's flush asks about them once, and its commit holds what that
+    /// answer declared; asked again while the commit is under way (a re-ask
+    /// due after a short answer), the sink would make durable what is never
+    /// committed and what the next owner fetches again (until 2026-12-06;
+    /// found in review).
+    fn pre_commit_after(&mut self, handed_since: bool, revoking_too: bool) -> Result<()> {
         if self.pipeline.failed.load(Ordering::Acquire) {
             return Err(ConnectorError::Sink(
                 "not calling pre_commit after a fatal error".into(),
@@ -608,7 +617,11 @@ impl Worker {
         // would pay for at every put.
         let consumed: BTreeMap<TopicPartition, i64> = {
             let s = self.pipeline.state();
-            s.consumed.to_ask(&s.assigned)
+            if revoking_too || s.revoking.is_empty() {
+                s.consumed.to_ask(&s.assigned)
+            } else {
+                s.consumed.to_ask(&(&s.assigned - &s.revoking))
+            }
         };
         if !handed_since && consumed.is_empty() {
             // Declared since, or revoked: nothing to ask again.
@@ -712,6 +725,7 @@ impl Drop for CloseCommitsOnPanic {
 mod tests {
     use super::*;
     use crate::task::PutOutcome;
+    use std::collections::BTreeSet;
     use std::sync::Mutex;
 
     /// A task thread for `sink` under `every-put`, with one job in flight.
@@ -1262,6 +1276,49 @@ mod tests {
             assert!(before >= 2, "{policy:?}: the flush's, then a re-ask");
             assert_eq!(after, 0, "{policy:?}: called after stop");
         }
+    }
+
+    /// A revoke's flush asks the sink about the revoked partitions once: a
+    /// short answer is not asked again while the revoke's commit is under
+    /// way (the commit holds the first answer; a second would make durable
+    /// what is never committed, and the next owner fetches it again). With
+    /// no wait before a re-ask, one would be due at once after the flush.
+    #[test]
+    fn a_revoked_partition_is_not_asked_again_after_its_flush() {
+        let tp = TopicPartition::new("t", 0);
+        let pipeline = Arc::new(Pipeline::new(None, None, None, None, None));
+        pipeline.state().assigned.insert(tp.clone());
+        let calls = Arc::new(Mutex::new((false, 0, 0)));
+        let mut w = worker(Box::new(AlwaysShort(calls.clone())), &pipeline);
+        w.reask_min = Duration::ZERO;
+        pipeline.begin_revoke(&BTreeSet::from([tp.clone()]));
+        let (jobs, rx) = std::sync::mpsc::channel();
+        let (flushed, flush_reply) = std::sync::mpsc::channel();
+        let (closed, close_reply) = std::sync::mpsc::channel();
+        jobs.send(Job::Flush {
+            batches: vec![RecordBatch {
+                tp: tp.clone(),
+                records: vec![cairn_engine::Record::with_value(0, "v")],
+            }],
+            caught_up: BTreeMap::new(),
+            reply: flushed,
+        })
+        .unwrap();
+        jobs.send(Job::Close {
+            partitions: vec![tp.clone()],
+            reply: closed,
+        })
+        .unwrap();
+        drop(jobs);
+        w.run(rx);
+        flush_reply.recv().unwrap().unwrap();
+        close_reply.recv().unwrap().unwrap();
+        assert!(!pipeline.failed.load(Ordering::Acquire));
+        assert_eq!(
+            calls.lock().unwrap().1,
+            1,
+            "asked again after the revoke's flush"
+        );
     }
 
     /// Answers `pre_commit` for every partition it was ever handed, asked
