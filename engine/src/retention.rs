@@ -12,8 +12,9 @@
 //! - Each step is one atomic sled batch, made durable before the next
 //!   step of its partition begins; steps of many partitions in one
 //!   [`TruncationPass`] are made durable together, at most a step's worth
-//!   at a time, before the pass lets go of the truncation lock. A crash
-//!   keeps a prefix of the steps.
+//!   at a time, before the pass lets go of the truncation lock (or the
+//!   engine is poisoned first: a failed sync, or a panic unwinding through
+//!   the pass). A crash keeps a prefix of the steps.
 //! - A step never deletes more records or bytes than the partition's
 //!   summary counts, and a step that deletes every index entry deletes
 //!   exactly what it counts: anything else is a damaged summary or lost or
@@ -77,8 +78,9 @@ impl TruncateReport {
 ///   sees an index or frames that no longer agree with the durable
 ///   summaries they read. The lock is let go only once the pass's steps
 ///   are durable ([`finish`](Self::finish), or its drop), or once a sync
-///   failed (the engine is then poisoned: a backup refuses it, a verify
-///   says so, and no truncation goes on).
+///   failed, or once a panic unwinding through the pass poisoned the
+///   engine, with nothing synced (the engine is then poisoned: a backup
+///   refuses it, a verify says so, and no truncation goes on).
 /// - A step followed by another step of the same partition is durable
 ///   before that one begins, and the pass makes its deletions durable
 ///   once they reach a step's bounds ([`TRUNCATE_ENTRIES_PER_STEP`],
@@ -108,7 +110,9 @@ impl TruncationPass<'_> {
     /// are durable once the pass [`finish`](Self::finish)es (or sooner, by
     /// the bounds above). `go` is asked as there, also while the pass waits
     /// for the truncation lock, which it keeps after the truncation when
-    /// deletions are not yet durable.
+    /// deletions are not yet durable. A panic in `cut` or `go` (or sled's,
+    /// inside the truncation) while deletions of the pass wait for its
+    /// sync poisons the engine as the pass is dropped, with nothing synced.
     pub fn truncate_by_while(
         &mut self,
         tp: &TopicPartition,
@@ -332,10 +336,13 @@ impl Drop for TruncationPass<'_> {
     /// deletions, as after a crash.
     fn drop(&mut self) {
         if std::thread::panicking() {
-            if self.unsynced_seq.take().is_some() {
+            // Poisoned already by a step's own guard (a panic inside it):
+            // said once, with its reason. Else the panic's message is the
+            // one its thread prints (and a caller that catches it logs).
+            if self.unsynced_seq.take().is_some() && !self.engine.is_poisoned() {
                 self.engine.poison_after_caught_panic(
                     "truncation pass",
-                    "unwinding with deletions not yet durable: not synced; the next open recovers from the disk",
+                    "a panic while deletions of the pass waited for its sync (its message is logged beside this): not synced; the next open recovers from the disk",
                 );
             }
         } else if self.unsynced_seq.is_some() {
