@@ -871,11 +871,22 @@ impl Shared {
     /// `pre_commit` has answered once (what it declared safe is what the
     /// caller commits: a sink that buffers may declare less).
     pub(crate) fn flush(&mut self, only: Option<&BTreeSet<TopicPartition>>) -> Result<()> {
+        self.flush_as(only, false)
+    }
+
+    /// [`Self::flush`] of everything, as the run's last: the sink is asked
+    /// nothing more after it but `close` and `stop`.
+    fn flush_last(&mut self) -> Result<()> {
+        self.flush_as(None, true)
+    }
+
+    fn flush_as(&mut self, only: Option<&BTreeSet<TopicPartition>>, last: bool) -> Result<()> {
         let batches = self.take_batches(only);
         let caught_up = self.take_caught_up(only);
         self.request(|reply| Job::Flush {
             batches,
             caught_up,
+            last,
             reply,
         })
     }
@@ -1199,6 +1210,7 @@ pub fn run_pipeline(
         in_flight,
         budget: budget.clone(),
         unsafe_puts: false,
+        flushed_last: false,
         reask: None,
         reask_min: crate::worker::REASK_MIN,
         last_pre_commit: Instant::now(),
@@ -1342,7 +1354,7 @@ fn panicked(thread: &'static str, payload: &(dyn std::any::Any + Send)) -> Conne
 /// Clean stop: drain, fsync, commit synchronously, close the sink.
 fn finish(shared: &Mutex<Shared>, consumer: &BaseConsumer<SinkContext>) -> Result<()> {
     let mut s = lock(shared);
-    s.flush(None)?;
+    s.flush_last()?;
     // The last chance to tell Kafka what is durable: retried (the group may
     // be rebalancing as several instances stop), and counted if it fails.
     // Nothing is lost either way: this store resumes from its own offsets,

@@ -799,13 +799,13 @@ pub(crate) enum KafkaResume {
 /// it begins with the kind of `identity`, its text up to and including
 /// the first `:` (`cairn-store:` for an archive's, `pg:` for a sink
 /// named `pg:db-a`). A sink without an identity, or with one that has no
-/// `:` (or starts with one), takes the archive's kind (until 2026-12-06 the archive's kind was
+/// `:`, takes the archive's kind (until 2026-12-06 the archive's kind was
 /// the only one, so another member of a group of sinks of another kind,
 /// each named, was taken for an offsets reset, with its WARN, at every
 /// ordinary rebalance).
 pub(crate) fn names_a_store(metadata: &str, identity: Option<&str>) -> bool {
     let kind = identity
-        .and_then(|id| id.find(':').filter(|&end| end > 0).map(|end| &id[..=end]))
+        .and_then(|id| id.find(':').map(|end| &id[..=end]))
         .unwrap_or(crate::task::STORE_IDENTITY_PREFIX);
     metadata.starts_with(kind)
 }
@@ -951,8 +951,11 @@ mod tests {
         assert!(!names_a_store("cairn-store:bb", pg));
         assert!(!names_a_store("pgx:db-b", pg));
         assert!(!names_a_store("", pg));
+        // An empty kind is a kind too.
+        assert!(names_a_store(":y", Some(":x")));
+        assert!(!names_a_store("cairn-store:bb", Some(":x")));
         // No kind of its own: the archive's.
-        for none in [None, Some("plain"), Some(":x")] {
+        for none in [None, Some("plain")] {
             assert!(names_a_store("cairn-store:bb", none));
             assert!(!names_a_store("pg:db-b", none));
         }

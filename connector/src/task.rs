@@ -427,8 +427,8 @@ pub trait SinkTask: Send {
     /// of the same kind is another member's, resumed after at INFO, and
     /// one under no name of the kind (an offsets reset, another tool's
     /// commit) is a WARN naming the records this store will not hold. A
-    /// name without a `:`, or one that starts with it, is of the archive's
-    /// kind (`cairn-store:`), as is every commit to a sink without a name.
+    /// name without a `:` is of the archive's kind (`cairn-store:`), as is
+    /// every commit to a sink without a name.
     fn identity(&self) -> Option<String> {
         None
     }

@@ -72,9 +72,10 @@ pub(crate) enum Job {
         starts: BTreeMap<TopicPartition, i64>,
         reply: Reply<BTreeMap<TopicPartition, i64>>,
     },
-    /// Put these (a revoke's or the final buffer, or, inside an
-    /// assignment, that of partitions `--on-offset-out-of-range earliest`
-    /// moved), then `pre_commit` once; reply once it has answered. What it
+    /// Put these (a revoke's or the final buffer; everything before an
+    /// offset reset is judged; or, inside an assignment or such a reset,
+    /// that of partitions `--on-offset-out-of-range earliest` moved), then
+    /// `pre_commit` once; reply once it has answered. What it
     /// declared safe is what the requester commits. After a revoke's, a
     /// sink that declared less (one that buffers) is not asked about the
     /// revoked partitions again, and the rest is fetched again by their
@@ -84,6 +85,9 @@ pub(crate) enum Job {
         batches: Vec<RecordBatch>,
         /// As a put's, after `batches`.
         caught_up: BTreeMap<TopicPartition, i64>,
+        /// The run's final flush: nothing is asked of the sink after it
+        /// but `close` and `stop` (no re-ask while the final commit runs).
+        last: bool,
         reply: Reply<()>,
     },
     /// Partitions were revoked (after their commit) or lost.
@@ -134,6 +138,12 @@ pub(crate) struct Worker {
     /// of such a partition stayed uncommitted until the next put. Dropped
     /// at `stop`, after which nothing is called.
     pub reask: Option<(Instant, Duration)>,
+    /// The final flush was made: its `pre_commit` was the sink's last word
+    /// before the final commit, and nothing is asked of it after that but
+    /// `close` and `stop` (until 2026-12-06 a re-ask due after a short
+    /// answer came while the final commit ran, and what it declared was
+    /// never committed; found in review).
+    pub flushed_last: bool,
     /// The first re-ask's wait: [`REASK_MIN`] (0 in tests).
     pub reask_min: Duration,
     /// How long a put failing retriably is retried while a revoke waits
@@ -298,6 +308,7 @@ impl Worker {
                 Some(Job::Flush {
                     batches,
                     caught_up,
+                    last,
                     reply,
                 }) => {
                     let r = if failed {
@@ -324,6 +335,10 @@ impl Worker {
                         self.pipeline.fail(e);
                         repeated
                     });
+                    if last {
+                        self.flushed_last = true;
+                        self.reask = None;
+                    }
                     let _ = reply.send(r);
                 }
                 // After a fatal error the sink is neither closed nor stopped
@@ -351,7 +366,7 @@ impl Worker {
                     let _ = reply.send(self.failing_the_run("stop", r));
                 }
             }
-            if !self.pipeline.failed.load(Ordering::Acquire) {
+            if !self.pipeline.failed.load(Ordering::Acquire) && !self.flushed_last {
                 let puts_due = self.unsafe_puts
                     && match self.policy {
                         CommitPolicy::EveryPut => true,
@@ -773,6 +788,7 @@ mod tests {
             in_flight: Arc::new(AtomicUsize::new(1)),
             budget,
             unsafe_puts: false,
+            flushed_last: false,
             last_pre_commit: Instant::now(),
             reask: None,
             reask_min: REASK_MIN,
@@ -836,6 +852,7 @@ mod tests {
                 records: vec![cairn_engine::Record::with_value(0, "v")],
             }],
             caught_up: BTreeMap::new(),
+            last: false,
             reply,
         })
         .unwrap();
@@ -930,6 +947,7 @@ mod tests {
                 records: vec![cairn_engine::Record::with_value(0, "v")],
             }],
             caught_up: BTreeMap::new(),
+            last: false,
             reply,
         })
         .unwrap();
@@ -1258,6 +1276,7 @@ mod tests {
                     records: vec![cairn_engine::Record::with_value(0, "v")],
                 }],
                 caught_up: BTreeMap::new(),
+                last: false,
                 reply: flushed,
             })
             .unwrap();
@@ -1301,6 +1320,7 @@ mod tests {
                 records: vec![cairn_engine::Record::with_value(0, "v")],
             }],
             caught_up: BTreeMap::new(),
+            last: false,
             reply: flushed,
         })
         .unwrap();
@@ -1319,6 +1339,45 @@ mod tests {
             1,
             "asked again after the revoke's flush"
         );
+    }
+
+    /// The same for the run's final flush: a short answer is not asked
+    /// again while the final commit runs (until 2026-12-06 it was, and
+    /// what the second answer declared was never committed).
+    #[test]
+    fn nothing_is_asked_again_after_the_final_flush() {
+        let tp = TopicPartition::new("t", 0);
+        let pipeline = Arc::new(Pipeline::new(None, None, None, None, None));
+        pipeline.state().assigned.insert(tp.clone());
+        let calls = Arc::new(Mutex::new((false, 0, 0)));
+        let mut w = worker(Box::new(AlwaysShort(calls.clone())), &pipeline);
+        w.reask_min = Duration::ZERO;
+        let (jobs, rx) = std::sync::mpsc::channel();
+        let (flushed, flush_reply) = std::sync::mpsc::channel();
+        let (stopped, stop_reply) = std::sync::mpsc::channel();
+        jobs.send(Job::Flush {
+            batches: vec![RecordBatch {
+                tp: tp.clone(),
+                records: vec![cairn_engine::Record::with_value(0, "v")],
+            }],
+            caught_up: BTreeMap::new(),
+            last: true,
+            reply: flushed,
+        })
+        .unwrap();
+        jobs.send(Job::Stop {
+            partitions: vec![tp.clone()],
+            reply: stopped,
+        })
+        .unwrap();
+        drop(jobs);
+        w.run(rx);
+        flush_reply.recv().unwrap().unwrap();
+        stop_reply.recv().unwrap().unwrap();
+        assert!(!pipeline.failed.load(Ordering::Acquire));
+        let (stopped, before, after) = *calls.lock().unwrap();
+        assert!(stopped);
+        assert_eq!((before, after), (1, 0), "asked again after the final flush");
     }
 
     /// Answers `pre_commit` for every partition it was ever handed, asked

@@ -2082,7 +2082,7 @@ fn a_run_stopped_before_any_assignment_leaves_no_new_directory() {
 
 /// A run of a new directory under `--auto-offset-reset latest`, stopped
 /// cleanly before any record came, keeps the archive it made: it records
-/// where its partitions start (committed to Kafka), and says so, not that
+/// where its partitions start, and says so, not that
 /// it holds records or was poisoned (until 2026-12-06; found by an audit).
 #[test]
 fn a_clean_stop_before_any_record_keeps_the_starts_it_recorded() {
@@ -2104,7 +2104,7 @@ fn a_clean_stop_before_any_record_keeps_the_starts_it_recorded() {
     assert_eq!(child.wait().unwrap().code(), Some(0), "{rest:?}");
     assert!(
         rest.iter().any(|l| l.contains(
-            "it holds no record yet, but records where its partitions start, which this run committed to Kafka"
+            "it holds no record yet, but records where its partitions start, for the next run to resume there"
         )),
         "{rest:?}"
     );

@@ -584,6 +584,17 @@ impl Engine {
         self.poison_after_panic(op, &format!("{op} panicked: {what}"), |_| {});
     }
 
+    /// Poison the engine from a drop while its thread unwinds (a panic not
+    /// caught yet, whose message its thread prints): said once, and not at
+    /// all if a guard poisoned the engine already, with its own reason.
+    pub(crate) fn poison_while_unwinding(&self, op: &'static str, reason: &str) {
+        self.poison_after_panic(op, reason, |c| {
+            if c.poisoned.is_none() {
+                tracing::error!(op, "a panic while using the engine: poisoned");
+            }
+        });
+    }
+
     /// Poison the engine from a drop during a panic: the commit lock is
     /// taken even if poisoned (a second panic here would abort), `also`
     /// runs under it, and waiters are woken.

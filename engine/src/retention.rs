@@ -339,11 +339,10 @@ impl Drop for TruncationPass<'_> {
             // Poisoned already by a step's own guard (a panic inside it):
             // said once, with its reason. Else the panic's message is the
             // one its thread prints (and a caller that catches it logs).
-            if self.unsynced_seq.take().is_some() && !self.engine.is_poisoned() {
-                self.engine.poison_after_caught_panic(
-                    "truncation pass",
-                    "a panic while deletions of the pass waited for its sync (its message is logged beside this): not synced; the next open recovers from the disk",
-                );
+            if self.unsynced_seq.take().is_some() {
+                let reason = "truncation pass panicked: deletions of the pass waited for its sync (the panic's message is logged beside this): not synced; the next open recovers from the disk";
+                self.engine
+                    .poison_while_unwinding("truncation pass", reason);
             }
         } else if self.unsynced_seq.is_some() {
             // Only what waits: a failed sync was reported where it failed.

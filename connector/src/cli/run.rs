@@ -705,7 +705,7 @@ fn remove_unused_archive(data: &Path, ran_ok: bool) {
         // not the failed run's (until 2026-12-06 such a clean stop was told
         // of records and a poisoned engine; found by an audit).
         Ok(EmptyStoreRemoval::Kept) if ran_ok => {
-            tracing::info!(data = %at, "the archive this run made stays: it holds no record yet, but records where its partitions start, which this run committed to Kafka")
+            tracing::info!(data = %at, "the archive this run made stays: it holds no record yet, but records where its partitions start, for the next run to resume there")
         }
         Ok(EmptyStoreRemoval::Kept) => {
             tracing::info!(data = %at, "the archive this run made stays: it holds records or where its partitions start, or its engine was poisoned (the next open recovers it)")
