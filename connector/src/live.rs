@@ -1862,6 +1862,14 @@ fn request_within(
     // The report's output failed (a full disk behind a redirect): the
     // answer is read on to its end, so that what the run did is known.
     let mut out_failed: Option<std::io::Error> = None;
+    // An export's output goes out in whole lines: the server cuts its
+    // frames where its buffer fills, not between records, so the bytes
+    // after a frame's last newline wait here for the rest of their line. An
+    // answer cut off (the run stopped) then leaves whole records behind,
+    // as a local export does, not half a JSON line that a reader such as
+    // `jq` fails on (until 2026-12-06; found by an audit).
+    let whole_lines = matches!(req, Request::Export { .. });
+    let mut partial: Vec<u8> = Vec::new();
     loop {
         if let Some(deadline) = deadline {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -1889,6 +1897,10 @@ fn request_within(
                         "remove what it may have left in {} and run the command again",
                         to.display()
                     ),
+                    // What went out is whole lines (above).
+                    Request::Export { .. } => {
+                        "what it wrote is whole records, the last line cut short left out; run the command again".into()
+                    }
                     _ => "run the command again".into(),
                 };
                 return Err(ConnectorError::Live(format!(
@@ -1902,7 +1914,11 @@ fn request_within(
             // takes.
             TAG_OUTPUT if body.is_empty() => {}
             TAG_OUTPUT if out_gone || out_failed.is_some() => {}
-            TAG_OUTPUT => match out.write_all(&body) {
+            TAG_OUTPUT => match out.write_all(&if whole_lines {
+                up_to_last_line(&mut partial, &body)
+            } else {
+                body
+            }) {
                 Ok(()) => {}
                 // An export stops with its reader, as a local one does;
                 // a verify, prune or backup goes on to its end, as a local
@@ -1931,6 +1947,14 @@ fn request_within(
             },
             TAG_END => {
                 let end = parse_end(&body)?;
+                // Whole now: an output that did not end in a newline.
+                if !partial.is_empty() && !out_gone && out_failed.is_none() {
+                    out.write_all(&partial)
+                        .map_err(|source| ConnectorError::Io {
+                            path: out_name.to_owned(),
+                            source,
+                        })?;
+                }
                 let Some(source) = out_failed else {
                     return Ok(end);
                 };
@@ -2063,6 +2087,24 @@ fn no_answer_within(t: Duration) -> ConnectorError {
         "the running cairn did not answer within {} s (is it stopped or wedged? a run of a build before 2026-12-02 sends no heartbeats while it works: run the command once it has stopped)",
         t.as_secs_f64()
     ))
+}
+
+/// What of `body` to write after `partial` (the bytes of a line begun in
+/// an earlier frame): everything up to its last newline; the rest waits in
+/// `partial` for its line's end.
+fn up_to_last_line(partial: &mut Vec<u8>, body: &[u8]) -> Vec<u8> {
+    match body.iter().rposition(|&b| b == b'\n') {
+        None => {
+            partial.extend_from_slice(body);
+            Vec::new()
+        }
+        Some(end) => {
+            let mut whole = std::mem::take(partial);
+            whole.extend_from_slice(&body[..=end]);
+            partial.extend_from_slice(&body[end + 1..]);
+            whole
+        }
+    }
 }
 
 fn parse_end(body: &[u8]) -> Result<End> {
@@ -2510,6 +2552,51 @@ mod tests {
             assert!(!stopped.load(Ordering::SeqCst));
             server.stop();
             assert_eq!(Arc::strong_count(&e), 1, "a thread kept the engine");
+        }
+    }
+
+    /// An export answer cut off part-way (the run stopped) leaves whole
+    /// lines in the output, the line its last frame began left out; one
+    /// that ends writes everything, a last line without a newline too.
+    #[test]
+    fn a_cut_off_export_leaves_whole_lines() {
+        let export = Request::Export {
+            selection: Selection::default(),
+            format: crate::cli::export::Format::Jsonl,
+        };
+        for ends in [false, true] {
+            let (client, mut server) = UnixStream::pair().unwrap();
+            let serving = std::thread::spawn(move || {
+                let mut line = String::new();
+                BufReader::new(&server).read_line(&mut line).unwrap();
+                // Frames cut where a buffer filled, not between lines.
+                write_frame(&mut server, TAG_OUTPUT, b"{\"a\":1}\n{\"b\"").unwrap();
+                write_frame(&mut server, TAG_OUTPUT, b":2}\n{\"c").unwrap();
+                write_frame(&mut server, TAG_OUTPUT, b"\":").unwrap();
+                if ends {
+                    write_frame(&mut server, TAG_OUTPUT, b"3}").unwrap();
+                    let end = End {
+                        exit: 0,
+                        error: None,
+                        pid: 1,
+                        warning: None,
+                    };
+                    write_frame(&mut server, TAG_END, &end_frame(&end)).unwrap();
+                }
+                // Dropped: the connection closes.
+            });
+            let mut out = Vec::new();
+            let answer = request(client, &export, &mut out, Path::new("<stdout>"));
+            serving.join().unwrap();
+            let out = String::from_utf8(out).unwrap();
+            if ends {
+                assert_eq!(answer.unwrap().exit, 0);
+                assert_eq!(out, "{\"a\":1}\n{\"b\":2}\n{\"c\":3}");
+            } else {
+                let err = answer.unwrap_err().to_string();
+                assert!(err.contains("the last line cut short left out"), "{err}");
+                assert_eq!(out, "{\"a\":1}\n{\"b\":2}\n");
+            }
         }
     }
 

@@ -466,6 +466,13 @@ fn export_live(
     let req = crate::live::Request::Export { selection, format };
     match crate::live::request(conn, &req, &mut out, out_path) {
         Ok(mut end) => {
+            // Said before the output is finished, as a local export says it
+            // before it reads: an output failing at its end stops this
+            // command before the answer's own exit is said (until
+            // 2026-12-06 the warning was lost then; found by an audit).
+            if let Some(warning) = end.warning.take() {
+                super::say_warn!("{warning}");
+            }
             match &mut end.error {
                 None => {
                     // pid 0: the reader went away (`| head`) while the
@@ -1135,6 +1142,31 @@ pub(crate) fn write_records(
             None => format!("{tp} before any of its records was written"),
         };
         let rest = &chosen[i + 1..];
+        // Records deleted under the read (a running archive's retention,
+        // or a prune) are no damage: `cairn verify` finds none, and the
+        // way on starts where the read was (until 2026-12-06 it was told
+        // the damage advice; found by an audit).
+        if let cairn_engine::Error::PrunedUnderRead { position, .. } = &source {
+            let on = format!(
+                "--topic {} --partition {} --from {position}",
+                tp.topic, tp.partition
+            );
+            let reading = if rest.is_empty() {
+                format!("{at} (records deleted under the read by retention or a prune, not damage: export again, or go on with {on}, keeping this export's --to)")
+            } else {
+                format!(
+                    "{at} (records deleted under the read by retention or a prune, not damage: export again, or go on one partition at a time, keeping this export's --to: {on}, then, with this export's --from, --topic T --partition N for each partition after it, which were not read: {})",
+                    crate::selection::first_few(rest.iter().map(|p| p.tp.to_string()))
+                )
+            };
+            return ConnectorError::ExportStopped {
+                records,
+                last: last.clone(),
+                reading: Some(reading),
+                source: Box::new(source.into()),
+                output: String::new(),
+            };
+        }
         // Records of it below the damage went out only when some of it
         // was written: then, into an output left as it was, they are to
         // be exported again, up to (`--to`, exclusive) the damaged entry.
@@ -1584,6 +1616,64 @@ mod tests {
         let (r, out) = export(false);
         assert_eq!(r.unwrap(), Some(3));
         assert_eq!(out, b"v\nv\nv\n");
+    }
+
+    /// Records deleted under the export's read (retention on a running
+    /// archive) stop it with the way on from where the read was, not the
+    /// damage advice: `cairn verify` would find nothing.
+    #[test]
+    fn records_deleted_under_the_read_are_no_damage() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        for p in 0..2 {
+            let tp = TopicPartition::new("t", p);
+            for o in [0, 5, 10] {
+                let records = (o..o + 5).map(|o| record(o, b"v")).collect();
+                let tp = tp.clone();
+                engine.append(&[RecordBatch { tp, records }]).unwrap();
+            }
+        }
+        let chosen = engine.partitions();
+        /// Deletes t/0's records below 10 at its first write: after the
+        /// read took its first entry, before its second.
+        struct PrunesAtFirstWrite<'e>(&'e Engine, bool, Vec<u8>);
+        impl Write for PrunesAtFirstWrite<'_> {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                if !self.1 {
+                    self.1 = true;
+                    let (_, r, _) = self
+                        .0
+                        .truncate_by_while(&TopicPartition::new("t", 0), |_| Ok(10), || true)
+                        .unwrap();
+                    assert_eq!(r.entries_deleted, 2);
+                }
+                self.2.extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut out = PrunesAtFirstWrite(&engine, false, Vec::new());
+        let e = write_records(
+            &engine,
+            &chosen,
+            &Selection::default(),
+            Format::Raw,
+            &mut out,
+            Path::new("-"),
+            &AtomicBool::new(false),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("records deleted under the read by retention or a prune, not damage")
+                && e.contains("--topic t --partition 0 --from 5")
+                && e.contains("which were not read: t/1"),
+            "{e}"
+        );
+        assert!(!e.contains("cairn verify"), "{e}");
+        assert_eq!(out.2, b"v\nv\nv\nv\nv\n");
     }
 
     /// jsonl read back gives the records archived, field for field: a null
