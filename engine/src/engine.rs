@@ -62,6 +62,10 @@ use crate::watermark::{self, Watermark};
 pub const FAILPOINT_AFTER_WRITE: &str = "wal::append::after_write";
 /// Failpoint: after the fsync, before `append` returns.
 pub const FAILPOINT_AFTER_SYNC: &str = "wal::append::after_sync";
+/// Failpoint: at the end of `close`, its syncs made, before the engine's
+/// drop lets go of sled (tests: a reader alive when the close began, gone
+/// by the drop).
+pub const FAILPOINT_CLOSE_SYNCED: &str = "engine::close::synced";
 /// Failpoint: before each of an append's sled inserts. `return` stops the
 /// append there, as a crash between two log records would.
 pub const FAILPOINT_MID_WRITE: &str = "wal::append::mid_write";
@@ -113,6 +117,11 @@ pub struct Engine {
     closed: AtomicBool,
     /// Set by `close`: its syncs add no slots (nothing will be written).
     closing: AtomicBool,
+    /// A reader was alive when the engine began to shut down (`close`, or
+    /// its drop): its reads may have written node splits into sled after
+    /// the engine's last sync, which sled's final flush writes with its
+    /// errors only logged, so the open mark stays (`Drop`).
+    reader_at_shutdown: AtomicBool,
     recovery: RecoveryReport,
     _lock: Option<DirLock>,
 }
@@ -530,6 +539,7 @@ impl Engine {
             counters: Counters::default(),
             closed: AtomicBool::new(false),
             closing: AtomicBool::new(false),
+            reader_at_shutdown: AtomicBool::new(false),
             recovery: report,
             // Taken last, once nothing can fail: until then the caller
             // holds it (and writes the poison mark under it on failure).
@@ -1366,6 +1376,7 @@ impl Engine {
     /// open then verifies nothing but frames written after this point.
     pub fn close(self) -> Result<()> {
         self.closing.store(true, Ordering::Release);
+        self.note_readers_at_shutdown();
         self.sync()?;
         let lsn = {
             let w = lock(&self.write);
@@ -1386,9 +1397,18 @@ impl Engine {
         }
         self.sync()?;
         self.sync_watermark()?;
+        fail::fail_point!(FAILPOINT_CLOSE_SYNCED);
         // The open mark goes in the drop, once sled's handles are dropped.
         self.closed.store(true, Ordering::Release);
         Ok(())
+    }
+
+    /// Note whether a reader is alive now, as the engine begins to shut
+    /// down (each holds a clone of `store_failing`).
+    fn note_readers_at_shutdown(&self) {
+        if Arc::strong_count(&self.store_failing) > 1 {
+            self.reader_at_shutdown.store(true, Ordering::SeqCst);
+        }
     }
 
     /// fdatasync a watermark value the last sync left pending (within its
@@ -1634,6 +1654,7 @@ impl Drop for Engine {
         // Whether the open mark goes, once sled's handles are dropped: a
         // close, or a sync here, succeeded with nothing left to write (no
         // handle is left to write with).
+        self.note_readers_at_shutdown();
         let closed = self.closed.load(Ordering::Acquire);
         let mut unmark = closed;
         if !closed && !self.is_poisoned() {
@@ -1721,8 +1742,15 @@ impl Drop for Engine {
             // clone of `store_failing`): sled's final flush and fsync run at
             // its drop, whose failures only its log line hears of. So the
             // mark stays, and the next open in this boot syncs the store
-            // before it trusts the page cache.
-            let readers_alive = Arc::strong_count(&self.store_failing) > 1;
+            // before it trusts the page cache. So too for one alive when
+            // the shutdown began and gone since: its reads may have left
+            // node splits after the engine's last sync, which the flush of
+            // the handles dropped above wrote, a failure there only logged
+            // by sled, which then skips its fsync without a panic (until
+            // 2026-12-06 only a reader alive here kept the mark; found by
+            // an audit).
+            let readers_alive = Arc::strong_count(&self.store_failing) > 1
+                || self.reader_at_shutdown.load(Ordering::SeqCst);
             if unmark && readers_alive {
                 tracing::debug!(dir = %self.cfg.path.display(), "engine dropped while a reader outlives it: the open mark stays, and the next open in this boot syncs the store first");
             } else if unmark {
