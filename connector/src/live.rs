@@ -1897,9 +1897,10 @@ fn request_within(
                         "remove what it may have left in {} and run the command again",
                         to.display()
                     ),
-                    // What went out is whole lines (above).
+                    // What went out is whole lines (above): whole records
+                    // but for raw values, which may hold newlines.
                     Request::Export { .. } => {
-                        "what it wrote is whole records, the last line cut short left out; run the command again".into()
+                        "what it wrote ends with a whole line, the line it was cut in left out; run the command again".into()
                     }
                     _ => "run the command again".into(),
                 };
@@ -1947,13 +1948,33 @@ fn request_within(
             },
             TAG_END => {
                 let end = parse_end(&body)?;
-                // Whole now: an output that did not end in a newline.
+                // Whole now: an output that did not end in a newline. Its
+                // reader gone ends the export quietly, as above; another
+                // failure keeps what the run said of its answer.
                 if !partial.is_empty() && !out_gone && out_failed.is_none() {
-                    out.write_all(&partial)
-                        .map_err(|source| ConnectorError::Io {
-                            path: out_name.to_owned(),
-                            source,
-                        })?;
+                    match out.write_all(&partial) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                            return Ok(End {
+                                exit: 0,
+                                error: None,
+                                pid: 0,
+                                warning: end.warning,
+                            })
+                        }
+                        Err(source) => {
+                            return Err(ConnectorError::Io {
+                                path: out_name.to_owned(),
+                                source: match &end.error {
+                                    Some(error) => std::io::Error::new(
+                                        source.kind(),
+                                        format!("{source} (and the run's answer ended: {error})"),
+                                    ),
+                                    None => source,
+                                },
+                            })
+                        }
+                    }
                 }
                 let Some(source) = out_failed else {
                     return Ok(end);
@@ -2594,7 +2615,7 @@ mod tests {
                 assert_eq!(out, "{\"a\":1}\n{\"b\":2}\n{\"c\":3}");
             } else {
                 let err = answer.unwrap_err().to_string();
-                assert!(err.contains("the last line cut short left out"), "{err}");
+                assert!(err.contains("the line it was cut in left out"), "{err}");
                 assert_eq!(out, "{\"a\":1}\n{\"b\":2}\n");
             }
         }
