@@ -191,6 +191,20 @@ fn assert_round(round: &serde_json::Value) {
     );
     assert!(round["ceiling"]["records_per_s"].as_f64().unwrap() > 0.0);
     assert!(round.get("ceiling_cpu").is_some(), "{round}");
+    // The ceiling commits as described, however short its run: at least
+    // the one after its last record.
+    assert!(round["ceiling_commits"].as_u64().unwrap() >= 1, "{round}");
+    // The floor's sum is its parts added at each percentile (by rank),
+    // within the histograms' precision.
+    for q in ["p50_us", "p99_us"] {
+        if let (Some(sum), Some(a), Some(b)) = (
+            f["sum"][q].as_u64(),
+            f["fdatasync"][q].as_u64(),
+            f["commit"][q].as_u64(),
+        ) {
+            assert!(sum.abs_diff(a + b) * 200 <= a + b, "{q}: {f}");
+        }
+    }
     assert!(round["kcat"]["skipped"].is_string());
     let order: Vec<&str> = round["order"]
         .as_array()

@@ -90,16 +90,8 @@ impl CairnRun {
             .cpu
             .zip(ceiling_cpu)
             .map(|(own, c)| c.total_us_per_record() / own.total_us_per_record().max(1e-9));
-        self.p50_vs_floor = self
-            .put_to_commit
-            .p50()
-            .zip(floor.sum.p50())
-            .map(|(own, floor)| own as f64 / floor.max(1) as f64);
-        self.p99_vs_floor = self
-            .put_to_commit
-            .p99()
-            .zip(floor.sum.p99())
-            .map(|(own, floor)| own as f64 / floor.max(1) as f64);
+        self.p50_vs_floor = over(self.put_to_commit.p50(), floor.sum.p50());
+        self.p99_vs_floor = over(self.put_to_commit.p99(), floor.sum.p99());
         self.pct_of_ceiling = 100.0 * self.throughput.records_per_s / ceiling.records_per_s;
         self.steady_pct_of_ceiling = self
             .throughput
@@ -660,7 +652,7 @@ pub fn ceiling(
     topic: &str,
     records: u64,
     size: usize,
-) -> Result<(Throughput, Option<Cpu>), String> {
+) -> Result<(Throughput, Option<Cpu>, u64), String> {
     if records == 0 {
         return Err("ceiling: no records to consume".into());
     }
@@ -689,7 +681,15 @@ pub fn ceiling(
         .assign(&c, &tpl)
         .map_err(|e| format!("ceiling: {e}"))?;
     let deadline = Instant::now() + Duration::from_secs(600);
-    let (mut n, mut bytes, mut first, mut last_commit) = (0u64, 0u64, None, Instant::now());
+    let (mut n, mut bytes, mut first) = (0u64, 0u64, None);
+    // Async commits, each 100 ms from the first record: counted, and a
+    // failure to send one fails the run.
+    let (mut last_commit, mut commits): (Option<Instant>, u64) = (None, 0);
+    let commit = |commits: &mut u64| {
+        c.commit_consumer_state(CommitMode::Async)
+            .map(|()| *commits += 1)
+            .map_err(|e| format!("ceiling: async commit: {e}"))
+    };
     let mut failed = None;
     // Records taken by then, after each take that took any: its steady
     // window.
@@ -720,14 +720,20 @@ pub fn ceiling(
         if progress.last().map_or(0, |&(_, done)| done) < n {
             progress.push((Instant::now(), n));
         }
-        if last_commit.elapsed() >= Duration::from_millis(100) && first.is_some() {
-            let _ = c.commit_consumer_state(CommitMode::Async);
-            last_commit = Instant::now();
+        if let Some(first) = first {
+            let since = *last_commit.get_or_insert(first);
+            if since.elapsed() >= Duration::from_millis(100) {
+                commit(&mut commits)?;
+                last_commit = Some(Instant::now());
+            }
         }
     }
     let used = meter.used();
     let first = first.ok_or("ceiling: no record consumed")?;
     let seconds = first.elapsed().as_secs_f64();
+    // The last position, outside the timed window: a run shorter than an
+    // interval commits too.
+    commit(&mut commits)?;
     let progress: Vec<(f64, u64)> = progress
         .iter()
         .map(|(t, n)| (t.saturating_duration_since(first).as_secs_f64(), *n))
@@ -740,6 +746,7 @@ pub fn ceiling(
     Ok((
         Throughput::new(records, bytes, seconds).with_steady(&progress),
         per_record(used, records, seconds),
+        commits,
     ))
 }
 
@@ -868,18 +875,11 @@ pub fn floor(
     // taken, which the two measured apart do not justify: that floor's p50
     // read mostly above the sum of the p50s, and its p99 below the sum of
     // the p99s.
-    fsync_us.sort_unstable();
-    commit_us.sort_unstable();
     let mut hw = histogram();
     for w in &write_us {
         hw.saturating_record((*w).max(1));
     }
-    let (mut hf, mut hc, mut hs) = (histogram(), histogram(), histogram());
-    for (a, b) in fsync_us.iter().zip(&commit_us) {
-        hf.saturating_record((*a).max(1));
-        hc.saturating_record((*b).max(1));
-        hs.saturating_record((a + b).max(1));
-    }
+    let (hf, hc, hs) = by_rank(&mut fsync_us, &mut commit_us);
     Ok((
         Floor {
             put_bytes,
@@ -892,6 +892,29 @@ pub fn floor(
     ))
 }
 
+/// Two series measured apart, as histograms of each and of their sum
+/// paired by rank (the i-th smallest of one with the i-th smallest of the
+/// other): the sum's every percentile is then the two's at that percentile
+/// added, as the floor is defined. Sorts both.
+fn by_rank(a: &mut [u64], b: &mut [u64]) -> (Histogram<u64>, Histogram<u64>, Histogram<u64>) {
+    a.sort_unstable();
+    b.sort_unstable();
+    let (mut ha, mut hb, mut sum) = (histogram(), histogram(), histogram());
+    for (x, y) in a.iter().zip(b.iter()) {
+        ha.saturating_record((*x).max(1));
+        hb.saturating_record((*y).max(1));
+        sum.saturating_record((x + y).max(1));
+    }
+    (ha, hb, sum)
+}
+
+/// A ratio of two latencies, `own` over `base` (`None` where either has
+/// too few samples for the quantile).
+fn over(own: Option<u64>, base: Option<u64>) -> Option<f64> {
+    own.zip(base)
+        .map(|(own, base)| own as f64 / base.max(1) as f64)
+}
+
 /// Records produced to a case's topic: the sum of its partitions' end
 /// offsets (the harness produces from offset 0).
 fn produced(ends: &BTreeMap<TopicPartition, i64>) -> u64 {
@@ -900,7 +923,44 @@ fn produced(ends: &BTreeMap<TopicPartition, i64>) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::{cpu_seconds, per_record, stat_cpu_seconds};
+    use super::{by_rank, cpu_seconds, over, per_record, stat_cpu_seconds};
+
+    /// The floor's sum, paired by rank, has at each percentile the sum of
+    /// the two series' percentiles, whatever order they were taken in: here
+    /// the slow fdatasyncs came with the fast commits, which paired by time
+    /// would flatten the sum's tail.
+    #[test]
+    fn the_floor_pairs_its_two_parts_by_rank() {
+        let mut fsync: Vec<u64> = (1..=1000).map(|i| 100 + i).collect();
+        let mut commit: Vec<u64> = (1..=1000).rev().map(|i| 40 + 10 * i).collect();
+        let (hf, hc, hs) = by_rank(&mut fsync, &mut commit);
+        for q in [0.5, 0.9, 0.99, 0.999] {
+            let parts = hf.value_at_quantile(q) + hc.value_at_quantile(q);
+            let sum = hs.value_at_quantile(q);
+            // Within the histograms' precision (3 significant digits).
+            assert!(
+                sum.abs_diff(parts) * 500 <= parts,
+                "{q}: {sum} against {parts}"
+            );
+        }
+        let top = hf.max() + hc.max();
+        assert!(
+            hs.max().abs_diff(top) * 500 <= top,
+            "{} against {top}",
+            hs.max()
+        );
+        assert_eq!(hs.len(), 1000);
+    }
+
+    /// A latency ratio is cairn's over the baseline's, not the reverse;
+    /// none where either side is missing.
+    #[test]
+    fn a_latency_ratio_is_own_over_base() {
+        assert_eq!(over(Some(300), Some(200)), Some(1.5));
+        assert_eq!(over(Some(5), Some(0)), Some(5.0));
+        assert_eq!(over(None, Some(200)), None);
+        assert_eq!(over(Some(300), None), None);
+    }
 
     #[test]
     fn cpu_per_record_and_cores_busy() {

@@ -354,6 +354,12 @@ pub struct Round {
     pub ceiling: Throughput,
     /// What the ceiling cost in CPU.
     pub ceiling_cpu: Option<measure::Cpu>,
+    /// The async commits the ceiling sent: one each 100 ms from its first
+    /// record, and one after its last (outside its timed window); their
+    /// results are not awaited (since 2026-12-06: before, the 100 ms ran
+    /// from before its first record, nothing was sent after its last, and
+    /// a failure to send was dropped, so a short run sent none).
+    pub ceiling_commits: u64,
     /// The disk's sequential write bandwidth, measured in this round: the
     /// baseline of its runs' `pct_of_disk_bandwidth`.
     pub disk_bandwidth: Throughput,
@@ -468,7 +474,7 @@ fn round(
                 // The allocator as at start for the ceiling: an interval
                 // run before it left it tuned for itself.
                 cairn_connector::allocator::tune();
-                let (t, cpu) = measure::ceiling(
+                let (t, cpu, commits) = measure::ceiling(
                     case.brokers,
                     case.broker_pid,
                     case.topic,
@@ -479,7 +485,7 @@ fn round(
                     "   ceiling (consume only): {:.0} records/s",
                     t.records_per_s
                 );
-                ceiling = Some((t, cpu));
+                ceiling = Some((t, cpu, commits));
                 order.push("ceiling".to_owned());
             }
             Step::Cairn(i) => {
@@ -553,7 +559,8 @@ fn round(
             }
         }
     }
-    let (Some((ceiling, ceiling_cpu)), Some(floor), Some(disk_bandwidth)) = (ceiling, floor, disk)
+    let (Some((ceiling, ceiling_cpu, ceiling_commits)), Some(floor), Some(disk_bandwidth)) =
+        (ceiling, floor, disk)
     else {
         unreachable!("every round measures the ceiling, the floor and the disk");
     };
@@ -572,6 +579,7 @@ fn round(
         floor,
         ceiling,
         ceiling_cpu,
+        ceiling_commits,
         disk_bandwidth,
         kcat,
         python,

@@ -271,15 +271,32 @@ pub fn judgement(
         return String::new();
     };
     let bound = t.bound.text(metric.percent);
+    // A steady ratio is judged only where every round had its window: the
+    // rounds that have one are the longer ones, so a median of some of
+    // them would judge on rounds picked by how they ran (until 2026-12-06
+    // one round of three could; found by an audit). Its whole-run twin is
+    // judged otherwise.
+    let rounds = |name: &str| medians.get(name).map(|s| s.rounds);
+    let in_every_round = |steady: &str, whole: &str| match (rounds(steady), rounds(whole)) {
+        (Some(s), Some(w)) => s >= w,
+        (s, _) => s.is_some(),
+    };
+    let whole_twin = METRICS
+        .iter()
+        .find(|m| m.whole_of == Some(metric.name) && medians.contains_key(m.name));
     let twin_had_it = metric
         .whole_of
-        .is_some_and(|twin| medians.contains_key(twin));
+        .is_some_and(|twin| in_every_round(twin, metric.name));
     match medians.get(metric.name) {
         _ if twin_had_it => "(whole runs; the steady ratio above is judged)".into(),
-        None if METRICS
-            .iter()
-            .any(|m| m.whole_of == Some(metric.name) && medians.contains_key(m.name)) =>
-        {
+        Some(spread) if whole_twin.is_some_and(|w| !in_every_round(metric.name, w.name)) => {
+            format!(
+                "{bound}: {} of {} rounds had a steady window; judged on the whole runs (below)",
+                spread.rounds,
+                rounds(whole_twin.map_or("", |w| w.name)).unwrap_or(0)
+            )
+        }
+        None if whole_twin.is_some() => {
             format!("{bound}: no round had a steady window; judged on the whole runs (below)")
         }
         None => format!("{bound}{}: no round had it", t.note),
@@ -289,10 +306,13 @@ pub fn judgement(
             } else {
                 "MISSED"
             };
-            let whole = if metric.whole_of.is_some() {
-                " (whole runs: no round had a steady window)"
-            } else {
-                ""
+            let whole = match metric.whole_of.and_then(rounds) {
+                _ if metric.whole_of.is_none() => String::new(),
+                None => " (whole runs: no round had a steady window)".into(),
+                Some(s) => format!(
+                    " (whole runs: {s} of {} rounds had a steady window)",
+                    spread.rounds
+                ),
             };
             // A median the table rounds onto the bound (1.503 shown as
             // 1.50x) is given exactly, so that the verdict does not read
@@ -413,8 +433,25 @@ mod tests {
             ("pct_of_ceiling", 79.6),
         ]);
         let python = medians(&[("p50_vs_python", 1.18)]);
+        // One round of three had a steady window: the whole runs judge.
+        let mut partly = medians(&[("steady_pct_of_ceiling", 85.0), ("pct_of_ceiling", 62.0)]);
+        partly.get_mut("steady_pct_of_ceiling").unwrap().rounds = 1;
         type ByName = BTreeMap<&'static str, Spread>;
-        let cases: [(&str, &str, usize, &ByName, &str); 17] = [
+        let cases: [(&str, &str, usize, &ByName, &str); 19] = [
+            (
+                "steady_pct_of_ceiling",
+                "interval:100",
+                100,
+                &partly,
+                ">= 80%: 1 of 3 rounds had a steady window; judged on the whole runs (below)",
+            ),
+            (
+                "pct_of_ceiling",
+                "interval:100",
+                100,
+                &partly,
+                ">= 80%: MISSED (whole runs: 1 of 3 rounds had a steady window)",
+            ),
             (
                 "p50_vs_floor",
                 "every-put",
