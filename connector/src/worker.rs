@@ -220,7 +220,8 @@ impl Worker {
             // (`interval:MS`, puts not yet declared), or a re-ask's. A
             // failed run makes no `pre_commit`, so its puts stay unsafe:
             // waiting for a due one would spin.
-            let due_at = if self.pipeline.failed.load(Ordering::Acquire) {
+            // Nor does one past its final flush.
+            let due_at = if self.pipeline.failed.load(Ordering::Acquire) || self.flushed_last {
                 None
             } else {
                 let interval = match self.policy {
@@ -1250,47 +1251,72 @@ mod tests {
         }
     }
 
-    /// Nothing is called after `stop`: a re-ask due when the run stops (its
-    /// final flush declared short) is dropped. With no wait before a
-    /// re-ask, the flush's is due at once, and so is the one after it,
-    /// when the queued `stop` has just run.
+    /// An [`AlwaysShort`] sink, with no wait before a re-ask, handed one
+    /// record of t/0 in a flush (`last`: the run's final one; t/0 being
+    /// revoked if `revoking`), then a `Stop` (`stop`) or a `Close` of t/0:
+    /// whether it was stopped, and its `pre_commit`s before and after.
+    fn short_after_flush(
+        policy: CommitPolicy,
+        last: bool,
+        revoking: bool,
+        stop: bool,
+    ) -> (bool, u32, u32) {
+        let tp = TopicPartition::new("t", 0);
+        let pipeline = Arc::new(Pipeline::new(None, None, None, None, None));
+        pipeline.state().assigned.insert(tp.clone());
+        if revoking {
+            pipeline.begin_revoke(&BTreeSet::from([tp.clone()]));
+        }
+        let calls = Arc::new(Mutex::new((false, 0, 0)));
+        let mut w = worker(Box::new(AlwaysShort(calls.clone())), &pipeline);
+        w.policy = policy;
+        w.reask_min = Duration::ZERO;
+        let (jobs, rx) = std::sync::mpsc::channel();
+        let (flushed, flush_reply) = std::sync::mpsc::channel();
+        let (then, then_reply) = std::sync::mpsc::channel();
+        jobs.send(Job::Flush {
+            batches: vec![RecordBatch {
+                tp: tp.clone(),
+                records: vec![cairn_engine::Record::with_value(0, "v")],
+            }],
+            caught_up: BTreeMap::new(),
+            last,
+            reply: flushed,
+        })
+        .unwrap();
+        let partitions = vec![tp];
+        jobs.send(if stop {
+            Job::Stop {
+                partitions,
+                reply: then,
+            }
+        } else {
+            Job::Close {
+                partitions,
+                reply: then,
+            }
+        })
+        .unwrap();
+        drop(jobs);
+        w.run(rx);
+        flush_reply.recv().unwrap().unwrap();
+        then_reply.recv().unwrap().unwrap();
+        assert!(!pipeline.failed.load(Ordering::Acquire), "{policy:?}");
+        let counted = *calls.lock().unwrap();
+        counted
+    }
+
+    /// Nothing is called after `stop`: a re-ask due when the run stops (a
+    /// flush declared short) is dropped. With no wait before a re-ask, the
+    /// flush's is due at once, and so is the one after it, when the queued
+    /// `stop` has just run.
     #[test]
     fn no_pre_commit_is_called_after_stop() {
-        let tp = TopicPartition::new("t", 0);
         for policy in [
             CommitPolicy::EveryPut,
             CommitPolicy::Interval(Duration::ZERO),
         ] {
-            let pipeline = Arc::new(Pipeline::new(None, None, None, None, None));
-            pipeline.state().assigned.insert(tp.clone());
-            let calls = Arc::new(Mutex::new((false, 0, 0)));
-            let mut w = worker(Box::new(AlwaysShort(calls.clone())), &pipeline);
-            w.policy = policy;
-            w.reask_min = Duration::ZERO;
-            let (jobs, rx) = std::sync::mpsc::channel();
-            let (flushed, flush_reply) = std::sync::mpsc::channel();
-            let (stopped, stop_reply) = std::sync::mpsc::channel();
-            jobs.send(Job::Flush {
-                batches: vec![RecordBatch {
-                    tp: tp.clone(),
-                    records: vec![cairn_engine::Record::with_value(0, "v")],
-                }],
-                caught_up: BTreeMap::new(),
-                last: false,
-                reply: flushed,
-            })
-            .unwrap();
-            jobs.send(Job::Stop {
-                partitions: vec![tp.clone()],
-                reply: stopped,
-            })
-            .unwrap();
-            drop(jobs);
-            w.run(rx);
-            flush_reply.recv().unwrap().unwrap();
-            stop_reply.recv().unwrap().unwrap();
-            assert!(!pipeline.failed.load(Ordering::Acquire), "{policy:?}");
-            let (stopped, before, after) = *calls.lock().unwrap();
+            let (stopped, before, after) = short_after_flush(policy, false, false, true);
             assert!(stopped, "{policy:?}");
             assert!(before >= 2, "{policy:?}: the flush's, then a re-ask");
             assert_eq!(after, 0, "{policy:?}: called after stop");
@@ -1304,41 +1330,8 @@ mod tests {
     /// no wait before a re-ask, one would be due at once after the flush.
     #[test]
     fn a_revoked_partition_is_not_asked_again_after_its_flush() {
-        let tp = TopicPartition::new("t", 0);
-        let pipeline = Arc::new(Pipeline::new(None, None, None, None, None));
-        pipeline.state().assigned.insert(tp.clone());
-        let calls = Arc::new(Mutex::new((false, 0, 0)));
-        let mut w = worker(Box::new(AlwaysShort(calls.clone())), &pipeline);
-        w.reask_min = Duration::ZERO;
-        pipeline.begin_revoke(&BTreeSet::from([tp.clone()]));
-        let (jobs, rx) = std::sync::mpsc::channel();
-        let (flushed, flush_reply) = std::sync::mpsc::channel();
-        let (closed, close_reply) = std::sync::mpsc::channel();
-        jobs.send(Job::Flush {
-            batches: vec![RecordBatch {
-                tp: tp.clone(),
-                records: vec![cairn_engine::Record::with_value(0, "v")],
-            }],
-            caught_up: BTreeMap::new(),
-            last: false,
-            reply: flushed,
-        })
-        .unwrap();
-        jobs.send(Job::Close {
-            partitions: vec![tp.clone()],
-            reply: closed,
-        })
-        .unwrap();
-        drop(jobs);
-        w.run(rx);
-        flush_reply.recv().unwrap().unwrap();
-        close_reply.recv().unwrap().unwrap();
-        assert!(!pipeline.failed.load(Ordering::Acquire));
-        assert_eq!(
-            calls.lock().unwrap().1,
-            1,
-            "asked again after the revoke's flush"
-        );
+        let (_, before, _) = short_after_flush(CommitPolicy::EveryPut, false, true, false);
+        assert_eq!(before, 1, "asked again after the revoke's flush");
     }
 
     /// The same for the run's final flush: a short answer is not asked
@@ -1346,36 +1339,7 @@ mod tests {
     /// what the second answer declared was never committed).
     #[test]
     fn nothing_is_asked_again_after_the_final_flush() {
-        let tp = TopicPartition::new("t", 0);
-        let pipeline = Arc::new(Pipeline::new(None, None, None, None, None));
-        pipeline.state().assigned.insert(tp.clone());
-        let calls = Arc::new(Mutex::new((false, 0, 0)));
-        let mut w = worker(Box::new(AlwaysShort(calls.clone())), &pipeline);
-        w.reask_min = Duration::ZERO;
-        let (jobs, rx) = std::sync::mpsc::channel();
-        let (flushed, flush_reply) = std::sync::mpsc::channel();
-        let (stopped, stop_reply) = std::sync::mpsc::channel();
-        jobs.send(Job::Flush {
-            batches: vec![RecordBatch {
-                tp: tp.clone(),
-                records: vec![cairn_engine::Record::with_value(0, "v")],
-            }],
-            caught_up: BTreeMap::new(),
-            last: true,
-            reply: flushed,
-        })
-        .unwrap();
-        jobs.send(Job::Stop {
-            partitions: vec![tp.clone()],
-            reply: stopped,
-        })
-        .unwrap();
-        drop(jobs);
-        w.run(rx);
-        flush_reply.recv().unwrap().unwrap();
-        stop_reply.recv().unwrap().unwrap();
-        assert!(!pipeline.failed.load(Ordering::Acquire));
-        let (stopped, before, after) = *calls.lock().unwrap();
+        let (stopped, before, after) = short_after_flush(CommitPolicy::EveryPut, true, false, true);
         assert!(stopped);
         assert_eq!((before, after), (1, 0), "asked again after the final flush");
     }

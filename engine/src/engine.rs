@@ -1374,6 +1374,10 @@ impl Engine {
 
     /// Sync, move the checkpoint to the end of the log, and close. The next
     /// open then verifies nothing but frames written after this point.
+    /// Drop every [`RecordIter`](crate::RecordIter) first: one alive as
+    /// the close begins keeps the open mark (`cairn.open`), so that the
+    /// next open in this boot syncs the store before it trusts the page
+    /// cache, and says so at WARN as after a crash.
     pub fn close(self) -> Result<()> {
         self.closing.store(true, Ordering::Release);
         self.note_readers_at_shutdown();

@@ -637,20 +637,26 @@ mod tests {
     /// One fsync for a prune of many partitions (until 2026-12-06, one
     /// per partition: ~1.3 s of them at 10,000 partitions), and no line
     /// written before the deletion it reports is durable.
-    #[test]
-    fn a_prune_of_many_partitions_makes_one_fsync_and_reports_what_is_durable() {
-        use cairn_engine::{EngineConfig, Record, RecordBatch, TopicPartition};
-        let dir = tempfile::tempdir().unwrap();
-        let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
-        let partitions = 40;
+    /// Partitions 0 to `partitions` of `topic`, each holding two entries
+    /// of five records (offsets 0 to 9), written and not synced.
+    fn two_entries_each(engine: &Engine, topic: &str, partitions: i32) {
+        use cairn_engine::{Record, RecordBatch, TopicPartition};
         for p in 0..partitions {
-            let tp = TopicPartition::new("t", p);
             for o in [0, 5] {
                 let records = (o..o + 5).map(|o| Record::with_value(o, "v")).collect();
-                let tp = tp.clone();
+                let tp = TopicPartition::new(topic, p);
                 engine.write(&[RecordBatch { tp, records }]).unwrap();
             }
         }
+    }
+
+    #[test]
+    fn a_prune_of_many_partitions_makes_one_fsync_and_reports_what_is_durable() {
+        use cairn_engine::{EngineConfig, TopicPartition};
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        let partitions = 40;
+        two_entries_each(&engine, "t", partitions);
         engine.sync().unwrap();
         let fsyncs = engine.stats().fsyncs;
         let selection = Selection {
@@ -724,21 +730,11 @@ mod tests {
     /// pruned, says it is complete (until 2026-12-05 both said the first).
     #[test]
     fn an_unwritten_report_says_how_far_the_prune_got() {
-        use cairn_engine::{EngineConfig, Record, RecordBatch};
+        use cairn_engine::EngineConfig;
         let dir = tempfile::tempdir().unwrap();
         let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
-        for p in 0..2 {
-            let tp = cairn_engine::TopicPartition::new("t.x-1", p);
-            for o in [0, 5] {
-                let records = (o..o + 5).map(|o| Record::with_value(o, "v")).collect();
-                engine
-                    .append(&[RecordBatch {
-                        tp: tp.clone(),
-                        records,
-                    }])
-                    .unwrap();
-            }
-        }
+        two_entries_each(&engine, "t.x-1", 2);
+        engine.sync().unwrap();
         let selection = Selection {
             topics: vec!["t.x-1".into()],
             ..Selection::default()
@@ -785,18 +781,11 @@ mod tests {
     /// prunes the rest, which meets the damage again; found by an audit).
     #[test]
     fn damage_outranks_an_unwritten_report() {
-        use cairn_engine::{EngineConfig, Record, RecordBatch, TopicPartition};
+        use cairn_engine::{EngineConfig, TopicPartition};
         let dir = tempfile::tempdir().unwrap();
         {
             let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
-            for p in 0..2 {
-                let tp = TopicPartition::new("t", p);
-                for o in [0, 5] {
-                    let records = (o..o + 5).map(|o| Record::with_value(o, "v")).collect();
-                    let tp = tp.clone();
-                    engine.append(&[RecordBatch { tp, records }]).unwrap();
-                }
-            }
+            two_entries_each(&engine, "t", 2);
             engine.close().unwrap();
         }
         cairn_engine::fuzzing::with_raw_tree(dir.path(), |t| {
