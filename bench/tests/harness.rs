@@ -122,6 +122,21 @@ fn put_to_commit_harness_runs_and_reports() {
     }
     assert!(stdout.contains("peak RSS"), "{stdout}");
     assert!(json["disk_bandwidth"]["mb_per_s"].as_f64().unwrap() > 0.0);
+    // The source measured: what git says of this tree (a clone has it;
+    // null where git cannot tell).
+    let described = std::process::Command::new("git")
+        .args(["describe", "--always", "--dirty", "--abbrev=12"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8(o.stdout).unwrap().trim().to_owned());
+    assert_eq!(
+        json["source"].as_str(),
+        described.as_deref(),
+        "{}",
+        json["source"]
+    );
     let svg = std::fs::read_to_string(out.path().join("put_to_commit_cdf.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("cairn every-put"));
 }

@@ -404,6 +404,10 @@ impl Histograms {
 pub struct Report {
     pub command: String,
     pub date_utc: String,
+    /// The source the figures were measured at (`git describe --always
+    /// --dirty` in the crate's tree), `null` where git cannot tell (since
+    /// 2026-12-06; before, BENCHMARKS.md named it by hand).
+    pub source: Option<String>,
     pub machine: String,
     pub brokers: String,
     /// Sequential write bandwidth of the disk under `--out`, measured once
@@ -684,6 +688,7 @@ pub fn run(args: Args) -> Result<(), String> {
     let report = Report {
         command: std::env::args().collect::<Vec<_>>().join(" "),
         date_utc: output::date_utc(),
+        source: output::source_revision(),
         machine: output::machine(),
         brokers: if broker.is_mock() {
             "cairn-bench mock-broker (librdkafka mock cluster, 1 broker)".into()

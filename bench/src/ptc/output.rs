@@ -17,6 +17,19 @@ pub fn date_utc() -> String {
         .unwrap_or_default()
 }
 
+/// The source tree's revision, `-dirty` when it has changes git sees:
+/// what the figures were measured at.
+pub fn source_revision() -> Option<String> {
+    let out = std::process::Command::new("git")
+        .args(["describe", "--always", "--dirty", "--abbrev=12"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    let rev = String::from_utf8(out.stdout).ok()?.trim().to_owned();
+    (out.status.success() && !rev.is_empty()).then_some(rev)
+}
+
 pub fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
