@@ -2621,6 +2621,56 @@ mod tests {
         }
     }
 
+    /// An export's last line without a newline is written at the answer's
+    /// end: a reader gone then ends it quietly, as one gone mid-answer
+    /// does, and another failure keeps what the run said of its answer.
+    #[test]
+    fn an_exports_last_line_is_written_at_its_end() {
+        struct Failing(std::io::ErrorKind);
+        impl Write for Failing {
+            fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+                Err(std::io::Error::from(self.0))
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let export = Request::Export {
+            selection: Selection::default(),
+            format: crate::cli::export::Format::Raw,
+        };
+        let answer = |out: &mut dyn Write| {
+            let (client, mut server) = UnixStream::pair().unwrap();
+            let serving = std::thread::spawn(move || {
+                let mut line = String::new();
+                BufReader::new(&server).read_line(&mut line).unwrap();
+                write_frame(&mut server, TAG_OUTPUT, b"no newline").unwrap();
+                let end = End {
+                    exit: 1,
+                    error: Some("damage at t/0".into()),
+                    pid: 1,
+                    warning: None,
+                };
+                write_frame(&mut server, TAG_END, &end_frame(&end)).unwrap();
+            });
+            let r = request(client, &export, out, Path::new("<stdout>"));
+            serving.join().unwrap();
+            r
+        };
+        let mut out = Vec::new();
+        let end = answer(&mut out).unwrap();
+        assert_eq!((out.as_slice(), end.exit), (&b"no newline"[..], 1));
+        let gone = answer(&mut Failing(std::io::ErrorKind::BrokenPipe)).unwrap();
+        assert_eq!((gone.exit, gone.pid, gone.error), (0, 0, None));
+        let err = answer(&mut Failing(std::io::ErrorKind::StorageFull))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("the run's answer ended: damage at t/0"),
+            "{err}"
+        );
+    }
+
     /// A client that closed its side after its request (`shutdown(SHUT_WR)`,
     /// which counts as a hang-up) is seen as gone once its line is read,
     /// without the watcher thread: a serve that finds it so starts with

@@ -220,7 +220,8 @@ impl Worker {
             // (`interval:MS`, puts not yet declared), or a re-ask's. A
             // failed run makes no `pre_commit`, so its puts stay unsafe:
             // waiting for a due one would spin.
-            // Nor does one past its final flush.
+            // Nor does one past its final flush (nothing should be due
+            // then: the flush cleared its re-ask and its puts).
             let due_at = if self.pipeline.failed.load(Ordering::Acquire) || self.flushed_last {
                 None
             } else {

@@ -682,8 +682,10 @@ pub fn ceiling(
         .map_err(|e| format!("ceiling: {e}"))?;
     let deadline = Instant::now() + Duration::from_secs(600);
     let (mut n, mut bytes, mut first) = (0u64, 0u64, None);
-    // Async commits, each 100 ms from the first record: counted, and a
-    // failure to send one fails the run.
+    // Async commits, each 100 ms from the first record: counted as
+    // requests queued (an async commit returns once queued; what the
+    // broker answers is not awaited), and a refusal to queue one fails the
+    // run.
     let (mut last_commit, mut commits): (Option<Instant>, u64) = (None, 0);
     let commit = |commits: &mut u64| {
         c.commit_consumer_state(CommitMode::Async)
@@ -698,7 +700,8 @@ pub fn ceiling(
         if Instant::now() > deadline {
             return Err(format!("ceiling: {n} of {records} records in 600 s"));
         }
-        // Client errors and the async commits' results.
+        // Client errors (the async commits' results go to the context's
+        // commit callback, which does nothing with them).
         if let Some(Err(e)) = c.poll(Duration::ZERO) {
             return Err(format!("ceiling consumer: {e}"));
         }

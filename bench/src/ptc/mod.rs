@@ -354,9 +354,9 @@ pub struct Round {
     pub ceiling: Throughput,
     /// What the ceiling cost in CPU.
     pub ceiling_cpu: Option<measure::Cpu>,
-    /// The async commits the ceiling sent: one each 100 ms from its first
-    /// record, and one after its last (outside its timed window); their
-    /// results are not awaited (since 2026-12-06: before, the 100 ms ran
+    /// The async commit requests the ceiling queued: one each 100 ms from
+    /// its first record, and one after its last (outside its timed
+    /// window); what the broker answered is not awaited (since 2026-12-06: before, the 100 ms ran
     /// from before its first record, nothing was sent after its last, and
     /// a failure to send was dropped, so a short run sent none).
     pub ceiling_commits: u64,

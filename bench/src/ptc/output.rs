@@ -268,7 +268,7 @@ fn round_table(c: &Round, rounds: usize) {
 fn medians_table(c: &super::CaseResult) {
     println!();
     println!(
-        "ratios to the baselines of the same round; the median over the rounds that had each ({} here, unless the range says fewer) is what the targets are judged on",
+        "ratios to the baselines of the same round; the median over the rounds that had each ({} here, unless the range says fewer) is what the targets are judged on (a steady ratio only where every round had it)",
         c.rounds.len()
     );
     let mut header = format!("{:<36}", "");

@@ -141,7 +141,7 @@ pub struct Target {
 
 /// A ratio the summary reports: its JSON name, how the table shows it,
 /// and the issue's target for it. `whole_of`: this is the whole runs'
-/// twin of that steady ratio, judged by the same target only where no
+/// twin of that steady ratio, judged by the same target unless every
 /// round had the steady one (cairn's `interval:100` syncs about ten times
 /// a second, too few points for a steady window in a run of about a
 /// second: until 2026-12-05 the table then printed the target beside "no
@@ -169,8 +169,8 @@ const PYTHON: Option<Target> = target("interval:100", Bound::AtLeast(5.0));
 
 /// The throughput targets are judged on the steady ratios since
 /// 2026-12-05 (before, on the whole runs', whose windows end at different
-/// points: [`super::Steady`]), and on the whole runs' where no round had a
-/// steady window; the whole runs' are reported beside them.
+/// points: [`super::Steady`]), and on the whole runs' unless every round
+/// had a steady window; the whole runs' are reported beside them.
 pub const METRICS: [Metric; 10] = [
     Metric {
         name: "p50_vs_floor",
@@ -412,8 +412,8 @@ mod tests {
     }
 
     /// The table judges each target on its policy's row (and size), on the
-    /// steady ratio where a round had one and on the whole runs' where none
-    /// did, and says which.
+    /// steady ratio where every round had one and on the whole runs'
+    /// otherwise, and says which.
     #[test]
     fn each_target_is_judged_where_it_applies_and_said_how() {
         let medians = |m: &[(&'static str, f64)]| -> BTreeMap<&'static str, Spread> {

@@ -1152,12 +1152,13 @@ pub(crate) fn write_records(
                 tp.topic, tp.partition
             );
             // Going on suits only an output that kept the records before
-            // the error (stdout); a file was left as it was or emptied.
+            // the error (stdout, a FIFO or a device); a file was left as it
+            // was or emptied.
             let reading = if rest.is_empty() {
-                format!("{at} (records deleted under the read by retention or a prune, not damage: export again; or, where the output kept the records before it (stdout), go on with {on}, keeping this export's --to)")
+                format!("{at} (records deleted under the read by retention or a prune, not damage: export again; or, where the output kept the records before it (stdout, a FIFO or a device), go on with {on}, keeping this export's --to)")
             } else {
                 format!(
-                    "{at} (records deleted under the read by retention or a prune, not damage: export again; or, where the output kept the records before it (stdout), go on one partition at a time, keeping this export's --to: {on}, then, with this export's --from, --topic T --partition N for each partition after it, which were not read: {})",
+                    "{at} (records deleted under the read by retention or a prune, not damage: export again; or, where the output kept the records before it (stdout, a FIFO or a device), go on one partition at a time, keeping this export's --to: {on}, then, with this export's --from, --topic T --partition N for each partition after it, which were not read: {})",
                     crate::selection::first_few(rest.iter().map(|p| p.tp.to_string()))
                 )
             };

@@ -637,7 +637,7 @@ mod tests {
     /// One fsync for a prune of many partitions (until 2026-12-06, one
     /// per partition: ~1.3 s of them at 10,000 partitions), and no line
     /// written before the deletion it reports is durable.
-    /// Partitions 0 to `partitions` of `topic`, each holding two entries
+    /// Partitions `0..partitions` of `topic`, each holding two entries
     /// of five records (offsets 0 to 9), written and not synced.
     fn two_entries_each(engine: &Engine, topic: &str, partitions: i32) {
         use cairn_engine::{Record, RecordBatch, TopicPartition};
