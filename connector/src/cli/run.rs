@@ -880,9 +880,12 @@ mod tests {
         let disk = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
         match super::memory_backed(disk) {
             None => assert_eq!(super::memory_backed(&disk.join("not-made")), None),
-            Some(fs) => {
-                eprintln!("SKIPPED: the source tree is on {fs} here: the disk half is not checked")
-            }
+            // Fails under CAIRN_CI (`.ci/run` refuses a tree in memory
+            // first, naming it), as every machine-bound skip does (until
+            // 2026-12-06 a bare print that CI let pass).
+            Some(fs) => cairn_engine::fuzzing::skip(&format!(
+                "the source tree is on {fs} here: the disk half is not checked"
+            )),
         }
     }
 
