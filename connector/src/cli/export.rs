@@ -1585,6 +1585,17 @@ mod tests {
         check_output(&other, &link_end(&other), None).unwrap();
     }
 
+    /// [`write_records`] of every record of `chosen`, raw, into `out`.
+    fn raw_export(
+        engine: &Engine,
+        chosen: &[cairn_engine::PartitionInfo],
+        out: &mut dyn Write,
+        stop: &AtomicBool,
+    ) -> Result<Option<u64>> {
+        let all = Selection::default();
+        write_records(engine, chosen, &all, Format::Raw, out, Path::new("-"), stop)
+    }
+
     /// A live export gives up at the next record once its stop is set (the
     /// run stopping, the client gone), saying how far it got.
     #[test]
@@ -1597,16 +1608,7 @@ mod tests {
         let chosen = engine.partitions();
         let export = |stopped: bool| {
             let mut out = Vec::new();
-            let stop = AtomicBool::new(stopped);
-            let r = write_records(
-                &engine,
-                &chosen,
-                &Selection::default(),
-                Format::Raw,
-                &mut out,
-                Path::new("-"),
-                &stop,
-            );
+            let r = raw_export(&engine, &chosen, &mut out, &AtomicBool::new(stopped));
             (r, out)
         };
         let (r, out) = export(true);
@@ -1658,17 +1660,9 @@ mod tests {
             }
         }
         let mut out = PrunesAtFirstWrite(&engine, false, Vec::new());
-        let e = write_records(
-            &engine,
-            &chosen,
-            &Selection::default(),
-            Format::Raw,
-            &mut out,
-            Path::new("-"),
-            &AtomicBool::new(false),
-        )
-        .unwrap_err()
-        .to_string();
+        let e = raw_export(&engine, &chosen, &mut out, &AtomicBool::new(false))
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("records deleted under the read by retention or a prune, not damage")
                 && e.contains("--topic t --partition 0 --from 5")
