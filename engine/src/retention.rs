@@ -328,7 +328,7 @@ impl Drop for TruncationPass<'_> {
     /// with deletions not durable, a verify or backup would read them
     /// beside the durable summaries. Not while unwinding (a panic in a
     /// caller's `cut` or `go`, or sled's, reading pages of damaged files):
-    /// sled may be half-changed then, so nothing is flushed from it and the
+    /// sled may be half-changed then, so the pass syncs nothing and the
     /// engine is poisoned before the lock goes, as for any panic while the
     /// engine is used (until 2026-12-06 the pass synced first, and its
     /// caller poisoned the engine after; found by an audit). Each step is

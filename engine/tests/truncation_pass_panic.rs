@@ -1,6 +1,6 @@
 //! A panic inside a truncation pass while earlier deletions of it wait for
 //! its sync (a caller's `cut`; sled's, reading pages of damaged files):
-//! nothing is flushed from a sled that may be half-changed, the engine is
+//! the pass syncs nothing of a sled that may be half-changed, the engine is
 //! poisoned before the pass lets go of its lock, and the store reopens
 //! clean with a prefix of the pass's deletions, as after a crash.
 

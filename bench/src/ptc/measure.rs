@@ -913,7 +913,7 @@ fn by_rank(a: &mut [u64], b: &mut [u64]) -> (Histogram<u64>, Histogram<u64>, His
 
 /// A ratio of two latencies, `own` over `base` (`None` where either has
 /// too few samples for the quantile).
-fn over(own: Option<u64>, base: Option<u64>) -> Option<f64> {
+pub(super) fn over(own: Option<u64>, base: Option<u64>) -> Option<f64> {
     own.zip(base)
         .map(|(own, base)| own as f64 / base.max(1) as f64)
 }

@@ -55,8 +55,7 @@ impl Ratios {
             steady_vs_kcat: steady(kcat.ran().map(|k| &k.throughput)),
             steady_vs_python: steady(python.map(|p| &p.throughput)),
             p50_vs_python: python.and_then(|p| {
-                let (own, loop_) = (run.put_to_commit.p50()?, p.write_to_commit.p50()?);
-                Some(own as f64 / loop_.max(1) as f64)
+                super::measure::over(run.put_to_commit.p50(), p.write_to_commit.p50())
             }),
         }
     }

@@ -270,8 +270,10 @@ pub async fn run(args: PruneArgs) -> Result<ExitCode> {
             .inspect(|()| lines += 1)
             .inspect_err(|e| failed = Some((args.to_string(), e.to_string())))
     };
-    // A panic inside a truncation poisons the engine (its own guard): the
-    // steps before it stand, and a rerun finishes.
+    // A panic inside a truncation poisons the engine (its own guard, or
+    // the pass's as it unwinds, syncing nothing): the steps made durable
+    // before it stand, later ones may be undone (the next open keeps a
+    // prefix of them), and a rerun finishes.
     let pruned = super::read_unpanicked(
         "prune",
         data,
@@ -279,7 +281,7 @@ pub async fn run(args: PruneArgs) -> Result<ExitCode> {
         if args.dry_run {
             "; a dry run: nothing was changed"
         } else {
-            "; the steps it made stand (a step is whole or not made); run cairn verify on the archive before pruning again"
+            "; the steps it made durable stand, each whole, and of those after them the next open keeps a prefix (a step is whole or not made); run cairn verify on the archive before pruning again"
         },
         || prune(&engine, &selection, cut, args.dry_run, &never, &mut emit),
     );
@@ -634,9 +636,6 @@ mod tests {
         assert_eq!(kept, 0);
     }
 
-    /// One fsync for a prune of many partitions (until 2026-12-06, one
-    /// per partition: ~1.3 s of them at 10,000 partitions), and no line
-    /// written before the deletion it reports is durable.
     /// Partitions `0..partitions` of `topic`, each holding two entries
     /// of five records (offsets 0 to 9), written and not synced.
     fn two_entries_each(engine: &Engine, topic: &str, partitions: i32) {
@@ -650,6 +649,9 @@ mod tests {
         }
     }
 
+    /// One fsync for a prune of many partitions (until 2026-12-06, one
+    /// per partition: ~1.3 s of them at 10,000 partitions), and no line
+    /// written before the deletion it reports is durable.
     #[test]
     fn a_prune_of_many_partitions_makes_one_fsync_and_reports_what_is_durable() {
         use cairn_engine::{EngineConfig, TopicPartition};

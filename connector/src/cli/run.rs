@@ -492,6 +492,15 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
             waited_ms,
             detail,
         },
+        ConnectorError::KafkaGone {
+            brokers,
+            waited_ms,
+            detail,
+        } => ConnectorError::KafkaGone {
+            brokers: format!("{brokers}{}", file_keys.said("brokers")),
+            waited_ms,
+            detail,
+        },
         e => e,
     });
     // (Not when the open failed before making it: nothing to remove. A run
