@@ -51,6 +51,14 @@
 //!   lookup in librdkafka). Nothing is lost or reordered
 //!   meanwhile: a forward moves what the fetch queue holds to the end of
 //!   this one, and a fetch queue holds one partition's records only.
+//! - Only partitions' fetch queues are ever forwarded into this queue,
+//!   never the consumer queue or the main queue: `rd_kafka_consume_queue`
+//!   (a call of librdkafka's legacy API, which accepts any queue) asserts
+//!   that each entry it pops is a fetched message or a consumer error
+//!   (`rd_kafka_consume0`, `rdkafka.c`), and would abort the process on a
+//!   rebalance or log event. A fetch queue holds only those, and barriers
+//!   its poll drops first. `tests/tests/fetch.rs` checks this against the
+//!   librdkafka built; rerun it on every upgrade.
 //! - A message is handed to the taker once; nothing of it is read after
 //!   [`Taken`]'s borrow. It is then destroyed on a thread of its own (the
 //!   reaper), which frees librdkafka's allocations off the consumer thread:
@@ -466,8 +474,13 @@ impl Drop for Fetch<'_> {
         for (_, pq) in std::mem::take(&mut q.partitions) {
             // SAFETY: live (kept since `forward`), destroyed once: taken out
             // of the map above. Undoing the forward first leaves no fetch
-            // queue pointing at a queue about to go; what a fetch queue
-            // receives from now on stays there until the consumer closes.
+            // queue of these pointing at a queue about to go; what a fetch
+            // queue receives from now on stays there until the consumer
+            // closes. A revoked partition's (`release`) may still forward
+            // here until its fetch stop clears it: that forward holds its
+            // own reference to this queue, which `destroy` below disables,
+            // so what reaches it then is dropped, not read from freed
+            // memory (`rd_kafka_q_fwd_set`, `rd_kafka_q_destroy_owner`).
             unsafe {
                 rd::rd_kafka_queue_forward(pq.0.as_ptr(), std::ptr::null_mut());
                 rd::rd_kafka_queue_destroy(pq.0.as_ptr());

@@ -166,7 +166,12 @@ impl ConsumerContext for SinkContext {
                 self.on_assign(c, tpl);
                 // Before the assignment starts any fetch (fetch.rs): the
                 // partitions' records then never reach the consumer queue.
-                if let Some(forwarder) = self.forwarder().clone() {
+                // The forwarder's lock let go first: `fail` takes the
+                // shared state's, which a revoke holds while it takes the
+                // forwarder's (a lock-order inversion, found by an audit;
+                // no deadlock yet, as both run on the consumer thread).
+                let forwarder = self.forwarder().clone();
+                if let Some(forwarder) = forwarder {
                     for tp in tps_of(tpl) {
                         if !forwarder.forward(c, &tp) {
                             self.fail(ConnectorError::Sink(format!(
