@@ -1926,12 +1926,7 @@ fn request_within(
                 // one does, its report no longer shown.
                 Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
                     if matches!(req, Request::Export { .. }) {
-                        return Ok(End {
-                            exit: 0,
-                            error: None,
-                            pid: 0,
-                            warning: None,
-                        });
+                        return Ok(End::reader_gone(None));
                     }
                     out_gone = true;
                 }
@@ -1955,12 +1950,7 @@ fn request_within(
                     match out.write_all(&partial) {
                         Ok(()) => {}
                         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
-                            return Ok(End {
-                                exit: 0,
-                                error: None,
-                                pid: 0,
-                                warning: end.warning,
-                            })
+                            return Ok(End::reader_gone(end.warning))
                         }
                         Err(source) => {
                             return Err(ConnectorError::Io {
@@ -2124,6 +2114,19 @@ fn up_to_last_line(partial: &mut Vec<u8>, body: &[u8]) -> Vec<u8> {
             whole.extend_from_slice(&body[..=end]);
             partial.extend_from_slice(&body[end + 1..]);
             whole
+        }
+    }
+}
+
+impl End {
+    /// An export's end where its reader went away (`| head`): quiet, as a
+    /// local export's, pid 0; `warning`, what the run had said by then.
+    fn reader_gone(warning: Option<String>) -> End {
+        End {
+            exit: 0,
+            error: None,
+            pid: 0,
+            warning,
         }
     }
 }

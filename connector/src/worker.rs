@@ -222,7 +222,7 @@ impl Worker {
             // waiting for a due one would spin.
             // Nor does one past its final flush (nothing should be due
             // then: the flush cleared its re-ask and its puts).
-            let due_at = if self.pipeline.failed.load(Ordering::Acquire) || self.flushed_last {
+            let due_at = if !self.pre_commits_on_its_own() {
                 None
             } else {
                 let interval = match self.policy {
@@ -368,7 +368,7 @@ impl Worker {
                     let _ = reply.send(self.failing_the_run("stop", r));
                 }
             }
-            if !self.pipeline.failed.load(Ordering::Acquire) && !self.flushed_last {
+            if self.pre_commits_on_its_own() {
                 let puts_due = self.unsafe_puts
                     && match self.policy {
                         CommitPolicy::EveryPut => true,
@@ -387,6 +387,13 @@ impl Worker {
                 self.in_flight.fetch_sub(1, Ordering::AcqRel);
             }
         }
+    }
+
+    /// Whether a `pre_commit` with no job may fall due (an interval's, a
+    /// re-ask's, a put's): not once the run has failed, nor past its final
+    /// flush. The loop's wait and its asking read the same rule.
+    fn pre_commits_on_its_own(&self) -> bool {
+        !self.pipeline.failed.load(Ordering::Acquire) && !self.flushed_last
     }
 
     /// The result of a call to the sink for its requester. A failed open,

@@ -457,51 +457,40 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
             "topics"
         })
     };
-    let ran = archive(cfg).await.map_err(|e| match e {
-        ConnectorError::UnknownTopic {
-            topic,
-            brokers,
-            next_step,
-        } => ConnectorError::UnknownTopic {
-            next_step: format!("{next_step}{}", set_in(&topic)),
-            topic,
-            brokers,
-        },
-        ConnectorError::TopicUnavailable {
-            topic,
-            named_by,
-            brokers,
-            why,
-        } => {
-            let set_in = set_in(&topic);
-            ConnectorError::TopicUnavailable {
-                named_by: if set_in.is_empty() { named_by } else { set_in },
+    let ran = archive(cfg).await.map_err(|mut e| {
+        // Where the brokers came from, when the file gave them (since
+        // 2026-12-05), whether Kafka never answered or went away since.
+        if let ConnectorError::BrokerUnreachable { brokers, .. }
+        | ConnectorError::KafkaGone { brokers, .. } = &mut e
+        {
+            brokers.push_str(&file_keys.said("brokers"));
+        }
+        match e {
+            ConnectorError::UnknownTopic {
                 topic,
                 brokers,
+                next_step,
+            } => ConnectorError::UnknownTopic {
+                next_step: format!("{next_step}{}", set_in(&topic)),
+                topic,
+                brokers,
+            },
+            ConnectorError::TopicUnavailable {
+                topic,
+                named_by,
+                brokers,
                 why,
+            } => {
+                let set_in = set_in(&topic);
+                ConnectorError::TopicUnavailable {
+                    named_by: if set_in.is_empty() { named_by } else { set_in },
+                    topic,
+                    brokers,
+                    why,
+                }
             }
+            e => e,
         }
-        // Where the brokers came from, when the file gave them (since
-        // 2026-12-05).
-        ConnectorError::BrokerUnreachable {
-            brokers,
-            waited_ms,
-            detail,
-        } => ConnectorError::BrokerUnreachable {
-            brokers: format!("{brokers}{}", file_keys.said("brokers")),
-            waited_ms,
-            detail,
-        },
-        ConnectorError::KafkaGone {
-            brokers,
-            waited_ms,
-            detail,
-        } => ConnectorError::KafkaGone {
-            brokers: format!("{brokers}{}", file_keys.said("brokers")),
-            waited_ms,
-            detail,
-        },
-        e => e,
     });
     // (Not when the open failed before making it: nothing to remove. A run
     // that wrote records keeps its archive without opening it again to
