@@ -636,6 +636,21 @@ mod tests {
         assert_eq!(kept, 0);
     }
 
+    /// [`prune`] of every partition of `topic` below offset 5, not a dry
+    /// run and never stopped, its report into `emit`.
+    fn prune_below_5(
+        engine: &Engine,
+        topic: &str,
+        emit: &mut dyn FnMut(std::fmt::Arguments<'_>) -> Result<()>,
+    ) -> Result<()> {
+        let selection = Selection {
+            topics: vec![topic.into()],
+            ..Selection::default()
+        };
+        let never = AtomicBool::new(false);
+        prune(engine, &selection, Cut::Offset(5), false, &never, emit)
+    }
+
     /// Partitions `0..partitions` of `topic`, each holding two entries
     /// of five records (offsets 0 to 9), written and not synced.
     fn two_entries_each(engine: &Engine, topic: &str, partitions: i32) {
@@ -661,10 +676,6 @@ mod tests {
         two_entries_each(&engine, "t", partitions);
         engine.sync().unwrap();
         let fsyncs = engine.stats().fsyncs;
-        let selection = Selection {
-            topics: vec!["t".into()],
-            ..Selection::default()
-        };
         let mut lines = Vec::new();
         let mut emit = |args: std::fmt::Arguments<'_>| {
             // Each partition's line comes once its deletion is durable:
@@ -678,16 +689,7 @@ mod tests {
             lines.push(line);
             Ok(())
         };
-        let never = AtomicBool::new(false);
-        prune(
-            &engine,
-            &selection,
-            Cut::Offset(5),
-            false,
-            &never,
-            &mut emit,
-        )
-        .unwrap();
+        prune_below_5(&engine, "t", &mut emit).unwrap();
         assert_eq!(engine.stats().fsyncs, fsyncs + 1, "one fsync for the prune");
         assert_eq!(lines.len(), partitions as usize + 2, "{lines:?}");
         assert!(lines[0].starts_with("t/0: pruned 5 records"), "{lines:?}");
@@ -737,10 +739,6 @@ mod tests {
         let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
         two_entries_each(&engine, "t.x-1", 2);
         engine.sync().unwrap();
-        let selection = Selection {
-            topics: vec!["t.x-1".into()],
-            ..Selection::default()
-        };
         // Fails at the line numbered `at` (0-based): what is said then.
         let said = |at: usize| {
             let (mut lines, mut failed) = (0, None);
@@ -752,16 +750,7 @@ mod tests {
                 lines += 1;
                 Ok(())
             };
-            let never = AtomicBool::new(false);
-            assert!(prune(
-                &engine,
-                &selection,
-                Cut::Offset(5),
-                false,
-                &never,
-                &mut emit
-            )
-            .is_err());
+            assert!(prune_below_5(&engine, "t.x-1", &mut emit).is_err());
             unwritten_report(&failed.expect("a line failed"), lines, true)
         };
         assert!(said(0).contains("stopped because its report could not be written, after 0 lines"));
@@ -797,25 +786,12 @@ mod tests {
             t.insert(k, v).unwrap();
         });
         let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
-        let selection = Selection {
-            topics: vec!["t".into()],
-            ..Selection::default()
-        };
         let mut failed = None;
         let mut emit = |args: std::fmt::Arguments<'_>| {
             failed = Some(args.to_string());
             Err(ConnectorError::Live("full".into()))
         };
-        let never = AtomicBool::new(false);
-        let err = prune(
-            &engine,
-            &selection,
-            Cut::Offset(5),
-            false,
-            &never,
-            &mut emit,
-        )
-        .expect_err("t/1 is damaged");
+        let err = prune_below_5(&engine, "t", &mut emit).expect_err("t/1 is damaged");
         assert!(
             matches!(&err, ConnectorError::Engine(e) if e.is_corruption()),
             "{err}"
