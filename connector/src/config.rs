@@ -657,9 +657,39 @@ fn byte_count<'de, D: serde::Deserializer<'de>, T: TryFrom<u64>>(
         .map_err(|_| D::Error::custom(format!("{n}: too large for this machine")))
 }
 
+/// The file's own keys ([`FileConfig`]'s fields, as the file spells them;
+/// a test holds the two together).
+const FILE_KEYS: &[&str] = &[
+    "brokers",
+    "group",
+    "topics",
+    "data",
+    "commit",
+    "batch-records-max",
+    "batch-bytes-max",
+    "linger-ms",
+    "record-bytes-max",
+    "on-oversize",
+    "dead-letter-topic",
+    "on-offset-out-of-range",
+    "auto-offset-reset",
+    "connect-timeout-ms",
+    "progress-interval-s",
+    "retain",
+    "retain-bytes",
+    "retention-check-interval-s",
+    "kafka",
+];
+
 /// The `[kafka]` table's values as librdkafka takes them: text. A number
 /// or a boolean is its TOML text (`"session.timeout.ms" = 10000`); a table
 /// or an array is no property's value.
+///
+/// A key of the file's own there is refused, saying where it goes: TOML
+/// puts every key after a `[kafka]` header into that table, and until
+/// 2026-12-06 `group = "g"` written below it was reported as missing
+/// ("use --group or set it in --config"), `topics = [..]` got advice for
+/// a librdkafka list, and `retain` went to librdkafka as an unknown `-X`.
 fn property_values<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> std::result::Result<Option<BTreeMap<String, String>>, D::Error> {
@@ -669,6 +699,11 @@ fn property_values<'de, D: serde::Deserializer<'de>>(
         .map(|t| {
             t.into_iter()
                 .map(|(k, v)| {
+                    if FILE_KEYS.contains(&k.as_str()) {
+                        return Err(D::Error::custom(format!(
+                            "[kafka] {k:?}: a key of cairn's own, not a librdkafka property: TOML puts every key written below the [kafka] header into that table, so move `{k}` above the header"
+                        )));
+                    }
                     let text = match v {
                         toml::Value::String(s) if s.trim().is_empty() => {
                             return Err(D::Error::custom(empty_property(
@@ -728,7 +763,13 @@ fn shown_parse_error(text: &str, e: &toml::de::Error) -> String {
     let Some(span) = e.span() else {
         return e.to_string();
     };
-    if !crate::librdkafka::names_a_credential(text) {
+    // A security setting with its name mistyped (`"sasl.pasword"`) names
+    // no credential, and its value may be one (until 2026-12-06 quoted).
+    let lower = text.to_ascii_lowercase();
+    if !crate::librdkafka::names_a_credential(text)
+        && !lower.contains("sasl.")
+        && !lower.contains("ssl.")
+    {
         return e.to_string();
     }
     let from = span.start.min(text.len());
@@ -741,7 +782,7 @@ fn shown_parse_error(text: &str, e: &toml::de::Error) -> String {
     let line = text[..start].matches('\n').count() + 1;
     let column = text[start..from].chars().count() + 1;
     format!(
-        "TOML parse error at line {line}, column {column}: {} (the line is not shown: the file names a credential)",
+        "TOML parse error at line {line}, column {column}: {} (the line is not shown: the file names a credential or a security setting)",
         e.message().trim_end()
     )
 }
@@ -1010,6 +1051,48 @@ mod tests {
         assert_eq!(none.kafka, None);
     }
 
+    /// A key of the file's own written below the `[kafka]` header is
+    /// refused, saying to move it above (it was taken for missing, or for a
+    /// librdkafka property). The list of them is the file's: every one is
+    /// a field, and every field is listed (serde names them all when it
+    /// refuses an unknown one).
+    #[test]
+    fn a_key_of_the_files_own_below_the_kafka_header_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cairn.toml");
+        for (line, key) in [
+            ("group = \"archive\"", "group"),
+            ("topics = [\"a\", \"b\"]", "topics"),
+            ("retain = \"30d\"", "retain"),
+            ("record-bytes-max = \"1MiB\"", "record-bytes-max"),
+        ] {
+            let text = format!(
+                "brokers = \"b:1\"\ndata = \"d\"\n[kafka]\n\"session.timeout.ms\" = 10000\n{line}\n"
+            );
+            std::fs::write(&path, text).unwrap();
+            let e = FileConfig::load(&path).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("[kafka] {key:?}: a key of cairn's own"))
+                    && e.contains(&format!("move `{key}` above the header")),
+                "{e}"
+            );
+        }
+        let e = toml::from_str::<FileConfig>("not-a-key = 1\n")
+            .unwrap_err()
+            .to_string();
+        let expected = e
+            .split("expected one of ")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{e}"));
+        let fields: Vec<&str> = expected
+            .split(',')
+            .map(|f| f.trim().trim_matches('`'))
+            .take_while(|f| !f.is_empty())
+            .map(|f| f.split('`').next().unwrap())
+            .collect();
+        assert_eq!(fields, FILE_KEYS, "{e}");
+    }
+
     /// The whole file OPERATIONS.md shows ("A whole file") loads, with
     /// each key read as the flag reads it.
     #[test]
@@ -1084,6 +1167,18 @@ retain-bytes = "50GiB"
             assert!(!e.contains("hunter2"), "{e}");
             assert!(e.contains(&format!("line {line}")), "{e}");
             assert!(e.contains("not shown"), "{e}");
+        }
+        // A security setting's name mistyped: its value is not shown
+        // either (the name is no credential's any more).
+        for typo in [
+            "sasl.pasword",
+            "ssl.key.passwd",
+            "SASL.Oauthbearer.Client.Secrte",
+        ] {
+            std::fs::write(&path, format!("[kafka]\n\"{typo}\" = \"hunter2\\q\"\n")).unwrap();
+            let e = FileConfig::load(&path).unwrap_err().to_string();
+            assert!(!e.contains("hunter2"), "{e}");
+            assert!(e.contains("line 2") && e.contains("not shown"), "{e}");
         }
         // Other lines are quoted as toml quotes them.
         std::fs::write(&path, "group = \"g\"\nbrokers = b:1\n").unwrap();
