@@ -570,7 +570,7 @@ impl Shared {
                         .as_ref()
                         .expect("validated: dead-letter has a topic")
                         .send(&tp, &r, &reason)?;
-                    tracing::warn!(%tp, offset = r.offset, size_bytes = size, max = cfg.record_bytes_max, "oversize record dead-lettered");
+                    tracing::warn!(%tp, offset = r.offset, size_bytes = size, headers, %reason, "oversize record dead-lettered");
                     self.stats.records_dead_lettered += 1;
                     self.dead_lettered_in_take = true;
                     self.set_aside(tp, r.offset, last.is_none());
