@@ -426,10 +426,14 @@ impl Shared {
 
     /// How much of connection `id`'s request line was read
     /// ([`cut_off_oldest_waiting`](Self::cut_off_oldest_waiting) chooses
-    /// by it).
-    fn heard_from(&self, id: u64, heard: Heard) {
-        if let Some(entry) = lock(&self.waiting).iter_mut().find(|(i, _)| *i == id) {
-            entry.1 = heard;
+    /// by it); false when it is no longer listed (cut off).
+    fn heard_from(&self, id: u64, heard: Heard) -> bool {
+        match lock(&self.waiting).iter_mut().find(|(i, _)| *i == id) {
+            Some(entry) => {
+                entry.1 = heard;
+                true
+            }
+            None => false,
         }
     }
 
@@ -902,8 +906,8 @@ fn end_frame(end: &End) -> Vec<u8> {
 fn serve(conn: UnixStream, id: u64, engine: &Engine, shared: &Shared) {
     let Some((request, proof)) = read_request(&conn, &mut |heard| shared.heard_from(id, heard))
     else {
-        // The client hung up before sending anything: no one to answer.
-        // Its place goes at once, off both lists under the locks the cut-off
+        // The client hung up before sending anything, or the connection
+        // was cut off to make room: no one to answer. Its place goes at once, off both lists under the locks the cut-off
         // takes (until 2026-12-05 it stayed counted among the places, off
         // the waiting list, until this thread had tried to answer and
         // ended: a connection made meanwhile at the limit had a live
@@ -913,8 +917,9 @@ fn serve(conn: UnixStream, id: u64, engine: &Engine, shared: &Shared) {
     };
     // Its request is in (or refused): its place is now its own, unless it
     // was cut off meanwhile (`cut_off_oldest_waiting` takes it off the
-    // list, under the same lock): then its client was told to run the
-    // command again, and nothing is served.
+    // list, under the same lock; a line read whole is told above, and a
+    // read that failed, too long or too slow, here): then its client was
+    // told to run the command again, and nothing is served.
     let cut_off = {
         let mut waiting = lock(&shared.waiting);
         let listed = waiting.iter().any(|(i, _)| *i == id);
@@ -1367,27 +1372,30 @@ fn room_for_backup(engine: &Engine, to: &Path, headroom: u64) -> Result<()> {
 
 /// The request line, whole within [`REQUEST_TIMEOUT`] of the connection: a
 /// client that trickles a byte now and then does not hold a slot longer.
-/// `None` when the client hung up having sent nothing.
+/// `None` when there is no one to answer: the client hung up having sent
+/// nothing, or the connection was cut off to make room.
 fn read_request(
     conn: &UnixStream,
-    heard: &mut dyn FnMut(Heard),
+    heard: &mut dyn FnMut(Heard) -> bool,
 ) -> Option<(std::result::Result<Request, String>, Option<OwnedFd>)> {
-    let mut sent_nothing = false;
+    let mut unanswered = false;
     let mut proof = None;
-    let request = read_request_line(conn, &mut sent_nothing, &mut proof, heard);
-    (!sent_nothing).then_some((request, proof))
+    let request = read_request_line(conn, &mut unanswered, &mut proof, heard);
+    (!unanswered).then_some((request, proof))
 }
 
-/// [`read_request`]'s work; `sent_nothing` is set when the connection
-/// ended before its first byte, `proof` to the first file descriptor the
-/// client sent with its line ([`write_proof`]; any more are closed).
+/// [`read_request`]'s work; `unanswered` is set when the connection ended
+/// before its first byte, or `heard` says it was cut off once its line was
+/// in (then the line is not parsed); `proof` to the first file descriptor
+/// the client sent with its line ([`write_proof`]; any more are closed).
 /// `heard` is told once its first bytes are read, and once it is read
-/// whole.
+/// whole (a line ended by the client's hang-up without its newline
+/// included), and answers whether the connection is still listed.
 fn read_request_line(
     conn: &UnixStream,
-    sent_nothing: &mut bool,
+    unanswered: &mut bool,
     proof: &mut Option<OwnedFd>,
-    heard: &mut dyn FnMut(Heard),
+    heard: &mut dyn FnMut(Heard) -> bool,
 ) -> std::result::Result<Request, String> {
     let deadline = Instant::now() + REQUEST_TIMEOUT;
     let mut line = Vec::new();
@@ -1404,8 +1412,11 @@ fn read_request_line(
             break Err(e.to_string());
         }
         let newline = match receive(conn, &mut buf, proof) {
+            // The client's hang-up, or this end shut down to cut the
+            // connection off (`cut_off_oldest_waiting`): whatever it had
+            // sent was read first.
             Ok(0) => {
-                *sent_nothing = line.is_empty();
+                *unanswered = line.is_empty() || !heard(Heard::Whole);
                 break Ok(());
             }
             Ok(n) => {
@@ -1442,13 +1453,21 @@ fn read_request_line(
         }
         if let Some(end) = newline {
             line.truncate(end);
-            heard(Heard::Whole);
+            *unanswered = !heard(Heard::Whole);
             break Ok(());
         }
     };
     // The watcher that follows waits for the client without a timeout.
     let _ = conn.set_read_timeout(None);
     read.map_err(|e| format!("reading the request: {e}"))?;
+    // Cut off: its line is not parsed. Until 2026-12-06 (an audit) it was,
+    // after any others over 1 MiB: a connection cut off counts toward no
+    // limit, so a client that sent long lines without their newline and
+    // connected again, cutting off its last, piled up lines of up to
+    // 16 MiB each waiting their turn, beside the archiving run.
+    if *unanswered {
+        return Err("cut off to make room for another connection".into());
+    }
     // A parse holds a few times the line's size (a long topic list's
     // strings): lines over 1 MiB are parsed one at a time, so that the
     // connections' lines parsed at once (before the slots, which come
@@ -2309,6 +2328,49 @@ mod tests {
         assert!(shared.cut_off_oldest_waiting());
         assert_eq!(left(&shared), [1], "then the one part-way through");
         assert!(!shared.cut_off_oldest_waiting(), "never one read whole");
+    }
+
+    /// A connection cut off to make room has its line, ended by the
+    /// shutdown, left unparsed and unanswered (until 2026-12-06 it was
+    /// parsed, after any other line over 1 MiB, and only then dropped:
+    /// connections cut off count toward no limit, so their lines could
+    /// pile up). A client that hangs up after a line without its newline,
+    /// still listed, is answered as before.
+    #[test]
+    fn a_line_cut_off_is_not_parsed() {
+        use std::io::Write as _;
+        let status = b"{\"command\":\"status\"}";
+        for (listed, newline) in [(true, false), (false, false), (false, true)] {
+            let (mut client, server) = UnixStream::pair().unwrap();
+            client.write_all(status).unwrap();
+            if newline {
+                client.write_all(b"\n").unwrap();
+            }
+            drop(client);
+            let mut unanswered = false;
+            let mut told = Vec::new();
+            let read = read_request_line(&server, &mut unanswered, &mut None, &mut |h| {
+                told.push(h);
+                h != Heard::Whole || listed
+            });
+            assert_eq!(told, [Heard::Part, Heard::Whole]);
+            if listed {
+                assert!(matches!(read, Ok(Request::Status)), "{read:?}");
+                assert!(!unanswered);
+            } else {
+                assert!(
+                    read.as_ref().is_err_and(|e| e.contains("cut off")),
+                    "parsed: {read:?}"
+                );
+                assert!(unanswered, "newline {newline}");
+            }
+        }
+        // Through the server's lists: a connection no longer on them.
+        let shared = Shared::new(None);
+        let (mut client, server) = UnixStream::pair().unwrap();
+        client.write_all(status).unwrap();
+        drop(client);
+        assert!(read_request(&server, &mut |h| shared.heard_from(9, h)).is_none());
     }
 
     /// A run serves only clients of its own user and root.
