@@ -225,6 +225,7 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
         )?),
     };
     let data = &args.data.data;
+    let mut repaired = false;
     let (mut rows, served_by) = match crate::live::connect(data)? {
         Some(conn) => match live_rows(conn)? {
             Ok((rows, pid)) => (rows, Some(pid)),
@@ -232,6 +233,10 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
         },
         None => {
             let engine = super::open_unserved(data)?;
+            // Damage the open rebuilt is said (`say_repaired`), and the
+            // exit is 1, as for damage status finds itself: a monitor
+            // that goes by the exit learns of it (nothing finds it again).
+            repaired = engine.recovery_report().index_entries_damaged > 0;
             // Its reads of the topic ids go through sled: a panic there
             // (sled's, on damage to its own files) is an error naming the
             // archive, as the open's is (until 2026-12-06 it exited 101).
@@ -248,7 +253,11 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
     // refused login) leaves the archive's own figures worth printing: they
     // are, with the Kafka columns empty, and the run exits 1 with the
     // error logged (until the night of 2026-12-03 it printed nothing).
-    let mut exit = ExitCode::SUCCESS;
+    let mut exit = if repaired {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    };
     // Why Kafka's figures are missing from every row, if they are: rows a
     // refresh adds say the same.
     let mut kafka_unread: Option<String> = None;
