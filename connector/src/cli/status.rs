@@ -325,7 +325,7 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
         r.live_pid = served_by;
         r.summary_damage = summary_damage(r);
     }
-    // Damage is an error, said after the figures are printed.
+    // Damage is an error, said (on stderr) before the figures are printed.
     let damaged: std::collections::BTreeSet<(&str, &str)> = rows
         .iter()
         .filter_map(|r| Some((r.topic.as_str(), r.topic_id_damage.as_deref()?)))
@@ -742,7 +742,12 @@ fn kafka_view(
         r.high_watermark = Some(high);
         r.low_watermark = Some(low);
         r.archive_lag = row_archive_lag(r);
-        if let Some(durable) = r.durable_next_offset.filter(|&d| d < low) {
+        // A topic Kafka has under another id than the archived one: its
+        // offsets are another topic's, so what they say of retention or
+        // truncation is not so; its own WARN says what it is (until
+        // 2026-12-06 these were said beside it; found by an audit).
+        let same_topic = !r.topic_replaced();
+        if let Some(durable) = r.durable_next_offset.filter(|&d| same_topic && d < low) {
             tracing::warn!(
                 topic = %r.topic,
                 partition = r.partition,
@@ -755,7 +760,7 @@ fn kafka_view(
         // What stops `cairn run` is said whatever RUST_LOG keeps (since
         // 2026-12-06: a filter dropped it, and the table's empty columns
         // went unexplained; found by an audit).
-        if let Some(durable) = r.durable_next_offset.filter(|&d| high < d) {
+        if let Some(durable) = r.durable_next_offset.filter(|&d| same_topic && high < d) {
             super::say_warn!(
                 "{}/{}: Kafka's log ends below what the archive holds (Kafka's end {high}, the archive's next offset {durable}): the topic was deleted and recreated, or truncated (cairn run stops on it; see OPERATIONS.md, \"Where a partition resumes\")",
                 r.topic,
