@@ -331,10 +331,13 @@ impl RunConfig {
                 let (producer, message_timeout_ms) = crate::dead_letter::client_config(self);
                 crate::librdkafka::check_producer_settings(&producer)
                     .map_err(|e| ConnectorError::Config(format!("dead-letter producer: {e}")))?;
-                // Every dead letter is over --record-bytes-max: a producer
-                // cap at or below it (librdkafka checks a record's size
+                // Every dead letter is over --record-bytes-max, with its own
+                // headers beside: a producer cap below the smallest one
+                // (librdkafka checks a record's size, its headers counted,
                 // before it compresses it) refuses every one, and the run
-                // would stop at its first oversize record.
+                // would stop at its first oversize record. (Until
+                // 2026-12-06 a cap up to the headers' bytes above
+                // --record-bytes-max was taken; found by an audit.)
                 if let Some((k, v)) =
                     crate::librdkafka::settings_of(&self.kafka, "message.max.bytes").next()
                 {
@@ -345,9 +348,12 @@ impl RunConfig {
                         .and_then(|c| c.get("message.max.bytes"))
                         .ok()
                         .and_then(|v| v.parse::<u64>().ok());
-                    if cap.is_some_and(|cap| cap <= self.record_bytes_max) {
+                    let smallest = self
+                        .record_bytes_max
+                        .saturating_add(1 + crate::dead_letter::OWN_HEADERS_BYTES_MIN);
+                    if cap.is_some_and(|cap| cap < smallest) {
                         return bad(format!(
-                            "-X {k}={v}: with --on-oversize dead-letter it caps the dead letters too, and every dead letter is over --record-bytes-max ({}): give it a larger value, or leave it out",
+                            "-X {k}={v}: with --on-oversize dead-letter it caps the dead letters too, and every dead letter is over --record-bytes-max ({}) with its own headers beside (at least {smallest} bytes): give it a larger value, or leave it out",
                             self.record_bytes_max
                         ));
                     }
@@ -1408,6 +1414,13 @@ retain-bytes = "50GiB"
                 "message.max.bytes",
                 "0x800000",
                 "-X message.max.bytes=0x800000: with --on-oversize dead-letter it caps the dead letters too",
+            ),
+            // Above --record-bytes-max by less than a dead letter's own
+            // headers (until 2026-12-06 taken).
+            (
+                "message.max.bytes",
+                "8388609",
+                "with its own headers beside (at least 8388663 bytes)",
             ),
         ] {
             let mut c = ok.clone();

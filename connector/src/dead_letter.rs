@@ -43,6 +43,13 @@ use crate::librdkafka::{log_ignoring_confwarn, message_timeout_ms};
 pub const REASON_HEADER: &str = "cairn.dead-letter.reason";
 /// Header naming where a dead letter came from: `topic/partition@offset`.
 pub const SOURCE_HEADER: &str = "cairn.dead-letter.source";
+/// The fewest bytes a dead letter's own headers add to the record's: the
+/// reason's and the source's names, a reason of one character (every
+/// reason is longer) and the shortest source (`t/0@0`). librdkafka counts
+/// them against `message.max.bytes` with the record's key, value and
+/// headers, so a dead letter is at least `--record-bytes-max` + 1 + this.
+pub const OWN_HEADERS_BYTES_MIN: u64 =
+    (REASON_HEADER.len() + 1 + SOURCE_HEADER.len() + "t/0@0".len()) as u64;
 /// Header holding the record's own timestamp (milliseconds since the
 /// epoch, in decimal), when it has one: the dead letter's is the time it
 /// was sent.
