@@ -705,7 +705,9 @@ fn property_values<'de, D: serde::Deserializer<'de>>(
         .map(|t| {
             t.into_iter()
                 .map(|(k, v)| {
-                    if FILE_KEYS.contains(&k.as_str()) {
+                    // A table is an unquoted dotted name (`group.instance.id`),
+                    // told to quote it below.
+                    if FILE_KEYS.contains(&k.as_str()) && !v.is_table() {
                         return Err(D::Error::custom(format!(
                             "[kafka] {k:?}: a key of cairn's own, not a librdkafka property: TOML puts every key written below the [kafka] header into that table, so move `{k}` above the header"
                         )));
@@ -1083,6 +1085,12 @@ mod tests {
                 "{e}"
             );
         }
+        // An unquoted dotted property whose first word is a key of the
+        // file's: told to quote it, not to move it.
+        let e = toml::from_str::<FileConfig>("[kafka]\ngroup.instance.id = \"i\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("quote a property name with dots"), "{e}");
         let e = toml::from_str::<FileConfig>("not-a-key = 1\n")
             .unwrap_err()
             .to_string();

@@ -351,7 +351,7 @@ enum Heard {
     Nothing,
     /// Bytes of it, not its end.
     Part,
-    /// All of it, to its newline.
+    /// All of it: to its newline, or to the client's hang-up.
     Whole,
 }
 
@@ -907,8 +907,10 @@ fn serve(conn: UnixStream, id: u64, engine: &Engine, shared: &Shared) {
     let Some((request, proof)) = read_request(&conn, &mut |heard| shared.heard_from(id, heard))
     else {
         // The client hung up before sending anything, or the connection
-        // was cut off to make room: no one to answer. Its place goes at once, off both lists under the locks the cut-off
-        // takes (until 2026-12-05 it stayed counted among the places, off
+        // was cut off to make room (`cut_off_oldest_waiting` says so): no
+        // one to answer. Its place goes at once, off both lists under the
+        // locks the cut-off takes (until 2026-12-05 it stayed counted
+        // among the places, off
         // the waiting list, until this thread had tried to answer and
         // ended: a connection made meanwhile at the limit had a live
         // client's waiting connection cut off instead).

@@ -557,6 +557,9 @@ async fn archive(cfg: RunConfig) -> Result<(ExitCode, u64)> {
         Ok(Engine::open(engine_cfg)?)
     })?);
     let r = engine.recovery_report();
+    // The run's open is the first after a crash, as a rule: damage it
+    // rebuilt is said as a stopped archive's other commands say it.
+    super::say_repaired(&cfg.data, r);
     tracing::info!(data = %cfg.data.display(), frames_checked = r.frames_checked, truncated = r.truncated.is_some(), "archive open");
     let opts = PipelineOptions {
         stop: stop.clone(),
