@@ -584,6 +584,62 @@ fn a_dead_letter_over_the_producers_cap_names_the_setting() {
     );
 }
 
+/// A dead letter the dead-letter topic refuses as too large (its
+/// `max.message.bytes`: the broker's refusal, injected) stops the run
+/// before it, with nothing committed past it, and says to raise the
+/// topic's limit (until 2026-12-06 this advice was untested).
+#[test]
+fn a_dead_letter_over_the_topics_limit_says_to_raise_it() {
+    let (k, dead) = source_and_dead_letter_topic("dl-topic-limit");
+    let Some(mock) = k.mock() else {
+        eprintln!("SKIPPED: the brokers' refusal is injected through the mock cluster");
+        return;
+    };
+    mock.request_errors(
+        rdkafka::types::RDKafkaApiKey::Produce,
+        &[rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE; 5],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dead_letter_config(&k, &dead, dir.path());
+    let detail = refused_at_big(&k, &cfg, dir.path());
+    mock.clear_request_errors(rdkafka::types::RDKafkaApiKey::Produce);
+    assert!(
+        detail.contains("the dead-letter topic's max.message.bytes is below this record")
+            && detail.contains("--on-oversize skip or fail"),
+        "{detail}"
+    );
+}
+
+/// A record of exactly `--record-bytes-max` (key, value and headers) is
+/// archived, and one a byte over it dead-lettered: the consumer and the
+/// engine measure alike, and refuse only above the limit.
+#[test]
+fn a_record_at_the_limit_is_archived_and_one_byte_over_it_dead_lettered() {
+    init_logs();
+    let mut k = TestKafka::new("dl-boundary", 1);
+    let dead = k.create_topic("dl-boundary-dead-letters", 1);
+    // Key "k" and 999 bytes: 1,000; then 1,001; then a small one.
+    for value in [vec![b'a'; 999], vec![b'b'; 1_000], b"small".to_vec()] {
+        produce_one(&k, value);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dead_letter_config(&k, &dead, dir.path());
+    let (sink, opts) = archive_until_committed(&cfg, dir.path(), 3);
+    let report = run_bounded(&cfg, sink, opts).unwrap();
+    assert_eq!(report.stats.records_dead_lettered, 1);
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    let held: Vec<(i64, usize)> = engine
+        .read(&TopicPartition::new(&k.topic, 0), 0)
+        .unwrap()
+        .map(|r| {
+            let r = r.unwrap();
+            (r.offset, r.value.map_or(0, |v| v.len()))
+        })
+        .collect();
+    assert_eq!(held, [(0, 999), (2, 5)]);
+    assert_eq!(dead_letters(&k, &dead), 1);
+}
+
 #[test]
 fn a_missing_dead_letter_topic_is_refused_at_start() {
     init_logs();
