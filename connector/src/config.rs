@@ -187,9 +187,9 @@ impl RunConfig {
                 self.group
             ));
         }
-        if self.group.contains("${") {
+        if unrendered_template(&self.group) {
             return bad(format!(
-                "group {:?}: `${{VARIABLES}}` are expanded by a shell, not by cairn or in the config file (a template never rendered?): give the group's name",
+                "group {:?}: `${{VARIABLES}}` (and `$VAR`, `$(VAR)`, `{{{{var}}}}`) are expanded by a shell or a template engine, not by cairn or in the config file (a template never rendered?): give the group's name",
                 self.group
             ));
         }
@@ -661,6 +661,18 @@ fn byte_count<'de, D: serde::Deserializer<'de>, T: TryFrom<u64>>(
     T::try_from(n)
         .map(Some)
         .map_err(|_| D::Error::custom(format!("{n}: too large for this machine")))
+}
+
+/// Whether a group's name looks like a template never rendered: `${VAR}`,
+/// `$(VAR)` (Kubernetes' form), `{{var}}`, or the whole name one `$VAR`
+/// (Docker's exec form passes it as it is). Until 2026-12-06 only `${`
+/// was refused (an audit): a `$` elsewhere is still a name's (`a$b`).
+fn unrendered_template(name: &str) -> bool {
+    let whole_var = name.strip_prefix('$').is_some_and(|v| {
+        v.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            && v.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    });
+    name.contains("${") || name.contains("$(") || name.contains("{{") || whole_var
 }
 
 /// The file's own keys ([`FileConfig`]'s fields, as the file spells them;
@@ -1520,7 +1532,16 @@ retain-bytes = "50GiB"
             e.contains("enable.auto.commit") && e.contains("after its fsync"),
             "{e}"
         );
-        for group in ["archive ", " archive", "${GROUP}", "cairn-${ENV}"] {
+        for group in [
+            "archive ",
+            " archive",
+            "${GROUP}",
+            "cairn-${ENV}",
+            "$GROUP",
+            "$(GROUP)",
+            "archive-$(ENV)",
+            "{{ group }}",
+        ] {
             let mut c = ok.clone();
             c.group = group.into();
             let e = c.validate().unwrap_err().to_string();
@@ -1529,6 +1550,10 @@ retain-bytes = "50GiB"
         let mut c = ok.clone();
         c.group = "a$b".into();
         assert!(c.validate().is_ok(), "a `$` alone is a name");
+        for name in ["$", "$1", "a-$GROUP", "{group}"] {
+            c.group = name.into();
+            assert!(c.validate().is_ok(), "{name}");
+        }
         // A managed property says which flag gives it.
         let e = with("group.id", "other").unwrap_err();
         assert!(
