@@ -886,7 +886,11 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
             s.trim()
         ));
     }
+    // Trimmed, as a byte count is (`parse_byte_count`): bytesize reads a
+    // trailing space as part of the unit (until 2026-12-06 `"50GiB "` was
+    // refused as the unknown unit "GiB ").
     let bytes = s
+        .trim()
         .parse::<bytesize::ByteSize>()
         .map(|b| b.as_u64())
         .map_err(|e| {
@@ -1291,6 +1295,7 @@ retain-bytes = "50GiB"
         assert_eq!(parse_size("0GiB"), Ok(0));
         assert_eq!(parse_size("0"), Ok(0));
         assert_eq!(parse_size("1.5KiB"), Ok(1536));
+        assert_eq!(parse_size(" 50GiB "), Ok(50 << 30), "trimmed");
         assert!(parse_size("50").unwrap_err().contains("give a unit"));
     }
 
