@@ -331,8 +331,8 @@ impl RunConfig {
                 let (producer, message_timeout_ms) = crate::dead_letter::client_config(self);
                 crate::librdkafka::check_producer_settings(&producer)
                     .map_err(|e| ConnectorError::Config(format!("dead-letter producer: {e}")))?;
-                // Every dead letter is over --record-bytes-max, with its own
-                // headers beside: a producer cap below the smallest one
+                // An oversize record's dead letter is over --record-bytes-max,
+                // with its own headers beside: a producer cap below the smallest one
                 // (librdkafka checks a record's size, its headers counted,
                 // before it compresses it) refuses every one, and the run
                 // would stop at its first oversize record. (Until
@@ -353,7 +353,7 @@ impl RunConfig {
                         .saturating_add(1 + crate::dead_letter::OWN_HEADERS_BYTES_MIN);
                     if cap.is_some_and(|cap| cap < smallest) {
                         return bad(format!(
-                            "-X {k}={v}: with --on-oversize dead-letter it caps the dead letters too, and every dead letter is over --record-bytes-max ({}) with its own headers beside (at least {smallest} bytes): give it a larger value, or leave it out",
+                            "-X {k}={v}: with --on-oversize dead-letter it caps the dead letters too, and an oversize record's dead letter is over --record-bytes-max ({}) with its own headers beside (at least {smallest} bytes), so none would fit: give it at least the largest record Kafka may hand the archive, or leave it out (it is the consumer's too, and raises its fetch.max.bytes to it)",
                             self.record_bytes_max
                         ));
                     }
@@ -1441,10 +1441,15 @@ retain-bytes = "50GiB"
                 "-X message.max.bytes=0x800000: with --on-oversize dead-letter it caps the dead letters too",
             ),
             // Above --record-bytes-max by less than a dead letter's own
-            // headers (until 2026-12-06 taken).
+            // headers (until 2026-12-06 taken), to the last byte.
             (
                 "message.max.bytes",
                 "8388609",
+                "with its own headers beside (at least 8388663 bytes)",
+            ),
+            (
+                "message.max.bytes",
+                "8388662",
                 "with its own headers beside (at least 8388663 bytes)",
             ),
         ] {
@@ -1462,10 +1467,13 @@ retain-bytes = "50GiB"
         c.kafka
             .insert("max.poll.interval.ms".into(), "1000000".into());
         assert!(c.validate().is_ok());
-        // A cap above --record-bytes-max is taken (and kept: dead_letter.rs).
+        // A cap above --record-bytes-max is taken (and kept: dead_letter.rs),
+        // from the smallest dead letter's size up.
         let mut c = ok.clone();
         c.kafka
             .insert("message.max.bytes".into(), "16777216".into());
+        assert!(c.validate().is_ok());
+        c.kafka.insert("message.max.bytes".into(), "8388663".into());
         assert!(c.validate().is_ok());
         // The value cairn sets itself may be given (the consumer reads this
         // one too).

@@ -47,7 +47,8 @@ pub const SOURCE_HEADER: &str = "cairn.dead-letter.source";
 /// reason's and the source's names, a reason of one character (every
 /// reason is longer) and the shortest source (`t/0@0`). librdkafka counts
 /// them against `message.max.bytes` with the record's key, value and
-/// headers, so a dead letter is at least `--record-bytes-max` + 1 + this.
+/// headers, so an oversize record's dead letter is at least
+/// `--record-bytes-max` + 1 + this.
 pub const OWN_HEADERS_BYTES_MIN: u64 =
     (REASON_HEADER.len() + 1 + SOURCE_HEADER.len() + "t/0@0".len()) as u64;
 /// Header holding the record's own timestamp (milliseconds since the

@@ -277,8 +277,9 @@ pub enum Command {
 /// Arguments shared by the commands that read an archive.
 #[derive(Debug, clap::Args)]
 pub struct DataArg {
-    /// The archive's data directory. A running `cairn run` there is asked
-    /// through its socket; a stopped archive is opened, its lock held
+    /// The archive's data directory. A running `cairn run` there answers
+    /// `status`, `export`, `verify`, `prune` and `backup` through its
+    /// socket (`restore` needs it stopped); a stopped archive is opened, its lock held
     /// meanwhile, and (but by `verify`) recovered after a crash and
     /// upgraded from an older format, which an older cairn then no longer
     /// opens, as a run opens it: it needs write access (docs/OPERATIONS.md,

@@ -745,7 +745,9 @@ fn kafka_view(
         // A topic Kafka has under another id than the archived one: its
         // offsets are another topic's, so what they say of retention or
         // truncation is not so; its own WARN says what it is (until
-        // 2026-12-06 these were said beside it; found by an audit).
+        // 2026-12-06 these were said beside it; found by an audit). Judged
+        // on the ids as read before the watermarks: a running archive's
+        // refresh after them may record or rebind one.
         let same_topic = !r.topic_replaced();
         if let Some(durable) = r.durable_next_offset.filter(|&d| same_topic && d < low) {
             tracing::warn!(
