@@ -121,10 +121,13 @@ pub async fn run(args: BackupArgs) -> Result<ExitCode> {
     // once (tokio keeps the handlers installed, so without this nothing
     // short of SIGKILL would stop a removal hung on a failing disk).
     let signals = super::run::Signals::for_command()?;
-    refuse_destination(data, &to)?;
-    let engine = super::open_unserved(data)?;
     let stop = Arc::new(AtomicBool::new(false));
     let dest = to.clone();
+    // Watching before the open, not after it (until 2026-12-06, an audit):
+    // the handlers replace the signals' default, so a signal during a long
+    // recovery did nothing until the open was done, and a second one did
+    // not exit. One now stops the backup before it writes anything, once
+    // the open is done; a second exits at once.
     let signals = signals.stop_then_exit(
         stop.clone(),
         // Said whatever RUST_LOG keeps, as `run`'s.
@@ -134,6 +137,9 @@ pub async fn run(args: BackupArgs) -> Result<ExitCode> {
             dest.display()
         ),
     );
+    refuse_destination(data, &to)?;
+    // On this thread, with the watcher free to run on another.
+    let engine = tokio::task::block_in_place(|| super::open_unserved(data))?;
     let dest = to.clone();
     let stopped = stop.clone();
     let archive = data.to_path_buf();
