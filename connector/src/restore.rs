@@ -1943,6 +1943,21 @@ fn check_count(
             return Ok(());
         }
     };
+    // A gap at the head: the target's log has lost nothing from its start
+    // (no retention or deletion moved it), yet its first record is not the
+    // first the archive holds from `--from` on. The count below starts at
+    // the first record and misses it, and the resume ended whole (until
+    // 2026-12-06; found by an audit). An archive pruned since holds none
+    // below, and is not refused.
+    if low == 0 {
+        let below = engine.count_range(source, cfg.select.from, first_archived)?;
+        if below > 0 {
+            return Err(ConnectorError::RestoreRefused(format!(
+                "--resume: {target} begins with archived offset {first_archived} and has lost nothing from its log's start, but the archive holds {below} records from --from {} below it: an earlier restore lost its first records (its error said not to resume this partition), or it began at a higher --from than this command's; resuming after the last would not make it whole: restore into an empty topic, or give the earlier restore's --from",
+                cfg.select.from
+            )));
+        }
+    }
     // From the first record read, not the log start: offsets between hold
     // no record a reader gets (compacted away, or an aborted producer's),
     // and counted, a target whose first record had gone was refused as
@@ -2646,6 +2661,50 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    /// A target whose first record is not the first archived from
+    /// `--from` on, its log having lost nothing from its start, is refused:
+    /// an earlier restore lost its first records, which the count from the
+    /// first record does not see (until 2026-12-06 the resume ended
+    /// whole). A target whose log start moved, or a `--from` at that first
+    /// record, is counted as before.
+    #[test]
+    fn a_gap_at_the_targets_head_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::open(cairn_engine::EngineConfig::new(dir.path())).unwrap();
+        let source = TopicPartition::new("t", 0);
+        let records: Vec<Record> = (0..10)
+            .map(|o| Record::with_value(o, format!("v{o}")))
+            .collect();
+        engine
+            .append(&[cairn_engine::RecordBatch {
+                tp: source.clone(),
+                records: records.clone(),
+            }])
+            .unwrap();
+        let target = TopicPartition::new("t-restored", 0);
+        let mut cfg = RestoreConfig::new("b:1");
+        // Archived 2..=9 at target offsets 0..8: 0 and 1 lost.
+        let first = |offset| TargetRecord {
+            offset,
+            key: None,
+            value: records[2].value.clone(),
+            archived: Some(2),
+        };
+        match check_count(&engine, &cfg, &source, &target, (0, 8), &first(0), 9) {
+            Err(ConnectorError::RestoreRefused(m)) => assert!(
+                m.contains("begins with archived offset 2")
+                    && m.contains("holds 2 records from --from 0 below it"),
+                "{m}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        // The target's log start moved: what went before is not known.
+        check_count(&engine, &cfg, &source, &target, (1, 9), &first(1), 9).unwrap();
+        // The earlier restore began at --from 2.
+        cfg.select.from = 2;
+        check_count(&engine, &cfg, &source, &target, (0, 8), &first(0), 9).unwrap();
     }
 
     fn delivered(acked: &[i64], failed: Option<i64>) -> PartitionDeliveries {
