@@ -124,11 +124,27 @@ pub async fn run(args: RestoreArgs) -> Result<ExitCode> {
     });
     watcher.abort();
     if let Err(e @ ConnectorError::RestoreStopped { .. }) = &result {
-        // Interrupted, as asked: the shell's convention for SIGINT.
+        // Interrupted, as asked: the shell's convention for SIGINT. Closed,
+        // not dropped, here too (until 2026-12-06 the drop's sync failing
+        // only logged, and the exit stayed 130; found by an audit).
         super::say_stopped(&e);
+        engine.close()?;
         return Ok(ExitCode::from(130));
     }
-    let report = result?;
+    let report = match result {
+        Ok(report) => report,
+        Err(e) => {
+            // The restore's error is the one returned; the archive's close
+            // failing too is said, not dropped unheard (a read that
+            // panicked poisoned it: its close says so, and is not news).
+            if let Err(c) = engine.close() {
+                if !matches!(e, ConnectorError::ReadPanicked { .. }) {
+                    tracing::error!(error = %c, "closing the archive failed too");
+                }
+            }
+            return Err(e);
+        }
+    };
     // Closed, not dropped: a failed sync of what the open wrote exits 1,
     // as any failed fsync does (since 2026-12-05; the drop's sync left the
     // poison mark, but the command exited 0). After the report, which
