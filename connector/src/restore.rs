@@ -492,11 +492,22 @@ pub fn restore_until_split(
             }
         }
         sent.insert(target.clone(), n);
-        tracing::info!(%source, %target, records = n, "partition sent");
+        // Handed to the producer, not yet acknowledged: said so (until
+        // 2026-12-06 "partition sent" read as delivered; an audit).
+        tracing::info!(%source, %target, records = n, "partition handed to the producer (acknowledged records are counted at the end)");
     }
 
     // Every record sent gets its delivery report within message.timeout.ms.
     let flush_ms = cfg.message_timeout_ms() + FLUSH_MARGIN_MS;
+    // Said, as the wait can be minutes with a broker away (it was silent).
+    let in_flight = producer.in_flight_count();
+    if in_flight > 0 {
+        tracing::info!(
+            in_flight,
+            wait_up_to_s = flush_ms / 1000,
+            "waiting for the brokers to acknowledge the records still in flight"
+        );
+    }
     let flushed =
         flush(&producer, Duration::from_millis(flush_ms)).and_then(|()| flush_failpoint());
     if flushed.is_err() {

@@ -158,7 +158,7 @@ fn check_prefix(got: &BTreeMap<i32, Vec<Restored>>, when: &str) -> u64 {
 enum Death {
     /// `CAIRN_ABORT_AT=<point>:<n>`.
     Abort(&'static str, u64),
-    /// SIGKILL after its n-th "partition sent" line.
+    /// SIGKILL after its n-th "partition handed to the producer" line.
     Kill(u32),
 }
 
@@ -250,7 +250,7 @@ fn restore_cycle(
             .lines()
             .map_while(Result::ok)
         {
-            sent += u32::from(line.contains(r#""message":"partition sent""#));
+            sent += u32::from(line.contains(r#""message":"partition handed to the producer"#));
             tail.push(line);
             if matches!(death, Death::Kill(k) if sent == k) {
                 child.kill().unwrap(); // SIGKILL, records in flight
