@@ -691,7 +691,11 @@ async fn demo_in(n: u64, data: PathBuf, made: bool) -> Result<ExitCode> {
         v.records,
         v.frames,
     )?;
-    let on_disk_bytes = engine.size_on_disk().unwrap_or(0);
+    // Its failure said as such, not printed as "0.0 MB on disk".
+    let on_disk = engine
+        .size_on_disk()
+        .map(|b| format!("{:.1} MB", b as f64 / 1e6))
+        .unwrap_or_else(|e| format!("? MB ({e})"));
     restore_round_trip(&cluster, &brokers, &engine, n, &scratch).await?;
     engine.close()?;
     // Once the demo has let go of it: `status` answers now.
@@ -699,9 +703,8 @@ async fn demo_in(n: u64, data: PathBuf, made: bool) -> Result<ExitCode> {
     // BENCHMARKS measures the store's space.
     let payload_bytes: u64 = stats.partitions.iter().map(|p| p.payload_bytes).sum();
     outln!(
-        "archive    {} ({:.1} MB on disk for {:.1} MB of keys, values and headers, {} records stored) stays, for you to look into (remove it when done): try {} status --data {0}",
+        "archive    {} ({on_disk} on disk for {:.1} MB of keys, values and headers, {} records stored) stays, for you to look into (remove it when done): try {} status --data {0}",
         data.display(),
-        on_disk_bytes as f64 / 1e6,
         payload_bytes as f64 / 1e6,
         stats.partitions.iter().map(|p| p.record_count).sum::<u64>(),
         this_cairn()
