@@ -1930,7 +1930,8 @@ fn target_records(
 /// name: an earlier restore that stopped with a gap (its error said not
 /// to resume the partition; a script retrying until exit 0 would not
 /// see it), records whose acknowledgement was lost below one that failed,
-/// another producer's records, or a compacted target. Trusting the last
+/// another producer's records (compaction of the target is not seen: it
+/// keeps the offsets counted). Trusting the last
 /// record alone, a resume would go on above the gap and end whole.
 /// Checked only when the first record is a restore's of this archive
 /// (its offset header names an archived record with its key and value):
@@ -1964,16 +1965,19 @@ fn check_count(
         }
     };
     // A gap at the head: the target's log has lost nothing from its start
-    // (no retention or deletion moved it), yet its first record is not the
-    // first the archive holds from `--from` on. The count below starts at
-    // the first record and misses it, and the resume ended whole (until
-    // 2026-12-06; found by an audit). An archive pruned since holds none
-    // below, and is not refused.
+    // (no retention or deletion moved it), yet the archive holds more
+    // records from `--from` below its first record than the target has
+    // offsets below it. The count below starts at the first record and
+    // misses them, and the resume ended whole (until 2026-12-06; found by
+    // an audit). Records lost so took no offsets, while records compacted
+    // away keep theirs (the log cleaner starts at the head): a compacted
+    // target is not refused. An archive pruned since holds none below.
     if low == 0 {
         let below = engine.count_range(source, cfg.select.from, first_archived)?;
-        if below > 0 {
+        if below > u64::try_from(first.offset).unwrap_or(0) {
             return Err(ConnectorError::RestoreRefused(format!(
-                "--resume: {target} begins with archived offset {first_archived} and has lost nothing from its log's start, but the archive holds {below} records from --from {} below it: an earlier restore lost its first records (its error said not to resume this partition), or it began at a higher --from than this command's; resuming after the last would not make it whole: restore into an empty topic, or give the earlier restore's --from",
+                "--resume: {target} begins with archived offset {first_archived} at offset {}, its log having lost nothing from its start, but the archive holds {below} records from --from {} below it: an earlier restore lost its first records (its error said not to resume this partition), or it began at a higher --from than this command's; resuming after the last would not make it whole: restore into an empty topic, or give the earlier restore's --from",
+                first.offset,
                 cfg.select.from
             )));
         }
@@ -2004,7 +2008,7 @@ fn check_count(
             String::new()
         };
         return Err(ConnectorError::RestoreRefused(format!(
-            "--resume: {target} holds {held} records (offsets {from}..{high}) from archived offset {first_archived} to {last_archived}, but the archive holds {archived} between those two: records are {} (an earlier restore that stopped with a gap, whose error said not to resume this partition; another producer; or a compacted target), so resuming after the last would not make it whole; restore into an empty topic, or use --partition, --from and --append for what is missing{extra}",
+            "--resume: {target} holds {held} records (offsets {from}..{high}) from archived offset {first_archived} to {last_archived}, but the archive holds {archived} between those two: records are {} (an earlier restore that stopped with a gap, whose error said not to resume this partition; or another producer), so resuming after the last would not make it whole; restore into an empty topic, or use --partition, --from and --append for what is missing{extra}",
             if held < archived { "missing from the target" } else { "in the target that the archive does not account for" }
         )));
     }
@@ -2720,6 +2724,10 @@ mod tests {
             ),
             other => panic!("{other:?}"),
         }
+        // One lost, one compacted away (its offset kept): refused too.
+        assert!(check_count(&engine, &cfg, &source, &target, (0, 9), &first(1), 9).is_err());
+        // Both compacted away, their offsets kept: nothing is missing.
+        check_count(&engine, &cfg, &source, &target, (0, 10), &first(2), 9).unwrap();
         // The target's log start moved: what went before is not known.
         check_count(&engine, &cfg, &source, &target, (1, 9), &first(1), 9).unwrap();
         // The earlier restore began at --from 2.

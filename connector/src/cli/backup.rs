@@ -137,9 +137,18 @@ pub async fn run(args: BackupArgs) -> Result<ExitCode> {
             dest.display()
         ),
     );
-    refuse_destination(data, &to)?;
-    // On this thread, with the watcher free to run on another.
-    let engine = tokio::task::block_in_place(|| super::open_unserved(data))?;
+    // On this thread, with the watcher free to run on another; which
+    // goes when either fails, as restore's does (an embedder's runtime
+    // lives on).
+    let opened = refuse_destination(data, &to)
+        .and_then(|()| tokio::task::block_in_place(|| super::open_unserved(data)));
+    let engine = match opened {
+        Ok(engine) => engine,
+        Err(e) => {
+            signals.abort();
+            return Err(e);
+        }
+    };
     let dest = to.clone();
     let stopped = stop.clone();
     let archive = data.to_path_buf();

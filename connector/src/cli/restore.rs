@@ -135,10 +135,12 @@ pub async fn run(args: RestoreArgs) -> Result<ExitCode> {
         Ok(report) => report,
         Err(e) => {
             // The restore's error is the one returned; the archive's close
-            // failing too is said, not dropped unheard (a read that
-            // panicked poisoned it: its close says so, and is not news).
+            // failing too is said, not dropped unheard. One poisoned by the
+            // failure (a read that panicked, a pass-over that failed)
+            // refuses its close, which is no news.
+            let poisoned = engine.is_poisoned();
             if let Err(c) = engine.close() {
-                if !matches!(e, ConnectorError::ReadPanicked { .. }) {
+                if !poisoned {
                     tracing::error!(error = %c, "closing the archive failed too");
                 }
             }
