@@ -385,6 +385,18 @@ impl RunConfig {
         {
             return bad("-X statistics.interval.ms: use --progress-interval-s; cairn reads librdkafka's statistics for its progress reports".into());
         }
+        // librdkafka writes the client id into its statistics unescaped: a
+        // `"` or `\` in it (`CORP\svc`), or a control character, makes
+        // every report unreadable JSON, and the progress lines then show no
+        // lag for the whole run (until 2026-12-06 a WARN every interval;
+        // found by an audit).
+        for (k, v) in crate::librdkafka::settings_of(&self.kafka, "client.id") {
+            if v.chars().any(|c| c == '"' || c == '\\' || c.is_control()) {
+                return bad(format!(
+                    "-X {k}={v:?}: librdkafka writes the client id into its statistics without escaping it, so a `\"`, a `\\` or a control character there leaves cairn unable to read them (no lag in its progress lines): choose one without"
+                ));
+            }
+        }
         // librdkafka leaves a topic it matches out of its metadata cache and
         // of the group's assignment without a word, while the metadata
         // cairn checks the topics against still lists it: a named topic
@@ -1538,6 +1550,12 @@ retain-bytes = "50GiB"
             "{e}"
         );
         assert!(with("allow.auto.create.topics", "false").is_ok());
+        // Written unescaped into librdkafka's statistics.
+        for id in ["CORP\\svc", "a\"b", "a\tb"] {
+            let e = with("client.id", id).unwrap_err();
+            assert!(e.contains("without escaping it"), "{id}: {e}");
+        }
+        assert!(with("client.id", "archive-1.eu").is_ok());
         let e = with("topic.blacklist", "^t$").unwrap_err();
         assert!(e.contains("-X topic.blacklist=^t$"), "{e}");
         let e = with("enable.auto.commit", "true").unwrap_err();
