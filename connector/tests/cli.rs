@@ -822,12 +822,11 @@ fn status_json_with_brokers(
 /// would name another topic's records.
 #[test]
 fn status_shows_the_archived_topic_id_beside_kafkas() {
-    use rdkafka::mocking::MockCluster;
-    let mock = MockCluster::new(1).unwrap();
-    mock.create_topic("ti", 2, 1).unwrap();
-    let brokers = mock.bootstrap_servers();
+    // A `cairn mock-broker`, or the real cluster CAIRN_TEST_BROKERS names.
+    let tb = TestBroker::start(&["ti:2"]);
+    let (topic, brokers) = (tb.topic("ti"), tb.brokers.clone());
     let dir = tempfile::tempdir().unwrap();
-    archive_one_record_each(dir.path(), "ti", 1);
+    archive_one_record_each(dir.path(), &topic, 1);
     let (code, out, err) = status_json_with_brokers(dir.path(), &brokers, "60000");
     assert_eq!(code, 0, "{err}");
     let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -844,7 +843,7 @@ fn status_shows_the_archived_topic_id_beside_kafkas() {
     // Another id recorded: the topic Kafka has now is not the archived one.
     let e = cairn_engine::Engine::open(cairn_engine::EngineConfig::new(dir.path())).unwrap();
     let archived = cairn_engine::TopicId::new(1).unwrap();
-    e.bind_topics(&[("ti".to_owned(), archived)].into_iter().collect())
+    e.bind_topics(&[(topic.clone(), archived)].into_iter().collect())
         .unwrap();
     e.close().unwrap();
     let (code, out, err) = status_json_with_brokers(dir.path(), &brokers, "60000");
@@ -1709,7 +1708,7 @@ fn an_export_waiting_for_a_fifos_reader_ends_at_a_signal() {
 fn export_refuses_another_users_link_in_a_sticky_directory() {
     use std::os::unix::fs::PermissionsExt;
     if !rustix::process::geteuid().is_root() {
-        eprintln!("SKIPPED: giving a link another owner needs root");
+        common::skip("giving a link another owner needs root");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -2141,14 +2140,13 @@ fn a_run_stopped_before_any_assignment_leaves_no_new_directory() {
 /// it holds records or was poisoned (until 2026-12-06; found by an audit).
 #[test]
 fn a_clean_stop_before_any_record_keeps_the_starts_it_recorded() {
-    use rdkafka::mocking::MockCluster;
     use std::io::{BufRead, BufReader};
-    let mock = MockCluster::new(1).unwrap();
-    mock.create_topic("idle", 1, 1).unwrap();
-    let brokers = mock.bootstrap_servers();
+    // A `cairn mock-broker`, or the real cluster CAIRN_TEST_BROKERS names.
+    let tb = TestBroker::start(&["idle:1"]);
+    let (topic, group) = (tb.topic("idle"), tb.group("idle-group"));
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("new");
-    let mut args = common::run_flags(&brokers, "idle-group", "idle", data.to_str().unwrap());
+    let mut args = common::run_flags(&tb.brokers, &group, &topic, data.to_str().unwrap());
     args.extend(["--auto-offset-reset", "latest"]);
     let mut run = common::cairn_run(&args, None);
     let child = &mut run.0;

@@ -358,7 +358,7 @@ fn a_dead_letter_first_after_an_unchecked_resume_is_committed_past() {
     let mut k = TestKafka::new("dl-unchecked", 1);
     let dead = k.create_topic("dl-unchecked-dead-letters", 1);
     let Some(mock) = k.mock() else {
-        eprintln!("SKIPPED: error injection needs the mock cluster");
+        cairn_tests::skipped("error injection needs the mock cluster");
         return;
     };
     // All ten small, archived and committed; then one big one, at 10.
@@ -489,7 +489,7 @@ fn a_partition_of_only_set_aside_records_is_committed_past_them() {
 fn a_dead_letter_that_cannot_be_delivered_stops_the_run_before_it() {
     let (k, dead) = source_and_dead_letter_topic("dl-refused");
     let Some(mock) = k.mock() else {
-        eprintln!("SKIPPED: the brokers' refusal is injected through the mock cluster");
+        cairn_tests::skipped("the brokers' refusal is injected through the mock cluster");
         return;
     };
     // The brokers refuse the next produce requests with an error that is
@@ -592,7 +592,7 @@ fn a_dead_letter_over_the_producers_cap_names_the_setting() {
 fn a_dead_letter_over_the_topics_limit_says_to_raise_it() {
     let (k, dead) = source_and_dead_letter_topic("dl-topic-limit");
     let Some(mock) = k.mock() else {
-        eprintln!("SKIPPED: the brokers' refusal is injected through the mock cluster");
+        cairn_tests::skipped("the brokers' refusal is injected through the mock cluster");
         return;
     };
     mock.request_errors(

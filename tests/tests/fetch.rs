@@ -281,7 +281,7 @@ fn a_fetch_error_that_stops_the_run_archives_nothing_after_it() {
     init_logs();
     let k = TestKafka::new("fetch-unauthorized", DEMO_PARTITIONS);
     let Some(mock) = k.mock() else {
-        eprintln!("SKIPPED: error injection needs the mock cluster");
+        cairn_tests::skipped("error injection needs the mock cluster");
         return;
     };
     produce(&k.brokers, &k.topic, 0..300).unwrap();
@@ -369,7 +369,7 @@ fn a_topic_deleted_while_archived_stops_the_run() {
     init_logs();
     let k = TestKafka::new("fetch-deleted", DEMO_PARTITIONS);
     let Some(mock) = k.mock() else {
-        eprintln!("SKIPPED: deleting a topic under a run needs the mock cluster");
+        cairn_tests::skipped("deleting a topic under a run needs the mock cluster");
         return;
     };
     produce(&k.brokers, &k.topic, 0..300).unwrap();

@@ -180,7 +180,7 @@ fn restart_without_commit_resumes_at_the_durable_offset() {
 fn produced_with_failing_commits(name: &str, n: u64, failures: usize) -> Option<TestKafka> {
     let k = TestKafka::new(name, 3);
     let Some(mock) = k.mock() else {
-        eprintln!("SKIPPED: error injection needs the mock cluster");
+        cairn_tests::skipped("error injection needs the mock cluster");
         return None;
     };
     produce(&k.brokers, &k.topic, 0..n).unwrap();
@@ -248,7 +248,7 @@ fn a_failed_last_commit_is_retried_without_new_records() {
 fn broker_outage_loses_nothing_and_archiving_resumes() {
     let k = TestKafka::new("outage", 3);
     let Some(mock) = k.mock() else {
-        eprintln!("SKIPPED: broker down/up needs the mock cluster");
+        cairn_tests::skipped("broker down/up needs the mock cluster");
         return;
     };
     let n = 20_000;
@@ -485,7 +485,7 @@ fn every_compression_codec_is_archived_exactly() {
 fn unreadable_log_bounds_at_assignment_do_not_stop_the_run() {
     let k = TestKafka::new("bounds", 3);
     let Some(mock) = k.mock() else {
-        eprintln!("SKIPPED: error injection needs the mock cluster");
+        cairn_tests::skipped("error injection needs the mock cluster");
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -514,7 +514,7 @@ fn unreadable_log_bounds_at_assignment_do_not_stop_the_run() {
 fn latest_with_an_unreadable_log_end_stops_the_run_and_archives_nothing() {
     let k = TestKafka::new("latest-end", 3);
     let Some(mock) = k.mock() else {
-        eprintln!("SKIPPED: error injection needs the mock cluster");
+        cairn_tests::skipped("error injection needs the mock cluster");
         return;
     };
     produce(&k.brokers, &k.topic, 0..100).unwrap();
@@ -545,7 +545,7 @@ fn latest_with_an_unreadable_log_end_stops_the_run_and_archives_nothing() {
 fn a_session_timeout_the_brokers_refuse_stops_the_run() {
     let k = TestKafka::new("session-timeout", 3);
     let Some(mock) = k.mock() else {
-        eprintln!("SKIPPED: error injection needs the mock cluster");
+        cairn_tests::skipped("error injection needs the mock cluster");
         return;
     };
     produce(&k.brokers, &k.topic, 0..100).unwrap();
@@ -691,7 +691,7 @@ fn no_commit_is_sent_while_the_assignment_is_lost() {
     cairn_tests::init_logs();
     let k = TestKafka::new("lost", 3);
     if k.mock().is_none() {
-        eprintln!("SKIPPED: the timing below is the mock cluster's");
+        cairn_tests::skipped("the timing below is the mock cluster's");
         return;
     }
     // Six batches: the consumer has more to hand over than the queue

@@ -1194,7 +1194,7 @@ fn a_batch_refused_for_its_size_says_what_to_change() {
     let (_dir, engine) = archived();
     let k = TestKafka::new("batch-size", 3);
     let Some(mock) = k.mock() else {
-        eprintln!("skipped: error injection needs the mock cluster");
+        cairn_tests::skipped("error injection needs the mock cluster");
         return;
     };
     let cfg = config(&k);
@@ -1223,7 +1223,7 @@ fn a_producer_refused_its_id_names_the_permission_to_grant() {
     let (_dir, engine) = archived();
     let k = TestKafka::new("no-producer-id", 3);
     let Some(mock) = k.mock() else {
-        eprintln!("skipped: error injection needs the mock cluster");
+        cairn_tests::skipped("error injection needs the mock cluster");
         return;
     };
     let cfg = config(&k);
@@ -1251,7 +1251,7 @@ fn a_broker_side_failure_resumes_exactly_once_with_the_offset_header() {
     let (_dir, engine) = archived();
     let k = TestKafka::new("broker-failure", 3);
     let Some(mock) = k.mock() else {
-        eprintln!("skipped: error injection needs the mock cluster");
+        cairn_tests::skipped("error injection needs the mock cluster");
         return;
     };
     let mut cfg = config(&k);
@@ -1383,7 +1383,7 @@ fn a_timeout_is_reported_as_possibly_written() {
     let (_dir, engine) = archived();
     let k = TestKafka::new("timeout", 3);
     let Some(mock) = k.mock() else {
-        eprintln!("skipped: error injection needs the mock cluster");
+        cairn_tests::skipped("error injection needs the mock cluster");
         return;
     };
     mock.request_errors(

@@ -155,7 +155,7 @@ fn a_restored_store_that_cannot_read_kafkas_offsets_stops_and_archives_nothing()
     init_logs();
     let k = TestKafka::new("restored-unread", DEMO_PARTITIONS);
     let Some(mock) = k.mock() else {
-        eprintln!("SKIPPED: error injection needs the mock cluster");
+        cairn_tests::skipped("error injection needs the mock cluster");
         return;
     };
     let group = "restored-unread-group";

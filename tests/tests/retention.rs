@@ -64,7 +64,7 @@ fn not_aged_out(k: &TestKafka, what: &str) {
         k.mock().is_none(),
         "{what}: the mock cluster keeps only a partition's newest 5 MiB, so the test's records must have aged out"
     );
-    eprintln!("SKIPPED: {what}; needs the mock cluster's 5 MiB retention");
+    cairn_tests::skipped("{what}; needs the mock cluster's 5 MiB retention");
 }
 
 fn log_start(k: &TestKafka) -> i64 {
@@ -321,7 +321,7 @@ fn an_unchecked_resume_that_aged_out_records_its_move_at_the_reset() {
         return;
     };
     let Some(mock) = k.mock() else {
-        eprintln!("SKIPPED: error injection needs the mock cluster");
+        cairn_tests::skipped("error injection needs the mock cluster");
         return;
     };
     cfg.on_offset_out_of_range = OnOffsetOutOfRange::Earliest;
@@ -634,7 +634,7 @@ fn a_topic_recreated_behind_the_archive_stops_the_run() {
     init_logs();
     let first = TestKafka::new("recreated", 1);
     if first.mock().is_none() {
-        eprintln!("SKIPPED: recreating a topic under the same name needs the mock cluster");
+        cairn_tests::skipped("recreating a topic under the same name needs the mock cluster");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -697,7 +697,7 @@ fn latest_asks_each_partition_alone_after_a_failed_bounds_request() {
     init_logs();
     let k = TestKafka::new("latest-alone", 1);
     let Some(mock) = k.mock() else {
-        eprintln!("SKIPPED: error injection needs the mock cluster");
+        cairn_tests::skipped("error injection needs the mock cluster");
         return;
     };
     use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};

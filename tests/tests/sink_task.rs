@@ -458,7 +458,7 @@ fn a_store_that_takes_no_more_commits_stops_the_run_with_nothing_committed() {
 fn a_resume_point_the_log_bounds_did_not_confirm_is_not_committed() {
     let k = TestKafka::new("far-open", DEMO_PARTITIONS);
     let Some(mock) = k.mock() else {
-        eprintln!("SKIPPED: error injection needs the mock cluster");
+        cairn_tests::skipped("error injection needs the mock cluster");
         return;
     };
     let sink = BuggySink {

@@ -106,7 +106,7 @@ fn offsets_past_the_last_record_that_hold_none_are_archived_as_such_and_committe
     // review of 2026-12-05 it was dropped (such a partition has no consumed
     // offset), and the run never committed past the marker.
     let Some(mock) = k.mock() else {
-        eprintln!("SKIPPED: error injection needs the mock cluster");
+        cairn_tests::skipped("error injection needs the mock cluster");
         return;
     };
     let skipped3 = offsets_without_records(&k, 2);
