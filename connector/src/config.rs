@@ -174,6 +174,18 @@ impl RunConfig {
         if self.brokers.trim().is_empty() {
             return bad("brokers: empty (use --brokers host:port[,host:port])".into());
         }
+        // Written into librdkafka's statistics unescaped, as a broker's
+        // name, as `client.id` is (below).
+        if self
+            .brokers
+            .chars()
+            .any(|c| c == '"' || c == '\\' || c.is_control())
+        {
+            return bad(format!(
+                "brokers {:?}: a `\"`, a `\\` or a control character is in no broker's address (and librdkafka would write it into its statistics unescaped, leaving cairn unable to read them)",
+                self.brokers
+            ));
+        }
         if self.group.trim().is_empty() {
             return bad("group: empty (use --group NAME)".into());
         }
@@ -680,9 +692,12 @@ fn byte_count<'de, D: serde::Deserializer<'de>, T: TryFrom<u64>>(
 /// (Docker's exec form passes it as it is). Until 2026-12-06 only `${`
 /// was refused (an audit): a `$` elsewhere is still a name's (`a$b`).
 fn unrendered_template(name: &str) -> bool {
+    // An environment variable's name by convention: upper case (Azure
+    // Event Hubs' built-in group is `$Default`, a real name).
     let whole_var = name.strip_prefix('$').is_some_and(|v| {
-        v.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
-            && v.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        v.starts_with(|c: char| c.is_ascii_uppercase() || c == '_')
+            && v.chars()
+                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
     });
     name.contains("${") || name.contains("$(") || name.contains("{{") || whole_var
 }
@@ -1556,6 +1571,11 @@ retain-bytes = "50GiB"
             assert!(e.contains("without escaping it"), "{id}: {e}");
         }
         assert!(with("client.id", "archive-1.eu").is_ok());
+        // So are the brokers' names.
+        let mut c = ok.clone();
+        c.brokers = "good:9092,bad\"h:9092".into();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("in no broker's address"), "{e}");
         let e = with("topic.blacklist", "^t$").unwrap_err();
         assert!(e.contains("-X topic.blacklist=^t$"), "{e}");
         let e = with("enable.auto.commit", "true").unwrap_err();
@@ -1581,7 +1601,7 @@ retain-bytes = "50GiB"
         let mut c = ok.clone();
         c.group = "a$b".into();
         assert!(c.validate().is_ok(), "a `$` alone is a name");
-        for name in ["$", "$1", "a-$GROUP", "{group}"] {
+        for name in ["$", "$1", "a-$GROUP", "{group}", "$Default"] {
             c.group = name.into();
             assert!(c.validate().is_ok(), "{name}");
         }

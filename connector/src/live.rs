@@ -3520,10 +3520,11 @@ mod tests {
     #[test]
     fn mutated_requests_neither_panic_nor_change_on_a_round_trip() {
         use rand::{Rng, SeedableRng};
-        // A short run by default; `CAIRN_FUZZ_CASES` (default 60, as the
-        // engine's fuzz corpus takes it) scales it for a long one.
+        // A short run by default (20,000); `CAIRN_FUZZ_CASES` scales it
+        // for a long one, 333 lines a case (the engine's fuzz corpus
+        // takes 60 cases by default).
         let trials: usize = std::env::var("CAIRN_FUZZ_CASES").ok().map_or(20_000, |s| {
-            s.parse::<usize>().expect("CAIRN_FUZZ_CASES") * 333
+            (s.parse::<usize>().expect("CAIRN_FUZZ_CASES") * 333).max(333)
         });
         let seed = cairn_engine::fuzzing::seed("mutated_requests");
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);

@@ -2687,12 +2687,13 @@ mod tests {
         }
     }
 
-    /// A target whose first record is not the first archived from
-    /// `--from` on, its log having lost nothing from its start, is refused:
-    /// an earlier restore lost its first records, which the count from the
-    /// first record does not see (until 2026-12-06 the resume ended
-    /// whole). A target whose log start moved, or a `--from` at that first
-    /// record, is counted as before.
+    /// A target whose log lost nothing from its start, with more records
+    /// archived from `--from` below its first record than it has offsets
+    /// below it, is refused: an earlier restore lost its first records,
+    /// which the count from the first record does not see (until
+    /// 2026-12-06 the resume ended whole). A head compacted away (its
+    /// offsets kept), a target whose log start moved, or a `--from` at
+    /// that first record, is counted as before.
     #[test]
     fn a_gap_at_the_targets_head_is_refused() {
         let dir = tempfile::tempdir().unwrap();

@@ -618,10 +618,27 @@ fn a_record_at_the_limit_is_archived_and_one_byte_over_it_dead_lettered() {
     init_logs();
     let mut k = TestKafka::new("dl-boundary", 1);
     let dead = k.create_topic("dl-boundary-dead-letters", 1);
-    // Key "k" and 999 bytes: 1,000; then 1,001; then a small one.
-    for value in [vec![b'a'; 999], vec![b'b'; 1_000], b"small".to_vec()] {
-        produce_one(&k, value);
+    // Key "k", a header "h" = "x" and 997 bytes: 1,000; then 1,001; then
+    // a small one. Headers count, names and values.
+    let p: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &k.brokers)
+        .create()
+        .unwrap();
+    for value in [vec![b'a'; 997], vec![b'b'; 998], b"small".to_vec()] {
+        let headers = rdkafka::message::OwnedHeaders::new().insert(rdkafka::message::Header {
+            key: "h",
+            value: Some("x"),
+        });
+        p.send(
+            BaseRecord::<[u8], [u8]>::to(&k.topic)
+                .partition(0)
+                .key(b"k")
+                .payload(&value)
+                .headers(headers),
+        )
+        .unwrap();
     }
+    p.flush(Duration::from_secs(10)).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let cfg = dead_letter_config(&k, &dead, dir.path());
     let (sink, opts) = archive_until_committed(&cfg, dir.path(), 3);
@@ -636,7 +653,7 @@ fn a_record_at_the_limit_is_archived_and_one_byte_over_it_dead_lettered() {
             (r.offset, r.value.map_or(0, |v| v.len()))
         })
         .collect();
-    assert_eq!(held, [(0, 999), (2, 5)]);
+    assert_eq!(held, [(0, 997), (2, 5)]);
     assert_eq!(dead_letters(&k, &dead), 1);
 }
 

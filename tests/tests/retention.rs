@@ -64,7 +64,7 @@ fn not_aged_out(k: &TestKafka, what: &str) {
         k.mock().is_none(),
         "{what}: the mock cluster keeps only a partition's newest 5 MiB, so the test's records must have aged out"
     );
-    cairn_tests::skipped("{what}; needs the mock cluster's 5 MiB retention");
+    cairn_tests::skipped(&format!("{what}; needs the mock cluster's 5 MiB retention"));
 }
 
 fn log_start(k: &TestKafka) -> i64 {

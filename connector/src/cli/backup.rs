@@ -170,7 +170,10 @@ pub async fn run(args: BackupArgs) -> Result<ExitCode> {
         (engine, done)
     })
     .await
-    .map_err(|e| ConnectorError::Sink(format!("backup thread: {e}")))?;
+    .map_err(|e| {
+        signals.abort();
+        ConnectorError::Sink(format!("backup thread: {e}"))
+    })?;
     // The source is closed however the backup went (a second signal still
     // exits at once meanwhile).
     let closed = engine.close();
