@@ -686,7 +686,7 @@ impl SinkTask for ArchiveSink {
                     tracing::warn!(%topic, %archived, "--rebind-topic: Kafka gives no topic id to compare with the archive's: taken for the archived topic, unchecked");
                 }
                 (Ok(Some(archived)), KafkaTopicId::NoId) => unknown.push(format!(
-                    "{topic} (archived: {archived}; Kafka gave none: brokers before Kafka 2.8, or -X api.version.request=false; against such brokers, --rebind-topic {topic} at every run takes it unchecked)"
+                    "{topic} (archived: {archived}; Kafka gave none: brokers before Kafka 2.8; against such brokers, --rebind-topic {topic} at every run takes it unchecked)"
                 )),
                 (Ok(Some(archived)), KafkaTopicId::Unread(why)) => {
                     unknown.push(format!("{topic} (archived: {archived}; not read: {why})"))
