@@ -2651,12 +2651,10 @@ mod tests {
         assert_eq!((p.next_offset, p.record_count), (15, 10));
     }
 
-    /// The target's records are counted from the first one read: offsets
-    /// below it (its log start, compacted or aborted records) hold none.
-    #[test]
-    fn the_count_starts_at_the_first_record_read() {
-        let dir = tempfile::tempdir().unwrap();
-        let engine = Engine::open(cairn_engine::EngineConfig::new(dir.path())).unwrap();
+    /// An archive at `dir` holding t/0 offsets 0..=9 (values `v0`..`v9`),
+    /// and those records.
+    fn ten_archived(dir: &std::path::Path) -> (Engine, TopicPartition, Vec<Record>) {
+        let engine = Engine::open(cairn_engine::EngineConfig::new(dir)).unwrap();
         let source = TopicPartition::new("t", 0);
         let records: Vec<Record> = (0..10)
             .map(|o| Record::with_value(o, format!("v{o}")))
@@ -2667,6 +2665,15 @@ mod tests {
                 records: records.clone(),
             }])
             .unwrap();
+        (engine, source, records)
+    }
+
+    /// The target's records are counted from the first one read: offsets
+    /// below it (its log start, compacted or aborted records) hold none.
+    #[test]
+    fn the_count_starts_at_the_first_record_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let (engine, source, records) = ten_archived(dir.path());
         let target = TopicPartition::new("t-restored", 0);
         let cfg = RestoreConfig::new("b:1");
         // Archived 0..=9 restored at target offsets 3..13: 3 offsets below
@@ -2697,17 +2704,7 @@ mod tests {
     #[test]
     fn a_gap_at_the_targets_head_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let engine = Engine::open(cairn_engine::EngineConfig::new(dir.path())).unwrap();
-        let source = TopicPartition::new("t", 0);
-        let records: Vec<Record> = (0..10)
-            .map(|o| Record::with_value(o, format!("v{o}")))
-            .collect();
-        engine
-            .append(&[cairn_engine::RecordBatch {
-                tp: source.clone(),
-                records: records.clone(),
-            }])
-            .unwrap();
+        let (engine, source, records) = ten_archived(dir.path());
         let target = TopicPartition::new("t-restored", 0);
         let mut cfg = RestoreConfig::new("b:1");
         // Archived 2..=9 at target offsets 0..8: 0 and 1 lost.

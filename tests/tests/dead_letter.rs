@@ -485,36 +485,37 @@ fn a_partition_of_only_set_aside_records_is_committed_past_them() {
     }
 }
 
-#[test]
-fn a_dead_letter_that_cannot_be_delivered_stops_the_run_before_it() {
-    let (k, dead) = source_and_dead_letter_topic("dl-refused");
+/// Run the test's records with the brokers refusing the dead letter's
+/// produce with `error` (injected through the mock cluster; nothing else
+/// produces here), which must stop the run at record `BIG` with nothing
+/// committed past it: the topics, the archive's folder and the failure's
+/// detail. `None` against a real broker (skipped).
+fn refused_by_the_brokers(
+    name: &str,
+    error: rdkafka::types::RDKafkaRespErr,
+) -> Option<(TestKafka, tempfile::TempDir, String)> {
+    let (k, dead) = source_and_dead_letter_topic(name);
     let Some(mock) = k.mock() else {
         cairn_tests::skipped("the brokers' refusal is injected through the mock cluster");
-        return;
+        return None;
     };
-    // The brokers refuse the next produce requests with an error that is
-    // permanent for librdkafka: the dead letter's (nothing else produces
-    // here).
-    mock.request_errors(
-        rdkafka::types::RDKafkaApiKey::Produce,
-        &[rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_RECORD; 5],
-    );
+    mock.request_errors(rdkafka::types::RDKafkaApiKey::Produce, &[error; 5]);
     let dir = tempfile::tempdir().unwrap();
     let cfg = dead_letter_config(&k, &dead, dir.path());
-    match run(&cfg, dir.path()) {
-        Err(ConnectorError::DeadLetterFailed {
-            partition: 0,
-            offset: BIG,
-            dead_letter_topic,
-            ..
-        }) => assert_eq!(dead_letter_topic, dead),
-        other => panic!("{other:?}"),
-    }
+    let detail = refused_at_big(&k, &cfg, dir.path());
     mock.clear_request_errors(rdkafka::types::RDKafkaApiKey::Produce);
-    // Nothing committed past the record that is neither archived nor
-    // dead-lettered.
-    let c = k.committed("dead-letter-group", 1);
-    assert!(c[&0] <= BIG, "committed {} past offset {BIG}", c[&0]);
+    Some((k, dir, detail))
+}
+
+#[test]
+fn a_dead_letter_that_cannot_be_delivered_stops_the_run_before_it() {
+    // An error that is permanent for librdkafka.
+    let Some((k, dir, _)) = refused_by_the_brokers(
+        "dl-refused",
+        rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_RECORD,
+    ) else {
+        return;
+    };
     let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
     assert!(
         engine
@@ -553,8 +554,9 @@ fn refused_at_big(k: &TestKafka, cfg: &RunConfig, dir: &std::path::Path) -> Stri
             partition: 0,
             offset: BIG,
             detail,
+            dead_letter_topic,
             ..
-        }) => detail,
+        }) if Some(&dead_letter_topic) == cfg.dead_letter_topic.as_ref() => detail,
         other => panic!("{other:?}"),
     };
     let c = k.committed("dead-letter-group", 1);
@@ -590,19 +592,12 @@ fn a_dead_letter_over_the_producers_cap_names_the_setting() {
 /// topic's limit (until 2026-12-06 this advice was untested).
 #[test]
 fn a_dead_letter_over_the_topics_limit_says_to_raise_it() {
-    let (k, dead) = source_and_dead_letter_topic("dl-topic-limit");
-    let Some(mock) = k.mock() else {
-        cairn_tests::skipped("the brokers' refusal is injected through the mock cluster");
+    let Some((_, _, detail)) = refused_by_the_brokers(
+        "dl-topic-limit",
+        rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE,
+    ) else {
         return;
     };
-    mock.request_errors(
-        rdkafka::types::RDKafkaApiKey::Produce,
-        &[rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE; 5],
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dead_letter_config(&k, &dead, dir.path());
-    let detail = refused_at_big(&k, &cfg, dir.path());
-    mock.clear_request_errors(rdkafka::types::RDKafkaApiKey::Produce);
     assert!(
         detail.contains("the dead-letter topic's max.message.bytes is below this record")
             && detail.contains("--on-oversize skip or fail"),
