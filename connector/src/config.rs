@@ -174,15 +174,11 @@ impl RunConfig {
         if self.brokers.trim().is_empty() {
             return bad("brokers: empty (use --brokers host:port[,host:port])".into());
         }
-        // Written into librdkafka's statistics unescaped, as a broker's
-        // name, as `client.id` is (below).
-        if self
-            .brokers
-            .chars()
-            .any(|c| c == '"' || c == '\\' || c.is_control())
-        {
+        // In no broker's address, and written into librdkafka's
+        // statistics unescaped, as a broker's name.
+        if breaks_statistics(&self.brokers) {
             return bad(format!(
-                "brokers {:?}: a `\"`, a `\\` or a control character is in no broker's address (and librdkafka would write it into its statistics unescaped, leaving cairn unable to read them)",
+                "brokers {:?}: a `\"`, a `\\` or a control character is in no broker's address ({UNESCAPED})",
                 self.brokers
             ));
         }
@@ -365,7 +361,7 @@ impl RunConfig {
                         .saturating_add(1 + crate::dead_letter::OWN_HEADERS_BYTES_MIN);
                     if cap.is_some_and(|cap| cap < smallest) {
                         return bad(format!(
-                            "-X {k}={v}: with --on-oversize dead-letter it caps the dead letters too, and an oversize record's dead letter is over --record-bytes-max ({}) with its own headers beside (at least {smallest} bytes), so none would fit: give it at least the largest record Kafka may hand the archive, or leave it out (it is the consumer's too, and raises its fetch.max.bytes to it)",
+                            "-X {k}={v}: with --on-oversize dead-letter it caps the dead letters too, and an oversize record's dead letter is over --record-bytes-max ({}) with its own headers beside (at least {smallest} bytes), so none would fit: give it more than the largest record Kafka may hand the archive with its dead-letter headers, or leave it out (it is the consumer's too, and raises its fetch.max.bytes to it)",
                             self.record_bytes_max
                         ));
                     }
@@ -397,15 +393,15 @@ impl RunConfig {
         {
             return bad("-X statistics.interval.ms: use --progress-interval-s; cairn reads librdkafka's statistics for its progress reports".into());
         }
-        // librdkafka writes the client id into its statistics unescaped: a
-        // `"` or `\` in it (`CORP\svc`), or a control character, makes
-        // every report unreadable JSON, and the progress lines then show no
+        // The client id goes into the statistics unescaped too (`CORP\svc`):
+        // every report was unreadable JSON, and the progress lines showed no
         // lag for the whole run (until 2026-12-06 a WARN every interval;
-        // found by an audit).
+        // found by an audit). No statistics are asked for without progress
+        // lines.
         for (k, v) in crate::librdkafka::settings_of(&self.kafka, "client.id") {
-            if v.chars().any(|c| c == '"' || c == '\\' || c.is_control()) {
+            if self.progress_interval_s > 0 && breaks_statistics(v) {
                 return bad(format!(
-                    "-X {k}={v:?}: librdkafka writes the client id into its statistics without escaping it, so a `\"`, a `\\` or a control character there leaves cairn unable to read them (no lag in its progress lines): choose one without"
+                    "-X {k}={v:?}: {UNESCAPED}: choose one without (or turn the progress lines off, --progress-interval-s 0)"
                 ));
             }
         }
@@ -687,6 +683,16 @@ fn byte_count<'de, D: serde::Deserializer<'de>, T: TryFrom<u64>>(
         .map_err(|_| D::Error::custom(format!("{n}: too large for this machine")))
 }
 
+/// Whether `text` holds what librdkafka writes into its statistics
+/// unescaped ([`UNESCAPED`]): a `"`, a `\` or a control character.
+fn breaks_statistics(text: &str) -> bool {
+    text.chars()
+        .any(|c| c == '"' || c == '\\' || c.is_control())
+}
+
+/// Why [`breaks_statistics`] text is refused.
+const UNESCAPED: &str = "librdkafka writes it into its statistics without escaping it, so a `\"`, a `\\` or a control character there leaves cairn unable to read them (no lag in its progress lines)";
+
 /// Whether a group's name looks like a template never rendered: `${VAR}`,
 /// `$(VAR)` (Kubernetes' form), `{{var}}`, or the whole name one `$VAR`
 /// (Docker's exec form passes it as it is). Until 2026-12-06 only `${`
@@ -746,7 +752,7 @@ fn property_values<'de, D: serde::Deserializer<'de>>(
                 .map(|(k, v)| {
                     // A table is an unquoted dotted name (`group.instance.id`),
                     // told to quote it below.
-                    if FILE_KEYS.contains(&k.as_str()) && !v.is_table() {
+                    if k != "kafka" && FILE_KEYS.contains(&k.as_str()) && !v.is_table() {
                         return Err(D::Error::custom(format!(
                             "[kafka] {k:?}: a key of cairn's own, not a librdkafka property: TOML puts every key written below the [kafka] header into that table, so move `{k}` above the header"
                         )));
@@ -1571,6 +1577,11 @@ retain-bytes = "50GiB"
             assert!(e.contains("without escaping it"), "{id}: {e}");
         }
         assert!(with("client.id", "archive-1.eu").is_ok());
+        // No statistics are asked for without progress lines.
+        let mut c = ok.clone();
+        c.progress_interval_s = 0;
+        c.kafka.insert("client.id".into(), "CORP\\svc".into());
+        assert!(c.validate().is_ok());
         // So are the brokers' names.
         let mut c = ok.clone();
         c.brokers = "good:9092,bad\"h:9092".into();
@@ -1597,6 +1608,12 @@ retain-bytes = "50GiB"
             c.group = group.into();
             let e = c.validate().unwrap_err().to_string();
             assert!(e.contains(&format!(": group {group:?}: ")), "{e}");
+            let why = if group.trim() != group {
+                "whitespace"
+            } else {
+                "a template never rendered"
+            };
+            assert!(e.contains(why), "{e}");
         }
         let mut c = ok.clone();
         c.group = "a$b".into();

@@ -1931,7 +1931,10 @@ fn target_records(
 /// to resume the partition; a script retrying until exit 0 would not
 /// see it), records whose acknowledgement was lost below one that failed,
 /// another producer's records (compaction of the target is not seen: it
-/// keeps the offsets counted). Trusting the last
+/// keeps the offsets counted). A gap at the head, which a count from the
+/// first record cannot see, is refused apart: more archived records from
+/// `--from` below the first record than target offsets below it.
+/// Trusting the last
 /// record alone, a resume would go on above the gap and end whole.
 /// Checked only when the first record is a restore's of this archive
 /// (its offset header names an archived record with its key and value):
@@ -2383,7 +2386,7 @@ fn refusal_advice(code: RDKafkaErrorCode) -> Option<&'static str> {
         RDKafkaErrorCode::MessageSizeTooLarge => Some(" (the brokers refused the batch that starts with this record: a record in it, or the batch itself, is over the topic's max.message.bytes; if no record is that large, lower -X batch.size below that limit, else raise the limit)"),
         // What was restored went with the topic: a rerun starts over, not
         // from a resume point (found in review, 2026-12-06).
-        RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic | RDKafkaErrorCode::UnknownPartition => Some(" (the brokers no longer have the target topic, or that partition of it: deleted during the restore? what was restored into it went with it: create it again, with the archive's partitions, and restore it again from the start, not from a resume point; a topic created again has a new topic id and new offsets, so a `cairn run` of this archive stops at it: archive it into a new --data and --group, not with --rebind-topic, which is for a topic moved with its offsets)"),
+        RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic | RDKafkaErrorCode::UnknownPartition => Some(" (the brokers no longer have the target topic, or that partition of it: deleted during the restore? what was restored into it went with it: create it again, with the archive's partitions, and restore it again from the start, not from a resume point; a topic created again has a new topic id and new offsets, so a `cairn run` archiving that topic stops at it: archive it into a new --data and --group, not with --rebind-topic, which is for a topic moved with its offsets)"),
         code => crate::librdkafka::produce_refusal_advice(code),
     }
 }

@@ -13,9 +13,9 @@
 //! - After a failed write, fsync or slot top-up the engine is poisoned: every
 //!   write that checks after the poisoning returns `Error::Poisoned` (one
 //!   already past its check, under the write lock, as a sync leader fails
-//!   under the commit lock, still inserts, and its wait gets `Poisoned`:
-//!   nothing written after a failure is reported durable unless an fsync
-//!   that began before the failure covered it); the fsync is never retried.
+//!   under the commit lock, still inserts; no wait for durability returns
+//!   `Ok` after the poisoning, as a wait checks it before the synced
+//!   sequence); the fsync is never retried.
 //! - An append's values are inserted in log order: each entry's frames, then
 //!   its index entry, then the partition summaries, then the checkpoint.
 //!   sled's log survives a crash as a prefix, so nothing derived (index,

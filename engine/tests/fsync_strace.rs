@@ -31,10 +31,8 @@ fn strace_child() {
         // Only does work when run as the child: said past the harness's
         // capture, so that `--ignored` does not show a pass that checked
         // nothing as one (until 2026-12-06 it returned without a word).
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr().lock(),
-            "SKIPPED: strace_child only works as the child of every_append_fdatasyncs_the_data_file, which runs it"
+        cairn_engine::fuzzing::say_skipped(
+            "strace_child only works as the child of every_append_fdatasyncs_the_data_file, which runs it",
         );
         return;
     };

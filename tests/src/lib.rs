@@ -158,8 +158,7 @@ impl TestKafka {
 /// under `CAIRN_CI`: a real broker is an opt-in run of its own, and CI
 /// runs every such test on the mock cluster.
 pub fn skipped(why: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr().lock(), "SKIPPED: {why}");
+    cairn_engine::fuzzing::say_skipped(why);
 }
 
 impl Drop for TestKafka {

@@ -568,7 +568,8 @@ fn refused_at_big(k: &TestKafka, cfg: &RunConfig, dir: &std::path::Path) -> Stri
 }
 
 /// A dead letter over the producer's own cap (`-X message.max.bytes`,
-/// which only has to exceed `--record-bytes-max`) stops the run before it,
+/// which has to exceed `--record-bytes-max` by a dead letter's own
+/// headers) stops the run before it,
 /// and says which setting refused it: librdkafka's words alone ("Broker:
 /// Message size too large") sent the operator to the broker (until
 /// 2026-12-05).

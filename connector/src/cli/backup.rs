@@ -206,9 +206,13 @@ pub async fn run(args: BackupArgs) -> Result<ExitCode> {
         Ok(d) => d,
         Err(e) => {
             // The backup's error is the one returned; the source's close
-            // failing too is not dropped unheard.
+            // failing too is not dropped unheard, unless the failure
+            // poisoned it (a read that panicked), which its close then says
+            // again, as restore's.
             if let Err(c) = closed {
-                tracing::error!(error = %c, "closing the archive failed too");
+                if !matches!(c, cairn_engine::Error::Poisoned { .. }) {
+                    tracing::error!(error = %c, "closing the archive failed too");
+                }
             }
             return Err(e);
         }
