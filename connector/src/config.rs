@@ -178,7 +178,7 @@ impl RunConfig {
         // statistics unescaped, as a broker's name.
         if breaks_statistics(&self.brokers) {
             return bad(format!(
-                "brokers {:?}: a `\"`, a `\\` or a control character is in no broker's address ({UNESCAPED})",
+                "brokers {:?}: a `\"`, a `\\` or a control character is in no broker's address, and {UNESCAPED}",
                 self.brokers
             ));
         }
@@ -401,7 +401,7 @@ impl RunConfig {
         for (k, v) in crate::librdkafka::settings_of(&self.kafka, "client.id") {
             if self.progress_interval_s > 0 && breaks_statistics(v) {
                 return bad(format!(
-                    "-X {k}={v:?}: {UNESCAPED}: choose one without (or turn the progress lines off, --progress-interval-s 0)"
+                    "-X {k}={v:?}: a `\"`, a `\\` or a control character in the client id: {UNESCAPED}; choose one without (or turn the progress lines off, --progress-interval-s 0)"
                 ));
             }
         }
@@ -691,11 +691,11 @@ fn breaks_statistics(text: &str) -> bool {
 }
 
 /// Why [`breaks_statistics`] text is refused.
-const UNESCAPED: &str = "librdkafka writes it into its statistics without escaping it, so a `\"`, a `\\` or a control character there leaves cairn unable to read them (no lag in its progress lines)";
+const UNESCAPED: &str = "librdkafka writes it into its statistics without escaping it, which leaves cairn unable to read them (no lag in its progress lines)";
 
 /// Whether a group's name looks like a template never rendered: `${VAR}`,
-/// `$(VAR)` (Kubernetes' form), `{{var}}`, or the whole name one `$VAR`
-/// (Docker's exec form passes it as it is). Until 2026-12-06 only `${`
+/// `$(VAR)` (Kubernetes' form), `{{var}}`, or the whole name one
+/// upper-case `$VAR` (Docker's exec form passes it as it is). Until 2026-12-06 only `${`
 /// was refused (an audit): a `$` elsewhere is still a name's (`a$b`).
 fn unrendered_template(name: &str) -> bool {
     // An environment variable's name by convention: upper case (Azure

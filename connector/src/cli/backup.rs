@@ -175,7 +175,9 @@ pub async fn run(args: BackupArgs) -> Result<ExitCode> {
         ConnectorError::Sink(format!("backup thread: {e}"))
     })?;
     // The source is closed however the backup went (a second signal still
-    // exits at once meanwhile).
+    // exits at once meanwhile). Whether it was poisoned before: its close
+    // then fails saying so, which is no news beside the backup's error.
+    let poisoned = engine.is_poisoned();
     let closed = engine.close();
     signals.abort();
     if let Err(ConnectorError::Engine(cairn_engine::Error::Interrupted { .. })) = &done {
@@ -210,7 +212,7 @@ pub async fn run(args: BackupArgs) -> Result<ExitCode> {
             // poisoned it (a read that panicked), which its close then says
             // again, as restore's.
             if let Err(c) = closed {
-                if !matches!(c, cairn_engine::Error::Poisoned { .. }) {
+                if !poisoned {
                     tracing::error!(error = %c, "closing the archive failed too");
                 }
             }

@@ -889,7 +889,7 @@ fn note_topic_ids(
             match answer {
                 Some(KafkaTopicId::NoId) => {
                     if warned.insert(r.topic.clone()) {
-                        super::say_warn!("topic {}: Kafka gives no topic id for this topic (brokers before Kafka 2.8, or -X api.version.request=false), and the archive recorded one: it cannot be told from a recreated topic, and cairn run would stop at its assignment (--rebind-topic takes it unchecked)", r.topic);
+                        super::say_warn!("topic {}: Kafka gives no topic id for this topic (brokers before Kafka 2.8; or this status's own -X api.version.request=false, which cairn run refuses), and the archive recorded one: it cannot be told from a recreated topic, and cairn run against such brokers would stop at its assignment (--rebind-topic takes it unchecked)", r.topic);
                     }
                     r.missing("Kafka gives no topic id: not compared with the archive's");
                 }
