@@ -16,7 +16,17 @@ fn init_tracing(format: LogFormat, default_filter: &str) {
     let mut unread = None;
     let filter = match std::env::var("RUST_LOG") {
         Ok(v) if v.split(',').any(|d| !d.trim().is_empty()) => {
-            tracing_subscriber::EnvFilter::try_new(&v).unwrap_or_else(|e| {
+            // Each directive trimmed: tracing-subscriber's parser refuses
+            // `info, cairn_connector=debug` (and panicked on a space before
+            // a name that starts with a multi-byte character), so the
+            // operator's setting fell back to the default (until
+            // 2026-12-06; found by an audit).
+            let directives: Vec<&str> = v
+                .split(',')
+                .map(str::trim)
+                .filter(|d| !d.is_empty())
+                .collect();
+            tracing_subscriber::EnvFilter::try_new(directives.join(",")).unwrap_or_else(|e| {
                 unread = Some(format!("RUST_LOG={v:?} does not parse ({e})"));
                 tracing_subscriber::EnvFilter::new(default_filter)
             })
@@ -34,7 +44,13 @@ fn init_tracing(format: LogFormat, default_filter: &str) {
     let quiet = tracing_subscriber::filter::filter_fn(|m| {
         !(m.target() == "rdkafka::consumer::base_consumer" && *m.level() == tracing::Level::ERROR)
     });
-    let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    // Colours only on a terminal: in a file or the journal the escape
+    // codes broke up `key=value` (a `grep final_commit_failed=true` found
+    // nothing), and journalctl showed the lines as blobs (until
+    // 2026-12-06: tracing-subscriber colours unless NO_COLOR is set).
+    let layer = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     let layer = match format {
         LogFormat::Text => layer.boxed(),
         LogFormat::Json => layer.json().boxed(),

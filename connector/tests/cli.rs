@@ -1034,6 +1034,31 @@ fn status_says_damage_its_open_rebuilt() {
     assert!(!err.contains("damaged"), "{err}");
 }
 
+/// Logs to a file or a pipe carry no colour codes, so that `key=value`
+/// reads as written (a `grep final_commit_failed=true` of a log file found
+/// nothing before 2026-12-06), and a `RUST_LOG` with spaces after its
+/// commas is taken, not dropped for the default.
+#[test]
+fn logs_to_a_pipe_are_plain_and_rust_log_takes_spaces() {
+    let dir = tempfile::tempdir().unwrap();
+    archive_one_record_each(dir.path(), "t", 1);
+    let out = Command::new(CAIRN)
+        .args(["status", "--data", dir.path().to_str().unwrap()])
+        .env("RUST_LOG", "warn, cairn_engine=info")
+        .env_remove("NO_COLOR")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(!err.contains('\x1b'), "colour codes: {err:?}");
+    assert!(!err.contains("does not parse"), "{err}");
+    // cairn_engine's INFO line, by the setting after the space.
+    assert!(
+        err.contains("store recovered") && err.contains(" frames_checked="),
+        "{err}"
+    );
+}
+
 /// A partition without a leader is not asked for its watermarks (the
 /// request would wait out the timeout: before 2026-12-03, one per such
 /// partition); its columns are left empty with a WARN saying why, and the
