@@ -50,7 +50,10 @@ fn init_tracing(format: LogFormat, default_filter: &str) {
     // 2026-12-06: tracing-subscriber colours unless NO_COLOR is set).
     let layer = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+        .with_ansi(
+            std::io::IsTerminal::is_terminal(&std::io::stderr())
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+        );
     let layer = match format {
         LogFormat::Text => layer.boxed(),
         LogFormat::Json => layer.json().boxed(),

@@ -1044,7 +1044,7 @@ fn logs_to_a_pipe_are_plain_and_rust_log_takes_spaces() {
     archive_one_record_each(dir.path(), "t", 1);
     let out = Command::new(CAIRN)
         .args(["status", "--data", dir.path().to_str().unwrap()])
-        .env("RUST_LOG", "warn, cairn_engine=info")
+        .env("RUST_LOG", "warn, cairn_engine=debug")
         .env_remove("NO_COLOR")
         .output()
         .unwrap();
@@ -1052,7 +1052,9 @@ fn logs_to_a_pipe_are_plain_and_rust_log_takes_spaces() {
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(!err.contains('\x1b'), "colour codes: {err:?}");
     assert!(!err.contains("does not parse"), "{err}");
-    // cairn_engine's INFO line, by the setting after the space.
+    // cairn_engine's DEBUG line, which only the setting after the space
+    // lets through, and an INFO line's fields as written.
+    assert!(err.contains("opening store"), "{err}");
     assert!(
         err.contains("store recovered") && err.contains(" frames_checked="),
         "{err}"
