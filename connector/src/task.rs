@@ -676,7 +676,10 @@ impl SinkTask for ArchiveSink {
                     bind.insert(topic.clone(), *kafka);
                 }
                 (Ok(Some(archived)), KafkaTopicId::Id(kafka)) => {
-                    other.push(format!("{topic} (archived: {archived}, Kafka's now: {kafka})"))
+                    other.push((
+                        topic.clone(),
+                        format!("{topic} (archived: {archived}, Kafka's now: {kafka})"),
+                    ))
                 }
                 (Ok(None), KafkaTopicId::Id(kafka)) => {
                     tracing::info!(%topic, id = %kafka, "recording the topic's Kafka id: a topic of this name with another id will be refused");
@@ -700,9 +703,16 @@ impl SinkTask for ArchiveSink {
             }
         }
         if !other.is_empty() {
+            // The flags named, ready to give (until 2026-12-06 "TOPIC").
+            let (topics, said): (Vec<String>, Vec<String>) = other.into_iter().unzip();
+            let flags: Vec<String> = topics
+                .iter()
+                .map(|t| format!("--rebind-topic {t}"))
+                .collect();
             return Err(TaskError::Fatal(format!(
-                "Kafka's topic id is not the one archived for {}: the topic was deleted and created again, or these brokers are another cluster's, and its offsets name other records than the archive's. Resuming at the archive's offsets would skip the new topic's records below them, so nothing of it is archived or committed. Archive the new topic into a new --data (with a new --group); if it is the same topic, moved to another cluster with its offsets kept, run once with --rebind-topic TOPIC",
-                other.join(", ")
+                "Kafka's topic id is not the one archived for {}: the topic was deleted and created again, or these brokers are another cluster's, and its offsets name other records than the archive's. Resuming at the archive's offsets would skip the new topic's records below them, so nothing of it is archived or committed. Archive the new topic into a new --data (with a new --group); if it is the same topic, moved to another cluster with its offsets kept, run once with {}",
+                said.join(", "),
+                flags.join(" ")
             )));
         }
         if !unknown.is_empty() {
@@ -928,7 +938,7 @@ mod tests {
                 "archived for a (archived: {}, Kafka's now: {})",
                 id(1),
                 id(2)
-            )) && m.contains("--rebind-topic"),
+            )) && m.ends_with("run once with --rebind-topic a"),
             "{m}"
         );
         for answer in [NoId, unread] {
