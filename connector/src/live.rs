@@ -1964,10 +1964,11 @@ fn request_within(
             },
             TAG_END => {
                 let end = parse_end(&body)?;
-                // Whole now: an output that did not end in a newline. Its
+                // Whole now: an output that did not end in a newline (an
+                // export's, which a failed write has ended already). Its
                 // reader gone ends the export quietly, as above; another
                 // failure keeps what the run said of its answer.
-                if !partial.is_empty() && !out_gone && out_failed.is_none() {
+                if !partial.is_empty() {
                     match out.write_all(&partial) {
                         Ok(()) => {}
                         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {

@@ -1756,9 +1756,9 @@ impl Drop for Engine {
             // the handles dropped above wrote, a failure there only logged
             // by sled, which then skips its fsync without a panic (until
             // 2026-12-06 only a reader alive here kept the mark; found by
-            // an audit).
-            let readers_alive = Arc::strong_count(&self.store_failing) > 1
-                || self.reader_at_shutdown.load(Ordering::SeqCst);
+            // an audit). Noted at the drop's start, and by a close: a
+            // reader alive now was alive then (none is made during a drop).
+            let readers_alive = self.reader_at_shutdown.load(Ordering::SeqCst);
             if unmark && readers_alive {
                 tracing::debug!(dir = %self.cfg.path.display(), "engine dropped while a reader outlives it: the open mark stays, and the next open in this boot syncs the store first");
             } else if unmark {

@@ -207,15 +207,8 @@ pub async fn run(args: BackupArgs) -> Result<ExitCode> {
     let (exit, text) = match done {
         Ok(d) => d,
         Err(e) => {
-            // The backup's error is the one returned; the source's close
-            // failing too is not dropped unheard, unless the failure
-            // poisoned it (a read that panicked), which its close then says
-            // again, as restore's.
-            if let Err(c) = closed {
-                if !poisoned {
-                    tracing::error!(error = %c, "closing the archive failed too");
-                }
-            }
+            // The backup's error is the one returned.
+            super::log_close_after_failure(poisoned, closed);
             return Err(e);
         }
     };

@@ -609,12 +609,11 @@ async fn demo_in(n: u64, data: PathBuf, made: bool) -> Result<ExitCode> {
     // On a file system in memory (a tmpfs /tmp, the demo's default
     // place) a sync and a dropped cache are no-ops: said so, not claimed
     // (until 2026-12-06; found by an audit).
-    let synced = match super::run::memory_backed(&data) {
-        Some(fs) => format!("the store was synced and its cached pages dropped first (no-ops on {fs}, which keeps files in memory: the demo shows the recovery, not the disk)"),
-        None => "the store was synced and its cached pages dropped first".to_owned(),
-    };
+    let in_memory = super::run::memory_backed(&data).map_or(String::new(), |fs| {
+        format!(" (no-ops on {fs}, which keeps files in memory: the demo shows the recovery, not the disk)")
+    });
     outln!(
-        "recovered  {}: the crashed run's open mark found, so {synced}; checked {} frames / {} records past the checkpoint in {:.1} ms, torn tail: {}",
+        "recovered  {}: the crashed run's open mark found, so the store was synced and its cached pages dropped first{in_memory}; checked {} frames / {} records past the checkpoint in {:.1} ms, torn tail: {}",
         data.display(),
         rec.frames_checked,
         rec.records_checked,

@@ -1154,14 +1154,15 @@ pub(crate) fn write_records(
             // Going on suits only an output that kept the records before
             // the error (stdout, a FIFO or a device); a file was left as it
             // was or emptied.
-            let reading = if rest.is_empty() {
-                format!("{at} (records deleted under the read by retention or a prune, not damage: export again; or, where the output kept the records before it (stdout, a FIFO or a device), go on with {on}, keeping this export's --to)")
+            let go_on = if rest.is_empty() {
+                format!("go on with {on}, keeping this export's --to")
             } else {
                 format!(
-                    "{at} (records deleted under the read by retention or a prune, not damage: export again; or, where the output kept the records before it (stdout, a FIFO or a device), go on one partition at a time, keeping this export's --to: {on}, then, with this export's --from, --topic T --partition N for each partition after it, which were not read: {})",
+                    "go on one partition at a time, keeping this export's --to: {on}, then, with this export's --from, --topic T --partition N for each partition after it, which were not read: {}",
                     crate::selection::first_few(rest.iter().map(|p| p.tp.to_string()))
                 )
             };
+            let reading = format!("{at} (records deleted under the read by retention or a prune, not damage: export again; or, where the output kept the records before it (stdout, a FIFO or a device), {go_on})");
             return ConnectorError::ExportStopped {
                 records,
                 last: last.clone(),

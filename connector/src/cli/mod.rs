@@ -385,6 +385,16 @@ pub fn open_archive(data: &std::path::Path) -> crate::Result<cairn_engine::Engin
     Ok(engine)
 }
 
+/// A failed command's archive closed (`closed`) beside its error: a
+/// close that failed is logged, not dropped unheard, unless the engine was
+/// poisoned before it (`poisoned_before`: by the failure, a read that
+/// panicked or a pass-over that failed), whose close only says so again.
+pub(crate) fn log_close_after_failure(poisoned_before: bool, closed: cairn_engine::Result<()>) {
+    if let (false, Err(c)) = (poisoned_before, closed) {
+        tracing::error!(error = %c, "closing the archive failed too");
+    }
+}
+
 /// Say, whatever `RUST_LOG` keeps, that the open found damaged index
 /// entries and rebuilt them: once rebuilt, no later command (`verify`
 /// included) finds them, so a command that only reads would otherwise

@@ -134,16 +134,9 @@ pub async fn run(args: RestoreArgs) -> Result<ExitCode> {
     let report = match result {
         Ok(report) => report,
         Err(e) => {
-            // The restore's error is the one returned; the archive's close
-            // failing too is said, not dropped unheard. One poisoned by the
-            // failure (a read that panicked, a pass-over that failed)
-            // refuses its close, which is no news.
+            // The restore's error is the one returned.
             let poisoned = engine.is_poisoned();
-            if let Err(c) = engine.close() {
-                if !poisoned {
-                    tracing::error!(error = %c, "closing the archive failed too");
-                }
-            }
+            super::log_close_after_failure(poisoned, engine.close());
             return Err(e);
         }
     };
