@@ -1725,6 +1725,57 @@ fn an_export_waiting_for_a_fifos_reader_ends_at_a_signal() {
     );
 }
 
+/// SIGINT to an export of a stopped archive stops it between records and
+/// closes the archive, so that its open mark goes (exit 130): until
+/// 2026-12-07 the signal ended the process at once, and the next open in
+/// this boot took the mark for a crash and synced the whole store. The
+/// export's output is read to its end throughout, so the export is never
+/// held in a write.
+#[test]
+fn an_interrupted_export_closes_the_archive() {
+    use cairn_engine::{fuzzing::batch, Engine, EngineConfig, TopicPartition};
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("archive");
+    let e = Engine::open(EngineConfig::new(&data)).unwrap();
+    // Well over the export's 1 MiB buffer, so that a line read means the
+    // export is among its records.
+    for first in (0..40_000).step_by(10_000) {
+        e.append(&[batch(
+            &TopicPartition::new("t", 0),
+            first..first + 10_000,
+            100,
+        )])
+        .unwrap();
+    }
+    e.close().unwrap();
+    let mut child = Command::new(CAIRN)
+        .args(["export", "--data", data.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    assert!(first.contains("\"offset\":0"), "{first}");
+    common::send_signal(child.id(), "INT");
+    let mut rest = Vec::new();
+    std::io::Read::read_to_end(&mut stdout, &mut rest).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(
+        err.contains("signal received: stopping the export"),
+        "{err}"
+    );
+    assert!(err.contains("interrupted"), "{err}");
+    assert!(!data.join("cairn.open").exists(), "{err}");
+    let e = Engine::open(EngineConfig::new(&data)).unwrap();
+    assert!(!e.recovery_report().unclean_stop_cache_dropped);
+    e.close().unwrap();
+}
+
 /// An `--output` that is another user's symbolic link in a sticky
 /// directory others may write (`/tmp`), leading to this user's file, is
 /// refused before anything is read, as the kernel refuses to follow it

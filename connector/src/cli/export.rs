@@ -125,12 +125,21 @@ pub async fn run(args: ExportArgs) -> Result<ExitCode> {
     // export is complete: a refused, failed or interrupted export leaves an
     // existing file as it was.
     let staged = Staged::default();
-    let watcher = remove_on_interrupt(staged.clone(), out_path.clone(), output.is_some())?;
+    // A served export holds no archive here: a signal ends it at once. (A
+    // signal before the watcher is in place ends the process as it would
+    // any: nothing is open or staged yet.)
+    let conn = crate::live::connect(data)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = remove_on_interrupt(
+        staged.clone(),
+        out_path.clone(),
+        output.is_some(),
+        conn.is_none().then(|| stop.clone()),
+    )?;
     let out = BufWriter::with_capacity(1 << 20, Output::new(output, staged));
-    let result = match crate::live::connect(data) {
-        Ok(Some(conn)) => export_live(conn, select, args.format, out, &out_path),
-        Ok(None) => export_stopped(data, &select, args.format, out, &out_path),
-        Err(e) => Err(e),
+    let result = match conn {
+        Some(conn) => export_live(conn, select, args.format, out, &out_path),
+        None => export_stopped(data, &select, args.format, out, &out_path, &stop),
     };
     watcher.abort();
     result
@@ -498,19 +507,31 @@ fn export_stopped(
     format: Format,
     mut out: BufWriter<Output>,
     out_path: &Path,
+    stop: &AtomicBool,
 ) -> Result<ExitCode> {
     let engine = super::open_unserved(data)?;
     let chosen = select.choose(engine.partitions(), &[])?;
     if let Some(later) = select.starts_below_held(&chosen) {
         super::say_warn!("{later}");
     }
-    // Not served: a signal ends this process (`remove_on_interrupt`).
-    let never = AtomicBool::new(false);
+    // Not served: a signal stops the read between records
+    // (`remove_on_interrupt`).
     let written = super::read_unpanicked("export", data, &engine, "", || {
-        write_records(&engine, &chosen, select, format, &mut out, out_path, &never)
+        write_records(&engine, &chosen, select, format, &mut out, out_path, stop)
     });
     match written {
+        // Interrupted: the output given up as a failed export's is, and the
+        // archive closed (its open mark removed); exit 130.
+        Err(ConnectorError::ExportStopped {
+            records, source, ..
+        }) if stop.load(Ordering::SeqCst) && matches!(*source, ConnectorError::Live(_)) => {
+            let note = abandon(out);
+            engine.close()?;
+            super::say_warn!("interrupted: the export stopped after {records} records{note}");
+            Ok(ExitCode::from(super::backup::EXIT_INTERRUPTED))
+        }
         Ok(count) => {
+            let to_file = matches!(out.get_ref(), Output::File(_));
             let delivered = finish(out, out_path)?;
             // Closed, not dropped: a failed sync of what the open wrote
             // (recovery, a node split) exits 1, as any failed fsync does
@@ -529,6 +550,21 @@ fn export_stopped(
             if let (true, Some(records)) = (delivered, count) {
                 tracing::info!(records, "export done");
             }
+            // A signal after the last record: the export is whole, and said
+            // so as the watcher says it.
+            if stop.load(Ordering::SeqCst) {
+                match (delivered, to_file) {
+                    (false, _) => {}
+                    (true, true) => super::say_warn!(
+                        "interrupted after the export was complete: {} holds all of it",
+                        out_path.display()
+                    ),
+                    (true, false) => super::say_warn!(
+                        "interrupted after the export was complete: <stdout> received all of it"
+                    ),
+                }
+                return Ok(ExitCode::from(super::backup::EXIT_INTERRUPTED));
+            }
             Ok(ExitCode::SUCCESS)
         }
         Err(mut e) => {
@@ -545,7 +581,37 @@ fn export_stopped(
 
 /// Where a file export stands: shared with the signal watcher, which
 /// removes a staged file and says what the output holds.
-type Staged = Arc<Mutex<Stage>>;
+type Staged = Arc<Shared>;
+
+/// What the export's output shares with the signal watcher.
+#[derive(Default)]
+struct Shared {
+    stage: Mutex<Stage>,
+    /// Calls into the output (a write, which may open the file, or a
+    /// flush), counted at their start and at their end: odd while one is
+    /// under way. The watcher of a stopped archive's export exits at once
+    /// when the same call is still under way a tick after the signal: a
+    /// reader that stopped reading (a pager, a FIFO no one opened) would
+    /// otherwise hold the export, and its archive, open for good.
+    calls: std::sync::atomic::AtomicU64,
+}
+
+/// One call into the output, counted ([`Shared::calls`]) from its start to
+/// its drop.
+struct OutputCall<'a>(&'a Shared);
+
+impl<'a> OutputCall<'a> {
+    fn begin(shared: &'a Shared) -> OutputCall<'a> {
+        shared.calls.fetch_add(1, Ordering::SeqCst);
+        OutputCall(shared)
+    }
+}
+
+impl Drop for OutputCall<'_> {
+    fn drop(&mut self) {
+        self.0.calls.fetch_add(1, Ordering::SeqCst);
+    }
+}
 
 #[derive(Default)]
 enum Stage {
@@ -581,19 +647,60 @@ impl Stage {
 }
 
 fn lock_staged(s: &Staged) -> std::sync::MutexGuard<'_, Stage> {
-    s.lock().unwrap_or_else(|e| e.into_inner())
+    s.stage.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// On SIGINT or SIGTERM: remove the staged file, say so, exit 130.
 /// `to_file`: `out` is `--output F`, not stdout.
+///
+/// `stop`: the export reads a stopped archive that this process opens.
+/// The first signal then asks it to stop (`export_stopped` gives its
+/// output up and closes the archive, so that its open mark goes); the
+/// watcher exits at once only at a second signal, or when a call into the
+/// output has not returned for a tick ([`Shared::calls`]). Until
+/// 2026-12-07 the first signal exited at once, leaving the open mark: the
+/// next open in this boot took it for a crash, with a WARN, and synced the
+/// whole store (found by an audit).
 fn remove_on_interrupt(
     staged: Staged,
     out: PathBuf,
     to_file: bool,
+    stop: Option<Arc<AtomicBool>>,
 ) -> Result<tokio::task::JoinHandle<()>> {
     let mut signals = super::run::Signals::for_command()?;
     Ok(tokio::spawn(async move {
         signals.recv().await;
+        if let Some(stop) = stop {
+            // Said whatever RUST_LOG keeps, as `run`'s.
+            super::say(
+                "INFO",
+                &"signal received: stopping the export (again to exit at once)",
+                None,
+            );
+            stop.store(true, Ordering::SeqCst);
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            // The first tick is at once.
+            tick.tick().await;
+            let mut seen = staged.calls.load(Ordering::SeqCst);
+            let why = loop {
+                tokio::select! {
+                    _ = signals.recv() => break "second signal",
+                    _ = tick.tick() => {
+                        let now = staged.calls.load(Ordering::SeqCst);
+                        if now == seen && now % 2 == 1 {
+                            break "the output has taken nothing for a second";
+                        }
+                        seen = now;
+                    }
+                }
+            };
+            super::say(
+                "ERROR",
+                &format_args!("{why}: exiting at once; the archive's open mark stays, and the next open in this boot syncs the store before it trusts it"),
+                None,
+            );
+        }
         // Held to the exit: a rename in progress finishes first, and none
         // starts after.
         let mut guard = lock_staged(&staged);
@@ -1056,6 +1163,11 @@ fn write_failpointed<W: Write + ?Sized>(
 
 impl Write for Output {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let shared = match self {
+            Output::Stdout { staged, .. } => staged.clone(),
+            Output::File(f) => f.staged.clone(),
+        };
+        let _call = OutputCall::begin(&shared);
         match self {
             Output::Stdout {
                 stdout,
@@ -1088,6 +1200,11 @@ impl Write for Output {
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
+        let shared = match self {
+            Output::Stdout { staged, .. } => staged.clone(),
+            Output::File(f) => f.staged.clone(),
+        };
+        let _call = OutputCall::begin(&shared);
         match self {
             Output::Stdout {
                 stdout, special, ..
