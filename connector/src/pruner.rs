@@ -191,6 +191,25 @@ impl HeldBack {
             }))
     }
 
+    /// [`find`](Self::find), a failure WARNed (naming where, for damage)
+    /// and taken as no record found: the read only tells why the cut is
+    /// where it is, and fails nothing the pass did. It reads the cut's
+    /// whole entry, which the cut itself may not have read (an entry its
+    /// index says is young throughout), so damage there would otherwise
+    /// fail every pass of a run, and stop every start (until 2026-12-07;
+    /// found by an audit), though `cairn prune` went on.
+    pub fn find_or_warn(
+        engine: &Engine,
+        tp: &TopicPartition,
+        cut: i64,
+        now_ms: i64,
+    ) -> Option<HeldBack> {
+        Self::find(engine, tp, cut, now_ms).unwrap_or_else(|e| {
+            tracing::warn!(%tp, error = %e, "could not tell whether a record with no timestamp, or one far ahead, holds the age cut back{}", if e.is_corruption() { " (the archive is damaged there: run `cairn verify`)" } else { "" });
+            None
+        })
+    }
+
     /// What holds retention back, and what to do about it (`by_size`: a
     /// size bound is set already).
     pub fn why(&self, by_size: bool) -> String {
@@ -352,7 +371,7 @@ fn prune_in(
         // hold it back (`timestamp_holding_back`).
         if let Some((cut, now)) = by_age {
             pass.held_back
-                .extend(HeldBack::find(engine, &p.tp, cut, now)?);
+                .extend(HeldBack::find_or_warn(engine, &p.tp, cut, now));
         }
     }
     Ok((pass, true))
@@ -746,5 +765,52 @@ mod tests {
         e.truncate_before(&tp, 1).unwrap();
         assert!(pass(&e, &day, &|| true, &mut passes).unwrap());
         assert_eq!(passes.held_said.get(&tp), Some(&1));
+    }
+
+    /// Damage in the entry at the age cut, which the cut did not read (its
+    /// index says every record in it is young), fails no pass: the read
+    /// that tells whether a record far ahead holds the cut back is WARNed.
+    /// Until 2026-12-07 it failed every pass, and so every start of the
+    /// run, while `cairn prune` went on.
+    #[test]
+    fn damage_read_only_to_tell_a_hold_fails_no_pass() {
+        let (dir, e, _) = store();
+        let wall = epoch_millis(SystemTime::now());
+        let mut young = Record::with_value(0, "v");
+        young.timestamp_ms = wall;
+        let mut ahead = Record::with_value(1, "v");
+        ahead.timestamp_ms = wall + 2 * DAY_MS;
+        e.append(&[RecordBatch {
+            tp: TopicPartition::new("t", 0),
+            records: vec![young, ahead],
+        }])
+        .unwrap();
+        // Not the last frame, which every open checks.
+        let mut later = Record::with_value(0, "v");
+        later.timestamp_ms = wall;
+        e.append(&[RecordBatch {
+            tp: TopicPartition::new("t", 1),
+            records: vec![later],
+        }])
+        .unwrap();
+        e.close().unwrap();
+        // A byte of the records frame's body flipped, under its checksum.
+        cairn_engine::fuzzing::with_raw_tree(dir.path(), |t| {
+            let (key, value) = t
+                .scan_prefix([cairn_engine::keys::wal_key(0)[0]])
+                .map(Result::unwrap)
+                .find(|(_, v)| !v.is_empty())
+                .expect("t/0's frame, the first");
+            let mut value = value.to_vec();
+            let at = value.len() - 2;
+            value[at] ^= 0x40;
+            t.insert(key, value).unwrap();
+        });
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        let tp = TopicPartition::new("t", 0);
+        assert!(e.read(&tp, 0).unwrap().any(|r| r.is_err()), "damaged");
+        let mut passes = Passes::new(RunClock::start());
+        assert!(pass(&e, &keeping_days(7), &|| true, &mut passes).unwrap());
+        assert_eq!(e.partitions()[0].first_offset, 0, "nothing deleted");
     }
 }

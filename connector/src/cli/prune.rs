@@ -454,12 +454,8 @@ pub fn prune(
             // only the run did; found by an audit).
             if let (Cut::TimeMs(_), true) = (cut, finished) {
                 // A failed read here fails nothing the prune did: said.
-                match pruner::HeldBack::find(engine, &p.tp, offset, now_ms) {
-                    Ok(Some(h)) => unsynced_lines.push(h.why_for_prune()),
-                    Ok(None) => {}
-                    Err(e) => {
-                        tracing::warn!(tp = %p.tp, error = %e, "could not tell whether a record with no timestamp, or one far ahead, holds the age cut back")
-                    }
+                if let Some(h) = pruner::HeldBack::find_or_warn(engine, &p.tp, offset, now_ms) {
+                    unsynced_lines.push(h.why_for_prune());
                 }
             }
             if !pass.waiting() {
