@@ -401,12 +401,24 @@ impl Shared {
                 .is_none_or(|o| o < offset),
         };
         tracing::debug!(%tp, offset, past, "caught up with the partition's log end");
+        // The fetch reached the log's end at or past where the partition
+        // started: that start was in the log (a start past the log's end
+        // meets an out-of-range error, never this event). Also at the start
+        // itself, an idle partition's: until 2026-12-07 only an end past it
+        // confirmed it, so an idle partition resumed unchecked was never
+        // committed in that run (found by an audit).
+        let confirmed = self.confirm_unchecked_start(&tp, offset);
+        if !past && confirmed {
+            // Nothing passed, but no put will come to commit the start now
+            // confirmed: handed over as a catch-up at it, which the worker
+            // follows with a `pre_commit` (`Worker::caught_up`).
+            crate::commit::raise(&mut self.caught_up, &tp, offset);
+            self.pending_since.get_or_insert_with(Instant::now);
+        }
         if past {
-            // The fetch reached the log's end from where the partition
-            // started: that start was in the log (seen in review,
-            // 2026-12-05: one resumed unchecked, with no consumed offset,
-            // had its catch-up past markers dropped by the worker).
-            self.confirm_unchecked_start(&tp, offset);
+            // (Confirmed above: seen in review, 2026-12-05, one resumed
+            // unchecked, with no consumed offset, had its catch-up past
+            // markers dropped by the worker.)
             crate::commit::raise(&mut self.caught_up, &tp, offset);
             self.pending_since.get_or_insert_with(Instant::now);
         }
@@ -623,11 +635,14 @@ impl Shared {
     /// `tp`, still assigned and with no consumed offset yet, has consumed
     /// nothing at or past `offset`: its consumed offset (where its start is
     /// known to be in the log).
-    fn consumed_from(&self, tp: &TopicPartition, offset: i64) {
+    /// Whether it did (none was there).
+    fn consumed_from(&self, tp: &TopicPartition, offset: i64) -> bool {
         let mut st = self.pipeline.state();
-        if st.assigned.contains(tp) && !st.consumed.contains_key(tp) {
+        let absent = st.assigned.contains(tp) && !st.consumed.contains_key(tp);
+        if absent {
             st.consumed.insert_if_absent(tp, offset);
         }
+        absent
     }
 
     fn full(&self, cfg: &RunConfig) -> bool {
@@ -831,12 +846,14 @@ impl Shared {
     /// only after this (the worker takes one above 0 of a partition with
     /// no consumed offset, for a partition that started at the log's
     /// start). Once its start is known to be in the log (its
-    /// bounds read at a reset, or its fetch at the log's end `to`), it has
-    /// consumed nothing past where it started: that is its consumed offset.
-    fn confirm_unchecked_start(&self, tp: &TopicPartition, to: i64) {
+    /// bounds read at a reset, or its fetch at the log's end `to`, the
+    /// start itself included), it has consumed nothing past where it
+    /// started: that is its consumed offset.
+    /// Whether that made a consumed offset.
+    fn confirm_unchecked_start(&self, tp: &TopicPartition, to: i64) -> bool {
         match self.starts.get(tp).and_then(Start::offset) {
-            Some(o) if o < to => self.consumed_from(tp, o),
-            _ => {}
+            Some(o) if o <= to => self.consumed_from(tp, o),
+            _ => false,
         }
     }
 

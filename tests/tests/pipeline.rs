@@ -505,6 +505,50 @@ fn unreadable_log_bounds_at_assignment_do_not_stop_the_run() {
     assert_committed_equals_durable(&k, "bounds-group", &engine, "resumed and committed");
 }
 
+/// A restart with Kafka's commit behind the archive (a crash between the
+/// fsync and the commit), while the brokers cannot say the log bounds, and
+/// no record arriving since: the partitions resumed unchecked at the
+/// archive's offsets are confirmed by their fetch reaching the log's end
+/// right there, and their durable offsets committed. Until 2026-12-07 only
+/// an end past the start confirmed it, so an idle partition's commit stayed
+/// behind for the whole run, and another store given it archived those
+/// records again (found by an audit).
+#[test]
+fn an_idle_partition_resumed_unchecked_is_committed_at_the_archives_offset() {
+    let k = TestKafka::new("bounds-idle", 3);
+    let Some(mock) = k.mock() else {
+        cairn_tests::skipped("error injection needs the mock cluster");
+        return;
+    };
+    let n = 3_000;
+    produce(&k.brokers, &k.topic, 0..n).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&k, "bounds-idle-group", dir.path());
+    let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
+    let opts = PipelineOptions {
+        crash_after_records: Some(n),
+        ..Default::default()
+    };
+    let err = run_bounded(&cfg, Box::new(ArchiveSink::new(engine)), opts).unwrap_err();
+    assert!(matches!(err, ConnectorError::SimulatedCrash), "{err}");
+    let d = durable(dir.path());
+    let kafka = k.committed("bounds-idle-group", 3);
+    assert!(
+        d.iter().any(|(tp, o)| kafka[&tp.partition] < *o),
+        "the crash must leave Kafka behind the archive: {kafka:?} against {d:?}"
+    );
+    // More errors than the assignment's bounded reads can retry through;
+    // the run ends once every partition is committed at n's offsets.
+    let report = with_request_errors(mock, RDKafkaApiKey::ListOffsets, 200, || {
+        run_to_end(&cfg, n, || {})
+    });
+    assert!(report.stats.resumed_unchecked >= 1, "{:?}", report.stats);
+    assert_eq!(report.stats.records_written, 0, "{:?}", report.stats);
+    let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    check_archive(&engine, &k.topic, n).unwrap();
+    assert_committed_equals_durable(&k, "bounds-idle-group", &engine, "confirmed at the end");
+}
+
 /// `--auto-offset-reset latest` for a partition with no offset anywhere,
 /// when its log end cannot be read at assignment: the run stops with an
 /// error naming the partition, and archives and commits nothing. (It
