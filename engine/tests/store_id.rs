@@ -80,6 +80,27 @@ fn a_format_2_store_gets_an_identity_from_the_open_that_upgrades_it() {
     assert!(v.problems.is_empty(), "{:?}", v.problems);
 }
 
+/// A format-2 store (it never had an identity) whose format key is
+/// damaged: that one problem, not also its identity reported missing.
+#[test]
+fn a_damaged_format_of_a_store_without_an_identity_is_one_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    store_with_records(dir.path());
+    let mut format_2 = encode_format(2);
+    format_2[5] ^= 0x01;
+    with_raw_tree(dir.path(), |t| {
+        t.remove(META_STORE).unwrap();
+        t.insert(META_FORMAT, format_2).unwrap();
+    });
+    let v = cairn_engine::verify_store(&EngineConfig::new(dir.path())).unwrap();
+    assert_eq!(v.problems.len(), 1, "{:?}", v.problems);
+    assert!(
+        matches!(v.problems[0].location, Location::Meta { key: "format" }),
+        "{:?}",
+        v.problems
+    );
+}
+
 #[test]
 fn a_missing_or_damaged_identity_is_reported_not_replaced() {
     let dir = tempfile::tempdir().unwrap();
