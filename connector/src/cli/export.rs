@@ -129,17 +129,16 @@ pub async fn run(args: ExportArgs) -> Result<ExitCode> {
     // signal before the watcher is in place ends the process as it would
     // any: nothing is open or staged yet.)
     let conn = crate::live::connect(data)?;
-    let stop = Arc::new(AtomicBool::new(false));
     let watcher = remove_on_interrupt(
         staged.clone(),
         out_path.clone(),
         output.is_some(),
-        conn.is_none().then(|| stop.clone()),
+        conn.is_none(),
     )?;
-    let out = BufWriter::with_capacity(1 << 20, Output::new(output, staged));
+    let out = BufWriter::with_capacity(1 << 20, Output::new(output, staged.clone()));
     let result = match conn {
         Some(conn) => export_live(conn, select, args.format, out, &out_path),
-        None => export_stopped(data, &select, args.format, out, &out_path, &stop),
+        None => export_stopped(data, &select, args.format, out, &out_path, &staged),
     };
     watcher.abort();
     result
@@ -507,8 +506,17 @@ fn export_stopped(
     format: Format,
     mut out: BufWriter<Output>,
     out_path: &Path,
-    stop: &AtomicBool,
+    shared: &Shared,
 ) -> Result<ExitCode> {
+    let stop = &shared.stop;
+    // Closed, not dropped: a failed sync of what the open wrote (recovery,
+    // a node split) exits 1, as any failed fsync does (since 2026-12-05;
+    // the drop's sync left the poison mark, but the command exited 0).
+    let close = |engine: cairn_engine::Engine| {
+        let closed = engine.close();
+        shared.closed.store(closed.is_ok(), Ordering::SeqCst);
+        closed
+    };
     let engine = super::open_unserved(data)?;
     let chosen = select.choose(engine.partitions(), &[])?;
     if let Some(later) = select.starts_below_held(&chosen) {
@@ -526,19 +534,28 @@ fn export_stopped(
             records, source, ..
         }) if stop.load(Ordering::SeqCst) && matches!(*source, ConnectorError::Live(_)) => {
             let note = abandon(out);
-            engine.close()?;
+            // Said before the close, whose failure is the error then.
             super::say_warn!("interrupted: the export stopped after {records} records{note}");
+            close(engine)?;
             Ok(ExitCode::from(super::backup::EXIT_INTERRUPTED))
         }
         Ok(count) => {
             let to_file = matches!(out.get_ref(), Output::File(_));
-            let delivered = finish(out, out_path)?;
-            // Closed, not dropped: a failed sync of what the open wrote
-            // (recovery, a node split) exits 1, as any failed fsync does
-            // (since 2026-12-05; the drop's sync left the poison mark, but
-            // the command exited 0). The export itself is whole: said, so
-            // that the error is not taken for it.
-            if let Err(e) = engine.close() {
+            let delivered = match finish(out, out_path) {
+                // Stopped before the staged file was put in place.
+                Err(ConnectorError::ExportOutput { source, .. })
+                    if stop.load(Ordering::SeqCst)
+                        && source.kind() == std::io::ErrorKind::Interrupted =>
+                {
+                    super::say_warn!("{source}");
+                    close(engine)?;
+                    return Ok(ExitCode::from(super::backup::EXIT_INTERRUPTED));
+                }
+                finished => finished?,
+            };
+            // The export itself is whole: said, so that the error is not
+            // taken for it.
+            if let Err(e) = close(engine) {
                 if delivered {
                     super::say_warn!(
                         "the export is complete (in {}), but the archive's closing sync failed: the archive needs a look, not the export",
@@ -554,7 +571,8 @@ fn export_stopped(
             // so as the watcher says it.
             if stop.load(Ordering::SeqCst) {
                 match (delivered, to_file) {
-                    (false, _) => {}
+                    // A Ctrl-C in a pipeline ends its reader too.
+                    (false, _) => super::say_warn!("interrupted: the export is incomplete"),
                     (true, true) => super::say_warn!(
                         "interrupted after the export was complete: {} holds all of it",
                         out_path.display()
@@ -594,7 +612,18 @@ struct Shared {
     /// reader that stopped reading (a pager, a FIFO no one opened) would
     /// otherwise hold the export, and its archive, open for good.
     calls: std::sync::atomic::AtomicU64,
+    /// Set by the first signal, for an export of a stopped archive: the
+    /// read stops between records, and a staged file is not put in place.
+    stop: AtomicBool,
+    /// The archive was closed (its open mark removed).
+    closed: AtomicBool,
 }
+
+/// The most handed to the output in one call: a pipe's capacity, so that a
+/// reader that still reads (slowly: a terminal over a slow link, `| ssh`)
+/// returns every call within a tick of the signal watcher, which takes a
+/// call that does not return for a tick for an output that takes nothing.
+const OUTPUT_CALL_BYTES_MAX: usize = 64 << 10;
 
 /// One call into the output, counted ([`Shared::calls`]) from its start to
 /// its drop.
@@ -653,11 +682,12 @@ fn lock_staged(s: &Staged) -> std::sync::MutexGuard<'_, Stage> {
 /// On SIGINT or SIGTERM: remove the staged file, say so, exit 130.
 /// `to_file`: `out` is `--output F`, not stdout.
 ///
-/// `stop`: the export reads a stopped archive that this process opens.
-/// The first signal then asks it to stop (`export_stopped` gives its
-/// output up and closes the archive, so that its open mark goes); the
-/// watcher exits at once only at a second signal, or when a call into the
-/// output has not returned for a tick ([`Shared::calls`]). Until
+/// `stopping`: the export reads a stopped archive that this process
+/// opens. The first signal then asks it to stop ([`Shared::stop`]:
+/// `export_stopped` gives its output up and closes the archive, so that its
+/// open mark goes); the watcher exits at once only at a second signal, or
+/// when a call into the output has not returned for a tick
+/// ([`Shared::calls`]). Until
 /// 2026-12-07 the first signal exited at once, leaving the open mark: the
 /// next open in this boot took it for a crash, with a WARN, and synced the
 /// whole store (found by an audit).
@@ -665,19 +695,19 @@ fn remove_on_interrupt(
     staged: Staged,
     out: PathBuf,
     to_file: bool,
-    stop: Option<Arc<AtomicBool>>,
+    stopping: bool,
 ) -> Result<tokio::task::JoinHandle<()>> {
     let mut signals = super::run::Signals::for_command()?;
     Ok(tokio::spawn(async move {
         signals.recv().await;
-        if let Some(stop) = stop {
+        if stopping {
             // Said whatever RUST_LOG keeps, as `run`'s.
             super::say(
                 "INFO",
                 &"signal received: stopping the export (again to exit at once)",
                 None,
             );
-            stop.store(true, Ordering::SeqCst);
+            staged.stop.store(true, Ordering::SeqCst);
             let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             // The first tick is at once.
@@ -689,17 +719,17 @@ fn remove_on_interrupt(
                     _ = tick.tick() => {
                         let now = staged.calls.load(Ordering::SeqCst);
                         if now == seen && now % 2 == 1 {
-                            break "the output has taken nothing for a second";
+                            break "the output has taken no write for a second";
                         }
                         seen = now;
                     }
                 }
             };
-            super::say(
-                "ERROR",
-                &format_args!("{why}: exiting at once; the archive's open mark stays, and the next open in this boot syncs the store before it trusts it"),
-                None,
-            );
+            let mark = match staged.closed.load(Ordering::SeqCst) {
+                true => "",
+                false => "; the archive's open mark stays, and the next open in this boot syncs the store before it trusts it",
+            };
+            super::say("ERROR", &format_args!("{why}: exiting at once{mark}"), None);
         }
         // Held to the exit: a rename in progress finishes first, and none
         // starts after.
@@ -762,11 +792,16 @@ fn finish(mut out: BufWriter<Output>, out_path: &Path) -> Result<bool> {
                 *lock_staged(&staged) = Stage::Complete;
                 Ok(true)
             }
-            // Its errors say what the file holds.
-            Output::File(mut f) => f
-                .complete()
-                .map(|()| true)
-                .map_err(|e| failed(e, String::new())),
+            // Its errors say what the file holds. Counted as a call into
+            // the output: it may open a FIFO no one reads yet (an empty
+            // export's first open), or fsync a stalled file system.
+            Output::File(mut f) => {
+                let shared = f.staged.clone();
+                let _call = OutputCall::begin(&shared);
+                f.complete()
+                    .map(|()| true)
+                    .map_err(|e| failed(e, String::new()))
+            }
         },
     }
 }
@@ -1076,6 +1111,21 @@ impl FileOutput {
         // Held through the rename: the signal watcher waits, and then
         // finds nothing to remove.
         let mut guard = lock_staged(&self.staged);
+        // A signal asked a stopped archive's export to stop (its watcher
+        // leaves the staged file to it): not put in place, as a signal
+        // before the last record leaves `F`.
+        if self.staged.stop.load(Ordering::SeqCst) {
+            if let Some(staged) = guard.take_staged() {
+                let _ = std::fs::remove_file(staged);
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::Interrupted,
+                    format!(
+                        "interrupted before the export was put in place: {} was left as it was",
+                        self.path.display()
+                    ),
+                ));
+            }
+        }
         let Some(staged) = guard.take_staged() else {
             // Written in place: already where it goes.
             *guard = Stage::Complete;
@@ -1168,6 +1218,7 @@ impl Write for Output {
             Output::File(f) => f.staged.clone(),
         };
         let _call = OutputCall::begin(&shared);
+        let buf = &buf[..buf.len().min(OUTPUT_CALL_BYTES_MAX)];
         match self {
             Output::Stdout {
                 stdout,
