@@ -309,21 +309,26 @@ fn verify_opened(
     }
     let tree = db.open_tree("cairn").map_err(store_err("open tree"))?;
     refuse_later_format(cfg, &tree)?;
-    if tree.is_empty() {
-        return verify_empty(cfg);
-    }
-    let (mut r, facts) = verify_tree_facts(&tree, None, stop)?;
+    let mut before_notes = Vec::new();
     if let Some(p) = before.poisoned {
-        r.notes.push(format!(
+        before_notes.push(format!(
             "the last engine on this store was poisoned ({}): checked as the disk holds it; the next open recovers from what is durable",
             p.reason
         ));
     } else if before.unclean_cache_dropped {
-        r.notes.push(
+        before_notes.push(
             "the last engine on this store stopped without a close in this boot (a crash or a kill): checked as the disk holds it; the next open recovers from what is durable"
-                .into(),
+                .to_string(),
         );
     }
+    if tree.is_empty() {
+        if let Some(mut r) = verify_empty(cfg)? {
+            r.notes.extend(before_notes);
+            return Ok(r);
+        }
+    }
+    let (mut r, facts) = verify_tree_facts(&tree, None, stop)?;
+    r.notes.extend(before_notes);
     if facts.stopped_short {
         // The check stopped there: the log's end cannot be read either.
         return Ok(r);
@@ -449,32 +454,36 @@ fn verify_opened(
     }
 }
 
-/// A stopped store whose tree holds nothing, not even its format: judged as
-/// an open judges it (`recovery::recover`). Under a watermark past 0 sled
-/// lost all of it (a lost suffix); without one, the open that was to create
-/// it stopped before anything it wrote was durable (a kill or a power cut
-/// during the first `cairn run`), and the next open creates it: no damage,
-/// said as a note. Until 2026-12-07 that was three problems, the format,
-/// the store id and the checkpoint missing, exit 1, for a store every open
-/// takes as new (found by an audit).
-fn verify_empty(cfg: &EngineConfig) -> Result<VerifyReport> {
+/// A stopped store whose tree holds nothing, not even its format, judged
+/// as an open judges it (`recovery::recover`), or `None` to be checked as
+/// any store is. Under a watermark past 0 sled lost all of it (a lost
+/// suffix). Without a watermark, which an open writes only once the new
+/// store's first batch is durable, the open that was to create it stopped
+/// before that (a kill or a power cut during the first `cairn run`), and
+/// the next open creates it: no damage, said as a note. Until 2026-12-07
+/// that was three problems, the format, the store id and the checkpoint
+/// missing, exit 1, for a store every open takes as new (found by an
+/// audit). Under a watermark of 0 the store's creation was durable, and
+/// sled lost it: checked as any store, its missing keys problems.
+fn verify_empty(cfg: &EngineConfig) -> Result<Option<VerifyReport>> {
     let mut r = VerifyReport::default();
     let mark = match crate::watermark::read(&cfg.path) {
         Err(Error::Corruption { location, kind }) => {
             r.add(location, kind);
-            return Ok(r);
+            return Ok(Some(r));
         }
         read => read?,
     };
     match crate::watermark::check(0, mark) {
         Err(Error::Corruption { location, kind }) => r.add(location, kind),
         Err(e) => return Err(e),
+        Ok(()) if mark.is_some() => return Ok(None),
         Ok(()) => r.notes.push(
-            "the store holds nothing, not even its format: the open that was to create it stopped before anything it wrote was durable (a kill or a power cut during the first run); the next open creates it, and nothing was archived in it"
+            "the store holds nothing, not even its format, and has no watermark: the open that was to create it stopped before anything it wrote was durable (a kill or a power cut during the first run); the next open creates it, and nothing was archived in it"
                 .into(),
         ),
     }
-    Ok(r)
+    Ok(Some(r))
 }
 
 /// The log past a stopped store's checkpoint, which the next open's

@@ -2556,6 +2556,24 @@ fn a_store_whose_creation_never_finished_is_no_damage() {
         "{:?}",
         v.notes
     );
+    // A poison mark left by that open (a failed sync of the new store) is
+    // said with it.
+    let poison = dir.path().join(cairn_engine::poisoned::POISON_FILE);
+    std::fs::write(&poison, "open: sync new store: Input/output error\n").unwrap();
+    let v = cairn_engine::verify_store(&cfg).unwrap();
+    assert!(v.problems.is_empty(), "{:?}", v.problems);
+    assert!(
+        v.notes.iter().any(|n| n.contains("was poisoned")),
+        "{:?}",
+        v.notes
+    );
+    std::fs::remove_file(&poison).unwrap();
+    // A watermark, written once the new store's first batch is durable:
+    // sled lost that, and its missing keys are problems.
+    drop(cairn_engine::watermark::Watermark::open(dir.path(), 0).unwrap());
+    let v = cairn_engine::verify_store(&cfg).unwrap();
+    assert!(!v.problems.is_empty(), "{v:?}");
+    std::fs::remove_file(dir.path().join(cairn_engine::watermark::WATERMARK_FILE)).unwrap();
     // As every open takes it: new.
     let e = Engine::open(cfg.clone()).unwrap();
     e.append(&[batch(&TopicPartition::new("t", 0), 0..10, 10)])

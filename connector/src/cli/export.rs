@@ -551,7 +551,8 @@ fn export_stopped(
                     close(engine)?;
                     return Ok(ExitCode::from(super::backup::EXIT_INTERRUPTED));
                 }
-                finished => finished?,
+                // A reader gone (`Ok(None)`) took less than all of it.
+                finished => finished? && count.is_some(),
             };
             // The export itself is whole: said, so that the error is not
             // taken for it.
@@ -619,11 +620,13 @@ struct Shared {
     closed: AtomicBool,
 }
 
-/// The most handed to the output in one call: a pipe's capacity, so that a
-/// reader that still reads (slowly: a terminal over a slow link, `| ssh`)
-/// returns every call within a tick of the signal watcher, which takes a
-/// call that does not return for a tick for an output that takes nothing.
-const OUTPUT_CALL_BYTES_MAX: usize = 64 << 10;
+/// The most handed in one call to an output that can block (a pipe, a
+/// FIFO, a terminal): `PIPE_BUF`, so that a reader that still reads, if
+/// slowly (a serial console, `| ssh` over a slow link), returns a call
+/// within a tick of the signal watcher, which takes a call that does not
+/// return for a tick for an output that takes nothing. (Slower than 4 KiB
+/// a second, it is taken for one.)
+const SPECIAL_CALL_BYTES_MAX: usize = 4096;
 
 /// One call into the output, counted ([`Shared::calls`]) from its start to
 /// its drop.
@@ -792,16 +795,11 @@ fn finish(mut out: BufWriter<Output>, out_path: &Path) -> Result<bool> {
                 *lock_staged(&staged) = Stage::Complete;
                 Ok(true)
             }
-            // Its errors say what the file holds. Counted as a call into
-            // the output: it may open a FIFO no one reads yet (an empty
-            // export's first open), or fsync a stalled file system.
-            Output::File(mut f) => {
-                let shared = f.staged.clone();
-                let _call = OutputCall::begin(&shared);
-                f.complete()
-                    .map(|()| true)
-                    .map_err(|e| failed(e, String::new()))
-            }
+            // Its errors say what the file holds.
+            Output::File(mut f) => f
+                .complete()
+                .map(|()| true)
+                .map_err(|e| failed(e, String::new())),
         },
     }
 }
@@ -1084,7 +1082,18 @@ impl FileOutput {
     /// The export is complete: put the file in place, durably (an export
     /// taken before a wipe of the archive must survive a power loss too).
     fn complete(&mut self) -> std::io::Result<()> {
-        self.open()?;
+        // Stopped already: neither opened nor synced (the sync of a large
+        // export may take a while), and left as it was.
+        if let Some(e) = self.interrupted(&mut lock_staged(&self.staged)) {
+            return Err(e);
+        }
+        {
+            // A FIFO's open may wait for its reader (an export of no
+            // record opens it only now): a call into the output.
+            let shared = self.staged.clone();
+            let _call = OutputCall::begin(&shared);
+            self.open()?;
+        }
         let file = self.file.take().expect("opened above");
         let staged = matches!(*lock_staged(&self.staged), Stage::Staged(_));
         // fsync of a FIFO or /dev/null fails (EINVAL), and means nothing.
@@ -1111,20 +1120,9 @@ impl FileOutput {
         // Held through the rename: the signal watcher waits, and then
         // finds nothing to remove.
         let mut guard = lock_staged(&self.staged);
-        // A signal asked a stopped archive's export to stop (its watcher
-        // leaves the staged file to it): not put in place, as a signal
-        // before the last record leaves `F`.
-        if self.staged.stop.load(Ordering::SeqCst) {
-            if let Some(staged) = guard.take_staged() {
-                let _ = std::fs::remove_file(staged);
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::Interrupted,
-                    format!(
-                        "interrupted before the export was put in place: {} was left as it was",
-                        self.path.display()
-                    ),
-                ));
-            }
+        // Stopped during the sync.
+        if let Some(e) = self.interrupted(&mut guard) {
+            return Err(e);
         }
         let Some(staged) = guard.take_staged() else {
             // Written in place: already where it goes.
@@ -1180,6 +1178,34 @@ impl FileOutput {
     }
 }
 
+impl FileOutput {
+    /// A signal asked a stopped archive's export to stop (its watcher
+    /// leaves the output to it): `F` is left as it was, the staged file
+    /// removed, and said in the error (of kind `Interrupted`). `None` when
+    /// not stopped, or when the file is written in place already.
+    fn interrupted(&self, stage: &mut Stage) -> Option<std::io::Error> {
+        if !self.staged.stop.load(Ordering::SeqCst) {
+            return None;
+        }
+        match stage {
+            Stage::Staged(_) => {
+                if let Some(staged) = stage.take_staged() {
+                    let _ = std::fs::remove_file(staged);
+                }
+            }
+            Stage::Unstaged if self.file.is_none() => {}
+            _ => return None,
+        }
+        Some(std::io::Error::new(
+            std::io::ErrorKind::Interrupted,
+            format!(
+                "interrupted before the export was put in place: {} was left as it was",
+                self.path.display()
+            ),
+        ))
+    }
+}
+
 impl Drop for FileOutput {
     fn drop(&mut self) {
         if let Some(staged) = lock_staged(&self.staged).take_staged() {
@@ -1218,7 +1244,12 @@ impl Write for Output {
             Output::File(f) => f.staged.clone(),
         };
         let _call = OutputCall::begin(&shared);
-        let buf = &buf[..buf.len().min(OUTPUT_CALL_BYTES_MAX)];
+        let capped = |buf: &[u8], special: bool| -> usize {
+            match special {
+                true => buf.len().min(SPECIAL_CALL_BYTES_MAX),
+                false => buf.len(),
+            }
+        };
         match self {
             Output::Stdout {
                 stdout,
@@ -1226,6 +1257,7 @@ impl Write for Output {
                 special,
                 ..
             } => {
+                let buf = &buf[..capped(buf, *special)];
                 let written_now = write_failpointed(FAILPOINT_STDOUT_WRITE, stdout, buf);
                 let n = written_now.map_err(|e| super::pipe_only_if_special(e, *special))?;
                 *written |= n > 0;
@@ -1242,6 +1274,7 @@ impl Write for Output {
                 // the export.
                 let guard = lock_staged(&staged);
                 let special = matches!(*guard, Stage::Special);
+                let buf = &buf[..capped(buf, special)];
                 let _held = matches!(*guard, Stage::InPlace(_)).then_some(guard);
                 let mut file = file;
                 let written = write_failpointed(FAILPOINT_FILE_WRITE, &mut file, buf);
@@ -1568,6 +1601,41 @@ mod tests {
             std::fs::read_to_string(&out).unwrap(),
             "the previous export\n"
         );
+    }
+
+    /// A stopped archive's export asked to stop by a signal once its last
+    /// record was written (during its last flush, or the sync of its staged
+    /// file) does not put its output in place: `F` is left as it was, the
+    /// staged file removed, and the error says so, of kind `Interrupted`
+    /// (`export_stopped` then exits 130). Also for an export of no record,
+    /// whose file was never opened.
+    #[test]
+    fn a_stop_before_the_output_is_put_in_place_leaves_it_as_it_was() {
+        for records in [&b"{\"offset\":0}\n"[..], b""] {
+            let dir = tempfile::tempdir().unwrap();
+            let out = dir.path().join("daily.jsonl");
+            std::fs::write(&out, "the previous export\n").unwrap();
+            let shared = Staged::default();
+            let mut w =
+                BufWriter::with_capacity(1 << 20, Output::new(Some(out.clone()), shared.clone()));
+            w.write_all(records).unwrap();
+            w.flush().unwrap();
+            shared.stop.store(true, Ordering::SeqCst);
+            let Err(ConnectorError::ExportOutput { source, .. }) = finish(w, &out) else {
+                panic!("put in place")
+            };
+            assert_eq!(source.kind(), std::io::ErrorKind::Interrupted, "{source}");
+            assert!(
+                source.to_string().contains("was left as it was"),
+                "{source}"
+            );
+            assert_eq!(
+                std::fs::read_to_string(&out).unwrap(),
+                "the previous export\n"
+            );
+            let files: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+            assert_eq!(files.len(), 1, "no staged file left: {files:?}");
+        }
     }
 
     /// An export that fails after its output, written in place (its
