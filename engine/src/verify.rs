@@ -317,7 +317,7 @@ fn verify_opened(
         ));
     } else if before.unclean_cache_dropped {
         before_notes.push(
-            "the last engine on this store stopped without a close in this boot (a crash or a kill): checked as the disk holds it; the next open recovers from what is durable"
+            "the last engine on this store stopped without a close in this boot (a crash or a kill, or an open that failed): checked as the disk holds it; the next open recovers from what is durable"
                 .to_string(),
         );
     }
