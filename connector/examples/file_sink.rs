@@ -31,6 +31,12 @@
 //!   synced mark.
 //! - A mark of length 0 is a recorded start (`start`, under
 //!   `--auto-offset-reset latest`): the partition resumes there.
+//! - `<topic>.id` holds Kafka's id of the topic the marks were taken from
+//!   (`check_topics`, before `open`): another id (the topic deleted and
+//!   created again, or the same name in another cluster) stops the run,
+//!   since resuming at its marks would skip the new topic's records below
+//!   them. One that cannot be compared with the recorded id (not read, or
+//!   none given) stops it too.
 //!
 //! It has no `identity`: its files are never put back from an older copy,
 //! so a Kafka offset past a mark is always another member's. A sink whose
@@ -48,8 +54,8 @@ use std::path::{Path, PathBuf};
 use cairn_connector::cli::demo::{demo_next_offsets, produce};
 // The record types come re-exported: a sink needs no `cairn-engine`.
 use cairn_connector::{
-    run_pipeline, CommitPolicy, PipelineOptions, PutOutcome, RecordBatch, RunConfig, SinkTask,
-    TaskError, TopicPartition,
+    run_pipeline, CommitPolicy, KafkaTopicId, PipelineOptions, PutOutcome, RecordBatch, RunConfig,
+    SinkTask, TaskError, TopicPartition,
 };
 
 use rdkafka::mocking::MockCluster;
@@ -111,11 +117,18 @@ pub(crate) fn read_mark(path: &Path) -> Result<Option<(i64, u64)>, TaskError> {
 /// Replace the mark whole: write and sync a new file, rename it over the old
 /// one, sync the directory.
 fn write_mark(dir: &Path, path: &Path, next: i64, len: u64) -> Result<(), TaskError> {
+    write_whole(dir, path, &format!("{next} {len}\n"))
+}
+
+/// Replace `path` in `dir` whole with `text`: write and sync a new file,
+/// rename it over the old one, sync the directory.
+fn write_whole(dir: &Path, path: &Path, text: &str) -> Result<(), TaskError> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".new");
     let tmp = PathBuf::from(tmp);
     let mut f = File::create(&tmp).map_err(io_fatal("create", &tmp))?;
-    writeln!(f, "{next} {len}").map_err(io_fatal("write", &tmp))?;
+    f.write_all(text.as_bytes())
+        .map_err(io_fatal("write", &tmp))?;
     f.sync_data().map_err(io_fatal("sync", &tmp))?;
     std::fs::rename(&tmp, path).map_err(io_fatal("rename", path))?;
     File::open(dir)
@@ -124,6 +137,50 @@ fn write_mark(dir: &Path, path: &Path, next: i64, len: u64) -> Result<(), TaskEr
 }
 
 impl SinkTask for FileSink {
+    /// Each topic's Kafka id is the one its marks were taken from, or is
+    /// recorded (durably, before any of its partitions opens) when none
+    /// was. Until 2026-12-07 the example checked nothing, and a topic
+    /// created again resumed at the old topic's marks (found by an audit).
+    fn check_topics(&mut self, ids: &BTreeMap<String, KafkaTopicId>) -> Result<(), TaskError> {
+        for (topic, id) in ids {
+            let path = self.dir.join(format!("{topic}.id"));
+            let recorded = match std::fs::read_to_string(&path) {
+                Ok(s) => Some(s.trim().to_string()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(e) => return Err(io_fatal("read", &path)(e)),
+            };
+            match (id, recorded) {
+                (KafkaTopicId::Id(id), Some(r)) if r == id.to_string() => {}
+                (KafkaTopicId::Id(id), Some(r)) => {
+                    return Err(TaskError::Fatal(format!(
+                        "{topic}: Kafka's topic id is {id}, but this sink's files were taken from the topic of id {r} (deleted and created again, or another cluster's): move its files out of {} to archive it anew",
+                        self.dir.display()
+                    )))
+                }
+                (KafkaTopicId::Id(id), None) => {
+                    write_whole(&self.dir, &path, &format!("{id}\n"))?;
+                }
+                // Old brokers give no id: nothing to compare, and nothing
+                // recorded to compare it with.
+                (KafkaTopicId::NoId, None) => {}
+                (KafkaTopicId::NoId, Some(r)) => {
+                    return Err(TaskError::Fatal(format!(
+                        "{topic}: Kafka gives no topic id, but this sink's files were taken from the topic of id {r}: another cluster's?"
+                    )))
+                }
+                (KafkaTopicId::Unread(why), Some(r)) => {
+                    return Err(TaskError::Fatal(format!(
+                        "{topic}: its Kafka id could not be read ({why}), so it cannot be told from a topic created again; this sink's files were taken from the topic of id {r}"
+                    )))
+                }
+                // Nothing held of it under an id: recorded at a later
+                // assignment.
+                (KafkaTopicId::Unread(_), None) => {}
+            }
+        }
+        Ok(())
+    }
+
     fn open(
         &mut self,
         partitions: &[TopicPartition],

@@ -1121,11 +1121,21 @@ pub fn run_pipeline(
         .enable_time()
         .build()
         .map_err(|e| ConnectorError::Sink(format!("cannot start the committer: {e}")))?;
+    // An empty name is Kafka's default commit metadata (a reset with
+    // kafka-consumer-groups, most clients' commits): every such commit would
+    // read as this store's own, and a reset forward be undone (until
+    // 2026-12-07 taken; found by an audit).
+    let identity = sink.identity();
+    if identity.as_deref().is_some_and(|i| i.trim().is_empty()) {
+        return Err(ConnectorError::Config(
+            "the sink's identity is empty: Kafka commits with empty metadata by default (a reset with kafka-consumer-groups, other clients), and those would read as this store's own; give it a name, or None".into(),
+        ));
+    }
     let pipeline = Arc::new(Pipeline::new(
         opts.on_commit,
         opts.on_commit_sent,
         opts.done,
-        sink.identity(),
+        identity,
         sink.durable_check(),
     ));
     // Puts wait here while the task thread is busy (queue.rs). Under
@@ -1819,6 +1829,47 @@ mod tests {
     use super::stops_the_run;
     use rdkafka::error::KafkaError;
     use rdkafka::types::RDKafkaErrorCode as C;
+
+    /// A sink whose identity is empty (Kafka's default commit metadata)
+    /// is refused before the run starts, naming the reason.
+    #[test]
+    fn an_empty_sink_identity_is_refused() {
+        struct Nameless;
+        impl crate::SinkTask for Nameless {
+            fn identity(&self) -> Option<String> {
+                Some(" ".into())
+            }
+            fn open(
+                &mut self,
+                _: &[crate::TopicPartition],
+            ) -> Result<std::collections::BTreeMap<crate::TopicPartition, i64>, crate::TaskError>
+            {
+                unreachable!("refused before any assignment")
+            }
+            fn put(
+                &mut self,
+                _: &[crate::RecordBatch],
+            ) -> Result<crate::PutOutcome, crate::TaskError> {
+                unreachable!("refused before any put")
+            }
+            fn pre_commit(
+                &mut self,
+                _: &std::collections::BTreeMap<crate::TopicPartition, i64>,
+            ) -> Result<std::collections::BTreeMap<crate::TopicPartition, i64>, crate::TaskError>
+            {
+                unreachable!("refused before any put")
+            }
+            fn close(&mut self, _: &[crate::TopicPartition]) -> Result<(), crate::TaskError> {
+                Ok(())
+            }
+        }
+        let cfg = crate::RunConfig::new("127.0.0.1:1", "g", vec!["t".into()], "unused".into());
+        let e = super::run_pipeline(&cfg, Box::new(Nameless), Default::default()).unwrap_err();
+        assert!(
+            e.to_string().contains("the sink's identity is empty"),
+            "{e}"
+        );
+    }
 
     /// A repeat of the last record handed over is one, though the buffer
     /// it was in has gone to the task thread (until the night of

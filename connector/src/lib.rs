@@ -3,10 +3,11 @@
 //!
 //! # Invariants
 //! - The offset committed to Kafka never passes what the sink reported
-//!   durable (`commit.rs`: commits are taken only from what `open`, `start`,
-//!   `put` and `pre_commit` reported; `open`'s and `start`'s are checked
-//!   against Kafka's log bounds at the assignment, `put`'s and
-//!   `pre_commit`'s against the records handed to the sink; the archive
+//!   durable (`commit.rs`: commits are taken only from what `open`, `start`
+//!   and `pre_commit` declared, which a `put`'s report can only lower, never
+//!   raise; `open`'s and `start`'s are checked against Kafka's log bounds
+//!   at the assignment, `put`'s and `pre_commit`'s against the records
+//!   handed to the sink; the archive
 //!   sink reports the engine's durable offsets, read after its fsync).
 //! - A fatal sink error (a poisoned engine) stops the loop with nothing more
 //!   committed.

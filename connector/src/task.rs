@@ -10,10 +10,11 @@
 //! call that never returns (only a `put` that keeps failing retriably is
 //! bounded, below), and a revoke, the final commit and the run's stop wait
 //! behind it (`cairn run` exits at a second signal; an embedder's run has
-//! no such way out). Two calls come from the thread that started the run
-//! instead, before the task thread exists: `identity`, and the `stop` of a
-//! run stopped (a signal, a failed retention pass) while it waited for Kafka
-//! to answer, before any `open`: the sink then holds nothing of this run.
+//! no such way out). Three calls come from the thread that started the run
+//! instead, before the task thread exists: `identity`, `durable_check` (its
+//! closure then runs on the loop's other threads), and the `stop` of a run
+//! stopped (a signal, a failed retention pass) while it waited for Kafka to
+//! answer, before any `open`: the sink then holds nothing of this run.
 //!
 //! 1. **`check_topics(ids)`** runs first at every assignment, with Kafka's
 //!    topic id of each topic in it (or why it could not be read): a sink
@@ -384,8 +385,11 @@ pub trait SinkTask: Send {
     /// WARN, and fetches from its own offset: so such a sink records the
     /// position, or reports only what it holds). The default
     /// records nothing: a sink that reports what it holds stays below them
-    /// until its next record. An error fails the run. Not called after the
-    /// run has failed.
+    /// until its next record, and meanwhile its `pre_commit` is asked about
+    /// the partition again about every second (what was handed is not yet
+    /// declared), which a sink whose `pre_commit` costs a remote call pays
+    /// for as long as the partition stays idle. An error fails the run. Not
+    /// called after the run has failed.
     fn caught_up(&mut self, positions: &BTreeMap<TopicPartition, i64>) -> Result<(), TaskError> {
         let _ = positions;
         Ok(())
@@ -428,7 +432,9 @@ pub trait SinkTask: Send {
     /// one under no name of the kind (an offsets reset, another tool's
     /// commit) is a WARN naming the records this store will not hold. A
     /// name without a `:` is of the archive's kind (`cairn-store:`), as is
-    /// every commit to a sink without a name.
+    /// every commit to a sink without a name. An empty name (or one of
+    /// spaces) fails the run at its start: Kafka's default commit metadata
+    /// is empty, so every other tool's commit would read as this store's.
     fn identity(&self) -> Option<String> {
         None
     }

@@ -186,7 +186,15 @@ fn expired(deadline: &mut Option<Instant>, within: Duration) -> bool {
 }
 
 fn sink_error(call: &str, e: &TaskError) -> ConnectorError {
-    ConnectorError::Sink(format!("{call}: {e}"))
+    match e {
+        // Only a `put` is retried: said, so that the error is not read as
+        // one that was (until 2026-12-07 it said only "retriable"; found by
+        // an audit).
+        TaskError::Retriable(why) if call != "put" => ConnectorError::Sink(format!(
+            "{call} returned a retriable error, but only put is retried, so the run stops: {why}"
+        )),
+        e => ConnectorError::Sink(format!("{call}: {e}")),
+    }
 }
 
 /// The offsets a sink returned, refused whole if one is negative: an offset
@@ -522,16 +530,22 @@ impl Worker {
                 s.consumed.raise(&b.tp, last.offset + 1);
             }
         }
-        let recorded = if outcome.durable.keys().all(|tp| s.assigned.contains(tp)) {
+        // Revoked or lost while the put ran: handed something before, and
+        // no longer this member's to commit. Any other partition not
+        // assigned (never handed anything: a sink's bug) goes on to the
+        // tracker, which WARNs of it (until 2026-12-07 it was said to be
+        // revoked or lost, at INFO; found by an audit).
+        let gone_while =
+            |tp: &TopicPartition| !s.assigned.contains(tp) && s.consumed.was_handed(tp);
+        let recorded = if !outcome.durable.keys().any(gone_while) {
             s.tracker.record_put(started, &outcome.durable, &s.consumed)
         } else {
-            // Revoked or lost while the put ran: no longer this member's to
-            // commit. Said at INFO, not WARN: the sink did nothing wrong.
-            let (durable, gone): (BTreeMap<TopicPartition, i64>, BTreeMap<_, _>) = outcome
+            // Said at INFO, not WARN: the sink did nothing wrong.
+            let (gone, durable): (BTreeMap<TopicPartition, i64>, BTreeMap<_, _>) = outcome
                 .durable
                 .iter()
                 .map(|(tp, o)| (tp.clone(), *o))
-                .partition(|(tp, _)| s.assigned.contains(tp));
+                .partition(|(tp, _)| gone_while(tp));
             tracing::info!(
                 partitions = ?gone.keys().map(ToString::to_string).collect::<Vec<_>>(),
                 "a put's report on partitions revoked or lost while it ran is not recorded (they are another member's, or will be, and are committed by their next owner)"
@@ -1827,6 +1841,19 @@ mod tests {
         fn close(&mut self, _: &[TopicPartition]) -> Result<(), TaskError> {
             Ok(())
         }
+    }
+
+    /// A retriable error from a call other than `put`, which alone is
+    /// retried, says the run stops for it.
+    #[test]
+    fn a_retriable_error_but_from_put_says_it_is_not_retried() {
+        let e = sink_error("pre_commit", &TaskError::Retriable("503".into())).to_string();
+        assert!(
+            e.contains("only put is retried") && e.contains("503"),
+            "{e}"
+        );
+        let e = sink_error("put", &TaskError::Retriable("503".into())).to_string();
+        assert!(!e.contains("only put"), "{e}");
     }
 
     /// A negative offset from `open`, `start`, a put's report or

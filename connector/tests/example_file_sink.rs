@@ -57,6 +57,36 @@ fn the_file_sink_writes_nothing_of_a_partition_left_out_of_consumed() {
     assert_eq!(resume.get(&lost), None);
 }
 
+/// A topic whose Kafka id is not the one the sink's marks were taken from
+/// (deleted and created again) is refused before `open`; its first id is
+/// recorded, and the same id passes again. Until 2026-12-07 the example
+/// checked nothing, and resumed a topic created again at the old one's
+/// marks.
+#[test]
+fn the_file_sink_refuses_a_topic_created_again() {
+    use cairn_connector::{KafkaTopicId, SinkTask, TaskError, TopicId};
+    let dir = tempfile::tempdir().unwrap();
+    let id = |bits| {
+        std::collections::BTreeMap::from([(
+            "t".to_string(),
+            KafkaTopicId::Id(TopicId::new(bits).unwrap()),
+        )])
+    };
+    let mut sink = file_sink::FileSink::new(dir.path());
+    sink.check_topics(&id(1)).unwrap();
+    sink.check_topics(&id(1)).unwrap();
+    let refused = file_sink::FileSink::new(dir.path()).check_topics(&id(2));
+    assert!(
+        matches!(&refused, Err(TaskError::Fatal(e)) if e.contains("created again")),
+        "{refused:?}"
+    );
+    let unread = std::collections::BTreeMap::from([(
+        "t".to_string(),
+        KafkaTopicId::Unread("no answer".into()),
+    )]);
+    assert!(sink.check_topics(&unread).is_err());
+}
+
 #[test]
 fn the_file_sink_resumes_from_its_marks_after_a_crash_before_the_commit() {
     let broker = common::TestBroker::start(&["shop.events:3"]);
