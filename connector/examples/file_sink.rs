@@ -85,6 +85,26 @@ impl FileSink {
             open: BTreeMap::new(),
         }
     }
+
+    /// Whether `dir` holds a mark of a partition of `topic`
+    /// (`<topic>-<digits>.mark`: split at the last `-`, so that topic `a`
+    /// is not taken for `a-1`'s).
+    fn holds_marks_of(&self, topic: &str) -> Result<bool, TaskError> {
+        let entries = std::fs::read_dir(&self.dir).map_err(io_fatal("read", &self.dir))?;
+        for entry in entries {
+            let entry = entry.map_err(io_fatal("read", &self.dir))?;
+            let name = entry.file_name();
+            let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".mark")) else {
+                continue;
+            };
+            if let Some((t, p)) = stem.rsplit_once('-') {
+                if t == topic && !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) {
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(false)
+    }
 }
 
 fn io_fatal(what: &str, path: &Path) -> impl FnOnce(std::io::Error) -> TaskError {
@@ -155,6 +175,15 @@ impl SinkTask for FileSink {
                     return Err(TaskError::Fatal(format!(
                         "{topic}: Kafka's topic id is {id}, but this sink's files were taken from the topic of id {r} (deleted and created again, or another cluster's): move its files out of {} to archive it anew",
                         self.dir.display()
+                    )))
+                }
+                // Marks taken with no id recorded (Kafka gave none then, or
+                // an older build of this sink) may be another topic's of
+                // the name: recorded only when the operator says so.
+                (KafkaTopicId::Id(id), None) if self.holds_marks_of(topic)? => {
+                    return Err(TaskError::Fatal(format!(
+                        "{topic}: this sink holds marks of it with no topic id recorded, so Kafka's topic (id {id}) cannot be told from one deleted and created again since: if it is the same topic, write {id} into {} to go on",
+                        path.display()
                     )))
                 }
                 (KafkaTopicId::Id(id), None) => {

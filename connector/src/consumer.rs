@@ -924,7 +924,7 @@ fn preflight_failed(
         // stop reports that, not a signal.
         ConnectorError::StoppedWaiting { .. } => match sink.stop() {
             Ok(()) => e,
-            Err(failure) => ConnectorError::Sink(format!("stop: {failure}")),
+            Err(failure) => crate::worker::sink_error("stop", &failure),
         },
         e => e,
     }

@@ -185,7 +185,7 @@ fn expired(deadline: &mut Option<Instant>, within: Duration) -> bool {
     Instant::now() >= *deadline.get_or_insert_with(|| Instant::now() + within)
 }
 
-fn sink_error(call: &str, e: &TaskError) -> ConnectorError {
+pub(crate) fn sink_error(call: &str, e: &TaskError) -> ConnectorError {
     match e {
         // Only a `put` is retried: said, so that the error is not read as
         // one that was (until 2026-12-07 it said only "retriable"; found by
@@ -368,12 +368,20 @@ impl Worker {
                     let _ = reply.send(self.failing_the_run("close", r));
                 }
                 Some(Job::Stop { partitions, reply }) => {
-                    let r = self.sink.close(&partitions).and_then(|()| self.sink.stop());
+                    // Each failure named by its own call.
+                    let closed = self.sink.close(&partitions);
+                    let r = match self.failing_the_run("close", closed) {
+                        Ok(()) => {
+                            let stopped = self.sink.stop();
+                            self.failing_the_run("stop", stopped)
+                        }
+                        Err(e) => Err(e),
+                    };
                     // Nothing is called after `stop`: a re-ask due (the
                     // final flush's `pre_commit` declared short) is dropped.
                     self.reask = None;
                     self.unsafe_puts = false;
-                    let _ = reply.send(self.failing_the_run("stop", r));
+                    let _ = reply.send(r);
                 }
             }
             if self.pre_commits_on_its_own() {
@@ -1957,8 +1965,8 @@ mod tests {
             );
             assert_eq!(
                 pipeline.take_fatal().map(|e| e.to_string()),
-                Some(format!("sink failed: {call}: fatal: {failed} failed")),
-                "{call}: the run reports the call's error"
+                Some(format!("sink failed: {failed}: fatal: {failed} failed")),
+                "{call}: the run reports the failed call's error, named by it"
             );
             assert_eq!(
                 *pre_commits.lock().unwrap(),
@@ -1987,7 +1995,8 @@ mod tests {
         );
         let (reply, r) = std::sync::mpsc::channel();
         let partitions = vec![tp];
-        // A stop closes the partitions first: that close fails.
+        // A stop closes the partitions first: that close fails, and is
+        // named (until 2026-12-07 it was said to be the stop's).
         check("stop", Job::Stop { partitions, reply }, "close");
         assert!(r.recv().unwrap().is_err(), "stop: the reply says it failed");
     }

@@ -85,6 +85,20 @@ fn the_file_sink_refuses_a_topic_created_again() {
         KafkaTopicId::Unread("no answer".into()),
     )]);
     assert!(sink.check_topics(&unread).is_err());
+    // Marks taken while no id was recorded (Kafka gave none then): not
+    // taken for the topic Kafka names now.
+    let other = tempfile::tempdir().unwrap();
+    std::fs::write(other.path().join("t-0.mark"), "10 100\n").unwrap();
+    std::fs::write(other.path().join("t-1-0.mark"), "10 100\n").unwrap();
+    let mut sink = file_sink::FileSink::new(other.path());
+    let refused = sink.check_topics(&id(1));
+    assert!(
+        matches!(&refused, Err(TaskError::Fatal(e)) if e.contains("no topic id recorded")),
+        "{refused:?}"
+    );
+    // Topic `t-1`'s mark is not topic `t`'s, and the reverse.
+    std::fs::remove_file(other.path().join("t-0.mark")).unwrap();
+    sink.check_topics(&id(1)).unwrap();
 }
 
 #[test]

@@ -209,7 +209,7 @@ fn act_on_marks(cfg: &EngineConfig) -> io::Result<Before> {
     }
     match &poisoned {
         Some((reason, _)) => tracing::warn!(%reason, cache_dropped, "the store was poisoned before this open; recovering from what the disk holds"),
-        None if unclean => tracing::warn!("the store was not closed by the engine that had it open in this boot (a crash or a kill, or an open that failed, which leaves the mark as sled may have written): its files are synced and their cached pages dropped, so that recovery reads what the disk holds"),
+        None if unclean => tracing::warn!("the store was not closed by the engine that had it open in this boot (a crash or a kill, or an open that failed otherwise than on a write or sync, which leaves the mark as sled may have written): its files are synced and their cached pages dropped, so that recovery reads what the disk holds"),
         None => {}
     }
     Ok(Before {

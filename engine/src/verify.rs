@@ -479,7 +479,7 @@ fn verify_empty(cfg: &EngineConfig) -> Result<Option<VerifyReport>> {
         Err(e) => return Err(e),
         Ok(()) if mark.is_some() => return Ok(None),
         Ok(()) => r.notes.push(
-            "the store holds nothing, not even its format, and has no watermark: the open that was to create it stopped before anything it wrote was durable (a kill or a power cut during the first run); the next open creates it, and nothing was archived in it"
+            "the store holds nothing, not even its format, and has no watermark: the open that was to create it stopped before anything it wrote was durable (a kill, a power cut or a failure during the first run); the next open creates it, and nothing was archived in it"
                 .into(),
         ),
     }

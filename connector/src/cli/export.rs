@@ -1621,6 +1621,7 @@ mod tests {
             w.write_all(records).unwrap();
             w.flush().unwrap();
             shared.stop.store(true, Ordering::SeqCst);
+            let calls = shared.calls.load(Ordering::SeqCst);
             let Err(ConnectorError::ExportOutput { source, .. }) = finish(w, &out) else {
                 panic!("put in place")
             };
@@ -1635,6 +1636,12 @@ mod tests {
             );
             let files: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
             assert_eq!(files.len(), 1, "no staged file left: {files:?}");
+            // Of no record: never opened (a FIFO's open could wait for
+            // good), counted as no call into the output.
+            if records.is_empty() {
+                // The last flush's call (an empty buffer), and no open.
+                assert_eq!(shared.calls.load(Ordering::SeqCst), calls + 2);
+            }
         }
     }
 
