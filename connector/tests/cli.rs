@@ -4036,3 +4036,24 @@ fn the_stopping_error_follows_the_log_format() {
     let line: serde_json::Value = serde_json::from_str(err.trim()).unwrap();
     assert_eq!(line["fields"]["message"], "cairn stopped", "{err}");
 }
+
+/// `verify --help` and `status --help` say what their exit statuses mean
+/// (scripts act on them: status exits 1 with its figures printed), and
+/// `mock-broker --brokers` is a count its parser bounds (exit 2), not an
+/// address (until 2026-12-07 the help said neither, and 20 was refused
+/// after parsing, exit 1).
+#[test]
+fn help_says_exit_statuses_and_mock_broker_counts() {
+    for command in ["verify", "status"] {
+        let (code, out, err) = cairn(&[command, "--help"]);
+        assert_eq!(code, 0, "{err}");
+        assert!(out.contains("Exit status: 0"), "{command}: {out}");
+    }
+    let (code, out, _) = cairn(&["mock-broker", "--help"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("a count, not an address"), "{out}");
+    for bad in ["0", "20", "127.0.0.1:9092"] {
+        let (code, _, err) = cairn(&["mock-broker", "--brokers", bad]);
+        assert_eq!(code, 2, "{bad}: {err}");
+    }
+}

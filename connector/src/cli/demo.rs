@@ -46,7 +46,7 @@ pub struct DemoArgs {
     pub records: i64,
     /// Where to keep the archive: a new or empty folder (default: a new
     /// folder under the temp dir). The demo never deletes anything there.
-    #[arg(long)]
+    #[arg(long, value_name = "DIR")]
     pub data: Option<PathBuf>,
 }
 

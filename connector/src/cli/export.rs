@@ -45,7 +45,9 @@ pub struct ExportArgs {
     #[arg(long, value_enum, default_value_t = Format::Jsonl)]
     pub format: Format,
     /// Write here instead of stdout (`-`, `/dev/stdout`, `/dev/fd/1` and
-    /// `/proc/self/fd/1` are stdout itself, so that `>>` appends).
+    /// `/proc/self/fd/1` are stdout itself, so that `>>` appends). An
+    /// existing file is replaced only once the export is complete: a failed
+    /// or interrupted export leaves it as it was.
     #[arg(long)]
     pub output: Option<PathBuf>,
 }

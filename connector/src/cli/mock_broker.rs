@@ -10,10 +10,12 @@ use crate::error::{ConnectorError, Result};
 
 #[derive(Debug, clap::Args)]
 pub struct MockBrokerArgs {
-    /// Number of brokers.
-    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
+    /// How many mock brokers to start, 1 to 16 (a count, not an address:
+    /// the addresses are printed).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(i32).range(1..=16))]
     pub brokers: i32,
-    /// Topic to create, as name:partitions (repeatable).
+    /// Topic to create, as name:partitions, partitions 1 to 10000
+    /// (repeatable).
     #[arg(long = "topic", value_parser = parse_topic)]
     pub topics: Vec<(String, i32)>,
     /// Delay every broker's every answer by this many milliseconds
@@ -37,12 +39,6 @@ fn parse_topic(s: &str) -> std::result::Result<(String, i32), String> {
 }
 
 pub async fn run(args: MockBrokerArgs) -> Result<ExitCode> {
-    if !(1..=16).contains(&args.brokers) {
-        return Err(ConnectorError::Config(format!(
-            "--brokers {}: must be 1..=16",
-            args.brokers
-        )));
-    }
     let cluster =
         MockCluster::new(args.brokers).map_err(ConnectorError::kafka("start mock cluster"))?;
     if args.round_trip_ms > 0 {

@@ -261,10 +261,16 @@ pub enum Command {
     /// Start librdkafka's in-process mock Kafka cluster until SIGINT/SIGTERM.
     MockBroker(mock_broker::MockBrokerArgs),
     /// Show what the archive holds per partition (and Kafka's view, with --brokers).
+    #[command(
+        after_help = "Exit status: 0 every figure printed; 1 the figures printed, but something needs a look, said on stderr (Kafka's view could not be read, damaged index entries the open rebuilt, a damaged topic id or summary), or the archive could not be read; 2 a usage error, or a running cairn run refused the request (docs/OPERATIONS.md, \"Exit codes\")."
+    )]
     Status(status::StatusArgs),
     /// Stream archived records out as JSON lines or raw values.
     Export(export::ExportArgs),
     /// Re-read and check every frame, index entry and summary of an archive (a running archive's: what the run can check, which it says).
+    #[command(
+        after_help = "Exit status: 0 clean; 1 damage found (each problem on a `problem:` line, naming where), or the check's own last fdatasync failed; 2 not checked (no archive there, held by a process that does not serve it, an I/O error, a live verify cut off or refused as busy; also usage errors); 130 a verify of a stopped archive stopped by SIGINT or SIGTERM, nothing judged."
+    )]
     Verify(verify::VerifyArgs),
     /// Produce archived records back into Kafka: same partitions, keys, values, headers and timestamps (as create time; see docs/OPERATIONS.md).
     Restore(restore::RestoreArgs),

@@ -35,10 +35,10 @@ pub struct PruneArgs {
     /// Only these archived topics, comma-separated (default: all).
     #[arg(long, short = 't', visible_alias = "topics", value_delimiter = ',')]
     pub topic: Vec<String>,
-    /// Only this partition.
+    /// Only this partition (needs --topic).
     #[arg(long, allow_negative_numbers = true)]
     pub partition: Option<i32>,
-    /// Delete records below this offset.
+    /// Delete records below this offset (needs --topic).
     #[arg(long, value_name = "OFFSET", allow_negative_numbers = true)]
     pub before: Option<i64>,
     /// Delete records with a timestamp before this time: RFC 3339 with its
@@ -51,7 +51,8 @@ pub struct PruneArgs {
     #[arg(long, value_name = "AGE", value_parser = crate::config::parse_age, allow_hyphen_values = true)]
     pub older_than: Option<Duration>,
     /// Keep at most this many payload bytes per partition (`50GiB`,
-    /// `500MB`): delete the oldest entries beyond it.
+    /// `500MB`: a size with its unit; a bare number is refused): delete the
+    /// oldest entries beyond it.
     #[arg(long, value_name = "SIZE", value_parser = crate::config::parse_size, allow_hyphen_values = true)]
     pub keep_bytes: Option<u64>,
     /// Report what would be deleted; delete nothing.

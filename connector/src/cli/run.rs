@@ -31,7 +31,7 @@ pub struct RunArgs {
     #[arg(long, short = 't', visible_alias = "topic", value_delimiter = ',')]
     pub topics: Vec<String>,
     /// The archive's data directory, created if missing (required, here or in --config).
-    #[arg(long)]
+    #[arg(long, value_name = "DIR")]
     pub data: Option<PathBuf>,
     /// every-put: fsync each put and commit it at once; interval:MS: fsync and commit every MS milliseconds (puts in between are written without an fsync) [default: every-put].
     #[arg(long)]
@@ -77,12 +77,14 @@ pub struct RunArgs {
     /// --config says [default: keep everything].
     #[arg(long, value_name = "AGE", value_parser = parse_age_flag, allow_hyphen_values = true)]
     pub retain: Option<FlagValue<std::time::Duration>>,
-    /// Keep at most this many payload bytes per partition (`50GiB`, `500MB`),
-    /// deleting the oldest entries, while archiving; `none` sets no bound,
-    /// whatever --config says [default: no bound].
+    /// Keep at most this many payload bytes per partition (`50GiB`, `500MB`:
+    /// a size with its unit; a bare number is refused), deleting the oldest
+    /// entries, while archiving; `none` sets no bound, whatever --config
+    /// says [default: no bound].
     #[arg(long, value_name = "SIZE", value_parser = parse_size_flag, allow_hyphen_values = true)]
     pub retain_bytes: Option<FlagValue<u64>>,
-    /// Seconds from the end of one prune to --retain / --retain-bytes to the start of the next [default: 60].
+    /// Seconds between the end of one retention pass and the start of the
+    /// next; only with --retain or --retain-bytes [default: 60].
     #[arg(long, allow_negative_numbers = true)]
     pub retention_check_interval_s: Option<u64>,
     /// librdkafka property, as with kcat (repeatable).
@@ -95,7 +97,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "TOPIC", value_delimiter = ',')]
     pub rebind_topic: Vec<String>,
     /// TOML file with the keys of these flags (not --rebind-topic or --log-format; -X as a table named kafka); flags win.
-    #[arg(long)]
+    #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 }
 
