@@ -20,15 +20,24 @@ from confluent_kafka import Consumer
 def main():
     brokers, topic, records, batch, path = sys.argv[1:6]
     records, batch = int(records), int(batch)
-    c = Consumer({
+    conf = {
         "bootstrap.servers": brokers,
         "group.id": f"p2c-python-{os.getpid()}",
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
+    }
+    if confluent_kafka.libversion()[1] >= 0x020200FF:
         # The same fetch setting cairn and the ceiling use: librdkafka's
         # default (1000 ms) idles the fetcher whenever its queue is full.
-        "fetch.queue.backoff.ms": 10,
-    })
+        conf["fetch.queue.backoff.ms"] = 10
+    else:
+        # A librdkafka before 2.2.0 (a client linked to a distribution's)
+        # has no such setting, and refused it: the queue's thresholds at
+        # their maximum instead, as the kcat run sets them, so that it
+        # never backs off.
+        conf["queued.min.messages"] = 10000000
+        conf["queued.max.messages.kbytes"] = 2097151
+    c = Consumer(conf)
     c.subscribe([topic])
     n = 0
     lat_us = []

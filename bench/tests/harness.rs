@@ -112,6 +112,14 @@ fn put_to_commit_harness_runs_and_reports() {
         stdout.contains("every-put p50_vs_floor") && stdout.contains("median"),
         "{stdout}"
     );
+    // The targets as the table judges them, in the JSON too.
+    let judged = case["targets"]["every-put p50_vs_floor"].as_str().unwrap();
+    assert!(
+        judged.ends_with(": met") || judged.contains(": MISSED"),
+        "{judged}"
+    );
+    assert!(stdout.contains(judged), "{judged}: {stdout}");
+    assert!(case["targets"]["every-put peak_rss"].is_string(), "{case}");
     // The footprint: each policy archiving the case in a process of its own.
     let footprints = case["footprints"].as_array().unwrap();
     assert_eq!(footprints.len(), 2, "{footprints:?}");

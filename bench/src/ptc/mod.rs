@@ -336,6 +336,12 @@ pub struct CaseResult {
     /// Each ratio's median over the rounds, with its range: what the
     /// targets are judged on.
     pub medians: Vec<summary::Medians>,
+    /// The targets as judged on these medians, each as the table's
+    /// target column says it (the bound, and "met" or "MISSED", or what
+    /// judges it instead), keyed "policy ratio" (`every-put p50_vs_floor`);
+    /// and the peak RSS's, keyed "policy peak_rss". Since 2026-12-07:
+    /// before, only the table said them.
+    pub targets: std::collections::BTreeMap<String, String>,
     /// cairn archiving the case in a process of its own, per policy.
     pub footprints: Vec<Peer<measure::Footprint>>,
     /// Every round's samples pooled, for the plot.
@@ -674,12 +680,21 @@ pub fn run(args: Args) -> Result<(), String> {
             };
             footprints.push(f);
         }
+        let medians = summary::medians(&rounds);
+        let mut targets = summary::targets(&medians, size);
+        for f in footprints.iter().filter_map(Peer::ran) {
+            targets.insert(
+                format!("{} peak_rss", f.policy),
+                summary::rss_judgement(output::mib(f.peak_rss_bytes), records),
+            );
+        }
         cases.push(CaseResult {
             record_bytes: size,
             records,
             partitions: args.partitions,
             note,
-            medians: summary::medians(&rounds),
+            medians,
+            targets,
             rounds,
             footprints,
             histograms,

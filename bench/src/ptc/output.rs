@@ -101,7 +101,6 @@ pub fn table(r: &Report) {
         for round in &c.rounds {
             round_table(round, c.rounds.len());
         }
-        let mib = |b: u64| b as f64 / (1 << 20) as f64;
         for f in &c.footprints {
             match f {
                 Peer::Ran(f) => println!(
@@ -322,6 +321,11 @@ fn medians_table(c: &super::CaseResult) {
             );
         }
     }
+}
+
+/// Bytes in MiB.
+pub fn mib(b: u64) -> f64 {
+    b as f64 / (1 << 20) as f64
 }
 
 pub fn json(r: &Report, path: &Path) -> Result<(), String> {

@@ -26,11 +26,26 @@ pub struct KcatRun {
 
 /// kcat's and its librdkafka's versions, from `kcat -V`'s `Version 1.7.1
 /// (JSON, …, librdkafka 2.0.2 builtin.features=…)` line.
-fn kcat_version() -> Result<String, std::io::Error> {
-    let out = Command::new("kcat")
-        .arg("-V")
-        .stderr(Stdio::null())
-        .output()?;
+/// Also the program's name: `kcat`, or `kafkacat`, its name before 1.6 that
+/// older Debian and Ubuntu packages still install.
+fn kcat_version() -> Result<(String, &'static str), std::io::Error> {
+    let mut found = None;
+    for program in ["kcat", "kafkacat"] {
+        match Command::new(program)
+            .arg("-V")
+            .stderr(Stdio::null())
+            .output()
+        {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            out => {
+                found = Some((out?, program));
+                break;
+            }
+        }
+    }
+    let Some((out, program)) = found else {
+        return Err(std::io::ErrorKind::NotFound.into());
+    };
     let text = String::from_utf8_lossy(&out.stdout);
     let after = |word: &str| {
         text.split_whitespace()
@@ -39,10 +54,13 @@ fn kcat_version() -> Result<String, std::io::Error> {
             .map(|v| v.trim_end_matches([',', ')']).to_owned())
             .unwrap_or_else(|| "unknown".into())
     };
-    Ok(format!(
-        "kcat {}, librdkafka {}",
-        after("Version"),
-        after("librdkafka")
+    Ok((
+        format!(
+            "{program} {}, librdkafka {}",
+            after("Version"),
+            after("librdkafka")
+        ),
+        program,
     ))
 }
 
@@ -68,7 +86,7 @@ fn kcat_version() -> Result<String, std::io::Error> {
 /// partition's queue passes a threshold. With the thresholds at their
 /// maximum it never does.
 pub fn kcat(brokers: &str, topic: &str, records: u64, size: usize, out: &Path) -> Peer<KcatRun> {
-    let version = match kcat_version() {
+    let (version, program) = match kcat_version() {
         Ok(v) => v,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Peer::Skipped {
@@ -111,7 +129,7 @@ pub fn kcat(brokers: &str, topic: &str, records: u64, size: usize, out: &Path) -
     let path = out.join("kcat.out");
     let finished = child::run_to_file(
         "kcat",
-        Command::new("kcat").args([
+        Command::new(program).args([
             "-C",
             "-b",
             brokers,

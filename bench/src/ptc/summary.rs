@@ -329,6 +329,21 @@ pub fn judgement(
     }
 }
 
+/// Every target that applies to the `medians` of a case of `record_bytes`,
+/// as [`judgement`] says it, keyed "policy ratio": for the JSON, beside
+/// the medians it judges.
+pub fn targets(medians: &[Medians], record_bytes: usize) -> BTreeMap<String, String> {
+    medians
+        .iter()
+        .flat_map(|m| {
+            METRICS.iter().filter_map(move |metric| {
+                let said = judgement(metric, &m.policy, record_bytes, &m.ratios);
+                (!said.is_empty()).then(|| (format!("{} {}", m.policy, metric.name), said))
+            })
+        })
+        .collect()
+}
+
 /// A ratio over the rounds that had it.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Spread {
