@@ -2544,29 +2544,26 @@ fn an_emptying_truncation_refuses_a_lost_index_entry_before_deleting() {
 fn a_store_whose_creation_never_finished_is_no_damage() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = EngineConfig::new(dir.path());
-    {
+    // sled's files, its tree empty, as an open killed before its first
+    // batch was durable leaves them.
+    let empty_tree = || {
         let db = cfg.open_sled().unwrap();
         db.open_tree("cairn").unwrap();
         db.flush().unwrap();
-    }
-    let v = cairn_engine::verify_store(&cfg).unwrap();
-    assert!(v.problems.is_empty(), "{:?}", v.problems);
-    assert!(
-        v.notes.iter().any(|n| n.contains("not even its format")),
-        "{:?}",
-        v.notes
-    );
+    };
+    // Clean, with a note that says `says`.
+    let clean_noting = |says: &str| {
+        let v = cairn_engine::verify_store(&cfg).unwrap();
+        assert!(v.problems.is_empty(), "{:?}", v.problems);
+        assert!(v.notes.iter().any(|n| n.contains(says)), "{:?}", v.notes);
+    };
+    empty_tree();
+    clean_noting("not even its format");
     // A poison mark left by that open (a failed sync of the new store) is
     // said with it.
     let poison = dir.path().join(cairn_engine::poisoned::POISON_FILE);
     std::fs::write(&poison, "open: sync new store: Input/output error\n").unwrap();
-    let v = cairn_engine::verify_store(&cfg).unwrap();
-    assert!(v.problems.is_empty(), "{:?}", v.problems);
-    assert!(
-        v.notes.iter().any(|n| n.contains("was poisoned")),
-        "{:?}",
-        v.notes
-    );
+    clean_noting("was poisoned");
     std::fs::remove_file(&poison).unwrap();
     // A watermark, written once the new store's first batch is durable:
     // sled lost that, and its missing keys are problems.
@@ -2583,11 +2580,7 @@ fn a_store_whose_creation_never_finished_is_no_damage() {
     assert!(v.problems.is_empty() && v.notes.is_empty(), "{v:?}");
     // Its tree emptied under a watermark that names frames: lost.
     std::fs::remove_dir_all(dir.path().join("sled")).unwrap();
-    {
-        let db = cfg.open_sled().unwrap();
-        db.open_tree("cairn").unwrap();
-        db.flush().unwrap();
-    }
+    empty_tree();
     let v = cairn_engine::verify_store(&cfg).unwrap();
     assert!(
         matches!(
