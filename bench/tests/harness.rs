@@ -115,7 +115,7 @@ fn put_to_commit_harness_runs_and_reports() {
     // The targets as the table judges them, in the JSON too.
     let judged = case["targets"]["every-put p50_vs_floor"].as_str().unwrap();
     assert!(
-        judged.ends_with(": met") || judged.contains(": MISSED"),
+        judged.contains(": met") || judged.contains(": MISSED"),
         "{judged}"
     );
     assert!(stdout.contains(judged), "{judged}: {stdout}");

@@ -36,7 +36,10 @@
 //!   created again, or the same name in another cluster) stops the run,
 //!   since resuming at its marks would skip the new topic's records below
 //!   them. One that cannot be compared with the recorded id (not read, or
-//!   none given) stops it too.
+//!   none given) stops it too, and so does one not read where none is
+//!   recorded yet, as the archive's does (marks are never taken with no id
+//!   where Kafka can give one); marks held with no id recorded (an older
+//!   build of this sink) are not taken for the topic Kafka names now.
 //!
 //! It has no `identity`: its files are never put back from an older copy,
 //! so a Kafka offset past a mark is always another member's. A sink whose
@@ -202,9 +205,13 @@ impl SinkTask for FileSink {
                         "{topic}: its Kafka id could not be read ({why}), so it cannot be told from a topic created again; this sink's files were taken from the topic of id {r}"
                     )))
                 }
-                // Nothing held of it under an id: recorded at a later
-                // assignment.
-                (KafkaTopicId::Unread(_), None) => {}
+                // Not known yet: no mark is taken of it until it is (the
+                // archive sink refuses it too).
+                (KafkaTopicId::Unread(why), None) => {
+                    return Err(TaskError::Fatal(format!(
+                        "{topic}: its Kafka id could not be read ({why}): run again once Kafka answers"
+                    )))
+                }
             }
         }
         Ok(())

@@ -1851,6 +1851,53 @@ mod tests {
         }
     }
 
+    /// A stop whose close succeeds and whose `stop` fails is named by
+    /// `stop`; a retriable one says only `put` is retried.
+    #[test]
+    fn a_failed_stop_after_a_clean_close_is_named_stop() {
+        struct StopFails;
+        impl SinkTask for StopFails {
+            fn open(
+                &mut self,
+                _: &[TopicPartition],
+            ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+                Ok(BTreeMap::new())
+            }
+            fn put(&mut self, _: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
+                Ok(PutOutcome::default())
+            }
+            fn pre_commit(
+                &mut self,
+                _: &BTreeMap<TopicPartition, i64>,
+            ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+                Ok(BTreeMap::new())
+            }
+            fn close(&mut self, _: &[TopicPartition]) -> Result<(), TaskError> {
+                Ok(())
+            }
+            fn stop(&mut self) -> Result<(), TaskError> {
+                Err(TaskError::Retriable("busy".into()))
+            }
+        }
+        let pipeline = Arc::new(Pipeline::new(None, None, None, None, None));
+        let worker = worker(Box::new(StopFails), &pipeline);
+        let (reply, replied) = std::sync::mpsc::channel();
+        let (jobs, rx) = std::sync::mpsc::channel();
+        jobs.send(Job::Stop {
+            partitions: vec![TopicPartition::new("t", 0)],
+            reply,
+        })
+        .unwrap();
+        drop(jobs);
+        worker.run(rx);
+        assert!(replied.recv().unwrap().is_err(), "the reply says it failed");
+        let e = pipeline.take_fatal().unwrap().to_string();
+        assert_eq!(
+            e,
+            "sink failed: stop returned a retriable error, but only put is retried, so the run stops: busy"
+        );
+    }
+
     /// A retriable error from a call other than `put`, which alone is
     /// retried, says the run stops for it.
     #[test]

@@ -96,6 +96,8 @@ fn the_file_sink_refuses_a_topic_created_again() {
         matches!(&refused, Err(TaskError::Fatal(e)) if e.contains("no topic id recorded")),
         "{refused:?}"
     );
+    // Nor is an id not read taken as leave to go on.
+    assert!(sink.check_topics(&unread).is_err());
     // Topic `t-1`'s mark is not topic `t`'s, and the reverse.
     std::fs::remove_file(other.path().join("t-0.mark")).unwrap();
     sink.check_topics(&id(1)).unwrap();

@@ -38,7 +38,9 @@ fn kcat_version() -> Result<(String, &'static str), std::io::Error> {
         {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             out => {
-                found = Some((out?, program));
+                let out =
+                    out.map_err(|e| std::io::Error::new(e.kind(), format!("{program} -V: {e}")))?;
+                found = Some((out, program));
                 break;
             }
         }
@@ -98,7 +100,7 @@ pub fn kcat(brokers: &str, topic: &str, records: u64, size: usize, out: &Path) -
         // review of 2026-12-05, a skip).
         Err(e) => {
             return Peer::Failed {
-                failed: format!("kcat -V: {e}"),
+                failed: e.to_string(),
             }
         }
     };

@@ -47,7 +47,9 @@ pub struct ExportArgs {
     /// Write here instead of stdout (`-`, `/dev/stdout`, `/dev/fd/1` and
     /// `/proc/self/fd/1` are stdout itself, so that `>>` appends). An
     /// existing file is replaced only once the export is complete: a failed
-    /// or interrupted export leaves it as it was.
+    /// or interrupted export leaves it as it was (in a directory that takes
+    /// no new files it is written in place, and emptied if the export fails
+    /// after its first 1 MiB).
     #[arg(long)]
     pub output: Option<PathBuf>,
 }

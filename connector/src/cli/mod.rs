@@ -262,7 +262,7 @@ pub enum Command {
     MockBroker(mock_broker::MockBrokerArgs),
     /// Show what the archive holds per partition (and Kafka's view, with --brokers).
     #[command(
-        after_help = "Exit status: 0 every figure printed; 1 the figures printed, but something needs a look, said on stderr (Kafka's view could not be read, damaged index entries the open rebuilt, a damaged topic id or summary), or the archive could not be read; 2 a usage error, or a running cairn run refused the request (docs/OPERATIONS.md, \"Exit codes\")."
+        after_help = "Exit status: 0 every figure printed; 1 an error, said on stderr (nothing printed: the archive could not be read, a refused setting), or the figures printed, but something needs a look, said on stderr (Kafka's view could not be read, damaged index entries the open rebuilt, a damaged topic id or summary); 2 a usage error, or a running cairn run refused the request (docs/OPERATIONS.md, \"Exit codes\")."
     )]
     Status(status::StatusArgs),
     /// Stream archived records out as JSON lines or raw values.
