@@ -37,9 +37,11 @@
 //!   since resuming at its marks would skip the new topic's records below
 //!   them. One that cannot be compared with the recorded id (not read, or
 //!   none given) stops it too, and so does one not read where none is
-//!   recorded yet, as the archive's does (marks are never taken with no id
-//!   where Kafka can give one); marks held with no id recorded (an older
-//!   build of this sink) are not taken for the topic Kafka names now.
+//!   recorded yet (marks are never taken with no id where Kafka can give
+//!   one; the archive's sink goes on there with a WARN, and records the id
+//!   at the next assignment that reads one); marks held with no id
+//!   recorded (an older build of this sink) are not taken for the topic
+//!   Kafka names now.
 //!
 //! It has no `identity`: its files are never put back from an older copy,
 //! so a Kafka offset past a mark is always another member's. A sink whose
@@ -206,7 +208,8 @@ impl SinkTask for FileSink {
                     )))
                 }
                 // Not known yet: no mark is taken of it until it is (the
-                // archive sink refuses it too).
+                // archive's sink goes on with a WARN; this one, whose
+                // marks taken with no id it refuses above, stops).
                 (KafkaTopicId::Unread(why), None) => {
                     return Err(TaskError::Fatal(format!(
                         "{topic}: its Kafka id could not be read ({why}): run again once Kafka answers"

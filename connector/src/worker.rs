@@ -538,13 +538,16 @@ impl Worker {
                 s.consumed.raise(&b.tp, last.offset + 1);
             }
         }
-        // Revoked or lost while the put ran: handed something before, and
-        // no longer this member's to commit. Any other partition not
-        // assigned (never handed anything: a sink's bug) goes on to the
-        // tracker, which WARNs of it (until 2026-12-07 it was said to be
-        // revoked or lost, at INFO; found by an audit).
-        let gone_while =
-            |tp: &TopicPartition| !s.assigned.contains(tp) && s.consumed.was_handed(tp);
+        // Revoked or lost while the put ran: handed something before, or
+        // in this put (a partition's first), and no longer this member's
+        // to commit. Any other partition not assigned (never handed
+        // anything: a sink's bug) goes on to the tracker, which WARNs of it
+        // (until 2026-12-07 it was said to be revoked or lost, at INFO;
+        // found by an audit).
+        let gone_while = |tp: &TopicPartition| {
+            !s.assigned.contains(tp)
+                && (s.consumed.was_handed(tp) || batches.iter().any(|b| &b.tp == tp))
+        };
         let recorded = if !outcome.durable.keys().any(gone_while) {
             s.tracker.record_put(started, &outcome.durable, &s.consumed)
         } else {

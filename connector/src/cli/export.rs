@@ -575,16 +575,10 @@ fn export_stopped(
             // A signal after the last record: the export is whole, and said
             // so as the watcher says it.
             if stop.load(Ordering::SeqCst) {
-                match (delivered, to_file) {
+                match delivered {
                     // A Ctrl-C in a pipeline ends its reader too.
-                    (false, _) => super::say_warn!("interrupted: the export is incomplete"),
-                    (true, true) => super::say_warn!(
-                        "interrupted after the export was complete: {} holds all of it",
-                        out_path.display()
-                    ),
-                    (true, false) => super::say_warn!(
-                        "interrupted after the export was complete: <stdout> received all of it"
-                    ),
+                    false => super::say_warn!("interrupted: the export is incomplete"),
+                    true => say_interrupted_complete(to_file, out_path),
                 }
                 return Ok(ExitCode::from(super::backup::EXIT_INTERRUPTED));
             }
@@ -602,16 +596,19 @@ fn export_stopped(
     }
 }
 
-/// Where a file export stands: shared with the signal watcher, which
-/// removes a staged file and says what the output holds.
+/// What the export's output shares with the signal watcher ([`Shared`]):
+/// where a file export stands, which the watcher reads to remove a staged
+/// file and say what the output holds, and the stop it asks for.
 type Staged = Arc<Shared>;
 
 /// What the export's output shares with the signal watcher.
 #[derive(Default)]
 struct Shared {
     stage: Mutex<Stage>,
-    /// Calls into the output (a write, which may open the file, or a
-    /// flush), counted at their start and at their end: odd while one is
+    /// Calls into the output (a write, which may open the file, a flush,
+    /// or the open of a file not opened before the output is put in place,
+    /// which for a FIFO waits for its reader), counted at their start and
+    /// at their end: odd while one is
     /// under way. The watcher of a stopped archive's export exits at once
     /// when the same call is still under way a tick after the signal: a
     /// reader that stopped reading (a pager, a FIFO no one opened) would
@@ -726,7 +723,7 @@ fn remove_on_interrupt(
                     _ = tick.tick() => {
                         let now = staged.calls.load(Ordering::SeqCst);
                         if now == seen && now % 2 == 1 {
-                            break "the output has taken no write for a second";
+                            break "a call into the output has not returned for a second";
                         }
                         seen = now;
                     }
@@ -746,13 +743,7 @@ fn remove_on_interrupt(
                 let _ = std::fs::remove_file(path);
                 super::say_warn!("interrupted: {} was left as it was", out.display());
             }
-            Stage::Complete if to_file => super::say_warn!(
-                "interrupted after the export was complete: {} holds all of it",
-                out.display()
-            ),
-            Stage::Complete => super::say_warn!(
-                "interrupted after the export was complete: <stdout> received all of it"
-            ),
+            Stage::Complete => say_interrupted_complete(to_file, &out),
             // Emptied, as a failed export's is (`abandon`), so that no
             // prefix passes for the whole export (before the night of
             // 2026-12-04 it was left holding one).
@@ -776,6 +767,20 @@ fn remove_on_interrupt(
         }
         std::process::exit(130);
     }))
+}
+
+/// Say that a signal came after the export was complete, into `out` (a
+/// file when `to_file`, else stdout).
+fn say_interrupted_complete(to_file: bool, out: &Path) {
+    match to_file {
+        true => super::say_warn!(
+            "interrupted after the export was complete: {} holds all of it",
+            out.display()
+        ),
+        false => super::say_warn!(
+            "interrupted after the export was complete: <stdout> received all of it"
+        ),
+    }
 }
 
 /// Flush what is buffered and put a file in place: true when the output
@@ -899,6 +904,14 @@ enum Output {
 }
 
 impl Output {
+    /// What it shares with the signal watcher.
+    fn shared(&self) -> Staged {
+        match self {
+            Output::Stdout { staged, .. } => staged.clone(),
+            Output::File(f) => f.staged.clone(),
+        }
+    }
+
     fn new(path: Option<PathBuf>, staged: Staged) -> Output {
         match path {
             None => {
@@ -1243,10 +1256,7 @@ fn write_failpointed<W: Write + ?Sized>(
 
 impl Write for Output {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let shared = match self {
-            Output::Stdout { staged, .. } => staged.clone(),
-            Output::File(f) => f.staged.clone(),
-        };
+        let shared = self.shared();
         let _call = OutputCall::begin(&shared);
         let capped = |buf: &[u8], special: bool| -> usize {
             match special {
@@ -1288,10 +1298,7 @@ impl Write for Output {
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
-        let shared = match self {
-            Output::Stdout { staged, .. } => staged.clone(),
-            Output::File(f) => f.staged.clone(),
-        };
+        let shared = self.shared();
         let _call = OutputCall::begin(&shared);
         match self {
             Output::Stdout {

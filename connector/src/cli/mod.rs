@@ -269,7 +269,7 @@ pub enum Command {
     Export(export::ExportArgs),
     /// Re-read and check every frame, index entry and summary of an archive (a running archive's: what the run can check, which it says).
     #[command(
-        after_help = "Exit status: 0 clean; 1 damage found (each problem on a `problem:` line, naming where), or the check's own last fdatasync failed; 2 not checked (no archive there, held by a process that does not serve it, an I/O error, a live verify cut off or refused as busy; also usage errors); 130 a verify of a stopped archive stopped by SIGINT or SIGTERM, nothing judged."
+        after_help = "Exit status: 0 clean; 1 damage found (each problem on a `problem:` line, naming where), or the check's own last fdatasync failed; 2 not checked (no archive there, held by a process that does not serve it, an I/O error before any problem was found, a live verify cut off or refused as busy; also usage errors); 130 a verify of a stopped archive stopped by SIGINT or SIGTERM, nothing judged."
     )]
     Verify(verify::VerifyArgs),
     /// Produce archived records back into Kafka: same partitions, keys, values, headers and timestamps (as create time; see docs/OPERATIONS.md).

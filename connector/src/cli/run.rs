@@ -640,8 +640,8 @@ async fn archive(cfg: RunConfig) -> Result<(ExitCode, u64)> {
 
 /// SIGINT and SIGTERM, their handlers installed when this is made (a
 /// signal that comes before the first read is not lost), for every
-/// command that handles them; `run`, `restore` and `backup` read it twice
-/// (the second exits at once). Keep one and read it again: a second one made now would hear the
+/// command that handles them; `run`, `restore`, `backup`, `verify` and a
+/// stopped archive's `export` read it twice (the second exits at once). Keep one and read it again: a second one made now would hear the
 /// first signal too, and one made after it could miss a quick second.
 pub struct Signals {
     term: tokio::signal::unix::Signal,
