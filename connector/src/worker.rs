@@ -1854,6 +1854,64 @@ mod tests {
         }
     }
 
+    /// A partition with no offset yet (resumed unchecked, or started by
+    /// `--auto-offset-reset`), lost while its first put ran: the put's
+    /// report on it is one of a partition lost meanwhile (INFO), not a
+    /// sink's report on a partition it was never handed (the tracker's
+    /// WARN, until 2026-12-07).
+    #[test]
+    fn a_partition_lost_during_its_first_put_is_no_sinks_bug() {
+        struct LosesIt(Arc<Pipeline>);
+        impl SinkTask for LosesIt {
+            fn open(
+                &mut self,
+                _: &[TopicPartition],
+            ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+                Ok(BTreeMap::new())
+            }
+            fn put(&mut self, batches: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
+                // Lost while the put ran (a loss does not wait for it).
+                self.0.state().assigned.remove(&batches[0].tp);
+                Ok(PutOutcome {
+                    durable: BTreeMap::from([(batches[0].tp.clone(), 8)]),
+                    records_written: 1,
+                    ..Default::default()
+                })
+            }
+            fn pre_commit(
+                &mut self,
+                _: &BTreeMap<TopicPartition, i64>,
+            ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+                Ok(BTreeMap::new())
+            }
+            fn close(&mut self, _: &[TopicPartition]) -> Result<(), TaskError> {
+                Ok(())
+            }
+        }
+        let tp = TopicPartition::new("t", 0);
+        let pipeline = Arc::new(Pipeline::new(None, None, None, None, None));
+        pipeline.state().assigned.insert(tp.clone());
+        let worker = worker(Box::new(LosesIt(pipeline.clone())), &pipeline);
+        let (jobs, rx) = std::sync::mpsc::channel();
+        jobs.send(Job::Put {
+            batches: vec![RecordBatch {
+                tp: tp.clone(),
+                records: vec![cairn_engine::Record::with_value(7, "v")],
+            }],
+            caught_up: BTreeMap::new(),
+            poll_us: 0,
+            bytes: 1,
+        })
+        .unwrap();
+        drop(jobs);
+        worker.run(rx);
+        assert!(pipeline.take_fatal().is_none());
+        assert!(
+            pipeline.state().tracker.warned_unhanded.is_empty(),
+            "taken for a sink's bug"
+        );
+    }
+
     /// A stop whose close succeeds and whose `stop` fails is named by
     /// `stop`; a retriable one says only `put` is retried.
     #[test]
