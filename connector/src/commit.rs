@@ -90,7 +90,7 @@ pub struct CommitTracker {
     pub puts_untimed: u64,
     /// The calls (`put`, `pre_commit`) that reported a partition they were
     /// not handed, and were told, once each.
-    pub(crate) warned_unhanded: BTreeSet<&'static str>,
+    warned_unhanded: BTreeSet<&'static str>,
     /// Partitions whose safe offset a `put` or `pre_commit` lowered, each
     /// told once.
     warned_lowered: BTreeSet<TopicPartition>,

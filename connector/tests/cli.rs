@@ -1746,8 +1746,8 @@ fn export_waiting_for_a_fifos_reader_ends_at_a_signal(emptied: bool) {
 /// 2026-12-07 the signal ended the process at once, and the next open in
 /// this boot took the mark for a crash and synced the whole store. The
 /// export's output is read from a thread: its first line, then nothing
-/// until the signal is sent (so that the export cannot finish first), then
-/// to its end.
+/// until the export says it heard the signal (so that it cannot finish
+/// first), then to its end.
 #[test]
 fn an_interrupted_export_closes_the_archive() {
     use cairn_engine::{fuzzing::batch, Engine, EngineConfig, TopicPartition};
@@ -1779,21 +1779,40 @@ fn an_interrupted_export_closes_the_archive() {
         let mut first = String::new();
         stdout.read_line(&mut first).unwrap();
         first_tx.send(first).unwrap();
-        // Nothing more read until the signal is sent: the export, its
+        // Nothing more read until the signal is said: the export, its
         // pipe full, cannot finish before it. Then read at once, well
         // within the second the watcher gives a call into the output.
         go_rx.recv().unwrap();
         let mut rest = Vec::new();
         std::io::Read::read_to_end(&mut stdout, &mut rest).unwrap();
     });
+    // stderr read to its end, its lines passed on as they come.
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let (line_tx, line_rx) = std::sync::mpsc::channel();
+    let errors = std::thread::spawn(move || {
+        let mut all = String::new();
+        let mut line = String::new();
+        while stderr.read_line(&mut line).unwrap() > 0 {
+            all.push_str(&line);
+            let _ = line_tx.send(std::mem::take(&mut line));
+        }
+        all
+    });
     let first = first_rx.recv().unwrap();
     assert!(first.contains("\"offset\":0"), "{first}");
     common::send_signal(child.id(), "INT");
+    // The export's stop is asked once this is said: only then is its
+    // output read on (until then its pipe is full, so it cannot finish).
+    while !line_rx
+        .recv()
+        .expect("stderr ended before the signal was said")
+        .contains("signal received: stopping the export")
+    {}
     go_tx.send(()).unwrap();
     reader.join().unwrap();
-    let out = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(130), "{err}");
+    let status = child.wait().unwrap();
+    let err = errors.join().unwrap();
+    assert_eq!(status.code(), Some(130), "{err}");
     assert!(
         err.contains("signal received: stopping the export"),
         "{err}"

@@ -705,13 +705,15 @@ fn remove_on_interrupt(
     Ok(tokio::spawn(async move {
         signals.recv().await;
         if stopping {
+            // Asked before it is said: once said, the export stops at its
+            // next record.
+            staged.stop.store(true, Ordering::SeqCst);
             // Said whatever RUST_LOG keeps, as `run`'s.
             super::say(
                 "INFO",
                 &"signal received: stopping the export (again to exit at once)",
                 None,
             );
-            staged.stop.store(true, Ordering::SeqCst);
             let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             // The first tick is at once.
