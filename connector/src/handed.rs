@@ -71,6 +71,17 @@ impl Handed {
         self.undeclared.remove(tp);
     }
 
+    /// `tp` was handed to the sink in a put that its loss overtook (a loss
+    /// does not wait for the task thread), and it has no offset here (a
+    /// partition's first put, which its loss's [`Handed::remove`] did not
+    /// see): remembered as handed, so that the sink's later word on it is
+    /// taken for one on a partition lost, not for a sink's bug.
+    pub fn handed_then_lost(&mut self, tp: &TopicPartition) {
+        if !self.map.contains_key(tp) && !self.gone.contains(tp) {
+            self.gone.insert(tp.clone());
+        }
+    }
+
     /// Whether `tp` was handed something before it was revoked or lost
     /// (and nothing since).
     pub fn was_handed(&self, tp: &TopicPartition) -> bool {

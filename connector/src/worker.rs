@@ -426,14 +426,22 @@ impl Worker {
     }
 
     /// `batches` without those of partitions no longer assigned (lost),
-    /// copied only when some are.
+    /// copied only when some are. `handed`: they were handed to the sink
+    /// already (a retry's): those dropped are remembered as handed.
     fn assigned_only<'b>(
         &self,
         batches: std::borrow::Cow<'b, [RecordBatch]>,
+        handed: bool,
     ) -> std::borrow::Cow<'b, [RecordBatch]> {
-        let s = self.pipeline.state();
+        let mut s = self.pipeline.state();
         if batches.iter().all(|b| s.assigned.contains(&b.tp)) {
             return batches;
+        }
+        if handed {
+            let s = &mut *s;
+            for b in batches.iter().filter(|b| !s.assigned.contains(&b.tp)) {
+                s.consumed.handed_then_lost(&b.tp);
+            }
         }
         let kept: Vec<RecordBatch> = batches
             .iter()
@@ -458,7 +466,7 @@ impl Worker {
         // The rare put that meets a loss is copied without those batches;
         // so is one whose retry meets one (until the night of 2026-12-04 a
         // retry handed over the batches of its first attempt).
-        let mut batches = self.assigned_only(std::borrow::Cow::Borrowed(batches));
+        let mut batches = self.assigned_only(std::borrow::Cow::Borrowed(batches), false);
         if batches.is_empty() {
             return Ok(());
         }
@@ -513,7 +521,7 @@ impl Worker {
                     // A backoff between attempts, not a synchronisation.
                     std::thread::sleep(backoff);
                     backoff = (backoff * 2).min(Duration::from_secs(1));
-                    batches = self.assigned_only(batches);
+                    batches = self.assigned_only(batches, true);
                     if batches.is_empty() {
                         return Ok(());
                     }
@@ -534,20 +542,22 @@ impl Worker {
         // would fail a sink's earlier, higher word on the handed-over check
         // (`SinkOverclaimed`: the run would stop for nothing).
         for b in batches.iter() {
-            if let (Some(last), true) = (b.records.last(), s.assigned.contains(&b.tp)) {
-                s.consumed.raise(&b.tp, last.offset + 1);
+            match (b.records.last(), s.assigned.contains(&b.tp)) {
+                (Some(last), true) => s.consumed.raise(&b.tp, last.offset + 1),
+                // Lost while the put ran: remembered as handed, also in its
+                // first put, so that a later word on it (a `pre_commit`'s)
+                // is not taken for a sink's bug.
+                (_, false) => s.consumed.handed_then_lost(&b.tp),
+                (None, true) => {}
             }
         }
-        // Revoked or lost while the put ran: handed something before, or
-        // in this put (a partition's first), and no longer this member's
-        // to commit. Any other partition not assigned (never handed
-        // anything: a sink's bug) goes on to the tracker, which WARNs of it
-        // (until 2026-12-07 it was said to be revoked or lost, at INFO;
-        // found by an audit).
-        let gone_while = |tp: &TopicPartition| {
-            !s.assigned.contains(tp)
-                && (s.consumed.was_handed(tp) || batches.iter().any(|b| &b.tp == tp))
-        };
+        // Revoked or lost while the put ran (or a retry before it): handed
+        // something, and no longer this member's to commit. Any other
+        // partition not assigned (never handed anything: a sink's bug)
+        // goes on to the tracker, which WARNs of it (until 2026-12-07 it
+        // was said to be revoked or lost, at INFO; found by an audit).
+        let gone_while =
+            |tp: &TopicPartition| !s.assigned.contains(tp) && s.consumed.was_handed(tp);
         let recorded = if !outcome.durable.keys().any(gone_while) {
             s.tracker.record_put(started, &outcome.durable, &s.consumed)
         } else {
@@ -1856,9 +1866,10 @@ mod tests {
 
     /// A partition with no offset yet (resumed unchecked, or started by
     /// `--auto-offset-reset`), lost while its first put ran: the put's
-    /// report on it is one of a partition lost meanwhile (INFO), not a
-    /// sink's report on a partition it was never handed (the tracker's
-    /// WARN, until 2026-12-07).
+    /// report on it, and the `pre_commit`'s after it, are words on a
+    /// partition lost meanwhile (INFO, or none), not a sink's on a
+    /// partition it was never handed (the tracker's WARN, until
+    /// 2026-12-07).
     #[test]
     fn a_partition_lost_during_its_first_put_is_no_sinks_bug() {
         struct LosesIt(Arc<Pipeline>);
@@ -1878,11 +1889,12 @@ mod tests {
                     ..Default::default()
                 })
             }
+            // A sink may answer for all it holds, until its `close`.
             fn pre_commit(
                 &mut self,
                 _: &BTreeMap<TopicPartition, i64>,
             ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
-                Ok(BTreeMap::new())
+                Ok(BTreeMap::from([(TopicPartition::new("t", 0), 8)]))
             }
             fn close(&mut self, _: &[TopicPartition]) -> Result<(), TaskError> {
                 Ok(())
