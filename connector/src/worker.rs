@@ -370,13 +370,10 @@ impl Worker {
                 Some(Job::Stop { partitions, reply }) => {
                     // Each failure named by its own call.
                     let closed = self.sink.close(&partitions);
-                    let r = match self.failing_the_run("close", closed) {
-                        Ok(()) => {
-                            let stopped = self.sink.stop();
-                            self.failing_the_run("stop", stopped)
-                        }
-                        Err(e) => Err(e),
-                    };
+                    let r = self.failing_the_run("close", closed).and_then(|()| {
+                        let stopped = self.sink.stop();
+                        self.failing_the_run("stop", stopped)
+                    });
                     // Nothing is called after `stop`: a re-ask due (the
                     // final flush's `pre_commit` declared short) is dropped.
                     self.reask = None;

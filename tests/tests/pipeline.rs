@@ -137,6 +137,18 @@ fn kafka_gone_after_the_callers_check_is_not_called_a_bad_address() {
 /// offset, not at Kafka's older one. Not an abrupt death: the process goes
 /// on, and recovery finds a synced store. `connector/tests/kill9.rs` kills
 /// `cairn run` with SIGKILL and at named crash points for that.
+/// Run `cfg` into its archive until a put has made `records` durable, and
+/// crash there, before that put's commit (`crash_after_records`).
+fn crash_after_durable(cfg: &cairn_connector::RunConfig, records: u64) {
+    let engine = Arc::new(Engine::open(EngineConfig::new(&cfg.data)).unwrap());
+    let opts = PipelineOptions {
+        crash_after_records: Some(records),
+        ..Default::default()
+    };
+    let err = run_bounded(cfg, Box::new(ArchiveSink::new(engine)), opts).unwrap_err();
+    assert!(matches!(err, ConnectorError::SimulatedCrash), "{err}");
+}
+
 #[test]
 fn restart_without_commit_resumes_at_the_durable_offset() {
     let k = TestKafka::new("restart", 3);
@@ -144,13 +156,7 @@ fn restart_without_commit_resumes_at_the_durable_offset() {
     produce(&k.brokers, &k.topic, 0..n).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(&k, "restart-group", dir.path());
-    let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
-    let opts = PipelineOptions {
-        crash_after_records: Some(10_000),
-        ..Default::default()
-    };
-    let err = run_bounded(&cfg, Box::new(ArchiveSink::new(engine)), opts).unwrap_err();
-    assert!(matches!(err, ConnectorError::SimulatedCrash), "{err}");
+    crash_after_durable(&cfg, 10_000);
     let d = durable(dir.path());
     let kafka = k.committed("restart-group", 3);
     let (d_sum, k_sum): (i64, i64) = (d.values().sum(), kafka.values().sum());
@@ -524,13 +530,7 @@ fn an_idle_partition_resumed_unchecked_is_committed_at_the_archives_offset() {
     produce(&k.brokers, &k.topic, 0..n).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(&k, "bounds-idle-group", dir.path());
-    let engine = Arc::new(Engine::open(EngineConfig::new(dir.path())).unwrap());
-    let opts = PipelineOptions {
-        crash_after_records: Some(n),
-        ..Default::default()
-    };
-    let err = run_bounded(&cfg, Box::new(ArchiveSink::new(engine)), opts).unwrap_err();
-    assert!(matches!(err, ConnectorError::SimulatedCrash), "{err}");
+    crash_after_durable(&cfg, n);
     let d = durable(dir.path());
     let kafka = k.committed("bounds-idle-group", 3);
     assert!(

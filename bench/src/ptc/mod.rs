@@ -349,6 +349,16 @@ pub struct CaseResult {
     pub histograms: Histograms,
 }
 
+impl CaseResult {
+    /// How the target of `name` on `policy`'s row reads (empty where none
+    /// applies): the JSON's `targets`, which the table prints.
+    pub fn target(&self, policy: &str, name: &str) -> &str {
+        self.targets
+            .get(&summary::target_key(policy, name))
+            .map_or("", String::as_str)
+    }
+}
+
 /// Everything measured once, in the order `order` names.
 #[derive(Debug, Serialize)]
 pub struct Round {
@@ -684,7 +694,7 @@ pub fn run(args: Args) -> Result<(), String> {
         let mut targets = summary::targets(&medians, size);
         for f in footprints.iter().filter_map(Peer::ran) {
             targets.insert(
-                format!("{} peak_rss", f.policy),
+                summary::target_key(&f.policy, "peak_rss"),
                 summary::rss_judgement(output::mib(f.peak_rss_bytes), records),
             );
         }

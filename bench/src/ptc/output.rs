@@ -108,7 +108,7 @@ pub fn table(r: &Report) {
                     "footprint",
                     mib(f.peak_rss_bytes),
                     f.policy,
-                    summary::rss_judgement(mib(f.peak_rss_bytes), c.records),
+                    c.target(&f.policy, "peak_rss"),
                     f.space_amplification
                 ),
                 Peer::Skipped { .. } | Peer::Failed { .. } => println!(
@@ -284,7 +284,7 @@ fn medians_table(c: &super::CaseResult) {
     };
     for m in &c.medians {
         for metric in &summary::METRICS {
-            let target = summary::judgement(metric, &m.policy, c.record_bytes, &m.ratios);
+            let target = c.target(&m.policy, metric.name);
             let Some(spread) = m.ratios.get(metric.name) else {
                 // A target no round could judge is said, not left out
                 // (until 2026-12-05 its row was missing).

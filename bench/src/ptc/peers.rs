@@ -29,41 +29,33 @@ pub struct KcatRun {
 /// Also the program's name: `kcat`, or `kafkacat`, its name before 1.6 that
 /// older Debian and Ubuntu packages still install.
 fn kcat_version() -> Result<(String, &'static str), std::io::Error> {
-    let mut found = None;
     for program in ["kcat", "kafkacat"] {
-        match Command::new(program)
+        let out = match Command::new(program)
             .arg("-V")
             .stderr(Stdio::null())
             .output()
         {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            out => {
-                let out =
-                    out.map_err(|e| std::io::Error::new(e.kind(), format!("{program} -V: {e}")))?;
-                found = Some((out, program));
-                break;
-            }
-        }
+            out => out.map_err(|e| std::io::Error::new(e.kind(), format!("{program} -V: {e}")))?,
+        };
+        let text = String::from_utf8_lossy(&out.stdout);
+        let after = |word: &str| {
+            text.split_whitespace()
+                .skip_while(|w| *w != word)
+                .nth(1)
+                .map(|v| v.trim_end_matches([',', ')']).to_owned())
+                .unwrap_or_else(|| "unknown".into())
+        };
+        return Ok((
+            format!(
+                "{program} {}, librdkafka {}",
+                after("Version"),
+                after("librdkafka")
+            ),
+            program,
+        ));
     }
-    let Some((out, program)) = found else {
-        return Err(std::io::ErrorKind::NotFound.into());
-    };
-    let text = String::from_utf8_lossy(&out.stdout);
-    let after = |word: &str| {
-        text.split_whitespace()
-            .skip_while(|w| *w != word)
-            .nth(1)
-            .map(|v| v.trim_end_matches([',', ')']).to_owned())
-            .unwrap_or_else(|| "unknown".into())
-    };
-    Ok((
-        format!(
-            "{program} {}, librdkafka {}",
-            after("Version"),
-            after("librdkafka")
-        ),
-        program,
-    ))
+    Err(std::io::ErrorKind::NotFound.into())
 }
 
 /// `kcat -C -o beginning -c RECORDS` into a file beside the archive: no

@@ -330,18 +330,24 @@ pub fn judgement(
 }
 
 /// Every target that applies to the `medians` of a case of `record_bytes`,
-/// as [`judgement`] says it, keyed "policy ratio": for the JSON, beside
-/// the medians it judges.
+/// as [`judgement`] says it, keyed by [`target_key`]: for the JSON, beside
+/// the medians it judges, and for the table's target column.
 pub fn targets(medians: &[Medians], record_bytes: usize) -> BTreeMap<String, String> {
     medians
         .iter()
         .flat_map(|m| {
             METRICS.iter().filter_map(move |metric| {
                 let said = judgement(metric, &m.policy, record_bytes, &m.ratios);
-                (!said.is_empty()).then(|| (format!("{} {}", m.policy, metric.name), said))
+                (!said.is_empty()).then(|| (target_key(&m.policy, metric.name), said))
             })
         })
         .collect()
+}
+
+/// A target's key in a case's `targets`: "policy ratio"
+/// (`every-put p50_vs_floor`), or "policy peak_rss".
+pub fn target_key(policy: &str, name: &str) -> String {
+    format!("{policy} {name}")
 }
 
 /// A ratio over the rounds that had it.

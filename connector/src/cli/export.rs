@@ -608,8 +608,7 @@ struct Shared {
     /// Calls into the output (a write, which may open the file, a flush,
     /// or the open of a file not opened before the output is put in place,
     /// which for a FIFO waits for its reader), counted at their start and
-    /// at their end: odd while one is
-    /// under way. The watcher of a stopped archive's export exits at once
+    /// at their end: odd while one is under way. The watcher of a stopped archive's export exits at once
     /// when the same call is still under way a tick after the signal: a
     /// reader that stopped reading (a pager, a FIFO no one opened) would
     /// otherwise hold the export, and its archive, open for good.
@@ -631,16 +630,16 @@ const SPECIAL_CALL_BYTES_MAX: usize = 4096;
 
 /// One call into the output, counted ([`Shared::calls`]) from its start to
 /// its drop.
-struct OutputCall<'a>(&'a Shared);
+struct OutputCall(Staged);
 
-impl<'a> OutputCall<'a> {
-    fn begin(shared: &'a Shared) -> OutputCall<'a> {
+impl OutputCall {
+    fn begin(shared: Staged) -> OutputCall {
         shared.calls.fetch_add(1, Ordering::SeqCst);
         OutputCall(shared)
     }
 }
 
-impl Drop for OutputCall<'_> {
+impl Drop for OutputCall {
     fn drop(&mut self) {
         self.0.calls.fetch_add(1, Ordering::SeqCst);
     }
@@ -691,8 +690,7 @@ fn lock_staged(s: &Staged) -> std::sync::MutexGuard<'_, Stage> {
 /// `export_stopped` gives its output up and closes the archive, so that its
 /// open mark goes); the watcher exits at once only at a second signal, or
 /// when a call into the output has not returned for a tick
-/// ([`Shared::calls`]). Until
-/// 2026-12-07 the first signal exited at once, leaving the open mark: the
+/// ([`Shared::calls`]). Until 2026-12-07 the first signal exited at once, leaving the open mark: the
 /// next open in this boot took it for a crash, with a WARN, and synced the
 /// whole store (found by an audit).
 fn remove_on_interrupt(
@@ -950,6 +948,32 @@ struct FileOutput {
 }
 
 impl FileOutput {
+    /// A signal asked a stopped archive's export to stop (its watcher
+    /// leaves the output to it): `F` is left as it was, the staged file
+    /// removed, and said in the error (of kind `Interrupted`). `None` when
+    /// not stopped, or when the file is written in place already.
+    fn interrupted(&self, stage: &mut Stage) -> Option<std::io::Error> {
+        if !self.staged.stop.load(Ordering::SeqCst) {
+            return None;
+        }
+        match stage {
+            Stage::Staged(_) => {
+                if let Some(staged) = stage.take_staged() {
+                    let _ = std::fs::remove_file(staged);
+                }
+            }
+            Stage::Unstaged if self.file.is_none() => {}
+            _ => return None,
+        }
+        Some(std::io::Error::new(
+            std::io::ErrorKind::Interrupted,
+            format!(
+                "interrupted before the export was put in place: {} was left as it was",
+                self.path.display()
+            ),
+        ))
+    }
+
     fn open(&mut self) -> std::io::Result<&mut std::fs::File> {
         if self.file.is_none() {
             let named = |e: std::io::Error, path: &Path| {
@@ -1109,8 +1133,7 @@ impl FileOutput {
         {
             // A FIFO's open may wait for its reader (an export of no
             // record opens it only now): a call into the output.
-            let shared = self.staged.clone();
-            let _call = OutputCall::begin(&shared);
+            let _call = OutputCall::begin(self.staged.clone());
             self.open()?;
         }
         let file = self.file.take().expect("opened above");
@@ -1197,34 +1220,6 @@ impl FileOutput {
     }
 }
 
-impl FileOutput {
-    /// A signal asked a stopped archive's export to stop (its watcher
-    /// leaves the output to it): `F` is left as it was, the staged file
-    /// removed, and said in the error (of kind `Interrupted`). `None` when
-    /// not stopped, or when the file is written in place already.
-    fn interrupted(&self, stage: &mut Stage) -> Option<std::io::Error> {
-        if !self.staged.stop.load(Ordering::SeqCst) {
-            return None;
-        }
-        match stage {
-            Stage::Staged(_) => {
-                if let Some(staged) = stage.take_staged() {
-                    let _ = std::fs::remove_file(staged);
-                }
-            }
-            Stage::Unstaged if self.file.is_none() => {}
-            _ => return None,
-        }
-        Some(std::io::Error::new(
-            std::io::ErrorKind::Interrupted,
-            format!(
-                "interrupted before the export was put in place: {} was left as it was",
-                self.path.display()
-            ),
-        ))
-    }
-}
-
 impl Drop for FileOutput {
     fn drop(&mut self) {
         if let Some(staged) = lock_staged(&self.staged).take_staged() {
@@ -1258,8 +1253,7 @@ fn write_failpointed<W: Write + ?Sized>(
 
 impl Write for Output {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let shared = self.shared();
-        let _call = OutputCall::begin(&shared);
+        let _call = OutputCall::begin(self.shared());
         let capped = |buf: &[u8], special: bool| -> usize {
             match special {
                 true => buf.len().min(SPECIAL_CALL_BYTES_MAX),
@@ -1300,8 +1294,7 @@ impl Write for Output {
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
-        let shared = self.shared();
-        let _call = OutputCall::begin(&shared);
+        let _call = OutputCall::begin(self.shared());
         match self {
             Output::Stdout {
                 stdout, special, ..
