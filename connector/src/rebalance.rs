@@ -565,7 +565,9 @@ impl SinkContext {
                         // (the fetch then stops the run with an offset
                         // reset error first), nor one the sink is asked
                         // about (`pre_commit` reports consumed partitions),
-                        // until a put of it. Kafka's offset (another
+                        // until a put of it, or its fetch at the log's end
+                        // at or past it, shows it in the log (consumer.rs,
+                        // `reached_end`). Kafka's offset (another
                         // store's) and a store's that lost records (whose
                         // commit brings Kafka back down to what it holds,
                         // and can only lower it) go on as checked.

@@ -26,7 +26,9 @@
 //!    owns it; the loop rewinds the consumer there ("rewind on open"), and
 //!    commits it as it is, with no `pre_commit`: it must be durable already
 //!    (unless Kafka's log bounds could not be read at the assignment: then
-//!    it is committed only once a put of the partition is durable). One
+//!    it is committed only once a put of the partition is durable, or, with
+//!    no record to put, once its fetch reaches the log's end there, through
+//!    a `pre_commit`). One
 //!    exception: when Kafka's committed offset is past it and was not
 //!    committed by this sink (its [`identity`](SinkTask::identity); a sink
 //!    without one never claims a commit), another member is taken to have
