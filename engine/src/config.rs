@@ -142,8 +142,8 @@ impl EngineConfig {
             .path(self.sled_path())
             .cache_capacity(self.cache_capacity_bytes)
             .segment_size(SLED_SEGMENT_BYTES)
-            // The engine decides when to sync; sled's 500 ms flusher would
-            // only add unplanned fsyncs.
+            // The engine decides when sled flushes (a sync; a writeback,
+            // writeback.rs); sled's 500 ms flusher would add unplanned ones.
             .flush_every_ms(None)
     }
 

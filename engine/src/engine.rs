@@ -29,7 +29,9 @@
 //!   takes `write` with `try_lock` (never waiting for it), and joins that
 //!   thread before it takes `commit` again. `syncer` is never taken under
 //!   `commit` (a failed sync's reason names the data file from the config,
-//!   `EngineConfig::sled_data_path`).
+//!   `EngineConfig::sled_data_path`). `writeback`'s locks (writeback.rs)
+//!   are leaves: its thread holds none of the engine's, and nothing is
+//!   locked while they are held.
 //! - Dropping a poisoned engine, or the store of a failed open, never
 //!   panics. sled's own drop writes out its buffers and fsyncs its file,
 //!   and unwraps that fsync, which after a failed fdatasync meets the same
@@ -61,6 +63,7 @@ use crate::slots;
 use crate::summaries::Summaries;
 use crate::sync::DurableSync;
 use crate::watermark::{self, Watermark};
+use crate::writeback::{Writeback, WRITEBACK_OP};
 
 /// Failpoint: after the frames are written to sled, before the fsync.
 pub const FAILPOINT_AFTER_WRITE: &str = "wal::append::after_write";
@@ -118,6 +121,9 @@ pub struct Engine {
     /// poisoning: a panicked truncation poisons the engine instead.
     pub(crate) truncating: crate::truncation_lock::TruncationLock,
     counters: Counters,
+    /// Writes sled's log behind deferred writes (writeback.rs); stopped
+    /// before the last sync and before `db` is dropped.
+    writeback: Writeback,
     closed: AtomicBool,
     /// Set by `close`: its syncs add no slots (nothing will be written).
     closing: AtomicBool,
@@ -214,6 +220,8 @@ pub struct Written {
     pub duplicate_records: u64,
     /// The group-commit sequence that covers this write.
     ticket: u64,
+    /// Bytes of frames it put into sled's buffers.
+    frame_bytes: u64,
 }
 
 #[derive(Debug, Default)]
@@ -250,6 +258,9 @@ pub struct EngineStats {
     pub slots_reserved_by_writes: u64,
     /// Reserved slots inserted beside syncs, while they wait on the disk.
     pub slots_reserved_by_syncs: u64,
+    /// Flushes of sled's log (no fsync) made behind deferred writes
+    /// (`write`), a MiB at a time.
+    pub writebacks: u64,
     pub next_lsn: u64,
     pub durable_lsn: u64,
     pub partitions: Vec<PartitionInfo>,
@@ -541,6 +552,7 @@ impl Engine {
             syncer: Mutex::new(syncer),
             truncating: Default::default(),
             counters: Counters::default(),
+            writeback: Writeback::default(),
             closed: AtomicBool::new(false),
             closing: AtomicBool::new(false),
             reader_at_shutdown: AtomicBool::new(false),
@@ -579,7 +591,32 @@ impl Engine {
                 reason: reason.clone(),
             });
         }
+        // A failed writeback poisons at the engine's next call: its thread
+        // cannot (writeback.rs).
+        if let Some(reason) = self.writeback.failure() {
+            return Err(self.poison(WRITEBACK_OP, reason));
+        }
         Ok(())
+    }
+
+    /// Stop the writeback thread (writeback.rs) and wait for it; a
+    /// writeback that failed poisons the engine now.
+    fn stop_writeback(&self) {
+        self.writeback.stop();
+        if let Some(reason) = self.writeback.failure() {
+            if !self.is_poisoned() {
+                let _ = self.poison(WRITEBACK_OP, reason);
+            }
+        }
+    }
+
+    /// Wait until the writeback thread has ended `n` flushes since it
+    /// started, or one has failed, or it has stopped, for at most a
+    /// minute; whether that came. For tests, which may not sleep.
+    #[doc(hidden)]
+    pub fn wait_writebacks(&self, n: u64) -> bool {
+        self.writeback
+            .wait_flushes(n, std::time::Duration::from_secs(60))
     }
 
     /// True once a write or fsync has failed.
@@ -665,7 +702,8 @@ impl Engine {
     /// batch. Concurrent callers share fsyncs (group commit).
     pub fn append(&self, batches: &[RecordBatch]) -> Result<DurableOffsets> {
         let t0 = Instant::now();
-        let written = self.write(batches)?;
+        // No writeback: the sync below flushes at once.
+        let written = self.write_unsynced(batches)?;
         let offsets = self.wait_durable(written.ticket, |view| {
             written
                 .offsets
@@ -867,11 +905,25 @@ impl Engine {
     /// that is never synced may survive a process crash (sled's log is in
     /// the page cache) or may not (power loss): either way recovery finds a
     /// prefix of the log, never a part of a write without what precedes it.
+    /// Once writes have left a MiB unflushed, a thread of the engine's
+    /// flushes sled (no fsync), so that sled writes its log a MiB at a time
+    /// (writeback.rs).
     pub fn write(&self, batches: &[RecordBatch]) -> Result<Written> {
+        let written = self.write_unsynced(batches)?;
+        self.writeback.written(
+            written.frame_bytes,
+            || (*self.db).clone(),
+            &self.store_failing,
+        );
+        Ok(written)
+    }
+
+    /// [`Self::write`] without the writeback: `append`'s first half.
+    fn write_unsynced(&self, batches: &[RecordBatch]) -> Result<Written> {
         self.check_usable()?;
         validate_batches(batches, self.cfg.record_bytes_max)?;
         let mut touched = BTreeSet::new();
-        let (seq, offsets, appended, duplicates) = {
+        let (seq, offsets, appended, duplicates, frame_bytes) = {
             let mut w = self.write_state()?;
             // A panic among the inserts leaves the store and the engine's
             // state unknown: poisoned, as a failed insert would be. Declared
@@ -1039,7 +1091,7 @@ impl Engine {
                 .into_iter()
                 .filter_map(|tp| w.partitions.get(&tp).map(|s| (tp, s.next_offset)))
                 .collect();
-            (w.seq, offsets, appended, duplicates)
+            (w.seq, offsets, appended, duplicates, frame_bytes)
         };
         fail::fail_point!(FAILPOINT_AFTER_WRITE, |a| failpoint_action(
             FAILPOINT_AFTER_WRITE,
@@ -1051,6 +1103,7 @@ impl Engine {
             appended_records: appended,
             duplicate_records: duplicates,
             ticket: seq,
+            frame_bytes,
         })
     }
 
@@ -1095,6 +1148,9 @@ impl Engine {
                         && !slots::to_top_up(w.next_lsn, w.slots_end).is_empty(),
                 )
             };
+            // This sync's flush writes everything written so far: the
+            // writeback counts afresh from here.
+            self.writeback.flushing();
             let (res, nanos) = std::thread::scope(|s| {
                 // Slots for the next writes, inserted while this thread
                 // waits on the disk (slots.rs, `to_top_up`). Only a
@@ -1142,6 +1198,11 @@ impl Engine {
             // called a failed fsync).
             let view_bug = |why: String| Err((DURABLE_VIEW_OP, std::io::Error::other(why)));
             let res = res.map_err(|e| ("fsync", e)).and_then(|()| {
+                // A writeback that failed before or beside this sync: its
+                // buffers may be lost (writeback.rs), so nothing is durable.
+                if let Some(reason) = self.writeback.failure() {
+                    return Err((WRITEBACK_OP, std::io::Error::other(reason)));
+                }
                 fail::fail_point!(FAILPOINT_VIEW_CHECK, |_| view_bug(
                     "injected by the failpoint".into()
                 ));
@@ -1176,6 +1237,8 @@ impl Engine {
                     let reason = e.to_string();
                     if op == DURABLE_VIEW_OP {
                         tracing::error!(%reason, "the fsync succeeded, but the durable view's check after it failed; engine poisoned");
+                    } else if op == WRITEBACK_OP {
+                        tracing::error!(%reason, "writing sled's log behind the writes failed; engine poisoned, never retried");
                     } else {
                         tracing::error!(%reason, "fsync failed; engine poisoned, never retried");
                     }
@@ -1365,6 +1428,7 @@ impl Engine {
             fsync_nanos_total: c.fsync_nanos.load(Ordering::Relaxed),
             slots_reserved_by_writes: c.slots_by_writes.load(Ordering::Relaxed),
             slots_reserved_by_syncs: c.slots_by_syncs.load(Ordering::Relaxed),
+            writebacks: self.writeback.flushes(),
             next_lsn,
             durable_lsn,
             partitions: self.partitions(),
@@ -1384,6 +1448,8 @@ impl Engine {
     /// cache, and says so at WARN as after a crash.
     pub fn close(self) -> Result<()> {
         self.closing.store(true, Ordering::Release);
+        // Before the last syncs, which then write everything (writeback.rs).
+        self.stop_writeback();
         self.note_readers_at_shutdown();
         self.sync()?;
         let lsn = {
@@ -1662,6 +1728,9 @@ impl Drop for Engine {
         // Whether the open mark goes, once sled's handles are dropped: a
         // close, or a sync here, succeeded with nothing left to write (no
         // handle is left to write with).
+        // The writeback's sled handle goes first, and a failure of its
+        // poisons before the sync below (writeback.rs).
+        self.stop_writeback();
         self.note_readers_at_shutdown();
         let closed = self.closed.load(Ordering::Acquire);
         let mut unmark = closed;

@@ -77,6 +77,8 @@ mod truncation_lock;
 mod verify;
 #[doc(hidden)]
 pub mod watermark;
+#[doc(hidden)]
+pub mod writeback;
 
 pub use backup::{
     empty_but_for_a_lock, named_inside, occupied_refusal, refuse_unfinished_backup, BackupReport,
@@ -115,3 +117,4 @@ pub use verify::{
     verify_store, verify_store_unless, Problem, VerifyReport, FAILPOINT_VERIFY_AFTER_LOG,
     PROBLEMS_LISTED_MAX,
 };
+pub use writeback::{FAILPOINT_WRITEBACK_ERR, WRITEBACK_BYTES, WRITEBACK_OP};

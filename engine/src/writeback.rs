@@ -1,0 +1,243 @@
+//! Writing sled's log behind deferred writes, a MiB at a time.
+//!
+//! sled 0.34.7 writes its log one buffer at a time: a `pwrite` of the
+//! whole buffer and a `sync_file_range` that waits for it, on its I/O
+//! threads (`pagecache/iobuf.rs`, `write_to_log`). It seals a buffer when
+//! a flush asks for it or when it is full, at the segment size (8 MiB,
+//! [`SLED_SEGMENT_BYTES`]). Under [`Engine::append`] every call's flush
+//! seals it at what the call wrote. Under [`Engine::write`], with a sync
+//! only now and then (the connector's `interval:MS`), buffers filled up,
+//! and every write of the log was 8 MiB. On a VM that gives free memory
+//! back to its host (a virtio balloon's free page reporting), the page
+//! cache takes writes of 2 MiB and more into such memory at a thirtieth of
+//! its usual speed: measured on this project's machines, copying those
+//! buffers took about half the CPU of an `interval:100` run at 100 B
+//! records, and a third of all the samples of one at 1 KiB
+//! (docs/BENCHMARKS.md, "Where the time goes (connector)", item 14). So once deferred writes have left
+//! [`WRITEBACK_BYTES`] unflushed, a thread of this module flushes sled (no
+//! fdatasync), which seals the buffer there, and the writing thread never
+//! waits for it.
+//!
+//! # Invariants
+//! - A writeback writes only what sled would write anyway, sooner: it is
+//!   sled's flush without the engine's fdatasync. Nothing is reported
+//!   durable because of it, and a crash leaves a prefix of the log as
+//!   after sled's own writes of full buffers.
+//! - A failed writeback (an error or a panic in sled's flush) is never
+//!   retried: the thread stops, the engine is poisoned at its next call
+//!   ([`Engine::check_usable`]), and no sync reports durability after it
+//!   (the sync leader asks `Writeback::failure` after its fsync).
+//! - The thread holds a sled handle of its own. It is stopped and joined
+//!   before the engine's last sync (`close`, its drop) and before the
+//!   engine's handle is dropped, so the engine's stays the last, dropped
+//!   as the engine decides (guarded when it is poisoned). Nor does it
+//!   flush once the store is failing (poisoned).
+//!
+//! [`SLED_SEGMENT_BYTES`]: crate::config::SLED_SEGMENT_BYTES
+//! [`Engine::append`]: crate::Engine::append
+//! [`Engine::write`]: crate::Engine::write
+//! [`Engine::check_usable`]: crate::Engine::check_usable
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+
+use crate::engine::lock;
+
+/// Bytes of frames deferred writes leave unflushed before a writeback
+/// flushes them. Writes into the page cache of 1 MiB ran at full speed
+/// where those of 2 MiB did not (item 14 of BENCHMARKS' "Where the time
+/// goes (connector)"); smaller costs more flushes for nothing.
+pub const WRITEBACK_BYTES: u64 = 1 << 20;
+
+/// The operation a failed writeback poisons the engine with.
+pub const WRITEBACK_OP: &str = "writeback";
+
+/// Failpoint: make the next writeback fail as sled's flush would.
+pub const FAILPOINT_WRITEBACK_ERR: &str = "wal::writeback::err";
+
+/// The engine's writeback thread, started by the first deferred write that
+/// leaves [`WRITEBACK_BYTES`] unflushed (a store only read never starts it).
+#[derive(Debug, Default)]
+pub(crate) struct Writeback {
+    shared: Arc<Shared>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    /// Frame bytes written by deferred writes since the last flush began
+    /// (the thread's, or a sync's).
+    unflushed_bytes: AtomicU64,
+    /// Set with `State::failure`: read without the lock on every call.
+    failed: AtomicBool,
+    flushes: AtomicU64,
+    state: Mutex<State>,
+    wake: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    requested: bool,
+    stop: bool,
+    started: bool,
+    failure: Option<String>,
+    /// Flushes ended (or failed), for [`Writeback::wait_flushes`].
+    ended: u64,
+}
+
+impl Writeback {
+    /// A deferred write put `bytes` of frames into sled's buffers: ask for
+    /// a flush when they take the unflushed bytes to [`WRITEBACK_BYTES`].
+    /// `handle` gives the thread its sled handle, the first time.
+    pub(crate) fn written(
+        &self,
+        bytes: u64,
+        handle: impl FnOnce() -> sled::Db,
+        failing: &Arc<AtomicBool>,
+    ) {
+        let before = self
+            .shared
+            .unflushed_bytes
+            .fetch_add(bytes, Ordering::Relaxed);
+        // Only the write that crosses the mark asks: later ones find the
+        // request made (the count starts again from 0 as a flush begins).
+        if before >= WRITEBACK_BYTES || before.saturating_add(bytes) < WRITEBACK_BYTES {
+            return;
+        }
+        let mut s = lock(&self.shared.state);
+        if s.stop || s.failure.is_some() {
+            return;
+        }
+        s.requested = true;
+        if !s.started {
+            s.started = true;
+            let shared = self.shared.clone();
+            let failing = failing.clone();
+            let db = handle();
+            match std::thread::Builder::new()
+                .name("cairn-writeback".into())
+                .spawn(move || run(&shared, &db, &failing))
+            {
+                Ok(t) => *lock(&self.thread) = Some(t),
+                // Only a shortcut: without it sled writes full buffers, as
+                // it did before this module.
+                Err(e) => {
+                    tracing::debug!(error = %e, "no writeback thread: sled writes its log in full buffers");
+                    s.stop = true;
+                }
+            }
+        }
+        self.shared.wake.notify_all();
+    }
+
+    /// A sync's flush is about to write everything written so far.
+    pub(crate) fn flushing(&self) {
+        self.shared.unflushed_bytes.store(0, Ordering::Relaxed);
+    }
+
+    /// Why a writeback failed, once one has.
+    pub(crate) fn failure(&self) -> Option<String> {
+        if !self.shared.failed.load(Ordering::Acquire) {
+            return None;
+        }
+        lock(&self.shared.state).failure.clone()
+    }
+
+    /// Flushes the thread made.
+    pub(crate) fn flushes(&self) -> u64 {
+        self.shared.flushes.load(Ordering::Relaxed)
+    }
+
+    /// Stop the thread and wait for it (a flush under way ends first); then
+    /// [`Self::failure`] says whether any failed. Called again, does nothing.
+    pub(crate) fn stop(&self) {
+        lock(&self.shared.state).stop = true;
+        self.shared.wake.notify_all();
+        let thread = lock(&self.thread).take();
+        if let Some(t) = thread {
+            // `run` catches sled's panics: one here is the module's own bug,
+            // and is a failure as any.
+            if let Err(p) = t.join() {
+                let message = crate::error::panic_message(&*p);
+                fail(
+                    &self.shared,
+                    format!("the writeback thread panicked: {message}"),
+                );
+            }
+        }
+    }
+
+    /// Wait until `n` flushes have ended (or one failed), or the thread
+    /// has stopped, for at most `limit`; whether that came. For tests,
+    /// which must not sleep to see one happen.
+    pub(crate) fn wait_flushes(&self, n: u64, limit: std::time::Duration) -> bool {
+        let s = lock(&self.shared.state);
+        let (_s, timeout) = self
+            .shared
+            .wake
+            .wait_timeout_while(s, limit, |s| s.ended < n && !s.stop && s.failure.is_none())
+            .expect("engine lock poisoned");
+        !timeout.timed_out()
+    }
+}
+
+fn run(shared: &Shared, db: &sled::Db, failing: &AtomicBool) {
+    loop {
+        {
+            let mut s = lock(&shared.state);
+            while !s.requested && !s.stop {
+                s = shared.wake.wait(s).expect("engine lock poisoned");
+            }
+            if s.stop {
+                return;
+            }
+            s.requested = false;
+        }
+        // A poisoned store writes nothing more of its own accord: its
+        // buffers are left for the next open's recovery.
+        if failing.load(Ordering::Acquire) {
+            return;
+        }
+        shared.unflushed_bytes.store(0, Ordering::Relaxed);
+        let flushed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| flush(db)))
+            .unwrap_or_else(|p| {
+                Err(format!(
+                    "sled's flush panicked: {}",
+                    crate::error::panic_message(&*p)
+                ))
+            });
+        let mut s = lock(&shared.state);
+        s.ended += 1;
+        match flushed {
+            Ok(()) => {
+                shared.flushes.fetch_add(1, Ordering::Relaxed);
+                shared.wake.notify_all();
+            }
+            Err(reason) => {
+                drop(s);
+                tracing::error!(%reason, "writing sled's log behind the writes failed; the engine is poisoned at its next call, never retried");
+                fail(shared, reason);
+                return;
+            }
+        }
+    }
+}
+
+fn flush(db: &sled::Db) -> Result<(), String> {
+    fail::fail_point!(FAILPOINT_WRITEBACK_ERR, |_| Err(
+        "sled's flush: injected by the failpoint".into()
+    ));
+    db.flush()
+        .map(|_| ())
+        .map_err(|e| format!("sled's flush: {e}"))
+}
+
+fn fail(shared: &Shared, reason: String) {
+    let mut s = lock(&shared.state);
+    if s.failure.is_none() {
+        s.failure = Some(reason);
+    }
+    shared.failed.store(true, Ordering::Release);
+    shared.wake.notify_all();
+}
