@@ -585,29 +585,49 @@ impl Engine {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
+        self.poison_if_writeback_failed();
         if let Some((op, reason)) = &lock(&self.commit).poisoned {
             return Err(Error::Poisoned {
                 op,
                 reason: reason.clone(),
             });
         }
-        // A failed writeback poisons at the engine's next call: its thread
-        // cannot (writeback.rs).
-        if let Some(reason) = self.writeback.failure() {
-            return Err(self.poison(WRITEBACK_OP, reason));
-        }
         Ok(())
     }
 
+    /// A writeback that failed (writeback.rs) poisons the engine here, the
+    /// first time it is asked after the failure: its thread cannot. Asked
+    /// by every check of the engine's state (`check_usable`,
+    /// `is_poisoned`) and as the thread is stopped. Never panics (the
+    /// drop asks it).
+    fn poison_if_writeback_failed(&self) {
+        let Some(reason) = self.writeback.failure() else {
+            return;
+        };
+        let Ok(mut c) = self.commit.lock() else {
+            return;
+        };
+        if c.poisoned.is_none() {
+            let reason = self.writeback_reason(reason);
+            tracing::error!(op = WRITEBACK_OP, %reason, "engine poisoned; no further writes, reopen to recover");
+            self.set_poisoned(&mut c, WRITEBACK_OP, reason);
+            self.commit_cv.notify_all();
+        }
+    }
+
+    /// A failed writeback's reason, naming sled's folder as a failed write
+    /// does (sled's error names no file).
+    fn writeback_reason(&self, reason: String) -> String {
+        format!("{reason}, writing into {}", self.cfg.sled_path().display())
+    }
+
     /// Stop the writeback thread (writeback.rs) and wait for it; a
-    /// writeback that failed poisons the engine now.
+    /// writeback that failed poisons the engine now. Before the engine
+    /// counts its readers: the thread holds a clone of `store_failing`,
+    /// dropped as it ends.
     fn stop_writeback(&self) {
         self.writeback.stop();
-        if let Some(reason) = self.writeback.failure() {
-            if !self.is_poisoned() {
-                let _ = self.poison(WRITEBACK_OP, reason);
-            }
-        }
+        self.poison_if_writeback_failed();
     }
 
     /// Wait until the writeback thread has ended `n` flushes since it
@@ -619,8 +639,9 @@ impl Engine {
             .wait_flushes(n, std::time::Duration::from_secs(60))
     }
 
-    /// True once a write or fsync has failed.
+    /// True once a write, fsync or writeback has failed.
     pub fn is_poisoned(&self) -> bool {
+        self.poison_if_writeback_failed();
         // A commit lock poisoned by a panic is taken for a poisoned engine,
         // as the engine's drop takes it.
         self.commit.lock().map_or(true, |c| c.poisoned.is_some())
@@ -1201,6 +1222,7 @@ impl Engine {
                 // A writeback that failed before or beside this sync: its
                 // buffers may be lost (writeback.rs), so nothing is durable.
                 if let Some(reason) = self.writeback.failure() {
+                    let reason = self.writeback_reason(reason);
                     return Err((WRITEBACK_OP, std::io::Error::other(reason)));
                 }
                 fail::fail_point!(FAILPOINT_VIEW_CHECK, |_| view_bug(

@@ -24,25 +24,29 @@
 //!   durable because of it, and a crash leaves a prefix of the log as
 //!   after sled's own writes of full buffers.
 //! - A failed writeback (an error or a panic in sled's flush) is never
-//!   retried: the thread stops, the engine is poisoned at its next call
-//!   ([`Engine::check_usable`]), and no sync reports durability after it
-//!   (the sync leader asks `Writeback::failure` after its fsync).
+//!   retried: the thread stops, the engine is poisoned by the next check
+//!   of its state (a write's, a sync's, [`Engine::check_usable`],
+//!   [`Engine::is_poisoned`]; reads and stats do not check), and no sync
+//!   reports durability after it (the sync leader asks
+//!   `Writeback::failure` after its fsync).
 //! - The thread holds a sled handle of its own. It is stopped and joined
 //!   before the engine's last sync (`close`, its drop) and before the
 //!   engine's handle is dropped, so the engine's stays the last, dropped
-//!   as the engine decides (guarded when it is poisoned). Nor does it
-//!   flush once the store is failing (poisoned).
+//!   as the engine decides (guarded when it is poisoned). It starts no
+//!   flush once the store is failing (poisoned); one under way ends.
+//! - Its locks never panic (a poisoned one is taken as it is): `stop`
+//!   must always join the thread, or its handle could outlive the
+//!   engine's.
 //!
 //! [`SLED_SEGMENT_BYTES`]: crate::config::SLED_SEGMENT_BYTES
 //! [`Engine::append`]: crate::Engine::append
 //! [`Engine::write`]: crate::Engine::write
 //! [`Engine::check_usable`]: crate::Engine::check_usable
+//! [`Engine::is_poisoned`]: crate::Engine::is_poisoned
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-
-use crate::engine::lock;
 
 /// Bytes of frames deferred writes leave unflushed before a writeback
 /// flushes them. Writes into the page cache of 1 MiB ran at full speed
@@ -84,6 +88,12 @@ struct State {
     failure: Option<String>,
     /// Flushes ended (or failed), for [`Writeback::wait_flushes`].
     ended: u64,
+}
+
+/// `m`'s guard, also after a panic while it was held: the state is a few
+/// flags and counts, each set in one step, and `stop` must reach the join.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|held| held.into_inner())
 }
 
 impl Writeback {
@@ -177,7 +187,7 @@ impl Writeback {
             .shared
             .wake
             .wait_timeout_while(s, limit, |s| s.ended < n && !s.stop && s.failure.is_none())
-            .expect("engine lock poisoned");
+            .unwrap_or_else(|held| held.into_inner());
         !timeout.timed_out()
     }
 }
@@ -187,16 +197,18 @@ fn run(shared: &Shared, db: &sled::Db, failing: &AtomicBool) {
         {
             let mut s = lock(&shared.state);
             while !s.requested && !s.stop {
-                s = shared.wake.wait(s).expect("engine lock poisoned");
+                s = shared.wake.wait(s).unwrap_or_else(|held| held.into_inner());
             }
             if s.stop {
                 return;
             }
             s.requested = false;
         }
-        // A poisoned store writes nothing more of its own accord: its
-        // buffers are left for the next open's recovery.
+        // A poisoned store starts no flush of its own accord: its buffers
+        // are left for the next open's recovery. No more are asked for.
         if failing.load(Ordering::Acquire) {
+            lock(&shared.state).stop = true;
+            shared.wake.notify_all();
             return;
         }
         shared.unflushed_bytes.store(0, Ordering::Relaxed);

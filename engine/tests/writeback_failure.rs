@@ -26,14 +26,21 @@ fn a_failed_writeback_poisons_and_reopen_recovers() {
         e.write(&[common::batch(&tp, 600..1400, 1024)]).unwrap();
         assert!(e.wait_writebacks(1), "the writeback never ran");
         fail::remove(FAILPOINT_WRITEBACK_ERR);
+        // Asked before any write: the failure poisons it there.
+        assert!(e.is_poisoned());
         let err = e.write(&[common::batch(&tp, 1400..1410, 100)]).unwrap_err();
         assert!(
             matches!(err, Error::Poisoned { op, .. } if op == WRITEBACK_OP),
             "{err}"
         );
+        // Naming sled's folder, as a failed write does.
+        let sled = dir.path().join("sled");
         assert!(err.to_string().contains("injected"), "{err}");
+        assert!(
+            err.to_string().contains(&sled.display().to_string()),
+            "{err}"
+        );
         assert!(matches!(e.sync(), Err(Error::Poisoned { .. })));
-        assert!(e.is_poisoned());
         assert_eq!(e.stats().fsyncs, fsyncs_before, "no fsync after it");
         assert_eq!(
             e.durable_offset(&tp),
@@ -69,6 +76,20 @@ fn a_failed_writeback_poisons_and_reopen_recovers() {
         matches!(err, Error::Poisoned { op, .. } if op == WRITEBACK_OP),
         "{err}"
     );
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    assert!(e.recovery_report().poisoned_before.is_some());
+    assert!(e.verify().unwrap().is_clean());
+    // A drop with nothing asked of the engine since the failure: the drop
+    // finds it before its sync, poisons, and leaves the mark naming it.
+    let next = common::read_all(&e, &tp).len() as i64;
+    fail::cfg(FAILPOINT_WRITEBACK_ERR, "return").unwrap();
+    e.write(&[common::batch(&tp, next..next + 1400, 1024)])
+        .unwrap();
+    assert!(e.wait_writebacks(1), "the writeback never ran");
+    fail::remove(FAILPOINT_WRITEBACK_ERR);
+    drop(e);
+    let text = std::fs::read_to_string(&mark).expect("the drop's poison mark");
+    assert!(text.contains("writeback: "), "{text}");
     let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
     assert!(e.recovery_report().poisoned_before.is_some());
     assert!(e.verify().unwrap().is_clean());
