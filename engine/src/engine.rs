@@ -220,8 +220,6 @@ pub struct Written {
     pub duplicate_records: u64,
     /// The group-commit sequence that covers this write.
     ticket: u64,
-    /// Bytes of frames it put into sled's buffers.
-    frame_bytes: u64,
 }
 
 #[derive(Debug, Default)]
@@ -724,7 +722,7 @@ impl Engine {
     pub fn append(&self, batches: &[RecordBatch]) -> Result<DurableOffsets> {
         let t0 = Instant::now();
         // No writeback: the sync below flushes at once.
-        let written = self.write_unsynced(batches)?;
+        let written = self.write_unsynced(batches, false)?;
         let offsets = self.wait_durable(written.ticket, |view| {
             written
                 .offsets
@@ -926,25 +924,21 @@ impl Engine {
     /// that is never synced may survive a process crash (sled's log is in
     /// the page cache) or may not (power loss): either way recovery finds a
     /// prefix of the log, never a part of a write without what precedes it.
-    /// Once writes have left a MiB unflushed, a thread of the engine's
-    /// flushes sled (no fsync), so that sled writes its log a MiB at a time
+    /// Once writes have left a MiB unflushed (counted as they go in, so
+    /// also within one large write), a thread of the engine's flushes sled
+    /// (no fsync), so that sled writes its log a MiB at a time
     /// (writeback.rs).
     pub fn write(&self, batches: &[RecordBatch]) -> Result<Written> {
-        let written = self.write_unsynced(batches)?;
-        self.writeback.written(
-            written.frame_bytes,
-            || (*self.db).clone(),
-            &self.store_failing,
-        );
-        Ok(written)
+        self.write_unsynced(batches, true)
     }
 
-    /// [`Self::write`] without the writeback: `append`'s first half.
-    fn write_unsynced(&self, batches: &[RecordBatch]) -> Result<Written> {
+    /// [`Self::write`], with the writeback counting its inserts (`behind`)
+    /// or not (`append`'s first half, whose sync follows at once).
+    fn write_unsynced(&self, batches: &[RecordBatch], behind: bool) -> Result<Written> {
         self.check_usable()?;
         validate_batches(batches, self.cfg.record_bytes_max)?;
         let mut touched = BTreeSet::new();
-        let (seq, offsets, appended, duplicates, frame_bytes) = {
+        let (seq, offsets, appended, duplicates) = {
             let mut w = self.write_state()?;
             // A panic among the inserts leaves the store and the engine's
             // state unknown: poisoned, as a failed insert would be. Declared
@@ -1077,8 +1071,15 @@ impl Engine {
                     if let Err(e) = mid_write_failpoint() {
                         return Err(self.write_failed("write", e));
                     }
+                    let bytes = (k.len() + v.len()) as u64;
                     if let Err(e) = self.tree.insert(k, v) {
                         return Err(self.write_failed("write", e));
+                    }
+                    // Counted as they go in, so that a write of many MiB
+                    // is written behind while it goes on (writeback.rs).
+                    if behind {
+                        self.writeback
+                            .written(bytes, || (*self.db).clone(), &self.store_failing);
                     }
                 }
                 w.slots_end = w.slots_end.max(slots.end);
@@ -1112,7 +1113,7 @@ impl Engine {
                 .into_iter()
                 .filter_map(|tp| w.partitions.get(&tp).map(|s| (tp, s.next_offset)))
                 .collect();
-            (w.seq, offsets, appended, duplicates, frame_bytes)
+            (w.seq, offsets, appended, duplicates)
         };
         fail::fail_point!(FAILPOINT_AFTER_WRITE, |a| failpoint_action(
             FAILPOINT_AFTER_WRITE,
@@ -1124,7 +1125,6 @@ impl Engine {
             appended_records: appended,
             duplicate_records: duplicates,
             ticket: seq,
-            frame_bytes,
         })
     }
 

@@ -13,10 +13,12 @@
 //! its usual speed: measured on this project's machines, copying those
 //! buffers took about half the CPU of an `interval:100` run at 100 B
 //! records, and a third of all the samples of one at 1 KiB
-//! (docs/BENCHMARKS.md, "Where the time goes (connector)", item 14). So once deferred writes have left
-//! [`WRITEBACK_BYTES`] unflushed, a thread of this module flushes sled (no
-//! fdatasync), which seals the buffer there, and the writing thread never
-//! waits for it.
+//! (docs/BENCHMARKS.md, "Where the time goes (connector)", item 14). So
+//! once deferred writes have left [`WRITEBACK_BYTES`] unflushed, a thread
+//! of this module flushes sled (no fdatasync), which seals the buffer
+//! there, and the writing thread never waits for it. The bytes are counted
+//! as each value goes into sled, so a single write of many MiB (records of
+//! 10 KiB, a large `batch_bytes_max`) is written behind while it goes on.
 //!
 //! # Invariants
 //! - A writeback writes only what sled would write anyway, sooner: it is
@@ -70,8 +72,8 @@ pub(crate) struct Writeback {
 
 #[derive(Debug, Default)]
 struct Shared {
-    /// Frame bytes written by deferred writes since the last flush began
-    /// (the thread's, or a sync's).
+    /// Bytes of keys and values deferred writes inserted since the last
+    /// flush began (the thread's, or a sync's).
     unflushed_bytes: AtomicU64,
     /// Set with `State::failure`: read without the lock on every call.
     failed: AtomicBool,
@@ -97,8 +99,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Writeback {
-    /// A deferred write put `bytes` of frames into sled's buffers: ask for
-    /// a flush when they take the unflushed bytes to [`WRITEBACK_BYTES`].
+    /// A deferred write put `bytes` (a key and its value) into sled's
+    /// buffers: ask for a flush when they take the unflushed bytes to
+    /// [`WRITEBACK_BYTES`]. Called under the engine's write lock, once a
+    /// value.
     /// `handle` gives the thread its sled handle, the first time.
     pub(crate) fn written(
         &self,

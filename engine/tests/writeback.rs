@@ -41,7 +41,10 @@ fn deferred_writes_are_written_behind_a_mib_at_a_time() {
     // Written to the file before any sync (sled's buffer is 8 MiB: without
     // the writeback nothing of these 4 MiB would be there yet)...
     let grown = data_file_bytes(dir.path()) - file_before;
-    assert!(grown >= 2 * WRITEBACK_BYTES, "the log grew {grown} bytes");
+    assert!(
+        grown >= WRITEBACK_BYTES + WRITEBACK_BYTES / 2,
+        "the log grew {grown} bytes"
+    );
     // ...but no fsync, and nothing reported durable for it.
     assert_eq!(after.fsyncs, before.fsyncs);
     assert_eq!(e.durable_offset(&tp), Some(10));
