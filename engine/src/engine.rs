@@ -10,7 +10,8 @@
 //!   partition's next offset (its last stored offset + 1, or a start or
 //!   advance above that) are dropped and counted as duplicates, never
 //!   rewritten.
-//! - After a failed write, fsync or slot top-up the engine is poisoned: every
+//! - After a failed write, fsync, slot top-up or writeback (writeback.rs:
+//!   at the next check of the engine's state) the engine is poisoned: every
 //!   write that checks after the poisoning returns `Error::Poisoned` (one
 //!   already past its check, under the write lock, as a sync leader fails
 //!   under the commit lock, still inserts; no wait for durability returns
@@ -30,8 +31,9 @@
 //!   thread before it takes `commit` again. `syncer` is never taken under
 //!   `commit` (a failed sync's reason names the data file from the config,
 //!   `EngineConfig::sled_data_path`). `writeback`'s locks (writeback.rs)
-//!   are leaves: its thread holds none of the engine's, and nothing is
-//!   locked while they are held.
+//!   are leaves, taken under `write` by every deferred insert and under
+//!   `commit` by the sync leader: its thread holds none of the engine's,
+//!   and nothing is locked while they are held.
 //! - Dropping a poisoned engine, or the store of a failed open, never
 //!   panics. sled's own drop writes out its buffers and fsyncs its file,
 //!   and unwraps that fsync, which after a failed fdatasync meets the same
@@ -602,9 +604,11 @@ impl Engine {
         let Some(reason) = self.writeback.failure() else {
             return;
         };
-        let Ok(mut c) = self.commit.lock() else {
-            return;
-        };
+        // Also after a panic under `commit`: the mark must name the failure.
+        let mut c = self
+            .commit
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if c.poisoned.is_none() {
             let reason = self.writeback_reason(reason);
             tracing::error!(op = WRITEBACK_OP, %reason, "engine poisoned; no further writes, reopen to recover");

@@ -6,8 +6,9 @@
 //! a flush asks for it or when it is full, at the segment size (8 MiB,
 //! [`SLED_SEGMENT_BYTES`]). Under [`Engine::append`] every call's flush
 //! seals it at what the call wrote. Under [`Engine::write`], with a sync
-//! only now and then (the connector's `interval:MS`), buffers filled up,
-//! and every write of the log was 8 MiB. On a VM that gives free memory
+//! only now and then (the connector's puts under `interval:MS`), buffers
+//! filled up, and every write of the log was 8 MiB; so did one put of
+//! many MiB under `every-put` (its `write` before its sync). On a VM that gives free memory
 //! back to its host (a virtio balloon's free page reporting), the page
 //! cache takes writes of 2 MiB and more into such memory at a thirtieth of
 //! its usual speed: measured on this project's machines, copying those
@@ -28,7 +29,8 @@
 //! - A failed writeback (an error or a panic in sled's flush) is never
 //!   retried: the thread stops, the engine is poisoned by the next check
 //!   of its state (a write's, a sync's, [`Engine::check_usable`],
-//!   [`Engine::is_poisoned`]; reads and stats do not check), and no sync
+//!   [`Engine::is_poisoned`], a backup's, a pass of retention's; reads of
+//!   records and `stats` do not check), and no sync
 //!   reports durability after it (the sync leader asks
 //!   `Writeback::failure` after its fsync).
 //! - The thread holds a sled handle of its own. It is stopped and joined
@@ -50,7 +52,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
-/// Bytes of frames deferred writes leave unflushed before a writeback
+/// Bytes deferred writes leave unflushed (keys and values of every insert:
+/// frames, index entries, summaries, slots, the checkpoint) before a writeback
 /// flushes them. Writes into the page cache of 1 MiB ran at full speed
 /// where those of 2 MiB did not (item 14 of BENCHMARKS' "Where the time
 /// goes (connector)"); smaller costs more flushes for nothing.
@@ -232,7 +235,7 @@ fn run(shared: &Shared, db: &sled::Db, failing: &AtomicBool) {
             }
             Err(reason) => {
                 drop(s);
-                tracing::error!(%reason, "writing sled's log behind the writes failed; the engine is poisoned at its next call, never retried");
+                tracing::error!(%reason, "writing sled's log behind the writes failed; the engine is poisoned at the next check of its state, never retried");
                 fail(shared, reason);
                 return;
             }
