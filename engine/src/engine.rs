@@ -31,9 +31,11 @@
 //!   thread before it takes `commit` again. `syncer` is never taken under
 //!   `commit` (a failed sync's reason names the data file from the config,
 //!   `EngineConfig::sled_data_path`). `writeback`'s locks (writeback.rs)
-//!   are leaves, taken under `write` by every deferred insert and under
-//!   `commit` by the sync leader: its thread holds none of the engine's,
-//!   and nothing is locked while they are held.
+//!   come after all of these: taken under `write` by a deferred insert that
+//!   crosses its mark (the others touch only an atomic) and under `commit`
+//!   by the sync leader; they nest only among themselves (its state, then
+//!   its thread's handle, as the thread starts), and its thread holds none
+//!   of the engine's.
 //! - Dropping a poisoned engine, or the store of a failed open, never
 //!   panics. sled's own drop writes out its buffers and fsyncs its file,
 //!   and unwraps that fsync, which after a failed fdatasync meets the same
@@ -258,8 +260,8 @@ pub struct EngineStats {
     pub slots_reserved_by_writes: u64,
     /// Reserved slots inserted beside syncs, while they wait on the disk.
     pub slots_reserved_by_syncs: u64,
-    /// Flushes of sled's log (no fsync) made behind deferred writes
-    /// (`write`), a MiB at a time.
+    /// Flushes of sled's log (no fsync) begun behind deferred writes
+    /// (`write`), a MiB at a time (writeback.rs).
     pub writebacks: u64,
     pub next_lsn: u64,
     pub durable_lsn: u64,

@@ -148,9 +148,13 @@ impl Writeback {
         self.shared.wake.notify_all();
     }
 
-    /// A sync's flush is about to write everything written so far.
+    /// A sync's flush is about to write everything written so far: the
+    /// count starts again, and a flush asked for and not yet begun is not
+    /// needed (under every-put a put of a MiB would otherwise have one run
+    /// beside its sync's own flush of the same buffer).
     pub(crate) fn flushing(&self) {
         self.shared.unflushed_bytes.store(0, Ordering::Relaxed);
+        lock(&self.shared.state).requested = false;
     }
 
     /// Why a writeback failed, once one has.
@@ -161,7 +165,7 @@ impl Writeback {
         lock(&self.shared.state).failure.clone()
     }
 
-    /// Flushes the thread made.
+    /// Flushes the thread began (one that failed included).
     pub(crate) fn flushes(&self) -> u64 {
         self.shared.flushes.load(Ordering::Relaxed)
     }
@@ -219,6 +223,7 @@ fn run(shared: &Shared, db: &sled::Db, failing: &AtomicBool) {
             return;
         }
         shared.unflushed_bytes.store(0, Ordering::Relaxed);
+        shared.flushes.fetch_add(1, Ordering::Relaxed);
         let flushed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| flush(db)))
             .unwrap_or_else(|p| {
                 Err(format!(
@@ -229,10 +234,7 @@ fn run(shared: &Shared, db: &sled::Db, failing: &AtomicBool) {
         let mut s = lock(&shared.state);
         s.ended += 1;
         match flushed {
-            Ok(()) => {
-                shared.flushes.fetch_add(1, Ordering::Relaxed);
-                shared.wake.notify_all();
-            }
+            Ok(()) => shared.wake.notify_all(),
             Err(reason) => {
                 drop(s);
                 tracing::error!(%reason, "writing sled's log behind the writes failed; the engine is poisoned at the next check of its state, never retried");

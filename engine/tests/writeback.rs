@@ -78,6 +78,7 @@ fn appends_make_no_writeback() {
         e.append(&[common::batch(&tp, i * 1000..(i + 1) * 1000, 1024)])
             .unwrap();
     }
+    // None begun: the thread never started.
     assert_eq!(e.stats().writebacks, 0);
     // Nor do writes that a sync flushes before they reach a MiB.
     for i in 4..40 {
