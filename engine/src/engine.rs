@@ -30,12 +30,11 @@
 //!   takes `write` with `try_lock` (never waiting for it), and joins that
 //!   thread before it takes `commit` again. `syncer` is never taken under
 //!   `commit` (a failed sync's reason names the data file from the config,
-//!   `EngineConfig::sled_data_path`). `writeback`'s locks (writeback.rs)
-//!   come after all of these: taken under `write` by a deferred insert that
-//!   crosses its mark (the others touch only an atomic) and under `commit`
-//!   by the sync leader; they nest only among themselves (its state, then
-//!   its thread's handle, as the thread starts), and its thread holds none
-//!   of the engine's.
+//!   `EngineConfig::sled_data_path`). `writeback`'s one lock (writeback.rs)
+//!   comes after all of these: taken under `write` by a deferred insert
+//!   that crosses its mark (the others touch only an atomic; the first
+//!   starts the thread under it), and by the sync leader before its flush;
+//!   its thread holds none of the engine's.
 //! - Dropping a poisoned engine, or the store of a failed open, never
 //!   panics. sled's own drop writes out its buffers and fsyncs its file,
 //!   and unwraps that fsync, which after a failed fdatasync meets the same

@@ -38,9 +38,8 @@
 //!   engine's handle is dropped, so the engine's stays the last, dropped
 //!   as the engine decides (guarded when it is poisoned). It starts no
 //!   flush once the store is failing (poisoned); one under way ends.
-//! - Its locks never panic (a poisoned one is taken as it is): `stop`
-//!   must always join the thread, or its handle could outlive the
-//!   engine's.
+//! - Its lock never panics (poisoned, it is taken as it is): `stop` must
+//!   always join the thread, or its handle could outlive the engine's.
 //!
 //! [`SLED_SEGMENT_BYTES`]: crate::config::SLED_SEGMENT_BYTES
 //! [`Engine::append`]: crate::Engine::append
@@ -49,7 +48,7 @@
 //! [`Engine::is_poisoned`]: crate::Engine::is_poisoned
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 
 /// Bytes deferred writes leave unflushed (keys and values of every insert:
@@ -70,7 +69,6 @@ pub const FAILPOINT_WRITEBACK_ERR: &str = "wal::writeback::err";
 #[derive(Debug, Default)]
 pub(crate) struct Writeback {
     shared: Arc<Shared>,
-    thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 #[derive(Debug, Default)]
@@ -78,8 +76,9 @@ struct Shared {
     /// Bytes of keys and values deferred writes inserted since the last
     /// flush began (the thread's, or a sync's).
     unflushed_bytes: AtomicU64,
-    /// Set with `State::failure`: read without the lock on every call.
-    failed: AtomicBool,
+    /// Why the first failed writeback failed; read without the lock on
+    /// every check of the engine's state.
+    failure: OnceLock<String>,
     flushes: AtomicU64,
     state: Mutex<State>,
     wake: Condvar,
@@ -89,8 +88,8 @@ struct Shared {
 struct State {
     requested: bool,
     stop: bool,
-    started: bool,
-    failure: Option<String>,
+    /// The thread, once started; taken by `stop` to join it.
+    thread: Option<JoinHandle<()>>,
     /// Flushes ended (or failed), for [`Writeback::wait_flushes`].
     ended: u64,
 }
@@ -123,12 +122,13 @@ impl Writeback {
             return;
         }
         let mut s = lock(&self.shared.state);
-        if s.stop || s.failure.is_some() {
+        // A stopped thread (also one whose start failed) is not started
+        // again.
+        if s.stop || self.shared.failure.get().is_some() {
             return;
         }
         s.requested = true;
-        if !s.started {
-            s.started = true;
+        if s.thread.is_none() {
             let shared = self.shared.clone();
             let failing = failing.clone();
             let db = handle();
@@ -136,7 +136,7 @@ impl Writeback {
                 .name("cairn-writeback".into())
                 .spawn(move || run(&shared, &db, &failing))
             {
-                Ok(t) => *lock(&self.thread) = Some(t),
+                Ok(t) => s.thread = Some(t),
                 // Only a shortcut: without it sled writes full buffers, as
                 // it did before this module.
                 Err(e) => {
@@ -159,10 +159,7 @@ impl Writeback {
 
     /// Why a writeback failed, once one has.
     pub(crate) fn failure(&self) -> Option<String> {
-        if !self.shared.failed.load(Ordering::Acquire) {
-            return None;
-        }
-        lock(&self.shared.state).failure.clone()
+        self.shared.failure.get().cloned()
     }
 
     /// Flushes the thread began (one that failed included).
@@ -173,9 +170,12 @@ impl Writeback {
     /// Stop the thread and wait for it (a flush under way ends first); then
     /// [`Self::failure`] says whether any failed. Called again, does nothing.
     pub(crate) fn stop(&self) {
-        lock(&self.shared.state).stop = true;
+        let thread = {
+            let mut s = lock(&self.shared.state);
+            s.stop = true;
+            s.thread.take()
+        };
         self.shared.wake.notify_all();
-        let thread = lock(&self.thread).take();
         if let Some(t) = thread {
             // `run` catches sled's panics: one here is the module's own bug,
             // and is a failure as any.
@@ -197,7 +197,9 @@ impl Writeback {
         let (_s, timeout) = self
             .shared
             .wake
-            .wait_timeout_while(s, limit, |s| s.ended < n && !s.stop && s.failure.is_none())
+            .wait_timeout_while(s, limit, |s| {
+                s.ended < n && !s.stop && self.shared.failure.get().is_none()
+            })
             .unwrap_or_else(|held| held.into_inner());
         !timeout.timed_out()
     }
@@ -254,11 +256,10 @@ fn flush(db: &sled::Db) -> Result<(), String> {
         .map_err(|e| format!("sled's flush: {e}"))
 }
 
+/// Keep the first failure, and wake the waiters: under the lock, so that
+/// none checks before it is set and waits after the wake-up.
 fn fail(shared: &Shared, reason: String) {
-    let mut s = lock(&shared.state);
-    if s.failure.is_none() {
-        s.failure = Some(reason);
-    }
-    shared.failed.store(true, Ordering::Release);
+    let _ = shared.failure.set(reason);
+    let _s = lock(&shared.state);
     shared.wake.notify_all();
 }
