@@ -85,6 +85,10 @@ pub const FAILPOINT_TOP_UP: &str = "wal::sync::top_up";
 /// Failpoint: before sled's read of a topic's recorded id
 /// (`Engine::topic_id`), where damage to sled's pages would panic it.
 pub const FAILPOINT_READ_TOPIC_ID: &str = "topics::read_id";
+/// Failpoint: a sync's leader, once it leads, before its snapshot and its
+/// flush (tests: what happens between a sync's check of the engine and its
+/// flush, such as a writeback failing).
+pub const FAILPOINT_SYNC_LEAD: &str = "wal::sync::lead";
 /// Failpoint: the durable view's checks after a sync's fsync succeeded.
 /// `return` fails them, as a bug in the view's bookkeeping would.
 pub const FAILPOINT_VIEW_CHECK: &str = "wal::sync::view_check";
@@ -1158,6 +1162,15 @@ impl Engine {
             // A panic from here on (in sled's flush, say) must not leave the
             // followers waiting for a sync that will never end.
             let leading = SyncLeader { engine: self };
+            fail::fail_point!(FAILPOINT_SYNC_LEAD);
+            // A writeback that failed before this sync began leading (after
+            // the caller's check of the engine): its buffers may be lost,
+            // and sled's flush here would write them again, a retry that no
+            // failed write gets (and after a panic inside sled's flush, one
+            // that could wait forever). So nothing is flushed or
+            // fdatasynced; the check after the sync fails it as the
+            // writeback did. One that fails from here on is found there too.
+            let failed_writeback = self.writeback.failure().is_some();
             // Snapshot before syncing: everything in it is covered by the sync.
             let (target, changes, top_up) = {
                 let mut w = self.write_state()?;
@@ -1174,42 +1187,48 @@ impl Engine {
                         && !slots::to_top_up(w.next_lsn, w.slots_end).is_empty(),
                 )
             };
-            // This sync's flush writes everything written so far: the
-            // writeback counts afresh from here.
-            self.writeback.flushing();
-            let (res, nanos) = std::thread::scope(|s| {
-                // Slots for the next writes, inserted while this thread
-                // waits on the disk (slots.rs, `to_top_up`). Only a
-                // shortcut: with no thread, or the write lock taken, writes
-                // reserve their own.
-                let topping_up = top_up.then(|| {
-                    std::thread::Builder::new()
-                        .name("cairn-slots".into())
-                        .spawn_scoped(s, || self.top_up_slots())
-                        .ok()
-                });
-                let t0 = Instant::now();
-                let res = lock(&self.syncer).sync(&self.db, changes.lsn);
-                let nanos = t0.elapsed().as_nanos() as u64;
-                if let Some(Some(t)) = topping_up {
-                    // A failed insert poisoned the engine, which the loop
-                    // below reports. A panic is passed on, with the engine
-                    // poisoned for the top-up first: the sync leader's duty
-                    // would otherwise name the fsync.
-                    if let Err(p) = t.join() {
-                        let message = crate::error::panic_message(&*p);
-                        if let Err(e) = &res {
-                            // Not reported below: the panic goes first.
-                            tracing::error!(error = %e, "fsync failed while the slot top-up panicked");
+            let (res, nanos) = if failed_writeback {
+                (Ok(()), 0)
+            } else {
+                // This sync's flush writes everything written so far: the
+                // writeback counts afresh from here.
+                self.writeback.flushing();
+                std::thread::scope(|s| {
+                    // Slots for the next writes, inserted while this thread
+                    // waits on the disk (slots.rs, `to_top_up`). Only a
+                    // shortcut: with no thread, or the write lock taken, writes
+                    // reserve their own.
+                    let topping_up = top_up.then(|| {
+                        std::thread::Builder::new()
+                            .name("cairn-slots".into())
+                            .spawn_scoped(s, || self.top_up_slots())
+                            .ok()
+                    });
+                    let t0 = Instant::now();
+                    let res = lock(&self.syncer).sync(&self.db, changes.lsn);
+                    let nanos = t0.elapsed().as_nanos() as u64;
+                    if let Some(Some(t)) = topping_up {
+                        // A failed insert poisoned the engine, which the loop
+                        // below reports. A panic is passed on, with the engine
+                        // poisoned for the top-up first: the sync leader's duty
+                        // would otherwise name the fsync.
+                        if let Err(p) = t.join() {
+                            let message = crate::error::panic_message(&*p);
+                            if let Err(e) = &res {
+                                // Not reported below: the panic goes first.
+                                tracing::error!(error = %e, "fsync failed while the slot top-up panicked");
+                            }
+                            let reason = format!("the slot top-up panicked: {message}");
+                            let _ = self.poison("reserve slots", reason);
+                            std::panic::resume_unwind(p);
                         }
-                        let reason = format!("the slot top-up panicked: {message}");
-                        let _ = self.poison("reserve slots", reason);
-                        std::panic::resume_unwind(p);
                     }
-                }
-                (res, nanos)
-            });
-            tracing::debug!(fsync_us = nanos / 1000, target, "fsync");
+                    (res, nanos)
+                })
+            };
+            if !failed_writeback {
+                tracing::debug!(fsync_us = nanos / 1000, target, "fsync");
+            }
             // Ended: the duty is done. (Forgotten before `commit` is taken
             // again: a guard dropped while this thread held it would
             // deadlock on it.)

@@ -91,7 +91,7 @@ pub use config::{
 pub use engine::{
     dropping_failing_store, Engine, EngineStats, PartitionInfo, Written, DURABLE_VIEW_OP,
     FAILPOINT_AFTER_SYNC, FAILPOINT_AFTER_WRITE, FAILPOINT_CLOSE_SYNCED, FAILPOINT_MID_WRITE,
-    FAILPOINT_READ_TOPIC_ID, FAILPOINT_TOP_UP, FAILPOINT_VIEW_CHECK,
+    FAILPOINT_READ_TOPIC_ID, FAILPOINT_SYNC_LEAD, FAILPOINT_TOP_UP, FAILPOINT_VIEW_CHECK,
 };
 pub use error::{panic_message, CorruptionKind, Error, InvalidInput, Location, Result};
 pub use lock::{FAILPOINT_LOCK_AFTER_OPEN, LOCK_FILE};

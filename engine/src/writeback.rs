@@ -37,7 +37,12 @@
 //!   before the engine's last sync (`close`, its drop) and before the
 //!   engine's handle is dropped, so the engine's stays the last, dropped
 //!   as the engine decides (guarded when it is poisoned). It starts no
-//!   flush once the store is failing (poisoned); one under way ends.
+//!   flush once it has seen the store failing (poisoned); one under way
+//!   ends, and one asked for before may begin as the poisoning happens
+//!   (it claims nothing: no sync publishes after a failure).
+//! - No sync flushes after a failed writeback: a sync leader that finds
+//!   one as it begins fails without flushing or syncing, one that finds it
+//!   after its fdatasync publishes nothing.
 //! - Its lock never panics (poisoned, it is taken as it is): `stop` must
 //!   always join the thread, or its handle could outlive the engine's.
 //!
