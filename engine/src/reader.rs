@@ -432,8 +432,19 @@ fn read_entry_unless_deleted(
 ) -> Result<Option<crate::body::Entry>> {
     match read_entry(tree, tp, e) {
         Ok(entry) => Ok(Some(entry)),
-        Err(_) if deleted_since(tree, key)? => Ok(None),
-        Err(err) => Err(err),
+        // Only a truncation deletes index entries: an entry whose index
+        // key is still there is read, or its damage is said.
+        Err(err) => match deleted_since(tree, key) {
+            Ok(true) => Ok(None),
+            Ok(false) => Err(err),
+            // The recheck failing too: the damage found first is what is
+            // returned (it names its location), the recheck's failure
+            // logged beside it.
+            Err(recheck) => {
+                tracing::warn!(error = %recheck, "rechecking an index entry after a failed read failed too");
+                Err(err)
+            }
+        },
     }
 }
 
