@@ -88,3 +88,75 @@ pub fn assert_frames_then_reserve(dir: &std::path::Path, frames: u64) {
         (frames + 1..frames + 1 + ahead).collect::<Vec<_>>()
     );
 }
+
+/// At failpoint `at`, the first time it is reached: another thread's write
+/// of 1,400 records of 1 KiB from offset 110 takes the unflushed bytes past
+/// a MiB, and the writeback it asks for has run (failed, with
+/// `wal::writeback::err` armed) before the failpoint returns. Whether the
+/// hook has run.
+pub fn writeback_at(
+    at: &str,
+    e: &std::sync::Arc<cairn_engine::Engine>,
+    tp: &TopicPartition,
+) -> std::sync::Arc<std::sync::atomic::AtomicBool> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let hooked = std::sync::Arc::new(AtomicBool::new(false));
+    let (e, tp, hooked_) = (e.clone(), tp.clone(), hooked.clone());
+    fail::cfg_callback(at, move || {
+        if hooked_.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let (e, tp) = (e.clone(), tp.clone());
+        std::thread::spawn(move || {
+            e.write(&[batch(&tp, 110..1510, 1024)]).unwrap();
+            assert!(e.wait_writebacks(1), "the writeback never ran");
+        })
+        .join()
+        .unwrap();
+    })
+    .unwrap();
+    hooked
+}
+
+/// What a sync that a failed writeback failed must show: poisoned as the
+/// writeback (`err`), nothing published past the 100 records appended
+/// before; then, the engine dropped (the last handle: the hook's is gone),
+/// a reopen that names the writeback as the poison and verifies clean.
+/// Returns the reopened engine.
+pub fn failed_as_writeback(
+    err: cairn_engine::Error,
+    e: std::sync::Arc<cairn_engine::Engine>,
+    tp: &TopicPartition,
+) -> cairn_engine::Engine {
+    assert!(
+        matches!(err, cairn_engine::Error::Poisoned { op, .. } if op == cairn_engine::WRITEBACK_OP),
+        "{err}"
+    );
+    assert_eq!(
+        e.durable_offset(tp),
+        Some(100),
+        "nothing published after the failure"
+    );
+    assert!(e.is_poisoned());
+    let dir = e.config().path.clone();
+    let e = std::sync::Arc::into_inner(e).expect("the hook's clone is gone");
+    drop(e);
+    let e = cairn_engine::Engine::open(cairn_engine::EngineConfig::new(&dir)).unwrap();
+    let before = e.recovery_report().poisoned_before.clone().unwrap();
+    assert!(before.reason.starts_with("writeback: "), "{before:?}");
+    assert!(e.verify().unwrap().is_clean());
+    e
+}
+
+/// An engine over `dir` whose partition `t-0` holds 100 records of 100 B
+/// appended (synced) and 10 more written, not synced: where the writeback
+/// failure tests begin ([`writeback_at`], [`failed_as_writeback`]).
+pub fn hundred_synced_ten_not(
+    dir: &std::path::Path,
+) -> (std::sync::Arc<cairn_engine::Engine>, TopicPartition) {
+    let tp = TopicPartition::new("t", 0);
+    let e = cairn_engine::Engine::open(cairn_engine::EngineConfig::new(dir)).unwrap();
+    e.append(&[batch(&tp, 0..100, 100)]).unwrap();
+    e.write(&[batch(&tp, 100..110, 100)]).unwrap();
+    (std::sync::Arc::new(e), tp)
+}
