@@ -30,9 +30,11 @@
 //!   was archived is fsynced and committed unless the engine itself
 //!   failed), and the sink's `stop` returns the error, so the run fails
 //!   with it.
-//! - A record without a timestamp (any negative one) has no age: it and
-//!   everything above it stay, and a pass reports it ([`HeldBack`], as it
-//!   does a record stamped more than a day ahead).
+//! - A record without a timestamp (any negative one), or stamped before
+//!   1973 (`cairn_engine::AGELESS_BEFORE_MS`: a stamp in seconds, most
+//!   likely), has no age: it and everything above it stay, and a pass
+//!   reports it ([`HeldBack`], as it does a record stamped more than a day
+//!   ahead).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -153,7 +155,8 @@ pub struct PassReport {
 pub const FUTURE_SLACK_MS: i64 = 24 * 3600 * 1000;
 
 /// A partition whose age cut stopped at a record with no age (a negative
-/// timestamp) or stamped more than [`FUTURE_SLACK_MS`] ahead: it and every
+/// timestamp, or one before 1973: `cairn_engine::AGELESS_BEFORE_MS`) or
+/// stamped more than [`FUTURE_SLACK_MS`] ahead: it and every
 /// record above it are kept, whatever their age, for good or until then.
 /// The pass says so (a WARN, once per partition and offset in a run): the
 /// archive would otherwise grow under a `--retain` the operator believes
@@ -171,7 +174,7 @@ pub struct HeldBack {
 
 impl HeldBack {
     /// The record holding `tp`'s age cut back at `cut`, if one does: one
-    /// with no timestamp, or stamped more than [`FUTURE_SLACK_MS`] past
+    /// with no timestamp (or one before 1973), or stamped more than [`FUTURE_SLACK_MS`] past
     /// `now_ms` (`Engine::timestamp_holding_back`). For a run's pass and a
     /// `cairn prune` alike.
     pub fn find(
@@ -254,6 +257,13 @@ impl HeldBack {
         let ts = &self.timestamp_ms;
         if *ts < 0 {
             format!("has no timestamp ({ts}), so no age")
+        } else if *ts < cairn_engine::AGELESS_BEFORE_MS {
+            let at = UNIX_EPOCH + Duration::from_millis(*ts as u64);
+            format!(
+                "is stamped {} ({ts} ms since the epoch), before 1973: most likely a timestamp in seconds (it would be {}), so no age is taken from it",
+                humantime::format_rfc3339_millis(at),
+                humantime::format_rfc3339(UNIX_EPOCH + Duration::from_secs(*ts as u64)),
+            )
         } else {
             // humantime formats years up to 9999 only.
             let date = if *ts < 253_402_300_800_000 {

@@ -99,7 +99,7 @@ pub use meta::StoreId;
 pub use offsets::DurableOffsets;
 pub use reader::{HoldingRecord, RecordIter, FAILPOINT_READ_FILL};
 pub use record::{
-    validate_topic, Header, Record, RecordBatch, TimestampType, TopicPartition,
+    validate_topic, Header, Record, RecordBatch, TimestampType, TopicPartition, AGELESS_BEFORE_MS,
     HEADERS_PER_RECORD_MAX,
 };
 pub use recovery::{RecoveryReport, TruncatedTail, FAILPOINT_RECOVERY_MID_REPAIR};

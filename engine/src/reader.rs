@@ -38,7 +38,7 @@ use crate::error::Result;
 use crate::index::IndexEntry;
 use crate::keys;
 use crate::offsets::PartitionSummary;
-use crate::record::{validate_tp, Record, TopicPartition};
+use crate::record::{validate_tp, Record, TopicPartition, AGELESS_BEFORE_MS};
 use crate::recovery::{index_corruption, index_item, summary_location};
 
 /// Iterator over one partition's records from an offset. Owns what it
@@ -304,8 +304,10 @@ impl Engine {
 
     /// The offset below which every archived record of `tp` is known to be
     /// older than `cut_ms`: the first record whose timestamp is at or after
-    /// the cut, or unknown (negative: a record without one has no age), or
-    /// the durable next offset when there is none. Retention by age deletes
+    /// the cut, or has no age (below [`AGELESS_BEFORE_MS`]: none, or a
+    /// stamp in seconds; until 2026-12-07 only a negative one, and records
+    /// stamped in seconds were deleted at the first pass), or the durable
+    /// next offset when there is none. Retention by age deletes
     /// below it. A truncation racing this call can delete entries the
     /// answer was worked out from: cut with [`Engine::truncate_by`], which
     /// keeps other truncations out between the pick and the deletion.
@@ -314,15 +316,15 @@ impl Engine {
         // since were not looked at.
         let (found, end) = self.first_offset_where(
             tp,
-            |e| e.timestamp_max_ms >= cut_ms || e.timestamp_min_ms < 0,
+            |e| e.timestamp_max_ms >= cut_ms || e.timestamp_min_ms < AGELESS_BEFORE_MS,
             |e| e.timestamp_min_ms >= cut_ms,
-            |r| r.timestamp_ms >= cut_ms || r.timestamp_ms < 0,
+            |r| r.timestamp_ms >= cut_ms || r.timestamp_ms < AGELESS_BEFORE_MS,
         )?;
         Ok(found.unwrap_or(end))
     }
 
     /// `tp`'s durable record at `offset` when its timestamp has no age
-    /// (negative) or is later than `after_ms`: the record an age cut
+    /// (below [`AGELESS_BEFORE_MS`]) or is later than `after_ms`: the record an age cut
     /// ([`Engine::offset_for_retention`]) stopped at, when it holds age
     /// retention back for good or until a date far ahead, rather than
     /// because it is young. `None` for any other record, or none at
@@ -345,7 +347,7 @@ impl Engine {
         let Some((key, e)) = self.index_entry_holding(tp, offset)? else {
             return Ok(None);
         };
-        let holds = |ts: i64| ts < 0 || ts > after_ms;
+        let holds = |ts: i64| ts < AGELESS_BEFORE_MS || ts > after_ms;
         if !(holds(e.timestamp_min_ms) || holds(e.timestamp_max_ms)) {
             return Ok(None);
         }

@@ -99,6 +99,17 @@ pub struct RecordBatch {
     pub records: Vec<Record>,
 }
 
+/// Timestamps below this (1973-03-03 09:46:40 UTC, 10^11 ms) have no age
+/// for retention: a negative one is none (-1), and one of these few
+/// years after the epoch is, in all likelihood, a stamp in seconds read as
+/// milliseconds (1.7 * 10^9 s reads as January 1970), as `cairn prune
+/// --before-time` reads a number this low. Taken for an age, such a record
+/// would be deleted by any age retention at its first pass after it was
+/// archived; with none, it and every record above it are kept, and the
+/// pass says so (`Engine::timestamp_holding_back`). Kafka began in 2011:
+/// no record is stamped this early in earnest.
+pub const AGELESS_BEFORE_MS: i64 = 100_000_000_000;
+
 /// Most headers one record may carry. Kafka sets no limit, but a decoded
 /// record's header list costs 48 bytes of memory each, and bincode bounds
 /// what one decode may claim (body.rs): a record with millions of tiny

@@ -310,6 +310,16 @@ fn offset_for_time_finds_earliest_at_or_after() {
     assert_eq!(e.offset_for_retention(&tp, base + 5000).unwrap(), 103);
     assert_eq!(e.offset_for_time(&tp, base + 5000).unwrap(), None);
     assert_eq!(e.offset_for_retention(&tp, i64::MIN).unwrap(), 0);
+    // A timestamp before 1973 (one in seconds, most likely) has no age
+    // either: it stops the cut as -1 does, and is found by time as any.
+    let other = TopicPartition::new("t", 1);
+    let mut b = batch(&other, 0..10, 10);
+    b.records[6].timestamp_ms = 1_767_225_600;
+    b.records[8].timestamp_ms = cairn_engine::AGELESS_BEFORE_MS;
+    e.append(&[b]).unwrap();
+    assert_eq!(e.offset_for_retention(&other, base + 5000).unwrap(), 6);
+    assert_eq!(e.offset_for_time(&other, 0).unwrap(), Some(0));
+    assert_eq!(e.offset_for_time(&other, base + 75).unwrap(), Some(9));
 }
 
 /// `durable_offsets_of` answers as a lookup of each key in
@@ -372,6 +382,8 @@ fn timestamp_holding_back_names_a_record_without_age_or_from_the_future() {
     let mut b = batch(&tp, 20..40, 10);
     b.records[3].timestamp_ms = -1;
     b.records[5].timestamp_ms = base + 1_000_000;
+    // Stamped in seconds (before 1973 as milliseconds): no age.
+    b.records[7].timestamp_ms = 1_767_225_600;
     e.append(&[b]).unwrap();
     let far = base + 500_000;
     let held = |o| {
@@ -381,6 +393,7 @@ fn timestamp_holding_back_names_a_record_without_age_or_from_the_future() {
     };
     assert_eq!(held(23), Some((-1, 40)));
     assert_eq!(held(25), Some((base + 1_000_000, 40)));
+    assert_eq!(held(27), Some((1_767_225_600, 40)));
     for young in [0, 10, 19, 20, 24, 39] {
         assert_eq!(held(young), None, "{young}");
     }

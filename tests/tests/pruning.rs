@@ -238,7 +238,7 @@ fn records_without_a_timestamp_are_kept() {
 }
 
 /// A pass reports each partition whose age cut stopped at a record that
-/// holds it back for good (no timestamp) or until a date over a day ahead
+/// holds it back for good (no timestamp, or one in seconds) or until a date over a day ahead
 /// (the run says so as a WARN, once per partition and offset), and not
 /// one whose cut stopped at a young record, nor one it emptied.
 #[test]
@@ -269,6 +269,15 @@ fn a_pass_reports_what_holds_age_retention_back() {
     let mut skewed = fresh(&tp(4), 0..1);
     skewed.records[0].timestamp_ms = now_ms() + 3_600_000;
     e.append(&[skewed]).unwrap();
+    // t/5: old, then one stamped in seconds (2026-01-01, read as January
+    // 1970 in milliseconds: a pass deleted it as old until 2026-12-07),
+    // then old again.
+    let seconds = 1_767_225_600;
+    e.append(&[batch(&tp(5), 0..10, 20)]).unwrap();
+    let mut in_seconds = batch(&tp(5), 10..12, 20);
+    in_seconds.records[0].timestamp_ms = seconds;
+    e.append(&[in_seconds]).unwrap();
+    e.append(&[batch(&tp(5), 12..20, 20)]).unwrap();
     let (report, finished) = prune(&e, &by_age(DAY), &now_ms, &|| true).unwrap();
     assert!(finished);
     assert_eq!(
@@ -286,6 +295,12 @@ fn a_pass_reports_what_holds_age_retention_back() {
                 timestamp_ms: ahead,
                 entry_next_offset: 11,
             },
+            HeldBack {
+                tp: tp(5),
+                offset: 10,
+                timestamp_ms: seconds,
+                entry_next_offset: 12,
+            },
         ]
     );
     assert_eq!(
@@ -296,6 +311,14 @@ fn a_pass_reports_what_holds_age_retention_back() {
     assert_eq!(held(&e)[&tp(1)], (10, 20, 10));
     assert_eq!(held(&e)[&tp(2)], (10, 20, 10));
     assert_eq!(held(&e)[&tp(3)], (10, 10, 0));
+    assert_eq!(held(&e)[&tp(5)], (10, 20, 10));
+    let why = report.held_back[2].why(false);
+    assert!(
+        why.contains(&format!(
+            "is stamped 1970-01-21T10:53:45.600Z ({seconds} ms since the epoch), before 1973: most likely a timestamp in seconds (it would be 2026-01-01T00:00:00Z)"
+        )),
+        "{why}"
+    );
     let why = report.held_back[0].why(false);
     assert!(
         why.contains("held back in t/0 at offset 10: that record has no timestamp (-1)")
@@ -322,17 +345,21 @@ fn a_pass_reports_what_holds_age_retention_back() {
     );
     // Ages are measured from the clock given: ten days on, the record
     // stamped two days ahead holds it back no more, and what lay below
-    // it (old) and it (eight days old then) go.
+    // it (old) and it (eight days old then) go; the record without a
+    // timestamp and the one in seconds still hold theirs back.
     let later = || now_ms() + 10 * 86_400_000;
     let (report, _) = prune(&e, &by_age(DAY), &later, &|| true).unwrap();
-    assert_eq!(report.held_back.len(), 1, "{:?}", report.held_back);
+    let still: Vec<_> = report.held_back.iter().map(|h| h.tp.clone()).collect();
+    assert_eq!(still, [tp(0), tp(5)]);
     assert_eq!(held(&e)[&tp(1)], (20, 20, 0));
     // The prune the WARN advises deletes the record that held it back,
     // and the next pass the old records above it.
     e.truncate_before(&tp(0), 15).unwrap();
+    e.truncate_before(&tp(5), 12).unwrap();
     let (report, _) = prune(&e, &by_age(DAY), &now_ms, &|| true).unwrap();
     assert_eq!(report.held_back, []);
     assert_eq!(held(&e)[&tp(0)], (20, 20, 0));
+    assert_eq!(held(&e)[&tp(5)], (20, 20, 0));
 }
 
 /// A sink dropped without a clean stop (the run failed) ends the pruner
