@@ -182,6 +182,11 @@ impl RunConfig {
                 self.brokers
             ));
         }
+        check_brokers(
+            &self.brokers,
+            self.kafka.get("security.protocol").map(String::as_str),
+        )
+        .map_err(ConnectorError::Config)?;
         if self.group.trim().is_empty() {
             return bad("group: empty (use --group NAME)".into());
         }
@@ -683,6 +688,85 @@ fn byte_count<'de, D: serde::Deserializer<'de>, T: TryFrom<u64>>(
         .map_err(|_| D::Error::custom(format!("{n}: too large for this machine")))
 }
 
+/// Check a `bootstrap.servers` list as librdkafka reads it
+/// (`rd_kafka_broker_name_parse`, `rdkafka_broker.c`): entries
+/// `[PROTOCOL://]host[:port]` between commas, the protocol that of
+/// `security.protocol` (`security_protocol`; librdkafka refuses another),
+/// the port 1 to 65535. librdkafka reads a port with `atoi` into 16 bits,
+/// so `host:99999` connected to port 34463 (99999 - 65536), and `host:abc`
+/// to port 0; a list it cannot use at all (`,`, `http://host:80`) failed
+/// only once the connect timeout had run out, as if Kafka were down (until
+/// 2026-12-07; found by an audit). A bracketed IPv6 address takes a port
+/// (`[::1]:9092`), a bare one none, as librdkafka reads them.
+pub fn check_brokers(
+    brokers: &str,
+    security_protocol: Option<&str>,
+) -> std::result::Result<(), String> {
+    const PROTOCOLS: [&str; 4] = ["plaintext", "ssl", "sasl_plaintext", "sasl_ssl"];
+    let usage = "give host:port[,host:port]";
+    let mut entries = 0;
+    for raw in brokers.split(',') {
+        let entry = raw.trim();
+        if entry.is_empty() {
+            continue; // librdkafka skips them
+        }
+        entries += 1;
+        let bad = |why: String| {
+            if entry == brokers.trim() {
+                Err(format!("brokers {entry:?}: {why}"))
+            } else {
+                Err(format!("brokers {brokers:?}: {entry:?}: {why}"))
+            }
+        };
+        let address = match entry.split_once("://") {
+            Some((protocol, rest)) => {
+                let protocol = protocol.to_ascii_lowercase();
+                if !PROTOCOLS.contains(&protocol.as_str()) {
+                    return bad(format!(
+                        "{protocol}:// is not a protocol librdkafka connects with ({}); {usage}",
+                        PROTOCOLS
+                            .map(|p| format!("{}://", p.to_ascii_uppercase()))
+                            .join(", ")
+                    ));
+                }
+                let set = security_protocol
+                    .unwrap_or("plaintext")
+                    .to_ascii_lowercase();
+                if protocol != set {
+                    return bad(format!(
+                        "its protocol is not security.protocol's ({set}), and librdkafka refuses such a broker: set -X security.protocol={protocol}, or leave the protocol out"
+                    ));
+                }
+                // librdkafka ignores a URL's path.
+                rest.split('/').next().unwrap_or_default()
+            }
+            None => entry,
+        };
+        if address.contains(char::is_whitespace) || address.contains('/') {
+            return bad(format!("not host:port; {usage}"));
+        }
+        // librdkafka's rule: a port after the only `:`, or after `]:`.
+        let (host, port) = match address.rsplit_once(':') {
+            Some((host, port)) if !host.contains(':') || host.ends_with(']') => (host, Some(port)),
+            _ => (address, None),
+        };
+        if host.is_empty() || host == "[]" {
+            return bad(format!("no host (an unset variable?); {usage}"));
+        }
+        if let Some(port) = port {
+            let valid = port.bytes().all(|b| b.is_ascii_digit())
+                && port.parse::<u16>().is_ok_and(|p| p > 0);
+            if !valid {
+                return bad(format!("port {port:?} is not a port (1 to 65535)"));
+            }
+        }
+    }
+    if entries == 0 {
+        return Err(format!("brokers {brokers:?}: no broker in it; {usage}"));
+    }
+    Ok(())
+}
+
 /// Whether `text` holds what librdkafka writes into its statistics
 /// unescaped ([`UNESCAPED`]): a `"`, a `\` or a control character.
 fn breaks_statistics(text: &str) -> bool {
@@ -1026,6 +1110,62 @@ pub fn parse_kv(s: &str) -> Result<(String, String), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Broker lists librdkafka would read wrongly (a port it wraps or
+    /// reads as 0) or not at all are refused at once, naming the entry;
+    /// those it reads as meant pass.
+    #[test]
+    fn broker_lists_librdkafka_would_misread_are_refused() {
+        for good in [
+            "localhost:9092",
+            "a:1,b:2",
+            " a:1 , b:65535 ,",
+            "kafka-0.svc.cluster.local",
+            "PLAINTEXT://k:9092",
+            "plaintext://k:9092/",
+            "[::1]:9092",
+            "::1",
+            "10.0.0.1:9092,[fe80::1]:19092",
+        ] {
+            assert_eq!(check_brokers(good, None), Ok(()), "{good}");
+        }
+        assert_eq!(check_brokers("SSL://k:9093", Some("ssl")), Ok(()));
+        assert_eq!(check_brokers("sasl_ssl://k:9093", Some("SASL_SSL")), Ok(()));
+        for (bad, says) in [
+            (
+                "127.0.0.1:99999",
+                "\"127.0.0.1:99999\": port \"99999\" is not a port (1 to 65535)",
+            ),
+            ("k:abc", "port \"abc\" is not a port"),
+            ("k:-5", "port \"-5\""),
+            ("k:0", "port \"0\""),
+            ("k:", "port \"\""),
+            ("a:1,b:70000", "\"b:70000\": port"),
+            (",", "no broker in it"),
+            (" , ", "no broker in it"),
+            (
+                "http://k:80",
+                "http:// is not a protocol librdkafka connects with",
+            ),
+            ("SSL://k:9093", "not security.protocol's (plaintext)"),
+            (":9092", "no host (an unset variable?)"),
+            ("[]:9092", "no host"),
+            ("a:1 b:2", "not host:port"),
+            ("k/path:9092", "not host:port"),
+        ] {
+            let e = check_brokers(bad, None).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        // In a run's settings, with -X security.protocol read.
+        let mut cfg = RunConfig::new("k:99999", "g", vec!["t".into()], "/tmp/x".into());
+        assert!(
+            matches!(cfg.validate(), Err(ConnectorError::Config(m)) if m.contains("port \"99999\"")),
+        );
+        cfg.brokers = "SSL://k:9093".into();
+        assert!(cfg.validate().is_err());
+        cfg.kafka.insert("security.protocol".into(), "ssl".into());
+        assert!(!matches!(cfg.validate(), Err(ConnectorError::Config(m)) if m.contains("brokers")),);
+    }
 
     /// The file's byte limits take a number of bytes or a size with its
     /// unit, as the flags do; anything else is refused saying both forms.

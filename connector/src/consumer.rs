@@ -994,8 +994,11 @@ impl rdkafka::ClientContext for CheckContext {
     }
 
     fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
-        tracing::warn!(target: "librdkafka", %error, "{reason}");
-        self.last_cause.note(&error, reason);
+        if self.last_cause.note(&error, reason) {
+            tracing::warn!(target: "librdkafka", %error, "{reason}");
+        } else {
+            tracing::debug!(target: "librdkafka", %error, "{reason} (said already)");
+        }
     }
 
     /// The statistics `client_config` asks for (progress reports) are the

@@ -454,18 +454,58 @@ pub(crate) fn cluster_metadata<X: ClientContext>(
 /// down" (which follows every failed connection and names no cause): a
 /// refused connection, a failed TLS handshake, credentials the brokers
 /// refuse. Each client's context keeps one, for [`with_cause`].
+///
+/// It also decides which of the errors are said at WARN: the first of each
+/// kind, and again once [`REPEAT_WARN_INTERVAL`] has passed. A client
+/// waiting for brokers that do not answer reports an error every few
+/// hundred ms, and the check's clients serve them only once the wait has
+/// ended: a 10 s wait for an unreachable broker printed about 200 WARN
+/// lines at once, 30 s of `cairn restore` over 1,100, the error that
+/// explains them last (until 2026-12-07; found by an audit).
 #[derive(Debug, Default)]
-pub(crate) struct LastCause(std::sync::Mutex<Option<String>>);
+pub(crate) struct LastCause(std::sync::Mutex<Causes>);
+
+#[derive(Debug, Default)]
+pub(crate) struct Causes {
+    last: Option<String>,
+    /// When each kind of error (its code and its text without digits:
+    /// librdkafka counts in its texts, "1/1 brokers are down", "5 identical
+    /// error(s) suppressed") was last said at WARN.
+    said: std::collections::HashMap<String, Instant>,
+}
+
+/// How often an error of one kind is said at WARN again, at most.
+pub(crate) const REPEAT_WARN_INTERVAL: Duration = Duration::from_secs(60);
 
 impl LastCause {
-    /// A client error reported to the context.
-    pub(crate) fn note(&self, error: &KafkaError, reason: &str) {
+    /// A client error reported to the context: kept, and whether to say it
+    /// at WARN (false: at DEBUG, a repeat).
+    pub(crate) fn note(&self, error: &KafkaError, reason: &str) -> bool {
+        let mut c = self.0.lock().unwrap_or_else(|e| e.into_inner());
         if error
             .rdkafka_error_code()
             .is_some_and(|c| c != RDKafkaErrorCode::AllBrokersDown)
         {
-            *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.to_owned());
+            c.last = Some(reason.to_owned());
         }
+        let kind = format!(
+            "{:?} {}",
+            error.rdkafka_error_code(),
+            reason.replace(|ch: char| ch.is_ascii_digit(), "")
+        );
+        let now = Instant::now();
+        let say = c
+            .said
+            .get(&kind)
+            .is_none_or(|at| now.duration_since(*at) >= REPEAT_WARN_INTERVAL);
+        if say {
+            // Bounded: a client that reports ever new kinds forgets the old.
+            if c.said.len() >= 256 {
+                c.said.clear();
+            }
+            c.said.insert(kind, now);
+        }
+        say
     }
 }
 
@@ -473,7 +513,12 @@ impl LastCause {
 /// names the cause librdkafka's bare "transport failure" leaves out (a
 /// refused connection, a failed TLS handshake, refused credentials).
 pub(crate) fn with_cause(e: ConnectorError, last: &LastCause) -> ConnectorError {
-    let last = last.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let last = last
+        .0
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .last
+        .clone();
     match (e, last) {
         (
             ConnectorError::BrokerUnreachable {

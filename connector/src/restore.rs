@@ -158,6 +158,11 @@ impl RestoreConfig {
         if self.brokers.trim().is_empty() {
             return bad("brokers: empty (use --brokers host:port[,host:port])".into());
         }
+        crate::config::check_brokers(
+            &self.brokers,
+            self.kafka.get("security.protocol").map(String::as_str),
+        )
+        .map_err(ConnectorError::Config)?;
         refuse_managed_keys(&self.kafka, &MANAGED, "cairn restore")?;
         crate::config::refuse_old_protocol(&self.kafka)?;
         crate::librdkafka::refuse_two_names(&self.kafka).map_err(ConnectorError::Config)?;
@@ -2517,8 +2522,11 @@ impl ClientContext for Deliveries {
 
     fn error(&self, error: KafkaError, reason: &str) {
         self.note_served();
-        tracing::warn!(%error, reason, "kafka producer");
-        self.last_cause.note(&error, reason);
+        if self.last_cause.note(&error, reason) {
+            tracing::warn!(%error, reason, "kafka producer");
+        } else {
+            tracing::debug!(%error, reason, "kafka producer (said already)");
+        }
         if error.rdkafka_error_code() == Some(RDKafkaErrorCode::Fatal) {
             self.lock().fatal.get_or_insert_with(|| reason.to_owned());
         }

@@ -2060,6 +2060,55 @@ fn an_archive_in_memory_is_warned_about() {
     assert!(copy.is_dir(), "the copy is made");
 }
 
+/// A broker list librdkafka would misread (a port it wraps to another,
+/// reads as 0) or cannot use at all is refused at once by every command
+/// that takes one, naming the entry, before anything waits for Kafka or
+/// touches `--data` (until 2026-12-07 `host:99999` connected to port
+/// 34463, and `,` failed only after the connect timeout).
+#[test]
+fn malformed_broker_lists_are_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("archive");
+    let data = data.to_str().unwrap();
+    for (brokers, says) in [
+        (
+            "127.0.0.1:99999",
+            "port \"99999\" is not a port (1 to 65535)",
+        ),
+        ("k:abc", "port \"abc\" is not a port"),
+        (",", "no broker in it"),
+        (
+            "http://k:80",
+            "http:// is not a protocol librdkafka connects with",
+        ),
+    ] {
+        let t0 = std::time::Instant::now();
+        let (code, _, err) = cairn_run(brokers, "t", data, &[]);
+        assert_eq!(code, 1, "{brokers}: {err}");
+        assert!(err.contains(says), "{brokers}: {err}");
+        assert!(!err.contains("waiting for Kafka"), "{brokers}: {err}");
+        let (code, _, err) = cairn(&["status", "--data", data, "--brokers", brokers]);
+        assert_eq!(code, 1, "status {brokers}: {err}");
+        assert!(err.contains(says), "status {brokers}: {err}");
+        let (code, _, err) = cairn(&["restore", "--data", data, "--brokers", brokers]);
+        assert_eq!(code, 1, "restore {brokers}: {err}");
+        assert!(err.contains(says), "restore {brokers}: {err}");
+        // Refused, not waited on (the connect timeout is 10 s).
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(8),
+            "{brokers}"
+        );
+    }
+    assert!(!std::path::Path::new(data).exists(), "--data was made");
+    // A folder that holds no archive is said before Kafka is asked.
+    let (code, _, err) = cairn(&["restore", "--data", data, "--brokers", "127.0.0.1:1"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("no cairn archive there") && !err.contains("cannot reach Kafka"),
+        "{err}"
+    );
+}
+
 #[test]
 fn unreachable_broker_names_the_brokers() {
     let dir = tempfile::tempdir().unwrap();
@@ -2080,6 +2129,14 @@ fn unreachable_broker_names_the_brokers() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no wait in {err}"));
     assert!(waited_ms >= 1_500, "{err}");
+    // Each kind of librdkafka error once, not one line per failed connect
+    // (about 20 a second of waiting before 2026-12-07, all printed as the
+    // wait ended).
+    let warns = err
+        .lines()
+        .filter(|l| l.contains(" WARN librdkafka"))
+        .count();
+    assert!((1..=4).contains(&warns), "{warns} WARN lines:\n{err}");
     // A secured cluster's settings are taken (librdkafka is built with
     // OpenSSL, SASL PLAIN and SCRAM): the same error, not a refused setting.
     let secured = [

@@ -374,6 +374,17 @@ pub(crate) fn refuse_not_a_directory(data: &std::path::Path) -> crate::Result<()
 
 /// Open an archive for reading, with a clear message when it is in use.
 pub fn open_archive(data: &std::path::Path) -> crate::Result<cairn_engine::Engine> {
+    refuse_no_archive(data)?;
+    let engine = cairn_engine::Engine::open(cairn_engine::EngineConfig::new(data))?;
+    say_repaired(data, engine.recovery_report());
+    Ok(engine)
+}
+
+/// [`open_archive`]'s checks before it opens anything: `data` is a
+/// directory that holds an archive (not one a killed backup left, nor one
+/// that lost its data file). Cheap, and opens nothing: a command that asks
+/// Kafka first says a wrong `--data` before that wait.
+pub(crate) fn refuse_no_archive(data: &std::path::Path) -> crate::Result<()> {
     refuse_not_a_directory(data)?;
     // Before "no archive there": a backup killed before sled wrote its
     // files has the mark and nothing else.
@@ -386,9 +397,7 @@ pub fn open_archive(data: &std::path::Path) -> crate::Result<cairn_engine::Engin
             data.display()
         )));
     }
-    let engine = cairn_engine::Engine::open(cairn_engine::EngineConfig::new(data))?;
-    say_repaired(data, engine.recovery_report());
-    Ok(engine)
+    Ok(())
 }
 
 /// A failed command's archive closed (`closed`) beside its error: a

@@ -75,9 +75,10 @@ pub async fn run(args: RestoreArgs) -> Result<ExitCode> {
     let data = args.data.data.clone();
     let cfg = args.into_config()?;
     cfg.validate()?;
-    // Before the wait for Kafka: a file named as the archive is said at
-    // once, not after "cannot reach Kafka".
-    super::refuse_not_a_directory(&data)?;
+    // Before the wait for Kafka: a file named as the archive, or a folder
+    // that holds none, is said at once, not after "cannot reach Kafka"
+    // (until 2026-12-07 only a file was; found by an audit).
+    super::refuse_no_archive(&data)?;
     // Installed before Kafka is asked and the archive is opened (its
     // recovery can take long): a signal meanwhile stops the restore before
     // it sends anything.

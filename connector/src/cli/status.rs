@@ -215,6 +215,10 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
     // answer are said with why (a refused login, a failed TLS handshake),
     // as `run` says it (since the night of 2026-12-04; before, only
     // "cannot reach Kafka").
+    if let Some(brokers) = &args.brokers {
+        crate::config::check_brokers(brokers, kafka.get("security.protocol").map(String::as_str))
+            .map_err(ConnectorError::Config)?;
+    }
     let consumer = match &args.brokers {
         None => None,
         Some(brokers) => Some(client_in(
