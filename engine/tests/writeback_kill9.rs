@@ -18,8 +18,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Command, Stdio};
+use std::io::Write;
 
 use cairn_engine::{Engine, EngineConfig, TopicPartition};
 use rand::{Rng, SeedableRng};
@@ -42,21 +41,16 @@ fn parts() -> Vec<TopicPartition> {
 
 /// The child: resumes each partition at the store's durable offset and
 /// writes, one partition a write, syncing every `SYNC_EVERY` writes. Each
-/// write prints `wrote <i> <its µs>`, each sync `synced <next offsets>
-/// <writebacks> <the write's µs>` once it has returned. Then it waits on its stdin, which the parent
+/// write prints `@ wrote <i> <its µs>`, each sync `@ synced <next
+/// offsets> <writebacks> <the write's µs>` once it has returned. Then it waits on its stdin, which the parent
 /// never writes, for the SIGKILL.
 #[test]
 #[ignore = "the child of sigkill_among_written_behind_writes_keeps_a_prefix (run by it)"]
 fn kill9_child() {
-    let Some(dir) = std::env::var_os(CHILD_ENV) else {
+    let tps = parts();
+    let Some((e, mut next)) = common::child_store(CHILD_ENV, &tps) else {
         return;
     };
-    let e = Engine::open(EngineConfig::new(&dir)).unwrap();
-    let tps = parts();
-    let mut next: Vec<i64> = tps
-        .iter()
-        .map(|tp| e.durable_offset(tp).unwrap_or(0))
-        .collect();
     let mut out = std::io::stdout().lock();
     for i in 0..WRITES_MAX {
         let p = i % tps.len();
@@ -73,7 +67,7 @@ fn kill9_child() {
             e.sync().unwrap();
             writeln!(
                 out,
-                "synced {} {} {} {} {write_us}",
+                "@ synced {} {} {} {} {write_us}",
                 next[0],
                 next[1],
                 next[2],
@@ -81,26 +75,18 @@ fn kill9_child() {
             )
             .unwrap();
         } else {
-            writeln!(out, "wrote {i} {write_us}").unwrap();
+            writeln!(out, "@ wrote {i} {write_us}").unwrap();
         }
         out.flush().unwrap();
     }
-    writeln!(out, "done").unwrap();
-    out.flush().unwrap();
-    let _ = std::io::stdin().read(&mut [0u8]);
+    common::child_done(&mut out);
 }
 
 #[test]
 fn sigkill_among_written_behind_writes_keeps_a_prefix() {
     let seed = common::seed("writeback_kill9");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let rounds: u32 = std::env::var("CAIRN_CRASH_ROUNDS")
-        .ok()
-        .map(|s| {
-            s.parse()
-                .expect("CAIRN_CRASH_ROUNDS must be a whole number")
-        })
-        .unwrap_or(4);
+    let rounds = common::crash_rounds(4);
     let dir = tempfile::tempdir().unwrap();
     let tps = parts();
     // What the store held, verified, after the last round (a prefix of
@@ -118,28 +104,11 @@ fn sigkill_among_written_behind_writes_keeps_a_prefix() {
         // writebacks before it.
         let low = if round == 0 { SYNC_EVERY + 1 } else { 1 };
         let kill_after = rng.gen_range(low..WRITES_MAX);
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "kill9_child",
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_ENV, dir.path())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        // Kept open until the child is dead: a child whose next line met a
-        // closed pipe would panic, and its engine's drop would sync.
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut child = common::Kill9Child::spawn("kill9_child", CHILD_ENV, dir.path());
         let mut synced = held.clone();
         let mut seen = 0;
         let mut write_us = 0;
-        for line in lines.by_ref() {
-            let line = line.unwrap();
+        while let Some(line) = child.next_line() {
             if let Some(rest) = line.strip_prefix("synced ") {
                 let f: Vec<u64> = rest.split(' ').map(|n| n.parse().unwrap()).collect();
                 for (s, &o) in synced.iter_mut().zip(&f[..3]) {
@@ -149,11 +118,11 @@ fn sigkill_among_written_behind_writes_keeps_a_prefix() {
                 write_us = f[4];
             } else if let Some(rest) = line.strip_prefix("wrote ") {
                 write_us = rest.split(' ').nth(1).unwrap().parse().unwrap();
-            } else if line != "done" {
-                continue; // the test harness's own lines
+            } else {
+                assert_eq!(line, "done 0");
             }
             seen += 1;
-            if seen == kill_after || line == "done" {
+            if seen == kill_after || line == "done 0" {
                 break;
             }
         }
@@ -166,11 +135,7 @@ fn sigkill_among_written_behind_writes_keeps_a_prefix() {
         // anything: read from the pipe at once, the kill fell at the
         // write's start in every round).
         let into_write_us = rng.gen_range(0..=write_us);
-        std::thread::sleep(std::time::Duration::from_micros(into_write_us));
-        child.kill().unwrap(); // SIGKILL
-        let status = child.wait().unwrap();
-        drop(lines);
-        assert!(!status.success(), "round {round}: {status:?}");
+        child.kill_after(std::time::Duration::from_micros(into_write_us));
 
         let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
         let report = e.recovery_report();

@@ -160,3 +160,93 @@ pub fn hundred_synced_ten_not(
     e.write(&[batch(&tp, 100..110, 100)]).unwrap();
     (std::sync::Arc::new(e), tp)
 }
+
+/// A child process of this test binary running its ignored test `test`,
+/// with `env` set to the store's folder, to be SIGKILLed: the crash tests'
+/// way to cut a store where the kill falls (writeback_kill9.rs,
+/// truncation_kill9.rs). The child prints a line per step to stdout,
+/// each begun with `@ `; the
+/// pipe stays open until it is dead, for a child whose next line met a
+/// closed pipe would panic, and its engine's drop would sync. Its stdin is
+/// a pipe never written: a child with nothing left to do waits there.
+pub struct Kill9Child {
+    child: std::process::Child,
+    lines: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+}
+
+impl Kill9Child {
+    pub fn spawn(test: &str, env: &str, dir: &std::path::Path) -> Kill9Child {
+        use std::io::BufRead;
+        use std::process::{Command, Stdio};
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                test,
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(env, dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        Kill9Child { child, lines }
+    }
+
+    /// The child's next line of its own, which it begins with `@ `, from
+    /// there on (the test harness's lines are passed over, and what it
+    /// wrote before a line of the child's on the same line: libtest's
+    /// `test NAME ... ` now and then); or `None` once its stdout has
+    /// closed.
+    pub fn next_line(&mut self) -> Option<String> {
+        self.lines
+            .by_ref()
+            .map(|l| l.unwrap())
+            .find_map(|l| l.find("@ ").map(|at| l[at + 2..].to_owned()))
+    }
+
+    /// SIGKILL, `into` after now (a position in the child's next step, not
+    /// a wait for anything), and wait for it to be gone.
+    pub fn kill_after(mut self, into: std::time::Duration) {
+        std::thread::sleep(into);
+        self.child.kill().unwrap();
+        let status = self.child.wait().unwrap();
+        assert!(!status.success(), "{status:?}");
+    }
+}
+
+/// In a [`Kill9Child`]: the store `env` names, opened, and the durable
+/// next offset of each of `tps` (where the child resumes); `None` when
+/// this test was not started as a child (`--ignored`, by hand).
+pub fn child_store(env: &str, tps: &[TopicPartition]) -> Option<(cairn_engine::Engine, Vec<i64>)> {
+    let dir = std::env::var_os(env)?;
+    let e = cairn_engine::Engine::open(cairn_engine::EngineConfig::new(&dir)).unwrap();
+    let next = tps
+        .iter()
+        .map(|tp| e.durable_offset(tp).unwrap_or(0))
+        .collect();
+    Some((e, next))
+}
+
+/// In a [`Kill9Child`] with nothing left to do: say so (`@ done 0`) and
+/// wait for the SIGKILL on stdin, which the parent never writes.
+pub fn child_done(out: &mut impl std::io::Write) {
+    use std::io::Read;
+    writeln!(out, "@ done 0").unwrap();
+    out.flush().unwrap();
+    let _ = std::io::stdin().read(&mut [0u8]);
+}
+
+/// `CAIRN_CRASH_ROUNDS`, or `default`.
+pub fn crash_rounds(default: u32) -> u32 {
+    std::env::var("CAIRN_CRASH_ROUNDS")
+        .ok()
+        .map(|s| {
+            s.parse()
+                .expect("CAIRN_CRASH_ROUNDS must be a whole number")
+        })
+        .unwrap_or(default)
+}
