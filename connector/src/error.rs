@@ -88,7 +88,7 @@ pub enum ConnectorError {
         dead_letter_topic: String,
         detail: String,
     },
-    #[error("stored offset {stored} of {topic}/{partition} is older than Kafka's earliest {earliest}: records {stored}..{earliest} aged out of retention (set --on-offset-out-of-range earliest to skip them)")]
+    #[error("stored offset {stored} of {topic}/{partition} is older than Kafka's earliest {earliest}: {} aged out of retention (set --on-offset-out-of-range earliest to skip them)", records_from_to(*.stored, *.earliest))]
     OffsetAgedOut {
         topic: String,
         partition: i32,
@@ -310,7 +310,12 @@ impl ConnectorError {
     pub(crate) fn client_settings(
         what: &'static str,
     ) -> impl FnOnce(rdkafka::error::KafkaError) -> Self {
-        move |e| ConnectorError::Config(format!("{what}: {}", crate::librdkafka::redacted(e)))
+        move |e| {
+            ConnectorError::Config(format!(
+                "{what}: {}",
+                crate::librdkafka::settings_refused(e)
+            ))
+        }
     }
 
     /// [`kafka`](Self::kafka), naming what it concerned (`t`, `t/p`).
@@ -327,6 +332,16 @@ impl ConnectorError {
 }
 
 pub type Result<T, E = ConnectorError> = std::result::Result<T, E>;
+
+/// The offsets `from..to` as a reader counts them: "record 11040" for one
+/// (until 2026-12-07 the half-open "records 11040..11041"; found by an
+/// audit), "records 100 to 149 (50)" for more.
+pub(crate) fn records_from_to(from: i64, to: i64) -> String {
+    match to.saturating_sub(from) {
+        1 => format!("record {from}"),
+        n => format!("records {from} to {} ({n})", to.saturating_sub(1)),
+    }
+}
 
 /// What to do about a record over `--record-bytes-max`: first what loses
 /// nothing, a higher limit, while the record is within the archive's
@@ -355,4 +370,33 @@ pub struct RestoreFailure {
     /// What to run next.
     pub next_step: String,
     pub detail: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Aged-out records are said as a reader counts them.
+    #[test]
+    fn aged_out_records_are_counted_as_a_reader_counts() {
+        let e = |stored, earliest| {
+            ConnectorError::OffsetAgedOut {
+                topic: "t".into(),
+                partition: 0,
+                stored,
+                earliest,
+            }
+            .to_string()
+        };
+        assert!(
+            e(11_040, 11_041).contains(": record 11040 aged out"),
+            "{}",
+            e(11_040, 11_041)
+        );
+        assert!(
+            e(100, 150).contains(": records 100 to 149 (50) aged out"),
+            "{}",
+            e(100, 150)
+        );
+    }
 }

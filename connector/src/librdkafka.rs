@@ -298,9 +298,30 @@ pub(crate) fn redacted(e: KafkaError) -> KafkaError {
                     || res == rdkafka::types::RDKafkaConfRes::RD_KAFKA_CONF_UNKNOWN) =>
         {
             let not_shown = format!("<{} characters, not shown>", value.chars().count());
-            KafkaError::ClientConfig(res, desc.replace(&value, &not_shown), key, not_shown)
+            // librdkafka quotes a value it names; a short one is replaced
+            // only so, for it may be part of other words (`1` in
+            // `sasl1.x`).
+            let desc = if value.chars().count() >= 4 {
+                desc.replace(&value, &not_shown)
+            } else {
+                desc.replace(&format!("\"{value}\""), &format!("\"{not_shown}\""))
+            };
+            KafkaError::ClientConfig(res, desc, key, not_shown)
         }
         e => e,
+    }
+}
+
+/// A refused client setting as one line: the property (its value hidden
+/// where [`redacted`] hides it), then librdkafka's description. rdkafka's
+/// own text runs the three together after its description ("Client config
+/// error: No such configuration property: \"foo.bar\" foo.bar <1
+/// characters, not shown>", until 2026-12-07; found by an audit). Any
+/// other error as rdkafka says it.
+pub(crate) fn settings_refused(e: KafkaError) -> String {
+    match redacted(e) {
+        KafkaError::ClientConfig(_, desc, key, value) => format!("{key}={value}: {desc}"),
+        e => e.to_string(),
     }
 }
 
@@ -371,7 +392,10 @@ where
     }
     c.create_with_context::<_, T>(SettingsCheck)
         .map(drop)
-        .map_err(|e| format!("-X: {}", redacted(e)))
+        .map_err(|e| match e {
+            KafkaError::ClientConfig(..) => format!("-X {}", settings_refused(e)),
+            e => format!("-X: {}", redacted(e)),
+        })
 }
 
 /// The message timeout `-X` sets, if it sets one that parses.
@@ -937,6 +961,21 @@ mod tests {
         c.set("sasl.pasword", secret);
         let e = check_consumer_settings(&c).unwrap_err();
         assert!(e.contains("sasl.pasword") && !e.contains("hunter2"), "{e}");
+        // Said as the property, then librdkafka's description; a short
+        // value hidden without garbling the rest.
+        let mut c = ClientConfig::new();
+        c.set("foo1.bar", "1");
+        assert_eq!(
+            check_consumer_settings(&c).unwrap_err(),
+            "-X foo1.bar=<1 characters, not shown>: No such configuration property: \"foo1.bar\""
+        );
+        let mut c = ClientConfig::new();
+        c.set("session.timeout.ms", "abc");
+        let e = check_consumer_settings(&c).unwrap_err();
+        assert!(
+            e.starts_with("-X session.timeout.ms=abc: Invalid value"),
+            "{e}"
+        );
         // Any other property's value is shown as it was.
         let mut c = ClientConfig::new();
         c.set("fetch.wait.max.ms", "not-a-number");

@@ -154,7 +154,11 @@ impl Cut {
                 "--before-time {t}: must not be before the Unix epoch"
             )),
             Cut::TimeMs(t) if t > now.saturating_add(BEFORE_TIME_AHEAD_MS_MAX) => bad(format!(
-                "--before-time {t}: more than a day in the future, which would delete every record with a timestamp; it takes milliseconds since the Unix epoch (was this microseconds or nanoseconds?) or RFC 3339"
+                "--before-time {t}{}: more than a day in the future, which would delete every record with a timestamp; it takes milliseconds since the Unix epoch (given as a number, was this microseconds or nanoseconds?) or RFC 3339",
+                // The time as a date too: given in RFC 3339, the number
+                // alone read as if it had been given so (until
+                // 2026-12-07; found by an audit).
+                date_of_ms(t).map_or(String::new(), |d| format!(" ({d})"))
             )),
             Cut::KeepBytes(0) => bad(
                 "--keep-bytes 0: must be positive (to empty partitions, prune --before their next offset)"
@@ -163,6 +167,16 @@ impl Cut {
             cut => Ok(cut),
         }
     }
+}
+
+/// `ms` since the Unix epoch as an RFC 3339 date, where humantime formats
+/// one (up to the year 9999).
+fn date_of_ms(ms: i64) -> Option<String> {
+    let ms = u64::try_from(ms)
+        .ok()
+        .filter(|&ms| ms < 253_402_300_800_000)?;
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+    Some(humantime::format_rfc3339(at).to_string())
 }
 
 fn cut_of(args: &PruneArgs) -> Result<Cut> {
@@ -512,6 +526,27 @@ pub fn prune(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A time too far ahead is said as the number and as a date: one given
+    /// in RFC 3339 is recognised in the refusal.
+    #[test]
+    fn a_time_too_far_ahead_is_said_as_a_date_too() {
+        let e = Cut::TimeMs(4_070_908_800_000)
+            .check()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(
+                "--before-time 4070908800000 (2099-01-01T00:00:00Z): more than a day in the future"
+            ),
+            "{e}"
+        );
+        let e = Cut::TimeMs(i64::MAX).check().unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("--before-time {}: more", i64::MAX)),
+            "{e}"
+        );
+    }
     use std::sync::atomic::AtomicBool;
 
     /// What a running archive is sent is checked as a command line is:
