@@ -706,7 +706,8 @@ pub fn check_brokers(
     let usage = "give host:port[,host:port]";
     let mut entries = 0;
     for raw in brokers.split(',') {
-        let entry = raw.trim();
+        // librdkafka skips spaces before an entry, not after it.
+        let entry = raw.trim_start();
         if entry.is_empty() {
             continue; // librdkafka skips them
         }
@@ -742,6 +743,11 @@ pub fn check_brokers(
             }
             None => entry,
         };
+        if address.ends_with(char::is_whitespace) {
+            return bad(format!(
+                "a space after it, which librdkafka reads as part of the host or port; {usage}"
+            ));
+        }
         if address.contains(char::is_whitespace) || address.contains('/') {
             return bad(format!("not host:port; {usage}"));
         }
@@ -750,6 +756,8 @@ pub fn check_brokers(
             Some((host, port)) if !host.contains(':') || host.ends_with(']') => (host, Some(port)),
             _ => (address, None),
         };
+        // librdkafka reads an empty host as localhost; refused here, as
+        // an unset variable far more often than meant.
         if host.is_empty() || host == "[]" {
             return bad(format!("no host (an unset variable?); {usage}"));
         }
@@ -1119,7 +1127,8 @@ mod tests {
         for good in [
             "localhost:9092",
             "a:1,b:2",
-            " a:1 , b:65535 ,",
+            " a:1, b:65535,",
+            "under_score.example.:9092",
             "kafka-0.svc.cluster.local",
             "PLAINTEXT://k:9092",
             "plaintext://k:9092/",
@@ -1151,6 +1160,7 @@ mod tests {
             (":9092", "no host (an unset variable?)"),
             ("[]:9092", "no host"),
             ("a:1 b:2", "not host:port"),
+            ("a:1 ,b:2", "\"a:1 \": a space after it"),
             ("k/path:9092", "not host:port"),
         ] {
             let e = check_brokers(bad, None).unwrap_err();

@@ -492,9 +492,10 @@ pub(crate) struct LastCause(std::sync::Mutex<Causes>);
 #[derive(Debug, Default)]
 pub(crate) struct Causes {
     last: Option<String>,
-    /// When each kind of error (its code and its text without digits:
-    /// librdkafka counts in its texts, "1/1 brokers are down", "5 identical
-    /// error(s) suppressed") was last said at WARN.
+    /// When each kind of error (its code, the broker it names, and the
+    /// rest of its text without digits: librdkafka counts in its texts,
+    /// "1/1 brokers are down", "5 identical error(s) suppressed") was last
+    /// said at WARN.
     said: std::collections::HashMap<String, Instant>,
 }
 
@@ -512,10 +513,13 @@ impl LastCause {
         {
             c.last = Some(reason.to_owned());
         }
+        // The broker it names (`kafka-1:9092/1: …`) kept whole: one
+        // broker down after another is news.
+        let (broker, text) = reason.split_once(": ").unwrap_or(("", reason));
         let kind = format!(
-            "{:?} {}",
+            "{:?} {broker}: {}",
             error.rdkafka_error_code(),
-            reason.replace(|ch: char| ch.is_ascii_digit(), "")
+            text.replace(|ch: char| ch.is_ascii_digit(), "")
         );
         let now = Instant::now();
         let say = c
@@ -935,6 +939,27 @@ mod tests {
         // Not timed: without the stop the wait would end in a reply or a
         // timeout, never in `StoppedWaiting`.
         assert!(matches!(e, ConnectorError::StoppedWaiting { .. }), "{e}");
+    }
+
+    /// Each kind of client error is said at WARN once (a minute): kinds
+    /// differ by code, by the broker named, and by text other than counts.
+    #[test]
+    fn each_kind_of_client_error_is_warned_once() {
+        use rdkafka::error::KafkaError::Global;
+        use RDKafkaErrorCode::{AllBrokersDown, BrokerTransportFailure as Transport};
+        let last = LastCause::default();
+        let refused = |b: &str, n: u32| {
+            format!("{b}/bootstrap: Connect to ipv4#{b} failed: Connection refused (after {n}ms in state CONNECT)")
+        };
+        assert!(last.note(&Global(Transport), &refused("k1:9092", 0)));
+        assert!(!last.note(&Global(Transport), &refused("k1:9092", 3)));
+        // Another broker failing is news.
+        assert!(last.note(&Global(Transport), &refused("k2:9092", 0)));
+        assert!(last.note(&Global(AllBrokersDown), "2/2 brokers are down"));
+        assert!(!last.note(&Global(AllBrokersDown), "1/2 brokers are down"));
+        // The cause kept is the last that names one.
+        let cause = last.0.lock().unwrap().last.clone();
+        assert_eq!(cause, Some(refused("k2:9092", 0)));
     }
 
     /// A refused or unknown property's value is not shown where it may be

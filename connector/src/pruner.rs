@@ -259,10 +259,19 @@ impl HeldBack {
             format!("has no timestamp ({ts}), so no age")
         } else if *ts < cairn_engine::AGELESS_BEFORE_MS {
             let at = UNIX_EPOCH + Duration::from_millis(*ts as u64);
+            // Seconds since 2001 (10^9) read as milliseconds; below that
+            // it is no time of Kafka's in either unit.
+            let seconds = if *ts >= 1_000_000_000 {
+                format!(
+                    ": most likely a timestamp in seconds (it would be {})",
+                    humantime::format_rfc3339(UNIX_EPOCH + Duration::from_secs(*ts as u64))
+                )
+            } else {
+                String::new()
+            };
             format!(
-                "is stamped {} ({ts} ms since the epoch), before 1973: most likely a timestamp in seconds (it would be {}), so no age is taken from it",
+                "is stamped {} ({ts} ms since the epoch), before 1973{seconds}, so no age is taken from it",
                 humantime::format_rfc3339_millis(at),
-                humantime::format_rfc3339(UNIX_EPOCH + Duration::from_secs(*ts as u64)),
             )
         } else {
             // humantime formats years up to 9999 only.

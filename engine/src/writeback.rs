@@ -40,9 +40,10 @@
 //!   flush once it has seen the store failing (poisoned); one under way
 //!   ends, and one asked for before may begin as the poisoning happens
 //!   (it claims nothing: no sync publishes after a failure).
-//! - No sync flushes after a failed writeback: a sync leader that finds
-//!   one as it begins fails without flushing or syncing, one that finds it
-//!   after its fdatasync publishes nothing.
+//! - No sync publishes after a failed writeback, and none that finds one
+//!   failed as it begins flushes or syncs: it fails at once. One that
+//!   fails while a leader flushes (or just after it looked) is found after
+//!   that leader's fdatasync, which then publishes nothing.
 //! - Its lock never panics (poisoned, it is taken as it is): `stop` must
 //!   always join the thread, or its handle could outlive the engine's.
 //!

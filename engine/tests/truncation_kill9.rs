@@ -47,7 +47,8 @@ fn parts() -> Vec<TopicPartition> {
 /// then cuts each partition to its newest `KEEP` in one pass (`@ cutting
 /// <p> <offset>` before each partition's truncation, `@ cut <offsets>` once
 /// the pass has finished, durable). Each line ends with the microseconds
-/// the step before it took. Then it waits on its stdin for the SIGKILL.
+/// the step before it took (`@ cutting 0`: the last pass's). Then it
+/// waits on its stdin for the SIGKILL.
 #[test]
 #[ignore = "the child of sigkill_among_truncations_keeps_a_prefix_of_the_steps (run by it)"]
 fn truncation_kill9_child() {
@@ -56,6 +57,10 @@ fn truncation_kill9_child() {
         return;
     };
     let mut out = std::io::stdout().lock();
+    // What the last pass took: the time `@ cutting 0` gives, so that a
+    // kill after it lands anywhere in partition 0's cut too (the step
+    // before it, a sync's line, took no time). A guess before the first.
+    let mut pass_us = 200_000;
     for _ in 0..CHILD_ROUNDS {
         let mut t0 = std::time::Instant::now();
         for i in 0..RECORDS_PER_ROUND {
@@ -82,17 +87,24 @@ fn truncation_kill9_child() {
         for n in &mut next {
             *n += RECORDS_PER_ROUND;
         }
+        let t_pass = std::time::Instant::now();
         let mut pass = e.truncation_pass();
         let mut cuts = Vec::new();
         for (p, tp) in tps.iter().enumerate() {
             let cut = next[p] - KEEP;
-            writeln!(out, "@ cutting {p} {cut} {}", t0.elapsed().as_micros()).unwrap();
+            let step_us = if p == 0 {
+                pass_us
+            } else {
+                t0.elapsed().as_micros()
+            };
+            writeln!(out, "@ cutting {p} {cut} {step_us}").unwrap();
             out.flush().unwrap();
             t0 = std::time::Instant::now();
             pass.truncate_by_while(tp, |_| Ok(cut), || true).unwrap();
             cuts.push(cut.to_string());
         }
         pass.finish().unwrap();
+        pass_us = t_pass.elapsed().as_micros();
         writeln!(out, "@ cut {} {}", cuts.join(" "), t0.elapsed().as_micros()).unwrap();
         out.flush().unwrap();
     }

@@ -4,8 +4,8 @@
 //! (`--older-than`) or a size to keep (`--keep-bytes`, payload bytes per
 //! partition, newest entries first). A time cut becomes, per partition, the
 //! first archived offset whose timestamp is at or after it, or that has no
-//! timestamp (`Engine::offset_for_retention`): everything below it is
-//! older. Records at or above the cut are never deleted.
+//! age (no timestamp, or one before 1973: `cairn_engine::AGELESS_BEFORE_MS`;
+//! `Engine::offset_for_retention`): everything below it is older. Records at or above the cut are never deleted.
 //!
 //! # Invariants
 //! - Whole entries only (the engine's unit of writing): an entry that holds
@@ -154,7 +154,7 @@ impl Cut {
                 "--before-time {t}: must not be before the Unix epoch"
             )),
             Cut::TimeMs(t) if t > now.saturating_add(BEFORE_TIME_AHEAD_MS_MAX) => bad(format!(
-                "--before-time {t}{}: more than a day in the future, which would delete every record with a timestamp; it takes milliseconds since the Unix epoch (given as a number, was this microseconds or nanoseconds?) or RFC 3339",
+                "--before-time {t}{}: more than a day in the future, which would delete every record with an age; it takes milliseconds since the Unix epoch (given as a number, was this microseconds or nanoseconds?) or RFC 3339",
                 // The time as a date too: given in RFC 3339, the number
                 // alone read as if it had been given so (until
                 // 2026-12-07; found by an audit).
@@ -189,8 +189,9 @@ const BEFORE_TIME_AHEAD_MS_MAX: i64 = pruner::FUTURE_SLACK_MS;
 
 /// The earliest `--before-time` taken as a number, 1973-03-03 in
 /// milliseconds: any time of this century in seconds is below it, and no
-/// Kafka record is that old (Kafka's timestamps date from 2016).
-const BEFORE_TIME_MS_MIN: i64 = 100_000_000_000;
+/// record stamped earlier has an age for retention (the engine's own
+/// bound, so that the two cannot drift).
+const BEFORE_TIME_MS_MIN: i64 = cairn_engine::AGELESS_BEFORE_MS;
 
 /// Refuse a selection a prune must not take with `cut`; checked by the
 /// command line before it opens or asks anything, and again by [`prune`]

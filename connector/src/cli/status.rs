@@ -209,16 +209,16 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
     // As `run` and `restore` refuse it: which of two names librdkafka
     // takes changes from run to run (before 2026-12-03 status took it).
     crate::librdkafka::refuse_two_names(&kafka).map_err(ConnectorError::Config)?;
+    if let Some(brokers) = &args.brokers {
+        crate::config::check_brokers(brokers, kafka.get("security.protocol").map(String::as_str))
+            .map_err(ConnectorError::Config)?;
+    }
     // Made now, so that librdkafka checks the -X settings before the
     // archive is opened (an open may recover it, or upgrade its format).
     // Its context keeps the client's last error: brokers that do not
     // answer are said with why (a refused login, a failed TLS handshake),
     // as `run` says it (since the night of 2026-12-04; before, only
     // "cannot reach Kafka").
-    if let Some(brokers) = &args.brokers {
-        crate::config::check_brokers(brokers, kafka.get("security.protocol").map(String::as_str))
-            .map_err(ConnectorError::Config)?;
-    }
     let consumer = match &args.brokers {
         None => None,
         Some(brokers) => Some(client_in(
