@@ -676,6 +676,18 @@ fn on_the_copy<T>(dest: &Path, op: &'static str, f: impl FnOnce() -> Result<T>) 
                 location: Location::SledLog { .. } | Location::SledFiles { .. },
                 ..
             } => copy_unreadable(dest, op, e),
+            // sled names no file: said as the copy's, so that a full or
+            // failing disk is known for the destination's and not taken
+            // for the archive's ("sled error during write backup: … No
+            // space left on device", until 2026-12-07; found by a review).
+            Error::Store {
+                source: sled::Error::Io(io),
+                op: sled_op,
+            } => Error::Io {
+                op,
+                path: dest.to_owned(),
+                source: std::io::Error::new(io.kind(), format!("sled's {sled_op}: {io}")),
+            },
             e => e,
         })
     });

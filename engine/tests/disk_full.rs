@@ -133,3 +133,66 @@ fn disk_full_poisons_and_recovers_after_space_returns() {
     assert!(e.verify().unwrap().is_clean());
     e.close().unwrap();
 }
+
+/// A backup into a file system that fills part-way fails with an error
+/// that says so and names the copy, removes what it wrote (no unfinished
+/// copy left to be taken for a store), and leaves the archive as it was:
+/// not poisoned, clean, taking appends. With room again, the same backup
+/// succeeds. (The same failure paths are injected with failpoints in
+/// backup.rs; this is the disk's own ENOSPC, through sled.)
+#[test]
+fn a_backup_that_fills_its_disk_fails_cleanly() {
+    let Some(fs) = Tmpfs::mount("8m") else {
+        common::skip("cannot mount a tmpfs here (needs root)");
+        return;
+    };
+    let source = tempfile::tempdir().unwrap();
+    let tp = TopicPartition::new("copied", 0);
+    let e = open(source.path()).unwrap();
+    // About 30 MB of records: more than the 8 MiB the copy may use.
+    for i in 0..30 {
+        e.append(&[batch(&tp, i * 1000..(i + 1) * 1000, 1000)])
+            .unwrap();
+    }
+    let dest = fs.path();
+    let never = std::sync::atomic::AtomicBool::new(false);
+    let err = e
+        .backup_to(&dest, &never)
+        .expect_err("a backup larger than its disk");
+    let text = err.to_string();
+    eprintln!("backup into a full disk: {text}");
+    assert!(
+        text.contains("No space left") || text.contains("os error 28"),
+        "the error should say the disk is full: {text}"
+    );
+    assert!(
+        text.contains(&dest.display().to_string()),
+        "the error should name the copy: {text}"
+    );
+    // What the backup wrote is gone: nothing there to be opened, no mark.
+    let left: Vec<_> = std::fs::read_dir(fs.dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(
+        !dest.exists() || std::fs::read_dir(&dest).unwrap().next().is_none(),
+        "the partial copy stays: {left:?}"
+    );
+    // The archive is as it was.
+    assert!(
+        !e.is_poisoned(),
+        "the archive was poisoned by its copy's disk"
+    );
+    let d = e.append(&[batch(&tp, 30_000..30_010, 1000)]).unwrap();
+    assert_eq!(d.get(&tp), Some(30_010));
+    assert!(e.verify().unwrap().is_clean());
+    // With room, the same backup is made and verified.
+    fs.resize("256m");
+    let report = e.backup_to(&dest, &never).unwrap();
+    eprintln!("backup with room: {report:?}");
+    e.close().unwrap();
+    let copy = open(&dest).unwrap();
+    assert_eq!(copy.durable_offset(&tp), Some(30_010));
+    assert_eq!(read_all(&copy, &tp).len(), 30_010);
+    assert!(copy.verify().unwrap().is_clean());
+}
