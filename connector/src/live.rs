@@ -1289,9 +1289,46 @@ fn answer(
                     to.display()
                 )));
             };
-            room_for_backup(engine, to, BACKUP_HEADROOM_BYTES)?;
+            let beside = room_for_backup(engine, to, BACKUP_HEADROOM_BYTES)?;
             let mut text = Vec::new();
-            crate::cli::backup::backup(engine, to, stop, &mut text).and_then(|exit| {
+            let made = match beside {
+                None => crate::cli::backup::backup(engine, to, stop, &mut text),
+                // On the archive's own file system: the space is watched
+                // while the copy grows, and the copy gives up before the
+                // archiving beside it would run out (until 2026-12-07 it
+                // was checked once, at the start; found by a review).
+                Some(at) => {
+                    let copy_stop = AtomicBool::new(false);
+                    let low = std::sync::Mutex::new(None);
+                    let made = std::thread::scope(|s| {
+                        let watcher = s.spawn(|| {
+                            watch_space(
+                                || free_bytes(&at),
+                                BACKUP_HEADROOM_BYTES / 2,
+                                stop,
+                                &copy_stop,
+                                &low,
+                            )
+                        });
+                        let made = crate::cli::backup::backup(engine, to, &copy_stop, &mut text);
+                        // Ends the watcher at its next look.
+                        copy_stop.store(true, Ordering::SeqCst);
+                        watcher.thread().unpark();
+                        made
+                    });
+                    let low = *low.lock().unwrap_or_else(|e| e.into_inner());
+                    match (made, low) {
+                        (Err(_), Some(free)) => Err(ConnectorError::Live(format!(
+                            "backup to {}: stopped, its partial copy removed: the archive's file system, which it shares, fell to {} MiB free, below the {} MiB kept for the archiving beside it (a full disk would fail the archive's next write and stop the run); free space, or back up to another file system",
+                            to.display(),
+                            free >> 20,
+                            (BACKUP_HEADROOM_BYTES / 2) >> 20
+                        ))),
+                        (made, _) => made,
+                    }
+                }
+            };
+            made.and_then(|exit| {
                 // Said here too: a client gone before it reads the report
                 // leaves a finished copy, which is kept, and until
                 // 2026-12-05 the run's log said only that the read ended
@@ -1317,13 +1354,62 @@ const STOP_WAIT: Duration = if cfg!(test) {
 /// its copy, for the archiving beside it.
 const BACKUP_HEADROOM_BYTES: u64 = 256 << 20;
 
+/// How often a live backup on the archive's own file system looks at its
+/// free space ([`watch_space`]).
+const SPACE_LOOK_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Watch a copy's shared file system while the copy is made: once
+/// `free` says fewer than `floor` bytes are left, note what it said in
+/// `low` and stop the copy (`copy_stop`, which the copy checks as it goes;
+/// it then removes what it wrote). A stop of the run (`stop`) stops the
+/// copy too. Ends once `copy_stop` is set, by either or by the copy's end
+/// (which unparks this thread). A look that fails is taken as no answer:
+/// the copy's own writes fail it if the space runs out.
+fn watch_space(
+    free: impl Fn() -> std::result::Result<u64, String>,
+    floor: u64,
+    stop: &AtomicBool,
+    copy_stop: &AtomicBool,
+    low: &std::sync::Mutex<Option<u64>>,
+) {
+    while !copy_stop.load(Ordering::SeqCst) {
+        if stop.load(Ordering::SeqCst) {
+            copy_stop.store(true, Ordering::SeqCst);
+            return;
+        }
+        if let Ok(bytes) = free() {
+            if bytes < floor {
+                *low.lock().unwrap_or_else(|e| e.into_inner()) = Some(bytes);
+                copy_stop.store(true, Ordering::SeqCst);
+                return;
+            }
+        }
+        std::thread::park_timeout(SPACE_LOOK_INTERVAL);
+    }
+}
+
+/// Bytes an unprivileged writer may still use on the file system that
+/// holds `path` (statvfs: `f_bavail` blocks of `f_frsize`).
+#[allow(unsafe_code)]
+fn free_bytes(path: &std::ffi::CStr) -> std::result::Result<u64, String> {
+    // SAFETY: `path` is a NUL-terminated path; `vfs` is written by
+    // statvfs before it is read, and only when it returns 0.
+    unsafe {
+        let mut vfs: libc::statvfs = std::mem::zeroed();
+        if libc::statvfs(path.as_ptr(), &mut vfs) != 0 {
+            return Err(std::io::Error::last_os_error().to_string());
+        }
+        Ok((vfs.f_bavail as u64).saturating_mul(vfs.f_frsize as u64))
+    }
+}
+
 /// Refuses a live backup into the archive's own file system that would
 /// leave it less than `headroom` bytes free: the archiving beside
 /// it would then fail a write, which poisons the engine and stops the run.
 /// (Into another file system, running out only fails the backup, which
-/// removes its partial copy.)
-#[allow(unsafe_code)]
-fn room_for_backup(engine: &Engine, to: &Path, headroom: u64) -> Result<()> {
+/// removes its partial copy.) On the archive's own file system, the path
+/// whose free space the copy is to be watched by ([`watch_space`]).
+fn room_for_backup(engine: &Engine, to: &Path, headroom: u64) -> Result<Option<std::ffi::CString>> {
     use std::os::unix::fs::MetadataExt;
     let archive = &engine.config().path;
     // A check that cannot be made is said, not skipped in silence (until
@@ -1331,7 +1417,7 @@ fn room_for_backup(engine: &Engine, to: &Path, headroom: u64) -> Result<()> {
     // writes then fail it where the space runs out.
     let unchecked = |why: String| {
         tracing::warn!(to = %to.display(), why, "live backup: the free space beside the archive could not be checked; backing up without the check (a copy that filled the archive's file system would fail the run's next write, and stop it)");
-        Ok(())
+        Ok(None)
     };
     // The copy is made in `to`, created if missing: its nearest existing
     // ancestor says which file system it lands on.
@@ -1343,21 +1429,16 @@ fn room_for_backup(engine: &Engine, to: &Path, headroom: u64) -> Result<()> {
         (Err(e), _) | (_, Err(e)) => return unchecked(e.to_string()),
     };
     if a.dev() != t.dev() {
-        return Ok(());
+        return Ok(None);
     }
     let Ok(c_path) =
         std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(existing.as_os_str()))
     else {
         return unchecked("the path holds a NUL byte".into());
     };
-    // SAFETY: `c_path` is a NUL-terminated path; `vfs` is written by
-    // statvfs before it is read, and only when it returns 0.
-    let free = unsafe {
-        let mut vfs: libc::statvfs = std::mem::zeroed();
-        if libc::statvfs(c_path.as_ptr(), &mut vfs) != 0 {
-            return unchecked(std::io::Error::last_os_error().to_string());
-        }
-        (vfs.f_bavail as u64).saturating_mul(vfs.f_frsize as u64)
+    let free = match free_bytes(&c_path) {
+        Ok(free) => free,
+        Err(e) => return unchecked(e),
     };
     let needed = engine.size_on_disk()?.saturating_add(headroom);
     if free < needed {
@@ -1369,7 +1450,7 @@ fn room_for_backup(engine: &Engine, to: &Path, headroom: u64) -> Result<()> {
             needed >> 20
         )));
     }
-    Ok(())
+    Ok(Some(c_path))
 }
 
 /// The request line, whole within [`REQUEST_TIMEOUT`] of the connection: a
@@ -2178,6 +2259,40 @@ mod tests {
     use super::*;
     use cairn_engine::{EngineConfig, Record, RecordBatch, TopicPartition};
     use std::io::BufRead;
+
+    /// A backup's watch of the archive's file system stops the copy once
+    /// the free space falls below its floor, saying how low it fell; a
+    /// stop of the run stops it too, saying nothing of the space; a look
+    /// that fails is no answer; the copy's end ends the watch.
+    #[test]
+    fn a_backup_beside_the_archive_stops_when_the_space_runs_low() {
+        use std::sync::atomic::AtomicUsize;
+        use std::sync::Mutex;
+        let (stop, floor) = (AtomicBool::new(false), 100 << 20);
+        // 1 GiB, a failed look, then 10 MiB.
+        let looks = AtomicUsize::new(0);
+        let free = || match looks.fetch_add(1, Ordering::SeqCst) {
+            0 => Ok(1 << 30),
+            1 => Err("statvfs: no answer".to_string()),
+            _ => Ok(10 << 20),
+        };
+        let (copy_stop, low) = (AtomicBool::new(false), Mutex::new(None));
+        watch_space(free, floor, &stop, &copy_stop, &low);
+        assert!(copy_stop.load(Ordering::SeqCst));
+        assert_eq!(*low.lock().unwrap(), Some(10 << 20));
+        assert_eq!(looks.load(Ordering::SeqCst), 3);
+        // The run stopping: the copy stops, no space said.
+        stop.store(true, Ordering::SeqCst);
+        let (copy_stop, low) = (AtomicBool::new(false), Mutex::new(None));
+        watch_space(|| Ok(1 << 30), floor, &stop, &copy_stop, &low);
+        assert!(copy_stop.load(Ordering::SeqCst));
+        assert_eq!(*low.lock().unwrap(), None);
+        // The copy done first: the watch ends with nothing said.
+        let stop = AtomicBool::new(false);
+        let (copy_stop, low) = (AtomicBool::new(true), Mutex::new(None));
+        watch_space(|| Ok(0), floor, &stop, &copy_stop, &low);
+        assert_eq!(*low.lock().unwrap(), None);
+    }
 
     fn engine(dir: &Path) -> Arc<Engine> {
         let e = Engine::open(EngineConfig::new(dir)).unwrap();
