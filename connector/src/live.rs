@@ -67,6 +67,10 @@ const STALLS_SERVING: &str = "live-stalls-serving";
 const STUCK_SERVING: &str = "live-stuck-serving";
 #[cfg(test)]
 static UNSTICK: AtomicBool = AtomicBool::new(false);
+/// A data directory of this name makes a live backup panic as it copies,
+/// while the free space beside it is watched, in tests only.
+#[cfg(test)]
+const PANICS_BACKING_UP: &str = "live-panics-backing-up";
 
 /// The socket's name in the data directory.
 pub const SOCKET_FILE: &str = "cairn.sock";
@@ -1301,28 +1305,63 @@ fn answer(
                     let copy_stop = AtomicBool::new(false);
                     let low = std::sync::Mutex::new(None);
                     let made = std::thread::scope(|s| {
-                        let watcher = s.spawn(|| {
-                            watch_space(
-                                || free_bytes(&at),
-                                BACKUP_HEADROOM_BYTES / 2,
-                                stop,
-                                &copy_stop,
-                                &low,
-                            )
-                        });
-                        let made = crate::cli::backup::backup(engine, to, &copy_stop, &mut text);
-                        // Ends the watcher at its next look.
+                        let watcher = std::thread::Builder::new()
+                            .name("cairn-backup-space".into())
+                            .spawn_scoped(s, || {
+                                watch_space(
+                                    || free_bytes(&at),
+                                    BACKUP_HEADROOM_BYTES / 2,
+                                    stop,
+                                    &copy_stop,
+                                    &low,
+                                )
+                            });
+                        // No thread for the watch (the OS refused one):
+                        // the copy goes on unwatched, checked once as
+                        // before, and stops with the run itself.
+                        let copy_stops_with = match &watcher {
+                            Ok(_) => &copy_stop,
+                            Err(e) => {
+                                tracing::warn!(to = %to.display(), error = %e, "live backup: no thread to watch the free space beside the archive; backing up with the check made before the copy only");
+                                stop
+                            }
+                        };
+                        // Whatever the copy does, a panic included (sled's,
+                        // on a damaged archive), the watch ends: the scope
+                        // waits for it before it passes the panic on, to
+                        // `serve`, which poisons the engine for it.
+                        let made = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            #[cfg(test)]
+                            if engine.config().path.ends_with(PANICS_BACKING_UP) {
+                                panic!("injected by the test");
+                            }
+                            crate::cli::backup::backup(engine, to, copy_stops_with, &mut text)
+                        }));
                         copy_stop.store(true, Ordering::SeqCst);
-                        watcher.thread().unpark();
+                        if let Ok(w) = &watcher {
+                            w.thread().unpark();
+                        }
                         made
                     });
+                    let made = made.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
                     let low = *low.lock().unwrap_or_else(|e| e.into_inner());
                     match (made, low) {
-                        (Err(_), Some(free)) => Err(ConnectorError::Live(format!(
+                        // The copy stopped by the watch: said why. Any
+                        // other failure (the copy's own disk full, its
+                        // removal failing) is said as it is, with the
+                        // space beside it.
+                        (
+                            Err(ConnectorError::Engine(cairn_engine::Error::Interrupted { .. })),
+                            Some(free),
+                        ) if !stop.load(Ordering::SeqCst) => Err(ConnectorError::Live(format!(
                             "backup to {}: stopped, its partial copy removed: the archive's file system, which it shares, fell to {} MiB free, below the {} MiB kept for the archiving beside it (a full disk would fail the archive's next write and stop the run); free space, or back up to another file system",
                             to.display(),
                             free >> 20,
                             (BACKUP_HEADROOM_BYTES / 2) >> 20
+                        ))),
+                        (Err(e), Some(free)) => Err(ConnectorError::Live(format!(
+                            "{e} (the archive's file system, which the copy shares, had fallen to {} MiB free)",
+                            free >> 20
                         ))),
                         (made, _) => made,
                     }
@@ -2259,6 +2298,44 @@ mod tests {
     use super::*;
     use cairn_engine::{EngineConfig, Record, RecordBatch, TopicPartition};
     use std::io::BufRead;
+
+    /// A live backup that panics while the space beside it is watched
+    /// answers (the watch ends with it) and poisons the engine, as a panic
+    /// serving any request does; until a review of 2026-12-07 the watch
+    /// outlived the panic, and the request hung, the engine unpoisoned.
+    #[test]
+    fn a_panic_in_a_watched_backup_answers_and_poisons() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join(PANICS_BACKING_UP);
+        let e = engine(&data);
+        let stopped = Arc::new(AtomicBool::new(false));
+        let hook = stopped.clone();
+        let on_poisoned: OnPoisoned = Box::new(move || hook.store(true, Ordering::SeqCst));
+        let server = LiveServer::start_with(e.clone(), Some(on_poisoned)).unwrap();
+        // The copy beside the archive, on its file system: watched.
+        let req = Request::Backup {
+            to: dir.path().join("copy"),
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let asker = {
+            let data = data.clone();
+            std::thread::spawn(move || tx.send(ask(&data, &req)).unwrap())
+        };
+        let (end, _) = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("no answer within 60 s: the backup's watch outlived its panic");
+        asker.join().unwrap();
+        assert_eq!(end.exit, 1, "{end:?}");
+        let error = end.error.unwrap();
+        assert!(
+            error.contains("it panicked (injected by the test)") && error.contains("the run stops"),
+            "{error}"
+        );
+        assert!(e.is_poisoned());
+        assert!(stopped.load(Ordering::SeqCst), "the run stops");
+        server.stop();
+        assert_eq!(Arc::strong_count(&e), 1, "a thread kept the engine");
+    }
 
     /// A backup's watch of the archive's file system stops the copy once
     /// the free space falls below its floor, saying how low it fell; a
