@@ -311,7 +311,9 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// `m`'s guard, also after a panic while it was held: for reads of the
 /// write state that a poisoned engine still answers (verify, stats). Every
 /// panic while `write` is held poisons the engine (`PoisonOnPanic` in
-/// writes and truncations), and the writers check for that first.
+/// writes and truncations), and the writers check for that first. Also
+/// for state that stays whole through a panic (writeback.rs' flags, the
+/// poison reason a failed writeback sets).
 pub(crate) fn lock_to_read<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -610,10 +612,7 @@ impl Engine {
             return;
         };
         // Also after a panic under `commit`: the mark must name the failure.
-        let mut c = self
-            .commit
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut c = lock_to_read(&self.commit);
         if c.poisoned.is_none() {
             let reason = self.writeback_reason(reason);
             tracing::error!(op = WRITEBACK_OP, %reason, "engine poisoned; no further writes, reopen to recover");

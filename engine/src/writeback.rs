@@ -54,7 +54,7 @@
 //! [`Engine::is_poisoned`]: crate::Engine::is_poisoned
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
 
 /// Bytes deferred writes leave unflushed (keys and values of every insert:
@@ -100,11 +100,9 @@ struct State {
     ended: u64,
 }
 
-/// `m`'s guard, also after a panic while it was held: the state is a few
-/// flags and counts, each set in one step, and `stop` must reach the join.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|held| held.into_inner())
-}
+// Taken also after a panic while it was held: the state is a few flags
+// and counts, each set in one step, and `stop` must reach the join.
+use crate::engine::lock_to_read as lock;
 
 impl Writeback {
     /// A deferred write put `bytes` (a key and its value) into sled's
