@@ -182,11 +182,7 @@ impl RunConfig {
                 self.brokers
             ));
         }
-        check_brokers(
-            &self.brokers,
-            self.kafka.get("security.protocol").map(String::as_str),
-        )
-        .map_err(ConnectorError::Config)?;
+        check_brokers(&self.brokers, &self.kafka)?;
         if self.group.trim().is_empty() {
             return bad("group: empty (use --group NAME)".into());
         }
@@ -691,14 +687,21 @@ fn byte_count<'de, D: serde::Deserializer<'de>, T: TryFrom<u64>>(
 /// Check a `bootstrap.servers` list as librdkafka reads it
 /// (`rd_kafka_broker_name_parse`, `rdkafka_broker.c`): entries
 /// `[PROTOCOL://]host[:port]` between commas, the protocol that of
-/// `security.protocol` (`security_protocol`; librdkafka refuses another),
+/// `security.protocol` among the `kafka` settings (librdkafka refuses
+/// another),
 /// the port 1 to 65535. librdkafka reads a port with `atoi` into 16 bits,
 /// so `host:99999` connected to port 34463 (99999 - 65536), and `host:abc`
 /// to port 0; a list it cannot use at all (`,`, `http://host:80`) failed
 /// only once the connect timeout had run out, as if Kafka were down (until
 /// 2026-12-07; found by an audit). A bracketed IPv6 address takes a port
 /// (`[::1]:9092`), a bare one none, as librdkafka reads them.
-pub fn check_brokers(
+pub fn check_brokers(brokers: &str, kafka: &BTreeMap<String, String>) -> Result<()> {
+    brokers_as_read(brokers, kafka.get("security.protocol").map(String::as_str))
+        .map_err(ConnectorError::Config)
+}
+
+/// [`check_brokers`]'s work, given `security.protocol`.
+fn brokers_as_read(
     brokers: &str,
     security_protocol: Option<&str>,
 ) -> std::result::Result<(), String> {
@@ -1136,10 +1139,13 @@ mod tests {
             "::1",
             "10.0.0.1:9092,[fe80::1]:19092",
         ] {
-            assert_eq!(check_brokers(good, None), Ok(()), "{good}");
+            assert_eq!(brokers_as_read(good, None), Ok(()), "{good}");
         }
-        assert_eq!(check_brokers("SSL://k:9093", Some("ssl")), Ok(()));
-        assert_eq!(check_brokers("sasl_ssl://k:9093", Some("SASL_SSL")), Ok(()));
+        assert_eq!(brokers_as_read("SSL://k:9093", Some("ssl")), Ok(()));
+        assert_eq!(
+            brokers_as_read("sasl_ssl://k:9093", Some("SASL_SSL")),
+            Ok(())
+        );
         for (bad, says) in [
             (
                 "127.0.0.1:99999",
@@ -1163,7 +1169,7 @@ mod tests {
             ("a:1 ,b:2", "\"a:1 \": a space after it"),
             ("k/path:9092", "not host:port"),
         ] {
-            let e = check_brokers(bad, None).unwrap_err();
+            let e = brokers_as_read(bad, None).unwrap_err();
             assert!(e.contains(says), "{bad}: {e}");
         }
         // In a run's settings, with -X security.protocol read.

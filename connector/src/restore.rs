@@ -158,11 +158,7 @@ impl RestoreConfig {
         if self.brokers.trim().is_empty() {
             return bad("brokers: empty (use --brokers host:port[,host:port])".into());
         }
-        crate::config::check_brokers(
-            &self.brokers,
-            self.kafka.get("security.protocol").map(String::as_str),
-        )
-        .map_err(ConnectorError::Config)?;
+        crate::config::check_brokers(&self.brokers, &self.kafka)?;
         refuse_managed_keys(&self.kafka, &MANAGED, "cairn restore")?;
         crate::config::refuse_old_protocol(&self.kafka)?;
         crate::librdkafka::refuse_two_names(&self.kafka).map_err(ConnectorError::Config)?;

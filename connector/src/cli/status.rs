@@ -210,8 +210,7 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
     // takes changes from run to run (before 2026-12-03 status took it).
     crate::librdkafka::refuse_two_names(&kafka).map_err(ConnectorError::Config)?;
     if let Some(brokers) = &args.brokers {
-        crate::config::check_brokers(brokers, kafka.get("security.protocol").map(String::as_str))
-            .map_err(ConnectorError::Config)?;
+        crate::config::check_brokers(brokers, &kafka)?;
     }
     // Made now, so that librdkafka checks the -X settings before the
     // archive is opened (an open may recover it, or upgrade its format).
