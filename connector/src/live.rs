@@ -1298,74 +1298,9 @@ fn answer(
             let made = match beside {
                 None => crate::cli::backup::backup(engine, to, stop, &mut text),
                 // On the archive's own file system: the space is watched
-                // while the copy grows, and the copy gives up before the
-                // archiving beside it would run out (until 2026-12-07 it
-                // was checked once, at the start; found by a review).
-                Some(at) => {
-                    let copy_stop = AtomicBool::new(false);
-                    let low = std::sync::Mutex::new(None);
-                    let made = std::thread::scope(|s| {
-                        let watcher = std::thread::Builder::new()
-                            .name("cairn-backup-space".into())
-                            .spawn_scoped(s, || {
-                                watch_space(
-                                    || free_bytes(&at),
-                                    BACKUP_HEADROOM_BYTES / 2,
-                                    stop,
-                                    &copy_stop,
-                                    &low,
-                                )
-                            });
-                        // No thread for the watch (the OS refused one):
-                        // the copy goes on unwatched, checked once as
-                        // before, and stops with the run itself.
-                        let copy_stops_with = match &watcher {
-                            Ok(_) => &copy_stop,
-                            Err(e) => {
-                                tracing::warn!(to = %to.display(), error = %e, "live backup: no thread to watch the free space beside the archive; backing up with the check made before the copy only");
-                                stop
-                            }
-                        };
-                        // Whatever the copy does, a panic included (sled's,
-                        // on a damaged archive), the watch ends: the scope
-                        // waits for it before it passes the panic on, to
-                        // `serve`, which poisons the engine for it.
-                        let made = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                            #[cfg(test)]
-                            if engine.config().path.ends_with(PANICS_BACKING_UP) {
-                                panic!("injected by the test");
-                            }
-                            crate::cli::backup::backup(engine, to, copy_stops_with, &mut text)
-                        }));
-                        copy_stop.store(true, Ordering::SeqCst);
-                        if let Ok(w) = &watcher {
-                            w.thread().unpark();
-                        }
-                        made
-                    });
-                    let made = made.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-                    let low = *low.lock().unwrap_or_else(|e| e.into_inner());
-                    match (made, low) {
-                        // The copy stopped by the watch: said why. Any
-                        // other failure (the copy's own disk full, its
-                        // removal failing) is said as it is, with the
-                        // space beside it.
-                        (
-                            Err(ConnectorError::Engine(cairn_engine::Error::Interrupted { .. })),
-                            Some(free),
-                        ) if !stop.load(Ordering::SeqCst) => Err(ConnectorError::Live(format!(
-                            "backup to {}: stopped, its partial copy removed: the archive's file system, which it shares, fell to {} MiB free, below the {} MiB kept for the archiving beside it (a full disk would fail the archive's next write and stop the run); free space, or back up to another file system",
-                            to.display(),
-                            free >> 20,
-                            (BACKUP_HEADROOM_BYTES / 2) >> 20
-                        ))),
-                        (Err(e), Some(free)) => Err(ConnectorError::Live(format!(
-                            "{e} (the archive's file system, which the copy shares, had fallen to {} MiB free)",
-                            free >> 20
-                        ))),
-                        (made, _) => made,
-                    }
-                }
+                // while the copy grows (until 2026-12-07 it was checked
+                // once, at the start; found by a review).
+                Some(at) => backup_watched(engine, to, &at, stop, &mut text),
             };
             made.and_then(|exit| {
                 // Said here too: a client gone before it reads the report
@@ -1392,6 +1327,79 @@ const STOP_WAIT: Duration = if cfg!(test) {
 /// Free space a live backup must leave on the archive's file system beyond
 /// its copy, for the archiving beside it.
 const BACKUP_HEADROOM_BYTES: u64 = 256 << 20;
+
+/// A live backup on the archive's own file system (`at`: a path on it),
+/// its free space watched while the copy grows ([`watch_space`]): the copy
+/// gives up before the archiving beside it would run out, and says so.
+fn backup_watched(
+    engine: &Engine,
+    to: &Path,
+    at: &std::ffi::CStr,
+    stop: &AtomicBool,
+    text: &mut Vec<u8>,
+) -> Result<u8> {
+    let copy_stop = AtomicBool::new(false);
+    let low = std::sync::Mutex::new(None);
+    let made = std::thread::scope(|s| {
+        let watcher = std::thread::Builder::new()
+            .name("cairn-backup-space".into())
+            .spawn_scoped(s, || {
+                watch_space(
+                    || free_bytes(at),
+                    BACKUP_HEADROOM_BYTES / 2,
+                    stop,
+                    &copy_stop,
+                    &low,
+                )
+            });
+        // No thread for the watch (the OS refused one): the copy goes on
+        // unwatched, checked once as before, and stops with the run itself.
+        let copy_stops_with = match &watcher {
+            Ok(_) => &copy_stop,
+            Err(e) => {
+                tracing::warn!(to = %to.display(), error = %e, "live backup: no thread to watch the free space beside the archive; backing up with the check made before the copy only");
+                stop
+            }
+        };
+        // Whatever the copy does, a panic included (sled's, on a damaged
+        // archive), the watch ends: the scope waits for it before it
+        // passes the panic on, to `serve`, which poisons the engine for it.
+        let made = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            #[cfg(test)]
+            if engine.config().path.ends_with(PANICS_BACKING_UP) {
+                panic!("injected by the test");
+            }
+            crate::cli::backup::backup(engine, to, copy_stops_with, text)
+        }));
+        copy_stop.store(true, Ordering::SeqCst);
+        if let Ok(w) = &watcher {
+            w.thread().unpark();
+        }
+        made
+    });
+    let made = made.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+    let low = *low.lock().unwrap_or_else(|e| e.into_inner());
+    match (made, low) {
+        // The copy stopped by the watch: said why. Any other failure (the
+        // copy's own disk full, its removal failing) is said as it is,
+        // with the space beside it.
+        (Err(ConnectorError::Engine(cairn_engine::Error::Interrupted { .. })), Some(free))
+            if !stop.load(Ordering::SeqCst) =>
+        {
+            Err(ConnectorError::Live(format!(
+                "backup to {}: stopped, its partial copy removed: the archive's file system, which it shares, fell to {} MiB free, below the {} MiB kept for the archiving beside it (a full disk would fail the archive's next write and stop the run); free space, or back up to another file system",
+                to.display(),
+                free >> 20,
+                (BACKUP_HEADROOM_BYTES / 2) >> 20
+            )))
+        }
+        (Err(e), Some(free)) => Err(ConnectorError::Live(format!(
+            "{e} (the archive's file system, which the copy shares, had fallen to {} MiB free)",
+            free >> 20
+        ))),
+        (made, _) => made,
+    }
+}
 
 /// How often a live backup on the archive's own file system looks at its
 /// free space ([`watch_space`]).
