@@ -253,6 +253,48 @@ fn switching_off_the_batch_crc_check_is_said() {
     assert!(!err.contains("check.crcs"), "{err}");
 }
 
+/// A size bound that one entry can outgrow is said at WARN before
+/// anything else: entries are cut at about 1 MiB and hold their last
+/// record whole, so with records of up to `--record-bytes-max` a bound
+/// below their sum can empty a partition at every pass (until 2026-12-07
+/// only a bound below 1 MiB was said).
+#[test]
+fn a_size_bound_one_entry_can_outgrow_is_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("archive");
+    let data = data.to_str().unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["--connect-timeout-ms", "200"];
+        args.extend_from_slice(extra);
+        let (code, _, err) = cairn_run("127.0.0.1:1", "t", data, &args);
+        assert_eq!(code, 1, "{err}");
+        err
+    };
+    // The default record bound is 8 MiB: 5 MiB is below 1 MiB plus it.
+    let err = run(&["--retain-bytes", "5MiB"]);
+    assert!(
+        err.contains("WARN")
+            && err.contains("--retain-bytes 5242880B")
+            && err.contains("up to --record-bytes-max (8388608B)")
+            && err.contains("a bound of at least 9437184B"),
+        "{err}"
+    );
+    // Below 1 MiB: the entry's own size is what is said.
+    let err = run(&["--retain-bytes", "512KiB"]);
+    assert!(
+        err.contains("--retain-bytes 524288B: entries") && !err.contains("--record-bytes-max ("),
+        "{err}"
+    );
+    // Room for a whole entry and its largest record: nothing said.
+    for args in [
+        &["--retain-bytes", "5MiB", "--record-bytes-max", "1MiB"][..],
+        &["--retain-bytes", "9MiB"][..],
+    ] {
+        let err = run(args);
+        assert!(!err.contains("retain-bytes"), "{args:?}: {err}");
+    }
+}
+
 /// A run that cannot join its group says so, each connect timeout, rather
 /// than sit idle without a word: here the group waits for a member that
 /// holds the partition and stopped polling, so the join waits out its

@@ -148,12 +148,30 @@ pub(crate) use say_warn;
 /// whole entries, and a partition whose newest entry alone is larger than
 /// the bound is emptied by every pass, its newest records included
 /// (documented, and until 2026-12-06 said nowhere else; found by an audit).
-pub(crate) fn warn_if_below_an_entry(flag: &str, bytes: u64, said: &str) {
+///
+/// `record_bytes_max` is the largest record the run archives, when known
+/// (`cairn run`; `prune` cannot know what earlier runs took): an entry holds
+/// up to about the target plus its last record, so a bound below their sum
+/// is said too, naming `--record-bytes-max` (until 2026-12-07 only a bound
+/// below the target was, and one large record emptied its partition at
+/// every pass without a word).
+pub(crate) fn warn_if_below_an_entry(
+    flag: &str,
+    bytes: u64,
+    record_bytes_max: Option<u64>,
+    said: &str,
+) {
     let entry = cairn_engine::EngineConfig::new("").entry_bytes_target as u64;
     if bytes < entry {
         say_warn!(
             "{flag} {bytes}B{said}: entries (a put's records of one partition) are cut once they reach about {} MiB, so one holds up to about that plus its last record, and retention deletes whole entries: a partition whose newest entry holds more than this bound is emptied at every pass, its newest records included",
             entry >> 20
+        );
+    } else if let Some(record) = record_bytes_max.filter(|&r| bytes < entry.saturating_add(r)) {
+        say_warn!(
+            "{flag} {bytes}B{said}: entries (a put's records of one partition) are cut once they reach about {} MiB, so one holds up to about that plus its last record, which may be up to --record-bytes-max ({record}B), and retention deletes whole entries: a partition whose newest entry holds more than this bound is emptied at every pass, its newest records included (a bound of at least {}B, or a lower --record-bytes-max, keeps every newest entry)",
+            entry >> 20,
+            entry.saturating_add(record)
         );
     }
 }

@@ -258,7 +258,7 @@ pub async fn run(args: PruneArgs) -> Result<ExitCode> {
     let cut = cut_of(&args)?;
     check_selection(&selection, cut)?;
     if let Cut::KeepBytes(b) = cut {
-        super::warn_if_below_an_entry("--keep-bytes", b, "");
+        super::warn_if_below_an_entry("--keep-bytes", b, None, "");
     }
     let data = &args.data.data;
     if let Some(conn) = crate::live::connect(data)? {

@@ -426,7 +426,12 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
         );
     }
     if let Some(b) = cfg.retain_bytes {
-        super::warn_if_below_an_entry("--retain-bytes", b, &file_keys.said("retain-bytes"));
+        super::warn_if_below_an_entry(
+            "--retain-bytes",
+            b,
+            Some(cfg.record_bytes_max),
+            &file_keys.said("retain-bytes"),
+        );
     }
     // Allowed (OPERATIONS.md), but never silently: a copied kcat or
     // client command line can carry it, and then a batch Kafka damaged in
