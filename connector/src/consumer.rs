@@ -994,11 +994,7 @@ impl rdkafka::ClientContext for CheckContext {
     }
 
     fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
-        if self.last_cause.note(&error, reason) {
-            tracing::warn!(target: "librdkafka", %error, "{reason}");
-        } else {
-            tracing::debug!(target: "librdkafka", %error, "{reason} (said already)");
-        }
+        crate::librdkafka::say_client_error(&self.last_cause, &error, reason);
     }
 
     /// The statistics `client_config` asks for (progress reports) are the
@@ -1581,11 +1577,15 @@ fn on_consume_error(e: rdkafka::error::KafkaError, why: Option<String>) -> Resul
     }
 }
 
-/// A consumer error librdkafka retries on its own, with librdkafka's
-/// description of it (`t/p@o: …` for a fetch error), which the error alone
-/// lacks (until 2026-12-05 it was logged without it).
+/// A consumer error librdkafka retries on its own. With librdkafka's
+/// description of it (`t/p@o: …` for a fetch error), the client context
+/// said it already (`SinkContext::error`, which limits repeats): DEBUG
+/// here. Without one, WARN, which is all that says it.
 fn log_retried(e: &rdkafka::error::KafkaError, why: Option<&str>) {
-    tracing::warn!(error = %e, why, "consumer error (librdkafka retries)");
+    match why {
+        Some(why) => tracing::debug!(error = %e, why, "consumer error (librdkafka retries)"),
+        None => tracing::warn!(error = %e, "consumer error (librdkafka retries)"),
+    }
 }
 
 fn consume(

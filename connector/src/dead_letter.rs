@@ -236,15 +236,23 @@ impl DeadLetters {
     }
 }
 
-/// The delivery report of the last dead letter.
+/// The delivery report of the last dead letter, and the producer's client
+/// errors' repeats.
 #[derive(Default)]
 struct Report {
     last: Mutex<Option<std::result::Result<(), String>>>,
+    causes: crate::librdkafka::LastCause,
 }
 
 impl ClientContext for Report {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
         log_ignoring_confwarn(level, fac, message);
+    }
+
+    /// Said here, each kind once a minute at most (rust-rdkafka's default
+    /// said every one at ERROR, after its log line had said it too).
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        crate::librdkafka::say_client_error(&self.causes, &error, reason);
     }
 }
 

@@ -413,8 +413,34 @@ pub(crate) fn too_big_for_queue(bytes: u64) -> String {
     format!("{bytes} bytes do not fit librdkafka's queue even when it is empty: raise -X queue.buffering.max.kbytes (or leave it at its default)")
 }
 
-/// librdkafka's log lines as rust-rdkafka's default context logs them.
+/// Whether a librdkafka log line comes again as a client error, which the
+/// client's context says (`error`): a broker's failure (`FAIL`) logged at
+/// error or worse is always also sent to the application as an error of the
+/// same text (`rd_kafka_broker_set_error`, rdkafka_broker.c). Said twice,
+/// and a third time as the consumer's error, a broker gone mid-run filled
+/// the log with three lines for each failed connection (until 2026-12-07).
+pub(crate) fn said_as_client_error(level: RDKafkaLogLevel, fac: &str) -> bool {
+    use RDKafkaLogLevel as L;
+    fac == "FAIL" && matches!(level, L::Emerg | L::Alert | L::Critical | L::Error)
+}
+
+/// A client error, for a context that keeps a [`LastCause`]: at WARN the
+/// first of its kind, then at DEBUG until [`REPEAT_WARN_INTERVAL`] passes.
+pub(crate) fn say_client_error(last: &LastCause, error: &KafkaError, reason: &str) {
+    if last.note(error, reason) {
+        tracing::warn!(target: "librdkafka", %error, "{reason}");
+    } else {
+        tracing::debug!(target: "librdkafka", %error, "{reason} (said already)");
+    }
+}
+
+/// librdkafka's log lines as rust-rdkafka's default context logs them,
+/// but those [`said_as_client_error`], which go to DEBUG.
 pub(crate) fn log_to_tracing(level: RDKafkaLogLevel, fac: &str, message: &str) {
+    if said_as_client_error(level, fac) {
+        tracing::debug!(target: "librdkafka", "librdkafka: {fac} {message} (said as a client error)");
+        return;
+    }
     match level {
         RDKafkaLogLevel::Emerg
         | RDKafkaLogLevel::Alert
@@ -516,6 +542,11 @@ impl LastCause {
         // The broker it names (`kafka-1:9092/1: …`) kept whole: one
         // broker down after another is news.
         let (broker, text) = reason.split_once(": ").unwrap_or(("", reason));
+        // Without the state a broker's failure came in, and the count of
+        // repeats librdkafka itself held back (`(after 0ms in state
+        // CONNECT, 1 identical error(s) suppressed)`), which made a repeat
+        // a kind of its own.
+        let text = text.split_once(" (after ").map_or(text, |(t, _)| t);
         let kind = format!(
             "{:?} {broker}: {}",
             error.rdkafka_error_code(),
@@ -699,6 +730,66 @@ mod tests {
     use super::*;
     use rdkafka::consumer::{BaseConsumer, Consumer};
     use rdkafka::mocking::MockCluster;
+
+    /// What [`said_as_client_error`] rests on, checked against the real
+    /// librdkafka: a client whose broker refuses connections logs each
+    /// failure at error with `FAIL`, and reports the same text as a client
+    /// error, which its context says; so the log line is the repeat.
+    #[test]
+    fn a_broker_failure_logged_at_error_comes_again_as_a_client_error() {
+        #[derive(Default)]
+        struct Seen {
+            failures_logged: std::sync::Mutex<Vec<String>>,
+            errors: std::sync::Mutex<Vec<String>>,
+        }
+        impl ClientContext for Seen {
+            fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+                if said_as_client_error(level, fac) {
+                    self.failures_logged
+                        .lock()
+                        .unwrap()
+                        .push(message.to_owned());
+                }
+            }
+            fn error(&self, _: KafkaError, reason: &str) {
+                self.errors.lock().unwrap().push(reason.to_owned());
+            }
+        }
+        impl rdkafka::consumer::ConsumerContext for Seen {}
+        // A port nothing listens on: bound, then closed.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let consumer: BaseConsumer<Seen> = ClientConfig::new()
+            .set("bootstrap.servers", format!("127.0.0.1:{port}"))
+            .set("group.id", "g")
+            .create_with_context(Seen::default())
+            .unwrap();
+        consumer.subscribe(&["t"]).unwrap();
+        // Polled until a failure has been logged and reported alike (a
+        // deadline, not a sleep: the loop ends as soon as they are).
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let matched = loop {
+            let _ = consumer.poll(Duration::from_millis(100));
+            let logged = consumer.context().failures_logged.lock().unwrap().clone();
+            let errors = consumer.context().errors.lock().unwrap().clone();
+            // The log line leads with its thread (`[thrd:…]: `).
+            if let Some(line) = logged
+                .iter()
+                .find(|l| errors.iter().any(|e| l.ends_with(e)))
+            {
+                break Some(line.clone());
+            }
+            if Instant::now() > deadline {
+                panic!("no FAIL log line came back as a client error: logged {logged:?}, errors {errors:?}");
+            }
+        };
+        assert!(matched.unwrap().contains("Connection refused"));
+        assert!(!said_as_client_error(RDKafkaLogLevel::Warning, "FAIL"));
+        assert!(!said_as_client_error(RDKafkaLogLevel::Error, "SESSTMOUT"));
+    }
 
     /// A topic deleted while it was produced to is said as such, for the
     /// dead letters and for a restore alike.
@@ -953,6 +1044,9 @@ mod tests {
         };
         assert!(last.note(&Global(Transport), &refused("k1:9092", 0)));
         assert!(!last.note(&Global(Transport), &refused("k1:9092", 3)));
+        // librdkafka's own count of the repeats it held back is no news.
+        let held_back = refused("k1:9092", 0).replace(")", ", 1 identical error(s) suppressed)");
+        assert!(!last.note(&Global(Transport), &held_back));
         // Another broker failing is news.
         assert!(last.note(&Global(Transport), &refused("k2:9092", 0)));
         assert!(last.note(&Global(AllBrokersDown), "2/2 brokers are down"));

@@ -53,6 +53,10 @@ pub struct SinkContext {
 
 impl ClientContext for SinkContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        if crate::librdkafka::said_as_client_error(level, fac) {
+            tracing::debug!(target: "librdkafka", fac, "{log_message} (said as a client error)");
+            return;
+        }
         match level {
             RDKafkaLogLevel::Emerg
             | RDKafkaLogLevel::Alert
@@ -65,12 +69,19 @@ impl ClientContext for SinkContext {
         }
     }
 
+    /// Said here, the first of each kind at WARN ([`LastCause`]); the
+    /// consumer loop then gets the same error from `poll` without its
+    /// description, takes that from `last_error`, and says it again only
+    /// when it acts on it (a reset, a stop). Before 2026-12-07 every
+    /// error was said at WARN here and again by the loop, with no limit:
+    /// a broker gone mid-run was a pair of lines every few seconds.
+    ///
+    /// [`LastCause`]: crate::librdkafka::LastCause
     fn error(&self, error: KafkaError, reason: &str) {
-        tracing::warn!(target: "librdkafka", %error, "{reason}");
         if let Some(code) = error.rdkafka_error_code() {
             *lock(&self.last_error) = Some((code, reason.to_owned()));
         }
-        self.last_cause.note(&error, reason);
+        crate::librdkafka::say_client_error(&self.last_cause, &error, reason);
     }
 
     /// librdkafka's statistics, every `progress_interval_s`: keep each

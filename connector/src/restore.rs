@@ -1772,7 +1772,7 @@ fn watermark_reader(cfg: &RestoreConfig) -> Result<BaseConsumer<ReaderContext>> 
     let mut c = ClientConfig::new();
     crate::librdkafka::set_kafka(&mut c, &cfg.kafka, &[]);
     c.set("bootstrap.servers", &cfg.brokers)
-        .create_with_context(ReaderContext)
+        .create_with_context(ReaderContext::default())
         .map_err(ConnectorError::client_settings(
             "the client reading the targets' watermarks",
         ))
@@ -1783,7 +1783,7 @@ fn watermark_reader(cfg: &RestoreConfig) -> Result<BaseConsumer<ReaderContext>> 
 /// on its own past what it was told to read.
 fn resume_reader(cfg: &RestoreConfig) -> Result<BaseConsumer<ReaderContext>> {
     reader_config(cfg)
-        .create_with_context(ReaderContext)
+        .create_with_context(ReaderContext::default())
         .map_err(ConnectorError::client_settings(
             "reader settings for --resume",
         ))
@@ -2573,12 +2573,18 @@ impl ProducerContext for Deliveries {
 
 /// The `--resume` reader's context: `-X` holds producer properties too, and
 /// librdkafka warns about each one a consumer ignores; those warnings are
-/// expected here.
-struct ReaderContext;
+/// expected here. Its client errors are said each kind once a minute at
+/// most (rust-rdkafka's default said every one at ERROR).
+#[derive(Default)]
+struct ReaderContext(crate::librdkafka::LastCause);
 
 impl ClientContext for ReaderContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
         log_ignoring_confwarn(level, fac, message);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        crate::librdkafka::say_client_error(&self.0, &error, reason);
     }
 }
 
