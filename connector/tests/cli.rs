@@ -729,6 +729,44 @@ fn archive_of_ten_in(topic: &str, partitions: &[i32]) -> tempfile::TempDir {
     dir
 }
 
+/// An archive whose sled folder cannot be looked into is an I/O error
+/// naming the path, not "the store lost its records", which the
+/// watermark beside it said until 2026-12-07 (found by an audit, with the
+/// folder at mode 000 as another user; here a loop of links, which root
+/// cannot see through either). An archive that did lose its data file
+/// still says so.
+#[test]
+fn a_sled_folder_that_cannot_be_looked_into_is_no_lost_store() {
+    let dir = archive_of_ten("t");
+    let d = dir.path().to_str().unwrap();
+    let sled = dir.path().join("sled");
+    let aside = dir.path().join("sled.aside");
+    std::fs::rename(&sled, &aside).unwrap();
+    std::os::unix::fs::symlink("sled", &sled).unwrap();
+    // verify's 2 is "could not verify"; the others fail with 1.
+    for (cmd, want) in [
+        (&["verify", "--data", d][..], 2),
+        (&["status", "--data", d][..], 1),
+        (&["export", "--data", d][..], 1),
+    ] {
+        let (code, out, err) = cairn(cmd);
+        assert_eq!(code, want, "{cmd:?}: {out}{err}");
+        assert!(
+            err.contains("look for the store's data file")
+                && err.contains("sled/db")
+                && !err.contains("lost its records"),
+            "{cmd:?}: {err}"
+        );
+    }
+    // Put back, less its data file: that is a lost store.
+    std::fs::remove_file(&sled).unwrap();
+    std::fs::rename(&aside, &sled).unwrap();
+    std::fs::remove_file(sled.join("db")).unwrap();
+    let (code, out, err) = cairn(&["verify", "--data", d]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("the store lost its records"), "{out}{err}");
+}
+
 /// An age prune stopped by a record with no timestamp (the partition's
 /// first, here; the others are from 2023) says so on a line of its own,
 /// naming the record and the `--before` that deletes it, as a run's
@@ -2289,7 +2327,9 @@ fn a_run_that_archived_nothing_leaves_no_new_directory() {
     let (code, _, _) = cairn_run("127.0.0.1:1", "t", archive.to_str().unwrap(), &timeout);
     assert_ne!(code, 0);
     assert!(
-        cairn_engine::EngineConfig::new(&archive).store_exists(),
+        cairn_engine::EngineConfig::new(&archive)
+            .store_exists()
+            .unwrap(),
         "an archive that was there is removed"
     );
 }
@@ -2780,7 +2820,9 @@ fn an_interrupted_demo_leaves_no_scratch_archive() {
         )),
         "{err}"
     );
-    assert!(cairn_engine::EngineConfig::new(&data).store_exists());
+    assert!(cairn_engine::EngineConfig::new(&data)
+        .store_exists()
+        .unwrap());
 }
 
 /// SIGINT before the demo's first run has written into the folder it made

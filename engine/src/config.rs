@@ -129,9 +129,30 @@ impl EngineConfig {
     }
 
     /// Whether a store is here: sled's data file exists (an empty or new
-    /// folder holds none, and opening one starts a new store).
-    pub fn store_exists(&self) -> bool {
-        self.sled_data_path().exists()
+    /// folder holds none, and opening one starts a new store). A path that
+    /// cannot be looked at (permission denied, a loop of links) is an I/O
+    /// error naming it: until 2026-12-07 it read as no data file, which a
+    /// watermark beside it then called a store that lost its records
+    /// (found by an audit).
+    pub fn store_exists(&self) -> crate::Result<bool> {
+        let data = self.sled_data_path();
+        match std::fs::symlink_metadata(&data) {
+            Ok(_) => Ok(true),
+            // No folder, or a file where a folder would be: no store.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) =>
+            {
+                Ok(false)
+            }
+            Err(source) => Err(crate::Error::Io {
+                op: "look for the store's data file",
+                path: data,
+                source,
+            }),
+        }
     }
 
     /// The sled configuration for this store. Tools that open the sled tree

@@ -251,7 +251,7 @@ mod tests {
             EmptyStoreRemoval::DirectoryKept
         );
         assert!(other.join("notes.txt").exists());
-        assert!(!EngineConfig::new(&other).store_exists());
+        assert!(!EngineConfig::new(&other).store_exists().unwrap());
     }
 
     /// A store retention emptied whose partition summary was then lost
@@ -279,6 +279,6 @@ mod tests {
         assert!(e.partitions().is_empty(), "the lost summary lists nothing");
         e.close().unwrap();
         assert_eq!(remove_if_empty(&store).unwrap(), EmptyStoreRemoval::Kept);
-        assert!(EngineConfig::new(&store).store_exists());
+        assert!(EngineConfig::new(&store).store_exists().unwrap());
     }
 }

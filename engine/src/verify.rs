@@ -208,7 +208,7 @@ pub fn verify_store(cfg: &EngineConfig) -> Result<VerifyReport> {
 /// stopped part-way does not read as a crash to the next open in this boot
 /// (until 2026-12-06 a signal killed the process, leaving the mark).
 pub fn verify_store_unless(cfg: &EngineConfig, stop: &AtomicBool) -> Result<VerifyReport> {
-    if !cfg.store_exists() {
+    if !cfg.store_exists()? {
         // A backup cut short before its store was made is that, not an
         // empty directory.
         crate::backup::refuse_unfinished_backup(&cfg.path)?;

@@ -141,7 +141,7 @@ pub fn read(dir: &Path) -> Result<Option<u64>> {
 /// (which a read-only command would say of it, and an open would take as
 /// a new store). Reads only the watermark.
 pub fn refuse_lost_store(cfg: &crate::EngineConfig) -> Result<()> {
-    if cfg.store_exists() {
+    if cfg.store_exists()? {
         return Ok(());
     }
     match read(&cfg.path)? {

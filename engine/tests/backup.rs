@@ -425,7 +425,10 @@ fn a_failed_directory_sync_leaves_the_backup_marked_unfinished() {
         other => panic!("expected the mark's directory sync to fail, got {other:?}"),
     }
     assert!(dest.join(cairn_engine::BACKUP_INCOMPLETE_FILE).exists());
-    assert!(!EngineConfig::new(&dest).store_exists(), "nothing copied");
+    assert!(
+        !EngineConfig::new(&dest).store_exists().unwrap(),
+        "nothing copied"
+    );
     match Engine::open(EngineConfig::new(&dest)) {
         Err(Error::IncompleteBackup { path }) => assert_eq!(path, dest),
         other => panic!(

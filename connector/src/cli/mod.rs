@@ -369,9 +369,10 @@ pub(crate) fn kafka_flags(flags: Vec<(String, String)>) -> crate::Result<BTreeMa
     Ok(settings)
 }
 
-/// Whether `dir` holds an archive (not an empty or new folder).
-pub fn holds_archive(dir: &std::path::Path) -> bool {
-    cairn_engine::EngineConfig::new(dir).store_exists()
+/// Whether `dir` holds an archive (not an empty or new folder); an error
+/// if it cannot be looked at.
+pub fn holds_archive(dir: &std::path::Path) -> crate::Result<bool> {
+    Ok(cairn_engine::EngineConfig::new(dir).store_exists()?)
 }
 
 /// Refuse a `--data` that is there but no directory (a file, or a link to
@@ -409,7 +410,7 @@ pub(crate) fn refuse_no_archive(data: &std::path::Path) -> crate::Result<()> {
     cairn_engine::refuse_unfinished_backup(data)?;
     // A store that lost its data file is damaged, not absent.
     cairn_engine::watermark::refuse_lost_store(&cairn_engine::EngineConfig::new(data))?;
-    if !holds_archive(data) {
+    if !holds_archive(data)? {
         return Err(crate::ConnectorError::Config(format!(
             "--data {}: no cairn archive there",
             data.display()

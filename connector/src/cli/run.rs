@@ -263,7 +263,7 @@ impl RunArgs {
                 // Before 2026-12-02 it was read from the working directory:
                 // an archive found only there is the one meant, not a new
                 // one to start beside the file.
-                if !holds_archive(&beside) && holds_archive(&d) && beside != d {
+                if !holds_archive(&beside)? && holds_archive(&d)? && beside != d {
                     return Err(ConnectorError::Config(format!(
                         "data = {:?} in {}: a relative path there is now read from the file's folder ({}), which holds no archive, but {} from the working directory does: write the path absolute",
                         d.display().to_string(),
@@ -759,7 +759,7 @@ fn refuse_foreign_dir(data: &std::path::Path) -> Result<()> {
         }
         walked.push(c);
     }
-    if holds_archive(data) {
+    if holds_archive(data)? {
         return Ok(());
     }
     // `~` and `$VAR` are a shell's to expand, and none did: bash leaves
