@@ -265,6 +265,11 @@ pub enum CorruptionKind {
     /// reading a page of its log ([`Location::SledLog`]).
     #[error("sled cannot read its own files: {detail}")]
     SledUnreadable { detail: String },
+    /// A header of one of sled's log segments fails its checksum
+    /// (segments.rs): the store reads now, but sled takes the segment for a
+    /// free one whenever it rebuilds its state from the log.
+    #[error("a log segment's header fails its checksum (stored {stored:#010x}, computed {computed:#010x}): sled reads through its snapshot now, but whenever it rebuilds its state from the log (its snapshot lost, which a power loss can do, or damaged) it takes this segment for a free one and the frames in it are lost; copy the archive now with `cairn backup`, which copies records, not sled's segments, and run from the copy (docs/OPERATIONS.md, \"When the archive is damaged\")")]
+    SegmentHeader { stored: u32, computed: u32 },
 }
 
 /// Input the engine refuses. Nothing is written when one is returned.

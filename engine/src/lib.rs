@@ -68,6 +68,7 @@ pub mod record;
 mod recovery;
 mod removal;
 mod retention;
+mod segments;
 #[doc(hidden)]
 pub mod slots;
 mod summaries;

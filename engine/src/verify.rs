@@ -292,6 +292,26 @@ pub fn verify_store_unless(cfg: &EngineConfig, stop: &AtomicBool) -> Result<Veri
     }
     let mut report = report.unwrap_or_else(|p| std::panic::resume_unwind(p))?;
     report.closing_sync_failed = sync_failed;
+    // sled closed, the lock still held: its segment headers, which nothing
+    // reads while its snapshot stands (segments.rs).
+    let data = cfg.sled_data_path();
+    let damaged = crate::segments::damaged_headers(&data).map_err(|source| Error::Io {
+        op: "read the headers of sled's log segments",
+        path: data.clone(),
+        source,
+    })?;
+    for d in damaged {
+        report.add(
+            Location::SledFiles {
+                path: data.clone(),
+                log_offset: Some(d.file_offset),
+            },
+            CorruptionKind::SegmentHeader {
+                stored: d.stored_crc,
+                computed: d.computed_crc,
+            },
+        );
+    }
     Ok(report)
 }
 
