@@ -71,7 +71,7 @@ pub(crate) async fn run(pipeline: Arc<Pipeline>, consumer: Arc<BaseConsumer<Sink
                 // An invariant assertion fired inside the commit, or the
                 // sink's `durable_check` panicked: commit nothing more, and
                 // say which (until 2026-12-05 the message was dropped).
-                pipeline.fail(ConnectorError::Sink(format!(
+                pipeline.fail(ConnectorError::Failed(format!(
                     "commit task failed: a commit invariant, or the sink's durable_check, panicked: {}",
                     cairn_engine::panic_message(&*payload)
                 )));

@@ -293,7 +293,7 @@ fn buffer_push(
 }
 
 fn task_thread_gone() -> ConnectorError {
-    ConnectorError::Sink("the task thread stopped".into())
+    ConnectorError::Failed("the task thread (the sink's calls) stopped".into())
 }
 
 impl Shared {
@@ -768,7 +768,7 @@ impl Shared {
                     // (rebalance.rs), never librdkafka's read of the
                     // committed offset.
                     .ok_or_else(|| {
-                        ConnectorError::Sink(format!(
+                        ConnectorError::Failed(format!(
                             "BUG: {tp} was assigned with no start recorded: stopping rather than guess where it fetches from"
                         ))
                     })
@@ -1105,6 +1105,14 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// blocking pool). The committer runs on a tokio runtime of its own with
 /// one worker (multi-thread: its `block_in_place` panics on a
 /// `current_thread` one), whatever runtime the caller runs in.
+///
+/// Every return, a clean stop included, is followed by one ERROR line of
+/// rust-rdkafka's, target `rdkafka::consumer::base_consumer` ("Failed to
+/// close consumer queue on drop"): its consumer closes the queue again as
+/// it is dropped, after the loop closed it cleanly, and logs that second
+/// close's failure through the `log` crate. It means nothing; the `cairn`
+/// binary filters that target's ERROR out, and an embedder's logger may do
+/// the same.
 pub fn run_pipeline(
     cfg: &RunConfig,
     sink: Box<dyn SinkTask>,
@@ -1119,7 +1127,7 @@ pub fn run_pipeline(
         .thread_name("cairn-commit")
         .enable_time()
         .build()
-        .map_err(|e| ConnectorError::Sink(format!("cannot start the committer: {e}")))?;
+        .map_err(|e| ConnectorError::Failed(format!("cannot start the committer: {e}")))?;
     // An empty name is Kafka's default commit metadata (a reset with
     // kafka-consumer-groups, most clients' commits): every such commit would
     // read as this store's own, and a reset forward be undone (until
@@ -1264,7 +1272,7 @@ pub fn run_pipeline(
                 budget.close();
             }
         })
-        .map_err(|e| ConnectorError::Sink(format!("cannot start the task thread: {e}")))?;
+        .map_err(|e| ConnectorError::Failed(format!("cannot start the task thread: {e}")))?;
 
     let consumer = Arc::new(consumer);
     let (committer_done_tx, committer_done_rx) = mpsc::channel::<()>();
@@ -1622,7 +1630,7 @@ fn consume(
         if pipeline.failed.load(Ordering::Acquire) {
             return Err(pipeline
                 .take_fatal()
-                .unwrap_or_else(|| ConnectorError::Sink("failed".into())));
+                .unwrap_or_else(|| ConnectorError::Failed("the run failed".into())));
         }
         if stop.load(Ordering::Relaxed) || pipeline.finished.load(Ordering::Acquire) {
             return Ok(());
@@ -1652,7 +1660,7 @@ fn consume(
                 }
                 Some(Ok(m)) => {
                     use rdkafka::message::Message;
-                    return Err(ConnectorError::Sink(format!(
+                    return Err(ConnectorError::Failed(format!(
                         "a record of {}/{} (offset {}) came through the consumer queue: its partition's fetch queue was not forwarded to the run's queue; refusing to archive out of order",
                         m.topic(),
                         m.partition(),

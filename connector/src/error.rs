@@ -219,12 +219,20 @@ pub enum ConnectorError {
         field: String,
         valid_up_to: usize,
     },
+    /// A call of the sink's ([`SinkTask`](crate::SinkTask)) failed, or
+    /// kept failing: the message names the call (`put: fatal: …`). Only
+    /// the sink's own failures read "sink failed" (since 2026-12-07; before,
+    /// the loop's own failures, such as a thread that did not start, the
+    /// demo's checks, or a request refused after the run failed, did too,
+    /// and an embedder could not tell them from its sink's).
     #[error("sink failed: {0}")]
     Sink(String),
-    /// A step of a command outside the sink and the loop failed (the
-    /// first retention pass of a run, before it archives; installing the
-    /// signal handlers; joining the run's thread): the message names it.
-    /// Until the night of 2026-12-04 these read "sink failed".
+    /// A step outside the sink failed (the first retention pass of a run,
+    /// before it archives; installing the signal handlers; joining or
+    /// starting the run's threads; an invariant of the loop; the demo's
+    /// checks), or a request refused because the run had failed already:
+    /// the message names it. Until the night of 2026-12-04 the first of
+    /// these read "sink failed", and the rest until 2026-12-07.
     #[error("{0}")]
     Failed(String),
     /// A thread of the loop panicked (an invariant assertion, a sink's or

@@ -302,7 +302,7 @@ impl<'c> Fetch<'c> {
     /// gone touches freed memory. The borrow alone cannot promise that.
     pub unsafe fn new<C: ConsumerContext>(consumer: &'c BaseConsumer<C>) -> Result<Fetch<'c>> {
         let rk = NonNull::new(consumer.client().native_ptr())
-            .ok_or_else(|| ConnectorError::Sink("no consumer handle".into()))?;
+            .ok_or_else(|| ConnectorError::Failed("no consumer handle".into()))?;
         // SAFETY: `rk` is the consumer's live handle; both queue handles are
         // destroyed in `Drop`, which runs while the borrowed consumer lives.
         let (target, events) = unsafe {
@@ -317,7 +317,7 @@ impl<'c> Fetch<'c> {
                 // SAFETY: just made, destroyed once.
                 unsafe { rd::rd_kafka_queue_destroy(e.0.as_ptr()) };
             }
-            return Err(ConnectorError::Sink(
+            return Err(ConnectorError::Failed(
                 "librdkafka could not make a queue".into(),
             ));
         };
@@ -365,14 +365,14 @@ impl<'c> Fetch<'c> {
         tpl: &TopicPartitionList,
     ) -> Result<()> {
         if consumer.client().native_ptr() != lock(&self.queues).rk.as_ptr() {
-            return Err(ConnectorError::Sink(
+            return Err(ConnectorError::Failed(
                 "assigning through another consumer's queue".into(),
             ));
         }
         for e in tpl.elements() {
             let tp = TopicPartition::new(e.topic(), e.partition());
             if !self.forward(&tp) {
-                return Err(ConnectorError::Sink(format!(
+                return Err(ConnectorError::Failed(format!(
                     "librdkafka has no fetch queue for {tp}"
                 )));
             }

@@ -409,7 +409,7 @@ impl Pipeline {
                         )
                     }
                 };
-                s.fatal.get_or_insert(ConnectorError::Sink(why));
+                s.fatal.get_or_insert(ConnectorError::Failed(why));
                 self.failed.store(true, Ordering::Release);
                 return CommitOutcome::Closed;
             }

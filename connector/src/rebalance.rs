@@ -69,14 +69,12 @@ impl ClientContext for SinkContext {
         }
     }
 
-    /// Said here, the first of each kind at WARN ([`LastCause`]); the
+    /// Said here, the first of each kind at WARN (`LastCause`); the
     /// consumer loop then gets the same error from `poll` without its
     /// description, takes that from `last_error`, and says it again only
     /// when it acts on it (a reset, a stop). Before 2026-12-07 every
     /// error was said at WARN here and again by the loop, with no limit:
     /// a broker gone mid-run was a pair of lines every few seconds.
-    ///
-    /// [`LastCause`]: crate::librdkafka::LastCause
     fn error(&self, error: KafkaError, reason: &str) {
         if let Some(code) = error.rdkafka_error_code() {
             *lock(&self.last_error) = Some((code, reason.to_owned()));
@@ -185,7 +183,7 @@ impl ConsumerContext for SinkContext {
                 if let Some(forwarder) = forwarder {
                     for tp in tps_of(tpl) {
                         if !forwarder.forward(c, &tp) {
-                            self.fail(ConnectorError::Sink(format!(
+                            self.fail(ConnectorError::Failed(format!(
                                 "librdkafka has no fetch queue for {tp}; nothing of it is archived"
                             )));
                         }
@@ -231,7 +229,7 @@ impl ConsumerContext for SinkContext {
                 // to pass another, the partitions would go without cairn's
                 // revoke: the run stops (nothing more is committed, so no
                 // commit lands on partitions this member no longer holds).
-                self.fail(ConnectorError::Sink(format!(
+                self.fail(ConnectorError::Failed(format!(
                     "librdkafka's rebalance callback came with {other:?}, neither an assignment nor a revoke; stopping, so that nothing is committed for partitions this member may no longer hold"
                 )));
                 let _ = c.unassign();
@@ -506,7 +504,7 @@ impl SinkContext {
                         %tp,
                         archive = ?archive,
                         kafka = k,
-                        "this store committed offsets it no longer holds (restored from an older backup, or its newest records lost): fetching the records after its own offset again"
+                        "the offset Kafka holds was committed under this sink's identity, past what the sink's open says it holds (its store restored from an older backup, or its newest records lost; or an open that returned no offset for a partition its store holds): fetching the records after the sink's own offset again (from Kafka's log start when it gave none)"
                     );
                     archive
                 }

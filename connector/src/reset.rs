@@ -285,7 +285,7 @@ mod tests {
                 standings
                     .get(&tp.partition)
                     .cloned()
-                    .ok_or_else(|| ConnectorError::Sink(format!("{tp} was not to be judged")))
+                    .ok_or_else(|| ConnectorError::Failed(format!("{tp} was not to be judged")))
             },
         )
         .unwrap();
@@ -395,8 +395,8 @@ mod tests {
             &[tp(0)],
             &ResetScope::All,
             |_| Ok(Place::At(1)),
-            |tp, _| Err(ConnectorError::Sink(format!("{tp} out of the log"))),
+            |tp, _| Err(ConnectorError::Failed(format!("{tp} out of the log"))),
         );
-        assert!(matches!(result, Err(ConnectorError::Sink(m)) if m == "t/0 out of the log"));
+        assert!(matches!(result, Err(ConnectorError::Failed(m)) if m == "t/0 out of the log"));
     }
 }

@@ -259,8 +259,8 @@ pub enum KafkaTopicId {
 ///   `close` at a revoke or a loss, and `stop` once at a clean stop;
 /// - offsets are the next offset to read (the last record's + 1), as Kafka
 ///   commits them;
-/// - only what `open`, `start` and `pre_commit` (or `put`) declare durable
-///   is committed, never past the records handed over (the loop checks,
+/// - only what `open`, `start` and `pre_commit` declare durable is
+///   committed (a `put`'s report is checked, never committed), never past the records handed over (the loop checks,
 ///   and fails the run);
 /// - an error fails the run and nothing more is committed, except a
 ///   [`TaskError::Retriable`] from `put`, which brings the same batches
@@ -297,6 +297,24 @@ pub trait SinkTask: Send {
     /// one, for any partition, fails the run (as from every call). Not called
     /// after the run has failed (its open may sync, and a failed fsync is
     /// never retried).
+    ///
+    /// With an [`identity`](SinkTask::identity), Kafka's committed offset
+    /// is the sink's own word only when it was committed under that name:
+    /// a partition given none (or one below Kafka's) whose Kafka offset was
+    /// committed under this identity is taken for records the store held
+    /// and lost, and is fetched again from the offset returned, or from
+    /// the start of Kafka's log when none is (with a WARN). So a sink with
+    /// an identity returns an offset for every partition its store holds
+    /// anything of. Without an identity, or under another name, an offset
+    /// below Kafka's committed one is not a rewind: the partition resumes
+    /// at Kafka's offset (said at INFO), unlike Kafka Connect's
+    /// `context.offset()`, because another member's commit cannot be told
+    /// from this sink's own; give an identity to have `open`'s offsets
+    /// honoured (module docs, 1.).
+    ///
+    /// `partitions` may be empty: a cooperative rebalance that assigns
+    /// this member nothing new still calls `open` (and `check_topics`)
+    /// with none, as it may call `close` with none.
     fn open(
         &mut self,
         partitions: &[TopicPartition],

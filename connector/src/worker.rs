@@ -283,7 +283,7 @@ impl Worker {
                 // After a fatal error the sink is not asked to open: its
                 // open may sync, and a failed fsync is never retried.
                 Some(Job::Open { reply, .. }) if failed => {
-                    let _ = reply.send(Err(ConnectorError::Sink(
+                    let _ = reply.send(Err(ConnectorError::Failed(
                         "not opening partitions after a fatal error".into(),
                     )));
                 }
@@ -295,7 +295,7 @@ impl Worker {
                     let _ = reply.send(self.failing_the_run("open", r));
                 }
                 Some(Job::CheckTopics { reply, .. }) if failed => {
-                    let _ = reply.send(Err(ConnectorError::Sink(
+                    let _ = reply.send(Err(ConnectorError::Failed(
                         "not checking topics after a fatal error".into(),
                     )));
                 }
@@ -304,7 +304,7 @@ impl Worker {
                     let _ = reply.send(self.failing_the_run("check_topics", r));
                 }
                 Some(Job::Start { reply, .. }) if failed => {
-                    let _ = reply.send(Err(ConnectorError::Sink(
+                    let _ = reply.send(Err(ConnectorError::Failed(
                         "not recording starts after a fatal error".into(),
                     )));
                 }
@@ -322,7 +322,7 @@ impl Worker {
                     reply,
                 }) => {
                     let r = if failed {
-                        Err(ConnectorError::Sink(
+                        Err(ConnectorError::Failed(
                             "not flushing after a fatal error".into(),
                         ))
                     } else {
@@ -359,7 +359,7 @@ impl Worker {
                     let _ = reply.send(Ok(()));
                 }
                 Some(Job::Stop { reply, .. }) if failed => {
-                    let _ = reply.send(Err(ConnectorError::Sink(
+                    let _ = reply.send(Err(ConnectorError::Failed(
                         "not stopping the sink after a fatal error".into(),
                     )));
                 }
@@ -678,7 +678,7 @@ impl Worker {
     /// found in review).
     fn pre_commit_after(&mut self, handed_since: bool, revoking_too: bool) -> Result<()> {
         if self.pipeline.failed.load(Ordering::Acquire) {
-            return Err(ConnectorError::Sink(
+            return Err(ConnectorError::Failed(
                 "not calling pre_commit after a fatal error".into(),
             ));
         }
@@ -963,7 +963,7 @@ mod tests {
         }
         fn put(&mut self, _: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
             self.pipeline
-                .fail(ConnectorError::Sink("a commit failed for good".into()));
+                .fail(ConnectorError::Failed("a commit failed for good".into()));
             Ok(PutOutcome::default())
         }
         fn pre_commit(
@@ -1690,7 +1690,7 @@ mod tests {
         let sink = Retriable {
             pipeline: pipeline.clone(),
             calls: calls.clone(),
-            at_first: |p| p.fail(ConnectorError::Sink("the consumer failed".into())),
+            at_first: |p| p.fail(ConnectorError::Failed("the consumer failed".into())),
             ok_from: 5,
         };
         pipeline

@@ -172,7 +172,7 @@ pub async fn run(args: BackupArgs) -> Result<ExitCode> {
     .await
     .map_err(|e| {
         signals.abort();
-        ConnectorError::Sink(format!("backup thread: {e}"))
+        ConnectorError::Failed(format!("backup thread: {e}"))
     })?;
     // The source is closed however the backup went (a second signal still
     // exits at once meanwhile). Whether it was poisoned before: its close

@@ -327,7 +327,7 @@ async fn restore_round_trip(
     // 5 MiB a partition): otherwise the archive of the restored topic
     // below could only be found short, blaming the archive.
     if restored.records != n {
-        return Err(ConnectorError::Sink(format!(
+        return Err(ConnectorError::Failed(format!(
             "demo: the restore delivered {} records, not {n}",
             restored.records
         )));
@@ -382,7 +382,7 @@ async fn archive_scratch(
     .await?;
     let second = open_scratch(scratch_at, data2)?;
     check_archive(&second, topic, n)
-        .map_err(|e| ConnectorError::Sink(format!("demo: the restored topic differs: {e}")))?;
+        .map_err(|e| ConnectorError::Failed(format!("demo: the restored topic differs: {e}")))?;
     second.close().map_err(ConnectorError::from)
 }
 
@@ -584,12 +584,12 @@ async fn demo_in(n: u64, data: PathBuf, made: bool) -> Result<ExitCode> {
     if let Some((p, c, d)) =
         beside_durable(&kafka_committed, &durable_after_crash).find(|&(_, c, d)| c > d)
     {
-        return Err(ConnectorError::Sink(format!(
+        return Err(ConnectorError::Failed(format!(
             "demo: partition {p}: after the crash Kafka committed {c}, past the {d} the archive holds durably"
         )));
     }
     if committed_total >= durable_total {
-        return Err(ConnectorError::Sink(format!(
+        return Err(ConnectorError::Failed(format!(
             "demo: after the crash Kafka committed {committed_total} of {durable_total} durable records: the put that died before its commit should have left some durable and not committed"
         )));
     }
@@ -602,7 +602,7 @@ async fn demo_in(n: u64, data: PathBuf, made: bool) -> Result<ExitCode> {
     // The crashed run left its open mark: this open synced the store and
     // dropped its cached pages first.
     if !rec.unclean_stop_cache_dropped {
-        return Err(ConnectorError::Sink(
+        return Err(ConnectorError::Failed(
             "demo: the crashed run left no open mark: its reopen trusted the page cache".into(),
         ));
     }
@@ -636,12 +636,12 @@ async fn demo_in(n: u64, data: PathBuf, made: bool) -> Result<ExitCode> {
     // exactly the records the crash left undurable, none twice.
     let rest = n as i64 - durable_total;
     if rest <= 0 {
-        return Err(ConnectorError::Sink(format!(
+        return Err(ConnectorError::Failed(format!(
             "demo: the crash left all {n} records durable, so the run after it had nothing to resume with"
         )));
     }
     if report.stats.records_written as i64 != rest || report.stats.records_duplicate != 0 {
-        return Err(ConnectorError::Sink(format!(
+        return Err(ConnectorError::Failed(format!(
             "demo: after the crash {durable_total} records were durable, so {rest} remained; the second run wrote {} and was handed {} it already held (it did not resume at the archive's offsets)",
             report.stats.records_written, report.stats.records_duplicate
         )));
@@ -651,7 +651,7 @@ async fn demo_in(n: u64, data: PathBuf, made: bool) -> Result<ExitCode> {
     let engine = Engine::open(EngineConfig::new(&data))?;
     let v = engine.verify()?;
     if !v.is_clean() {
-        return Err(ConnectorError::Sink(format!(
+        return Err(ConnectorError::Failed(format!(
             "demo verification failed: the archive at {} has {} problem(s), the first: {}",
             data.display(),
             v.problem_count(),
@@ -659,9 +659,9 @@ async fn demo_in(n: u64, data: PathBuf, made: bool) -> Result<ExitCode> {
         )));
     }
     check_archive(&engine, DEMO_TOPIC, n)
-        .map_err(|e| ConnectorError::Sink(format!("demo verification failed: {e}")))?;
+        .map_err(|e| ConnectorError::Failed(format!("demo verification failed: {e}")))?;
     if v.records != n {
-        return Err(ConnectorError::Sink(format!(
+        return Err(ConnectorError::Failed(format!(
             "demo verification failed: the archive holds {} records, {n} were produced",
             v.records
         )));
@@ -669,7 +669,7 @@ async fn demo_in(n: u64, data: PathBuf, made: bool) -> Result<ExitCode> {
     let final_committed = committed(&brokers, &cfg.group, DEMO_TOPIC, DEMO_PARTITIONS)?;
     let durable = engine.durable_offsets();
     if let Some((p, c, d)) = beside_durable(&final_committed, &durable).find(|&(_, c, d)| c != d) {
-        return Err(ConnectorError::Sink(format!(
+        return Err(ConnectorError::Failed(format!(
             "demo: partition {p}: Kafka committed {c}, the archive holds up to {d} (they must be equal once the run has finished)"
         )));
     }
@@ -809,17 +809,17 @@ async fn run_until_done(
     let mut run = tokio::task::spawn_blocking(move || run_pipeline(&cfg, sink, opts));
     let ran = tokio::time::timeout(RUN_TIMEOUT, &mut run).await;
     if let Some(past) = lock(&past_durable).take() {
-        return Err(ConnectorError::Sink(format!(
+        return Err(ConnectorError::Failed(format!(
             "demo: {what}: {past}: Kafka's offset passed what the archive holds durably"
         )));
     }
     match ran {
-        Ok(ran) => ran.map_err(|e| ConnectorError::Sink(e.to_string()))?,
+        Ok(ran) => ran.map_err(|e| ConnectorError::Failed(e.to_string()))?,
         Err(_) => {
             // Not finished: stop it cleanly (briefly waited for), and fail.
             stop.store(true, std::sync::atomic::Ordering::Relaxed);
             let _ = tokio::time::timeout(Duration::from_secs(30), run).await;
-            Err(ConnectorError::Sink(format!(
+            Err(ConnectorError::Failed(format!(
                 "demo: {what} did not archive every record within {} s",
                 RUN_TIMEOUT.as_secs()
             )))
@@ -921,7 +921,7 @@ fn crash_a_run(cfg: &RunConfig, crash_puts: u64) -> Result<()> {
             let _ = child.kill();
             let _ = child.wait();
             let _ = waiter.join();
-            return Err(ConnectorError::Sink(format!(
+            return Err(ConnectorError::Failed(format!(
                 "demo: the crashing cairn run did not reach its crash point within {} s",
                 CRASH_RUN_TIMEOUT.as_secs()
             )));
@@ -933,7 +933,7 @@ fn crash_a_run(cfg: &RunConfig, crash_puts: u64) -> Result<()> {
         source,
     })?;
     if status.success() || !log.contains("CAIRN_ABORT_AT: aborting at") {
-        return Err(ConnectorError::Sink(format!(
+        return Err(ConnectorError::Failed(format!(
             "demo: the crashing cairn run ended ({status}) without reaching its crash point; its log:\n{log}"
         )));
     }
