@@ -78,7 +78,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use cairn_engine::TopicPartition;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -113,6 +113,72 @@ pub(crate) struct CommitState {
     /// [`crate::PipelineOptions::on_commit_sent`].
     pub on_commit_sent: Option<CommitObserver>,
     pub done: Option<DonePredicate>,
+    /// Commits that failed in a row, for the log.
+    pub failed_commits: FailedCommits,
+}
+
+/// How often a run of failed commits is said again at WARN.
+const FAILED_COMMITS_WARN_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Commits that failed in a row: the first is said at WARN, the rest
+/// counted and said with their count every
+/// [`FAILED_COMMITS_WARN_INTERVAL`], and the first commit that succeeds
+/// after them says at INFO how many failed and for how long. A rebalance
+/// refuses every commit until it ends, and a run commits after each put:
+/// one WARN per failure wrote 3,931 lines in 3 s (until 2026-12-07; found
+/// by an audit of rebalances).
+#[derive(Debug, Default)]
+pub(crate) struct FailedCommits(Option<FailedStreak>);
+
+#[derive(Debug)]
+struct FailedStreak {
+    since: Instant,
+    failures: u64,
+    said_at: Instant,
+}
+
+/// What to say of a failed commit.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum FailedSaid {
+    /// The first of a streak.
+    First,
+    /// Still failing: `failures` in a row over `for_`.
+    Still { failures: u64, for_: Duration },
+}
+
+impl FailedCommits {
+    /// A commit failed at `now`: what to say at WARN, if anything.
+    pub(crate) fn failed(&mut self, now: Instant) -> Option<FailedSaid> {
+        match &mut self.0 {
+            None => {
+                self.0 = Some(FailedStreak {
+                    since: now,
+                    failures: 1,
+                    said_at: now,
+                });
+                Some(FailedSaid::First)
+            }
+            Some(streak) => {
+                streak.failures += 1;
+                if now.saturating_duration_since(streak.said_at) < FAILED_COMMITS_WARN_INTERVAL {
+                    return None;
+                }
+                streak.said_at = now;
+                Some(FailedSaid::Still {
+                    failures: streak.failures,
+                    for_: now.saturating_duration_since(streak.since),
+                })
+            }
+        }
+    }
+
+    /// A commit succeeded at `now`: the streak of failures it ends, if
+    /// any, as their count and how long since the first.
+    pub(crate) fn succeeded(&mut self, now: Instant) -> Option<(u64, Duration)> {
+        self.0
+            .take()
+            .map(|streak| (streak.failures, now.saturating_duration_since(streak.since)))
+    }
 }
 
 /// How a [`Pipeline::commit_now`] ended.
@@ -191,6 +257,7 @@ impl Pipeline {
                 on_commit,
                 on_commit_sent,
                 done,
+                failed_commits: FailedCommits::default(),
             }),
             wake: tokio::sync::Notify::new(),
             committer_stop: AtomicBool::new(false),
@@ -470,12 +537,20 @@ impl Pipeline {
                     self.fail(e);
                     return CommitOutcome::Closed;
                 }
+                if let Some((failures, for_)) = s.failed_commits.succeeded(Instant::now()) {
+                    tracing::info!(
+                        failed = failures,
+                        for_ms = for_.as_millis() as u64,
+                        "commits succeed again, after {failures} failed in a row"
+                    );
+                }
                 self.check_done(s);
                 CommitOutcome::Done
             }
             Err(e) => {
                 s.tracker.commit_failed(pending);
                 s.stats.commit_failures += 1;
+                let say = s.failed_commits.failed(Instant::now());
                 let refused_metadata = e.rdkafka_error_code()
                     == Some(rdkafka::types::RDKafkaErrorCode::OffsetMetadataTooLarge);
                 drop(guard);
@@ -488,7 +563,20 @@ impl Pipeline {
                     )));
                     return CommitOutcome::Failed;
                 }
-                tracing::warn!(error = %e, "commit failed; durable offsets will be committed on the next cycle");
+                match say {
+                    Some(FailedSaid::First) => tracing::warn!(
+                        error = %e,
+                        "commit failed; durable offsets will be committed on the next cycle (the failures that follow in a row are counted, and said every {} s)",
+                        FAILED_COMMITS_WARN_INTERVAL.as_secs()
+                    ),
+                    Some(FailedSaid::Still { failures, for_ }) => tracing::warn!(
+                        error = %e,
+                        failed = failures,
+                        for_ms = for_.as_millis() as u64,
+                        "commits still failing: {failures} in a row; durable offsets will be committed once Kafka takes a commit"
+                    ),
+                    None => tracing::debug!(error = %e, "commit failed (in a row, said already)"),
+                }
                 CommitOutcome::Failed
             }
         }
@@ -513,6 +601,38 @@ impl std::fmt::Display for CommittedOffsets<'_> {
 
 #[cfg(test)]
 mod tests {
+    /// The first failure is said, the next ones only every interval with
+    /// their count, and a success ends the streak, saying it once.
+    #[test]
+    fn failed_commits_in_a_row_are_said_first_then_counted() {
+        use super::{FailedCommits, FailedSaid, FAILED_COMMITS_WARN_INTERVAL as EVERY};
+        use std::time::{Duration, Instant};
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut f = FailedCommits::default();
+        assert_eq!(f.succeeded(t0), None, "no streak, nothing to say");
+        assert_eq!(f.failed(t0), Some(FailedSaid::First));
+        for n in 1..1000 {
+            assert_eq!(f.failed(ms(n)), None);
+        }
+        let at = t0 + EVERY;
+        assert_eq!(
+            f.failed(at),
+            Some(FailedSaid::Still {
+                failures: 1001,
+                for_: EVERY
+            })
+        );
+        assert_eq!(f.failed(at + Duration::from_millis(1)), None);
+        assert_eq!(f.succeeded(at + EVERY), Some((1002, 2 * EVERY)));
+        assert_eq!(f.succeeded(at + EVERY), None, "said once");
+        assert_eq!(
+            f.failed(at + 2 * EVERY),
+            Some(FailedSaid::First),
+            "a new streak"
+        );
+    }
+
     use super::*;
 
     /// A commit chosen before a revoke is stale even when the revoke has
