@@ -1397,7 +1397,7 @@ fn finish(shared: &Mutex<Shared>, consumer: &BaseConsumer<SinkContext>) -> Resul
     s.pipeline.begin_final_commit();
     let outcome = crate::rebalance::commit_retrying(consumer, &s.pipeline, None, true);
     if outcome == crate::pipeline::CommitOutcome::Failed {
-        tracing::warn!("the final commit failed: Kafka's committed offsets stay behind the archive's durable ones until the next run commits");
+        tracing::warn!("the final commit failed: Kafka's committed offsets stay behind the archive's durable ones until the next run commits, and another member taking these partitions over meanwhile archives the records after Kafka's committed offsets again (duplicates across the stores, none lost)");
         s.pipeline.state().stats.final_commit_failed = true;
     }
     if let Some(e) = s.pipeline.take_fatal() {

@@ -727,6 +727,13 @@ fn remove_unused_archive(data: &Path, ran_ok: bool) {
         Ok(EmptyStoreRemoval::DirectoryNotRemoved(error)) => {
             tracing::warn!(data = %at, %error, "removed the empty archive this run made; its directory, left empty of it, could not be removed and stays")
         }
+        // Another process holds it: two runs started on the same new
+        // directory, and the other made the store (until 2026-12-07 this
+        // said the archive was this run's, to be removed; found by an
+        // audit). Its own.
+        Err(e @ cairn_engine::Error::Locked { .. }) => {
+            tracing::info!(data = %at, error = %e, "the archive directory stays: another process holds it")
+        }
         Err(e) => {
             tracing::warn!(data = %at, error = %e, "the archive this run made stays: it could not be checked for records, to be removed if it held none")
         }
