@@ -354,6 +354,36 @@ fn an_archived_partition_without_a_committed_offset_is_warned_about() {
     assert!(warned.contains(&format!("{topic}/0@10")), "{warned}");
 }
 
+/// A second run on an archive a run is archiving into is refused at once,
+/// naming it, before Kafka is waited for: here with Kafka unreachable, where
+/// until 2026-12-07 it waited out the connect timeout and said only that
+/// Kafka could not be reached (found by an audit).
+#[test]
+fn a_second_run_on_a_running_archive_is_refused_at_once() {
+    use std::io::{BufRead, BufReader};
+    let mb = TestBroker::start(&["second:1"]);
+    let (topic, group) = (mb.topic("second"), mb.group("second-group"));
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("archive");
+    let d = data.to_str().unwrap();
+    let mut run = common::cairn_run(&common::run_flags(&mb.brokers, &group, &topic, d), None);
+    // Serving once it says so.
+    BufReader::new(run.stderr.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+        .find(|l| l.contains("serving status, export, verify, prune and backup"))
+        .expect("the run ended before it served its socket");
+    let (code, _, err) = cairn_run("127.0.0.1:1", &topic, d, &["--connect-timeout-ms", "60000"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(&format!(
+            "--data {d}: a cairn run is archiving into it already"
+        )) && !err.contains("cannot reach Kafka"),
+        "{err}"
+    );
+    assert!(run.try_wait().unwrap().is_none(), "the first run goes on");
+}
+
 /// An assignment says where its partitions resume in one INFO line (each
 /// partition at DEBUG): an assignment of 10,000 partitions wrote 10,000
 /// INFO lines until 2026-12-06. The first 8 are named, and how many more.

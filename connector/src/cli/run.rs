@@ -552,6 +552,18 @@ async fn archive(cfg: RunConfig) -> Result<(ExitCode, u64)> {
         || super::say("INFO", &"signal received: draining, fsyncing, committing, closing (again to exit at once)", None),
         || super::say("ERROR", &"second signal: exiting at once, without waiting for the stop to finish (a final commit not made yet is not made); Kafka's committed offsets never pass what is durable, so the next start loses nothing: it recovers the archive and resumes from what it holds", None),
     );
+    // A run already archiving into --data is said at once, before Kafka
+    // is waited for: the open would only refuse the archive as locked, and
+    // with Kafka unreachable the error was Kafka's, after the whole connect
+    // timeout, without a word of the lock (until 2026-12-07; found by an
+    // audit). Its socket answering is proof enough; no lock is touched.
+    if crate::live::connect(&cfg.data)?.is_some() {
+        return Err(ConnectorError::Config(format!(
+            "--data {}: a cairn run is archiving into it already (its socket, {}, answers): stop that run first, or give this one an archive of its own",
+            cfg.data.display(),
+            cfg.data.join(crate::live::SOCKET_FILE).display()
+        )));
+    }
     // Kafka first: a mistyped broker or topic refused before the archive
     // is opened (recovered, perhaps upgraded, pruned) or even made. The
     // pipeline checks again, for embedders (a quick metadata read).
