@@ -156,7 +156,7 @@ impl Selection {
     /// what the chosen partitions hold: it fell into a gap of offsets.
     pub fn nothing_in_range(&self) -> ConnectorError {
         ConnectorError::Config(format!(
-            "{} (a gap in their offsets: records compacted away before they were archived, or offsets taken by transaction markers)",
+            "{} (a gap in their offsets: records compacted away before they were archived, offsets taken by transaction markers, records over --record-bytes-max set aside by --on-oversize skip or dead-letter, or records that aged out of Kafka before they were archived, passed by --on-offset-out-of-range earliest)",
             self.no_records_there()
         ))
     }

@@ -3892,6 +3892,16 @@ fn export_stops_cleanly_and_says_what_its_output_holds() {
     let mode = std::fs::metadata(&target).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600);
     assert_eq!(std::fs::read_dir(links.path()).unwrap().count(), 2);
+    // And its owner, where this user may give it away (root: the test
+    // machines run as root; another user cannot make a file another's).
+    if rustix::process::geteuid().is_root() {
+        use std::os::unix::fs::MetadataExt;
+        std::os::unix::fs::chown(&target, Some(65534), Some(65534)).unwrap();
+        let (code, _, err) = export_p0(target.to_str().unwrap());
+        assert_eq!(code, 0, "{err}");
+        let m = std::fs::metadata(&target).unwrap();
+        assert_eq!((m.uid(), m.gid(), m.mode() & 0o777), (65534, 65534, 0o600));
+    }
 
     // To stdout: the records before the damage, and an error that says so.
     let (code, out, err) = cairn(&["export", "--data", d]);

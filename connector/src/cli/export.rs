@@ -1107,8 +1107,27 @@ impl FileOutput {
             {
                 Ok(file) => {
                     if let Some(m) = existing {
+                        // Its owner too, as `sed -i` keeps it: root
+                        // replacing a user's file left it root's, which
+                        // the user could then not read (until 2026-12-07;
+                        // found by an audit). Only root may give a file
+                        // away; another user keeps what the group allows.
+                        use std::os::unix::fs::MetadataExt;
+                        let made = file.metadata()?;
+                        if (made.uid(), made.gid()) != (m.uid(), m.gid()) {
+                            if let Err(e) =
+                                std::os::unix::fs::fchown(&file, Some(m.uid()), Some(m.gid()))
+                                    .or_else(|_| {
+                                        std::os::unix::fs::fchown(&file, None, Some(m.gid()))
+                                    })
+                            {
+                                tracing::warn!(error = %e, path = %self.path.display(), uid = m.uid(), gid = m.gid(), "could not give the export the owner of the file it replaces: it is this user's");
+                            }
+                        }
                         // Some filesystems refuse (vfat, a root-squashed
                         // NFS): the export still goes where it was asked.
+                        // After the owner: a change of owner clears the
+                        // set-id bits.
                         if let Err(e) = file.set_permissions(m.permissions()) {
                             tracing::warn!(error = %e, path = %self.path.display(), "could not give the export the permissions of the file it replaces");
                         }
