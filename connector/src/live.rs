@@ -1880,6 +1880,24 @@ pub fn connect(data: &Path) -> Result<Option<UnixStream>> {
         }
         // The command then opens the archive itself and is refused as the
         // run holds it; this says why the run did not answer instead.
+        // A directory this user may not look into refuses the connect
+        // too, socket or not: that is said as what it is (until
+        // 2026-12-07 it was the WARN below, of a socket that may not be
+        // there, and the open's error then named another file; found by
+        // an audit).
+        Err(e)
+            if e.kind() == std::io::ErrorKind::PermissionDenied
+                && std::fs::symlink_metadata(&path)
+                    .is_err_and(|m| m.kind() == std::io::ErrorKind::PermissionDenied) =>
+        {
+            Err(ConnectorError::Io {
+                path: data.to_owned(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::PermissionDenied,
+                    format!("this user may not look into the archive's directory ({e})"),
+                ),
+            })
+        }
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
             tracing::warn!(
                 socket = %path.display(),

@@ -786,6 +786,49 @@ fn verify_reports_a_damaged_segment_header() {
     );
 }
 
+/// An archive directory this user may not look into is said to be that,
+/// by every command that reads it: until 2026-12-07 they warned that the
+/// archive's socket refused this user, as if another user's run held it,
+/// and then named another file (found by an audit). Run as `nobody`
+/// through `setpriv`, so root only (as the test machines run).
+#[test]
+fn an_archive_directory_this_user_may_not_enter_is_said_to_be_that() {
+    if !rustix::process::geteuid().is_root() {
+        cairn_engine::fuzzing::skip("needs root, to run a command as another user");
+        return;
+    }
+    let dir = archive_of_ten("t");
+    let d = dir.path().to_str().unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    for (cmd, want) in [("status", 1), ("export", 1), ("verify", 2)] {
+        let out = match std::process::Command::new("setpriv")
+            .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+            .arg(common::CAIRN)
+            .args([cmd, "--data", d])
+            .output()
+        {
+            Ok(out) => out,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                cairn_engine::fuzzing::skip("no setpriv (util-linux)");
+                return;
+            }
+            Err(e) => panic!("setpriv: {e}"),
+        };
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(want), "{cmd}: {err}");
+        assert!(
+            err.contains(&format!(
+                "{d}: this user may not look into the archive's directory"
+            )) && !err.contains("socket refused this user"),
+            "{cmd}: {err}"
+        );
+    }
+}
+
 /// An archive whose sled folder cannot be looked into is an I/O error
 /// naming the path, not "the store lost its records", which the
 /// watermark beside it said until 2026-12-07 (found by an audit, with the
