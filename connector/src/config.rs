@@ -470,9 +470,18 @@ impl RunConfig {
             return bad(format!("-X {k}={v}: cairn keeps end-of-partition events on (they say where a partition's fetch caught up, past transaction markers, which the archive records so that they are committed)"));
         }
         refuse_old_protocol(&self.kafka)?;
+        refuse_signal_takeover(&self.kafka)?;
         crate::librdkafka::refuse_two_names(&self.kafka).map_err(ConnectorError::Config)?;
         if let Some((k, v)) = setting_other_than(&self.kafka, "group.protocol", Some("classic")) {
             return bad(format!("-X {k}={v}: cairn runs the classic group protocol (its cooperative-sticky assignment and rebalance handling are built and tested on it)"));
+        }
+        // librdkafka refuses any other with an error that blames cairn's
+        // own assignment strategy and names neither key (until 2026-12-07;
+        // found by an audit).
+        if let Some((k, v)) =
+            setting_other_than(&self.kafka, "group.protocol.type", Some("consumer"))
+        {
+            return bad(format!("-X {k}={v}: a consumer group's protocol type is `consumer`, which cairn's group runs; leave it out"));
         }
         crate::librdkafka::check_consumer_settings(&crate::consumer::client_config(self))
             .map_err(ConnectorError::Config)?;
@@ -517,6 +526,21 @@ pub fn refuse_old_protocol(kafka: &BTreeMap<String, String>) -> Result<()> {
         return Err(ConnectorError::Config(format!("-X {k}={v}: a broker version below 0.10 would have librdkafka fetch without record headers or read_committed whenever a broker's API versions are not known; cairn needs Kafka 0.11 or later (leave the setting out)")));
     }
     Ok(())
+}
+
+/// Refuse `-X internal.termination.signal`: librdkafka installs its own
+/// handler for that signal as each client is made (the settings check's
+/// first), replacing cairn's, so a SIGTERM or SIGINT no longer stopped the
+/// run cleanly (no final commit: another member then archives the records
+/// since the last commit again) and was not heard while waiting for Kafka
+/// (until 2026-12-07; found by an audit). cairn handles its signals itself.
+pub fn refuse_signal_takeover(kafka: &BTreeMap<String, String>) -> Result<()> {
+    match crate::librdkafka::settings_of(kafka, "internal.termination.signal").next() {
+        Some((k, v)) => Err(ConnectorError::Config(format!(
+            "-X {k}={v}: librdkafka would take that signal over from cairn, which handles SIGINT and SIGTERM itself (a clean stop: drain, fsync, commit); leave it out"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Whether a `broker.version.fallback` value names a version below 0.10:
@@ -987,9 +1011,16 @@ fn or_none<T>(s: &str, parse: impl Fn(&str) -> Result<T, String>) -> Result<Flag
     if s == "none" {
         return Ok(FlagValue::Cleared);
     }
-    parse(s)
-        .map(FlagValue::Set)
-        .map_err(|e| format!("{e}, or none"))
+    parse(s).map(FlagValue::Set).map_err(|e| {
+        // Said once: a parser that names `none` already is not given it
+        // again (`--retain-bytes 9EiB` read "… or `none` for no bound, or
+        // none" until 2026-12-07).
+        if e.contains("`none`") {
+            e
+        } else {
+            format!("{e}, or none")
+        }
+    })
 }
 
 /// Parse `--retain`: an age, or `none` to keep everything.
@@ -1700,6 +1731,15 @@ retain-bytes = "50GiB"
         assert!(e.contains("-X enable.partition.eof=false"), "{e}");
         let e = with("api.version.request", "false").unwrap_err();
         assert!(e.contains("-X api.version.request=false"), "{e}");
+        let e = with("group.protocol.type", "x").unwrap_err();
+        assert!(e.contains("-X group.protocol.type=x"), "{e}");
+        assert!(with("group.protocol.type", "consumer").is_ok());
+        // librdkafka would take SIGTERM from cairn's clean stop.
+        let e = with("internal.termination.signal", "15").unwrap_err();
+        assert!(
+            e.contains("-X internal.termination.signal=15") && e.contains("leave it out"),
+            "{e}"
+        );
         for fallback in ["0.9.0", "0.8.2", "0.9", "0.8.0"] {
             let e = with("broker.version.fallback", fallback).unwrap_err();
             assert!(e.contains("-X broker.version.fallback="), "{fallback}: {e}");

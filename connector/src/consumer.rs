@@ -990,7 +990,7 @@ impl rdkafka::ClientContext for CheckContext {
     /// Configuration warnings at debug: the run's own consumer, made
     /// from the same settings, gives them right after.
     fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
-        crate::librdkafka::log_ignoring_confwarn(level, fac, message);
+        crate::librdkafka::log_ignoring_confwarn(&self.last_cause, level, fac, message);
     }
 
     fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
@@ -1579,20 +1579,27 @@ fn on_consume_error(e: rdkafka::error::KafkaError, why: Option<String>) -> Resul
             })
         }
         ErrorAction::Log => {
-            log_retried(&e, why.as_deref());
+            // A description was taken from the client context, which said it.
+            log_retried(&e, why.as_deref(), why.is_none());
             Ok(false)
         }
     }
 }
 
-/// A consumer error librdkafka retries on its own. With librdkafka's
-/// description of it (`t/p@o: …` for a fetch error), the client context
-/// said it already (`SinkContext::error`, which limits repeats): DEBUG
-/// here. Without one, WARN, which is all that says it.
-fn log_retried(e: &rdkafka::error::KafkaError, why: Option<&str>) {
-    match why {
-        Some(why) => tracing::debug!(error = %e, why, "consumer error (librdkafka retries)"),
-        None => tracing::warn!(error = %e, "consumer error (librdkafka retries)"),
+/// A consumer error librdkafka retries on its own, with librdkafka's
+/// description of it when there is one (`t/p@o: …` for a fetch error): at
+/// WARN if `warn`, else at DEBUG, as said already. An error of the consumer
+/// queue whose description the client context took was said there
+/// (`SinkContext::error`, which limits repeats); a fetch error comes on its
+/// partition's queue instead, never to the context, and is said here, each
+/// kind once a minute (`LastCause`; review of 2026-12-07: a first version
+/// put every error with a description at DEBUG, fetch errors included,
+/// which then nothing said).
+fn log_retried(e: &rdkafka::error::KafkaError, why: Option<&str>, warn: bool) {
+    if warn {
+        tracing::warn!(error = %e, why, "consumer error (librdkafka retries)");
+    } else {
+        tracing::debug!(error = %e, why, "consumer error (librdkafka retries; said already)");
     }
 }
 
@@ -1760,7 +1767,9 @@ fn consume(
                 },
                 Some(e) => match action(&e) {
                     ErrorAction::Log => {
-                        log_retried(&e, Some(&m.describe_error()));
+                        let why = m.describe_error();
+                        let new = consumer.context().last_cause.note(&e, &why);
+                        log_retried(&e, Some(&why), new);
                         Flow::Go
                     }
                     ErrorAction::Reset | ErrorAction::Stop => {

@@ -246,7 +246,7 @@ struct Report {
 
 impl ClientContext for Report {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
-        log_ignoring_confwarn(level, fac, message);
+        log_ignoring_confwarn(&self.causes, level, fac, message);
     }
 
     /// Said here, each kind once a minute at most (rust-rdkafka's default

@@ -33,7 +33,7 @@ pub enum ConnectorError {
     /// Kafka answered the caller's check before the store was opened
     /// (`cairn run`'s), and not the run's own after it: gone meanwhile (a
     /// broker restarting during a long recovery), not a mistyped address.
-    #[error("Kafka at {brokers} answered before the archive was opened, but not again within {waited_ms} ms after it: {detail}; nothing was fetched or committed. Run again once Kafka is back (a broker restarting, a network cut)")]
+    #[error("Kafka at {brokers} answered before the archive was opened, but not again within {waited_ms} ms after it: {detail}; nothing was fetched or committed. Run again once Kafka is back (a broker restarting, a network cut), or give Kafka longer with --connect-timeout-ms (a wait this short can end before a healthy cluster answers twice)")]
     KafkaGone {
         brokers: String,
         waited_ms: u64,

@@ -149,7 +149,7 @@ pub(crate) fn check_message_timeout(
     if timeouts.len() > 1 {
         let names: Vec<String> = timeouts.iter().map(|(k, _)| format!("-X {k}")).collect();
         return Err(format!(
-            "{}: the same setting ({what}'s message timeout), given more than once",
+            "{}: the same setting (the message timeout of {what}), given more than once",
             names.join(" and ")
         ));
     }
@@ -162,7 +162,7 @@ pub(crate) fn check_message_timeout(
             Ok(ms) if ms > 0 => {}
             Ok(ms) => {
                 return Err(format!(
-                    "-X {k}={v}: librdkafka reads it as {ms}: must be a positive number of ms, written plainly ({what}'s message timeout; 0 would wait forever)"
+                    "-X {k}={v}: librdkafka reads it as {ms}: must be a positive number of ms, written plainly (the message timeout of {what}; 0 would wait forever)"
                 ))
             }
             Err(e) => return Err(format!("-X {k}={v}: {e}")),
@@ -419,6 +419,9 @@ pub(crate) fn too_big_for_queue(bytes: u64) -> String {
 /// same text (`rd_kafka_broker_set_error`, rdkafka_broker.c). Said twice,
 /// and a third time as the consumer's error, a broker gone mid-run filled
 /// the log with three lines for each failed connection (until 2026-12-07).
+/// The log line is the one said ([`log_client_failure`]): it comes at once,
+/// from librdkafka's thread, where the error waits for the client to be
+/// served (a check's client, until its whole wait has ended).
 pub(crate) fn said_as_client_error(level: RDKafkaLogLevel, fac: &str) -> bool {
     use RDKafkaLogLevel as L;
     fac == "FAIL" && matches!(level, L::Emerg | L::Alert | L::Critical | L::Error)
@@ -434,11 +437,28 @@ pub(crate) fn say_client_error(last: &LastCause, error: &KafkaError, reason: &st
     }
 }
 
+/// A log line [`said_as_client_error`]: said at WARN, without the thread
+/// librdkafka names first (`[thrd:…]: `), if it is the first of its kind
+/// in `last` (then its client error, of the same text, is a repeat: DEBUG),
+/// else at DEBUG.
+pub(crate) fn log_client_failure(last: &LastCause, fac: &str, message: &str) {
+    let text = message
+        .strip_prefix("[thrd:")
+        .and_then(|m| m.split_once("]: "))
+        .map_or(message, |(_, text)| text);
+    if last.note_text(text, true) {
+        tracing::warn!(target: "librdkafka", fac, "{text}");
+    } else {
+        tracing::debug!(target: "librdkafka", fac, "{text} (said already)");
+    }
+}
+
 /// librdkafka's log lines as rust-rdkafka's default context logs them,
-/// but those [`said_as_client_error`], which go to DEBUG.
-pub(crate) fn log_to_tracing(level: RDKafkaLogLevel, fac: &str, message: &str) {
+/// but those [`said_as_client_error`], which go through `last`
+/// ([`log_client_failure`]).
+pub(crate) fn log_to_tracing(last: &LastCause, level: RDKafkaLogLevel, fac: &str, message: &str) {
     if said_as_client_error(level, fac) {
-        tracing::debug!(target: "librdkafka", "librdkafka: {fac} {message} (said as a client error)");
+        log_client_failure(last, fac, message);
         return;
     }
     match level {
@@ -463,11 +483,16 @@ pub(crate) fn log_to_tracing(level: RDKafkaLogLevel, fac: &str, message: &str) {
 /// [`log_to_tracing`], with librdkafka's configuration warnings at debug:
 /// for a client given the run's whole `-X` map, where the properties meant
 /// for another kind of client are expected to be ignored.
-pub(crate) fn log_ignoring_confwarn(level: RDKafkaLogLevel, fac: &str, message: &str) {
+pub(crate) fn log_ignoring_confwarn(
+    last: &LastCause,
+    level: RDKafkaLogLevel,
+    fac: &str,
+    message: &str,
+) {
     if fac == "CONFWARN" {
         tracing::debug!(target: "librdkafka", "librdkafka: {fac} {message}");
     } else {
-        log_to_tracing(level, fac, message);
+        log_to_tracing(last, level, fac, message);
     }
 }
 
@@ -518,10 +543,11 @@ pub(crate) struct LastCause(std::sync::Mutex<Causes>);
 #[derive(Debug, Default)]
 pub(crate) struct Causes {
     last: Option<String>,
-    /// When each kind of error (its code, the broker it names, and the
-    /// rest of its text without digits: librdkafka counts in its texts,
-    /// "1/1 brokers are down", "5 identical error(s) suppressed") was last
-    /// said at WARN.
+    /// When each kind of error (the broker it names, and the rest of its
+    /// text without digits: librdkafka counts in its texts, "1/1 brokers
+    /// are down", "5 identical error(s) suppressed") was last said at
+    /// WARN. Not its code: a broker's failure is said first as a log line,
+    /// which has none, and then comes as an error of the same text.
     said: std::collections::HashMap<String, Instant>,
 }
 
@@ -532,11 +558,17 @@ impl LastCause {
     /// A client error reported to the context: kept, and whether to say it
     /// at WARN (false: at DEBUG, a repeat).
     pub(crate) fn note(&self, error: &KafkaError, reason: &str) -> bool {
-        let mut c = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if error
+        let cause = error
             .rdkafka_error_code()
-            .is_some_and(|c| c != RDKafkaErrorCode::AllBrokersDown)
-        {
+            .is_some_and(|c| c != RDKafkaErrorCode::AllBrokersDown);
+        self.note_text(reason, cause)
+    }
+
+    /// [`Self::note`] of a client error's text alone (a log line of it,
+    /// [`log_client_failure`]); kept as the last cause if `cause`.
+    pub(crate) fn note_text(&self, reason: &str, cause: bool) -> bool {
+        let mut c = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if cause {
             c.last = Some(reason.to_owned());
         }
         // The broker it names (`kafka-1:9092/1: …`) kept whole: one
@@ -548,8 +580,7 @@ impl LastCause {
         // a kind of its own.
         let text = text.split_once(" (after ").map_or(text, |(t, _)| t);
         let kind = format!(
-            "{:?} {broker}: {}",
-            error.rdkafka_error_code(),
+            "{broker}: {}",
             text.replace(|ch: char| ch.is_ascii_digit(), "")
         );
         let now = Instant::now();
@@ -1033,7 +1064,8 @@ mod tests {
     }
 
     /// Each kind of client error is said at WARN once (a minute): kinds
-    /// differ by code, by the broker named, and by text other than counts.
+    /// differ by the broker named, and by text other than counts; a log
+    /// line of a broker's failure and its error are one kind.
     #[test]
     fn each_kind_of_client_error_is_warned_once() {
         use rdkafka::error::KafkaError::Global;
@@ -1044,6 +1076,9 @@ mod tests {
         };
         assert!(last.note(&Global(Transport), &refused("k1:9092", 0)));
         assert!(!last.note(&Global(Transport), &refused("k1:9092", 3)));
+        // Its log line said first, the error after it is a repeat.
+        assert!(last.note_text(&refused("k3:9092", 0), true));
+        assert!(!last.note(&Global(Transport), &refused("k3:9092", 0)));
         // librdkafka's own count of the repeats it held back is no news.
         let held_back = refused("k1:9092", 0).replace(")", ", 1 identical error(s) suppressed)");
         assert!(!last.note(&Global(Transport), &held_back));

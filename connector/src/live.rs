@@ -1890,11 +1890,19 @@ pub fn connect(data: &Path) -> Result<Option<UnixStream>> {
                 && std::fs::symlink_metadata(&path)
                     .is_err_and(|m| m.kind() == std::io::ErrorKind::PermissionDenied) =>
         {
+            // The directory at fault: the deepest one this user can see
+            // but not look into (the archive's, or one above it; review of
+            // the same day: the archive's was named whichever it was).
+            let shut = path
+                .ancestors()
+                .skip(1)
+                .find(|a| std::fs::symlink_metadata(a).is_ok())
+                .unwrap_or(data);
             Err(ConnectorError::Io {
                 path: data.to_owned(),
                 source: std::io::Error::new(
                     std::io::ErrorKind::PermissionDenied,
-                    format!("this user may not look into the archive's directory ({e})"),
+                    format!("this user may not look into {} ({e})", shut.display()),
                 ),
             })
         }

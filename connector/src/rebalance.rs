@@ -54,7 +54,7 @@ pub struct SinkContext {
 impl ClientContext for SinkContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
         if crate::librdkafka::said_as_client_error(level, fac) {
-            tracing::debug!(target: "librdkafka", fac, "{log_message} (said as a client error)");
+            crate::librdkafka::log_client_failure(&self.last_cause, fac, log_message);
             return;
         }
         match level {

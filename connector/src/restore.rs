@@ -161,6 +161,7 @@ impl RestoreConfig {
         crate::config::check_brokers(&self.brokers, &self.kafka)?;
         refuse_managed_keys(&self.kafka, &MANAGED, "cairn restore")?;
         crate::config::refuse_old_protocol(&self.kafka)?;
+        crate::config::refuse_signal_takeover(&self.kafka)?;
         crate::librdkafka::refuse_two_names(&self.kafka).map_err(ConnectorError::Config)?;
         check_message_timeout(&self.kafka, "the restored records")
             .map_err(ConnectorError::Config)?;
@@ -2507,7 +2508,7 @@ impl ClientContext for Deliveries {
             tracing::debug!(target: "librdkafka", "librdkafka: {fac} {message}");
             return;
         }
-        log_to_tracing(level, fac, message);
+        log_to_tracing(&self.last_cause, level, fac, message);
     }
 
     /// Statistics (only with `-X statistics.interval.ms`) are not used:
@@ -2580,7 +2581,7 @@ struct ReaderContext(crate::librdkafka::LastCause);
 
 impl ClientContext for ReaderContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
-        log_ignoring_confwarn(level, fac, message);
+        log_ignoring_confwarn(&self.0, level, fac, message);
     }
 
     fn error(&self, error: KafkaError, reason: &str) {

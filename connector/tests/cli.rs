@@ -116,6 +116,18 @@ fn a_refused_command_line_shows_no_credential_and_keeps_the_log_format() {
         "{stderr}"
     );
     assert!(stderr.contains("unexpected argument"), "{stderr}");
+    // A credential behind an empty key, which clap quotes as it refuses
+    // it (shown until 2026-12-07; found by an audit).
+    for x in [
+        &["-X", "=sasl.password=hunter2"][..],
+        &["-X==sasl.password=hunter2"][..],
+    ] {
+        let mut args = split[..10].to_vec();
+        args.extend_from_slice(x);
+        let (code, _, stderr) = cairn(&args);
+        assert_ne!(code, 0, "{stderr}");
+        assert!(!stderr.contains("hunter2"), "{x:?}: {stderr}");
+    }
     let (code, _, stderr) = cairn(&["--log-format", "json", "run", "--commit", "bogus"]);
     assert_eq!(code, 2, "{stderr}");
     let lines: Vec<&str> = stderr.lines().collect();
@@ -821,12 +833,26 @@ fn an_archive_directory_this_user_may_not_enter_is_said_to_be_that() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(want), "{cmd}: {err}");
         assert!(
-            err.contains(&format!(
-                "{d}: this user may not look into the archive's directory"
-            )) && !err.contains("socket refused this user"),
+            err.contains(&format!("{d}: this user may not look into {d} ("))
+                && !err.contains("socket refused this user"),
             "{cmd}: {err}"
         );
     }
+    // A --data below it is named with the directory at fault.
+    let below = dir.path().join("inner").join("archive");
+    let below = below.to_str().unwrap();
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+        .arg(common::CAIRN)
+        .args(["status", "--data", below])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!("{below}: this user may not look into {d} (")),
+        "{err}"
+    );
 }
 
 /// An archive whose sled folder cannot be looked into is an I/O error

@@ -266,9 +266,9 @@ pub enum CorruptionKind {
     #[error("sled cannot read its own files: {detail}")]
     SledUnreadable { detail: String },
     /// A header of one of sled's log segments fails its checksum
-    /// (segments.rs): the store reads now, but sled takes the segment for a
-    /// free one whenever it rebuilds its state from the log.
-    #[error("a log segment's header fails its checksum (stored {stored:#010x}, computed {computed:#010x}): sled reads through its snapshot now, but whenever it rebuilds its state from the log (its snapshot lost, which a power loss can do, or damaged) it takes this segment for a free one and the frames in it are lost; copy the archive now with `cairn backup`, which copies records, not sled's segments, and run from the copy (docs/OPERATIONS.md, \"When the archive is damaged\")")]
+    /// (segments.rs): sled takes the segment for a free one whenever it
+    /// reads that header as it opens.
+    #[error("a log segment's header fails its checksum (stored {stored:#010x}, computed {computed:#010x}): whenever sled reads this header as it opens (for a segment written since its last snapshot, at every open; for any segment, when it rebuilds its state from the log, its snapshot lost, which a power loss can do, or damaged) it takes the segment for a free one and the frames in it are lost; copy the archive now with `cairn backup`, which copies records, not sled's segments, and run from the copy (docs/OPERATIONS.md, \"When the archive is damaged\")")]
     SegmentHeader { stored: u32, computed: u32 },
 }
 

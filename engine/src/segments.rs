@@ -8,14 +8,17 @@
 //! over a segment it frees when it opens (its `Corrupted` message kind is
 //! byte 0), so a header is either whole or all zeros.
 //!
-//! sled reads these headers only when it rebuilds its state from the log,
-//! as it does when its snapshot is missing or older than the log (sled
-//! does not fsync its snapshots: a power loss can take one). It then takes
-//! a segment whose header fails its CRC for a free one, without a word,
-//! and the frames in it are gone from the rebuilt store. While the
-//! snapshot stands, nothing reads the header, so nothing else finds such
-//! damage before it matters (until 2026-12-07 `cairn verify` called such a
-//! store clean; found by an audit).
+//! sled reads these headers as it opens: those of the segments written
+//! since its last snapshot at every open, and all of them when it rebuilds
+//! its state from the log, as it does when its snapshot is missing or
+//! damaged (sled does not fsync its snapshots: a power loss can take one).
+//! It takes a segment whose header fails its CRC for a free one, without a
+//! word, and the frames in it are gone from the store it opens (cairn's
+//! watermark then refuses the open if they were synced). Below the
+//! snapshot, nothing reads the header, so nothing else finds such damage
+//! before it matters (until 2026-12-07 `cairn verify` called such a store
+//! clean; found by an audit; the open-time reading of the tail's headers
+//! was found in review the same day).
 //!
 //! # Invariants
 //! - Read only with sled closed and the store's lock held (a stopped

@@ -193,10 +193,16 @@ pub fn say_stopped(e: &dyn std::fmt::Display) {
 /// starting with `-` ended the hiding).
 pub fn shown_command_line(args: &[std::ffi::OsString]) -> Option<Vec<std::ffi::OsString>> {
     const HIDDEN: &str = "<not shown>";
-    /// The key of `kv` (`key=value`, or a bare key) if it names a credential.
-    fn credential_key(kv: &str) -> Option<&str> {
+    /// `kv` as shown if it names a credential: `key=<not shown>` when its
+    /// key does, else wholly hidden when any of it does (`=sasl.password=x`,
+    /// whose key is empty: until 2026-12-07 shown whole; found by an audit).
+    fn credential_shown(kv: &str) -> Option<String> {
         let key = kv.split_once('=').map_or(kv, |(k, _)| k);
-        crate::librdkafka::names_a_credential(key).then_some(key)
+        if crate::librdkafka::names_a_credential(key) {
+            Some(format!("{key}={HIDDEN}"))
+        } else {
+            crate::librdkafka::names_a_credential(kv).then(|| HIDDEN.to_owned())
+        }
     }
     let mut shown = Vec::with_capacity(args.len());
     let (mut hid, mut after_secret) = (false, false);
@@ -217,13 +223,13 @@ pub fn shown_command_line(args: &[std::ffi::OsString]) -> Option<Vec<std::ffi::O
             }
             _ => ("", String::new(), None),
         };
-        match kv.as_deref().and_then(credential_key) {
-            Some(key) => {
+        match kv.as_deref().and_then(credential_shown) {
+            Some(kv) => {
                 if !flag.is_empty() {
                     shown.push(flag.into());
                     i += 1;
                 }
-                shown.push(format!("{before}{key}={HIDDEN}").into());
+                shown.push(format!("{before}{kv}").into());
                 (hid, after_secret) = (true, true);
             }
             _ if after_secret && !is_cairn_flag(&a) => {

@@ -795,6 +795,28 @@ fn refuse_foreign_dir(data: &std::path::Path) -> Result<()> {
             data.display()
         )));
     }
+    // A space or control character at either end of a name the run would
+    // make (`"/srv/a "`, a line's end copied with it): a new archive would
+    // start beside the one meant, named so that no log line shows the
+    // difference (until 2026-12-07; found by an audit, as `--group` refuses
+    // them). Folders already there are taken as named, and an archive
+    // already there is taken, above.
+    let mut walked = std::path::PathBuf::new();
+    let padded = data.components().any(|c| {
+        walked.push(c);
+        let name = c.as_os_str().to_string_lossy();
+        let odd = |ch: Option<char>| ch.is_some_and(|ch| ch.is_whitespace() || ch.is_control());
+        let padded = odd(name.chars().next())
+            || odd(name.chars().last())
+            || name.chars().any(char::is_control);
+        padded && std::fs::symlink_metadata(&walked).is_err()
+    });
+    if padded {
+        return Err(ConnectorError::Config(format!(
+            "--data {:?}: a name in it begins or ends with a space, or holds a control character (a newline): a new archive would start under that name, beside the one meant; write the path without it",
+            data.display().to_string()
+        )));
+    }
     // A link to nothing (a volume not mounted), at `data` or above it: the
     // open would fail with EEXIST, after Kafka was asked (seen in review,
     // 2026-12-05; a second review found a link above `data` passed over).
@@ -957,6 +979,23 @@ mod tests {
             assert!(!data.exists());
         }
         assert!(super::refuse_foreign_dir(&dir.path().join("a~b")).is_ok());
+    }
+
+    /// A name the run would make that begins or ends with a space, or holds
+    /// a control character, is refused before anything is made; a folder
+    /// already there so named is taken.
+    #[test]
+    fn data_with_a_padded_new_name_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["archive ", " archive", "archive\n", "arch\tive"] {
+            let data = dir.path().join(name).join("x");
+            let e = super::refuse_foreign_dir(&data).unwrap_err().to_string();
+            assert!(e.contains("begins or ends with a space"), "{name:?}: {e}");
+            assert!(!dir.path().join(name).exists());
+        }
+        std::fs::create_dir(dir.path().join("made ")).unwrap();
+        assert!(super::refuse_foreign_dir(&dir.path().join("made ").join("archive")).is_ok());
+        assert!(super::refuse_foreign_dir(&dir.path().join("a b")).is_ok());
     }
 
     /// `--data new/..` is refused before anything is made: it reads as a
