@@ -11,7 +11,7 @@ use cairn_engine::{Engine, EngineConfig};
 
 use super::holds_archive;
 use crate::config::{
-    parse_age, parse_age_flag, parse_kv, parse_size_flag, CommitPolicy, FileConfig, FlagValue,
+    parse_age_flag, parse_kv, parse_size_flag, CommitPolicy, FileConfig, FlagValue,
     OnOffsetOutOfRange, OnOversize, RunConfig, RETENTION_CHECK_INTERVAL_S_DEFAULT,
 };
 use crate::consumer::{run_pipeline, PipelineOptions};
@@ -323,20 +323,23 @@ impl RunArgs {
         c.retain = match self.retain {
             Some(flag) => flag.setting(),
             // The file's value is read only when no flag overrides it.
-            None => file
-                .retain
-                .map(|s| parse_age(&s).map_err(|e| in_file("retain", format!("{s:?}: {e}"))))
-                .transpose()?,
+            // `none` as the flag takes it (refused in the file until
+            // 2026-12-07; found by an audit).
+            None => match file.retain {
+                Some(s) => parse_age_flag(&s)
+                    .map_err(|e| in_file("retain", format!("{s:?}: {e}")))?
+                    .setting(),
+                None => None,
+            },
         };
         c.retain_bytes = match self.retain_bytes {
             Some(flag) => flag.setting(),
-            None => file
-                .retain_bytes
-                .map(|s| {
-                    crate::config::parse_size(&s)
-                        .map_err(|e| in_file("retain-bytes", format!("{s:?}: {e}")))
-                })
-                .transpose()?,
+            None => match file.retain_bytes {
+                Some(s) => parse_size_flag(&s)
+                    .map_err(|e| in_file("retain-bytes", format!("{s:?}: {e}")))?
+                    .setting(),
+                None => None,
+            },
         };
         // Likewise the file's check interval goes with the file's retention:
         // cleared by flags, it leaves the interval unused, not an error.
@@ -1281,6 +1284,17 @@ mod tests {
         assert_eq!(
             (c.retain, c.retain_bytes, c.retention_check_interval_s),
             (None, Some(1 << 30), Some(30))
+        );
+        // `none` in the file, as the flag takes it: no bound, and the
+        // file's interval unused.
+        let c = config(
+            "retain = \"none\"\nretain-bytes = \"none\"\nretention-check-interval-s = 30\n",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(
+            (c.retain, c.retain_bytes, c.retention_check_interval_s),
+            (None, None, None)
         );
         // Retention cleared by flags: the file's check interval went with it.
         let c = config(file, &["--retain", "none", "--retain-bytes", "none"]).unwrap();
