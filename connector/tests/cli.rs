@@ -809,6 +809,25 @@ fn an_archive_directory_this_user_may_not_enter_is_said_to_be_that() {
         cairn_engine::fuzzing::skip("needs root, to run a command as another user");
         return;
     }
+    /// `cairn cmd --data data` as nobody: its exit code and stderr.
+    fn as_nobody(cmd: &str, data: &str) -> Option<(Option<i32>, String)> {
+        match std::process::Command::new("setpriv")
+            .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+            .arg(common::CAIRN)
+            .args([cmd, "--data", data])
+            .output()
+        {
+            Ok(out) => Some((
+                out.status.code(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                cairn_engine::fuzzing::skip("no setpriv (util-linux)");
+                None
+            }
+            Err(e) => panic!("setpriv: {e}"),
+        }
+    }
     let dir = archive_of_ten("t");
     let d = dir.path().to_str().unwrap();
     std::fs::set_permissions(
@@ -817,21 +836,10 @@ fn an_archive_directory_this_user_may_not_enter_is_said_to_be_that() {
     )
     .unwrap();
     for (cmd, want) in [("status", 1), ("export", 1), ("verify", 2)] {
-        let out = match std::process::Command::new("setpriv")
-            .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
-            .arg(common::CAIRN)
-            .args([cmd, "--data", d])
-            .output()
-        {
-            Ok(out) => out,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                cairn_engine::fuzzing::skip("no setpriv (util-linux)");
-                return;
-            }
-            Err(e) => panic!("setpriv: {e}"),
+        let Some((code, err)) = as_nobody(cmd, d) else {
+            return;
         };
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(want), "{cmd}: {err}");
+        assert_eq!(code, Some(want), "{cmd}: {err}");
         assert!(
             err.contains(&format!("{d}: this user may not look into {d} ("))
                 && !err.contains("socket refused this user"),
@@ -841,14 +849,8 @@ fn an_archive_directory_this_user_may_not_enter_is_said_to_be_that() {
     // A --data below it is named with the directory at fault.
     let below = dir.path().join("inner").join("archive");
     let below = below.to_str().unwrap();
-    let out = std::process::Command::new("setpriv")
-        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
-        .arg(common::CAIRN)
-        .args(["status", "--data", below])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    let (code, err) = as_nobody("status", below).unwrap();
+    assert_eq!(code, Some(1), "{err}");
     assert!(
         err.contains(&format!("{below}: this user may not look into {d} (")),
         "{err}"
