@@ -446,6 +446,14 @@ impl SinkContext {
         // Partitions this archive holds nothing of that the group committed
         // past their start: one WARN for them all, below.
         let mut unheld: Vec<String> = Vec::new();
+        // The same, committed by another store of this kind, to a member
+        // that holds partitions already (assigned before, or held by the
+        // store): an ordinary hand-over in a group of several, one INFO
+        // line (a WARN at every rebalance until 2026-12-07; found by an
+        // audit). A member's first assignment keeps the WARN: a new or
+        // mistyped --data looks just like it.
+        let established = !s.assigned.is_empty() || resume.values().any(|&o| o > 0);
+        let mut handed_over: Vec<String> = Vec::new();
         // Archived partitions whose group offset is past the archive's and
         // names no store (an offsets reset, another client's commit): one
         // WARN for them all, below.
@@ -490,6 +498,9 @@ impl SinkContext {
                         }
                         KafkaResume::Untold(a) => {
                             tracing::info!(%tp, archive = a, kafka = k, "the group's committed offset is past this sink's; resuming there (the sink has no identity, so another member's commit cannot be told from an offsets reset)")
+                        }
+                        KafkaResume::Unheld if named && established => {
+                            handed_over.push(format!("{tp}@{k}"))
                         }
                         KafkaResume::Unheld => unheld.push(format!("{tp}@{k}")),
                         KafkaResume::UnheldUntold => {
@@ -621,6 +632,13 @@ impl SinkContext {
                     resuming.iter().map(|(tp, start)| format!("{tp}@{}", offset_text(*start)))
                 ),
                 "resuming (each partition at DEBUG)"
+            );
+        }
+        if !handed_over.is_empty() {
+            tracing::info!(
+                partitions = handed_over.len(),
+                committed = %crate::selection::first_few(handed_over.into_iter()),
+                "partitions another store of this group archived up to these offsets: archiving them from there on (a hand-over in a group of several archives)"
             );
         }
         if !unheld.is_empty() {

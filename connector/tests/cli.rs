@@ -452,6 +452,41 @@ fn a_new_archive_starting_at_the_groups_offsets_is_warned_about() {
     assert!(!warned.contains(&format!("{topic}/2@")), "{warned}");
 }
 
+/// A member that holds partitions already, given one another store of its
+/// group archived (committed under that store's identity), says so at INFO:
+/// an ordinary hand-over in a group of several archives, which until
+/// 2026-12-07 was the WARN above at every rebalance (found by an audit).
+#[test]
+fn a_hand_over_from_another_store_is_no_warning_to_a_member_that_holds_partitions() {
+    use std::io::{BufRead, BufReader};
+    let mb = TestBroker::start(&["handover:3"]);
+    let (topic, group) = (mb.topic("handover"), mb.group("handover-group"));
+    cairn_connector::cli::demo::produce(&mb.brokers, &topic, 0..60).unwrap();
+    commit_with_metadata(&mb.brokers, &group, &topic, 1, 5, "cairn-store:another");
+    let dir = archive_of_ten_in(&topic, &[0]);
+    let d = dir.path().to_str().unwrap();
+    let mut run = common::cairn_run(&common::run_flags(&mb.brokers, &group, &topic, d), None);
+    let mut before = Vec::new();
+    BufReader::new(run.stderr.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+        .find(|l| {
+            before.push(l.clone());
+            l.contains(r#""message":"commit""#)
+        })
+        .expect("the run ended before its first commit");
+    let said = before.join("\n");
+    assert!(
+        said.contains("partitions another store of this group archived up to these offsets")
+            && said.contains(&format!("{topic}/1@5")),
+        "{said}"
+    );
+    assert!(
+        !said.contains("this archive holds nothing of these partitions"),
+        "{said}"
+    );
+}
+
 /// `cairn run` of an archive that recorded another topic id for its topic
 /// (deleted and created again, or another cluster's) exits 1 naming both
 /// ids and the way out, before anything is committed; `--rebind-topic`
