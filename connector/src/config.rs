@@ -495,8 +495,10 @@ impl RunConfig {
         // librdkafka refuses any other with an error that blames cairn's
         // own assignment strategy and names neither key (until 2026-12-07;
         // found by an audit).
-        if let Some((k, v)) =
-            setting_other_than(&self.kafka, "group.protocol.type", Some("consumer"))
+        // Compared exactly, as librdkafka compares it (`CONSUMER` passed a
+        // case-blind check; found in review).
+        if let Some((k, v)) = crate::librdkafka::settings_of(&self.kafka, "group.protocol.type")
+            .find(|(_, v)| *v != "consumer")
         {
             return bad(format!("-X {k}={v}: a consumer group's protocol type is `consumer`, which cairn's group runs; leave it out"));
         }
@@ -552,7 +554,10 @@ pub fn refuse_old_protocol(kafka: &BTreeMap<String, String>) -> Result<()> {
 /// since the last commit again) and was not heard while waiting for Kafka
 /// (until 2026-12-07; found by an audit). cairn handles its signals itself.
 pub fn refuse_signal_takeover(kafka: &BTreeMap<String, String>) -> Result<()> {
-    match crate::librdkafka::settings_of(kafka, "internal.termination.signal").next() {
+    // 0, librdkafka's default, takes nothing over.
+    match crate::librdkafka::settings_of(kafka, "internal.termination.signal")
+        .find(|(_, v)| v.trim() != "0")
+    {
         Some((k, v)) => Err(ConnectorError::Config(format!(
             "-X {k}={v}: librdkafka would take that signal over from cairn, which handles SIGINT and SIGTERM itself (a clean stop: drain, fsync, commit); leave it out"
         ))),
@@ -1761,6 +1766,8 @@ retain-bytes = "50GiB"
         let e = with("group.protocol.type", "x").unwrap_err();
         assert!(e.contains("-X group.protocol.type=x"), "{e}");
         assert!(with("group.protocol.type", "consumer").is_ok());
+        assert!(with("group.protocol.type", "CONSUMER").is_err());
+        assert!(with("internal.termination.signal", "0").is_ok());
         // librdkafka would take SIGTERM from cairn's clean stop.
         let e = with("internal.termination.signal", "15").unwrap_err();
         assert!(

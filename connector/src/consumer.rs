@@ -1768,7 +1768,13 @@ fn consume(
                 Some(e) => match action(&e) {
                     ErrorAction::Log => {
                         let why = m.describe_error();
-                        let new = consumer.context().last_cause.note(&e, &why);
+                        // One kind per error text, whatever its partition
+                        // and offset (`t/p@o: …`): kept whole, each offset
+                        // was a kind of its own, and the kinds churned
+                        // (found in review). Not a cause of unreachable
+                        // brokers (`with_cause`).
+                        let kind = why.replace(|ch: char| ch.is_ascii_digit(), "");
+                        let new = consumer.context().last_cause.note_text(&kind, false);
                         log_retried(&e, Some(&why), new);
                         Flow::Go
                     }

@@ -419,9 +419,10 @@ pub(crate) fn too_big_for_queue(bytes: u64) -> String {
 /// same text (`rd_kafka_broker_set_error`, rdkafka_broker.c). Said twice,
 /// and a third time as the consumer's error, a broker gone mid-run filled
 /// the log with three lines for each failed connection (until 2026-12-07).
-/// The log line is the one said ([`log_client_failure`]): it comes at once,
-/// from librdkafka's thread, where the error waits for the client to be
-/// served (a check's client, until its whole wait has ended).
+/// The log line is the one said ([`log_client_failure`]): rust-rdkafka
+/// queues log lines on the client's main queue (`log.queue`), as it does
+/// errors, and the line is queued before its error, so that the error
+/// finds its kind said already.
 pub(crate) fn said_as_client_error(level: RDKafkaLogLevel, fac: &str) -> bool {
     use RDKafkaLogLevel as L;
     fac == "FAIL" && matches!(level, L::Emerg | L::Alert | L::Critical | L::Error)

@@ -446,12 +446,13 @@ impl SinkContext {
         // Partitions this archive holds nothing of that the group committed
         // past their start: one WARN for them all, below.
         let mut unheld: Vec<String> = Vec::new();
-        // The same, committed by another store of this kind, to a member
-        // that holds partitions already (assigned before, or held by the
-        // store): an ordinary hand-over in a group of several, one INFO
-        // line (a WARN at every rebalance until 2026-12-07; found by an
-        // audit). A member's first assignment keeps the WARN: a new or
-        // mistyped --data looks just like it.
+        // The same, committed by another store of this kind, to a run that
+        // holds partitions already (assigned earlier in this run, or
+        // archived among those assigned now: the sink's `open` speaks of
+        // these only): an ordinary hand-over in a group of several, one
+        // INFO line (a WARN at every rebalance until 2026-12-07; found by
+        // an audit). A run's first assignment with nothing else keeps the
+        // WARN: a new or mistyped --data looks just like it.
         let established = !s.assigned.is_empty() || resume.values().any(|&o| o > 0);
         let mut handed_over: Vec<String> = Vec::new();
         // Archived partitions whose group offset is past the archive's and

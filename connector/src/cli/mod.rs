@@ -193,16 +193,21 @@ pub fn say_stopped(e: &dyn std::fmt::Display) {
 /// starting with `-` ended the hiding).
 pub fn shown_command_line(args: &[std::ffi::OsString]) -> Option<Vec<std::ffi::OsString>> {
     const HIDDEN: &str = "<not shown>";
-    /// `kv` as shown if it names a credential: `key=<not shown>` when its
-    /// key does, else wholly hidden when any of it does (`=sasl.password=x`,
-    /// whose key is empty: until 2026-12-07 shown whole; found by an audit).
+    /// `kv` as shown if any of it names a credential: `key=<not shown>`,
+    /// its key kept (empty in `=sasl.password=x`, shown whole until
+    /// 2026-12-07; found by an audit), so that the line shown still parses
+    /// as the given one did and clap's error stays the given line's (a
+    /// version that hid such a `-X` whole had clap refuse it, not the flag
+    /// at fault; found in review the same day). A bare word naming one is
+    /// hidden whole.
     fn credential_shown(kv: &str) -> Option<String> {
-        let key = kv.split_once('=').map_or(kv, |(k, _)| k);
-        if crate::librdkafka::names_a_credential(key) {
-            Some(format!("{key}={HIDDEN}"))
-        } else {
-            crate::librdkafka::names_a_credential(kv).then(|| HIDDEN.to_owned())
+        if !crate::librdkafka::names_a_credential(kv) {
+            return None;
         }
+        Some(match kv.split_once('=') {
+            Some((key, _)) => format!("{key}={HIDDEN}"),
+            None => HIDDEN.to_owned(),
+        })
     }
     let mut shown = Vec::with_capacity(args.len());
     let (mut hid, mut after_secret) = (false, false);
