@@ -1016,8 +1016,26 @@ pub fn check_kafka(cfg: &RunConfig, stop: &AtomicBool) -> Result<()> {
         .map_err(ConnectorError::client_settings("kafka client"))?;
     tracing::info!(brokers = %cfg.brokers, connect_timeout_ms = cfg.connect_timeout_ms, "waiting for Kafka to answer, before the archive is opened");
     let t0 = Instant::now();
-    preflight(&consumer, cfg, stop)
-        .map_err(|e| with_last_client_error(e, &consumer, |c| &c.last_cause))?;
+    // The client's queue is served while the check waits: rust-rdkafka
+    // queues librdkafka's log lines and errors there (`log.queue`), and
+    // nothing else serves it until the wait ends, so a refused connection
+    // was said only after the whole connect timeout (10 s by default);
+    // now as it happens (since 2026-12-07, found in review). Each kind
+    // once (`LastCause`).
+    let waiting = AtomicBool::new(true);
+    let checked = std::thread::scope(|scope| {
+        scope.spawn(|| {
+            while waiting.load(Ordering::Relaxed) {
+                // Errors are said by the context as they are served; the
+                // check joins no group, so no record comes.
+                let _ = consumer.poll(Duration::from_millis(50));
+            }
+        });
+        let checked = preflight(&consumer, cfg, stop);
+        waiting.store(false, Ordering::Relaxed);
+        checked
+    });
+    checked.map_err(|e| with_last_client_error(e, &consumer, |c| &c.last_cause))?;
     crate::librdkafka::stopped_while_checking(stop.load(Ordering::Relaxed), &cfg.brokers, t0)
 }
 

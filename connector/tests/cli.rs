@@ -2396,6 +2396,44 @@ fn unreachable_broker_names_the_brokers() {
         .filter(|l| l.contains(" WARN librdkafka"))
         .count();
     assert!((1..=6).contains(&warns), "{warns} WARN lines:\n{err}");
+    // Said as the connection is refused, not once the wait has ended (the
+    // check's client queue is served while it waits, since 2026-12-07):
+    // with a wait of ten minutes, the cause comes, and a SIGTERM then
+    // stops the wait (exit 130). No clock is read: before, the cause came
+    // only as the wait ended, and this waited out the watchdog.
+    {
+        use std::io::{BufRead, BufReader};
+        let mut run = common::cairn_run(
+            &[
+                "--brokers",
+                "127.0.0.1:1",
+                "--group",
+                "g",
+                "--topics",
+                "t",
+                "--data",
+                data,
+                "--connect-timeout-ms",
+                "600000",
+            ],
+            None,
+        );
+        let mut lines = BufReader::new(run.stderr.take().unwrap())
+            .lines()
+            .map_while(Result::ok);
+        let cause = lines
+            .find(|l| l.contains("Connection refused"))
+            .expect("the run ended before it said the cause");
+        assert!(cause.contains(r#""level":"WARN""#), "{cause}");
+        let pid = rustix::process::Pid::from_child(&run);
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+        assert_eq!(run.wait().unwrap().code(), Some(130));
+        let rest: Vec<String> = lines.collect();
+        assert!(
+            rest.iter().any(|l| l.contains("stopped by a signal after")),
+            "{rest:#?}"
+        );
+    }
     // A secured cluster's settings are taken (librdkafka is built with
     // OpenSSL, SASL PLAIN and SCRAM): the same error, not a refused setting.
     let secured = [
