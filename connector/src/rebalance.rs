@@ -454,6 +454,12 @@ impl SinkContext {
         // an audit). A run's first assignment with nothing else keeps the
         // WARN: a new or mistyped --data looks just like it.
         let established = !s.assigned.is_empty() || resume.values().any(|&o| o > 0);
+        // Partitions started at their log end (`--auto-offset-reset
+        // latest`) over records Kafka holds, which this store will not:
+        // one WARN with their count (an INFO "resuming" line was all until
+        // 2026-12-07; found by an audit).
+        let mut passed_over: Vec<String> = Vec::new();
+        let mut passed_over_records: i64 = 0;
         let mut handed_over: Vec<String> = Vec::new();
         // Archived partitions whose group offset is past the archive's and
         // names no store (an offsets reset, another client's commit): one
@@ -560,10 +566,14 @@ impl SinkContext {
                     }
                 }
                 (None, None) => match no_offset_start(&mut bounds, tp, &s.auto_offset_reset) {
-                    Ok(start) => {
+                    Ok((start, passed)) => {
                         tracing::debug!(%tp, ?start, "neither the archive nor Kafka has an offset for this partition: --auto-offset-reset");
                         if let Offset::Offset(end) = start {
                             recorded_starts.insert(tp.clone(), end);
+                            if passed > 0 {
+                                passed_over.push(format!("{tp}@{end} ({passed})"));
+                                passed_over_records += passed;
+                            }
                         }
                         start
                     }
@@ -633,6 +643,14 @@ impl SinkContext {
                     resuming.iter().map(|(tp, start)| format!("{tp}@{}", offset_text(*start)))
                 ),
                 "resuming (each partition at DEBUG)"
+            );
+        }
+        if !passed_over.is_empty() {
+            tracing::warn!(
+                partitions = passed_over.len(),
+                records = passed_over_records,
+                at = %crate::selection::first_few(passed_over.into_iter()),
+                "starting at the log end (--auto-offset-reset latest): the {passed_over_records} records Kafka holds before it are not archived (partition@start (records before it))"
             );
         }
         if !handed_over.is_empty() {

@@ -612,15 +612,16 @@ pub(crate) fn no_offset_start<X: ConsumerContext>(
     bounds: &mut Bounds<X>,
     tp: &TopicPartition,
     auto_offset_reset: &str,
-) -> Result<Offset> {
+) -> Result<(Offset, i64)> {
     if auto_offset_reset != "latest" {
-        return Ok(Offset::Beginning);
+        return Ok((Offset::Beginning, 0));
     }
-    let (_, high) = bounds.of(tp).map_err(ConnectorError::kafka_at(
+    let (low, high) = bounds.of(tp).map_err(ConnectorError::kafka_at(
         "reading the log end to start at (--auto-offset-reset latest)",
         tp,
     ))?;
-    Ok(Offset::Offset(high))
+    // What Kafka holds below the end, which this store will not hold.
+    Ok((Offset::Offset(high), (high - low.max(0)).max(0)))
 }
 
 /// Start fetching the `restart` partitions again, each at its offset.

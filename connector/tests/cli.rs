@@ -2651,6 +2651,35 @@ fn a_clean_stop_before_any_record_keeps_the_starts_it_recorded() {
     assert!(data.join("sled").is_dir(), "the archive is gone");
 }
 
+/// A partition started at its log end under `--auto-offset-reset latest`
+/// over records Kafka holds says, at WARN, how many it leaves out (an INFO
+/// "resuming" line was all until 2026-12-07; found by an audit).
+#[test]
+fn a_latest_start_over_records_says_how_many_it_leaves_out() {
+    use std::io::{BufRead, BufReader};
+    // Three partitions: the demo records' (as above).
+    let tb = TestBroker::start(&["skipped:3"]);
+    let (topic, group) = (tb.topic("skipped"), tb.group("skipped-group"));
+    cairn_connector::cli::demo::produce(&tb.brokers, &topic, 0..30).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("new");
+    let mut args = common::run_flags(&tb.brokers, &group, &topic, data.to_str().unwrap());
+    args.extend(["--auto-offset-reset", "latest"]);
+    let mut run = common::cairn_run(&args, None);
+    let child = &mut run.0;
+    let warned = BufReader::new(child.stderr.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+        .find(|l| l.contains("starting at the log end (--auto-offset-reset latest)"))
+        .expect("the run ended without the warning");
+    assert!(
+        warned.contains(r#""level":"WARN""#)
+            && warned.contains(r#""records":30"#)
+            && warned.contains(&format!("{topic}/0@")),
+        "{warned}"
+    );
+}
+
 #[test]
 fn bad_flags_and_config_name_the_setting() {
     let dir = tempfile::tempdir().unwrap();
