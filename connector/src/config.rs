@@ -1033,16 +1033,9 @@ fn or_none<T>(s: &str, parse: impl Fn(&str) -> Result<T, String>) -> Result<Flag
     if s == "none" {
         return Ok(FlagValue::Cleared);
     }
-    parse(s).map(FlagValue::Set).map_err(|e| {
-        // Said once: a parser that names `none` already is not given it
-        // again (`--retain-bytes 9EiB` read "… or `none` for no bound, or
-        // none" until 2026-12-07).
-        if e.contains("`none`") {
-            e
-        } else {
-            format!("{e}, or none")
-        }
-    })
+    parse(s)
+        .map(FlagValue::Set)
+        .map_err(|e| format!("{e}, or none"))
 }
 
 /// Parse `--retain`: an age, or `none` to keep everything.
@@ -1090,8 +1083,10 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     // bytesize saturates a size past u64 (`20000000000EiB`) to u64::MAX,
     // which reads as no bound at all: said, not taken (since 2026-12-05).
     if bytes >= SIZE_BYTES_MAX {
+        // Whether `none` may be given instead is the flag's to say
+        // (`or_none`): `prune --keep-bytes` takes none.
         return Err(format!(
-            "too large: at most {} bytes (8 EiB), or `none` for no bound",
+            "too large: at most {} bytes (8 EiB)",
             SIZE_BYTES_MAX - 1
         ));
     }
@@ -1112,11 +1107,8 @@ pub fn parse_byte_count(s: &str) -> Result<u64, String> {
             "negative: give a number of bytes (8388608) or a size with its unit (8MiB)".into(),
         );
     }
-    parse_size(t).map_err(|e| {
-        // These flags take no `none`.
-        let e = e.replace(", or `none` for no bound", "");
-        format!("{e} (a number of bytes, such as 8388608, is taken as it is)")
-    })
+    parse_size(t)
+        .map_err(|e| format!("{e} (a number of bytes, such as 8388608, is taken as it is)"))
 }
 
 /// [`parse_byte_count`] for a `usize` flag.
