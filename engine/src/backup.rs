@@ -67,26 +67,14 @@ pub fn occupied_refusal(dir: &Path) -> String {
 /// pass for an archive.
 pub fn refuse_unfinished_backup(dir: &Path) -> Result<()> {
     let mark = dir.join(BACKUP_INCOMPLETE_FILE);
-    match std::fs::symlink_metadata(&mark) {
-        Ok(_) => Err(Error::IncompleteBackup {
+    // No such directory, or a file in its place: no mark there, and what
+    // looks for an archive says what is.
+    if crate::config::is_present(&mark, "look for an unfinished backup's mark")? {
+        return Err(Error::IncompleteBackup {
             path: dir.to_owned(),
-        }),
-        // No such directory, or a file in its place: no mark there, and
-        // what looks for an archive says what is.
-        Err(e)
-            if matches!(
-                e.kind(),
-                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
-            ) =>
-        {
-            Ok(())
-        }
-        Err(e) => Err(Error::Io {
-            op: "look for an unfinished backup's mark",
-            path: mark,
-            source: e,
-        }),
+        });
     }
+    Ok(())
 }
 
 /// Failpoint: in a backup, after the log is copied and before the index,

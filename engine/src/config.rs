@@ -135,24 +135,7 @@ impl EngineConfig {
     /// watermark beside it then called a store that lost its records
     /// (found by an audit).
     pub fn store_exists(&self) -> crate::Result<bool> {
-        let data = self.sled_data_path();
-        match std::fs::symlink_metadata(&data) {
-            Ok(_) => Ok(true),
-            // No folder, or a file where a folder would be: no store.
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
-                ) =>
-            {
-                Ok(false)
-            }
-            Err(source) => Err(crate::Error::Io {
-                op: "look for the store's data file",
-                path: data,
-                source,
-            }),
-        }
+        is_present(&self.sled_data_path(), "look for the store's data file")
     }
 
     /// The sled configuration for this store. Tools that open the sled tree
@@ -296,5 +279,28 @@ impl EngineConfig {
             return bad("cache_capacity_bytes must be at least 1 MiB".into());
         }
         Ok(())
+    }
+}
+
+/// Whether something is at `path` (not followed, if a link): false for
+/// nothing there, or a file where a folder on the way would be; any other
+/// failure to look (permission denied, a loop of links) is an I/O error of
+/// `op` naming `path`, not an absence.
+pub(crate) fn is_present(path: &std::path::Path, op: &'static str) -> crate::Result<bool> {
+    match std::fs::symlink_metadata(path) {
+        Ok(_) => Ok(true),
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+            ) =>
+        {
+            Ok(false)
+        }
+        Err(source) => Err(crate::Error::Io {
+            op,
+            path: path.to_path_buf(),
+            source,
+        }),
     }
 }

@@ -26,7 +26,7 @@
 //! - Reports every damaged header with its offset in the file; never
 //!   panics on any bytes, and reads nothing past the file's end.
 
-use std::io::Read;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use crate::config::SLED_SEGMENT_BYTES;
@@ -65,7 +65,7 @@ pub fn check_header(
 /// counts segments: one begun past the last whole one counts once its
 /// header is all there).
 pub fn damaged_headers(data: &Path) -> std::io::Result<Vec<DamagedHeader>> {
-    let mut file = std::fs::File::open(data)?;
+    let file = std::fs::File::open(data)?;
     let len = file.metadata()?.len();
     let segment = SLED_SEGMENT_BYTES as u64;
     let mut segments = len / segment;
@@ -76,8 +76,7 @@ pub fn damaged_headers(data: &Path) -> std::io::Result<Vec<DamagedHeader>> {
     for i in 0..segments {
         let offset = i * segment;
         let mut header = [0u8; SEGMENT_HEADER_BYTES];
-        std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(offset))?;
-        file.read_exact(&mut header)?;
+        file.read_exact_at(&mut header, offset)?;
         if let Some(d) = check_header(offset, &header) {
             damaged.push(d);
         }
