@@ -58,6 +58,7 @@ use crate::queue::{self, JobSender};
 use crate::rebalance::SinkContext;
 use crate::reset::{self, ResetScope};
 use crate::retention;
+use crate::set_aside_log::{Kind as SetAsideKind, Say, SetAsideLog};
 use crate::task::SinkTask;
 use crate::worker::{Job, Reply, Worker};
 
@@ -222,6 +223,8 @@ pub(crate) struct Shared {
     progress: ProgressClock,
     on_progress: Option<ProgressObserver>,
     dead_letters: Option<DeadLetters>,
+    /// What is said of records set aside (`set_aside_log.rs`).
+    set_aside_log: SetAsideLog,
     /// A statistics callback arrived: report progress (`progress.rs`).
     pub progress_due: bool,
     /// Each assigned partition's log start and end, from librdkafka's last
@@ -426,6 +429,10 @@ impl Shared {
 
     /// Log the progress since the last report and hand it to the observer.
     fn report_progress(&mut self, at_stop: bool) {
+        // Before the report, whose counts include them.
+        for s in self.set_aside_log.drain(Instant::now()) {
+            s.log();
+        }
         let progress = {
             let st = self.pipeline.state();
             self.progress.report(
@@ -513,7 +520,21 @@ impl Shared {
             Err(detail) => {
                 self.stats.records_polled += 1;
                 if cfg.on_oversize == OnOversize::Skip {
-                    tracing::warn!(%tp, offset = m.offset(), %detail, "skipping a record that cannot be archived");
+                    let say = self.set_aside_log.note(
+                        SetAsideKind::UnreadableSkipped,
+                        tp,
+                        m.offset(),
+                        0,
+                        Instant::now(),
+                    );
+                    if say == Say::Warn {
+                        tracing::warn!(%tp, offset = m.offset(), %detail, "skipping a record that cannot be archived (more of this partition within 10 s are counted and said together)");
+                    } else {
+                        tracing::debug!(%tp, offset = m.offset(), %detail, "skipping a record that cannot be archived");
+                    }
+                    if let Say::Summary(s) = say {
+                        s.log();
+                    }
                     self.stats.records_oversize_skipped += 1;
                     let tp = tp.clone();
                     self.set_aside(tp, m.offset(), last.is_none());
@@ -568,7 +589,21 @@ impl Shared {
                     })
                 }
                 OnOversize::Skip => {
-                    tracing::warn!(%tp, offset = r.offset, size_bytes = size, headers, %reason, "skipping oversize record");
+                    let say = self.set_aside_log.note(
+                        SetAsideKind::OversizeSkipped,
+                        tp,
+                        r.offset,
+                        size,
+                        Instant::now(),
+                    );
+                    if say == Say::Warn {
+                        tracing::warn!(%tp, offset = r.offset, size_bytes = size, headers, %reason, "skipping oversize record (more of this partition within 10 s are counted and said together)");
+                    } else {
+                        tracing::debug!(%tp, offset = r.offset, size_bytes = size, headers, %reason, "skipping oversize record");
+                    }
+                    if let Say::Summary(s) = say {
+                        s.log();
+                    }
                     self.stats.records_oversize_skipped += 1;
                     let tp = tp.clone();
                     self.set_aside(tp, r.offset, last.is_none());
@@ -582,7 +617,21 @@ impl Shared {
                         .as_ref()
                         .expect("validated: dead-letter has a topic")
                         .send(&tp, &r, &reason)?;
-                    tracing::warn!(%tp, offset = r.offset, size_bytes = size, headers, %reason, "oversize record dead-lettered");
+                    let say = self.set_aside_log.note(
+                        SetAsideKind::DeadLettered,
+                        &tp,
+                        r.offset,
+                        size,
+                        Instant::now(),
+                    );
+                    if say == Say::Warn {
+                        tracing::warn!(%tp, offset = r.offset, size_bytes = size, headers, %reason, "oversize record dead-lettered (more of this partition within 10 s are counted and said together)");
+                    } else {
+                        tracing::debug!(%tp, offset = r.offset, size_bytes = size, headers, %reason, "oversize record dead-lettered");
+                    }
+                    if let Say::Summary(s) = say {
+                        s.log();
+                    }
                     self.stats.records_dead_lettered += 1;
                     self.dead_lettered_in_take = true;
                     self.set_aside(tp, r.offset, last.is_none());
@@ -1199,6 +1248,7 @@ pub fn run_pipeline(
         progress: ProgressClock::new(),
         on_progress: opts.on_progress,
         dead_letters,
+        set_aside_log: SetAsideLog::default(),
         progress_due: false,
         log_bounds: BTreeMap::new(),
         starts: BTreeMap::new(),

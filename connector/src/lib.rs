@@ -45,6 +45,7 @@ mod reset;
 pub mod restore;
 mod retention;
 pub mod selection;
+mod set_aside_log;
 pub mod task;
 // librdkafka's DescribeTopics (Kafka's topic ids), which rust-rdkafka does
 // not offer.

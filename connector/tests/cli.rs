@@ -2680,6 +2680,95 @@ fn a_latest_start_over_records_says_how_many_it_leaves_out() {
     );
 }
 
+/// Records skipped under `--on-oversize skip` are said in full once per
+/// partition, the rest counted into summaries that name their partition
+/// and offsets: one WARN per record flooded the log (980 lines for a
+/// 1,000-record topic under a low `--record-bytes-max`; found 2026-12-07).
+/// Every record skipped is accounted for, in a full line or a summary.
+#[test]
+fn oversize_records_skipped_are_said_once_per_partition_and_counted() {
+    use std::io::{BufRead, BufReader};
+    let tb = TestBroker::start(&["big:3"]);
+    let (topic, group) = (tb.topic("big"), tb.group("big-group"));
+    let produced = 600u64;
+    cairn_connector::cli::demo::produce(&tb.brokers, &topic, 0..produced).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("new");
+    let mut args = common::run_flags(&tb.brokers, &group, &topic, data.to_str().unwrap());
+    // Most demo records are over 100 bytes, a few under.
+    args.extend([
+        "--record-bytes-max",
+        "100",
+        "--on-oversize",
+        "skip",
+        "--progress-interval-s",
+        "1",
+    ]);
+    let mut run = common::cairn_run(&args, None);
+    let pid = run.0.id();
+    let mut lines = BufReader::new(run.0.stderr.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+        .map(|l| serde_json::from_str::<serde_json::Value>(&l).unwrap());
+    let fields = |l: &serde_json::Value, name: &str| l["fields"][name].as_u64();
+    let mut said = Vec::new();
+    // Until a progress report has seen every record produced.
+    for l in lines.by_ref() {
+        let seen = fields(&l, "records_skipped").zip(fields(&l, "records_written"));
+        said.push(l);
+        if seen.is_some_and(|(s, w)| s + w == produced) {
+            break;
+        }
+    }
+    common::send_signal(pid, "TERM");
+    said.extend(lines);
+    let skipped = said
+        .iter()
+        .rev()
+        .find_map(|l| fields(l, "records_skipped"))
+        .expect("a progress report");
+    assert!(skipped > produced / 2, "{skipped}");
+    let message = |l: &serde_json::Value| l["fields"]["message"].as_str().unwrap_or("").to_owned();
+    let full: Vec<&serde_json::Value> = said
+        .iter()
+        .filter(|l| message(l).starts_with("skipping oversize record"))
+        .collect();
+    let summaries: Vec<&serde_json::Value> = said
+        .iter()
+        .filter(|l| message(l).contains("more oversize records skipped"))
+        .collect();
+    for l in full.iter().chain(&summaries) {
+        assert_eq!(l["level"], "WARN", "{l}");
+    }
+    let mut partitions: Vec<&str> = full
+        .iter()
+        .map(|l| l["fields"]["tp"].as_str().unwrap())
+        .collect();
+    partitions.sort();
+    assert_eq!(
+        partitions,
+        (0..3).map(|p| format!("{topic}/{p}")).collect::<Vec<_>>(),
+        "one full line per partition"
+    );
+    let counted: u64 = summaries
+        .iter()
+        .map(|l| fields(l, "records").unwrap())
+        .sum();
+    assert_eq!(
+        full.len() as u64 + counted,
+        skipped,
+        "each record skipped said once, in full or counted: {summaries:?}"
+    );
+    for l in &summaries {
+        let tp = l["fields"]["tp"].as_str().unwrap();
+        assert!(tp.starts_with(&format!("{topic}/")), "{l}");
+        let offsets = l["fields"]["offsets"].as_str().unwrap();
+        let (first, last) = offsets.split_once("..=").unwrap();
+        let (first, last): (u64, u64) = (first.parse().unwrap(), last.parse().unwrap());
+        assert!(last - first + 1 >= fields(l, "records").unwrap(), "{l}");
+    }
+}
+
 #[test]
 fn bad_flags_and_config_name_the_setting() {
     let dir = tempfile::tempdir().unwrap();
