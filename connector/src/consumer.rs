@@ -1071,19 +1071,14 @@ pub fn check_kafka(cfg: &RunConfig, stop: &AtomicBool) -> Result<()> {
     // was said only after the whole connect timeout (10 s by default);
     // now as it happens (since 2026-12-07, found in review). Each kind
     // once (`LastCause`).
-    let waiting = AtomicBool::new(true);
-    let checked = std::thread::scope(|scope| {
-        scope.spawn(|| {
-            while waiting.load(Ordering::Relaxed) {
-                // Errors are said by the context as they are served; the
-                // check joins no group, so no record comes.
-                let _ = consumer.poll(Duration::from_millis(50));
-            }
-        });
-        let checked = preflight(&consumer, cfg, stop);
-        waiting.store(false, Ordering::Relaxed);
-        checked
-    });
+    // Errors are said by the context as they are served; the check joins
+    // no group, so no record comes.
+    let checked = crate::librdkafka::serving_queue(
+        || {
+            let _ = consumer.poll(Duration::from_millis(50));
+        },
+        || preflight(&consumer, cfg, stop),
+    );
     checked.map_err(|e| with_last_client_error(e, &consumer, |c| &c.last_cause))?;
     crate::librdkafka::stopped_while_checking(stop.load(Ordering::Relaxed), &cfg.brokers, t0)
 }

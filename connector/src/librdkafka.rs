@@ -526,6 +526,37 @@ pub(crate) fn cluster_metadata<X: ClientContext>(
     })
 }
 
+/// `wait()`, while another thread calls `serve` (a client's `poll` of a
+/// few tens of ms) until it returns. rust-rdkafka queues librdkafka's log
+/// lines and errors on the client's main queue (`log.queue`), and nothing
+/// else serves that queue while a command waits for Kafka: a refused
+/// connection was said only once the whole connect timeout had passed (10
+/// s for `status`, 30 s for `restore`; `run`'s check since 2026-12-07, the
+/// others since that afternoon). A client's `poll` may run beside its
+/// other calls; the wait's client must have nothing else to deliver there
+/// yet (no group joined, nothing produced).
+pub(crate) fn serving_queue<T>(serve: impl Fn() + Sync, wait: impl FnOnce() -> T) -> T {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    /// Ends the serving thread however `wait` ends (a panic too: the
+    /// scope would otherwise wait for the thread forever).
+    struct Done<'a>(&'a AtomicBool);
+    impl Drop for Done<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+    let done = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            while !done.load(Ordering::Relaxed) {
+                serve();
+            }
+        });
+        let _done = Done(&done);
+        wait()
+    })
+}
+
 /// The description of a client's last error other than "all brokers are
 /// down" (which follows every failed connection and names no cause): a
 /// refused connection, a failed TLS handshake, credentials the brokers

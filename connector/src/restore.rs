@@ -1209,14 +1209,18 @@ fn metadata(
     stop: &dyn Fn() -> bool,
 ) -> Result<rdkafka::metadata::Metadata> {
     let timeout = Duration::from_millis(cfg.connect_timeout_ms);
-    crate::librdkafka::cluster_metadata(producer.client(), &cfg.brokers, timeout, stop).map_err(
-        |e| {
-            // Their error events, served now, name the cause (as `run`'s
-            // does, since the night of 2026-12-04).
-            drain_reports(producer);
-            crate::librdkafka::with_cause(e, &producer.context().last_cause)
-        },
-    )
+    // Its errors (a refused connection) said as they come, not after the
+    // whole wait: nothing is produced yet, so only they come on its queue.
+    let md = crate::librdkafka::serving_queue(
+        || producer.poll(Duration::from_millis(50)),
+        || crate::librdkafka::cluster_metadata(producer.client(), &cfg.brokers, timeout, stop),
+    );
+    md.map_err(|e| {
+        // Their error events, served now, name the cause (as `run`'s
+        // does, since the night of 2026-12-04).
+        drain_reports(producer);
+        crate::librdkafka::with_cause(e, &producer.context().last_cause)
+    })
 }
 
 /// `topic` as Kafka's metadata lists it; an error for one it lacks
@@ -1263,6 +1267,7 @@ fn target_topic<'m>(
 pub fn check_kafka(cfg: &RestoreConfig, stop: &dyn Fn() -> bool) -> Result<()> {
     let t0 = std::time::Instant::now();
     let producer = producer(cfg)?;
+    tracing::info!(brokers = %cfg.brokers, connect_timeout_ms = cfg.connect_timeout_ms, "waiting for Kafka to answer, before the archive is opened");
     let md = metadata(&producer, cfg, stop)?;
     // The targets of what is selected: with `--topic`, each one through
     // its rename; without, every rename's (a rename of a topic not

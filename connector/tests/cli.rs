@@ -1,7 +1,7 @@
 //! The `cairn` binary: bad input gets a clear one-line error and a non-zero
 //! exit, and commits nothing; the read-back commands work on a real archive.
 
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 mod common;
 use common::{closed_pipe, TestBroker, CAIRN};
@@ -1666,6 +1666,39 @@ fn a_signal_ends_the_wait_for_brokers_that_do_not_answer() {
     );
     // The directory it would have made is not there.
     assert!(!dir.path().join("sled").exists());
+}
+
+/// `status --brokers` and `restore` say why Kafka does not answer as the
+/// connection is refused, not once the whole connect timeout has passed:
+/// with a wait of ten minutes the cause comes (a restore then stops at a
+/// SIGTERM, exit 130). No clock is read: before 2026-12-07 their clients'
+/// queues were served only after the wait, and this waited out the
+/// watchdog.
+#[test]
+fn status_and_restore_say_why_kafka_does_not_answer_while_they_wait() {
+    use std::io::{BufRead, BufReader};
+    let archive = archive_of_ten("t");
+    let d = archive.path().to_str().unwrap();
+    for command in ["status", "restore"] {
+        let mut run = common::KillOnDrop::spawn(
+            Command::new(CAIRN)
+                .args([command, "--data", d, "--brokers", "127.0.0.1:1"])
+                .args(["--connect-timeout-ms", "600000"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped()),
+        );
+        let mut lines = BufReader::new(run.stderr.take().unwrap())
+            .lines()
+            .map_while(Result::ok);
+        let cause = lines
+            .find(|l| l.contains("Connection refused"))
+            .unwrap_or_else(|| panic!("{command} ended before it said the cause"));
+        assert!(cause.contains(" WARN "), "{command}: {cause}");
+        if command == "restore" {
+            common::send_signal(run.id(), "TERM");
+            assert_eq!(run.wait().unwrap().code(), Some(130), "{command}");
+        }
+    }
 }
 
 /// An output that fails part-way (here `/dev/full`: every write is

@@ -266,13 +266,25 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
     let mut kafka_unread: Option<String> = None;
     if let (Some(brokers), Some(consumer)) = (&args.brokers, consumer) {
         let timeout = Duration::from_millis(args.connect_timeout_ms);
-        if let Err(e) = kafka_view(
-            &consumer,
-            brokers,
-            args.group.as_deref(),
-            timeout,
-            &mut rows,
-        ) {
+        tracing::info!(%brokers, connect_timeout_ms = args.connect_timeout_ms, "reading Kafka's figures");
+        // The client's errors (a refused connection) said as they come,
+        // not after the whole wait; it joins no group, so nothing else
+        // comes on its queue.
+        let viewed = crate::librdkafka::serving_queue(
+            || {
+                let _ = consumer.poll(Duration::from_millis(50));
+            },
+            || {
+                kafka_view(
+                    &consumer,
+                    brokers,
+                    args.group.as_deref(),
+                    timeout,
+                    &mut rows,
+                )
+            },
+        );
+        if let Err(e) = viewed {
             let e = crate::consumer::with_last_client_error(e, &consumer, |c| &c.last_cause);
             // Said whatever `RUST_LOG` keeps: it is why the exit is 1
             // (until 2026-12-05 a tracing event, which a filter naming
