@@ -347,10 +347,12 @@ pub fn restore(engine: &Engine, cfg: &RestoreConfig) -> Result<RestoreReport> {
     restore_until(engine, cfg, &|| false)
 }
 
-/// [`restore`], stopping early (cleanly: what was sent is acknowledged, and
-/// the error says where each partition resumes) once `stop` says so. It is
-/// asked at every partition's start, and every `POLL_EVERY_RECORDS` records
-/// and while waiting for room in librdkafka's queue.
+/// [`restore`], stopping early (cleanly: what librdkafka has sent is
+/// acknowledged, what it still holds queued is withdrawn unsent, and the
+/// error says where each partition resumes) once `stop` says so. It is
+/// asked at every partition's start, every `POLL_EVERY_RECORDS` records,
+/// while waiting for room in librdkafka's queue, and while waiting for the
+/// last acknowledgements.
 pub fn restore_until(
     engine: &Engine,
     cfg: &RestoreConfig,
@@ -510,8 +512,11 @@ pub fn restore_until_split(
             "waiting for the brokers to acknowledge the records still in flight"
         );
     }
-    let flushed =
-        flush(&producer, Duration::from_millis(flush_ms)).and_then(|()| flush_failpoint());
+    let (flushed, withdrawn) = flush(&producer, Duration::from_millis(flush_ms), stop);
+    // A stop during the wait stopped the restore (exit 130, with resume
+    // points), unless nothing was left to withdraw.
+    interrupted |= withdrawn;
+    let flushed = flushed.and_then(|()| flush_failpoint());
     if flushed.is_err() {
         // Reports still missing: give up on those records (they fail with
         // "purged", and may have been written), and collect the reports.
@@ -523,6 +528,14 @@ pub fn restore_until_split(
     }
     producer.poll(Duration::ZERO);
     let mut state = producer.context().take();
+    // A partition some of whose records a stop withdrew was cut short
+    // there: it resumes after its last acknowledged record.
+    sent.retain(|target, _| {
+        state
+            .partitions
+            .get(target)
+            .is_none_or(|d| d.withdrawn == 0)
+    });
     // The client's own word on a fatal error: its error event may not have
     // been served by now. A refusal of the producer's id comes before any
     // record leaves, each then failing as only "purged" (until 2026-12-06
@@ -2152,10 +2165,52 @@ enum Sent {
 /// what is still queued at once. Queued records must not leave after a
 /// failed one: they would land above it, leaving a gap no resume point
 /// fills. Purged records fail with "purged in queue" and get resume points.
-/// (A stop request lets what was sent finish: its resume point is then
-/// where sending stopped.)
-fn flush(producer: &BaseProducer<Deliveries>, timeout: Duration) -> KafkaResult<()> {
+///
+/// A stop request withdraws what is still queued, never sent (librdkafka
+/// takes in up to a GiB, which is most restores whole within seconds of
+/// the start: a SIGTERM then stopped nothing, and the restore went on to
+/// the end, or waited out `message.timeout.ms` for a broker gone; until
+/// 2026-12-07, found by two audits). What is in flight finishes: each
+/// partition's resume point is then after its last acknowledged record.
+/// Returns whether it withdrew records for a stop.
+fn flush(
+    producer: &BaseProducer<Deliveries>,
+    timeout: Duration,
+    stop: &dyn Fn() -> bool,
+) -> (KafkaResult<()>, bool) {
     let deadline = Instant::now() + timeout;
+    let mut withdrawn = false;
+    let result = flush_until(producer, deadline, &mut || {
+        if !withdrawn && stop() {
+            withdrawn = true;
+            withdraw_queued(producer);
+        }
+    });
+    (result, withdrawn)
+}
+
+/// Withdraw every record still queued in the producer, for a stop.
+fn withdraw_queued(producer: &BaseProducer<Deliveries>) {
+    let before = producer.in_flight_count();
+    producer
+        .context()
+        .stop_purged
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    producer.purge(PurgeConfig::default().queue());
+    drain_reports(producer);
+    tracing::info!(
+        queued_before = before,
+        left = producer.in_flight_count(),
+        "stopping: the records queued and not yet sent are withdrawn; waiting for the brokers to acknowledge those already sent"
+    );
+}
+
+/// [`flush`]'s wait until `deadline`, calling `on_wait` between looks.
+fn flush_until(
+    producer: &BaseProducer<Deliveries>,
+    deadline: Instant,
+    on_wait: &mut dyn FnMut(),
+) -> KafkaResult<()> {
     // Serve the reports waiting and purge the queue at the first failure.
     let purge_after_failure = |purged: &mut bool| {
         drain_reports(producer);
@@ -2166,8 +2221,10 @@ fn flush(producer: &BaseProducer<Deliveries>, timeout: Duration) -> KafkaResult<
     };
     let mut purged = false;
     // A failure seen already purges first: the flush below wakes the broker
-    // threads to send what lingers, which would then leave.
+    // threads to send what lingers, which would then leave. So does a
+    // stop.
     purge_after_failure(&mut purged);
+    on_wait();
     // Flags librdkafka's queues as flushing, for a moment (a broker thread
     // awake then sends what lingers without waiting out `linger.ms`, 5 ms
     // unless -X sets it; one that wakes later waits it out); its timeout
@@ -2177,6 +2234,7 @@ fn flush(producer: &BaseProducer<Deliveries>, timeout: Duration) -> KafkaResult<
     }
     loop {
         purge_after_failure(&mut purged);
+        on_wait();
         if producer.in_flight_count() == 0 {
             return Ok(());
         }
@@ -2296,6 +2354,9 @@ struct PartitionDeliveries {
     /// (`rd_kafka_message_status`: never sent, as one purged from its
     /// queue before its first send).
     not_persisted: u64,
+    /// Of those, records withdrawn from the producer's queue at a stop
+    /// (`flush`): never sent, and no failure.
+    withdrawn: u64,
 }
 
 #[derive(Debug, Default)]
@@ -2430,6 +2491,9 @@ struct Deliveries {
     /// The client's last error that names a cause, for an unreachable
     /// broker's error.
     last_cause: crate::librdkafka::LastCause,
+    /// A stop withdrew the records still queued (`flush`): those purged
+    /// unsent are where sending stopped, not failures.
+    stop_purged: std::sync::atomic::AtomicBool,
 }
 
 impl Deliveries {
@@ -2569,6 +2633,21 @@ impl ProducerContext for Deliveries {
                 // Kafka: a purge from the queue alone does not say (a
                 // record sent, then queued again for a retry, may be).
                 let unsent = crate::fetch::certainly_not_persisted(m);
+                if unsent
+                    && e.rdkafka_error_code() == Some(RDKafkaErrorCode::PurgeQueue)
+                    && self.stop_purged.load(std::sync::atomic::Ordering::Relaxed)
+                {
+                    // Withdrawn at a stop, never sent: where sending
+                    // stopped, not a failure (its partition resumes after
+                    // its last acknowledged record, as one whose sending
+                    // the stop cut short).
+                    let mut s = self.lock();
+                    let d = s.partitions.entry(tp).or_default();
+                    d.refused += 1;
+                    d.not_persisted += 1;
+                    d.withdrawn += 1;
+                    return;
+                }
                 self.refused(&tp, offset, e, unsent);
                 let mut s = self.lock();
                 s.failed_in_delivery = true;

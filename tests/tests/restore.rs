@@ -364,6 +364,50 @@ fn highs(k: &TestKafka, partitions: i32) -> Vec<i64> {
         .collect()
 }
 
+/// Wait until `k`'s topic holds `total` records over its first
+/// `partitions`. A test's stop asks it before it first says yes: what the
+/// restore handed to librdkafka has then been written, so that the stop,
+/// which withdraws what is still queued, withdraws nothing, and the cut
+/// stays where the test puts it.
+fn wait_for_total(k: &TestKafka, partitions: i32, total: i64) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let held: i64 = highs(k, partitions).iter().sum();
+        if held >= total {
+            assert_eq!(held, total);
+            return;
+        }
+        assert!(Instant::now() < deadline, "{held} of {total} written");
+    }
+}
+
+/// A stop that says yes from question `at` on, the first time once `k`'s
+/// first `partitions` hold `total` records ([`wait_for_total`]).
+fn stop_at<'a>(
+    k: &'a TestKafka,
+    at: usize,
+    partitions: i32,
+    total: i64,
+) -> (
+    impl Fn() -> bool + 'a,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let asked = std::sync::Arc::new(AtomicUsize::new(0));
+    let waited = AtomicBool::new(false);
+    let counted = asked.clone();
+    let stop = move || {
+        if counted.fetch_add(1, Ordering::Relaxed) < at {
+            return false;
+        }
+        if !waited.swap(true, Ordering::Relaxed) {
+            wait_for_total(k, partitions, total);
+        }
+        true
+    };
+    (stop, asked)
+}
+
 #[test]
 fn bad_targets_are_refused_before_anything_is_produced() {
     let (_dir, engine) = archived();
@@ -648,9 +692,9 @@ fn copies_are_passed_over_only_when_they_are_the_archives_own() {
     let before = total(&k);
     // The stop is asked before each partition, and within one only every
     // 256 records, more than any here holds: it ends the restore at the
-    // second partition's start, whatever the machine's speed.
-    let asked = std::sync::atomic::AtomicUsize::new(0);
-    let stop = || asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= 1;
+    // second partition's start, whatever the machine's speed (once the
+    // first's records are written, so that it withdraws none of them).
+    let (stop, _) = stop_at(&k, 1, 3, before + 35);
     match cairn_connector::restore::restore_until_split(&engine, &cfg, &|| false, &stop) {
         Err(ConnectorError::RestoreStopped { delivered, .. }) => assert_eq!(delivered, 35),
         other => panic!("{other:?}"),
@@ -1686,7 +1730,8 @@ fn a_stopped_restore_says_where_each_partition_resumes() {
 }
 
 /// A stop seen only after the last record was sent (at the check after
-/// every 256th) stopped nothing: the restore is whole and reports so.
+/// every 256th), and written, stopped nothing: the restore is whole and
+/// reports so.
 #[test]
 fn a_stop_after_the_last_record_is_a_whole_restore() {
     init_logs();
@@ -1695,13 +1740,13 @@ fn a_stop_after_the_last_record_is_a_whole_restore() {
     // first one the stop answers.
     let engine = archive_of(dir.path(), &[(ARCHIVED, 256)]);
     let k = TestKafka::new("stopped-at-the-end", 1);
-    // Asked at the partition's start (go on), then after its 256th record.
-    let asked = std::sync::atomic::AtomicUsize::new(0);
-    let stop = || asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= 1;
+    // Asked at the partition's start (go on), then after its 256th record,
+    // then while the restore waits for acknowledgements.
+    let (stop, asked) = stop_at(&k, 1, 1, 256);
     let report =
         cairn_connector::restore::restore_until_split(&engine, &config(&k), &|| false, &stop)
             .expect("a restore whose every record was sent and acknowledged is whole");
-    assert_eq!(asked.load(std::sync::atomic::Ordering::Relaxed), 2);
+    assert!(asked.load(std::sync::atomic::Ordering::Relaxed) >= 2);
     assert_eq!(report.records, 256);
     assert_eq!(highs(&k, 1), vec![256]);
 }
@@ -1821,10 +1866,10 @@ fn a_restore_stopped_midway_resumes_exactly_once() {
     let mut cfg = config(&k);
     cfg.offset_header = Some("cairn.offset".into());
     // Asked at the partition's start, then every 256 records: stop at the
-    // third question, after 512 records. (The waits before sending have a
-    // stop of their own, which a slow answer there would ask.)
-    let asked = std::sync::atomic::AtomicU32::new(0);
-    let stop = || asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= 2;
+    // third question, after 512 records, once they are written. (The waits
+    // before sending have a stop of their own, which a slow answer there
+    // would ask.)
+    let (stop, _) = stop_at(&k, 2, 1, 512);
     match cairn_connector::restore::restore_until_split(&engine, &cfg, &|| false, &stop) {
         Err(ConnectorError::RestoreStopped {
             delivered,
@@ -1838,6 +1883,49 @@ fn a_restore_stopped_midway_resumes_exactly_once() {
     assert_eq!(highs(&k, 1), vec![512]);
     cfg.resume = true;
     assert_eq!(restore(&engine, &cfg).unwrap().records, 2_000 - 512);
+    assert_eq!(offsets_in(&k, &k.topic), (0..2_000).collect::<Vec<i64>>());
+}
+
+/// A stop withdraws what librdkafka still holds queued: librdkafka takes in
+/// up to a GiB, most restores whole within seconds, and a SIGTERM then
+/// stopped nothing (the restore went on to the end, or waited out
+/// `message.timeout.ms` for a broker gone; until 2026-12-07, found by two
+/// audits). Here every record is handed over and lingers (`linger.ms` of
+/// a minute) when the stop comes: the restore stops with what was written
+/// delivered and the rest withdrawn unsent, and `--resume` completes it
+/// exactly once.
+#[test]
+fn a_stop_withdraws_the_records_still_queued() {
+    init_logs();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = archive_of(dir.path(), &[("orders", 2_000)]);
+    let k = TestKafka::new("withdrawn", 1);
+    let mut cfg = config(&k);
+    cfg.offset_header = Some("cairn.offset".into());
+    cfg.kafka.insert("linger.ms".into(), "60000".into());
+    // Asked at the partition's start and after every 256th record (seven
+    // times): from the ninth question on, all 2,000 are handed over and the
+    // restore waits for their acknowledgements.
+    let asked = std::sync::atomic::AtomicU32::new(0);
+    let stop = || asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= 8;
+    let delivered =
+        match cairn_connector::restore::restore_until_split(&engine, &cfg, &|| false, &stop) {
+            Err(ConnectorError::RestoreStopped {
+                delivered,
+                next_step,
+            }) => {
+                assert!(next_step.contains("--resume"), "{next_step}");
+                delivered
+            }
+            other => panic!("{other:?}"),
+        };
+    // Had nothing been withdrawn, all would be written after the linger,
+    // and the restore whole.
+    assert!(delivered < 2_000, "{delivered}");
+    assert_eq!(highs(&k, 1), vec![delivered as i64]);
+    cfg.kafka.remove("linger.ms");
+    cfg.resume = true;
+    assert_eq!(restore(&engine, &cfg).unwrap().records, 2_000 - delivered);
     assert_eq!(offsets_in(&k, &k.topic), (0..2_000).collect::<Vec<i64>>());
 }
 
@@ -1862,6 +1950,11 @@ fn restore_beside_another_producer(
                 assert!(std::time::Instant::now() < deadline, "nothing restored");
             }
             produce_one(k, 0, b"someone else's", None);
+        }
+        // Once what was sent is written (and the other producer's record),
+        // so that the stop withdraws nothing.
+        if stop_at.is_some_and(|s| n == s) {
+            wait_for_total(k, 1, 256 * i64::from(n) + 1);
         }
         stop_at.is_some_and(|s| n >= s)
     };

@@ -97,7 +97,7 @@ pub async fn run(args: RestoreArgs) -> Result<ExitCode> {
     let watcher = signals.stop_then_exit(
         stop.clone(),
         // Said whatever RUST_LOG keeps, as `run`'s.
-        || super::say("WARN", &"signal received: stopping the restore after what was sent is acknowledged (again to exit at once)", None),
+        || super::say("WARN", &"signal received: stopping the restore: records not yet sent are withdrawn, those sent acknowledged (again to exit at once)", None),
         move || super::say("ERROR", &second, None),
     );
     // Kafka first: a mistyped broker or target topic is refused before the
