@@ -528,7 +528,7 @@ impl Shared {
                         Instant::now(),
                     );
                     if say == Say::Warn {
-                        tracing::warn!(%tp, offset = m.offset(), %detail, "skipping a record that cannot be archived (more of this partition within 10 s are counted and said together)");
+                        tracing::warn!(%tp, offset = m.offset(), %detail, "skipping a record that cannot be archived (more of this partition are counted, and said together within 10 s)");
                     } else {
                         tracing::debug!(%tp, offset = m.offset(), %detail, "skipping a record that cannot be archived");
                     }
@@ -597,7 +597,7 @@ impl Shared {
                         Instant::now(),
                     );
                     if say == Say::Warn {
-                        tracing::warn!(%tp, offset = r.offset, size_bytes = size, headers, %reason, "skipping oversize record (more of this partition within 10 s are counted and said together)");
+                        tracing::warn!(%tp, offset = r.offset, size_bytes = size, headers, %reason, "skipping oversize record (more of this partition are counted, and said together within 10 s)");
                     } else {
                         tracing::debug!(%tp, offset = r.offset, size_bytes = size, headers, %reason, "skipping oversize record");
                     }
@@ -625,7 +625,7 @@ impl Shared {
                         Instant::now(),
                     );
                     if say == Say::Warn {
-                        tracing::warn!(%tp, offset = r.offset, size_bytes = size, headers, %reason, "oversize record dead-lettered (more of this partition within 10 s are counted and said together)");
+                        tracing::warn!(%tp, offset = r.offset, size_bytes = size, headers, %reason, "oversize record dead-lettered (more of this partition are counted, and said together within 10 s)");
                     } else {
                         tracing::debug!(%tp, offset = r.offset, size_bytes = size, headers, %reason, "oversize record dead-lettered");
                     }
@@ -1898,6 +1898,7 @@ fn consume(
             s.progress_due = false;
             s.report_progress(false);
         }
+        s.set_aside_log.say_due();
     }
 }
 
