@@ -4443,7 +4443,6 @@ fn a_backup_checks_its_destination_before_it_opens_the_archive() {
     let outside = dir.path().join("outside");
     std::fs::create_dir(&outside).unwrap();
     std::os::unix::fs::symlink(&outside, archive.join("link")).unwrap();
-    let before = files_of(&archive);
     let full = dir.path().join("full");
     std::fs::create_dir(&full).unwrap();
     std::fs::write(full.join("x"), "kept").unwrap();
@@ -4452,8 +4451,20 @@ fn a_backup_checks_its_destination_before_it_opens_the_archive() {
     std::fs::create_dir(&remains).unwrap();
     std::fs::write(remains.join(cairn_engine::BACKUP_INCOMPLETE_FILE), "").unwrap();
     std::fs::write(remains.join("x"), "").unwrap();
+    // An empty directory open to users the archive keeps out (said before
+    // the open since 2026-12-07; before, by the engine, as an i/o error).
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&archive, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let open = dir.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let before = files_of(&archive);
     let d = archive.to_str().unwrap();
     for (to, says) in [
+        (
+            open.clone(),
+            "the directory is mode 755, open to users the archive (700) keeps out",
+        ),
         (full.clone(), "must be new or empty"),
         (
             remains.clone(),

@@ -291,6 +291,25 @@ fn a_running_archive_serves_status_export_verify_and_prune() {
         report.contains("backed up") && report.contains("clean"),
         "{report}"
     );
+    // A destination refused as a stopped archive's backup refuses it, with
+    // the same words (until 2026-12-07 the run's engine refused these as
+    // i/o errors, without the advice; an audit).
+    let missing = dir.path().join("no").join("copy");
+    for (to, says) in [
+        (c, "must be new or empty"),
+        (
+            missing.to_str().unwrap(),
+            "(the backup makes one directory, not the folders above it)",
+        ),
+    ] {
+        let out = cairn(&["backup", "--data", d, "--to", to]);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{to}: {err}");
+        assert!(
+            err.contains(says) && !err.contains("i/o error"),
+            "{to}: {err}"
+        );
+    }
     // A report that cannot be written (a full disk behind a redirect):
     // the run's backup and prune go on to their ends, and the command says
     // they are complete beside the error (since 2026-12-05; before, the

@@ -62,10 +62,27 @@ fn refuse_destination(data: &std::path::Path, to: &std::path::Path) -> Result<()
     }
     match std::fs::metadata(to) {
         Ok(m) if !m.is_dir() => Err(refuse("not a directory")),
-        Ok(_) => {
+        Ok(m) => {
             outside(&to.canonicalize().map_err(io)?)?;
             if !cairn_engine::empty_but_for_a_lock(to).map_err(io)? {
                 return Err(refuse(&cairn_engine::occupied_refusal(to)));
+            }
+            // The engine's rule, said before the open (until 2026-12-07
+            // only the engine said it, after the open, as an i/o error):
+            // no more open to group and others than the archive, or the
+            // copy's records could be read by users the archive keeps out.
+            use std::os::unix::fs::PermissionsExt;
+            if let Ok(archive) = std::fs::metadata(data) {
+                let (found, archive) = (
+                    m.permissions().mode() & 0o777,
+                    archive.permissions().mode() & 0o777,
+                );
+                if found & 0o077 & !archive != 0 {
+                    return Err(refuse(&format!(
+                        "the directory is mode {found:o}, open to users the archive ({archive:o}) keeps out, who could read the copy's records: chmod it to {:o} or tighter, or give a new directory",
+                        archive | 0o700
+                    )));
+                }
             }
             Ok(())
         }
@@ -103,6 +120,10 @@ pub async fn run(args: BackupArgs) -> Result<ExitCode> {
             to.display()
         );
     }
+    // Before a running archive is asked too (until 2026-12-07 only a
+    // stopped archive's backup made them: a running one's engine refused
+    // the same mistakes as i/o errors, without the advice; an audit).
+    refuse_destination(data, &to)?;
     if let Some(conn) = crate::live::connect(data)? {
         if to.to_str().is_none() {
             return Err(ConnectorError::Config(format!(
@@ -140,8 +161,7 @@ pub async fn run(args: BackupArgs) -> Result<ExitCode> {
     // On this thread, with the watcher free to run on another; which
     // goes when either fails, as restore's does (an embedder's runtime
     // lives on).
-    let opened = refuse_destination(data, &to)
-        .and_then(|()| tokio::task::block_in_place(|| super::open_unserved(data)));
+    let opened = tokio::task::block_in_place(|| super::open_unserved(data));
     let engine = match opened {
         Ok(engine) => engine,
         Err(e) => {
