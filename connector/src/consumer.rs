@@ -1883,7 +1883,7 @@ fn consume(
             join_warn_at += join_rewarn;
             tracing::warn!(
                 group = %cfg.group,
-                "not in the group yet: no partitions assigned. librdkafka keeps trying; if this lasts, the group's coordinator may be unavailable (on a cluster of fewer brokers than offsets.topic.replication.factor, 3 by default, Kafka cannot create __consumer_offsets) or the group is rebalancing around a slow member (after an unclean stop, this member's old self is one until session.timeout.ms, 45 s by default, ends it)"
+                "not in the group yet: no partitions assigned. librdkafka keeps trying; if this lasts, the group's coordinator may be unavailable (on a cluster of fewer brokers than offsets.topic.replication.factor, 3 by default, Kafka cannot create __consumer_offsets) or the group is rebalancing around a slow member (after an unclean stop, this member's old self is one until session.timeout.ms, 45 s by default, ends it; librdkafka's mock cluster, `cairn mock-broker`, waits about that long after a clean stop too: -X session.timeout.ms=6000 shortens it)"
             );
         }
         let lingered = s.pending_since.is_some_and(|t| t.elapsed() >= linger);
