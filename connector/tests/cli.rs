@@ -906,6 +906,22 @@ fn an_archive_directory_this_user_may_not_enter_is_said_to_be_that() {
         err.contains(&format!("{below}: this user may not look into {d} (")),
         "{err}"
     );
+    // One it may look into but not write: every open takes the lock, and
+    // says so (until 2026-12-07 a bare "Permission denied" on the lock
+    // file).
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    for (cmd, want) in [("status", 1), ("export", 1), ("verify", 2)] {
+        let (code, err) = as_nobody(cmd, d).unwrap();
+        assert_eq!(code, Some(want), "{cmd}: {err}");
+        assert!(
+            err.contains("it needs write access to the directory; run as the user that owns it, or work on a copy"),
+            "{cmd}: {err}"
+        );
+    }
 }
 
 /// An archive whose sled folder cannot be looked into is an I/O error

@@ -75,12 +75,23 @@ impl DirLock {
         // directory it found empty (until the night of 2026-12-04 it
         // stayed, and backup removed it itself). One another process
         // locked first (`Locked`) is never removed: it is that holder's.
+        // Refused for want of permission: said as what it is, as every
+        // open takes the lock, reads of a stopped archive too (until
+        // 2026-12-07 a bare "Permission denied" on the lock file; an
+        // audit).
+        let lock_io = |e: std::io::Error| {
+            if e.kind() == std::io::ErrorKind::PermissionDenied {
+                io("open lock file (every open of a store takes its lock, and may recover it: it needs write access to the directory; run as the user that owns it, or work on a copy, `cp -a`)", e)
+            } else {
+                io("open lock file", e)
+            }
+        };
         let (file, made) = match open(true) {
             Ok(file) => (file, true),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                (open(false).map_err(|e| io("open lock file", e))?, false)
+                (open(false).map_err(lock_io)?, false)
             }
-            Err(e) => return Err(io("open lock file", e)),
+            Err(e) => return Err(lock_io(e)),
         };
         let mut file = file;
         match Self::lock_opened(dir, &path, &mut file) {
