@@ -458,7 +458,7 @@ impl RunConfig {
         }
         if self.retain.is_some_and(|r| r.is_zero()) {
             return bad(
-                "retain 0s: must be a positive age (leave --retain out, or give --retain none, to keep everything)".into(),
+                "retain 0 (in whatever unit): must be a positive age (leave --retain out, or give --retain none, to keep everything)".into(),
             );
         }
         match self.retention_check_interval_s {
@@ -1063,12 +1063,38 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     // Trimmed, as a byte count is (`parse_byte_count`): bytesize reads a
     // trailing space as part of the unit (until 2026-12-06 `"50GiB "` was
     // refused as the unknown unit "GiB ").
-    let bytes = s
-        .trim()
+    // Said in the flag's words: bytesize's own ("couldn't parse \"\" into
+    // a ByteSize, cannot parse float from empty string") named its
+    // internals, not the mistake (until 2026-12-07; an audit).
+    let t = s.trim();
+    let expected = "expected a size with its unit, such as 50GiB, 500MB or 4096B";
+    let digits = t
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .count();
+    let (number, unit) = t.split_at(digits);
+    if t.is_empty() {
+        return Err(format!("empty: {expected}"));
+    }
+    if t.starts_with('-') {
+        return Err(format!("negative: {expected}"));
+    }
+    if number.is_empty() {
+        return Err(format!(
+            "not a size (it must start with a number): {expected}"
+        ));
+    }
+    if number.parse::<f64>().is_err() {
+        return Err(format!("{number} is not a number: {expected}"));
+    }
+    let bytes = t
         .parse::<bytesize::ByteSize>()
         .map(|b| b.as_u64())
-        .map_err(|e| {
-            format!("{e}: expected a size with its unit, such as 50GiB, 500MB or 4096B")
+        .map_err(|_| {
+            format!(
+                "unknown unit {:?}: B, KB, MB, GB, TB, PB (powers of 1000) or KiB, MiB, GiB, TiB, PiB (powers of 1024)",
+                unit.trim()
+            )
         })?;
     // A fraction of a byte (`0.5B`) parses as 0: said as given, not as a
     // 0 nobody wrote.
@@ -1115,6 +1141,35 @@ pub fn parse_byte_count(s: &str) -> Result<u64, String> {
 pub fn parse_byte_count_usize(s: &str) -> Result<usize, String> {
     let n = parse_byte_count(s)?;
     usize::try_from(n).map_err(|_| format!("too large: at most {} bytes", usize::MAX))
+}
+
+/// A whole number for a flag, said in the flag's words: clap's own parser
+/// said "invalid digit found in string" of `-5`, `5.5` and `x` alike, and
+/// "number too large to fit in target type" (until 2026-12-07; an audit).
+/// Ranges are the flags' own to check, after parsing.
+pub fn whole<T: TryFrom<i128>>(s: &str) -> Result<T, String> {
+    let t = s.trim();
+    let digits = t.strip_prefix('-').unwrap_or(t);
+    let n: i128 = match t.parse() {
+        Ok(n) => n,
+        Err(_) if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) => {
+            i128::MAX.saturating_mul(if t.starts_with('-') { -1 } else { 1 })
+        }
+        Err(_) if t.is_empty() => return Err("empty: give a whole number".into()),
+        Err(_) if t.parse::<f64>().is_ok() => {
+            return Err(format!("{t} is not a whole number"));
+        }
+        Err(_) => return Err(format!("{t:?} is not a number")),
+    };
+    T::try_from(n).map_err(|_| {
+        if n < 0 && T::try_from(-1).is_err() {
+            "negative: give a whole number, 0 or more".to_owned()
+        } else if n < 0 {
+            format!("{t} is too small")
+        } else {
+            format!("{t} is too large")
+        }
+    })
 }
 
 /// Sizes from [`parse_size`] are below this (2^63 bytes, 8 EiB): more than
@@ -1533,6 +1588,53 @@ retain-bytes = "50GiB"
         assert!(parse_size("50").unwrap_err().contains("give a unit"));
     }
 
+    /// A whole number that is none is said in the flag's words.
+    #[test]
+    fn a_whole_number_that_is_none_says_what_is_wrong() {
+        assert_eq!(whole::<u64>(" 42 "), Ok(42));
+        assert_eq!(whole::<i32>("-1"), Ok(-1));
+        assert_eq!(whole::<u64>("18446744073709551615"), Ok(u64::MAX));
+        for (s, says) in [
+            ("-5", "negative: give a whole number, 0 or more"),
+            ("5.5", "5.5 is not a whole number"),
+            ("x", "\"x\" is not a number"),
+            ("", "empty: give a whole number"),
+            ("18446744073709551616", "18446744073709551616 is too large"),
+            ("99999999999999999999999999999999999999999", "is too large"),
+        ] {
+            let e = whole::<u64>(s).unwrap_err();
+            assert!(e.contains(says), "{s:?}: {e}");
+        }
+        assert!(whole::<i32>("-99999999999")
+            .unwrap_err()
+            .contains("is too small"));
+    }
+
+    /// A size that is none is said in the flag's words, not bytesize's
+    /// ("couldn't parse \"\" into a ByteSize, cannot parse float from empty
+    /// string", until 2026-12-07).
+    #[test]
+    fn a_size_that_is_none_says_what_is_wrong() {
+        for (s, says) in [
+            ("", "empty: expected a size with its unit"),
+            (" ", "empty: expected a size with its unit"),
+            ("-1B", "negative: expected a size with its unit"),
+            ("GB", "not a size (it must start with a number)"),
+            ("+5GB", "not a size (it must start with a number)"),
+            ("abc", "not a size (it must start with a number)"),
+            ("5.5.5GB", "5.5.5 is not a number"),
+            ("5XB", "unknown unit \"XB\": B, KB"),
+        ] {
+            let e = parse_size(s).unwrap_err();
+            assert!(e.starts_with(says), "{s:?}: {e}");
+            assert!(
+                !e.contains("ByteSize") && !e.contains("float"),
+                "{s:?}: {e}"
+            );
+        }
+        assert_eq!(parse_size("5 GiB"), Ok(5 << 30), "a space before the unit");
+    }
+
     /// A size past what a u64 holds is refused, not saturated into no
     /// bound; the largest taken is just under 8 EiB.
     #[test]
@@ -1546,7 +1648,7 @@ retain-bytes = "50GiB"
         ] {
             let e = parse_size(s).unwrap_err();
             assert!(
-                e.contains("too large") || e.contains("expected a size"),
+                e.contains("too large") || e.contains("unknown unit \"e30B\""),
                 "{s}: {e}"
             );
         }

@@ -2907,7 +2907,8 @@ fn bad_flags_and_config_name_the_setting() {
     assert_ne!(code, 0);
     assert!(err.contains("progress-interval-s 100000"), "{err}");
     for (args, want) in [
-        (&["--retain", "0s"][..], "retain 0s"),
+        (&["--retain", "0s"][..], "retain 0 (in whatever unit)"),
+        (&["--retain", "0d"][..], "retain 0 (in whatever unit)"),
         (&["--retain", "500us"][..], "under a millisecond"),
         (&["--retain", "soon"][..], "7d"),
         (

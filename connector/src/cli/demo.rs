@@ -42,7 +42,7 @@ const TIMESTAMP_BASE_MS: i64 = 1_767_225_600_000;
 pub struct DemoArgs {
     /// Records to produce and archive, 10 to 100000 (what the embedded
     /// Kafka keeps of the demo's partitions).
-    #[arg(long, default_value_t = 100_000, allow_negative_numbers = true)]
+    #[arg(value_parser = crate::config::whole::<i64>, long, default_value_t = 100_000, allow_negative_numbers = true)]
     pub records: i64,
     /// Where to keep the archive: a new or empty folder (default: a new
     /// folder under the temp dir). The demo never deletes anything there.

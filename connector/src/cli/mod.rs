@@ -330,10 +330,10 @@ pub struct SelectArgs {
     #[arg(long, short = 't', visible_alias = "topics", value_delimiter = ',')]
     pub topic: Vec<String>,
     /// Only this partition.
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(value_parser = crate::config::whole::<i32>, long, allow_negative_numbers = true)]
     pub partition: Option<i32>,
     /// First archived offset to take (inclusive).
-    #[arg(
+    #[arg(value_parser = crate::config::whole::<i64>,
         long,
         default_value_t = 0,
         allow_negative_numbers = true,
@@ -341,7 +341,7 @@ pub struct SelectArgs {
     )]
     pub from: i64,
     /// Stop before this archived offset (exclusive).
-    #[arg(long, allow_negative_numbers = true, value_name = "OFFSET")]
+    #[arg(value_parser = crate::config::whole::<i64>, long, allow_negative_numbers = true, value_name = "OFFSET")]
     pub to: Option<i64>,
 }
 

@@ -36,10 +36,10 @@ pub struct PruneArgs {
     #[arg(long, short = 't', visible_alias = "topics", value_delimiter = ',')]
     pub topic: Vec<String>,
     /// Only this partition (needs --topic).
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(value_parser = crate::config::whole::<i32>, long, allow_negative_numbers = true)]
     pub partition: Option<i32>,
     /// Delete records below this offset (needs --topic).
-    #[arg(long, value_name = "OFFSET", allow_negative_numbers = true)]
+    #[arg(value_parser = crate::config::whole::<i64>, long, value_name = "OFFSET", allow_negative_numbers = true)]
     pub before: Option<i64>,
     /// Delete records with a timestamp before this time: RFC 3339 with its
     /// zone (`2026-11-01T00:00:00Z`, `2026-11-01T09:00:00+09:00`) or
@@ -64,7 +64,14 @@ pub struct PruneArgs {
 pub fn parse_time_ms(s: &str) -> std::result::Result<i64, String> {
     let ms = match s.parse::<i64>() {
         Ok(ms) if (0..BEFORE_TIME_MS_MIN).contains(&ms) => {
-            return Err(format!("before 1973 in milliseconds since the Unix epoch, which would delete nothing; it takes milliseconds (was this seconds? then {ms}000) or RFC 3339"));
+            // Seconds suggested only where they would be a time after
+            // 1973 (`0` was told "then 0000"; an audit).
+            let seconds = if ms >= BEFORE_TIME_MS_MIN / 1000 {
+                format!(" (was this seconds? then {ms}000)")
+            } else {
+                String::new()
+            };
+            return Err(format!("before 1973 in milliseconds since the Unix epoch, which would delete nothing; it takes milliseconds{seconds} or RFC 3339"));
         }
         Ok(ms) => ms,
         Err(_) => rfc3339_ms(s)?,
@@ -226,9 +233,9 @@ fn cut_of_args(args: &PruneArgs) -> Result<Cut> {
     ) {
         (Some(o), None, None, None) => Ok(Cut::Offset(o)),
         (None, Some(t), None, None) => Ok(Cut::TimeMs(t)),
-        (None, None, Some(age), None) if age.is_zero() => {
-            Err(bad("--older-than 0s: must be a positive age".into()))
-        }
+        (None, None, Some(age), None) if age.is_zero() => Err(bad(
+            "--older-than 0 (in whatever unit): must be a positive age".into(),
+        )),
         // An age reaching back before 1970 deletes nothing, as `run
         // --retain` does: no record is older than the epoch (cut 0).
         (None, None, Some(age), None) => Ok(Cut::TimeMs(pruner::cut_for_age_ms(age).max(0))),
@@ -891,6 +898,9 @@ mod tests {
         // Seconds for milliseconds.
         let e = parse_time_ms("1767225600").unwrap_err();
         assert!(e.contains("was this seconds? then 1767225600000"), "{e}");
+        // Not for a number no seconds make a time after 1973.
+        let e = parse_time_ms("0").unwrap_err();
+        assert!(e.contains("before 1973") && !e.contains("seconds?"), "{e}");
         let e = parse_time_ms("yesterday").unwrap_err();
         assert!(e.contains("RFC 3339"), "{e}");
         assert!(crate::config::parse_age("7d").is_ok());

@@ -37,7 +37,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub commit: Option<CommitPolicy>,
     /// Most records in one put [default: 10000].
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(value_parser = crate::config::whole::<usize>, long, allow_negative_numbers = true)]
     pub batch_records_max: Option<usize>,
     /// Most bytes a batch holds between poll and put (the backpressure
     /// bound): payload plus ~100 per record and 48 per header; a number of
@@ -45,7 +45,7 @@ pub struct RunArgs {
     #[arg(long, allow_negative_numbers = true, value_name = "BYTES", value_parser = crate::config::parse_byte_count_usize)]
     pub batch_bytes_max: Option<usize>,
     /// Longest a polled record waits before its put [default: 5].
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(value_parser = crate::config::whole::<u64>, long, allow_negative_numbers = true)]
     pub linger_ms: Option<u64>,
     /// Largest record accepted (key + value + headers), a number of bytes
     /// or a size with its unit (16MiB) [default: 8388608]; a larger one is
@@ -67,10 +67,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "earliest|latest", value_parser = ["earliest", "latest"])]
     pub auto_offset_reset: Option<String>,
     /// How long to wait for the brokers before giving up [default: 10000].
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(value_parser = crate::config::whole::<u64>, long, allow_negative_numbers = true)]
     pub connect_timeout_ms: Option<u64>,
     /// Log progress and lag this often, in seconds (0: only at stop) [default: 60].
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(value_parser = crate::config::whole::<u64>, long, allow_negative_numbers = true)]
     pub progress_interval_s: Option<u64>,
     /// Delete archived records older than this age (`30d`, `12h`), by their
     /// timestamps, while archiving; `none` keeps everything, whatever
@@ -85,7 +85,7 @@ pub struct RunArgs {
     pub retain_bytes: Option<FlagValue<u64>>,
     /// Seconds between the end of one retention pass and the start of the
     /// next; only with --retain or --retain-bytes [default: 60].
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(value_parser = crate::config::whole::<u64>, long, allow_negative_numbers = true)]
     pub retention_check_interval_s: Option<u64>,
     /// librdkafka property, as with kcat (repeatable).
     #[arg(short = 'X', value_parser = parse_kv, value_name = "KEY=VALUE")]

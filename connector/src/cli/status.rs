@@ -34,7 +34,7 @@ pub struct StatusArgs {
     #[arg(long, short = 'g', requires = "brokers", value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub group: Option<String>,
     /// How long to wait for the brokers before giving up.
-    #[arg(
+    #[arg(value_parser = crate::config::whole::<u64>,
         long,
         default_value_t = 10_000,
         requires = "brokers",
