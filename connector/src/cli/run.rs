@@ -36,7 +36,7 @@ pub struct RunArgs {
     /// every-put: fsync each put and commit it at once; interval:MS: fsync and commit every MS milliseconds (puts in between are written without an fsync) [default: every-put].
     #[arg(long)]
     pub commit: Option<CommitPolicy>,
-    /// Most records in one put [default: 10000].
+    /// Most records in one put, 1 to 1000000 [default: 10000].
     #[arg(value_parser = crate::config::whole::<usize>, long, allow_negative_numbers = true)]
     pub batch_records_max: Option<usize>,
     /// Most bytes a batch holds between poll and put (the backpressure
@@ -44,11 +44,11 @@ pub struct RunArgs {
     /// bytes, or a size with its unit (8MiB) [default: 8388608].
     #[arg(long, allow_negative_numbers = true, value_name = "BYTES", value_parser = crate::config::parse_byte_count_usize)]
     pub batch_bytes_max: Option<usize>,
-    /// Longest a polled record waits before its put [default: 5].
+    /// Longest a polled record waits before its put, 0 to 60000 [default: 5].
     #[arg(value_parser = crate::config::whole::<u64>, long, allow_negative_numbers = true)]
     pub linger_ms: Option<u64>,
     /// Largest record accepted (key + value + headers), a number of bytes
-    /// or a size with its unit (16MiB) [default: 8388608]; a larger one is
+    /// or a size with its unit (16MiB), at most 16777216 [default: 8388608]; a larger one is
     /// handled as `--on-oversize` says.
     #[arg(long, allow_negative_numbers = true, value_name = "BYTES", value_parser = crate::config::parse_byte_count)]
     pub record_bytes_max: Option<u64>,
@@ -66,10 +66,10 @@ pub struct RunArgs {
     // 2026-12-05 a bad value was found after parsing, exit 1).
     #[arg(long, value_name = "earliest|latest", value_parser = ["earliest", "latest"])]
     pub auto_offset_reset: Option<String>,
-    /// How long to wait for the brokers before giving up [default: 10000].
+    /// How long to wait for the brokers before giving up, 1 to 3600000 (an hour) [default: 10000].
     #[arg(value_parser = crate::config::whole::<u64>, long, allow_negative_numbers = true)]
     pub connect_timeout_ms: Option<u64>,
-    /// Log progress and lag this often, in seconds (0: only at stop) [default: 60].
+    /// Log progress and lag this often, in seconds, at most 86400 (0: only at stop) [default: 60].
     #[arg(value_parser = crate::config::whole::<u64>, long, allow_negative_numbers = true)]
     pub progress_interval_s: Option<u64>,
     /// Delete archived records older than this age (`30d`, `12h`), by their
@@ -84,7 +84,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse_size_flag, allow_hyphen_values = true)]
     pub retain_bytes: Option<FlagValue<u64>>,
     /// Seconds between the end of one retention pass and the start of the
-    /// next; only with --retain or --retain-bytes [default: 60].
+    /// next, 1 to 86400; only with --retain or --retain-bytes [default: 60].
     #[arg(value_parser = crate::config::whole::<u64>, long, allow_negative_numbers = true)]
     pub retention_check_interval_s: Option<u64>,
     /// librdkafka property, as with kcat (repeatable).
