@@ -546,7 +546,7 @@ fn note_committed(
             group = group.unwrap_or_default(),
             partitions = uncommitted,
             of = tps.len(),
-            "the group has no committed offset for these partitions (a group that never ran on them, or a mistyped --group): their committed and lag columns are left empty"
+            "the group has no committed offset for these partitions (a group that never ran on them, a mistyped --group, a run that stopped before its first commit of them, as a crash can leave it: the next run resumes at the archive's offsets, or the group's offsets expired): their committed and lag columns are left empty"
         );
     }
     // Looked up, not scanned: a slice's `contains` per row would take
