@@ -6,7 +6,12 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConnectorError {
-    #[error("invalid configuration: {0}")]
+    /// A flag, setting or argument refused, or one that meets nothing in
+    /// the archive or Kafka; the message begins with what it is about
+    /// (`--partition 9: …`). (Until 2026-12-07 every one was headed
+    /// "invalid configuration", also those about no configuration at all:
+    /// an export's range, a prune's cut; an audit.)
+    #[error("{0}")]
     Config(String),
     /// A restore refused before it sent anything, for what the archive or
     /// the target holds, or what could not be read of it (not its flags).

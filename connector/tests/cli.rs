@@ -204,6 +204,24 @@ fn a_data_path_that_is_a_file_is_said_to_be_no_directory() {
     }
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "box\n");
     assert!(!dir.path().join("copy").exists());
+    // A path with nothing there is said alike by each (verify said "i/o
+    // error during open store on DIR: no cairn store here" until
+    // 2026-12-07).
+    let none = dir.path().join("none");
+    let n = none.to_str().unwrap();
+    for (args, exit) in [
+        (&["status", "--data", n][..], 1),
+        (&["export", "--data", n], 1),
+        (&["verify", "--data", n], 2),
+    ] {
+        let (code, _, err) = cairn(args);
+        assert_eq!(code, exit, "{args:?}: {err}");
+        assert!(
+            err.contains(&format!("--data {n}: no cairn archive there"))
+                && !err.contains("i/o error"),
+            "{args:?}: {err}"
+        );
+    }
 }
 
 #[test]

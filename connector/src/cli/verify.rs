@@ -111,6 +111,21 @@ fn check(args: VerifyArgs) -> Result<ExitCode> {
             super::write_text(&text)?;
             return Ok(ExitCode::from(exit));
         }
+        // Nothing there: said as the other commands say it (until
+        // 2026-12-07 "i/o error during open store on DIR: no cairn store
+        // here"; an audit).
+        Err(cairn_engine::Error::Io {
+            op: "open store",
+            source,
+            ..
+        }) if source.kind() == std::io::ErrorKind::NotFound => {
+            super::say_stopped(&format_args!(
+                "could not verify {}: --data {}: no cairn archive there",
+                path.display(),
+                path.display()
+            ));
+            return Ok(ExitCode::from(EXIT_NOT_CHECKED));
+        }
         Err(e) => {
             let e = super::open_failed(e);
             super::say_stopped(&format_args!("could not verify {}: {e}", path.display()));
