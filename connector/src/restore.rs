@@ -213,6 +213,9 @@ pub struct PartitionRestore {
     /// Lowest and highest archived offset among them.
     pub first_offset: Option<i64>,
     pub last_offset: Option<i64>,
+    /// The archived offset the restore started the partition at (`--from`,
+    /// or where `--resume` found the target's last record).
+    pub from: i64,
 }
 
 /// Restored copies in a partition of a topic the archive archives, passed
@@ -554,6 +557,7 @@ pub fn restore_until_split(
             records: d.acked,
             first_offset: d.first_acked,
             last_offset: d.last_acked,
+            from: starts[target],
         });
     }
     report.elapsed = t0.elapsed();
@@ -619,7 +623,7 @@ pub fn restore_until_split(
                 archived = %p.source,
                 target = %p.target,
                 delivered = p.records,
-                standing = ?st,
+                standing = %st,
                 "restore stopped"
             );
         }
@@ -854,6 +858,30 @@ enum Standing {
     /// A record failed below one that was acknowledged: the target lacks
     /// records, and no resume point can fix that.
     Gap { failed: i64, acknowledged: i64 },
+}
+
+/// Said in the `restore stopped` warnings (until 2026-12-07 Rust's own
+/// `Resume(1760)`; an audit).
+impl std::fmt::Display for Standing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Standing::Complete => f.write_str("complete"),
+            Standing::Resume(o) => write!(f, "resumes at archived offset {o}"),
+            Standing::AppendFrom(o) => {
+                write!(
+                    f,
+                    "resumes at archived offset {o}, with --from and --append"
+                )
+            }
+            Standing::Gap {
+                failed,
+                acknowledged,
+            } => write!(
+                f,
+                "a gap: archived offset {failed} failed below {acknowledged}, acknowledged"
+            ),
+        }
+    }
 }
 
 fn standing(start: i64, finished: bool, d: &PartitionDeliveries) -> Standing {
@@ -3148,6 +3176,7 @@ mod tests {
             records: 0,
             first_offset: None,
             last_offset: None,
+            from: 0,
         }
     }
 

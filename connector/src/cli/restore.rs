@@ -175,6 +175,10 @@ fn print_report(report: &crate::restore::RestoreReport) -> Result<()> {
     for p in &report.partitions {
         let range = match (p.first_offset, p.last_offset) {
             (Some(a), Some(b)) => format!("archived offsets {a}..={b}"),
+            // A `--resume` of a restore that had finished: said as where
+            // it looked (until 2026-12-07 "nothing in range", which read
+            // as a selection gone wrong; an audit).
+            _ if p.from > 0 => format!("nothing in range from archived offset {}", p.from),
             _ => "nothing in range".to_owned(),
         };
         outln!(
