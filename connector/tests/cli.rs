@@ -1695,7 +1695,10 @@ fn a_signal_ends_the_wait_for_brokers_that_do_not_answer() {
         "{rest:?}"
     );
     assert!(
-        rest.iter().any(|l| l.contains("signal received: draining")),
+        // Said as what it stops: the wait, nothing opened (until
+        // 2026-12-07 "draining, fsyncing, committing", of nothing).
+        rest.iter()
+            .any(|l| l.contains("signal received: stopping the wait for Kafka")),
         "{rest:?}"
     );
     // The directory it would have made is not there.

@@ -539,6 +539,14 @@ async fn archive(cfg: RunConfig) -> Result<(ExitCode, u64)> {
     // or a format upgrade, can take minutes): a signal meanwhile stops the
     // run cleanly once the open is done, and a second exits at once.
     let stop = Arc::new(AtomicBool::new(false));
+    // Where the run is, for what the first signal says: "draining,
+    // fsyncing, committing" while it still waited for Kafka claimed work
+    // there was none of (until 2026-12-07; an audit).
+    const WAITING: u8 = 0;
+    const OPENING: u8 = 1;
+    const RUNNING: u8 = 2;
+    let phase = Arc::new(std::sync::atomic::AtomicU8::new(WAITING));
+    let said_phase = phase.clone();
     // A stop can take seconds (a put's fsync, the pruner's step or last
     // pass, a live prune finishing its step, the consumer's close). Exiting
     // at once loses nothing: only what is durable was committed, and the
@@ -552,7 +560,14 @@ async fn archive(cfg: RunConfig) -> Result<(ExitCode, u64)> {
         // 2026-12-05 a tracing event too). The second comes in any phase
         // (Kafka's check, the open, the run, its stop), so it claims no
         // more than holds in each.
-        || super::say("INFO", &"signal received: draining, fsyncing, committing, closing (again to exit at once)", None),
+        move || {
+            let what = match said_phase.load(Ordering::Relaxed) {
+                WAITING => "signal received: stopping the wait for Kafka, with nothing opened or written yet (again to exit at once)",
+                OPENING => "signal received: stopping once the archive's open is done (a recovery or a format upgrade can take a while); nothing will be fetched (again to exit at once)",
+                _ => "signal received: draining, fsyncing, committing, closing (again to exit at once)",
+            };
+            super::say("INFO", &what, None)
+        },
         || super::say("ERROR", &"second signal: exiting at once, without waiting for the stop to finish (a final commit not made yet is not made); Kafka's committed offsets never pass what is durable, so the next start loses nothing: it recovers the archive and resumes from what it holds", None),
     );
     // A run already archiving into --data is said at once, before Kafka
@@ -571,6 +586,7 @@ async fn archive(cfg: RunConfig) -> Result<(ExitCode, u64)> {
     // is opened (recovered, perhaps upgraded, pruned) or even made. The
     // pipeline checks again, for embedders (a quick metadata read).
     crate::consumer::check_kafka(&cfg, &stop)?;
+    phase.store(OPENING, Ordering::Relaxed);
     // Said, so that a long recovery does not read as Kafka's silence (the
     // last line was "waiting for Kafka to answer" until "archive open").
     tracing::info!(data = %cfg.data.display(), "Kafka answered; opening the archive (a recovery after a crash, or a format upgrade, can take a while)");
@@ -583,6 +599,7 @@ async fn archive(cfg: RunConfig) -> Result<(ExitCode, u64)> {
     // rebuilt is said as a stopped archive's other commands say it.
     super::say_repaired(&cfg.data, r);
     tracing::info!(data = %cfg.data.display(), frames_checked = r.frames_checked, truncated = r.truncated.is_some(), "archive open");
+    phase.store(RUNNING, Ordering::Relaxed);
     let opts = PipelineOptions {
         stop: stop.clone(),
         kafka_checked: true,
