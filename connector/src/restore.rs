@@ -430,6 +430,7 @@ pub fn restore_until_split(
                 };
                 match send(&producer, cfg, target, &r, stop) {
                     Ok(Sent::Queued { timestamp_replaced }) => {
+                        producer.context().note_handed();
                         crate::crashpoint::reached(crate::crashpoint::RESTORE_AFTER_SEND);
                         n += 1;
                         if n == 1 {
@@ -507,7 +508,9 @@ pub fn restore_until_split(
     // Every record sent gets its delivery report within message.timeout.ms.
     let flush_ms = cfg.message_timeout_ms() + FLUSH_MARGIN_MS;
     // Said, as the wait can be minutes with a broker away (it was silent).
-    let in_flight = producer.in_flight_count();
+    // Records, not librdkafka's queue length, which counts its requests
+    // and events too (30 records read as 31; an audit).
+    let in_flight = producer.context().unreported();
     if in_flight > 0 {
         tracing::info!(
             in_flight,
@@ -2219,7 +2222,7 @@ fn flush(
 
 /// Withdraw every record still queued in the producer, for a stop.
 fn withdraw_queued(producer: &BaseProducer<Deliveries>) {
-    let before = producer.in_flight_count();
+    let before = producer.context().unreported();
     producer
         .context()
         .stop_purged
@@ -2227,8 +2230,8 @@ fn withdraw_queued(producer: &BaseProducer<Deliveries>) {
     producer.purge(PurgeConfig::default().queue());
     drain_reports(producer);
     tracing::info!(
-        queued_before = before,
-        left = producer.in_flight_count(),
+        unacknowledged_before = before,
+        left_in_flight = producer.context().unreported(),
         "stopping: the records queued and not yet sent are withdrawn; waiting for the brokers to acknowledge those already sent"
     );
 }
@@ -2522,6 +2525,9 @@ struct Deliveries {
     /// A stop withdrew the records still queued (`flush`): those purged
     /// unsent are where sending stopped, not failures.
     stop_purged: std::sync::atomic::AtomicBool,
+    /// Records handed to librdkafka, and those whose delivery report came.
+    handed: std::sync::atomic::AtomicU64,
+    reported: std::sync::atomic::AtomicU64,
 }
 
 impl Deliveries {
@@ -2575,6 +2581,18 @@ impl Deliveries {
 
     fn failed(&self) -> bool {
         self.lock().first_failed.is_some()
+    }
+
+    /// A record was handed to librdkafka.
+    fn note_handed(&self) {
+        self.handed
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Records handed over whose delivery report has not come yet.
+    fn unreported(&self) -> u64 {
+        let handed = self.handed.load(std::sync::atomic::Ordering::Relaxed);
+        handed.saturating_sub(self.reported.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     fn note_served(&self) {
@@ -2632,6 +2650,8 @@ impl ProducerContext for Deliveries {
 
     fn delivery(&self, result: &DeliveryResult<'_>, offset: usize) {
         self.note_served();
+        self.reported
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let offset = offset as i64;
         match result {
             Ok(m) => {
