@@ -239,6 +239,9 @@ pub struct RestoreReport {
     /// Records whose archived timestamp Kafka's producer cannot send (0 or
     /// negative with a timestamp type): they carry the time of restore.
     pub timestamps_replaced: u64,
+    /// Records that already carried a header of `--offset-header`'s name:
+    /// their copies carry two, the archived offset last.
+    pub offset_header_clashes: u64,
     pub elapsed: Duration,
 }
 
@@ -438,6 +441,10 @@ pub fn restore_until_split(
                         }
                         report.payload_bytes += r.payload_bytes();
                         report.timestamps_replaced += u64::from(timestamp_replaced);
+                        if let Some(name) = cfg.offset_header.as_deref() {
+                            report.offset_header_clashes +=
+                                u64::from(r.headers.iter().any(|h| h.name == name));
+                        }
                         // Serve delivery reports in batches: a poll per
                         // record cost a tenth of the run in clock reads.
                         // Failures only arrive in a poll (on this thread).
@@ -564,6 +571,16 @@ pub fn restore_until_split(
         });
     }
     report.elapsed = t0.elapsed();
+    // Said (until 2026-12-07 silently two headers; an audit): `--resume`
+    // reads the last, which is the offset's, but a consumer of the target
+    // that reads the first gets the producer's value.
+    if report.offset_header_clashes > 0 {
+        tracing::warn!(
+            records = report.offset_header_clashes,
+            header = cfg.offset_header.as_deref().unwrap_or_default(),
+            "records already carried a header of --offset-header's name: their copies carry two of that name, the archived offset last (which --resume reads); a consumer that reads the first gets the record's own (choose a name the records do not use)"
+        );
+    }
     if report.timestamps_replaced > 0 {
         tracing::warn!(
             records = report.timestamps_replaced,
