@@ -4489,6 +4489,14 @@ fn a_backup_checks_its_destination_before_it_opens_the_archive() {
     std::fs::create_dir(&remains).unwrap();
     std::fs::write(remains.join(cairn_engine::BACKUP_INCOMPLETE_FILE), "").unwrap();
     std::fs::write(remains.join("x"), "").unwrap();
+    // verify finds it a problem, exit 1, not "not checked", exit 2 (which
+    // a monitor retries; until 2026-12-07).
+    let (code, out, err) = cairn(&["verify", "--data", remains.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains("problem: ") && out.contains("holds a backup that did not finish"),
+        "{out}"
+    );
     // An empty directory open to users the archive keeps out (said before
     // the open since 2026-12-07; before, by the engine, as an i/o error).
     use std::os::unix::fs::PermissionsExt;

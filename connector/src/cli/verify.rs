@@ -111,6 +111,23 @@ fn check(args: VerifyArgs) -> Result<ExitCode> {
             super::write_text(&text)?;
             return Ok(ExitCode::from(exit));
         }
+        // A backup that did not finish is a finding, exit 1: "not
+        // checked" (2, until 2026-12-07) reads to a monitor as "try again",
+        // and no later verify would check it either (an audit).
+        Err(e @ cairn_engine::Error::IncompleteBackup { .. }) => {
+            let mut text = Vec::new();
+            {
+                let mut line = super::line_into(&mut text);
+                line(format_args!(
+                    "verified {}: a backup that did not finish, not an archive",
+                    path.display()
+                ));
+                line(format_args!("problem: {e}"));
+                line(format_args!("{}", problems(1)));
+            }
+            super::write_text(&text)?;
+            return Ok(ExitCode::from(EXIT_DAMAGED));
+        }
         // Nothing there: said as the other commands say it (until
         // 2026-12-07 "i/o error during open store on DIR: no cairn store
         // here"; an audit).
