@@ -87,11 +87,35 @@ fn a_pass_over_whose_fsync_fails_is_said_first() {
 #[test]
 fn a_stopped_restore_whose_pass_over_fails_says_that_first() {
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let (_k, _dir, engine, cfg) = archived_to_its_end("pass-over-fsync-stopped");
+    let (k, _dir, engine, cfg) = archived_to_its_end("pass-over-fsync-stopped");
     // Asked before each partition (and every 256 records, more than one
-    // holds): the restore stops at the second partition's start.
+    // holds): the restore stops at the second partition's start, once the
+    // first's 20 copies are written (a stop withdraws what librdkafka
+    // still holds queued: waited for, the cut stays where it is put).
     let asked = std::sync::atomic::AtomicUsize::new(0);
-    let stop = || asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= 1;
+    let waited = std::sync::atomic::AtomicBool::new(false);
+    let stop = || {
+        if asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < 1 {
+            return false;
+        }
+        if !waited.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            use rdkafka::consumer::Consumer;
+            let c: rdkafka::consumer::BaseConsumer = rdkafka::ClientConfig::new()
+                .set("bootstrap.servers", &k.brokers)
+                .create()
+                .unwrap();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            while c
+                .fetch_watermarks(&k.topic, 0, std::time::Duration::from_secs(10))
+                .unwrap()
+                .1
+                < 2 * (N as i64) / 3
+            {
+                assert!(std::time::Instant::now() < deadline, "copies not written");
+            }
+        }
+        true
+    };
     let armed = FailedFsync::arm();
     let r = cairn_connector::restore::restore_until_split(&engine, &cfg, &|| false, &stop);
     drop(armed);
