@@ -931,10 +931,10 @@ fn property_values<'de, D: serde::Deserializer<'de>>(
 impl FileConfig {
     pub fn load(path: &std::path::Path) -> Result<FileConfig> {
         let text = std::fs::read_to_string(path)
-            .map_err(|e| ConnectorError::Config(format!("{}: {e}", path.display())))?;
+            .map_err(|e| ConnectorError::Config(format!("--config {}: {e}", path.display())))?;
         toml::from_str(&text).map_err(|e| {
             ConnectorError::Config(format!(
-                "{}: {}",
+                "--config {}: {}",
                 path.display(),
                 shown_parse_error(&text, &e)
             ))
@@ -1170,6 +1170,18 @@ pub fn whole<T: TryFrom<i128>>(s: &str) -> Result<T, String> {
             format!("{t} is too large")
         }
     })
+}
+
+/// [`whole`], within `range` (said as the flag's bounds).
+pub fn whole_in<T>(s: &str, range: std::ops::RangeInclusive<T>) -> Result<T, String>
+where
+    T: TryFrom<i128> + PartialOrd + std::fmt::Display,
+{
+    let n = whole::<T>(s)?;
+    if !range.contains(&n) {
+        return Err(format!("{n}: must be {} to {}", range.start(), range.end()));
+    }
+    Ok(n)
 }
 
 /// Sizes from [`parse_size`] are below this (2^63 bytes, 8 EiB): more than
@@ -1931,7 +1943,7 @@ retain-bytes = "50GiB"
             let mut c = ok.clone();
             c.group = group.into();
             let e = c.validate().unwrap_err().to_string();
-            assert!(e.contains(&format!(": group {group:?}: ")), "{e}");
+            assert!(e.starts_with(&format!("group {group:?}: ")), "{e}");
             let why = if group.trim() != group {
                 "whitespace"
             } else {

@@ -85,11 +85,14 @@ impl Summary {
             first_offset = self.first,
             last_offset = self.last,
             size_bytes_max = self.size_bytes_max,
-            "{} more {} between offsets {} and {} (each said at DEBUG; the archive shows them as gaps in the partition's offsets)",
+            "{} more {} {} (each said at DEBUG; the archive shows them as gaps in the partition's offsets)",
             self.records,
             self.kind.said(),
-            self.first,
-            self.last,
+            if self.first == self.last {
+                format!("at offset {}", self.first)
+            } else {
+                format!("between offsets {} and {}", self.first, self.last)
+            },
         );
     }
 }

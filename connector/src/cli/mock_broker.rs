@@ -12,7 +12,7 @@ use crate::error::{ConnectorError, Result};
 pub struct MockBrokerArgs {
     /// How many mock brokers to start, 1 to 16 (a count, not an address:
     /// the addresses are printed).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(i32).range(1..=16))]
+    #[arg(long, default_value_t = 1, value_parser = brokers, allow_negative_numbers = true)]
     pub brokers: i32,
     /// Topic to create, as name:partitions, partitions 1 to 10000
     /// (repeatable).
@@ -20,8 +20,17 @@ pub struct MockBrokerArgs {
     pub topics: Vec<(String, i32)>,
     /// Delay every broker's every answer by this many milliseconds
     /// (0 to 60000), to see how cairn fares with a distant Kafka.
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    #[arg(long, default_value_t = 0, value_parser = round_trip_ms, allow_negative_numbers = true)]
     pub round_trip_ms: u64,
+}
+
+/// Said in the flags' words, as every integer flag's (`config::whole`).
+fn brokers(s: &str) -> std::result::Result<i32, String> {
+    crate::config::whole_in(s, 1..=16)
+}
+
+fn round_trip_ms(s: &str) -> std::result::Result<u64, String> {
+    crate::config::whole_in(s, 0..=60_000)
 }
 
 fn parse_topic(s: &str) -> std::result::Result<(String, i32), String> {
@@ -29,9 +38,7 @@ fn parse_topic(s: &str) -> std::result::Result<(String, i32), String> {
         .split_once(':')
         .ok_or_else(|| format!("{s:?}: expected name:partitions"))?;
     cairn_engine::validate_topic(name).map_err(|e| e.to_string())?;
-    let n: i32 = n
-        .parse()
-        .map_err(|_| format!("{s:?}: partitions must be a number"))?;
+    let n: i32 = crate::config::whole(n).map_err(|e| format!("{s:?}: partitions: {e}"))?;
     if !(1..=10_000).contains(&n) {
         return Err(format!("{s:?}: partitions must be 1..=10000"));
     }
