@@ -435,7 +435,7 @@ impl Engine {
         let before = crate::poisoned::before_open(&cfg)?;
         // Then this engine's own, before sled writes anything.
         crate::poisoned::mark_open(&cfg.path).map_err(|e| Error::Io {
-            op: "leave the open mark",
+            op: "write of the open mark (an open's first write)",
             path: cfg.path.join(crate::poisoned::OPEN_FILE),
             source: e,
         })?;
@@ -523,6 +523,11 @@ impl Engine {
             // Recovered and synced: the mark has done its work.
             crate::poisoned::clear(&cfg.path).map_err(|e| io("remove the poison mark", e))?;
         }
+        // A poison mark's new copy that a full disk cut short (the engine
+        // that wrote it left its open mark too, which this open acted on):
+        // junk once recovered, which stayed for good (until 2026-12-07; an
+        // audit).
+        crate::poisoned::remove_stale_replacement(&cfg.path);
         report.poisoned_before = before.poisoned;
         report.unclean_stop_cache_dropped = before.unclean_cache_dropped;
         let durable = DurableView {
@@ -693,6 +698,8 @@ impl Engine {
     /// Poison the engine (under `commit`): the mark is left on disk first
     /// (poisoned.rs), so that no poisoning goes without it.
     fn set_poisoned(&self, c: &mut CommitState, op: &'static str, reason: String) {
+        // sled's errors, once cloned, carry the OS error's debug form.
+        let reason = crate::error::tidy_os_errors(&reason);
         crate::poisoned::record(&self.cfg.path, op, &reason);
         self.store_failing.store(true, Ordering::SeqCst);
         c.poisoned = Some((op, reason));
@@ -707,6 +714,8 @@ impl Engine {
     }
 
     pub(crate) fn poison(&self, op: &'static str, reason: String) -> Error {
+        // sled's errors, once cloned, carry the OS error's debug form.
+        let reason = crate::error::tidy_os_errors(&reason);
         tracing::error!(op, %reason, "engine poisoned; no further writes, reopen to recover");
         let mut c = lock(&self.commit);
         if c.poisoned.is_none() {
@@ -1279,7 +1288,7 @@ impl Engine {
                     // The error names the step and its file (sync.rs):
                     // the data file, a blob, a folder or the watermark
                     // (until 2026-12-05 the data file was named for any).
-                    let reason = e.to_string();
+                    let reason = crate::error::tidy_os_errors(&e.to_string());
                     if op == DURABLE_VIEW_OP {
                         tracing::error!(%reason, "the fsync succeeded, but the durable view's check after it failed; engine poisoned");
                     } else if op == WRITEBACK_OP {

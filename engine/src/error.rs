@@ -337,10 +337,77 @@ pub enum InvalidInput {
 
 /// What a caught panic said: its message when it was given one (a `&str`
 /// or a `String`, as `panic!` makes them), for an error or a poison reason.
+/// `text` with each OS error in Rust's debug form (`Os { code: 28, kind:
+/// StorageFull, message: "No space left on device" }`) written as its
+/// `Display` writes it (`No space left on device (os error 28)`). sled
+/// 0.34.7 clones an I/O error into a new one holding the old one's debug
+/// text (`Error::clone`, `result.rs`), which a full disk's message showed
+/// (until 2026-12-07; an audit).
+pub fn tidy_os_errors(text: &str) -> String {
+    const OPEN: &str = "Os { code: ";
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(OPEN) {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + OPEN.len()..];
+        let tidied = (|| {
+            let digits = after.find(|c: char| !c.is_ascii_digit() && c != '-')?;
+            let code: i32 = after[..digits].parse().ok()?;
+            let m = after.find(", message: \"")?;
+            let msg_start = m + ", message: \"".len();
+            let end = after[msg_start..].find("\" }")?;
+            let message = &after[msg_start..msg_start + end];
+            Some((
+                format!("{message} (os error {code})"),
+                msg_start + end + "\" }".len(),
+            ))
+        })();
+        match tidied {
+            Some((t, used)) => {
+                out.push_str(&t);
+                rest = &after[used..];
+            }
+            None => {
+                out.push_str(OPEN);
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
     payload
         .downcast_ref::<&str>()
         .copied()
         .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
         .unwrap_or("a panic without a message")
+}
+
+#[cfg(test)]
+mod tidy_tests {
+    use super::tidy_os_errors;
+
+    #[test]
+    fn os_errors_in_debug_form_are_written_as_displayed() {
+        let io = std::io::Error::from_raw_os_error(28);
+        let debug = format!("IO error: {io:?}, writing into /d/sled");
+        assert_eq!(
+            tidy_os_errors(&debug),
+            format!("IO error: {io}, writing into /d/sled")
+        );
+        assert_eq!(
+            tidy_os_errors("a: Os { code: 5, kind: Uncategorized, message: \"Input/output error\" }; b: Os { code: 28, kind: StorageFull, message: \"No space left on device\" }"),
+            "a: Input/output error (os error 5); b: No space left on device (os error 28)"
+        );
+        for left in [
+            "no error here",
+            "Os { code: x",
+            "Os { code: 5, kind: K }",
+            "",
+        ] {
+            assert_eq!(tidy_os_errors(left), left);
+        }
+    }
 }

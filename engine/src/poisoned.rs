@@ -263,6 +263,18 @@ fn read_mark(path: &Path) -> io::Result<String> {
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
+/// A poison mark's new copy left behind (its write failed part-way, as on
+/// a full disk), removed once the store is recovered. Best effort: it
+/// costs nothing where it stays (`write_mark` replaces it).
+pub(crate) fn remove_stale_replacement(dir: &Path) {
+    match std::fs::remove_file(dir.join(POISON_REPLACEMENT_FILE)) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => {
+            tracing::debug!(error = %e, dir = %dir.display(), "could not remove a stale cairn.poisoned.new");
+        }
+        _ => {}
+    }
+}
+
 /// Recovery succeeded: the mark has done its work.
 pub(crate) fn clear(dir: &Path) -> io::Result<()> {
     std::fs::remove_file(dir.join(POISON_FILE))?;

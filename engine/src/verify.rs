@@ -242,7 +242,7 @@ pub fn verify_store_unless(cfg: &EngineConfig, stop: &AtomicBool) -> Result<Veri
     let marked = !before.unclean_cache_dropped;
     if marked {
         crate::poisoned::mark_open(&cfg.path).map_err(|source| Error::Io {
-            op: "leave the open mark (a verify writes it while sled has the store, as an open does: verify a copy of an archive whose folder cannot be written)",
+            op: "write of the open mark (a verify writes it while sled has the store, as an open does: verify a copy of an archive whose folder cannot be written)",
             path: cfg.path.join(crate::poisoned::OPEN_FILE),
             source,
         })?;
