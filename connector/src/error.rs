@@ -107,7 +107,7 @@ pub enum ConnectorError {
         position: i64,
         log_end: i64,
     },
-    #[error("topic {topic:?} has {partitions} partitions, but the archive's partition {last} needs {needed} (a restore puts each record in the partition of its number: give the topic at least {needed} partitions, or choose with --partition only partitions below {partitions})", last = needed - 1)]
+    #[error("topic {topic:?} has {partitions} partitions, but the archive's partition {last} needs {needed} (a restore puts each record in the partition of its number: give the topic at least {needed} partitions, or restore the partitions below {partitions} one at a time, each with --partition N)", last = needed - 1)]
     TooFewPartitions {
         topic: String,
         partitions: i64,

@@ -241,8 +241,9 @@ pub struct RestoreReport {
     /// Records whose archived timestamp Kafka's producer cannot send (0 or
     /// negative with a timestamp type): they carry the time of restore.
     pub timestamps_replaced: u64,
-    /// Records that already carried a header of `--offset-header`'s name:
-    /// their copies carry two, the archived offset last.
+    /// Records handed to the producer that already carried a header of
+    /// `--offset-header`'s name: their copies carry two, the archived
+    /// offset last.
     pub offset_header_clashes: u64,
     pub elapsed: Duration,
 }
@@ -552,6 +553,14 @@ pub fn restore_until_split(
             .get(target)
             .is_none_or(|d| d.withdrawn == 0)
     });
+    // The stop stopped the restore whatever the count at the withdrawal
+    // said (a report served after it).
+    interrupted |= state.partitions.values().any(|d| d.withdrawn > 0);
+    let withdrawn_maybe_sent: u64 = state
+        .partitions
+        .values()
+        .map(|d| d.withdrawn_maybe_sent)
+        .sum();
     // The client's own word on a fatal error: its error event may not have
     // been served by now. A refusal of the producer's id comes before any
     // record leaves, each then failing as only "purged" (until 2026-12-06
@@ -776,9 +785,15 @@ pub fn restore_until_split(
         .any(|(_, st)| !matches!(st, Standing::Complete));
     if interrupted && flushed.is_ok() && left {
         log_interleaved();
+        let mut next_step = next_step_around(cfg, &standings, false, withdrawn_maybe_sent > 0);
+        if withdrawn_maybe_sent > 0 {
+            next_step.push_str(&format!(
+                "; {withdrawn_maybe_sent} records withdrawn at the stop had been sent once and queued again for a retry{REPLICAS_WAIT}"
+            ));
+        }
         return Err(with_pass(ConnectorError::RestoreStopped {
             delivered: report.records,
-            next_step: next_step_around(cfg, &standings, false, false),
+            next_step,
         }));
     }
     if let Err(e) = flushed {
@@ -2254,6 +2269,8 @@ fn withdraw_queued(producer: &BaseProducer<Deliveries>) -> bool {
     drain_reports(producer);
     let withdrawn = producer.context().withdrawn();
     let left = producer.context().unreported();
+    // (A report of a record withdrawn may come after this drain: the end
+    // of the restore counts them all again.)
     if withdrawn > 0 {
         tracing::info!(
             withdrawn,
@@ -2419,8 +2436,11 @@ struct PartitionDeliveries {
     /// queue before its first send).
     not_persisted: u64,
     /// Of those, records withdrawn from the producer's queue at a stop
-    /// (`flush`): never sent, and no failure.
+    /// (`flush`): no failure.
     withdrawn: u64,
+    /// Of those, records librdkafka had sent once and queued again for a
+    /// retry: they may be in Kafka.
+    withdrawn_maybe_sent: u64,
 }
 
 #[derive(Debug, Default)]
@@ -2724,19 +2744,26 @@ impl ProducerContext for Deliveries {
                 // Kafka: a purge from the queue alone does not say (a
                 // record sent, then queued again for a retry, may be).
                 let unsent = crate::fetch::certainly_not_persisted(m);
-                if unsent
-                    && e.rdkafka_error_code() == Some(RDKafkaErrorCode::PurgeQueue)
+                if e.rdkafka_error_code() == Some(RDKafkaErrorCode::PurgeQueue)
                     && self.stop_purged.load(std::sync::atomic::Ordering::Relaxed)
                 {
-                    // Withdrawn at a stop, never sent: where sending
-                    // stopped, not a failure (its partition resumes after
-                    // its last acknowledged record, as one whose sending
-                    // the stop cut short).
+                    // Withdrawn at a stop: where sending stopped, not a
+                    // failure (its partition resumes after its last
+                    // acknowledged record, as one whose sending the stop
+                    // cut short). One librdkafka does not call unsent was
+                    // sent once and queued again for a retry (a broker
+                    // away): it may be in Kafka, which the stop's advice
+                    // then says (until review, 2026-12-07, such a stop
+                    // ended as a failure of the purge).
                     let mut s = self.lock();
                     let d = s.partitions.entry(tp).or_default();
                     d.refused += 1;
-                    d.not_persisted += 1;
                     d.withdrawn += 1;
+                    if unsent {
+                        d.not_persisted += 1;
+                    } else {
+                        d.withdrawn_maybe_sent += 1;
+                    }
                     return;
                 }
                 self.refused(&tp, offset, e, unsent);

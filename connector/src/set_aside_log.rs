@@ -47,11 +47,14 @@ pub(crate) enum Kind {
 }
 
 impl Kind {
-    fn said(self) -> &'static str {
-        match self {
-            Kind::OversizeSkipped => "oversize records skipped",
-            Kind::DeadLettered => "oversize records dead-lettered",
-            Kind::UnreadableSkipped => "records that cannot be archived skipped",
+    fn said(self, records: u64) -> &'static str {
+        match (self, records == 1) {
+            (Kind::OversizeSkipped, false) => "oversize records skipped",
+            (Kind::OversizeSkipped, true) => "oversize record skipped",
+            (Kind::DeadLettered, false) => "oversize records dead-lettered",
+            (Kind::DeadLettered, true) => "oversize record dead-lettered",
+            (Kind::UnreadableSkipped, false) => "records that cannot be archived skipped",
+            (Kind::UnreadableSkipped, true) => "record that cannot be archived skipped",
         }
     }
 }
@@ -85,9 +88,9 @@ impl Summary {
             first_offset = self.first,
             last_offset = self.last,
             size_bytes_max = self.size_bytes_max,
-            "{} more {} {} (each said at DEBUG; the archive shows them as gaps in the partition's offsets)",
+            "{} more {} {} (said at DEBUG; the archive shows each as a gap in the partition's offsets)",
             self.records,
-            self.kind.said(),
+            self.kind.said(self.records),
             if self.first == self.last {
                 format!("at offset {}", self.first)
             } else {

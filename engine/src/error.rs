@@ -335,16 +335,19 @@ pub enum InvalidInput {
     Config(String),
 }
 
-/// What a caught panic said: its message when it was given one (a `&str`
-/// or a `String`, as `panic!` makes them), for an error or a poison reason.
 /// `text` with each OS error in Rust's debug form (`Os { code: 28, kind:
 /// StorageFull, message: "No space left on device" }`) written as its
 /// `Display` writes it (`No space left on device (os error 28)`). sled
 /// 0.34.7 clones an I/O error into a new one holding the old one's debug
 /// text (`Error::clone`, `result.rs`), which a full disk's message showed
-/// (until 2026-12-07; an audit).
+/// (until 2026-12-07; an audit). Only a whole debug form is rewritten: a
+/// code, then `, kind: `, then a message, then ` }`, with no ` }` before
+/// the message; anything else stays as it is.
 pub fn tidy_os_errors(text: &str) -> String {
     const OPEN: &str = "Os { code: ";
+    const KIND: &str = ", kind: ";
+    const MESSAGE: &str = ", message: \"";
+    const CLOSE: &str = "\" }";
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(at) = rest.find(OPEN) {
@@ -353,14 +356,16 @@ pub fn tidy_os_errors(text: &str) -> String {
         let tidied = (|| {
             let digits = after.find(|c: char| !c.is_ascii_digit() && c != '-')?;
             let code: i32 = after[..digits].parse().ok()?;
-            let m = after.find(", message: \"")?;
-            let msg_start = m + ", message: \"".len();
-            let end = after[msg_start..].find("\" }")?;
-            let message = &after[msg_start..msg_start + end];
-            Some((
-                format!("{message} (os error {code})"),
-                msg_start + end + "\" }".len(),
-            ))
+            let kinded = after[digits..].strip_prefix(KIND)?;
+            // The message must come before this error's own end.
+            let m = kinded.find(MESSAGE)?;
+            if kinded[..m].contains(" }") {
+                return None;
+            }
+            let msg = &kinded[m + MESSAGE.len()..];
+            let end = msg.find(CLOSE)?;
+            let used = after.len() - msg.len() + end + CLOSE.len();
+            Some((format!("{} (os error {code})", &msg[..end]), used))
         })();
         match tidied {
             Some((t, used)) => {
@@ -377,6 +382,8 @@ pub fn tidy_os_errors(text: &str) -> String {
     out
 }
 
+/// What a caught panic said: its message when it was given one (a `&str`
+/// or a `String`, as `panic!` makes them), for an error or a poison reason.
 pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
     payload
         .downcast_ref::<&str>()
@@ -405,9 +412,16 @@ mod tidy_tests {
             "no error here",
             "Os { code: x",
             "Os { code: 5, kind: K }",
+            "Os { code: 28é, message: \"x\" }",
+            "Os { code: é",
             "",
         ] {
             assert_eq!(tidy_os_errors(left), left);
         }
+        // One error's end is not crossed to take the next one's message.
+        assert_eq!(
+            tidy_os_errors("Os { code: 5, kind: K }; b: Os { code: 28, kind: StorageFull, message: \"No space left on device\" }"),
+            "Os { code: 5, kind: K }; b: No space left on device (os error 28)"
+        );
     }
 }

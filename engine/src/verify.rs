@@ -210,8 +210,14 @@ pub fn verify_store(cfg: &EngineConfig) -> Result<VerifyReport> {
 pub fn verify_store_unless(cfg: &EngineConfig, stop: &AtomicBool) -> Result<VerifyReport> {
     if !cfg.store_exists()? {
         // A backup cut short before its store was made is that, not an
-        // empty directory.
-        crate::backup::refuse_unfinished_backup(&cfg.path)?;
+        // empty directory; unless a backup still running holds it (its
+        // lock, which is then said), before it made its store.
+        if let Err(e) = crate::backup::refuse_unfinished_backup(&cfg.path) {
+            if matches!(e, Error::IncompleteBackup { .. }) {
+                let _running = DirLock::acquire(&cfg.path)?;
+            }
+            return Err(e);
+        }
         crate::watermark::refuse_lost_store(cfg)?;
         return Err(Error::Io {
             op: "open store",

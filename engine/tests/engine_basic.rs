@@ -1289,3 +1289,26 @@ fn a_sled_file_that_cannot_be_read_is_named() {
         Ok(_) => panic!("opened with sled's conf unreadable"),
     }
 }
+
+/// A poison mark's new copy left behind (a full disk cut its write short)
+/// is removed by the next open that recovers the store: it stayed for good
+/// until 2026-12-07 (an audit).
+#[test]
+fn a_poison_mark_copy_left_behind_is_removed_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let tp = TopicPartition::new("t", 0);
+    {
+        let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        e.append(&[cairn_engine::fuzzing::batch(&tp, 0..3, 10)])
+            .unwrap();
+        e.close().unwrap();
+    }
+    let stale = dir
+        .path()
+        .join(cairn_engine::poisoned::POISON_REPLACEMENT_FILE);
+    std::fs::write(&stale, "").unwrap();
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    assert!(!stale.exists(), "the stale copy stayed");
+    assert_eq!(e.durable_offset(&tp), Some(3));
+    e.close().unwrap();
+}

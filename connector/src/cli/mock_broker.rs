@@ -40,7 +40,7 @@ fn parse_topic(s: &str) -> std::result::Result<(String, i32), String> {
     cairn_engine::validate_topic(name).map_err(|e| e.to_string())?;
     let n: i32 = crate::config::whole(n).map_err(|e| format!("{s:?}: partitions: {e}"))?;
     if !(1..=10_000).contains(&n) {
-        return Err(format!("{s:?}: partitions must be 1..=10000"));
+        return Err(format!("{s:?}: partitions: {n}: must be 1 to 10000"));
     }
     Ok((name.to_owned(), n))
 }

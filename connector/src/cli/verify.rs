@@ -1,7 +1,8 @@
 //! `cairn verify`: check every frame, index entry and summary.
 //!
 //! Exit status: 0 clean; 1 damage found (each problem on a `problem:` line,
-//! naming where), or the check's own last fdatasync of the store failed;
+//! naming where; a backup that did not finish is one), or the check's own
+//! last fdatasync of the store failed;
 //! 2 the archive could not be checked (no archive there,
 //! held by a process that does not serve it, an I/O error, a live verify
 //! cut off or refused as busy; also clap's usage errors); 130 a verify of a
@@ -119,7 +120,7 @@ fn check(args: VerifyArgs) -> Result<ExitCode> {
             {
                 let mut line = super::line_into(&mut text);
                 line(format_args!(
-                    "verified {}: a backup that did not finish, not an archive",
+                    "checked {}: a backup that did not finish, not an archive",
                     path.display()
                 ));
                 line(format_args!("problem: {e}"));
