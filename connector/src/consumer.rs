@@ -58,7 +58,7 @@ use crate::queue::{self, JobSender};
 use crate::rebalance::SinkContext;
 use crate::reset::{self, ResetScope};
 use crate::retention;
-use crate::set_aside_log::{Kind as SetAsideKind, Say, SetAsideLog};
+use crate::set_aside_log::{Kind as SetAsideKind, SetAsideLog};
 use crate::task::SinkTask;
 use crate::worker::{Job, Reply, Worker};
 
@@ -520,21 +520,21 @@ impl Shared {
             Err(detail) => {
                 self.stats.records_polled += 1;
                 if cfg.on_oversize == OnOversize::Skip {
-                    let say = self.set_aside_log.note(
-                        SetAsideKind::UnreadableSkipped,
-                        tp,
-                        m.offset(),
-                        0,
-                        Instant::now(),
-                    );
-                    if say == Say::Warn {
-                        tracing::warn!(%tp, offset = m.offset(), %detail, "skipping a record that cannot be archived (more of this partition are counted, and said together within 10 s)");
-                    } else {
-                        tracing::debug!(%tp, offset = m.offset(), %detail, "skipping a record that cannot be archived");
-                    }
-                    if let Say::Summary(s) = say {
-                        s.log();
-                    }
+                    self.set_aside_log
+                        .note(
+                            SetAsideKind::UnreadableSkipped,
+                            tp,
+                            m.offset(),
+                            0,
+                            Instant::now(),
+                        )
+                        .say(|warn| {
+                            if warn {
+                                tracing::warn!(%tp, offset = m.offset(), %detail, "skipping a record that cannot be archived (more of this partition are counted, and said together within 10 s)");
+                            } else {
+                                tracing::debug!(%tp, offset = m.offset(), %detail, "skipping a record that cannot be archived");
+                            }
+                        });
                     self.stats.records_oversize_skipped += 1;
                     let tp = tp.clone();
                     self.set_aside(tp, m.offset(), last.is_none());
@@ -589,21 +589,21 @@ impl Shared {
                     })
                 }
                 OnOversize::Skip => {
-                    let say = self.set_aside_log.note(
-                        SetAsideKind::OversizeSkipped,
-                        tp,
-                        r.offset,
-                        size,
-                        Instant::now(),
-                    );
-                    if say == Say::Warn {
-                        tracing::warn!(%tp, offset = r.offset, size_bytes = size, headers, %reason, "skipping oversize record (more of this partition are counted, and said together within 10 s)");
-                    } else {
-                        tracing::debug!(%tp, offset = r.offset, size_bytes = size, headers, %reason, "skipping oversize record");
-                    }
-                    if let Say::Summary(s) = say {
-                        s.log();
-                    }
+                    self.set_aside_log
+                        .note(
+                            SetAsideKind::OversizeSkipped,
+                            tp,
+                            r.offset,
+                            size,
+                            Instant::now(),
+                        )
+                        .say(|warn| {
+                            if warn {
+                                tracing::warn!(%tp, offset = r.offset, size_bytes = size, headers, %reason, "skipping oversize record (more of this partition are counted, and said together within 10 s)");
+                            } else {
+                                tracing::debug!(%tp, offset = r.offset, size_bytes = size, headers, %reason, "skipping oversize record");
+                            }
+                        });
                     self.stats.records_oversize_skipped += 1;
                     let tp = tp.clone();
                     self.set_aside(tp, r.offset, last.is_none());
@@ -617,21 +617,21 @@ impl Shared {
                         .as_ref()
                         .expect("validated: dead-letter has a topic")
                         .send(&tp, &r, &reason)?;
-                    let say = self.set_aside_log.note(
-                        SetAsideKind::DeadLettered,
-                        &tp,
-                        r.offset,
-                        size,
-                        Instant::now(),
-                    );
-                    if say == Say::Warn {
-                        tracing::warn!(%tp, offset = r.offset, size_bytes = size, headers, %reason, "oversize record dead-lettered (more of this partition are counted, and said together within 10 s)");
-                    } else {
-                        tracing::debug!(%tp, offset = r.offset, size_bytes = size, headers, %reason, "oversize record dead-lettered");
-                    }
-                    if let Say::Summary(s) = say {
-                        s.log();
-                    }
+                    self.set_aside_log
+                        .note(
+                            SetAsideKind::DeadLettered,
+                            &tp,
+                            r.offset,
+                            size,
+                            Instant::now(),
+                        )
+                        .say(|warn| {
+                            if warn {
+                                tracing::warn!(%tp, offset = r.offset, size_bytes = size, headers, %reason, "oversize record dead-lettered (more of this partition are counted, and said together within 10 s)");
+                            } else {
+                                tracing::debug!(%tp, offset = r.offset, size_bytes = size, headers, %reason, "oversize record dead-lettered");
+                            }
+                        });
                     self.stats.records_dead_lettered += 1;
                     self.dead_lettered_in_take = true;
                     self.set_aside(tp, r.offset, last.is_none());

@@ -121,6 +121,22 @@ pub(crate) enum Say {
     Summary(Summary),
 }
 
+impl Say {
+    /// Say the record with `record` (given `true` for WARN, `false` for
+    /// DEBUG: a tracing level is fixed per call site), then the summary
+    /// that counts it, if any.
+    pub(crate) fn say(self, record: impl FnOnce(bool)) {
+        match self {
+            Say::Warn => record(true),
+            Say::Debug => record(false),
+            Say::Summary(s) => {
+                record(false);
+                s.log();
+            }
+        }
+    }
+}
+
 impl SetAsideLog {
     /// A record of `tp` at `offset`, `size_bytes` of payload, was set aside
     /// as `kind` at `now`.
