@@ -146,6 +146,10 @@ pub struct PassReport {
     /// The partitions whose age cut stopped at a record that holds it back
     /// ([`HeldBack`]).
     pub held_back: Vec<HeldBack>,
+    /// The partitions the size bound emptied: their newest entry alone
+    /// holds more payload than it keeps, so every pass deletes all they
+    /// archived since the last.
+    pub emptied_by_size: Vec<TopicPartition>,
 }
 
 /// A day: how far ahead of this machine's clock a timestamp must be to
@@ -372,17 +376,32 @@ fn prune_in(
         // The age's cut and the time it was measured from, kept from the
         // truncation's pick (under its lock) for the report below.
         let mut by_age = None;
+        let mut cut_at = 0;
         let (_, deleted, finished) = truncations.truncate_by_while(
             &p.tp,
             |e| {
                 let now = now_ms();
                 let (cut, age_cut) = cut_offset(e, &p.tp, retention, now)?;
                 by_age = age_cut.map(|c| (c, now));
+                cut_at = cut;
                 Ok(cut)
             },
             go,
         )?;
         pass.add(&deleted);
+        // Emptied by the size bound, not by age: a bound below one entry
+        // (about 1 MiB, plus its last record) keeps nothing, pass after
+        // pass (found by an audit, 2026-12-07: said at INFO only, as
+        // "pruned").
+        let emptied = deleted.records_deleted > 0
+            && deleted.first_offset_after == Some(p.next_offset)
+            && cut_at >= p.next_offset;
+        if emptied
+            && retention.partition_bytes_max.is_some()
+            && by_age.is_none_or(|(c, _)| c < p.next_offset)
+        {
+            pass.emptied_by_size.push(p.tp.clone());
+        }
         if !finished {
             return Ok((pass, false));
         }
@@ -590,6 +609,8 @@ struct Passes {
     /// How far ahead the machine's clock was when that was last said:
     /// said again only for another jump.
     jump_said: Option<i64>,
+    /// Partitions the size bound was said to empty (once per run each).
+    emptied_said: std::collections::HashSet<TopicPartition>,
 }
 
 impl Passes {
@@ -598,6 +619,7 @@ impl Passes {
             clock,
             held_said: Default::default(),
             jump_said: None,
+            emptied_said: Default::default(),
         }
     }
 
@@ -673,6 +695,15 @@ fn pass(
         );
     } else {
         tracing::debug!(took_ms, "retention pass: nothing to prune");
+    }
+    for tp in &r.emptied_by_size {
+        if passes.emptied_said.insert(tp.clone()) {
+            tracing::warn!(
+                partition = %tp,
+                retain_bytes = retention.partition_bytes_max.unwrap_or_default(),
+                "--retain-bytes keeps nothing of this partition: its newest entry alone holds more payload than that (entries are cut at about 1 MiB, plus their last record), so every pass deletes all it archived since; raise --retain-bytes above 1 MiB plus --record-bytes-max (said once per partition in a run)"
+            );
+        }
     }
     for h in &r.held_back {
         if passes.held_said.insert(h.tp.clone(), h.offset) != Some(h.offset) {
@@ -764,6 +795,43 @@ mod tests {
         assert!(pass(&e, &week, &|| true, &mut passes).unwrap());
         assert_eq!(passes.jump_said, None);
         assert_eq!(e.partitions()[0].first_offset, 1);
+    }
+
+    /// A size bound below the partition's newest entry empties it at every
+    /// pass: said once per partition in a run (the WARN itself is not
+    /// captured; what decides it is). A bound that keeps the newest entry
+    /// says nothing.
+    #[test]
+    fn a_size_bound_that_keeps_nothing_is_said_once() {
+        let (_dir, e, _) = store();
+        let tp = TopicPartition::new("t", 0);
+        let entry = |from: i64| RecordBatch {
+            tp: tp.clone(),
+            records: (from..from + 10)
+                .map(|o| Record::with_value(o, vec![b'v'; 1000]))
+                .collect(),
+        };
+        e.append(&[entry(0)]).unwrap();
+        let small = Retention {
+            partition_bytes_max: Some(5_000),
+            ..Retention::default()
+        };
+        let mut passes = Passes::new(RunClock::start());
+        let (r, _) = prune(&e, &small, &|| 0, &|| true).unwrap();
+        assert_eq!(r.emptied_by_size, vec![tp.clone()]);
+        assert_eq!(e.partitions()[0].record_count, 0);
+        e.append(&[entry(10)]).unwrap();
+        assert!(pass(&e, &small, &|| true, &mut passes).unwrap());
+        assert!(passes.emptied_said.contains(&tp));
+        // One that keeps the newest entry: nothing to say.
+        e.append(&[entry(20)]).unwrap();
+        let roomy = Retention {
+            partition_bytes_max: Some(20_000),
+            ..Retention::default()
+        };
+        let (r, _) = prune(&e, &roomy, &|| 0, &|| true).unwrap();
+        assert_eq!(r.emptied_by_size, vec![]);
+        assert_eq!(e.partitions()[0].record_count, 10);
     }
 
     /// A record that holds age retention back is said once per partition
