@@ -528,12 +528,8 @@ pub fn restore_until_split(
             "waiting for the brokers to acknowledge the records still in flight"
         );
     }
-    let (flushed, withdrawn) = flush(&producer, Duration::from_millis(flush_ms), stop);
-    // A stop during the wait that withdrew records stopped the restore
-    // (exit 130, with resume points); one that found nothing left to
-    // withdraw stops nothing.
-    interrupted |= withdrawn;
-    let flushed = flushed.and_then(|()| flush_failpoint());
+    let flushed =
+        flush(&producer, Duration::from_millis(flush_ms), stop).and_then(|()| flush_failpoint());
     if flushed.is_err() {
         // Reports still missing: give up on those records (they fail with
         // "purged", and may have been written), and collect the reports.
@@ -553,8 +549,10 @@ pub fn restore_until_split(
             .get(target)
             .is_none_or(|d| d.withdrawn == 0)
     });
-    // The stop stopped the restore whatever the count at the withdrawal
-    // said (a report served after it).
+    // A stop during the wait that withdrew records stopped the restore
+    // (exit 130, with resume points), counted by every withdrawal reported
+    // (one served after the withdrawal's own drain too); one that found
+    // nothing left to withdraw stops nothing.
     interrupted |= state.partitions.values().any(|d| d.withdrawn > 0);
     let withdrawn_maybe_sent: u64 = state
         .partitions
@@ -2238,28 +2236,25 @@ enum Sent {
 /// the end, or waited out `message.timeout.ms` for a broker gone; until
 /// 2026-12-07, found by two audits). What is in flight finishes: each
 /// partition's resume point is then after its last acknowledged record.
-/// Returns whether it withdrew records for a stop.
 fn flush(
     producer: &BaseProducer<Deliveries>,
     timeout: Duration,
     stop: &dyn Fn() -> bool,
-) -> (KafkaResult<()>, bool) {
+) -> KafkaResult<()> {
     let deadline = Instant::now() + timeout;
-    let mut withdrawn = false;
     let mut asked = false;
-    let result = flush_until(producer, deadline, &mut || {
+    flush_until(producer, deadline, &mut || {
         if !asked && stop() {
             asked = true;
-            withdrawn = withdraw_queued(producer);
+            withdraw_queued(producer);
         }
-    });
-    (result, withdrawn)
+    })
 }
 
-/// Withdraw every record still queued in the producer, for a stop; whether
-/// any was (none: librdkafka had sent every record, and the stop stops
-/// nothing: the restore waits for their acknowledgements and is whole).
-fn withdraw_queued(producer: &BaseProducer<Deliveries>) -> bool {
+/// Withdraw every record still queued in the producer, for a stop (none
+/// left: librdkafka had sent every record, and the stop stops nothing:
+/// the restore waits for their acknowledgements and is whole).
+fn withdraw_queued(producer: &BaseProducer<Deliveries>) {
     let before = producer.context().unreported();
     producer
         .context()
@@ -2283,7 +2278,6 @@ fn withdraw_queued(producer: &BaseProducer<Deliveries>) -> bool {
             "stop asked once every record was sent: waiting for their acknowledgements, and the restore is whole if they come"
         );
     }
-    withdrawn > 0
 }
 
 /// [`flush`]'s wait until `deadline`, calling `on_wait` between looks.
@@ -2578,9 +2572,8 @@ struct Deliveries {
     /// A stop withdrew the records still queued (`flush`): those purged
     /// unsent are where sending stopped, not failures.
     stop_purged: std::sync::atomic::AtomicBool,
-    /// Records handed to librdkafka, and those whose delivery report came.
+    /// Records handed to librdkafka.
     handed: std::sync::atomic::AtomicU64,
-    reported: std::sync::atomic::AtomicU64,
 }
 
 impl Deliveries {
@@ -2652,10 +2645,17 @@ impl Deliveries {
         self.lock().partitions.values().map(|d| d.withdrawn).sum()
     }
 
-    /// Records handed over whose delivery report has not come yet.
+    /// Records handed over whose delivery report has not come yet: every
+    /// report is counted acknowledged or refused (a withdrawn record too).
     fn unreported(&self) -> u64 {
         let handed = self.handed.load(std::sync::atomic::Ordering::Relaxed);
-        handed.saturating_sub(self.reported.load(std::sync::atomic::Ordering::Relaxed))
+        let reported: u64 = self
+            .lock()
+            .partitions
+            .values()
+            .map(|d| d.acked + d.refused)
+            .sum();
+        handed.saturating_sub(reported)
     }
 
     fn note_served(&self) {
@@ -2713,8 +2713,6 @@ impl ProducerContext for Deliveries {
 
     fn delivery(&self, result: &DeliveryResult<'_>, offset: usize) {
         self.note_served();
-        self.reported
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let offset = offset as i64;
         match result {
             Ok(m) => {
