@@ -169,8 +169,7 @@ impl SetAsideLog {
         q.last = offset;
         q.size_bytes_max = q.size_bytes_max.max(size_bytes);
         if now.saturating_duration_since(q.said_at) < SAID_INTERVAL {
-            let due = q.said_at + SAID_INTERVAL;
-            self.due_at = Some(self.due_at.map_or(due, |d| d.min(due)));
+            wait_for(&mut self.due_at, q.said_at);
             return Say::Debug;
         }
         q.said_at = now;
@@ -180,15 +179,7 @@ impl SetAsideLog {
     /// The summaries of every record counted and not yet said, to say at a
     /// progress report or at the end of the run.
     pub(crate) fn drain(&mut self, now: Instant) -> Vec<Summary> {
-        self.due_at = None;
-        let mut out = Vec::new();
-        for ((kind, tp), q) in &mut self.quiet {
-            if q.records > 0 {
-                q.said_at = now;
-                out.push(take(*kind, tp, q));
-            }
-        }
-        out
+        self.said_since(now, Duration::ZERO)
     }
 
     /// Say the counts whose [`SAID_INTERVAL`] has passed since their
@@ -197,8 +188,12 @@ impl SetAsideLog {
     /// progress report or the stop said it, which with progress reports
     /// off could be days; until review, 2026-12-07).
     pub(crate) fn say_due(&mut self) {
-        if self.due_at.is_some_and(|due| Instant::now() >= due) {
-            for s in self.due(Instant::now()) {
+        let Some(due) = self.due_at else {
+            return;
+        };
+        let now = Instant::now();
+        if now >= due {
+            for s in self.due(now) {
                 s.log();
             }
         }
@@ -206,22 +201,33 @@ impl SetAsideLog {
 
     /// The summaries due at `now`, each counted partition's said then.
     fn due(&mut self, now: Instant) -> Vec<Summary> {
+        self.said_since(now, SAID_INTERVAL)
+    }
+
+    /// The summaries of the counts whose partition was last said `age` or
+    /// longer before `now`, each said then; the next due time of the rest.
+    fn said_since(&mut self, now: Instant, age: Duration) -> Vec<Summary> {
         self.due_at = None;
         let mut out = Vec::new();
         for ((kind, tp), q) in &mut self.quiet {
             if q.records == 0 {
                 continue;
             }
-            if now.saturating_duration_since(q.said_at) >= SAID_INTERVAL {
+            if now.saturating_duration_since(q.said_at) >= age {
                 q.said_at = now;
                 out.push(take(*kind, tp, q));
             } else {
-                let due = q.said_at + SAID_INTERVAL;
-                self.due_at = Some(self.due_at.map_or(due, |d| d.min(due)));
+                wait_for(&mut self.due_at, q.said_at);
             }
         }
         out
     }
+}
+
+/// `due_at`, made no later than [`SAID_INTERVAL`] after `said_at`.
+fn wait_for(due_at: &mut Option<Instant>, said_at: Instant) {
+    let due = said_at + SAID_INTERVAL;
+    *due_at = Some(due_at.map_or(due, |d| d.min(due)));
 }
 
 fn take(kind: Kind, tp: &TopicPartition, q: &mut Quiet) -> Summary {
