@@ -49,6 +49,22 @@ pub const BACKUP_INCOMPLETE_FILE: &str = "cairn.backup-incomplete";
 /// new or empty" alone left the user to find out what they were (found in
 /// an audit, 2026-12-06). Asked by the engine and, before it opens the
 /// archive, by the command.
+/// Why an existing, empty backup directory of mode `found` is refused for
+/// an archive of mode `archive` (permission bits), if it is: it is more
+/// open to group or others than the archive, and the copy's records could
+/// be read by users the archive keeps out. Said after "the backup's
+/// directory" or "the directory". Asked by the engine and, before it opens
+/// the archive, by the command (since 2026-12-07).
+pub fn mode_refusal(found: u32, archive: u32) -> Option<String> {
+    let (found, archive) = (found & 0o777, archive & 0o777);
+    (found & 0o077 & !archive != 0).then(|| {
+        format!(
+            "is mode {found:o}, open to users the archive ({archive:o}) keeps out, who could read the copy's records: chmod it to {:o} or tighter, or give a new directory",
+            archive | 0o700
+        )
+    })
+}
+
 pub fn occupied_refusal(dir: &Path) -> String {
     if std::fs::symlink_metadata(dir.join(BACKUP_INCOMPLETE_FILE)).is_ok() {
         format!(
@@ -269,14 +285,11 @@ impl Engine {
         // or the copy's records could be read by users the archive keeps
         // out (sled makes its files with the umask's modes, 0644 say).
         if !made {
-            let found = std::fs::metadata(&real).map_err(io("back up"))?.mode() & 0o777;
-            let archive = source_mode.mode() & 0o777;
-            if found & 0o077 & !archive != 0 {
+            let found = std::fs::metadata(&real).map_err(io("back up"))?.mode();
+            if let Some(why) = mode_refusal(found, source_mode.mode()) {
                 return Err(io("back up")(std::io::Error::new(
                     std::io::ErrorKind::PermissionDenied,
-                    format!(
-                        "the backup's directory is mode {found:o}, open to users the archive ({archive:o}) keeps out, who could read the copy's records: chmod it to {mode:o} or tighter, or give a new directory"
-                    ),
+                    format!("the backup's directory {why}"),
                 )));
             }
         }

@@ -82,8 +82,9 @@ pub mod watermark;
 pub mod writeback;
 
 pub use backup::{
-    empty_but_for_a_lock, named_inside, occupied_refusal, refuse_unfinished_backup, BackupReport,
-    BACKUP_INCOMPLETE_FILE, FAILPOINT_BACKUP_AFTER_LOG, FAILPOINT_BACKUP_COMPLETE_SYNC,
+    empty_but_for_a_lock, mode_refusal, named_inside, occupied_refusal, refuse_unfinished_backup,
+    BackupReport, BACKUP_INCOMPLETE_FILE, FAILPOINT_BACKUP_AFTER_LOG,
+    FAILPOINT_BACKUP_COMPLETE_SYNC,
 };
 pub use config::{
     EngineConfig, RecoveryMode, CHECKPOINT_INTERVAL_BYTES_MAX, CHECKPOINT_INTERVAL_BYTES_MIN,

@@ -72,17 +72,10 @@ fn refuse_destination(data: &std::path::Path, to: &std::path::Path) -> Result<()
             // no more open to group and others than the archive, or the
             // copy's records could be read by users the archive keeps out.
             use std::os::unix::fs::PermissionsExt;
-            if let Ok(archive) = std::fs::metadata(data) {
-                let (found, archive) = (
-                    m.permissions().mode() & 0o777,
-                    archive.permissions().mode() & 0o777,
-                );
-                if found & 0o077 & !archive != 0 {
-                    return Err(refuse(&format!(
-                        "the directory is mode {found:o}, open to users the archive ({archive:o}) keeps out, who could read the copy's records: chmod it to {:o} or tighter, or give a new directory",
-                        archive | 0o700
-                    )));
-                }
+            if let Some(why) = std::fs::metadata(data).ok().and_then(|archive| {
+                cairn_engine::mode_refusal(m.permissions().mode(), archive.permissions().mode())
+            }) {
+                return Err(refuse(&format!("the directory {why}")));
             }
             Ok(())
         }
