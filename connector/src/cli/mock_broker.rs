@@ -38,10 +38,8 @@ fn parse_topic(s: &str) -> std::result::Result<(String, i32), String> {
         .split_once(':')
         .ok_or_else(|| format!("{s:?}: expected name:partitions"))?;
     cairn_engine::validate_topic(name).map_err(|e| e.to_string())?;
-    let n: i32 = crate::config::whole(n).map_err(|e| format!("{s:?}: partitions: {e}"))?;
-    if !(1..=10_000).contains(&n) {
-        return Err(format!("{s:?}: partitions: {n}: must be 1 to 10000"));
-    }
+    let n: i32 =
+        crate::config::whole_in(n, 1..=10_000).map_err(|e| format!("{s:?}: partitions: {e}"))?;
     Ok((name.to_owned(), n))
 }
 
