@@ -117,17 +117,16 @@ fn check(args: VerifyArgs) -> Result<ExitCode> {
         // and no later verify would check it either (an audit).
         Err(e @ cairn_engine::Error::IncompleteBackup { .. }) => {
             let mut text = Vec::new();
-            {
-                let mut line = super::line_into(&mut text);
-                line(format_args!(
+            let exit = one_problem(
+                &mut text,
+                format_args!(
                     "checked {}: a backup that did not finish, not an archive",
                     path.display()
-                ));
-                line(format_args!("problem: {e}"));
-                line(format_args!("{}", problems(1)));
-            }
+                ),
+                format_args!("{e}"),
+            );
             super::write_text(&text)?;
-            return Ok(ExitCode::from(EXIT_DAMAGED));
+            return Ok(ExitCode::from(exit));
         }
         // Nothing there: said as the other commands say it (until
         // 2026-12-07 "i/o error during open store on DIR: no cairn store
@@ -211,14 +210,26 @@ pub(crate) fn serve(
 /// found, never "not checked" (exit 2, which a monitor retries rather than
 /// raising an alarm).
 fn panicked(label: &str, payload: &(dyn std::any::Any + Send), out: &mut Vec<u8>) -> u8 {
+    one_problem(
+        out,
+        format_args!("verified {label}: the check stopped at a panic"),
+        format_args!(
+            "sled's own files: the check panicked in them ({}): damage sled does not handle (or a bug); the verify wrote nothing of the archive's",
+            cairn_engine::panic_message(payload)
+        ),
+    )
+}
+
+/// A report of one problem, which ended the check: its first line, the
+/// problem, the count; and the exit code, damage found.
+fn one_problem(
+    out: &mut Vec<u8>,
+    first: std::fmt::Arguments<'_>,
+    problem: std::fmt::Arguments<'_>,
+) -> u8 {
     let mut line = super::line_into(out);
-    line(format_args!(
-        "verified {label}: the check stopped at a panic"
-    ));
-    line(format_args!(
-        "problem: sled's own files: the check panicked in them ({}): damage sled does not handle (or a bug); the verify wrote nothing of the archive's",
-        cairn_engine::panic_message(payload)
-    ));
+    line(first);
+    line(format_args!("problem: {problem}"));
     line(format_args!("{}", problems(1)));
     EXIT_DAMAGED
 }
@@ -226,17 +237,17 @@ fn panicked(label: &str, payload: &(dyn std::any::Any + Send), out: &mut Vec<u8>
 /// The lines of a check that damage stopped (`otherwise` says how, when
 /// it is not sled failing to read its log), and the exit code.
 fn stopped_by_damage(label: &str, otherwise: &str, problem: Problem, out: &mut Vec<u8>) -> u8 {
-    let mut line = super::line_into(out);
     let what = match problem.location {
         cairn_engine::Location::SledLog { .. } => {
             "sled could not read a page of its log, and the check stopped there"
         }
         _ => otherwise,
     };
-    line(format_args!("verified {label}: {what}"));
-    line(format_args!("problem: {problem}"));
-    line(format_args!("{}", problems(1)));
-    EXIT_DAMAGED
+    one_problem(
+        out,
+        format_args!("verified {label}: {what}"),
+        format_args!("{problem}"),
+    )
 }
 
 /// The report's lines, and the exit code it calls for.
