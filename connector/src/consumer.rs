@@ -1168,6 +1168,9 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// one worker (multi-thread: its `block_in_place` panics on a
 /// `current_thread` one), whatever runtime the caller runs in.
 ///
+/// An error that stops the loop is returned and not logged at ERROR by the
+/// loop (its text is at DEBUG): log or show it as the caller's own.
+///
 /// Every return, a clean stop included, is followed by one ERROR line of
 /// rust-rdkafka's, target `rdkafka::consumer::base_consumer` ("Failed to
 /// close consumer queue on drop"): its consumer closes the queue again as
@@ -1395,11 +1398,15 @@ pub fn run_pipeline(
     let _ = committer_done_rx.recv();
     // Safe from any context (the caller may be inside a runtime of its own).
     runtime.shutdown_background();
-    match &outcome {
-        // The demo's and the tests' deliberate crash is not an operator's error.
-        Err(e @ ConnectorError::SimulatedCrash) => tracing::info!(error = %e, "pipeline stopped"),
-        Err(e) => tracing::error!(error = %e, "pipeline stopped"),
-        Ok(()) => {}
+    // The error is returned, not logged here too: `cairn` ends on it
+    // (`error: …`), an embedder has it as the result. Logged at ERROR as
+    // well, an operator read each cause twice, the second time after the
+    // close's lines (until 2026-12-07). The INFO line keeps the order of
+    // events readable: what follows (partitions gone without a commit) is
+    // the stop's consequence.
+    if let Err(e) = &outcome {
+        tracing::info!("pipeline stopped on an error, which it returns (its text is at DEBUG)");
+        tracing::debug!(error = %e, "pipeline stopped");
     }
     // Read before the close: its revoke forgets the partitions it drops
     // (until the night of 2026-12-03, a clean run reported almost nothing).
