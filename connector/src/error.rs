@@ -1,6 +1,7 @@
 //! The connector's one error type. Every variant names the setting, broker,
 //! topic or record it is about, in one line.
 
+use crate::count::counted;
 use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
@@ -133,13 +134,13 @@ pub enum ConnectorError {
         source: Box<ConnectorError>,
     },
     #[error(
-        "restore stopped on request after {delivered} records were delivered. Next: {next_step}"
+        "restore stopped on request after {} {} delivered. Next: {next_step}", counted(*delivered, "record"), if *delivered == 1 { "was" } else { "were" }
     )]
     RestoreStopped { delivered: u64, next_step: String },
     /// A restore that stopped part-way for a cause of its own (damage
     /// met in the archive, its last flush failed), with what to run next.
     #[error(
-        "restore stopped after {delivered} records were delivered: {source}. Next: {next_step}"
+        "restore stopped after {} {} delivered: {source}. Next: {next_step}", counted(*delivered, "record"), if *delivered == 1 { "was" } else { "were" }
     )]
     RestoreCut {
         delivered: u64,
@@ -289,7 +290,7 @@ pub enum ConnectorError {
         output: String,
     },
     /// An export that stopped part-way: damage met, or its output failed.
-    #[error("export stopped after {records} records{after}{at}: {source}{output}", after = last.as_ref().map(|l| format!(" (the last {l})")).unwrap_or_default(), at = reading.as_ref().map(|r| format!(", reading {r}")).unwrap_or_default())]
+    #[error("export stopped after {}{after}{at}: {source}{output}", counted(*records, "record"), after = last.as_ref().map(|l| format!(" (the last {l})")).unwrap_or_default(), at = reading.as_ref().map(|r| format!(", reading {r}")).unwrap_or_default())]
     ExportStopped {
         records: u64,
         /// The last record written, as `t/p@o`.

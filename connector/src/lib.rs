@@ -19,6 +19,7 @@ mod committer;
 pub mod config;
 pub mod consumer;
 pub mod convert;
+mod count;
 pub mod crashpoint;
 pub mod dead_letter;
 pub mod error;

@@ -6,6 +6,7 @@
 //! where the source was when the backup began, and `status`, `export`,
 //! `verify` and `restore` read it.
 
+use crate::count::counted;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
@@ -287,21 +288,22 @@ pub(crate) fn backup(
 fn report(to: &Path, r: &BackupReport, out: &mut Vec<u8>) {
     let mut line = super::line_into(out);
     line(format_args!(
-        "backed up {} records ({} payload bytes) in {} partitions to {} in {:.2} s: {} log values, {} index entries, up to lsn {}",
-        r.records,
-        r.payload_bytes,
-        r.partitions,
+        "backed up {} ({}) in {} to {} in {:.2} s: {}, {}, up to lsn {}",
+        counted(r.records, "record"),
+        counted(r.payload_bytes, "payload byte"),
+        counted(r.partitions, "partition"),
         to.display(),
         r.duration.as_secs_f64(),
-        r.frames,
-        r.index_entries,
+        counted(r.frames, "log value"),
+        counted(r.index_entries, "index entry"),
         r.lsn
     ));
     let v = &r.verify;
     if v.is_clean() {
         line(format_args!(
-            "verified the copy: {} records in {} entries, clean",
-            v.records, v.entries
+            "verified the copy: {} in {}, clean",
+            counted(v.records, "record"),
+            counted(v.entries, "entry")
         ));
         return;
     }
@@ -309,7 +311,7 @@ fn report(to: &Path, r: &BackupReport, out: &mut Vec<u8>) {
         line(format_args!("problem in the copy: {p}"));
     }
     line(format_args!(
-        "{} problems in the copy (the source's own: cairn verify --data on it)",
-        v.problem_count()
+        "{} in the copy (the source's own: cairn verify --data on it)",
+        counted(v.problem_count(), "problem")
     ));
 }

@@ -8,6 +8,7 @@
 //! naming its record, rather than be written altered.
 //! raw: the values, newline-delimited, like `kcat -C`.
 
+use crate::count::counted;
 use std::borrow::Cow;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -539,7 +540,10 @@ fn export_stopped(
         }) if stop.load(Ordering::SeqCst) && matches!(*source, ConnectorError::Live(_)) => {
             let note = abandon(out);
             // Said before the close, whose failure is the error then.
-            super::say_warn!("interrupted: the export stopped after {records} records{note}");
+            super::say_warn!(
+                "interrupted: the export stopped after {}{note}",
+                counted(records, "record")
+            );
             close(engine)?;
             Ok(ExitCode::from(super::backup::EXIT_INTERRUPTED))
         }
@@ -2075,7 +2079,7 @@ mod tests {
         );
         let e = r.unwrap_err().to_string();
         assert!(
-            e.contains("export stopped after 1 records (the last t/0@0)")
+            e.contains("export stopped after 1 record (the last t/0@0)")
                 && e.contains("record t/0@1: its value is not UTF-8 (from byte 2)")
                 && e.contains("--format jsonl writes it in base64"),
             "{e}"

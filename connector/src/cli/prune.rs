@@ -18,6 +18,7 @@
 //!   upgraded to format 3). It checks the ends of every entry it counts as
 //!   a prune would: damage that would stop the prune stops it.
 
+use crate::count::counted;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -332,16 +333,16 @@ pub async fn run(args: PruneArgs) -> Result<ExitCode> {
 /// `by_report`: the failed write is what stopped it (else an error before
 /// it did, which the command ends on: a rerun meets it again).
 fn unwritten_report(line: &str, lines: usize, by_report: bool) -> String {
-    let s = if lines == 1 { "" } else { "s" };
+    let lines = counted(lines as u64, "line");
     if line.starts_with("pruned ") || line.starts_with("store on disk") {
         "the prune is complete (every partition chosen was pruned as asked), but its report could not be written".into()
     } else if by_report {
         format!(
-            "the prune stopped because its report could not be written, after {lines} line{s} of it: each partition reported, the one it was reporting and each a warning names are pruned (durably); a rerun prunes the rest"
+            "the prune stopped because its report could not be written, after {lines} of it: each partition reported, the one it was reporting and each a warning names are pruned (durably); a rerun prunes the rest"
         )
     } else {
         format!(
-            "the prune stopped on the error below, and its report could not be written either, after {lines} line{s} of it: each partition reported, the one it was reporting and each a warning names are pruned (durably)"
+            "the prune stopped on the error below, and its report could not be written either, after {lines} of it: each partition reported, the one it was reporting and each a warning names are pruned (durably)"
         )
     }
 }
@@ -463,12 +464,12 @@ pub fn prune(
                 (false, true) => " (stopped part-way through counting: the counts so far)",
             };
             unsynced_lines.push(format!(
-                "{}/{}: {verb} {} records ({} payload bytes, {} entries) below offset {offset}; {first}; next offset {}{part_way}",
+                "{}/{}: {verb} {} ({}, {}) below offset {offset}; {first}; next offset {}{part_way}",
                 p.tp.topic,
                 p.tp.partition,
-                r.records_deleted,
-                r.payload_bytes_deleted,
-                r.entries_deleted,
+                counted(r.records_deleted, "record"),
+                counted(r.payload_bytes_deleted, "payload byte"),
+                counted(r.entries_deleted, "entry"),
                 before.next_offset
             ));
             // An age cut stopped by a record with no timestamp, or one far
@@ -516,9 +517,9 @@ pub fn prune(
         (Ok(()), Err(unwritten)) => return Err(unwritten),
     }
     emit(format_args!(
-        "{verb} {} records ({} payload bytes) in {} of {} partitions",
-        total.deleted.records_deleted,
-        total.deleted.payload_bytes_deleted,
+        "{verb} {} ({}) in {} of {} partitions",
+        counted(total.deleted.records_deleted, "record"),
+        counted(total.deleted.payload_bytes_deleted, "payload byte"),
         total.partitions_pruned,
         chosen.len()
     ))?;

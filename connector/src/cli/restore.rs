@@ -1,6 +1,7 @@
 //! `cairn restore`: produce archived records back into Kafka (see
 //! `crate::restore`).
 
+use crate::count::counted;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -151,13 +152,10 @@ pub async fn run(args: RestoreArgs) -> Result<ExitCode> {
         // Every record was acknowledged: said, so that neither error is
         // taken for a failed restore and run again with --append, which
         // would send everything twice (until 2026-12-05 it was not).
-        let plural = |n: usize| if n == 1 { "" } else { "s" };
         super::say_warn!(
-            "the restore is complete ({} record{} into {} partition{}, all acknowledged), but {}",
-            report.records,
-            plural(report.records as usize),
-            report.partitions.len(),
-            plural(report.partitions.len()),
+            "the restore is complete ({} into {}, all acknowledged), but {}",
+            counted(report.records, "record"),
+            counted(report.partitions.len() as u64, "partition"),
             match (&written, &closed) {
                 (Err(_), Ok(())) => "its report could not be written".to_owned(),
                 (Ok(()), _) => "the archive's closing sync failed (the archive, not the restore, needs a look)".to_owned(),
@@ -182,10 +180,10 @@ fn print_report(report: &crate::restore::RestoreReport) -> Result<()> {
             _ => "nothing in range".to_owned(),
         };
         outln!(
-            "{} -> {}: {} records ({range})",
+            "{} -> {}: {} ({range})",
             p.source,
             p.target,
-            p.records
+            counted(p.records, "record")
         )?;
     }
     for p in &report.passed_over {
@@ -200,21 +198,26 @@ fn print_report(report: &crate::restore::RestoreReport) -> Result<()> {
     }
     if report.timestamps_replaced > 0 {
         outln!(
-            "{} records were archived with a timestamp of 0 or below -1, which Kafka cannot take: they carry the time of restore",
-            report.timestamps_replaced
+            "{} {} archived with a timestamp of 0 or below -1, which Kafka cannot take: {} the time of restore",
+            counted(report.timestamps_replaced, "record"),
+            if report.timestamps_replaced == 1 {
+                "was"
+            } else {
+                "were"
+            },
+            if report.timestamps_replaced == 1 {
+                "it carries"
+            } else {
+                "they carry"
+            }
         )?;
     }
     let secs = report.elapsed.as_secs_f64();
     outln!(
-        "restored {} records ({} payload bytes) into {} partition{} in {:.1} s",
-        report.records,
-        report.payload_bytes,
-        report.partitions.len(),
-        if report.partitions.len() == 1 {
-            ""
-        } else {
-            "s"
-        },
+        "restored {} ({}) into {} in {:.1} s",
+        counted(report.records, "record"),
+        counted(report.payload_bytes, "payload byte"),
+        counted(report.partitions.len() as u64, "partition"),
         secs
     )?;
     Ok(())

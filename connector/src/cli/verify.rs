@@ -9,6 +9,7 @@
 //! stopped archive stopped by SIGINT or SIGTERM, nothing judged. An archive
 //! a running `cairn run` holds is verified by that run (live.rs).
 
+use crate::count::counted;
 use std::process::ExitCode;
 
 use cairn_engine::{verify_store_unless, EngineConfig, Problem, VerifyReport};
@@ -254,14 +255,14 @@ fn stopped_by_damage(label: &str, otherwise: &str, problem: Problem, out: &mut V
 fn report(label: &str, r: &VerifyReport, out: &mut Vec<u8>) -> u8 {
     let mut line = super::line_into(out);
     line(format_args!(
-        "verified {label}: {} frames ({} tombstones), {} entries, {} records, {} payload bytes, {} index entries, {} partitions",
-        r.frames,
-        r.tombstones,
-        r.entries,
-        r.records,
-        r.payload_bytes,
-        r.index_entries,
-        r.partitions
+        "verified {label}: {} ({}), {}, {}, {}, {}, {}",
+        counted(r.frames, "frame"),
+        counted(r.tombstones, "tombstone"),
+        counted(r.entries, "entry"),
+        counted(r.records, "record"),
+        counted(r.payload_bytes, "payload byte"),
+        counted(r.index_entries, "index entry"),
+        counted(r.partitions, "partition")
     ));
     for n in &r.notes {
         line(format_args!("note: {n}"));
@@ -298,5 +299,5 @@ fn report(label: &str, r: &VerifyReport, out: &mut Vec<u8>) -> u8 {
 
 /// A report's last line: how many problems it found.
 fn problems(n: u64) -> String {
-    format!("{n} problem{}", if n == 1 { "" } else { "s" })
+    counted(n, "problem")
 }
