@@ -175,21 +175,66 @@ pub(crate) fn check_message_timeout(
 /// `strtol` with base 0, which takes hex and octal, stops at the first
 /// character that is not a digit, and is cut to an int), or its refusal.
 pub(crate) fn read_as_librdkafka(key: &str, value: &str) -> std::result::Result<i64, String> {
-    let mut c = ClientConfig::new();
-    c.set(key, value);
-    // librdkafka drops a `topic.` prefix when it sets a property, but
-    // not when it reads one back.
-    let stored = c
-        .create_native_config()
-        .and_then(|n| {
-            n.get(key)
-                .or_else(|e| key.strip_prefix("topic.").map_or(Err(e), |k| n.get(k)))
-        })
-        .map_err(|e| e.to_string())?;
+    let stored = stored_as_librdkafka(key, value)?;
     stored
         .trim()
         .parse()
         .map_err(|_| format!("librdkafka stores {stored:?}, not a number"))
+}
+
+/// The text librdkafka gives back for `key` once set alone to `value`, or
+/// its refusal.
+fn stored_as_librdkafka(key: &str, value: &str) -> std::result::Result<String, String> {
+    let mut c = ClientConfig::new();
+    c.set(key, value);
+    // librdkafka drops a `topic.` prefix when it sets a property, but
+    // not when it reads one back.
+    c.create_native_config()
+        .and_then(|n| {
+            n.get(key)
+                .or_else(|e| key.strip_prefix("topic.").map_or(Err(e), |k| n.get(k)))
+        })
+        .map_err(|e| e.to_string())
+}
+
+/// Refuse a number librdkafka would read as another: it parses an integer
+/// property with `strtol` (base 0), which stops at the first character
+/// that is not a digit and takes a leading 0 for octal and 0x for hex. So
+/// `session.timeout.ms=1.5` is 1 ms to it (a run that never joined its
+/// group), `fetch.min.bytes=1MB` is 1 byte and `010` is 8, all without
+/// a word (until 2026-12-07; found by an audit of `--config`, whose
+/// `[kafka]` table writes a TOML float as `1.5`). A value is checked when
+/// it begins as a number does: set alone, it must read back as the same
+/// number. Text, enum names and booleans read back as words and pass;
+/// a value librdkafka refuses is left to the client's creation, which says
+/// why.
+pub(crate) fn refuse_misread_numbers(
+    kafka: &BTreeMap<String, String>,
+) -> std::result::Result<(), String> {
+    for (k, v) in kafka {
+        let given = v.trim();
+        let numeric_start = given
+            .trim_start_matches(['+', '-'])
+            .trim_start_matches('.')
+            .starts_with(|c: char| c.is_ascii_digit());
+        if !numeric_start || names_a_credential(k) {
+            continue;
+        }
+        let Ok(stored) = stored_as_librdkafka(k, v) else {
+            continue;
+        };
+        let Ok(read) = stored.trim().parse::<f64>() else {
+            continue;
+        };
+        if given.parse::<f64>().is_ok_and(|g| g == read) {
+            continue;
+        }
+        return Err(format!(
+            "-X {}: librdkafka reads it as {stored} (it takes an integer setting's leading digits, a leading 0 as octal and 0x as hex, and drops the rest without a word): write the number meant, plainly, in the property's unit",
+            shown(k, v)
+        ));
+    }
+    Ok(())
 }
 
 /// Properties librdkafka knows under two names (`_RK_C_ALIAS` in
@@ -1027,6 +1072,44 @@ mod tests {
         }
         assert_eq!(shown("sasl.username", "alice"), "sasl.username=alice");
         assert_eq!(shown("linger.ms", "5"), "linger.ms=5");
+    }
+
+    /// A number librdkafka reads as another is refused, with what it reads;
+    /// a number it reads as given, and text, enum names and booleans, pass.
+    #[test]
+    fn a_number_librdkafka_misreads_is_refused() {
+        let one = |k: &str, v: &str| BTreeMap::from([(k.to_owned(), v.to_owned())]);
+        for (k, v, read) in [
+            ("session.timeout.ms", "1.5", "1"),
+            ("fetch.min.bytes", "1MB", "1"),
+            ("fetch.wait.max.ms", "010", "8"),
+            ("fetch.wait.max.ms", "0x10", "16"),
+            ("topic.message.timeout.ms", "6000ms", "6000"),
+            ("statistics.interval.ms", "1e3", "1"),
+        ] {
+            let e = refuse_misread_numbers(&one(k, v))
+                .map_or_else(|e| e, |()| panic!("{k}={v} passed"));
+            assert!(
+                e.starts_with(&format!("-X {k}={v}: librdkafka reads it as {read} (")),
+                "{e}"
+            );
+        }
+        for (k, v) in [
+            ("session.timeout.ms", "6000"),
+            ("session.timeout.ms", "+6000"),
+            ("linger.ms", "0.5"),
+            ("linger.ms", "5.0"),
+            ("acks", "all"),
+            ("acks", "-1"),
+            ("enable.idempotence", "1"),
+            ("client.id", "010"),
+            ("client.id", "1.5x"),
+            ("bootstrap.servers", "127.0.0.1:9092"),
+            ("sasl.password", "1.5"),
+            ("no.such.property", "1.5"),
+        ] {
+            assert_eq!(refuse_misread_numbers(&one(k, v)), Ok(()), "{k}={v}");
+        }
     }
 
     #[test]

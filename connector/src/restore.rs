@@ -163,6 +163,7 @@ impl RestoreConfig {
         crate::config::refuse_old_protocol(&self.kafka)?;
         crate::config::refuse_signal_takeover(&self.kafka)?;
         crate::librdkafka::refuse_two_names(&self.kafka).map_err(ConnectorError::Config)?;
+        crate::librdkafka::refuse_misread_numbers(&self.kafka).map_err(ConnectorError::Config)?;
         check_message_timeout(&self.kafka, "the restored records")
             .map_err(ConnectorError::Config)?;
         self.select.check_range()?;
