@@ -119,6 +119,8 @@ pub struct PipelineOptions {
     pub stop: Arc<AtomicBool>,
     /// Simulate a crash once this many records were written: right after the
     /// put's fsync, before its commit. The run returns `SimulatedCrash`.
+    /// (The demo's and the tests'.)
+    #[doc(hidden)]
     pub crash_after_records: Option<u64>,
     /// Called with every commit Kafka acknowledged.
     pub on_commit: Option<CommitObserver>,
@@ -153,6 +155,7 @@ const MAX_POLL_INTERVAL_MS_DEFAULT: u64 = 300_000;
 /// Failpoint: the end-of-partition events of the topic its argument names
 /// are not seen (`return(TOPIC)`), as when a stop or a revoke comes before
 /// the fetch's event (tests).
+#[doc(hidden)]
 pub const FAILPOINT_END_UNSEEN: &str = "consumer::end_unseen";
 
 /// The `max.poll.interval.ms` the consumer runs with, as librdkafka reads

@@ -12,7 +12,12 @@
 //! - A fatal sink error (a poisoned engine) stops the loop with nothing more
 //!   committed.
 
+// Hidden from the docs: the `cairn` binary's own (its commands, its
+// process-wide malloc settings, its test hooks) and the bench's (the raw
+// fetch queue), public for them and for tests, not an embedder's API.
+#[doc(hidden)]
 pub mod allocator;
+#[doc(hidden)]
 pub mod cli;
 pub mod commit;
 mod committer;
@@ -20,6 +25,7 @@ pub mod config;
 pub mod consumer;
 pub mod convert;
 mod count;
+#[doc(hidden)]
 pub mod crashpoint;
 pub mod dead_letter;
 pub mod error;
@@ -28,6 +34,7 @@ mod handed;
 // not offer: with `handover` below, the crate's only FFI beyond the
 // allocator's.
 #[allow(unsafe_code)]
+#[doc(hidden)]
 pub mod fetch;
 // A commit handed to librdkafka under the pipeline's lock and waited for
 // outside it, which rust-rdkafka's `commit` does not offer.

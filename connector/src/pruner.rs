@@ -569,6 +569,7 @@ impl Drop for Pruner {
 
 /// The failpoint in every pass (`fail` crate; compiled in with the
 /// connector's `failpoints` feature, for tests).
+#[doc(hidden)]
 pub const FAILPOINT_PASS: &str = "pruner::pass";
 
 /// [`pass`], with a panic turned into its error: the first pass runs on

@@ -82,11 +82,13 @@ const FLUSH_MARGIN_MS: u64 = 30_000;
 /// Failpoint: the last flush, every report in, is taken as failed
 /// (reports missing past its wait: librdkafka owes them, so only a bug of
 /// its would leave them missing).
+#[doc(hidden)]
 pub const FAILPOINT_FLUSH_FAILS: &str = "restore::flush_fails";
 
 /// Failpoint: the preflight is about to wait for a target partition's
 /// watermarks (the cluster's metadata answered). For a test to act on that
 /// moment rather than on a clock.
+#[doc(hidden)]
 pub const FAILPOINT_WATERMARKS: &str = "restore::watermarks";
 // A record's archived offset travels with it as librdkafka's opaque pointer
 // value (no allocation per record): offsets are non-negative `i64`s.
@@ -1695,6 +1697,7 @@ fn pass_over(
 
 /// Failpoint: `return(TOPIC)` leaves the copies delivered into `TOPIC`
 /// not passed over, as a restore killed after its last delivery would.
+#[doc(hidden)]
 pub const FAILPOINT_PASS_OVER_LOST: &str = "restore::pass_over_lost";
 
 /// Pass over, in the archive, the copies a restore delivered into its own

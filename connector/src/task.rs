@@ -1,5 +1,98 @@
 //! The Kafka Connect sink contract, in Rust, and the archive sink on the engine.
 //!
+//! # Writing a sink
+//! The loop commits to Kafka only offsets the sink declared durable. What a
+//! correct sink must do, in short (the numbered list below has the whole
+//! contract):
+//! - **`open`** returns, per partition, the next offset it holds durably
+//!   if it keeps offsets of its own (the loop rewinds there), or nothing,
+//!   to resume at Kafka's committed offset (records made durable but not
+//!   yet committed before a crash then come again: at least once).
+//! - **`put`** writes the records (each carries its offset) and may return
+//!   nothing durable yet. A write that fails for good returns
+//!   [`TaskError::Fatal`]; [`TaskError::Retriable`] brings the same batch
+//!   again, so it must leave none of it written.
+//! - **`pre_commit`** makes what was put durable (an fsync, a transaction's
+//!   commit) and returns the next offset after the records now durable,
+//!   never past those handed to it. A failed fsync returns `Fatal`: it is
+//!   never retried, and nothing more is committed.
+//! - **`close`** drops what the sink buffered of partitions taken away; it
+//!   must not write them to a store other members share.
+//!
+//! The commit policy ([`RunConfig::commit`](crate::RunConfig::commit)) sets
+//! how often `pre_commit` runs: after every put (`CommitPolicy::EveryPut`,
+//! `--commit every-put`) or once an interval (`CommitPolicy::Interval`,
+//! `--commit interval:MS`). Below, the flags of `cairn run` name the
+//! [`RunConfig`](crate::RunConfig) fields of the same names.
+//! `connector/examples/file_sink.rs` is a whole sink with offsets of its
+//! own; this one, a file per run resumed from Kafka's offsets, is the
+//! least a durable sink needs:
+//!
+//! ```no_run
+//! use std::collections::BTreeMap;
+//! use std::fs::File;
+//! use std::io::Write;
+//!
+//! use cairn_connector::{
+//!     run_pipeline, PipelineOptions, PutOutcome, RecordBatch, RunConfig, SinkTask, TaskError,
+//!     TopicPartition,
+//! };
+//!
+//! struct Lines {
+//!     file: File,
+//!     /// Next offset after what each partition put: durable at the next fsync.
+//!     written: BTreeMap<TopicPartition, i64>,
+//! }
+//!
+//! impl SinkTask for Lines {
+//!     fn open(
+//!         &mut self,
+//!         _partitions: &[TopicPartition],
+//!     ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+//!         Ok(BTreeMap::new()) // no offsets of its own: resume at Kafka's
+//!     }
+//!
+//!     fn put(&mut self, batches: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
+//!         for b in batches {
+//!             for r in &b.records {
+//!                 let value = r.value.as_deref().unwrap_or_default();
+//!                 writeln!(self.file, "{} {}", b.tp, String::from_utf8_lossy(value))
+//!                     .map_err(|e| TaskError::Fatal(format!("write: {e}")))?;
+//!                 self.written.insert(b.tp.clone(), r.offset + 1);
+//!             }
+//!         }
+//!         Ok(PutOutcome::default()) // nothing durable until the fsync
+//!     }
+//!
+//!     fn pre_commit(
+//!         &mut self,
+//!         _consumed: &BTreeMap<TopicPartition, i64>,
+//!     ) -> Result<BTreeMap<TopicPartition, i64>, TaskError> {
+//!         // Never retried: a failed fsync may have dropped the pages.
+//!         self.file.sync_data().map_err(|e| TaskError::Fatal(format!("fsync: {e}")))?;
+//!         Ok(std::mem::take(&mut self.written))
+//!     }
+//!
+//!     fn close(&mut self, partitions: &[TopicPartition]) -> Result<(), TaskError> {
+//!         // Its file is its own: what was written may stay (and is fetched
+//!         // again by the partition's next owner, from Kafka's offset).
+//!         for tp in partitions {
+//!             self.written.remove(tp);
+//!         }
+//!         Ok(())
+//!     }
+//! }
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let cfg = RunConfig::new("localhost:9092", "lines", vec!["events".into()], "unused".into());
+//! let sink = Lines { file: File::create("events.lines")?, written: BTreeMap::new() };
+//! // Runs until `PipelineOptions::stop` is set (or `done` says so).
+//! let report = run_pipeline(&cfg, Box::new(sink), PipelineOptions::default())?;
+//! println!("{} records written", report.stats.records_written);
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! The consumer loop drives a [`SinkTask`] from one thread of its own, the
 //! task thread (`worker.rs`): every call below runs there, one at a time, in
 //! the order the consumer thread handed the work over. A sink needs no
@@ -231,7 +324,11 @@ pub struct PutOutcome {
     /// 2026-12-03; before, the first failed the run and the second was
     /// not heeded).
     pub durable: BTreeMap<TopicPartition, i64>,
+    /// Records this put wrote: counted in the run's statistics and progress
+    /// reports (a sink that does not count leaves it 0).
     pub records_written: u64,
+    /// Records this put was handed and already held, so did not write
+    /// again (a sink that keeps offsets of its own; counted as above).
     pub records_duplicate: u64,
 }
 

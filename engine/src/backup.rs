@@ -55,6 +55,7 @@ pub const BACKUP_INCOMPLETE_FILE: &str = "cairn.backup-incomplete";
 /// be read by users the archive keeps out. Said after "the backup's
 /// directory" or "the directory". Asked by the engine and, before it opens
 /// the archive, by the command (since 2026-12-07).
+#[doc(hidden)]
 pub fn mode_refusal(found: u32, archive: u32) -> Option<String> {
     let (found, archive) = (found & 0o777, archive & 0o777);
     (found & 0o077 & !archive != 0).then(|| {
@@ -65,6 +66,7 @@ pub fn mode_refusal(found: u32, archive: u32) -> Option<String> {
     })
 }
 
+#[doc(hidden)]
 pub fn occupied_refusal(dir: &Path) -> String {
     if std::fs::symlink_metadata(dir.join(BACKUP_INCOMPLETE_FILE)).is_ok() {
         format!(
@@ -95,10 +97,12 @@ pub fn refuse_unfinished_backup(dir: &Path) -> Result<()> {
 
 /// Failpoint: in a backup, after the log is copied and before the index,
 /// where appends racing it are most likely to confuse it.
+#[doc(hidden)]
 pub const FAILPOINT_BACKUP_AFTER_LOG: &str = "backup::after_log";
 
 /// Failpoint: in a backup, at the directory sync that makes its mark's
 /// removal (the copy verified) durable; `return` fails that sync.
+#[doc(hidden)]
 pub const FAILPOINT_BACKUP_COMPLETE_SYNC: &str = "backup::complete_sync";
 
 /// The directory sync that makes a verified copy's completion (its mark's
@@ -130,6 +134,7 @@ pub struct BackupReport {
 /// name as it is: a link named inside is inside, wherever it leads), lies
 /// inside the archive at `source` (canonical). Also asked by the command
 /// before it opens the archive.
+#[doc(hidden)]
 pub fn named_inside(dest: &Path, source: &Path) -> bool {
     let (Some(parent), Some(name)) = (dest.parent(), dest.file_name()) else {
         return false;
@@ -150,6 +155,7 @@ pub fn named_inside(dest: &Path, source: &Path) -> bool {
 /// refused until 2026-12-06, found by an audit; the backup neither writes
 /// nor removes it): the directory a backup may be made in. Also asked by
 /// the command before it opens the archive.
+#[doc(hidden)]
 pub fn empty_but_for_a_lock(dir: &Path) -> std::io::Result<bool> {
     let mut entries = std::fs::read_dir(dir)?;
     Ok(entries.all(|e| {

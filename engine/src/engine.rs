@@ -69,28 +69,36 @@ use crate::watermark::{self, Watermark};
 use crate::writeback::{Writeback, WRITEBACK_OP};
 
 /// Failpoint: after the frames are written to sled, before the fsync.
+#[doc(hidden)]
 pub const FAILPOINT_AFTER_WRITE: &str = "wal::append::after_write";
 /// Failpoint: after the fsync, before `append` returns.
+#[doc(hidden)]
 pub const FAILPOINT_AFTER_SYNC: &str = "wal::append::after_sync";
 /// Failpoint: at the end of `close`, its syncs made, before the engine's
 /// drop lets go of sled (tests: a reader alive when the close began, gone
 /// by the drop).
+#[doc(hidden)]
 pub const FAILPOINT_CLOSE_SYNCED: &str = "engine::close::synced";
 /// Failpoint: before each of an append's sled inserts. `return` stops the
 /// append there, as a crash between two log records would.
+#[doc(hidden)]
 pub const FAILPOINT_MID_WRITE: &str = "wal::append::mid_write";
 /// Failpoint: before each slot a sync inserts for the next writes (slots.rs
 /// `to_top_up`). `return` stops the run there and poisons the engine.
+#[doc(hidden)]
 pub const FAILPOINT_TOP_UP: &str = "wal::sync::top_up";
 /// Failpoint: before sled's read of a topic's recorded id
 /// (`Engine::topic_id`), where damage to sled's pages would panic it.
+#[doc(hidden)]
 pub const FAILPOINT_READ_TOPIC_ID: &str = "topics::read_id";
 /// Failpoint: a sync's leader, once it leads, before its snapshot and its
 /// flush (tests: what happens between a sync's check of the engine and its
 /// flush, such as a writeback failing).
+#[doc(hidden)]
 pub const FAILPOINT_SYNC_LEAD: &str = "wal::sync::lead";
 /// Failpoint: the durable view's checks after a sync's fsync succeeded.
 /// `return` fails them, as a bug in the view's bookkeeping would.
+#[doc(hidden)]
 pub const FAILPOINT_VIEW_CHECK: &str = "wal::sync::view_check";
 
 /// The poison's step when the durable view's checks fail after an fsync
@@ -662,6 +670,7 @@ impl Engine {
     /// pages of damaged files, say): the engine is poisoned, so that its
     /// drop does not flush a store sled may have left half-changed, and
     /// the next open in this boot does not trust the page cache.
+    #[doc(hidden)]
     pub fn poison_after_caught_panic(&self, op: &'static str, what: &str) {
         tracing::error!(op, what, "a panic while using the engine: poisoned");
         self.poison_after_panic(op, &format!("{op} panicked: {what}"), |_| {});
@@ -736,6 +745,17 @@ impl Engine {
     /// written, and that includes a partition named by more than one batch
     /// of the call whose offsets do not go on increasing from batch to
     /// batch. Concurrent callers share fsyncs (group commit).
+    ///
+    /// # Errors
+    /// - [`Error::InvalidInput`]: the batches were refused before anything
+    ///   was written; the engine is as it was, and may be called again.
+    /// - [`Error::Poisoned`]: a write or an fsync failed, this call's or
+    ///   another's. Nothing of this call may be taken as durable, and every
+    ///   later call fails the same way: never retry (a failed fsync may
+    ///   have dropped the pages it was to write). Drop the engine and open
+    ///   it again; recovery finds what is durable.
+    /// - Any other error (a closed engine, corruption met) names its cause;
+    ///   nothing of this call is reported durable.
     pub fn append(&self, batches: &[RecordBatch]) -> Result<DurableOffsets> {
         let t0 = Instant::now();
         // No writeback: the sync below flushes at once.
@@ -945,6 +965,10 @@ impl Engine {
     /// also within one large write), a thread of the engine's flushes sled
     /// (no fsync), so that sled writes its log a MiB at a time
     /// (writeback.rs).
+    ///
+    /// # Errors
+    /// As for [`append`](Self::append): invalid input is refused with
+    /// nothing written; a failed write poisons the engine.
     pub fn write(&self, batches: &[RecordBatch]) -> Result<Written> {
         self.write_unsynced(batches, true)
     }
@@ -1362,6 +1386,12 @@ impl Engine {
 
     /// Make every write so far durable (no flush if it already is; a
     /// watermark value pending past its interval is still fdatasynced).
+    ///
+    /// # Errors
+    /// [`Error::Poisoned`] when the flush or the fsync fails (or did
+    /// before): what was written since the last successful sync may or may
+    /// not be on disk, and is not reported durable. Never retried: drop the
+    /// engine and open it again, and recovery finds what is durable.
     pub fn sync(&self) -> Result<()> {
         self.check_usable()?;
         let seq = self.write_state()?.seq;
@@ -1767,6 +1797,7 @@ thread_local! {
 /// failed open or backup), whose own shutdown may panic on the failed disk
 /// (`drop_failing_store`): for a panic hook that would rather leave it to
 /// the engine's one-line warning than print a backtrace.
+#[doc(hidden)]
 pub fn dropping_failing_store() -> bool {
     DROPPING_FAILING.with(Cell::get)
 }

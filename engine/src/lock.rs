@@ -16,6 +16,7 @@ pub const LOCK_FILE: &str = "cairn.lock";
 
 /// Failpoint: in taking the lock, once the lock file is open and before it
 /// is locked; `return` fails as a file system without locks does (ENOLCK).
+#[doc(hidden)]
 pub const FAILPOINT_LOCK_AFTER_OPEN: &str = "lock::after_open";
 
 /// Held for the life of an engine; released on drop.

@@ -686,6 +686,7 @@ impl RecordIter {
 }
 
 /// Failpoint: each time a read fetches its next entry.
+#[doc(hidden)]
 pub const FAILPOINT_READ_FILL: &str = "reader::fill";
 
 impl Iterator for RecordIter {

@@ -101,6 +101,7 @@ fn meta_err((location, kind): (Location, CorruptionKind)) -> Error {
 /// Failpoint: recovery wrote its index repairs and truncation, not yet the
 /// recomputed summaries or its sync. `return` fails the open there, as a
 /// crash in the middle of recovery would.
+#[doc(hidden)]
 pub const FAILPOINT_RECOVERY_MID_REPAIR: &str = "wal::recovery::mid_repair";
 
 pub(crate) fn recover(

@@ -29,11 +29,13 @@ use crate::lock::{DirLock, LOCK_FILE};
 /// Failpoint: in removing sled's folder, once every file but `db` is gone
 /// and the folder synced, before `db` goes; `return` fails there as a
 /// crash would stop it.
+#[doc(hidden)]
 pub const FAILPOINT_REMOVAL_BEFORE_DB: &str = "removal::before_db";
 
 /// Failpoint: at the removal of the store's directory, once the store's
 /// files and its lock are gone; `return` fails it as a mount on it, or a
 /// failing disk, would.
+#[doc(hidden)]
 pub const FAILPOINT_REMOVAL_DIR: &str = "removal::dir";
 
 /// What [`remove_if_empty`] did.

@@ -363,6 +363,7 @@ pub const TRUNCATE_ENTRIES_PER_STEP: usize = 1024;
 /// Failpoint: between a truncation's look at a partition's newest index
 /// entry and its count of the whole index (`check_emptying`), where an
 /// append can land (tests).
+#[doc(hidden)]
 pub const FAILPOINT_EMPTYING_COUNT: &str = "retention::emptying::count";
 
 /// Frames per step, roughly: a step takes no further entry once it has

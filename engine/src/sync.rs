@@ -37,6 +37,7 @@ use std::path::{Path, PathBuf};
 use crate::watermark::Watermark;
 
 /// Failpoint: make the next sync fail as an I/O error would.
+#[doc(hidden)]
 pub const FAILPOINT_FLUSH_ERR: &str = "wal::flush::err";
 
 #[derive(Debug)]
@@ -210,6 +211,7 @@ impl DurableSync {
 
 /// Failpoint: at every directory fsync (`sync_dir`); `return` fails it
 /// as a failed fsync (`is_failed_dir_sync`).
+#[doc(hidden)]
 pub const FAILPOINT_SYNC_DIR: &str = "sync::dir";
 
 /// fsync a directory so that the entries created in it are durable. A

@@ -40,6 +40,7 @@ use crate::slots;
 
 /// Failpoint: in a verify, after the log scan and before the index scan,
 /// where appends racing a live verify are most likely to confuse it.
+#[doc(hidden)]
 pub const FAILPOINT_VERIFY_AFTER_LOG: &str = "verify::after_log";
 
 /// Problems listed in full; more are only counted.

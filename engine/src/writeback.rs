@@ -68,6 +68,7 @@ pub const WRITEBACK_BYTES: u64 = 1 << 20;
 pub const WRITEBACK_OP: &str = "writeback";
 
 /// Failpoint: make the next writeback fail as sled's flush would.
+#[doc(hidden)]
 pub const FAILPOINT_WRITEBACK_ERR: &str = "wal::writeback::err";
 
 /// The engine's writeback thread, started by the first deferred write that

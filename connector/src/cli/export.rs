@@ -1254,10 +1254,12 @@ impl Drop for FileOutput {
 
 /// Failpoint: a write to an `--output` file fails with EPIPE, as a FUSE or
 /// network file system's can (tests, with the `failpoints` feature).
+#[doc(hidden)]
 pub const FAILPOINT_FILE_WRITE: &str = "export::file_write";
 
 /// Failpoint: a write to standard output fails with EPIPE (tests, with the
 /// `failpoints` feature).
+#[doc(hidden)]
 pub const FAILPOINT_STDOUT_WRITE: &str = "export::stdout_write";
 
 /// `w.write(buf)`, which `failpoint` fails as a broken pipe. A function of
