@@ -373,8 +373,25 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
         outln!("{}", serde_json::to_string_pretty(&rows).expect("json"))?;
         return Ok(exit);
     }
-    outln!(
-        "{:<30} {:>5} {:>12} {:>12} {:>10} {:>12} {:>12} {:>12} {:>8} {:>8}",
+    for line in table(&rows) {
+        outln!("{line}")?;
+    }
+    if rows.is_empty() {
+        outln!("(archive is empty)")?;
+    }
+    if let Some(pid) = served_by {
+        outln!("(live: durable figures from the running cairn run, pid {pid})")?;
+    }
+    Ok(exit)
+}
+
+/// The table's lines, its header first. Each column is as wide as its
+/// widest cell, and at least its usual width: a long topic name (or a huge
+/// count) pushed its row's columns right of the header's (until 2026-12-07;
+/// found by an audit).
+fn table(rows: &[Row]) -> Vec<String> {
+    let opt = |v: Option<i64>| v.map_or("-".to_owned(), |v| v.to_string());
+    let header = [
         "topic",
         "part",
         "first",
@@ -384,31 +401,41 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
         "committed",
         "high",
         "lag",
-        "arch-lag"
-    )?;
-    let opt = |v: Option<i64>| v.map_or("-".to_owned(), |v| v.to_string());
-    for r in &rows {
-        outln!(
-            "{:<30} {:>5} {:>12} {:>12} {:>10} {:>12} {:>12} {:>12} {:>8} {:>8}",
-            r.topic,
-            r.partition,
-            opt(r.first_offset),
-            opt(r.durable_next_offset),
-            r.records,
-            r.bytes,
-            opt(r.kafka_committed),
-            opt(r.high_watermark),
-            opt(r.lag),
-            opt(r.archive_lag)
-        )?;
+        "arch-lag",
+    ]
+    .map(str::to_owned);
+    let cells: Vec<[String; 10]> = rows
+        .iter()
+        .map(|r| {
+            [
+                r.topic.clone(),
+                r.partition.to_string(),
+                opt(r.first_offset),
+                opt(r.durable_next_offset),
+                r.records.to_string(),
+                r.bytes.to_string(),
+                opt(r.kafka_committed),
+                opt(r.high_watermark),
+                opt(r.lag),
+                opt(r.archive_lag),
+            ]
+        })
+        .collect();
+    let mut widths = [30, 5, 12, 12, 10, 12, 12, 12, 8, 8];
+    for row in &cells {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
     }
-    if rows.is_empty() {
-        outln!("(archive is empty)")?;
+    let mut lines = Vec::with_capacity(cells.len() + 1);
+    for row in std::iter::once(&header).chain(&cells) {
+        let mut line = format!("{:<w$}", row[0], w = widths[0]);
+        for (cell, w) in row.iter().zip(widths).skip(1) {
+            line.push_str(&format!(" {cell:>w$}"));
+        }
+        lines.push(line);
     }
-    if let Some(pid) = served_by {
-        outln!("(live: durable figures from the running cairn run, pid {pid})")?;
-    }
-    Ok(exit)
+    lines
 }
 
 /// The archive's figures per partition (the Kafka columns empty). A
@@ -1088,9 +1115,42 @@ fn archive_lag(low: i64, high: i64, from: Option<i64>) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::{
-        archive_lag, committed_by, refresh, resume_from, row_archive_lag, summary_damage, Row,
-        ANOTHER_STORE, NOT_CAIRN, THIS_ARCHIVE, TOPIC_REPLACED,
+        archive_lag, committed_by, refresh, resume_from, row_archive_lag, summary_damage, table,
+        Row, ANOTHER_STORE, NOT_CAIRN, THIS_ARCHIVE, TOPIC_REPLACED,
     };
+
+    /// Every column of the table lines up with its header, a topic name
+    /// longer than the column's usual width and a count wider than its
+    /// included.
+    #[test]
+    fn the_table_s_columns_line_up_whatever_their_widths() {
+        let long = "a-topic-name-of-fifty-six-characters-for-the-table-width";
+        let mut rows = vec![Row::unarchived("t", 0), Row::unarchived(long, 12)];
+        (rows[1].records, rows[1].bytes) = (7, 123_456_789_012_345);
+        rows[1].durable_next_offset = Some(i64::MAX);
+        let lines = table(&rows);
+        assert_eq!(lines.len(), 3);
+        // Right-aligned columns end where their header ends.
+        let ends = |line: &str| -> Vec<usize> {
+            let mut ends = Vec::new();
+            let mut prev = ' ';
+            for (i, c) in line.char_indices() {
+                if c == ' ' && prev != ' ' {
+                    ends.push(i);
+                }
+                prev = c;
+            }
+            ends.push(line.len());
+            ends
+        };
+        let header = ends(&lines[0]);
+        for line in &lines[1..] {
+            // The first column is left-aligned: the rest end together.
+            assert_eq!(ends(line)[1..], header[1..], "{lines:#?}");
+        }
+        assert!(lines[2].starts_with(&format!("{long} ")), "{lines:#?}");
+        assert!(lines[2].contains(&format!(" {}", i64::MAX)), "{lines:#?}");
+    }
 
     /// A topic id the running archive recorded between the two reads is
     /// the one compared with Kafka's: rebound to Kafka's, the row gets its
