@@ -202,8 +202,13 @@ pub enum ConnectorError {
     Engine(#[from] cairn_engine::Error),
     /// The archive is held by another process (`Error::Locked`), and no
     /// running cairn answered on its socket.
-    #[error("store {} is locked by {holder}: {}", path.display(), crate::cli::LOCKED_BY_A_RUN_STARTING)]
-    ArchiveLocked { path: PathBuf, holder: String },
+    #[error("store {} is locked by {holder}: {advice}", path.display())]
+    ArchiveLocked {
+        path: PathBuf,
+        holder: String,
+        /// When to try again, for the holder found.
+        advice: String,
+    },
     /// sled 0.34.7 panics on some damage to its own files (its issues
     /// #1155, #1387): an open that panicked, caught and said as an error.
     #[error("the archive at {} could not be opened: the open panicked ({detail}): damage in sled's own files that sled does not handle, or a bug; no record was changed (cairn verify --data {} says what it can)", path.display(), path.display())]

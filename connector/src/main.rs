@@ -220,6 +220,11 @@ fn main() -> ExitCode {
             match e {
                 // Interrupted, as asked: the shell's convention for SIGINT.
                 cairn_connector::ConnectorError::StoppedWaiting { .. } => ExitCode::from(130),
+                // Held by another command: nothing was done, and a retry
+                // may pass, as for a request a running cairn refused as
+                // busy (2). Until 2026-12-07 it was 1, which a monitor
+                // reads as broken.
+                cairn_connector::ConnectorError::ArchiveLocked { .. } => ExitCode::from(2),
                 _ => ExitCode::from(1),
             }
         }

@@ -840,6 +840,54 @@ fn archive_of_ten_in(topic: &str, partitions: &[i32]) -> tempfile::TempDir {
     dir
 }
 
+/// A stopped archive another cairn command holds (an export, here) is said
+/// to be held by that command, with when to try again, and exits 2 (a
+/// retry may pass), not 1: until 2026-12-07 every holder got the advice
+/// for a run still starting, and the exit read as broken (an audit).
+#[test]
+fn an_archive_held_by_another_command_names_it_and_exits_2() {
+    use cairn_engine::{fuzzing::batch, Engine, EngineConfig, TopicPartition};
+    use std::io::Read;
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    e.append(&[batch(&TopicPartition::new("t", 0), 0..2000, 1000)])
+        .unwrap();
+    e.close().unwrap();
+    let d = dir.path().to_str().unwrap();
+    // An export whose stdout is not read holds the archive once the pipe
+    // is full: its first bytes say it has opened it.
+    let mut export = common::KillOnDrop::spawn(
+        Command::new(CAIRN)
+            .args(["export", "--data", d])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null()),
+    );
+    let mut first = [0u8; 1];
+    export
+        .0
+        .stdout
+        .as_mut()
+        .unwrap()
+        .read_exact(&mut first)
+        .unwrap();
+    let pid = export.0.id();
+    for args in [
+        &["status", "--data", d][..],
+        &["export", "--data", d, "--topic", "t"][..],
+        &["prune", "--data", d, "--topic", "t", "--before", "5"][..],
+        &["verify", "--data", d][..],
+    ] {
+        let (code, out, err) = cairn(args);
+        assert_eq!(code, 2, "{args:?}: {out}{err}");
+        assert!(
+            err.contains(&format!(
+                "is locked by pid {pid} (cairn export): a stopped archive is opened by one command at a time: try again once that one has finished"
+            )),
+            "{args:?}: {err}"
+        );
+    }
+}
+
 /// A damaged header of one of sled's log segments is reported by a
 /// stopped verify, at its offset in sled's data file (exit 1): sled reads
 /// through its snapshot and never looks at the header, so until 2026-12-07

@@ -291,7 +291,7 @@ pub enum Command {
     MockBroker(mock_broker::MockBrokerArgs),
     /// Show what the archive holds per partition (and Kafka's view, with --brokers).
     #[command(
-        after_help = "Exit status: 0 every figure printed; 1 an error, said on stderr (nothing printed: the archive could not be read, a refused setting), or the figures printed, but something needs a look, said on stderr (Kafka's view could not be read, damaged index entries the open rebuilt, a damaged topic id or summary); 2 a usage error, or a running cairn run refused the request (docs/OPERATIONS.md, \"Exit codes\")."
+        after_help = "Exit status: 0 every figure printed; 1 an error, said on stderr (nothing printed: the archive could not be read, a refused setting), or the figures printed, but something needs a look, said on stderr (Kafka's view could not be read, damaged index entries the open rebuilt, a damaged topic id or summary); 2 a usage error, a running cairn run refused the request, or another command holds the stopped archive (docs/OPERATIONS.md, \"Exit codes\")."
     )]
     Status(status::StatusArgs),
     /// Stream archived records out as JSON lines or raw values.
@@ -512,14 +512,62 @@ pub(crate) fn read_unpanicked<T>(
 }
 
 /// Why an archive did not open, as a command that a running cairn answers
-/// says it (see [`open_unserved`]).
+/// says it (see [`open_unserved`]): a lock's holder is named with its cairn
+/// command where it is one, and the advice fits it. (Until 2026-12-07 every
+/// holder got the advice for a run still starting, an export reading the
+/// stopped archive included; found by an audit.)
 pub(crate) fn open_failed(e: cairn_engine::Error) -> crate::ConnectorError {
     match e {
         cairn_engine::Error::Locked { path, holder } => {
-            crate::ConnectorError::ArchiveLocked { path, holder }
+            let command = holder
+                .strip_prefix("pid ")
+                .and_then(|pid| pid.parse::<u32>().ok())
+                .and_then(cairn_command_of);
+            let (holder, advice) = match command.as_deref() {
+                Some("run") => (format!("{holder} (cairn run)"), LOCKED_BY_A_RUN_STARTING.to_owned()),
+                Some(c) => (
+                    format!("{holder} (cairn {c})"),
+                    "a stopped archive is opened by one command at a time: try again once that one has finished (a cairn run, once started, answers status, export, verify, prune and backup beside it)".to_owned(),
+                ),
+                None => (holder, LOCKED_BY_A_RUN_STARTING.to_owned()),
+            };
+            crate::ConnectorError::ArchiveLocked {
+                path,
+                holder,
+                advice,
+            }
         }
         e => e.into(),
     }
+}
+
+/// The cairn command process `pid` runs (`run`, `export`, …), as its
+/// command line says: `None` for a process that is not a `cairn` binary,
+/// or one whose command line cannot be read (gone, another user's under
+/// `hidepid`).
+pub(crate) fn cairn_command_of(pid: u32) -> Option<String> {
+    use std::os::unix::ffi::OsStrExt;
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let mut args = cmdline.split(|&b| b == 0);
+    let exe = std::path::Path::new(std::ffi::OsStr::from_bytes(args.next()?));
+    if exe.file_name()? != "cairn" {
+        return None;
+    }
+    // The first word that names a command: `--log-format json` may come first.
+    const COMMANDS: [&str; 9] = [
+        "run",
+        "demo",
+        "mock-broker",
+        "status",
+        "export",
+        "verify",
+        "restore",
+        "prune",
+        "backup",
+    ];
+    args.filter_map(|a| std::str::from_utf8(a).ok())
+        .find(|a| COMMANDS.contains(a))
+        .map(str::to_owned)
 }
 
 /// Said of an archive found locked by a command that a running cairn
