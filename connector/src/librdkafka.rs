@@ -205,7 +205,7 @@ fn stored_as_librdkafka(key: &str, value: &str) -> std::result::Result<String, S
 /// a word (until 2026-12-07; found by an audit of `--config`, whose
 /// `[kafka]` table writes a TOML float as `1.5`). A value is checked when
 /// it begins as a number does: set alone, it must read back as the same
-/// number. Text, enum names and booleans read back as words and pass;
+/// number (hex read whole is the number meant). Text, enum names and booleans read back as words and pass;
 /// a value librdkafka refuses is left to the client's creation, which says
 /// why.
 pub(crate) fn refuse_misread_numbers(
@@ -226,7 +226,21 @@ pub(crate) fn refuse_misread_numbers(
         let Ok(read) = stored.trim().parse::<f64>() else {
             continue;
         };
-        if given.parse::<f64>().is_ok_and(|g| g == read) {
+        // Hex, read whole, is the number meant; a leading 0 is not (octal:
+        // `010` is 8, whoever meant ten).
+        let hex = |g: &str| {
+            let (sign, digits) = match g.strip_prefix('-') {
+                Some(rest) => (-1.0, rest),
+                None => (1.0, g.strip_prefix('+').unwrap_or(g)),
+            };
+            let digits = digits
+                .strip_prefix("0x")
+                .or_else(|| digits.strip_prefix("0X"))?;
+            i64::from_str_radix(digits, 16)
+                .ok()
+                .map(|v| sign * v as f64)
+        };
+        if given.parse::<f64>().ok().or_else(|| hex(given)) == Some(read) {
             continue;
         }
         return Err(format!(
@@ -1083,7 +1097,7 @@ mod tests {
             ("session.timeout.ms", "1.5", "1"),
             ("fetch.min.bytes", "1MB", "1"),
             ("fetch.wait.max.ms", "010", "8"),
-            ("fetch.wait.max.ms", "0x10", "16"),
+            ("fetch.wait.max.ms", "0x10z", "16"),
             ("topic.message.timeout.ms", "6000ms", "6000"),
             ("statistics.interval.ms", "1e3", "1"),
         ] {
@@ -1097,6 +1111,7 @@ mod tests {
         for (k, v) in [
             ("session.timeout.ms", "6000"),
             ("session.timeout.ms", "+6000"),
+            ("session.timeout.ms", "0x1770"),
             ("linger.ms", "0.5"),
             ("linger.ms", "5.0"),
             ("acks", "all"),
