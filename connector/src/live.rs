@@ -266,6 +266,12 @@ pub struct End {
     /// 2026-12-05; before, a live export said nothing of it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warning: Option<String>,
+    /// The records a whole export wrote, for the client's "export done"
+    /// line, as a stopped archive's export counts them (since 2026-12-07:
+    /// before, a live export said no count; found by an audit). Absent as
+    /// `warning` is, for the same reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub records: Option<u64>,
 }
 
 /// Serves reading commands for the archive a run holds.
@@ -622,6 +628,7 @@ fn accept_loop(
                         error: Some(refused),
                         pid: std::process::id(),
                         warning: None,
+                        records: None,
                     };
                     let mut conn = conn;
                     let _ = write_frame(&mut conn, TAG_END, &end_frame(&end));
@@ -728,6 +735,7 @@ fn take(
             error: Some(busy()),
             pid: std::process::id(),
             warning: None,
+            records: None,
         };
         let _ = write_frame(&mut conn, TAG_END, &end_frame(&end));
         return None;
@@ -1035,6 +1043,7 @@ fn serve(conn: UnixStream, id: u64, engine: &Engine, shared: &Shared) {
             error: Some(error),
             pid,
             warning: None,
+            records: None,
         },
         Ok(req) => {
             // A monitor polling status would fill the log at INFO; and a
@@ -1060,9 +1069,17 @@ fn serve(conn: UnixStream, id: u64, engine: &Engine, shared: &Shared) {
             // own guard. (Until the night of 2026-12-04 only a prune's
             // stopped the run; any other was answered and the run went on
             // writing through that sled.)
-            let mut warning = None;
+            let (mut warning, mut records) = (None, None);
             let exit = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                answer(&req, engine, stop, &shared.backing_up, &mut out, &mut warning)
+                answer(
+                    &req,
+                    engine,
+                    stop,
+                    &shared.backing_up,
+                    &mut out,
+                    &mut warning,
+                    &mut records,
+                )
             }))
             .unwrap_or_else(|payload| {
                 let what = cairn_engine::panic_message(&*payload);
@@ -1092,12 +1109,14 @@ fn serve(conn: UnixStream, id: u64, engine: &Engine, shared: &Shared) {
                     error: None,
                     pid,
                     warning,
+                    records,
                 },
                 Err(e) => End {
                     exit: if matches!(req, Request::Verify) { 2 } else { 1 },
                     error: Some(e.to_string()),
                     pid,
                     warning,
+                    records: None,
                 },
             }
         }
@@ -1186,7 +1205,7 @@ fn beat(
 
 /// The request's output, written to `out`, and the exit code the command
 /// would have had run on its own; what it would have said as a WARN, in
-/// `warning`.
+/// `warning`; an export's count of records written, in `records`.
 fn answer(
     req: &Request,
     engine: &Engine,
@@ -1194,6 +1213,7 @@ fn answer(
     backing_up: &AtomicUsize,
     out: &mut FrameWriter,
     warning: &mut Option<String>,
+    records: &mut Option<u64>,
 ) -> Result<u8> {
     // A bug, injected: the containment of a panic is tested; in a prune,
     // inside its truncation.
@@ -1257,7 +1277,10 @@ fn answer(
                         engine, &chosen, selection, *format, out, name, stop,
                     )
                 })
-                .map(|_| 0)
+                .map(|written| {
+                    *records = written;
+                    0
+                })
         }
         Request::Verify => crate::cli::verify::serve(engine, stop, out),
         Request::Prune {
@@ -2303,6 +2326,7 @@ impl End {
             error: None,
             pid: 0,
             warning,
+            records: None,
         }
     }
 }
@@ -2895,6 +2919,7 @@ mod tests {
                         error: None,
                         pid: 1,
                         warning: None,
+                        records: None,
                     };
                     write_frame(&mut server, TAG_END, &end_frame(&end)).unwrap();
                 }
@@ -2944,6 +2969,7 @@ mod tests {
                     error: Some("damage at t/0".into()),
                     pid: 1,
                     warning: None,
+                    records: None,
                 };
                 write_frame(&mut server, TAG_END, &end_frame(&end)).unwrap();
             });
@@ -3362,6 +3388,7 @@ mod tests {
             error: None,
             pid: 7,
             warning: None,
+            records: None,
         };
         let json = String::from_utf8(end_frame(&quiet)).unwrap();
         assert!(!json.contains("warning"), "{json}");
@@ -3449,6 +3476,7 @@ mod tests {
                 error: Some(unit.repeat(FRAME_BYTES_MAX)),
                 pid: 7,
                 warning: None,
+                records: None,
             };
             let mut wire = Vec::new();
             write_frame(&mut wire, TAG_END, &end_frame(&end)).unwrap();
@@ -3635,7 +3663,7 @@ mod tests {
         let backing_up = AtomicUsize::new(1);
         let to = dir.path().join("b1");
         let req = Request::Backup { to: to.clone() };
-        match answer(&req, &e, &stop, &backing_up, &mut out, &mut None) {
+        match answer(&req, &e, &stop, &backing_up, &mut out, &mut None, &mut None) {
             Err(ConnectorError::Live(m)) => {
                 assert!(m.contains("another live backup of this archive"), "{m}")
             }
@@ -3649,14 +3677,14 @@ mod tests {
         );
         backing_up.store(0, Ordering::SeqCst);
         assert_eq!(
-            answer(&req, &e, &stop, &backing_up, &mut out, &mut None).unwrap(),
+            answer(&req, &e, &stop, &backing_up, &mut out, &mut None, &mut None).unwrap(),
             0
         );
         assert!(to.is_dir(), "backed up");
         assert_eq!(backing_up.load(Ordering::SeqCst), 0, "given back");
         // A failed one gives it back too (a relative path is refused first,
         // a target that holds something by the backup itself).
-        assert!(answer(&req, &e, &stop, &backing_up, &mut out, &mut None).is_err());
+        assert!(answer(&req, &e, &stop, &backing_up, &mut out, &mut None, &mut None).is_err());
         assert_eq!(
             backing_up.load(Ordering::SeqCst),
             0,
@@ -3729,6 +3757,7 @@ mod tests {
             error: Some("e".into()),
             pid: 7,
             warning: None,
+            records: None,
         };
         assert_eq!(
             serde_json::to_string(&end).unwrap(),
@@ -3855,6 +3884,7 @@ mod tests {
                     &AtomicBool::new(false),
                     &AtomicUsize::new(0),
                     &mut out,
+                    &mut None,
                     &mut None,
                 )
             }));

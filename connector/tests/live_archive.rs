@@ -173,7 +173,15 @@ fn a_running_archive_serves_status_export_verify_and_prune() {
     let live_export = std::fs::read(&live_file).unwrap();
     let live_lines = text(&live_export).lines().count() as u64;
     assert!(live_lines >= durable_then, "{live_lines} < {durable_then}");
-    assert!(text(&out.stderr).contains("export done (served by the running cairn run)"));
+    // With its count, as a stopped archive's export says it (until
+    // 2026-12-07 a live one said none).
+    assert!(
+        text(&out.stderr).contains(&format!(
+            "export done (served by the running cairn run) records={live_lines}"
+        )),
+        "{}",
+        text(&out.stderr)
+    );
     // Into a reader that went away: a quiet end, not "done".
     let out = Command::new(CAIRN)
         .args(["export", "--data", d])

@@ -492,7 +492,14 @@ fn export_live(
                     // answer came, which ends an export quietly, as a
                     // local one does; `finish` finds it at the last flush.
                     if finish(out, out_path)? && end.pid != 0 {
-                        tracing::info!("export done (served by the running cairn run)");
+                        match end.records {
+                            Some(records) => tracing::info!(
+                                records,
+                                "export done (served by the running cairn run)"
+                            ),
+                            // A server of before 2026-12-07 sends no count.
+                            None => tracing::info!("export done (served by the running cairn run)"),
+                        }
                     }
                 }
                 Some(error) => error.push_str(&abandon(out)),
