@@ -137,6 +137,9 @@ pub enum Request {
     /// Records, in the export format (`cli::export`).
     Export {
         selection: Selection,
+        /// Sent only when set: a server of before 2026-12-07 refuses it.
+        #[serde(skip_serializing_if = "crate::cli::export::TimeRange::is_unset")]
+        times: crate::cli::export::TimeRange,
         format: crate::cli::export::Format,
     },
     /// The verify report's lines (`cli::verify`).
@@ -172,6 +175,8 @@ pub fn parse_request(line: &[u8]) -> std::result::Result<Request, serde_json::Er
         #[serde(rename = "command")]
         _command: IgnoredAny,
         selection: Selection,
+        #[serde(default)]
+        times: crate::cli::export::TimeRange,
         format: crate::cli::export::Format,
     }
     #[derive(Deserialize)]
@@ -196,9 +201,16 @@ pub fn parse_request(line: &[u8]) -> std::result::Result<Request, serde_json::Er
         "verify" => Request::Verify,
         "export" => {
             let Export {
-                selection, format, ..
+                selection,
+                times,
+                format,
+                ..
             } = serde_json::from_slice(line)?;
-            Request::Export { selection, format }
+            Request::Export {
+                selection,
+                times,
+                format,
+            }
         }
         "prune" => {
             let Prune {
@@ -1265,7 +1277,11 @@ fn answer(
     }
     match req {
         Request::Status => crate::cli::status::serve(engine, out),
-        Request::Export { selection, format } => {
+        Request::Export {
+            selection,
+            times,
+            format,
+        } => {
             let name = Path::new(SOCKET_FILE);
             selection
                 .choose(engine.partitions(), &[])
@@ -1274,7 +1290,7 @@ fn answer(
                     // export says it; the client shows it at the end.
                     *warning = selection.starts_below_held(&chosen);
                     crate::cli::export::write_records(
-                        engine, &chosen, selection, *format, out, name, stop,
+                        engine, &chosen, selection, *times, *format, out, name, stop,
                     )
                 })
                 .map(|written| {
@@ -2676,6 +2692,7 @@ mod tests {
         let server = LiveServer::start(Arc::new(e)).unwrap();
         let export = Request::Export {
             selection: Selection::default(),
+            times: crate::cli::export::TimeRange::default(),
             format: crate::cli::export::Format::Raw,
         };
         let send = |req: &Request| {
@@ -2838,6 +2855,7 @@ mod tests {
         );
         let export = ask_gone(&Request::Export {
             selection: Selection::default(),
+            times: crate::cli::export::TimeRange::default(),
             format: crate::cli::export::Format::Raw,
         });
         assert_eq!((export.exit, export.pid), (0, 0), "ended by the client");
@@ -2901,6 +2919,7 @@ mod tests {
     fn a_cut_off_export_leaves_whole_lines() {
         let export = Request::Export {
             selection: Selection::default(),
+            times: crate::cli::export::TimeRange::default(),
             format: crate::cli::export::Format::Jsonl,
         };
         for ends in [false, true] {
@@ -2956,6 +2975,7 @@ mod tests {
         }
         let export = Request::Export {
             selection: Selection::default(),
+            times: crate::cli::export::TimeRange::default(),
             format: crate::cli::export::Format::Raw,
         };
         let answer = |out: &mut dyn Write| {
@@ -3363,6 +3383,7 @@ mod tests {
                 from,
                 ..Default::default()
             },
+            times: crate::cli::export::TimeRange::default(),
             format: crate::cli::export::Format::Raw,
         };
         let (end, out) = ask(dir.path(), &export(50));
@@ -3430,6 +3451,7 @@ mod tests {
                 to: Some(3),
                 ..Default::default()
             },
+            times: crate::cli::export::TimeRange::default(),
             format: crate::cli::export::Format::Raw,
         };
         let (end, out) = ask(dir.path(), &req);
@@ -3562,6 +3584,7 @@ mod tests {
                 topics: vec!["t".repeat(249); (REQUEST_BYTES_MAX / 250) as usize + 1],
                 ..Selection::default()
             },
+            times: crate::cli::export::TimeRange::default(),
             format: crate::cli::export::Format::Raw,
         };
         match request(conn, &huge, &mut Vec::new(), Path::new("<test>")) {
@@ -3705,9 +3728,21 @@ mod tests {
                         from: 0,
                         to: Some(9),
                     },
+                    times: crate::cli::export::TimeRange::default(),
                     format: crate::cli::export::Format::Jsonl,
                 },
                 r#"{"command":"export","selection":{"topics":["t"],"partition":null,"from":0,"to":9},"format":"jsonl"}"#,
+            ),
+            (
+                Request::Export {
+                    selection: Selection::default(),
+                    times: crate::cli::export::TimeRange {
+                        from_ms: Some(1_700_000_000_000),
+                        to_ms: None,
+                    },
+                    format: crate::cli::export::Format::Raw,
+                },
+                r#"{"command":"export","selection":{"topics":[],"partition":null,"from":0,"to":null},"times":{"from_ms":1700000000000},"format":"raw"}"#,
             ),
             (
                 Request::Prune {
@@ -3734,6 +3769,7 @@ mod tests {
             r#"{"command":"prune","selection":{"topics":[],"partiton":0,"from":0,"to":null},"cut":{"offset":5},"dry_run":false}"#,
             r#"{"command":"prune","selection":{"topics":[],"partition":null,"from":0,"to":null},"cut":{"offset":5},"dry_run":false,"topic":"t"}"#,
             r#"{"command":"export","selection":{"topics":[],"partition":null,"from":0,"to":null,"until":9},"format":"jsonl"}"#,
+            r#"{"command":"export","selection":{"topics":[],"partition":null,"from":0,"to":null},"times":{"from":9},"format":"jsonl"}"#,
             r#"{"command":"backup","to":"/b","force":true}"#,
         ] {
             let err = parse_request(json.as_bytes()).expect_err(json);

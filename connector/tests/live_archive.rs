@@ -182,6 +182,20 @@ fn a_running_archive_serves_status_export_verify_and_prune() {
         "{}",
         text(&out.stderr)
     );
+    // A time range, served: records stamped now are all after 2001, none
+    // before it, which is an error naming the range, not an empty export.
+    let out = cairn(&["export", "--data", d, "--from-time", "2001-01-01T00:00:00Z"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let timed = text(&out.stdout).lines().count() as u64;
+    assert!(timed >= live_lines, "{timed} < {live_lines}");
+    let out = cairn(&["export", "--data", d, "--to-time", "2001-01-01T00:00:00Z"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--to-time 2001-01-01T00:00:00.000Z: no record of the chosen partitions has a timestamp in that range"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(out.stdout.is_empty());
     // Into a reader that went away: a quiet end, not "done".
     let out = Command::new(CAIRN)
         .args(["export", "--data", d])

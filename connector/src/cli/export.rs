@@ -42,6 +42,15 @@ pub struct ExportArgs {
     pub data: super::DataArg,
     #[command(flatten)]
     pub select: super::SelectArgs,
+    /// Only records with a timestamp at or after this time: RFC 3339 with
+    /// its zone (`2026-11-01T00:00:00Z`) or milliseconds since the Unix
+    /// epoch. Timestamps need not rise with offsets, so every record of the
+    /// offset range is read; one without a timestamp is left out.
+    #[arg(long, value_name = "TIME", value_parser = parse_from_time, allow_negative_numbers = true)]
+    pub from_time: Option<i64>,
+    /// Only records with a timestamp before this time (as --from-time).
+    #[arg(long, value_name = "TIME", value_parser = parse_to_time, allow_negative_numbers = true)]
+    pub to_time: Option<i64>,
     /// How each record is written.
     #[arg(long, value_enum, default_value_t = Format::Jsonl)]
     pub format: Format,
@@ -53,6 +62,67 @@ pub struct ExportArgs {
     /// after its first 1 MiB).
     #[arg(long)]
     pub output: Option<PathBuf>,
+}
+
+fn parse_from_time(s: &str) -> std::result::Result<i64, String> {
+    super::prune::time_ms(s, "which would leave out no record of Kafka's")
+}
+
+fn parse_to_time(s: &str) -> std::result::Result<i64, String> {
+    super::prune::time_ms(s, "which would leave out every record of Kafka's")
+}
+
+/// The records' timestamps an export takes (`--from-time`, `--to-time`):
+/// `from_ms..to_ms`, either end open. A record without a timestamp (-1,
+/// or none) is in no bounded range. Sent to a running archive only when
+/// set (a server of before 2026-12-07 refuses the field).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimeRange {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_ms: Option<i64>,
+}
+
+impl TimeRange {
+    /// Whether no bound is set: every record is taken.
+    pub fn is_unset(&self) -> bool {
+        self.from_ms.is_none() && self.to_ms.is_none()
+    }
+
+    /// Whether a record stamped `timestamp_ms` is in the range.
+    pub fn contains(&self, timestamp_ms: i64) -> bool {
+        self.is_unset()
+            || (timestamp_ms >= 0
+                && self.from_ms.is_none_or(|f| timestamp_ms >= f)
+                && self.to_ms.is_none_or(|t| timestamp_ms < t))
+    }
+
+    /// Refuse a range that holds no time.
+    pub fn check(&self) -> Result<()> {
+        match (self.from_ms, self.to_ms) {
+            (Some(f), Some(t)) if f >= t => Err(ConnectorError::Config(format!(
+                "--from-time {} and --to-time {}: an empty time range (--to-time is exclusive)",
+                shown_ms(f),
+                shown_ms(t)
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Milliseconds since the epoch, as RFC 3339 in UTC.
+fn shown_ms(ms: i64) -> String {
+    u64::try_from(ms).map_or_else(
+        |_| ms.to_string(),
+        |ms| {
+            humantime::format_rfc3339_millis(
+                std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms),
+            )
+            .to_string()
+        },
+    )
 }
 
 #[derive(Serialize)]
@@ -112,6 +182,11 @@ fn line<'a>(tp: &'a TopicPartition, r: &'a Record, text: bool) -> Result<Line<'a
 pub async fn run(args: ExportArgs) -> Result<ExitCode> {
     let select = args.select.into_selection();
     select.check_range()?;
+    let times = TimeRange {
+        from_ms: args.from_time,
+        to_ms: args.to_time,
+    };
+    times.check()?;
     let data = &args.data.data;
     // Names of stdout are written to as stdout: followed as links to the
     // file behind it, the export would be staged beside that file and
@@ -142,8 +217,8 @@ pub async fn run(args: ExportArgs) -> Result<ExitCode> {
     )?;
     let out = BufWriter::with_capacity(1 << 20, Output::new(output, staged.clone()));
     let result = match conn {
-        Some(conn) => export_live(conn, select, args.format, out, &out_path),
-        None => export_stopped(data, &select, args.format, out, &out_path, &staged),
+        Some(conn) => export_live(conn, select, times, args.format, out, &out_path),
+        None => export_stopped(data, &select, times, args.format, out, &out_path, &staged),
     };
     watcher.abort();
     result
@@ -472,11 +547,16 @@ fn refuse_inside(output: &Path, end: &Path, data: &Path) -> Result<()> {
 fn export_live(
     conn: std::os::unix::net::UnixStream,
     selection: Selection,
+    times: TimeRange,
     format: Format,
     mut out: BufWriter<Output>,
     out_path: &Path,
 ) -> Result<ExitCode> {
-    let req = crate::live::Request::Export { selection, format };
+    let req = crate::live::Request::Export {
+        selection,
+        times,
+        format,
+    };
     match crate::live::request(conn, &req, &mut out, out_path) {
         Ok(mut end) => {
             // Said before the output is finished, as a local export says it
@@ -515,6 +595,7 @@ fn export_live(
 fn export_stopped(
     data: &Path,
     select: &Selection,
+    times: TimeRange,
     format: Format,
     mut out: BufWriter<Output>,
     out_path: &Path,
@@ -537,7 +618,9 @@ fn export_stopped(
     // Not served: a signal stops the read between records
     // (`remove_on_interrupt`).
     let written = super::read_unpanicked("export", data, &engine, "", || {
-        write_records(&engine, &chosen, select, format, &mut out, out_path, stop)
+        write_records(
+            &engine, &chosen, select, times, format, &mut out, out_path, stop,
+        )
     });
     match written {
         // Interrupted: the output given up as a failed export's is, and the
@@ -1343,10 +1426,12 @@ impl Write for Output {
 /// `None` when the reader went away (a closed pipe, `| head`), which ends an
 /// export quietly. Damage met, or an output that fails (naming `out_name`),
 /// is [`ConnectorError::ExportStopped`], saying how far it got.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn write_records(
     engine: &cairn_engine::Engine,
     chosen: &[cairn_engine::PartitionInfo],
     select: &Selection,
+    times: TimeRange,
     format: Format,
     out: &mut dyn Write,
     out_name: &std::path::Path,
@@ -1466,6 +1551,9 @@ pub(crate) fn write_records(
                 return Err(stopping(count, &last));
             }
             let r = r.map_err(|e| stopped_reading(count, &last, i, written_in_tp, e))?;
+            if !times.contains(r.timestamp_ms) {
+                continue;
+            }
             let res = match format {
                 // `From` keeps the writer's own error (its kind: a closed
                 // pipe), where `io::Error::other` would hide it.
@@ -1502,7 +1590,30 @@ pub(crate) fn write_records(
     // partitions hold: that error, which lists what they do hold, first.
     if count == 0 && select.ranged() && !chosen.is_empty() {
         select.choose(engine.partitions(), &[])?;
-        return Err(select.nothing_in_range());
+        if times.is_unset() {
+            return Err(select.nothing_in_range());
+        }
+    }
+    // Nor would one of a time range: said with the times, and what to
+    // look at (the timestamps the chosen records carry).
+    if count == 0 && !times.is_unset() && !chosen.is_empty() {
+        let bound = |flag: &str, ms: Option<i64>| ms.map(|ms| format!("{flag} {}", shown_ms(ms)));
+        let asked: Vec<String> = [
+            bound("--from-time", times.from_ms),
+            bound("--to-time", times.to_ms),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        return Err(ConnectorError::Config(format!(
+            "{}: no record of the chosen partitions{} has a timestamp in that range (`cairn export` without it shows the records' timestamps; a record without one is in no range)",
+            asked.join(" "),
+            if select.ranged() {
+                " in the offsets chosen"
+            } else {
+                ""
+            }
+        )));
     }
     Ok(Some(count))
 }
@@ -1875,7 +1986,16 @@ mod tests {
         stop: &AtomicBool,
     ) -> Result<Option<u64>> {
         let all = Selection::default();
-        write_records(engine, chosen, &all, Format::Raw, out, Path::new("-"), stop)
+        write_records(
+            engine,
+            chosen,
+            &all,
+            TimeRange::default(),
+            Format::Raw,
+            out,
+            Path::new("-"),
+            stop,
+        )
     }
 
     /// A live export gives up at the next record once its stop is set (the
@@ -2004,6 +2124,7 @@ mod tests {
             &engine,
             &engine.partitions(),
             &Selection::default(),
+            TimeRange::default(),
             Format::Jsonl,
             &mut out,
             Path::new("-"),
@@ -2047,6 +2168,110 @@ mod tests {
         assert_eq!(back, records);
     }
 
+    /// `--from-time` and `--to-time` take the records stamped in
+    /// `from..to`, whatever their order by offset; a record without a
+    /// timestamp is in no bounded range; a range that takes none is an
+    /// error naming it, and an empty one is refused before anything.
+    #[test]
+    fn a_time_range_takes_the_records_stamped_in_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        let tp = TopicPartition::new("t", 0);
+        // Timestamps out of offset order, and one record without one.
+        let stamps = [3_000, 1_000, 2_000, -1, 5_000, 2_500];
+        let records = stamps
+            .iter()
+            .enumerate()
+            .map(|(o, &ts)| {
+                let mut r = record(o as i64, format!("v{o}").as_bytes());
+                r.timestamp_ms = ts;
+                if ts < 0 {
+                    r.timestamp_type = TimestampType::NotAvailable;
+                }
+                r
+            })
+            .collect();
+        engine.append(&[RecordBatch { tp, records }]).unwrap();
+        let chosen = engine.partitions();
+        let export = |from_ms, to_ms, select: &Selection| {
+            let mut out = Vec::new();
+            let times = TimeRange { from_ms, to_ms };
+            let r = write_records(
+                &engine,
+                &chosen,
+                select,
+                times,
+                Format::Raw,
+                &mut out,
+                Path::new("-"),
+                &AtomicBool::new(false),
+            );
+            (
+                r.map_err(|e| e.to_string()),
+                String::from_utf8(out).unwrap(),
+            )
+        };
+        let all = Selection::default();
+        assert_eq!(
+            export(Some(2_000), Some(3_001), &all),
+            (Ok(Some(3)), "v0\nv2\nv5\n".to_owned())
+        );
+        assert_eq!(
+            export(None, Some(2_000), &all),
+            (Ok(Some(1)), "v1\n".to_owned())
+        );
+        assert_eq!(
+            export(Some(2_500), None, &all),
+            (Ok(Some(3)), "v0\nv4\nv5\n".to_owned())
+        );
+        // With an offset range: both apply.
+        let from_2 = Selection {
+            from: 2,
+            ..Default::default()
+        };
+        assert_eq!(
+            export(Some(2_000), None, &from_2),
+            (Ok(Some(3)), "v2\nv4\nv5\n".to_owned())
+        );
+        // Nothing stamped there: an error, not an empty export.
+        let (r, out) = export(Some(6_000), None, &all);
+        let e = r.unwrap_err();
+        assert!(
+            e.starts_with("--from-time 1970-01-01T00:00:06.000Z: no record of the chosen partitions has a timestamp in that range"),
+            "{e}"
+        );
+        assert_eq!(out, "");
+        let (r, _) = export(Some(4_000), Some(4_500), &from_2);
+        let e = r.unwrap_err();
+        assert!(
+            e.starts_with("--from-time 1970-01-01T00:00:04.000Z --to-time 1970-01-01T00:00:04.500Z: no record of the chosen partitions in the offsets chosen has"),
+            "{e}"
+        );
+        // An empty range is refused up front.
+        let e = TimeRange {
+            from_ms: Some(5),
+            to_ms: Some(5),
+        }
+        .check()
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("an empty time range (--to-time is exclusive)"),
+            "{e}"
+        );
+        // The flags' parser refuses what prune's refuses, in export's words.
+        let e = parse_to_time("1700000000").unwrap_err();
+        assert!(
+            e.contains("which would leave out every record of Kafka's")
+                && e.contains("then 1700000000000"),
+            "{e}"
+        );
+        assert_eq!(
+            parse_from_time("2023-11-14T22:13:20Z"),
+            Ok(1_700_000_000_000)
+        );
+    }
+
     /// `jsonl-text` writes byte strings as text, nulls as null; bytes that
     /// are not UTF-8 stop it at their record, naming it, the field and
     /// where the text ends, after the records before it. `jsonl` writes
@@ -2073,6 +2298,7 @@ mod tests {
                 &engine,
                 &chosen,
                 select,
+                TimeRange::default(),
                 format,
                 &mut out,
                 Path::new("-"),

@@ -63,6 +63,12 @@ pub struct PruneArgs {
 
 /// A time as milliseconds since the Unix epoch.
 pub fn parse_time_ms(s: &str) -> std::result::Result<i64, String> {
+    time_ms(s, "which would delete nothing")
+}
+
+/// [`parse_time_ms`], for a time that bounds what is read: `consequence`
+/// says what a time before 1973 would do.
+pub(crate) fn time_ms(s: &str, consequence: &str) -> std::result::Result<i64, String> {
     let ms = match s.parse::<i64>() {
         Ok(ms) if (0..BEFORE_TIME_MS_MIN).contains(&ms) => {
             // Seconds suggested only where they would be a time after
@@ -72,7 +78,7 @@ pub fn parse_time_ms(s: &str) -> std::result::Result<i64, String> {
             } else {
                 String::new()
             };
-            return Err(format!("before 1973 in milliseconds since the Unix epoch, which would delete nothing; it takes milliseconds{seconds} or RFC 3339"));
+            return Err(format!("before 1973 in milliseconds since the Unix epoch, {consequence}; it takes milliseconds{seconds} or RFC 3339"));
         }
         Ok(ms) => ms,
         Err(_) => rfc3339_ms(s)?,
