@@ -185,7 +185,7 @@ impl Cut {
 
 /// `ms` since the Unix epoch as an RFC 3339 date, where humantime formats
 /// one (up to the year 9999).
-fn date_of_ms(ms: i64) -> Option<String> {
+pub(crate) fn date_of_ms(ms: i64) -> Option<String> {
     let ms = u64::try_from(ms)
         .ok()
         .filter(|&ms| ms < 253_402_300_800_000)?;
