@@ -840,6 +840,31 @@ fn archive_of_ten_in(topic: &str, partitions: &[i32]) -> tempfile::TempDir {
     dir
 }
 
+/// `status --brokers` and `restore` refuse a number librdkafka would read
+/// as another, as `run` does, before they open the archive or ask Kafka.
+#[test]
+fn status_and_restore_refuse_a_number_librdkafka_misreads() {
+    let dir = archive_of_ten("t");
+    let d = dir.path().to_str().unwrap();
+    for command in ["status", "restore"] {
+        let args = [
+            command,
+            "--data",
+            d,
+            "--brokers",
+            "127.0.0.1:1",
+            "-X",
+            "fetch.wait.max.ms=010",
+        ];
+        let (code, out, err) = cairn(&args);
+        assert_eq!(code, 1, "{args:?}: {out}{err}");
+        assert!(
+            err.contains("error: -X fetch.wait.max.ms=010: librdkafka reads it as 8 ("),
+            "{args:?}: {err}"
+        );
+    }
+}
+
 /// A stopped archive another cairn command holds (an export, here) is said
 /// to be held by that command, with when to try again, and exits 2 (a
 /// retry may pass), not 1: until 2026-12-07 every holder got the advice
