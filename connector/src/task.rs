@@ -5,9 +5,12 @@
 //! correct sink must do, in short (the numbered list below has the whole
 //! contract):
 //! - **`open`** returns, per partition, the next offset it holds durably
-//!   if it keeps offsets of its own (the loop rewinds there), or nothing,
-//!   to resume at Kafka's committed offset (records made durable but not
-//!   yet committed before a crash then come again: at least once).
+//!   if it keeps offsets of its own (the loop rewinds there, unless
+//!   Kafka's committed offset is ahead of it and not this sink's: see 1.
+//!   below), or nothing, to resume at Kafka's committed offset (records
+//!   made durable but not yet committed before a crash then come again:
+//!   at least once). Either way, what it made durable before must stay:
+//!   Kafka's commits count it as archived.
 //! - **`put`** writes the records (each carries its offset) and may return
 //!   nothing durable yet. A write that fails for good returns
 //!   [`TaskError::Fatal`]; [`TaskError::Retriable`] brings the same batch
@@ -30,7 +33,7 @@
 //!
 //! ```no_run
 //! use std::collections::BTreeMap;
-//! use std::fs::File;
+//! use std::fs::{File, OpenOptions};
 //! use std::io::Write;
 //!
 //! use cairn_connector::{
@@ -53,15 +56,17 @@
 //!     }
 //!
 //!     fn put(&mut self, batches: &[RecordBatch]) -> Result<PutOutcome, TaskError> {
+//!         let mut out = PutOutcome::default(); // nothing durable until the fsync
 //!         for b in batches {
 //!             for r in &b.records {
 //!                 let value = r.value.as_deref().unwrap_or_default();
 //!                 writeln!(self.file, "{} {}", b.tp, String::from_utf8_lossy(value))
 //!                     .map_err(|e| TaskError::Fatal(format!("write: {e}")))?;
 //!                 self.written.insert(b.tp.clone(), r.offset + 1);
+//!                 out.records_written += 1;
 //!             }
 //!         }
-//!         Ok(PutOutcome::default()) // nothing durable until the fsync
+//!         Ok(out)
 //!     }
 //!
 //!     fn pre_commit(
@@ -85,7 +90,12 @@
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let cfg = RunConfig::new("localhost:9092", "lines", vec!["events".into()], "unused".into());
-//! let sink = Lines { file: File::create("events.lines")?, written: BTreeMap::new() };
+//! // Appended to, never truncated: what an earlier run made durable is
+//! // committed in Kafka already. The directory is synced once, so that a
+//! // file just created survives a crash with the records fsynced into it.
+//! let file = OpenOptions::new().create(true).append(true).open("events.lines")?;
+//! File::open(".")?.sync_all()?;
+//! let sink = Lines { file, written: BTreeMap::new() };
 //! // Runs until `PipelineOptions::stop` is set (or `done` says so).
 //! let report = run_pipeline(&cfg, Box::new(sink), PipelineOptions::default())?;
 //! println!("{} records written", report.stats.records_written);
