@@ -148,7 +148,7 @@ pub enum ConnectorError {
         source: Box<ConnectorError>,
         next_step: String,
     },
-    #[error("{target}: {sent} records were sent but {acknowledged} acknowledged, with no failure reported: the others may or may not be in Kafka. Next: {next_step}")]
+    #[error("{target}: {} {} sent but {acknowledged} acknowledged, with no failure reported: the others may or may not be in Kafka. Next: {next_step}", counted(*sent, "record"), if *sent == 1 { "was" } else { "were" })]
     RestoreUnconfirmed {
         target: cairn_engine::TopicPartition,
         sent: u64,

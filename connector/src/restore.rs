@@ -789,7 +789,8 @@ pub fn restore_until_split(
         let mut next_step = next_step_around(cfg, &standings, false, withdrawn_maybe_sent > 0);
         if withdrawn_maybe_sent > 0 {
             next_step.push_str(&format!(
-                "; {withdrawn_maybe_sent} records withdrawn at the stop had been sent once and queued again for a retry{REPLICAS_WAIT}"
+                "; {} withdrawn at the stop had been sent once and queued again for a retry{REPLICAS_WAIT}",
+                crate::count::counted(withdrawn_maybe_sent, "record")
             ));
         }
         return Err(with_pass(ConnectorError::RestoreStopped {
@@ -814,8 +815,8 @@ pub fn restore_until_split(
     if let Some(e) = pass_failed {
         return Err(ConnectorError::CopiesNotPassedOver {
             head: format!(
-                "the restore is complete ({} records, all acknowledged)",
-                report.records
+                "the restore is complete ({}, all acknowledged)",
+                crate::count::counted(report.records, "record")
             ),
             source: Box::new(e),
         });
