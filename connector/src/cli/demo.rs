@@ -829,9 +829,14 @@ async fn run_until_done(
         Err(_) => {
             // Not finished: stop it cleanly (briefly waited for), and fail.
             stop.store(true, std::sync::atomic::Ordering::Relaxed);
-            let _ = tokio::time::timeout(Duration::from_secs(30), run).await;
+            // The run's own error, if it ended on one: the pipeline
+            // returns it without logging it at ERROR.
+            let ended = match tokio::time::timeout(Duration::from_secs(30), run).await {
+                Ok(Ok(Err(e))) => format!(" (the run then stopped on: {e})"),
+                _ => String::new(),
+            };
             Err(ConnectorError::Failed(format!(
-                "demo: {what} did not archive every record within {} s",
+                "demo: {what} did not archive every record within {} s{ended}",
                 RUN_TIMEOUT.as_secs()
             )))
         }
