@@ -3829,6 +3829,8 @@ fn prune_deletes_below_the_cut_and_keeps_next_offsets() {
             && out.contains("below offset 105; first offset 0 -> 100; next offset 300")
             && out.contains("a/1: would prune 100 records (")
             && out.contains("b/0: would prune 50 records (")
+            && out.contains("next offset 50 (all it held: --before 105 is past its next offset)")
+            && !out.contains("next offset 300 (all")
             && out.contains("would prune 250 records (4905 payload bytes) in 3 of 3 partitions"),
         "{out}"
     );

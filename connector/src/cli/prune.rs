@@ -469,8 +469,18 @@ pub fn prune(
                 (false, false) => " (stopped part-way; a rerun finishes it)",
                 (false, true) => " (stopped part-way through counting: the counts so far)",
             };
+            // A cut past this partition's end (one a larger partition
+            // chosen with it reaches) takes all it holds: said, since the
+            // line's "below offset N" is its end, not the offset given
+            // (until 2026-12-07 only the numbers showed it; an audit).
+            let past_end = match cut {
+                Cut::Offset(asked) if asked > before.next_offset => {
+                    format!(" (all it held: --before {asked} is past its next offset)")
+                }
+                _ => String::new(),
+            };
             unsynced_lines.push(format!(
-                "{}/{}: {verb} {} ({}, {}) below offset {offset}; {first}; next offset {}{part_way}",
+                "{}/{}: {verb} {} ({}, {}) below offset {offset}; {first}; next offset {}{past_end}{part_way}",
                 p.tp.topic,
                 p.tp.partition,
                 counted(r.records_deleted, "record"),
