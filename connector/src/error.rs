@@ -108,7 +108,7 @@ pub enum ConnectorError {
         position: i64,
         log_end: i64,
     },
-    #[error("topic {topic:?} has {partitions} partitions, but the archive's partition {last} needs {needed} (a restore puts each record in the partition of its number: give the topic at least {needed} partitions, or restore the partitions below {partitions} one at a time, each with --partition N)", last = needed - 1)]
+    #[error("topic {topic:?} has {}, but the archive's partition {last} needs {needed} (a restore puts each record in the partition of its number: give the topic at least {needed} partitions, or restore the partitions below {partitions} one at a time, each with --partition N)", counted(*partitions as u64, "partition"), last = needed - 1)]
     TooFewPartitions {
         topic: String,
         partitions: i64,
@@ -157,7 +157,7 @@ pub enum ConnectorError {
     },
     /// A restore's records were all acknowledged, but at target offsets
     /// with others between them.
-    #[error("{target}: the restore's {acknowledged} records were acknowledged at offsets {first} to {last}, which hold {held}: another producer wrote to the topic during the restore, so other records lie among the archive's. Every record was delivered, once: do not run this restore again, which would write them all a second time; for the archive's records alone and in order, restore into an empty topic nothing else writes to")]
+    #[error("{target}: the restore's {} {} acknowledged at offsets {first} to {last}, which hold {held}: another producer wrote to the topic during the restore, so other records lie among the archive's. Every record was delivered, once: do not run this restore again, which would write them all a second time; for the archive's records alone and in order, restore into an empty topic nothing else writes to", counted(*acknowledged, "record"), if *acknowledged == 1 { "was" } else { "were" })]
     RestoreInterleaved {
         target: cairn_engine::TopicPartition,
         acknowledged: u64,
@@ -168,7 +168,7 @@ pub enum ConnectorError {
     /// The restore's records lie together, but records appeared in the
     /// target between its check (which found it ending at `checked_end`)
     /// and the first of them (at `first`).
-    #[error("{target}: the restore's {acknowledged} records were acknowledged from offset {first}, but the target ended at offset {checked_end} when it was checked: records appeared at offsets {checked_end} to {appeared_last} meanwhile. Either another producer wrote them (or had them in a transaction still open when the target was checked: its records then sat past the offset the check reads, the last stable one), or an earlier restore of this archive that was stopped (killed) had written them and they were not yet replicated when this run read the target: then they are in it twice. Every record of this run was delivered, once: do not run it again; read those offsets to tell which (kcat -C -t TOPIC -p PARTITION -o {checked_end}), and for the archive's records alone and once, restore into an empty topic nothing else writes to", appeared_last = .first - 1)]
+    #[error("{target}: the restore's {} {} acknowledged from offset {first}, but the target ended at offset {checked_end} when it was checked: records appeared at offsets {checked_end} to {appeared_last} meanwhile. Either another producer wrote them (or had them in a transaction still open when the target was checked: its records then sat past the offset the check reads, the last stable one), or an earlier restore of this archive that was stopped (killed) had written them and they were not yet replicated when this run read the target: then they are in it twice. Every record of this run was delivered, once: do not run it again; read those offsets to tell which (kcat -C -t TOPIC -p PARTITION -o {checked_end}), and for the archive's records alone and once, restore into an empty topic nothing else writes to", counted(*acknowledged, "record"), if *acknowledged == 1 { "was" } else { "were" }, appeared_last = .first - 1)]
     RestoreStartedPast {
         target: cairn_engine::TopicPartition,
         acknowledged: u64,

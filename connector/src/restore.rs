@@ -1407,7 +1407,8 @@ fn preflight(
     for (topic, needed) in needed {
         let t = target_topic(&md, topic, cfg, || {
             format!(
-                "restore never creates a topic: create it with at least {needed} partitions (or restore into another with --rename), then run the restore again"
+                "restore never creates a topic: create it with at least {} (or restore into another with --rename), then run the restore again",
+                crate::count::counted(needed as u64, "partition")
             )
         })?;
         let partitions = t.partitions().len() as i64;
@@ -2068,8 +2069,9 @@ fn check_count(
         let below = engine.count_range(source, cfg.select.from, first_archived)?;
         if below > u64::try_from(first.offset).unwrap_or(0) {
             return Err(ConnectorError::RestoreRefused(format!(
-                "--resume: {target} begins with archived offset {first_archived} at offset {}, its log having lost nothing from its start, but the archive holds {below} records from --from {} below it: an earlier restore lost its first records (its error said not to resume this partition), or it began at a higher --from than this command's; resuming after the last would not make it whole: restore into an empty topic, or give the earlier restore's --from",
+                "--resume: {target} begins with archived offset {first_archived} at offset {}, its log having lost nothing from its start, but the archive holds {} from --from {} below it: an earlier restore lost its first records (its error said not to resume this partition), or it began at a higher --from than this command's; resuming after the last would not make it whole: restore into an empty topic, or give the earlier restore's --from",
                 first.offset,
+                crate::count::counted(below, "record"),
                 cfg.select.from
             )));
         }

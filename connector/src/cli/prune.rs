@@ -95,6 +95,15 @@ pub(crate) fn time_ms(s: &str, consequence: &str) -> std::result::Result<i64, St
 /// who meant local time would have deleted hours of records more than
 /// asked, and a deletion is not undone.
 fn rfc3339_ms(s: &str) -> std::result::Result<i64, String> {
+    // RFC 3339 allows a lower-case `t` between date and time; humantime
+    // takes only `T` (or a space).
+    let upper;
+    let s = if s.as_bytes().get(10) == Some(&b't') {
+        upper = format!("{}T{}", &s[..10], &s[11..]);
+        upper.as_str()
+    } else {
+        s
+    };
     const EXPECTED: &str = "expected RFC 3339 with its zone (2026-11-01T00:00:00Z, or an offset: 2026-11-01T09:00:00+09:00) or milliseconds since the Unix epoch";
     // `t` is the time with its zone taken off: humantime's weak parse
     // takes a `Z` of its own, which would let `…Z+09:00` or `…ZZ` through
@@ -103,8 +112,22 @@ fn rfc3339_ms(s: &str) -> std::result::Result<i64, String> {
         if t.ends_with(['Z', 'z']) {
             return Err(format!("{s:?} has two zones: {EXPECTED}"));
         }
+        // Rounded up to the millisecond: a record stamped r (whole ms) is
+        // before t exactly when r < ceil(t), for a cut and a range's ends
+        // alike (truncated, `…00.1235Z` took the record at …00.123 for one
+        // at or after it, until 2026-12-07; found by an audit).
         humantime::parse_rfc3339_weak(t)
-            .map(pruner::epoch_millis)
+            .map(|at| {
+                let ms = pruner::epoch_millis(at);
+                let sub_ms = at
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .is_ok_and(|d| d.subsec_nanos() % 1_000_000 != 0);
+                if sub_ms {
+                    ms.saturating_add(1)
+                } else {
+                    ms
+                }
+            })
             .map_err(|e| format!("{e}: {EXPECTED}"))
     };
     if s.ends_with('Z') || s.ends_with('z') {
@@ -128,10 +151,13 @@ fn rfc3339_ms(s: &str) -> std::result::Result<i64, String> {
             .then(|| (at, sign * (hours * 60 + minutes) * 60_000, sign < 0))
     });
     match offset {
-        // `-00:00` is RFC 3339's "offset unknown": as ambiguous as none.
+        // `-00:00`: RFC 3339 writes a time known in UTC, its local offset
+        // unknown, so; tools also write it for a local time of unknown
+        // zone. For a deletion, said which (the reason given until
+        // 2026-12-07 misread the RFC; an audit).
         Some((at, 0, true)) => parse(&s[..at]).and_then(|_| {
             Err(format!(
-                "{s:?} ends with -00:00, RFC 3339's unknown offset, and a time in an unknown zone is ambiguous: end it with Z for UTC or its offset such as +09:00"
+                "{s:?} ends with -00:00, which RFC 3339 gives a time in UTC whose local offset is unknown, but which tools also write for a local time of unknown zone, so it is ambiguous here: end it with Z for UTC or its offset such as +09:00"
             ))
         }),
         Some((at, offset_ms, _)) => parse(&s[..at]).map(|ms| ms - offset_ms),
@@ -903,15 +929,29 @@ mod tests {
             let e = parse_time_ms(t).unwrap_err();
             assert!(e.contains("RFC 3339 with its zone"), "{t}: {e}");
         }
-        // RFC 3339's "offset unknown": ambiguous, and said so (it was
-        // told as a time badly written).
+        // RFC 3339's UTC with an unknown local offset: ambiguous here, and
+        // said so (it was told as a time badly written).
         for t in ["2023-11-14T22:13:20-00:00", "2023-11-14T22:13:20.5-00:00"] {
             let e = parse_time_ms(t).unwrap_err();
             assert!(
-                e.contains("unknown offset") && e.contains("ambiguous") && e.contains("+09:00"),
+                e.contains("local offset is unknown")
+                    && e.contains("ambiguous here")
+                    && e.contains("+09:00"),
                 "{t}: {e}"
             );
         }
+        // A fraction of a millisecond rounds up: a record stamped at the
+        // whole millisecond below is before the time.
+        for (t, ms) in [
+            ("2023-11-14T22:13:20.0005Z", 1_700_000_000_001),
+            ("2023-11-14T22:13:20.123456789Z", 1_700_000_000_124),
+            ("2023-11-14T22:13:20.123Z", 1_700_000_000_123),
+            ("2023-11-14T22:13:20.1235+00:00", 1_700_000_000_124),
+        ] {
+            assert_eq!(parse_time_ms(t), Ok(ms), "{t}");
+        }
+        // RFC 3339's lower-case separators.
+        assert_eq!(parse_time_ms("2023-11-14t22:13:20z"), Ok(1_700_000_000_000));
         // Seconds for milliseconds.
         let e = parse_time_ms("1767225600").unwrap_err();
         assert!(e.contains("was this seconds? then 1767225600000"), "{e}");
