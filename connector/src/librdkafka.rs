@@ -213,11 +213,35 @@ pub(crate) fn refuse_misread_numbers(
 ) -> std::result::Result<(), String> {
     for (k, v) in kafka {
         let given = v.trim();
-        let numeric_start = given
-            .trim_start_matches(['+', '-'])
+        let digits = given.trim_start_matches(['+', '-']);
+        let numeric_start = digits
             .trim_start_matches('.')
             .starts_with(|c: char| c.is_ascii_digit());
-        if !numeric_start || names_a_credential(k) {
+        let not_finite = ["nan", "inf", "infinity"].contains(&digits.to_ascii_lowercase().as_str());
+        if !(numeric_start || not_finite) || names_a_credential(k) {
+            continue;
+        }
+        let refused = |why: String| Err(format!("-X {}: {why}", shown(k, v)));
+        // A leading 0 is octal to librdkafka: `010` is 8, `08` is 0, and
+        // one it then refuses as out of range said only "value 8"
+        // (until review, 2026-12-07). Asked of a numeric property only:
+        // a text one (`client.id=010`) takes any text, the probe too.
+        let octal = digits.len() > 1
+            && digits.starts_with('0')
+            && digits.bytes().all(|b| b.is_ascii_digit());
+        if octal && stored_as_librdkafka(k, "cairn-probe").is_err() {
+            return refused(format!(
+                "librdkafka reads a number with a leading 0 as octal ({digits} is {}): write it without the 0",
+                strtol_octal(digits)
+            ));
+        }
+        // `nan` passes librdkafka's range check (a comparison), and
+        // becomes undefined in C once converted; to a text property it is
+        // text.
+        if not_finite {
+            if stored_as_librdkafka(k, "cairn-probe").is_err() {
+                return refused("not a finite number: give one, in the property's unit".into());
+            }
             continue;
         }
         let Ok(stored) = stored_as_librdkafka(k, v) else {
@@ -226,8 +250,7 @@ pub(crate) fn refuse_misread_numbers(
         let Ok(read) = stored.trim().parse::<f64>() else {
             continue;
         };
-        // Hex, read whole, is the number meant; a leading 0 is not (octal:
-        // `010` is 8, whoever meant ten).
+        // Hex, read whole, is the number meant.
         let hex = |g: &str| {
             let (sign, digits) = match g.strip_prefix('-') {
                 Some(rest) => (-1.0, rest),
@@ -240,23 +263,52 @@ pub(crate) fn refuse_misread_numbers(
                 .ok()
                 .map(|v| sign * v as f64)
         };
-        // The one decimal property (`linger.ms`) reads back with `%g`'s six
-        // digits: a value within that of what was given is what was given.
-        let close = |g: f64| (g - read).abs() <= 1e-5 * g.abs().max(1.0);
+        // The one decimal property reads back with `%g`'s six digits: a
+        // value within that of what was given is what was given. Any other
+        // must read back exact (`100000.9` is 100000 to an integer one).
+        let decimal = LINGER_KEYS.contains(&k.strip_prefix("topic.").unwrap_or(k));
+        let same = |g: f64| {
+            if decimal {
+                (g - read).abs() <= 1e-5 * g.abs().max(1.0)
+            } else {
+                g == read
+            }
+        };
         if given
             .parse::<f64>()
             .ok()
             .or_else(|| hex(given))
-            .is_some_and(close)
+            .is_some_and(same)
         {
             continue;
         }
-        return Err(format!(
-            "-X {}: librdkafka reads it as {stored} (it takes an integer setting's leading digits, a leading 0 as octal and 0x as hex, and drops the rest without a word): write the number meant, plainly, in the property's unit",
-            shown(k, v)
-        ));
+        // A whole number librdkafka reads as another lost its high bits.
+        let whole = digits.bytes().all(|b| b.is_ascii_digit());
+        return refused(if whole {
+            format!(
+                "librdkafka reads it as {stored}: an integer setting holds 32 bits (up to 2147483647), and librdkafka keeps the low ones without a word"
+            )
+        } else {
+            format!(
+                "librdkafka reads it as {stored} (it takes an integer setting's leading digits, and 0x as hex, and drops the rest without a word): write the number meant, plainly, in the property's unit"
+            )
+        });
     }
     Ok(())
+}
+
+/// librdkafka's one decimal property, under both its names.
+const LINGER_KEYS: [&str; 2] = ["linger.ms", "queue.buffering.max.ms"];
+
+/// What librdkafka's `strtol` (base 0) makes of `digits`, a run of ASCII
+/// digits with a leading 0: the octal digits up to the first 8 or 9.
+fn strtol_octal(digits: &str) -> i64 {
+    digits
+        .bytes()
+        .take_while(|b| (b'0'..=b'7').contains(b))
+        .fold(0i64, |n, b| {
+            n.saturating_mul(8).saturating_add(i64::from(b - b'0'))
+        })
 }
 
 /// Properties librdkafka knows under two names (`_RK_C_ALIAS` in
@@ -387,8 +439,12 @@ pub(crate) fn redacted(e: KafkaError) -> KafkaError {
 /// other error as rdkafka says it.
 pub(crate) fn settings_refused(e: KafkaError) -> String {
     match redacted(e) {
-        KafkaError::ClientConfig(_, desc, key, value) => format!("{key}={value}: {desc}"),
-        e => e.to_string(),
+        // librdkafka ends some descriptions (a range refused) with a
+        // newline, which put a following note on a line of its own.
+        KafkaError::ClientConfig(_, desc, key, value) => {
+            format!("{key}={value}: {}", desc.trim_end())
+        }
+        e => e.to_string().trim_end().to_owned(),
     }
 }
 
@@ -1104,7 +1160,6 @@ mod tests {
         for (k, v, read) in [
             ("session.timeout.ms", "1.5", "1"),
             ("fetch.min.bytes", "1MB", "1"),
-            ("fetch.wait.max.ms", "010", "8"),
             ("fetch.wait.max.ms", "0x10z", "16"),
             ("topic.message.timeout.ms", "6000ms", "6000"),
             ("statistics.interval.ms", "1e3", "1"),
@@ -1135,6 +1190,39 @@ mod tests {
         ] {
             assert_eq!(refuse_misread_numbers(&one(k, v)), Ok(()), "{k}={v}");
         }
+        // Each misreading in its own words.
+        for (k, v, said) in [
+            (
+                "fetch.wait.max.ms",
+                "010",
+                "librdkafka reads a number with a leading 0 as octal (010 is 8): write it without the 0",
+            ),
+            // Refused by librdkafka's range as 8, which said nothing of octal.
+            (
+                "socket.timeout.ms",
+                "010",
+                "librdkafka reads a number with a leading 0 as octal (010 is 8)",
+            ),
+            ("fetch.wait.max.ms", "09", "octal (09 is 0)"),
+            (
+                "session.timeout.ms",
+                "4294973296",
+                "librdkafka reads it as 6000: an integer setting holds 32 bits",
+            ),
+            (
+                "session.timeout.ms",
+                "100000.9",
+                "librdkafka reads it as 100000 (",
+            ),
+            ("linger.ms", "nan", "not a finite number"),
+            ("linger.ms", "-NaN", "not a finite number"),
+        ] {
+            let e = refuse_misread_numbers(&one(k, v))
+                .map_or_else(|e| e, |()| panic!("{k}={v} passed"));
+            assert!(e.starts_with(&format!("-X {k}={v}: ")) && e.contains(said), "{e}");
+        }
+        // Text that reads as no number stays text.
+        assert_eq!(refuse_misread_numbers(&one("client.id", "nan")), Ok(()));
     }
 
     #[test]
