@@ -1283,8 +1283,11 @@ fn answer(
             format,
         } => {
             let name = Path::new(SOCKET_FILE);
-            selection
-                .choose(engine.partitions(), &[])
+            // Checked as the command line checks it: a request written by
+            // hand gets the same refusal of an empty range.
+            times
+                .check()
+                .and_then(|()| selection.choose(engine.partitions(), &[]))
                 .and_then(|chosen| {
                     // Said before the records, as a stopped archive's
                     // export says it; the client shows it at the end.

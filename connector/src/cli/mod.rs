@@ -517,6 +517,13 @@ pub(crate) fn read_unpanicked<T>(
 /// holder got the advice for a run still starting, an export reading the
 /// stopped archive included; found by an audit.)
 pub(crate) fn open_failed(e: cairn_engine::Error) -> crate::ConnectorError {
+    open_failed_for(e, true)
+}
+
+/// [`open_failed`] for a command a running cairn serves (`served`), or for
+/// one it does not (`restore`): a run holding the archive is then to be
+/// stopped, not waited for.
+pub(crate) fn open_failed_for(e: cairn_engine::Error, served: bool) -> crate::ConnectorError {
     match e {
         cairn_engine::Error::Locked { path, holder } => {
             let command = holder
@@ -524,11 +531,16 @@ pub(crate) fn open_failed(e: cairn_engine::Error) -> crate::ConnectorError {
                 .and_then(|pid| pid.parse::<u32>().ok())
                 .and_then(cairn_command_of);
             let (holder, advice) = match command.as_deref() {
+                Some("run") if !served => (
+                    format!("{holder} (cairn run)"),
+                    "a restore opens the archive itself: stop the run first (SIGINT or SIGTERM; it stops cleanly), then restore".to_owned(),
+                ),
                 Some("run") => (format!("{holder} (cairn run)"), LOCKED_BY_A_RUN_STARTING.to_owned()),
                 Some(c) => (
                     format!("{holder} (cairn {c})"),
                     "a stopped archive is opened by one command at a time: try again once that one has finished (a cairn run, once started, answers status, export, verify, prune and backup beside it)".to_owned(),
                 ),
+                None if !served => (holder, "stop that process first (a cairn run stops cleanly on SIGINT or SIGTERM; another command, once it has finished)".to_owned()),
                 None => (holder, LOCKED_BY_A_RUN_STARTING.to_owned()),
             };
             crate::ConnectorError::ArchiveLocked {
@@ -550,7 +562,13 @@ pub(crate) fn cairn_command_of(pid: u32) -> Option<String> {
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
     let mut args = cmdline.split(|&b| b == 0);
     let exe = std::path::Path::new(std::ffi::OsStr::from_bytes(args.next()?));
-    if exe.file_name()? != "cairn" {
+    // By its name, or (a link or copy under another name) by being this
+    // very binary.
+    let same_binary = || {
+        let theirs = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+        theirs.is_some() && theirs == std::env::current_exe().ok()
+    };
+    if exe.file_name() != Some(std::ffi::OsStr::new("cairn")) && !same_binary() {
         return None;
     }
     // The first word that names a command: `--log-format json` may come first.
