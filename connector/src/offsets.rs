@@ -195,8 +195,16 @@ pub(crate) fn client_in<X: ConsumerContext>(
     if let Some(group) = group {
         c.set("group.id", group);
     }
-    c.create_with_context(context)
-        .map_err(ConnectorError::kafka("create client"))
+    // A refused setting as `run` says one (`-X key=value: why`), not as
+    // rdkafka's text runs the three together (until 2026-12-07 `status
+    // -X` said "kafka error during create client: Client config error:
+    // …"; an audit).
+    c.create_with_context(context).map_err(|e| match e {
+        rdkafka::error::KafkaError::ClientConfig(..) => {
+            ConnectorError::Config(format!("-X {}", crate::librdkafka::settings_refused(e)))
+        }
+        e => ConnectorError::kafka("create client")(e),
+    })
 }
 
 /// A client for metadata and watermarks only, in no group, with
