@@ -863,6 +863,21 @@ fn status_and_restore_refuse_a_number_librdkafka_misreads() {
             "{args:?}: {err}"
         );
     }
+    // A value librdkafka itself refuses: said as run says it, on one line.
+    let (code, _, err) = cairn(&[
+        "status",
+        "--data",
+        d,
+        "--brokers",
+        "127.0.0.1:1",
+        "-X",
+        "socket.timeout.ms=5",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.ends_with("error: -X socket.timeout.ms=5: Configuration property \"socket.timeout.ms\" value 5 is outside allowed range 10..300000\n"),
+        "{err:?}"
+    );
 }
 
 /// A stopped archive another cairn command holds (an export, here) is said
