@@ -217,21 +217,29 @@ pub(crate) fn refuse_misread_numbers(
         let numeric_start = digits
             .trim_start_matches('.')
             .starts_with(|c: char| c.is_ascii_digit());
-        let not_finite = ["nan", "inf", "infinity"].contains(&digits.to_ascii_lowercase().as_str());
+        // strtod takes any word that starts so (`nanx`, `nan(1)`).
+        let lower = digits.to_ascii_lowercase();
+        let not_finite = lower.starts_with("nan") || lower.starts_with("inf");
         if !(numeric_start || not_finite) || names_a_credential(k) {
             continue;
         }
         let refused = |why: String| Err(format!("-X {}: {why}", shown(k, v)));
-        // A leading 0 is octal to librdkafka: `010` is 8, `08` is 0, and
-        // one it then refuses as out of range said only "value 8"
-        // (until review, 2026-12-07). Asked of a numeric property only:
-        // a text one (`client.id=010`) takes any text, the probe too.
+        let decimal = LINGER_KEYS.contains(&k.strip_prefix("topic.").unwrap_or(k));
+        // A leading 0 is octal to librdkafka's integers: `010` is 8, `08`
+        // is 0, and one it then refuses as out of range said only "value
+        // 8" (until review, 2026-12-07). Not so to its one decimal
+        // property (strtod), nor where octal and decimal agree (`05`);
+        // asked of a numeric property only: a text one (`client.id=010`)
+        // takes any text.
         let octal = digits.len() > 1
             && digits.starts_with('0')
-            && digits.bytes().all(|b| b.is_ascii_digit());
-        if octal && stored_as_librdkafka(k, "cairn-probe").is_err() {
+            && digits.bytes().all(|b| b.is_ascii_digit())
+            && !decimal
+            && digits.parse::<i64>().ok() != Some(strtol_octal(digits));
+        if octal && numeric_property(k) {
+            let sign = if given.starts_with('-') { "-" } else { "" };
             return refused(format!(
-                "librdkafka reads a number with a leading 0 as octal ({digits} is {}): write it without the 0",
+                "librdkafka reads a number with a leading 0 as octal ({given} is {sign}{}): write it without the 0",
                 strtol_octal(digits)
             ));
         }
@@ -239,7 +247,7 @@ pub(crate) fn refuse_misread_numbers(
         // becomes undefined in C once converted; to a text property it is
         // text.
         if not_finite {
-            if stored_as_librdkafka(k, "cairn-probe").is_err() {
+            if numeric_property(k) {
                 return refused("not a finite number: give one, in the property's unit".into());
             }
             continue;
@@ -266,7 +274,6 @@ pub(crate) fn refuse_misread_numbers(
         // The one decimal property reads back with `%g`'s six digits: a
         // value within that of what was given is what was given. Any other
         // must read back exact (`100000.9` is 100000 to an integer one).
-        let decimal = LINGER_KEYS.contains(&k.strip_prefix("topic.").unwrap_or(k));
         let same = |g: f64| {
             if decimal {
                 (g - read).abs() <= 1e-5 * g.abs().max(1.0)
@@ -290,7 +297,7 @@ pub(crate) fn refuse_misread_numbers(
             )
         } else {
             format!(
-                "librdkafka reads it as {stored} (it takes an integer setting's leading digits, and 0x as hex, and drops the rest without a word): write the number meant, plainly, in the property's unit"
+                "librdkafka reads it as {stored} (it takes an integer setting's leading digits, a leading 0 as octal and 0x as hex, and drops the rest without a word): write the number meant, plainly, in the property's unit"
             )
         });
     }
@@ -299,6 +306,25 @@ pub(crate) fn refuse_misread_numbers(
 
 /// librdkafka's one decimal property, under both its names.
 const LINGER_KEYS: [&str; 2] = ["linger.ms", "queue.buffering.max.ms"];
+
+/// Whether librdkafka refuses text for `key` as an invalid value: a
+/// numeric, boolean or enum property (a text one takes any; an unknown
+/// name is refused as unknown, and said so by the client's creation).
+/// `plugin.library.paths` is never asked: setting it loads libraries.
+fn numeric_property(key: &str) -> bool {
+    if key.ends_with("plugin.library.paths") {
+        return false;
+    }
+    let mut c = ClientConfig::new();
+    c.set(key, "cairn-probe");
+    matches!(
+        c.create_native_config(),
+        Err(KafkaError::ClientConfig(
+            rdkafka::types::RDKafkaConfRes::RD_KAFKA_CONF_INVALID,
+            ..
+        ))
+    )
+}
 
 /// What librdkafka's `strtol` (base 0) makes of `digits`, a run of ASCII
 /// digits with a leading 0: the octal digits up to the first 8 or 9.
@@ -1204,6 +1230,8 @@ mod tests {
                 "librdkafka reads a number with a leading 0 as octal (010 is 8)",
             ),
             ("fetch.wait.max.ms", "09", "octal (09 is 0)"),
+            ("fetch.wait.max.ms", "-010", "octal (-010 is -8)"),
+            ("linger.ms", "nanx", "not a finite number"),
             (
                 "session.timeout.ms",
                 "4294973296",
@@ -1221,8 +1249,18 @@ mod tests {
                 .map_or_else(|e| e, |()| panic!("{k}={v} passed"));
             assert!(e.starts_with(&format!("-X {k}={v}: ")) && e.contains(said), "{e}");
         }
-        // Text that reads as no number stays text.
-        assert_eq!(refuse_misread_numbers(&one("client.id", "nan")), Ok(()));
+        // Text that reads as no number stays text; octal that reads as
+        // meant, or in the decimal property (strtod), passes; an unknown
+        // name is left to the client's creation, which names it.
+        for (k, v) in [
+            ("client.id", "nan"),
+            ("fetch.wait.max.ms", "05"),
+            ("fetch.wait.max.ms", "00"),
+            ("linger.ms", "010"),
+            ("sesion.timeout.ms", "010"),
+        ] {
+            assert_eq!(refuse_misread_numbers(&one(k, v)), Ok(()), "{k}={v}");
+        }
     }
 
     #[test]
