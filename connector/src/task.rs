@@ -28,8 +28,8 @@
 //! `--commit interval:MS`). Below, the flags of `cairn run` name the
 //! [`RunConfig`](crate::RunConfig) fields of the same names.
 //! `connector/examples/file_sink.rs` is a whole sink with offsets of its
-//! own; this one, a file per run resumed from Kafka's offsets, is the
-//! least a durable sink needs:
+//! own; this one, one file appended to across runs, resumed from Kafka's
+//! offsets, is the least a durable sink needs:
 //!
 //! ```no_run
 //! use std::collections::BTreeMap;

@@ -1482,10 +1482,20 @@ pub(crate) fn write_records(
     // if any, goes with them (until review the same day it went unsaid,
     // and an export that followed them took every time).
     let with_times = |reading: String| {
-        if times.is_unset() {
+        let given: Vec<&str> = [
+            times.from_ms.map(|_| "--from-time"),
+            times.to_ms.map(|_| "--to-time"),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        if given.is_empty() {
             reading
         } else {
-            format!("{reading}; in each, keep this export's --from-time and --to-time as well")
+            format!(
+                "{reading}; in each, keep this export's {} as well",
+                given.join(" and ")
+            )
         }
     };
     let stopped_reading = |records,
@@ -1536,27 +1546,29 @@ pub(crate) fn write_records(
         } else {
             String::new()
         };
+        // The ways on (not for the only partition, damaged before anything
+        // of it was written: there is none to give) keep the time range.
         let reading = if rest.is_empty() && i == 0 {
             at
         } else if rest.is_empty() {
             // The last of several: a --from past the damage alone would
             // skip the earlier partitions' records below it as well.
-            format!(
+            with_times(format!(
                 "{at} (the last partition chosen: a --from applies to every partition chosen, so go on with --topic {} --partition {} and a --from past the damage, which `cairn verify` names, keeping this export's --to; where the output was left as it was or emptied, as said below, the partitions before {tp}, one at a time with this export's --from and --to{below})",
                 tp.topic, tp.partition
-            )
+            ))
         } else {
-            format!(
+            with_times(format!(
                 "{at} (the partitions after it, in the order `cairn status` lists them, were not read either: {}; a --from applies to every partition chosen, so go on one partition at a time, keeping this export's --from and --to: --topic {} --partition {} with a --from past the damage, which `cairn verify` names, and --topic T --partition N for each of those; where the output was left as it was or emptied, as said below, the partitions before {tp} as well{below})",
                 crate::selection::first_few(rest.iter().map(|p| p.tp.to_string())),
                 tp.topic,
                 tp.partition
-            )
+            ))
         };
         ConnectorError::ExportStopped {
             records,
             last: last.clone(),
-            reading: Some(with_times(reading)),
+            reading: Some(reading),
             source: Box::new(source.into()),
             output: String::new(),
         }

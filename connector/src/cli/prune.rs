@@ -97,6 +97,8 @@ pub(crate) fn time_ms(s: &str, consequence: &str) -> std::result::Result<i64, St
 fn rfc3339_ms(s: &str) -> std::result::Result<i64, String> {
     // RFC 3339 allows a lower-case `t` between date and time; humantime
     // takes only `T` (or a space).
+    // Messages quote what was given (`orig`), not the text changed here.
+    let orig = s;
     let upper;
     let s = if s.as_bytes().get(10) == Some(&b't') {
         upper = format!("{}T{}", &s[..10], &s[11..]);
@@ -110,7 +112,7 @@ fn rfc3339_ms(s: &str) -> std::result::Result<i64, String> {
     // with two zones, one of them ignored.
     let parse = |t: &str| {
         if t.ends_with(['Z', 'z']) {
-            return Err(format!("{s:?} has two zones: {EXPECTED}"));
+            return Err(format!("{orig:?} has two zones: {EXPECTED}"));
         }
         // Rounded up to the millisecond: a record stamped r (whole ms) is
         // before t exactly when r < ceil(t), for a cut and a range's ends
@@ -157,13 +159,13 @@ fn rfc3339_ms(s: &str) -> std::result::Result<i64, String> {
         // 2026-12-07 misread the RFC; an audit).
         Some((at, 0, true)) => parse(&s[..at]).and_then(|_| {
             Err(format!(
-                "{s:?} ends with -00:00, which RFC 3339 gives a time in UTC whose local offset is unknown, but which tools also write for a local time of unknown zone, so it is ambiguous here: end it with Z for UTC or its offset such as +09:00"
+                "{orig:?} ends with -00:00, which RFC 3339 gives a time in UTC whose local offset is unknown, but which tools also write for a local time of unknown zone, so it is ambiguous here: end it with Z for UTC or its offset such as +09:00"
             ))
         }),
         Some((at, offset_ms, _)) => parse(&s[..at]).map(|ms| ms - offset_ms),
         None => parse(s).and_then(|_| {
             Err(format!(
-                "{s:?} has no zone, and a time without one is ambiguous (local time, or UTC?): end it with Z for UTC or an offset such as +09:00"
+                "{orig:?} has no zone, and a time without one is ambiguous (local time, or UTC?): end it with Z for UTC or an offset such as +09:00"
             ))
         }),
     }
@@ -499,8 +501,13 @@ pub fn prune(
             // chosen with it reaches) takes all it holds: said, since the
             // line's "below offset N" is its end, not the offset given
             // (until 2026-12-07 only the numbers showed it; an audit).
+            // Only of a partition that held records and was pruned whole.
             let past_end = match cut {
-                Cut::Offset(asked) if asked > before.next_offset => {
+                Cut::Offset(asked)
+                    if asked > before.next_offset
+                        && before.first_offset < before.next_offset
+                        && finished =>
+                {
                     format!(" (all it held: --before {asked} is past its next offset)")
                 }
                 _ => String::new(),
@@ -950,8 +957,10 @@ mod tests {
         ] {
             assert_eq!(parse_time_ms(t), Ok(ms), "{t}");
         }
-        // RFC 3339's lower-case separators.
+        // RFC 3339's lower-case separators; a refusal quotes what was given.
         assert_eq!(parse_time_ms("2023-11-14t22:13:20z"), Ok(1_700_000_000_000));
+        let e = parse_time_ms("2023-11-14t22:13:20").unwrap_err();
+        assert!(e.starts_with("\"2023-11-14t22:13:20\" has no zone"), "{e}");
         // Seconds for milliseconds.
         let e = parse_time_ms("1767225600").unwrap_err();
         assert!(e.contains("was this seconds? then 1767225600000"), "{e}");
