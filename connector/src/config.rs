@@ -488,8 +488,8 @@ impl RunConfig {
         }
         refuse_old_protocol(&self.kafka)?;
         refuse_signal_takeover(&self.kafka)?;
-        crate::librdkafka::refuse_two_names(&self.kafka).map_err(ConnectorError::Config)?;
-        crate::librdkafka::refuse_misread_numbers(&self.kafka).map_err(ConnectorError::Config)?;
+        crate::librdkafka::refuse_ambiguous_settings(&self.kafka)
+            .map_err(ConnectorError::Config)?;
         if let Some((k, v)) = setting_other_than(&self.kafka, "group.protocol", Some("classic")) {
             return bad(format!("-X {k}={v}: cairn runs the classic group protocol (its cooperative-sticky assignment and rebalance handling are built and tested on it)"));
         }

@@ -175,7 +175,7 @@ pub(crate) fn check_message_timeout(
 /// `strtol` with base 0, which takes hex and octal, stops at the first
 /// character that is not a digit, and is cut to an int), or its refusal.
 pub(crate) fn read_as_librdkafka(key: &str, value: &str) -> std::result::Result<i64, String> {
-    let stored = stored_as_librdkafka(key, value)?;
+    let stored = stored_as_librdkafka(key, value).map_err(|e| e.to_string())?;
     stored
         .trim()
         .parse()
@@ -184,17 +184,15 @@ pub(crate) fn read_as_librdkafka(key: &str, value: &str) -> std::result::Result<
 
 /// The text librdkafka gives back for `key` once set alone to `value`, or
 /// its refusal.
-fn stored_as_librdkafka(key: &str, value: &str) -> std::result::Result<String, String> {
+fn stored_as_librdkafka(key: &str, value: &str) -> std::result::Result<String, KafkaError> {
     let mut c = ClientConfig::new();
     c.set(key, value);
     // librdkafka drops a `topic.` prefix when it sets a property, but
     // not when it reads one back.
-    c.create_native_config()
-        .and_then(|n| {
-            n.get(key)
-                .or_else(|e| key.strip_prefix("topic.").map_or(Err(e), |k| n.get(k)))
-        })
-        .map_err(|e| e.to_string())
+    c.create_native_config().and_then(|n| {
+        n.get(key)
+            .or_else(|e| key.strip_prefix("topic.").map_or(Err(e), |k| n.get(k)))
+    })
 }
 
 /// Refuse a number librdkafka would read as another: it parses an integer
@@ -205,9 +203,9 @@ fn stored_as_librdkafka(key: &str, value: &str) -> std::result::Result<String, S
 /// a word (until 2026-12-07; found by an audit of `--config`, whose
 /// `[kafka]` table writes a TOML float as `1.5`). A value is checked when
 /// it begins as a number does: set alone, it must read back as the same
-/// number (hex read whole is the number meant). Text, enum names and booleans read back as words and pass;
-/// a value librdkafka refuses is left to the client's creation, which says
-/// why.
+/// number (hex read whole is the number meant). Text, enum names and
+/// booleans read back as words and pass; a value librdkafka refuses is
+/// left to the client's creation, which says why.
 pub(crate) fn refuse_misread_numbers(
     kafka: &BTreeMap<String, String>,
 ) -> std::result::Result<(), String> {
@@ -315,10 +313,8 @@ fn numeric_property(key: &str) -> bool {
     if key.ends_with("plugin.library.paths") {
         return false;
     }
-    let mut c = ClientConfig::new();
-    c.set(key, "cairn-probe");
     matches!(
-        c.create_native_config(),
+        stored_as_librdkafka(key, "cairn-probe"),
         Err(KafkaError::ClientConfig(
             rdkafka::types::RDKafkaConfRes::RD_KAFKA_CONF_INVALID,
             ..
@@ -360,6 +356,17 @@ const ALIASES: [(&str, &str); 11] = [
     ("acks", "request.required.acks"),
     ("enable.auto.commit", "auto.commit.enable"),
 ];
+
+/// Refuse `-X` settings librdkafka would take otherwise than given: one
+/// property under two names with two values ([`refuse_two_names`]), or a
+/// number it reads as another ([`refuse_misread_numbers`]). Every command
+/// that takes `-X` asks this one (run, restore, status).
+pub(crate) fn refuse_ambiguous_settings(
+    kafka: &BTreeMap<String, String>,
+) -> std::result::Result<(), String> {
+    refuse_two_names(kafka)?;
+    refuse_misread_numbers(kafka)
+}
 
 /// Refuse one property given twice under different names (librdkafka's
 /// aliases, or the `topic.` prefix), with different values: rdkafka hands

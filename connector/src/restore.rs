@@ -164,8 +164,8 @@ impl RestoreConfig {
         refuse_managed_keys(&self.kafka, &MANAGED, "cairn restore")?;
         crate::config::refuse_old_protocol(&self.kafka)?;
         crate::config::refuse_signal_takeover(&self.kafka)?;
-        crate::librdkafka::refuse_two_names(&self.kafka).map_err(ConnectorError::Config)?;
-        crate::librdkafka::refuse_misread_numbers(&self.kafka).map_err(ConnectorError::Config)?;
+        crate::librdkafka::refuse_ambiguous_settings(&self.kafka)
+            .map_err(ConnectorError::Config)?;
         check_message_timeout(&self.kafka, "the restored records")
             .map_err(ConnectorError::Config)?;
         self.select.check_range()?;

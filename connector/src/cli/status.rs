@@ -208,8 +208,7 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
     kafka.insert("isolation.level".into(), "read_uncommitted".into());
     // As `run` and `restore` refuse it: which of two names librdkafka
     // takes changes from run to run (before 2026-12-03 status took it).
-    crate::librdkafka::refuse_two_names(&kafka).map_err(ConnectorError::Config)?;
-    crate::librdkafka::refuse_misread_numbers(&kafka).map_err(ConnectorError::Config)?;
+    crate::librdkafka::refuse_ambiguous_settings(&kafka).map_err(ConnectorError::Config)?;
     if let Some(brokers) = &args.brokers {
         crate::config::check_brokers(brokers, &kafka)?;
     }
