@@ -17,9 +17,27 @@ pub(crate) fn counted(n: impl Into<u64>, noun: &str) -> String {
     }
 }
 
+/// [`counted`] as the subject of "was" or "were": "1 record was",
+/// "2 records were".
+pub(crate) fn counted_were(n: impl Into<u64>, noun: &str) -> String {
+    let n = n.into();
+    format!(
+        "{} {}",
+        counted(n, noun),
+        if n == 1 { "was" } else { "were" }
+    )
+}
+
 #[cfg(test)]
 mod tests {
-    use super::counted;
+    use super::{counted, counted_were};
+
+    #[test]
+    fn the_verb_agrees_with_the_count() {
+        assert_eq!(counted_were(1u64, "record"), "1 record was");
+        assert_eq!(counted_were(0u64, "record"), "0 records were");
+        assert_eq!(counted_were(3u64, "entry"), "3 entries were");
+    }
 
     #[test]
     fn one_is_singular_and_the_rest_plural() {

@@ -1,7 +1,7 @@
 //! The connector's one error type. Every variant names the setting, broker,
 //! topic or record it is about, in one line.
 
-use crate::count::counted;
+use crate::count::{counted, counted_were};
 use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
@@ -134,13 +134,13 @@ pub enum ConnectorError {
         source: Box<ConnectorError>,
     },
     #[error(
-        "restore stopped on request after {} {} delivered. Next: {next_step}", counted(*delivered, "record"), if *delivered == 1 { "was" } else { "were" }
+        "restore stopped on request after {} delivered. Next: {next_step}", counted_were(*delivered, "record")
     )]
     RestoreStopped { delivered: u64, next_step: String },
     /// A restore that stopped part-way for a cause of its own (damage
     /// met in the archive, its last flush failed), with what to run next.
     #[error(
-        "restore stopped after {} {} delivered: {source}. Next: {next_step}", counted(*delivered, "record"), if *delivered == 1 { "was" } else { "were" }
+        "restore stopped after {} delivered: {source}. Next: {next_step}", counted_were(*delivered, "record")
     )]
     RestoreCut {
         delivered: u64,
@@ -148,7 +148,7 @@ pub enum ConnectorError {
         source: Box<ConnectorError>,
         next_step: String,
     },
-    #[error("{target}: {} {} sent but {acknowledged} acknowledged, with no failure reported: the others may or may not be in Kafka. Next: {next_step}", counted(*sent, "record"), if *sent == 1 { "was" } else { "were" })]
+    #[error("{target}: {} sent but {acknowledged} acknowledged, with no failure reported: the others may or may not be in Kafka. Next: {next_step}", counted_were(*sent, "record"))]
     RestoreUnconfirmed {
         target: cairn_engine::TopicPartition,
         sent: u64,
@@ -157,7 +157,7 @@ pub enum ConnectorError {
     },
     /// A restore's records were all acknowledged, but at target offsets
     /// with others between them.
-    #[error("{target}: the restore's {} {} acknowledged at offsets {first} to {last}, which hold {held}: another producer wrote to the topic during the restore, so other records lie among the archive's. Every record was delivered, once: do not run this restore again, which would write them all a second time; for the archive's records alone and in order, restore into an empty topic nothing else writes to", counted(*acknowledged, "record"), if *acknowledged == 1 { "was" } else { "were" })]
+    #[error("{target}: the restore's {} acknowledged at offsets {first} to {last}, which hold {held}: another producer wrote to the topic during the restore, so other records lie among the archive's. Every record was delivered, once: do not run this restore again, which would write them all a second time; for the archive's records alone and in order, restore into an empty topic nothing else writes to", counted_were(*acknowledged, "record"))]
     RestoreInterleaved {
         target: cairn_engine::TopicPartition,
         acknowledged: u64,
@@ -168,7 +168,7 @@ pub enum ConnectorError {
     /// The restore's records lie together, but records appeared in the
     /// target between its check (which found it ending at `checked_end`)
     /// and the first of them (at `first`).
-    #[error("{target}: the restore's {} {} acknowledged from offset {first}, but the target ended at offset {checked_end} when it was checked: records appeared at offsets {checked_end} to {appeared_last} meanwhile. Either another producer wrote them (or had them in a transaction still open when the target was checked: its records then sat past the offset the check reads, the last stable one), or an earlier restore of this archive that was stopped (killed) had written them and they were not yet replicated when this run read the target: then they are in it twice. Every record of this run was delivered, once: do not run it again; read those offsets to tell which (kcat -C -t TOPIC -p PARTITION -o {checked_end}), and for the archive's records alone and once, restore into an empty topic nothing else writes to", counted(*acknowledged, "record"), if *acknowledged == 1 { "was" } else { "were" }, appeared_last = .first - 1)]
+    #[error("{target}: the restore's {} acknowledged from offset {first}, but the target ended at offset {checked_end} when it was checked: records appeared at offsets {checked_end} to {appeared_last} meanwhile. Either another producer wrote them (or had them in a transaction still open when the target was checked: its records then sat past the offset the check reads, the last stable one), or an earlier restore of this archive that was stopped (killed) had written them and they were not yet replicated when this run read the target: then they are in it twice. Every record of this run was delivered, once: do not run it again; read those offsets to tell which (kcat -C -t TOPIC -p PARTITION -o {checked_end}), and for the archive's records alone and once, restore into an empty topic nothing else writes to", counted_were(*acknowledged, "record"), appeared_last = .first - 1)]
     RestoreStartedPast {
         target: cairn_engine::TopicPartition,
         acknowledged: u64,

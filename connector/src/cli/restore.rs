@@ -1,7 +1,7 @@
 //! `cairn restore`: produce archived records back into Kafka (see
 //! `crate::restore`).
 
-use crate::count::counted;
+use crate::count::{counted, counted_were};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -205,13 +205,8 @@ fn print_report(report: &crate::restore::RestoreReport) -> Result<()> {
     }
     if report.timestamps_replaced > 0 {
         outln!(
-            "{} {} archived with a timestamp of 0 or below -1, which Kafka cannot take: {} the time of restore",
-            counted(report.timestamps_replaced, "record"),
-            if report.timestamps_replaced == 1 {
-                "was"
-            } else {
-                "were"
-            },
+            "{} archived with a timestamp of 0 or below -1, which Kafka cannot take: {} the time of restore",
+            counted_were(report.timestamps_replaced, "record"),
             if report.timestamps_replaced == 1 {
                 "it carries"
             } else {
