@@ -83,7 +83,7 @@ fn parse_to_time(s: &str) -> std::result::Result<i64, String> {
 /// could not show it either: its display fails, which panicked the
 /// message of a range that kept nothing, until review the same day).
 fn dated(ms: i64) -> std::result::Result<i64, String> {
-    match super::prune::date_of_ms(ms) {
+    match super::prune::datable(ms) {
         Some(_) => Ok(ms),
         None => Err("after the year 9999: it takes milliseconds since the Unix epoch (given as a number, was this microseconds or nanoseconds?) or RFC 3339".into()),
     }
@@ -116,6 +116,13 @@ impl TimeRange {
                 && self.to_ms.is_none_or(|t| timestamp_ms < t))
     }
 
+    /// The bounds given, as (flag, ms): what a message names.
+    fn given(&self) -> impl Iterator<Item = (&'static str, i64)> {
+        [("--from-time", self.from_ms), ("--to-time", self.to_ms)]
+            .into_iter()
+            .filter_map(|(flag, ms)| Some((flag, ms?)))
+    }
+
     /// Refuse a range that holds no time.
     pub fn check(&self) -> Result<()> {
         match (self.from_ms, self.to_ms) {
@@ -132,13 +139,10 @@ impl TimeRange {
 /// Milliseconds since the epoch, as RFC 3339 in UTC where humantime shows
 /// one (up to the year 9999), else the number.
 fn shown_ms(ms: i64) -> String {
-    match super::prune::date_of_ms(ms) {
-        Some(_) => humantime::format_rfc3339_millis(
-            std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms as u64),
-        )
-        .to_string(),
-        None => ms.to_string(),
-    }
+    super::prune::datable(ms).map_or_else(
+        || ms.to_string(),
+        |at| humantime::format_rfc3339_millis(at).to_string(),
+    )
 }
 
 #[derive(Serialize)]
@@ -1482,13 +1486,7 @@ pub(crate) fn write_records(
     // if any, goes with them (until review the same day it went unsaid,
     // and an export that followed them took every time).
     let with_times = |reading: String| {
-        let given: Vec<&str> = [
-            times.from_ms.map(|_| "--from-time"),
-            times.to_ms.map(|_| "--to-time"),
-        ]
-        .into_iter()
-        .flatten()
-        .collect();
+        let given: Vec<&str> = times.given().map(|(flag, _)| flag).collect();
         if given.is_empty() {
             reading
         } else {
@@ -1636,34 +1634,32 @@ pub(crate) fn write_records(
     // An empty result of a range would look like success. Chosen before
     // a prune that ran meanwhile, the range may no longer meet what the
     // partitions hold: that error, which lists what they do hold, first.
-    if count == 0 && select.ranged() && !chosen.is_empty() {
-        select.choose(engine.partitions(), &[])?;
-        // A gap of offsets is said as such, a time range or not (until
-        // review the same day, as a time range that kept nothing).
-        if times.is_unset() || !read_any {
-            return Err(select.nothing_in_range());
-        }
-    }
-    // Nor would one of a time range: said with the times, and what to
-    // look at (the timestamps the chosen records carry).
-    if count == 0 && !times.is_unset() && !chosen.is_empty() {
-        let bound = |flag: &str, ms: Option<i64>| ms.map(|ms| format!("{flag} {}", shown_ms(ms)));
-        let asked: Vec<String> = [
-            bound("--from-time", times.from_ms),
-            bound("--to-time", times.to_ms),
-        ]
-        .into_iter()
-        .flatten()
-        .collect();
-        return Err(ConnectorError::Config(format!(
-            "{}: no record of the chosen partitions{} has a timestamp in that range (`cairn export` without it shows the records' timestamps; a record without one is in no range)",
-            asked.join(" "),
-            if select.ranged() {
-                " in the offsets chosen"
-            } else {
-                ""
+    if count == 0 && !chosen.is_empty() {
+        if select.ranged() {
+            select.choose(engine.partitions(), &[])?;
+            // A gap of offsets is said as such, a time range or not (until
+            // review the same day, as a time range that kept nothing).
+            if times.is_unset() || !read_any {
+                return Err(select.nothing_in_range());
             }
-        )));
+        }
+        // Nor would one of a time range: said with the times, and what to
+        // look at (the timestamps the chosen records carry).
+        if !times.is_unset() {
+            let asked: Vec<String> = times
+                .given()
+                .map(|(flag, ms)| format!("{flag} {}", shown_ms(ms)))
+                .collect();
+            return Err(ConnectorError::Config(format!(
+                "{}: no record of the chosen partitions{} has a timestamp in that range (`cairn export` without it shows the records' timestamps; a record without one is in no range)",
+                asked.join(" "),
+                if select.ranged() {
+                    " in the offsets chosen"
+                } else {
+                    ""
+                }
+            )));
+        }
     }
     Ok(Some(count))
 }

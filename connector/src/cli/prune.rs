@@ -214,11 +214,17 @@ impl Cut {
 /// `ms` since the Unix epoch as an RFC 3339 date, where humantime formats
 /// one (up to the year 9999).
 pub(crate) fn date_of_ms(ms: i64) -> Option<String> {
+    let at = datable(ms)?;
+    Some(humantime::format_rfc3339(at).to_string())
+}
+
+/// `ms` since the Unix epoch as a time humantime can show as a date (from
+/// 1970 up to the year 9999; its display fails past that).
+pub(crate) fn datable(ms: i64) -> Option<std::time::SystemTime> {
     let ms = u64::try_from(ms)
         .ok()
         .filter(|&ms| ms < 253_402_300_800_000)?;
-    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
-    Some(humantime::format_rfc3339(at).to_string())
+    Some(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
 }
 
 fn cut_of(args: &PruneArgs) -> Result<Cut> {
