@@ -967,6 +967,66 @@ fn verify_reports_a_damaged_segment_header() {
     );
 }
 
+/// An archive with a damaged segment header is refused by `run` and
+/// `prune`, which write, and read whole by `status` (exit 1, the damage
+/// said), `export` and `backup`, whose copy then runs: until 2026-12-07
+/// `run` archived onto it and committed the offsets, and the next open
+/// found the records gone, since sled takes such a segment for a free one
+/// when an open reads its header (found by an audit).
+#[test]
+fn a_damaged_segment_header_refuses_run_and_prune_not_reads() {
+    use std::io::Read;
+    let mb = TestBroker::start(&["hdr:1"]);
+    let (topic, group) = (mb.topic("hdr"), mb.group("hdr-group"));
+    let dir = archive_of_ten(&topic);
+    let d = dir.path().to_str().unwrap();
+    // An open writes sled's snapshot, which later opens read through.
+    assert_eq!(cairn(&["status", "--data", d]).0, 0);
+    let data = dir.path().join("sled").join("db");
+    let mut bytes = std::fs::read(&data).unwrap();
+    bytes[9] ^= 0x01;
+    std::fs::write(&data, &bytes).unwrap();
+    let damage = format!(
+        "corruption at sled's files in {} (log offset 0): a log segment's header fails its checksum",
+        data.display()
+    );
+
+    let mut run = common::KillOnDrop::spawn(
+        Command::new(common::CAIRN)
+            .arg("run")
+            .args(common::run_flags(&mb.brokers, &group, &topic, d))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped()),
+    );
+    let mut err = String::new();
+    run.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert_eq!(run.wait().unwrap().code(), Some(1), "{err}");
+    assert!(err.contains(&damage), "{err}");
+    let (code, _, err) = cairn(&["prune", "--data", d, "--topic", &topic, "--before", "5"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains(&damage), "{err}");
+    // Nothing was written: the data file is as it was.
+    assert_eq!(std::fs::read(&data).unwrap(), bytes);
+
+    let (code, out, err) = cairn(&["status", "--data", d]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains(&damage) && out.contains(&topic), "{out}{err}");
+    let (code, out, err) = cairn(&["export", "--data", d]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.lines().count(), 10, "{out}");
+    assert!(err.contains(&damage), "{err}");
+    let copy = dir.path().with_extension("copy");
+    let c = copy.to_str().unwrap();
+    let (code, _, err) = cairn(&["backup", "--data", d, "--to", c]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = cairn(&["verify", "--data", c]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = cairn(&["export", "--data", c]);
+    assert_eq!((code, out.lines().count()), (0, 10), "{err}");
+    assert!(!err.contains("corruption"), "{err}");
+    std::fs::remove_dir_all(&copy).unwrap();
+}
+
 /// An archive directory this user may not look into is said to be that,
 /// by every command that reads it: until 2026-12-07 they warned that the
 /// archive's socket refused this user, as if another user's run held it,

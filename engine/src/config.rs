@@ -72,6 +72,17 @@ pub struct EngineConfig {
     /// Move the recovery checkpoint forward after this many bytes of frames,
     /// which bounds the work of recovery after a crash.
     pub checkpoint_interval_bytes: u64,
+    /// An open to read only (an export, a status, a backup's source, a
+    /// restore's): a store with a damaged header of one of sled's log
+    /// segments opens, the damage listed in its recovery report
+    /// (`damaged_segment_headers`), and every write to it is refused with
+    /// that damage's error. Otherwise (the default) such a store is
+    /// refused as it opens: sled takes a segment whose header fails its
+    /// CRC for a free one whenever an open reads that header, so records
+    /// written into it would be gone at a later open, after their offsets
+    /// were committed (segments.rs; until 2026-12-07 `cairn run` archived
+    /// onto such a store; found by an audit).
+    pub open_to_read: bool,
 }
 
 /// sled's refusal of a database whose lock another handle holds (it says
@@ -90,6 +101,7 @@ impl EngineConfig {
             frame_body_bytes_max: 64 << 10,
             cache_capacity_bytes: 64 << 20,
             checkpoint_interval_bytes: 64 << 20,
+            open_to_read: false,
         }
     }
 
@@ -115,6 +127,12 @@ impl EngineConfig {
 
     pub fn checkpoint_interval_bytes(mut self, n: u64) -> Self {
         self.checkpoint_interval_bytes = n;
+        self
+    }
+
+    /// See [`open_to_read`](Self::open_to_read) (the field).
+    pub fn open_to_read(mut self, yes: bool) -> Self {
+        self.open_to_read = yes;
         self
     }
 

@@ -387,6 +387,21 @@ fn create_dir_durably(path: &std::path::Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The error of a damaged header of one of sled's log segments (`d`), for
+/// an open to write and for any write to a store opened to read with one.
+fn segment_header_damage(cfg: &EngineConfig, d: &crate::segments::DamagedHeader) -> Error {
+    Error::corruption(
+        crate::error::Location::SledFiles {
+            path: cfg.sled_data_path(),
+            log_offset: Some(d.file_offset),
+        },
+        crate::error::CorruptionKind::SegmentHeader {
+            stored: d.stored_crc,
+            computed: d.computed_crc,
+        },
+    )
+}
+
 pub(crate) fn store_err(op: &'static str) -> impl FnOnce(sled::Error) -> Error {
     move |source| match source {
         // sled reads pages from its log as they are needed, and checks
@@ -516,6 +531,21 @@ impl Engine {
             path: cfg.path.clone(),
             source: e,
         };
+        // sled closed, the lock held (segments.rs): read before sled opens,
+        // since an open that reads a damaged header takes its segment for
+        // a free one and would write over it.
+        let damaged_segment_headers = if cfg.store_exists()? {
+            crate::segments::damaged_headers(&cfg.sled_data_path()).map_err(|e| Error::Io {
+                op: "read the headers of sled's log segments",
+                path: cfg.sled_data_path(),
+                source: e,
+            })?
+        } else {
+            Vec::new()
+        };
+        if let (false, Some(d)) = (cfg.open_to_read, damaged_segment_headers.first()) {
+            return Err(segment_header_damage(&cfg, d));
+        }
         let (db, tree) = sled.insert((cfg.open_sled()?, None));
         let tree = &*tree.insert(db.open_tree("cairn").map_err(store_err("open tree"))?);
         let db = &*db;
@@ -538,6 +568,7 @@ impl Engine {
         crate::poisoned::remove_stale_replacement(&cfg.path);
         report.poisoned_before = before.poisoned;
         report.unclean_stop_cache_dropped = before.unclean_cache_dropped;
+        report.damaged_segment_headers = damaged_segment_headers;
         let durable = DurableView {
             partitions: (*state.partitions).clone(),
             lsn: state.next_lsn - 1,
@@ -891,6 +922,7 @@ impl Engine {
             return Ok(());
         }
         {
+            self.refuse_write_to_damage()?;
             let mut w = self.write_state()?;
             let op = "topic binding";
             let _poison_on_panic = PoisonOnPanic { engine: self, op };
@@ -929,6 +961,7 @@ impl Engine {
                 .into());
             }
         }
+        self.refuse_write_to_damage()?;
         let mut w = self.write_state()?;
         let _poison_on_panic = PoisonOnPanic { engine: self, op };
         self.check_usable()?;
@@ -980,6 +1013,7 @@ impl Engine {
         validate_batches(batches, self.cfg.record_bytes_max)?;
         let mut touched = BTreeSet::new();
         let (seq, offsets, appended, duplicates) = {
+            self.refuse_write_to_damage()?;
             let mut w = self.write_state()?;
             // A panic among the inserts leaves the store and the engine's
             // state unknown: poisoned, as a failed insert would be. Declared
@@ -1605,6 +1639,7 @@ impl Engine {
     pub(crate) fn lock_write(&self) -> Result<MutexGuard<'_, WriteState>> {
         // Checked under the lock: a write that failed while this waited
         // for it poisoned the engine and let go of the lock cleanly.
+        self.refuse_write_to_damage()?;
         let w = self.write_state()?;
         self.check_usable()?;
         Ok(w)
@@ -1623,6 +1658,16 @@ impl Engine {
     /// engine's poisoning as an error (never a panic). Writes and
     /// truncations poison the engine before a panic lets go of the lock
     /// (`PoisonOnPanic`); one that did not is poisoned here.
+    /// `Ok` unless the store was opened to read with a damaged segment
+    /// header ([`EngineConfig::open_to_read`]): then every write is
+    /// refused with that damage, before it takes the write lock.
+    fn refuse_write_to_damage(&self) -> Result<()> {
+        match self.recovery.damaged_segment_headers.first() {
+            Some(d) => Err(segment_header_damage(&self.cfg, d)),
+            None => Ok(()),
+        }
+    }
+
     fn write_state(&self) -> Result<MutexGuard<'_, WriteState>> {
         match self.write.lock() {
             Ok(w) => Ok(w),

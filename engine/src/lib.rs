@@ -113,6 +113,7 @@ pub use retention::{
     TruncateReport, TruncationPass, FAILPOINT_EMPTYING_COUNT, PLAN_ENTRIES_PER_ASK,
     TRUNCATE_ENTRIES_PER_STEP, TRUNCATE_FRAMES_PER_STEP,
 };
+pub use segments::DamagedHeader;
 pub use sync::{FAILPOINT_FLUSH_ERR, FAILPOINT_SYNC_DIR};
 pub use topics::TopicId;
 pub use verify::{

@@ -80,6 +80,10 @@ pub struct RecoveryReport {
     /// the store's files and dropped their cached pages first
     /// (poisoned.rs).
     pub unclean_stop_cache_dropped: bool,
+    /// The damaged headers of sled's log segments, read before sled
+    /// opened; only an open to read gets this far with any
+    /// ([`EngineConfig::open_to_read`]), and its engine takes no writes.
+    pub damaged_segment_headers: Vec<crate::segments::DamagedHeader>,
 }
 
 /// A torn last entry removed by recovery.
@@ -173,6 +177,7 @@ pub(crate) fn recover(
         duration: Duration::ZERO,
         poisoned_before: None,
         unclean_stop_cache_dropped: false,
+        damaged_segment_headers: Vec::new(),
     };
     let mut repairs = sled::Batch::default();
     let mut rebuilt: Rebuilt = BTreeMap::new();

@@ -22,7 +22,12 @@
 //!
 //! # Invariants
 //! - Read only with sled closed and the store's lock held (a stopped
-//!   verify): a header sled is writing could read torn.
+//!   verify; an engine's open, before sled opens): a header sled is
+//!   writing could read torn.
+//! - An open to write refuses a store with a damaged header, and an
+//!   engine opened to read with one takes no write (`EngineConfig::
+//!   open_to_read`): sled keeps appending into the segment it was writing,
+//!   and a later open that reads its header would lose what it got.
 //! - Reports every damaged header with its offset in the file; never
 //!   panics on any bytes, and reads nothing past the file's end.
 

@@ -2593,3 +2593,68 @@ fn a_store_whose_creation_never_finished_is_no_damage() {
         "{v:?}"
     );
 }
+
+/// A damaged header of one of sled's log segments refuses an open to
+/// write, at its offset in sled's data file, before sled opens: sled takes
+/// such a segment for a free one whenever an open reads its header, so an
+/// append into it would be lost at a later open, after its offsets were
+/// committed (until 2026-12-07 `cairn run` archived onto such a store, and
+/// its next open found the records gone; found by an audit). An open to
+/// read takes the store, lists the damage, reads every record, and refuses
+/// every write with the same error.
+#[test]
+fn a_damaged_segment_header_refuses_writes_not_reads() {
+    let (dir, tp) = store();
+    // Opened again: sled's open writes a snapshot of the log, which later
+    // opens read through, not the header. (Damaged before it, the open
+    // finds the log lost: `LostSuffix`.)
+    Engine::open(EngineConfig::new(dir.path()))
+        .unwrap()
+        .close()
+        .unwrap();
+    let db = EngineConfig::new(dir.path()).sled_data_path();
+    let mut bytes = std::fs::read(&db).unwrap();
+    bytes[9] ^= 0x01;
+    std::fs::write(&db, &bytes).unwrap();
+    let at_the_header = |e: Error| match e {
+        Error::Corruption {
+            location: Location::SledFiles { path, log_offset },
+            kind: CorruptionKind::SegmentHeader { stored, computed },
+        } => {
+            assert_eq!((path, log_offset), (db.clone(), Some(0)));
+            assert_ne!(stored, computed);
+        }
+        e => panic!("{e}"),
+    };
+    let refused = |what| match Engine::open(EngineConfig::new(dir.path())) {
+        Err(e) => at_the_header(e),
+        Ok(_) => panic!("{what}: opened to write"),
+    };
+    refused("first");
+    // Nothing was opened: the data file is as it was.
+    assert_eq!(std::fs::read(&db).unwrap(), bytes);
+
+    let e = Engine::open(EngineConfig::new(dir.path()).open_to_read(true)).unwrap();
+    let damaged = &e.recovery_report().damaged_segment_headers;
+    assert_eq!(damaged.len(), 1);
+    assert_eq!(damaged[0].file_offset, 0);
+    let offsets: Vec<i64> = e.read(&tp, 0).unwrap().map(|r| r.unwrap().offset).collect();
+    assert_eq!(offsets, (0..30).collect::<Vec<_>>());
+    at_the_header(e.append(&[batch(&tp, 30..31, 20)]).unwrap_err());
+    at_the_header(e.write(&[batch(&tp, 30..31, 20)]).unwrap_err());
+    at_the_header(e.truncate_before(&tp, 10).unwrap_err());
+    let to = std::collections::BTreeMap::from([(tp.clone(), 40)]);
+    at_the_header(e.advance_partitions(&to).unwrap_err());
+    let ids = std::collections::BTreeMap::from([(
+        "c".to_string(),
+        cairn_engine::TopicId::new(7).unwrap(),
+    )]);
+    at_the_header(e.bind_topics(&ids).unwrap_err());
+    assert_eq!(e.durable_offset(&tp), Some(30));
+    e.close().unwrap();
+    // Still refused to write, still read whole.
+    refused("again");
+    let e = Engine::open(EngineConfig::new(dir.path()).open_to_read(true)).unwrap();
+    assert_eq!(e.read(&tp, 0).unwrap().count(), 30);
+    e.close().unwrap();
+}

@@ -155,7 +155,7 @@ pub async fn run(args: BackupArgs) -> Result<ExitCode> {
     // On this thread, with the watcher free to run on another; which
     // goes when either fails, as restore's does (an embedder's runtime
     // lives on).
-    let opened = tokio::task::block_in_place(|| super::open_unserved(data));
+    let opened = tokio::task::block_in_place(|| super::open_unserved(data, super::Access::Read));
     let engine = match opened {
         Ok(engine) => engine,
         Err(e) => {

@@ -637,7 +637,7 @@ fn export_stopped(
         shared.closed.store(closed.is_ok(), Ordering::SeqCst);
         closed
     };
-    let engine = super::open_unserved(data)?;
+    let engine = super::open_unserved(data, super::Access::Read)?;
     let chosen = select.choose(engine.partitions(), &[])?;
     if let Some(later) = select.starts_below_held(&chosen) {
         super::say_warn!("{later}");

@@ -403,9 +403,28 @@ pub(crate) fn refuse_not_a_directory(data: &std::path::Path) -> crate::Result<()
 }
 
 /// Open an archive for reading, with a clear message when it is in use.
+/// A damaged header of one of sled's log segments is said, and the engine
+/// takes no writes ([`cairn_engine::EngineConfig::open_to_read`]): the
+/// records are still there to export or back up.
 pub fn open_archive(data: &std::path::Path) -> crate::Result<cairn_engine::Engine> {
+    open_archive_to(data, Access::Read)
+}
+
+/// What a command does to the archive it opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// Reads it only: a damaged segment header is said, not refused.
+    Read,
+    /// Writes it (a prune): a damaged segment header refuses the open, as
+    /// `run`'s, since what is written there would be lost.
+    Write,
+}
+
+fn open_archive_to(data: &std::path::Path, access: Access) -> crate::Result<cairn_engine::Engine> {
     refuse_no_archive(data)?;
-    let engine = cairn_engine::Engine::open(cairn_engine::EngineConfig::new(data))?;
+    let engine = cairn_engine::Engine::open(
+        cairn_engine::EngineConfig::new(data).open_to_read(access == Access::Read),
+    )?;
     say_repaired(data, engine.recovery_report());
     Ok(engine)
 }
@@ -447,6 +466,21 @@ pub(crate) fn log_close_after_failure(poisoned_before: bool, closed: cairn_engin
 /// (until 2026-12-06; found by an audit of `status`, which also exits 1
 /// for it).
 pub(crate) fn say_repaired(data: &std::path::Path, r: &cairn_engine::RecoveryReport) {
+    // Read before sled opened, and opened only to read: the records are
+    // all there, but a later open could lose a segment's (segments.rs).
+    for d in &r.damaged_segment_headers {
+        let e = cairn_engine::Error::corruption(
+            cairn_engine::Location::SledFiles {
+                path: cairn_engine::EngineConfig::new(data).sled_data_path(),
+                log_offset: Some(d.file_offset),
+            },
+            cairn_engine::CorruptionKind::SegmentHeader {
+                stored: d.stored_crc,
+                computed: d.computed_crc,
+            },
+        );
+        say_warn!("{e} (`cairn run` and `cairn prune` refuse this archive: run from the copy)");
+    }
     let n = r.index_entries_damaged;
     if n > 0 {
         say_warn!(
@@ -465,8 +499,11 @@ pub(crate) fn say_repaired(data: &std::path::Path, r: &cairn_engine::RecoveryRep
 /// sled 0.34.7 panics on some damage to its own files (its issues #1155,
 /// #1387): such an open is an error naming the archive, as `verify`'s is,
 /// not a crash with exit 101.
-pub(crate) fn open_unserved(data: &std::path::Path) -> crate::Result<cairn_engine::Engine> {
-    unpanicked(data, || open_archive(data)).map_err(|e| match e {
+pub(crate) fn open_unserved(
+    data: &std::path::Path,
+    access: Access,
+) -> crate::Result<cairn_engine::Engine> {
+    unpanicked(data, || open_archive_to(data, access)).map_err(|e| match e {
         crate::ConnectorError::Engine(e) => open_failed(e),
         e => e,
     })

@@ -320,7 +320,7 @@ pub async fn run(args: PruneArgs) -> Result<ExitCode> {
             conn, &req, data,
         )??));
     }
-    let engine = super::open_unserved(data)?;
+    let engine = super::open_unserved(data, super::Access::Write)?;
     let never = std::sync::atomic::AtomicBool::new(false);
     // The report lines written, and the line that failed, if one did (a
     // full disk behind a redirect): a partition's, or one of the totals

@@ -235,11 +235,13 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
             Err(end) => return Ok(crate::live::exit_code(&end)),
         },
         None => {
-            let engine = super::open_unserved(data)?;
+            let engine = super::open_unserved(data, super::Access::Read)?;
             // Damage the open rebuilt is said (`say_repaired`), and the
             // exit is 1, as for damage status finds itself: a monitor
             // that goes by the exit learns of it (nothing finds it again).
-            repaired = engine.recovery_report().index_entries_damaged > 0;
+            let report = engine.recovery_report();
+            repaired =
+                report.index_entries_damaged > 0 || !report.damaged_segment_headers.is_empty();
             // Its reads of the topic ids go through sled: a panic there
             // (sled's, on damage to its own files) is an error naming the
             // archive, as the open's is (until 2026-12-06 it exited 101).
