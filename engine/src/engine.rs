@@ -541,6 +541,11 @@ impl Engine {
                 source: e,
             })?
         } else {
+            // Nor is a store that lost its data file taken for a new one:
+            // sled would make an empty one, and the evidence would be gone
+            // before recovery refused the store as having lost its records
+            // (until 2026-12-07 `cairn run` did so; found by an audit).
+            watermark::refuse_lost_store(&cfg)?;
             Vec::new()
         };
         if let (false, Some(d)) = (cfg.open_to_read, damaged_segment_headers.first()) {

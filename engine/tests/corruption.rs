@@ -2468,28 +2468,37 @@ fn verify_says_an_open_repairs_only_what_the_open_repairs() {
 /// A store whose sled folder is gone, its watermark left: verify names the
 /// loss at the watermark (until the night of 2026-12-03 it said "no cairn
 /// store here", as of an empty folder), and an open refuses it rather than
-/// start a new, empty store under the old watermark.
+/// start a new, empty store under the old watermark. So is one whose sled
+/// folder lost only its data file, and the open makes none: until
+/// 2026-12-07 sled made an empty one before recovery refused the store,
+/// and every command after it saw another damage (found by an audit).
 #[test]
 fn a_store_that_lost_its_sled_folder_is_damage_not_absence() {
-    let (dir, _tp) = store();
-    std::fs::remove_dir_all(dir.path().join("sled")).unwrap();
-    let cfg = EngineConfig::new(dir.path());
-    match cairn_engine::verify_store(&cfg) {
-        Err(Error::Corruption {
-            location: Location::Watermark,
-            kind: CorruptionKind::SledUnreadable { detail },
-        }) => assert!(detail.contains("sled/db) is missing"), "{detail}"),
-        other => panic!("expected the loss named, got {other:?}"),
-    }
-    match Engine::open(cfg) {
-        Err(Error::Corruption { kind, .. }) => assert!(
-            matches!(
-                kind,
-                CorruptionKind::LostSuffix { .. } | CorruptionKind::SledUnreadable { .. }
+    for lost in ["sled", "sled/db"] {
+        let (dir, _tp) = store();
+        let gone = dir.path().join(lost);
+        if lost == "sled" {
+            std::fs::remove_dir_all(&gone).unwrap();
+        } else {
+            std::fs::remove_file(&gone).unwrap();
+        }
+        let cfg = EngineConfig::new(dir.path());
+        let named = |e: Result<(), Error>, what: &str| match e {
+            Err(Error::Corruption {
+                location: Location::Watermark,
+                kind: CorruptionKind::SledUnreadable { detail },
+            }) => assert!(
+                detail.contains("sled/db) is missing"),
+                "{lost} {what}: {detail}"
             ),
-            "{kind}"
-        ),
-        other => panic!("expected the open refused, got {:?}", other.map(|_| ())),
+            other => panic!("{lost} {what}: expected the loss named, got {other:?}"),
+        };
+        named(cairn_engine::verify_store(&cfg).map(|_| ()), "verify");
+        named(Engine::open(cfg.clone()).map(|_| ()), "open");
+        assert!(
+            !cfg.sled_data_path().exists(),
+            "{lost}: the open made a data file"
+        );
     }
 }
 
