@@ -101,7 +101,7 @@ pub enum ConnectorError {
         stored: i64,
         earliest: i64,
     },
-    #[error("position {position} of {topic}/{partition} is past Kafka's log end {log_end}: the partition was truncated or the topic recreated, and its new records would reuse offsets the archive holds (archive them into a new --data directory, with a new --group: the group's committed offset is past the log end too)")]
+    #[error("position {position} of {topic}/{partition} is past Kafka's log end {log_end}: the partition was truncated or the topic recreated, and its new records would reuse offsets the archive holds (archive them into a new --data directory, with a new --group: one this group committed here is past the log end too, if it committed one)")]
     OffsetBeyondLogEnd {
         topic: String,
         partition: i32,
