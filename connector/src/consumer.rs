@@ -236,8 +236,12 @@ pub(crate) struct Shared {
     /// Where each assigned partition started fetching.
     pub starts: BTreeMap<TopicPartition, Start>,
     /// The group has assigned this member partitions (or none) at least
-    /// once: it joined.
+    /// once: it joined. Unset again when the group takes every partition
+    /// away as lost (`lost_all`), until it assigns again.
     pub joined: bool,
+    /// The group took every partition of this member away as lost (its
+    /// session timed out, or Kafka went away) and has assigned none since.
+    pub lost_all: bool,
 }
 
 /// The memory a buffered record holds, as `pending_bytes` counts it: its
@@ -1254,6 +1258,7 @@ pub fn run_pipeline(
         log_bounds: BTreeMap::new(),
         starts: BTreeMap::new(),
         joined: false,
+        lost_all: false,
     }));
     let consumer: BaseConsumer<SinkContext> = client_config(cfg)
         .create_with_context(SinkContext {
@@ -1698,6 +1703,7 @@ fn consume(
     let join_wait = Duration::from_millis(cfg.connect_timeout_ms);
     let join_rewarn = join_wait.max(Duration::from_secs(10));
     let mut join_warn_at = Instant::now() + join_wait;
+    let mut was_joined = false;
     // A reset error was seen and its partitions are not restarted yet; and
     // whether a restart was already put off once for an event that came
     // while it was being worked out.
@@ -1889,7 +1895,23 @@ fn consume(
         // Nothing more was waiting when the call returned.
         let drained = !cut && handed < crate::fetch::TAKE_MAX;
         let mut s = lock(shared);
-        if !s.joined && Instant::now() >= join_warn_at {
+        // Out of the group again: warned as before the first join, from
+        // now (until 2026-12-07 a run whose Kafka went away for good said
+        // one WARN at the loss, and then nothing of its own while it
+        // archived nothing; found by an audit).
+        if s.joined != was_joined {
+            was_joined = s.joined;
+            if !was_joined {
+                join_warn_at = Instant::now() + join_wait;
+            }
+        }
+        if !s.joined && s.lost_all && Instant::now() >= join_warn_at {
+            join_warn_at += join_rewarn;
+            tracing::warn!(
+                group = %cfg.group,
+                "no partitions assigned since the group took this member's away as lost (its session timed out, or Kafka went away: librdkafka's own lines say which): librdkafka keeps trying to rejoin, and nothing is archived until the group assigns partitions again; what was archived is durable, and Kafka's committed offsets are not past it"
+            );
+        } else if !s.joined && Instant::now() >= join_warn_at {
             join_warn_at += join_rewarn;
             tracing::warn!(
                 group = %cfg.group,

@@ -374,6 +374,7 @@ impl SinkContext {
         let tps = tps_of(tpl);
         let mut s = lock(&self.shared);
         s.joined = true;
+        s.lost_all = false;
         let _span = tracing::info_span!("assign", partitions = tps.len()).entered();
         if s.pipeline.state().commits_closed {
             // The run is over (a clean stop or a fatal error) and the sink
@@ -793,6 +794,12 @@ impl SinkContext {
             s.starts.remove(tp);
         }
         s.assignment_changed(&tps);
+        // Every partition gone as lost: out of the group until it assigns
+        // again (the consumer loop warns while it lasts).
+        if lost && s.assigned.is_empty() && !clean_finish {
+            s.joined = false;
+            s.lost_all = true;
+        }
         if !clean_finish {
             let partitions = tps;
             if let Err(e) = s.request(|reply| Job::Close { partitions, reply }) {

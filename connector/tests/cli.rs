@@ -400,6 +400,49 @@ fn an_archived_partition_without_a_committed_offset_is_warned_about() {
     assert!(warned.contains(&format!("{topic}/0@10")), "{warned}");
 }
 
+/// A run whose Kafka goes away for good says so again and again, as a run
+/// that has not joined yet does: until 2026-12-07 it said one WARN as the
+/// group took its partitions away as lost, and then nothing of its own,
+/// alive and archiving nothing (found by an audit). Mock only: a real
+/// broker is not the test's to kill.
+#[test]
+fn a_run_whose_kafka_goes_away_keeps_saying_so() {
+    use std::io::{BufRead, BufReader};
+    let mut mb = TestBroker::start(&["gone:3"]);
+    if !mb.is_mock() {
+        cairn_engine::fuzzing::skip("kills the broker: the mock only");
+        return;
+    }
+    let (topic, group) = (mb.topic("gone"), mb.group("gone-group"));
+    cairn_connector::cli::demo::produce(&mb.brokers, &topic, 0..10).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let mut args = common::run_flags(&mb.brokers, &group, &topic, d);
+    args.extend(["--connect-timeout-ms", "1000"]);
+    let mut run = common::cairn_run(&args, None);
+    let mut lines = BufReader::new(run.stderr.take().unwrap())
+        .lines()
+        .map_while(Result::ok);
+    lines
+        .find(|l| l.contains(r#""message":"commit""#))
+        .expect("the run ended before its first commit");
+    mb.kill();
+    let needle = "no partitions assigned since the group took this member's away as lost";
+    let mut said = 0;
+    for line in lines.by_ref() {
+        if line.contains(needle) {
+            said += 1;
+            if said == 2 {
+                break;
+            }
+        }
+    }
+    assert_eq!(said, 2, "the run's log ended");
+    common::send_signal(run.id(), "TERM");
+    let rest: Vec<String> = lines.collect();
+    assert_eq!(run.wait().unwrap().code(), Some(0), "{rest:?}");
+}
+
 /// A second run on an archive a run is archiving into is refused at once,
 /// naming it, before Kafka is waited for: here with Kafka unreachable, where
 /// until 2026-12-07 it waited out the connect timeout and said only that

@@ -109,6 +109,14 @@ impl TestBroker {
     pub fn is_mock(&self) -> bool {
         self.child.is_some()
     }
+
+    /// Kill the mock broker (SIGKILL), as a broker that goes away for
+    /// good. Only the mock: a real broker is not the test's to stop.
+    pub fn kill(&mut self) {
+        let child = self.child.as_mut().expect("only the mock broker is killed");
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
 }
 
 impl Drop for TestBroker {
