@@ -981,6 +981,16 @@ fn an_archive_held_by_another_command_names_it_and_exits_2() {
             "{args:?}: {err}"
         );
     }
+    // A run too, exit 1 as its errors are (until 2026-12-07 it named only
+    // the pid).
+    let (code, out, err) = cairn_run(&mb.brokers, &mb.topic("r"), d, &[]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains(&format!(
+            "is locked by pid {pid} (cairn export): a stopped archive is opened by one command at a time: start the run once that one has finished"
+        )),
+        "{err}"
+    );
 }
 
 /// A damaged header of one of sled's log segments is reported by a

@@ -557,16 +557,49 @@ pub(crate) fn open_failed(e: cairn_engine::Error) -> crate::ConnectorError {
     open_failed_for(e, true)
 }
 
+/// The cairn command a lock's `holder` ("pid N") runs, if it is one.
+fn holder_command(holder: &str) -> Option<String> {
+    holder
+        .strip_prefix("pid ")
+        .and_then(|pid| pid.parse::<u32>().ok())
+        .and_then(cairn_command_of)
+}
+
+/// `run`'s open refused by a lock another process holds, its holder named
+/// as the other commands name it (until 2026-12-07 `run` alone said only
+/// the pid; found by an audit). Exit 1, as `run`'s errors are: a run
+/// given to a supervisor is restarted on it, and starts once the holder
+/// has finished. Other errors as they are.
+pub(crate) fn run_open_failed(e: cairn_engine::Error) -> crate::ConnectorError {
+    match e {
+        cairn_engine::Error::Locked { path, holder } => {
+            let (holder, advice) = match holder_command(&holder).as_deref() {
+                Some("run") => (
+                    format!("{holder} (cairn run)"),
+                    "another run is starting on this archive: give this one an archive of its own",
+                ),
+                Some(c) => (
+                    format!("{holder} (cairn {c})"),
+                    "a stopped archive is opened by one command at a time: start the run once that one has finished",
+                ),
+                None => (holder, "stop that process first"),
+            };
+            crate::ConnectorError::Config(format!(
+                "store {} is locked by {holder}: {advice}",
+                path.display()
+            ))
+        }
+        e => e.into(),
+    }
+}
+
 /// [`open_failed`] for a command a running cairn serves (`served`), or for
 /// one it does not (`restore`): a run holding the archive is then to be
 /// stopped, not waited for.
 pub(crate) fn open_failed_for(e: cairn_engine::Error, served: bool) -> crate::ConnectorError {
     match e {
         cairn_engine::Error::Locked { path, holder } => {
-            let command = holder
-                .strip_prefix("pid ")
-                .and_then(|pid| pid.parse::<u32>().ok())
-                .and_then(cairn_command_of);
+            let command = holder_command(&holder);
             let (holder, advice) = match command.as_deref() {
                 Some("run") if !served => (
                     format!("{holder} (cairn run)"),

@@ -32,7 +32,7 @@ pub struct RestoreArgs {
     /// Continue each partition after the archived offset in its last record's --offset-header (a restore that stopped part way).
     #[arg(long)]
     pub resume: bool,
-    /// How long to wait for the brokers before giving up (and, with --resume, for each of its two reads of the target partitions' first and last records).
+    /// How long to wait for the brokers before giving up (and, with --resume, for each of its two reads of the target partitions' first and last records), 1 to 3600000 (an hour).
     #[arg(value_parser = crate::config::whole::<u64>, long, default_value_t = 30_000, allow_negative_numbers = true)]
     pub connect_timeout_ms: u64,
     /// librdkafka producer property, as with kcat (repeatable).

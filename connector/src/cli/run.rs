@@ -41,7 +41,7 @@ pub struct RunArgs {
     pub batch_records_max: Option<usize>,
     /// Most bytes a batch holds between poll and put (the backpressure
     /// bound): payload plus ~100 per record and 48 per header; a number of
-    /// bytes, or a size with its unit (8MiB) [default: 8388608].
+    /// bytes, or a size with its unit (8MiB), 1024 to 268435456 [default: 8388608].
     #[arg(long, allow_negative_numbers = true, value_name = "BYTES", value_parser = crate::config::parse_byte_count_usize)]
     pub batch_bytes_max: Option<usize>,
     /// Longest a polled record waits before its put, 0 to 60000 [default: 5].
@@ -592,7 +592,7 @@ async fn archive(cfg: RunConfig) -> Result<(ExitCode, u64)> {
     tracing::info!(data = %cfg.data.display(), "Kafka answered; opening the archive (a recovery after a crash, or a format upgrade, can take a while)");
     let engine_cfg = EngineConfig::new(&cfg.data).record_bytes_max(cfg.record_bytes_max);
     let engine = Arc::new(super::unpanicked(&cfg.data, || {
-        Ok(Engine::open(engine_cfg)?)
+        Engine::open(engine_cfg).map_err(super::run_open_failed)
     })?);
     let r = engine.recovery_report();
     // The run's open is the first after a crash, as a rule: damage it

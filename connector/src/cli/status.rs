@@ -33,7 +33,7 @@ pub struct StatusArgs {
     /// archive's resume points.
     #[arg(long, short = 'g', requires = "brokers", value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub group: Option<String>,
-    /// How long to wait for the brokers before giving up.
+    /// How long to wait for the brokers before giving up, 1 to 3600000 (an hour).
     #[arg(value_parser = crate::config::whole::<u64>,
         long,
         default_value_t = 10_000,
