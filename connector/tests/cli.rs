@@ -1080,6 +1080,42 @@ fn a_damaged_segment_header_refuses_run_and_prune_not_reads() {
     std::fs::remove_dir_all(&copy).unwrap();
 }
 
+/// A damaged sled settings file (`sled/conf`) is damage to that file,
+/// named, exit 1 (verify: a `problem:` line), and the advice works: moved
+/// aside, sled writes it again and the archive verifies clean. Until
+/// 2026-12-07 a changed digit read as a store of other settings: verify
+/// "could not verify" (exit 2), with sled's advice to change cairn's
+/// settings to the damaged value (found by an audit).
+#[test]
+fn a_damaged_sled_settings_file_is_named_and_rebuilt_when_moved_aside() {
+    let dir = archive_of_ten("t");
+    let d = dir.path().to_str().unwrap();
+    let conf = dir.path().join("sled").join("conf");
+    let mut bytes = std::fs::read(&conf).unwrap();
+    // "segment_size: 8388608" -> "9388608".
+    assert_eq!(&bytes[14..15], b"8");
+    bytes[14] = b'9';
+    std::fs::write(&conf, &bytes).unwrap();
+    let named = format!("sled's files in {}", conf.display());
+    let (code, out, err) = cairn(&["verify", "--data", d]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains(&named) && out.contains("move it aside"),
+        "{out}{err}"
+    );
+    for args in [&["status", "--data", d][..], &["export", "--data", d][..]] {
+        let (code, out, err) = cairn(args);
+        assert_eq!(code, 1, "{args:?}: {out}{err}");
+        assert!(err.contains(&named), "{args:?}: {err}");
+    }
+    assert_eq!(std::fs::read(&conf).unwrap(), bytes, "the file was changed");
+    std::fs::rename(&conf, conf.with_extension("damaged")).unwrap();
+    let (code, out, err) = cairn(&["verify", "--data", d]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = cairn(&["export", "--data", d]);
+    assert_eq!((code, out.lines().count()), (0, 10), "{err}");
+}
+
 /// An archive directory this user may not look into is said to be that,
 /// by every command that reads it: until 2026-12-07 they warned that the
 /// archive's socket refused this user, as if another user's run held it,

@@ -223,6 +223,9 @@ impl EngineConfig {
         // here first, for every path that opens the store.
         self.validate()?;
         self.wait_for_sled_handles()?;
+        // Before sled reads it: sled takes a damaged settings file for
+        // other settings (sled_conf.rs).
+        crate::sled_conf::check(&self.sled_path())?;
         match self.sled_config().open() {
             Ok(db) => Ok(db),
             // Damage sled found in its own files is corruption like any

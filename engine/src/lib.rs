@@ -69,6 +69,7 @@ mod recovery;
 mod removal;
 mod retention;
 mod segments;
+mod sled_conf;
 #[doc(hidden)]
 pub mod slots;
 mod summaries;
