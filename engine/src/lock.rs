@@ -137,10 +137,20 @@ impl DirLock {
         match locked {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => {
-                let here = file
-                    .metadata()
-                    .is_ok_and(|m| held_here().contains(&(m.dev(), m.ino())));
-                let holder = match holder_pid(file) {
+                let meta = file.metadata().ok();
+                let here = meta
+                    .as_ref()
+                    .is_some_and(|m| held_here().contains(&(m.dev(), m.ino())));
+                // The kernel's word first: the pid in the file is the last
+                // cairn holder's, and a holder that is no cairn (a `flock`
+                // of the file, a copy of the directory's tools) writes none
+                // (until 2026-12-07 a dead earlier holder's pid was named;
+                // found by an audit).
+                let pid = meta
+                    .as_ref()
+                    .and_then(flock_holder)
+                    .or_else(|| holder_pid(file));
+                let holder = match pid {
                     _ if here => format!(
                         "this process (pid {}): an engine on it is already open",
                         std::process::id()
@@ -222,6 +232,31 @@ fn io_at(path: &Path) -> impl Fn(&'static str, std::io::Error) -> Error + '_ {
     }
 }
 
+/// The pid of the process holding a `flock` on the file of `meta`, as
+/// `/proc/locks` lists it: `N: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE 0 EOF`
+/// (the device in hex; a waiter's line has `->` after `N:`, so it is not
+/// taken). `None` without `/proc`, or with the holder in no PID namespace
+/// this process sees (pid 0).
+fn flock_holder(meta: &std::fs::Metadata) -> Option<u32> {
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    let dev = meta.dev();
+    let want = format!(
+        "{:02x}:{:02x}:{}",
+        libc::major(dev),
+        libc::minor(dev),
+        meta.ino()
+    );
+    locks.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        match fields[..] {
+            [_, "FLOCK", _, _, pid, at, ..] if at == want => {
+                pid.parse().ok().filter(|&p: &u32| p != 0)
+            }
+            _ => None,
+        }
+    })
+}
+
 /// The pid the lock file names, if it names one.
 fn holder_pid(file: &mut File) -> Option<u32> {
     // A lock file with other links holds no pid of its holder's (`acquire`
@@ -270,9 +305,11 @@ mod tests {
     }
 
     /// A lock held by another process whose file names this process's pid
-    /// (another PID namespace's pid 1, say) is not called this process's
-    /// own (until 2026-12-05 the pid alone decided); one an engine of this
-    /// process holds is.
+    /// (another PID namespace's pid 1, say; or an earlier holder's, the
+    /// holder being no cairn) is not called this process's own (until
+    /// 2026-12-05 the pid alone decided): the kernel's holder is named
+    /// (until 2026-12-07 the file's pid was). One an engine of this process
+    /// holds is its own.
     #[test]
     fn only_a_lock_this_process_holds_is_called_its_own() {
         use std::io::BufRead;
@@ -296,12 +333,14 @@ mod tests {
             .unwrap();
         assert_eq!(line, "locked\n");
         let refused = super::DirLock::acquire(dir.path());
+        let flock_pid = child.id();
         drop(child.stdin.take());
         assert!(child.wait().unwrap().success());
         match refused {
-            Err(crate::Error::Locked { holder, .. }) => assert!(
-                !holder.starts_with("this process") && holder.contains("another PID namespace"),
-                "{holder}"
+            Err(crate::Error::Locked { holder, .. }) => assert_eq!(
+                holder,
+                format!("pid {flock_pid}"),
+                "named by the kernel's /proc/locks, not by the file"
             ),
             other => panic!("{other:?}"),
         }
