@@ -1189,6 +1189,36 @@ fn an_archive_directory_this_user_may_not_enter_is_said_to_be_that() {
             "{cmd}: {err}"
         );
     }
+    // One whose folders it may write but not sled's data file: the file
+    // is named (until 2026-12-07 only sled's folder was; found by an
+    // audit).
+    let mode = |p: &std::path::Path, m: u32| {
+        std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(m)).unwrap()
+    };
+    mode(dir.path(), 0o777);
+    let sled = dir.path().join("sled");
+    mode(&sled, 0o777);
+    for entry in std::fs::read_dir(dir.path())
+        .unwrap()
+        .chain(std::fs::read_dir(&sled).unwrap())
+    {
+        let p = entry.unwrap().path();
+        if p.is_file() {
+            mode(&p, 0o666);
+        } else if p.is_dir() {
+            mode(&p, 0o777);
+        }
+    }
+    let db = sled.join("db");
+    mode(&db, 0o644);
+    for cmd in ["status", "export"] {
+        let (code, err) = as_nobody(cmd, d).unwrap();
+        assert_eq!(code, Some(1), "{cmd}: {err}");
+        assert!(
+            err.contains(&format!("{}: Permission denied", db.display())),
+            "{cmd}: {err}"
+        );
+    }
 }
 
 /// An archive whose sled folder cannot be looked into is an I/O error

@@ -85,6 +85,49 @@ pub struct EngineConfig {
     pub open_to_read: bool,
 }
 
+/// The first of sled's files in `sled_dir` that this process may not open
+/// as sled does (its folder and `blobs/` read and written, `conf` and the
+/// snapshots read, `db` read and written), if one is.
+fn refused_file(sled_dir: &Path) -> Option<PathBuf> {
+    use std::fs::OpenOptions;
+    let denied = |r: std::io::Result<()>| matches!(r, Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied);
+    let dir_ok = |p: &Path| -> std::io::Result<()> {
+        std::fs::read_dir(p)?;
+        rustix::fs::access(
+            p,
+            rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK,
+        )?;
+        Ok(())
+    };
+    if denied(dir_ok(sled_dir)) {
+        return Some(sled_dir.to_path_buf());
+    }
+    let mut files = vec![(sled_dir.join("conf"), false), (sled_dir.join("db"), true)];
+    if let Ok(entries) = std::fs::read_dir(sled_dir) {
+        let mut snaps: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("snap."))
+            })
+            .collect();
+        snaps.sort();
+        files.extend(snaps.into_iter().map(|p| (p, false)));
+    }
+    for (path, write) in files {
+        let opened = OpenOptions::new()
+            .read(true)
+            .write(write)
+            .open(&path)
+            .map(drop);
+        if denied(opened) {
+            return Some(path);
+        }
+    }
+    let blobs = sled_dir.join("blobs");
+    denied(dir_ok(&blobs)).then_some(blobs)
+}
+
 /// sled's refusal of a database whose lock another handle holds (it says
 /// so only in its message).
 pub(crate) fn is_sled_lock_contention(e: &std::io::Error) -> bool {
@@ -252,7 +295,15 @@ impl EngineConfig {
             // 2026-12-04 only sled's own text said which).
             Err(sled::Error::Io(source)) => Err(crate::Error::Io {
                 op: "open sled",
-                path: self.sled_path(),
+                path: match source.kind() {
+                    // sled names none of its files: the one refused is
+                    // found by trying each as sled opens it (until
+                    // 2026-12-07 only sled's folder was named; found by an
+                    // audit).
+                    std::io::ErrorKind::PermissionDenied => refused_file(&self.sled_path())
+                        .unwrap_or_else(|| self.sled_path()),
+                    _ => self.sled_path(),
+                },
                 source,
             }),
             Err(source) => Err(crate::Error::Store {
