@@ -4461,7 +4461,8 @@ fn export_stops_cleanly_and_says_what_its_output_holds() {
     assert_eq!(code, 1, "{err}");
     assert!(
         err.contains("export stopped after 1900 records (the last t/1@899), reading t/1 after its offset 899 (the last partition chosen: ")
-            && err.contains("and t/1's records below the damage, with this export's --from and --to the damaged entry's first offset")
+            && err.contains("and t/1's records below the damage, with this export's --from and --to 900)")
+            && err.contains("--topic t --partition 1 and a --from past the damage, which `cairn verify` names")
             && err.contains(&format!("wal lsn {lsn_in_t1}"))
             && err.contains(&format!("{f} was left as it was")),
         "{err}"

@@ -279,7 +279,7 @@ impl EngineConfig {
                     log_offset: at.map(|p| p.lid()),
                 },
                 kind: crate::error::CorruptionKind::SledUnreadable {
-                    detail: "a snapshot or log record failed sled's own checks on open (sled's own ERROR line before this names what; on a copy of the archive, sled can be made to rebuild from its log without its snapshots, which verify then checks: docs/OPERATIONS.md, \"When the archive is damaged\")".into(),
+                    detail: "a snapshot or log record failed sled's own checks on open (sled's own log line before this, when it writes one, says which it took it for, and can blame the snapshot for damage to the log; on a copy of the archive, sled can be made to rebuild from its log without its snapshots, which verify then checks: docs/OPERATIONS.md, \"When the archive is damaged\")".into(),
                 },
             }),
             // Taken again since the wait: by another process that got past

@@ -1538,11 +1538,26 @@ pub(crate) fn write_records(
         }
         // Records of it below the damage went out only when some of it
         // was written: then, into an output left as it was, they are to
-        // be exported again, up to (`--to`, exclusive) the damaged entry.
-        let below = if written_in_tp.is_some() {
-            format!(", and {tp}'s records below the damage, with this export's --from and --to the damaged entry's first offset, which `cairn verify` names")
-        } else {
-            String::new()
+        // be exported again, up to (`--to`, exclusive) the one after the
+        // last written (until 2026-12-07 "the damaged entry's first
+        // offset, which `cairn verify` names", which it does not for a
+        // page of sled's; found by an audit).
+        let below = match written_in_tp {
+            Some(o) => format!(
+                ", and {tp}'s records below the damage, with this export's --from and --to {}",
+                o.saturating_add(1)
+            ),
+            None => String::new(),
+        };
+        // Where to go on: `cairn verify` names the damaged entries of
+        // cairn's own, but of a page of sled's log only its offset in
+        // sled's file, and such a page can hold many entries.
+        let past = match &source {
+            cairn_engine::Error::Corruption {
+                location: cairn_engine::Location::SledLog { .. },
+                ..
+            } => "a --from past the damage (a page of sled's log, which can hold many entries: `cairn verify` names its offset in sled's file, not the records in it, so try a --from further on until the read passes it)",
+            _ => "a --from past the damage, which `cairn verify` names",
         };
         // The ways on (not for the only partition, damaged before anything
         // of it was written: there is none to give) keep the time range.
@@ -1552,12 +1567,12 @@ pub(crate) fn write_records(
             // The last of several: a --from past the damage alone would
             // skip the earlier partitions' records below it as well.
             with_times(format!(
-                "{at} (the last partition chosen: a --from applies to every partition chosen, so go on with --topic {} --partition {} and a --from past the damage, which `cairn verify` names, keeping this export's --to; where the output was left as it was or emptied, as said below, the partitions before {tp}, one at a time with this export's --from and --to{below})",
+                "{at} (the last partition chosen: a --from applies to every partition chosen, so go on with --topic {} --partition {} and {past}, keeping this export's --to; where the output was left as it was or emptied, as said below, the partitions before {tp}, one at a time with this export's --from and --to{below})",
                 tp.topic, tp.partition
             ))
         } else {
             with_times(format!(
-                "{at} (the partitions after it, in the order `cairn status` lists them, were not read either: {}; a --from applies to every partition chosen, so go on one partition at a time, keeping this export's --from and --to: --topic {} --partition {} with a --from past the damage, which `cairn verify` names, and --topic T --partition N for each of those; where the output was left as it was or emptied, as said below, the partitions before {tp} as well{below})",
+                "{at} (the partitions after it, in the order `cairn status` lists them, were not read either: {}; a --from applies to every partition chosen, so go on one partition at a time, keeping this export's --from and --to: --topic {} --partition {} with {past}, and --topic T --partition N for each of those; where the output was left as it was or emptied, as said below, the partitions before {tp} as well{below})",
                 crate::selection::first_few(rest.iter().map(|p| p.tp.to_string())),
                 tp.topic,
                 tp.partition
