@@ -531,27 +531,31 @@ impl Engine {
             path: cfg.path.clone(),
             source: e,
         };
-        // sled closed, the lock held (segments.rs): read before sled opens,
-        // since an open that reads a damaged header takes its segment for
-        // a free one and would write over it.
-        let damaged_segment_headers = if cfg.store_exists()? {
-            crate::segments::damaged_headers(&cfg.sled_data_path()).map_err(|e| Error::Io {
+        // A store that lost its data file is not taken for a new one: sled
+        // would make an empty one, and the evidence would be gone before
+        // recovery refused the store as having lost its records (until
+        // 2026-12-07 `cairn run` did so; found by an audit).
+        watermark::refuse_lost_store(&cfg)?;
+        let (db, tree) = sled.insert((cfg.open_sled()?, None));
+        // The headers of sled's segments, read once sled has opened and
+        // before anything is written (segments.rs): sled's open has read
+        // those of the segments written since its snapshot, taken one
+        // that fails its CRC for a free segment (a header torn by a crash
+        // as sled began the segment, which held nothing synced; or damage,
+        // which the watermark then finds if it held synced frames) and
+        // written zeros over it. A damaged header left is one sled did not
+        // read: of a segment it holds in use, below its snapshot, and may
+        // go on writing into, which a later open would lose. Read before
+        // sled opened, a crash's torn header would refuse the store.
+        let damaged_segment_headers = crate::segments::damaged_headers(&cfg.sled_data_path())
+            .map_err(|e| Error::Io {
                 op: "read the headers of sled's log segments",
                 path: cfg.sled_data_path(),
                 source: e,
-            })?
-        } else {
-            // Nor is a store that lost its data file taken for a new one:
-            // sled would make an empty one, and the evidence would be gone
-            // before recovery refused the store as having lost its records
-            // (until 2026-12-07 `cairn run` did so; found by an audit).
-            watermark::refuse_lost_store(&cfg)?;
-            Vec::new()
-        };
+            })?;
         if let (false, Some(d)) = (cfg.open_to_read, damaged_segment_headers.first()) {
             return Err(segment_header_damage(&cfg, d));
         }
-        let (db, tree) = sled.insert((cfg.open_sled()?, None));
         let tree = &*tree.insert(db.open_tree("cairn").map_err(store_err("open tree"))?);
         let db = &*db;
         let mut syncer = DurableSync::open(&cfg.sled_path()).map_err(|e| Error::Io {

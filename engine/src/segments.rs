@@ -21,9 +21,13 @@
 //! was found in review the same day).
 //!
 //! # Invariants
-//! - Read only with sled closed and the store's lock held (a stopped
-//!   verify; an engine's open, before sled opens): a header sled is
-//!   writing could read torn.
+//! - Read only with the store's lock held and sled writing nothing: closed
+//!   (a stopped verify), or just opened, before anything is written (an
+//!   engine's open: sled writes a header only as it begins a segment). A
+//!   header sled is writing could read torn. After sled's open, not
+//!   before: that open writes zeros over a segment whose header it read
+//!   and took for a free one's (one a crash tore as sled began it, which
+//!   held nothing synced).
 //! - An open to write refuses a store with a damaged header, and an
 //!   engine opened to read with one takes no write (`EngineConfig::
 //!   open_to_read`): sled keeps appending into the segment it was writing,

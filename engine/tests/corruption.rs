@@ -2604,7 +2604,7 @@ fn a_store_whose_creation_never_finished_is_no_damage() {
 }
 
 /// A damaged header of one of sled's log segments refuses an open to
-/// write, at its offset in sled's data file, before sled opens: sled takes
+/// write, at its offset in sled's data file, before anything is written: sled takes
 /// such a segment for a free one whenever an open reads its header, so an
 /// append into it would be lost at a later open, after its offsets were
 /// committed (until 2026-12-07 `cairn run` archived onto such a store, and
@@ -2640,7 +2640,7 @@ fn a_damaged_segment_header_refuses_writes_not_reads() {
         Ok(_) => panic!("{what}: opened to write"),
     };
     refused("first");
-    // Nothing was opened: the data file is as it was.
+    // Nothing was written: the data file is as it was.
     assert_eq!(std::fs::read(&db).unwrap(), bytes);
 
     let e = Engine::open(EngineConfig::new(dir.path()).open_to_read(true)).unwrap();
@@ -2665,5 +2665,33 @@ fn a_damaged_segment_header_refuses_writes_not_reads() {
     refused("again");
     let e = Engine::open(EngineConfig::new(dir.path()).open_to_read(true)).unwrap();
     assert_eq!(e.read(&tp, 0).unwrap().count(), 30);
+    e.close().unwrap();
+}
+
+/// A segment sled had begun as a crash came, its header torn (garbage
+/// that fails its CRC) and nothing in it synced, does not refuse the open:
+/// sled's open takes it for a free segment and writes zeros over it, and
+/// the headers are read after that. Read before sled opened (as on
+/// 2026-12-07, found in review the same day), such a crash refused the
+/// store to every run.
+#[test]
+fn a_torn_header_of_a_segment_begun_at_a_crash_opens() {
+    let (dir, tp) = store();
+    let db = EngineConfig::new(dir.path()).sled_data_path();
+    let mut bytes = std::fs::read(&db).unwrap();
+    let segment = 8 << 20;
+    assert!(bytes.len() <= segment, "{}", bytes.len());
+    bytes.resize(segment, 0);
+    bytes.extend_from_slice(&[0x5a; 20]);
+    bytes.resize(segment + 4096, 0);
+    std::fs::write(&db, &bytes).unwrap();
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    assert!(e.recovery_report().damaged_segment_headers.is_empty());
+    assert_eq!(e.read(&tp, 0).unwrap().count(), 30);
+    e.append(&[batch(&tp, 30..40, 20)]).unwrap();
+    e.close().unwrap();
+    let e = Engine::open(EngineConfig::new(dir.path())).unwrap();
+    assert_eq!(e.read(&tp, 0).unwrap().count(), 40);
+    assert!(e.verify().unwrap().is_clean());
     e.close().unwrap();
 }
