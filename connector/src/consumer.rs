@@ -1909,7 +1909,7 @@ fn consume(
             join_warn_at += join_rewarn;
             tracing::warn!(
                 group = %cfg.group,
-                "no partitions assigned since the group took this member's away as lost (its session timed out, or Kafka went away: librdkafka's own lines say which): librdkafka keeps trying to rejoin, and nothing is archived until the group assigns partitions again; what was archived is durable, and Kafka's committed offsets are not past it"
+                "no partitions assigned since the group took this member's away as lost (Kafka went away, its session timed out, or a put or fsync held the consumer past max.poll.interval.ms: librdkafka's own lines say which): librdkafka keeps trying to rejoin, and nothing is archived until the group assigns partitions again; what was archived is durable, and Kafka's committed offsets are not past it"
             );
         } else if !s.joined && Instant::now() >= join_warn_at {
             join_warn_at += join_rewarn;

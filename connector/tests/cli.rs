@@ -1060,6 +1060,23 @@ fn a_damaged_segment_header_refuses_run_and_prune_not_reads() {
     assert!(err.contains(&damage), "{err}");
     // Nothing was written: the data file is as it was.
     assert_eq!(std::fs::read(&data).unwrap(), bytes);
+    // A dry run deletes nothing: it reads, as the other reading commands.
+    let (code, out, err) = cairn(&[
+        "prune",
+        "--data",
+        d,
+        "--topic",
+        &topic,
+        "--before",
+        "5",
+        "--dry-run",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        err.contains(&damage) && out.contains("would prune"),
+        "{out}{err}"
+    );
+    assert_eq!(std::fs::read(&data).unwrap(), bytes);
 
     let (code, out, err) = cairn(&["status", "--data", d]);
     assert_eq!(code, 1, "{out}{err}");

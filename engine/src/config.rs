@@ -75,8 +75,10 @@ pub struct EngineConfig {
     /// An open to read only (an export, a status, a backup's source, a
     /// restore's): a store with a damaged header of one of sled's log
     /// segments opens, the damage listed in its recovery report
-    /// (`damaged_segment_headers`), and every write to it is refused with
-    /// that damage's error. Otherwise (the default) such a store is
+    /// (`damaged_segment_headers`), and every write of records, summaries
+    /// and topic ids is refused with that damage's error (sled's and
+    /// recovery's own writes at the open, and a close's checkpoint, are
+    /// made as at any open: the next open works them out again). Otherwise (the default) such a store is
     /// refused as it opens: sled takes a segment whose header fails its
     /// CRC for a free one whenever an open reads that header, so records
     /// written into it would be gone at a later open, after their offsets

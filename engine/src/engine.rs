@@ -1646,9 +1646,16 @@ impl Engine {
     }
 
     pub(crate) fn lock_write(&self) -> Result<MutexGuard<'_, WriteState>> {
+        self.refuse_write_to_damage()?;
+        self.lock_to_look()
+    }
+
+    /// The write lock, to look at the state under it and write nothing (a
+    /// prune's plan, its dry run): taken on an engine opened to read with
+    /// a damaged segment header too, which refuses writes only.
+    pub(crate) fn lock_to_look(&self) -> Result<MutexGuard<'_, WriteState>> {
         // Checked under the lock: a write that failed while this waited
         // for it poisoned the engine and let go of the lock cleanly.
-        self.refuse_write_to_damage()?;
         let w = self.write_state()?;
         self.check_usable()?;
         Ok(w)

@@ -82,7 +82,7 @@ pub struct RecoveryReport {
     pub unclean_stop_cache_dropped: bool,
     /// The damaged headers of sled's log segments, read before sled
     /// opened; only an open to read gets this far with any
-    /// ([`EngineConfig::open_to_read`]), and its engine takes no writes.
+    /// ([`EngineConfig::open_to_read`]), and its engine refuses writes of records, summaries and topic ids.
     pub damaged_segment_headers: Vec<crate::segments::DamagedHeader>,
 }
 

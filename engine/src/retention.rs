@@ -520,7 +520,7 @@ impl Engine {
         let _truncating = self.no_truncation_until(&mut || !go(), "prune")?;
         let offset = self.durable_cut(tp, cut)?;
         let mut report = TruncateReport::default();
-        let Some(summary) = self.lock_write()?.partitions.get(tp).copied() else {
+        let Some(summary) = self.lock_to_look()?.partitions.get(tp).copied() else {
             return Ok((offset, report, true));
         };
         let mut first_kept = None;
@@ -576,7 +576,7 @@ impl Engine {
     /// refused as damaged, stopping a run's `--retain` pass; seen in
     /// review).
     fn check_emptying(&self, tp: &TopicPartition, offset: i64) -> Result<()> {
-        let Some(summary) = self.lock_write()?.partitions.get(tp).copied() else {
+        let Some(summary) = self.lock_to_look()?.partitions.get(tp).copied() else {
             return Ok(());
         };
         let prefix = keys::index_prefix(tp);

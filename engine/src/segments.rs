@@ -29,7 +29,7 @@
 //!   and took for a free one's (one a crash tore as sled began it, which
 //!   held nothing synced).
 //! - An open to write refuses a store with a damaged header, and an
-//!   engine opened to read with one takes no write (`EngineConfig::
+//!   engine opened to read with one refuses every write of records, summaries and topic ids (`EngineConfig::
 //!   open_to_read`): sled keeps appending into the segment it was writing,
 //!   and a later open that reads its header would lose what it got.
 //! - Reports every damaged header with its offset in the file; never

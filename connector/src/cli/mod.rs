@@ -404,7 +404,7 @@ pub(crate) fn refuse_not_a_directory(data: &std::path::Path) -> crate::Result<()
 
 /// Open an archive for reading, with a clear message when it is in use.
 /// A damaged header of one of sled's log segments is said, and the engine
-/// takes no writes ([`cairn_engine::EngineConfig::open_to_read`]): the
+/// refuses writes of records ([`cairn_engine::EngineConfig::open_to_read`]): the
 /// records are still there to export or back up.
 pub fn open_archive(data: &std::path::Path) -> crate::Result<cairn_engine::Engine> {
     open_archive_to(data, Access::Read)
@@ -479,7 +479,7 @@ pub(crate) fn say_repaired(data: &std::path::Path, r: &cairn_engine::RecoveryRep
                 computed: d.computed_crc,
             },
         );
-        say_warn!("{e} (`cairn run` and `cairn prune` refuse this archive: run from the copy)");
+        say_warn!("{e} (`cairn run` and a `cairn prune` that deletes refuse this archive: run from the copy)");
     }
     let n = r.index_entries_damaged;
     if n > 0 {

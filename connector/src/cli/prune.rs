@@ -320,7 +320,14 @@ pub async fn run(args: PruneArgs) -> Result<ExitCode> {
             conn, &req, data,
         )??));
     }
-    let engine = super::open_unserved(data, super::Access::Write)?;
+    // A dry run deletes nothing: it reads an archive a run would refuse,
+    // as the other reading commands do.
+    let access = if args.dry_run {
+        super::Access::Read
+    } else {
+        super::Access::Write
+    };
+    let engine = super::open_unserved(data, access)?;
     let never = std::sync::atomic::AtomicBool::new(false);
     // The report lines written, and the line that failed, if one did (a
     // full disk behind a redirect): a partition's, or one of the totals
