@@ -78,12 +78,13 @@ pub struct EngineConfig {
     /// (`damaged_segment_headers`), and every write of records, summaries
     /// and topic ids is refused with that damage's error (sled's and
     /// recovery's own writes at the open, and a close's checkpoint, are
-    /// made as at any open: the next open works them out again). Otherwise (the default) such a store is
-    /// refused as it opens: sled takes a segment whose header fails its
-    /// CRC for a free one whenever an open reads that header, so records
-    /// written into it would be gone at a later open, after their offsets
-    /// were committed (segments.rs; until 2026-12-07 `cairn run` archived
-    /// onto such a store; found by an audit).
+    /// made as at any open: the next open works them out again).
+    /// Otherwise (the default) such a store is refused as it opens: sled
+    /// takes a segment whose header fails its CRC for a free one whenever
+    /// an open reads that header, so records written into it would be gone
+    /// at a later open, after their offsets were committed (segments.rs;
+    /// until 2026-12-07 `cairn run` archived onto such a store; found by an
+    /// audit).
     pub open_to_read: bool,
 }
 

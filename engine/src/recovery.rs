@@ -80,9 +80,10 @@ pub struct RecoveryReport {
     /// the store's files and dropped their cached pages first
     /// (poisoned.rs).
     pub unclean_stop_cache_dropped: bool,
-    /// The damaged headers of sled's log segments, read before sled
-    /// opened; only an open to read gets this far with any
-    /// ([`EngineConfig::open_to_read`]), and its engine refuses writes of records, summaries and topic ids.
+    /// The damaged headers of sled's log segments, read as sled opened,
+    /// before anything was written; only an open to read gets this far
+    /// with any ([`EngineConfig::open_to_read`]), and its engine refuses
+    /// writes of records, summaries and topic ids.
     pub damaged_segment_headers: Vec<crate::segments::DamagedHeader>,
 }
 

@@ -404,8 +404,8 @@ pub(crate) fn refuse_not_a_directory(data: &std::path::Path) -> crate::Result<()
 
 /// Open an archive for reading, with a clear message when it is in use.
 /// A damaged header of one of sled's log segments is said, and the engine
-/// refuses writes of records ([`cairn_engine::EngineConfig::open_to_read`]): the
-/// records are still there to export or back up.
+/// refuses writes of records ([`cairn_engine::EngineConfig::open_to_read`]):
+/// the records are still there to export or back up.
 pub fn open_archive(data: &std::path::Path) -> crate::Result<cairn_engine::Engine> {
     open_archive_to(data, Access::Read)
 }
@@ -466,7 +466,7 @@ pub(crate) fn log_close_after_failure(poisoned_before: bool, closed: cairn_engin
 /// (until 2026-12-06; found by an audit of `status`, which also exits 1
 /// for it).
 pub(crate) fn say_repaired(data: &std::path::Path, r: &cairn_engine::RecoveryReport) {
-    // Read before sled opened, and opened only to read: the records are
+    // Read as the archive opened, opened only to read: the records are
     // all there, but a later open could lose a segment's (segments.rs).
     for d in &r.damaged_segment_headers {
         let e = cairn_engine::Error::corruption(
