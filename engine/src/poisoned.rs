@@ -131,7 +131,16 @@ pub(crate) fn record(dir: &Path, op: &str, reason: &str) {
         POISON_REPLACEMENT_FILE,
         &[&format!("{op}: {reason}")],
     ) {
-        tracing::error!(error = %e, dir = %dir.display(), "could not leave the poison mark; a reopen in this boot may read pages the disk does not hold");
+        // A backup's unfinished copy (a full destination, say) is refused
+        // by every open while its mark stands, and the backup removes it:
+        // said as the copy's, not as an archive's that a reopen could
+        // misread (until 2026-12-07 it read as the archive's own; found
+        // by an audit).
+        if dir.join(crate::backup::BACKUP_INCOMPLETE_FILE).exists() {
+            tracing::warn!(error = %e, dir = %dir.display(), "the backup's unfinished copy failed, and the poison mark could not be left in it either: no open takes an unfinished copy, and the backup removes it");
+        } else {
+            tracing::error!(error = %e, dir = %dir.display(), "could not leave the poison mark; a reopen in this boot may read pages the disk does not hold");
+        }
     }
 }
 
