@@ -1514,6 +1514,9 @@ fn preflight(
         // was moved on is below the last one, which the second read skips.
         let mut first = target_records(&reader, &at(true), "first", cfg, timeout, stop)?;
         let mut last = target_records(&reader, &at(false), "last", cfg, timeout, stop)?;
+        // Every partition's refusal, said at once: one at a time, each fix
+        // met the next refusal (until 2026-12-07; found by an audit).
+        let mut refused: Vec<String> = Vec::new();
         for (source, target, low, high) in to_read {
             let record = last.remove(target).expect("read above");
             // Another producer's record, or another archive's restore's
@@ -1526,9 +1529,19 @@ fn preflight(
                 starts.insert(target.clone(), cfg.select.from);
                 continue;
             }
-            let archived = check_last(engine, source, target, &record, cfg)?;
             let first = first.remove(target).expect("read above");
-            check_count(engine, cfg, source, target, (low, high), &first, archived)?;
+            let checked = check_last(engine, source, target, &record, cfg).and_then(|archived| {
+                check_count(engine, cfg, source, target, (low, high), &first, archived)
+                    .map(|()| archived)
+            });
+            let archived = match checked {
+                Ok(archived) => archived,
+                Err(ConnectorError::RestoreRefused(why)) => {
+                    refused.push(why);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             let next = archived.checked_add(1).ok_or_else(|| {
                 ConnectorError::RestoreRefused(format!(
                     "--resume: the last record of {target} names archived offset {archived}, past any archive"
@@ -1538,6 +1551,21 @@ fn preflight(
                 tracing::warn!(%target, resume_at = next, from = cfg.select.from, "--from skips records after where the earlier restore stopped");
             }
             starts.insert(target.clone(), cfg.select.from.max(next));
+        }
+        match refused.len() {
+            0 => {}
+            1 => return Err(ConnectorError::RestoreRefused(refused.remove(0))),
+            n => {
+                return Err(ConnectorError::RestoreRefused(format!(
+                    "{n} partitions refused: {}",
+                    refused
+                        .iter()
+                        .enumerate()
+                        .map(|(i, why)| format!("({}) {why}", i + 1))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                )))
+            }
         }
     }
     let pass_over = pass_over(engine, cfg, plan, &empty, &here, &highs, &starts)?;
