@@ -242,6 +242,9 @@ pub(crate) struct Shared {
     /// The group took every partition of this member away as lost (its
     /// session timed out, or Kafka went away) and has assigned none since.
     pub lost_all: bool,
+    /// The group's state in librdkafka's last statistics (`up`,
+    /// `wait-coord`, …), said by the WARN of a run not in its group.
+    pub group_state: Option<String>,
 }
 
 /// The memory a buffered record holds, as `pending_bytes` counts it: its
@@ -1259,6 +1262,7 @@ pub fn run_pipeline(
         starts: BTreeMap::new(),
         joined: false,
         lost_all: false,
+        group_state: None,
     }));
     let consumer: BaseConsumer<SinkContext> = client_config(cfg)
         .create_with_context(SinkContext {
@@ -1909,13 +1913,19 @@ fn consume(
             join_warn_at += join_rewarn;
             tracing::warn!(
                 group = %cfg.group,
+                group_state = s.group_state.as_deref().unwrap_or("unknown yet"),
                 "no partitions assigned since the group took this member's away as lost (Kafka went away, its session timed out, or a put or fsync held the consumer past max.poll.interval.ms: librdkafka's own lines say which): librdkafka keeps trying to rejoin, and nothing is archived until the group assigns partitions again; what was archived is durable, and Kafka's committed offsets are not past it"
             );
         } else if !s.joined && Instant::now() >= join_warn_at {
             join_warn_at += join_rewarn;
+            // With librdkafka's group state from its last statistics:
+            // `wait-coord` or `query-coord` is a group with no coordinator
+            // found (until 2026-12-07 the WARN could not tell; found by an
+            // audit).
             tracing::warn!(
                 group = %cfg.group,
-                "not in the group yet: no partitions assigned. librdkafka keeps trying; if this lasts, the group's coordinator may be unavailable (on a cluster of fewer brokers than offsets.topic.replication.factor, 3 by default, Kafka cannot create __consumer_offsets) or the group is rebalancing around a slow member (after an unclean stop, this member's old self is one until session.timeout.ms, 45 s by default, ends it; librdkafka's mock cluster, `cairn mock-broker`, waits about that long after a clean stop too: -X session.timeout.ms=6000 shortens it)"
+                group_state = s.group_state.as_deref().unwrap_or("unknown yet"),
+                "not in the group yet: no partitions assigned. librdkafka keeps trying, and group_state is where it is (from its statistics, every --progress-interval-s): query-coord or wait-coord, no coordinator found; up, one answers and the join waits on the group. If this lasts, the group's coordinator may be unavailable (on a cluster of fewer brokers than offsets.topic.replication.factor, 3 by default, Kafka cannot create __consumer_offsets) or the group is rebalancing around a slow member (after an unclean stop, this member's old self is one until session.timeout.ms, 45 s by default, ends it; librdkafka's mock cluster, `cairn mock-broker`, waits about that long after a clean stop too: -X session.timeout.ms=6000 shortens it)"
             );
         }
         let lingered = s.pending_since.is_some_and(|t| t.elapsed() >= linger);

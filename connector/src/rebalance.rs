@@ -94,7 +94,8 @@ impl ClientContext for SinkContext {
         let bounds = log_bounds(statistics);
         let mut s = lock(&self.shared);
         match bounds {
-            Ok(bounds) => {
+            Ok((bounds, group_state)) => {
+                s.group_state = group_state;
                 for (tp, b) in bounds {
                     // Only ours (librdkafka keeps offsets of revoked
                     // partitions, and -1 is its internal unassigned one).
@@ -125,11 +126,22 @@ fn offset_text(start: Offset) -> String {
 /// Each partition's log start and last stable offset in a librdkafka
 /// statistics report (`topics.<name>.partitions.<id>.lo_offset` and
 /// `ls_offset`; every other field is passed over).
-fn log_bounds(statistics: &[u8]) -> serde_json::Result<Vec<(TopicPartition, LogBounds)>> {
+/// Also the group's state (`cgrp.state`: `up` once it has a coordinator;
+/// `query-coord` and `wait-coord` while it looks for one), for the WARN of
+/// a run not in its group.
+type Statistics = (Vec<(TopicPartition, LogBounds)>, Option<String>);
+
+fn log_bounds(statistics: &[u8]) -> serde_json::Result<Statistics> {
     #[derive(serde::Deserialize)]
     struct Report {
         #[serde(default)]
         topics: BTreeMap<String, Topic>,
+        #[serde(default)]
+        cgrp: Option<Group>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Group {
+        state: String,
     }
     #[derive(serde::Deserialize)]
     struct Topic {
@@ -143,7 +155,8 @@ fn log_bounds(statistics: &[u8]) -> serde_json::Result<Vec<(TopicPartition, LogB
         ls_offset: i64,
     }
     let report: Report = serde_json::from_slice(statistics)?;
-    Ok(report
+    let group_state = report.cgrp.map(|g| g.state);
+    let bounds = report
         .topics
         .into_iter()
         .flat_map(|(topic, t)| {
@@ -157,7 +170,8 @@ fn log_bounds(statistics: &[u8]) -> serde_json::Result<Vec<(TopicPartition, LogB
                 )
             })
         })
-        .collect())
+        .collect();
+    Ok((bounds, group_state))
 }
 
 fn tps_of(tpl: &TopicPartitionList) -> Vec<TopicPartition> {
@@ -931,7 +945,8 @@ mod tests {
                 "0":{"partition":0,"fetch_state":"active","lo_offset":10,"hi_offset":120,"ls_offset":118,"msgs":5},
                 "-1":{"partition":-1,"lo_offset":-1001,"hi_offset":-1001,"ls_offset":-1001}}}},
             "cgrp":{"state":"up"}}"#;
-        let mut got = super::log_bounds(report).unwrap();
+        let (mut got, group_state) = super::log_bounds(report).unwrap();
+        assert_eq!(group_state.as_deref(), Some("up"));
         got.sort_by_key(|(tp, _)| tp.partition);
         assert_eq!(
             got,

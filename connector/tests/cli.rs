@@ -418,7 +418,7 @@ fn a_run_whose_kafka_goes_away_keeps_saying_so() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap();
     let mut args = common::run_flags(&mb.brokers, &group, &topic, d);
-    args.extend(["--connect-timeout-ms", "1000"]);
+    args.extend(["--connect-timeout-ms", "1000", "--progress-interval-s", "1"]);
     let mut run = common::cairn_run(&args, None);
     let mut lines = BufReader::new(run.stderr.take().unwrap())
         .lines()
@@ -433,6 +433,12 @@ fn a_run_whose_kafka_goes_away_keeps_saying_so() {
         if line.contains(needle) {
             said += 1;
             if said == 2 {
+                // With the group's state from librdkafka's statistics,
+                // which come every second here.
+                assert!(
+                    line.contains(r#""group_state":""#) && !line.contains("unknown yet"),
+                    "{line}"
+                );
                 break;
             }
         }
