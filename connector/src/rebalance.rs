@@ -971,7 +971,7 @@ mod tests {
             super::log_bounds(br#"{"topics":{"t":{"partitions":{"0":{"partition":01}}}}}"#)
                 .is_err()
         );
-        assert_eq!(super::log_bounds(b"{}").unwrap(), vec![]);
+        assert_eq!(super::log_bounds(b"{}").unwrap(), (vec![], None));
     }
 
     use super::*;
