@@ -2603,6 +2603,19 @@ fn unknown_topic_is_a_clear_error() {
             "{topics}: the archive's files changed"
         );
     }
+    // Several missing: each named at once (until 2026-12-07 the first
+    // alone, and each fix met the next).
+    let (nope2, nope3) = (mb.topic("nope2"), mb.topic("nope3"));
+    let topics = format!("{nope},{exists},{nope2},{nope3}");
+    let (code, _, err) = cairn_run_in(&mb.group("g"), &mb.brokers, &topics, data, &[]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(&format!("topic \"{nope}\" does not exist"))
+            && err.contains(&format!(
+                "nor do \"{nope2}\" (given to --topics), \"{nope3}\" (given to --topics); check the name"
+            )),
+        "{err}"
+    );
     // Given by a config file, the topic's name is said to come from it
     // (since the night of 2026-12-04; before, only --topics was named).
     let cfg = tempfile::NamedTempFile::new().unwrap();
