@@ -11,6 +11,13 @@ use rdkafka::util::IntoOpaque;
 pub(crate) const HEADER_NAME_NOT_UTF8: &str =
     "a header name is not UTF-8 (Kafka's protocol requires it); the archive stores header names as text";
 
+/// Why a record whose header name holds a NUL byte is not archived:
+/// librdkafka's C API gives a name as a C string, so the name read ends at
+/// the NUL, and archived so the record would be changed without a word
+/// (until 2026-12-07 it was; found by an audit).
+pub(crate) const HEADER_NAME_HOLDS_NUL: &str =
+    "a header name holds a NUL byte, which librdkafka's C API cuts the name short at: archived, the record would be changed";
+
 /// `read` of text rust-rdkafka hands over as `&str` (a header name, an
 /// offset's commit metadata), or `None` where rust-rdkafka panics because
 /// the bytes are not UTF-8 (its `to_str().unwrap()`). Kafka's protocol

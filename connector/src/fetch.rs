@@ -635,7 +635,15 @@ impl Taken<'_> {
                 break;
             }
             // SAFETY: a header name is a NUL-terminated string.
-            let name = unsafe { CStr::from_ptr(name) }
+            let read = unsafe { CStr::from_ptr(name) };
+            // SAFETY: `name`, `value` and `size` are as librdkafka set them
+            // just above, for a header of `hdrs`.
+            if unsafe { held_name_bytes(name, value, size) }
+                .is_some_and(|held| held != read.to_bytes().len())
+            {
+                return Err(crate::convert::HEADER_NAME_HOLDS_NUL.to_owned());
+            }
+            let name = read
                 .to_str()
                 .map_err(|_| crate::convert::HEADER_NAME_NOT_UTF8.to_owned())?;
             out.push(Header {
@@ -704,4 +712,95 @@ pub(crate) fn certainly_not_persisted(m: &rdkafka::message::BorrowedMessage<'_>)
     // SAFETY: the message is valid for the borrow; the call only reads it.
     let status = unsafe { rd::rd_kafka_message_status(m.ptr()) };
     status == rd::rd_kafka_msg_status_t::RD_KAFKA_MSG_STATUS_NOT_PERSISTED
+}
+
+/// The length of a header's name as librdkafka holds it, which a name
+/// holding a NUL byte makes longer than the C string its API gives.
+/// librdkafka 2.12.1 (`rdkafka_header.h`, the version rdkafka-sys bundles)
+/// keeps a header as `{ser_size, value_size, name_size, value, name[]}`,
+/// four words before the name; read only when the two of them the API also
+/// gives (the value's pointer and size) are found in their places, so a
+/// build whose layout differs reads nothing further (`None`). Tested
+/// against librdkafka's own headers (`a_header_name_holding_nul_is_seen`).
+///
+/// # Safety
+/// `name`, `value` and `size` are what `rd_kafka_header_get_all` set for a
+/// header that is still live.
+unsafe fn held_name_bytes(
+    name: *const std::ffi::c_char,
+    value: *const c_void,
+    size: usize,
+) -> Option<usize> {
+    let word = std::mem::size_of::<usize>();
+    let at = |words_before: usize| name.cast::<u8>().wrapping_sub(words_before * word);
+    // SAFETY: in librdkafka's layout the four words before the name are the
+    // header's own fields, in its allocation, aligned (a malloc'd struct).
+    unsafe {
+        let value_at = at(1).cast::<*const c_void>().read();
+        let value_size = at(3).cast::<usize>().read();
+        let ser_size = at(4).cast::<usize>().read();
+        let name_size = at(2).cast::<usize>().read();
+        // The value's size and pointer in their places, and the serialised
+        // size their sum plus the two lengths' varints (a byte to five
+        // each): the layout is the one known.
+        let known = value_at == value
+            && value_size == size
+            && ser_size >= name_size.saturating_add(value_size).saturating_add(2)
+            && ser_size <= name_size.saturating_add(value_size).saturating_add(10);
+        known.then_some(name_size)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rdkafka::bindings as rd;
+
+    /// Headers librdkafka itself makes: a name holding a NUL byte is seen
+    /// as longer than the C string the API gives, and any other is not,
+    /// with a value, an empty one, or none (a librdkafka whose header
+    /// layout differed would fail here, not read past its fields).
+    #[test]
+    fn a_header_name_holding_nul_is_seen() {
+        // A name, its value, and whether the name holds a NUL byte.
+        type Case = (&'static [u8], Option<&'static [u8]>, bool);
+        let cases: [Case; 6] = [
+            (b"plain", Some(b"value"), false),
+            (b"plain", Some(b""), false),
+            (b"plain", None, false),
+            (b"a\0b", Some(b"v"), true),
+            (b"\0", None, true),
+            (b"", Some(b"v"), false),
+        ];
+        for (name, value, holds_nul) in cases {
+            // SAFETY: a headers list librdkafka makes and frees, read while
+            // it lives.
+            unsafe {
+                let hdrs = rd::rd_kafka_headers_new(1);
+                let (v, vlen) = match value {
+                    Some(v) => (v.as_ptr().cast(), v.len() as isize),
+                    None => (std::ptr::null(), 0),
+                };
+                let err = rd::rd_kafka_header_add(
+                    hdrs,
+                    name.as_ptr().cast(),
+                    name.len() as isize,
+                    v,
+                    vlen,
+                );
+                assert_eq!(err, rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR);
+                let (mut n, mut val, mut size) = (std::ptr::null(), std::ptr::null(), 0usize);
+                let err = rd::rd_kafka_header_get_all(hdrs, 0, &mut n, &mut val, &mut size);
+                assert_eq!(err, rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR);
+                let held = super::held_name_bytes(n, val, size);
+                let read = std::ffi::CStr::from_ptr(n).to_bytes().len();
+                assert_eq!(
+                    held,
+                    Some(name.len()),
+                    "{name:?}: the layout is not the one known"
+                );
+                assert_eq!(held != Some(read), holds_nul, "{name:?}");
+                rd::rd_kafka_headers_destroy(hdrs);
+            }
+        }
+    }
 }

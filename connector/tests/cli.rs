@@ -449,6 +449,63 @@ fn a_run_whose_kafka_goes_away_keeps_saying_so() {
     assert_eq!(run.wait().unwrap().code(), Some(0), "{rest:?}");
 }
 
+/// A record with a header name holding a NUL byte (Kafka allows it; a
+/// Java producer can send one) stops the run, which archives nothing
+/// changed: librdkafka's C API cuts such a name short, and until
+/// 2026-12-07 the record was archived with the name cut, without a word
+/// (found by an audit).
+#[test]
+fn a_header_name_holding_nul_is_not_archived_cut_short() {
+    use rdkafka::message::{Header, OwnedHeaders};
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let mb = TestBroker::start(&["nul:1"]);
+    let (topic, group) = (mb.topic("nul"), mb.group("nul-group"));
+    let producer: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &mb.brokers)
+        .create()
+        .unwrap();
+    for (i, name) in ["plain", "a\0b", "plain"].iter().enumerate() {
+        let headers = OwnedHeaders::new().insert(Header {
+            key: name,
+            value: Some(&b"v"[..]),
+        });
+        let value = format!("r{i}");
+        producer
+            .send(
+                BaseRecord::<[u8], [u8]>::to(&topic)
+                    .partition(0)
+                    .payload(value.as_bytes())
+                    .headers(headers),
+            )
+            .unwrap();
+    }
+    producer.flush(std::time::Duration::from_secs(10)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    // Bounded by the child's watchdog: a run that archived the record
+    // would go on.
+    let mut run = common::KillOnDrop::spawn(
+        Command::new(CAIRN)
+            .arg("run")
+            .args(common::run_flags(&mb.brokers, &group, &topic, d))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped()),
+    );
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut run.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(run.wait().unwrap().code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "record {topic}/0@1 cannot be archived: a header name holds a NUL byte"
+        )),
+        "{err}"
+    );
+    // Nothing of it archived, cut short or not.
+    let (code, out, err) = cairn(&["export", "--data", d]);
+    assert!(code == 0 || code == 1, "{err}");
+    assert!(!out.contains("\"r1\"") && !out.contains("cjE="), "{out}");
+}
+
 /// A second run on an archive a run is archiving into is refused at once,
 /// naming it, before Kafka is waited for: here with Kafka unreachable, where
 /// until 2026-12-07 it waited out the connect timeout and said only that
