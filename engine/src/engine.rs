@@ -390,16 +390,8 @@ fn create_dir_durably(path: &std::path::Path) -> std::io::Result<()> {
 /// The error of a damaged header of one of sled's log segments (`d`), for
 /// an open to write and for any write to a store opened to read with one.
 fn segment_header_damage(cfg: &EngineConfig, d: &crate::segments::DamagedHeader) -> Error {
-    Error::corruption(
-        crate::error::Location::SledFiles {
-            path: cfg.sled_data_path(),
-            log_offset: Some(d.file_offset),
-        },
-        crate::error::CorruptionKind::SegmentHeader {
-            stored: d.stored_crc,
-            computed: d.computed_crc,
-        },
-    )
+    let (location, kind) = d.located(cfg.sled_data_path());
+    Error::corruption(location, kind)
 }
 
 pub(crate) fn store_err(op: &'static str) -> impl FnOnce(sled::Error) -> Error {

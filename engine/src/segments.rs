@@ -36,9 +36,10 @@
 //!   panics on any bytes, and reads nothing past the file's end.
 
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::config::SLED_SEGMENT_BYTES;
+use crate::error::{CorruptionKind, Location};
 
 /// The length of a segment header (sled's `SEG_HEADER_LEN`).
 pub const SEGMENT_HEADER_BYTES: usize = 20;
@@ -50,6 +51,23 @@ pub struct DamagedHeader {
     pub file_offset: u64,
     pub stored_crc: u32,
     pub computed_crc: u32,
+}
+
+impl DamagedHeader {
+    /// Where and what the damage is, for an error or a verify's problem:
+    /// at its offset in `sled_data_file` (the store's `sled/db`).
+    pub fn located(&self, sled_data_file: PathBuf) -> (Location, CorruptionKind) {
+        (
+            Location::SledFiles {
+                path: sled_data_file,
+                log_offset: Some(self.file_offset),
+            },
+            CorruptionKind::SegmentHeader {
+                stored: self.stored_crc,
+                computed: self.computed_crc,
+            },
+        )
+    }
 }
 
 /// Whether `header` is whole (its CRC matches) or a freed segment's zeros;

@@ -324,16 +324,8 @@ pub fn verify_store_unless(cfg: &EngineConfig, stop: &AtomicBool) -> Result<Veri
         }
     };
     for d in damaged {
-        report.add(
-            Location::SledFiles {
-                path: data.clone(),
-                log_offset: Some(d.file_offset),
-            },
-            CorruptionKind::SegmentHeader {
-                stored: d.stored_crc,
-                computed: d.computed_crc,
-            },
-        );
+        let (location, kind) = d.located(data.clone());
+        report.add(location, kind);
     }
     Ok(report)
 }

@@ -469,16 +469,8 @@ pub(crate) fn say_repaired(data: &std::path::Path, r: &cairn_engine::RecoveryRep
     // Read as the archive opened, opened only to read: the records are
     // all there, but a later open could lose a segment's (segments.rs).
     for d in &r.damaged_segment_headers {
-        let e = cairn_engine::Error::corruption(
-            cairn_engine::Location::SledFiles {
-                path: cairn_engine::EngineConfig::new(data).sled_data_path(),
-                log_offset: Some(d.file_offset),
-            },
-            cairn_engine::CorruptionKind::SegmentHeader {
-                stored: d.stored_crc,
-                computed: d.computed_crc,
-            },
-        );
+        let (location, kind) = d.located(cairn_engine::EngineConfig::new(data).sled_data_path());
+        let e = cairn_engine::Error::corruption(location, kind);
         say_warn!("{e} (`cairn run` and a `cairn prune` that deletes refuse this archive: run from the copy)");
     }
     let n = r.index_entries_damaged;
