@@ -546,7 +546,22 @@ pub(crate) fn read_unpanicked<T>(
 /// holder got the advice for a run still starting, an export reading the
 /// stopped archive included; found by an audit.)
 pub(crate) fn open_failed(e: cairn_engine::Error) -> crate::ConnectorError {
-    open_failed_for(e, true)
+    open_failed_for(e, Opener::Served)
+}
+
+/// The command whose open of a stopped archive a lock refused: the advice
+/// differs for each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Opener {
+    /// One a running cairn serves (status, export, verify, prune, backup):
+    /// a run holding the archive is waited for.
+    Served,
+    /// `restore`, which a run does not serve: a run is to be stopped.
+    Restore,
+    /// `run`: exit 1, as its errors are (until 2026-12-07 it named only
+    /// the pid; found by an audit): a run given to a supervisor is
+    /// restarted on it, and starts once the holder has finished.
+    Run,
 }
 
 /// The cairn command a lock's `holder` ("pid N") runs, if it is one.
@@ -557,61 +572,47 @@ fn holder_command(holder: &str) -> Option<String> {
         .and_then(cairn_command_of)
 }
 
-/// `run`'s open refused by a lock another process holds, its holder named
-/// as the other commands name it (until 2026-12-07 `run` alone said only
-/// the pid; found by an audit). Exit 1, as `run`'s errors are: a run
-/// given to a supervisor is restarted on it, and starts once the holder
-/// has finished. Other errors as they are.
-pub(crate) fn run_open_failed(e: cairn_engine::Error) -> crate::ConnectorError {
-    match e {
-        cairn_engine::Error::Locked { path, holder } => {
-            let (holder, advice) = match holder_command(&holder).as_deref() {
-                Some("run") => (
-                    format!("{holder} (cairn run)"),
-                    "another run is starting on this archive: give this one an archive of its own",
-                ),
-                Some(c) => (
-                    format!("{holder} (cairn {c})"),
-                    "a stopped archive is opened by one command at a time: start the run once that one has finished",
-                ),
-                None => (holder, "stop that process first"),
-            };
-            crate::ConnectorError::Config(format!(
-                "store {} is locked by {holder}: {advice}",
-                path.display()
-            ))
-        }
-        e => e.into(),
-    }
-}
-
-/// [`open_failed`] for a command a running cairn serves (`served`), or for
-/// one it does not (`restore`): a run holding the archive is then to be
-/// stopped, not waited for.
-pub(crate) fn open_failed_for(e: cairn_engine::Error, served: bool) -> crate::ConnectorError {
-    match e {
-        cairn_engine::Error::Locked { path, holder } => {
-            let command = holder_command(&holder);
-            let (holder, advice) = match command.as_deref() {
-                Some("run") if !served => (
-                    format!("{holder} (cairn run)"),
-                    "a restore opens the archive itself: stop the run first (SIGINT or SIGTERM; it stops cleanly), then restore".to_owned(),
-                ),
-                Some("run") => (format!("{holder} (cairn run)"), LOCKED_BY_A_RUN_STARTING.to_owned()),
-                Some(c) => (
-                    format!("{holder} (cairn {c})"),
-                    "a stopped archive is opened by one command at a time: try again once that one has finished (a cairn run, once started, answers status, export, verify, prune and backup beside it)".to_owned(),
-                ),
-                None if !served => (holder, "stop that process first (a cairn run stops cleanly on SIGINT or SIGTERM; another command, once it has finished)".to_owned()),
-                None => (holder, LOCKED_BY_A_RUN_STARTING.to_owned()),
-            };
-            crate::ConnectorError::ArchiveLocked {
-                path,
-                holder,
-                advice,
-            }
-        }
-        e => e.into(),
+/// [`open_failed`] for the command `opener`: a lock's holder is named with
+/// its cairn command where it is one, and the advice fits both. Other
+/// errors as they are.
+pub(crate) fn open_failed_for(e: cairn_engine::Error, opener: Opener) -> crate::ConnectorError {
+    let cairn_engine::Error::Locked { path, holder } = e else {
+        return e.into();
+    };
+    let command = holder_command(&holder);
+    let named = |c: &str| format!("{holder} (cairn {c})");
+    let (holder, advice) = match (command.as_deref(), opener) {
+        (Some("run"), Opener::Restore) => (
+            named("run"),
+            "a restore opens the archive itself: stop the run first (SIGINT or SIGTERM; it stops cleanly), then restore",
+        ),
+        (Some("run"), Opener::Run) => (
+            named("run"),
+            "another run is starting on this archive: give this one an archive of its own",
+        ),
+        (Some("run"), Opener::Served) => (named("run"), LOCKED_BY_A_RUN_STARTING),
+        (Some(c), Opener::Run) => (
+            named(c),
+            "a stopped archive is opened by one command at a time: start the run once that one has finished",
+        ),
+        (Some(c), _) => (
+            named(c),
+            "a stopped archive is opened by one command at a time: try again once that one has finished (a cairn run, once started, answers status, export, verify, prune and backup beside it)",
+        ),
+        (None, Opener::Restore) => (holder, "stop that process first (a cairn run stops cleanly on SIGINT or SIGTERM; another command, once it has finished)"),
+        (None, Opener::Run) => (holder, "stop that process first"),
+        (None, Opener::Served) => (holder, LOCKED_BY_A_RUN_STARTING),
+    };
+    match opener {
+        Opener::Run => crate::ConnectorError::Config(format!(
+            "store {} is locked by {holder}: {advice}",
+            path.display()
+        )),
+        Opener::Served | Opener::Restore => crate::ConnectorError::ArchiveLocked {
+            path,
+            holder,
+            advice: advice.to_owned(),
+        },
     }
 }
 

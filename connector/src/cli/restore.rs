@@ -111,7 +111,7 @@ pub async fn run(args: RestoreArgs) -> Result<ExitCode> {
         // Its holder named, as the reading commands name it, with advice
         // for a restore, which a run does not serve (until 2026-12-07 the
         // engine's "stop that process first", also of a prune part-way).
-        crate::ConnectorError::Engine(e) => super::open_failed_for(e, false),
+        crate::ConnectorError::Engine(e) => super::open_failed_for(e, super::Opener::Restore),
         e => e,
     });
     let engine = match opened {

@@ -592,7 +592,7 @@ async fn archive(cfg: RunConfig) -> Result<(ExitCode, u64)> {
     tracing::info!(data = %cfg.data.display(), "Kafka answered; opening the archive (a recovery after a crash, or a format upgrade, can take a while)");
     let engine_cfg = EngineConfig::new(&cfg.data).record_bytes_max(cfg.record_bytes_max);
     let engine = Arc::new(super::unpanicked(&cfg.data, || {
-        Engine::open(engine_cfg).map_err(super::run_open_failed)
+        Engine::open(engine_cfg).map_err(|e| super::open_failed_for(e, super::Opener::Run))
     })?);
     let r = engine.recovery_report();
     // The run's open is the first after a crash, as a rule: damage it
