@@ -235,16 +235,24 @@ pub(crate) struct Shared {
     pub log_bounds: BTreeMap<TopicPartition, LogBounds>,
     /// Where each assigned partition started fetching.
     pub starts: BTreeMap<TopicPartition, Start>,
-    /// The group has assigned this member partitions (or none) at least
-    /// once: it joined. Unset again when the group takes every partition
-    /// away as lost (`lost_all`), until it assigns again.
-    pub joined: bool,
-    /// The group took every partition of this member away as lost (its
-    /// session timed out, or Kafka went away) and has assigned none since.
-    pub lost_all: bool,
+    /// Where this member stands in its group (the consumer loop warns
+    /// while it is not in it).
+    pub membership: Membership,
     /// The group's state in librdkafka's last statistics (`up`,
     /// `wait-coord`, …), said by the WARN of a run not in its group.
     pub group_state: Option<String>,
+}
+
+/// Where a member stands in its group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Membership {
+    /// The group has assigned it nothing yet, not even an empty set.
+    NotYet,
+    /// The group has assigned it partitions (or none): it joined.
+    Joined,
+    /// The group took every partition of it away as lost (its session
+    /// timed out, or Kafka went away) and has assigned none since.
+    Lost,
 }
 
 /// The memory a buffered record holds, as `pending_bytes` counts it: its
@@ -1275,8 +1283,7 @@ pub fn run_pipeline(
         progress_due: false,
         log_bounds: BTreeMap::new(),
         starts: BTreeMap::new(),
-        joined: false,
-        lost_all: false,
+        membership: Membership::NotYet,
         group_state: None,
     }));
     let consumer: BaseConsumer<SinkContext> = client_config(cfg)
@@ -1722,7 +1729,7 @@ fn consume(
     let join_wait = Duration::from_millis(cfg.connect_timeout_ms);
     let join_rewarn = join_wait.max(Duration::from_secs(10));
     let mut join_warn_at = Instant::now() + join_wait;
-    let mut was_joined = false;
+    let mut membership_seen = Membership::NotYet;
     // A reset error was seen and its partitions are not restarted yet; and
     // whether a restart was already put off once for an event that came
     // while it was being worked out.
@@ -1918,30 +1925,31 @@ fn consume(
         // now (until 2026-12-07 a run whose Kafka went away for good said
         // one WARN at the loss, and then nothing of its own while it
         // archived nothing; found by an audit).
-        if s.joined != was_joined {
-            was_joined = s.joined;
-            if !was_joined {
+        if s.membership != membership_seen {
+            membership_seen = s.membership;
+            if membership_seen == Membership::Lost {
                 join_warn_at = Instant::now() + join_wait;
             }
         }
-        if !s.joined && s.lost_all && Instant::now() >= join_warn_at {
+        if s.membership != Membership::Joined && Instant::now() >= join_warn_at {
             join_warn_at += join_rewarn;
-            tracing::warn!(
-                group = %cfg.group,
-                group_state = s.group_state.as_deref().unwrap_or("unknown yet"),
-                "no partitions assigned since the group took this member's away as lost (Kafka went away, its session timed out, or a put or fsync held the consumer past max.poll.interval.ms: librdkafka's own lines say which): librdkafka keeps trying to rejoin, and nothing is archived until the group assigns partitions again; what was archived is durable, and Kafka's committed offsets are not past it"
-            );
-        } else if !s.joined && Instant::now() >= join_warn_at {
-            join_warn_at += join_rewarn;
-            // With librdkafka's group state from its last statistics:
-            // `wait-coord` or `query-coord` is a group with no coordinator
-            // found (until 2026-12-07 the WARN could not tell; found by an
-            // audit).
-            tracing::warn!(
-                group = %cfg.group,
-                group_state = s.group_state.as_deref().unwrap_or("unknown yet"),
-                "not in the group yet: no partitions assigned. librdkafka keeps trying, and group_state is where it is (from its statistics, every --progress-interval-s): query-coord or wait-coord, no coordinator found; up, one answers and the join waits on the group. If this lasts, the group's coordinator may be unavailable (on a cluster of fewer brokers than offsets.topic.replication.factor, 3 by default, Kafka cannot create __consumer_offsets) or the group is rebalancing around a slow member (after an unclean stop, this member's old self is one until session.timeout.ms, 45 s by default, ends it; librdkafka's mock cluster, `cairn mock-broker`, waits about that long after a clean stop too: -X session.timeout.ms=6000 shortens it)"
-            );
+            if s.membership == Membership::Lost {
+                tracing::warn!(
+                    group = %cfg.group,
+                    group_state = s.group_state.as_deref().unwrap_or("unknown yet"),
+                    "no partitions assigned since the group took this member's away as lost (Kafka went away, its session timed out, or a put or fsync held the consumer past max.poll.interval.ms: librdkafka's own lines say which): librdkafka keeps trying to rejoin, and nothing is archived until the group assigns partitions again; what was archived is durable, and Kafka's committed offsets are not past it"
+                );
+            } else {
+                // With librdkafka's group state from its last statistics:
+                // `wait-coord` or `query-coord` is a group with no coordinator
+                // found (until 2026-12-07 the WARN could not tell; found by an
+                // audit).
+                tracing::warn!(
+                    group = %cfg.group,
+                    group_state = s.group_state.as_deref().unwrap_or("unknown yet"),
+                    "not in the group yet: no partitions assigned. librdkafka keeps trying, and group_state is where it is (from its statistics, every --progress-interval-s): query-coord or wait-coord, no coordinator found; up, one answers and the join waits on the group. If this lasts, the group's coordinator may be unavailable (on a cluster of fewer brokers than offsets.topic.replication.factor, 3 by default, Kafka cannot create __consumer_offsets) or the group is rebalancing around a slow member (after an unclean stop, this member's old self is one until session.timeout.ms, 45 s by default, ends it; librdkafka's mock cluster, `cairn mock-broker`, waits about that long after a clean stop too: -X session.timeout.ms=6000 shortens it)"
+                );
+            }
         }
         let lingered = s.pending_since.is_some_and(|t| t.elapsed() >= linger);
         // A lingered batch goes at once if the task thread is free, or if

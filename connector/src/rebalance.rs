@@ -387,8 +387,7 @@ impl SinkContext {
     fn on_assign(&self, c: &BaseConsumer<Self>, tpl: &mut TopicPartitionList) {
         let tps = tps_of(tpl);
         let mut s = lock(&self.shared);
-        s.joined = true;
-        s.lost_all = false;
+        s.membership = crate::consumer::Membership::Joined;
         let _span = tracing::info_span!("assign", partitions = tps.len()).entered();
         if s.pipeline.state().commits_closed {
             // The run is over (a clean stop or a fatal error) and the sink
@@ -811,8 +810,7 @@ impl SinkContext {
         // Every partition gone as lost: out of the group until it assigns
         // again (the consumer loop warns while it lasts).
         if lost && s.assigned.is_empty() && !clean_finish {
-            s.joined = false;
-            s.lost_all = true;
+            s.membership = crate::consumer::Membership::Lost;
         }
         if !clean_finish {
             let partitions = tps;
