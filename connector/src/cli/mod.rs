@@ -402,14 +402,6 @@ pub(crate) fn refuse_not_a_directory(data: &std::path::Path) -> crate::Result<()
     }
 }
 
-/// Open an archive for reading, with a clear message when it is in use.
-/// A damaged header of one of sled's log segments is said, and the engine
-/// refuses writes of records ([`cairn_engine::EngineConfig::open_to_read`]):
-/// the records are still there to export or back up.
-pub fn open_archive(data: &std::path::Path) -> crate::Result<cairn_engine::Engine> {
-    open_archive_to(data, Access::Read)
-}
-
 /// What a command does to the archive it opens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Access {
@@ -420,7 +412,12 @@ pub(crate) enum Access {
     Write,
 }
 
-fn open_archive_to(data: &std::path::Path, access: Access) -> crate::Result<cairn_engine::Engine> {
+/// Open an archive, with a clear message when it is in use. Opened to
+/// read, a damaged header of one of sled's log segments is said, and the
+/// engine refuses writes of records
+/// ([`cairn_engine::EngineConfig::open_to_read`]): the records are still
+/// there to export or back up.
+fn open_archive(data: &std::path::Path, access: Access) -> crate::Result<cairn_engine::Engine> {
     refuse_no_archive(data)?;
     let engine = cairn_engine::Engine::open(
         cairn_engine::EngineConfig::new(data).open_to_read(access == Access::Read),
@@ -495,8 +492,18 @@ pub(crate) fn open_unserved(
     data: &std::path::Path,
     access: Access,
 ) -> crate::Result<cairn_engine::Engine> {
-    unpanicked(data, || open_archive_to(data, access)).map_err(|e| match e {
-        crate::ConnectorError::Engine(e) => open_failed(e),
+    open_stopped(data, access, Opener::Served)
+}
+
+/// [`open_unserved`] for the command `opener`, whose advice for a lock
+/// held differs (a restore, which a run does not serve).
+pub(crate) fn open_stopped(
+    data: &std::path::Path,
+    access: Access,
+    opener: Opener,
+) -> crate::Result<cairn_engine::Engine> {
+    unpanicked(data, || open_archive(data, access)).map_err(|e| match e {
+        crate::ConnectorError::Engine(e) => open_failed_for(e, opener),
         e => e,
     })
 }

@@ -106,14 +106,10 @@ pub async fn run(args: RestoreArgs) -> Result<ExitCode> {
     let opened = tokio::task::block_in_place(|| {
         crate::restore::check_kafka(&cfg, &|| stop.load(Ordering::Relaxed))
     })
-    .and_then(|()| super::unpanicked(&data, || super::open_archive(&data)))
-    .map_err(|e| match e {
-        // Its holder named, as the reading commands name it, with advice
-        // for a restore, which a run does not serve (until 2026-12-07 the
-        // engine's "stop that process first", also of a prune part-way).
-        crate::ConnectorError::Engine(e) => super::open_failed_for(e, super::Opener::Restore),
-        e => e,
-    });
+    // A lock's holder named, as the reading commands name it, with advice
+    // for a restore, which a run does not serve (until 2026-12-07 the
+    // engine's "stop that process first", also of a prune part-way).
+    .and_then(|()| super::open_stopped(&data, super::Access::Read, super::Opener::Restore));
     let engine = match opened {
         Ok(engine) => engine,
         Err(e) => {
