@@ -211,11 +211,11 @@ pub enum ConnectorError {
     },
     /// sled 0.34.7 panics on some damage to its own files (its issues
     /// #1155, #1387): an open that panicked, caught and said as an error.
-    #[error("the archive at {} could not be opened: the open panicked ({detail}): damage in sled's own files that sled does not handle, or a bug; no record was changed (cairn verify --data {} says what it can)", path.display(), path.display())]
+    #[error("the archive at {} could not be opened: the open panicked ({detail}): damage in sled's own files that sled does not handle, or a bug; no record was changed (cairn verify --data {} says what it can)", path.display(), cairn_engine::shell_word(path))]
     OpenPanicked { path: PathBuf, detail: String },
     /// A panic in sled after the open, while a command read (or pruned) a
     /// stopped archive: caught and said as an error, as the open's is.
-    #[error("{command} of the archive at {} stopped: reading it panicked ({detail}): damage in sled's own files that sled does not handle, or a bug (cairn verify --data {} says what it can){output}", path.display(), path.display())]
+    #[error("{command} of the archive at {} stopped: reading it panicked ({detail}): damage in sled's own files that sled does not handle, or a bug (cairn verify --data {} says what it can){output}", path.display(), cairn_engine::shell_word(path))]
     ReadPanicked {
         command: &'static str,
         path: PathBuf,

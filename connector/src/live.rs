@@ -1098,7 +1098,7 @@ fn serve(conn: UnixStream, id: u64, engine: &Engine, shared: &Shared) {
                 engine.poison_after_caught_panic("live read", &format!("{}: {what}", req.name()));
                 Err(ConnectorError::Live(format!(
                     "the running cairn failed serving this request: it panicked ({what}): damage in sled's own files that sled does not handle, or a bug; the archive's engine is poisoned and the run stops, committing nothing more (once it has stopped, cairn verify --data {} says what it can)",
-                    engine.config().path.display()
+                    cairn_engine::shell_word(&engine.config().path)
                 )))
             });
             // (Poisoned meanwhile: by this request, or by the run's own

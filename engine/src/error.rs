@@ -382,6 +382,24 @@ pub fn tidy_os_errors(text: &str) -> String {
     out
 }
 
+/// `path` as one word of a shell command, for the commands messages give
+/// to copy: as it is when every character is one no shell treats
+/// specially, else in single quotes (a `'` in it written `'\''`). A path
+/// that is not UTF-8 is given as `Path::display` shows it, which is no
+/// longer that path: the message names it all the same.
+pub fn shell_word(path: &std::path::Path) -> String {
+    let text = path.to_string_lossy();
+    let plain = !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+=:,@%".contains(c));
+    if plain {
+        text.into_owned()
+    } else {
+        format!("'{}'", text.replace('\'', "'\\''"))
+    }
+}
+
 /// What a caught panic said: its message when it was given one (a `&str`
 /// or a `String`, as `panic!` makes them), for an error or a poison reason.
 pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
@@ -394,7 +412,23 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
 
 #[cfg(test)]
 mod tidy_tests {
-    use super::tidy_os_errors;
+    use super::{shell_word, tidy_os_errors};
+    use std::path::Path;
+
+    #[test]
+    fn a_path_is_one_shell_word() {
+        assert_eq!(
+            shell_word(Path::new("/var/lib/cairn/a-1_b.c")),
+            "/var/lib/cairn/a-1_b.c"
+        );
+        assert_eq!(
+            shell_word(Path::new("/data/my archive")),
+            "'/data/my archive'"
+        );
+        assert_eq!(shell_word(Path::new("/d/it's")), "'/d/it'\\''s'");
+        assert_eq!(shell_word(Path::new("/d/$HOME*")), "'/d/$HOME*'");
+        assert_eq!(shell_word(Path::new("")), "''");
+    }
 
     #[test]
     fn os_errors_in_debug_form_are_written_as_displayed() {

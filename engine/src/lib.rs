@@ -96,7 +96,7 @@ pub use engine::{
     FAILPOINT_AFTER_SYNC, FAILPOINT_AFTER_WRITE, FAILPOINT_CLOSE_SYNCED, FAILPOINT_MID_WRITE,
     FAILPOINT_READ_TOPIC_ID, FAILPOINT_SYNC_LEAD, FAILPOINT_TOP_UP, FAILPOINT_VIEW_CHECK,
 };
-pub use error::{panic_message, CorruptionKind, Error, InvalidInput, Location, Result};
+pub use error::{panic_message, shell_word, CorruptionKind, Error, InvalidInput, Location, Result};
 pub use lock::{FAILPOINT_LOCK_AFTER_OPEN, LOCK_FILE};
 pub use meta::StoreId;
 pub use offsets::DurableOffsets;

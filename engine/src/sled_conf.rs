@@ -58,12 +58,16 @@ pub fn check(sled_dir: &Path) -> Result<(), Error> {
         },
         CorruptionKind::SledUnreadable {
             detail: format!(
-                "sled's settings file is not the one cairn's settings make ({} bytes, reading {:?}; cairn writes {:?} and its CRC): the file is damaged, not the records. cairn opens every store with those settings, so sled rebuilds the file from them: move it aside (`mv {} {}.damaged`) and verify the archive (docs/OPERATIONS.md, \"When the archive is damaged\")",
+                "sled's settings file is not the one cairn's settings make ({} bytes, reading {:?}; cairn writes {:?} and its CRC): the file is damaged, not the records. cairn opens every store with those settings, so sled rebuilds the file from them: move it aside (`mv {} {}`) and verify the archive (docs/OPERATIONS.md, \"When the archive is damaged\")",
                 found.len(),
                 text.chars().take(120).collect::<String>(),
                 String::from_utf8_lossy(&expected()[..expected().len() - 4]),
-                path.display(),
-                path.display(),
+                crate::error::shell_word(&path),
+                crate::error::shell_word(&{
+                    let mut aside = path.clone().into_os_string();
+                    aside.push(".damaged");
+                    std::path::PathBuf::from(aside)
+                }),
             ),
         },
     ))
@@ -119,5 +123,44 @@ mod tests {
             std::fs::write(dir.path().join(SLED_CONF_FILE), &good[..cut]).unwrap();
             assert!(check(dir.path()).is_err(), "cut at {cut}");
         }
+    }
+
+    /// The `mv` the error gives runs as written when pasted into a shell,
+    /// in a folder whose name holds a space and a quote.
+    #[test]
+    fn the_advice_is_a_command_that_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let sled = dir.path().join("my arch'ive");
+        std::fs::create_dir(&sled).unwrap();
+        std::fs::write(
+            sled.join(SLED_CONF_FILE),
+            b"segment_size: 1\nuse_compression: false\n",
+        )
+        .unwrap();
+        let detail = match check(&sled) {
+            Err(Error::Corruption {
+                kind: CorruptionKind::SledUnreadable { detail },
+                ..
+            }) => detail,
+            other => panic!("{other:?}"),
+        };
+        let command = detail
+            .split("(`")
+            .nth(1)
+            .and_then(|rest| rest.split("`)").next())
+            .unwrap_or_else(|| panic!("no command in {detail}"));
+        assert!(command.starts_with("mv "), "{command}");
+        let status = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(command)
+            .status()
+            .unwrap();
+        assert!(status.success(), "{command}");
+        assert!(!sled.join(SLED_CONF_FILE).exists());
+        assert!(
+            sled.join(format!("{SLED_CONF_FILE}.damaged")).exists(),
+            "{command}: {:?}",
+            std::fs::read_dir(&sled).unwrap().collect::<Vec<_>>()
+        );
     }
 }

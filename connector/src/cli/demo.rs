@@ -497,9 +497,10 @@ fn exit_on_signal(data: PathBuf, made: bool, scratch: Scratch) -> Result<()> {
             super::say_warn!("interrupted: nothing was archived yet");
         } else {
             super::say_warn!(
-                "interrupted: the demo's archive, if it got that far, stays at {} (recovered by its next open: {} status --data {0})",
+                "interrupted: the demo's archive, if it got that far, stays at {} (recovered by its next open: {} status --data {})",
                 data.display(),
-                this_cairn()
+                this_cairn(),
+                cairn_engine::shell_word(&data)
             );
         }
         std::process::exit(130);
@@ -720,11 +721,12 @@ async fn demo_in(n: u64, data: PathBuf, made: bool) -> Result<ExitCode> {
     // BENCHMARKS measures the store's space.
     let payload_bytes: u64 = stats.partitions.iter().map(|p| p.payload_bytes).sum();
     outln!(
-        "archive    {} ({on_disk} on disk for {:.1} MB of keys, values and headers, {} records stored) stays, for you to look into (remove it when done): try {} status --data {0}",
+        "archive    {} ({on_disk} on disk for {:.1} MB of keys, values and headers, {} records stored) stays, for you to look into (remove it when done): try {} status --data {}",
         data.display(),
         payload_bytes as f64 / 1e6,
         stats.partitions.iter().map(|p| p.record_count).sum::<u64>(),
-        this_cairn()
+        this_cairn(),
+        cairn_engine::shell_word(&data)
     )?;
     outln!("done in {:.1} s", t_start.elapsed().as_secs_f64())?;
     drop(cluster);
@@ -866,7 +868,7 @@ fn beside_durable<'a>(
 /// How to run this `cairn` again, for the commands the demo suggests: its
 /// path (after `cargo run`, `cairn` is on no PATH), or `cairn`.
 fn this_cairn() -> String {
-    std::env::current_exe().map_or_else(|_| "cairn".into(), |p| p.display().to_string())
+    std::env::current_exe().map_or_else(|_| "cairn".into(), |p| cairn_engine::shell_word(&p))
 }
 
 /// The longest the crashing run may take: it aborts after a few puts.
