@@ -772,7 +772,7 @@ fn a_topic_kafka_cannot_serve_yet_is_named_as_such() {
     assert_eq!(code, 1, "{err}");
     assert!(
         err.contains(&format!(
-            "topic \"settling\" (topics set in {}) on",
+            "topic \"settling\" (topics set in {}, line 1) on",
             file.display()
         )) && err.contains("cannot be used now"),
         "{err}"
@@ -2691,7 +2691,7 @@ fn unknown_topic_is_a_clear_error() {
     ]);
     assert_eq!(code, 1, "{err}");
     assert!(
-        err.contains(&format!("(topics set in {})", cfg.path().display())),
+        err.contains(&format!("(topics set in {}, line 1)", cfg.path().display())),
         "{err}"
     );
     assert!(
@@ -2918,8 +2918,10 @@ fn unreachable_broker_names_the_brokers() {
     let (code, _, err) = run_with_file(&[]);
     assert_ne!(code, 0);
     assert!(
-        err.contains(&format!("127.0.0.1:1 (brokers set in {})", file.display()))
-            && err.contains("--connect-timeout-ms"),
+        err.contains(&format!(
+            "127.0.0.1:1 (brokers set in {}, line 1)",
+            file.display()
+        )) && err.contains("--connect-timeout-ms"),
         "{err}"
     );
     assert!(
@@ -2950,9 +2952,42 @@ fn unreachable_broker_names_the_brokers() {
     assert_ne!(code, 0);
     assert!(
         err.contains("-X check.crcs=false: librdkafka will not check")
-            && err.contains("(check.crcs set in [kafka] of"),
+            && err.contains(&format!(
+                "(check.crcs set in [kafka] of {}, line 4)",
+                file.display()
+            )),
         "{err}"
     );
+    // Eager assignment is allowed, and said (since 2026-12-07), whether a
+    // flag or the file gives it.
+    let (code, _, err) = run_with_file(&["-X", "partition.assignment.strategy=range"]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("-X partition.assignment.strategy=range: eager assignment, in place of cairn's cooperative-sticky"),
+        "{err}"
+    );
+    std::fs::write(
+        &file,
+        "brokers = \"127.0.0.1:1\"\ntopics = [\"a\"]\n[kafka]\n\"linger.ms\" = 5\n\"partition.assignment.strategy\" = \"roundrobin\"\n",
+    )
+    .unwrap();
+    let (code, _, err) = run_with_file(&[]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("-X partition.assignment.strategy=roundrobin: eager assignment")
+            && err.contains(&format!(
+                "(partition.assignment.strategy set in [kafka] of {}, line 5)",
+                file.display()
+            )),
+        "{err}"
+    );
+    std::fs::write(
+        &file,
+        "brokers = \"127.0.0.1:1\"\ntopics = [\"a\"]\n[kafka]\n\"partition.assignment.strategy\" = \"cooperative-sticky\"\n",
+    )
+    .unwrap();
+    let (_, _, err) = run_with_file(&[]);
+    assert!(!err.contains("eager assignment"), "{err}");
 }
 
 /// A run that fails having archived nothing (here: no broker answers)
@@ -3385,11 +3420,11 @@ fn bad_flags_and_config_name_the_setting() {
     // A value the file gives that is refused after parsing names the file
     // and its key too (since 2026-12-04; before, only the value, as if a
     // flag had given it).
-    std::fs::write(&cfg, "linger-ms = 70000\n").unwrap();
+    std::fs::write(&cfg, "# a comment\nlinger-ms = 70000\n").unwrap();
     let (code, _, err) = cairn_run("b:1", "t", data, &["--config", cfg.to_str().unwrap()]);
     assert_eq!(code, 1, "{err}");
     let named = format!(
-        "linger-ms 70000: must be at most 60000 (linger-ms set in {})",
+        "linger-ms 70000: must be at most 60000 (linger-ms set in {}, line 2)",
         cfg.display()
     );
     assert!(err.contains(&named), "{err}");
@@ -3412,7 +3447,7 @@ fn bad_flags_and_config_name_the_setting() {
     assert_eq!(code, 1, "{err}");
     assert!(
         err.contains("not a directory")
-            && err.contains(&format!("(data set in {})", cfg.display())),
+            && err.contains(&format!("(data set in {}, line 1)", cfg.display())),
         "{err}"
     );
     std::fs::write(&cfg, "topics = []\n").unwrap();
@@ -3430,7 +3465,7 @@ fn bad_flags_and_config_name_the_setting() {
     assert_eq!(code, 1, "{err}");
     assert!(
         err.contains(&format!(
-            "topics: none given (use --topics t1,t2) (topics set in {})",
+            "topics: none given (use --topics t1,t2) (topics set in {}, line 1)",
             cfg.display()
         )),
         "{err}"

@@ -33,7 +33,7 @@ pub struct RunArgs {
     /// The archive's data directory, created if missing (required, here or in --config).
     #[arg(long, value_name = "DIR")]
     pub data: Option<PathBuf>,
-    /// every-put: fsync each put and commit it at once; interval:MS: fsync and commit every MS milliseconds (puts in between are written without an fsync) [default: every-put].
+    /// every-put: fsync each put and commit it at once; interval:MS: fsync and commit every MS milliseconds, 1 to 3600000 (puts in between are written without an fsync) [default: every-put].
     #[arg(long)]
     pub commit: Option<CommitPolicy>,
     /// Most records in one put, 1 to 1000000 [default: 10000].
@@ -111,6 +111,8 @@ pub struct FileKeys {
     overridden: Vec<String>,
     /// The keys of the file's `[kafka]` table no `-X` overrode.
     kafka: Vec<String>,
+    /// Where in the file each key is.
+    lines: crate::config::KeyLines,
 }
 
 impl FileKeys {
@@ -136,12 +138,22 @@ impl FileKeys {
             .into_iter()
             .filter(|key| self.kafka.iter().any(|k| k == key))
             .collect();
+        let lines: Vec<String> = named
+            .iter()
+            .filter_map(|k| self.lines.kafka(k))
+            .map(|l| l.to_string())
+            .collect();
         match &self.path {
             Some(path) if !named.is_empty() => {
                 format!(
-                    " ({} set in [kafka] of {})",
+                    " ({} set in [kafka] of {}{})",
                     named.join(", "),
-                    path.display()
+                    path.display(),
+                    match lines.len() {
+                        0 => String::new(),
+                        1 => format!(", line {}", lines[0]),
+                        _ => format!(", lines {}", lines.join(", ")),
+                    }
                 )
             }
             _ => String::new(),
@@ -153,7 +165,11 @@ impl FileKeys {
     pub fn said(&self, key: &str) -> String {
         match &self.path {
             Some(path) if self.keys.contains(&key) => {
-                format!(" ({key} set in {})", path.display())
+                let line = self
+                    .lines
+                    .own(key)
+                    .map_or(String::new(), |l| format!(", line {l}"));
+                format!(" ({key} set in {}{line})", path.display())
             }
             _ => String::new(),
         }
@@ -211,9 +227,16 @@ impl RunArgs {
             self.dead_letter_topic.is_some(),
             file.dead_letter_topic.is_some(),
         );
+        // A file that set no key (empty, or only comments: a template
+        // that rendered nothing) is said to, beside the key missing: the
+        // message read as a flag forgotten (until 2026-12-07; an audit).
+        let sets_nothing = match &file_path {
+            Some(p) if file.lines.is_empty() => format!("; {} sets no key", p.display()),
+            _ => String::new(),
+        };
         let missing = |what: &str, flag: &str| {
             ConnectorError::Config(format!(
-                "{what}: missing (use {flag} or set it in --config)"
+                "{what}: missing (use {flag} or set it in --config{sets_nothing})"
             ))
         };
         let brokers = self
@@ -235,9 +258,16 @@ impl RunArgs {
             // empty (`data = "${DATA}"`) would put an archive in the file's
             // own folder, or the working directory.
             if d.as_os_str().is_empty() {
-                return Err(ConnectorError::Config(
-                    "data = \"\" in the config file: empty; give the archive's directory".into(),
-                ));
+                return Err(ConnectorError::Config(format!(
+                    "data = \"\" in {}{}: empty; give the archive's directory",
+                    file_path
+                        .as_deref()
+                        .unwrap_or(Path::new("the config file"))
+                        .display(),
+                    file.lines
+                        .own("data")
+                        .map_or(String::new(), |l| format!(", line {l}"))
+                )));
             }
             // `~` (`~/a`, `~user/a`) and `$VAR` are the shell's: TOML keeps
             // them, and the archive would start in a folder so named beside
@@ -246,8 +276,10 @@ impl RunArgs {
             let text = d.to_string_lossy();
             if text.starts_with('~') || text.contains('$') {
                 return Err(ConnectorError::Config(format!(
-                    "data = {:?} in the config file: `~` and `$VARIABLES` are expanded by a shell, not in the file; write the full path (or give --data)",
-                    d.display().to_string()
+                    "data = {:?} in {}{}: `~` and `$VARIABLES` are expanded by a shell, not in the file; write the full path (or give --data)",
+                    d.display().to_string(),
+                    file_path.as_deref().unwrap_or(Path::new("the config file")).display(),
+                    file.lines.own("data").map_or(String::new(), |l| format!(", line {l}"))
                 )));
             }
         }
@@ -365,6 +397,7 @@ impl RunArgs {
             keys: file_keys,
             overridden,
             kafka: from_file,
+            lines: file.lines,
         };
         c.validate().map_err(|e| match (e, &noted.path) {
             (ConnectorError::Config(m), Some(_)) => {
@@ -445,6 +478,20 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
     {
         super::say_warn!(
             "-X {key}={value}: librdkafka will not check the CRC of the record batches it fetches, so a batch damaged on the way or on the brokers' disks is archived as it arrives, its damage checksummed as if it were the record (leave it out to keep the check){}",
+            file_keys.said_kafka([key])
+        );
+    }
+    // Allowed (OPERATIONS.md, "Defaults cairn sets"), but never silently:
+    // under eager assignment a partition moving between members may be
+    // archived twice across their stores, and an offset reset restarts
+    // every partition's fetch (until 2026-12-07 nothing said so; an audit).
+    if let Some((key, value)) = crate::librdkafka::setting_other_than(
+        &cfg.kafka,
+        "partition.assignment.strategy",
+        Some("cooperative-sticky"),
+    ) {
+        super::say_warn!(
+            "-X {key}={value}: eager assignment, in place of cairn's cooperative-sticky: a partition that moves to another member while the group refuses commits is archived again by its new owner's store (each store stays free of duplicates, the two together are not), and an offset reset restarts the fetch of every partition (docs/OPERATIONS.md, \"Defaults cairn sets\"; leave it out to keep cooperative-sticky){}",
             file_keys.said_kafka([key])
         );
     }
@@ -1070,6 +1117,45 @@ mod tests {
 
     const DAY: Duration = Duration::from_secs(86_400);
 
+    /// A setting missing beside a config file that set no key (empty, or
+    /// only comments) says so: the message had read as a flag forgotten.
+    #[test]
+    fn a_missing_setting_beside_a_file_that_sets_nothing_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cairn.toml");
+        for (file, says) in [
+            ("", true),
+            ("# all as flags\n\n", true),
+            ("group = \"g\"\n", false),
+        ] {
+            std::fs::write(&path, file).unwrap();
+            let args = [
+                "run",
+                "--data",
+                "/nonexistent",
+                "--topics",
+                "t",
+                "--config",
+                path.to_str().unwrap(),
+            ];
+            let e = Cli::try_parse_from(args)
+                .unwrap()
+                .run
+                .into_config()
+                .unwrap_err()
+                .to_string();
+            let sets_nothing = format!(
+                "brokers: missing (use --brokers or set it in --config; {} sets no key)",
+                path.display()
+            );
+            assert_eq!(e == sets_nothing, says, "{file:?}: {e}");
+            assert!(
+                e.starts_with("brokers: missing (use --brokers or set it in --config"),
+                "{e}"
+            );
+        }
+    }
+
     /// A relative `data` in the file is the file's neighbour; an absolute
     /// one, or the flag, is taken as it is.
     #[test]
@@ -1172,7 +1258,7 @@ mod tests {
         };
         let err = parse(&[]).expect_err("refused").to_string();
         assert!(
-            err.contains("data = \"\" in the config file: empty"),
+            err.contains(&format!("data = \"\" in {}, line 1: empty", path.display())),
             "{err}"
         );
         assert_eq!(
@@ -1187,7 +1273,10 @@ mod tests {
             std::fs::write(&path, format!("data = \"{data}\"\n")).unwrap();
             let err = parse(&[]).expect_err("refused").to_string();
             assert!(
-                err.contains("`~` and `$VARIABLES` are expanded by a shell"),
+                err.contains(&format!(
+                    "in {}, line 1: `~` and `$VARIABLES` are expanded by a shell",
+                    path.display()
+                )),
                 "{data}: {err}"
             );
         }
