@@ -452,13 +452,13 @@ impl RunConfig {
         }
         if self.retain_bytes == Some(0) {
             return bad(
-                "retain-bytes 0: must be positive (leave --retain-bytes out, or give --retain-bytes none, to set no bound)"
+                "retain-bytes 0: must be positive (leave it out, or give none, to set no bound)"
                     .into(),
             );
         }
         if self.retain.is_some_and(|r| r.is_zero()) {
             return bad(
-                "retain 0 (in whatever unit): must be a positive age (leave --retain out, or give --retain none, to keep everything)".into(),
+                "retain 0 (in whatever unit): must be a positive age (leave it out, or give none, to keep everything)".into(),
             );
         }
         match self.retention_check_interval_s {
@@ -1286,7 +1286,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .map(|b| b.as_u64())
         .map_err(|_| {
             format!(
-                "unknown unit {:?}: B, KB, MB, GB, TB, PB (powers of 1000) or KiB, MiB, GiB, TiB, PiB (powers of 1024)",
+                "unknown unit {:?}: B, KB, MB, GB, TB, PB, EB (powers of 1000) or KiB, MiB, GiB, TiB, PiB, EiB (powers of 1024)",
                 unit.trim()
             )
         })?;
@@ -1300,13 +1300,20 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     if bytes == 0 && number.parse::<f64>().is_ok_and(|n| n != 0.0) {
         return Err("less than one byte (a fraction of a byte)".into());
     }
+    // In bytes, a fraction is no size (`1.5B` was taken as 1 B until
+    // 2026-12-07; an audit). In a larger unit the bytes are whole.
+    if unit.trim().eq_ignore_ascii_case("b")
+        && number.parse::<f64>().is_ok_and(|n| n.fract() != 0.0)
+    {
+        return Err(format!("{number} bytes: not a whole number of bytes"));
+    }
     // bytesize saturates a size past u64 (`20000000000EiB`) to u64::MAX,
     // which reads as no bound at all: said, not taken (since 2026-12-05).
     if bytes >= SIZE_BYTES_MAX {
         // Whether `none` may be given instead is the flag's to say
         // (`or_none`): `prune --keep-bytes` takes none.
         return Err(format!(
-            "too large: at most {} bytes (8 EiB)",
+            "too large: at most {} bytes (1 byte under 8 EiB)",
             SIZE_BYTES_MAX - 1
         ));
     }
@@ -1903,6 +1910,17 @@ retain-bytes = "50GiB"
         assert_eq!(parse_size("1.5KiB"), Ok(1536));
         assert_eq!(parse_size(" 50GiB "), Ok(50 << 30), "trimmed");
         assert!(parse_size("50").unwrap_err().contains("give a unit"));
+        // A fraction of a byte above one is refused too, not cut to 1 B.
+        let e = parse_size("1.5B").unwrap_err();
+        assert!(e.contains("not a whole number of bytes"), "{e}");
+        assert_eq!(parse_size("2.0B"), Ok(2));
+        assert_eq!(parse_size("1EiB"), Ok(1 << 60));
+        assert!(parse_size("8EiB")
+            .unwrap_err()
+            .contains("1 byte under 8 EiB"));
+        assert!(parse_size("5ZiB")
+            .unwrap_err()
+            .contains("EiB (powers of 1024)"));
     }
 
     /// A whole number that is none is said in the flag's words.

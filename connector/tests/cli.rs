@@ -2216,7 +2216,10 @@ fn a_restore_whose_report_cannot_be_written_says_it_is_complete() {
 
 /// A prune whose report cannot be written stops at the first line it
 /// cannot write, and says what it had pruned by then (since 2026-12-05;
-/// before, the error alone, which reads as a prune that deleted nothing).
+/// before, the error alone, which reads as a prune that deleted nothing):
+/// here, every partition (the lines wait for the pass's one fsync), which
+/// it said as a stop with "a rerun prunes the rest" until 2026-12-07 (an
+/// audit). A dry run's lines are not said as deletions.
 #[test]
 fn a_prune_whose_report_cannot_be_written_says_what_it_pruned() {
     use cairn_engine::{fuzzing::batch, Engine, EngineConfig, TopicPartition};
@@ -2233,10 +2236,20 @@ fn a_prune_whose_report_cannot_be_written_says_what_it_pruned() {
     }
     let d = dir.path().to_str().unwrap();
     let prune = ["prune", "--data", d, "--topic", "t", "--before", "5"];
+    let dry = [&prune[..], &["--dry-run"]].concat();
+    let (code, err) = cairn_into_dev_full(&dry);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("a dry run, nothing deleted; its report line could not be written")
+            && !err.contains("pruned (durably)")
+            && !err.contains("the prune stopped")
+            && err.contains("No space left on device"),
+        "{err}"
+    );
     let (code, err) = cairn_into_dev_full(&prune);
     assert_eq!(code, Some(1), "{err}");
     assert!(
-        err.contains("the prune stopped because its report could not be written, after 0 lines of it: each partition reported, the one it was reporting and each a warning names are pruned")
+        err.contains("the prune is complete (every partition chosen was pruned as asked), but its report could not be written")
             && err.contains("No space left on device"),
         "{err}"
     );
@@ -5068,4 +5081,33 @@ fn help_says_exit_statuses_and_mock_broker_counts() {
         let (code, _, err) = cairn(&["mock-broker", "--brokers", bad]);
         assert_eq!(code, 2, "{bad}: {err}");
     }
+}
+
+/// A retention that deletes nearly everything at every pass is taken, and
+/// said: an age under a minute (since 2026-12-07; `--retain 1ms` went
+/// without a word, found by an audit), a byte bound under an entry.
+#[test]
+fn a_retention_that_deletes_nearly_everything_is_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("a");
+    let data = data.to_str().unwrap();
+    let timeout = ["--connect-timeout-ms", "300"];
+    let run = |extra: &[&str]| cairn_run("127.0.0.1:1", "t", data, &[extra, &timeout[..]].concat());
+    let (code, _, err) = run(&["--retain", "1ms"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("--retain 1ms: records older than that are deleted at every pass, which is nearly everything archived"),
+        "{err}"
+    );
+    let (code, _, err) = run(&["--retain-bytes", "1KiB"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("--retain-bytes 1024B: entries (a put's records of one partition) are cut")
+            && err.contains("emptied at every pass"),
+        "{err}"
+    );
+    let (code, _, err) = run(&["--retain", "7d", "--retain-bytes", "50GiB"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(!err.contains("every pass"), "{err}");
+    assert!(err.contains("cannot reach Kafka at 127.0.0.1:1"), "{err}");
 }

@@ -196,7 +196,7 @@ impl Cut {
                 "--before-time {t}: must not be before the Unix epoch"
             )),
             Cut::TimeMs(t) if t > now.saturating_add(BEFORE_TIME_AHEAD_MS_MAX) => bad(format!(
-                "--before-time {t}{}: more than a day in the future, which would delete every record with an age; it takes milliseconds since the Unix epoch (given as a number, was this microseconds or nanoseconds?) or RFC 3339",
+                "--before-time {t}{}: more than a day in the future, which would delete every record with an age: give a time before it (a number is read as milliseconds since the Unix epoch, and one this far ahead is often microseconds or nanoseconds)",
                 // The time as a date too: given in RFC 3339, the number
                 // alone read as if it had been given so (until
                 // 2026-12-07; found by an audit).
@@ -336,6 +336,8 @@ pub async fn run(args: PruneArgs) -> Result<ExitCode> {
     let mut lines = 0usize;
     // The line, and the write's error.
     let mut failed: Option<(String, String)> = None;
+    // Every partition pruned, and only the report's lines missing.
+    let mut complete = false;
     let mut emit = |args: std::fmt::Arguments<'_>| {
         super::write_line(args)
             .inspect(|()| lines += 1)
@@ -354,7 +356,17 @@ pub async fn run(args: PruneArgs) -> Result<ExitCode> {
         } else {
             "; the steps it made durable stand, each whole, and of those after them the next open keeps a prefix (a step is whole or not made); run cairn verify on the archive before pruning again"
         },
-        || prune(&engine, &selection, cut, args.dry_run, &never, &mut emit),
+        || {
+            prune_noting(
+                &engine,
+                &selection,
+                cut,
+                args.dry_run,
+                &never,
+                &mut emit,
+                &mut complete,
+            )
+        },
     );
     if let (Some((line, write_error)), Err(e)) = (failed, &pruned) {
         if !args.dry_run {
@@ -362,7 +374,7 @@ pub async fn run(args: PruneArgs) -> Result<ExitCode> {
             // deleted nothing (until 2026-12-05 it was the error alone);
             // and whether the failed write stopped it, or damage did first.
             let by_report = e.to_string() == write_error;
-            super::say_warn!("{}", unwritten_report(&line, lines, by_report));
+            super::say_warn!("{}", unwritten_report(&line, lines, by_report, complete));
         }
     }
     pruned?;
@@ -379,9 +391,11 @@ pub async fn run(args: PruneArgs) -> Result<ExitCode> {
 /// with words.
 /// `by_report`: the failed write is what stopped it (else an error before
 /// it did, which the command ends on: a rerun meets it again).
-fn unwritten_report(line: &str, lines: usize, by_report: bool) -> String {
+/// `complete`: every partition chosen was pruned (the lines held back
+/// until the pass's sync could not be written).
+fn unwritten_report(line: &str, lines: usize, by_report: bool, complete: bool) -> String {
     let lines = counted(lines as u64, "line");
-    if line.starts_with("pruned ") || line.starts_with("store on disk") {
+    if complete || line.starts_with("pruned ") || line.starts_with("store on disk") {
         "the prune is complete (every partition chosen was pruned as asked), but its report could not be written".into()
     } else if by_report {
         format!(
@@ -398,16 +412,27 @@ fn unwritten_report(line: &str, lines: usize, by_report: bool) -> String {
 /// Once one cannot be written, the rest are logged instead (each says a
 /// durable deletion: said somewhere, also to a live prune's run log), and
 /// the first error is returned.
+/// A dry run's lines are logged as what it found, not as deletions (until
+/// 2026-12-07 they said "pruned (durably)"; an audit).
 fn say_durable(
     lines: impl Iterator<Item = String>,
+    dry_run: bool,
     emit: &mut dyn FnMut(std::fmt::Arguments<'_>) -> Result<()>,
 ) -> Result<()> {
     let mut unwritten = None;
     for line in lines {
         if unwritten.is_some() {
-            tracing::warn!(%line, "pruned (durably); its report line was not written");
+            if dry_run {
+                tracing::warn!(%line, "a dry run, nothing deleted; its report line was not written");
+            } else {
+                tracing::warn!(%line, "pruned (durably); its report line was not written");
+            }
         } else if let Err(e) = emit(format_args!("{line}")) {
-            tracing::warn!(%line, "pruned (durably); its report line could not be written");
+            if dry_run {
+                tracing::warn!(%line, "a dry run, nothing deleted; its report line could not be written");
+            } else {
+                tracing::warn!(%line, "pruned (durably); its report line could not be written");
+            }
             unwritten = Some(e);
         }
     }
@@ -428,6 +453,20 @@ pub fn prune(
     dry_run: bool,
     stop: &std::sync::atomic::AtomicBool,
     emit: &mut dyn FnMut(std::fmt::Arguments<'_>) -> Result<()>,
+) -> Result<()> {
+    prune_noting(engine, selection, cut, dry_run, stop, emit, &mut false)
+}
+
+/// [`prune`], setting `complete` when every partition chosen was pruned
+/// and the error is only that the report could not be written whole.
+fn prune_noting(
+    engine: &Engine,
+    selection: &Selection,
+    cut: Cut,
+    dry_run: bool,
+    stop: &std::sync::atomic::AtomicBool,
+    emit: &mut dyn FnMut(std::fmt::Arguments<'_>) -> Result<()>,
+    complete: &mut bool,
 ) -> Result<()> {
     let cut = cut.check()?;
     check_selection(selection, cut)?;
@@ -463,7 +502,7 @@ pub fn prune(
     // A record stamped more than a day past now holds an age cut back.
     let now_ms = pruner::epoch_millis(std::time::SystemTime::now());
     let looped = (|| -> Result<()> {
-        for p in &chosen {
+        for (i, p) in chosen.iter().enumerate() {
             if stopping() {
                 return Err(stopped());
             }
@@ -545,7 +584,10 @@ pub fn prune(
                 }
             }
             if !pass.waiting() {
-                say_durable(unsynced_lines.drain(..), emit)?;
+                // The last partition's line: nothing is left to prune.
+                let last = i + 1 == chosen.len() && finished;
+                say_durable(unsynced_lines.drain(..), dry_run, emit)
+                    .inspect_err(|_| *complete |= last)?;
             }
             if !finished {
                 return Err(stopped());
@@ -565,7 +607,10 @@ pub fn prune(
         }
         return looped;
     }
-    match (looped, say_durable(unsynced_lines.into_iter(), emit)) {
+    match (
+        looped,
+        say_durable(unsynced_lines.into_iter(), dry_run, emit),
+    ) {
         (looped, Ok(())) => looped?,
         // What stopped the prune (damage met in a later partition) is the
         // error, not the report's failure to be written after it: a rerun
@@ -576,7 +621,13 @@ pub fn prune(
             tracing::error!(error = %unwritten, "the prune's report could not be written either");
             return Err(e);
         }
-        (Ok(()), Err(unwritten)) => return Err(unwritten),
+        // Every partition was pruned; only lines of the report are
+        // missing (said so by the command, not as a stop: until
+        // 2026-12-07 it said a rerun prunes the rest; an audit).
+        (Ok(()), Err(unwritten)) => {
+            *complete = true;
+            return Err(unwritten);
+        }
     }
     emit(format_args!(
         "{verb} {} ({}) in {} of {} partitions",
@@ -746,12 +797,30 @@ mod tests {
         topic: &str,
         emit: &mut dyn FnMut(std::fmt::Arguments<'_>) -> Result<()>,
     ) -> Result<()> {
+        prune_below_5_noting(engine, topic, emit, &mut false)
+    }
+
+    /// [`prune_below_5`], noting whether every partition was pruned.
+    fn prune_below_5_noting(
+        engine: &Engine,
+        topic: &str,
+        emit: &mut dyn FnMut(std::fmt::Arguments<'_>) -> Result<()>,
+        complete: &mut bool,
+    ) -> Result<()> {
         let selection = Selection {
             topics: vec![topic.into()],
             ..Selection::default()
         };
         let never = AtomicBool::new(false);
-        prune(engine, &selection, Cut::Offset(5), false, &never, emit)
+        prune_noting(
+            engine,
+            &selection,
+            Cut::Offset(5),
+            false,
+            &never,
+            emit,
+            complete,
+        )
     }
 
     /// Partitions `0..partitions` of `topic`, each holding two entries
@@ -853,18 +922,61 @@ mod tests {
                 lines += 1;
                 Ok(())
             };
-            assert!(prune_below_5(&engine, "t.x-1", &mut emit).is_err());
-            unwritten_report(&failed.expect("a line failed"), lines, true)
+            let mut complete = false;
+            assert!(prune_below_5_noting(&engine, "t.x-1", &mut emit, &mut complete).is_err());
+            unwritten_report(&failed.expect("a line failed"), lines, true, complete)
         };
-        assert!(said(0).contains("stopped because its report could not be written, after 0 lines"));
-        assert!(said(1).contains("after 1 line of it"));
-        // The partitions are pruned by now: the totals, then the sizes.
-        for at in [2, 3] {
+        // The partitions' lines wait for the pass's sync, which comes once
+        // every partition is pruned here: the prune is complete whichever
+        // line fails (until 2026-12-07 the first two said it stopped, and
+        // that a rerun prunes the rest; an audit). Then the totals, then
+        // the sizes.
+        for at in [0, 1, 2, 3] {
             assert!(
                 said(at).starts_with("the prune is complete"),
                 "{at}: {}",
                 said(at)
             );
+        }
+    }
+
+    /// Whatever line of the report fails, the prune says it is complete
+    /// exactly when every partition was pruned, and says it stopped
+    /// otherwise.
+    #[test]
+    fn an_unwritten_report_says_complete_only_when_it_is() {
+        use cairn_engine::{EngineConfig, TopicPartition};
+        for partitions in [1, 3, 40] {
+            for at in 0..partitions as usize + 2 {
+                let dir = tempfile::tempdir().unwrap();
+                let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+                two_entries_each(&engine, "t", partitions);
+                engine.sync().unwrap();
+                let (mut lines, mut failed) = (0, None);
+                let mut emit = |args: std::fmt::Arguments<'_>| {
+                    if lines == at {
+                        failed = Some(args.to_string());
+                        return Err(ConnectorError::Live("full".into()));
+                    }
+                    lines += 1;
+                    Ok(())
+                };
+                let mut complete = false;
+                assert!(prune_below_5_noting(&engine, "t", &mut emit, &mut complete).is_err());
+                let said = unwritten_report(&failed.expect("a line failed"), lines, true, complete);
+                let pruned = (0..partitions).all(|p| {
+                    engine
+                        .partition(&TopicPartition::new("t", p))
+                        .unwrap()
+                        .first_offset
+                        == 5
+                });
+                assert_eq!(
+                    said.starts_with("the prune is complete"),
+                    pruned,
+                    "{partitions} partitions, failing at line {at}: {said}"
+                );
+            }
         }
     }
 
@@ -901,7 +1013,7 @@ mod tests {
         );
         let line = failed.expect("t/0's line was written after the damage");
         assert!(line.starts_with("t/0: pruned 5 records"), "{line}");
-        let said = unwritten_report(&line, 0, false);
+        let said = unwritten_report(&line, 0, false, false);
         assert!(
             said.starts_with("the prune stopped on the error below, and its report could not be written either, after 0 lines"),
             "{said}"

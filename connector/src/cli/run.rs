@@ -461,6 +461,17 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
             file_keys.said("data")
         );
     }
+    // Allowed (a test may want it), but never silently: an age under a
+    // minute deletes nearly all that is archived at every pass, and is
+    // most likely a unit slip (`--retain 1ms`, taken without a word until
+    // 2026-12-07; an audit), as `--retain-bytes` below an entry is.
+    if let Some(age) = cfg.retain.filter(|a| *a < Duration::from_secs(60)) {
+        super::say_warn!(
+            "--retain {}: records older than that are deleted at every pass, which is nearly everything archived (ages are most likely days or hours: 7d, 12h){}",
+            humantime::format_duration(age),
+            file_keys.said("retain")
+        );
+    }
     if let Some(b) = cfg.retain_bytes {
         super::warn_if_below_an_entry(
             "--retain-bytes",
