@@ -18,8 +18,8 @@
 //!   own `--retain` passes do (`Engine::truncate_by_while`, in durable
 //!   steps, stopping between them when the run stops or the client goes),
 //!   and `backup`, which writes a new archive where it is asked to.
-//!   Exports stop at the durable next offset, and a verify checks the store
-//!   as it stood when the verify started (`Engine::verify`).
+//!   Exports stop at the durable next offset, and a verify checks what was
+//!   durable when the verify started (`Engine::verify`).
 //! - [`LiveServer::stop`] returns once every connection's thread has
 //!   ended, so that no reference to the engine outlives it and the archive
 //!   sink can close the engine; or, with a thread stuck in a system call
@@ -2105,14 +2105,18 @@ fn request_within(
                 // SEND_TIMEOUT (a verify's long list into a stalled pager,
                 // say), not only an export's.
                 let why = format!(
-                    "it is shutting down, or it cut this {} off after its output went unread for {} minutes?",
+                    "it is shutting down or died, or it cut this {} off after its output went unread for {} minutes?",
                     req.name(),
                     SEND_TIMEOUT.as_secs() / 60
                 );
                 let again = match req {
+                    // A run that stops cleanly removes its partial copy
+                    // itself, within seconds: the advice said to remove it,
+                    // racing that (until 2026-12-07; an audit).
                     Request::Backup { to } => format!(
-                        "remove what it may have left in {} and run the command again",
-                        to.display()
+                        "a run that stops cleanly removes its partial copy in {0} itself; one that died leaves it marked unfinished ({1}), for you to remove before running the command again",
+                        to.display(),
+                        cairn_engine::BACKUP_INCOMPLETE_FILE
                     ),
                     // What went out is whole lines (above): whole records
                     // but for raw values, which may hold newlines.

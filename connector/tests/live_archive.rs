@@ -263,7 +263,8 @@ fn a_running_archive_serves_status_export_verify_and_prune() {
     let report = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{report}{}", text(&out.stderr));
     assert!(
-        report.contains("(live, as it stood") && report.contains("clean"),
+        report.contains("(live: what was durable when the verify started)")
+            && report.contains("clean"),
         "{report}"
     );
     // What it did not check is said, not left to the docs.

@@ -115,11 +115,15 @@ impl VerifyReport {
 impl Engine {
     /// Re-read and check the whole store, also while it is being written.
     ///
-    /// Appends may go on meanwhile: verify checks the log as it stood when
-    /// verify started (every frame below the next LSN then, which the write
-    /// lock guarantees complete, with their index entries), against the
-    /// partition summaries of that moment. What is written after is left
-    /// for the next verify. Retention waits: `truncate_before` deletes
+    /// Appends may go on meanwhile: verify checks what was durable when
+    /// it started (every frame below the durable log end then, with their
+    /// index entries), against the durable partition summaries of that
+    /// moment, as export and backup read. What is written after, or written
+    /// and not yet synced, is left for the next verify: until 2026-12-07 it
+    /// checked and counted what was written (the write state's end and
+    /// summaries), so a live verify under `--commit interval:MS` counted
+    /// records no `status` showed, and that a failed fsync would take (an
+    /// audit). Retention waits: `truncate_before` deletes
     /// frames, index entries and summaries in steps, and a scan that saw
     /// half of a step would report its other half as damage.
     pub fn verify(&self) -> Result<VerifyReport> {
@@ -136,10 +140,15 @@ impl Engine {
         let now = |tp: &TopicPartition| lock_to_read(&self.write).partitions.get(tp).copied();
         let next_lsn_now = || lock_to_read(&self.write).next_lsn;
         let bound = {
-            let w = lock_to_read(&self.write);
+            // Durable, hence written and complete: the durable view's end
+            // is at most the write state's, and on an append's boundary.
+            // No truncation waits to be synced while the lock is held
+            // (retention.rs, `TruncationPass`): the tree agrees with it.
+            let view = self.durable_view();
             Snapshot {
-                lsn_end: w.next_lsn,
-                partitions: (*w.partitions).clone(),
+                // The view's LSN is the last durable frame's.
+                lsn_end: view.lsn + 1,
+                partitions: view.partitions.clone(),
                 now: &now,
                 next_lsn_now: &next_lsn_now,
                 // A write that failed part-way may have stored what the

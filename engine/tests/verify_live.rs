@@ -73,10 +73,46 @@ fn appends_in_the_middle_of_a_verify_are_not_damage() {
         )
     );
 
+    // What is durable since: `b`'s ten written records wait for a sync.
     let after = engine.verify().unwrap();
     assert!(after.is_clean(), "{:?}", after.problems);
-    assert_eq!(after.records, before.records + 200 + 10 + 10);
+    assert_eq!(after.records, before.records + 200 + 10);
     assert_eq!(after.partitions, 3);
+    engine.sync().unwrap();
+    let synced = engine.verify().unwrap();
+    assert!(synced.is_clean(), "{:?}", synced.problems);
+    assert_eq!(synced.records, before.records + 200 + 10 + 10);
+}
+
+/// A live verify counts and checks what is durable, as `status`, export
+/// and backup read: records written and not yet synced (a run's
+/// `--commit interval:MS` between its fsyncs) are left for the next one,
+/// as a failed fsync could still take them (until 2026-12-07 it counted
+/// them; an audit).
+#[test]
+fn a_live_verify_counts_what_is_durable() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(small_config(dir.path())).unwrap();
+    let a = TopicPartition::new("live", 0);
+    let fresh = TopicPartition::new("fresh", 0);
+    engine.append(&[common::batch(&a, 0..100, 100)]).unwrap();
+    engine
+        .write(&[
+            common::batch(&a, 100..150, 100),
+            common::batch(&fresh, 0..7, 3000),
+        ])
+        .unwrap();
+    let r = engine.verify().unwrap();
+    assert!(r.is_clean(), "{:?}", r.problems);
+    assert_eq!((r.records, r.partitions), (100, 1), "{r:?}");
+    let durable: u64 = engine.partitions().iter().map(|p| p.record_count).sum();
+    assert_eq!(r.records, durable);
+    engine.sync().unwrap();
+    let r = engine.verify().unwrap();
+    assert!(r.is_clean(), "{:?}", r.problems);
+    assert_eq!((r.records, r.partitions), (157, 2), "{r:?}");
+    engine.close().unwrap();
 }
 
 #[test]

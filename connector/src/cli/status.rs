@@ -328,7 +328,15 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
                     }
                     Some(Err(e)) => e.to_string(),
                 };
-                tracing::warn!(%why, "the running archive's figures were not read again after Kafka's: they are those read before, and a committed offset read since may be above them");
+                // A committed offset only if one was read (a --group, and
+                // Kafka answered): said of none when none was (until
+                // 2026-12-07; an audit).
+                let commits_read = args.group.is_some() && kafka_unread.is_none();
+                if commits_read {
+                    tracing::warn!(%why, "the running archive's figures were not read again after Kafka's: they are those read before, and a committed offset read since may be above them");
+                } else {
+                    tracing::warn!(%why, "the running archive's figures were not read again after Kafka's: they are those read before, and may be behind Kafka's log end as read since");
+                }
                 for r in &mut rows {
                     r.missing(format_args!(
                         "the archive's figures are from before Kafka's were read ({why})"
@@ -383,7 +391,37 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
     if let Some(pid) = served_by {
         outln!("(live: durable figures from the running cairn run, pid {pid})")?;
     }
+    for line in committed_elsewhere(&rows) {
+        outln!("{line}")?;
+    }
     Ok(exit)
+}
+
+/// A note per row whose committed offset this archive did not commit: the
+/// JSON says so in `committed_by`, and the table showed such an offset,
+/// above the durable one, with nothing to tell it from a commit past what
+/// the archive holds (until 2026-12-07; an audit). The archive lag counts
+/// from where a run of this archive would resume.
+fn committed_elsewhere(rows: &[Row]) -> Vec<String> {
+    rows.iter()
+        .filter_map(|r| {
+            let by = r.committed_by.as_deref().filter(|&by| by != THIS_ARCHIVE)?;
+            let committed = r.kafka_committed?;
+            let who = if by == ANOTHER_STORE {
+                "another cairn archive (another member of the group archived it, or the group is another archive's)"
+            } else {
+                "no cairn archive (another tool, or a member without an identity)"
+            };
+            let resume = match resume_from(r.durable_next_offset, r.committed.as_ref(), r.store.as_deref()) {
+                Some(o) => format!("a run of this archive resumes at {o}"),
+                None => "a run of this archive starts at Kafka's log start".to_owned(),
+            };
+            Some(format!(
+                "({}/{}: committed {committed} by {who}: {resume})",
+                r.topic, r.partition
+            ))
+        })
+        .collect()
 }
 
 /// The table's lines, its header first. Each column is as wide as its
@@ -1116,8 +1154,8 @@ fn archive_lag(low: i64, high: i64, from: Option<i64>) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::{
-        archive_lag, committed_by, refresh, resume_from, row_archive_lag, summary_damage, table,
-        Row, ANOTHER_STORE, NOT_CAIRN, THIS_ARCHIVE, TOPIC_REPLACED,
+        archive_lag, committed_by, committed_elsewhere, refresh, resume_from, row_archive_lag,
+        summary_damage, table, Row, ANOTHER_STORE, NOT_CAIRN, THIS_ARCHIVE, TOPIC_REPLACED,
     };
 
     /// Every column of the table lines up with its header, a topic name
@@ -1366,5 +1404,35 @@ mod tests {
         );
         assert_eq!(committed_by("", Some(id)), Some(NOT_CAIRN));
         assert_eq!(committed_by(&ours, None), None);
+    }
+
+    /// The table says of a committed offset this archive did not commit
+    /// whose it is, and where a run of this archive resumes; of its own
+    /// commits, nothing.
+    #[test]
+    fn a_commit_not_this_archives_is_said_under_the_table() {
+        let id = "0123456789abcdef0123456789abcdef";
+        let row = |durable: Option<i64>, committed: i64, metadata: &str| {
+            let mut r = Row::unarchived("t", 0);
+            r.durable_next_offset = durable;
+            r.store = Some(id.to_owned());
+            r.kafka_committed = Some(committed);
+            r.committed_by = committed_by(metadata, Some(id)).map(str::to_owned);
+            r.committed = Some(crate::offsets::Committed {
+                offset: committed,
+                metadata: metadata.to_owned(),
+            });
+            r
+        };
+        let ours = format!("cairn-store:{id}");
+        assert!(committed_elsewhere(&[row(Some(40), 40, &ours)]).is_empty());
+        assert_eq!(
+            committed_elsewhere(&[row(Some(40), 90, "cairn-store:ffffffffffffffffffffffffffffffff")]),
+            ["(t/0: committed 90 by another cairn archive (another member of the group archived it, or the group is another archive's): a run of this archive resumes at 90)"]
+        );
+        assert_eq!(
+            committed_elsewhere(&[row(Some(40), 30, "")]),
+            ["(t/0: committed 30 by no cairn archive (another tool, or a member without an identity): a run of this archive resumes at 40)"]
+        );
     }
 }

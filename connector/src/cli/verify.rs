@@ -169,7 +169,7 @@ pub(crate) fn serve(
     out: &mut dyn std::io::Write,
 ) -> Result<u8> {
     let label = format!(
-        "{} (live, as it stood when the verify started)",
+        "{} (live: what was durable when the verify started)",
         engine.config().path.display()
     );
     let mut text = Vec::new();
