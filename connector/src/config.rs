@@ -694,6 +694,9 @@ pub struct FileConfig {
     /// The line of each key the file gave.
     #[serde(skip)]
     pub lines: KeyLines,
+    /// The file gives no key at all (empty, or only comments).
+    #[serde(skip)]
+    pub sets_no_key: bool,
 }
 
 /// The line each key of a config file is on, for the messages that refuse
@@ -710,11 +713,6 @@ impl KeyLines {
     /// The line of the file's own key `key` (`linger-ms`).
     pub fn own(&self, key: &str) -> Option<usize> {
         self.own.get(key).copied()
-    }
-
-    /// Whether the file gave no key at all.
-    pub fn is_empty(&self) -> bool {
-        self.own.is_empty()
     }
 
     /// The line of `key` in the `[kafka]` table.
@@ -738,10 +736,18 @@ fn whole_number<'de, D: serde::Deserializer<'de>, T: TryFrom<i128>>(
         Some(toml::Value::String(s)) => Err(D::Error::custom(format!(
             "{s:?} is text, not a number: write the number without quotes"
         ))),
-        Some(toml::Value::Float(f)) => Err(D::Error::custom(format!("{f} is not a whole number"))),
+        // As written: `5.0` is no whole number, though `{f}` shows 5.
+        Some(toml::Value::Float(f)) => Err(D::Error::custom(format!(
+            "{f:?} is a decimal number: give a whole number"
+        ))),
         Some(other) => Err(D::Error::custom(format!(
-            "a {} is no number: give a whole number",
-            other.type_str()
+            "{} is no number: give a whole number",
+            match other.type_str() {
+                "array" => "an array",
+                "table" => "a table",
+                "boolean" => "a boolean",
+                _ => "a datetime",
+            }
         ))),
     }
 }
@@ -1037,6 +1043,9 @@ impl FileConfig {
     /// one of the same form).
     pub fn from_text(text: &str) -> std::result::Result<FileConfig, String> {
         let mut file: FileConfig = toml::from_str(text).map_err(|e| shown_parse_error(text, &e))?;
+        // From what toml read, not from the spans (which a parser that
+        // differed from toml's would leave empty).
+        file.sets_no_key = toml::from_str::<toml::Table>(text).is_ok_and(|t| t.is_empty());
         let spans = Spans::of(text);
         file.lines.own = spans
             .own
@@ -1646,9 +1655,13 @@ mod tests {
                 "linger-ms = \"5\"",
                 "\"5\" is text, not a number: write the number without quotes",
             ),
-            ("batch-records-max = 1.5", "1.5 is not a whole number"),
+            (
+                "batch-records-max = 1.5",
+                "1.5 is a decimal number: give a whole number",
+            ),
+            ("linger-ms = 5.0", "5.0 is a decimal number"),
             ("connect-timeout-ms = true", "a boolean is no number"),
-            ("progress-interval-s = [1]", "a array is no number"),
+            ("progress-interval-s = [1]", "an array is no number"),
             ("retention-check-interval-s = -5", "negative"),
         ] {
             let e = FileConfig::from_text(bad).unwrap_err();

@@ -386,9 +386,16 @@ pub fn tidy_os_errors(text: &str) -> String {
 /// to copy: as it is when every character is one no shell treats
 /// specially, else in single quotes (a `'` in it written `'\''`). A path
 /// that is not UTF-8 is given as `Path::display` shows it, which is no
-/// longer that path: the message names it all the same.
+/// longer that path: the message names it all the same. A relative path
+/// that starts with `-` (read as options) or `=` (zsh expands it) gets
+/// `./` before it.
 pub fn shell_word(path: &std::path::Path) -> String {
     let text = path.to_string_lossy();
+    let text = if text.starts_with(['-', '=']) {
+        std::borrow::Cow::Owned(format!("./{text}"))
+    } else {
+        text
+    };
     let plain = !text.is_empty()
         && text
             .chars()
@@ -428,6 +435,9 @@ mod tidy_tests {
         assert_eq!(shell_word(Path::new("/d/it's")), "'/d/it'\\''s'");
         assert_eq!(shell_word(Path::new("/d/$HOME*")), "'/d/$HOME*'");
         assert_eq!(shell_word(Path::new("")), "''");
+        assert_eq!(shell_word(Path::new("-x/conf")), "./-x/conf");
+        assert_eq!(shell_word(Path::new("=x")), "./=x");
+        assert_eq!(shell_word(Path::new("-my x")), "'./-my x'");
     }
 
     #[test]

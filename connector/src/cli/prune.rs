@@ -196,7 +196,7 @@ impl Cut {
                 "--before-time {t}: must not be before the Unix epoch"
             )),
             Cut::TimeMs(t) if t > now.saturating_add(BEFORE_TIME_AHEAD_MS_MAX) => bad(format!(
-                "--before-time {t}{}: more than a day in the future, which would delete every record with an age: give a time before it (a number is read as milliseconds since the Unix epoch, and one this far ahead is often microseconds or nanoseconds)",
+                "--before-time {t}{}: more than a day in the future, which would delete every record with an age: give a time at most a day ahead (a number is read as milliseconds since the Unix epoch, and one this far ahead is often microseconds or nanoseconds)",
                 // The time as a date too: given in RFC 3339, the number
                 // alone read as if it had been given so (until
                 // 2026-12-07; found by an audit).
@@ -901,9 +901,10 @@ mod tests {
         assert!(matches!(cut(&["--before-time", &soon]), Ok(Cut::TimeMs(_))));
     }
 
-    /// A report that fails at a partition's line says the prune stopped
-    /// there; one that fails at the totals, after every partition was
-    /// pruned, says it is complete (until 2026-12-05 both said the first).
+    /// A report that fails at the totals, after every partition was
+    /// pruned, says it is complete (until 2026-12-05 it said the prune
+    /// stopped), and so does one that fails at a partition's line once
+    /// every partition is pruned (until 2026-12-07).
     #[test]
     fn an_unwritten_report_says_how_far_the_prune_got() {
         use cairn_engine::EngineConfig;
@@ -926,11 +927,13 @@ mod tests {
             assert!(prune_below_5_noting(&engine, "t.x-1", &mut emit, &mut complete).is_err());
             unwritten_report(&failed.expect("a line failed"), lines, true, complete)
         };
-        // The partitions' lines wait for the pass's sync, which comes once
-        // every partition is pruned here: the prune is complete whichever
-        // line fails (until 2026-12-07 the first two said it stopped, and
-        // that a rerun prunes the rest; an audit). Then the totals, then
-        // the sizes.
+        // The first call prunes both partitions, their lines held back for
+        // the pass's sync; later calls find nothing to delete, and write
+        // each partition's line within the pass. Either way the last
+        // partition's line, or any before it once all are pruned, fails
+        // with the prune complete (until 2026-12-07 the first two said it
+        // stopped, and that a rerun prunes the rest; an audit). Then the
+        // totals, then the sizes.
         for at in [0, 1, 2, 3] {
             assert!(
                 said(at).starts_with("the prune is complete"),
@@ -942,16 +945,26 @@ mod tests {
 
     /// Whatever line of the report fails, the prune says it is complete
     /// exactly when every partition was pruned, and says it stopped
-    /// otherwise.
+    /// otherwise: with every partition's line held back for the pass's
+    /// fsync, and with partitions pruned before (nothing to delete, so
+    /// their lines are written at once, within the pass).
     #[test]
     fn an_unwritten_report_says_complete_only_when_it_is() {
         use cairn_engine::{EngineConfig, TopicPartition};
-        for partitions in [1, 3, 40] {
+        let mut stopped = 0;
+        for (partitions, pruned_before) in [(1, 0), (3, 0), (40, 0), (3, 1), (3, 2), (5, 3)] {
             for at in 0..partitions as usize + 2 {
                 let dir = tempfile::tempdir().unwrap();
                 let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
                 two_entries_each(&engine, "t", partitions);
+                // A truncation cuts only what is durable.
                 engine.sync().unwrap();
+                for p in 0..pruned_before {
+                    let r = engine
+                        .truncate_before(&TopicPartition::new("t", p), 5)
+                        .unwrap();
+                    assert_eq!(r.records_deleted, 5);
+                }
                 let (mut lines, mut failed) = (0, None);
                 let mut emit = |args: std::fmt::Arguments<'_>| {
                     if lines == at {
@@ -963,7 +976,12 @@ mod tests {
                 };
                 let mut complete = false;
                 assert!(prune_below_5_noting(&engine, "t", &mut emit, &mut complete).is_err());
-                let said = unwritten_report(&failed.expect("a line failed"), lines, true, complete);
+                let said = unwritten_report(
+                    failed.as_deref().expect("a line failed"),
+                    lines,
+                    true,
+                    complete,
+                );
                 let pruned = (0..partitions).all(|p| {
                     engine
                         .partition(&TopicPartition::new("t", p))
@@ -974,10 +992,12 @@ mod tests {
                 assert_eq!(
                     said.starts_with("the prune is complete"),
                     pruned,
-                    "{partitions} partitions, failing at line {at}: {said}"
+                    "{partitions} partitions, {pruned_before} pruned before, failing at line {at}: {said}"
                 );
+                stopped += usize::from(said.contains("a rerun prunes the rest"));
             }
         }
+        assert!(stopped > 0, "no case stopped before the end");
     }
 
     /// Damage that stops a prune at a later partition is what it ends on,

@@ -231,7 +231,7 @@ impl RunArgs {
         // that rendered nothing) is said to, beside the key missing: the
         // message read as a flag forgotten (until 2026-12-07; an audit).
         let sets_nothing = match &file_path {
-            Some(p) if file.lines.is_empty() => format!("; {} sets no key", p.display()),
+            Some(p) if file.sets_no_key => format!("; {} sets no key", p.display()),
             _ => String::new(),
         };
         let missing = |what: &str, flag: &str| {
