@@ -116,6 +116,10 @@ pub struct RunConfig {
     pub retain_bytes: Option<u64>,
     /// How often the pruner looks for records past the retention.
     pub retention_check_interval_s: Option<u64>,
+    /// `--metrics-addr`: where `cairn run` serves the progress report's
+    /// figures as Prometheus metrics (metrics.rs; `run_pipeline` does not
+    /// read it: an embedder has `PipelineOptions::on_progress`).
+    pub metrics_addr: Option<String>,
     /// librdkafka properties passed through (`-X key=value`).
     pub kafka: BTreeMap<String, String>,
     /// `--rebind-topic`: topics of `topics` whose Kafka topic id is taken
@@ -156,6 +160,7 @@ impl RunConfig {
             retention_check_interval_s: None,
             kafka: BTreeMap::new(),
             rebind_topics: Vec::new(),
+            metrics_addr: None,
         }
     }
 
@@ -267,6 +272,23 @@ impl RunConfig {
                 "progress-interval-s {}: must be at most 86400 (0 reports only at stop)",
                 self.progress_interval_s
             ));
+        }
+        // The metrics are the progress report's figures: with no periodic
+        // report they would stand still at the start's.
+        if let (Some(addr), 0) = (&self.metrics_addr, self.progress_interval_s) {
+            return bad(format!(
+                "metrics-addr {addr}: the metrics are the progress report's figures, and progress-interval-s 0 takes none while the run goes on: give an interval (10 suits a scrape every 15 s)"
+            ));
+        }
+        if let Some(addr) = self.metrics_addr.as_deref() {
+            if !addr
+                .rsplit_once(':')
+                .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok())
+            {
+                return bad(format!(
+                    "metrics-addr {addr:?}: not host:port (127.0.0.1:9464 serves this machine only; 0.0.0.0:9464 every interface)"
+                ));
+            }
         }
         if self.batch_records_max == 0 || self.batch_records_max > 1_000_000 {
             return bad(format!(
@@ -683,6 +705,8 @@ pub struct FileConfig {
     pub retain_bytes: Option<String>,
     #[serde(default, deserialize_with = "whole_number")]
     pub retention_check_interval_s: Option<u64>,
+    /// `host:port` for the metrics endpoint, like `--metrics-addr`.
+    pub metrics_addr: Option<String>,
     /// The `[kafka]` table as written, with where each key and value is:
     /// [`FileConfig::from_text`] reads it into `kafka`.
     #[serde(default, rename = "kafka")]
@@ -939,6 +963,7 @@ const FILE_KEYS: &[&str] = &[
     "retain",
     "retain-bytes",
     "retention-check-interval-s",
+    "metrics-addr",
     "kafka",
 ];
 

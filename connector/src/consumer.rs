@@ -471,10 +471,13 @@ impl Shared {
                 },
             )
         };
-        progress.log();
+        // Handed over before the line is logged: a reader of the log (a
+        // test, a supervisor) that then asks the observer's holder (the
+        // metrics endpoint) finds the figures the line gives.
         if let Some(f) = self.on_progress.as_mut() {
             f(&progress);
         }
+        progress.log();
     }
 
     /// Where `tp` starts fetching: for its lag before the first put, and

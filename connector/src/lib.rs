@@ -42,6 +42,7 @@ pub mod fetch;
 mod handover;
 mod librdkafka;
 pub mod live;
+mod metrics;
 pub mod offsets;
 mod pipeline;
 mod progress;

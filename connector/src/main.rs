@@ -202,7 +202,7 @@ fn main() -> ExitCode {
     };
     let result = rt.block_on(async move {
         match cli.command {
-            Command::Run(a) => cli::run::run(a).await,
+            Command::Run(a) => cli::run::run(*a).await,
             Command::Demo(a) => cli::demo::run(a).await,
             Command::MockBroker(a) => cli::mock_broker::run(a).await,
             Command::Status(a) => cli::status::run(a).await,

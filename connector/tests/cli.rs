@@ -5111,3 +5111,118 @@ fn a_retention_that_deletes_nearly_everything_is_said() {
     assert!(!err.contains("every pass"), "{err}");
     assert!(err.contains("cannot reach Kafka at 127.0.0.1:1"), "{err}");
 }
+
+/// `--metrics-addr` serves the progress report's figures as Prometheus
+/// metrics: as the log's progress line gives them, with each partition's
+/// durable and committed offsets (committed never past durable). An
+/// address in use, or a run with no periodic report, is refused before
+/// anything is fetched.
+#[test]
+fn the_metrics_endpoint_serves_the_progress_report() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let mb = TestBroker::start(&["metered:3"]);
+    let (topic, group) = (mb.topic("metered"), mb.group("metered-group"));
+    cairn_connector::cli::demo::produce(&mb.brokers, &topic, 0..30).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("a");
+    let d = d.to_str().unwrap();
+    // A port free now (the kernel's choice), for the run to take.
+    let addr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let scrape = |path: &str| {
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        write!(s, "GET {path} HTTP/1.0\r\n\r\n").unwrap();
+        let mut reply = String::new();
+        s.read_to_string(&mut reply).unwrap();
+        reply
+    };
+    let mut args = common::run_flags(&mb.brokers, &group, &topic, d);
+    args.extend(["--metrics-addr", &addr, "--progress-interval-s", "1"]);
+    let mut run = common::cairn_run(&args, None);
+    let mut lines = BufReader::new(run.stderr.take().unwrap())
+        .lines()
+        .map_while(Result::ok);
+    lines
+        .find(|l| l.contains(r#""message":"progress""#) && l.contains(r#""records_written":30"#))
+        .expect("the run ended before a progress report of all 30 records");
+    let metrics = scrape("/metrics");
+    assert!(metrics.contains("text/plain; version=0.0.4"), "{metrics}");
+    assert!(
+        metrics.contains("cairn_records_written_total 30\n"),
+        "{metrics}"
+    );
+    let offsets = |family: &str| -> Vec<i64> {
+        (0..3)
+            .map(|p| {
+                let series = format!("{family}{{topic=\"{topic}\",partition=\"{p}\"}} ");
+                metrics
+                    .lines()
+                    .find_map(|l| l.strip_prefix(series.as_str()))
+                    .unwrap_or_else(|| panic!("no {series} in {metrics}"))
+                    .parse()
+                    .unwrap()
+            })
+            .collect()
+    };
+    let durable = offsets("cairn_partition_durable_offset");
+    assert_eq!(durable.iter().sum::<i64>(), 30, "{metrics}");
+    assert!(
+        metrics.contains("cairn_assigned_partitions 3\n"),
+        "{metrics}"
+    );
+    // Committed never past durable, as the run keeps it.
+    let committed: Vec<i64> = (0..3)
+        .filter_map(|p| {
+            let series =
+                format!("cairn_partition_committed_offset{{topic=\"{topic}\",partition=\"{p}\"}} ");
+            metrics
+                .lines()
+                .find_map(|l| l.strip_prefix(series.as_str()))?
+                .parse()
+                .ok()
+        })
+        .collect();
+    for (c, d) in committed.iter().zip(&durable) {
+        assert!(c <= d, "{metrics}");
+    }
+    assert!(scrape("/").contains(" 404 "));
+    // The address is taken: a second run is refused before it waits for
+    // Kafka, and makes no archive.
+    let other = dir.path().join("b");
+    let mut flags = common::run_flags(&mb.brokers, &group, &topic, other.to_str().unwrap());
+    flags.extend(["--metrics-addr", &addr]);
+    let (code, _, err) = cairn(&[&["run"][..], &flags].concat());
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(&format!("--metrics-addr {addr}: cannot listen there")),
+        "{err}"
+    );
+    assert!(!other.exists());
+    common::send_signal(run.id(), "TERM");
+    let rest: Vec<String> = lines.collect();
+    assert_eq!(run.wait().unwrap().code(), Some(0), "{rest:?}");
+    // Metrics with no periodic report would stand still: refused.
+    let (code, _, err) = cairn_run(
+        "127.0.0.1:1",
+        "t",
+        other.to_str().unwrap(),
+        &[
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--progress-interval-s",
+            "0",
+        ],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("progress-interval-s 0 takes none"), "{err}");
+    let (code, _, err) = cairn_run(
+        "127.0.0.1:1",
+        "t",
+        other.to_str().unwrap(),
+        &["--metrics-addr", "9464"],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("not host:port"), "{err}");
+}

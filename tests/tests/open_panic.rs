@@ -78,7 +78,7 @@ fn an_open_that_panics_is_an_error_naming_the_archive() {
                 cairn_connector::cli::Command::Restore(a) => {
                     cairn_connector::cli::restore::run(a).await
                 }
-                cairn_connector::cli::Command::Run(a) => cairn_connector::cli::run::run(a).await,
+                cairn_connector::cli::Command::Run(a) => cairn_connector::cli::run::run(*a).await,
                 _ => unreachable!(),
             }
         });

@@ -284,7 +284,8 @@ fn is_cairn_flag(word: &str) -> bool {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Archive Kafka topics durably into a local directory.
-    Run(run::RunArgs),
+    // Boxed: the largest of the commands' arguments by far.
+    Run(Box<run::RunArgs>),
     /// Archive, crash, recover, verify and restore on an embedded Kafka (no broker needed).
     Demo(demo::DemoArgs),
     /// Start librdkafka's in-process mock Kafka cluster until SIGINT/SIGTERM.

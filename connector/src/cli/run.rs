@@ -87,6 +87,12 @@ pub struct RunArgs {
     /// next, 1 to 86400; only with --retain or --retain-bytes [default: 60].
     #[arg(value_parser = crate::config::whole::<u64>, long, allow_negative_numbers = true)]
     pub retention_check_interval_s: Option<u64>,
+    /// Serve the progress report's figures (counts, lag and offsets per
+    /// partition, put-to-commit) as Prometheus metrics at
+    /// http://ADDR/metrics, updated every --progress-interval-s
+    /// (127.0.0.1:9464: this machine only) [default: no endpoint].
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics_addr: Option<String>,
     /// librdkafka property, as with kcat (repeatable).
     #[arg(short = 'X', value_parser = parse_kv, value_name = "KEY=VALUE")]
     pub kafka: Vec<(String, String)>,
@@ -351,6 +357,12 @@ impl RunArgs {
         take!(auto_offset_reset, "auto-offset-reset");
         take!(connect_timeout_ms, "connect-timeout-ms");
         take!(progress_interval_s, "progress-interval-s");
+        from_file(
+            "metrics-addr",
+            self.metrics_addr.is_some(),
+            file.metrics_addr.is_some(),
+        );
+        c.metrics_addr = self.metrics_addr.or(file.metrics_addr);
         let file_sets_retention = file.retain.is_some() || file.retain_bytes.is_some();
         c.retain = match self.retain {
             Some(flag) => flag.setting(),
@@ -640,6 +652,13 @@ async fn archive(cfg: RunConfig) -> Result<(ExitCode, u64)> {
             cfg.data.join(crate::live::SOCKET_FILE).display()
         )));
     }
+    // Bound before Kafka is waited for: an address in use is refused at
+    // once, with nothing fetched or committed.
+    let metrics = cfg
+        .metrics_addr
+        .as_deref()
+        .map(crate::metrics::MetricsServer::start)
+        .transpose()?;
     // Kafka first: a mistyped broker or topic refused before the archive
     // is opened (recovered, perhaps upgraded, pruned) or even made. The
     // pipeline checks again, for embedders (a quick metadata read).
@@ -661,6 +680,7 @@ async fn archive(cfg: RunConfig) -> Result<(ExitCode, u64)> {
     let opts = PipelineOptions {
         stop: stop.clone(),
         kafka_checked: true,
+        on_progress: metrics.as_ref().map(|m| m.observer()),
         ..Default::default()
     };
     let mut sink = ArchiveSink::new(engine).with_rebound_topics(cfg.rebind_topics.clone());
@@ -705,6 +725,9 @@ async fn archive(cfg: RunConfig) -> Result<(ExitCode, u64)> {
     let report = tokio::task::spawn_blocking(move || run_pipeline(&cfg, sink, opts))
         .await
         .map_err(|e| ConnectorError::Failed(format!("the run's thread failed: {e}")))??;
+    // Served until the run has stopped: its last figures are the report
+    // at the stop.
+    drop(metrics);
     let h = &report.put_to_commit_us;
     // Of the whole run; `-` when no commit settled a put (an empty
     // histogram's quantiles read 0, a latency nobody measured: until the
@@ -1127,6 +1150,31 @@ mod tests {
     }
 
     const DAY: Duration = Duration::from_secs(86_400);
+
+    /// `metrics-addr` in the file, and the flag over it; refused when the
+    /// file turns the periodic report off.
+    #[test]
+    fn the_metrics_address_comes_from_the_file_or_the_flag() {
+        let c = config("metrics-addr = \"127.0.0.1:9464\"\n", &[]).unwrap();
+        assert_eq!(c.metrics_addr.as_deref(), Some("127.0.0.1:9464"));
+        let c = config(
+            "metrics-addr = \"127.0.0.1:9464\"\n",
+            &["--metrics-addr", "[::1]:9000"],
+        )
+        .unwrap();
+        assert_eq!(c.metrics_addr.as_deref(), Some("[::1]:9000"));
+        let e = config(
+            "metrics-addr = \"127.0.0.1:9464\"\nprogress-interval-s = 0\n",
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("progress-interval-s 0 takes none") && e.contains("(metrics-addr set in "),
+            "{e}"
+        );
+        assert_eq!(config("", &[]).unwrap().metrics_addr, None);
+    }
 
     /// A setting missing beside a config file that set no key (empty, or
     /// only comments) says so: the message had read as a flag forgotten.
