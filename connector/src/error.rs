@@ -224,7 +224,7 @@ pub enum ConnectorError {
         output: String,
     },
     /// A byte string `--format jsonl-text` cannot write as text.
-    #[error("record {record}: its {field} is not UTF-8 (from byte {valid_up_to}), so --format jsonl-text cannot write it; --format jsonl writes it in base64")]
+    #[error("record {record}: its {field} is not UTF-8 from its byte {valid_up_to} (counted from 0), so --format jsonl-text cannot write it; --format jsonl writes it in base64")]
     NotText {
         record: String,
         field: String,

@@ -158,9 +158,11 @@ pub enum Location {
     Key { key_hex: String },
     /// The durable watermark file, `cairn.durable`, beside sled.
     Watermark,
-    /// sled's own files (its log `db`, snapshots `snap.*`, `blobs/`),
-    /// found damaged by sled while opening them; at this offset of its log
-    /// when sled says.
+    /// sled's own files (its log `db`, snapshots `snap.*`, `blobs/`, its
+    /// settings `conf`), found damaged by sled while opening them, or by
+    /// cairn's checks of them before sled opens (`conf` not the one cairn's
+    /// settings make, `db` gone); at this offset of its log when sled
+    /// says.
     SledFiles {
         path: std::path::PathBuf,
         log_offset: Option<u64>,
@@ -262,7 +264,10 @@ pub enum CorruptionKind {
     /// sled found bytes in its own files it cannot read (a damaged snapshot
     /// or log segment): on open, when nothing of the store can be read
     /// through sled until those files are repaired or restored; or later,
-    /// reading a page of its log ([`Location::SledLog`]).
+    /// reading a page of its log ([`Location::SledLog`]). Also cairn's own
+    /// finding, before sled opens, that its settings file is not the one
+    /// cairn's settings make (sled_conf.rs), or that its data file is gone
+    /// (watermark.rs).
     #[error("sled cannot read its own files: {detail}")]
     SledUnreadable { detail: String },
     /// A header of one of sled's log segments fails its checksum

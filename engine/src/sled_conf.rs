@@ -4,7 +4,7 @@
 //! `use_compression: …`, `version: 0.34`, each on a line) followed by a
 //! little-endian CRC-32 of that text, and refuses an open whose settings
 //! differ from the file's, saying to change them "back" to the file's. It
-//! never checks the CRC. cairn opens every store with the same settings
+//! checks the CRC only to log a warning. cairn opens every store with the same settings
 //! ([`crate::config::EngineConfig::sled_config`]), so the one file a
 //! cairn store can hold is known byte for byte: any other is damage to
 //! that file (until 2026-12-07 a flipped digit read as a store of other
@@ -87,6 +87,18 @@ mod tests {
         let written = std::fs::read(cfg.sled_path().join(SLED_CONF_FILE)).unwrap();
         assert_eq!(written, expected());
         check(&cfg.sled_path()).unwrap();
+    }
+
+    /// The bytes themselves, pinned: `expected` and the test above are
+    /// made from the same constant, and a change to it would pass them
+    /// while every store written before is refused as damaged
+    /// (docs/FORMAT.md gives these bytes).
+    #[test]
+    fn the_expected_bytes_are_pinned() {
+        let mut pinned = b"segment_size: 8388608\nuse_compression: false\nversion: 0.34\n".to_vec();
+        pinned.extend_from_slice(&[0x5e, 0xeb, 0xc1, 0xd7]);
+        assert_eq!(expected(), pinned);
+        assert_eq!(pinned.len(), 63);
     }
 
     /// Any change to the file is damage naming it; a missing file is not.

@@ -64,18 +64,19 @@ pub struct ExportArgs {
     pub output: Option<PathBuf>,
 }
 
+/// A number below 1973's milliseconds is taken for a unit slip, whichever
+/// end it bounds: records stamped so early are rare (a producer that sets
+/// its own), and are reached with the RFC 3339 form. Until 2026-12-07 the
+/// message said such a bound would leave out every record (or none),
+/// which is not so of an archive that holds such records (an audit).
+const EARLY: &str = "taken for a unit slip (to bound records stamped before 1973, give the time in RFC 3339: 1970-01-01T00:00:01Z)";
+
 fn parse_from_time(s: &str) -> std::result::Result<i64, String> {
-    dated(super::prune::time_ms(
-        s,
-        "which would leave out no record of Kafka's",
-    )?)
+    dated(super::prune::time_ms(s, EARLY)?)
 }
 
 fn parse_to_time(s: &str) -> std::result::Result<i64, String> {
-    dated(super::prune::time_ms(
-        s,
-        "which would leave out every record of Kafka's",
-    )?)
+    dated(super::prune::time_ms(s, EARLY)?)
 }
 
 /// A time after the year 9999 is refused: no record has one, and a number
@@ -192,7 +193,7 @@ fn line<'a>(tp: &'a TopicPartition, r: &'a Record, text: bool) -> Result<Line<'a
             .headers
             .iter()
             .map(|h| {
-                let field = || format!("header {:?}", h.name);
+                let field = || format!("header {:?}'s value", h.name);
                 Ok((h.name.as_str(), bytes(&field, &h.value)?))
             })
             .collect::<Result<_>>()?,
@@ -2323,7 +2324,7 @@ mod tests {
         // The flags' parser refuses what prune's refuses, in export's words.
         let e = parse_to_time("1700000000").unwrap_err();
         assert!(
-            e.contains("which would leave out every record of Kafka's")
+            e.contains("taken for a unit slip (to bound records stamped before 1973, give the time in RFC 3339")
                 && e.contains("then 1700000000000"),
             "{e}"
         );
@@ -2331,6 +2332,8 @@ mod tests {
             parse_from_time("2023-11-14T22:13:20Z"),
             Ok(1_700_000_000_000)
         );
+        // A time before 1973 is taken in RFC 3339, as the refusal says.
+        assert_eq!(parse_to_time("1970-01-01T00:00:01Z"), Ok(1000));
         // Microseconds given for milliseconds: refused, not a date past
         // 9999 that humantime cannot show (its display failed, and the
         // message of a range that kept nothing panicked).
@@ -2425,7 +2428,9 @@ mod tests {
         let e = r.unwrap_err().to_string();
         assert!(
             e.contains("export stopped after 1 record (the last t/0@0)")
-                && e.contains("record t/0@1: its value is not UTF-8 (from byte 2)")
+                && e.contains(
+                    "record t/0@1: its value is not UTF-8 from its byte 2 (counted from 0)"
+                )
                 && e.contains("--format jsonl writes it in base64"),
             "{e}"
         );
