@@ -597,7 +597,7 @@ pub fn restore_until_split(
     if report.timestamps_replaced > 0 {
         tracing::warn!(
             records = report.timestamps_replaced,
-            "records archived with a timestamp of 0 or below -1 carry the time of restore: Kafka cannot take those"
+            "records archived with a timestamp of 0 (which librdkafka's producer reads as \"now\") or below -1 (which a broker refuses when it rebuilds a batch) carry the time of restore"
         );
     }
 

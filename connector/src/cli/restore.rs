@@ -201,7 +201,7 @@ fn print_report(report: &crate::restore::RestoreReport) -> Result<()> {
     }
     if report.timestamps_replaced > 0 {
         outln!(
-            "{} archived with a timestamp of 0 or below -1, which librdkafka's producer replaces with the time of the send: {} the time of restore",
+            "{} archived with a timestamp of 0 (which librdkafka's producer reads as \"now\") or below -1 (which a broker refuses when it rebuilds a batch): {} the time of restore",
             counted_were(report.timestamps_replaced, "record"),
             if report.timestamps_replaced == 1 {
                 "it carries"
