@@ -83,6 +83,8 @@ impl MetricsServer {
     }
 }
 
+/// The loop is joined, not the replies: a reply a scraper does not read
+/// is left to the process's exit.
 impl Drop for MetricsServer {
     fn drop(&mut self) {
         self.server.unblock();
@@ -92,9 +94,18 @@ impl Drop for MetricsServer {
     }
 }
 
-/// Answer each request until the server is unblocked. A reply that cannot
-/// be sent (the scraper went away) is the scraper's loss, not the run's.
+/// Replies being sent at once, at most: past it, a request gets a short
+/// 503 at once.
+const RESPONDERS_MAX: usize = 8;
+
+/// Answer each request until the server is unblocked. Each reply is sent
+/// on a thread of its own: a scraper that reads slowly, or not at all (a
+/// reply of many partitions' series fills the socket's buffer), holds up
+/// neither the other scrapes nor the run's stop, which joins only this
+/// loop. A reply that cannot be sent (the scraper went away) is the
+/// scraper's loss, not the run's.
 fn serve(server: &tiny_http::Server, text: &Mutex<String>) {
+    let responding = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     for request in server.incoming_requests() {
         let path = request.url().split('?').next().unwrap_or_default();
         let response = match (request.method(), path) {
@@ -111,7 +122,26 @@ fn serve(server: &tiny_http::Server, text: &Mutex<String>) {
                 .with_status_code(405)
                 .with_header(header("text/plain; charset=utf-8")),
         };
-        let _ = request.respond(response);
+        use std::sync::atomic::Ordering::SeqCst;
+        if responding.fetch_add(1, SeqCst) >= RESPONDERS_MAX {
+            responding.fetch_sub(1, SeqCst);
+            // A few bytes: they fit the socket's buffer, read or not.
+            let busy = tiny_http::Response::from_string("busy: too many scrapes at once\n")
+                .with_status_code(503)
+                .with_header(header("text/plain; charset=utf-8"));
+            let _ = request.respond(busy);
+            continue;
+        }
+        let done = responding.clone();
+        let sent = std::thread::Builder::new()
+            .name("cairn-metrics-reply".into())
+            .spawn(move || {
+                let _ = request.respond(response);
+                done.fetch_sub(1, SeqCst);
+            });
+        if sent.is_err() {
+            responding.fetch_sub(1, SeqCst);
+        }
     }
 }
 
@@ -463,5 +493,34 @@ mod tests {
             "{e}"
         );
         drop(server);
+    }
+
+    /// A scraper that asks and never reads a reply larger than the
+    /// socket's buffers holds up neither another scrape nor the server's
+    /// end (the run's stop joins it).
+    #[test]
+    fn a_scraper_that_does_not_read_holds_nothing_up() {
+        use std::io::{Read, Write};
+        let server = MetricsServer::start("127.0.0.1:0").unwrap();
+        let mut many = progress();
+        many.partitions = (0..20_000)
+            .map(|p| PartitionProgress {
+                tp: TopicPartition::new("a-topic-with-a-long-name", p),
+                log_end: Some(1_000_000),
+                durable: Some(999_999),
+                committed: Some(999_998),
+                archive_lag: Some(1),
+            })
+            .collect();
+        (server.observer())(&many);
+        let mut stuck = std::net::TcpStream::connect(&server.addr).unwrap();
+        write!(stuck, "GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut s = std::net::TcpStream::connect(&server.addr).unwrap();
+        write!(s, "GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut reply = Vec::new();
+        s.read_to_end(&mut reply).unwrap();
+        assert!(reply.len() > 4 << 20, "{}", reply.len());
+        drop(server);
+        drop(stuck);
     }
 }
