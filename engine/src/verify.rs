@@ -139,7 +139,25 @@ impl Engine {
         // the checks a failed write cannot upset still run.
         let now = |tp: &TopicPartition| lock_to_read(&self.write).partitions.get(tp).copied();
         let next_lsn_now = || lock_to_read(&self.write).next_lsn;
-        let bound = {
+        // A write that failed part-way may have stored what the engine's
+        // own state does not show: only the checks that allow for that are
+        // made (a reopen's verify does all).
+        let poisoned = self.is_poisoned();
+        let bound = if poisoned {
+            // The durable view may lag the tree: a truncation pass whose
+            // sync failed (or that panicked) let go of the lock with its
+            // deletions stored and not in the view, which would read as
+            // summaries that do not match their index (seen in review,
+            // 2026-12-07). The write state has them.
+            let w = lock_to_read(&self.write);
+            Snapshot {
+                lsn_end: w.next_lsn,
+                partitions: (*w.partitions).clone(),
+                now: &now,
+                next_lsn_now: &next_lsn_now,
+                poisoned,
+            }
+        } else {
             // Durable, hence written and complete: the durable view's end
             // is at most the write state's, and on an append's boundary.
             // No truncation waits to be synced while the lock is held
@@ -151,10 +169,7 @@ impl Engine {
                 partitions: view.partitions.clone(),
                 now: &now,
                 next_lsn_now: &next_lsn_now,
-                // A write that failed part-way may have stored what the
-                // engine's own state does not show: only the checks that
-                // allow for that are made (a reopen's verify does all).
-                poisoned: self.is_poisoned(),
+                poisoned,
             }
         };
         let mut r = verify_tree(&self.tree, Some(&bound), stop)?;
