@@ -275,18 +275,19 @@ impl RunConfig {
         }
         // The metrics are the progress report's figures: with no periodic
         // report they would stand still at the start's.
+        // Named first: the flag or the file may give either.
         if let (Some(addr), 0) = (&self.metrics_addr, self.progress_interval_s) {
             return bad(format!(
-                "metrics-addr {addr}: the metrics are the progress report's figures, and progress-interval-s 0 takes none while the run goes on: give an interval (10 suits a scrape every 15 s)"
+                "progress-interval-s 0 with metrics-addr {addr}: the metrics are the progress report's figures, and an interval of 0 takes none while the run goes on: give an interval (10 suits a scrape every 15 s)"
             ));
         }
         if let Some(addr) = self.metrics_addr.as_deref() {
-            if !addr
-                .rsplit_once(':')
-                .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok())
-            {
+            let host_port = addr.rsplit_once(':').is_some_and(|(host, port)| {
+                !host.is_empty() && !host.contains(['/', ' ', '\t']) && port.parse::<u16>().is_ok()
+            });
+            if !host_port {
                 return bad(format!(
-                    "metrics-addr {addr:?}: not host:port (127.0.0.1:9464 serves this machine only; 0.0.0.0:9464 every interface)"
+                    "metrics-addr {addr:?}: not host:port, such as 127.0.0.1:9464 (this machine only), without a scheme or a path"
                 ));
             }
         }

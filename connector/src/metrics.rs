@@ -8,20 +8,36 @@
 //! put, or waiting for a revoke). Nothing is read for a scrape: it costs
 //! the run one lock and a copy of a string.
 //!
+//! The server is a few lines over `std::net`, not an HTTP crate: it
+//! answers one fixed `GET`, and must never hold up the run. tiny_http,
+//! tried first (2026-12-07), kept a thread per idle connection with no
+//! bound, read a request line of any size into memory, let a client that
+//! pipelined requests and read no reply block every scrape and the run's
+//! stop, and lost its listener for good when its accept thread met
+//! `EMFILE` (an audit found each). Here every connection has read and
+//! write timeouts, a request is read up to 8 KiB, each reply says
+//! `Connection: close`, at most [`CONNECTIONS_MAX`] are served at once
+//! (others get a short 503), and the accept loop outlives any error.
+//!
 //! # Invariants
 //! - A series is only ever a figure the run knows: an offset, lag or
 //!   latency not known yet (no statistics yet, nothing committed, no commit
 //!   in the interval) is left out, never given as 0, which would read as
-//!   caught up.
+//!   caught up; a lag total counts the partitions it leaves out beside it.
 //! - Counters (`_total`) only grow over the run: they are the run's own
 //!   totals since its start, which a restart begins again at 0 (Prometheus'
 //!   `rate` takes that as a reset).
 //! - The endpoint serves reads only, and is bound before anything is
 //!   consumed: an address it cannot listen on stops the start, with
-//!   nothing fetched or committed.
+//!   nothing fetched or committed. No client holds up the run's stop: it
+//!   waits a second at most for the accept loop, and not for replies.
 
 use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use crate::error::{ConnectorError, Result};
 use crate::progress::Progress;
@@ -29,12 +45,30 @@ use crate::progress::Progress;
 /// The media type of the text exposition format.
 const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// The metrics endpoint of a run: a thread answering HTTP requests with the
-/// text of the last progress report.
+/// Connections served at once, at most: past it, a short 503.
+pub(crate) const CONNECTIONS_MAX: usize = 8;
+
+/// The most of a request read: its line and headers (a scrape's are a
+/// few hundred bytes).
+const REQUEST_BYTES_MAX: usize = 8 << 10;
+
+/// How long a client may take to send its request, and to take a reply.
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long the run's stop waits for the accept loop.
+const STOP_WAIT: Duration = Duration::from_secs(1);
+
+/// The metrics endpoint of a run: a thread accepting connections, each
+/// answered on a thread of its own with the text of the last progress
+/// report.
 pub struct MetricsServer {
-    server: Arc<tiny_http::Server>,
     text: Arc<Mutex<String>>,
+    stop: Arc<AtomicBool>,
+    local: SocketAddr,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// Disconnected once the accept loop's thread has ended.
+    ended: std::sync::mpsc::Receiver<()>,
     /// Where it listens (the port chosen, for `:0`): logged, and read by
     /// the tests.
     #[cfg_attr(not(test), allow(dead_code))]
@@ -44,29 +78,43 @@ pub struct MetricsServer {
 impl MetricsServer {
     /// Listen on `addr` (`host:port`), serving `/metrics`.
     pub fn start(addr: &str) -> Result<MetricsServer> {
-        let server = tiny_http::Server::http(addr).map_err(|e| {
+        let listener = TcpListener::bind(addr).map_err(|e| {
+            let what = match e.kind() {
+                std::io::ErrorKind::PermissionDenied => {
+                    "a port below 1024 takes privileges this process lacks: give one above it, such as 9464"
+                }
+                std::io::ErrorKind::AddrInUse => "another process listens there: give a free port",
+                std::io::ErrorKind::AddrNotAvailable => {
+                    "no interface of this machine has that address: give one of its own, or 127.0.0.1"
+                }
+                _ => "give host:port of this machine, such as 127.0.0.1:9464",
+            };
             ConnectorError::Config(format!(
-                "--metrics-addr {addr}: cannot listen there ({e}): give a free host:port, such as 127.0.0.1:9464 (nothing was fetched or committed)"
+                "--metrics-addr {addr}: cannot listen there ({e}): {what} (nothing was fetched or committed)"
             ))
         })?;
-        let bound = match server.server_addr() {
-            tiny_http::ListenAddr::IP(a) => a.to_string(),
-            #[allow(unreachable_patterns)]
-            _ => addr.to_owned(),
-        };
-        let server = Arc::new(server);
+        let local = listener
+            .local_addr()
+            .map_err(|e| ConnectorError::Failed(format!("the metrics endpoint's address: {e}")))?;
         let text = Arc::new(Mutex::new(render_before_report()));
-        let (serving, served) = (server.clone(), text.clone());
+        let stop = Arc::new(AtomicBool::new(false));
+        let (served, stopping) = (text.clone(), stop.clone());
+        let (running, ended) = std::sync::mpsc::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("cairn-metrics".into())
-            .spawn(move || serve(&serving, &served))
+            .spawn(move || {
+                let _running = running;
+                accept(&listener, &served, &stopping);
+            })
             .map_err(|e| ConnectorError::Failed(format!("the metrics thread: {e}")))?;
-        tracing::info!(addr = %bound, "serving metrics at http://{bound}/metrics");
+        tracing::info!(addr = %local, "serving metrics at http://{local}/metrics");
         Ok(MetricsServer {
-            server,
             text,
+            stop,
+            local,
             thread: Some(thread),
-            addr: bound,
+            ended,
+            addr: local.to_string(),
         })
     }
 
@@ -83,71 +131,167 @@ impl MetricsServer {
     }
 }
 
-/// The loop is joined, not the replies: a reply a scraper does not read
-/// is left to the process's exit.
+/// The accept loop is woken (a connection of its own) and waited for, a
+/// second at most; the replies are not: a client that does not read is
+/// left to its write timeout, or to the process's exit.
 impl Drop for MetricsServer {
     fn drop(&mut self) {
-        self.server.unblock();
+        self.stop.store(true, SeqCst);
+        let mut wake = self.local;
+        if wake.ip().is_unspecified() {
+            wake.set_ip(match wake {
+                SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+            });
+        }
+        let _ = TcpStream::connect_timeout(&wake, STOP_WAIT);
         if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            match self.ended.recv_timeout(STOP_WAIT) {
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    let _ = t.join();
+                }
+                _ => tracing::warn!(
+                    "the metrics endpoint did not stop within a second: left to the process's exit"
+                ),
+            }
         }
     }
 }
 
-/// Replies being sent at once, at most: past it, a request gets a short
-/// 503 at once.
-const RESPONDERS_MAX: usize = 8;
-
-/// Answer each request until the server is unblocked. Each reply is sent
-/// on a thread of its own: a scraper that reads slowly, or not at all (a
-/// reply of many partitions' series fills the socket's buffer), holds up
-/// neither the other scrapes nor the run's stop, which joins only this
-/// loop. A reply that cannot be sent (the scraper went away) is the
-/// scraper's loss, not the run's.
-fn serve(server: &tiny_http::Server, text: &Mutex<String>) {
-    let responding = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    for request in server.incoming_requests() {
-        let path = request.url().split('?').next().unwrap_or_default();
-        let response = match (request.method(), path) {
-            (tiny_http::Method::Get | tiny_http::Method::Head, "/metrics") => {
-                let body = text.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                tiny_http::Response::from_string(body).with_header(header(CONTENT_TYPE))
+/// Take connections until `stop` is set, each answered on a thread of its
+/// own, at most [`CONNECTIONS_MAX`] at once. An accept that fails (no file
+/// descriptor left) is said, once a minute at most, and the loop goes on.
+fn accept(listener: &TcpListener, text: &Arc<Mutex<String>>, stop: &AtomicBool) {
+    let serving = Arc::new(AtomicUsize::new(0));
+    let mut said_at: Option<std::time::Instant> = None;
+    for conn in listener.incoming() {
+        if stop.load(SeqCst) {
+            break;
+        }
+        let stream = match conn {
+            Ok(s) => s,
+            Err(e) => {
+                if said_at.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+                    tracing::warn!(error = %e, "the metrics endpoint could not take a connection (it goes on taking them)");
+                    said_at = Some(std::time::Instant::now());
+                }
+                // Not a spin while the error lasts (EMFILE does).
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
             }
-            (tiny_http::Method::Get | tiny_http::Method::Head, _) => {
-                tiny_http::Response::from_string("cairn serves /metrics only\n")
-                    .with_status_code(404)
-                    .with_header(header("text/plain; charset=utf-8"))
-            }
-            _ => tiny_http::Response::from_string("GET /metrics\n")
-                .with_status_code(405)
-                .with_header(header("text/plain; charset=utf-8")),
         };
-        use std::sync::atomic::Ordering::SeqCst;
-        if responding.fetch_add(1, SeqCst) >= RESPONDERS_MAX {
-            responding.fetch_sub(1, SeqCst);
+        if serving.fetch_add(1, SeqCst) >= CONNECTIONS_MAX {
+            serving.fetch_sub(1, SeqCst);
             // A few bytes: they fit the socket's buffer, read or not.
-            let busy = tiny_http::Response::from_string("busy: too many scrapes at once\n")
-                .with_status_code(503)
-                .with_header(header("text/plain; charset=utf-8"));
-            let _ = request.respond(busy);
+            let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+            let _ = reply(
+                &stream,
+                503,
+                "busy: too many scrapes at once\n",
+                "text/plain; charset=utf-8",
+                false,
+            );
             continue;
         }
-        let done = responding.clone();
-        let sent = std::thread::Builder::new()
+        let (done, text) = (serving.clone(), text.clone());
+        let spawned = std::thread::Builder::new()
             .name("cairn-metrics-reply".into())
             .spawn(move || {
-                let _ = request.respond(response);
+                answer(&stream, &text);
                 done.fetch_sub(1, SeqCst);
             });
-        if sent.is_err() {
-            responding.fetch_sub(1, SeqCst);
+        if spawned.is_err() {
+            serving.fetch_sub(1, SeqCst);
         }
     }
 }
 
-fn header(content_type: &str) -> tiny_http::Header {
-    tiny_http::Header::from_bytes(&b"Content-Type"[..], content_type.as_bytes())
-        .expect("a valid header")
+/// Read one request from `stream` and answer it, then close. A client too
+/// slow, or a request too large, gets what the timeouts and the bound
+/// allow, and no more.
+fn answer(stream: &TcpStream, text: &Mutex<String>) {
+    let _ = stream.set_read_timeout(Some(READ_TIMEOUT));
+    let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
+    let mut request = Vec::with_capacity(512);
+    let mut chunk = [0u8; 1024];
+    let mut reader = stream;
+    let ended = loop {
+        if request.windows(4).any(|w| w == b"\r\n\r\n") || request.windows(2).any(|w| w == b"\n\n")
+        {
+            break true;
+        }
+        if request.len() >= REQUEST_BYTES_MAX {
+            break false;
+        }
+        match reader.read(&mut chunk) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => request.extend_from_slice(&chunk[..n]),
+        }
+    };
+    let plain = "text/plain; charset=utf-8";
+    if !ended {
+        let _ = reply(stream, 431, "request too large\n", plain, false);
+        // What the client still sends is read and dropped (to the read
+        // timeout, or 64 KiB): closed with it unread, the connection would
+        // be reset, and the reply lost with it.
+        let mut drained = 0;
+        while drained < 64 << 10 {
+            match reader.read(&mut chunk) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => drained += n,
+            }
+        }
+        return;
+    }
+    let line = String::from_utf8_lossy(&request);
+    let mut words = line.lines().next().unwrap_or_default().split_whitespace();
+    let (method, target) = (
+        words.next().unwrap_or_default(),
+        words.next().unwrap_or_default(),
+    );
+    let path = target.split('?').next().unwrap_or_default();
+    let head = method == "HEAD";
+    let _ = match (method, path) {
+        ("GET" | "HEAD", "/metrics") => {
+            let body = text.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            reply(stream, 200, &body, CONTENT_TYPE, head)
+        }
+        ("GET" | "HEAD", _) => reply(stream, 404, "cairn serves /metrics only\n", plain, head),
+        _ => reply(stream, 405, "GET /metrics\n", plain, false),
+    };
+}
+
+/// One HTTP/1.1 reply, the connection closed after it; a 405 says what is
+/// allowed.
+fn reply(
+    mut stream: &TcpStream,
+    status: u16,
+    body: &str,
+    content_type: &str,
+    head_only: bool,
+) -> std::io::Result<()> {
+    let reason = match status {
+        200 => "OK",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        431 => "Request Header Fields Too Large",
+        _ => "Service Unavailable",
+    };
+    let allow = if status == 405 {
+        "Allow: GET, HEAD\r\n"
+    } else {
+        ""
+    };
+    write!(
+        stream,
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{allow}Connection: close\r\n\r\n",
+        body.len()
+    )?;
+    if !head_only {
+        stream.write_all(body.as_bytes())?;
+    }
+    stream.flush()?;
+    stream.shutdown(std::net::Shutdown::Write)
 }
 
 fn unix_now_s() -> f64 {
@@ -278,16 +422,20 @@ pub(crate) fn render(p: &Progress, reports: u64, now_s: f64) -> String {
         "Partitions the group has assigned to this run.",
     );
     let _ = writeln!(out, "cairn_assigned_partitions {}", p.partitions.len());
-    // Totals only when some partition's figure is known (progress.rs).
-    for (name, help, lag) in [
+    // Totals only when some partition's figure is known (progress.rs),
+    // and always how many partitions each leaves out: a total of 0 with
+    // partitions left out is not caught up (an audit).
+    for (name, help, unknown_help, lag) in [
         (
             "cairn_archive_lag_records",
             "Records Kafka holds that the archive has not made durable, summed over the assigned partitions whose log end is known.",
+            "Assigned partitions left out of cairn_archive_lag_records: no statistics have shown their log end yet.",
             p.archive_lag(),
         ),
         (
             "cairn_commit_lag_records",
             "Records Kafka holds past the group's committed offsets, summed over the assigned partitions where both are known.",
+            "Assigned partitions left out of cairn_commit_lag_records: no log end shown yet, or no offset committed.",
             p.commit_lag(),
         ),
     ] {
@@ -295,6 +443,9 @@ pub(crate) fn render(p: &Progress, reports: u64, now_s: f64) -> String {
             family(&mut out, name, "gauge", help);
             let _ = writeln!(out, "{name} {}", lag.records);
         }
+        let unknown = format!("{}_unknown_partitions", name.trim_end_matches("_records"));
+        family(&mut out, &unknown, "gauge", unknown_help);
+        let _ = writeln!(out, "{unknown} {}", lag.unknown_partitions);
     }
     let per_partition: [(&str, &str, PartitionFigure); 5] = [
         (
@@ -304,7 +455,7 @@ pub(crate) fn render(p: &Progress, reports: u64, now_s: f64) -> String {
         ),
         (
             "cairn_partition_committed_offset",
-            "The offset this run last committed to Kafka, per assigned partition (never past the durable one).",
+            "The group's committed offset as this run knows it, per assigned partition: its own last commit (never past the durable offset), or the one read at the assignment.",
             |q| q.committed,
         ),
         (
@@ -409,7 +560,9 @@ mod tests {
                 "cairn_put_to_commit_p50_seconds 0.001250",
                 "cairn_assigned_partitions 2",
                 "cairn_archive_lag_records 100",
+                "cairn_archive_lag_unknown_partitions 1",
                 "cairn_commit_lag_records 200",
+                "cairn_commit_lag_unknown_partitions 1",
                 "cairn_partition_durable_offset{topic=\"t\",partition=\"0\"} 900",
                 "cairn_partition_durable_offset{topic=\"t\",partition=\"1\"} 500",
                 "cairn_partition_committed_offset{topic=\"t\",partition=\"0\"} 800",
@@ -436,10 +589,16 @@ mod tests {
         none.partitions.clear();
         let text = render(&none, 1, 0.0);
         assert!(
-            !text.contains("lag_records") && !text.contains("cairn_partition_"),
+            !text.contains("\ncairn_archive_lag_records ")
+                && !text.contains("\ncairn_commit_lag_records ")
+                && !text.contains("cairn_partition_"),
             "{text}"
         );
         assert!(text.contains("cairn_assigned_partitions 0"), "{text}");
+        assert!(
+            text.contains("cairn_archive_lag_unknown_partitions 0\n"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -520,7 +679,62 @@ mod tests {
         let mut reply = Vec::new();
         s.read_to_end(&mut reply).unwrap();
         assert!(reply.len() > 4 << 20, "{}", reply.len());
+        // One connection pipelining requests it never reads the replies
+        // of: answered once, then closed; the next scrape is answered.
+        let mut pipelining = std::net::TcpStream::connect(&server.addr).unwrap();
+        for _ in 0..40 {
+            write!(pipelining, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        }
+        let mut s = std::net::TcpStream::connect(&server.addr).unwrap();
+        write!(s, "GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut reply = Vec::new();
+        s.read_to_end(&mut reply).unwrap();
+        assert!(reply.starts_with(b"HTTP/1.1 200 OK\r\n"));
         drop(server);
-        drop(stuck);
+        drop((stuck, pipelining));
+    }
+
+    /// Connections past the bound get a 503 at once (clients that send
+    /// nothing hold theirs until the read timeout); a request larger than
+    /// the bound gets a 431; a method other than GET and HEAD a 405 that
+    /// says which are allowed; HEAD the head alone.
+    #[test]
+    fn the_endpoint_bounds_what_clients_take() {
+        use std::io::{Read, Write};
+        let server = MetricsServer::start("127.0.0.1:0").unwrap();
+        let ask = |request: &[u8]| {
+            let mut s = std::net::TcpStream::connect(&server.addr).unwrap();
+            s.write_all(request).unwrap();
+            let mut reply = String::new();
+            let _ = s.read_to_string(&mut reply);
+            reply
+        };
+        let post = ask(b"POST /metrics HTTP/1.1\r\n\r\n");
+        assert!(
+            post.starts_with("HTTP/1.1 405 ") && post.contains("Allow: GET, HEAD\r\n"),
+            "{post}"
+        );
+        let head = ask(b"HEAD /metrics HTTP/1.1\r\n\r\n");
+        assert!(
+            head.starts_with("HTTP/1.1 200 ") && head.ends_with("\r\n\r\n"),
+            "{head}"
+        );
+        let query = ask(b"GET /metrics?x=1 HTTP/1.1\r\n\r\n");
+        assert!(query.contains("cairn_build_info"), "{query}");
+        let huge = ask(&vec![b'a'; 12 << 10]);
+        assert!(huge.starts_with("HTTP/1.1 431 "), "{huge}");
+        let idle: Vec<_> = (0..CONNECTIONS_MAX)
+            .map(|_| std::net::TcpStream::connect(&server.addr).unwrap())
+            .collect();
+        // Once the replies above have let go of their places (each after
+        // its client has read it, so one may still hold its place), every
+        // place is an idle connection's: a scrape is refused.
+        let busy = (0..20)
+            .map(|_| ask(b"GET /metrics HTTP/1.1\r\n\r\n"))
+            .find(|r| !r.starts_with("HTTP/1.1 200 "))
+            .expect("never refused");
+        assert!(busy.starts_with("HTTP/1.1 503 "), "{busy}");
+        drop(idle);
+        drop(server);
     }
 }

@@ -5216,7 +5216,10 @@ fn the_metrics_endpoint_serves_the_progress_report() {
         ],
     );
     assert_eq!(code, 1, "{err}");
-    assert!(err.contains("progress-interval-s 0 takes none"), "{err}");
+    assert!(
+        err.contains("progress-interval-s 0 with metrics-addr"),
+        "{err}"
+    );
     let (code, _, err) = cairn_run(
         "127.0.0.1:1",
         "t",

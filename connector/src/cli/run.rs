@@ -1170,7 +1170,8 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(
-            e.contains("progress-interval-s 0 takes none") && e.contains("(metrics-addr set in "),
+            e.contains("progress-interval-s 0 with metrics-addr")
+                && e.contains("(progress-interval-s set in "),
             "{e}"
         );
         assert_eq!(config("", &[]).unwrap().metrics_addr, None);
