@@ -2114,7 +2114,7 @@ fn request_within(
                     // itself, within seconds: the advice said to remove it,
                     // racing that (until 2026-12-07; an audit).
                     Request::Backup { to } => format!(
-                        "a run that stops cleanly removes its partial copy in {0} itself; one that died leaves it marked unfinished ({1}), for you to remove before running the command again",
+                        "a run that stops cleanly, or cuts the backup off, removes its partial copy in {0} itself; one that died leaves it marked unfinished ({1}), for you to remove before running the command again",
                         to.display(),
                         cairn_engine::BACKUP_INCOMPLETE_FILE
                     ),
