@@ -310,14 +310,18 @@ fn family(out: &mut String, name: &str, kind: &str, help: &str) {
 fn render_before_report() -> String {
     let mut out = String::new();
     build_info(&mut out);
+    reports_total(&mut out, 0);
+    out
+}
+
+fn reports_total(out: &mut String, reports: u64) {
     family(
-        &mut out,
+        out,
         "cairn_progress_reports_total",
         "counter",
         "Progress reports taken since the run started (the figures below are the last one's).",
     );
-    out.push_str("cairn_progress_reports_total 0\n");
-    out
+    let _ = writeln!(out, "cairn_progress_reports_total {reports}");
 }
 
 fn build_info(out: &mut String) {
@@ -351,13 +355,7 @@ type PartitionFigure = fn(&crate::progress::PartitionProgress) -> Option<i64>;
 pub(crate) fn render(p: &Progress, reports: u64, now_s: f64) -> String {
     let mut out = String::new();
     build_info(&mut out);
-    family(
-        &mut out,
-        "cairn_progress_reports_total",
-        "counter",
-        "Progress reports taken since the run started (the figures below are the last one's).",
-    );
-    let _ = writeln!(out, "cairn_progress_reports_total {reports}");
+    reports_total(&mut out, reports);
     family(
         &mut out,
         "cairn_progress_report_timestamp_seconds",

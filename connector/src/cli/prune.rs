@@ -913,20 +913,7 @@ mod tests {
         two_entries_each(&engine, "t.x-1", 2);
         engine.sync().unwrap();
         // Fails at the line numbered `at` (0-based): what is said then.
-        let said = |at: usize| {
-            let (mut lines, mut failed) = (0, None);
-            let mut emit = |args: std::fmt::Arguments<'_>| {
-                if lines == at {
-                    failed = Some(args.to_string());
-                    return Err(ConnectorError::Live("full".into()));
-                }
-                lines += 1;
-                Ok(())
-            };
-            let mut complete = false;
-            assert!(prune_below_5_noting(&engine, "t.x-1", &mut emit, &mut complete).is_err());
-            unwritten_report(&failed.expect("a line failed"), lines, true, complete)
-        };
+        let said = |at: usize| said_failing_at(&engine, "t.x-1", at);
         // The first call prunes both partitions, their lines held back for
         // the pass's sync; later calls find nothing to delete, and write
         // each partition's line within the pass. Either way the last
@@ -941,6 +928,23 @@ mod tests {
                 said(at)
             );
         }
+    }
+
+    /// What a prune below 5 of `topic` says of itself when its report's
+    /// line numbered `at` (0-based) cannot be written.
+    fn said_failing_at(engine: &Engine, topic: &str, at: usize) -> String {
+        let (mut lines, mut failed) = (0, None);
+        let mut emit = |args: std::fmt::Arguments<'_>| {
+            if lines == at {
+                failed = Some(args.to_string());
+                return Err(ConnectorError::Live("full".into()));
+            }
+            lines += 1;
+            Ok(())
+        };
+        let mut complete = false;
+        assert!(prune_below_5_noting(engine, topic, &mut emit, &mut complete).is_err());
+        unwritten_report(&failed.expect("a line failed"), lines, true, complete)
     }
 
     /// Whatever line of the report fails, the prune says it is complete
@@ -965,23 +969,7 @@ mod tests {
                         .unwrap();
                     assert_eq!(r.records_deleted, 5);
                 }
-                let (mut lines, mut failed) = (0, None);
-                let mut emit = |args: std::fmt::Arguments<'_>| {
-                    if lines == at {
-                        failed = Some(args.to_string());
-                        return Err(ConnectorError::Live("full".into()));
-                    }
-                    lines += 1;
-                    Ok(())
-                };
-                let mut complete = false;
-                assert!(prune_below_5_noting(&engine, "t", &mut emit, &mut complete).is_err());
-                let said = unwritten_report(
-                    failed.as_deref().expect("a line failed"),
-                    lines,
-                    true,
-                    complete,
-                );
+                let said = said_failing_at(&engine, "t", at);
                 let pruned = (0..partitions).all(|p| {
                     engine
                         .partition(&TopicPartition::new("t", p))
