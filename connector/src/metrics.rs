@@ -37,7 +37,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::error::{ConnectorError, Result};
 use crate::progress::Progress;
@@ -78,6 +78,12 @@ pub struct MetricsServer {
 impl MetricsServer {
     /// Listen on `addr` (`host:port`), serving `/metrics`.
     pub fn start(addr: &str) -> Result<MetricsServer> {
+        Self::start_with(addr, READ_TIMEOUT)
+    }
+
+    /// [`start`](Self::start), a request given `read_timeout` to arrive
+    /// (shorter in the tests).
+    fn start_with(addr: &str, read_timeout: Duration) -> Result<MetricsServer> {
         let listener = TcpListener::bind(addr).map_err(|e| {
             let what = match e.kind() {
                 std::io::ErrorKind::PermissionDenied => {
@@ -104,7 +110,7 @@ impl MetricsServer {
             .name("cairn-metrics".into())
             .spawn(move || {
                 let _running = running;
-                accept(&listener, &served, &stopping);
+                accept(&listener, &served, &stopping, read_timeout);
             })
             .map_err(|e| ConnectorError::Failed(format!("the metrics thread: {e}")))?;
         tracing::info!(addr = %local, "serving metrics at http://{local}/metrics");
@@ -161,7 +167,12 @@ impl Drop for MetricsServer {
 /// Take connections until `stop` is set, each answered on a thread of its
 /// own, at most [`CONNECTIONS_MAX`] at once. An accept that fails (no file
 /// descriptor left) is said, once a minute at most, and the loop goes on.
-fn accept(listener: &TcpListener, text: &Arc<Mutex<String>>, stop: &AtomicBool) {
+fn accept(
+    listener: &TcpListener,
+    text: &Arc<Mutex<String>>,
+    stop: &AtomicBool,
+    read_timeout: Duration,
+) {
     let serving = Arc::new(AtomicUsize::new(0));
     let mut said_at: Option<std::time::Instant> = None;
     for conn in listener.incoming() {
@@ -182,14 +193,15 @@ fn accept(listener: &TcpListener, text: &Arc<Mutex<String>>, stop: &AtomicBool) 
         };
         if serving.fetch_add(1, SeqCst) >= CONNECTIONS_MAX {
             serving.fetch_sub(1, SeqCst);
-            // A few bytes: they fit the socket's buffer, read or not.
-            let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+            // A few bytes: they fit the socket's buffer, read or not; a
+            // second at most, on the accept loop's own thread.
             let _ = reply(
                 &stream,
                 503,
                 "busy: too many scrapes at once\n",
                 "text/plain; charset=utf-8",
                 false,
+                Duration::from_secs(1),
             );
             continue;
         }
@@ -197,7 +209,7 @@ fn accept(listener: &TcpListener, text: &Arc<Mutex<String>>, stop: &AtomicBool) 
         let spawned = std::thread::Builder::new()
             .name("cairn-metrics-reply".into())
             .spawn(move || {
-                answer(&stream, &text);
+                answer(&stream, &text, read_timeout);
                 done.fetch_sub(1, SeqCst);
             });
         if spawned.is_err() {
@@ -209,12 +221,13 @@ fn accept(listener: &TcpListener, text: &Arc<Mutex<String>>, stop: &AtomicBool) 
 /// Read one request from `stream` and answer it, then close. A client too
 /// slow, or a request too large, gets what the timeouts and the bound
 /// allow, and no more.
-fn answer(stream: &TcpStream, text: &Mutex<String>) {
-    let _ = stream.set_read_timeout(Some(READ_TIMEOUT));
-    let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
+fn answer(stream: &TcpStream, text: &Mutex<String>, read_timeout: Duration) {
+    // One deadline for the whole request, not a timeout per read: a client
+    // sending a byte every few seconds kept its place for hours (until the
+    // re-audit of 2026-12-07).
+    let deadline = Instant::now() + read_timeout;
     let mut request = Vec::with_capacity(512);
     let mut chunk = [0u8; 1024];
-    let mut reader = stream;
     let ended = loop {
         if request.windows(4).any(|w| w == b"\r\n\r\n") || request.windows(2).any(|w| w == b"\n\n")
         {
@@ -223,24 +236,26 @@ fn answer(stream: &TcpStream, text: &Mutex<String>) {
         if request.len() >= REQUEST_BYTES_MAX {
             break false;
         }
-        match reader.read(&mut chunk) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => request.extend_from_slice(&chunk[..n]),
+        match read_by(stream, &mut chunk, deadline) {
+            Some(n) => request.extend_from_slice(&chunk[..n]),
+            None => return,
         }
     };
     let plain = "text/plain; charset=utf-8";
     if !ended {
-        let _ = reply(stream, 431, "request too large\n", plain, false);
-        // What the client still sends is read and dropped (to the read
-        // timeout, or 64 KiB): closed with it unread, the connection would
-        // be reset, and the reply lost with it.
-        let mut drained = 0;
-        while drained < 64 << 10 {
-            match reader.read(&mut chunk) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => drained += n,
-            }
-        }
+        let _ = reply(
+            stream,
+            431,
+            "request too large\n",
+            plain,
+            false,
+            WRITE_TIMEOUT,
+        );
+        // What the client still sends is read and dropped, for a second
+        // at most: closed with it unread, the connection would be reset,
+        // and the reply lost with it.
+        let drain_until = Instant::now() + Duration::from_secs(1);
+        while read_by(stream, &mut chunk, drain_until).is_some() {}
         return;
     }
     let line = String::from_utf8_lossy(&request);
@@ -254,21 +269,43 @@ fn answer(stream: &TcpStream, text: &Mutex<String>) {
     let _ = match (method, path) {
         ("GET" | "HEAD", "/metrics") => {
             let body = text.lock().unwrap_or_else(|e| e.into_inner()).clone();
-            reply(stream, 200, &body, CONTENT_TYPE, head)
+            reply(stream, 200, &body, CONTENT_TYPE, head, WRITE_TIMEOUT)
         }
-        ("GET" | "HEAD", _) => reply(stream, 404, "cairn serves /metrics only\n", plain, head),
-        _ => reply(stream, 405, "GET /metrics\n", plain, false),
+        ("GET" | "HEAD", _) => reply(
+            stream,
+            404,
+            "cairn serves /metrics only\n",
+            plain,
+            head,
+            WRITE_TIMEOUT,
+        ),
+        _ => reply(stream, 405, "GET /metrics\n", plain, false, WRITE_TIMEOUT),
     };
 }
 
+/// One read from `stream` by `deadline`: the bytes read, or `None` at the
+/// end of the stream, on an error, or once the deadline has passed.
+fn read_by(mut stream: &TcpStream, buf: &mut [u8], deadline: Instant) -> Option<usize> {
+    let left = deadline.checked_duration_since(Instant::now())?;
+    stream
+        .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+        .ok()?;
+    match stream.read(buf) {
+        Ok(0) | Err(_) => None,
+        Ok(n) => Some(n),
+    }
+}
+
 /// One HTTP/1.1 reply, the connection closed after it; a 405 says what is
-/// allowed.
+/// allowed. Written whole from one buffer (a send per piece split a head
+/// into eleven), within `within` in all.
 fn reply(
     mut stream: &TcpStream,
     status: u16,
     body: &str,
     content_type: &str,
     head_only: bool,
+    within: Duration,
 ) -> std::io::Result<()> {
     let reason = match status {
         200 => "OK",
@@ -282,15 +319,28 @@ fn reply(
     } else {
         ""
     };
-    write!(
-        stream,
+    let mut bytes = format!(
         "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{allow}Connection: close\r\n\r\n",
         body.len()
-    )?;
+    )
+    .into_bytes();
     if !head_only {
-        stream.write_all(body.as_bytes())?;
+        bytes.extend_from_slice(body.as_bytes());
     }
-    stream.flush()?;
+    let deadline = Instant::now() + within;
+    let mut sent = 0;
+    while sent < bytes.len() {
+        let left = deadline
+            .checked_duration_since(Instant::now())
+            .ok_or(std::io::ErrorKind::TimedOut)?;
+        stream.set_write_timeout(Some(left.max(Duration::from_millis(1))))?;
+        match stream.write(&bytes[sent..]) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => sent += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
     stream.shutdown(std::net::Shutdown::Write)
 }
 
@@ -733,6 +783,38 @@ mod tests {
             .expect("never refused");
         assert!(busy.starts_with("HTTP/1.1 503 "), "{busy}");
         drop(idle);
+        drop(server);
+    }
+
+    /// A request has one deadline, not a timeout per read: a client that
+    /// sends a byte at a time, each well within the timeout, is cut off
+    /// once the whole request's time is up (it had kept its place for up
+    /// to 8 KiB of timeouts).
+    #[test]
+    fn a_client_sending_a_byte_at_a_time_is_cut_off() {
+        use std::io::{Read, Write};
+        let timeout = Duration::from_millis(300);
+        let server = MetricsServer::start_with("127.0.0.1:0", timeout).unwrap();
+        let mut slow = std::net::TcpStream::connect(&server.addr).unwrap();
+        let started = Instant::now();
+        let mut cut_off = false;
+        // Paced as such a client is: a byte every 30 ms, a tenth of the
+        // timeout, for up to 2,000 bytes (a minute), never a whole request.
+        for _ in 0..2_000 {
+            if slow.write_all(b"G").is_err() {
+                cut_off = true;
+                break;
+            }
+            slow.set_read_timeout(Some(Duration::from_millis(30)))
+                .unwrap();
+            // The end of the stream is the server's close; a timed-out
+            // read, a connection still open.
+            if matches!(slow.read(&mut [0u8; 1]), Ok(0)) {
+                cut_off = true;
+                break;
+            }
+        }
+        assert!(cut_off, "still open after {:?}", started.elapsed());
         drop(server);
     }
 }
