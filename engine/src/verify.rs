@@ -176,7 +176,7 @@ impl Engine {
         // Said, so that a clean report is not read as a whole check.
         if bound.poisoned {
             r.notes.push(
-                "the engine is poisoned (a write or sync failed): the checks a failed write could upset (the log's end, frames above it, stored summaries against the engine's own) were skipped; a verify of the stopped archive makes them".into(),
+                "the engine is poisoned (a write or sync failed): what was written is checked and counted, durable or not, and the checks a failed write could upset (the log's end, frames above it, stored summaries against the engine's own) were skipped; a verify of the stopped archive makes them".into(),
             );
         } else if self.is_poisoned() {
             r.notes.push(

@@ -168,9 +168,17 @@ pub(crate) fn serve(
     stop: &std::sync::atomic::AtomicBool,
     out: &mut dyn std::io::Write,
 ) -> Result<u8> {
+    // A poisoned engine's verify checks what was written, durable or not
+    // (`Engine::verify_unless`): not labelled durable (until 2026-12-07's
+    // torture run it was).
     let label = format!(
-        "{} (live: what was durable when the verify started)",
-        engine.config().path.display()
+        "{} (live: {} when the verify started)",
+        engine.config().path.display(),
+        if engine.is_poisoned() {
+            "what was written, durable or not (the engine is poisoned)"
+        } else {
+            "what was durable"
+        }
     );
     let mut text = Vec::new();
     // A panic in sled's reads is damage found, as for the stopped archive
@@ -300,4 +308,37 @@ fn report(label: &str, r: &VerifyReport, out: &mut Vec<u8>) -> u8 {
 /// A report's last line: how many problems it found.
 fn problems(n: u64) -> String {
     counted(n, "problem")
+}
+
+#[cfg(test)]
+mod tests {
+    /// A live verify is labelled as what it checked: what was durable, or,
+    /// on a poisoned engine (which it checks as written), not so.
+    #[test]
+    fn a_live_verify_says_what_it_checked() {
+        use cairn_engine::{fuzzing::batch, Engine, EngineConfig, TopicPartition};
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::open(EngineConfig::new(dir.path())).unwrap();
+        engine
+            .append(&[batch(&TopicPartition::new("t", 0), 0..10, 10)])
+            .unwrap();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let report = |engine: &Engine| {
+            let mut out = Vec::new();
+            super::serve(engine, &stop, &mut out).unwrap();
+            String::from_utf8_lossy(&out).into_owned()
+        };
+        let healthy = report(&engine);
+        assert!(
+            healthy.contains("(live: what was durable when the verify started)"),
+            "{healthy}"
+        );
+        engine.poison_after_caught_panic("test", "a test's poisoning");
+        let poisoned = report(&engine);
+        assert!(
+            poisoned.contains("(live: what was written, durable or not (the engine is poisoned) when the verify started)"),
+            "{poisoned}"
+        );
+        assert!(!poisoned.contains("what was durable"), "{poisoned}");
+    }
 }
