@@ -143,34 +143,29 @@ impl Engine {
         // own state does not show: only the checks that allow for that are
         // made (a reopen's verify does all).
         let poisoned = self.is_poisoned();
-        let bound = if poisoned {
+        let (lsn_end, partitions) = if poisoned {
             // The durable view may lag the tree: a truncation pass whose
             // sync failed (or that panicked) let go of the lock with its
             // deletions stored and not in the view, which would read as
             // summaries that do not match their index (seen in review,
             // 2026-12-07). The write state has them.
             let w = lock_to_read(&self.write);
-            Snapshot {
-                lsn_end: w.next_lsn,
-                partitions: (*w.partitions).clone(),
-                now: &now,
-                next_lsn_now: &next_lsn_now,
-                poisoned,
-            }
+            (w.next_lsn, (*w.partitions).clone())
         } else {
             // Durable, hence written and complete: the durable view's end
             // is at most the write state's, and on an append's boundary.
             // No truncation waits to be synced while the lock is held
             // (retention.rs, `TruncationPass`): the tree agrees with it.
+            // The view's LSN is the last durable frame's.
             let view = self.durable_view();
-            Snapshot {
-                // The view's LSN is the last durable frame's.
-                lsn_end: view.lsn + 1,
-                partitions: view.partitions.clone(),
-                now: &now,
-                next_lsn_now: &next_lsn_now,
-                poisoned,
-            }
+            (view.lsn + 1, view.partitions.clone())
+        };
+        let bound = Snapshot {
+            lsn_end,
+            partitions,
+            now: &now,
+            next_lsn_now: &next_lsn_now,
+            poisoned,
         };
         let mut r = verify_tree(&self.tree, Some(&bound), stop)?;
         // Said, so that a clean report is not read as a whole check.
