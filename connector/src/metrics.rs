@@ -45,6 +45,9 @@ use crate::progress::Progress;
 /// The media type of the text exposition format.
 const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
+/// The media type of every other reply (404, 405, 431, 503).
+const PLAIN: &str = "text/plain; charset=utf-8";
+
 /// Connections served at once, at most: past it, a short 503.
 pub(crate) const CONNECTIONS_MAX: usize = 8;
 
@@ -199,7 +202,7 @@ fn accept(
                 &stream,
                 503,
                 "busy: too many scrapes at once\n",
-                "text/plain; charset=utf-8",
+                PLAIN,
                 false,
                 Duration::from_secs(1),
             );
@@ -241,7 +244,7 @@ fn answer(stream: &TcpStream, text: &Mutex<String>, read_timeout: Duration) {
             None => return,
         }
     };
-    let plain = "text/plain; charset=utf-8";
+    let plain = PLAIN;
     if !ended {
         let _ = reply(
             stream,
